@@ -1,0 +1,1 @@
+"""Command line: `strata generate | chat | bench`."""

@@ -1,0 +1,25 @@
+"""Entry point of the `strata` command: dispatches to the sub-commands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="strata", description="Strata: MoE inference engine")
+    sub = parser.add_subparsers(dest="command", required=True)
+    from strata.cli import bench, chat, generate
+
+    for module in (generate, chat, bench):
+        module.register(sub)
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args) or 0
+    except (ValueError, FileNotFoundError) as e:
+        print(f"strata: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""CLI options generated from the config dataclasses: one flag per field, its default and help text
+taken from the field; `engine_config(args)` rebuilds the frozen EngineConfig."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+
+from strata.config import CacheConfig, EngineConfig, RunnerConfig, SchedulerConfig
+
+_SECTIONS = {"cache": CacheConfig, "scheduler": SchedulerConfig, "runner": RunnerConfig}
+
+
+def _flag_type(annotation: str):
+    if "int" in annotation:
+        return int
+    if "float" in annotation:
+        return float
+    return str
+
+
+def add_engine_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", nargs="?", default="",
+                        help="HF model folder, .gguf file, random:<shape>[?k=v] or a built-in name "
+                             "(default: the bundled smollm2-135m)")
+    for section, cls in _SECTIONS.items():
+        group = parser.add_argument_group(section)
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            flag = "--" + f.name.replace("_", "-")
+            group.add_argument(flag, dest=f"{section}.{f.name}", default=f.default,
+                               type=_flag_type(str(hints[f.name])),
+                               help=f"{f.metadata.get('help', '')} (default: {f.default})")
+
+
+def engine_config(args: argparse.Namespace) -> EngineConfig:
+    values = vars(args)
+    sections = {name: cls(**{f.name: values[f"{name}.{f.name}"] for f in dataclasses.fields(cls)})
+                for name, cls in _SECTIONS.items()}
+    return EngineConfig(model=args.model, **sections)

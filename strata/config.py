@@ -1,0 +1,193 @@
+"""Frozen configuration dataclasses: the model's shape and every engine component's options.
+
+Each component receives only its own sub-config. CLI options are generated from these fields
+(their defaults and `help` metadata), so a field added here appears on the command line.
+Nothing here imports torch or any other part of strata.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+SUPPORTED_ARCHITECTURES = (
+    "LlamaForCausalLM",
+    "Qwen3ForCausalLM",
+    "Qwen3MoeForCausalLM",
+    "Qwen3NextForCausalLM",
+)
+
+
+def _opt(default: Any, help: str, **kwargs: Any) -> Any:
+    return field(default=default, metadata={"help": help, **kwargs})
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape and numerics of one checkpoint, read from an HF config.json (or GGUF metadata
+    converted to the same keys)."""
+
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_scaling: dict | None = None          # None or {"rope_type": "llama3"|"linear", ...}
+    partial_rotary_factor: float = 1.0
+    max_position_embeddings: int = 4096
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False
+    qk_norm: bool = False                     # Qwen3: RMSNorm over head_dim on q and k
+    hidden_act: str = "silu"
+    bos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+    # Mixture of experts (Qwen3-MoE, Qwen3-Next)
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    norm_topk_prob: bool = True
+    decoder_sparse_step: int = 1
+    mlp_only_layers: tuple[int, ...] = ()
+    shared_expert_intermediate_size: int = 0
+    # Hybrid attention (Qwen3-Next): per-layer "full_attention" | "linear_attention"
+    layer_types: tuple[str, ...] = ()
+    linear_num_key_heads: int = 0
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel_dim: int = 4
+    num_mtp_layers: int = 0                   # Qwen3-Next MTP draft head (`mtp.*` weights)
+
+    @classmethod
+    def from_hf(cls, hf: dict[str, Any]) -> ModelConfig:
+        archs = hf.get("architectures") or []
+        if not archs:
+            raise ValueError("config.json has no 'architectures' entry")
+        arch = archs[0]
+        if arch not in SUPPORTED_ARCHITECTURES:
+            raise ValueError(f"unsupported architecture {arch!r}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
+        num_heads = hf["num_attention_heads"]
+        rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
+        rope_theta = hf.get("rope_theta", rope.get("rope_theta", 10000.0))
+        partial = hf.get("partial_rotary_factor", rope.get("partial_rotary_factor",
+                                                           0.25 if arch == "Qwen3NextForCausalLM" else 1.0))
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        eos = hf.get("eos_token_id")
+        eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
+        num_layers = hf["num_hidden_layers"]
+        layer_types = tuple(hf.get("layer_types") or ())
+        if arch == "Qwen3NextForCausalLM" and not layer_types:
+            interval = hf.get("full_attention_interval", 4)
+            layer_types = tuple("linear_attention" if (i + 1) % interval else "full_attention"
+                                for i in range(num_layers))
+        return cls(
+            architecture=arch,
+            vocab_size=hf["vocab_size"],
+            hidden_size=hf["hidden_size"],
+            intermediate_size=hf.get("intermediate_size", 0),
+            num_hidden_layers=num_layers,
+            num_attention_heads=num_heads,
+            num_key_value_heads=hf.get("num_key_value_heads", num_heads),
+            head_dim=hf.get("head_dim") or hf["hidden_size"] // num_heads,
+            rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
+            rope_theta=float(rope_theta),
+            rope_scaling=None if rope_type == "default" else {**rope, "rope_type": rope_type},
+            partial_rotary_factor=float(partial),
+            max_position_embeddings=hf.get("max_position_embeddings", 4096),
+            tie_word_embeddings=hf.get("tie_word_embeddings", False),
+            attention_bias=hf.get("attention_bias", False),
+            qk_norm=arch in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Qwen3NextForCausalLM"),
+            hidden_act=hf.get("hidden_act", "silu"),
+            bos_token_id=hf.get("bos_token_id"),
+            eos_token_ids=eos_ids,
+            num_experts=hf.get("num_experts") or hf.get("num_local_experts") or 0,
+            num_experts_per_tok=hf.get("num_experts_per_tok", 0) or 0,
+            moe_intermediate_size=hf.get("moe_intermediate_size", 0) or 0,
+            norm_topk_prob=hf.get("norm_topk_prob", True),
+            decoder_sparse_step=hf.get("decoder_sparse_step", 1) or 1,
+            mlp_only_layers=tuple(hf.get("mlp_only_layers") or ()),
+            shared_expert_intermediate_size=hf.get("shared_expert_intermediate_size", 0) or 0,
+            layer_types=layer_types,
+            linear_num_key_heads=hf.get("linear_num_key_heads", 0),
+            linear_num_value_heads=hf.get("linear_num_value_heads", 0),
+            linear_key_head_dim=hf.get("linear_key_head_dim", 0),
+            linear_value_head_dim=hf.get("linear_value_head_dim", 0),
+            linear_conv_kernel_dim=hf.get("linear_conv_kernel_dim", 4),
+            num_mtp_layers=hf.get("num_nextn_predict_layers", hf.get("mtp_num_hidden_layers", 0)) or 0,
+        )
+
+    def is_moe_layer(self, layer_idx: int) -> bool:
+        return (self.num_experts > 0 and layer_idx not in self.mlp_only_layers
+                and (layer_idx + 1) % self.decoder_sparse_step == 0)
+
+    def is_linear_attention_layer(self, layer_idx: int) -> bool:
+        return bool(self.layer_types) and self.layer_types[layer_idx] == "linear_attention"
+
+    @property
+    def full_attention_layers(self) -> list[int]:
+        return [i for i in range(self.num_hidden_layers) if not self.is_linear_attention_layer(i)]
+
+    @property
+    def linear_attention_layers(self) -> list[int]:
+        return [i for i in range(self.num_hidden_layers) if self.is_linear_attention_layer(i)]
+
+    def replace(self, **overrides: Any) -> ModelConfig:
+        return dataclasses.replace(self, **overrides)
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    block_size: int = _opt(16, "tokens per KV block")
+    num_gpu_blocks: int | None = _opt(None, "KV blocks in the pool (default: enough for every slot at max length)")
+    kv_cache_dtype: str = _opt("auto", "KV cache dtype: auto (the model dtype)")
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    max_num_seqs: int = _opt(8, "maximum concurrent requests (slots)")
+    max_num_batched_tokens: int = _opt(2048, "token budget of one step (prompt chunks + decode)")
+    max_model_len: int | None = _opt(None, "maximum prompt + output length (default: the model's)")
+    policy: str = _opt("fcfs", "admission order: fcfs | shortest-prompt-first")
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    device: str = _opt("auto", "auto | cpu | cuda")
+    dtype: str = _opt("auto", "auto | float32 | bfloat16 | float16 (auto: bfloat16 on GPU, float32 on CPU)")
+    seed: int = _opt(0, "seed of random weights and of unseeded sampling")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: str = _opt("", "HF model folder, .gguf file, random:<shape>[?k=v] or a built-in name")
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    runner: RunnerConfig = field(default_factory=RunnerConfig)
+
+
+def resolve_device(device: str) -> str:
+    if device != "auto":
+        return device
+    import torch  # local: config.py itself stays torch-free for the scheduler and server
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_dtype(dtype: str, device: str) -> str:
+    if dtype != "auto":
+        if dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype must be auto, float32, bfloat16 or float16, got {dtype!r}")
+        return dtype
+    return "float32" if device == "cpu" else "bfloat16"
+
+
+def debug_flag(name: str) -> bool:
+    """The one place environment switches are read (debugging only)."""
+    return os.environ.get(f"STRATA_{name}", "") not in ("", "0")

@@ -1,0 +1,144 @@
+"""The engine core: one model, one scheduler, one runner, and the step loop
+`schedule -> execute -> update`, plus output processing (detokenization, stop strings).
+
+Requests are validated before they reach the scheduler. An exception inside a step fails the requests
+of that step with an error delta; the engine keeps serving the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+
+from strata.cache.block_allocator import blocks_needed
+from strata.cache.pools import KVPool
+from strata.config import EngineConfig, ModelConfig, resolve_device, resolve_dtype
+from strata.engine.detokenizer import TextStream
+from strata.runner.model_runner import ModelRunner
+from strata.scheduler.scheduler import Commit, Scheduler
+from strata.tokenizer import load_tokenizer
+from strata.types import FinishReason, Request, TokenDelta
+from strata.weights.loader import DTYPES, build_model
+from strata.weights.source import open_source
+
+logger = logging.getLogger(__name__)
+
+_CPU_KV_BUDGET_BYTES = 1 << 30
+_GPU_KV_FRACTION_OF_FREE = 0.5
+
+
+class EngineCore:
+    def __init__(self, config: EngineConfig, quiet: bool = False) -> None:
+        self.config = config
+        device = resolve_device(config.runner.device)
+        dtype = resolve_dtype(config.runner.dtype, device)
+        source = open_source(config.model)
+        self.model_config: ModelConfig = source.model_config()
+        model = build_model(source, device, dtype, config.runner.seed, quiet=quiet)
+        self.tokenizer = load_tokenizer(config.model)
+        cfg = self.model_config
+        self.max_model_len = config.scheduler.max_model_len or cfg.max_position_embeddings
+        if self.max_model_len > cfg.max_position_embeddings:
+            raise ValueError(f"max_model_len {self.max_model_len} exceeds the model's "
+                             f"max_position_embeddings {cfg.max_position_embeddings}")
+        num_blocks = self._num_kv_blocks(model, device, DTYPES[dtype])
+        block_size = config.cache.block_size
+        self.runner = ModelRunner(model, num_blocks, block_size, config.scheduler.max_num_seqs, device)
+        self.scheduler = Scheduler(config.scheduler, config.cache, num_blocks, self.max_model_len,
+                                   cfg.eos_token_ids)
+        self.device, self.dtype, self.num_kv_blocks = device, dtype, num_blocks
+        self.streams: dict[str, TextStream | None] = {}
+
+    def _num_kv_blocks(self, model, device: str, dtype: torch.dtype) -> int:
+        cfg, cache, sched = self.model_config, self.config.cache, self.config.scheduler
+        per_seq = blocks_needed(self.max_model_len, cache.block_size)
+        if cache.num_gpu_blocks is not None:
+            num_blocks = cache.num_gpu_blocks
+        else:
+            num_layers = len(cfg.full_attention_layers) + int(getattr(model, "has_mtp", False))
+            per_block = KVPool.bytes_per_block(max(num_layers, 1), cache.block_size, cfg.num_key_value_heads,
+                                               cfg.head_dim, dtype)
+            budget = _CPU_KV_BUDGET_BYTES
+            if device.startswith("cuda"):
+                budget = int(torch.cuda.mem_get_info()[0] * _GPU_KV_FRACTION_OF_FREE)
+            num_blocks = min(per_seq * sched.max_num_seqs, max(budget // per_block, 1))
+        if num_blocks < per_seq:
+            raise ValueError(f"the KV pool holds {num_blocks} blocks of {cache.block_size} tokens, fewer than "
+                             f"one sequence of max_model_len={self.max_model_len} needs ({per_seq}); "
+                             f"lower max_model_len or raise num_gpu_blocks")
+        return num_blocks
+
+    # ---- requests --------------------------------------------------------------------------------
+
+    def validate(self, request: Request) -> None:
+        ids = request.prompt_token_ids
+        if not ids:
+            raise ValueError("the prompt is empty: give at least one token")
+        if len(ids) >= self.max_model_len:
+            raise ValueError(f"the prompt has {len(ids)} tokens; max_model_len is {self.max_model_len}, "
+                             f"which leaves no room for output")
+        vocab = self.model_config.vocab_size
+        if any(not isinstance(t, int) or not 0 <= t < vocab for t in ids):
+            raise ValueError(f"prompt token ids must be integers in [0, {vocab})")
+        request.sampling_params.validate()
+
+    def add_request(self, request: Request) -> None:
+        self.validate(request)
+        if not request.arrival_time:
+            request.arrival_time = time.monotonic()
+        self.scheduler.add_request(request)
+        self.streams[request.request_id] = (TextStream(self.tokenizer, request.prompt_token_ids,
+                                                       request.sampling_params)
+                                            if self.tokenizer is not None else None)
+
+    def abort_request(self, request_id: str) -> TokenDelta | None:
+        state = self.scheduler.finish_request(request_id, FinishReason.ABORT)
+        stream = self.streams.pop(request_id, None)
+        if state is None:
+            return None
+        text = stream.flush() if stream is not None else ""
+        return TokenDelta(request_id, [], text, True, FinishReason.ABORT)
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    # ---- the loop --------------------------------------------------------------------------------
+
+    def step(self) -> list[TokenDelta]:
+        plan = self.scheduler.schedule()
+        try:
+            result = self.runner.execute(plan)
+        except Exception as e:  # one bad step must not take the engine down
+            logger.exception("step %d failed", plan.step_id)
+            return self._fail_step(plan, e)
+        return [self._process(commit) for commit in self.scheduler.update(plan, result)]
+
+    def _process(self, commit: Commit) -> TokenDelta:
+        state = commit.state
+        reason = commit.finish_reason
+        stream = self.streams.get(state.request_id)
+        text = ""
+        if stream is not None:
+            text, stopped = stream.add(commit.new_token_ids)
+            if stopped and reason is None:
+                reason = FinishReason.STOP
+                self.scheduler.finish_request(state.request_id, reason)
+            if reason is not None and not stopped:
+                text += stream.flush()
+        if reason is not None:
+            self.streams.pop(state.request_id, None)
+        return TokenDelta(state.request_id, commit.new_token_ids, text, reason is not None, reason,
+                          commit.logprobs, len(state.prompt_token_ids))
+
+    def _fail_step(self, plan, error: Exception) -> list[TokenDelta]:
+        slot_ids = {w.slot_id for w in plan.scheduled}
+        failed = [s for s in self.scheduler.running if s.slot_id in slot_ids]
+        deltas = []
+        for state in failed:
+            self.scheduler.finish_request(state.request_id, FinishReason.ERROR)
+            self.streams.pop(state.request_id, None)
+            deltas.append(TokenDelta(state.request_id, [], "", True, FinishReason.ERROR,
+                                     error=f"{type(error).__name__}: {error}"))
+        return deltas

@@ -1,0 +1,150 @@
+"""The offline Python API, vLLM-style: `LLM(model=...).generate(prompts, sampling_params)` and
+`.chat(messages)`, running the engine core in-process. Every prompt and every SamplingParams is
+validated before any of them reaches the engine."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from strata.config import CacheConfig, EngineConfig, RunnerConfig, SchedulerConfig
+from strata.engine.core import EngineCore
+from strata.tokenizer import render_chat
+from strata.types import FinishReason, Request, SamplingParams, TokenDelta, TokenLogprob
+
+PromptType = str | dict[str, Any]
+
+
+@dataclass
+class CompletionOutput:
+    index: int
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+    logprobs: list[dict[int, TokenLogprob]] | None = None
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
+    finished: bool = False
+
+
+class LLM:
+    def __init__(self, model: str | None = None, dtype: str = "auto", device: str = "auto",
+                 max_num_seqs: int = 8, max_model_len: int | None = None, seed: int = 0,
+                 max_num_batched_tokens: int = 2048, block_size: int = 16, num_gpu_blocks: int | None = None,
+                 quiet: bool = True) -> None:
+        config = EngineConfig(
+            model=model or "",
+            cache=CacheConfig(block_size=block_size, num_gpu_blocks=num_gpu_blocks),
+            scheduler=SchedulerConfig(max_num_seqs=max_num_seqs, max_model_len=max_model_len,
+                                      max_num_batched_tokens=max_num_batched_tokens),
+            runner=RunnerConfig(device=device, dtype=dtype, seed=seed),
+        )
+        self._start(config, quiet)
+
+    @classmethod
+    def from_config(cls, config: EngineConfig, quiet: bool = True) -> LLM:
+        llm = cls.__new__(cls)
+        llm._start(config, quiet)
+        return llm
+
+    def _start(self, config: EngineConfig, quiet: bool) -> None:
+        self.engine = EngineCore(config, quiet=quiet)
+        self.tokenizer = self.engine.tokenizer
+        self._ids = itertools.count()
+
+    # ---- public API ------------------------------------------------------------------------------
+
+    def generate(self, prompts: PromptType | Sequence[PromptType],
+                 sampling_params: SamplingParams | Sequence[SamplingParams] | None = None) -> list[RequestOutput]:
+        prompts = [prompts] if isinstance(prompts, (str, dict)) else list(prompts)
+        params = self._params_per_prompt(sampling_params, len(prompts))
+        requests = [self._make_request(p, sp) for p, sp in zip(prompts, params)]
+        for request in requests:
+            self.engine.validate(request)
+        outputs = {r.request_id: self._empty_output(r, p) for r, p in zip(requests, prompts)}
+        for request in requests:
+            self.engine.add_request(request)
+        while self.engine.has_unfinished():
+            for delta in self.engine.step():
+                self._apply(outputs[delta.request_id], delta)
+        return [outputs[r.request_id] for r in requests]
+
+    def chat(self, messages: list[dict] | list[list[dict]],
+             sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+             **template_kwargs: Any) -> list[RequestOutput]:
+        conversations = [messages] if messages and isinstance(messages[0], dict) else messages
+        prompts = [{"prompt_token_ids": render_chat(self._require_tokenizer(), conv, **template_kwargs)}
+                   for conv in conversations]
+        return self.generate(prompts, sampling_params)
+
+    def stream(self, prompt: PromptType, sampling_params: SamplingParams | None = None) -> Iterator[TokenDelta]:
+        """One request's deltas as they are produced (used by the terminal chat)."""
+        request = self._make_request(prompt, sampling_params or SamplingParams())
+        self.engine.add_request(request)
+        try:
+            while self.engine.has_unfinished():
+                for delta in self.engine.step():
+                    if delta.request_id == request.request_id:
+                        yield delta
+                        if delta.finished:
+                            return
+        finally:
+            self.engine.abort_request(request.request_id)
+
+    def encode_chat(self, messages: list[dict], **template_kwargs: Any) -> list[int]:
+        return render_chat(self._require_tokenizer(), messages, **template_kwargs)
+
+    # ---- helpers ---------------------------------------------------------------------------------
+
+    def _params_per_prompt(self, sampling_params, count: int) -> list[SamplingParams]:
+        if sampling_params is None:
+            return [SamplingParams() for _ in range(count)]
+        if isinstance(sampling_params, SamplingParams):
+            return [sampling_params] * count
+        if len(sampling_params) != count:
+            raise ValueError(f"got {len(sampling_params)} SamplingParams for {count} prompts")
+        return list(sampling_params)
+
+    def _make_request(self, prompt: PromptType, params: SamplingParams) -> Request:
+        if isinstance(prompt, dict):
+            if "prompt_token_ids" not in prompt:
+                raise ValueError("a dict prompt needs 'prompt_token_ids'")
+            ids = list(prompt["prompt_token_ids"])
+        elif isinstance(prompt, str):
+            ids = self._require_tokenizer().encode(prompt, add_special_tokens=True) if prompt else []
+        else:
+            raise ValueError(f"a prompt is a string or {{'prompt_token_ids': [...]}}, got {type(prompt).__name__}")
+        return Request(f"offline-{next(self._ids)}", ids, params)
+
+    def _require_tokenizer(self):
+        if self.tokenizer is None:
+            raise ValueError("this model has no tokenizer; pass prompts as {'prompt_token_ids': [...]}")
+        return self.tokenizer
+
+    @staticmethod
+    def _empty_output(request: Request, prompt: PromptType) -> RequestOutput:
+        wants_logprobs = request.sampling_params.logprobs is not None
+        return RequestOutput(request.request_id, prompt if isinstance(prompt, str) else None,
+                             request.prompt_token_ids, [CompletionOutput(0, logprobs=[] if wants_logprobs else None)])
+
+    @staticmethod
+    def _apply(output: RequestOutput, delta: TokenDelta) -> None:
+        completion = output.outputs[0]
+        completion.token_ids.extend(delta.new_token_ids)
+        completion.text += delta.new_text
+        if completion.logprobs is not None and delta.new_logprobs:
+            completion.logprobs.extend({tid: TokenLogprob(lp) for tid, lp in entry.items()}
+                                       for entry in delta.new_logprobs)
+        if delta.finished:
+            output.finished = True
+            completion.finish_reason = delta.finish_reason.value if delta.finish_reason else None
+            if delta.finish_reason is FinishReason.ERROR:
+                raise RuntimeError(f"request {delta.request_id} failed in the engine: {delta.error}")

@@ -1,0 +1,1 @@
+"""Model layers, families and the registry by HF architecture name."""

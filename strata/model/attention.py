@@ -1,0 +1,127 @@
+"""Attention over the paged KV cache, and the (optionally gated) attention layer built on it.
+
+`paged_attention` is the torch reference path (CPU and eager GPU): it writes this step's K/V into the
+pool through `slot_mapping`, then attends each query to its sequence's cached prefix plus the causal
+part of its own window. Short windows (decode, 1 + k verification) run as one padded batch; long
+prompt chunks run one sequence at a time so a single long chunk does not pad every other row.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from strata.config import ModelConfig
+from strata.model.context import ForwardContext
+from strata.model.norm import RMSNorm
+from strata.model.rotary import RotaryEmbedding
+
+_BATCHED_MAX_QUERY_LEN = 16
+
+
+def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+             slot_mapping: torch.Tensor) -> None:
+    # k, v: [T, Hkv, D]; caches: [N_blocks, B, Hkv, D]
+    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, k)
+    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, v)
+
+
+def _gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
+    # cache: [N_blocks, B, Hkv, D], block_table: [..., nb] -> [..., length, Hkv, D]
+    blocks = cache[block_table]  # [..., nb, B, Hkv, D]
+    flat = blocks.flatten(-4, -3)
+    return flat[..., :length, :, :]
+
+
+def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                    ctx: ForwardContext, scale: float) -> torch.Tensor:
+    """q: [T, H, D] (already rotated) -> [T, H, D]; K/V of this step must already be in the pool."""
+    if ctx.max_query_len <= _BATCHED_MAX_QUERY_LEN:
+        return _attend_batched(q, k_cache, v_cache, ctx, scale)
+    out = torch.empty_like(q)
+    starts = ctx.query_start_loc.tolist()
+    seq_lens = ctx.seq_lens.tolist()
+    block_size = k_cache.shape[1]
+    for i, q_len in enumerate(ctx.query_lens):
+        s, e = starts[i], starts[i + 1]
+        num_blocks = -(-seq_lens[i] // block_size)
+        table = ctx.block_tables[i, :num_blocks]
+        k = _gather_kv(k_cache, table, seq_lens[i]).transpose(0, 1)  # [Hkv, L, D]
+        v = _gather_kv(v_cache, table, seq_lens[i]).transpose(0, 1)
+        mask = _causal_window_mask(ctx.num_computed[i], q_len, seq_lens[i], q.device)  # [q_len, L]
+        o = F.scaled_dot_product_attention(q[s:e].transpose(0, 1), k, v, attn_mask=mask,
+                                           scale=scale, enable_gqa=True)
+        out[s:e] = o.transpose(0, 1)
+    return out
+
+
+def _causal_window_mask(num_computed: int, q_len: int, kv_len: int, device: torch.device) -> torch.Tensor:
+    q_pos = num_computed + torch.arange(q_len, device=device)
+    return torch.arange(kv_len, device=device)[None, :] <= q_pos[:, None]
+
+
+def _attend_batched(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                    ctx: ForwardContext, scale: float) -> torch.Tensor:
+    num_seqs, max_q = ctx.num_seqs, ctx.max_query_len
+    max_len = max(c + n for c, n in zip(ctx.num_computed, ctx.query_lens))
+    block_size = k_cache.shape[1]
+    table = ctx.block_tables[:, : -(-max_len // block_size)]
+    k = _gather_kv(k_cache, table, max_len).transpose(1, 2)  # [S, Hkv, L, D]
+    v = _gather_kv(v_cache, table, max_len).transpose(1, 2)
+    # token -> (row, column) in the padded [S, max_q] query layout
+    row = torch.repeat_interleave(torch.arange(num_seqs, device=q.device),
+                                  torch.tensor(ctx.query_lens, device=q.device))
+    col = torch.arange(q.shape[0], device=q.device) - ctx.query_start_loc[row]
+    q_pad = q.new_zeros(num_seqs, max_q, *q.shape[1:])  # [S, Q, H, D]
+    q_pad[row, col] = q
+    q_pos = ctx.seq_lens[:, None] - torch.tensor(ctx.query_lens, device=q.device)[:, None] \
+        + torch.arange(max_q, device=q.device)[None, :]  # [S, Q]
+    mask = torch.arange(max_len, device=q.device)[None, None, :] <= q_pos[:, :, None]  # [S, Q, L]
+    o = F.scaled_dot_product_attention(q_pad.transpose(1, 2), k, v, attn_mask=mask[:, None],
+                                       scale=scale, enable_gqa=True)  # [S, H, Q, D]
+    return o.transpose(1, 2)[row, col]
+
+
+class Attention(nn.Module):
+    """Full attention with fused QKV. `gated=True` is Qwen3-Next's per-head [q | gate] layout with
+    sigmoid(gate) applied to the output; `qk_norm` adds RMSNorm over head_dim on q and k."""
+
+    def __init__(self, cfg: ModelConfig, layer_idx: int, gated: bool = False,
+                 zero_centered_norm: bool = False) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.gated = gated
+        self.q_size = self.num_heads * self.head_dim * (2 if gated else 1)
+        self.kv_size = self.num_kv_heads * self.head_dim
+        self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=cfg.attention_bias)
+        self.qkv_proj.shard_sizes = (self.q_size, self.kv_size, self.kv_size)  # checkpoint q/k/v_proj
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, cfg.hidden_size, bias=cfg.attention_bias)
+        self.q_norm = self.k_norm = None
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps, zero_centered_norm)
+            self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps, zero_centered_norm)
+        rot_dim = int(self.head_dim * cfg.partial_rotary_factor)
+        self.rotary = RotaryEmbedding(self.head_dim, rot_dim, cfg.max_position_embeddings,
+                                      cfg.rope_theta, cfg.rope_scaling)
+        self.scale = self.head_dim ** -0.5
+
+    def forward(self, hidden: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        num_tokens = hidden.shape[0]
+        q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        gate = None
+        if self.gated:
+            q, gate = q.view(num_tokens, self.num_heads, 2 * self.head_dim).chunk(2, dim=-1)
+        q = q.reshape(num_tokens, self.num_heads, self.head_dim)   # [T, H, D]
+        k = k.view(num_tokens, self.num_kv_heads, self.head_dim)   # [T, Hkv, D]
+        v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = self.rotary(ctx.positions, q, k)
+        k_cache, v_cache = ctx.kv_caches[self.layer_idx]
+        write_kv(k, v, k_cache, v_cache, ctx.slot_mapping)
+        out = paged_attention(q, k_cache, v_cache, ctx, self.scale).reshape(num_tokens, -1)  # [T, H * D]
+        if gate is not None:
+            out = out * torch.sigmoid(gate.reshape(num_tokens, -1))
+        return self.o_proj(out)

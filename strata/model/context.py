@@ -1,0 +1,35 @@
+"""Per-step forward context: the metadata every layer reads, built once per step by the runner.
+
+It is passed explicitly to `model.forward` (no module-global step state). Per-sequence rows are the
+slots scheduled this step, in plan order; tokens of one slot are contiguous.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class ForwardContext:
+    positions: torch.Tensor          # [T] long, absolute position of each token
+    slot_mapping: torch.Tensor       # [T] long, flat KV index block_id * block_size + offset
+    query_start_loc: torch.Tensor    # [S + 1] long, cu_seqlens of the query tokens
+    seq_lens: torch.Tensor           # [S] long, context length after this step
+    block_tables: torch.Tensor       # [S, max_blocks] long (padded with 0)
+    state_slot_ids: torch.Tensor     # [S] long, row of each sequence in the recurrent-state pools
+    has_initial_state: torch.Tensor  # [S] bool, False when the sequence starts at position 0
+    query_lens: list[int]            # host copies, for loops that must not sync the device
+    num_computed: list[int]
+    kv_caches: dict[int, tuple[torch.Tensor, torch.Tensor]]  # layer -> ([N_blocks, B, Hkv, D] x2)
+    state_caches: dict[int, tuple[torch.Tensor, torch.Tensor]]  # layer -> (conv [S_max, C, W-1], ssm [S_max, Hv, Dk, Dv])
+    block_size: int = 16
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.query_lens)
+
+    @property
+    def max_query_len(self) -> int:
+        return max(self.query_lens)

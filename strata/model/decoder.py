@@ -1,0 +1,143 @@
+"""The decoder-only causal LM every family shares: embedding, a stack of (norm, mixer, norm, MLP)
+layers with residuals, final norm, LM head; and the one checkpoint loader.
+
+Family files only choose each layer's mixer (attention or Gated DeltaNet) and MLP (dense or MoE).
+Parameter names follow HF checkpoint names, except fused projections (qkv_proj, gate_up_proj,
+experts.w13/w2), which `load_weights` fills shard by shard.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+
+import torch
+from torch import nn
+
+from strata.config import ModelConfig
+from strata.model.context import ForwardContext
+from strata.model.norm import RMSNorm
+
+# checkpoint projection -> (fused parameter, shard index along dim 0)
+_STACKED = {
+    "q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
+    "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1),
+}
+_PER_EXPERT = re.compile(r"(.*\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
+_FUSED_EXPERTS = re.compile(r"(.*\.experts)\.(gate_up_proj|down_proj)$")
+_IGNORED = re.compile(r"(rotary_emb\.inv_freq|\.mtp\.|^mtp\.)")
+
+
+class WeightLoadError(ValueError):
+    pass
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, mixer_name: str, mixer: nn.Module, mlp: nn.Module, hidden_size: int, eps: float,
+                 zero_centered_norm: bool = False) -> None:
+        super().__init__()
+        self.mixer_name = mixer_name
+        self.add_module(mixer_name, mixer)
+        self.mlp = mlp
+        self.input_layernorm = RMSNorm(hidden_size, eps, zero_centered_norm)
+        self.post_attention_layernorm = RMSNorm(hidden_size, eps, zero_centered_norm)
+
+    def forward(self, hidden: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        hidden = hidden + getattr(self, self.mixer_name)(self.input_layernorm(hidden), ctx)
+        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+
+
+class DecoderBody(nn.Module):
+    def __init__(self, cfg: ModelConfig, build_layer: Callable[[int], DecoderLayer],
+                 zero_centered_norm: bool) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(build_layer(i) for i in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, zero_centered_norm)
+
+
+class CausalLM(nn.Module):
+    """Base class of every model family. Subclasses implement `build_layer`."""
+
+    zero_centered_norm = False
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.model = DecoderBody(cfg, self.build_layer, self.zero_centered_norm)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def build_layer(self, layer_idx: int) -> DecoderLayer:
+        raise NotImplementedError
+
+    def forward(self, input_ids: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        """input_ids [T] -> final-normed hidden states [T, D]."""
+        hidden = self.model.embed_tokens(input_ids)
+        for layer in self.model.layers:
+            hidden = layer(hidden, ctx)
+        return self.model.norm(hidden)
+
+    def recurrent_state_shapes(self) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]]:
+        """Layer -> per-slot (conv, delta-rule) state shapes; empty for models without recurrent layers."""
+        return {}
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden).float()  # [N, V]
+
+    # ---- checkpoint loading -------------------------------------------------------------------
+
+    def is_ignored_weight(self, name: str) -> bool:
+        return bool(_IGNORED.search(name)) or (self.config.tie_word_embeddings and name == "lm_head.weight")
+
+    def checkpoint_targets(self, name: str, tensor: torch.Tensor) -> list[tuple[str, tuple, torch.Tensor]]:
+        """Map one checkpoint tensor to (parameter name, index into that parameter, values)."""
+        if m := _PER_EXPERT.match(name):
+            prefix, expert, proj = m.group(1), int(m.group(2)), m.group(3)
+            if proj == "down_proj":
+                return [(f"{prefix}.w2", (expert,), tensor)]
+            rows = tensor.shape[0]
+            shard = slice(0, rows) if proj == "gate_proj" else slice(rows, 2 * rows)
+            return [(f"{prefix}.w13", (expert, shard), tensor)]
+        if m := _FUSED_EXPERTS.match(name):
+            target = f"{m.group(1)}.{'w13' if m.group(2) == 'gate_up_proj' else 'w2'}"
+            return [(target, (), tensor)]
+        parts = name.split(".")
+        if len(parts) >= 2 and parts[-2] in _STACKED:
+            fused, shard = _STACKED[parts[-2]]
+            param_name = ".".join(parts[:-2] + [fused, parts[-1]])
+            module = self.get_submodule(".".join(parts[:-2] + [fused]))
+            start, size = _shard_range(module, fused, shard)
+            return [(param_name, (slice(start, start + size),), tensor)]
+        return [(name, (), tensor)]
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], source: str = "checkpoint") -> None:
+        params = dict(self.named_parameters())
+        filled = {name: 0 for name in params}
+        for name, tensor in weights:
+            if self.is_ignored_weight(name):
+                continue
+            for param_name, index, values in self.checkpoint_targets(name, tensor):
+                param = params.get(param_name)
+                if param is None:
+                    raise WeightLoadError(f"{source}: tensor {name!r} has no place in {type(self).__name__}")
+                dest = param.data[index] if index else param.data
+                if dest.shape != values.shape and dest.shape == values.shape[::-1] and values.dim() == 3:
+                    values = values.transpose(1, 2)  # fused experts stored as [E, D, 2I]
+                if dest.shape != values.shape:
+                    raise WeightLoadError(f"{source}: tensor {name!r} has shape {tuple(values.shape)}, "
+                                          f"expected {tuple(dest.shape)} for {param_name}")
+                dest.copy_(values)
+                filled[param_name] += dest.numel()
+        missing = [n for n, count in filled.items() if count < params[n].numel()]
+        if missing:
+            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            raise WeightLoadError(f"{source}: missing weights for {shown}")
+
+
+def _shard_range(module: nn.Module, fused: str, shard: int) -> tuple[int, int]:
+    sizes = getattr(module, "shard_sizes", None)
+    if sizes is None:
+        raise WeightLoadError(f"{fused} declares no shard_sizes")
+    return sum(sizes[:shard]), sizes[shard]

@@ -1,0 +1,202 @@
+"""Gated DeltaNet (Qwen3-Next linear attention) over a ragged batch, with its state in the runner's pool.
+
+Per sequence the layer reads (conv history, delta-rule state) from its row `state_slot_ids[i]` of
+`ctx.state_caches[layer_idx]` (zeros when `has_initial_state[i]` is False) and writes the state after
+its last token back in place. The delta rule comes in two plain-torch forms that must agree: a
+token-by-token recurrence (short windows; can return the state after every position for speculative
+rollback) and a chunked form (long prompt chunks; vectorised within a chunk). The state is float32.
+"""
+
+from __future__ import annotations
+
+from itertools import accumulate
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from strata.config import ModelConfig
+from strata.model.context import ForwardContext
+from strata.model.norm import GatedRMSNorm
+
+_RECURRENT_MAX_QUERY_LEN = 16
+_CHUNK_SIZE = 64
+
+
+def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    # x * rsqrt(|x|^2 + eps), the form of the FLA kernels the checkpoints were trained with
+    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + eps)
+
+
+def recurrent_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+                               beta: torch.Tensor, initial_state: torch.Tensor,
+                               return_all_states: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token-by-token gated delta rule, in float32.
+
+    q, k: [B, L, H, Dk] (L2-normalised), v: [B, L, H, Dv], g (log decay, <= 0) and beta: [B, L, H],
+    initial_state: [B, H, Dk, Dv]. Returns (out [B, L, H, Dv], final state [B, H, Dk, Dv]), or with
+    `return_all_states` the state after every position [B, L, H, Dk, Dv] in place of the final state.
+    """
+    q = q.float() * q.shape[-1] ** -0.5
+    k, v, g, beta = k.float(), v.float(), g.float(), beta.float()
+    state = initial_state.float()
+    outs, states = [], []
+    for t in range(q.shape[1]):
+        state = state * g[:, t].exp()[..., None, None]
+        predicted = torch.einsum("bhkv,bhk->bhv", state, k[:, t])          # [B, H, Dv]
+        delta = (v[:, t] - predicted) * beta[:, t, :, None]
+        state = state + k[:, t, :, :, None] * delta[:, :, None, :]          # [B, H, Dk, Dv]
+        outs.append(torch.einsum("bhkv,bhk->bhv", state, q[:, t]))
+        if return_all_states:
+            states.append(state)
+    out = torch.stack(outs, dim=1)                                          # [B, L, H, Dv]
+    return out, (torch.stack(states, dim=1) if return_all_states else state)
+
+
+def chunked_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+                             beta: torch.Tensor, initial_state: torch.Tensor,
+                             chunk_size: int = _CHUNK_SIZE) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same rule as `recurrent_gated_delta_rule` (same shapes, final state only), computed chunk by
+    chunk: within a chunk the updates are solved at once (WY form, one unit-lower-triangular solve),
+    then the state is carried to the next chunk. Zero padding (g = beta = 0) leaves the state as is."""
+    batch, length, heads, _ = q.shape
+    pad = (-length) % chunk_size
+
+    def chunks(x: torch.Tensor) -> torch.Tensor:  # [B, L, H, X] -> [B, H, N, C, X]
+        x = F.pad(x.float(), (0, 0, 0, 0, 0, pad))
+        return x.transpose(1, 2).reshape(batch, heads, -1, chunk_size, x.shape[-1])
+
+    q, k, v = chunks(q * q.shape[-1] ** -0.5), chunks(k), chunks(v)
+    g, beta = chunks(g[..., None])[..., 0], chunks(beta[..., None])[..., 0]  # [B, H, N, C]
+    log_decay = g.cumsum(dim=-1)                                             # log of decay since chunk start
+    causal = torch.ones(chunk_size, chunk_size, dtype=torch.bool, device=q.device).tril()
+    # decay[t, s] = decay from position s to position t (s <= t), 0 above the diagonal
+    decay = (log_decay[..., :, None] - log_decay[..., None, :]).masked_fill(~causal, float("-inf")).exp()
+    # Delta-rule corrections u solve (I + A) u = beta * (v - decayed S0^T k), A[t, s] = beta_t (k_t . k_s) decay[t, s]
+    lower = (beta[..., None] * (k @ k.transpose(-1, -2)) * decay).tril(-1)   # [B, H, N, C, C]
+    u_values = torch.linalg.solve_triangular(lower, beta[..., None] * v, upper=False, unitriangular=True)
+    u_keys = torch.linalg.solve_triangular(lower, (beta * log_decay.exp())[..., None] * k,
+                                           upper=False, unitriangular=True)
+    attn = (q @ k.transpose(-1, -2)) * decay                                # [B, H, N, C, C]
+    q_decayed = q * log_decay.exp()[..., None]
+    k_to_end = k * (log_decay[..., -1:] - log_decay).exp()[..., None]        # keys decayed to chunk end
+    state = initial_state.float()
+    out = torch.empty_like(v)
+    for n in range(q.shape[2]):
+        u = u_values[:, :, n] - u_keys[:, :, n] @ state                      # [B, H, C, Dv]
+        out[:, :, n] = q_decayed[:, :, n] @ state + attn[:, :, n] @ u
+        state = state * log_decay[:, :, n, -1].exp()[..., None, None] + k_to_end[:, :, n].transpose(-1, -2) @ u
+    out = out.reshape(batch, heads, -1, out.shape[-1])[:, :, :length]
+    return out.transpose(1, 2), state
+
+
+def causal_conv1d_ragged(x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor,
+                         ctx: ForwardContext) -> torch.Tensor:
+    """Depthwise causal conv of each sequence's tokens after its W-1 remembered inputs.
+
+    x: [T, C], weight: [C, W], conv_state: [S_max, C, W-1] -> [T, C]; each sequence's last W-1 inputs
+    (history included, so windows shorter than W-1 work) are written back to its row of conv_state.
+    """
+    num_tokens, hist = x.shape[0], weight.shape[1] - 1
+    device, slots = x.device, ctx.state_slot_ids
+    seq_ids = torch.arange(ctx.num_seqs, device=device)
+    history = conv_state[slots].transpose(1, 2)                               # [S, W-1, C]
+    history = 0 * torch.where(ctx.has_initial_state[:, None, None], history, 0).to(x.dtype)
+    # extended layout: each sequence's history rows followed by its tokens
+    seq_of_token = torch.repeat_interleave(seq_ids, torch.tensor(ctx.query_lens, device=device))
+    token_pos = torch.arange(num_tokens, device=device) + (seq_of_token + 1) * hist                 # [T]
+    hist_pos = (ctx.query_start_loc[:-1] + seq_ids * hist)[:, None] + torch.arange(hist, device=device)  # [S, W-1]
+    ext = x.new_empty(num_tokens + ctx.num_seqs * hist, x.shape[1])
+    ext[hist_pos.flatten()] = history.reshape(-1, x.shape[1])
+    ext[token_pos] = x
+    out = sum(ext[token_pos - hist + j] * weight[:, j] for j in range(hist + 1))                    # [T, C]
+    last_pos = (ctx.query_start_loc[1:] + seq_ids * hist)[:, None] + torch.arange(hist, device=device)
+    conv_state.index_copy_(0, slots, ext[last_pos].transpose(1, 2).to(conv_state.dtype))
+    return out
+
+
+class GatedDeltaNet(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.num_k_heads, self.num_v_heads = cfg.linear_num_key_heads, cfg.linear_num_value_heads
+        self.head_k_dim, self.head_v_dim = cfg.linear_key_head_dim, cfg.linear_value_head_dim
+        self.key_dim = self.num_k_heads * self.head_k_dim
+        self.value_dim = self.num_v_heads * self.head_v_dim
+        self.conv_dim = 2 * self.key_dim + self.value_dim
+        self.kernel_size = cfg.linear_conv_kernel_dim
+        self.in_proj_qkvz = nn.Linear(cfg.hidden_size, 2 * self.key_dim + 2 * self.value_dim, bias=False)
+        self.in_proj_ba = nn.Linear(cfg.hidden_size, 2 * self.num_v_heads, bias=False)
+        # holds the checkpoint's conv1d.weight [C, 1, W]; applied by causal_conv1d_ragged, not by nn.Conv1d
+        self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, self.kernel_size, groups=self.conv_dim, bias=False)
+        self.dt_bias = nn.Parameter(torch.empty(self.num_v_heads))
+        self.A_log = nn.Parameter(torch.empty(self.num_v_heads))
+        self.norm = GatedRMSNorm(self.head_v_dim, cfg.rms_norm_eps)
+        self.out_proj = nn.Linear(self.value_dim, cfg.hidden_size, bias=False)
+
+    def state_shapes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Per-slot (conv state, delta-rule state) shapes."""
+        return (self.conv_dim, self.kernel_size - 1), (self.num_v_heads, self.head_k_dim, self.head_v_dim)
+
+    def forward(self, hidden: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        num_tokens = hidden.shape[0]
+        mixed_qkv, z, b, a = self._project(hidden)
+        conv_state, ssm_state = ctx.state_caches[self.layer_idx]
+        mixed_qkv = F.silu(causal_conv1d_ragged(mixed_qkv, self.conv1d.weight[:, 0], conv_state, ctx))
+        q, k, v = mixed_qkv.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
+        group = self.num_v_heads // self.num_k_heads  # each q/k head serves `group` consecutive v heads
+        q = l2norm(q.reshape(num_tokens, self.num_k_heads, self.head_k_dim).float()).repeat_interleave(group, 1)
+        k = l2norm(k.reshape(num_tokens, self.num_k_heads, self.head_k_dim).float()).repeat_interleave(group, 1)
+        v = v.reshape(num_tokens, self.num_v_heads, self.head_v_dim)          # [T, Hv, Dv]
+        beta = b.float().sigmoid()                                              # [T, Hv]
+        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
+        core = self._delta_rule(q, k, v, g, beta, ssm_state, ctx).to(hidden.dtype)  # [T, Hv, Dv]
+        return self.out_proj(self.norm(core, z).reshape(num_tokens, self.value_dim))
+
+    def _project(self, hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        # the checkpoint groups rows per key head: [q | k | v (group heads) | z (group heads)] and [b | a]
+        num_tokens, group = hidden.shape[0], self.num_v_heads // self.num_k_heads
+        qkvz = self.in_proj_qkvz(hidden).view(num_tokens, self.num_k_heads, -1)
+        q, k, v, z = qkvz.split([self.head_k_dim, self.head_k_dim, group * self.head_v_dim,
+                                 group * self.head_v_dim], dim=-1)
+        b, a = self.in_proj_ba(hidden).view(num_tokens, self.num_k_heads, 2 * group).split([group, group], dim=-1)
+        mixed_qkv = torch.cat([x.reshape(num_tokens, -1) for x in (q, k, v)], dim=-1)  # [T, conv_dim]
+        z = z.reshape(num_tokens, self.num_v_heads, self.head_v_dim)
+        return mixed_qkv, z, b.reshape(num_tokens, self.num_v_heads), a.reshape(num_tokens, self.num_v_heads)
+
+    def _delta_rule(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+                    beta: torch.Tensor, ssm_state: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        """Short windows run as one padded recurrent batch; each long window runs chunked on its own
+        (so one long prompt chunk does not pad every decode row)."""
+        initial = torch.where(ctx.has_initial_state[:, None, None, None], ssm_state[ctx.state_slot_ids], 0)
+        out = v.new_empty(v.shape, dtype=torch.float32)                        # [T, Hv, Dv]
+        short = [i for i, n in enumerate(ctx.query_lens) if n <= _RECURRENT_MAX_QUERY_LEN]
+        groups = [(short, recurrent_gated_delta_rule)] if short else []
+        groups += [([i], chunked_gated_delta_rule) for i, n in enumerate(ctx.query_lens)
+                   if n > _RECURRENT_MAX_QUERY_LEN]
+        starts = [0, *accumulate(ctx.query_lens)]
+        for seqs, rule in groups:
+            tokens, row, col = _padded_layout(seqs, starts, ctx.query_lens, q.device)
+            max_len = max(ctx.query_lens[i] for i in seqs)
+            padded = [_pad(x[tokens], row, col, len(seqs), max_len) for x in (q, k, v, g, beta)]
+            seq_index = torch.tensor(seqs, device=q.device)
+            group_out, final = rule(*padded, initial[seq_index])
+            out[tokens] = group_out[row, col]
+            ssm_state.index_copy_(0, ctx.state_slot_ids[seq_index], final)
+        return out
+
+
+def _padded_layout(seqs: list[int], starts: list[int], lens: list[int],
+                   device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Token indices of `seqs` and their (row, column) in a padded [len(seqs), max_len] layout."""
+    tokens = torch.cat([torch.arange(starts[i], starts[i] + lens[i]) for i in seqs])
+    row = torch.cat([torch.full((lens[i],), j) for j, i in enumerate(seqs)])
+    col = torch.cat([torch.arange(lens[i]) for i in seqs])
+    return tokens.to(device), row.to(device), col.to(device)
+
+
+def _pad(x: torch.Tensor, row: torch.Tensor, col: torch.Tensor, num_rows: int, max_len: int) -> torch.Tensor:
+    # zero padding at the end of a row leaves the delta-rule state unchanged (g = beta = 0)
+    padded = x.new_zeros(num_rows, max_len, *x.shape[1:])
+    padded[row, col] = x
+    return padded

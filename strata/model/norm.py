@@ -1,0 +1,37 @@
+"""RMSNorm in the two flavours our models use: plain (weight * x̂) and zero-centred ((1 + weight) * x̂,
+Qwen3-Next). Both normalise in float32 and cast back, like the HF references."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float, zero_centered: bool = False) -> None:
+        super().__init__()
+        self.eps = eps
+        self.zero_centered = zero_centered
+        self.weight = nn.Parameter(torch.zeros(dim) if zero_centered else torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.zero_centered:
+            return (x32 * (1.0 + self.weight.float())).to(x.dtype)
+        return self.weight * x32.to(x.dtype)
+
+
+class GatedRMSNorm(nn.Module):
+    """Qwen3-Next's norm on the delta-rule output: weight * x̂ * silu(gate), in float32."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        x32 = self.weight * x32.to(x.dtype)
+        return (x32 * nn.functional.silu(gate.float())).to(x.dtype)

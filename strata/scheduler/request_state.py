@@ -1,0 +1,59 @@
+"""The scheduler's view of one request: its tokens, how many have KV, its slot and blocks."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from strata.types import FinishReason, Request
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass
+class RequestState:
+    request: Request
+    eos_token_ids: tuple[int, ...]
+    status: Status = Status.WAITING
+    slot_id: int | None = None
+    block_ids: list[int] = field(default_factory=list)
+    output_token_ids: list[int] = field(default_factory=list)
+    num_computed_tokens: int = 0
+    num_preemptions: int = 0
+    finish_reason: FinishReason | None = None
+
+    @property
+    def request_id(self) -> str:
+        return self.request.request_id
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        return self.request.prompt_token_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.request.prompt_token_ids) + len(self.output_token_ids)
+
+    def token_range(self, start: int, end: int) -> list[int]:
+        prompt = self.request.prompt_token_ids
+        if end <= len(prompt):
+            return prompt[start:end]
+        return (prompt + self.output_token_ids)[start:end]
+
+    def check_stop(self, max_model_len: int) -> FinishReason | None:
+        """Stop conditions on token ids (stop strings are the detokenizer's job)."""
+        params = self.request.sampling_params
+        last = self.output_token_ids[-1]
+        if not params.ignore_eos and last in self.eos_token_ids:
+            return FinishReason.STOP
+        if last in params.stop_token_ids:
+            return FinishReason.STOP
+        if params.max_tokens is not None and len(self.output_token_ids) >= params.max_tokens:
+            return FinishReason.LENGTH
+        if self.num_tokens >= max_model_len:
+            return FinishReason.LENGTH
+        return None

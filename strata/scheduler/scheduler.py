@@ -1,0 +1,167 @@
+"""The scheduler: admits requests into slots, gives every running slot its `num_new_tokens` for the
+step under one token budget, and commits the runner's results.
+
+There are no phases: each running request catches `num_computed_tokens` up to its token count, so a
+prompt chunk and a decode step are the same thing. Invariant: a running request holds exactly
+`blocks_needed(num_computed_tokens + scheduled)` blocks after `schedule()`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from dataclasses import dataclass
+
+from strata.cache.block_allocator import BlockAllocator, blocks_needed
+from strata.config import CacheConfig, SchedulerConfig
+from strata.scheduler.request_state import RequestState, Status
+from strata.types import FinishReason, NewSlotData, Request, ScheduledSlot, StepPlan, StepResult
+
+
+@dataclass
+class Commit:
+    """What one request gained in a step (input to the engine's output processing)."""
+
+    state: RequestState
+    new_token_ids: list[int]
+    logprobs: list[dict[int, float]] | None
+    finish_reason: FinishReason | None
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, cache: CacheConfig, num_blocks: int, max_model_len: int,
+                 eos_token_ids: tuple[int, ...]) -> None:
+        self.config = config
+        self.block_size = cache.block_size
+        self.max_model_len = max_model_len
+        self.eos_token_ids = eos_token_ids
+        self.allocator = BlockAllocator(num_blocks)
+        self.free_slots = deque(range(config.max_num_seqs))
+        self.waiting: deque[RequestState] = deque()
+        self.running: list[RequestState] = []
+        self.requests: dict[str, RequestState] = {}
+        self._pending_new: list[NewSlotData] = []
+        self._pending_freed: list[int] = []
+        self._step_ids = itertools.count()
+
+    # ---- requests in and out -------------------------------------------------------------------
+
+    def add_request(self, request: Request) -> None:
+        if request.request_id in self.requests:
+            raise ValueError(f"request id {request.request_id!r} is already in use")
+        state = RequestState(request, self.eos_token_ids)
+        self.requests[request.request_id] = state
+        self.waiting.append(state)
+
+    def finish_request(self, request_id: str, reason: FinishReason) -> RequestState | None:
+        """Ends a request now (abort, stop string, error): frees its slot and blocks."""
+        state = self.requests.pop(request_id, None)
+        if state is None:
+            return None
+        if state.status is Status.WAITING:
+            self.waiting.remove(state)
+        elif state.status is Status.RUNNING:
+            self.running.remove(state)
+            self._release(state)
+        state.status, state.finish_reason = Status.FINISHED, reason
+        return state
+
+    def has_unfinished(self) -> bool:
+        return bool(self.requests)
+
+    # ---- one step --------------------------------------------------------------------------------
+
+    def schedule(self) -> StepPlan:
+        budget = self.config.max_num_batched_tokens
+        scheduled: list[ScheduledSlot] = []
+        for state in list(self.running):
+            if budget == 0:
+                break
+            num_new = min(state.num_tokens - state.num_computed_tokens, budget)
+            new_blocks = self._try_grow(state, num_new)
+            if new_blocks is None:
+                continue  # preempted (or waiting for blocks): it is back in the waiting queue
+            scheduled.append(self._slot_work(state, num_new, new_blocks))
+            budget -= num_new
+        while budget > 0 and self.waiting and self.free_slots and len(self.running) < self.config.max_num_seqs:
+            state = self._next_waiting()
+            num_new = min(state.num_tokens, budget)
+            if not self.allocator.can_allocate(blocks_needed(num_new, self.block_size)):
+                break
+            self._admit(state)
+            new_blocks = self._try_grow(state, num_new)
+            scheduled.append(self._slot_work(state, num_new, new_blocks))
+            budget -= num_new
+        plan = StepPlan(next(self._step_ids), self._pending_new, scheduled, self._pending_freed)
+        self._pending_new, self._pending_freed = [], []
+        return plan
+
+    def update(self, plan: StepPlan, result: StepResult) -> list[Commit]:
+        by_slot = {r.slot_id: r for r in result.slots}
+        running_by_slot = {s.slot_id: s for s in self.running}
+        commits = []
+        for work in plan.scheduled:
+            state = running_by_slot.get(work.slot_id)
+            if state is None:
+                continue  # finished or aborted between schedule() and update()
+            state.num_computed_tokens += work.num_new_tokens
+            slot_result = by_slot.get(work.slot_id)
+            if slot_result is None:
+                continue
+            state.output_token_ids.extend(slot_result.token_ids)
+            reason = state.check_stop(self.max_model_len)
+            if reason is not None:
+                self.finish_request(state.request_id, reason)
+            commits.append(Commit(state, slot_result.token_ids, slot_result.logprobs, reason))
+        return commits
+
+    # ---- helpers ---------------------------------------------------------------------------------
+
+    def _next_waiting(self) -> RequestState:
+        if self.config.policy == "shortest-prompt-first":
+            state = min(self.waiting, key=lambda s: s.num_tokens)
+            self.waiting.remove(state)
+            self.waiting.appendleft(state)
+        return self.waiting[0]
+
+    def _admit(self, state: RequestState) -> None:
+        self.waiting.remove(state)
+        state.slot_id = self.free_slots.popleft()
+        state.status = Status.RUNNING
+        self.running.append(state)
+        self._pending_new.append(NewSlotData(state.request_id, state.slot_id, state.prompt_token_ids,
+                                             state.request.sampling_params, list(state.output_token_ids)))
+
+    def _slot_work(self, state: RequestState, num_new: int, new_blocks: list[int]) -> ScheduledSlot:
+        start = state.num_computed_tokens
+        return ScheduledSlot(slot_id=state.slot_id, num_computed_tokens=start, num_new_tokens=num_new,
+                             new_block_ids=new_blocks, token_ids=state.token_range(start, start + num_new),
+                             sample=start + num_new == state.num_tokens)
+
+    def _try_grow(self, state: RequestState, num_new: int) -> list[int] | None:
+        """Blocks for `num_new` more tokens; on shortage, preempt the newest running request."""
+        needed = blocks_needed(state.num_computed_tokens + num_new, self.block_size) - len(state.block_ids)
+        while not self.allocator.can_allocate(needed):
+            victim = self.running[-1]
+            self._preempt(victim)
+            if victim is state:
+                return None
+        new_blocks = self.allocator.allocate(needed) if needed > 0 else []
+        state.block_ids.extend(new_blocks)
+        return new_blocks
+
+    def _preempt(self, state: RequestState) -> None:
+        """Recompute preemption: drop the KV, keep the tokens; the request re-reads them later."""
+        self.running.remove(state)
+        self._release(state)
+        state.status = Status.WAITING
+        state.num_computed_tokens = 0
+        state.num_preemptions += 1
+        self.waiting.appendleft(state)
+
+    def _release(self, state: RequestState) -> None:
+        self.allocator.free(state.block_ids)
+        state.block_ids = []
+        self._pending_freed.append(state.slot_id)
+        self.free_slots.append(state.slot_id)
+        state.slot_id = None

@@ -1,0 +1,52 @@
+"""The tokenizer of a model spec, as an HF fast tokenizer, and chat-prompt rendering.
+
+Resolves a spec the way `strata.weights.source.open_source` does (built-in name, .gguf file, HF model
+folder), loading only local files. A GGUF tokenizer is rebuilt by transformers from the file's
+metadata (tokens, merges, special ids, chat template). Specs with no tokenizer (random weights, a
+folder saved without tokenizer files) give None: such models take prompts as token ids only.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from strata.weights.source import BUNDLED_MODELS, DEFAULT_MODEL, bundled_model_path
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+
+
+def load_tokenizer(spec_or_path: str | None):
+    """-> transformers PreTrainedTokenizerFast, or None when the spec has no tokenizer."""
+    spec = spec_or_path or DEFAULT_MODEL
+    if spec.startswith("random:"):
+        return None
+    if spec in BUNDLED_MODELS:
+        spec = bundled_model_path(spec)
+    from transformers import AutoTokenizer
+
+    if spec.endswith(".gguf"):
+        if not os.path.isfile(spec):
+            raise FileNotFoundError(f"GGUF file {spec} does not exist")
+        folder, filename = os.path.split(os.path.abspath(spec))
+        return AutoTokenizer.from_pretrained(folder, gguf_file=filename, local_files_only=True)
+    if os.path.isdir(spec):
+        if not any(os.path.isfile(os.path.join(spec, name)) for name in _TOKENIZER_FILES):
+            return None
+        return AutoTokenizer.from_pretrained(spec, local_files_only=True)
+    raise FileNotFoundError(
+        f"model {spec!r} is not a folder, a .gguf file or a known name; pass an HF model folder, a .gguf file, "
+        f"random:<shape> or one of: {', '.join(BUNDLED_MODELS)}")
+
+
+def render_chat(tokenizer, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
+                **template_kwargs: Any) -> list[int]:
+    """Chat messages -> prompt token ids through the tokenizer's chat template."""
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("this tokenizer has no chat template; pass a plain-text prompt or token ids instead "
+                         "of chat messages")
+    # Render to text, then encode without adding special tokens: templates write their own BOS,
+    # and encoding with add_special_tokens=True would add a second one.
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=False,
+                                         **template_kwargs)
+    return tokenizer.encode(text, add_special_tokens=False)

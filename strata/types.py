@@ -1,0 +1,175 @@
+"""Pure data shared by the scheduler, the runner and the front ends.
+
+Nothing here imports torch or any other part of strata: these objects cross process boundaries
+(StepPlan/StepResult between scheduler and runner, TokenDelta to the server) as plain ints, floats,
+strings and lists.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+@dataclass
+class SamplingParams:
+    """Per-request sampling options, vLLM's names and defaults.
+
+    temperature 0 means greedy (exact argmax). top_k <= 0 and top_p == 1 disable those filters.
+    """
+
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    max_tokens: int | None = 16
+    min_tokens: int = 0
+    stop: list[str] | str | None = None
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool = False
+    logprobs: int | None = None
+    skip_special_tokens: bool = True
+    include_stop_str_in_output: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        self.stop = list(self.stop or [])
+        self.stop_token_ids = list(self.stop_token_ids or [])
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first invalid field."""
+        if self.n != 1:
+            raise ValueError(f"n must be 1 (got {self.n}): strata returns one completion per request")
+        if not self.temperature >= 0.0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not isinstance(self.top_k, int) or self.top_k < -1:
+            raise ValueError(f"top_k must be -1, 0 (disabled) or a positive integer, got {self.top_k}")
+        if not 0.0 <= self.min_p <= 1.0:
+            raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
+        if not -2.0 <= self.presence_penalty <= 2.0:
+            raise ValueError(f"presence_penalty must be in [-2, 2], got {self.presence_penalty}")
+        if not -2.0 <= self.frequency_penalty <= 2.0:
+            raise ValueError(f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty}")
+        if not self.repetition_penalty > 0.0:
+            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
+        if self.min_tokens < 0 or (self.max_tokens is not None and self.min_tokens > self.max_tokens):
+            raise ValueError(f"min_tokens must be in [0, max_tokens], got {self.min_tokens}")
+        if self.logprobs is not None and not 0 <= self.logprobs <= 20:
+            raise ValueError(f"logprobs must be in [0, 20], got {self.logprobs}")
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise ValueError("stop must be a non-empty string or a list of non-empty strings")
+
+    @property
+    def is_greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+class FinishReason(str, enum.Enum):
+    STOP = "stop"        # EOS, a stop token id or a stop string
+    LENGTH = "length"    # max_tokens or max_model_len reached
+    ABORT = "abort"      # cancelled by the client
+    ERROR = "error"      # the engine failed this request (bad state, exception)
+
+
+@dataclass
+class Request:
+    """What a front end submits: token ids already rendered and tokenized."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling_params: SamplingParams
+    arrival_time: float = 0.0
+
+
+@dataclass
+class NewSlotData:
+    """First appearance of a request in a slot: everything the runner caches for it."""
+
+    request_id: str
+    slot_id: int
+    prompt_token_ids: list[int]
+    sampling_params: SamplingParams
+    output_token_ids: list[int] = field(default_factory=list)  # non-empty when resuming
+
+
+@dataclass
+class ScheduledSlot:
+    """One slot's work for one step: compute `num_new_tokens` tokens starting at position
+    `num_computed_tokens`. A prompt chunk and a 1 + k verification window are the same thing."""
+
+    slot_id: int
+    num_computed_tokens: int
+    num_new_tokens: int
+    new_block_ids: list[int]
+    token_ids: list[int]                        # the num_new_tokens input ids of this step
+    draft_token_ids: list[int] = field(default_factory=list)  # trailing part of token_ids
+    sample: bool = True                         # False for a prompt chunk that does not reach the end
+
+
+@dataclass
+class StepPlan:
+    """Scheduler -> runner. Ints and lists only."""
+
+    step_id: int
+    new_slots: list[NewSlotData]
+    scheduled: list[ScheduledSlot]
+    finished_slot_ids: list[int]
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(s.num_new_tokens for s in self.scheduled)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.scheduled
+
+
+@dataclass
+class TokenLogprob:
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+@dataclass
+class SlotResult:
+    """Runner -> scheduler for one slot that sampled this step."""
+
+    slot_id: int
+    token_ids: list[int]                        # accepted drafts followed by the bonus token
+    num_accepted: int = 0                       # how many drafts were accepted
+    next_draft_token_ids: list[int] = field(default_factory=list)
+    logprobs: list[dict[int, float]] | None = None  # per token: id -> logprob (sampled + top-N)
+
+
+@dataclass
+class StepResult:
+    step_id: int
+    slots: list[SlotResult]
+    forward_seconds: float = 0.0
+    sample_seconds: float = 0.0
+
+
+@dataclass
+class TokenDelta:
+    """Engine -> front end: what one request gained this step."""
+
+    request_id: str
+    new_token_ids: list[int]
+    new_text: str
+    finished: bool = False
+    finish_reason: FinishReason | None = None
+    new_logprobs: list[dict[int, float]] | None = None
+    num_prompt_tokens: int = 0
+    error: str | None = None

@@ -1,0 +1,81 @@
+"""The one function that builds a model from a weight source: allocate on the target device in the
+runtime dtype, stream tensors in with a progress bar, check every parameter was filled."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import torch
+from torch import nn
+
+from strata.model.registry import model_class
+from strata.weights.source import WeightSource
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def build_model(source: WeightSource, device: str, dtype: str, seed: int = 0, quiet: bool = False) -> nn.Module:
+    cfg = source.model_config()
+    torch_dtype = DTYPES[dtype]
+    started = time.perf_counter()
+    mem_before = _device_memory(device)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch_dtype)
+    try:
+        with torch.device(device):
+            model = model_class(cfg)(cfg)
+    finally:
+        torch.set_default_dtype(previous)
+    model.eval().requires_grad_(False)
+    init = getattr(source, "initialize", None)
+    if init is not None:
+        init(model, seed)
+    else:
+        with _progress(f"loading {source.description}", source.num_tensors(), quiet) as advance:
+            model.load_weights(_counted(source.tensors(torch_dtype), advance), source.description)
+    used = _device_memory(device) - mem_before
+    if not quiet:
+        print(f"loaded {cfg.architecture} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
+              f"{dtype}) on {device} in {time.perf_counter() - started:.1f}s, "
+              f"{used / 2**20:.0f} MiB", file=sys.stderr)
+    return model
+
+
+def _counted(tensors, advance):
+    for item in tensors:
+        yield item
+        advance()
+
+
+class _progress:
+    """A rich progress bar on stderr when a person is watching; a no-op otherwise."""
+
+    def __init__(self, label: str, total: int, quiet: bool) -> None:
+        self.label, self.total = label, total
+        self.enabled = not quiet and sys.stderr.isatty()
+
+    def __enter__(self):
+        if not self.enabled:
+            return lambda: None
+        from rich.progress import Progress
+
+        self.progress = Progress(transient=True)
+        self.progress.start()
+        task = self.progress.add_task(self.label, total=self.total)
+        return lambda: self.progress.advance(task)
+
+    def __exit__(self, *exc) -> None:
+        if self.enabled:
+            self.progress.stop()
+
+
+def _device_memory(device: str) -> int:
+    if device.startswith("cuda"):
+        return torch.cuda.memory_allocated()
+    try:
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    except ImportError:
+        return 0

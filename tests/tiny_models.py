@@ -1,0 +1,81 @@
+"""Tiny random models of every supported family, built with HF transformers (the reference) at an
+initialisation scale where logits are peaked, and saved as real HF model folders; plus a helper that
+runs a strata model over whole prompts through a real paged KV pool."""
+
+from __future__ import annotations
+
+import torch
+import transformers
+
+FAMILIES = ("llama", "qwen3", "qwen3_moe", "qwen3_next")
+
+_COMMON = dict(vocab_size=160, hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+               num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-6,
+               bos_token_id=1, eos_token_id=2, tie_word_embeddings=False)
+
+_CONFIGS = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", dict(intermediate_size=128, rope_theta=10000.0,
+                                                      initializer_range=0.2)),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(intermediate_size=128, head_dim=16, rope_theta=10000.0,
+                                                      initializer_range=0.2)),
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(
+        intermediate_size=128, moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2, head_dim=16,
+        norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1], rope_theta=10000.0,
+        initializer_range=0.2)),
+    "qwen3_next": ("Qwen3NextConfig", "Qwen3NextForCausalLM", dict(
+        intermediate_size=128, moe_intermediate_size=32, shared_expert_intermediate_size=48, num_experts=8,
+        num_experts_per_tok=2, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
+        linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4,
+        layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+        rope_theta=10000.0, partial_rotary_factor=0.5, initializer_range=0.2)),
+}
+
+
+def hf_config(family: str):
+    config_cls, _, extra = _CONFIGS[family]
+    return getattr(transformers, config_cls)(**_COMMON, **extra)
+
+
+def build_hf_model(family: str, seed: int = 0):
+    _, model_cls, _ = _CONFIGS[family]
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_cls)(hf_config(family)).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            # HF initialises norms to 1 (or 0 when zero-centred) and biases to 0; give the norms some
+            # spread so a wrong norm flavour or a missed weight changes the logits.
+            if "norm" in name and param.dim() == 1:
+                param.add_(torch.randn_like(param) * 0.1)
+    model.generation_config.eos_token_id = None  # tests compare fixed-length greedy runs
+    return model
+
+
+def save_tiny_model(family: str, folder: str, seed: int = 0):
+    model = build_hf_model(family, seed)
+    model.save_pretrained(folder)
+    return model
+
+
+def prompt_logits(model, token_ids: list[int], chunk: int | None = None, block_size: int = 4) -> torch.Tensor:
+    """Run a strata model over one prompt (optionally in chunks) through a real KV/state pool;
+    returns logits for every prompt position [T, V]."""
+    from strata.cache.pools import KVPool, StatePool
+    from strata.runner.inputs import build_inputs
+    from strata.types import ScheduledSlot
+
+    cfg = model.config
+    num_blocks = -(-len(token_ids) // block_size)
+    kv = KVPool(cfg.full_attention_layers, num_blocks, block_size, cfg.num_key_value_heads, cfg.head_dim,
+                torch.float32, "cpu")
+    states = StatePool(model.recurrent_state_shapes() if hasattr(model, "recurrent_state_shapes") else {},
+                       1, torch.float32, "cpu")
+    tables = {0: list(range(num_blocks))}
+    chunk = chunk or len(token_ids)
+    logits = []
+    with torch.inference_mode():
+        for start in range(0, len(token_ids), chunk):
+            ids = token_ids[start:start + chunk]
+            work = ScheduledSlot(0, start, len(ids), [], ids)
+            inputs = build_inputs([work], tables, block_size, kv.caches, states.caches, "cpu")
+            logits.append(model.compute_logits(model(inputs.input_ids, inputs.ctx)))
+    return torch.cat(logits)
