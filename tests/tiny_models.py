@@ -67,8 +67,7 @@ def prompt_logits(model, token_ids: list[int], chunk: int | None = None, block_s
     num_blocks = -(-len(token_ids) // block_size)
     kv = KVPool(cfg.full_attention_layers, num_blocks, block_size, cfg.num_key_value_heads, cfg.head_dim,
                 torch.float32, "cpu")
-    states = StatePool(model.recurrent_state_shapes() if hasattr(model, "recurrent_state_shapes") else {},
-                       1, torch.float32, "cpu")
+    states = StatePool(model.recurrent_state_shapes(), 1, torch.float32, "cpu")
     tables = {0: list(range(num_blocks))}
     chunk = chunk or len(token_ids)
     logits = []

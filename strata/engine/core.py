@@ -45,7 +45,8 @@ class EngineCore:
                              f"max_position_embeddings {cfg.max_position_embeddings}")
         num_blocks = self._num_kv_blocks(model, device, DTYPES[dtype])
         block_size = config.cache.block_size
-        self.runner = ModelRunner(model, num_blocks, block_size, config.scheduler.max_num_seqs, device)
+        self.runner = ModelRunner(model, num_blocks, block_size, config.scheduler.max_num_seqs, device,
+                                  config.runner.seed)
         self.scheduler = Scheduler(config.scheduler, config.cache, num_blocks, self.max_model_len,
                                    cfg.eos_token_ids)
         self.device, self.dtype, self.num_kv_blocks = device, dtype, num_blocks
@@ -57,7 +58,7 @@ class EngineCore:
         if cache.num_gpu_blocks is not None:
             num_blocks = cache.num_gpu_blocks
         else:
-            num_layers = len(cfg.full_attention_layers) + int(getattr(model, "has_mtp", False))
+            num_layers = len(cfg.full_attention_layers) + int(model.has_mtp)
             per_block = KVPool.bytes_per_block(max(num_layers, 1), cache.block_size, cfg.num_key_value_heads,
                                                cfg.head_dim, dtype)
             budget = _CPU_KV_BUDGET_BYTES

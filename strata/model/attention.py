@@ -29,8 +29,9 @@ def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
 
 def _gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
     # cache: [N_blocks, B, Hkv, D], block_table: [..., nb] -> [..., length, Hkv, D]
-    blocks = cache[block_table]  # [..., nb, B, Hkv, D]
-    flat = blocks.flatten(-4, -3)
+    # index_select, not cache[block_table]: advanced indexing on a large pool is far slower on the CPU
+    blocks = cache.index_select(0, block_table.flatten())  # [S * nb, B, Hkv, D]
+    flat = blocks.view(*block_table.shape[:-1], -1, *cache.shape[2:])
     return flat[..., :length, :, :]
 
 
@@ -47,10 +48,11 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         s, e = starts[i], starts[i + 1]
         num_blocks = -(-seq_lens[i] // block_size)
         table = ctx.block_tables[i, :num_blocks]
-        k = _gather_kv(k_cache, table, seq_lens[i]).transpose(0, 1)  # [Hkv, L, D]
-        v = _gather_kv(v_cache, table, seq_lens[i]).transpose(0, 1)
+        # contiguous operands: the CPU SDPA kernel is many times slower on strided ones
+        k = _gather_kv(k_cache, table, seq_lens[i]).transpose(0, 1).contiguous()  # [Hkv, L, D]
+        v = _gather_kv(v_cache, table, seq_lens[i]).transpose(0, 1).contiguous()
         mask = _causal_window_mask(ctx.num_computed[i], q_len, seq_lens[i], q.device)  # [q_len, L]
-        o = F.scaled_dot_product_attention(q[s:e].transpose(0, 1), k, v, attn_mask=mask,
+        o = F.scaled_dot_product_attention(q[s:e].transpose(0, 1).contiguous(), k, v, attn_mask=mask,
                                            scale=scale, enable_gqa=True)
         out[s:e] = o.transpose(0, 1)
     return out
@@ -67,8 +69,8 @@ def _attend_batched(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     max_len = max(c + n for c, n in zip(ctx.num_computed, ctx.query_lens))
     block_size = k_cache.shape[1]
     table = ctx.block_tables[:, : -(-max_len // block_size)]
-    k = _gather_kv(k_cache, table, max_len).transpose(1, 2)  # [S, Hkv, L, D]
-    v = _gather_kv(v_cache, table, max_len).transpose(1, 2)
+    k = _gather_kv(k_cache, table, max_len).transpose(1, 2).contiguous()  # [S, Hkv, L, D]
+    v = _gather_kv(v_cache, table, max_len).transpose(1, 2).contiguous()
     # token -> (row, column) in the padded [S, max_q] query layout
     row = torch.repeat_interleave(torch.arange(num_seqs, device=q.device),
                                   torch.tensor(ctx.query_lens, device=q.device))
@@ -78,7 +80,7 @@ def _attend_batched(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     q_pos = ctx.seq_lens[:, None] - torch.tensor(ctx.query_lens, device=q.device)[:, None] \
         + torch.arange(max_q, device=q.device)[None, :]  # [S, Q]
     mask = torch.arange(max_len, device=q.device)[None, None, :] <= q_pos[:, :, None]  # [S, Q, L]
-    o = F.scaled_dot_product_attention(q_pad.transpose(1, 2), k, v, attn_mask=mask[:, None],
+    o = F.scaled_dot_product_attention(q_pad.transpose(1, 2).contiguous(), k, v, attn_mask=mask[:, None],
                                        scale=scale, enable_gqa=True)  # [S, H, Q, D]
     return o.transpose(1, 2)[row, col]
 

@@ -60,6 +60,7 @@ class CausalLM(nn.Module):
     """Base class of every model family. Subclasses implement `build_layer`."""
 
     zero_centered_norm = False
+    has_mtp = False
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()

@@ -101,7 +101,7 @@ def causal_conv1d_ragged(x: torch.Tensor, weight: torch.Tensor, conv_state: torc
     device, slots = x.device, ctx.state_slot_ids
     seq_ids = torch.arange(ctx.num_seqs, device=device)
     history = conv_state[slots].transpose(1, 2)                               # [S, W-1, C]
-    history = 0 * torch.where(ctx.has_initial_state[:, None, None], history, 0).to(x.dtype)
+    history = torch.where(ctx.has_initial_state[:, None, None], history, 0).to(x.dtype)
     # extended layout: each sequence's history rows followed by its tokens
     seq_of_token = torch.repeat_interleave(seq_ids, torch.tensor(ctx.query_lens, device=device))
     token_pos = torch.arange(num_tokens, device=device) + (seq_of_token + 1) * hist                 # [T]
@@ -109,13 +109,15 @@ def causal_conv1d_ragged(x: torch.Tensor, weight: torch.Tensor, conv_state: torc
     ext = x.new_empty(num_tokens + ctx.num_seqs * hist, x.shape[1])
     ext[hist_pos.flatten()] = history.reshape(-1, x.shape[1])
     ext[token_pos] = x
-    out = sum(ext[token_pos - hist + j] * weight[:, j] for j in range(hist + 1))                    # [T, C]
+    out = sum(ext[token_pos - hist + j].float() * weight[:, j].float() for j in range(hist + 1))    # [T, C]
     last_pos = (ctx.query_start_loc[1:] + seq_ids * hist)[:, None] + torch.arange(hist, device=device)
     conv_state.index_copy_(0, slots, ext[last_pos].transpose(1, 2).to(conv_state.dtype))
-    return out
+    return out.to(x.dtype)
 
 
 class GatedDeltaNet(nn.Module):
+    """in_proj -> causal conv + SiLU -> L2-normed q/k -> gated delta rule -> gated RMSNorm -> out_proj."""
+
     def __init__(self, cfg: ModelConfig, layer_idx: int) -> None:
         super().__init__()
         self.layer_idx = layer_idx

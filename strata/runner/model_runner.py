@@ -21,18 +21,17 @@ from strata.types import SlotResult, StepPlan, StepResult
 
 class ModelRunner:
     def __init__(self, model: nn.Module, num_blocks: int, block_size: int, max_num_seqs: int,
-                 device: str) -> None:
+                 device: str, seed: int = 0) -> None:
         cfg = model.config
         self.model = model
         self.device = device
         self.block_size = block_size
         dtype = next(model.parameters()).dtype
-        kv_layers = cfg.full_attention_layers + ([cfg.num_hidden_layers] if getattr(model, "has_mtp", False) else [])
+        kv_layers = cfg.full_attention_layers + ([cfg.num_hidden_layers] if model.has_mtp else [])
         self.kv_pool = KVPool(kv_layers, num_blocks, block_size, cfg.num_key_value_heads, cfg.head_dim,
                               dtype, device)
-        shapes = model.recurrent_state_shapes() if hasattr(model, "recurrent_state_shapes") else {}
-        self.state_pool = StatePool(shapes, max_num_seqs, dtype, device)
-        self.sampler = Sampler(max_num_seqs, cfg.vocab_size, list(cfg.eos_token_ids), device)
+        self.state_pool = StatePool(model.recurrent_state_shapes(), max_num_seqs, dtype, device)
+        self.sampler = Sampler(max_num_seqs, cfg.vocab_size, list(cfg.eos_token_ids), device, seed=seed)
         self.block_tables: dict[int, list[int]] = {}
 
     @torch.inference_mode()

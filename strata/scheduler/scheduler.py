@@ -77,6 +77,8 @@ class Scheduler:
         for state in list(self.running):
             if budget == 0:
                 break
+            if state.status is not Status.RUNNING:
+                continue  # preempted earlier in this loop to make room for an older request
             num_new = min(state.num_tokens - state.num_computed_tokens, budget)
             new_blocks = self._try_grow(state, num_new)
             if new_blocks is None:

@@ -29,7 +29,7 @@ class GGUFSource:
         self.description = path
         self.reader = _open_reader(path)
         # Token arrays are skipped: reading 150k strings into Python costs seconds and only their count is used.
-        self.metadata = {name: field.contents() for name, field in self.reader.fields.items()
+        self.metadata = {name: _value(field) for name, field in self.reader.fields.items()
                          if name not in _ARRAY_FIELDS}
         self.arch = self.metadata.get("general.architecture")
         if self.arch not in GGUF_ARCHITECTURES:
@@ -191,6 +191,16 @@ def llama3_rope_scaling(freq_factors: np.ndarray, theta: float, rot_dim: int, pa
     low = -intercept * span
     return {"rope_type": "llama3", "factor": factor, "low_freq_factor": float(low),
             "high_freq_factor": float(low + span), "original_max_position_embeddings": original_context}
+
+
+def _value(field) -> Any:
+    from gguf import GGUFValueType
+
+    value = field.contents()
+    if field.types == [GGUFValueType.FLOAT32]:
+        # the shortest decimal that is this float32: 1e-06 rather than 9.999999974752427e-07, as in config.json
+        return float(str(np.float32(value)))
+    return value
 
 
 def _open_reader(path: str):

@@ -136,7 +136,7 @@ def test_ragged_batch_matches_each_alone(model):
         alone = torch.cat([step(model, alone_caches, [(1, 0, len(prompt))], [prompt]),
                            step(model, alone_caches, [(1, len(prompt), len(cont))], [cont])])
         batched = torch.cat([first.split([len(p) for p in prompts])[i], second.split([len(m) for m in more])[i]])
-        assert rel_err(batched, alone) < 1e-5
+        assert rel_err(batched, alone) < 1e-4
     conv_state, ssm_state = caches[1][0]
     idle = [1, 2, 4]
     assert not conv_state[idle].any() and not ssm_state[idle].any()  # rows of idle slots stay untouched

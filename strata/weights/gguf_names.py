@@ -1,0 +1,155 @@
+"""llama.cpp tensor names and layouts -> HF checkpoint names and layouts, for the GGUF architectures
+Strata loads. Each rule undoes one step of llama.cpp's convert_hf_to_gguf.py (LlamaModel,
+Qwen2MoeModel, Qwen3NextModel); all transforms run on float32 after dequantization.
+
+- llama: attn_q / attn_k rows were permuted per head for llama.cpp's interleaved rope (`permute`).
+- MoE: experts are stacked per layer, ffn_{gate,up,down}_exps [E, I, D] / [E, D, I]; gate and up are
+  concatenated into HF's fused `mlp.experts.gate_up_proj` [E, 2I, D] (newer files: ffn_gate_up_exps).
+- qwen3next: zero-centred RMSNorm weights were stored as 1 + w (every `*norm.weight` but ssm_norm);
+  ssm_a = -exp(A_log); dt_bias became ssm_dt.bias; conv1d [C, 1, K] was squeezed to [C, K];
+  in_proj_qkvz ([q_g | k_g | v_g | z_g] per key head g) was split into attn_qkv = [q | k | v] over all
+  heads and attn_gate = z (older files keep HF's layout as ssm_in); in_proj_ba is kept as ssm_ba.
+  llama.cpp drops `mtp.*`; blocks past num_hidden_layers are read with its Qwen3.5 convention
+  (blk.{L+i}.nextn.* and blk.{L+i}.* -> mtp.*).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+GGUF_ARCHITECTURES = {
+    "llama": "LlamaForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "qwen3moe": "Qwen3MoeForCausalLM",
+    "qwen3next": "Qwen3NextForCausalLM",
+}
+SKIPPED_TENSORS = frozenset({"rope_freqs.weight"})  # Llama-3 rope scaling: read into the config instead
+
+_GATE_UP = "mlp.experts.gate_up_proj"
+_QKVZ = "linear_attn.in_proj_qkvz.weight"
+_GLOBAL_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
+# block suffix -> HF suffix, or (HF suffix, part, number of parts) for a tensor llama.cpp split in parts
+_BLOCK_NAMES: dict[str, str | tuple[str, int, int]] = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    **{f"attn_{gguf}.{kind}": f"self_attn.{hf}_proj.{kind}"
+       for gguf, hf in (("q", "q"), ("k", "k"), ("v", "v"), ("output", "o")) for kind in ("weight", "bias")},
+    "attn_q_norm.weight": "self_attn.q_norm.weight",
+    "attn_k_norm.weight": "self_attn.k_norm.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+    "ffn_gate_inp.weight": "mlp.gate.weight",
+    "ffn_gate_exps.weight": (_GATE_UP, 0, 2),
+    "ffn_up_exps.weight": (_GATE_UP, 1, 2),
+    "ffn_gate_up_exps.weight": _GATE_UP,
+    "ffn_down_exps.weight": "mlp.experts.down_proj",
+}
+_QWEN3NEXT_BLOCK_NAMES = {
+    **_BLOCK_NAMES,
+    "post_attention_norm.weight": "post_attention_layernorm.weight",
+    "ffn_gate_shexp.weight": "mlp.shared_expert.gate_proj.weight",
+    "ffn_up_shexp.weight": "mlp.shared_expert.up_proj.weight",
+    "ffn_down_shexp.weight": "mlp.shared_expert.down_proj.weight",
+    "ffn_gate_inp_shexp.weight": "mlp.shared_expert_gate.weight",
+    "ssm_in.weight": _QKVZ,
+    "attn_qkv.weight": (_QKVZ, 0, 2),
+    "attn_gate.weight": (_QKVZ, 1, 2),
+    "ssm_ba.weight": "linear_attn.in_proj_ba.weight",
+    "ssm_conv1d.weight": "linear_attn.conv1d.weight",
+    "ssm_dt.bias": "linear_attn.dt_bias",
+    "ssm_a": "linear_attn.A_log",
+    "ssm_norm.weight": "linear_attn.norm.weight",
+    "ssm_out.weight": "linear_attn.out_proj.weight",
+}
+_NAMES_BY_ARCH = {"llama": _BLOCK_NAMES, "qwen3": _BLOCK_NAMES, "qwen3moe": _BLOCK_NAMES,
+                  "qwen3next": _QWEN3NEXT_BLOCK_NAMES}
+_MTP_NAMES = {
+    "nextn.eh_proj.weight": "mtp.fc.weight",
+    "nextn.enorm.weight": "mtp.pre_fc_norm_embedding.weight",
+    "nextn.hnorm.weight": "mtp.pre_fc_norm_hidden.weight",
+    "nextn.shared_head_norm.weight": "mtp.norm.weight",
+}
+_BLOCK = re.compile(r"blk\.(\d+)\.(.+)$")
+
+
+@dataclass(frozen=True)
+class HFPiece:
+    """Where one GGUF tensor goes: an HF tensor, or part `part` of `num_parts` that are joined into it."""
+
+    hf_name: str
+    part: int = 0
+    num_parts: int = 1
+
+
+def hf_piece(arch: str, gguf_name: str, num_layers: int) -> HFPiece | None:
+    """-> the HF destination of a llama.cpp tensor name, or None when the name is unknown."""
+    if gguf_name in _GLOBAL_NAMES:
+        return HFPiece(_GLOBAL_NAMES[gguf_name])
+    m = _BLOCK.match(gguf_name)
+    if m is None:
+        return None
+    layer, suffix = int(m.group(1)), m.group(2)
+    if layer >= num_layers and suffix in _MTP_NAMES:
+        return HFPiece(_MTP_NAMES[suffix])
+    prefix = f"model.layers.{layer}." if layer < num_layers else f"mtp.layers.{layer - num_layers}."
+    target = _NAMES_BY_ARCH[arch].get(suffix)
+    if target is None:
+        return None
+    hf_suffix, part, num_parts = target if isinstance(target, tuple) else (target, 0, 1)
+    return HFPiece(prefix + hf_suffix, part, num_parts)
+
+
+class TensorInverter:
+    """Undoes llama.cpp's layout changes, given the model's HF config dict."""
+
+    def __init__(self, arch: str, hf_config: dict[str, Any]) -> None:
+        self.arch = arch
+        self.num_heads = hf_config["num_attention_heads"]
+        self.num_kv_heads = hf_config["num_key_value_heads"]
+        self.linear_dims = tuple(hf_config.get(k, 0) for k in (
+            "linear_num_key_heads", "linear_key_head_dim", "linear_num_value_heads", "linear_value_head_dim"))
+
+    def transform(self, gguf_name: str, x: torch.Tensor) -> torch.Tensor:
+        suffix = gguf_name.split(".", 2)[2] if gguf_name.startswith("blk.") else gguf_name
+        if self.arch == "llama" and suffix.startswith(("attn_q.", "attn_k.")):
+            return unpermute_rope_rows(x, self.num_heads if suffix.startswith("attn_q.") else self.num_kv_heads)
+        if self.arch != "qwen3next":
+            return x
+        if suffix.endswith("norm.weight") and suffix != "ssm_norm.weight":
+            return x - 1.0
+        if suffix == "ssm_a":
+            return torch.log(-x)
+        if suffix == "ssm_conv1d.weight":
+            return x.unsqueeze(1)  # [C, K] -> [C, 1, K]
+        if suffix == "ffn_gate_inp_shexp.weight":
+            return x.reshape(1, -1)  # a [D] vector in some files, HF's Linear(D, 1) weight [1, D]
+        return x
+
+    def join(self, hf_name: str, parts: list[torch.Tensor]) -> torch.Tensor:
+        if hf_name.endswith(_GATE_UP):
+            return torch.cat(parts, dim=1)  # [E, I, D] x 2 -> [E, 2I, D]
+        return self.interleave_qkvz(*parts)
+
+    def interleave_qkvz(self, qkv: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """attn_qkv [(2 Hk Dk + Hv Dv), D] and attn_gate [Hv Dv, D] -> HF in_proj_qkvz, whose rows are
+        grouped per key head g: [q_g (Dk) | k_g (Dk) | v_g (Hv/Hk Dv) | z_g (Hv/Hk Dv)]."""
+        num_k_heads, k_dim, num_v_heads, v_dim = self.linear_dims
+        hidden = qkv.shape[-1]
+        q, k, v = qkv.split([num_k_heads * k_dim, num_k_heads * k_dim, num_v_heads * v_dim])
+        groups = [t.reshape(num_k_heads, -1, hidden) for t in (q, k, v, z)]
+        return torch.cat(groups, dim=1).reshape(-1, hidden)
+
+
+def unpermute_rope_rows(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """llama.cpp stores each head's q/k rows as interleaved pairs (0, D/2, 1, D/2 + 1, ...); HF keeps
+    them as two halves (rotate_half). Works for weights [H * D, in] and biases [H * D]."""
+    return x.reshape(num_heads, x.shape[0] // num_heads // 2, 2, *x.shape[1:]).transpose(1, 2).reshape(x.shape)

@@ -1,0 +1,137 @@
+"""The scheduler without a model: token budget, chunked prompts, continuous batching, preemption,
+and its invariants under random workloads (hypothesis)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from strata.cache.block_allocator import BlockAllocator, blocks_needed
+from strata.config import CacheConfig, SchedulerConfig
+from strata.scheduler.scheduler import Scheduler
+from strata.types import FinishReason, Request, SamplingParams, SlotResult, StepResult
+
+EOS = 0
+
+
+def make_scheduler(max_num_seqs=4, budget=32, num_blocks=64, block_size=4, max_model_len=256, policy="fcfs"):
+    return Scheduler(SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, policy=policy),
+                     CacheConfig(block_size=block_size), num_blocks, max_model_len, (EOS,))
+
+
+def request(rid: str, prompt_len: int, max_tokens: int = 4) -> Request:
+    return Request(rid, list(range(1, prompt_len + 1)), SamplingParams(temperature=0, max_tokens=max_tokens))
+
+
+def fake_execute(plan, token: int = 7) -> StepResult:
+    """A runner stand-in: every slot that reached its end samples `token`."""
+    return StepResult(plan.step_id, [SlotResult(w.slot_id, [token]) for w in plan.scheduled if w.sample])
+
+
+def test_long_prompt_is_chunked_while_others_decode():
+    s = make_scheduler(budget=16)
+    s.add_request(request("short", 3, max_tokens=10))
+    s.update(plan := s.schedule(), fake_execute(plan))
+    s.add_request(request("long", 40))
+    chunks = []
+    for _ in range(4):
+        plan = s.schedule()
+        by_slot = {w.slot_id: w for w in plan.scheduled}
+        assert plan.num_tokens <= 16
+        assert by_slot[0].num_new_tokens == 1  # the short request keeps decoding every step
+        chunks.append(by_slot[1].num_new_tokens)
+        s.update(plan, fake_execute(plan))
+    assert chunks == [15, 15, 10, 1]
+    assert s.requests["long"].output_token_ids == [7, 7]
+
+
+def test_requests_join_and_leave_between_steps():
+    s = make_scheduler(max_num_seqs=2)
+    for i in range(3):
+        s.add_request(request(f"r{i}", 2, max_tokens=2))
+    plan = s.schedule()
+    assert [n.request_id for n in plan.new_slots] == ["r0", "r1"]
+    s.update(plan, fake_execute(plan))
+    plan = s.schedule()
+    s.update(plan, fake_execute(plan))          # r0, r1 reach max_tokens and leave
+    plan = s.schedule()
+    assert sorted(plan.finished_slot_ids) == [0, 1]
+    assert [n.request_id for n in plan.new_slots] == ["r2"]
+
+
+def test_eos_and_stop_token_ids_finish():
+    s = make_scheduler()
+    s.add_request(Request("a", [1, 2], SamplingParams(temperature=0, max_tokens=50, stop_token_ids=[9])))
+    s.add_request(request("b", 2, max_tokens=50))
+    plan = s.schedule()
+    result = StepResult(plan.step_id, [SlotResult(0, [9]), SlotResult(1, [EOS])])
+    commits = s.update(plan, result)
+    assert [c.finish_reason for c in commits] == [FinishReason.STOP, FinishReason.STOP]
+    assert not s.has_unfinished()
+
+
+def test_shortest_prompt_first():
+    s = make_scheduler(max_num_seqs=1, policy="shortest-prompt-first")
+    s.add_request(request("long", 20))
+    s.add_request(request("short", 2))
+    assert s.schedule().new_slots[0].request_id == "short"
+
+
+def test_preemption_keeps_output_and_resumes():
+    # 2 blocks of 4 tokens: two requests cannot both grow past 4 tokens
+    s = make_scheduler(max_num_seqs=2, num_blocks=3, block_size=4, budget=64)
+    s.add_request(request("a", 3, max_tokens=4))
+    s.add_request(request("b", 3, max_tokens=4))
+    finished = {}
+    for _ in range(40):
+        plan = s.schedule()
+        for c in s.update(plan, fake_execute(plan)):
+            if c.finish_reason:
+                finished[c.state.request_id] = c.state
+        if not s.has_unfinished():
+            break
+    assert set(finished) == {"a", "b"}
+    assert all(st.output_token_ids == [7] * 4 for st in finished.values())
+    assert any(st.num_preemptions > 0 for st in finished.values())
+    assert s.allocator.num_free == 3
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 30), st.integers(1, 6), st.integers(0, 3)), min_size=1, max_size=10),
+       st.integers(2, 12), st.integers(1, 4))
+def test_invariants_under_random_workloads(reqs, num_blocks, max_num_seqs):
+    """Random prompts, arrival steps and aborts: every request ends, blocks are never double-owned,
+    each running request holds exactly the blocks its computed tokens need, and all blocks return."""
+    s = make_scheduler(max_num_seqs=max_num_seqs, num_blocks=num_blocks + 8, block_size=4, budget=24)
+    pending = [(arrive, request(f"r{i}", min(p, 4 * (num_blocks + 8) - 8), m))
+               for i, (p, m, arrive) in enumerate(reqs)]
+    for step in range(400):
+        for arrive, req in [x for x in pending if x[0] == step]:
+            s.add_request(req)
+        plan = s.schedule()
+        assert plan.num_tokens <= 24
+        owned = [b for st in s.running for b in st.block_ids]
+        assert len(owned) == len(set(owned))
+        for work in plan.scheduled:
+            st_ = next(r for r in s.running if r.slot_id == work.slot_id)
+            assert len(st_.block_ids) == blocks_needed(work.num_computed_tokens + work.num_new_tokens, 4)
+        if step == 3 and s.running:
+            s.finish_request(s.running[0].request_id, FinishReason.ABORT)
+        s.update(plan, fake_execute(plan))
+        if not s.has_unfinished() and step > 3:
+            break
+    assert not s.has_unfinished()
+    assert s.allocator.num_free == s.allocator.num_blocks
+
+
+def test_allocator_refuses_double_free():
+    a = BlockAllocator(2)
+    ids = a.allocate(2)
+    assert not a.can_allocate(1)
+    a.free(ids)
+    try:
+        a.free(ids[:1])
+    except RuntimeError as e:
+        assert "not allocated" in str(e)
+    else:
+        raise AssertionError("double free was accepted")

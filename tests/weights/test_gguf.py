@@ -1,0 +1,251 @@
+"""GGUFSource against llama.cpp's conventions and HF transformers.
+
+- The bundled SmolLM2 GGUF (llama arch, Q4_1 + Q8_0 + F32, tied embeddings): its config, and prompt
+  logits against HF transformers loading the same file.
+- Tiny random models of the four architectures written as llama.cpp would (tests/gguf_writer.py): the
+  tensors round-trip to the HF state dict, and models built from GGUF and from safetensors agree.
+- Corrupt, truncated and unsupported files give a ValueError naming the file.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+
+import gguf
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from gguf_writer import write_gguf
+from strata.model.rotary import inv_frequencies
+from strata.tokenizer import load_tokenizer, render_chat
+from strata.weights.gguf_source import GGUFSource
+from strata.weights.hf_source import HFSource
+from strata.weights.loader import build_model
+from tiny_models import FAMILIES, hf_config, prompt_logits
+
+ZERO_CENTERED = ("input_layernorm", "post_attention_layernorm", "model.norm", "q_norm", "k_norm", "pre_fc_norm",
+                 "mtp.norm")
+
+
+def rel_err(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    return ((actual - expected).abs().max() / expected.abs().max()).item()
+
+
+def tiny_hf_model(family: str, mtp: bool = False):
+    """A seeded tiny HF model llama.cpp can convert (its qwen3moe has no dense layers), with norms
+    spread so that a wrong norm offset changes the logits."""
+    from transformers import AutoModelForCausalLM
+
+    config = hf_config(family)
+    if family == "qwen3_moe":
+        config.mlp_only_layers = []
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" in name and param.dim() == 1:
+                param.add_(torch.randn_like(param) * 0.1)
+    cfg = {**model.config.to_dict(), "architectures": [type(model).__name__]}
+    state = dict(model.state_dict())
+    if mtp:  # an MTP head as Qwen3-Next checkpoints carry it: fc, three norms and one full-attention layer
+        cfg["num_nextn_predict_layers"] = 1
+        dim = cfg["hidden_size"]
+        state["mtp.fc.weight"] = torch.randn(dim, 2 * dim)
+        for norm in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
+            state[f"mtp.{norm}.weight"] = torch.randn(dim) * 0.1
+        last_full = max(i for i, kind in enumerate(cfg["layer_types"]) if kind == "full_attention")
+        prefix = f"model.layers.{last_full}."
+        state.update({"mtp.layers.0." + k[len(prefix):]: v.clone() for k, v in state.items() if k.startswith(prefix)})
+    return model, cfg, state
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    """family -> HF folder (config.json + safetensors) of `tiny_hf_model(family)`."""
+    cache: dict[str, str] = {}
+
+    def get(family: str) -> str:
+        if family not in cache:
+            folder = tmp_path_factory.mktemp(f"gguf-{family}")
+            tiny_hf_model(family)[0].save_pretrained(folder)
+            cache[family] = str(folder)
+        return cache[family]
+
+    return get
+
+
+def gguf_from_folder(folder: str, path: str, quant: str) -> str:
+    with open(os.path.join(folder, "config.json")) as f:
+        cfg = json.load(f)
+    write_gguf(path, cfg, load_file(os.path.join(folder, "model.safetensors")), quant)
+    return path
+
+
+# ---- the bundled SmolLM2 GGUF ----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def bundled_source(bundled_gguf):
+    return GGUFSource(bundled_gguf)
+
+
+def test_bundled_config(bundled_source):
+    cfg = bundled_source.model_config()
+    assert (cfg.architecture, cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size) == \
+        ("LlamaForCausalLM", 30, 576, 1536)
+    assert (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.vocab_size) == (9, 3, 64, 49152)
+    assert (cfg.rope_theta, cfg.rope_scaling, cfg.partial_rotary_factor, cfg.rms_norm_eps) == (100000.0, None, 1.0, 1e-5)
+    assert cfg.tie_word_embeddings and (cfg.bos_token_id, cfg.eos_token_ids) == (1, (2,))
+    assert cfg.max_position_embeddings == 8192
+
+
+def test_bundled_logits_match_hf_transformers(bundled_gguf, bundled_source, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    # HF's GGUF loader parses the file once per call and rebuilds gguf-py's name map once per module
+    # (~15 s here); both are pure functions of their arguments, so share them.
+    monkeypatch.setattr(gguf, "get_tensor_name_map", functools.lru_cache(gguf.get_tensor_name_map))
+    monkeypatch.setattr(gguf, "GGUFReader", functools.lru_cache(gguf.GGUFReader))
+    tokenizer = load_tokenizer(bundled_gguf)
+    ids = render_chat(tokenizer, [{"role": "user", "content": "What is the capital of France?"}])
+    assert bundled_source.num_tensors() == len(bundled_source.reader.tensors) == 272
+    model = build_model(bundled_source, "cpu", "float32", quiet=True)
+    ours = prompt_logits(model, ids, block_size=16)
+    del model
+    folder, filename = os.path.split(bundled_gguf)
+    hf = AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename, dtype=torch.float32).eval()
+    with torch.no_grad():
+        ref = hf(torch.tensor([ids])).logits[0]
+    assert rel_err(ours, ref) < 1e-3
+    assert torch.equal(ours.argmax(-1), ref.argmax(-1))
+
+
+# ---- tiny models written as llama.cpp would ----------------------------------------------------------
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("split_qkvz", [True, False], ids=["attn_qkv+attn_gate", "ssm_in"])
+def test_tensors_round_trip_to_hf_state_dict(family, split_qkvz, tmp_path):
+    if family != "qwen3_next" and not split_qkvz:
+        pytest.skip("only Qwen3-Next has the two in_proj_qkvz layouts")
+    _, cfg, state = tiny_hf_model(family, mtp=family == "qwen3_next")
+    path = str(tmp_path / "model.gguf")
+    write_gguf(path, cfg, state, split_qkvz=split_qkvz)
+    source = GGUFSource(path)
+    loaded = dict(source.tensors(torch.float32))
+    assert source.num_tensors() == len(loaded)
+    assert sorted(loaded) == sorted(state)
+    for name, expected in state.items():
+        # Qwen3-Next's norms (stored as 1 + w) and A_log (stored as -exp) come back to float32 rounding
+        inexact = family == "qwen3_next" and (name.endswith("A_log") or any(n in name for n in ZERO_CENTERED))
+        if inexact:
+            torch.testing.assert_close(loaded[name], expected, rtol=0, atol=1e-6)
+        else:
+            assert torch.equal(loaded[name], expected), name
+    assert source.model_config().num_mtp_layers == (1 if family == "qwen3_next" else 0)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_gguf_config_matches_hf_config(family, tiny_folder, tmp_path):
+    folder = tiny_folder(family)
+    path = gguf_from_folder(folder, str(tmp_path / "model.gguf"), "F32")
+    assert comparable(GGUFSource(path).model_config()) == comparable(HFSource(folder).model_config())
+
+
+def comparable(cfg):
+    # transformers 5 writes layer_types (all full attention) for Qwen3; GGUF has them only for Qwen3-Next
+    return cfg.replace(layer_types=cfg.layer_types if cfg.linear_attention_layers else ())
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("quant, tolerance", [("F32", 1e-6), ("F16", 1e-2), ("Q8_0", 5e-2)])
+def test_gguf_model_matches_safetensors_model(family, quant, tolerance, tiny_folder, tmp_path):
+    folder = tiny_folder(family)
+    path = gguf_from_folder(folder, str(tmp_path / "model.gguf"), quant)
+    from_gguf = build_model(GGUFSource(path), "cpu", "float32", quiet=True)
+    from_safetensors = build_model(HFSource(folder), "cpu", "float32", quiet=True)
+    ids = torch.randint(3, 160, (24,), generator=torch.Generator().manual_seed(7)).tolist()
+    ours, ref = prompt_logits(from_gguf, ids), prompt_logits(from_safetensors, ids)
+    assert rel_err(ours, ref) < tolerance
+    if quant != "F32":
+        assert rel_err(ours, ref) > 0  # the file really was quantized: the dequant path ran
+
+
+def test_llama3_rope_freqs_become_rope_scaling(tmp_path):
+    """llama.cpp stores Llama-3 rope scaling as a rope_freqs tensor; the recovered parameters give the
+    same rotary frequencies as the original ones."""
+    _, cfg, state = tiny_hf_model("llama")
+    head_dim, theta = cfg["head_dim"], 500000.0
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 64}
+    path = str(tmp_path / "model.gguf")
+    write_gguf(path, {**cfg, "rope_parameters": {"rope_theta": theta, **scaling}}, state,
+               extra_tensors={"rope_freqs.weight": _llama3_rope_factors(head_dim, theta, scaling)})
+    source = GGUFSource(path)
+    recovered = source.model_config().rope_scaling
+    assert recovered["rope_type"] == "llama3" and recovered["factor"] == 8.0
+    torch.testing.assert_close(inv_frequencies(head_dim, theta, recovered),
+                               inv_frequencies(head_dim, theta, scaling), rtol=1e-6, atol=0)
+    assert "rope_freqs.weight" not in dict(source.tensors(torch.float32))
+
+
+def _llama3_rope_factors(dim: int, theta: float, s: dict) -> np.ndarray:
+    # LlamaModel.generate_extra_tensors in llama.cpp's converter
+    old_len, low, high, factor = (s["original_max_position_embeddings"], s["low_freq_factor"],
+                                  s["high_freq_factor"], s["factor"])
+    factors = []
+    for freq in 1.0 / theta ** (np.arange(0, dim, 2) / dim):
+        wavelen = 2 * math.pi / freq
+        if wavelen < old_len / high:
+            factors.append(1.0)
+        elif wavelen > old_len / low:
+            factors.append(factor)
+        else:
+            smooth = (old_len / wavelen - low) / (high - low)
+            factors.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(factors, dtype=np.float32)
+
+
+# ---- broken and unsupported files -------------------------------------------------------------------
+
+def test_garbage_file_is_rejected_with_its_name(tmp_path):
+    path = tmp_path / "garbage.gguf"
+    path.write_bytes(b"this is not a model\n" * 100)
+    with pytest.raises(ValueError, match=rf"{path}.*not a GGUF file"):
+        GGUFSource(str(path))
+
+
+@pytest.mark.parametrize("keep", [0, 10, 200, 0.6], ids=["empty", "in-magic-header", "in-metadata", "in-tensors"])
+def test_truncated_file_is_rejected_with_its_name(keep, tmp_path):
+    _, cfg, state = tiny_hf_model("qwen3")
+    path = str(tmp_path / "model.gguf")
+    write_gguf(path, cfg, state)
+    data = open(path, "rb").read()
+    with open(path, "wb") as f:
+        f.write(data[:keep if isinstance(keep, int) else int(len(data) * keep)])
+    with pytest.raises(ValueError, match=rf"{path} is (truncated or corrupt|not a GGUF file)"):
+        GGUFSource(path)
+
+
+def test_unsupported_architecture_lists_the_supported_ones(tmp_path):
+    path = str(tmp_path / "gpt2.gguf")
+    writer = gguf.GGUFWriter(path, "gpt2")
+    writer.add_tensor("token_embd.weight", np.zeros((8, 4), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(ValueError, match=rf"{path}: unsupported GGUF architecture 'gpt2'; supported: llama, qwen3, "
+                                         r"qwen3moe, qwen3next"):
+        GGUFSource(path)
+
+
+def test_unknown_tensor_is_named(tmp_path):
+    _, cfg, state = tiny_hf_model("qwen3")
+    path = str(tmp_path / "model.gguf")
+    write_gguf(path, cfg, state, extra_tensors={"blk.0.attn_sinks.weight": np.zeros(4, dtype=np.float32)})
+    with pytest.raises(ValueError, match=r"tensor 'blk.0.attn_sinks.weight' has no HF equivalent in a qwen3 model"):
+        GGUFSource(path)
