@@ -7,6 +7,7 @@ the reader against llama.cpp's conventions, not against itself.
 
 from __future__ import annotations
 
+import math
 import re
 
 import gguf
@@ -40,6 +41,8 @@ def write_gguf(path: str, hf_config: dict, state_dict: dict[str, torch.Tensor], 
     names = gguf.get_tensor_name_map(arch, num_blocks)
     for name, tensor in _llama_cpp_tensors(arch, hf_config, state_dict, names, split_qkvz):
         _add_tensor(writer, name, tensor.float().contiguous().numpy(), gguf.GGMLQuantizationType[quant])
+    if _rope(hf_config).get("rope_type") == "llama3":
+        writer.add_tensor("rope_freqs.weight", llama3_rope_factors(hf_config))
     for name, array in (extra_tensors or {}).items():
         writer.add_tensor(name, array)
     writer.write_header_to_file()
@@ -55,6 +58,25 @@ def _num_mtp(cfg: dict) -> int:
 def _rope(cfg: dict) -> dict:
     return {**(cfg.get("rope_scaling") or {}), **(cfg.get("rope_parameters") or {}),
             **{k: cfg[k] for k in ("rope_theta", "partial_rotary_factor") if k in cfg}}
+
+
+def llama3_rope_factors(cfg: dict) -> np.ndarray:
+    """LlamaModel.generate_extra_tensors: per-frequency divisors of Llama-3's rope scaling."""
+    rope = _rope(cfg)
+    dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    old_len, factor = rope["original_max_position_embeddings"], rope["factor"]
+    low, high = rope["low_freq_factor"], rope["high_freq_factor"]
+    factors = []
+    for freq in 1.0 / rope["rope_theta"] ** (np.arange(0, dim, 2) / dim):
+        wavelen = 2 * math.pi / freq
+        if wavelen < old_len / high:
+            factors.append(1.0)
+        elif wavelen > old_len / low:
+            factors.append(factor)
+        else:
+            smooth = (old_len / wavelen - low) / (high - low)
+            factors.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(factors, dtype=np.float32)
 
 
 def _write_metadata(w: gguf.GGUFWriter, arch, cfg: dict) -> None:

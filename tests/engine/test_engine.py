@@ -1,0 +1,149 @@
+"""The engine end to end on the bundled model (real GGUF, real tokenizer) and tiny HF models:
+parity with HF transformers on the same GGUF, batched = solo, seeded sampling, stop strings,
+logprobs, bad input, preemption, and surviving a failing step."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from strata import LLM, SamplingParams
+from strata.engine.core import EngineCore
+from strata.types import FinishReason, Request
+
+CHATS = [
+    [{"role": "user", "content": "What is the capital of France?"}],
+    [{"role": "user", "content": "Write a haiku about the sea."}],
+    [{"role": "system", "content": "You answer briefly."}, {"role": "user", "content": "Name three primes."}],
+]
+GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
+
+
+@pytest.fixture(scope="module")
+def llm():
+    return LLM(dtype="float32", device="cpu", max_num_seqs=8)
+
+
+@pytest.fixture(scope="module")
+def hf_gguf(bundled_gguf):
+    from transformers import AutoModelForCausalLM
+
+    folder, name = os.path.split(bundled_gguf)
+    return AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+
+
+def test_bundled_chat_matches_hf_on_same_gguf(llm, hf_gguf):
+    outputs = llm.chat(CHATS, GREEDY)
+    for chat, out in zip(CHATS, outputs):
+        prompt = llm.encode_chat(chat)
+        ref = hf_gguf.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=24,
+                               eos_token_id=llm.engine.model_config.eos_token_ids[0], pad_token_id=2)
+        ref_tokens = ref[0, len(prompt):].tolist()
+        assert out.outputs[0].token_ids == ref_tokens, (out.outputs[0].text, llm.tokenizer.decode(ref_tokens))
+        assert out.outputs[0].text.strip()
+    assert "Paris" in outputs[0].outputs[0].text
+
+
+def test_batched_equals_solo(llm):
+    prompts = [{"prompt_token_ids": llm.encode_chat([{"role": "user", "content": "Count to " + str(n) + " " * n}])}
+               for n in range(8)]
+    prompts[3] = {"prompt_token_ids": prompts[3]["prompt_token_ids"] * 3}  # lengths differ widely
+    params = SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True)
+    together = llm.generate(prompts, params)
+    for prompt, batched in zip(prompts, together):
+        solo = llm.generate(prompt, params)[0]
+        assert batched.outputs[0].token_ids == solo.outputs[0].token_ids
+
+
+def test_seeded_sampling_reproduces_alone_and_in_a_batch(llm):
+    seeded = SamplingParams(temperature=1.0, top_p=0.95, seed=1234, max_tokens=16, ignore_eos=True)
+    other = SamplingParams(temperature=0.8, max_tokens=16, ignore_eos=True)
+    prompt = "Once upon a time"
+    alone = llm.generate(prompt, seeded)[0].outputs[0].token_ids
+    again = llm.generate(prompt, seeded)[0].outputs[0].token_ids
+    batch = llm.generate([prompt, "Hello", prompt], [other, other, seeded])[2].outputs[0].token_ids
+    assert alone == again == batch
+    different = llm.generate(prompt, SamplingParams(temperature=1.0, top_p=0.95, seed=99, max_tokens=16,
+                                                    ignore_eos=True))[0].outputs[0].token_ids
+    assert different != alone
+
+
+def test_stop_string_cuts_exactly(llm):
+    free = llm.chat(CHATS[0], GREEDY)[0].outputs[0].text
+    stop = free[free.index("capital") + 2: free.index("capital") + 6]  # spans inside a word
+    out = llm.chat(CHATS[0], SamplingParams(temperature=0.0, max_tokens=24, stop=[stop]))[0].outputs[0]
+    assert out.text == free[: free.index(stop)]
+    assert out.finish_reason == "stop"
+    kept = llm.chat(CHATS[0], SamplingParams(temperature=0.0, max_tokens=24, stop=[stop],
+                                             include_stop_str_in_output=True))[0].outputs[0]
+    assert kept.text == free[: free.index(stop) + len(stop)]
+
+
+def test_logprobs_of_each_generated_token(llm):
+    out = llm.generate("The sky is", SamplingParams(temperature=0.0, max_tokens=5, logprobs=3,
+                                                    ignore_eos=True))[0].outputs[0]
+    assert len(out.logprobs) == len(out.token_ids) == 5
+    for token, entry in zip(out.token_ids, out.logprobs):
+        assert token in entry and len(entry) == 3  # greedy token is also the top-1
+        assert entry[token].logprob == max(lp.logprob for lp in entry.values())
+        assert all(lp.logprob <= 0 for lp in entry.values())
+
+
+def test_max_tokens_and_eos_finish_reasons(llm):
+    out = llm.chat(CHATS[0], SamplingParams(temperature=0.0, max_tokens=200))[0].outputs[0]
+    assert out.finish_reason == "stop" and out.token_ids[-1] in llm.engine.model_config.eos_token_ids
+    out = llm.chat(CHATS[0], SamplingParams(temperature=0.0, max_tokens=3))[0].outputs[0]
+    assert out.finish_reason == "length" and len(out.token_ids) == 3
+
+
+@pytest.mark.parametrize("prompt, params, message", [
+    ("", SamplingParams(), "empty"),
+    ({"prompt_token_ids": [5] * 9000}, SamplingParams(), "max_model_len"),
+    ({"prompt_token_ids": [10 ** 9]}, SamplingParams(), "token ids"),
+])
+def test_bad_prompts_raise_before_the_engine(llm, prompt, params, message):
+    with pytest.raises(ValueError, match=message):
+        llm.generate(["fine prompt", prompt], params)
+    assert not llm.engine.has_unfinished()  # the valid prompt of the same call was not submitted either
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"max_tokens": 0}, "max_tokens"), ({"temperature": -0.5}, "temperature"),
+    ({"top_p": 0.0}, "top_p"), ({"top_p": 1.5}, "top_p"),
+])
+def test_bad_sampling_params_raise(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        SamplingParams(**kwargs)
+
+
+def test_preemption_loses_nothing(tiny_model_dir):
+    folder = tiny_model_dir("qwen3_next")
+    prompts = [{"prompt_token_ids": list(range(3 + i, 40 + 3 * i))} for i in range(4)]
+    params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
+    roomy = LLM(folder, dtype="float32", device="cpu", max_num_seqs=4, block_size=4,
+                max_model_len=128).generate(prompts, params)
+    tight = LLM(folder, dtype="float32", device="cpu", max_num_seqs=4, block_size=4, max_model_len=128,
+                num_gpu_blocks=40)
+    squeezed = tight.generate(prompts, params)
+    assert [o.outputs[0].token_ids for o in squeezed] == [o.outputs[0].token_ids for o in roomy]
+    assert tight.engine.scheduler.allocator.num_free == 40
+
+
+def test_a_failing_step_fails_its_requests_and_the_engine_keeps_serving(tiny_model_dir, monkeypatch):
+    from strata.config import EngineConfig, RunnerConfig
+
+    engine = EngineCore(EngineConfig(model=tiny_model_dir("llama"), runner=RunnerConfig(device="cpu")), quiet=True)
+    params = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
+    real_forward = engine.runner.model.forward
+    monkeypatch.setattr(engine.runner.model, "forward", lambda *a: (_ for _ in ()).throw(RuntimeError("boom")))
+    engine.add_request(Request("doomed", [5, 6, 7], params))
+    deltas = engine.step()
+    assert deltas[0].finish_reason is FinishReason.ERROR and "boom" in deltas[0].error
+    monkeypatch.setattr(engine.runner.model, "forward", real_forward)
+    engine.add_request(Request("fine", [5, 6, 7], params))
+    tokens = []
+    while engine.has_unfinished():
+        tokens += [t for d in engine.step() for t in d.new_token_ids]
+    assert len(tokens) == 4
