@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--sampling-seed", type=int, default=None, help="seed of this request's sampling")
     p.set_defaults(run=run)
 
 
@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from strata.engine.llm import LLM
 
     params = SamplingParams(max_tokens=args.max_tokens, temperature=args.temperature, top_p=args.top_p,
-                            top_k=args.top_k, seed=args.seed)
+                            top_k=args.top_k, seed=args.sampling_seed)
     llm = LLM.from_config(engine_config(args), quiet=False)
     prompt = {"prompt_token_ids": llm.encode_chat([{"role": "user", "content": args.prompt}])} \
         if args.chat else args.prompt

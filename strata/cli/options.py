@@ -30,7 +30,7 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
         for f in dataclasses.fields(cls):
             flag = "--" + f.name.replace("_", "-")
             group.add_argument(flag, dest=f"{section}.{f.name}", default=f.default,
-                               type=_flag_type(str(hints[f.name])),
+                               type=_flag_type(str(hints[f.name])), metavar=f.name.upper(),
                                help=f"{f.metadata.get('help', '')} (default: {f.default})")
 
 

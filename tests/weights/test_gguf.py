@@ -1,17 +1,13 @@
-"""GGUFSource against llama.cpp's conventions and HF transformers.
-
-- The bundled SmolLM2 GGUF (llama arch, Q4_1 + Q8_0 + F32, tied embeddings): its config, and prompt
-  logits against HF transformers loading the same file.
-- Tiny random models of the four architectures written as llama.cpp would (tests/gguf_writer.py): the
-  tensors round-trip to the HF state dict, and models built from GGUF and from safetensors agree.
-- Corrupt, truncated and unsupported files give a ValueError naming the file.
+"""GGUFSource on tiny random models of the four architectures, written as llama.cpp would
+(tests/gguf_writer.py): tensors round-trip to the HF state dict, configs agree with config.json, and
+models built from GGUF (F32, F16, Q8_0, Q4_1) and from safetensors give the same logits. Corrupt,
+truncated and unsupported files give a ValueError naming the file. The real bundled GGUF is checked
+against HF transformers in test_bundled_gguf.py.
 """
 
 from __future__ import annotations
 
-import functools
 import json
-import math
 import os
 
 import gguf
@@ -22,7 +18,6 @@ from safetensors.torch import load_file
 
 from gguf_writer import write_gguf
 from strata.model.rotary import inv_frequencies
-from strata.tokenizer import load_tokenizer, render_chat
 from strata.weights.gguf_source import GGUFSource
 from strata.weights.hf_source import HFSource
 from strata.weights.loader import build_model
@@ -86,57 +81,11 @@ def gguf_from_folder(folder: str, path: str, quant: str) -> str:
     return path
 
 
-# ---- the bundled SmolLM2 GGUF ----------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def shared_gguf_parsing():
-    """HF's GGUF loaders parse the file on every call (~3 s for a 49k-token vocabulary) and rebuild
-    gguf-py's name map once per module (~8 s); both are pure, so the bundled-model tests share them."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(gguf, "get_tensor_name_map", functools.lru_cache(gguf.get_tensor_name_map))
-        patch.setattr(gguf, "GGUFReader", functools.lru_cache(gguf.GGUFReader))
-        yield
-
-
-@pytest.fixture(scope="module")
-def bundled_source(bundled_gguf, shared_gguf_parsing):
-    return GGUFSource(bundled_gguf)
-
-
-def test_bundled_config(bundled_source):
-    cfg = bundled_source.model_config()
-    assert (cfg.architecture, cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size) == \
-        ("LlamaForCausalLM", 30, 576, 1536)
-    assert (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.vocab_size) == (9, 3, 64, 49152)
-    assert (cfg.rope_theta, cfg.rope_scaling, cfg.partial_rotary_factor, cfg.rms_norm_eps) == (100000.0, None, 1.0, 1e-5)
-    assert cfg.tie_word_embeddings and (cfg.bos_token_id, cfg.eos_token_ids) == (1, (2,))
-    assert cfg.max_position_embeddings == 8192
-
-
-def test_bundled_logits_match_hf_transformers(bundled_gguf, bundled_source):
-    from transformers import AutoModelForCausalLM
-
-    tokenizer = load_tokenizer(bundled_gguf)
-    ids = render_chat(tokenizer, [{"role": "user", "content": "What is the capital of France?"}])
-    assert bundled_source.num_tensors() == len(bundled_source.reader.tensors) == 272
-    model = build_model(bundled_source, "cpu", "float32", quiet=True)
-    ours = prompt_logits(model, ids, block_size=16)
-    del model
-    folder, filename = os.path.split(bundled_gguf)
-    hf = AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename, dtype=torch.float32).eval()
-    with torch.no_grad():
-        ref = hf(torch.tensor([ids])).logits[0]
-    assert rel_err(ours, ref) < 1e-3
-    assert torch.equal(ours.argmax(-1), ref.argmax(-1))
-
-
 # ---- tiny models written as llama.cpp would ----------------------------------------------------------
 
-@pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("split_qkvz", [True, False], ids=["attn_qkv+attn_gate", "ssm_in"])
+@pytest.mark.parametrize("family, split_qkvz", [(family, True) for family in FAMILIES] + [("qwen3_next", False)],
+                         ids=[*FAMILIES, "qwen3_next-ssm_in"])
 def test_tensors_round_trip_to_hf_state_dict(family, split_qkvz, tmp_path):
-    if family != "qwen3_next" and not split_qkvz:
-        pytest.skip("only Qwen3-Next has the two in_proj_qkvz layouts")
     _, cfg, state = tiny_hf_model(family, mtp=family == "qwen3_next")
     path = str(tmp_path / "model.gguf")
     write_gguf(path, cfg, state, split_qkvz=split_qkvz)
