@@ -28,7 +28,7 @@ class GGUFSource:
         self.path = path
         self.description = path
         self.reader = _open_reader(path)
-        # Token arrays are skipped: reading 150k strings into Python costs seconds and only their count is used.
+        # contents() of the token arrays would build ~150k Python strings; only their count is used
         self.metadata = {name: _value(field) for name, field in self.reader.fields.items()
                          if name not in _ARRAY_FIELDS}
         self.arch = self.metadata.get("general.architecture")
@@ -37,9 +37,8 @@ class GGUFSource:
                              f"{', '.join(GGUF_ARCHITECTURES)}")
         self.tensor_names = {t.name for t in self.reader.tensors}
         self.hf_config = self._hf_config()
-        cfg = self.hf_config
-        self.inverter = TensorInverter(self.arch, cfg)
-        self.plan = self._plan(cfg["num_hidden_layers"])
+        self.inverter = TensorInverter(self.arch, self.hf_config)
+        self.plan = self._plan(self.hf_config["num_hidden_layers"])
 
     # ---- WeightSource ---------------------------------------------------------------------------
 
@@ -126,7 +125,7 @@ class GGUFSource:
             "partial_rotary_factor": get("rope.dimension_count", head_dim) / head_dim,
             "max_position_embeddings": get("context_length", 4096),
             "tie_word_embeddings": "output.weight" not in names,
-            "attention_bias": "blk.0.attn_q.bias" in names,
+            "attention_bias": any(name.endswith(".attn_q.bias") for name in names),
             "bos_token_id": self.metadata.get("tokenizer.ggml.bos_token_id"),
             "eos_token_id": eos_ids,
             "num_nextn_predict_layers": num_mtp,

@@ -3,6 +3,7 @@ runtime dtype, stream tensors in with a progress bar, check every parameter was 
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 
@@ -23,7 +24,7 @@ def build_model(source: WeightSource, device: str, dtype: str, seed: int = 0, qu
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch_dtype)
     try:
-        with torch.device(device):
+        with torch.device(device), _skip_default_init():
             model = model_class(cfg)(cfg)
     finally:
         torch.set_default_dtype(previous)
@@ -40,6 +41,21 @@ def build_model(source: WeightSource, device: str, dtype: str, seed: int = 0, qu
               f"{dtype}) on {device} in {time.perf_counter() - started:.1f}s, "
               f"{used / 2**20:.0f} MiB", file=sys.stderr)
     return model
+
+
+@contextlib.contextmanager
+def _skip_default_init():
+    """Every parameter is overwritten by the checkpoint or the random source, so torch's default
+    initialisers (seconds of work on a large model) are turned into no-ops while modules are built."""
+    names = ("kaiming_uniform_", "uniform_", "normal_", "zeros_", "ones_")
+    saved = {name: getattr(nn.init, name) for name in names}
+    for name in names:
+        setattr(nn.init, name, lambda tensor, *args, **kwargs: tensor)
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(nn.init, name, fn)
 
 
 def _counted(tensors, advance):

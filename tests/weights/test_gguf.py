@@ -144,7 +144,7 @@ class QuantizedSource:
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("quant", ["F32", "F16", "Q8_0", "Q4_1"])
+@pytest.mark.parametrize("quant", ["F32", "F16", "BF16", "Q8_0", "Q4_1"])
 def test_gguf_model_matches_safetensors_model(family, quant, tiny_folder, tmp_path):
     folder = tiny_folder(family)
     path = gguf_from_folder(folder, str(tmp_path / "model.gguf"), quant)
