@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from strata.sample import (Sampler, apply_penalties, apply_top_k_top_p, processed_probs,
                            sample_from_probs)
 from strata.types import SamplingParams
+from stats import chi_square_p_value
 
 # CPU always; CUDA too on the GPU machine (`-m gpu`), where generators and indexing differ.
 DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
@@ -46,17 +47,6 @@ def reference_probs(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0) -> n
 def _softmax(x: np.ndarray, keep: np.ndarray) -> np.ndarray:
     e = np.where(keep, np.exp(x - x[keep].max()), 0.0)
     return e / e.sum()
-
-
-def chi_square_p_value(counts: np.ndarray, probs: np.ndarray) -> float:
-    """Goodness-of-fit over the tokens with probability > 0 (the others are checked to be 0)."""
-    support = probs > 0
-    expected = probs[support] * counts.sum()
-    stat = float(((counts[support] - expected) ** 2 / expected).sum())
-    dof = int(support.sum()) - 1
-    # chi2 survival function = regularized upper incomplete gamma Q(dof / 2, stat / 2).
-    return float(torch.special.gammaincc(torch.tensor(dof / 2.0, dtype=torch.float64),
-                                         torch.tensor(stat / 2.0, dtype=torch.float64)))
 
 
 def make_sampler(max_num_seqs=8, vocab_size=8, eos_token_ids=(7,), seed=0, device="cpu") -> Sampler:
