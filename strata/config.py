@@ -157,6 +157,60 @@ class SchedulerConfig:
     policy: str = _opt("fcfs", "admission order: fcfs | shortest-prompt-first")
 
 
+SPEC_METHODS = ("mtp", "suffix", "mtp+suffix", "synthetic", "auto")
+MAX_SPEC_TOKENS = 15  # a verify window (1 + k) must stay a "short" window of the attention/GDN paths
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """vLLM's option shape: `{"method": ..., "num_speculative_tokens": k}`; method None = off."""
+
+    method: str | None = None
+    num_speculative_tokens: int = 3
+    acceptance_length: float | None = None   # "synthetic" only: mean accepted length, bonus included
+    draft_prob_floor: float = 0.0            # stop drafting once the drafter's own probability is lower
+    adaptive: bool = True                    # k falls as the batch grows or acceptance drops
+    suffix_max_ngram: int = 4
+
+    @classmethod
+    def from_json(cls, text: str | dict | None) -> SpecConfig:
+        import json
+
+        if text in (None, "", "null"):
+            return cls()
+        data = json.loads(text) if isinstance(text, str) else dict(text)
+        unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"speculative_config has unknown keys {sorted(unknown)}; known: "
+                             f"{[f.name for f in dataclasses.fields(cls)]}")
+        return cls(**data).validated()
+
+    def validated(self) -> SpecConfig:
+        if self.method is None:
+            return self
+        if self.method not in SPEC_METHODS:
+            raise ValueError(f"speculative_config method {self.method!r} is unknown; choose one of "
+                             f"{', '.join(SPEC_METHODS)}")
+        k = self.num_speculative_tokens
+        if not isinstance(k, int) or not 1 <= k <= MAX_SPEC_TOKENS:
+            raise ValueError(f"num_speculative_tokens must be an integer in [1, {MAX_SPEC_TOKENS}], got {k!r}")
+        if self.method == "synthetic":
+            if self.acceptance_length is None or not 1.0 <= self.acceptance_length <= k + 1:
+                raise ValueError(f"synthetic speculation needs acceptance_length in [1, k + 1 = {k + 1}], "
+                                 f"got {self.acceptance_length}")
+        if not 0.0 <= self.draft_prob_floor < 1.0:
+            raise ValueError(f"draft_prob_floor must be in [0, 1), got {self.draft_prob_floor}")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.method is not None
+
+    @property
+    def uses_mtp(self) -> bool:
+        return self.method in ("mtp", "mtp+suffix")
+
+
 @dataclass(frozen=True)
 class RunnerConfig:
     device: str = _opt("auto", "auto | cpu | cuda")
@@ -170,6 +224,7 @@ class EngineConfig:
     cache: CacheConfig = field(default_factory=CacheConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     runner: RunnerConfig = field(default_factory=RunnerConfig)
+    speculative: SpecConfig = field(default_factory=SpecConfig)
 
 
 def resolve_device(device: str) -> str:

@@ -115,6 +115,7 @@ class ScheduledSlot:
     token_ids: list[int]                        # the num_new_tokens input ids of this step
     draft_token_ids: list[int] = field(default_factory=list)  # trailing part of token_ids
     sample: bool = True                         # False for a prompt chunk that does not reach the end
+    next_k: int = 0                             # drafts wanted for the next step (0: propose none)
 
 
 @dataclass
@@ -159,6 +160,7 @@ class StepResult:
     slots: list[SlotResult]
     forward_seconds: float = 0.0
     sample_seconds: float = 0.0
+    draft_seconds: float = 0.0
 
 
 @dataclass

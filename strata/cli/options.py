@@ -7,7 +7,7 @@ import argparse
 import dataclasses
 import typing
 
-from strata.config import CacheConfig, EngineConfig, RunnerConfig, SchedulerConfig
+from strata.config import CacheConfig, EngineConfig, RunnerConfig, SchedulerConfig, SpecConfig
 
 _SECTIONS = {"cache": CacheConfig, "scheduler": SchedulerConfig, "runner": RunnerConfig}
 
@@ -32,10 +32,13 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
             group.add_argument(flag, dest=f"{section}.{f.name}", default=f.default,
                                type=_flag_type(str(hints[f.name])), metavar=f.name.upper(),
                                help=f"{f.metadata.get('help', '')} (default: {f.default})")
+    parser.add_argument("--speculative-config", default=None, metavar="JSON",
+                        help='speculative decoding, e.g. \'{"method": "suffix", "num_speculative_tokens": 3}\'; '
+                             'methods: mtp, suffix, mtp+suffix, synthetic (with acceptance_length), auto')
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
     values = vars(args)
     sections = {name: cls(**{f.name: values[f"{name}.{f.name}"] for f in dataclasses.fields(cls)})
                 for name, cls in _SECTIONS.items()}
-    return EngineConfig(model=args.model, **sections)
+    return EngineConfig(model=args.model, speculative=SpecConfig.from_json(args.speculative_config), **sections)

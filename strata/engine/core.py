@@ -7,6 +7,7 @@ of that step with an error delta; the engine keeps serving the others.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -14,7 +15,7 @@ import torch
 
 from strata.cache.block_allocator import blocks_needed
 from strata.cache.pools import KVPool
-from strata.config import EngineConfig, ModelConfig, resolve_device, resolve_dtype
+from strata.config import EngineConfig, ModelConfig, SpecConfig, resolve_device, resolve_dtype
 from strata.engine.detokenizer import TextStream
 from strata.runner.model_runner import ModelRunner
 from strata.scheduler.scheduler import Commit, Scheduler
@@ -27,6 +28,20 @@ logger = logging.getLogger(__name__)
 
 _CPU_KV_BUDGET_BYTES = 1 << 30
 _GPU_KV_FRACTION_OF_FREE = 0.5
+
+
+def resolve_spec(spec: SpecConfig, model) -> SpecConfig:
+    """Check the speculative configuration against the model before anything runs."""
+    spec = spec.validated()
+    if spec.method == "auto":
+        method = "mtp" if model.has_mtp else "suffix"
+        if not model.has_mtp:
+            logger.warning("speculative method 'auto': the model has no MTP head, using suffix drafting")
+        return dataclasses.replace(spec, method=method)
+    if spec.uses_mtp and not model.has_mtp:
+        raise ValueError(f"speculative method {spec.method!r} needs the model's MTP head, but "
+                         f"{model.config.architecture} has no mtp.* weights here; use 'suffix' or 'auto'")
+    return spec
 
 
 class EngineCore:
@@ -43,12 +58,13 @@ class EngineCore:
         if self.max_model_len > cfg.max_position_embeddings:
             raise ValueError(f"max_model_len {self.max_model_len} exceeds the model's "
                              f"max_position_embeddings {cfg.max_position_embeddings}")
+        self.spec = resolve_spec(config.speculative, model)
         num_blocks = self._num_kv_blocks(model, device, DTYPES[dtype])
         block_size = config.cache.block_size
         self.runner = ModelRunner(model, num_blocks, block_size, config.scheduler.max_num_seqs, device,
-                                  config.runner.seed)
+                                  config.runner.seed, self.spec)
         self.scheduler = Scheduler(config.scheduler, config.cache, num_blocks, self.max_model_len,
-                                   cfg.eos_token_ids)
+                                   cfg.eos_token_ids, self.spec)
         self.device, self.dtype, self.num_kv_blocks = device, dtype, num_blocks
         self.streams: dict[str, TextStream | None] = {}
 
@@ -143,3 +159,12 @@ class EngineCore:
             deltas.append(TokenDelta(state.request_id, [], "", True, FinishReason.ERROR,
                                      error=f"{type(error).__name__}: {error}"))
         return deltas
+
+    # ---- read-only views (server status, metrics) ------------------------------------------------
+
+    def status(self) -> dict:
+        """Plain-data snapshot of occupancy: slots, queue and KV blocks."""
+        sched = self.scheduler
+        return {"max_num_seqs": sched.config.max_num_seqs, "num_running": len(sched.running),
+                "num_waiting": len(sched.waiting), "num_free_slots": len(sched.free_slots),
+                "kv_blocks_total": self.num_kv_blocks, "kv_blocks_free": sched.allocator.num_free}

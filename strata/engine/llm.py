@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from strata.config import CacheConfig, EngineConfig, RunnerConfig, SchedulerConfig
+from strata.config import CacheConfig, EngineConfig, RunnerConfig, SchedulerConfig, SpecConfig
 from strata.engine.core import EngineCore
 from strata.tokenizer import render_chat
 from strata.types import FinishReason, Request, SamplingParams, TokenDelta, TokenLogprob
@@ -39,13 +39,14 @@ class LLM:
     def __init__(self, model: str | None = None, dtype: str = "auto", device: str = "auto",
                  max_num_seqs: int = 8, max_model_len: int | None = None, seed: int = 0,
                  max_num_batched_tokens: int = 2048, block_size: int = 16, num_gpu_blocks: int | None = None,
-                 quiet: bool = True) -> None:
+                 speculative_config: dict | None = None, policy: str = "fcfs", quiet: bool = True) -> None:
         config = EngineConfig(
             model=model or "",
             cache=CacheConfig(block_size=block_size, num_gpu_blocks=num_gpu_blocks),
             scheduler=SchedulerConfig(max_num_seqs=max_num_seqs, max_model_len=max_model_len,
-                                      max_num_batched_tokens=max_num_batched_tokens),
+                                      max_num_batched_tokens=max_num_batched_tokens, policy=policy),
             runner=RunnerConfig(device=device, dtype=dtype, seed=seed),
+            speculative=SpecConfig.from_json(speculative_config),
         )
         self._start(config, quiet)
 

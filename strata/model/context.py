@@ -6,7 +6,7 @@ slots scheduled this step, in plan order; tokens of one slot are contiguous.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -25,6 +25,10 @@ class ForwardContext:
     kv_caches: dict[int, tuple[torch.Tensor, torch.Tensor]]  # layer -> ([N_blocks, B, Hkv, D] x2)
     state_caches: dict[int, tuple[torch.Tensor, torch.Tensor]]  # layer -> (conv [S_max, C, W-1], ssm [S_max, Hv, Dk, Dv])
     block_size: int = 16
+    # Speculative verification: recurrent layers also record the state after every token, keyed by
+    # layer -> (conv [T, C, W-1], ssm [T, Hv, Dk, Dv]), so spec/commit.py can roll back to any position.
+    keep_window_states: bool = False
+    window_states: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
 
     @property
     def num_seqs(self) -> int:

@@ -91,11 +91,12 @@ def chunked_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
 
 
 def causal_conv1d_ragged(x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor,
-                         ctx: ForwardContext) -> torch.Tensor:
+                         ctx: ForwardContext) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Depthwise causal conv of each sequence's tokens after its W-1 remembered inputs.
 
     x: [T, C], weight: [C, W], conv_state: [S_max, C, W-1] -> [T, C]; each sequence's last W-1 inputs
     (history included, so windows shorter than W-1 work) are written back to its row of conv_state.
+    Also returns the conv state after every token [T, C, W-1] when ctx.keep_window_states, else None.
     """
     num_tokens, hist = x.shape[0], weight.shape[1] - 1
     device, slots = x.device, ctx.state_slot_ids
@@ -112,7 +113,11 @@ def causal_conv1d_ragged(x: torch.Tensor, weight: torch.Tensor, conv_state: torc
     out = sum(ext[token_pos - hist + j].float() * weight[:, j].float() for j in range(hist + 1))    # [T, C]
     last_pos = (ctx.query_start_loc[1:] + seq_ids * hist)[:, None] + torch.arange(hist, device=device)
     conv_state.index_copy_(0, slots, ext[last_pos].transpose(1, 2).to(conv_state.dtype))
-    return out.to(x.dtype)
+    window_conv = None
+    if ctx.keep_window_states:  # the conv state after each token: its last W-1 inputs
+        after_each = token_pos[:, None] - hist + 1 + torch.arange(hist, device=device)      # [T, W-1]
+        window_conv = ext[after_each].transpose(1, 2).to(conv_state.dtype)                    # [T, C, W-1]
+    return out.to(x.dtype), window_conv
 
 
 class GatedDeltaNet(nn.Module):
@@ -144,7 +149,8 @@ class GatedDeltaNet(nn.Module):
         num_tokens = hidden.shape[0]
         mixed_qkv, z, b, a = self._project(hidden)
         conv_state, ssm_state = ctx.state_caches[self.layer_idx]
-        mixed_qkv = F.silu(causal_conv1d_ragged(mixed_qkv, self.conv1d.weight[:, 0], conv_state, ctx))
+        mixed_qkv, window_conv = causal_conv1d_ragged(mixed_qkv, self.conv1d.weight[:, 0], conv_state, ctx)
+        mixed_qkv = F.silu(mixed_qkv)
         q, k, v = mixed_qkv.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
         group = self.num_v_heads // self.num_k_heads  # each q/k head serves `group` consecutive v heads
         q = l2norm(q.reshape(num_tokens, self.num_k_heads, self.head_k_dim).float()).repeat_interleave(group, 1)
@@ -152,7 +158,10 @@ class GatedDeltaNet(nn.Module):
         v = v.reshape(num_tokens, self.num_v_heads, self.head_v_dim)          # [T, Hv, Dv]
         beta = b.float().sigmoid()                                              # [T, Hv]
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
-        core = self._delta_rule(q, k, v, g, beta, ssm_state, ctx).to(hidden.dtype)  # [T, Hv, Dv]
+        core, window_ssm = self._delta_rule(q, k, v, g, beta, ssm_state, ctx)  # [T, Hv, Dv]
+        if ctx.keep_window_states:
+            ctx.window_states[self.layer_idx] = (window_conv, window_ssm)
+        core = core.to(hidden.dtype)
         return self.out_proj(self.norm(core, z).reshape(num_tokens, self.value_dim))
 
     def _project(self, hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -167,11 +176,17 @@ class GatedDeltaNet(nn.Module):
         return mixed_qkv, z, b.reshape(num_tokens, self.num_v_heads), a.reshape(num_tokens, self.num_v_heads)
 
     def _delta_rule(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
-                    beta: torch.Tensor, ssm_state: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+                    beta: torch.Tensor, ssm_state: torch.Tensor,
+                    ctx: ForwardContext) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Short windows run as one padded recurrent batch; each long window runs chunked on its own
-        (so one long prompt chunk does not pad every decode row)."""
+        (so one long prompt chunk does not pad every decode row). With ctx.keep_window_states the
+        recurrent batch also returns the state after every token ([T, Hv, Dk, Dv]; rows of long
+        windows stay unset: verification windows are always short)."""
         initial = torch.where(ctx.has_initial_state[:, None, None, None], ssm_state[ctx.state_slot_ids], 0)
         out = v.new_empty(v.shape, dtype=torch.float32)                        # [T, Hv, Dv]
+        window_ssm = None
+        if ctx.keep_window_states:
+            window_ssm = ssm_state.new_empty(q.shape[0], *ssm_state.shape[1:])  # [T, Hv, Dk, Dv]
         short = [i for i, n in enumerate(ctx.query_lens) if n <= _RECURRENT_MAX_QUERY_LEN]
         groups = [(short, recurrent_gated_delta_rule)] if short else []
         groups += [([i], chunked_gated_delta_rule) for i, n in enumerate(ctx.query_lens)
@@ -182,10 +197,16 @@ class GatedDeltaNet(nn.Module):
             max_len = max(ctx.query_lens[i] for i in seqs)
             padded = [_pad(x[tokens], row, col, len(seqs), max_len) for x in (q, k, v, g, beta)]
             seq_index = torch.tensor(seqs, device=q.device)
-            group_out, final = rule(*padded, initial[seq_index])
+            if window_ssm is not None and rule is recurrent_gated_delta_rule:
+                group_out, all_states = rule(*padded, initial[seq_index], return_all_states=True)
+                window_ssm[tokens] = all_states[row, col]
+                last = torch.tensor([ctx.query_lens[i] - 1 for i in seqs], device=q.device)
+                final = all_states[torch.arange(len(seqs), device=q.device), last]
+            else:
+                group_out, final = rule(*padded, initial[seq_index])
             out[tokens] = group_out[row, col]
             ssm_state.index_copy_(0, ctx.state_slot_ids[seq_index], final)
-        return out
+        return out, window_ssm
 
 
 def _padded_layout(seqs: list[int], starts: list[int], lens: list[int],

@@ -14,8 +14,7 @@ from strata.types import ScheduledSlot
 class StepInputs:
     input_ids: torch.Tensor        # [T]
     ctx: ForwardContext
-    sample_rows: list[int]         # index into [T] of the last token of each sampling slot
-    sample_slot_ids: list[int]
+    query_starts: list[int]        # first token row of each scheduled slot
 
 
 def build_inputs(scheduled: list[ScheduledSlot], block_tables: dict[int, list[int]], block_size: int,
@@ -24,7 +23,6 @@ def build_inputs(scheduled: list[ScheduledSlot], block_tables: dict[int, list[in
     positions: list[int] = []
     slot_mapping: list[int] = []
     query_start_loc = [0]
-    sample_rows, sample_slot_ids = [], []
     for work in scheduled:
         table = block_tables[work.slot_id]
         start = work.num_computed_tokens
@@ -33,9 +31,6 @@ def build_inputs(scheduled: list[ScheduledSlot], block_tables: dict[int, list[in
         positions.extend(range(start, start + work.num_new_tokens))
         input_ids.extend(work.token_ids)
         query_start_loc.append(query_start_loc[-1] + work.num_new_tokens)
-        if work.sample:
-            sample_rows.append(query_start_loc[-1] - 1)
-            sample_slot_ids.append(work.slot_id)
     width = max(len(block_tables[w.slot_id]) for w in scheduled)
     padded = [block_tables[w.slot_id] + [0] * (width - len(block_tables[w.slot_id])) for w in scheduled]
     num_computed = [w.num_computed_tokens for w in scheduled]
@@ -58,4 +53,4 @@ def build_inputs(scheduled: list[ScheduledSlot], block_tables: dict[int, list[in
         state_caches=state_caches,
         block_size=block_size,
     )
-    return StepInputs(tensor(input_ids), ctx, sample_rows, sample_slot_ids)
+    return StepInputs(tensor(input_ids), ctx, query_start_loc[:-1])

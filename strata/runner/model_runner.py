@@ -1,6 +1,6 @@
-"""The model runner: owns the model, the KV and recurrent-state pools, per-slot block tables and the
-sampler; `execute(plan)` runs one forward for every scheduled slot and samples where a slot reached
-the end of its known tokens.
+"""The model runner: owns the model, the KV and recurrent-state pools, per-slot block tables, the
+sampler and the drafter; `execute(plan)` runs one forward for every scheduled slot, samples or
+verifies where a slot reached the end of its window, commits, and proposes the next drafts.
 
 Order inside a step matters: slots freed by the plan are released before new slots are set up,
 because the scheduler may hand a freed slot id to a new request in the same plan.
@@ -14,14 +14,19 @@ import torch
 from torch import nn
 
 from strata.cache.pools import KVPool, StatePool
+from strata.config import SpecConfig
 from strata.runner.inputs import build_inputs
 from strata.sample import Sampler
+from strata.spec.commit import restore_recurrent_state
+from strata.spec.proposer import Proposer
+from strata.spec.synthetic import SyntheticDrafter
+from strata.spec.verify_step import sample_and_verify
 from strata.types import SlotResult, StepPlan, StepResult
 
 
 class ModelRunner:
     def __init__(self, model: nn.Module, num_blocks: int, block_size: int, max_num_seqs: int,
-                 device: str, seed: int = 0) -> None:
+                 device: str, seed: int = 0, spec: SpecConfig | None = None) -> None:
         cfg = model.config
         self.model = model
         self.device = device
@@ -33,32 +38,53 @@ class ModelRunner:
         self.state_pool = StatePool(model.recurrent_state_shapes(), max_num_seqs, dtype, device)
         self.sampler = Sampler(max_num_seqs, cfg.vocab_size, list(cfg.eos_token_ids), device, seed=seed)
         self.block_tables: dict[int, list[int]] = {}
+        spec = spec or SpecConfig()
+        self.proposer = Proposer(spec, model) if spec.enabled else None
+        self.synthetic = SyntheticDrafter(spec.acceptance_length, seed) if spec.method == "synthetic" else None
 
     @torch.inference_mode()
     def execute(self, plan: StepPlan) -> StepResult:
-        for slot_id in plan.finished_slot_ids:
-            self.block_tables.pop(slot_id, None)
-            self.sampler.remove_slot(slot_id)
-        for new in plan.new_slots:
-            self.block_tables[new.slot_id] = []
-            self.sampler.add_slot(new.slot_id, new.sampling_params, new.prompt_token_ids, new.output_token_ids)
+        self._update_slots(plan)
         if plan.is_empty:
             return StepResult(plan.step_id, [])
-        for work in plan.scheduled:
-            self.block_tables[work.slot_id].extend(work.new_block_ids)
         started = time.perf_counter()
         inputs = build_inputs(plan.scheduled, self.block_tables, self.block_size, self.kv_pool.caches,
                               self.state_pool.caches, self.device)
-        hidden = self.model(inputs.input_ids, inputs.ctx)  # [T, D]
-        if not inputs.sample_rows:
-            return StepResult(plan.step_id, [], forward_seconds=time.perf_counter() - started)
-        logits = self.model.compute_logits(hidden[inputs.sample_rows])  # [S, V]
+        ctx = inputs.ctx
+        ctx.keep_window_states = bool(self.state_pool.caches) and any(w.draft_token_ids for w in plan.scheduled)
+        hidden = self.model(inputs.input_ids, ctx)  # [T, D]
         forward_done = time.perf_counter()
-        out = self.sampler.sample(logits, inputs.sample_slot_ids)
-        results = []
-        for i, slot_id in enumerate(inputs.sample_slot_ids):
-            self.sampler.append_output(slot_id, [out.token_ids[i]])
-            logprobs = None if out.logprobs[i] is None else [out.logprobs[i]]
-            results.append(SlotResult(slot_id, [out.token_ids[i]], logprobs=logprobs))
+        outcomes = sample_and_verify(self.model, self.sampler, hidden, plan.scheduled, inputs.query_starts,
+                                     self.synthetic)
+        partial = [o for o in outcomes if o.num_accepted < o.num_drafts]
+        if ctx.keep_window_states:
+            restore_recurrent_state(self.state_pool.caches, ctx.window_states,
+                                    [o.slot_id for o in partial], [o.last_row for o in partial])
+        for o in outcomes:
+            self.sampler.append_output(o.slot_id, o.token_ids)
+            if self.proposer is not None:
+                self.proposer.commit(o.slot_id, o.token_ids)
+        sample_done = time.perf_counter()
+        drafts = {}
+        if self.proposer is not None:
+            drafts = self.proposer.propose(plan.scheduled, inputs.query_starts, inputs.input_ids, hidden, ctx,
+                                           outcomes, self.block_tables, self.kv_pool.caches, self.block_size)
+        results = [SlotResult(o.slot_id, o.token_ids, o.num_accepted, drafts.get(o.slot_id, []),
+                              None if o.logprobs is None else [o.logprobs]) for o in outcomes]
         return StepResult(plan.step_id, results, forward_seconds=forward_done - started,
-                          sample_seconds=time.perf_counter() - forward_done)
+                          sample_seconds=sample_done - forward_done,
+                          draft_seconds=time.perf_counter() - sample_done)
+
+    def _update_slots(self, plan: StepPlan) -> None:
+        for slot_id in plan.finished_slot_ids:
+            self.block_tables.pop(slot_id, None)
+            self.sampler.remove_slot(slot_id)
+            if self.proposer is not None:
+                self.proposer.remove_slot(slot_id)
+        for new in plan.new_slots:
+            self.block_tables[new.slot_id] = []
+            self.sampler.add_slot(new.slot_id, new.sampling_params, new.prompt_token_ids, new.output_token_ids)
+            if self.proposer is not None:
+                self.proposer.add_slot(new.slot_id, new.prompt_token_ids + new.output_token_ids)
+        for work in plan.scheduled:
+            self.block_tables[work.slot_id].extend(work.new_block_ids)

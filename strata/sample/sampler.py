@@ -97,6 +97,27 @@ class Sampler:
         token_id_list = token_ids.tolist()
         return SamplerOutput(token_id_list, self._logprobs(raw_logits, params, token_id_list))
 
+    def window_probs(self, logits: torch.Tensor, row_slot_ids: list[int]) -> torch.Tensor:
+        """The target distribution of every row of verification windows: logits [R, V] -> probs [R, V],
+        row r processed with the parameters of slot row_slot_ids[r]. No penalties or min_tokens mask:
+        the scheduler drafts only for requests that use neither."""
+        slots = torch.tensor(row_slot_ids, device=self.device)
+        params = [self._params_of(slot_id) for slot_id in set(row_slot_ids)]
+        return processed_probs(
+            logits, self.temperature[slots],
+            top_k=self.top_k[slots] if any(0 < p.top_k < self.vocab_size for p in params) else None,
+            top_p=self.top_p[slots] if any(p.top_p < 1.0 for p in params) else None,
+            min_p=self.min_p[slots] if any(p.min_p > 0.0 for p in params) else None)
+
+    def generator_for(self, slot_id: int) -> torch.Generator | None:
+        """The slot's generator reseeded for its next output position (None: use the shared one)."""
+        params = self._params_of(slot_id)
+        if params.seed is None:
+            return None
+        generator = self.slot_generators[slot_id]
+        generator.manual_seed(position_seed(params.seed, self.num_output_tokens[slot_id]))
+        return generator
+
     def _params_of(self, slot_id: int) -> SamplingParams:
         params = self.params[slot_id]
         if params is None:
@@ -131,12 +152,7 @@ class Sampler:
                                 top_k=self.top_k[slots] if needs_top_k else None,
                                 top_p=self.top_p[slots] if needs_top_p else None,
                                 min_p=self.min_p[slots] if needs_min_p else None)
-        generators = {}
-        for i, (slot_id, p) in enumerate(zip(row_slot_ids, row_params)):
-            if p.seed is not None:
-                generator = self.slot_generators[slot_id]
-                generator.manual_seed(position_seed(p.seed, self.num_output_tokens[slot_id]))
-                generators[i] = generator
+        generators = {i: g for i, slot_id in enumerate(row_slot_ids) if (g := self.generator_for(slot_id))}
         return sample_from_probs(probs, generators, self.shared_generator)
 
     def _logprobs(self, raw_logits: torch.Tensor, params: list[SamplingParams],

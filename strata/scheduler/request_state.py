@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from strata.scheduler.stats import SpecStats
 from strata.types import FinishReason, Request
 
 
@@ -25,6 +26,10 @@ class RequestState:
     num_computed_tokens: int = 0
     num_preemptions: int = 0
     finish_reason: FinishReason | None = None
+    # speculation: drafts proposed for the next step, and this request's acceptance statistics
+    draft_token_ids: list[int] = field(default_factory=list)
+    acceptance_ema: float = 1.0
+    spec_stats: SpecStats = field(default_factory=SpecStats)
 
     @property
     def request_id(self) -> str:
@@ -43,6 +48,26 @@ class RequestState:
         if end <= len(prompt):
             return prompt[start:end]
         return (prompt + self.output_token_ids)[start:end]
+
+    def remaining_output(self, max_model_len: int) -> int:
+        """Tokens this request may still emit before max_tokens or max_model_len."""
+        params = self.request.sampling_params
+        by_length = max_model_len - self.num_tokens
+        if params.max_tokens is None:
+            return by_length
+        return min(by_length, params.max_tokens - len(self.output_token_ids))
+
+    def append_outputs(self, token_ids: list[int], max_model_len: int) -> tuple[list[int], FinishReason | None]:
+        """Append tokens one by one up to the first stop condition; returns the tokens kept (drafts
+        accepted past an EOS or past max_tokens are dropped) and the finish reason, if any."""
+        kept = []
+        for token_id in token_ids:
+            self.output_token_ids.append(token_id)
+            kept.append(token_id)
+            reason = self.check_stop(max_model_len)
+            if reason is not None:
+                return kept, reason
+        return kept, None
 
     def check_stop(self, max_model_len: int) -> FinishReason | None:
         """Stop conditions on token ids (stop strings are the detokenizer's job)."""

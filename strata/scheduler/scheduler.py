@@ -13,8 +13,10 @@ from collections import deque
 from dataclasses import dataclass
 
 from strata.cache.block_allocator import BlockAllocator, blocks_needed
-from strata.config import CacheConfig, SchedulerConfig
+from strata.config import CacheConfig, SchedulerConfig, SpecConfig
 from strata.scheduler.request_state import RequestState, Status
+from strata.scheduler.stats import SpecStats
+from strata.spec.policy import can_speculate, draft_length, update_acceptance
 from strata.types import FinishReason, NewSlotData, Request, ScheduledSlot, StepPlan, StepResult
 
 
@@ -30,8 +32,12 @@ class Commit:
 
 class Scheduler:
     def __init__(self, config: SchedulerConfig, cache: CacheConfig, num_blocks: int, max_model_len: int,
-                 eos_token_ids: tuple[int, ...]) -> None:
+                 eos_token_ids: tuple[int, ...], spec: SpecConfig | None = None) -> None:
         self.config = config
+        self.spec = spec or SpecConfig()
+        # the MTP drafter writes its KV up to k - 1 positions past the verified window
+        self.lookahead = self.spec.num_speculative_tokens if self.spec.uses_mtp else 0
+        self.stats = SpecStats()
         self.block_size = cache.block_size
         self.max_model_len = max_model_len
         self.eos_token_ids = eos_token_ids
@@ -80,15 +86,16 @@ class Scheduler:
             if state.status is not Status.RUNNING:
                 continue  # preempted earlier in this loop to make room for an older request
             num_new = min(state.num_tokens - state.num_computed_tokens, budget)
-            new_blocks = self._try_grow(state, num_new)
+            drafts = self._drafts_for(state, budget) if num_new == 1 and state.output_token_ids else []
+            new_blocks = self._try_grow(state, num_new + len(drafts))
             if new_blocks is None:
                 continue  # preempted (or waiting for blocks): it is back in the waiting queue
-            scheduled.append(self._slot_work(state, num_new, new_blocks))
-            budget -= num_new
+            scheduled.append(self._slot_work(state, num_new, new_blocks, drafts))
+            budget -= num_new + len(drafts)
         while budget > 0 and self.waiting and self.free_slots and len(self.running) < self.config.max_num_seqs:
             state = self._next_waiting()
             num_new = min(state.num_tokens, budget)
-            if not self.allocator.can_allocate(blocks_needed(num_new, self.block_size)):
+            if not self.allocator.can_allocate(blocks_needed(num_new + self.lookahead, self.block_size)):
                 break
             self._admit(state)
             new_blocks = self._try_grow(state, num_new)
@@ -102,19 +109,29 @@ class Scheduler:
         by_slot = {r.slot_id: r for r in result.slots}
         running_by_slot = {s.slot_id: s for s in self.running}
         commits = []
+        self.stats.record_step(plan.num_tokens)
         for work in plan.scheduled:
             state = running_by_slot.get(work.slot_id)
             if state is None:
                 continue  # finished or aborted between schedule() and update()
-            state.num_computed_tokens += work.num_new_tokens
             slot_result = by_slot.get(work.slot_id)
+            num_rejected = len(work.draft_token_ids) - (slot_result.num_accepted if slot_result else 0)
+            state.num_computed_tokens += work.num_new_tokens - num_rejected
             if slot_result is None:
                 continue
-            state.output_token_ids.extend(slot_result.token_ids)
-            reason = state.check_stop(self.max_model_len)
+            if work.draft_token_ids:
+                state.spec_stats.record_verification(len(work.draft_token_ids), slot_result.num_accepted)
+                self.stats.record_verification(len(work.draft_token_ids), slot_result.num_accepted)
+                state.acceptance_ema = update_acceptance(state.acceptance_ema, len(work.draft_token_ids),
+                                                         slot_result.num_accepted)
+            state.draft_token_ids = slot_result.next_draft_token_ids
+            kept, reason = state.append_outputs(slot_result.token_ids, self.max_model_len)
+            logprobs = slot_result.logprobs[: len(kept)] if slot_result.logprobs else slot_result.logprobs
             if reason is not None:
                 self.finish_request(state.request_id, reason)
-            commits.append(Commit(state, slot_result.token_ids, slot_result.logprobs, reason))
+            else:
+                self._release_excess_blocks(state)
+            commits.append(Commit(state, kept, logprobs, reason))
         return commits
 
     # ---- helpers ---------------------------------------------------------------------------------
@@ -134,15 +151,40 @@ class Scheduler:
         self._pending_new.append(NewSlotData(state.request_id, state.slot_id, state.prompt_token_ids,
                                              state.request.sampling_params, list(state.output_token_ids)))
 
-    def _slot_work(self, state: RequestState, num_new: int, new_blocks: list[int]) -> ScheduledSlot:
+    def _slot_work(self, state: RequestState, num_new: int, new_blocks: list[int],
+                   drafts: list[int] | None = None) -> ScheduledSlot:
         start = state.num_computed_tokens
-        return ScheduledSlot(slot_id=state.slot_id, num_computed_tokens=start, num_new_tokens=num_new,
-                             new_block_ids=new_blocks, token_ids=state.token_range(start, start + num_new),
-                             sample=start + num_new == state.num_tokens)
+        drafts = drafts or []
+        sample = start + num_new == state.num_tokens
+        next_k = 0
+        if sample and self.spec.enabled and can_speculate(state.request.sampling_params, len(state.output_token_ids)):
+            next_k = draft_length(self.spec.num_speculative_tokens, self.spec.adaptive, len(self.running),
+                                  state.acceptance_ema)
+        return ScheduledSlot(slot_id=state.slot_id, num_computed_tokens=start, num_new_tokens=num_new + len(drafts),
+                             new_block_ids=new_blocks, token_ids=state.token_range(start, start + num_new) + drafts,
+                             draft_token_ids=drafts, sample=sample, next_k=next_k)
+
+    def _drafts_for(self, state: RequestState, budget: int) -> list[int]:
+        """This step's drafts: what the drafter proposed, within the budget and the request's room
+        (a window emits at most k + 1 tokens, so k < remaining output)."""
+        room = min(budget - 1, state.remaining_output(self.max_model_len) - 1)
+        if not can_speculate(state.request.sampling_params, len(state.output_token_ids)):
+            return []
+        return state.draft_token_ids[: max(room, 0)]
+
+    def _release_excess_blocks(self, state: RequestState) -> None:
+        """After rejected drafts a request may hold blocks past its committed length + lookahead;
+        they go back to the pool (their contents are never read)."""
+        keep = blocks_needed(state.num_computed_tokens + 1 + self.lookahead, self.block_size)
+        if len(state.block_ids) > keep:
+            self.allocator.free(state.block_ids[keep:])
+            del state.block_ids[keep:]
 
     def _try_grow(self, state: RequestState, num_new: int) -> list[int] | None:
-        """Blocks for `num_new` more tokens; on shortage, preempt the newest running request."""
-        needed = blocks_needed(state.num_computed_tokens + num_new, self.block_size) - len(state.block_ids)
+        """Blocks for `num_new` more tokens (+ the drafter's lookahead); on shortage, preempt the
+        newest running request."""
+        needed = blocks_needed(state.num_computed_tokens + num_new + self.lookahead,
+                               self.block_size) - len(state.block_ids)
         while not self.allocator.can_allocate(needed):
             victim = self.running[-1]
             self._preempt(victim)
@@ -158,6 +200,7 @@ class Scheduler:
         self._release(state)
         state.status = Status.WAITING
         state.num_computed_tokens = 0
+        state.draft_token_ids = []
         state.num_preemptions += 1
         self.waiting.appendleft(state)
 

@@ -1,0 +1,58 @@
+"""API errors and their two wire shapes: OpenAI (`{"error": {message, type, param, code}}`) and
+Anthropic (`{"type": "error", "error": {type, message}}`, on /v1/messages*). Every error a client
+can cause becomes an APIError with a status code and, where one is at fault, the field's name."""
+
+from __future__ import annotations
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+                    413: "request_too_large", 503: "overloaded_error", 500: "api_error"}
+_OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+                 413: "invalid_request_error", 503: "service_unavailable", 500: "internal_error"}
+
+
+class APIError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param = status, message, param
+
+
+def is_anthropic_path(path: str) -> bool:
+    return path.startswith("/v1/messages")
+
+
+def error_body(path: str, status: int, message: str, param: str | None = None) -> dict:
+    if is_anthropic_path(path):
+        return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": message}}
+    return {"error": {"message": message, "type": _OPENAI_TYPES.get(status, "internal_error"), "param": param,
+                      "code": status}}
+
+
+def error_response(path: str, status: int, message: str, param: str | None = None) -> JSONResponse:
+    return JSONResponse(error_body(path, status, message, param), status_code=status)
+
+
+def _field_name(loc: tuple) -> str:
+    parts = [str(p) for p in loc if p != "body"]
+    return ".".join(parts) or "body"
+
+
+async def api_error_handler(request: Request, exc: APIError) -> JSONResponse:
+    return error_response(request.url.path, exc.status, exc.message, exc.param)
+
+
+async def validation_error_handler(request: Request, exc: RequestValidationError) -> JSONResponse:
+    first = exc.errors()[0]
+    if first.get("type") == "json_invalid":
+        return error_response(request.url.path, 400, f"the body is not valid JSON: {first.get('msg')}", "body")
+    param = _field_name(tuple(first.get("loc", ())))
+    return error_response(request.url.path, 400, f"{param}: {first.get('msg')}", param)
+
+
+def param_of(message: str) -> str | None:
+    """SamplingParams errors start with the field's name ("top_p must be …")."""
+    head = message.split(" ", 1)[0]
+    return head if head.isidentifier() else None

@@ -1,0 +1,162 @@
+"""One request's trip through the engine, shared by the OpenAI and Anthropic routes: sampling
+parameters and length checks (400s), submit (503 when no engine), the first delta (503 when the engine
+dies before it), then deltas with keep-alive ticks (streaming) or the whole output (non-streaming,
+aborted when the client goes away). Metrics are observed here."""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from fastapi import Request as HTTPRequest
+
+from strata.engine.client import AsyncEngineClient, EngineDeadError, EngineUnavailableError, RequestStream
+from strata.server.config import ServerConfig
+from strata.server.errors import APIError, param_of
+from strata.server.metrics import Metrics, RequestTracker
+from strata.server.template import ChatTemplate
+from strata.types import FinishReason, Request, SamplingParams, TokenDelta
+
+_DISCONNECT_POLL_S = 0.25
+
+
+@dataclass
+class ServerState:
+    client: AsyncEngineClient
+    template: ChatTemplate
+    metrics: Metrics
+    config: ServerConfig
+    model_name: str
+    model_aliases: tuple[str, ...] = ()
+    started: float = field(default_factory=time.time)
+    _ids: itertools.count = field(default_factory=itertools.count)
+
+    def check_model(self, model: str) -> None:
+        if model != self.model_name and model not in self.model_aliases:
+            raise APIError(400, f"model {model!r} is not served here; this server serves {self.model_name!r}",
+                           "model")
+
+    def new_id(self, prefix: str) -> str:
+        return f"{prefix}{uuid.uuid4().hex[:16]}{next(self._ids)}"
+
+    @property
+    def max_model_len(self) -> int:
+        return self.client.info["max_model_len"]
+
+    @property
+    def vocab_size(self) -> int:
+        return self.client.info["vocab_size"]
+
+
+def sampling_params(**fields) -> SamplingParams:
+    fields = {k: v for k, v in fields.items() if v is not None}
+    try:
+        return SamplingParams(**fields)
+    except (ValueError, TypeError) as e:
+        raise APIError(400, str(e), param_of(str(e))) from e
+
+
+def check_prompt(state: ServerState, prompt_token_ids: list[int], max_tokens: int | None, prompt_param: str,
+                 max_tokens_param: str = "max_tokens") -> int:
+    """Validate the prompt against the context; return the effective max_tokens (never truncates)."""
+    n, limit = len(prompt_token_ids), state.max_model_len
+    if n == 0:
+        raise APIError(400, "the prompt is empty", prompt_param)
+    if any(not 0 <= t < state.vocab_size for t in prompt_token_ids):
+        raise APIError(400, f"prompt token ids must be in [0, {state.vocab_size})", prompt_param)
+    if n >= limit:
+        raise APIError(400, f"the prompt has {n} tokens; the context (max_model_len) is {limit}, which leaves "
+                            f"no room for output", prompt_param)
+    if max_tokens is None:
+        return limit - n
+    if n + max_tokens > limit:
+        raise APIError(400, f"{max_tokens_param}={max_tokens} plus the prompt's {n} tokens exceeds the context of "
+                            f"{limit} tokens; lower {max_tokens_param} to at most {limit - n}", max_tokens_param)
+    return max_tokens
+
+
+@dataclass
+class Output:
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+    logprobs: list[dict[int, float]] = field(default_factory=list)
+
+
+class Generation:
+    """Use as `async with Generation(...) as gen:`; leaving the block aborts an unfinished request."""
+
+    def __init__(self, state: ServerState, request: Request) -> None:
+        self.state, self.request = state, request
+        self.tracker: RequestTracker = state.metrics.track(len(request.prompt_token_ids))
+        self.stream: RequestStream | None = None
+        self._first: TokenDelta | None = None
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.request.prompt_token_ids)
+
+    async def __aenter__(self) -> Generation:
+        try:
+            self.stream = await self.state.client.submit(self.request, wait_s=self.state.config.engine_start_timeout_s)
+            self._first = await self.stream.next(self.state.config.keepalive_s)
+        except (EngineUnavailableError, EngineDeadError) as e:
+            self.tracker.on_end("engine_error")
+            raise APIError(503, f"the engine is unavailable: {e}; retry shortly") from e
+        self._check_error(self._first)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        if self.stream is not None:
+            if not self.stream.finished:
+                self.tracker.on_end(FinishReason.ABORT.value)
+            self.stream.close()
+
+    def _check_error(self, delta: TokenDelta | None) -> None:
+        if delta is not None and delta.finish_reason is FinishReason.ERROR:
+            self.tracker.on_end("error")
+            raise APIError(500, f"the engine failed this request: {delta.error}")
+
+    def _observe(self, delta: TokenDelta) -> None:
+        self.tracker.on_delta(delta)
+        if delta.finished:
+            self.tracker.on_end(delta.finish_reason.value if delta.finish_reason else "stop")
+
+    async def deltas(self) -> AsyncIterator[TokenDelta | None]:
+        """Deltas in order; None when `keepalive_s` passes without one. Raises EngineDeadError."""
+        delta = self._first
+        while True:
+            if delta is not None:
+                self._check_error(delta)
+                self._observe(delta)
+                yield delta
+                if delta.finished:
+                    return
+            else:
+                yield None
+            try:
+                delta = await self.stream.next(self.state.config.keepalive_s)
+            except EngineDeadError:
+                self.tracker.on_end("engine_error")
+                raise
+
+    async def collect(self, http_request: HTTPRequest) -> Output:
+        """The whole output; 503 if the engine dies; aborts if the client disconnects."""
+        out = Output()
+        try:
+            async for delta in self.deltas():
+                if delta is None:
+                    if await http_request.is_disconnected():
+                        raise APIError(400, "the client disconnected")
+                    continue
+                out.text += delta.new_text
+                out.token_ids.extend(delta.new_token_ids)
+                out.logprobs.extend(delta.new_logprobs or [])
+                if delta.finished:
+                    out.finish_reason = delta.finish_reason.value
+        except EngineDeadError as e:
+            raise APIError(503, f"the engine failed during this request: {e}; retry") from e
+        return out

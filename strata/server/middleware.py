@@ -1,0 +1,70 @@
+"""Pure-ASGI guards in front of every route: API-key check (all paths but /health) and the request
+body size limit (413, checked on Content-Length and on the bytes actually received)."""
+
+from __future__ import annotations
+
+import hmac
+import json
+
+from strata.server.errors import error_body
+
+OPEN_PATHS = ("/health",)
+
+
+async def _send_error(send, path: str, status: int, message: str) -> None:
+    body = json.dumps(error_body(path, status, message)).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class AuthMiddleware:
+    def __init__(self, app, api_key: str | None) -> None:
+        self.app, self.api_key = app, api_key
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or not self.api_key or scope["path"] in OPEN_PATHS:
+            return await self.app(scope, receive, send)
+        headers = dict(scope["headers"])
+        given = headers.get(b"x-api-key", b"").decode("latin-1")
+        auth = headers.get(b"authorization", b"").decode("latin-1")
+        if auth.lower().startswith("bearer "):
+            given = given or auth[7:].strip()
+        if not given or not hmac.compare_digest(given.encode(), self.api_key.encode()):
+            return await _send_error(send, scope["path"], 401,
+                                     "missing or wrong API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'")
+        return await self.app(scope, receive, send)
+
+
+class BodyLimitMiddleware:
+    def __init__(self, app, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            return await _send_error(send, scope["path"], 413,
+                                     f"the request body is over the limit of {self.max_bytes} bytes")
+        received = 0
+        too_large = False
+
+        async def limited_receive():
+            nonlocal received, too_large
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    too_large = True
+                    raise _BodyTooLarge()
+            return message
+
+        try:
+            await self.app(scope, limited_receive, send)
+        except _BodyTooLarge:
+            await _send_error(send, scope["path"], 413, f"the request body is over the limit of {self.max_bytes} bytes")
+
+
+class _BodyTooLarge(Exception):
+    pass

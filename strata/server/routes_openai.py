@@ -1,0 +1,262 @@
+"""OpenAI routes: /v1/chat/completions, /v1/completions, /v1/models. Bodies are validated (400),
+rendered and checked against the context before anything reaches the engine."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter, Request as HTTPRequest
+
+from strata.engine.client import EngineDeadError
+from strata.server import sse
+from strata.server.errors import APIError, error_body
+from strata.server.generation import Generation, ServerState, check_prompt, sampling_params
+from strata.server.parsing import OutputParser, parse_all
+from strata.server.protocol_openai import ChatCompletionRequest, ChatMessage, CompletionRequest, SamplingFields
+from strata.server.template import ToolSpec
+from strata.types import Request
+
+router = APIRouter()
+
+_THINKING = {"none": False, "minimal": False, "low": True, "medium": True, "high": True}
+
+
+def state_of(http_request: HTTPRequest) -> ServerState:
+    return http_request.app.state.strata
+
+
+def usage(num_prompt: int, num_completion: int) -> dict:
+    return {"prompt_tokens": num_prompt, "completion_tokens": num_completion,
+            "total_tokens": num_prompt + num_completion, "prompt_tokens_details": {"cached_tokens": 0}}
+
+
+def _params(body: SamplingFields, max_tokens: int, logprobs: int | None):
+    return sampling_params(n=body.n, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
+                           min_p=body.min_p, seed=body.seed, presence_penalty=body.presence_penalty,
+                           frequency_penalty=body.frequency_penalty, repetition_penalty=body.repetition_penalty,
+                           max_tokens=max_tokens, min_tokens=body.min_tokens, stop=body.stop,
+                           stop_token_ids=body.stop_token_ids, ignore_eos=body.ignore_eos, logprobs=logprobs)
+
+
+def _check_common(state: ServerState, body: SamplingFields) -> None:
+    state.check_model(body.model)
+    if body.n != 1:
+        raise APIError(400, f"n must be 1 (got {body.n}): one completion per request", "n")
+    if body.top_k is not None and body.top_k > state.vocab_size:
+        raise APIError(400, f"top_k must be at most the vocabulary size {state.vocab_size}", "top_k")
+    if body.stop_token_ids and any(not 0 <= t < state.vocab_size for t in body.stop_token_ids):
+        raise APIError(400, f"stop_token_ids must be in [0, {state.vocab_size})", "stop_token_ids")
+
+
+# ---- messages ------------------------------------------------------------------------------------
+
+def _text(content) -> str:
+    if content is None:
+        return ""
+    return content if isinstance(content, str) else "".join(part.text for part in content)
+
+
+def normalize_messages(messages: list[ChatMessage]) -> list[dict]:
+    out = []
+    for i, m in enumerate(messages):
+        role = "system" if m.role == "developer" else m.role
+        entry = {"role": role, "content": _text(m.content)}
+        if m.tool_calls:
+            calls = []
+            for j, call in enumerate(m.tool_calls):
+                try:
+                    arguments = json.loads(call.function.arguments or "{}")
+                except json.JSONDecodeError:
+                    arguments = None
+                if not isinstance(arguments, dict):
+                    raise APIError(400, "tool call arguments must be a JSON object",
+                                   f"messages.{i}.tool_calls.{j}.function.arguments")
+                calls.append({"id": call.id or f"call_{i}_{j}", "name": call.function.name, "arguments": arguments})
+            entry["tool_calls"] = calls
+        if m.tool_call_id:
+            entry["tool_call_id"] = m.tool_call_id
+        out.append(entry)
+    return out
+
+
+def _tools(body: ChatCompletionRequest) -> list[ToolSpec] | None:
+    if not body.tools or body.tool_choice == "none":
+        return None
+    return [ToolSpec(t.function.name, t.function.description, t.function.parameters or {"type": "object"})
+            for t in body.tools]
+
+
+def _check_response_format(body: ChatCompletionRequest) -> None:
+    rf = body.response_format
+    if rf is None or rf.type != "json_schema":
+        return
+    if rf.json_schema is None or not isinstance(rf.json_schema.schema_, dict):
+        raise APIError(400, "response_format json_schema needs json_schema.name and json_schema.schema (an object)",
+                       "response_format.json_schema")
+    try:
+        import jsonschema_rs  # noqa: F401  (ships with schemathesis; optional)
+        jsonschema_rs.validator_for(rf.json_schema.schema_)
+    except ImportError:
+        pass
+    except Exception as e:
+        raise APIError(400, f"response_format json_schema.schema is not a valid JSON Schema: {e}",
+                       "response_format.json_schema.schema") from e
+
+
+# ---- /v1/chat/completions ------------------------------------------------------------------------
+
+@router.post("/v1/chat/completions")
+async def chat_completions(body: ChatCompletionRequest, http_request: HTTPRequest):
+    state = state_of(http_request)
+    _check_common(state, body)
+    _check_response_format(body)
+    tools = _tools(body)
+    thinking = _THINKING.get(body.reasoning_effort) if body.reasoning_effort else None
+    rendered = state.template.render(normalize_messages(body.messages), tools, thinking)
+    max_tokens = check_prompt(state, rendered.prompt_token_ids, body.max_completion_tokens or body.max_tokens,
+                              "messages", "max_completion_tokens" if body.max_completion_tokens else "max_tokens")
+    logprobs = (body.top_logprobs or 0) if body.logprobs else None
+    request = Request(state.new_id("chatcmpl-"), rendered.prompt_token_ids, _params(body, max_tokens, logprobs))
+    gen = Generation(state, request)
+    await gen.__aenter__()
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        parser = OutputParser(tools is not None, rendered.starts_in_reasoning)
+        return sse.sse_response(_chat_stream(gen, state, parser, include_usage))
+    try:
+        out = await gen.collect(http_request)
+    finally:
+        await gen.__aexit__()
+    content, reasoning, calls = parse_all(out.text, tools is not None, rendered.starts_in_reasoning)
+    message: dict = {"role": "assistant", "content": content if (content or not calls) else None}
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    if calls:
+        message["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                                 for c in calls]
+    finish = "tool_calls" if calls and out.finish_reason == "stop" else out.finish_reason
+    return {"id": request.request_id, "object": "chat.completion", "created": int(time.time()),
+            "model": state.model_name,
+            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+            "usage": usage(gen.num_prompt_tokens, len(out.token_ids))}
+
+
+async def _chat_stream(gen: Generation, state: ServerState, parser: OutputParser,
+                       include_usage: bool) -> AsyncIterator[str]:
+    created, rid = int(time.time()), gen.request.request_id
+
+    def chunk(delta: dict, finish: str | None = None) -> str:
+        return sse.data({"id": rid, "object": "chat.completion.chunk", "created": created, "model": state.model_name,
+                         "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]})
+
+    num_tools, num_tokens = 0, 0
+    try:
+        yield chunk({"role": "assistant", "content": ""})
+        async for delta in gen.deltas():
+            if delta is None:
+                yield sse.KEEPALIVE
+                continue
+            num_tokens += len(delta.new_token_ids)
+            events = parser.feed(delta.new_text) + (parser.finish() if delta.finished else [])
+            for kind, value in events:
+                if kind == "reasoning":
+                    yield chunk({"reasoning_content": value})
+                elif kind == "content" and not (num_tools and not value.strip()):
+                    yield chunk({"content": value})
+                elif kind == "tool_call":
+                    yield chunk({"tool_calls": [{"index": num_tools, "id": value.id, "type": "function",
+                                                 "function": {"name": value.name, "arguments": ""}}]})
+                    yield chunk({"tool_calls": [{"index": num_tools, "function": {"arguments": value.arguments}}]})
+                    num_tools += 1
+            if delta.finished:
+                reason = delta.finish_reason.value
+                yield chunk({}, "tool_calls" if num_tools and reason == "stop" else reason)
+        if include_usage:
+            yield sse.data({"id": rid, "object": "chat.completion.chunk", "created": created,
+                            "model": state.model_name, "choices": [], "usage": usage(gen.num_prompt_tokens, num_tokens)})
+    except EngineDeadError as e:
+        yield sse.data(error_body("/v1/chat/completions", 503, f"the engine failed mid-stream: {e}"))
+    except APIError as e:
+        yield sse.data(error_body("/v1/chat/completions", e.status, e.message))
+    finally:
+        await gen.__aexit__()
+    yield sse.DONE
+
+
+# ---- /v1/completions -----------------------------------------------------------------------------
+
+def _completion_prompt(state: ServerState, prompt) -> list[int]:
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
+        if len(prompt) != 1:
+            raise APIError(400, f"prompt holds {len(prompt)} prompts; send one prompt per request", "prompt")
+        prompt = prompt[0]
+    if isinstance(prompt, list):
+        return list(prompt)
+    if state.template.tokenizer is None:
+        raise APIError(400, "this model has no tokenizer: send the prompt as token ids", "prompt")
+    return state.template.tokenizer.encode(prompt, add_special_tokens=True) if prompt else []
+
+
+@router.post("/v1/completions")
+async def completions(body: CompletionRequest, http_request: HTTPRequest):
+    state = state_of(http_request)
+    _check_common(state, body)
+    if body.suffix:
+        raise APIError(400, "suffix is not supported", "suffix")
+    if body.echo:
+        raise APIError(400, "echo is not supported", "echo")
+    prompt_ids = _completion_prompt(state, body.prompt)
+    max_tokens = check_prompt(state, prompt_ids, body.max_tokens if body.max_tokens is not None else 16, "prompt")
+    request = Request(state.new_id("cmpl-"), prompt_ids, _params(body, max_tokens, body.logprobs))
+    gen = Generation(state, request)
+    await gen.__aenter__()
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return sse.sse_response(_completion_stream(gen, state, include_usage))
+    try:
+        out = await gen.collect(http_request)
+    finally:
+        await gen.__aexit__()
+    return {"id": request.request_id, "object": "text_completion", "created": int(time.time()),
+            "model": state.model_name,
+            "choices": [{"index": 0, "text": out.text, "logprobs": None, "finish_reason": out.finish_reason}],
+            "usage": usage(gen.num_prompt_tokens, len(out.token_ids))}
+
+
+async def _completion_stream(gen: Generation, state: ServerState, include_usage: bool) -> AsyncIterator[str]:
+    created, rid = int(time.time()), gen.request.request_id
+
+    def chunk(text: str, finish: str | None = None, extra: dict | None = None, choices: bool = True) -> str:
+        body = {"id": rid, "object": "text_completion", "created": created, "model": state.model_name,
+                "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}] if choices else []}
+        return sse.data({**body, **(extra or {})})
+
+    num_tokens = 0
+    try:
+        async for delta in gen.deltas():
+            if delta is None:
+                yield sse.KEEPALIVE
+                continue
+            num_tokens += len(delta.new_token_ids)
+            if delta.new_text or delta.finished:
+                yield chunk(delta.new_text, delta.finish_reason.value if delta.finished else None)
+        if include_usage:
+            yield chunk("", extra={"usage": usage(gen.num_prompt_tokens, num_tokens)}, choices=False)
+    except EngineDeadError as e:
+        yield sse.data(error_body("/v1/completions", 503, f"the engine failed mid-stream: {e}"))
+    except APIError as e:
+        yield sse.data(error_body("/v1/completions", e.status, e.message))
+    finally:
+        await gen.__aexit__()
+    yield sse.DONE
+
+
+# ---- /v1/models ----------------------------------------------------------------------------------
+
+@router.get("/v1/models")
+async def models(http_request: HTTPRequest):
+    state = state_of(http_request)
+    return {"object": "list", "data": [{"id": state.model_name, "object": "model", "created": int(state.started),
+                                        "owned_by": "strata", "max_model_len": state.max_model_len}]}

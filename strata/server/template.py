@@ -1,0 +1,117 @@
+"""Chat rendering for the server: normalized messages -> prompt token ids through the model's chat
+template, with tools and the thinking switch.
+
+Both APIs convert their messages to one normalized form first: {"role", "content": str,
+"tool_calls": [{"id", "name", "arguments": dict}], "tool_call_id"}. A template that knows tool calls
+gets them natively (HF's `tools=` and `tool_calls`); for one that does not, tools are described in the
+system message and calls/results written as Hermes/Qwen text (`<tool_call>{json}</tool_call>`,
+`<tool_response>…</tool_response>`), the format the output parser reads back.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from strata.server.errors import APIError
+from strata.tokenizer import render_chat
+
+THINK_OPEN = "<think>"
+
+_TOOLS_PREAMBLE = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{tools}\n</tools>\n\n"
+    "For each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n{{\"name\": <function-name>, \"arguments\": "
+    "<args-json-object>}}\n</tool_call>")
+
+
+@dataclass
+class Rendered:
+    prompt_token_ids: list[int]
+    starts_in_reasoning: bool   # the template opened a <think> block in the generation prompt
+
+
+@dataclass
+class ToolSpec:
+    name: str
+    description: str | None
+    parameters: dict
+
+    def as_openai(self) -> dict:
+        return {"type": "function", "function": {"name": self.name, "description": self.description or "",
+                                                 "parameters": self.parameters}}
+
+
+class ChatTemplate:
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        source = getattr(tokenizer, "chat_template", None) or ""
+        self.native_tools = "tool_calls" in source
+        self.has_thinking_switch = "enable_thinking" in source
+
+    def render(self, messages: list[dict], tools: list[ToolSpec] | None = None,
+               enable_thinking: bool | None = None) -> Rendered:
+        if self.tokenizer is None:
+            raise APIError(400, "this model has no tokenizer: use /v1/completions with token ids", "messages")
+        kwargs = {}
+        if enable_thinking is not None and self.has_thinking_switch:
+            kwargs["enable_thinking"] = enable_thinking
+        if self.native_tools:
+            template_messages = [_native(m) for m in messages]
+            if tools:
+                kwargs["tools"] = [t.as_openai() for t in tools]
+        else:
+            template_messages = _as_text(messages, tools)
+        try:
+            ids = render_chat(self.tokenizer, template_messages, **kwargs)
+        except ValueError as e:
+            raise APIError(400, str(e), "messages") from e
+        except Exception as e:  # jinja errors raised by the template itself (e.g. role order)
+            raise APIError(400, f"the chat template rejected the messages: {e}", "messages") from e
+        tail = self.tokenizer.decode(ids[-3:]).rstrip()
+        return Rendered(ids, tail.endswith(THINK_OPEN))
+
+    def count(self, messages: list[dict], tools: list[ToolSpec] | None = None,
+              enable_thinking: bool | None = None) -> int:
+        return len(self.render(messages, tools, enable_thinking).prompt_token_ids)
+
+
+def _native(message: dict) -> dict:
+    out = {"role": message["role"], "content": message.get("content") or ""}
+    if message.get("tool_calls"):
+        out["tool_calls"] = [{"id": c["id"], "type": "function",
+                              "function": {"name": c["name"], "arguments": c["arguments"]}}
+                             for c in message["tool_calls"]]
+    if message.get("tool_call_id"):
+        out["tool_call_id"] = message["tool_call_id"]
+    return out
+
+
+def tool_call_text(name: str, arguments: dict) -> str:
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+def _as_text(messages: list[dict], tools: list[ToolSpec] | None) -> list[dict]:
+    """Tool-unaware template: tools in the system prompt, calls and results as Hermes text."""
+    out: list[dict] = []
+    for m in messages:
+        content = m.get("content") or ""
+        if m["role"] == "tool":
+            block = f"<tool_response>\n{content}\n</tool_response>"
+            if out and out[-1]["role"] == "user" and out[-1]["content"].startswith("<tool_response>"):
+                out[-1]["content"] += "\n" + block
+            else:
+                out.append({"role": "user", "content": block})
+            continue
+        if m.get("tool_calls"):
+            calls = "\n".join(tool_call_text(c["name"], c["arguments"]) for c in m["tool_calls"])
+            content = (content + "\n" if content else "") + calls
+        out.append({"role": m["role"], "content": content})
+    if tools:
+        preamble = _TOOLS_PREAMBLE.format(tools="\n".join(json.dumps(t.as_openai()) for t in tools))
+        if out and out[0]["role"] == "system":
+            out[0] = {"role": "system", "content": out[0]["content"] + "\n\n" + preamble}
+        else:
+            out.insert(0, {"role": "system", "content": preamble})
+    return out

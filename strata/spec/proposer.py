@@ -1,0 +1,120 @@
+"""Proposing the next step's drafts: `propose` for every sampling slot, after verification.
+
+- suffix: prompt-lookup matches over the slot's committed tokens (no model);
+- mtp: the model's MTP head. Pass 1 runs over every row of the step (prompt chunks included) so the
+  head's one-layer KV stays complete: row p gets (embedding of token p + 1, target hidden of row p);
+  the row of a slot's last accepted position yields draft 1. Passes 2..k run one token per slot at
+  the following positions, batched across slots, recursing on the head's own hidden state;
+- mtp+suffix: both, keeping the longer credible proposal per slot;
+- synthetic: placeholders; the verifier turns them into the target's own tokens.
+The drafter's probability floor cuts a proposal at the first draft the drafter itself doubts.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from strata.config import SpecConfig
+from strata.runner.inputs import build_inputs
+from strata.spec.suffix import SuffixDrafter
+from strata.spec.verify_step import SlotOutcome
+from strata.types import ScheduledSlot
+
+
+class Proposer:
+    def __init__(self, spec: SpecConfig, model) -> None:
+        self.spec = spec
+        self.model = model
+        self.suffix = SuffixDrafter(spec.suffix_max_ngram) if spec.method in ("suffix", "mtp+suffix") else None
+        self.tokens: dict[int, list[int]] = {}   # committed tokens per slot (the MTP needs prompt lookahead)
+
+    def add_slot(self, slot_id: int, token_ids: list[int]) -> None:
+        self.tokens[slot_id] = list(token_ids)
+        if self.suffix is not None:
+            self.suffix.add_slot(slot_id, token_ids)
+
+    def remove_slot(self, slot_id: int) -> None:
+        self.tokens.pop(slot_id, None)
+        if self.suffix is not None:
+            self.suffix.remove_slot(slot_id)
+
+    def commit(self, slot_id: int, token_ids: list[int]) -> None:
+        self.tokens[slot_id].extend(token_ids)
+        if self.suffix is not None:
+            self.suffix.extend(slot_id, token_ids)
+
+    @torch.inference_mode()
+    def propose(self, scheduled: list[ScheduledSlot], query_starts: list[int], input_ids: torch.Tensor,
+                hidden: torch.Tensor, ctx, outcomes: list[SlotOutcome], block_tables: dict[int, list[int]],
+                kv_caches: dict, block_size: int) -> dict[int, list[int]]:
+        """-> slot id -> drafts (at most the slot's `next_k`) for the slots that want them."""
+        wanted = {w.slot_id: w.next_k for w in scheduled if w.sample and w.next_k > 0}
+        mtp: dict[int, list[int]] = {}
+        if self.spec.uses_mtp:
+            mtp = self._propose_mtp(scheduled, query_starts, input_ids, hidden, ctx, outcomes, wanted,
+                                    block_tables, kv_caches, block_size)
+        drafts = {}
+        for slot_id, k in wanted.items():
+            if self.spec.method == "synthetic":
+                drafts[slot_id] = [self.tokens[slot_id][-1]] * k
+                continue
+            proposal = mtp.get(slot_id, [])
+            if self.suffix is not None:
+                matched = self.suffix.propose(slot_id, k)
+                if len(matched) > len(proposal):
+                    proposal = matched
+            drafts[slot_id] = proposal
+        return drafts
+
+    def _propose_mtp(self, scheduled, query_starts, input_ids, hidden, ctx, outcomes, wanted,
+                     block_tables, kv_caches, block_size) -> dict[int, list[int]]:
+        by_slot = {o.slot_id: o for o in outcomes}
+        shifted = torch.roll(input_ids, -1)  # row p -> token p + 1 inside each window
+        for work, start in zip(scheduled, query_starts):
+            end = start + work.num_new_tokens
+            outcome = by_slot.get(work.slot_id)
+            if outcome is not None:
+                shifted[outcome.last_row] = outcome.token_ids[-1]
+            else:  # a prompt chunk: the next token is the next prompt token
+                shifted[end - 1] = self.tokens[work.slot_id][work.num_computed_tokens + work.num_new_tokens]
+        draft_hidden = self.model.mtp_forward(shifted, hidden, ctx)  # [T, D]
+        slots = [o for o in outcomes if o.slot_id in wanted]
+        if not slots:
+            return {}
+        rows = torch.tensor([o.last_row for o in slots], device=hidden.device)
+        state = draft_hidden[rows]                                   # [S, D]
+        positions = {o.slot_id: _position_of(o, scheduled, query_starts) for o in slots}
+        drafts = {o.slot_id: [] for o in slots}
+        active = list(slots)
+        for step in range(max(wanted[o.slot_id] for o in slots)):
+            if step > 0:
+                state = self._mtp_step(active, drafts, positions, state, step, block_tables, kv_caches, block_size)
+            probs = torch.softmax(self.model.compute_logits(state), dim=-1)
+            best_prob, best = probs.max(dim=-1)
+            keep = []
+            for i, (o, token, prob) in enumerate(zip(active, best.tolist(), best_prob.tolist())):
+                if prob < self.spec.draft_prob_floor:
+                    continue
+                drafts[o.slot_id].append(token)
+                if len(drafts[o.slot_id]) < wanted[o.slot_id]:
+                    keep.append(i)
+            active = [active[i] for i in keep]
+            state = state[keep]
+            if not active:
+                break
+        return drafts
+
+    def _mtp_step(self, active, drafts, positions, state, step, block_tables, kv_caches, block_size):
+        """One recursive MTP pass: each active slot feeds its newest draft at the next position."""
+        work = [ScheduledSlot(o.slot_id, positions[o.slot_id] + step, 1, [], [drafts[o.slot_id][-1]])
+                for o in active]
+        inputs = build_inputs(work, block_tables, block_size, kv_caches, {}, str(state.device))
+        return self.model.mtp_forward(inputs.input_ids, state, inputs.ctx)
+
+
+def _position_of(outcome: SlotOutcome, scheduled, query_starts) -> int:
+    """Absolute position of the slot's last accepted token."""
+    for work, start in zip(scheduled, query_starts):
+        if work.slot_id == outcome.slot_id:
+            return work.num_computed_tokens + outcome.last_row - start
+    raise KeyError(outcome.slot_id)

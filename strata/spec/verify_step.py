@@ -1,0 +1,91 @@
+"""One step's sampling and verification for every slot that reached the end of its window.
+
+A slot without drafts samples one token from its last row (the plain sampler path, identical to
+speculation off). A slot with k drafts owns the last 1 + k rows of its window: greedy slots keep the
+longest prefix matching the target argmax (+ the argmax after it), sampled slots go through
+rejection sampling against the target's processed distribution, synthetic slots accept a drawn
+number of drafts built from the target's own tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from strata.sample import Sampler
+from strata.spec.synthetic import SyntheticDrafter, synthetic_drafts
+from strata.spec.verify import verify_greedy, verify_rejection
+from strata.types import ScheduledSlot
+
+
+@dataclass
+class SlotOutcome:
+    slot_id: int
+    token_ids: list[int]          # accepted drafts + the bonus (or the one sampled token)
+    num_drafts: int
+    num_accepted: int
+    last_row: int                 # token row (in the step batch) of the last accepted position
+    logprobs: dict[int, float] | None = None
+
+
+def sample_and_verify(model, sampler: Sampler, hidden: torch.Tensor, scheduled: list[ScheduledSlot],
+                      query_starts: list[int], synthetic: SyntheticDrafter | None = None) -> list[SlotOutcome]:
+    """hidden [T, D] of the whole step -> one outcome per sampling slot, in plan order."""
+    plain, windows = [], []
+    for work, start in zip(scheduled, query_starts):
+        if not work.sample:
+            continue
+        last = start + work.num_new_tokens - 1
+        (windows if work.draft_token_ids else plain).append((work, last))
+    rows = [last for _, last in plain]
+    window_starts = []
+    for work, last in windows:
+        window_starts.append(len(rows))
+        rows.extend(range(last - len(work.draft_token_ids), last + 1))
+    logits = model.compute_logits(hidden[rows])  # [R, V]
+    outcomes = {}
+    if plain:
+        out = sampler.sample(logits[: len(plain)], [w.slot_id for w, _ in plain])
+        for i, (work, last) in enumerate(plain):
+            outcomes[work.slot_id] = SlotOutcome(work.slot_id, [out.token_ids[i]], 0, 0, last, out.logprobs[i])
+    if windows:
+        for (work, last), (tokens, num_accepted) in zip(windows, _verify(
+                sampler, logits, windows, window_starts, synthetic)):
+            first_row = last - len(work.draft_token_ids)
+            outcomes[work.slot_id] = SlotOutcome(work.slot_id, tokens, len(work.draft_token_ids), num_accepted,
+                                                 first_row + num_accepted)
+    return [outcomes[w.slot_id] for w in scheduled if w.slot_id in outcomes]
+
+
+def _verify(sampler: Sampler, logits: torch.Tensor, windows, window_starts: list[int],
+            synthetic: SyntheticDrafter | None) -> list[tuple[list[int], int]]:
+    drafts = [work.draft_token_ids for work, _ in windows]
+    if synthetic is not None:  # benchmark mode: the drafts become the target's own tokens, a drawn number right
+        argmax = logits.argmax(dim=-1).tolist()
+        drafts = [synthetic_drafts(argmax[s:s + len(d) + 1], synthetic.propose_synthetic(len(d)), len(d),
+                                   logits.shape[-1]) for d, s in zip(drafts, window_starts)]
+        return verify_greedy(logits.argmax(dim=-1), drafts, window_starts)
+    greedy = [i for i, (work, _) in enumerate(windows) if sampler.params[work.slot_id].is_greedy]
+    sampled = [i for i in range(len(windows)) if i not in set(greedy)]
+    verdicts: dict[int, tuple[list[int], int]] = {}
+    if greedy:
+        argmax = logits.argmax(dim=-1)
+        for i, verdict in zip(greedy, verify_greedy(argmax, [drafts[i] for i in greedy],
+                                                    [window_starts[i] for i in greedy])):
+            verdicts[i] = verdict
+    if sampled:
+        row_slot_ids = [0] * logits.shape[0]
+        for i in sampled:
+            for j in range(len(drafts[i]) + 1):
+                row_slot_ids[window_starts[i] + j] = windows[i][0].slot_id
+        rows = [window_starts[i] + j for i in sampled for j in range(len(drafts[i]) + 1)]
+        probs = torch.zeros_like(logits)
+        probs[rows] = sampler.window_probs(logits[rows], [row_slot_ids[r] for r in rows])
+        generators = [sampler.generator_for(windows[i][0].slot_id) for i in sampled]
+        for i, verdict in zip(sampled, verify_rejection(probs, [drafts[i] for i in sampled],
+                                                        [window_starts[i] for i in sampled],
+                                                        generators=generators,
+                                                        shared_generator=sampler.shared_generator)):
+            verdicts[i] = verdict
+    return [verdicts[i] for i in range(len(windows))]
