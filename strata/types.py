@@ -126,6 +126,8 @@ class StepPlan:
     new_slots: list[NewSlotData]
     scheduled: list[ScheduledSlot]
     finished_slot_ids: list[int]
+    # slot -> number of blocks it keeps: the tail after rejected drafts went back to the pool
+    truncated_block_tables: dict[int, int] = field(default_factory=dict)
 
     @property
     def num_tokens(self) -> int:

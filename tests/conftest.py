@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tiny_models import FAMILIES, save_tiny_model
+from tiny_models import FAMILIES, add_random_mtp, save_tiny_model
 
 torch.set_num_threads(2)
 
@@ -17,9 +17,13 @@ def tiny_model_dir(tmp_path_factory):
     cache: dict[str, str] = {}
 
     def get(family: str) -> str:
+        """`family` or "qwen3_next+mtp" (the qwen3_next model with a random MTP head)."""
         if family not in cache:
-            folder = tmp_path_factory.mktemp(f"tiny-{family}")
-            save_tiny_model(family, str(folder))
+            base, _, mtp = family.partition("+")
+            folder = tmp_path_factory.mktemp(f"tiny-{base}{'-mtp' if mtp else ''}")
+            save_tiny_model(base, str(folder))
+            if mtp:
+                add_random_mtp(str(folder))
             cache[family] = str(folder)
         return cache[family]
 

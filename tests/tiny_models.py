@@ -78,3 +78,29 @@ def prompt_logits(model, token_ids: list[int], chunk: int | None = None, block_s
             inputs = build_inputs([work], tables, block_size, kv.caches, states.caches, "cpu")
             logits.append(model.compute_logits(model(inputs.input_ids, inputs.ctx)))
     return torch.cat(logits)
+
+
+def add_random_mtp(folder: str, seed: int = 5) -> None:
+    """Give a saved tiny qwen3_next folder an MTP head (`mtp.*` tensors, per-expert layout like real
+    checkpoints) with random weights, and say so in config.json."""
+    import json
+    import os
+
+    from safetensors.torch import load_file, save_file
+
+    path = os.path.join(folder, "model.safetensors")
+    tensors = load_file(path)
+    gen = torch.Generator().manual_seed(seed)
+    donor = "model.layers.1."  # a full-attention MoE layer of the tiny config: same shapes as the MTP layer
+    for name, t in list(tensors.items()):
+        if name.startswith(donor):
+            tensors["mtp.layers.0." + name[len(donor):]] = t + 0.05 * torch.randn(t.shape, generator=gen)
+    dim = tensors["model.norm.weight"].shape[0]
+    tensors["mtp.fc.weight"] = torch.randn(dim, 2 * dim, generator=gen) * dim ** -0.5
+    for norm in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
+        tensors[f"mtp.{norm}.weight"] = 0.1 * torch.randn(dim, generator=gen)
+    save_file(tensors, path, metadata={"format": "pt"})
+    config_path = os.path.join(folder, "config.json")
+    config = json.load(open(config_path))
+    config["num_nextn_predict_layers"] = 1
+    json.dump(config, open(config_path, "w"))

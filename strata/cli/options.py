@@ -1,5 +1,6 @@
 """CLI options generated from the config dataclasses: one flag per field, its default and help text
-taken from the field; `engine_config(args)` rebuilds the frozen EngineConfig."""
+taken from the field; `engine_config(args)` rebuilds the frozen EngineConfig, `section_config` any other
+config dataclass (e.g. the server's)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import argparse
 import dataclasses
 import typing
 
-from strata.config import CacheConfig, EngineConfig, RunnerConfig, SchedulerConfig, SpecConfig
+from strata.config import CacheConfig, EngineConfig, RunnerConfig, SchedulerConfig
 
 _SECTIONS = {"cache": CacheConfig, "scheduler": SchedulerConfig, "runner": RunnerConfig}
 
@@ -20,25 +21,29 @@ def _flag_type(annotation: str):
     return str
 
 
+def add_section_options(parser: argparse.ArgumentParser, section: str, cls) -> None:
+    group = parser.add_argument_group(section)
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        flag = "--" + f.name.replace("_", "-")
+        group.add_argument(flag, dest=f"{section}.{f.name}", default=f.default,
+                           type=_flag_type(str(hints[f.name])), metavar=f.name.upper(),
+                           help=f"{f.metadata.get('help', '')} (default: {f.default})")
+
+
+def section_config(args: argparse.Namespace, section: str, cls):
+    values = vars(args)
+    return cls(**{f.name: values[f"{section}.{f.name}"] for f in dataclasses.fields(cls)})
+
+
 def add_engine_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", nargs="?", default="",
                         help="HF model folder, .gguf file, random:<shape>[?k=v] or a built-in name "
                              "(default: the bundled smollm2-135m)")
     for section, cls in _SECTIONS.items():
-        group = parser.add_argument_group(section)
-        hints = typing.get_type_hints(cls)
-        for f in dataclasses.fields(cls):
-            flag = "--" + f.name.replace("_", "-")
-            group.add_argument(flag, dest=f"{section}.{f.name}", default=f.default,
-                               type=_flag_type(str(hints[f.name])), metavar=f.name.upper(),
-                               help=f"{f.metadata.get('help', '')} (default: {f.default})")
-    parser.add_argument("--speculative-config", default=None, metavar="JSON",
-                        help='speculative decoding, e.g. \'{"method": "suffix", "num_speculative_tokens": 3}\'; '
-                             'methods: mtp, suffix, mtp+suffix, synthetic (with acceptance_length), auto')
+        add_section_options(parser, section, cls)
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
-    values = vars(args)
-    sections = {name: cls(**{f.name: values[f"{name}.{f.name}"] for f in dataclasses.fields(cls)})
-                for name, cls in _SECTIONS.items()}
-    return EngineConfig(model=args.model, speculative=SpecConfig.from_json(args.speculative_config), **sections)
+    sections = {name: section_config(args, name, cls) for name, cls in _SECTIONS.items()}
+    return EngineConfig(model=args.model, **sections)

@@ -76,9 +76,11 @@ class RequestStream:
 
 class AsyncEngineClient:
     def __init__(self, config: EngineConfig, hang_timeout_s: float = 60.0, start_timeout_s: float = 600.0,
-                 quiet: bool = True) -> None:
+                 quiet: bool = True, target=run_engine) -> None:
+        """`target(config, conn, quiet)` is the child's entry point: `run_engine`, or a stand-in in tests."""
         self.config, self.hang_timeout_s, self.start_timeout_s, self.quiet = \
             config, hang_timeout_s, start_timeout_s, quiet
+        self.target = target
         self.info: dict = {}
         self.stats = EngineStats()
         self._queues: dict[str, asyncio.Queue] = {}
@@ -245,7 +247,7 @@ class AsyncEngineClient:
         self._generation += 1
         self.stats.state = "starting"
         parent_conn, child_conn = self._ctx.Pipe()
-        proc = self._ctx.Process(target=run_engine, args=(self.config, child_conn, self.quiet),
+        proc = self._ctx.Process(target=self.target, args=(self.config, child_conn, self.quiet),
                                  name="strata-engine", daemon=True)
         await asyncio.to_thread(proc.start)
         child_conn.close()  # the child's end lives in the child only: its death closes the pipe

@@ -86,5 +86,7 @@ class ModelRunner:
             self.sampler.add_slot(new.slot_id, new.sampling_params, new.prompt_token_ids, new.output_token_ids)
             if self.proposer is not None:
                 self.proposer.add_slot(new.slot_id, new.prompt_token_ids + new.output_token_ids)
+        for slot_id, num_blocks in plan.truncated_block_tables.items():
+            del self.block_tables[slot_id][num_blocks:]
         for work in plan.scheduled:
             self.block_tables[work.slot_id].extend(work.new_block_ids)

@@ -48,6 +48,7 @@ class Scheduler:
         self.requests: dict[str, RequestState] = {}
         self._pending_new: list[NewSlotData] = []
         self._pending_freed: list[int] = []
+        self._pending_truncated: dict[int, int] = {}
         self._step_ids = itertools.count()
 
     # ---- requests in and out -------------------------------------------------------------------
@@ -101,8 +102,9 @@ class Scheduler:
             new_blocks = self._try_grow(state, num_new)
             scheduled.append(self._slot_work(state, num_new, new_blocks))
             budget -= num_new
-        plan = StepPlan(next(self._step_ids), self._pending_new, scheduled, self._pending_freed)
-        self._pending_new, self._pending_freed = [], []
+        plan = StepPlan(next(self._step_ids), self._pending_new, scheduled, self._pending_freed,
+                        self._pending_truncated)
+        self._pending_new, self._pending_freed, self._pending_truncated = [], [], {}
         return plan
 
     def update(self, plan: StepPlan, result: StepResult) -> list[Commit]:
@@ -179,6 +181,7 @@ class Scheduler:
         if len(state.block_ids) > keep:
             self.allocator.free(state.block_ids[keep:])
             del state.block_ids[keep:]
+            self._pending_truncated[state.slot_id] = keep
 
     def _try_grow(self, state: RequestState, num_new: int) -> list[int] | None:
         """Blocks for `num_new` more tokens (+ the drafter's lookahead); on shortage, preempt the
@@ -205,6 +208,7 @@ class Scheduler:
         self.waiting.appendleft(state)
 
     def _release(self, state: RequestState) -> None:
+        self._pending_truncated.pop(state.slot_id, None)
         self.allocator.free(state.block_ids)
         state.block_ids = []
         self._pending_freed.append(state.slot_id)

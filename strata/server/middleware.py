@@ -1,5 +1,6 @@
 """Pure-ASGI guards in front of every route: API-key check (all paths but /health) and the request
-body size limit (413, checked on Content-Length and on the bytes actually received)."""
+body size limit (413, checked on Content-Length and on the bytes actually received). POST bodies are
+always read as JSON."""
 
 from __future__ import annotations
 
@@ -47,16 +48,16 @@ class BodyLimitMiddleware:
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             return await _send_error(send, scope["path"], 413,
                                      f"the request body is over the limit of {self.max_bytes} bytes")
+        if scope["method"] == "POST":
+            scope = _json_content_type(scope)
         received = 0
-        too_large = False
 
         async def limited_receive():
-            nonlocal received, too_large
+            nonlocal received
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
-                    too_large = True
                     raise _BodyTooLarge()
             return message
 
@@ -68,3 +69,10 @@ class BodyLimitMiddleware:
 
 class _BodyTooLarge(Exception):
     pass
+
+
+def _json_content_type(scope: dict) -> dict:
+    """Every POST body here is JSON: treat it as such whatever Content-Type says (curl -d sends a form
+    type), so a missing header is not mistaken for a missing body."""
+    headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+    return {**scope, "headers": headers + [(b"content-type", b"application/json")]}

@@ -135,3 +135,62 @@ def test_allocator_refuses_double_free():
         assert "not allocated" in str(e)
     else:
         raise AssertionError("double free was accepted")
+
+
+def spec_scheduler(num_blocks: int, max_num_seqs: int, k: int, uses_mtp: bool):
+    from strata.config import SpecConfig
+
+    spec = SpecConfig(method="mtp" if uses_mtp else "suffix", num_speculative_tokens=k)
+    return Scheduler(SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=24),
+                     CacheConfig(block_size=4), num_blocks, 256, (EOS,), spec)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 30), st.integers(1, 12), st.integers(0, 6)), min_size=1, max_size=8),
+       st.integers(4, 20), st.integers(1, 4), st.integers(1, 4), st.booleans(), st.randoms(use_true_random=False))
+def test_spec_invariants_under_random_acceptance(reqs, num_blocks, max_num_seqs, k, uses_mtp, rng):
+    """Random drafts accepted in random numbers, arrivals, aborts (waiting, mid-prompt, mid-verify)
+    and preemption: lengths only advance by accepted + 1, blocks are never shared, every request
+    ends with exactly max_tokens outputs unless aborted, and every block and slot comes back."""
+    s = spec_scheduler(num_blocks + 16, max_num_seqs, k, uses_mtp)
+    pending = [(arrive, request(f"r{i}", p, m)) for i, (p, m, arrive) in enumerate(reqs)]
+    aborted, finished = set(), {}
+    mirror: dict[int, list[int]] = {}  # the runner's view of block tables, rebuilt from plans only
+    for step in range(600):
+        for arrive, req in [x for x in pending if x[0] == step]:
+            s.add_request(req)
+        plan = s.schedule()
+        for slot_id in plan.finished_slot_ids:
+            mirror.pop(slot_id, None)
+        for new in plan.new_slots:
+            mirror[new.slot_id] = []
+        for slot_id, num_blocks in plan.truncated_block_tables.items():
+            del mirror[slot_id][num_blocks:]
+        for w in plan.scheduled:
+            mirror[w.slot_id] += w.new_block_ids
+        for st_ in s.running:
+            assert mirror[st_.slot_id] == st_.block_ids
+        owned = [b for st_ in s.running for b in st_.block_ids]
+        assert len(owned) == len(set(owned)) and s.allocator.num_free + len(owned) == s.allocator.num_blocks
+        if rng.random() < 0.05 and s.requests:
+            victim = rng.choice(sorted(s.requests))  # waiting, mid-prompt or mid-verify
+            s.finish_request(victim, FinishReason.ABORT)
+            aborted.add(victim)
+        results = []
+        for w in plan.scheduled:
+            if w.sample:
+                accepted = rng.randint(0, len(w.draft_token_ids))
+                drafts = [rng.randint(1, 50) for _ in range(w.next_k)]
+                results.append(SlotResult(w.slot_id, [7] * (accepted + 1), accepted, drafts))
+        for c in s.update(plan, StepResult(plan.step_id, results)):
+            assert c.state.num_computed_tokens <= c.state.num_tokens
+            if c.finish_reason:
+                finished[c.state.request_id] = c.state
+        if not s.has_unfinished() and step > max(a for a, _ in pending):
+            break
+    assert not s.has_unfinished()
+    for rid, state in finished.items():
+        assert len(state.output_token_ids) == state.request.sampling_params.max_tokens
+    assert set(finished) | aborted == {r.request_id for _, r in pending}
+    assert s.allocator.num_free == s.allocator.num_blocks
+    assert sorted(s.free_slots) == list(range(max_num_seqs))

@@ -1,0 +1,111 @@
+"""The FastAPI app: wires the engine client, chat template and metrics into the routes, the guards
+(auth, body limit, optional CORS) in front, and the error handlers that give every failure its
+OpenAI- or Anthropic-shaped body. The engine process starts with the app (lifespan) and stops with it."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from fastapi import FastAPI, Request as HTTPRequest
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from strata.config import EngineConfig
+from strata.engine.client import AsyncEngineClient
+from strata.server import errors, routes_anthropic, routes_openai
+from strata.server.config import ServerConfig
+from strata.server.generation import ServerState
+from strata.server.metrics import Metrics
+from strata.server.middleware import AuthMiddleware, BodyLimitMiddleware
+from strata.server.template import ChatTemplate
+from strata.tokenizer import load_tokenizer
+
+logger = logging.getLogger("strata.server")
+
+
+def served_name(engine_config: EngineConfig, server_config: ServerConfig) -> str:
+    return server_config.served_model_name or engine_config.model or "smollm2-135m"
+
+
+def create_app(engine_config: EngineConfig, server_config: ServerConfig, quiet_engine: bool = True,
+               on_ready=None, engine_target=None) -> FastAPI:
+    """`on_ready(state)` runs once the engine has loaded the model (the CLI prints its ready line);
+    `engine_target` replaces the engine process's entry point (tests)."""
+    name = served_name(engine_config, server_config)
+    client = AsyncEngineClient(engine_config, server_config.engine_hang_timeout_s,
+                               server_config.engine_start_timeout_s, quiet=quiet_engine,
+                               **({"target": engine_target} if engine_target else {}))
+    state = ServerState(client, ChatTemplate(load_tokenizer(engine_config.model)), Metrics(name), server_config,
+                        name, model_aliases=tuple({engine_config.model or "smollm2-135m"} - {name}))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await client.start()
+        if on_ready is not None:
+            on_ready(state)
+        yield
+        await client.shutdown()
+
+    app = FastAPI(title="Strata", version="0.1.0", lifespan=lifespan,
+                  description="OpenAI- and Anthropic-compatible inference server")
+    app.state.strata = state
+    app.include_router(routes_openai.router)
+    app.include_router(routes_anthropic.router)
+    app.include_router(_service_routes())
+    app.add_exception_handler(errors.APIError, errors.api_error_handler)
+    app.add_exception_handler(RequestValidationError, errors.validation_error_handler)
+    app.add_exception_handler(StarletteHTTPException, _http_error_handler)
+    app.add_exception_handler(Exception, _unexpected_error_handler)
+    if server_config.allowed_origins:
+        from fastapi.middleware.cors import CORSMiddleware
+
+        app.add_middleware(CORSMiddleware, allow_origins=server_config.allowed_origins.split(","),
+                           allow_methods=["*"], allow_headers=["*"])
+    app.add_middleware(AuthMiddleware, api_key=server_config.api_key)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=server_config.max_body_bytes)
+    return app
+
+
+async def _http_error_handler(request: HTTPRequest, exc: StarletteHTTPException) -> JSONResponse:
+    return errors.error_response(request.url.path, exc.status_code, str(exc.detail))
+
+
+async def _unexpected_error_handler(request: HTTPRequest, exc: Exception) -> JSONResponse:
+    logger.exception("unexpected error on %s", request.url.path)
+    return errors.error_response(request.url.path, 500, f"internal error: {type(exc).__name__}")
+
+
+def _service_routes():
+    from fastapi import APIRouter
+
+    router = APIRouter()
+
+    @router.get("/health")
+    async def health(http_request: HTTPRequest):
+        stats = http_request.app.state.strata.client.stats
+        ok = stats.state == "ready"
+        return JSONResponse({"status": "ok" if ok else stats.state}, status_code=200 if ok else 503)
+
+    @router.get("/v1/status")
+    async def status(http_request: HTTPRequest):
+        state: ServerState = http_request.app.state.strata
+        client, stats = state.client, state.client.stats
+        s = stats.status or {}
+        return {"model": state.model_name, "max_model_len": client.info.get("max_model_len"),
+                "engine": {"state": stats.state, "pid": client.pid, "restarts": stats.restarts,
+                           "last_error": stats.last_error, "device": client.info.get("device"),
+                           "dtype": client.info.get("dtype")},
+                "slots": {"total": s.get("max_num_seqs"), "running": s.get("num_running"),
+                          "free": s.get("num_free_slots")},
+                "queue": {"waiting": s.get("num_waiting")},
+                "kv_blocks": {"total": s.get("kv_blocks_total"), "free": s.get("kv_blocks_free")},
+                "in_flight_requests": client.num_in_flight}
+
+    @router.get("/metrics")
+    async def metrics(http_request: HTTPRequest):
+        state: ServerState = http_request.app.state.strata
+        return Response(state.metrics.render(state.client.stats), media_type="text/plain; version=0.0.4")
+
+    return router

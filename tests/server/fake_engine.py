@@ -1,0 +1,40 @@
+"""A stand-in engine process for tests that exercise the server's plumbing, not the model: it speaks
+the engine protocol of strata/engine/process.py, answers every request with a few fixed tokens at
+once, and can be told to hang or die on a request. Starts in well under a second."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from strata.types import FinishReason, TokenDelta
+
+INFO = {"max_model_len": 2048, "vocab_size": 49152, "device": "fake", "dtype": "none", "architecture": "Fake",
+        "eos_token_ids": [2], "num_kv_blocks": 128,
+        "status": {"max_num_seqs": 4, "num_running": 0, "num_waiting": 0, "num_free_slots": 4,
+                   "kv_blocks_total": 128, "kv_blocks_free": 128}}
+
+
+def run_fake_engine(config, conn, quiet=True, mode="echo"):
+    """mode: echo (answer at once) | hang (stop responding on a request) | die (exit after one token)."""
+    conn.send(("ready", INFO))
+    while True:
+        if not conn.poll(0.2):
+            conn.send(("step", [], INFO["status"]))
+            continue
+        message = conn.recv()
+        if message[0] == "shutdown":
+            return
+        if message[0] != "add":
+            continue
+        request = message[1]
+        n = len(request.prompt_token_ids)
+        if mode == "hang":
+            time.sleep(3600)
+        if mode == "die":
+            conn.send(("step", [TokenDelta(request.request_id, [42], "Hi", num_prompt_tokens=n)], INFO["status"]))
+            time.sleep(0.3)
+            os._exit(1)
+        deltas = [TokenDelta(request.request_id, [42], "Hi", num_prompt_tokens=n),
+                  TokenDelta(request.request_id, [43], " there", True, FinishReason.LENGTH, num_prompt_tokens=n)]
+        conn.send(("step", deltas, INFO["status"]))

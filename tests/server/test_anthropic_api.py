@@ -1,0 +1,61 @@
+"""The official `anthropic` client against the live server: messages (stream and not; the official
+event sequence), count_tokens, usage, tool_use round trip, Anthropic-shaped errors."""
+
+from __future__ import annotations
+
+import anthropic
+import pytest
+
+from conftest import API_KEY, MODEL
+
+HI = [{"role": "user", "content": "Tell me a long story about a dragon."}]
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return anthropic.Anthropic(base_url=server.base_url, api_key=API_KEY, max_retries=0, timeout=120)
+
+
+def test_messages_stream_equals_non_stream(client):
+    message = client.messages.create(model=MODEL, messages=HI, max_tokens=8, extra_body={"temperature": 0})
+    assert message.role == "assistant" and message.stop_reason == "max_tokens"
+    assert message.content[0].type == "text" and message.content[0].text
+    assert message.usage.output_tokens == 8
+    counted = client.messages.count_tokens(model=MODEL, messages=HI)
+    assert message.usage.input_tokens == counted.input_tokens > 5
+
+    with client.messages.stream(model=MODEL, messages=HI, max_tokens=8, extra_body={"temperature": 0}) as stream:
+        events = [event.type for event in stream]
+        final = stream.get_final_message()
+    assert final.content[0].text == message.content[0].text
+    assert final.usage.output_tokens == 8 and final.stop_reason == "max_tokens"
+    core = [e for e in events if e in ("message_start", "content_block_start", "content_block_stop",
+                                       "message_delta", "message_stop")]
+    assert core == ["message_start", "content_block_start", "content_block_stop", "message_delta", "message_stop"]
+
+
+def test_tool_use_round_trip_and_system(client):
+    tools = [{"name": "get_weather", "description": "Current weather", "input_schema": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
+    history = HI + [{"role": "assistant", "content": [
+        {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "18 C"}]}]
+    without = client.messages.count_tokens(model=MODEL, messages=HI).input_tokens
+    with_tools = client.messages.count_tokens(model=MODEL, messages=HI, tools=tools).input_tokens
+    round_trip = client.messages.count_tokens(model=MODEL, messages=history, tools=tools,
+                                              system="Be brief.").input_tokens
+    assert without + 50 < with_tools < round_trip
+    reply = client.messages.create(model=MODEL, messages=history, tools=tools, system="Be brief.", max_tokens=3,
+                                   extra_body={"temperature": 0})
+    assert reply.usage.input_tokens == round_trip and reply.stop_reason in ("end_turn", "max_tokens", "tool_use")
+
+
+def test_anthropic_error_shape(server):
+    response = server.post("/v1/messages", {"model": MODEL, "messages": HI})  # max_tokens missing
+    assert response.status_code == 400
+    body = response.json()
+    assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+    assert "max_tokens" in body["error"]["message"]
+    with pytest.raises(anthropic.AuthenticationError):
+        anthropic.Anthropic(base_url=server.base_url, api_key="wrong", max_retries=0).messages.create(
+            model=MODEL, messages=HI, max_tokens=2)
