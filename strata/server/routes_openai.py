@@ -13,6 +13,7 @@ from strata.engine.client import EngineDeadError
 from strata.server import sse
 from strata.server.errors import APIError, error_body
 from strata.server.generation import Generation, ServerState, check_prompt, sampling_params
+from strata.server.logprobs import chat_logprobs, completion_logprobs
 from strata.server.parsing import OutputParser, parse_all
 from strata.server.protocol_openai import ChatCompletionRequest, ChatMessage, CompletionRequest, SamplingFields
 from strata.server.template import ToolSpec
@@ -137,9 +138,11 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
         message["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
                                  for c in calls]
     finish = "tool_calls" if calls and out.finish_reason == "stop" else out.finish_reason
+    lp = chat_logprobs(state.template.tokenizer, out.token_ids, out.logprobs, logprobs) \
+        if logprobs is not None and out.logprobs else None
     return {"id": request.request_id, "object": "chat.completion", "created": int(time.time()),
             "model": state.model_name,
-            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": finish}],
+            "choices": [{"index": 0, "message": message, "logprobs": lp, "finish_reason": finish}],
             "usage": usage(gen.num_prompt_tokens, len(out.token_ids))}
 
 
@@ -219,9 +222,11 @@ async def completions(body: CompletionRequest, http_request: HTTPRequest):
         out = await gen.collect(http_request)
     finally:
         await gen.__aexit__()
+    lp = completion_logprobs(state.template.tokenizer, out.token_ids, out.logprobs, body.logprobs) \
+        if body.logprobs is not None and out.logprobs else None
     return {"id": request.request_id, "object": "text_completion", "created": int(time.time()),
             "model": state.model_name,
-            "choices": [{"index": 0, "text": out.text, "logprobs": None, "finish_reason": out.finish_reason}],
+            "choices": [{"index": 0, "text": out.text, "logprobs": lp, "finish_reason": out.finish_reason}],
             "usage": usage(gen.num_prompt_tokens, len(out.token_ids))}
 
 

@@ -1,6 +1,9 @@
 """Fixtures: one real `strata serve` subprocess on a loopback port (bundled model, CPU, engine child
 process, API key) shared by the server tests, and in-thread uvicorn servers for apps with a stand-in
-engine."""
+engine.
+
+The real server starts right after collection and the tests that need it run last, so the model loads
+while the fast stand-in-engine tests run."""
 
 from __future__ import annotations
 
@@ -54,28 +57,50 @@ def wait_healthy(base_url: str, timeout: float, proc: subprocess.Popen | None = 
     raise TimeoutError(f"{base_url} did not become healthy in {timeout} s")
 
 
-@pytest.fixture(scope="session")
-def server(tmp_path_factory):
+_LIVE: dict = {}
+
+
+def _start_server(log_path: str) -> None:
     port = free_port()
-    log = open(tmp_path_factory.mktemp("server") / "serve.log", "w+")
+    log = open(log_path, "w+")
     env = {**os.environ, "PYTHONPATH": ROOT, "STRATA_API_KEY": API_KEY}
     proc = subprocess.Popen([sys.executable, "-m", "strata.cli.main", "serve", MODEL, "--device", "cpu",
                              "--dtype", "float32", "--max-model-len", "2048", "--max-num-seqs", "16",
                              "--port", str(port), "--keepalive-s", "1", "--log-level", "warning"],
                             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_healthy(f"http://127.0.0.1:{port}", 180, proc)
-        yield LiveServer(f"http://127.0.0.1:{port}", proc)
-    except Exception:
-        log.seek(0)
-        print(log.read())
-        raise
-    finally:
+    _LIVE.update(proc=proc, log=log, port=port)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    needs_server = [item for item in items if "server" in getattr(item, "fixturenames", ())]
+    if needs_server and not _LIVE:
+        import tempfile
+
+        _start_server(os.path.join(tempfile.mkdtemp(prefix="strata-serve-"), "serve.log"))
+        items[:] = [item for item in items if item not in needs_server] + needs_server
+
+
+def pytest_unconfigure(config):
+    proc = _LIVE.get("proc")
+    if proc is not None and proc.poll() is None:
         proc.send_signal(signal.SIGINT)
         try:
             proc.wait(20)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@pytest.fixture(scope="session")
+def server():
+    proc, log = _LIVE["proc"], _LIVE["log"]
+    base_url = f"http://127.0.0.1:{_LIVE['port']}"
+    try:
+        wait_healthy(base_url, 180, proc)
+    except Exception:
+        log.seek(0)
+        print(log.read())
+        raise
+    return LiveServer(base_url, proc)
 
 
 @contextlib.contextmanager

@@ -15,8 +15,19 @@ INFO = {"max_model_len": 2048, "vocab_size": 49152, "device": "fake", "dtype": "
                    "kv_blocks_total": 128, "kv_blocks_free": 128}}
 
 
+TOOL_OUTPUT = ["<thi", "nk>need the weather</think>\n\n", "<tool_call>\n{\"name\": \"get_weather\", ",
+               "\"arguments\": {\"city\": \"Paris\"}}\n</tool", "_call>"]
+
+
+def _answer(request_id: str, n: int, pieces: list[str]) -> list[TokenDelta]:
+    last = len(pieces) - 1
+    return [TokenDelta(request_id, [42 + i], piece, i == last, FinishReason.STOP if i == last else None,
+                       num_prompt_tokens=n) for i, piece in enumerate(pieces)]
+
+
 def run_fake_engine(config, conn, quiet=True, mode="echo"):
-    """mode: echo (answer at once) | hang (stop responding on a request) | die (exit after one token)."""
+    """mode: echo (answer "Hi there" at once) | tool (a Qwen-style thinking + tool-call answer, split
+    mid-tag) | hang (stop responding on a request) | die (exit after one token)."""
     conn.send(("ready", INFO))
     while True:
         if not conn.poll(0.2):
@@ -35,6 +46,10 @@ def run_fake_engine(config, conn, quiet=True, mode="echo"):
             conn.send(("step", [TokenDelta(request.request_id, [42], "Hi", num_prompt_tokens=n)], INFO["status"]))
             time.sleep(0.3)
             os._exit(1)
+        if mode == "tool":
+            for delta in _answer(request.request_id, n, TOOL_OUTPUT):
+                conn.send(("step", [delta], INFO["status"]))
+            continue
         deltas = [TokenDelta(request.request_id, [42], "Hi", num_prompt_tokens=n),
                   TokenDelta(request.request_id, [43], " there", True, FinishReason.LENGTH, num_prompt_tokens=n)]
         conn.send(("step", deltas, INFO["status"]))

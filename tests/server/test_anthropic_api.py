@@ -17,24 +17,24 @@ def client(server):
 
 
 def test_messages_stream_equals_non_stream(client):
-    message = client.messages.create(model=MODEL, messages=HI, max_tokens=8, extra_body={"temperature": 0})
+    message = client.messages.create(model=MODEL, messages=HI, max_tokens=5, extra_body={"temperature": 0})
     assert message.role == "assistant" and message.stop_reason == "max_tokens"
     assert message.content[0].type == "text" and message.content[0].text
-    assert message.usage.output_tokens == 8
+    assert message.usage.output_tokens == 5
     counted = client.messages.count_tokens(model=MODEL, messages=HI)
     assert message.usage.input_tokens == counted.input_tokens > 5
 
-    with client.messages.stream(model=MODEL, messages=HI, max_tokens=8, extra_body={"temperature": 0}) as stream:
+    with client.messages.stream(model=MODEL, messages=HI, max_tokens=5, extra_body={"temperature": 0}) as stream:
         events = [event.type for event in stream]
         final = stream.get_final_message()
     assert final.content[0].text == message.content[0].text
-    assert final.usage.output_tokens == 8 and final.stop_reason == "max_tokens"
+    assert final.usage.output_tokens == 5 and final.stop_reason == "max_tokens"
     core = [e for e in events if e in ("message_start", "content_block_start", "content_block_stop",
                                        "message_delta", "message_stop")]
     assert core == ["message_start", "content_block_start", "content_block_stop", "message_delta", "message_stop"]
 
 
-def test_tool_use_round_trip_and_system(client):
+def test_tool_use_round_trip_renders(client):
     tools = [{"name": "get_weather", "description": "Current weather", "input_schema": {
         "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
     history = HI + [{"role": "assistant", "content": [
@@ -44,10 +44,7 @@ def test_tool_use_round_trip_and_system(client):
     with_tools = client.messages.count_tokens(model=MODEL, messages=HI, tools=tools).input_tokens
     round_trip = client.messages.count_tokens(model=MODEL, messages=history, tools=tools,
                                               system="Be brief.").input_tokens
-    assert without + 50 < with_tools < round_trip
-    reply = client.messages.create(model=MODEL, messages=history, tools=tools, system="Be brief.", max_tokens=3,
-                                   extra_body={"temperature": 0})
-    assert reply.usage.input_tokens == round_trip and reply.stop_reason in ("end_turn", "max_tokens", "tool_use")
+    assert without + 50 < with_tools < round_trip  # generation with tools: test_tool_responses.py
 
 
 def test_anthropic_error_shape(server):

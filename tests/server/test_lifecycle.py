@@ -16,16 +16,16 @@ import pytest
 
 from conftest import API_KEY, MODEL
 
-PROMPTS = ["Name a colour.", "Count to five.", "Say hello in French.", "What is two plus two?"]
+PROMPTS = ["The capital of France is", "One, two, three,", "My favourite colour is", "Once upon a time"]
 
 
 def test_sixteen_concurrent_streams_equal_alone(server):
     client = openai.AsyncOpenAI(base_url=server.base_url + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
 
     async def one(prompt: str) -> str:
-        stream = await client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": prompt}],
-                                                      max_tokens=5, temperature=0, stream=True)
-        return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+        stream = await client.completions.create(model=MODEL, prompt=prompt, max_tokens=6, temperature=0,
+                                                 stream=True, extra_body={"ignore_eos": True})
+        return "".join([c.choices[0].text async for c in stream if c.choices])
 
     async def main():
         alone = [await one(p) for p in PROMPTS]

@@ -25,32 +25,31 @@ def test_models(client):
 
 
 def test_chat_stream_equals_non_stream_and_usage(client, server):
-    full = client.chat.completions.create(model=MODEL, messages=HI, max_tokens=8, temperature=0)
+    full = client.chat.completions.create(model=MODEL, messages=HI, max_tokens=5, temperature=0)
     choice = full.choices[0]
     assert choice.message.role == "assistant" and choice.message.content
-    assert full.usage.completion_tokens == 8 and choice.finish_reason == "length"
+    assert full.usage.completion_tokens == 5 and choice.finish_reason == "length"
     counted = server.post("/v1/messages/count_tokens", {"model": MODEL, "messages": HI}).json()["input_tokens"]
     assert full.usage.prompt_tokens == counted
-    assert full.usage.total_tokens == full.usage.prompt_tokens + 8
+    assert full.usage.total_tokens == full.usage.prompt_tokens + 5
     assert full.usage.prompt_tokens_details.cached_tokens == 0
 
-    chunks = list(client.chat.completions.create(model=MODEL, messages=HI, max_tokens=8, temperature=0, stream=True,
+    chunks = list(client.chat.completions.create(model=MODEL, messages=HI, max_tokens=5, temperature=0, stream=True,
                                                  stream_options={"include_usage": True}))
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == choice.message.content
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
-    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 8
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 5
     assert chunks[-1].usage.prompt_tokens == full.usage.prompt_tokens
 
 
 def test_completions_stream_and_not(client):
     full = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=6, temperature=0)
     assert full.choices[0].text and full.usage.completion_tokens == 6
-    streamed = list(client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=6,
-                                              temperature=0, stream=True))
-    assert "".join(c.choices[0].text for c in streamed) == full.choices[0].text
-    by_ids = client.completions.create(model=MODEL, prompt=[504, 3458, 282], max_tokens=2, temperature=0)
-    assert by_ids.usage.prompt_tokens == 3
+    streamed = list(client.completions.create(model=MODEL, prompt=[504, 3458, 282], max_tokens=3, temperature=0,
+                                              stream=True, stream_options={"include_usage": True}))
+    assert "".join(c.choices[0].text for c in streamed if c.choices)
+    assert streamed[-1].usage.prompt_tokens == 3 and streamed[-1].usage.completion_tokens == 3
 
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
@@ -59,22 +58,29 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
                                                           "required": ["city"]}}}]
 
 
-def test_tools_round_trip_request_shape(client):
-    """Tools in, an assistant tool call and the tool's answer back in: the server renders them (the tiny
-    model cannot be relied on to call tools; the parser is tested on handcrafted output)."""
-    first = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Weather in Paris?"}],
-                                           tools=TOOLS, max_tokens=4, temperature=0)
-    plain = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Weather in Paris?"}],
-                                           max_tokens=4, temperature=0)
-    assert first.usage.prompt_tokens > plain.usage.prompt_tokens + 50  # the tool definitions are in the prompt
+def test_tools_round_trip_request_shape(client, server):
+    """Tools in, an assistant tool call and the tool's answer back in: the server renders all of them (the
+    tiny model cannot be relied on to call tools; the parser is tested on handcrafted output). The prompt
+    equals the one the Anthropic route renders for the same conversation."""
     history = [{"role": "user", "content": "Weather in Paris?"},
                {"role": "assistant", "content": None,
                 "tool_calls": [{"id": "call_1", "type": "function",
                                 "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris"})}}]},
                {"role": "tool", "tool_call_id": "call_1", "content": "18 C and sunny"}]
-    second = client.chat.completions.create(model=MODEL, messages=history, tools=TOOLS, max_tokens=4, temperature=0)
-    assert second.usage.prompt_tokens > first.usage.prompt_tokens
-    assert second.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    reply = client.chat.completions.create(model=MODEL, messages=history, tools=TOOLS, max_tokens=1, temperature=0)
+    assert reply.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    fn = TOOLS[0]["function"]
+    anthropic_body = {"model": MODEL, "tools": [{"name": fn["name"], "description": fn["description"],
+                                                  "input_schema": fn["parameters"]}],
+                      "messages": [history[0],
+                                   {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1",
+                                                                      "name": "get_weather",
+                                                                      "input": {"city": "Paris"}}]},
+                                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                                                 "content": "18 C and sunny"}]}]}
+    count = server.post("/v1/messages/count_tokens", anthropic_body).json()["input_tokens"]
+    plain = server.post("/v1/messages/count_tokens", {"model": MODEL, "messages": history[:1]}).json()["input_tokens"]
+    assert reply.usage.prompt_tokens == count > plain + 50
 
 
 @pytest.mark.parametrize("body, param", [

@@ -1,0 +1,31 @@
+"""Logprobs in the OpenAI shapes, from the engine's per-token {token id: logprob} maps (the sampled
+token plus the top-N alternatives)."""
+
+from __future__ import annotations
+
+
+def _entry(tokenizer, token_id: int, logprob: float) -> dict:
+    text = tokenizer.decode([token_id]) if tokenizer is not None else str(token_id)
+    return {"token": text, "logprob": max(logprob, -9999.0), "bytes": list(text.encode("utf-8"))}
+
+
+def chat_logprobs(tokenizer, token_ids: list[int], logprobs: list[dict[int, float]], top_n: int) -> dict:
+    content = []
+    for token_id, entry in zip(token_ids, logprobs):
+        top = sorted(entry.items(), key=lambda kv: -kv[1])[:top_n]
+        content.append({**_entry(tokenizer, token_id, entry.get(token_id, float("-inf"))),
+                        "top_logprobs": [_entry(tokenizer, t, lp) for t, lp in top]})
+    return {"content": content}
+
+
+def completion_logprobs(tokenizer, token_ids: list[int], logprobs: list[dict[int, float]], top_n: int) -> dict:
+    tokens, token_logprobs, top_logprobs, offsets, offset = [], [], [], [], 0
+    for token_id, entry in zip(token_ids, logprobs):
+        sampled = _entry(tokenizer, token_id, entry.get(token_id, float("-inf")))
+        tokens.append(sampled["token"])
+        token_logprobs.append(sampled["logprob"])
+        top = sorted(entry.items(), key=lambda kv: -kv[1])[:top_n]
+        top_logprobs.append({_entry(tokenizer, t, lp)["token"]: max(lp, -9999.0) for t, lp in top})
+        offsets.append(offset)
+        offset += len(sampled["token"])
+    return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top_logprobs, "text_offset": offsets}
