@@ -147,6 +147,11 @@ class CacheConfig:
     block_size: int = _opt(16, "tokens per KV block")
     num_gpu_blocks: int | None = _opt(None, "KV blocks in the pool (default: enough for every slot at max length)")
     kv_cache_dtype: str = _opt("auto", "KV cache dtype: auto (the model dtype)")
+    enable_prefix_caching: bool = _opt(True, "share KV blocks (and state checkpoints) of common prefixes")
+    checkpoint_every: int = _opt(1024, "hybrid models: save a recurrent-state checkpoint every N prompt tokens")
+    checkpoint_pool_size: int = _opt(32, "hybrid models: recurrent-state checkpoints kept on the device")
+    conversation_cache_mib: int | None = _opt(
+        None, "host RAM for KV blocks and checkpoints evicted from the device (default: 4096 on GPU, 0 on CPU)")
 
 
 @dataclass(frozen=True)

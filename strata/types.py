@@ -101,6 +101,9 @@ class NewSlotData:
     prompt_token_ids: list[int]
     sampling_params: SamplingParams
     output_token_ids: list[int] = field(default_factory=list)  # non-empty when resuming
+    restore_checkpoint_row: int | None = None  # hybrid prefix hit: load this saved recurrent state
+    cached_block_ids: list[int] = field(default_factory=list)  # prefix hit: the shared blocks it starts with
+    restore_checkpoint_host_row: int | None = None  # ... or this parked one from host RAM
 
 
 @dataclass
@@ -128,6 +131,13 @@ class StepPlan:
     finished_slot_ids: list[int]
     # slot -> number of blocks it keeps: the tail after rejected drafts went back to the pool
     truncated_block_tables: dict[int, int] = field(default_factory=dict)
+    # (slot, checkpoint row): save the slot's recurrent state before anything else this step
+    checkpoint_saves: list[tuple[int, int]] = field(default_factory=list)
+    # conversation cache copies, done before the forward: (device block, host row), (host row,
+    # device block), (device checkpoint row, host row)
+    park_blocks: list[tuple[int, int]] = field(default_factory=list)
+    restore_blocks: list[tuple[int, int]] = field(default_factory=list)
+    park_checkpoints: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
@@ -177,3 +187,5 @@ class TokenDelta:
     new_logprobs: list[dict[int, float]] | None = None
     num_prompt_tokens: int = 0
     error: str | None = None
+    metrics: dict | None = None   # on the finishing delta: speculation counters, preemptions
+    num_cached_tokens: int = 0    # prompt tokens found in the prefix cache

@@ -1,5 +1,6 @@
 """Device tensors behind the allocator: the paged KV pool (per full-attention layer, including the MTP
-layer) and the recurrent-state pool (per Gated DeltaNet layer, one row per slot)."""
+layer), the recurrent-state pool (per Gated DeltaNet layer, one row per slot) and the pool of saved
+recurrent-state checkpoints."""
 
 from __future__ import annotations
 
@@ -29,3 +30,66 @@ class StatePool:
         self.caches = {layer: (torch.zeros(max_num_seqs, *conv, dtype=dtype, device=device),
                                torch.zeros(max_num_seqs, *ssm, dtype=torch.float32, device=device))
                        for layer, (conv, ssm) in shapes.items()}
+
+
+class CheckpointPool:
+    """Saved recurrent states: per Gated DeltaNet layer, [capacity] rows shaped like the state pool's."""
+
+    def __init__(self, state_pool: StatePool, capacity: int) -> None:
+        self.caches = {layer: (conv.new_zeros(capacity, *conv.shape[1:]), ssm.new_zeros(capacity, *ssm.shape[1:]))
+                       for layer, (conv, ssm) in state_pool.caches.items()} if capacity else {}
+        self.state_pool = state_pool
+
+    def save(self, slot_ids: list[int], rows: list[int]) -> None:
+        self._copy(self.state_pool.caches, slot_ids, self.caches, rows)
+
+    def restore(self, rows: list[int], slot_ids: list[int]) -> None:
+        self._copy(self.caches, rows, self.state_pool.caches, slot_ids)
+
+    @staticmethod
+    def _copy(src: dict, src_rows: list[int], dst: dict, dst_rows: list[int]) -> None:
+        """dst[layer][i][dst_rows] = src[layer][i][src_rows] for both tensors of every layer."""
+        if not src_rows:
+            return
+        for layer, (src_conv, src_ssm) in src.items():
+            dst_conv, dst_ssm = dst[layer]
+            index_src = torch.tensor(src_rows, device=src_conv.device)
+            index_dst = torch.tensor(dst_rows, device=dst_conv.device)
+            # non_blocking: from pinned host memory the copy back overlaps with the host's work
+            dst_conv.index_copy_(0, index_dst, src_conv[index_src].to(dst_conv.device, non_blocking=True))
+            dst_ssm.index_copy_(0, index_dst, src_ssm[index_src].to(dst_ssm.device, non_blocking=True))
+
+
+class HostParkPool:
+    """Host copies of KV blocks and checkpoints (pinned memory when the device is a GPU, so the
+    copies back can run asynchronously)."""
+
+    def __init__(self, kv_pool: KVPool, checkpoints: CheckpointPool, num_block_rows: int,
+                 num_checkpoint_rows: int) -> None:
+        pin = any(k.is_cuda for k, _ in kv_pool.caches.values())
+
+        def host_like(t: torch.Tensor, rows: int) -> torch.Tensor:
+            return torch.zeros(rows, *t.shape[1:], dtype=t.dtype, pin_memory=pin)
+
+        self.kv_pool, self.checkpoints = kv_pool, checkpoints
+        self.kv = {layer: (host_like(k, num_block_rows), host_like(v, num_block_rows))
+                   for layer, (k, v) in kv_pool.caches.items()} if num_block_rows else {}
+        self.states = {layer: (host_like(c, num_checkpoint_rows), host_like(s, num_checkpoint_rows))
+                       for layer, (c, s) in checkpoints.caches.items()} if num_checkpoint_rows else {}
+
+    def park_blocks(self, pairs: list[tuple[int, int]]) -> None:
+        """(device block, host row) pairs: device -> host."""
+        if pairs:
+            CheckpointPool._copy(self.kv_pool.caches, [b for b, _ in pairs], self.kv, [r for _, r in pairs])
+
+    def restore_blocks(self, pairs: list[tuple[int, int]]) -> None:
+        """(host row, device block) pairs: host -> device."""
+        if pairs:
+            CheckpointPool._copy(self.kv, [r for r, _ in pairs], self.kv_pool.caches, [b for _, b in pairs])
+
+    def park_checkpoints(self, pairs: list[tuple[int, int]]) -> None:
+        if pairs:
+            CheckpointPool._copy(self.checkpoints.caches, [d for d, _ in pairs], self.states, [h for _, h in pairs])
+
+    def restore_checkpoint(self, host_row: int, slot_id: int) -> None:
+        CheckpointPool._copy(self.states, [host_row], self.checkpoints.state_pool.caches, [slot_id])

@@ -26,6 +26,10 @@ def add_section_options(parser: argparse.ArgumentParser, section: str, cls) -> N
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         flag = "--" + f.name.replace("_", "-")
+        if hints[f.name] is bool:
+            group.add_argument(flag, dest=f"{section}.{f.name}", default=f.default,
+                               action=argparse.BooleanOptionalAction, help=f.metadata.get("help", ""))
+            continue
         group.add_argument(flag, dest=f"{section}.{f.name}", default=f.default,
                            type=_flag_type(str(hints[f.name])), metavar=f.name.upper(),
                            help=f"{f.metadata.get('help', '')} (default: {f.default})")

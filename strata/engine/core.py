@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
+import sys
 import time
 
 import torch
@@ -61,10 +63,20 @@ class EngineCore:
         self.spec = resolve_spec(config.speculative, model)
         num_blocks = self._num_kv_blocks(model, device, DTYPES[dtype])
         block_size = config.cache.block_size
+        recurrent = bool(model.recurrent_state_shapes())
+        checkpoints = config.cache.checkpoint_pool_size if recurrent and config.cache.enable_prefix_caching else 0
+        park_rows = self._conversation_cache_rows(model, device, DTYPES[dtype]) if config.cache.enable_prefix_caching \
+            else (0, 0)
         self.runner = ModelRunner(model, num_blocks, block_size, config.scheduler.max_num_seqs, device,
-                                  config.runner.seed, self.spec)
+                                  config.runner.seed, self.spec, checkpoints, park_rows)
         self.scheduler = Scheduler(config.scheduler, config.cache, num_blocks, self.max_model_len,
-                                   cfg.eos_token_ids, self.spec)
+                                   cfg.eos_token_ids, self.spec, has_recurrent_state=recurrent, park_rows=park_rows)
+        self.park_rows = park_rows
+        if not quiet:
+            print(f"KV cache: {num_blocks} blocks of {block_size} tokens; prefix caching "
+                  f"{'on' if config.cache.enable_prefix_caching else 'off'}; checkpoints: {checkpoints}; "
+                  f"conversation cache: {park_rows[0]} blocks + {park_rows[1]} checkpoints in host RAM",
+                  file=sys.stderr)
         self.device, self.dtype, self.num_kv_blocks = device, dtype, num_blocks
         self.streams: dict[str, TextStream | None] = {}
 
@@ -86,6 +98,25 @@ class EngineCore:
                              f"one sequence of max_model_len={self.max_model_len} needs ({per_seq}); "
                              f"lower max_model_len or raise num_gpu_blocks")
         return num_blocks
+
+    def _conversation_cache_rows(self, model, device: str, dtype: torch.dtype) -> tuple[int, int]:
+        """Host-RAM rows for parked (KV blocks, checkpoints) from --conversation-cache-mib; a quarter
+        goes to checkpoints on hybrid models."""
+        mib = self.config.cache.conversation_cache_mib
+        if mib is None:
+            mib = 4096 if device.startswith("cuda") else 0
+        if mib <= 0:
+            return 0, 0
+        cfg, budget = self.model_config, mib * 2**20
+        num_layers = len(cfg.full_attention_layers) + int(model.has_mtp)
+        block_bytes = KVPool.bytes_per_block(num_layers, self.config.cache.block_size, cfg.num_key_value_heads,
+                                             cfg.head_dim, dtype)
+        shapes = model.recurrent_state_shapes()
+        if not shapes:
+            return budget // block_bytes, 0
+        checkpoint_bytes = sum(math.prod(conv) * dtype.itemsize + math.prod(ssm) * 4 for conv, ssm in shapes.values())
+        checkpoint_rows = max(budget // 4 // checkpoint_bytes, 1)
+        return max((budget - checkpoint_rows * checkpoint_bytes) // block_bytes, 0), checkpoint_rows
 
     # ---- requests --------------------------------------------------------------------------------
 
@@ -146,8 +177,12 @@ class EngineCore:
                 text += stream.flush()
         if reason is not None:
             self.streams.pop(state.request_id, None)
+        metrics = None
+        if reason is not None:
+            metrics = {**state.spec_stats.as_dict(), "num_preemptions": state.num_preemptions}
         return TokenDelta(state.request_id, commit.new_token_ids, text, reason is not None, reason,
-                          commit.logprobs, len(state.prompt_token_ids))
+                          commit.logprobs, len(state.prompt_token_ids), metrics=metrics,
+                          num_cached_tokens=state.num_cached_tokens)
 
     def _fail_step(self, plan, error: Exception) -> list[TokenDelta]:
         slot_ids = {w.slot_id for w in plan.scheduled}
@@ -167,4 +202,8 @@ class EngineCore:
         sched = self.scheduler
         return {"max_num_seqs": sched.config.max_num_seqs, "num_running": len(sched.running),
                 "num_waiting": len(sched.waiting), "num_free_slots": len(sched.free_slots),
-                "kv_blocks_total": self.num_kv_blocks, "kv_blocks_free": sched.allocator.num_free}
+                "kv_blocks_total": self.num_kv_blocks, "kv_blocks_free": sched.allocator.num_free,
+                "speculative_method": self.spec.method, "steps": sched.stats.as_dict(),
+                "cache": {**sched.cache_stats.as_dict(), "parked_blocks": len(sched.prefix.parked_blocks or ()),
+                          "parked_checkpoints": len(sched.prefix.parked_checkpoints or ()),
+                          "checkpoints": len(sched.checkpoints or ())}}

@@ -33,16 +33,20 @@ class RequestOutput:
     prompt_token_ids: list[int]
     outputs: list[CompletionOutput]
     finished: bool = False
+    metrics: dict | None = None   # speculation counters per position, preemptions
+    num_cached_tokens: int = 0    # prompt tokens served from the prefix cache
 
 
 class LLM:
     def __init__(self, model: str | None = None, dtype: str = "auto", device: str = "auto",
                  max_num_seqs: int = 8, max_model_len: int | None = None, seed: int = 0,
                  max_num_batched_tokens: int = 2048, block_size: int = 16, num_gpu_blocks: int | None = None,
-                 speculative_config: dict | None = None, policy: str = "fcfs", quiet: bool = True) -> None:
+                 speculative_config: dict | None = None, policy: str = "fcfs", quiet: bool = True,
+                 **cache_options) -> None:
+        """`cache_options`: any CacheConfig field (enable_prefix_caching, checkpoint_every, …)."""
         config = EngineConfig(
             model=model or "",
-            cache=CacheConfig(block_size=block_size, num_gpu_blocks=num_gpu_blocks),
+            cache=CacheConfig(block_size=block_size, num_gpu_blocks=num_gpu_blocks, **cache_options),
             scheduler=SchedulerConfig(max_num_seqs=max_num_seqs, max_model_len=max_model_len,
                                       max_num_batched_tokens=max_num_batched_tokens, policy=policy),
             runner=RunnerConfig(device=device, dtype=dtype, seed=seed),
@@ -146,6 +150,8 @@ class LLM:
                                        for entry in delta.new_logprobs)
         if delta.finished:
             output.finished = True
+            output.metrics = delta.metrics
+            output.num_cached_tokens = delta.num_cached_tokens
             completion.finish_reason = delta.finish_reason.value if delta.finish_reason else None
             if delta.finish_reason is FinishReason.ERROR:
                 raise RuntimeError(f"request {delta.request_id} failed in the engine: {delta.error}")

@@ -13,7 +13,7 @@ import time
 import torch
 from torch import nn
 
-from strata.cache.pools import KVPool, StatePool
+from strata.cache.pools import CheckpointPool, HostParkPool, KVPool, StatePool
 from strata.config import SpecConfig
 from strata.runner.inputs import build_inputs
 from strata.sample import Sampler
@@ -26,7 +26,8 @@ from strata.types import SlotResult, StepPlan, StepResult
 
 class ModelRunner:
     def __init__(self, model: nn.Module, num_blocks: int, block_size: int, max_num_seqs: int,
-                 device: str, seed: int = 0, spec: SpecConfig | None = None) -> None:
+                 device: str, seed: int = 0, spec: SpecConfig | None = None, checkpoint_pool_size: int = 0,
+                 park_rows: tuple[int, int] = (0, 0)) -> None:
         cfg = model.config
         self.model = model
         self.device = device
@@ -36,6 +37,8 @@ class ModelRunner:
         self.kv_pool = KVPool(kv_layers, num_blocks, block_size, cfg.num_key_value_heads, cfg.head_dim,
                               dtype, device)
         self.state_pool = StatePool(model.recurrent_state_shapes(), max_num_seqs, dtype, device)
+        self.checkpoint_pool = CheckpointPool(self.state_pool, checkpoint_pool_size)
+        self.host_park = HostParkPool(self.kv_pool, self.checkpoint_pool, *park_rows) if any(park_rows) else None
         self.sampler = Sampler(max_num_seqs, cfg.vocab_size, list(cfg.eos_token_ids), device, seed=seed)
         self.block_tables: dict[int, list[int]] = {}
         spec = spec or SpecConfig()
@@ -76,16 +79,29 @@ class ModelRunner:
                           draft_seconds=time.perf_counter() - sample_done)
 
     def _update_slots(self, plan: StepPlan) -> None:
+        # Order matters. Parks first: an evicted block or checkpoint row still holds what to park
+        # (its new owner writes it later). Then saves: a slot freed or reassigned by this plan still
+        # holds the state to save. Restores last, into blocks and slots that are now free to write.
+        if self.host_park is not None:
+            self.host_park.park_blocks(plan.park_blocks)
+            self.host_park.park_checkpoints(plan.park_checkpoints)
+        self.checkpoint_pool.save([slot for slot, _ in plan.checkpoint_saves], [row for _, row in plan.checkpoint_saves])
         for slot_id in plan.finished_slot_ids:
             self.block_tables.pop(slot_id, None)
             self.sampler.remove_slot(slot_id)
             if self.proposer is not None:
                 self.proposer.remove_slot(slot_id)
         for new in plan.new_slots:
-            self.block_tables[new.slot_id] = []
+            self.block_tables[new.slot_id] = list(new.cached_block_ids)
             self.sampler.add_slot(new.slot_id, new.sampling_params, new.prompt_token_ids, new.output_token_ids)
             if self.proposer is not None:
                 self.proposer.add_slot(new.slot_id, new.prompt_token_ids + new.output_token_ids)
+            if new.restore_checkpoint_row is not None:
+                self.checkpoint_pool.restore([new.restore_checkpoint_row], [new.slot_id])
+            elif new.restore_checkpoint_host_row is not None:
+                self.host_park.restore_checkpoint(new.restore_checkpoint_host_row, new.slot_id)
+        if self.host_park is not None:
+            self.host_park.restore_blocks(plan.restore_blocks)
         for slot_id, num_blocks in plan.truncated_block_tables.items():
             del self.block_tables[slot_id][num_blocks:]
         for work in plan.scheduled:

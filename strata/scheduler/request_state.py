@@ -30,6 +30,10 @@ class RequestState:
     draft_token_ids: list[int] = field(default_factory=list)
     acceptance_ema: float = 1.0
     spec_stats: SpecStats = field(default_factory=SpecStats)
+    # prefix reuse: chain hashes of the registered full blocks, tokens found in the cache at admission
+    block_hashes: list[int] = field(default_factory=list)
+    num_cached_tokens: int = 0
+    decode_checkpoint_key: int | None = None
 
     @property
     def request_id(self) -> str:
@@ -42,6 +46,9 @@ class RequestState:
     @property
     def num_tokens(self) -> int:
         return len(self.request.prompt_token_ids) + len(self.output_token_ids)
+
+    def all_token_ids(self) -> list[int]:
+        return self.request.prompt_token_ids + self.output_token_ids
 
     def token_range(self, start: int, end: int) -> list[int]:
         prompt = self.request.prompt_token_ids

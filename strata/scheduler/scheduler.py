@@ -12,10 +12,13 @@ import itertools
 from collections import deque
 from dataclasses import dataclass
 
-from strata.cache.block_allocator import BlockAllocator, blocks_needed
+from strata.cache.block_allocator import BlockAllocator, blocks_needed, chain_hashes
+from strata.cache.checkpoints import CheckpointIndex
+from strata.cache.host_park import ParkIndex
 from strata.config import CacheConfig, SchedulerConfig, SpecConfig
+from strata.scheduler.prefix import PrefixManager
 from strata.scheduler.request_state import RequestState, Status
-from strata.scheduler.stats import SpecStats
+from strata.scheduler.stats import CacheStats, SpecStats
 from strata.spec.policy import can_speculate, draft_length, update_acceptance
 from strata.types import FinishReason, NewSlotData, Request, ScheduledSlot, StepPlan, StepResult
 
@@ -32,7 +35,9 @@ class Commit:
 
 class Scheduler:
     def __init__(self, config: SchedulerConfig, cache: CacheConfig, num_blocks: int, max_model_len: int,
-                 eos_token_ids: tuple[int, ...], spec: SpecConfig | None = None) -> None:
+                 eos_token_ids: tuple[int, ...], spec: SpecConfig | None = None,
+                 has_recurrent_state: bool = False, park_rows: tuple[int, int] = (0, 0)) -> None:
+        """park_rows: host-RAM rows of the conversation cache for (KV blocks, checkpoints)."""
         self.config = config
         self.spec = spec or SpecConfig()
         # the MTP drafter writes its KV up to k - 1 positions past the verified window
@@ -41,7 +46,17 @@ class Scheduler:
         self.block_size = cache.block_size
         self.max_model_len = max_model_len
         self.eos_token_ids = eos_token_ids
-        self.allocator = BlockAllocator(num_blocks)
+        self.allocator = BlockAllocator(num_blocks, cache.enable_prefix_caching)
+        self.checkpoints = CheckpointIndex(cache.checkpoint_pool_size) if has_recurrent_state else None
+        parked_blocks = ParkIndex(park_rows[0]) if park_rows[0] and cache.enable_prefix_caching else None
+        parked_checkpoints = ParkIndex(park_rows[1]) if park_rows[1] and self.checkpoints is not None else None
+        self.prefix = PrefixManager(self.allocator, cache.block_size, self.checkpoints, cache.checkpoint_every,
+                                    parked_blocks, parked_checkpoints)
+        self.cache_stats = CacheStats()
+        if parked_blocks is not None:
+            self.allocator.on_evict = self._park_block
+        if parked_checkpoints is not None:
+            self.checkpoints.on_evict = self._park_checkpoint
         self.free_slots = deque(range(config.max_num_seqs))
         self.waiting: deque[RequestState] = deque()
         self.running: list[RequestState] = []
@@ -49,6 +64,9 @@ class Scheduler:
         self._pending_new: list[NewSlotData] = []
         self._pending_freed: list[int] = []
         self._pending_truncated: dict[int, int] = {}
+        self._pending_saves: list[tuple[int, int]] = []
+        self._pending_copies: dict[str, list[tuple[int, int]]] = {"park_blocks": [], "restore_blocks": [],
+                                                                  "park_checkpoints": []}
         self._step_ids = itertools.count()
 
     # ---- requests in and out -------------------------------------------------------------------
@@ -86,7 +104,7 @@ class Scheduler:
                 break
             if state.status is not Status.RUNNING:
                 continue  # preempted earlier in this loop to make room for an older request
-            num_new = min(state.num_tokens - state.num_computed_tokens, budget)
+            num_new = self.prefix.chunk_length(state, min(state.num_tokens - state.num_computed_tokens, budget))
             drafts = self._drafts_for(state, budget) if num_new == 1 and state.output_token_ids else []
             new_blocks = self._try_grow(state, num_new + len(drafts))
             if new_blocks is None:
@@ -95,23 +113,25 @@ class Scheduler:
             budget -= num_new + len(drafts)
         while budget > 0 and self.waiting and self.free_slots and len(self.running) < self.config.max_num_seqs:
             state = self._next_waiting()
-            num_new = min(state.num_tokens, budget)
-            if not self.allocator.can_allocate(blocks_needed(num_new + self.lookahead, self.block_size)):
+            if not self._try_admit(state, budget):
                 break
-            self._admit(state)
+            num_new = self.prefix.chunk_length(state, min(state.num_tokens - state.num_computed_tokens, budget))
             new_blocks = self._try_grow(state, num_new)
             scheduled.append(self._slot_work(state, num_new, new_blocks))
             budget -= num_new
         plan = StepPlan(next(self._step_ids), self._pending_new, scheduled, self._pending_freed,
-                        self._pending_truncated)
-        self._pending_new, self._pending_freed, self._pending_truncated = [], [], {}
+                        self._pending_truncated, self._pending_saves, **self._pending_copies)
+        self._pending_new, self._pending_freed, self._pending_truncated, self._pending_saves = [], [], {}, []
+        self._pending_copies = {name: [] for name in self._pending_copies}
+        if self.prefix.parked_blocks is not None:
+            self.prefix.parked_blocks.pinned.clear()
         return plan
 
     def update(self, plan: StepPlan, result: StepResult) -> list[Commit]:
         by_slot = {r.slot_id: r for r in result.slots}
         running_by_slot = {s.slot_id: s for s in self.running}
         commits = []
-        self.stats.record_step(plan.num_tokens)
+        self.stats.record_step(plan.num_tokens, result.forward_seconds, result.sample_seconds, result.draft_seconds)
         for work in plan.scheduled:
             state = running_by_slot.get(work.slot_id)
             if state is None:
@@ -119,7 +139,9 @@ class Scheduler:
             slot_result = by_slot.get(work.slot_id)
             num_rejected = len(work.draft_token_ids) - (slot_result.num_accepted if slot_result else 0)
             state.num_computed_tokens += work.num_new_tokens - num_rejected
+            self.prefix.register_computed(state)
             if slot_result is None:
+                self._maybe_checkpoint(state)
                 continue
             if work.draft_token_ids:
                 state.spec_stats.record_verification(len(work.draft_token_ids), slot_result.num_accepted)
@@ -129,6 +151,7 @@ class Scheduler:
             state.draft_token_ids = slot_result.next_draft_token_ids
             kept, reason = state.append_outputs(slot_result.token_ids, self.max_model_len)
             logprobs = slot_result.logprobs[: len(kept)] if slot_result.logprobs else slot_result.logprobs
+            self._maybe_checkpoint(state)
             if reason is not None:
                 self.finish_request(state.request_id, reason)
             else:
@@ -145,13 +168,75 @@ class Scheduler:
             self.waiting.appendleft(state)
         return self.waiting[0]
 
-    def _admit(self, state: RequestState) -> None:
+    def _try_admit(self, state: RequestState, budget: int) -> bool:
+        """Give `state` a slot and the blocks of its longest known prefix (cached ones shared, parked
+        ones copied back from host RAM, with the checkpoint to restore on hybrid models), if the
+        blocks for its first chunk can be had too."""
+        match = self.prefix.match(state)
+        self.allocator.take(match.device_blocks)
+        computed = match.num_blocks * self.block_size
+        first_chunk = min(state.num_tokens - computed, budget)
+        fresh = blocks_needed(computed + first_chunk + self.lookahead, self.block_size) - len(match.device_blocks)
+        if not self.allocator.can_allocate(fresh):
+            self.allocator.free(match.device_blocks)
+            return False
+        if self.prefix.parked_blocks is not None:
+            self.prefix.parked_blocks.pinned.update(match.parked_rows)
+        restored = iter(self.allocator.allocate(len(match.parked_rows)))
+        tokens = state.all_token_ids()
+        block_ids = []
+        for i, (kind, index) in enumerate(match.blocks):
+            if kind == "device":
+                block_ids.append(index)
+                continue
+            block = next(restored)
+            self._pending_copies["restore_blocks"].append((index, block))
+            self.allocator.register(block, match.hashes[i], tuple(tokens[i * self.block_size:(i + 1) * self.block_size]))
+            block_ids.append(block)
         self.waiting.remove(state)
         state.slot_id = self.free_slots.popleft()
         state.status = Status.RUNNING
+        state.block_ids = block_ids
+        state.block_hashes = list(match.hashes)
+        state.num_computed_tokens = computed
+        if state.num_preemptions == 0:
+            state.num_cached_tokens = computed
+            self.cache_stats.prefix_queries += 1
+            self.cache_stats.prefix_hits += int(computed > 0)
+        self.stats.prompt_tokens_reused += computed
+        self.cache_stats.blocks_restored += len(match.parked_rows)
+        self.cache_stats.checkpoints_restored += int(match.checkpoint_host_row is not None)
         self.running.append(state)
         self._pending_new.append(NewSlotData(state.request_id, state.slot_id, state.prompt_token_ids,
-                                             state.request.sampling_params, list(state.output_token_ids)))
+                                             state.request.sampling_params, list(state.output_token_ids),
+                                             match.checkpoint_row, list(state.block_ids), match.checkpoint_host_row))
+        return True
+
+    def _park_block(self, block_id: int, block_hash: int, tokens: tuple[int, ...]) -> None:
+        row = self.prefix.parked_blocks.try_reserve(block_hash, tokens)
+        if row is not None:
+            self._pending_copies["park_blocks"].append((block_id, row))
+            self.cache_stats.blocks_parked += 1
+
+    def _park_checkpoint(self, key: int, device_row: int) -> None:
+        host_row = self.prefix.parked_checkpoints.try_reserve(key)
+        if host_row is not None:
+            self._pending_copies["park_checkpoints"].append((device_row, host_row))
+            self.cache_stats.checkpoints_parked += 1
+
+    def _maybe_checkpoint(self, state: RequestState) -> None:
+        key = self.prefix.checkpoint_due(state)
+        if key is None:
+            return
+        row = self.checkpoints.try_reserve(key)
+        if row is None:
+            return
+        if state.num_computed_tokens > len(state.prompt_token_ids):  # decoding: keep only the newest
+            if state.decode_checkpoint_key is not None:
+                self.checkpoints.release(state.decode_checkpoint_key)
+            state.decode_checkpoint_key = key
+        self._pending_saves.append((state.slot_id, row))
+        self.cache_stats.checkpoints_saved += 1
 
     def _slot_work(self, state: RequestState, num_new: int, new_blocks: list[int],
                    drafts: list[int] | None = None) -> ScheduledSlot:
@@ -203,13 +288,16 @@ class Scheduler:
         self._release(state)
         state.status = Status.WAITING
         state.num_computed_tokens = 0
+        state.block_hashes = []
         state.draft_token_ids = []
         state.num_preemptions += 1
         self.waiting.appendleft(state)
 
     def _release(self, state: RequestState) -> None:
         self._pending_truncated.pop(state.slot_id, None)
-        self.allocator.free(state.block_ids)
+        # tail first: least-recently-used eviction then drops a conversation's end before its start,
+        # keeping the longest prefix findable
+        self.allocator.free(state.block_ids[::-1])
         state.block_ids = []
         self._pending_freed.append(state.slot_id)
         self.free_slots.append(state.slot_id)

@@ -1,4 +1,4 @@
-"""Engine-wide speculation and step counters (per-request ones live on RequestState)."""
+"""Speculation and step counters: one SpecStats for the engine (totals) and one per request."""
 
 from __future__ import annotations
 
@@ -14,10 +14,17 @@ class SpecStats:
     num_accepted_tokens: int = 0
     drafts_per_position: list[int] = field(default_factory=list)
     accepted_per_position: list[int] = field(default_factory=list)
+    forward_seconds: float = 0.0
+    sample_seconds: float = 0.0
+    draft_seconds: float = 0.0
+    prompt_tokens_reused: int = 0             # prompt tokens served from the prefix / conversation cache
 
-    def record_step(self, num_tokens: int) -> None:
+    def record_step(self, num_tokens: int, forward: float = 0.0, sample: float = 0.0, draft: float = 0.0) -> None:
         self.num_steps += 1
         self.num_scheduled_tokens += num_tokens
+        self.forward_seconds += forward
+        self.sample_seconds += sample
+        self.draft_seconds += draft
 
     def record_verification(self, num_drafts: int, num_accepted: int) -> None:
         self.num_verify_windows += 1
@@ -43,7 +50,26 @@ class SpecStats:
 
     def as_dict(self) -> dict:
         return {"num_steps": self.num_steps, "num_scheduled_tokens": self.num_scheduled_tokens,
+                "tokens_per_step": self.num_scheduled_tokens / self.num_steps if self.num_steps else 0.0,
+                "forward_seconds": self.forward_seconds, "sample_seconds": self.sample_seconds,
+                "draft_seconds": self.draft_seconds, "prompt_tokens_reused": self.prompt_tokens_reused,
                 "num_verify_windows": self.num_verify_windows, "num_draft_tokens": self.num_draft_tokens,
                 "num_accepted_tokens": self.num_accepted_tokens,
                 "mean_accepted_length": self.mean_accepted_length,
                 "acceptance_per_position": self.acceptance_per_position()}
+
+
+@dataclass
+class CacheStats:
+    """Prefix and conversation reuse counters (engine totals)."""
+
+    prefix_queries: int = 0
+    prefix_hits: int = 0
+    checkpoints_saved: int = 0
+    blocks_parked: int = 0
+    blocks_restored: int = 0
+    checkpoints_parked: int = 0
+    checkpoints_restored: int = 0
+
+    def as_dict(self) -> dict:
+        return dict(vars(self), prefix_hit_rate=self.prefix_hits / self.prefix_queries if self.prefix_queries else 0.0)

@@ -20,7 +20,7 @@ from strata.server.metrics import Metrics, RequestTracker
 from strata.server.template import ChatTemplate
 from strata.types import FinishReason, Request, SamplingParams, TokenDelta
 
-_DISCONNECT_POLL_S = 0.25
+_DISCONNECT_POLL_S = 0.5
 
 
 @dataclass
@@ -84,6 +84,7 @@ class Output:
     token_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None
     logprobs: list[dict[int, float]] = field(default_factory=list)
+    num_cached_tokens: int = 0
 
 
 class Generation:
@@ -99,6 +100,11 @@ class Generation:
     def num_prompt_tokens(self) -> int:
         return len(self.request.prompt_token_ids)
 
+    @property
+    def num_cached_tokens(self) -> int:
+        """Prompt tokens the engine found in its prefix cache (known once a delta has arrived)."""
+        return self.tracker.num_cached_tokens
+
     async def __aenter__(self) -> Generation:
         try:
             self.stream = await self.state.client.submit(self.request, wait_s=self.state.config.engine_start_timeout_s)
@@ -107,6 +113,8 @@ class Generation:
             self.tracker.on_end("engine_error")
             raise APIError(503, f"the engine is unavailable: {e}; retry shortly") from e
         self._check_error(self._first)
+        if self._first is not None:
+            self.tracker.num_cached_tokens = self._first.num_cached_tokens
         return self
 
     async def __aexit__(self, *exc) -> None:
@@ -146,15 +154,19 @@ class Generation:
     async def collect(self, http_request: HTTPRequest) -> Output:
         """The whole output; 503 if the engine dies; aborts if the client disconnects."""
         out = Output()
+        last_check = time.monotonic()
         try:
             async for delta in self.deltas():
-                if delta is None:
+                if time.monotonic() - last_check > _DISCONNECT_POLL_S:
+                    last_check = time.monotonic()
                     if await http_request.is_disconnected():
                         raise APIError(400, "the client disconnected")
+                if delta is None:
                     continue
                 out.text += delta.new_text
                 out.token_ids.extend(delta.new_token_ids)
                 out.logprobs.extend(delta.new_logprobs or [])
+                out.num_cached_tokens = max(out.num_cached_tokens, delta.num_cached_tokens)
                 if delta.finished:
                     out.finish_reason = delta.finish_reason.value
         except EngineDeadError as e:

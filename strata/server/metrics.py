@@ -1,12 +1,14 @@
 """Prometheus metrics: vLLM's names where vLLM has the metric (so existing dashboards work), `strata:`
 names for the rest. Request-level numbers are observed in the server from the deltas it relays;
-occupancy gauges are read from the engine's last status message at scrape time."""
+occupancy gauges and the engine's step / speculation totals are read from its last status message at
+scrape time (the totals restart from 0 with a new engine process, which Prometheus reads as a reset)."""
 
 from __future__ import annotations
 
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from strata.types import TokenDelta
 
@@ -44,13 +46,18 @@ class Metrics:
                                        registry=r)
         self.free_slots = Gauge("strata:free_slots", "engine slots free", registry=r)
         self.kv_blocks_free = Gauge("strata:kv_blocks_free", "KV blocks free", registry=r)
-        self.rejected = Counter("strata:rejected_requests", "requests rejected before the engine (4xx)",
-                                ["status"], registry=r)
+        self.prefix_queries = Counter("vllm:prefix_cache_queries", "prompt tokens looked up in the prefix cache",
+                                      lbl, registry=r)
+        self.prefix_hits = Counter("vllm:prefix_cache_hits", "prompt tokens found in the prefix cache", lbl,
+                                   registry=r)
+        self._stats = None
+        r.register(_EngineTotals(self))
 
     def track(self, num_prompt_tokens: int) -> RequestTracker:
         return RequestTracker(self, num_prompt_tokens)
 
     def render(self, stats) -> bytes:
+        self._stats = stats
         status = stats.status or {}
         self.running.labels(**self._labels).set(status.get("num_running", 0))
         self.waiting.labels(**self._labels).set(status.get("num_waiting", 0))
@@ -71,12 +78,14 @@ class RequestTracker:
         self.metrics, self.num_prompt_tokens = metrics, num_prompt_tokens
         self.started = self.last = time.perf_counter()
         self.num_output_tokens = 0
+        self.num_cached_tokens = 0
         self.first_token_at: float | None = None
         self.done = False
 
     def on_delta(self, delta: TokenDelta) -> None:
         now = time.perf_counter()
         m, labels = self.metrics, self.metrics._labels
+        self.num_cached_tokens = max(self.num_cached_tokens, delta.num_cached_tokens)
         if delta.new_token_ids:
             if self.first_token_at is None:
                 self.first_token_at = now
@@ -97,5 +106,35 @@ class RequestTracker:
         m.e2e.labels(**labels).observe(time.perf_counter() - self.started)
         m.prompt_hist.labels(**labels).observe(self.num_prompt_tokens)
         m.generation_hist.labels(**labels).observe(self.num_output_tokens)
+        m.prefix_queries.labels(**labels).inc(self.num_prompt_tokens)
+        m.prefix_hits.labels(**labels).inc(self.num_cached_tokens)
         if reason == "engine_error":
             m.engine_failures.inc()
+
+
+class _EngineTotals:
+    """Custom collector: the engine's own step and speculation counters (status["steps"])."""
+
+    _COUNTERS = (("vllm:spec_decode_num_drafts", "num_verify_windows", "verification windows with drafts"),
+                 ("vllm:spec_decode_num_draft_tokens", "num_draft_tokens", "draft tokens proposed"),
+                 ("vllm:spec_decode_num_accepted_tokens", "num_accepted_tokens", "draft tokens accepted"),
+                 ("strata:engine_steps", "num_steps", "engine steps"),
+                 ("strata:scheduled_tokens", "num_scheduled_tokens", "tokens computed by the engine"))
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def collect(self):
+        stats = self.metrics._stats
+        steps = ((stats.status if stats is not None else None) or {}).get("steps") or {}
+        for name, key, doc in self._COUNTERS:
+            yield CounterMetricFamily(name, doc, value=steps.get(key, 0))
+        mean = GaugeMetricFamily("strata:spec_decode_mean_accepted_length",
+                                 "tokens emitted per verification window, bonus included")
+        mean.add_metric([], steps.get("mean_accepted_length", 0.0))
+        yield mean
+        per_position = GaugeMetricFamily("strata:spec_decode_acceptance_rate", "acceptance rate per draft position",
+                                         labels=["position"])
+        for position, rate in enumerate(steps.get("acceptance_per_position", [])):
+            per_position.add_metric([str(position)], rate)
+        yield per_position

@@ -66,9 +66,10 @@ def _render(state: ServerState, body: CountTokensRequest) -> tuple[Rendered, lis
     return state.template.render(normalize_messages(body), tools, thinking), tools
 
 
-def _usage(num_prompt: int, num_output: int) -> dict:
-    return {"input_tokens": num_prompt, "output_tokens": num_output, "cache_read_input_tokens": 0,
-            "cache_creation_input_tokens": 0}
+def _usage(num_prompt: int, num_output: int, num_cached: int) -> dict:
+    """Anthropic counts cache reads apart: input_tokens + cache_read_input_tokens is the whole prompt."""
+    return {"input_tokens": num_prompt - num_cached, "output_tokens": num_output,
+            "cache_read_input_tokens": num_cached, "cache_creation_input_tokens": 0}
 
 
 @router.post("/v1/messages/count_tokens")
@@ -107,7 +108,7 @@ async def messages(body: MessagesRequest, http_request: HTTPRequest):
                                                                                               "end_turn")
     return {"id": request.request_id, "type": "message", "role": "assistant", "model": state.model_name,
             "content": content, "stop_reason": stop_reason, "stop_sequence": None,
-            "usage": _usage(gen.num_prompt_tokens, len(out.token_ids))}
+            "usage": _usage(gen.num_prompt_tokens, len(out.token_ids), out.num_cached_tokens)}
 
 
 class _Blocks:
@@ -151,7 +152,7 @@ class _Blocks:
 
 async def _stream(gen: Generation, state: ServerState, parser: OutputParser) -> AsyncIterator[str]:
     message = {"id": gen.request.request_id, "type": "message", "role": "assistant", "model": state.model_name,
-               "content": [], "stop_reason": None, "stop_sequence": None, "usage": _usage(gen.num_prompt_tokens, 0)}
+               "content": [], "stop_reason": None, "stop_sequence": None, "usage": _usage(gen.num_prompt_tokens, 0, gen.num_cached_tokens)}
     blocks, num_tokens, num_tools = _Blocks(), 0, 0
     try:
         yield sse.event("message_start", {"type": "message_start", "message": message})
@@ -175,7 +176,8 @@ async def _stream(gen: Generation, state: ServerState, parser: OutputParser) -> 
                 stop_reason = "tool_use" if num_tools and reason == "stop" else _STOP_REASONS.get(reason, "end_turn")
                 yield sse.event("message_delta", {"type": "message_delta",
                                                   "delta": {"stop_reason": stop_reason, "stop_sequence": None},
-                                                  "usage": {"output_tokens": num_tokens}})
+                                                  "usage": _usage(gen.num_prompt_tokens, num_tokens,
+                                                                  gen.num_cached_tokens)})
                 yield sse.event("message_stop", {"type": "message_stop"})
     except EngineDeadError as e:
         yield sse.event("error", error_body("/v1/messages", 503, f"the engine failed mid-stream: {e}"))

@@ -28,9 +28,9 @@ def state_of(http_request: HTTPRequest) -> ServerState:
     return http_request.app.state.strata
 
 
-def usage(num_prompt: int, num_completion: int) -> dict:
+def usage(num_prompt: int, num_completion: int, num_cached: int) -> dict:
     return {"prompt_tokens": num_prompt, "completion_tokens": num_completion,
-            "total_tokens": num_prompt + num_completion, "prompt_tokens_details": {"cached_tokens": 0}}
+            "total_tokens": num_prompt + num_completion, "prompt_tokens_details": {"cached_tokens": num_cached}}
 
 
 def _params(body: SamplingFields, max_tokens: int, logprobs: int | None):
@@ -143,7 +143,7 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
     return {"id": request.request_id, "object": "chat.completion", "created": int(time.time()),
             "model": state.model_name,
             "choices": [{"index": 0, "message": message, "logprobs": lp, "finish_reason": finish}],
-            "usage": usage(gen.num_prompt_tokens, len(out.token_ids))}
+            "usage": usage(gen.num_prompt_tokens, len(out.token_ids), out.num_cached_tokens)}
 
 
 async def _chat_stream(gen: Generation, state: ServerState, parser: OutputParser,
@@ -178,7 +178,8 @@ async def _chat_stream(gen: Generation, state: ServerState, parser: OutputParser
                 yield chunk({}, "tool_calls" if num_tools and reason == "stop" else reason)
         if include_usage:
             yield sse.data({"id": rid, "object": "chat.completion.chunk", "created": created,
-                            "model": state.model_name, "choices": [], "usage": usage(gen.num_prompt_tokens, num_tokens)})
+                            "model": state.model_name, "choices": [],
+                            "usage": usage(gen.num_prompt_tokens, num_tokens, gen.num_cached_tokens)})
     except EngineDeadError as e:
         yield sse.data(error_body("/v1/chat/completions", 503, f"the engine failed mid-stream: {e}"))
     except APIError as e:
@@ -227,7 +228,7 @@ async def completions(body: CompletionRequest, http_request: HTTPRequest):
     return {"id": request.request_id, "object": "text_completion", "created": int(time.time()),
             "model": state.model_name,
             "choices": [{"index": 0, "text": out.text, "logprobs": lp, "finish_reason": out.finish_reason}],
-            "usage": usage(gen.num_prompt_tokens, len(out.token_ids))}
+            "usage": usage(gen.num_prompt_tokens, len(out.token_ids), out.num_cached_tokens)}
 
 
 async def _completion_stream(gen: Generation, state: ServerState, include_usage: bool) -> AsyncIterator[str]:
@@ -248,7 +249,7 @@ async def _completion_stream(gen: Generation, state: ServerState, include_usage:
             if delta.new_text or delta.finished:
                 yield chunk(delta.new_text, delta.finish_reason.value if delta.finished else None)
         if include_usage:
-            yield chunk("", extra={"usage": usage(gen.num_prompt_tokens, num_tokens)}, choices=False)
+            yield chunk("", extra={"usage": usage(gen.num_prompt_tokens, num_tokens, gen.num_cached_tokens)}, choices=False)
     except EngineDeadError as e:
         yield sse.data(error_body("/v1/completions", 503, f"the engine failed mid-stream: {e}"))
     except APIError as e:

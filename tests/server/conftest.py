@@ -132,3 +132,10 @@ def fake_app(mode: str = "echo", **server_options):
     config = ServerConfig(api_key=API_KEY, **server_options)
     return create_app(EngineConfig(model=MODEL), config,
                       engine_target=functools.partial(run_fake_engine, mode=mode))
+
+
+@pytest.fixture(scope="session")
+def tool_server():
+    """A stand-in engine that answers every request with a Qwen-style thinking + tool-call output."""
+    with thread_server(fake_app("tool")) as live:
+        yield live

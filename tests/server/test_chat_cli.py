@@ -7,7 +7,7 @@ import argparse
 
 import httpx
 
-from conftest import API_KEY, MODEL, fake_app, thread_server
+from conftest import API_KEY, MODEL
 from strata.cli.chat import Session, stream_chat
 
 
@@ -29,11 +29,10 @@ def test_commands_shape_the_request():
     assert session.command("hello") is None
 
 
-def test_stream_chat_splits_thinking_and_content():
-    with thread_server(fake_app("tool")) as srv:
-        http = httpx.Client(headers={"Authorization": f"Bearer {API_KEY}"})
-        session = _session()
-        session.history.append({"role": "user", "content": "Weather?"})
-        pieces = list(stream_chat(http, srv.base_url, session.request_body()))
+def test_stream_chat_splits_thinking_and_content(tool_server):
+    http = httpx.Client(headers={"Authorization": f"Bearer {API_KEY}"})
+    session = _session()
+    session.history.append({"role": "user", "content": "Weather?"})
+    pieces = list(stream_chat(http, tool_server.base_url, session.request_body()))
     assert "".join(t for k, t in pieces if k == "reasoning") == "need the weather"
     assert "<tool_call>" in "".join(t for k, t in pieces if k == "content")  # no tools requested: plain text

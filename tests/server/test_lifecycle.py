@@ -99,7 +99,8 @@ def test_auth(server, headers, expected):
 def test_metrics_and_status(server):
     text = server.get("/metrics").text
     for name in ("vllm:num_requests_running", "vllm:time_to_first_token_seconds_bucket", "vllm:prompt_tokens_total",
-                 "vllm:generation_tokens_total", "vllm:request_success_total", "strata:engine_up 1.0"):
+                 "vllm:generation_tokens_total", "vllm:request_success_total", "strata:engine_up 1.0",
+                 "vllm:spec_decode_num_draft_tokens_total", "vllm:prefix_cache_hits_total", "strata:engine_steps_total"):
         assert name in text
     status = server.status()
     assert status["slots"]["total"] == 16 and status["kv_blocks"]["total"] > 0

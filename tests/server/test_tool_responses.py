@@ -11,7 +11,7 @@ import anthropic
 import openai
 import pytest
 
-from conftest import API_KEY, MODEL, fake_app, thread_server
+from conftest import API_KEY, MODEL
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Current weather",
                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
@@ -19,9 +19,8 @@ ASK = [{"role": "user", "content": "Weather in Paris?"}]
 
 
 @pytest.fixture(scope="module")
-def srv():
-    with thread_server(fake_app("tool")) as live:
-        yield live
+def srv(tool_server):
+    return tool_server
 
 
 def test_openai_tool_calls(srv):

@@ -233,3 +233,15 @@ def test_preemption_with_speculation_resumes_exactly(tiny_model_dir, next_refs):
     assert run_staggered(core, eight[:4], every=1) == eight_ref[:4]
     assert any(s > 0 for s in [core.scheduler.stats.num_draft_tokens])
     assert core.scheduler.allocator.num_free == 40
+
+
+def test_request_metrics_report_speculation(tiny_model_dir):
+    llm = LLM(tiny_model_dir("llama"), dtype="float32", device="cpu",
+              speculative_config={"method": "synthetic", "num_speculative_tokens": 3, "acceptance_length": 2.5})
+    out = llm.generate({"prompt_token_ids": [5, 6, 7]}, SamplingParams(temperature=0.0, max_tokens=40,
+                                                                      ignore_eos=True))[0]
+    metrics = out.metrics
+    assert metrics["num_draft_tokens"] > 0 and len(metrics["acceptance_per_position"]) == 3
+    assert metrics["mean_accepted_length"] > 1.0 and metrics["num_preemptions"] == 0
+    totals = llm.engine.status()["steps"]
+    assert totals["num_accepted_tokens"] == metrics["num_accepted_tokens"] and totals["forward_seconds"] > 0

@@ -1,0 +1,51 @@
+"""Recurrent-state checkpoints for hybrid models: which block-boundary states are saved, in a bounded
+pool with least-recently-used eviction. Pure Python (the scheduler's index); the runner holds the
+tensors (`pools.CheckpointPool`) and copies rows in and out when the plan says so.
+
+A prefix hit on a model with Gated DeltaNet layers is usable only up to a block boundary whose state
+was checkpointed: KV can be shared block by block, recurrent state cannot be rebuilt from KV.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+
+class CheckpointIndex:
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.on_evict = None  # (key, row) -> None: called before an evicted row is reused
+        self._by_key: OrderedDict[int, int] = OrderedDict()   # chain hash at a block boundary -> pool row
+        self._free = list(range(capacity - 1, -1, -1))
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def lookup(self, key: int) -> int | None:
+        row = self._by_key.get(key)
+        if row is not None:
+            self._by_key.move_to_end(key)
+        return row
+
+    def contains(self, key: int) -> bool:
+        return key in self._by_key
+
+    def try_reserve(self, key: int) -> int | None:
+        """A pool row for a new checkpoint under `key`, evicting the least recently used one; None
+        when the key is already saved. Reservations happen only in `Scheduler.update`, after the
+        runner has done the step's restores, so a row being restored is never reused under it."""
+        if self.capacity == 0 or key in self._by_key:
+            return None
+        if not self._free:
+            old_key, row = self._by_key.popitem(last=False)
+            if self.on_evict is not None:
+                self.on_evict(old_key, row)
+            self._free.append(row)
+        row = self._free.pop()
+        self._by_key[key] = row
+        return row
+
+    def release(self, key: int) -> None:
+        row = self._by_key.pop(key, None)
+        if row is not None:
+            self._free.append(row)

@@ -1,0 +1,7 @@
+"""Triton kernels for the CUDA path, each with a plain-torch `*_ref` beside it that states its semantics.
+
+Importing this package (or a kernel module) never needs Triton: the kernel modules import it lazily
+and define their kernels only where it is installed, so the refs run on CPU-only machines and in CI.
+Modules: `fused_moe` (grouped expert GEMMs), `paged_attention` (decode/verify windows over paged KV),
+`gdn` (gated delta rule recurrence and causal conv1d update over ragged short windows).
+"""

@@ -1,0 +1,250 @@
+"""Fused MoE: the routed experts of one step as grouped GEMMs over (token, k) rows grouped by expert.
+
+(token, k) pairs are sorted by expert and padded to BLOCK_M per expert, so a program owns BLOCK_M rows of
+one expert and each used expert's weights are read from memory once while its rows fit one block (all
+decode/verify steps; larger groups re-read its tiles from L2). Four launches, no host sync, buffers
+sized from shapes only (CUDA-graph safe): the row layout (one-program counting sort), SiLU(gate) * up
+from w13, the down projection scaled by the top-k weight, and the sum over each token's K rows.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU-only install: fused_moe_ref still works
+    triton = tl = None
+
+
+def fused_moe_ref(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor,
+                  topk_weights: torch.Tensor) -> torch.Tensor:
+    """The semantics of strata.model.moe.LocalExperts: hidden [T, D], w13 [E, 2I, D] ([gate; up] rows),
+    w2 [E, D, I], topk_ids / topk_weights [T, K] -> sum_k w[t, k] * expert_{ids[t, k]}(hidden[t]) [T, D]."""
+    num_tokens, top_k = topk_ids.shape
+    flat_ids = topk_ids.flatten()                          # [T * K]
+    order = flat_ids.argsort(stable=True)
+    counts = torch.bincount(flat_ids, minlength=w13.shape[0]).tolist()
+    token_of = order // top_k
+    weights = topk_weights.flatten()[order].unsqueeze(1)   # [T * K, 1]
+    out = torch.zeros_like(hidden)
+    start = 0
+    for expert_id, count in enumerate(counts):
+        if count == 0:
+            continue
+        rows = token_of[start:start + count]
+        gate, up = F.linear(hidden[rows], w13[expert_id]).chunk(2, dim=-1)
+        y = F.linear(F.silu(gate) * up, w2[expert_id])     # [n, D]
+        out.index_add_(0, rows, (y * weights[start:start + count]).to(out.dtype))
+        start += count
+    return out
+
+
+def moe_align_ref(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Group (token, k) pairs by expert, each group padded to a multiple of block_m (pairs of one expert
+    in token order; moe_align may order them differently within a group).
+
+    Returns sorted_ids [P] (flat index t * K + k, or T * K for padding) and block_expert [P // block_m]
+    (expert of each block, -1 for unused blocks). P depends only on shapes: at most min(E, T * K)
+    groups, each adding at most one partial block."""
+    num_pairs = topk_ids.numel()
+    num_blocks = aligned_num_blocks(num_pairs, num_experts, block_m)
+    flat_ids = topk_ids.flatten()
+    order = flat_ids.argsort(stable=True)                            # [T * K]
+    sorted_experts = flat_ids[order]
+    # scatter_add, not bincount: bincount syncs with the host (to size its output) and breaks graph capture
+    counts = torch.zeros(num_experts, dtype=torch.long, device=flat_ids.device).scatter_add_(
+        0, flat_ids, torch.ones_like(flat_ids))                       # [E]
+    padded = (counts + block_m - 1) // block_m * block_m
+    padded_start = padded.cumsum(0) - padded                          # exclusive
+    start = counts.cumsum(0) - counts
+    rank = torch.arange(num_pairs, device=flat_ids.device) - start[sorted_experts]
+    position = padded_start[sorted_experts] + rank                    # [T * K] row of each pair
+    sorted_ids = torch.full((num_blocks * block_m,), num_pairs, dtype=torch.int32, device=flat_ids.device)
+    sorted_ids[position] = order.to(torch.int32)
+    block_expert = torch.full((num_blocks,), -1, dtype=torch.int32, device=flat_ids.device)
+    block_expert[position // block_m] = sorted_experts.to(torch.int32)
+    return sorted_ids, block_expert
+
+
+def aligned_num_blocks(num_pairs: int, num_experts: int, block_m: int) -> int:
+    return -(-num_pairs // block_m) + min(num_experts, num_pairs)
+
+
+def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """moe_align_ref in one single-program launch (a counting sort with atomics) instead of a dozen
+    torch ops: at decode sizes the launches, not the bytes, are the cost."""
+    num_pairs = topk_ids.numel()
+    num_blocks = aligned_num_blocks(num_pairs, num_experts, block_m)
+    device = topk_ids.device
+    sorted_ids = torch.empty(num_blocks * block_m, dtype=torch.int32, device=device)
+    block_expert = torch.empty(num_blocks, dtype=torch.int32, device=device)
+    scratch = torch.empty(2 * num_experts + num_pairs, dtype=torch.int32, device=device)
+    _align_kernel[(1,)](topk_ids, sorted_ids, block_expert, scratch, num_pairs, num_experts, num_blocks,
+                        BLOCK_M=block_m, E_PAD=triton.next_power_of_2(num_experts), CHUNK=1024, num_warps=8)
+    return sorted_ids, block_expert
+
+
+def default_config(num_pairs: int, num_experts: int) -> dict:
+    """Tile sizes by rows per expert: decode-sized groups take narrow N tiles (more programs to stream
+    the weights), large groups take GEMM-shaped tiles. BLOCK_N_DOWN (optional) sets the down
+    projection's N tile apart from the gate/up one."""
+    rows_per_expert = num_pairs / num_experts
+    if rows_per_expert <= 16:
+        return dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=128, num_warps=4, num_stages=4)
+    if rows_per_expert <= 64:
+        return dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=3)
+    return dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3)
+
+
+def fused_moe(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor,
+              topk_weights: torch.Tensor, config: dict | None = None) -> torch.Tensor:
+    """Same contract as fused_moe_ref; hidden [T, D] -> [T, D] in hidden's dtype (fp32 accumulation)."""
+    num_tokens, top_k = topk_ids.shape
+    num_experts, two_i, dim = w13.shape
+    inter = two_i // 2
+    assert w2.shape == (num_experts, dim, inter) and hidden.shape == (num_tokens, dim)
+    assert hidden.stride(1) == 1 and w13.stride(2) == 1 and w2.stride(2) == 1
+    cfg = config or default_config(topk_ids.numel(), num_experts)
+    block_m = cfg["BLOCK_M"]
+    sorted_ids, block_expert = moe_align(topk_ids, num_experts, block_m)
+    return moe_grouped_gemms(hidden, w13, w2, topk_weights, sorted_ids, block_expert, cfg)
+
+
+def moe_grouped_gemms(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
+                      sorted_ids: torch.Tensor, block_expert: torch.Tensor, cfg: dict) -> torch.Tensor:
+    """The three compute launches of fused_moe, given the aligned layout."""
+    num_tokens, top_k = topk_weights.shape
+    inter, dim = w2.shape[2], w2.shape[1]
+    block_m, block_n, block_k = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    # float32 tiles are twice the shared memory per pipeline stage
+    stages = cfg["num_stages"] if hidden.element_size() <= 2 else min(cfg["num_stages"], 2)
+    launch = dict(num_warps=cfg["num_warps"], num_stages=stages)
+    num_blocks = block_expert.numel()
+    act = hidden.new_empty(sorted_ids.numel(), inter)                          # [P, I]
+    partial = torch.empty(num_tokens * top_k, dim, dtype=torch.float32, device=hidden.device)  # [T * K, D]
+    weights = topk_weights.reshape(-1)
+    _gate_up_kernel[(num_blocks, triton.cdiv(inter, block_n))](
+        hidden, w13, act, sorted_ids, block_expert, inter, dim, top_k, num_tokens * top_k,
+        hidden.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, **launch)
+    block_n_down = cfg.get("BLOCK_N_DOWN", block_n)
+    _down_kernel[(num_blocks, triton.cdiv(dim, block_n_down))](
+        act, w2, partial, sorted_ids, block_expert, weights, dim, inter, num_tokens * top_k,
+        act.stride(0), w2.stride(0), w2.stride(1), partial.stride(0),
+        BLOCK_M=block_m, BLOCK_N=block_n_down, BLOCK_K=block_k, **launch)
+    out = torch.empty_like(hidden)
+    block_d = min(1024, triton.next_power_of_2(dim))
+    _sum_topk_kernel[(num_tokens, triton.cdiv(dim, block_d))](partial, out, top_k, dim, out.stride(0),
+                                                              BLOCK_D=block_d, num_warps=4)
+    return out
+
+
+if triton is not None:
+
+    @triton.jit
+    def _gate_up_kernel(hidden_ptr, w13_ptr, act_ptr, sorted_ids_ptr, block_expert_ptr,
+                        inter, dim, top_k, num_pairs, stride_ht, stride_we, stride_wn, stride_at,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+        expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
+        if expert < 0:
+            return
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        pair = tl.load(sorted_ids_ptr + offs_m)
+        row_ok = pair < num_pairs
+        token = (pair // top_k).to(tl.int64)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_ok = offs_n < inter
+        offs_k = tl.arange(0, BLOCK_K)
+        a_ptrs = hidden_ptr + token[:, None] * stride_ht + offs_k[None, :]                # [BM, BK]
+        g_ptrs = w13_ptr + expert * stride_we + offs_n[None, :] * stride_wn + offs_k[:, None]  # [BK, BN]
+        u_ptrs = g_ptrs + inter * stride_wn
+        acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, dim, BLOCK_K):
+            k_ok = offs_k < dim - k0
+            a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            wg = tl.load(g_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
+            wu = tl.load(u_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
+            acc_g = tl.dot(a, wg, acc_g)
+            acc_u = tl.dot(a, wu, acc_u)
+            a_ptrs += BLOCK_K
+            g_ptrs += BLOCK_K
+            u_ptrs += BLOCK_K
+        act = acc_g * tl.sigmoid(acc_g) * acc_u
+        tl.store(act_ptr + offs_m[:, None].to(tl.int64) * stride_at + offs_n[None, :],
+                 act.to(act_ptr.dtype.element_ty), mask=row_ok[:, None] & n_ok[None, :])
+
+    @triton.jit
+    def _down_kernel(act_ptr, w2_ptr, out_ptr, sorted_ids_ptr, block_expert_ptr, weights_ptr,
+                     dim, inter, num_pairs, stride_at, stride_we, stride_wn, stride_ot,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+        expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
+        if expert < 0:
+            return
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        pair = tl.load(sorted_ids_ptr + offs_m)
+        row_ok = pair < num_pairs
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_ok = offs_n < dim
+        offs_k = tl.arange(0, BLOCK_K)
+        a_ptrs = act_ptr + offs_m[:, None].to(tl.int64) * stride_at + offs_k[None, :]      # [BM, BK]
+        w_ptrs = w2_ptr + expert * stride_we + offs_n[None, :] * stride_wn + offs_k[:, None]  # [BK, BN]
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, inter, BLOCK_K):
+            k_ok = offs_k < inter - k0
+            a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            w = tl.load(w_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
+            acc = tl.dot(a, w, acc)
+            a_ptrs += BLOCK_K
+            w_ptrs += BLOCK_K
+        route_w = tl.load(weights_ptr + pair, mask=row_ok, other=0.0).to(tl.float32)
+        acc = acc * route_w[:, None]
+        tl.store(out_ptr + pair[:, None].to(tl.int64) * stride_ot + offs_n[None, :], acc,
+                 mask=row_ok[:, None] & n_ok[None, :])
+
+    @triton.jit
+    def _align_kernel(ids_ptr, sorted_ids_ptr, block_expert_ptr, scratch_ptr, num_pairs, num_experts, num_blocks,
+                      BLOCK_M: tl.constexpr, E_PAD: tl.constexpr, CHUNK: tl.constexpr):
+        # scratch: [0, E) counters, [E, 2E) padded group starts, [2E, 2E + T*K) rank of each pair in its group.
+        # One program, so a barrier orders the passes; .cg loads read L2, where the atomics landed.
+        offs_e = tl.arange(0, E_PAD)
+        e_ok = offs_e < num_experts
+        offs = tl.arange(0, CHUNK)
+        tl.store(scratch_ptr + offs_e, 0, mask=e_ok)
+        for c in range(0, num_blocks * BLOCK_M, CHUNK):
+            tl.store(sorted_ids_ptr + c + offs, num_pairs, mask=c + offs < num_blocks * BLOCK_M)
+        for c in range(0, num_blocks, CHUNK):
+            tl.store(block_expert_ptr + c + offs, -1, mask=c + offs < num_blocks)
+        tl.debug_barrier()
+        for c in range(0, num_pairs, CHUNK):
+            ok = c + offs < num_pairs
+            expert = tl.load(ids_ptr + c + offs, mask=ok, other=0).to(tl.int32)
+            rank = tl.atomic_add(scratch_ptr + expert, 1, mask=ok)
+            tl.store(scratch_ptr + 2 * num_experts + c + offs, rank, mask=ok)
+        tl.debug_barrier()
+        counts = tl.load(scratch_ptr + offs_e, mask=e_ok, other=0, cache_modifier=".cg")
+        padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+        tl.store(scratch_ptr + num_experts + offs_e, tl.cumsum(padded, 0) - padded, mask=e_ok)
+        tl.debug_barrier()
+        for c in range(0, num_pairs, CHUNK):
+            ok = c + offs < num_pairs
+            expert = tl.load(ids_ptr + c + offs, mask=ok, other=0).to(tl.int32)
+            rank = tl.load(scratch_ptr + 2 * num_experts + c + offs, mask=ok, other=0, cache_modifier=".cg")
+            position = tl.load(scratch_ptr + num_experts + expert, mask=ok, other=0, cache_modifier=".cg") + rank
+            tl.store(sorted_ids_ptr + position, c + offs, mask=ok)
+            tl.store(block_expert_ptr + position // BLOCK_M, expert, mask=ok)
+
+    @triton.jit
+    def _sum_topk_kernel(partial_ptr, out_ptr, top_k, dim, stride_ot, BLOCK_D: tl.constexpr):
+        token, d_block = tl.program_id(0), tl.program_id(1)
+        offs_d = d_block * BLOCK_D + tl.arange(0, BLOCK_D)
+        d_ok = offs_d < dim
+        acc = tl.zeros((BLOCK_D,), dtype=tl.float32)
+        for k in range(0, top_k):
+            acc += tl.load(partial_ptr + (token.to(tl.int64) * top_k + k) * dim + offs_d, mask=d_ok, other=0.0)
+        tl.store(out_ptr + token.to(tl.int64) * stride_ot + offs_d, acc.to(out_ptr.dtype.element_ty), mask=d_ok)

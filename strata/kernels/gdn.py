@@ -1,0 +1,212 @@
+"""Gated DeltaNet kernels for ragged batches of short windows (decode, 1 + k verification): the
+token-by-token delta rule and the depthwise causal conv1d update, each reading its sequence's state
+from the pool row `slot_ids[i]` (zeros when has_initial_state[i] is False) and writing the state after
+the window's last token back in place. Both can also write the state after every token, so a rejected
+draft suffix is rolled back by picking a row. The delta-rule state is float32.
+"""
+
+from __future__ import annotations
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU-only install: the *_ref functions still work
+    triton = tl = None
+
+
+def gdn_recurrent_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                      state_pool: torch.Tensor, slot_ids: torch.Tensor, query_start_loc: torch.Tensor,
+                      has_initial_state: torch.Tensor, keep_all_states: bool = True
+                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """q, k [T, Hk, Dk] (L2-normalised; v head h reads q/k head h // (Hv // Hk)), v [T, Hv, Dv],
+    g (log decay) and beta [T, Hv], state_pool [S_max, Hv, Dk, Dv] float32 (rows of slot_ids updated in
+    place) -> out [T, Hv, Dv] in v's dtype, and the state after each token [T, Hv, Dk, Dv] or None."""
+    group = v.shape[1] // k.shape[1]
+    q = q.float().repeat_interleave(group, 1) * q.shape[-1] ** -0.5
+    k = k.float().repeat_interleave(group, 1)
+    out = torch.empty_like(v)
+    all_states = state_pool.new_empty(v.shape[0], *state_pool.shape[1:]) if keep_all_states else None
+    starts = query_start_loc.tolist()
+    for i, slot in enumerate(slot_ids.tolist()):
+        state = state_pool[slot].float() if bool(has_initial_state[i]) else torch.zeros_like(state_pool[slot])
+        for t in range(starts[i], starts[i + 1]):
+            state = state * g[t].float().exp()[:, None, None]                        # [Hv, Dk, Dv]
+            delta = (v[t].float() - torch.einsum("hkv,hk->hv", state, k[t])) * beta[t].float()[:, None]
+            state = state + k[t][:, :, None] * delta[:, None, :]
+            out[t] = torch.einsum("hkv,hk->hv", state, q[t]).to(out.dtype)
+            if all_states is not None:
+                all_states[t] = state
+        state_pool[slot] = state
+    return out, all_states
+
+
+def causal_conv1d_update_ref(x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor,
+                             slot_ids: torch.Tensor, query_start_loc: torch.Tensor,
+                             has_initial_state: torch.Tensor, keep_window_states: bool = False,
+                             silu: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Depthwise causal conv of each window after its W-1 remembered inputs: x [T, C], weight [C, W],
+    conv_state [S_max, C, W-1] (rows of slot_ids get the last W-1 inputs, history included) -> out [T, C]
+    in x's dtype (SiLU applied when `silu`), and the conv state after each token [T, C, W-1] or None."""
+    hist = weight.shape[1] - 1
+    out = torch.empty_like(x)
+    window = conv_state.new_empty(x.shape[0], x.shape[1], hist) if keep_window_states else None
+    starts = query_start_loc.tolist()
+    for i, slot in enumerate(slot_ids.tolist()):
+        s, e = starts[i], starts[i + 1]
+        history = conv_state[slot].T if bool(has_initial_state[i]) else conv_state.new_zeros(hist, x.shape[1])
+        ext = torch.cat([history.to(x.dtype), x[s:e]]).float()                     # [W-1 + n, C]
+        for j in range(e - s):
+            y = (ext[j:j + hist + 1].T * weight.float()).sum(dim=1)               # [C]
+            out[s + j] = (torch.nn.functional.silu(y) if silu else y).to(x.dtype)
+            if window is not None:
+                window[s + j] = ext[j + 1:j + hist + 1].T.to(window.dtype)
+        conv_state[slot] = ext[ext.shape[0] - hist:].T.to(conv_state.dtype)
+    return out, window
+
+
+def gdn_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                  state_pool: torch.Tensor, slot_ids: torch.Tensor, query_start_loc: torch.Tensor,
+                  has_initial_state: torch.Tensor, keep_all_states: bool = True, block_v: int | None = None,
+                  num_warps: int = 4) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Same contract as gdn_recurrent_ref. One program per (sequence, v head, Dv tile) holds its
+    [Dk, BV] state slice in registers across the window."""
+    num_tokens, num_v_heads, dim_v = v.shape
+    num_k_heads, dim_k = k.shape[1], k.shape[2]
+    num_seqs = slot_ids.shape[0]
+    assert state_pool.dtype == torch.float32 and state_pool.is_contiguous()
+    assert q.stride(2) == 1 and k.stride(2) == 1 and v.stride(2) == 1 and q.stride() == k.stride()
+    if block_v is None:
+        block_v = 32 if num_seqs * num_v_heads * dim_v // 32 >= 1024 else 16
+    block_v = min(block_v, triton.next_power_of_2(dim_v))
+    out = torch.empty_like(v)
+    all_states = state_pool.new_empty(num_tokens, *state_pool.shape[1:]) if keep_all_states else state_pool
+    _gdn_kernel[(num_seqs, num_v_heads, triton.cdiv(dim_v, block_v))](
+        q, k, v, g, beta, state_pool, all_states, out, slot_ids, query_start_loc, has_initial_state,
+        num_v_heads // num_k_heads, dim_k, dim_v, dim_k ** -0.5,
+        q.stride(0), q.stride(1), v.stride(0), v.stride(1), g.stride(0), beta.stride(0),
+        state_pool.stride(0), all_states.stride(0), out.stride(0), out.stride(1),
+        STORE_ALL=keep_all_states, BLOCK_K=triton.next_power_of_2(dim_k), BLOCK_V=block_v, num_warps=num_warps)
+    return out, (all_states if keep_all_states else None)
+
+
+def causal_conv1d_update(x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor, slot_ids: torch.Tensor,
+                         query_start_loc: torch.Tensor, has_initial_state: torch.Tensor,
+                         keep_window_states: bool = False, silu: bool = False,
+                         block_c: int = 256) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Same contract as causal_conv1d_update_ref; one program per (sequence, channel tile)."""
+    num_tokens, channels = x.shape
+    width = weight.shape[1]
+    assert x.stride(1) == 1 and weight.is_contiguous() and conv_state.shape[2] == width - 1
+    out = torch.empty_like(x)
+    window = conv_state.new_empty(num_tokens, channels, width - 1) if keep_window_states else conv_state
+    _conv_kernel[(slot_ids.shape[0], triton.cdiv(channels, block_c))](
+        x, weight, conv_state, window, out, slot_ids, query_start_loc, has_initial_state, channels,
+        x.stride(0), conv_state.stride(0), conv_state.stride(1), conv_state.stride(2),
+        window.stride(0), window.stride(1), window.stride(2), out.stride(0),
+        WIDTH=width, KEEP_WINDOW=keep_window_states, SILU=silu, BLOCK_C=block_c, num_warps=4)
+    return out, (window if keep_window_states else None)
+
+
+if triton is not None:
+
+    @triton.jit
+    def _gdn_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, pool_ptr, all_ptr, out_ptr,
+                    slots_ptr, qsl_ptr, has_init_ptr, group, dim_k, dim_v, q_scale,
+                    stride_qt, stride_qh, stride_vt, stride_vh, stride_gt, stride_bt,
+                    stride_pool, stride_all, stride_ot, stride_oh,
+                    STORE_ALL: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr):
+        seq, head, v_block = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        slot = tl.load(slots_ptr + seq).to(tl.int64)
+        has_init = tl.load(has_init_ptr + seq) != 0
+        start = tl.load(qsl_ptr + seq)
+        end = tl.load(qsl_ptr + seq + 1)
+        k_head = head // group
+        offs_k = tl.arange(0, BLOCK_K)
+        offs_v = v_block * BLOCK_V + tl.arange(0, BLOCK_V)
+        k_ok, v_ok = offs_k < dim_k, offs_v < dim_v
+        tile_ok = k_ok[:, None] & v_ok[None, :]
+        tile = head * dim_k * dim_v + offs_k[:, None] * dim_v + offs_v[None, :]             # within one row
+        state = tl.load(pool_ptr + slot * stride_pool + tile, mask=tile_ok & has_init, other=0.0)
+        for t64 in range(start, end):  # start/end are int64: no overflow in the row offsets
+            qk_row = t64 * stride_qt + k_head * stride_qh + offs_k
+            k_t = tl.load(k_ptr + qk_row, mask=k_ok, other=0.0).to(tl.float32)
+            q_t = tl.load(q_ptr + qk_row, mask=k_ok, other=0.0).to(tl.float32) * q_scale
+            v_t = tl.load(v_ptr + t64 * stride_vt + head * stride_vh + offs_v, mask=v_ok, other=0.0).to(tl.float32)
+            decay = tl.exp(tl.load(g_ptr + t64 * stride_gt + head).to(tl.float32))
+            beta = tl.load(beta_ptr + t64 * stride_bt + head).to(tl.float32)
+            state = state * decay
+            delta = (v_t - tl.sum(state * k_t[:, None], axis=0)) * beta                  # [BV]
+            state = state + k_t[:, None] * delta[None, :]
+            o = tl.sum(state * q_t[:, None], axis=0)
+            tl.store(out_ptr + t64 * stride_ot + head * stride_oh + offs_v, o.to(out_ptr.dtype.element_ty),
+                     mask=v_ok)
+            if STORE_ALL:
+                tl.store(all_ptr + t64 * stride_all + tile, state, mask=tile_ok)
+        tl.store(pool_ptr + slot * stride_pool + tile, state, mask=tile_ok)
+
+    @triton.jit
+    def _conv_input(x_ptr, state_ptr, start, pos, offs_c, c_ok, has_init, stride_xt, stride_sc, stride_sw,
+                    WIDTH: tl.constexpr):
+        # input at window position pos (< 0: the remembered history, zeros without an initial state)
+        from_x = tl.load(x_ptr + (start + pos).to(tl.int64) * stride_xt + offs_c, mask=c_ok & (pos >= 0), other=0.0)
+        from_state = tl.load(state_ptr + offs_c * stride_sc + (WIDTH - 1 + pos) * stride_sw,
+                             mask=c_ok & (pos < 0) & has_init, other=0.0)
+        return from_x.to(tl.float32) + from_state.to(tl.float32)
+
+    @triton.jit
+    def _conv_kernel(x_ptr, w_ptr, state_ptr, window_ptr, out_ptr, slots_ptr, qsl_ptr, has_init_ptr, channels,
+                     stride_xt, stride_ss, stride_sc, stride_sw, stride_wt, stride_wc, stride_ww, stride_ot,
+                     WIDTH: tl.constexpr, KEEP_WINDOW: tl.constexpr, SILU: tl.constexpr, BLOCK_C: tl.constexpr):
+        seq, c_block = tl.program_id(0), tl.program_id(1)
+        slot = tl.load(slots_ptr + seq).to(tl.int64)
+        has_init = tl.load(has_init_ptr + seq) != 0
+        start = tl.load(qsl_ptr + seq)
+        length = tl.load(qsl_ptr + seq + 1) - start
+        offs_c = c_block * BLOCK_C + tl.arange(0, BLOCK_C)
+        c_ok = offs_c < channels
+        row_ptr = state_ptr + slot * stride_ss
+        for t in range(0, length):
+            acc = tl.zeros((BLOCK_C,), dtype=tl.float32)
+            for j in tl.static_range(WIDTH):
+                x_j = _conv_input(x_ptr, row_ptr, start, t - (WIDTH - 1) + j, offs_c, c_ok, has_init,
+                                  stride_xt, stride_sc, stride_sw, WIDTH)
+                acc += x_j * tl.load(w_ptr + offs_c * WIDTH + j, mask=c_ok, other=0.0).to(tl.float32)
+            if SILU:
+                acc = acc * tl.sigmoid(acc)
+            tl.store(out_ptr + (start + t).to(tl.int64) * stride_ot + offs_c, acc.to(out_ptr.dtype.element_ty),
+                     mask=c_ok)
+            if KEEP_WINDOW:
+                for j in tl.static_range(WIDTH - 1):
+                    x_j = _conv_input(x_ptr, row_ptr, start, t - (WIDTH - 2) + j, offs_c, c_ok, has_init,
+                                      stride_xt, stride_sc, stride_sw, WIDTH)
+                    tl.store(window_ptr + (start + t).to(tl.int64) * stride_wt + offs_c * stride_wc + j * stride_ww,
+                             x_j.to(window_ptr.dtype.element_ty), mask=c_ok)
+        # the last W-1 inputs become the new history; read them all before overwriting the row
+        _store_history(x_ptr, row_ptr, start, length, offs_c, c_ok, has_init, stride_xt, stride_sc, stride_sw,
+                       WIDTH)
+
+    @triton.jit
+    def _store_history(x_ptr, row_ptr, start, length, offs_c, c_ok, has_init, stride_xt, stride_sc, stride_sw,
+                       WIDTH: tl.constexpr):
+        tl.static_assert(WIDTH <= 5, "conv widths above 5 need a longer unrolled history")
+        h0 = _conv_input(x_ptr, row_ptr, start, length - (WIDTH - 1), offs_c, c_ok, has_init,
+                         stride_xt, stride_sc, stride_sw, WIDTH)
+        if WIDTH > 2:
+            h1 = _conv_input(x_ptr, row_ptr, start, length - (WIDTH - 2), offs_c, c_ok, has_init,
+                             stride_xt, stride_sc, stride_sw, WIDTH)
+        if WIDTH > 3:
+            h2 = _conv_input(x_ptr, row_ptr, start, length - (WIDTH - 3), offs_c, c_ok, has_init,
+                             stride_xt, stride_sc, stride_sw, WIDTH)
+        if WIDTH > 4:
+            h3 = _conv_input(x_ptr, row_ptr, start, length - (WIDTH - 4), offs_c, c_ok, has_init,
+                             stride_xt, stride_sc, stride_sw, WIDTH)
+        dtype = row_ptr.dtype.element_ty
+        tl.store(row_ptr + offs_c * stride_sc, h0.to(dtype), mask=c_ok)
+        if WIDTH > 2:
+            tl.store(row_ptr + offs_c * stride_sc + stride_sw, h1.to(dtype), mask=c_ok)
+        if WIDTH > 3:
+            tl.store(row_ptr + offs_c * stride_sc + 2 * stride_sw, h2.to(dtype), mask=c_ok)
+        if WIDTH > 4:
+            tl.store(row_ptr + offs_c * stride_sc + 3 * stride_sw, h3.to(dtype), mask=c_ok)

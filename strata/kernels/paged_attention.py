@@ -1,0 +1,167 @@
+"""Paged attention for decode and verification windows: each sequence brings 1..16 query tokens (the
+last tokens of its context, causal among themselves) and attends to its KV through its block table.
+
+One program owns (sequence, KV head, split of the context): its query tile stacks every window token
+of every query head in the KV head's GQA group, so each K/V tile is read once for the whole group.
+Splits along the context (flash-decoding) keep the chip busy when few sequences run; a second small
+kernel merges the splits' partial softmax sums. The K/V of this step must already be in the pool.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU-only install: paged_attention_ref still works
+    triton = tl = None
+
+MAX_QUERY_LEN = 16
+
+
+def paged_attention_ref(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                        block_tables: torch.Tensor, seq_lens: torch.Tensor, query_start_loc: torch.Tensor,
+                        scale: float) -> torch.Tensor:
+    """q [T, H, D], caches [N_blocks, B, Hkv, D], block_tables [S, nb], seq_lens [S] (context length
+    after this step), query_start_loc [S + 1] -> [T, H, D]. Query j of a window of n tokens sits at
+    position seq_len - n + j and sees KV positions <= its own. Computed in float32."""
+    out = torch.empty_like(q)
+    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
+    group = q.shape[1] // num_kv_heads
+    starts, lens = query_start_loc.tolist(), seq_lens.tolist()
+    for i, seq_len in enumerate(lens):
+        s, e = starts[i], starts[i + 1]
+        blocks = block_tables[i, : -(-seq_len // block_size)]
+        k = k_cache[blocks].flatten(0, 1)[:seq_len].float().repeat_interleave(group, 1)  # [L, H, D]
+        v = v_cache[blocks].flatten(0, 1)[:seq_len].float().repeat_interleave(group, 1)
+        scores = torch.einsum("qhd,khd->hqk", q[s:e].float(), k) * scale                 # [H, n, L]
+        q_pos = seq_len - (e - s) + torch.arange(e - s, device=q.device)
+        visible = torch.arange(seq_len, device=q.device)[None, :] <= q_pos[:, None]      # [n, L]
+        probs = scores.masked_fill(~visible, float("-inf")).softmax(dim=-1)
+        out[s:e] = torch.einsum("hqk,khd->qhd", probs, v).to(q.dtype)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _multiprocessors(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def num_splits_for(num_seqs: int, num_kv_heads: int, max_blocks: int, block_size: int, block_n: int,
+                   query_pad: int, device: torch.device, programs_per_sm: int = 2) -> int:
+    """Context splits per (sequence, KV head), from shapes only (graph-safe): about `programs_per_sm`
+    programs per multiprocessor, no more splits than KV tiles in the longest table, and for long windows
+    at least query_pad / 2 tiles per split (each split writes a float32 partial row per query row)."""
+    programs = programs_per_sm * (_multiprocessors(device.index or 0) if device.type == "cuda" else 132)
+    max_tiles = max(1, -(-max_blocks * block_size // block_n))
+    max_splits = max(1, max_tiles // max(1, query_pad // 2))
+    return max(1, min(max_splits, -(-programs // (num_seqs * num_kv_heads)), 64))
+
+
+def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+                    seq_lens: torch.Tensor, query_start_loc: torch.Tensor, scale: float,
+                    max_query_len: int | None = None, num_splits: int | None = None, block_n: int = 64,
+                    num_stages: int = 2) -> torch.Tensor:
+    """Same contract as paged_attention_ref (windows of at most 16 tokens). Pass max_query_len (a host
+    int the runner knows) to avoid a device sync; num_splits overrides the split heuristic."""
+    num_tokens, num_heads, head_dim = q.shape
+    num_seqs = seq_lens.shape[0]
+    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
+    group = num_heads // num_kv_heads
+    if max_query_len is None:
+        max_query_len = int((query_start_loc[1:] - query_start_loc[:-1]).max())
+    assert max_query_len <= MAX_QUERY_LEN, "paged_attention takes windows of at most 16 tokens"
+    assert q.stride(2) == 1 and k_cache.stride(3) == 1 and v_cache.stride() == k_cache.stride()
+    q_pad, g_pad = triton.next_power_of_2(max_query_len), triton.next_power_of_2(group)
+    splits = num_splits or num_splits_for(num_seqs, num_kv_heads, block_tables.shape[1], block_size,
+                                           block_n, q_pad, q.device)
+    block_m = max(16, q_pad * g_pad)
+    partial = torch.empty(splits, num_tokens, num_heads, head_dim, dtype=torch.float32, device=q.device)
+    stats = torch.empty(2, splits, num_tokens, num_heads, dtype=torch.float32, device=q.device)  # m, l
+    _split_kernel[(num_seqs, num_kv_heads, splits)](
+        q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, partial, stats,
+        scale * 1.4426950408889634, block_size, group, num_heads, head_dim, splits,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        block_tables.stride(0), partial.stride(0), stats.stride(0), stats.stride(1),
+        G_PAD=g_pad, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=triton.next_power_of_2(head_dim),
+        num_warps=4 if block_m <= 32 else 8, num_stages=num_stages)
+    out = torch.empty_like(q)
+    _merge_kernel[(num_tokens, num_heads)](
+        partial, stats, out, splits, num_heads, head_dim, q.stride(0), q.stride(1),
+        partial.stride(0), stats.stride(0), stats.stride(1),
+        SPLITS_PAD=triton.next_power_of_2(splits), BLOCK_D=triton.next_power_of_2(head_dim), num_warps=4)
+    return out
+
+
+if triton is not None:
+
+    @triton.jit
+    def _split_kernel(q_ptr, k_ptr, v_ptr, tables_ptr, seq_lens_ptr, qsl_ptr, partial_ptr, stats_ptr,
+                      qk_scale, block_size, group, num_heads, head_dim, num_splits,
+                      stride_qt, stride_qh, stride_kb, stride_ko, stride_kh,
+                      stride_table, stride_ps, stride_sk, stride_st,
+                      G_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+        seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        q_start = tl.load(qsl_ptr + seq)
+        q_len = tl.load(qsl_ptr + seq + 1) - q_start
+        seq_len = tl.load(seq_lens_ptr + seq)
+        # row r of the tile: window token r // G_PAD, query head kv_head * group + r % G_PAD
+        rows = tl.arange(0, BLOCK_M)
+        tok, head = rows // G_PAD, kv_head * group + rows % G_PAD
+        row_ok = (tok < q_len) & (rows % G_PAD < group)
+        q_pos = seq_len - q_len + tok
+        offs_d = tl.arange(0, BLOCK_D)
+        d_ok = offs_d < head_dim
+        q_row = (q_start + tok).to(tl.int64) * stride_qt + head * stride_qh
+        q = tl.load(q_ptr + q_row[:, None] + offs_d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+        num_tiles = tl.cdiv(seq_len, BLOCK_N)
+        per_split = tl.cdiv(num_tiles, num_splits)
+        first, last = split * per_split, tl.minimum((split + 1) * per_split, num_tiles)
+        m_i = tl.full((BLOCK_M,), -1e30, dtype=tl.float32)
+        l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+        offs_n = tl.arange(0, BLOCK_N)
+        for tile in range(first, last):
+            kv_pos = tile * BLOCK_N + offs_n
+            kv_ok = kv_pos < seq_len
+            block = tl.load(tables_ptr + seq * stride_table + kv_pos // block_size, mask=kv_ok, other=0)
+            kv_row = block.to(tl.int64) * stride_kb + (kv_pos % block_size) * stride_ko + kv_head * stride_kh
+            kv_mask = kv_ok[:, None] & d_ok[None, :]
+            k = tl.load(k_ptr + kv_row[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)  # [BN, BD]
+            v = tl.load(v_ptr + kv_row[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
+            s = tl.dot(q, tl.trans(k)) * qk_scale                                              # [BM, BN]
+            s = tl.where(kv_pos[None, :] <= q_pos[:, None], s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, axis=1))
+            p = tl.exp2(s - m_new[:, None])
+            alpha = tl.exp2(m_i - m_new)
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            m_i = m_new
+        th_index = (q_start + tok).to(tl.int64) * num_heads + head                          # into [T, H]
+        p_ptrs = partial_ptr + split * stride_ps + th_index[:, None] * head_dim + offs_d[None, :]
+        tl.store(p_ptrs, acc, mask=row_ok[:, None] & d_ok[None, :])
+        tl.store(stats_ptr + split * stride_st + th_index, m_i, mask=row_ok)
+        tl.store(stats_ptr + stride_sk + split * stride_st + th_index, l_i, mask=row_ok)
+
+    @triton.jit
+    def _merge_kernel(partial_ptr, stats_ptr, out_ptr, num_splits, num_heads, head_dim,
+                      stride_ot, stride_oh, stride_ps, stride_sk, stride_st,
+                      SPLITS_PAD: tl.constexpr, BLOCK_D: tl.constexpr):
+        token, head = tl.program_id(0), tl.program_id(1)
+        th_index = token.to(tl.int64) * num_heads + head
+        offs_s = tl.arange(0, SPLITS_PAD)
+        s_ok = offs_s < num_splits
+        m = tl.load(stats_ptr + offs_s * stride_st + th_index, mask=s_ok, other=-1e30)
+        l = tl.load(stats_ptr + stride_sk + offs_s * stride_st + th_index, mask=s_ok, other=0.0)
+        m_max = tl.max(m, axis=0)
+        w = tl.exp2(m - m_max)                                                        # [SPLITS]
+        offs_d = tl.arange(0, BLOCK_D)
+        d_ok = offs_d < head_dim
+        acc = tl.load(partial_ptr + offs_s[:, None] * stride_ps + th_index * head_dim + offs_d[None, :],
+                      mask=s_ok[:, None] & d_ok[None, :], other=0.0)                 # [SPLITS, BD]
+        o = tl.sum(acc * w[:, None], axis=0) / tl.sum(l * w, axis=0)
+        tl.store(out_ptr + token.to(tl.int64) * stride_ot + head * stride_oh + offs_d,
+                 o.to(out_ptr.dtype.element_ty), mask=d_ok)

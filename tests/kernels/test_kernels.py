@@ -1,0 +1,302 @@
+"""Triton kernels against their torch refs (GPU, `-m gpu`), and each ref against the model code it
+stands for (CPU, so CI runs them): fused MoE vs LocalExperts, paged attention vs the model's
+paged_attention on a runner-built context, the delta rule and conv update vs gated_delta_net.
+
+Tolerances (relative Frobenius error against the ref computed in float32 on upcast inputs): bf16
+operands 1e-2; float32 state and outputs of the float32 recurrences 1e-4; tf32 dots (fp32 MoE) 5e-3.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+import torch
+
+from strata.kernels.fused_moe import fused_moe_ref, moe_align_ref
+from strata.kernels.gdn import causal_conv1d_update_ref, gdn_recurrent_ref
+from strata.kernels.paged_attention import paged_attention_ref
+from strata.model.attention import paged_attention as model_paged_attention
+from strata.model.gated_delta_net import causal_conv1d_ragged, recurrent_gated_delta_rule
+from strata.model.moe import LocalExperts
+from strata.runner.inputs import build_inputs
+from strata.types import ScheduledSlot
+
+gpu = pytest.mark.gpu
+
+
+def rel_err(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    assert not actual.isnan().any(), "NaN in the output (unwritten or poisoned element)"
+    return ((actual.double() - expected.double()).norm() / expected.double().norm().clamp_min(1e-30)).item()
+
+
+def ragged(query_lens: list[int], device: str = "cpu") -> torch.Tensor:
+    return torch.tensor([0, *torch.tensor(query_lens).cumsum(0).tolist()], device=device)  # [S + 1]
+
+
+# ---- fused MoE ------------------------------------------------------------------------------------
+
+def moe_inputs(num_tokens, dim, inter, num_experts, top_k, dtype, device, generator):
+    def randn(*shape):
+        return torch.randn(*shape, generator=generator).to(device=device, dtype=dtype)
+
+    hidden = randn(num_tokens, dim)
+    w13, w2 = randn(num_experts, 2 * inter, dim) / dim ** 0.5, randn(num_experts, dim, inter) / inter ** 0.5
+    ids = torch.stack([torch.randperm(num_experts, generator=generator)[:top_k] for _ in range(num_tokens)])
+    weights = torch.rand(num_tokens, top_k, generator=generator).softmax(-1)
+    return hidden, w13, w2, ids.to(device), weights.to(device=device, dtype=dtype)
+
+
+def test_fused_moe_ref_matches_local_experts():
+    generator = torch.Generator().manual_seed(0)
+    hidden, w13, w2, ids, weights = moe_inputs(9, 24, 20, 6, 2, torch.float32, "cpu", generator)
+    experts = LocalExperts(6, 24, 20)
+    with torch.no_grad():
+        experts.w13.copy_(w13)
+        experts.w2.copy_(w2)
+        expected = experts(hidden, ids, weights)
+    assert torch.allclose(fused_moe_ref(hidden, w13, w2, ids, weights), expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=gpu)])
+@pytest.mark.parametrize("num_tokens, num_experts, top_k, block_m",
+                         [(1, 128, 8, 16), (7, 10, 3, 16), (300, 16, 4, 64), (700, 128, 8, 16)])
+def test_moe_align_groups_each_pair_once_by_expert(device, num_tokens, num_experts, top_k, block_m):
+    if device == "cuda":
+        from strata.kernels.fused_moe import moe_align
+    else:
+        moe_align = moe_align_ref
+    generator = torch.Generator().manual_seed(num_tokens)
+    ids = torch.stack([torch.randperm(num_experts, generator=generator)[:top_k] for _ in range(num_tokens)])
+    sorted_ids, block_expert = (x.cpu() for x in moe_align(ids.to(device), num_experts, block_m))
+    num_pairs = ids.numel()
+    rows = sorted_ids.view(-1, block_m)
+    real = sorted_ids[sorted_ids < num_pairs]
+    assert sorted(real.tolist()) == list(range(num_pairs))
+    for block, expert in zip(rows.tolist(), block_expert.tolist()):
+        pairs = [p for p in block if p < num_pairs]
+        assert (expert < 0) == (not pairs)
+        assert all(ids.flatten()[p] == expert for p in pairs)
+    used = block_expert[block_expert >= 0]
+    # one block per expert while its rows fit one block: its weights are read once
+    counts = torch.bincount(ids.flatten(), minlength=num_experts)
+    assert used.tolist() == [e for e in range(num_experts) for _ in range(-(-int(counts[e]) // block_m))]
+
+
+MOE_CASES = [  # T, D, I, E, K
+    (1, 2048, 768, 128, 8),      # qwen3-30b-a3b decode
+    (1, 64, 48, 8, 2),
+    (7, 200, 136, 10, 3),        # non-powers of two
+    (33, 256, 96, 16, 4),
+    (200, 128, 64, 32, 4),       # 25 rows per expert: the middle tile config
+    (300, 512, 384, 32, 8),      # mid-size groups
+    (1024, 256, 128, 8, 2),      # prefill-sized groups
+]
+
+
+@gpu
+@pytest.mark.parametrize("num_tokens, dim, inter, num_experts, top_k", MOE_CASES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_fused_moe_matches_ref(num_tokens, dim, inter, num_experts, top_k, dtype):
+    from strata.kernels.fused_moe import fused_moe
+
+    generator = torch.Generator().manual_seed(num_tokens * 31 + dim)
+    hidden, w13, w2, ids, weights = moe_inputs(num_tokens, dim, inter, num_experts, top_k, dtype, "cuda", generator)
+    out = fused_moe(hidden, w13, w2, ids, weights)
+    expected = fused_moe_ref(hidden.float(), w13.float(), w2.float(), ids, weights.float())
+    assert out.dtype == dtype and out.shape == hidden.shape
+    assert rel_err(out, expected) < (1e-2 if dtype == torch.bfloat16 else 5e-3)
+
+
+# ---- paged attention ------------------------------------------------------------------------------
+
+def paged_problem(windows, block_size, num_heads, num_kv_heads, head_dim, dtype, device, generator):
+    """windows: (num_computed, query_len) per sequence; blocks are handed out shuffled."""
+    seq_lens = [c + n for c, n in windows]
+    per_seq = [-(-s // block_size) for s in seq_lens]
+    num_blocks = sum(per_seq) + 3
+    ids = torch.randperm(num_blocks, generator=generator).tolist()
+    tables, start = [], 0
+    for n in per_seq:
+        tables.append(ids[start:start + n])
+        start += n
+    width = max(per_seq) + 2                                   # padding columns past the longest table
+    block_tables = torch.tensor([t + [0] * (width - len(t)) for t in tables], device=device)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=generator).to(device=device, dtype=dtype)
+
+    k_cache = randn(num_blocks, block_size, num_kv_heads, head_dim)
+    v_cache = randn(num_blocks, block_size, num_kv_heads, head_dim)
+    q = randn(sum(n for _, n in windows), num_heads, head_dim)
+    return q, k_cache, v_cache, block_tables, tables, torch.tensor(seq_lens, device=device), \
+        ragged([n for _, n in windows], device)
+
+
+def test_paged_attention_ref_matches_model():
+    generator = torch.Generator().manual_seed(1)
+    windows = [(0, 5), (12, 1), (30, 4), (7, 16)]
+    block_size = 4
+    q, k_cache, v_cache, block_tables, tables, seq_lens, qsl = paged_problem(
+        windows, block_size, 6, 2, 8, torch.float32, "cpu", generator)
+    scheduled = [ScheduledSlot(slot_id=i, num_computed_tokens=c, num_new_tokens=n, new_block_ids=[],
+                               token_ids=[0] * n) for i, (c, n) in enumerate(windows)]
+    step = build_inputs(scheduled, dict(enumerate(tables)), block_size, {}, {}, "cpu")
+    expected = model_paged_attention(q, k_cache, v_cache, step.ctx, 0.35)
+    out = paged_attention_ref(q, k_cache, v_cache, step.ctx.block_tables, step.ctx.seq_lens,
+                              step.ctx.query_start_loc, 0.35)
+    assert torch.allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
+ATTN_SHAPES = [(32, 4, 128), (6, 2, 64), (8, 8, 96), (12, 4, 80)]  # H, Hkv, D
+ATTN_WINDOWS = [
+    [(0, 1)],                                     # T = 1, first token
+    [(4000, 1)],                                  # one long decode row
+    [(5, 1), (100, 1), (33, 1), (1000, 1)],       # decode batch
+    [(40, 4), (0, 7), (300, 16), (2, 1), (63, 3)],  # verify windows, mixed lengths
+    [(2047, 16)],
+]
+
+
+@gpu
+@pytest.mark.parametrize("heads", ATTN_SHAPES)
+@pytest.mark.parametrize("windows", ATTN_WINDOWS)
+@pytest.mark.parametrize("block_size, num_splits", [(16, None), (5, 1), (16, 3), (32, 64)])
+def test_paged_attention_matches_ref(heads, windows, block_size, num_splits):
+    from strata.kernels.paged_attention import paged_attention
+
+    num_heads, num_kv_heads, head_dim = heads
+    generator = torch.Generator().manual_seed(len(windows) * 7 + block_size + head_dim)
+    q, k_cache, v_cache, block_tables, _, seq_lens, qsl = paged_problem(
+        windows, block_size, num_heads, num_kv_heads, head_dim, torch.bfloat16, "cuda", generator)
+    scale = head_dim ** -0.5
+    out = paged_attention(q, k_cache, v_cache, block_tables, seq_lens, qsl, scale,
+                          max_query_len=max(n for _, n in windows), num_splits=num_splits)
+    expected = paged_attention_ref(q.float(), k_cache.float(), v_cache.float(), block_tables, seq_lens, qsl, scale)
+    assert rel_err(out, expected) < 1e-2
+
+
+# ---- gated delta rule -----------------------------------------------------------------------------
+
+def delta_problem(query_lens, heads, max_slots, dtype, device, generator):
+    num_k_heads, num_v_heads, dim_k, dim_v = heads
+    num_tokens = sum(query_lens)
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=generator)
+
+    def unit(x):
+        return x / x.norm(dim=-1, keepdim=True)
+
+    q, k = unit(randn(num_tokens, num_k_heads, dim_k)), unit(randn(num_tokens, num_k_heads, dim_k))
+    v = randn(num_tokens, num_v_heads, dim_v)
+    g = -torch.nn.functional.softplus(randn(num_tokens, num_v_heads)) * 0.5     # log decay <= 0
+    beta = torch.rand(num_tokens, num_v_heads, generator=generator)
+    pool = randn(max_slots, num_v_heads, dim_k, dim_v) * 0.1
+    slots = torch.randperm(max_slots, generator=generator)[:len(query_lens)]
+    has_initial = torch.rand(len(query_lens), generator=generator) < 0.7
+    tensors = [q.to(dtype), k.to(dtype), v.to(dtype), g, beta, pool, slots, ragged(query_lens), has_initial]
+    return [t.to(device) for t in tensors]
+
+
+def test_gdn_ref_matches_model_recurrence():
+    generator = torch.Generator().manual_seed(2)
+    query_lens = [3, 1, 5]
+    q, k, v, g, beta, pool, slots, qsl, has_initial = delta_problem(
+        query_lens, (2, 4, 8, 6), 5, torch.float32, "cpu", generator)
+    before = pool.clone()
+    out, all_states = gdn_recurrent_ref(q, k, v, g, beta, pool, slots, qsl, has_initial)
+    for i, n in enumerate(query_lens):
+        s, e = qsl[i].item(), qsl[i + 1].item()
+        initial = before[slots[i]] if has_initial[i] else torch.zeros_like(before[0])
+        exp_out, exp_states = recurrent_gated_delta_rule(
+            q[None, s:e].repeat_interleave(2, 2), k[None, s:e].repeat_interleave(2, 2), v[None, s:e],
+            g[None, s:e], beta[None, s:e], initial[None], return_all_states=True)
+        assert torch.allclose(out[s:e], exp_out[0], atol=1e-5)
+        assert torch.allclose(all_states[s:e], exp_states[0], atol=1e-5)
+        assert torch.allclose(pool[slots[i]], exp_states[0, -1], atol=1e-5)
+    untouched = [r for r in range(5) if r not in slots.tolist()]
+    assert torch.equal(pool[untouched], before[untouched])
+
+
+def test_conv_ref_matches_model():
+    generator = torch.Generator().manual_seed(3)
+    windows = [(4, 2), (0, 5), (9, 1)]
+    channels, width = 10, 4
+    x = torch.randn(8, channels, generator=generator)
+    weight = torch.randn(channels, width, generator=generator)
+    conv_state = torch.randn(4, channels, width - 1, generator=generator)
+    scheduled = [ScheduledSlot(slot_id=slot, num_computed_tokens=c, num_new_tokens=n, new_block_ids=[],
+                               token_ids=[0] * n) for slot, (c, n) in zip([2, 0, 3], windows)]
+    step = build_inputs(scheduled, {s: [0, 1] for s in range(4)}, 16, {}, {}, "cpu")
+    step.ctx.keep_window_states = True
+    expected_state = conv_state.clone()
+    expected, expected_window = causal_conv1d_ragged(x, weight, expected_state, step.ctx)
+    out, window = causal_conv1d_update_ref(x, weight, conv_state, step.ctx.state_slot_ids, step.ctx.query_start_loc,
+                                           step.ctx.has_initial_state, keep_window_states=True)
+    assert torch.allclose(out, expected, atol=1e-6)
+    assert torch.equal(window, expected_window)
+    assert torch.equal(conv_state, expected_state)
+
+
+GDN_HEADS = [(16, 32, 128, 128), (2, 6, 48, 40), (4, 4, 64, 64)]  # Hk, Hv, Dk, Dv
+GDN_WINDOWS = [[1], [1] * 7, [4, 1, 16, 2, 9], [16, 16, 3]]
+
+
+@gpu
+@pytest.mark.parametrize("heads", GDN_HEADS)
+@pytest.mark.parametrize("query_lens", GDN_WINDOWS)
+@pytest.mark.parametrize("keep_all_states", [True, False])
+def test_gdn_recurrent_matches_ref(heads, query_lens, keep_all_states):
+    from strata.kernels.gdn import gdn_recurrent
+
+    generator = torch.Generator().manual_seed(sum(query_lens) + heads[1])
+    q, k, v, g, beta, pool, slots, qsl, has_initial = delta_problem(
+        query_lens, heads, 12, torch.bfloat16, "cuda", generator)
+    expected_pool = pool.clone()
+    expected, expected_states = gdn_recurrent_ref(q, k, v.float(), g, beta, expected_pool, slots, qsl, has_initial)
+    out, all_states = gdn_recurrent(q, k, v, g, beta, pool, slots, qsl, has_initial, keep_all_states=keep_all_states)
+    assert out.dtype == v.dtype and rel_err(out, expected) < 1e-2
+    assert rel_err(pool, expected_pool) < 1e-4   # written rows and untouched rows alike
+    if keep_all_states:
+        assert rel_err(all_states, expected_states) < 1e-4
+    else:
+        assert all_states is None
+
+
+@gpu
+@pytest.mark.parametrize("channels, width", [(8192, 4), (300, 4), (33, 2)])
+@pytest.mark.parametrize("query_lens", [[1], [1] * 5, [4, 1, 16, 2]])
+@pytest.mark.parametrize("keep_window_states, silu", [(True, False), (False, True)])
+def test_causal_conv1d_update_matches_ref(channels, width, query_lens, keep_window_states, silu):
+    from strata.kernels.gdn import causal_conv1d_update
+
+    generator = torch.Generator().manual_seed(channels + len(query_lens))
+    num_tokens, max_slots = sum(query_lens), 8
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=generator).to(device="cuda", dtype=torch.bfloat16)
+
+    x, weight, conv_state = randn(num_tokens, channels), randn(channels, width), randn(max_slots, channels, width - 1)
+    slots = torch.randperm(max_slots, generator=generator)[:len(query_lens)].cuda()
+    has_initial = (torch.arange(len(query_lens)) % 3 != 1).cuda()
+    qsl = ragged(query_lens, "cuda")
+    expected_state = conv_state.clone()
+    expected, expected_window = causal_conv1d_update_ref(x, weight, expected_state, slots, qsl, has_initial,
+                                                         keep_window_states, silu)
+    out, window = causal_conv1d_update(x, weight, conv_state, slots, qsl, has_initial, keep_window_states, silu)
+    assert rel_err(out, expected) < 1e-2
+    assert torch.equal(conv_state, expected_state)   # copies of inputs: exact
+    if keep_window_states:
+        assert torch.equal(window, expected_window)
+
+
+def test_refs_import_without_triton():
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['triton'] = None; "
+            "import strata.kernels.fused_moe, strata.kernels.paged_attention, strata.kernels.gdn")
+    root = pathlib.Path(__file__).resolve().parents[2]
+    run = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
