@@ -55,6 +55,6 @@ def test_server_process_loads_no_model_code():
     code = ("import sys; import strata.server.app, strata.cli.serve; "
             "bad = [m for m in sys.modules if m.split('.')[:2] in (['strata', 'model'], ['strata', 'runner'], "
             "['strata', 'scheduler'], ['strata', 'sample'], ['strata', 'spec']) "
-            "or m in ('strata.engine.core', 'strata.weights.loader')]; print(bad); assert not bad")
+            "or m in ('strata.engine.core', 'strata.weights.loader', 'torch')]; print(bad); assert not bad")
     run = subprocess.run([sys.executable, "-c", code], cwd=ROOT.parent, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr

@@ -45,6 +45,7 @@ def repetitive_prompts(llm: LLM, num_prompts: int) -> list[list[int]]:
 def run_strata(llm: LLM, prompts: list[list[int]], output_len: int, ignore_eos: bool = True) -> dict:
     params = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=ignore_eos)
     stats = llm.engine.scheduler.stats = type(llm.engine.scheduler.stats)()
+    llm.engine.scheduler.allocator.reset_prefix_cache()  # every run reads its prompts cold
     started = time.perf_counter()
     outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params)
     elapsed = time.perf_counter() - started

@@ -108,12 +108,17 @@ class BlockAllocator:
         self._hash_of[block_id] = block_hash
         self._tokens_of[block_id] = tokens
 
-    def _evict_oldest(self) -> int:
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached block nobody holds (benchmarks measure cold prompts this way)."""
+        while self._evictable:
+            self._free.append(self._evict_oldest(park=False))
+
+    def _evict_oldest(self, park: bool = True) -> int:
         block_id, _ = self._evictable.popitem(last=False)
         block_hash, tokens = self._hash_of[block_id], self._tokens_of[block_id]
         del self._cached[block_hash]
         self._hash_of[block_id] = self._tokens_of[block_id] = None
-        if self.on_evict is not None:
+        if park and self.on_evict is not None:
             self.on_evict(block_id, block_hash, tokens)
         return block_id
 

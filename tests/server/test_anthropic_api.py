@@ -29,6 +29,9 @@ def test_messages_stream_equals_non_stream(client):
         final = stream.get_final_message()
     assert final.content[0].text == message.content[0].text
     assert final.usage.output_tokens == 5 and final.stop_reason == "max_tokens"
+    # the same conversation again: its full KV blocks are read from the prefix cache
+    assert final.usage.cache_read_input_tokens >= 16
+    assert final.usage.input_tokens + final.usage.cache_read_input_tokens == counted.input_tokens
     core = [e for e in events if e in ("message_start", "content_block_start", "content_block_stop",
                                        "message_delta", "message_stop")]
     assert core == ["message_start", "content_block_start", "content_block_stop", "message_delta", "message_stop"]
