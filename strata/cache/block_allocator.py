@@ -108,6 +108,14 @@ class BlockAllocator:
         self._hash_of[block_id] = block_hash
         self._tokens_of[block_id] = tokens
 
+    def forget(self, block_id: int) -> int | None:
+        """Make a held block unfindable (its contents are not trusted); returns its old hash."""
+        block_hash = self._hash_of[block_id]
+        if block_hash is not None:
+            del self._cached[block_hash]
+            self._hash_of[block_id] = self._tokens_of[block_id] = None
+        return block_hash
+
     def reset_prefix_cache(self) -> None:
         """Forget every cached block nobody holds (benchmarks measure cold prompts this way)."""
         while self._evictable:

@@ -40,3 +40,8 @@ class ParkIndex:
         self._by_key[key] = row
         self._tokens[row] = tokens
         return row
+
+    def forget(self, key: int) -> None:
+        row = self._by_key.pop(key, None)
+        if row is not None:
+            self._free.append(row)

@@ -19,7 +19,7 @@ from strata.cache.block_allocator import blocks_needed
 from strata.cache.pools import KVPool
 from strata.config import EngineConfig, ModelConfig, SpecConfig, resolve_device, resolve_dtype
 from strata.engine.detokenizer import TextStream
-from strata.runner.model_runner import ModelRunner
+from strata.runner.model_runner import ModelRunner, RestoreFailed
 from strata.scheduler.scheduler import Commit, Scheduler
 from strata.tokenizer import load_tokenizer
 from strata.types import FinishReason, Request, TokenDelta
@@ -158,6 +158,9 @@ class EngineCore:
         plan = self.scheduler.schedule()
         try:
             result = self.runner.execute(plan)
+        except RestoreFailed as e:  # a cached prefix could not be copied back: read it again instead
+            self.scheduler.recompute_after_failed_restore(plan, e.slot_ids)
+            return []
         except Exception as e:  # one bad step must not take the engine down
             logger.exception("step %d failed", plan.step_id)
             return self._fail_step(plan, e)

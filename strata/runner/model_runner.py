@@ -8,6 +8,7 @@ because the scheduler may hand a freed slot id to a new request in the same plan
 
 from __future__ import annotations
 
+import logging
 import time
 
 import torch
@@ -22,6 +23,17 @@ from strata.spec.proposer import Proposer
 from strata.spec.synthetic import SyntheticDrafter
 from strata.spec.verify_step import sample_and_verify
 from strata.types import SlotResult, StepPlan, StepResult
+
+
+logger = logging.getLogger(__name__)
+
+
+class RestoreFailed(RuntimeError):
+    """Copying cached KV or state back failed for these slots; nothing of the step has run."""
+
+    def __init__(self, slot_ids: list[int]) -> None:
+        super().__init__(f"prefix restore failed for slots {slot_ids}")
+        self.slot_ids = slot_ids
 
 
 class ModelRunner:
@@ -96,13 +108,28 @@ class ModelRunner:
             self.sampler.add_slot(new.slot_id, new.sampling_params, new.prompt_token_ids, new.output_token_ids)
             if self.proposer is not None:
                 self.proposer.add_slot(new.slot_id, new.prompt_token_ids + new.output_token_ids)
-            if new.restore_checkpoint_row is not None:
-                self.checkpoint_pool.restore([new.restore_checkpoint_row], [new.slot_id])
-            elif new.restore_checkpoint_host_row is not None:
-                self.host_park.restore_checkpoint(new.restore_checkpoint_host_row, new.slot_id)
-        if self.host_park is not None:
-            self.host_park.restore_blocks(plan.restore_blocks)
+
         for slot_id, num_blocks in plan.truncated_block_tables.items():
             del self.block_tables[slot_id][num_blocks:]
         for work in plan.scheduled:
             self.block_tables[work.slot_id].extend(work.new_block_ids)
+        self._restore_from_caches(plan)
+
+    def _restore_from_caches(self, plan: StepPlan) -> None:
+        """Copy back what prefix hits need: parked KV blocks and saved recurrent states. If a copy
+        fails, the slots that needed one are reported (RestoreFailed) before any forward reads them."""
+        restored_blocks = {block for _, block in plan.restore_blocks}
+        needing = [new.slot_id for new in plan.new_slots
+                   if new.restore_checkpoint_row is not None or new.restore_checkpoint_host_row is not None
+                   or restored_blocks & set(new.cached_block_ids)]
+        try:
+            if self.host_park is not None:
+                self.host_park.restore_blocks(plan.restore_blocks)
+            for new in plan.new_slots:
+                if new.restore_checkpoint_row is not None:
+                    self.checkpoint_pool.restore([new.restore_checkpoint_row], [new.slot_id])
+                elif new.restore_checkpoint_host_row is not None:
+                    self.host_park.restore_checkpoint(new.restore_checkpoint_host_row, new.slot_id)
+        except Exception as e:
+            logger.exception("restoring cached prefixes failed; the requests will recompute them")
+            raise RestoreFailed(needing) from e

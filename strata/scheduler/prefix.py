@@ -56,7 +56,8 @@ class PrefixManager:
         """The longest usable known prefix of `state`'s tokens, block by block from the device cache
         or from blocks parked in host RAM; on hybrid models cut back to the last boundary with a
         saved state."""
-        if not self.enabled:
+        if not self.enabled or state.skip_prefix_cache:
+            state.skip_prefix_cache = False
             return PrefixMatch()
         tokens = state.all_token_ids()
         hashes = chain_hashes(tokens, self.block_size, (len(tokens) - 1) // self.block_size)

@@ -34,6 +34,7 @@ class RequestState:
     block_hashes: list[int] = field(default_factory=list)
     num_cached_tokens: int = 0
     decode_checkpoint_key: int | None = None
+    skip_prefix_cache: bool = False   # after a failed restore: read everything again
 
     @property
     def request_id(self) -> str:

@@ -91,6 +91,19 @@ class Scheduler:
         state.status, state.finish_reason = Status.FINISHED, reason
         return state
 
+    def recompute_after_failed_restore(self, plan: StepPlan, slot_ids: list[int]) -> None:
+        """The runner could not copy cached prefixes back for these slots (and ran nothing): their
+        restored blocks are no longer trusted, and the requests start over without the cache."""
+        restored = {block for _, block in plan.restore_blocks}
+        for state in [s for s in self.running if s.slot_id in slot_ids]:
+            for block in restored.intersection(state.block_ids):
+                block_hash = self.allocator.forget(block)
+                if block_hash is not None and self.prefix.parked_blocks is not None:
+                    self.prefix.parked_blocks.forget(block_hash)
+            state.skip_prefix_cache = True
+            state.num_cached_tokens = 0
+            self._preempt(state)
+
     def has_unfinished(self) -> bool:
         return bool(self.requests)
 

@@ -142,3 +142,29 @@ def test_parked_conversations_come_back_from_host_ram(family, tiny_model_dir):
     assert stats["blocks_parked"] > 0 and stats["blocks_restored"] > 0 and again.num_cached_tokens >= 48
     if family == "qwen3_next":
         assert stats["checkpoints_parked"] > 0 and stats["checkpoints_restored"] > 0
+
+
+def test_a_failed_restore_falls_back_to_recomputing(tiny_model_dir, monkeypatch):
+    from strata.cache.pools import HostParkPool
+
+    doc_a, doc_b, question = tokens(60, 31), tokens(60, 32), tokens(5, 33)
+    llm = make_llm(tiny_model_dir("qwen3_next"), True, num_gpu_blocks=40, max_model_len=160, checkpoint_every=8,
+                   checkpoint_pool_size=2, conversation_cache_mib=1)
+    first = llm.generate({"prompt_token_ids": doc_a}, GREEDY)[0]
+    llm.generate({"prompt_token_ids": doc_b}, GREEDY)
+    real_restore, calls = HostParkPool.restore_blocks, {"n": 0}
+
+    def failing_once(self, pairs):
+        if pairs and calls["n"] == 0:
+            calls["n"] += 1
+            raise RuntimeError("simulated copy failure")
+        real_restore(self, pairs)
+
+    monkeypatch.setattr(HostParkPool, "restore_blocks", failing_once)
+    follow_up = {"prompt_token_ids": doc_a + first.outputs[0].token_ids + question}
+    again = llm.generate(follow_up, GREEDY)[0]
+    cold = make_llm(tiny_model_dir("qwen3_next"), False).generate(follow_up, GREEDY)[0]
+    assert calls["n"] == 1 and again.outputs[0].token_ids == cold.outputs[0].token_ids
+    assert again.metrics["num_preemptions"] == 1  # it started over and read the prompt itself
+    allocator = llm.engine.scheduler.allocator
+    assert allocator.num_free == allocator.num_blocks

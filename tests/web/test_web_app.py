@@ -93,7 +93,7 @@ def test_monitor_counters_move_during_a_request(page, web_server, screenshot):
     page.wait_for_function("document.querySelector('#m-state').textContent === 'Idle'")
     served_before = int(page.locator("[data-testid=m-total-requests]").inner_text())
     page.goto(web_server.base_url + "/#chat")
-    set_settings(page, max_tokens=120)
+    set_settings(page, max_tokens=48)
     send(page, LONG_PROMPT)
     page.wait_for_selector(".msg.assistant .body.cursor")
     page.click("nav a[data-view=monitor]")
@@ -104,7 +104,7 @@ def test_monitor_counters_move_during_a_request(page, web_server, screenshot):
     page.wait_for_function("document.querySelector('#m-state').textContent === 'Idle'", timeout=40_000)
     assert int(page.locator("[data-testid=m-total-requests]").inner_text()) == served_before + 1
     first_row = page.locator("#m-requests tbody tr").first.locator("td")
-    assert first_row.nth(3).inner_text() == "120" and first_row.nth(7).inner_text() == "length"
+    assert first_row.nth(3).inner_text() == "48" and first_row.nth(7).inner_text() == "length"
 
 
 def test_a_reload_finds_the_conversation_again(page):

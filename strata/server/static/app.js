@@ -707,17 +707,20 @@ async function renderAbout() {
                         ["uptime", `${(m.uptime_s / 60).toFixed(1)} min`]]);
   fillList("#a-urls", [["OpenAI base URL", origin + "/v1"], ["Anthropic base URL", origin],
                        ["Prometheus", origin + "/metrics"]]);
-  const key = load(STORE.key, "") ? "YOUR-KEY" : "none";
+  const key = load(STORE.key, "") ? "YOUR-KEY" : "not-needed";
   const model = JSON.stringify(m.model);
   const examples = $("#a-examples");
   examples.replaceChildren(
-    example("curl", `curl ${origin}/v1/chat/completions \\\n  -H "Authorization: Bearer ${key}" -H 'content-type: application/json' \\\n` +
-                    `  -d '{"model": ${model}, "messages": [{"role": "user", "content": "Hi!"}], "max_tokens": 64}'`),
-    example("Python (openai)", `from openai import OpenAI\n\nclient = OpenAI(base_url="${origin}/v1", api_key="${key}")\n` +
-                               `reply = client.chat.completions.create(model=${model}, max_tokens=64,\n` +
+    example("curl", `curl ${origin}/v1/chat/completions \\\n  -H "Authorization: Bearer ${key}" \\\n` +
+                    `  -H 'content-type: application/json' \\\n  -d '{"model": ${model}, "max_tokens": 64,\n` +
+                    `       "messages": [{"role": "user", "content": "Hi!"}]}'`),
+    example("Python (openai)", `from openai import OpenAI\n\nclient = OpenAI(base_url="${origin}/v1",\n` +
+                               `                api_key="${key}")\n` +
+                               `reply = client.chat.completions.create(\n    model=${model}, max_tokens=64,\n` +
                                `    messages=[{"role": "user", "content": "Hi!"}])\nprint(reply.choices[0].message.content)`),
-    example("Python (anthropic)", `import anthropic\n\nclient = anthropic.Anthropic(base_url="${origin}", api_key="${key}")\n` +
-                                  `message = client.messages.create(model=${model}, max_tokens=64,\n` +
+    example("Python (anthropic)", `import anthropic\n\nclient = anthropic.Anthropic(base_url="${origin}",\n` +
+                                  `                             api_key="${key}")\n` +
+                                  `message = client.messages.create(\n    model=${model}, max_tokens=64,\n` +
                                   `    messages=[{"role": "user", "content": "Hi!"}])\nprint(message.content[0].text)`));
   const config = $("#a-config");
   config.replaceChildren();
