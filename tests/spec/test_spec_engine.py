@@ -78,8 +78,9 @@ def test_qwen3_next_greedy_identical_to_hf(spec, tiny_model_dir, next_refs):
 
 @pytest.mark.parametrize("family", ["llama", "qwen3_moe"])
 def test_suffix_greedy_identical_to_hf(family, tiny_model_dir):
-    batch = prompts([7, 30, 12, 3])
-    batch[1] = batch[1][:10] * 3  # a repetitive prompt so suffix drafting finds matches
+    batch = prompts([7, 30, 12, 3, 44, 9, 21, 16])
+    batch[1] = batch[1][:10] * 3  # repetitive prompts so suffix drafting finds matches
+    batch[4] = batch[4][:11] * 4
     spec = {"method": "suffix", "num_speculative_tokens": 3}
     core = engine(tiny_model_dir(family), spec)
     assert run_staggered(core, batch) == hf_greedy(family, batch)
