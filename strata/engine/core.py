@@ -207,6 +207,20 @@ class EngineCore:
                 "num_waiting": len(sched.waiting), "num_free_slots": len(sched.free_slots),
                 "kv_blocks_total": self.num_kv_blocks, "kv_blocks_free": sched.allocator.num_free,
                 "speculative_method": self.spec.method, "steps": sched.stats.as_dict(),
+                "gpu": _gpu_numbers(self.device),
                 "cache": {**sched.cache_stats.as_dict(), "parked_blocks": len(sched.prefix.parked_blocks or ()),
                           "parked_checkpoints": len(sched.prefix.parked_checkpoints or ()),
                           "checkpoints": len(sched.checkpoints or ())}}
+
+
+def _gpu_numbers(device: str) -> dict | None:
+    """Device memory and utilisation (utilisation needs NVML; memory alone is still worth showing)."""
+    if not device.startswith("cuda"):
+        return None
+    free, total = torch.cuda.mem_get_info()
+    try:
+        utilization = torch.cuda.utilization() / 100
+    except Exception:
+        utilization = None
+    return {"name": torch.cuda.get_device_name(), "mem_total_bytes": total, "mem_used_bytes": total - free,
+            "utilization": utilization}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from strata.model.moe import grouped_experts
 
 try:
     import triton
@@ -19,27 +20,8 @@ except ImportError:  # CPU-only install: fused_moe_ref still works
     triton = tl = None
 
 
-def fused_moe_ref(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor,
-                  topk_weights: torch.Tensor) -> torch.Tensor:
-    """The semantics of strata.model.moe.LocalExperts: hidden [T, D], w13 [E, 2I, D] ([gate; up] rows),
-    w2 [E, D, I], topk_ids / topk_weights [T, K] -> sum_k w[t, k] * expert_{ids[t, k]}(hidden[t]) [T, D]."""
-    num_tokens, top_k = topk_ids.shape
-    flat_ids = topk_ids.flatten()                          # [T * K]
-    order = flat_ids.argsort(stable=True)
-    counts = torch.bincount(flat_ids, minlength=w13.shape[0]).tolist()
-    token_of = order // top_k
-    weights = topk_weights.flatten()[order].unsqueeze(1)   # [T * K, 1]
-    out = torch.zeros_like(hidden)
-    start = 0
-    for expert_id, count in enumerate(counts):
-        if count == 0:
-            continue
-        rows = token_of[start:start + count]
-        gate, up = F.linear(hidden[rows], w13[expert_id]).chunk(2, dim=-1)
-        y = F.linear(F.silu(gate) * up, w2[expert_id])     # [n, D]
-        out.index_add_(0, rows, (y * weights[start:start + count]).to(out.dtype))
-        start += count
-    return out
+# The torch reference is the model's own grouped-expert path (LocalExperts).
+fused_moe_ref = grouped_experts
 
 
 def moe_align_ref(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -34,23 +34,30 @@ class LocalExperts(nn.Module):
         self.w2 = nn.Parameter(torch.empty(num_experts, hidden_size, intermediate_size))       # [E, D, I]
 
     def forward(self, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
-        num_tokens, top_k = topk_ids.shape
-        flat_ids = topk_ids.flatten()                       # [T * K]
-        order = flat_ids.argsort(stable=True)
-        counts = torch.bincount(flat_ids, minlength=self.num_experts).tolist()
-        token_of = order // top_k                            # [T * K] row of each sorted entry
-        weights = topk_weights.flatten()[order].unsqueeze(1)  # [T * K, 1]
-        out = torch.zeros_like(hidden)
-        start = 0
-        for expert_id, count in enumerate(counts):
-            if count == 0:
-                continue
-            rows = token_of[start:start + count]
-            gate, up = F.linear(hidden[rows], self.w13[expert_id]).chunk(2, dim=-1)
-            y = F.linear(F.silu(gate) * up, self.w2[expert_id])  # [n, D]
-            out.index_add_(0, rows, (y * weights[start:start + count]).to(out.dtype))
-            start += count
-        return out
+        return grouped_experts(hidden, self.w13, self.w2, topk_ids, topk_weights)
+
+
+def grouped_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor,
+                    topk_weights: torch.Tensor) -> torch.Tensor:
+    """hidden [T, D], w13 [E, 2I, D] ([gate; up] rows), w2 [E, D, I], topk_ids / topk_weights [T, K]
+    -> sum_k w[t, k] * expert_{ids[t, k]}(hidden[t]) [T, D]; rows sorted by expert, each expert once."""
+    num_tokens, top_k = topk_ids.shape
+    flat_ids = topk_ids.flatten()                        # [T * K]
+    order = flat_ids.argsort(stable=True)
+    counts = torch.bincount(flat_ids, minlength=w13.shape[0]).tolist()
+    token_of = order // top_k                            # [T * K] row of each sorted entry
+    weights = topk_weights.flatten()[order].unsqueeze(1)  # [T * K, 1]
+    out = torch.zeros_like(hidden)
+    start = 0
+    for expert_id, count in enumerate(counts):
+        if count == 0:
+            continue
+        rows = token_of[start:start + count]
+        gate, up = F.linear(hidden[rows], w13[expert_id]).chunk(2, dim=-1)
+        y = F.linear(F.silu(gate) * up, w2[expert_id])  # [n, D]
+        out.index_add_(0, rows, (y * weights[start:start + count]).to(out.dtype))
+        start += count
+    return out
 
 
 class MoEBlock(nn.Module):

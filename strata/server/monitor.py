@@ -10,9 +10,17 @@ import os
 import sys
 import time
 from collections import deque
+from dataclasses import dataclass
 
 HISTORY_S = 300      # seconds of tok/s history kept for the chart
 NUM_RECENT = 20      # finished requests listed
+
+
+@dataclass
+class InFlight:
+    tracker: object              # metrics.RequestTracker: latencies and token counts
+    number: int                  # 1, 2, … in arrival order since the server started
+    scheduled_at_start: int      # the engine's scheduled-token total when the request arrived
 
 
 class Monitor:
@@ -21,7 +29,7 @@ class Monitor:
     def __init__(self, engine_config=None, engine_status=lambda: {}) -> None:
         """`engine_status()`: the engine's last status message (dict), read when a request starts."""
         self.engine_config, self.engine_status = engine_config, engine_status
-        self.active: dict[int, object] = {}          # id(tracker) -> tracker, requests in flight
+        self.active: dict[int, InFlight] = {}         # id(tracker) -> the request in flight
         self.recent: deque[dict] = deque(maxlen=NUM_RECENT)
         self.tokens_per_second: deque[list[int]] = deque()   # [unix second, output tokens], oldest first
         self.num_requests = 0
@@ -31,9 +39,7 @@ class Monitor:
 
     def on_start(self, tracker) -> None:
         self.num_requests += 1
-        tracker.monitor_id = self.num_requests
-        tracker.scheduled_at_start = _scheduled_tokens(self.engine_status())
-        self.active[id(tracker)] = tracker
+        self.active[id(tracker)] = InFlight(tracker, self.num_requests, _scheduled_tokens(self.engine_status()))
 
     def on_tokens(self, num_tokens: int) -> None:
         second = int(time.time())
@@ -45,8 +51,9 @@ class Monitor:
             self.tokens_per_second.popleft()
 
     def on_end(self, tracker, reason: str) -> None:
-        self.active.pop(id(tracker), None)
-        self.recent.appendleft({**request_numbers(tracker), "finish_reason": reason, "finished_at": time.time()})
+        request = self.active.pop(id(tracker), None)
+        if request is not None:
+            self.recent.appendleft({**request_numbers(request), "finish_reason": reason, "finished_at": time.time()})
 
     # ---- the snapshot ----------------------------------------------------------------------------
 
@@ -60,7 +67,7 @@ class Monitor:
         """idle / reading_prompt / generating / the engine's state, with the requests in flight."""
         if engine_state != "ready":
             return {"state": engine_state}
-        active = [request_numbers(t) for t in self.active.values()]
+        active = [request_numbers(r) for r in self.active.values()]
         if len(active) == 1:
             active[0]["prompt_progress"] = prompt_progress(next(iter(self.active.values())), status)
         reading = [r for r in active if r["output_tokens"] == 0]
@@ -89,7 +96,7 @@ class Monitor:
                           "prompt_tokens_reused": (status.get("steps") or {}).get("prompt_tokens_reused")},
                 "steps": status.get("steps") or {},
                 "experts": status.get("experts"),
-                "gpu": gpu_numbers(),
+                "gpu": status.get("gpu"),  # measured by the engine process, which owns the device
                 "host": {**self.cpu_numbers(), **memory_numbers(), "engine_rss_bytes": rss_bytes(client.pid)},
                 "recent_requests": list(self.recent)}
 
@@ -108,11 +115,11 @@ class Monitor:
         return {"cpu_busy": busy, "num_cpus": os.cpu_count(), "load_1m": os.getloadavg()[0]}
 
 
-def request_numbers(tracker) -> dict:
-    now = time.perf_counter()
+def request_numbers(request: InFlight) -> dict:
+    tracker, now = request.tracker, time.perf_counter()
     first = tracker.first_token_at
     decode_s = (tracker.last - first) if first is not None else 0.0
-    return {"id": getattr(tracker, "monitor_id", None), "prompt_tokens": tracker.num_prompt_tokens,
+    return {"id": request.number, "prompt_tokens": tracker.num_prompt_tokens,
             "cached_tokens": tracker.num_cached_tokens, "output_tokens": tracker.num_output_tokens,
             "ttft_s": (first - tracker.started) if first is not None else None,
             "elapsed_s": now - tracker.started,   # called at the end for finished requests
@@ -123,15 +130,16 @@ def _scheduled_tokens(status: dict) -> int:
     return ((status or {}).get("steps") or {}).get("num_scheduled_tokens", 0)
 
 
-def prompt_progress(tracker, status: dict) -> float | None:
+def prompt_progress(request: InFlight, status: dict) -> float | None:
     """Fraction of the prompt read so far, from the engine's scheduled-token total since the request
     started: exact only while it is the one request in flight (the caller checks), so an estimate."""
+    tracker = request.tracker
     if tracker.num_output_tokens:
         return 1.0
     to_read = tracker.num_prompt_tokens - tracker.num_cached_tokens
     if to_read <= 0:
         return None
-    done = _scheduled_tokens(status) - getattr(tracker, "scheduled_at_start", 0)
+    done = _scheduled_tokens(status) - request.scheduled_at_start
     return max(0.0, min(done / to_read, 1.0))
 
 
@@ -169,19 +177,3 @@ def rss_bytes(pid: int | None) -> int | None:
     return None
 
 
-def gpu_numbers() -> dict | None:
-    """Device memory and utilisation through torch.cuda, only if torch is already loaded here (the server
-    process normally holds no torch: then None, shown as n/a)."""
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_available():
-        return None
-    try:
-        free, total = torch.cuda.mem_get_info()
-    except RuntimeError:
-        return None
-    try:
-        utilization = torch.cuda.utilization() / 100
-    except Exception:   # needs pynvml / amdsmi; memory alone is still worth showing
-        utilization = None
-    return {"name": torch.cuda.get_device_name(), "mem_total_bytes": total, "mem_used_bytes": total - free,
-            "utilization": utilization}

@@ -57,11 +57,14 @@ def test_a_tracked_request_goes_reading_then_generating_then_into_recent():
 
 
 def test_prompt_progress_is_capped_and_unknown_when_all_cached():
-    monitor = Monitor(engine_status=lambda: steps_status(0))
+    monitor = Monitor(engine_status=lambda: steps_status(40))
     tracker = Metrics("m", monitor).track(8)
-    assert prompt_progress(tracker, steps_status(100)) == 1.0
+    (request,) = monitor.active.values()
+    assert request.scheduled_at_start == 40 and request.number == 1
+    assert prompt_progress(request, steps_status(44)) == 0.5
+    assert prompt_progress(request, steps_status(140)) == 1.0
     tracker.num_cached_tokens = 8
-    assert prompt_progress(tracker, steps_status(100)) is None
+    assert prompt_progress(request, steps_status(140)) is None
 
 
 def test_only_the_last_twenty_requests_are_kept_newest_first():
