@@ -79,6 +79,7 @@ class EngineCore:
                   file=sys.stderr)
         self.device, self.dtype, self.num_kv_blocks = device, dtype, num_blocks
         self.streams: dict[str, TextStream | None] = {}
+        self._gpu_numbers_cache: tuple[float, dict | None] = (-1e9, None)
 
     def _num_kv_blocks(self, model, device: str, dtype: torch.dtype) -> int:
         cfg, cache, sched = self.model_config, self.config.cache, self.config.scheduler
@@ -200,6 +201,25 @@ class EngineCore:
 
     # ---- read-only views (server status, metrics) ------------------------------------------------
 
+    def _gpu_numbers(self) -> dict | None:
+        """Device memory and utilisation (utilisation needs NVML; memory alone is still worth showing).
+        status() goes out with every step, so the driver is asked at most once a second."""
+        if not self.device.startswith("cuda"):
+            return None
+        now = time.monotonic()
+        cached_at, numbers = self._gpu_numbers_cache
+        if now - cached_at < 1.0:
+            return numbers
+        free, total = torch.cuda.mem_get_info()
+        try:
+            utilization = torch.cuda.utilization() / 100
+        except Exception:
+            utilization = None
+        numbers = {"name": torch.cuda.get_device_name(), "mem_total_bytes": total,
+                   "mem_used_bytes": total - free, "utilization": utilization}
+        self._gpu_numbers_cache = (now, numbers)
+        return numbers
+
     def status(self) -> dict:
         """Plain-data snapshot of occupancy: slots, queue and KV blocks."""
         sched = self.scheduler
@@ -207,20 +227,7 @@ class EngineCore:
                 "num_waiting": len(sched.waiting), "num_free_slots": len(sched.free_slots),
                 "kv_blocks_total": self.num_kv_blocks, "kv_blocks_free": sched.allocator.num_free,
                 "speculative_method": self.spec.method, "steps": sched.stats.as_dict(),
-                "gpu": _gpu_numbers(self.device),
+                "gpu": self._gpu_numbers(),
                 "cache": {**sched.cache_stats.as_dict(), "parked_blocks": len(sched.prefix.parked_blocks or ()),
                           "parked_checkpoints": len(sched.prefix.parked_checkpoints or ()),
                           "checkpoints": len(sched.checkpoints or ())}}
-
-
-def _gpu_numbers(device: str) -> dict | None:
-    """Device memory and utilisation (utilisation needs NVML; memory alone is still worth showing)."""
-    if not device.startswith("cuda"):
-        return None
-    free, total = torch.cuda.mem_get_info()
-    try:
-        utilization = torch.cuda.utilization() / 100
-    except Exception:
-        utilization = None
-    return {"name": torch.cuda.get_device_name(), "mem_total_bytes": total, "mem_used_bytes": total - free,
-            "utilization": utilization}
