@@ -5,3 +5,19 @@ and define their kernels only where it is installed, so the refs run on CPU-only
 Modules: `fused_moe` (grouped expert GEMMs), `paged_attention` (decode/verify windows over paged KV),
 `gdn` (gated delta rule recurrence and causal conv1d update over ragged short windows).
 """
+
+import functools
+
+
+@functools.cache
+def triton_available() -> bool:
+    """Triton kernels are used on CUDA tensors unless STRATA_NO_TRITON=1 (the eager torch path)."""
+    from strata.config import debug_flag
+
+    if debug_flag("NO_TRITON"):
+        return False
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True

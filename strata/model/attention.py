@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from strata.config import ModelConfig
+from strata.kernels import triton_available
 from strata.model.context import ForwardContext
 from strata.model.norm import RMSNorm
 from strata.model.rotary import RotaryEmbedding
@@ -38,6 +39,11 @@ def _gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> t
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                     ctx: ForwardContext, scale: float) -> torch.Tensor:
     """q: [T, H, D] (already rotated) -> [T, H, D]; K/V of this step must already be in the pool."""
+    if ctx.max_query_len <= _BATCHED_MAX_QUERY_LEN and q.is_cuda and triton_available():
+        from strata.kernels.paged_attention import paged_attention as paged_attention_triton
+
+        return paged_attention_triton(q, k_cache, v_cache, ctx.block_tables, ctx.seq_lens, ctx.query_start_loc,
+                                      scale, max_query_len=ctx.max_query_len)
     if ctx.max_query_len <= _BATCHED_MAX_QUERY_LEN:
         return _attend_batched(q, k_cache, v_cache, ctx, scale)
     out = torch.empty_like(q)

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from strata.config import ModelConfig
+from strata.kernels import triton_available
 from strata.model.mlp import DenseMLP
 
 
@@ -34,6 +35,10 @@ class LocalExperts(nn.Module):
         self.w2 = nn.Parameter(torch.empty(num_experts, hidden_size, intermediate_size))       # [E, D, I]
 
     def forward(self, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
+        if hidden.is_cuda and triton_available():
+            from strata.kernels.fused_moe import fused_moe
+
+            return fused_moe(hidden, self.w13, self.w2, topk_ids, topk_weights)
         return grouped_experts(hidden, self.w13, self.w2, topk_ids, topk_weights)
 
 
