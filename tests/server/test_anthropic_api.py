@@ -6,7 +6,7 @@ from __future__ import annotations
 import anthropic
 import pytest
 
-from conftest import API_KEY, MODEL
+from live_server import API_KEY, MODEL
 
 HI = [{"role": "user", "content": "Tell me a long story about a dragon."}]
 

@@ -7,7 +7,7 @@ import argparse
 
 import httpx
 
-from conftest import API_KEY, MODEL
+from live_server import API_KEY, MODEL
 from strata.cli.chat import Session, stream_chat
 
 

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 
-from conftest import API_KEY, fake_app, thread_server
+from live_server import API_KEY, fake_app, thread_server
 
 
 def test_schemathesis_finds_no_server_errors():

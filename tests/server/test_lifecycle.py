@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from conftest import API_KEY, MODEL
+from live_server import API_KEY, MODEL
 
 PROMPTS = ["The capital of France is", "One, two, three,", "My favourite colour is", "Once upon a time"]
 

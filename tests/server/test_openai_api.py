@@ -9,7 +9,7 @@ import json
 import openai
 import pytest
 
-from conftest import API_KEY, MODEL
+from live_server import API_KEY, MODEL
 
 HI = [{"role": "user", "content": "Tell me a long story about a dragon."}]
 

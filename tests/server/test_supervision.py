@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import httpx
 
-from conftest import MODEL, fake_app, thread_server
+from live_server import MODEL, fake_app, thread_server
 
 BODY = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
 

@@ -11,7 +11,7 @@ import anthropic
 import openai
 import pytest
 
-from conftest import API_KEY, MODEL
+from live_server import API_KEY, MODEL
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Current weather",
                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]

@@ -6,14 +6,10 @@ skip when /usr/bin/chromium or the playwright package is missing."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import tempfile
 
 import pytest
 
-from server.conftest import API_KEY, MODEL, ROOT, LiveServer, free_port, wait_healthy
+from live_server import API_KEY, ROOT, attach, start_serve, stop_serve
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -37,24 +33,11 @@ def missing_browser() -> str | None:
 def pytest_collection_modifyitems(session, config, items):
     if _WEB or missing_browser() or not any("web_server" in getattr(i, "fixturenames", ()) for i in items):
         return
-    port = free_port()
-    log = open(os.path.join(tempfile.mkdtemp(prefix="strata-web-"), "serve.log"), "w+")
-    env = {**os.environ, "PYTHONPATH": ROOT, "STRATA_API_KEY": API_KEY}
-    proc = subprocess.Popen([sys.executable, "-m", "strata.cli.main", "serve", MODEL, "--device", "cpu",
-                             "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", "4",
-                             "--port", str(port), "--keepalive-s", "1", "--log-level", "warning"],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    _WEB.update(proc=proc, log=log, port=port)
+    start_serve(_WEB, "strata-web-", "--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", "4")
 
 
 def pytest_unconfigure(config):
-    proc = _WEB.get("proc")
-    if proc is not None and proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    stop_serve(_WEB)
 
 
 @pytest.fixture(scope="session")
@@ -62,15 +45,7 @@ def web_server():
     reason = missing_browser()
     if reason:
         pytest.skip(reason)
-    proc, log = _WEB["proc"], _WEB["log"]
-    base_url = f"http://127.0.0.1:{_WEB['port']}"
-    try:
-        wait_healthy(base_url, 180, proc)
-    except Exception:
-        log.seek(0)
-        print(log.read())
-        raise
-    return LiveServer(base_url, proc)
+    return attach(_WEB)
 
 
 @pytest.fixture(scope="module")

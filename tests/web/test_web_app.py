@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from server.conftest import API_KEY
+from live_server import API_KEY
 
 LONG_PROMPT = "Count from 1 to 500, separated by commas."
 
