@@ -39,7 +39,7 @@ def _gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> t
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                     ctx: ForwardContext, scale: float) -> torch.Tensor:
     """q: [T, H, D] (already rotated) -> [T, H, D]; K/V of this step must already be in the pool."""
-    if ctx.max_query_len <= _BATCHED_MAX_QUERY_LEN and q.is_cuda and triton_available():
+    if ctx.max_query_len <= _BATCHED_MAX_QUERY_LEN and _use_triton_attention(q):
         from strata.kernels.paged_attention import paged_attention as paged_attention_triton
 
         return paged_attention_triton(q, k_cache, v_cache, ctx.block_tables, ctx.seq_lens, ctx.query_start_loc,
@@ -62,6 +62,13 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
                                            scale=scale, enable_gqa=True)
         out[s:e] = o.transpose(0, 1)
     return out
+
+
+def _use_triton_attention(q: torch.Tensor) -> bool:
+    # the kernel's tiles were sized and tested for 16-bit KV with head_dim <= 128; float32 or
+    # head_dim 256 (Qwen3-Next) overflow its shared memory, so those take the torch path for now
+    return (q.is_cuda and q.dtype in (torch.bfloat16, torch.float16) and q.shape[-1] <= 128
+            and triton_available())
 
 
 def _causal_window_mask(num_computed: int, q_len: int, kv_len: int, device: torch.device) -> torch.Tensor:
