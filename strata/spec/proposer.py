@@ -83,7 +83,9 @@ class Proposer:
             return {}
         rows = torch.tensor([o.last_row for o in slots], device=hidden.device)
         state = draft_hidden[rows]                                   # [S, D]
-        positions = {o.slot_id: _position_of(o, scheduled, query_starts) for o in slots}
+        # absolute position of each slot's last accepted token
+        window_start = {w.slot_id: (w.num_computed_tokens, start) for w, start in zip(scheduled, query_starts)}
+        positions = {o.slot_id: window_start[o.slot_id][0] + o.last_row - window_start[o.slot_id][1] for o in slots}
         drafts = {o.slot_id: [] for o in slots}
         active = list(slots)
         for step in range(max(wanted[o.slot_id] for o in slots)):
@@ -111,10 +113,3 @@ class Proposer:
         inputs = build_inputs(work, block_tables, block_size, kv_caches, {}, str(state.device))
         return self.model.mtp_forward(inputs.input_ids, state, inputs.ctx)
 
-
-def _position_of(outcome: SlotOutcome, scheduled, query_starts) -> int:
-    """Absolute position of the slot's last accepted token."""
-    for work, start in zip(scheduled, query_starts):
-        if work.slot_id == outcome.slot_id:
-            return work.num_computed_tokens + outcome.last_row - start
-    raise KeyError(outcome.slot_id)

@@ -66,8 +66,9 @@ def _verify(sampler: Sampler, logits: torch.Tensor, windows, window_starts: list
         drafts = [synthetic_drafts(argmax[s:s + len(d) + 1], synthetic.propose_synthetic(len(d)), len(d),
                                    logits.shape[-1]) for d, s in zip(drafts, window_starts)]
         return verify_greedy(logits.argmax(dim=-1), drafts, window_starts)
-    greedy = [i for i, (work, _) in enumerate(windows) if sampler.params[work.slot_id].is_greedy]
-    sampled = [i for i in range(len(windows)) if i not in set(greedy)]
+    is_greedy = [sampler.params[work.slot_id].is_greedy for work, _ in windows]
+    greedy = [i for i, g in enumerate(is_greedy) if g]
+    sampled = [i for i, g in enumerate(is_greedy) if not g]
     verdicts: dict[int, tuple[list[int], int]] = {}
     if greedy:
         argmax = logits.argmax(dim=-1)
@@ -75,13 +76,10 @@ def _verify(sampler: Sampler, logits: torch.Tensor, windows, window_starts: list
                                                     [window_starts[i] for i in greedy])):
             verdicts[i] = verdict
     if sampled:
-        row_slot_ids = [0] * logits.shape[0]
-        for i in sampled:
-            for j in range(len(drafts[i]) + 1):
-                row_slot_ids[window_starts[i] + j] = windows[i][0].slot_id
         rows = [window_starts[i] + j for i in sampled for j in range(len(drafts[i]) + 1)]
+        row_slot_ids = [windows[i][0].slot_id for i in sampled for _ in range(len(drafts[i]) + 1)]
         probs = torch.zeros_like(logits)
-        probs[rows] = sampler.window_probs(logits[rows], [row_slot_ids[r] for r in rows])
+        probs[rows] = sampler.window_probs(logits[rows], row_slot_ids)
         generators = [sampler.generator_for(windows[i][0].slot_id) for i in sampled]
         for i, verdict in zip(sampled, verify_rejection(probs, [drafts[i] for i in sampled],
                                                         [window_starts[i] for i in sampled],
