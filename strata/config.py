@@ -221,6 +221,81 @@ class RunnerConfig:
     device: str = _opt("auto", "auto | cpu | cuda")
     dtype: str = _opt("auto", "auto | float32 | bfloat16 | float16 (auto: bfloat16 on GPU, float32 on CPU)")
     seed: int = _opt(0, "seed of random weights and of unseeded sampling")
+    cuda_graphs: bool = _opt(True, "CUDA only: replay decode/verify steps from CUDA graphs (--no-cuda-graphs: eager)")
+    cuda_graph_cache_size: int = _opt(
+        24, "CUDA graphs kept (one per layout: padded slot count x tokens per slot); least recently used go first")
+    cuda_graph_max_slots: int = _opt(32, "largest padded slot count captured as a graph; bigger steps run eager")
+    gpu_memory_utilization: float = _opt(
+        0.9, "fraction of the GPU's total memory the engine may use (weights, KV, states, graphs, activations)")
+    vram_reserve_mib: int = _opt(0, "MiB of GPU memory left untouched on top of what utilization leaves")
+
+
+EXPERT_SPLITS = ("uniform", "static")
+
+
+@dataclass(frozen=True)
+class ExpertConfig:
+    """Where a MoE model's routed experts live: `expert_cache` device slots (the hot set), every expert
+    in host RAM, misses computed by a CPU thread pool or copied over PCIe. The default keeps every
+    expert on the device."""
+
+    expert_cache: str = _opt("auto", "device expert slots over all MoE layers: auto | all | N | P% "
+                                     "(auto: all experts, as loaded)")
+    expert_profile: str | None = _opt(None, "routing profile JSON (`strata profile`): fills the hot set at "
+                                            "start when the file exists, saved on exit")
+    expert_split: str = _opt("uniform", "hot set without a profile: uniform (same share of every layer) | "
+                                        "static (first layers whole, like llama.cpp --n-cpu-moe)")
+    cpu_threads: int = _opt(0, "worker threads computing non-resident experts (0: torch's thread count)")
+    pcie_frac: float = _opt(0.0, "fraction of each layer's missed experts copied to spare device slots and "
+                                 "run there instead of on the CPU")
+    expert_swap_interval: int = _opt(32, "steps between hot-set updates from routing counts (0: never)")
+    expert_swap_threshold: float = _opt(
+        0.25, "swap an expert in only if it was routed to (1 + threshold)x as often as the one it replaces")
+    expert_budget: int = _opt(0, "most distinct experts one step may touch per layer (0: no bound; not yet "
+                                 "enforced by the scheduler)")
+
+    def __post_init__(self) -> None:
+        self.validated()  # a bad value fails when the config is built, before any weights load
+
+    def validated(self) -> ExpertConfig:
+        self.parse_cache()
+        if self.expert_split not in EXPERT_SPLITS:
+            raise ValueError(f"expert_split must be one of {', '.join(EXPERT_SPLITS)}, got {self.expert_split!r}")
+        for name in ("cpu_threads", "expert_swap_interval", "expert_budget"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
+        if not 0.0 <= self.pcie_frac <= 1.0:
+            raise ValueError(f"pcie_frac must be in [0, 1], got {self.pcie_frac!r}")
+        if self.expert_swap_threshold < 0:
+            raise ValueError(f"expert_swap_threshold must be >= 0, got {self.expert_swap_threshold!r}")
+        return self
+
+    def parse_cache(self) -> int | float | None:
+        """None = all experts (auto, all); an int = that many slots; a float in [0, 1] = a share (P%)."""
+        text = str(self.expert_cache).strip().lower()
+        if text in ("auto", "all"):
+            return None
+        try:
+            if text.endswith("%"):
+                share = float(text[:-1]) / 100
+                if 0.0 <= share <= 1.0:
+                    return share
+            elif int(text) >= 0:
+                return int(text)
+        except ValueError:
+            pass
+        raise ValueError(f"expert_cache must be auto, all, a number of slots (e.g. 512) or a share of all "
+                         f"experts (e.g. 25%), got {self.expert_cache!r}")
+
+    def num_slots(self, total_experts: int) -> int:
+        """Device expert slots for a model with `total_experts` routed experts over all MoE layers."""
+        parsed = self.parse_cache()
+        if parsed is None:
+            return total_experts
+        if isinstance(parsed, float):
+            return round(parsed * total_experts)
+        return min(parsed, total_experts)
 
 
 @dataclass(frozen=True)
@@ -230,6 +305,7 @@ class EngineConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     runner: RunnerConfig = field(default_factory=RunnerConfig)
     speculative: SpecConfig = field(default_factory=SpecConfig)
+    experts: ExpertConfig = field(default_factory=ExpertConfig)
 
 
 def resolve_device(device: str) -> str:

@@ -1,14 +1,22 @@
 """Offline throughput: N seeded random prompts, greedy, fixed output length (EOS ignored), through
-the engine with `concurrency` slots; optionally HF transformers `generate` on the same model and
-prompts, single stream and padded batch, alternated with our arm (A B A B …), medians reported."""
+the engine's step loop with at most `concurrency` requests in flight; optionally HF transformers
+`generate` on the same model and prompts, and our eager path against our CUDA-graph path, alternated
+with our arm (A B A B …), medians reported. Each strata run also reports TTFT and token gaps, the
+step-time split (forward / sample / draft / host) and, per decode step, the bytes the model must read
+and the bandwidth that implies against a device copy timed in the same run (strata/bench/roofline.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
+from dataclasses import dataclass
 
 import torch
 
+from strata.bench.latency import DecodeExpertsMeter, latency_summary, run_closed_loop
+from strata.bench.prefill import bench_prefill
+from strata.bench.roofline import ByteModel, count_params, decode_bandwidth, measure_copy_bandwidth
 from strata.engine.llm import LLM
 from strata.types import SamplingParams
 
@@ -42,27 +50,43 @@ def repetitive_prompts(llm: LLM, num_prompts: int) -> list[list[int]]:
             for i in range(num_prompts)]
 
 
-def run_strata(llm: LLM, prompts: list[list[int]], output_len: int, ignore_eos: bool = True) -> dict:
+def run_strata(llm: LLM, prompts: list[list[int]], output_len: int, ignore_eos: bool = True,
+               roofline: DecodeRoofline | None = None) -> dict:
+    """One closed-loop run with the engine's slot count as concurrency: throughput, latencies, the
+    step-time split and (with `roofline`) bytes per decode step and the bandwidth they imply."""
+    core = llm.engine
     params = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=ignore_eos)
-    stats = llm.engine.scheduler.stats = type(llm.engine.scheduler.stats)()
-    llm.engine.scheduler.allocator.reset_prefix_cache()  # every run reads its prompts cold
-    started = time.perf_counter()
-    outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params)
-    elapsed = time.perf_counter() - started
-    tokens = sum(len(o.outputs[0].token_ids) for o in outputs)
-    streams = min(len(prompts), llm.engine.scheduler.config.max_num_seqs)
+    stats = core.scheduler.stats = type(core.scheduler.stats)()
+    core.step_times = type(core.step_times)()
+    core.scheduler.allocator.reset_prefix_cache()  # every run reads its prompts cold
+    streams = min(len(prompts), core.scheduler.config.max_num_seqs)
+    meter = DecodeExpertsMeter(core)
+    requests, elapsed = run_closed_loop(core, prompts, params, streams, meter)
+    tokens = sum(r.num_tokens for r in requests)
+    step_times = core.step_times.as_dict()
     result = {"seconds": elapsed, "output_tokens": tokens, "output_tok_s": tokens / elapsed,
-              "per_stream_tok_s": tokens / elapsed / streams, "steps": stats.num_steps}
+              "per_stream_tok_s": tokens / elapsed / streams, "steps": stats.num_steps,
+              **latency_summary(requests), "step_seconds_total": step_times["all"]["wall_seconds"],
+              "step_split_ms": {kind: _per_step_ms(totals) for kind, totals in step_times.items()}}
+    if roofline is not None:
+        result["roofline"] = decode_bandwidth(roofline.bytes, step_times["decode"], meter.mean,
+                                              roofline.copy_bandwidth)
     if stats.num_verify_windows:
         result.update(mean_accepted_length=stats.mean_accepted_length,
                       acceptance_per_position=stats.acceptance_per_position())
     return result
 
 
+def _per_step_ms(totals: dict) -> dict:
+    steps = totals["num_steps"]
+    return {"num_steps": steps, **{phase: totals[f"{phase}_seconds"] * 1e3 / steps if steps else 0.0
+                                   for phase in ("wall", "forward", "sample", "draft", "host")}}
+
+
 def run_hf(model, prompts: list[list[int]], output_len: int, batch_size: int) -> dict:
     tokens, started = 0, time.perf_counter()
     for i in range(0, len(prompts), batch_size):
-        batch = torch.tensor(prompts[i:i + batch_size])  # equal lengths: no padding needed
+        batch = torch.tensor(prompts[i:i + batch_size], device=model.device)  # equal lengths: no padding
         with torch.inference_mode():
             out = model.generate(batch, attention_mask=torch.ones_like(batch), do_sample=False,
                                  max_new_tokens=output_len, min_new_tokens=output_len, pad_token_id=0)
@@ -71,58 +95,155 @@ def run_hf(model, prompts: list[list[int]], output_len: int, batch_size: int) ->
     return {"seconds": elapsed, "output_tokens": tokens, "output_tok_s": tokens / elapsed}
 
 
-def load_hf_peer(model_spec: str, dtype: torch.dtype):
-    """HF transformers on the same weights: a GGUF file or an HF folder."""
+_HF_MODEL_TYPES = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3", "Qwen3MoeForCausalLM": "qwen3_moe",
+                   "Qwen3NextForCausalLM": "qwen3_next"}
+
+
+def load_hf_peer(model_spec: str, dtype: torch.dtype, device: str = "cpu"):
+    """HF transformers on the engine's device: the same weights for a GGUF file or an HF folder; for
+    random:<shape>, the same shape with HF's own random initialisation (a speed peer: routing is
+    near-uniform in both), its experts through grouped_mm on CUDA."""
     import os
 
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
+    from strata.weights.random_source import RandomSource
     from strata.weights.source import BUNDLED_MODELS, bundled_model_path
 
+    if model_spec.startswith("random:"):
+        hf = dict(RandomSource(model_spec).hf_config)
+        extra = {"experts_implementation": "grouped_mm"} if device.startswith("cuda") and hf.get("num_experts") else {}
+        config = AutoConfig.for_model(_HF_MODEL_TYPES[hf.pop("architectures")[0]], **hf, **extra)
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+        return model.eval()
     path = bundled_model_path(model_spec) if model_spec in BUNDLED_MODELS else model_spec
     if path.endswith(".gguf"):
         model = AutoModelForCausalLM.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path),
                                                      dtype=dtype)
     else:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    return model.eval()
+    return model.to(device).eval()
 
 
-def bench_offline(llm: LLM, model_spec: str, num_prompts: int, input_len: int, output_len: int,
-                  concurrency: list[int], repeats: int, hf_peer: bool, seed: int, workload: str = "random",
-                  no_spec: LLM | None = None) -> dict:
-    if workload == "repetitive":
-        prompts, ignore_eos = repetitive_prompts(llm, num_prompts), False
+@dataclass(frozen=True)
+class OfflineOptions:
+    model_spec: str
+    num_prompts: int = 8
+    input_len: int = 64
+    output_len: int = 64
+    concurrency: tuple[int, ...] = (1, 8)
+    repeats: int = 3
+    hf_peer: bool = False
+    seed: int = 0
+    workload: str = "random"
+    eager_vs_graph: bool = False             # each strata arm twice: CUDA graphs off, then on
+    prefill_lens: tuple[int, ...] = ()
+    copy_mib: int | None = None              # device copy size (default: 2048 on CUDA, 256 on the CPU)
+
+
+@dataclass(frozen=True)
+class DecodeRoofline:
+    bytes: ByteModel
+    copy_bandwidth: float                    # bytes read + written per second, measured in this run
+
+
+def bench_offline(llm: LLM, opts: OfflineOptions, no_spec: LLM | None = None) -> dict:
+    """-> {"results": arms by name, "roofline": the device and model numbers, "prefill": …,
+    "unavailable_arms": …} (the sections of the result document beside `results`)."""
+    core = llm.engine
+    if opts.workload == "repetitive":
+        prompts, ignore_eos = repetitive_prompts(llm, opts.num_prompts), False
     else:
-        prompts, ignore_eos = make_prompts(num_prompts, input_len, llm.engine.model_config.vocab_size, seed), True
+        prompts, ignore_eos = make_prompts(opts.num_prompts, opts.input_len, core.model_config.vocab_size,
+                                           opts.seed), True
     engines = {"strata": llm} if no_spec is None else {"strata_spec": llm, "strata_nospec": no_spec}
-    for engine in engines.values():
+    arms, unavailable = _arms(engines, opts.eager_vs_graph)
+    for _, engine, graphs in arms:
+        _set_graphs(engine, graphs)
         run_strata(engine, prompts[:1], 4)  # warm-up
-    hf = load_hf_peer(model_spec, getattr(torch, llm.engine.dtype)) if hf_peer else None
-    arms: dict[str, list[dict]] = {}
-    for _ in range(repeats):
-        for c in concurrency:
-            for name, engine in engines.items():
+    copy_mib = opts.copy_mib or (2048 if core.device.startswith("cuda") else 256)
+    roofline = DecodeRoofline(ByteModel.from_config(core.model_config, getattr(torch, core.dtype).itemsize),
+                              measure_copy_bandwidth(core.device, copy_mib * 2**20))
+    hf = load_hf_peer(opts.model_spec, getattr(torch, core.dtype), core.device) if opts.hf_peer else None
+    runs: dict[str, list[dict]] = {}
+    for _ in range(opts.repeats):
+        for c in opts.concurrency:
+            for name, engine, graphs in arms:
+                _set_graphs(engine, graphs)
                 engine.engine.scheduler.config = _with_max_seqs(engine.engine.scheduler.config, c)
-                arms.setdefault(f"{name}_c{c}", []).append(run_strata(engine, prompts, output_len, ignore_eos))
+                runs.setdefault(f"{name}_c{c}", []).append(run_strata(engine, prompts, opts.output_len, ignore_eos,
+                                                                      roofline))
             if hf is not None:
-                arms.setdefault(f"hf_generate_b{c}", []).append(run_hf(hf, prompts, output_len, c))
-    summary = {name: {"median_output_tok_s": statistics.median(r["output_tok_s"] for r in runs),
-                      "median_per_stream_tok_s": statistics.median(r.get("per_stream_tok_s", 0.0) for r in runs),
-                      "runs": runs} for name, runs in arms.items()}
+                runs.setdefault(f"hf_generate_b{c}", []).append(run_hf(hf, prompts, opts.output_len, c))
+    summary = {name: summarise(arm_runs) for name, arm_runs in runs.items()}
+    _add_ratios(summary, opts.concurrency, hf is not None)
+    sections = {"results": summary, "roofline": {
+        "device_copy_bandwidth_bytes_s": roofline.copy_bandwidth, "device_copy_bytes": copy_mib * 2**20,
+        "model": {"params": count_params(core.model_config).as_dict(), "bytes": roofline.bytes.as_dict()}}}
+    if opts.prefill_lens:
+        vocab = core.model_config.vocab_size
+        prompts = {n: make_prompts(1, n, vocab, opts.seed + n)[0] for n in opts.prefill_lens}
+        sections["prefill"], gemm = bench_prefill(llm, opts.prefill_lens, opts.repeats, prompts)
+        if gemm is not None:
+            sections["roofline"]["bf16_gemm_flops"] = gemm
+    if unavailable:
+        sections["unavailable_arms"] = unavailable
+    return sections
+
+
+def _arms(engines: dict[str, LLM], eager_vs_graph: bool) -> tuple[list[tuple[str, LLM, bool | None]], dict]:
+    """(arm name, engine, CUDA graphs on/off or None to leave as configured), and the arms that
+    cannot run here with the reason."""
+    if not eager_vs_graph:
+        return [(name, engine, None) for name, engine in engines.items()], {}
+    if not all(hasattr(engine.engine.runner, "use_cuda_graphs") for engine in engines.values()):
+        reason = "the runner has no use_cuda_graphs switch; measured as configured instead"
+        return ([(name, engine, None) for name, engine in engines.items()],
+                {f"{name}_{mode}": reason for name in engines for mode in ("eager", "graph")})
+    return [(f"{name}_{mode}", engine, mode == "graph") for name, engine in engines.items()
+            for mode in ("eager", "graph")], {}
+
+
+def _set_graphs(engine: LLM, graphs: bool | None) -> None:
+    if graphs is not None:
+        engine.engine.runner.use_cuda_graphs = graphs
+
+
+_MEDIANS = {"median_ttft_p50_ms": ("ttft_ms", "p50"), "median_ttft_p95_ms": ("ttft_ms", "p95"),
+            "median_token_gap_p95_ms": ("token_gap_ms", "p95"), "median_tpot_p50_ms": ("tpot_ms", "p50"),
+            "median_decode_step_ms": ("roofline", "mean_decode_step_ms"),
+            "median_achieved_bandwidth_bytes_s": ("roofline", "achieved_bandwidth_bytes_s"),
+            "median_bandwidth_fraction": ("roofline", "bandwidth_fraction"),
+            "median_experts_touched_per_layer": ("roofline", "experts_touched_per_layer")}
+
+
+def summarise(runs: list[dict]) -> dict:
+    entry = {"median_output_tok_s": statistics.median(r["output_tok_s"] for r in runs),
+             "median_per_stream_tok_s": statistics.median(r.get("per_stream_tok_s", 0.0) for r in runs)}
+    for key, (section, field) in _MEDIANS.items():
+        values = [r[section][field] for r in runs if field in r.get(section, {})]
+        if values:
+            entry[key] = statistics.median(values)
+    return {**entry, "runs": runs}
+
+
+def _add_ratios(summary: dict, concurrency: tuple[int, ...], with_hf: bool) -> None:
+    """Side-by-side ratios of arms measured in the same run: spec / no spec, graph / eager, x / HF."""
     for c in concurrency:
-        spec, base = summary.get(f"strata_spec_c{c}"), summary.get(f"strata_nospec_c{c}")
-        if spec and base:
-            spec["speedup_vs_nospec"] = spec["median_output_tok_s"] / base["median_output_tok_s"]
-    if hf is not None:
-        base = summary.get("hf_generate_b1", {}).get("median_output_tok_s")
-        if base:
-            for name, entry in summary.items():
-                entry["ratio_vs_hf_single_stream"] = entry["median_output_tok_s"] / base
-    return summary
+        for mode in ("", "_eager", "_graph"):
+            spec, base = summary.get(f"strata_spec{mode}_c{c}"), summary.get(f"strata_nospec{mode}_c{c}")
+            if spec and base:
+                spec["speedup_vs_nospec"] = spec["median_output_tok_s"] / base["median_output_tok_s"]
+        for engine in ("strata", "strata_spec", "strata_nospec"):
+            eager, graph = summary.get(f"{engine}_eager_c{c}"), summary.get(f"{engine}_graph_c{c}")
+            if eager and graph:
+                graph["speedup_vs_eager"] = graph["median_output_tok_s"] / eager["median_output_tok_s"]
+    base = summary.get("hf_generate_b1", {}).get("median_output_tok_s") if with_hf else None
+    if base:
+        for entry in summary.values():
+            entry["ratio_vs_hf_single_stream"] = entry["median_output_tok_s"] / base
 
 
 def _with_max_seqs(config, max_num_seqs: int):
-    import dataclasses
-
     return dataclasses.replace(config, max_num_seqs=max_num_seqs)

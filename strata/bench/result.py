@@ -1,13 +1,30 @@
-"""The one JSON result schema every `strata bench` mode writes: what ran, where, on which commit."""
+"""The one JSON result schema every `strata bench` mode writes: what ran, where, on which commit.
+
+A document is {bench, command, time, commit, machine, config, results, ...sections}: `results` holds
+the mode's arms by name (offline: `strata_c8`, `hf_generate_b1`, … each with `median_output_tok_s`);
+modes add named sections beside it (offline: `roofline`, `prefill`, `unavailable_arms`).
+Latencies are in milliseconds as {mean, p50, p95, p99}."""
 
 from __future__ import annotations
 
 import json
 import os
 import platform
+import statistics
 import subprocess
 import time
 from typing import Any
+
+
+def percentiles(values: list[float]) -> dict:
+    if not values:
+        return {}
+    ordered = sorted(values)
+
+    def pick(q: float) -> float:
+        return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+    return {"mean": statistics.fmean(ordered), "p50": pick(0.5), "p95": pick(0.95), "p99": pick(0.99)}
 
 
 def machine() -> dict[str, Any]:
@@ -31,9 +48,11 @@ def commit() -> str:
         return "unknown"
 
 
-def write_result(path: str | None, mode: str, command: str, config: dict, results: dict) -> dict:
+def write_result(path: str | None, mode: str, command: str, config: dict, results: dict,
+                 **sections: Any) -> dict:
     doc = {"bench": mode, "command": command, "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-           "commit": commit(), "machine": machine(), "config": config, "results": results}
+           "commit": commit(), "machine": machine(), "config": config, "results": results,
+           **{name: value for name, value in sections.items() if value is not None}}
     text = json.dumps(doc, indent=2)
     if path:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)

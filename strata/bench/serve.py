@@ -7,19 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import random
-import statistics
 import time
 
-
-def percentiles(values: list[float]) -> dict:
-    if not values:
-        return {}
-    ordered = sorted(values)
-
-    def pick(q: float) -> float:
-        return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-    return {"mean": statistics.fmean(ordered), "p50": pick(0.5), "p95": pick(0.95), "p99": pick(0.99)}
+from strata.bench.result import percentiles
 
 
 def make_prompts(num_prompts: int, input_len: int, vocab_size: int, seed: int) -> list[list[int]]:

@@ -28,9 +28,22 @@ def register(sub: argparse._SubParsersAction) -> None:
                           "edit code (greedy until EOS or --output-len)")
     off.add_argument("--spec-baseline", action="store_true",
                      help="with --speculative-config: also measure the same engine without speculation")
+    off.add_argument("--eager-vs-graph", action="store_true",
+                     help="measure every strata arm twice per repeat, CUDA graphs off then on (alternated)")
+    off.add_argument("--prefill-lens", default="",
+                     help="comma-separated prompt lengths: also time prompt processing (max_tokens=1) at each")
+    off.add_argument("--copy-mib", type=int, default=None,
+                     help="size of the device copy that measures bandwidth (default: 2048 on CUDA, 256 on the CPU)")
     off.add_argument("--prompt-seed", type=int, default=0)
     off.add_argument("--output", default=None, help="write the JSON result here")
+    off.add_argument("--plot", default=None, metavar="FILE.png",
+                     help="also write a PNG: tok/s and bandwidth fraction against concurrency (needs matplotlib)")
     off.set_defaults(run=run_offline)
+    plot = modes.add_parser("plot", help="draw the PNG of an offline result JSON (e.g. one made where "
+                                         "matplotlib is missing)")
+    plot.add_argument("result", help="a `strata bench offline --output` JSON file")
+    plot.add_argument("--output", required=True, metavar="FILE.png")
+    plot.set_defaults(run=run_plot)
     srv = modes.add_parser("serve", help="latency and throughput of a running server through the openai client")
     srv.add_argument("--url", default="http://127.0.0.1:8080", help="server base URL")
     srv.add_argument("--api-key", default=None, help="the server's API key (default: $STRATA_API_KEY)")
@@ -57,33 +70,71 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_offline(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from strata.bench.offline import bench_offline
+    from strata.bench.offline import OfflineOptions, bench_offline
+    from strata.bench.plot import write_plot
     from strata.bench.result import write_result
     from strata.engine.llm import LLM
 
-    concurrency = [int(c) for c in args.concurrency.split(",")]
+    concurrency = tuple(int(c) for c in args.concurrency.split(","))
+    prefill_lens = tuple(int(n) for n in args.prefill_lens.split(",") if n)
     config = engine_config(args)
     config = dataclasses.replace(config, scheduler=dataclasses.replace(
-        config.scheduler, max_num_seqs=max(concurrency + [config.scheduler.max_num_seqs])))
+        config.scheduler, max_num_seqs=max(concurrency + (config.scheduler.max_num_seqs,))))
     llm = LLM.from_config(config, quiet=False)
+    if prefill_lens and max(prefill_lens) >= llm.engine.max_model_len:
+        raise ValueError(f"--prefill-lens {max(prefill_lens)} needs max_model_len above it (it is "
+                         f"{llm.engine.max_model_len}); pass --max-model-len {max(prefill_lens) + 1} "
+                         f"or shorter lengths")
     baseline = None
     if args.spec_baseline and config.speculative.enabled:
         baseline = LLM.from_config(dataclasses.replace(config, speculative=SpecConfig()), quiet=False)
-    results = bench_offline(llm, args.model or "smollm2-135m", args.num_prompts, args.input_len,
-                            args.output_len, concurrency, args.repeats, args.hf_peer, args.prompt_seed,
-                            args.workload, baseline)
-    bench_config = {"model": args.model or "smollm2-135m", "device": llm.engine.device, "dtype": llm.engine.dtype,
+    model = args.model or "smollm2-135m"
+    opts = OfflineOptions(model, args.num_prompts, args.input_len, args.output_len, concurrency, args.repeats,
+                          args.hf_peer, args.prompt_seed, args.workload, args.eager_vs_graph, prefill_lens,
+                          args.copy_mib)
+    sections = bench_offline(llm, opts, baseline)
+    bench_config = {"model": model, "device": llm.engine.device, "dtype": llm.engine.dtype,
                     "num_prompts": args.num_prompts, "input_len": args.input_len, "output_len": args.output_len,
-                    "concurrency": concurrency, "repeats": args.repeats, "workload": args.workload,
+                    "concurrency": list(concurrency), "repeats": args.repeats, "workload": args.workload,
+                    "eager_vs_graph": args.eager_vs_graph, "prefill_lens": list(prefill_lens),
                     "speculative_config": dataclasses.asdict(config.speculative)}
-    doc = write_result(args.output, "offline", "strata " + shlex.join(sys.argv[1:]), bench_config, results)
-    for name, entry in doc["results"].items():
-        ratio = entry.get("ratio_vs_hf_single_stream")
-        print(f"{name:>20}: {entry['median_output_tok_s']:8.1f} tok/s"
-              + (f"  ({ratio:.2f}x HF single stream)" if ratio else ""))
+    doc = write_result(args.output, "offline", "strata " + shlex.join(sys.argv[1:]), bench_config, **sections)
+    _print_offline(doc)
+    if args.plot:
+        print(write_plot(doc, args.plot))
     if not args.output:
         print(json.dumps(doc["config"]))
     return 0
+
+
+def _print_offline(doc: dict) -> None:
+    for name, entry in doc["results"].items():
+        ratio = entry.get("ratio_vs_hf_single_stream")
+        line = f"{name:>20}: {entry['median_output_tok_s']:8.1f} tok/s"
+        if "median_ttft_p50_ms" in entry:
+            line += (f"  TTFT p50 {entry['median_ttft_p50_ms']:.0f} ms p95 {entry['median_ttft_p95_ms']:.0f} ms"
+                     f"  gap p95 {entry.get('median_token_gap_p95_ms', 0):.1f} ms")
+        if "median_bandwidth_fraction" in entry:
+            line += f"  {entry['median_bandwidth_fraction']:.0%} of copy bandwidth"
+        print(line + (f"  ({ratio:.2f}x HF single stream)" if ratio else ""))
+    for name, entry in doc.get("prefill", {}).items():
+        peak = entry.get("gemm_peak_fraction")
+        print(f"{name:>20}: {entry['median_prefill_tok_s']:8.1f} prompt tok/s"
+              + (f"  ({peak:.0%} of bf16 GEMM peak)" if peak is not None else ""))
+    for name, reason in doc.get("unavailable_arms", {}).items():
+        print(f"{name:>20}: unavailable ({reason})")
+
+
+def run_plot(args: argparse.Namespace) -> int:
+    from strata.bench.plot import write_plot
+
+    with open(args.result) as f:
+        doc = json.load(f)
+    if doc.get("bench") != "offline":
+        raise ValueError(f"{args.result} is a {doc.get('bench')!r} result; `strata bench plot` draws offline results")
+    message = write_plot(doc, args.output)
+    print(message)
+    return 0 if message.startswith("plot written") else 1
 
 
 def run_serve(args: argparse.Namespace) -> int:

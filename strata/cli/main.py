@@ -1,4 +1,4 @@
-"""Entry point of the `strata` command: dispatches to the sub-commands (serve, generate, chat, bench)."""
+"""Entry point of the `strata` command: dispatches to the sub-commands (serve, generate, chat, bench, profile)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="strata", description="Strata: MoE inference engine")
     sub = parser.add_subparsers(dest="command", required=True)
-    from strata.cli import bench, chat, generate, serve
+    from strata.cli import bench, chat, generate, profile, serve
 
-    for module in (serve, generate, chat, bench):
+    for module in (serve, generate, chat, bench, profile):
         module.register(sub)
     args = parser.parse_args(argv)
     try:

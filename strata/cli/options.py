@@ -8,9 +8,10 @@ import argparse
 import dataclasses
 import typing
 
-from strata.config import CacheConfig, EngineConfig, RunnerConfig, SchedulerConfig, SpecConfig
+from strata.config import CacheConfig, EngineConfig, ExpertConfig, RunnerConfig, SchedulerConfig, SpecConfig
 
-_SECTIONS = {"cache": CacheConfig, "scheduler": SchedulerConfig, "runner": RunnerConfig}
+_SECTIONS = {"cache": CacheConfig, "scheduler": SchedulerConfig, "runner": RunnerConfig,
+             "experts": ExpertConfig}
 
 
 def _flag_type(annotation: str):
@@ -26,13 +27,14 @@ def add_section_options(parser: argparse.ArgumentParser, section: str, cls) -> N
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         flag = "--" + f.name.replace("_", "-")
+        help_text = f.metadata.get("help", "").replace("%", "%%")  # argparse %-formats help strings
         if hints[f.name] is bool:
             group.add_argument(flag, dest=f"{section}.{f.name}", default=f.default,
-                               action=argparse.BooleanOptionalAction, help=f.metadata.get("help", ""))
+                               action=argparse.BooleanOptionalAction, help=help_text)
             continue
         group.add_argument(flag, dest=f"{section}.{f.name}", default=f.default,
                            type=_flag_type(str(hints[f.name])), metavar=f.name.upper(),
-                           help=f"{f.metadata.get('help', '')} (default: {f.default})")
+                           help=f"{help_text} (default: {f.default})")
 
 
 def section_config(args: argparse.Namespace, section: str, cls):

@@ -19,8 +19,13 @@ from strata.cache.block_allocator import blocks_needed
 from strata.cache.pools import KVPool
 from strata.config import EngineConfig, ModelConfig, SpecConfig, resolve_device, resolve_dtype
 from strata.engine.detokenizer import TextStream
+from strata.experts.manager import install_experts
+from strata.model.registry import model_class
+from strata.runner.memory import GiB, GpuBudget, ModelDoesNotFit, activation_headroom, check_weights_fit, \
+    measure_budget, parameter_bytes
 from strata.runner.model_runner import ModelRunner, RestoreFailed
 from strata.scheduler.scheduler import Commit, Scheduler
+from strata.scheduler.stats import StepTimes
 from strata.tokenizer import load_tokenizer
 from strata.types import FinishReason, Request, TokenDelta
 from strata.weights.loader import DTYPES, build_model
@@ -29,7 +34,6 @@ from strata.weights.source import open_source
 logger = logging.getLogger(__name__)
 
 _CPU_KV_BUDGET_BYTES = 1 << 30
-_GPU_KV_FRACTION_OF_FREE = 0.5
 
 
 def resolve_spec(spec: SpecConfig, model) -> SpecConfig:
@@ -53,7 +57,11 @@ class EngineCore:
         dtype = resolve_dtype(config.runner.dtype, device)
         source = open_source(config.model)
         self.model_config: ModelConfig = source.model_config()
+        if device.startswith("cuda"):
+            check_weights_fit(parameter_bytes(model_class(self.model_config), self.model_config, DTYPES[dtype]),
+                              self._gpu_budget(), config.runner.gpu_memory_utilization, config.runner.vram_reserve_mib)
         model = build_model(source, device, dtype, config.runner.seed, quiet=quiet)
+        self.experts = install_experts(model, config.experts, device, quiet=quiet)
         self.tokenizer = load_tokenizer(config.model)
         cfg = self.model_config
         self.max_model_len = config.scheduler.max_model_len or cfg.max_position_embeddings
@@ -61,6 +69,7 @@ class EngineCore:
             raise ValueError(f"max_model_len {self.max_model_len} exceeds the model's "
                              f"max_position_embeddings {cfg.max_position_embeddings}")
         self.spec = resolve_spec(config.speculative, model)
+        self.memory_plan: dict = {}
         num_blocks = self._num_kv_blocks(model, device, DTYPES[dtype])
         block_size = config.cache.block_size
         recurrent = bool(model.recurrent_state_shapes())
@@ -68,7 +77,8 @@ class EngineCore:
         park_rows = self._conversation_cache_rows(model, device, DTYPES[dtype]) if config.cache.enable_prefix_caching \
             else (0, 0)
         self.runner = ModelRunner(model, num_blocks, block_size, config.scheduler.max_num_seqs, device,
-                                  config.runner.seed, self.spec, checkpoints, park_rows)
+                                  config.runner.seed, self.spec, checkpoints, park_rows, config.runner,
+                                  self.max_model_len)
         self.scheduler = Scheduler(config.scheduler, config.cache, num_blocks, self.max_model_len,
                                    cfg.eos_token_ids, self.spec, has_recurrent_state=recurrent, park_rows=park_rows)
         self.park_rows = park_rows
@@ -79,6 +89,7 @@ class EngineCore:
                   file=sys.stderr)
         self.device, self.dtype, self.num_kv_blocks = device, dtype, num_blocks
         self.streams: dict[str, TextStream | None] = {}
+        self.step_times = StepTimes()
         self._gpu_numbers_cache: tuple[float, dict | None] = (-1e9, None)
 
     def _num_kv_blocks(self, model, device: str, dtype: torch.dtype) -> int:
@@ -92,13 +103,37 @@ class EngineCore:
                                                cfg.head_dim, dtype)
             budget = _CPU_KV_BUDGET_BYTES
             if device.startswith("cuda"):
-                budget = int(torch.cuda.mem_get_info()[0] * _GPU_KV_FRACTION_OF_FREE)
+                budget = self._gpu_kv_bytes(model, dtype, per_block * per_seq)
+            # at most enough for every slot at max length; what is left of that serves the prefix cache
             num_blocks = min(per_seq * sched.max_num_seqs, max(budget // per_block, 1))
         if num_blocks < per_seq:
             raise ValueError(f"the KV pool holds {num_blocks} blocks of {cache.block_size} tokens, fewer than "
                              f"one sequence of max_model_len={self.max_model_len} needs ({per_seq}); "
                              f"lower max_model_len or raise num_gpu_blocks")
         return num_blocks
+
+    def _gpu_budget(self) -> GpuBudget:
+        return measure_budget(self.config.runner.gpu_memory_utilization, self.config.runner.vram_reserve_mib)
+
+    def _gpu_kv_bytes(self, model, dtype: torch.dtype, one_sequence_bytes: int) -> int:
+        """What the KV pool may take: the allowed memory minus what is in use (weights) and the step
+        headroom; a clear error when not even one sequence of max_model_len fits."""
+        runner, sched = self.config.runner, self.config.scheduler
+        window = 1 + (self.spec.num_speculative_tokens if self.spec.enabled else 0)
+        headroom = activation_headroom(self.model_config, sched.max_num_batched_tokens, sched.max_num_seqs, window,
+                                       model.recurrent_state_shapes(), dtype)
+        budget = self._gpu_budget()
+        kv_bytes = budget.available - headroom
+        self.memory_plan = {"total_bytes": budget.total, "allowed_bytes": budget.allowed,
+                            "in_use_after_weights_bytes": budget.in_use, "headroom_bytes": headroom,
+                            "kv_budget_bytes": kv_bytes}
+        if kv_bytes < one_sequence_bytes:
+            raise ModelDoesNotFit(
+                f"after the weights, {max(kv_bytes, 0) / GiB:.2f} GiB are left for the KV cache (a step headroom "
+                f"of {headroom / GiB:.2f} GiB set aside; {budget.describe(runner.gpu_memory_utilization, runner.vram_reserve_mib)}) "
+                f"but one sequence of max_model_len={self.max_model_len} needs {one_sequence_bytes / GiB:.2f} GiB; "
+                f"lower --max-model-len, --max-num-seqs or --max-num-batched-tokens, or raise --gpu-memory-utilization")
+        return kv_bytes
 
     def _conversation_cache_rows(self, model, device: str, dtype: torch.dtype) -> tuple[int, int]:
         """Host-RAM rows for parked (KV blocks, checkpoints) from --conversation-cache-mib; a quarter
@@ -156,6 +191,7 @@ class EngineCore:
     # ---- the loop --------------------------------------------------------------------------------
 
     def step(self) -> list[TokenDelta]:
+        started = time.perf_counter()
         plan = self.scheduler.schedule()
         try:
             result = self.runner.execute(plan)
@@ -165,7 +201,9 @@ class EngineCore:
         except Exception as e:  # one bad step must not take the engine down
             logger.exception("step %d failed", plan.step_id)
             return self._fail_step(plan, e)
-        return [self._process(commit) for commit in self.scheduler.update(plan, result)]
+        deltas = [self._process(commit) for commit in self.scheduler.update(plan, result)]
+        self.step_times.record(plan, result, time.perf_counter() - started)
+        return deltas
 
     def _process(self, commit: Commit) -> TokenDelta:
         state = commit.state
@@ -220,6 +258,11 @@ class EngineCore:
         self._gpu_numbers_cache = (now, numbers)
         return numbers
 
+    def _memory_numbers(self) -> dict | None:
+        if not self.device.startswith("cuda"):
+            return None
+        return {**self.memory_plan, "peak_allocated_bytes": torch.cuda.max_memory_allocated()}
+
     def status(self) -> dict:
         """Plain-data snapshot of occupancy: slots, queue and KV blocks."""
         sched = self.scheduler
@@ -227,7 +270,10 @@ class EngineCore:
                 "num_waiting": len(sched.waiting), "num_free_slots": len(sched.free_slots),
                 "kv_blocks_total": self.num_kv_blocks, "kv_blocks_free": sched.allocator.num_free,
                 "speculative_method": self.spec.method, "steps": sched.stats.as_dict(),
-                "gpu": self._gpu_numbers(),
+                "step_times": self.step_times.as_dict(),
+                "gpu": self._gpu_numbers(), "memory_plan": self._memory_numbers(),
+                "experts": self.experts.snapshot() if self.experts is not None else None,
+                "cuda_graphs": self.runner.graph_stats(),
                 "cache": {**sched.cache_stats.as_dict(), "parked_blocks": len(sched.prefix.parked_blocks or ()),
                           "parked_checkpoints": len(sched.prefix.parked_checkpoints or ()),
                           "checkpoints": len(sched.checkpoints or ())}}

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-from strata.config import CacheConfig, EngineConfig, RunnerConfig, SchedulerConfig, SpecConfig
+from strata.config import CacheConfig, EngineConfig, ExpertConfig, RunnerConfig, SchedulerConfig, SpecConfig
 from strata.engine.core import EngineCore
 from strata.tokenizer import render_chat
 from strata.types import FinishReason, Request, SamplingParams, TokenDelta, TokenLogprob
@@ -42,15 +42,22 @@ class LLM:
                  max_num_seqs: int = 8, max_model_len: int | None = None, seed: int = 0,
                  max_num_batched_tokens: int = 2048, block_size: int = 16, num_gpu_blocks: int | None = None,
                  speculative_config: dict | None = None, policy: str = "fcfs", quiet: bool = True,
-                 **cache_options) -> None:
-        """`cache_options`: any CacheConfig field (enable_prefix_caching, checkpoint_every, …)."""
+                 **options) -> None:
+        """`options`: any other CacheConfig, RunnerConfig or ExpertConfig field (enable_prefix_caching,
+        cuda_graphs, expert_cache, …)."""
+        cache_options = _take_fields(options, CacheConfig)
+        runner_options = _take_fields(options, RunnerConfig)
+        expert_options = _take_fields(options, ExpertConfig)
+        if options:
+            raise TypeError(f"LLM got unknown options {sorted(options)}")
         config = EngineConfig(
             model=model or "",
             cache=CacheConfig(block_size=block_size, num_gpu_blocks=num_gpu_blocks, **cache_options),
             scheduler=SchedulerConfig(max_num_seqs=max_num_seqs, max_model_len=max_model_len,
                                       max_num_batched_tokens=max_num_batched_tokens, policy=policy),
-            runner=RunnerConfig(device=device, dtype=dtype, seed=seed),
+            runner=RunnerConfig(device=device, dtype=dtype, seed=seed, **runner_options),
             speculative=SpecConfig.from_json(speculative_config),
+            experts=ExpertConfig(**expert_options),
         )
         self._start(config, quiet)
 
@@ -155,3 +162,8 @@ class LLM:
             completion.finish_reason = delta.finish_reason.value if delta.finish_reason else None
             if delta.finish_reason is FinishReason.ERROR:
                 raise RuntimeError(f"request {delta.request_id} failed in the engine: {delta.error}")
+
+
+def _take_fields(options: dict, cls) -> dict:
+    """Pop the entries of `options` that name fields of the config dataclass `cls`."""
+    return {f.name: options.pop(f.name) for f in fields(cls) if f.name in options}

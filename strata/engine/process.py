@@ -53,6 +53,8 @@ def _loop(engine, conn: Connection) -> None:
             while True:
                 message = conn.recv()
                 if message[0] == "shutdown":
+                    if engine.experts is not None:
+                        engine.experts.close()  # saves the learned routing profile (atexit never runs here)
                     return
                 deltas.extend(_handle(engine, message))
                 if not conn.poll(0):

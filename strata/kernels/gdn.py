@@ -69,9 +69,12 @@ def causal_conv1d_update_ref(x: torch.Tensor, weight: torch.Tensor, conv_state: 
 def gdn_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
                   state_pool: torch.Tensor, slot_ids: torch.Tensor, query_start_loc: torch.Tensor,
                   has_initial_state: torch.Tensor, keep_all_states: bool = True, block_v: int | None = None,
-                  num_warps: int = 4) -> tuple[torch.Tensor, torch.Tensor | None]:
+                  num_warps: int = 4, all_states_out: torch.Tensor | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Same contract as gdn_recurrent_ref. One program per (sequence, v head, Dv tile) holds its
-    [Dk, BV] state slice in registers across the window."""
+    [Dk, BV] state slice in registers across the window. `all_states_out` ([>= T, Hv, Dk, Dv], float32)
+    receives the per-token states instead of a fresh tensor (a persistent buffer keeps CUDA graphs from
+    each holding their own)."""
     num_tokens, num_v_heads, dim_v = v.shape
     num_k_heads, dim_k = k.shape[1], k.shape[2]
     num_seqs = slot_ids.shape[0]
@@ -81,7 +84,12 @@ def gdn_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Te
         block_v = 32 if num_seqs * num_v_heads * dim_v // 32 >= 1024 else 16
     block_v = min(block_v, triton.next_power_of_2(dim_v))
     out = torch.empty_like(v)
-    all_states = state_pool.new_empty(num_tokens, *state_pool.shape[1:]) if keep_all_states else state_pool
+    if not keep_all_states:
+        all_states = state_pool
+    elif all_states_out is not None:
+        all_states = all_states_out[:num_tokens]
+    else:
+        all_states = state_pool.new_empty(num_tokens, *state_pool.shape[1:])
     _gdn_kernel[(num_seqs, num_v_heads, triton.cdiv(dim_v, block_v))](
         q, k, v, g, beta, state_pool, all_states, out, slot_ids, query_start_loc, has_initial_state,
         num_v_heads // num_k_heads, dim_k, dim_v, dim_k ** -0.5,
@@ -93,14 +101,20 @@ def gdn_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Te
 
 def causal_conv1d_update(x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor, slot_ids: torch.Tensor,
                          query_start_loc: torch.Tensor, has_initial_state: torch.Tensor,
-                         keep_window_states: bool = False, silu: bool = False,
-                         block_c: int = 256) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Same contract as causal_conv1d_update_ref; one program per (sequence, channel tile)."""
+                         keep_window_states: bool = False, silu: bool = False, block_c: int = 256,
+                         window_out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Same contract as causal_conv1d_update_ref; one program per (sequence, channel tile). `window_out`
+    ([>= T, C, W-1]) receives the per-token conv states instead of a fresh tensor."""
     num_tokens, channels = x.shape
     width = weight.shape[1]
     assert x.stride(1) == 1 and weight.is_contiguous() and conv_state.shape[2] == width - 1
     out = torch.empty_like(x)
-    window = conv_state.new_empty(num_tokens, channels, width - 1) if keep_window_states else conv_state
+    if not keep_window_states:
+        window = conv_state
+    elif window_out is not None:
+        window = window_out[:num_tokens]
+    else:
+        window = conv_state.new_empty(num_tokens, channels, width - 1)
     _conv_kernel[(slot_ids.shape[0], triton.cdiv(channels, block_c))](
         x, weight, conv_state, window, out, slot_ids, query_start_loc, has_initial_state, channels,
         x.stride(0), conv_state.stride(0), conv_state.stride(1), conv_state.stride(2),

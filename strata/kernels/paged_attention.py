@@ -61,13 +61,25 @@ def num_splits_for(num_seqs: int, num_kv_heads: int, max_blocks: int, block_size
     return max(1, min(max_splits, -(-programs // (num_seqs * num_kv_heads)), 64))
 
 
+def kv_tile_for(head_dim: int, itemsize: int) -> tuple[int, int]:
+    """(BLOCK_N, num_stages) keeping K and V tiles of every pipeline stage within shared memory: 64 rows
+    and two stages for 16-bit heads of <= 128 dims; fewer rows and one stage for wider rows (head_dim
+    256 in Qwen3-Next, float32 KV)."""
+    row_bytes = head_dim * itemsize
+    if row_bytes <= 256:
+        return 64, 2
+    return (32, 1) if row_bytes <= 512 else (16, 1)
+
+
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
                     seq_lens: torch.Tensor, query_start_loc: torch.Tensor, scale: float,
-                    max_query_len: int | None = None, num_splits: int | None = None, block_n: int = 64,
-                    num_stages: int = 2) -> torch.Tensor:
+                    max_query_len: int | None = None, num_splits: int | None = None, block_n: int | None = None,
+                    num_stages: int | None = None) -> torch.Tensor:
     """Same contract as paged_attention_ref (windows of at most 16 tokens). Pass max_query_len (a host
     int the runner knows) to avoid a device sync; num_splits overrides the split heuristic."""
     num_tokens, num_heads, head_dim = q.shape
+    default_n, default_stages = kv_tile_for(head_dim, k_cache.element_size())
+    block_n, num_stages = block_n or default_n, num_stages or default_stages
     num_seqs = seq_lens.shape[0]
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads

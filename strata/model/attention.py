@@ -65,10 +65,8 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
 
 
 def _use_triton_attention(q: torch.Tensor) -> bool:
-    # the kernel's tiles were sized and tested for 16-bit KV with head_dim <= 128; float32 or
-    # head_dim 256 (Qwen3-Next) overflow its shared memory, so those take the torch path for now
-    return (q.is_cuda and q.dtype in (torch.bfloat16, torch.float16) and q.shape[-1] <= 128
-            and triton_available())
+    # kv_tile_for sizes the kernel's tiles for 16-bit and float32 heads of up to 256 dims
+    return q.is_cuda and q.shape[-1] <= 256 and triton_available()
 
 
 def _causal_window_mask(num_computed: int, q_len: int, kv_len: int, device: torch.device) -> torch.Tensor:
@@ -131,12 +129,25 @@ class Attention(nn.Module):
         q = q.reshape(num_tokens, self.num_heads, self.head_dim)   # [T, H, D]
         k = k.view(num_tokens, self.num_kv_heads, self.head_dim)   # [T, Hkv, D]
         v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rotary(ctx.positions, q, k)
         k_cache, v_cache = ctx.kv_caches[self.layer_idx]
-        write_kv(k, v, k_cache, v_cache, ctx.slot_mapping)
+        if q.is_cuda and triton_available():
+            q = self._prepare_fused(q, k, v, k_cache, v_cache, ctx)
+        else:
+            if self.q_norm is not None:
+                q, k = self.q_norm(q), self.k_norm(k)
+            q, k = self.rotary(ctx.positions, q, k)
+            write_kv(k, v, k_cache, v_cache, ctx.slot_mapping)
         out = paged_attention(q, k_cache, v_cache, ctx, self.scale).reshape(num_tokens, -1)  # [T, H * D]
         if gate is not None:
             out = out * torch.sigmoid(gate.reshape(num_tokens, -1))
         return self.o_proj(out)
+
+    def _prepare_fused(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+                       v_cache: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        """qk-norm, rotary and the KV write in one Triton launch -> rotated q [T, H, D]."""
+        from strata.kernels.rope_kv import qk_norm_rope_kv
+
+        norm = self.q_norm is not None
+        return qk_norm_rope_kv(q, k, v, self.q_norm.weight if norm else None, self.k_norm.weight if norm else None,
+                               self.q_norm.eps if norm else 0.0, norm and self.q_norm.zero_centered,
+                               self.rotary.cos, self.rotary.sin, ctx.positions, k_cache, v_cache, ctx.slot_mapping)

@@ -29,6 +29,8 @@ class ForwardContext:
     # layer -> (conv [T, C, W-1], ssm [T, Hv, Dk, Dv]), so spec/commit.py can roll back to any position.
     keep_window_states: bool = False
     window_states: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    # Optional persistent buffers for those states (same layout, >= T rows), so CUDA graphs share them
+    window_buffers: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None
 
     @property
     def num_seqs(self) -> int:

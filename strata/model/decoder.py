@@ -42,9 +42,18 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(hidden_size, eps, zero_centered_norm)
         self.post_attention_layernorm = RMSNorm(hidden_size, eps, zero_centered_norm)
 
-    def forward(self, hidden: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
-        hidden = hidden + getattr(self, self.mixer_name)(self.input_layernorm(hidden), ctx)
-        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+    def forward(self, hidden: torch.Tensor, ctx: ForwardContext,
+                residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Residual stream kept apart (vLLM style) so each add fuses into the next norm:
+        (previous block's output, residual so far) -> (this layer's MLP output, residual before it).
+        The layer's full output is their sum; with residual None, `hidden` is the layer input itself."""
+        if residual is None:
+            residual, x = hidden, self.input_layernorm(hidden)
+        else:
+            x, residual = self.input_layernorm(hidden, residual)
+        x = getattr(self, self.mixer_name)(x, ctx)
+        x, residual = self.post_attention_layernorm(x, residual)
+        return self.mlp(x), residual
 
 
 class DecoderBody(nn.Module):
@@ -75,10 +84,10 @@ class CausalLM(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         """input_ids [T] -> final-normed hidden states [T, D]."""
-        hidden = self.model.embed_tokens(input_ids)
+        hidden, residual = self.model.embed_tokens(input_ids), None
         for layer in self.model.layers:
-            hidden = layer(hidden, ctx)
-        return self.model.norm(hidden)
+            hidden, residual = layer(hidden, ctx, residual)
+        return self.model.norm(hidden, residual)[0]
 
     def recurrent_state_shapes(self) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]]:
         """Layer -> per-slot (conv, delta-rule) state shapes; empty for models without recurrent layers."""

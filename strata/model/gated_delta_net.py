@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from strata.config import ModelConfig
+from strata.kernels import triton_available
 from strata.model.context import ForwardContext
 from strata.model.norm import GatedRMSNorm
 
@@ -146,6 +147,8 @@ class GatedDeltaNet(nn.Module):
         return (self.conv_dim, self.kernel_size - 1), (self.num_v_heads, self.head_k_dim, self.head_v_dim)
 
     def forward(self, hidden: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        if hidden.is_cuda and ctx.max_query_len <= _RECURRENT_MAX_QUERY_LEN and triton_available():
+            return self._forward_short_windows(hidden, ctx)
         num_tokens = hidden.shape[0]
         mixed_qkv, z, b, a = self._project(hidden)
         conv_state, ssm_state = ctx.state_caches[self.layer_idx]
@@ -162,6 +165,31 @@ class GatedDeltaNet(nn.Module):
         if ctx.keep_window_states:
             ctx.window_states[self.layer_idx] = (window_conv, window_ssm)
         core = core.to(hidden.dtype)
+        return self.out_proj(self.norm(core, z).reshape(num_tokens, self.value_dim))
+
+    def _forward_short_windows(self, hidden: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        """Decode and verification windows on CUDA: the Triton conv-update and recurrent kernels read and
+        write the pool rows directly (no host-side layout work, so the step can be a CUDA graph)."""
+        from strata.kernels.gdn import causal_conv1d_update, gdn_recurrent
+
+        num_tokens = hidden.shape[0]
+        mixed_qkv, z, b, a = self._project(hidden)
+        conv_state, ssm_state = ctx.state_caches[self.layer_idx]
+        conv_out, ssm_out = (ctx.window_buffers or {}).get(self.layer_idx, (None, None))
+        mixed_qkv, window_conv = causal_conv1d_update(
+            mixed_qkv, self.conv1d.weight[:, 0], conv_state, ctx.state_slot_ids, ctx.query_start_loc,
+            ctx.has_initial_state, keep_window_states=ctx.keep_window_states, silu=True, window_out=conv_out)
+        q, k, v = mixed_qkv.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
+        q = l2norm(q.reshape(num_tokens, self.num_k_heads, self.head_k_dim).float())  # [T, Hk, Dk]
+        k = l2norm(k.reshape(num_tokens, self.num_k_heads, self.head_k_dim).float())
+        v = v.reshape(num_tokens, self.num_v_heads, self.head_v_dim)                   # [T, Hv, Dv]
+        beta = b.float().sigmoid()                                                       # [T, Hv]
+        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
+        core, window_ssm = gdn_recurrent(q, k, v, g, beta, ssm_state, ctx.state_slot_ids, ctx.query_start_loc,
+                                         ctx.has_initial_state, keep_all_states=ctx.keep_window_states,
+                                         all_states_out=ssm_out)
+        if ctx.keep_window_states:
+            ctx.window_states[self.layer_idx] = (window_conv, window_ssm)
         return self.out_proj(self.norm(core, z).reshape(num_tokens, self.value_dim))
 
     def _project(self, hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:

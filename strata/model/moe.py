@@ -15,6 +15,7 @@ from torch import nn
 
 from strata.config import ModelConfig
 from strata.kernels import triton_available
+from strata.kernels.routing import softmax_topk_ref
 from strata.model.mlp import DenseMLP
 
 
@@ -35,33 +36,48 @@ class LocalExperts(nn.Module):
         self.w2 = nn.Parameter(torch.empty(num_experts, hidden_size, intermediate_size))       # [E, D, I]
 
     def forward(self, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
-        # the Triton kernel was tuned and tested for 16-bit weights; float32 takes the torch path
-        if hidden.is_cuda and hidden.dtype in (torch.bfloat16, torch.float16) and triton_available():
-            from strata.kernels.fused_moe import fused_moe
+        return run_experts(hidden, self.w13, self.w2, topk_ids, topk_weights)
 
-            return fused_moe(hidden, self.w13, self.w2, topk_ids, topk_weights)
-        return grouped_experts(hidden, self.w13, self.w2, topk_ids, topk_weights)
+
+def run_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor,
+                topk_weights: torch.Tensor, may_skip: bool = False) -> torch.Tensor:
+    """The grouped experts on the fused kernel (CUDA, 16-bit) or the torch path. `may_skip`: negative
+    ids mark pairs computed elsewhere (the kernel then sees id 0 with weight 0; no host sync)."""
+    # the Triton kernel was tuned and tested for 16-bit weights; float32 takes the torch path
+    if hidden.is_cuda and hidden.dtype in (torch.bfloat16, torch.float16) and triton_available():
+        from strata.kernels.fused_moe import fused_moe
+
+        if may_skip:
+            skipped = topk_ids < 0
+            topk_ids, topk_weights = topk_ids.clamp(min=0), topk_weights.masked_fill(skipped, 0)
+        return fused_moe(hidden, w13, w2, topk_ids, topk_weights)
+    return grouped_experts(hidden, w13, w2, topk_ids, topk_weights)
+
+
+def expert_mlp(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    """One expert's SwiGLU: x [n, D], w13 [2I, D] ([gate; up] rows), w2 [D, I] -> [n, D]."""
+    gate, up = F.linear(x, w13).chunk(2, dim=-1)
+    return F.linear(F.silu(gate) * up, w2)
 
 
 def grouped_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor,
                     topk_weights: torch.Tensor) -> torch.Tensor:
-    """hidden [T, D], w13 [E, 2I, D] ([gate; up] rows), w2 [E, D, I], topk_ids / topk_weights [T, K]
-    -> sum_k w[t, k] * expert_{ids[t, k]}(hidden[t]) [T, D]; rows sorted by expert, each expert once."""
-    num_tokens, top_k = topk_ids.shape
+    """hidden [T, D], w13 [E, 2I, D], w2 [E, D, I], topk_ids / topk_weights [T, K]
+    -> sum_k w[t, k] * expert_{ids[t, k]}(hidden[t]) [T, D]; rows sorted by expert, each expert once.
+    Pairs with a negative id are skipped (an expert provider computes them elsewhere)."""
+    top_k = topk_ids.shape[1]
     flat_ids = topk_ids.flatten()                        # [T * K]
     order = flat_ids.argsort(stable=True)
-    counts = torch.bincount(flat_ids, minlength=w13.shape[0]).tolist()
+    used, counts = torch.unique_consecutive(flat_ids[order], return_counts=True)
     token_of = order // top_k                            # [T * K] row of each sorted entry
     weights = topk_weights.flatten()[order].unsqueeze(1)  # [T * K, 1]
     out = torch.zeros_like(hidden)
     start = 0
-    for expert_id, count in enumerate(counts):
-        if count == 0:
-            continue
-        rows = token_of[start:start + count]
-        gate, up = F.linear(hidden[rows], w13[expert_id]).chunk(2, dim=-1)
-        y = F.linear(F.silu(gate) * up, w2[expert_id])  # [n, D]
-        out.index_add_(0, rows, (y * weights[start:start + count]).to(out.dtype))
+    for expert_id, count in zip(used.tolist(), counts.tolist()):
+        if expert_id >= 0:
+            rows = token_of[start:start + count]
+            y = expert_mlp(hidden[rows], w13[expert_id], w2[expert_id])  # [n, D]
+            out.index_add_(0, rows, (y * weights[start:start + count]).to(out.dtype))
         start += count
     return out
 
@@ -74,17 +90,31 @@ class MoEBlock(nn.Module):
         self.gate = nn.Linear(cfg.hidden_size, cfg.num_experts, bias=False)
         self.experts = experts if experts is not None else LocalExperts(
             cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size)
+        # set by strata.experts when routing statistics are kept: stats.record(layer_idx, topk_ids)
+        self.stats = None
+        self.layer_idx = -1
+        # random: models only: a synthetic per-expert skew of the routing (a Zipf prior), [E] or None
+        self.routing_bias: torch.Tensor | None = None
         self.shared_expert = self.shared_expert_gate = None
         if cfg.shared_expert_intermediate_size:
             self.shared_expert = DenseMLP(cfg.hidden_size, cfg.shared_expert_intermediate_size)
             self.shared_expert_gate = nn.Linear(cfg.hidden_size, 1, bias=False)
 
     def route(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        probs = torch.softmax(self.gate(hidden), dim=-1, dtype=torch.float32)  # [T, E]
-        topk_weights, topk_ids = torch.topk(probs, self.top_k, dim=-1)        # [T, K]
-        if self.norm_topk_prob:
-            topk_weights = topk_weights / topk_weights.sum(dim=-1, keepdim=True)
-        return topk_ids, topk_weights.to(hidden.dtype)
+        """hidden [T, D] -> (topk_ids [T, K] int64, topk_weights [T, K]): softmax, top-k, renormalise;
+        the routing statistics are recorded on the way (in the same launch on CUDA)."""
+        logits = self.gate(hidden)                                      # [T, E]
+        if self.routing_bias is not None:
+            logits = logits + self.routing_bias
+        if hidden.is_cuda and triton_available():
+            from strata.kernels.routing import softmax_topk
+
+            rows = self.stats.layer_rows(self.layer_idx) if self.stats is not None else (None, None)
+            return softmax_topk(logits, self.top_k, self.norm_topk_prob, hidden.dtype, *rows)
+        topk_ids, topk_weights = softmax_topk_ref(logits, self.top_k, self.norm_topk_prob, hidden.dtype)
+        if self.stats is not None:
+            self.stats.record(self.layer_idx, topk_ids)
+        return topk_ids, topk_weights
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         topk_ids, topk_weights = self.route(hidden)

@@ -35,4 +35,4 @@ class MTPHead(nn.Module):
     def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         """embeds [T, D] (target embedding of each token), hidden [T, D] -> draft hidden [T, D]."""
         x = self.fc(torch.cat([self.pre_fc_norm_embedding(embeds), self.pre_fc_norm_hidden(hidden)], dim=-1))
-        return self.norm(self.layers[0](x, ctx))
+        return self.norm(*self.layers[0](x, ctx))[0]

@@ -6,6 +6,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from strata.kernels import triton_available
+from strata.kernels.rms_norm import rms_norm_ref
+
 
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float, zero_centered: bool = False) -> None:
@@ -14,12 +17,15 @@ class RMSNorm(nn.Module):
         self.zero_centered = zero_centered
         self.weight = nn.Parameter(torch.zeros(dim) if zero_centered else torch.ones(dim))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        if self.zero_centered:
-            return (x32 * (1.0 + self.weight.float())).to(x.dtype)
-        return self.weight * x32.to(x.dtype)
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+        """x [..., D] -> normalised x; with `residual`, (norm(x + residual), x + residual): the residual
+        add fused into the norm (one Triton launch on CUDA)."""
+        if x.is_cuda and triton_available():
+            from strata.kernels.rms_norm import rms_norm as norm
+        else:
+            norm = rms_norm_ref
+        out, new_residual = norm(x, self.weight, self.eps, self.zero_centered, residual)
+        return out if residual is None else (out, new_residual)
 
 
 class GatedRMSNorm(nn.Module):

@@ -18,7 +18,9 @@ class StepInputs:
 
 
 def build_inputs(scheduled: list[ScheduledSlot], block_tables: dict[int, list[int]], block_size: int,
-                 kv_caches: dict, state_caches: dict, device: str) -> StepInputs:
+                 kv_caches: dict, state_caches: dict, device: str, min_table_width: int = 0) -> StepInputs:
+    """`min_table_width` pads block tables to at least that many columns: with CUDA graphs on, eager steps
+    use the graphs' width, so the attention kernel splits the context the same way in both paths."""
     input_ids: list[int] = []
     positions: list[int] = []
     slot_mapping: list[int] = []
@@ -31,7 +33,7 @@ def build_inputs(scheduled: list[ScheduledSlot], block_tables: dict[int, list[in
         positions.extend(range(start, start + work.num_new_tokens))
         input_ids.extend(work.token_ids)
         query_start_loc.append(query_start_loc[-1] + work.num_new_tokens)
-    width = max(len(block_tables[w.slot_id]) for w in scheduled)
+    width = max(min_table_width, *(len(block_tables[w.slot_id]) for w in scheduled))
     padded = [block_tables[w.slot_id] + [0] * (width - len(block_tables[w.slot_id])) for w in scheduled]
     num_computed = [w.num_computed_tokens for w in scheduled]
     query_lens = [w.num_new_tokens for w in scheduled]

@@ -15,8 +15,10 @@ import torch
 from torch import nn
 
 from strata.cache.pools import CheckpointPool, HostParkPool, KVPool, StatePool
-from strata.config import SpecConfig
-from strata.runner.inputs import build_inputs
+from strata.config import MAX_SPEC_TOKENS, RunnerConfig, SpecConfig
+from strata.runner.cuda_graphs import CudaGraphCache
+from strata.runner.graph_inputs import GraphInputs
+from strata.runner.inputs import StepInputs, build_inputs
 from strata.sample import Sampler
 from strata.spec.commit import restore_recurrent_state
 from strata.spec.proposer import Proposer
@@ -39,21 +41,36 @@ class RestoreFailed(RuntimeError):
 class ModelRunner:
     def __init__(self, model: nn.Module, num_blocks: int, block_size: int, max_num_seqs: int,
                  device: str, seed: int = 0, spec: SpecConfig | None = None, checkpoint_pool_size: int = 0,
-                 park_rows: tuple[int, int] = (0, 0)) -> None:
+                 park_rows: tuple[int, int] = (0, 0), options: RunnerConfig | None = None,
+                 max_model_len: int | None = None) -> None:
         cfg = model.config
+        options = options or RunnerConfig()
+        spec = spec or SpecConfig()
         self.model = model
         self.device = device
         self.block_size = block_size
         dtype = next(model.parameters()).dtype
         kv_layers = cfg.full_attention_layers + ([cfg.num_hidden_layers] if model.has_mtp else [])
-        self.kv_pool = KVPool(kv_layers, num_blocks, block_size, cfg.num_key_value_heads, cfg.head_dim,
+        self.experts = getattr(model, "expert_manager", None)
+        graphs = options.cuda_graphs and str(device).startswith("cuda") and graph_safe(model, dtype)
+        # with graphs, one extra KV block and state row take the padding rows' writes
+        self.kv_pool = KVPool(kv_layers, num_blocks + int(graphs), block_size, cfg.num_key_value_heads, cfg.head_dim,
                               dtype, device)
-        self.state_pool = StatePool(model.recurrent_state_shapes(), max_num_seqs, dtype, device)
+        self.state_pool = StatePool(model.recurrent_state_shapes(), max_num_seqs + int(graphs), dtype, device)
+        self.graphs = None
+        if graphs:
+            max_len = max_model_len or cfg.max_position_embeddings
+            max_slots = min(options.cuda_graph_max_slots, max_num_seqs)
+            window = 1 + (spec.num_speculative_tokens if spec.enabled else 0)
+            inputs = GraphInputs(max_slots, window, -(-(max_len + MAX_SPEC_TOKENS + 1) // block_size),
+                                 block_size, scratch_block=num_blocks, scratch_state_row=max_num_seqs, device=device)
+            self.graphs = CudaGraphCache(model, inputs, self.kv_pool.caches, self.state_pool.caches, max_slots,
+                                         window, options.cuda_graph_cache_size)
+        self.use_cuda_graphs = self.graphs is not None
         self.checkpoint_pool = CheckpointPool(self.state_pool, checkpoint_pool_size)
         self.host_park = HostParkPool(self.kv_pool, self.checkpoint_pool, *park_rows) if any(park_rows) else None
         self.sampler = Sampler(max_num_seqs, cfg.vocab_size, list(cfg.eos_token_ids), device, seed=seed)
         self.block_tables: dict[int, list[int]] = {}
-        spec = spec or SpecConfig()
         self.proposer = Proposer(spec, model) if spec.enabled else None
         self.synthetic = SyntheticDrafter(spec.acceptance_length, seed) if spec.method == "synthetic" else None
 
@@ -63,11 +80,8 @@ class ModelRunner:
         if plan.is_empty:
             return StepResult(plan.step_id, [])
         started = time.perf_counter()
-        inputs = build_inputs(plan.scheduled, self.block_tables, self.block_size, self.kv_pool.caches,
-                              self.state_pool.caches, self.device)
+        inputs, hidden = self._forward(plan)  # hidden [T, D]
         ctx = inputs.ctx
-        ctx.keep_window_states = bool(self.state_pool.caches) and any(w.draft_token_ids for w in plan.scheduled)
-        hidden = self.model(inputs.input_ids, ctx)  # [T, D]
         forward_done = time.perf_counter()
         outcomes = sample_and_verify(self.model, self.sampler, hidden, plan.scheduled, inputs.query_starts,
                                      self.synthetic)
@@ -84,11 +98,37 @@ class ModelRunner:
         if self.proposer is not None:
             drafts = self.proposer.propose(plan.scheduled, inputs.query_starts, inputs.input_ids, hidden, ctx,
                                            outcomes, self.block_tables, self.kv_pool.caches, self.block_size)
+        if self.experts is not None:
+            self.experts.end_step()  # routing statistics, finished expert copies, hot-set updates
         results = [SlotResult(o.slot_id, o.token_ids, o.num_accepted, drafts.get(o.slot_id, []),
                               None if o.logprobs is None else [o.logprobs]) for o in outcomes]
         return StepResult(plan.step_id, results, forward_seconds=forward_done - started,
                           sample_seconds=sample_done - forward_done,
                           draft_seconds=time.perf_counter() - sample_done)
+
+    def _forward(self, plan: StepPlan) -> tuple[StepInputs, torch.Tensor]:
+        """Replay a CUDA graph when the step's layout has one (or can get one), else run eagerly."""
+        if self.use_cuda_graphs and self.graphs is not None:
+            key = self.graphs.layout_for(plan.scheduled)
+            if key is not None:
+                step = self.graphs.run(key, plan.scheduled, self.block_tables)
+                if step is not None:
+                    starts = [i * key[1] for i in range(len(plan.scheduled))]
+                    step.ctx.keep_window_states = step.ctx.keep_window_states and \
+                        any(w.draft_token_ids for w in plan.scheduled)
+                    return StepInputs(step.input_ids, step.ctx, starts), step.hidden
+        inputs = build_inputs(plan.scheduled, self.block_tables, self.block_size, self.kv_pool.caches,
+                              self.state_pool.caches, self.device,
+                              min_table_width=self.graphs.inputs.width if self.graphs is not None else 0)
+        inputs.ctx.keep_window_states = bool(self.state_pool.caches) and any(w.draft_token_ids for w in plan.scheduled)
+        return inputs, self.model(inputs.input_ids, inputs.ctx)
+
+    def graph_stats(self) -> dict | None:
+        if self.graphs is None:
+            return None
+        return {"enabled": self.use_cuda_graphs, "cached": len(self.graphs.graphs), "capacity": self.graphs.capacity,
+                "captures": self.graphs.num_captures, "evictions": self.graphs.num_evictions,
+                "replays": self.graphs.num_replays, "pool_bytes": self.graphs.pool_bytes}
 
     def _update_slots(self, plan: StepPlan) -> None:
         # Order matters. Parks first: an evicted block or checkpoint row still holds what to park
@@ -133,3 +173,15 @@ class ModelRunner:
         except Exception as e:
             logger.exception("restoring cached prefixes failed; the requests will recompute them")
             raise RestoreFailed(needing) from e
+
+
+def graph_safe(model: nn.Module, dtype: torch.dtype) -> bool:
+    """Whether every layer's CUDA path avoids host syncs and host-built tensors on decode windows: the
+    Triton kernels cover attention and Gated DeltaNet in any dtype, the fused MoE kernel 16-bit weights
+    only (float32 experts take the torch grouped path, which reads routing counts on the host)."""
+    from strata.kernels import triton_available
+
+    experts = getattr(model, "expert_manager", None)
+    if experts is not None and not experts.is_graph_safe:
+        return False  # experts computed on the host: those layers sync with it every step
+    return triton_available() and (dtype in (torch.bfloat16, torch.float16) or not model.config.num_experts)

@@ -19,7 +19,7 @@ from strata.config import CacheConfig, SchedulerConfig, SpecConfig
 from strata.scheduler.prefix import PrefixManager
 from strata.scheduler.request_state import RequestState, Status
 from strata.scheduler.stats import CacheStats, SpecStats
-from strata.spec.policy import can_speculate, draft_length, update_acceptance
+from strata.spec.policy import DraftCostModel, can_speculate, draft_length, update_acceptance
 from strata.types import FinishReason, NewSlotData, Request, ScheduledSlot, StepPlan, StepResult
 
 
@@ -43,6 +43,8 @@ class Scheduler:
         # the MTP drafter writes its KV up to k - 1 positions past the verified window
         self.lookahead = self.spec.num_speculative_tokens if self.spec.uses_mtp else 0
         self.stats = SpecStats()
+        self.draft_cost = DraftCostModel()  # step time vs tokens per step: picks the batch draft length
+        self._k_step: int | None = None
         self.block_size = cache.block_size
         self.max_model_len = max_model_len
         self.eos_token_ids = eos_token_ids
@@ -112,6 +114,10 @@ class Scheduler:
     def schedule(self) -> StepPlan:
         budget = self.config.max_num_batched_tokens
         scheduled: list[ScheduledSlot] = []
+        self._k_step = None
+        if self.spec.enabled and self.spec.adaptive:
+            self._k_step = self.draft_cost.best_k(self.spec.num_speculative_tokens,
+                                                  [s.acceptance_ema for s in self.running])
         for state in list(self.running):
             if budget == 0:
                 break
@@ -145,6 +151,8 @@ class Scheduler:
         running_by_slot = {s.slot_id: s for s in self.running}
         commits = []
         self.stats.record_step(plan.num_tokens, result.forward_seconds, result.sample_seconds, result.draft_seconds)
+        if plan.scheduled and all(w.sample and w.num_new_tokens == 1 + len(w.draft_token_ids) for w in plan.scheduled):
+            self.draft_cost.observe(plan.num_tokens, result.forward_seconds + result.sample_seconds + result.draft_seconds)
         for work in plan.scheduled:
             state = running_by_slot.get(work.slot_id)
             if state is None:
@@ -259,7 +267,7 @@ class Scheduler:
         next_k = 0
         if sample and self.spec.enabled and can_speculate(state.request.sampling_params, len(state.output_token_ids)):
             next_k = draft_length(self.spec.num_speculative_tokens, self.spec.adaptive, len(self.running),
-                                  state.acceptance_ema)
+                                  state.acceptance_ema, self._k_step)
         return ScheduledSlot(slot_id=state.slot_id, num_computed_tokens=start, num_new_tokens=num_new + len(drafts),
                              new_block_ids=new_blocks, token_ids=state.token_range(start, start + num_new) + drafts,
                              draft_token_ids=drafts, sample=sample, next_k=next_k)

@@ -73,3 +73,56 @@ class CacheStats:
 
     def as_dict(self) -> dict:
         return dict(vars(self), prefix_hit_rate=self.prefix_hits / self.prefix_queries if self.prefix_queries else 0.0)
+
+
+@dataclass
+class StepTotals:
+    """Summed wall time of engine steps and its split; host = wall - forward - sample - draft
+    (scheduling, input building, output processing and Python between the timed phases)."""
+
+    num_steps: int = 0
+    wall_seconds: float = 0.0
+    forward_seconds: float = 0.0
+    sample_seconds: float = 0.0
+    draft_seconds: float = 0.0
+    num_tokens: int = 0           # tokens computed (prompt chunks, 1 + k per slot on decode steps)
+    num_slots: int = 0            # slot-steps
+    context_tokens: int = 0       # KV positions attended over, summed over slots: what attention reads
+
+    def add(self, wall: float, forward: float, sample: float, draft: float, scheduled: list) -> None:
+        self.num_steps += 1
+        self.wall_seconds += wall
+        self.forward_seconds += forward
+        self.sample_seconds += sample
+        self.draft_seconds += draft
+        self.num_tokens += sum(s.num_new_tokens for s in scheduled)
+        self.num_slots += len(scheduled)
+        self.context_tokens += sum(s.num_computed_tokens + s.num_new_tokens for s in scheduled)
+
+    def as_dict(self) -> dict:
+        host = self.wall_seconds - self.forward_seconds - self.sample_seconds - self.draft_seconds
+        per_step = (lambda x: x / self.num_steps) if self.num_steps else (lambda x: 0.0)
+        return {"num_steps": self.num_steps, "wall_seconds": self.wall_seconds,
+                "forward_seconds": self.forward_seconds, "sample_seconds": self.sample_seconds,
+                "draft_seconds": self.draft_seconds, "host_seconds": host,
+                "tokens_per_step": per_step(self.num_tokens), "slots_per_step": per_step(self.num_slots),
+                "context_tokens_per_step": per_step(self.context_tokens)}
+
+
+@dataclass
+class StepTimes:
+    """Engine-step timing, all steps and decode steps apart (every slot a 1 + k window, no prompt
+    chunk): the per-decode-step time is what bandwidth figures divide by."""
+
+    all: StepTotals = field(default_factory=StepTotals)
+    decode: StepTotals = field(default_factory=StepTotals)
+
+    def record(self, plan, result, wall_seconds: float) -> None:
+        """`plan` a StepPlan, `result` its StepResult (None when the step failed)."""
+        phases = (result.forward_seconds, result.sample_seconds, result.draft_seconds) if result else (0.0,) * 3
+        self.all.add(wall_seconds, *phases, plan.scheduled)
+        if plan.scheduled and all(s.num_new_tokens == 1 + len(s.draft_token_ids) for s in plan.scheduled):
+            self.decode.add(wall_seconds, *phases, plan.scheduled)
+
+    def as_dict(self) -> dict:
+        return {"all": self.all.as_dict(), "decode": self.decode.as_dict()}

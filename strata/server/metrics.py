@@ -147,3 +147,23 @@ class _EngineTotals:
         for position, rate in enumerate(steps.get("acceptance_per_position", [])):
             per_position.add_metric([str(position)], rate)
         yield per_position
+        yield from self._expert_metrics(((stats.status if stats is not None else None) or {}).get("experts") or {})
+
+    _EXPERT_GAUGES = (("strata:expert_gpu_hit_rate", "gpu_hit_rate", "share of routed (token, k) pairs served by "
+                       "device-resident experts"),
+                      ("strata:expert_cpu_share", "cpu_share", "share of routed pairs computed by the CPU pool"),
+                      ("strata:expert_pcie_share", "pcie_share", "share of routed pairs run after a PCIe copy"),
+                      ("strata:experts_touched_per_layer", "mean_experts_touched_per_layer",
+                       "distinct experts a step touches per MoE layer (mean)"))
+    _EXPERT_COUNTERS = (("strata:expert_swaps", "swaps", "hot-set swaps"),
+                        ("strata:expert_bytes_moved", "bytes_moved", "expert bytes copied to the device"))
+
+    def _expert_metrics(self, experts: dict):
+        if not experts:
+            return
+        for name, key, doc in self._EXPERT_GAUGES:
+            if key in experts:
+                yield GaugeMetricFamily(name, doc, value=experts[key])
+        for name, key, doc in self._EXPERT_COUNTERS:
+            if key in experts:
+                yield CounterMetricFamily(name, doc, value=experts[key])

@@ -17,10 +17,16 @@ def can_speculate(params: SamplingParams, num_output_tokens: int) -> bool:
             and params.frequency_penalty == 0.0 and num_output_tokens >= params.min_tokens)
 
 
-def draft_length(k_max: int, adaptive: bool, num_running: int, acceptance_ema: float) -> int:
+def draft_length(k_max: int, adaptive: bool, num_running: int, acceptance_ema: float,
+                 k_step: int | None = None) -> int:
+    """Drafts for a request's next step. `k_step` is the whole batch's choice of the cost model (None
+    until it has step times: then k falls with the batch size by a fixed rule)."""
     if not adaptive:
         return k_max
-    k = k_max if num_running <= 4 else max(1, (k_max * 4) // num_running)
+    if k_step is not None:
+        k = k_step
+    else:
+        k = k_max if num_running <= 4 else max(1, (k_max * 4) // num_running)
     if acceptance_ema < 0.25:
         return min(k, 1)
     if acceptance_ema < 0.5:
@@ -32,3 +38,56 @@ def update_acceptance(ema: float, num_drafts: int, num_accepted: int) -> float:
     if num_drafts == 0:
         return ema
     return (1 - _ACCEPTANCE_EMA_WEIGHT) * ema + _ACCEPTANCE_EMA_WEIGHT * num_accepted / num_drafts
+
+
+def expected_tokens(acceptance: float, k: int) -> float:
+    """Tokens a window of k drafts emits on average when each draft is accepted with probability
+    `acceptance` given the ones before it: 1 + a + a^2 + ... + a^k (the bonus token included)."""
+    return float(k + 1) if acceptance >= 1.0 else (1.0 - acceptance ** (k + 1)) / (1.0 - acceptance)
+
+
+class DraftCostModel:
+    """Step time of decode-only steps against tokens per step, learned online, to choose the batch's
+    draft length: the k in 0..k_max with the most expected tokens per second. Speculation therefore
+    turns itself off (k = 0) where verification rows cost more than they return.
+
+    Unseen sizes are estimated optimistically (interpolated between seen ones; below the smallest seen,
+    proportional to tokens; above the largest, as cheap as the largest), so every candidate gets tried
+    once and then judged by its measured time."""
+
+    def __init__(self, ema_weight: float = 0.2) -> None:
+        self.ema_weight = ema_weight
+        self.seconds: dict[int, float] = {}     # tokens per step -> EMA of step seconds
+
+    def observe(self, num_tokens: int, seconds: float) -> None:
+        if num_tokens <= 0 or seconds <= 0:
+            return
+        old = self.seconds.get(num_tokens)
+        self.seconds[num_tokens] = seconds if old is None else (1 - self.ema_weight) * old + self.ema_weight * seconds
+
+    def estimate(self, num_tokens: int) -> float | None:
+        if not self.seconds:
+            return None
+        if num_tokens in self.seconds:
+            return self.seconds[num_tokens]
+        sizes = sorted(self.seconds)
+        if num_tokens < sizes[0]:
+            return self.seconds[sizes[0]] * num_tokens / sizes[0]
+        if num_tokens > sizes[-1]:
+            return self.seconds[sizes[-1]]
+        above = next(s for s in sizes if s > num_tokens)
+        below = max(s for s in sizes if s < num_tokens)
+        frac = (num_tokens - below) / (above - below)
+        return self.seconds[below] + frac * (self.seconds[above] - self.seconds[below])
+
+    def best_k(self, k_max: int, acceptances: list[float]) -> int | None:
+        """The draft length for a batch of requests with these acceptance rates (None: no data yet)."""
+        if not acceptances or not self.seconds:
+            return None
+        best, best_rate = 0, 0.0
+        for k in range(k_max + 1):
+            seconds = self.estimate(len(acceptances) * (k + 1))
+            rate = sum(expected_tokens(a, k) for a in acceptances) / seconds
+            if rate > best_rate * 1.02:  # a longer window must win clearly: it also costs drafting
+                best, best_rate = k, rate
+        return best

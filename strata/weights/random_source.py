@@ -1,7 +1,11 @@
 """Random weights of a named real shape, created directly on the target device and seeded:
 `random:qwen3-30b-a3b`, `random:qwen3-next-80b-a3b?num_hidden_layers=12`. Initialised so that logits
 are peaked (the final hidden state has unit RMS; the LM head scales it to logits of std ~4), which
-keeps greedy decoding away from near-ties and benchmarks realistic."""
+keeps greedy decoding away from near-ties and benchmarks realistic.
+
+`?routing_skew=S` (MoE shapes, benchmarks of expert placement) adds a Zipf prior with exponent S to every
+router: expert of popularity rank r gets logit bias -S * ln(r), ranks shuffled per layer, so some experts
+are used far more often than others (random routers alone are near-uniform)."""
 
 from __future__ import annotations
 
@@ -55,7 +59,13 @@ class RandomSource:
         if name not in SHAPES:
             raise ValueError(f"unknown random shape {name!r}; known: {', '.join(SHAPES)}")
         self.hf_config = dict(SHAPES[name])
+        self.routing_skew = 0.0
         for key, value in parse_qsl(query, strict_parsing=bool(query)):
+            if key == "routing_skew":
+                self.routing_skew = float(value)
+                if self.routing_skew < 0 or not self.hf_config.get("num_experts"):
+                    raise ValueError(f"routing_skew needs an MoE shape and a value >= 0, got {value!r} for {name!r}")
+                continue
             if key not in self.hf_config and key not in ("num_experts_per_tok", "max_position_embeddings"):
                 raise ValueError(f"random shape {name!r} has no field {key!r}")
             self.hf_config[key] = _parse_override(value)
@@ -90,3 +100,15 @@ class RandomSource:
                 param.normal_(0.0, 1.0, generator=gen)
             else:
                 param.normal_(0.0, 1.0 / math.sqrt(param.shape[-1]), generator=gen)
+        if self.routing_skew:
+            _add_routing_skew(model, self.routing_skew, gen)
+
+
+def _add_routing_skew(model: nn.Module, exponent: float, gen: torch.Generator) -> None:
+    from strata.model.moe import MoEBlock
+
+    for block in (m for m in model.modules() if isinstance(m, MoEBlock)):
+        num_experts = block.gate.weight.shape[0]
+        device = block.gate.weight.device
+        ranks = torch.randperm(num_experts, generator=gen, device=device) + 1            # [E], 1 = most used
+        block.routing_bias = -exponent * torch.log(ranks.float())                         # [E]

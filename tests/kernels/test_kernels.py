@@ -176,6 +176,24 @@ def test_paged_attention_matches_ref(heads, windows, block_size, num_splits):
     assert rel_err(out, expected) < 1e-2
 
 
+@gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("heads", [(16, 2, 256), (8, 2, 128), (4, 4, 64)])
+def test_paged_attention_wide_heads_and_float32(dtype, heads):
+    """Qwen3-Next's head_dim 256 and float32 KV: tiles sized by kv_tile_for fit shared memory."""
+    from strata.kernels.paged_attention import paged_attention
+
+    num_heads, num_kv_heads, head_dim = heads
+    windows = [(300, 1), (17, 4), (1000, 16), (64, 8)]
+    generator = torch.Generator().manual_seed(head_dim)
+    q, k_cache, v_cache, block_tables, _, seq_lens, qsl = paged_problem(
+        windows, 16, num_heads, num_kv_heads, head_dim, dtype, "cuda", generator)
+    out = paged_attention(q, k_cache, v_cache, block_tables, seq_lens, qsl, head_dim ** -0.5, max_query_len=16)
+    expected = paged_attention_ref(q.float(), k_cache.float(), v_cache.float(), block_tables, seq_lens, qsl,
+                                   head_dim ** -0.5)
+    assert out.dtype == dtype and rel_err(out, expected) < (1e-2 if dtype == torch.bfloat16 else 5e-3)  # float32 dots run as TF32
+
+
 # ---- gated delta rule -----------------------------------------------------------------------------
 
 def delta_problem(query_lens, heads, max_slots, dtype, device, generator):

@@ -1,0 +1,53 @@
+"""The CPU expert pool: worker threads computing the experts a step needs that hold no device slot,
+from the host copy of their weights.
+
+CPU weights stay in the dtype the model runs in (bfloat16 on GPU runs, float32 in the CPU tests): not
+upcast, not re-quantized. Device slots are then plain copies of host rows (a swap is one DMA), the CPU
+and device paths agree up to summation order, and 16-bit halves both host RAM and the bytes each CPU
+expert reads, which is what bounds CPU expert speed (oneDNN runs bf16 GEMMs natively on AVX512-BF16 /
+AMX hosts). A quantized CPU form (int8, Q4) would be faster but changes the numerics; not done yet.
+
+Each distinct expert is computed once per call (its rows grouped) by one worker; results are merged in
+expert order on the calling thread, so the sum does not depend on thread timing.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+from strata.model.moe import expert_mlp
+
+
+class CpuExpertPool:
+    def __init__(self, num_threads: int = 0) -> None:
+        self.num_threads = num_threads or torch.get_num_threads()
+        # one intra-op thread per worker: the pool parallelises across experts, and nested OpenMP teams
+        # (workers x torch threads) oversubscribe the cores and spin against the device-feeding thread
+        self.executor = ThreadPoolExecutor(self.num_threads, thread_name_prefix="strata-cpu-experts",
+                                           initializer=torch.set_num_threads, initargs=(1,))
+
+    def compute(self, hidden: torch.Tensor, rows: torch.Tensor, experts: torch.Tensor, weights: torch.Tensor,
+                w13: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+        """hidden [M, D] (host), per pair: rows [P] (row of hidden), experts [P], weights [P];
+        w13 [E, 2I, D], w2 [E, D, I] host weights of one layer -> weighted expert sums [M, D] in float32
+        (summed in float32 like the fused kernel, rounded once by the caller)."""
+        order = experts.argsort(stable=True)                                   # [P] pairs grouped by expert
+        used, counts = torch.unique_consecutive(experts[order], return_counts=True)
+        groups = order.split(counts.tolist())
+        futures = [self.executor.submit(_weighted_expert, hidden, rows[g], weights[g], w13[e], w2[e])
+                   for e, g in zip(used.tolist(), groups)]
+        out = torch.zeros_like(hidden, dtype=torch.float32)
+        for g, future in zip(groups, futures):
+            out.index_add_(0, rows[g], future.result())
+        return out
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True)
+
+
+def _weighted_expert(hidden: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor, w13: torch.Tensor,
+                     w2: torch.Tensor) -> torch.Tensor:
+    """[n, D] float32: one expert over its rows, scaled by each pair's routing weight."""
+    return expert_mlp(hidden[rows], w13, w2).float() * weights.float().unsqueeze(1)

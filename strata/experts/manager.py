@@ -1,0 +1,162 @@
+"""Wires expert placement into a loaded model: routing statistics on every MoE block and, when the
+expert cache holds fewer than all experts, the host copy, the slot cache, the CPU pool and an
+OffloadedExperts provider in each block. `end_step()` runs once per step, outside any graph: it folds
+the step's statistics, publishes finished background copies and every `expert_swap_interval` steps
+updates the hot set from the window's routing counts.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import math
+import os
+import sys
+import weakref
+
+import torch
+from torch import nn
+
+from strata.config import ExpertConfig
+from strata.experts.cpu_pool import CpuExpertPool
+from strata.experts.placement import initial_hot_set, plan_swaps
+from strata.experts.profile import load_profile, save_profile
+from strata.experts.provider import OffloadedExperts
+from strata.experts.slots import ExpertSlots
+from strata.experts.stats import RoutingStats
+from strata.model.moe import MoEBlock
+
+logger = logging.getLogger(__name__)
+
+# staging slots cover the distinct misses of ~8 tokens of one layer; more misses fall back to the CPU
+_STAGING_TOKENS = 8
+# at most this share of the hot set changes per update, which bounds the PCIe traffic of one update
+_MAX_SWAP_SHARE = 1 / 8
+
+
+def install_experts(model: nn.Module, config: ExpertConfig, device: str, quiet: bool = True) -> ExpertManager | None:
+    """Attach an ExpertManager as `model.expert_manager` (None for a model without MoE layers)."""
+    blocks = [m for m in model.modules() if isinstance(m, MoEBlock)]
+    manager = ExpertManager(model, blocks, config, device, quiet) if blocks else None
+    model.expert_manager = manager
+    return manager
+
+
+class ExpertManager:
+    def __init__(self, model: nn.Module, blocks: list[MoEBlock], config: ExpertConfig, device: str,
+                 quiet: bool) -> None:
+        self.config, self.blocks = config, blocks
+        self.architecture = model.config.architecture
+        self.num_layers, self.num_experts = len(blocks), model.config.num_experts
+        self.top_k = model.config.num_experts_per_tok
+        self.stats = RoutingStats(self.num_layers, self.num_experts, device)
+        for layer_idx, block in enumerate(blocks):
+            block.stats, block.layer_idx = self.stats, layer_idx
+        self.profile_counts = self._load_profile()
+        self.num_slots = config.num_slots(self.num_layers * self.num_experts)
+        self.slots: ExpertSlots | None = None
+        self.pool: CpuExpertPool | None = None
+        self.num_steps = 0
+        if self.num_slots < self.num_layers * self.num_experts:
+            self._offload(device)
+        if config.expert_profile:
+            atexit.register(_save_at_exit, weakref.ref(self))
+        if not quiet:
+            print(f"experts: {self.describe()}", file=sys.stderr)
+
+    def _load_profile(self) -> torch.Tensor | None:
+        path = self.config.expert_profile
+        if not path or not os.path.exists(path):
+            return None
+        return load_profile(path, self.num_layers, self.num_experts)
+
+    def _offload(self, device: str) -> None:
+        pin = torch.cuda.is_available()
+        host_w13 = [_host_copy(block.experts.w13, pin) for block in self.blocks]  # L x [E, 2I, D]
+        host_w2 = [_host_copy(block.experts.w2, pin) for block in self.blocks]    # L x [E, D, I]
+        pcie = self.config.pcie_frac
+        num_staging = math.ceil(pcie * min(self.num_experts, _STAGING_TOKENS * self.top_k))
+        self.slots = ExpertSlots(host_w13, host_w2, self.num_slots, num_staging, device)
+        self.slots.fill(initial_hot_set(self.num_slots, self.num_layers, self.num_experts, self.config.expert_split,
+                                        self.profile_counts))
+        self.pool = CpuExpertPool(self.config.cpu_threads)
+        for layer_idx, block in enumerate(self.blocks):
+            block.experts = OffloadedExperts(layer_idx, self.slots, self.pool, self.stats, pcie)
+        self.stats.has_placement = True
+        if torch.device(device).type == "cuda":
+            torch.cuda.empty_cache()  # the device copies of all experts are gone
+
+    def describe(self) -> str:
+        total = self.num_layers * self.num_experts
+        if self.slots is None:
+            return f"all {total} experts of {self.num_layers} MoE layers on the device"
+        source = "profile" if self.profile_counts is not None else f"{self.config.expert_split} split"
+        return (f"{self.num_slots} of {total} on the device ({self.num_slots / total:.0%}, hot set from the {source}), "
+                f"the rest on {self.pool.num_threads} CPU threads; {self.slots.num_staging} PCIe staging slots")
+
+    @property
+    def is_graph_safe(self) -> bool:
+        """False when MoE layers sync with the host (offloaded experts): run them eagerly."""
+        return self.slots is None
+
+    # ---- once per step ----------------------------------------------------------------------------
+
+    def end_step(self) -> None:
+        self.stats.end_step()
+        self.num_steps += 1
+        if self.slots is not None:
+            self.slots.apply_ready()
+        interval = self.config.expert_swap_interval
+        if interval and self.num_steps % interval == 0:
+            self.update_hot_set()
+
+    def update_hot_set(self) -> int:
+        """Swap the window's most used non-resident experts in for the least used resident ones;
+        returns the number of swaps. Starts a new routing window."""
+        num_swaps = 0
+        if self.slots is not None:
+            swaps = plan_swaps(self.stats.window_counts.cpu(), self.slots.resident_mask(),
+                               self.config.expert_swap_threshold, max(1, int(self.num_slots * _MAX_SWAP_SHARE)))
+            if swaps:
+                num_swaps = len(swaps)
+                self.stats.record_swaps(num_swaps, self.slots.swap(swaps))
+        self.stats.end_window()
+        return num_swaps
+
+    # ---- views and profile ------------------------------------------------------------------------
+
+    def snapshot(self, with_counts: bool = False) -> dict:
+        return {**self.stats.snapshot(with_counts), "resident_slots": self.num_slots,
+                "total_experts": self.num_layers * self.num_experts}
+
+    def profile_counts_now(self) -> torch.Tensor:
+        """[L, E] counts of the loaded profile plus everything routed since the start."""
+        counts = self.stats.counts()
+        return counts if self.profile_counts is None else counts + self.profile_counts
+
+    def save_profile(self, path: str | None = None) -> str | None:
+        path = path or self.config.expert_profile
+        if path:
+            steps = int(self.stats.num_steps.item())
+            save_profile(path, self.profile_counts_now(), self.architecture, steps)
+        return path
+
+    def close(self) -> None:
+        if self.config.expert_profile:
+            self.save_profile()
+        if self.pool is not None:
+            self.pool.close()
+
+
+def _host_copy(weights: torch.Tensor, pin: bool) -> torch.Tensor:
+    host = weights.detach().to("cpu", copy=True)
+    return host.pin_memory() if pin else host
+
+
+def _save_at_exit(ref: weakref.ref) -> None:
+    manager = ref()
+    if manager is not None:
+        try:
+            manager.save_profile()
+        except Exception:  # exiting anyway: say so, never raise from atexit
+            logger.exception("saving the expert profile failed")

@@ -1,0 +1,51 @@
+"""Hot-set policy: which (layer, expert) pairs hold device slots. Pure functions on host tensors;
+the slot cache (slots.py) carries the decisions out.
+
+Experts are named by (MoE layer index, expert id). One slot pool serves all layers, so a learned hot
+set may give a busy layer more slots than a quiet one.
+"""
+
+from __future__ import annotations
+
+import torch
+
+Expert = tuple[int, int]  # (MoE layer index, expert id)
+
+
+def initial_hot_set(num_slots: int, num_layers: int, num_experts: int, split: str,
+                    profile_counts: torch.Tensor | None = None) -> list[Expert]:
+    """The first `num_slots` experts to make resident: the most routed of a profile ([L, E] counts),
+    else a static split (whole layers from the first on, like llama.cpp's --n-cpu-moe) or a uniform
+    one (the same number per layer, lowest ids first)."""
+    if profile_counts is not None:
+        flat = profile_counts.flatten().tolist()
+        # ties go to the lower (layer, expert), so a flat profile gives a static split
+        order = sorted(range(len(flat)), key=lambda i: (-flat[i], i))[:num_slots]
+        return sorted(divmod(i, num_experts) for i in order)
+    if split == "static":
+        return [divmod(i, num_experts) for i in range(num_slots)]
+    per_layer, extra = divmod(num_slots, num_layers)
+    return [(layer, expert) for layer in range(num_layers)
+            for expert in range(per_layer + (1 if layer < extra else 0))]
+
+
+def plan_swaps(window_counts: torch.Tensor, resident: torch.Tensor, threshold: float,
+               max_swaps: int) -> list[tuple[Expert, Expert]]:
+    """window_counts [L, E] pairs routed this window, resident [L, E] bool -> (evict, load) pairs:
+    the most used non-resident experts for the least used resident ones, while the incoming one was
+    routed to more than (1 + threshold)x as often as the one it replaces."""
+    num_experts = window_counts.shape[1]
+    counts = window_counts.flatten().double()
+    flat_resident = resident.flatten()
+    inside = torch.nonzero(flat_resident).flatten()
+    outside = torch.nonzero(~flat_resident).flatten()
+    if inside.numel() == 0 or outside.numel() == 0:
+        return []
+    coldest = inside[torch.argsort(counts[inside], stable=True)].tolist()
+    hottest = outside[torch.argsort(-counts[outside], stable=True)].tolist()
+    swaps = []
+    for evict, load in zip(coldest, hottest):
+        if len(swaps) >= max_swaps or counts[load] <= (1.0 + threshold) * counts[evict]:
+            break
+        swaps.append((divmod(evict, num_experts), divmod(load, num_experts)))
+    return swaps

@@ -1,0 +1,85 @@
+"""The expert provider of a MoE layer when the device holds only some experts (replaces LocalExperts).
+
+Per call: pairs whose expert holds a slot run on the slot weights (fused kernel with slot ids on CUDA
+in 16-bit, the torch grouped path otherwise); up to `pcie_frac` of the distinct missed experts (the
+most used first) are copied into staging slots and join them; the rest go to the CPU pool, which works
+while the device computes the slot pairs. Outputs are summed per token. A layer whose experts are all
+resident takes the slot path alone, with no host sync; any other layer syncs once or twice, so a model
+with offloaded experts must not run its MoE layers inside a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from strata.experts.cpu_pool import CpuExpertPool
+from strata.experts.slots import ExpertSlots
+from strata.experts.stats import RoutingStats
+from strata.model.moe import run_experts
+
+
+class OffloadedExperts(nn.Module):
+    def __init__(self, layer_idx: int, slots: ExpertSlots, pool: CpuExpertPool, stats: RoutingStats,
+                 pcie_frac: float) -> None:
+        super().__init__()
+        self.layer_idx, self.slots, self.pool, self.stats = layer_idx, slots, pool, stats
+        self.pcie_frac = pcie_frac
+
+    def forward(self, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
+        """hidden [T, D], topk_ids / topk_weights [T, K] -> [T, D]."""
+        slots = self.slots
+        slot_ids = slots.remap[self.layer_idx][topk_ids]  # [T, K] slot of each pair, -1 = not resident
+        self.stats.record_resident(slot_ids >= 0)
+        if slots.is_layer_resident(self.layer_idx):
+            return run_experts(hidden, slots.w13_slots, slots.w2_slots, slot_ids, topk_weights, may_skip=True)
+        missed = (slot_ids < 0).nonzero().cpu()            # [M, 2] (row, k) of each missed pair
+        if missed.numel() == 0:
+            return run_experts(hidden, slots.w13_slots, slots.w2_slots, slot_ids, topk_weights, may_skip=True)
+        rows, ks = missed.unbind(1)
+        experts = topk_ids.cpu()[rows, ks]                 # [M]
+        staged = self._staging_plan(experts)               # [M] staging slot of each missed pair, -1 = CPU
+        on_cpu = staged < 0
+        cpu_rows, inverse = rows[on_cpu].unique(return_inverse=True)
+        host_dtype = slots.host_w13[0].dtype
+        hidden_cpu = hidden[cpu_rows.to(hidden.device)].to("cpu", host_dtype)         # [R, D]
+        weights_cpu = topk_weights.cpu()[rows, ks][on_cpu].to(host_dtype)              # [P]
+        bytes_copied = 0
+        if not on_cpu.all():
+            slot_ids = self._stage(slot_ids, rows[~on_cpu], ks[~on_cpu], experts[~on_cpu], staged[~on_cpu])
+            bytes_copied = len(set(experts[~on_cpu].tolist())) * slots.expert_bytes
+        if on_cpu.all() and len(experts) == topk_ids.numel():
+            out = torch.zeros_like(hidden)  # nothing resident: no slot to read
+        else:  # queued on the device before the CPU starts, so the two run at the same time
+            out = run_experts(hidden, slots.w13_slots, slots.w2_slots, slot_ids, topk_weights, may_skip=True)
+        num_cpu = int(on_cpu.sum())
+        if num_cpu:
+            y = self.pool.compute(hidden_cpu, inverse, experts[on_cpu], weights_cpu,
+                                  slots.host_w13[self.layer_idx], slots.host_w2[self.layer_idx])  # [R, D]
+            # one rounding of (device part + CPU part) in float32, as the fused kernel sums its pairs
+            out = out.float().index_add_(0, cpu_rows.to(out.device), y.to(out.device)).to(hidden.dtype)
+        self.stats.record_offloaded(num_cpu, len(experts) - num_cpu, bytes_copied)
+        return out
+
+    def _staging_plan(self, experts: torch.Tensor) -> torch.Tensor:
+        """experts [M] of the missed pairs -> [M] staging slot index (0..S-1) or -1 for the CPU: the
+        pcie_frac most used distinct experts, at most as many as there are staging slots."""
+        plan = torch.full_like(experts, -1)
+        if self.pcie_frac <= 0 or self.slots.num_staging == 0:
+            return plan
+        used, counts = experts.unique(return_counts=True)
+        num_staged = min(round(self.pcie_frac * used.numel()), self.slots.num_staging)
+        chosen = used[torch.argsort(-counts, stable=True)[:num_staged]]
+        for index, expert in enumerate(chosen.tolist()):
+            plan[experts == expert] = index
+        return plan
+
+    def _stage(self, slot_ids: torch.Tensor, rows: torch.Tensor, ks: torch.Tensor, experts: torch.Tensor,
+               staged: torch.Tensor) -> torch.Tensor:
+        """Copy the staged experts into staging slots; their pairs now point there."""
+        order = sorted(set(zip(staged.tolist(), experts.tolist())))
+        slot_of = self.slots.stage(self.layer_idx, [expert for _, expert in order])
+        slot_ids = slot_ids.clone()
+        device = slot_ids.device
+        slot_ids[rows.to(device), ks.to(device)] = torch.tensor(slot_of, dtype=torch.long)[staged].to(device)
+        return slot_ids

@@ -1,0 +1,84 @@
+"""Routing statistics of every MoE layer, kept in device buffers.
+
+`record` runs inside the forward (possibly inside a CUDA graph): fixed-size buffers, in-place device
+ops only, no host sync. `end_step` runs once per step outside any graph and also never syncs; only
+`snapshot` reads the buffers back to the host.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_GPU, _CPU, _PCIE = range(3)
+
+
+class RoutingStats:
+    def __init__(self, num_layers: int, num_experts: int, device: str | torch.device) -> None:
+        self.num_layers, self.num_experts = num_layers, num_experts
+        zeros = dict(dtype=torch.long, device=device)
+        self.window_counts = torch.zeros(num_layers, num_experts, **zeros)  # [L, E] pairs routed this window
+        self.total_counts = torch.zeros(num_layers, num_experts, **zeros)   # [L, E] pairs of past windows
+        self.touched = torch.zeros(num_layers, num_experts, **zeros)        # [L, E] 1 = used this step
+        self.touched_total = torch.zeros(num_layers, **zeros)               # [L] sum over steps of distinct experts
+        self.num_steps = torch.zeros(1, **zeros)                            # [1] steps that routed any token
+        self.pair_counts = torch.zeros(3, **zeros)                          # [3] (token, k) pairs: GPU, CPU, PCIe
+        self.has_placement = False  # set when a provider reports where pairs ran
+        self.num_swaps = 0
+        self.bytes_moved = 0
+
+    # ---- inside the forward (graph safe) ---------------------------------------------------------
+
+    def record(self, layer_idx: int, topk_ids: torch.Tensor) -> None:
+        """topk_ids [T, K] of MoE layer `layer_idx`: count each (token, k) pair, mark its expert used."""
+        flat = topk_ids.flatten()                                           # [T * K]
+        self.window_counts[layer_idx].index_add_(0, flat, torch.ones_like(flat))
+        self.touched[layer_idx].index_fill_(0, flat, 1)
+
+    def layer_rows(self, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(window counts [E], touched [E]) of one layer, for kernels that record while routing
+        (strata.kernels.routing.softmax_topk does record()'s work in its own launch)."""
+        return self.window_counts[layer_idx], self.touched[layer_idx]
+
+    def record_resident(self, resident: torch.Tensor) -> None:
+        """resident [T, K] bool: pairs served by device slots."""
+        self.pair_counts[_GPU:_GPU + 1].add_(resident.sum())
+
+    # ---- on the host, outside the forward ----------------------------------------------------------
+
+    def record_offloaded(self, num_cpu_pairs: int, num_pcie_pairs: int, bytes_copied: int) -> None:
+        self.pair_counts[_CPU] += num_cpu_pairs
+        self.pair_counts[_PCIE] += num_pcie_pairs
+        self.bytes_moved += bytes_copied
+
+    def record_swaps(self, num_swaps: int, bytes_copied: int) -> None:
+        self.num_swaps += num_swaps
+        self.bytes_moved += bytes_copied
+
+    def end_step(self) -> None:
+        """Fold this step's distinct experts per layer into the running totals; no host sync."""
+        self.touched_total += self.touched.sum(dim=1)
+        self.num_steps += self.touched.any().long()
+        self.touched.zero_()
+
+    def end_window(self) -> None:
+        self.total_counts += self.window_counts
+        self.window_counts.zero_()
+
+    def counts(self) -> torch.Tensor:
+        """[L, E] all pairs routed since the start (host sync)."""
+        return (self.total_counts + self.window_counts).cpu()
+
+    def snapshot(self, with_counts: bool = True) -> dict:
+        """Plain data (one host sync): steps, mean distinct experts touched per layer and step,
+        and once a provider reports placement, the GPU / CPU / PCIe shares of routed pairs."""
+        summary = torch.cat([self.num_steps, self.touched_total.sum().view(1), self.pair_counts]).tolist()
+        steps, touched, gpu, cpu, pcie = summary
+        out = {"steps": steps, "mean_experts_touched_per_layer": touched / (steps * self.num_layers) if steps else 0.0}
+        if with_counts:
+            out["counts"] = self.counts().tolist()
+        if self.has_placement:
+            pairs = gpu + cpu + pcie
+            out.update(gpu_hit_rate=gpu / pairs if pairs else 0.0, cpu_share=cpu / pairs if pairs else 0.0,
+                       pcie_share=pcie / pairs if pairs else 0.0, swaps=self.num_swaps,
+                       bytes_moved=self.bytes_moved)
+        return out

@@ -1,0 +1,119 @@
+"""Attention input prep in one launch: per-head RMSNorm of q and k (Qwen3's qk-norm, optional), rotary
+embedding of the first rot_dim dims (HF rotate-half layout), and the write of this step's k and v into
+the paged KV pool. One program per (token, head) over the q heads then the KV heads; it replaces about
+thirty small launches of the torch form per attention layer at decode sizes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU-only install: the ref still works
+    triton = tl = None
+
+
+def qk_norm_rope_kv_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor | None,
+                        k_weight: torch.Tensor | None, eps: float, zero_centered: bool, cos: torch.Tensor,
+                        sin: torch.Tensor, positions: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                        slot_mapping: torch.Tensor) -> torch.Tensor:
+    """q [T, H, D], k and v [T, Hkv, D]; q_weight / k_weight [D] or None (no qk-norm); cos / sin
+    [P, R/2] for rot_dim R; caches [N_blocks, B, Hkv, D] -> rotated q [T, H, D]. Rotated k and v are
+    written to the caches at slot_mapping [T]."""
+    from strata.kernels.rms_norm import rms_norm_ref
+
+    if q_weight is not None:
+        q = rms_norm_ref(q, q_weight, eps, zero_centered)[0]
+        k = rms_norm_ref(k, k_weight, eps, zero_centered)[0]
+    half = cos.shape[1]
+    c, s = cos[positions].unsqueeze(1), sin[positions].unsqueeze(1)  # [T, 1, R/2]
+
+    def rotate(x: torch.Tensor) -> torch.Tensor:
+        x1, x2 = x[..., :half].float(), x[..., half:2 * half].float()
+        rotated = torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).to(x.dtype)
+        return torch.cat((rotated, x[..., 2 * half:]), dim=-1)
+
+    q, k = rotate(q), rotate(k)
+    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, k)
+    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, v)
+    return q
+
+
+def qk_norm_rope_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor | None,
+                    k_weight: torch.Tensor | None, eps: float, zero_centered: bool, cos: torch.Tensor,
+                    sin: torch.Tensor, positions: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                    slot_mapping: torch.Tensor) -> torch.Tensor:
+    """Same contract as qk_norm_rope_kv_ref; q, k, v may be strided views (unit stride along D)."""
+    num_tokens, num_heads, head_dim = q.shape
+    num_kv_heads = k.shape[1]
+    assert q.stride(2) == 1 and k.stride(2) == 1 and v.stride(2) == 1 and k_cache.is_contiguous()
+    assert cos.is_contiguous() and sin.is_contiguous() and v_cache.stride() == k_cache.stride()
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    has_norm = q_weight is not None
+    _qk_norm_rope_kv_kernel[(num_tokens, num_heads + num_kv_heads)](
+        q, k, v, q_weight if has_norm else q, k_weight if has_norm else q, cos, sin, positions, k_cache, v_cache,
+        slot_mapping, out, num_heads, head_dim, cos.shape[1], eps,
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
+        HAS_NORM=has_norm, ZERO_CENTERED=zero_centered, BLOCK_D=triton.next_power_of_2(head_dim), num_warps=1)
+    return out
+
+
+if triton is not None:
+
+    @triton.jit
+    def _normed(x_ptr, w_ptr, offs, ok, scale, HAS_NORM: tl.constexpr, ZERO_CENTERED: tl.constexpr):
+        """Head elements at offs after qk-norm (scale = rsqrt(mean(x^2) + eps)), in float32 from the model dtype."""
+        x = tl.load(x_ptr + offs, mask=ok, other=0.0)
+        if HAS_NORM:
+            w = tl.load(w_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+            normed = x.to(tl.float32) * scale
+            if ZERO_CENTERED:
+                x = (normed * (1.0 + w)).to(x.dtype)
+            else:
+                x = (w * normed.to(x.dtype).to(tl.float32)).to(x.dtype)
+        return x.to(tl.float32)
+
+    @triton.jit
+    def _qk_norm_rope_kv_kernel(q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, kc_ptr, vc_ptr,
+                                slots_ptr, out_ptr, num_heads, head_dim, half, eps,
+                                stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
+                                stride_ot, stride_oh,
+                                HAS_NORM: tl.constexpr, ZERO_CENTERED: tl.constexpr, BLOCK_D: tl.constexpr):
+        token = tl.program_id(0).to(tl.int64)
+        head = tl.program_id(1)
+        is_q = head < num_heads
+        kv_head = head - num_heads
+        offs = tl.arange(0, BLOCK_D)
+        ok = offs < head_dim
+        if is_q:
+            x_ptr = q_ptr + token * stride_qt + head * stride_qh
+            w_ptr = qw_ptr
+        else:
+            x_ptr = k_ptr + token * stride_kt + kv_head * stride_kh
+            w_ptr = kw_ptr
+        scale = 1.0
+        if HAS_NORM:
+            xf = tl.load(x_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+            scale = tl.rsqrt(tl.sum(xf * xf, axis=0) / head_dim + eps)
+        x = _normed(x_ptr, w_ptr, offs, ok, scale, HAS_NORM, ZERO_CENTERED)
+        # rotate-half partner of each rotated element: i < half pairs with i + half, else i - half
+        rotated = offs < 2 * half
+        partner = tl.where(offs < half, offs + half, offs - half)
+        y = _normed(x_ptr, w_ptr, partner, ok & rotated, scale, HAS_NORM, ZERO_CENTERED)
+        pos = tl.load(pos_ptr + token)
+        freq = tl.where(offs < half, offs, offs - half)
+        c = tl.load(cos_ptr + pos * half + freq, mask=rotated, other=1.0)
+        s = tl.load(sin_ptr + pos * half + freq, mask=rotated, other=0.0)
+        out = tl.where(offs < half, x * c - y * s, x * c + y * s)
+        out = tl.where(rotated, out, x).to(out_ptr.dtype.element_ty)
+        if is_q:
+            tl.store(out_ptr + token * stride_ot + head * stride_oh + offs, out, mask=ok)
+        else:
+            num_kv_heads = tl.num_programs(1) - num_heads
+            slot = tl.load(slots_ptr + token).to(tl.int64)
+            row = (slot * num_kv_heads + kv_head) * head_dim
+            tl.store(kc_ptr + row + offs, out, mask=ok)
+            v = tl.load(v_ptr + token * stride_vt + kv_head * stride_vh + offs, mask=ok, other=0.0)
+            tl.store(vc_ptr + row + offs, v, mask=ok)

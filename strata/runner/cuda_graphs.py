@@ -1,0 +1,149 @@
+"""CUDA graphs for decode and verification steps, keyed by layout and held in a bounded LRU cache.
+
+A layout is (padded slot count, tokens per slot): every slot of the step brings the same number of
+tokens (1 for plain decode, 1 + k for verification). Slot counts are padded up a ladder so a few graphs
+serve every batch size. A graph is captured the first time its layout is seen (after one warm-up run),
+on padding inputs only, so capturing never advances any request's recurrent state; the step's real
+inputs are then copied into the persistent buffers and the graph is replayed.
+
+When the cache is full the least recently used graph is released (`CUDAGraph.reset`) before the new
+one is captured. A capture that fails marks its layout eager-only; the step then runs eagerly.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from strata.model.context import ForwardContext
+from strata.runner.graph_inputs import GraphInputs
+from strata.types import ScheduledSlot
+
+logger = logging.getLogger(__name__)
+
+# padded slot counts: exact up to 8 (padding rows route to experts too, so small batches pad little)
+SLOT_LADDER = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128)
+
+
+@dataclass
+class CapturedStep:
+    graph: torch.cuda.CUDAGraph
+    hidden: torch.Tensor                    # [S_pad * n, D], written by every replay
+    window_states: dict                     # layer -> (conv [T, C, W-1], ssm [T, Hv, Dk, Dv]) when kept
+    pool_bytes: int                         # growth of reserved memory during warm-up and capture
+
+
+@dataclass
+class GraphStep:
+    """A replayed step seen through its real slots only (padding rows sliced off)."""
+
+    input_ids: torch.Tensor                 # [T]
+    hidden: torch.Tensor                    # [T, D]
+    ctx: ForwardContext
+
+
+class CudaGraphCache:
+    def __init__(self, model: nn.Module, inputs: GraphInputs, kv_caches: dict, state_caches: dict,
+                 max_slots: int, max_tokens_per_slot: int, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"cuda_graph_cache_size must be at least 1, got {capacity}")
+        self.model, self.inputs = model, inputs
+        self.kv_caches, self.state_caches = kv_caches, state_caches
+        # verification windows of hybrid models record the recurrent state after every token: one set
+        # of buffers for the largest layout, shared by every graph
+        max_tokens = max_slots * max_tokens_per_slot
+        self.window_buffers = {
+            layer: (conv.new_empty(max_tokens, *conv.shape[1:]), ssm.new_empty(max_tokens, *ssm.shape[1:]))
+            for layer, (conv, ssm) in state_caches.items()} if max_tokens_per_slot > 1 else {}
+        self.ladder = tuple(s for s in SLOT_LADDER if s < max_slots) + (max_slots,)
+        self.max_tokens_per_slot = max_tokens_per_slot
+        self.capacity = capacity
+        self.graphs: OrderedDict[tuple[int, int], CapturedStep] = OrderedDict()
+        self.eager_only: set[tuple[int, int]] = set()
+        self.pool = None  # one memory pool shared by every graph, made at the first capture
+        self.num_captures = self.num_evictions = self.num_replays = 0
+
+    def layout_for(self, scheduled: list[ScheduledSlot]) -> tuple[int, int] | None:
+        """(padded slot count, tokens per slot) when the step fits a graph, else None."""
+        n = scheduled[0].num_new_tokens
+        if n > self.max_tokens_per_slot or len(scheduled) > self.ladder[-1] \
+                or any(w.num_new_tokens != n for w in scheduled):
+            return None
+        key = (self.ladder[bisect.bisect_left(self.ladder, len(scheduled))], n)
+        return None if key in self.eager_only else key
+
+    def run(self, key: tuple[int, int], scheduled: list[ScheduledSlot],
+            block_tables: dict[int, list[int]]) -> GraphStep | None:
+        """Replay (capturing first if needed) the graph of `key` on this step; None if it cannot be captured."""
+        captured = self.graphs.get(key)
+        if captured is None:
+            captured = self._capture(key)
+            if captured is None:
+                return None
+        self.graphs.move_to_end(key)
+        num_slots, n = key
+        self.inputs.fill(scheduled, block_tables, num_slots, n)
+        captured.graph.replay()
+        self.num_replays += 1
+        real = len(scheduled) * n
+        input_ids, ctx = self.inputs.context(len(scheduled), n, self.kv_caches, self.state_caches,
+                                             keep_window_states=bool(captured.window_states))
+        ctx.query_lens = [w.num_new_tokens for w in scheduled]
+        ctx.num_computed = [w.num_computed_tokens for w in scheduled]
+        ctx.window_states = {layer: (conv[:real], ssm[:real]) for layer, (conv, ssm) in captured.window_states.items()}
+        return GraphStep(input_ids, captured.hidden[:real], ctx)
+
+    @property
+    def pool_bytes(self) -> int:
+        return sum(c.pool_bytes for c in self.graphs.values())
+
+    def _capture(self, key: tuple[int, int]) -> CapturedStep | None:
+        while len(self.graphs) >= self.capacity:
+            old_key, old = self.graphs.popitem(last=False)
+            old.graph.reset()
+            self.num_evictions += 1
+            logger.debug("released CUDA graph %s", old_key)
+        num_slots, n = key
+        keep_window_states = bool(self.state_caches) and n > 1
+        reserved_before = torch.cuda.memory_reserved()
+        try:
+            if self.pool is None:
+                self.pool = torch.cuda.graph_pool_handle()
+            self.inputs.fill([], {}, num_slots, n)  # padding only: scratch KV block and state row
+            input_ids, ctx = self.inputs.context(num_slots, n, self.kv_caches, self.state_caches, keep_window_states)
+            ctx.window_buffers = self.window_buffers
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):  # warm-up: compiles kernels and sizes workspaces
+                self._forward(num_slots, input_ids, ctx)
+            torch.cuda.current_stream().wait_stream(stream)
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            ctx.window_states = {}
+            with torch.cuda.graph(graph, pool=self.pool):
+                hidden = self._forward(num_slots, input_ids, ctx)
+            torch.cuda.synchronize()  # surfaces capture errors here, not in a later step
+        except Exception:
+            logger.exception("capturing the CUDA graph for layout %s failed; it runs eagerly", key)
+            self.eager_only.add(key)
+            torch.cuda.synchronize()
+            return None
+        captured = CapturedStep(graph, hidden, dict(ctx.window_states),
+                                max(0, torch.cuda.memory_reserved() - reserved_before))
+        self.graphs[key] = captured
+        self.num_captures += 1
+        return captured
+
+    def _forward(self, num_slots: int, input_ids: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        self.inputs.derive_flags(num_slots)
+        return self.model(input_ids, ctx)
+
+    def release_all(self) -> None:
+        for captured in self.graphs.values():
+            captured.graph.reset()
+        self.graphs.clear()

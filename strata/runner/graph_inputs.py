@@ -1,0 +1,99 @@
+"""Persistent device input buffers for graph-replayed steps, filled by one host-to-device copy per step.
+
+Every per-step value a CUDA graph reads lives here: one flat int64 device buffer holds token ids,
+positions, KV slot mapping, query offsets, context lengths, state rows, "has initial state" flags and
+block tables (last, so a step copies only the rows it uses), mirrored by a pinned host buffer that the
+runner fills with numpy. Rows past the step's real slots are padding: they read and write a scratch KV
+block and a scratch recurrent-state row that no request owns.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from strata.model.context import ForwardContext
+from strata.types import ScheduledSlot
+
+
+class GraphInputs:
+    def __init__(self, max_slots: int, max_tokens_per_slot: int, max_blocks_per_slot: int, block_size: int,
+                 scratch_block: int, scratch_state_row: int, device: str) -> None:
+        self.max_slots, self.max_tokens = max_slots, max_slots * max_tokens_per_slot
+        self.width, self.block_size = max_blocks_per_slot, block_size
+        self.scratch_block, self.scratch_state_row = scratch_block, scratch_state_row
+        sizes = {"input_ids": self.max_tokens, "positions": self.max_tokens, "slot_mapping": self.max_tokens,
+                 "query_start_loc": max_slots + 1, "seq_lens": max_slots, "state_slot_ids": max_slots,
+                 "has_initial_state": max_slots, "block_tables": max_slots * max_blocks_per_slot}
+        self.offsets, total = {}, 0
+        for name, size in sizes.items():
+            self.offsets[name] = (total, total + size)
+            total += size
+        pin = torch.cuda.is_available() and str(device).startswith("cuda")
+        self.host = torch.zeros(total, dtype=torch.long, pin_memory=pin)
+        self.host_np = self.host.numpy()
+        self.device_flat = torch.zeros(total, dtype=torch.long, device=device)
+        self.has_initial_bool = torch.zeros(max_slots, dtype=torch.bool, device=device)
+
+    def _host(self, name: str) -> np.ndarray:
+        start, end = self.offsets[name]
+        return self.host_np[start:end]
+
+    def _device(self, name: str) -> torch.Tensor:
+        start, end = self.offsets[name]
+        return self.device_flat[start:end]
+
+    def fill(self, scheduled: list[ScheduledSlot], block_tables: dict[int, list[int]], num_slots: int,
+             tokens_per_slot: int) -> None:
+        """Write the step's real slots, then padding rows up to num_slots, and copy them to the device.
+        num_slots=0 marks every row as padding (used to capture without touching any request's state)."""
+        n, bs = tokens_per_slot, self.block_size
+        ids, pos, mapping = self._host("input_ids"), self._host("positions"), self._host("slot_mapping")
+        qsl, seq_lens = self._host("query_start_loc"), self._host("seq_lens")
+        rows, has_init = self._host("state_slot_ids"), self._host("has_initial_state")
+        tables = self._host("block_tables").reshape(self.max_slots, self.width)
+        window = np.arange(n)
+        for i, work in enumerate(scheduled):
+            table = np.asarray(block_tables[work.slot_id], dtype=np.int64)
+            s, c = i * n, work.num_computed_tokens
+            ids[s:s + n] = work.token_ids
+            pos[s:s + n] = c + window
+            mapping[s:s + n] = table[(c + window) // bs] * bs + (c + window) % bs
+            seq_lens[i], rows[i], has_init[i] = c + n, work.slot_id, c > 0
+            tables[i, :len(table)] = table
+        for i in range(len(scheduled), num_slots):
+            s = i * n
+            ids[s:s + n] = 0
+            pos[s:s + n] = window
+            mapping[s:s + n] = self.scratch_block * bs + window % bs
+            seq_lens[i], rows[i], has_init[i] = n, self.scratch_state_row, 0
+            tables[i, :] = self.scratch_block
+        qsl[:num_slots + 1] = np.arange(num_slots + 1) * n
+        used = self.offsets["block_tables"][0] + num_slots * self.width
+        self.device_flat[:used].copy_(self.host[:used], non_blocking=True)
+
+    def context(self, num_slots: int, tokens_per_slot: int, kv_caches: dict, state_caches: dict,
+                keep_window_states: bool) -> tuple[torch.Tensor, ForwardContext]:
+        """Views of the buffers for a layout (what a graph captures). The bool flags are derived on the
+        device from the int64 copy by the caller's captured work (see `derive_flags`)."""
+        t = num_slots * tokens_per_slot
+        ctx = ForwardContext(
+            positions=self._device("positions")[:t],
+            slot_mapping=self._device("slot_mapping")[:t],
+            query_start_loc=self._device("query_start_loc")[:num_slots + 1],
+            seq_lens=self._device("seq_lens")[:num_slots],
+            block_tables=self._device("block_tables").view(self.max_slots, self.width)[:num_slots],
+            state_slot_ids=self._device("state_slot_ids")[:num_slots],
+            has_initial_state=self.has_initial_bool[:num_slots],
+            query_lens=[tokens_per_slot] * num_slots,
+            num_computed=[0] * num_slots,  # host copies are read by the eager torch paths only
+            kv_caches=kv_caches,
+            state_caches=state_caches,
+            block_size=self.block_size,
+            keep_window_states=keep_window_states,
+        )
+        return self._device("input_ids")[:t], ctx
+
+    def derive_flags(self, num_slots: int) -> None:
+        """has_initial_state as bool, from its int64 copy (a device op, so graphs capture it)."""
+        torch.ne(self._device("has_initial_state")[:num_slots], 0, out=self.has_initial_bool[:num_slots])

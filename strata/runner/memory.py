@@ -1,0 +1,80 @@
+"""GPU memory planning: what the engine may use (--gpu-memory-utilization, --vram-reserve-mib), whether the
+weights fit before they are loaded, and how much is left for the KV pool after weights and a headroom for
+activations, CUDA graphs, per-token verification states and logits.
+
+All sizes are bytes. The plan is checked, not trusted: the engine reports the peak it actually reached
+(torch.cuda.max_memory_allocated) beside the plan in its status.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from strata.config import ModelConfig
+
+GiB = 2**30
+_BASE_HEADROOM = 1 * GiB  # cuBLAS/Triton workspaces, allocator fragmentation, the CUDA graph pool
+
+
+class ModelDoesNotFit(ValueError):
+    """The model (or the smallest usable KV pool) does not fit the GPU memory the options allow."""
+
+
+@dataclass(frozen=True)
+class GpuBudget:
+    total: int          # the device's memory
+    allowed: int        # total * utilization - reserve
+    in_use: int         # used on the device when measured (weights, this and other processes)
+
+    @property
+    def available(self) -> int:
+        return self.allowed - self.in_use
+
+    def describe(self, utilization: float, reserve_mib: int) -> str:
+        return (f"GPU total {self.total / GiB:.1f} GiB; gpu_memory_utilization {utilization} and "
+                f"vram_reserve_mib {reserve_mib} allow {self.allowed / GiB:.1f} GiB; "
+                f"{self.in_use / GiB:.1f} GiB in use")
+
+
+def measure_budget(utilization: float, reserve_mib: int) -> GpuBudget:
+    if not 0.0 < utilization <= 1.0:
+        raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {utilization}")
+    if reserve_mib < 0:
+        raise ValueError(f"vram_reserve_mib must be >= 0, got {reserve_mib}")
+    free, total = torch.cuda.mem_get_info()
+    return GpuBudget(total, int(total * utilization) - reserve_mib * 2**20, total - free)
+
+
+def check_weights_fit(weight_bytes: int, budget: GpuBudget, utilization: float, reserve_mib: int) -> None:
+    if weight_bytes > budget.available:
+        raise ModelDoesNotFit(
+            f"the weights need {weight_bytes / GiB:.1f} GiB but only {max(budget.available, 0) / GiB:.1f} GiB "
+            f"are available ({budget.describe(utilization, reserve_mib)}); raise --gpu-memory-utilization, "
+            f"lower --vram-reserve-mib, or use a smaller model / fewer layers")
+
+
+def parameter_bytes(model_class, cfg: ModelConfig, dtype: torch.dtype) -> int:
+    """Bytes of the model's parameters in `dtype`, counted on the meta device (nothing allocated)."""
+    with torch.device("meta"):
+        model = model_class(cfg)
+    return sum(p.numel() for p in model.parameters()) * dtype.itemsize
+
+
+def activation_headroom(cfg: ModelConfig, max_num_batched_tokens: int, max_num_seqs: int, window: int,
+                        state_shapes: dict, dtype: torch.dtype) -> int:
+    """An upper estimate of what one step needs beyond weights and KV: per-token MoE and projection
+    temporaries of the largest prompt chunk, float32 logits of every verified row, and the per-token
+    recurrent states a verification window records (hybrid models with speculation)."""
+    top_k = max(cfg.num_experts_per_tok, 1)
+    inter = max(cfg.moe_intermediate_size, cfg.intermediate_size)
+    widest = max(cfg.hidden_size, (cfg.num_attention_heads * 2 + 2 * cfg.num_key_value_heads) * cfg.head_dim)
+    per_token = 4 * top_k * (cfg.hidden_size + inter) + 16 * widest * dtype.itemsize
+    logits = 3 * max_num_seqs * window * cfg.vocab_size * 4
+    window_states = 0
+    if window > 1:
+        window_states = max_num_seqs * window * sum(
+            math.prod(conv) * dtype.itemsize + math.prod(ssm) * 4 for conv, ssm in state_shapes.values())
+    return _BASE_HEADROOM + max_num_batched_tokens * per_token + logits + window_states

@@ -1,0 +1,167 @@
+"""`strata bench offline` end to end on a tiny random MoE model: the JSON carries throughput, latencies,
+the step-time split, bytes per decode step and bandwidth, prefill speed and eager/graph arms."""
+
+from __future__ import annotations
+
+import builtins
+import json
+
+import pytest
+
+from strata.bench.plot import write_plot
+from strata.cli.main import main
+
+TINY_MOE = ("random:qwen3-30b-a3b?num_hidden_layers=2&hidden_size=128&intermediate_size=256&moe_intermediate_size=64"
+            "&num_attention_heads=4&num_key_value_heads=2&head_dim=32&num_experts=16&num_experts_per_tok=4"
+            "&vocab_size=1000")
+OUTPUT_LEN = 6
+
+
+def _bench(tmp_path, *extra: str) -> dict:
+    out = tmp_path / "result.json"
+    argv = ["bench", "offline", TINY_MOE, "--device", "cpu", "--max-model-len", "128", "--num-prompts", "2",
+            "--input-len", "8", "--output-len", str(OUTPUT_LEN), "--concurrency", "1,2", "--repeats", "2",
+            "--copy-mib", "32", "--output", str(out), *extra]
+    assert main(argv) == 0
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def doc(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("bench")
+    result = _bench(tmp, "--eager-vs-graph", "--prefill-lens", "16,32", "--plot", str(tmp / "plot.png"))
+    result["_plot"] = tmp / "plot.png"
+    return result
+
+
+def _strata_arms(doc: dict) -> dict:
+    return {name: entry for name, entry in doc["results"].items() if name.startswith("strata")}
+
+
+def test_arms_alternate_eager_and_graph_or_say_why_not(doc):
+    names = set(doc["results"])
+    if "unavailable_arms" in doc:
+        assert names == {"strata_c1", "strata_c2"}
+        assert set(doc["unavailable_arms"]) == {"strata_eager", "strata_graph"}
+    else:
+        assert names == {"strata_eager_c1", "strata_graph_c1", "strata_eager_c2", "strata_graph_c2"}
+        for c in (1, 2):
+            graph, eager = doc["results"][f"strata_graph_c{c}"], doc["results"][f"strata_eager_c{c}"]
+            ratio = graph["median_output_tok_s"] / eager["median_output_tok_s"]
+            assert graph["speedup_vs_eager"] == pytest.approx(ratio)
+
+
+def test_old_keys_and_latencies(doc):
+    for name, entry in _strata_arms(doc).items():
+        assert len(entry["runs"]) == 2
+        assert entry["median_output_tok_s"] > 0 and entry["median_per_stream_tok_s"] > 0
+        for run in entry["runs"]:
+            assert run["output_tokens"] == 2 * OUTPUT_LEN
+            assert run["output_tok_s"] == pytest.approx(run["output_tokens"] / run["seconds"])
+            assert 0 < run["ttft_ms"]["p50"] <= run["ttft_ms"]["p95"] <= run["ttft_ms"]["p99"]
+            assert 0 < run["token_gap_ms"]["p50"] <= run["token_gap_ms"]["p95"]
+            assert run["ttft_ms"]["p95"] < run["seconds"] * 1e3
+        assert entry["median_ttft_p95_ms"] >= entry["median_ttft_p50_ms"] > 0
+        assert entry["median_token_gap_p95_ms"] > 0
+
+
+def test_step_split_adds_up_to_the_run(doc):
+    for name, entry in _strata_arms(doc).items():
+        for run in entry["runs"]:
+            split = run["step_split_ms"]
+            for kind in ("all", "decode"):
+                s = split[kind]
+                assert s["host"] >= 0 and s["forward"] > 0 and s["sample"] > 0 and s["draft"] >= 0
+                assert s["forward"] + s["sample"] + s["draft"] + s["host"] == pytest.approx(s["wall"])
+            # the steps account for the run's wall time (what is outside them is admission and bookkeeping)
+            assert run["step_seconds_total"] == pytest.approx(run["seconds"], rel=0.1)
+            # every output token after the first comes from a decode step: 2 prompts one after the other
+            # at concurrency 1, side by side at 2
+            concurrency = int(name.rsplit("_c", 1)[1])
+            assert split["decode"]["num_steps"] == (OUTPUT_LEN - 1) * (2 if concurrency == 1 else 1)
+            assert split["all"]["num_steps"] == split["decode"]["num_steps"] + (2 if concurrency == 1 else 1)
+
+
+def test_bytes_and_bandwidth(doc):
+    model = doc["roofline"]["model"]
+    assert doc["roofline"]["device_copy_bandwidth_bytes_s"] > 0
+    assert model["params"]["num_moe_layers"] == 2 and model["bytes"]["expert_bytes"] == 3 * 128 * 64 * 4
+    for name, entry in _strata_arms(doc).items():
+        concurrency = int(name.rsplit("_c", 1)[1])
+        for run in entry["runs"]:
+            roof, decode = run["roofline"], run["step_split_ms"]["decode"]
+            parts = roof["bytes_per_decode_step"]
+            assert parts["total"] == pytest.approx(sum(v for k, v in parts.items() if k != "total"))
+            assert parts["dense"] == model["bytes"]["dense_bytes"]
+            # 1 or 2 slots, each attending over 8 prompt tokens plus what it has generated
+            context = parts["kv"] / model["bytes"]["kv_bytes_per_token"]
+            assert 9 * concurrency <= context <= (8 + OUTPUT_LEN) * concurrency
+            if roof["experts_touched_source"] == "upper_bound_estimate":
+                assert roof["experts_touched_per_layer"] == 4 * concurrency   # top-4 per token, one token per slot
+            else:
+                assert roof["experts_touched_source"] == "measured"
+                assert 4 <= roof["experts_touched_per_layer"] <= 4 * concurrency
+            assert roof["mean_decode_step_ms"] == pytest.approx(decode["wall"])
+            assert roof["achieved_bandwidth_bytes_s"] == pytest.approx(parts["total"] / (decode["wall"] / 1e3))
+            assert 0 < roof["bandwidth_fraction"] == pytest.approx(
+                roof["achieved_bandwidth_bytes_s"] / doc["roofline"]["device_copy_bandwidth_bytes_s"])
+        assert entry["median_bandwidth_fraction"] > 0
+
+
+def test_prefill(doc):
+    assert set(doc["prefill"]) == {"prefill_16", "prefill_32"}
+    for n in (16, 32):
+        entry = doc["prefill"][f"prefill_{n}"]
+        assert len(entry["runs_seconds"]) == 2
+        assert entry["median_prefill_tok_s"] == pytest.approx(n / entry["median_seconds"])
+        assert entry["flops_per_token"] == 2 * doc["roofline"]["model"]["params"]["active"]
+        assert "gemm_peak_fraction" not in entry          # CPU: no bf16 GEMM peak measured
+    assert "bf16_gemm_flops" not in doc["roofline"]
+
+
+def test_plot(doc):
+    pytest.importorskip("matplotlib")
+    assert doc["_plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_from_a_saved_result(doc, tmp_path):
+    pytest.importorskip("matplotlib")
+    saved = tmp_path / "result.json"
+    saved.write_text(json.dumps({k: v for k, v in doc.items() if k != "_plot"}))
+    assert main(["bench", "plot", str(saved), "--output", str(tmp_path / "again.png")]) == 0
+    assert (tmp_path / "again.png").read_bytes()[:4] == b"\x89PNG"
+    saved.write_text(json.dumps({"bench": "serve"}))
+    assert main(["bench", "plot", str(saved), "--output", str(tmp_path / "no.png")]) == 2
+
+
+def test_plot_without_matplotlib(tmp_path, monkeypatch):
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name.startswith("matplotlib"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    message = write_plot({"results": {}, "config": {"model": "m", "concurrency": [1]}}, str(tmp_path / "p.png"))
+    assert "matplotlib is not installed" in message and not (tmp_path / "p.png").exists()
+
+
+def test_speculation_arms_side_by_side(tmp_path):
+    doc = _bench(tmp_path, "--speculative-config", '{"method": "synthetic", "acceptance_length": 2.0}',
+                 "--spec-baseline", "--concurrency", "2", "--repeats", "1")
+    spec, base = doc["results"]["strata_spec_c2"], doc["results"]["strata_nospec_c2"]
+    assert spec["speedup_vs_nospec"] == pytest.approx(spec["median_output_tok_s"] / base["median_output_tok_s"])
+    spec_decode = spec["runs"][0]["step_split_ms"]["decode"]
+    # verify windows are decode steps too; they emit more than one token per slot, so fewer steps
+    assert 0 < spec_decode["num_steps"] < base["runs"][0]["step_split_ms"]["decode"]["num_steps"]
+    assert spec["runs"][0]["mean_accepted_length"] > 1.0
+
+
+def test_hf_peer_on_a_random_shape(tmp_path):
+    doc = _bench(tmp_path, "--hf-peer", "--repeats", "1")
+    assert set(doc["results"]) == {"strata_c1", "strata_c2", "hf_generate_b1", "hf_generate_b2"}
+    hf = doc["results"]["hf_generate_b2"]
+    assert hf["runs"][0]["output_tokens"] == 2 * OUTPUT_LEN
+    assert hf["ratio_vs_hf_single_stream"] == pytest.approx(
+        hf["median_output_tok_s"] / doc["results"]["hf_generate_b1"]["median_output_tok_s"])

@@ -1,0 +1,176 @@
+"""Experts split between device slots, PCIe staging and the CPU pool: greedy output through the LLM
+API is identical whatever share of experts is resident, with the hot set swapped mid-generation, and
+with a hot set read from a profile recorded by `strata profile`. On this CPU-only machine the "device"
+is the CPU too, but resident and missed experts still take their two code paths (slot weights through
+the grouped path; host weights through the worker pool), which the shares in the stats prove."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from strata import LLM, SamplingParams
+from strata.cli.main import main
+from strata.config import EngineConfig, ExpertConfig, RunnerConfig, SchedulerConfig
+from strata.experts.cpu_pool import CpuExpertPool
+from strata.experts.profile import load_profile
+from strata.experts.provider import OffloadedExperts
+from strata.experts.slots import ExpertSlots
+from strata.experts.stats import RoutingStats
+from strata.model.moe import grouped_experts
+
+PARAMS = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
+PROMPTS = [{"prompt_token_ids": [3 + i, 17, 40 + 7 * i, 9, 100 - i, 55 + i]} for i in range(5)]
+
+
+def make_llm(folder: str, max_num_seqs: int = 8, **experts) -> LLM:
+    return LLM.from_config(EngineConfig(model=folder, runner=RunnerConfig(device="cpu", dtype="float32"),
+                                        scheduler=SchedulerConfig(max_num_seqs=max_num_seqs),
+                                        experts=ExpertConfig(**experts)))
+
+
+def end_step_after_execute(llm: LLM) -> None:
+    """Stands in for the runner's once-per-step hook: `model.expert_manager.end_step()` after execute."""
+    runner, manager = llm.engine.runner, llm.engine.experts
+    execute = runner.execute
+
+    def execute_then_end_step(plan):
+        result = execute(plan)
+        manager.end_step()
+        return result
+
+    runner.execute = execute_then_end_step
+
+
+def greedy(llm: LLM, prompts=PROMPTS) -> list[list[int]]:
+    return [out.outputs[0].token_ids for out in llm.generate(prompts, PARAMS)]
+
+
+@pytest.fixture(scope="module", params=["qwen3_moe", "qwen3_next"])
+def family_reference(request, tiny_model_dir):
+    folder = tiny_model_dir(request.param)
+    llm = make_llm(folder)
+    assert llm.engine.experts.slots is None  # the default keeps every expert on the device
+    return folder, greedy(llm)
+
+
+@pytest.mark.parametrize("cache, pcie_frac", [("0%", 0.0), ("30%", 0.0), ("70%", 0.0), ("100%", 0.0),
+                                              ("30%", 0.5), ("0", 1.0)])
+def test_greedy_output_identical_whatever_share_is_resident(family_reference, cache, pcie_frac):
+    folder, reference = family_reference
+    llm = make_llm(folder, expert_cache=cache, pcie_frac=pcie_frac, expert_swap_interval=0)
+    assert greedy(llm) == reference
+    snap = llm.engine.status()["experts"]
+    if cache == "100%":
+        assert llm.engine.experts.slots is None and "gpu_hit_rate" not in snap
+        return
+    assert snap["gpu_hit_rate"] + snap["cpu_share"] + snap["pcie_share"] == pytest.approx(1.0)
+    assert (snap["gpu_hit_rate"] > 0) == (cache not in ("0%", "0"))
+    assert (snap["pcie_share"] > 0) == (pcie_frac > 0)
+    assert (snap["cpu_share"] > 0) == (pcie_frac < 1.0)
+    assert (snap["bytes_moved"] > 0) == (pcie_frac > 0)
+
+
+def test_hot_set_swaps_mid_generation_keep_output_identical(family_reference):
+    folder, reference = family_reference
+    llm = make_llm(folder, expert_cache="30%", expert_swap_interval=1, expert_swap_threshold=0.0)
+    end_step_after_execute(llm)
+    before = llm.engine.experts.slots.resident_mask()
+    assert greedy(llm) == reference
+    snap = llm.engine.status()["experts"]
+    assert snap["swaps"] > 0 and snap["bytes_moved"] > 0
+    assert not torch.equal(llm.engine.experts.slots.resident_mask(), before)
+    assert int(llm.engine.experts.slots.resident_mask().sum()) == llm.engine.experts.num_slots
+
+
+def test_single_stream_decode_with_swaps_every_step(tiny_model_dir):
+    folder = tiny_model_dir("qwen3_moe")
+    reference = greedy(make_llm(folder), PROMPTS[:1])
+    llm = make_llm(folder, max_num_seqs=1, expert_cache="5", expert_swap_interval=1, expert_swap_threshold=0.0,
+                   pcie_frac=0.5)
+    end_step_after_execute(llm)
+    assert greedy(llm, PROMPTS[:1]) == reference
+
+
+def test_steps_and_counts_through_the_engine(tiny_model_dir):
+    llm = make_llm(tiny_model_dir("qwen3_moe"), expert_cache="50%")
+    end_step_after_execute(llm)
+    outputs = llm.generate(PROMPTS[:2], SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True))
+    manager = llm.engine.experts
+    snap = manager.snapshot(with_counts=True)
+    # every token forwarded (prompt + all outputs but the last) routes top_k = 2 pairs in each MoE layer
+    forwarded = sum(len(o.prompt_token_ids) + len(o.outputs[0].token_ids) - 1 for o in outputs)
+    assert [sum(layer) for layer in snap["counts"]] == [2 * forwarded] * manager.num_layers
+    # one prompt step (both prompts in one chunk) and 5 decode steps
+    assert snap["steps"] == 6
+    assert 2 <= snap["mean_experts_touched_per_layer"] <= 4  # 2 tokens x top-2 per decode step
+
+
+def test_update_hot_set_follows_the_window_counts_and_fills_slots_from_host(tiny_model_dir):
+    llm = make_llm(tiny_model_dir("qwen3_moe"), expert_cache="16", expert_split="static", expert_swap_interval=0)
+    manager = llm.engine.experts
+    slots = manager.slots
+    assert slots.resident_mask()[:2].all() and int(slots.resident_mask().sum()) == 16  # layers 0 and 1 whole
+    manager.stats.window_counts.zero_()
+    manager.stats.window_counts[2, 7] = 50
+    manager.stats.window_counts[2, 3] = 40
+    manager.stats.window_counts[2, 5] = 30   # a third candidate, beyond the 16 / 8 = 2 swaps of one update
+    manager.stats.window_counts[0, 0] = 10
+    assert manager.update_hot_set() == 2
+    # the coldest residents (0 uses, lowest ids first) make room: (0, 1) and (0, 2)
+    expected = [(0, 0)] + [(0, e) for e in range(3, 8)] + [(1, e) for e in range(8)] + [(2, 3), (2, 7)]
+    assert [tuple(x) for x in slots.resident_mask().nonzero().tolist()] == expected
+    for layer, expert in expected:
+        slot = int(slots.remap[layer, expert])
+        assert torch.equal(slots.w13_slots[slot], slots.host_w13[layer][expert])
+        assert torch.equal(slots.w2_slots[slot], slots.host_w2[layer][expert])
+    assert int((slots.remap >= 0).sum()) == 16 and slots.remap[0, 1] == -1
+    assert manager.stats.window_counts.sum() == 0  # a new window
+
+
+def test_provider_matches_all_experts_on_random_routing():
+    """The provider alone against the all-resident grouped path, with hits, PCIe and CPU pairs in one call."""
+    gen = torch.Generator().manual_seed(0)
+    num_experts, dim, inter, tokens, top_k = 6, 16, 8, 9, 3
+    w13 = torch.randn(2, num_experts, 2 * inter, dim, generator=gen)
+    w2 = torch.randn(2, num_experts, dim, inter, generator=gen)
+    slots = ExpertSlots(list(w13), list(w2), num_slots=3, num_staging=1, device="cpu")
+    slots.fill([(1, 0), (1, 2), (1, 5)])
+    stats = RoutingStats(2, num_experts, "cpu")
+    provider = OffloadedExperts(1, slots, CpuExpertPool(2), stats, pcie_frac=0.5)
+    hidden = torch.randn(tokens, dim, generator=gen)
+    topk_ids = torch.stack([torch.randperm(num_experts, generator=gen)[:top_k] for _ in range(tokens)])
+    topk_weights = torch.rand(tokens, top_k, generator=gen)
+    expected = grouped_experts(hidden, w13[1], w2[1], topk_ids, topk_weights)
+    torch.testing.assert_close(provider(hidden, topk_ids, topk_weights), expected, rtol=1e-5, atol=1e-5)
+    gpu, cpu, pcie = stats.pair_counts.tolist()
+    assert gpu == int(torch.isin(topk_ids, torch.tensor([0, 2, 5])).sum()) and cpu > 0 and pcie > 0
+    assert gpu + cpu + pcie == tokens * top_k
+
+
+def test_profile_command_round_trip_fills_the_hot_set(tiny_model_dir, tmp_path):
+    folder = tiny_model_dir("qwen3_moe")
+    path = str(tmp_path / "profile.json")
+    assert main(["profile", folder, "--output", path, "--device", "cpu", "--dtype", "float32",
+                 "--max-tokens", "4"]) == 0
+    counts = load_profile(path, 3, 8)
+    assert len(set(counts.sum(dim=1).tolist())) == 1 and counts.sum() > 0  # every layer routed every token
+    llm = make_llm(folder, expert_cache="6", expert_profile=path, expert_swap_interval=0)
+    manager = llm.engine.experts
+    top6 = set(divmod(i, 8) for i in torch.argsort(-counts.flatten(), stable=True)[:6].tolist())
+    assert set(map(tuple, manager.slots.resident_mask().nonzero().tolist())) == top6
+    greedy(llm, PROMPTS[:1])
+    manager.close()  # saves the profile: the loaded counts plus what this run routed
+    assert torch.equal(load_profile(path, 3, 8), counts + manager.stats.counts())
+
+
+def test_profile_of_another_model_is_refused(tiny_model_dir, tmp_path):
+    path = str(tmp_path / "moe.json")
+    assert main(["profile", tiny_model_dir("qwen3_moe"), "--output", path, "--device", "cpu", "--max-tokens", "2"]) == 0
+    with pytest.raises(ValueError, match="this model has 4 MoE layers of 8 experts"):
+        make_llm(tiny_model_dir("qwen3_next"), expert_cache="50%", expert_profile=path)
+
+
+def test_model_without_experts_has_no_manager(tiny_model_dir):
+    llm = make_llm(tiny_model_dir("llama"), expert_cache="10%")
+    assert llm.engine.experts is None and llm.engine.status()["experts"] is None

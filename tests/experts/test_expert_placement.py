@@ -1,0 +1,93 @@
+"""Hot-set policy (initial splits, swap planning), routing-profile files, and configuration errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from strata.cli.main import main
+from strata.config import ExpertConfig
+from strata.experts.placement import initial_hot_set, plan_swaps
+from strata.experts.profile import load_profile, save_profile
+
+
+def test_static_split_fills_whole_layers_from_the_first():
+    assert initial_hot_set(5, num_layers=3, num_experts=2, split="static") == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0)]
+
+
+def test_uniform_split_gives_every_layer_its_share():
+    hot = initial_hot_set(7, num_layers=3, num_experts=4, split="uniform")
+    assert [sum(1 for layer, _ in hot if layer == i) for i in range(3)] == [3, 2, 2]
+
+
+def test_profile_picks_the_most_routed_experts_across_layers():
+    counts = torch.tensor([[5, 0, 9], [7, 7, 1]])
+    assert initial_hot_set(3, 2, 3, "static", counts) == [(0, 2), (1, 0), (1, 1)]
+
+
+def test_plan_swaps_trades_cold_residents_for_hot_misses_above_the_threshold():
+    counts = torch.tensor([[10, 1, 0, 50], [3, 4, 12, 0]])
+    resident = torch.tensor([[True, True, True, False], [True, False, False, False]])
+    # residents by use: (0,2)=0, (0,1)=1, (1,0)=3, (0,0)=10; misses: (0,3)=50, (1,2)=12, (1,1)=4
+    assert plan_swaps(counts, resident, threshold=0.0, max_swaps=10) == [((0, 2), (0, 3)), ((0, 1), (1, 2)),
+                                                                         ((1, 0), (1, 1))]
+    # 4 is not above 1.5 x 3
+    assert plan_swaps(counts, resident, threshold=0.5, max_swaps=10) == [((0, 2), (0, 3)), ((0, 1), (1, 2))]
+    assert plan_swaps(counts, resident, threshold=0.0, max_swaps=1) == [((0, 2), (0, 3))]
+    assert plan_swaps(counts, torch.ones_like(resident), 0.0, 10) == []
+
+
+def test_profile_round_trip(tmp_path):
+    path = str(tmp_path / "sub" / "profile.json")
+    counts = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    save_profile(path, counts, "Qwen3MoeForCausalLM", steps=7)
+    assert torch.equal(load_profile(path, 2, 3), counts)
+    assert json.load(open(path))["steps"] == 7
+    with pytest.raises(ValueError, match="2 MoE layers of 4 experts"):
+        load_profile(path, 2, 4)
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", "not valid JSON"),
+    ('{"counts": [[1]]}', "not a strata expert profile"),
+    ('{"format": "strata-expert-profile", "counts": [[1, -2]]}', "negative counts"),
+])
+def test_bad_profile_files_say_what_is_wrong(tmp_path, content, message):
+    path = tmp_path / "p.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=message):
+        load_profile(str(path), 1, 2)
+
+
+@pytest.mark.parametrize("cache, total, slots", [("auto", 24, 24), ("all", 24, 24), ("10", 24, 10), ("99", 24, 24),
+                                                 ("0", 24, 0), ("25%", 24, 6), ("0%", 24, 0), (" 100% ", 24, 24)])
+def test_expert_cache_values(cache, total, slots):
+    assert ExpertConfig(expert_cache=cache).validated().num_slots(total) == slots
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(expert_cache="lots"), "expert_cache must be auto, all, a number of slots"),
+    (dict(expert_cache="150%"), "expert_cache must be"),
+    (dict(expert_cache="-3"), "expert_cache must be"),
+    (dict(expert_split="random"), "expert_split must be one of uniform, static"),
+    (dict(cpu_threads=-1), "cpu_threads must be an integer >= 0"),
+    (dict(pcie_frac=1.5), r"pcie_frac must be in \[0, 1\]"),
+    (dict(expert_swap_interval=-2), "expert_swap_interval must be"),
+    (dict(expert_swap_threshold=-0.1), "expert_swap_threshold must be >= 0"),
+    (dict(expert_budget=-1), "expert_budget must be"),
+])
+def test_bad_config_values_give_clear_errors(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        ExpertConfig(**overrides)
+
+
+def test_cli_rejects_a_bad_expert_cache_before_loading(capsys, tiny_model_dir, monkeypatch):
+    import strata.engine.core
+
+    monkeypatch.setattr(strata.engine.core, "build_model", lambda *a, **k: pytest.fail("weights loaded"))
+    code = main(["generate", tiny_model_dir("qwen3_moe"), "--prompt", "x", "--device", "cpu",
+                 "--expert-cache", "half"])
+    assert code == 2
+    assert "expert_cache must be auto, all" in capsys.readouterr().err

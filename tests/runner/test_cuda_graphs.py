@@ -1,0 +1,136 @@
+"""CUDA graphs: persistent inputs (CPU), graph on/off token identity and LRU eviction (GPU, `-m gpu`),
+and the memory plan's clear error when the model does not fit (GPU)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from strata import LLM, SamplingParams
+from strata.runner.graph_inputs import GraphInputs
+from strata.types import ScheduledSlot
+
+gpu = pytest.mark.gpu
+
+
+def test_graph_inputs_fill_real_rows_then_padding():
+    inputs = GraphInputs(max_slots=4, max_tokens_per_slot=3, max_blocks_per_slot=5, block_size=4,
+                         scratch_block=9, scratch_state_row=7, device="cpu")
+    scheduled = [ScheduledSlot(slot_id=2, num_computed_tokens=5, num_new_tokens=2, new_block_ids=[], token_ids=[11, 12]),
+                 ScheduledSlot(slot_id=0, num_computed_tokens=0, num_new_tokens=2, new_block_ids=[], token_ids=[13, 14])]
+    tables = {2: [4, 6], 0: [1]}
+    inputs.fill(scheduled, tables, num_slots=3, tokens_per_slot=2)
+    input_ids, ctx = inputs.context(3, 2, {}, {}, keep_window_states=False)
+    inputs.derive_flags(3)
+    assert input_ids.tolist() == [11, 12, 13, 14, 0, 0]
+    assert ctx.positions.tolist() == [5, 6, 0, 1, 0, 1]
+    # position 5 -> block 6 offset 1; 6 -> block 6 offset 2; slot 0: block 1; padding: scratch block 9
+    assert ctx.slot_mapping.tolist() == [6 * 4 + 1, 6 * 4 + 2, 4, 5, 36, 37]
+    assert ctx.query_start_loc.tolist() == [0, 2, 4, 6]
+    assert ctx.seq_lens.tolist() == [7, 2, 2]
+    assert ctx.state_slot_ids.tolist() == [2, 0, 7]
+    assert ctx.has_initial_state.tolist() == [True, False, False]
+    assert ctx.block_tables[:, :2].tolist() == [[4, 6], [1, 0], [9, 9]]
+    # a smaller layout later reads only its own prefix of every buffer
+    inputs.fill(scheduled[1:], tables, num_slots=1, tokens_per_slot=2)
+    input_ids, ctx = inputs.context(1, 2, {}, {}, keep_window_states=False)
+    assert input_ids.tolist() == [13, 14] and ctx.slot_mapping.tolist() == [4, 5]
+    assert np.all(inputs.host_np[inputs.offsets["query_start_loc"][0]:][:2] == [0, 2])
+
+
+def test_graph_cache_layouts_pad_up_the_ladder():
+    from strata.runner.cuda_graphs import CudaGraphCache
+
+    inputs = GraphInputs(12, 4, 3, 4, 0, 0, "cpu")
+    cache = CudaGraphCache(torch.nn.Identity(), inputs, {}, {}, max_slots=12, max_tokens_per_slot=4, capacity=3)
+
+    def step(*lens):
+        return [ScheduledSlot(i, 8, n, [], [1] * n) for i, n in enumerate(lens)]
+
+    assert cache.layout_for(step(1)) == (1, 1)
+    assert cache.layout_for(step(4, 4, 4, 4, 4, 4, 4, 4, 4)) == (10, 4)
+    assert cache.layout_for(step(*[1] * 12)) == (12, 1)
+    assert cache.layout_for(step(*[1] * 13)) is None      # more slots than graphs cover
+    assert cache.layout_for(step(2, 3)) is None           # ragged windows run eagerly
+    assert cache.layout_for(step(5)) is None              # wider than the largest verification window
+    with pytest.raises(ValueError, match="at least 1"):
+        CudaGraphCache(torch.nn.Identity(), inputs, {}, {}, 12, 4, capacity=0)
+
+
+# ---- GPU ------------------------------------------------------------------------------------------
+
+def _prompts(lengths):
+    return [torch.randint(3, 160, (n,), generator=torch.Generator().manual_seed(n)).tolist() for n in lengths]
+
+
+def _staggered(llm: LLM, prompts, max_tokens):
+    """Requests with different output lengths, so the batch shrinks step by step through many layouts."""
+    params = [SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=True) for m in max_tokens]
+    outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params)
+    return [o.outputs[0].token_ids for o in outs]
+
+
+SPECS = [None, {"method": "suffix", "num_speculative_tokens": 3}]
+
+
+@gpu
+@pytest.mark.parametrize("family, spec", [("llama", None), ("qwen3_moe", None), ("qwen3_next", None),
+                                          ("qwen3_moe", SPECS[1]),
+                                          ("qwen3_next+mtp", {"method": "mtp", "num_speculative_tokens": 3})])
+def test_graph_on_off_token_identity(family, spec, tiny_model_dir):
+    prompts = _prompts([5, 9, 17, 3, 30, 12])
+    lengths = [24, 8, 16, 30, 4, 12]
+    runs = {}
+    for graphs in (False, True):
+        llm = LLM(tiny_model_dir(family), dtype="bfloat16", device="cuda", max_num_seqs=6, block_size=4,
+                  speculative_config=spec, cuda_graphs=graphs)
+        runs[graphs] = _staggered(llm, prompts, lengths)
+        stats = llm.engine.runner.graph_stats()
+        if graphs:
+            assert stats["replays"] > 0 and stats["captures"] > 0
+        del llm
+        torch.cuda.empty_cache()
+    assert runs[True] == runs[False]
+
+
+@gpu
+def test_graph_cache_evicts_and_recaptures_beyond_its_capacity(tiny_model_dir):
+    """More layouts than the cache holds: the least recently used graph is released and re-captured
+    when its layout comes back; output stays identical to the eager run throughout."""
+    prompts = _prompts([4, 6, 8, 10, 12, 14, 16, 18])
+    lengths = [3, 6, 9, 12, 15, 18, 21, 24]  # batch sizes 8, 7, ..., 1: eight layouts
+    folder = tiny_model_dir("qwen3_next")
+    eager = LLM(folder, dtype="bfloat16", device="cuda", max_num_seqs=8, block_size=4, cuda_graphs=False)
+    expected = _staggered(eager, prompts, lengths)
+    del eager
+    llm = LLM(folder, dtype="bfloat16", device="cuda", max_num_seqs=8, block_size=4, cuda_graph_cache_size=3)
+    for round_ in range(2):
+        assert _staggered(llm, prompts, lengths) == expected
+        stats = llm.engine.runner.graph_stats()
+        assert stats["cached"] <= 3
+        assert stats["evictions"] >= 5 * (round_ + 1)
+        assert stats["captures"] == stats["evictions"] + stats["cached"]
+    assert not llm.engine.runner.graphs.eager_only
+
+
+@gpu
+def test_gpu_float32_greedy_matches_hf_through_the_triton_paths(tiny_model_dir):
+    """Qwen3-Next in float32 on the GPU: decode goes through the Triton Gated DeltaNet and attention
+    kernels (head_dim 16 here); greedy tokens equal HF transformers' on the same weights."""
+    from tests.tiny_models import build_hf_model
+
+    prompts = _prompts([7, 19, 33])
+    hf = build_hf_model("qwen3_next").to("cuda")
+    expected = [hf.generate(torch.tensor([p], device="cuda"), do_sample=False, max_new_tokens=24)[0, len(p):].tolist()
+                for p in prompts]
+    llm = LLM(tiny_model_dir("qwen3_next"), dtype="float32", device="cuda", max_num_seqs=4, block_size=4)
+    assert _staggered(llm, prompts, [24, 24, 24]) == expected
+
+
+@gpu
+def test_model_that_does_not_fit_gets_a_clear_error(tiny_model_dir):
+    from strata.runner.memory import ModelDoesNotFit
+
+    with pytest.raises(ModelDoesNotFit, match=r"GiB.*gpu_memory_utilization"):
+        LLM(tiny_model_dir("llama"), dtype="bfloat16", device="cuda", gpu_memory_utilization=1e-6)

@@ -1,0 +1,45 @@
+"""Draft-length policy: expected tokens per window and the cost model that picks the batch's k."""
+
+import pytest
+
+from strata.spec.policy import DraftCostModel, draft_length, expected_tokens
+
+
+def test_expected_tokens_is_the_geometric_sum():
+    assert expected_tokens(1.0, 3) == 4.0
+    assert expected_tokens(0.0, 3) == 1.0
+    assert expected_tokens(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)
+
+
+def test_no_step_times_means_no_choice_yet():
+    model = DraftCostModel()
+    assert model.best_k(4, [0.8] * 8) is None
+    assert draft_length(4, True, 16, 1.0, None) == 1       # the fixed batch-size rule meanwhile: 4 * 4 // 16
+    assert draft_length(4, False, 16, 0.1, 0) == 4         # adaptive off pins k
+
+
+def test_flat_step_cost_keeps_every_draft():
+    """Bandwidth-bound steps cost the same for 8 or 40 tokens: drafts are free, take them all."""
+    model = DraftCostModel()
+    for tokens in (8, 16, 24, 32, 40):
+        model.observe(tokens, 0.010)
+    assert model.best_k(4, [0.7] * 8) == 4
+
+
+def test_step_cost_proportional_to_tokens_turns_speculation_off():
+    """Compute-bound steps: k drafts cost (k + 1)x but return fewer than k + 1 tokens unless all hit."""
+    model = DraftCostModel()
+    for tokens in (32, 64, 96, 128):
+        model.observe(tokens, 0.001 * tokens)
+    assert model.best_k(3, [0.8] * 32) == 0
+    assert draft_length(3, True, 32, 0.8, 0) == 0
+
+
+def test_unseen_sizes_are_tried_then_judged_by_their_measured_time():
+    model = DraftCostModel(ema_weight=1.0)
+    model.observe(32, 0.010)                           # only k = 3 with 8 requests seen so far
+    assert model.best_k(3, [0.5] * 8) == 0             # k = 0 looks 4x cheaper (optimistic): try it
+    model.observe(8, 0.009)                            # measured: barely cheaper
+    assert model.best_k(3, [0.5] * 8) > 0
+    assert model.estimate(20) == pytest.approx(0.009 + (20 - 8) / (32 - 8) * 0.001)
+    assert model.estimate(64) == pytest.approx(0.010)   # above the largest seen: as cheap as it
