@@ -223,8 +223,10 @@ class RunnerConfig:
     seed: int = _opt(0, "seed of random weights and of unseeded sampling")
     cuda_graphs: bool = _opt(True, "CUDA only: replay decode/verify steps from CUDA graphs (--no-cuda-graphs: eager)")
     cuda_graph_cache_size: int = _opt(
-        24, "CUDA graphs kept (one per layout: padded slot count x tokens per slot); least recently used go first")
+        64, "CUDA graphs kept (one per layout: padded slot count x tokens per slot); least recently used go first")
     cuda_graph_max_slots: int = _opt(32, "largest padded slot count captured as a graph; bigger steps run eager")
+    cuda_graph_warmup: bool = _opt(True, "capture the decode/verify layouts at start (up to the cache size) "
+                                         "instead of when a step first needs one")
     gpu_memory_utilization: float = _opt(
         0.9, "fraction of the GPU's total memory the engine may use (weights, KV, states, graphs, activations)")
     vram_reserve_mib: int = _opt(0, "MiB of GPU memory left untouched on top of what utilization leaves")

@@ -65,6 +65,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     multi.add_argument("--prompt-seed", type=int, default=0)
     multi.add_argument("--output", default=None, help="write the JSON result here")
     multi.set_defaults(run=run_multiturn)
+    exp = modes.add_parser("experts", help="sweep the expert cache size: decode speed and hit rate, learned hot "
+                                           "set against a static split")
+    add_engine_options(exp)
+    exp.add_argument("--cache-sizes", default="10%,25%,50%,100%", help="comma-separated --expert-cache values")
+    exp.add_argument("--placements", default="learned,static", help="learned and/or static")
+    exp.add_argument("--num-prompts", type=int, default=4)
+    exp.add_argument("--input-len", type=int, default=64)
+    exp.add_argument("--output-len", type=int, default=64)
+    exp.add_argument("--swap-interval", type=int, default=32, help="learned placement: steps between hot-set updates")
+    exp.add_argument("--prompt-seed", type=int, default=0)
+    exp.add_argument("--output", default=None, help="write the JSON result here")
+    exp.set_defaults(run=run_experts)
 
 
 def run_offline(args: argparse.Namespace) -> int:
@@ -180,4 +192,26 @@ def run_multiturn(args: argparse.Namespace) -> int:
                     "cache": dataclasses.asdict(config.cache)}
     doc = write_result(args.output, "multiturn", "strata " + shlex.join(sys.argv[1:]), bench_config, results)
     print(json.dumps(doc["results"], indent=2))
+    return 0
+
+
+def run_experts(args: argparse.Namespace) -> int:
+    from strata.bench.experts import bench_experts
+    from strata.bench.result import write_result
+
+    config = engine_config(args)
+    sizes = [s for s in args.cache_sizes.split(",") if s]
+    placements = [p for p in args.placements.split(",") if p]
+    results = bench_experts(config, sizes, placements, args.num_prompts, args.input_len, args.output_len,
+                            args.prompt_seed, args.swap_interval)
+    bench_config = {"model": args.model, "cache_sizes": sizes, "placements": placements,
+                    "num_prompts": args.num_prompts, "input_len": args.input_len, "output_len": args.output_len,
+                    "max_num_seqs": config.scheduler.max_num_seqs, "cpu_threads": config.experts.cpu_threads,
+                    "pcie_frac": config.experts.pcie_frac}
+    doc = write_result(args.output, "experts", "strata " + shlex.join(sys.argv[1:]), bench_config, results)
+    for name, entry in doc["results"].items():
+        shares = entry["experts"]
+        print(f"{name:>16}: {entry['output_tok_s']:8.1f} tok/s  gpu {shares.get('gpu_hit_rate', 1.0):.0%}  "
+              f"cpu {shares.get('cpu_share', 0.0):.0%}  pcie {shares.get('pcie_share', 0.0):.0%}  "
+              f"swaps {shares.get('swaps', 0)}")
     return 0

@@ -81,6 +81,7 @@ class EngineCore:
                                   self.max_model_len)
         self.scheduler = Scheduler(config.scheduler, config.cache, num_blocks, self.max_model_len,
                                    cfg.eos_token_ids, self.spec, has_recurrent_state=recurrent, park_rows=park_rows)
+        self.scheduler.uniform_draft_windows = self.runner.graphs is not None
         self.park_rows = park_rows
         if not quiet:
             print(f"KV cache: {num_blocks} blocks of {block_size} tokens; prefix caching "

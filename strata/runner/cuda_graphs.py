@@ -2,9 +2,10 @@
 
 A layout is (padded slot count, tokens per slot): every slot of the step brings the same number of
 tokens (1 for plain decode, 1 + k for verification). Slot counts are padded up a ladder so a few graphs
-serve every batch size. A graph is captured the first time its layout is seen (after one warm-up run),
-on padding inputs only, so capturing never advances any request's recurrent state; the step's real
-inputs are then copied into the persistent buffers and the graph is replayed.
+serve every batch size. Graphs are captured by a warm-up ladder at start (`warm_up`) and otherwise the
+first time a layout is seen (after one warm-up run of it), on padding inputs only, so capturing never
+advances any request's recurrent state; the step's real inputs are then copied into the persistent
+buffers and the graph is replayed.
 
 When the cache is full the least recently used graph is released (`CUDAGraph.reset`) before the new
 one is captured. A capture that fails marks its layout eager-only; the step then runs eagerly.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -67,6 +69,7 @@ class CudaGraphCache:
         self.eager_only: set[tuple[int, int]] = set()
         self.pool = None  # one memory pool shared by every graph, made at the first capture
         self.num_captures = self.num_evictions = self.num_replays = 0
+        self.capture_seconds = 0.0  # wall time spent capturing, so step timings can leave it out
 
     def layout_for(self, scheduled: list[ScheduledSlot]) -> tuple[int, int] | None:
         """(padded slot count, tokens per slot) when the step fits a graph, else None."""
@@ -82,7 +85,9 @@ class CudaGraphCache:
         """Replay (capturing first if needed) the graph of `key` on this step; None if it cannot be captured."""
         captured = self.graphs.get(key)
         if captured is None:
+            started = time.perf_counter()
             captured = self._capture(key)
+            self.capture_seconds += time.perf_counter() - started
             if captured is None:
                 return None
         self.graphs.move_to_end(key)
@@ -97,6 +102,17 @@ class CudaGraphCache:
         ctx.num_computed = [w.num_computed_tokens for w in scheduled]
         ctx.window_states = {layer: (conv[:real], ssm[:real]) for layer, (conv, ssm) in captured.window_states.items()}
         return GraphStep(input_ids, captured.hidden[:real], ctx)
+
+    def warm_up(self) -> int:
+        """Capture the layouts decoding will use before any request arrives (as many as the cache
+        holds: plain decode for every ladder size first, then longer verification windows), so no
+        request waits for a capture. Returns the number captured."""
+        keys = [(slots, n) for n in range(1, self.max_tokens_per_slot + 1) for slots in self.ladder]
+        captured = 0
+        for key in keys[:self.capacity]:
+            if key not in self.graphs and self._capture(key) is not None:
+                captured += 1
+        return captured
 
     @property
     def pool_bytes(self) -> int:

@@ -28,6 +28,7 @@ class RequestState:
     finish_reason: FinishReason | None = None
     # speculation: drafts proposed for the next step, and this request's acceptance statistics
     draft_token_ids: list[int] = field(default_factory=list)
+    requested_k: int = 0              # drafts asked of the drafter for this request's next step
     acceptance_ema: float = 1.0
     spec_stats: SpecStats = field(default_factory=SpecStats)
     # prefix reuse: chain hashes of the registered full blocks, tokens found in the cache at admission

@@ -45,6 +45,8 @@ class Scheduler:
         self.stats = SpecStats()
         self.draft_cost = DraftCostModel()  # step time vs tokens per step: picks the batch draft length
         self._k_step: int | None = None
+        # set by the engine when the runner replays CUDA graphs, which need one window length per step
+        self.uniform_draft_windows = False
         self.block_size = cache.block_size
         self.max_model_len = max_model_len
         self.eos_token_ids = eos_token_ids
@@ -268,6 +270,7 @@ class Scheduler:
         if sample and self.spec.enabled and can_speculate(state.request.sampling_params, len(state.output_token_ids)):
             next_k = draft_length(self.spec.num_speculative_tokens, self.spec.adaptive, len(self.running),
                                   state.acceptance_ema, self._k_step)
+        state.requested_k = next_k
         return ScheduledSlot(slot_id=state.slot_id, num_computed_tokens=start, num_new_tokens=num_new + len(drafts),
                              new_block_ids=new_blocks, token_ids=state.token_range(start, start + num_new) + drafts,
                              draft_token_ids=drafts, sample=sample, next_k=next_k)
@@ -278,7 +281,14 @@ class Scheduler:
         room = min(budget - 1, state.remaining_output(self.max_model_len) - 1)
         if not can_speculate(state.request.sampling_params, len(state.output_token_ids)):
             return []
-        return state.draft_token_ids[: max(room, 0)]
+        drafts = state.draft_token_ids[: max(room, 0)]
+        # filler drafts (the last token repeated) keep every window of the step the same length, so the
+        # step replays a CUDA graph; verifying them is exact like any draft, and tokens accepted past
+        # max_tokens are dropped at commit, so only the budget and max_model_len bound them
+        wanted = min(state.requested_k, budget - 1, self.max_model_len - state.num_tokens - 1)
+        if self.uniform_draft_windows and len(drafts) < wanted:
+            drafts = drafts + [(drafts or state.output_token_ids)[-1]] * (wanted - len(drafts))
+        return drafts
 
     def _release_excess_blocks(self, state: RequestState) -> None:
         """After rejected drafts a request may hold blocks past its committed length + lookahead;

@@ -24,9 +24,8 @@ def draft_length(k_max: int, adaptive: bool, num_running: int, acceptance_ema: f
     if not adaptive:
         return k_max
     if k_step is not None:
-        k = k_step
-    else:
-        k = k_max if num_running <= 4 else max(1, (k_max * 4) // num_running)
+        return k_step  # one length for the batch: its cost model already weighs each request's acceptance
+    k = k_max if num_running <= 4 else max(1, (k_max * 4) // num_running)
     if acceptance_ema < 0.25:
         return min(k, 1)
     if acceptance_ema < 0.5:

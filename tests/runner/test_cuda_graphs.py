@@ -58,6 +58,23 @@ def test_graph_cache_layouts_pad_up_the_ladder():
         CudaGraphCache(torch.nn.Identity(), inputs, {}, {}, 12, 4, capacity=0)
 
 
+def test_warm_up_captures_decode_layouts_first_up_to_the_capacity(monkeypatch):
+    from strata.runner.cuda_graphs import CudaGraphCache
+
+    cache = CudaGraphCache(torch.nn.Identity(), GraphInputs(6, 3, 2, 4, 0, 0, "cpu"), {}, {}, max_slots=6,
+                           max_tokens_per_slot=3, capacity=8)
+    captured = []
+
+    def fake_capture(key):
+        captured.append(key)
+        cache.graphs[key] = object()
+        return cache.graphs[key]
+
+    monkeypatch.setattr(cache, "_capture", fake_capture)
+    assert cache.warm_up() == 8
+    assert captured == [(1, 1), (2, 1), (3, 1), (4, 1), (5, 1), (6, 1), (1, 2), (2, 2)]
+
+
 # ---- GPU ------------------------------------------------------------------------------------------
 
 def _prompts(lengths):

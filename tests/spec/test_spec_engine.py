@@ -87,6 +87,31 @@ def test_suffix_greedy_identical_to_hf(family, tiny_model_dir):
     assert core.scheduler.stats.num_draft_tokens > 0
 
 
+@pytest.mark.parametrize("family, spec", [("qwen3_moe", {"method": "suffix", "num_speculative_tokens": 3}),
+                                          ("qwen3_next+mtp", {"method": "mtp", "num_speculative_tokens": 3})])
+def test_filler_drafts_make_windows_uniform_and_keep_output(family, spec, tiny_model_dir, monkeypatch):
+    """With uniform windows (what CUDA graphs need), short proposals are padded with filler drafts:
+    every decode step then has one window length, and greedy output is still HF's."""
+    batch = prompts([7, 30, 12, 3, 44, 9])
+    batch[1] = batch[1][:10] * 3
+    core = engine(tiny_model_dir(family), spec)
+    core.scheduler.uniform_draft_windows = True
+    lengths = []
+    execute = core.runner.execute
+
+    def recording(plan):
+        windows = {w.num_new_tokens for w in plan.scheduled if w.draft_token_ids or w.num_new_tokens == 1}
+        if plan.scheduled and all(w.sample for w in plan.scheduled) and len(plan.scheduled) > 1:
+            lengths.append(windows)
+        return execute(plan)
+
+    monkeypatch.setattr(core.runner, "execute", recording)
+    assert run_staggered(core, batch) == hf_greedy(family.partition("+")[0], batch)
+    decode_steps = [w for w in lengths if w]
+    assert decode_steps and sum(len(w) == 1 for w in decode_steps) >= 0.8 * len(decode_steps)
+    assert any(max(w) > 1 for w in decode_steps)
+
+
 def wrong_at_every_position(reference: dict[tuple, list[int]]):
     """A drafter that proposes the true continuation with one wrong token, at a position that
     cycles through 0..k, so every rejection position (and full acceptance) is exercised."""

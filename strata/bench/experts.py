@@ -1,0 +1,94 @@
+"""Expert-cache sweep: decode speed and where routed experts ran, against the share of experts resident
+on the device, for two placements at the same VRAM:
+
+- learned: the hot set filled from a routing profile recorded on a separate prompt set of the same
+  workload, then updated while serving (swaps every `swap_interval` steps);
+- static: whole layers from the first resident, the rest on the CPU, never swapped (the split
+  llama.cpp's --n-cpu-moe makes).
+
+Each (placement, size) builds its own engine; the all-resident engine is measured once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import os
+import tempfile
+
+import torch
+
+from strata.bench.offline import make_prompts, run_strata
+from strata.config import EngineConfig, ExpertConfig
+from strata.engine.llm import LLM
+
+
+def record_profile(config: EngineConfig, prompts: list[list[int]], output_len: int, path: str) -> str:
+    """Run the workload with every expert resident and save its routing counts as a profile."""
+    llm = LLM.from_config(dataclasses.replace(config, experts=dataclasses.replace(
+        config.experts, expert_cache="all", expert_profile=None)))
+    run_strata(llm, prompts, output_len)
+    llm.engine.experts.save_profile(path)
+    _release(llm)
+    return path
+
+
+def bench_experts(config: EngineConfig, cache_sizes: list[str], placements: list[str], num_prompts: int,
+                  input_len: int, output_len: int, seed: int, swap_interval: int = 32,
+                  profile_path: str | None = None) -> dict:
+    vocab = _vocab_size(config)
+    prompts = make_prompts(num_prompts, input_len, vocab, seed)
+    results: dict[str, dict] = {}
+    if "learned" in placements:
+        profile_path = profile_path or os.path.join(tempfile.mkdtemp(), "profile.json")
+        record_profile(config, make_prompts(num_prompts, input_len, vocab, seed + 1), output_len, profile_path)
+    for size in cache_sizes:
+        for placement in (["all"] if _is_all(size) else placements):
+            experts = _placement(config.experts, size, placement, swap_interval, profile_path)
+            llm = LLM.from_config(dataclasses.replace(config, experts=experts))
+            run_strata(llm, prompts[:1], 4)  # warm-up
+            run = run_strata(llm, prompts, output_len)
+            snapshot = llm.engine.experts.snapshot()
+            results[f"{placement}_{size}"] = {
+                "expert_cache": size, "placement": placement, "resident_slots": snapshot["resident_slots"],
+                "total_experts": snapshot["total_experts"], "output_tok_s": run["output_tok_s"],
+                "per_stream_tok_s": run["per_stream_tok_s"], "ttft_ms": run.get("ttft_ms"),
+                "experts": {k: v for k, v in snapshot.items() if k != "counts"}}
+            _release(llm)
+    for size in cache_sizes:
+        learned, static = results.get(f"learned_{size}"), results.get(f"static_{size}")
+        if learned and static:
+            learned["speedup_vs_static"] = learned["output_tok_s"] / static["output_tok_s"]
+    return results
+
+
+def _placement(base: ExpertConfig, size: str, placement: str, swap_interval: int,
+               profile_path: str | None) -> ExpertConfig:
+    if placement == "all":
+        return dataclasses.replace(base, expert_cache="all", expert_profile=None)
+    if placement == "learned":
+        return dataclasses.replace(base, expert_cache=size, expert_profile=profile_path,
+                                   expert_swap_interval=swap_interval)
+    if placement == "static":
+        return dataclasses.replace(base, expert_cache=size, expert_profile=None, expert_split="static",
+                                   expert_swap_interval=0)
+    raise ValueError(f"unknown placement {placement!r}; use learned, static")
+
+
+def _is_all(size: str) -> bool:
+    return size.strip().lower() in ("all", "100%", "auto")
+
+
+def _vocab_size(config: EngineConfig) -> int:
+    from strata.weights.source import open_source
+
+    return open_source(config.model).model_config().vocab_size
+
+
+def _release(llm: LLM) -> None:
+    if llm.engine.experts is not None and llm.engine.experts.pool is not None:
+        llm.engine.experts.pool.close()
+    del llm
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
