@@ -248,13 +248,13 @@ class ExpertConfig:
     expert_split: str = _opt("uniform", "hot set without a profile: uniform (same share of every layer) | "
                                         "static (first layers whole, like llama.cpp --n-cpu-moe)")
     cpu_threads: int = _opt(0, "worker threads computing non-resident experts (0: torch's thread count)")
-    pcie_frac: float = _opt(0.0, "fraction of each layer's missed experts copied to spare device slots and "
-                                 "run there instead of on the CPU")
+    pcie_frac: str = _opt("0", "fraction of each layer's missed experts copied to spare device slots and "
+                               "run there instead of on the CPU; auto: balanced from measured CPU and PCIe speed")
     expert_swap_interval: int = _opt(32, "steps between hot-set updates from routing counts (0: never)")
     expert_swap_threshold: float = _opt(
         0.25, "swap an expert in only if it was routed to (1 + threshold)x as often as the one it replaces")
-    expert_budget: int = _opt(0, "most distinct experts one step may touch per layer (0: no bound; not yet "
-                                 "enforced by the scheduler)")
+    expert_budget: int = _opt(0, "with offloaded experts: most distinct experts one step should touch per layer; "
+                                 "the scheduler caps tokens per step to match (0: no bound)")
 
     def __post_init__(self) -> None:
         self.validated()  # a bad value fails when the config is built, before any weights load
@@ -267,11 +267,22 @@ class ExpertConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
-        if not 0.0 <= self.pcie_frac <= 1.0:
-            raise ValueError(f"pcie_frac must be in [0, 1], got {self.pcie_frac!r}")
+        self.parse_pcie_frac()
         if self.expert_swap_threshold < 0:
             raise ValueError(f"expert_swap_threshold must be >= 0, got {self.expert_swap_threshold!r}")
         return self
+
+    def parse_pcie_frac(self) -> float | None:
+        """The PCIe share in [0, 1], or None for auto (measured when the experts are placed)."""
+        if str(self.pcie_frac).strip().lower() == "auto":
+            return None
+        try:
+            value = float(self.pcie_frac)
+        except ValueError:
+            value = -1.0
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"pcie_frac must be auto or a number in [0, 1], got {self.pcie_frac!r}")
+        return value
 
     def parse_cache(self) -> int | float | None:
         """None = all experts (auto, all); an int = that many slots; a float in [0, 1] = a share (P%)."""

@@ -20,6 +20,7 @@ from strata.cache.pools import KVPool
 from strata.config import EngineConfig, ModelConfig, SpecConfig, resolve_device, resolve_dtype
 from strata.engine.detokenizer import TextStream
 from strata.experts.manager import install_experts
+from strata.experts.placement import tokens_for_expert_budget
 from strata.model.registry import model_class
 from strata.runner.memory import GiB, GpuBudget, ModelDoesNotFit, activation_headroom, check_weights_fit, \
     measure_budget, parameter_bytes
@@ -82,6 +83,9 @@ class EngineCore:
         self.scheduler = Scheduler(config.scheduler, config.cache, num_blocks, self.max_model_len,
                                    cfg.eos_token_ids, self.spec, has_recurrent_state=recurrent, park_rows=park_rows)
         self.scheduler.uniform_draft_windows = self.runner.graphs is not None
+        if self.experts is not None and not self.experts.is_graph_safe:
+            self.scheduler.expert_token_budget = tokens_for_expert_budget(
+                cfg.num_experts, cfg.num_experts_per_tok, config.experts.expert_budget)
         self.park_rows = park_rows
         if not quiet:
             print(f"KV cache: {num_blocks} blocks of {block_size} tokens; prefix caching "

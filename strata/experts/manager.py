@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from strata.config import ExpertConfig
+from strata.experts.calibrate import measure_pcie_share
 from strata.experts.cpu_pool import CpuExpertPool
 from strata.experts.placement import initial_hot_set, plan_swaps
 from strata.experts.profile import load_profile, save_profile
@@ -56,6 +57,7 @@ class ExpertManager:
         self.num_slots = config.num_slots(self.num_layers * self.num_experts)
         self.slots: ExpertSlots | None = None
         self.pool: CpuExpertPool | None = None
+        self.pcie_frac = 0.0  # resolved from config.pcie_frac (measured for auto) when experts are offloaded
         self.num_steps = 0
         if self.num_slots < self.num_layers * self.num_experts:
             self._offload(device)
@@ -74,12 +76,15 @@ class ExpertManager:
         pin = torch.cuda.is_available()
         host_w13 = [_host_copy(block.experts.w13, pin) for block in self.blocks]  # L x [E, 2I, D]
         host_w2 = [_host_copy(block.experts.w2, pin) for block in self.blocks]    # L x [E, D, I]
-        pcie = self.config.pcie_frac
+        self.pool = CpuExpertPool(self.config.cpu_threads)
+        pcie = self.config.parse_pcie_frac()
+        if pcie is None:
+            pcie = measure_pcie_share(host_w13[0], host_w2[0], self.pool, device)
+        self.pcie_frac = pcie
         num_staging = math.ceil(pcie * min(self.num_experts, _STAGING_TOKENS * self.top_k))
         self.slots = ExpertSlots(host_w13, host_w2, self.num_slots, num_staging, device)
         self.slots.fill(initial_hot_set(self.num_slots, self.num_layers, self.num_experts, self.config.expert_split,
                                         self.profile_counts))
-        self.pool = CpuExpertPool(self.config.cpu_threads)
         for layer_idx, block in enumerate(self.blocks):
             block.experts = OffloadedExperts(layer_idx, self.slots, self.pool, self.stats, pcie)
         self.stats.has_placement = True
@@ -92,7 +97,8 @@ class ExpertManager:
             return f"all {total} experts of {self.num_layers} MoE layers on the device"
         source = "profile" if self.profile_counts is not None else f"{self.config.expert_split} split"
         return (f"{self.num_slots} of {total} on the device ({self.num_slots / total:.0%}, hot set from the {source}), "
-                f"the rest on {self.pool.num_threads} CPU threads; {self.slots.num_staging} PCIe staging slots")
+                f"the rest on {self.pool.num_threads} CPU threads; {self.slots.num_staging} PCIe staging slots "
+                f"(pcie_frac {self.pcie_frac:.2f})")
 
     @property
     def is_graph_safe(self) -> bool:

@@ -7,6 +7,8 @@ set may give a busy layer more slots than a quiet one.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 Expert = tuple[int, int]  # (MoE layer index, expert id)
@@ -49,3 +51,14 @@ def plan_swaps(window_counts: torch.Tensor, resident: torch.Tensor, threshold: f
             break
         swaps.append((divmod(evict, num_experts), divmod(load, num_experts)))
     return swaps
+
+
+def tokens_for_expert_budget(num_experts: int, top_k: int, budget: int) -> int | None:
+    """The most tokens one step may carry so that, with routing spread evenly, the distinct experts it
+    touches per layer stay within `budget`: E * (1 - (1 - K/E)^T) <= B. None: no bound (B >= E or 0).
+    Skewed routing touches fewer experts than this estimate, so the bound errs on the safe side."""
+    if budget <= 0 or budget >= num_experts or top_k <= 0:
+        return None
+    if budget < top_k:
+        return 1
+    return max(1, int(math.log(1 - budget / num_experts) / math.log(1 - top_k / num_experts)))

@@ -47,6 +47,8 @@ class Scheduler:
         self._k_step: int | None = None
         # set by the engine when the runner replays CUDA graphs, which need one window length per step
         self.uniform_draft_windows = False
+        # set by the engine from --expert-budget when experts are offloaded: most tokens per step
+        self.expert_token_budget: int | None = None
         self.block_size = cache.block_size
         self.max_model_len = max_model_len
         self.eos_token_ids = eos_token_ids
@@ -115,6 +117,8 @@ class Scheduler:
 
     def schedule(self) -> StepPlan:
         budget = self.config.max_num_batched_tokens
+        if self.expert_token_budget is not None:  # bound the experts a step touches (offloaded experts)
+            budget = min(budget, max(self.expert_token_budget, len(self.running)))
         scheduled: list[ScheduledSlot] = []
         self._k_step = None
         if self.spec.enabled and self.spec.adaptive:

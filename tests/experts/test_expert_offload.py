@@ -29,19 +29,6 @@ def make_llm(folder: str, max_num_seqs: int = 8, **experts) -> LLM:
                                         experts=ExpertConfig(**experts)))
 
 
-def end_step_after_execute(llm: LLM) -> None:
-    """Stands in for the runner's once-per-step hook: `model.expert_manager.end_step()` after execute."""
-    runner, manager = llm.engine.runner, llm.engine.experts
-    execute = runner.execute
-
-    def execute_then_end_step(plan):
-        result = execute(plan)
-        manager.end_step()
-        return result
-
-    runner.execute = execute_then_end_step
-
-
 def greedy(llm: LLM, prompts=PROMPTS) -> list[list[int]]:
     return [out.outputs[0].token_ids for out in llm.generate(prompts, PARAMS)]
 
@@ -74,7 +61,6 @@ def test_greedy_output_identical_whatever_share_is_resident(family_reference, ca
 def test_hot_set_swaps_mid_generation_keep_output_identical(family_reference):
     folder, reference = family_reference
     llm = make_llm(folder, expert_cache="30%", expert_swap_interval=1, expert_swap_threshold=0.0)
-    end_step_after_execute(llm)
     before = llm.engine.experts.slots.resident_mask()
     assert greedy(llm) == reference
     snap = llm.engine.status()["experts"]
@@ -88,13 +74,11 @@ def test_single_stream_decode_with_swaps_every_step(tiny_model_dir):
     reference = greedy(make_llm(folder), PROMPTS[:1])
     llm = make_llm(folder, max_num_seqs=1, expert_cache="5", expert_swap_interval=1, expert_swap_threshold=0.0,
                    pcie_frac=0.5)
-    end_step_after_execute(llm)
     assert greedy(llm, PROMPTS[:1]) == reference
 
 
 def test_steps_and_counts_through_the_engine(tiny_model_dir):
     llm = make_llm(tiny_model_dir("qwen3_moe"), expert_cache="50%")
-    end_step_after_execute(llm)
     outputs = llm.generate(PROMPTS[:2], SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True))
     manager = llm.engine.experts
     snap = manager.snapshot(with_counts=True)
@@ -174,3 +158,28 @@ def test_profile_of_another_model_is_refused(tiny_model_dir, tmp_path):
 def test_model_without_experts_has_no_manager(tiny_model_dir):
     llm = make_llm(tiny_model_dir("llama"), expert_cache="10%")
     assert llm.engine.experts is None and llm.engine.status()["experts"] is None
+
+
+def test_expert_budget_caps_tokens_per_step_and_keeps_output(family_reference):
+    """--expert-budget with offloaded experts: the scheduler caps tokens per step so the expected
+    distinct experts per layer stay within the budget (prompts are read in smaller chunks)."""
+    from strata.experts.placement import tokens_for_expert_budget
+
+    folder, reference = family_reference
+    llm = make_llm(folder, expert_cache="30%", expert_budget=6)
+    cfg = llm.engine.model_config
+    cap = tokens_for_expert_budget(cfg.num_experts, cfg.num_experts_per_tok, 6)
+    assert llm.engine.scheduler.expert_token_budget == cap and cap < len(PROMPTS[0]["prompt_token_ids"])
+    sizes = []
+    execute = llm.engine.runner.execute
+    llm.engine.runner.execute = lambda plan: (sizes.append((plan.num_tokens, len(plan.scheduled))), execute(plan))[1]
+    assert greedy(llm) == reference
+    assert all(tokens <= max(cap, slots) for tokens, slots in sizes)
+
+
+def test_tokens_for_expert_budget():
+    from strata.experts.placement import tokens_for_expert_budget
+
+    assert tokens_for_expert_budget(128, 8, 64) == 10     # 128 * (1 - (15/16)^10) = 60.9 <= 64 < 65.1 at 11
+    assert tokens_for_expert_budget(128, 8, 0) is None and tokens_for_expert_budget(128, 8, 128) is None
+    assert tokens_for_expert_budget(128, 8, 4) == 1

@@ -73,7 +73,8 @@ def test_expert_cache_values(cache, total, slots):
     (dict(expert_cache="-3"), "expert_cache must be"),
     (dict(expert_split="random"), "expert_split must be one of uniform, static"),
     (dict(cpu_threads=-1), "cpu_threads must be an integer >= 0"),
-    (dict(pcie_frac=1.5), r"pcie_frac must be in \[0, 1\]"),
+    (dict(pcie_frac=1.5), r"pcie_frac must be auto or a number in \[0, 1\]"),
+    (dict(pcie_frac="half"), r"pcie_frac must be auto or a number in \[0, 1\]"),
     (dict(expert_swap_interval=-2), "expert_swap_interval must be"),
     (dict(expert_swap_threshold=-0.1), "expert_swap_threshold must be >= 0"),
     (dict(expert_budget=-1), "expert_budget must be"),
@@ -91,3 +92,20 @@ def test_cli_rejects_a_bad_expert_cache_before_loading(capsys, tiny_model_dir, m
                  "--expert-cache", "half"])
     assert code == 2
     assert "expert_cache must be auto, all" in capsys.readouterr().err
+
+
+def test_pcie_share_balances_the_cpu_pool_against_the_copies():
+    from strata.experts.calibrate import balanced_pcie_share
+
+    # 16 threads at 8 ms per expert = 0.5 ms per expert; copies 0.5 ms each: half the misses each way
+    assert balanced_pcie_share(0.008, 16, 0.0005) == pytest.approx(0.5)
+    assert balanced_pcie_share(0.008, 1, 0.0005) == pytest.approx(0.008 / 0.0085)
+    assert balanced_pcie_share(0.008, 16, 0.0) == 0.0
+
+
+def test_pcie_frac_auto_is_zero_without_a_gpu(tiny_model_dir):
+    from strata import LLM
+
+    llm = LLM(tiny_model_dir("qwen3_moe"), device="cpu", dtype="float32", expert_cache="50%", pcie_frac="auto")
+    assert llm.engine.experts.pcie_frac == 0.0
+    assert llm.engine.experts.slots.num_staging == 0
