@@ -23,7 +23,7 @@ from strata.experts.manager import install_experts
 from strata.experts.placement import tokens_for_expert_budget
 from strata.model.registry import model_class
 from strata.runner.memory import GiB, GpuBudget, ModelDoesNotFit, activation_headroom, check_weights_fit, \
-    measure_budget, parameter_bytes
+    measure_budget, weight_sizes
 from strata.runner.model_runner import ModelRunner, RestoreFailed
 from strata.scheduler.scheduler import Commit, Scheduler
 from strata.scheduler.stats import StepTimes
@@ -58,10 +58,15 @@ class EngineCore:
         dtype = resolve_dtype(config.runner.dtype, device)
         source = open_source(config.model)
         self.model_config: ModelConfig = source.model_config()
+        expert_device = None
         if device.startswith("cuda"):
-            check_weights_fit(parameter_bytes(model_class(self.model_config), self.model_config, DTYPES[dtype]),
-                              self._gpu_budget(), config.runner.gpu_memory_utilization, config.runner.vram_reserve_mib)
-        model = build_model(source, device, dtype, config.runner.seed, quiet=quiet)
+            sizes = weight_sizes(model_class(self.model_config), self.model_config, DTYPES[dtype])
+            resident = config.experts.num_slots(sizes.num_experts)
+            if resident < sizes.num_experts:
+                expert_device = "cpu"  # load experts to host RAM; only the hot set is copied to the GPU
+            check_weights_fit(sizes.on_device(resident), self._gpu_budget(), config.runner.gpu_memory_utilization,
+                              config.runner.vram_reserve_mib)
+        model = build_model(source, device, dtype, config.runner.seed, quiet=quiet, expert_device=expert_device)
         self.experts = install_experts(model, config.experts, device, quiet=quiet)
         self.tokenizer = load_tokenizer(config.model)
         cfg = self.model_config

@@ -155,7 +155,11 @@ class ExpertManager:
 
 
 def _host_copy(weights: torch.Tensor, pin: bool) -> torch.Tensor:
-    host = weights.detach().to("cpu", copy=True)
+    """Host copy of expert weights; weights loaded to host already are only pinned (one copy, not two)."""
+    weights = weights.detach()
+    if weights.device.type == "cpu":
+        return weights.pin_memory() if pin else weights.clone()
+    host = weights.to("cpu", copy=True)
     return host.pin_memory() if pin else host
 
 

@@ -7,6 +7,8 @@ The block never touches expert weights directly: it hands (hidden, top-k ids, to
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from typing import Protocol
 
 import torch
@@ -25,6 +27,21 @@ class ExpertProvider(Protocol):
         ...
 
 
+# Where LocalExperts allocate their weights while a model is built (None: the default device). The
+# loader points it at host memory when only part of the experts will live on the GPU, so a model whose
+# experts do not fit in VRAM never has to be placed there whole.
+_EXPERT_WEIGHTS_DEVICE: contextvars.ContextVar[str | None] = contextvars.ContextVar("expert_device", default=None)
+
+
+@contextlib.contextmanager
+def expert_weights_on(device: str | None):
+    token = _EXPERT_WEIGHTS_DEVICE.set(device)
+    try:
+        yield
+    finally:
+        _EXPERT_WEIGHTS_DEVICE.reset(token)
+
+
 class LocalExperts(nn.Module):
     """All experts as stacked tensors on one device; rows are grouped by expert so each expert
     used by any row of the step is read once."""
@@ -32,8 +49,9 @@ class LocalExperts(nn.Module):
     def __init__(self, num_experts: int, hidden_size: int, intermediate_size: int) -> None:
         super().__init__()
         self.num_experts = num_experts
-        self.w13 = nn.Parameter(torch.empty(num_experts, 2 * intermediate_size, hidden_size))  # [E, 2I, D]
-        self.w2 = nn.Parameter(torch.empty(num_experts, hidden_size, intermediate_size))       # [E, D, I]
+        device = _EXPERT_WEIGHTS_DEVICE.get()
+        self.w13 = nn.Parameter(torch.empty(num_experts, 2 * intermediate_size, hidden_size, device=device))  # [E, 2I, D]
+        self.w2 = nn.Parameter(torch.empty(num_experts, hidden_size, intermediate_size, device=device))       # [E, D, I]
 
     def forward(self, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
         return run_experts(hidden, self.w13, self.w2, topk_ids, topk_weights)

@@ -56,11 +56,28 @@ def check_weights_fit(weight_bytes: int, budget: GpuBudget, utilization: float, 
             f"lower --vram-reserve-mib, or use a smaller model / fewer layers")
 
 
-def parameter_bytes(model_class, cfg: ModelConfig, dtype: torch.dtype) -> int:
-    """Bytes of the model's parameters in `dtype`, counted on the meta device (nothing allocated)."""
+@dataclass(frozen=True)
+class WeightSizes:
+    total: int               # bytes of every parameter
+    experts: int             # bytes of the routed experts among them (all MoE layers)
+    num_experts: int         # routed experts over all MoE layers
+
+    def on_device(self, resident_experts: int) -> int:
+        """Bytes on the GPU when only `resident_experts` of the routed experts live there."""
+        per_expert = self.experts // self.num_experts if self.num_experts else 0
+        return self.total - self.experts + per_expert * min(resident_experts, self.num_experts)
+
+
+def weight_sizes(model_class, cfg: ModelConfig, dtype: torch.dtype) -> WeightSizes:
+    """Parameter bytes in `dtype`, counted on the meta device (nothing allocated)."""
+    from strata.model.moe import LocalExperts
+
     with torch.device("meta"):
         model = model_class(cfg)
-    return sum(p.numel() for p in model.parameters()) * dtype.itemsize
+    experts = [m for m in model.modules() if isinstance(m, LocalExperts)]
+    expert_params = sum(p.numel() for m in experts for p in m.parameters())
+    return WeightSizes(sum(p.numel() for p in model.parameters()) * dtype.itemsize, expert_params * dtype.itemsize,
+                       sum(m.num_experts for m in experts))
 
 
 def activation_headroom(cfg: ModelConfig, max_num_batched_tokens: int, max_num_seqs: int, window: int,

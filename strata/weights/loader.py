@@ -10,13 +10,17 @@ import time
 import torch
 from torch import nn
 
+from strata.model.moe import expert_weights_on
 from strata.model.registry import model_class
 from strata.weights.source import WeightSource
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def build_model(source: WeightSource, device: str, dtype: str, seed: int = 0, quiet: bool = False) -> nn.Module:
+def build_model(source: WeightSource, device: str, dtype: str, seed: int = 0, quiet: bool = False,
+                expert_device: str | None = None) -> nn.Module:
+    """`expert_device`: where the routed experts' weights go (e.g. "cpu" when only a hot set of them
+    will be copied to the GPU); None puts them on `device` with everything else."""
     cfg = source.model_config()
     torch_dtype = DTYPES[dtype]
     started = time.perf_counter()
@@ -24,7 +28,7 @@ def build_model(source: WeightSource, device: str, dtype: str, seed: int = 0, qu
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch_dtype)
     try:
-        with torch.device(device), _skip_default_init():
+        with torch.device(device), _skip_default_init(), expert_weights_on(expert_device):
             model = model_class(cfg)(cfg)
     finally:
         torch.set_default_dtype(previous)

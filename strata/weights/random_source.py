@@ -84,22 +84,33 @@ class RandomSource:
     def initialize(self, model: nn.Module, seed: int) -> None:
         device = next(model.parameters()).device
         gen = torch.Generator(device=device).manual_seed(seed)
+
+        def draw(param: torch.Tensor, fill) -> None:
+            # experts may sit in host memory (a partial expert cache): they are drawn on the main device
+            # one tensor at a time and copied over, so the weights do not depend on where they live
+            if param.device == device:
+                fill(param)
+            else:
+                staged = torch.empty_like(param, device=device)
+                fill(staged)
+                param.copy_(staged)
+
         norm_params = {id(m.weight): m for m in model.modules() if isinstance(m, (RMSNorm, GatedRMSNorm))}
         hidden = model.config.hidden_size
         for name, param in model.named_parameters():
             if id(param) in norm_params:
                 param.fill_(0.0 if getattr(norm_params[id(param)], "zero_centered", False) else 1.0)
             elif name.endswith("A_log"):
-                param.uniform_(0.0, math.log(16.0), generator=gen)
+                draw(param, lambda t: t.uniform_(0.0, math.log(16.0), generator=gen))
             elif name.endswith(("dt_bias", ".bias")):
                 param.zero_()
             elif name.endswith("lm_head.weight") or (name.endswith("embed_tokens.weight")
                                                      and model.config.tie_word_embeddings):
-                param.normal_(0.0, 4.0 / math.sqrt(hidden), generator=gen)
+                draw(param, lambda t: t.normal_(0.0, 4.0 / math.sqrt(hidden), generator=gen))
             elif name.endswith("embed_tokens.weight"):
-                param.normal_(0.0, 1.0, generator=gen)
+                draw(param, lambda t: t.normal_(0.0, 1.0, generator=gen))
             else:
-                param.normal_(0.0, 1.0 / math.sqrt(param.shape[-1]), generator=gen)
+                draw(param, lambda t: t.normal_(0.0, 1.0 / math.sqrt(t.shape[-1]), generator=gen))
         if self.routing_skew:
             _add_routing_skew(model, self.routing_skew, gen)
 

@@ -109,3 +109,36 @@ def test_pcie_frac_auto_is_zero_without_a_gpu(tiny_model_dir):
     llm = LLM(tiny_model_dir("qwen3_moe"), device="cpu", dtype="float32", expert_cache="50%", pcie_frac="auto")
     assert llm.engine.experts.pcie_frac == 0.0
     assert llm.engine.experts.slots.num_staging == 0
+
+
+def test_weight_sizes_split_experts_from_the_rest():
+    from strata.model.registry import model_class
+    from strata.runner.memory import weight_sizes
+    from strata.weights.source import open_source
+
+    cfg = open_source("random:qwen3-30b-a3b?num_hidden_layers=3&hidden_size=64&moe_intermediate_size=16"
+                      "&intermediate_size=32&num_attention_heads=2&num_key_value_heads=1&vocab_size=100").model_config()
+    sizes = weight_sizes(model_class(cfg), cfg, torch.bfloat16)
+    per_expert = 3 * 16 * 64 * 2
+    assert sizes.num_experts == 3 * cfg.num_experts
+    assert sizes.experts == sizes.num_experts * per_expert
+    assert sizes.on_device(sizes.num_experts) == sizes.total
+    assert sizes.on_device(10) == sizes.total - (sizes.num_experts - 10) * per_expert
+
+
+def test_experts_can_be_built_apart_from_the_rest_with_the_same_random_weights():
+    """A partial expert cache loads experts to host RAM (here: the meta device stands in for "elsewhere");
+    random weights are drawn on the main device either way, so both builds hold the same values."""
+    from strata.model.moe import LocalExperts
+    from strata.weights.loader import build_model
+    from strata.weights.source import open_source
+
+    spec = ("random:qwen3-30b-a3b?num_hidden_layers=2&hidden_size=64&moe_intermediate_size=16"
+            "&intermediate_size=32&num_attention_heads=2&num_key_value_heads=1&vocab_size=100")
+    apart = build_model(open_source(spec), "cpu", "float32", quiet=True, expert_device="meta")
+    together = build_model(open_source(spec), "cpu", "float32", quiet=True)
+    for (name, a), (_, b) in zip(apart.named_parameters(), together.named_parameters()):
+        owner = apart.get_submodule(name.rsplit(".", 1)[0])
+        assert a.device.type == ("meta" if isinstance(owner, LocalExperts) else "cpu"), name
+        if a.device.type == "cpu":
+            assert torch.equal(a, b), name
