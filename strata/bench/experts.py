@@ -6,7 +6,8 @@ on the device, for two placements at the same VRAM:
 - static: whole layers from the first resident, the rest on the CPU, never swapped (the split
   llama.cpp's --n-cpu-moe makes).
 
-Each (placement, size) builds its own engine; the all-resident engine is measured once.
+The partial arms share one engine whose experts are re-placed between arms; the all-resident arm (and
+the profile recording) use their own engine, which replays CUDA graphs on a GPU.
 """
 
 from __future__ import annotations
@@ -23,43 +24,48 @@ from strata.config import EngineConfig, ExpertConfig
 from strata.engine.llm import LLM
 
 
-def record_profile(config: EngineConfig, prompts: list[list[int]], output_len: int, path: str) -> str:
-    """Run the workload with every expert resident and save its routing counts as a profile."""
-    llm = LLM.from_config(dataclasses.replace(config, experts=dataclasses.replace(
-        config.experts, expert_cache="all", expert_profile=None)))
-    run_strata(llm, prompts, output_len)
-    llm.engine.experts.save_profile(path)
-    _release(llm)
-    return path
-
-
 def bench_experts(config: EngineConfig, cache_sizes: list[str], placements: list[str], num_prompts: int,
                   input_len: int, output_len: int, seed: int, swap_interval: int = 32,
                   profile_path: str | None = None) -> dict:
+    """Every placement x size arm on one engine whose experts are re-placed between arms (the host
+    copies are kept); the all-resident arm and the profile recording use a second engine."""
     vocab = _vocab_size(config)
     prompts = make_prompts(num_prompts, input_len, vocab, seed)
     results: dict[str, dict] = {}
-    if "learned" in placements:
+    full = LLM.from_config(dataclasses.replace(config, experts=_placement(config.experts, "all", "all", 0, None)))
+    if "learned" in placements:  # the profile comes from another prompt set of the same workload
         profile_path = profile_path or os.path.join(tempfile.mkdtemp(), "profile.json")
-        record_profile(config, make_prompts(num_prompts, input_len, vocab, seed + 1), output_len, profile_path)
-    for size in cache_sizes:
-        for placement in (["all"] if _is_all(size) else placements):
+        run_strata(full, make_prompts(num_prompts, input_len, vocab, seed + 1), output_len)
+        full.engine.experts.save_profile(profile_path)
+    if any(_is_all(size) for size in cache_sizes):
+        results[f"all_{next(s for s in cache_sizes if _is_all(s))}"] = _measure(full, prompts, output_len, "all", "all")
+    _release(full)
+    partial = None
+    for size in (s for s in cache_sizes if not _is_all(s)):
+        for placement in placements:
             experts = _placement(config.experts, size, placement, swap_interval, profile_path)
-            llm = LLM.from_config(dataclasses.replace(config, experts=experts))
-            run_strata(llm, prompts[:1], 4)  # warm-up
-            run = run_strata(llm, prompts, output_len)
-            snapshot = llm.engine.experts.snapshot()
-            results[f"{placement}_{size}"] = {
-                "expert_cache": size, "placement": placement, "resident_slots": snapshot["resident_slots"],
-                "total_experts": snapshot["total_experts"], "output_tok_s": run["output_tok_s"],
-                "per_stream_tok_s": run["per_stream_tok_s"], "ttft_ms": run.get("ttft_ms"),
-                "experts": {k: v for k, v in snapshot.items() if k != "counts"}}
-            _release(llm)
+            if partial is None:
+                partial = LLM.from_config(dataclasses.replace(config, experts=experts))
+            else:
+                partial.engine.experts.replace(experts, partial.engine.device)
+            results[f"{placement}_{size}"] = _measure(partial, prompts, output_len, size, placement)
+    if partial is not None:
+        _release(partial)
     for size in cache_sizes:
         learned, static = results.get(f"learned_{size}"), results.get(f"static_{size}")
         if learned and static:
             learned["speedup_vs_static"] = learned["output_tok_s"] / static["output_tok_s"]
     return results
+
+
+def _measure(llm: LLM, prompts: list[list[int]], output_len: int, size: str, placement: str) -> dict:
+    run_strata(llm, prompts[:1], 4)  # warm-up
+    run = run_strata(llm, prompts, output_len)
+    snapshot = llm.engine.experts.snapshot()
+    return {"expert_cache": size, "placement": placement, "resident_slots": snapshot["resident_slots"],
+            "total_experts": snapshot["total_experts"], "output_tok_s": run["output_tok_s"],
+            "per_stream_tok_s": run["per_stream_tok_s"], "ttft_ms": run.get("ttft_ms"),
+            "experts": {k: v for k, v in snapshot.items() if k != "counts"}}
 
 
 def _placement(base: ExpertConfig, size: str, placement: str, swap_interval: int,

@@ -77,6 +77,13 @@ class ExpertManager:
         host_w13 = [_host_copy(block.experts.w13, pin) for block in self.blocks]  # L x [E, 2I, D]
         host_w2 = [_host_copy(block.experts.w2, pin) for block in self.blocks]    # L x [E, D, I]
         self.pool = CpuExpertPool(self.config.cpu_threads)
+        self._place(host_w13, host_w2, device)
+        if torch.device(device).type == "cuda":
+            torch.cuda.empty_cache()  # the device copies of all experts are gone
+
+    def _place(self, host_w13: list[torch.Tensor], host_w2: list[torch.Tensor], device: str) -> None:
+        """Device slots for the hot set (+ PCIe staging), filled from the host copies; providers in
+        every MoE block."""
         pcie = self.config.parse_pcie_frac()
         if pcie is None:
             pcie = measure_pcie_share(host_w13[0], host_w2[0], self.pool, device)
@@ -88,8 +95,31 @@ class ExpertManager:
         for layer_idx, block in enumerate(self.blocks):
             block.experts = OffloadedExperts(layer_idx, self.slots, self.pool, self.stats, pcie)
         self.stats.has_placement = True
+
+    def replace(self, config: ExpertConfig, device: str) -> None:
+        """Place the offloaded experts again under another config (cache size, split, profile, PCIe
+        share, swaps) from the host copies already held, with fresh statistics: an expert-cache sweep
+        needs no new engine. Every expert on the device takes a new engine (it runs without slots)."""
+        if self.slots is None:
+            raise ValueError("replace() re-places offloaded experts; this engine holds every expert on the device")
+        total = self.num_layers * self.num_experts
+        num_slots = config.num_slots(total)
+        if num_slots >= total:
+            raise ValueError("every expert on the device needs an engine built with expert_cache=all")
+        host_w13, host_w2 = self.slots.host_w13, self.slots.host_w2
+        self.slots = None
         if torch.device(device).type == "cuda":
-            torch.cuda.empty_cache()  # the device copies of all experts are gone
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()  # the old slots go before the new ones are allocated
+        self.config, self.num_slots, self.num_steps = config, num_slots, 0
+        self.profile_counts = self._load_profile()
+        self.stats = RoutingStats(self.num_layers, self.num_experts, device)
+        for layer_idx, block in enumerate(self.blocks):
+            block.stats = self.stats
+        if self.pool.num_threads != (config.cpu_threads or self.pool.num_threads):
+            self.pool.close()
+            self.pool = CpuExpertPool(config.cpu_threads)
+        self._place(host_w13, host_w2, device)
 
     def describe(self) -> str:
         total = self.num_layers * self.num_experts

@@ -183,3 +183,20 @@ def test_tokens_for_expert_budget():
     assert tokens_for_expert_budget(128, 8, 64) == 10     # 128 * (1 - (15/16)^10) = 60.9 <= 64 < 65.1 at 11
     assert tokens_for_expert_budget(128, 8, 0) is None and tokens_for_expert_budget(128, 8, 128) is None
     assert tokens_for_expert_budget(128, 8, 4) == 1
+
+
+def test_replace_moves_to_another_placement_and_keeps_output(family_reference):
+    """One engine, experts re-placed between a 30% learned-style and a 70% static split (what the
+    expert-cache sweep does): output stays the reference's and the statistics start over."""
+    folder, reference = family_reference
+    llm = make_llm(folder, expert_cache="30%", expert_swap_interval=2)
+    assert greedy(llm) == reference
+    manager = llm.engine.experts
+    total = manager.num_layers * manager.num_experts
+    manager.replace(ExpertConfig(expert_cache="70%", expert_split="static", expert_swap_interval=0), "cpu")
+    assert manager.num_slots == round(0.7 * total) and manager.snapshot()["steps"] == 0
+    assert greedy(llm) == reference
+    snap = manager.snapshot()
+    assert snap["swaps"] == 0 and 0 < snap["cpu_share"] < 1
+    with pytest.raises(ValueError, match="expert_cache=all"):
+        manager.replace(ExpertConfig(expert_cache="all"), "cpu")
