@@ -84,12 +84,7 @@ def gdn_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Te
         block_v = 32 if num_seqs * num_v_heads * dim_v // 32 >= 1024 else 16
     block_v = min(block_v, triton.next_power_of_2(dim_v))
     out = torch.empty_like(v)
-    if not keep_all_states:
-        all_states = state_pool
-    elif all_states_out is not None:
-        all_states = all_states_out[:num_tokens]
-    else:
-        all_states = state_pool.new_empty(num_tokens, *state_pool.shape[1:])
+    all_states = _per_token_states(keep_all_states, all_states_out, state_pool, num_tokens)
     _gdn_kernel[(num_seqs, num_v_heads, triton.cdiv(dim_v, block_v))](
         q, k, v, g, beta, state_pool, all_states, out, slot_ids, query_start_loc, has_initial_state,
         num_v_heads // num_k_heads, dim_k, dim_v, dim_k ** -0.5,
@@ -97,6 +92,16 @@ def gdn_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Te
         state_pool.stride(0), all_states.stride(0), out.stride(0), out.stride(1),
         STORE_ALL=keep_all_states, BLOCK_K=triton.next_power_of_2(dim_k), BLOCK_V=block_v, num_warps=num_warps)
     return out, (all_states if keep_all_states else None)
+
+
+def _per_token_states(keep: bool, out: torch.Tensor | None, pool: torch.Tensor, num_tokens: int) -> torch.Tensor:
+    """Where a kernel writes the state after every token: the caller's buffer, a fresh [T, ...] tensor
+    shaped like a pool row, or (nothing kept) the pool itself as a never-written placeholder."""
+    if not keep:
+        return pool
+    if out is not None:
+        return out[:num_tokens]
+    return pool.new_empty(num_tokens, *pool.shape[1:])
 
 
 def causal_conv1d_update(x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor, slot_ids: torch.Tensor,
@@ -109,12 +114,7 @@ def causal_conv1d_update(x: torch.Tensor, weight: torch.Tensor, conv_state: torc
     width = weight.shape[1]
     assert x.stride(1) == 1 and weight.is_contiguous() and conv_state.shape[2] == width - 1
     out = torch.empty_like(x)
-    if not keep_window_states:
-        window = conv_state
-    elif window_out is not None:
-        window = window_out[:num_tokens]
-    else:
-        window = conv_state.new_empty(num_tokens, channels, width - 1)
+    window = _per_token_states(keep_window_states, window_out, conv_state, num_tokens)
     _conv_kernel[(slot_ids.shape[0], triton.cdiv(channels, block_c))](
         x, weight, conv_state, window, out, slot_ids, query_start_loc, has_initial_state, channels,
         x.stride(0), conv_state.stride(0), conv_state.stride(1), conv_state.stride(2),
