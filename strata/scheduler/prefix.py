@@ -89,10 +89,11 @@ class PrefixManager:
         """Make every block that is now full of computed, committed tokens findable."""
         if not self.enabled:
             return
-        num_full = min(state.num_computed_tokens // self.block_size, len(state.block_ids))
+        tokens = state.all_token_ids()
+        # computed positions past the kept tokens (accepted past max_tokens, dropped) hold no token to hash
+        num_full = min(min(state.num_computed_tokens, len(tokens)) // self.block_size, len(state.block_ids))
         if num_full <= len(state.block_hashes):
             return
-        tokens = state.all_token_ids()
         parent = state.block_hashes[-1] if state.block_hashes else None
         new = chain_hashes(tokens, self.block_size, num_full, parent, start_block=len(state.block_hashes))
         for i, block_hash in enumerate(new, start=len(state.block_hashes)):

@@ -166,8 +166,8 @@ class Scheduler:
             slot_result = by_slot.get(work.slot_id)
             num_rejected = len(work.draft_token_ids) - (slot_result.num_accepted if slot_result else 0)
             state.num_computed_tokens += work.num_new_tokens - num_rejected
-            self.prefix.register_computed(state)
             if slot_result is None:
+                self.prefix.register_computed(state)
                 self._maybe_checkpoint(state)
                 continue
             if work.draft_token_ids:
@@ -177,6 +177,8 @@ class Scheduler:
                                                          slot_result.num_accepted)
             state.draft_token_ids = slot_result.next_draft_token_ids
             kept, reason = state.append_outputs(slot_result.token_ids, self.max_model_len)
+            # after the append: accepted drafts are computed tokens, and their blocks hash their values
+            self.prefix.register_computed(state)
             logprobs = slot_result.logprobs[: len(kept)] if slot_result.logprobs else slot_result.logprobs
             self._maybe_checkpoint(state)
             if reason is not None:

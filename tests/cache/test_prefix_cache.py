@@ -168,3 +168,15 @@ def test_a_failed_restore_falls_back_to_recomputing(tiny_model_dir, monkeypatch)
     assert again.metrics["num_preemptions"] == 1  # it started over and read the prompt itself
     allocator = llm.engine.scheduler.allocator
     assert allocator.num_free == allocator.num_blocks
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_reuse_holds_whatever_draft_lengths_the_batch_gets(seed, tiny_model_dir, monkeypatch):
+    """The cost model picks k from measured step times; any sequence of k must leave every full block
+    of committed tokens registered (a window's accepted drafts are hashed after they are appended)."""
+    from strata.spec import policy
+
+    rng = random.Random(seed)
+    monkeypatch.setattr(policy.DraftCostModel, "best_k",
+                        lambda self, k_max, acceptances: rng.randint(0, k_max) if acceptances else None)
+    test_follow_up_turns_reuse_the_conversation_and_match_a_cold_run("qwen3_moe", SPECS[1], tiny_model_dir)
