@@ -125,7 +125,7 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         parser = OutputParser(tools is not None, rendered.starts_in_reasoning)
-        return sse.sse_response(_chat_stream(gen, state, parser, include_usage))
+        return sse.sse_response(_guarded(gen, "/v1/chat/completions", _chat_stream(gen, state, parser, include_usage)))
     try:
         out = await gen.collect(http_request)
     finally:
@@ -146,6 +146,22 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
             "usage": usage(gen.num_prompt_tokens, len(out.token_ids), out.num_cached_tokens)}
 
 
+async def _guarded(gen: Generation, path: str, events: AsyncIterator[str]) -> AsyncIterator[str]:
+    """Relay a stream's events; an engine death or API error mid-stream becomes an SSE error event.
+    The generation is always released, and the stream always ends with [DONE]."""
+    try:
+        async for event in events:
+            yield event
+    except EngineDeadError as e:
+        yield sse.data(error_body(path, 503, f"the engine failed mid-stream: {e}"))
+    except APIError as e:
+        yield sse.data(error_body(path, e.status, e.message))
+    finally:
+        await events.aclose()
+        await gen.__aexit__()
+    yield sse.DONE
+
+
 async def _chat_stream(gen: Generation, state: ServerState, parser: OutputParser,
                        include_usage: bool) -> AsyncIterator[str]:
     created, rid = int(time.time()), gen.request.request_id
@@ -155,38 +171,30 @@ async def _chat_stream(gen: Generation, state: ServerState, parser: OutputParser
                          "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]})
 
     num_tools, num_tokens = 0, 0
-    try:
-        yield chunk({"role": "assistant", "content": ""})
-        async for delta in gen.deltas():
-            if delta is None:
-                yield sse.KEEPALIVE
-                continue
-            num_tokens += len(delta.new_token_ids)
-            events = parser.feed(delta.new_text) + (parser.finish() if delta.finished else [])
-            for kind, value in events:
-                if kind == "reasoning":
-                    yield chunk({"reasoning_content": value})
-                elif kind == "content" and not (num_tools and not value.strip()):
-                    yield chunk({"content": value})
-                elif kind == "tool_call":
-                    yield chunk({"tool_calls": [{"index": num_tools, "id": value.id, "type": "function",
-                                                 "function": {"name": value.name, "arguments": ""}}]})
-                    yield chunk({"tool_calls": [{"index": num_tools, "function": {"arguments": value.arguments}}]})
-                    num_tools += 1
-            if delta.finished:
-                reason = delta.finish_reason.value
-                yield chunk({}, "tool_calls" if num_tools and reason == "stop" else reason)
-        if include_usage:
-            yield sse.data({"id": rid, "object": "chat.completion.chunk", "created": created,
-                            "model": state.model_name, "choices": [],
-                            "usage": usage(gen.num_prompt_tokens, num_tokens, gen.num_cached_tokens)})
-    except EngineDeadError as e:
-        yield sse.data(error_body("/v1/chat/completions", 503, f"the engine failed mid-stream: {e}"))
-    except APIError as e:
-        yield sse.data(error_body("/v1/chat/completions", e.status, e.message))
-    finally:
-        await gen.__aexit__()
-    yield sse.DONE
+    yield chunk({"role": "assistant", "content": ""})
+    async for delta in gen.deltas():
+        if delta is None:
+            yield sse.KEEPALIVE
+            continue
+        num_tokens += len(delta.new_token_ids)
+        events = parser.feed(delta.new_text) + (parser.finish() if delta.finished else [])
+        for kind, value in events:
+            if kind == "reasoning":
+                yield chunk({"reasoning_content": value})
+            elif kind == "content" and not (num_tools and not value.strip()):
+                yield chunk({"content": value})
+            elif kind == "tool_call":
+                yield chunk({"tool_calls": [{"index": num_tools, "id": value.id, "type": "function",
+                                             "function": {"name": value.name, "arguments": ""}}]})
+                yield chunk({"tool_calls": [{"index": num_tools, "function": {"arguments": value.arguments}}]})
+                num_tools += 1
+        if delta.finished:
+            reason = delta.finish_reason.value
+            yield chunk({}, "tool_calls" if num_tools and reason == "stop" else reason)
+    if include_usage:
+        yield sse.data({"id": rid, "object": "chat.completion.chunk", "created": created,
+                        "model": state.model_name, "choices": [],
+                        "usage": usage(gen.num_prompt_tokens, num_tokens, gen.num_cached_tokens)})
 
 
 # ---- /v1/completions -----------------------------------------------------------------------------
@@ -218,7 +226,7 @@ async def completions(body: CompletionRequest, http_request: HTTPRequest):
     await gen.__aenter__()
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return sse.sse_response(_completion_stream(gen, state, include_usage))
+        return sse.sse_response(_guarded(gen, "/v1/completions", _completion_stream(gen, state, include_usage)))
     try:
         out = await gen.collect(http_request)
     finally:
@@ -240,23 +248,15 @@ async def _completion_stream(gen: Generation, state: ServerState, include_usage:
         return sse.data({**body, **(extra or {})})
 
     num_tokens = 0
-    try:
-        async for delta in gen.deltas():
-            if delta is None:
-                yield sse.KEEPALIVE
-                continue
-            num_tokens += len(delta.new_token_ids)
-            if delta.new_text or delta.finished:
-                yield chunk(delta.new_text, delta.finish_reason.value if delta.finished else None)
-        if include_usage:
-            yield chunk("", extra={"usage": usage(gen.num_prompt_tokens, num_tokens, gen.num_cached_tokens)}, choices=False)
-    except EngineDeadError as e:
-        yield sse.data(error_body("/v1/completions", 503, f"the engine failed mid-stream: {e}"))
-    except APIError as e:
-        yield sse.data(error_body("/v1/completions", e.status, e.message))
-    finally:
-        await gen.__aexit__()
-    yield sse.DONE
+    async for delta in gen.deltas():
+        if delta is None:
+            yield sse.KEEPALIVE
+            continue
+        num_tokens += len(delta.new_token_ids)
+        if delta.new_text or delta.finished:
+            yield chunk(delta.new_text, delta.finish_reason.value if delta.finished else None)
+    if include_usage:
+        yield chunk("", extra={"usage": usage(gen.num_prompt_tokens, num_tokens, gen.num_cached_tokens)}, choices=False)
 
 
 # ---- /v1/models ----------------------------------------------------------------------------------
