@@ -74,9 +74,10 @@ def kv_tile_for(head_dim: int, itemsize: int) -> tuple[int, int]:
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
                     seq_lens: torch.Tensor, query_start_loc: torch.Tensor, scale: float,
                     max_query_len: int | None = None, num_splits: int | None = None, block_n: int | None = None,
-                    num_stages: int | None = None) -> torch.Tensor:
+                    num_stages: int | None = None, table_width: int = 0) -> torch.Tensor:
     """Same contract as paged_attention_ref (windows of at most 16 tokens). Pass max_query_len (a host
-    int the runner knows) to avoid a device sync; num_splits overrides the split heuristic."""
+    int the runner knows) to avoid a device sync; num_splits overrides the split heuristic, which
+    otherwise sizes splits by max(block_tables columns, table_width)."""
     num_tokens, num_heads, head_dim = q.shape
     default_n, default_stages = kv_tile_for(head_dim, k_cache.element_size())
     block_n, num_stages = block_n or default_n, num_stages or default_stages
@@ -88,8 +89,8 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     assert max_query_len <= MAX_QUERY_LEN, "paged_attention takes windows of at most 16 tokens"
     assert q.stride(2) == 1 and k_cache.stride(3) == 1 and v_cache.stride() == k_cache.stride()
     q_pad, g_pad = triton.next_power_of_2(max_query_len), triton.next_power_of_2(group)
-    splits = num_splits or num_splits_for(num_seqs, num_kv_heads, block_tables.shape[1], block_size,
-                                           block_n, q_pad, q.device)
+    max_blocks = max(block_tables.shape[1], table_width)
+    splits = num_splits or num_splits_for(num_seqs, num_kv_heads, max_blocks, block_size, block_n, q_pad, q.device)
     block_m = max(16, q_pad * g_pad)
     partial = torch.empty(splits, num_tokens, num_heads, head_dim, dtype=torch.float32, device=q.device)
     stats = torch.empty(2, splits, num_tokens, num_heads, dtype=torch.float32, device=q.device)  # m, l

@@ -43,7 +43,7 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         from strata.kernels.paged_attention import paged_attention as paged_attention_triton
 
         return paged_attention_triton(q, k_cache, v_cache, ctx.block_tables, ctx.seq_lens, ctx.query_start_loc,
-                                      scale, max_query_len=ctx.max_query_len)
+                                      scale, max_query_len=ctx.max_query_len, table_width=ctx.split_table_width)
     if ctx.max_query_len <= _BATCHED_MAX_QUERY_LEN:
         return _attend_batched(q, k_cache, v_cache, ctx, scale)
     out = torch.empty_like(q)

@@ -25,6 +25,8 @@ class ForwardContext:
     kv_caches: dict[int, tuple[torch.Tensor, torch.Tensor]]  # layer -> ([N_blocks, B, Hkv, D] x2)
     state_caches: dict[int, tuple[torch.Tensor, torch.Tensor]]  # layer -> (conv [S_max, C, W-1], ssm [S_max, Hv, Dk, Dv])
     block_size: int = 16
+    # attention splits contexts as if block_tables had at least this many columns (0: its own width)
+    split_table_width: int = 0
     # Speculative verification: recurrent layers also record the state after every token, keyed by
     # layer -> (conv [T, C, W-1], ssm [T, Hv, Dk, Dv]), so spec/commit.py can roll back to any position.
     keep_window_states: bool = False

@@ -126,7 +126,7 @@ class ModelRunner:
                     return StepInputs(step.input_ids, step.ctx, starts), step.hidden
         inputs = build_inputs(plan.scheduled, self.block_tables, self.block_size, self.kv_pool.caches,
                               self.state_pool.caches, self.device,
-                              min_table_width=self.graphs.inputs.width if self.graphs is not None else 0)
+                              split_table_width=self.graphs.inputs.width if self.graphs is not None else 0)
         inputs.ctx.keep_window_states = bool(self.state_pool.caches) and any(w.draft_token_ids for w in plan.scheduled)
         return inputs, self.model(inputs.input_ids, inputs.ctx)
 
