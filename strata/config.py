@@ -233,6 +233,7 @@ class RunnerConfig:
 
 
 EXPERT_SPLITS = ("uniform", "static")
+CPU_EXPERT_KERNELS = ("auto", "native", "torch")
 
 
 @dataclass(frozen=True)
@@ -248,6 +249,8 @@ class ExpertConfig:
     expert_split: str = _opt("uniform", "hot set without a profile: uniform (same share of every layer) | "
                                         "static (first layers whole, like llama.cpp --n-cpu-moe)")
     cpu_threads: int = _opt(0, "worker threads computing non-resident experts (0: torch's thread count)")
+    cpu_expert_kernel: str = _opt("auto", "how the CPU computes experts: auto (the native kernel, built with the "
+                                          "system C compiler at first use; torch when it cannot be built) | native | torch")
     pcie_frac: str = _opt("0", "fraction of each layer's missed experts copied to spare device slots and "
                                "run there instead of on the CPU; auto: balanced from measured CPU and PCIe speed")
     expert_swap_interval: int = _opt(32, "steps between hot-set updates from routing counts (0: never)")
@@ -268,6 +271,9 @@ class ExpertConfig:
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
         self.parse_pcie_frac()
+        if self.cpu_expert_kernel not in CPU_EXPERT_KERNELS:
+            raise ValueError(f"cpu_expert_kernel must be one of {', '.join(CPU_EXPERT_KERNELS)}, "
+                             f"got {self.cpu_expert_kernel!r}")
         if self.expert_swap_threshold < 0:
             raise ValueError(f"expert_swap_threshold must be >= 0, got {self.expert_swap_threshold!r}")
         return self

@@ -65,6 +65,8 @@ def _measure(llm: LLM, prompts: list[list[int]], output_len: int, size: str, pla
     return {"expert_cache": size, "placement": placement, "resident_slots": snapshot["resident_slots"],
             "total_experts": snapshot["total_experts"], "output_tok_s": run["output_tok_s"],
             "per_stream_tok_s": run["per_stream_tok_s"], "ttft_ms": run.get("ttft_ms"),
+            # per stream after the first token (the prompt's pass left out), llama-bench's "tg" rate
+            "decode_tok_s": 1e3 / run["tpot_ms"]["mean"] if run.get("tpot_ms", {}).get("mean") else None,
             "experts": {k: v for k, v in snapshot.items() if k != "counts"}}
 
 

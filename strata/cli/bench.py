@@ -211,7 +211,9 @@ def run_experts(args: argparse.Namespace) -> int:
     doc = write_result(args.output, "experts", "strata " + shlex.join(sys.argv[1:]), bench_config, results)
     for name, entry in doc["results"].items():
         shares = entry["experts"]
-        print(f"{name:>16}: {entry['output_tok_s']:8.1f} tok/s  gpu {shares.get('gpu_hit_rate', 1.0):.0%}  "
+        decode = entry.get("decode_tok_s")
+        print(f"{name:>16}: {entry['output_tok_s']:8.1f} tok/s (decode {decode or 0:.1f}/stream)  "
+              f"gpu {shares.get('gpu_hit_rate', 1.0):.0%}  "
               f"cpu {shares.get('cpu_share', 0.0):.0%}  pcie {shares.get('pcie_share', 0.0):.0%}  "
               f"swaps {shares.get('swaps', 0)}")
     return 0

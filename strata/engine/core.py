@@ -88,7 +88,7 @@ class EngineCore:
         self.scheduler = Scheduler(config.scheduler, config.cache, num_blocks, self.max_model_len,
                                    cfg.eos_token_ids, self.spec, has_recurrent_state=recurrent, park_rows=park_rows)
         self.scheduler.uniform_draft_windows = self.runner.graphs is not None
-        if self.experts is not None and not self.experts.is_graph_safe:
+        if self.experts is not None and self.experts.offloaded:
             self.scheduler.expert_token_budget = tokens_for_expert_budget(
                 cfg.num_experts, cfg.num_experts_per_tok, config.experts.expert_budget)
         self.park_rows = park_rows

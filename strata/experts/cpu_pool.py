@@ -7,8 +7,13 @@ and device paths agree up to summation order, and 16-bit halves both host RAM an
 expert reads, which is what bounds CPU expert speed (oneDNN runs bf16 GEMMs natively on AVX512-BF16 /
 AMX hosts). A quantized CPU form (int8, Q4) would be faster but changes the numerics; not done yet.
 
-Each distinct expert is computed once per call (its rows grouped) by one worker; results are merged in
-expert order on the calling thread, so the sum does not depend on thread timing.
+Two ways to compute, picked by `kernel`:
+- native (cpu_kernel.py / cpu_moe.c, the default where a C compiler builds it): one call per layer,
+  every thread on every expert's rows, vectorised bf16/float32 dot products; what makes CPU experts
+  run at a useful share of host memory bandwidth;
+- torch: each distinct expert is one task of a worker thread (one intra-op thread each); results are
+  merged in expert order on the calling thread.
+Either way each distinct expert is read once per call and the sum does not depend on thread timing.
 """
 
 from __future__ import annotations
@@ -17,12 +22,19 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+from strata.experts import cpu_kernel
 from strata.model.moe import expert_mlp
 
 
 class CpuExpertPool:
-    def __init__(self, num_threads: int = 0) -> None:
+    def __init__(self, num_threads: int = 0, kernel: str = "auto") -> None:
         self.num_threads = num_threads or torch.get_num_threads()
+        library = cpu_kernel.load() if kernel != "torch" else None
+        if kernel == "native" and library is None:
+            raise RuntimeError("cpu_expert_kernel='native' but the native CPU expert kernel could not be built "
+                               "(see the log); use 'auto' or 'torch'")
+        self.native = cpu_kernel.NativeExperts(library, self.num_threads) if library is not None else None
+        self.kernel = "native" if self.native is not None else "torch"
         # one intra-op thread per worker: the pool parallelises across experts, and nested OpenMP teams
         # (workers x torch threads) oversubscribe the cores and spin against the device-feeding thread
         self.executor = ThreadPoolExecutor(self.num_threads, thread_name_prefix="strata-cpu-experts",
@@ -33,6 +45,8 @@ class CpuExpertPool:
         """hidden [M, D] (host), per pair: rows [P] (row of hidden), experts [P], weights [P];
         w13 [E, 2I, D], w2 [E, D, I] host weights of one layer -> weighted expert sums [M, D] in float32
         (summed in float32 like the fused kernel, rounded once by the caller)."""
+        if self.native is not None and cpu_kernel.supports(w13) and cpu_kernel.supports(w2):
+            return self.native.compute(hidden, rows, experts, weights, w13, w2)
         order = experts.argsort(stable=True)                                   # [P] pairs grouped by expert
         used, counts = torch.unique_consecutive(experts[order], return_counts=True)
         groups = order.split(counts.tolist())

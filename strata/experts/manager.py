@@ -22,7 +22,7 @@ from strata.experts.calibrate import measure_pcie_share
 from strata.experts.cpu_pool import CpuExpertPool
 from strata.experts.placement import initial_hot_set, plan_swaps
 from strata.experts.profile import load_profile, save_profile
-from strata.experts.provider import OffloadedExperts
+from strata.experts.provider import HostExchange, OffloadedExperts
 from strata.experts.slots import ExpertSlots
 from strata.experts.stats import RoutingStats
 from strata.model.moe import MoEBlock
@@ -59,6 +59,8 @@ class ExpertManager:
         self.pool: CpuExpertPool | None = None
         self.pcie_frac = 0.0  # resolved from config.pcie_frac (measured for auto) when experts are offloaded
         self.num_steps = 0
+        self.exchange: HostExchange | None = None  # split-graph buffers, made by prepare_graphs
+        self.epoch = 0                             # bumped whenever the experts are placed
         if self.num_slots < self.num_layers * self.num_experts:
             self._offload(device)
         if config.expert_profile:
@@ -76,10 +78,13 @@ class ExpertManager:
         pin = torch.cuda.is_available()
         host_w13 = [_host_copy(block.experts.w13, pin) for block in self.blocks]  # L x [E, 2I, D]
         host_w2 = [_host_copy(block.experts.w2, pin) for block in self.blocks]    # L x [E, D, I]
-        self.pool = CpuExpertPool(self.config.cpu_threads)
+        self.pool = CpuExpertPool(self.config.cpu_threads, self.config.cpu_expert_kernel)
         self._place(host_w13, host_w2, device)
         if torch.device(device).type == "cuda":
             torch.cuda.empty_cache()  # the device copies of all experts are gone
+            # the host thread only feeds the device and indexes pairs: a team of intra-op threads would
+            # spin on the cores the expert pool computes on (measured 5x slower decode on the H200 host)
+            torch.set_num_threads(1)
 
     def _place(self, host_w13: list[torch.Tensor], host_w2: list[torch.Tensor], device: str) -> None:
         """Device slots for the hot set (+ PCIe staging), filled from the host copies; providers in
@@ -94,7 +99,9 @@ class ExpertManager:
                                         self.profile_counts))
         for layer_idx, block in enumerate(self.blocks):
             block.experts = OffloadedExperts(layer_idx, self.slots, self.pool, self.stats, pcie)
+            block.experts.exchange = self.exchange
         self.stats.has_placement = True
+        self.epoch += 1  # captured graphs point at the old slots and providers
 
     def replace(self, config: ExpertConfig, device: str) -> None:
         """Place the offloaded experts again under another config (cache size, split, profile, PCIe
@@ -116,9 +123,10 @@ class ExpertManager:
         self.stats = RoutingStats(self.num_layers, self.num_experts, device)
         for layer_idx, block in enumerate(self.blocks):
             block.stats = self.stats
-        if self.pool.num_threads != (config.cpu_threads or self.pool.num_threads):
+        if self.pool.num_threads != (config.cpu_threads or self.pool.num_threads) or \
+                config.cpu_expert_kernel not in ("auto", self.pool.kernel):
             self.pool.close()
-            self.pool = CpuExpertPool(config.cpu_threads)
+            self.pool = CpuExpertPool(config.cpu_threads, config.cpu_expert_kernel)
         self._place(host_w13, host_w2, device)
 
     def describe(self) -> str:
@@ -127,13 +135,36 @@ class ExpertManager:
             return f"all {total} experts of {self.num_layers} MoE layers on the device"
         source = "profile" if self.profile_counts is not None else f"{self.config.expert_split} split"
         return (f"{self.num_slots} of {total} on the device ({self.num_slots / total:.0%}, hot set from the {source}), "
-                f"the rest on {self.pool.num_threads} CPU threads; {self.slots.num_staging} PCIe staging slots "
+                f"the rest on {self.pool.num_threads} CPU threads ({self.pool.kernel} kernel); {self.slots.num_staging} PCIe staging slots "
                 f"(pcie_frac {self.pcie_frac:.2f})")
 
     @property
+    def offloaded(self) -> bool:
+        return self.slots is not None
+
+    @property
     def is_graph_safe(self) -> bool:
-        """False when MoE layers sync with the host (offloaded experts): run them eagerly."""
-        return self.slots is None
+        """Whether steps may run as CUDA graphs: every expert on the device, or offloaded experts
+        without PCIe staging (their layers split the graph at a host point); staging decides per step
+        on the host which experts to copy, so it runs eagerly."""
+        return self.slots is None or self.slots.num_staging == 0
+
+    def prepare_graphs(self, max_tokens: int, dtype: torch.dtype, device: str) -> None:
+        """Host-exchange buffers for split graphs of up to `max_tokens` token rows (the runner calls
+        this before its first capture)."""
+        if self.slots is None:
+            return
+        hidden_size = self.slots.host_w13[0].shape[-1]
+        self.exchange = HostExchange(max_tokens, self.top_k, hidden_size, dtype, device)
+        for block in self.blocks:
+            block.experts.exchange = self.exchange
+
+    def graph_plan(self) -> tuple[int, frozenset]:
+        """(placement epoch, layers that need the host now): a graph captured under another epoch, or
+        that runs one of these layers straight through, must be captured again."""
+        if self.slots is None:
+            return self.epoch, frozenset()
+        return self.epoch, frozenset(layer for layer in range(self.num_layers) if not self.slots.is_layer_resident(layer))
 
     # ---- once per step ----------------------------------------------------------------------------
 

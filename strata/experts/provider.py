@@ -4,8 +4,12 @@ Per call: pairs whose expert holds a slot run on the slot weights (fused kernel 
 in 16-bit, the torch grouped path otherwise); up to `pcie_frac` of the distinct missed experts (the
 most used first) are copied into staging slots and join them; the rest go to the CPU pool, which works
 while the device computes the slot pairs. Outputs are summed per token. A layer whose experts are all
-resident takes the slot path alone, with no host sync; any other layer syncs once or twice, so a model
-with offloaded experts must not run its MoE layers inside a CUDA graph.
+resident takes the slot path alone, with no host sync; any other layer syncs with the host.
+
+Inside a CUDA graph capture (no PCIe staging) a layer that is not all resident splits the graph
+(runner/split_graphs.py): the captured part runs the slot pairs and copies the routing and the rows
+to pinned host buffers (HostExchange); the host part, between two graphs at replay, computes the
+missed pairs on the CPU and uploads their sum, which the next graph adds.
 """
 
 from __future__ import annotations
@@ -17,6 +21,21 @@ from strata.experts.cpu_pool import CpuExpertPool
 from strata.experts.slots import ExpertSlots
 from strata.experts.stats import RoutingStats
 from strata.model.moe import run_experts
+from strata.runner.split_graphs import capturing, split_here
+
+
+class HostExchange:
+    """Buffers a split graph's MoE layers share (one layer uses them at a time): routing and rows
+    copied out by the graph, the CPU sum copied back in."""
+
+    def __init__(self, max_tokens: int, top_k: int, hidden_size: int, dtype: torch.dtype, device: str) -> None:
+        pinned = {"pin_memory": True}
+        self.topk_ids = torch.zeros(max_tokens, top_k, dtype=torch.long, **pinned)          # [N, K]
+        self.topk_weights = torch.zeros(max_tokens, top_k, dtype=torch.float32, **pinned)   # [N, K]
+        self.slot_ids = torch.zeros(max_tokens, top_k, dtype=torch.long, **pinned)          # [N, K]
+        self.hidden = torch.zeros(max_tokens, hidden_size, dtype=dtype, **pinned)           # [N, D]
+        self.cpu_sum = torch.zeros(max_tokens, hidden_size, dtype=torch.float32, **pinned)  # [N, D]
+        self.cpu_sum_device = torch.zeros(max_tokens, hidden_size, dtype=torch.float32, device=device)
 
 
 class OffloadedExperts(nn.Module):
@@ -25,6 +44,7 @@ class OffloadedExperts(nn.Module):
         super().__init__()
         self.layer_idx, self.slots, self.pool, self.stats = layer_idx, slots, pool, stats
         self.pcie_frac = pcie_frac
+        self.exchange: HostExchange | None = None  # set when the runner captures split graphs
 
     def forward(self, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
         """hidden [T, D], topk_ids / topk_weights [T, K] -> [T, D]."""
@@ -33,6 +53,8 @@ class OffloadedExperts(nn.Module):
         self.stats.record_resident(slot_ids >= 0)
         if slots.is_layer_resident(self.layer_idx):
             return run_experts(hidden, slots.w13_slots, slots.w2_slots, slot_ids, topk_weights, may_skip=True)
+        if capturing():
+            return self._forward_split(hidden, topk_ids, topk_weights, slot_ids)
         missed = (slot_ids < 0).nonzero().cpu()            # [M, 2] (row, k) of each missed pair
         if missed.numel() == 0:
             return run_experts(hidden, slots.w13_slots, slots.w2_slots, slot_ids, topk_weights, may_skip=True)
@@ -60,6 +82,42 @@ class OffloadedExperts(nn.Module):
             out = out.float().index_add_(0, cpu_rows.to(out.device), y.to(out.device)).to(hidden.dtype)
         self.stats.record_offloaded(num_cpu, len(experts) - num_cpu, bytes_copied)
         return out
+
+    def _forward_split(self, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
+                       slot_ids: torch.Tensor) -> torch.Tensor:
+        """Captured part: slot pairs on the device, routing and rows out to the host; the graph splits
+        here and the next one adds what the host part uploaded. hidden [T, D] -> [T, D]."""
+        exchange = self.exchange
+        if exchange is None or self.pcie_frac > 0:
+            raise RuntimeError("offloaded experts inside a CUDA graph need the runner's HostExchange and no PCIe staging")
+        num_rows = hidden.shape[0]
+        exchange.topk_ids[:num_rows].copy_(topk_ids, non_blocking=True)
+        exchange.topk_weights[:num_rows].copy_(topk_weights, non_blocking=True)
+        exchange.slot_ids[:num_rows].copy_(slot_ids, non_blocking=True)
+        exchange.hidden[:num_rows].copy_(hidden, non_blocking=True)
+        out = run_experts(hidden, self.slots.w13_slots, self.slots.w2_slots, slot_ids, topk_weights, may_skip=True)
+        split_here(lambda num_real_rows: self._host_part(num_real_rows, num_rows))
+        return (out.float() + exchange.cpu_sum_device[:num_rows]).to(hidden.dtype)
+
+    def _host_part(self, num_real_rows: int, num_rows: int) -> None:
+        """Between two graphs of a replay: the missed pairs of the real rows on the CPU, their sum
+        uploaded for the next graph (padding rows get zeros)."""
+        exchange = self.exchange
+        torch.cuda.current_stream().synchronize()  # the graph's copies to the host have landed
+        cpu_sum = exchange.cpu_sum[:num_rows]
+        cpu_sum.zero_()
+        slot_ids = exchange.slot_ids[:num_real_rows]
+        rows, ks = (slot_ids < 0).nonzero().unbind(1)    # [M] each: the missed pairs
+        if len(rows):
+            experts = exchange.topk_ids[rows, ks]
+            cpu_rows, inverse = rows.unique(return_inverse=True)
+            host_dtype = self.slots.host_w13[0].dtype
+            y = self.pool.compute(exchange.hidden[cpu_rows].to(host_dtype), inverse, experts,
+                                  exchange.topk_weights[rows, ks].to(host_dtype),
+                                  self.slots.host_w13[self.layer_idx], self.slots.host_w2[self.layer_idx])  # [R, D]
+            cpu_sum[cpu_rows] = y
+        exchange.cpu_sum_device[:num_rows].copy_(cpu_sum, non_blocking=True)
+        self.stats.record_offloaded(len(rows), 0, 0)
 
     def _staging_plan(self, experts: torch.Tensor) -> torch.Tensor:
         """experts [M] of the missed pairs -> [M] staging slot index (0..S-1) or -1 for the CPU: the

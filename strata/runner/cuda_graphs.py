@@ -9,6 +9,11 @@ buffers and the graph is replayed.
 
 When the cache is full the least recently used graph is released (`CUDAGraph.reset`) before the new
 one is captured. A capture that fails marks its layout eager-only; the step then runs eagerly.
+
+Layers that need the host mid-step (MoE layers with offloaded experts) split the capture into a
+chain of graphs (split_graphs.py). Which layers split is decided at capture; `host_plan` reports
+(placement epoch, layers that need the host now), and a graph captured under another epoch or that
+does not split at all of those layers is captured again.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import bisect
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -24,6 +30,7 @@ from torch import nn
 
 from strata.model.context import ForwardContext
 from strata.runner.graph_inputs import GraphInputs
+from strata.runner.split_graphs import SplitCapture, SplitGraph
 from strata.types import ScheduledSlot
 
 logger = logging.getLogger(__name__)
@@ -34,10 +41,11 @@ SLOT_LADDER = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 5
 
 @dataclass
 class CapturedStep:
-    graph: torch.cuda.CUDAGraph
+    graph: SplitGraph
     hidden: torch.Tensor                    # [S_pad * n, D], written by every replay
     window_states: dict                     # layer -> (conv [T, C, W-1], ssm [T, Hv, Dk, Dv]) when kept
     pool_bytes: int                         # growth of reserved memory during warm-up and capture
+    host_plan: tuple = (0, frozenset())     # (placement epoch, layers split at) when captured
 
 
 @dataclass
@@ -51,10 +59,12 @@ class GraphStep:
 
 class CudaGraphCache:
     def __init__(self, model: nn.Module, inputs: GraphInputs, kv_caches: dict, state_caches: dict,
-                 max_slots: int, max_tokens_per_slot: int, capacity: int) -> None:
+                 max_slots: int, max_tokens_per_slot: int, capacity: int,
+                 host_plan: Callable[[], tuple[int, frozenset]] | None = None) -> None:
         if capacity < 1:
             raise ValueError(f"cuda_graph_cache_size must be at least 1, got {capacity}")
         self.model, self.inputs = model, inputs
+        self.host_plan = host_plan or (lambda: (0, frozenset()))
         self.kv_caches, self.state_caches = kv_caches, state_caches
         # verification windows of hybrid models record the recurrent state after every token: one set
         # of buffers for the largest layout, shared by every graph
@@ -84,6 +94,9 @@ class CudaGraphCache:
             block_tables: dict[int, list[int]]) -> GraphStep | None:
         """Replay (capturing first if needed) the graph of `key` on this step; None if it cannot be captured."""
         captured = self.graphs.get(key)
+        if captured is not None and not _still_valid(captured.host_plan, self.host_plan()):
+            self._release(key)  # re-placed experts, or a layer now needs the host where the graph runs through
+            captured = None
         if captured is None:
             started = time.perf_counter()
             captured = self._capture(key)
@@ -93,9 +106,9 @@ class CudaGraphCache:
         self.graphs.move_to_end(key)
         num_slots, n = key
         self.inputs.fill(scheduled, block_tables, num_slots, n)
-        captured.graph.replay()
-        self.num_replays += 1
         real = len(scheduled) * n
+        captured.graph.replay(real)
+        self.num_replays += 1
         input_ids, ctx = self.inputs.context(len(scheduled), n, self.kv_caches, self.state_caches,
                                              keep_window_states=bool(captured.window_states))
         ctx.query_lens = [w.num_new_tokens for w in scheduled]
@@ -120,10 +133,8 @@ class CudaGraphCache:
 
     def _capture(self, key: tuple[int, int]) -> CapturedStep | None:
         while len(self.graphs) >= self.capacity:
-            old_key, old = self.graphs.popitem(last=False)
-            old.graph.reset()
+            self._release(next(iter(self.graphs)))
             self.num_evictions += 1
-            logger.debug("released CUDA graph %s", old_key)
         num_slots, n = key
         keep_window_states = bool(self.state_caches) and n > 1
         reserved_before = torch.cuda.memory_reserved()
@@ -139,9 +150,9 @@ class CudaGraphCache:
                 self._forward(num_slots, input_ids, ctx)
             torch.cuda.current_stream().wait_stream(stream)
             torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
             ctx.window_states = {}
-            with torch.cuda.graph(graph, pool=self.pool):
+            host_plan = self.host_plan()
+            with SplitCapture(self.pool) as capture:
                 hidden = self._forward(num_slots, input_ids, ctx)
             torch.cuda.synchronize()  # surfaces capture errors here, not in a later step
         except Exception:
@@ -149,8 +160,8 @@ class CudaGraphCache:
             self.eager_only.add(key)
             torch.cuda.synchronize()
             return None
-        captured = CapturedStep(graph, hidden, dict(ctx.window_states),
-                                max(0, torch.cuda.memory_reserved() - reserved_before))
+        captured = CapturedStep(capture.result, hidden, dict(ctx.window_states),
+                                max(0, torch.cuda.memory_reserved() - reserved_before), host_plan)
         self.graphs[key] = captured
         self.num_captures += 1
         return captured
@@ -159,7 +170,15 @@ class CudaGraphCache:
         self.inputs.derive_flags(num_slots)
         return self.model(input_ids, ctx)
 
+    def _release(self, key: tuple[int, int]) -> None:
+        self.graphs.pop(key).graph.reset()
+        logger.debug("released CUDA graph %s", key)
+
     def release_all(self) -> None:
         for captured in self.graphs.values():
             captured.graph.reset()
         self.graphs.clear()
+
+
+def _still_valid(captured: tuple[int, frozenset], now: tuple[int, frozenset]) -> bool:
+    return captured[0] == now[0] and now[1] <= captured[1]

@@ -64,8 +64,12 @@ class ModelRunner:
             window = 1 + (spec.num_speculative_tokens if spec.enabled else 0)
             inputs = GraphInputs(max_slots, window, -(-(max_len + MAX_SPEC_TOKENS + 1) // block_size),
                                  block_size, scratch_block=num_blocks, scratch_state_row=max_num_seqs, device=device)
+            host_plan = None
+            if self.experts is not None and self.experts.offloaded:  # MoE layers split the graphs
+                self.experts.prepare_graphs(max_slots * window, dtype, device)
+                host_plan = self.experts.graph_plan
             self.graphs = CudaGraphCache(model, inputs, self.kv_pool.caches, self.state_pool.caches, max_slots,
-                                         window, options.cuda_graph_cache_size)
+                                         window, options.cuda_graph_cache_size, host_plan)
             if options.cuda_graph_warmup:
                 started = time.perf_counter()
                 count = self.graphs.warm_up()
@@ -190,5 +194,5 @@ def graph_safe(model: nn.Module, dtype: torch.dtype) -> bool:
 
     experts = getattr(model, "expert_manager", None)
     if experts is not None and not experts.is_graph_safe:
-        return False  # experts computed on the host: those layers sync with it every step
+        return False  # PCIe staging decides on the host, per step, what the device computes
     return triton_available() and (dtype in (torch.bfloat16, torch.float16) or not model.config.num_experts)

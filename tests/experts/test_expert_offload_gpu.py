@@ -1,6 +1,7 @@
 """On a CUDA device: the offloaded provider's fused-kernel slot path (16-bit) against all experts
-resident, and greedy identity through the LLM API in float32 with 10% of experts resident, PCIe staging
-and hot-set swaps every step (side-stream copies published by apply_ready)."""
+resident, greedy identity through the LLM API in float32 with 10% of experts resident, PCIe staging
+and hot-set swaps every step (side-stream copies published by apply_ready), and bf16 CUDA graphs split
+at the offloaded layers against the eager path (recaptured when residency or placement changes)."""
 
 from __future__ import annotations
 
@@ -41,8 +42,8 @@ def test_bf16_provider_matches_all_experts_resident(num_slots):
         assert torch.equal(got, expected)
 
 
-def make_llm(folder: str, dtype: str, **experts) -> LLM:
-    runner = RunnerConfig(device="cuda", dtype=dtype, cuda_graphs=False)
+def make_llm(folder: str, dtype: str, cuda_graphs: bool = False, **experts) -> LLM:
+    runner = RunnerConfig(device="cuda", dtype=dtype, cuda_graphs=cuda_graphs)
     return LLM.from_config(EngineConfig(model=folder, runner=runner, experts=ExpertConfig(**experts)))
 
 
@@ -57,3 +58,29 @@ def test_float32_greedy_identical_with_10_percent_resident_and_swaps(tiny_model_
     assert [o.outputs[0].token_ids for o in llm.generate(PROMPTS, PARAMS)] == reference
     snap = manager.snapshot()
     assert snap["swaps"] > 0 and snap["cpu_share"] > 0 and snap["pcie_share"] > 0 and snap["gpu_hit_rate"] > 0
+
+
+def _tokens(llm: LLM) -> list[list[int]]:
+    return [o.outputs[0].token_ids for o in llm.generate(PROMPTS, PARAMS)]
+
+
+@pytest.mark.parametrize("experts", [
+    {"expert_cache": "30%", "expert_swap_interval": 0},
+    {"expert_cache": "50%", "expert_split": "static", "expert_swap_interval": 1, "expert_swap_threshold": 0.0},
+])
+def test_bf16_split_graphs_match_the_eager_path(tiny_model_dir, experts):
+    folder = tiny_model_dir("qwen3_moe")
+    reference = _tokens(make_llm(folder, "bfloat16", **experts))
+    llm = make_llm(folder, "bfloat16", cuda_graphs=True, **experts)
+    runner, manager = llm.engine.runner, llm.engine.experts
+    assert runner.graphs is not None and manager.offloaded
+    assert _tokens(llm) == reference
+    stats = runner.graph_stats()
+    assert stats["replays"] > 0
+    assert any(c.graph.num_splits > 0 for c in runner.graphs.graphs.values())
+    assert manager.snapshot()["cpu_share"] > 0
+    captures = stats["captures"]
+    manager.replace(ExpertConfig(expert_cache="20%", expert_swap_interval=0), "cuda")  # a new placement epoch
+    eager = make_llm(folder, "bfloat16", expert_cache="20%", expert_swap_interval=0)
+    assert _tokens(llm) == _tokens(eager)
+    assert runner.graph_stats()["captures"] > captures  # graphs of the old placement were not replayed

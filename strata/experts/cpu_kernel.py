@@ -1,0 +1,113 @@
+"""The native CPU expert kernel (cpu_moe.c): built with the system C compiler at first use, loaded
+with ctypes, and called with the GIL released. One call computes a layer's CPU pairs on a pool of
+threads that reads each distinct expert once; torch's per-expert path is the fallback when no
+compiler is found or the build fails (the reason is logged once).
+
+Built for this machine (-march=native) into ~/.cache/strata (or $STRATA_CACHE_DIR), keyed by the
+source, the flags and the CPU model, so a copied cache never runs on a CPU it was not built for.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+_SOURCE = Path(__file__).with_name("cpu_moe.c")
+_FLAGS = ["-O3", "-march=native", "-shared", "-fPIC", "-pthread"]
+_DTYPES = {torch.float32: 0, torch.bfloat16: 1}
+_lock = threading.Lock()
+_library: ctypes.CDLL | None = None
+_failed: str | None = None
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = [line for line in f if line.startswith(("model name", "flags"))]
+        return "".join(sorted(set(lines)))
+    except OSError:
+        return platform.processor()
+
+
+def _build() -> ctypes.CDLL:
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise RuntimeError("no C compiler (cc or gcc) on PATH")
+    source = _SOURCE.read_bytes()
+    key = hashlib.sha256(source + " ".join(_FLAGS).encode() + _cpu_model().encode()).hexdigest()[:16]
+    cache = Path(os.environ.get("STRATA_CACHE_DIR") or Path.home() / ".cache" / "strata")
+    target = cache / f"cpu_moe-{key}.so"
+    if not target.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=cache) as tmp:  # build aside, then move: no half-written .so
+            built = Path(tmp) / target.name
+            result = subprocess.run([compiler, *_FLAGS, str(_SOURCE), "-o", str(built), "-lm"],
+                                    capture_output=True, text=True)
+            if result.returncode != 0:
+                raise RuntimeError(f"{compiler} failed: {result.stderr.strip()[:2000]}")
+            os.replace(built, target)
+    library = ctypes.CDLL(str(target))
+    library.strata_cpu_moe_threads.argtypes = [ctypes.c_int]
+    library.strata_cpu_moe_threads.restype = ctypes.c_int
+    pointer, i64 = ctypes.c_void_p, ctypes.c_int64
+    library.strata_cpu_moe.argtypes = [ctypes.c_int, pointer, i64, i64, pointer, pointer, i64, pointer, pointer,
+                                       pointer, pointer, pointer, pointer]
+    library.strata_cpu_moe.restype = ctypes.c_int
+    return library
+
+
+def load() -> ctypes.CDLL | None:
+    """The built library, or None (with the reason logged once) when it cannot be built here."""
+    global _library, _failed
+    with _lock:
+        if _library is None and _failed is None:
+            try:
+                _library = _build()
+            except Exception as e:  # no compiler, sandboxed FS...: the torch path still works
+                _failed = str(e)
+                logger.warning("native CPU expert kernel unavailable (%s); using the torch path", e)
+        return _library
+
+
+def supports(weights: torch.Tensor) -> bool:
+    return weights.dtype in _DTYPES and weights.is_contiguous() and weights.device.type == "cpu"
+
+
+class NativeExperts:
+    """Computes one layer's CPU pairs in one call on `num_threads` threads (the caller included)."""
+
+    def __init__(self, library: ctypes.CDLL, num_threads: int) -> None:
+        self.library = library
+        self.num_threads = library.strata_cpu_moe_threads(num_threads)
+
+    def compute(self, hidden: torch.Tensor, rows: torch.Tensor, experts: torch.Tensor, weights: torch.Tensor,
+                w13: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+        """Same contract as CpuExpertPool.compute: hidden [R, D] (host), per pair rows / experts /
+        weights [P], w13 [E, 2I, D], w2 [E, D, I] -> [R, D] float32."""
+        order = experts.argsort(stable=True)                                     # [P] grouped by expert
+        used, counts = torch.unique_consecutive(experts[order], return_counts=True)
+        starts = torch.zeros(len(used) + 1, dtype=torch.int64)
+        torch.cumsum(counts, 0, out=starts[1:])
+        x = hidden.float().contiguous()                                          # [R, D]
+        pair_rows = rows[order].to(torch.int64).contiguous()                     # [P]
+        pair_weights = weights[order].float().contiguous()                       # [P]
+        used = used.to(torch.int64).contiguous()                                 # [G]
+        inter = w2.shape[-1]
+        act = torch.empty(len(order), inter, dtype=torch.float32)               # [P, I]
+        out = torch.zeros_like(x)                                                # [R, D]
+        self.library.strata_cpu_moe(_DTYPES[w13.dtype], x.data_ptr(), x.shape[1], inter, w13.data_ptr(),
+                                    w2.data_ptr(), len(used), used.data_ptr(), starts.data_ptr(),
+                                    pair_rows.data_ptr(), pair_weights.data_ptr(), act.data_ptr(), out.data_ptr())
+        return out

@@ -1,0 +1,101 @@
+"""CUDA graphs split at host points.
+
+Some layers need the host in the middle of a step: a MoE layer with offloaded experts reads its
+routing, computes the missed experts on the CPU and uploads the result. Such a step is captured as a
+chain of graphs: a layer that needs the host calls `split_here(host_fn)` while the step is being
+captured, which ends the current graph and begins the next one; at replay the host functions run
+between the graphs, in capture order (`SplitGraph.replay`). Everything else of the step (attention,
+norms, routing, the resident experts) stays inside graphs, so the host works once per such layer
+instead of launching every kernel of the step.
+
+A host function gets the number of real (unpadded) token rows of the replayed step and may only read
+and write buffers whose addresses the graphs captured (pinned host buffers filled by captured copies,
+device buffers read by the next graph), on the current stream.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable
+
+import torch
+
+HostFn = Callable[[int], None]
+
+_ACTIVE: contextvars.ContextVar[SplitCapture | None] = contextvars.ContextVar("split_capture", default=None)
+
+
+class SplitGraph:
+    """A step captured as graphs with host functions between them (one graph when nothing split)."""
+
+    def __init__(self) -> None:
+        self.graphs: list[torch.cuda.CUDAGraph] = []
+        self.host_fns: list[HostFn] = []  # host_fns[i] runs after graphs[i]
+
+    @property
+    def num_splits(self) -> int:
+        return len(self.host_fns)
+
+    def replay(self, num_real_rows: int) -> None:
+        for i, graph in enumerate(self.graphs):
+            graph.replay()
+            if i < len(self.host_fns):
+                self.host_fns[i](num_real_rows)
+
+    def reset(self) -> None:
+        for graph in self.graphs:
+            graph.reset()
+
+
+class SplitCapture:
+    """Records a SplitGraph: `with SplitCapture(pool) as capture:` run the forward (on a side stream,
+    as torch.cuda.graph does); layers call `split_here`."""
+
+    def __init__(self, pool) -> None:
+        self.pool = pool
+        self.result = SplitGraph()
+        self.stream = torch.cuda.Stream()
+        self._stream_ctx = None
+        self._token = None
+
+    def __enter__(self) -> SplitCapture:
+        torch.cuda.synchronize()
+        self.stream.wait_stream(torch.cuda.current_stream())
+        self._stream_ctx = torch.cuda.stream(self.stream)
+        self._stream_ctx.__enter__()
+        self._begin()
+        self._token = _ACTIVE.set(self)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        _ACTIVE.reset(self._token)
+        try:
+            self.result.graphs[-1].capture_end()
+        finally:
+            self._stream_ctx.__exit__(exc_type, exc, tb)
+            torch.cuda.current_stream().wait_stream(self.stream)
+
+    def _begin(self) -> None:
+        graph = torch.cuda.CUDAGraph()
+        graph.capture_begin(pool=self.pool)
+        self.result.graphs.append(graph)
+
+    def split(self, host_fn: HostFn) -> None:
+        self.result.graphs[-1].capture_end()
+        self.result.host_fns.append(host_fn)
+        self._begin()
+
+
+def split_here(host_fn: HostFn) -> bool:
+    """While a step is being captured: end the current graph here and run `host_fn` at this point of
+    every replay; returns False (and does nothing) outside a capture."""
+    capture = _ACTIVE.get()
+    if capture is None:
+        return False
+    capture.split(host_fn)
+    return True
+
+
+def capturing() -> bool:
+    return _ACTIVE.get() is not None
+
