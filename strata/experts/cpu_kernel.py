@@ -20,6 +20,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+import numpy as np
 import torch
 
 logger = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ def _build() -> ctypes.CDLL:
     library.strata_cpu_moe_threads.restype = ctypes.c_int
     pointer, i64 = ctypes.c_void_p, ctypes.c_int64
     library.strata_cpu_moe.argtypes = [ctypes.c_int, pointer, i64, i64, pointer, pointer, i64, pointer, pointer,
-                                       pointer, pointer, pointer, pointer]
+                                       pointer, pointer, pointer]
     library.strata_cpu_moe.restype = ctypes.c_int
     return library
 
@@ -92,22 +93,30 @@ class NativeExperts:
         self.library = library
         self.num_threads = library.strata_cpu_moe_threads(num_threads)
 
+    def accumulate(self, hidden: torch.Tensor, rows: torch.Tensor, experts: torch.Tensor, weights: torch.Tensor,
+                   w13: torch.Tensor, w2: torch.Tensor, out: torch.Tensor) -> None:
+        """out [R, D] float32 += per pair (rows [P] into hidden and out, experts [P], weights [P]) the
+        weighted expert output; hidden [R, D] in the weights' dtype, w13 [E, 2I, D], w2 [E, D, I]."""
+        expert_ids = experts.numpy()
+        order = np.argsort(expert_ids, kind="stable")                            # [P] grouped by expert
+        used, first = np.unique(expert_ids[order], return_index=True)
+        starts = np.append(first, len(order)).astype(np.int64)                   # [G + 1]
+        used = used.astype(np.int64)                                             # [G]
+        pair_rows = np.ascontiguousarray(rows.numpy()[order], dtype=np.int64)    # [P]
+        pair_weights = np.ascontiguousarray(weights.float().numpy()[order])      # [P] float32
+        hidden = hidden.contiguous()
+        if hidden.dtype != w13.dtype or out.dtype != torch.float32 or not out.is_contiguous():
+            raise ValueError("native experts: hidden must match the weights' dtype and out be contiguous float32")
+        status = self.library.strata_cpu_moe(
+            _DTYPES[w13.dtype], hidden.data_ptr(), hidden.shape[1], w2.shape[-1], w13.data_ptr(), w2.data_ptr(),
+            len(used), used.ctypes.data, starts.ctypes.data, pair_rows.ctypes.data, pair_weights.ctypes.data,
+            out.data_ptr())
+        if status != 0:
+            raise MemoryError("native CPU expert kernel: no scratch memory")
+
     def compute(self, hidden: torch.Tensor, rows: torch.Tensor, experts: torch.Tensor, weights: torch.Tensor,
                 w13: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
-        """Same contract as CpuExpertPool.compute: hidden [R, D] (host), per pair rows / experts /
-        weights [P], w13 [E, 2I, D], w2 [E, D, I] -> [R, D] float32."""
-        order = experts.argsort(stable=True)                                     # [P] grouped by expert
-        used, counts = torch.unique_consecutive(experts[order], return_counts=True)
-        starts = torch.zeros(len(used) + 1, dtype=torch.int64)
-        torch.cumsum(counts, 0, out=starts[1:])
-        x = hidden.float().contiguous()                                          # [R, D]
-        pair_rows = rows[order].to(torch.int64).contiguous()                     # [P]
-        pair_weights = weights[order].float().contiguous()                       # [P]
-        used = used.to(torch.int64).contiguous()                                 # [G]
-        inter = w2.shape[-1]
-        act = torch.empty(len(order), inter, dtype=torch.float32)               # [P, I]
-        out = torch.zeros_like(x)                                                # [R, D]
-        self.library.strata_cpu_moe(_DTYPES[w13.dtype], x.data_ptr(), x.shape[1], inter, w13.data_ptr(),
-                                    w2.data_ptr(), len(used), used.data_ptr(), starts.data_ptr(),
-                                    pair_rows.data_ptr(), pair_weights.data_ptr(), act.data_ptr(), out.data_ptr())
+        """Same contract as CpuExpertPool.compute -> [R, D] float32."""
+        out = torch.zeros(hidden.shape, dtype=torch.float32)
+        self.accumulate(hidden.to(w13.dtype), rows, experts, weights, w13, w2, out)
         return out

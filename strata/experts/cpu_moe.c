@@ -39,16 +39,34 @@ static inline float round_to_bf16(float f) {  /* round to nearest even, as torch
     return f;
 }
 
-static float dot_bf16(const uint16_t *w, const float *x, int64_t n) {
+#if defined(__AVX512BF16__) && !defined(STRATA_NO_DPBF16)
+#define USE_DPBF16 1
+#endif
+#ifndef STRATA_PREFETCH_BYTES
+#define STRATA_PREFETCH_BYTES 1024  /* ahead of the loads: rows are 1.5-4 KB, the next row follows */
+#endif
+
+/* x: float32 values; xb: the same values as bf16 bits (they are bf16 numbers: rows of the hidden
+ * states, activations rounded to bf16), used by the AVX512-BF16 dot product instruction. */
+static float dot_bf16(const uint16_t *w, const float *x, const uint16_t *xb, int64_t n) {
     int64_t i = 0;
     float tail = 0.f;
+    (void)xb;
 #ifdef __AVX512F__
     __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-    for (; i + 32 <= n; i += 32) {
-        __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(w + i)));
-        __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(w + i + 16)));
-        a0 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(lo, 16)), _mm512_loadu_ps(x + i), a0);
-        a1 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(hi, 16)), _mm512_loadu_ps(x + i + 16), a1);
+    for (; i + 64 <= n; i += 64) {
+        _mm_prefetch((const char *)(w + i) + STRATA_PREFETCH_BYTES, _MM_HINT_T0);
+#ifdef USE_DPBF16
+        a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(w + i), (__m512bh)_mm512_loadu_si512(xb + i));
+        a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(w + i + 32), (__m512bh)_mm512_loadu_si512(xb + i + 32));
+#else
+        for (int h = 0; h < 64; h += 32) {
+            __m512i lo = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(w + i + h)));
+            __m512i hi = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(w + i + h + 16)));
+            a0 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(lo, 16)), _mm512_loadu_ps(x + i + h), a0);
+            a1 = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(hi, 16)), _mm512_loadu_ps(x + i + h + 16), a1);
+        }
+#endif
     }
     tail = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
 #endif
@@ -71,12 +89,20 @@ static float dot_f32(const float *w, const float *x, int64_t n) {
     return tail;
 }
 
-/* ---- a persistent pool: run(items, fn) calls fn(ctx, i) once for every i, on every thread --- */
+/* ---- a persistent pool: run(items, fn) calls fn(ctx, i) once for every i, on every thread ---
+ * Idle workers sleep on a condition variable; the caller spins for the finish. (Workers spinning
+ * between calls were tried on the H200 host: no faster, and they burn the cores while idle.) */
+
+#if defined(__x86_64__) || defined(__i386__)
+#define CPU_RELAX() __builtin_ia32_pause()
+#else
+#define CPU_RELAX() __asm__ __volatile__("" ::: "memory")
+#endif
 
 typedef void (*item_fn)(const void *ctx, int64_t item);
 
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t pool_start = PTHREAD_COND_INITIALIZER, pool_done = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t pool_start = PTHREAD_COND_INITIALIZER;
 static int pool_threads = 0, pool_busy = 0;
 static uint64_t pool_generation = 0;
 static item_fn pool_fn;
@@ -92,19 +118,16 @@ static void drain(item_fn fn, const void *ctx, int64_t items) {
 }
 
 static void *worker(void *arg) {
-    (void)arg;
-    uint64_t seen = 0;
-    pthread_mutex_lock(&pool_mu);
+    uint64_t seen = (uint64_t)(uintptr_t)arg;  /* the generation when it was created: only later calls count it */
     for (;;) {
-        while (pool_generation == seen) pthread_cond_wait(&pool_start, &pool_mu);
-        seen = pool_generation;
-        item_fn fn = pool_fn;
-        const void *ctx = pool_ctx;
-        int64_t items = pool_items;
-        pthread_mutex_unlock(&pool_mu);
-        drain(fn, ctx, items);
-        pthread_mutex_lock(&pool_mu);
-        if (--pool_busy == 0) pthread_cond_signal(&pool_done);
+        if (__atomic_load_n(&pool_generation, __ATOMIC_ACQUIRE) == seen) {
+            pthread_mutex_lock(&pool_mu);
+            while (__atomic_load_n(&pool_generation, __ATOMIC_ACQUIRE) == seen) pthread_cond_wait(&pool_start, &pool_mu);
+            pthread_mutex_unlock(&pool_mu);
+        }
+        seen = __atomic_load_n(&pool_generation, __ATOMIC_ACQUIRE);  /* fn, ctx, items were set before */
+        drain(pool_fn, pool_ctx, pool_items);
+        __atomic_sub_fetch(&pool_busy, 1, __ATOMIC_ACQ_REL);
     }
     return NULL;
 }
@@ -114,7 +137,7 @@ int strata_cpu_moe_threads(int num_threads) {
     pthread_mutex_lock(&pool_mu);
     while (pool_threads < num_threads - 1) {
         pthread_t t;
-        if (pthread_create(&t, NULL, worker, NULL) != 0) break;
+        if (pthread_create(&t, NULL, worker, (void *)(uintptr_t)pool_generation) != 0) break;
         pthread_detach(t);
         pool_threads++;
     }
@@ -126,19 +149,17 @@ int strata_cpu_moe_threads(int num_threads) {
 static pthread_mutex_t call_mu = PTHREAD_MUTEX_INITIALIZER;  /* one call at a time uses the pool */
 
 static void run(item_fn fn, const void *ctx, int64_t items) {
-    pthread_mutex_lock(&pool_mu);
+    pthread_mutex_lock(&pool_mu);  /* pool_threads is stable while a call holds call_mu */
     pool_fn = fn;
     pool_ctx = ctx;
     pool_items = items;
-    pool_next = 0;
-    pool_busy = pool_threads;
-    pool_generation++;
+    __atomic_store_n(&pool_next, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&pool_busy, pool_threads, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&pool_generation, 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&pool_start);
     pthread_mutex_unlock(&pool_mu);
     drain(fn, ctx, items);
-    pthread_mutex_lock(&pool_mu);
-    while (pool_busy > 0) pthread_cond_wait(&pool_done, &pool_mu);
-    pthread_mutex_unlock(&pool_mu);
+    while (__atomic_load_n(&pool_busy, __ATOMIC_ACQUIRE) > 0) CPU_RELAX();
 }
 
 /* ---- the layer ------------------------------------------------------------------------------ */
@@ -149,12 +170,14 @@ typedef struct {
     int dtype;
     int64_t D, I, num_groups;
     const float *x;                         /* [R, D] float32 copy of the rows */
+    const uint16_t *xb;                     /* [R, D] the rows as bf16 bits (bf16 weights only) */
     const void *w13, *w2;                   /* [E, 2I, D], [E, D, I] */
     const int64_t *group_expert;            /* [G] */
     const int64_t *group_start;             /* [G + 1] into the pairs, grouped by expert */
     const int64_t *pair_row;                /* [P] */
     const float *pair_weight;               /* [P] */
     float *act;                             /* [P, I] */
+    uint16_t *act_b;                        /* [P, I] act as bf16 bits (bf16 weights only) */
     float *out;                             /* [R, D] */
 } layer_t;
 
@@ -171,10 +194,14 @@ static void gate_up_item(const void *ctx, int64_t item) {
             const float *x = L->x + L->pair_row[p] * D;
             float gate, up;
             if (L->dtype == 1) {
-                const uint16_t *w = (const uint16_t *)L->w13 + e * 2 * I * D;
-                gate = round_to_bf16(dot_bf16(w + j * D, x, D));
-                up = round_to_bf16(dot_bf16(w + (I + j) * D, x, D));
-                L->act[p * I + j] = round_to_bf16(round_to_bf16(silu(gate)) * up);
+                const uint16_t *w = (const uint16_t *)L->w13 + e * 2 * I * D, *xb = L->xb + L->pair_row[p] * D;
+                gate = round_to_bf16(dot_bf16(w + j * D, x, xb, D));
+                up = round_to_bf16(dot_bf16(w + (I + j) * D, x, xb, D));
+                float a = round_to_bf16(round_to_bf16(silu(gate)) * up);
+                uint32_t bits;
+                memcpy(&bits, &a, 4);
+                L->act[p * I + j] = a;
+                L->act_b[p * I + j] = (uint16_t)(bits >> 16);
             } else {
                 const float *w = (const float *)L->w13 + e * 2 * I * D;
                 gate = dot_f32(w + j * D, x, D);
@@ -193,7 +220,8 @@ static void down_item(const void *ctx, int64_t item) {
         int64_t e = L->group_expert[g];
         for (int64_t n = n0; n < n1; n++) {
             for (int64_t p = L->group_start[g]; p < L->group_start[g + 1]; p++) {
-                float y = L->dtype == 1 ? dot_bf16((const uint16_t *)L->w2 + (e * D + n) * I, L->act + p * I, I)
+                float y = L->dtype == 1 ? dot_bf16((const uint16_t *)L->w2 + (e * D + n) * I, L->act + p * I,
+                                                   L->act_b + p * I, I)
                                         : dot_f32((const float *)L->w2 + (e * D + n) * I, L->act + p * I, I);
                 L->out[L->pair_row[p] * D + n] += L->pair_weight[p] * y;
             }
@@ -201,14 +229,30 @@ static void down_item(const void *ctx, int64_t item) {
     }
 }
 
-/* out [R, D] += the weighted expert outputs; act [P, I] is scratch. Returns 0. */
-int strata_cpu_moe(int dtype, const float *x, int64_t D, int64_t I, const void *w13, const void *w2,
+/* out [R, D] (float32) += the weighted expert outputs of the pairs. x [R, D] is in the weights' dtype
+ * (bf16 bits for dtype 1). Pairs are grouped by expert: group g is expert group_expert[g] and pairs
+ * group_start[g] .. group_start[g + 1] - 1. Returns 0, or 1 when scratch memory could not be had. */
+int strata_cpu_moe(int dtype, const void *x, int64_t D, int64_t I, const void *w13, const void *w2,
                    int64_t num_groups, const int64_t *group_expert, const int64_t *group_start,
-                   const int64_t *pair_row, const float *pair_weight, float *act, float *out) {
-    layer_t L = {dtype, D, I, num_groups, x, w13, w2, group_expert, group_start, pair_row, pair_weight, act, out};
+                   const int64_t *pair_row, const float *pair_weight, float *out) {
+    int64_t rows = 0, pairs = group_start[num_groups];
+    for (int64_t p = 0; p < pairs; p++) rows = pair_row[p] + 1 > rows ? pair_row[p] + 1 : rows;
+    /* scratch: act [P, I] float32, and for bf16 the rows as float32 and act as bf16 bits */
+    size_t floats = (size_t)(pairs * I) + (dtype == 1 ? (size_t)(rows * D) : 0);
+    float *scratch = malloc(sizeof(float) * floats + sizeof(uint16_t) * (size_t)(pairs * I) + 64);
+    if (scratch == NULL) return 1;
+    float *act = scratch, *xf = (float *)x;
+    uint16_t *act_b = (uint16_t *)(scratch + floats), *xb = (uint16_t *)x;
+    if (dtype == 1) {
+        xf = scratch + pairs * I;
+        for (int64_t k = 0; k < rows * D; k++) xf[k] = bf16_to_f32(xb[k]);
+    }
+    layer_t L = {dtype, D, I, num_groups, xf, xb, w13, w2, group_expert, group_start, pair_row, pair_weight,
+                 act, act_b, out};
     pthread_mutex_lock(&call_mu);
     run(gate_up_item, &L, num_groups * ((I + CHUNK_I - 1) / CHUNK_I));
     run(down_item, &L, (D + CHUNK_D - 1) / CHUNK_D);
     pthread_mutex_unlock(&call_mu);
+    free(scratch);
     return 0;
 }

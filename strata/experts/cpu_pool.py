@@ -57,6 +57,16 @@ class CpuExpertPool:
             out.index_add_(0, rows[g], future.result())
         return out
 
+    def accumulate(self, hidden: torch.Tensor, rows: torch.Tensor, experts: torch.Tensor, weights: torch.Tensor,
+                   w13: torch.Tensor, w2: torch.Tensor, out: torch.Tensor) -> None:
+        """out [R, D] float32 += the weighted expert outputs of the pairs; rows [P] index hidden [R, D]
+        and out directly (rows without pairs are left alone)."""
+        if self.native is not None and cpu_kernel.supports(w13) and cpu_kernel.supports(w2):
+            self.native.accumulate(hidden.to(w13.dtype), rows, experts, weights, w13, w2, out)
+            return
+        used_rows, inverse = rows.unique(return_inverse=True)
+        out.index_add_(0, used_rows, self.compute(hidden[used_rows], inverse, experts, weights, w13, w2))
+
     def close(self) -> None:
         self.executor.shutdown(wait=True)
 

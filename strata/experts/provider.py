@@ -14,6 +14,7 @@ missed pairs on the CPU and uploads their sum, which the next graph adds.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -101,21 +102,19 @@ class OffloadedExperts(nn.Module):
 
     def _host_part(self, num_real_rows: int, num_rows: int) -> None:
         """Between two graphs of a replay: the missed pairs of the real rows on the CPU, their sum
-        uploaded for the next graph (padding rows get zeros)."""
+        uploaded for the next graph (padding rows get zeros). numpy indexing: this runs once per
+        offloaded layer per step, on the step's critical path."""
         exchange = self.exchange
         torch.cuda.current_stream().synchronize()  # the graph's copies to the host have landed
         cpu_sum = exchange.cpu_sum[:num_rows]
         cpu_sum.zero_()
-        slot_ids = exchange.slot_ids[:num_real_rows]
-        rows, ks = (slot_ids < 0).nonzero().unbind(1)    # [M] each: the missed pairs
+        rows, ks = np.nonzero(exchange.slot_ids[:num_real_rows].numpy() < 0)  # [M] each: the missed pairs
         if len(rows):
-            experts = exchange.topk_ids[rows, ks]
-            cpu_rows, inverse = rows.unique(return_inverse=True)
-            host_dtype = self.slots.host_w13[0].dtype
-            y = self.pool.compute(exchange.hidden[cpu_rows].to(host_dtype), inverse, experts,
-                                  exchange.topk_weights[rows, ks].to(host_dtype),
-                                  self.slots.host_w13[self.layer_idx], self.slots.host_w2[self.layer_idx])  # [R, D]
-            cpu_sum[cpu_rows] = y
+            experts = exchange.topk_ids.numpy()[rows, ks]
+            weights = exchange.topk_weights.numpy()[rows, ks]
+            self.pool.accumulate(exchange.hidden[:num_real_rows], torch.from_numpy(rows), torch.from_numpy(experts),
+                                 torch.from_numpy(weights), self.slots.host_w13[self.layer_idx],
+                                 self.slots.host_w2[self.layer_idx], cpu_sum)
         exchange.cpu_sum_device[:num_rows].copy_(cpu_sum, non_blocking=True)
         self.stats.record_offloaded(len(rows), 0, 0)
 

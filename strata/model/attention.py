@@ -1,12 +1,16 @@
 """Attention over the paged KV cache, and the (optionally gated) attention layer built on it.
 
-`paged_attention` is the torch reference path (CPU and eager GPU): it writes this step's K/V into the
-pool through `slot_mapping`, then attends each query to its sequence's cached prefix plus the causal
-part of its own window. Short windows (decode, 1 + k verification) run as one padded batch; long
-prompt chunks run one sequence at a time so a single long chunk does not pad every other row.
+`paged_attention` attends each query to its sequence's cached prefix plus the causal part of its own
+window (this step's K/V are already in the pool). Short windows (decode, 1 + k verification) run as
+one batch: the Triton kernel on CUDA, a padded torch batch otherwise; long prompt chunks run one
+sequence at a time through torch SDPA so a single long chunk does not pad every other row. A mixed
+step (prompt chunks beside verification windows) splits: its short windows still take one kernel
+launch on CUDA.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import torch
 import torch.nn.functional as F
@@ -47,10 +51,17 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     if ctx.max_query_len <= _BATCHED_MAX_QUERY_LEN:
         return _attend_batched(q, k_cache, v_cache, ctx, scale)
     out = torch.empty_like(q)
-    starts = ctx.query_start_loc.tolist()
-    seq_lens = ctx.seq_lens.tolist()
+    starts = [0, *itertools.accumulate(ctx.query_lens)]
+    long_chunks = range(len(ctx.query_lens))
+    if _use_triton_attention(q):
+        short = [i for i, n in enumerate(ctx.query_lens) if n <= _BATCHED_MAX_QUERY_LEN]
+        if short:
+            _attend_windows_triton(q, k_cache, v_cache, ctx, scale, short, starts, out)
+        long_chunks = [i for i, n in enumerate(ctx.query_lens) if n > _BATCHED_MAX_QUERY_LEN]
+    seq_lens = [c + n for c, n in zip(ctx.num_computed, ctx.query_lens)]
     block_size = k_cache.shape[1]
-    for i, q_len in enumerate(ctx.query_lens):
+    for i in long_chunks:
+        q_len = ctx.query_lens[i]
         s, e = starts[i], starts[i + 1]
         num_blocks = -(-seq_lens[i] // block_size)
         table = ctx.block_tables[i, :num_blocks]
@@ -62,6 +73,22 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
                                            scale=scale, enable_gqa=True)
         out[s:e] = o.transpose(0, 1)
     return out
+
+
+def _attend_windows_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, ctx: ForwardContext,
+                           scale: float, slots: list[int], starts: list[int], out: torch.Tensor) -> None:
+    """The short windows `slots` of a mixed step in one Triton launch; writes their rows of out [T, H, D]."""
+    from strata.kernels.paged_attention import paged_attention as paged_attention_triton
+
+    lens = [ctx.query_lens[i] for i in slots]
+    device = q.device
+    rows = torch.tensor([t for i in slots for t in range(starts[i], starts[i + 1])], device=device)  # [T_short]
+    chosen = torch.tensor(slots, device=device)
+    query_start_loc = torch.tensor([0, *itertools.accumulate(lens)], device=device,
+                                   dtype=ctx.query_start_loc.dtype)
+    out[rows] = paged_attention_triton(q[rows], k_cache, v_cache, ctx.block_tables[chosen], ctx.seq_lens[chosen],
+                                       query_start_loc, scale, max_query_len=max(lens),
+                                       table_width=ctx.split_table_width)
 
 
 def _use_triton_attention(q: torch.Tensor) -> bool:

@@ -90,6 +90,8 @@ class ModelRunner:
         started = time.perf_counter()
         captured_before = self.graphs.capture_seconds if self.graphs is not None else 0.0
         inputs, hidden = self._forward(plan)  # hidden [T, D]
+        if self.experts is not None:  # queued after the forward, so its host work overlaps the device's
+            self.experts.end_step()  # routing statistics, finished expert copies, hot-set updates
         ctx = inputs.ctx
         forward_done = time.perf_counter()
         if self.graphs is not None:  # a one-off graph capture is not the step's cost
@@ -109,8 +111,6 @@ class ModelRunner:
         if self.proposer is not None:
             drafts = self.proposer.propose(plan.scheduled, inputs.query_starts, inputs.input_ids, hidden, ctx,
                                            outcomes, self.block_tables, self.kv_pool.caches, self.block_size)
-        if self.experts is not None:
-            self.experts.end_step()  # routing statistics, finished expert copies, hot-set updates
         results = [SlotResult(o.slot_id, o.token_ids, o.num_accepted, drafts.get(o.slot_id, []),
                               None if o.logprobs is None else [o.logprobs]) for o in outcomes]
         return StepResult(plan.step_id, results, forward_seconds=forward_done - started,

@@ -56,3 +56,12 @@ def test_kernel_choice_is_validated_and_torch_can_be_forced():
     assert CpuExpertPool(2, "auto").kernel == "native"
     with pytest.raises(ValueError, match="cpu_expert_kernel"):
         ExpertConfig(cpu_expert_kernel="fast")
+
+
+@pytest.mark.parametrize("kernel", ["native", "torch"])
+def test_accumulate_adds_into_the_given_rows(kernel):
+    hidden, rows, experts, weights, w13, w2 = _case(torch.float32, 8, 64, 32, 6, 10, seed=5)
+    expected = CpuExpertPool(2, "torch").compute(hidden, rows, experts, weights, w13, w2)
+    out = torch.ones(6, 64)
+    CpuExpertPool(2, kernel).accumulate(hidden, rows, experts, weights, w13, w2, out)
+    torch.testing.assert_close(out, expected + 1, rtol=1e-5, atol=1e-5)

@@ -177,6 +177,24 @@ def test_paged_attention_matches_ref(heads, windows, block_size, num_splits):
 
 
 @gpu
+def test_mixed_step_attention_on_cuda_matches_the_cpu_path():
+    """A prompt chunk beside verification windows: the windows take the Triton kernel in one launch,
+    the chunk torch SDPA; together they match the CPU path of the same step."""
+    generator = torch.Generator().manual_seed(11)
+    windows = [(40, 4), (0, 64), (300, 3), (17, 1), (100, 40)]
+    block_size = 16
+    q, k_cache, v_cache, _, tables, _, _ = paged_problem(windows, block_size, 8, 2, 64, torch.float32, "cpu",
+                                                         generator)
+    scheduled = [ScheduledSlot(slot_id=i, num_computed_tokens=c, num_new_tokens=n, new_block_ids=[],
+                               token_ids=[0] * n) for i, (c, n) in enumerate(windows)]
+    expected = model_paged_attention(q, k_cache, v_cache, build_inputs(scheduled, dict(enumerate(tables)), block_size,
+                                                                       {}, {}, "cpu").ctx, 0.125)
+    step = build_inputs(scheduled, dict(enumerate(tables)), block_size, {}, {}, "cuda")
+    out = model_paged_attention(q.cuda(), k_cache.cuda(), v_cache.cuda(), step.ctx, 0.125)
+    assert rel_err(out.cpu(), expected) < 5e-3  # float32 dots run as TF32 in the kernel
+
+
+@gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("heads", [(16, 2, 256), (8, 2, 128), (4, 4, 64)])
 def test_paged_attention_wide_heads_and_float32(dtype, heads):
