@@ -173,6 +173,8 @@ class StepResult:
     forward_seconds: float = 0.0
     sample_seconds: float = 0.0
     draft_seconds: float = 0.0
+    # with offloaded experts: slot -> (routed expert pairs, pairs computed on the CPU, copied over PCIe)
+    expert_pairs: dict[int, tuple[int, int, int]] = field(default_factory=dict)
 
 
 @dataclass

@@ -231,7 +231,8 @@ class EngineCore:
             self.streams.pop(state.request_id, None)
         metrics = None
         if reason is not None:
-            metrics = {**state.spec_stats.as_dict(), "num_preemptions": state.num_preemptions}
+            metrics = {**state.spec_stats.as_dict(), "num_preemptions": state.num_preemptions,
+                       **state.expert_shares.as_dict()}
         return TokenDelta(state.request_id, commit.new_token_ids, text, reason is not None, reason,
                           commit.logprobs, len(state.prompt_token_ids), metrics=metrics,
                           num_cached_tokens=state.num_cached_tokens)

@@ -168,6 +168,21 @@ class ExpertManager:
 
     # ---- once per step ----------------------------------------------------------------------------
 
+    def begin_rows(self, num_rows: int) -> None:
+        """Count where each of the next forward's `num_rows` token rows had its pairs computed."""
+        if self.slots is not None:
+            self.stats.begin_rows(num_rows)
+
+    def slot_pairs(self, work: list, starts: list[int]) -> dict[int, tuple[int, int, int]]:
+        """After the forward begun by begin_rows: slot -> (routed pairs, CPU pairs, PCIe pairs) of the
+        step's scheduled slots (`work`, their first token rows `starts`); {} when nothing was counted."""
+        rows = self.stats.take_rows()
+        if rows is None:
+            return {}
+        per_token = self.top_k * self.num_layers
+        return {w.slot_id: (w.num_new_tokens * per_token, int(rows[0, s:s + w.num_new_tokens].sum()),
+                            int(rows[1, s:s + w.num_new_tokens].sum())) for w, s in zip(work, starts)}
+
     def end_step(self) -> None:
         self.stats.end_step()
         self.num_steps += 1

@@ -76,6 +76,7 @@ class OffloadedExperts(nn.Module):
         else:  # queued on the device before the CPU starts, so the two run at the same time
             out = run_experts(hidden, slots.w13_slots, slots.w2_slots, slot_ids, topk_weights, may_skip=True)
         num_cpu = int(on_cpu.sum())
+        self.stats.record_rows(rows[on_cpu].numpy(), rows[~on_cpu].numpy())
         if num_cpu:
             y = self.pool.compute(hidden_cpu, inverse, experts[on_cpu], weights_cpu,
                                   slots.host_w13[self.layer_idx], slots.host_w2[self.layer_idx])  # [R, D]
@@ -117,6 +118,7 @@ class OffloadedExperts(nn.Module):
                                  self.slots.host_w2[self.layer_idx], cpu_sum)
         exchange.cpu_sum_device[:num_rows].copy_(cpu_sum, non_blocking=True)
         self.stats.record_offloaded(len(rows), 0, 0)
+        self.stats.record_rows(rows, rows[:0])
 
     def _staging_plan(self, experts: torch.Tensor) -> torch.Tensor:
         """experts [M] of the missed pairs -> [M] staging slot index (0..S-1) or -1 for the CPU: the

@@ -3,10 +3,15 @@
 `record` runs inside the forward (possibly inside a CUDA graph): fixed-size buffers, in-place device
 ops only, no host sync. `end_step` runs once per step outside any graph and also never syncs; only
 `snapshot` reads the buffers back to the host.
+
+With offloaded experts the providers also count, on the host, the CPU and PCIe pairs of each token
+row of the step's main forward (`begin_rows` / `record_rows` / `take_rows`): the runner turns them into
+per-request shares.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 _GPU, _CPU, _PCIE = range(3)
@@ -25,6 +30,7 @@ class RoutingStats:
         self.has_placement = False  # set when a provider reports where pairs ran
         self.num_swaps = 0
         self.bytes_moved = 0
+        self.row_pairs: np.ndarray | None = None  # [2, T]: CPU and PCIe pairs per token row, while counting
 
     # ---- inside the forward (graph safe) ---------------------------------------------------------
 
@@ -42,6 +48,21 @@ class RoutingStats:
     def record_resident(self, resident: torch.Tensor) -> None:
         """resident [T, K] bool: pairs served by device slots."""
         self.pair_counts[_GPU:_GPU + 1].add_(resident.sum())
+
+    # ---- on the host: per token row of the main forward ------------------------------------------
+
+    def begin_rows(self, num_rows: int) -> None:
+        self.row_pairs = np.zeros((2, num_rows), dtype=np.int64)
+
+    def record_rows(self, cpu_rows: np.ndarray, pcie_rows: np.ndarray) -> None:
+        """Row index of every pair computed on the CPU / staged over PCIe (ignored when not counting)."""
+        if self.row_pairs is not None:
+            np.add.at(self.row_pairs[0], cpu_rows, 1)
+            np.add.at(self.row_pairs[1], pcie_rows, 1)
+
+    def take_rows(self) -> np.ndarray | None:
+        rows, self.row_pairs = self.row_pairs, None
+        return rows
 
     # ---- on the host, outside the forward ----------------------------------------------------------
 

@@ -89,8 +89,12 @@ class ModelRunner:
             return StepResult(plan.step_id, [])
         started = time.perf_counter()
         captured_before = self.graphs.capture_seconds if self.graphs is not None else 0.0
+        if self.experts is not None:
+            self.experts.begin_rows(plan.num_tokens)
         inputs, hidden = self._forward(plan)  # hidden [T, D]
+        expert_pairs = {}
         if self.experts is not None:  # queued after the forward, so its host work overlaps the device's
+            expert_pairs = self.experts.slot_pairs(plan.scheduled, inputs.query_starts)
             self.experts.end_step()  # routing statistics, finished expert copies, hot-set updates
         ctx = inputs.ctx
         forward_done = time.perf_counter()
@@ -115,7 +119,7 @@ class ModelRunner:
                               None if o.logprobs is None else [o.logprobs]) for o in outcomes]
         return StepResult(plan.step_id, results, forward_seconds=forward_done - started,
                           sample_seconds=sample_done - forward_done,
-                          draft_seconds=time.perf_counter() - sample_done)
+                          draft_seconds=time.perf_counter() - sample_done, expert_pairs=expert_pairs)
 
     def _forward(self, plan: StepPlan) -> tuple[StepInputs, torch.Tensor]:
         """Replay a CUDA graph when the step's layout has one (or can get one), else run eagerly."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from strata.scheduler.stats import SpecStats
+from strata.scheduler.stats import ExpertShares, SpecStats
 from strata.types import FinishReason, Request
 
 
@@ -31,6 +31,7 @@ class RequestState:
     requested_k: int = 0              # drafts asked of the drafter for this request's next step
     acceptance_ema: float = 1.0
     spec_stats: SpecStats = field(default_factory=SpecStats)
+    expert_shares: ExpertShares = field(default_factory=ExpertShares)  # with offloaded experts
     # prefix reuse: chain hashes of the registered full blocks, tokens found in the cache at admission
     block_hashes: list[int] = field(default_factory=list)
     num_cached_tokens: int = 0

@@ -164,6 +164,8 @@ class Scheduler:
             if state is None:
                 continue  # finished or aborted between schedule() and update()
             slot_result = by_slot.get(work.slot_id)
+            if work.slot_id in result.expert_pairs:
+                state.expert_shares.add(*result.expert_pairs[work.slot_id])
             num_rejected = len(work.draft_token_ids) - (slot_result.num_accepted if slot_result else 0)
             state.num_computed_tokens += work.num_new_tokens - num_rejected
             if slot_result is None:

@@ -60,6 +60,26 @@ class SpecStats:
 
 
 @dataclass
+class ExpertShares:
+    """Where one request's routed (token, k) pairs were computed, with offloaded experts."""
+
+    pairs: int = 0
+    cpu_pairs: int = 0
+    pcie_pairs: int = 0
+
+    def add(self, pairs: int, cpu: int, pcie: int) -> None:
+        self.pairs += pairs
+        self.cpu_pairs += cpu
+        self.pcie_pairs += pcie
+
+    def as_dict(self) -> dict:
+        if not self.pairs:
+            return {}
+        return {"expert_pairs": self.pairs, "expert_gpu_hit_rate": 1 - (self.cpu_pairs + self.pcie_pairs) / self.pairs,
+                "expert_cpu_share": self.cpu_pairs / self.pairs, "expert_pcie_share": self.pcie_pairs / self.pairs}
+
+
+@dataclass
 class CacheStats:
     """Prefix and conversation reuse counters (engine totals)."""
 

@@ -200,3 +200,26 @@ def test_replace_moves_to_another_placement_and_keeps_output(family_reference):
     assert snap["swaps"] == 0 and 0 < snap["cpu_share"] < 1
     with pytest.raises(ValueError, match="expert_cache=all"):
         manager.replace(ExpertConfig(expert_cache="all"), "cpu")
+
+
+def test_per_request_expert_shares_add_up_to_the_engine_shares(tiny_model_dir):
+    llm = make_llm(tiny_model_dir("qwen3_moe"), expert_cache="30%", pcie_frac=0.5, expert_swap_interval=0)
+    outputs = llm.generate(PROMPTS, SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True))
+    manager = llm.engine.experts
+    per_token = manager.top_k * manager.num_layers
+    pairs = cpu = 0.0
+    for out in outputs:
+        m = out.metrics
+        forwarded = len(out.prompt_token_ids) + len(out.outputs[0].token_ids) - 1
+        assert m["expert_pairs"] == forwarded * per_token
+        assert m["expert_gpu_hit_rate"] + m["expert_cpu_share"] + m["expert_pcie_share"] == pytest.approx(1.0)
+        pairs += m["expert_pairs"]
+        cpu += m["expert_cpu_share"] * m["expert_pairs"]
+    snap = manager.snapshot()
+    assert 0 < snap["cpu_share"] < 1 and snap["pcie_share"] > 0
+    assert cpu / pairs == pytest.approx(snap["cpu_share"])
+
+
+def test_all_resident_requests_report_no_expert_shares(tiny_model_dir):
+    out = make_llm(tiny_model_dir("qwen3_moe")).generate(PROMPTS[:1], PARAMS)[0]
+    assert "expert_pairs" not in out.metrics
