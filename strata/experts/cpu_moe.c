@@ -132,8 +132,25 @@ static void *worker(void *arg) {
     return NULL;
 }
 
+static pthread_mutex_t call_mu = PTHREAD_MUTEX_INITIALIZER;  /* one call at a time uses the pool */
+
+static void reset_in_child(void);
+static void register_fork_handler(void) { pthread_atfork(NULL, NULL, reset_in_child); }
+
+/* A forked child has none of the parent's workers (and maybe a lock held by one): it starts over with
+ * an empty pool, where the calling thread does every item itself. */
+static void reset_in_child(void) {
+    pthread_mutex_init(&pool_mu, NULL);
+    pthread_mutex_init(&call_mu, NULL);
+    pthread_cond_init(&pool_start, NULL);
+    pool_threads = 0;
+    pool_busy = 0;
+}
+
 /* Start workers up to num_threads - 1 (the caller is the last one); returns the pool size. */
 int strata_cpu_moe_threads(int num_threads) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, register_fork_handler);
     pthread_mutex_lock(&pool_mu);
     while (pool_threads < num_threads - 1) {
         pthread_t t;
@@ -145,8 +162,6 @@ int strata_cpu_moe_threads(int num_threads) {
     pthread_mutex_unlock(&pool_mu);
     return size;
 }
-
-static pthread_mutex_t call_mu = PTHREAD_MUTEX_INITIALIZER;  /* one call at a time uses the pool */
 
 static void run(item_fn fn, const void *ctx, int64_t items) {
     pthread_mutex_lock(&pool_mu);  /* pool_threads is stable while a call holds call_mu */

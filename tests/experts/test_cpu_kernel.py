@@ -65,3 +65,28 @@ def test_accumulate_adds_into_the_given_rows(kernel):
     out = torch.ones(6, 64)
     CpuExpertPool(2, kernel).accumulate(hidden, rows, experts, weights, w13, w2, out)
     torch.testing.assert_close(out, expected + 1, rtol=1e-5, atol=1e-5)
+
+
+def test_a_forked_child_computes_without_the_parents_workers():
+    import os
+    import time
+
+    case = _case(torch.float32, 6, 64, 32, 2, 5, seed=9)
+    pool = CpuExpertPool(3, "native")
+    expected = pool.compute(*case)  # the parent's workers exist now
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: its copy of the pool has no workers; the call must still finish
+        try:
+            ok = torch.allclose(pool.compute(*case), expected)
+            os.write(write, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.close(write)
+    deadline = time.monotonic() + 30
+    while os.waitpid(pid, os.WNOHANG) == (0, 0):
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            pytest.fail("the forked child hung in the native kernel")
+        time.sleep(0.05)
+    assert os.read(read, 1) == b"1"
