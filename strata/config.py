@@ -249,8 +249,9 @@ class ExpertConfig:
     expert_split: str = _opt("uniform", "hot set without a profile: uniform (same share of every layer) | "
                                         "static (first layers whole, like llama.cpp --n-cpu-moe)")
     cpu_threads: int = _opt(0, "worker threads computing non-resident experts (0: torch's thread count)")
-    cpu_expert_kernel: str = _opt("auto", "how the CPU computes experts: auto (the native kernel, built with the "
-                                          "system C compiler at first use; torch when it cannot be built) | native | torch")
+    cpu_expert_kernel: str = _opt("auto", "how the CPU computes experts: auto (the native kernel, built with "
+                                          "the system C compiler at first use; torch when it cannot be built) | "
+                                          "native | torch")
     pcie_frac: str = _opt("0", "fraction of each layer's missed experts copied to spare device slots and "
                                "run there instead of on the CPU; auto: balanced from measured CPU and PCIe speed")
     expert_swap_interval: int = _opt(32, "steps between hot-set updates from routing counts (0: never)")

@@ -122,7 +122,8 @@ static void *worker(void *arg) {
     for (;;) {
         if (__atomic_load_n(&pool_generation, __ATOMIC_ACQUIRE) == seen) {
             pthread_mutex_lock(&pool_mu);
-            while (__atomic_load_n(&pool_generation, __ATOMIC_ACQUIRE) == seen) pthread_cond_wait(&pool_start, &pool_mu);
+            while (__atomic_load_n(&pool_generation, __ATOMIC_ACQUIRE) == seen)
+                pthread_cond_wait(&pool_start, &pool_mu);
             pthread_mutex_unlock(&pool_mu);
         }
         seen = __atomic_load_n(&pool_generation, __ATOMIC_ACQUIRE);  /* fn, ctx, items were set before */

@@ -35,10 +35,16 @@ class CpuExpertPool:
                                "(see the log); use 'auto' or 'torch'")
         self.native = cpu_kernel.NativeExperts(library, self.num_threads) if library is not None else None
         self.kernel = "native" if self.native is not None else "torch"
-        # one intra-op thread per worker: the pool parallelises across experts, and nested OpenMP teams
-        # (workers x torch threads) oversubscribe the cores and spin against the device-feeding thread
-        self.executor = ThreadPoolExecutor(self.num_threads, thread_name_prefix="strata-cpu-experts",
-                                           initializer=torch.set_num_threads, initargs=(1,))
+        self._executor: ThreadPoolExecutor | None = None  # the torch path's workers, started at first use
+
+    @property
+    def executor(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            # one intra-op thread per worker: the pool parallelises across experts, and nested OpenMP teams
+            # (workers x torch threads) oversubscribe the cores and spin against the device-feeding thread
+            self._executor = ThreadPoolExecutor(self.num_threads, thread_name_prefix="strata-cpu-experts",
+                                                initializer=torch.set_num_threads, initargs=(1,))
+        return self._executor
 
     def compute(self, hidden: torch.Tensor, rows: torch.Tensor, experts: torch.Tensor, weights: torch.Tensor,
                 w13: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
@@ -68,7 +74,8 @@ class CpuExpertPool:
         out.index_add_(0, used_rows, self.compute(hidden[used_rows], inverse, experts, weights, w13, w2))
 
     def close(self) -> None:
-        self.executor.shutdown(wait=True)
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
 
 
 def _weighted_expert(hidden: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor, w13: torch.Tensor,

@@ -135,7 +135,8 @@ class ExpertManager:
             return f"all {total} experts of {self.num_layers} MoE layers on the device"
         source = "profile" if self.profile_counts is not None else f"{self.config.expert_split} split"
         return (f"{self.num_slots} of {total} on the device ({self.num_slots / total:.0%}, hot set from the {source}), "
-                f"the rest on {self.pool.num_threads} CPU threads ({self.pool.kernel} kernel); {self.slots.num_staging} PCIe staging slots "
+                f"the rest on {self.pool.num_threads} CPU threads ({self.pool.kernel} kernel); "
+                f"{self.slots.num_staging} PCIe staging slots "
                 f"(pcie_frac {self.pcie_frac:.2f})")
 
     @property
@@ -164,7 +165,8 @@ class ExpertManager:
         that runs one of these layers straight through, must be captured again."""
         if self.slots is None:
             return self.epoch, frozenset()
-        return self.epoch, frozenset(layer for layer in range(self.num_layers) if not self.slots.is_layer_resident(layer))
+        resident = self.slots.is_layer_resident
+        return self.epoch, frozenset(layer for layer in range(self.num_layers) if not resident(layer))
 
     # ---- once per step ----------------------------------------------------------------------------
 

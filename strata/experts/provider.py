@@ -91,7 +91,8 @@ class OffloadedExperts(nn.Module):
         here and the next one adds what the host part uploaded. hidden [T, D] -> [T, D]."""
         exchange = self.exchange
         if exchange is None or self.pcie_frac > 0:
-            raise RuntimeError("offloaded experts inside a CUDA graph need the runner's HostExchange and no PCIe staging")
+            raise RuntimeError("offloaded experts inside a CUDA graph need the runner's HostExchange and no "
+                               "PCIe staging")
         num_rows = hidden.shape[0]
         exchange.topk_ids[:num_rows].copy_(topk_ids, non_blocking=True)
         exchange.topk_weights[:num_rows].copy_(topk_weights, non_blocking=True)
