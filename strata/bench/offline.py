@@ -140,6 +140,10 @@ class OfflineOptions:
     eager_vs_graph: bool = False             # each strata arm twice: CUDA graphs off, then on
     prefill_lens: tuple[int, ...] = ()
     copy_mib: int | None = None              # device copy size (default: 2048 on CUDA, 256 on the CPU)
+    # before the first measured run of each arm at each concurrency: one run of the same prompts with
+    # this many output tokens, so kernels that step shapes of that concurrency need (Triton compiles a
+    # variant at first use, up to ~1 s) are built outside the measurement; 0 turns it off
+    warmup_output_len: int = 8
 
 
 @dataclass(frozen=True)
@@ -167,11 +171,13 @@ def bench_offline(llm: LLM, opts: OfflineOptions, no_spec: LLM | None = None) ->
                               measure_copy_bandwidth(core.device, copy_mib * 2**20))
     hf = load_hf_peer(opts.model_spec, getattr(torch, core.dtype), core.device) if opts.hf_peer else None
     runs: dict[str, list[dict]] = {}
-    for _ in range(opts.repeats):
+    for repeat in range(opts.repeats):
         for c in opts.concurrency:
             for name, engine, graphs in arms:
                 _set_graphs(engine, graphs)
                 engine.engine.scheduler.config = _with_max_seqs(engine.engine.scheduler.config, c)
+                if repeat == 0 and opts.warmup_output_len:
+                    run_strata(engine, prompts, opts.warmup_output_len, ignore_eos)
                 runs.setdefault(f"{name}_c{c}", []).append(run_strata(engine, prompts, opts.output_len, ignore_eos,
                                                                       roofline))
             if hf is not None:

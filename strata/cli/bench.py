@@ -32,6 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="measure every strata arm twice per repeat, CUDA graphs off then on (alternated)")
     off.add_argument("--prefill-lens", default="",
                      help="comma-separated prompt lengths: also time prompt processing (max_tokens=1) at each")
+    off.add_argument("--warmup-output-len", type=int, default=8,
+                     help="output tokens of the unmeasured run of each arm before its first run at each "
+                          "concurrency (builds the kernels those step shapes need); 0: none")
     off.add_argument("--copy-mib", type=int, default=None,
                      help="size of the device copy that measures bandwidth (default: 2048 on CUDA, 256 on the CPU)")
     off.add_argument("--prompt-seed", type=int, default=0)
@@ -103,12 +106,13 @@ def run_offline(args: argparse.Namespace) -> int:
     model = args.model or "smollm2-135m"
     opts = OfflineOptions(model, args.num_prompts, args.input_len, args.output_len, concurrency, args.repeats,
                           args.hf_peer, args.prompt_seed, args.workload, args.eager_vs_graph, prefill_lens,
-                          args.copy_mib)
+                          args.copy_mib, args.warmup_output_len)
     sections = bench_offline(llm, opts, baseline)
     bench_config = {"model": model, "device": llm.engine.device, "dtype": llm.engine.dtype,
                     "num_prompts": args.num_prompts, "input_len": args.input_len, "output_len": args.output_len,
                     "concurrency": list(concurrency), "repeats": args.repeats, "workload": args.workload,
                     "eager_vs_graph": args.eager_vs_graph, "prefill_lens": list(prefill_lens),
+                    "warmup_output_len": args.warmup_output_len,
                     "speculative_config": dataclasses.asdict(config.speculative)}
     doc = write_result(args.output, "offline", "strata " + shlex.join(sys.argv[1:]), bench_config, **sections)
     _print_offline(doc)

@@ -166,3 +166,33 @@ def test_hf_peer_on_a_random_shape(tmp_path):
     assert hf["runs"][0]["output_tokens"] == 2 * OUTPUT_LEN
     assert hf["ratio_vs_hf_single_stream"] == pytest.approx(
         hf["median_output_tok_s"] / doc["results"]["hf_generate_b1"]["median_output_tok_s"])
+
+
+def test_each_arm_warms_up_once_per_concurrency_before_its_first_measured_run(monkeypatch):
+    from strata.bench import offline
+    from strata.config import SchedulerConfig
+    from strata.weights.source import open_source
+
+    calls = []
+    monkeypatch.setattr(offline, "run_strata",
+                        lambda engine, prompts, output_len, *a, **k: calls.append(
+                            (engine.engine.scheduler.config.max_num_seqs, output_len)) or {})
+    monkeypatch.setattr(offline, "summarise", lambda runs: {})
+    monkeypatch.setattr(offline, "_add_ratios", lambda *a: None)
+    monkeypatch.setattr(offline, "measure_copy_bandwidth", lambda *a: 1.0)
+
+    class Scheduler:
+        config = SchedulerConfig(max_num_seqs=8)
+
+    class Core:
+        device, dtype, scheduler = "cpu", "float32", Scheduler()
+        model_config = open_source(TINY_MOE).model_config()
+
+    class Engine:
+        engine = Core()
+
+    opts = offline.OfflineOptions(TINY_MOE, num_prompts=2, output_len=5, concurrency=(1, 2), repeats=2,
+                                  warmup_output_len=3)
+    offline.bench_offline(Engine(), opts)
+    # start-up warm-up, then per concurrency: one 3-token warm-up before the first of the 5-token runs
+    assert calls == [(8, 4), (1, 3), (1, 5), (2, 3), (2, 5), (1, 5), (2, 5)]
