@@ -64,7 +64,7 @@ def _build() -> ctypes.CDLL:
     library.strata_cpu_moe_threads.restype = ctypes.c_int
     pointer, i64 = ctypes.c_void_p, ctypes.c_int64
     library.strata_cpu_moe.argtypes = [ctypes.c_int, pointer, i64, i64, pointer, pointer, i64, pointer, pointer,
-                                       pointer, pointer, pointer]
+                                       pointer, pointer]
     library.strata_cpu_moe.restype = ctypes.c_int
     return library
 
@@ -93,24 +93,20 @@ class NativeExperts:
         self.library = library
         self.num_threads = library.strata_cpu_moe_threads(num_threads)
 
-    def accumulate(self, hidden: torch.Tensor, rows: torch.Tensor, experts: torch.Tensor, weights: torch.Tensor,
+    def accumulate(self, hidden: torch.Tensor, rows: np.ndarray, experts: np.ndarray, weights: np.ndarray,
                    w13: torch.Tensor, w2: torch.Tensor, out: torch.Tensor) -> None:
         """out [R, D] float32 += per pair (rows [P] into hidden and out, experts [P], weights [P]) the
-        weighted expert output; hidden [R, D] in the weights' dtype, w13 [E, 2I, D], w2 [E, D, I]."""
-        expert_ids = experts.numpy()
-        order = np.argsort(expert_ids, kind="stable")                            # [P] grouped by expert
-        used, first = np.unique(expert_ids[order], return_index=True)
-        starts = np.append(first, len(order)).astype(np.int64)                   # [G + 1]
-        used = used.astype(np.int64)                                             # [G]
-        pair_rows = np.ascontiguousarray(rows.numpy()[order], dtype=np.int64)    # [P]
-        pair_weights = np.ascontiguousarray(weights.float().numpy()[order])      # [P] float32
+        weighted expert output; hidden [R, D] in the weights' dtype, w13 [E, 2I, D], w2 [E, D, I].
+        The kernel groups the pairs by expert itself: this wrapper only passes pointers."""
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        experts = np.ascontiguousarray(experts, dtype=np.int64)
+        weights = np.ascontiguousarray(weights, dtype=np.float32)
         hidden = hidden.contiguous()
         if hidden.dtype != w13.dtype or out.dtype != torch.float32 or not out.is_contiguous():
             raise ValueError("native experts: hidden must match the weights' dtype and out be contiguous float32")
         status = self.library.strata_cpu_moe(
             _DTYPES[w13.dtype], hidden.data_ptr(), hidden.shape[1], w2.shape[-1], w13.data_ptr(), w2.data_ptr(),
-            len(used), used.ctypes.data, starts.ctypes.data, pair_rows.ctypes.data, pair_weights.ctypes.data,
-            out.data_ptr())
+            len(rows), rows.ctypes.data, experts.ctypes.data, weights.ctypes.data, out.data_ptr())
         if status != 0:
             raise MemoryError("native CPU expert kernel: no scratch memory")
 
@@ -118,5 +114,5 @@ class NativeExperts:
                 w13: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
         """Same contract as CpuExpertPool.compute -> [R, D] float32."""
         out = torch.zeros(hidden.shape, dtype=torch.float32)
-        self.accumulate(hidden.to(w13.dtype), rows, experts, weights, w13, w2, out)
+        self.accumulate(hidden.to(w13.dtype), rows.numpy(), experts.numpy(), weights.float().numpy(), w13, w2, out)
         return out

@@ -89,9 +89,10 @@ static float dot_f32(const float *w, const float *x, int64_t n) {
     return tail;
 }
 
-/* ---- a persistent pool: run(items, fn) calls fn(ctx, i) once for every i, on every thread ---
- * Idle workers sleep on a condition variable; the caller spins for the finish. (Workers spinning
- * between calls were tried on the H200 host: no faster, and they burn the cores while idle.) */
+/* ---- a persistent pool: run(phases) calls phase 0's fn(ctx, i) for every i, then, once every
+ * thread is done with phase 0, phase 1's: one wake-up of the workers per call. Idle workers sleep on
+ * a condition variable; the threads spin at the barrier and the caller spins for the finish.
+ * (Workers spinning between calls were tried on the H200 host: no faster, and they burn idle cores.) */
 
 #if defined(__x86_64__) || defined(__i386__)
 #define CPU_RELAX() __builtin_ia32_pause()
@@ -101,33 +102,43 @@ static float dot_f32(const float *w, const float *x, int64_t n) {
 
 typedef void (*item_fn)(const void *ctx, int64_t item);
 
+typedef struct {
+    item_fn fn[2];
+    int64_t items[2];
+    const void *ctx;
+} job_t;
+
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t pool_start = PTHREAD_COND_INITIALIZER;
-static int pool_threads = 0, pool_busy = 0;
+static int pool_threads = 0, pool_busy = 0, pool_arrived = 0;
 static uint64_t pool_generation = 0;
-static item_fn pool_fn;
-static const void *pool_ctx;
-static int64_t pool_items, pool_next;
+static job_t pool_job;
+static int64_t pool_next[2];
 
-static void drain(item_fn fn, const void *ctx, int64_t items) {
-    for (;;) {
-        int64_t i = __atomic_fetch_add(&pool_next, 1, __ATOMIC_RELAXED);
-        if (i >= items) return;
-        fn(ctx, i);
+static void work(const job_t *job, int participants) {
+    for (int phase = 0; phase < 2; phase++) {
+        if (phase == 1) {  /* phase 1 reads what phase 0 wrote: wait for every thread */
+            __atomic_add_fetch(&pool_arrived, 1, __ATOMIC_ACQ_REL);
+            while (__atomic_load_n(&pool_arrived, __ATOMIC_ACQUIRE) < participants) CPU_RELAX();
+        }
+        for (;;) {
+            int64_t i = __atomic_fetch_add(&pool_next[phase], 1, __ATOMIC_RELAXED);
+            if (i >= job->items[phase]) break;
+            job->fn[phase](job->ctx, i);
+        }
     }
 }
 
 static void *worker(void *arg) {
     uint64_t seen = (uint64_t)(uintptr_t)arg;  /* the generation when it was created: only later calls count it */
     for (;;) {
-        if (__atomic_load_n(&pool_generation, __ATOMIC_ACQUIRE) == seen) {
-            pthread_mutex_lock(&pool_mu);
-            while (__atomic_load_n(&pool_generation, __ATOMIC_ACQUIRE) == seen)
-                pthread_cond_wait(&pool_start, &pool_mu);
-            pthread_mutex_unlock(&pool_mu);
-        }
-        seen = __atomic_load_n(&pool_generation, __ATOMIC_ACQUIRE);  /* fn, ctx, items were set before */
-        drain(pool_fn, pool_ctx, pool_items);
+        pthread_mutex_lock(&pool_mu);
+        while (pool_generation == seen) pthread_cond_wait(&pool_start, &pool_mu);
+        seen = pool_generation;
+        job_t job = pool_job;
+        int participants = pool_threads + 1;
+        pthread_mutex_unlock(&pool_mu);
+        work(&job, participants);
         __atomic_sub_fetch(&pool_busy, 1, __ATOMIC_ACQ_REL);
     }
     return NULL;
@@ -152,6 +163,7 @@ static void reset_in_child(void) {
 int strata_cpu_moe_threads(int num_threads) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, register_fork_handler);
+    pthread_mutex_lock(&call_mu);  /* not while a call is using the pool */
     pthread_mutex_lock(&pool_mu);
     while (pool_threads < num_threads - 1) {
         pthread_t t;
@@ -161,20 +173,21 @@ int strata_cpu_moe_threads(int num_threads) {
     }
     int size = pool_threads + 1;
     pthread_mutex_unlock(&pool_mu);
+    pthread_mutex_unlock(&call_mu);
     return size;
 }
 
-static void run(item_fn fn, const void *ctx, int64_t items) {
-    pthread_mutex_lock(&pool_mu);  /* pool_threads is stable while a call holds call_mu */
-    pool_fn = fn;
-    pool_ctx = ctx;
-    pool_items = items;
-    __atomic_store_n(&pool_next, 0, __ATOMIC_RELAXED);
+static void run(const job_t *job) {  /* the caller holds call_mu */
+    pthread_mutex_lock(&pool_mu);
+    pool_job = *job;
+    pool_next[0] = pool_next[1] = 0;
+    pool_arrived = 0;
     __atomic_store_n(&pool_busy, pool_threads, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&pool_generation, 1, __ATOMIC_RELEASE);
+    int participants = pool_threads + 1;
+    pool_generation++;
     pthread_cond_broadcast(&pool_start);
     pthread_mutex_unlock(&pool_mu);
-    drain(fn, ctx, items);
+    work(job, participants);
     while (__atomic_load_n(&pool_busy, __ATOMIC_ACQUIRE) > 0) CPU_RELAX();
 }
 
@@ -245,29 +258,60 @@ static void down_item(const void *ctx, int64_t item) {
     }
 }
 
-/* out [R, D] (float32) += the weighted expert outputs of the pairs. x [R, D] is in the weights' dtype
- * (bf16 bits for dtype 1). Pairs are grouped by expert: group g is expert group_expert[g] and pairs
- * group_start[g] .. group_start[g + 1] - 1. Returns 0, or 1 when scratch memory could not be had. */
+typedef struct {
+    int64_t expert, index;
+} pair_key_t;
+
+static int by_expert(const void *a, const void *b) {  /* stable: ties keep the pairs' order */
+    const pair_key_t *x = a, *y = b;
+    if (x->expert != y->expert) return x->expert < y->expert ? -1 : 1;
+    return x->index < y->index ? -1 : (x->index > y->index);
+}
+
+/* out [R, D] (float32) += for every pair p, pair_weight[p] * expert pair_expert[p] (x[pair_row[p]]).
+ * x [R, D] is in the weights' dtype (bf16 bits for dtype 1). Returns 0, or 1 when scratch memory
+ * could not be had. */
 int strata_cpu_moe(int dtype, const void *x, int64_t D, int64_t I, const void *w13, const void *w2,
-                   int64_t num_groups, const int64_t *group_expert, const int64_t *group_start,
-                   const int64_t *pair_row, const float *pair_weight, float *out) {
-    int64_t rows = 0, pairs = group_start[num_groups];
+                   int64_t pairs, const int64_t *pair_row, const int64_t *pair_expert, const float *pair_weight,
+                   float *out) {
+    if (pairs <= 0) return 0;
+    int64_t rows = 0;
     for (int64_t p = 0; p < pairs; p++) rows = pair_row[p] + 1 > rows ? pair_row[p] + 1 : rows;
-    /* scratch: act [P, I] float32, and for bf16 the rows as float32 and act as bf16 bits */
+    /* scratch: act [P, I] float32 (+ the rows as float32 for bf16), act as bf16 bits, the pairs
+     * grouped by expert (keys, rows, weights, group experts and starts) */
     size_t floats = (size_t)(pairs * I) + (dtype == 1 ? (size_t)(rows * D) : 0);
-    float *scratch = malloc(sizeof(float) * floats + sizeof(uint16_t) * (size_t)(pairs * I) + 64);
+    size_t bytes = sizeof(float) * (floats + (size_t)pairs) + sizeof(int64_t) * (size_t)(3 * pairs + 1) +
+                   sizeof(pair_key_t) * (size_t)pairs + sizeof(uint16_t) * (size_t)(pairs * I) + 64;
+    char *scratch = malloc(bytes);
     if (scratch == NULL) return 1;
-    float *act = scratch, *xf = (float *)x;
-    uint16_t *act_b = (uint16_t *)(scratch + floats), *xb = (uint16_t *)x;
+    pair_key_t *keys = (pair_key_t *)scratch;
+    int64_t *rows_sorted = (int64_t *)(keys + pairs), *group_expert = rows_sorted + pairs;
+    int64_t *group_start = group_expert + pairs;
+    float *weights_sorted = (float *)(group_start + pairs + 1), *act = weights_sorted + pairs;
+    float *xf = (float *)x;
+    uint16_t *act_b = (uint16_t *)(act + floats);
+    const uint16_t *xb = (const uint16_t *)x;
+    for (int64_t p = 0; p < pairs; p++) keys[p] = (pair_key_t){pair_expert[p], p};
+    qsort(keys, (size_t)pairs, sizeof(pair_key_t), by_expert);
+    int64_t groups = 0;
+    for (int64_t p = 0; p < pairs; p++) {
+        if (p == 0 || keys[p].expert != keys[p - 1].expert) {
+            group_expert[groups] = keys[p].expert;
+            group_start[groups++] = p;
+        }
+        rows_sorted[p] = pair_row[keys[p].index];
+        weights_sorted[p] = pair_weight[keys[p].index];
+    }
+    group_start[groups] = pairs;
     if (dtype == 1) {
-        xf = scratch + pairs * I;
+        xf = act + pairs * I;
         for (int64_t k = 0; k < rows * D; k++) xf[k] = bf16_to_f32(xb[k]);
     }
-    layer_t L = {dtype, D, I, num_groups, xf, xb, w13, w2, group_expert, group_start, pair_row, pair_weight,
+    layer_t L = {dtype, D, I, groups, xf, xb, w13, w2, group_expert, group_start, rows_sorted, weights_sorted,
                  act, act_b, out};
+    job_t job = {{gate_up_item, down_item}, {groups * ((I + CHUNK_I - 1) / CHUNK_I), (D + CHUNK_D - 1) / CHUNK_D}, &L};
     pthread_mutex_lock(&call_mu);
-    run(gate_up_item, &L, num_groups * ((I + CHUNK_I - 1) / CHUNK_I));
-    run(down_item, &L, (D + CHUNK_D - 1) / CHUNK_D);
+    run(&job);
     pthread_mutex_unlock(&call_mu);
     free(scratch);
     return 0;

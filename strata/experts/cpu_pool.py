@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import torch
 
 from strata.experts import cpu_kernel
@@ -63,15 +64,17 @@ class CpuExpertPool:
             out.index_add_(0, rows[g], future.result())
         return out
 
-    def accumulate(self, hidden: torch.Tensor, rows: torch.Tensor, experts: torch.Tensor, weights: torch.Tensor,
+    def accumulate(self, hidden: torch.Tensor, rows: np.ndarray, experts: np.ndarray, weights: np.ndarray,
                    w13: torch.Tensor, w2: torch.Tensor, out: torch.Tensor) -> None:
         """out [R, D] float32 += the weighted expert outputs of the pairs; rows [P] index hidden [R, D]
         and out directly (rows without pairs are left alone)."""
         if self.native is not None and cpu_kernel.supports(w13) and cpu_kernel.supports(w2):
             self.native.accumulate(hidden.to(w13.dtype), rows, experts, weights, w13, w2, out)
             return
-        used_rows, inverse = rows.unique(return_inverse=True)
-        out.index_add_(0, used_rows, self.compute(hidden[used_rows], inverse, experts, weights, w13, w2))
+        used_rows, inverse = torch.from_numpy(np.asarray(rows, dtype=np.int64)).unique(return_inverse=True)
+        y = self.compute(hidden[used_rows], inverse, torch.from_numpy(np.asarray(experts, dtype=np.int64)),
+                         torch.from_numpy(np.asarray(weights)).to(w13.dtype), w13, w2)
+        out.index_add_(0, used_rows, y)
 
     def close(self) -> None:
         if self._executor is not None:

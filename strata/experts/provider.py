@@ -114,9 +114,8 @@ class OffloadedExperts(nn.Module):
         if len(rows):
             experts = exchange.topk_ids.numpy()[rows, ks]
             weights = exchange.topk_weights.numpy()[rows, ks]
-            self.pool.accumulate(exchange.hidden[:num_real_rows], torch.from_numpy(rows), torch.from_numpy(experts),
-                                 torch.from_numpy(weights), self.slots.host_w13[self.layer_idx],
-                                 self.slots.host_w2[self.layer_idx], cpu_sum)
+            self.pool.accumulate(exchange.hidden[:num_real_rows], rows, experts, weights,
+                                 self.slots.host_w13[self.layer_idx], self.slots.host_w2[self.layer_idx], cpu_sum)
         exchange.cpu_sum_device[:num_rows].copy_(cpu_sum, non_blocking=True)
         self.stats.record_offloaded(len(rows), 0, 0)
         self.stats.record_rows(rows, rows[:0])

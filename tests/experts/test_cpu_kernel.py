@@ -63,7 +63,7 @@ def test_accumulate_adds_into_the_given_rows(kernel):
     hidden, rows, experts, weights, w13, w2 = _case(torch.float32, 8, 64, 32, 6, 10, seed=5)
     expected = CpuExpertPool(2, "torch").compute(hidden, rows, experts, weights, w13, w2)
     out = torch.ones(6, 64)
-    CpuExpertPool(2, kernel).accumulate(hidden, rows, experts, weights, w13, w2, out)
+    CpuExpertPool(2, kernel).accumulate(hidden, rows.numpy(), experts.numpy(), weights.numpy(), w13, w2, out)
     torch.testing.assert_close(out, expected + 1, rtol=1e-5, atol=1e-5)
 
 
