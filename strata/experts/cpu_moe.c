@@ -14,6 +14,7 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,7 +92,7 @@ static float dot_f32(const float *w, const float *x, int64_t n) {
 
 /* ---- a persistent pool: run(phases) calls phase 0's fn(ctx, i) for every i, then, once every
  * thread is done with phase 0, phase 1's: one wake-up of the workers per call. Idle workers sleep on
- * a condition variable; the threads spin at the barrier and the caller spins for the finish.
+ * a condition variable; at the barrier and for the finish threads pause, then yield.
  * (Workers spinning between calls were tried on the H200 host: no faster, and they burn idle cores.) */
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -99,6 +100,15 @@ static float dot_f32(const float *w, const float *x, int64_t n) {
 #else
 #define CPU_RELAX() __asm__ __volatile__("" ::: "memory")
 #endif
+
+/* Wait for *value >= target: pause a while, then yield the core, so a thread that is behind (fewer
+ * cores than threads, or another process on the core) gets to run instead of being spun against. */
+static void wait_at_least(int *value, int target) {
+    for (int spin = 0; __atomic_load_n(value, __ATOMIC_ACQUIRE) < target; spin++) {
+        if (spin < 2000) CPU_RELAX();
+        else sched_yield();
+    }
+}
 
 typedef void (*item_fn)(const void *ctx, int64_t item);
 
@@ -110,7 +120,7 @@ typedef struct {
 
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t pool_start = PTHREAD_COND_INITIALIZER;
-static int pool_threads = 0, pool_busy = 0, pool_arrived = 0;
+static int pool_threads = 0, pool_done = 0, pool_arrived = 0;
 static uint64_t pool_generation = 0;
 static job_t pool_job;
 static int64_t pool_next[2];
@@ -119,7 +129,7 @@ static void work(const job_t *job, int participants) {
     for (int phase = 0; phase < 2; phase++) {
         if (phase == 1) {  /* phase 1 reads what phase 0 wrote: wait for every thread */
             __atomic_add_fetch(&pool_arrived, 1, __ATOMIC_ACQ_REL);
-            while (__atomic_load_n(&pool_arrived, __ATOMIC_ACQUIRE) < participants) CPU_RELAX();
+            wait_at_least(&pool_arrived, participants);
         }
         for (;;) {
             int64_t i = __atomic_fetch_add(&pool_next[phase], 1, __ATOMIC_RELAXED);
@@ -139,7 +149,7 @@ static void *worker(void *arg) {
         int participants = pool_threads + 1;
         pthread_mutex_unlock(&pool_mu);
         work(&job, participants);
-        __atomic_sub_fetch(&pool_busy, 1, __ATOMIC_ACQ_REL);
+        __atomic_add_fetch(&pool_done, 1, __ATOMIC_ACQ_REL);
     }
     return NULL;
 }
@@ -156,7 +166,6 @@ static void reset_in_child(void) {
     pthread_mutex_init(&call_mu, NULL);
     pthread_cond_init(&pool_start, NULL);
     pool_threads = 0;
-    pool_busy = 0;
 }
 
 /* Start workers up to num_threads - 1 (the caller is the last one); returns the pool size. */
@@ -181,14 +190,13 @@ static void run(const job_t *job) {  /* the caller holds call_mu */
     pthread_mutex_lock(&pool_mu);
     pool_job = *job;
     pool_next[0] = pool_next[1] = 0;
-    pool_arrived = 0;
-    __atomic_store_n(&pool_busy, pool_threads, __ATOMIC_RELAXED);
+    pool_arrived = pool_done = 0;
     int participants = pool_threads + 1;
     pool_generation++;
     pthread_cond_broadcast(&pool_start);
     pthread_mutex_unlock(&pool_mu);
     work(job, participants);
-    while (__atomic_load_n(&pool_busy, __ATOMIC_ACQUIRE) > 0) CPU_RELAX();
+    wait_at_least(&pool_done, participants - 1);  /* every worker is done with this call's job */
 }
 
 /* ---- the layer ------------------------------------------------------------------------------ */
