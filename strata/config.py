@@ -243,7 +243,8 @@ class ExpertConfig:
     expert on the device."""
 
     expert_cache: str = _opt("auto", "device expert slots over all MoE layers: auto | all | N | P% "
-                                     "(auto: all experts, as loaded)")
+                                     "(auto: all when they fit on the GPU, else what fits after the other "
+                                     "weights, the step headroom and a KV reserve)")
     expert_profile: str | None = _opt(None, "routing profile JSON (`strata profile`): fills the hot set at "
                                             "start when the file exists, saved on exit")
     expert_split: str = _opt("uniform", "hot set without a profile: uniform (same share of every layer) | "
@@ -290,6 +291,10 @@ class ExpertConfig:
         if not 0.0 <= value <= 1.0:
             raise ValueError(f"pcie_frac must be auto or a number in [0, 1], got {self.pcie_frac!r}")
         return value
+
+    @property
+    def is_auto(self) -> bool:
+        return str(self.expert_cache).strip().lower() == "auto"
 
     def parse_cache(self) -> int | float | None:
         """None = all experts (auto, all); an int = that many slots; a float in [0, 1] = a share (P%)."""

@@ -22,8 +22,8 @@ from strata.engine.detokenizer import TextStream
 from strata.experts.manager import install_experts
 from strata.experts.placement import tokens_for_expert_budget
 from strata.model.registry import model_class
-from strata.runner.memory import GiB, GpuBudget, ModelDoesNotFit, activation_headroom, check_weights_fit, \
-    measure_budget, weight_sizes
+from strata.runner.memory import GiB, GpuBudget, ModelDoesNotFit, activation_headroom, auto_expert_slots, \
+    check_weights_fit, kv_reserve_tokens, measure_budget, weight_sizes
 from strata.runner.model_runner import ModelRunner, RestoreFailed
 from strata.scheduler.scheduler import Commit, Scheduler
 from strata.scheduler.stats import StepTimes
@@ -58,19 +58,24 @@ class EngineCore:
         dtype = resolve_dtype(config.runner.dtype, device)
         source = open_source(config.model)
         self.model_config: ModelConfig = source.model_config()
-        expert_device = None
+        cfg = self.model_config
+        self.max_model_len = config.scheduler.max_model_len or cfg.max_position_embeddings
+        expert_device, expert_config = None, config.experts
+        self.auto_expert_slots: int | None = None
         if device.startswith("cuda"):
             sizes = weight_sizes(model_class(self.model_config), self.model_config, DTYPES[dtype])
-            resident = config.experts.num_slots(sizes.num_experts)
+            resident = expert_config.num_slots(sizes.num_experts)
+            if expert_config.is_auto and sizes.num_experts:
+                resident = self.auto_expert_slots = self._auto_expert_slots(sizes, DTYPES[dtype])
+                if resident < sizes.num_experts:
+                    expert_config = dataclasses.replace(expert_config, expert_cache=str(resident))
             if resident < sizes.num_experts:
                 expert_device = "cpu"  # load experts to host RAM; only the hot set is copied to the GPU
             check_weights_fit(sizes.on_device(resident), self._gpu_budget(), config.runner.gpu_memory_utilization,
                               config.runner.vram_reserve_mib)
         model = build_model(source, device, dtype, config.runner.seed, quiet=quiet, expert_device=expert_device)
-        self.experts = install_experts(model, config.experts, device, quiet=quiet)
+        self.experts = install_experts(model, expert_config, device, quiet=quiet)
         self.tokenizer = load_tokenizer(config.model)
-        cfg = self.model_config
-        self.max_model_len = config.scheduler.max_model_len or cfg.max_position_embeddings
         if self.max_model_len > cfg.max_position_embeddings:
             raise ValueError(f"max_model_len {self.max_model_len} exceeds the model's "
                              f"max_position_embeddings {cfg.max_position_embeddings}")
@@ -122,6 +127,30 @@ class EngineCore:
                              f"lower max_model_len or raise num_gpu_blocks")
         return num_blocks
 
+    def _auto_expert_slots(self, sizes, dtype: torch.dtype) -> int:
+        """--expert-cache auto on CUDA: every expert when the model fits with a KV reserve for
+        max_num_seqs sequences (up to KV_RESERVE_TOKENS_PER_SEQ tokens each), else what fits."""
+        cfg, sched, experts = self.model_config, self.config.scheduler, self.config.experts
+        spec = self.config.speculative
+        window = 1 + (spec.num_speculative_tokens if spec.enabled else 0)
+        with torch.device("meta"):
+            meta = model_class(cfg)(cfg)
+        headroom = activation_headroom(cfg, sched.max_num_batched_tokens, sched.max_num_seqs, window,
+                                       meta.recurrent_state_shapes(), dtype)
+        num_layers = len(cfg.full_attention_layers) + int(meta.has_mtp)
+        block = self.config.cache.block_size
+        reserve_blocks = blocks_needed(kv_reserve_tokens(self.max_model_len, sched.max_num_seqs), block)
+        kv_reserve = reserve_blocks * KVPool.bytes_per_block(max(num_layers, 1), block, cfg.num_key_value_heads,
+                                                             cfg.head_dim, dtype)
+        pcie = experts.parse_pcie_frac()
+        staging = 0 if pcie == 0 else min(cfg.num_experts, 8 * cfg.num_experts_per_tok)
+        slots = auto_expert_slots(sizes, self._gpu_budget().available, headroom, kv_reserve, staging)
+        if slots < sizes.num_experts:
+            logger.warning("expert_cache=auto: %d of %d routed experts fit on the GPU (KV reserve %.1f GiB, "
+                           "step headroom %.1f GiB); the rest run from host RAM", slots, sizes.num_experts,
+                           kv_reserve / GiB, headroom / GiB)
+        return slots
+
     def _gpu_budget(self) -> GpuBudget:
         return measure_budget(self.config.runner.gpu_memory_utilization, self.config.runner.vram_reserve_mib)
 
@@ -136,7 +165,7 @@ class EngineCore:
         kv_bytes = budget.available - headroom
         self.memory_plan = {"total_bytes": budget.total, "allowed_bytes": budget.allowed,
                             "in_use_after_weights_bytes": budget.in_use, "headroom_bytes": headroom,
-                            "kv_budget_bytes": kv_bytes}
+                            "kv_budget_bytes": kv_bytes, "auto_expert_slots": self.auto_expert_slots}
         if kv_bytes < one_sequence_bytes:
             raise ModelDoesNotFit(
                 f"after the weights, {max(kv_bytes, 0) / GiB:.2f} GiB are left for the KV cache (a step headroom "

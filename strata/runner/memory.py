@@ -80,6 +80,28 @@ def weight_sizes(model_class, cfg: ModelConfig, dtype: torch.dtype) -> WeightSiz
                        sum(m.num_experts for m in experts))
 
 
+# with --expert-cache auto, the KV pool keeps room for max_num_seqs sequences of up to this many tokens
+# (at least one of max_model_len) before the rest of the memory goes to expert slots
+KV_RESERVE_TOKENS_PER_SEQ = 4096
+
+
+def kv_reserve_tokens(max_model_len: int, max_num_seqs: int) -> int:
+    return max(max_model_len, max_num_seqs * min(max_model_len, KV_RESERVE_TOKENS_PER_SEQ))
+
+
+def auto_expert_slots(sizes: WeightSizes, available: int, headroom: int, kv_reserve: int, staging_slots: int) -> int:
+    """--expert-cache auto: how many routed experts get a device slot. Every one when they fit beside the
+    other weights, the step headroom and the KV reserve; else as many as the rest of the memory holds
+    (PCIe staging slots set aside), possibly none."""
+    if not sizes.num_experts:
+        return 0
+    per_expert = sizes.experts // sizes.num_experts
+    room = available - (sizes.total - sizes.experts) - headroom - kv_reserve
+    if room >= sizes.experts:
+        return sizes.num_experts
+    return max(0, min(sizes.num_experts, room // per_expert - staging_slots))
+
+
 def activation_headroom(cfg: ModelConfig, max_num_batched_tokens: int, max_num_seqs: int, window: int,
                         state_shapes: dict, dtype: torch.dtype) -> int:
     """An upper estimate of what one step needs beyond weights and KV: per-token MoE and projection

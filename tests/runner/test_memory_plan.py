@@ -1,0 +1,64 @@
+"""--expert-cache auto: every routed expert when the model fits beside a KV reserve and the step
+headroom, otherwise as many as the rest of the memory holds (pure arithmetic, and through the engine
+with a stated GPU budget)."""
+
+from __future__ import annotations
+
+import torch
+
+from strata.config import EngineConfig, ExpertConfig, SchedulerConfig
+from strata.engine.core import EngineCore
+from strata.model.registry import model_class
+from strata.runner.memory import GiB, GpuBudget, WeightSizes, auto_expert_slots, kv_reserve_tokens, weight_sizes
+from strata.weights.source import open_source
+
+TINY_MOE = ("random:qwen3-30b-a3b?num_hidden_layers=2&hidden_size=128&intermediate_size=256&moe_intermediate_size=64"
+            "&num_attention_heads=4&num_key_value_heads=2&head_dim=32&num_experts=16&num_experts_per_tok=4"
+            "&vocab_size=1000")
+
+
+def test_auto_expert_slots_arithmetic():
+    sizes = WeightSizes(total=10 * GiB, experts=8 * GiB, num_experts=800)  # 2 GiB dense, 800 experts of ~10 MiB
+    per_expert = sizes.experts // sizes.num_experts
+    assert auto_expert_slots(sizes, 20 * GiB, GiB, GiB, staging_slots=64) == 800   # fits: all, no staging taken
+    room = 6 * GiB - 2 * GiB - GiB - GiB
+    assert auto_expert_slots(sizes, 6 * GiB, GiB, GiB, staging_slots=0) == room // per_expert
+    assert auto_expert_slots(sizes, 6 * GiB, GiB, GiB, staging_slots=10) == room // per_expert - 10
+    assert auto_expert_slots(sizes, 3 * GiB, GiB, GiB, staging_slots=0) == 0       # not even the dense part
+    assert auto_expert_slots(WeightSizes(GiB, 0, 0), GiB, 0, 0, 0) == 0              # a dense model
+
+
+def test_kv_reserve_covers_the_slots_up_to_a_cap_and_one_full_sequence():
+    assert kv_reserve_tokens(max_model_len=2048, max_num_seqs=8) == 8 * 2048
+    assert kv_reserve_tokens(max_model_len=32768, max_num_seqs=8) == 8 * 4096
+    assert kv_reserve_tokens(max_model_len=65536, max_num_seqs=1) == 65536
+
+
+def _core_with_budget(monkeypatch, available: int, **experts) -> tuple[EngineCore, WeightSizes]:
+    config = EngineConfig(model=TINY_MOE, scheduler=SchedulerConfig(max_num_seqs=2, max_model_len=256),
+                          experts=ExpertConfig(**experts))
+    core = object.__new__(EngineCore)  # the planning step alone: no model is built
+    core.config, core.model_config, core.max_model_len = config, open_source(TINY_MOE).model_config(), 256
+    monkeypatch.setattr(core, "_gpu_budget", lambda: GpuBudget(80 * GiB, 72 * GiB, 72 * GiB - available))
+    cfg = core.model_config
+    return core, weight_sizes(model_class(cfg), cfg, torch.bfloat16)
+
+
+def test_engine_gives_auto_experts_what_the_budget_leaves(monkeypatch):
+    def slots(available: int, pcie_frac: str = "0") -> int:
+        core, sizes = _core_with_budget(monkeypatch, available, pcie_frac=pcie_frac)
+        return core._auto_expert_slots(sizes, torch.bfloat16)
+
+    _, sizes = _core_with_budget(monkeypatch, 0)
+    per_expert = sizes.experts // sizes.num_experts
+    assert slots(64 * GiB) == sizes.num_experts and slots(0) == 0
+    low, high = 0, 64 * GiB  # the least memory that gives one slot
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if slots(mid) == 0 else (low, mid)
+    assert slots(high) == 1
+    # then one more slot per expert's bytes, until every expert fits
+    assert [slots(high + k * per_expert) for k in range(sizes.num_experts)] == list(range(1, sizes.num_experts + 1))
+    # PCIe staging slots are set aside from a partial cache
+    half = high + (sizes.num_experts // 2) * per_expert
+    assert slots(half, pcie_frac="0.5") < slots(half)
