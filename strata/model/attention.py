@@ -65,13 +65,17 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         s, e = starts[i], starts[i + 1]
         num_blocks = -(-seq_lens[i] // block_size)
         table = ctx.block_tables[i, :num_blocks]
-        # contiguous operands: the CPU SDPA kernel is many times slower on strided ones
-        k = _gather_kv(k_cache, table, seq_lens[i]).transpose(0, 1).contiguous()  # [Hkv, L, D]
-        v = _gather_kv(v_cache, table, seq_lens[i]).transpose(0, 1).contiguous()
-        mask = _causal_window_mask(ctx.num_computed[i], q_len, seq_lens[i], q.device)  # [q_len, L]
-        o = F.scaled_dot_product_attention(q[s:e].transpose(0, 1).contiguous(), k, v, attn_mask=mask,
-                                           scale=scale, enable_gqa=True)
-        out[s:e] = o.transpose(0, 1)
+        # contiguous operands: the CPU SDPA kernel is many times slower on strided ones; a batch dim of
+        # 1 because the fused CUDA kernels take 4-D inputs only (3-D falls back to the math kernel)
+        k = _gather_kv(k_cache, table, seq_lens[i]).transpose(0, 1).contiguous()[None]  # [1, Hkv, L, D]
+        v = _gather_kv(v_cache, table, seq_lens[i]).transpose(0, 1).contiguous()[None]
+        chunk = q[s:e].transpose(0, 1).contiguous()[None]                                # [1, H, q_len, D]
+        if ctx.num_computed[i] == 0:  # no cached prefix: plain causal attention, no mask to build or read
+            o = F.scaled_dot_product_attention(chunk, k, v, is_causal=True, scale=scale, enable_gqa=True)
+        else:
+            mask = _causal_window_mask(ctx.num_computed[i], q_len, seq_lens[i], q.device)  # [q_len, L]
+            o = F.scaled_dot_product_attention(chunk, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+        out[s:e] = o[0].transpose(0, 1)
     return out
 
 

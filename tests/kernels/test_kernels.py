@@ -148,6 +148,22 @@ def test_paged_attention_ref_matches_model():
     assert torch.allclose(out, expected, rtol=1e-5, atol=1e-5)
 
 
+def test_long_prompt_chunks_with_and_without_a_cached_prefix_match_the_reference():
+    """Chunks longer than a window go one by one through SDPA: causal without a prefix, masked after one."""
+    generator = torch.Generator().manual_seed(4)
+    windows = [(0, 40), (20, 30), (3, 1), (0, 17)]
+    block_size = 8
+    q, k_cache, v_cache, _, tables, _, _ = paged_problem(windows, block_size, 6, 2, 16, torch.float32, "cpu",
+                                                         generator)
+    scheduled = [ScheduledSlot(slot_id=i, num_computed_tokens=c, num_new_tokens=n, new_block_ids=[],
+                               token_ids=[0] * n) for i, (c, n) in enumerate(windows)]
+    step = build_inputs(scheduled, dict(enumerate(tables)), block_size, {}, {}, "cpu")
+    out = model_paged_attention(q, k_cache, v_cache, step.ctx, 0.25)
+    expected = paged_attention_ref(q, k_cache, v_cache, step.ctx.block_tables, step.ctx.seq_lens,
+                                   step.ctx.query_start_loc, 0.25)
+    assert torch.allclose(out, expected, rtol=1e-5, atol=1e-5)
+
+
 ATTN_SHAPES = [(32, 4, 128), (6, 2, 64), (8, 8, 96), (12, 4, 80)]  # H, Hkv, D
 ATTN_WINDOWS = [
     [(0, 1)],                                     # T = 1, first token
