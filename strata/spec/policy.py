@@ -52,37 +52,61 @@ class DraftCostModel:
 
     Unseen sizes are estimated optimistically (interpolated between seen ones; below the smallest seen,
     proportional to tokens; above the largest, as cheap as the largest), so every candidate gets tried
-    once and then judged by its measured time."""
+    once and then judged by its measured time.
 
-    def __init__(self, ema_weight: float = 0.2) -> None:
+    A size not observed for a while is forgotten and tried again: a size that is never chosen is never
+    measured again, so one slow first measurement (a kernel compiled at first use, a busy host) would
+    otherwise turn drafting off for good. The wait doubles each time a forgotten size is measured again
+    (from `refresh_decisions` up to 64 times that), so a size that is really too slow costs ever fewer
+    retries."""
+
+    def __init__(self, ema_weight: float = 0.2, refresh_decisions: int = 16) -> None:
         self.ema_weight = ema_weight
         self.seconds: dict[int, float] = {}     # tokens per step -> EMA of step seconds
+        self.refresh_decisions = refresh_decisions
+        self.decisions = 0                      # best_k calls so far: the clock of staleness
+        self.last_seen: dict[int, int] = {}     # tokens per step -> decision count at its last observation
+        self.retries: dict[int, int] = {}       # tokens per step -> times it was forgotten and measured again
+
+    def _stale(self, num_tokens: int) -> bool:
+        wait = self.refresh_decisions << min(self.retries.get(num_tokens, 0), 6)
+        return self.decisions - self.last_seen.get(num_tokens, self.decisions) > wait
 
     def observe(self, num_tokens: int, seconds: float) -> None:
         if num_tokens <= 0 or seconds <= 0:
             return
         old = self.seconds.get(num_tokens)
+        if old is not None and self._stale(num_tokens):  # a retry: measure afresh, wait longer next time
+            self.retries[num_tokens] = self.retries.get(num_tokens, 0) + 1
+            old = None
+        elif old is not None and self.decisions - self.last_seen[num_tokens] <= 1:
+            self.retries.pop(num_tokens, None)  # chosen step after step: it earns its place again
+        self.last_seen[num_tokens] = self.decisions
         self.seconds[num_tokens] = seconds if old is None else (1 - self.ema_weight) * old + self.ema_weight * seconds
 
     def estimate(self, num_tokens: int) -> float | None:
-        if not self.seconds:
+        seconds = {size: s for size, s in self.seconds.items() if not self._stale(size)}
+        if not seconds:
             return None
-        if num_tokens in self.seconds:
-            return self.seconds[num_tokens]
-        sizes = sorted(self.seconds)
+        if num_tokens in seconds:
+            return seconds[num_tokens]
+        sizes = sorted(seconds)
         if num_tokens < sizes[0]:
-            return self.seconds[sizes[0]] * num_tokens / sizes[0]
+            return seconds[sizes[0]] * num_tokens / sizes[0]
         if num_tokens > sizes[-1]:
-            return self.seconds[sizes[-1]]
+            return seconds[sizes[-1]]
         above = next(s for s in sizes if s > num_tokens)
         below = max(s for s in sizes if s < num_tokens)
         frac = (num_tokens - below) / (above - below)
-        return self.seconds[below] + frac * (self.seconds[above] - self.seconds[below])
+        return seconds[below] + frac * (seconds[above] - seconds[below])
 
     def best_k(self, k_max: int, acceptances: list[float]) -> int | None:
         """The draft length for a batch of requests with these acceptance rates (None: no data yet)."""
         if not acceptances or not self.seconds:
             return None
+        self.decisions += 1
+        if self.estimate(len(acceptances)) is None:
+            return None  # everything measured is stale
         best, best_rate = 0, 0.0
         for k in range(k_max + 1):
             seconds = self.estimate(len(acceptances) * (k + 1))

@@ -43,3 +43,30 @@ def test_unseen_sizes_are_tried_then_judged_by_their_measured_time():
     assert model.best_k(3, [0.5] * 8) > 0
     assert model.estimate(20) == pytest.approx(0.009 + (20 - 8) / (32 - 8) * 0.001)
     assert model.estimate(64) == pytest.approx(0.010)   # above the largest seen: as cheap as it
+
+
+def test_a_slow_first_measurement_does_not_turn_drafting_off_for_good():
+    model = DraftCostModel(ema_weight=0.2, refresh_decisions=4)
+    model.observe(32, 0.500)                            # k = 3 at 8 requests, first seen during a compile
+    model.observe(8, 0.010)
+    assert model.best_k(3, [0.8] * 8) == 0
+    chosen = []
+    for _ in range(12):                                 # k = 0 runs; the 32-token time goes stale
+        k = model.best_k(3, [0.8] * 8)
+        chosen.append(k)
+        model.observe(8 * (k + 1), 0.010 if k == 0 else 0.012)
+    assert chosen[0] == 0 and 3 in chosen               # tried again, measured afresh, and kept
+    assert chosen[-1] == 3 and model.seconds[32] == pytest.approx(0.012, rel=0.1)
+
+
+def test_a_size_that_stays_slow_is_retried_ever_less_often():
+    model = DraftCostModel(ema_weight=0.2, refresh_decisions=2)
+    model.observe(8, 0.010)
+    retries = []
+    for step in range(200):
+        k = model.best_k(1, [0.5] * 8)
+        if k:
+            retries.append(step)
+        model.observe(8 * (k + 1), 0.010 if k == 0 else 0.100)  # k = 1 is always 10x slower
+    gaps = [b - a for a, b in zip(retries, retries[1:])]
+    assert len(retries) >= 3 and gaps == sorted(gaps) and gaps[-1] > 2 * gaps[0]
