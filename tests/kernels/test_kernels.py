@@ -133,34 +133,23 @@ def paged_problem(windows, block_size, num_heads, num_kv_heads, head_dim, dtype,
         ragged([n for _, n in windows], device)
 
 
-def test_paged_attention_ref_matches_model():
-    generator = torch.Generator().manual_seed(1)
-    windows = [(0, 5), (12, 1), (30, 4), (7, 16)]
-    block_size = 4
-    q, k_cache, v_cache, block_tables, tables, seq_lens, qsl = paged_problem(
-        windows, block_size, 6, 2, 8, torch.float32, "cpu", generator)
-    scheduled = [ScheduledSlot(slot_id=i, num_computed_tokens=c, num_new_tokens=n, new_block_ids=[],
-                               token_ids=[0] * n) for i, (c, n) in enumerate(windows)]
-    step = build_inputs(scheduled, dict(enumerate(tables)), block_size, {}, {}, "cpu")
+def _scheduled(windows: list[tuple[int, int]]) -> list[ScheduledSlot]:
+    return [ScheduledSlot(slot_id=i, num_computed_tokens=c, num_new_tokens=n, new_block_ids=[], token_ids=[0] * n)
+            for i, (c, n) in enumerate(windows)]
+
+
+@pytest.mark.parametrize("windows, block_size, head_dim", [
+    ([(0, 5), (12, 1), (30, 4), (7, 16)], 4, 8),     # windows: one padded batch
+    ([(0, 40), (20, 30), (3, 1), (0, 17)], 8, 16),   # long chunks one by one: causal, or masked after a prefix
+])
+def test_paged_attention_ref_matches_model(windows, block_size, head_dim):
+    generator = torch.Generator().manual_seed(len(windows) + block_size)
+    q, k_cache, v_cache, _, tables, _, _ = paged_problem(windows, block_size, 6, 2, head_dim, torch.float32, "cpu",
+                                                         generator)
+    step = build_inputs(_scheduled(windows), dict(enumerate(tables)), block_size, {}, {}, "cpu")
     expected = model_paged_attention(q, k_cache, v_cache, step.ctx, 0.35)
     out = paged_attention_ref(q, k_cache, v_cache, step.ctx.block_tables, step.ctx.seq_lens,
                               step.ctx.query_start_loc, 0.35)
-    assert torch.allclose(out, expected, rtol=1e-5, atol=1e-5)
-
-
-def test_long_prompt_chunks_with_and_without_a_cached_prefix_match_the_reference():
-    """Chunks longer than a window go one by one through SDPA: causal without a prefix, masked after one."""
-    generator = torch.Generator().manual_seed(4)
-    windows = [(0, 40), (20, 30), (3, 1), (0, 17)]
-    block_size = 8
-    q, k_cache, v_cache, _, tables, _, _ = paged_problem(windows, block_size, 6, 2, 16, torch.float32, "cpu",
-                                                         generator)
-    scheduled = [ScheduledSlot(slot_id=i, num_computed_tokens=c, num_new_tokens=n, new_block_ids=[],
-                               token_ids=[0] * n) for i, (c, n) in enumerate(windows)]
-    step = build_inputs(scheduled, dict(enumerate(tables)), block_size, {}, {}, "cpu")
-    out = model_paged_attention(q, k_cache, v_cache, step.ctx, 0.25)
-    expected = paged_attention_ref(q, k_cache, v_cache, step.ctx.block_tables, step.ctx.seq_lens,
-                                   step.ctx.query_start_loc, 0.25)
     assert torch.allclose(out, expected, rtol=1e-5, atol=1e-5)
 
 
@@ -201,8 +190,7 @@ def test_mixed_step_attention_on_cuda_matches_the_cpu_path():
     block_size = 16
     q, k_cache, v_cache, _, tables, _, _ = paged_problem(windows, block_size, 8, 2, 64, torch.float32, "cpu",
                                                          generator)
-    scheduled = [ScheduledSlot(slot_id=i, num_computed_tokens=c, num_new_tokens=n, new_block_ids=[],
-                               token_ids=[0] * n) for i, (c, n) in enumerate(windows)]
+    scheduled = _scheduled(windows)
     expected = model_paged_attention(q, k_cache, v_cache, build_inputs(scheduled, dict(enumerate(tables)), block_size,
                                                                        {}, {}, "cpu").ctx, 0.125)
     step = build_inputs(scheduled, dict(enumerate(tables)), block_size, {}, {}, "cuda")
