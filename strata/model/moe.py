@@ -136,7 +136,9 @@ class MoEBlock(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         topk_ids, topk_weights = self.route(hidden)
+        shared = None
+        if self.shared_expert is not None:  # queued before the routed experts: with offloaded experts the
+            # device computes it while the host computes the missed ones (in the same graph piece)
+            shared = torch.sigmoid(self.shared_expert_gate(hidden)) * self.shared_expert(hidden)
         out = self.experts(hidden, topk_ids, topk_weights)
-        if self.shared_expert is not None:
-            out = out + torch.sigmoid(self.shared_expert_gate(hidden)) * self.shared_expert(hidden)
-        return out
+        return out if shared is None else out + shared
