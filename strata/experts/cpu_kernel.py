@@ -109,10 +109,3 @@ class NativeExperts:
             len(rows), rows.ctypes.data, experts.ctypes.data, weights.ctypes.data, out.data_ptr())
         if status != 0:
             raise MemoryError("native CPU expert kernel: no scratch memory")
-
-    def compute(self, hidden: torch.Tensor, rows: torch.Tensor, experts: torch.Tensor, weights: torch.Tensor,
-                w13: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
-        """Same contract as CpuExpertPool.compute -> [R, D] float32."""
-        out = torch.zeros(hidden.shape, dtype=torch.float32)
-        self.accumulate(hidden.to(w13.dtype), rows.numpy(), experts.numpy(), weights.float().numpy(), w13, w2, out)
-        return out

@@ -52,8 +52,31 @@ class CpuExpertPool:
         """hidden [M, D] (host), per pair: rows [P] (row of hidden), experts [P], weights [P];
         w13 [E, 2I, D], w2 [E, D, I] host weights of one layer -> weighted expert sums [M, D] in float32
         (summed in float32 like the fused kernel, rounded once by the caller)."""
-        if self.native is not None and cpu_kernel.supports(w13) and cpu_kernel.supports(w2):
-            return self.native.compute(hidden, rows, experts, weights, w13, w2)
+        if self._use_native(w13, w2):
+            out = torch.zeros(hidden.shape, dtype=torch.float32)
+            self.native.accumulate(hidden.to(w13.dtype), rows.numpy(), experts.numpy(), weights.float().numpy(),
+                                   w13, w2, out)
+            return out
+        return self._torch_compute(hidden, rows, experts, weights, w13, w2)
+
+    def accumulate(self, hidden: torch.Tensor, rows: np.ndarray, experts: np.ndarray, weights: np.ndarray,
+                   w13: torch.Tensor, w2: torch.Tensor, out: torch.Tensor) -> None:
+        """out [R, D] float32 += the weighted expert outputs of the pairs; rows [P] index hidden [R, D]
+        and out directly (rows without pairs are left alone)."""
+        if self._use_native(w13, w2):
+            self.native.accumulate(hidden.to(w13.dtype), rows, experts, weights, w13, w2, out)
+            return
+        used_rows, inverse = torch.from_numpy(np.asarray(rows, dtype=np.int64)).unique(return_inverse=True)
+        y = self._torch_compute(hidden[used_rows], inverse, torch.from_numpy(np.asarray(experts, dtype=np.int64)),
+                                torch.from_numpy(np.asarray(weights)).to(w13.dtype), w13, w2)
+        out.index_add_(0, used_rows, y)
+
+    def _use_native(self, w13: torch.Tensor, w2: torch.Tensor) -> bool:
+        return self.native is not None and cpu_kernel.supports(w13) and cpu_kernel.supports(w2)
+
+    def _torch_compute(self, hidden: torch.Tensor, rows: torch.Tensor, experts: torch.Tensor, weights: torch.Tensor,
+                       w13: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+        """compute() on the worker threads: one task per distinct expert, merged in expert order."""
         order = experts.argsort(stable=True)                                   # [P] pairs grouped by expert
         used, counts = torch.unique_consecutive(experts[order], return_counts=True)
         groups = order.split(counts.tolist())
@@ -63,18 +86,6 @@ class CpuExpertPool:
         for g, future in zip(groups, futures):
             out.index_add_(0, rows[g], future.result())
         return out
-
-    def accumulate(self, hidden: torch.Tensor, rows: np.ndarray, experts: np.ndarray, weights: np.ndarray,
-                   w13: torch.Tensor, w2: torch.Tensor, out: torch.Tensor) -> None:
-        """out [R, D] float32 += the weighted expert outputs of the pairs; rows [P] index hidden [R, D]
-        and out directly (rows without pairs are left alone)."""
-        if self.native is not None and cpu_kernel.supports(w13) and cpu_kernel.supports(w2):
-            self.native.accumulate(hidden.to(w13.dtype), rows, experts, weights, w13, w2, out)
-            return
-        used_rows, inverse = torch.from_numpy(np.asarray(rows, dtype=np.int64)).unique(return_inverse=True)
-        y = self.compute(hidden[used_rows], inverse, torch.from_numpy(np.asarray(experts, dtype=np.int64)),
-                         torch.from_numpy(np.asarray(weights)).to(w13.dtype), w13, w2)
-        out.index_add_(0, used_rows, y)
 
     def close(self) -> None:
         if self._executor is not None:

@@ -63,10 +63,7 @@ class OffloadedExperts(nn.Module):
         experts = topk_ids.cpu()[rows, ks]                 # [M]
         staged = self._staging_plan(experts)               # [M] staging slot of each missed pair, -1 = CPU
         on_cpu = staged < 0
-        cpu_rows, inverse = rows[on_cpu].unique(return_inverse=True)
-        host_dtype = slots.host_w13[0].dtype
-        hidden_cpu = hidden[cpu_rows.to(hidden.device)].to("cpu", host_dtype)         # [R, D]
-        weights_cpu = topk_weights.cpu()[rows, ks][on_cpu].to(host_dtype)              # [P]
+        weights_cpu = topk_weights.cpu()[rows, ks][on_cpu].float()                     # [P]
         bytes_copied = 0
         if not on_cpu.all():
             slot_ids = self._stage(slot_ids, rows[~on_cpu], ks[~on_cpu], experts[~on_cpu], staged[~on_cpu])
@@ -78,10 +75,11 @@ class OffloadedExperts(nn.Module):
         num_cpu = int(on_cpu.sum())
         self.stats.record_rows(rows[on_cpu].numpy(), rows[~on_cpu].numpy())
         if num_cpu:
-            y = self.pool.compute(hidden_cpu, inverse, experts[on_cpu], weights_cpu,
-                                  slots.host_w13[self.layer_idx], slots.host_w2[self.layer_idx])  # [R, D]
+            cpu_sum = torch.zeros(hidden.shape, dtype=torch.float32)                  # [T, D] on the host
+            self._add_cpu_pairs(hidden.cpu(), rows[on_cpu].numpy(), experts[on_cpu].numpy(), weights_cpu.numpy(),
+                                cpu_sum)
             # one rounding of (device part + CPU part) in float32, as the fused kernel sums its pairs
-            out = out.float().index_add_(0, cpu_rows.to(out.device), y.to(out.device)).to(hidden.dtype)
+            out = (out.float() + cpu_sum.to(out.device)).to(hidden.dtype)
         self.stats.record_offloaded(num_cpu, len(experts) - num_cpu, bytes_copied)
         return out
 
@@ -112,13 +110,17 @@ class OffloadedExperts(nn.Module):
         cpu_sum.zero_()
         rows, ks = np.nonzero(exchange.slot_ids[:num_real_rows].numpy() < 0)  # [M] each: the missed pairs
         if len(rows):
-            experts = exchange.topk_ids.numpy()[rows, ks]
-            weights = exchange.topk_weights.numpy()[rows, ks]
-            self.pool.accumulate(exchange.hidden[:num_real_rows], rows, experts, weights,
-                                 self.slots.host_w13[self.layer_idx], self.slots.host_w2[self.layer_idx], cpu_sum)
+            self._add_cpu_pairs(exchange.hidden[:num_real_rows], rows, exchange.topk_ids.numpy()[rows, ks],
+                                exchange.topk_weights.numpy()[rows, ks], cpu_sum)
         exchange.cpu_sum_device[:num_rows].copy_(cpu_sum, non_blocking=True)
         self.stats.record_offloaded(len(rows), 0, 0)
         self.stats.record_rows(rows, rows[:0])
+
+    def _add_cpu_pairs(self, hidden: torch.Tensor, rows: np.ndarray, experts: np.ndarray, weights: np.ndarray,
+                       cpu_sum: torch.Tensor) -> None:
+        """cpu_sum [T, D] float32 (host) += this layer's pairs (rows into hidden [T, D], host) on the CPU pool."""
+        self.pool.accumulate(hidden, rows, experts, weights, self.slots.host_w13[self.layer_idx],
+                             self.slots.host_w2[self.layer_idx], cpu_sum)
 
     def _staging_plan(self, experts: torch.Tensor) -> torch.Tensor:
         """experts [M] of the missed pairs -> [M] staging slot index (0..S-1) or -1 for the CPU: the
