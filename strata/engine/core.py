@@ -23,7 +23,7 @@ from strata.experts.manager import install_experts
 from strata.experts.placement import tokens_for_expert_budget
 from strata.model.registry import model_class
 from strata.runner.memory import GiB, GpuBudget, ModelDoesNotFit, activation_headroom, auto_expert_slots, \
-    check_weights_fit, kv_reserve_tokens, measure_budget, weight_sizes
+    check_weights_fit, kv_reserve_tokens, measure_budget, meta_model, weight_sizes
 from strata.runner.model_runner import ModelRunner, RestoreFailed
 from strata.scheduler.scheduler import Commit, Scheduler
 from strata.scheduler.stats import StepTimes
@@ -63,10 +63,11 @@ class EngineCore:
         expert_device, expert_config = None, config.experts
         self.auto_expert_slots: int | None = None
         if device.startswith("cuda"):
-            sizes = weight_sizes(model_class(self.model_config), self.model_config, DTYPES[dtype])
+            meta = meta_model(model_class(cfg), cfg)
+            sizes = weight_sizes(meta, DTYPES[dtype])
             resident = expert_config.num_slots(sizes.num_experts)
             if expert_config.is_auto and sizes.num_experts:
-                resident = self.auto_expert_slots = self._auto_expert_slots(sizes, DTYPES[dtype])
+                resident = self.auto_expert_slots = self._auto_expert_slots(sizes, meta, DTYPES[dtype])
                 if resident < sizes.num_experts:
                     expert_config = dataclasses.replace(expert_config, expert_cache=str(resident))
             if resident < sizes.num_experts:
@@ -127,14 +128,12 @@ class EngineCore:
                              f"lower max_model_len or raise num_gpu_blocks")
         return num_blocks
 
-    def _auto_expert_slots(self, sizes, dtype: torch.dtype) -> int:
+    def _auto_expert_slots(self, sizes, meta: torch.nn.Module, dtype: torch.dtype) -> int:
         """--expert-cache auto on CUDA: every expert when the model fits with a KV reserve for
         max_num_seqs sequences (up to KV_RESERVE_TOKENS_PER_SEQ tokens each), else what fits."""
         cfg, sched, experts = self.model_config, self.config.scheduler, self.config.experts
         spec = self.config.speculative
         window = 1 + (spec.num_speculative_tokens if spec.enabled else 0)
-        with torch.device("meta"):
-            meta = model_class(cfg)(cfg)
         headroom = activation_headroom(cfg, sched.max_num_batched_tokens, sched.max_num_seqs, window,
                                        meta.recurrent_state_shapes(), dtype)
         num_layers = len(cfg.full_attention_layers) + int(meta.has_mtp)

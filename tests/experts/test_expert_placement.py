@@ -113,12 +113,12 @@ def test_pcie_frac_auto_is_zero_without_a_gpu(tiny_model_dir):
 
 def test_weight_sizes_split_experts_from_the_rest():
     from strata.model.registry import model_class
-    from strata.runner.memory import weight_sizes
+    from strata.runner.memory import meta_model, weight_sizes
     from strata.weights.source import open_source
 
     cfg = open_source("random:qwen3-30b-a3b?num_hidden_layers=3&hidden_size=64&moe_intermediate_size=16"
                       "&intermediate_size=32&num_attention_heads=2&num_key_value_heads=1&vocab_size=100").model_config()
-    sizes = weight_sizes(model_class(cfg), cfg, torch.bfloat16)
+    sizes = weight_sizes(meta_model(model_class(cfg), cfg), torch.bfloat16)
     per_expert = 3 * 16 * 64 * 2
     assert sizes.num_experts == 3 * cfg.num_experts
     assert sizes.experts == sizes.num_experts * per_expert

@@ -9,7 +9,8 @@ import torch
 from strata.config import EngineConfig, ExpertConfig, SchedulerConfig
 from strata.engine.core import EngineCore
 from strata.model.registry import model_class
-from strata.runner.memory import GiB, GpuBudget, WeightSizes, auto_expert_slots, kv_reserve_tokens, weight_sizes
+from strata.runner.memory import GiB, GpuBudget, WeightSizes, auto_expert_slots, kv_reserve_tokens, meta_model, \
+    weight_sizes
 from strata.weights.source import open_source
 
 TINY_MOE = ("random:qwen3-30b-a3b?num_hidden_layers=2&hidden_size=128&intermediate_size=256&moe_intermediate_size=64"
@@ -41,13 +42,14 @@ def _core_with_budget(monkeypatch, available: int, **experts) -> tuple[EngineCor
     core.config, core.model_config, core.max_model_len = config, open_source(TINY_MOE).model_config(), 256
     monkeypatch.setattr(core, "_gpu_budget", lambda: GpuBudget(80 * GiB, 72 * GiB, 72 * GiB - available))
     cfg = core.model_config
-    return core, weight_sizes(model_class(cfg), cfg, torch.bfloat16)
+    return core, weight_sizes(meta_model(model_class(cfg), cfg), torch.bfloat16)
 
 
 def test_engine_gives_auto_experts_what_the_budget_leaves(monkeypatch):
     def slots(available: int, pcie_frac: str = "0") -> int:
         core, sizes = _core_with_budget(monkeypatch, available, pcie_frac=pcie_frac)
-        return core._auto_expert_slots(sizes, torch.bfloat16)
+        return core._auto_expert_slots(sizes, meta_model(model_class(core.model_config), core.model_config),
+                                       torch.bfloat16)
 
     _, sizes = _core_with_budget(monkeypatch, 0)
     per_expert = sizes.experts // sizes.num_experts
