@@ -160,13 +160,15 @@ class ExpertManager:
         for block in self.blocks:
             block.experts.exchange = self.exchange
 
-    def graph_plan(self) -> tuple[int, frozenset]:
-        """(placement epoch, layers that need the host now): a graph captured under another epoch, or
-        that runs one of these layers straight through, must be captured again."""
+    def graph_plan(self) -> tuple[int, frozenset, frozenset]:
+        """(placement epoch, layers that need the host now, layers with no expert on the device now):
+        a graph captured under another epoch, that runs one of the former straight through, or that
+        skipped the device experts of a layer that has some now, must be captured again."""
         if self.slots is None:
-            return self.epoch, frozenset()
-        resident = self.slots.is_layer_resident
-        return self.epoch, frozenset(layer for layer in range(self.num_layers) if not resident(layer))
+            return self.epoch, frozenset(), frozenset()
+        resident, visible = self.slots.is_layer_resident, self.slots.visible_per_layer
+        return (self.epoch, frozenset(layer for layer in range(self.num_layers) if not resident(layer)),
+                frozenset(layer for layer in range(self.num_layers) if not visible[layer]))
 
     # ---- once per step ----------------------------------------------------------------------------
 

@@ -7,9 +7,11 @@ while the device computes the slot pairs. Outputs are summed per token. A layer 
 resident takes the slot path alone, with no host sync; any other layer syncs with the host.
 
 Inside a CUDA graph capture (no PCIe staging) a layer that is not all resident splits the graph
-(runner/split_graphs.py): the captured part runs the slot pairs and copies the routing and the rows
-to pinned host buffers (HostExchange); the host part, between two graphs at replay, computes the
-missed pairs on the CPU and uploads their sum, which the next graph adds.
+(runner/split_graphs.py): a captured part copies the routing and the rows to pinned host buffers
+(HostExchange) and the next one runs the slot pairs; between them the host marks the copies with an
+event, and after the slot pairs it waits for that event only, so the CPU computes the missed pairs
+while the device computes the slot pairs; it then uploads their sum, which the following graph adds.
+A layer with no expert on the device skips the slot part (and its split).
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ class HostExchange:
         self.hidden = torch.zeros(max_tokens, hidden_size, dtype=dtype, **pinned)           # [N, D]
         self.cpu_sum = torch.zeros(max_tokens, hidden_size, dtype=torch.float32, **pinned)  # [N, D]
         self.cpu_sum_device = torch.zeros(max_tokens, hidden_size, dtype=torch.float32, device=device)
+        self.copied = torch.cuda.Event()  # recorded at replay after a layer's copies to the host
+        # numpy views of the same memory: the host part runs once per offloaded layer per step
+        self.topk_ids_np, self.topk_weights_np = self.topk_ids.numpy(), self.topk_weights.numpy()
+        self.slot_ids_np, self.cpu_sum_np = self.slot_ids.numpy(), self.cpu_sum.numpy()
 
 
 class OffloadedExperts(nn.Module):
@@ -85,8 +91,8 @@ class OffloadedExperts(nn.Module):
 
     def _forward_split(self, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
                        slot_ids: torch.Tensor) -> torch.Tensor:
-        """Captured part: slot pairs on the device, routing and rows out to the host; the graph splits
-        here and the next one adds what the host part uploaded. hidden [T, D] -> [T, D]."""
+        """Captured part: routing and rows out to the host, slot pairs on the device; the graph splits
+        around the slot pairs and the graph after them adds what the host part uploaded. hidden [T, D] -> [T, D]."""
         exchange = self.exchange
         if exchange is None or self.pcie_frac > 0:
             raise RuntimeError("offloaded experts inside a CUDA graph need the runner's HostExchange and no "
@@ -96,25 +102,33 @@ class OffloadedExperts(nn.Module):
         exchange.topk_weights[:num_rows].copy_(topk_weights, non_blocking=True)
         exchange.slot_ids[:num_rows].copy_(slot_ids, non_blocking=True)
         exchange.hidden[:num_rows].copy_(hidden, non_blocking=True)
+        if not self.slots.visible_per_layer[self.layer_idx]:  # nothing on the device (graph_plan tracks it)
+            split_here(lambda num_real_rows: self._host_part(num_real_rows, num_rows))
+            return exchange.cpu_sum_device[:num_rows].to(hidden.dtype)
+        split_here(lambda num_real_rows: exchange.copied.record())
         out = run_experts(hidden, self.slots.w13_slots, self.slots.w2_slots, slot_ids, topk_weights, may_skip=True)
-        split_here(lambda num_real_rows: self._host_part(num_real_rows, num_rows))
+        split_here(lambda num_real_rows: self._host_part(num_real_rows, num_rows, exchange.copied))
         return (out.float() + exchange.cpu_sum_device[:num_rows]).to(hidden.dtype)
 
-    def _host_part(self, num_real_rows: int, num_rows: int) -> None:
-        """Between two graphs of a replay: the missed pairs of the real rows on the CPU, their sum
-        uploaded for the next graph (padding rows get zeros). numpy indexing: this runs once per
-        offloaded layer per step, on the step's critical path."""
+    def _host_part(self, num_real_rows: int, num_rows: int, copied: torch.cuda.Event | None = None) -> None:
+        """Between two graphs of a replay: wait for the copies to the host (the `copied` event, else
+        everything queued), compute the missed pairs of the real rows on the CPU, upload their sum
+        for the next graph (padding rows get zeros). Runs once per offloaded layer per step on the
+        step's critical path, hence numpy views and no device op but the upload."""
         exchange = self.exchange
-        torch.cuda.current_stream().synchronize()  # the graph's copies to the host have landed
-        cpu_sum = exchange.cpu_sum[:num_rows]
-        cpu_sum.zero_()
-        rows, ks = np.nonzero(exchange.slot_ids[:num_real_rows].numpy() < 0)  # [M] each: the missed pairs
+        if copied is not None:
+            copied.synchronize()
+        else:
+            torch.cuda.current_stream().synchronize()
+        cpu_sum = exchange.cpu_sum_np[:num_rows]
+        cpu_sum.fill(0)
+        rows, ks = np.nonzero(exchange.slot_ids_np[:num_real_rows] < 0)  # [M] each: the missed pairs
         if len(rows):
-            self._add_cpu_pairs(exchange.hidden[:num_real_rows], rows, exchange.topk_ids.numpy()[rows, ks],
-                                exchange.topk_weights.numpy()[rows, ks], cpu_sum)
-        exchange.cpu_sum_device[:num_rows].copy_(cpu_sum, non_blocking=True)
-        self.stats.record_offloaded(len(rows), 0, 0)
-        self.stats.record_rows(rows, rows[:0])
+            self._add_cpu_pairs(exchange.hidden, rows, exchange.topk_ids_np[rows, ks],
+                                exchange.topk_weights_np[rows, ks], exchange.cpu_sum)
+            self.stats.record_offloaded(len(rows), 0, 0)
+            self.stats.record_rows(rows, rows[:0])
+        exchange.cpu_sum_device[:num_rows].copy_(exchange.cpu_sum[:num_rows], non_blocking=True)
 
     def _add_cpu_pairs(self, hidden: torch.Tensor, rows: np.ndarray, experts: np.ndarray, weights: np.ndarray,
                        cpu_sum: torch.Tensor) -> None:

@@ -12,8 +12,9 @@ one is captured. A capture that fails marks its layout eager-only; the step then
 
 Layers that need the host mid-step (MoE layers with offloaded experts) split the capture into a
 chain of graphs (split_graphs.py). Which layers split is decided at capture; `host_plan` reports
-(placement epoch, layers that need the host now), and a graph captured under another epoch or that
-does not split at all of those layers is captured again.
+(placement epoch, layers that need the host now, layers with no expert on the device), and a graph
+captured under another epoch, that does not split at all of those layers, or that skipped the device
+experts of a layer that has some now, is captured again.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class CapturedStep:
     hidden: torch.Tensor                    # [S_pad * n, D], written by every replay
     window_states: dict                     # layer -> (conv [T, C, W-1], ssm [T, Hv, Dk, Dv]) when kept
     pool_bytes: int                         # growth of reserved memory during warm-up and capture
-    host_plan: tuple = (0, frozenset())     # (placement epoch, layers split at) when captured
+    host_plan: tuple = (0, frozenset(), frozenset())  # (epoch, layers split at, device part skipped)
 
 
 @dataclass
@@ -60,11 +61,11 @@ class GraphStep:
 class CudaGraphCache:
     def __init__(self, model: nn.Module, inputs: GraphInputs, kv_caches: dict, state_caches: dict,
                  max_slots: int, max_tokens_per_slot: int, capacity: int,
-                 host_plan: Callable[[], tuple[int, frozenset]] | None = None) -> None:
+                 host_plan: Callable[[], tuple] | None = None) -> None:
         if capacity < 1:
             raise ValueError(f"cuda_graph_cache_size must be at least 1, got {capacity}")
         self.model, self.inputs = model, inputs
-        self.host_plan = host_plan or (lambda: (0, frozenset()))
+        self.host_plan = host_plan or (lambda: (0, frozenset(), frozenset()))
         self.kv_caches, self.state_caches = kv_caches, state_caches
         # verification windows of hybrid models record the recurrent state after every token: one set
         # of buffers for the largest layout, shared by every graph
@@ -180,5 +181,6 @@ class CudaGraphCache:
         self.graphs.clear()
 
 
-def _still_valid(captured: tuple[int, frozenset], now: tuple[int, frozenset]) -> bool:
-    return captured[0] == now[0] and now[1] <= captured[1]
+def _still_valid(captured: tuple, now: tuple) -> bool:
+    """Plans are (epoch, layers split at, layers whose device experts were skipped)."""
+    return captured[0] == now[0] and now[1] <= captured[1] and captured[2] <= now[2]

@@ -61,7 +61,7 @@ def test_empty_snapshot_has_no_division_by_zero():
 def test_record_and_end_step_keep_buffers_in_place():
     """Graph safety: the buffers a captured graph would point at are never reallocated."""
     stats = RoutingStats(2, 4, "cpu")
-    buffers = [stats.window_counts, stats.touched, stats.touched_total, stats.num_steps, stats.pair_counts]
+    buffers = [stats.window_counts, stats.touched, stats.touched_total, stats.num_steps, stats.gpu_pairs]
     pointers = [b.data_ptr() for b in buffers]
     stats.record(1, ids([[0, 3]]))
     stats.record_resident(torch.tensor([[True, True]]))

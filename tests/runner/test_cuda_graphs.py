@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from strata import LLM, SamplingParams
+from strata.runner.cuda_graphs import _still_valid
 from strata.runner.graph_inputs import GraphInputs
 from strata.types import ScheduledSlot
 
@@ -37,6 +38,17 @@ def test_graph_inputs_fill_real_rows_then_padding():
     input_ids, ctx = inputs.context(1, 2, {}, {}, keep_window_states=False)
     assert input_ids.tolist() == [13, 14] and ctx.slot_mapping.tolist() == [4, 5]
     assert np.all(inputs.host_np[inputs.offsets["query_start_loc"][0]:][:2] == [0, 2])
+
+
+def test_a_graph_split_for_offloaded_experts_is_replayed_only_while_its_plan_holds():
+    """Plans are (placement epoch, layers split at, layers whose device experts the graph skipped)."""
+    captured = (1, frozenset({2, 3}), frozenset({3}))
+    assert _still_valid(captured, captured)
+    assert _still_valid(captured, (1, frozenset({3}), frozenset({3})))        # layer 2 became all resident
+    assert _still_valid(captured, (1, frozenset({2, 3}), frozenset({2, 3})))  # layer 2 lost its device experts
+    assert not _still_valid(captured, (2, frozenset({2, 3}), frozenset({3})))  # experts placed again
+    assert not _still_valid(captured, (1, frozenset({2, 3, 4}), frozenset({3})))  # layer 4 now needs the host
+    assert not _still_valid(captured, (1, frozenset({2, 3}), frozenset()))  # layer 3 has device experts now
 
 
 def test_graph_cache_layouts_pad_up_the_ladder():
