@@ -20,6 +20,7 @@ from torch import nn
 from strata.config import ExpertConfig
 from strata.experts.calibrate import measure_pcie_share
 from strata.experts.cpu_pool import CpuExpertPool
+from strata.experts.host_memory import host_copy
 from strata.experts.placement import initial_hot_set, plan_swaps
 from strata.experts.profile import load_profile, save_profile
 from strata.experts.provider import HostExchange, OffloadedExperts
@@ -76,8 +77,12 @@ class ExpertManager:
 
     def _offload(self, device: str) -> None:
         pin = torch.cuda.is_available()
-        host_w13 = [_host_copy(block.experts.w13, pin) for block in self.blocks]  # L x [E, 2I, D]
-        host_w2 = [_host_copy(block.experts.w2, pin) for block in self.blocks]    # L x [E, D, I]
+        host_w13, host_w2 = [], []  # L x [E, 2I, D], L x [E, D, I]
+        for block in self.blocks:
+            host_w13.append(host_copy(block.experts.w13, pin))
+            host_w2.append(host_copy(block.experts.w2, pin))
+            # the loaded weights go as soon as they are copied: one layer more at peak, not the experts twice
+            block.experts.w13.data, block.experts.w2.data = host_w13[-1][:0], host_w2[-1][:0]
         self.pool = CpuExpertPool(self.config.cpu_threads, self.config.cpu_expert_kernel)
         self._place(host_w13, host_w2, device)
         if torch.device(device).type == "cuda":
@@ -232,15 +237,6 @@ class ExpertManager:
             self.save_profile()
         if self.pool is not None:
             self.pool.close()
-
-
-def _host_copy(weights: torch.Tensor, pin: bool) -> torch.Tensor:
-    """Host copy of expert weights; weights loaded to host already are only pinned (one copy, not two)."""
-    weights = weights.detach()
-    if weights.device.type == "cpu":
-        return weights.pin_memory() if pin else weights.clone()
-    host = weights.to("cpu", copy=True)
-    return host.pin_memory() if pin else host
 
 
 def _save_at_exit(ref: weakref.ref) -> None:

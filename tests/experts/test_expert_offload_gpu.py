@@ -60,6 +60,15 @@ def test_float32_greedy_identical_with_10_percent_resident_and_swaps(tiny_model_
     assert snap["swaps"] > 0 and snap["cpu_share"] > 0 and snap["pcie_share"] > 0 and snap["gpu_hit_rate"] > 0
 
 
+def _loads_published_at_once(llm: LLM) -> LLM:
+    """Swapped-in experts copied on the compute stream, so each is published at the end of the step
+    that loaded it. With the side stream, publication waits for a copy to finish, which depends on
+    timing; in bf16 the CPU and device compute an expert with different rounding, so the two runs
+    would only agree while residency evolves alike."""
+    llm.engine.experts.slots.side_stream = None
+    return llm
+
+
 def _tokens(llm: LLM) -> list[list[int]]:
     return [o.outputs[0].token_ids for o in llm.generate(PROMPTS, PARAMS)]
 
@@ -71,8 +80,8 @@ def _tokens(llm: LLM) -> list[list[int]]:
 ])
 def test_bf16_split_graphs_match_the_eager_path(tiny_model_dir, experts):
     folder = tiny_model_dir("qwen3_moe")
-    reference = _tokens(make_llm(folder, "bfloat16", **experts))
-    llm = make_llm(folder, "bfloat16", cuda_graphs=True, **experts)
+    reference = _tokens(_loads_published_at_once(make_llm(folder, "bfloat16", **experts)))
+    llm = _loads_published_at_once(make_llm(folder, "bfloat16", cuda_graphs=True, **experts))
     runner, manager = llm.engine.runner, llm.engine.experts
     assert runner.graphs is not None and manager.offloaded
     assert _tokens(llm) == reference
@@ -88,3 +97,15 @@ def test_bf16_split_graphs_match_the_eager_path(tiny_model_dir, experts):
     eager = make_llm(folder, "bfloat16", expert_cache="20%", expert_swap_interval=0)
     assert _tokens(llm) == _tokens(eager)
     assert runner.graph_stats()["captures"] > captures  # graphs of the old placement were not replayed
+
+
+def test_host_copy_is_pinned_for_asynchronous_copies():
+    from strata.experts.host_memory import host_copy
+
+    source = torch.randn(64, 1024, device="cuda").bfloat16()
+    host = host_copy(source, pin=True)
+    assert host.is_pinned() and torch.equal(host.cuda(), source)
+    back = torch.empty_like(source)
+    back.copy_(host, non_blocking=True)
+    torch.cuda.synchronize()
+    assert torch.equal(back, source)
