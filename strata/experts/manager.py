@@ -25,7 +25,7 @@ from strata.experts.placement import initial_hot_set, plan_swaps
 from strata.experts.profile import load_profile, save_profile
 from strata.experts.provider import HostExchange, OffloadedExperts
 from strata.experts.slots import ExpertSlots
-from strata.experts.stats import RoutingStats
+from strata.experts.stats import RoutingStats, all_rows
 from strata.model.moe import MoEBlock
 
 logger = logging.getLogger(__name__)
@@ -51,7 +51,8 @@ class ExpertManager:
         self.architecture = model.config.architecture
         self.num_layers, self.num_experts = len(blocks), model.config.num_experts
         self.top_k = model.config.num_experts_per_tok
-        self.stats = RoutingStats(self.num_layers, self.num_experts, device)
+        self.real_rows = all_rows(device)  # [1] rows the next forward counts (RoutingStats.real_rows)
+        self.stats = RoutingStats(self.num_layers, self.num_experts, device, self.real_rows)
         for layer_idx, block in enumerate(blocks):
             block.stats, block.layer_idx = self.stats, layer_idx
         self.profile_counts = self._load_profile()
@@ -125,7 +126,7 @@ class ExpertManager:
             torch.cuda.empty_cache()  # the old slots go before the new ones are allocated
         self.config, self.num_slots, self.num_steps = config, num_slots, 0
         self.profile_counts = self._load_profile()
-        self.stats = RoutingStats(self.num_layers, self.num_experts, device)
+        self.stats = RoutingStats(self.num_layers, self.num_experts, device, self.real_rows)
         for layer_idx, block in enumerate(self.blocks):
             block.stats = self.stats
         if self.pool.num_threads != (config.cpu_threads or self.pool.num_threads) or \

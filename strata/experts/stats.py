@@ -14,9 +14,19 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from strata.kernels.routing import record_routing_ref
+
+_ALL_ROWS = 1 << 62
+
+
+def all_rows(device: str | torch.device) -> torch.Tensor:
+    """A real-rows scalar [1] that counts every row."""
+    return torch.full((1,), _ALL_ROWS, dtype=torch.long, device=device)
+
 
 class RoutingStats:
-    def __init__(self, num_layers: int, num_experts: int, device: str | torch.device) -> None:
+    def __init__(self, num_layers: int, num_experts: int, device: str | torch.device,
+                 real_rows: torch.Tensor | None = None) -> None:
         self.num_layers, self.num_experts = num_layers, num_experts
         zeros = dict(dtype=torch.long, device=device)
         self.window_counts = torch.zeros(num_layers, num_experts, **zeros)  # [L, E] pairs routed this window
@@ -26,6 +36,9 @@ class RoutingStats:
         self.num_steps = torch.zeros(1, **zeros)                            # [1] steps that routed any token
         self.gpu_pairs = torch.zeros(1, **zeros)                            # [1] (token, k) pairs on device slots
         self.host_pairs = [0, 0]  # (token, k) pairs computed on the CPU / staged over PCIe: host ints, no device op
+        # [1] token rows at or past this index are padding (CUDA graph layouts) and not counted; the
+        # runner keeps it current (graph steps copy it from their inputs); default: count every row
+        self.real_rows = real_rows if real_rows is not None else all_rows(device)
         self.has_placement = False  # set when a provider reports where pairs ran
         self.num_swaps = 0
         self.bytes_moved = 0
@@ -35,14 +48,12 @@ class RoutingStats:
 
     def record(self, layer_idx: int, topk_ids: torch.Tensor) -> None:
         """topk_ids [T, K] of MoE layer `layer_idx`: count each (token, k) pair, mark its expert used."""
-        flat = topk_ids.flatten()                                           # [T * K]
-        self.window_counts[layer_idx].index_add_(0, flat, torch.ones_like(flat))
-        self.touched[layer_idx].index_fill_(0, flat, 1)
+        record_routing_ref(topk_ids, self.window_counts[layer_idx], self.touched[layer_idx], self.real_rows)
 
-    def layer_rows(self, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(window counts [E], touched [E]) of one layer, for kernels that record while routing
-        (strata.kernels.routing.softmax_topk does record()'s work in its own launch)."""
-        return self.window_counts[layer_idx], self.touched[layer_idx]
+    def layer_rows(self, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(window counts [E], touched [E], real rows [1]) of one layer, for kernels that record while
+        routing (strata.kernels.routing.softmax_topk does record()'s work in its own launch)."""
+        return self.window_counts[layer_idx], self.touched[layer_idx], self.real_rows
 
     def record_resident(self, resident: torch.Tensor) -> None:
         """resident [T, K] bool: pairs served by device slots."""

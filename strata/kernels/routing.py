@@ -24,19 +24,28 @@ def softmax_topk_ref(logits: torch.Tensor, top_k: int, renormalize: bool,
     return ids, weights.to(out_dtype)
 
 
-def record_routing_ref(topk_ids: torch.Tensor, counts: torch.Tensor, touched: torch.Tensor) -> None:
+def record_routing_ref(topk_ids: torch.Tensor, counts: torch.Tensor, touched: torch.Tensor,
+                       real_rows: torch.Tensor | None = None) -> None:
     """Routing statistics of one MoE layer: counts [E] += pairs routed to each expert; touched [E] := 1
-    for every expert used (int64 rows owned by strata.experts.stats)."""
-    flat = topk_ids.flatten()
-    counts.index_add_(0, flat, torch.ones_like(flat))
-    touched.index_fill_(0, flat, 1)
+    for every expert used (int64 rows owned by strata.experts.stats). With `real_rows` (a device
+    scalar [1]) token rows at or past it are padding and not counted (no host sync: graph safe)."""
+    num_tokens, top_k = topk_ids.shape
+    flat = topk_ids.flatten()                                                        # [T * K]
+    if real_rows is None:
+        counts.index_add_(0, flat, torch.ones_like(flat))
+        touched.index_fill_(0, flat, 1)
+        return
+    real = (torch.arange(num_tokens, device=flat.device) < real_rows).repeat_interleave(top_k).long()  # [T * K]
+    counts.index_add_(0, flat, real)
+    touched.scatter_reduce_(0, flat, real, reduce="amax")
 
 
 def softmax_topk(logits: torch.Tensor, top_k: int, renormalize: bool, out_dtype: torch.dtype,
-                 counts: torch.Tensor | None = None, touched: torch.Tensor | None = None
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+                 counts: torch.Tensor | None = None, touched: torch.Tensor | None = None,
+                 real_rows: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Same contract as softmax_topk_ref (ties go to the lower expert id). With `counts` and `touched`
-    it also does record_routing_ref's work in the same launch (integer atomics: deterministic)."""
+    (and optionally `real_rows`) it also does record_routing_ref's work in the same launch (integer
+    atomics: deterministic)."""
     num_tokens, num_experts = logits.shape
     assert logits.stride(1) == 1
     ids = torch.empty(num_tokens, top_k, dtype=torch.int64, device=logits.device)
@@ -46,8 +55,10 @@ def softmax_topk(logits: torch.Tensor, top_k: int, renormalize: bool, out_dtype:
         assert counts.dtype == touched.dtype == torch.int64 and counts.is_contiguous() and touched.is_contiguous()
     if num_tokens:
         _softmax_topk_kernel[(num_tokens,)](logits, ids, weights, counts if record else ids,
-                                            touched if record else ids, num_experts, logits.stride(0),
+                                            touched if record else ids, real_rows if real_rows is not None else ids,
+                                            num_experts, logits.stride(0),
                                             TOP_K=top_k, RENORMALIZE=renormalize, RECORD=record,
+                                            MASK_ROWS=real_rows is not None,
                                             E_PAD=triton.next_power_of_2(num_experts),
                                             K_PAD=triton.next_power_of_2(top_k), num_warps=4)
     return ids, weights
@@ -56,8 +67,9 @@ def softmax_topk(logits: torch.Tensor, top_k: int, renormalize: bool, out_dtype:
 if triton is not None:
 
     @triton.jit
-    def _softmax_topk_kernel(logits_ptr, ids_ptr, weights_ptr, counts_ptr, touched_ptr, num_experts, stride_t,
-                             TOP_K: tl.constexpr, RENORMALIZE: tl.constexpr, RECORD: tl.constexpr,
+    def _softmax_topk_kernel(logits_ptr, ids_ptr, weights_ptr, counts_ptr, touched_ptr, real_rows_ptr, num_experts,
+                             stride_t, TOP_K: tl.constexpr, RENORMALIZE: tl.constexpr, RECORD: tl.constexpr,
+                             MASK_ROWS: tl.constexpr,
                              E_PAD: tl.constexpr, K_PAD: tl.constexpr):
         token = tl.program_id(0).to(tl.int64)
         offs = tl.arange(0, E_PAD)
@@ -81,5 +93,8 @@ if triton is not None:
         tl.store(ids_ptr + token * TOP_K + k_offs, picked_id, mask=k_ok)
         tl.store(weights_ptr + token * TOP_K + k_offs, picked_w.to(weights_ptr.dtype.element_ty), mask=k_ok)
         if RECORD:
-            tl.atomic_add(counts_ptr + picked_id, tl.full((K_PAD,), 1, tl.int64), mask=k_ok)
-            tl.store(touched_ptr + picked_id, tl.full((K_PAD,), 1, tl.int64), mask=k_ok)
+            counted = k_ok
+            if MASK_ROWS:  # padding rows of a graph layout are not counted
+                counted = counted & (token < tl.load(real_rows_ptr))
+            tl.atomic_add(counts_ptr + picked_id, tl.full((K_PAD,), 1, tl.int64), mask=counted)
+            tl.store(touched_ptr + picked_id, tl.full((K_PAD,), 1, tl.int64), mask=counted)

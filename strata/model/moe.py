@@ -127,7 +127,7 @@ class MoEBlock(nn.Module):
         if hidden.is_cuda and triton_available():
             from strata.kernels.routing import softmax_topk
 
-            rows = self.stats.layer_rows(self.layer_idx) if self.stats is not None else (None, None)
+            rows = self.stats.layer_rows(self.layer_idx) if self.stats is not None else (None, None, None)
             return softmax_topk(logits, self.top_k, self.norm_topk_prob, hidden.dtype, *rows)
         topk_ids, topk_weights = softmax_topk_ref(logits, self.top_k, self.norm_topk_prob, hidden.dtype)
         if self.stats is not None:

@@ -61,11 +61,14 @@ class GraphStep:
 class CudaGraphCache:
     def __init__(self, model: nn.Module, inputs: GraphInputs, kv_caches: dict, state_caches: dict,
                  max_slots: int, max_tokens_per_slot: int, capacity: int,
-                 host_plan: Callable[[], tuple] | None = None) -> None:
+                 host_plan: Callable[[], tuple] | None = None, real_rows: torch.Tensor | None = None) -> None:
         if capacity < 1:
             raise ValueError(f"cuda_graph_cache_size must be at least 1, got {capacity}")
         self.model, self.inputs = model, inputs
         self.host_plan = host_plan or (lambda: (0, frozenset(), frozenset()))
+        # a device scalar the forward reads (routing statistics skip padding rows): each step copies
+        # the real row count into it, 0 while warming up and capturing on padding only
+        self.real_rows = real_rows
         self.kv_caches, self.state_caches = kv_caches, state_caches
         # verification windows of hybrid models record the recurrent state after every token: one set
         # of buffers for the largest layout, shared by every graph
@@ -169,6 +172,8 @@ class CudaGraphCache:
 
     def _forward(self, num_slots: int, input_ids: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         self.inputs.derive_flags(num_slots)
+        if self.real_rows is not None:
+            self.real_rows.copy_(self.inputs.num_real_rows)
         return self.model(input_ids, ctx)
 
     def _release(self, key: tuple[int, int]) -> None:

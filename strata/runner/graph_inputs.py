@@ -1,8 +1,8 @@
 """Persistent device input buffers for graph-replayed steps, filled by one host-to-device copy per step.
 
 Every per-step value a CUDA graph reads lives here: one flat int64 device buffer holds token ids,
-positions, KV slot mapping, query offsets, context lengths, state rows, "has initial state" flags and
-block tables (last, so a step copies only the rows it uses), mirrored by a pinned host buffer that the
+positions, KV slot mapping, query offsets, context lengths, state rows, "has initial state" flags, the
+number of real (unpadded) token rows and block tables (last, so a step copies only the rows it uses), mirrored by a pinned host buffer that the
 runner fills with numpy. Rows past the step's real slots are padding: they read and write a scratch KV
 block and a scratch recurrent-state row that no request owns.
 """
@@ -24,7 +24,7 @@ class GraphInputs:
         self.scratch_block, self.scratch_state_row = scratch_block, scratch_state_row
         sizes = {"input_ids": self.max_tokens, "positions": self.max_tokens, "slot_mapping": self.max_tokens,
                  "query_start_loc": max_slots + 1, "seq_lens": max_slots, "state_slot_ids": max_slots,
-                 "has_initial_state": max_slots, "block_tables": max_slots * max_blocks_per_slot}
+                 "has_initial_state": max_slots, "num_real_rows": 1, "block_tables": max_slots * max_blocks_per_slot}
         self.offsets, total = {}, 0
         for name, size in sizes.items():
             self.offsets[name] = (total, total + size)
@@ -34,6 +34,7 @@ class GraphInputs:
         self.host_np = self.host.numpy()
         self.device_flat = torch.zeros(total, dtype=torch.long, device=device)
         self.has_initial_bool = torch.zeros(max_slots, dtype=torch.bool, device=device)
+        self.num_real_rows = self._device("num_real_rows")  # [1] token rows before the padding
 
     def _host(self, name: str) -> np.ndarray:
         start, end = self.offsets[name]
@@ -69,6 +70,7 @@ class GraphInputs:
             seq_lens[i], rows[i], has_init[i] = n, self.scratch_state_row, 0
             tables[i, :] = self.scratch_block
         qsl[:num_slots + 1] = np.arange(num_slots + 1) * n
+        self._host("num_real_rows")[0] = len(scheduled) * n
         used = self.offsets["block_tables"][0] + num_slots * self.width
         self.device_flat[:used].copy_(self.host[:used], non_blocking=True)
 

@@ -68,8 +68,9 @@ class ModelRunner:
             if self.experts is not None and self.experts.offloaded:  # MoE layers split the graphs
                 self.experts.prepare_graphs(max_slots * window, dtype, device)
                 host_plan = self.experts.graph_plan
+            real_rows = self.experts.real_rows if self.experts is not None else None
             self.graphs = CudaGraphCache(model, inputs, self.kv_pool.caches, self.state_pool.caches, max_slots,
-                                         window, options.cuda_graph_cache_size, host_plan)
+                                         window, options.cuda_graph_cache_size, host_plan, real_rows)
             if options.cuda_graph_warmup:
                 started = time.perf_counter()
                 count = self.graphs.warm_up()
@@ -136,6 +137,8 @@ class ModelRunner:
                               self.state_pool.caches, self.device,
                               split_table_width=self.graphs.inputs.width if self.graphs is not None else 0)
         inputs.ctx.keep_window_states = bool(self.state_pool.caches) and any(w.draft_token_ids for w in plan.scheduled)
+        if self.graphs is not None and self.experts is not None:  # graph steps left their padded count there
+            self.experts.real_rows.fill_(inputs.input_ids.shape[0])
         return inputs, self.model(inputs.input_ids, inputs.ctx)
 
     def graph_stats(self) -> dict | None:

@@ -30,6 +30,20 @@ def test_counts_and_experts_touched_match_a_hand_computation():
     assert "gpu_hit_rate" not in snap  # no provider reported placement
 
 
+def test_padding_rows_past_real_rows_are_not_counted():
+    """CUDA graph layouts pad a step to a fixed row count; the padding's routing must not teach the hot set."""
+    stats = RoutingStats(1, 5, "cpu")
+    stats.real_rows.fill_(2)
+    stats.record(0, ids([[0, 1], [1, 2], [4, 3], [4, 4]]))  # rows 2 and 3 are padding
+    stats.end_step()
+    assert stats.counts().tolist() == [[1, 2, 1, 0, 0]]
+    assert stats.snapshot()["mean_experts_touched_per_layer"] == 3
+    stats.real_rows.fill_(0)  # a warm-up on padding only
+    stats.record(0, ids([[4, 3]]))
+    stats.end_step()
+    assert stats.counts().tolist() == [[1, 2, 1, 0, 0]] and stats.snapshot()["steps"] == 1
+
+
 def test_window_fold_keeps_totals_and_clears_the_window():
     stats = RoutingStats(1, 3, "cpu")
     stats.record(0, ids([[2, 0]]))

@@ -140,3 +140,8 @@ def test_softmax_topk_records_routing_statistics():
     record_routing_ref(ids, ref_counts, ref_touched)
     assert torch.equal(counts, ref_counts) and torch.equal(touched, ref_touched)
     assert counts.sum().item() == 5 * 64 + 37 * 4
+    real_rows = torch.tensor([20], device="cuda")  # rows 20.. are padding
+    ids, _ = softmax_topk(logits, 4, True, torch.float32, counts, touched.zero_(), real_rows)
+    record_routing_ref(ids, ref_counts, ref_touched.zero_(), real_rows)
+    assert torch.equal(counts, ref_counts) and torch.equal(touched, ref_touched)
+    assert counts.sum().item() == 5 * 64 + 37 * 4 + 20 * 4

@@ -33,10 +33,13 @@ def test_graph_inputs_fill_real_rows_then_padding():
     assert ctx.state_slot_ids.tolist() == [2, 0, 7]
     assert ctx.has_initial_state.tolist() == [True, False, False]
     assert ctx.block_tables[:, :2].tolist() == [[4, 6], [1, 0], [9, 9]]
+    assert inputs.num_real_rows.tolist() == [4]  # routing statistics skip rows 4 and 5
     # a smaller layout later reads only its own prefix of every buffer
     inputs.fill(scheduled[1:], tables, num_slots=1, tokens_per_slot=2)
     input_ids, ctx = inputs.context(1, 2, {}, {}, keep_window_states=False)
     assert input_ids.tolist() == [13, 14] and ctx.slot_mapping.tolist() == [4, 5]
+    inputs.fill([], {}, num_slots=2, tokens_per_slot=2)  # capture: padding only
+    assert inputs.num_real_rows.tolist() == [0]
     assert np.all(inputs.host_np[inputs.offsets["query_start_loc"][0]:][:2] == [0, 2])
 
 
