@@ -102,7 +102,9 @@ def run_offline(args: argparse.Namespace) -> int:
                          f"or shorter lengths")
     baseline = None
     if args.spec_baseline and config.speculative.enabled:
-        baseline = LLM.from_config(dataclasses.replace(config, speculative=SpecConfig()), quiet=False)
+        # the same weights: two copies of a large model would not fit beside each other
+        baseline = LLM.from_config(dataclasses.replace(config, speculative=SpecConfig()), quiet=False,
+                                   share_model_of=llm)
     model = args.model or "smollm2-135m"
     opts = OfflineOptions(model, args.num_prompts, args.input_len, args.output_len, concurrency, args.repeats,
                           args.hf_peer, args.prompt_seed, args.workload, args.eager_vs_graph, prefill_lens,

@@ -52,7 +52,10 @@ def resolve_spec(spec: SpecConfig, model) -> SpecConfig:
 
 
 class EngineCore:
-    def __init__(self, config: EngineConfig, quiet: bool = False) -> None:
+    def __init__(self, config: EngineConfig, quiet: bool = False, model: torch.nn.Module | None = None) -> None:
+        """`model`: another engine's model (same config) to share instead of loading the weights again,
+        e.g. a benchmark's no-speculation baseline beside the speculating engine; its experts keep
+        that engine's placement."""
         self.config = config
         device = resolve_device(config.runner.device)
         dtype = resolve_dtype(config.runner.dtype, device)
@@ -62,7 +65,7 @@ class EngineCore:
         self.max_model_len = config.scheduler.max_model_len or cfg.max_position_embeddings
         expert_device, expert_config = None, config.experts
         self.auto_expert_slots: int | None = None
-        if device.startswith("cuda"):
+        if device.startswith("cuda") and model is None:
             meta = meta_model(model_class(cfg), cfg)
             sizes = weight_sizes(meta, DTYPES[dtype])
             resident = expert_config.num_slots(sizes.num_experts)
@@ -74,8 +77,11 @@ class EngineCore:
                 expert_device = "cpu"  # load experts to host RAM; only the hot set is copied to the GPU
             check_weights_fit(sizes.on_device(resident), self._gpu_budget(), config.runner.gpu_memory_utilization,
                               config.runner.vram_reserve_mib)
-        model = build_model(source, device, dtype, config.runner.seed, quiet=quiet, expert_device=expert_device)
-        self.experts = install_experts(model, expert_config, device, quiet=quiet)
+        if model is None:
+            model = build_model(source, device, dtype, config.runner.seed, quiet=quiet, expert_device=expert_device)
+            self.experts = install_experts(model, expert_config, device, quiet=quiet)
+        else:
+            self.experts = getattr(model, "expert_manager", None)
         self.tokenizer = load_tokenizer(config.model)
         if self.max_model_len > cfg.max_position_embeddings:
             raise ValueError(f"max_model_len {self.max_model_len} exceeds the model's "

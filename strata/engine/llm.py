@@ -62,13 +62,14 @@ class LLM:
         self._start(config, quiet)
 
     @classmethod
-    def from_config(cls, config: EngineConfig, quiet: bool = True) -> LLM:
+    def from_config(cls, config: EngineConfig, quiet: bool = True, share_model_of: LLM | None = None) -> LLM:
+        """`share_model_of`: an LLM of the same model whose weights this one uses too (no second copy)."""
         llm = cls.__new__(cls)
-        llm._start(config, quiet)
+        llm._start(config, quiet, share_model_of.engine.runner.model if share_model_of is not None else None)
         return llm
 
-    def _start(self, config: EngineConfig, quiet: bool) -> None:
-        self.engine = EngineCore(config, quiet=quiet)
+    def _start(self, config: EngineConfig, quiet: bool, model=None) -> None:
+        self.engine = EngineCore(config, quiet=quiet, model=model)
         self.tokenizer = self.engine.tokenizer
         self._ids = itertools.count()
 

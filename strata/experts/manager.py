@@ -159,8 +159,8 @@ class ExpertManager:
     def prepare_graphs(self, max_tokens: int, dtype: torch.dtype, device: str) -> None:
         """Host-exchange buffers for split graphs of up to `max_tokens` token rows (the runner calls
         this before its first capture)."""
-        if self.slots is None:
-            return
+        if self.slots is None or (self.exchange is not None and self.exchange.max_tokens >= max_tokens):
+            return  # a second runner on the same model (a shared-weights baseline) keeps the captured buffers
         hidden_size = self.slots.host_w13[0].shape[-1]
         self.exchange = HostExchange(max_tokens, self.top_k, hidden_size, dtype, device)
         for block in self.blocks:

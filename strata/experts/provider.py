@@ -33,6 +33,7 @@ class HostExchange:
 
     def __init__(self, max_tokens: int, top_k: int, hidden_size: int, dtype: torch.dtype, device: str) -> None:
         pinned = {"pin_memory": True}
+        self.max_tokens = max_tokens
         self.topk_ids = torch.zeros(max_tokens, top_k, dtype=torch.long, **pinned)          # [N, K]
         self.topk_weights = torch.zeros(max_tokens, top_k, dtype=torch.float32, **pinned)   # [N, K]
         self.slot_ids = torch.zeros(max_tokens, top_k, dtype=torch.long, **pinned)          # [N, K]
