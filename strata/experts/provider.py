@@ -44,6 +44,15 @@ class HostExchange:
         # numpy views of the same memory: the host part runs once per offloaded layer per step
         self.topk_ids_np, self.topk_weights_np = self.topk_ids.numpy(), self.topk_weights.numpy()
         self.slot_ids_np, self.cpu_sum_np = self.slot_ids.numpy(), self.cpu_sum.numpy()
+        self._upload_views: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def upload(self, num_rows: int) -> None:
+        """Queue the copy of the first `num_rows` rows of the CPU sum to the device (views cached per
+        row count: slicing costs as much as the copy's launch)."""
+        views = self._upload_views.get(num_rows)
+        if views is None:
+            views = self._upload_views[num_rows] = (self.cpu_sum_device[:num_rows], self.cpu_sum[:num_rows])
+        views[0].copy_(views[1], non_blocking=True)
 
 
 class OffloadedExperts(nn.Module):
@@ -129,7 +138,7 @@ class OffloadedExperts(nn.Module):
                                 exchange.topk_weights_np[rows, ks], exchange.cpu_sum)
             self.stats.record_offloaded(len(rows), 0, 0)
             self.stats.record_rows(rows, rows[:0])
-        exchange.cpu_sum_device[:num_rows].copy_(exchange.cpu_sum[:num_rows], non_blocking=True)
+        exchange.upload(num_rows)
 
     def _add_cpu_pairs(self, hidden: torch.Tensor, rows: np.ndarray, experts: np.ndarray, weights: np.ndarray,
                        cpu_sum: torch.Tensor) -> None:

@@ -42,7 +42,8 @@ class RoutingStats:
         self.has_placement = False  # set when a provider reports where pairs ran
         self.num_swaps = 0
         self.bytes_moved = 0
-        self.row_pairs: np.ndarray | None = None  # [2, T]: CPU and PCIe pairs per token row, while counting
+        self.num_rows = 0  # token rows of the step being counted (begin_rows), and their pairs' row indices:
+        self.row_lists: tuple[list, list] | None = None  # (CPU, PCIe) arrays per layer, while counting
 
     # ---- inside the forward (graph safe) ---------------------------------------------------------
 
@@ -62,18 +63,26 @@ class RoutingStats:
     # ---- on the host: per token row of the main forward ------------------------------------------
 
     def begin_rows(self, num_rows: int) -> None:
-        self.row_pairs = np.zeros((2, num_rows), dtype=np.int64)
+        self.num_rows = num_rows
+        self.row_lists: tuple[list, list] | None = ([], [])
 
     def record_rows(self, cpu_rows: np.ndarray, pcie_rows: np.ndarray) -> None:
-        """Row index of every pair computed on the CPU / staged over PCIe (ignored when not counting)."""
-        if self.row_pairs is not None:  # bincount: np.add.at costs ~5 us even when empty
-            for counts, rows in zip(self.row_pairs, (cpu_rows, pcie_rows)):
-                if len(rows):
-                    counts += np.bincount(rows, minlength=len(counts))[:len(counts)]
+        """Row index of every pair computed on the CPU / staged over PCIe (ignored when not counting).
+        Kept as arrays and counted once per step in take_rows: this runs once per offloaded layer."""
+        if self.row_lists is not None:
+            self.row_lists[0].append(cpu_rows)
+            self.row_lists[1].append(pcie_rows)
 
     def take_rows(self) -> np.ndarray | None:
-        rows, self.row_pairs = self.row_pairs, None
-        return rows
+        """[2, T]: CPU and PCIe pairs per token row of the step begun by begin_rows (None if none was)."""
+        if self.row_lists is None:
+            return None
+        lists, self.row_lists = self.row_lists, None
+        counts = np.zeros((2, self.num_rows), dtype=np.int64)
+        for row_counts, arrays in zip(counts, lists):
+            rows = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)
+            row_counts += np.bincount(rows[rows < self.num_rows], minlength=self.num_rows)
+        return counts
 
     # ---- on the host, outside the forward ----------------------------------------------------------
 
