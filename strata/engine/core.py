@@ -112,6 +112,7 @@ class EngineCore:
         self.device, self.dtype, self.num_kv_blocks = device, dtype, num_blocks
         self.streams: dict[str, TextStream | None] = {}
         self.step_times = StepTimes()
+        self._ahead = None  # --async-scheduling: (plan, DecodeInFlight) queued but not yet read
         self._gpu_numbers_cache: tuple[float, dict | None] = (-1e9, None)
 
     def _num_kv_blocks(self, model, device: str, dtype: torch.dtype) -> int:
@@ -236,7 +237,12 @@ class EngineCore:
 
     def step(self) -> list[TokenDelta]:
         started = time.perf_counter()
-        plan = self.scheduler.schedule()
+        if self._ahead is not None or self.config.scheduler.async_scheduling:
+            return self._step_overlapped(started)
+        return self._step_plan(self.scheduler.schedule(), started)
+
+    def _step_plan(self, plan, started: float) -> list[TokenDelta]:
+        """One step run start to finish: launch, wait for the tokens, commit."""
         try:
             result = self.runner.execute(plan)
         except RestoreFailed as e:  # a cached prefix could not be copied back: read it again instead
@@ -246,6 +252,42 @@ class EngineCore:
             logger.exception("step %d failed", plan.step_id)
             return self._fail_step(plan, e)
         deltas = [self._process(commit) for commit in self.scheduler.update(plan, result)]
+        self.step_times.record(plan, result, time.perf_counter() - started)
+        return deltas
+
+    def _step_overlapped(self, started: float) -> list[TokenDelta]:
+        """--async-scheduling: while a decode step runs on the device, the next one is planned and
+        queued behind it (its inputs are the tokens being sampled, fed on the device), and only then
+        is the first one read and committed; so the host's work of a step (commit, detokenize, plan,
+        fill inputs, launch) overlaps the device's. Any step that is not plain decoding, or after
+        which the next cannot be planned ahead (see Scheduler.schedule_ahead), runs as usual. A
+        request that stops at a step already has the next one queued: its token there is dropped."""
+        if self._ahead is None:
+            plan = self.scheduler.schedule()
+            if not self.config.scheduler.async_scheduling or not self.scheduler.decodes_ahead(plan):
+                return self._step_plan(plan, started)
+            try:
+                launched = self.runner.launch_decode(plan)
+            except Exception as e:
+                logger.exception("step %d failed", plan.step_id)
+                return self._fail_step(plan, e)
+        else:
+            plan, launched = self._ahead
+            self._ahead = None
+        deltas = []
+        ahead = self.scheduler.schedule_ahead(plan) if self.config.scheduler.async_scheduling else None
+        if ahead is not None:
+            try:
+                self._ahead = (ahead, self.runner.launch_decode(ahead, launched))
+            except Exception as e:
+                logger.exception("step %d failed", ahead.step_id)
+                deltas = self._fail_step(ahead, e)
+        try:
+            result = self.runner.complete_decode(launched)
+        except Exception as e:
+            logger.exception("step %d failed", plan.step_id)
+            return deltas + self._fail_step(plan, e)
+        deltas += [self._process(commit) for commit in self.scheduler.update(plan, result)]
         self.step_times.record(plan, result, time.perf_counter() - started)
         return deltas
 

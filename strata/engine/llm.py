@@ -43,9 +43,10 @@ class LLM:
                  max_num_batched_tokens: int = 2048, block_size: int = 16, num_gpu_blocks: int | None = None,
                  speculative_config: dict | None = None, policy: str = "fcfs", quiet: bool = True,
                  **options) -> None:
-        """`options`: any other CacheConfig, RunnerConfig or ExpertConfig field (enable_prefix_caching,
-        cuda_graphs, expert_cache, …)."""
+        """`options`: any other CacheConfig, SchedulerConfig, RunnerConfig or ExpertConfig field
+        (enable_prefix_caching, async_scheduling, cuda_graphs, expert_cache, …)."""
         cache_options = _take_fields(options, CacheConfig)
+        scheduler_options = _take_fields(options, SchedulerConfig)
         runner_options = _take_fields(options, RunnerConfig)
         expert_options = _take_fields(options, ExpertConfig)
         if options:
@@ -54,7 +55,8 @@ class LLM:
             model=model or "",
             cache=CacheConfig(block_size=block_size, num_gpu_blocks=num_gpu_blocks, **cache_options),
             scheduler=SchedulerConfig(max_num_seqs=max_num_seqs, max_model_len=max_model_len,
-                                      max_num_batched_tokens=max_num_batched_tokens, policy=policy),
+                                      max_num_batched_tokens=max_num_batched_tokens, policy=policy,
+                                      **scheduler_options),
             runner=RunnerConfig(device=device, dtype=dtype, seed=seed, **runner_options),
             speculative=SpecConfig.from_json(speculative_config),
             experts=ExpertConfig(**expert_options),

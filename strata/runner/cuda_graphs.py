@@ -94,9 +94,10 @@ class CudaGraphCache:
         key = (self.ladder[bisect.bisect_left(self.ladder, len(scheduled))], n)
         return None if key in self.eager_only else key
 
-    def run(self, key: tuple[int, int], scheduled: list[ScheduledSlot],
-            block_tables: dict[int, list[int]]) -> GraphStep | None:
-        """Replay (capturing first if needed) the graph of `key` on this step; None if it cannot be captured."""
+    def run(self, key: tuple[int, int], scheduled: list[ScheduledSlot], block_tables: dict[int, list[int]],
+            feed: torch.Tensor | None = None) -> GraphStep | None:
+        """Replay (capturing first if needed) the graph of `key` on this step; None if it cannot be
+        captured. `feed` [S]: device token ids that replace the first rows' input ids (one token per slot)."""
         captured = self.graphs.get(key)
         if captured is not None and not _still_valid(captured.host_plan, self.host_plan()):
             self._release(key)  # re-placed experts, or a layer now needs the host where the graph runs through
@@ -110,6 +111,8 @@ class CudaGraphCache:
         self.graphs.move_to_end(key)
         num_slots, n = key
         self.inputs.fill(scheduled, block_tables, num_slots, n)
+        if feed is not None:
+            self.inputs.feed_input_ids(feed)
         real = len(scheduled) * n
         captured.graph.replay(real)
         self.num_replays += 1

@@ -74,6 +74,11 @@ class GraphInputs:
         used = self.offsets["block_tables"][0] + num_slots * self.width
         self.device_flat[:used].copy_(self.host[:used], non_blocking=True)
 
+    def feed_input_ids(self, token_ids: torch.Tensor) -> None:
+        """Overwrite the first len(token_ids) input ids on the device after `fill` (tokens another
+        step sampled and the host has not read: the copy is ordered after it on the stream)."""
+        self._device("input_ids")[:token_ids.shape[0]].copy_(token_ids)
+
     def context(self, num_slots: int, tokens_per_slot: int, kv_caches: dict, state_caches: dict,
                 keep_window_states: bool) -> tuple[torch.Tensor, ForwardContext]:
         """Views of the buffers for a layout (what a graph captures). The bool flags are derived on the

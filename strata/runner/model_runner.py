@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -28,6 +29,18 @@ from strata.types import SlotResult, StepPlan, StepResult
 
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class DecodeInFlight:
+    """A decode step launched by launch_decode whose sampled tokens have not been read."""
+
+    plan: StepPlan
+    slot_ids: list[int]                     # plan order
+    token_ids: torch.Tensor                 # [S] sampled on the device
+    expert_pairs: dict
+    started: float
+    launched: float
 
 
 class RestoreFailed(RuntimeError):
@@ -122,12 +135,13 @@ class ModelRunner:
                           sample_seconds=sample_done - forward_done,
                           draft_seconds=time.perf_counter() - sample_done, expert_pairs=expert_pairs)
 
-    def _forward(self, plan: StepPlan) -> tuple[StepInputs, torch.Tensor]:
-        """Replay a CUDA graph when the step's layout has one (or can get one), else run eagerly."""
+    def _forward(self, plan: StepPlan, feed: torch.Tensor | None = None) -> tuple[StepInputs, torch.Tensor]:
+        """Replay a CUDA graph when the step's layout has one (or can get one), else run eagerly.
+        `feed` [S]: device token ids replacing the input ids of a one-token-per-slot step."""
         if self.use_cuda_graphs and self.graphs is not None:
             key = self.graphs.layout_for(plan.scheduled)
             if key is not None:
-                step = self.graphs.run(key, plan.scheduled, self.block_tables)
+                step = self.graphs.run(key, plan.scheduled, self.block_tables, feed)
                 if step is not None:
                     starts = [i * key[1] for i in range(len(plan.scheduled))]
                     step.ctx.keep_window_states = step.ctx.keep_window_states and \
@@ -137,9 +151,54 @@ class ModelRunner:
                               self.state_pool.caches, self.device,
                               split_table_width=self.graphs.inputs.width if self.graphs is not None else 0)
         inputs.ctx.keep_window_states = bool(self.state_pool.caches) and any(w.draft_token_ids for w in plan.scheduled)
+        if feed is not None:
+            inputs.input_ids[:feed.shape[0]].copy_(feed)
         if self.graphs is not None and self.experts is not None:  # graph steps left their padded count there
             self.experts.real_rows.fill_(inputs.input_ids.shape[0])
         return inputs, self.model(inputs.input_ids, inputs.ctx)
+
+    # ---- overlapped decoding: a step launched, the next planned and launched, then the first read ----
+
+    @torch.inference_mode()
+    def launch_decode(self, plan: StepPlan, inputs_from: DecodeInFlight | None = None) -> DecodeInFlight:
+        """A decode step (one sampled token per slot, no drafts, no speculation) queued up to its
+        sampled tokens, which stay on the device. With `inputs_from`, each slot's input token is the
+        one that step samples for it (fed on the device: the host never waits for it)."""
+        self._update_slots(plan)
+        started = time.perf_counter()
+        captured_before = self.graphs.capture_seconds if self.graphs is not None else 0.0
+        feed = None
+        if inputs_from is not None:
+            row_of = {slot_id: row for row, slot_id in enumerate(inputs_from.slot_ids)}
+            rows = [row_of[w.slot_id] for w in plan.scheduled]
+            feed = inputs_from.token_ids if rows == list(range(len(inputs_from.slot_ids))) else \
+                inputs_from.token_ids[torch.tensor(rows, device=inputs_from.token_ids.device)]
+        if self.experts is not None:
+            self.experts.begin_rows(plan.num_tokens)
+        inputs, hidden = self._forward(plan, feed)  # hidden [S, D]: one row per slot
+        expert_pairs = {}
+        if self.experts is not None:
+            expert_pairs = self.experts.slot_pairs(plan.scheduled, inputs.query_starts)
+            self.experts.end_step()
+        slot_ids = [w.slot_id for w in plan.scheduled]
+        token_ids = self.sampler.sample_on_device(self.model.compute_logits(hidden), slot_ids)  # [S]
+        if self.graphs is not None:
+            started += self.graphs.capture_seconds - captured_before
+        return DecodeInFlight(plan, slot_ids, token_ids, expert_pairs, started, time.perf_counter())
+
+    def complete_decode(self, step: DecodeInFlight) -> StepResult:
+        """Read a launched decode step's tokens (the one host sync) and commit them to the sampler.
+        A slot whose request ended while the step ran (its slot since released) is left out."""
+        token_ids = step.token_ids.tolist()
+        read = time.perf_counter()
+        results = []
+        for slot_id, token_id in zip(step.slot_ids, token_ids):
+            if self.sampler.params[slot_id] is None:
+                continue
+            self.sampler.append_output(slot_id, [token_id])
+            results.append(SlotResult(slot_id, [token_id], 0, []))
+        return StepResult(step.plan.step_id, results, forward_seconds=step.launched - step.started,
+                          sample_seconds=read - step.launched, draft_seconds=0.0, expert_pairs=step.expert_pairs)
 
     def graph_stats(self) -> dict | None:
         if self.graphs is None:

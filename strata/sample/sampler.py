@@ -81,21 +81,30 @@ class Sampler:
 
     def sample(self, logits: torch.Tensor, slot_ids: list[int]) -> SamplerOutput:
         """logits [N, V] float32, row i for slot_ids[i] -> one token (and optional logprobs) per row."""
-        if logits.shape != (len(slot_ids), self.vocab_size):
-            raise ValueError(f"logits have shape {tuple(logits.shape)}; expected "
-                             f"({len(slot_ids)}, {self.vocab_size}): one row per slot in slot_ids")
         if not slot_ids:
+            self._check_rows(logits, slot_ids)
             return SamplerOutput([], [])
+        token_id_list = self.sample_on_device(logits, slot_ids).tolist()
         params = [self._params_of(slot_id) for slot_id in slot_ids]
-        raw_logits = logits
+        return SamplerOutput(token_id_list, self._logprobs(logits, params, token_id_list))
+
+    def sample_on_device(self, logits: torch.Tensor, slot_ids: list[int]) -> torch.Tensor:
+        """sample() without reading the tokens back: -> token ids [N] int64 on the logits' device (the
+        caller reads them, or feeds them to the next step). logits are left unchanged."""
+        self._check_rows(logits, slot_ids)
+        params = [self._params_of(slot_id) for slot_id in slot_ids]
         logits = self.penalties.apply(logits, slot_ids)
         logits = self._mask_min_tokens(logits, slot_ids)
         token_ids = logits.argmax(dim=-1)                             # [N], exact for greedy rows
         sampled_rows = [row for row, p in enumerate(params) if not p.is_greedy]
         if sampled_rows:
             token_ids[sampled_rows] = self._sample_rows(logits, slot_ids, sampled_rows)
-        token_id_list = token_ids.tolist()
-        return SamplerOutput(token_id_list, self._logprobs(raw_logits, params, token_id_list))
+        return token_ids
+
+    def _check_rows(self, logits: torch.Tensor, slot_ids: list[int]) -> None:
+        if logits.shape != (len(slot_ids), self.vocab_size):
+            raise ValueError(f"logits have shape {tuple(logits.shape)}; expected "
+                             f"({len(slot_ids)}, {self.vocab_size}): one row per slot in slot_ids")
 
     def window_probs(self, logits: torch.Tensor, row_slot_ids: list[int]) -> torch.Tensor:
         """The target distribution of every row of verification windows: logits [R, V] -> probs [R, V],

@@ -144,6 +144,58 @@ class Scheduler:
             new_blocks = self._try_grow(state, num_new)
             scheduled.append(self._slot_work(state, num_new, new_blocks))
             budget -= num_new
+        return self._make_plan(scheduled)
+
+    def schedule_ahead(self, plan: StepPlan) -> StepPlan | None:
+        """The next decode step, planned while `plan` (one sampled token per slot, not yet committed)
+        still runs: each request of `plan` that may emit another token gets the next position, its
+        input being the token `plan` samples (the runner feeds it on the device; token_ids holds a
+        placeholder). None when the next step cannot be known in advance: a request waits to be
+        admitted, a running one is not in `plan`, speculation or recurrent state is on, sampling needs
+        the previous token on the host (penalties, min_tokens, a seed, logprobs), or a block would
+        have to be taken from another request."""
+        continuing = self._continuing_after(plan)
+        if not continuing:
+            return None
+        needed = sum(max(blocks_needed(state.num_computed_tokens + 2, self.block_size) - len(state.block_ids), 0)
+                     for state in continuing)
+        if not self.allocator.can_allocate(needed):
+            return None
+        scheduled = []
+        for state in continuing:
+            position = state.num_computed_tokens + 1
+            missing = blocks_needed(position + 1, self.block_size) - len(state.block_ids)
+            new_blocks = self.allocator.allocate(missing) if missing > 0 else []
+            state.block_ids.extend(new_blocks)
+            scheduled.append(ScheduledSlot(slot_id=state.slot_id, num_computed_tokens=position, num_new_tokens=1,
+                                           new_block_ids=new_blocks, token_ids=[0]))
+        return self._make_plan(scheduled)
+
+    def decodes_ahead(self, plan: StepPlan) -> bool:
+        """Whether the step after `plan` could be planned while `plan` runs (see schedule_ahead)."""
+        return bool(self._continuing_after(plan))
+
+    def _continuing_after(self, plan: StepPlan) -> list[RequestState] | None:
+        """The requests of decode step `plan` (not yet committed) that continue after it, when every
+        condition of schedule_ahead but the free blocks holds; else None."""
+        if self.waiting or self.spec.enabled or self.checkpoints is not None or plan.new_slots:
+            return None
+        by_slot = {state.slot_id: state for state in self.running}
+        if not plan.scheduled or len(plan.scheduled) != len(by_slot):
+            return None
+        continuing = []
+        for work in plan.scheduled:
+            state = by_slot.get(work.slot_id)
+            if state is None or not work.sample or work.num_new_tokens != 1 or work.draft_token_ids \
+                    or state.num_computed_tokens != work.num_computed_tokens or not _samples_without_history(state):
+                return None
+            if state.remaining_output(self.max_model_len) > 1:  # else the token in flight is its last
+                continuing.append(state)
+        return continuing
+
+    def _make_plan(self, scheduled: list[ScheduledSlot]) -> StepPlan:
+        """The step plan of `scheduled` with everything pending for the runner (slots to set up and
+        free, truncations, checkpoint saves, cache copies)."""
         plan = StepPlan(next(self._step_ids), self._pending_new, scheduled, self._pending_freed,
                         self._pending_truncated, self._pending_saves, **self._pending_copies)
         self._pending_new, self._pending_freed, self._pending_truncated, self._pending_saves = [], [], {}, []
@@ -341,3 +393,12 @@ class Scheduler:
         self._pending_freed.append(state.slot_id)
         self.free_slots.append(state.slot_id)
         state.slot_id = None
+
+
+def _samples_without_history(state: RequestState) -> bool:
+    """Whether the request's next token can be sampled before its previous one is read back: no
+    penalties, no per-position seed, no logprobs to return, and min_tokens already reached (the
+    sampler's count lags by the token in flight)."""
+    params = state.request.sampling_params
+    return (params.repetition_penalty == 1.0 and params.presence_penalty == 0.0 and params.frequency_penalty == 0.0
+            and params.seed is None and params.logprobs is None and len(state.output_token_ids) >= params.min_tokens)

@@ -1,0 +1,116 @@
+"""--async-scheduling (the next decode step planned and queued while the current one runs, its input
+tokens fed on the device): outputs identical to plain stepping (greedy and sampled), requests ending
+at any step (max_tokens, stop ids, aborts mid-flight) lose nothing and leak nothing, and steps the
+scheduler cannot plan ahead (penalties, logprobs, waiting requests, no free block) fall back."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from strata import SamplingParams
+from strata.config import CacheConfig, EngineConfig, RunnerConfig, SchedulerConfig
+from strata.engine.core import EngineCore
+from strata.runner.model_runner import ModelRunner
+from strata.types import Request
+
+
+def engine(folder: str, async_scheduling: bool, block_size: int = 4, num_blocks: int | None = None,
+           max_model_len: int | None = None) -> EngineCore:
+    config = EngineConfig(model=folder, runner=RunnerConfig(device="cpu", dtype="float32"),
+                          cache=CacheConfig(block_size=block_size, num_gpu_blocks=num_blocks),
+                          scheduler=SchedulerConfig(max_num_seqs=4, async_scheduling=async_scheduling,
+                                                    max_model_len=max_model_len))
+    return EngineCore(config, quiet=True)
+
+
+def prompt(i: int) -> list[int]:
+    return torch.randint(3, 160, (3 + 2 * i,), generator=torch.Generator().manual_seed(i)).tolist()
+
+
+def drive(core: EngineCore, requests: list[tuple[int, SamplingParams]], abort: dict[int, str] | None = None):
+    """Request i arrives at step `arrival`; abort {step: request id}. -> id -> (tokens, finish reason, logprobs)."""
+    out: dict[str, list] = {}
+    step = 0
+    while step == 0 or core.has_unfinished() or any(a >= step for a, _ in requests):
+        for i, (arrival, params) in enumerate(requests):
+            if arrival == step:
+                core.add_request(Request(str(i), prompt(i), params))
+        if abort and step in abort:
+            core.abort_request(abort[step])
+        for delta in core.step():
+            tokens, _, logprobs = out.get(delta.request_id, ([], None, []))
+            out[delta.request_id] = (tokens + delta.new_token_ids, delta.finish_reason,
+                                     logprobs + (delta.new_logprobs or []))
+        step += 1
+    return out
+
+
+def count_ahead(monkeypatch) -> list[int]:
+    """Records, per launch_decode call, whether its inputs came from a step still in flight."""
+    calls = []
+    launch = ModelRunner.launch_decode
+
+    def counted(self, plan, inputs_from=None):
+        calls.append(inputs_from is not None)
+        return launch(self, plan, inputs_from)
+
+    monkeypatch.setattr(ModelRunner, "launch_decode", counted)
+    return calls
+
+
+def greedy(max_tokens: int, **kwargs) -> SamplingParams:
+    return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, **kwargs)
+
+
+@pytest.mark.parametrize("family", ["qwen3_moe", "llama"])
+def test_greedy_outputs_identical_with_requests_ending_at_every_step(family, tiny_model_dir, monkeypatch):
+    folder = tiny_model_dir(family)
+    requests = [(0, greedy(1)), (0, greedy(2)), (0, greedy(9)), (0, greedy(17)), (12, greedy(5)), (13, greedy(8))]
+    reference = drive(engine(folder, False), requests)
+    ahead = count_ahead(monkeypatch)
+    core = engine(folder, True)
+    assert drive(core, requests) == reference
+    assert sum(ahead) > 10  # most decode steps were queued behind the previous one
+    assert core.scheduler.allocator.num_free == core.scheduler.allocator.num_blocks
+    assert sorted(core.scheduler.free_slots) == list(range(4))
+
+
+def test_stop_ids_and_an_abort_while_the_next_step_is_queued(tiny_model_dir, monkeypatch):
+    folder = tiny_model_dir("qwen3_moe")
+    plain = drive(engine(folder, False), [(0, greedy(12))])["0"][0]
+    stop_at = plain[6]  # the token at step 6 stops the request (after the steps before it had queued the next)
+    requests = [(0, greedy(12, stop_token_ids=[stop_at])), (0, greedy(20)), (0, greedy(20)), (0, greedy(20))]
+    reference = drive(engine(folder, False), requests, abort={9: "2"})
+    ahead = count_ahead(monkeypatch)
+    core = engine(folder, True)
+    got = drive(core, requests, abort={9: "2"})
+    assert got == reference and sum(ahead) > 5
+    assert got["0"][0][-1] == stop_at and got["0"][0] == plain[:plain.index(stop_at) + 1]
+    assert core.scheduler.allocator.num_free == core.scheduler.allocator.num_blocks
+
+
+def test_sampled_outputs_identical(tiny_model_dir):
+    """Unseeded draws depend on how rows are batched, so the requests share every step here: then the
+    draws come in the same order and the fed tokens are the sampled ones."""
+    folder = tiny_model_dir("qwen3_moe")
+    params = SamplingParams(temperature=1.0, top_p=0.9, max_tokens=16, ignore_eos=True)
+    requests = [(0, params), (0, params), (0, params)]
+    assert drive(engine(folder, True), requests) == drive(engine(folder, False), requests)
+
+
+def test_steps_that_cannot_be_planned_ahead_fall_back(tiny_model_dir, monkeypatch):
+    """Penalties and logprobs need the previous token on the host; a pool with no spare block cannot
+    grow a request ahead: those steps run one at a time, with the same outputs."""
+    folder = tiny_model_dir("qwen3_moe")
+    requests = [(0, greedy(10, repetition_penalty=1.3)), (0, greedy(10, logprobs=2)), (0, greedy(10))]
+    reference = drive(engine(folder, False), requests)
+    ahead = count_ahead(monkeypatch)
+    got = drive(engine(folder, True), requests)
+    assert got == reference and not any(ahead)
+    assert all(len(lp) == 10 for lp in [got["1"][2]])
+    tight = [(0, greedy(16))]  # 3 + 16 tokens in blocks of 4: 5 blocks, and the pool has exactly 5
+    ahead.clear()
+    got = drive(engine(folder, True, num_blocks=5, max_model_len=20), tight)
+    assert got == drive(engine(folder, False, max_model_len=20), tight)
+    assert any(ahead) and not all(ahead)
