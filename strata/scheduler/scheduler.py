@@ -151,9 +151,9 @@ class Scheduler:
         still runs: each request of `plan` that may emit another token gets the next position, its
         input being the token `plan` samples (the runner feeds it on the device; token_ids holds a
         placeholder). None when the next step cannot be known in advance: a request waits to be
-        admitted, a running one is not in `plan`, speculation or recurrent state is on, sampling needs
-        the previous token on the host (penalties, min_tokens, a seed, logprobs), or a block would
-        have to be taken from another request."""
+        admitted, a running one is not in `plan`, speculation is on, committing `plan` saves a hybrid
+        model's state (a block boundary), sampling needs the previous token on the host (penalties,
+        min_tokens, a seed, logprobs), or a block would have to be taken from another request."""
         continuing = self._continuing_after(plan)
         if not continuing:
             return None
@@ -178,8 +178,11 @@ class Scheduler:
     def _continuing_after(self, plan: StepPlan) -> list[RequestState] | None:
         """The requests of decode step `plan` (not yet committed) that continue after it, when every
         condition of schedule_ahead but the free blocks holds; else None."""
-        if self.waiting or self.spec.enabled or self.checkpoints is not None or plan.new_slots:
+        if self.waiting or self.spec.enabled or plan.new_slots:
             return None
+        # a hybrid model's state is saved where committing `plan` ends a block (the save runs before the
+        # next step): that step must not have advanced the state already
+        saves_state = self.checkpoints is not None and self.prefix.enabled
         by_slot = {state.slot_id: state for state in self.running}
         if not plan.scheduled or len(plan.scheduled) != len(by_slot):
             return None
@@ -187,7 +190,8 @@ class Scheduler:
         for work in plan.scheduled:
             state = by_slot.get(work.slot_id)
             if state is None or not work.sample or work.num_new_tokens != 1 or work.draft_token_ids \
-                    or state.num_computed_tokens != work.num_computed_tokens or not _samples_without_history(state):
+                    or state.num_computed_tokens != work.num_computed_tokens or not _samples_without_history(state) \
+                    or (saves_state and (work.num_computed_tokens + 1) % self.block_size == 0):
                 return None
             if state.remaining_output(self.max_model_len) > 1:  # else the token in flight is its last
                 continuing.append(state)

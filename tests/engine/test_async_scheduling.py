@@ -63,7 +63,7 @@ def greedy(max_tokens: int, **kwargs) -> SamplingParams:
     return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, **kwargs)
 
 
-@pytest.mark.parametrize("family", ["qwen3_moe", "llama"])
+@pytest.mark.parametrize("family", ["qwen3_moe", "llama", "qwen3_next"])
 def test_greedy_outputs_identical_with_requests_ending_at_every_step(family, tiny_model_dir, monkeypatch):
     folder = tiny_model_dir(family)
     requests = [(0, greedy(1)), (0, greedy(2)), (0, greedy(9)), (0, greedy(17)), (12, greedy(5)), (13, greedy(8))]
@@ -71,7 +71,9 @@ def test_greedy_outputs_identical_with_requests_ending_at_every_step(family, tin
     ahead = count_ahead(monkeypatch)
     core = engine(folder, True)
     assert drive(core, requests) == reference
-    assert sum(ahead) > 10  # most decode steps were queued behind the previous one
+    # most decode steps were queued behind the previous one; a hybrid model's steps that end a block
+    # (its state is checkpointed there) run one at a time
+    assert sum(ahead) > (5 if family == "qwen3_next" else 10)
     assert core.scheduler.allocator.num_free == core.scheduler.allocator.num_blocks
     assert sorted(core.scheduler.free_slots) == list(range(4))
 
