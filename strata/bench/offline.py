@@ -144,6 +144,7 @@ class OfflineOptions:
     # this many output tokens, so kernels that step shapes of that concurrency need (Triton compiles a
     # variant at first use, up to ~1 s) are built outside the measurement; 0 turns it off
     warmup_output_len: int = 8
+    sync_vs_async: bool = False              # each strata arm twice: --async-scheduling off, then on
 
 
 @dataclass(frozen=True)
@@ -162,9 +163,9 @@ def bench_offline(llm: LLM, opts: OfflineOptions, no_spec: LLM | None = None) ->
         prompts, ignore_eos = make_prompts(opts.num_prompts, opts.input_len, core.model_config.vocab_size,
                                            opts.seed), True
     engines = {"strata": llm} if no_spec is None else {"strata_spec": llm, "strata_nospec": no_spec}
-    arms, unavailable = _arms(engines, opts.eager_vs_graph)
-    for _, engine, graphs in arms:
-        _set_graphs(engine, graphs)
+    arms, unavailable = _arms(engines, opts.eager_vs_graph, opts.sync_vs_async)
+    for _, engine, settings in arms:
+        _apply(engine, settings)
         run_strata(engine, prompts[:1], 4)  # warm-up
     copy_mib = opts.copy_mib or (2048 if core.device.startswith("cuda") else 256)
     roofline = DecodeRoofline(ByteModel.from_config(core.model_config, getattr(torch, core.dtype).itemsize),
@@ -173,8 +174,8 @@ def bench_offline(llm: LLM, opts: OfflineOptions, no_spec: LLM | None = None) ->
     runs: dict[str, list[dict]] = {}
     for repeat in range(opts.repeats):
         for c in opts.concurrency:
-            for name, engine, graphs in arms:
-                _set_graphs(engine, graphs)
+            for name, engine, settings in arms:
+                _apply(engine, settings)
                 engine.engine.scheduler.config = _with_max_seqs(engine.engine.scheduler.config, c)
                 if repeat == 0 and opts.warmup_output_len:
                     run_strata(engine, prompts, opts.warmup_output_len, ignore_eos)
@@ -198,22 +199,33 @@ def bench_offline(llm: LLM, opts: OfflineOptions, no_spec: LLM | None = None) ->
     return sections
 
 
-def _arms(engines: dict[str, LLM], eager_vs_graph: bool) -> tuple[list[tuple[str, LLM, bool | None]], dict]:
-    """(arm name, engine, CUDA graphs on/off or None to leave as configured), and the arms that
-    cannot run here with the reason."""
-    if not eager_vs_graph:
-        return [(name, engine, None) for name, engine in engines.items()], {}
-    if not all(hasattr(engine.engine.runner, "use_cuda_graphs") for engine in engines.values()):
-        reason = "the runner has no use_cuda_graphs switch; measured as configured instead"
-        return ([(name, engine, None) for name, engine in engines.items()],
-                {f"{name}_{mode}": reason for name in engines for mode in ("eager", "graph")})
-    return [(f"{name}_{mode}", engine, mode == "graph") for name, engine in engines.items()
-            for mode in ("eager", "graph")], {}
+def _arms(engines: dict[str, LLM], eager_vs_graph: bool,
+          sync_vs_async: bool = False) -> tuple[list[tuple[str, LLM, dict]], dict]:
+    """(arm name, engine, settings to apply before each of its runs: "graphs" and/or "async"), and
+    the arms that cannot run here with the reason. Each switch asked for doubles every engine's arms."""
+    modes: list[tuple[str, dict]] = [("", {})]
+    unavailable = {}
+    if eager_vs_graph:
+        if all(hasattr(engine.engine.runner, "use_cuda_graphs") for engine in engines.values()):
+            modes = [(f"{suffix}_{mode}", {**settings, "graphs": mode == "graph"})
+                     for suffix, settings in modes for mode in ("eager", "graph")]
+        else:
+            reason = "the runner has no use_cuda_graphs switch; measured as configured instead"
+            unavailable = {f"{name}_{mode}": reason for name in engines for mode in ("eager", "graph")}
+    if sync_vs_async:
+        modes = [(f"{suffix}_{mode}", {**settings, "async": mode == "async"})
+                 for suffix, settings in modes for mode in ("sync", "async")]
+    return [(f"{name}{suffix}", engine, settings) for name, engine in engines.items()
+            for suffix, settings in modes], unavailable
 
 
-def _set_graphs(engine: LLM, graphs: bool | None) -> None:
-    if graphs is not None:
-        engine.engine.runner.use_cuda_graphs = graphs
+def _apply(engine: LLM, settings: dict) -> None:
+    if "graphs" in settings:
+        engine.engine.runner.use_cuda_graphs = settings["graphs"]
+    if "async" in settings:
+        config = engine.engine.config
+        engine.engine.config = dataclasses.replace(config, scheduler=dataclasses.replace(
+            config.scheduler, async_scheduling=settings["async"]))
 
 
 _MEDIANS = {"median_ttft_p50_ms": ("ttft_ms", "p50"), "median_ttft_p95_ms": ("ttft_ms", "p95"),
@@ -245,6 +257,10 @@ def _add_ratios(summary: dict, concurrency: tuple[int, ...], with_hf: bool) -> N
             eager, graph = summary.get(f"{engine}_eager_c{c}"), summary.get(f"{engine}_graph_c{c}")
             if eager and graph:
                 graph["speedup_vs_eager"] = graph["median_output_tok_s"] / eager["median_output_tok_s"]
+            for mode in ("", "_eager", "_graph"):
+                sync, overlapped = summary.get(f"{engine}{mode}_sync_c{c}"), summary.get(f"{engine}{mode}_async_c{c}")
+                if sync and overlapped:
+                    overlapped["speedup_vs_sync"] = overlapped["median_output_tok_s"] / sync["median_output_tok_s"]
     base = summary.get("hf_generate_b1", {}).get("median_output_tok_s") if with_hf else None
     if base:
         for entry in summary.values():

@@ -30,6 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="with --speculative-config: also measure the same engine without speculation")
     off.add_argument("--eager-vs-graph", action="store_true",
                      help="measure every strata arm twice per repeat, CUDA graphs off then on (alternated)")
+    off.add_argument("--sync-vs-async", action="store_true",
+                     help="measure every strata arm twice per repeat, --async-scheduling off then on (alternated)")
     off.add_argument("--prefill-lens", default="",
                      help="comma-separated prompt lengths: also time prompt processing (max_tokens=1) at each")
     off.add_argument("--warmup-output-len", type=int, default=8,
@@ -108,12 +110,13 @@ def run_offline(args: argparse.Namespace) -> int:
     model = args.model or "smollm2-135m"
     opts = OfflineOptions(model, args.num_prompts, args.input_len, args.output_len, concurrency, args.repeats,
                           args.hf_peer, args.prompt_seed, args.workload, args.eager_vs_graph, prefill_lens,
-                          args.copy_mib, args.warmup_output_len)
+                          args.copy_mib, args.warmup_output_len, sync_vs_async=args.sync_vs_async)
     sections = bench_offline(llm, opts, baseline)
     bench_config = {"model": model, "device": llm.engine.device, "dtype": llm.engine.dtype,
                     "num_prompts": args.num_prompts, "input_len": args.input_len, "output_len": args.output_len,
                     "concurrency": list(concurrency), "repeats": args.repeats, "workload": args.workload,
-                    "eager_vs_graph": args.eager_vs_graph, "prefill_lens": list(prefill_lens),
+                    "eager_vs_graph": args.eager_vs_graph, "sync_vs_async": args.sync_vs_async,
+                    "prefill_lens": list(prefill_lens),
                     "warmup_output_len": args.warmup_output_len,
                     "speculative_config": dataclasses.asdict(config.speculative)}
     doc = write_result(args.output, "offline", "strata " + shlex.join(sys.argv[1:]), bench_config, **sections)

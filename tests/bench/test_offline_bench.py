@@ -197,3 +197,14 @@ def test_each_arm_warms_up_once_per_concurrency_before_its_first_measured_run(mo
     offline.bench_offline(Engine(), opts)
     # start-up warm-up, then per concurrency: one 3-token warm-up before the first of the 5-token runs
     assert calls == [(8, 4), (1, 3), (1, 5), (2, 3), (2, 5), (1, 5), (2, 5)]
+
+
+def test_sync_and_async_scheduling_arms_side_by_side(tmp_path):
+    doc = _bench(tmp_path, "--sync-vs-async", "--repeats", "1")
+    assert set(doc["results"]) == {"strata_sync_c1", "strata_async_c1", "strata_sync_c2", "strata_async_c2"}
+    assert doc["config"]["sync_vs_async"] is True
+    for c in (1, 2):
+        sync, overlapped = doc["results"][f"strata_sync_c{c}"], doc["results"][f"strata_async_c{c}"]
+        assert overlapped["speedup_vs_sync"] == pytest.approx(
+            overlapped["median_output_tok_s"] / sync["median_output_tok_s"])
+        assert overlapped["runs"][0]["output_tokens"] == sync["runs"][0]["output_tokens"] == 2 * OUTPUT_LEN
