@@ -30,7 +30,12 @@ class GraphInputs:
             self.offsets[name] = (total, total + size)
             total += size
         pin = torch.cuda.is_available() and str(device).startswith("cuda")
-        self.host = torch.zeros(total, dtype=torch.long, pin_memory=pin)
+        # two host buffers, used in turn: with --async-scheduling the next step is filled while the
+        # copy of this one may still be queued; a buffer is rewritten only after its last copy ran
+        self._hosts = [torch.zeros(total, dtype=torch.long, pin_memory=pin) for _ in range(2)]
+        self._copied: list[torch.cuda.Event | None] = [None, None]
+        self._turn = 0
+        self.host = self._hosts[0]
         self.host_np = self.host.numpy()
         self.device_flat = torch.zeros(total, dtype=torch.long, device=device)
         self.has_initial_bool = torch.zeros(max_slots, dtype=torch.bool, device=device)
@@ -48,6 +53,11 @@ class GraphInputs:
              tokens_per_slot: int) -> None:
         """Write the step's real slots, then padding rows up to num_slots, and copy them to the device.
         num_slots=0 marks every row as padding (used to capture without touching any request's state)."""
+        self._turn ^= 1
+        if self._copied[self._turn] is not None:
+            self._copied[self._turn].synchronize()  # its copy two steps ago (long done in practice)
+        self.host = self._hosts[self._turn]
+        self.host_np = self.host.numpy()
         n, bs = tokens_per_slot, self.block_size
         ids, pos, mapping = self._host("input_ids"), self._host("positions"), self._host("slot_mapping")
         qsl, seq_lens = self._host("query_start_loc"), self._host("seq_lens")
@@ -73,6 +83,9 @@ class GraphInputs:
         self._host("num_real_rows")[0] = len(scheduled) * n
         used = self.offsets["block_tables"][0] + num_slots * self.width
         self.device_flat[:used].copy_(self.host[:used], non_blocking=True)
+        if self.device_flat.is_cuda:
+            self._copied[self._turn] = torch.cuda.Event()
+            self._copied[self._turn].record()
 
     def feed_input_ids(self, token_ids: torch.Tensor) -> None:
         """Overwrite the first len(token_ids) input ids on the device after `fill` (tokens another

@@ -38,6 +38,8 @@ class DecodeInFlight:
     plan: StepPlan
     slot_ids: list[int]                     # plan order
     token_ids: torch.Tensor                 # [S] sampled on the device
+    host_ids: torch.Tensor                  # [S] their copy in host memory (the same tensor on the CPU)
+    copied: torch.cuda.Event | None         # recorded after that copy (CUDA)
     expert_pairs: dict
     started: float
     launched: float
@@ -182,14 +184,22 @@ class ModelRunner:
             self.experts.end_step()
         slot_ids = [w.slot_id for w in plan.scheduled]
         token_ids = self.sampler.sample_on_device(self.model.compute_logits(hidden), slot_ids)  # [S]
+        host_ids, copied = token_ids, None
+        if token_ids.is_cuda:  # read back through an event: a step queued after this one must not delay it
+            host_ids = torch.empty(token_ids.shape, dtype=token_ids.dtype, pin_memory=True)
+            host_ids.copy_(token_ids, non_blocking=True)
+            copied = torch.cuda.Event()
+            copied.record()
         if self.graphs is not None:
             started += self.graphs.capture_seconds - captured_before
-        return DecodeInFlight(plan, slot_ids, token_ids, expert_pairs, started, time.perf_counter())
+        return DecodeInFlight(plan, slot_ids, token_ids, host_ids, copied, expert_pairs, started, time.perf_counter())
 
     def complete_decode(self, step: DecodeInFlight) -> StepResult:
         """Read a launched decode step's tokens (the one host sync) and commit them to the sampler.
         A slot whose request ended while the step ran (its slot since released) is left out."""
-        token_ids = step.token_ids.tolist()
+        if step.copied is not None:
+            step.copied.synchronize()
+        token_ids = step.host_ids.tolist()
         read = time.perf_counter()
         results = []
         for slot_id, token_id in zip(step.slot_ids, token_ids):

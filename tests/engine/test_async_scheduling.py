@@ -116,3 +116,25 @@ def test_steps_that_cannot_be_planned_ahead_fall_back(tiny_model_dir, monkeypatc
     got = drive(engine(folder, True, num_blocks=5, max_model_len=20), tight)
     assert got == drive(engine(folder, False, max_model_len=20), tight)
     assert any(ahead) and not all(ahead)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", ["qwen3_moe", "qwen3_next"])
+def test_cuda_graph_steps_fed_on_the_device_match_plain_stepping(family, tiny_model_dir, monkeypatch):
+    """On CUDA the next step's input ids come from the device (into the graph inputs after their
+    copy) and tokens are read back through an event, so the host never waits for the queued step."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+
+    def cuda_engine(async_scheduling: bool) -> EngineCore:
+        config = EngineConfig(model=tiny_model_dir(family), runner=RunnerConfig(device="cuda", dtype="bfloat16"),
+                              scheduler=SchedulerConfig(max_num_seqs=4, async_scheduling=async_scheduling))
+        return EngineCore(config, quiet=True)
+
+    requests = [(0, greedy(3)), (0, greedy(24)), (0, greedy(24)), (0, greedy(11)), (30, greedy(6))]
+    reference = drive(cuda_engine(False), requests)
+    ahead = count_ahead(monkeypatch)
+    core = cuda_engine(True)
+    assert core.runner.graphs is not None
+    assert drive(core, requests) == reference and sum(ahead) > 10
+    assert core.runner.graph_stats()["replays"] > 0
