@@ -64,7 +64,7 @@ class RoutingStats:
 
     def begin_rows(self, num_rows: int) -> None:
         self.num_rows = num_rows
-        self.row_lists: tuple[list, list] | None = ([], [])
+        self.row_lists = ([], [])
 
     def record_rows(self, cpu_rows: np.ndarray, pcie_rows: np.ndarray) -> None:
         """Row index of every pair computed on the CPU / staged over PCIe (ignored when not counting).

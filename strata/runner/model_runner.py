@@ -1,6 +1,8 @@
 """The model runner: owns the model, the KV and recurrent-state pools, per-slot block tables, the
 sampler and the drafter; `execute(plan)` runs one forward for every scheduled slot, samples or
 verifies where a slot reached the end of its window, commits, and proposes the next drafts.
+For --async-scheduling, `launch_decode(plan)` queues a decode step up to its sampled tokens and
+`complete_decode` reads and commits them later, so the next step can be queued in between.
 
 Order inside a step matters: slots freed by the plan are released before new slots are set up,
 because the scheduler may hand a freed slot id to a new request in the same plan.
@@ -103,19 +105,9 @@ class ModelRunner:
         self._update_slots(plan)
         if plan.is_empty:
             return StepResult(plan.step_id, [])
-        started = time.perf_counter()
-        captured_before = self.graphs.capture_seconds if self.graphs is not None else 0.0
-        if self.experts is not None:
-            self.experts.begin_rows(plan.num_tokens)
-        inputs, hidden = self._forward(plan)  # hidden [T, D]
-        expert_pairs = {}
-        if self.experts is not None:  # queued after the forward, so its host work overlaps the device's
-            expert_pairs = self.experts.slot_pairs(plan.scheduled, inputs.query_starts)
-            self.experts.end_step()  # routing statistics, finished expert copies, hot-set updates
+        inputs, hidden, expert_pairs, started = self._queue_forward(plan)  # hidden [T, D]
         ctx = inputs.ctx
         forward_done = time.perf_counter()
-        if self.graphs is not None:  # a one-off graph capture is not the step's cost
-            started += self.graphs.capture_seconds - captured_before
         outcomes = sample_and_verify(self.model, self.sampler, hidden, plan.scheduled, inputs.query_starts,
                                      self.synthetic)
         partial = [o for o in outcomes if o.num_accepted < o.num_drafts]
@@ -136,6 +128,23 @@ class ModelRunner:
         return StepResult(plan.step_id, results, forward_seconds=forward_done - started,
                           sample_seconds=sample_done - forward_done,
                           draft_seconds=time.perf_counter() - sample_done, expert_pairs=expert_pairs)
+
+    def _queue_forward(self, plan: StepPlan, feed: torch.Tensor | None = None
+                       ) -> tuple[StepInputs, torch.Tensor, dict, float]:
+        """The step's forward with the experts' per-step bookkeeping -> (inputs, hidden [T, D], expert
+        pairs per slot, start time moved past any one-off graph capture)."""
+        started = time.perf_counter()
+        captured_before = self.graphs.capture_seconds if self.graphs is not None else 0.0
+        if self.experts is not None:
+            self.experts.begin_rows(plan.num_tokens)
+        inputs, hidden = self._forward(plan, feed)
+        expert_pairs = {}
+        if self.experts is not None:  # queued after the forward, so its host work overlaps the device's
+            expert_pairs = self.experts.slot_pairs(plan.scheduled, inputs.query_starts)
+            self.experts.end_step()  # routing statistics, finished expert copies, hot-set updates
+        if self.graphs is not None:  # a one-off graph capture is not the step's cost
+            started += self.graphs.capture_seconds - captured_before
+        return inputs, hidden, expert_pairs, started
 
     def _forward(self, plan: StepPlan, feed: torch.Tensor | None = None) -> tuple[StepInputs, torch.Tensor]:
         """Replay a CUDA graph when the step's layout has one (or can get one), else run eagerly.
@@ -167,21 +176,13 @@ class ModelRunner:
         sampled tokens, which stay on the device. With `inputs_from`, each slot's input token is the
         one that step samples for it (fed on the device: the host never waits for it)."""
         self._update_slots(plan)
-        started = time.perf_counter()
-        captured_before = self.graphs.capture_seconds if self.graphs is not None else 0.0
         feed = None
         if inputs_from is not None:
             row_of = {slot_id: row for row, slot_id in enumerate(inputs_from.slot_ids)}
             rows = [row_of[w.slot_id] for w in plan.scheduled]
             feed = inputs_from.token_ids if rows == list(range(len(inputs_from.slot_ids))) else \
                 inputs_from.token_ids[torch.tensor(rows, device=inputs_from.token_ids.device)]
-        if self.experts is not None:
-            self.experts.begin_rows(plan.num_tokens)
-        inputs, hidden = self._forward(plan, feed)  # hidden [S, D]: one row per slot
-        expert_pairs = {}
-        if self.experts is not None:
-            expert_pairs = self.experts.slot_pairs(plan.scheduled, inputs.query_starts)
-            self.experts.end_step()
+        _, hidden, expert_pairs, started = self._queue_forward(plan, feed)  # hidden [S, D]: one row per slot
         slot_ids = [w.slot_id for w in plan.scheduled]
         token_ids = self.sampler.sample_on_device(self.model.compute_logits(hidden), slot_ids)  # [S]
         host_ids, copied = token_ids, None
@@ -190,8 +191,6 @@ class ModelRunner:
             host_ids.copy_(token_ids, non_blocking=True)
             copied = torch.cuda.Event()
             copied.record()
-        if self.graphs is not None:
-            started += self.graphs.capture_seconds - captured_before
         return DecodeInFlight(plan, slot_ids, token_ids, host_ids, copied, expert_pairs, started, time.perf_counter())
 
     def complete_decode(self, step: DecodeInFlight) -> StepResult:
