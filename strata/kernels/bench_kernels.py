@@ -15,7 +15,8 @@ import json
 import torch
 import triton
 
-from strata.kernels.fused_moe import default_config, fused_moe, fused_moe_ref, moe_align, moe_grouped_gemms
+from strata.kernels.fused_moe import default_config, fused_moe, fused_moe_gemv, fused_moe_ref, moe_align, \
+    moe_grouped_gemms
 from strata.kernels.gdn import causal_conv1d_update, gdn_recurrent
 from strata.kernels.paged_attention import num_splits_for, paged_attention, paged_attention_ref
 
@@ -90,6 +91,18 @@ def bench_moe(layers: int, tokens: list[int], sweep_tokens: list[int]) -> list[d
                          for layer in range(layers)]
                 seconds = per_call_seconds(calls)
                 rows.append(dict(kernel="moe_gemms_sweep", tokens=num_tokens, experts_touched=touched, config=cfg,
+                                 rel_err=err, us=seconds * 1e6, bytes=nbytes, bandwidth=nbytes / seconds))
+        if num_tokens <= 4:   # the two-launch decode variant (STRATA_MOE_GEMV=1), tiles checked against the ref
+            expected = fused_moe_ref(hidden[0].float(), w13[0].float(), w2[0].float(), ids[0], weights[0].float())
+            for n, n_down, k in [(16, 8, 256), (8, 8, 256), (16, 16, 256), (32, 8, 128), (16, 8, 512)]:
+                out = fused_moe_gemv(hidden[0], w13[0], w2[0], ids[0], weights[0], n, n_down, k)
+                err = ((out.float() - expected).norm() / expected.norm()).item()
+                calls = [lambda layer=layer, n=n, n_down=n_down, k=k: fused_moe_gemv(
+                    hidden[layer], w13[layer], w2[layer], ids[layer], weights[layer], n, n_down, k)
+                         for layer in range(layers)]
+                seconds = per_call_seconds(calls)
+                cfg = dict(BLOCK_N=n, BLOCK_K=k, num_warps=4, num_stages=0, BLOCK_N_DOWN=n_down)
+                rows.append(dict(kernel="moe_gemv", tokens=num_tokens, experts_touched=touched, config=cfg,
                                  rel_err=err, us=seconds * 1e6, bytes=nbytes, bandwidth=nbytes / seconds))
         if num_tokens in (1, 8):   # the torch path the kernel replaces (host syncs: eager, one layer)
             seconds = median_ms(lambda: fused_moe_ref(hidden[0], w13[0], w2[0], ids[0], weights[0])) * 1e-3
