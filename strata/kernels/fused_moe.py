@@ -78,11 +78,7 @@ def fused_moe_gemv(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, to
     token's K experts in registers. No grouping by expert: a token's top-k experts are distinct, so
     at one token each is read once (more tokens may read a shared expert twice, from L2). Pairs with
     weight 0 (skipped by run_experts) are not computed. Same contract as fused_moe_ref."""
-    num_tokens, top_k = topk_ids.shape
-    num_experts, two_i, dim = w13.shape
-    inter = two_i // 2
-    assert w2.shape == (num_experts, dim, inter) and hidden.shape == (num_tokens, dim)
-    assert hidden.stride(1) == 1 and w13.stride(2) == 1 and w2.stride(2) == 1
+    num_tokens, top_k, dim, inter = _check_shapes(hidden, w13, w2, topk_ids)
     ids, weights = topk_ids.contiguous(), topk_weights.contiguous()
     act = hidden.new_empty(num_tokens * top_k, inter)                             # [T * K, I]
     _gemv_gate_up_kernel[(num_tokens * top_k, triton.cdiv(inter, block_n))](
@@ -110,17 +106,25 @@ def default_config(num_pairs: int, num_experts: int) -> dict:
 def fused_moe(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor,
               topk_weights: torch.Tensor, config: dict | None = None) -> torch.Tensor:
     """Same contract as fused_moe_ref; hidden [T, D] -> [T, D] in hidden's dtype (fp32 accumulation)."""
-    num_tokens, top_k = topk_ids.shape
-    num_experts, two_i, dim = w13.shape
-    inter = two_i // 2
-    assert w2.shape == (num_experts, dim, inter) and hidden.shape == (num_tokens, dim)
-    assert hidden.stride(1) == 1 and w13.stride(2) == 1 and w2.stride(2) == 1
+    num_tokens = _check_shapes(hidden, w13, w2, topk_ids)[0]
+    num_experts = w13.shape[0]
     if config is None and num_tokens <= gemv_max_tokens():
         return fused_moe_gemv(hidden, w13, w2, topk_ids, topk_weights)
     cfg = config or default_config(topk_ids.numel(), num_experts)
     block_m = cfg["BLOCK_M"]
     sorted_ids, block_expert = moe_align(topk_ids, num_experts, block_m)
     return moe_grouped_gemms(hidden, w13, w2, topk_weights, sorted_ids, block_expert, cfg)
+
+
+def _check_shapes(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
+                  topk_ids: torch.Tensor) -> tuple[int, int, int, int]:
+    """-> (tokens, top_k, D, I) after checking the shapes and unit inner strides the kernels assume."""
+    num_tokens, top_k = topk_ids.shape
+    num_experts, two_i, dim = w13.shape
+    inter = two_i // 2
+    assert w2.shape == (num_experts, dim, inter) and hidden.shape == (num_tokens, dim)
+    assert hidden.stride(1) == 1 and w13.stride(2) == 1 and w2.stride(2) == 1
+    return num_tokens, top_k, dim, inter
 
 
 def gemv_max_tokens() -> int:

@@ -157,15 +157,15 @@ class Scheduler:
         continuing = self._continuing_after(plan)
         if not continuing:
             return None
-        needed = sum(max(blocks_needed(state.num_computed_tokens + 2, self.block_size) - len(state.block_ids), 0)
-                     for state in continuing)
-        if not self.allocator.can_allocate(needed):
+        # blocks up to the next position (the one after the token in flight)
+        missing = [max(blocks_needed(state.num_computed_tokens + 2, self.block_size) - len(state.block_ids), 0)
+                   for state in continuing]
+        if not self.allocator.can_allocate(sum(missing)):
             return None
         scheduled = []
-        for state in continuing:
+        for state, count in zip(continuing, missing):
             position = state.num_computed_tokens + 1
-            missing = blocks_needed(position + 1, self.block_size) - len(state.block_ids)
-            new_blocks = self.allocator.allocate(missing) if missing > 0 else []
+            new_blocks = self.allocator.allocate(count) if count else []
             state.block_ids.extend(new_blocks)
             scheduled.append(ScheduledSlot(slot_id=state.slot_id, num_computed_tokens=position, num_new_tokens=1,
                                            new_block_ids=new_blocks, token_ids=[0]))
