@@ -160,7 +160,7 @@ class SchedulerConfig:
     max_num_batched_tokens: int = _opt(2048, "token budget of one step (prompt chunks + decode)")
     max_model_len: int | None = _opt(None, "maximum prompt + output length (default: the model's)")
     policy: str = _opt("fcfs", "admission order: fcfs | shortest-prompt-first")
-    async_scheduling: bool = _opt(False, "plan the next decode step while the current one runs on the device, "
+    async_scheduling: bool = _opt(True, "plan the next decode step while the current one runs on the device, "
                                          "so the host's per-step work overlaps it (decode-only steps without "
                                          "speculation; a request that stops there wastes one token)")
 

@@ -15,8 +15,7 @@ import json
 import torch
 import triton
 
-from strata.kernels.fused_moe import default_config, fused_moe, fused_moe_gemv, fused_moe_ref, moe_align, \
-    moe_grouped_gemms
+from strata.kernels.fused_moe import default_config, fused_moe, fused_moe_ref, moe_align, moe_grouped_gemms
 from strata.kernels.gdn import causal_conv1d_update, gdn_recurrent
 from strata.kernels.paged_attention import num_splits_for, paged_attention, paged_attention_ref
 
@@ -92,18 +91,6 @@ def bench_moe(layers: int, tokens: list[int], sweep_tokens: list[int]) -> list[d
                 seconds = per_call_seconds(calls)
                 rows.append(dict(kernel="moe_gemms_sweep", tokens=num_tokens, experts_touched=touched, config=cfg,
                                  rel_err=err, us=seconds * 1e6, bytes=nbytes, bandwidth=nbytes / seconds))
-        if num_tokens <= 4:   # the two-launch decode variant (STRATA_MOE_GEMV=1), tiles checked against the ref
-            expected = fused_moe_ref(hidden[0].float(), w13[0].float(), w2[0].float(), ids[0], weights[0].float())
-            for n, n_down, k in [(16, 8, 256), (8, 8, 256), (16, 16, 256), (32, 8, 128), (16, 8, 512)]:
-                out = fused_moe_gemv(hidden[0], w13[0], w2[0], ids[0], weights[0], n, n_down, k)
-                err = ((out.float() - expected).norm() / expected.norm()).item()
-                calls = [lambda layer=layer, n=n, n_down=n_down, k=k: fused_moe_gemv(
-                    hidden[layer], w13[layer], w2[layer], ids[layer], weights[layer], n, n_down, k)
-                         for layer in range(layers)]
-                seconds = per_call_seconds(calls)
-                cfg = dict(BLOCK_N=n, BLOCK_K=k, num_warps=4, num_stages=0, BLOCK_N_DOWN=n_down)
-                rows.append(dict(kernel="moe_gemv", tokens=num_tokens, experts_touched=touched, config=cfg,
-                                 rel_err=err, us=seconds * 1e6, bytes=nbytes, bandwidth=nbytes / seconds))
         if num_tokens in (1, 8):   # the torch path the kernel replaces (host syncs: eager, one layer)
             seconds = median_ms(lambda: fused_moe_ref(hidden[0], w13[0], w2[0], ids[0], weights[0])) * 1e-3
             rows.append(dict(kernel="moe_torch_ref", tokens=num_tokens, experts_touched=touched, us=seconds * 1e6,
@@ -111,13 +98,37 @@ def bench_moe(layers: int, tokens: list[int], sweep_tokens: list[int]) -> list[d
     return rows
 
 
-def bench_attention(cases: list[tuple[int, int, int]], sweep: bool) -> list[dict]:
+# (name, output columns, input depth): qwen3-30b-a3b's attention and router, qwen3-next-80b's delta-rule
+# input and output projections
+LINEAR_SHAPES = [("qkv_proj", 5120, 2048), ("o_proj", 2048, 4096), ("router", 128, 2048),
+                 ("in_proj_qkvz", 12288, 2048), ("gdn_out_proj", 2048, 4096)]
+
+
+def bench_linear(rows_list: list[int]) -> list[dict]:
+    """The dense projections of a decode step as torch runs them (cuBLAS), over enough weight copies to
+    leave L2 cold: what the attention and router projections cost against their bytes."""
+    rows = []
+    for name, cols, depth in LINEAR_SHAPES:
+        nbytes_w = cols * depth * 2
+        weights = [torch.randn(cols, depth, device="cuda", dtype=torch.bfloat16) for _ in range(rotations(nbytes_w, 64))]
+        for num_rows in rows_list:
+            x = torch.randn(num_rows, depth, device="cuda", dtype=torch.bfloat16)
+            nbytes = nbytes_w + num_rows * (cols + depth) * 2
+            seconds = per_call_seconds([lambda w=w: torch.nn.functional.linear(x, w) for w in weights])
+            rows.append(dict(kernel="linear_cublas", shape=name, rows=num_rows, us=seconds * 1e6, bytes=nbytes,
+                             bandwidth=nbytes / seconds))
+        del weights
+    return rows
+
+
+def bench_attention(cases: list[tuple], sweep: bool) -> list[dict]:
     num_heads, num_kv_heads, head_dim, block_size = 32, 4, 128, 16
     num_blocks = 65536     # 1 GiB each for K and V
     k_cache = torch.randn(num_blocks, block_size, num_kv_heads, head_dim, device="cuda", dtype=torch.bfloat16)
     v_cache = torch.randn_like(k_cache)
     rows = []
-    for num_seqs, context, query_len in cases:
+    for num_seqs, context, query_len, *table in cases:   # table: the block-table width the splits are sized by
+        table_blocks = max(table + [-(-context // block_size)])
         kv_bytes = num_seqs * context * num_kv_heads * head_dim * 2 * 2
         nbytes = kv_bytes + 2 * num_seqs * query_len * num_heads * head_dim * 2
         sets = rotations(nbytes, 64)
@@ -134,7 +145,7 @@ def bench_attention(cases: list[tuple[int, int, int]], sweep: bool) -> list[dict
                                        head_dim ** -0.5)
         variants = [(2, 64, 2)] + ([(4, 64, 2), (8, 64, 2), (4, 64, 3), (4, 32, 3)] if sweep else [])
         for per_sm, block_n, stages in variants:   # (programs per SM, BLOCK_N, num_stages); the first is the default
-            splits = num_splits_for(num_seqs, num_kv_heads, blocks_per_seq, block_size, block_n,
+            splits = num_splits_for(num_seqs, num_kv_heads, table_blocks, block_size, block_n,
                                     triton.next_power_of_2(query_len), k_cache.device, per_sm)
 
             def call(p, splits=splits, block_n=block_n, stages=stages):
@@ -144,6 +155,7 @@ def bench_attention(cases: list[tuple[int, int, int]], sweep: bool) -> list[dict
             err = ((call(problems[0]).float() - expected).norm() / expected.norm()).item()
             seconds = per_call_seconds([lambda p=p: call(p) for p in problems])
             rows.append(dict(kernel="paged_attention", seqs=num_seqs, context=context, query_len=query_len,
+                             table_blocks=table_blocks,
                              per_sm=per_sm, block_n=block_n, stages=stages, splits=splits, rel_err=err,
                              us=seconds * 1e6, bytes=nbytes, bandwidth=nbytes / seconds))
     return rows
@@ -206,19 +218,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", help="write all rows as JSON here")
     parser.add_argument("--no-sweep", action="store_true", help="default tile configs only")
+    parser.add_argument("--only", default="moe,linear,attention,gdn",
+                        help="comma-separated kernel families to run (moe, linear, attention, gdn)")
     args = parser.parse_args()
     torch.manual_seed(0)
     copy = copy_bandwidth()
     rows = [dict(kernel="device_copy", bytes=2 * 2 ** 31, bandwidth=copy)]
-    sweep = not args.no_sweep
-    rows += bench_moe(layers=8, tokens=[1, 2, 4, 8, 16, 32, 64], sweep_tokens=[1, 8] if sweep else [])
-    torch.cuda.empty_cache()
-    rows += bench_attention([(1, 4096, 1), (1, 32768, 1), (8, 4096, 1), (32, 4096, 1), (64, 2048, 1),
-                             (8, 4096, 4), (32, 2048, 4), (8, 1024, 16)], sweep)
-    torch.cuda.empty_cache()
-    rows += bench_gdn([(1, 1, False), (8, 1, False), (32, 1, False), (1, 4, True), (8, 4, True), (32, 4, True)],
-                      sweep)
-    rows += bench_conv([(1, 1), (8, 1), (32, 1), (8, 4)])
+    sweep, only = not args.no_sweep, set(args.only.split(","))
+    if "moe" in only:
+        rows += bench_moe(layers=8, tokens=[1, 2, 4, 8, 16, 32, 64], sweep_tokens=[1, 8] if sweep else [])
+        torch.cuda.empty_cache()
+    if "linear" in only:
+        rows += bench_linear([1, 16])
+        torch.cuda.empty_cache()
+    if "attention" in only:
+        rows += bench_attention([(1, 128, 1, 256), (8, 128, 1, 256), (1, 4096, 1), (1, 32768, 1), (8, 4096, 1), (32, 4096, 1),
+                                 (64, 2048, 1), (8, 4096, 4), (32, 2048, 4), (8, 1024, 16)], sweep)
+        torch.cuda.empty_cache()
+    if "gdn" in only:
+        rows += bench_gdn([(1, 1, False), (8, 1, False), (32, 1, False), (1, 4, True), (8, 4, True),
+                           (32, 4, True)], sweep)
+        rows += bench_conv([(1, 1), (8, 1), (32, 1), (8, 4)])
     print(f"{'kernel':<22}{'shape':<44}{'us':>9}{'MB':>9}{'GB/s':>8}{'% copy':>8}")
     for row in rows:
         shape = ", ".join(f"{k}={v:.1e}" if k == "rel_err" else f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}"

@@ -10,8 +10,6 @@ from w13, the down projection scaled by the top-k weight, and the sum over each 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
-from strata.config import debug_flag
 from strata.model.moe import grouped_experts
 
 try:
@@ -70,27 +68,6 @@ def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[t
     return sorted_ids, block_expert
 
 
-def fused_moe_gemv(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor,
-                   topk_weights: torch.Tensor, block_n: int = 16, block_n_down: int = 8,
-                   block_k: int = 256) -> torch.Tensor:
-    """fused_moe for a few tokens (decode), in two launches instead of four: gate/up with one program
-    per (pair, N tile), then the down projection with one program per (token, N tile) that sums the
-    token's K experts in registers. No grouping by expert: a token's top-k experts are distinct, so
-    at one token each is read once (more tokens may read a shared expert twice, from L2). Pairs with
-    weight 0 (skipped by run_experts) are not computed. Same contract as fused_moe_ref."""
-    num_tokens, top_k, dim, inter = _check_shapes(hidden, w13, w2, topk_ids)
-    ids, weights = topk_ids.contiguous(), topk_weights.contiguous()
-    act = hidden.new_empty(num_tokens * top_k, inter)                             # [T * K, I]
-    _gemv_gate_up_kernel[(num_tokens * top_k, triton.cdiv(inter, block_n))](
-        hidden, w13, act, ids, weights, inter, dim, top_k, hidden.stride(0), w13.stride(0), w13.stride(1),
-        BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4)
-    out = torch.empty_like(hidden)
-    _gemv_down_kernel[(num_tokens, triton.cdiv(dim, block_n_down))](
-        act, w2, out, ids, weights, dim, inter, top_k, w2.stride(0), w2.stride(1), out.stride(0),
-        BLOCK_N=block_n_down, BLOCK_K=block_k, num_warps=4)
-    return out
-
-
 def default_config(num_pairs: int, num_experts: int) -> dict:
     """Tile sizes by rows per expert: decode-sized groups take narrow N tiles (more programs to stream
     the weights), large groups take GEMM-shaped tiles. BLOCK_N_DOWN (optional) sets the down
@@ -106,10 +83,8 @@ def default_config(num_pairs: int, num_experts: int) -> dict:
 def fused_moe(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor,
               topk_weights: torch.Tensor, config: dict | None = None) -> torch.Tensor:
     """Same contract as fused_moe_ref; hidden [T, D] -> [T, D] in hidden's dtype (fp32 accumulation)."""
-    num_tokens = _check_shapes(hidden, w13, w2, topk_ids)[0]
+    _check_shapes(hidden, w13, w2, topk_ids)
     num_experts = w13.shape[0]
-    if config is None and num_tokens <= gemv_max_tokens():
-        return fused_moe_gemv(hidden, w13, w2, topk_ids, topk_weights)
     cfg = config or default_config(topk_ids.numel(), num_experts)
     block_m = cfg["BLOCK_M"]
     sorted_ids, block_expert = moe_align(topk_ids, num_experts, block_m)
@@ -125,12 +100,6 @@ def _check_shapes(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
     assert w2.shape == (num_experts, dim, inter) and hidden.shape == (num_tokens, dim)
     assert hidden.stride(1) == 1 and w13.stride(2) == 1 and w2.stride(2) == 1
     return num_tokens, top_k, dim, inter
-
-
-def gemv_max_tokens() -> int:
-    """Steps of at most this many tokens take fused_moe_gemv: 0 (off) unless STRATA_MOE_GEMV=1, until
-    the H200 says which is faster."""
-    return 2 if debug_flag("MOE_GEMV") else 0
 
 
 def moe_grouped_gemms(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
@@ -226,62 +195,6 @@ if triton is not None:
         acc = acc * route_w[:, None]
         tl.store(out_ptr + pair[:, None].to(tl.int64) * stride_ot + offs_n[None, :], acc,
                  mask=row_ok[:, None] & n_ok[None, :])
-
-    @triton.jit
-    def _gemv_gate_up_kernel(hidden_ptr, w13_ptr, act_ptr, ids_ptr, weights_ptr, inter, dim, top_k,
-                             stride_ht, stride_we, stride_wn, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-        pair, pid_n = tl.program_id(0).to(tl.int64), tl.program_id(1)
-        if tl.load(weights_ptr + pair) == 0:
-            return  # computed elsewhere (the down kernel skips it too)
-        expert = tl.load(ids_ptr + pair).to(tl.int64)
-        token = pair // top_k
-        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        n_ok = offs_n < inter
-        offs_k = tl.arange(0, BLOCK_K)
-        x_ptrs = hidden_ptr + token * stride_ht + offs_k                                    # [BK]
-        g_ptrs = w13_ptr + expert * stride_we + offs_n[:, None] * stride_wn + offs_k[None, :]  # [BN, BK]
-        u_ptrs = g_ptrs + inter * stride_wn
-        acc_g = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-        acc_u = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-        for k0 in range(0, dim, BLOCK_K):
-            k_ok = offs_k < dim - k0
-            x = tl.load(x_ptrs, mask=k_ok, other=0.0).to(tl.float32)
-            wg = tl.load(g_ptrs, mask=n_ok[:, None] & k_ok[None, :], other=0.0).to(tl.float32)
-            wu = tl.load(u_ptrs, mask=n_ok[:, None] & k_ok[None, :], other=0.0).to(tl.float32)
-            acc_g += wg * x[None, :]
-            acc_u += wu * x[None, :]
-            x_ptrs += BLOCK_K
-            g_ptrs += BLOCK_K
-            u_ptrs += BLOCK_K
-        gate, up = tl.sum(acc_g, axis=1), tl.sum(acc_u, axis=1)
-        act = gate * tl.sigmoid(gate) * up
-        tl.store(act_ptr + pair * inter + offs_n, act.to(act_ptr.dtype.element_ty), mask=n_ok)
-
-    @triton.jit
-    def _gemv_down_kernel(act_ptr, w2_ptr, out_ptr, ids_ptr, weights_ptr, dim, inter, top_k,
-                          stride_we, stride_wn, stride_ot, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-        token, pid_n = tl.program_id(0).to(tl.int64), tl.program_id(1)
-        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        n_ok = offs_n < dim
-        offs_k = tl.arange(0, BLOCK_K)
-        total = tl.zeros((BLOCK_N,), dtype=tl.float32)
-        for k in range(0, top_k):  # in order, like the grouped path's sum over the token's K rows
-            pair = token * top_k + k
-            route_w = tl.load(weights_ptr + pair).to(tl.float32)
-            if route_w != 0:
-                expert = tl.load(ids_ptr + pair).to(tl.int64)
-                a_ptrs = act_ptr + pair * inter + offs_k                                        # [BK]
-                w_ptrs = w2_ptr + expert * stride_we + offs_n[:, None] * stride_wn + offs_k[None, :]  # [BN, BK]
-                acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-                for i0 in range(0, inter, BLOCK_K):
-                    k_ok = offs_k < inter - i0
-                    a = tl.load(a_ptrs, mask=k_ok, other=0.0).to(tl.float32)
-                    w = tl.load(w_ptrs, mask=n_ok[:, None] & k_ok[None, :], other=0.0).to(tl.float32)
-                    acc += w * a[None, :]
-                    a_ptrs += BLOCK_K
-                    w_ptrs += BLOCK_K
-                total += route_w * tl.sum(acc, axis=1)
-        tl.store(out_ptr + token * stride_ot + offs_n, total.to(out_ptr.dtype.element_ty), mask=n_ok)
 
     @triton.jit
     def _align_kernel(ids_ptr, sorted_ids_ptr, block_expert_ptr, scratch_ptr, num_pairs, num_experts, num_blocks,

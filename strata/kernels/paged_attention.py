@@ -4,7 +4,10 @@ last tokens of its context, causal among themselves) and attends to its KV throu
 One program owns (sequence, KV head, split of the context): its query tile stacks every window token
 of every query head in the KV head's GQA group, so each K/V tile is read once for the whole group.
 Splits along the context (flash-decoding) keep the chip busy when few sequences run; a second small
-kernel merges the splits' partial softmax sums. The K/V of this step must already be in the pool.
+kernel merges the splits' partial softmax sums. The split count is fixed by shapes (CUDA-graph safe) but
+each sequence uses only as many as its length needs (MIN_TILES_PER_SPLIT KV tiles each at least); the
+others return at once, and a context of one split's tiles has that split write the output itself (its
+merge programs return at once). The K/V of this step must already be in the pool.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ except ImportError:  # CPU-only install: paged_attention_ref still works
     triton = tl = None
 
 MAX_QUERY_LEN = 16
+# KV tiles a split takes before the next one is used. One: a split's tiles run one after another, so on
+# the H200 4 (fewer, longer splits) cost a 4096-token context 18.8 µs against 12.4 µs at 1.
+MIN_TILES_PER_SPLIT = 1
 
 
 def paged_attention_ref(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -94,17 +100,18 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     block_m = max(16, q_pad * g_pad)
     partial = torch.empty(splits, num_tokens, num_heads, head_dim, dtype=torch.float32, device=q.device)
     stats = torch.empty(2, splits, num_tokens, num_heads, dtype=torch.float32, device=q.device)  # m, l
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)                        # [T, H, D]
     _split_kernel[(num_seqs, num_kv_heads, splits)](
-        q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, partial, stats,
+        q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, partial, stats, out,
         scale * 1.4426950408889634, block_size, group, num_heads, head_dim, splits,
-        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        block_tables.stride(0), partial.stride(0), stats.stride(0), stats.stride(1),
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1), k_cache.stride(0), k_cache.stride(1),
+        k_cache.stride(2), block_tables.stride(0), partial.stride(0), stats.stride(0), stats.stride(1),
         G_PAD=g_pad, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=triton.next_power_of_2(head_dim),
+        MIN_TILES=MIN_TILES_PER_SPLIT,
         num_warps=4 if block_m <= 32 else 8, num_stages=num_stages)
-    out = torch.empty_like(q)
-    _merge_kernel[(num_tokens, num_heads)](
-        partial, stats, out, splits, num_heads, head_dim, q.stride(0), q.stride(1),
-        partial.stride(0), stats.stride(0), stats.stride(1),
+    _merge_kernel[(num_seqs, num_heads, max_query_len)](
+        partial, stats, out, seq_lens, query_start_loc, splits, num_heads, head_dim, out.stride(0), out.stride(1),
+        partial.stride(0), stats.stride(0), stats.stride(1), BLOCK_N=block_n, MIN_TILES=MIN_TILES_PER_SPLIT,
         SPLITS_PAD=triton.next_power_of_2(splits), BLOCK_D=triton.next_power_of_2(head_dim), num_warps=4)
     return out
 
@@ -112,15 +119,20 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
 if triton is not None:
 
     @triton.jit
-    def _split_kernel(q_ptr, k_ptr, v_ptr, tables_ptr, seq_lens_ptr, qsl_ptr, partial_ptr, stats_ptr,
+    def _split_kernel(q_ptr, k_ptr, v_ptr, tables_ptr, seq_lens_ptr, qsl_ptr, partial_ptr, stats_ptr, out_ptr,
                       qk_scale, block_size, group, num_heads, head_dim, num_splits,
-                      stride_qt, stride_qh, stride_kb, stride_ko, stride_kh,
+                      stride_qt, stride_qh, stride_ot, stride_oh, stride_kb, stride_ko, stride_kh,
                       stride_table, stride_ps, stride_sk, stride_st,
-                      G_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+                      G_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                      MIN_TILES: tl.constexpr):
         seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        seq_len = tl.load(seq_lens_ptr + seq)
+        num_tiles = tl.cdiv(seq_len, BLOCK_N)
+        per_split = tl.maximum(tl.cdiv(num_tiles, num_splits), MIN_TILES)
+        if split * per_split >= num_tiles:
+            return  # a split this sequence does not need (the merge reads only the used ones)
         q_start = tl.load(qsl_ptr + seq)
         q_len = tl.load(qsl_ptr + seq + 1) - q_start
-        seq_len = tl.load(seq_lens_ptr + seq)
         # row r of the tile: window token r // G_PAD, query head kv_head * group + r % G_PAD
         rows = tl.arange(0, BLOCK_M)
         tok, head = rows // G_PAD, kv_head * group + rows % G_PAD
@@ -130,8 +142,6 @@ if triton is not None:
         d_ok = offs_d < head_dim
         q_row = (q_start + tok).to(tl.int64) * stride_qt + head * stride_qh
         q = tl.load(q_ptr + q_row[:, None] + offs_d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
-        num_tiles = tl.cdiv(seq_len, BLOCK_N)
-        per_split = tl.cdiv(num_tiles, num_splits)
         first, last = split * per_split, tl.minimum((split + 1) * per_split, num_tiles)
         m_i = tl.full((BLOCK_M,), -1e30, dtype=tl.float32)
         l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
@@ -153,6 +163,11 @@ if triton is not None:
             l_i = l_i * alpha + tl.sum(p, axis=1)
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
             m_i = m_new
+        if per_split >= num_tiles:  # the only split: the output itself
+            o_ptrs = out_ptr + (q_start + tok).to(tl.int64)[:, None] * stride_ot + head[:, None] * stride_oh \
+                + offs_d[None, :]
+            tl.store(o_ptrs, (acc / l_i[:, None]).to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+            return
         th_index = (q_start + tok).to(tl.int64) * num_heads + head                          # into [T, H]
         p_ptrs = partial_ptr + split * stride_ps + th_index[:, None] * head_dim + offs_d[None, :]
         tl.store(p_ptrs, acc, mask=row_ok[:, None] & d_ok[None, :])
@@ -160,13 +175,19 @@ if triton is not None:
         tl.store(stats_ptr + stride_sk + split * stride_st + th_index, l_i, mask=row_ok)
 
     @triton.jit
-    def _merge_kernel(partial_ptr, stats_ptr, out_ptr, num_splits, num_heads, head_dim,
-                      stride_ot, stride_oh, stride_ps, stride_sk, stride_st,
-                      SPLITS_PAD: tl.constexpr, BLOCK_D: tl.constexpr):
-        token, head = tl.program_id(0), tl.program_id(1)
+    def _merge_kernel(partial_ptr, stats_ptr, out_ptr, seq_lens_ptr, qsl_ptr, num_splits, num_heads, head_dim,
+                      stride_ot, stride_oh, stride_ps, stride_sk, stride_st, BLOCK_N: tl.constexpr,
+                      MIN_TILES: tl.constexpr, SPLITS_PAD: tl.constexpr, BLOCK_D: tl.constexpr):
+        seq, head, j = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        q_start = tl.load(qsl_ptr + seq)
+        num_tiles = tl.cdiv(tl.load(seq_lens_ptr + seq), BLOCK_N)
+        per_split = tl.maximum(tl.cdiv(num_tiles, num_splits), MIN_TILES)
+        if (j >= tl.load(qsl_ptr + seq + 1) - q_start) | (per_split >= num_tiles):
+            return  # past this window, or its one split wrote the output
+        token = q_start + j
         th_index = token.to(tl.int64) * num_heads + head
         offs_s = tl.arange(0, SPLITS_PAD)
-        s_ok = offs_s < num_splits
+        s_ok = offs_s < tl.cdiv(num_tiles, per_split)
         m = tl.load(stats_ptr + offs_s * stride_st + th_index, mask=s_ok, other=-1e30)
         l = tl.load(stats_ptr + stride_sk + offs_s * stride_st + th_index, mask=s_ok, other=0.0)
         m_max = tl.max(m, axis=0)

@@ -196,6 +196,7 @@ class ModelRunner:
     def complete_decode(self, step: DecodeInFlight) -> StepResult:
         """Read a launched decode step's tokens (the one host sync) and commit them to the sampler.
         A slot whose request ended while the step ran (its slot since released) is left out."""
+        waited = time.perf_counter()
         if step.copied is not None:
             step.copied.synchronize()
         token_ids = step.host_ids.tolist()
@@ -207,7 +208,7 @@ class ModelRunner:
             self.sampler.append_output(slot_id, [token_id])
             results.append(SlotResult(slot_id, [token_id], 0, []))
         return StepResult(step.plan.step_id, results, forward_seconds=step.launched - step.started,
-                          sample_seconds=read - step.launched, draft_seconds=0.0, expert_pairs=step.expert_pairs)
+                          sample_seconds=read - waited, draft_seconds=0.0, expert_pairs=step.expert_pairs)
 
     def graph_stats(self) -> dict | None:
         if self.graphs is None:

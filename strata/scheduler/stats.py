@@ -98,7 +98,9 @@ class CacheStats:
 @dataclass
 class StepTotals:
     """Summed wall time of engine steps and its split; host = wall - forward - sample - draft
-    (scheduling, input building, output processing and Python between the timed phases)."""
+    (scheduling, input building, output processing and Python between the timed phases). Overlapped
+    decode steps (--async-scheduling) count the host's launch as forward and its wait for the sampled
+    tokens as sample, since the device's work runs behind the host's."""
 
     num_steps: int = 0
     wall_seconds: float = 0.0
