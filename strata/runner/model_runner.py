@@ -206,6 +206,8 @@ class ModelRunner:
             if self.sampler.params[slot_id] is None:
                 continue
             self.sampler.append_output(slot_id, [token_id])
+            if self.proposer is not None:
+                self.proposer.commit(slot_id, [token_id])
             results.append(SlotResult(slot_id, [token_id], 0, []))
         return StepResult(step.plan.step_id, results, forward_seconds=step.launched - step.started,
                           sample_seconds=read - waited, draft_seconds=0.0, expert_pairs=step.expert_pairs)

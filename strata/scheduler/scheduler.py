@@ -19,7 +19,7 @@ from strata.config import CacheConfig, SchedulerConfig, SpecConfig
 from strata.scheduler.prefix import PrefixManager
 from strata.scheduler.request_state import RequestState, Status
 from strata.scheduler.stats import CacheStats, SpecStats
-from strata.spec.policy import DraftCostModel, can_speculate, draft_length, update_acceptance
+from strata.spec.policy import DraftCostModel, can_speculate, draft_length, recover_acceptance, update_acceptance
 from strata.types import FinishReason, NewSlotData, Request, ScheduledSlot, StepPlan, StepResult
 
 
@@ -45,6 +45,7 @@ class Scheduler:
         self.stats = SpecStats()
         self.draft_cost = DraftCostModel()  # step time vs tokens per step: picks the batch draft length
         self._k_step: int | None = None
+        self.acceptance_prior = 1.0  # acceptance over all verifications: where a new request's estimate starts
         # set by the engine when the runner replays CUDA graphs, which need one window length per step
         self.uniform_draft_windows = False
         # set by the engine from --expert-budget when experts are offloaded: most tokens per step
@@ -80,7 +81,7 @@ class Scheduler:
     def add_request(self, request: Request) -> None:
         if request.request_id in self.requests:
             raise ValueError(f"request id {request.request_id!r} is already in use")
-        state = RequestState(request, self.eos_token_ids)
+        state = RequestState(request, self.eos_token_ids, acceptance_ema=self.acceptance_prior)
         self.requests[request.request_id] = state
         self.waiting.append(state)
 
@@ -120,10 +121,7 @@ class Scheduler:
         if self.expert_token_budget is not None:  # bound the experts a step touches (offloaded experts)
             budget = min(budget, max(self.expert_token_budget, len(self.running)))
         scheduled: list[ScheduledSlot] = []
-        self._k_step = None
-        if self.spec.enabled and self.spec.adaptive:
-            self._k_step = self.draft_cost.best_k(self.spec.num_speculative_tokens,
-                                                  [s.acceptance_ema for s in self.running])
+        self._decide_k_step()
         for state in list(self.running):
             if budget == 0:
                 break
@@ -151,9 +149,11 @@ class Scheduler:
         still runs: each request of `plan` that may emit another token gets the next position, its
         input being the token `plan` samples (the runner feeds it on the device; token_ids holds a
         placeholder). None when the next step cannot be known in advance: a request waits to be
-        admitted, a running one is not in `plan`, speculation is on, committing `plan` saves a hybrid
+        admitted, a running one is not in `plan`, a request drafts (in `plan` or, by the draft policy, in
+        the next step: speculating requests that draft nothing decode ahead too), committing `plan` saves a hybrid
         model's state (a block boundary), sampling needs the previous token on the host (penalties,
         min_tokens, a seed, logprobs), or a block would have to be taken from another request."""
+        self._decide_k_step()
         continuing = self._continuing_after(plan)
         if not continuing:
             return None
@@ -178,7 +178,7 @@ class Scheduler:
     def _continuing_after(self, plan: StepPlan) -> list[RequestState] | None:
         """The requests of decode step `plan` (not yet committed) that continue after it, when every
         condition of schedule_ahead but the free blocks holds; else None."""
-        if self.waiting or self.spec.enabled or plan.new_slots:
+        if self.waiting or plan.new_slots:
             return None
         # a hybrid model's state is saved where committing `plan` ends a block (the save runs before the
         # next step): that step must not have advanced the state already
@@ -191,11 +191,28 @@ class Scheduler:
             state = by_slot.get(work.slot_id)
             if state is None or not work.sample or work.num_new_tokens != 1 or work.draft_token_ids \
                     or state.num_computed_tokens != work.num_computed_tokens or not _samples_without_history(state) \
-                    or (saves_state and (work.num_computed_tokens + 1) % self.block_size == 0):
+                    or (saves_state and (work.num_computed_tokens + 1) % self.block_size == 0) \
+                    or (self.spec.enabled and (work.next_k or self._wants_drafts(state))):
                 return None
             if state.remaining_output(self.max_model_len) > 1:  # else the token in flight is its last
                 continuing.append(state)
         return continuing
+
+    def _decide_k_step(self) -> None:
+        """The batch's draft length for the step being planned (the cost model's choice; None before it
+        has data or without adaptive speculation). Every planned step decides, ahead-planned ones too,
+        so the cost model's retries of unmeasured lengths keep their clock."""
+        self._k_step = None
+        if self.spec.enabled and self.spec.adaptive:
+            self._k_step = self.draft_cost.best_k(self.spec.num_speculative_tokens,
+                                                  [s.acceptance_ema for s in self.running])
+
+    def _wants_drafts(self, state: RequestState) -> bool:
+        """Whether the request's next step would ask for drafts (the draft policy as schedule() applies
+        it): with speculation on, only steps where none does can be planned ahead."""
+        return can_speculate(state.request.sampling_params, len(state.output_token_ids)) and draft_length(
+            self.spec.num_speculative_tokens, self.spec.adaptive, len(self.running), state.acceptance_ema,
+            self._k_step) > 0
 
     def _make_plan(self, scheduled: list[ScheduledSlot]) -> StepPlan:
         """The step plan of `scheduled` with everything pending for the runner (slots to set up and
@@ -233,6 +250,10 @@ class Scheduler:
                 self.stats.record_verification(len(work.draft_token_ids), slot_result.num_accepted)
                 state.acceptance_ema = update_acceptance(state.acceptance_ema, len(work.draft_token_ids),
                                                          slot_result.num_accepted)
+                self.acceptance_prior = update_acceptance(self.acceptance_prior, len(work.draft_token_ids),
+                                                          slot_result.num_accepted)
+            elif self.spec.enabled:
+                state.acceptance_ema = recover_acceptance(state.acceptance_ema)
             state.draft_token_ids = slot_result.next_draft_token_ids
             kept, reason = state.append_outputs(slot_result.token_ids, self.max_model_len)
             # after the append: accepted drafts are computed tokens, and their blocks hash their values

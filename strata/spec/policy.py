@@ -3,6 +3,9 @@
 Requests whose sampling needs the exact per-position history (penalties, min_tokens not yet met) or
 per-token logprobs decode without drafts. The adaptive length falls as the batch grows (verification
 rows cost compute that a large batch no longer has spare) and as the request's own acceptance drops.
+A new request's acceptance starts at the engine's running estimate over all verifications (so a
+drafter that does not match the traffic is not re-learned by every request), and drifts back up
+while it does not draft (so it is retried now and then).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 from strata.types import SamplingParams
 
 _ACCEPTANCE_EMA_WEIGHT = 0.3
+_ACCEPTANCE_RECOVERY = 1 / 256
 
 
 def can_speculate(params: SamplingParams, num_output_tokens: int) -> bool:
@@ -37,6 +41,13 @@ def update_acceptance(ema: float, num_drafts: int, num_accepted: int) -> float:
     if num_drafts == 0:
         return ema
     return (1 - _ACCEPTANCE_EMA_WEIGHT) * ema + _ACCEPTANCE_EMA_WEIGHT * num_accepted / num_drafts
+
+
+def recover_acceptance(ema: float) -> float:
+    """A step without drafts moves the request's acceptance estimate back up a little, so a request
+    that stopped drafting (k = 0 once its drafts were rejected) tries again now and then: from 0 it
+    takes about 130 steps to reach 0.4, and a failed retry sends it back down."""
+    return ema + (1.0 - ema) * _ACCEPTANCE_RECOVERY
 
 
 def expected_tokens(acceptance: float, k: int) -> float:

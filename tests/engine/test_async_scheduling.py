@@ -1,7 +1,8 @@
 """--async-scheduling (the next decode step planned and queued while the current one runs, its input
 tokens fed on the device): outputs identical to plain stepping (greedy and sampled), requests ending
-at any step (max_tokens, stop ids, aborts mid-flight) lose nothing and leak nothing, and steps the
-scheduler cannot plan ahead (penalties, logprobs, waiting requests, no free block) fall back."""
+at any step (max_tokens, stop ids, aborts mid-flight) lose nothing and leak nothing, steps the
+scheduler cannot plan ahead (penalties, logprobs, waiting requests, no free block) fall back, and a
+speculating engine plans ahead the steps where no request drafts."""
 
 from __future__ import annotations
 
@@ -9,18 +10,19 @@ import pytest
 import torch
 
 from strata import SamplingParams
-from strata.config import CacheConfig, EngineConfig, RunnerConfig, SchedulerConfig
+from strata.config import CacheConfig, EngineConfig, RunnerConfig, SchedulerConfig, SpecConfig
 from strata.engine.core import EngineCore
 from strata.runner.model_runner import ModelRunner
 from strata.types import Request
 
 
 def engine(folder: str, async_scheduling: bool, block_size: int = 4, num_blocks: int | None = None,
-           max_model_len: int | None = None) -> EngineCore:
+           max_model_len: int | None = None, speculative: dict | None = None) -> EngineCore:
     config = EngineConfig(model=folder, runner=RunnerConfig(device="cpu", dtype="float32"),
                           cache=CacheConfig(block_size=block_size, num_gpu_blocks=num_blocks),
                           scheduler=SchedulerConfig(max_num_seqs=4, async_scheduling=async_scheduling,
-                                                    max_model_len=max_model_len))
+                                                    max_model_len=max_model_len),
+                          speculative=SpecConfig.from_json(speculative))
     return EngineCore(config, quiet=True)
 
 
@@ -116,6 +118,23 @@ def test_steps_that_cannot_be_planned_ahead_fall_back(tiny_model_dir, monkeypatc
     got = drive(engine(folder, True, num_blocks=5, max_model_len=20), tight)
     assert got == drive(engine(folder, False, max_model_len=20), tight)
     assert any(ahead) and not all(ahead)
+
+
+@pytest.mark.parametrize("family, speculative", [
+    ("qwen3_moe", {"method": "synthetic", "num_speculative_tokens": 3, "acceptance_length": 1.0}),
+    ("qwen3_next+mtp", {"method": "mtp", "num_speculative_tokens": 2})])
+def test_speculating_requests_that_draft_nothing_decode_ahead(family, speculative, tiny_model_dir, monkeypatch):
+    """Drafts that are always rejected (synthetic acceptance 1.0; a random MTP head) turn drafting off
+    (k = 0): those steps are plain decoding and are planned ahead. Outputs stay those of plain decoding;
+    drafting is still retried (the cost model and the acceptance estimate recover)."""
+    folder = tiny_model_dir(family)
+    requests = [(0, greedy(40)), (0, greedy(33)), (2, greedy(45))]
+    reference = drive(engine(folder, False), requests)
+    ahead = count_ahead(monkeypatch)
+    core = engine(folder, True, speculative=speculative)
+    assert drive(core, requests) == reference
+    # 118 tokens: a hybrid model with prefix caching also steps alone where a block ends (every 4th)
+    assert sum(ahead) >= 10 and core.scheduler.stats.num_draft_tokens > 0
 
 
 @pytest.mark.gpu

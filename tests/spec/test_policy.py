@@ -2,7 +2,7 @@
 
 import pytest
 
-from strata.spec.policy import DraftCostModel, draft_length, expected_tokens
+from strata.spec.policy import DraftCostModel, draft_length, expected_tokens, recover_acceptance, update_acceptance
 
 
 def test_expected_tokens_is_the_geometric_sum():
@@ -70,3 +70,13 @@ def test_a_size_that_stays_slow_is_retried_ever_less_often():
         model.observe(8 * (k + 1), 0.010 if k == 0 else 0.100)  # k = 1 is always 10x slower
     gaps = [b - a for a, b in zip(retries, retries[1:])]
     assert len(retries) >= 3 and gaps == sorted(gaps) and gaps[-1] > 2 * gaps[0]
+
+
+def test_acceptance_recovers_slowly_while_not_drafting_and_falls_on_a_failed_retry():
+    ema, trace = 0.0, []   # every draft rejected so far
+    for _ in range(300):
+        ema = recover_acceptance(ema)
+        trace.append(ema)
+    assert all(b > a for a, b in zip(trace, trace[1:])) and trace[-1] < 1.0
+    assert 0.25 < trace[99] < 0.4 < trace[149]      # a retry every hundred-odd steps, not every few
+    assert update_acceptance(trace[149], 1, 0) < 0.7 * trace[149] + 1e-9   # a failed retry: back down

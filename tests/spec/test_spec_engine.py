@@ -291,3 +291,16 @@ def test_request_metrics_report_speculation(tiny_model_dir):
     assert metrics["mean_accepted_length"] > 1.0 and metrics["num_preemptions"] == 0
     totals = llm.engine.status()["steps"]
     assert totals["num_accepted_tokens"] == metrics["num_accepted_tokens"] and totals["forward_seconds"] > 0
+
+
+def test_a_new_request_starts_from_the_engines_acceptance(tiny_model_dir):
+    """A drafter that never matches the traffic is learned once by the engine, not by every request:
+    a new request's acceptance estimate starts where the verifications so far left it."""
+    llm = LLM(tiny_model_dir("llama"), dtype="float32", device="cpu",
+              speculative_config={"method": "synthetic", "num_speculative_tokens": 3, "acceptance_length": 1.0})
+    scheduler = llm.engine.scheduler
+    assert scheduler.acceptance_prior == 1.0
+    llm.generate({"prompt_token_ids": [5, 6, 7]}, SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True))
+    assert scheduler.stats.num_draft_tokens > 0 and scheduler.acceptance_prior < 0.5
+    scheduler.add_request(Request("next", [5, 6, 7], SamplingParams(max_tokens=4)))
+    assert scheduler.requests["next"].acceptance_ema == scheduler.acceptance_prior
