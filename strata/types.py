@@ -119,6 +119,8 @@ class ScheduledSlot:
     draft_token_ids: list[int] = field(default_factory=list)  # trailing part of token_ids
     sample: bool = True                         # False for a prompt chunk that does not reach the end
     next_k: int = 0                             # drafts wanted for the next step (0: propose none)
+    drafting: bool = False                      # the draft policy gives this request drafts now (its
+    #                                             prompt chunks feed the MTP layer's KV only then)
 
 
 @dataclass

@@ -203,16 +203,21 @@ class Scheduler:
         has data or without adaptive speculation). Every planned step decides, ahead-planned ones too,
         so the cost model's retries of unmeasured lengths keep their clock."""
         self._k_step = None
-        if self.spec.enabled and self.spec.adaptive:
-            self._k_step = self.draft_cost.best_k(self.spec.num_speculative_tokens,
-                                                  [s.acceptance_ema for s in self.running])
+        if self.spec.enabled and self.spec.adaptive:  # nothing running yet: a batch of one new request
+            acceptances = [s.acceptance_ema for s in self.running] or [self.acceptance_prior]
+            self._k_step = self.draft_cost.best_k(self.spec.num_speculative_tokens, acceptances)
+
+    def _draft_length(self, state: RequestState) -> int:
+        """Drafts the draft policy gives the request now (0 where its sampling cannot speculate)."""
+        if not can_speculate(state.request.sampling_params, len(state.output_token_ids)):
+            return 0
+        return draft_length(self.spec.num_speculative_tokens, self.spec.adaptive, len(self.running),
+                            state.acceptance_ema, self._k_step)
 
     def _wants_drafts(self, state: RequestState) -> bool:
-        """Whether the request's next step would ask for drafts (the draft policy as schedule() applies
-        it): with speculation on, only steps where none does can be planned ahead."""
-        return can_speculate(state.request.sampling_params, len(state.output_token_ids)) and draft_length(
-            self.spec.num_speculative_tokens, self.spec.adaptive, len(self.running), state.acceptance_ema,
-            self._k_step) > 0
+        """Whether the request's next step would ask for drafts: with speculation on, only steps where
+        none does can be planned ahead."""
+        return self._draft_length(state) > 0
 
     def _make_plan(self, scheduled: list[ScheduledSlot]) -> StepPlan:
         """The step plan of `scheduled` with everything pending for the runner (slots to set up and
@@ -351,14 +356,12 @@ class Scheduler:
         start = state.num_computed_tokens
         drafts = drafts or []
         sample = start + num_new == state.num_tokens
-        next_k = 0
-        if sample and self.spec.enabled and can_speculate(state.request.sampling_params, len(state.output_token_ids)):
-            next_k = draft_length(self.spec.num_speculative_tokens, self.spec.adaptive, len(self.running),
-                                  state.acceptance_ema, self._k_step)
+        k = self._draft_length(state) if self.spec.enabled else 0
+        next_k = k if sample else 0
         state.requested_k = next_k
         return ScheduledSlot(slot_id=state.slot_id, num_computed_tokens=start, num_new_tokens=num_new + len(drafts),
                              new_block_ids=new_blocks, token_ids=state.token_range(start, start + num_new) + drafts,
-                             draft_token_ids=drafts, sample=sample, next_k=next_k)
+                             draft_token_ids=drafts, sample=sample, next_k=next_k, drafting=k > 0)
 
     def _drafts_for(self, state: RequestState, budget: int) -> list[int]:
         """This step's drafts: what the drafter proposed, within the budget and the request's room

@@ -14,6 +14,8 @@ from strata.types import SamplingParams
 
 _ACCEPTANCE_EMA_WEIGHT = 0.3
 _ACCEPTANCE_RECOVERY = 1 / 256
+_ACCEPTANCE_FLOOR = 0.01
+_MIN_GAIN = 1.05  # drafting must promise 5 % more tokens per step than not drafting, whatever it costs
 
 
 def can_speculate(params: SamplingParams, num_output_tokens: int) -> bool:
@@ -44,10 +46,11 @@ def update_acceptance(ema: float, num_drafts: int, num_accepted: int) -> float:
 
 
 def recover_acceptance(ema: float) -> float:
-    """A step without drafts moves the request's acceptance estimate back up a little, so a request
-    that stopped drafting (k = 0 once its drafts were rejected) tries again now and then: from 0 it
-    takes about 130 steps to reach 0.4, and a failed retry sends it back down."""
-    return ema + (1.0 - ema) * _ACCEPTANCE_RECOVERY
+    """A step without drafts moves the request's acceptance estimate back up a little (by 1/256 of
+    itself, from at least 1 %), so a request that stopped drafting (k = 0 once its drafts were
+    rejected) tries again now and then: a retry whose drafts are rejected (x 0.7) takes about 90 steps
+    to win back."""
+    return min(1.0, max(ema, _ACCEPTANCE_FLOOR) * (1.0 + _ACCEPTANCE_RECOVERY))
 
 
 def expected_tokens(acceptance: float, k: int) -> float:
@@ -120,8 +123,10 @@ class DraftCostModel:
             return None  # everything measured is stale
         best, best_rate = 0, 0.0
         for k in range(k_max + 1):
-            seconds = self.estimate(len(acceptances) * (k + 1))
-            rate = sum(expected_tokens(a, k) for a in acceptances) / seconds
+            tokens = sum(expected_tokens(a, k) for a in acceptances)
+            if k and tokens < _MIN_GAIN * len(acceptances):
+                break  # drafts all but certain to be rejected: not worth even a retry of an unmeasured k
+            rate = tokens / self.estimate(len(acceptances) * (k + 1))
             if rate > best_rate * 1.02:  # a longer window must win clearly: it also costs drafting
                 best, best_rate = k, rate
         return best

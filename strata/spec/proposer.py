@@ -116,9 +116,9 @@ class Proposer:
 
 
 def _needs_mtp_forward(scheduled: list[ScheduledSlot], wanted: dict[int, int]) -> bool:
-    """The MTP layer runs (and writes its KV) for every prompt token, and on decode steps while some
-    slot wants drafts. A decode step where none does skips it: it is an eager layer (about 2.4 ms per
-    step at one stream on the H200, against a 5 ms step of qwen3-next-80b at 24 layers). Those
-    positions' MTP KV stays unwritten, which can only lower the acceptance of drafts proposed later,
-    never change the output (verification decides)."""
-    return bool(wanted) or any(w.num_new_tokens > 1 + len(w.draft_token_ids) for w in scheduled)
+    """The MTP layer runs (and writes its KV) while some slot wants drafts, and on prompt chunks of
+    requests the draft policy gives drafts. Other steps skip it: it is an eager layer (about 2.4 ms per
+    decode step at one stream on the H200, against a 5 ms step of qwen3-next-80b at 24 layers, and more
+    on a batch of prompts). Those positions' MTP KV stays unwritten, which can only lower the
+    acceptance of drafts proposed later, never change the output (verification decides)."""
+    return bool(wanted) or any(w.num_new_tokens > 1 + len(w.draft_token_ids) and w.drafting for w in scheduled)

@@ -134,24 +134,29 @@ def wrong_at_every_position(reference: dict[tuple, list[int]]):
     return propose
 
 
-def test_mtp_layer_skipped_on_decode_steps_without_drafts(tiny_model_dir, next_refs, monkeypatch):
-    """When the policy drafts nothing (k = 0 for every slot), decode steps skip the MTP forward; prompt
-    chunks still run it; the output stays the plain one."""
+def test_mtp_layer_runs_only_for_requests_the_policy_gives_drafts(tiny_model_dir, next_refs, monkeypatch):
+    """When the policy drafts nothing (k = 0 for every slot), neither decode steps nor prompt chunks run
+    the MTP forward, and the output stays the plain one; when it drafts, prompt chunks feed it too."""
     import strata.scheduler.scheduler as scheduler_module
 
     _, eight, _, eight_ref = next_refs
+    folder = tiny_model_dir("qwen3_next+mtp")
+
+    def mtp_calls(core) -> list[int]:
+        model, calls = core.runner.model, []
+        mtp_forward = model.mtp_forward
+        monkeypatch.setattr(model, "mtp_forward", lambda ids, *args: (calls.append(len(ids)), mtp_forward(ids, *args))[1])
+        return calls
+
+    drafting = engine(folder, {"method": "mtp", "num_speculative_tokens": 3})
+    calls = mtp_calls(drafting)
+    assert run_staggered(drafting, eight) == eight_ref
+    assert max(calls) > 4          # a prompt chunk (prompts of 5..70 tokens) went through the MTP layer
     monkeypatch.setattr(scheduler_module, "draft_length", lambda *args, **kwargs: 0)
-    core = engine(tiny_model_dir("qwen3_next+mtp"), {"method": "mtp", "num_speculative_tokens": 3})
-    model, calls = core.runner.model, []
-    mtp_forward = model.mtp_forward
-    monkeypatch.setattr(model, "mtp_forward", lambda ids, *args: (calls.append(len(ids)), mtp_forward(ids, *args))[1])
-    steps = []
-    step = core.step
-    monkeypatch.setattr(core, "step", lambda: (steps.append(1), step())[1])
-    assert run_staggered(core, eight) == eight_ref
-    assert core.scheduler.stats.num_draft_tokens == 0
-    # the prompts (5..70 tokens, read in chunks of up to 64) need a few steps; the 32 decode steps none
-    assert 0 < len(calls) < len(steps) // 2
+    silent = engine(folder, {"method": "mtp", "num_speculative_tokens": 3})
+    calls = mtp_calls(silent)
+    assert run_staggered(silent, eight) == eight_ref
+    assert silent.scheduler.stats.num_draft_tokens == 0 and calls == []
 
 
 def test_forced_rejections_keep_output_and_recurrent_state(tiny_model_dir, next_refs, monkeypatch):
