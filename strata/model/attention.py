@@ -18,7 +18,7 @@ from torch import nn
 
 from strata.config import ModelConfig
 from strata.kernels import triton_available
-from strata.model.context import ForwardContext
+from strata.model.context import ForwardContext, index_tensor
 from strata.model.norm import RMSNorm
 from strata.model.rotary import RotaryEmbedding
 
@@ -85,11 +85,13 @@ def _attend_windows_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     from strata.kernels.paged_attention import paged_attention as paged_attention_triton
 
     lens = [ctx.query_lens[i] for i in slots]
-    device = q.device
-    rows = torch.tensor([t for i in slots for t in range(starts[i], starts[i + 1])], device=device)  # [T_short]
-    chosen = torch.tensor(slots, device=device)
-    query_start_loc = torch.tensor([0, *itertools.accumulate(lens)], device=device,
-                                   dtype=ctx.query_start_loc.dtype)
+
+    def layout():  # the same for every layer of the step: made (and copied to the device) once
+        rows = [t for i in slots for t in range(starts[i], starts[i + 1])]
+        return (index_tensor(rows, q.device), index_tensor(slots, q.device),                # [T_short], [S_short]
+                index_tensor([0, *itertools.accumulate(lens)], q.device, ctx.query_start_loc.dtype))
+
+    rows, chosen, query_start_loc = ctx.cached(("short_windows", tuple(slots)), layout)
     out[rows] = paged_attention_triton(q[rows], k_cache, v_cache, ctx.block_tables[chosen], ctx.seq_lens[chosen],
                                        query_start_loc, scale, max_query_len=max(lens),
                                        table_width=ctx.split_table_width)

@@ -33,6 +33,14 @@ class ForwardContext:
     window_states: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
     # Optional persistent buffers for those states (same layout, >= T rows), so CUDA graphs share them
     window_buffers: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None
+    # index tensors derived from the host lists above, made once per step and shared by every layer
+    derived: dict = field(default_factory=dict)
+
+    def cached(self, key, build):
+        """build() once per step for `key` (the eager paths' per-step index layouts)."""
+        if key not in self.derived:
+            self.derived[key] = build()
+        return self.derived[key]
 
     @property
     def num_seqs(self) -> int:
@@ -41,3 +49,13 @@ class ForwardContext:
     @property
     def max_query_len(self) -> int:
         return max(self.query_lens)
+
+
+def index_tensor(values, device: torch.device | str, dtype: torch.dtype = torch.long) -> torch.Tensor:
+    """A host list (or CPU tensor) of indices on `device`. To CUDA it goes through pinned memory without
+    blocking: a plain copy from pageable memory makes the host wait for the device to drain its queue,
+    which inside a layer serialises the host's launches with the device's work."""
+    host = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype)
+    if torch.device(device).type != "cuda" or torch.cuda.is_current_stream_capturing():
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)

@@ -17,7 +17,7 @@ from torch import nn
 
 from strata.config import ModelConfig
 from strata.kernels import triton_available
-from strata.model.context import ForwardContext
+from strata.model.context import ForwardContext, index_tensor
 from strata.model.norm import GatedRMSNorm
 
 _RECURRENT_MAX_QUERY_LEN = 16
@@ -105,7 +105,8 @@ def causal_conv1d_ragged(x: torch.Tensor, weight: torch.Tensor, conv_state: torc
     history = conv_state[slots].transpose(1, 2)                               # [S, W-1, C]
     history = torch.where(ctx.has_initial_state[:, None, None], history, 0).to(x.dtype)
     # extended layout: each sequence's history rows followed by its tokens
-    seq_of_token = torch.repeat_interleave(seq_ids, torch.tensor(ctx.query_lens, device=device))
+    query_lens = ctx.cached("query_lens", lambda: index_tensor(ctx.query_lens, device))      # [S]
+    seq_of_token = torch.repeat_interleave(seq_ids, query_lens, output_size=num_tokens)
     token_pos = torch.arange(num_tokens, device=device) + (seq_of_token + 1) * hist                 # [T]
     hist_pos = (ctx.query_start_loc[:-1] + seq_ids * hist)[:, None] + torch.arange(hist, device=device)  # [S, W-1]
     ext = x.new_empty(num_tokens + ctx.num_seqs * hist, x.shape[1])
@@ -221,14 +222,13 @@ class GatedDeltaNet(nn.Module):
                    if n > _RECURRENT_MAX_QUERY_LEN]
         starts = [0, *accumulate(ctx.query_lens)]
         for seqs, rule in groups:
-            tokens, row, col = _padded_layout(seqs, starts, ctx.query_lens, q.device)
+            tokens, row, col, seq_index, last = ctx.cached(
+                ("delta_rule_layout", tuple(seqs)), lambda: _padded_layout(seqs, starts, ctx.query_lens, q.device))
             max_len = max(ctx.query_lens[i] for i in seqs)
             padded = [_pad(x[tokens], row, col, len(seqs), max_len) for x in (q, k, v, g, beta)]
-            seq_index = torch.tensor(seqs, device=q.device)
             if window_ssm is not None and rule is recurrent_gated_delta_rule:
                 group_out, all_states = rule(*padded, initial[seq_index], return_all_states=True)
                 window_ssm[tokens] = all_states[row, col]
-                last = torch.tensor([ctx.query_lens[i] - 1 for i in seqs], device=q.device)
                 final = all_states[torch.arange(len(seqs), device=q.device), last]
             else:
                 group_out, final = rule(*padded, initial[seq_index])
@@ -238,12 +238,15 @@ class GatedDeltaNet(nn.Module):
 
 
 def _padded_layout(seqs: list[int], starts: list[int], lens: list[int],
-                   device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Token indices of `seqs` and their (row, column) in a padded [len(seqs), max_len] layout."""
+                   device: torch.device) -> tuple[torch.Tensor, ...]:
+    """Token indices of `seqs` [n], their (row, column) in a padded [len(seqs), max_len] layout [n] x2,
+    the sequences themselves [len(seqs)] and each one's last column [len(seqs)]: one host-to-device copy."""
     tokens = torch.cat([torch.arange(starts[i], starts[i] + lens[i]) for i in seqs])
     row = torch.cat([torch.full((lens[i],), j) for j, i in enumerate(seqs)])
     col = torch.cat([torch.arange(lens[i]) for i in seqs])
-    return tokens.to(device), row.to(device), col.to(device)
+    last = torch.tensor([lens[i] - 1 for i in seqs])
+    packed = index_tensor(torch.cat([tokens, row, col, torch.tensor(seqs), last]), device)
+    return tuple(packed.split([len(tokens)] * 3 + [len(seqs)] * 2))
 
 
 def _pad(x: torch.Tensor, row: torch.Tensor, col: torch.Tensor, num_rows: int, max_len: int) -> torch.Tensor:

@@ -142,6 +142,21 @@ def test_ragged_batch_matches_each_alone(model):
     assert not conv_state[idle].any() and not ssm_state[idle].any()  # rows of idle slots stay untouched
 
 
+def test_a_steps_index_layouts_are_made_once_for_all_layers(model, monkeypatch):
+    """The eager path's per-step index tensors (copied to the device) are built once per step and
+    shared by the layers: a copy per layer would make the host wait for the device at every layer."""
+    import strata.model.gated_delta_net as gdn
+
+    calls = []
+    layout = gdn._padded_layout
+    monkeypatch.setattr(gdn, "_padded_layout", lambda *args: (calls.append(args[0]), layout(*args))[1])
+    num_gdn_layers = sum(isinstance(m, gdn.GatedDeltaNet) for m in model.modules())
+    assert num_gdn_layers >= 2
+    prompts = [random_ids(n, seed=40 + n) for n in (37, 3)]   # a long chunk and a short window: two groups
+    step(model, make_caches(model), [(0, 0, 37), (1, 0, 3)], prompts)
+    assert sorted(calls) == [[0], [1]]
+
+
 def random_delta_inputs(batch: int, length: int, seed: int):
     gen = torch.Generator().manual_seed(seed)
     heads, dk, dv = 4, 16, 8
