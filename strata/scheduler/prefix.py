@@ -101,19 +101,28 @@ class PrefixManager:
                                     tuple(tokens[i * self.block_size:(i + 1) * self.block_size]))
         state.block_hashes.extend(new)
 
-    def checkpoint_due(self, state: RequestState) -> int | None:
+    def checkpoint_due(self, state: RequestState, ahead: bool = False) -> int | None:
         """The key under which to save the slot's state now, if its computed length sits on a
         boundary worth keeping: every `checkpoint_every` prompt tokens, the prompt's last full
-        block, and during decoding every boundary (the newest one serves the next turn)."""
+        block, and during decoding every boundary (the newest one serves the next turn). `ahead`:
+        for the length one past the computed tokens (an overlapped decode step's token in flight,
+        whose input is known), the block it completes hashed before its commit registers it."""
         if self.checkpoints is None or not self.enabled:
             return None
-        computed = state.num_computed_tokens
-        if computed == 0 or computed % self.block_size or len(state.block_hashes) < computed // self.block_size:
+        computed = state.num_computed_tokens + (1 if ahead else 0)
+        index = computed // self.block_size - 1       # the block that ends at `computed`
+        if computed == 0 or computed % self.block_size:
+            return None
+        if len(state.block_hashes) > index:
+            key = state.block_hashes[index]
+        elif ahead and len(state.block_hashes) == index and state.num_tokens >= computed:
+            parent = state.block_hashes[-1] if state.block_hashes else None
+            key = chain_hashes(state.all_token_ids(), self.block_size, index + 1, parent, start_block=index)[0]
+        else:
             return None
         prompt_len = len(state.prompt_token_ids)
         wanted = (computed % self.checkpoint_every == 0 or computed == self._last_prompt_boundary(state)
                   or computed > prompt_len)
-        key = state.block_hashes[computed // self.block_size - 1]
         return key if wanted and not self.checkpoints.contains(key) else None
 
     def chunk_length(self, state: RequestState, num_new: int) -> int:

@@ -12,7 +12,7 @@ import itertools
 from collections import deque
 from dataclasses import dataclass
 
-from strata.cache.block_allocator import BlockAllocator, blocks_needed, chain_hashes
+from strata.cache.block_allocator import BlockAllocator, blocks_needed
 from strata.cache.checkpoints import CheckpointIndex
 from strata.cache.host_park import ParkIndex
 from strata.config import CacheConfig, SchedulerConfig, SpecConfig
@@ -150,9 +150,10 @@ class Scheduler:
         input being the token `plan` samples (the runner feeds it on the device; token_ids holds a
         placeholder). None when the next step cannot be known in advance: a request waits to be
         admitted, a running one is not in `plan`, a request drafts (in `plan` or, by the draft policy, in
-        the next step: speculating requests that draft nothing decode ahead too), committing `plan` saves a hybrid
-        model's state (a block boundary), sampling needs the previous token on the host (penalties,
-        min_tokens, a seed, logprobs), or a block would have to be taken from another request."""
+        the next step: speculating requests that draft nothing decode ahead too), sampling needs the
+        previous token on the host (penalties, min_tokens, a seed, logprobs), or a block would have to
+        be taken from another request. A hybrid model's checkpoint due where `plan` ends a block is
+        queued here, ahead of the commit."""
         self._decide_k_step()
         continuing = self._continuing_after(plan)
         if not continuing:
@@ -164,6 +165,9 @@ class Scheduler:
             return None
         scheduled = []
         for state, count in zip(continuing, missing):
+            # hybrid models: a checkpoint due where `plan` ends a block is saved at the start of the
+            # ahead step (stream order: after `plan`, before the step that advances the state again)
+            self._maybe_checkpoint(state, ahead=True)
             position = state.num_computed_tokens + 1
             new_blocks = self.allocator.allocate(count) if count else []
             state.block_ids.extend(new_blocks)
@@ -180,9 +184,6 @@ class Scheduler:
         condition of schedule_ahead but the free blocks holds; else None."""
         if self.waiting or plan.new_slots:
             return None
-        # a hybrid model's state is saved where committing `plan` ends a block (the save runs before the
-        # next step): that step must not have advanced the state already
-        saves_state = self.checkpoints is not None and self.prefix.enabled
         by_slot = {state.slot_id: state for state in self.running}
         if not plan.scheduled or len(plan.scheduled) != len(by_slot):
             return None
@@ -191,7 +192,6 @@ class Scheduler:
             state = by_slot.get(work.slot_id)
             if state is None or not work.sample or work.num_new_tokens != 1 or work.draft_token_ids \
                     or state.num_computed_tokens != work.num_computed_tokens or not _samples_without_history(state) \
-                    or (saves_state and (work.num_computed_tokens + 1) % self.block_size == 0) \
                     or (self.spec.enabled and (work.next_k or self._wants_drafts(state))):
                 return None
             if state.remaining_output(self.max_model_len) > 1:  # else the token in flight is its last
@@ -337,14 +337,16 @@ class Scheduler:
             self._pending_copies["park_checkpoints"].append((device_row, host_row))
             self.cache_stats.checkpoints_parked += 1
 
-    def _maybe_checkpoint(self, state: RequestState) -> None:
-        key = self.prefix.checkpoint_due(state)
+    def _maybe_checkpoint(self, state: RequestState, ahead: bool = False) -> None:
+        """Queue a save of the slot's state for the next plan if a checkpoint is due (see
+        PrefixManager.checkpoint_due; `ahead`: for the overlapped step in flight)."""
+        key = self.prefix.checkpoint_due(state, ahead)
         if key is None:
             return
         row = self.checkpoints.try_reserve(key)
         if row is None:
             return
-        if state.num_computed_tokens > len(state.prompt_token_ids):  # decoding: keep only the newest
+        if state.num_computed_tokens + ahead > len(state.prompt_token_ids):  # decoding: keep only the newest
             if state.decode_checkpoint_key is not None:
                 self.checkpoints.release(state.decode_checkpoint_key)
             state.decode_checkpoint_key = key
