@@ -161,8 +161,8 @@ class SchedulerConfig:
     max_model_len: int | None = _opt(None, "maximum prompt + output length (default: the model's)")
     policy: str = _opt("fcfs", "admission order: fcfs | shortest-prompt-first")
     async_scheduling: bool = _opt(True, "plan the next decode step while the current one runs on the device, "
-                                         "so the host's per-step work overlaps it (decode-only steps without "
-                                         "speculation; a request that stops there wastes one token)")
+                                        "so the host's per-step work overlaps it (decode steps without drafts; "
+                                        "a request that stops there wastes one token)")
 
 
 SPEC_METHODS = ("mtp", "suffix", "mtp+suffix", "synthetic", "auto")

@@ -110,7 +110,8 @@ def bench_linear(rows_list: list[int]) -> list[dict]:
     rows = []
     for name, cols, depth in LINEAR_SHAPES:
         nbytes_w = cols * depth * 2
-        weights = [torch.randn(cols, depth, device="cuda", dtype=torch.bfloat16) for _ in range(rotations(nbytes_w, 64))]
+        weights = [torch.randn(cols, depth, device="cuda", dtype=torch.bfloat16)
+                   for _ in range(rotations(nbytes_w, 64))]
         for num_rows in rows_list:
             x = torch.randn(num_rows, depth, device="cuda", dtype=torch.bfloat16)
             nbytes = nbytes_w + num_rows * (cols + depth) * 2
@@ -232,8 +233,8 @@ def main() -> None:
         rows += bench_linear([1, 16])
         torch.cuda.empty_cache()
     if "attention" in only:
-        rows += bench_attention([(1, 128, 1, 256), (8, 128, 1, 256), (1, 4096, 1), (1, 32768, 1), (8, 4096, 1), (32, 4096, 1),
-                                 (64, 2048, 1), (8, 4096, 4), (32, 2048, 4), (8, 1024, 16)], sweep)
+        rows += bench_attention([(1, 128, 1, 256), (8, 128, 1, 256), (1, 4096, 1), (1, 32768, 1), (8, 4096, 1),
+                                 (32, 4096, 1), (64, 2048, 1), (8, 4096, 4), (32, 2048, 4), (8, 1024, 16)], sweep)
         torch.cuda.empty_cache()
     if "gdn" in only:
         rows += bench_gdn([(1, 1, False), (8, 1, False), (32, 1, False), (1, 4, True), (8, 4, True),

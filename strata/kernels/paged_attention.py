@@ -4,10 +4,9 @@ last tokens of its context, causal among themselves) and attends to its KV throu
 One program owns (sequence, KV head, split of the context): its query tile stacks every window token
 of every query head in the KV head's GQA group, so each K/V tile is read once for the whole group.
 Splits along the context (flash-decoding) keep the chip busy when few sequences run; a second small
-kernel merges the splits' partial softmax sums. The split count is fixed by shapes (CUDA-graph safe) but
-each sequence uses only as many as its length needs (MIN_TILES_PER_SPLIT KV tiles each at least); the
-others return at once, and a context of one split's tiles has that split write the output itself (its
-merge programs return at once). The K/V of this step must already be in the pool.
+kernel merges the splits' partial softmax sums. The split count is fixed by shapes (CUDA-graph safe);
+splits past a sequence's last KV tile return at once, and a context of one tile has its one split write
+the output itself (its merge programs return at once). The K/V of this step must already be in the pool.
 """
 
 from __future__ import annotations
@@ -23,9 +22,6 @@ except ImportError:  # CPU-only install: paged_attention_ref still works
     triton = tl = None
 
 MAX_QUERY_LEN = 16
-# KV tiles a split takes before the next one is used. One: a split's tiles run one after another, so on
-# the H200 4 (fewer, longer splits) cost a 4096-token context 18.8 µs against 12.4 µs at 1.
-MIN_TILES_PER_SPLIT = 1
 
 
 def paged_attention_ref(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -107,11 +103,10 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), k_cache.stride(0), k_cache.stride(1),
         k_cache.stride(2), block_tables.stride(0), partial.stride(0), stats.stride(0), stats.stride(1),
         G_PAD=g_pad, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=triton.next_power_of_2(head_dim),
-        MIN_TILES=MIN_TILES_PER_SPLIT,
         num_warps=4 if block_m <= 32 else 8, num_stages=num_stages)
     _merge_kernel[(num_seqs, num_heads, max_query_len)](
         partial, stats, out, seq_lens, query_start_loc, splits, num_heads, head_dim, out.stride(0), out.stride(1),
-        partial.stride(0), stats.stride(0), stats.stride(1), BLOCK_N=block_n, MIN_TILES=MIN_TILES_PER_SPLIT,
+        partial.stride(0), stats.stride(0), stats.stride(1), BLOCK_N=block_n,
         SPLITS_PAD=triton.next_power_of_2(splits), BLOCK_D=triton.next_power_of_2(head_dim), num_warps=4)
     return out
 
@@ -123,12 +118,11 @@ if triton is not None:
                       qk_scale, block_size, group, num_heads, head_dim, num_splits,
                       stride_qt, stride_qh, stride_ot, stride_oh, stride_kb, stride_ko, stride_kh,
                       stride_table, stride_ps, stride_sk, stride_st,
-                      G_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                      MIN_TILES: tl.constexpr):
+                      G_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
         seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         seq_len = tl.load(seq_lens_ptr + seq)
         num_tiles = tl.cdiv(seq_len, BLOCK_N)
-        per_split = tl.maximum(tl.cdiv(num_tiles, num_splits), MIN_TILES)
+        per_split = tl.cdiv(num_tiles, num_splits)
         if split * per_split >= num_tiles:
             return  # a split this sequence does not need (the merge reads only the used ones)
         q_start = tl.load(qsl_ptr + seq)
@@ -177,11 +171,11 @@ if triton is not None:
     @triton.jit
     def _merge_kernel(partial_ptr, stats_ptr, out_ptr, seq_lens_ptr, qsl_ptr, num_splits, num_heads, head_dim,
                       stride_ot, stride_oh, stride_ps, stride_sk, stride_st, BLOCK_N: tl.constexpr,
-                      MIN_TILES: tl.constexpr, SPLITS_PAD: tl.constexpr, BLOCK_D: tl.constexpr):
+                      SPLITS_PAD: tl.constexpr, BLOCK_D: tl.constexpr):
         seq, head, j = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         q_start = tl.load(qsl_ptr + seq)
         num_tiles = tl.cdiv(tl.load(seq_lens_ptr + seq), BLOCK_N)
-        per_split = tl.maximum(tl.cdiv(num_tiles, num_splits), MIN_TILES)
+        per_split = tl.cdiv(num_tiles, num_splits)
         if (j >= tl.load(qsl_ptr + seq + 1) - q_start) | (per_split >= num_tiles):
             return  # past this window, or its one split wrote the output
         token = q_start + j
