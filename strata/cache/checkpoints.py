@@ -32,8 +32,10 @@ class CheckpointIndex:
 
     def try_reserve(self, key: int) -> int | None:
         """A pool row for a new checkpoint under `key`, evicting the least recently used one; None
-        when the key is already saved. Reservations happen only in `Scheduler.update`, after the
-        runner has done the step's restores, so a row being restored is never reused under it."""
+        when the key is already saved. Reservations happen in `Scheduler.update`, after the runner has
+        done the step's restores, and in `Scheduler.schedule_ahead`, whose step in flight restores
+        nothing (a plan with new slots is never followed by one planned ahead): a row being restored
+        is never reused under it."""
         if self.capacity == 0 or key in self._by_key:
             return None
         if not self._free:
@@ -49,3 +51,10 @@ class CheckpointIndex:
         row = self._by_key.pop(key, None)
         if row is not None:
             self._free.append(row)
+
+    def release_row(self, row: int) -> int | None:
+        """Forget the checkpoint held in `row` (its save never ran: the step failed) -> its key."""
+        key = next((k for k, r in self._by_key.items() if r == row), None)
+        if key is not None:
+            self.release(key)
+        return key

@@ -314,6 +314,7 @@ class EngineCore:
                           num_cached_tokens=state.num_cached_tokens)
 
     def _fail_step(self, plan, error: Exception) -> list[TokenDelta]:
+        self.scheduler.forget_checkpoint_saves(plan)
         slot_ids = {w.slot_id for w in plan.scheduled}
         failed = [s for s in self.scheduler.running if s.slot_id in slot_ids]
         deltas = []

@@ -337,6 +337,17 @@ class Scheduler:
             self._pending_copies["park_checkpoints"].append((device_row, host_row))
             self.cache_stats.checkpoints_parked += 1
 
+    def forget_checkpoint_saves(self, plan: StepPlan) -> None:
+        """A failed step's checkpoint saves may not have run: their rows must not be found by a later
+        prefix match (at worst a good checkpoint is dropped)."""
+        if self.checkpoints is None:
+            return
+        for _, row in plan.checkpoint_saves:
+            key = self.checkpoints.release_row(row)
+            for state in self.running:
+                if key is not None and state.decode_checkpoint_key == key:
+                    state.decode_checkpoint_key = None
+
     def _maybe_checkpoint(self, state: RequestState, ahead: bool = False) -> None:
         """Queue a save of the slot's state for the next plan if a checkpoint is due (see
         PrefixManager.checkpoint_due; `ahead`: for the overlapped step in flight)."""

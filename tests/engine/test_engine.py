@@ -147,3 +147,34 @@ def test_a_failing_step_fails_its_requests_and_the_engine_keeps_serving(tiny_mod
     while engine.has_unfinished():
         tokens += [t for d in engine.step() for t in d.new_token_ids]
     assert len(tokens) == 4
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_a_failing_step_leaves_no_checkpoint_it_was_to_save(tiny_model_dir, monkeypatch, async_scheduling):
+    """A hybrid model's checkpoint save rides on the next step (planned ahead or not); if that step
+    fails before it runs, the row holds anything, so its key must not be found by a later prefix match."""
+    from strata.config import CacheConfig, EngineConfig, RunnerConfig, SchedulerConfig
+
+    config = EngineConfig(model=tiny_model_dir("qwen3_next"), runner=RunnerConfig(device="cpu", dtype="float32"),
+                          cache=CacheConfig(block_size=4),
+                          scheduler=SchedulerConfig(async_scheduling=async_scheduling))
+    engine = EngineCore(config, quiet=True)
+    scheduler = engine.scheduler
+    method = "launch_decode" if async_scheduling else "execute"
+    real = getattr(engine.runner, method)
+    doomed_keys = []
+
+    def fail_when_saving(plan, *args):
+        if plan.checkpoint_saves and any(s.num_computed_tokens > 9 for s in scheduler.running):  # decoding
+            doomed_keys.append(scheduler.running[0].decode_checkpoint_key)
+            raise RuntimeError("boom")
+        return real(plan, *args)
+
+    monkeypatch.setattr(engine.runner, method, fail_when_saving)
+    engine.add_request(Request("doomed", list(range(5, 14)), SamplingParams(temperature=0.0, max_tokens=20,
+                                                                            ignore_eos=True)))
+    errors = []
+    while engine.has_unfinished():
+        errors += [d for d in engine.step() if d.finish_reason is FinishReason.ERROR]
+    assert errors and doomed_keys[0] is not None
+    assert not scheduler.checkpoints.contains(doomed_keys[0])
