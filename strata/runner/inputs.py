@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from strata.model.context import ForwardContext
+from strata.model.context import ForwardContext, index_tensor
 from strata.types import ScheduledSlot
 
 
@@ -33,22 +33,28 @@ def build_inputs(scheduled: list[ScheduledSlot], block_tables: dict[int, list[in
         slot_mapping.append(table[pos // block_size] * block_size + pos % block_size)
         input_ids.extend(work.token_ids)
         query_start_loc.append(query_start_loc[-1] + work.num_new_tokens)
+    num_seqs, num_tokens = len(scheduled), len(input_ids)
     width = max(len(block_tables[w.slot_id]) for w in scheduled)
-    padded = [block_tables[w.slot_id] + [0] * (width - len(block_tables[w.slot_id])) for w in scheduled]
+    tables = np.zeros((num_seqs, width), dtype=np.int64)                                   # padded with 0
+    for row, work in enumerate(scheduled):
+        tables[row, :len(block_tables[work.slot_id])] = block_tables[work.slot_id]
     num_computed = [w.num_computed_tokens for w in scheduled]
     query_lens = [w.num_new_tokens for w in scheduled]
-
-    def tensor(values, dtype=torch.long):
-        return torch.tensor(values, dtype=dtype, device=device)
-
+    # every index array in one host buffer, one copy to the device (pinned, not blocking the host)
+    parts = [np.asarray(input_ids, dtype=np.int64), np.concatenate(positions), np.concatenate(slot_mapping),
+             np.asarray(query_start_loc), np.add(num_computed, query_lens), [w.slot_id for w in scheduled],
+             np.asarray(num_computed) > 0, tables.ravel()]
+    packed = index_tensor(torch.from_numpy(np.concatenate([np.asarray(p, dtype=np.int64) for p in parts])), device)
+    ids, pos, slots, qsl, seq_lens, state_ids, has_initial, flat_tables = packed.split(
+        [num_tokens] * 3 + [num_seqs + 1] + [num_seqs] * 3 + [num_seqs * width])
     ctx = ForwardContext(
-        positions=torch.from_numpy(np.concatenate(positions)).to(device),
-        slot_mapping=torch.from_numpy(np.concatenate(slot_mapping)).to(device),
-        query_start_loc=tensor(query_start_loc),
-        seq_lens=tensor([c + n for c, n in zip(num_computed, query_lens)]),
-        block_tables=tensor(padded),
-        state_slot_ids=tensor([w.slot_id for w in scheduled]),
-        has_initial_state=tensor([c > 0 for c in num_computed], torch.bool),
+        positions=pos,                                   # [T]
+        slot_mapping=slots,                              # [T]
+        query_start_loc=qsl,                             # [S + 1]
+        seq_lens=seq_lens,                               # [S]
+        block_tables=flat_tables.view(num_seqs, width),  # [S, W]
+        state_slot_ids=state_ids,                        # [S]
+        has_initial_state=has_initial != 0,              # [S] bool
         query_lens=query_lens,
         num_computed=num_computed,
         kv_caches=kv_caches,
@@ -56,4 +62,4 @@ def build_inputs(scheduled: list[ScheduledSlot], block_tables: dict[int, list[in
         block_size=block_size,
         split_table_width=split_table_width,
     )
-    return StepInputs(tensor(input_ids), ctx, query_start_loc[:-1])
+    return StepInputs(ids, ctx, query_start_loc[:-1])
