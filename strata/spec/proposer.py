@@ -86,6 +86,8 @@ class Proposer:
         # absolute position of each slot's last accepted token
         window_start = {w.slot_id: (w.num_computed_tokens, start) for w, start in zip(scheduled, query_starts)}
         positions = {o.slot_id: window_start[o.slot_id][0] + o.last_row - window_start[o.slot_id][1] for o in slots}
+        if self.spec.draft_prob_floor == 0:
+            return self._draft_on_device(slots, wanted, positions, state, block_tables, kv_caches, block_size)
         drafts = {o.slot_id: [] for o in slots}
         active = list(slots)
         for step in range(max(wanted[o.slot_id] for o in slots)):
@@ -105,6 +107,20 @@ class Proposer:
             if not active:
                 break
         return drafts
+
+    def _draft_on_device(self, slots, wanted, positions, state, block_tables, kv_caches, block_size):
+        """Without a probability floor every draft is kept, so the passes need nothing from the host:
+        each feeds the previous pass's most likely tokens [S] as its input ids on the device, and the
+        drafts are read back once at the end (a read per pass would make the host wait for the device
+        between passes). Every slot runs the longest k; each keeps its own first `wanted` drafts."""
+        tokens = [torch.softmax(self.model.compute_logits(state), dim=-1).argmax(dim=-1)]      # [S]
+        for step in range(1, max(wanted[o.slot_id] for o in slots)):
+            work = [ScheduledSlot(o.slot_id, positions[o.slot_id] + step, 1, [], [0]) for o in slots]
+            ctx = build_inputs(work, block_tables, block_size, kv_caches, {}, str(state.device)).ctx
+            state = self.model.mtp_forward(tokens[-1], state, ctx)                            # [S, D]
+            tokens.append(torch.softmax(self.model.compute_logits(state), dim=-1).argmax(dim=-1))
+        rows = torch.stack(tokens, dim=1).tolist()                                            # [S, k]
+        return {o.slot_id: row[:wanted[o.slot_id]] for o, row in zip(slots, rows)}
 
     def _mtp_step(self, active, drafts, positions, state, step, block_tables, kv_caches, block_size):
         """One recursive MTP pass: each active slot feeds its newest draft at the next position."""

@@ -309,3 +309,20 @@ def test_a_new_request_starts_from_the_engines_acceptance(tiny_model_dir):
     assert scheduler.stats.num_draft_tokens > 0 and scheduler.acceptance_prior < 0.5
     scheduler.add_request(Request("next", [5, 6, 7], SamplingParams(max_tokens=4)))
     assert scheduler.requests["next"].acceptance_ema == scheduler.acceptance_prior
+
+
+def test_mtp_drafts_kept_on_the_device_match_the_host_loop(tiny_model_dir, next_refs, monkeypatch):
+    """Without a probability floor the MTP passes feed each other on the device and are read back once;
+    with a floor (here one every draft passes) the host checks each pass. Both must draft the same
+    tokens, and the outputs stay HF's."""
+    _, eight, _, eight_ref = next_refs
+    folder = tiny_model_dir("qwen3_next+mtp")
+    proposed = {"device": [], "host": []}
+    for kind, floor in (("device", 0.0), ("host", 1e-30)):
+        core = engine(folder, {"method": "mtp", "num_speculative_tokens": 3, "adaptive": False,
+                               "draft_prob_floor": floor})
+        propose = core.runner.proposer.propose
+        monkeypatch.setattr(core.runner.proposer, "propose",
+                            lambda *args, out=proposed[kind], f=propose: (out.append(f(*args)), out[-1])[1])
+        assert run_staggered(core, eight) == eight_ref
+    assert proposed["device"] == proposed["host"] and sum(len(d) for p in proposed["host"] for d in p.values()) > 50
