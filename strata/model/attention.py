@@ -18,9 +18,10 @@ from torch import nn
 
 from strata.config import ModelConfig
 from strata.kernels import triton_available
-from strata.model.context import ForwardContext, index_tensor
+from strata.model.context import ForwardContext
 from strata.model.norm import RMSNorm
 from strata.model.rotary import RotaryEmbedding
+from strata.transfer import index_tensor
 
 _BATCHED_MAX_QUERY_LEN = 16
 

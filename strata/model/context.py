@@ -50,12 +50,3 @@ class ForwardContext:
     def max_query_len(self) -> int:
         return max(self.query_lens)
 
-
-def index_tensor(values, device: torch.device | str, dtype: torch.dtype = torch.long) -> torch.Tensor:
-    """A host list (or CPU tensor) of indices on `device`. To CUDA it goes through pinned memory without
-    blocking: a plain copy from pageable memory makes the host wait for the device to drain its queue,
-    which inside a layer serialises the host's launches with the device's work."""
-    host = values if isinstance(values, torch.Tensor) else torch.tensor(values, dtype=dtype)
-    if torch.device(device).type != "cuda" or torch.cuda.is_current_stream_capturing():
-        return host.to(device)
-    return host.pin_memory().to(device, non_blocking=True)

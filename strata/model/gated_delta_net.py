@@ -17,8 +17,9 @@ from torch import nn
 
 from strata.config import ModelConfig
 from strata.kernels import triton_available
-from strata.model.context import ForwardContext, index_tensor
+from strata.model.context import ForwardContext
 from strata.model.norm import GatedRMSNorm
+from strata.transfer import index_tensor
 
 _RECURRENT_MAX_QUERY_LEN = 16
 _CHUNK_SIZE = 64

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from strata.model.context import ForwardContext, index_tensor
+from strata.model.context import ForwardContext
+from strata.transfer import index_tensor
 from strata.types import ScheduledSlot
 
 

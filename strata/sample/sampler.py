@@ -14,6 +14,7 @@ import torch
 
 from strata.sample.penalties import PenaltyState
 from strata.sample.probs import processed_probs, sample_from_probs
+from strata.transfer import index_tensor
 from strata.types import SamplingParams
 
 _MASK64 = (1 << 64) - 1
@@ -95,10 +96,12 @@ class Sampler:
         params = [self._params_of(slot_id) for slot_id in slot_ids]
         logits = self.penalties.apply(logits, slot_ids)
         logits = self._mask_min_tokens(logits, slot_ids)
-        token_ids = logits.argmax(dim=-1)                             # [N], exact for greedy rows
         sampled_rows = [row for row, p in enumerate(params) if not p.is_greedy]
-        if sampled_rows:
-            token_ids[sampled_rows] = self._sample_rows(logits, slot_ids, sampled_rows)
+        if len(sampled_rows) == len(slot_ids):
+            return self._sample_rows(logits, slot_ids, sampled_rows)
+        token_ids = logits.argmax(dim=-1)                             # [N], exact for greedy rows
+        if sampled_rows:  # index copies that do not wait: the step they follow may still be running
+            token_ids[index_tensor(sampled_rows, token_ids.device)] = self._sample_rows(logits, slot_ids, sampled_rows)
         return token_ids
 
     def _check_rows(self, logits: torch.Tensor, slot_ids: list[int]) -> None:
@@ -150,9 +153,9 @@ class Sampler:
         """Draw tokens for logits[rows] (non-greedy rows) -> [len(rows)] int64."""
         row_slot_ids = [slot_ids[row] for row in rows]
         row_params = [self.params[slot_id] for slot_id in row_slot_ids]
-        slots = torch.tensor(row_slot_ids, device=self.device)
+        slots = index_tensor(row_slot_ids, self.device)
         if len(rows) < logits.shape[0]:
-            logits = logits[torch.tensor(rows, device=logits.device)]
+            logits = logits[index_tensor(rows, logits.device)]
         # Filters no row needs are skipped: top_k and top_p each cost a sort (or topk) over V.
         needs_top_k = any(0 < p.top_k < self.vocab_size for p in row_params)
         needs_top_p = any(p.top_p < 1.0 for p in row_params)
