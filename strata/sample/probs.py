@@ -12,16 +12,17 @@ import torch
 
 
 def apply_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor | None,
-                      top_p: torch.Tensor | None) -> torch.Tensor:
+                      top_p: torch.Tensor | None, top_k_max: int | None = None) -> torch.Tensor:
     """Set to -inf the logits outside each row's top_k (<= 0 or >= V: off) and nucleus top_p.
 
     vLLM semantics: ties with the k-th logit are kept; top_p keeps the smallest set of most likely
-    tokens (after top_k) whose mass reaches p. Returns a new tensor.
+    tokens (after top_k) whose mass reaches p. Returns a new tensor. `top_k_max`: the largest enabled
+    k (1 if none), when the caller knows it on the host (else it is read from top_k: a device sync).
     """
     if top_k is None and top_p is None:
         return logits
     if top_p is None:
-        return _apply_top_k_only(logits, top_k)
+        return _apply_top_k_only(logits, top_k, top_k_max)
     vocab_size = logits.shape[-1]
     logits_sort, order = logits.sort(dim=-1)                          # ascending, [N, V]
     if top_k is not None:
@@ -36,13 +37,13 @@ def apply_top_k_top_p(logits: torch.Tensor, top_k: torch.Tensor | None,
     return logits.scatter(1, order, logits_sort)
 
 
-def _apply_top_k_only(logits: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
+def _apply_top_k_only(logits: torch.Tensor, top_k: torch.Tensor, top_k_max: int | None) -> torch.Tensor:
     """top_k without a full sort: topk up to the largest k in the batch."""
     vocab_size = logits.shape[-1]
     disabled = (top_k <= 0) | (top_k >= vocab_size)                   # [N]
     # Disabled rows ask for k = 1 so that one such row does not turn the topk into a full sort.
     k = top_k.masked_fill(disabled, 1)
-    top_values = logits.topk(int(k.max()), dim=-1).values            # [N, max_k]
+    top_values = logits.topk(top_k_max or int(k.max()), dim=-1).values  # [N, max_k]
     kth = top_values.gather(1, (k - 1).unsqueeze(1))                  # [N, 1]
     kth = kth.masked_fill(disabled.unsqueeze(1), float("-inf"))
     return logits.masked_fill(logits < kth, float("-inf"))
@@ -56,7 +57,8 @@ def apply_min_p(logits: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
 
 
 def processed_probs(logits: torch.Tensor, temperature: torch.Tensor, top_k: torch.Tensor | None = None,
-                    top_p: torch.Tensor | None = None, min_p: torch.Tensor | None = None) -> torch.Tensor:
+                    top_p: torch.Tensor | None = None, min_p: torch.Tensor | None = None,
+                    top_k_max: int | None = None) -> torch.Tensor:
     """The distribution each row samples from: temperature -> top_k -> top_p -> min_p -> softmax.
 
     logits [N, V] (already penalised), temperature [N]. Rows with temperature 0 get a one-hot on
@@ -64,7 +66,7 @@ def processed_probs(logits: torch.Tensor, temperature: torch.Tensor, top_k: torc
     """
     is_greedy = (temperature == 0).unsqueeze(1)                       # [N, 1]
     scaled = logits / torch.where(is_greedy, 1.0, temperature.unsqueeze(1))
-    scaled = apply_top_k_top_p(scaled, top_k, top_p)
+    scaled = apply_top_k_top_p(scaled, top_k, top_p, top_k_max)
     if min_p is not None:
         scaled = apply_min_p(scaled, min_p)
     probs = scaled.softmax(dim=-1)                                    # [N, V]

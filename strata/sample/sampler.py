@@ -160,10 +160,11 @@ class Sampler:
         needs_top_k = any(0 < p.top_k < self.vocab_size for p in row_params)
         needs_top_p = any(p.top_p < 1.0 for p in row_params)
         needs_min_p = any(p.min_p > 0.0 for p in row_params)
+        top_k_max = max((p.top_k if 0 < p.top_k < self.vocab_size else 1) for p in row_params)
         probs = processed_probs(logits, self.temperature[slots],
                                 top_k=self.top_k[slots] if needs_top_k else None,
                                 top_p=self.top_p[slots] if needs_top_p else None,
-                                min_p=self.min_p[slots] if needs_min_p else None)
+                                min_p=self.min_p[slots] if needs_min_p else None, top_k_max=top_k_max)
         generators = {i: g for i, slot_id in enumerate(row_slot_ids) if (g := self.generator_for(slot_id))}
         return sample_from_probs(probs, generators, self.shared_generator)
 

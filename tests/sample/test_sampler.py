@@ -178,11 +178,12 @@ def test_processed_probs_and_draws_match_the_reference_distribution(case):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_sampler_draws_match_the_reference_distribution_end_to_end(device):
+@pytest.mark.parametrize("case", [dict(temperature=0.9, top_k=5, top_p=0.9, min_p=0.05),
+                                  dict(temperature=0.9, top_k=3)])   # top_k alone: topk, not a sort
+def test_sampler_draws_match_the_reference_distribution_end_to_end(device, case):
     """Through Sampler.sample: per-slot parameters, unseeded and seeded rows, top_k + top_p + min_p."""
     num_slots, num_steps = 1000, 20
     sampler = Sampler(num_slots, 8, eos_token_ids=[], device=device, seed=4)
-    case = dict(temperature=0.9, top_k=5, top_p=0.9, min_p=0.05)
     for slot_id in range(num_slots):
         sampler.add_slot(slot_id, SamplingParams(**case, seed=slot_id if slot_id % 4 == 0 else None), [0])
     logits = torch.tensor([LOGITS_8], device=device).expand(num_slots, -1)
