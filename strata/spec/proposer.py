@@ -18,6 +18,7 @@ from strata.config import SpecConfig
 from strata.runner.inputs import build_inputs
 from strata.spec.suffix import SuffixDrafter
 from strata.spec.verify_step import SlotOutcome
+from strata.transfer import index_tensor
 from strata.types import ScheduledSlot
 
 
@@ -81,7 +82,7 @@ class Proposer:
         slots = [o for o in outcomes if o.slot_id in wanted]
         if not slots:
             return {}
-        rows = torch.tensor([o.last_row for o in slots], device=hidden.device)
+        rows = index_tensor([o.last_row for o in slots], hidden.device)
         state = draft_hidden[rows]                                   # [S, D]
         # absolute position of each slot's last accepted token
         window_start = {w.slot_id: (w.num_computed_tokens, start) for w, start in zip(scheduled, query_starts)}
