@@ -124,8 +124,8 @@ def test_steps_that_cannot_be_planned_ahead_fall_back(tiny_model_dir, monkeypatc
     ("qwen3_next+mtp", {"method": "mtp", "num_speculative_tokens": 2})])
 def test_speculating_requests_that_draft_nothing_decode_ahead(family, speculative, tiny_model_dir, monkeypatch):
     """Drafts that are always rejected (synthetic acceptance 1.0; a random MTP head) turn drafting off
-    (k = 0): those steps are plain decoding and are planned ahead. Outputs stay those of plain decoding;
-    drafting is still retried (the cost model and the acceptance estimate recover)."""
+    (k = 0): those steps are plain decoding and are planned ahead. Outputs stay those of plain decoding.
+    (How drafting is retried later is the policy's: tests/spec/test_policy.py.)"""
     folder = tiny_model_dir(family)
     requests = [(0, greedy(40)), (0, greedy(33)), (2, greedy(45))]
     reference = drive(engine(folder, False), requests)
