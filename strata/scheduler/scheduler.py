@@ -192,7 +192,7 @@ class Scheduler:
             state = by_slot.get(work.slot_id)
             if state is None or not work.sample or work.num_new_tokens != 1 or work.draft_token_ids \
                     or state.num_computed_tokens != work.num_computed_tokens or not _samples_without_history(state) \
-                    or (self.spec.enabled and (work.next_k or self._wants_drafts(state))):
+                    or (self.spec.enabled and (work.next_k or self._draft_length(state))):
                 return None
             if state.remaining_output(self.max_model_len) > 1:  # else the token in flight is its last
                 continuing.append(state)
@@ -208,16 +208,12 @@ class Scheduler:
             self._k_step = self.draft_cost.best_k(self.spec.num_speculative_tokens, acceptances)
 
     def _draft_length(self, state: RequestState) -> int:
-        """Drafts the draft policy gives the request now (0 where its sampling cannot speculate)."""
+        """Drafts the draft policy gives the request now (0 where its sampling cannot speculate). With
+        speculation on, only steps after which no request would draft can be planned ahead."""
         if not can_speculate(state.request.sampling_params, len(state.output_token_ids)):
             return 0
         return draft_length(self.spec.num_speculative_tokens, self.spec.adaptive, len(self.running),
                             state.acceptance_ema, self._k_step)
-
-    def _wants_drafts(self, state: RequestState) -> bool:
-        """Whether the request's next step would ask for drafts: with speculation on, only steps where
-        none does can be planned ahead."""
-        return self._draft_length(state) > 0
 
     def _make_plan(self, scheduled: list[ScheduledSlot]) -> StepPlan:
         """The step plan of `scheduled` with everything pending for the runner (slots to set up and

@@ -93,7 +93,8 @@ class Proposer:
         active = list(slots)
         for step in range(max(wanted[o.slot_id] for o in slots)):
             if step > 0:
-                state = self._mtp_step(active, drafts, positions, state, step, block_tables, kv_caches, block_size)
+                newest = index_tensor([drafts[o.slot_id][-1] for o in active], state.device)     # [S]
+                state = self._mtp_step(active, newest, positions, state, step, block_tables, kv_caches, block_size)
             probs = torch.softmax(self.model.compute_logits(state), dim=-1)
             best_prob, best = probs.max(dim=-1)
             keep = []
@@ -116,19 +117,17 @@ class Proposer:
         between passes). Every slot runs the longest k; each keeps its own first `wanted` drafts."""
         tokens = [torch.softmax(self.model.compute_logits(state), dim=-1).argmax(dim=-1)]      # [S]
         for step in range(1, max(wanted[o.slot_id] for o in slots)):
-            work = [ScheduledSlot(o.slot_id, positions[o.slot_id] + step, 1, [], [0]) for o in slots]
-            ctx = build_inputs(work, block_tables, block_size, kv_caches, {}, str(state.device)).ctx
-            state = self.model.mtp_forward(tokens[-1], state, ctx)                            # [S, D]
+            state = self._mtp_step(slots, tokens[-1], positions, state, step, block_tables, kv_caches, block_size)
             tokens.append(torch.softmax(self.model.compute_logits(state), dim=-1).argmax(dim=-1))
         rows = torch.stack(tokens, dim=1).tolist()                                            # [S, k]
         return {o.slot_id: row[:wanted[o.slot_id]] for o, row in zip(slots, rows)}
 
-    def _mtp_step(self, active, drafts, positions, state, step, block_tables, kv_caches, block_size):
-        """One recursive MTP pass: each active slot feeds its newest draft at the next position."""
-        work = [ScheduledSlot(o.slot_id, positions[o.slot_id] + step, 1, [], [drafts[o.slot_id][-1]])
-                for o in active]
-        inputs = build_inputs(work, block_tables, block_size, kv_caches, {}, str(state.device))
-        return self.model.mtp_forward(inputs.input_ids, state, inputs.ctx)
+    def _mtp_step(self, active, input_ids, positions, state, step, block_tables, kv_caches, block_size):
+        """One recursive MTP pass: each active slot feeds its newest draft (input_ids [S], on the device)
+        at the next position -> the pass's hidden states [S, D]."""
+        work = [ScheduledSlot(o.slot_id, positions[o.slot_id] + step, 1, [], [0]) for o in active]
+        ctx = build_inputs(work, block_tables, block_size, kv_caches, {}, str(state.device)).ctx
+        return self.model.mtp_forward(input_ids, state, ctx)
 
 
 
