@@ -21,6 +21,11 @@ try:
 except ImportError:  # CPU-only install: paged_attention_ref still works
     triton = tl = None
 
+from strata.kernels.launch import pdl_options
+
+if triton is not None:
+    from strata.kernels.launch import wait_for_previous_kernel
+
 MAX_QUERY_LEN = 16
 
 
@@ -103,11 +108,11 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), k_cache.stride(0), k_cache.stride(1),
         k_cache.stride(2), block_tables.stride(0), partial.stride(0), stats.stride(0), stats.stride(1),
         G_PAD=g_pad, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=triton.next_power_of_2(head_dim),
-        num_warps=4 if block_m <= 32 else 8, num_stages=num_stages)
+        num_warps=4 if block_m <= 32 else 8, num_stages=num_stages, **pdl_options(q))
     _merge_kernel[(num_seqs, num_heads, max_query_len)](
         partial, stats, out, seq_lens, query_start_loc, splits, num_heads, head_dim, out.stride(0), out.stride(1),
         partial.stride(0), stats.stride(0), stats.stride(1), BLOCK_N=block_n,
-        SPLITS_PAD=triton.next_power_of_2(splits), BLOCK_D=triton.next_power_of_2(head_dim), num_warps=4)
+        SPLITS_PAD=triton.next_power_of_2(splits), BLOCK_D=triton.next_power_of_2(head_dim), num_warps=4, **pdl_options(q))
     return out
 
 
@@ -118,7 +123,9 @@ if triton is not None:
                       qk_scale, block_size, group, num_heads, head_dim, num_splits,
                       stride_qt, stride_qh, stride_ot, stride_oh, stride_kb, stride_ko, stride_kh,
                       stride_table, stride_ps, stride_sk, stride_st,
-                      G_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+                      G_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                      USE_PDL: tl.constexpr):
+        wait_for_previous_kernel(USE_PDL)
         seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         seq_len = tl.load(seq_lens_ptr + seq)
         num_tiles = tl.cdiv(seq_len, BLOCK_N)
@@ -171,7 +178,8 @@ if triton is not None:
     @triton.jit
     def _merge_kernel(partial_ptr, stats_ptr, out_ptr, seq_lens_ptr, qsl_ptr, num_splits, num_heads, head_dim,
                       stride_ot, stride_oh, stride_ps, stride_sk, stride_st, BLOCK_N: tl.constexpr,
-                      SPLITS_PAD: tl.constexpr, BLOCK_D: tl.constexpr):
+                      SPLITS_PAD: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr):
+        wait_for_previous_kernel(USE_PDL)
         seq, head, j = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         q_start = tl.load(qsl_ptr + seq)
         num_tiles = tl.cdiv(tl.load(seq_lens_ptr + seq), BLOCK_N)

@@ -13,6 +13,11 @@ try:
 except ImportError:  # CPU-only install: rms_norm_ref still works
     triton = tl = None
 
+from strata.kernels.launch import pdl_options
+
+if triton is not None:
+    from strata.kernels.launch import wait_for_previous_kernel
+
 
 def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered: bool = False,
                  residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -43,7 +48,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered: b
         x2, residual if residual is not None else x2, weight, out, new_residual if new_residual is not None else out,
         dim, eps, x2.stride(0), residual.stride(0) if residual is not None else 0, out.stride(0),
         HAS_RESIDUAL=residual is not None, ZERO_CENTERED=zero_centered, BLOCK_D=block_d,
-        num_warps=min(16, max(1, block_d // 256)))
+        num_warps=min(16, max(1, block_d // 256)), **pdl_options(x))
     return out.view(x.shape), (new_residual.view(x.shape) if new_residual is not None else None)
 
 
@@ -51,7 +56,9 @@ if triton is not None:
 
     @triton.jit
     def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, dim, eps, stride_x, stride_r, stride_o,
-                         HAS_RESIDUAL: tl.constexpr, ZERO_CENTERED: tl.constexpr, BLOCK_D: tl.constexpr):
+                         HAS_RESIDUAL: tl.constexpr, ZERO_CENTERED: tl.constexpr, BLOCK_D: tl.constexpr,
+                         USE_PDL: tl.constexpr):
+        wait_for_previous_kernel(USE_PDL)
         row = tl.program_id(0).to(tl.int64)
         offs = tl.arange(0, BLOCK_D)
         ok = offs < dim

@@ -14,6 +14,11 @@ try:
 except ImportError:  # CPU-only install: the ref still works
     triton = tl = None
 
+from strata.kernels.launch import pdl_options
+
+if triton is not None:
+    from strata.kernels.launch import wait_for_previous_kernel
+
 
 def qk_norm_rope_kv_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor | None,
                         k_weight: torch.Tensor | None, eps: float, zero_centered: bool, cos: torch.Tensor,
@@ -56,7 +61,8 @@ def qk_norm_rope_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight:
         q, k, v, q_weight if has_norm else q, k_weight if has_norm else q, cos, sin, positions, k_cache, v_cache,
         slot_mapping, out, num_heads, head_dim, cos.shape[1], eps,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
-        HAS_NORM=has_norm, ZERO_CENTERED=zero_centered, BLOCK_D=triton.next_power_of_2(head_dim), num_warps=1)
+        HAS_NORM=has_norm, ZERO_CENTERED=zero_centered, BLOCK_D=triton.next_power_of_2(head_dim), num_warps=1,
+        **pdl_options(q))
     return out
 
 
@@ -80,7 +86,9 @@ if triton is not None:
                                 slots_ptr, out_ptr, num_heads, head_dim, half, eps,
                                 stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
                                 stride_ot, stride_oh,
-                                HAS_NORM: tl.constexpr, ZERO_CENTERED: tl.constexpr, BLOCK_D: tl.constexpr):
+                                HAS_NORM: tl.constexpr, ZERO_CENTERED: tl.constexpr, BLOCK_D: tl.constexpr,
+                                USE_PDL: tl.constexpr):
+        wait_for_previous_kernel(USE_PDL)
         token = tl.program_id(0).to(tl.int64)
         head = tl.program_id(1)
         is_q = head < num_heads

@@ -1,6 +1,13 @@
 """MoE routing in one launch: softmax over the router logits (float32), top-k, optional renormalisation
-of the k weights, cast to the model dtype, and optionally the layer's routing statistics. One program per token; the k picks are k passes of argmax
-over the row held in registers (k is small), replacing torch's softmax + topk + sum + div + cast.
+of the k weights, cast to the model dtype, and optionally the layer's routing statistics. One program per
+token; the k picks are k passes of argmax over the row held in registers (k is small), replacing torch's
+softmax + topk + sum + div + cast.
+
+`route_and_align` goes further for decode-sized steps (at most ROUTE_FUSED_MAX_TOKENS tokens): the router
+projection itself, the routing and fused_moe's row layout in one launch instead of three. Programs
+split the projection by (expert block, hidden slice) and write float32 partial logits; the last program
+to finish (an atomic counter, reset by that program) sums them in a fixed order (deterministic), rounds
+them to the model dtype as the router's linear layer would, picks the top-k and lays out the rows.
 """
 
 from __future__ import annotations
@@ -12,6 +19,12 @@ try:
     import triton.language as tl
 except ImportError:  # CPU-only install: the ref still works
     triton = tl = None
+
+from strata.kernels.launch import pdl_options
+from strata.kernels.moe_align import aligned_num_blocks
+
+if triton is not None:
+    from strata.kernels.launch import wait_for_previous_kernel
 
 
 def softmax_topk_ref(logits: torch.Tensor, top_k: int, renormalize: bool,
@@ -60,17 +73,146 @@ def softmax_topk(logits: torch.Tensor, top_k: int, renormalize: bool, out_dtype:
                                             TOP_K=top_k, RENORMALIZE=renormalize, RECORD=record,
                                             MASK_ROWS=real_rows is not None,
                                             E_PAD=triton.next_power_of_2(num_experts),
-                                            K_PAD=triton.next_power_of_2(top_k), num_warps=4)
+                                            K_PAD=triton.next_power_of_2(top_k), num_warps=4, **pdl_options(logits))
     return ids, weights
 
 
+ROUTE_FUSED_MAX_TOKENS = 64
+
+
+def route_and_align_ref(hidden: torch.Tensor, gate_weight: torch.Tensor, top_k: int, renormalize: bool,
+                        block_m: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """hidden [T, D], gate_weight [E, D] -> (topk_ids [T, K], topk_weights [T, K], sorted_ids, block_expert):
+    the router's linear layer, softmax_topk_ref, then fused_moe's row layout (moe_align_ref)."""
+    from strata.kernels.moe_align import moe_align_ref
+
+    ids, weights = softmax_topk_ref(hidden @ gate_weight.T, top_k, renormalize, hidden.dtype)
+    return (ids, weights, *moe_align_ref(ids, gate_weight.shape[0], block_m))
+
+
+def route_and_align(hidden: torch.Tensor, gate_weight: torch.Tensor, top_k: int, renormalize: bool, block_m: int,
+                    counter: torch.Tensor, counts: torch.Tensor | None = None, touched: torch.Tensor | None = None,
+                    real_rows: torch.Tensor | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Same contract as route_and_align_ref in one launch, for 16-bit hidden [T, D] with
+    1 <= T <= ROUTE_FUSED_MAX_TOKENS. `counter` is an int32 [1] device buffer holding 0 that the launch
+    leaves at 0 (owned by the caller; launches sharing one must not run concurrently). With `counts` and
+    `touched` it records the routing statistics like softmax_topk."""
+    num_tokens, dim = hidden.shape
+    num_experts = gate_weight.shape[0]
+    assert 1 <= num_tokens <= ROUTE_FUSED_MAX_TOKENS and hidden.dtype in (torch.bfloat16, torch.float16)
+    assert hidden.stride(1) == 1 and gate_weight.is_contiguous() and gate_weight.dtype == hidden.dtype
+    assert counter.dtype == torch.int32
+    block_e, block_k = 16, 128
+    expert_blocks = triton.cdiv(num_experts, block_e)
+    # about 64 programs: each streams a (16 experts x hidden slice) tile of the router weight
+    k_splits = max(1, min(triton.cdiv(dim, block_k), 64 // expert_blocks))
+    num_pairs = num_tokens * top_k
+    num_blocks = aligned_num_blocks(num_pairs, num_experts, block_m)
+    device = hidden.device
+    partial = torch.empty(k_splits, num_tokens, num_experts, dtype=torch.float32, device=device)  # [S, T, E]
+    ids = torch.empty(num_tokens, top_k, dtype=torch.int64, device=device)
+    weights = torch.empty(num_tokens, top_k, dtype=hidden.dtype, device=device)
+    sorted_ids = torch.empty(num_blocks * block_m, dtype=torch.int32, device=device)
+    block_expert = torch.empty(num_blocks, dtype=torch.int32, device=device)
+    scratch = torch.empty(2 * num_experts + num_pairs, dtype=torch.int32, device=device)
+    record = counts is not None
+    e_pad = triton.next_power_of_2(num_experts)
+    _route_kernel[(expert_blocks, k_splits)](
+        hidden, gate_weight, partial, counter, ids, weights, counts if record else ids, touched if record else ids,
+        real_rows if real_rows is not None else ids, sorted_ids, block_expert, scratch,
+        num_tokens, num_experts, dim, hidden.stride(0), triton.cdiv(triton.cdiv(dim, block_k), k_splits) * block_k,
+        num_blocks, TOP_K=top_k, RENORMALIZE=renormalize, RECORD=record, MASK_ROWS=real_rows is not None,
+        T_PAD=max(16, triton.next_power_of_2(num_tokens)), E_PAD=e_pad, K_PAD=triton.next_power_of_2(top_k),
+        TOK_CHUNK=max(1, 4096 // e_pad), BLOCK_E=block_e, BLOCK_K=block_k, BLOCK_M=block_m, CHUNK=1024,
+        num_warps=8, **pdl_options(hidden))
+    return ids, weights, sorted_ids, block_expert
+
+
 if triton is not None:
+    from strata.kernels.moe_align import align_pairs
+
+    @triton.jit
+    def _route_kernel(hidden_ptr, gate_ptr, partial_ptr, counter_ptr, ids_ptr, weights_ptr, counts_ptr, touched_ptr,
+                      real_rows_ptr, sorted_ids_ptr, block_expert_ptr, scratch_ptr,
+                      num_tokens, num_experts, dim, stride_ht, k_per_split, num_blocks,
+                      TOP_K: tl.constexpr, RENORMALIZE: tl.constexpr, RECORD: tl.constexpr,
+                      MASK_ROWS: tl.constexpr, T_PAD: tl.constexpr, E_PAD: tl.constexpr, K_PAD: tl.constexpr,
+                      TOK_CHUNK: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr,
+                      BLOCK_M: tl.constexpr, CHUNK: tl.constexpr, USE_PDL: tl.constexpr):
+        wait_for_previous_kernel(USE_PDL)
+        pid_e, pid_k = tl.program_id(0), tl.program_id(1)
+        # this program's partial logits: [T_PAD, BLOCK_E] over hidden slice [k_start, k_end)
+        offs_t = tl.arange(0, T_PAD)
+        t_ok = offs_t < num_tokens
+        offs_e = pid_e * BLOCK_E + tl.arange(0, BLOCK_E)
+        e_ok = offs_e < num_experts
+        offs_k = tl.arange(0, BLOCK_K)
+        k_start = pid_k * k_per_split
+        k_end = tl.minimum(k_start + k_per_split, dim)
+        acc = tl.zeros((T_PAD, BLOCK_E), dtype=tl.float32)
+        for k0 in range(k_start, k_end, BLOCK_K):
+            k_ok = k0 + offs_k < k_end
+            h = tl.load(hidden_ptr + offs_t[:, None] * stride_ht + (k0 + offs_k)[None, :],
+                        mask=t_ok[:, None] & k_ok[None, :], other=0.0)                        # [T_PAD, BK]
+            w = tl.load(gate_ptr + offs_e[:, None].to(tl.int64) * dim + (k0 + offs_k)[None, :],
+                        mask=e_ok[:, None] & k_ok[None, :], other=0.0)                        # [BE, BK]
+            acc = tl.dot(h, tl.trans(w), acc)
+        split_stride = num_tokens * num_experts
+        tl.store(partial_ptr + pid_k * split_stride + offs_t[:, None] * num_experts + offs_e[None, :], acc,
+                 mask=t_ok[:, None] & e_ok[None, :])
+        tl.debug_barrier()  # every thread's partial stored before the release below
+        finished = tl.atomic_add(counter_ptr, 1, sem="acq_rel")
+        if finished == tl.num_programs(0) * tl.num_programs(1) - 1:  # the last program: route every token
+            k_offs = tl.arange(0, K_PAD)
+            k_ok2 = k_offs < TOP_K
+            offs_all = tl.arange(0, E_PAD)
+            all_ok = offs_all < num_experts
+            for t0 in range(0, num_tokens, TOK_CHUNK):
+                rows = t0 + tl.arange(0, TOK_CHUNK)
+                r_ok = rows < num_tokens
+                logits = tl.zeros((TOK_CHUNK, E_PAD), dtype=tl.float32)
+                for split in range(0, tl.num_programs(1)):
+                    logits += tl.load(partial_ptr + split * split_stride + rows[:, None] * num_experts
+                                      + offs_all[None, :], mask=r_ok[:, None] & all_ok[None, :], other=0.0,
+                                      cache_modifier=".cg")
+                # rounded to the model dtype, as the router's linear layer returns them
+                logits = logits.to(hidden_ptr.dtype.element_ty).to(tl.float32)
+                logits = tl.where(all_ok[None, :], logits, float("-inf"))
+                e = tl.exp(logits - tl.max(logits, axis=1)[:, None])
+                probs = e / tl.sum(e, axis=1)[:, None]
+                remaining = tl.where(all_ok[None, :], probs, -1.0)                            # [TC, E_PAD]
+                picked_w = tl.zeros((TOK_CHUNK, K_PAD), dtype=tl.float32)
+                picked_id = tl.zeros((TOK_CHUNK, K_PAD), dtype=tl.int64)
+                for j in tl.static_range(TOP_K):
+                    best = tl.max(remaining, axis=1)                                           # [TC]
+                    best_id = tl.min(tl.where(remaining == best[:, None], offs_all[None, :], E_PAD), axis=1)
+                    picked_w = tl.where(k_offs[None, :] == j, best[:, None], picked_w)
+                    picked_id = tl.where(k_offs[None, :] == j, best_id[:, None].to(tl.int64), picked_id)
+                    remaining = tl.where(offs_all[None, :] == best_id[:, None], -2.0, remaining)
+                if RENORMALIZE:
+                    picked_w = picked_w / tl.sum(tl.where(k_ok2[None, :], picked_w, 0.0), axis=1)[:, None]
+                out_ok = r_ok[:, None] & k_ok2[None, :]
+                out_at = rows[:, None].to(tl.int64) * TOP_K + k_offs[None, :]
+                tl.store(ids_ptr + out_at, picked_id, mask=out_ok)
+                tl.store(weights_ptr + out_at, picked_w.to(weights_ptr.dtype.element_ty), mask=out_ok)
+                if RECORD:
+                    counted = out_ok
+                    if MASK_ROWS:  # padding rows of a graph layout are not counted
+                        counted = counted & (rows[:, None] < tl.load(real_rows_ptr))
+                    tl.atomic_add(counts_ptr + picked_id, tl.full((TOK_CHUNK, K_PAD), 1, tl.int64), mask=counted)
+                    tl.store(touched_ptr + picked_id, tl.full((TOK_CHUNK, K_PAD), 1, tl.int64), mask=counted)
+            tl.debug_barrier()  # the ids stored above are read back by the layout
+            align_pairs(ids_ptr, sorted_ids_ptr, block_expert_ptr, scratch_ptr, num_tokens * TOP_K, num_experts,
+                        num_blocks, BLOCK_M, E_PAD, CHUNK)
+            tl.atomic_xchg(counter_ptr, 0)
 
     @triton.jit
     def _softmax_topk_kernel(logits_ptr, ids_ptr, weights_ptr, counts_ptr, touched_ptr, real_rows_ptr, num_experts,
                              stride_t, TOP_K: tl.constexpr, RENORMALIZE: tl.constexpr, RECORD: tl.constexpr,
                              MASK_ROWS: tl.constexpr,
-                             E_PAD: tl.constexpr, K_PAD: tl.constexpr):
+                             E_PAD: tl.constexpr, K_PAD: tl.constexpr, USE_PDL: tl.constexpr):
+        wait_for_previous_kernel(USE_PDL)
         token = tl.program_id(0).to(tl.int64)
         offs = tl.arange(0, E_PAD)
         ok = offs < num_experts

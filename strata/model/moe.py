@@ -113,6 +113,8 @@ class MoEBlock(nn.Module):
         self.layer_idx = -1
         # random: models only: a synthetic per-expert skew of the routing (a Zipf prior), [E] or None
         self.routing_bias: torch.Tensor | None = None
+        # int32 [1] device counter of route_and_align's programs (0 between launches), made on first use
+        self._route_counter: torch.Tensor | None = None
         self.shared_expert = self.shared_expert_gate = None
         if cfg.shared_expert_intermediate_size:
             self.shared_expert = DenseMLP(cfg.hidden_size, cfg.shared_expert_intermediate_size)
@@ -135,10 +137,40 @@ class MoEBlock(nn.Module):
         return topk_ids, topk_weights
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self._routes_fused(hidden):
+            return self._forward_fused(hidden)
         topk_ids, topk_weights = self.route(hidden)
-        shared = None
-        if self.shared_expert is not None:  # queued before the routed experts: with offloaded experts the
-            # device computes it while the host computes the missed ones (in the same graph piece)
-            shared = torch.sigmoid(self.shared_expert_gate(hidden)) * self.shared_expert(hidden)
+        shared = self._shared(hidden)
         out = self.experts(hidden, topk_ids, topk_weights)
+        return out if shared is None else out + shared
+
+    def _shared(self, hidden: torch.Tensor) -> torch.Tensor | None:
+        """Qwen3-Next's gated shared expert [T, D], or None. Queued before the routed experts: with offloaded
+        experts the device computes it while the host computes the missed ones (in the same graph piece)."""
+        if self.shared_expert is None:
+            return None
+        return torch.sigmoid(self.shared_expert_gate(hidden)) * self.shared_expert(hidden)
+
+    def _routes_fused(self, hidden: torch.Tensor) -> bool:
+        """Decode-sized CUDA steps on device-resident experts route in one launch (route_and_align)."""
+        from strata.kernels.routing import ROUTE_FUSED_MAX_TOKENS
+
+        return (hidden.is_cuda and hidden.dtype in (torch.bfloat16, torch.float16) and triton_available()
+                and 0 < hidden.shape[0] <= ROUTE_FUSED_MAX_TOKENS and self.routing_bias is None
+                and self.gate.bias is None and isinstance(self.experts, LocalExperts) and self.experts.w13.is_cuda)
+
+    def _forward_fused(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Router projection, routing (and statistics) and the expert row layout in one launch, then the
+        grouped expert GEMMs: two launches fewer per layer than route() + fused_moe."""
+        from strata.kernels.fused_moe import default_config, moe_grouped_gemms
+        from strata.kernels.routing import route_and_align
+
+        if self._route_counter is None or self._route_counter.device != hidden.device:
+            self._route_counter = torch.zeros(1, dtype=torch.int32, device=hidden.device)
+        cfg = default_config(hidden.shape[0] * self.top_k, self.experts.num_experts)
+        rows = self.stats.layer_rows(self.layer_idx) if self.stats is not None else (None, None, None)
+        _, topk_weights, sorted_ids, block_expert = route_and_align(
+            hidden, self.gate.weight, self.top_k, self.norm_topk_prob, cfg["BLOCK_M"], self._route_counter, *rows)
+        shared = self._shared(hidden)
+        out = moe_grouped_gemms(hidden, self.experts.w13, self.experts.w2, topk_weights, sorted_ids, block_expert, cfg)
         return out if shared is None else out + shared

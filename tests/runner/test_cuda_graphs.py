@@ -166,3 +166,24 @@ def test_model_that_does_not_fit_gets_a_clear_error(tiny_model_dir):
 
     with pytest.raises(ModelDoesNotFit, match=r"GiB.*gpu_memory_utilization"):
         LLM(tiny_model_dir("llama"), dtype="bfloat16", device="cuda", gpu_memory_utilization=1e-6)
+
+
+@gpu
+def test_programmatic_dependent_launch_on_off_token_identity(tiny_model_dir, monkeypatch):
+    """Triton kernels launched with PDL (the default on Hopper) wait for the kernel before them: the
+    greedy tokens equal those of a run without it, graphs on (the decode path) and mixed steps eager."""
+    from strata.kernels import launch
+
+    if not launch._pdl_supported(torch.cuda.current_device()):
+        pytest.skip("PDL needs Hopper or later")
+    prompts = _prompts([5, 9, 17, 3, 30, 12])
+    lengths = [24, 8, 16, 30, 4, 12]
+    runs = {}
+    for pdl in (True, False):
+        if not pdl:
+            monkeypatch.setattr(launch, "_pdl_supported", lambda device_index: False)
+        llm = LLM(tiny_model_dir("qwen3_moe"), dtype="bfloat16", device="cuda", max_num_seqs=6, block_size=4)
+        runs[pdl] = _staggered(llm, prompts, lengths)
+        del llm
+        torch.cuda.empty_cache()
+    assert runs[True] == runs[False]
