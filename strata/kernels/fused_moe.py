@@ -64,8 +64,10 @@ def _check_shapes(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
 
 
 def moe_grouped_gemms(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
-                      sorted_ids: torch.Tensor, block_expert: torch.Tensor, cfg: dict) -> torch.Tensor:
-    """The three compute launches of fused_moe, given the aligned layout."""
+                      sorted_ids: torch.Tensor, block_expert: torch.Tensor, cfg: dict,
+                      sum_topk: bool = True) -> torch.Tensor:
+    """The three compute launches of fused_moe, given the aligned layout. With sum_topk=False the last is
+    left to the caller: -> the weighted expert outputs [T, K, D] in float32 (see rms_norm_topk_sum)."""
     num_tokens, top_k = topk_weights.shape
     inter, dim = w2.shape[2], w2.shape[1]
     block_m, block_n, block_k = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
@@ -85,6 +87,8 @@ def moe_grouped_gemms(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
         act, w2, partial, sorted_ids, block_expert, weights, dim, inter, num_tokens * top_k,
         act.stride(0), w2.stride(0), w2.stride(1), partial.stride(0),
         BLOCK_M=block_m, BLOCK_N=block_n_down, BLOCK_K=block_k, **launch)
+    if not sum_topk:
+        return partial.view(num_tokens, top_k, dim)
     out = torch.empty_like(hidden)
     block_d = min(1024, triton.next_power_of_2(dim))
     _sum_topk_kernel[(num_tokens, triton.cdiv(dim, block_d))](partial, out, top_k, dim, out.stride(0),

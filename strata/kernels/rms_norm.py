@@ -31,13 +31,41 @@ def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centere
     return out, (x if residual is not None else None)
 
 
+def topk_sum_ref(partials: torch.Tensor, shared: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+    """partials [T, K, D] float32 (weighted expert outputs) -> their sum over K in order, cast to dtype,
+    plus the shared expert's output [T, D] (in dtype) if any: what fused_moe + `out + shared` return."""
+    total = partials[:, 0]
+    for k in range(1, partials.shape[1]):
+        total = total + partials[:, k]
+    total = total.to(dtype)
+    return total if shared is None else total + shared
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered: bool = False,
              residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Same contract as rms_norm_ref, for rows with unit stride along D."""
+    return _launch(x, None, None, weight, eps, zero_centered, residual, x.dtype)
+
+
+def rms_norm_topk_sum(partials: torch.Tensor, shared: torch.Tensor | None, weight: torch.Tensor, eps: float,
+                      zero_centered: bool, residual: torch.Tensor, dtype: torch.dtype
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """rms_norm_ref(topk_sum_ref(partials, shared, dtype), ..., residual) in one launch: the MoE layer's
+    sum over its top-k expert rows folds into the next norm instead of a launch of its own."""
+    assert partials.is_contiguous() and partials.dtype == torch.float32 and residual is not None
+    if shared is not None:
+        assert shared.stride(-1) == 1
+    return _launch(partials, partials.shape[1], shared, weight, eps, zero_centered, residual, dtype)
+
+
+def _launch(x: torch.Tensor, top_k: int | None, shared: torch.Tensor | None, weight: torch.Tensor, eps: float,
+            zero_centered: bool, residual: torch.Tensor | None, dtype: torch.dtype):
+    """x [..., D] rows, or with top_k: float32 partials [T, K, D] summed over K first."""
     dim = x.shape[-1]
-    x2 = x.reshape(-1, dim)
-    assert x2.stride(1) == 1 and weight.is_contiguous()
-    out = torch.empty(x2.shape, dtype=x.dtype, device=x.device)
+    x2 = x.reshape(-1, dim) if top_k is None else x.view(-1, top_k * dim)
+    assert x2.stride(-1) == 1 and weight.is_contiguous()
+    out_shape = x.shape if top_k is None else (x.shape[0], dim)
+    out = torch.empty(x2.shape[0], dim, dtype=dtype, device=x.device)
     new_residual = None
     if residual is not None:
         residual = residual.reshape(-1, dim)
@@ -45,24 +73,35 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered: b
         new_residual = torch.empty_like(out)
     block_d = triton.next_power_of_2(dim)
     _rms_norm_kernel[(x2.shape[0],)](
-        x2, residual if residual is not None else x2, weight, out, new_residual if new_residual is not None else out,
-        dim, eps, x2.stride(0), residual.stride(0) if residual is not None else 0, out.stride(0),
-        HAS_RESIDUAL=residual is not None, ZERO_CENTERED=zero_centered, BLOCK_D=block_d,
-        num_warps=min(16, max(1, block_d // 256)), **pdl_options(x))
-    return out.view(x.shape), (new_residual.view(x.shape) if new_residual is not None else None)
+        x2, residual if residual is not None else x2, shared if shared is not None else x2, weight, out,
+        new_residual if new_residual is not None else out, dim, eps, x2.stride(0),
+        residual.stride(0) if residual is not None else 0, shared.stride(0) if shared is not None else 0,
+        out.stride(0), HAS_RESIDUAL=residual is not None, ZERO_CENTERED=zero_centered, TOP_K=top_k or 0,
+        HAS_SHARED=shared is not None, BLOCK_D=block_d, num_warps=min(16, max(1, block_d // 256)), **pdl_options(x))
+    return out.view(out_shape), (new_residual.view(out_shape) if new_residual is not None else None)
 
 
 if triton is not None:
 
     @triton.jit
-    def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, dim, eps, stride_x, stride_r, stride_o,
-                         HAS_RESIDUAL: tl.constexpr, ZERO_CENTERED: tl.constexpr, BLOCK_D: tl.constexpr,
+    def _rms_norm_kernel(x_ptr, res_ptr, shared_ptr, w_ptr, out_ptr, res_out_ptr, dim, eps, stride_x, stride_r,
+                         stride_s, stride_o, HAS_RESIDUAL: tl.constexpr, ZERO_CENTERED: tl.constexpr,
+                         TOP_K: tl.constexpr, HAS_SHARED: tl.constexpr, BLOCK_D: tl.constexpr,
                          USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         row = tl.program_id(0).to(tl.int64)
         offs = tl.arange(0, BLOCK_D)
         ok = offs < dim
-        x = tl.load(x_ptr + row * stride_x + offs, mask=ok, other=0.0)
+        if TOP_K > 0:  # x: the row's K float32 expert outputs, summed in order and cast (topk_sum_ref)
+            total = tl.zeros((BLOCK_D,), dtype=tl.float32)
+            for k in tl.static_range(TOP_K):
+                total += tl.load(x_ptr + row * stride_x + k * dim + offs, mask=ok, other=0.0)
+            x = total.to(out_ptr.dtype.element_ty)
+            if HAS_SHARED:
+                shared = tl.load(shared_ptr + row * stride_s + offs, mask=ok, other=0.0)
+                x = (x.to(tl.float32) + shared.to(tl.float32)).to(out_ptr.dtype.element_ty)
+        else:
+            x = tl.load(x_ptr + row * stride_x + offs, mask=ok, other=0.0)
         if HAS_RESIDUAL:
             r = tl.load(res_ptr + row * stride_r + offs, mask=ok, other=0.0)
             x = (x.to(tl.float32) + r.to(tl.float32)).to(out_ptr.dtype.element_ty)

@@ -16,6 +16,7 @@ from torch import nn
 
 from strata.config import ModelConfig
 from strata.model.context import ForwardContext
+from strata.model.moe import MoEBlock
 from strata.model.norm import RMSNorm
 
 # checkpoint projection -> (fused parameter, shard index along dim 0)
@@ -53,7 +54,9 @@ class DecoderLayer(nn.Module):
             x, residual = self.input_layernorm(hidden, residual)
         x = getattr(self, self.mixer_name)(x, ctx)
         x, residual = self.post_attention_layernorm(x, residual)
-        return self.mlp(x), residual
+        # an MoE layer may leave its top-k sum to the next norm (TopkPartials): every consumer of a
+        # layer's output is a norm with the residual (the next layer's, the final one, the MTP head's)
+        return (self.mlp.forward_unsummed(x) if isinstance(self.mlp, MoEBlock) else self.mlp(x)), residual
 
 
 class DecoderBody(nn.Module):

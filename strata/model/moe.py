@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -19,6 +20,22 @@ from strata.config import ModelConfig
 from strata.kernels import triton_available
 from strata.kernels.routing import softmax_topk_ref
 from strata.model.mlp import DenseMLP
+
+
+@dataclass
+class TopkPartials:
+    """An MoE layer's output before its sum over the top-k experts, left for the next RMSNorm to fold in
+    (strata.kernels.rms_norm.rms_norm_topk_sum): partials [T, K, D] float32 weighted expert outputs,
+    shared [T, D] the shared expert's output or None; the output itself is `total()`."""
+
+    partials: torch.Tensor
+    shared: torch.Tensor | None
+    dtype: torch.dtype
+
+    def total(self) -> torch.Tensor:
+        from strata.kernels.rms_norm import topk_sum_ref
+
+        return topk_sum_ref(self.partials, self.shared, self.dtype)
 
 
 class ExpertProvider(Protocol):
@@ -137,6 +154,12 @@ class MoEBlock(nn.Module):
         return topk_ids, topk_weights
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        out = self.forward_unsummed(hidden)
+        return out.total() if isinstance(out, TopkPartials) else out
+
+    def forward_unsummed(self, hidden: torch.Tensor) -> torch.Tensor | TopkPartials:
+        """forward, except that a decode-sized CUDA step returns its TopkPartials: the decoder layers hand
+        them to the next norm, which sums them in its own launch."""
         if self._routes_fused(hidden):
             return self._forward_fused(hidden)
         topk_ids, topk_weights = self.route(hidden)
@@ -159,7 +182,7 @@ class MoEBlock(nn.Module):
                 and 0 < hidden.shape[0] <= ROUTE_FUSED_MAX_TOKENS and self.routing_bias is None
                 and self.gate.bias is None and isinstance(self.experts, LocalExperts) and self.experts.w13.is_cuda)
 
-    def _forward_fused(self, hidden: torch.Tensor) -> torch.Tensor:
+    def _forward_fused(self, hidden: torch.Tensor) -> TopkPartials:
         """Router projection, routing (and statistics) and the expert row layout in one launch, then the
         grouped expert GEMMs: two launches fewer per layer than route() + fused_moe."""
         from strata.kernels.fused_moe import default_config, moe_grouped_gemms
@@ -172,5 +195,6 @@ class MoEBlock(nn.Module):
         _, topk_weights, sorted_ids, block_expert = route_and_align(
             hidden, self.gate.weight, self.top_k, self.norm_topk_prob, cfg["BLOCK_M"], self._route_counter, *rows)
         shared = self._shared(hidden)
-        out = moe_grouped_gemms(hidden, self.experts.w13, self.experts.w2, topk_weights, sorted_ids, block_expert, cfg)
-        return out if shared is None else out + shared
+        partials = moe_grouped_gemms(hidden, self.experts.w13, self.experts.w2, topk_weights, sorted_ids,
+                                     block_expert, cfg, sum_topk=False)                   # [T, K, D] float32
+        return TopkPartials(partials, shared, hidden.dtype)

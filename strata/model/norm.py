@@ -8,6 +8,7 @@ from torch import nn
 
 from strata.kernels import triton_available
 from strata.kernels.rms_norm import rms_norm_ref
+from strata.model.moe import TopkPartials
 
 
 class RMSNorm(nn.Module):
@@ -17,9 +18,17 @@ class RMSNorm(nn.Module):
         self.zero_centered = zero_centered
         self.weight = nn.Parameter(torch.zeros(dim) if zero_centered else torch.ones(dim))
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+    def forward(self, x: torch.Tensor | TopkPartials, residual: torch.Tensor | None = None):
         """x [..., D] -> normalised x; with `residual`, (norm(x + residual), x + residual): the residual
-        add fused into the norm (one Triton launch on CUDA)."""
+        add fused into the norm (one Triton launch on CUDA). x may be an MoE layer's TopkPartials (with a
+        residual): their sum is folded in too."""
+        if isinstance(x, TopkPartials):
+            if x.partials.is_cuda and triton_available():
+                from strata.kernels.rms_norm import rms_norm_topk_sum
+
+                return rms_norm_topk_sum(x.partials, x.shared, self.weight, self.eps, self.zero_centered, residual,
+                                         x.dtype)
+            x = x.total()
         if x.is_cuda and triton_available():
             from strata.kernels.rms_norm import rms_norm as norm
         else:

@@ -230,3 +230,20 @@ def block_ids(block, hidden):
 
     counter = torch.zeros(1, dtype=torch.int32, device=hidden.device)
     return route_and_align(hidden, block.gate.weight, block.top_k, block.norm_topk_prob, 16, counter)[0]
+
+
+@gpu
+@pytest.mark.parametrize("top_k, dim, with_shared, zero_centered", [(8, 2048, False, False), (10, 200, True, True)])
+def test_rms_norm_topk_sum_matches_ref(top_k, dim, with_shared, zero_centered):
+    """The MoE layer's top-k sum (and shared expert) folded into the next norm with its residual add."""
+    from strata.kernels.rms_norm import rms_norm_topk_sum, topk_sum_ref
+
+    dtype = torch.bfloat16
+    partials = randn(9, top_k, dim, device="cuda", seed=1)
+    shared = randn(9, dim, dtype=dtype, device="cuda", seed=2) if with_shared else None
+    residual, weight = randn(9, dim, dtype=dtype, device="cuda", seed=3), randn(dim, dtype=dtype, device="cuda", seed=4)
+    out, new_residual = rms_norm_topk_sum(partials, shared, weight, 1e-6, zero_centered, residual, dtype)
+    ref, ref_residual = rms_norm_ref(topk_sum_ref(partials, shared, dtype), weight, 1e-6, zero_centered, residual)
+    assert out.dtype == new_residual.dtype == dtype
+    close(out, ref, dtype)
+    close(new_residual, ref_residual, dtype)

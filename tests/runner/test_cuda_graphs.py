@@ -187,3 +187,25 @@ def test_programmatic_dependent_launch_on_off_token_identity(tiny_model_dir, mon
         del llm
         torch.cuda.empty_cache()
     assert runs[True] == runs[False]
+
+
+@gpu
+def test_fused_routing_and_folded_topk_sum_match_the_unfused_layers(tiny_model_dir):
+    """Decode-sized steps route in one launch and fold the top-k sum into the next norm; a zero routing
+    bias on every MoE block forces the unfused path (router linear, softmax_topk, fused_moe with its own
+    sum). Greedy tokens agree, graphs on."""
+    from strata.model.moe import MoEBlock
+
+    prompts = _prompts([5, 9, 17])
+    runs = []
+    for unfused in (False, True):
+        llm = LLM(tiny_model_dir("qwen3_moe"), dtype="bfloat16", device="cuda", max_num_seqs=4, block_size=4)
+        blocks = [m for m in llm.engine.runner.model.modules() if isinstance(m, MoEBlock)]
+        assert blocks
+        if unfused:
+            for block in blocks:
+                block.routing_bias = torch.zeros(block.gate.weight.shape[0], dtype=torch.bfloat16, device="cuda")
+        runs.append(_staggered(llm, prompts, [16, 16, 16]))
+        del llm
+        torch.cuda.empty_cache()
+    assert runs[0] == runs[1]
