@@ -124,8 +124,8 @@ def route_and_align(hidden: torch.Tensor, gate_weight: torch.Tensor, top_k: int,
         num_tokens, num_experts, dim, hidden.stride(0), triton.cdiv(triton.cdiv(dim, block_k), k_splits) * block_k,
         num_blocks, TOP_K=top_k, RENORMALIZE=renormalize, RECORD=record, MASK_ROWS=real_rows is not None,
         T_PAD=max(16, triton.next_power_of_2(num_tokens)), E_PAD=e_pad, K_PAD=triton.next_power_of_2(top_k),
-        TOK_CHUNK=max(1, 4096 // e_pad), BLOCK_E=block_e, BLOCK_K=block_k, BLOCK_M=block_m, CHUNK=1024,
-        num_warps=8, **pdl_options(hidden))
+        TOK_CHUNK=min(triton.next_power_of_2(num_tokens), max(1, 4096 // e_pad)),  # tail rows at a time
+        BLOCK_E=block_e, BLOCK_K=block_k, BLOCK_M=block_m, CHUNK=1024, num_warps=8, **pdl_options(hidden))
     return ids, weights, sorted_ids, block_expert
 
 
