@@ -2,8 +2,11 @@
 
 Importing this package (or a kernel module) never needs Triton: the kernel modules import it lazily
 and define their kernels only where it is installed, so the refs run on CPU-only machines and in CI.
-Modules: `fused_moe` (grouped expert GEMMs), `paged_attention` (decode/verify windows over paged KV),
-`gdn` (gated delta rule recurrence and causal conv1d update over ragged short windows).
+Modules: `fused_moe` (grouped expert GEMMs), `moe_align` (their row layout), `routing` (softmax/top-k,
+and router + routing + layout in one launch), `paged_attention` (decode/verify windows over paged KV),
+`gdn` (gated delta rule recurrence and causal conv1d update over ragged short windows), `rms_norm`
+(with the residual add, and the MoE top-k sum folded in), `rope_kv` (qk-norm, rotary, KV write),
+`launch` (programmatic dependent launch between a step's kernels).
 """
 
 import functools

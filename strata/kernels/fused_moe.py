@@ -3,8 +3,10 @@
 (token, k) pairs are sorted by expert and padded to BLOCK_M per expert, so a program owns BLOCK_M rows of
 one expert and each used expert's weights are read from memory once while its rows fit one block (all
 decode/verify steps; larger groups re-read its tiles from L2). Four launches, no host sync, buffers
-sized from shapes only (CUDA-graph safe): the row layout (one-program counting sort), SiLU(gate) * up
+sized from shapes only (CUDA-graph safe): the row layout (strata.kernels.moe_align), SiLU(gate) * up
 from w13, the down projection scaled by the top-k weight, and the sum over each token's K rows.
+Decode-sized steps in the model take two of them elsewhere: the layout comes with the routing
+(routing.route_and_align) and the sum with the next norm (rms_norm.rms_norm_topk_sum).
 """
 
 from __future__ import annotations
