@@ -92,12 +92,12 @@ def route_and_align_ref(hidden: torch.Tensor, gate_weight: torch.Tensor, top_k: 
 
 def route_and_align(hidden: torch.Tensor, gate_weight: torch.Tensor, top_k: int, renormalize: bool, block_m: int,
                     counter: torch.Tensor, counts: torch.Tensor | None = None, touched: torch.Tensor | None = None,
-                    real_rows: torch.Tensor | None = None
+                    real_rows: torch.Tensor | None = None, num_warps: int = 4
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Same contract as route_and_align_ref in one launch, for 16-bit hidden [T, D] with
     1 <= T <= ROUTE_FUSED_MAX_TOKENS. `counter` is an int32 [1] device buffer holding 0 that the launch
     leaves at 0 (owned by the caller; launches sharing one must not run concurrently). With `counts` and
-    `touched` it records the routing statistics like softmax_topk."""
+    `touched` it records the routing statistics like softmax_topk. `num_warps` is a tuning knob."""
     num_tokens, dim = hidden.shape
     num_experts = gate_weight.shape[0]
     assert 1 <= num_tokens <= ROUTE_FUSED_MAX_TOKENS and hidden.dtype in (torch.bfloat16, torch.float16)
@@ -106,7 +106,7 @@ def route_and_align(hidden: torch.Tensor, gate_weight: torch.Tensor, top_k: int,
     block_e, block_k = 16, 128
     expert_blocks = triton.cdiv(num_experts, block_e)
     # about 64 programs: each streams a (16 experts x hidden slice) tile of the router weight
-    k_splits = max(1, min(triton.cdiv(dim, block_k), 64 // expert_blocks))
+    k_splits = max(1, min(triton.cdiv(dim, block_k), 64 // expert_blocks, 16))
     num_pairs = num_tokens * top_k
     num_blocks = aligned_num_blocks(num_pairs, num_experts, block_m)
     device = hidden.device
@@ -125,7 +125,8 @@ def route_and_align(hidden: torch.Tensor, gate_weight: torch.Tensor, top_k: int,
         num_blocks, TOP_K=top_k, RENORMALIZE=renormalize, RECORD=record, MASK_ROWS=real_rows is not None,
         T_PAD=max(16, triton.next_power_of_2(num_tokens)), E_PAD=e_pad, K_PAD=triton.next_power_of_2(top_k),
         TOK_CHUNK=min(triton.next_power_of_2(num_tokens), max(1, 4096 // e_pad)),  # tail rows at a time
-        BLOCK_E=block_e, BLOCK_K=block_k, BLOCK_M=block_m, CHUNK=1024, num_warps=8, **pdl_options(hidden))
+        BLOCK_E=block_e, BLOCK_K=block_k, K_SPLITS=k_splits, BLOCK_M=block_m, CHUNK=1024, num_warps=num_warps,
+        **pdl_options(hidden))
     return ids, weights, sorted_ids, block_expert
 
 
@@ -133,12 +134,29 @@ if triton is not None:
     from strata.kernels.moe_align import align_pairs
 
     @triton.jit
+    def pick_topk(probs, ok, offs, TOP_K: tl.constexpr, K_PAD: tl.constexpr, E_PAD: tl.constexpr):
+        """probs [R, E_PAD] (>= 0 where ok) -> (weights [R, K_PAD] float32, ids [R, K_PAD] int64): the TOP_K
+        largest per row, largest first, ties to the lower id. Each pick is one max-reduction over an int64
+        key: the probability's bits (order-preserving for non-negative floats) above the reversed id."""
+        key = (probs.to(tl.int32, bitcast=True).to(tl.int64) << 32) | (E_PAD - 1 - offs[None, :]).to(tl.int64)
+        key = tl.where(ok, key, -1)
+        k_offs = tl.arange(0, K_PAD)
+        picked_key = tl.zeros((probs.shape[0], K_PAD), dtype=tl.int64)
+        for j in tl.static_range(TOP_K):
+            best = tl.max(key, axis=1)                                                      # [R]
+            picked_key = tl.where(k_offs[None, :] == j, best[:, None], picked_key)
+            key = tl.where(key == best[:, None], -1, key)
+        ids = E_PAD - 1 - (picked_key & 0xFFFFFFFF)
+        weights = (picked_key >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+        return weights, ids
+
+    @triton.jit
     def _route_kernel(hidden_ptr, gate_ptr, partial_ptr, counter_ptr, ids_ptr, weights_ptr, counts_ptr, touched_ptr,
                       real_rows_ptr, sorted_ids_ptr, block_expert_ptr, scratch_ptr,
                       num_tokens, num_experts, dim, stride_ht, k_per_split, num_blocks,
                       TOP_K: tl.constexpr, RENORMALIZE: tl.constexpr, RECORD: tl.constexpr,
                       MASK_ROWS: tl.constexpr, T_PAD: tl.constexpr, E_PAD: tl.constexpr, K_PAD: tl.constexpr,
-                      TOK_CHUNK: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr,
+                      TOK_CHUNK: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr, K_SPLITS: tl.constexpr,
                       BLOCK_M: tl.constexpr, CHUNK: tl.constexpr, USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         pid_e, pid_k = tl.program_id(0), tl.program_id(1)
@@ -163,7 +181,7 @@ if triton is not None:
                  mask=t_ok[:, None] & e_ok[None, :])
         tl.debug_barrier()  # every thread's partial stored before the release below
         finished = tl.atomic_add(counter_ptr, 1, sem="acq_rel")
-        if finished == tl.num_programs(0) * tl.num_programs(1) - 1:  # the last program: route every token
+        if finished == tl.num_programs(0) * K_SPLITS - 1:  # the last program: route every token
             k_offs = tl.arange(0, K_PAD)
             k_ok2 = k_offs < TOP_K
             offs_all = tl.arange(0, E_PAD)
@@ -172,7 +190,7 @@ if triton is not None:
                 rows = t0 + tl.arange(0, TOK_CHUNK)
                 r_ok = rows < num_tokens
                 logits = tl.zeros((TOK_CHUNK, E_PAD), dtype=tl.float32)
-                for split in range(0, tl.num_programs(1)):
+                for split in tl.static_range(K_SPLITS):  # unrolled: the loads go out together
                     logits += tl.load(partial_ptr + split * split_stride + rows[:, None] * num_experts
                                       + offs_all[None, :], mask=r_ok[:, None] & all_ok[None, :], other=0.0,
                                       cache_modifier=".cg")
@@ -181,15 +199,7 @@ if triton is not None:
                 logits = tl.where(all_ok[None, :], logits, float("-inf"))
                 e = tl.exp(logits - tl.max(logits, axis=1)[:, None])
                 probs = e / tl.sum(e, axis=1)[:, None]
-                remaining = tl.where(all_ok[None, :], probs, -1.0)                            # [TC, E_PAD]
-                picked_w = tl.zeros((TOK_CHUNK, K_PAD), dtype=tl.float32)
-                picked_id = tl.zeros((TOK_CHUNK, K_PAD), dtype=tl.int64)
-                for j in tl.static_range(TOP_K):
-                    best = tl.max(remaining, axis=1)                                           # [TC]
-                    best_id = tl.min(tl.where(remaining == best[:, None], offs_all[None, :], E_PAD), axis=1)
-                    picked_w = tl.where(k_offs[None, :] == j, best[:, None], picked_w)
-                    picked_id = tl.where(k_offs[None, :] == j, best_id[:, None].to(tl.int64), picked_id)
-                    remaining = tl.where(offs_all[None, :] == best_id[:, None], -2.0, remaining)
+                picked_w, picked_id = pick_topk(probs, all_ok[None, :], offs_all, TOP_K, K_PAD, E_PAD)  # [TC, K_PAD]
                 if RENORMALIZE:
                     picked_w = picked_w / tl.sum(tl.where(k_ok2[None, :], picked_w, 0.0), axis=1)[:, None]
                 out_ok = r_ok[:, None] & k_ok2[None, :]
@@ -216,21 +226,15 @@ if triton is not None:
         token = tl.program_id(0).to(tl.int64)
         offs = tl.arange(0, E_PAD)
         ok = offs < num_experts
-        x = tl.load(logits_ptr + token * stride_t + offs, mask=ok, other=float("-inf")).to(tl.float32)
-        e = tl.exp(x - tl.max(x, axis=0))
-        probs = e / tl.sum(e, axis=0)
-        remaining = tl.where(ok, probs, -1.0)
+        x = tl.load(logits_ptr + token * stride_t + offs[None, :], mask=ok[None, :],
+                    other=float("-inf")).to(tl.float32)                                     # [1, E_PAD]
+        e = tl.exp(x - tl.max(x, axis=1)[:, None])
+        probs = e / tl.sum(e, axis=1)[:, None]
+        picked_w, picked_id = pick_topk(probs, ok[None, :], offs, TOP_K, K_PAD, E_PAD)      # [1, K_PAD]
         k_offs = tl.arange(0, K_PAD)
-        picked_w = tl.zeros((K_PAD,), dtype=tl.float32)
-        picked_id = tl.zeros((K_PAD,), dtype=tl.int64)
-        for j in tl.static_range(TOP_K):
-            best = tl.max(remaining, axis=0)
-            best_id = tl.min(tl.where(remaining == best, offs, E_PAD), axis=0)
-            picked_w = tl.where(k_offs == j, best, picked_w)
-            picked_id = tl.where(k_offs == j, best_id.to(tl.int64), picked_id)
-            remaining = tl.where(offs == best_id, -2.0, remaining)
         if RENORMALIZE:
-            picked_w = picked_w / tl.sum(tl.where(k_offs < TOP_K, picked_w, 0.0), axis=0)
+            picked_w = picked_w / tl.sum(tl.where(k_offs[None, :] < TOP_K, picked_w, 0.0), axis=1)[:, None]
+        picked_w, picked_id = tl.reshape(picked_w, (K_PAD,)), tl.reshape(picked_id, (K_PAD,))
         k_ok = k_offs < TOP_K
         tl.store(ids_ptr + token * TOP_K + k_offs, picked_id, mask=k_ok)
         tl.store(weights_ptr + token * TOP_K + k_offs, picked_w.to(weights_ptr.dtype.element_ty), mask=k_ok)
