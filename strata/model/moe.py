@@ -18,7 +18,7 @@ from torch import nn
 
 from strata.config import ModelConfig
 from strata.kernels import triton_available
-from strata.kernels.routing import ROUTE_FUSED_MAX_TOKENS, softmax_topk_ref
+from strata.kernels.routing import fused_routing_pays, softmax_topk_ref
 from strata.model.mlp import DenseMLP
 
 
@@ -175,9 +175,10 @@ class MoEBlock(nn.Module):
         return torch.sigmoid(self.shared_expert_gate(hidden)) * self.shared_expert(hidden)
 
     def _routes_fused(self, hidden: torch.Tensor) -> bool:
-        """Decode-sized CUDA steps on device-resident experts route in one launch (route_and_align)."""
+        """Decode-sized CUDA steps on device-resident experts route in one launch (route_and_align) where
+        that is the faster way (fused_routing_pays)."""
         return (hidden.is_cuda and hidden.dtype in (torch.bfloat16, torch.float16) and triton_available()
-                and 0 < hidden.shape[0] <= ROUTE_FUSED_MAX_TOKENS and self.routing_bias is None
+                and fused_routing_pays(hidden.shape[0], self.gate.weight.shape[0]) and self.routing_bias is None
                 and self.gate.bias is None and isinstance(self.experts, LocalExperts) and self.experts.w13.is_cuda)
 
     def _forward_fused(self, hidden: torch.Tensor) -> TopkPartials:

@@ -195,11 +195,11 @@ def test_route_and_align_matches_ref(num_tokens, num_experts, dim, top_k, renorm
 
 
 @gpu
-@pytest.mark.parametrize("num_tokens", [1, 7, 64, 65])
+@pytest.mark.parametrize("num_tokens", [1, 7, 32, 33])
 def test_moe_block_fused_routing_matches_the_unfused_path(num_tokens):
     """MoEBlock on CUDA routes decode-sized steps in one launch; a zero routing bias forces the unfused
-    path (router linear + softmax_topk + fused_moe): both give the same block output. 65 tokens is
-    past the fused limit (both unfused)."""
+    path (router linear + softmax_topk + fused_moe): both give the same block output. 33 tokens over
+    64 experts is past where the fused launch pays (both unfused)."""
     from strata.model.moe import MoEBlock
 
     cfg = ModelConfig(architecture="Qwen3MoeForCausalLM", vocab_size=8, hidden_size=256, intermediate_size=8,
@@ -210,7 +210,7 @@ def test_moe_block_fused_routing_matches_the_unfused_path(num_tokens):
         torch.nn.init.normal_(p, std=0.05)
     block = block.to(device="cuda", dtype=torch.bfloat16)
     hidden = randn(num_tokens, 256, dtype=torch.bfloat16, device="cuda", seed=3)
-    assert block._routes_fused(hidden) == (num_tokens <= 64)
+    assert block._routes_fused(hidden) == (num_tokens <= 32)
     fused = block(hidden)
     block.routing_bias = torch.zeros(64, dtype=torch.bfloat16, device="cuda")
     assert not block._routes_fused(hidden)
@@ -218,7 +218,7 @@ def test_moe_block_fused_routing_matches_the_unfused_path(num_tokens):
     # rows whose logits round differently (summation order) at a near-tie may route to another
     # expert; every other row must agree to rounding
     ids, _ = block.route(hidden)
-    fused_ids = block_ids(block, hidden) if num_tokens <= 64 else ids
+    fused_ids = block_ids(block, hidden) if num_tokens <= 32 else ids
     same = [i for i, row in enumerate(fused_ids.tolist()) if set(row) == set(ids[i].tolist())]
     assert len(same) >= 0.9 * num_tokens
     close(fused[same], unfused[same], torch.bfloat16)
@@ -247,3 +247,12 @@ def test_rms_norm_topk_sum_matches_ref(top_k, dim, with_shared, zero_centered):
     assert out.dtype == new_residual.dtype == dtype
     close(out, ref, dtype)
     close(new_residual, ref_residual, dtype)
+
+
+def test_fused_routing_is_chosen_only_where_it_measured_faster():
+    from strata.kernels.routing import fused_routing_pays
+
+    assert fused_routing_pays(1, 128) and fused_routing_pays(16, 128) and not fused_routing_pays(17, 128)
+    assert fused_routing_pays(1, 512) and not fused_routing_pays(8, 512)
+    assert fused_routing_pays(32, 60) and not fused_routing_pays(33, 60)  # 60 experts pad to 64
+    assert not fused_routing_pays(0, 8) and not fused_routing_pays(65, 8)
