@@ -51,20 +51,25 @@ def aligned_num_blocks(num_pairs: int, num_experts: int, block_m: int) -> int:
     return -(-num_pairs // block_m) + min(num_experts, num_pairs)
 
 
+def align_buffers(num_pairs: int, num_experts: int, block_m: int, device: torch.device
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(sorted_ids, block_expert, scratch) for align_pairs, sized from shapes only (graph-safe)."""
+    num_blocks = aligned_num_blocks(num_pairs, num_experts, block_m)
+    return (torch.empty(num_blocks * block_m, dtype=torch.int32, device=device),
+            torch.empty(num_blocks, dtype=torch.int32, device=device),
+            torch.empty(2 * num_experts + num_pairs, dtype=torch.int32, device=device))
+
+
 def moe_align(topk_ids: torch.Tensor, num_experts: int, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
     """moe_align_ref in one single-program launch (a counting sort with atomics) instead of a dozen
     torch ops: at decode sizes the launches, not the bytes, are the cost."""
     num_pairs = topk_ids.numel()
-    num_blocks = aligned_num_blocks(num_pairs, num_experts, block_m)
-    device = topk_ids.device
-    sorted_ids = torch.empty(num_blocks * block_m, dtype=torch.int32, device=device)
-    block_expert = torch.empty(num_blocks, dtype=torch.int32, device=device)
-    scratch = torch.empty(2 * num_experts + num_pairs, dtype=torch.int32, device=device)
+    sorted_ids, block_expert, scratch = align_buffers(num_pairs, num_experts, block_m, topk_ids.device)
+    num_blocks = block_expert.numel()
     _align_kernel[(1,)](topk_ids, sorted_ids, block_expert, scratch, num_pairs, num_experts, num_blocks,
                         BLOCK_M=block_m, E_PAD=triton.next_power_of_2(num_experts), CHUNK=1024, num_warps=8,
                         **pdl_options(topk_ids))
     return sorted_ids, block_expert
-
 
 
 if triton is not None:

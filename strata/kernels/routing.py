@@ -21,7 +21,7 @@ except ImportError:  # CPU-only install: the ref still works
     triton = tl = None
 
 from strata.kernels.launch import pdl_options
-from strata.kernels.moe_align import aligned_num_blocks
+from strata.kernels.moe_align import align_buffers
 
 if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
@@ -117,15 +117,12 @@ def route_and_align(hidden: torch.Tensor, gate_weight: torch.Tensor, top_k: int,
     expert_blocks = triton.cdiv(num_experts, block_e)
     # about 64 programs: each streams a (16 experts x hidden slice) tile of the router weight
     k_splits = max(1, min(triton.cdiv(dim, block_k), 64 // expert_blocks, 16))
-    num_pairs = num_tokens * top_k
-    num_blocks = aligned_num_blocks(num_pairs, num_experts, block_m)
     device = hidden.device
     partial = torch.empty(k_splits, num_tokens, num_experts, dtype=torch.float32, device=device)  # [S, T, E]
     ids = torch.empty(num_tokens, top_k, dtype=torch.int64, device=device)
     weights = torch.empty(num_tokens, top_k, dtype=hidden.dtype, device=device)
-    sorted_ids = torch.empty(num_blocks * block_m, dtype=torch.int32, device=device)
-    block_expert = torch.empty(num_blocks, dtype=torch.int32, device=device)
-    scratch = torch.empty(2 * num_experts + num_pairs, dtype=torch.int32, device=device)
+    sorted_ids, block_expert, scratch = align_buffers(num_tokens * top_k, num_experts, block_m, device)
+    num_blocks = block_expert.numel()
     record = counts is not None
     e_pad = triton.next_power_of_2(num_experts)
     num_warps = num_warps or (4 if num_tokens * e_pad <= 512 else 8)

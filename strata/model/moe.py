@@ -18,7 +18,7 @@ from torch import nn
 
 from strata.config import ModelConfig
 from strata.kernels import triton_available
-from strata.kernels.routing import fused_routing_pays, softmax_topk_ref
+from strata.kernels.routing import fused_routing_pays, route_and_align, softmax_topk_ref
 from strata.model.mlp import DenseMLP
 
 
@@ -184,8 +184,7 @@ class MoEBlock(nn.Module):
     def _forward_fused(self, hidden: torch.Tensor) -> TopkPartials:
         """Router projection, routing (and statistics) and the expert row layout in one launch, then the
         grouped expert GEMMs: two launches fewer per layer than route() + fused_moe."""
-        from strata.kernels.fused_moe import default_config, moe_grouped_gemms
-        from strata.kernels.routing import route_and_align
+        from strata.kernels.fused_moe import default_config, moe_grouped_gemms  # imports this module
 
         if self._route_counter is None or self._route_counter.device != hidden.device:
             self._route_counter = torch.zeros(1, dtype=torch.int32, device=hidden.device)
