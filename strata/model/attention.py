@@ -19,6 +19,7 @@ from torch import nn
 from strata.config import ModelConfig
 from strata.kernels import triton_available
 from strata.model.context import ForwardContext
+from strata.model.linear import Linear
 from strata.model.norm import RMSNorm
 from strata.model.rotary import RotaryEmbedding
 from strata.transfer import index_tensor
@@ -142,9 +143,9 @@ class Attention(nn.Module):
         self.gated = gated
         self.q_size = self.num_heads * self.head_dim * (2 if gated else 1)
         self.kv_size = self.num_kv_heads * self.head_dim
-        self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=cfg.attention_bias)
+        self.qkv_proj = Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=cfg.attention_bias)
         self.qkv_proj.shard_sizes = (self.q_size, self.kv_size, self.kv_size)  # checkpoint q/k/v_proj
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, cfg.hidden_size, bias=cfg.attention_bias)
+        self.o_proj = Linear(self.num_heads * self.head_dim, cfg.hidden_size, bias=cfg.attention_bias)
         self.q_norm = self.k_norm = None
         if cfg.qk_norm:
             self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps, zero_centered_norm)

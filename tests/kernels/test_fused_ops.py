@@ -256,3 +256,37 @@ def test_fused_routing_is_chosen_only_where_it_measured_faster():
     assert fused_routing_pays(1, 512) and not fused_routing_pays(8, 512)
     assert fused_routing_pays(32, 60) and not fused_routing_pays(33, 60)  # 60 experts pad to 64
     assert not fused_routing_pays(0, 8) and not fused_routing_pays(65, 8)
+
+
+# ---- dense projections of single-token steps ------------------------------------------------------------
+
+@gpu
+@pytest.mark.parametrize("rows", [1, 3, 16])
+@pytest.mark.parametrize("cols, dim_in", [(5120, 2048), (2048, 4096), (72, 1000), (4100, 264)])
+@pytest.mark.parametrize("dtype, with_bias", [(torch.bfloat16, False), (torch.bfloat16, True), (torch.float16, True)])
+def test_skinny_linear_matches_ref(rows, cols, dim_in, dtype, with_bias):
+    from strata.kernels.skinny_linear import skinny_linear, skinny_linear_ref
+
+    x = randn(rows, dim_in, dtype=dtype, device="cuda", seed=rows)
+    w = randn(cols, dim_in, dtype=dtype, device="cuda", seed=cols) * dim_in ** -0.5
+    b = randn(cols, dtype=dtype, device="cuda", seed=3) if with_bias else None
+    expected = skinny_linear_ref(x.float(), w.float(), b.float() if with_bias else None)
+    torch.testing.assert_close(skinny_linear(x, w, b).float(), expected, rtol=1e-2, atol=1e-2)
+
+
+@gpu
+def test_model_linear_takes_the_skinny_kernel_only_for_single_rows(monkeypatch):
+    """strata.model.linear.Linear: one row of a 16-bit CUDA input goes to skinny_linear, more rows
+    (and float32) to torch's linear; both give the layer's result."""
+    import strata.kernels.skinny_linear as skinny
+    from strata.model.linear import Linear
+
+    calls = []
+    real = skinny.skinny_linear
+    monkeypatch.setattr(skinny, "skinny_linear", lambda *a, **k: calls.append(a[0].shape[0]) or real(*a, **k))
+    layer = Linear(512, 384, bias=True).to(device="cuda", dtype=torch.bfloat16)
+    for rows in (1, 2, 16, 64):
+        x = randn(rows, 512, dtype=torch.bfloat16, device="cuda", seed=rows)
+        close(layer(x), torch.nn.functional.linear(x.float(), layer.weight.float(), layer.bias.float()), torch.bfloat16)
+    Linear(512, 384).to(device="cuda")(randn(1, 512, device="cuda"))
+    assert calls == [1]
