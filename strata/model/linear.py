@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from strata.kernels import triton_available
+from strata.kernels import skinny_linear, triton_available
 
 
 @functools.cache
@@ -25,7 +25,5 @@ class Linear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if (x.is_cuda and x.dim() == 2 and x.shape[0] == 1 and x.dtype == self.weight.dtype
                 and x.dtype in (torch.bfloat16, torch.float16) and self.weight.is_contiguous() and _skinny_enabled()):
-            from strata.kernels.skinny_linear import skinny_linear
-
-            return skinny_linear(x if x.stride(1) == 1 else x.contiguous(), self.weight, self.bias)
+            return skinny_linear.skinny_linear(x if x.stride(1) == 1 else x.contiguous(), self.weight, self.bias)
         return F.linear(x, self.weight, self.bias)
