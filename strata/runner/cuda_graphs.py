@@ -7,6 +7,12 @@ first time a layout is seen (after one warm-up run of it), on padding inputs onl
 advances any request's recurrent state; the step's real inputs are then copied into the persistent
 buffers and the graph is replayed.
 
+Fresh prompts (nothing computed yet, at most `max_prompt_tokens`) have layouts too: (1, length padded
+up to a power of two). Their own causal attention is all a fresh prompt attends to, so padding rows at
+its end change none of its real rows. A step that mixes such prompts with decode or verification
+windows replays one graph per prompt and one for the windows (`split_layouts`), where it used to run
+every kernel eagerly; models with recurrent state (Gated DeltaNet) do not take this path.
+
 When the cache is full the least recently used graph is released (`CUDAGraph.reset`) before the new
 one is captured. A capture that fails marks its layout eager-only; the step then runs eagerly.
 
@@ -38,6 +44,7 @@ logger = logging.getLogger(__name__)
 
 # padded slot counts: exact up to 8 (padding rows route to experts too, so small batches pad little)
 SLOT_LADDER = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128)
+MIN_PROMPT_LAYOUT = 16  # fresh prompts pad up to 16, 32, 64, ... tokens
 
 
 @dataclass
@@ -61,7 +68,8 @@ class GraphStep:
 class CudaGraphCache:
     def __init__(self, model: nn.Module, inputs: GraphInputs, kv_caches: dict, state_caches: dict,
                  max_slots: int, max_tokens_per_slot: int, capacity: int,
-                 host_plan: Callable[[], tuple] | None = None, real_rows: torch.Tensor | None = None) -> None:
+                 host_plan: Callable[[], tuple] | None = None, real_rows: torch.Tensor | None = None,
+                 max_prompt_tokens: int = 0) -> None:
         if capacity < 1:
             raise ValueError(f"cuda_graph_cache_size must be at least 1, got {capacity}")
         self.model, self.inputs = model, inputs
@@ -78,6 +86,8 @@ class CudaGraphCache:
             for layer, (conv, ssm) in state_caches.items()} if max_tokens_per_slot > 1 else {}
         self.ladder = tuple(s for s in SLOT_LADDER if s < max_slots) + (max_slots,)
         self.max_tokens_per_slot = max_tokens_per_slot
+        # fresh prompts up to this many tokens replay graphs (0: never); needs a power of two >= 16
+        self.max_prompt_tokens = max_prompt_tokens if max_prompt_tokens >= MIN_PROMPT_LAYOUT else 0
         self.capacity = capacity
         self.graphs: OrderedDict[tuple[int, int], CapturedStep] = OrderedDict()
         self.eager_only: set[tuple[int, int]] = set()
@@ -94,26 +104,63 @@ class CudaGraphCache:
         key = (self.ladder[bisect.bisect_left(self.ladder, len(scheduled))], n)
         return None if key in self.eager_only else key
 
+    def prompt_layout(self, work: ScheduledSlot) -> tuple[int, int] | None:
+        """(1, padded length) for a fresh prompt (chunk) a graph can take, else None."""
+        n = work.num_new_tokens
+        if work.num_computed_tokens or n > self.max_prompt_tokens:
+            return None
+        key = (1, max(MIN_PROMPT_LAYOUT, 1 << (n - 1).bit_length()))
+        return None if key in self.eager_only else key
+
+    def split_layouts(self, scheduled: list[ScheduledSlot]) -> list[tuple[tuple[int, int], list[int]]] | None:
+        """A step that no single layout fits, as graphs: (layout, indices into `scheduled`) for every
+        fresh prompt and, for the other slots, one layout of uniform windows; None if some slot fits
+        neither (it runs eagerly then)."""
+        if not self.max_prompt_tokens:
+            return None
+        parts, windows = [], []
+        for i, work in enumerate(scheduled):
+            key = self.prompt_layout(work)
+            if key is not None:
+                parts.append((key, [i]))
+            else:
+                windows.append(i)
+        if not parts:
+            return None
+        if windows:
+            key = self.layout_for([scheduled[i] for i in windows])
+            if key is None:
+                return None
+            parts.insert(0, (key, windows))
+        return parts
+
+    def ensure(self, key: tuple[int, int]) -> bool:
+        """Capture the graph of `key` now unless it is cached and valid; False if it cannot be."""
+        captured = self.graphs.get(key)
+        if captured is not None and _still_valid(captured.host_plan, self.host_plan()):
+            self.graphs.move_to_end(key)  # so the next capture of the same step does not evict it
+            return True
+        if captured is not None:
+            self._release(key)
+        started = time.perf_counter()
+        captured = self._capture(key)
+        self.capture_seconds += time.perf_counter() - started
+        return captured is not None
+
     def run(self, key: tuple[int, int], scheduled: list[ScheduledSlot], block_tables: dict[int, list[int]],
             feed: torch.Tensor | None = None) -> GraphStep | None:
         """Replay (capturing first if needed) the graph of `key` on this step; None if it cannot be
         captured. `feed` [S]: device token ids that replace the first rows' input ids (one token per slot)."""
-        captured = self.graphs.get(key)
-        if captured is not None and not _still_valid(captured.host_plan, self.host_plan()):
-            self._release(key)  # re-placed experts, or a layer now needs the host where the graph runs through
-            captured = None
-        if captured is None:
-            started = time.perf_counter()
-            captured = self._capture(key)
-            self.capture_seconds += time.perf_counter() - started
-            if captured is None:
-                return None
+        # re-placed experts, or a layer that now needs the host where the graph runs through: capture again
+        if not self.ensure(key):
+            return None
+        captured = self.graphs[key]
         self.graphs.move_to_end(key)
         num_slots, n = key
         self.inputs.fill(scheduled, block_tables, num_slots, n)
         if feed is not None:
             self.inputs.feed_input_ids(feed)
-        real = len(scheduled) * n
+        real = sum(w.num_new_tokens for w in scheduled)  # a prompt's padding rows come last
         captured.graph.replay(real)
         self.num_replays += 1
         input_ids, ctx = self.inputs.context(len(scheduled), n, self.kv_caches, self.state_caches,
@@ -125,9 +172,12 @@ class CudaGraphCache:
 
     def warm_up(self) -> int:
         """Capture the layouts decoding will use before any request arrives (as many as the cache
-        holds: plain decode for every ladder size first, then longer verification windows), so no
-        request waits for a capture. Returns the number captured."""
-        keys = [(slots, n) for n in range(1, self.max_tokens_per_slot + 1) for slots in self.ladder]
+        holds: plain decode for every ladder size first, then fresh prompts, then longer verification
+        windows), so no request waits for a capture. Returns the number captured."""
+        decode = [(slots, 1) for slots in self.ladder]
+        prompts = [(1, n) for n in _powers_of_two(MIN_PROMPT_LAYOUT, self.max_prompt_tokens)]
+        windows = [(slots, n) for n in range(2, self.max_tokens_per_slot + 1) for slots in self.ladder]
+        keys = decode + prompts + windows
         captured = 0
         for key in keys[:self.capacity]:
             if key not in self.graphs and self._capture(key) is not None:
@@ -187,6 +237,10 @@ class CudaGraphCache:
         for captured in self.graphs.values():
             captured.graph.reset()
         self.graphs.clear()
+
+
+def _powers_of_two(low: int, high: int) -> list[int]:
+    return [1 << e for e in range(low.bit_length() - 1, high.bit_length()) if low <= 1 << e <= high]
 
 
 def _still_valid(captured: tuple, now: tuple) -> bool:

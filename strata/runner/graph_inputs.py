@@ -4,7 +4,8 @@ Every per-step value a CUDA graph reads lives here: one flat int64 device buffer
 positions, KV slot mapping, query offsets, context lengths, state rows, "has initial state" flags, the
 number of real (unpadded) token rows and block tables (last, so a step copies only the rows it uses), mirrored by a pinned host buffer that the
 runner fills with numpy. Rows past the step's real slots are padding: they read and write a scratch KV
-block and a scratch recurrent-state row that no request owns.
+block and a scratch recurrent-state row that no request owns; so are the rows of a slot past its own
+tokens (a prompt padded up to its graph's length: causal attention keeps them out of the real rows).
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from strata.types import ScheduledSlot
 
 class GraphInputs:
     def __init__(self, max_slots: int, max_tokens_per_slot: int, max_blocks_per_slot: int, block_size: int,
-                 scratch_block: int, scratch_state_row: int, device: str) -> None:
-        self.max_slots, self.max_tokens = max_slots, max_slots * max_tokens_per_slot
+                 scratch_block: int, scratch_state_row: int, device: str, max_prompt_tokens: int = 0) -> None:
+        self.max_slots, self.max_tokens = max_slots, max(max_slots * max_tokens_per_slot, max_prompt_tokens)
         self.width, self.block_size = max_blocks_per_slot, block_size
         self.scratch_block, self.scratch_state_row = scratch_block, scratch_state_row
         sizes = {"input_ids": self.max_tokens, "positions": self.max_tokens, "slot_mapping": self.max_tokens,
@@ -52,7 +53,8 @@ class GraphInputs:
     def fill(self, scheduled: list[ScheduledSlot], block_tables: dict[int, list[int]], num_slots: int,
              tokens_per_slot: int) -> None:
         """Write the step's real slots, then padding rows up to num_slots, and copy them to the device.
-        num_slots=0 marks every row as padding (used to capture without touching any request's state)."""
+        num_slots=0 marks every row as padding (used to capture without touching any request's state).
+        A slot with fewer than tokens_per_slot tokens (a fresh prompt) is padded in place."""
         self._turn ^= 1
         if self._copied[self._turn] is not None:
             self._copied[self._turn].synchronize()  # its copy two steps ago (long done in practice)
@@ -66,12 +68,13 @@ class GraphInputs:
         window = np.arange(n)
         for i, work in enumerate(scheduled):
             table = np.asarray(block_tables[work.slot_id], dtype=np.int64)
-            s, c = i * n, work.num_computed_tokens
-            ids[s:s + n] = work.token_ids
+            s, c, m = i * n, work.num_computed_tokens, work.num_new_tokens
+            ids[s:s + m], ids[s + m:s + n] = work.token_ids, 0
             pos[s:s + n] = c + window
-            mapping[s:s + n] = table[(c + window) // bs] * bs + (c + window) % bs
+            mapping[s:s + m] = table[(c + window[:m]) // bs] * bs + (c + window[:m]) % bs
+            mapping[s + m:s + n] = self.scratch_block * bs + window[m:] % bs
             seq_lens[i], rows[i], has_init[i] = c + n, work.slot_id, c > 0
-            tables[i, :len(table)] = table
+            tables[i, :len(table)], tables[i, len(table):] = table, self.scratch_block
         for i in range(len(scheduled), num_slots):
             s = i * n
             ids[s:s + n] = 0
@@ -80,7 +83,7 @@ class GraphInputs:
             seq_lens[i], rows[i], has_init[i] = n, self.scratch_state_row, 0
             tables[i, :] = self.scratch_block
         qsl[:num_slots + 1] = np.arange(num_slots + 1) * n
-        self._host("num_real_rows")[0] = len(scheduled) * n
+        self._host("num_real_rows")[0] = sum(work.num_new_tokens for work in scheduled)
         used = self.offsets["block_tables"][0] + num_slots * self.width
         self.device_flat[:used].copy_(self.host[:used], non_blocking=True)
         if self.device_flat.is_cuda:

@@ -79,15 +79,21 @@ class ModelRunner:
             max_len = max_model_len or cfg.max_position_embeddings
             max_slots = min(options.cuda_graph_max_slots, max_num_seqs)
             window = 1 + (spec.num_speculative_tokens if spec.enabled else 0)
+            offloaded = self.experts is not None and self.experts.offloaded
+            # fresh prompts in graphs: not with recurrent state (its prompt form is not captured), host
+            # work inside MoE layers (sized for decode rows), or the MTP head (it reads the step's inputs)
+            prompt_tokens = 0 if self.state_pool.caches or offloaded or spec.uses_mtp else \
+                min(options.cuda_graph_prompt_tokens, max_len)
             inputs = GraphInputs(max_slots, window, -(-(max_len + MAX_SPEC_TOKENS + 1) // block_size),
-                                 block_size, scratch_block=num_blocks, scratch_state_row=max_num_seqs, device=device)
+                                 block_size, scratch_block=num_blocks, scratch_state_row=max_num_seqs, device=device,
+                                 max_prompt_tokens=prompt_tokens)
             host_plan = None
-            if self.experts is not None and self.experts.offloaded:  # MoE layers split the graphs
+            if offloaded:  # MoE layers split the graphs
                 self.experts.prepare_graphs(max_slots * window, dtype, device)
                 host_plan = self.experts.graph_plan
             real_rows = self.experts.real_rows if self.experts is not None else None
             self.graphs = CudaGraphCache(model, inputs, self.kv_pool.caches, self.state_pool.caches, max_slots,
-                                         window, options.cuda_graph_cache_size, host_plan, real_rows)
+                                         window, options.cuda_graph_cache_size, host_plan, real_rows, prompt_tokens)
             if options.cuda_graph_warmup:
                 started = time.perf_counter()
                 count = self.graphs.warm_up()
@@ -158,6 +164,10 @@ class ModelRunner:
                     step.ctx.keep_window_states = step.ctx.keep_window_states and \
                         any(w.draft_token_ids for w in plan.scheduled)
                     return StepInputs(step.input_ids, step.ctx, starts), step.hidden
+            elif feed is None:
+                split = self._forward_split(plan)
+                if split is not None:
+                    return split
         inputs = build_inputs(plan.scheduled, self.block_tables, self.block_size, self.kv_pool.caches,
                               self.state_pool.caches, self.device,
                               split_table_width=self.graphs.inputs.width if self.graphs is not None else 0)
@@ -167,6 +177,32 @@ class ModelRunner:
         if self.graphs is not None and self.experts is not None:  # graph steps left their padded count there
             self.experts.real_rows.fill_(inputs.input_ids.shape[0])
         return inputs, self.model(inputs.input_ids, inputs.ctx)
+
+    def _forward_split(self, plan: StepPlan) -> tuple[StepInputs, torch.Tensor] | None:
+        """Fresh prompts beside windows (or alone) as one graph replay each, in place of an eager step:
+        -> inputs and hidden [T, D] in plan order, or None when some part cannot have a graph. Only
+        for models without recurrent state or the MTP head, so nothing but the rows is read after."""
+        parts = self.graphs.split_layouts(plan.scheduled)
+        if parts is None or not all(self.graphs.ensure(key) for key, _ in parts):
+            return None
+        rows: list = [None] * len(plan.scheduled)   # per slot: (ids [n], hidden [n, D])
+        ctx = None
+        for key, indices in parts:
+            step = self.graphs.run(key, [plan.scheduled[i] for i in indices], self.block_tables)
+            if step is None:  # captured a moment ago: only a failing replay gets here
+                raise RuntimeError(f"CUDA graph {key} was captured but could not be replayed")
+            ctx = ctx or step.ctx
+            # copied out now (stream order): the next part refills the shared inputs and may replay
+            # the same graph, overwriting its output
+            for j, i in enumerate(indices):
+                first, n = j * key[1], plan.scheduled[i].num_new_tokens
+                rows[i] = (step.input_ids[first:first + n].clone(), step.hidden[first:first + n].clone())
+        starts = [0]
+        for work in plan.scheduled[:-1]:
+            starts.append(starts[-1] + work.num_new_tokens)
+        input_ids = torch.cat([ids for ids, _ in rows])
+        hidden = torch.cat([h for _, h in rows])
+        return StepInputs(input_ids, ctx, starts), hidden
 
     # ---- overlapped decoding: a step launched, the next planned and launched, then the first read ----
 

@@ -32,7 +32,7 @@ def test_graph_inputs_fill_real_rows_then_padding():
     assert ctx.seq_lens.tolist() == [7, 2, 2]
     assert ctx.state_slot_ids.tolist() == [2, 0, 7]
     assert ctx.has_initial_state.tolist() == [True, False, False]
-    assert ctx.block_tables[:, :2].tolist() == [[4, 6], [1, 0], [9, 9]]
+    assert ctx.block_tables[:, :2].tolist() == [[4, 6], [1, 9], [9, 9]]  # past a table: the scratch block
     assert inputs.num_real_rows.tolist() == [4]  # routing statistics skip rows 4 and 5
     # a smaller layout later reads only its own prefix of every buffer
     inputs.fill(scheduled[1:], tables, num_slots=1, tokens_per_slot=2)
@@ -41,6 +41,46 @@ def test_graph_inputs_fill_real_rows_then_padding():
     inputs.fill([], {}, num_slots=2, tokens_per_slot=2)  # capture: padding only
     assert inputs.num_real_rows.tolist() == [0]
     assert np.all(inputs.host_np[inputs.offsets["query_start_loc"][0]:][:2] == [0, 2])
+
+
+def test_graph_inputs_pad_a_fresh_prompt_in_place():
+    """A 5-token prompt in a 8-token layout: its padding rows write the scratch block, sit at the
+    following positions, and are not counted as real rows."""
+    inputs = GraphInputs(max_slots=2, max_tokens_per_slot=2, max_blocks_per_slot=3, block_size=4,
+                         scratch_block=9, scratch_state_row=7, device="cpu", max_prompt_tokens=8)
+    prompt = ScheduledSlot(slot_id=1, num_computed_tokens=0, num_new_tokens=5, new_block_ids=[3, 5],
+                           token_ids=[21, 22, 23, 24, 25])
+    inputs.fill([prompt], {1: [3, 5]}, num_slots=1, tokens_per_slot=8)
+    input_ids, ctx = inputs.context(1, 8, {}, {}, keep_window_states=False)
+    assert input_ids.tolist() == [21, 22, 23, 24, 25, 0, 0, 0]
+    assert ctx.positions.tolist() == list(range(8))
+    assert ctx.slot_mapping.tolist() == [12, 13, 14, 15, 20, 9 * 4 + 1, 9 * 4 + 2, 9 * 4 + 3]
+    assert ctx.seq_lens.tolist() == [8] and ctx.block_tables.tolist() == [[3, 5, 9]]
+    assert inputs.num_real_rows.tolist() == [5]
+
+
+def test_a_step_of_fresh_prompts_and_windows_splits_into_graph_layouts():
+    from strata.runner.cuda_graphs import CudaGraphCache
+
+    cache = CudaGraphCache(torch.nn.Identity(), GraphInputs(8, 2, 4, 4, 0, 0, "cpu", max_prompt_tokens=64), {}, {},
+                           max_slots=8, max_tokens_per_slot=2, capacity=8, max_prompt_tokens=64)
+
+    def slot(i, computed, n):
+        return ScheduledSlot(i, computed, n, [], [1] * n)
+
+    assert cache.prompt_layout(slot(0, 0, 5)) == (1, 16)
+    assert cache.prompt_layout(slot(0, 0, 33)) == (1, 64)
+    assert cache.prompt_layout(slot(0, 0, 65)) is None     # longer than the largest prompt layout
+    assert cache.prompt_layout(slot(0, 4, 20)) is None     # a later chunk attends to its prefix: eager
+    step = [slot(0, 9, 1), slot(1, 0, 20), slot(2, 30, 1), slot(3, 0, 7)]
+    assert cache.split_layouts(step) == [((2, 1), [0, 2]), ((1, 32), [1]), ((1, 16), [3])]
+    assert cache.split_layouts([slot(0, 0, 40)]) == [((1, 64), [0])]
+    assert cache.split_layouts([slot(0, 9, 1), slot(1, 9, 2), slot(2, 0, 8)]) is None  # ragged windows
+    assert cache.split_layouts([slot(0, 9, 1), slot(1, 0, 100)]) is None
+    cache.eager_only.add((1, 32))                        # a layout whose capture failed
+    assert cache.split_layouts(step) is None
+    off = CudaGraphCache(torch.nn.Identity(), GraphInputs(8, 2, 4, 4, 0, 0, "cpu"), {}, {}, 8, 2, capacity=8)
+    assert off.split_layouts(step) is None               # max_prompt_tokens 0: mixed steps stay eager
 
 
 def test_a_graph_split_for_offloaded_experts_is_replayed_only_while_its_plan_holds():
@@ -88,6 +128,13 @@ def test_warm_up_captures_decode_layouts_first_up_to_the_capacity(monkeypatch):
     monkeypatch.setattr(cache, "_capture", fake_capture)
     assert cache.warm_up() == 8
     assert captured == [(1, 1), (2, 1), (3, 1), (4, 1), (5, 1), (6, 1), (1, 2), (2, 2)]
+    # fresh prompt layouts come after plain decode, before longer verification windows
+    cache = CudaGraphCache(torch.nn.Identity(), GraphInputs(2, 3, 2, 4, 0, 0, "cpu", max_prompt_tokens=64), {}, {},
+                           max_slots=2, max_tokens_per_slot=3, capacity=6, max_prompt_tokens=64)
+    captured.clear()
+    monkeypatch.setattr(cache, "_capture", fake_capture)
+    assert cache.warm_up() == 6
+    assert captured == [(1, 1), (2, 1), (1, 16), (1, 32), (1, 64), (1, 2)]
 
 
 # ---- GPU ------------------------------------------------------------------------------------------
@@ -121,6 +168,29 @@ def test_graph_on_off_token_identity(family, spec, tiny_model_dir):
         stats = llm.engine.runner.graph_stats()
         if graphs:
             assert stats["replays"] > 0 and stats["captures"] > 0
+        del llm
+        torch.cuda.empty_cache()
+    assert runs[True] == runs[False]
+
+
+@gpu
+@pytest.mark.parametrize("family", ["llama", "qwen3_moe"])
+def test_fresh_prompts_beside_running_requests_replay_graphs_token_identity(family, tiny_model_dir):
+    """Three slots for eight requests: most admissions run beside decoding requests. Each fresh prompt
+    replays a graph of its padded length (16 to 128 tokens here) and the windows theirs; the greedy
+    tokens equal those of a run without graphs. (No prompt of 63 or 64 tokens: beside decode rows it
+    makes an eager step of more than 64 rows, which routes through the unfused MoE path, while its own
+    64-row graph takes the fused routing; the two round differently, which flipped a token of the tiny
+    random qwen3_moe on the H200.)"""
+    prompts = _prompts([5, 40, 17, 100, 30, 12, 50, 7])
+    lengths = [20, 6, 12, 9, 15, 4, 10, 8]
+    runs = {}
+    for graphs in (False, True):
+        llm = LLM(tiny_model_dir(family), dtype="bfloat16", device="cuda", max_num_seqs=3, block_size=4,
+                  cuda_graphs=graphs)
+        runs[graphs] = _staggered(llm, prompts, lengths)
+        if graphs:
+            assert {(1, 16), (1, 32), (1, 64), (1, 128)} <= set(llm.engine.runner.graphs.graphs)
         del llm
         torch.cuda.empty_cache()
     assert runs[True] == runs[False]
