@@ -86,8 +86,9 @@ class CudaGraphCache:
             for layer, (conv, ssm) in state_caches.items()} if max_tokens_per_slot > 1 else {}
         self.ladder = tuple(s for s in SLOT_LADDER if s < max_slots) + (max_slots,)
         self.max_tokens_per_slot = max_tokens_per_slot
-        # fresh prompts up to this many tokens replay graphs (0: never); needs a power of two >= 16
-        self.max_prompt_tokens = max_prompt_tokens if max_prompt_tokens >= MIN_PROMPT_LAYOUT else 0
+        # fresh prompts up to this many tokens replay graphs (0: never): see prompt_token_limit
+        assert max_prompt_tokens == prompt_token_limit(max_prompt_tokens, max_prompt_tokens)
+        self.max_prompt_tokens = max_prompt_tokens
         self.capacity = capacity
         self.graphs: OrderedDict[tuple[int, int], CapturedStep] = OrderedDict()
         self.eager_only: set[tuple[int, int]] = set()
@@ -155,7 +156,6 @@ class CudaGraphCache:
         if not self.ensure(key):
             return None
         captured = self.graphs[key]
-        self.graphs.move_to_end(key)
         num_slots, n = key
         self.inputs.fill(scheduled, block_tables, num_slots, n)
         if feed is not None:
@@ -237,6 +237,13 @@ class CudaGraphCache:
         for captured in self.graphs.values():
             captured.graph.reset()
         self.graphs.clear()
+
+
+def prompt_token_limit(requested: int, max_len: int) -> int:
+    """The longest fresh prompt given a graph: the largest power of two within both limits, so every
+    padded prompt layout fits the graph inputs and the model's positions; 0 (none) below 16."""
+    limit = min(requested, max_len)
+    return 0 if limit < MIN_PROMPT_LAYOUT else 1 << (limit.bit_length() - 1)
 
 
 def _powers_of_two(low: int, high: int) -> list[int]:

@@ -19,7 +19,7 @@ from torch import nn
 
 from strata.cache.pools import CheckpointPool, HostParkPool, KVPool, StatePool
 from strata.config import MAX_SPEC_TOKENS, RunnerConfig, SpecConfig
-from strata.runner.cuda_graphs import CudaGraphCache
+from strata.runner.cuda_graphs import CudaGraphCache, prompt_token_limit
 from strata.runner.graph_inputs import GraphInputs
 from strata.runner.inputs import StepInputs, build_inputs
 from strata.sample import Sampler
@@ -83,7 +83,7 @@ class ModelRunner:
             # fresh prompts in graphs: not with recurrent state (its prompt form is not captured), host
             # work inside MoE layers (sized for decode rows), or the MTP head (it reads the step's inputs)
             prompt_tokens = 0 if self.state_pool.caches or offloaded or spec.uses_mtp else \
-                min(options.cuda_graph_prompt_tokens, max_len)
+                prompt_token_limit(options.cuda_graph_prompt_tokens, max_len)
             inputs = GraphInputs(max_slots, window, -(-(max_len + MAX_SPEC_TOKENS + 1) // block_size),
                                  block_size, scratch_block=num_blocks, scratch_state_row=max_num_seqs, device=device,
                                  max_prompt_tokens=prompt_tokens)

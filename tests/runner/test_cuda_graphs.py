@@ -83,6 +83,15 @@ def test_a_step_of_fresh_prompts_and_windows_splits_into_graph_layouts():
     assert off.split_layouts(step) is None               # max_prompt_tokens 0: mixed steps stay eager
 
 
+def test_prompt_token_limit_is_a_power_of_two_within_both_limits():
+    from strata.runner.cuda_graphs import prompt_token_limit
+
+    assert prompt_token_limit(512, 4096) == 512
+    assert prompt_token_limit(300, 4096) == 256   # a 290-token prompt would pad to 512: past the inputs
+    assert prompt_token_limit(512, 200) == 128    # padded positions stay inside the model's length
+    assert prompt_token_limit(15, 4096) == 0 and prompt_token_limit(0, 4096) == 0
+
+
 def test_a_graph_split_for_offloaded_experts_is_replayed_only_while_its_plan_holds():
     """Plans are (placement epoch, layers split at, layers whose device experts the graph skipped)."""
     captured = (1, frozenset({2, 3}), frozenset({3}))
