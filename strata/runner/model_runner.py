@@ -10,6 +10,7 @@ because the scheduler may hand a freed slot id to a new request in the same plan
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from dataclasses import dataclass
@@ -185,23 +186,23 @@ class ModelRunner:
         parts = self.graphs.split_layouts(plan.scheduled)
         if parts is None or not all(self.graphs.ensure(key) for key, _ in parts):
             return None
-        rows: list = [None] * len(plan.scheduled)   # per slot: (ids [n], hidden [n, D])
-        ctx = None
+        starts = list(itertools.accumulate((w.num_new_tokens for w in plan.scheduled[:-1]), initial=0))
+        total = starts[-1] + plan.scheduled[-1].num_new_tokens
+        input_ids = hidden = ctx = None
         for key, indices in parts:
             step = self.graphs.run(key, [plan.scheduled[i] for i in indices], self.block_tables)
             if step is None:  # captured a moment ago: only a failing replay gets here
                 raise RuntimeError(f"CUDA graph {key} was captured but could not be replayed")
-            ctx = ctx or step.ctx
+            if ctx is None:
+                ctx = step.ctx
+                input_ids = step.input_ids.new_empty(total)                           # [T]
+                hidden = step.hidden.new_empty(total, step.hidden.shape[1])           # [T, D]
             # copied out now (stream order): the next part refills the shared inputs and may replay
             # the same graph, overwriting its output
             for j, i in enumerate(indices):
-                first, n = j * key[1], plan.scheduled[i].num_new_tokens
-                rows[i] = (step.input_ids[first:first + n].clone(), step.hidden[first:first + n].clone())
-        starts = [0]
-        for work in plan.scheduled[:-1]:
-            starts.append(starts[-1] + work.num_new_tokens)
-        input_ids = torch.cat([ids for ids, _ in rows])
-        hidden = torch.cat([h for _, h in rows])
+                first, start, n = j * key[1], starts[i], plan.scheduled[i].num_new_tokens
+                input_ids[start:start + n].copy_(step.input_ids[first:first + n])
+                hidden[start:start + n].copy_(step.hidden[first:first + n])
         return StepInputs(input_ids, ctx, starts), hidden
 
     # ---- overlapped decoding: a step launched, the next planned and launched, then the first read ----
