@@ -7,7 +7,11 @@ softmax + topk + sum + div + cast.
 projection itself, the routing and fused_moe's row layout in one launch instead of three. Programs
 split the projection by (expert block, hidden slice) and write float32 partial logits; the last program
 to finish (an atomic counter, reset by that program) sums them in a fixed order (deterministic), rounds
-them to the model dtype as the router's linear layer would, picks the top-k and lays out the rows.
+them to the model dtype as the router's linear layer would, picks the top-k and lays out the rows. The
+router weight's first tile loads before the PDL wait (it does not depend on the previous kernel). A
+single token's rows are laid out from the picks in registers (`lay_out_picks`); more tokens take
+moe_align's counting sort through global memory (`align_pairs`): the register layout padded to 16
+rows measured slower there (session 8).
 """
 
 from __future__ import annotations
@@ -113,10 +117,12 @@ def route_and_align(hidden: torch.Tensor, gate_weight: torch.Tensor, top_k: int,
     assert 1 <= num_tokens <= ROUTE_FUSED_MAX_TOKENS and hidden.dtype in (torch.bfloat16, torch.float16)
     assert hidden.stride(1) == 1 and gate_weight.is_contiguous() and gate_weight.dtype == hidden.dtype
     assert counter.dtype == torch.int32
-    block_e, block_k = 16, 128
+    block_e = 16
     expert_blocks = triton.cdiv(num_experts, block_e)
-    # about 64 programs: each streams a (16 experts x hidden slice) tile of the router weight
-    k_splits = max(1, min(triton.cdiv(dim, block_k), 64 // expert_blocks, 16))
+    # about 64 programs: each streams a (16 experts x hidden slice) tile of the router weight, in one
+    # BLOCK_K tile where that is at most 512 wide
+    k_splits = max(1, min(triton.cdiv(dim, 128), 64 // expert_blocks, 16))
+    block_k = min(512, triton.next_power_of_2(triton.cdiv(dim, k_splits)))
     device = hidden.device
     partial = torch.empty(k_splits, num_tokens, num_experts, dtype=torch.float32, device=device)  # [S, T, E]
     ids = torch.empty(num_tokens, top_k, dtype=torch.int64, device=device)
@@ -126,15 +132,21 @@ def route_and_align(hidden: torch.Tensor, gate_weight: torch.Tensor, top_k: int,
     record = counts is not None
     e_pad = triton.next_power_of_2(num_experts)
     num_warps = num_warps or (4 if num_tokens * e_pad <= 512 else 8)
+    # the last program routes TOK_CHUNK rows at a time. A single token lays out its rows straight from
+    # registers (ONE_CHUNK), which measured faster on the H200; its tail tile keeps at least one element
+    # per thread (Triton 3.6 miscompiles the layout's scans with fewer)
+    one_chunk = num_tokens == 1
+    tok_chunk = max(1, 32 * num_warps // e_pad) if one_chunk else \
+        min(triton.next_power_of_2(num_tokens), max(1, 4096 // e_pad))
     _route_kernel[(expert_blocks, k_splits)](
         hidden, gate_weight, partial, counter, ids, weights, counts if record else ids, touched if record else ids,
         real_rows if real_rows is not None else ids, sorted_ids, block_expert, scratch,
         num_tokens, num_experts, dim, hidden.stride(0), triton.cdiv(triton.cdiv(dim, block_k), k_splits) * block_k,
         num_blocks, TOP_K=top_k, RENORMALIZE=renormalize, RECORD=record, MASK_ROWS=real_rows is not None,
         T_PAD=max(16, triton.next_power_of_2(num_tokens)), E_PAD=e_pad, K_PAD=triton.next_power_of_2(top_k),
-        TOK_CHUNK=min(triton.next_power_of_2(num_tokens), max(1, 4096 // e_pad)),  # tail rows at a time
-        BLOCK_E=block_e, BLOCK_K=block_k, K_SPLITS=k_splits, BLOCK_M=block_m, CHUNK=1024, num_warps=num_warps,
-        **pdl_options(hidden))
+        TOK_CHUNK=tok_chunk, BLOCK_E=block_e, BLOCK_K=block_k, K_SPLITS=k_splits, BLOCK_M=block_m, CHUNK=1024,
+        ONE_CHUNK=one_chunk,
+        num_warps=num_warps, **pdl_options(hidden))
     return ids, weights, sorted_ids, block_expert
 
 
@@ -143,20 +155,23 @@ if triton is not None:
 
     @triton.jit
     def pick_topk(probs, ok, offs, TOP_K: tl.constexpr, K_PAD: tl.constexpr, E_PAD: tl.constexpr):
-        """probs [R, E_PAD] (>= 0 where ok) -> (weights [R, K_PAD] float32, ids [R, K_PAD] int64): the TOP_K
-        largest per row, largest first, ties to the lower id. Each pick is one max-reduction over an int64
-        key: the probability's bits (order-preserving for non-negative floats) above the reversed id."""
+        """probs [R, E_PAD] (>= 0 where ok) -> (weights [R, K_PAD] float32, ids [R, K_PAD] int64, slot [R, E_PAD]
+        int32): the TOP_K largest per row, largest first, ties to the lower id; slot is each expert's pick
+        (0 for the largest) or -1. Each pick is one max-reduction over an int64 key: the probability's bits
+        (order-preserving for non-negative floats) above the reversed id."""
         key = (probs.to(tl.int32, bitcast=True).to(tl.int64) << 32) | (E_PAD - 1 - offs[None, :]).to(tl.int64)
         key = tl.where(ok, key, -1)
         k_offs = tl.arange(0, K_PAD)
         picked_key = tl.zeros((probs.shape[0], K_PAD), dtype=tl.int64)
+        slot = tl.full(probs.shape, -1, tl.int32)
         for j in tl.static_range(TOP_K):
             best = tl.max(key, axis=1)                                                      # [R]
             picked_key = tl.where(k_offs[None, :] == j, best[:, None], picked_key)
+            slot = tl.where(key == best[:, None], j, slot)
             key = tl.where(key == best[:, None], -1, key)
         ids = E_PAD - 1 - (picked_key & 0xFFFFFFFF)
         weights = (picked_key >> 32).to(tl.int32).to(tl.float32, bitcast=True)
-        return weights, ids
+        return weights, ids, slot
 
     @triton.jit
     def _route_kernel(hidden_ptr, gate_ptr, partial_ptr, counter_ptr, ids_ptr, weights_ptr, counts_ptr, touched_ptr,
@@ -165,8 +180,7 @@ if triton is not None:
                       TOP_K: tl.constexpr, RENORMALIZE: tl.constexpr, RECORD: tl.constexpr,
                       MASK_ROWS: tl.constexpr, T_PAD: tl.constexpr, E_PAD: tl.constexpr, K_PAD: tl.constexpr,
                       TOK_CHUNK: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr, K_SPLITS: tl.constexpr,
-                      BLOCK_M: tl.constexpr, CHUNK: tl.constexpr, USE_PDL: tl.constexpr):
-        wait_for_previous_kernel(USE_PDL)
+                      BLOCK_M: tl.constexpr, CHUNK: tl.constexpr, ONE_CHUNK: tl.constexpr, USE_PDL: tl.constexpr):
         pid_e, pid_k = tl.program_id(0), tl.program_id(1)
         # this program's partial logits: [T_PAD, BLOCK_E] over hidden slice [k_start, k_end)
         offs_t = tl.arange(0, T_PAD)
@@ -176,13 +190,17 @@ if triton is not None:
         offs_k = tl.arange(0, BLOCK_K)
         k_start = pid_k * k_per_split
         k_end = tl.minimum(k_start + k_per_split, dim)
-        acc = tl.zeros((T_PAD, BLOCK_E), dtype=tl.float32)
-        for k0 in range(k_start, k_end, BLOCK_K):
+        w_ptrs = gate_ptr + offs_e[:, None].to(tl.int64) * dim + offs_k[None, :]              # [BE, BK]
+        h_ptrs = hidden_ptr + offs_t[:, None] * stride_ht + offs_k[None, :]                   # [T_PAD, BK]
+        # the router weight does not depend on the previous kernel: its first tile loads before the wait
+        w = tl.load(w_ptrs + k_start, mask=e_ok[:, None] & (k_start + offs_k < k_end)[None, :], other=0.0)
+        wait_for_previous_kernel(USE_PDL)
+        h = tl.load(h_ptrs + k_start, mask=t_ok[:, None] & (k_start + offs_k < k_end)[None, :], other=0.0)
+        acc = tl.dot(h, tl.trans(w))
+        for k0 in range(k_start + BLOCK_K, k_end, BLOCK_K):
             k_ok = k0 + offs_k < k_end
-            h = tl.load(hidden_ptr + offs_t[:, None] * stride_ht + (k0 + offs_k)[None, :],
-                        mask=t_ok[:, None] & k_ok[None, :], other=0.0)                        # [T_PAD, BK]
-            w = tl.load(gate_ptr + offs_e[:, None].to(tl.int64) * dim + (k0 + offs_k)[None, :],
-                        mask=e_ok[:, None] & k_ok[None, :], other=0.0)                        # [BE, BK]
+            w = tl.load(w_ptrs + k0, mask=e_ok[:, None] & k_ok[None, :], other=0.0)
+            h = tl.load(h_ptrs + k0, mask=t_ok[:, None] & k_ok[None, :], other=0.0)
             acc = tl.dot(h, tl.trans(w), acc)
         split_stride = num_tokens * num_experts
         tl.store(partial_ptr + pid_k * split_stride + offs_t[:, None] * num_experts + offs_e[None, :], acc,
@@ -190,40 +208,86 @@ if triton is not None:
         tl.debug_barrier()  # every thread's partial stored before the release below
         finished = tl.atomic_add(counter_ptr, 1, sem="acq_rel")
         if finished == tl.num_programs(0) * K_SPLITS - 1:  # the last program: route every token
-            k_offs = tl.arange(0, K_PAD)
-            k_ok2 = k_offs < TOP_K
-            offs_all = tl.arange(0, E_PAD)
-            all_ok = offs_all < num_experts
-            for t0 in range(0, num_tokens, TOK_CHUNK):
-                rows = t0 + tl.arange(0, TOK_CHUNK)
-                r_ok = rows < num_tokens
-                logits = tl.zeros((TOK_CHUNK, E_PAD), dtype=tl.float32)
-                for split in tl.static_range(K_SPLITS):  # unrolled: the loads go out together
-                    logits += tl.load(partial_ptr + split * split_stride + rows[:, None] * num_experts
-                                      + offs_all[None, :], mask=r_ok[:, None] & all_ok[None, :], other=0.0,
-                                      cache_modifier=".cg")
-                # rounded to the model dtype, as the router's linear layer returns them
-                logits = logits.to(hidden_ptr.dtype.element_ty).to(tl.float32)
-                logits = tl.where(all_ok[None, :], logits, float("-inf"))
-                e = tl.exp(logits - tl.max(logits, axis=1)[:, None])
-                probs = e / tl.sum(e, axis=1)[:, None]
-                picked_w, picked_id = pick_topk(probs, all_ok[None, :], offs_all, TOP_K, K_PAD, E_PAD)  # [TC, K_PAD]
-                if RENORMALIZE:
-                    picked_w = picked_w / tl.sum(tl.where(k_ok2[None, :], picked_w, 0.0), axis=1)[:, None]
-                out_ok = r_ok[:, None] & k_ok2[None, :]
-                out_at = rows[:, None].to(tl.int64) * TOP_K + k_offs[None, :]
-                tl.store(ids_ptr + out_at, picked_id, mask=out_ok)
-                tl.store(weights_ptr + out_at, picked_w.to(weights_ptr.dtype.element_ty), mask=out_ok)
-                if RECORD:
-                    counted = out_ok
-                    if MASK_ROWS:  # padding rows of a graph layout are not counted
-                        counted = counted & (rows[:, None] < tl.load(real_rows_ptr))
-                    tl.atomic_add(counts_ptr + picked_id, tl.full((TOK_CHUNK, K_PAD), 1, tl.int64), mask=counted)
-                    tl.store(touched_ptr + picked_id, tl.full((TOK_CHUNK, K_PAD), 1, tl.int64), mask=counted)
-            tl.debug_barrier()  # the ids stored above are read back by the layout
-            align_pairs(ids_ptr, sorted_ids_ptr, block_expert_ptr, scratch_ptr, num_tokens * TOP_K, num_experts,
-                        num_blocks, BLOCK_M, E_PAD, CHUNK)
+            if ONE_CHUNK:  # every token at once, so the layout comes from registers (no global round trips)
+                fill_layout(sorted_ids_ptr, block_expert_ptr, num_tokens * TOP_K, num_blocks, BLOCK_M, CHUNK)
+                rows, slot = _route_rows(0, partial_ptr, hidden_ptr, ids_ptr, weights_ptr, counts_ptr,
+                                         touched_ptr, real_rows_ptr, num_tokens, num_experts, TOP_K, RENORMALIZE,
+                                         RECORD, MASK_ROWS, E_PAD, K_PAD, TOK_CHUNK, K_SPLITS)
+                tl.debug_barrier()  # the fills land before the layout overwrites them
+                lay_out_picks(rows, slot, num_tokens, sorted_ids_ptr, block_expert_ptr, TOP_K, E_PAD, BLOCK_M)
+            else:
+                for t0 in range(0, num_tokens, TOK_CHUNK):
+                    _route_rows(t0, partial_ptr, hidden_ptr, ids_ptr, weights_ptr, counts_ptr, touched_ptr,
+                                real_rows_ptr, num_tokens, num_experts, TOP_K, RENORMALIZE, RECORD, MASK_ROWS,
+                                E_PAD, K_PAD, TOK_CHUNK, K_SPLITS)
+                tl.debug_barrier()  # the ids stored above are read back by the layout
+                align_pairs(ids_ptr, sorted_ids_ptr, block_expert_ptr, scratch_ptr, num_tokens * TOP_K,
+                            num_experts, num_blocks, BLOCK_M, E_PAD, CHUNK)
             tl.atomic_xchg(counter_ptr, 0)
+
+    @triton.jit
+    def _route_rows(t0, partial_ptr, hidden_ptr, ids_ptr, weights_ptr, counts_ptr, touched_ptr, real_rows_ptr,
+                    num_tokens, num_experts, TOP_K: tl.constexpr, RENORMALIZE: tl.constexpr, RECORD: tl.constexpr,
+                    MASK_ROWS: tl.constexpr, E_PAD: tl.constexpr, K_PAD: tl.constexpr, TOK_CHUNK: tl.constexpr,
+                    K_SPLITS: tl.constexpr):
+        """Route tokens [t0, t0 + TOK_CHUNK) from the summed partial logits: ids, weights and statistics
+        stored; -> (rows [TC], slot [TC, E_PAD]: each expert's pick per row, -1 if not picked)."""
+        k_offs = tl.arange(0, K_PAD)
+        k_ok = k_offs < TOP_K
+        offs_all = tl.arange(0, E_PAD)
+        all_ok = offs_all < num_experts
+        split_stride = num_tokens * num_experts
+        rows = t0 + tl.arange(0, TOK_CHUNK)
+        r_ok = rows < num_tokens
+        logits = tl.zeros((TOK_CHUNK, E_PAD), dtype=tl.float32)
+        for split in tl.static_range(K_SPLITS):  # unrolled: the loads go out together
+            logits += tl.load(partial_ptr + split * split_stride + rows[:, None] * num_experts + offs_all[None, :],
+                              mask=r_ok[:, None] & all_ok[None, :], other=0.0, cache_modifier=".cg")
+        # rounded to the model dtype, as the router's linear layer returns them
+        logits = logits.to(hidden_ptr.dtype.element_ty).to(tl.float32)
+        logits = tl.where(all_ok[None, :], logits, float("-inf"))
+        e = tl.exp(logits - tl.max(logits, axis=1)[:, None])
+        probs = e / tl.sum(e, axis=1)[:, None]
+        picked_w, picked_id, slot = pick_topk(probs, all_ok[None, :], offs_all, TOP_K, K_PAD, E_PAD)  # [TC, K_PAD]
+        if RENORMALIZE:
+            picked_w = picked_w / tl.sum(tl.where(k_ok[None, :], picked_w, 0.0), axis=1)[:, None]
+        out_ok = r_ok[:, None] & k_ok[None, :]
+        out_at = rows[:, None].to(tl.int64) * TOP_K + k_offs[None, :]
+        tl.store(ids_ptr + out_at, picked_id, mask=out_ok)
+        tl.store(weights_ptr + out_at, picked_w.to(weights_ptr.dtype.element_ty), mask=out_ok)
+        if RECORD:
+            counted = out_ok
+            if MASK_ROWS:  # padding rows of a graph layout are not counted
+                counted = counted & (rows[:, None] < tl.load(real_rows_ptr))
+            tl.atomic_add(counts_ptr + picked_id, tl.full((TOK_CHUNK, K_PAD), 1, tl.int64), mask=counted)
+            tl.store(touched_ptr + picked_id, tl.full((TOK_CHUNK, K_PAD), 1, tl.int64), mask=counted)
+        return rows, slot
+
+    @triton.jit
+    def fill_layout(sorted_ids_ptr, block_expert_ptr, num_pairs, num_blocks, BLOCK_M: tl.constexpr,
+                    CHUNK: tl.constexpr):
+        """Every row of the layout padding (num_pairs) and every block unused (-1)."""
+        offs = tl.arange(0, CHUNK)
+        for c in range(0, num_blocks * BLOCK_M, CHUNK):
+            tl.store(sorted_ids_ptr + c + offs, num_pairs, mask=c + offs < num_blocks * BLOCK_M)
+        for c in range(0, num_blocks, CHUNK):
+            tl.store(block_expert_ptr + c + offs, -1, mask=c + offs < num_blocks)
+
+    @triton.jit
+    def lay_out_picks(rows, slot, num_tokens, sorted_ids_ptr, block_expert_ptr, TOP_K: tl.constexpr,
+                      E_PAD: tl.constexpr, BLOCK_M: tl.constexpr):
+        """moe_align_ref's layout from every token's picks in registers (slot [T, E_PAD], rows [T] holding
+        all tokens): an expert's group starts after the padded groups of lower experts, and a pair's place
+        in it is the number of earlier tokens that picked the same expert."""
+        picked = (slot >= 0) & (rows < num_tokens)[:, None]                                # [T, E_PAD]
+        hits = picked.to(tl.int32)
+        upto = tl.cumsum(hits, 0)                                                           # [T, E_PAD]
+        counts = tl.max(upto, axis=0)                                                       # [E_PAD]
+        padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+        position = (tl.cumsum(padded, 0) - padded)[None, :] + upto - hits                   # [T, E_PAD]
+        expert = tl.arange(0, E_PAD)[None, :] + tl.zeros_like(position)
+        tl.store(sorted_ids_ptr + position, rows[:, None] * TOP_K + slot, mask=picked)
+        tl.store(block_expert_ptr + position // BLOCK_M, expert, mask=picked)
 
     @triton.jit
     def _softmax_topk_kernel(logits_ptr, ids_ptr, weights_ptr, counts_ptr, touched_ptr, real_rows_ptr, num_experts,
@@ -238,7 +302,7 @@ if triton is not None:
                     other=float("-inf")).to(tl.float32)                                     # [1, E_PAD]
         e = tl.exp(x - tl.max(x, axis=1)[:, None])
         probs = e / tl.sum(e, axis=1)[:, None]
-        picked_w, picked_id = pick_topk(probs, ok[None, :], offs, TOP_K, K_PAD, E_PAD)      # [1, K_PAD]
+        picked_w, picked_id, _ = pick_topk(probs, ok[None, :], offs, TOP_K, K_PAD, E_PAD)   # [1, K_PAD]
         k_offs = tl.arange(0, K_PAD)
         if RENORMALIZE:
             picked_w = picked_w / tl.sum(tl.where(k_offs[None, :] < TOP_K, picked_w, 0.0), axis=1)[:, None]

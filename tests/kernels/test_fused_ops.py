@@ -160,12 +160,14 @@ def _check_layout(ids, sorted_ids, block_expert, block_m):
 
 
 @gpu
-@pytest.mark.parametrize("num_tokens, num_experts, dim, top_k", [(1, 128, 2048, 8), (5, 60, 200, 4),
-                                                                 (64, 512, 256, 10), (17, 8, 64, 2)])
+@pytest.mark.parametrize("num_tokens, num_experts, dim, top_k", [(1, 128, 2048, 8), (1, 8, 64, 2), (1, 512, 256, 10),
+                                                                 (5, 60, 200, 4), (64, 512, 256, 10), (17, 8, 64, 2)])
 @pytest.mark.parametrize("renormalize", [False, True])
 def test_route_and_align_matches_ref(num_tokens, num_experts, dim, top_k, renormalize):
     """The router projection, routing, statistics and row layout of one launch against the router's
-    linear layer + softmax_topk_ref + moe_align_ref; twice, so the program counter's reset is checked."""
+    linear layer + softmax_topk_ref + moe_align_ref; twice, so the program counter's reset is checked.
+    One token lays out its rows from registers (8 experts pad that tail to 16 rows), more tokens through
+    global memory."""
     from strata.kernels.fused_moe import default_config
     from strata.kernels.routing import route_and_align, route_and_align_ref
 
