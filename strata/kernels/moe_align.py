@@ -1,7 +1,8 @@
 """fused_moe's row layout: (token, k) pairs grouped by expert, each group padded to a multiple of
 BLOCK_M, so a program of the grouped GEMMs owns BLOCK_M rows of one expert. `moe_align` does it in one
 single-program launch (a counting sort with atomics); `align_pairs` is that program's body, which the
-fused routing kernel (strata.kernels.routing.route_and_align) also runs as its tail.
+fused routing kernel (strata.kernels.routing.route_and_align) also runs as its tail; that kernel lays out
+one token's rows from registers after `fill_layout`.
 """
 
 from __future__ import annotations
@@ -91,10 +92,7 @@ if triton is not None:
         e_ok = offs_e < num_experts
         offs = tl.arange(0, CHUNK)
         tl.store(scratch_ptr + offs_e, 0, mask=e_ok)
-        for c in range(0, num_blocks * BLOCK_M, CHUNK):
-            tl.store(sorted_ids_ptr + c + offs, num_pairs, mask=c + offs < num_blocks * BLOCK_M)
-        for c in range(0, num_blocks, CHUNK):
-            tl.store(block_expert_ptr + c + offs, -1, mask=c + offs < num_blocks)
+        fill_layout(sorted_ids_ptr, block_expert_ptr, num_pairs, num_blocks, BLOCK_M, CHUNK)
         tl.debug_barrier()
         for c in range(0, num_pairs, CHUNK):
             ok = c + offs < num_pairs
@@ -113,3 +111,13 @@ if triton is not None:
             position = tl.load(scratch_ptr + num_experts + expert, mask=ok, other=0, cache_modifier=".cg") + rank
             tl.store(sorted_ids_ptr + position, c + offs, mask=ok)
             tl.store(block_expert_ptr + position // BLOCK_M, expert, mask=ok)
+
+    @triton.jit
+    def fill_layout(sorted_ids_ptr, block_expert_ptr, num_pairs, num_blocks, BLOCK_M: tl.constexpr,
+                    CHUNK: tl.constexpr):
+        """Every row of the layout padding (num_pairs) and every block unused (-1)."""
+        offs = tl.arange(0, CHUNK)
+        for c in range(0, num_blocks * BLOCK_M, CHUNK):
+            tl.store(sorted_ids_ptr + c + offs, num_pairs, mask=c + offs < num_blocks * BLOCK_M)
+        for c in range(0, num_blocks, CHUNK):
+            tl.store(block_expert_ptr + c + offs, -1, mask=c + offs < num_blocks)

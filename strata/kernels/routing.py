@@ -151,7 +151,7 @@ def route_and_align(hidden: torch.Tensor, gate_weight: torch.Tensor, top_k: int,
 
 
 if triton is not None:
-    from strata.kernels.moe_align import align_pairs
+    from strata.kernels.moe_align import align_pairs, fill_layout
 
     @triton.jit
     def pick_topk(probs, ok, offs, TOP_K: tl.constexpr, K_PAD: tl.constexpr, E_PAD: tl.constexpr):
@@ -262,16 +262,6 @@ if triton is not None:
             tl.atomic_add(counts_ptr + picked_id, tl.full((TOK_CHUNK, K_PAD), 1, tl.int64), mask=counted)
             tl.store(touched_ptr + picked_id, tl.full((TOK_CHUNK, K_PAD), 1, tl.int64), mask=counted)
         return rows, slot
-
-    @triton.jit
-    def fill_layout(sorted_ids_ptr, block_expert_ptr, num_pairs, num_blocks, BLOCK_M: tl.constexpr,
-                    CHUNK: tl.constexpr):
-        """Every row of the layout padding (num_pairs) and every block unused (-1)."""
-        offs = tl.arange(0, CHUNK)
-        for c in range(0, num_blocks * BLOCK_M, CHUNK):
-            tl.store(sorted_ids_ptr + c + offs, num_pairs, mask=c + offs < num_blocks * BLOCK_M)
-        for c in range(0, num_blocks, CHUNK):
-            tl.store(block_expert_ptr + c + offs, -1, mask=c + offs < num_blocks)
 
     @triton.jit
     def lay_out_picks(rows, slot, num_tokens, sorted_ids_ptr, block_expert_ptr, TOP_K: tl.constexpr,
