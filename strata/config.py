@@ -226,7 +226,8 @@ class RunnerConfig:
     seed: int = _opt(0, "seed of random weights and of unseeded sampling")
     cuda_graphs: bool = _opt(True, "CUDA only: replay decode/verify steps from CUDA graphs (--no-cuda-graphs: eager)")
     cuda_graph_cache_size: int = _opt(
-        64, "CUDA graphs kept (one per layout: padded slot count x tokens per slot); least recently used go first")
+        0, "CUDA graphs kept (one per layout: padded slot count x tokens per slot); least recently used go first. "
+           "0: every layout of the warm-up ladder (decode, verification windows, fresh prompts)")
     cuda_graph_max_slots: int = _opt(32, "largest padded slot count captured as a graph; bigger steps run eager")
     cuda_graph_prompt_tokens: int = _opt(
         512, "fresh prompts up to this many tokens (rounded down to a power of two) replay graphs, padded to "

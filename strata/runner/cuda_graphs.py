@@ -7,14 +7,18 @@ first time a layout is seen (after one warm-up run of it), on padding inputs onl
 advances any request's recurrent state; the step's real inputs are then copied into the persistent
 buffers and the graph is replayed.
 
-Fresh prompts (nothing computed yet, at most `max_prompt_tokens`) have layouts too: (1, length padded
-up to a power of two). Their own causal attention is all a fresh prompt attends to, so padding rows at
-its end change none of its real rows. A step that mixes such prompts with decode or verification
-windows replays one graph per prompt and one for the windows (`split_layouts`), where it used to run
-every kernel eagerly; models with recurrent state (Gated DeltaNet) do not take this path.
+Fresh prompts (nothing computed yet, at most `max_prompt_tokens`) have layouts too: (prompts padded up
+to a power of two, length padded up to a power of two), at most PROMPT_GRAPH_ROWS rows. Their own causal
+attention is all a fresh prompt attends to, so padding rows at the end of each prompt change none of its
+real rows. A step's fresh prompts replay one such graph together (or a few, when they do not fit one),
+so the experts' weights are read once for all of them rather than once per prompt; the step's decode or
+verification windows replay their own graph (`split_layouts`). Models with recurrent state (Gated
+DeltaNet) do not take this path.
 
-When the cache is full the least recently used graph is released (`CUDAGraph.reset`) before the new
-one is captured. A capture that fails marks its layout eager-only; the step then runs eagerly.
+The cache holds every layout of the warm-up ladder by default (`cuda_graph_cache_size` 0). With a
+smaller size, when the cache is full the least recently used graph is released (`CUDAGraph.reset`)
+before the new one is captured. A capture that fails marks its layout eager-only; the step then runs
+eagerly.
 
 Layers that need the host mid-step (MoE layers with offloaded experts) split the capture into a
 chain of graphs (split_graphs.py). Which layers split is decided at capture; `host_plan` reports
@@ -45,6 +49,8 @@ logger = logging.getLogger(__name__)
 # padded slot counts: exact up to 8 (padding rows route to experts too, so small batches pad little)
 SLOT_LADDER = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128)
 MIN_PROMPT_LAYOUT = 16  # fresh prompts pad up to 16, 32, 64, ... tokens
+# rows of a graph of several fresh prompts (prompts x padded length): 32 prompts of 64 tokens, 4 of 512
+PROMPT_GRAPH_ROWS = 2048
 
 
 @dataclass
@@ -70,8 +76,8 @@ class CudaGraphCache:
                  max_slots: int, max_tokens_per_slot: int, capacity: int,
                  host_plan: Callable[[], tuple] | None = None, real_rows: torch.Tensor | None = None,
                  max_prompt_tokens: int = 0) -> None:
-        if capacity < 1:
-            raise ValueError(f"cuda_graph_cache_size must be at least 1, got {capacity}")
+        if capacity < 0:
+            raise ValueError(f"cuda_graph_cache_size must be 0 (every warm-up layout) or more, got {capacity}")
         self.model, self.inputs = model, inputs
         self.host_plan = host_plan or (lambda: (0, frozenset(), frozenset()))
         # a device scalar the forward reads (routing statistics skip padding rows): each step copies
@@ -89,7 +95,12 @@ class CudaGraphCache:
         # fresh prompts up to this many tokens replay graphs (0: never): see prompt_token_limit
         assert max_prompt_tokens == prompt_token_limit(max_prompt_tokens, max_prompt_tokens)
         self.max_prompt_tokens = max_prompt_tokens
-        self.capacity = capacity
+        assert inputs.max_tokens >= self.prompt_rows, "the graph inputs must hold the largest prompt layout"
+        # prompts per multi-prompt graph: powers of two below the slot count, then the slot count, as the
+        # rows a graph holds allow
+        counts = [p for p in _powers_of_two(1, max_slots) if p < max_slots] + [max_slots]
+        self.prompt_counts = tuple(p for p in counts if p * MIN_PROMPT_LAYOUT <= self.prompt_rows)
+        self.capacity = capacity or len(self.ladder_keys())
         self.graphs: OrderedDict[tuple[int, int], CapturedStep] = OrderedDict()
         self.eager_only: set[tuple[int, int]] = set()
         self.pool = None  # one memory pool shared by every graph, made at the first capture
@@ -105,29 +116,39 @@ class CudaGraphCache:
         key = (self.ladder[bisect.bisect_left(self.ladder, len(scheduled))], n)
         return None if key in self.eager_only else key
 
-    def prompt_layout(self, work: ScheduledSlot) -> tuple[int, int] | None:
-        """(1, padded length) for a fresh prompt (chunk) a graph can take, else None."""
+    @property
+    def prompt_rows(self) -> int:
+        return prompt_graph_rows(self.max_prompt_tokens)
+
+    def prompt_layout(self, work: ScheduledSlot, num_prompts: int = 1) -> tuple[int, int] | None:
+        """(padded prompt count, padded length) of a graph that takes fresh prompt (chunk) `work` among
+        num_prompts of at most its length, else None."""
         n = work.num_new_tokens
-        if work.num_computed_tokens or n > self.max_prompt_tokens:
+        if work.num_computed_tokens or n > self.max_prompt_tokens or num_prompts > max(self.prompt_counts, default=0):
             return None
-        key = (1, max(MIN_PROMPT_LAYOUT, 1 << (n - 1).bit_length()))
-        return None if key in self.eager_only else key
+        length = max(MIN_PROMPT_LAYOUT, 1 << (n - 1).bit_length())
+        count = self.prompt_counts[bisect.bisect_left(self.prompt_counts, num_prompts)]
+        key = (count, length)
+        return None if count * length > self.prompt_rows or key in self.eager_only else key
 
     def split_layouts(self, scheduled: list[ScheduledSlot]) -> list[tuple[tuple[int, int], list[int]]] | None:
-        """A step that no single layout fits, as graphs: (layout, indices into `scheduled`) for every
-        fresh prompt and, for the other slots, one layout of uniform windows; None if some slot fits
-        neither (it runs eagerly then)."""
+        """A step that no single layout fits, as graphs: (layout, indices into `scheduled`) for the
+        step's fresh prompts, longest first, as few multi-prompt layouts as hold them, and for the other
+        slots one layout of uniform windows; None if some slot fits neither (it runs eagerly then)."""
         if not self.max_prompt_tokens:
             return None
-        parts, windows = [], []
-        for i, work in enumerate(scheduled):
-            key = self.prompt_layout(work)
-            if key is not None:
-                parts.append((key, [i]))
-            else:
-                windows.append(i)
-        if not parts:
+        prompts = sorted((i for i, work in enumerate(scheduled) if self.prompt_layout(work) is not None),
+                         key=lambda i: -scheduled[i].num_new_tokens)
+        if not prompts:
             return None
+        parts = []
+        while prompts:  # the longest prompt left sets the group's length; as many follow as still fit
+            group = [prompts.pop(0)]
+            while prompts and self.prompt_layout(scheduled[group[0]], len(group) + 1) is not None:
+                group.append(prompts.pop(0))
+            parts.append((self.prompt_layout(scheduled[group[0]], len(group)), group))
+        grouped = {i for _, group in parts for i in group}
+        windows = [i for i in range(len(scheduled)) if i not in grouped]
         if windows:
             key = self.layout_for([scheduled[i] for i in windows])
             if key is None:
@@ -160,7 +181,7 @@ class CudaGraphCache:
         self.inputs.fill(scheduled, block_tables, num_slots, n)
         if feed is not None:
             self.inputs.feed_input_ids(feed)
-        real = sum(w.num_new_tokens for w in scheduled)  # a prompt's padding rows come last
+        real = sum(w.num_new_tokens for w in scheduled)
         captured.graph.replay(real)
         self.num_replays += 1
         input_ids, ctx = self.inputs.context(len(scheduled), n, self.kv_caches, self.state_caches,
@@ -168,18 +189,24 @@ class CudaGraphCache:
         ctx.query_lens = [w.num_new_tokens for w in scheduled]
         ctx.num_computed = [w.num_computed_tokens for w in scheduled]
         ctx.window_states = {layer: (conv[:real], ssm[:real]) for layer, (conv, ssm) in captured.window_states.items()}
-        return GraphStep(input_ids, captured.hidden[:real], ctx)
+        # slot i's rows start at i * n (a fresh prompt's padding rows follow its own real rows)
+        return GraphStep(input_ids, captured.hidden[:len(scheduled) * n], ctx)
+
+    def ladder_keys(self) -> list[tuple[int, int]]:
+        """Every layout decoding uses, most needed first: plain decode for every ladder size, single
+        fresh prompts, longer verification windows, then several fresh prompts at once."""
+        decode = [(slots, 1) for slots in self.ladder]
+        lengths = _powers_of_two(MIN_PROMPT_LAYOUT, self.max_prompt_tokens)
+        prompts = [(1, n) for n in lengths]
+        windows = [(slots, n) for n in range(2, self.max_tokens_per_slot + 1) for slots in self.ladder]
+        several = [(count, n) for n in lengths for count in self.prompt_counts[1:] if count * n <= self.prompt_rows]
+        return list(dict.fromkeys(decode + prompts + windows + several))  # a window may equal a prompt layout
 
     def warm_up(self) -> int:
         """Capture the layouts decoding will use before any request arrives (as many as the cache
-        holds: plain decode for every ladder size first, then fresh prompts, then longer verification
-        windows), so no request waits for a capture. Returns the number captured."""
-        decode = [(slots, 1) for slots in self.ladder]
-        prompts = [(1, n) for n in _powers_of_two(MIN_PROMPT_LAYOUT, self.max_prompt_tokens)]
-        windows = [(slots, n) for n in range(2, self.max_tokens_per_slot + 1) for slots in self.ladder]
-        keys = decode + prompts + windows
+        holds, in `ladder_keys` order), so no request waits for a capture. Returns the number captured."""
         captured = 0
-        for key in keys[:self.capacity]:
+        for key in self.ladder_keys()[:self.capacity]:
             if key not in self.graphs and self._capture(key) is not None:
                 captured += 1
         return captured
@@ -244,6 +271,11 @@ def prompt_token_limit(requested: int, max_len: int) -> int:
     padded prompt layout fits the graph inputs and the model's positions; 0 (none) below 16."""
     limit = min(requested, max_len)
     return 0 if limit < MIN_PROMPT_LAYOUT else 1 << (limit.bit_length() - 1)
+
+
+def prompt_graph_rows(max_prompt_tokens: int) -> int:
+    """Rows of the largest multi-prompt layout for prompts up to max_prompt_tokens (0: no prompt graphs)."""
+    return max(PROMPT_GRAPH_ROWS, max_prompt_tokens) if max_prompt_tokens else 0
 
 
 def _powers_of_two(low: int, high: int) -> list[int]:

@@ -19,8 +19,8 @@ from strata.types import ScheduledSlot
 
 class GraphInputs:
     def __init__(self, max_slots: int, max_tokens_per_slot: int, max_blocks_per_slot: int, block_size: int,
-                 scratch_block: int, scratch_state_row: int, device: str, max_prompt_tokens: int = 0) -> None:
-        self.max_slots, self.max_tokens = max_slots, max(max_slots * max_tokens_per_slot, max_prompt_tokens)
+                 scratch_block: int, scratch_state_row: int, device: str, max_prompt_rows: int = 0) -> None:
+        self.max_slots, self.max_tokens = max_slots, max(max_slots * max_tokens_per_slot, max_prompt_rows)
         self.width, self.block_size = max_blocks_per_slot, block_size
         self.scratch_block, self.scratch_state_row = scratch_block, scratch_state_row
         sizes = {"input_ids": self.max_tokens, "positions": self.max_tokens, "slot_mapping": self.max_tokens,

@@ -20,7 +20,7 @@ from torch import nn
 
 from strata.cache.pools import CheckpointPool, HostParkPool, KVPool, StatePool
 from strata.config import MAX_SPEC_TOKENS, RunnerConfig, SpecConfig
-from strata.runner.cuda_graphs import CudaGraphCache, prompt_token_limit
+from strata.runner.cuda_graphs import CudaGraphCache, prompt_graph_rows, prompt_token_limit
 from strata.runner.graph_inputs import GraphInputs
 from strata.runner.inputs import StepInputs, build_inputs
 from strata.sample import Sampler
@@ -87,7 +87,7 @@ class ModelRunner:
                 prompt_token_limit(options.cuda_graph_prompt_tokens, max_len)
             inputs = GraphInputs(max_slots, window, -(-(max_len + MAX_SPEC_TOKENS + 1) // block_size),
                                  block_size, scratch_block=num_blocks, scratch_state_row=max_num_seqs, device=device,
-                                 max_prompt_tokens=prompt_tokens)
+                                 max_prompt_rows=prompt_graph_rows(prompt_tokens))
             host_plan = None
             if offloaded:  # MoE layers split the graphs
                 self.experts.prepare_graphs(max_slots * window, dtype, device)

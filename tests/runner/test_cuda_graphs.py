@@ -47,7 +47,7 @@ def test_graph_inputs_pad_a_fresh_prompt_in_place():
     """A 5-token prompt in a 8-token layout: its padding rows write the scratch block, sit at the
     following positions, and are not counted as real rows."""
     inputs = GraphInputs(max_slots=2, max_tokens_per_slot=2, max_blocks_per_slot=3, block_size=4,
-                         scratch_block=9, scratch_state_row=7, device="cpu", max_prompt_tokens=8)
+                         scratch_block=9, scratch_state_row=7, device="cpu", max_prompt_rows=8)
     prompt = ScheduledSlot(slot_id=1, num_computed_tokens=0, num_new_tokens=5, new_block_ids=[3, 5],
                            token_ids=[21, 22, 23, 24, 25])
     inputs.fill([prompt], {1: [3, 5]}, num_slots=1, tokens_per_slot=8)
@@ -62,7 +62,7 @@ def test_graph_inputs_pad_a_fresh_prompt_in_place():
 def test_a_step_of_fresh_prompts_and_windows_splits_into_graph_layouts():
     from strata.runner.cuda_graphs import CudaGraphCache
 
-    cache = CudaGraphCache(torch.nn.Identity(), GraphInputs(8, 2, 4, 4, 0, 0, "cpu", max_prompt_tokens=64), {}, {},
+    cache = CudaGraphCache(torch.nn.Identity(), GraphInputs(8, 2, 4, 4, 0, 0, "cpu", max_prompt_rows=2048), {}, {},
                            max_slots=8, max_tokens_per_slot=2, capacity=8, max_prompt_tokens=64)
 
     def slot(i, computed, n):
@@ -70,17 +70,43 @@ def test_a_step_of_fresh_prompts_and_windows_splits_into_graph_layouts():
 
     assert cache.prompt_layout(slot(0, 0, 5)) == (1, 16)
     assert cache.prompt_layout(slot(0, 0, 33)) == (1, 64)
+    assert cache.prompt_layout(slot(0, 0, 33), num_prompts=3) == (4, 64)  # prompt counts pad to powers of two
+    assert cache.prompt_layout(slot(0, 0, 5), num_prompts=9) is None      # more prompts than slots
     assert cache.prompt_layout(slot(0, 0, 65)) is None     # longer than the largest prompt layout
     assert cache.prompt_layout(slot(0, 4, 20)) is None     # a later chunk attends to its prefix: eager
     step = [slot(0, 9, 1), slot(1, 0, 20), slot(2, 30, 1), slot(3, 0, 7)]
-    assert cache.split_layouts(step) == [((2, 1), [0, 2]), ((1, 32), [1]), ((1, 16), [3])]
+    # the windows in one graph, both fresh prompts in another (padded to the longer one's 32 tokens)
+    assert cache.split_layouts(step) == [((2, 1), [0, 2]), ((2, 32), [1, 3])]
     assert cache.split_layouts([slot(0, 0, 40)]) == [((1, 64), [0])]
+    # nine prompts: eight in one graph, the ninth in another
+    nine = [slot(i, 0, 3 + i) for i in range(9)]
+    assert cache.split_layouts(nine) == [((8, 16), [8, 7, 6, 5, 4, 3, 2, 1]), ((1, 16), [0])]
     assert cache.split_layouts([slot(0, 9, 1), slot(1, 9, 2), slot(2, 0, 8)]) is None  # ragged windows
     assert cache.split_layouts([slot(0, 9, 1), slot(1, 0, 100)]) is None
-    cache.eager_only.add((1, 32))                        # a layout whose capture failed
+    cache.eager_only.add((2, 32))                        # a layout whose capture failed: one graph per prompt
+    assert cache.split_layouts(step) == [((2, 1), [0, 2]), ((1, 32), [1]), ((1, 16), [3])]
+    cache.eager_only.add((1, 32))
     assert cache.split_layouts(step) is None
     off = CudaGraphCache(torch.nn.Identity(), GraphInputs(8, 2, 4, 4, 0, 0, "cpu"), {}, {}, 8, 2, capacity=8)
     assert off.split_layouts(step) is None               # max_prompt_tokens 0: mixed steps stay eager
+
+
+def test_several_fresh_prompts_share_a_graph_up_to_its_row_budget():
+    from strata.runner.cuda_graphs import PROMPT_GRAPH_ROWS, CudaGraphCache
+
+    cache = CudaGraphCache(torch.nn.Identity(), GraphInputs(8, 1, 80, 4, 0, 0, "cpu", max_prompt_rows=PROMPT_GRAPH_ROWS),
+                           {}, {}, max_slots=8, max_tokens_per_slot=1, capacity=8, max_prompt_tokens=1024)
+    prompts = [ScheduledSlot(i, 0, 600, [], [1] * 600) for i in range(3)]
+    assert 2 * 1024 <= PROMPT_GRAPH_ROWS < 4 * 1024
+    assert cache.split_layouts(prompts) == [((2, 1024), [0, 1]), ((1, 1024), [2])]
+    six = CudaGraphCache(torch.nn.Identity(), GraphInputs(6, 1, 80, 4, 0, 0, "cpu", max_prompt_rows=PROMPT_GRAPH_ROWS),
+                         {}, {}, max_slots=6, max_tokens_per_slot=1, capacity=8, max_prompt_tokens=64)
+    assert six.prompt_counts == (1, 2, 4, 6)  # powers of two, then every slot at once
+    assert six.prompt_layout(prompts[0], num_prompts=5) is None  # 600 tokens: past this cache's prompts
+    assert six.prompt_layout(ScheduledSlot(0, 0, 40, [], [1] * 40), num_prompts=5) == (6, 64)
+    with pytest.raises(AssertionError, match="largest prompt layout"):
+        CudaGraphCache(torch.nn.Identity(), GraphInputs(8, 1, 80, 4, 0, 0, "cpu", max_prompt_rows=1024),
+                       {}, {}, max_slots=8, max_tokens_per_slot=1, capacity=8, max_prompt_tokens=1024)
 
 
 def test_prompt_token_limit_is_a_power_of_two_within_both_limits():
@@ -118,8 +144,8 @@ def test_graph_cache_layouts_pad_up_the_ladder():
     assert cache.layout_for(step(*[1] * 13)) is None      # more slots than graphs cover
     assert cache.layout_for(step(2, 3)) is None           # ragged windows run eagerly
     assert cache.layout_for(step(5)) is None              # wider than the largest verification window
-    with pytest.raises(ValueError, match="at least 1"):
-        CudaGraphCache(torch.nn.Identity(), inputs, {}, {}, 12, 4, capacity=0)
+    with pytest.raises(ValueError, match="0 .every warm-up layout. or more"):
+        CudaGraphCache(torch.nn.Identity(), inputs, {}, {}, 12, 4, capacity=-1)
 
 
 def test_warm_up_captures_decode_layouts_first_up_to_the_capacity(monkeypatch):
@@ -138,12 +164,20 @@ def test_warm_up_captures_decode_layouts_first_up_to_the_capacity(monkeypatch):
     assert cache.warm_up() == 8
     assert captured == [(1, 1), (2, 1), (3, 1), (4, 1), (5, 1), (6, 1), (1, 2), (2, 2)]
     # fresh prompt layouts come after plain decode, before longer verification windows
-    cache = CudaGraphCache(torch.nn.Identity(), GraphInputs(2, 3, 2, 4, 0, 0, "cpu", max_prompt_tokens=64), {}, {},
+    cache = CudaGraphCache(torch.nn.Identity(), GraphInputs(2, 3, 2, 4, 0, 0, "cpu", max_prompt_rows=2048), {}, {},
                            max_slots=2, max_tokens_per_slot=3, capacity=6, max_prompt_tokens=64)
     captured.clear()
     monkeypatch.setattr(cache, "_capture", fake_capture)
     assert cache.warm_up() == 6
     assert captured == [(1, 1), (2, 1), (1, 16), (1, 32), (1, 64), (1, 2)]
+    # capacity 0 (the default) holds every layout: decode, single prompts, windows, then prompt pairs
+    cache = CudaGraphCache(torch.nn.Identity(), GraphInputs(2, 3, 2, 4, 0, 0, "cpu", max_prompt_rows=2048), {}, {},
+                           max_slots=2, max_tokens_per_slot=3, capacity=0, max_prompt_tokens=64)
+    captured.clear()
+    monkeypatch.setattr(cache, "_capture", fake_capture)
+    assert cache.warm_up() == 12 == cache.capacity
+    assert captured == [(1, 1), (2, 1), (1, 16), (1, 32), (1, 64), (1, 2), (2, 2), (1, 3), (2, 3),
+                        (2, 16), (2, 32), (2, 64)]
 
 
 # ---- GPU ------------------------------------------------------------------------------------------
@@ -203,6 +237,33 @@ def test_fresh_prompts_beside_running_requests_replay_graphs_token_identity(fami
         del llm
         torch.cuda.empty_cache()
     assert runs[True] == runs[False]
+
+
+@gpu
+@pytest.mark.parametrize("family", ["llama", "qwen3_moe"])
+def test_fresh_prompts_admitted_together_replay_one_graph_token_identity(family, tiny_model_dir, monkeypatch):
+    """Six prompts admitted in one step replay one graph of six prompts padded to 32 tokens (the slot
+    count is a prompt count of its own), and later admissions beside decoding requests group theirs
+    too; greedy tokens equal those of a run without graphs."""
+    from strata.runner.cuda_graphs import CudaGraphCache
+
+    prompts = _prompts([5, 9, 17, 3, 30, 12, 20, 8, 25, 6])
+    lengths = [6, 6, 10, 10, 14, 14, 9, 7, 11, 5]  # pairs finish together: their successors come in together
+    replayed = []
+    run = CudaGraphCache.run
+    monkeypatch.setattr(CudaGraphCache, "run", lambda self, key, scheduled, *a, **k: (
+        replayed.append((key, len(scheduled))), run(self, key, scheduled, *a, **k))[1])
+    runs = {}
+    for graphs in (False, True):
+        llm = LLM(tiny_model_dir(family), dtype="bfloat16", device="cuda", max_num_seqs=6, block_size=4,
+                  cuda_graphs=graphs)
+        replayed.clear()
+        runs[graphs] = _staggered(llm, prompts, lengths)
+        del llm
+        torch.cuda.empty_cache()
+    assert runs[True] == runs[False]
+    assert replayed[0] == ((6, 32), 6)                                  # the first step: every prompt at once
+    assert any(key[1] >= 16 and n > 1 for key, n in replayed[1:])      # later prompts also share a graph
 
 
 @gpu
