@@ -23,6 +23,10 @@ from strata.transfer import index_tensor
 
 _RECURRENT_MAX_QUERY_LEN = 16
 _CHUNK_SIZE = 64
+# on CUDA, steps whose windows are all this short take the Triton kernels (a sequential loop over each
+# window's tokens, all windows at once): prompt chunks too, unless the step keeps every token's state
+# (verification, [T, Hv, Dk, Dv] float32: too large for prompt rows)
+_TRITON_MAX_QUERY_LEN = 256
 
 
 def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -149,7 +153,8 @@ class GatedDeltaNet(nn.Module):
         return (self.conv_dim, self.kernel_size - 1), (self.num_v_heads, self.head_k_dim, self.head_v_dim)
 
     def forward(self, hidden: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
-        if hidden.is_cuda and ctx.max_query_len <= _RECURRENT_MAX_QUERY_LEN and triton_available():
+        limit = _RECURRENT_MAX_QUERY_LEN if ctx.keep_window_states else _TRITON_MAX_QUERY_LEN
+        if hidden.is_cuda and ctx.max_query_len <= limit and triton_available():
             return self._forward_short_windows(hidden, ctx)
         num_tokens = hidden.shape[0]
         mixed_qkv, z, b, a = self._project(hidden)
@@ -170,8 +175,9 @@ class GatedDeltaNet(nn.Module):
         return self.out_proj(self.norm(core, z).reshape(num_tokens, self.value_dim))
 
     def _forward_short_windows(self, hidden: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
-        """Decode and verification windows on CUDA: the Triton conv-update and recurrent kernels read and
-        write the pool rows directly (no host-side layout work, so the step can be a CUDA graph)."""
+        """Decode and verification windows (and prompt chunks up to _TRITON_MAX_QUERY_LEN) on CUDA: the
+        Triton conv-update and recurrent kernels read and write the pool rows directly (no host-side
+        layout work, so the step can be a CUDA graph)."""
         from strata.kernels.gdn import causal_conv1d_update, gdn_recurrent
 
         num_tokens = hidden.shape[0]
@@ -208,10 +214,11 @@ class GatedDeltaNet(nn.Module):
     def _delta_rule(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
                     beta: torch.Tensor, ssm_state: torch.Tensor,
                     ctx: ForwardContext) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Short windows run as one padded recurrent batch; each long window runs chunked on its own
-        (so one long prompt chunk does not pad every decode row). With ctx.keep_window_states the
-        recurrent batch also returns the state after every token ([T, Hv, Dk, Dv]; rows of long
-        windows stay unset: verification windows are always short)."""
+        """Short windows run as one padded recurrent batch; long windows (prompt chunks) run chunked,
+        batched with others of similar length (`_similar_lengths`), so one long prompt chunk does not
+        pad every decode row and a step of many prompts is not a loop over them. With
+        ctx.keep_window_states the recurrent batch also returns the state after every token
+        ([T, Hv, Dk, Dv]; rows of long windows stay unset: verification windows are always short)."""
         initial = torch.where(ctx.has_initial_state[:, None, None, None], ssm_state[ctx.state_slot_ids], 0)
         out = v.new_empty(v.shape, dtype=torch.float32)                        # [T, Hv, Dv]
         window_ssm = None
@@ -219,8 +226,8 @@ class GatedDeltaNet(nn.Module):
             window_ssm = ssm_state.new_empty(q.shape[0], *ssm_state.shape[1:])  # [T, Hv, Dk, Dv]
         short = [i for i, n in enumerate(ctx.query_lens) if n <= _RECURRENT_MAX_QUERY_LEN]
         groups = [(short, recurrent_gated_delta_rule)] if short else []
-        groups += [([i], chunked_gated_delta_rule) for i, n in enumerate(ctx.query_lens)
-                   if n > _RECURRENT_MAX_QUERY_LEN]
+        groups += [(seqs, chunked_gated_delta_rule) for seqs in _similar_lengths(
+            [i for i, n in enumerate(ctx.query_lens) if n > _RECURRENT_MAX_QUERY_LEN], ctx.query_lens)]
         starts = [0, *accumulate(ctx.query_lens)]
         for seqs, rule in groups:
             tokens, row, col, seq_index, last = ctx.cached(
@@ -236,6 +243,18 @@ class GatedDeltaNet(nn.Module):
             out[tokens] = group_out[row, col]
             ssm_state.index_copy_(0, ctx.state_slot_ids[seq_index], final)
         return out, window_ssm
+
+
+def _similar_lengths(seqs: list[int], lens: list[int]) -> list[list[int]]:
+    """`seqs` in batches whose longest member has at most twice the chunks of the shortest (chunked
+    batches pad every member to the longest)."""
+    batches: list[list[int]] = []
+    for i in sorted(seqs, key=lambda i: lens[i]):
+        if batches and -(-lens[i] // _CHUNK_SIZE) <= 2 * -(-lens[batches[-1][0]] // _CHUNK_SIZE):
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
 
 
 def _padded_layout(seqs: list[int], starts: list[int], lens: list[int],

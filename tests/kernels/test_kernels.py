@@ -295,7 +295,7 @@ def test_conv_ref_matches_model():
 
 
 GDN_HEADS = [(16, 32, 128, 128), (2, 6, 48, 40), (4, 4, 64, 64)]  # Hk, Hv, Dk, Dv
-GDN_WINDOWS = [[1], [1] * 7, [4, 1, 16, 2, 9], [16, 16, 3]]
+GDN_WINDOWS = [[1], [1] * 7, [4, 1, 16, 2, 9], [16, 16, 3], [200, 1, 37]]  # the last: prompt chunks too
 
 
 @gpu
@@ -321,7 +321,7 @@ def test_gdn_recurrent_matches_ref(heads, query_lens, keep_all_states):
 
 @gpu
 @pytest.mark.parametrize("channels, width", [(8192, 4), (300, 4), (33, 2)])
-@pytest.mark.parametrize("query_lens", [[1], [1] * 5, [4, 1, 16, 2]])
+@pytest.mark.parametrize("query_lens", [[1], [1] * 5, [4, 1, 16, 2], [130, 1, 60]])
 @pytest.mark.parametrize("keep_window_states, silu", [(True, False), (False, True)])
 def test_causal_conv1d_update_matches_ref(channels, width, query_lens, keep_window_states, silu):
     from strata.kernels.gdn import causal_conv1d_update

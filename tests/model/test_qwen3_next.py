@@ -142,6 +142,18 @@ def test_ragged_batch_matches_each_alone(model):
     assert not conv_state[idle].any() and not ssm_state[idle].any()  # rows of idle slots stay untouched
 
 
+def test_long_windows_batch_by_similar_length():
+    """Prompt chunks run through the chunked rule together when their chunk counts are within 2x of
+    the batch's shortest (the ragged-batch test above checks the batched numbers)."""
+    from strata.model.gated_delta_net import _CHUNK_SIZE, _similar_lengths
+
+    assert _CHUNK_SIZE == 64
+    lens = [37, 200, 21, 64, 65, 129, 300, 900]
+    # chunks: 1, 4, 1, 1, 2, 3, 5, 15
+    assert _similar_lengths([0, 1, 2, 3, 4, 5, 6, 7], lens) == [[2, 0, 3, 4], [5, 1, 6], [7]]
+    assert _similar_lengths([1], lens) == [[1]] and _similar_lengths([], lens) == []
+
+
 def test_a_steps_index_layouts_are_made_once_for_all_layers(model, monkeypatch):
     """The eager path's per-step index tensors (copied to the device) are built once per step and
     shared by the layers: a copy per layer would make the host wait for the device at every layer."""
