@@ -26,12 +26,16 @@ def can_speculate(params: SamplingParams, num_output_tokens: int) -> bool:
 def draft_length(k_max: int, adaptive: bool, num_running: int, acceptance_ema: float,
                  k_step: int | None = None) -> int:
     """Drafts for a request's next step. `k_step` is the whole batch's choice of the cost model (None
-    until it has step times: then k falls with the batch size by a fixed rule)."""
+    until it has step times, or when all of them went stale: then k falls with the batch size and the
+    request's acceptance by a fixed rule, which drafts nothing below 5 % acceptance; a request whose
+    drafts were all rejected thus waits for `recover_acceptance` to retry, about 400 steps)."""
     if not adaptive:
         return k_max
     if k_step is not None:
         return k_step  # one length for the batch: its cost model already weighs each request's acceptance
     k = k_max if num_running <= 4 else max(1, (k_max * 4) // num_running)
+    if expected_tokens(acceptance_ema, 1) < _MIN_GAIN:
+        return 0  # even one draft is all but certain to be rejected (the cost model's cut-off too)
     if acceptance_ema < 0.25:
         return min(k, 1)
     if acceptance_ema < 0.5:

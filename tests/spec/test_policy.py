@@ -16,6 +16,15 @@ def test_no_step_times_means_no_choice_yet():
     assert model.best_k(4, [0.8] * 8) is None
     assert draft_length(4, True, 16, 1.0, None) == 1       # the fixed batch-size rule meanwhile: 4 * 4 // 16
     assert draft_length(4, False, 16, 0.1, 0) == 4         # adaptive off pins k
+    assert draft_length(4, True, 2, 0.2, None) == 1        # low acceptance: one draft
+    assert draft_length(4, True, 2, 0.04, None) == 0       # all but certain to be rejected: none
+
+
+def test_a_rejected_drafter_is_retried_after_its_acceptance_recovers():
+    ema, steps = 0.01, 0
+    while draft_length(3, True, 8, ema, None) == 0:
+        ema, steps = recover_acceptance(ema), steps + 1
+    assert 300 < steps < 500
 
 
 def test_flat_step_cost_keeps_every_draft():
