@@ -231,8 +231,9 @@ class RunnerConfig:
     cuda_graph_max_slots: int = _opt(32, "largest padded slot count captured as a graph; bigger steps run eager")
     cuda_graph_prompt_tokens: int = _opt(
         512, "fresh prompts up to this many tokens (rounded down to a power of two) replay graphs, padded to "
-             "a power of two, also beside running requests; 0: such steps run eager. Models with recurrent "
-             "state, offloaded experts or the MTP head always run them eager")
+             "a power of two, several per graph, also beside running requests; 0: such steps run eager. "
+             "Models with Gated DeltaNet layers take prompts of up to 256 tokens; offloaded experts, and "
+             "steps where the MTP head drafts, always run them eager")
     cuda_graph_warmup: bool = _opt(True, "capture the decode/verify layouts at start (up to the cache size) "
                                          "instead of when a step first needs one")
     gpu_memory_utilization: float = _opt(

@@ -69,12 +69,14 @@ def causal_conv1d_update_ref(x: torch.Tensor, weight: torch.Tensor, conv_state: 
 def gdn_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
                   state_pool: torch.Tensor, slot_ids: torch.Tensor, query_start_loc: torch.Tensor,
                   has_initial_state: torch.Tensor, keep_all_states: bool = True, block_v: int | None = None,
-                  num_warps: int = 4, all_states_out: torch.Tensor | None = None
-                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                  num_warps: int = 4, all_states_out: torch.Tensor | None = None,
+                  real_lens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Same contract as gdn_recurrent_ref. One program per (sequence, v head, Dv tile) holds its
     [Dk, BV] state slice in registers across the window. `all_states_out` ([>= T, Hv, Dk, Dv], float32)
     receives the per-token states instead of a fresh tensor (a persistent buffer keeps CUDA graphs from
-    each holding their own)."""
+    each holding their own). `real_lens` [S]: only each window's first real_lens[s] tokens are real (a
+    prompt padded in place in a graph layout): the state stops after them and the padding rows' outputs
+    are zero."""
     num_tokens, num_v_heads, dim_v = v.shape
     num_k_heads, dim_k = k.shape[1], k.shape[2]
     num_seqs = slot_ids.shape[0]
@@ -87,10 +89,12 @@ def gdn_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Te
     all_states = _per_token_states(keep_all_states, all_states_out, state_pool, num_tokens)
     _gdn_kernel[(num_seqs, num_v_heads, triton.cdiv(dim_v, block_v))](
         q, k, v, g, beta, state_pool, all_states, out, slot_ids, query_start_loc, has_initial_state,
+        real_lens if real_lens is not None else slot_ids,
         num_v_heads // num_k_heads, dim_k, dim_v, dim_k ** -0.5,
         q.stride(0), q.stride(1), v.stride(0), v.stride(1), g.stride(0), beta.stride(0),
         state_pool.stride(0), all_states.stride(0), out.stride(0), out.stride(1),
-        STORE_ALL=keep_all_states, BLOCK_K=triton.next_power_of_2(dim_k), BLOCK_V=block_v, num_warps=num_warps)
+        STORE_ALL=keep_all_states, HAS_REAL=real_lens is not None, BLOCK_K=triton.next_power_of_2(dim_k),
+        BLOCK_V=block_v, num_warps=num_warps)
     return out, (all_states if keep_all_states else None)
 
 
@@ -107,19 +111,23 @@ def _per_token_states(keep: bool, out: torch.Tensor | None, pool: torch.Tensor, 
 def causal_conv1d_update(x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor, slot_ids: torch.Tensor,
                          query_start_loc: torch.Tensor, has_initial_state: torch.Tensor,
                          keep_window_states: bool = False, silu: bool = False, block_c: int = 256,
-                         window_out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                         window_out: torch.Tensor | None = None, real_lens: torch.Tensor | None = None
+                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Same contract as causal_conv1d_update_ref; one program per (sequence, channel tile). `window_out`
-    ([>= T, C, W-1]) receives the per-token conv states instead of a fresh tensor."""
+    ([>= T, C, W-1]) receives the per-token conv states instead of a fresh tensor. `real_lens` [S]: the
+    history kept is that after each window's first real_lens[s] tokens (padding rows still get outputs)."""
     num_tokens, channels = x.shape
     width = weight.shape[1]
     assert x.stride(1) == 1 and weight.is_contiguous() and conv_state.shape[2] == width - 1
     out = torch.empty_like(x)
     window = _per_token_states(keep_window_states, window_out, conv_state, num_tokens)
     _conv_kernel[(slot_ids.shape[0], triton.cdiv(channels, block_c))](
-        x, weight, conv_state, window, out, slot_ids, query_start_loc, has_initial_state, channels,
+        x, weight, conv_state, window, out, slot_ids, query_start_loc, has_initial_state,
+        real_lens if real_lens is not None else slot_ids, channels,
         x.stride(0), conv_state.stride(0), conv_state.stride(1), conv_state.stride(2),
         window.stride(0), window.stride(1), window.stride(2), out.stride(0),
-        WIDTH=width, KEEP_WINDOW=keep_window_states, SILU=silu, BLOCK_C=block_c, num_warps=4)
+        WIDTH=width, KEEP_WINDOW=keep_window_states, SILU=silu, HAS_REAL=real_lens is not None, BLOCK_C=block_c,
+        num_warps=4)
     return out, (window if keep_window_states else None)
 
 
@@ -127,22 +135,25 @@ if triton is not None:
 
     @triton.jit
     def _gdn_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, pool_ptr, all_ptr, out_ptr,
-                    slots_ptr, qsl_ptr, has_init_ptr, group, dim_k, dim_v, q_scale,
+                    slots_ptr, qsl_ptr, has_init_ptr, real_ptr, group, dim_k, dim_v, q_scale,
                     stride_qt, stride_qh, stride_vt, stride_vh, stride_gt, stride_bt,
                     stride_pool, stride_all, stride_ot, stride_oh,
-                    STORE_ALL: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr):
+                    STORE_ALL: tl.constexpr, HAS_REAL: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr):
         seq, head, v_block = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         slot = tl.load(slots_ptr + seq).to(tl.int64)
         has_init = tl.load(has_init_ptr + seq) != 0
         start = tl.load(qsl_ptr + seq)
-        end = tl.load(qsl_ptr + seq + 1)
+        window_end = tl.load(qsl_ptr + seq + 1)
+        end = window_end
+        if HAS_REAL:  # a padded prompt: the state stops after its real tokens
+            end = tl.minimum(start + tl.load(real_ptr + seq), window_end)
         k_head = head // group
         offs_k = tl.arange(0, BLOCK_K)
         offs_v = v_block * BLOCK_V + tl.arange(0, BLOCK_V)
         k_ok, v_ok = offs_k < dim_k, offs_v < dim_v
         tile_ok = k_ok[:, None] & v_ok[None, :]
         tile = head * dim_k * dim_v + offs_k[:, None] * dim_v + offs_v[None, :]             # within one row
-        state = tl.load(pool_ptr + slot * stride_pool + tile, mask=tile_ok & has_init, other=0.0)
+        state = tl.where(has_init, tl.load(pool_ptr + slot * stride_pool + tile, mask=tile_ok, other=0.0), 0.0)
         for t64 in range(start, end):  # start/end are int64: no overflow in the row offsets
             qk_row = t64 * stride_qt + k_head * stride_qh + offs_k
             k_t = tl.load(k_ptr + qk_row, mask=k_ok, other=0.0).to(tl.float32)
@@ -159,6 +170,10 @@ if triton is not None:
             if STORE_ALL:
                 tl.store(all_ptr + t64 * stride_all + tile, state, mask=tile_ok)
         tl.store(pool_ptr + slot * stride_pool + tile, state, mask=tile_ok)
+        if HAS_REAL:  # padding rows: zeros (finite, so the layers after them stay finite too)
+            for t64 in range(end, window_end):
+                tl.store(out_ptr + t64 * stride_ot + head * stride_oh + offs_v,
+                         tl.zeros((BLOCK_V,), dtype=out_ptr.dtype.element_ty), mask=v_ok)
 
     @triton.jit
     def _conv_input(x_ptr, state_ptr, start, pos, offs_c, c_ok, has_init, stride_xt, stride_sc, stride_sw,
@@ -170,9 +185,10 @@ if triton is not None:
         return from_x.to(tl.float32) + from_state.to(tl.float32)
 
     @triton.jit
-    def _conv_kernel(x_ptr, w_ptr, state_ptr, window_ptr, out_ptr, slots_ptr, qsl_ptr, has_init_ptr, channels,
-                     stride_xt, stride_ss, stride_sc, stride_sw, stride_wt, stride_wc, stride_ww, stride_ot,
-                     WIDTH: tl.constexpr, KEEP_WINDOW: tl.constexpr, SILU: tl.constexpr, BLOCK_C: tl.constexpr):
+    def _conv_kernel(x_ptr, w_ptr, state_ptr, window_ptr, out_ptr, slots_ptr, qsl_ptr, has_init_ptr, real_ptr,
+                     channels, stride_xt, stride_ss, stride_sc, stride_sw, stride_wt, stride_wc, stride_ww, stride_ot,
+                     WIDTH: tl.constexpr, KEEP_WINDOW: tl.constexpr, SILU: tl.constexpr, HAS_REAL: tl.constexpr,
+                     BLOCK_C: tl.constexpr):
         seq, c_block = tl.program_id(0), tl.program_id(1)
         slot = tl.load(slots_ptr + seq).to(tl.int64)
         has_init = tl.load(has_init_ptr + seq) != 0
@@ -197,8 +213,11 @@ if triton is not None:
                                       stride_xt, stride_sc, stride_sw, WIDTH)
                     tl.store(window_ptr + (start + t).to(tl.int64) * stride_wt + offs_c * stride_wc + j * stride_ww,
                              x_j.to(window_ptr.dtype.element_ty), mask=c_ok)
-        # the last W-1 inputs become the new history; read them all before overwriting the row
-        _store_history(x_ptr, row_ptr, start, length, offs_c, c_ok, has_init, stride_xt, stride_sc, stride_sw,
+        # the last W-1 (real) inputs become the new history; read them all before overwriting the row
+        kept = length
+        if HAS_REAL:
+            kept = tl.minimum(tl.load(real_ptr + seq), length)
+        _store_history(x_ptr, row_ptr, start, kept, offs_c, c_ok, has_init, stride_xt, stride_sc, stride_sw,
                        WIDTH)
 
     @triton.jit

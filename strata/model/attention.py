@@ -2,8 +2,9 @@
 
 `paged_attention` attends each query to its sequence's cached prefix plus the causal part of its own
 window (this step's K/V are already in the pool). Short windows (decode, 1 + k verification) run as
-one batch: the Triton kernel on CUDA, a padded torch batch otherwise; long prompt chunks run one
-sequence at a time through torch SDPA so a single long chunk does not pad every other row. A mixed
+one batch: the Triton kernel on CUDA, a padded torch batch otherwise; equal-length fresh prompts (a
+multi-prompt graph's layout) run as one SDPA batch; other long prompt chunks run one sequence at a
+time through torch SDPA so a single long chunk does not pad every other row. A mixed
 step (prompt chunks beside verification windows) splits: its short windows still take one kernel
 launch on CUDA.
 """
@@ -52,6 +53,8 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
                                       scale, max_query_len=ctx.max_query_len, table_width=ctx.split_table_width)
     if ctx.max_query_len <= _BATCHED_MAX_QUERY_LEN:
         return _attend_batched(q, k_cache, v_cache, ctx, scale)
+    if not any(ctx.num_computed) and len(set(ctx.query_lens)) == 1:
+        return _attend_fresh_prompts(q, k_cache, v_cache, ctx, scale)
     out = torch.empty_like(q)
     starts = [0, *itertools.accumulate(ctx.query_lens)]
     long_chunks = range(len(ctx.query_lens))
@@ -79,6 +82,20 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
             o = F.scaled_dot_product_attention(chunk, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
         out[s:e] = o[0].transpose(0, 1)
     return out
+
+
+def _attend_fresh_prompts(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                          ctx: ForwardContext, scale: float) -> torch.Tensor:
+    """Fresh prompts (nothing cached) of equal length, one causal attention batch: q [S * L, H, D] ->
+    [S * L, H, D]. A graph of several padded prompts has this layout, and so does an eager step of
+    equal-length prompts; one batched call, where the general path runs one call per prompt."""
+    num_seqs, q_len = ctx.num_seqs, ctx.query_lens[0]
+    table = ctx.block_tables[:, : -(-q_len // k_cache.shape[1])]                             # [S, nb]
+    k = _gather_kv(k_cache, table, q_len).transpose(1, 2).contiguous()                       # [S, Hkv, L, D]
+    v = _gather_kv(v_cache, table, q_len).transpose(1, 2).contiguous()
+    chunk = q.view(num_seqs, q_len, *q.shape[1:]).transpose(1, 2).contiguous()             # [S, H, L, D]
+    o = F.scaled_dot_product_attention(chunk, k, v, is_causal=True, scale=scale, enable_gqa=True)
+    return o.transpose(1, 2).reshape(q.shape)
 
 
 def _attend_windows_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, ctx: ForwardContext,

@@ -33,6 +33,9 @@ class ForwardContext:
     window_states: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
     # Optional persistent buffers for those states (same layout, >= T rows), so CUDA graphs share them
     window_buffers: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None
+    # [S] device: each sequence's real tokens where a CUDA graph layout pads sequences in place (a
+    # fresh prompt padded to the layout's length); None: query_start_loc gives them (eager steps)
+    real_query_lens: torch.Tensor | None = None
     # index tensors derived from the host lists above, made once per step and shared by every layer
     derived: dict = field(default_factory=dict)
 

@@ -25,8 +25,9 @@ _RECURRENT_MAX_QUERY_LEN = 16
 _CHUNK_SIZE = 64
 # on CUDA, steps whose windows are all this short take the Triton kernels (a sequential loop over each
 # window's tokens, all windows at once): prompt chunks too, unless the step keeps every token's state
-# (verification, [T, Hv, Dk, Dv] float32: too large for prompt rows)
-_TRITON_MAX_QUERY_LEN = 256
+# (verification, [T, Hv, Dk, Dv] float32: too large for prompt rows). Also the longest prompt a CUDA
+# graph takes for models with these layers (the kernels are its graph-safe path).
+TRITON_MAX_QUERY_LEN = 256
 
 
 def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -153,7 +154,7 @@ class GatedDeltaNet(nn.Module):
         return (self.conv_dim, self.kernel_size - 1), (self.num_v_heads, self.head_k_dim, self.head_v_dim)
 
     def forward(self, hidden: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
-        limit = _RECURRENT_MAX_QUERY_LEN if ctx.keep_window_states else _TRITON_MAX_QUERY_LEN
+        limit = _RECURRENT_MAX_QUERY_LEN if ctx.keep_window_states else TRITON_MAX_QUERY_LEN
         if hidden.is_cuda and ctx.max_query_len <= limit and triton_available():
             return self._forward_short_windows(hidden, ctx)
         num_tokens = hidden.shape[0]
@@ -175,7 +176,7 @@ class GatedDeltaNet(nn.Module):
         return self.out_proj(self.norm(core, z).reshape(num_tokens, self.value_dim))
 
     def _forward_short_windows(self, hidden: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
-        """Decode and verification windows (and prompt chunks up to _TRITON_MAX_QUERY_LEN) on CUDA: the
+        """Decode and verification windows (and prompt chunks up to TRITON_MAX_QUERY_LEN) on CUDA: the
         Triton conv-update and recurrent kernels read and write the pool rows directly (no host-side
         layout work, so the step can be a CUDA graph)."""
         from strata.kernels.gdn import causal_conv1d_update, gdn_recurrent
@@ -186,7 +187,8 @@ class GatedDeltaNet(nn.Module):
         conv_out, ssm_out = (ctx.window_buffers or {}).get(self.layer_idx, (None, None))
         mixed_qkv, window_conv = causal_conv1d_update(
             mixed_qkv, self.conv1d.weight[:, 0], conv_state, ctx.state_slot_ids, ctx.query_start_loc,
-            ctx.has_initial_state, keep_window_states=ctx.keep_window_states, silu=True, window_out=conv_out)
+            ctx.has_initial_state, keep_window_states=ctx.keep_window_states, silu=True, window_out=conv_out,
+            real_lens=ctx.real_query_lens)
         q, k, v = mixed_qkv.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
         q = l2norm(q.reshape(num_tokens, self.num_k_heads, self.head_k_dim).float())  # [T, Hk, Dk]
         k = l2norm(k.reshape(num_tokens, self.num_k_heads, self.head_k_dim).float())
@@ -195,7 +197,7 @@ class GatedDeltaNet(nn.Module):
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
         core, window_ssm = gdn_recurrent(q, k, v, g, beta, ssm_state, ctx.state_slot_ids, ctx.query_start_loc,
                                          ctx.has_initial_state, keep_all_states=ctx.keep_window_states,
-                                         all_states_out=ssm_out)
+                                         all_states_out=ssm_out, real_lens=ctx.real_query_lens)
         if ctx.keep_window_states:
             ctx.window_states[self.layer_idx] = (window_conv, window_ssm)
         return self.out_proj(self.norm(core, z).reshape(num_tokens, self.value_dim))

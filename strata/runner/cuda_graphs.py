@@ -10,10 +10,10 @@ buffers and the graph is replayed.
 Fresh prompts (nothing computed yet, at most `max_prompt_tokens`) have layouts too: (prompts padded up
 to a power of two, length padded up to a power of two), at most PROMPT_GRAPH_ROWS rows. Their own causal
 attention is all a fresh prompt attends to, so padding rows at the end of each prompt change none of its
-real rows. A step's fresh prompts replay one such graph together (or a few, when they do not fit one),
-so the experts' weights are read once for all of them rather than once per prompt; the step's decode or
-verification windows replay their own graph (`split_layouts`). Models with recurrent state (Gated
-DeltaNet) do not take this path.
+real rows, and recurrent layers stop each prompt's state after its real tokens. A step's fresh prompts
+replay one such graph together (or a few, when they do not fit one), so the experts' weights are read
+once for all of them rather than once per prompt; the step's decode or verification windows replay
+their own graph (`split_layouts`; the runner decides which steps may, see ModelRunner._forward_split).
 
 The cache holds every layout of the warm-up ladder by default (`cuda_graph_cache_size` 0). With a
 smaller size, when the cache is full the least recently used graph is released (`CUDAGraph.reset`)
@@ -220,7 +220,7 @@ class CudaGraphCache:
             self._release(next(iter(self.graphs)))
             self.num_evictions += 1
         num_slots, n = key
-        keep_window_states = bool(self.state_caches) and n > 1
+        keep_window_states = bool(self.state_caches) and 1 < n <= self.max_tokens_per_slot  # not for prompts
         reserved_before = torch.cuda.memory_reserved()
         try:
             if self.pool is None:

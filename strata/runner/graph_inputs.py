@@ -1,11 +1,12 @@
 """Persistent device input buffers for graph-replayed steps, filled by one host-to-device copy per step.
 
 Every per-step value a CUDA graph reads lives here: one flat int64 device buffer holds token ids,
-positions, KV slot mapping, query offsets, context lengths, state rows, "has initial state" flags, the
-number of real (unpadded) token rows and block tables (last, so a step copies only the rows it uses), mirrored by a pinned host buffer that the
-runner fills with numpy. Rows past the step's real slots are padding: they read and write a scratch KV
+positions, KV slot mapping, query offsets, context lengths, real tokens per slot, state rows, "has
+initial state" flags, the number of real (unpadded) token rows and block tables (last, so a step copies
+only the rows it uses), mirrored by a pinned host buffer that the runner fills with numpy. Rows past the step's real slots are padding: they read and write a scratch KV
 block and a scratch recurrent-state row that no request owns; so are the rows of a slot past its own
-tokens (a prompt padded up to its graph's length: causal attention keeps them out of the real rows).
+tokens (a prompt padded up to its graph's length: causal attention keeps them out of the real rows, and
+the recurrent layers stop each slot's state after its real tokens, `ForwardContext.real_query_lens`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ class GraphInputs:
         self.width, self.block_size = max_blocks_per_slot, block_size
         self.scratch_block, self.scratch_state_row = scratch_block, scratch_state_row
         sizes = {"input_ids": self.max_tokens, "positions": self.max_tokens, "slot_mapping": self.max_tokens,
-                 "query_start_loc": max_slots + 1, "seq_lens": max_slots, "state_slot_ids": max_slots,
+                 "query_start_loc": max_slots + 1, "seq_lens": max_slots, "query_lens": max_slots,
+                 "state_slot_ids": max_slots,
                  "has_initial_state": max_slots, "num_real_rows": 1, "block_tables": max_slots * max_blocks_per_slot}
         self.offsets, total = {}, 0
         for name, size in sizes.items():
@@ -62,7 +64,7 @@ class GraphInputs:
         self.host_np = self.host.numpy()
         n, bs = tokens_per_slot, self.block_size
         ids, pos, mapping = self._host("input_ids"), self._host("positions"), self._host("slot_mapping")
-        qsl, seq_lens = self._host("query_start_loc"), self._host("seq_lens")
+        qsl, seq_lens, query_lens = self._host("query_start_loc"), self._host("seq_lens"), self._host("query_lens")
         rows, has_init = self._host("state_slot_ids"), self._host("has_initial_state")
         tables = self._host("block_tables").reshape(self.max_slots, self.width)
         window = np.arange(n)
@@ -73,14 +75,14 @@ class GraphInputs:
             pos[s:s + n] = c + window
             mapping[s:s + m] = table[(c + window[:m]) // bs] * bs + (c + window[:m]) % bs
             mapping[s + m:s + n] = self.scratch_block * bs + window[m:] % bs
-            seq_lens[i], rows[i], has_init[i] = c + n, work.slot_id, c > 0
+            seq_lens[i], query_lens[i], rows[i], has_init[i] = c + n, m, work.slot_id, c > 0
             tables[i, :len(table)], tables[i, len(table):] = table, self.scratch_block
         for i in range(len(scheduled), num_slots):
             s = i * n
             ids[s:s + n] = 0
             pos[s:s + n] = window
             mapping[s:s + n] = self.scratch_block * bs + window % bs
-            seq_lens[i], rows[i], has_init[i] = n, self.scratch_state_row, 0
+            seq_lens[i], query_lens[i], rows[i], has_init[i] = n, n, self.scratch_state_row, 0
             tables[i, :] = self.scratch_block
         qsl[:num_slots + 1] = np.arange(num_slots + 1) * n
         self._host("num_real_rows")[0] = sum(work.num_new_tokens for work in scheduled)
@@ -108,6 +110,7 @@ class GraphInputs:
             block_tables=self._device("block_tables").view(self.max_slots, self.width)[:num_slots],
             state_slot_ids=self._device("state_slot_ids")[:num_slots],
             has_initial_state=self.has_initial_bool[:num_slots],
+            real_query_lens=self._device("query_lens")[:num_slots],
             query_lens=[tokens_per_slot] * num_slots,
             num_computed=[0] * num_slots,  # host copies are read by the eager torch paths only
             kv_caches=kv_caches,

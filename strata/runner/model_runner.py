@@ -20,6 +20,7 @@ from torch import nn
 
 from strata.cache.pools import CheckpointPool, HostParkPool, KVPool, StatePool
 from strata.config import MAX_SPEC_TOKENS, RunnerConfig, SpecConfig
+from strata.model.gated_delta_net import TRITON_MAX_QUERY_LEN
 from strata.runner.cuda_graphs import CudaGraphCache, prompt_graph_rows, prompt_token_limit
 from strata.runner.graph_inputs import GraphInputs
 from strata.runner.inputs import StepInputs, build_inputs
@@ -81,10 +82,11 @@ class ModelRunner:
             max_slots = min(options.cuda_graph_max_slots, max_num_seqs)
             window = 1 + (spec.num_speculative_tokens if spec.enabled else 0)
             offloaded = self.experts is not None and self.experts.offloaded
-            # fresh prompts in graphs: not with recurrent state (its prompt form is not captured), host
-            # work inside MoE layers (sized for decode rows), or the MTP head (it reads the step's inputs)
-            prompt_tokens = 0 if self.state_pool.caches or offloaded or spec.uses_mtp else \
-                prompt_token_limit(options.cuda_graph_prompt_tokens, max_len)
+            # fresh prompts in graphs: not with host work inside MoE layers (sized for decode rows); with
+            # recurrent state only as long as the Triton kernels (their graph-safe path) take them
+            prompt_tokens = 0 if offloaded else prompt_token_limit(
+                min(options.cuda_graph_prompt_tokens, TRITON_MAX_QUERY_LEN if self.state_pool.caches else max_len),
+                max_len)
             inputs = GraphInputs(max_slots, window, -(-(max_len + MAX_SPEC_TOKENS + 1) // block_size),
                                  block_size, scratch_block=num_blocks, scratch_state_row=max_num_seqs, device=device,
                                  max_prompt_rows=prompt_graph_rows(prompt_tokens))
@@ -180,9 +182,15 @@ class ModelRunner:
         return inputs, self.model(inputs.input_ids, inputs.ctx)
 
     def _forward_split(self, plan: StepPlan) -> tuple[StepInputs, torch.Tensor] | None:
-        """Fresh prompts beside windows (or alone) as one graph replay each, in place of an eager step:
-        -> inputs and hidden [T, D] in plan order, or None when some part cannot have a graph. Only
-        for models without recurrent state or the MTP head, so nothing but the rows is read after."""
+        """Fresh prompts beside windows (or alone) as graph replays (split_layouts), in place of an eager
+        step: -> inputs and hidden [T, D] in plan order, or None when some part cannot have a graph.
+        Only steps after which nothing but the rows is read: not when the MTP head runs on this step
+        (it reads the whole step's inputs), nor with verification windows of a model with recurrent
+        state (the rollback reads their per-token states by the step's row)."""
+        if self.proposer is not None and self.proposer.needs_mtp_forward(plan.scheduled):
+            return None
+        if self.state_pool.caches and any(w.draft_token_ids for w in plan.scheduled):
+            return None
         parts = self.graphs.split_layouts(plan.scheduled)
         if parts is None or not all(self.graphs.ensure(key) for key, _ in parts):
             return None

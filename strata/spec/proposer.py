@@ -49,9 +49,9 @@ class Proposer:
                 hidden: torch.Tensor, ctx, outcomes: list[SlotOutcome], block_tables: dict[int, list[int]],
                 kv_caches: dict, block_size: int) -> dict[int, list[int]]:
         """-> slot id -> drafts (at most the slot's `next_k`) for the slots that want them."""
-        wanted = {w.slot_id: w.next_k for w in scheduled if w.sample and w.next_k > 0}
+        wanted = _wanted(scheduled)
         mtp: dict[int, list[int]] = {}
-        if self.spec.uses_mtp and _needs_mtp_forward(scheduled, wanted):
+        if self.needs_mtp_forward(scheduled):
             mtp = self._propose_mtp(scheduled, query_starts, input_ids, hidden, ctx, outcomes, wanted,
                                     block_tables, kv_caches, block_size)
         drafts = {}
@@ -66,6 +66,10 @@ class Proposer:
                     proposal = matched
             drafts[slot_id] = proposal
         return drafts
+
+    def needs_mtp_forward(self, scheduled: list[ScheduledSlot]) -> bool:
+        """Whether `propose` will run the MTP layer after this step (known before its forward)."""
+        return self.spec.uses_mtp and _needs_mtp_forward(scheduled, _wanted(scheduled))
 
     def _propose_mtp(self, scheduled, query_starts, input_ids, hidden, ctx, outcomes, wanted,
                      block_tables, kv_caches, block_size) -> dict[int, list[int]]:
@@ -129,6 +133,11 @@ class Proposer:
         ctx = build_inputs(work, block_tables, block_size, kv_caches, {}, str(state.device)).ctx
         return self.model.mtp_forward(input_ids, state, ctx)
 
+
+
+def _wanted(scheduled: list[ScheduledSlot]) -> dict[int, int]:
+    """Slot id -> drafts wanted for the next step, for the slots that sample and want some."""
+    return {w.slot_id: w.next_k for w in scheduled if w.sample and w.next_k > 0}
 
 
 def _needs_mtp_forward(scheduled: list[ScheduledSlot], wanted: dict[int, int]) -> bool:

@@ -156,6 +156,8 @@ def _scheduled(windows: list[tuple[int, int]]) -> list[ScheduledSlot]:
 @pytest.mark.parametrize("windows, block_size, head_dim", [
     ([(0, 5), (12, 1), (30, 4), (7, 16)], 4, 8),     # windows: one padded batch
     ([(0, 40), (20, 30), (3, 1), (0, 17)], 8, 16),   # long chunks one by one: causal, or masked after a prefix
+    ([(0, 40), (0, 40), (0, 40)], 8, 16),            # equal fresh prompts: one batch
+    ([(0, 17)], 16, 8),
 ])
 def test_paged_attention_ref_matches_model(windows, block_size, head_dim):
     generator = torch.Generator().manual_seed(len(windows) + block_size)
@@ -197,11 +199,12 @@ def test_paged_attention_matches_ref(heads, windows, block_size, num_splits):
 
 
 @gpu
-def test_mixed_step_attention_on_cuda_matches_the_cpu_path():
+@pytest.mark.parametrize("windows", [[(40, 4), (0, 64), (300, 3), (17, 1), (100, 40)], [(0, 64)] * 5])
+def test_mixed_step_attention_on_cuda_matches_the_cpu_path(windows):
     """A prompt chunk beside verification windows: the windows take the Triton kernel in one launch,
-    the chunk torch SDPA; together they match the CPU path of the same step."""
+    the chunk torch SDPA; together they match the CPU path of the same step. Equal fresh prompts (a
+    multi-prompt graph's layout) run as one SDPA batch."""
     generator = torch.Generator().manual_seed(11)
-    windows = [(40, 4), (0, 64), (300, 3), (17, 1), (100, 40)]
     block_size = 16
     q, k_cache, v_cache, _, tables, _, _ = paged_problem(windows, block_size, 8, 2, 64, torch.float32, "cpu",
                                                          generator)
@@ -344,6 +347,43 @@ def test_causal_conv1d_update_matches_ref(channels, width, query_lens, keep_wind
     assert torch.equal(conv_state, expected_state)   # copies of inputs: exact
     if keep_window_states:
         assert torch.equal(window, expected_window)
+
+
+def check_padded_prompts_stop_at_real_lengths(device: str) -> None:
+    """Prompts padded in place to one graph length (real lengths 5, 8 and 1 of 8): the recurrent and
+    conv kernels given real_lens leave the states a run on the real tokens alone leaves, give the real
+    rows its outputs, and zeros (recurrent) on the padding rows."""
+    from strata.kernels.gdn import causal_conv1d_update, gdn_recurrent
+
+    generator = torch.Generator().manual_seed(5)
+    real, n = [5, 8, 1], 8
+    q, k, v, g, beta, pool, slots, qsl, has_initial = delta_problem([n] * 3, (2, 4, 32, 16), 6, torch.float32,
+                                                                    device, generator)
+    rows = torch.tensor([i * n + t for i, m in enumerate(real) for t in range(m)], device=device)
+    padding = torch.tensor([i * n + t for i, m in enumerate(real) for t in range(m, n)], device=device)
+    real_lens = torch.tensor(real, device=device)
+    expected_pool = pool.clone()
+    expected, _ = gdn_recurrent_ref(q[rows], k[rows], v[rows], g[rows], beta[rows], expected_pool, slots,
+                                    ragged(real, device), has_initial, keep_all_states=False)
+    out, _ = gdn_recurrent(q, k, v, g, beta, pool, slots, qsl, has_initial, keep_all_states=False, real_lens=real_lens)
+    assert rel_err(out[rows], expected) < 1e-4 and not out[padding].any()
+    assert rel_err(pool, expected_pool) < 1e-4
+
+    x = torch.randn(3 * n, 40, generator=generator).to(device)
+    weight = torch.randn(40, 4, generator=generator).to(device)
+    conv_state = torch.randn(6, 40, 3, generator=generator).to(device)
+    expected_state = conv_state.clone()
+    expected, _ = causal_conv1d_update_ref(x[rows], weight, expected_state, slots, ragged(real, device), has_initial,
+                                           silu=True)
+    out, _ = causal_conv1d_update(x, weight, conv_state, slots, qsl, has_initial, silu=True, block_c=16,
+                                  real_lens=real_lens)
+    assert rel_err(out[rows], expected) < 1e-5
+    assert torch.equal(conv_state, expected_state)
+
+
+@gpu
+def test_gdn_kernels_stop_at_the_real_lengths_of_padded_prompts():
+    check_padded_prompts_stop_at_real_lengths("cuda")
 
 
 def test_refs_import_without_triton():

@@ -34,6 +34,7 @@ def test_graph_inputs_fill_real_rows_then_padding():
     assert ctx.has_initial_state.tolist() == [True, False, False]
     assert ctx.block_tables[:, :2].tolist() == [[4, 6], [1, 9], [9, 9]]  # past a table: the scratch block
     assert inputs.num_real_rows.tolist() == [4]  # routing statistics skip rows 4 and 5
+    assert ctx.real_query_lens.tolist() == [2, 2, 2]
     # a smaller layout later reads only its own prefix of every buffer
     inputs.fill(scheduled[1:], tables, num_slots=1, tokens_per_slot=2)
     input_ids, ctx = inputs.context(1, 2, {}, {}, keep_window_states=False)
@@ -57,6 +58,7 @@ def test_graph_inputs_pad_a_fresh_prompt_in_place():
     assert ctx.slot_mapping.tolist() == [12, 13, 14, 15, 20, 9 * 4 + 1, 9 * 4 + 2, 9 * 4 + 3]
     assert ctx.seq_lens.tolist() == [8] and ctx.block_tables.tolist() == [[3, 5, 9]]
     assert inputs.num_real_rows.tolist() == [5]
+    assert ctx.real_query_lens.tolist() == [5]  # recurrent layers stop the prompt's state after these
 
 
 def test_a_step_of_fresh_prompts_and_windows_splits_into_graph_layouts():
@@ -217,7 +219,7 @@ def test_graph_on_off_token_identity(family, spec, tiny_model_dir):
 
 
 @gpu
-@pytest.mark.parametrize("family", ["llama", "qwen3_moe"])
+@pytest.mark.parametrize("family", ["llama", "qwen3_moe", "qwen3_next"])
 def test_fresh_prompts_beside_running_requests_replay_graphs_token_identity(family, tiny_model_dir):
     """Three slots for eight requests: most admissions run beside decoding requests. Each fresh prompt
     replays a graph of its padded length (16 to 128 tokens here) and the windows theirs; the greedy
@@ -240,11 +242,12 @@ def test_fresh_prompts_beside_running_requests_replay_graphs_token_identity(fami
 
 
 @gpu
-@pytest.mark.parametrize("family", ["llama", "qwen3_moe"])
+@pytest.mark.parametrize("family", ["llama", "qwen3_moe", "qwen3_next"])
 def test_fresh_prompts_admitted_together_replay_one_graph_token_identity(family, tiny_model_dir, monkeypatch):
     """Six prompts admitted in one step replay one graph of six prompts padded to 32 tokens (the slot
     count is a prompt count of its own), and later admissions beside decoding requests group theirs
-    too; greedy tokens equal those of a run without graphs."""
+    too; greedy tokens equal those of a run without graphs. Qwen3-Next's recurrent layers stop each
+    padded prompt's state after its real tokens."""
     from strata.runner.cuda_graphs import CudaGraphCache
 
     prompts = _prompts([5, 9, 17, 3, 30, 12, 20, 8, 25, 6])

@@ -103,3 +103,20 @@ def test_drafts_that_promise_almost_nothing_are_not_retried():
     model.observe(1, 0.005)           # only k = 0 measured: every k > 0 would be an optimistic retry
     assert model.best_k(3, [0.02]) == 0
     assert model.best_k(3, [0.3]) > 0
+
+
+def test_the_mtp_layer_runs_only_on_steps_that_draft_or_feed_a_drafting_prompt():
+    """Known before the forward (the runner replays prompt graphs only on steps without the MTP pass)."""
+    from strata.config import SpecConfig
+    from strata.spec.proposer import Proposer
+    from strata.types import ScheduledSlot
+
+    def slot(n, next_k=0, drafting=False, sample=True):
+        return ScheduledSlot(0, 0, n, [], [1] * n, sample=sample, next_k=next_k, drafting=drafting)
+
+    mtp = Proposer(SpecConfig(method="mtp", num_speculative_tokens=3), model=None)
+    assert mtp.needs_mtp_forward([slot(1, next_k=2)])                       # drafts wanted next step
+    assert mtp.needs_mtp_forward([slot(40, drafting=True, sample=False)])   # a prompt chunk feeding its KV
+    assert not mtp.needs_mtp_forward([slot(40), slot(1)])                   # nobody drafts: skipped
+    suffix = Proposer(SpecConfig(method="suffix", num_speculative_tokens=3), model=None)
+    assert not suffix.needs_mtp_forward([slot(1, next_k=2)])
