@@ -32,9 +32,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from strata.engine.llm import LLM
 
-    llm = LLM.from_config(engine_config(args), quiet=False)
+    config = engine_config(args)
+    # prompts run eagerly: a multi-prompt CUDA graph pads prompts in place, and its routing statistics
+    # count rows by position (some padding rows in, some real rows out), which a profile must not
+    config = dataclasses.replace(config, runner=dataclasses.replace(config.runner, cuda_graph_prompt_tokens=0))
+    llm = LLM.from_config(config, quiet=False)
     manager = llm.engine.experts
     if manager is None:
         raise ValueError(f"{args.model or 'the default model'} has no MoE layers: there is no routing to profile")

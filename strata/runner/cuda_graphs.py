@@ -14,6 +14,9 @@ real rows, and recurrent layers stop each prompt's state after its real tokens. 
 replay one such graph together (or a few, when they do not fit one), so the experts' weights are read
 once for all of them rather than once per prompt; the step's decode or verification windows replay
 their own graph (`split_layouts`; the runner decides which steps may, see ModelRunner._forward_split).
+Routing statistics mask rows by count (`num_real_rows`), so those of a multi-prompt graph take some
+padding rows in place of real ones: exact only for decode, verification and single-prompt layouts
+(`strata profile` runs its prompts eagerly for this reason).
 
 The cache holds every layout of the warm-up ladder by default (`cuda_graph_cache_size` 0). With a
 smaller size, when the cache is full the least recently used graph is released (`CUDAGraph.reset`)
@@ -60,6 +63,7 @@ class CapturedStep:
     window_states: dict                     # layer -> (conv [T, C, W-1], ssm [T, Hv, Dk, Dv]) when kept
     pool_bytes: int                         # growth of reserved memory during warm-up and capture
     host_plan: tuple = (0, frozenset(), frozenset())  # (epoch, layers split at, device part skipped)
+    derived: dict | None = None             # index tensors the capture built (ctx.cached): replays read them
 
 
 @dataclass
@@ -245,7 +249,7 @@ class CudaGraphCache:
             torch.cuda.synchronize()
             return None
         captured = CapturedStep(capture.result, hidden, dict(ctx.window_states),
-                                max(0, torch.cuda.memory_reserved() - reserved_before), host_plan)
+                                max(0, torch.cuda.memory_reserved() - reserved_before), host_plan, dict(ctx.derived))
         self.graphs[key] = captured
         self.num_captures += 1
         return captured
