@@ -3,10 +3,11 @@
 Every per-step value a CUDA graph reads lives here: one flat int64 device buffer holds token ids,
 positions, KV slot mapping, query offsets, context lengths, real tokens per slot, state rows, "has
 initial state" flags, the number of real (unpadded) token rows and block tables (last, so a step copies
-only the rows it uses), mirrored by a pinned host buffer that the runner fills with numpy. Rows past the step's real slots are padding: they read and write a scratch KV
-block and a scratch recurrent-state row that no request owns; so are the rows of a slot past its own
-tokens (a prompt padded up to its graph's length: causal attention keeps them out of the real rows, and
-the recurrent layers stop each slot's state after its real tokens, `ForwardContext.real_query_lens`).
+only the rows it uses), mirrored by a pinned host buffer that the runner fills with numpy. Rows past the
+step's real slots are padding: they read and write a scratch KV block and a scratch recurrent-state row
+that no request owns; so are the rows of a slot past its own tokens (a prompt padded up to its graph's
+length: causal attention keeps them out of the real rows, and the recurrent layers stop each slot's
+state after its real tokens, `ForwardContext.real_query_lens`).
 """
 
 from __future__ import annotations
