@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from strata.kernels.routing import record_routing_ref
+from strata.kernels.routing import fold_step, record_routing_ref
 
 _ALL_ROWS = 1 << 62
 
@@ -97,9 +97,7 @@ class RoutingStats:
 
     def end_step(self) -> None:
         """Fold this step's distinct experts per layer into the running totals; no host sync."""
-        self.touched_total += self.touched.sum(dim=1)
-        self.num_steps += self.touched.any().long()
-        self.touched.zero_()
+        fold_step(self.touched, self.touched_total, self.num_steps)
 
     def end_window(self) -> None:
         self.total_counts += self.window_counts

@@ -24,6 +24,7 @@ try:
 except ImportError:  # CPU-only install: the ref still works
     triton = tl = None
 
+from strata.kernels import triton_available
 from strata.kernels.launch import pdl_options
 from strata.kernels.moe_align import align_buffers
 
@@ -55,6 +56,27 @@ def record_routing_ref(topk_ids: torch.Tensor, counts: torch.Tensor, touched: to
     real = (torch.arange(num_tokens, device=flat.device) < real_rows).repeat_interleave(top_k).long()  # [T * K]
     counts.index_add_(0, flat, real)
     touched.scatter_reduce_(0, flat, real, reduce="amax")
+
+
+def fold_step_ref(touched: torch.Tensor, touched_total: torch.Tensor, num_steps: torch.Tensor) -> None:
+    """End of a step's routing statistics: touched [L, E] (1 = expert used this step) summed into
+    touched_total [L], num_steps [1] += 1 if any expert was used, touched zeroed (int64, in place)."""
+    touched_total += touched.sum(dim=1)
+    num_steps += touched.any().long()
+    touched.zero_()
+
+
+def fold_step(touched: torch.Tensor, touched_total: torch.Tensor, num_steps: torch.Tensor) -> None:
+    """fold_step_ref in one launch on CUDA (six small torch launches otherwise), no host sync."""
+    if not (touched.is_cuda and triton_available()):
+        fold_step_ref(touched, touched_total, num_steps)
+        return
+    num_layers, num_experts = touched.shape
+    assert touched.is_contiguous() and touched_total.is_contiguous() and touched.dtype == torch.int64
+    e_pad = triton.next_power_of_2(num_experts)
+    _fold_step_kernel[(1,)](touched, touched_total, num_steps, num_layers, num_experts,
+                            LAYERS=max(1, min(triton.next_power_of_2(num_layers), 4096 // e_pad)), E_PAD=e_pad,
+                            num_warps=4, **pdl_options(touched))
 
 
 def softmax_topk(logits: torch.Tensor, top_k: int, renormalize: bool, out_dtype: torch.dtype,
@@ -278,6 +300,23 @@ if triton is not None:
         expert = tl.arange(0, E_PAD)[None, :] + tl.zeros_like(position)
         tl.store(sorted_ids_ptr + position, rows[:, None] * TOP_K + slot, mask=picked)
         tl.store(block_expert_ptr + position // BLOCK_M, expert, mask=picked)
+
+    @triton.jit
+    def _fold_step_kernel(touched_ptr, total_ptr, steps_ptr, num_layers, num_experts, LAYERS: tl.constexpr,
+                          E_PAD: tl.constexpr, USE_PDL: tl.constexpr):
+        wait_for_previous_kernel(USE_PDL)
+        offs_e = tl.arange(0, E_PAD)
+        used = tl.zeros((LAYERS,), dtype=tl.int64)
+        for l0 in range(0, num_layers, LAYERS):
+            layers = l0 + tl.arange(0, LAYERS)
+            l_ok = layers < num_layers
+            ok = l_ok[:, None] & (offs_e < num_experts)[None, :]
+            ptrs = touched_ptr + layers[:, None].to(tl.int64) * num_experts + offs_e[None, :]
+            count = tl.sum(tl.load(ptrs, mask=ok, other=0), axis=1)                          # [LAYERS]
+            tl.store(total_ptr + layers, tl.load(total_ptr + layers, mask=l_ok, other=0) + count, mask=l_ok)
+            tl.store(ptrs, tl.zeros((LAYERS, E_PAD), dtype=tl.int64), mask=ok)
+            used = tl.maximum(used, (count > 0).to(tl.int64))
+        tl.store(steps_ptr, tl.load(steps_ptr) + tl.max(used, axis=0))
 
     @triton.jit
     def _softmax_topk_kernel(logits_ptr, ids_ptr, weights_ptr, counts_ptr, touched_ptr, real_rows_ptr, num_experts,

@@ -223,6 +223,9 @@ class CudaGraphCache:
         while len(self.graphs) >= self.capacity:
             self._release(next(iter(self.graphs)))
             self.num_evictions += 1
+        if not self.graphs:
+            # a pool whose every graph was reset is freed by torch's allocator: capture into a new one
+            self.pool = None
         num_slots, n = key
         keep_window_states = bool(self.state_caches) and 1 < n <= self.max_tokens_per_slot  # not for prompts
         reserved_before = torch.cuda.memory_reserved()

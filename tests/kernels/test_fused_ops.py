@@ -11,7 +11,7 @@ import torch
 from strata.config import ModelConfig
 from strata.kernels.rms_norm import rms_norm_ref
 from strata.kernels.rope_kv import qk_norm_rope_kv_ref
-from strata.kernels.routing import record_routing_ref, softmax_topk_ref
+from strata.kernels.routing import fold_step_ref, record_routing_ref, softmax_topk_ref
 from strata.model.rotary import RotaryEmbedding
 
 gpu = pytest.mark.gpu
@@ -55,6 +55,15 @@ def test_routing_ref_matches_the_moe_block():
     ref_ids, ref_weights = softmax_topk_ref(block.gate(hidden), 3, True, hidden.dtype)
     assert torch.equal(ids, ref_ids)
     torch.testing.assert_close(weights, ref_weights)
+
+
+def test_fold_step_ref_counts_distinct_experts_and_steps_that_routed():
+    touched = torch.tensor([[1, 0, 1], [0, 0, 0]])
+    total, steps = torch.tensor([4, 2]), torch.tensor([7])
+    fold_step_ref(touched, total, steps)
+    assert total.tolist() == [6, 2] and steps.tolist() == [8] and not touched.any()
+    fold_step_ref(touched, total, steps)  # a step that routed nothing (padding only) is not counted
+    assert total.tolist() == [6, 2] and steps.tolist() == [8]
 
 
 # ---- kernels vs refs (GPU) ------------------------------------------------------------------------
@@ -292,3 +301,18 @@ def test_model_linear_takes_the_skinny_kernel_only_for_single_rows(monkeypatch):
         close(layer(x), torch.nn.functional.linear(x.float(), layer.weight.float(), layer.bias.float()), torch.bfloat16)
     Linear(512, 384).to(device="cuda")(randn(1, 512, device="cuda"))
     assert calls == [1]
+
+
+@gpu
+@pytest.mark.parametrize("layers, experts", [(24, 128), (48, 512), (3, 60), (1, 8)])
+@pytest.mark.parametrize("routed", [True, False])
+def test_fold_step_matches_ref(layers, experts, routed):
+    from strata.kernels.routing import fold_step
+
+    touched = (torch.rand(layers, experts, generator=torch.Generator().manual_seed(layers)) < 0.1).long() * routed
+    total, steps = torch.arange(layers), torch.tensor([5])
+    on_gpu = [x.to("cuda") for x in (touched, total, steps)]
+    fold_step(*on_gpu)
+    fold_step_ref(touched, total, steps)
+    for actual, expected in zip(on_gpu, (touched, total, steps)):
+        assert torch.equal(actual.cpu(), expected)

@@ -270,20 +270,23 @@ def test_fresh_prompts_admitted_together_replay_one_graph_token_identity(family,
 
 
 @gpu
-def test_graph_cache_evicts_and_recaptures_beyond_its_capacity(tiny_model_dir):
+@pytest.mark.parametrize("capacity", [3, 1])
+def test_graph_cache_evicts_and_recaptures_beyond_its_capacity(tiny_model_dir, capacity):
     """More layouts than the cache holds: the least recently used graph is released and re-captured
-    when its layout comes back; output stays identical to the eager run throughout."""
+    when its layout comes back; output stays identical to the eager run throughout. With room for one
+    graph, every capture releases the graph pool's last user (the next capture takes a new pool)."""
     prompts = _prompts([4, 6, 8, 10, 12, 14, 16, 18])
     lengths = [3, 6, 9, 12, 15, 18, 21, 24]  # batch sizes 8, 7, ..., 1: eight layouts
     folder = tiny_model_dir("qwen3_next")
     eager = LLM(folder, dtype="bfloat16", device="cuda", max_num_seqs=8, block_size=4, cuda_graphs=False)
     expected = _staggered(eager, prompts, lengths)
     del eager
-    llm = LLM(folder, dtype="bfloat16", device="cuda", max_num_seqs=8, block_size=4, cuda_graph_cache_size=3)
+    llm = LLM(folder, dtype="bfloat16", device="cuda", max_num_seqs=8, block_size=4,
+              cuda_graph_cache_size=capacity)
     for round_ in range(2):
         assert _staggered(llm, prompts, lengths) == expected
         stats = llm.engine.runner.graph_stats()
-        assert stats["cached"] <= 3
+        assert stats["cached"] <= capacity
         assert stats["evictions"] >= 5 * (round_ + 1)
         assert stats["captures"] == stats["evictions"] + stats["cached"]
     assert not llm.engine.runner.graphs.eager_only
@@ -352,3 +355,24 @@ def test_fused_routing_and_folded_topk_sum_match_the_unfused_layers(tiny_model_d
         del llm
         torch.cuda.empty_cache()
     assert runs[0] == runs[1]
+
+
+@gpu
+@pytest.mark.parametrize("family", ["qwen3_moe", "qwen3_next"])
+def test_fresh_kv_in_the_attention_launch_token_identity(family, tiny_model_dir, monkeypatch):
+    """Decode windows fold qk-norm, rotary and the KV write into the attention launch (FreshKV); with
+    the fold off they take a launch of their own first. Greedy tokens agree, graphs on, with speculative
+    windows of several tokens too (the suffix drafter)."""
+    import strata.model.attention as attention
+
+    prompts = _prompts([5, 9, 17, 3])
+    lengths = [24, 8, 16, 30]
+    runs = {}
+    for fused in (True, False):
+        monkeypatch.setattr(attention, "_fresh_kv_fused", lambda: fused)
+        llm = LLM(tiny_model_dir(family), dtype="bfloat16", device="cuda", max_num_seqs=4, block_size=4,
+                  speculative_config={"method": "suffix", "num_speculative_tokens": 3})
+        runs[fused] = _staggered(llm, prompts, lengths)
+        del llm
+        torch.cuda.empty_cache()
+    assert runs[True] == runs[False]
