@@ -6,17 +6,12 @@ of every query head in the KV head's GQA group, so each K/V tile is read once fo
 Splits along the context (flash-decoding) keep the chip busy when few sequences run; a second small
 kernel merges the splits' partial softmax sums. The split count is fixed by shapes (CUDA-graph safe);
 splits past a sequence's last KV tile return at once, and a context of one tile has its one split write
-the output itself (its merge programs return at once). The K/V of this step must already be in the pool,
-unless the call brings them as `FreshKV`: then q, k and v are the projection's raw heads, every program
-qk-normalises and rotates its own query rows, and the splits that own this step's positions write the
-normalised, rotated K and the V into the pool before reading it (one launch fewer per layer than
-rope_kv.qk_norm_rope_kv before the attention).
+the output itself (its merge programs return at once). The K/V of this step must already be in the pool.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 import torch
 
@@ -30,27 +25,8 @@ from strata.kernels.launch import pdl_options
 
 if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
-    from strata.kernels.rope_kv import norm_rope_rows
 
 MAX_QUERY_LEN = 16
-
-
-@dataclass
-class FreshKV:
-    """This step's raw K/V heads and what rope_kv.qk_norm_rope_kv_ref does with them (and with q) before
-    they are attended: k, v [T, Hkv, D] (unit stride along D), qk-norm weights [D] (or None: no
-    qk-norm), cos / sin [P, R/2] for rot_dim R, positions [T] and the pool slots [T] they go to."""
-
-    k: torch.Tensor
-    v: torch.Tensor
-    q_weight: torch.Tensor | None
-    k_weight: torch.Tensor | None
-    eps: float
-    zero_centered: bool
-    cos: torch.Tensor
-    sin: torch.Tensor
-    positions: torch.Tensor
-    slot_mapping: torch.Tensor
 
 
 def paged_attention_ref(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -105,11 +81,10 @@ def kv_tile_for(head_dim: int, itemsize: int) -> tuple[int, int]:
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
                     seq_lens: torch.Tensor, query_start_loc: torch.Tensor, scale: float,
                     max_query_len: int | None = None, num_splits: int | None = None, block_n: int | None = None,
-                    num_stages: int | None = None, table_width: int = 0, fresh: FreshKV | None = None) -> torch.Tensor:
+                    num_stages: int | None = None, table_width: int = 0) -> torch.Tensor:
     """Same contract as paged_attention_ref (windows of at most 16 tokens). Pass max_query_len (a host
     int the runner knows) to avoid a device sync; num_splits overrides the split heuristic, which
-    otherwise sizes splits by max(block_tables columns, table_width). With `fresh`, q is raw: the same
-    as qk_norm_rope_kv_ref(q, fresh...) then paged_attention_ref, in one launch before the merge."""
+    otherwise sizes splits by max(block_tables columns, table_width)."""
     num_tokens, num_heads, head_dim = q.shape
     default_n, default_stages = kv_tile_for(head_dim, k_cache.element_size())
     block_n, num_stages = block_n or default_n, num_stages or default_stages
@@ -127,24 +102,13 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     partial = torch.empty(splits, num_tokens, num_heads, head_dim, dtype=torch.float32, device=q.device)
     stats = torch.empty(2, splits, num_tokens, num_heads, dtype=torch.float32, device=q.device)  # m, l
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)                        # [T, H, D]
-    if fresh is not None:
-        assert fresh.k.stride(2) == 1 and fresh.v.stride(2) == 1 and fresh.k.stride() == fresh.v.stride()
-        assert fresh.cos.is_contiguous() and fresh.sin.is_contiguous()
-        has_norm = fresh.q_weight is not None
-        fresh_args = (fresh.k, fresh.v, fresh.q_weight if has_norm else q, fresh.k_weight if has_norm else q,
-                      fresh.cos, fresh.sin, fresh.positions, fresh.slot_mapping, fresh.cos.shape[1], fresh.eps,
-                      fresh.k.stride(0), fresh.k.stride(1))
-        flags = dict(FRESH=True, HAS_NORM=has_norm, ZERO_CENTERED=fresh.zero_centered)
-    else:
-        fresh_args = (q, q, q, q, q, q, q, q, 0, 0.0, 0, 0)
-        flags = dict(FRESH=False, HAS_NORM=False, ZERO_CENTERED=False)
     _split_kernel[(num_seqs, num_kv_heads, splits)](
-        q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, partial, stats, out, *fresh_args,
+        q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, partial, stats, out,
         scale * 1.4426950408889634, block_size, group, num_heads, head_dim, splits,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), k_cache.stride(0), k_cache.stride(1),
         k_cache.stride(2), block_tables.stride(0), partial.stride(0), stats.stride(0), stats.stride(1),
-        G_PAD=g_pad, Q_PAD=max(2, q_pad), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=triton.next_power_of_2(head_dim),
-        num_warps=4 if block_m <= 32 else 8, num_stages=num_stages, **flags, **pdl_options(q))
+        G_PAD=g_pad, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=triton.next_power_of_2(head_dim),
+        num_warps=4 if block_m <= 32 else 8, num_stages=num_stages, **pdl_options(q))
     _merge_kernel[(num_seqs, num_heads, max_query_len)](
         partial, stats, out, seq_lens, query_start_loc, splits, num_heads, head_dim, out.stride(0), out.stride(1),
         partial.stride(0), stats.stride(0), stats.stride(1), BLOCK_N=block_n,
@@ -156,14 +120,11 @@ if triton is not None:
 
     @triton.jit
     def _split_kernel(q_ptr, k_ptr, v_ptr, tables_ptr, seq_lens_ptr, qsl_ptr, partial_ptr, stats_ptr, out_ptr,
-                      fk_ptr, fv_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, slots_ptr, half, eps,
-                      stride_ft, stride_fh,
                       qk_scale, block_size, group, num_heads, head_dim, num_splits,
                       stride_qt, stride_qh, stride_ot, stride_oh, stride_kb, stride_ko, stride_kh,
                       stride_table, stride_ps, stride_sk, stride_st,
-                      G_PAD: tl.constexpr, Q_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      BLOCK_D: tl.constexpr, FRESH: tl.constexpr, HAS_NORM: tl.constexpr,
-                      ZERO_CENTERED: tl.constexpr, USE_PDL: tl.constexpr):
+                      G_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                      USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         seq_len = tl.load(seq_lens_ptr + seq)
@@ -181,29 +142,8 @@ if triton is not None:
         offs_d = tl.arange(0, BLOCK_D)
         d_ok = offs_d < head_dim
         q_row = (q_start + tok).to(tl.int64) * stride_qt + head * stride_qh
+        q = tl.load(q_ptr + q_row[:, None] + offs_d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
         first, last = split * per_split, tl.minimum((split + 1) * per_split, num_tiles)
-        if FRESH:
-            pos = tl.load(pos_ptr + q_start + tok, mask=row_ok, other=0)
-            q = norm_rope_rows(q_ptr + q_row[:, None], qw_ptr, cos_ptr, sin_ptr, pos, offs_d,
-                               row_ok[:, None] & d_ok[None, :], head_dim, half, eps, HAS_NORM,
-                               ZERO_CENTERED).to(q_ptr.dtype.element_ty)                         # [BM, BD]
-            if last * BLOCK_N > seq_len - q_len:  # this split reads this step's positions: write them first
-                j = tl.arange(0, Q_PAD)
-                j_ok = j < q_len
-                fresh_ok = j_ok[:, None] & d_ok[None, :]
-                t = (q_start + j).to(tl.int64)
-                src = t * stride_ft + kv_head * stride_fh
-                k_new = norm_rope_rows(fk_ptr + src[:, None], kw_ptr, cos_ptr, sin_ptr,
-                                       tl.load(pos_ptr + t, mask=j_ok, other=0), offs_d, fresh_ok, head_dim, half,
-                                       eps, HAS_NORM, ZERO_CENTERED)                             # [Q_PAD, BD]
-                slot = tl.load(slots_ptr + t, mask=j_ok, other=0).to(tl.int64)
-                dst = (slot // block_size) * stride_kb + (slot % block_size) * stride_ko + kv_head * stride_kh
-                tl.store(k_ptr + dst[:, None] + offs_d[None, :], k_new.to(k_ptr.dtype.element_ty), mask=fresh_ok)
-                v_new = tl.load(fv_ptr + src[:, None] + offs_d[None, :], mask=fresh_ok, other=0.0)
-                tl.store(v_ptr + dst[:, None] + offs_d[None, :], v_new, mask=fresh_ok)
-                tl.debug_barrier()  # this program's writes land before its own loads of those positions
-        else:
-            q = tl.load(q_ptr + q_row[:, None] + offs_d[None, :], mask=row_ok[:, None] & d_ok[None, :], other=0.0)
         m_i = tl.full((BLOCK_M,), -1e30, dtype=tl.float32)
         l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
         acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)

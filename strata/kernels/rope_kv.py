@@ -69,43 +69,17 @@ def qk_norm_rope_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight:
 if triton is not None:
 
     @triton.jit
-    def _normed(x, w, scale, HAS_NORM: tl.constexpr, ZERO_CENTERED: tl.constexpr):
-        """Head elements x (model dtype) after qk-norm (scale = rsqrt(mean(x^2) + eps), w the norm weight in
-        float32), -> float32 holding the model-dtype value the norm returns."""
+    def _normed(x_ptr, w_ptr, offs, ok, scale, HAS_NORM: tl.constexpr, ZERO_CENTERED: tl.constexpr):
+        """Head elements at offs after qk-norm (scale = rsqrt(mean(x^2) + eps)), in float32 from the model dtype."""
+        x = tl.load(x_ptr + offs, mask=ok, other=0.0)
         if HAS_NORM:
+            w = tl.load(w_ptr + offs, mask=ok, other=0.0).to(tl.float32)
             normed = x.to(tl.float32) * scale
             if ZERO_CENTERED:
                 x = (normed * (1.0 + w)).to(x.dtype)
             else:
                 x = (w * normed.to(x.dtype).to(tl.float32)).to(x.dtype)
         return x.to(tl.float32)
-
-    @triton.jit
-    def norm_rope_rows(rows, w_ptr, cos_ptr, sin_ptr, pos, offs, ok, head_dim, half, eps,
-                       HAS_NORM: tl.constexpr, ZERO_CENTERED: tl.constexpr):
-        """Heads at pointers rows [R, 1] (unit stride along D; offs [BD] the dims, ok [R, BD] the mask),
-        at positions pos [R] -> qk-normed (w_ptr the weight, if HAS_NORM) and rotated over the first
-        2 * half dims, [R, BD] float32 holding model-dtype values: what qk_norm_rope_kv_ref returns."""
-        x = tl.load(rows + offs[None, :], mask=ok, other=0.0)
-        scale = 1.0
-        w = 0.0
-        w_partner = 0.0
-        # rotate-half partner of each rotated element: i < half pairs with i + half, else i - half
-        rotated = (offs < 2 * half)[None, :]
-        partner = tl.where(offs < half, offs + half, offs - half)
-        if HAS_NORM:
-            xf = x.to(tl.float32)
-            scale = tl.rsqrt(tl.sum(xf * xf, axis=1) / head_dim + eps)[:, None]
-            w = tl.load(w_ptr + offs, mask=offs < head_dim, other=0.0).to(tl.float32)[None, :]
-            w_partner = tl.load(w_ptr + partner, mask=partner < head_dim, other=0.0).to(tl.float32)[None, :]
-        x = _normed(x, w, scale, HAS_NORM, ZERO_CENTERED)
-        y = _normed(tl.load(rows + partner[None, :], mask=ok & rotated, other=0.0), w_partner, scale, HAS_NORM,
-                    ZERO_CENTERED)
-        freq = tl.where(offs < half, offs, offs - half)[None, :]
-        c = tl.load(cos_ptr + pos[:, None] * half + freq, mask=ok & rotated, other=1.0)
-        s = tl.load(sin_ptr + pos[:, None] * half + freq, mask=ok & rotated, other=0.0)
-        out = tl.where((offs < half)[None, :], x * c - y * s, x * c + y * s)
-        return tl.where(rotated, out, x)
 
     @triton.jit
     def _qk_norm_rope_kv_kernel(q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, kc_ptr, vc_ptr,
@@ -120,23 +94,34 @@ if triton is not None:
         is_q = head < num_heads
         kv_head = head - num_heads
         offs = tl.arange(0, BLOCK_D)
-        ok = (offs < head_dim)[None, :]                                                    # [1, BD]
+        ok = offs < head_dim
         if is_q:
             x_ptr = q_ptr + token * stride_qt + head * stride_qh
             w_ptr = qw_ptr
         else:
             x_ptr = k_ptr + token * stride_kt + kv_head * stride_kh
             w_ptr = kw_ptr
-        pos = tl.load(pos_ptr + token + tl.zeros((1,), tl.int64))                          # [1]
-        rows = x_ptr + tl.zeros((1, 1), tl.int64)
-        out = norm_rope_rows(rows, w_ptr, cos_ptr, sin_ptr, pos, offs, ok, head_dim, half, eps, HAS_NORM,
-                             ZERO_CENTERED).to(out_ptr.dtype.element_ty)                   # [1, BD]
+        scale = 1.0
+        if HAS_NORM:
+            xf = tl.load(x_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+            scale = tl.rsqrt(tl.sum(xf * xf, axis=0) / head_dim + eps)
+        x = _normed(x_ptr, w_ptr, offs, ok, scale, HAS_NORM, ZERO_CENTERED)
+        # rotate-half partner of each rotated element: i < half pairs with i + half, else i - half
+        rotated = offs < 2 * half
+        partner = tl.where(offs < half, offs + half, offs - half)
+        y = _normed(x_ptr, w_ptr, partner, ok & rotated, scale, HAS_NORM, ZERO_CENTERED)
+        pos = tl.load(pos_ptr + token)
+        freq = tl.where(offs < half, offs, offs - half)
+        c = tl.load(cos_ptr + pos * half + freq, mask=rotated, other=1.0)
+        s = tl.load(sin_ptr + pos * half + freq, mask=rotated, other=0.0)
+        out = tl.where(offs < half, x * c - y * s, x * c + y * s)
+        out = tl.where(rotated, out, x).to(out_ptr.dtype.element_ty)
         if is_q:
-            tl.store(out_ptr + token * stride_ot + head * stride_oh + offs[None, :], out, mask=ok)
+            tl.store(out_ptr + token * stride_ot + head * stride_oh + offs, out, mask=ok)
         else:
             num_kv_heads = tl.num_programs(1) - num_heads
             slot = tl.load(slots_ptr + token).to(tl.int64)
             row = (slot * num_kv_heads + kv_head) * head_dim
-            tl.store(kc_ptr + row + offs[None, :], out, mask=ok)
-            v = tl.load(v_ptr + token * stride_vt + kv_head * stride_vh + offs[None, :], mask=ok, other=0.0)
-            tl.store(vc_ptr + row + offs[None, :], v, mask=ok)
+            tl.store(kc_ptr + row + offs, out, mask=ok)
+            v = tl.load(v_ptr + token * stride_vt + kv_head * stride_vh + offs, mask=ok, other=0.0)
+            tl.store(vc_ptr + row + offs, v, mask=ok)

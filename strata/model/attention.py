@@ -11,7 +11,6 @@ launch on CUDA.
 
 from __future__ import annotations
 
-import functools
 import itertools
 
 import torch
@@ -20,7 +19,6 @@ from torch import nn
 
 from strata.config import ModelConfig
 from strata.kernels import triton_available
-from strata.kernels.paged_attention import FreshKV
 from strata.model.context import ForwardContext
 from strata.model.linear import Linear
 from strata.model.norm import RMSNorm
@@ -118,15 +116,6 @@ def _attend_windows_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                                        table_width=ctx.split_table_width)
 
 
-@functools.cache
-def _fresh_kv_fused() -> bool:
-    """Whether decode windows on CUDA fold qk-norm, rotary and the KV write into the attention launch
-    (STRATA_NO_FRESH_KV_FUSION=1 keeps them in a launch of their own)."""
-    from strata.config import debug_flag
-
-    return not debug_flag("NO_FRESH_KV_FUSION")
-
-
 def _use_triton_attention(q: torch.Tensor) -> bool:
     # kv_tile_for sizes the kernel's tiles for 16-bit and float32 heads of up to 256 dims
     return q.is_cuda and q.shape[-1] <= 256 and triton_available()
@@ -193,44 +182,24 @@ class Attention(nn.Module):
         k = k.view(num_tokens, self.num_kv_heads, self.head_dim)   # [T, Hkv, D]
         v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
         k_cache, v_cache = ctx.kv_caches[self.layer_idx]
-        if ctx.max_query_len <= _BATCHED_MAX_QUERY_LEN and _use_triton_attention(q) and _fresh_kv_fused():
-            out = self._attend_windows_fused(q, k, v, k_cache, v_cache, ctx)
+        if q.is_cuda and triton_available():
+            q = self._prepare_fused(q, k, v, k_cache, v_cache, ctx)
         else:
-            if q.is_cuda and triton_available():
-                q = self._prepare_fused(q, k, v, k_cache, v_cache, ctx)
-            else:
-                if self.q_norm is not None:
-                    q, k = self.q_norm(q), self.k_norm(k)
-                q, k = self.rotary(ctx.positions, q, k)
-                write_kv(k, v, k_cache, v_cache, ctx.slot_mapping)
-            out = paged_attention(q, k_cache, v_cache, ctx, self.scale)
-        out = out.reshape(num_tokens, -1)  # [T, H * D]
+            if self.q_norm is not None:
+                q, k = self.q_norm(q), self.k_norm(k)
+            q, k = self.rotary(ctx.positions, q, k)
+            write_kv(k, v, k_cache, v_cache, ctx.slot_mapping)
+        out = paged_attention(q, k_cache, v_cache, ctx, self.scale).reshape(num_tokens, -1)  # [T, H * D]
         if gate is not None:
             out = out * torch.sigmoid(gate.reshape(num_tokens, -1))
         return self.o_proj(out)
-
-    def _fresh_kv(self, k: torch.Tensor, v: torch.Tensor, ctx: ForwardContext) -> FreshKV:
-        """This step's raw K/V heads with the qk-norm and rotary they need (see FreshKV)."""
-        norm = self.q_norm is not None
-        return FreshKV(k, v, self.q_norm.weight if norm else None, self.k_norm.weight if norm else None,
-                       self.q_norm.eps if norm else 0.0, norm and self.q_norm.zero_centered, self.rotary.cos,
-                       self.rotary.sin, ctx.positions, ctx.slot_mapping)
-
-    def _attend_windows_fused(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
-                              v_cache: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
-        """Decode and verification windows on CUDA: qk-norm, rotary, the KV write and the attention in
-        the paged attention launch itself (raw q [T, H, D] -> [T, H, D])."""
-        from strata.kernels.paged_attention import paged_attention as paged_attention_triton
-
-        return paged_attention_triton(q, k_cache, v_cache, ctx.block_tables, ctx.seq_lens, ctx.query_start_loc,
-                                      self.scale, max_query_len=ctx.max_query_len, table_width=ctx.split_table_width,
-                                      fresh=self._fresh_kv(k, v, ctx))
 
     def _prepare_fused(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                        v_cache: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         """qk-norm, rotary and the KV write in one Triton launch -> rotated q [T, H, D]."""
         from strata.kernels.rope_kv import qk_norm_rope_kv
 
-        f = self._fresh_kv(k, v, ctx)
-        return qk_norm_rope_kv(q, f.k, f.v, f.q_weight, f.k_weight, f.eps, f.zero_centered, f.cos, f.sin, f.positions,
-                               k_cache, v_cache, f.slot_mapping)
+        norm = self.q_norm is not None
+        return qk_norm_rope_kv(q, k, v, self.q_norm.weight if norm else None, self.k_norm.weight if norm else None,
+                               self.q_norm.eps if norm else 0.0, norm and self.q_norm.zero_centered,
+                               self.rotary.cos, self.rotary.sin, ctx.positions, k_cache, v_cache, ctx.slot_mapping)

@@ -199,50 +199,6 @@ def test_paged_attention_matches_ref(heads, windows, block_size, num_splits):
 
 
 @gpu
-@pytest.mark.parametrize("heads", [(32, 4, 128, 128), (16, 2, 256, 64), (6, 2, 64, 64)])  # H, Hkv, D, rot_dim
-@pytest.mark.parametrize("windows", ATTN_WINDOWS + [[(62, 3), (127, 2), (0, 16)]])  # + windows across KV tiles
-@pytest.mark.parametrize("block_size, num_splits", [(16, None), (5, 1), (16, 3), (32, 64)])
-@pytest.mark.parametrize("qk_norm, zero_centered", [(True, False), (True, True), (False, False)])
-def test_paged_attention_with_fresh_kv_matches_ref(heads, windows, block_size, num_splits, qk_norm, zero_centered):
-    """Raw q, k, v in (FreshKV): the launch normalises and rotates them, writes this step's K/V to the
-    pool and attends, like qk_norm_rope_kv_ref followed by paged_attention_ref. Every pool entry
-    matches, and the one kernel keeps no stale K in a split that reads the new positions."""
-    from strata.kernels.paged_attention import FreshKV, paged_attention
-    from strata.kernels.rope_kv import qk_norm_rope_kv_ref
-    from strata.model.rotary import RotaryEmbedding
-
-    num_heads, num_kv_heads, head_dim, rot_dim = heads
-    generator = torch.Generator().manual_seed(len(windows) * 5 + block_size + head_dim)
-    q, k_cache, v_cache, block_tables, tables, seq_lens, qsl = paged_problem(
-        windows, block_size, num_heads, num_kv_heads, head_dim, torch.bfloat16, "cuda", generator)
-    num_tokens = q.shape[0]
-    # q as gated attention's strided [q | gate] view; k, v as views into the fused projection
-    raw = torch.randn(num_tokens, 2 * num_heads + 2 * num_kv_heads, head_dim, generator=generator)
-    raw = raw.to(device="cuda", dtype=torch.bfloat16)
-    q = raw[:, :2 * num_heads].view(num_tokens, num_heads, 2 * head_dim)[..., :head_dim]
-    k, v = raw[:, 2 * num_heads:2 * num_heads + num_kv_heads], raw[:, 2 * num_heads + num_kv_heads:]
-    positions = [p for c, n in windows for p in range(c, c + n)]
-    slots = [tables[i][p // block_size] * block_size + p % block_size
-             for i, (c, n) in enumerate(windows) for p in range(c, c + n)]
-    positions, slots = torch.tensor(positions, device="cuda"), torch.tensor(slots, device="cuda")
-    rotary = RotaryEmbedding(head_dim, rot_dim, 4096, 1e6).to("cuda")
-    weights = [torch.randn(head_dim, generator=generator).to("cuda", torch.bfloat16) for _ in range(2)] \
-        if qk_norm else [None, None]
-    fresh = FreshKV(k, v, *weights, 1e-6, zero_centered, rotary.cos, rotary.sin, positions, slots)
-    ref_k, ref_v = k_cache.clone(), v_cache.clone()
-    scale = head_dim ** -0.5
-    out = paged_attention(q, k_cache, v_cache, block_tables, seq_lens, qsl, scale,
-                          max_query_len=max(n for _, n in windows), num_splits=num_splits, fresh=fresh)
-    rotated_q = qk_norm_rope_kv_ref(q, k, v, *weights, 1e-6, zero_centered, rotary.cos, rotary.sin, positions,
-                                    ref_k, ref_v, slots)
-    expected = paged_attention_ref(rotated_q.float(), ref_k.float(), ref_v.float(), block_tables, seq_lens, qsl,
-                                   scale)
-    assert rel_err(out, expected) < 1e-2
-    assert torch.equal(v_cache, ref_v)
-    torch.testing.assert_close(k_cache.float(), ref_k.float(), rtol=1e-2, atol=1e-2)
-
-
-@gpu
 @pytest.mark.parametrize("windows", [[(40, 4), (0, 64), (300, 3), (17, 1), (100, 40)], [(0, 64)] * 5])
 def test_mixed_step_attention_on_cuda_matches_the_cpu_path(windows):
     """A prompt chunk beside verification windows: the windows take the Triton kernel in one launch,

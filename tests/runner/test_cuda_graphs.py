@@ -356,23 +356,3 @@ def test_fused_routing_and_folded_topk_sum_match_the_unfused_layers(tiny_model_d
         torch.cuda.empty_cache()
     assert runs[0] == runs[1]
 
-
-@gpu
-@pytest.mark.parametrize("family", ["qwen3_moe", "qwen3_next"])
-def test_fresh_kv_in_the_attention_launch_token_identity(family, tiny_model_dir, monkeypatch):
-    """Decode windows fold qk-norm, rotary and the KV write into the attention launch (FreshKV); with
-    the fold off they take a launch of their own first. Greedy tokens agree, graphs on, with speculative
-    windows of several tokens too (the suffix drafter)."""
-    import strata.model.attention as attention
-
-    prompts = _prompts([5, 9, 17, 3])
-    lengths = [24, 8, 16, 30]
-    runs = {}
-    for fused in (True, False):
-        monkeypatch.setattr(attention, "_fresh_kv_fused", lambda: fused)
-        llm = LLM(tiny_model_dir(family), dtype="bfloat16", device="cuda", max_num_seqs=4, block_size=4,
-                  speculative_config={"method": "suffix", "num_speculative_tokens": 3})
-        runs[fused] = _staggered(llm, prompts, lengths)
-        del llm
-        torch.cuda.empty_cache()
-    assert runs[True] == runs[False]
