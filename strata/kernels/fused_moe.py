@@ -122,11 +122,12 @@ if triton is not None:
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        # the block's expert and rows load together (one memory round trip before the weights, not two)
         expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
+        pair = tl.load(sorted_ids_ptr + offs_m)
         if expert < 0:
             return
-        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        pair = tl.load(sorted_ids_ptr + offs_m)
         row_ok = pair < num_pairs
         token = (pair // top_k).to(tl.int64)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -157,11 +158,12 @@ if triton is not None:
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        # the block's expert and rows load together (one memory round trip before the weights, not two)
         expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
+        pair = tl.load(sorted_ids_ptr + offs_m)
         if expert < 0:
             return
-        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        pair = tl.load(sorted_ids_ptr + offs_m)
         row_ok = pair < num_pairs
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         n_ok = offs_n < dim

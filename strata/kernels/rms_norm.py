@@ -92,23 +92,26 @@ if triton is not None:
         row = tl.program_id(0).to(tl.int64)
         offs = tl.arange(0, BLOCK_D)
         ok = offs < dim
+        # every load is issued before any arithmetic waits on one: one memory round trip per row
+        w = tl.load(w_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+        if HAS_RESIDUAL:
+            r = tl.load(res_ptr + row * stride_r + offs, mask=ok, other=0.0)
+        if HAS_SHARED:
+            shared = tl.load(shared_ptr + row * stride_s + offs, mask=ok, other=0.0)
         if TOP_K > 0:  # x: the row's K float32 expert outputs, summed in order and cast (topk_sum_ref)
-            total = tl.zeros((BLOCK_D,), dtype=tl.float32)
-            for k in tl.static_range(TOP_K):
+            total = tl.load(x_ptr + row * stride_x + offs, mask=ok, other=0.0)
+            for k in tl.static_range(1, TOP_K):
                 total += tl.load(x_ptr + row * stride_x + k * dim + offs, mask=ok, other=0.0)
             x = total.to(out_ptr.dtype.element_ty)
             if HAS_SHARED:
-                shared = tl.load(shared_ptr + row * stride_s + offs, mask=ok, other=0.0)
                 x = (x.to(tl.float32) + shared.to(tl.float32)).to(out_ptr.dtype.element_ty)
         else:
             x = tl.load(x_ptr + row * stride_x + offs, mask=ok, other=0.0)
         if HAS_RESIDUAL:
-            r = tl.load(res_ptr + row * stride_r + offs, mask=ok, other=0.0)
             x = (x.to(tl.float32) + r.to(tl.float32)).to(out_ptr.dtype.element_ty)
             tl.store(res_out_ptr + row * stride_o + offs, x, mask=ok)
         xf = x.to(tl.float32)
         normed = xf * tl.rsqrt(tl.sum(xf * xf, axis=0) / dim + eps)
-        w = tl.load(w_ptr + offs, mask=ok, other=0.0).to(tl.float32)
         if ZERO_CENTERED:
             y = normed * (1.0 + w)
         else:

@@ -69,11 +69,10 @@ def qk_norm_rope_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight:
 if triton is not None:
 
     @triton.jit
-    def _normed(x_ptr, w_ptr, offs, ok, scale, HAS_NORM: tl.constexpr, ZERO_CENTERED: tl.constexpr):
-        """Head elements at offs after qk-norm (scale = rsqrt(mean(x^2) + eps)), in float32 from the model dtype."""
-        x = tl.load(x_ptr + offs, mask=ok, other=0.0)
+    def _normed(x, w, scale, HAS_NORM: tl.constexpr, ZERO_CENTERED: tl.constexpr):
+        """Head elements x (model dtype) after qk-norm (scale = rsqrt(mean(x^2) + eps); w the weight at the
+        same dims, float32), in float32 holding the model-dtype value."""
         if HAS_NORM:
-            w = tl.load(w_ptr + offs, mask=ok, other=0.0).to(tl.float32)
             normed = x.to(tl.float32) * scale
             if ZERO_CENTERED:
                 x = (normed * (1.0 + w)).to(x.dtype)
@@ -95,33 +94,41 @@ if triton is not None:
         kv_head = head - num_heads
         offs = tl.arange(0, BLOCK_D)
         ok = offs < head_dim
+        # rotate-half partner of each rotated element: i < half pairs with i + half, else i - half
+        rotated = offs < 2 * half
+        partner = tl.where(offs < half, offs + half, offs - half)
+        freq = tl.where(offs < half, offs, offs - half)
         if is_q:
             x_ptr = q_ptr + token * stride_qt + head * stride_qh
             w_ptr = qw_ptr
         else:
             x_ptr = k_ptr + token * stride_kt + kv_head * stride_kh
             w_ptr = kw_ptr
-        scale = 1.0
-        if HAS_NORM:
-            xf = tl.load(x_ptr + offs, mask=ok, other=0.0).to(tl.float32)
-            scale = tl.rsqrt(tl.sum(xf * xf, axis=0) / head_dim + eps)
-        x = _normed(x_ptr, w_ptr, offs, ok, scale, HAS_NORM, ZERO_CENTERED)
-        # rotate-half partner of each rotated element: i < half pairs with i + half, else i - half
-        rotated = offs < 2 * half
-        partner = tl.where(offs < half, offs + half, offs - half)
-        y = _normed(x_ptr, w_ptr, partner, ok & rotated, scale, HAS_NORM, ZERO_CENTERED)
+        # every load is issued up front: only cos / sin wait on another (the position), so two memory
+        # round trips before the stores
         pos = tl.load(pos_ptr + token)
-        freq = tl.where(offs < half, offs, offs - half)
+        slot = tl.load(slots_ptr + token).to(tl.int64)
+        x = tl.load(x_ptr + offs, mask=ok, other=0.0)
+        y = tl.load(x_ptr + partner, mask=ok & rotated, other=0.0)
+        v = tl.load(v_ptr + token * stride_vt + kv_head * stride_vh + offs, mask=ok & (offs * 0 + head >= num_heads),
+                    other=0.0)
+        w, w_partner, scale = 1.0, 1.0, 1.0
+        if HAS_NORM:
+            w = tl.load(w_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+            w_partner = tl.load(w_ptr + partner, mask=ok & rotated, other=0.0).to(tl.float32)
         c = tl.load(cos_ptr + pos * half + freq, mask=rotated, other=1.0)
         s = tl.load(sin_ptr + pos * half + freq, mask=rotated, other=0.0)
+        if HAS_NORM:
+            xf = x.to(tl.float32)
+            scale = tl.rsqrt(tl.sum(xf * xf, axis=0) / head_dim + eps)
+        x = _normed(x, w, scale, HAS_NORM, ZERO_CENTERED)
+        y = _normed(y, w_partner, scale, HAS_NORM, ZERO_CENTERED)
         out = tl.where(offs < half, x * c - y * s, x * c + y * s)
         out = tl.where(rotated, out, x).to(out_ptr.dtype.element_ty)
         if is_q:
             tl.store(out_ptr + token * stride_ot + head * stride_oh + offs, out, mask=ok)
         else:
             num_kv_heads = tl.num_programs(1) - num_heads
-            slot = tl.load(slots_ptr + token).to(tl.int64)
             row = (slot * num_kv_heads + kv_head) * head_dim
             tl.store(kc_ptr + row + offs, out, mask=ok)
-            v = tl.load(v_ptr + token * stride_vt + kv_head * stride_vh + offs, mask=ok, other=0.0)
             tl.store(vc_ptr + row + offs, v, mask=ok)

@@ -97,7 +97,12 @@ class CausalLM(nn.Module):
         return {}
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(hidden).float()  # [N, V]
+        """hidden [N, D] -> float32 logits [N, V]. 16-bit weights on CUDA: the GEMM writes float32 itself
+        (the logits are not rounded to 16 bits first, and no cast launch follows it on the decode path)."""
+        if hidden.is_cuda and hidden.dim() == 2 and hidden.dtype in (torch.bfloat16, torch.float16) \
+                and self.lm_head.bias is None and hidden.dtype == self.lm_head.weight.dtype:
+            return torch.mm(hidden, self.lm_head.weight.t(), out_dtype=torch.float32)
+        return self.lm_head(hidden).float()
 
     # ---- checkpoint loading -------------------------------------------------------------------
 
