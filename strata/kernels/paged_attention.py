@@ -127,14 +127,13 @@ if triton is not None:
                       USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-        # the context length and the window load together: one memory round trip before the query
         seq_len = tl.load(seq_lens_ptr + seq)
-        q_start = tl.load(qsl_ptr + seq)
-        q_len = tl.load(qsl_ptr + seq + 1) - q_start
         num_tiles = tl.cdiv(seq_len, BLOCK_N)
         per_split = tl.cdiv(num_tiles, num_splits)
         if split * per_split >= num_tiles:
             return  # a split this sequence does not need (the merge reads only the used ones)
+        q_start = tl.load(qsl_ptr + seq)
+        q_len = tl.load(qsl_ptr + seq + 1) - q_start
         # row r of the tile: window token r // G_PAD, query head kv_head * group + r % G_PAD
         rows = tl.arange(0, BLOCK_M)
         tok, head = rows // G_PAD, kv_head * group + rows % G_PAD
@@ -191,15 +190,14 @@ if triton is not None:
         th_index = token.to(tl.int64) * num_heads + head
         offs_s = tl.arange(0, SPLITS_PAD)
         s_ok = offs_s < tl.cdiv(num_tiles, per_split)
-        offs_d = tl.arange(0, BLOCK_D)
-        d_ok = offs_d < head_dim
-        # the partial sums load with the statistics (one round trip), not after their maximum is known
-        acc = tl.load(partial_ptr + offs_s[:, None] * stride_ps + th_index * head_dim + offs_d[None, :],
-                      mask=s_ok[:, None] & d_ok[None, :], other=0.0)                 # [SPLITS, BD]
         m = tl.load(stats_ptr + offs_s * stride_st + th_index, mask=s_ok, other=-1e30)
         l = tl.load(stats_ptr + stride_sk + offs_s * stride_st + th_index, mask=s_ok, other=0.0)
         m_max = tl.max(m, axis=0)
         w = tl.exp2(m - m_max)                                                        # [SPLITS]
+        offs_d = tl.arange(0, BLOCK_D)
+        d_ok = offs_d < head_dim
+        acc = tl.load(partial_ptr + offs_s[:, None] * stride_ps + th_index * head_dim + offs_d[None, :],
+                      mask=s_ok[:, None] & d_ok[None, :], other=0.0)                 # [SPLITS, BD]
         o = tl.sum(acc * w[:, None], axis=0) / tl.sum(l * w, axis=0)
         tl.store(out_ptr + token.to(tl.int64) * stride_ot + head * stride_oh + offs_d,
                  o.to(out_ptr.dtype.element_ty), mask=d_ok)
