@@ -6,8 +6,8 @@ Modules: `fused_moe` (grouped expert GEMMs), `moe_align` (their row layout), `ro
 and router + routing + layout in one launch), `paged_attention` (decode/verify windows over paged KV),
 `gdn` (gated delta rule recurrence and causal conv1d update over ragged short windows), `rms_norm`
 (with the residual add, and the MoE top-k sum folded in), `rope_kv` (qk-norm, rotary, KV write),
-`skinny_linear` (one-row dense projections), `launch` (programmatic dependent launch between a step's
-kernels).
+`skinny_linear` (one-row dense projections), `argmax` (greedy tokens from a step's logits), `launch`
+(programmatic dependent launch between a step's kernels).
 """
 
 import functools

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from strata.kernels.argmax import argmax
 from strata.sample.penalties import PenaltyState
 from strata.sample.probs import processed_probs, sample_from_probs
 from strata.transfer import index_tensor
@@ -99,7 +100,7 @@ class Sampler:
         sampled_rows = [row for row, p in enumerate(params) if not p.is_greedy]
         if len(sampled_rows) == len(slot_ids):
             return self._sample_rows(logits, slot_ids, sampled_rows)
-        token_ids = logits.argmax(dim=-1)                             # [N], exact for greedy rows
+        token_ids = argmax(logits)                                    # [N], exact for greedy rows
         if sampled_rows:  # index copies that do not wait: the step they follow may still be running
             token_ids[index_tensor(sampled_rows, token_ids.device)] = self._sample_rows(logits, slot_ids, sampled_rows)
         return token_ids

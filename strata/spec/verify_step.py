@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from strata.kernels.argmax import argmax
 from strata.sample import Sampler
 from strata.spec.synthetic import SyntheticDrafter, synthetic_drafts
 from strata.spec.verify import verify_greedy, verify_rejection
@@ -62,17 +63,17 @@ def _verify(sampler: Sampler, logits: torch.Tensor, windows, window_starts: list
             synthetic: SyntheticDrafter | None) -> list[tuple[list[int], int]]:
     drafts = [work.draft_token_ids for work, _ in windows]
     if synthetic is not None:  # benchmark mode: the drafts become the target's own tokens, a drawn number right
-        argmax = logits.argmax(dim=-1).tolist()
-        drafts = [synthetic_drafts(argmax[s:s + len(d) + 1], synthetic.propose_synthetic(len(d)), len(d),
+        target = argmax(logits)
+        tokens = target.tolist()
+        drafts = [synthetic_drafts(tokens[s:s + len(d) + 1], synthetic.propose_synthetic(len(d)), len(d),
                                    logits.shape[-1]) for d, s in zip(drafts, window_starts)]
-        return verify_greedy(logits.argmax(dim=-1), drafts, window_starts)
+        return verify_greedy(target, drafts, window_starts)
     is_greedy = [sampler.params[work.slot_id].is_greedy for work, _ in windows]
     greedy = [i for i, g in enumerate(is_greedy) if g]
     sampled = [i for i, g in enumerate(is_greedy) if not g]
     verdicts: dict[int, tuple[list[int], int]] = {}
     if greedy:
-        argmax = logits.argmax(dim=-1)
-        for i, verdict in zip(greedy, verify_greedy(argmax, [drafts[i] for i in greedy],
+        for i, verdict in zip(greedy, verify_greedy(argmax(logits), [drafts[i] for i in greedy],
                                                     [window_starts[i] for i in greedy])):
             verdicts[i] = verdict
     if sampled:

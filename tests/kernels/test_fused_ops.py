@@ -316,3 +316,19 @@ def test_fold_step_matches_ref(layers, experts, routed):
     fold_step_ref(touched, total, steps)
     for actual, expected in zip(on_gpu, (touched, total, steps)):
         assert torch.equal(actual.cpu(), expected)
+
+
+@gpu
+@pytest.mark.parametrize("rows, vocab", [(1, 151936), (5, 4096), (3, 4097), (40, 32000), (2, 7)])
+def test_argmax_matches_torch(rows, vocab):
+    """Random rows, plus ties (the first index wins), an all -inf row, a NaN (it wins, as in torch)."""
+    from strata.kernels.argmax import argmax, argmax_ref
+
+    logits = randn(rows, vocab, device="cuda", seed=vocab)
+    if rows > 1:
+        logits[0, vocab // 3] = logits[0, vocab // 2] = logits[0, vocab - 1] = 1e4   # ties across chunks
+        logits[1] = float("-inf")
+    if rows > 2:
+        logits[2, vocab // 2] = float("nan")
+    for _ in range(3):  # the launch leaves its per-row counters at zero for the next one
+        assert torch.equal(argmax(logits), argmax_ref(logits))
