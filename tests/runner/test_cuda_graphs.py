@@ -355,4 +355,3 @@ def test_fused_routing_and_folded_topk_sum_match_the_unfused_layers(tiny_model_d
         del llm
         torch.cuda.empty_cache()
     assert runs[0] == runs[1]
-
