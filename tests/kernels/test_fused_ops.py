@@ -206,6 +206,76 @@ def test_route_and_align_matches_ref(num_tokens, num_experts, dim, top_k, renorm
 
 
 @gpu
+@pytest.mark.parametrize("num_tokens, num_experts, dim, top_k", [(1, 128, 2048, 8), (4, 60, 200, 4), (2, 512, 256, 10),
+                                                                 (3, 8, 64, 2)])
+@pytest.mark.parametrize("zero_centered", [False, True])
+def test_norm_route_and_align_matches_the_norm_then_the_routing(num_tokens, num_experts, dim, top_k, zero_centered):
+    """The RMSNorm (with its residual add) folded into the routing launch: the same normalised rows,
+    residual, routing, statistics and layout as rms_norm then route_and_align; twice (counter reset)."""
+    from strata.kernels.fused_moe import default_config
+    from strata.kernels.rms_norm import rms_norm
+    from strata.kernels.routing import norm_route_and_align, norm_route_and_align_ref, route_and_align
+
+    dtype = torch.bfloat16
+    x = randn(num_tokens, dim, dtype=dtype, device="cuda", seed=num_tokens)
+    residual = randn(num_tokens, dim, dtype=dtype, device="cuda", seed=7)
+    norm_weight = (randn(dim, device="cuda", seed=dim) * 0.2 + (0.0 if zero_centered else 1.0)).to(dtype)
+    gate = (randn(num_experts, dim, device="cuda", seed=num_experts) * 3 / dim ** 0.5).to(dtype)
+    block_m = default_config(num_tokens * top_k, num_experts)["BLOCK_M"]
+    counter = torch.zeros(1, dtype=torch.int32, device="cuda")
+    stats = [torch.zeros(num_experts, dtype=torch.long, device="cuda") for _ in range(4)]
+    ref = norm_route_and_align_ref(x, residual, norm_weight, 1e-6, zero_centered, gate, top_k, True, block_m)
+    normed, new_residual = rms_norm(x, norm_weight, 1e-6, zero_centered, residual)
+    unfused = route_and_align(normed, gate, top_k, True, block_m, counter, *stats[2:])
+    for _ in range(2):
+        fused = norm_route_and_align(x, residual, norm_weight, 1e-6, zero_centered, gate, top_k, True, block_m,
+                                     counter, *stats[:2])
+        assert counter.item() == 0
+        assert torch.equal(fused[1], ref[1]) and torch.equal(fused[1], new_residual)
+        close(fused[0], ref[0], dtype)
+        # the rows' sums of squares reduce in another order than rms_norm's: at most a last-bit change
+        torch.testing.assert_close(fused[0].float(), normed.float(), rtol=8e-3, atol=0)
+        if torch.equal(fused[0], normed):  # then the routing is the unfused launch's, bit for bit
+            assert all(torch.equal(a, b) for a, b in zip(fused[2:], unfused))
+        probs = torch.softmax((ref[0] @ gate.T).float(), dim=-1)
+        torch.testing.assert_close(probs.gather(1, fused[2]), probs.gather(1, ref[2]), rtol=2e-2, atol=1e-3)
+        close(fused[3], ref[3], dtype)
+        _check_layout(fused[2], fused[4], fused[5], block_m)
+    assert stats[0].sum().item() == 2 * num_tokens * top_k and torch.equal(stats[1] > 0, stats[0] > 0)
+
+
+@gpu
+@pytest.mark.parametrize("num_tokens", [1, 4, 5])
+@pytest.mark.parametrize("zero_centered", [False, True])
+def test_moe_block_folds_the_norm_into_its_routing(num_tokens, zero_centered, monkeypatch):
+    """MoEBlock.forward_normed on CUDA: up to NORM_ROUTE_MAX_TOKENS tokens take the norm into the routing
+    launch (no rms_norm launch), more run the norm first; both match norm + forward."""
+    import strata.kernels.rms_norm as rms_norm_module
+    from strata.model.moe import MoEBlock
+    from strata.model.norm import RMSNorm
+
+    cfg = ModelConfig(architecture="Qwen3MoeForCausalLM", vocab_size=8, hidden_size=256, intermediate_size=8,
+                      num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+                      num_experts=64, num_experts_per_tok=6, moe_intermediate_size=128)
+    block, norm = MoEBlock(cfg), RMSNorm(256, 1e-6, zero_centered)
+    for p in [*block.parameters(), *norm.parameters()]:
+        torch.nn.init.normal_(p, std=0.05)
+    block = block.to(device="cuda", dtype=torch.bfloat16)
+    norm = norm.to(device="cuda", dtype=torch.bfloat16)
+    x = randn(num_tokens, 256, dtype=torch.bfloat16, device="cuda", seed=3)
+    residual = randn(num_tokens, 256, dtype=torch.bfloat16, device="cuda", seed=4)
+    hidden, expected_residual = norm(x, residual)
+    expected = block(hidden)
+    launches = []
+    real = rms_norm_module._launch
+    monkeypatch.setattr(rms_norm_module, "_launch", lambda *a: launches.append(1) or real(*a))
+    out, new_residual = block.forward_normed(x, residual, norm)
+    assert len(launches) == (0 if num_tokens <= 4 else 1)
+    assert torch.equal(new_residual, expected_residual)
+    close(out.total(), expected, torch.bfloat16)
+
+
+@gpu
 @pytest.mark.parametrize("num_tokens", [1, 7, 32, 33])
 def test_moe_block_fused_routing_matches_the_unfused_path(num_tokens):
     """MoEBlock on CUDA routes decode-sized steps in one launch; a zero routing bias forces the unfused
