@@ -12,7 +12,6 @@ Decode-sized steps in the model take two of them elsewhere: the layout comes wit
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 import torch
 from strata.model.moe import grouped_experts
@@ -28,7 +27,6 @@ from strata.kernels.moe_align import aligned_num_blocks, moe_align, moe_align_re
 
 if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
-    from strata.kernels.rms_norm import norm_row
 
 
 # The torch reference is the model's own grouped-expert path (LocalExperts).
@@ -87,90 +85,33 @@ def moe_grouped_gemms(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
     """The three compute launches of fused_moe, given the aligned layout. With sum_topk=False the last is
     left to the caller: -> the weighted expert outputs [T, K, D] in float32 (see rms_norm_topk_sum)."""
     num_tokens, top_k = topk_weights.shape
-    act = moe_gate_up(hidden, w13, sorted_ids, block_expert, top_k, cfg)
-    partial = moe_down(act, w2, topk_weights, sorted_ids, block_expert, cfg)                 # [T, K, D]
+    inter, dim = w2.shape[2], w2.shape[1]
+    block_m, block_n, block_k = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    # float32 tiles are twice the shared memory per pipeline stage: two stages of at most 128-wide K tiles
+    stages = cfg["num_stages"] if hidden.element_size() <= 2 else min(cfg["num_stages"], 2)
+    if hidden.element_size() > 2:
+        block_k = min(block_k, 128)
+    launch = dict(num_warps=cfg["num_warps"], num_stages=stages, **pdl_options(hidden))
+    num_blocks = block_expert.numel()
+    act = hidden.new_empty(sorted_ids.numel(), inter)                          # [P, I]
+    partial = torch.empty(num_tokens * top_k, dim, dtype=torch.float32, device=hidden.device)  # [T * K, D]
+    weights = topk_weights.reshape(-1)
+    _gate_up_kernel[(num_blocks, triton.cdiv(inter, block_n))](
+        hidden, w13, act, sorted_ids, block_expert, inter, dim, top_k, num_tokens * top_k,
+        hidden.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, **launch)
+    block_n_down = cfg.get("BLOCK_N_DOWN", block_n)
+    _down_kernel[(num_blocks, triton.cdiv(dim, block_n_down))](
+        act, w2, partial, sorted_ids, block_expert, weights, dim, inter, num_tokens * top_k,
+        act.stride(0), w2.stride(0), w2.stride(1), partial.stride(0),
+        BLOCK_M=block_m, BLOCK_N=block_n_down, BLOCK_K=block_k, **launch)
     if not sum_topk:
-        return partial
-    dim = w2.shape[1]
+        return partial.view(num_tokens, top_k, dim)
     out = torch.empty_like(hidden)
     block_d = min(1024, triton.next_power_of_2(dim))
     _sum_topk_kernel[(num_tokens, triton.cdiv(dim, block_d))](partial, out, top_k, dim, out.stride(0),
                                                               BLOCK_D=block_d, num_warps=4, **pdl_options(hidden))
     return out
-
-
-def _launch_options(dtype_size: int, cfg: dict, like: torch.Tensor) -> tuple[int, dict]:
-    """(BLOCK_K, launch keywords): float32 tiles are twice the shared memory per pipeline stage, so they
-    take at most two stages of at most 128-wide K tiles."""
-    stages = cfg["num_stages"] if dtype_size <= 2 else min(cfg["num_stages"], 2)
-    block_k = cfg["BLOCK_K"] if dtype_size <= 2 else min(cfg["BLOCK_K"], 128)
-    return block_k, dict(num_warps=cfg["num_warps"], num_stages=stages, **pdl_options(like))
-
-
-def moe_gate_up(hidden: torch.Tensor, w13: torch.Tensor, sorted_ids: torch.Tensor, block_expert: torch.Tensor,
-                top_k: int, cfg: dict) -> torch.Tensor:
-    """hidden [T, D] -> SiLU(gate) * up of every laid-out (token, k) row [P, I] (P: sorted_ids' length)."""
-    num_tokens, dim = hidden.shape
-    inter = w13.shape[1] // 2
-    block_k, launch = _launch_options(hidden.element_size(), cfg, hidden)
-    act = hidden.new_empty(sorted_ids.numel(), inter)                          # [P, I]
-    _gate_up_kernel[(block_expert.numel(), triton.cdiv(inter, cfg["BLOCK_N"]))](
-        hidden, w13, act, sorted_ids, block_expert, inter, dim, top_k, num_tokens * top_k,
-        hidden.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
-        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=block_k, **launch)
-    return act
-
-
-@dataclass
-class DownNorm:
-    """The RMSNorm after an MoE layer, run by moe_down's last program (rms_norm_topk_sum's contract):
-    shared [T, D] the shared expert's output or None, residual [T, D], the norm's weight [D], eps and
-    flavour, `counter` an int32 [1] device buffer holding 0 (left at 0) that concurrent launches must
-    not share."""
-
-    shared: torch.Tensor | None
-    residual: torch.Tensor
-    weight: torch.Tensor
-    eps: float
-    zero_centered: bool
-    counter: torch.Tensor
-
-
-# moe_down's last program holds a token's K float32 rows for the norm: only a few tokens take it
-DOWN_NORM_MAX_TOKENS = 4
-
-
-def moe_down(act: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor, sorted_ids: torch.Tensor,
-             block_expert: torch.Tensor, cfg: dict, norm: DownNorm | None = None):
-    """act [P, I] -> the weighted expert outputs [T, K, D] float32; with `norm` (T <= DOWN_NORM_MAX_TOKENS)
-    the next RMSNorm of their sum runs in the same launch: -> (normed [T, D], sum + residual [T, D]) in
-    act's dtype. The programs holding rows count themselves on norm.counter; the last one does the norm."""
-    num_tokens, top_k = topk_weights.shape
-    inter, dim = w2.shape[2], w2.shape[1]
-    block_k, launch = _launch_options(act.element_size(), cfg, act)
-    partial = torch.empty(num_tokens * top_k, dim, dtype=torch.float32, device=act.device)  # [T * K, D]
-    block_n = cfg.get("BLOCK_N_DOWN", cfg["BLOCK_N"])
-    num_blocks = block_expert.numel()
-    out = residual_out = None
-    if norm is not None:
-        assert num_tokens <= DOWN_NORM_MAX_TOKENS and norm.counter.dtype == torch.int32
-        assert norm.residual.stride(-1) == 1 and norm.weight.is_contiguous()
-        if norm.shared is not None:
-            assert norm.shared.stride(-1) == 1
-        out, residual_out = (torch.empty(num_tokens, dim, dtype=act.dtype, device=act.device) for _ in range(2))
-    _down_kernel[(num_blocks, triton.cdiv(dim, block_n))](
-        act, w2, partial, sorted_ids, block_expert, topk_weights.reshape(-1), dim, inter, num_tokens * top_k,
-        act.stride(0), w2.stride(0), w2.stride(1), partial.stride(0),
-        *((norm.counter, norm.residual, norm.shared if norm.shared is not None else norm.residual, norm.weight,
-           out, residual_out, num_tokens, num_blocks, norm.eps, norm.residual.stride(0),
-           norm.shared.stride(0) if norm.shared is not None else 0) if norm is not None else
-          (partial, partial, partial, partial, partial, partial, 0, num_blocks, 0.0, 0, 0)),
-        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=block_n, BLOCK_K=block_k, NORM_TAIL=norm is not None, TOP_K=top_k,
-        HAS_SHARED=norm is not None and norm.shared is not None, ZERO_CENTERED=norm is not None and norm.zero_centered,
-        BLOCK_D=triton.next_power_of_2(dim), NB_PAD=triton.next_power_of_2(num_blocks), **launch)
-    if norm is None:
-        return partial.view(num_tokens, top_k, dim)
-    return out, residual_out
 
 
 if triton is not None:
@@ -214,21 +155,13 @@ if triton is not None:
     @triton.jit
     def _down_kernel(act_ptr, w2_ptr, out_ptr, sorted_ids_ptr, block_expert_ptr, weights_ptr,
                      dim, inter, num_pairs, stride_at, stride_we, stride_wn, stride_ot,
-                     counter_ptr, res_ptr, shared_ptr, norm_w_ptr, normed_ptr, res_out_ptr, num_tokens, num_blocks,
-                     eps, stride_rt, stride_st,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NORM_TAIL: tl.constexpr,
-                     TOP_K: tl.constexpr, HAS_SHARED: tl.constexpr, ZERO_CENTERED: tl.constexpr,
-                     BLOCK_D: tl.constexpr, NB_PAD: tl.constexpr, USE_PDL: tl.constexpr):
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         pid_m, pid_n = tl.program_id(0), tl.program_id(1)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         # the block's expert and rows load together (one memory round trip before the weights, not two)
         expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
         pair = tl.load(sorted_ids_ptr + offs_m)
-        if NORM_TAIL:  # with them, every block's expert: the blocks holding rows (the programs to count)
-            offs_b = tl.arange(0, NB_PAD)
-            used_blocks = tl.sum((tl.load(block_expert_ptr + offs_b, mask=offs_b < num_blocks, other=-1) >= 0)
-                                 .to(tl.int32), axis=0)
         if expert < 0:
             return
         row_ok = pair < num_pairs
@@ -249,15 +182,6 @@ if triton is not None:
         acc = acc * route_w[:, None]
         tl.store(out_ptr + pair[:, None].to(tl.int64) * stride_ot + offs_n[None, :], acc,
                  mask=row_ok[:, None] & n_ok[None, :])
-        if NORM_TAIL:
-            tl.debug_barrier()  # every thread's rows stored before the release below
-            finished = tl.atomic_add(counter_ptr, 1, sem="acq_rel")
-            if finished == used_blocks * tl.num_programs(1) - 1:  # the last program: the next norm, every token
-                for token in range(num_tokens):
-                    norm_row(token, out_ptr, res_ptr, shared_ptr, norm_w_ptr, normed_ptr, res_out_ptr,
-                             dim, eps, TOP_K * dim, stride_rt, stride_st, dim, True, ZERO_CENTERED, TOP_K,
-                             HAS_SHARED, BLOCK_D)
-                tl.atomic_xchg(counter_ptr, 0)
 
     @triton.jit
     def _sum_topk_kernel(partial_ptr, out_ptr, top_k, dim, stride_ot, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr):

@@ -89,15 +89,7 @@ if triton is not None:
                          TOP_K: tl.constexpr, HAS_SHARED: tl.constexpr, BLOCK_D: tl.constexpr,
                          USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
-        norm_row(tl.program_id(0).to(tl.int64), x_ptr, res_ptr, shared_ptr, w_ptr, out_ptr, res_out_ptr, dim, eps,
-                 stride_x, stride_r, stride_s, stride_o, HAS_RESIDUAL, ZERO_CENTERED, TOP_K, HAS_SHARED, BLOCK_D)
-
-    @triton.jit
-    def norm_row(row, x_ptr, res_ptr, shared_ptr, w_ptr, out_ptr, res_out_ptr, dim, eps, stride_x, stride_r, stride_s,
-                 stride_o, HAS_RESIDUAL: tl.constexpr, ZERO_CENTERED: tl.constexpr, TOP_K: tl.constexpr,
-                 HAS_SHARED: tl.constexpr, BLOCK_D: tl.constexpr):
-        """One row of _launch's contract (also the norm fused_moe's down kernel runs in its last program:
-        the top-k partials load past L1, as other programs of that launch wrote them)."""
+        row = tl.program_id(0).to(tl.int64)
         offs = tl.arange(0, BLOCK_D)
         ok = offs < dim
         # every load is issued before any arithmetic waits on one: one memory round trip per row
@@ -107,9 +99,9 @@ if triton is not None:
         if HAS_SHARED:
             shared = tl.load(shared_ptr + row * stride_s + offs, mask=ok, other=0.0)
         if TOP_K > 0:  # x: the row's K float32 expert outputs, summed in order and cast (topk_sum_ref)
-            total = tl.load(x_ptr + row * stride_x + offs, mask=ok, other=0.0, cache_modifier=".cg")
+            total = tl.load(x_ptr + row * stride_x + offs, mask=ok, other=0.0)
             for k in tl.static_range(1, TOP_K):
-                total += tl.load(x_ptr + row * stride_x + k * dim + offs, mask=ok, other=0.0, cache_modifier=".cg")
+                total += tl.load(x_ptr + row * stride_x + k * dim + offs, mask=ok, other=0.0)
             x = total.to(out_ptr.dtype.element_ty)
             if HAS_SHARED:
                 x = (x.to(tl.float32) + shared.to(tl.float32)).to(out_ptr.dtype.element_ty)

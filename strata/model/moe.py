@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -27,36 +25,18 @@ from strata.model.mlp import DenseMLP
 
 @dataclass
 class TopkPartials:
-    """An MoE layer's output before its sum over the top-k experts, left for the next RMSNorm to fold in:
-    partials [T, K, D] float32 weighted expert outputs (strata.kernels.rms_norm.rms_norm_topk_sum), shared
-    [T, D] the shared expert's output or None; the output itself is `total()`. While `down` is set the
-    down projection is not launched yet: the next norm runs inside that launch (`down_with_norm`)."""
+    """An MoE layer's output before its sum over the top-k experts, left for the next RMSNorm to fold in
+    (strata.kernels.rms_norm.rms_norm_topk_sum): partials [T, K, D] float32 weighted expert outputs,
+    shared [T, D] the shared expert's output or None; the output itself is `total()`."""
 
-    partials: torch.Tensor | None
+    partials: torch.Tensor
     shared: torch.Tensor | None
     dtype: torch.dtype
-    down: Callable | None = None              # fused_moe.moe_down, all but its `norm` bound
-    down_counter: torch.Tensor | None = None  # int32 [1] for moe_down's DownNorm
-
-    def launched(self) -> torch.Tensor:
-        """The partials, launching the pending down projection first (without a norm) if need be."""
-        if self.partials is None:
-            self.partials, self.down = self.down(), None
-        return self.partials
-
-    def down_with_norm(self, weight: torch.Tensor, eps: float, zero_centered: bool,
-                       residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The pending down projection with the next RMSNorm in its last program -> (norm(total + residual),
-        total + residual), as RMSNorm(self, residual) returns them."""
-        from strata.kernels.fused_moe import DownNorm
-
-        down, self.down = self.down, None
-        return down(DownNorm(self.shared, residual, weight, eps, zero_centered, self.down_counter))
 
     def total(self) -> torch.Tensor:
         from strata.kernels.rms_norm import topk_sum_ref
 
-        return topk_sum_ref(self.launched(), self.shared, self.dtype)
+        return topk_sum_ref(self.partials, self.shared, self.dtype)
 
 
 class ExpertProvider(Protocol):
@@ -153,8 +133,6 @@ class MoEBlock(nn.Module):
         self.routing_bias: torch.Tensor | None = None
         # int32 [1] device counter of route_and_align's programs (0 between launches), made on first use
         self._route_counter: torch.Tensor | None = None
-        # int32 [1] device counter of moe_down's programs when the next norm runs in that launch
-        self._down_counter: torch.Tensor | None = None
         self.shared_expert = self.shared_expert_gate = None
         if cfg.shared_expert_intermediate_size:
             self.shared_expert = DenseMLP(cfg.hidden_size, cfg.shared_expert_intermediate_size)
@@ -238,16 +216,10 @@ class MoEBlock(nn.Module):
 
     def _grouped_experts(self, hidden: torch.Tensor, topk_weights: torch.Tensor, sorted_ids: torch.Tensor,
                          block_expert: torch.Tensor, cfg: dict) -> TopkPartials:
-        """The shared expert (if any) and the routed experts' grouped GEMMs on a fused routing's layout. Up
-        to DOWN_NORM_MAX_TOKENS tokens, the down projection waits for the next norm to launch it with the
-        norm inside (TopkPartials.down_with_norm): one launch fewer."""
-        from strata.kernels import fused_moe
+        """The shared expert (if any) and the routed experts' grouped GEMMs on a fused routing's layout."""
+        from strata.kernels.fused_moe import moe_grouped_gemms
 
         shared = self._shared(hidden)
-        act = fused_moe.moe_gate_up(hidden, self.experts.w13, sorted_ids, block_expert, self.top_k, cfg)  # [P, I]
-        down = functools.partial(fused_moe.moe_down, act, self.experts.w2, topk_weights, sorted_ids, block_expert, cfg)
-        if hidden.shape[0] > fused_moe.DOWN_NORM_MAX_TOKENS:
-            return TopkPartials(down(), shared, hidden.dtype)                            # [T, K, D] float32
-        if self._down_counter is None or self._down_counter.device != hidden.device:
-            self._down_counter = torch.zeros(1, dtype=torch.int32, device=hidden.device)
-        return TopkPartials(None, shared, hidden.dtype, down, self._down_counter)
+        partials = moe_grouped_gemms(hidden, self.experts.w13, self.experts.w2, topk_weights, sorted_ids,
+                                     block_expert, cfg, sum_topk=False)                   # [T, K, D] float32
+        return TopkPartials(partials, shared, hidden.dtype)

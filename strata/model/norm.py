@@ -21,15 +21,12 @@ class RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor | TopkPartials, residual: torch.Tensor | None = None):
         """x [..., D] -> normalised x; with `residual`, (norm(x + residual), x + residual): the residual
         add fused into the norm (one Triton launch on CUDA). x may be an MoE layer's TopkPartials (with a
-        residual): their sum is folded in too, or this norm into their pending down projection's launch."""
+        residual): their sum is folded in too."""
         if isinstance(x, TopkPartials):
-            if x.down is not None and residual is not None:  # the MoE layer's down launch, not made yet
-                return x.down_with_norm(self.weight, self.eps, self.zero_centered, residual)
-            partials = x.launched()
-            if partials.is_cuda and triton_available() and residual is not None:
+            if x.partials.is_cuda and triton_available():
                 from strata.kernels.rms_norm import rms_norm_topk_sum
 
-                return rms_norm_topk_sum(partials, x.shared, self.weight, self.eps, self.zero_centered, residual,
+                return rms_norm_topk_sum(x.partials, x.shared, self.weight, self.eps, self.zero_centered, residual,
                                          x.dtype)
             x = x.total()
         if x.is_cuda and triton_available():

@@ -314,67 +314,6 @@ def block_ids(block, hidden):
 
 
 @gpu
-@pytest.mark.parametrize("num_tokens, num_experts, dim, inter, top_k", [(1, 128, 2048, 768, 8), (4, 16, 200, 96, 4),
-                                                                        (3, 8, 256, 64, 2)])
-@pytest.mark.parametrize("with_shared, zero_centered", [(False, False), (True, True)])
-def test_moe_down_runs_the_next_norm_in_its_last_program(num_tokens, num_experts, dim, inter, top_k, with_shared,
-                                                         zero_centered):
-    """moe_down with a DownNorm: the next RMSNorm of the top-k sum (+ shared expert, + residual) in the
-    down launch's last program gives rms_norm_topk_sum's result bit for bit; twice (counter reset)."""
-    from strata.kernels.fused_moe import DownNorm, default_config, moe_down, moe_gate_up
-    from strata.kernels.rms_norm import rms_norm_topk_sum
-    from strata.kernels.routing import route_and_align
-
-    dtype = torch.bfloat16
-    hidden = randn(num_tokens, dim, dtype=dtype, device="cuda", seed=1)
-    gate = (randn(num_experts, dim, device="cuda", seed=2) / dim ** 0.5).to(dtype)
-    w13 = (randn(num_experts, 2 * inter, dim, device="cuda", seed=3) / dim ** 0.5).to(dtype)
-    w2 = (randn(num_experts, dim, inter, device="cuda", seed=4) / inter ** 0.5).to(dtype)
-    shared = randn(num_tokens, dim, dtype=dtype, device="cuda", seed=5) if with_shared else None
-    residual = randn(num_tokens, dim, dtype=dtype, device="cuda", seed=6)
-    weight = (randn(dim, device="cuda", seed=7) * 0.2 + (0.0 if zero_centered else 1.0)).to(dtype)
-    cfg = default_config(num_tokens * top_k, num_experts)
-    counter = torch.zeros(1, dtype=torch.int32, device="cuda")
-    _, weights, sorted_ids, block_expert = route_and_align(hidden, gate, top_k, True, cfg["BLOCK_M"], counter)
-    act = moe_gate_up(hidden, w13, sorted_ids, block_expert, top_k, cfg)
-    partials = moe_down(act, w2, weights, sorted_ids, block_expert, cfg)                 # [T, K, D]
-    expected = rms_norm_topk_sum(partials, shared, weight, 1e-6, zero_centered, residual, dtype)
-    for _ in range(2):
-        out = moe_down(act, w2, weights, sorted_ids, block_expert, cfg,
-                       DownNorm(shared, residual, weight, 1e-6, zero_centered, counter))
-        assert counter.item() == 0
-        assert torch.equal(out[0], expected[0]) and torch.equal(out[1], expected[1])
-
-
-@gpu
-@pytest.mark.parametrize("num_tokens", [2, 5])
-def test_moe_block_leaves_its_down_launch_to_the_next_norm(num_tokens):
-    """Up to DOWN_NORM_MAX_TOKENS tokens a fused MoE block returns its down projection unlaunched; the
-    next norm launches it with itself inside. The same result as the partials' sum then the norm."""
-    from strata.model.moe import MoEBlock
-    from strata.model.norm import RMSNorm
-
-    cfg = ModelConfig(architecture="Qwen3MoeForCausalLM", vocab_size=8, hidden_size=256, intermediate_size=8,
-                      num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
-                      num_experts=64, num_experts_per_tok=6, moe_intermediate_size=128)
-    block, norm = MoEBlock(cfg), RMSNorm(256, 1e-6)
-    for p in [*block.parameters(), *norm.parameters()]:
-        torch.nn.init.normal_(p, std=0.05)
-    block = block.to(device="cuda", dtype=torch.bfloat16)
-    norm = norm.to(device="cuda", dtype=torch.bfloat16)
-    hidden = randn(num_tokens, 256, dtype=torch.bfloat16, device="cuda", seed=3)
-    residual = randn(num_tokens, 256, dtype=torch.bfloat16, device="cuda", seed=4)
-    pending, launched = block.forward_unsummed(hidden), block.forward_unsummed(hidden)
-    assert (pending.down is not None) == (num_tokens <= 4)
-    launched.launched()
-    out, new_residual = norm(pending, residual)
-    expected, expected_residual = rms_norm_ref(launched.total(), norm.weight, 1e-6, False, residual)
-    assert pending.down is None and launched.down is None
-    close(out, expected, torch.bfloat16)
-    close(new_residual, expected_residual, torch.bfloat16)
-
-
-@gpu
 @pytest.mark.parametrize("top_k, dim, with_shared, zero_centered", [(8, 2048, False, False), (10, 200, True, True)])
 def test_rms_norm_topk_sum_matches_ref(top_k, dim, with_shared, zero_centered):
     """The MoE layer's top-k sum (and shared expert) folded into the next norm with its residual add."""
