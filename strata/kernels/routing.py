@@ -307,16 +307,15 @@ if triton is not None:
     def _load_router_input(k0, k_end, hidden_ptr, res_ptr, norm_w_ptr, stride_ht, stride_rt, offs_t, t_ok, offs_k,
                            NORM_TOKENS: tl.constexpr):
         """The hidden tile [T_PAD, BK] at columns k0.. (k < k_end); with the norm also the residual tile and
-        the norm weight [BK] (float32); without it the hidden tile again and zeros (unused)."""
+        the norm weight [BK] (float32); without it those two are the hidden tile again (unused)."""
         k_ok = k0 + offs_k < k_end
         ok = t_ok[:, None] & k_ok[None, :]
         h = tl.load(hidden_ptr + offs_t[:, None] * stride_ht + k0 + offs_k[None, :], mask=ok, other=0.0)
-        r = h
-        norm_w = tl.zeros(offs_k.shape, dtype=tl.float32)
         if NORM_TOKENS > 0:
             r = tl.load(res_ptr + offs_t[:, None] * stride_rt + k0 + offs_k[None, :], mask=ok, other=0.0)
             norm_w = tl.load(norm_w_ptr + k0 + offs_k, mask=k_ok, other=0.0).to(tl.float32)
-        return h, r, norm_w
+            return h, r, norm_w
+        return h, h, h
 
     @triton.jit
     def _rows_rstd(hidden_ptr, res_ptr, stride_ht, stride_rt, dim, eps, offs_t, NORM_TOKENS: tl.constexpr,
@@ -338,7 +337,6 @@ if triton is not None:
                                 store, NORM_TOKENS: tl.constexpr, ZERO_CENTERED: tl.constexpr):
         """With the norm: the tile of rms_norm's output for hidden + residual (stored with the new residual
         where `store`); without it, h unchanged."""
-        y = h
         if NORM_TOKENS > 0:
             x = (h.to(tl.float32) + r.to(tl.float32)).to(h.dtype)
             normed = x.to(tl.float32) * rstd[:, None]
@@ -351,7 +349,8 @@ if triton is not None:
                 at = offs_t[:, None] * dim + k0 + offs_k[None, :]
                 tl.store(res_out_ptr + at, x, mask=ok)
                 tl.store(normed_ptr + at, y, mask=ok)
-        return y
+            return y
+        return h
 
     @triton.jit
     def _route_rows(t0, partial_ptr, hidden_ptr, ids_ptr, weights_ptr, counts_ptr, touched_ptr, real_rows_ptr,
