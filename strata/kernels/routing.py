@@ -12,11 +12,6 @@ router weight's first tile loads before the PDL wait (it does not depend on the 
 single token's rows are laid out from the picks in registers (`lay_out_picks`); more tokens take
 moe_align's counting sort through global memory (`align_pairs`): the register layout padded to 16
 rows measured slower there (session 8).
-
-`norm_route_and_align` also folds in the RMSNorm before the MoE block (with its residual add) for steps
-of at most NORM_ROUTE_MAX_TOKENS tokens: every program computes the rows' inverse RMS from the full
-rows (a few KB from L2), normalises its own hidden slice, and the programs of the first expert block
-write the normalised rows and the new residual for the expert GEMMs. One launch per layer fewer.
 """
 
 from __future__ import annotations
@@ -109,8 +104,6 @@ def softmax_topk(logits: torch.Tensor, top_k: int, renormalize: bool, out_dtype:
 
 
 ROUTE_FUSED_MAX_TOKENS = 64
-# norm_route_and_align: each program holds every row for the norm's sums, so only a few tokens
-NORM_ROUTE_MAX_TOKENS = 4
 # the fused launch pays while its last program's serial routing stays short: on the H200 it beat the
 # three launches up to 16 tokens at 128 experts and 1 token at 512, and lost beyond (session 6, call 6)
 _FUSED_MAX_TOKENS_X_EXPERTS = 2048
@@ -141,39 +134,6 @@ def route_and_align(hidden: torch.Tensor, gate_weight: torch.Tensor, top_k: int,
     leaves at 0 (owned by the caller; launches sharing one must not run concurrently). With `counts` and
     `touched` it records the routing statistics like softmax_topk. `num_warps` is a tuning knob (default:
     4 while T * E <= 512, else 8, the faster in the H200 measurements)."""
-    return _launch_route(hidden, None, gate_weight, top_k, renormalize, block_m, counter, counts, touched, real_rows,
-                         num_warps)[2:]
-
-
-def norm_route_and_align_ref(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, eps: float,
-                             zero_centered: bool, gate_weight: torch.Tensor, top_k: int, renormalize: bool,
-                             block_m: int) -> tuple[torch.Tensor, ...]:
-    """x [T, D], residual [T, D] -> (normed [T, D], x + residual [T, D], topk_ids, topk_weights, sorted_ids,
-    block_expert): rms_norm_ref with the residual add, then route_and_align_ref on the normalised rows."""
-    from strata.kernels.rms_norm import rms_norm_ref
-
-    normed, new_residual = rms_norm_ref(x, norm_weight, eps, zero_centered, residual)
-    return (normed, new_residual, *route_and_align_ref(normed, gate_weight, top_k, renormalize, block_m))
-
-
-def norm_route_and_align(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, eps: float,
-                         zero_centered: bool, gate_weight: torch.Tensor, top_k: int, renormalize: bool, block_m: int,
-                         counter: torch.Tensor, counts: torch.Tensor | None = None,
-                         touched: torch.Tensor | None = None, real_rows: torch.Tensor | None = None
-                         ) -> tuple[torch.Tensor, ...]:
-    """Same contract as norm_route_and_align_ref in one launch, for 16-bit x [T, D] with
-    1 <= T <= NORM_ROUTE_MAX_TOKENS (the other arguments as route_and_align's)."""
-    assert 1 <= x.shape[0] <= NORM_ROUTE_MAX_TOKENS and residual.shape == x.shape and residual.stride(1) == 1
-    assert norm_weight.is_contiguous() and norm_weight.shape == (x.shape[1],)
-    return _launch_route(x, (residual, norm_weight, eps, zero_centered), gate_weight, top_k, renormalize, block_m,
-                         counter, counts, touched, real_rows, None)
-
-
-def _launch_route(hidden: torch.Tensor, norm: tuple | None, gate_weight: torch.Tensor, top_k: int, renormalize: bool,
-                  block_m: int, counter: torch.Tensor, counts: torch.Tensor | None, touched: torch.Tensor | None,
-                  real_rows: torch.Tensor | None, num_warps: int | None) -> tuple[torch.Tensor, ...]:
-    """route_and_align's launch; with norm = (residual, weight, eps, zero_centered), `hidden` is the norm's
-    input. -> (normed or None, new residual or None, ids, weights, sorted_ids, block_expert)."""
     num_tokens, dim = hidden.shape
     num_experts = gate_weight.shape[0]
     assert 1 <= num_tokens <= ROUTE_FUSED_MAX_TOKENS and hidden.dtype in (torch.bfloat16, torch.float16)
@@ -200,21 +160,16 @@ def _launch_route(hidden: torch.Tensor, norm: tuple | None, gate_weight: torch.T
     one_chunk = num_tokens == 1
     tok_chunk = max(1, 32 * num_warps // e_pad) if one_chunk else \
         min(triton.next_power_of_2(num_tokens), max(1, 4096 // e_pad))
-    residual, norm_weight, eps, zero_centered = norm if norm is not None else (hidden, hidden, 0.0, False)
-    normed = torch.empty_like(hidden) if norm is not None else None                      # [T, D]
-    new_residual = torch.empty_like(hidden) if norm is not None else None                # [T, D]
     _route_kernel[(expert_blocks, k_splits)](
         hidden, gate_weight, partial, counter, ids, weights, counts if record else ids, touched if record else ids,
         real_rows if real_rows is not None else ids, sorted_ids, block_expert, scratch,
-        residual, norm_weight, normed if norm is not None else hidden, new_residual if norm is not None else hidden,
-        num_tokens, num_experts, dim, hidden.stride(0), residual.stride(0),
-        triton.cdiv(triton.cdiv(dim, block_k), k_splits) * block_k, num_blocks, eps,
-        TOP_K=top_k, RENORMALIZE=renormalize, RECORD=record, MASK_ROWS=real_rows is not None,
+        num_tokens, num_experts, dim, hidden.stride(0), triton.cdiv(triton.cdiv(dim, block_k), k_splits) * block_k,
+        num_blocks, TOP_K=top_k, RENORMALIZE=renormalize, RECORD=record, MASK_ROWS=real_rows is not None,
         T_PAD=max(16, triton.next_power_of_2(num_tokens)), E_PAD=e_pad, K_PAD=triton.next_power_of_2(top_k),
         TOK_CHUNK=tok_chunk, BLOCK_E=block_e, BLOCK_K=block_k, K_SPLITS=k_splits, BLOCK_M=block_m, CHUNK=1024,
-        ONE_CHUNK=one_chunk, NORM_TOKENS=num_tokens if norm is not None else 0, ZERO_CENTERED=zero_centered,
-        D_PAD=triton.next_power_of_2(dim), num_warps=num_warps, **pdl_options(hidden))
-    return normed, new_residual, ids, weights, sorted_ids, block_expert
+        ONE_CHUNK=one_chunk,
+        num_warps=num_warps, **pdl_options(hidden))
+    return ids, weights, sorted_ids, block_expert
 
 
 if triton is not None:
@@ -243,15 +198,11 @@ if triton is not None:
     @triton.jit
     def _route_kernel(hidden_ptr, gate_ptr, partial_ptr, counter_ptr, ids_ptr, weights_ptr, counts_ptr, touched_ptr,
                       real_rows_ptr, sorted_ids_ptr, block_expert_ptr, scratch_ptr,
-                      res_ptr, norm_w_ptr, normed_ptr, res_out_ptr,
-                      num_tokens, num_experts, dim, stride_ht, stride_rt, k_per_split, num_blocks, eps,
+                      num_tokens, num_experts, dim, stride_ht, k_per_split, num_blocks,
                       TOP_K: tl.constexpr, RENORMALIZE: tl.constexpr, RECORD: tl.constexpr,
                       MASK_ROWS: tl.constexpr, T_PAD: tl.constexpr, E_PAD: tl.constexpr, K_PAD: tl.constexpr,
                       TOK_CHUNK: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr, K_SPLITS: tl.constexpr,
-                      BLOCK_M: tl.constexpr, CHUNK: tl.constexpr, ONE_CHUNK: tl.constexpr,
-                      NORM_TOKENS: tl.constexpr, ZERO_CENTERED: tl.constexpr, D_PAD: tl.constexpr,
-                      USE_PDL: tl.constexpr):
-        """NORM_TOKENS > 0: hidden holds the norm's input (all NORM_TOKENS rows), see norm_route_and_align."""
+                      BLOCK_M: tl.constexpr, CHUNK: tl.constexpr, ONE_CHUNK: tl.constexpr, USE_PDL: tl.constexpr):
         pid_e, pid_k = tl.program_id(0), tl.program_id(1)
         # this program's partial logits: [T_PAD, BLOCK_E] over hidden slice [k_start, k_end)
         offs_t = tl.arange(0, T_PAD)
@@ -262,23 +213,16 @@ if triton is not None:
         k_start = pid_k * k_per_split
         k_end = tl.minimum(k_start + k_per_split, dim)
         w_ptrs = gate_ptr + offs_e[:, None].to(tl.int64) * dim + offs_k[None, :]              # [BE, BK]
+        h_ptrs = hidden_ptr + offs_t[:, None] * stride_ht + offs_k[None, :]                   # [T_PAD, BK]
         # the router weight does not depend on the previous kernel: its first tile loads before the wait
         w = tl.load(w_ptrs + k_start, mask=e_ok[:, None] & (k_start + offs_k < k_end)[None, :], other=0.0)
         wait_for_previous_kernel(USE_PDL)
-        h, r, norm_w = _load_router_input(k_start, k_end, hidden_ptr, res_ptr, norm_w_ptr, stride_ht, stride_rt,
-                                          offs_t, t_ok, offs_k, NORM_TOKENS)
-        rstd = tl.zeros((T_PAD,), dtype=tl.float32)
-        if NORM_TOKENS > 0:  # after the slice's loads are out, so both round trips overlap
-            rstd = _rows_rstd(hidden_ptr, res_ptr, stride_ht, stride_rt, dim, eps, offs_t, NORM_TOKENS, D_PAD)
-        h = _normalise_router_input(h, r, norm_w, rstd, k_start, k_end, normed_ptr, res_out_ptr, dim, offs_t,
-                                    t_ok, offs_k, pid_e == 0, NORM_TOKENS, ZERO_CENTERED)
+        h = tl.load(h_ptrs + k_start, mask=t_ok[:, None] & (k_start + offs_k < k_end)[None, :], other=0.0)
         acc = tl.dot(h, tl.trans(w))
         for k0 in range(k_start + BLOCK_K, k_end, BLOCK_K):
-            w = tl.load(w_ptrs + k0, mask=e_ok[:, None] & (k0 + offs_k < k_end)[None, :], other=0.0)
-            h, r, norm_w = _load_router_input(k0, k_end, hidden_ptr, res_ptr, norm_w_ptr, stride_ht, stride_rt,
-                                              offs_t, t_ok, offs_k, NORM_TOKENS)
-            h = _normalise_router_input(h, r, norm_w, rstd, k0, k_end, normed_ptr, res_out_ptr, dim, offs_t,
-                                        t_ok, offs_k, pid_e == 0, NORM_TOKENS, ZERO_CENTERED)
+            k_ok = k0 + offs_k < k_end
+            w = tl.load(w_ptrs + k0, mask=e_ok[:, None] & k_ok[None, :], other=0.0)
+            h = tl.load(h_ptrs + k0, mask=t_ok[:, None] & k_ok[None, :], other=0.0)
             acc = tl.dot(h, tl.trans(w), acc)
         split_stride = num_tokens * num_experts
         tl.store(partial_ptr + pid_k * split_stride + offs_t[:, None] * num_experts + offs_e[None, :], acc,
@@ -302,55 +246,6 @@ if triton is not None:
                 align_pairs(ids_ptr, sorted_ids_ptr, block_expert_ptr, scratch_ptr, num_tokens * TOP_K,
                             num_experts, num_blocks, BLOCK_M, E_PAD, CHUNK)
             tl.atomic_xchg(counter_ptr, 0)
-
-    @triton.jit
-    def _load_router_input(k0, k_end, hidden_ptr, res_ptr, norm_w_ptr, stride_ht, stride_rt, offs_t, t_ok, offs_k,
-                           NORM_TOKENS: tl.constexpr):
-        """The hidden tile [T_PAD, BK] at columns k0.. (k < k_end); with the norm also the residual tile and
-        the norm weight [BK] (float32); without it those two are the hidden tile again (unused)."""
-        k_ok = k0 + offs_k < k_end
-        ok = t_ok[:, None] & k_ok[None, :]
-        h = tl.load(hidden_ptr + offs_t[:, None] * stride_ht + k0 + offs_k[None, :], mask=ok, other=0.0)
-        if NORM_TOKENS > 0:
-            r = tl.load(res_ptr + offs_t[:, None] * stride_rt + k0 + offs_k[None, :], mask=ok, other=0.0)
-            norm_w = tl.load(norm_w_ptr + k0 + offs_k, mask=k_ok, other=0.0).to(tl.float32)
-            return h, r, norm_w
-        return h, h, h
-
-    @triton.jit
-    def _rows_rstd(hidden_ptr, res_ptr, stride_ht, stride_rt, dim, eps, offs_t, NORM_TOKENS: tl.constexpr,
-                   D_PAD: tl.constexpr):
-        """-> [T_PAD] float32: 1 / RMS of each full row of hidden + residual (rounded to the model dtype, as
-        rms_norm adds them), for the first NORM_TOKENS rows; the loads of every row go out together."""
-        offs_d = tl.arange(0, D_PAD)
-        d_ok = offs_d < dim
-        rstd = tl.zeros(offs_t.shape, dtype=tl.float32)
-        for t in tl.static_range(NORM_TOKENS):
-            h = tl.load(hidden_ptr + t * stride_ht + offs_d, mask=d_ok, other=0.0)
-            x = (h.to(tl.float32) + tl.load(res_ptr + t * stride_rt + offs_d, mask=d_ok, other=0.0).to(tl.float32))
-            x = x.to(h.dtype).to(tl.float32)
-            rstd = tl.where(offs_t == t, tl.rsqrt(tl.sum(x * x, axis=0) / dim + eps), rstd)
-        return rstd
-
-    @triton.jit
-    def _normalise_router_input(h, r, norm_w, rstd, k0, k_end, normed_ptr, res_out_ptr, dim, offs_t, t_ok, offs_k,
-                                store, NORM_TOKENS: tl.constexpr, ZERO_CENTERED: tl.constexpr):
-        """With the norm: the tile of rms_norm's output for hidden + residual (stored with the new residual
-        where `store`); without it, h unchanged."""
-        if NORM_TOKENS > 0:
-            x = (h.to(tl.float32) + r.to(tl.float32)).to(h.dtype)
-            normed = x.to(tl.float32) * rstd[:, None]
-            if ZERO_CENTERED:
-                y = (normed * (1.0 + norm_w[None, :])).to(h.dtype)
-            else:
-                y = (norm_w[None, :] * normed.to(h.dtype).to(tl.float32)).to(h.dtype)
-            if store:
-                ok = t_ok[:, None] & (k0 + offs_k < k_end)[None, :]
-                at = offs_t[:, None] * dim + k0 + offs_k[None, :]
-                tl.store(res_out_ptr + at, x, mask=ok)
-                tl.store(normed_ptr + at, y, mask=ok)
-            return y
-        return h
 
     @triton.jit
     def _route_rows(t0, partial_ptr, hidden_ptr, ids_ptr, weights_ptr, counts_ptr, touched_ptr, real_rows_ptr,

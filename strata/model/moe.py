@@ -18,8 +18,7 @@ from torch import nn
 
 from strata.config import ModelConfig
 from strata.kernels import triton_available
-from strata.kernels.routing import (NORM_ROUTE_MAX_TOKENS, fused_routing_pays, norm_route_and_align, route_and_align,
-                                   softmax_topk_ref)
+from strata.kernels.routing import fused_routing_pays, route_and_align, softmax_topk_ref
 from strata.model.mlp import DenseMLP
 
 
@@ -182,43 +181,17 @@ class MoEBlock(nn.Module):
                 and fused_routing_pays(hidden.shape[0], self.gate.weight.shape[0]) and self.routing_bias is None
                 and self.gate.bias is None and isinstance(self.experts, LocalExperts) and self.experts.w13.is_cuda)
 
-    def forward_normed(self, x: torch.Tensor, residual: torch.Tensor, norm: nn.Module
-                       ) -> tuple[torch.Tensor | TopkPartials, torch.Tensor]:
-        """forward_unsummed(norm(x + residual)) -> (its output, x + residual), `norm` being the RMSNorm before
-        this block (weight, eps, zero_centered). A step of at most NORM_ROUTE_MAX_TOKENS tokens that routes
-        fused folds the norm into its routing launch (norm_route_and_align): one launch fewer."""
-        if not (self._routes_fused(x) and x.shape[0] <= NORM_ROUTE_MAX_TOKENS):
-            hidden, residual = norm(x, residual)
-            return self.forward_unsummed(hidden), residual
-        counter, cfg, rows = self._fused_launch_state(x)
-        normed, residual, _, topk_weights, sorted_ids, block_expert = norm_route_and_align(
-            x, residual, norm.weight, norm.eps, norm.zero_centered, self.gate.weight, self.top_k, self.norm_topk_prob,
-            cfg["BLOCK_M"], counter, *rows)
-        return self._grouped_experts(normed, topk_weights, sorted_ids, block_expert, cfg), residual
-
     def _forward_fused(self, hidden: torch.Tensor) -> TopkPartials:
         """Router projection, routing (and statistics) and the expert row layout in one launch, then the
         grouped expert GEMMs: two launches fewer per layer than route() + fused_moe."""
-        counter, cfg, rows = self._fused_launch_state(hidden)
-        _, topk_weights, sorted_ids, block_expert = route_and_align(
-            hidden, self.gate.weight, self.top_k, self.norm_topk_prob, cfg["BLOCK_M"], counter, *rows)
-        return self._grouped_experts(hidden, topk_weights, sorted_ids, block_expert, cfg)
-
-    def _fused_launch_state(self, hidden: torch.Tensor) -> tuple[torch.Tensor, dict, tuple]:
-        """-> (the routing launch's program counter, fused_moe's tile config, the statistics rows or Nones)."""
-        from strata.kernels.fused_moe import default_config  # imports this module
+        from strata.kernels.fused_moe import default_config, moe_grouped_gemms  # imports this module
 
         if self._route_counter is None or self._route_counter.device != hidden.device:
             self._route_counter = torch.zeros(1, dtype=torch.int32, device=hidden.device)
         cfg = default_config(hidden.shape[0] * self.top_k, self.experts.num_experts)
         rows = self.stats.layer_rows(self.layer_idx) if self.stats is not None else (None, None, None)
-        return self._route_counter, cfg, rows
-
-    def _grouped_experts(self, hidden: torch.Tensor, topk_weights: torch.Tensor, sorted_ids: torch.Tensor,
-                         block_expert: torch.Tensor, cfg: dict) -> TopkPartials:
-        """The shared expert (if any) and the routed experts' grouped GEMMs on a fused routing's layout."""
-        from strata.kernels.fused_moe import moe_grouped_gemms
-
+        _, topk_weights, sorted_ids, block_expert = route_and_align(
+            hidden, self.gate.weight, self.top_k, self.norm_topk_prob, cfg["BLOCK_M"], self._route_counter, *rows)
         shared = self._shared(hidden)
         partials = moe_grouped_gemms(hidden, self.experts.w13, self.experts.w2, topk_weights, sorted_ids,
                                      block_expert, cfg, sum_topk=False)                   # [T, K, D] float32
