@@ -22,11 +22,9 @@ except ImportError:  # CPU-only install: paged_attention_ref still works
     triton = tl = None
 
 from strata.kernels.launch import pdl_options
-from strata.kernels.prefetch import prefetch_args
 
 if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
-    from strata.kernels.prefetch import prefetch_l2
 
 MAX_QUERY_LEN = 16
 
@@ -83,12 +81,10 @@ def kv_tile_for(head_dim: int, itemsize: int) -> tuple[int, int]:
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
                     seq_lens: torch.Tensor, query_start_loc: torch.Tensor, scale: float,
                     max_query_len: int | None = None, num_splits: int | None = None, block_n: int | None = None,
-                    num_stages: int | None = None, table_width: int = 0,
-                    prefetch: torch.Tensor | None = None) -> torch.Tensor:
+                    num_stages: int | None = None, table_width: int = 0) -> torch.Tensor:
     """Same contract as paged_attention_ref (windows of at most 16 tokens). Pass max_query_len (a host
     int the runner knows) to avoid a device sync; num_splits overrides the split heuristic, which
-    otherwise sizes splits by max(block_tables columns, table_width). `prefetch`: a weight the split
-    programs ask L2 for (strata.kernels.prefetch), the output projection's."""
+    otherwise sizes splits by max(block_tables columns, table_width)."""
     num_tokens, num_heads, head_dim = q.shape
     default_n, default_stages = kv_tile_for(head_dim, k_cache.element_size())
     block_n, num_stages = block_n or default_n, num_stages or default_stages
@@ -106,15 +102,13 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     partial = torch.empty(splits, num_tokens, num_heads, head_dim, dtype=torch.float32, device=q.device)
     stats = torch.empty(2, splits, num_tokens, num_heads, dtype=torch.float32, device=q.device)  # m, l
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)                        # [T, H, D]
-    num_warps = 4 if block_m <= 32 else 8
-    pf_ptr, pf_bytes, pf_on = prefetch_args(prefetch, q)
     _split_kernel[(num_seqs, num_kv_heads, splits)](
         q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, partial, stats, out,
         scale * 1.4426950408889634, block_size, group, num_heads, head_dim, splits,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), k_cache.stride(0), k_cache.stride(1),
-        k_cache.stride(2), block_tables.stride(0), partial.stride(0), stats.stride(0), stats.stride(1), pf_ptr, pf_bytes,
-        G_PAD=g_pad, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=triton.next_power_of_2(head_dim), PREFETCH=pf_on,
-        THREADS=32 * num_warps, num_warps=num_warps, num_stages=num_stages, **pdl_options(q))
+        k_cache.stride(2), block_tables.stride(0), partial.stride(0), stats.stride(0), stats.stride(1),
+        G_PAD=g_pad, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=triton.next_power_of_2(head_dim),
+        num_warps=4 if block_m <= 32 else 8, num_stages=num_stages, **pdl_options(q))
     _merge_kernel[(num_seqs, num_heads, max_query_len)](
         partial, stats, out, seq_lens, query_start_loc, splits, num_heads, head_dim, out.stride(0), out.stride(1),
         partial.stride(0), stats.stride(0), stats.stride(1), BLOCK_N=block_n,
@@ -128,14 +122,11 @@ if triton is not None:
     def _split_kernel(q_ptr, k_ptr, v_ptr, tables_ptr, seq_lens_ptr, qsl_ptr, partial_ptr, stats_ptr, out_ptr,
                       qk_scale, block_size, group, num_heads, head_dim, num_splits,
                       stride_qt, stride_qh, stride_ot, stride_oh, stride_kb, stride_ko, stride_kh,
-                      stride_table, stride_ps, stride_sk, stride_st, pf_ptr, pf_bytes,
+                      stride_table, stride_ps, stride_sk, stride_st,
                       G_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                      PREFETCH: tl.constexpr, THREADS: tl.constexpr, USE_PDL: tl.constexpr):
-        seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-        if PREFETCH:  # a later kernel's weight, into L2 while this latency-bound launch runs
-            prefetch_l2(pf_ptr, pf_bytes, (seq * tl.num_programs(1) + kv_head) * num_splits + split,
-                        tl.num_programs(0) * tl.num_programs(1) * num_splits, THREADS)
+                      USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
+        seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         seq_len = tl.load(seq_lens_ptr + seq)
         num_tiles = tl.cdiv(seq_len, BLOCK_N)
         per_split = tl.cdiv(num_tiles, num_splits)

@@ -14,11 +14,9 @@ except ImportError:  # CPU-only install: rms_norm_ref still works
     triton = tl = None
 
 from strata.kernels.launch import pdl_options
-from strata.kernels.prefetch import prefetch_args
 
 if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
-    from strata.kernels.prefetch import prefetch_l2
 
 
 def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered: bool = False,
@@ -44,27 +42,24 @@ def topk_sum_ref(partials: torch.Tensor, shared: torch.Tensor | None, dtype: tor
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered: bool = False,
-             residual: torch.Tensor | None = None, prefetch: torch.Tensor | None = None
-             ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Same contract as rms_norm_ref, for rows with unit stride along D. `prefetch`: a weight to ask L2
-    for meanwhile (strata.kernels.prefetch), the next projection's."""
-    return _launch(x, None, None, weight, eps, zero_centered, residual, x.dtype, prefetch)
+             residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Same contract as rms_norm_ref, for rows with unit stride along D."""
+    return _launch(x, None, None, weight, eps, zero_centered, residual, x.dtype)
 
 
 def rms_norm_topk_sum(partials: torch.Tensor, shared: torch.Tensor | None, weight: torch.Tensor, eps: float,
-                      zero_centered: bool, residual: torch.Tensor, dtype: torch.dtype,
-                      prefetch: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                      zero_centered: bool, residual: torch.Tensor, dtype: torch.dtype
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """rms_norm_ref(topk_sum_ref(partials, shared, dtype), ..., residual) in one launch: the MoE layer's
     sum over its top-k expert rows folds into the next norm instead of a launch of its own."""
     assert partials.is_contiguous() and partials.dtype == torch.float32 and residual is not None
     if shared is not None:
         assert shared.stride(-1) == 1
-    return _launch(partials, partials.shape[1], shared, weight, eps, zero_centered, residual, dtype, prefetch)
+    return _launch(partials, partials.shape[1], shared, weight, eps, zero_centered, residual, dtype)
 
 
 def _launch(x: torch.Tensor, top_k: int | None, shared: torch.Tensor | None, weight: torch.Tensor, eps: float,
-            zero_centered: bool, residual: torch.Tensor | None, dtype: torch.dtype,
-            prefetch: torch.Tensor | None = None):
+            zero_centered: bool, residual: torch.Tensor | None, dtype: torch.dtype):
     """x [..., D] rows, or with top_k: float32 partials [T, K, D] summed over K first."""
     dim = x.shape[-1]
     x2 = x.reshape(-1, dim) if top_k is None else x.view(-1, top_k * dim)
@@ -77,15 +72,12 @@ def _launch(x: torch.Tensor, top_k: int | None, shared: torch.Tensor | None, wei
         assert residual.stride(1) == 1
         new_residual = torch.empty_like(out)
     block_d = triton.next_power_of_2(dim)
-    num_warps = min(16, max(1, block_d // 256))
-    pf_ptr, pf_bytes, pf_on = prefetch_args(prefetch, x)
     _rms_norm_kernel[(x2.shape[0],)](
         x2, residual if residual is not None else x2, shared if shared is not None else x2, weight, out,
         new_residual if new_residual is not None else out, dim, eps, x2.stride(0),
         residual.stride(0) if residual is not None else 0, shared.stride(0) if shared is not None else 0,
-        out.stride(0), pf_ptr, pf_bytes, HAS_RESIDUAL=residual is not None, ZERO_CENTERED=zero_centered,
-        TOP_K=top_k or 0, HAS_SHARED=shared is not None, BLOCK_D=block_d, PREFETCH=pf_on, THREADS=32 * num_warps,
-        num_warps=num_warps, **pdl_options(x))
+        out.stride(0), HAS_RESIDUAL=residual is not None, ZERO_CENTERED=zero_centered, TOP_K=top_k or 0,
+        HAS_SHARED=shared is not None, BLOCK_D=block_d, num_warps=min(16, max(1, block_d // 256)), **pdl_options(x))
     return out.view(out_shape), (new_residual.view(out_shape) if new_residual is not None else None)
 
 
@@ -93,12 +85,9 @@ if triton is not None:
 
     @triton.jit
     def _rms_norm_kernel(x_ptr, res_ptr, shared_ptr, w_ptr, out_ptr, res_out_ptr, dim, eps, stride_x, stride_r,
-                         stride_s, stride_o, pf_ptr, pf_bytes, HAS_RESIDUAL: tl.constexpr,
-                         ZERO_CENTERED: tl.constexpr, TOP_K: tl.constexpr, HAS_SHARED: tl.constexpr,
-                         BLOCK_D: tl.constexpr, PREFETCH: tl.constexpr, THREADS: tl.constexpr,
+                         stride_s, stride_o, HAS_RESIDUAL: tl.constexpr, ZERO_CENTERED: tl.constexpr,
+                         TOP_K: tl.constexpr, HAS_SHARED: tl.constexpr, BLOCK_D: tl.constexpr,
                          USE_PDL: tl.constexpr):
-        if PREFETCH:  # the next projection's weight, into L2 while this latency-bound launch runs
-            prefetch_l2(pf_ptr, pf_bytes, tl.program_id(0), tl.num_programs(0), THREADS)
         wait_for_previous_kernel(USE_PDL)
         row = tl.program_id(0).to(tl.int64)
         offs = tl.arange(0, BLOCK_D)

@@ -27,11 +27,9 @@ except ImportError:  # CPU-only install: the ref still works
 from strata.kernels import triton_available
 from strata.kernels.launch import pdl_options
 from strata.kernels.moe_align import align_buffers
-from strata.kernels.prefetch import prefetch_args
 
 if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
-    from strata.kernels.prefetch import prefetch_l2
 
 
 def softmax_topk_ref(logits: torch.Tensor, top_k: int, renormalize: bool,
@@ -129,16 +127,13 @@ def route_and_align_ref(hidden: torch.Tensor, gate_weight: torch.Tensor, top_k: 
 
 def route_and_align(hidden: torch.Tensor, gate_weight: torch.Tensor, top_k: int, renormalize: bool, block_m: int,
                     counter: torch.Tensor, counts: torch.Tensor | None = None, touched: torch.Tensor | None = None,
-                    real_rows: torch.Tensor | None = None, num_warps: int | None = None,
-                    prefetch: torch.Tensor | None = None, prefetch_experts: torch.Tensor | None = None
+                    real_rows: torch.Tensor | None = None, num_warps: int | None = None
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Same contract as route_and_align_ref in one launch, for 16-bit hidden [T, D] with
     1 <= T <= ROUTE_FUSED_MAX_TOKENS. `counter` is an int32 [1] device buffer holding 0 that the launch
     leaves at 0 (owned by the caller; launches sharing one must not run concurrently). With `counts` and
     `touched` it records the routing statistics like softmax_topk. `num_warps` is a tuning knob (default:
-    4 while T * E <= 512, else 8, the faster in the H200 measurements). L2 prefetches
-    (strata.kernels.prefetch): `prefetch`, a weight asked for by every program; `prefetch_experts` [E, ...],
-    the picked experts' slices of it, asked for by the last program (one token only)."""
+    4 while T * E <= 512, else 8, the faster in the H200 measurements)."""
     num_tokens, dim = hidden.shape
     num_experts = gate_weight.shape[0]
     assert 1 <= num_tokens <= ROUTE_FUSED_MAX_TOKENS and hidden.dtype in (torch.bfloat16, torch.float16)
@@ -165,14 +160,11 @@ def route_and_align(hidden: torch.Tensor, gate_weight: torch.Tensor, top_k: int,
     one_chunk = num_tokens == 1
     tok_chunk = max(1, 32 * num_warps // e_pad) if one_chunk else \
         min(triton.next_power_of_2(num_tokens), max(1, 4096 // e_pad))
-    pf_ptr, pf_bytes, pf_on = prefetch_args(prefetch, hidden)
-    pfe_ptr, pfe_bytes, pfe_on = prefetch_args(prefetch_experts if one_chunk else None, hidden)
     _route_kernel[(expert_blocks, k_splits)](
         hidden, gate_weight, partial, counter, ids, weights, counts if record else ids, touched if record else ids,
         real_rows if real_rows is not None else ids, sorted_ids, block_expert, scratch,
         num_tokens, num_experts, dim, hidden.stride(0), triton.cdiv(triton.cdiv(dim, block_k), k_splits) * block_k,
-        num_blocks, pf_ptr, pf_bytes, pfe_ptr, pfe_bytes // num_experts, PREFETCH=pf_on, PREFETCH_EXPERTS=pfe_on,
-        THREADS=32 * num_warps, TOP_K=top_k, RENORMALIZE=renormalize, RECORD=record, MASK_ROWS=real_rows is not None,
+        num_blocks, TOP_K=top_k, RENORMALIZE=renormalize, RECORD=record, MASK_ROWS=real_rows is not None,
         T_PAD=max(16, triton.next_power_of_2(num_tokens)), E_PAD=e_pad, K_PAD=triton.next_power_of_2(top_k),
         TOK_CHUNK=tok_chunk, BLOCK_E=block_e, BLOCK_K=block_k, K_SPLITS=k_splits, BLOCK_M=block_m, CHUNK=1024,
         ONE_CHUNK=one_chunk,
@@ -207,14 +199,11 @@ if triton is not None:
     def _route_kernel(hidden_ptr, gate_ptr, partial_ptr, counter_ptr, ids_ptr, weights_ptr, counts_ptr, touched_ptr,
                       real_rows_ptr, sorted_ids_ptr, block_expert_ptr, scratch_ptr,
                       num_tokens, num_experts, dim, stride_ht, k_per_split, num_blocks,
-                      pf_ptr, pf_bytes, pfe_ptr, pfe_expert_bytes, PREFETCH: tl.constexpr,
-                      PREFETCH_EXPERTS: tl.constexpr, THREADS: tl.constexpr, TOP_K: tl.constexpr, RENORMALIZE: tl.constexpr, RECORD: tl.constexpr,
+                      TOP_K: tl.constexpr, RENORMALIZE: tl.constexpr, RECORD: tl.constexpr,
                       MASK_ROWS: tl.constexpr, T_PAD: tl.constexpr, E_PAD: tl.constexpr, K_PAD: tl.constexpr,
                       TOK_CHUNK: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr, K_SPLITS: tl.constexpr,
                       BLOCK_M: tl.constexpr, CHUNK: tl.constexpr, ONE_CHUNK: tl.constexpr, USE_PDL: tl.constexpr):
         pid_e, pid_k = tl.program_id(0), tl.program_id(1)
-        if PREFETCH:  # a later kernel's weight, into L2 while this latency-bound launch runs
-            prefetch_l2(pf_ptr, pf_bytes, pid_e * K_SPLITS + pid_k, tl.num_programs(0) * K_SPLITS, THREADS)
         # this program's partial logits: [T_PAD, BLOCK_E] over hidden slice [k_start, k_end)
         offs_t = tl.arange(0, T_PAD)
         t_ok = offs_t < num_tokens
@@ -246,9 +235,6 @@ if triton is not None:
                 rows, slot = _route_rows(0, partial_ptr, hidden_ptr, ids_ptr, weights_ptr, counts_ptr,
                                          touched_ptr, real_rows_ptr, num_tokens, num_experts, TOP_K, RENORMALIZE,
                                          RECORD, MASK_ROWS, E_PAD, K_PAD, TOK_CHUNK, K_SPLITS)
-                if PREFETCH_EXPERTS:  # each picked expert's slice, in 32 pieces
-                    picked = tl.max(slot, axis=0) >= 0                                              # [E_PAD]
-                    _prefetch_picked(pfe_ptr, pfe_expert_bytes, picked, E_PAD)
                 tl.debug_barrier()  # the fills land before the layout overwrites them
                 lay_out_picks(rows, slot, num_tokens, sorted_ids_ptr, block_expert_ptr, TOP_K, E_PAD, BLOCK_M)
             else:
@@ -260,20 +246,6 @@ if triton is not None:
                 align_pairs(ids_ptr, sorted_ids_ptr, block_expert_ptr, scratch_ptr, num_tokens * TOP_K,
                             num_experts, num_blocks, BLOCK_M, E_PAD, CHUNK)
             tl.atomic_xchg(counter_ptr, 0)
-
-    @triton.jit
-    def _prefetch_picked(base_ptr, expert_bytes, picked, E_PAD: tl.constexpr):
-        """Ask L2 for expert_bytes at base_ptr + e * expert_bytes for every picked expert e ([E_PAD] mask)."""
-        piece = tl.cdiv(tl.cdiv(expert_bytes, 32), 16) * 16
-        offs_p = tl.arange(0, 32)
-        start = tl.arange(0, E_PAD)[:, None].to(tl.int64) * expert_bytes + offs_p[None, :].to(tl.int64) * piece
-        size = tl.minimum(tl.maximum(expert_bytes - offs_p * piece, 0), piece)[None, :]
-        size = tl.where(picked[:, None], size, 0).to(tl.int32)                                    # [E_PAD, 32]
-        tl.inline_asm_elementwise(
-            "{ .reg .pred p; setp.gt.s32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; }\n"
-            "mov.u32 $0, 0;",
-            "=r,l,r", [base_ptr.to(tl.pointer_type(tl.int8)) + start, size], dtype=tl.int32, is_pure=False,
-            pack=1)
 
     @triton.jit
     def _route_rows(t0, partial_ptr, hidden_ptr, ids_ptr, weights_ptr, counts_ptr, touched_ptr, real_rows_ptr,

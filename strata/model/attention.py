@@ -26,7 +26,6 @@ from strata.model.rotary import RotaryEmbedding
 from strata.transfer import index_tensor
 
 _BATCHED_MAX_QUERY_LEN = 16
-PREFETCH_O_PROJ = True
 
 
 def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -45,15 +44,13 @@ def _gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> t
 
 
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                    ctx: ForwardContext, scale: float, prefetch: torch.Tensor | None = None) -> torch.Tensor:
-    """q: [T, H, D] (already rotated) -> [T, H, D]; K/V of this step must already be in the pool.
-    `prefetch`: the weight read next (the output projection's), asked of L2 by the decode kernel."""
+                    ctx: ForwardContext, scale: float) -> torch.Tensor:
+    """q: [T, H, D] (already rotated) -> [T, H, D]; K/V of this step must already be in the pool."""
     if ctx.max_query_len <= _BATCHED_MAX_QUERY_LEN and _use_triton_attention(q):
         from strata.kernels.paged_attention import paged_attention as paged_attention_triton
 
         return paged_attention_triton(q, k_cache, v_cache, ctx.block_tables, ctx.seq_lens, ctx.query_start_loc,
-                                      scale, max_query_len=ctx.max_query_len, table_width=ctx.split_table_width,
-                                      prefetch=prefetch)
+                                      scale, max_query_len=ctx.max_query_len, table_width=ctx.split_table_width)
     if ctx.max_query_len <= _BATCHED_MAX_QUERY_LEN:
         return _attend_batched(q, k_cache, v_cache, ctx, scale)
     if not any(ctx.num_computed) and len(set(ctx.query_lens)) == 1:
@@ -192,8 +189,7 @@ class Attention(nn.Module):
                 q, k = self.q_norm(q), self.k_norm(k)
             q, k = self.rotary(ctx.positions, q, k)
             write_kv(k, v, k_cache, v_cache, ctx.slot_mapping)
-        out = paged_attention(q, k_cache, v_cache, ctx, self.scale,
-                              self.o_proj.weight if PREFETCH_O_PROJ else None).reshape(num_tokens, -1)  # [T, H * D]
+        out = paged_attention(q, k_cache, v_cache, ctx, self.scale).reshape(num_tokens, -1)  # [T, H * D]
         if gate is not None:
             out = out * torch.sigmoid(gate.reshape(num_tokens, -1))
         return self.o_proj(out)

@@ -29,9 +29,6 @@ _FUSED_EXPERTS = re.compile(r"(.*\.experts)\.(gate_up_proj|down_proj)$")
 _IGNORED = re.compile(r"(rotary_emb\.inv_freq|\.mtp\.|^mtp\.)")
 
 
-PREFETCH_MIXER_INPUT = False
-
-
 class WeightLoadError(ValueError):
     pass
 
@@ -51,12 +48,10 @@ class DecoderLayer(nn.Module):
         """Residual stream kept apart (vLLM style) so each add fuses into the next norm:
         (previous block's output, residual so far) -> (this layer's MLP output, residual before it).
         The layer's full output is their sum; with residual None, `hidden` is the layer input itself."""
-        mixer = getattr(self, self.mixer_name)
-        prefetch = mixer.qkv_proj.weight if PREFETCH_MIXER_INPUT and hasattr(mixer, "qkv_proj") else None
         if residual is None:
-            residual, x = hidden, self.input_layernorm(hidden, prefetch=prefetch)
+            residual, x = hidden, self.input_layernorm(hidden)
         else:
-            x, residual = self.input_layernorm(hidden, residual, prefetch)
+            x, residual = self.input_layernorm(hidden, residual)
         x = getattr(self, self.mixer_name)(x, ctx)
         x, residual = self.post_attention_layernorm(x, residual)
         # an MoE layer may leave its top-k sum to the next norm (TopkPartials): every consumer of a

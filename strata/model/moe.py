@@ -38,9 +38,6 @@ class TopkPartials:
         return topk_sum_ref(self.partials, self.shared, self.dtype)
 
 
-PREFETCH_DOWN_EXPERTS = False
-
-
 class ExpertProvider(Protocol):
     def __call__(self, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
         """hidden [T, D], topk_ids [T, K], topk_weights [T, K] -> weighted sum of expert outputs [T, D]."""
@@ -135,8 +132,6 @@ class MoEBlock(nn.Module):
         self.routing_bias: torch.Tensor | None = None
         # int32 [1] device counter of route_and_align's programs (0 between launches), made on first use
         self._route_counter: torch.Tensor | None = None
-        # a weight the routing launch asks L2 for (strata.kernels.prefetch), or None
-        self.prefetch_after_route: torch.Tensor | None = None
         self.shared_expert = self.shared_expert_gate = None
         if cfg.shared_expert_intermediate_size:
             self.shared_expert = DenseMLP(cfg.hidden_size, cfg.shared_expert_intermediate_size)
@@ -196,8 +191,7 @@ class MoEBlock(nn.Module):
         cfg = default_config(hidden.shape[0] * self.top_k, self.experts.num_experts)
         rows = self.stats.layer_rows(self.layer_idx) if self.stats is not None else (None, None, None)
         _, topk_weights, sorted_ids, block_expert = route_and_align(
-            hidden, self.gate.weight, self.top_k, self.norm_topk_prob, cfg["BLOCK_M"], self._route_counter, *rows,
-            prefetch=self.prefetch_after_route, prefetch_experts=self.experts.w2 if PREFETCH_DOWN_EXPERTS else None)
+            hidden, self.gate.weight, self.top_k, self.norm_topk_prob, cfg["BLOCK_M"], self._route_counter, *rows)
         shared = self._shared(hidden)
         partials = moe_grouped_gemms(hidden, self.experts.w13, self.experts.w2, topk_weights, sorted_ids,
                                      block_expert, cfg, sum_topk=False)                   # [T, K, D] float32

@@ -18,25 +18,22 @@ class RMSNorm(nn.Module):
         self.zero_centered = zero_centered
         self.weight = nn.Parameter(torch.zeros(dim) if zero_centered else torch.ones(dim))
 
-    def forward(self, x: torch.Tensor | TopkPartials, residual: torch.Tensor | None = None,
-                prefetch: torch.Tensor | None = None):
+    def forward(self, x: torch.Tensor | TopkPartials, residual: torch.Tensor | None = None):
         """x [..., D] -> normalised x; with `residual`, (norm(x + residual), x + residual): the residual
         add fused into the norm (one Triton launch on CUDA). x may be an MoE layer's TopkPartials (with a
-        residual): their sum is folded in too. `prefetch`: a weight the CUDA launch asks L2 for meanwhile
-        (the next projection's)."""
+        residual): their sum is folded in too."""
         if isinstance(x, TopkPartials):
             if x.partials.is_cuda and triton_available():
                 from strata.kernels.rms_norm import rms_norm_topk_sum
 
                 return rms_norm_topk_sum(x.partials, x.shared, self.weight, self.eps, self.zero_centered, residual,
-                                         x.dtype, prefetch)
+                                         x.dtype)
             x = x.total()
         if x.is_cuda and triton_available():
-            from strata.kernels.rms_norm import rms_norm
-
-            out, new_residual = rms_norm(x, self.weight, self.eps, self.zero_centered, residual, prefetch)
+            from strata.kernels.rms_norm import rms_norm as norm
         else:
-            out, new_residual = rms_norm_ref(x, self.weight, self.eps, self.zero_centered, residual)
+            norm = rms_norm_ref
+        out, new_residual = norm(x, self.weight, self.eps, self.zero_centered, residual)
         return out if residual is None else (out, new_residual)
 
 
