@@ -49,21 +49,40 @@ def qk_norm_rope_kv_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_wei
 def qk_norm_rope_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor | None,
                     k_weight: torch.Tensor | None, eps: float, zero_centered: bool, cos: torch.Tensor,
                     sin: torch.Tensor, positions: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                    slot_mapping: torch.Tensor) -> torch.Tensor:
-    """Same contract as qk_norm_rope_kv_ref; q, k, v may be strided views (unit stride along D)."""
+                    slot_mapping: torch.Tensor, step_rows: dict | None = None) -> torch.Tensor:
+    """Same contract as qk_norm_rope_kv_ref; q, k, v may be strided views (unit stride along D).
+    `step_rows`: a dict kept for one step and shared by the layers whose cos / sin tables are equal. The
+    step's first launch stores the tokens' cos / sin rows there ([T, R/2] float32 each) as it looks them
+    up by position; later launches read them straight, one dependent memory round trip fewer."""
     num_tokens, num_heads, head_dim = q.shape
     num_kv_heads = k.shape[1]
     assert q.stride(2) == 1 and k.stride(2) == 1 and v.stride(2) == 1 and k_cache.is_contiguous()
     assert cos.is_contiguous() and sin.is_contiguous() and v_cache.stride() == k_cache.stride()
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     has_norm = q_weight is not None
+    half = cos.shape[1]
+    gather = _NO_ROWS
+    rows = step_rows.get("rows") if step_rows is not None else None
+    if rows is not None:
+        assert rows[0].shape == (num_tokens, half), "step_rows were made for another step's tokens"
+        gather = _READ_ROWS
+    elif step_rows is not None:
+        rows = step_rows["rows"] = tuple(torch.empty(num_tokens, half, dtype=torch.float32, device=q.device)
+                                         for _ in range(2))
+        gather = _WRITE_ROWS
+    cos_rows, sin_rows = rows if rows is not None else (cos, sin)
     _qk_norm_rope_kv_kernel[(num_tokens, num_heads + num_kv_heads)](
         q, k, v, q_weight if has_norm else q, k_weight if has_norm else q, cos, sin, positions, k_cache, v_cache,
-        slot_mapping, out, num_heads, head_dim, cos.shape[1], eps,
+        slot_mapping, out, cos_rows, sin_rows, num_heads, head_dim, half, eps,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
-        HAS_NORM=has_norm, ZERO_CENTERED=zero_centered, BLOCK_D=triton.next_power_of_2(head_dim), num_warps=1,
-        **pdl_options(q))
+        HAS_NORM=has_norm, ZERO_CENTERED=zero_centered, GATHER=gather, BLOCK_D=triton.next_power_of_2(head_dim),
+        num_warps=1, **pdl_options(q))
     return out
+
+
+# _qk_norm_rope_kv_kernel's GATHER: cos / sin looked up by position; also stored as the step's rows; read
+# from the step's rows
+_NO_ROWS, _WRITE_ROWS, _READ_ROWS = 0, 1, 2
 
 
 if triton is not None:
@@ -82,11 +101,11 @@ if triton is not None:
 
     @triton.jit
     def _qk_norm_rope_kv_kernel(q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, kc_ptr, vc_ptr,
-                                slots_ptr, out_ptr, num_heads, head_dim, half, eps,
+                                slots_ptr, out_ptr, cos_rows_ptr, sin_rows_ptr, num_heads, head_dim, half, eps,
                                 stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
                                 stride_ot, stride_oh,
-                                HAS_NORM: tl.constexpr, ZERO_CENTERED: tl.constexpr, BLOCK_D: tl.constexpr,
-                                USE_PDL: tl.constexpr):
+                                HAS_NORM: tl.constexpr, ZERO_CENTERED: tl.constexpr, GATHER: tl.constexpr,
+                                BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         token = tl.program_id(0).to(tl.int64)
         head = tl.program_id(1)
@@ -104,8 +123,8 @@ if triton is not None:
         else:
             x_ptr = k_ptr + token * stride_kt + kv_head * stride_kh
             w_ptr = kw_ptr
-        # every load is issued up front: only cos / sin wait on another (the position), so two memory
-        # round trips before the stores
+        # every load is issued up front: only cos / sin looked up by position wait on another, so two
+        # memory round trips before the stores (one with the step's rows)
         pos = tl.load(pos_ptr + token)
         slot = tl.load(slots_ptr + token).to(tl.int64)
         x = tl.load(x_ptr + offs, mask=ok, other=0.0)
@@ -116,8 +135,16 @@ if triton is not None:
         if HAS_NORM:
             w = tl.load(w_ptr + offs, mask=ok, other=0.0).to(tl.float32)
             w_partner = tl.load(w_ptr + partner, mask=ok & rotated, other=0.0).to(tl.float32)
-        c = tl.load(cos_ptr + pos * half + freq, mask=rotated, other=1.0)
-        s = tl.load(sin_ptr + pos * half + freq, mask=rotated, other=0.0)
+        if GATHER == 2:  # _READ_ROWS
+            c = tl.load(cos_rows_ptr + token * half + freq, mask=rotated, other=1.0)
+            s = tl.load(sin_rows_ptr + token * half + freq, mask=rotated, other=0.0)
+        else:
+            c = tl.load(cos_ptr + pos * half + freq, mask=rotated, other=1.0)
+            s = tl.load(sin_ptr + pos * half + freq, mask=rotated, other=0.0)
+            if GATHER == 1:  # _WRITE_ROWS: one program per token stores them
+                first = (offs < half) & (offs * 0 + head == 0)
+                tl.store(cos_rows_ptr + token * half + offs, c, mask=first)
+                tl.store(sin_rows_ptr + token * half + offs, s, mask=first)
         if HAS_NORM:
             xf = x.to(tl.float32)
             scale = tl.rsqrt(tl.sum(xf * xf, axis=0) / head_dim + eps)

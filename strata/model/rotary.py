@@ -32,6 +32,8 @@ class RotaryEmbedding(nn.Module):
                  scaling: dict | None = None) -> None:
         super().__init__()
         self.rot_dim = rot_dim
+        # equal configs give equal tables (layers may share per-step lookups of them)
+        self.config = (head_dim, rot_dim, max_positions, theta, repr(scaling))
         freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32),
                             inv_frequencies(rot_dim, theta, scaling))  # [P, rot_dim / 2]
         self.register_buffer("cos", freqs.cos(), persistent=False)

@@ -117,6 +117,31 @@ def test_qk_norm_rope_kv_matches_ref(dtype, shape, qk_norm, zero_centered):
 
 
 @gpu
+@pytest.mark.parametrize("rot_dim", [128, 64])
+def test_layers_share_the_steps_cos_sin_rows(rot_dim):
+    """With step_rows, the first launch stores the tokens' cos / sin rows as it looks them up and a
+    later launch reads them: both give bit for bit the output and cache rows of a launch without."""
+    from strata.kernels.rope_kv import qk_norm_rope_kv
+
+    rotary = RotaryEmbedding(128, rot_dim, 4096, 1e6).to("cuda")
+    tokens, heads, kv_heads = 5, 8, 2
+    q = randn(tokens, heads, 128, dtype=torch.bfloat16, device="cuda", seed=1)
+    k, v = (randn(tokens, kv_heads, 128, dtype=torch.bfloat16, device="cuda", seed=s) for s in (2, 3))
+    weights = [randn(128, dtype=torch.bfloat16, device="cuda", seed=s) for s in (4, 5)]
+    positions = torch.tensor([3, 0, 4095, 17, 1000], device="cuda")
+    slots = torch.tensor([9, 2, 40, 33, 7], device="cuda")
+    caches = [torch.zeros(16, 4, kv_heads, 128, dtype=torch.bfloat16, device="cuda") for _ in range(6)]
+    step_rows = {}
+    outs = [qk_norm_rope_kv(q, k, v, *weights, 1e-6, False, rotary.cos, rotary.sin, positions, caches[2 * i],
+                            caches[2 * i + 1], slots, rows) for i, rows in enumerate([None, step_rows, step_rows])]
+    cos_rows, sin_rows = step_rows["rows"]
+    assert torch.equal(cos_rows, rotary.cos[positions]) and torch.equal(sin_rows, rotary.sin[positions])
+    for i in (1, 2):
+        assert torch.equal(outs[i], outs[0])
+        assert torch.equal(caches[2 * i], caches[0]) and torch.equal(caches[2 * i + 1], caches[1])
+
+
+@gpu
 @pytest.mark.parametrize("num_experts, top_k", [(8, 2), (128, 8), (512, 10), (60, 4)])
 @pytest.mark.parametrize("renormalize", [False, True])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
