@@ -51,9 +51,10 @@ def qk_norm_rope_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight:
                     sin: torch.Tensor, positions: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                     slot_mapping: torch.Tensor, step_rows: dict | None = None) -> torch.Tensor:
     """Same contract as qk_norm_rope_kv_ref; q, k, v may be strided views (unit stride along D).
-    `step_rows`: a dict kept for one step and shared by the layers whose cos / sin tables are equal. The
-    step's first launch stores the tokens' cos / sin rows there ([T, R/2] float32 each) as it looks them
-    up by position; later launches read them straight, one dependent memory round trip fewer."""
+    `step_rows`: a dict kept for one forward and shared by the layers whose cos / sin tables are equal
+    (ForwardContext.rope_rows). The forward's first launch stores the tokens' cos / sin rows there
+    ([T, R/2] float32 each) as it looks them up by position; later launches read them straight, one
+    dependent memory round trip fewer."""
     num_tokens, num_heads, head_dim = q.shape
     num_kv_heads = k.shape[1]
     assert q.stride(2) == 1 and k.stride(2) == 1 and v.stride(2) == 1 and k_cache.is_contiguous()
@@ -64,7 +65,7 @@ def qk_norm_rope_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight:
     gather = _NO_ROWS
     rows = step_rows.get("rows") if step_rows is not None else None
     if rows is not None:
-        assert rows[0].shape == (num_tokens, half), "step_rows were made for another step's tokens"
+        assert rows[0].shape == (num_tokens, half), "step_rows were made for another forward's tokens"
         gather = _READ_ROWS
     elif step_rows is not None:
         rows = step_rows["rows"] = tuple(torch.empty(num_tokens, half, dtype=torch.float32, device=q.device)

@@ -200,8 +200,8 @@ class Attention(nn.Module):
         from strata.kernels.rope_kv import qk_norm_rope_kv
 
         norm = self.q_norm is not None
-        # layers with equal rotary tables share the step's cos / sin rows (the first one looks them up)
-        step_rows = ctx.cached(("rope_rows", *self.rotary.config), dict)
+        # layers with equal rotary tables share the forward's cos / sin rows (the first one looks them up)
+        step_rows = ctx.rope_rows.setdefault(self.rotary.config, {})
         return qk_norm_rope_kv(q, k, v, self.q_norm.weight if norm else None, self.k_norm.weight if norm else None,
                                self.q_norm.eps if norm else 0.0, norm and self.q_norm.zero_centered,
                                self.rotary.cos, self.rotary.sin, ctx.positions, k_cache, v_cache, ctx.slot_mapping,

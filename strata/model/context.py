@@ -38,6 +38,9 @@ class ForwardContext:
     real_query_lens: torch.Tensor | None = None
     # index tensors derived from the host lists above, made once per step and shared by every layer
     derived: dict = field(default_factory=dict)
+    # rotary config -> the tokens' cos / sin rows, stored by the first attention layer of a forward and
+    # read by the later ones (strata.kernels.rope_kv); computed values, so CausalLM.forward starts it empty
+    rope_rows: dict = field(default_factory=dict)
 
     def cached(self, key, build):
         """build() once per step for `key` (the eager paths' per-step index layouts)."""

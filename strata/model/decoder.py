@@ -87,6 +87,7 @@ class CausalLM(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         """input_ids [T] -> final-normed hidden states [T, D]."""
+        ctx.rope_rows = {}  # made anew by this forward's first attention layer (a capture reuses the ctx)
         hidden, residual = self.model.embed_tokens(input_ids), None
         for layer in self.model.layers:
             hidden, residual = layer(hidden, ctx, residual)
