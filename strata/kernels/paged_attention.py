@@ -127,13 +127,14 @@ if triton is not None:
                       USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        # the context length and the window load together: one memory round trip before the query
         seq_len = tl.load(seq_lens_ptr + seq)
+        q_start = tl.load(qsl_ptr + seq)
+        q_len = tl.load(qsl_ptr + seq + 1) - q_start
         num_tiles = tl.cdiv(seq_len, BLOCK_N)
         per_split = tl.cdiv(num_tiles, num_splits)
         if split * per_split >= num_tiles:
             return  # a split this sequence does not need (the merge reads only the used ones)
-        q_start = tl.load(qsl_ptr + seq)
-        q_len = tl.load(qsl_ptr + seq + 1) - q_start
         # row r of the tile: window token r // G_PAD, query head kv_head * group + r % G_PAD
         rows = tl.arange(0, BLOCK_M)
         tok, head = rows // G_PAD, kv_head * group + rows % G_PAD

@@ -72,12 +72,13 @@ def _launch(x: torch.Tensor, top_k: int | None, shared: torch.Tensor | None, wei
         assert residual.stride(1) == 1
         new_residual = torch.empty_like(out)
     block_d = triton.next_power_of_2(dim)
+    # a warp per 512 columns: 4 warps for 2048-wide rows measured faster than 8 on the H200 (session 11)
     _rms_norm_kernel[(x2.shape[0],)](
         x2, residual if residual is not None else x2, shared if shared is not None else x2, weight, out,
         new_residual if new_residual is not None else out, dim, eps, x2.stride(0),
         residual.stride(0) if residual is not None else 0, shared.stride(0) if shared is not None else 0,
         out.stride(0), HAS_RESIDUAL=residual is not None, ZERO_CENTERED=zero_centered, TOP_K=top_k or 0,
-        HAS_SHARED=shared is not None, BLOCK_D=block_d, num_warps=min(16, max(1, block_d // 256)), **pdl_options(x))
+        HAS_SHARED=shared is not None, BLOCK_D=block_d, num_warps=min(16, max(1, block_d // 512)), **pdl_options(x))
     return out.view(out_shape), (new_residual.view(out_shape) if new_residual is not None else None)
 
 
