@@ -81,8 +81,8 @@ def qk_norm_rope_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight:
     return out
 
 
-# _qk_norm_rope_kv_kernel's GATHER: cos / sin looked up by position; also stored as the step's rows; read
-# from the step's rows
+# _qk_norm_rope_kv_kernel's GATHER: cos / sin looked up by position; also stored as the forward's rows;
+# read from the forward's rows
 _NO_ROWS, _WRITE_ROWS, _READ_ROWS = 0, 1, 2
 
 
@@ -125,7 +125,7 @@ if triton is not None:
             x_ptr = k_ptr + token * stride_kt + kv_head * stride_kh
             w_ptr = kw_ptr
         # every load is issued up front: only cos / sin looked up by position wait on another, so two
-        # memory round trips before the stores (one with the step's rows)
+        # memory round trips before the stores (one with the forward's rows)
         pos = tl.load(pos_ptr + token)
         slot = tl.load(slots_ptr + token).to(tl.int64)
         x = tl.load(x_ptr + offs, mask=ok, other=0.0)

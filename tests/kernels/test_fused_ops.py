@@ -118,7 +118,7 @@ def test_qk_norm_rope_kv_matches_ref(dtype, shape, qk_norm, zero_centered):
 
 @gpu
 @pytest.mark.parametrize("rot_dim", [128, 64])
-def test_layers_share_the_steps_cos_sin_rows(rot_dim):
+def test_layers_share_the_forwards_cos_sin_rows(rot_dim):
     """With step_rows, the first launch stores the tokens' cos / sin rows as it looks them up and a
     later launch reads them: both give bit for bit the output and cache rows of a launch without."""
     from strata.kernels.rope_kv import qk_norm_rope_kv
