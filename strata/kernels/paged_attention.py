@@ -5,9 +5,8 @@ One program owns (sequence, KV head, split of the context): its query tile stack
 of every query head in the KV head's GQA group, so each K/V tile is read once for the whole group.
 Splits along the context (flash-decoding) keep the chip busy when few sequences run; a second small
 kernel merges the splits' partial softmax sums. The split count is fixed by shapes (CUDA-graph safe);
-splits past a sequence's last KV tile return at once, and a context of at most ONE_SPLIT_MAX_TILES tiles
-runs as one split that writes the output itself (its merge programs return at once). The K/V of this
-step must already be in the pool.
+splits past a sequence's last KV tile return at once, and a context of one tile has its one split write
+the output itself (its merge programs return at once). The K/V of this step must already be in the pool.
 """
 
 from __future__ import annotations
@@ -109,27 +108,15 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), k_cache.stride(0), k_cache.stride(1),
         k_cache.stride(2), block_tables.stride(0), partial.stride(0), stats.stride(0), stats.stride(1),
         G_PAD=g_pad, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=triton.next_power_of_2(head_dim),
-        ONE_SPLIT_TILES=ONE_SPLIT_MAX_TILES, num_warps=4 if block_m <= 32 else 8, num_stages=num_stages,
-        **pdl_options(q))
+        num_warps=4 if block_m <= 32 else 8, num_stages=num_stages, **pdl_options(q))
     _merge_kernel[(num_seqs, num_heads, max_query_len)](
         partial, stats, out, seq_lens, query_start_loc, splits, num_heads, head_dim, out.stride(0), out.stride(1),
         partial.stride(0), stats.stride(0), stats.stride(1), BLOCK_N=block_n,
-        SPLITS_PAD=triton.next_power_of_2(splits), BLOCK_D=triton.next_power_of_2(head_dim),
-        ONE_SPLIT_TILES=ONE_SPLIT_MAX_TILES, num_warps=4, **pdl_options(q))
+        SPLITS_PAD=triton.next_power_of_2(splits), BLOCK_D=triton.next_power_of_2(head_dim), num_warps=4, **pdl_options(q))
     return out
 
 
-# a context of at most this many KV tiles runs as one split, which writes the output itself (no merge)
-ONE_SPLIT_MAX_TILES = 4
-
-
 if triton is not None:
-
-    @triton.jit
-    def _tiles_per_split(num_tiles, num_splits, ONE_SPLIT_TILES: tl.constexpr):
-        """KV tiles per split of a context of num_tiles tiles: all of them up to ONE_SPLIT_TILES (one
-        program, no partial sums to merge), else spread over the num_splits splits."""
-        return tl.where(num_tiles <= ONE_SPLIT_TILES, num_tiles, tl.cdiv(num_tiles, num_splits))
 
     @triton.jit
     def _split_kernel(q_ptr, k_ptr, v_ptr, tables_ptr, seq_lens_ptr, qsl_ptr, partial_ptr, stats_ptr, out_ptr,
@@ -137,7 +124,7 @@ if triton is not None:
                       stride_qt, stride_qh, stride_ot, stride_oh, stride_kb, stride_ko, stride_kh,
                       stride_table, stride_ps, stride_sk, stride_st,
                       G_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                      ONE_SPLIT_TILES: tl.constexpr, USE_PDL: tl.constexpr):
+                      USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         # the context length and the window load together: one memory round trip before the query
@@ -145,7 +132,7 @@ if triton is not None:
         q_start = tl.load(qsl_ptr + seq)
         q_len = tl.load(qsl_ptr + seq + 1) - q_start
         num_tiles = tl.cdiv(seq_len, BLOCK_N)
-        per_split = _tiles_per_split(num_tiles, num_splits, ONE_SPLIT_TILES)
+        per_split = tl.cdiv(num_tiles, num_splits)
         if split * per_split >= num_tiles:
             return  # a split this sequence does not need (the merge reads only the used ones)
         # row r of the tile: window token r // G_PAD, query head kv_head * group + r % G_PAD
@@ -192,13 +179,12 @@ if triton is not None:
     @triton.jit
     def _merge_kernel(partial_ptr, stats_ptr, out_ptr, seq_lens_ptr, qsl_ptr, num_splits, num_heads, head_dim,
                       stride_ot, stride_oh, stride_ps, stride_sk, stride_st, BLOCK_N: tl.constexpr,
-                      SPLITS_PAD: tl.constexpr, BLOCK_D: tl.constexpr, ONE_SPLIT_TILES: tl.constexpr,
-                      USE_PDL: tl.constexpr):
+                      SPLITS_PAD: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         seq, head, j = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         q_start = tl.load(qsl_ptr + seq)
         num_tiles = tl.cdiv(tl.load(seq_lens_ptr + seq), BLOCK_N)
-        per_split = _tiles_per_split(num_tiles, num_splits, ONE_SPLIT_TILES)
+        per_split = tl.cdiv(num_tiles, num_splits)
         if (j >= tl.load(qsl_ptr + seq + 1) - q_start) | (per_split >= num_tiles):
             return  # past this window, or its one split wrote the output
         token = q_start + j

@@ -177,7 +177,6 @@ ATTN_WINDOWS = [
     [(5, 1), (100, 1), (33, 1), (1000, 1)],       # decode batch
     [(40, 4), (0, 7), (300, 16), (2, 1), (63, 3)],  # verify windows, mixed lengths
     [(2047, 16)],
-    [(255, 1), (190, 3), (300, 1)],               # around ONE_SPLIT_MAX_TILES 64-token tiles
 ]
 
 
