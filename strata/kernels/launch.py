@@ -1,16 +1,12 @@
 """Programmatic dependent launch (PDL, Hopper and later) for the Triton kernels of a step.
 
 A kernel launched with PDL may be scheduled while the kernel before it in the stream is finishing. Its
-first act is `wait_for_previous_kernel`: griddepcontrol.launch_dependents lets the next kernel be
-scheduled (once every program of this one has said so), then griddepcontrol.wait blocks until the
-previous kernel has completed and its writes are visible, so nothing is read or written early; a kernel
-may load what does not depend on the previous ones (weights) before it. Letting the next kernel in before
-waiting (TRIGGER_FIRST) chains the early launches: a kernel's programs can be resident, and loading
-their weights, while several kernels before it still run. Each wait still covers every kernel before
-it, since each of those waited for its own predecessor before completing. What PDL saves is the gap
-between dependent launches and the start of each program, which adds up over the ~10 small kernels of
-each layer of a decode step. Kernels launched without it are unaffected, and a kernel that waits
-without having been launched with PDL waits for nothing. STRATA_NO_PDL=1 turns it off.
+first act is `wait_for_previous_kernel`: griddepcontrol.wait blocks until the previous kernel has
+completed and its writes are visible (so nothing is read or written early), then
+griddepcontrol.launch_dependents lets the next kernel be scheduled in turn. What it saves is the gap
+between dependent launches, a few hundred ns per kernel boundary, which adds up over the ~10 small
+kernels of each layer of a decode step. Kernels launched without it are unaffected, and a kernel that
+waits without having been launched with PDL waits for nothing. STRATA_NO_PDL=1 turns it off.
 """
 
 from __future__ import annotations
@@ -33,23 +29,16 @@ def _pdl_supported(device_index: int) -> bool:
     return not debug_flag("NO_PDL") and torch.cuda.get_device_capability(device_index)[0] >= 9
 
 
-# let the next kernel in before waiting (USE_PDL 2) rather than after (USE_PDL 1)
-TRIGGER_FIRST = True
-
-
 def pdl_options(t: torch.Tensor) -> dict:
     """Launch keywords for a kernel taking the USE_PDL constexpr: PDL on Hopper+ CUDA tensors."""
     on = t.is_cuda and _pdl_supported(t.device.index if t.device.index is not None else torch.cuda.current_device())
-    return {"USE_PDL": (2 if TRIGGER_FIRST else 1) if on else 0, "launch_pdl": on}
+    return {"USE_PDL": on, "launch_pdl": on}
 
 
 if triton is not None:
 
     @triton.jit
     def wait_for_previous_kernel(USE_PDL: tl.constexpr):
-        if USE_PDL == 2:
-            tl.extra.cuda.gdc_launch_dependents()
-            tl.extra.cuda.gdc_wait()
-        elif USE_PDL:
+        if USE_PDL:
             tl.extra.cuda.gdc_wait()
             tl.extra.cuda.gdc_launch_dependents()

@@ -300,27 +300,14 @@ def test_fused_routing_is_chosen_only_where_it_measured_faster():
 @pytest.mark.parametrize("rows", [1, 3, 16])
 @pytest.mark.parametrize("cols, dim_in", [(5120, 2048), (2048, 4096), (72, 1000), (4100, 264)])
 @pytest.mark.parametrize("dtype, with_bias", [(torch.bfloat16, False), (torch.bfloat16, True), (torch.float16, True)])
-@pytest.mark.parametrize("preload", [None, False])
-def test_skinny_linear_matches_ref(rows, cols, dim_in, dtype, with_bias, preload):
-    """Both single-row kernels (preloaded slices where they fit: every shape here but 5120 x 2048, and
-    the K loop) and the few-row one."""
+def test_skinny_linear_matches_ref(rows, cols, dim_in, dtype, with_bias):
     from strata.kernels.skinny_linear import skinny_linear, skinny_linear_ref
 
     x = randn(rows, dim_in, dtype=dtype, device="cuda", seed=rows)
     w = randn(cols, dim_in, dtype=dtype, device="cuda", seed=cols) * dim_in ** -0.5
     b = randn(cols, dtype=dtype, device="cuda", seed=3) if with_bias else None
     expected = skinny_linear_ref(x.float(), w.float(), b.float() if with_bias else None)
-    torch.testing.assert_close(skinny_linear(x, w, b, preload=preload).float(), expected, rtol=1e-2, atol=1e-2)
-
-
-def test_preload_rows_fit_one_program_per_sm():
-    """The preloaded kernel takes a weight only when one program per SM holds its rows in 128 KB."""
-    from strata.kernels.skinny_linear import preload_rows
-
-    assert preload_rows(2048, 4096, 2, 132) == 16          # Qwen3-30B-A3B o_proj: 128 programs of 128 KB
-    assert preload_rows(5120, 2048, 2, 132) == 0           # its qkv: 64 rows x 2048 would be 256 KB
-    assert preload_rows(4100, 264, 2, 132) == 32 and preload_rows(72, 1000, 2, 132) == 1
-    assert preload_rows(2048, 4096, 4, 132) == 0           # float32 weights are twice the bytes
+    torch.testing.assert_close(skinny_linear(x, w, b).float(), expected, rtol=1e-2, atol=1e-2)
 
 
 @gpu
