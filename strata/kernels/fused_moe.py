@@ -7,6 +7,9 @@ sized from shapes only (CUDA-graph safe): the row layout (strata.kernels.moe_ali
 from w13, the down projection scaled by the top-k weight, and the sum over each token's K rows.
 Decode-sized steps in the model take two of them elsewhere: the layout comes with the routing
 (routing.route_and_align) and the sum with the next norm (rms_norm.rms_norm_topk_sum).
+
+A single token's down projection (`_down_sum_kernel`) instead gives each program an N slice of every
+picked expert, so it sums the k weighted outputs itself and the next norm reads one float32 row, not k.
 """
 
 from __future__ import annotations
@@ -79,6 +82,11 @@ def _check_shapes(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
     return num_tokens, top_k, dim, inter
 
 
+# one token: the down projection sums its k expert outputs itself (_down_sum_kernel)
+DOWN_SUM_ONE_TOKEN = True
+DOWN_SUM_CONFIG = dict(BLOCK_N=16, BLOCK_K=128, num_warps=8, num_stages=3)
+
+
 def moe_grouped_gemms(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
                       sorted_ids: torch.Tensor, block_expert: torch.Tensor, cfg: dict,
                       sum_topk: bool = True) -> torch.Tensor:
@@ -94,22 +102,32 @@ def moe_grouped_gemms(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
     launch = dict(num_warps=cfg["num_warps"], num_stages=stages, **pdl_options(hidden))
     num_blocks = block_expert.numel()
     act = hidden.new_empty(sorted_ids.numel(), inter)                          # [P, I]
-    partial = torch.empty(num_tokens * top_k, dim, dtype=torch.float32, device=hidden.device)  # [T * K, D]
     weights = topk_weights.reshape(-1)
     _gate_up_kernel[(num_blocks, triton.cdiv(inter, block_n))](
         hidden, w13, act, sorted_ids, block_expert, inter, dim, top_k, num_tokens * top_k,
         hidden.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, **launch)
-    block_n_down = cfg.get("BLOCK_N_DOWN", block_n)
-    _down_kernel[(num_blocks, triton.cdiv(dim, block_n_down))](
-        act, w2, partial, sorted_ids, block_expert, weights, dim, inter, num_tokens * top_k,
-        act.stride(0), w2.stride(0), w2.stride(1), partial.stride(0),
-        BLOCK_M=block_m, BLOCK_N=block_n_down, BLOCK_K=block_k, **launch)
+    if num_tokens == 1 and DOWN_SUM_ONE_TOKEN:
+        rows_out = 1  # the k weighted expert outputs come summed
+        partial = torch.empty(1, dim, dtype=torch.float32, device=hidden.device)              # [1, D]
+        dcfg = DOWN_SUM_CONFIG
+        _down_sum_kernel[(triton.cdiv(dim, dcfg["BLOCK_N"]),)](
+            act, w2, partial, sorted_ids, block_expert, weights, dim, act.stride(0), w2.stride(0),
+            w2.stride(1), INTER=inter, TOP_K=top_k, K_PAD=triton.next_power_of_2(top_k), BLOCK_M=block_m, BLOCK_N=dcfg["BLOCK_N"],
+            BLOCK_K=dcfg["BLOCK_K"], num_warps=dcfg["num_warps"], num_stages=dcfg["num_stages"], **pdl_options(hidden))
+    else:
+        rows_out = top_k
+        partial = torch.empty(num_tokens * top_k, dim, dtype=torch.float32, device=hidden.device)  # [T * K, D]
+        block_n_down = cfg.get("BLOCK_N_DOWN", block_n)
+        _down_kernel[(num_blocks, triton.cdiv(dim, block_n_down))](
+            act, w2, partial, sorted_ids, block_expert, weights, dim, inter, num_tokens * top_k,
+            act.stride(0), w2.stride(0), w2.stride(1), partial.stride(0),
+            BLOCK_M=block_m, BLOCK_N=block_n_down, BLOCK_K=block_k, **launch)
     if not sum_topk:
-        return partial.view(num_tokens, top_k, dim)
+        return partial.view(num_tokens, rows_out, dim)
     out = torch.empty_like(hidden)
     block_d = min(1024, triton.next_power_of_2(dim))
-    _sum_topk_kernel[(num_tokens, triton.cdiv(dim, block_d))](partial, out, top_k, dim, out.stride(0),
+    _sum_topk_kernel[(num_tokens, triton.cdiv(dim, block_d))](partial, out, rows_out, dim, out.stride(0),
                                                               BLOCK_D=block_d, num_warps=4, **pdl_options(hidden))
     return out
 
@@ -171,8 +189,8 @@ if triton is not None:
         a_ptrs = act_ptr + offs_m[:, None].to(tl.int64) * stride_at + offs_k[None, :]      # [BM, BK]
         w_ptrs = w2_ptr + expert * stride_we + offs_n[None, :] * stride_wn + offs_k[:, None]  # [BK, BN]
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in range(0, inter, BLOCK_K):
-            k_ok = offs_k < inter - k0
+        for k0 in tl.static_range(0, INTER, BLOCK_K):
+            k_ok = offs_k < INTER - k0
             a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
             w = tl.load(w_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
             acc = tl.dot(a, w, acc)
@@ -182,6 +200,38 @@ if triton is not None:
         acc = acc * route_w[:, None]
         tl.store(out_ptr + pair[:, None].to(tl.int64) * stride_ot + offs_n[None, :], acc,
                  mask=row_ok[:, None] & n_ok[None, :])
+
+    @triton.jit
+    def _down_sum_kernel(act_ptr, w2_ptr, out_ptr, sorted_ids_ptr, block_expert_ptr, weights_ptr, dim,
+                         stride_at, stride_we, stride_wn, INTER: tl.constexpr, TOP_K: tl.constexpr,
+                         K_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                         USE_PDL: tl.constexpr):
+        """One token: out [1, D] float32 = sum over its k picks of weight * (act row @ w2[expert].T), for this
+        program's BLOCK_N columns. A single token's layout has one block per pick (experts in order), its
+        row first in the block, so block b's expert, row and pair come straight from b. The K loop is
+        unrolled (INTER is a constant), so every tile's loads can be in flight at once."""
+        wait_for_previous_kernel(USE_PDL)
+        offs_b = tl.arange(0, K_PAD)
+        b_ok = offs_b < TOP_K
+        expert = tl.load(block_expert_ptr + offs_b, mask=b_ok, other=0).to(tl.int64)          # [KP]
+        pair = tl.load(sorted_ids_ptr + offs_b * BLOCK_M, mask=b_ok, other=0)                 # [KP]
+        route_w = tl.load(weights_ptr + pair, mask=b_ok, other=0.0).to(tl.float32)            # [KP]
+        offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_ok = offs_n < dim
+        offs_k = tl.arange(0, BLOCK_K)
+        w_ptrs = w2_ptr + expert[:, None, None] * stride_we + offs_n[None, :, None] * stride_wn \
+            + offs_k[None, None, :]                                                            # [KP, BN, BK]
+        a_ptrs = act_ptr + (offs_b * BLOCK_M).to(tl.int64)[:, None] * stride_at + offs_k[None, :]  # [KP, BK]
+        wn_ok = b_ok[:, None, None] & n_ok[None, :, None]
+        acc = tl.zeros((K_PAD, BLOCK_N), dtype=tl.float32)
+        for k0 in tl.static_range(0, INTER, BLOCK_K):
+            k_ok = offs_k < INTER - k0
+            w = tl.load(w_ptrs, mask=wn_ok & k_ok[None, None, :], other=0.0)
+            a = tl.load(a_ptrs, mask=b_ok[:, None] & k_ok[None, :], other=0.0)
+            acc += tl.sum(w.to(tl.float32) * a[:, None, :].to(tl.float32), axis=2)              # [KP, BN]
+            w_ptrs += BLOCK_K
+            a_ptrs += BLOCK_K
+        tl.store(out_ptr + offs_n, tl.sum(acc * route_w[:, None], axis=0), mask=n_ok)
 
     @triton.jit
     def _sum_topk_kernel(partial_ptr, out_ptr, top_k, dim, stride_ot, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr):

@@ -123,6 +123,25 @@ def test_fused_moe_gives_zero_weight_pairs_nothing(num_tokens):
     assert rel_err(out, expected) < 1e-2
 
 
+@gpu
+@pytest.mark.parametrize("dim, inter, num_experts, top_k", [(2048, 768, 128, 8), (256, 96, 16, 4), (512, 512, 64, 10)])
+def test_one_token_down_sums_its_experts_like_the_k_row_path(monkeypatch, dim, inter, num_experts, top_k):
+    """One token's down projection sums its k weighted expert outputs in the kernel (one float32 row);
+    the k-row path leaves them apart. Same sum to float32 rounding (inter 96: a partial K tile; top-k
+    10: padded to 16 picks)."""
+    import strata.kernels.fused_moe as fm
+
+    generator = torch.Generator().manual_seed(dim + top_k)
+    hidden, w13, w2, ids, weights = moe_inputs(1, dim, inter, num_experts, top_k, torch.bfloat16, "cuda", generator)
+    cfg = fm.default_config(top_k, num_experts)
+    sorted_ids, block_expert = fm.moe_align(ids, num_experts, cfg["BLOCK_M"])
+    summed = fm.moe_grouped_gemms(hidden, w13, w2, weights, sorted_ids, block_expert, cfg, sum_topk=False)
+    monkeypatch.setattr(fm, "DOWN_SUM_ONE_TOKEN", False)
+    rows = fm.moe_grouped_gemms(hidden, w13, w2, weights, sorted_ids, block_expert, cfg, sum_topk=False)
+    assert summed.shape == (1, 1, dim) and rows.shape == (1, top_k, dim) and summed.dtype == torch.float32
+    torch.testing.assert_close(summed[:, 0], rows.sum(1), rtol=1e-4, atol=1e-5)
+
+
 # ---- paged attention ------------------------------------------------------------------------------
 
 def paged_problem(windows, block_size, num_heads, num_kv_heads, head_dim, dtype, device, generator):
