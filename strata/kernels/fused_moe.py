@@ -189,8 +189,8 @@ if triton is not None:
         a_ptrs = act_ptr + offs_m[:, None].to(tl.int64) * stride_at + offs_k[None, :]      # [BM, BK]
         w_ptrs = w2_ptr + expert * stride_we + offs_n[None, :] * stride_wn + offs_k[:, None]  # [BK, BN]
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in tl.static_range(0, INTER, BLOCK_K):
-            k_ok = offs_k < INTER - k0
+        for k0 in range(0, inter, BLOCK_K):
+            k_ok = offs_k < inter - k0
             a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
             w = tl.load(w_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
             acc = tl.dot(a, w, acc)
