@@ -84,7 +84,7 @@ def _check_shapes(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
 
 # one token: the down projection sums its k expert outputs itself (_down_sum_kernel)
 DOWN_SUM_ONE_TOKEN = True
-DOWN_SUM_CONFIG = dict(BLOCK_N=16, BLOCK_K=128, num_warps=8, num_stages=3)
+DOWN_SUM_CONFIG = dict(BLOCK_N=16, BLOCK_K=128, num_warps=16, num_stages=1)
 
 
 def moe_grouped_gemms(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
@@ -112,8 +112,8 @@ def moe_grouped_gemms(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
         partial = torch.empty(1, dim, dtype=torch.float32, device=hidden.device)              # [1, D]
         dcfg = DOWN_SUM_CONFIG
         _down_sum_kernel[(triton.cdiv(dim, dcfg["BLOCK_N"]),)](
-            act, w2, partial, sorted_ids, block_expert, weights, dim, act.stride(0), w2.stride(0),
-            w2.stride(1), INTER=inter, TOP_K=top_k, K_PAD=triton.next_power_of_2(top_k), BLOCK_M=block_m, BLOCK_N=dcfg["BLOCK_N"],
+            act, w2, partial, sorted_ids, block_expert, weights, dim, top_k, act.stride(0), w2.stride(0),
+            w2.stride(1), INTER=inter, K_PAD=triton.next_power_of_2(top_k), BLOCK_M=block_m, BLOCK_N=dcfg["BLOCK_N"],
             BLOCK_K=dcfg["BLOCK_K"], num_warps=dcfg["num_warps"], num_stages=dcfg["num_stages"], **pdl_options(hidden))
     else:
         rows_out = top_k
@@ -202,36 +202,66 @@ if triton is not None:
                  mask=row_ok[:, None] & n_ok[None, :])
 
     @triton.jit
-    def _down_sum_kernel(act_ptr, w2_ptr, out_ptr, sorted_ids_ptr, block_expert_ptr, weights_ptr, dim,
-                         stride_at, stride_we, stride_wn, INTER: tl.constexpr, TOP_K: tl.constexpr,
-                         K_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                         USE_PDL: tl.constexpr):
-        """One token: out [1, D] float32 = sum over its k picks of weight * (act row @ w2[expert].T), for this
-        program's BLOCK_N columns. A single token's layout has one block per pick (experts in order), its
-        row first in the block, so block b's expert, row and pair come straight from b. The K loop is
-        unrolled (INTER is a constant), so every tile's loads can be in flight at once."""
-        wait_for_previous_kernel(USE_PDL)
-        offs_b = tl.arange(0, K_PAD)
-        b_ok = offs_b < TOP_K
-        expert = tl.load(block_expert_ptr + offs_b, mask=b_ok, other=0).to(tl.int64)          # [KP]
-        pair = tl.load(sorted_ids_ptr + offs_b * BLOCK_M, mask=b_ok, other=0)                 # [KP]
-        route_w = tl.load(weights_ptr + pair, mask=b_ok, other=0.0).to(tl.float32)            # [KP]
-        offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-        n_ok = offs_n < dim
+    def _down_sum_tile(acc, w_ptrs, a_ptrs, w_ok, row_ok, offs_k, k0, INTER: tl.constexpr):
+        """acc [KP, BN] + the K tile at k0 of act rows [KP, BK] @ their experts' w2 tiles [KP, BN, BK]."""
+        k_ok = offs_k < INTER - k0
+        w = tl.load(w_ptrs + k0, mask=w_ok & k_ok[None, None, :], other=0.0)
+        a = tl.load(a_ptrs + k0, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        return acc + tl.sum(w.to(tl.float32) * a[:, None, :].to(tl.float32), axis=2)
+
+    @triton.jit
+    def _down_sum_rows(act_ptr, w2_ptr, expert, offs_n, rows, row_ok, w_ok, stride_at, stride_we, stride_wn,
+                       INTER: tl.constexpr, BLOCK_K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
+                       UNROLL: tl.constexpr):
+        """[K_PAD, BLOCK_N] float32: act row rows[b] (if row_ok[b]) @ w2[expert[b]] rows offs_n, over all
+        INTER columns. UNROLL unrolls the K loop (INTER is a constant), so the tiles' loads can be in flight
+        together; the rare pass keeps it rolled (fewer registers for the kernel as a whole)."""
         offs_k = tl.arange(0, BLOCK_K)
         w_ptrs = w2_ptr + expert[:, None, None] * stride_we + offs_n[None, :, None] * stride_wn \
             + offs_k[None, None, :]                                                            # [KP, BN, BK]
-        a_ptrs = act_ptr + (offs_b * BLOCK_M).to(tl.int64)[:, None] * stride_at + offs_k[None, :]  # [KP, BK]
-        wn_ok = b_ok[:, None, None] & n_ok[None, :, None]
+        a_ptrs = act_ptr + rows.to(tl.int64)[:, None] * stride_at + offs_k[None, :]            # [KP, BK]
         acc = tl.zeros((K_PAD, BLOCK_N), dtype=tl.float32)
-        for k0 in tl.static_range(0, INTER, BLOCK_K):
-            k_ok = offs_k < INTER - k0
-            w = tl.load(w_ptrs, mask=wn_ok & k_ok[None, None, :], other=0.0)
-            a = tl.load(a_ptrs, mask=b_ok[:, None] & k_ok[None, :], other=0.0)
-            acc += tl.sum(w.to(tl.float32) * a[:, None, :].to(tl.float32), axis=2)              # [KP, BN]
-            w_ptrs += BLOCK_K
-            a_ptrs += BLOCK_K
-        tl.store(out_ptr + offs_n, tl.sum(acc * route_w[:, None], axis=0), mask=n_ok)
+        if UNROLL:
+            for k0 in tl.static_range(0, INTER, BLOCK_K):
+                acc = _down_sum_tile(acc, w_ptrs, a_ptrs, w_ok, row_ok, offs_k, k0, INTER)
+        else:
+            for k0 in range(0, INTER, BLOCK_K):
+                acc = _down_sum_tile(acc, w_ptrs, a_ptrs, w_ok, row_ok, offs_k, k0, INTER)
+        return acc
+
+    @triton.jit
+    def _down_sum_kernel(act_ptr, w2_ptr, out_ptr, sorted_ids_ptr, block_expert_ptr, weights_ptr, dim, num_pairs,
+                         stride_at, stride_we, stride_wn, INTER: tl.constexpr, K_PAD: tl.constexpr,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, USE_PDL: tl.constexpr):
+        """One token: out [1, D] float32 = sum over its pairs of weight * (act row @ w2[expert].T), for this
+        program's BLOCK_N columns. A token's layout holds its experts' blocks first (at most K of them, in
+        expert order), each pair's row at the head of its block, unless an expert is picked twice (the
+        weight-0 placeholders of run_experts): those further rows of a block take a second, rare pass."""
+        wait_for_previous_kernel(USE_PDL)
+        offs_b = tl.arange(0, K_PAD)
+        b_ok = offs_b < num_pairs
+        expert = tl.load(block_expert_ptr + offs_b, mask=b_ok, other=-1).to(tl.int64)         # [KP]
+        first = offs_b * BLOCK_M
+        pair = tl.load(sorted_ids_ptr + first, mask=b_ok, other=num_pairs)                    # [KP]
+        second = tl.load(sorted_ids_ptr + first + 1, mask=b_ok & (BLOCK_M > 1), other=num_pairs)
+        b_ok = b_ok & (expert >= 0)
+        row_ok = b_ok & (pair < num_pairs)
+        route_w = tl.load(weights_ptr + pair, mask=row_ok, other=0.0).to(tl.float32)          # [KP]
+        offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_ok = offs_n < dim
+        w_ok = b_ok[:, None, None] & n_ok[None, :, None]
+        acc = _down_sum_rows(act_ptr, w2_ptr, expert, offs_n, first, row_ok, w_ok, stride_at, stride_we, stride_wn,
+                             INTER, BLOCK_K, K_PAD, BLOCK_N, True)
+        acc = acc * route_w[:, None]
+        if tl.max((b_ok & (second < num_pairs)).to(tl.int32), axis=0) > 0:  # an expert picked twice
+            for j in range(1, BLOCK_M):
+                pair_j = tl.load(sorted_ids_ptr + first + j, mask=b_ok, other=num_pairs)
+                ok_j = b_ok & (pair_j < num_pairs)
+                w_j = tl.load(weights_ptr + pair_j, mask=ok_j, other=0.0).to(tl.float32)
+                acc_j = _down_sum_rows(act_ptr, w2_ptr, expert, offs_n, first + j, ok_j, w_ok, stride_at, stride_we,
+                                       stride_wn, INTER, BLOCK_K, K_PAD, BLOCK_N, False)
+                acc += acc_j * w_j[:, None]
+        tl.store(out_ptr + offs_n, tl.sum(acc, axis=0), mask=n_ok)
 
     @triton.jit
     def _sum_topk_kernel(partial_ptr, out_ptr, top_k, dim, stride_ot, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr):
