@@ -8,10 +8,8 @@ from w13, the down projection scaled by the top-k weight, and the sum over each 
 Decode-sized steps in the model take two of them elsewhere: the layout comes with the routing
 (routing.route_and_align) and the sum with the next norm (rms_norm.rms_norm_topk_sum).
 
-A single token takes two kernels of its own. Gate/up (`_gate_up_one_token_kernel`) multiplies and sums
-on the CUDA cores in narrow column slices spread over every SM. The down projection (`_down_sum_kernel`)
-gives each program an N slice of every picked expert, so it sums the k weighted outputs itself and the
-next norm reads one float32 row, not k.
+A single token's down projection (`_down_sum_kernel`) instead gives each program an N slice of every
+picked expert, so it sums the k weighted outputs itself and the next norm reads one float32 row, not k.
 """
 
 from __future__ import annotations
@@ -84,9 +82,6 @@ def _check_shapes(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
     return num_tokens, top_k, dim, inter
 
 
-# one token: gate/up on the CUDA cores, narrow column slices over all SMs (_gate_up_one_token_kernel)
-GATE_UP_ONE_TOKEN = True
-GATE_UP_ONE_TOKEN_CONFIG = dict(BLOCK_N=16, BLOCK_K=256, num_warps=8)
 # one token: the down projection sums its k expert outputs itself (_down_sum_kernel)
 DOWN_SUM_ONE_TOKEN = True
 DOWN_SUM_CONFIG = dict(BLOCK_N=16, BLOCK_K=128, num_warps=16, num_stages=1)
@@ -108,25 +103,17 @@ def moe_grouped_gemms(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
     num_blocks = block_expert.numel()
     act = hidden.new_empty(sorted_ids.numel(), inter)                          # [P, I]
     weights = topk_weights.reshape(-1)
-    if num_tokens == 1 and GATE_UP_ONE_TOKEN:
-        gcfg = GATE_UP_ONE_TOKEN_CONFIG
-        _gate_up_one_token_kernel[(num_blocks, triton.cdiv(inter, gcfg["BLOCK_N"]))](
-            hidden, w13, act, sorted_ids, block_expert, inter, top_k, w13.stride(0), w13.stride(1), act.stride(0),
-            DIM=dim, BLOCK_M=block_m, J_PAD=triton.next_power_of_2(min(block_m, top_k)), BLOCK_N=gcfg["BLOCK_N"],
-            BLOCK_K=gcfg["BLOCK_K"], num_warps=gcfg["num_warps"], num_stages=1, **pdl_options(hidden))
-    else:
-        _gate_up_kernel[(num_blocks, triton.cdiv(inter, block_n))](
-            hidden, w13, act, sorted_ids, block_expert, inter, dim, top_k, num_tokens * top_k,
-            hidden.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
-            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, **launch)
+    _gate_up_kernel[(num_blocks, triton.cdiv(inter, block_n))](
+        hidden, w13, act, sorted_ids, block_expert, inter, dim, top_k, num_tokens * top_k,
+        hidden.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, **launch)
     if num_tokens == 1 and DOWN_SUM_ONE_TOKEN:
         rows_out = 1  # the k weighted expert outputs come summed
         partial = torch.empty(1, dim, dtype=torch.float32, device=hidden.device)              # [1, D]
         dcfg = DOWN_SUM_CONFIG
         _down_sum_kernel[(triton.cdiv(dim, dcfg["BLOCK_N"]),)](
             act, w2, partial, sorted_ids, block_expert, weights, dim, top_k, act.stride(0), w2.stride(0),
-            w2.stride(1), INTER=inter, K_PAD=triton.next_power_of_2(top_k),
-            J_PAD=triton.next_power_of_2(min(block_m, top_k)), BLOCK_M=block_m, BLOCK_N=dcfg["BLOCK_N"],
+            w2.stride(1), INTER=inter, K_PAD=triton.next_power_of_2(top_k), BLOCK_M=block_m, BLOCK_N=dcfg["BLOCK_N"],
             BLOCK_K=dcfg["BLOCK_K"], num_warps=dcfg["num_warps"], num_stages=dcfg["num_stages"], **pdl_options(hidden))
     else:
         rows_out = top_k
@@ -184,42 +171,6 @@ if triton is not None:
                  act.to(act_ptr.dtype.element_ty), mask=row_ok[:, None] & n_ok[None, :])
 
     @triton.jit
-    def _gate_up_one_token_kernel(hidden_ptr, w13_ptr, act_ptr, sorted_ids_ptr, block_expert_ptr, inter, num_pairs,
-                                  stride_we, stride_wn, stride_at, DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-                                  J_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                                  USE_PDL: tl.constexpr):
-        """One token: SiLU(gate) * up of hidden [1, D] through block b's expert, BLOCK_N of the I columns,
-        multiplied and summed on the CUDA cores (no 16-row tensor-core tile for one row), written to every
-        row of the block (a token's rows in one block are the same token through the same expert). The K
-        loop is unrolled (DIM is a constant), so the tiles' loads can be in flight together."""
-        wait_for_previous_kernel(USE_PDL)
-        block, pid_n = tl.program_id(0), tl.program_id(1)
-        expert = tl.load(block_expert_ptr + block).to(tl.int64)
-        offs_j = tl.arange(0, J_PAD)
-        rows = block * BLOCK_M + offs_j
-        pairs = tl.load(sorted_ids_ptr + rows, mask=offs_j < BLOCK_M, other=num_pairs)         # [JP]
-        if expert < 0:
-            return
-        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        n_ok = offs_n < inter
-        offs_k = tl.arange(0, BLOCK_K)
-        g_ptrs = w13_ptr + expert * stride_we + offs_n[:, None] * stride_wn + offs_k[None, :]   # [BN, BK]
-        u_ptrs = g_ptrs + inter * stride_wn
-        acc_g = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-        acc_u = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-        for k0 in tl.static_range(0, DIM, BLOCK_K):
-            k_ok = offs_k < DIM - k0
-            h = tl.load(hidden_ptr + k0 + offs_k, mask=k_ok, other=0.0).to(tl.float32)[None, :]  # [1, BK]
-            w_ok = n_ok[:, None] & k_ok[None, :]
-            acc_g += tl.load(g_ptrs + k0, mask=w_ok, other=0.0).to(tl.float32) * h
-            acc_u += tl.load(u_ptrs + k0, mask=w_ok, other=0.0).to(tl.float32) * h
-        gate, up = tl.sum(acc_g, axis=1), tl.sum(acc_u, axis=1)                                # [BN]
-        act = (gate * tl.sigmoid(gate) * up).to(act_ptr.dtype.element_ty)
-        tl.store(act_ptr + rows.to(tl.int64)[:, None] * stride_at + offs_n[None, :],
-                 tl.broadcast_to(act[None, :], (J_PAD, BLOCK_N)),
-                 mask=(pairs < num_pairs)[:, None] & n_ok[None, :])
-
-    @triton.jit
     def _down_kernel(act_ptr, w2_ptr, out_ptr, sorted_ids_ptr, block_expert_ptr, weights_ptr,
                      dim, inter, num_pairs, stride_at, stride_we, stride_wn, stride_ot,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, USE_PDL: tl.constexpr):
@@ -251,41 +202,66 @@ if triton is not None:
                  mask=row_ok[:, None] & n_ok[None, :])
 
     @triton.jit
-    def _down_sum_kernel(act_ptr, w2_ptr, out_ptr, sorted_ids_ptr, block_expert_ptr, weights_ptr, dim, num_pairs,
-                         stride_at, stride_we, stride_wn, INTER: tl.constexpr, K_PAD: tl.constexpr,
-                         J_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                         USE_PDL: tl.constexpr):
-        """One token: out [1, D] float32 = sum over its pairs of weight * (act row @ w2[expert].T), for this
-        program's BLOCK_N columns. A token's layout holds its experts' blocks first (at most K, in expert
-        order), each starting with a row. Every row of a block is the one token through one expert, so
-        the rows' act is the same: the block's first row is read once, with its rows' weights summed (an
-        expert picked twice: run_experts' weight-0 placeholders). The K loop is unrolled (INTER is a
-        constant), so the tiles' loads can be in flight together."""
-        wait_for_previous_kernel(USE_PDL)
-        offs_b = tl.arange(0, K_PAD)
-        offs_j = tl.arange(0, J_PAD)
-        b_ok = offs_b < num_pairs
-        expert = tl.load(block_expert_ptr + offs_b, mask=b_ok, other=-1).to(tl.int64)         # [KP]
-        first = offs_b * BLOCK_M
-        pairs = tl.load(sorted_ids_ptr + first[:, None] + offs_j[None, :],
-                        mask=b_ok[:, None] & (offs_j < BLOCK_M)[None, :], other=num_pairs)    # [KP, JP]
-        b_ok = b_ok & (expert >= 0)
-        pair_ok = b_ok[:, None] & (pairs < num_pairs)
-        route_w = tl.sum(tl.load(weights_ptr + pairs, mask=pair_ok, other=0.0).to(tl.float32), axis=1)  # [KP]
-        offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-        n_ok = offs_n < dim
+    def _down_sum_tile(acc, w_ptrs, a_ptrs, w_ok, row_ok, offs_k, k0, INTER: tl.constexpr):
+        """acc [KP, BN] + the K tile at k0 of act rows [KP, BK] @ their experts' w2 tiles [KP, BN, BK]."""
+        k_ok = offs_k < INTER - k0
+        w = tl.load(w_ptrs + k0, mask=w_ok & k_ok[None, None, :], other=0.0)
+        a = tl.load(a_ptrs + k0, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        return acc + tl.sum(w.to(tl.float32) * a[:, None, :].to(tl.float32), axis=2)
+
+    @triton.jit
+    def _down_sum_rows(act_ptr, w2_ptr, expert, offs_n, rows, row_ok, w_ok, stride_at, stride_we, stride_wn,
+                       INTER: tl.constexpr, BLOCK_K: tl.constexpr, K_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
+                       UNROLL: tl.constexpr):
+        """[K_PAD, BLOCK_N] float32: act row rows[b] (if row_ok[b]) @ w2[expert[b]] rows offs_n, over all
+        INTER columns. UNROLL unrolls the K loop (INTER is a constant), so the tiles' loads can be in flight
+        together; the rare pass keeps it rolled (fewer registers for the kernel as a whole)."""
         offs_k = tl.arange(0, BLOCK_K)
         w_ptrs = w2_ptr + expert[:, None, None] * stride_we + offs_n[None, :, None] * stride_wn \
             + offs_k[None, None, :]                                                            # [KP, BN, BK]
-        a_ptrs = act_ptr + first.to(tl.int64)[:, None] * stride_at + offs_k[None, :]           # [KP, BK]
-        w_ok = b_ok[:, None, None] & n_ok[None, :, None]
+        a_ptrs = act_ptr + rows.to(tl.int64)[:, None] * stride_at + offs_k[None, :]            # [KP, BK]
         acc = tl.zeros((K_PAD, BLOCK_N), dtype=tl.float32)
-        for k0 in tl.static_range(0, INTER, BLOCK_K):
-            k_ok = offs_k < INTER - k0
-            w = tl.load(w_ptrs + k0, mask=w_ok & k_ok[None, None, :], other=0.0)
-            a = tl.load(a_ptrs + k0, mask=b_ok[:, None] & k_ok[None, :], other=0.0)
-            acc += tl.sum(w.to(tl.float32) * a[:, None, :].to(tl.float32), axis=2)              # [KP, BN]
-        tl.store(out_ptr + offs_n, tl.sum(acc * route_w[:, None], axis=0), mask=n_ok)
+        if UNROLL:
+            for k0 in tl.static_range(0, INTER, BLOCK_K):
+                acc = _down_sum_tile(acc, w_ptrs, a_ptrs, w_ok, row_ok, offs_k, k0, INTER)
+        else:
+            for k0 in range(0, INTER, BLOCK_K):
+                acc = _down_sum_tile(acc, w_ptrs, a_ptrs, w_ok, row_ok, offs_k, k0, INTER)
+        return acc
+
+    @triton.jit
+    def _down_sum_kernel(act_ptr, w2_ptr, out_ptr, sorted_ids_ptr, block_expert_ptr, weights_ptr, dim, num_pairs,
+                         stride_at, stride_we, stride_wn, INTER: tl.constexpr, K_PAD: tl.constexpr,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, USE_PDL: tl.constexpr):
+        """One token: out [1, D] float32 = sum over its pairs of weight * (act row @ w2[expert].T), for this
+        program's BLOCK_N columns. A token's layout holds its experts' blocks first (at most K of them, in
+        expert order), each pair's row at the head of its block, unless an expert is picked twice (the
+        weight-0 placeholders of run_experts): those further rows of a block take a second, rare pass."""
+        wait_for_previous_kernel(USE_PDL)
+        offs_b = tl.arange(0, K_PAD)
+        b_ok = offs_b < num_pairs
+        expert = tl.load(block_expert_ptr + offs_b, mask=b_ok, other=-1).to(tl.int64)         # [KP]
+        first = offs_b * BLOCK_M
+        pair = tl.load(sorted_ids_ptr + first, mask=b_ok, other=num_pairs)                    # [KP]
+        second = tl.load(sorted_ids_ptr + first + 1, mask=b_ok & (BLOCK_M > 1), other=num_pairs)
+        b_ok = b_ok & (expert >= 0)
+        row_ok = b_ok & (pair < num_pairs)
+        route_w = tl.load(weights_ptr + pair, mask=row_ok, other=0.0).to(tl.float32)          # [KP]
+        offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_ok = offs_n < dim
+        w_ok = b_ok[:, None, None] & n_ok[None, :, None]
+        acc = _down_sum_rows(act_ptr, w2_ptr, expert, offs_n, first, row_ok, w_ok, stride_at, stride_we, stride_wn,
+                             INTER, BLOCK_K, K_PAD, BLOCK_N, True)
+        acc = acc * route_w[:, None]
+        if tl.max((b_ok & (second < num_pairs)).to(tl.int32), axis=0) > 0:  # an expert picked twice
+            for j in range(1, BLOCK_M):
+                pair_j = tl.load(sorted_ids_ptr + first + j, mask=b_ok, other=num_pairs)
+                ok_j = b_ok & (pair_j < num_pairs)
+                w_j = tl.load(weights_ptr + pair_j, mask=ok_j, other=0.0).to(tl.float32)
+                acc_j = _down_sum_rows(act_ptr, w2_ptr, expert, offs_n, first + j, ok_j, w_ok, stride_at, stride_we,
+                                       stride_wn, INTER, BLOCK_K, K_PAD, BLOCK_N, False)
+                acc += acc_j * w_j[:, None]
+        tl.store(out_ptr + offs_n, tl.sum(acc, axis=0), mask=n_ok)
 
     @triton.jit
     def _sum_topk_kernel(partial_ptr, out_ptr, top_k, dim, stride_ot, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr):
