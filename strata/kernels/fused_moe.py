@@ -82,7 +82,8 @@ def _check_shapes(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
     return num_tokens, top_k, dim, inter
 
 
-# one token: the down projection sums its k expert outputs itself (_down_sum_kernel)
+# one token: the down projection sums its k expert outputs itself (_down_sum_kernel); 16 columns of every
+# picked expert a program at 16 warps tied for the fastest of five tilings on the H200 (session 12, call 3)
 DOWN_SUM_ONE_TOKEN = True
 DOWN_SUM_CONFIG = dict(BLOCK_N=16, BLOCK_K=128, num_warps=16, num_stages=1)
 
@@ -91,7 +92,8 @@ def moe_grouped_gemms(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
                       sorted_ids: torch.Tensor, block_expert: torch.Tensor, cfg: dict,
                       sum_topk: bool = True) -> torch.Tensor:
     """The three compute launches of fused_moe, given the aligned layout. With sum_topk=False the last is
-    left to the caller: -> the weighted expert outputs [T, K, D] in float32 (see rms_norm_topk_sum)."""
+    left to the caller: -> the weighted expert outputs [T, K, D] in float32 (see rms_norm_topk_sum), or
+    for one token their sum [1, 1, D] (_down_sum_kernel)."""
     num_tokens, top_k = topk_weights.shape
     inter, dim = w2.shape[2], w2.shape[1]
     block_m, block_n, block_k = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
@@ -113,8 +115,9 @@ def moe_grouped_gemms(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
         dcfg = DOWN_SUM_CONFIG
         _down_sum_kernel[(triton.cdiv(dim, dcfg["BLOCK_N"]),)](
             act, w2, partial, sorted_ids, block_expert, weights, dim, top_k, act.stride(0), w2.stride(0),
-            w2.stride(1), INTER=inter, K_PAD=triton.next_power_of_2(top_k), BLOCK_M=block_m, BLOCK_N=dcfg["BLOCK_N"],
-            BLOCK_K=dcfg["BLOCK_K"], num_warps=dcfg["num_warps"], num_stages=dcfg["num_stages"], **pdl_options(hidden))
+            w2.stride(1), INTER=inter, K_PAD=triton.next_power_of_2(top_k), BLOCK_M=block_m,
+            BLOCK_N=dcfg["BLOCK_N"], BLOCK_K=dcfg["BLOCK_K"], num_warps=dcfg["num_warps"],
+            num_stages=dcfg["num_stages"], **pdl_options(hidden))
     else:
         rows_out = top_k
         partial = torch.empty(num_tokens * top_k, dim, dtype=torch.float32, device=hidden.device)  # [T * K, D]

@@ -25,8 +25,9 @@ from strata.model.mlp import DenseMLP
 @dataclass
 class TopkPartials:
     """An MoE layer's output before its sum over the top-k experts, left for the next RMSNorm to fold in
-    (strata.kernels.rms_norm.rms_norm_topk_sum): partials [T, K, D] float32 weighted expert outputs,
-    shared [T, D] the shared expert's output or None; the output itself is `total()`."""
+    (strata.kernels.rms_norm.rms_norm_topk_sum): partials [T, K, D] float32 weighted expert outputs
+    ([1, 1, D] for one token, whose down kernel sums them), shared [T, D] the shared expert's output or
+    None; the output itself is `total()`."""
 
     partials: torch.Tensor
     shared: torch.Tensor | None
@@ -194,5 +195,5 @@ class MoEBlock(nn.Module):
             hidden, self.gate.weight, self.top_k, self.norm_topk_prob, cfg["BLOCK_M"], self._route_counter, *rows)
         shared = self._shared(hidden)
         partials = moe_grouped_gemms(hidden, self.experts.w13, self.experts.w2, topk_weights, sorted_ids,
-                                     block_expert, cfg, sum_topk=False)                   # [T, K, D] float32
+                                     block_expert, cfg, sum_topk=False)       # [T, K or 1, D] float32
         return TopkPartials(partials, shared, hidden.dtype)
