@@ -125,14 +125,18 @@ def test_fused_moe_gives_zero_weight_pairs_nothing(num_tokens):
 
 @gpu
 @pytest.mark.parametrize("dim, inter, num_experts, top_k", [(2048, 768, 128, 8), (256, 96, 16, 4), (512, 512, 64, 10)])
-def test_one_token_down_sums_its_experts_like_the_k_row_path(monkeypatch, dim, inter, num_experts, top_k):
+@pytest.mark.parametrize("duplicate", [False, True])
+def test_one_token_down_sums_its_experts_like_the_k_row_path(monkeypatch, dim, inter, num_experts, top_k, duplicate):
     """One token's down projection sums its k weighted expert outputs in the kernel (one float32 row);
     the k-row path leaves them apart. Same sum to float32 rounding (inter 96: a partial K tile; top-k
-    10: padded to 16 picks)."""
+    10: padded to 16 picks; `duplicate`: an expert picked twice with a nonzero weight, so its block holds
+    two rows and takes the kernel's second pass)."""
     import strata.kernels.fused_moe as fm
 
     generator = torch.Generator().manual_seed(dim + top_k)
     hidden, w13, w2, ids, weights = moe_inputs(1, dim, inter, num_experts, top_k, torch.bfloat16, "cuda", generator)
+    if duplicate:
+        ids[0, 2] = ids[0, 1]
     cfg = fm.default_config(top_k, num_experts)
     sorted_ids, block_expert = fm.moe_align(ids, num_experts, cfg["BLOCK_M"])
     summed = fm.moe_grouped_gemms(hidden, w13, w2, weights, sorted_ids, block_expert, cfg, sum_topk=False)
