@@ -112,6 +112,7 @@ class EngineCore:
         self.device, self.dtype, self.num_kv_blocks = device, dtype, num_blocks
         self.streams: dict[str, TextStream | None] = {}
         self.step_times = StepTimes()
+        self.async_scheduling = config.scheduler.async_scheduling
         self._ahead = None  # --async-scheduling: (plan, DecodeInFlight) queued but not yet read
         self._gpu_numbers_cache: tuple[float, dict | None] = (-1e9, None)
 
@@ -233,11 +234,25 @@ class EngineCore:
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
 
+    def set_runtime_options(self, *, cuda_graphs: bool | None = None, async_scheduling: bool | None = None,
+                            max_num_seqs: int | None = None) -> None:
+        """Switches a benchmark flips between runs of one engine (None: leave as is): CUDA graphs on or
+        off (off only where they were built), overlapped scheduling, and fewer concurrent slots than the
+        engine was built for. Only between steps: nothing may be in flight."""
+        if self.has_unfinished() or self._ahead is not None:
+            raise RuntimeError("set_runtime_options needs an idle engine: requests are still running")
+        if cuda_graphs is not None:
+            self.runner.set_cuda_graphs(cuda_graphs)
+        if async_scheduling is not None:
+            self.async_scheduling = async_scheduling
+        if max_num_seqs is not None:
+            self.scheduler.set_max_num_seqs(max_num_seqs)
+
     # ---- the loop --------------------------------------------------------------------------------
 
     def step(self) -> list[TokenDelta]:
         started = time.perf_counter()
-        if self._ahead is not None or self.config.scheduler.async_scheduling:
+        if self._ahead is not None or self.async_scheduling:
             return self._step_overlapped(started)
         return self._step_plan(self.scheduler.schedule(), started)
 
@@ -264,7 +279,7 @@ class EngineCore:
         request that stops at a step already has the next one queued: its token there is dropped."""
         if self._ahead is None:
             plan = self.scheduler.schedule()
-            if not self.config.scheduler.async_scheduling or not self.scheduler.decodes_ahead(plan):
+            if not self.async_scheduling or not self.scheduler.decodes_ahead(plan):
                 return self._step_plan(plan, started)
             try:
                 launched = self.runner.launch_decode(plan)
@@ -275,7 +290,7 @@ class EngineCore:
             plan, launched = self._ahead
             self._ahead = None
         deltas = []
-        ahead = self.scheduler.schedule_ahead(plan) if self.config.scheduler.async_scheduling else None
+        ahead = self.scheduler.schedule_ahead(plan) if self.async_scheduling else None
         if ahead is not None:
             try:
                 self._ahead = (ahead, self.runner.launch_decode(ahead, launched))

@@ -257,6 +257,13 @@ class ModelRunner:
         return StepResult(step.plan.step_id, results, forward_seconds=step.launched - step.started,
                           sample_seconds=read - waited, draft_seconds=0.0, expert_pairs=step.expert_pairs)
 
+    def set_cuda_graphs(self, enabled: bool) -> None:
+        """Replay CUDA graphs (where the runner built them) or run every step eagerly."""
+        if enabled and self.graphs is None:
+            raise ValueError("CUDA graphs are not available on this runner (CPU, --no-cuda-graphs or a "
+                             "layer without a graph-safe path)")
+        self.use_cuda_graphs = enabled
+
     def graph_stats(self) -> dict | None:
         if self.graphs is None:
             return None

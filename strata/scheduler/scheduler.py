@@ -65,6 +65,7 @@ class Scheduler:
         if parked_checkpoints is not None:
             self.checkpoints.on_evict = self._park_checkpoint
         self.free_slots = deque(range(config.max_num_seqs))
+        self.max_running = config.max_num_seqs  # set_max_num_seqs lowers it (a benchmark's concurrency)
         self.waiting: deque[RequestState] = deque()
         self.running: list[RequestState] = []
         self.requests: dict[str, RequestState] = {}
@@ -75,6 +76,14 @@ class Scheduler:
         self._pending_copies: dict[str, list[tuple[int, int]]] = {"park_blocks": [], "restore_blocks": [],
                                                                   "park_checkpoints": []}
         self._step_ids = itertools.count()
+
+    def set_max_num_seqs(self, max_num_seqs: int) -> None:
+        """Admit at most this many running requests (1 .. the slots built), e.g. a benchmark's
+        concurrency level; requests already running keep their slots."""
+        if not 1 <= max_num_seqs <= self.config.max_num_seqs:
+            raise ValueError(f"max_num_seqs must be in [1, {self.config.max_num_seqs}] (the slots this engine "
+                             f"was built with), got {max_num_seqs}")
+        self.max_running = max_num_seqs
 
     # ---- requests in and out -------------------------------------------------------------------
 
@@ -134,7 +143,7 @@ class Scheduler:
                 continue  # preempted (or waiting for blocks): it is back in the waiting queue
             scheduled.append(self._slot_work(state, num_new, new_blocks, drafts))
             budget -= num_new + len(drafts)
-        while budget > 0 and self.waiting and self.free_slots and len(self.running) < self.config.max_num_seqs:
+        while budget > 0 and self.waiting and self.free_slots and len(self.running) < self.max_running:
             state = self._next_waiting()
             if not self._try_admit(state, budget):
                 break
