@@ -7,7 +7,7 @@ while the device computes the slot pairs. Outputs are summed per token. A layer 
 resident takes the slot path alone, with no host sync; any other layer syncs with the host.
 
 Inside a CUDA graph capture (no PCIe staging) a layer that is not all resident splits the graph
-(runner/split_graphs.py): a captured part copies the routing and the rows to pinned host buffers
+(strata/split_graphs.py): a captured part copies the routing and the rows to pinned host buffers
 (HostExchange) and the next one runs the slot pairs; between them the host marks the copies with an
 event, and after the slot pairs it waits for that event only, so the CPU computes the missed pairs
 while the device computes the slot pairs; it then uploads their sum, which the following graph adds.
@@ -24,7 +24,7 @@ from strata.experts.cpu_pool import CpuExpertPool
 from strata.experts.slots import ExpertSlots
 from strata.experts.stats import RoutingStats
 from strata.model.moe import run_experts
-from strata.runner.split_graphs import capturing, split_here
+from strata.split_graphs import capturing, split_here
 
 
 class HostExchange:

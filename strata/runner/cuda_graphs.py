@@ -44,7 +44,7 @@ from torch import nn
 
 from strata.model.context import ForwardContext
 from strata.runner.graph_inputs import GraphInputs
-from strata.runner.split_graphs import SplitCapture, SplitGraph
+from strata.split_graphs import SplitCapture, SplitGraph
 from strata.types import ScheduledSlot
 
 logger = logging.getLogger(__name__)

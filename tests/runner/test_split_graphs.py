@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from strata.runner.split_graphs import SplitCapture, capturing, split_here
+from strata.split_graphs import SplitCapture, capturing, split_here
 
 pytestmark = pytest.mark.gpu
 

@@ -11,6 +11,8 @@ instead of launching every kernel of the step.
 A host function gets the number of real (unpadded) token rows of the replayed step and may only read
 and write buffers whose addresses the graphs captured (pinned host buffers filled by captured copies,
 device buffers read by the next graph), on the current stream.
+
+A base module (it imports nothing from strata): the runner captures with it, expert providers split with it.
 """
 
 from __future__ import annotations
