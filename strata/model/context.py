@@ -1,7 +1,11 @@
-"""Per-step forward context: the metadata every layer reads, built once per step by the runner.
+"""What a forward reads: the step's metadata (immutable, built by the runner's input builder) and a
+per-forward scratch object (owned and reset by the runner).
 
-It is passed explicitly to `model.forward` (no module-global step state). Per-sequence rows are the
-slots scheduled this step, in plan order; tokens of one slot are contiguous.
+`ForwardContext` is passed explicitly to `model.forward` (no module-global step state). Per-sequence
+rows are the slots scheduled this step, in plan order; tokens of one slot are contiguous. Nothing a
+layer computes is stored on the context itself: memoised index layouts, the shared rotary rows and the
+per-token recurrent states of a verification window live in `ForwardScratch`, which the owner resets
+before every forward or capture, so nothing computed for one step can leak into another.
 """
 
 from __future__ import annotations
@@ -12,6 +16,36 @@ import torch
 
 
 @dataclass
+class ForwardScratch:
+    """Working state of one forward. `derived` memoises per-step index tensors (`cached`);
+    `rope_rows` maps a rotary config to the tokens' cos / sin rows, stored by the first attention layer
+    and read by the later ones; `window_states` is what recurrent layers record on verification windows,
+    layer -> (conv [T, C, W-1], ssm [T, Hv, Dk, Dv]), read by spec/commit.py; `window_buffers` are
+    persistent buffers for those states (same layout, >= T rows) that CUDA graphs share: they survive
+    `reset`."""
+
+    derived: dict = field(default_factory=dict)
+    rope_rows: dict = field(default_factory=dict)
+    window_states: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    window_buffers: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None
+
+    def reset(self, keep_derived: bool = False) -> ForwardScratch:
+        """Forget what a forward computed. `keep_derived`: keep the memoised index tensors, for a graph
+        capture after its warm-up run of the same layout (they come from host lists, which a capture
+        cannot copy to the device; the rotary rows depend on the positions and are made anew)."""
+        self.rope_rows, self.window_states = {}, {}
+        if not keep_derived:
+            self.derived = {}
+        return self
+
+    def cached(self, key, build):
+        """build() once per forward for `key` (the eager paths' per-step index layouts)."""
+        if key not in self.derived:
+            self.derived[key] = build()
+        return self.derived[key]
+
+
+@dataclass(frozen=True)
 class ForwardContext:
     positions: torch.Tensor          # [T] long, absolute position of each token
     slot_mapping: torch.Tensor       # [T] long, flat KV index block_id * block_size + offset
@@ -20,33 +54,23 @@ class ForwardContext:
     block_tables: torch.Tensor       # [S, max_blocks] long (padded with 0)
     state_slot_ids: torch.Tensor     # [S] long, row of each sequence in the recurrent-state pools
     has_initial_state: torch.Tensor  # [S] bool, False when the sequence starts at position 0
-    query_lens: list[int]            # host copies, for loops that must not sync the device
-    num_computed: list[int]
+    query_lens: tuple[int, ...]      # host copies, for loops that must not sync the device
+    num_computed: tuple[int, ...]
     kv_caches: dict[int, tuple[torch.Tensor, torch.Tensor]]  # layer -> ([N_blocks, B, Hkv, D] x2)
     state_caches: dict[int, tuple[torch.Tensor, torch.Tensor]]  # layer -> (conv [S_max, C, W-1], ssm [S_max, Hv, Dk, Dv])
+    scratch: ForwardScratch
     block_size: int = 16
     # attention splits contexts as if block_tables had at least this many columns (0: its own width)
     split_table_width: int = 0
-    # Speculative verification: recurrent layers also record the state after every token, keyed by
-    # layer -> (conv [T, C, W-1], ssm [T, Hv, Dk, Dv]), so spec/commit.py can roll back to any position.
+    # Speculative verification: recurrent layers also record the state after every token in
+    # scratch.window_states, so spec/commit.py can roll back to any position.
     keep_window_states: bool = False
-    window_states: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
-    # Optional persistent buffers for those states (same layout, >= T rows), so CUDA graphs share them
-    window_buffers: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None
     # [S] device: each sequence's real tokens where a CUDA graph layout pads sequences in place (a
     # fresh prompt padded to the layout's length); None: query_start_loc gives them (eager steps)
     real_query_lens: torch.Tensor | None = None
-    # index tensors derived from the host lists above, made once per step and shared by every layer
-    derived: dict = field(default_factory=dict)
-    # rotary config -> the tokens' cos / sin rows, stored by the first attention layer of a forward and
-    # read by the later ones (strata.kernels.rope_kv); computed values, so CausalLM.forward starts it empty
-    rope_rows: dict = field(default_factory=dict)
 
     def cached(self, key, build):
-        """build() once per step for `key` (the eager paths' per-step index layouts)."""
-        if key not in self.derived:
-            self.derived[key] = build()
-        return self.derived[key]
+        return self.scratch.cached(key, build)
 
     @property
     def num_seqs(self) -> int:
@@ -55,4 +79,3 @@ class ForwardContext:
     @property
     def max_query_len(self) -> int:
         return max(self.query_lens)
-

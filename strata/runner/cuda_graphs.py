@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from strata.model.context import ForwardContext
+from strata.model.context import ForwardContext, ForwardScratch
 from strata.runner.graph_inputs import GraphInputs
 from strata.split_graphs import SplitCapture, SplitGraph
 from strata.types import ScheduledSlot
@@ -188,11 +188,11 @@ class CudaGraphCache:
         real = sum(w.num_new_tokens for w in scheduled)
         captured.graph.replay(real)
         self.num_replays += 1
+        # what the graph wrote, seen through the real rows; nothing else of the capture's scratch
+        scratch = ForwardScratch(window_states={layer: (conv[:real], ssm[:real])
+                                                for layer, (conv, ssm) in captured.window_states.items()})
         input_ids, ctx = self.inputs.context(len(scheduled), n, self.kv_caches, self.state_caches,
-                                             keep_window_states=bool(captured.window_states))
-        ctx.query_lens = [w.num_new_tokens for w in scheduled]
-        ctx.num_computed = [w.num_computed_tokens for w in scheduled]
-        ctx.window_states = {layer: (conv[:real], ssm[:real]) for layer, (conv, ssm) in captured.window_states.items()}
+                                             bool(captured.window_states), scratch, scheduled)
         # slot i's rows start at i * n (a fresh prompt's padding rows follow its own real rows)
         return GraphStep(input_ids, captured.hidden[:len(scheduled) * n], ctx)
 
@@ -233,15 +233,16 @@ class CudaGraphCache:
             if self.pool is None:
                 self.pool = torch.cuda.graph_pool_handle()
             self.inputs.fill([], {}, num_slots, n)  # padding only: scratch KV block and state row
-            input_ids, ctx = self.inputs.context(num_slots, n, self.kv_caches, self.state_caches, keep_window_states)
-            ctx.window_buffers = self.window_buffers
+            scratch = ForwardScratch(window_buffers=self.window_buffers)
+            input_ids, ctx = self.inputs.context(num_slots, n, self.kv_caches, self.state_caches, keep_window_states,
+                                                 scratch)
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):  # warm-up: compiles kernels and sizes workspaces
                 self._forward(num_slots, input_ids, ctx)
             torch.cuda.current_stream().wait_stream(stream)
             torch.cuda.synchronize()
-            ctx.window_states = {}
+            scratch.reset(keep_derived=True)
             host_plan = self.host_plan()
             with SplitCapture(self.pool) as capture:
                 hidden = self._forward(num_slots, input_ids, ctx)
@@ -251,8 +252,8 @@ class CudaGraphCache:
             self.eager_only.add(key)
             torch.cuda.synchronize()
             return None
-        captured = CapturedStep(capture.result, hidden, dict(ctx.window_states),
-                                max(0, torch.cuda.memory_reserved() - reserved_before), host_plan, dict(ctx.derived))
+        captured = CapturedStep(capture.result, hidden, dict(scratch.window_states),
+                                max(0, torch.cuda.memory_reserved() - reserved_before), host_plan, dict(scratch.derived))
         self.graphs[key] = captured
         self.num_captures += 1
         return captured
@@ -266,11 +267,6 @@ class CudaGraphCache:
     def _release(self, key: tuple[int, int]) -> None:
         self.graphs.pop(key).graph.reset()
         logger.debug("released CUDA graph %s", key)
-
-    def release_all(self) -> None:
-        for captured in self.graphs.values():
-            captured.graph.reset()
-        self.graphs.clear()
 
 
 def prompt_token_limit(requested: int, max_len: int) -> int:

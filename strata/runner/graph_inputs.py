@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from strata.model.context import ForwardContext
+from strata.model.context import ForwardContext, ForwardScratch
 from strata.types import ScheduledSlot
 
 
@@ -99,10 +99,18 @@ class GraphInputs:
         self._device("input_ids")[:token_ids.shape[0]].copy_(token_ids)
 
     def context(self, num_slots: int, tokens_per_slot: int, kv_caches: dict, state_caches: dict,
-                keep_window_states: bool) -> tuple[torch.Tensor, ForwardContext]:
+                keep_window_states: bool, scratch: ForwardScratch,
+                scheduled: list[ScheduledSlot] | None = None) -> tuple[torch.Tensor, ForwardContext]:
         """Views of the buffers for a layout (what a graph captures). The bool flags are derived on the
-        device from the int64 copy by the caller's captured work (see `derive_flags`)."""
+        device from the int64 copy by the caller's captured work (see `derive_flags`). `scheduled`: the
+        real slots of a replayed step, whose host copies of the lengths the context then carries (a
+        capture has none: the eager torch paths that read them never run inside a graph)."""
         t = num_slots * tokens_per_slot
+        if scheduled is None:
+            query_lens, num_computed = (tokens_per_slot,) * num_slots, (0,) * num_slots
+        else:
+            query_lens = tuple(w.num_new_tokens for w in scheduled)
+            num_computed = tuple(w.num_computed_tokens for w in scheduled)
         ctx = ForwardContext(
             positions=self._device("positions")[:t],
             slot_mapping=self._device("slot_mapping")[:t],
@@ -112,10 +120,11 @@ class GraphInputs:
             state_slot_ids=self._device("state_slot_ids")[:num_slots],
             has_initial_state=self.has_initial_bool[:num_slots],
             real_query_lens=self._device("query_lens")[:num_slots],
-            query_lens=[tokens_per_slot] * num_slots,
-            num_computed=[0] * num_slots,  # host copies are read by the eager torch paths only
+            query_lens=query_lens,
+            num_computed=num_computed,
             kv_caches=kv_caches,
             state_caches=state_caches,
+            scratch=scratch,
             block_size=self.block_size,
             keep_window_states=keep_window_states,
         )

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from strata.model.context import ForwardContext
+from strata.model.context import ForwardContext, ForwardScratch
 from strata.transfer import index_tensor
 from strata.types import ScheduledSlot
 
@@ -20,8 +20,9 @@ class StepInputs:
 
 
 def build_inputs(scheduled: list[ScheduledSlot], block_tables: dict[int, list[int]], block_size: int,
-                 kv_caches: dict, state_caches: dict, device: str, split_table_width: int = 0) -> StepInputs:
-    """`split_table_width`: the attention kernel splits each context as if block tables had this many
+                 kv_caches: dict, state_caches: dict, device: str, split_table_width: int = 0,
+                 keep_window_states: bool = False, scratch: ForwardScratch | None = None) -> StepInputs:
+    """`scratch`: the caller's per-forward scratch, reset here (a fresh one when None). `split_table_width`: the attention kernel splits each context as if block tables had this many
     columns (the CUDA graphs' width), so eager and graph steps of one layout round alike."""
     input_ids: list[int] = []
     positions: list[np.ndarray] = []
@@ -39,8 +40,8 @@ def build_inputs(scheduled: list[ScheduledSlot], block_tables: dict[int, list[in
     tables = np.zeros((num_seqs, width), dtype=np.int64)                                   # padded with 0
     for row, work in enumerate(scheduled):
         tables[row, :len(block_tables[work.slot_id])] = block_tables[work.slot_id]
-    num_computed = [w.num_computed_tokens for w in scheduled]
-    query_lens = [w.num_new_tokens for w in scheduled]
+    num_computed = tuple(w.num_computed_tokens for w in scheduled)
+    query_lens = tuple(w.num_new_tokens for w in scheduled)
     # every index array in one host buffer, one copy to the device (pinned, not blocking the host)
     parts = [np.asarray(input_ids, dtype=np.int64), np.concatenate(positions), np.concatenate(slot_mapping),
              np.asarray(query_start_loc), np.add(num_computed, query_lens), [w.slot_id for w in scheduled],
@@ -61,6 +62,8 @@ def build_inputs(scheduled: list[ScheduledSlot], block_tables: dict[int, list[in
         kv_caches=kv_caches,
         state_caches=state_caches,
         block_size=block_size,
+        scratch=(scratch or ForwardScratch()).reset(),
         split_table_width=split_table_width,
+        keep_window_states=keep_window_states,
     )
     return StepInputs(ids, ctx, query_start_loc[:-1])

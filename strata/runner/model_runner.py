@@ -20,6 +20,7 @@ from torch import nn
 
 from strata.cache.pools import CheckpointPool, HostParkPool, KVPool, StatePool
 from strata.config import MAX_SPEC_TOKENS, RunnerConfig, SpecConfig
+from strata.model.context import ForwardScratch
 from strata.model.gated_delta_net import TRITON_MAX_QUERY_LEN
 from strata.runner.cuda_graphs import CudaGraphCache, prompt_graph_rows, prompt_token_limit
 from strata.runner.graph_inputs import GraphInputs
@@ -106,6 +107,7 @@ class ModelRunner:
         self.host_park = HostParkPool(self.kv_pool, self.checkpoint_pool, *park_rows) if any(park_rows) else None
         self.sampler = Sampler(max_num_seqs, cfg.vocab_size, list(cfg.eos_token_ids), device, seed=seed)
         self.block_tables: dict[int, list[int]] = {}
+        self.scratch = ForwardScratch()  # reset by every eager step's input builder
         self.proposer = Proposer(spec, model) if spec.enabled else None
         self.synthetic = SyntheticDrafter(spec.acceptance_length, seed) if spec.method == "synthetic" else None
 
@@ -120,8 +122,8 @@ class ModelRunner:
         outcomes = sample_and_verify(self.model, self.sampler, hidden, plan.scheduled, inputs.query_starts,
                                      self.synthetic)
         partial = [o for o in outcomes if o.num_accepted < o.num_drafts]
-        if ctx.keep_window_states:
-            restore_recurrent_state(self.state_pool.caches, ctx.window_states,
+        if self._has_windows(plan):
+            restore_recurrent_state(self.state_pool.caches, ctx.scratch.window_states,
                                     [o.slot_id for o in partial], [o.last_row for o in partial])
         for o in outcomes:
             self.sampler.append_output(o.slot_id, o.token_ids)
@@ -164,8 +166,6 @@ class ModelRunner:
                 step = self.graphs.run(key, plan.scheduled, self.block_tables, feed)
                 if step is not None:
                     starts = [i * key[1] for i in range(len(plan.scheduled))]
-                    step.ctx.keep_window_states = step.ctx.keep_window_states and \
-                        any(w.draft_token_ids for w in plan.scheduled)
                     return StepInputs(step.input_ids, step.ctx, starts), step.hidden
             elif feed is None:
                 split = self._forward_split(plan)
@@ -173,8 +173,8 @@ class ModelRunner:
                     return split
         inputs = build_inputs(plan.scheduled, self.block_tables, self.block_size, self.kv_pool.caches,
                               self.state_pool.caches, self.device,
-                              split_table_width=self.graphs.inputs.width if self.graphs is not None else 0)
-        inputs.ctx.keep_window_states = bool(self.state_pool.caches) and any(w.draft_token_ids for w in plan.scheduled)
+                              split_table_width=self.graphs.inputs.width if self.graphs is not None else 0,
+                              keep_window_states=self._has_windows(plan), scratch=self.scratch)
         if feed is not None:
             inputs.input_ids[:feed.shape[0]].copy_(feed)
         if self.graphs is not None and self.experts is not None:  # graph steps left their padded count there
@@ -263,6 +263,11 @@ class ModelRunner:
             raise ValueError("CUDA graphs are not available on this runner (CPU, --no-cuda-graphs or a "
                              "layer without a graph-safe path)")
         self.use_cuda_graphs = enabled
+
+    def _has_windows(self, plan: StepPlan) -> bool:
+        """Whether the step verifies drafts on a model with recurrent state (which then records, and
+        commit restores, the state after every window token)."""
+        return bool(self.state_pool.caches) and any(w.draft_token_ids for w in plan.scheduled)
 
     def graph_stats(self) -> dict | None:
         if self.graphs is None:

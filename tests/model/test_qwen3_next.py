@@ -15,7 +15,7 @@ from transformers import Qwen3NextConfig
 from transformers import Qwen3NextForCausalLM as HFQwen3Next
 from transformers.models.qwen3_next.modeling_qwen3_next import Qwen3NextDecoderLayer, Qwen3NextRotaryEmbedding
 
-from strata.model.context import ForwardContext
+from strata.model.context import ForwardContext, ForwardScratch
 from strata.model.gated_delta_net import chunked_gated_delta_rule, l2norm, recurrent_gated_delta_rule
 from strata.weights.hf_source import HFSource
 from strata.weights.loader import build_model
@@ -94,8 +94,8 @@ def make_ctx(caches, batch: list[tuple[int, int, int]]) -> ForwardContext:
         seq_lens=torch.tensor([c + n for _, c, n in batch]), block_tables=tables,
         state_slot_ids=torch.tensor([s for s, _, _ in batch]),
         has_initial_state=torch.tensor([c > 0 for _, c, _ in batch]),
-        query_lens=query_lens, num_computed=[c for _, c, _ in batch],
-        kv_caches=kv, state_caches=states, block_size=BLOCK_SIZE)
+        query_lens=tuple(query_lens), num_computed=tuple(c for _, c, _ in batch),
+        kv_caches=kv, state_caches=states, scratch=ForwardScratch(), block_size=BLOCK_SIZE)
 
 
 def step(model, caches, batch: list[tuple[int, int, int]], token_ids: list[list[int]]) -> torch.Tensor:

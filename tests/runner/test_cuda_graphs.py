@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from strata import LLM, SamplingParams
+from strata.model.context import ForwardScratch
 from strata.runner.cuda_graphs import _still_valid
 from strata.runner.graph_inputs import GraphInputs
 from strata.types import ScheduledSlot
@@ -22,7 +23,7 @@ def test_graph_inputs_fill_real_rows_then_padding():
                  ScheduledSlot(slot_id=0, num_computed_tokens=0, num_new_tokens=2, new_block_ids=[], token_ids=[13, 14])]
     tables = {2: [4, 6], 0: [1]}
     inputs.fill(scheduled, tables, num_slots=3, tokens_per_slot=2)
-    input_ids, ctx = inputs.context(3, 2, {}, {}, keep_window_states=False)
+    input_ids, ctx = inputs.context(3, 2, {}, {}, False, ForwardScratch())
     inputs.derive_flags(3)
     assert input_ids.tolist() == [11, 12, 13, 14, 0, 0]
     assert ctx.positions.tolist() == [5, 6, 0, 1, 0, 1]
@@ -37,7 +38,7 @@ def test_graph_inputs_fill_real_rows_then_padding():
     assert ctx.real_query_lens.tolist() == [2, 2, 2]
     # a smaller layout later reads only its own prefix of every buffer
     inputs.fill(scheduled[1:], tables, num_slots=1, tokens_per_slot=2)
-    input_ids, ctx = inputs.context(1, 2, {}, {}, keep_window_states=False)
+    input_ids, ctx = inputs.context(1, 2, {}, {}, False, ForwardScratch())
     assert input_ids.tolist() == [13, 14] and ctx.slot_mapping.tolist() == [4, 5]
     inputs.fill([], {}, num_slots=2, tokens_per_slot=2)  # capture: padding only
     assert inputs.num_real_rows.tolist() == [0]
@@ -52,7 +53,7 @@ def test_graph_inputs_pad_a_fresh_prompt_in_place():
     prompt = ScheduledSlot(slot_id=1, num_computed_tokens=0, num_new_tokens=5, new_block_ids=[3, 5],
                            token_ids=[21, 22, 23, 24, 25])
     inputs.fill([prompt], {1: [3, 5]}, num_slots=1, tokens_per_slot=8)
-    input_ids, ctx = inputs.context(1, 8, {}, {}, keep_window_states=False)
+    input_ids, ctx = inputs.context(1, 8, {}, {}, False, ForwardScratch())
     assert input_ids.tolist() == [21, 22, 23, 24, 25, 0, 0, 0]
     assert ctx.positions.tolist() == list(range(8))
     assert ctx.slot_mapping.tolist() == [12, 13, 14, 15, 20, 9 * 4 + 1, 9 * 4 + 2, 9 * 4 + 3]
