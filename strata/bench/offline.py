@@ -7,7 +7,6 @@ and the bandwidth that implies against a device copy timed in the same run (stra
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 import time
 from dataclasses import dataclass
@@ -59,7 +58,7 @@ def run_strata(llm: LLM, prompts: list[list[int]], output_len: int, ignore_eos: 
     stats = core.scheduler.stats = type(core.scheduler.stats)()
     core.step_times = type(core.step_times)()
     core.scheduler.allocator.reset_prefix_cache()  # every run reads its prompts cold
-    streams = min(len(prompts), core.scheduler.config.max_num_seqs)
+    streams = min(len(prompts), core.scheduler.max_running)
     meter = DecodeExpertsMeter(core)
     requests, elapsed = run_closed_loop(core, prompts, params, streams, meter)
     tokens = sum(r.num_tokens for r in requests)
@@ -165,7 +164,8 @@ def bench_offline(llm: LLM, opts: OfflineOptions, no_spec: LLM | None = None) ->
     engines = {"strata": llm} if no_spec is None else {"strata_spec": llm, "strata_nospec": no_spec}
     arms, unavailable = _arms(engines, opts.eager_vs_graph, opts.sync_vs_async)
     for _, engine, settings in arms:
-        _apply(engine, settings)
+        # at the largest concurrency: an engine built with fewer slots fails here, before any timing
+        _apply(engine, {**settings, "max_num_seqs": max(opts.concurrency)})
         run_strata(engine, prompts[:1], 4)  # warm-up
     copy_mib = opts.copy_mib or (2048 if core.device.startswith("cuda") else 256)
     roofline = DecodeRoofline(ByteModel.from_config(core.model_config, getattr(torch, core.dtype).itemsize),
@@ -175,8 +175,7 @@ def bench_offline(llm: LLM, opts: OfflineOptions, no_spec: LLM | None = None) ->
     for repeat in range(opts.repeats):
         for c in opts.concurrency:
             for name, engine, settings in arms:
-                _apply(engine, settings)
-                engine.engine.scheduler.config = _with_max_seqs(engine.engine.scheduler.config, c)
+                _apply(engine, {**settings, "max_num_seqs": c})
                 if repeat == 0 and opts.warmup_output_len:
                     run_strata(engine, prompts, opts.warmup_output_len, ignore_eos)
                 runs.setdefault(f"{name}_c{c}", []).append(run_strata(engine, prompts, opts.output_len, ignore_eos,
@@ -206,11 +205,12 @@ def _arms(engines: dict[str, LLM], eager_vs_graph: bool,
     modes: list[tuple[str, dict]] = [("", {})]
     unavailable = {}
     if eager_vs_graph:
-        if all(hasattr(engine.engine.runner, "use_cuda_graphs") for engine in engines.values()):
+        if all(engine.engine.runner.graphs is not None for engine in engines.values()):
             modes = [(f"{suffix}_{mode}", {**settings, "graphs": mode == "graph"})
                      for suffix, settings in modes for mode in ("eager", "graph")]
         else:
-            reason = "the runner has no use_cuda_graphs switch; measured as configured instead"
+            reason = ("the runner has no CUDA graphs (CPU, --no-cuda-graphs or a layer without a graph-safe "
+                      "path); measured as configured instead")
             unavailable = {f"{name}_{mode}": reason for name in engines for mode in ("eager", "graph")}
     if sync_vs_async:
         modes = [(f"{suffix}_{mode}", {**settings, "async": mode == "async"})
@@ -220,12 +220,10 @@ def _arms(engines: dict[str, LLM], eager_vs_graph: bool,
 
 
 def _apply(engine: LLM, settings: dict) -> None:
-    if "graphs" in settings:
-        engine.engine.runner.use_cuda_graphs = settings["graphs"]
-    if "async" in settings:
-        config = engine.engine.config
-        engine.engine.config = dataclasses.replace(config, scheduler=dataclasses.replace(
-            config.scheduler, async_scheduling=settings["async"]))
+    """Settings absent from `settings` stay as they are (the engine was built with max_num_seqs at least
+    the largest concurrency: see `strata bench offline`)."""
+    engine.engine.set_runtime_options(cuda_graphs=settings.get("graphs"), async_scheduling=settings.get("async"),
+                                      max_num_seqs=settings.get("max_num_seqs"))
 
 
 _MEDIANS = {"median_ttft_p50_ms": ("ttft_ms", "p50"), "median_ttft_p95_ms": ("ttft_ms", "p95"),
@@ -265,7 +263,3 @@ def _add_ratios(summary: dict, concurrency: tuple[int, ...], with_hf: bool) -> N
     if base:
         for entry in summary.values():
             entry["ratio_vs_hf_single_stream"] = entry["median_output_tok_s"] / base
-
-
-def _with_max_seqs(config, max_num_seqs: int):
-    return dataclasses.replace(config, max_num_seqs=max_num_seqs)

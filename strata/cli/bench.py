@@ -1,5 +1,6 @@
-"""`strata bench offline | serve`: offline throughput of N seeded prompts, or latency and throughput of a
-running server; one JSON result schema (see strata/bench/result.py)."""
+"""`strata bench offline | serve | multiturn | experts | plot | kernels`: offline throughput of N seeded
+prompts, latency and throughput of a running server, …; one JSON result schema (see strata/bench/result.py).
+`kernels` (Triton kernel microbenchmarks, strata/bench/kernels.py) writes its own rows and needs CUDA."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import sys
 
 from strata.cli.options import add_engine_options, engine_config
 from strata.config import SpecConfig
+
+KERNEL_FAMILIES = ("moe", "linear", "attention", "gdn")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -82,6 +85,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     exp.add_argument("--prompt-seed", type=int, default=0)
     exp.add_argument("--output", default=None, help="write the JSON result here")
     exp.set_defaults(run=run_experts)
+    kern = modes.add_parser("kernels", help="Triton kernels at decode/verify shapes: bandwidth against a device "
+                                            "copy (needs CUDA and Triton)")
+    kern.add_argument("--out", help="write all rows as JSON here")
+    kern.add_argument("--no-sweep", action="store_true", help="default tile configs only")
+    kern.add_argument("--only", default=",".join(KERNEL_FAMILIES),
+                      help=f"comma-separated kernel families to run ({', '.join(KERNEL_FAMILIES)})")
+    kern.set_defaults(run=run_kernels)
 
 
 def run_offline(args: argparse.Namespace) -> int:
@@ -226,3 +236,30 @@ def run_experts(args: argparse.Namespace) -> int:
               f"cpu {shares.get('cpu_share', 0.0):.0%}  pcie {shares.get('pcie_share', 0.0):.0%}  "
               f"swaps {shares.get('swaps', 0)}")
     return 0
+
+
+def run_kernels(args: argparse.Namespace) -> int:
+    only = set(args.only.split(","))
+    if not only <= set(KERNEL_FAMILIES):
+        raise ValueError(f"--only: unknown kernel families {sorted(only - set(KERNEL_FAMILIES))}; pass a "
+                         f"comma-separated subset of {', '.join(KERNEL_FAMILIES)}")
+    reason = kernels_unavailable_reason()
+    if reason is not None:
+        print(f"strata: error: strata bench kernels needs CUDA and Triton: {reason}", file=sys.stderr)
+        return 2
+    from strata.bench.kernels import run
+
+    run(only, not args.no_sweep, args.out)
+    return 0
+
+
+def kernels_unavailable_reason() -> str | None:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return "triton is not installed (pip install triton, on a machine with an NVIDIA GPU)"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "no CUDA device is visible to torch"
+    return None

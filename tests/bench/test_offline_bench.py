@@ -169,34 +169,87 @@ def test_hf_peer_on_a_random_shape(tmp_path):
         hf["median_output_tok_s"] / doc["results"]["hf_generate_b1"]["median_output_tok_s"])
 
 
-def test_each_arm_warms_up_once_per_concurrency_before_its_first_measured_run(monkeypatch):
+class _FakeCore:
+    """What bench_offline needs of an EngineCore when run_strata is stubbed: the public runtime switches
+    (recorded) and a runner with CUDA graphs."""
+
+    device, dtype = "cpu", "float32"
+
+    def __init__(self):
+        from strata.weights.source import open_source
+
+        self.model_config = open_source(TINY_MOE).model_config()
+        self.runner = type("Runner", (), {"graphs": object()})()
+        self.max_num_seqs, self.graphs, self.overlapped = 8, None, None
+        self.options: list[dict] = []
+
+    def set_runtime_options(self, *, cuda_graphs=None, async_scheduling=None, max_num_seqs=None) -> None:
+        self.options.append(dict(cuda_graphs=cuda_graphs, async_scheduling=async_scheduling, max_num_seqs=max_num_seqs))
+        self.graphs = self.graphs if cuda_graphs is None else cuda_graphs
+        self.overlapped = self.overlapped if async_scheduling is None else async_scheduling
+        self.max_num_seqs = self.max_num_seqs if max_num_seqs is None else max_num_seqs
+
+
+def _stub_runs(monkeypatch) -> list[tuple]:
     from strata.bench import offline
-    from strata.config import SchedulerConfig
-    from strata.weights.source import open_source
 
     calls = []
-    monkeypatch.setattr(offline, "run_strata",
-                        lambda engine, prompts, output_len, *a, **k: calls.append(
-                            (engine.engine.scheduler.config.max_num_seqs, output_len)) or {})
+    monkeypatch.setattr(offline, "run_strata", lambda engine, prompts, output_len, *a, **k: calls.append(
+        (engine.engine.max_num_seqs, engine.engine.graphs, engine.engine.overlapped, output_len)) or {})
     monkeypatch.setattr(offline, "summarise", lambda runs: {})
     monkeypatch.setattr(offline, "_add_ratios", lambda *a: None)
     monkeypatch.setattr(offline, "measure_copy_bandwidth", lambda *a: 1.0)
+    return calls
 
-    class Scheduler:
-        config = SchedulerConfig(max_num_seqs=8)
 
-    class Core:
-        device, dtype, scheduler = "cpu", "float32", Scheduler()
-        model_config = open_source(TINY_MOE).model_config()
+def test_each_arm_warms_up_once_per_concurrency_before_its_first_measured_run(monkeypatch):
+    from strata.bench import offline
 
-    class Engine:
-        engine = Core()
-
+    calls = _stub_runs(monkeypatch)
+    engine = type("Engine", (), {"engine": _FakeCore()})()
     opts = offline.OfflineOptions(TINY_MOE, num_prompts=2, output_len=5, concurrency=(1, 2), repeats=2,
                                   warmup_output_len=3)
-    offline.bench_offline(Engine(), opts)
-    # start-up warm-up, then per concurrency: one 3-token warm-up before the first of the 5-token runs
-    assert calls == [(8, 4), (1, 3), (1, 5), (2, 3), (2, 5), (1, 5), (2, 5)]
+    offline.bench_offline(engine, opts)
+    # start-up warm-up at the largest concurrency, then per concurrency: one 3-token warm-up before the
+    # first of the 5-token runs
+    assert [(c, n) for c, _, _, n in calls] == [(2, 4), (1, 3), (1, 5), (2, 3), (2, 5), (1, 5), (2, 5)]
+
+
+def test_arms_switch_graphs_and_async_through_the_public_options(monkeypatch):
+    from strata.bench import offline
+
+    calls = _stub_runs(monkeypatch)
+    engine = type("Engine", (), {"engine": _FakeCore()})()
+    opts = offline.OfflineOptions(TINY_MOE, num_prompts=2, output_len=5, concurrency=(2,), repeats=1,
+                                  eager_vs_graph=True, sync_vs_async=True, warmup_output_len=0)
+    offline.bench_offline(engine, opts)
+    arms = [(False, False), (False, True), (True, False), (True, True)]   # (graphs, async) of each arm in order
+    assert calls == [(2, g, a, 4) for g, a in arms] + [(2, g, a, 5) for g, a in arms]
+
+
+def test_graph_arms_unavailable_without_graphs(monkeypatch):
+    from strata.bench import offline
+
+    _stub_runs(monkeypatch)
+    core = _FakeCore()
+    core.runner.graphs = None
+    engine = type("Engine", (), {"engine": core})()
+    sections = offline.bench_offline(engine, offline.OfflineOptions(TINY_MOE, concurrency=(1, 2), repeats=1,
+                                                                    eager_vs_graph=True))
+    assert set(sections["unavailable_arms"]) == {"strata_eager", "strata_graph"}
+    assert "no CUDA graphs" in sections["unavailable_arms"]["strata_graph"]
+    assert core.options and all(options["cuda_graphs"] is None for options in core.options)
+
+
+def test_concurrency_above_the_slots_built_fails_before_any_run(monkeypatch):
+    from strata.bench import offline
+    from strata.engine.llm import LLM
+
+    calls = _stub_runs(monkeypatch)
+    llm = LLM(TINY_MOE, device="cpu", max_model_len=64, max_num_seqs=2)
+    with pytest.raises(ValueError, match=r"max_num_seqs must be in \[1, 2\].*got 4"):
+        offline.bench_offline(llm, offline.OfflineOptions(TINY_MOE, concurrency=(1, 4), repeats=1))
+    assert calls == []
 
 
 def test_sync_and_async_scheduling_arms_side_by_side(tmp_path):

@@ -5,7 +5,7 @@ import pytest
 from strata.cli.main import main
 
 COMMANDS = [["serve"], ["generate"], ["chat"], ["bench", "offline"], ["bench", "serve"], ["bench", "multiturn"],
-            ["profile"]]
+            ["bench", "kernels"], ["profile"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)

@@ -4,13 +4,14 @@ bytes each call must move, over its time) against a large device-to-device copy 
 Shapes: random:qwen3-30b-a3b (hidden 2048, 128 experts top-8, moe_intermediate 768; 32 heads / 4 KV heads,
 head_dim 128) and Qwen3-Next's Gated DeltaNet (Hk 16, Hv 32, Dk = Dv = 128, conv width 4). Each timed
 unit is a CUDA graph replaying one call per input set, rotating over enough sets (other layers' weights,
-other blocks, other state rows) that the data does not sit in L2. Run: python -m strata.kernels.bench_kernels.
+other blocks, other state rows) that the data does not sit in L2. Run: strata bench kernels [--only …]
+[--no-sweep] [--out FILE]. Needs CUDA and Triton: the CLI checks both before importing this module.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
+import sys
 
 import torch
 import triton
@@ -215,17 +216,11 @@ def bench_conv(cases: list[tuple[int, int]]) -> list[dict]:
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", help="write all rows as JSON here")
-    parser.add_argument("--no-sweep", action="store_true", help="default tile configs only")
-    parser.add_argument("--only", default="moe,linear,attention,gdn",
-                        help="comma-separated kernel families to run (moe, linear, attention, gdn)")
-    args = parser.parse_args()
+def bench_kernels(only: set[str], sweep: bool) -> tuple[float, list[dict]]:
+    """-> (device copy bandwidth, bytes per second; one row per kernel call shape and config)."""
     torch.manual_seed(0)
     copy = copy_bandwidth()
     rows = [dict(kernel="device_copy", bytes=2 * 2 ** 31, bandwidth=copy)]
-    sweep, only = not args.no_sweep, set(args.only.split(","))
     if "moe" in only:
         rows += bench_moe(layers=8, tokens=[1, 2, 4, 8, 16, 32, 64], sweep_tokens=[1, 8] if sweep else [])
         torch.cuda.empty_cache()
@@ -240,6 +235,10 @@ def main() -> None:
         rows += bench_gdn([(1, 1, False), (8, 1, False), (32, 1, False), (1, 4, True), (8, 4, True),
                            (32, 4, True)], sweep)
         rows += bench_conv([(1, 1), (8, 1), (32, 1), (8, 4)])
+    return copy, rows
+
+
+def print_rows(copy: float, rows: list[dict]) -> None:
     print(f"{'kernel':<22}{'shape':<44}{'us':>9}{'MB':>9}{'GB/s':>8}{'% copy':>8}")
     for row in rows:
         shape = ", ".join(f"{k}={v:.1e}" if k == "rel_err" else f"{k}={v:.1f}" if isinstance(v, float) else f"{k}={v}"
@@ -251,10 +250,17 @@ def main() -> None:
                       f"/{c.get('BLOCK_N_DOWN', c['BLOCK_N'])}")
         print(f"{row['kernel']:<22}{shape:<44}{row.get('us', 0):>9.1f}{row['bytes'] / 1e6:>9.2f}"
               f"{row['bandwidth'] / 1e9:>8.0f}{100 * row['bandwidth'] / copy:>7.1f}%")
-    if args.out:
-        with open(args.out, "w") as f:
+
+
+def run(only: set[str], sweep: bool, out: str | None) -> None:
+    copy, rows = bench_kernels(only, sweep)
+    print_rows(copy, rows)
+    if out:
+        with open(out, "w") as f:
             json.dump(dict(device=torch.cuda.get_device_name(), copy_bandwidth=copy, rows=rows), f, indent=1)
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":   # the options live in one place: `strata bench kernels`
+    from strata.cli.main import main
+
+    sys.exit(main(["bench", "kernels", *sys.argv[1:]]))
