@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from strata.config import CacheConfig, EngineConfig, ExpertConfig, RunnerConfig, SchedulerConfig, SpecConfig
+from strata.engine.build import LoadedModel
 from strata.engine.core import EngineCore
 from strata.tokenizer import render_chat
 from strata.types import FinishReason, Request, SamplingParams, TokenDelta, TokenLogprob
@@ -67,11 +68,11 @@ class LLM:
     def from_config(cls, config: EngineConfig, quiet: bool = True, share_model_of: LLM | None = None) -> LLM:
         """`share_model_of`: an LLM of the same model whose weights this one uses too (no second copy)."""
         llm = cls.__new__(cls)
-        llm._start(config, quiet, share_model_of.engine.runner.model if share_model_of is not None else None)
+        llm._start(config, quiet, share_model_of.engine.loaded if share_model_of is not None else None)
         return llm
 
-    def _start(self, config: EngineConfig, quiet: bool, model=None) -> None:
-        self.engine = EngineCore(config, quiet=quiet, model=model)
+    def _start(self, config: EngineConfig, quiet: bool, shared: LoadedModel | None = None) -> None:
+        self.engine = EngineCore(config, quiet=quiet, shared=shared)
         self.tokenizer = self.engine.tokenizer
         self._ids = itertools.count()
 

@@ -37,11 +37,10 @@ _MAX_SWAP_SHARE = 1 / 8
 
 
 def install_experts(model: nn.Module, config: ExpertConfig, device: str, quiet: bool = True) -> ExpertManager | None:
-    """Attach an ExpertManager as `model.expert_manager` (None for a model without MoE layers)."""
+    """The model's ExpertManager, which places its experts (None for a model without MoE layers); the
+    engine builder hands it to whoever needs it."""
     blocks = [m for m in model.modules() if isinstance(m, MoEBlock)]
-    manager = ExpertManager(model, blocks, config, device, quiet) if blocks else None
-    model.expert_manager = manager
-    return manager
+    return ExpertManager(model, blocks, config, device, quiet) if blocks else None
 
 
 class ExpertManager:

@@ -26,10 +26,7 @@ from strata.runner.cuda_graphs import CudaGraphCache, prompt_graph_rows, prompt_
 from strata.runner.graph_inputs import GraphInputs
 from strata.runner.inputs import StepInputs, build_inputs
 from strata.sample import Sampler
-from strata.spec.commit import restore_recurrent_state
-from strata.spec.proposer import Proposer
-from strata.spec.synthetic import SyntheticDrafter
-from strata.spec.verify_step import sample_and_verify
+from strata.spec.speculator import Speculator
 from strata.types import SlotResult, StepPlan, StepResult
 
 
@@ -59,7 +56,7 @@ class RestoreFailed(RuntimeError):
 
 
 class ModelRunner:
-    def __init__(self, model: nn.Module, num_blocks: int, block_size: int, max_num_seqs: int,
+    def __init__(self, model: nn.Module, experts, num_blocks: int, block_size: int, max_num_seqs: int,
                  device: str, seed: int = 0, spec: SpecConfig | None = None, checkpoint_pool_size: int = 0,
                  park_rows: tuple[int, int] = (0, 0), options: RunnerConfig | None = None,
                  max_model_len: int | None = None) -> None:
@@ -71,8 +68,8 @@ class ModelRunner:
         self.block_size = block_size
         dtype = next(model.parameters()).dtype
         kv_layers = cfg.full_attention_layers + ([cfg.num_hidden_layers] if model.has_mtp else [])
-        self.experts = getattr(model, "expert_manager", None)
-        graphs = options.cuda_graphs and str(device).startswith("cuda") and graph_safe(model, dtype)
+        self.experts = experts  # the model's ExpertManager (None without MoE layers)
+        graphs = options.cuda_graphs and str(device).startswith("cuda") and graph_safe(model, experts, dtype)
         # with graphs, one extra KV block and state row take the padding rows' writes
         self.kv_pool = KVPool(kv_layers, num_blocks + int(graphs), block_size, cfg.num_key_value_heads, cfg.head_dim,
                               dtype, device)
@@ -108,8 +105,7 @@ class ModelRunner:
         self.sampler = Sampler(max_num_seqs, cfg.vocab_size, list(cfg.eos_token_ids), device, seed=seed)
         self.block_tables: dict[int, list[int]] = {}
         self.scratch = ForwardScratch()  # reset by every eager step's input builder
-        self.proposer = Proposer(spec, model) if spec.enabled else None
-        self.synthetic = SyntheticDrafter(spec.acceptance_length, seed) if spec.method == "synthetic" else None
+        self.speculation = Speculator(spec, model, self.sampler, self.state_pool.caches, self._mtp_context, seed)
 
     @torch.inference_mode()
     def execute(self, plan: StepPlan) -> StepResult:
@@ -117,28 +113,12 @@ class ModelRunner:
         if plan.is_empty:
             return StepResult(plan.step_id, [])
         inputs, hidden, expert_pairs, started = self._queue_forward(plan)  # hidden [T, D]
-        ctx = inputs.ctx
         forward_done = time.perf_counter()
-        outcomes = sample_and_verify(self.model, self.sampler, hidden, plan.scheduled, inputs.query_starts,
-                                     self.synthetic)
-        partial = [o for o in outcomes if o.num_accepted < o.num_drafts]
-        if self._has_windows(plan):
-            restore_recurrent_state(self.state_pool.caches, ctx.scratch.window_states,
-                                    [o.slot_id for o in partial], [o.last_row for o in partial])
-        for o in outcomes:
-            self.sampler.append_output(o.slot_id, o.token_ids)
-            if self.proposer is not None:
-                self.proposer.commit(o.slot_id, o.token_ids)
-        sample_done = time.perf_counter()
-        drafts = {}
-        if self.proposer is not None:
-            drafts = self.proposer.propose(plan.scheduled, inputs.query_starts, inputs.input_ids, hidden, ctx,
-                                           outcomes, self.block_tables, self.kv_pool.caches, self.block_size)
-        results = [SlotResult(o.slot_id, o.token_ids, o.num_accepted, drafts.get(o.slot_id, []),
-                              None if o.logprobs is None else [o.logprobs]) for o in outcomes]
-        return StepResult(plan.step_id, results, forward_seconds=forward_done - started,
-                          sample_seconds=sample_done - forward_done,
-                          draft_seconds=time.perf_counter() - sample_done, expert_pairs=expert_pairs)
+        spec = self.speculation.step(plan.scheduled, inputs.query_starts, inputs.input_ids, hidden, inputs.ctx,
+                                     self.block_tables, inputs.ctx.scratch.window_states if self._has_windows(plan) else None)
+        return StepResult(plan.step_id, spec.slots, forward_seconds=forward_done - started,
+                          sample_seconds=spec.verify_seconds, draft_seconds=spec.draft_seconds,
+                          expert_pairs=expert_pairs)
 
     def _queue_forward(self, plan: StepPlan, feed: torch.Tensor | None = None
                        ) -> tuple[StepInputs, torch.Tensor, dict, float]:
@@ -187,7 +167,7 @@ class ModelRunner:
         Only steps after which nothing but the rows is read: not when the MTP head runs on this step
         (it reads the whole step's inputs), nor with verification windows of a model with recurrent
         state (the rollback reads their per-token states by the step's row)."""
-        if self.proposer is not None and self.proposer.needs_mtp_forward(plan.scheduled):
+        if self.speculation.needs_whole_step(plan.scheduled):
             return None
         if self.state_pool.caches and any(w.draft_token_ids for w in plan.scheduled):
             return None
@@ -250,9 +230,7 @@ class ModelRunner:
         for slot_id, token_id in zip(step.slot_ids, token_ids):
             if self.sampler.params[slot_id] is None:
                 continue
-            self.sampler.append_output(slot_id, [token_id])
-            if self.proposer is not None:
-                self.proposer.commit(slot_id, [token_id])
+            self.speculation.commit_decoded(slot_id, token_id)
             results.append(SlotResult(slot_id, [token_id], 0, []))
         return StepResult(step.plan.step_id, results, forward_seconds=step.launched - step.started,
                           sample_seconds=read - waited, draft_seconds=0.0, expert_pairs=step.expert_pairs)
@@ -263,6 +241,10 @@ class ModelRunner:
             raise ValueError("CUDA graphs are not available on this runner (CPU, --no-cuda-graphs or a "
                              "layer without a graph-safe path)")
         self.use_cuda_graphs = enabled
+
+    def _mtp_context(self, scheduled: list, block_tables: dict[int, list[int]]):
+        """The context of one MTP drafting pass (its own KV only, no recurrent state)."""
+        return build_inputs(scheduled, block_tables, self.block_size, self.kv_pool.caches, {}, self.device).ctx
 
     def _has_windows(self, plan: StepPlan) -> bool:
         """Whether the step verifies drafts on a model with recurrent state (which then records, and
@@ -287,13 +269,11 @@ class ModelRunner:
         for slot_id in plan.finished_slot_ids:
             self.block_tables.pop(slot_id, None)
             self.sampler.remove_slot(slot_id)
-            if self.proposer is not None:
-                self.proposer.remove_slot(slot_id)
+            self.speculation.remove_slot(slot_id)
         for new in plan.new_slots:
             self.block_tables[new.slot_id] = list(new.cached_block_ids)
             self.sampler.add_slot(new.slot_id, new.sampling_params, new.prompt_token_ids, new.output_token_ids)
-            if self.proposer is not None:
-                self.proposer.add_slot(new.slot_id, new.prompt_token_ids + new.output_token_ids)
+            self.speculation.add_slot(new.slot_id, new.prompt_token_ids + new.output_token_ids)
 
         for slot_id, num_blocks in plan.truncated_block_tables.items():
             del self.block_tables[slot_id][num_blocks:]
@@ -321,13 +301,12 @@ class ModelRunner:
             raise RestoreFailed(needing) from e
 
 
-def graph_safe(model: nn.Module, dtype: torch.dtype) -> bool:
+def graph_safe(model: nn.Module, experts, dtype: torch.dtype) -> bool:
     """Whether every layer's CUDA path avoids host syncs and host-built tensors on decode windows: the
     Triton kernels cover attention and Gated DeltaNet in any dtype, the fused MoE kernel 16-bit weights
     only (float32 experts take the torch grouped path, which reads routing counts on the host)."""
     from strata.kernels import triton_available
 
-    experts = getattr(model, "expert_manager", None)
     if experts is not None and not experts.is_graph_safe:
         return False  # PCIe staging decides on the host, per step, what the device computes
     return triton_available() and (dtype in (torch.bfloat16, torch.float16) or not model.config.num_experts)

@@ -19,7 +19,7 @@ from strata.config import CacheConfig, SchedulerConfig, SpecConfig
 from strata.scheduler.prefix import PrefixManager
 from strata.scheduler.request_state import RequestState, Status
 from strata.scheduler.stats import CacheStats, SpecStats
-from strata.spec.policy import DraftCostModel, can_speculate, draft_length, recover_acceptance, update_acceptance
+from strata.spec.planner import DraftPlanner
 from strata.types import FinishReason, NewSlotData, Request, ScheduledSlot, StepPlan, StepResult
 
 
@@ -35,21 +35,19 @@ class Commit:
 
 class Scheduler:
     def __init__(self, config: SchedulerConfig, cache: CacheConfig, num_blocks: int, max_model_len: int,
-                 eos_token_ids: tuple[int, ...], spec: SpecConfig | None = None,
-                 has_recurrent_state: bool = False, park_rows: tuple[int, int] = (0, 0)) -> None:
-        """park_rows: host-RAM rows of the conversation cache for (KV blocks, checkpoints)."""
+                 eos_token_ids: tuple[int, ...], planner: DraftPlanner | None = None,
+                 has_recurrent_state: bool = False, park_rows: tuple[int, int] = (0, 0),
+                 uniform_draft_windows: bool = False, expert_token_budget: int | None = None) -> None:
+        """planner: how many drafts each request gets (None: no speculation). park_rows: host-RAM rows
+        of the conversation cache for (KV blocks, checkpoints). uniform_draft_windows: fill every window
+        of a step to one length (the runner replays CUDA graphs, keyed by window length).
+        expert_token_budget: most tokens per step (--expert-budget with offloaded experts)."""
         self.config = config
-        self.spec = spec or SpecConfig()
-        # the MTP drafter writes its KV up to k - 1 positions past the verified window
-        self.lookahead = self.spec.num_speculative_tokens if self.spec.uses_mtp else 0
+        self.planner = planner or DraftPlanner(SpecConfig())
+        self.lookahead = self.planner.lookahead  # KV the drafter writes past a verified window
         self.stats = SpecStats()
-        self.draft_cost = DraftCostModel()  # step time vs tokens per step: picks the batch draft length
-        self._k_step: int | None = None
-        self.acceptance_prior = 1.0  # acceptance over all verifications: where a new request's estimate starts
-        # set by the engine when the runner replays CUDA graphs, which need one window length per step
-        self.uniform_draft_windows = False
-        # set by the engine from --expert-budget when experts are offloaded: most tokens per step
-        self.expert_token_budget: int | None = None
+        self.uniform_draft_windows = uniform_draft_windows
+        self.expert_token_budget = expert_token_budget
         self.block_size = cache.block_size
         self.max_model_len = max_model_len
         self.eos_token_ids = eos_token_ids
@@ -90,7 +88,7 @@ class Scheduler:
     def add_request(self, request: Request) -> None:
         if request.request_id in self.requests:
             raise ValueError(f"request id {request.request_id!r} is already in use")
-        state = RequestState(request, self.eos_token_ids, acceptance_ema=self.acceptance_prior)
+        state = RequestState(request, self.eos_token_ids, acceptance_ema=self.planner.acceptance_prior)
         self.requests[request.request_id] = state
         self.waiting.append(state)
 
@@ -130,7 +128,7 @@ class Scheduler:
         if self.expert_token_budget is not None:  # bound the experts a step touches (offloaded experts)
             budget = min(budget, max(self.expert_token_budget, len(self.running)))
         scheduled: list[ScheduledSlot] = []
-        self._decide_k_step()
+        self._begin_planning()
         for state in list(self.running):
             if budget == 0:
                 break
@@ -163,7 +161,7 @@ class Scheduler:
         previous token on the host (penalties, min_tokens, a seed, logprobs), or a block would have to
         be taken from another request. A hybrid model's checkpoint due where `plan` ends a block is
         queued here, ahead of the commit."""
-        self._decide_k_step()
+        self._begin_planning()
         continuing = self._continuing_after(plan)
         if not continuing:
             return None
@@ -201,28 +199,20 @@ class Scheduler:
             state = by_slot.get(work.slot_id)
             if state is None or not work.sample or work.num_new_tokens != 1 or work.draft_token_ids \
                     or state.num_computed_tokens != work.num_computed_tokens or not _samples_without_history(state) \
-                    or (self.spec.enabled and (work.next_k or self._draft_length(state))):
+                    or (self.planner.enabled and (work.next_k or self._draft_length(state))):
                 return None
             if state.remaining_output(self.max_model_len) > 1:  # else the token in flight is its last
                 continuing.append(state)
         return continuing
 
-    def _decide_k_step(self) -> None:
-        """The batch's draft length for the step being planned (the cost model's choice; None before it
-        has data or without adaptive speculation). Every planned step decides, ahead-planned ones too,
-        so the cost model's retries of unmeasured lengths keep their clock."""
-        self._k_step = None
-        if self.spec.enabled and self.spec.adaptive:  # nothing running yet: a batch of one new request
-            acceptances = [s.acceptance_ema for s in self.running] or [self.acceptance_prior]
-            self._k_step = self.draft_cost.best_k(self.spec.num_speculative_tokens, acceptances)
+    def _begin_planning(self) -> None:
+        self.planner.begin_step([s.acceptance_ema for s in self.running])
 
     def _draft_length(self, state: RequestState) -> int:
-        """Drafts the draft policy gives the request now (0 where its sampling cannot speculate). With
-        speculation on, only steps after which no request would draft can be planned ahead."""
-        if not can_speculate(state.request.sampling_params, len(state.output_token_ids)):
-            return 0
-        return draft_length(self.spec.num_speculative_tokens, self.spec.adaptive, len(self.running),
-                            state.acceptance_ema, self._k_step)
+        """Drafts the planner gives the request now. With speculation on, only steps after which no
+        request would draft can be planned ahead."""
+        return self.planner.drafts_for(state.request.sampling_params, len(state.output_token_ids),
+                                       state.acceptance_ema, len(self.running))
 
     def _make_plan(self, scheduled: list[ScheduledSlot]) -> StepPlan:
         """The step plan of `scheduled` with everything pending for the runner (slots to set up and
@@ -241,7 +231,7 @@ class Scheduler:
         commits = []
         self.stats.record_step(plan.num_tokens, result.forward_seconds, result.sample_seconds, result.draft_seconds)
         if plan.scheduled and all(w.sample and w.num_new_tokens == 1 + len(w.draft_token_ids) for w in plan.scheduled):
-            self.draft_cost.observe(plan.num_tokens, result.forward_seconds + result.sample_seconds + result.draft_seconds)
+            self.planner.observe_step(plan.num_tokens, result.forward_seconds + result.sample_seconds + result.draft_seconds)
         for work in plan.scheduled:
             state = running_by_slot.get(work.slot_id)
             if state is None:
@@ -258,12 +248,8 @@ class Scheduler:
             if work.draft_token_ids:
                 state.spec_stats.record_verification(len(work.draft_token_ids), slot_result.num_accepted)
                 self.stats.record_verification(len(work.draft_token_ids), slot_result.num_accepted)
-                state.acceptance_ema = update_acceptance(state.acceptance_ema, len(work.draft_token_ids),
-                                                         slot_result.num_accepted)
-                self.acceptance_prior = update_acceptance(self.acceptance_prior, len(work.draft_token_ids),
-                                                          slot_result.num_accepted)
-            elif self.spec.enabled:
-                state.acceptance_ema = recover_acceptance(state.acceptance_ema)
+            state.acceptance_ema = self.planner.acceptance_after(state.acceptance_ema, len(work.draft_token_ids),
+                                                                 slot_result.num_accepted)
             state.draft_token_ids = slot_result.next_draft_token_ids
             kept, reason = state.append_outputs(slot_result.token_ids, self.max_model_len)
             # after the append: accepted drafts are computed tokens, and their blocks hash their values
@@ -374,7 +360,7 @@ class Scheduler:
         start = state.num_computed_tokens
         drafts = drafts or []
         sample = start + num_new == state.num_tokens
-        k = self._draft_length(state) if self.spec.enabled else 0
+        k = self._draft_length(state)
         next_k = k if sample else 0
         state.requested_k = next_k
         return ScheduledSlot(slot_id=state.slot_id, num_computed_tokens=start, num_new_tokens=num_new + len(drafts),
@@ -385,7 +371,7 @@ class Scheduler:
         """This step's drafts: what the drafter proposed, within the budget and the request's room
         (a window emits at most k + 1 tokens, so k < remaining output)."""
         room = min(budget - 1, state.remaining_output(self.max_model_len) - 1)
-        if not can_speculate(state.request.sampling_params, len(state.output_token_ids)):
+        if not self.planner.may_draft(state.request.sampling_params, len(state.output_token_ids)):
             return []
         drafts = state.draft_token_ids[: max(room, 0)]
         # filler drafts (the last token repeated) keep every window of the step the same length, so the

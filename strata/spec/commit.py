@@ -1,4 +1,5 @@
-"""Commit: the only place recurrent state is restored after verification.
+"""Commit: the only place recurrent state is restored after verification, and where accepted
+tokens join the sampler's and the drafter's history.
 
 The verify pass left every slot's pool row at the state after the *last* token of its window and
 recorded the state after each token (ForwardContext.window_states). A slot that accepted only part
@@ -8,7 +9,15 @@ work: rejected positions are overwritten by later steps, and lengths live in the
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
+
+from strata.spec.verify_step import SlotOutcome
+
+if TYPE_CHECKING:
+    from strata.sample import Sampler
+    from strata.spec.proposer import Proposer
 
 
 def restore_recurrent_state(state_caches: dict[int, tuple[torch.Tensor, torch.Tensor]],
@@ -24,3 +33,19 @@ def restore_recurrent_state(state_caches: dict[int, tuple[torch.Tensor, torch.Te
         window_conv, window_ssm = window_states[layer]
         conv_state.index_copy_(0, slots, window_conv[rows])
         ssm_state.index_copy_(0, slots, window_ssm[rows])
+
+
+def commit_outcomes(outcomes: list[SlotOutcome], sampler: Sampler, drafter: Proposer | None,
+                    state_caches: dict[int, tuple[torch.Tensor, torch.Tensor]],
+                    window_states: dict[int, tuple[torch.Tensor, torch.Tensor]] | None) -> None:
+    """After verification: slots that rejected some drafts get the recurrent state of their last
+    accepted position back (`window_states`: what the step recorded, None when it verified nothing on
+    a model with recurrent state); every slot's accepted tokens join its sampling and drafting history."""
+    if window_states is not None:
+        partial = [o for o in outcomes if o.num_accepted < o.num_drafts]
+        restore_recurrent_state(state_caches, window_states, [o.slot_id for o in partial],
+                                [o.last_row for o in partial])
+    for o in outcomes:
+        sampler.append_output(o.slot_id, o.token_ids)
+        if drafter is not None:
+            drafter.commit(o.slot_id, o.token_ids)

@@ -1,4 +1,4 @@
-"""Proposing the next step's drafts: `propose` for every sampling slot, after verification.
+"""The drafter: proposes the next step's drafts for every sampling slot, after verification.
 
 - suffix: prompt-lookup matches over the slot's committed tokens (no model);
 - mtp: the model's MTP head. Pass 1 runs over every row of the step (prompt chunks included) so the
@@ -6,27 +6,35 @@
   the row of a slot's last accepted position yields draft 1. Passes 2..k run one token per slot at
   the following positions, batched across slots, recursing on the head's own hidden state;
 - mtp+suffix: both, keeping the longer credible proposal per slot;
-- synthetic: placeholders; the verifier turns them into the target's own tokens.
+- synthetic: placeholders, and `synthetic` (spec/synthetic.py) decides at verification how many of
+  them the target accepts (benchmarks on random weights).
 The drafter's probability floor cuts a proposal at the first draft the drafter itself doubts.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from strata.config import SpecConfig
-from strata.runner.inputs import build_inputs
 from strata.spec.suffix import SuffixDrafter
+from strata.spec.synthetic import SyntheticDrafter
 from strata.spec.verify_step import SlotOutcome
 from strata.transfer import index_tensor
 from strata.types import ScheduledSlot
 
+# (one-token slots of an MTP pass, block tables) -> the pass's ForwardContext (the runner's input builder)
+ContextBuilder = Callable[[list[ScheduledSlot], dict[int, list[int]]], object]
+
 
 class Proposer:
-    def __init__(self, spec: SpecConfig, model) -> None:
+    def __init__(self, spec: SpecConfig, model, build_context: ContextBuilder, seed: int = 0) -> None:
         self.spec = spec
         self.model = model
+        self.build_context = build_context
         self.suffix = SuffixDrafter(spec.suffix_max_ngram) if spec.method in ("suffix", "mtp+suffix") else None
+        self.synthetic = SyntheticDrafter(spec.acceptance_length, seed) if spec.method == "synthetic" else None
         self.tokens: dict[int, list[int]] = {}   # committed tokens per slot (the MTP needs prompt lookahead)
 
     def add_slot(self, slot_id: int, token_ids: list[int]) -> None:
@@ -46,14 +54,13 @@ class Proposer:
 
     @torch.inference_mode()
     def propose(self, scheduled: list[ScheduledSlot], query_starts: list[int], input_ids: torch.Tensor,
-                hidden: torch.Tensor, ctx, outcomes: list[SlotOutcome], block_tables: dict[int, list[int]],
-                kv_caches: dict, block_size: int) -> dict[int, list[int]]:
+                hidden: torch.Tensor, ctx, outcomes: list[SlotOutcome],
+                block_tables: dict[int, list[int]]) -> dict[int, list[int]]:
         """-> slot id -> drafts (at most the slot's `next_k`) for the slots that want them."""
         wanted = _wanted(scheduled)
         mtp: dict[int, list[int]] = {}
         if self.needs_mtp_forward(scheduled):
-            mtp = self._propose_mtp(scheduled, query_starts, input_ids, hidden, ctx, outcomes, wanted,
-                                    block_tables, kv_caches, block_size)
+            mtp = self._propose_mtp(scheduled, query_starts, input_ids, hidden, ctx, outcomes, wanted, block_tables)
         drafts = {}
         for slot_id, k in wanted.items():
             if self.spec.method == "synthetic":
@@ -72,7 +79,7 @@ class Proposer:
         return self.spec.uses_mtp and _needs_mtp_forward(scheduled, _wanted(scheduled))
 
     def _propose_mtp(self, scheduled, query_starts, input_ids, hidden, ctx, outcomes, wanted,
-                     block_tables, kv_caches, block_size) -> dict[int, list[int]]:
+                     block_tables) -> dict[int, list[int]]:
         by_slot = {o.slot_id: o for o in outcomes}
         shifted = torch.roll(input_ids, -1)  # row p -> token p + 1 inside each window
         for work, start in zip(scheduled, query_starts):
@@ -92,13 +99,13 @@ class Proposer:
         window_start = {w.slot_id: (w.num_computed_tokens, start) for w, start in zip(scheduled, query_starts)}
         positions = {o.slot_id: window_start[o.slot_id][0] + o.last_row - window_start[o.slot_id][1] for o in slots}
         if self.spec.draft_prob_floor == 0:
-            return self._draft_on_device(slots, wanted, positions, state, block_tables, kv_caches, block_size)
+            return self._draft_on_device(slots, wanted, positions, state, block_tables)
         drafts = {o.slot_id: [] for o in slots}
         active = list(slots)
         for step in range(max(wanted[o.slot_id] for o in slots)):
             if step > 0:
                 newest = index_tensor([drafts[o.slot_id][-1] for o in active], state.device)     # [S]
-                state = self._mtp_step(active, newest, positions, state, step, block_tables, kv_caches, block_size)
+                state = self._mtp_step(active, newest, positions, state, step, block_tables)
             probs = torch.softmax(self.model.compute_logits(state), dim=-1)
             best_prob, best = probs.max(dim=-1)
             keep = []
@@ -114,24 +121,23 @@ class Proposer:
                 break
         return drafts
 
-    def _draft_on_device(self, slots, wanted, positions, state, block_tables, kv_caches, block_size):
+    def _draft_on_device(self, slots, wanted, positions, state, block_tables):
         """Without a probability floor every draft is kept, so the passes need nothing from the host:
         each feeds the previous pass's most likely tokens [S] as its input ids on the device, and the
         drafts are read back once at the end (a read per pass would make the host wait for the device
         between passes). Every slot runs the longest k; each keeps its own first `wanted` drafts."""
         tokens = [torch.softmax(self.model.compute_logits(state), dim=-1).argmax(dim=-1)]      # [S]
         for step in range(1, max(wanted[o.slot_id] for o in slots)):
-            state = self._mtp_step(slots, tokens[-1], positions, state, step, block_tables, kv_caches, block_size)
+            state = self._mtp_step(slots, tokens[-1], positions, state, step, block_tables)
             tokens.append(torch.softmax(self.model.compute_logits(state), dim=-1).argmax(dim=-1))
         rows = torch.stack(tokens, dim=1).tolist()                                            # [S, k]
         return {o.slot_id: row[:wanted[o.slot_id]] for o, row in zip(slots, rows)}
 
-    def _mtp_step(self, active, input_ids, positions, state, step, block_tables, kv_caches, block_size):
+    def _mtp_step(self, active, input_ids, positions, state, step, block_tables):
         """One recursive MTP pass: each active slot feeds its newest draft (input_ids [S], on the device)
         at the next position -> the pass's hidden states [S, D]."""
         work = [ScheduledSlot(o.slot_id, positions[o.slot_id] + step, 1, [], [0]) for o in active]
-        ctx = build_inputs(work, block_tables, block_size, kv_caches, {}, str(state.device)).ctx
-        return self.model.mtp_forward(input_ids, state, ctx)
+        return self.model.mtp_forward(input_ids, state, self.build_context(work, block_tables))
 
 
 

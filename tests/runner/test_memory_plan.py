@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from strata.config import EngineConfig, ExpertConfig, SchedulerConfig
-from strata.engine.core import EngineCore
+from strata.engine.memory_plan import MemoryPlan
 from strata.model.registry import model_class
 from strata.runner.memory import GiB, GpuBudget, WeightSizes, auto_expert_slots, kv_reserve_tokens, meta_model, \
     weight_sizes
@@ -35,23 +35,23 @@ def test_kv_reserve_covers_the_slots_up_to_a_cap_and_one_full_sequence():
     assert kv_reserve_tokens(max_model_len=65536, max_num_seqs=1) == 65536
 
 
-def _core_with_budget(monkeypatch, available: int, **experts) -> tuple[EngineCore, WeightSizes]:
+def _plan_with_budget(monkeypatch, available: int, **experts) -> tuple[MemoryPlan, WeightSizes]:
     config = EngineConfig(model=TINY_MOE, scheduler=SchedulerConfig(max_num_seqs=2, max_model_len=256),
                           experts=ExpertConfig(**experts))
-    core = object.__new__(EngineCore)  # the planning step alone: no model is built
-    core.config, core.model_config, core.max_model_len = config, open_source(TINY_MOE).model_config(), 256
-    monkeypatch.setattr(core, "_gpu_budget", lambda: GpuBudget(80 * GiB, 72 * GiB, 72 * GiB - available))
-    cfg = core.model_config
-    return core, weight_sizes(meta_model(model_class(cfg), cfg), torch.bfloat16)
+    cfg = open_source(TINY_MOE).model_config()
+    meta = meta_model(model_class(cfg), cfg)  # the planning step alone: no model is built
+    plan = MemoryPlan(config, cfg, config.speculative, 256, "cuda", torch.bfloat16, meta.has_mtp,
+                      meta.recurrent_state_shapes())
+    monkeypatch.setattr(plan, "_budget", lambda: GpuBudget(80 * GiB, 72 * GiB, 72 * GiB - available))
+    return plan, weight_sizes(meta, torch.bfloat16)
 
 
 def test_engine_gives_auto_experts_what_the_budget_leaves(monkeypatch):
     def slots(available: int, pcie_frac: str = "0") -> int:
-        core, sizes = _core_with_budget(monkeypatch, available, pcie_frac=pcie_frac)
-        return core._auto_expert_slots(sizes, meta_model(model_class(core.model_config), core.model_config),
-                                       torch.bfloat16)
+        plan, sizes = _plan_with_budget(monkeypatch, available, pcie_frac=pcie_frac)
+        return plan._auto_expert_slots(sizes)
 
-    _, sizes = _core_with_budget(monkeypatch, 0)
+    _, sizes = _plan_with_budget(monkeypatch, 0)
     per_expert = sizes.experts // sizes.num_experts
     assert slots(64 * GiB) == sizes.num_experts and slots(0) == 0
     low, high = 0, 64 * GiB  # the least memory that gives one slot

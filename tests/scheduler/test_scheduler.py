@@ -149,10 +149,11 @@ def test_allocator_refuses_double_free():
 
 def spec_scheduler(num_blocks: int, max_num_seqs: int, k: int, uses_mtp: bool):
     from strata.config import SpecConfig
+    from strata.spec.planner import DraftPlanner
 
     spec = SpecConfig(method="mtp" if uses_mtp else "suffix", num_speculative_tokens=k)
     return Scheduler(SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=24),
-                     CacheConfig(block_size=4), num_blocks, 256, (EOS,), spec)
+                     CacheConfig(block_size=4), num_blocks, 256, (EOS,), DraftPlanner(spec))
 
 
 @settings(max_examples=60, deadline=None)

@@ -114,9 +114,9 @@ def test_the_mtp_layer_runs_only_on_steps_that_draft_or_feed_a_drafting_prompt()
     def slot(n, next_k=0, drafting=False, sample=True):
         return ScheduledSlot(0, 0, n, [], [1] * n, sample=sample, next_k=next_k, drafting=drafting)
 
-    mtp = Proposer(SpecConfig(method="mtp", num_speculative_tokens=3), model=None)
+    mtp = Proposer(SpecConfig(method="mtp", num_speculative_tokens=3), model=None, build_context=None)
     assert mtp.needs_mtp_forward([slot(1, next_k=2)])                       # drafts wanted next step
     assert mtp.needs_mtp_forward([slot(40, drafting=True, sample=False)])   # a prompt chunk feeding its KV
     assert not mtp.needs_mtp_forward([slot(40), slot(1)])                   # nobody drafts: skipped
-    suffix = Proposer(SpecConfig(method="suffix", num_speculative_tokens=3), model=None)
+    suffix = Proposer(SpecConfig(method="suffix", num_speculative_tokens=3), model=None, build_context=None)
     assert not suffix.needs_mtp_forward([slot(1, next_k=2)])

@@ -137,7 +137,7 @@ def wrong_at_every_position(reference: dict[tuple, list[int]]):
 def test_mtp_layer_runs_only_for_requests_the_policy_gives_drafts(tiny_model_dir, next_refs, monkeypatch):
     """When the policy drafts nothing (k = 0 for every slot), neither decode steps nor prompt chunks run
     the MTP forward, and the output stays the plain one; when it drafts, prompt chunks feed it too."""
-    import strata.scheduler.scheduler as scheduler_module
+    import strata.spec.planner as planner_module
 
     _, eight, _, eight_ref = next_refs
     folder = tiny_model_dir("qwen3_next+mtp")
@@ -152,7 +152,7 @@ def test_mtp_layer_runs_only_for_requests_the_policy_gives_drafts(tiny_model_dir
     calls = mtp_calls(drafting)
     assert run_staggered(drafting, eight) == eight_ref
     assert max(calls) > 4          # a prompt chunk (prompts of 5..70 tokens) went through the MTP layer
-    monkeypatch.setattr(scheduler_module, "draft_length", lambda *args, **kwargs: 0)
+    monkeypatch.setattr(planner_module, "draft_length", lambda *args, **kwargs: 0)
     silent = engine(folder, {"method": "mtp", "num_speculative_tokens": 3})
     calls = mtp_calls(silent)
     assert run_staggered(silent, eight) == eight_ref
@@ -304,11 +304,11 @@ def test_a_new_request_starts_from_the_engines_acceptance(tiny_model_dir):
     llm = LLM(tiny_model_dir("llama"), dtype="float32", device="cpu",
               speculative_config={"method": "synthetic", "num_speculative_tokens": 3, "acceptance_length": 1.0})
     scheduler = llm.engine.scheduler
-    assert scheduler.acceptance_prior == 1.0
+    assert scheduler.planner.acceptance_prior == 1.0
     llm.generate({"prompt_token_ids": [5, 6, 7]}, SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True))
-    assert scheduler.stats.num_draft_tokens > 0 and scheduler.acceptance_prior < 0.5
+    assert scheduler.stats.num_draft_tokens > 0 and scheduler.planner.acceptance_prior < 0.5
     scheduler.add_request(Request("next", [5, 6, 7], SamplingParams(max_tokens=4)))
-    assert scheduler.requests["next"].acceptance_ema == scheduler.acceptance_prior
+    assert scheduler.requests["next"].acceptance_ema == scheduler.planner.acceptance_prior
 
 
 def test_mtp_drafts_kept_on_the_device_match_the_host_loop(tiny_model_dir, next_refs, monkeypatch):
@@ -321,8 +321,8 @@ def test_mtp_drafts_kept_on_the_device_match_the_host_loop(tiny_model_dir, next_
     for kind, floor in (("device", 0.0), ("host", 1e-30)):
         core = engine(folder, {"method": "mtp", "num_speculative_tokens": 3, "adaptive": False,
                                "draft_prob_floor": floor})
-        propose = core.runner.proposer.propose
-        monkeypatch.setattr(core.runner.proposer, "propose",
+        propose = core.runner.speculation.drafter.propose
+        monkeypatch.setattr(core.runner.speculation.drafter, "propose",
                             lambda *args, out=proposed[kind], f=propose: (out.append(f(*args)), out[-1])[1])
         assert run_staggered(core, eight) == eight_ref
     assert proposed["device"] == proposed["host"] and sum(len(d) for p in proposed["host"] for d in p.values()) > 50

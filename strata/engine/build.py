@@ -1,0 +1,118 @@
+"""Builds an engine's parts from its config: the model and its expert placement, the memory plan, the
+tokenizer, the runner and the scheduler. Each component gets its own sub-config and explicit handles
+to what it uses; nothing is attached to another object after it is built. EngineCore keeps the loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import sys
+
+import torch
+from torch import nn
+
+from strata.config import EngineConfig, ModelConfig, SpecConfig, resolve_device, resolve_dtype
+from strata.engine.memory_plan import MemoryPlan
+from strata.experts.manager import ExpertManager, install_experts
+from strata.experts.placement import tokens_for_expert_budget
+from strata.model.registry import model_class
+from strata.runner.memory import meta_model
+from strata.runner.model_runner import ModelRunner
+from strata.scheduler.scheduler import Scheduler
+from strata.spec.planner import DraftPlanner
+from strata.tokenizer import load_tokenizer
+from strata.weights.loader import DTYPES, build_model
+from strata.weights.source import open_source
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedModel:
+    """Weights and expert placement, which a second engine of the same model may share (a benchmark's
+    no-speculation baseline beside the speculating engine): its experts keep this placement."""
+
+    model: nn.Module
+    experts: ExpertManager | None
+
+
+@dataclasses.dataclass
+class EngineParts:
+    model_config: ModelConfig
+    loaded: LoadedModel
+    tokenizer: object | None
+    spec: SpecConfig
+    memory: MemoryPlan
+    runner: ModelRunner
+    scheduler: Scheduler
+    max_model_len: int
+    device: str
+    dtype: str
+    num_kv_blocks: int
+    park_rows: tuple[int, int]
+
+
+def resolve_spec(spec: SpecConfig, model) -> SpecConfig:
+    """Check the speculative configuration against the model before anything runs."""
+    spec = spec.validated()
+    if spec.method == "auto":
+        method = "mtp" if model.has_mtp else "suffix"
+        if not model.has_mtp:
+            logger.warning("speculative method 'auto': the model has no MTP head, using suffix drafting")
+        return dataclasses.replace(spec, method=method)
+    if spec.uses_mtp and not model.has_mtp:
+        raise ValueError(f"speculative method {spec.method!r} needs the model's MTP head, but "
+                         f"{model.config.architecture} has no mtp.* weights here; use 'suffix' or 'auto'")
+    return spec
+
+
+def build_engine(config: EngineConfig, quiet: bool = False, shared: LoadedModel | None = None) -> EngineParts:
+    device = resolve_device(config.runner.device)
+    dtype = resolve_dtype(config.runner.dtype, device)
+    source = open_source(config.model)
+    cfg = source.model_config()
+    max_model_len = config.scheduler.max_model_len or cfg.max_position_embeddings
+    if max_model_len > cfg.max_position_embeddings:
+        raise ValueError(f"max_model_len {max_model_len} exceeds the model's "
+                         f"max_position_embeddings {cfg.max_position_embeddings}")
+    plan = loaded = None
+    if shared is None:
+        expert_config, expert_device = config.experts, None
+        if device.startswith("cuda"):  # experts that do not fit are loaded to host RAM, not the GPU
+            meta = meta_model(model_class(cfg), cfg)
+            plan = _memory_plan(config, cfg, max_model_len, device, dtype, meta)
+            expert_config, expert_device = plan.expert_slots(meta)
+        model = build_model(source, device, dtype, config.runner.seed, quiet=quiet, expert_device=expert_device)
+        loaded = LoadedModel(model, install_experts(model, expert_config, device, quiet=quiet))
+    loaded = loaded or shared
+    tokenizer = load_tokenizer(config.model)
+    spec = resolve_spec(config.speculative, loaded.model)
+    plan = plan or _memory_plan(config, cfg, max_model_len, device, dtype, loaded.model)
+    sizes = plan.cache_sizes()
+    runner = ModelRunner(loaded.model, loaded.experts, sizes.num_kv_blocks, config.cache.block_size,
+                         config.scheduler.max_num_seqs, device, config.runner.seed, spec, sizes.num_checkpoints,
+                         sizes.park_rows, config.runner, max_model_len)
+    expert_token_budget = None
+    if loaded.experts is not None and loaded.experts.offloaded:
+        expert_token_budget = tokens_for_expert_budget(cfg.num_experts, cfg.num_experts_per_tok,
+                                                       config.experts.expert_budget)
+    scheduler = Scheduler(config.scheduler, config.cache, sizes.num_kv_blocks, max_model_len, cfg.eos_token_ids,
+                          DraftPlanner(spec), has_recurrent_state=bool(loaded.model.recurrent_state_shapes()),
+                          park_rows=sizes.park_rows, uniform_draft_windows=runner.graphs is not None,
+                          expert_token_budget=expert_token_budget)
+    if not quiet:
+        print(f"KV cache: {sizes.num_kv_blocks} blocks of {config.cache.block_size} tokens; prefix caching "
+              f"{'on' if config.cache.enable_prefix_caching else 'off'}; checkpoints: {sizes.num_checkpoints}; "
+              f"conversation cache: {sizes.park_rows[0]} blocks + {sizes.park_rows[1]} checkpoints in host RAM",
+              file=sys.stderr)
+    return EngineParts(cfg, loaded, tokenizer, spec, plan, runner, scheduler, max_model_len, device, dtype,
+                       sizes.num_kv_blocks, sizes.park_rows)
+
+
+def _memory_plan(config: EngineConfig, cfg: ModelConfig, max_model_len: int, device: str, dtype: str,
+                 model: nn.Module) -> MemoryPlan:
+    """`model`: the loaded model or a meta model of it (shapes only)."""
+    torch_dtype: torch.dtype = DTYPES[dtype]
+    return MemoryPlan(config, cfg, config.speculative, max_model_len, device, torch_dtype, model.has_mtp,
+                      model.recurrent_state_shapes())

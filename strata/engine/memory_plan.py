@@ -1,0 +1,150 @@
+"""The engine's memory plan: how many experts go on the device, how many KV blocks the pool holds, and
+the host-RAM rows of the conversation cache, decided once at start from the configs and the budget.
+
+It runs in two phases, because the second needs the loaded weights' real footprint: `expert_slots`
+before the weights load (from a meta model's sizes), `cache_sizes` after. The bytes of one KV block
+are computed here once and read by every decision. `as_dict` is what status and the monitor show.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+
+import torch
+
+from strata.cache.block_allocator import blocks_needed
+from strata.cache.pools import KVPool
+from strata.config import EngineConfig, ModelConfig, SpecConfig
+from strata.runner.memory import GiB, GpuBudget, ModelDoesNotFit, activation_headroom, auto_expert_slots, \
+    check_weights_fit, kv_reserve_tokens, measure_budget, weight_sizes
+
+logger = logging.getLogger(__name__)
+
+CPU_KV_BUDGET_BYTES = 1 << 30
+CONVERSATION_CACHE_MIB_CUDA = 4096  # --conversation-cache-mib default on CUDA (0 on the CPU)
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheSizes:
+    num_kv_blocks: int
+    num_checkpoints: int
+    park_rows: tuple[int, int]      # host-RAM rows of the conversation cache: (KV blocks, checkpoints)
+
+
+class MemoryPlan:
+    def __init__(self, config: EngineConfig, model_config: ModelConfig, spec: SpecConfig, max_model_len: int,
+                 device: str, dtype: torch.dtype, has_mtp: bool, recurrent_shapes: dict) -> None:
+        self.config, self.model_config, self.max_model_len = config, model_config, max_model_len
+        self.device, self.dtype, self.recurrent_shapes = device, dtype, recurrent_shapes
+        cache, sched = config.cache, config.scheduler
+        self.block_bytes = KVPool.bytes_per_block(max(len(model_config.full_attention_layers) + int(has_mtp), 1),
+                                                  cache.block_size, model_config.num_key_value_heads,
+                                                  model_config.head_dim, dtype)
+        window = 1 + (spec.num_speculative_tokens if spec.enabled else 0)
+        self.headroom = activation_headroom(model_config, sched.max_num_batched_tokens, sched.max_num_seqs, window,
+                                            recurrent_shapes, dtype)
+        self.on_cuda = device.startswith("cuda")
+        self.auto_expert_slots: int | None = None
+        self.numbers: dict = {}
+
+    def _budget(self) -> GpuBudget:
+        runner = self.config.runner
+        return measure_budget(runner.gpu_memory_utilization, runner.vram_reserve_mib)
+
+    # ---- before the weights load ------------------------------------------------------------------
+
+    def expert_slots(self, meta: torch.nn.Module):
+        """The expert config to load with and where routed experts load to: (config, expert device);
+        the device is "cpu" when only a hot set will be copied to the GPU. Raises ModelDoesNotFit when
+        not even the resident weights fit."""
+        experts = self.config.experts
+        if not self.on_cuda:
+            return experts, None
+        sizes = weight_sizes(meta, self.dtype)
+        resident = experts.num_slots(sizes.num_experts)
+        if experts.is_auto and sizes.num_experts:
+            resident = self.auto_expert_slots = self._auto_expert_slots(sizes)
+            if resident < sizes.num_experts:
+                experts = dataclasses.replace(experts, expert_cache=str(resident))
+        runner = self.config.runner
+        check_weights_fit(sizes.on_device(resident), self._budget(), runner.gpu_memory_utilization,
+                          runner.vram_reserve_mib)
+        return experts, ("cpu" if resident < sizes.num_experts else None)
+
+    def _auto_expert_slots(self, sizes) -> int:
+        """--expert-cache auto on CUDA: every expert when the model fits with a KV reserve for
+        max_num_seqs sequences (up to KV_RESERVE_TOKENS_PER_SEQ tokens each), else what fits."""
+        cfg, sched, experts = self.model_config, self.config.scheduler, self.config.experts
+        reserve_blocks = blocks_needed(kv_reserve_tokens(self.max_model_len, sched.max_num_seqs),
+                                       self.config.cache.block_size)
+        kv_reserve = reserve_blocks * self.block_bytes
+        staging = 0 if experts.parse_pcie_frac() == 0 else min(cfg.num_experts, 8 * cfg.num_experts_per_tok)
+        slots = auto_expert_slots(sizes, self._budget().available, self.headroom, kv_reserve, staging)
+        if slots < sizes.num_experts:
+            logger.warning("expert_cache=auto: %d of %d routed experts fit on the GPU (KV reserve %.1f GiB, "
+                           "step headroom %.1f GiB); the rest run from host RAM", slots, sizes.num_experts,
+                           kv_reserve / GiB, self.headroom / GiB)
+        return slots
+
+    # ---- after the weights load -------------------------------------------------------------------
+
+    def cache_sizes(self) -> CacheSizes:
+        cache = self.config.cache
+        recurrent = bool(self.recurrent_shapes)
+        checkpoints = cache.checkpoint_pool_size if recurrent and cache.enable_prefix_caching else 0
+        park_rows = self._conversation_cache_rows() if cache.enable_prefix_caching else (0, 0)
+        return CacheSizes(self._num_kv_blocks(), checkpoints, park_rows)
+
+    def _num_kv_blocks(self) -> int:
+        cache, sched = self.config.cache, self.config.scheduler
+        per_seq = blocks_needed(self.max_model_len, cache.block_size)
+        if cache.num_gpu_blocks is not None:
+            num_blocks = cache.num_gpu_blocks
+        else:
+            budget = self._gpu_kv_bytes(self.block_bytes * per_seq) if self.on_cuda else CPU_KV_BUDGET_BYTES
+            # at most enough for every slot at max length; what is left of that serves the prefix cache
+            num_blocks = min(per_seq * sched.max_num_seqs, max(budget // self.block_bytes, 1))
+        if num_blocks < per_seq:
+            raise ValueError(f"the KV pool holds {num_blocks} blocks of {cache.block_size} tokens, fewer than "
+                             f"one sequence of max_model_len={self.max_model_len} needs ({per_seq}); "
+                             f"lower max_model_len or raise num_gpu_blocks")
+        return num_blocks
+
+    def _gpu_kv_bytes(self, one_sequence_bytes: int) -> int:
+        """What the KV pool may take: the allowed memory minus what is in use (weights) and the step
+        headroom; a clear error when not even one sequence of max_model_len fits."""
+        runner = self.config.runner
+        budget = self._budget()
+        kv_bytes = budget.available - self.headroom
+        self.numbers = {"total_bytes": budget.total, "allowed_bytes": budget.allowed,
+                        "in_use_after_weights_bytes": budget.in_use, "headroom_bytes": self.headroom,
+                        "kv_budget_bytes": kv_bytes, "auto_expert_slots": self.auto_expert_slots}
+        if kv_bytes < one_sequence_bytes:
+            raise ModelDoesNotFit(
+                f"after the weights, {max(kv_bytes, 0) / GiB:.2f} GiB are left for the KV cache (a step headroom "
+                f"of {self.headroom / GiB:.2f} GiB set aside; "
+                f"{budget.describe(runner.gpu_memory_utilization, runner.vram_reserve_mib)}) "
+                f"but one sequence of max_model_len={self.max_model_len} needs {one_sequence_bytes / GiB:.2f} GiB; "
+                f"lower --max-model-len, --max-num-seqs or --max-num-batched-tokens, or raise --gpu-memory-utilization")
+        return kv_bytes
+
+    def _conversation_cache_rows(self) -> tuple[int, int]:
+        """Host-RAM rows for parked (KV blocks, checkpoints) from --conversation-cache-mib; a quarter
+        goes to checkpoints on hybrid models."""
+        mib = self.config.cache.conversation_cache_mib
+        if mib is None:
+            mib = CONVERSATION_CACHE_MIB_CUDA if self.on_cuda else 0
+        if mib <= 0:
+            return 0, 0
+        budget = mib * 2**20
+        if not self.recurrent_shapes:
+            return budget // self.block_bytes, 0
+        checkpoint_bytes = sum(math.prod(conv) * self.dtype.itemsize + math.prod(ssm) * 4
+                               for conv, ssm in self.recurrent_shapes.values())
+        checkpoint_rows = max(budget // 4 // checkpoint_bytes, 1)
+        return max((budget - checkpoint_rows * checkpoint_bytes) // self.block_bytes, 0), checkpoint_rows
+
+    def as_dict(self) -> dict:
+        return dict(self.numbers)
