@@ -142,16 +142,24 @@ class ModelConfig:
         return dataclasses.replace(self, **overrides)
 
 
+KV_CACHE_DTYPES = ("auto",)
+
+
 @dataclass(frozen=True)
 class CacheConfig:
     block_size: int = _opt(16, "tokens per KV block")
     num_gpu_blocks: int | None = _opt(None, "KV blocks in the pool (default: enough for every slot at max length)")
-    kv_cache_dtype: str = _opt("auto", "KV cache dtype: auto (the model dtype)")
+    kv_cache_dtype: str = _opt("auto", "KV cache dtype: auto (the model dtype; the only one so far)")
     enable_prefix_caching: bool = _opt(True, "share KV blocks (and state checkpoints) of common prefixes")
     checkpoint_every: int = _opt(1024, "hybrid models: save a recurrent-state checkpoint every N prompt tokens")
     checkpoint_pool_size: int = _opt(32, "hybrid models: recurrent-state checkpoints kept on the device")
     conversation_cache_mib: int | None = _opt(
         None, "host RAM for KV blocks and checkpoints evicted from the device (default: 4096 on GPU, 0 on CPU)")
+
+    def __post_init__(self) -> None:
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:  # asked-for int8 / fp8 KV must not silently stay 16-bit
+            raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)} (the KV cache is kept in "
+                             f"the model dtype; int8 and fp8 KV are not implemented yet), got {self.kv_cache_dtype!r}")
 
 
 @dataclass(frozen=True)

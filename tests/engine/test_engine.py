@@ -178,3 +178,11 @@ def test_a_failing_step_leaves_no_checkpoint_it_was_to_save(tiny_model_dir, monk
         errors += [d for d in engine.step() if d.finish_reason is FinishReason.ERROR]
     assert errors and doomed_keys[0] is not None
     assert not scheduler.checkpoints.contains(doomed_keys[0])
+
+
+def test_a_kv_cache_dtype_we_do_not_have_is_an_error_not_a_silent_fallback():
+    from strata.config import CacheConfig
+
+    assert CacheConfig(kv_cache_dtype="auto").kv_cache_dtype == "auto"
+    with pytest.raises(ValueError, match="kv_cache_dtype must be one of auto.*'int8'"):
+        CacheConfig(kv_cache_dtype="int8")
