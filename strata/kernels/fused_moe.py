@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 
 import torch
-from strata.model.moe import grouped_experts
+import torch.nn.functional as F
 
 try:
     import triton
@@ -32,8 +32,33 @@ if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
 
 
-# The torch reference is the model's own grouped-expert path (LocalExperts).
-fused_moe_ref = grouped_experts
+def expert_mlp(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    """One expert's SwiGLU: x [n, D], w13 [2I, D] ([gate; up] rows), w2 [D, I] -> [n, D]."""
+    gate, up = F.linear(x, w13).chunk(2, dim=-1)
+    return F.linear(F.silu(gate) * up, w2)
+
+
+def fused_moe_ref(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor,
+                  topk_weights: torch.Tensor) -> torch.Tensor:
+    """hidden [T, D], w13 [E, 2I, D], w2 [E, D, I], topk_ids / topk_weights [T, K]
+    -> sum_k w[t, k] * expert_{ids[t, k]}(hidden[t]) [T, D]; rows sorted by expert, each expert once.
+    Pairs with a negative id are skipped (an expert provider computes them elsewhere). The model's torch
+    path for the grouped experts (float32, the CPU), not only the kernel's reference."""
+    top_k = topk_ids.shape[1]
+    flat_ids = topk_ids.flatten()                        # [T * K]
+    order = flat_ids.argsort(stable=True)
+    used, counts = torch.unique_consecutive(flat_ids[order], return_counts=True)
+    token_of = order // top_k                            # [T * K] row of each sorted entry
+    weights = topk_weights.flatten()[order].unsqueeze(1)  # [T * K, 1]
+    out = torch.zeros_like(hidden)
+    start = 0
+    for expert_id, count in zip(used.tolist(), counts.tolist()):
+        if expert_id >= 0:
+            rows = token_of[start:start + count]
+            y = expert_mlp(hidden[rows], w13[expert_id], w2[expert_id])  # [n, D]
+            out.index_add_(0, rows, (y * weights[start:start + count]).to(out.dtype))
+        start += count
+    return out
 
 
 @functools.cache
@@ -84,16 +109,16 @@ def _check_shapes(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
 
 # one token: the down projection sums its k expert outputs itself (_down_sum_kernel); 16 columns of every
 # picked expert a program at 16 warps tied for the fastest of five tilings on the H200 (session 12, call 3)
-DOWN_SUM_ONE_TOKEN = True
 DOWN_SUM_CONFIG = dict(BLOCK_N=16, BLOCK_K=128, num_warps=16, num_stages=1)
 
 
 def moe_grouped_gemms(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
                       sorted_ids: torch.Tensor, block_expert: torch.Tensor, cfg: dict,
-                      sum_topk: bool = True) -> torch.Tensor:
+                      sum_topk: bool = True, *, _k_rows: bool = False) -> torch.Tensor:
     """The three compute launches of fused_moe, given the aligned layout. With sum_topk=False the last is
     left to the caller: -> the weighted expert outputs [T, K, D] in float32 (see rms_norm_topk_sum), or
-    for one token their sum [1, 1, D] (_down_sum_kernel)."""
+    for one token their sum [1, 1, D] (_down_sum_kernel). `_k_rows`: one token takes the k-row down
+    kernel too (tests compare the two paths)."""
     num_tokens, top_k = topk_weights.shape
     inter, dim = w2.shape[2], w2.shape[1]
     block_m, block_n, block_k = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
@@ -109,7 +134,7 @@ def moe_grouped_gemms(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
         hidden, w13, act, sorted_ids, block_expert, inter, dim, top_k, num_tokens * top_k,
         hidden.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
         BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, **launch)
-    if num_tokens == 1 and DOWN_SUM_ONE_TOKEN:
+    if num_tokens == 1 and not _k_rows:
         rows_out = 1  # the k weighted expert outputs come summed
         partial = torch.empty(1, dim, dtype=torch.float32, device=hidden.device)              # [1, D]
         dcfg = DOWN_SUM_CONFIG

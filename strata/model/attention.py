@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from strata.config import ModelConfig
-from strata.kernels import triton_available
+from strata.model import ops
 from strata.model.context import ForwardContext
 from strata.model.linear import Linear
 from strata.model.norm import RMSNorm
@@ -46,11 +46,9 @@ def _gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> t
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                     ctx: ForwardContext, scale: float) -> torch.Tensor:
     """q: [T, H, D] (already rotated) -> [T, H, D]; K/V of this step must already be in the pool."""
-    if ctx.max_query_len <= _BATCHED_MAX_QUERY_LEN and _use_triton_attention(q):
-        from strata.kernels.paged_attention import paged_attention as paged_attention_triton
-
-        return paged_attention_triton(q, k_cache, v_cache, ctx.block_tables, ctx.seq_lens, ctx.query_start_loc,
-                                      scale, max_query_len=ctx.max_query_len, table_width=ctx.split_table_width)
+    if ctx.max_query_len <= _BATCHED_MAX_QUERY_LEN and ops.paged_attention_on(q):
+        return ops.paged_attention(q, k_cache, v_cache, ctx.block_tables, ctx.seq_lens, ctx.query_start_loc, scale,
+                                   max_query_len=ctx.max_query_len, table_width=ctx.split_table_width)
     if ctx.max_query_len <= _BATCHED_MAX_QUERY_LEN:
         return _attend_batched(q, k_cache, v_cache, ctx, scale)
     if not any(ctx.num_computed) and len(set(ctx.query_lens)) == 1:
@@ -58,7 +56,7 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     out = torch.empty_like(q)
     starts = [0, *itertools.accumulate(ctx.query_lens)]
     long_chunks = range(len(ctx.query_lens))
-    if _use_triton_attention(q):
+    if ops.paged_attention_on(q):
         short = [i for i, n in enumerate(ctx.query_lens) if n <= _BATCHED_MAX_QUERY_LEN]
         if short:
             _attend_windows_triton(q, k_cache, v_cache, ctx, scale, short, starts, out)
@@ -101,8 +99,6 @@ def _attend_fresh_prompts(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
 def _attend_windows_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, ctx: ForwardContext,
                            scale: float, slots: list[int], starts: list[int], out: torch.Tensor) -> None:
     """The short windows `slots` of a mixed step in one Triton launch; writes their rows of out [T, H, D]."""
-    from strata.kernels.paged_attention import paged_attention as paged_attention_triton
-
     lens = [ctx.query_lens[i] for i in slots]
 
     def layout():  # the same for every layer of the step: made (and copied to the device) once
@@ -111,14 +107,8 @@ def _attend_windows_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
                 index_tensor([0, *itertools.accumulate(lens)], q.device, ctx.query_start_loc.dtype))
 
     rows, chosen, query_start_loc = ctx.cached(("short_windows", tuple(slots)), layout)
-    out[rows] = paged_attention_triton(q[rows], k_cache, v_cache, ctx.block_tables[chosen], ctx.seq_lens[chosen],
-                                       query_start_loc, scale, max_query_len=max(lens),
-                                       table_width=ctx.split_table_width)
-
-
-def _use_triton_attention(q: torch.Tensor) -> bool:
-    # kv_tile_for sizes the kernel's tiles for 16-bit and float32 heads of up to 256 dims
-    return q.is_cuda and q.shape[-1] <= 256 and triton_available()
+    out[rows] = ops.paged_attention(q[rows], k_cache, v_cache, ctx.block_tables[chosen], ctx.seq_lens[chosen],
+                                    query_start_loc, scale, max_query_len=max(lens), table_width=ctx.split_table_width)
 
 
 def _causal_window_mask(num_computed: int, q_len: int, kv_len: int, device: torch.device) -> torch.Tensor:
@@ -182,7 +172,7 @@ class Attention(nn.Module):
         k = k.view(num_tokens, self.num_kv_heads, self.head_dim)   # [T, Hkv, D]
         v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
         k_cache, v_cache = ctx.kv_caches[self.layer_idx]
-        if q.is_cuda and triton_available():
+        if ops.kernels_on(q):
             q = self._prepare_fused(q, k, v, k_cache, v_cache, ctx)
         else:
             if self.q_norm is not None:
@@ -197,12 +187,10 @@ class Attention(nn.Module):
     def _prepare_fused(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
                        v_cache: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         """qk-norm, rotary and the KV write in one Triton launch -> rotated q [T, H, D]."""
-        from strata.kernels.rope_kv import qk_norm_rope_kv
-
         norm = self.q_norm is not None
         # layers with equal rotary tables share the forward's cos / sin rows (the first one looks them up)
-        step_rows = ctx.rope_rows.setdefault(self.rotary.config, {})
-        return qk_norm_rope_kv(q, k, v, self.q_norm.weight if norm else None, self.k_norm.weight if norm else None,
-                               self.q_norm.eps if norm else 0.0, norm and self.q_norm.zero_centered,
-                               self.rotary.cos, self.rotary.sin, ctx.positions, k_cache, v_cache, ctx.slot_mapping,
-                               step_rows)
+        step_rows = ctx.scratch.rope_rows.setdefault(self.rotary.config, {})
+        return ops.qk_norm_rope_kv(q, k, v, self.q_norm.weight if norm else None,
+                                   self.k_norm.weight if norm else None, self.q_norm.eps if norm else 0.0,
+                                   norm and self.q_norm.zero_centered, self.rotary.cos, self.rotary.sin, ctx.positions,
+                                   k_cache, v_cache, ctx.slot_mapping, step_rows)

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from strata.config import ModelConfig
+from strata.model import ops
 from strata.model.context import ForwardContext
 from strata.model.moe import MoEBlock
 from strata.model.norm import RMSNorm
@@ -87,7 +88,6 @@ class CausalLM(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         """input_ids [T] -> final-normed hidden states [T, D]."""
-        ctx.rope_rows = {}  # made anew by this forward's first attention layer (a capture reuses the ctx)
         hidden, residual = self.model.embed_tokens(input_ids), None
         for layer in self.model.layers:
             hidden, residual = layer(hidden, ctx, residual)
@@ -98,12 +98,8 @@ class CausalLM(nn.Module):
         return {}
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden [N, D] -> float32 logits [N, V]. 16-bit weights on CUDA: the GEMM writes float32 itself
-        (the logits are not rounded to 16 bits first, and no cast launch follows it on the decode path)."""
-        if hidden.is_cuda and hidden.dim() == 2 and hidden.dtype in (torch.bfloat16, torch.float16) \
-                and self.lm_head.bias is None and hidden.dtype == self.lm_head.weight.dtype:
-            return torch.mm(hidden, self.lm_head.weight.t(), out_dtype=torch.float32)
-        return self.lm_head(hidden).float()
+        """hidden [N, D] -> float32 logits [N, V] (ops.logits: in 16-bit on CUDA the GEMM writes float32)."""
+        return ops.logits(hidden, self.lm_head.weight, self.lm_head.bias)
 
     # ---- checkpoint loading -------------------------------------------------------------------
 

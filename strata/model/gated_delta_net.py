@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from strata.config import ModelConfig
-from strata.kernels import triton_available
+from strata.model import ops
 from strata.model.context import ForwardContext
 from strata.model.norm import GatedRMSNorm
 from strata.transfer import index_tensor
@@ -155,7 +155,7 @@ class GatedDeltaNet(nn.Module):
 
     def forward(self, hidden: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         limit = _RECURRENT_MAX_QUERY_LEN if ctx.keep_window_states else TRITON_MAX_QUERY_LEN
-        if hidden.is_cuda and ctx.max_query_len <= limit and triton_available():
+        if ops.kernels_on(hidden) and ctx.max_query_len <= limit:
             return self._forward_short_windows(hidden, ctx)
         num_tokens = hidden.shape[0]
         mixed_qkv, z, b, a = self._project(hidden)
@@ -171,7 +171,7 @@ class GatedDeltaNet(nn.Module):
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
         core, window_ssm = self._delta_rule(q, k, v, g, beta, ssm_state, ctx)  # [T, Hv, Dv]
         if ctx.keep_window_states:
-            ctx.window_states[self.layer_idx] = (window_conv, window_ssm)
+            ctx.scratch.window_states[self.layer_idx] = (window_conv, window_ssm)
         core = core.to(hidden.dtype)
         return self.out_proj(self.norm(core, z).reshape(num_tokens, self.value_dim))
 
@@ -179,13 +179,11 @@ class GatedDeltaNet(nn.Module):
         """Decode and verification windows (and prompt chunks up to TRITON_MAX_QUERY_LEN) on CUDA: the
         Triton conv-update and recurrent kernels read and write the pool rows directly (no host-side
         layout work, so the step can be a CUDA graph)."""
-        from strata.kernels.gdn import causal_conv1d_update, gdn_recurrent
-
         num_tokens = hidden.shape[0]
         mixed_qkv, z, b, a = self._project(hidden)
         conv_state, ssm_state = ctx.state_caches[self.layer_idx]
-        conv_out, ssm_out = (ctx.window_buffers or {}).get(self.layer_idx, (None, None))
-        mixed_qkv, window_conv = causal_conv1d_update(
+        conv_out, ssm_out = (ctx.scratch.window_buffers or {}).get(self.layer_idx, (None, None))
+        mixed_qkv, window_conv = ops.causal_conv1d_update(
             mixed_qkv, self.conv1d.weight[:, 0], conv_state, ctx.state_slot_ids, ctx.query_start_loc,
             ctx.has_initial_state, keep_window_states=ctx.keep_window_states, silu=True, window_out=conv_out,
             real_lens=ctx.real_query_lens)
@@ -195,11 +193,11 @@ class GatedDeltaNet(nn.Module):
         v = v.reshape(num_tokens, self.num_v_heads, self.head_v_dim)                   # [T, Hv, Dv]
         beta = b.float().sigmoid()                                                       # [T, Hv]
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
-        core, window_ssm = gdn_recurrent(q, k, v, g, beta, ssm_state, ctx.state_slot_ids, ctx.query_start_loc,
-                                         ctx.has_initial_state, keep_all_states=ctx.keep_window_states,
-                                         all_states_out=ssm_out, real_lens=ctx.real_query_lens)
+        core, window_ssm = ops.gdn_recurrent(q, k, v, g, beta, ssm_state, ctx.state_slot_ids, ctx.query_start_loc,
+                                             ctx.has_initial_state, keep_all_states=ctx.keep_window_states,
+                                             all_states_out=ssm_out, real_lens=ctx.real_query_lens)
         if ctx.keep_window_states:
-            ctx.window_states[self.layer_idx] = (window_conv, window_ssm)
+            ctx.scratch.window_states[self.layer_idx] = (window_conv, window_ssm)
         return self.out_proj(self.norm(core, z).reshape(num_tokens, self.value_dim))
 
     def _project(self, hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:

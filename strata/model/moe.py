@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from strata.config import ModelConfig
-from strata.kernels import triton_available
-from strata.kernels.routing import fused_routing_pays, route_and_align, softmax_topk_ref
+from strata.kernels.fused_moe import expert_mlp, fused_moe_ref  # noqa: F401 (expert_mlp: strata.experts' CPU pool)
+from strata.kernels.rms_norm import topk_sum_ref
+from strata.model import ops
 from strata.model.mlp import DenseMLP
 
 
@@ -34,8 +34,6 @@ class TopkPartials:
     dtype: torch.dtype
 
     def total(self) -> torch.Tensor:
-        from strata.kernels.rms_norm import topk_sum_ref
-
         return topk_sum_ref(self.partials, self.shared, self.dtype)
 
 
@@ -72,50 +70,13 @@ class LocalExperts(nn.Module):
         self.w2 = nn.Parameter(torch.empty(num_experts, hidden_size, intermediate_size, device=device))       # [E, D, I]
 
     def forward(self, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
-        return run_experts(hidden, self.w13, self.w2, topk_ids, topk_weights)
+        return ops.fused_moe(hidden, self.w13, self.w2, topk_ids, topk_weights)
 
 
-def run_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor,
-                topk_weights: torch.Tensor, may_skip: bool = False) -> torch.Tensor:
-    """The grouped experts on the fused kernel (CUDA, 16-bit) or the torch path. `may_skip`: negative
-    ids mark pairs computed elsewhere (the kernel then sees id 0 with weight 0; no host sync)."""
-    # the Triton kernel was tuned and tested for 16-bit weights; float32 takes the torch path
-    if hidden.is_cuda and hidden.dtype in (torch.bfloat16, torch.float16) and triton_available():
-        from strata.kernels.fused_moe import fused_moe
-
-        if may_skip:
-            skipped = topk_ids < 0
-            topk_ids, topk_weights = topk_ids.clamp(min=0), topk_weights.masked_fill(skipped, 0)
-        return fused_moe(hidden, w13, w2, topk_ids, topk_weights)
-    return grouped_experts(hidden, w13, w2, topk_ids, topk_weights)
-
-
-def expert_mlp(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
-    """One expert's SwiGLU: x [n, D], w13 [2I, D] ([gate; up] rows), w2 [D, I] -> [n, D]."""
-    gate, up = F.linear(x, w13).chunk(2, dim=-1)
-    return F.linear(F.silu(gate) * up, w2)
-
-
-def grouped_experts(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor,
-                    topk_weights: torch.Tensor) -> torch.Tensor:
-    """hidden [T, D], w13 [E, 2I, D], w2 [E, D, I], topk_ids / topk_weights [T, K]
-    -> sum_k w[t, k] * expert_{ids[t, k]}(hidden[t]) [T, D]; rows sorted by expert, each expert once.
-    Pairs with a negative id are skipped (an expert provider computes them elsewhere)."""
-    top_k = topk_ids.shape[1]
-    flat_ids = topk_ids.flatten()                        # [T * K]
-    order = flat_ids.argsort(stable=True)
-    used, counts = torch.unique_consecutive(flat_ids[order], return_counts=True)
-    token_of = order // top_k                            # [T * K] row of each sorted entry
-    weights = topk_weights.flatten()[order].unsqueeze(1)  # [T * K, 1]
-    out = torch.zeros_like(hidden)
-    start = 0
-    for expert_id, count in zip(used.tolist(), counts.tolist()):
-        if expert_id >= 0:
-            rows = token_of[start:start + count]
-            y = expert_mlp(hidden[rows], w13[expert_id], w2[expert_id])  # [n, D]
-            out.index_add_(0, rows, (y * weights[start:start + count]).to(out.dtype))
-        start += count
-    return out
+# The grouped experts as the expert providers call them (strata.experts): ops.fused_moe (the fused kernel on
+# CUDA in 16-bit, with `may_skip` for pairs computed elsewhere) and its torch form alone.
+run_experts = ops.fused_moe
+grouped_experts = fused_moe_ref
 
 
 class MoEBlock(nn.Module):
@@ -144,15 +105,7 @@ class MoEBlock(nn.Module):
         logits = self.gate(hidden)                                      # [T, E]
         if self.routing_bias is not None:
             logits = logits + self.routing_bias
-        if hidden.is_cuda and triton_available():
-            from strata.kernels.routing import softmax_topk
-
-            rows = self.stats.layer_rows(self.layer_idx) if self.stats is not None else (None, None, None)
-            return softmax_topk(logits, self.top_k, self.norm_topk_prob, hidden.dtype, *rows)
-        topk_ids, topk_weights = softmax_topk_ref(logits, self.top_k, self.norm_topk_prob, hidden.dtype)
-        if self.stats is not None:
-            self.stats.record(self.layer_idx, topk_ids)
-        return topk_ids, topk_weights
+        return ops.softmax_topk(logits, self.top_k, self.norm_topk_prob, hidden.dtype, self.stats, self.layer_idx)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         out = self.forward_unsummed(hidden)
@@ -178,22 +131,19 @@ class MoEBlock(nn.Module):
     def _routes_fused(self, hidden: torch.Tensor) -> bool:
         """Decode-sized CUDA steps on device-resident experts route in one launch (route_and_align) where
         that is the faster way (fused_routing_pays)."""
-        return (hidden.is_cuda and hidden.dtype in (torch.bfloat16, torch.float16) and triton_available()
-                and fused_routing_pays(hidden.shape[0], self.gate.weight.shape[0]) and self.routing_bias is None
-                and self.gate.bias is None and isinstance(self.experts, LocalExperts) and self.experts.w13.is_cuda)
+        return (self.routing_bias is None and self.gate.bias is None and isinstance(self.experts, LocalExperts)
+                and ops.fused_routing_on(hidden, self.gate.weight, self.experts.w13))
 
     def _forward_fused(self, hidden: torch.Tensor) -> TopkPartials:
         """Router projection, routing (and statistics) and the expert row layout in one launch, then the
         grouped expert GEMMs: two launches fewer per layer than route() + fused_moe."""
-        from strata.kernels.fused_moe import default_config, moe_grouped_gemms  # imports this module
-
         if self._route_counter is None or self._route_counter.device != hidden.device:
             self._route_counter = torch.zeros(1, dtype=torch.int32, device=hidden.device)
-        cfg = default_config(hidden.shape[0] * self.top_k, self.experts.num_experts)
+        cfg = ops.default_config(hidden.shape[0] * self.top_k, self.experts.num_experts)
         rows = self.stats.layer_rows(self.layer_idx) if self.stats is not None else (None, None, None)
-        _, topk_weights, sorted_ids, block_expert = route_and_align(
+        _, topk_weights, sorted_ids, block_expert = ops.route_and_align(
             hidden, self.gate.weight, self.top_k, self.norm_topk_prob, cfg["BLOCK_M"], self._route_counter, *rows)
         shared = self._shared(hidden)
-        partials = moe_grouped_gemms(hidden, self.experts.w13, self.experts.w2, topk_weights, sorted_ids,
-                                     block_expert, cfg, sum_topk=False)       # [T, K or 1, D] float32
+        partials = ops.moe_grouped_gemms(hidden, self.experts.w13, self.experts.w2, topk_weights, sorted_ids,
+                                         block_expert, cfg, sum_topk=False)   # [T, K or 1, D] float32
         return TopkPartials(partials, shared, hidden.dtype)

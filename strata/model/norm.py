@@ -6,8 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from strata.kernels import triton_available
-from strata.kernels.rms_norm import rms_norm_ref
+from strata.model import ops
 from strata.model.moe import TopkPartials
 
 
@@ -23,17 +22,10 @@ class RMSNorm(nn.Module):
         add fused into the norm (one Triton launch on CUDA). x may be an MoE layer's TopkPartials (with a
         residual): their sum is folded in too."""
         if isinstance(x, TopkPartials):
-            if x.partials.is_cuda and triton_available():
-                from strata.kernels.rms_norm import rms_norm_topk_sum
-
-                return rms_norm_topk_sum(x.partials, x.shared, self.weight, self.eps, self.zero_centered, residual,
-                                         x.dtype)
-            x = x.total()
-        if x.is_cuda and triton_available():
-            from strata.kernels.rms_norm import rms_norm as norm
+            out, new_residual = ops.rms_norm_topk_sum(x.partials, x.shared, self.weight, self.eps, self.zero_centered,
+                                                      residual, x.dtype)
         else:
-            norm = rms_norm_ref
-        out, new_residual = norm(x, self.weight, self.eps, self.zero_centered, residual)
+            out, new_residual = ops.rms_norm(x, self.weight, self.eps, self.zero_centered, residual)
         return out if residual is None else (out, new_residual)
 
 

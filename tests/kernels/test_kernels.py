@@ -13,7 +13,7 @@ import pathlib
 import pytest
 import torch
 
-from strata.kernels.fused_moe import fused_moe_ref, moe_align_ref
+from strata.kernels.fused_moe import expert_mlp, fused_moe_ref, moe_align_ref
 from strata.kernels.gdn import causal_conv1d_update_ref, gdn_recurrent_ref
 from strata.kernels.paged_attention import paged_attention_ref
 from strata.model.attention import paged_attention as model_paged_attention
@@ -48,6 +48,7 @@ def moe_inputs(num_tokens, dim, inter, num_experts, top_k, dtype, device, genera
 
 
 def test_fused_moe_ref_matches_local_experts():
+    """LocalExperts on the CPU, fused_moe_ref and a token-by-token sum of its k weighted expert MLPs agree."""
     generator = torch.Generator().manual_seed(0)
     hidden, w13, w2, ids, weights = moe_inputs(9, 24, 20, 6, 2, torch.float32, "cpu", generator)
     experts = LocalExperts(6, 24, 20)
@@ -56,6 +57,9 @@ def test_fused_moe_ref_matches_local_experts():
         experts.w2.copy_(w2)
         expected = experts(hidden, ids, weights)
     assert torch.allclose(fused_moe_ref(hidden, w13, w2, ids, weights), expected, rtol=1e-6, atol=1e-6)
+    per_token = torch.stack([sum(weights[t, j] * expert_mlp(hidden[t:t + 1], w13[e], w2[e])[0]
+                                 for j, e in enumerate(ids[t].tolist())) for t in range(9)])   # [T, D]
+    assert torch.allclose(per_token, expected, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=gpu)])
@@ -126,7 +130,7 @@ def test_fused_moe_gives_zero_weight_pairs_nothing(num_tokens):
 @gpu
 @pytest.mark.parametrize("dim, inter, num_experts, top_k", [(2048, 768, 128, 8), (256, 96, 16, 4), (512, 512, 64, 10)])
 @pytest.mark.parametrize("duplicate", [False, True])
-def test_one_token_down_sums_its_experts_like_the_k_row_path(monkeypatch, dim, inter, num_experts, top_k, duplicate):
+def test_one_token_down_sums_its_experts_like_the_k_row_path(dim, inter, num_experts, top_k, duplicate):
     """One token's down projection sums its k weighted expert outputs in the kernel (one float32 row);
     the k-row path leaves them apart. Same sum to float32 rounding (inter 96: a partial K tile; top-k
     10: padded to 16 picks; `duplicate`: an expert picked twice with a nonzero weight, so its block holds
@@ -140,8 +144,8 @@ def test_one_token_down_sums_its_experts_like_the_k_row_path(monkeypatch, dim, i
     cfg = fm.default_config(top_k, num_experts)
     sorted_ids, block_expert = fm.moe_align(ids, num_experts, cfg["BLOCK_M"])
     summed = fm.moe_grouped_gemms(hidden, w13, w2, weights, sorted_ids, block_expert, cfg, sum_topk=False)
-    monkeypatch.setattr(fm, "DOWN_SUM_ONE_TOKEN", False)
-    rows = fm.moe_grouped_gemms(hidden, w13, w2, weights, sorted_ids, block_expert, cfg, sum_topk=False)
+    rows = fm.moe_grouped_gemms(hidden, w13, w2, weights, sorted_ids, block_expert, cfg, sum_topk=False,
+                                _k_rows=True)                     # the k-row down kernel for the same token
     assert summed.shape == (1, 1, dim) and rows.shape == (1, top_k, dim) and summed.dtype == torch.float32
     torch.testing.assert_close(summed[:, 0], rows.sum(1), rtol=1e-4, atol=1e-5)
 
@@ -309,8 +313,7 @@ def test_conv_ref_matches_model():
     conv_state = torch.randn(4, channels, width - 1, generator=generator)
     scheduled = [ScheduledSlot(slot_id=slot, num_computed_tokens=c, num_new_tokens=n, new_block_ids=[],
                                token_ids=[0] * n) for slot, (c, n) in zip([2, 0, 3], windows)]
-    step = build_inputs(scheduled, {s: [0, 1] for s in range(4)}, 16, {}, {}, "cpu")
-    step.ctx.keep_window_states = True
+    step = build_inputs(scheduled, {s: [0, 1] for s in range(4)}, 16, {}, {}, "cpu", keep_window_states=True)
     expected_state = conv_state.clone()
     expected, expected_window = causal_conv1d_ragged(x, weight, expected_state, step.ctx)
     out, window = causal_conv1d_update_ref(x, weight, conv_state, step.ctx.state_slot_ids, step.ctx.query_start_loc,

@@ -1,0 +1,137 @@
+"""The one place the model layers choose between a Triton kernel and its torch form, so the layers read
+like their HF counterparts. `kernels_on(t)`: a CUDA tensor, Triton installed, not STRATA_NO_TRITON=1.
+
+Ops with a self-contained torch form dispatch inside (rms_norm, rms_norm_topk_sum, linear, logits,
+fused_moe, softmax_topk). Kernel-only steps whose torch form is the layer's own code (paged attention of
+short windows, qk-norm + rotary + KV write, the GDN conv update and recurrence, fused routing) come with
+the predicate that guards them. Each op keeps the kernel's limits (dtypes, shapes, debug switches) here
+and changes no numerics: the same path runs in every case as before the ops existed.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+
+from strata.config import debug_flag
+from strata.kernels import skinny_linear, triton_available
+from strata.kernels.fused_moe import fused_moe as fused_moe_kernel
+from strata.kernels.fused_moe import fused_moe_ref
+from strata.kernels.rms_norm import rms_norm as rms_norm_kernel
+from strata.kernels.rms_norm import rms_norm_ref, topk_sum_ref
+from strata.kernels.rms_norm import rms_norm_topk_sum as rms_norm_topk_sum_kernel
+from strata.kernels.routing import fused_routing_pays, softmax_topk_ref
+from strata.kernels.routing import softmax_topk as softmax_topk_kernel
+
+# Kernel-only steps, called by the layers as ops.<name> where the predicate beside them holds (their torch
+# form is the layer's own code): fused routing (fused_routing_on), paged attention (paged_attention_on),
+# qk-norm + rotary + KV write and the GDN short windows (kernels_on).
+from strata.kernels.fused_moe import default_config, moe_grouped_gemms  # noqa: F401
+from strata.kernels.gdn import causal_conv1d_update, gdn_recurrent  # noqa: F401
+from strata.kernels.paged_attention import paged_attention  # noqa: F401
+from strata.kernels.rope_kv import qk_norm_rope_kv  # noqa: F401
+from strata.kernels.routing import route_and_align  # noqa: F401
+
+HALF = (torch.bfloat16, torch.float16)
+# kv_tile_for sizes the paged attention kernel's tiles for 16-bit and float32 heads of up to 256 dims
+ATTENTION_MAX_HEAD_DIM = 256
+
+
+def kernels_available() -> bool:
+    """Whether the Triton kernels run at all (installed, not turned off by STRATA_NO_TRITON=1)."""
+    return triton_available()
+
+
+def kernels_on(t: torch.Tensor) -> bool:
+    """Whether ops on `t` take the Triton kernels: a CUDA tensor and kernels_available()."""
+    return t.is_cuda and triton_available()
+
+
+# ---- norms ----------------------------------------------------------------------------------------
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered: bool = False,
+             residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """rms_norm_ref's contract: x [T, D] (+ residual) -> (normalised, x + residual or None); one launch on CUDA."""
+    norm = rms_norm_kernel if kernels_on(x) else rms_norm_ref
+    return norm(x, weight, eps, zero_centered, residual)
+
+
+def rms_norm_topk_sum(partials: torch.Tensor, shared: torch.Tensor | None, weight: torch.Tensor, eps: float,
+                      zero_centered: bool, residual: torch.Tensor | None, dtype: torch.dtype
+                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """rms_norm of an MoE layer's top-k partials [T, K, D] summed (+ shared [T, D]), with the residual add:
+    one launch on CUDA, the sum (topk_sum_ref) then rms_norm_ref otherwise."""
+    if kernels_on(partials):
+        return rms_norm_topk_sum_kernel(partials, shared, weight, eps, zero_centered, residual, dtype)
+    return rms_norm_ref(topk_sum_ref(partials, shared, dtype), weight, eps, zero_centered, residual)
+
+
+# ---- dense projections ------------------------------------------------------------------------------
+
+@functools.cache
+def _skinny_enabled() -> bool:
+    return triton_available() and not debug_flag("NO_SKINNY_LINEAR")
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear; one row of a 16-bit CUDA input in the weight's dtype takes skinny_linear (one launch where
+    cuBLAS takes a split-K GEMV and a reduction). STRATA_NO_SKINNY_LINEAR=1 turns it off."""
+    if (x.is_cuda and x.dim() == 2 and x.shape[0] == 1 and x.dtype == weight.dtype and x.dtype in HALF
+            and weight.is_contiguous() and _skinny_enabled()):
+        # through the module: tests count the kernel's calls
+        return skinny_linear.skinny_linear(x if x.stride(1) == 1 else x.contiguous(), weight, bias)
+    return F.linear(x, weight, bias)
+
+
+def logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """hidden [N, D] -> float32 logits [N, V]. 16-bit weights on CUDA: the GEMM writes float32 itself (the
+    logits are not rounded to 16 bits first, and no cast launch follows it on the decode path)."""
+    if hidden.is_cuda and hidden.dim() == 2 and hidden.dtype in HALF and bias is None \
+            and hidden.dtype == weight.dtype:
+        return torch.mm(hidden, weight.t(), out_dtype=torch.float32)
+    return F.linear(hidden, weight, bias).float()
+
+
+# ---- MoE --------------------------------------------------------------------------------------------
+
+def softmax_topk(logits: torch.Tensor, top_k: int, renormalize: bool, out_dtype: torch.dtype,
+                 stats=None, layer_idx: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Router logits [T, E] -> (topk_ids [T, K] int64, topk_weights [T, K]): softmax, top-k, renormalise.
+    `stats` (routing statistics or None) records layer `layer_idx`'s picks: in the kernel's own launch on
+    CUDA (stats.layer_rows), by stats.record otherwise."""
+    if kernels_on(logits):
+        rows = stats.layer_rows(layer_idx) if stats is not None else (None, None, None)
+        return softmax_topk_kernel(logits, top_k, renormalize, out_dtype, *rows)
+    topk_ids, topk_weights = softmax_topk_ref(logits, top_k, renormalize, out_dtype)
+    if stats is not None:
+        stats.record(layer_idx, topk_ids)
+    return topk_ids, topk_weights
+
+
+def fused_moe(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor,
+              topk_weights: torch.Tensor, may_skip: bool = False) -> torch.Tensor:
+    """The grouped experts, fused_moe_ref's contract: the fused kernel on CUDA in 16-bit (tuned and tested
+    for 16-bit weights; float32 takes the torch path). `may_skip`: negative ids mark pairs computed
+    elsewhere (the kernel then sees id 0 with weight 0; no host sync)."""
+    if kernels_on(hidden) and hidden.dtype in HALF:
+        if may_skip:
+            skipped = topk_ids < 0
+            topk_ids, topk_weights = topk_ids.clamp(min=0), topk_weights.masked_fill(skipped, 0)
+        return fused_moe_kernel(hidden, w13, w2, topk_ids, topk_weights)
+    return fused_moe_ref(hidden, w13, w2, topk_ids, topk_weights)
+
+
+def fused_routing_on(hidden: torch.Tensor, gate_weight: torch.Tensor, w13: torch.Tensor) -> bool:
+    """Whether a 16-bit CUDA step routes in one launch (route_and_align, then moe_grouped_gemms on the
+    experts w13 [E, 2I, D], which must be on the device): where that measured faster (fused_routing_pays)."""
+    return (kernels_on(hidden) and hidden.dtype in HALF and fused_routing_pays(hidden.shape[0], gate_weight.shape[0])
+            and w13.is_cuda)
+
+
+# ---- attention --------------------------------------------------------------------------------------
+
+def paged_attention_on(q: torch.Tensor) -> bool:
+    """Whether windows of at most 16 tokens of q [T, H, D] take the paged attention kernel."""
+    return q.is_cuda and q.shape[-1] <= ATTENTION_MAX_HEAD_DIM and triton_available()
