@@ -1,10 +1,13 @@
-"""Model registry: HF `architectures` name -> model class, imported lazily."""
+"""Model registry: HF `architectures` name -> model class, imported lazily. Also the model package's one
+public face to strata.weights: the layer types and the build-time switch that weight sources need."""
 
 from __future__ import annotations
 
 import importlib
 
 from strata.config import SUPPORTED_ARCHITECTURES, ModelConfig
+from strata.model.moe import MoEBlock, expert_weights_on  # noqa: F401 (for strata.weights)
+from strata.model.norm import GatedRMSNorm, RMSNorm  # noqa: F401 (for strata.weights)
 
 _REGISTRY = {
     "LlamaForCausalLM": "strata.model.llama",

@@ -10,8 +10,7 @@ import time
 import torch
 from torch import nn
 
-from strata.model.moe import expert_weights_on
-from strata.model.registry import model_class
+from strata.model.registry import expert_weights_on, model_class
 from strata.weights.source import WeightSource
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

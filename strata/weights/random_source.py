@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from strata.config import ModelConfig
-from strata.model.norm import GatedRMSNorm, RMSNorm
+from strata.model.registry import GatedRMSNorm, MoEBlock, RMSNorm
 
 _QWEN3_30B_A3B = {
     "architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 151936, "hidden_size": 2048,
@@ -116,8 +116,6 @@ class RandomSource:
 
 
 def _add_routing_skew(model: nn.Module, exponent: float, gen: torch.Generator) -> None:
-    from strata.model.moe import MoEBlock
-
     for block in (m for m in model.modules() if isinstance(m, MoEBlock)):
         num_experts = block.gate.weight.shape[0]
         device = block.gate.weight.device
