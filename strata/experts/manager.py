@@ -53,7 +53,7 @@ class ExpertManager:
         self.real_rows = all_rows(device)  # [1] rows the next forward counts (RoutingStats.real_rows)
         self.stats = RoutingStats(self.num_layers, self.num_experts, device, self.real_rows)
         for layer_idx, block in enumerate(blocks):
-            block.stats, block.layer_idx = self.stats, layer_idx
+            block.attach_experts(layer_idx, self.stats)
         self.profile_counts = self._load_profile()
         self.num_slots = config.num_slots(self.num_layers * self.num_experts)
         self.slots: ExpertSlots | None = None
@@ -103,8 +103,9 @@ class ExpertManager:
         self.slots.fill(initial_hot_set(self.num_slots, self.num_layers, self.num_experts, self.config.expert_split,
                                         self.profile_counts))
         for layer_idx, block in enumerate(self.blocks):
-            block.experts = OffloadedExperts(layer_idx, self.slots, self.pool, self.stats, pcie)
-            block.experts.exchange = self.exchange
+            provider = OffloadedExperts(layer_idx, self.slots, self.pool, self.stats, pcie)
+            provider.exchange = self.exchange
+            block.attach_experts(layer_idx, self.stats, provider)
         self.stats.has_placement = True
         self.epoch += 1  # captured graphs point at the old slots and providers
 
@@ -127,7 +128,7 @@ class ExpertManager:
         self.profile_counts = self._load_profile()
         self.stats = RoutingStats(self.num_layers, self.num_experts, device, self.real_rows)
         for layer_idx, block in enumerate(self.blocks):
-            block.stats = self.stats
+            block.attach_experts(layer_idx, self.stats)
         if self.pool.num_threads != (config.cpu_threads or self.pool.num_threads) or \
                 config.cpu_expert_kernel not in ("auto", self.pool.kernel):
             self.pool.close()

@@ -87,7 +87,7 @@ class MoEBlock(nn.Module):
         self.gate = nn.Linear(cfg.hidden_size, cfg.num_experts, bias=False)
         self.experts = experts if experts is not None else LocalExperts(
             cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size)
-        # set by strata.experts when routing statistics are kept: stats.record(layer_idx, topk_ids)
+        # routing statistics (stats.record(layer_idx, topk_ids)): given by attach_experts, else none kept
         self.stats = None
         self.layer_idx = -1
         # random: models only: a synthetic per-expert skew of the routing (a Zipf prior), [E] or None
@@ -98,6 +98,13 @@ class MoEBlock(nn.Module):
         if cfg.shared_expert_intermediate_size:
             self.shared_expert = DenseMLP(cfg.hidden_size, cfg.shared_expert_intermediate_size)
             self.shared_expert_gate = nn.Linear(cfg.hidden_size, 1, bias=False)
+
+    def attach_experts(self, layer_idx: int, stats, provider: ExpertProvider | None = None) -> None:
+        """The expert manager's one way in: this block's index among the MoE layers, the routing
+        statistics it records into, and a provider replacing its experts (None: keep the current one)."""
+        self.layer_idx, self.stats = layer_idx, stats
+        if provider is not None:
+            self.experts = provider
 
     def route(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """hidden [T, D] -> (topk_ids [T, K] int64, topk_weights [T, K]): softmax, top-k, renormalise;
