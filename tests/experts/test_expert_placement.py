@@ -85,9 +85,9 @@ def test_bad_config_values_give_clear_errors(overrides, message):
 
 
 def test_cli_rejects_a_bad_expert_cache_before_loading(capsys, tiny_model_dir, monkeypatch):
-    import strata.engine.core
+    import strata.engine.build
 
-    monkeypatch.setattr(strata.engine.core, "build_model", lambda *a, **k: pytest.fail("weights loaded"))
+    monkeypatch.setattr(strata.engine.build, "build_model", lambda *a, **k: pytest.fail("weights loaded"))
     code = main(["generate", tiny_model_dir("qwen3_moe"), "--prompt", "x", "--device", "cpu",
                  "--expert-cache", "half"])
     assert code == 2
