@@ -10,55 +10,27 @@ source, the flags and the CPU model, so a copied cache never runs on a CPU it wa
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import logging
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
 import threading
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from strata.kernels.native_build import build_library
+
 logger = logging.getLogger(__name__)
 
 _SOURCE = Path(__file__).with_name("cpu_moe.c")
-_FLAGS = ["-O3", "-march=native", "-shared", "-fPIC", "-pthread"]
+_FLAGS = ["-O3", "-march=native", "-pthread"]
 _DTYPES = {torch.float32: 0, torch.bfloat16: 1}
 _lock = threading.Lock()
 _library: ctypes.CDLL | None = None
 _failed: str | None = None
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            lines = [line for line in f if line.startswith(("model name", "flags"))]
-        return "".join(sorted(set(lines)))
-    except OSError:
-        return platform.processor()
-
-
 def _build() -> ctypes.CDLL:
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        raise RuntimeError("no C compiler (cc or gcc) on PATH")
-    source = _SOURCE.read_bytes()
-    key = hashlib.sha256(source + " ".join(_FLAGS).encode() + _cpu_model().encode()).hexdigest()[:16]
-    cache = Path(os.environ.get("STRATA_CACHE_DIR") or Path.home() / ".cache" / "strata")
-    target = cache / f"cpu_moe-{key}.so"
-    if not target.exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=cache) as tmp:  # build aside, then move: no half-written .so
-            built = Path(tmp) / target.name
-            result = subprocess.run([compiler, *_FLAGS, str(_SOURCE), "-o", str(built), "-lm"],
-                                    capture_output=True, text=True)
-            if result.returncode != 0:
-                raise RuntimeError(f"{compiler} failed: {result.stderr.strip()[:2000]}")
-            os.replace(built, target)
+    target = build_library("cpu_moe", [(_SOURCE, _FLAGS)], ["-pthread", "-lm"], for_this_cpu=True)
     library = ctypes.CDLL(str(target))
     library.strata_cpu_moe_threads.argtypes = [ctypes.c_int]
     library.strata_cpu_moe_threads.restype = ctypes.c_int
