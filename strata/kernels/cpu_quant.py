@@ -1,0 +1,149 @@
+"""CPU matmuls on GGUF blocks as stored (native/quant_matmul.c): y = x @ W.T with W never dequantized.
+
+Activations are quantized per block to int8 with a float32 scale, as llama.cpp does with q8_0 / q8_K:
+over 32 values for Q8_0/Q4_0/Q4_1, over 256 for the K-quants and IQ4_XS (the weight type's block). So
+y differs from "dequantize W, then matmul in float32" by at most sum over blocks of
+amax|x_block| / 254 * |w_block|_1 per output (~0.1-0.3 % of |y| on random data); `quant_matmul_ref`
+states the exact semantics and tests/kernels/test_cpu_quant.py checks the kernel against it and the bound.
+Built at first use with the system C compiler into the strata cache (kernels/native_build.py); the
+AVX-512 (VNNI), AVX2 or portable kernels are chosen at load from what the CPU supports. With no
+compiler `supports()` is False for every type and callers keep their torch path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import platform
+import threading
+from pathlib import Path
+
+import numpy as np
+import torch
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf.quants import dequantize
+
+from strata.config import debug_flag
+from strata.kernels.native_build import build_library
+
+logger = logging.getLogger(__name__)
+
+_NATIVE = Path(__file__).with_name("native")
+_AVX2 = ["-mavx2", "-mfma", "-mf16c"]
+_AVX512 = [*_AVX2, "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"]
+ISAS = ("scalar", "avx2", "avx512")  # the C side's numbering
+TYPES = frozenset(GGMLQuantizationType[name] for name in ("Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"))
+
+_lock = threading.Lock()
+_library: ctypes.CDLL | None = None
+_failed: str | None = None
+_num_threads: int | None = None
+
+
+def _build() -> ctypes.CDLL:
+    units = [(_NATIVE / "quant_scalar.c", ["-O3"])]
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        units += [(_NATIVE / "quant_matmul.c", ["-O3", "-pthread", "-DSTRATA_X86_SIMD"]),
+                  (_NATIVE / "quant_simd.c", ["-O3", *_AVX2]), (_NATIVE / "quant_simd.c", ["-O3", *_AVX512])]
+    else:
+        units += [(_NATIVE / "quant_matmul.c", ["-O3", "-pthread"])]
+    library = ctypes.CDLL(str(build_library("quant_matmul", units, ["-pthread", "-lm"],
+                                            headers=[_NATIVE / "quant_matmul.h"])))
+    pointer, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+    for name, argtypes in (("strata_qmm", [i32, pointer, i64, pointer, i64, i64, pointer, i32]),
+                           ("strata_qmm_supports", [i32]), ("strata_qmm_set_isa", [i32]),
+                           ("strata_qmm_best_isa", [])):
+        getattr(library, name).argtypes = argtypes
+        getattr(library, name).restype = i32
+    if debug_flag("CPU_QUANT_SCALAR"):
+        library.strata_qmm_set_isa(0)
+    return library
+
+
+def _load() -> ctypes.CDLL | None:
+    global _library, _failed
+    if _library is None and _failed is None:
+        with _lock:
+            if _library is None and _failed is None:
+                try:
+                    _library = _build()
+                except Exception as e:  # no compiler, read-only cache...: callers keep their torch path
+                    _failed = str(e)
+                    logger.warning("native CPU quantized matmul unavailable (%s); using the torch path", e)
+    return _library
+
+
+def supports(qtype: int) -> bool:
+    """The kernel is built here and handles this GGUF type (a gguf.GGMLQuantizationType value)."""
+    library = _load()
+    return library is not None and qtype in TYPES and bool(library.strata_qmm_supports(int(qtype)))
+
+
+def set_num_threads(num_threads: int) -> None:
+    """Threads per call, the caller's included (default: torch.get_num_threads() at each call)."""
+    global _num_threads
+    if num_threads < 1:
+        raise ValueError(f"set_num_threads: {num_threads} threads; pass 1 or more")
+    _num_threads = num_threads
+
+
+def isa() -> str:
+    """The kernels in use: 'avx512', 'avx2' or 'scalar'."""
+    library = _require()
+    return ISAS[library.strata_qmm_set_isa(-1)]
+
+
+def set_isa(name: str) -> None:
+    """Use a lower instruction set than the best this CPU has (tests, debugging)."""
+    library = _require()
+    best = ISAS[library.strata_qmm_best_isa()]
+    if name not in ISAS[:ISAS.index(best) + 1]:
+        raise ValueError(f"set_isa: {name!r} is not available on this CPU; choose one of {ISAS[:ISAS.index(best) + 1]}")
+    library.strata_qmm_set_isa(ISAS.index(name))
+
+
+def quant_matmul(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: int) -> torch.Tensor:
+    """x [T, K] float32 @ W.T -> [T, N] float32, W [N, K] the dequantization of blocks [N, row_bytes]
+    uint8 (GGUF rows: K / block_size blocks each). Check supports(qtype) first."""
+    library = _require()
+    block, type_bytes = GGML_QUANT_SIZES[GGMLQuantizationType(qtype)]
+    if x.dtype != torch.float32 or x.dim() != 2 or x.shape[1] != k or not x.is_contiguous() or x.is_cuda:
+        raise ValueError(f"quant_matmul: x must be a contiguous CPU float32 [T, {k}] tensor, got {x.dtype} "
+                         f"{tuple(x.shape)}")
+    if k % block != 0 or blocks.dtype != torch.uint8 or tuple(blocks.shape) != (n, k // block * type_bytes) \
+            or not blocks.is_contiguous():
+        raise ValueError(f"quant_matmul: {GGMLQuantizationType(qtype).name} blocks for [{n}, {k}] must be a contiguous "
+                         f"uint8 [{n}, {k // block * type_bytes}] tensor (K a multiple of {block}), got "
+                         f"{blocks.dtype} {tuple(blocks.shape)}")
+    y = torch.empty((x.shape[0], n), dtype=torch.float32)
+    status = library.strata_qmm(int(qtype), x.data_ptr(), x.shape[0], blocks.data_ptr(), n, k, y.data_ptr(),
+                                _num_threads or torch.get_num_threads())
+    if status == 1:
+        raise MemoryError("quant_matmul: no scratch memory for the quantized activations")
+    if status != 0:
+        raise ValueError(f"quant_matmul: type {GGMLQuantizationType(qtype).name} is not handled; check supports()")
+    return y
+
+
+def _require() -> ctypes.CDLL:
+    library = _load()
+    if library is None:
+        raise RuntimeError(f"the native CPU quantized matmul could not be built ({_failed}); check supports() "
+                           "and use the torch path")
+    return library
+
+
+def quantize_activations_ref(x: torch.Tensor, block: int) -> torch.Tensor:
+    """x [T, K] as the kernel sees it, in float64: per `block` values, d * rint(x / d), d = amax|x| / 127
+    (float32 arithmetic, ties to even, like the C code)."""
+    xb = x.float().reshape(x.shape[0], -1, block)  # [T, K / block, block]
+    scale = xb.abs().amax(-1, keepdim=True) / 127
+    inverse = torch.where(scale != 0, 1 / scale, torch.zeros_like(scale))
+    return (torch.round(xb * inverse).double() * scale.double()).reshape(x.shape)
+
+
+def quant_matmul_ref(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: int) -> torch.Tensor:
+    """What quant_matmul computes, in float64: quantized activations @ gguf's dequantization of the blocks."""
+    weight = torch.from_numpy(dequantize(np.asarray(blocks.numpy()), GGMLQuantizationType(qtype)).reshape(n, k))
+    x_hat = quantize_activations_ref(x, GGML_QUANT_SIZES[GGMLQuantizationType(qtype)][0])
+    return x_hat @ weight.double().T  # [T, N]

@@ -1,0 +1,261 @@
+/* y [T, N] = x [T, K] @ W.T for W [N, K] stored as GGUF blocks (rows exactly as in the file), on the CPU.
+ *
+ * Built at first use by strata/kernels/cpu_quant.py and called through ctypes (which releases the GIL).
+ * One call: quantize x per block to int8 (see quant_matmul.h: the only approximation, ~0.4 % of a block's
+ * largest |x| per value at most), then split the output rows N into chunks that a persistent pthread pool
+ * (the caller included) takes in turn; each chunk runs the rows of x in tiles of MAX_T, so a weight row
+ * is decoded once per tile and read from memory once per call. The kernels come from one of three
+ * tables, chosen once from what this CPU supports (__builtin_cpu_supports): AVX-512 (VNNI), AVX2, or the
+ * portable C ones; strata_qmm_set_isa() can force a lower one (tests, debugging). */
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "quant_matmul.h"
+
+enum { ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX512 = 2, NUM_ISAS = 3 };
+
+static rows_fn tables[NUM_ISAS][NUM_TYPES];
+static int isa_best = ISA_SCALAR, isa_current = ISA_SCALAR;
+
+static void init_tables(void) {
+    strata_qmm_table_scalar(tables[ISA_SCALAR]);
+#ifdef STRATA_X86_SIMD
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+        strata_qmm_table_avx2(tables[ISA_AVX2]);
+        isa_best = ISA_AVX2;
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")) {
+            strata_qmm_table_avx512(tables[ISA_AVX512]);
+            isa_best = ISA_AVX512;
+        }
+    }
+#endif
+    isa_current = isa_best;
+}
+
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+
+int strata_qmm_best_isa(void) {
+    pthread_once(&tables_once, init_tables);
+    return isa_best;
+}
+
+/* Use `isa` (at most the best one) from now on; returns the one in use. */
+int strata_qmm_set_isa(int isa) {
+    pthread_once(&tables_once, init_tables);
+    if (isa >= ISA_SCALAR && isa <= isa_best) isa_current = isa;
+    return isa_current;
+}
+
+int strata_qmm_supports(int qtype) {
+    pthread_once(&tables_once, init_tables);
+    return qtype >= 0 && qtype < NUM_TYPES && tables[ISA_SCALAR][qtype] != NULL;
+}
+
+/* values per block, bytes per block, values per activation scale */
+static void type_sizes(int qtype, int64_t *block, int64_t *bytes, int64_t *act_block) {
+    switch (qtype) {
+    case T_Q8_0: *block = QK, *bytes = sizeof(block_q8_0), *act_block = QK; break;
+    case T_Q4_0: *block = QK, *bytes = sizeof(block_q4_0), *act_block = QK; break;
+    case T_Q4_1: *block = QK, *bytes = sizeof(block_q4_1), *act_block = QK; break;
+    case T_Q4_K: *block = QK_K, *bytes = sizeof(block_q4_k), *act_block = QK_K; break;
+    case T_Q5_K: *block = QK_K, *bytes = sizeof(block_q5_k), *act_block = QK_K; break;
+    case T_Q6_K: *block = QK_K, *bytes = sizeof(block_q6_k), *act_block = QK_K; break;
+    default: *block = QK_K, *bytes = sizeof(block_iq4_xs), *act_block = QK_K; break;
+    }
+}
+
+/* ---- activations: x ~= d * q per block of qb values (round to nearest even, like np.rint) ------ */
+
+static void quantize_row(const float *x, int64_t k, int64_t qb, int64_t t, int8_t *q, float *d, float *bsum) {
+    for (int64_t b = 0; b < k / qb; b++) {
+        const float *xb = x + b * qb;
+        float amax = 0.f;
+        for (int64_t i = 0; i < qb; i++) amax = fabsf(xb[i]) > amax ? fabsf(xb[i]) : amax;
+        const float scale = amax / 127.f, inverse = scale != 0.f ? 1.f / scale : 0.f;
+        d[b] = scale;
+        for (int64_t i = 0; i < qb; i++) {
+            /* adding 1.5 * 2^23 rounds |v| <= 127 to the nearest integer, ties to even, in float32 */
+            const float v = xb[i] * inverse;
+            q[b * qb + i] = (int8_t)((int32_t)((v + 12582912.f) - 12582912.f));
+        }
+        for (int64_t j = b * qb / QK; j < (b + 1) * qb / QK; j++) {
+            int32_t sum = 0;
+            for (int i = 0; i < QK; i++) sum += q[j * QK + i];
+            bsum[((t / MAX_T) * (k / QK) + j) * MAX_T + t % MAX_T] = scale * (float)sum;
+        }
+    }
+}
+
+/* ---- the pool ------------------------------------------------------------------------------------
+ * Each call is a generation: the caller writes the job, publishes its chunk limit and ticket, bumps the
+ * generation and takes chunks itself; workers that see the new generation copy the job and take chunks
+ * too. A chunk is taken by a compare-and-swap on the ticket (generation << 32 | next chunk), so only a
+ * chunk of the generation a worker copied the job for: a worker that wakes late (its core busy) takes
+ * nothing, and the caller waits only for the chunks taken, never for a worker to be scheduled. A
+ * successful claim also proves the worker's copy of the job was made before the generation ended
+ * (the caller rewrites the job only after all its chunks are done).
+ *
+ * Decode runs a few hundred of these calls per token with short gaps between them: a worker that went
+ * to sleep costs a futex wake-up (tens of microseconds) at the next call, so workers poll for a while
+ * after a call, yielding the core to anyone else who wants it, before they sleep. */
+enum { SPIN_NS = 200000 };
+
+#if defined(__x86_64__) || defined(__i386__)
+#define CPU_RELAX() __builtin_ia32_pause()
+#else
+#define CPU_RELAX() __asm__ __volatile__("" ::: "memory")
+#endif
+
+typedef struct {
+    rows_fn kernel;
+    const uint8_t *w;
+    int64_t row_bytes, n, t, chunk_rows, chunks;
+    int workers;  /* how many pool workers take part */
+    acts_t x;
+    float *y;
+} job_t;
+
+static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER, call_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pool_wake = PTHREAD_COND_INITIALIZER;
+static int pool_workers = 0;    /* started; they never exit */
+static uint32_t pool_generation = 0;
+static uint64_t pool_limit = 0;   /* generation << 32 | number of chunks */
+static uint64_t pool_ticket = 0;  /* generation << 32 | next chunk */
+static int64_t pool_done = 0;     /* chunks of the current generation finished */
+static job_t pool_job;
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int64_t claim(uint32_t generation) {  /* the next chunk of `generation`, or -1 */
+    const uint64_t limit = __atomic_load_n(&pool_limit, __ATOMIC_ACQUIRE);
+    uint64_t ticket = __atomic_load_n(&pool_ticket, __ATOMIC_ACQUIRE);
+    for (;;) {
+        if ((uint32_t)(limit >> 32) != generation || (uint32_t)(ticket >> 32) != generation ||
+            (uint32_t)ticket >= (uint32_t)limit)
+            return -1;
+        if (__atomic_compare_exchange_n(&pool_ticket, &ticket, ticket + 1, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            return (uint32_t)ticket;
+    }
+}
+
+static void run_chunks(const job_t *job, uint32_t generation) {
+    for (int64_t chunk; (chunk = claim(generation)) >= 0;) {
+        const int64_t r0 = chunk * job->chunk_rows;
+        const int64_t rows = r0 + job->chunk_rows <= job->n ? job->chunk_rows : job->n - r0;
+        for (int64_t t0 = 0; t0 < job->t; t0 += MAX_T) {
+            const int nt = job->t - t0 < MAX_T ? (int)(job->t - t0) : MAX_T;
+            job->kernel(job->w + r0 * job->row_bytes, job->row_bytes, rows, &job->x, t0, nt,
+                        job->y + t0 * job->n + r0, job->n);
+        }
+        __atomic_add_fetch(&pool_done, 1, __ATOMIC_RELEASE);
+    }
+}
+
+static uint32_t wait_for_generation(uint32_t seen) {
+    const int64_t start = now_ns();
+    for (int spin = 0;; spin++) {
+        const uint32_t g = __atomic_load_n(&pool_generation, __ATOMIC_ACQUIRE);
+        if (g != seen) return g;
+        if (spin % 64 != 63) {
+            CPU_RELAX();
+        } else if (now_ns() - start < SPIN_NS) {
+            sched_yield();
+        } else {
+            pthread_mutex_lock(&pool_mu);
+            while (__atomic_load_n(&pool_generation, __ATOMIC_ACQUIRE) == seen) pthread_cond_wait(&pool_wake, &pool_mu);
+            pthread_mutex_unlock(&pool_mu);
+        }
+    }
+}
+
+static void *worker(void *arg) {
+    const int index = (int)(intptr_t)arg;
+    uint32_t seen = __atomic_load_n(&pool_generation, __ATOMIC_ACQUIRE);
+    for (;;) {
+        seen = wait_for_generation(seen);
+        job_t job = pool_job;  /* may be torn if this generation is already over: then claim() refuses */
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (index < job.workers) run_chunks(&job, seen);
+    }
+    return NULL;
+}
+
+static void reset_in_child(void) {  /* a forked child has no workers: it starts over with none */
+    pthread_mutex_init(&pool_mu, NULL);
+    pthread_mutex_init(&call_mu, NULL);
+    pthread_cond_init(&pool_wake, NULL);
+    pool_workers = 0;
+}
+
+static void register_fork_handler(void) { pthread_atfork(NULL, NULL, reset_in_child); }
+
+static void start_workers(int count) {  /* the caller holds call_mu */
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, register_fork_handler);
+    while (pool_workers < count) {
+        pthread_t thread;
+        if (pthread_create(&thread, NULL, worker, (void *)(intptr_t)pool_workers) != 0) return;
+        pthread_detach(thread);
+        pool_workers++;
+    }
+}
+
+static void run_job(job_t *job, int threads) {  /* the caller holds call_mu */
+    start_workers(threads - 1);
+    job->workers = threads - 1 < pool_workers ? threads - 1 : pool_workers;
+    const uint32_t generation = pool_generation + 1;
+    pool_job = *job;
+    __atomic_store_n(&pool_done, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&pool_limit, (uint64_t)generation << 32 | (uint64_t)job->chunks, __ATOMIC_RELEASE);
+    __atomic_store_n(&pool_ticket, (uint64_t)generation << 32, __ATOMIC_RELEASE);
+    __atomic_store_n(&pool_generation, generation, __ATOMIC_RELEASE);
+    if (job->workers > 0) {  /* wake the sleepers (one between its check and its wait holds the mutex) */
+        pthread_mutex_lock(&pool_mu);
+        pthread_cond_broadcast(&pool_wake);
+        pthread_mutex_unlock(&pool_mu);
+    }
+    run_chunks(job, generation);
+    for (int spin = 0; __atomic_load_n(&pool_done, __ATOMIC_ACQUIRE) < job->chunks; spin++) {
+        if (spin < 4000) CPU_RELAX();
+        else sched_yield();
+    }
+}
+
+/* ---- the entry point ---------------------------------------------------------------------------- */
+
+/* y [t, n] float32 = x [t, k] float32 @ dequant(w [n, k / block * bytes]).T on `threads` threads (the
+ * caller included). Returns 0; 1 when scratch memory could not be had; 2 for a type it does not
+ * handle or k not a multiple of the block. */
+int strata_qmm(int qtype, const float *x, int64_t t, const uint8_t *w, int64_t n, int64_t k, float *y, int threads) {
+    if (!strata_qmm_supports(qtype)) return 2;
+    int64_t block, bytes, act_block;
+    type_sizes(qtype, &block, &bytes, &act_block);
+    if (k <= 0 || k % block != 0) return 2;
+    if (t <= 0 || n <= 0) return 0;
+    const int64_t tiles = (t + MAX_T - 1) / MAX_T;
+    char *scratch = malloc((size_t)(t * k) + sizeof(float) * (size_t)(t * (k / act_block) + tiles * k / QK * MAX_T));
+    if (scratch == NULL) return 1;
+    float *d = (float *)scratch, *bsum = d + t * (k / act_block);
+    int8_t *q = (int8_t *)(bsum + tiles * k / QK * MAX_T);
+    memset(bsum, 0, sizeof(float) * (size_t)(tiles * k / QK * MAX_T));  /* the last tile's missing rows */
+    for (int64_t r = 0; r < t; r++) quantize_row(x + r * k, k, act_block, r, q + r * k, d + r * (k / act_block), bsum);
+    if (threads < 1) threads = 1;
+    int64_t chunk_rows = n / ((int64_t)threads * 8);  /* ~8 chunks a thread: balance, little contention */
+    chunk_rows = chunk_rows < 1 ? 1 : chunk_rows > 64 ? 64 : chunk_rows;
+    const int64_t chunks = (n + chunk_rows - 1) / chunk_rows;
+    job_t job = {tables[isa_current][qtype], w, k / block * bytes, n, t, chunk_rows, chunks, 0, {q, d, bsum, k}, y};
+    pthread_mutex_lock(&call_mu);
+    run_job(&job, chunks < 2 ? 1 : threads);
+    pthread_mutex_unlock(&call_mu);
+    free(scratch);
+    return 0;
+}

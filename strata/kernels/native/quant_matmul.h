@@ -1,0 +1,87 @@
+/* Shared by the driver (quant_matmul.c) and the kernels (quant_scalar.c, quant_simd.c compiled once per
+ * instruction set): the GGUF block layouts, the quantized activations and the kernel signature.
+ *
+ * Activations are quantized per block to int8 with a float32 scale, x ~= d * q, q = rint(x * 127 / amax),
+ * over QB = 32 values for the 32-value weight types and QB = 256 for the 256-value ones (K-quants,
+ * IQ4_XS), so each weight block meets one activation scale. bsum holds d * sum(q) over every 32 values
+ * (what a weight block's minimum multiplies), transposed in tiles of MAX_T rows so that one vector of
+ * it serves every row of a tile: bsum[t / MAX_T][j][t % MAX_T] for the 32 values j of row t. */
+#ifndef STRATA_QUANT_MATMUL_H
+#define STRATA_QUANT_MATMUL_H
+
+#include <stdint.h>
+#include <string.h>
+
+enum { QK = 32, QK_K = 256, MAX_T = 8 };
+
+/* GGML type ids (gguf.GGMLQuantizationType) */
+enum { T_Q4_0 = 2, T_Q4_1 = 3, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_IQ4_XS = 23, NUM_TYPES = 24 };
+
+typedef struct { uint16_t d; int8_t qs[QK]; } block_q8_0;                      /* 34 bytes */
+typedef struct { uint16_t d; uint8_t qs[QK / 2]; } block_q4_0;                 /* 18: value i = qs[i%16] nibble i/16 */
+typedef struct { uint16_t d, m; uint8_t qs[QK / 2]; } block_q4_1;              /* 20 */
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[QK_K / 2]; } block_q4_k;  /* 144 */
+typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; } block_q5_k;  /* 176 */
+typedef struct { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; uint16_t d; } block_q6_k;  /* 210 */
+typedef struct { uint16_t d, scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; } block_iq4_xs;  /* 136 */
+
+static const int8_t IQ4_VALUES[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+typedef struct {
+    const int8_t *q;      /* [T, K] */
+    const float *d;       /* [T, K / QB] */
+    const float *bsum;    /* [ceil(T / MAX_T), K / 32, MAX_T] */
+    int64_t k;
+} acts_t;
+
+static inline const float *bsum_at(const acts_t *x, int64_t t, int64_t j) {
+    return x->bsum + ((t / MAX_T) * (x->k / QK) + j) * MAX_T + t % MAX_T;
+}
+
+/* y[t * ldy + r] = row r of the weight (rows of row_bytes from w) . activation row t0 + t, for r < rows
+ * and t < nt <= MAX_T; t0 is a multiple of MAX_T (a tile). */
+typedef void (*rows_fn)(const uint8_t *w, int64_t row_bytes, int64_t rows, const acts_t *x, int64_t t0, int nt,
+                        float *y, int64_t ldy);
+
+/* The 6-bit scale and min of sub-block j of a Q4_K / Q5_K superblock (12 packed bytes). */
+static inline void scale_min_k4(const uint8_t *s, int j, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (uint8_t)((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
+        *m = (uint8_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+    }
+}
+
+/* The signed 6-bit scale of sub-block j of an IQ4_XS superblock, -32..31. */
+static inline int iq4_xs_scale(const block_iq4_xs *b, int j) {
+    return (((b->scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | (((b->scales_h >> (2 * j)) & 3) << 4)) - 32;
+}
+
+static inline float fp16_to_f32(uint16_t h) {  /* portable: the scalar kernels and the driver */
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, mant = h & 0x3FF, bits;
+    if (exp == 0x1F) {
+        bits = sign | 0x7F800000u | (mant << 13);
+    } else if (exp != 0) {
+        bits = sign | ((exp + 112) << 23) | (mant << 13);
+    } else if (mant == 0) {
+        bits = sign;
+    } else {  /* subnormal: normalise */
+        exp = 113;
+        while (!(mant & 0x400)) {
+            mant <<= 1;
+            exp--;
+        }
+        bits = sign | (exp << 23) | ((mant & 0x3FF) << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+void strata_qmm_table_scalar(rows_fn table[NUM_TYPES]);
+void strata_qmm_table_avx2(rows_fn table[NUM_TYPES]);
+void strata_qmm_table_avx512(rows_fn table[NUM_TYPES]);
+
+#endif

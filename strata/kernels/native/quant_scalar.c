@@ -1,0 +1,168 @@
+/* The portable kernels: plain C, any CPU. They state the semantics the SIMD kernels (quant_simd.c) must
+ * match: each weight block is decoded to small integers and per-sub-block integer scales, its integer
+ * dot product with the int8 activations is exact, and the block's float scales are applied once:
+ *   y += d_w * d_x * sum_j(scale_j * sum_i w_i q_i)  [+ min terms: min_j * bsum_j]. */
+#include "quant_matmul.h"
+
+static int32_t dot_i8(const int8_t *a, const int8_t *b, int n) {
+    int32_t s = 0;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* the 32 nibbles of a 16-byte run: low nibbles first, then high (GGUF's order), minus `offset` */
+static void nibbles(const uint8_t *qs, int offset, int8_t *v) {
+    for (int i = 0; i < 16; i++) {
+        v[i] = (int8_t)((qs[i] & 0xF) - offset);
+        v[i + 16] = (int8_t)((qs[i] >> 4) - offset);
+    }
+}
+
+static void row_q8_0(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
+    const int64_t nb = x->k / QK;
+    const int8_t *xq = x->q + t * x->k;
+    const float *xd = x->d + t * nb;
+    float acc = 0.f;
+    for (int64_t b = 0; b < nb; b++) {
+        const block_q8_0 *blk = (const block_q8_0 *)w + b;
+        acc += fp16_to_f32(blk->d) * xd[b] * (float)dot_i8(blk->qs, xq + b * QK, QK);
+    }
+    *y = acc;
+}
+
+static void row_q4_0(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
+    const int64_t nb = x->k / QK;
+    const int8_t *xq = x->q + t * x->k;
+    const float *xd = x->d + t * nb;
+    float acc = 0.f;
+    int8_t v[QK];
+    for (int64_t b = 0; b < nb; b++) {
+        const block_q4_0 *blk = (const block_q4_0 *)w + b;
+        nibbles(blk->qs, 8, v);
+        acc += fp16_to_f32(blk->d) * xd[b] * (float)dot_i8(v, xq + b * QK, QK);
+    }
+    *y = acc;
+}
+
+static void row_q4_1(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
+    const int64_t nb = x->k / QK;
+    const int8_t *xq = x->q + t * x->k;
+    const float *xd = x->d + t * nb;
+    float acc = 0.f, acc_min = 0.f;
+    int8_t v[QK];
+    for (int64_t b = 0; b < nb; b++) {
+        const block_q4_1 *blk = (const block_q4_1 *)w + b;
+        nibbles(blk->qs, 0, v);
+        acc += fp16_to_f32(blk->d) * xd[b] * (float)dot_i8(v, xq + b * QK, QK);
+        acc_min += fp16_to_f32(blk->m) * *bsum_at(x, t, b);
+    }
+    *y = acc + acc_min;
+}
+
+/* Q4_K and Q5_K: 8 sub-blocks of 32, each with a 6-bit scale and min (qh is NULL for Q4_K) */
+static float superblock_k(const uint8_t *scales, uint16_t d, uint16_t dmin, const uint8_t *qs, const uint8_t *qh,
+                          const acts_t *x, int64_t t, int64_t b) {
+    const int8_t *xq = x->q + t * x->k + b * QK_K;
+    int32_t isum = 0;
+    float min_sum = 0.f;
+    int8_t v[QK];
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, m;
+        scale_min_k4(scales, j, &sc, &m);
+        const uint8_t *q = qs + (j / 2) * 32;
+        for (int i = 0; i < QK; i++) {
+            int hi = qh != NULL ? ((qh[i] >> j) & 1) << 4 : 0;
+            v[i] = (int8_t)(((j % 2 ? q[i] >> 4 : q[i]) & 0xF) | hi);
+        }
+        isum += sc * dot_i8(v, xq + j * QK, QK);
+        min_sum += (float)m * *bsum_at(x, t, b * 8 + j);
+    }
+    return fp16_to_f32(d) * x->d[t * (x->k / QK_K) + b] * (float)isum - fp16_to_f32(dmin) * min_sum;
+}
+
+static void row_q4_k(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
+    float acc = 0.f;
+    for (int64_t b = 0; b < x->k / QK_K; b++) {
+        const block_q4_k *blk = (const block_q4_k *)w + b;
+        acc += superblock_k(blk->scales, blk->d, blk->dmin, blk->qs, NULL, x, t, b);
+    }
+    *y = acc;
+}
+
+static void row_q5_k(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
+    float acc = 0.f;
+    for (int64_t b = 0; b < x->k / QK_K; b++) {
+        const block_q5_k *blk = (const block_q5_k *)w + b;
+        acc += superblock_k(blk->scales, blk->d, blk->dmin, blk->qs, blk->qh, x, t, b);
+    }
+    *y = acc;
+}
+
+/* Q6_K: value h*128 + s*32 + l (half h, quarter s) takes its low 4 bits from ql[h*64 + (s%2)*32 + l]
+ * (low nibble for s < 2, high for s >= 2) and its high 2 bits from qh[h*32 + l] >> 2s; minus 32; one
+ * int8 scale per 16 values */
+static void row_q6_k(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
+    const int64_t nb = x->k / QK_K;
+    const int8_t *xq = x->q + t * x->k;
+    const float *xd = x->d + t * nb;
+    float acc = 0.f;
+    int8_t v[QK_K];
+    for (int64_t b = 0; b < nb; b++) {
+        const block_q6_k *blk = (const block_q6_k *)w + b;
+        for (int e = 0; e < QK_K; e++) {
+            int h = e / 128, s = (e / 32) % 4, l = e % 32;
+            int lo = blk->ql[h * 64 + (s % 2) * 32 + l] >> (4 * (s / 2)) & 0xF;
+            int hi = (blk->qh[h * 32 + l] >> (2 * s)) & 3;
+            v[e] = (int8_t)((lo | (hi << 4)) - 32);
+        }
+        int32_t isum = 0;
+        for (int j = 0; j < QK_K / 16; j++) isum += blk->scales[j] * dot_i8(v + 16 * j, xq + b * QK_K + 16 * j, 16);
+        acc += xd[b] * fp16_to_f32(blk->d) * (float)isum;
+    }
+    *y = acc;
+}
+
+static void row_iq4_xs(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
+    const int64_t nb = x->k / QK_K;
+    const int8_t *xq = x->q + t * x->k;
+    const float *xd = x->d + t * nb;
+    float acc = 0.f;
+    int8_t v[QK];
+    for (int64_t b = 0; b < nb; b++) {
+        const block_iq4_xs *blk = (const block_iq4_xs *)w + b;
+        int32_t isum = 0;
+        for (int j = 0; j < 8; j++) {
+            for (int i = 0; i < 16; i++) {
+                v[i] = IQ4_VALUES[blk->qs[16 * j + i] & 0xF];
+                v[i + 16] = IQ4_VALUES[blk->qs[16 * j + i] >> 4];
+            }
+            isum += iq4_xs_scale(blk, j) * dot_i8(v, xq + b * QK_K + j * QK, QK);
+        }
+        acc += xd[b] * fp16_to_f32(blk->d) * (float)isum;
+    }
+    *y = acc;
+}
+
+#define ROWS(name)                                                                                            \
+    static void rows_##name(const uint8_t *w, int64_t row_bytes, int64_t rows, const acts_t *x, int64_t t0,   \
+                            int nt, float *y, int64_t ldy) {                                                  \
+        for (int64_t r = 0; r < rows; r++)                                                                    \
+            for (int t = 0; t < nt; t++) row_##name(w + r * row_bytes, x, t0 + t, y + t * ldy + r);           \
+    }
+ROWS(q8_0)
+ROWS(q4_0)
+ROWS(q4_1)
+ROWS(q4_k)
+ROWS(q5_k)
+ROWS(q6_k)
+ROWS(iq4_xs)
+
+void strata_qmm_table_scalar(rows_fn table[NUM_TYPES]) {
+    table[T_Q8_0] = rows_q8_0;
+    table[T_Q4_0] = rows_q4_0;
+    table[T_Q4_1] = rows_q4_1;
+    table[T_Q4_K] = rows_q4_k;
+    table[T_Q5_K] = rows_q5_k;
+    table[T_Q6_K] = rows_q6_k;
+    table[T_IQ4_XS] = rows_iq4_xs;
+}

@@ -1,0 +1,252 @@
+/* The x86 SIMD kernels, compiled twice by strata/kernels/cpu_quant.py: with -mavx2 -mfma -mf16c (the
+ * AVX2 table) and with AVX-512 F/BW/VL/VNNI added (the AVX-512 table), where the unscaled u8 x s8 dot
+ * products are one vpdpbusd instead of vpmaddubsw + vpmaddwd. Both work on 256-bit vectors: a block is
+ * 32 values, and the CPU kernels are bound by the bytes of weight they read, not by vector width.
+ *
+ * Same arithmetic as quant_scalar.c (integer dot products per block, float scales once per block), so
+ * the two agree up to float summation order. Each weight block is decoded once and used for up to MAX_T
+ * activation rows; nt is a compile-time constant in every kernel body (see ROWS), so the per-row
+ * accumulators stay in registers. Signed x signed products use the sign trick (|w| times x with w's
+ * sign): vpmaddubsw sums two u8 x s8 products into int16, which |w| <= 128, |x| <= 127 keeps exact. */
+#include <immintrin.h>
+
+#include "quant_matmul.h"
+
+#define INLINE static inline __attribute__((always_inline))
+
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define TABLE strata_qmm_table_avx512
+INLINE __m256i dot_u8s8(__m256i u, __m256i s) { return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s); }
+#else
+#define TABLE strata_qmm_table_avx2
+INLINE __m256i dot_u8s8(__m256i u, __m256i s) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+#endif
+
+/* int32 lane i = sum of products 4i..4i+3 times the int16 scale of those values (scale16: one per 16
+ * values, each repeated 8 times) */
+INLINE __m256i dot_u8s8_scaled(__m256i u, __m256i s, __m256i scale16) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scale16);
+}
+
+INLINE __m256i load32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+INLINE __m256i nibbles32(const uint8_t *qs) {  /* 16 bytes -> 32 values: low nibbles, then high */
+    const __m128i q = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0xF));
+}
+
+INLINE float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+INLINE float f16(uint16_t h) { return _cvtsh_ss(h); }
+
+INLINE void store_rows(const __m256 *acc, __m256 mins, int nt, float *y, int64_t ldy) {
+    float m[MAX_T];
+    _mm256_storeu_ps(m, mins);
+    for (int t = 0; t < nt; t++) y[t * ldy] = hsum(acc[t]) + m[t];
+}
+
+/* ---- 32-value blocks: the weight block is decoded in registers, the row loop is inside ---------- */
+
+INLINE void q8_0_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
+    const int64_t k = x->k, nb = k / QK;
+    __m256 acc[MAX_T];
+    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const block_q8_0 *blk = (const block_q8_0 *)w + b;
+        const __m256i q = load32(blk->qs), q_abs = _mm256_sign_epi8(q, q);
+        const float d = f16(blk->d);
+        for (int t = 0; t < nt; t++) {
+            const __m256i xq = load32(x->q + (t0 + t) * k + b * QK);
+            const __m256 p = _mm256_cvtepi32_ps(dot_u8s8(q_abs, _mm256_sign_epi8(xq, q)));
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * x->d[(t0 + t) * nb + b]), p, acc[t]);
+        }
+    }
+    store_rows(acc, _mm256_setzero_ps(), nt, y, ldy);
+}
+
+INLINE void q4_0_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
+    const int64_t k = x->k, nb = k / QK;
+    __m256 acc[MAX_T];
+    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const block_q4_0 *blk = (const block_q4_0 *)w + b;
+        const __m256i q = _mm256_sub_epi8(nibbles32(blk->qs), _mm256_set1_epi8(8)), q_abs = _mm256_sign_epi8(q, q);
+        const float d = f16(blk->d);
+        for (int t = 0; t < nt; t++) {
+            const __m256i xq = load32(x->q + (t0 + t) * k + b * QK);
+            const __m256 p = _mm256_cvtepi32_ps(dot_u8s8(q_abs, _mm256_sign_epi8(xq, q)));
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * x->d[(t0 + t) * nb + b]), p, acc[t]);
+        }
+    }
+    store_rows(acc, _mm256_setzero_ps(), nt, y, ldy);
+}
+
+INLINE void q4_1_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
+    const int64_t k = x->k, nb = k / QK;
+    const float *bsum = bsum_at(x, t0, 0);
+    __m256 acc[MAX_T], mins = _mm256_setzero_ps();
+    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const block_q4_1 *blk = (const block_q4_1 *)w + b;
+        const __m256i q = nibbles32(blk->qs);
+        const float d = f16(blk->d);
+        mins = _mm256_fmadd_ps(_mm256_set1_ps(f16(blk->m)), _mm256_loadu_ps(bsum + b * MAX_T), mins);
+        for (int t = 0; t < nt; t++) {
+            const __m256 p = _mm256_cvtepi32_ps(dot_u8s8(q, load32(x->q + (t0 + t) * k + b * QK)));
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * x->d[(t0 + t) * nb + b]), p, acc[t]);
+        }
+    }
+    store_rows(acc, mins, nt, y, ldy);
+}
+
+/* ---- 256-value superblocks: decoded once into 8 vectors of 32 values and their scales, then each
+ * activation row runs over them (the decoded block stays in registers or L1) --------------------- */
+
+/* acc[t] += d * d_x[t] * sum_j (scale_j * w_j . x_j) for the 8 decoded vectors w_j; signed: w_j are
+ * signed values (sign trick), else unsigned */
+INLINE void superblock_rows(const __m256i *wv, const __m256i *scale16, int is_signed, float d, const acts_t *x,
+                            int64_t t0, const int nt, int64_t b, __m256 *acc) {
+    const int64_t k = x->k, nb = k / QK_K;
+    __m256i w_abs[8];
+    for (int j = 0; j < 8; j++) w_abs[j] = is_signed ? _mm256_sign_epi8(wv[j], wv[j]) : wv[j];
+    for (int t = 0; t < nt; t++) {
+        const int8_t *xq = x->q + (t0 + t) * k + b * QK_K;
+        __m256i isum = _mm256_setzero_si256();
+        for (int j = 0; j < 8; j++) {
+            __m256i xj = load32(xq + j * QK);
+            if (is_signed) xj = _mm256_sign_epi8(xj, wv[j]);
+            isum = _mm256_add_epi32(isum, dot_u8s8_scaled(w_abs[j], xj, scale16[j]));
+        }
+        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * x->d[(t0 + t) * nb + b]), _mm256_cvtepi32_ps(isum), acc[t]);
+    }
+}
+
+/* Q4_K / Q5_K scales and the minimum term of the tile: mins -= dmin * sum_j min_j * bsum_j */
+INLINE __m256 scales_k4(const uint8_t *scales, float dmin, const float *bsum, __m256i *scale16, __m256 mins) {
+    for (int j = 0; j < 8; j++) {
+        uint8_t sc, m;
+        scale_min_k4(scales, j, &sc, &m);
+        scale16[j] = _mm256_set1_epi16(sc);
+        mins = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * m), _mm256_loadu_ps(bsum + j * MAX_T), mins);
+    }
+    return mins;
+}
+
+INLINE void q4_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
+    const float *bsum = bsum_at(x, t0, 0);
+    __m256 acc[MAX_T], mins = _mm256_setzero_ps();
+    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < x->k / QK_K; b++) {
+        const block_q4_k *blk = (const block_q4_k *)w + b;
+        __m256i wv[8], scale16[8];
+        mins = scales_k4(blk->scales, f16(blk->dmin), bsum + b * 8 * MAX_T, scale16, mins);
+        for (int c = 0; c < 4; c++) {  /* 32 bytes: sub-block 2c in the low nibbles, 2c + 1 in the high */
+            const __m256i q = load32(blk->qs + 32 * c);
+            wv[2 * c] = _mm256_and_si256(q, _mm256_set1_epi8(0xF));
+            wv[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), _mm256_set1_epi8(0xF));
+        }
+        superblock_rows(wv, scale16, 0, f16(blk->d), x, t0, nt, b, acc);
+    }
+    store_rows(acc, mins, nt, y, ldy);
+}
+
+INLINE void q5_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
+    const float *bsum = bsum_at(x, t0, 0);
+    __m256 acc[MAX_T], mins = _mm256_setzero_ps();
+    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < x->k / QK_K; b++) {
+        const block_q5_k *blk = (const block_q5_k *)w + b;
+        __m256i wv[8], scale16[8];
+        mins = scales_k4(blk->scales, f16(blk->dmin), bsum + b * 8 * MAX_T, scale16, mins);
+        const __m256i qh = load32(blk->qh), one = _mm256_set1_epi8(1);
+        for (int c = 0; c < 4; c++) {
+            const __m256i q = load32(blk->qs + 32 * c);
+            wv[2 * c] = _mm256_and_si256(q, _mm256_set1_epi8(0xF));
+            wv[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), _mm256_set1_epi8(0xF));
+        }
+        for (int j = 0; j < 8; j++) {  /* bit j of qh[l] is bit 4 of value l of sub-block j */
+            const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, j), one), 4);
+            wv[j] = _mm256_or_si256(wv[j], hi);
+        }
+        superblock_rows(wv, scale16, 0, f16(blk->d), x, t0, nt, b, acc);
+    }
+    store_rows(acc, mins, nt, y, ldy);
+}
+
+INLINE void q6_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
+    __m256 acc[MAX_T];
+    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < x->k / QK_K; b++) {
+        const block_q6_k *blk = (const block_q6_k *)w + b;
+        __m256i wv[8], scale16[8];
+        for (int j = 0; j < 8; j++) {  /* values 32j.. of half h = j / 4, quarter s = j % 4: see quant_scalar.c */
+            const int h = j / 4, s = j % 4;
+            __m256i lo = load32(blk->ql + h * 64 + (s % 2) * 32);
+            if (s >= 2) lo = _mm256_srli_epi16(lo, 4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(load32(blk->qh + h * 32), 2 * s), _mm256_set1_epi8(3));
+            wv[j] = _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi8(0xF)), _mm256_slli_epi16(hi, 4)),
+                                    _mm256_set1_epi8(32));
+            scale16[j] = _mm256_set_m128i(_mm_set1_epi16(blk->scales[2 * j + 1]), _mm_set1_epi16(blk->scales[2 * j]));
+        }
+        superblock_rows(wv, scale16, 1, f16(blk->d), x, t0, nt, b, acc);
+    }
+    store_rows(acc, _mm256_setzero_ps(), nt, y, ldy);
+}
+
+INLINE void iq4_xs_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
+    const __m256i values = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)IQ4_VALUES));
+    __m256 acc[MAX_T];
+    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < x->k / QK_K; b++) {
+        const block_iq4_xs *blk = (const block_iq4_xs *)w + b;
+        __m256i wv[8], scale16[8];
+        for (int j = 0; j < 8; j++) {
+            wv[j] = _mm256_shuffle_epi8(values, nibbles32(blk->qs + 16 * j));
+            scale16[j] = _mm256_set1_epi16((int16_t)iq4_xs_scale(blk, j));
+        }
+        superblock_rows(wv, scale16, 1, f16(blk->d), x, t0, nt, b, acc);
+    }
+    store_rows(acc, _mm256_setzero_ps(), nt, y, ldy);
+}
+
+/* One body per (type, number of rows): nt is a constant in each, so the row loops unroll. */
+#define ROWS(name)                                                                                            \
+    static void rows_##name(const uint8_t *w, int64_t row_bytes, int64_t rows, const acts_t *x, int64_t t0,   \
+                            int nt, float *y, int64_t ldy) {                                                  \
+        for (int64_t r = 0; r < rows; r++) {                                                                  \
+            const uint8_t *wr = w + r * row_bytes;                                                            \
+            switch (nt) {                                                                                     \
+            case 1: name##_row(wr, x, t0, 1, y + r, ldy); break;                                              \
+            case 2: name##_row(wr, x, t0, 2, y + r, ldy); break;                                              \
+            case 3: name##_row(wr, x, t0, 3, y + r, ldy); break;                                              \
+            case 4: name##_row(wr, x, t0, 4, y + r, ldy); break;                                              \
+            case 5: name##_row(wr, x, t0, 5, y + r, ldy); break;                                              \
+            case 6: name##_row(wr, x, t0, 6, y + r, ldy); break;                                              \
+            case 7: name##_row(wr, x, t0, 7, y + r, ldy); break;                                              \
+            default: name##_row(wr, x, t0, 8, y + r, ldy); break;                                             \
+            }                                                                                                 \
+        }                                                                                                     \
+    }
+ROWS(q8_0)
+ROWS(q4_0)
+ROWS(q4_1)
+ROWS(q4_k)
+ROWS(q5_k)
+ROWS(q6_k)
+ROWS(iq4_xs)
+
+void TABLE(rows_fn table[NUM_TYPES]) {
+    table[T_Q8_0] = rows_q8_0;
+    table[T_Q4_0] = rows_q4_0;
+    table[T_Q4_1] = rows_q4_1;
+    table[T_Q4_K] = rows_q4_k;
+    table[T_Q5_K] = rows_q5_k;
+    table[T_Q6_K] = rows_q6_k;
+    table[T_IQ4_XS] = rows_iq4_xs;
+}

@@ -1,0 +1,161 @@
+"""The native CPU matmul on GGUF blocks (strata/kernels/cpu_quant.py) for every type it handles.
+
+The kernel quantizes activations per block to int8 (d = amax|x_block| / 127; 32 values for Q8_0/Q4_0/
+Q4_1, 256 for the K-quants and IQ4_XS), so two tolerances, both per output element:
+- against quant_matmul_ref (the same quantized activations @ gguf's dequantization, in float64) the
+  only difference is float32 rounding of the per-block products and their sum:
+  |y - ref| <= 1e-5 * (|x_hat| @ |W|.T);
+- against the exact float64 x @ W.T, each activation is off by at most half a step (d / 2 = amax / 254),
+  so |y - exact| <= sum over blocks b of amax|x_b| / 254 * |W_b|_1 (1.001 times that, for the float32
+  rounding of x / d), plus the float32 slack above.
+Weights: gguf.quants.quantize of random values where gguf can quantize the type, and random bytes with
+finite float16 scales (every bit pattern of the quants, e.g. -128 in Q8_0) for all types.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as Q
+from gguf.quants import dequantize, quantize
+
+from strata.kernels import cpu_quant
+
+pytestmark = pytest.mark.skipif(not cpu_quant.supports(Q.Q8_0), reason="no C compiler to build the kernel")
+
+TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS]
+QUANTIZABLE = {Q.Q8_0, Q.Q4_0, Q.Q4_1}  # gguf's quantize implements these of ours
+F16_FIELDS = {Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208], Q.IQ4_XS: [0]}
+SHAPES = [(1, 33, 256), (3, 33, 512), (17, 33, 2816), (8, 64, 768)]  # (T, N, K): 17 = two full row tiles + one
+ISAS = [name for name in cpu_quant.ISAS[1:] if name in cpu_quant.ISAS[:cpu_quant.ISAS.index(cpu_quant.isa()) + 1]]
+
+
+@pytest.fixture(autouse=True)
+def best_isa():
+    best = cpu_quant.isa()
+    yield
+    cpu_quant.set_isa(best)
+
+
+def make_blocks(qtype: Q, n: int, k: int, source: str, seed: int) -> torch.Tensor:
+    rng = np.random.default_rng(seed)
+    if source == "quantized":
+        return torch.from_numpy(quantize(rng.standard_normal((n, k), dtype=np.float32), qtype))
+    block, type_bytes = GGML_QUANT_SIZES[qtype]
+    raw = rng.integers(0, 256, size=(n, k // block, type_bytes), dtype=np.uint8)
+    for offset in F16_FIELDS[qtype]:
+        scales = rng.uniform(-0.05, 0.05, size=(n, k // block, 1)).astype(np.float16)
+        raw[..., offset:offset + 2] = scales.view(np.uint8)
+    return torch.from_numpy(raw.reshape(n, -1))
+
+
+def weight_of(blocks: torch.Tensor, qtype: Q, n: int, k: int) -> torch.Tensor:
+    return torch.from_numpy(dequantize(blocks.numpy(), qtype).reshape(n, k)).double()  # [N, K]
+
+
+def rounding_slack(x: torch.Tensor, weight: torch.Tensor, qtype: Q) -> torch.Tensor:
+    x_hat = cpu_quant.quantize_activations_ref(x, GGML_QUANT_SIZES[qtype][0])
+    return 1e-5 * (x_hat.abs() @ weight.abs().T)  # [T, N]
+
+
+def activation_bound(x: torch.Tensor, weight: torch.Tensor, qtype: Q) -> torch.Tensor:
+    block = GGML_QUANT_SIZES[qtype][0]
+    half_step = x.double().abs().reshape(x.shape[0], -1, block).amax(-1) / 254  # [T, K / block]
+    weight_l1 = weight.abs().reshape(weight.shape[0], -1, block).sum(-1)  # [N, K / block]
+    return 1.001 * half_step @ weight_l1.T  # [T, N]
+
+
+def sources(qtype: Q) -> list[str]:
+    return ["quantized", "random"] if qtype in QUANTIZABLE else ["random"]
+
+
+CASES = [(qtype, source, shape) for qtype in TYPES for source in sources(qtype) for shape in SHAPES]
+
+
+@pytest.mark.parametrize("qtype,source,shape", CASES, ids=[f"{q.name}-{s}-{t}x{n}x{k}" for q, s, (t, n, k) in CASES])
+def test_matches_reference_and_activation_bound(qtype, source, shape):
+    t, n, k = shape
+    blocks = make_blocks(qtype, n, k, source, seed=k + n + t)
+    x = torch.randn(t, k, generator=torch.Generator().manual_seed(t * k))
+    y = cpu_quant.quant_matmul(x, blocks, qtype, n, k)
+    weight = weight_of(blocks, qtype, n, k)
+    slack = rounding_slack(x, weight, qtype)
+    assert y.shape == (t, n) and y.dtype == torch.float32
+    assert ((y.double() - cpu_quant.quant_matmul_ref(x, blocks, qtype, n, k)).abs() <= slack).all()
+    error = (y.double() - x.double() @ weight.T).abs()
+    assert (error <= activation_bound(x, weight, qtype) + slack).all()
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=[q.name for q in TYPES])
+def test_one_block(qtype):
+    block = GGML_QUANT_SIZES[qtype][0]
+    blocks = make_blocks(qtype, 5, block, "random", seed=1)
+    x = torch.randn(2, block, generator=torch.Generator().manual_seed(2))
+    y = cpu_quant.quant_matmul(x, blocks, qtype, 5, block)
+    ref = cpu_quant.quant_matmul_ref(x, blocks, qtype, 5, block)
+    assert ((y.double() - ref).abs() <= rounding_slack(x, weight_of(blocks, qtype, 5, block), qtype)).all()
+
+
+@pytest.mark.skipif(not ISAS, reason="no SIMD kernels on this CPU")
+@pytest.mark.parametrize("qtype", TYPES, ids=[q.name for q in TYPES])
+def test_scalar_fallback_equals_simd(qtype):
+    t, n, k = 11, 37, 1024
+    blocks = make_blocks(qtype, n, k, "random", seed=5)
+    x = torch.randn(t, k, generator=torch.Generator().manual_seed(6))
+    cpu_quant.set_isa("scalar")
+    assert cpu_quant.isa() == "scalar"
+    scalar = cpu_quant.quant_matmul(x, blocks, qtype, n, k)
+    slack = rounding_slack(x, weight_of(blocks, qtype, n, k), qtype)
+    for name in ISAS:
+        cpu_quant.set_isa(name)
+        assert cpu_quant.isa() == name
+        assert ((cpu_quant.quant_matmul(x, blocks, qtype, n, k) - scalar).abs() <= slack).all(), name
+
+
+def test_thread_count_does_not_change_the_result():
+    """Each output is summed by one thread in a fixed order: any thread count gives the same bits."""
+    blocks = make_blocks(Q.Q4_K, 301, 512, "random", seed=7)
+    x = torch.randn(9, 512, generator=torch.Generator().manual_seed(8))
+    results = []
+    for threads in (1, 2, 5):
+        cpu_quant.set_num_threads(threads)
+        results.append(cpu_quant.quant_matmul(x, blocks, Q.Q4_K, 301, 512))
+    cpu_quant.set_num_threads(torch.get_num_threads())
+    assert all(torch.equal(results[0], r) for r in results[1:])
+
+
+def test_zero_activations_give_zeros_and_no_rows_give_an_empty_result():
+    blocks = make_blocks(Q.Q4_1, 7, 64, "quantized", seed=9)
+    x = torch.zeros(2, 64)
+    x[1, 32:] = 1.0  # one all-zero block (scale 0) beside a non-zero one
+    y = cpu_quant.quant_matmul(x, blocks, Q.Q4_1, 7, 64)
+    assert torch.equal(y[0], torch.zeros(7)) and torch.isfinite(y).all()
+    assert cpu_quant.quant_matmul(torch.zeros(0, 64), blocks, Q.Q4_1, 7, 64).shape == (0, 7)
+
+
+def test_bad_input_says_what_is_wrong():
+    blocks = make_blocks(Q.Q8_0, 4, 64, "quantized", seed=10)
+    assert not cpu_quant.supports(Q.Q2_K) and not cpu_quant.supports(Q.F16)
+    with pytest.raises(ValueError, match="contiguous CPU float32"):
+        cpu_quant.quant_matmul(torch.randn(2, 64, dtype=torch.float64), blocks, Q.Q8_0, 4, 64)
+    with pytest.raises(ValueError, match=r"Q8_0 blocks for \[4, 64\] must be a contiguous uint8 \[4, 68\]"):
+        cpu_quant.quant_matmul(torch.randn(2, 64), blocks[:, :34].contiguous(), Q.Q8_0, 4, 64)
+    with pytest.raises(ValueError, match="not handled"):
+        cpu_quant.quant_matmul(torch.randn(2, 256), torch.zeros(4, 84, dtype=torch.uint8), Q.Q2_K, 4, 256)
+    with pytest.raises(ValueError, match="not available"):
+        cpu_quant.set_isa("neon")
+
+
+def test_no_compiler_means_unsupported_not_an_error(tmp_path):
+    code = ("from strata.kernels import cpu_quant\n"
+            "print(any(cpu_quant.supports(t) for t in range(40)))\n"
+            "try:\n    cpu_quant.isa()\nexcept RuntimeError as e:\n    print('RuntimeError', 'no C compiler' in str(e))\n")
+    env = {**os.environ, "CC": str(tmp_path / "missing-cc"), "STRATA_CACHE_DIR": str(tmp_path / "cache")}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "RuntimeError", "True"]
