@@ -123,6 +123,45 @@ def bench_linear(rows_list: list[int]) -> list[dict]:
     return rows
 
 
+def bench_packed(rows_list: list[int], sweep: bool) -> list[dict]:
+    """One- and few-row projections over packed GGUF blocks (packed_gemv) beside the bf16 Triton path
+    (skinny_linear) at the same shapes, cold L2: bandwidth counts the bytes each reads (packed or bf16)."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    from strata.kernels.packed_gemv import BLOCK_LAYOUT, packed_gemv
+    from strata.kernels.skinny_linear import skinny_linear
+
+    configs = [dict(BLOCK_N=n, SUPERBLOCKS=sb, num_warps=w) for n in (2, 4, 8) for sb in (1, 2, 4) for w in (2, 4)] \
+        if sweep else [None]
+    rows = []
+    for name, cols, depth in LINEAR_SHAPES:
+        dense = [torch.randn(cols, depth, device="cuda", dtype=torch.bfloat16)
+                 for _ in range(rotations(cols * depth * 2, 64))]
+        for num_rows in rows_list:
+            x = torch.randn(num_rows, depth, device="cuda", dtype=torch.bfloat16)
+            seconds = per_call_seconds([lambda w=w: skinny_linear(x, w) for w in dense])
+            nbytes = cols * depth * 2
+            rows.append(dict(kernel="linear_bf16_skinny", shape=name, rows=num_rows, us=seconds * 1e6,
+                             bytes=nbytes, bandwidth=nbytes / seconds))
+        for qtype in BLOCK_LAYOUT:
+            per_block, block_bytes = GGML_QUANT_SIZES[qtype]
+            row_bytes = depth // per_block * block_bytes
+            # random bytes: the speed does not depend on the values (f16 scales may be NaN; unread)
+            packed = [torch.randint(0, 256, (cols, row_bytes), device="cuda", dtype=torch.uint8)
+                      for _ in range(rotations(cols * row_bytes, 64))]
+            for num_rows in rows_list:
+                x = torch.randn(num_rows, depth, device="cuda", dtype=torch.bfloat16)
+                for config in configs:
+                    seconds = per_call_seconds([lambda w=w: packed_gemv(x, w, qtype, cols, depth, config)
+                                                for w in packed])
+                    rows.append(dict(kernel=f"packed_gemv_{GGMLQuantizationType(qtype).name.lower()}", shape=name, rows=num_rows, config=config,
+                                     us=seconds * 1e6, bytes=cols * row_bytes,
+                                     bandwidth=cols * row_bytes / seconds))
+            del packed
+        del dense
+    return rows
+
+
 def bench_attention(cases: list[tuple], sweep: bool) -> list[dict]:
     num_heads, num_kv_heads, head_dim, block_size = 32, 4, 128, 16
     num_blocks = 65536     # 1 GiB each for K and V
@@ -227,6 +266,9 @@ def bench_kernels(only: set[str], sweep: bool) -> tuple[float, list[dict]]:
     if "linear" in only:
         rows += bench_linear([1, 16])
         torch.cuda.empty_cache()
+    if "packed" in only:
+        rows += bench_packed([1, 4], sweep)
+        torch.cuda.empty_cache()
     if "attention" in only:
         rows += bench_attention([(1, 128, 1, 256), (8, 128, 1, 256), (1, 4096, 1), (1, 32768, 1), (8, 4096, 1),
                                  (32, 4096, 1), (64, 2048, 1), (8, 4096, 4), (32, 2048, 4), (8, 1024, 16)], sweep)
@@ -246,8 +288,7 @@ def print_rows(copy: float, rows: list[dict]) -> None:
                           if k not in ("kernel", "us", "bytes", "bandwidth") and not isinstance(v, dict))
         if isinstance(row.get("config"), dict):
             c = row["config"]
-            shape += (f", cfg={c['BLOCK_N']}/{c['BLOCK_K']}/{c['num_warps']}/{c['num_stages']}"
-                      f"/{c.get('BLOCK_N_DOWN', c['BLOCK_N'])}")
+            shape += ", cfg=" + "/".join(str(v) for v in c.values())
         print(f"{row['kernel']:<22}{shape:<44}{row.get('us', 0):>9.1f}{row['bytes'] / 1e6:>9.2f}"
               f"{row['bandwidth'] / 1e9:>8.0f}{100 * row['bandwidth'] / copy:>7.1f}%")
 

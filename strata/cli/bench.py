@@ -12,7 +12,7 @@ import sys
 from strata.cli.options import add_engine_options, engine_config
 from strata.config import SpecConfig
 
-KERNEL_FAMILIES = ("moe", "linear", "attention", "gdn")
+KERNEL_FAMILIES = ("moe", "linear", "packed", "attention", "gdn")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -1,0 +1,148 @@
+"""Few-row projections over packed GGUF blocks (Q8_0, Q4_K, Q6_K) as one Triton launch.
+
+y = x @ W.T for x [M <= 16, K] where W [N, K] is stored as GGUF rows of blocks (a row is K / 256
+superblocks of 256 weights, or K / 32 blocks of 32 for Q8_0, byte for byte as in the file). Each
+program owns BLOCK_N rows of W and walks K one 256-weight chunk at a time: it gathers the chunk's
+bytes, decodes scales and quants in registers, and multiplies on the CUDA cores, so the weights cross
+memory once at their packed size (~0.56 byte per weight at Q4_K against 2 at bf16). Decode of a step
+of one sequence is bandwidth-bound, which is what packing buys.
+
+Layouts (gguf-py's quants.py is the reference; `packed_gemv_ref` dequantizes with it):
+- Q8_0, 34 bytes per 32: f16 d, 32 x int8 q; w = d * q.
+- Q4_K, 144 bytes per 256: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins for 8 sub-blocks of 32,
+  128 bytes of 4-bit quants (bytes 32j..32j+31 hold sub-block 2j in their low nibbles, 2j+1 in their
+  high ones); w = d * sc[s] * q - dmin * m[s].
+- Q6_K, 210 bytes per 256: 128 bytes of low 4 bits, 64 bytes of high 2 bits, 16 int8 scales (one per
+  16 weights), f16 d; w = d * scale * (q - 32).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU-only install: packed_gemv_ref still works
+    triton = tl = None
+
+from strata.kernels.launch import pdl_options
+
+if triton is not None:
+    from strata.kernels.launch import wait_for_previous_kernel
+
+MAX_ROWS = 16
+# gguf.GGMLQuantizationType values -> (weights per block, bytes per block)
+Q8_0, Q4_K, Q6_K = 8, 12, 14
+BLOCK_LAYOUT = {Q8_0: (32, 34), Q4_K: (256, 144), Q6_K: (256, 210)}
+CHUNK = 256  # weights of one row decoded per inner step (one superblock, or eight Q8_0 blocks)
+
+
+def supports(qtype: int, k: int) -> bool:
+    return qtype in BLOCK_LAYOUT and k % CHUNK == 0
+
+
+def packed_gemv_ref(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: int) -> torch.Tensor:
+    """x [M, K], blocks uint8 [N, row_bytes] -> float32 [M, N]: gguf's dequantization, then a float32
+    matmul."""
+    from gguf.quants import dequantize
+
+    weight = dequantize(blocks.cpu().numpy().astype(np.uint8, copy=False), qtype).reshape(n, k)
+    return x.float() @ torch.from_numpy(np.ascontiguousarray(weight)).to(x.device).t()
+
+
+# rows of W per program, superblocks per K step: the lowest summed one-row time over Q8_0, Q4_K, Q6_K at five
+# decode shapes of the 18 tilings swept on the H200 (bench/results/2026-12-01-h200-packed-gemv)
+DEFAULT_CONFIG = dict(BLOCK_N=4, SUPERBLOCKS=4, num_warps=2, num_stages=3)
+
+
+def packed_gemv(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: int,
+                config: dict | None = None) -> torch.Tensor:
+    """Same contract as packed_gemv_ref for at most MAX_ROWS rows (float32 out). One program per
+    (BLOCK_N rows of W, row of x): the rows of a few-row step reread their weights from L2."""
+    num_rows = x.shape[0]
+    assert num_rows <= MAX_ROWS and x.stride(1) == 1 and x.shape[1] == k and supports(qtype, k)
+    assert blocks.dtype == torch.uint8 and blocks.is_contiguous() and blocks.shape[0] == n
+    per_block, block_bytes = BLOCK_LAYOUT[qtype]
+    assert blocks.shape[1] == k // per_block * block_bytes, "row bytes do not match K for this type"
+    cfg = {**DEFAULT_CONFIG, **(config or {})}
+    superblocks = min(cfg["SUPERBLOCKS"], k // CHUNK)
+    while (k // CHUNK) % superblocks:
+        superblocks -= 1
+    out = torch.empty(num_rows, n, dtype=torch.float32, device=x.device)
+    _packed_gemv_kernel[(triton.cdiv(n, cfg["BLOCK_N"]), num_rows)](
+        x, blocks, out, n, k, x.stride(0), blocks.shape[1], out.stride(0),
+        QTYPE=qtype, BLOCK_N=cfg["BLOCK_N"], SB=superblocks, num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"], **pdl_options(x))
+    return out
+
+
+if triton is not None:
+
+    @triton.jit
+    def _f16_at(ptr, mask):
+        """The little-endian float16 at byte pointers `ptr`, as float32."""
+        lo = tl.load(ptr, mask=mask, other=0).to(tl.uint16)
+        hi = tl.load(ptr + 1, mask=mask, other=0).to(tl.uint16)
+        return (lo | (hi << 8)).to(tl.float16, bitcast=True).to(tl.float32)
+
+    @triton.jit
+    def _chunk_dot(row_ptr, sb, r, l, x, n_ok, QTYPE: tl.constexpr, SB: tl.constexpr, BLOCK_N: tl.constexpr):
+        """Sum over SB superblocks (256 weights each, K step `sb`) of W's BLOCK_N rows times x -> [BLOCK_N].
+        Tiles are [BLOCK_N, SB, 8, 32]: superblock, row r of 32 weights in gguf's order, weight l in it
+        (weight index r * 32 + l); x [1, SB, 8, 32] in the same order. Quants are summed against x per
+        group first and scaled per group after, so scales cost a few operations per 32 weights."""
+        if QTYPE == 8:   # Q8_0: row r of a superblock is one 34-byte block
+            base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * 272 + r * 34      # [BN, SB, 8, 1]
+            q = tl.load(base + 2 + l, mask=n_ok, other=0).to(tl.int8, bitcast=True).to(tl.float32)
+            d = tl.sum(_f16_at(base, n_ok), axis=3)                                            # [BN, SB, 8]
+            part = d * tl.sum(q * x, axis=3)
+        elif QTYPE == 12:  # Q4_K: row r is sub-block r (nibble r % 2 of bytes 32 * (r // 2) + l)
+            base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * 144                 # [BN, SB, 1, 1]
+            qbyte = tl.load(base + 16 + (r // 2) * 32 + l, mask=n_ok, other=0).to(tl.int32)
+            q = ((qbyte >> ((r % 2) * 4)) & 15).to(tl.float32)                                # [BN, SB, 8, 32]
+            s = tl.reshape(r, (1, 1, 8))
+            base3 = tl.reshape(base, (BLOCK_N, SB, 1))
+            ok3 = tl.reshape(n_ok, (BLOCK_N, 1, 1))
+            i = s % 4
+            lo_d = tl.load(base3 + 4 + i, mask=ok3, other=0).to(tl.int32)                     # [BN, SB, 8]
+            lo_m = tl.load(base3 + 8 + i, mask=ok3, other=0).to(tl.int32)
+            hi = tl.load(base3 + 12 + i, mask=ok3, other=0).to(tl.int32)
+            sc = tl.where(s < 4, lo_d & 63, (hi & 15) | ((lo_d >> 2) & 48)).to(tl.float32)
+            mn = tl.where(s < 4, lo_m & 63, (hi >> 4) | ((lo_m >> 2) & 48)).to(tl.float32)
+            d = _f16_at(base3, ok3)
+            dmin = _f16_at(base3 + 2, ok3)
+            part = (d * sc) * tl.sum(q * x, axis=3) - (dmin * mn) * tl.sum(x, axis=3)
+        else:  # Q6_K: row r: low bits in nibble (r // 2) % 2 of ql[64 (r // 4) + 32 (r % 2) + l], high bits
+            # in bits 2 (r % 4) of qh[32 (r // 4) + l]; one int8 scale per 16 weights
+            base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * 210                 # [BN, SB, 1, 1]
+            lo = tl.load(base + (r // 4) * 64 + (r % 2) * 32 + l, mask=n_ok, other=0).to(tl.int32)
+            lo = (lo >> (((r // 2) % 2) * 4)) & 15
+            hi = tl.load(base + 128 + (r // 4) * 32 + l, mask=n_ok, other=0).to(tl.int32)
+            hi = (hi >> ((r % 4) * 2)) & 3
+            q = ((lo | (hi << 4)) - 32).to(tl.float32)                                        # [BN, SB, 8, 32]
+            halves = tl.sum(tl.reshape(q * x, (BLOCK_N, SB, 16, 16)), axis=3)                 # [BN, SB, 16]
+            base3 = tl.reshape(base, (BLOCK_N, SB, 1))
+            ok3 = tl.reshape(n_ok, (BLOCK_N, 1, 1))
+            g = tl.arange(0, 16)[None, None, :]
+            scale = tl.load(base3 + 192 + g, mask=ok3, other=0).to(tl.int8, bitcast=True).to(tl.float32)
+            part = _f16_at(base3 + 208, ok3) * (scale * halves)
+        return tl.sum(tl.sum(part, axis=2), axis=1)
+
+    @triton.jit
+    def _packed_gemv_kernel(x_ptr, w_ptr, out_ptr, n, k, stride_xm, row_bytes, stride_om,
+                            QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, SB: tl.constexpr, USE_PDL: tl.constexpr):
+        wait_for_previous_kernel(USE_PDL)
+        row = tl.program_id(1)
+        offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_ok = (offs_n < n)[:, None, None, None]                                               # [BN, 1, 1, 1]
+        row_ptr = w_ptr + offs_n.to(tl.int64)[:, None, None, None] * row_bytes
+        r = tl.arange(0, 8)[None, None, :, None]
+        l = tl.arange(0, 32)[None, None, None, :]
+        x_offs = tl.arange(0, SB)[None, :, None, None] * 256 + r * 32 + l                       # [1, SB, 8, 32]
+        acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        for sb in tl.range(0, k // 256, SB):
+            x = tl.load(x_ptr + row * stride_xm + sb * 256 + x_offs).to(tl.float32)
+            acc += _chunk_dot(row_ptr, sb, r, l, x, n_ok, QTYPE, SB, BLOCK_N)
+        tl.store(out_ptr + row * stride_om + offs_n, acc, mask=offs_n < n)

@@ -1,0 +1,56 @@
+"""packed_gemv (few-row projections over packed GGUF blocks) against gguf's dequantization + a
+float32 matmul, on blocks of every type it reads: quantized real values where gguf-py can quantize the
+type, else random bytes with finite scales."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from strata.kernels.packed_gemv import BLOCK_LAYOUT, Q4_K, Q6_K, Q8_0, packed_gemv, packed_gemv_ref, supports
+
+gpu = pytest.mark.gpu
+
+
+def random_blocks(qtype: int, n: int, k: int, seed: int) -> torch.Tensor:
+    """uint8 [n, row_bytes] of valid blocks: gguf-py quantizes Q8_0; for the K-quants random bytes with
+    their f16 fields (d, dmin) set to small finite values."""
+    rng = np.random.default_rng(seed)
+    per_block, block_bytes = BLOCK_LAYOUT[qtype]
+    if qtype == Q8_0:
+        from gguf.quants import quantize
+
+        return torch.from_numpy(quantize(rng.standard_normal((n, k), dtype=np.float32), qtype))
+    blocks = rng.integers(0, 256, (n, k // per_block, block_bytes), dtype=np.uint8)
+    f16_fields = {Q4_K: (0, 2), Q6_K: (208,)}[qtype]
+    for offset in f16_fields:
+        scale = rng.uniform(1e-3, 2e-2, (n, k // per_block)).astype(np.float16)
+        blocks[:, :, offset:offset + 2] = scale.view(np.uint8).reshape(n, k // per_block, 2)
+    return torch.from_numpy(blocks.reshape(n, -1))
+
+
+def test_ref_matches_a_plain_dequantization():
+    """The reference is gguf's dequantize + matmul: checked on Q8_0 against the quantized values."""
+    blocks = random_blocks(Q8_0, 5, 64, seed=1)
+    x = torch.randn(2, 64)
+    raw = blocks.numpy().reshape(5, 2, 34)
+    weight = raw[:, :, :2].copy().view(np.float16).astype(np.float32) * raw[:, :, 2:].copy().view(np.int8)
+    torch.testing.assert_close(packed_gemv_ref(x, blocks, Q8_0, 5, 64), x @ torch.from_numpy(weight.reshape(5, 64)).t())
+
+
+def test_supports_only_whole_chunks():
+    assert supports(Q4_K, 512) and not supports(Q4_K, 320) and not supports(2, 256)
+
+
+@gpu
+@pytest.mark.parametrize("qtype", sorted(BLOCK_LAYOUT))
+@pytest.mark.parametrize("rows, n, k", [(1, 33, 256), (3, 64, 2048), (1, 5120, 2048), (16, 7, 768)])
+def test_packed_gemv_matches_ref(qtype, rows, n, k):
+    blocks = random_blocks(qtype, n, k, seed=rows * n + k)
+    x = torch.randn(rows, k, generator=torch.Generator().manual_seed(k)).to(torch.bfloat16)
+    expected = packed_gemv_ref(x, blocks, qtype, n, k)
+    out = packed_gemv(x.cuda(), blocks.cuda(), qtype, n, k)
+    # the kernel sums in float32 in another order than the reference matmul
+    scale = (x.float().abs() @ packed_gemv_ref(torch.eye(k), blocks, qtype, n, k).abs()).clamp_min(1.0)
+    assert ((out.cpu() - expected).abs() / scale).max() < 1e-5
