@@ -33,6 +33,7 @@ _AVX2 = ["-mavx2", "-mfma", "-mf16c"]
 _AVX512 = [*_AVX2, "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"]
 ISAS = ("scalar", "avx2", "avx512")  # the C side's numbering
 TYPES = frozenset(GGMLQuantizationType[name] for name in ("Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"))
+_LAYOUTS = {int(qtype): (*GGML_QUANT_SIZES[qtype], qtype.name) for qtype in TYPES}  # values, bytes a block; name
 
 _lock = threading.Lock()
 _library: ctypes.CDLL | None = None
@@ -105,23 +106,24 @@ def set_isa(name: str) -> None:
 def quant_matmul(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: int) -> torch.Tensor:
     """x [T, K] float32 @ W.T -> [T, N] float32, W [N, K] the dequantization of blocks [N, row_bytes]
     uint8 (GGUF rows: K / block_size blocks each). Check supports(qtype) first."""
-    library = _require()
-    block, type_bytes = GGML_QUANT_SIZES[GGMLQuantizationType(qtype)]
-    if x.dtype != torch.float32 or x.dim() != 2 or x.shape[1] != k or not x.is_contiguous() or x.is_cuda:
+    library = _library or _require()  # decode calls this a few hundred times a token: checks stay cheap
+    if qtype not in _LAYOUTS:
+        raise ValueError(f"quant_matmul: GGUF type {qtype} is not handled; check supports()")
+    block, type_bytes, name = _LAYOUTS[qtype]
+    shape = x.shape
+    if len(shape) != 2 or shape[1] != k or x.dtype != torch.float32 or not x.is_contiguous() or not x.is_cpu:
         raise ValueError(f"quant_matmul: x must be a contiguous CPU float32 [T, {k}] tensor, got {x.dtype} "
-                         f"{tuple(x.shape)}")
-    if k % block != 0 or blocks.dtype != torch.uint8 or tuple(blocks.shape) != (n, k // block * type_bytes) \
-            or not blocks.is_contiguous():
-        raise ValueError(f"quant_matmul: {GGMLQuantizationType(qtype).name} blocks for [{n}, {k}] must be a contiguous "
-                         f"uint8 [{n}, {k // block * type_bytes}] tensor (K a multiple of {block}), got "
-                         f"{blocks.dtype} {tuple(blocks.shape)}")
-    y = torch.empty((x.shape[0], n), dtype=torch.float32)
-    status = library.strata_qmm(int(qtype), x.data_ptr(), x.shape[0], blocks.data_ptr(), n, k, y.data_ptr(),
+                         f"{tuple(shape)}")
+    if k % block != 0 or blocks.shape != (n, k // block * type_bytes) or blocks.dtype != torch.uint8 \
+            or not blocks.is_contiguous() or not blocks.is_cpu:
+        raise ValueError(f"quant_matmul: {name} blocks for [{n}, {k}] must be a contiguous CPU uint8 "
+                         f"[{n}, {k // block * type_bytes}] tensor (K a multiple of {block}), got {blocks.dtype} "
+                         f"{tuple(blocks.shape)}")
+    y = torch.from_numpy(np.empty((shape[0], n), np.float32))  # [T, N]; a third of torch.empty's cost
+    status = library.strata_qmm(qtype, x.data_ptr(), shape[0], blocks.data_ptr(), n, k, y.data_ptr(),
                                 _num_threads or torch.get_num_threads())
-    if status == 1:
+    if status != 0:  # the C side's other refusals (type, K) were checked above
         raise MemoryError("quant_matmul: no scratch memory for the quantized activations")
-    if status != 0:
-        raise ValueError(f"quant_matmul: type {GGMLQuantizationType(qtype).name} is not handled; check supports()")
     return y
 
 

@@ -143,7 +143,7 @@ def test_bad_input_says_what_is_wrong():
     assert not cpu_quant.supports(Q.Q2_K) and not cpu_quant.supports(Q.F16)
     with pytest.raises(ValueError, match="contiguous CPU float32"):
         cpu_quant.quant_matmul(torch.randn(2, 64, dtype=torch.float64), blocks, Q.Q8_0, 4, 64)
-    with pytest.raises(ValueError, match=r"Q8_0 blocks for \[4, 64\] must be a contiguous uint8 \[4, 68\]"):
+    with pytest.raises(ValueError, match=r"Q8_0 blocks for \[4, 64\] must be a contiguous CPU uint8 \[4, 68\]"):
         cpu_quant.quant_matmul(torch.randn(2, 64), blocks[:, :34].contiguous(), Q.Q8_0, 4, 64)
     with pytest.raises(ValueError, match="not handled"):
         cpu_quant.quant_matmul(torch.randn(2, 256), torch.zeros(4, 84, dtype=torch.uint8), Q.Q2_K, 4, 256)

@@ -71,13 +71,14 @@ static void type_sizes(int qtype, int64_t *block, int64_t *bytes, int64_t *act_b
 
 /* ---- activations: x ~= d * q per block of qb values (round to nearest even, like np.rint) ------ */
 
-static void quantize_row(const float *x, int64_t k, int64_t qb, int64_t t, int8_t *q, float *d, float *bsum) {
+static void quantize_row(const float *x, int64_t t, const acts_t *acts, int8_t *q, float *d, float *bsum) {
+    const int64_t k = acts->k, qb = acts->qb, tile = t / MAX_T * MAX_T, lane = t % MAX_T;
     for (int64_t b = 0; b < k / qb; b++) {
         const float *xb = x + b * qb;
         float amax = 0.f;
         for (int64_t i = 0; i < qb; i++) amax = fabsf(xb[i]) > amax ? fabsf(xb[i]) : amax;
         const float scale = amax / 127.f, inverse = scale != 0.f ? 1.f / scale : 0.f;
-        d[b] = scale;
+        d[(tile * (k / qb) + b * MAX_T) + lane] = scale;
         for (int64_t i = 0; i < qb; i++) {
             /* adding 1.5 * 2^23 rounds |v| <= 127 to the nearest integer, ties to even, in float32 */
             const float v = xb[i] * inverse;
@@ -86,7 +87,7 @@ static void quantize_row(const float *x, int64_t k, int64_t qb, int64_t t, int8_
         for (int64_t j = b * qb / QK; j < (b + 1) * qb / QK; j++) {
             int32_t sum = 0;
             for (int i = 0; i < QK; i++) sum += q[j * QK + i];
-            bsum[((t / MAX_T) * (k / QK) + j) * MAX_T + t % MAX_T] = scale * (float)sum;
+            bsum[(tile * (k / QK) + j * MAX_T) + lane] = scale * (float)sum;
         }
     }
 }
@@ -241,18 +242,20 @@ int strata_qmm(int qtype, const float *x, int64_t t, const uint8_t *w, int64_t n
     type_sizes(qtype, &block, &bytes, &act_block);
     if (k <= 0 || k % block != 0) return 2;
     if (t <= 0 || n <= 0) return 0;
-    const int64_t tiles = (t + MAX_T - 1) / MAX_T;
-    char *scratch = malloc((size_t)(t * k) + sizeof(float) * (size_t)(t * (k / act_block) + tiles * k / QK * MAX_T));
+    /* scratch: the scales and bsum (tiles of MAX_T rows, zero past row t), then the int8 values */
+    const int64_t tiles = (t + MAX_T - 1) / MAX_T, scales = tiles * MAX_T * (k / act_block + k / QK);
+    char *scratch = malloc(sizeof(float) * (size_t)scales + (size_t)(t * k));
     if (scratch == NULL) return 1;
-    float *d = (float *)scratch, *bsum = d + t * (k / act_block);
-    int8_t *q = (int8_t *)(bsum + tiles * k / QK * MAX_T);
-    memset(bsum, 0, sizeof(float) * (size_t)(tiles * k / QK * MAX_T));  /* the last tile's missing rows */
-    for (int64_t r = 0; r < t; r++) quantize_row(x + r * k, k, act_block, r, q + r * k, d + r * (k / act_block), bsum);
+    float *d = (float *)scratch, *bsum = d + tiles * MAX_T * (k / act_block);
+    int8_t *q = (int8_t *)(d + scales);
+    memset(d, 0, sizeof(float) * (size_t)scales);
+    const acts_t acts = {q, d, bsum, k, act_block};
+    for (int64_t r = 0; r < t; r++) quantize_row(x + r * k, r, &acts, q + r * k, d, bsum);
     if (threads < 1) threads = 1;
     int64_t chunk_rows = n / ((int64_t)threads * 8);  /* ~8 chunks a thread: balance, little contention */
     chunk_rows = chunk_rows < 1 ? 1 : chunk_rows > 64 ? 64 : chunk_rows;
     const int64_t chunks = (n + chunk_rows - 1) / chunk_rows;
-    job_t job = {tables[isa_current][qtype], w, k / block * bytes, n, t, chunk_rows, chunks, 0, {q, d, bsum, k}, y};
+    job_t job = {tables[isa_current][qtype], w, k / block * bytes, n, t, chunk_rows, chunks, 0, acts, y};
     pthread_mutex_lock(&call_mu);
     run_job(&job, chunks < 2 ? 1 : threads);
     pthread_mutex_unlock(&call_mu);

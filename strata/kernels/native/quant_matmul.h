@@ -4,8 +4,8 @@
  * Activations are quantized per block to int8 with a float32 scale, x ~= d * q, q = rint(x * 127 / amax),
  * over QB = 32 values for the 32-value weight types and QB = 256 for the 256-value ones (K-quants,
  * IQ4_XS), so each weight block meets one activation scale. bsum holds d * sum(q) over every 32 values
- * (what a weight block's minimum multiplies), transposed in tiles of MAX_T rows so that one vector of
- * it serves every row of a tile: bsum[t / MAX_T][j][t % MAX_T] for the 32 values j of row t. */
+ * (what a weight block's minimum multiplies). The scales and bsum are stored transposed in tiles of
+ * MAX_T rows, [T / MAX_T][blocks][MAX_T], so that one vector of them serves every row of a tile. */
 #ifndef STRATA_QUANT_MATMUL_H
 #define STRATA_QUANT_MATMUL_H
 
@@ -29,10 +29,15 @@ static const int8_t IQ4_VALUES[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 
 
 typedef struct {
     const int8_t *q;      /* [T, K] */
-    const float *d;       /* [T, K / QB] */
+    const float *d;       /* [ceil(T / MAX_T), K / QB, MAX_T] */
     const float *bsum;    /* [ceil(T / MAX_T), K / 32, MAX_T] */
-    int64_t k;
+    int64_t k, qb;
 } acts_t;
+
+/* the scale of block b (of QB values) of row t, and d * sum(q) of its 32 values j */
+static inline const float *d_at(const acts_t *x, int64_t t, int64_t b) {
+    return x->d + ((t / MAX_T) * (x->k / x->qb) + b) * MAX_T + t % MAX_T;
+}
 
 static inline const float *bsum_at(const acts_t *x, int64_t t, int64_t j) {
     return x->bsum + ((t / MAX_T) * (x->k / QK) + j) * MAX_T + t % MAX_T;

@@ -21,11 +21,10 @@ static void nibbles(const uint8_t *qs, int offset, int8_t *v) {
 static void row_q8_0(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
     const int64_t nb = x->k / QK;
     const int8_t *xq = x->q + t * x->k;
-    const float *xd = x->d + t * nb;
     float acc = 0.f;
     for (int64_t b = 0; b < nb; b++) {
         const block_q8_0 *blk = (const block_q8_0 *)w + b;
-        acc += fp16_to_f32(blk->d) * xd[b] * (float)dot_i8(blk->qs, xq + b * QK, QK);
+        acc += fp16_to_f32(blk->d) * *d_at(x, t, b) * (float)dot_i8(blk->qs, xq + b * QK, QK);
     }
     *y = acc;
 }
@@ -33,13 +32,12 @@ static void row_q8_0(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
 static void row_q4_0(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
     const int64_t nb = x->k / QK;
     const int8_t *xq = x->q + t * x->k;
-    const float *xd = x->d + t * nb;
     float acc = 0.f;
     int8_t v[QK];
     for (int64_t b = 0; b < nb; b++) {
         const block_q4_0 *blk = (const block_q4_0 *)w + b;
         nibbles(blk->qs, 8, v);
-        acc += fp16_to_f32(blk->d) * xd[b] * (float)dot_i8(v, xq + b * QK, QK);
+        acc += fp16_to_f32(blk->d) * *d_at(x, t, b) * (float)dot_i8(v, xq + b * QK, QK);
     }
     *y = acc;
 }
@@ -47,13 +45,12 @@ static void row_q4_0(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
 static void row_q4_1(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
     const int64_t nb = x->k / QK;
     const int8_t *xq = x->q + t * x->k;
-    const float *xd = x->d + t * nb;
     float acc = 0.f, acc_min = 0.f;
     int8_t v[QK];
     for (int64_t b = 0; b < nb; b++) {
         const block_q4_1 *blk = (const block_q4_1 *)w + b;
         nibbles(blk->qs, 0, v);
-        acc += fp16_to_f32(blk->d) * xd[b] * (float)dot_i8(v, xq + b * QK, QK);
+        acc += fp16_to_f32(blk->d) * *d_at(x, t, b) * (float)dot_i8(v, xq + b * QK, QK);
         acc_min += fp16_to_f32(blk->m) * *bsum_at(x, t, b);
     }
     *y = acc + acc_min;
@@ -77,7 +74,7 @@ static float superblock_k(const uint8_t *scales, uint16_t d, uint16_t dmin, cons
         isum += sc * dot_i8(v, xq + j * QK, QK);
         min_sum += (float)m * *bsum_at(x, t, b * 8 + j);
     }
-    return fp16_to_f32(d) * x->d[t * (x->k / QK_K) + b] * (float)isum - fp16_to_f32(dmin) * min_sum;
+    return fp16_to_f32(d) * *d_at(x, t, b) * (float)isum - fp16_to_f32(dmin) * min_sum;
 }
 
 static void row_q4_k(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
@@ -104,7 +101,6 @@ static void row_q5_k(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
 static void row_q6_k(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
     const int64_t nb = x->k / QK_K;
     const int8_t *xq = x->q + t * x->k;
-    const float *xd = x->d + t * nb;
     float acc = 0.f;
     int8_t v[QK_K];
     for (int64_t b = 0; b < nb; b++) {
@@ -117,7 +113,7 @@ static void row_q6_k(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
         }
         int32_t isum = 0;
         for (int j = 0; j < QK_K / 16; j++) isum += blk->scales[j] * dot_i8(v + 16 * j, xq + b * QK_K + 16 * j, 16);
-        acc += xd[b] * fp16_to_f32(blk->d) * (float)isum;
+        acc += *d_at(x, t, b) * fp16_to_f32(blk->d) * (float)isum;
     }
     *y = acc;
 }
@@ -125,7 +121,6 @@ static void row_q6_k(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
 static void row_iq4_xs(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
     const int64_t nb = x->k / QK_K;
     const int8_t *xq = x->q + t * x->k;
-    const float *xd = x->d + t * nb;
     float acc = 0.f;
     int8_t v[QK];
     for (int64_t b = 0; b < nb; b++) {
@@ -138,7 +133,7 @@ static void row_iq4_xs(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
             }
             isum += iq4_xs_scale(blk, j) * dot_i8(v, xq + b * QK_K + j * QK, QK);
         }
-        acc += xd[b] * fp16_to_f32(blk->d) * (float)isum;
+        acc += *d_at(x, t, b) * fp16_to_f32(blk->d) * (float)isum;
     }
     *y = acc;
 }

@@ -51,58 +51,78 @@ INLINE void store_rows(const __m256 *acc, __m256 mins, int nt, float *y, int64_t
     for (int t = 0; t < nt; t++) y[t * ldy] = hsum(acc[t]) + m[t];
 }
 
-/* ---- 32-value blocks: the weight block is decoded in registers, the row loop is inside ---------- */
+/* ---- 32-value blocks: each weight block is decoded in registers and used for the tile's rows -----
+ * One row: the block's int32 lanes are scaled and accumulated as they are. More rows, in groups of 4:
+ * two levels of horizontal adds leave [rows 0-3 from the low 128 bits | rows 0-3 from the high], so
+ * converting, scaling and accumulating is one vector op per block for 4 rows, not one per row; the two
+ * halves are added at the end. The integer sums are exact in float32 (|sum| < 2^24). */
 
-INLINE void q8_0_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
-    const int64_t k = x->k, nb = k / QK;
-    __m256 acc[MAX_T];
-    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const block_q8_0 *blk = (const block_q8_0 *)w + b;
-        const __m256i q = load32(blk->qs), q_abs = _mm256_sign_epi8(q, q);
-        const float d = f16(blk->d);
-        for (int t = 0; t < nt; t++) {
+/* [v0 lo, v1 lo, v2 lo, v3 lo | v0 hi, v1 hi, v2 hi, v3 hi]: the sums of each 128-bit half */
+INLINE __m256i hsum4_epi32(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
+    return _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+}
+
+/* Q8_0 (signed values), Q4_0 and Q4_1 (unsigned nibbles; Q4_0's -8 is a minimum of -8 d) */
+INLINE void block32_row(const uint8_t *w, const int type, const acts_t *x, int64_t t0, const int nt, float *y,
+                        int64_t ldy) {
+    const int64_t k = x->k;
+    const int is_signed = type == T_Q8_0;
+    const float *xd = d_at(x, t0, 0), *bsum = bsum_at(x, t0, 0);
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, mins = _mm256_setzero_ps();
+    for (int64_t b = 0; b < k / QK; b++) {
+        __m256i q;
+        float d;
+        if (type == T_Q8_0) {
+            const block_q8_0 *blk = (const block_q8_0 *)w + b;
+            q = load32(blk->qs), d = f16(blk->d);
+        } else if (type == T_Q4_0) {
+            const block_q4_0 *blk = (const block_q4_0 *)w + b;
+            q = nibbles32(blk->qs), d = f16(blk->d);
+            mins = _mm256_fmadd_ps(_mm256_set1_ps(-8.f * d), _mm256_loadu_ps(bsum + b * MAX_T), mins);
+        } else {
+            const block_q4_1 *blk = (const block_q4_1 *)w + b;
+            q = nibbles32(blk->qs), d = f16(blk->d);
+            mins = _mm256_fmadd_ps(_mm256_set1_ps(f16(blk->m)), _mm256_loadu_ps(bsum + b * MAX_T), mins);
+        }
+        const __m256i q_abs = is_signed ? _mm256_sign_epi8(q, q) : q;
+        __m256i p[MAX_T];
+        for (int t = 0; t < MAX_T; t++) {
+            p[t] = _mm256_setzero_si256();
+            if (t >= nt) continue;
             const __m256i xq = load32(x->q + (t0 + t) * k + b * QK);
-            const __m256 p = _mm256_cvtepi32_ps(dot_u8s8(q_abs, _mm256_sign_epi8(xq, q)));
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * x->d[(t0 + t) * nb + b]), p, acc[t]);
+            p[t] = dot_u8s8(q_abs, is_signed ? _mm256_sign_epi8(xq, q) : xq);
+        }
+        if (nt == 1) {
+            acc[0] = _mm256_fmadd_ps(_mm256_set1_ps(d * xd[b * MAX_T]), _mm256_cvtepi32_ps(p[0]), acc[0]);
+        } else {
+            for (int g = 0; g < (nt + 3) / 4; g++) {
+                const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_broadcast_ps((const __m128 *)(xd + b * MAX_T + 4 * g)));
+                const __m256i sums = hsum4_epi32(p[4 * g], p[4 * g + 1], p[4 * g + 2], p[4 * g + 3]);
+                acc[g] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums), acc[g]);
+            }
         }
     }
-    store_rows(acc, _mm256_setzero_ps(), nt, y, ldy);
+    float rows[MAX_T], m[MAX_T];
+    _mm256_storeu_ps(m, mins);
+    if (nt == 1) {
+        rows[0] = hsum(acc[0]);
+    } else {
+        for (int g = 0; g < (nt + 3) / 4; g++)
+            _mm_storeu_ps(rows + 4 * g, _mm_add_ps(_mm256_castps256_ps128(acc[g]), _mm256_extractf128_ps(acc[g], 1)));
+    }
+    for (int t = 0; t < nt; t++) y[t * ldy] = rows[t] + m[t];
+}
+
+INLINE void q8_0_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
+    block32_row(w, T_Q8_0, x, t0, nt, y, ldy);
 }
 
 INLINE void q4_0_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
-    const int64_t k = x->k, nb = k / QK;
-    __m256 acc[MAX_T];
-    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const block_q4_0 *blk = (const block_q4_0 *)w + b;
-        const __m256i q = _mm256_sub_epi8(nibbles32(blk->qs), _mm256_set1_epi8(8)), q_abs = _mm256_sign_epi8(q, q);
-        const float d = f16(blk->d);
-        for (int t = 0; t < nt; t++) {
-            const __m256i xq = load32(x->q + (t0 + t) * k + b * QK);
-            const __m256 p = _mm256_cvtepi32_ps(dot_u8s8(q_abs, _mm256_sign_epi8(xq, q)));
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * x->d[(t0 + t) * nb + b]), p, acc[t]);
-        }
-    }
-    store_rows(acc, _mm256_setzero_ps(), nt, y, ldy);
+    block32_row(w, T_Q4_0, x, t0, nt, y, ldy);
 }
 
 INLINE void q4_1_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
-    const int64_t k = x->k, nb = k / QK;
-    const float *bsum = bsum_at(x, t0, 0);
-    __m256 acc[MAX_T], mins = _mm256_setzero_ps();
-    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const block_q4_1 *blk = (const block_q4_1 *)w + b;
-        const __m256i q = nibbles32(blk->qs);
-        const float d = f16(blk->d);
-        mins = _mm256_fmadd_ps(_mm256_set1_ps(f16(blk->m)), _mm256_loadu_ps(bsum + b * MAX_T), mins);
-        for (int t = 0; t < nt; t++) {
-            const __m256 p = _mm256_cvtepi32_ps(dot_u8s8(q, load32(x->q + (t0 + t) * k + b * QK)));
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * x->d[(t0 + t) * nb + b]), p, acc[t]);
-        }
-    }
-    store_rows(acc, mins, nt, y, ldy);
+    block32_row(w, T_Q4_1, x, t0, nt, y, ldy);
 }
 
 /* ---- 256-value superblocks: decoded once into 8 vectors of 32 values and their scales, then each
@@ -112,7 +132,7 @@ INLINE void q4_1_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt
  * signed values (sign trick), else unsigned */
 INLINE void superblock_rows(const __m256i *wv, const __m256i *scale16, int is_signed, float d, const acts_t *x,
                             int64_t t0, const int nt, int64_t b, __m256 *acc) {
-    const int64_t k = x->k, nb = k / QK_K;
+    const int64_t k = x->k;
     __m256i w_abs[8];
     for (int j = 0; j < 8; j++) w_abs[j] = is_signed ? _mm256_sign_epi8(wv[j], wv[j]) : wv[j];
     for (int t = 0; t < nt; t++) {
@@ -123,7 +143,7 @@ INLINE void superblock_rows(const __m256i *wv, const __m256i *scale16, int is_si
             if (is_signed) xj = _mm256_sign_epi8(xj, wv[j]);
             isum = _mm256_add_epi32(isum, dot_u8s8_scaled(w_abs[j], xj, scale16[j]));
         }
-        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * x->d[(t0 + t) * nb + b]), _mm256_cvtepi32_ps(isum), acc[t]);
+        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * *d_at(x, t0 + t, b)), _mm256_cvtepi32_ps(isum), acc[t]);
     }
 }
 
