@@ -118,15 +118,18 @@ def test_scalar_fallback_equals_simd(qtype):
 
 
 def test_thread_count_does_not_change_the_result():
-    """Each output is summed by one thread in a fixed order: any thread count gives the same bits."""
-    blocks = make_blocks(Q.Q4_K, 301, 512, "random", seed=7)
-    x = torch.randn(9, 512, generator=torch.Generator().manual_seed(8))
+    """Each output is summed by one thread in a fixed order: any thread count gives the same bits. 40 x 2048
+    values of x are enough for the pool to quantize them too."""
+    blocks = make_blocks(Q.Q4_K, 301, 2048, "random", seed=7)
+    x = torch.randn(40, 2048, generator=torch.Generator().manual_seed(8))
     results = []
     for threads in (1, 2, 5):
         cpu_quant.set_num_threads(threads)
-        results.append(cpu_quant.quant_matmul(x, blocks, Q.Q4_K, 301, 512))
+        results.append(cpu_quant.quant_matmul(x, blocks, Q.Q4_K, 301, 2048))
     cpu_quant.set_num_threads(torch.get_num_threads())
     assert all(torch.equal(results[0], r) for r in results[1:])
+    slack = rounding_slack(x, weight_of(blocks, Q.Q4_K, 301, 2048), Q.Q4_K)
+    assert ((results[0].double() - cpu_quant.quant_matmul_ref(x, blocks, Q.Q4_K, 301, 2048)).abs() <= slack).all()
 
 
 def test_zero_activations_give_zeros_and_no_rows_give_an_empty_result():

@@ -93,13 +93,14 @@ static void quantize_row(const float *x, int64_t t, const acts_t *acts, int8_t *
 }
 
 /* ---- the pool ------------------------------------------------------------------------------------
- * Each call is a generation: the caller writes the job, publishes its chunk limit and ticket, bumps the
- * generation and takes chunks itself; workers that see the new generation copy the job and take chunks
- * too. A chunk is taken by a compare-and-swap on the ticket (generation << 32 | next chunk), so only a
- * chunk of the generation a worker copied the job for: a worker that wakes late (its core busy) takes
- * nothing, and the caller waits only for the chunks taken, never for a worker to be scheduled. A
- * successful claim also proves the worker's copy of the job was made before the generation ended
- * (the caller rewrites the job only after all its chunks are done).
+ * Each job (quantizing the rows of x, then the matmul's chunks of output rows) is a generation: the
+ * caller writes the job, publishes its item limit and ticket, bumps the generation and takes items
+ * itself; workers that see the new generation copy the job and take items too. An item is taken by a
+ * compare-and-swap on the ticket (generation << 32 | next item), so only an item of the generation a
+ * worker copied the job for: a worker that wakes late (its core busy) takes nothing, and the caller
+ * waits only for the items taken, never for a worker to be scheduled. A successful claim also proves
+ * the worker's copy of the job was made before the generation ended (the caller rewrites the job only
+ * after all its items are done).
  *
  * Decode runs a few hundred of these calls per token with short gaps between them: a worker that went
  * to sleep costs a futex wake-up (tens of microseconds) at the next call, so workers poll for a while
@@ -112,22 +113,42 @@ enum { SPIN_NS = 200000 };
 #define CPU_RELAX() __asm__ __volatile__("" ::: "memory")
 #endif
 
-typedef struct {
+typedef struct job job_t;
+struct job {
+    void (*run_item)(const job_t *job, int64_t item);
+    int64_t items;
+    int workers;           /* how many pool workers take part */
+    const float *x;        /* [T, K] */
+    int8_t *q;             /* the quantized activations, written by quantize_item, read through acts */
+    float *d, *bsum;
+    acts_t acts;
     rows_fn kernel;
-    const uint8_t *w;
-    int64_t row_bytes, n, t, chunk_rows, chunks;
-    int workers;  /* how many pool workers take part */
-    acts_t x;
-    float *y;
-} job_t;
+    const uint8_t *w;      /* [N, row_bytes] */
+    int64_t row_bytes, n, t, chunk_rows;
+    float *y;              /* [T, N] */
+};
+
+static void quantize_item(const job_t *job, int64_t row) {
+    quantize_row(job->x + row * job->acts.k, row, &job->acts, job->q + row * job->acts.k, job->d, job->bsum);
+}
+
+static void matmul_item(const job_t *job, int64_t chunk) {  /* output rows chunk * chunk_rows.., all of T */
+    const int64_t r0 = chunk * job->chunk_rows;
+    const int64_t rows = r0 + job->chunk_rows <= job->n ? job->chunk_rows : job->n - r0;
+    for (int64_t t0 = 0; t0 < job->t; t0 += MAX_T) {
+        const int nt = job->t - t0 < MAX_T ? (int)(job->t - t0) : MAX_T;
+        job->kernel(job->w + r0 * job->row_bytes, job->row_bytes, rows, &job->acts, t0, nt, job->y + t0 * job->n + r0,
+                    job->n);
+    }
+}
 
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER, call_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t pool_wake = PTHREAD_COND_INITIALIZER;
 static int pool_workers = 0;    /* started; they never exit */
 static uint32_t pool_generation = 0;
-static uint64_t pool_limit = 0;   /* generation << 32 | number of chunks */
-static uint64_t pool_ticket = 0;  /* generation << 32 | next chunk */
-static int64_t pool_done = 0;     /* chunks of the current generation finished */
+static uint64_t pool_limit = 0;   /* generation << 32 | number of items */
+static uint64_t pool_ticket = 0;  /* generation << 32 | next item */
+static int64_t pool_done = 0;     /* items of the current generation finished */
 static job_t pool_job;
 
 static int64_t now_ns(void) {
@@ -136,7 +157,7 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static int64_t claim(uint32_t generation) {  /* the next chunk of `generation`, or -1 */
+static int64_t claim(uint32_t generation) {  /* the next item of `generation`, or -1 */
     const uint64_t limit = __atomic_load_n(&pool_limit, __ATOMIC_ACQUIRE);
     uint64_t ticket = __atomic_load_n(&pool_ticket, __ATOMIC_ACQUIRE);
     for (;;) {
@@ -148,15 +169,9 @@ static int64_t claim(uint32_t generation) {  /* the next chunk of `generation`, 
     }
 }
 
-static void run_chunks(const job_t *job, uint32_t generation) {
-    for (int64_t chunk; (chunk = claim(generation)) >= 0;) {
-        const int64_t r0 = chunk * job->chunk_rows;
-        const int64_t rows = r0 + job->chunk_rows <= job->n ? job->chunk_rows : job->n - r0;
-        for (int64_t t0 = 0; t0 < job->t; t0 += MAX_T) {
-            const int nt = job->t - t0 < MAX_T ? (int)(job->t - t0) : MAX_T;
-            job->kernel(job->w + r0 * job->row_bytes, job->row_bytes, rows, &job->x, t0, nt,
-                        job->y + t0 * job->n + r0, job->n);
-        }
+static void run_items(const job_t *job, uint32_t generation) {
+    for (int64_t item; (item = claim(generation)) >= 0;) {
+        job->run_item(job, item);
         __atomic_add_fetch(&pool_done, 1, __ATOMIC_RELEASE);
     }
 }
@@ -185,7 +200,7 @@ static void *worker(void *arg) {
         seen = wait_for_generation(seen);
         job_t job = pool_job;  /* may be torn if this generation is already over: then claim() refuses */
         __atomic_thread_fence(__ATOMIC_ACQUIRE);
-        if (index < job.workers) run_chunks(&job, seen);
+        if (index < job.workers) run_items(&job, seen);
     }
     return NULL;
 }
@@ -211,12 +226,13 @@ static void start_workers(int count) {  /* the caller holds call_mu */
 }
 
 static void run_job(job_t *job, int threads) {  /* the caller holds call_mu */
+    if (threads > job->items) threads = (int)job->items;
     start_workers(threads - 1);
     job->workers = threads - 1 < pool_workers ? threads - 1 : pool_workers;
     const uint32_t generation = pool_generation + 1;
     pool_job = *job;
     __atomic_store_n(&pool_done, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&pool_limit, (uint64_t)generation << 32 | (uint64_t)job->chunks, __ATOMIC_RELEASE);
+    __atomic_store_n(&pool_limit, (uint64_t)generation << 32 | (uint64_t)job->items, __ATOMIC_RELEASE);
     __atomic_store_n(&pool_ticket, (uint64_t)generation << 32, __ATOMIC_RELEASE);
     __atomic_store_n(&pool_generation, generation, __ATOMIC_RELEASE);
     if (job->workers > 0) {  /* wake the sleepers (one between its check and its wait holds the mutex) */
@@ -224,14 +240,16 @@ static void run_job(job_t *job, int threads) {  /* the caller holds call_mu */
         pthread_cond_broadcast(&pool_wake);
         pthread_mutex_unlock(&pool_mu);
     }
-    run_chunks(job, generation);
-    for (int spin = 0; __atomic_load_n(&pool_done, __ATOMIC_ACQUIRE) < job->chunks; spin++) {
+    run_items(job, generation);
+    for (int spin = 0; __atomic_load_n(&pool_done, __ATOMIC_ACQUIRE) < job->items; spin++) {
         if (spin < 4000) CPU_RELAX();
         else sched_yield();
     }
 }
 
 /* ---- the entry point ---------------------------------------------------------------------------- */
+
+enum { PARALLEL_QUANTIZE = 1 << 16 };  /* values of x from which the pool quantizes them */
 
 /* y [t, n] float32 = x [t, k] float32 @ dequant(w [n, k / block * bytes]).T on `threads` threads (the
  * caller included). Returns 0; 1 when scratch memory could not be had; 2 for a type it does not
@@ -249,15 +267,17 @@ int strata_qmm(int qtype, const float *x, int64_t t, const uint8_t *w, int64_t n
     float *d = (float *)scratch, *bsum = d + tiles * MAX_T * (k / act_block);
     int8_t *q = (int8_t *)(d + scales);
     memset(d, 0, sizeof(float) * (size_t)scales);
-    const acts_t acts = {q, d, bsum, k, act_block};
-    for (int64_t r = 0; r < t; r++) quantize_row(x + r * k, r, &acts, q + r * k, d, bsum);
     if (threads < 1) threads = 1;
     int64_t chunk_rows = n / ((int64_t)threads * 8);  /* ~8 chunks a thread: balance, little contention */
     chunk_rows = chunk_rows < 1 ? 1 : chunk_rows > 64 ? 64 : chunk_rows;
-    const int64_t chunks = (n + chunk_rows - 1) / chunk_rows;
-    job_t job = {tables[isa_current][qtype], w, k / block * bytes, n, t, chunk_rows, chunks, 0, acts, y};
+    job_t job = {.run_item = quantize_item, .items = t, .x = x, .q = q, .d = d, .bsum = bsum,
+                 .acts = {q, d, bsum, k, act_block}, .kernel = tables[isa_current][qtype], .w = w,
+                 .row_bytes = k / block * bytes, .n = n, .t = t, .chunk_rows = chunk_rows, .y = y};
     pthread_mutex_lock(&call_mu);
-    run_job(&job, chunks < 2 ? 1 : threads);
+    run_job(&job, t * k >= PARALLEL_QUANTIZE ? threads : 1);  /* ~1 ms a million values on one core */
+    job.run_item = matmul_item;
+    job.items = (n + chunk_rows - 1) / chunk_rows;
+    run_job(&job, threads);
     pthread_mutex_unlock(&call_mu);
     free(scratch);
     return 0;
