@@ -71,7 +71,8 @@ static void type_sizes(int qtype, int64_t *block, int64_t *bytes, int64_t *act_b
 
 /* ---- activations: x ~= d * q per block of qb values (round to nearest even, like np.rint) ------ */
 
-static void quantize_row(const float *x, int64_t t, const acts_t *acts, int8_t *q, float *d, float *bsum) {
+static void quantize_row(const float *x, int64_t t, const acts_t *acts, int8_t *q, float *d, float *bsum,
+                         float *bsum_row) {
     const int64_t k = acts->k, qb = acts->qb, tile = t / MAX_T * MAX_T, lane = t % MAX_T;
     for (int64_t b = 0; b < k / qb; b++) {
         const float *xb = x + b * qb;
@@ -87,7 +88,7 @@ static void quantize_row(const float *x, int64_t t, const acts_t *acts, int8_t *
         for (int64_t j = b * qb / QK; j < (b + 1) * qb / QK; j++) {
             int32_t sum = 0;
             for (int i = 0; i < QK; i++) sum += q[j * QK + i];
-            bsum[(tile * (k / QK) + j * MAX_T) + lane] = scale * (float)sum;
+            bsum[(tile * (k / QK) + j * MAX_T) + lane] = bsum_row[j] = scale * (float)sum;
         }
     }
 }
@@ -120,7 +121,7 @@ struct job {
     int workers;           /* how many pool workers take part */
     const float *x;        /* [T, K] */
     int8_t *q;             /* the quantized activations, written by quantize_item, read through acts */
-    float *d, *bsum;
+    float *d, *bsum, *bsum_rows;
     acts_t acts;
     rows_fn kernel;
     const uint8_t *w;      /* [N, row_bytes] */
@@ -129,7 +130,8 @@ struct job {
 };
 
 static void quantize_item(const job_t *job, int64_t row) {
-    quantize_row(job->x + row * job->acts.k, row, &job->acts, job->q + row * job->acts.k, job->d, job->bsum);
+    const int64_t k = job->acts.k;
+    quantize_row(job->x + row * k, row, &job->acts, job->q + row * k, job->d, job->bsum, job->bsum_rows + row * (k / QK));
 }
 
 static void matmul_item(const job_t *job, int64_t chunk) {  /* output rows chunk * chunk_rows.., all of T */
@@ -260,18 +262,18 @@ int strata_qmm(int qtype, const float *x, int64_t t, const uint8_t *w, int64_t n
     type_sizes(qtype, &block, &bytes, &act_block);
     if (k <= 0 || k % block != 0) return 2;
     if (t <= 0 || n <= 0) return 0;
-    /* scratch: the scales and bsum (tiles of MAX_T rows, zero past row t), then the int8 values */
-    const int64_t tiles = (t + MAX_T - 1) / MAX_T, scales = tiles * MAX_T * (k / act_block + k / QK);
+    /* scratch: the scales and bsum (tiles of MAX_T rows, zero past row t), bsum by row, the int8 values */
+    const int64_t tiles = (t + MAX_T - 1) / MAX_T, scales = tiles * MAX_T * (k / act_block + 2 * k / QK);
     char *scratch = malloc(sizeof(float) * (size_t)scales + (size_t)(t * k));
     if (scratch == NULL) return 1;
-    float *d = (float *)scratch, *bsum = d + tiles * MAX_T * (k / act_block);
+    float *d = (float *)scratch, *bsum = d + tiles * MAX_T * (k / act_block), *bsum_rows = bsum + tiles * MAX_T * (k / QK);
     int8_t *q = (int8_t *)(d + scales);
     memset(d, 0, sizeof(float) * (size_t)scales);
     if (threads < 1) threads = 1;
     int64_t chunk_rows = n / ((int64_t)threads * 8);  /* ~8 chunks a thread: balance, little contention */
     chunk_rows = chunk_rows < 1 ? 1 : chunk_rows > 64 ? 64 : chunk_rows;
-    job_t job = {.run_item = quantize_item, .items = t, .x = x, .q = q, .d = d, .bsum = bsum,
-                 .acts = {q, d, bsum, k, act_block}, .kernel = tables[isa_current][qtype], .w = w,
+    job_t job = {.run_item = quantize_item, .items = t, .x = x, .q = q, .d = d, .bsum = bsum, .bsum_rows = bsum_rows,
+                 .acts = {q, d, bsum, bsum_rows, k, act_block}, .kernel = tables[isa_current][qtype], .w = w,
                  .row_bytes = k / block * bytes, .n = n, .t = t, .chunk_rows = chunk_rows, .y = y};
     pthread_mutex_lock(&call_mu);
     run_job(&job, t * k >= PARALLEL_QUANTIZE ? threads : 1);  /* ~1 ms a million values on one core */

@@ -5,7 +5,8 @@
  * over QB = 32 values for the 32-value weight types and QB = 256 for the 256-value ones (K-quants,
  * IQ4_XS), so each weight block meets one activation scale. bsum holds d * sum(q) over every 32 values
  * (what a weight block's minimum multiplies). The scales and bsum are stored transposed in tiles of
- * MAX_T rows, [T / MAX_T][blocks][MAX_T], so that one vector of them serves every row of a tile. */
+ * MAX_T rows, [T / MAX_T][blocks][MAX_T], so that one vector of them serves every row of a tile; bsum
+ * also by row, [T][K / 32], for the superblocks' 8 sub-blocks (one vector a row). */
 #ifndef STRATA_QUANT_MATMUL_H
 #define STRATA_QUANT_MATMUL_H
 
@@ -36,6 +37,7 @@ typedef struct {
     const int8_t *q;      /* [T, K] */
     const float *d;       /* [ceil(T / MAX_T), K / QB, MAX_T] */
     const float *bsum;    /* [ceil(T / MAX_T), K / 32, MAX_T] */
+    const float *bsum_rows;  /* [T, K / 32] */
     int64_t k, qb;
 } acts_t;
 

@@ -125,13 +125,16 @@ INLINE void q4_1_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt
     block32_row(w, T_Q4_1, x, t0, nt, y, ldy);
 }
 
-/* ---- 256-value superblocks: decoded once into 8 vectors of 32 values and their scales, then each
- * activation row runs over them (the decoded block stays in registers or L1) --------------------- */
+/* ---- 256-value superblocks: decoded once into 8 vectors of 32 values and their integer scales, then
+ * each activation row runs over them (the decoded block stays in registers or L1). The scales are
+ * unpacked in general registers and broadcast one by one: the vector units are the bottleneck at one
+ * row (unpacking them with shuffles measured slower on AVX2). ------------------------------------- */
 
-/* acc[t] += d * d_x[t] * sum_j (scale_j * w_j . x_j) for the 8 decoded vectors w_j; signed: w_j are
- * signed values (sign trick), else unsigned */
-INLINE void superblock_rows(const __m256i *wv, const __m256i *scale16, int is_signed, float d, const acts_t *x,
-                            int64_t t0, const int nt, int64_t b, __m256 *acc) {
+/* acc[t] += d * d_x[t] * sum_j (scale_j * w_j . x_j) [+ min_terms . bsum of row t] for the 8 decoded
+ * vectors w_j; is_signed: w_j are signed values (sign trick), else unsigned */
+INLINE void superblock_rows(const __m256i *wv, const __m256i *scale16, const int is_signed, float d,
+                            const int has_mins, __m256 min_terms, const acts_t *x, int64_t t0, const int nt, int64_t b,
+                            __m256 *acc) {
     const int64_t k = x->k;
     __m256i w_abs[8];
     for (int j = 0; j < 8; j++) w_abs[j] = is_signed ? _mm256_sign_epi8(wv[j], wv[j]) : wv[j];
@@ -144,59 +147,61 @@ INLINE void superblock_rows(const __m256i *wv, const __m256i *scale16, int is_si
             isum = _mm256_add_epi32(isum, dot_u8s8_scaled(w_abs[j], xj, scale16[j]));
         }
         acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * *d_at(x, t0 + t, b)), _mm256_cvtepi32_ps(isum), acc[t]);
+        if (has_mins)  /* acc's lanes are partial sums until the end: the 8 sub-blocks' minimum terms too */
+            acc[t] = _mm256_fmadd_ps(min_terms, _mm256_loadu_ps(x->bsum_rows + (t0 + t) * (k / QK) + b * 8), acc[t]);
     }
 }
 
-/* Q4_K / Q5_K scales and the minimum term of the tile: mins -= dmin * sum_j min_j * bsum_j */
-INLINE __m256 scales_k4(const uint8_t *scales, float dmin, const float *bsum, __m256i *scale16, __m256 mins) {
-    for (int j = 0; j < 8; j++) {
-        uint8_t sc, m;
-        scale_min_k4(scales, j, &sc, &m);
-        scale16[j] = _mm256_set1_epi16(sc);
-        mins = _mm256_fnmadd_ps(_mm256_set1_ps(dmin * m), _mm256_loadu_ps(bsum + j * MAX_T), mins);
+/* Q4_K / Q5_K: the 8 scales as 16-copy vectors; returns -dmin * min_j for the 8 sub-blocks */
+INLINE __m256 scales_k4(const uint8_t *packed, float dmin, __m256i *scale16) {
+    uint32_t b0, b1, b2;  /* the layout of scale_min_k4 (quant_matmul.h), 4 sub-blocks at a time */
+    memcpy(&b0, packed, 4), memcpy(&b1, packed + 4, 4), memcpy(&b2, packed + 8, 4);
+    const uint32_t sc_lo = b0 & 0x3f3f3f3fu, m_lo = b1 & 0x3f3f3f3fu;
+    const uint32_t sc_hi = (b2 & 0x0f0f0f0fu) | ((b0 >> 6) & 0x03030303u) << 4;
+    const uint32_t m_hi = ((b2 >> 4) & 0x0f0f0f0fu) | ((b1 >> 6) & 0x03030303u) << 4;
+    const uint64_t scales = (uint64_t)sc_hi << 32 | sc_lo;
+    for (int j = 0; j < 8; j++) scale16[j] = _mm256_set1_epi16((int16_t)((scales >> (8 * j)) & 0xFF));
+    const __m256 mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)m_hi, (int)m_lo)));
+    return _mm256_mul_ps(_mm256_set1_ps(-dmin), mins);
+}
+
+INLINE void nibbles_k(const uint8_t *qs, __m256i *wv) {  /* 32 bytes c: sub-block 2c low nibbles, 2c + 1 high */
+    for (int c = 0; c < 4; c++) {
+        const __m256i q = load32(qs + 32 * c);
+        wv[2 * c] = _mm256_and_si256(q, _mm256_set1_epi8(0xF));
+        wv[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), _mm256_set1_epi8(0xF));
     }
-    return mins;
 }
 
 INLINE void q4_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
-    const float *bsum = bsum_at(x, t0, 0);
-    __m256 acc[MAX_T], mins = _mm256_setzero_ps();
+    __m256 acc[MAX_T];
     for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < x->k / QK_K; b++) {
         const block_q4_k *blk = (const block_q4_k *)w + b;
         __m256i wv[8], scale16[8];
-        mins = scales_k4(blk->scales, f16(blk->dmin), bsum + b * 8 * MAX_T, scale16, mins);
-        for (int c = 0; c < 4; c++) {  /* 32 bytes: sub-block 2c in the low nibbles, 2c + 1 in the high */
-            const __m256i q = load32(blk->qs + 32 * c);
-            wv[2 * c] = _mm256_and_si256(q, _mm256_set1_epi8(0xF));
-            wv[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), _mm256_set1_epi8(0xF));
-        }
-        superblock_rows(wv, scale16, 0, f16(blk->d), x, t0, nt, b, acc);
+        const __m256 min_terms = scales_k4(blk->scales, f16(blk->dmin), scale16);
+        nibbles_k(blk->qs, wv);
+        superblock_rows(wv, scale16, 0, f16(blk->d), 1, min_terms, x, t0, nt, b, acc);
     }
-    store_rows(acc, mins, nt, y, ldy);
+    store_rows(acc, _mm256_setzero_ps(), nt, y, ldy);
 }
 
 INLINE void q5_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
-    const float *bsum = bsum_at(x, t0, 0);
-    __m256 acc[MAX_T], mins = _mm256_setzero_ps();
+    __m256 acc[MAX_T];
     for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < x->k / QK_K; b++) {
         const block_q5_k *blk = (const block_q5_k *)w + b;
         __m256i wv[8], scale16[8];
-        mins = scales_k4(blk->scales, f16(blk->dmin), bsum + b * 8 * MAX_T, scale16, mins);
+        const __m256 min_terms = scales_k4(blk->scales, f16(blk->dmin), scale16);
+        nibbles_k(blk->qs, wv);
         const __m256i qh = load32(blk->qh), one = _mm256_set1_epi8(1);
-        for (int c = 0; c < 4; c++) {
-            const __m256i q = load32(blk->qs + 32 * c);
-            wv[2 * c] = _mm256_and_si256(q, _mm256_set1_epi8(0xF));
-            wv[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), _mm256_set1_epi8(0xF));
-        }
         for (int j = 0; j < 8; j++) {  /* bit j of qh[l] is bit 4 of value l of sub-block j */
             const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, j), one), 4);
             wv[j] = _mm256_or_si256(wv[j], hi);
         }
-        superblock_rows(wv, scale16, 0, f16(blk->d), x, t0, nt, b, acc);
+        superblock_rows(wv, scale16, 0, f16(blk->d), 1, min_terms, x, t0, nt, b, acc);
     }
-    store_rows(acc, mins, nt, y, ldy);
+    store_rows(acc, _mm256_setzero_ps(), nt, y, ldy);
 }
 
 INLINE void q6_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
@@ -212,9 +217,10 @@ INLINE void q6_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt
             const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(load32(blk->qh + h * 32), 2 * s), _mm256_set1_epi8(3));
             wv[j] = _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi8(0xF)), _mm256_slli_epi16(hi, 4)),
                                     _mm256_set1_epi8(32));
+            /* int16 scale 2j for values 32j..32j+15 (the low 128 bits), 2j + 1 for the rest */
             scale16[j] = _mm256_set_m128i(_mm_set1_epi16(blk->scales[2 * j + 1]), _mm_set1_epi16(blk->scales[2 * j]));
         }
-        superblock_rows(wv, scale16, 1, f16(blk->d), x, t0, nt, b, acc);
+        superblock_rows(wv, scale16, 1, f16(blk->d), 0, _mm256_setzero_ps(), x, t0, nt, b, acc);
     }
     store_rows(acc, _mm256_setzero_ps(), nt, y, ldy);
 }
@@ -230,7 +236,7 @@ INLINE void iq4_xs_row(const uint8_t *w, const acts_t *x, int64_t t0, const int 
             wv[j] = _mm256_shuffle_epi8(values, nibbles32(blk->qs + 16 * j));
             scale16[j] = _mm256_set1_epi16((int16_t)iq4_xs_scale(blk, j));
         }
-        superblock_rows(wv, scale16, 1, f16(blk->d), x, t0, nt, b, acc);
+        superblock_rows(wv, scale16, 1, f16(blk->d), 0, _mm256_setzero_ps(), x, t0, nt, b, acc);
     }
     store_rows(acc, _mm256_setzero_ps(), nt, y, ldy);
 }
