@@ -69,21 +69,25 @@ INLINE void block32_row(const uint8_t *w, const int type, const acts_t *x, int64
     const int is_signed = type == T_Q8_0;
     const float *xd = d_at(x, t0, 0), *bsum = bsum_at(x, t0, 0);
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, mins = _mm256_setzero_ps();
+    float row_mins = 0.f;  /* one row: its minimum terms as a scalar (cheaper than a vector of the tile) */
     for (int64_t b = 0; b < k / QK; b++) {
         __m256i q;
-        float d;
+        float d, m = 0.f;
         if (type == T_Q8_0) {
             const block_q8_0 *blk = (const block_q8_0 *)w + b;
             q = load32(blk->qs), d = f16(blk->d);
         } else if (type == T_Q4_0) {
             const block_q4_0 *blk = (const block_q4_0 *)w + b;
-            q = nibbles32(blk->qs), d = f16(blk->d);
-            mins = _mm256_fmadd_ps(_mm256_set1_ps(-8.f * d), _mm256_loadu_ps(bsum + b * MAX_T), mins);
+            q = nibbles32(blk->qs), d = f16(blk->d), m = -8.f * d;
         } else {
             const block_q4_1 *blk = (const block_q4_1 *)w + b;
-            q = nibbles32(blk->qs), d = f16(blk->d);
-            mins = _mm256_fmadd_ps(_mm256_set1_ps(f16(blk->m)), _mm256_loadu_ps(bsum + b * MAX_T), mins);
+            uint32_t dm;  /* d and m side by side: one conversion */
+            memcpy(&dm, &blk->d, 4);
+            const __m128 dm_f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dm));
+            q = nibbles32(blk->qs), d = _mm_cvtss_f32(dm_f), m = _mm_cvtss_f32(_mm_movehdup_ps(dm_f));
         }
+        if (type != T_Q8_0 && nt == 1) row_mins += m * bsum[b * MAX_T];
+        else if (type != T_Q8_0) mins = _mm256_fmadd_ps(_mm256_set1_ps(m), _mm256_loadu_ps(bsum + b * MAX_T), mins);
         const __m256i q_abs = is_signed ? _mm256_sign_epi8(q, q) : q;
         __m256i p[MAX_T];
         for (int t = 0; t < MAX_T; t++) {
@@ -105,7 +109,7 @@ INLINE void block32_row(const uint8_t *w, const int type, const acts_t *x, int64
     float rows[MAX_T], m[MAX_T];
     _mm256_storeu_ps(m, mins);
     if (nt == 1) {
-        rows[0] = hsum(acc[0]);
+        rows[0] = hsum(acc[0]) + row_mins;
     } else {
         for (int g = 0; g < (nt + 3) / 4; g++)
             _mm_storeu_ps(rows + 4 * g, _mm_add_ps(_mm256_castps256_ps128(acc[g]), _mm256_extractf128_ps(acc[g], 1)));
