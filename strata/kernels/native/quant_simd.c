@@ -1,7 +1,7 @@
 /* The x86 SIMD kernels, compiled twice by strata/kernels/cpu_quant.py: with -mavx2 -mfma -mf16c (the
  * AVX2 table) and with AVX-512 F/BW/VL/VNNI added (the AVX-512 table), where the unscaled u8 x s8 dot
- * products are one vpdpbusd instead of vpmaddubsw + vpmaddwd. Both work on 256-bit vectors: a block is
- * 32 values, and the CPU kernels are bound by the bytes of weight they read, not by vector width.
+ * products are one vpdpbusd instead of vpmaddubsw + vpmaddwd. Both work on 256-bit vectors, one block
+ * of 32 values (or one sub-block) a vector; 512-bit ones would need two blocks an op, not done.
  *
  * Same arithmetic as quant_scalar.c (integer dot products per block, float scales once per block), so
  * the two agree up to float summation order. Each weight block is decoded once and used for up to MAX_T
@@ -45,10 +45,8 @@ INLINE float hsum(__m256 v) {
 
 INLINE float f16(uint16_t h) { return _cvtsh_ss(h); }
 
-INLINE void store_rows(const __m256 *acc, __m256 mins, int nt, float *y, int64_t ldy) {
-    float m[MAX_T];
-    _mm256_storeu_ps(m, mins);
-    for (int t = 0; t < nt; t++) y[t * ldy] = hsum(acc[t]) + m[t];
+INLINE void store_rows(const __m256 *acc, int nt, float *y, int64_t ldy) {
+    for (int t = 0; t < nt; t++) y[t * ldy] = hsum(acc[t]);
 }
 
 /* ---- 32-value blocks: each weight block is decoded in registers and used for the tile's rows -----
@@ -187,7 +185,7 @@ INLINE void q4_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt
         nibbles_k(blk->qs, wv);
         superblock_rows(wv, scale16, 0, f16(blk->d), 1, min_terms, x, t0, nt, b, acc);
     }
-    store_rows(acc, _mm256_setzero_ps(), nt, y, ldy);
+    store_rows(acc, nt, y, ldy);
 }
 
 INLINE void q5_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
@@ -205,7 +203,7 @@ INLINE void q5_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt
         }
         superblock_rows(wv, scale16, 0, f16(blk->d), 1, min_terms, x, t0, nt, b, acc);
     }
-    store_rows(acc, _mm256_setzero_ps(), nt, y, ldy);
+    store_rows(acc, nt, y, ldy);
 }
 
 INLINE void q6_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
@@ -226,7 +224,7 @@ INLINE void q6_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt
         }
         superblock_rows(wv, scale16, 1, f16(blk->d), 0, _mm256_setzero_ps(), x, t0, nt, b, acc);
     }
-    store_rows(acc, _mm256_setzero_ps(), nt, y, ldy);
+    store_rows(acc, nt, y, ldy);
 }
 
 INLINE void iq4_xs_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
@@ -242,7 +240,7 @@ INLINE void iq4_xs_row(const uint8_t *w, const acts_t *x, int64_t t0, const int 
         }
         superblock_rows(wv, scale16, 1, f16(blk->d), 0, _mm256_setzero_ps(), x, t0, nt, b, acc);
     }
-    store_rows(acc, _mm256_setzero_ps(), nt, y, ldy);
+    store_rows(acc, nt, y, ldy);
 }
 
 /* One body per (type, number of rows): nt is a constant in each, so the row loops unroll. */
