@@ -89,17 +89,19 @@ def set_num_threads(num_threads: int) -> None:
 
 def isa() -> str:
     """The kernels in use: 'avx512', 'avx2' or 'scalar'."""
-    library = _require()
-    return ISAS[library.strata_qmm_set_isa(-1)]
+    return ISAS[_require().strata_qmm_set_isa(-1)]
+
+
+def available_isas() -> tuple[str, ...]:
+    """The kernels this CPU can run, from 'scalar' up."""
+    return ISAS[:_require().strata_qmm_best_isa() + 1]
 
 
 def set_isa(name: str) -> None:
     """Use a lower instruction set than the best this CPU has (tests, debugging)."""
-    library = _require()
-    available = ISAS[:library.strata_qmm_best_isa() + 1]
-    if name not in available:
-        raise ValueError(f"set_isa: {name!r} is not available on this CPU; choose one of {available}")
-    library.strata_qmm_set_isa(ISAS.index(name))
+    if name not in available_isas():
+        raise ValueError(f"set_isa: {name!r} is not available on this CPU; choose one of {available_isas()}")
+    _require().strata_qmm_set_isa(ISAS.index(name))
 
 
 def quant_matmul(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: int) -> torch.Tensor:

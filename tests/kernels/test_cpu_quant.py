@@ -26,20 +26,22 @@ from gguf.quants import dequantize, quantize
 
 from strata.kernels import cpu_quant
 
-pytestmark = pytest.mark.skipif(not cpu_quant.supports(Q.Q8_0), reason="no C compiler to build the kernel")
+BUILT = cpu_quant.supports(Q.Q8_0)
+needs_kernel = pytest.mark.skipif(not BUILT, reason="no C compiler to build the kernel")
 
 TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS]
 QUANTIZABLE = {Q.Q8_0, Q.Q4_0, Q.Q4_1}  # gguf's quantize implements these of ours
 F16_FIELDS = {Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208], Q.IQ4_XS: [0]}
 SHAPES = [(1, 33, 256), (3, 33, 512), (17, 33, 2816), (8, 64, 768)]  # (T, N, K): 17 = two full row tiles + one
-ISAS = [name for name in cpu_quant.ISAS[1:] if name in cpu_quant.ISAS[:cpu_quant.ISAS.index(cpu_quant.isa()) + 1]]
+SIMD_ISAS = [name for name in cpu_quant.available_isas() if name != "scalar"] if BUILT else []
 
 
 @pytest.fixture(autouse=True)
 def best_isa():
-    best = cpu_quant.isa()
+    best = cpu_quant.isa() if BUILT else None
     yield
-    cpu_quant.set_isa(best)
+    if best is not None:
+        cpu_quant.set_isa(best)
 
 
 def make_blocks(qtype: Q, n: int, k: int, source: str, seed: int) -> torch.Tensor:
@@ -77,6 +79,7 @@ def sources(qtype: Q) -> list[str]:
 CASES = [(qtype, source, shape) for qtype in TYPES for source in sources(qtype) for shape in SHAPES]
 
 
+@needs_kernel
 @pytest.mark.parametrize("qtype,source,shape", CASES, ids=[f"{q.name}-{s}-{t}x{n}x{k}" for q, s, (t, n, k) in CASES])
 def test_matches_reference_and_activation_bound(qtype, source, shape):
     t, n, k = shape
@@ -91,6 +94,7 @@ def test_matches_reference_and_activation_bound(qtype, source, shape):
     assert (error <= activation_bound(x, weight, qtype) + slack).all()
 
 
+@needs_kernel
 @pytest.mark.parametrize("qtype", TYPES, ids=[q.name for q in TYPES])
 def test_one_block(qtype):
     block = GGML_QUANT_SIZES[qtype][0]
@@ -101,7 +105,7 @@ def test_one_block(qtype):
     assert ((y.double() - ref).abs() <= rounding_slack(x, weight_of(blocks, qtype, 5, block), qtype)).all()
 
 
-@pytest.mark.skipif(not ISAS, reason="no SIMD kernels on this CPU")
+@pytest.mark.skipif(not SIMD_ISAS, reason="no SIMD kernels on this CPU (or no C compiler)")
 @pytest.mark.parametrize("qtype", TYPES, ids=[q.name for q in TYPES])
 def test_scalar_fallback_equals_simd(qtype):
     t, n, k = 11, 37, 1024
@@ -111,12 +115,13 @@ def test_scalar_fallback_equals_simd(qtype):
     assert cpu_quant.isa() == "scalar"
     scalar = cpu_quant.quant_matmul(x, blocks, qtype, n, k)
     slack = rounding_slack(x, weight_of(blocks, qtype, n, k), qtype)
-    for name in ISAS:
+    for name in SIMD_ISAS:
         cpu_quant.set_isa(name)
         assert cpu_quant.isa() == name
         assert ((cpu_quant.quant_matmul(x, blocks, qtype, n, k) - scalar).abs() <= slack).all(), name
 
 
+@needs_kernel
 def test_thread_count_does_not_change_the_result():
     """Each output is summed by one thread in a fixed order: any thread count gives the same bits. 40 x 2048
     values of x are enough for the pool to quantize them too."""
@@ -132,6 +137,7 @@ def test_thread_count_does_not_change_the_result():
     assert ((results[0].double() - cpu_quant.quant_matmul_ref(x, blocks, Q.Q4_K, 301, 2048)).abs() <= slack).all()
 
 
+@needs_kernel
 def test_zero_activations_give_zeros_and_no_rows_give_an_empty_result():
     blocks = make_blocks(Q.Q4_1, 7, 64, "quantized", seed=9)
     x = torch.zeros(2, 64)
@@ -141,6 +147,7 @@ def test_zero_activations_give_zeros_and_no_rows_give_an_empty_result():
     assert cpu_quant.quant_matmul(torch.zeros(0, 64), blocks, Q.Q4_1, 7, 64).shape == (0, 7)
 
 
+@needs_kernel
 def test_bad_input_says_what_is_wrong():
     blocks = make_blocks(Q.Q8_0, 4, 64, "quantized", seed=10)
     assert not cpu_quant.supports(Q.Q2_K) and not cpu_quant.supports(Q.F16)
