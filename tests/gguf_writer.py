@@ -29,26 +29,37 @@ _NEXTN = {"eh_proj": "nextn.eh_proj", "enorm": "nextn.enorm", "hnorm": "nextn.hn
 
 
 def write_gguf(path: str, hf_config: dict, state_dict: dict[str, torch.Tensor], quant: str = "F32",
-               split_qkvz: bool = True, extra_tensors: dict[str, np.ndarray] | None = None) -> None:
+               split_qkvz: bool = True, extra_tensors: dict[str, np.ndarray] | None = None,
+               types: dict[str, str] | None = None, split_max_tensors: int = 0) -> list[str]:
     """quant: F32, F16 or any type gguf-py can quantize (Q8_0, Q4_0, Q4_1, Q5_0, BF16, ...); 1-D tensors
     and rows whose length is not a multiple of the block size stay F32, as in llama.cpp.
+    types: llama.cpp name pattern (re.search) -> type, overriding `quant` for the tensors it matches (the
+    first match wins), e.g. {r"attn_v": "Q6_K"}. Types gguf-py cannot quantize (the K and IQ types) get
+    random blocks with small finite scales instead of the tensor's values: loads of such a file can be
+    compared with each other, not with the HF model.
     split_qkvz=False writes Qwen3-Next's in_proj_qkvz as older llama.cpp did (ssm_in, HF layout).
-    extra_tensors are written as given, under their llama.cpp names (e.g. rope_freqs.weight)."""
+    extra_tensors are written as given, under their llama.cpp names (e.g. rope_freqs.weight).
+    split_max_tensors > 0 splits the file as gguf-split does (<stem>-00001-of-0000N.gguf, metadata in
+    part 1). Returns the paths written."""
     arch = ARCHS[hf_config["architectures"][0]]
     num_blocks = hf_config["num_hidden_layers"] + _num_mtp(hf_config)
-    writer = gguf.GGUFWriter(path, gguf.MODEL_ARCH_NAMES[arch])
+    writer = gguf.GGUFWriter(path, gguf.MODEL_ARCH_NAMES[arch], split_max_tensors=split_max_tensors)
     _write_metadata(writer, arch, hf_config)
     names = gguf.get_tensor_name_map(arch, num_blocks)
+    rng = np.random.default_rng(0)
     for name, tensor in _llama_cpp_tensors(arch, hf_config, state_dict, names, split_qkvz):
-        _add_tensor(writer, name, tensor.float().contiguous().numpy(), gguf.GGMLQuantizationType[quant])
+        qtype = next((t for pattern, t in (types or {}).items() if re.search(pattern, name)), quant)
+        _add_tensor(writer, name, tensor.float().contiguous().numpy(), gguf.GGMLQuantizationType[qtype], rng)
     if _rope(hf_config).get("rope_type") == "llama3":
         writer.add_tensor("rope_freqs.weight", llama3_rope_factors(hf_config))
     for name, array in (extra_tensors or {}).items():
         writer.add_tensor(name, array)
+    paths = [str(p) for p in writer.format_shard_names(writer.path)]
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+    return paths
 
 
 def _num_mtp(cfg: dict) -> int:
@@ -205,11 +216,32 @@ def _split_qkvz(w: torch.Tensor, cfg: dict) -> tuple[torch.Tensor, torch.Tensor]
     return qkv, z.reshape(hidden, -1).permute(1, 0).contiguous()
 
 
-def _add_tensor(writer: gguf.GGUFWriter, name: str, data: np.ndarray, qtype) -> None:
+def _add_tensor(writer: gguf.GGUFWriter, name: str, data: np.ndarray, qtype, rng: np.random.Generator) -> None:
     block_size = gguf.GGML_QUANT_SIZES[qtype][0]
     if qtype == gguf.GGMLQuantizationType.F32 or data.ndim < 2 or data.shape[-1] % block_size:
         writer.add_tensor(name, data)
     elif qtype == gguf.GGMLQuantizationType.F16:
         writer.add_tensor(name, data.astype(np.float16))
     else:
-        writer.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
+        try:
+            blocks = gguf.quants.quantize(data, qtype)
+        except NotImplementedError:
+            blocks = random_blocks(data.shape, qtype, rng)
+        writer.add_tensor(name, blocks, raw_dtype=qtype)
+
+
+# byte offsets of the float16 scales (d, and dmin where the type has one) in a block of each type
+# gguf-py cannot quantize; the other bytes (sub-block scales, quants) may be anything
+F16_SCALES = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "IQ4_XS": (0,), "Q2_K": (80, 82), "Q3_K": (108,)}
+
+
+def random_blocks(shape: tuple[int, ...], qtype, rng: np.random.Generator, scale: float = 1e-3) -> np.ndarray:
+    """Random uint8 blocks of `qtype` for values of `shape` [..., K], with finite float16 scales near `scale`
+    (the sub-block scales and quants stay random), so that every block decodes to finite values."""
+    block_size, type_size = gguf.GGML_QUANT_SIZES[qtype]
+    num_blocks = int(np.prod(shape)) // block_size
+    blocks = rng.integers(0, 256, (num_blocks, type_size), dtype=np.uint8)
+    for offset in F16_SCALES[qtype.name]:
+        d = (rng.uniform(0.5, 1.5, num_blocks) * scale).astype(np.float16)
+        blocks[:, offset:offset + 2] = d.view(np.uint8).reshape(num_blocks, 2)
+    return blocks.reshape(*shape[:-1], shape[-1] // block_size * type_size)

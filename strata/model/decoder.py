@@ -3,7 +3,8 @@ layers with residuals, final norm, LM head; and the one checkpoint loader.
 
 Family files only choose each layer's mixer (attention or Gated DeltaNet) and MLP (dense or MoE).
 Parameter names follow HF checkpoint names, except fused projections (qkv_proj, gate_up_proj,
-experts.w13/w2), which `load_weights` fills shard by shard.
+experts.w13/w2), which `load_weights` fills shard by shard. A checkpoint tensor given as a PackedWeight
+(GGUF blocks) replaces its linear or embedding module's dense weight once every part of it has come.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from torch import nn
 from strata.config import ModelConfig
 from strata.model import ops
 from strata.model.context import ForwardContext
+from strata.model.linear import Linear
 from strata.model.moe import MoEBlock
 from strata.model.norm import RMSNorm
+from strata.model.packed import PackedEmbedding, PackedWeight
 
 # checkpoint projection -> (fused parameter, shard index along dim 0)
 _STACKED = {
@@ -99,6 +102,8 @@ class CausalLM(nn.Module):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [N, D] -> float32 logits [N, V] (ops.logits: in 16-bit on CUDA the GEMM writes float32)."""
+        if isinstance(self.lm_head.weight, PackedWeight):
+            return ops.packed_linear(hidden, self.lm_head.weight, self.lm_head.bias, out_dtype=torch.float32)
         return ops.logits(hidden, self.lm_head.weight, self.lm_head.bias)
 
     # ---- checkpoint loading -------------------------------------------------------------------
@@ -127,9 +132,11 @@ class CausalLM(nn.Module):
             return [(param_name, (slice(start, start + size),), tensor)]
         return [(name, (), tensor)]
 
-    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], source: str = "checkpoint") -> None:
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor | PackedWeight]],
+                     source: str = "checkpoint") -> None:
         params = dict(self.named_parameters())
         filled = {name: 0 for name in params}
+        packed: dict[str, list[tuple[tuple, PackedWeight]]] = {}  # parameter -> its packed (index, part)
         for name, tensor in weights:
             if self.is_ignored_weight(name):
                 continue
@@ -138,17 +145,54 @@ class CausalLM(nn.Module):
                 if param is None:
                     raise WeightLoadError(f"{source}: tensor {name!r} has no place in {type(self).__name__}")
                 dest = param.data[index] if index else param.data
-                if dest.shape != values.shape and dest.shape == values.shape[::-1] and values.dim() == 3:
+                is_packed = isinstance(values, PackedWeight)
+                if (not is_packed and dest.shape != values.shape and dest.shape == values.shape[::-1]
+                        and values.dim() == 3):
                     values = values.transpose(1, 2)  # fused experts stored as [E, D, 2I]
                 if dest.shape != values.shape:
                     raise WeightLoadError(f"{source}: tensor {name!r} has shape {tuple(values.shape)}, "
                                           f"expected {tuple(dest.shape)} for {param_name}")
-                dest.copy_(values)
+                if is_packed:
+                    packed.setdefault(param_name, []).append((index, values))
+                else:
+                    dest.copy_(values)
                 filled[param_name] += dest.numel()
         missing = [n for n, count in filled.items() if count < params[n].numel()]
         if missing:
             shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
             raise WeightLoadError(f"{source}: missing weights for {shown}")
+        for param_name, parts in packed.items():
+            self._place_packed(param_name, params[param_name], parts)
+
+    def _place_packed(self, param_name: str, param: nn.Parameter, parts: list[tuple[tuple, PackedWeight]]) -> None:
+        """Install a parameter's packed parts as its module's weight (row order), or, where the module cannot
+        take packed weights or some rows came dense, dequantize them into the dense parameter."""
+        module_name = param_name.removesuffix(".weight")
+        module = self.get_submodule(module_name) if module_name != param_name else None
+        rows = sum(part.shape[0] for _, part in parts)
+        takes_packed = isinstance(module, (nn.Linear, nn.Embedding)) and not self._is_router(module_name)
+        if takes_packed and rows == param.shape[0]:
+            parts = sorted(parts, key=lambda p: p[0][0].start if p[0] else 0)
+            self._install_packed(module_name, module, PackedWeight.cat_rows([part for _, part in parts]))
+            return
+        for index, part in parts:
+            (param.data[index] if index else param.data).copy_(part.dequantize(param.dtype))
+
+    def _is_router(self, module_name: str) -> bool:
+        # the fused routing kernel reads a MoE router's weight as a tensor (ops.fused_routing_on)
+        parent_name, _, child = module_name.rpartition(".")
+        return child == "gate" and isinstance(self.get_submodule(parent_name), MoEBlock)
+
+    def _install_packed(self, module_name: str, module: nn.Module, weight: PackedWeight) -> None:
+        weight = weight.to(module.weight.device)
+        if isinstance(module, nn.Embedding):
+            replacement = PackedEmbedding(weight, module.weight.dtype)
+        else:
+            replacement = Linear.packed(module, weight)
+        if self.lm_head.weight is module.weight and module is not self.lm_head:
+            self.lm_head = Linear.packed(self.lm_head, weight)  # tied: the LM head reads the same blocks
+        parent_name, _, child = module_name.rpartition(".")
+        setattr(self.get_submodule(parent_name) if parent_name else self, child, replacement)
 
 
 def _shard_range(module: nn.Module, fused: str, shard: int) -> tuple[int, int]:

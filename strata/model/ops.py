@@ -2,9 +2,10 @@
 like their HF counterparts. `kernels_on(t)`: a CUDA tensor, Triton installed, not STRATA_NO_TRITON=1.
 
 Ops with a self-contained torch form dispatch inside (rms_norm, rms_norm_topk_sum, linear, logits,
-fused_moe, softmax_topk). Kernel-only steps whose torch form is the layer's own code (paged attention of
-short windows, qk-norm + rotary + KV write, the GDN conv update and recurrence, fused routing) come with
-the predicate that guards them. Each op keeps the kernel's limits (dtypes, shapes, debug switches) here
+fused_moe, softmax_topk; packed_linear and packed_embedding over GGUF blocks, whose CPU kernel is C).
+Kernel-only steps whose torch form is the layer's own code (paged attention of short windows, qk-norm +
+rotary + KV write, the GDN conv update and recurrence, fused routing) come with the predicate that
+guards them. Each op keeps the kernel's limits (dtypes, shapes, debug switches) here
 and changes no numerics: the same path runs in every case as before the ops existed.
 """
 
@@ -19,6 +20,7 @@ from strata.config import debug_flag
 from strata.kernels import skinny_linear, triton_available
 from strata.kernels.fused_moe import fused_moe as fused_moe_kernel
 from strata.kernels.fused_moe import fused_moe_ref
+from strata.kernels.gguf_blocks import dequantize_ref, packed_matmul_ref
 from strata.kernels.rms_norm import rms_norm as rms_norm_kernel
 from strata.kernels.rms_norm import rms_norm_ref, topk_sum_ref
 from strata.kernels.rms_norm import rms_norm_topk_sum as rms_norm_topk_sum_kernel
@@ -92,6 +94,54 @@ def logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
             and hidden.dtype == weight.dtype:
         return torch.mm(hidden, weight.t(), out_dtype=torch.float32)
     return F.linear(hidden, weight, bias).float()
+
+
+# ---- packed GGUF weights (strata.model.packed) ------------------------------------------------------
+
+@functools.cache
+def _cpu_quant():
+    """strata.kernels.cpu_quant (the native kernel on packed blocks) where it exists and is not turned off
+    by STRATA_NO_CPU_QUANT=1, else None."""
+    if debug_flag("NO_CPU_QUANT"):
+        return None
+    try:
+        from strata.kernels import cpu_quant
+    except ImportError:
+        return None
+    return cpu_quant
+
+
+def packed_linear(x: torch.Tensor, weight, bias: torch.Tensor | None = None,
+                  out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """x [..., K] @ a PackedWeight [N, K], transposed (+ bias) -> [..., N] in `out_dtype` (x's by default),
+    one row segment at a time. CPU: packed_matmul_ref (dequantize, then matmul in float32) for float32
+    models, and the native kernel (cpu_quant) for 16-bit ones where it supports the segment's type: the
+    kernel rounds activations to int8 per block (~0.5 % of each output), which a float32 model does not
+    ask for: with it, the bundled model's greedy chat left HF transformers' (tests/engine/test_engine.py).
+    CUDA: dequantize to x's dtype, then matmul, on every call until Triton kernels read the blocks."""
+    rows = x.reshape(-1, x.shape[-1])  # [T, K]
+    outs = [_packed_segment(rows, qtype, blocks, weight.in_features) for qtype, blocks in weight.segments()]
+    out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)  # [T, N]
+    if bias is not None:
+        out = out + bias
+    return out.to(out_dtype or x.dtype).reshape(*x.shape[:-1], out.shape[-1])
+
+
+def _packed_segment(x: torch.Tensor, qtype: int, blocks: torch.Tensor, k: int) -> torch.Tensor:
+    """x [T, K] @ blocks [N, row_bytes] transposed -> [T, N]: in x's dtype on CUDA, float32 on the CPU."""
+    if x.is_cuda:
+        return F.linear(x, dequantize_ref(blocks, qtype, k).to(x.dtype))
+    kernel = _cpu_quant() if x.dtype != torch.float32 else None
+    if kernel is not None and kernel.supports(qtype):
+        return kernel.quant_matmul(x.float().contiguous(), blocks.contiguous(), qtype, blocks.shape[0], k)
+    return packed_matmul_ref(x.float(), blocks, qtype, k)
+
+
+def packed_embedding(weight, input_ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """input_ids [T] -> rows [T, K] of a one-segment PackedWeight in `dtype`: the ids' block rows are
+    gathered, then dequantized (on every device, for now)."""
+    rows = weight.blocks.index_select(0, input_ids)  # [T, row_bytes]
+    return dequantize_ref(rows, weight.qtype, weight.in_features).to(dtype)
 
 
 # ---- MoE --------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import importlib
 from strata.config import SUPPORTED_ARCHITECTURES, ModelConfig
 from strata.model.moe import MoEBlock, expert_weights_on  # noqa: F401 (for strata.weights)
 from strata.model.norm import GatedRMSNorm, RMSNorm  # noqa: F401 (for strata.weights)
+from strata.model.packed import PackedWeight, keeps_packed  # noqa: F401 (for strata.weights)
 
 _REGISTRY = {
     "LlamaForCausalLM": "strata.model.llama",

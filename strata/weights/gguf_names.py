@@ -1,6 +1,8 @@
 """llama.cpp tensor names and layouts -> HF checkpoint names and layouts, for the GGUF architectures
 Strata loads. Each rule undoes one step of llama.cpp's convert_hf_to_gguf.py (LlamaModel,
-Qwen2MoeModel, Qwen3NextModel); all transforms run on float32 after dequantization.
+Qwen2MoeModel, Qwen3NextModel). Transforms that only reorder rows (the llama rope permutation, the
+qkvz interleave) are also given as row orders, so packed GGUF blocks go through them row by row; the
+others (norm offsets, A_log, reshapes) run on float32 after dequantization.
 
 - llama: attn_q / attn_k rows were permuted per head for llama.cpp's interleaved rope (`permute`).
 - MoE: experts are stacked per layer, ffn_{gate,up,down}_exps [E, I, D] / [E, D, I]; gate and up are
@@ -119,25 +121,47 @@ class TensorInverter:
             "linear_num_key_heads", "linear_key_head_dim", "linear_num_value_heads", "linear_value_head_dim"))
 
     def transform(self, gguf_name: str, x: torch.Tensor) -> torch.Tensor:
-        suffix = gguf_name.split(".", 2)[2] if gguf_name.startswith("blk.") else gguf_name
+        suffix = _block_suffix(gguf_name)
         if self.arch == "llama" and suffix.startswith(("attn_q.", "attn_k.")):
             return unpermute_rope_rows(x, self.num_heads if suffix.startswith("attn_q.") else self.num_kv_heads)
+        change = self._value_change(suffix)
+        return x if change is None else change(x)
+
+    def is_row_wise(self, gguf_name: str) -> bool:
+        """Whether `transform` only reorders rows (or does nothing): then row_order describes it."""
+        return self._value_change(_block_suffix(gguf_name)) is None
+
+    def row_order(self, gguf_name: str, num_rows: int) -> torch.Tensor | None:
+        """For a row-wise tensor: the order in which `transform` takes its rows, None when it keeps them."""
+        order = self.transform(gguf_name, torch.arange(num_rows))
+        return None if torch.equal(order, torch.arange(num_rows)) else order
+
+    def _value_change(self, suffix: str):
         if self.arch != "qwen3next":
-            return x
+            return None
         if suffix.endswith("norm.weight") and suffix != "ssm_norm.weight":
-            return x - 1.0
+            return lambda x: x - 1.0
         if suffix == "ssm_a":
-            return torch.log(-x)
+            return lambda x: torch.log(-x)
         if suffix == "ssm_conv1d.weight":
-            return x.unsqueeze(1)  # [C, K] -> [C, 1, K]
+            return lambda x: x.unsqueeze(1)  # [C, K] -> [C, 1, K]
         if suffix == "ffn_gate_inp_shexp.weight":
-            return x.reshape(1, -1)  # a [D] vector in some files, HF's Linear(D, 1) weight [1, D]
-        return x
+            return lambda x: x.reshape(1, -1)  # a [D] vector in some files, HF's Linear(D, 1) weight [1, D]
+        return None
 
     def join(self, hf_name: str, parts: list[torch.Tensor]) -> torch.Tensor:
         if hf_name.endswith(_GATE_UP):
             return torch.cat(parts, dim=1)  # [E, I, D] x 2 -> [E, 2I, D]
         return self.interleave_qkvz(*parts)
+
+    def join_order(self, hf_name: str, part_rows: list[int]) -> torch.Tensor:
+        """The rows of `join`'s result as indices into the parts' rows one after the other (qkvz only: the
+        experts' gate/up join stacks along dim 1, which is not a row order)."""
+        if hf_name.endswith(_GATE_UP):
+            raise ValueError(f"{hf_name}: the experts' gate/up join is not a row order")
+        starts = [sum(part_rows[:i]) for i in range(len(part_rows))]
+        columns = [torch.arange(start, start + rows).unsqueeze(1) for start, rows in zip(starts, part_rows)]
+        return self.join(hf_name, columns).squeeze(1)  # the join moves whole rows: rows [M, 1] carry indices
 
     def interleave_qkvz(self, qkv: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """attn_qkv [(2 Hk Dk + Hv Dv), D] and attn_gate [Hv Dv, D] -> HF in_proj_qkvz, whose rows are
@@ -147,6 +171,10 @@ class TensorInverter:
         q, k, v = qkv.split([num_k_heads * k_dim, num_k_heads * k_dim, num_v_heads * v_dim])
         groups = [t.reshape(num_k_heads, -1, hidden) for t in (q, k, v, z)]
         return torch.cat(groups, dim=1).reshape(-1, hidden)
+
+
+def _block_suffix(gguf_name: str) -> str:
+    return gguf_name.split(".", 2)[2] if gguf_name.startswith("blk.") else gguf_name
 
 
 def unpermute_rope_rows(x: torch.Tensor, num_heads: int) -> torch.Tensor:

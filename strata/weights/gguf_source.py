@@ -1,14 +1,20 @@
-"""A GGUF file (llama.cpp's format) as a weight source.
+"""A GGUF model (llama.cpp's format; one file or the parts of a split one) as a weight source.
 
 Inverts llama.cpp's convert_hf_to_gguf.py twice: GGUF metadata -> an HF config.json dict, and
-llama.cpp tensor names and layouts -> HF checkpoint names and layouts (see gguf_names.py). Quantized
-tensors are dequantized with gguf-py one at a time as they stream, so peak extra memory is about one
-float32 tensor. Shapes are not checked here: a tensor that does not fit is the model loader's to report.
+llama.cpp tensor names and layouts -> HF checkpoint names and layouts (see gguf_names.py).
+Weights of the model's linear layers and embeddings (strata.model.packed.keeps_packed) in a block type
+kept packed (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, IQ4_XS) stream out as PackedWeights over the file's
+mmap: no float copy, and a copy of the packed bytes only where llama.cpp permuted rows. Everything else
+is dequantized with gguf-py one tensor at a time (peak extra memory about one float32 tensor), with one
+notice per block type that is not kept packed. Shapes are not checked here: a tensor that does not fit
+is the model loader's to report.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,26 +22,44 @@ import numpy as np
 import torch
 
 from strata.config import ModelConfig
+from strata.kernels.gguf_blocks import PACKED_TYPE_NAMES, block_format, is_packed_type
+from strata.model.registry import PackedWeight, keeps_packed
+from strata.weights.gguf_file import open_parts
 from strata.weights.gguf_names import GGUF_ARCHITECTURES, SKIPPED_TENSORS, HFPiece, TensorInverter, hf_piece
+
+logger = logging.getLogger(__name__)
 
 _ARRAY_FIELDS = ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges",
                  "tokenizer.ggml.scores")
 _EOS_KEYS = ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id")
+# why a tensor of a block type was dequantized at load (the notice's reason)
+_NOT_KEPT = f"not kept packed (types kept packed: {', '.join(PACKED_TYPE_NAMES)})"
+_NOT_ROW_WISE = "not kept packed: llama.cpp changed their layout beyond reordering rows"
+_MIXED_JOIN = "not kept packed: their rows interleave with a part of another type"
 
 
 class GGUFSource:
     def __init__(self, path: str) -> None:
         self.path = path
         self.description = path
-        self.reader = _open_reader(path)
+        self.readers = open_parts(path)
+        self.reader = self.readers[0]  # part 1: the metadata
+        self.fields = {}
+        for reader in self.readers:
+            for name, field in reader.fields.items():
+                self.fields.setdefault(name, field)
         # contents() of the token arrays would build ~150k Python strings; only their count is used
-        self.metadata = {name: _value(field) for name, field in self.reader.fields.items()
-                         if name not in _ARRAY_FIELDS}
+        self.metadata = {name: _value(field) for name, field in self.fields.items() if name not in _ARRAY_FIELDS}
         self.arch = self.metadata.get("general.architecture")
         if self.arch not in GGUF_ARCHITECTURES:
             raise ValueError(f"{path}: unsupported GGUF architecture {self.arch!r}; supported: "
                              f"{', '.join(GGUF_ARCHITECTURES)}")
-        self.tensor_names = {t.name for t in self.reader.tensors}
+        self.gguf_tensors = [(reader.path, t) for reader in self.readers for t in reader.tensors]
+        self.tensor_names = {t.name for _, t in self.gguf_tensors}
+        if len(self.tensor_names) != len(self.gguf_tensors):
+            twice = sorted(name for name, n in Counter(t.name for _, t in self.gguf_tensors).items() if n > 1)
+            raise ValueError(f"{path}: tensor {twice[0]!r} is in more than one part of the split GGUF; the parts "
+                             f"come from different splits: download them again")
         self.hf_config = self._hf_config()
         self.inverter = TensorInverter(self.arch, self.hf_config)
         self.plan = self._plan(self.hf_config["num_hidden_layers"])
@@ -46,51 +70,82 @@ class GGUFSource:
         return ModelConfig.from_hf(self.hf_config)
 
     def num_tensors(self) -> int:
-        return len({piece.hf_name for _, piece in self.plan})
+        return len({piece.hf_name for _, _, piece in self.plan})
 
-    def tensors(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
-        pending: dict[str, list[torch.Tensor | None]] = {}
-        for tensor, piece in self.plan:
-            values = self.inverter.transform(tensor.name, self._dequantize(tensor))
+    def tensors(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor | PackedWeight]]:
+        """(HF name, tensor in `dtype` or PackedWeight) pairs; then one notice per block type dequantized."""
+        dequantized: Counter[tuple[str, str]] = Counter()  # (type name, reason) -> tensors
+        pending: dict[str, list[torch.Tensor | PackedWeight | None]] = {}
+        for path, tensor, piece in self.plan:
+            values = self._values(path, tensor, piece.hf_name, dtype, dequantized)
             if piece.num_parts == 1:
-                yield piece.hf_name, values.to(dtype)
+                yield piece.hf_name, values
                 continue
             # llama.cpp split this HF tensor in parts (gate/up experts, qkv/z); hold parts until all came
             parts = pending.setdefault(piece.hf_name, [None] * piece.num_parts)
             parts[piece.part] = values
             if all(p is not None for p in parts):
                 del pending[piece.hf_name]
-                yield piece.hf_name, self.inverter.join(piece.hf_name, parts).to(dtype)
+                yield piece.hf_name, self._join(piece.hf_name, parts, dtype, dequantized)
+        for (type_name, reason), count in dequantized.items():
+            logger.warning("loaded %d tensors of type %s dequantized to %s: %s", count, type_name,
+                           str(dtype).removeprefix("torch."), reason)
 
     # ---- tensors --------------------------------------------------------------------------------
 
-    def _plan(self, num_layers: int) -> list[tuple[Any, HFPiece]]:
+    def _plan(self, num_layers: int) -> list[tuple[str, Any, HFPiece]]:
         plan, parts_seen = [], {}
-        for tensor in self.reader.tensors:
+        for path, tensor in self.gguf_tensors:
             if tensor.name in SKIPPED_TENSORS:
                 continue
             piece = hf_piece(self.arch, tensor.name, num_layers)
             if piece is None:
-                raise ValueError(f"{self.path}: tensor {tensor.name!r} has no HF equivalent in a {self.arch} "
+                raise ValueError(f"{path}: tensor {tensor.name!r} has no HF equivalent in a {self.arch} "
                                  f"model; the file may come from a newer llama.cpp than Strata knows")
-            plan.append((tensor, piece))
+            plan.append((path, tensor, piece))
             parts_seen.setdefault(piece.hf_name, set()).add(piece.part)
-        for _, piece in plan:
+        for _, _, piece in plan:
             if len(parts_seen[piece.hf_name]) != piece.num_parts:
                 raise ValueError(f"{self.path}: {piece.hf_name} is stored in {piece.num_parts} GGUF tensors, "
                                  f"but only {len(parts_seen[piece.hf_name])} of them are in the file")
         return plan
 
-    def _dequantize(self, tensor) -> torch.Tensor:
+    def _values(self, path: str, tensor, hf_name: str, dtype: torch.dtype,
+                dequantized: Counter) -> torch.Tensor | PackedWeight:
+        """One GGUF tensor in HF layout: packed where the model takes it so, else dense in `dtype`."""
+        qtype = int(tensor.tensor_type)
+        if is_packed_type(qtype) and keeps_packed(hf_name) and tensor.data.ndim == 2:
+            if self.inverter.is_row_wise(tensor.name):
+                weight = PackedWeight(torch.from_numpy(tensor.data), qtype, int(tensor.shape[0]))  # a view of the file
+                order = self.inverter.row_order(tensor.name, weight.shape[0])
+                return weight if order is None else weight.take_rows(order)
+            dequantized[tensor.tensor_type.name, _NOT_ROW_WISE] += 1
+        elif block_format(qtype) is None:
+            dequantized[tensor.tensor_type.name, _NOT_KEPT] += 1
+        # Also dense: the MoE router, norms and the routed experts ([E, ...]). Experts stay dequantized in
+        # this first step; packed expert slots and host pools are a later part of issue 23.
+        return self.inverter.transform(tensor.name, self._dequantize(path, tensor)).to(dtype)
+
+    def _join(self, hf_name: str, parts: list, dtype: torch.dtype, dequantized: Counter) -> torch.Tensor | PackedWeight:
+        """Parts llama.cpp split one HF tensor into -> that tensor: row by row where all are packed in one type."""
+        if all(isinstance(p, PackedWeight) for p in parts):
+            joined = PackedWeight.cat_rows(parts)
+            if len(set(joined.qtypes)) == 1:
+                return joined.take_rows(self.inverter.join_order(hf_name, [p.shape[0] for p in parts]))
+            for part in parts:
+                dequantized[_type_name(part.qtypes[0]), _MIXED_JOIN] += 1
+        parts = [p.dequantize(torch.float32) if isinstance(p, PackedWeight) else p for p in parts]
+        return self.inverter.join(hf_name, parts).to(dtype)
+
+    def _dequantize(self, path: str, tensor) -> torch.Tensor:
         from gguf.quants import dequantize
 
         try:
             array = dequantize(tensor.data, tensor.tensor_type)  # float32 in HF (row-major) shape
         except NotImplementedError as e:
-            raise ValueError(f"{self.path}: tensor {tensor.name!r} is {tensor.tensor_type.name}, which the "
+            raise ValueError(f"{path}: tensor {tensor.name!r} is {tensor.tensor_type.name}, which the "
                              f"installed gguf package cannot dequantize ({e}); upgrade gguf") from e
-        if not array.flags.writeable:  # F32 tensors come back as views of the read-only file map
-            array = np.array(array)
+        # F32 tensors come back as views of the file's copy-on-write map: writable, never written back
         return torch.from_numpy(array.astype(np.float32, copy=False))
 
     # ---- metadata -------------------------------------------------------------------------------
@@ -152,14 +207,14 @@ class GGUFSource:
         return cfg
 
     def _token_count(self) -> int:
-        tokens = self.reader.fields.get("tokenizer.ggml.tokens")
+        tokens = self.fields.get("tokenizer.ggml.tokens")
         if tokens is None:
             raise ValueError(f"{self.path}: GGUF metadata has neither {self.arch}.vocab_size nor a token list")
         return len(tokens.data)
 
     def _rope_scaling(self, cfg: dict[str, Any]) -> dict[str, Any] | None:
         if "rope_freqs.weight" in self.tensor_names:
-            tensor = next(t for t in self.reader.tensors if t.name == "rope_freqs.weight")
+            tensor = next(t for _, t in self.gguf_tensors if t.name == "rope_freqs.weight")
             rot_dim = round(cfg["head_dim"] * cfg["partial_rotary_factor"])
             return llama3_rope_scaling(np.asarray(tensor.data, dtype=np.float64), cfg["rope_theta"], rot_dim,
                                        self.path)
@@ -192,6 +247,12 @@ def llama3_rope_scaling(freq_factors: np.ndarray, theta: float, rot_dim: int, pa
             "high_freq_factor": float(low + span), "original_max_position_embeddings": original_context}
 
 
+def _type_name(qtype: int) -> str:
+    from gguf import GGMLQuantizationType
+
+    return GGMLQuantizationType(qtype).name
+
+
 def _value(field) -> Any:
     from gguf import GGUFValueType
 
@@ -200,18 +261,3 @@ def _value(field) -> Any:
         # the shortest decimal that is this float32: 1e-06 rather than 9.999999974752427e-07, as in config.json
         return float(str(np.float32(value)))
     return value
-
-
-def _open_reader(path: str):
-    from gguf import GGUFReader
-
-    with open(path, "rb") as f:
-        magic = f.read(4)
-    if magic != b"GGUF":
-        raise ValueError(f"{path} is not a GGUF file (it starts with {magic!r}, not b'GGUF'); pass a .gguf "
-                         f"file written by llama.cpp, or an HF model folder")
-    try:
-        return GGUFReader(path)
-    except (ValueError, IndexError, KeyError, OverflowError, OSError) as e:
-        raise ValueError(f"{path} is truncated or corrupt ({type(e).__name__}: {e}); download or convert it "
-                         f"again") from e

@@ -1,0 +1,122 @@
+"""A layer weight kept as GGUF blocks (DESIGN §5 "Weights stay in their file's format").
+
+`PackedWeight` is the one such abstraction: a logical weight [N, K] (N rows of K values each) stored as
+row segments, each a uint8 tensor [rows, row_bytes] of one GGUF block type, in the file's layout and
+possibly a zero-copy view of its mmap. A fused projection (qkv, gate/up) keeps one segment per checkpoint
+part, so no bytes move to join them and parts of different types stay exact (llama.cpp's Q4_K_M stores
+some attn_v as Q6_K beside a Q4_K attn_q). It is a module, so `model.to(device)` moves its bytes.
+Layers compute with it only through ops.packed_linear / ops.packed_embedding; `dequantize` serves
+loading fallbacks and tests.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from strata.kernels.gguf_blocks import dequantize_ref
+from strata.model import ops
+
+# Checkpoint tensors that may load packed: weights of layers called as modules (nn.Linear, nn.Embedding):
+# attention and linear-attention projections, dense and shared-expert MLPs, the MTP head's fc, the
+# embedding and the LM head. Not the MoE router (the fused routing kernel reads its weight as a tensor)
+# and not the routed experts (stacked [E, ...] in expert slots and host pools: a later step of issue 23).
+_PACKED_NAMES = re.compile(r"(self_attn\.[qkvo]_proj|mlp\.(shared_expert\.)?(gate|up|down)_proj|"
+                           r"linear_attn\.(in_proj_qkvz|in_proj_ba|out_proj)|mtp\.fc|embed_tokens|lm_head)\.weight$")
+
+
+def keeps_packed(checkpoint_name: str) -> bool:
+    """Whether the HF checkpoint tensor `checkpoint_name` may be given to the model as a PackedWeight."""
+    return _PACKED_NAMES.search(checkpoint_name) is not None
+
+
+class PackedWeight(nn.Module):
+    def __init__(self, blocks: torch.Tensor, qtype: int, in_features: int) -> None:
+        """One segment: blocks uint8 [N, row_bytes], GGUF rows of `qtype` with `in_features` values each."""
+        super().__init__()
+        if blocks.dtype != torch.uint8 or blocks.dim() != 2:
+            raise ValueError(f"packed blocks are a uint8 [rows, row_bytes] tensor, got {blocks.dtype} "
+                             f"{tuple(blocks.shape)}")
+        self.in_features = in_features
+        self.qtypes: list[int] = []
+        self._add_segment(blocks, qtype)
+
+    def _add_segment(self, blocks: torch.Tensor, qtype: int) -> None:
+        # buffers, not plain attributes: Module.to / .cuda() move them (not persistent: no state_dict entry)
+        self.register_buffer(f"blocks{len(self.qtypes)}", blocks, persistent=False)
+        self.qtypes.append(int(qtype))
+
+    @classmethod
+    def cat_rows(cls, parts: Sequence[PackedWeight]) -> PackedWeight:
+        """The rows of `parts` one after the other, as their segments (no bytes copied)."""
+        if len({p.in_features for p in parts}) != 1:
+            raise ValueError(f"packed parts of different row lengths: {[tuple(p.shape) for p in parts]}")
+        segments = [segment for part in parts for segment in part.segments()]
+        joined = cls(segments[0][1], segments[0][0], parts[0].in_features)
+        for qtype, blocks in segments[1:]:
+            joined._add_segment(blocks, qtype)
+        return joined
+
+    def take_rows(self, order: torch.Tensor) -> PackedWeight:
+        """Rows `order` [M] of this weight as one new segment (a copy): llama.cpp's row permutations undone."""
+        if len(set(self.qtypes)) != 1:
+            names = ", ".join(str(q) for q in self.qtypes)
+            raise ValueError(f"cannot reorder rows across segments of different types ({names})")
+        blocks = torch.cat([b for _, b in self.segments()]) if len(self.qtypes) > 1 else self.blocks0
+        return PackedWeight(blocks.index_select(0, order.to(blocks.device)), self.qtypes[0], self.in_features)
+
+    def segments(self) -> list[tuple[int, torch.Tensor]]:
+        """(qtype, blocks uint8 [rows, row_bytes]) per row segment, in row order."""
+        return [(qtype, getattr(self, f"blocks{i}")) for i, qtype in enumerate(self.qtypes)]
+
+    @property
+    def qtype(self) -> int:
+        """The block type of a weight with one segment."""
+        return self._single()[0]
+
+    @property
+    def blocks(self) -> torch.Tensor:
+        """uint8 [N, row_bytes] of a weight with one segment."""
+        return self._single()[1]
+
+    def _single(self) -> tuple[int, torch.Tensor]:
+        if len(self.qtypes) != 1:
+            raise ValueError(f"this packed weight has {len(self.qtypes)} segments; use segments()")
+        return self.segments()[0]
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size((sum(b.shape[0] for _, b in self.segments()), self.in_features))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.numel() for _, b in self.segments())
+
+    @property
+    def device(self) -> torch.device:
+        return self.blocks0.device
+
+    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The weight as a dense tensor [N, K] in `dtype` (exactly gguf's dequantization, then the cast)."""
+        return torch.cat([dequantize_ref(b, q, self.in_features).to(dtype) for q, b in self.segments()])
+
+    def extra_repr(self) -> str:
+        from gguf import GGMLQuantizationType
+
+        names = "+".join(GGMLQuantizationType(q).name for q in self.qtypes)
+        return f"shape={tuple(self.shape)}, {names}, {self.nbytes / 2**20:.2f} MiB"
+
+
+class PackedEmbedding(nn.Module):
+    """nn.Embedding over a PackedWeight [V, D]: the ids' rows are gathered as blocks, then dequantized."""
+
+    def __init__(self, weight: PackedWeight, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.weight = weight
+        self.dtype = dtype
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return ops.packed_embedding(self.weight, input_ids, self.dtype)  # [T, D]

@@ -1,0 +1,295 @@
+"""GGUF weights that stay packed (strata.model.packed): each kept type loads as PackedWeights over the
+file and gives the logits of the same file loaded dequantized; llama.cpp's row permutations and joins run
+on packed rows; other types load dequantized with one notice per type; bad files name the file and the
+tensor; a split GGUF loads like one file; ops.packed_linear's choice of kernel or reference."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import gguf
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from gguf_writer import write_gguf
+from strata.kernels.gguf_blocks import PACKED_TYPE_NAMES, dequantize_ref, packed_matmul_ref
+from strata.model import ops
+from strata.model.packed import PackedEmbedding, PackedWeight
+from strata.weights import gguf_source
+from strata.weights.gguf_source import GGUFSource
+from strata.weights.loader import build_model
+from tiny_models import build_hf_model, prompt_logits
+
+Q = gguf.GGMLQuantizationType
+IDS = [5, 17, 99, 3, 42, 150, 8, 77, 61, 12, 130, 64]
+
+
+def rel_err(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    return ((actual - expected).abs().max() / expected.abs().max()).item()
+
+
+def hf_state(model) -> tuple[dict, dict]:
+    return {**model.config.to_dict(), "architectures": [type(model).__name__]}, dict(model.state_dict())
+
+
+@pytest.fixture(scope="module")
+def llama_256():
+    """A tiny llama whose rows are whole superblocks (256 values) for the K and IQ types, with biases."""
+    config = transformers.LlamaConfig(
+        vocab_size=160, hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2,
+        tie_word_embeddings=False, rope_theta=10000.0, attention_bias=True)
+    torch.manual_seed(0)
+    return hf_state(transformers.LlamaForCausalLM(config).eval())
+
+
+def load(path: str, packed: bool = True, dtype: str = "float32"):
+    with pytest.MonkeyPatch.context() as patch:
+        if not packed:
+            patch.setattr(gguf_source, "keeps_packed", lambda name: False)
+        return build_model(GGUFSource(path), "cpu", dtype, quiet=True)
+
+
+def qtype_names(weight: PackedWeight) -> list[str]:
+    return [Q(q).name for q in weight.qtypes]
+
+
+@pytest.mark.parametrize("quant", PACKED_TYPE_NAMES)
+def test_kept_types_load_packed_and_match_the_dequantized_load(quant, llama_256, tmp_path):
+    path = str(tmp_path / "model.gguf")
+    write_gguf(path, *llama_256, quant=quant)
+    packed, dense = load(path), load(path, packed=False)
+    layer = packed.model.layers[0]
+    assert qtype_names(layer.self_attn.qkv_proj.weight) == [quant] * 3  # q, k, v: one segment each
+    for module in (layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj, packed.lm_head):
+        assert isinstance(module.weight, PackedWeight) and set(qtype_names(module.weight)) == {quant}
+    assert layer.self_attn.qkv_proj.bias is not None  # the biases (F32) stay dense beside the blocks
+    assert isinstance(packed.model.embed_tokens, PackedEmbedding)
+    assert isinstance(dense.model.layers[0].self_attn.qkv_proj.weight, torch.nn.Parameter)
+    torch.testing.assert_close(layer.self_attn.qkv_proj.weight.dequantize(),
+                               dense.model.layers[0].self_attn.qkv_proj.weight, rtol=0, atol=0)
+    expected = prompt_logits(dense, IDS)
+    assert torch.isfinite(expected).all()
+    assert rel_err(prompt_logits(packed, IDS), expected) < 1e-5
+
+
+def test_fused_parts_of_different_types_and_rope_rows(llama_256, tmp_path):
+    """q, k and v of three types (q and k rows permuted by llama.cpp), gate and up of two."""
+    path = str(tmp_path / "model.gguf")
+    write_gguf(path, *llama_256, quant="Q4_1", types={r"attn_q\.": "Q8_0", r"attn_k\.": "Q4_K", r"attn_v\.": "Q6_K",
+                                                      r"ffn_up": "IQ4_XS"})
+    packed, dense = load(path), load(path, packed=False)
+    layer = packed.model.layers[1]
+    assert qtype_names(layer.self_attn.qkv_proj.weight) == ["Q8_0", "Q4_K", "Q6_K"]
+    assert qtype_names(layer.mlp.gate_up_proj.weight) == ["Q4_1", "IQ4_XS"]
+    assert rel_err(prompt_logits(packed, IDS), prompt_logits(dense, IDS)) < 1e-5
+
+
+def test_qwen3_next_joins_qkvz_on_packed_rows(tmp_path):
+    """attn_qkv and attn_gate interleave into in_proj_qkvz row by row; the shared expert is packed, the
+    router and the routed experts stay dense."""
+    cfg, state = hf_state(build_hf_model("qwen3_next"))
+    path = str(tmp_path / "model.gguf")
+    write_gguf(path, cfg, state, quant="Q8_0")
+    packed, dense = load(path), load(path, packed=False)
+    linear_attn, mlp = packed.model.layers[0].linear_attn, packed.model.layers[0].mlp
+    assert qtype_names(linear_attn.in_proj_qkvz.weight) == ["Q8_0"]  # one segment: the interleave copied rows
+    assert isinstance(mlp.shared_expert.gate_up_proj.weight, PackedWeight)
+    assert isinstance(mlp.gate.weight, torch.nn.Parameter) and isinstance(mlp.experts.w13, torch.Tensor)
+    torch.testing.assert_close(linear_attn.in_proj_qkvz.weight.dequantize(),
+                               dense.model.layers[0].linear_attn.in_proj_qkvz.weight, rtol=0, atol=0)
+    assert rel_err(prompt_logits(packed, IDS), prompt_logits(dense, IDS)) < 1e-5
+
+
+def test_qkvz_parts_of_two_types_load_dequantized_with_a_notice(tmp_path, caplog):
+    cfg, state = hf_state(build_hf_model("qwen3_next"))
+    path = str(tmp_path / "model.gguf")
+    write_gguf(path, cfg, state, quant="Q8_0", types={r"attn_gate": "Q4_0"})
+    model = load(path)
+    assert isinstance(model.model.layers[0].linear_attn.in_proj_qkvz.weight, torch.nn.Parameter)
+    lines = [r.getMessage() for r in caplog.records if r.name == gguf_source.__name__]
+    num_linear = cfg["layer_types"].count("linear_attention")
+    assert lines == [f"loaded {num_linear} tensors of type {t} dequantized to float32: not kept packed: their rows "
+                     f"interleave with a part of another type" for t in ("Q8_0", "Q4_0")]
+
+
+def test_other_types_load_dequantized_with_one_notice_each(tmp_path, caplog):
+    cfg, state = hf_state(build_hf_model("llama"))
+    path = str(tmp_path / "model.gguf")
+    write_gguf(path, cfg, state, quant="Q5_0", types={r"ffn_down": "Q5_1"})
+    model = load(path)
+    lines = [r.getMessage() for r in caplog.records if r.name == gguf_source.__name__]
+    reader = gguf.GGUFReader(path)
+    counts = {name: sum(t.tensor_type == Q[name] for t in reader.tensors) for name in ("Q5_0", "Q5_1")}
+    kept = ", ".join(PACKED_TYPE_NAMES)
+    assert lines == [f"loaded {counts['Q5_0']} tensors of type Q5_0 dequantized to float32: not kept packed "
+                     f"(types kept packed: {kept})",
+                     f"loaded {counts['Q5_1']} tensors of type Q5_1 dequantized to float32: not kept packed "
+                     f"(types kept packed: {kept})"]
+    o_proj = model.model.layers[0].self_attn.o_proj.weight
+    assert isinstance(o_proj, torch.nn.Parameter)
+    stored = next(t for t in reader.tensors if t.name == "blk.0.attn_output.weight")
+    assert torch.equal(o_proj, torch.from_numpy(gguf.quants.dequantize(stored.data, Q.Q5_0)))
+
+
+def test_bundled_model_loads_packed_from_the_file_map(bundled_gguf):
+    source = GGUFSource(bundled_gguf)
+    model = build_model(source, "cpu", "float32", quiet=True)
+    qkv = model.model.layers[0].self_attn.qkv_proj.weight
+    assert qtype_names(qkv) == ["Q4_1"] * 3
+    file_map = source.reader.data
+    start, end = file_map.ctypes.data, file_map.ctypes.data + file_map.nbytes
+    in_file = [start <= blocks.data_ptr() < end for _, blocks in qkv.segments()]
+    assert in_file == [False, False, True]  # q and k: rows permuted (copied); v: a view of the file
+    embed = model.model.embed_tokens
+    assert isinstance(embed, PackedEmbedding) and qtype_names(embed.weight) == ["Q8_0"]
+    assert model.lm_head.weight is embed.weight  # tied: the LM head reads the embedding's blocks
+    packed = {id(m): m for m in model.modules() if isinstance(m, PackedWeight)}
+    tensor_bytes = sum(t.n_bytes for t in source.reader.tensors if t.tensor_type in (Q.Q4_1, Q.Q8_0))
+    assert sum(w.nbytes for w in packed.values()) == tensor_bytes
+
+
+# ---- bad files ---------------------------------------------------------------------------------------
+
+def tiny_gguf(tmp_path, quant: str = "Q4_1") -> str:
+    path = str(tmp_path / "model.gguf")
+    write_gguf(path, *hf_state(build_hf_model("llama")), quant=quant)
+    return path
+
+
+def patch_tensor_info(path: str, name: str, dims: list[int] | None = None, type_id: int | None = None) -> None:
+    """Rewrite a tensor's dims or type in the GGUF header (name, n_dims u32, dims u64 x n, type u32)."""
+    data = bytearray(open(path, "rb").read())
+    at = data.index(name.encode()) + len(name)
+    n_dims = int.from_bytes(data[at:at + 4], "little")
+    if dims is not None:
+        data[at + 4:at + 4 + 8 * n_dims] = b"".join(d.to_bytes(8, "little") for d in dims)
+    if type_id is not None:
+        data[at + 4 + 8 * n_dims:at + 8 + 8 * n_dims] = type_id.to_bytes(4, "little")
+    open(path, "wb").write(bytes(data))
+
+
+def test_truncated_file_names_the_file_and_the_tensor(tmp_path):
+    path = tiny_gguf(tmp_path)
+    data = open(path, "rb").read()
+    kept = int(len(data) * 0.9)
+    open(path, "wb").write(data[:kept])
+    with pytest.raises(ValueError, match=rf"{re.escape(path)} is truncated or corrupt: tensor '[\w.]+' ends at byte "
+                                         rf"[\d,]+ but the file has {kept:,} bytes; download or convert"):
+        GGUFSource(path)
+
+
+def test_row_that_is_not_whole_blocks_names_the_file_and_the_tensor(tmp_path):
+    path = tiny_gguf(tmp_path)
+    patch_tensor_info(path, "blk.1.attn_q.weight", dims=[48, 64])
+    with pytest.raises(ValueError, match=rf"{re.escape(path)}: tensor 'blk.1.attn_q.weight' \(Q4_1, shape \[48, 64\]\) "
+                                         r"has rows of 48 values, not a whole number of Q4_1 blocks of 32"):
+        GGUFSource(path)
+
+
+def test_unknown_type_names_the_file_and_the_tensor(tmp_path):
+    path = tiny_gguf(tmp_path)
+    patch_tensor_info(path, "blk.0.ffn_up.weight", type_id=99)
+    with pytest.raises(ValueError, match=rf"{re.escape(path)}: tensor 'blk.0.ffn_up.weight' has GGML type id 99, "
+                                         r"which the installed gguf package does not know"):
+        GGUFSource(path)
+
+
+# ---- split files -------------------------------------------------------------------------------------
+
+def test_split_gguf_loads_like_one_file(tmp_path):
+    cfg, state = hf_state(build_hf_model("llama"))
+    whole = str(tmp_path / "model.gguf")
+    write_gguf(whole, cfg, state, quant="Q4_1")
+    (tmp_path / "split").mkdir()
+    parts = write_gguf(str(tmp_path / "split" / "model.gguf"), cfg, state, quant="Q4_1", split_max_tensors=12)
+    assert len(parts) > 2 and parts[0].endswith(f"model-00001-of-{len(parts):05d}.gguf")
+    expected = prompt_logits(load(whole), IDS)
+    for path in (parts[0], parts[-1]):  # any part names the model
+        source = GGUFSource(path)
+        assert source.model_config() == GGUFSource(whole).model_config()
+        assert len(source.readers) == len(parts) and source.num_tensors() == GGUFSource(whole).num_tensors()
+        assert torch.equal(prompt_logits(build_model(source, "cpu", "float32", quiet=True), IDS), expected)
+
+
+def test_split_gguf_with_a_missing_part_names_it(tmp_path):
+    cfg, state = hf_state(build_hf_model("llama"))
+    parts = write_gguf(str(tmp_path / "model.gguf"), cfg, state, quant="Q4_1", split_max_tensors=12)
+    os.remove(parts[1])
+    with pytest.raises(ValueError, match=rf"{re.escape(parts[0])} is one of {len(parts)} parts of a split GGUF, but "
+                                         rf"{re.escape(parts[1])} is missing; download every part"):
+        GGUFSource(parts[0])
+
+
+# ---- the packed weight and its ops ---------------------------------------------------------------------
+
+def packed_of(name: str, rows: int, k: int, seed: int = 0) -> PackedWeight:
+    values = np.random.default_rng(seed).standard_normal((rows, k)).astype(np.float32)
+    return PackedWeight(torch.from_numpy(gguf.quants.quantize(values, Q[name])), Q[name], k)
+
+
+def test_cat_rows_keeps_segments_and_take_rows_copies():
+    a, b = packed_of("Q8_0", 5, 64), packed_of("Q4_0", 3, 64, seed=1)
+    joined = PackedWeight.cat_rows([a, b])
+    assert joined.shape == (8, 64) and joined.nbytes == a.nbytes + b.nbytes == 5 * 68 + 3 * 36
+    assert [blocks.data_ptr() for _, blocks in joined.segments()] == [a.blocks.data_ptr(), b.blocks.data_ptr()]
+    assert torch.equal(joined.dequantize(), torch.cat([a.dequantize(), b.dequantize()]))
+    assert joined.dequantize(torch.bfloat16).dtype == torch.bfloat16
+    order = torch.tensor([4, 0, 2])
+    assert torch.equal(a.take_rows(order).dequantize(), a.dequantize()[order])
+    with pytest.raises(ValueError, match="different types"):
+        joined.take_rows(order)
+    with pytest.raises(ValueError, match="2 segments"):
+        joined.blocks  # noqa: B018
+
+
+class FakeKernel:
+    """strata.kernels.cpu_quant's interface, recording its calls and answering with the reference."""
+
+    def __init__(self, supported: set[int]) -> None:
+        self.supported, self.calls = supported, []
+
+    def supports(self, qtype: int) -> bool:
+        return qtype in self.supported
+
+    def quant_matmul(self, x, blocks, qtype, n, k):
+        self.calls.append((x.dtype, x.is_contiguous(), blocks.data_ptr(), qtype, n, k))
+        return packed_matmul_ref(x, blocks, qtype, k)
+
+
+def test_packed_linear_takes_the_kernel_for_16_bit_inputs_and_the_reference_for_float32(monkeypatch):
+    weight = PackedWeight.cat_rows([packed_of("Q4_1", 6, 64), packed_of("Q8_0", 4, 64, seed=2)])
+    kernel = FakeKernel({int(Q.Q4_1)})
+    monkeypatch.setattr(ops, "_cpu_quant", lambda: kernel)
+    x = torch.randn(3, 64)
+    bias = torch.randn(10)
+    expected = x @ weight.dequantize().t() + bias
+    out = ops.packed_linear(x, weight, bias)
+    assert kernel.calls == [] and out.dtype == torch.float32
+    torch.testing.assert_close(out, expected)
+    out = ops.packed_linear(x.to(torch.bfloat16).t().contiguous().t(), weight, bias.to(torch.bfloat16))
+    assert out.dtype == torch.bfloat16 and out.shape == (3, 10)
+    # the Q4_1 segment went to the kernel (float32, contiguous); the Q8_0 one, unsupported, to the reference
+    assert kernel.calls == [(torch.float32, True, weight.segments()[0][1].data_ptr(), int(Q.Q4_1), 6, 64)]
+    logits = ops.packed_linear(x.to(torch.bfloat16), weight, out_dtype=torch.float32)
+    assert logits.dtype == torch.float32
+
+
+def test_packed_embedding_gathers_rows_then_dequantizes():
+    weight = packed_of("Q4_0", 20, 96)
+    ids = torch.tensor([3, 3, 19, 0])
+    rows = ops.packed_embedding(weight, ids, torch.float32)
+    assert torch.equal(rows, dequantize_ref(weight.blocks, weight.qtype, 96)[ids])
+    assert PackedEmbedding(weight, torch.bfloat16)(ids).dtype == torch.bfloat16
+
+
+def test_no_cpu_quant_switch_takes_the_reference(monkeypatch):
+    ops._cpu_quant.cache_clear()
+    monkeypatch.setenv("STRATA_NO_CPU_QUANT", "1")
+    try:
+        assert ops._cpu_quant() is None
+    finally:
+        ops._cpu_quant.cache_clear()
