@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from strata.config import debug_flag
-from strata.kernels import skinny_linear, triton_available
+from strata.kernels import packed_gemv, skinny_linear, triton_available
 from strata.kernels.fused_moe import fused_moe as fused_moe_kernel
 from strata.kernels.fused_moe import fused_moe_ref
 from strata.kernels.gguf_blocks import dequantize_ref, packed_matmul_ref
@@ -128,8 +128,11 @@ def packed_linear(x: torch.Tensor, weight, bias: torch.Tensor | None = None,
 
 
 def _packed_segment(x: torch.Tensor, qtype: int, blocks: torch.Tensor, k: int) -> torch.Tensor:
-    """x [T, K] @ blocks [N, row_bytes] transposed -> [T, N]: in x's dtype on CUDA, float32 on the CPU."""
+    """x [T, K] @ blocks [N, row_bytes] transposed -> [T, N] (float32, or x's dtype on CUDA for steps of
+    more rows than packed_gemv takes: those dequantize, then multiply, until a prompt GEMM reads blocks)."""
     if x.is_cuda:
+        if kernels_on(x) and x.shape[0] <= packed_gemv.MAX_ROWS and packed_gemv.supports(qtype, k):
+            return packed_gemv.packed_gemv(x.contiguous(), blocks, qtype, blocks.shape[0], k)
         return F.linear(x, dequantize_ref(blocks, qtype, k).to(x.dtype))
     kernel = _cpu_quant() if x.dtype != torch.float32 else None
     if kernel is not None and kernel.supports(qtype):

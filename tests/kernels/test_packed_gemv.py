@@ -54,3 +54,19 @@ def test_packed_gemv_matches_ref(qtype, rows, n, k):
     # the kernel sums in float32 in another order than the reference matmul
     scale = (x.float().abs() @ packed_gemv_ref(torch.eye(k), blocks, qtype, n, k).abs()).clamp_min(1.0)
     assert ((out.cpu() - expected).abs() / scale).max() < 1e-5
+
+
+@gpu
+@pytest.mark.parametrize("rows", [1, 5, 40])
+def test_packed_linear_on_cuda_matches_the_cpu_reference(rows):
+    """ops.packed_linear on CUDA (packed_gemv up to MAX_ROWS rows, dequantize + matmul beyond) against
+    the same weight's reference on the CPU, two segments of different types as in a Q4_K_M qkv."""
+    from strata.model import ops
+    from strata.model.packed import PackedWeight
+
+    q, v = random_blocks(Q4_K, 64, 512, seed=1), random_blocks(Q6_K, 32, 512, seed=2)
+    weight = PackedWeight.cat_rows([PackedWeight(q, Q4_K, 512), PackedWeight(v, Q6_K, 512)])
+    x = torch.randn(rows, 512, generator=torch.Generator().manual_seed(rows)).to(torch.bfloat16)
+    expected = torch.cat([packed_gemv_ref(x, q, Q4_K, 64, 512), packed_gemv_ref(x, v, Q6_K, 32, 512)], dim=1)
+    out = ops.packed_linear(x.cuda(), weight.cuda(), out_dtype=torch.float32).cpu()
+    torch.testing.assert_close(out, expected, rtol=2e-2, atol=2e-2)  # bf16 GEMM beyond MAX_ROWS
