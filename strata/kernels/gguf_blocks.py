@@ -119,6 +119,10 @@ def _f16(b: torch.Tensor, at: int) -> torch.Tensor:
 
 def _nibbles_into(out: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """x uint8 [..., n] -> out [..., 2, n] (any dtype): the n low nibbles, then the n high ones."""
+    if out.is_cuda and out.is_floating_point():  # CUDA's bitwise ops write integer outputs only
+        out.select(-2, 0).copy_(x & 0x0F)
+        out.select(-2, 1).copy_(x >> 4)
+        return out
     torch.bitwise_and(x, 0x0F, out=out.select(-2, 0))
     torch.bitwise_right_shift(x, 4, out=out.select(-2, 1))
     return out

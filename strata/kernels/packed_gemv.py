@@ -67,9 +67,9 @@ def packed_gemv(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: in
     per_block, block_bytes = BLOCK_LAYOUT[qtype]
     assert blocks.shape[1] == k // per_block * block_bytes, "row bytes do not match K for this type"
     cfg = {**DEFAULT_CONFIG, **(config or {})}
-    superblocks = min(cfg["SUPERBLOCKS"], k // CHUNK)
+    superblocks = cfg["SUPERBLOCKS"]  # a power of two (a Triton block size) that divides K's superblocks
     while (k // CHUNK) % superblocks:
-        superblocks -= 1
+        superblocks //= 2
     out = torch.empty(num_rows, n, dtype=torch.float32, device=x.device)
     _packed_gemv_kernel[(triton.cdiv(n, cfg["BLOCK_N"]), num_rows)](
         x, blocks, out, n, k, x.stride(0), blocks.shape[1], out.stride(0),

@@ -103,3 +103,14 @@ def test_bad_shapes_are_value_errors():
         dequantize_ref(torch.zeros(2, 40), q41, 64)
     with pytest.raises(ValueError, match=r"GGML type 10 has no reference dequantization here; known: F32, F16"):
         dequantize_ref(torch.zeros(2, 84, dtype=torch.uint8), int(Q.Q2_K), 256)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", TYPES)
+def test_dequantize_ref_on_cuda_equals_gguf(name):
+    """The same ops on CUDA tensors (the fallback of packed projections the Triton kernels do not take);
+    to float32 rounding, as the device may order or fuse a block's multiply-adds differently."""
+    k = 256 * 2
+    raw = gguf_blocks_of(name, 5, k)
+    out = dequantize_ref(torch.from_numpy(raw).cuda(), getattr(Q, name), k)
+    torch.testing.assert_close(out.cpu(), gguf_dequantize(raw, name, k), rtol=1e-6, atol=1e-30)
