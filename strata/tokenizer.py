@@ -1,9 +1,10 @@
 """The tokenizer of a model spec, as an HF fast tokenizer, and chat-prompt rendering.
 
 Resolves a spec the way `strata.weights.source.open_source` does (built-in name, .gguf file, HF model
-folder), loading only local files. A GGUF tokenizer is rebuilt by transformers from the file's
-metadata (tokens, merges, special ids, chat template). Specs with no tokenizer (random weights, a
-folder saved without tokenizer files) give None: such models take prompts as token ids only.
+folder), loading only local files. A GGUF tokenizer is rebuilt from the file's `tokenizer.ggml.*`
+metadata by `strata.tokenizer_gguf`, whatever the architecture. Specs with no tokenizer (random
+weights, a folder saved without tokenizer files, a GGUF without a vocabulary) give None: such models
+take prompts as token ids only.
 """
 
 from __future__ import annotations
@@ -23,16 +24,17 @@ def load_tokenizer(spec_or_path: str | None):
         return None
     if spec in BUNDLED_MODELS:
         spec = bundled_model_path(spec)
-    from transformers import AutoTokenizer
-
     if spec.endswith(".gguf"):
         if not os.path.isfile(spec):
             raise FileNotFoundError(f"GGUF file {spec} does not exist")
-        folder, filename = os.path.split(os.path.abspath(spec))
-        return AutoTokenizer.from_pretrained(folder, gguf_file=filename, local_files_only=True)
+        from strata.tokenizer_gguf import load_gguf_tokenizer
+
+        return load_gguf_tokenizer(spec)
     if os.path.isdir(spec):
         if not any(os.path.isfile(os.path.join(spec, name)) for name in _TOKENIZER_FILES):
             return None
+        from transformers import AutoTokenizer
+
         return AutoTokenizer.from_pretrained(spec, local_files_only=True)
     raise FileNotFoundError(
         f"model {spec!r} is not a folder, a .gguf file or a known name; pass an HF model folder, a .gguf file, "

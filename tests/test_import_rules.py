@@ -22,6 +22,7 @@ LAYERS = (
     ("kernels",),
     ("cache", "sample", "model"),
     ("weights", "experts"),
+    ("tokenizer_gguf",),  # a GGUF file's tokenizer: opens the file through weights
     ("tokenizer",),
     ("spec",),
     ("runner", "scheduler"),
