@@ -61,6 +61,7 @@ class GGUFSource:
             raise ValueError(f"{path}: tensor {twice[0]!r} is in more than one part of the split GGUF; the parts "
                              f"come from different splits: download them again")
         self.hf_config = self._hf_config()
+        self._drop_vocabulary()
         self.inverter = TensorInverter(self.arch, self.hf_config)
         self.plan = self._plan(self.hf_config["num_hidden_layers"])
 
@@ -205,6 +206,13 @@ class GGUFSource:
                 layer_types=["linear_attention" if f"blk.{i}.ssm_a" in names else "full_attention"
                              for i in range(num_layers)])
         return cfg
+
+    def _drop_vocabulary(self) -> None:
+        """gguf-py parsed the vocabulary into ~100k small arrays (~150 MiB for a 49k-token vocabulary);
+        free them before the weights load (the tokenizer reads the file itself)."""
+        for fields in (self.fields, *(reader.fields for reader in self.readers)):
+            for name in _ARRAY_FIELDS:
+                fields.pop(name, None)
 
     def _token_count(self) -> int:
         tokens = self.fields.get("tokenizer.ggml.tokens")

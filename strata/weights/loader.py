@@ -10,7 +10,7 @@ import time
 import torch
 from torch import nn
 
-from strata.model.registry import expert_weights_on, model_class
+from strata.model.registry import PackedWeight, expert_weights_on, model_class
 from strata.weights.source import WeightSource
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -40,10 +40,20 @@ def build_model(source: WeightSource, device: str, dtype: str, seed: int = 0, qu
             model.load_weights(_counted(source.tensors(torch_dtype), advance), source.description)
     used = _device_memory(device) - mem_before
     if not quiet:
-        print(f"loaded {cfg.architecture} ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters, "
-              f"{dtype}) on {device} in {time.perf_counter() - started:.1f}s, "
-              f"{used / 2**20:.0f} MiB", file=sys.stderr)
+        print(f"loaded {cfg.architecture} ({_describe_weights(model, dtype)}) on {device} in "
+              f"{time.perf_counter() - started:.1f}s, {used / 2**20:.0f} MiB", file=sys.stderr)
     return model
+
+
+def _describe_weights(model: nn.Module, dtype: str) -> str:
+    """"134.5M parameters, float32" or, with packed GGUF weights, "134.5M parameters, float32, 134.4M of
+    them packed in 92 MiB" (a packed weight shared by two modules, a tied LM head, counts once)."""
+    packed = {id(m): m for m in model.modules() if isinstance(m, PackedWeight)}.values()
+    num_packed = sum(w.shape.numel() for w in packed)
+    text = f"{(sum(p.numel() for p in model.parameters()) + num_packed) / 1e6:.1f}M parameters, {dtype}"
+    if packed:
+        text += f", {num_packed / 1e6:.1f}M of them packed in {sum(w.nbytes for w in packed) / 2**20:.0f} MiB"
+    return text
 
 
 @contextlib.contextmanager

