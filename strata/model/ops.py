@@ -114,14 +114,18 @@ def _cpu_quant():
 def packed_linear(x: torch.Tensor, weight, bias: torch.Tensor | None = None,
                   out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """x [..., K] @ a PackedWeight [N, K], transposed (+ bias) -> [..., N] in `out_dtype` (x's by default),
-    one row segment at a time. CPU: packed_matmul_ref (dequantize, then matmul in float32) for float32
-    models, and the native kernel (cpu_quant) for 16-bit ones where it supports the segment's type: the
-    kernel rounds activations to int8 per block (~0.5 % of each output), which a float32 model does not
-    ask for: with it, the bundled model's greedy chat left HF transformers' (tests/engine/test_engine.py).
-    CUDA: dequantize to x's dtype, then matmul, on every call until Triton kernels read the blocks."""
+    one row segment at a time. CPU: float32 models multiply by the weight dequantized once
+    (PackedWeight.dense_float32); 16-bit ones use the native kernel (cpu_quant) where it supports the
+    segment's type, else packed_matmul_ref. The kernel rounds activations to int8 per block (~0.5 % of
+    each output), which a float32 model does not ask for: with it, the bundled model's greedy chat left
+    HF transformers' (tests/engine/test_engine.py). CUDA: packed_gemv for steps of up to 16 rows of the
+    types it reads, else dequantize to x's dtype, then matmul."""
     rows = x.reshape(-1, x.shape[-1])  # [T, K]
-    outs = [_packed_segment(rows, qtype, blocks, weight.in_features) for qtype, blocks in weight.segments()]
-    out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)  # [T, N]
+    if not x.is_cuda and x.dtype == torch.float32:  # see PackedWeight.dense_float32
+        out = F.linear(rows, weight.dense_float32())
+    else:
+        outs = [_packed_segment(rows, qtype, blocks, weight.in_features) for qtype, blocks in weight.segments()]
+        out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)  # [T, N]
     if bias is not None:
         out = out + bias
     return out.to(out_dtype or x.dtype).reshape(*x.shape[:-1], out.shape[-1])
@@ -134,7 +138,7 @@ def _packed_segment(x: torch.Tensor, qtype: int, blocks: torch.Tensor, k: int) -
         if kernels_on(x) and x.shape[0] <= packed_gemv.MAX_ROWS and packed_gemv.supports(qtype, k):
             return packed_gemv.packed_gemv(x.contiguous(), blocks, qtype, blocks.shape[0], k)
         return F.linear(x, dequantize_ref(blocks, qtype, k).to(x.dtype))
-    kernel = _cpu_quant() if x.dtype != torch.float32 else None
+    kernel = _cpu_quant()
     if kernel is not None and kernel.supports(qtype):
         return kernel.quant_matmul(x.float().contiguous(), blocks.contiguous(), qtype, blocks.shape[0], k)
     return packed_matmul_ref(x.float(), blocks, qtype, k)

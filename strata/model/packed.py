@@ -103,6 +103,15 @@ class PackedWeight(nn.Module):
         """The weight as a dense tensor [N, K] in `dtype` (exactly gguf's dequantization, then the cast)."""
         return torch.cat([dequantize_ref(b, q, self.in_features).to(dtype) for q, b in self.segments()])
 
+    def dense_float32(self) -> torch.Tensor:
+        """dequantize(float32), made at the first call and kept: the CPU path of float32 models, which
+        must match a float32 reference exactly and has no packed kernel of that precision yet (the
+        native kernel rounds activations to int8). It costs what loading dense weights cost before."""
+        dense = getattr(self, "_dense_float32", None)
+        if dense is None:
+            dense = self._dense_float32 = self.dequantize(torch.float32)
+        return dense
+
     def extra_repr(self) -> str:
         from gguf import GGMLQuantizationType
 
