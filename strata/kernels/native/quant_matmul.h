@@ -18,6 +18,12 @@ enum { QK = 32, QK_K = 256, MAX_T = 8 };
 /* GGML type ids (gguf.GGMLQuantizationType) */
 enum { T_Q4_0 = 2, T_Q4_1 = 3, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_IQ4_XS = 23, NUM_TYPES = 24 };
 
+/* Every type with a kernel, as (name, id): each kernel file defines rows_<name> and fills its table from it */
+#define QMM_TYPES(X) X(q8_0, T_Q8_0) X(q4_0, T_Q4_0) X(q4_1, T_Q4_1) X(q4_k, T_Q4_K) X(q5_k, T_Q5_K) \
+                     X(q6_k, T_Q6_K) X(iq4_xs, T_IQ4_XS)
+#define QMM_ROWS(name, id) ROWS(name)
+#define QMM_TABLE_ENTRY(name, id) table[id] = rows_##name;
+
 typedef struct { uint16_t d; int8_t qs[QK]; } block_q8_0;                      /* 34 bytes */
 typedef struct { uint16_t d; uint8_t qs[QK / 2]; } block_q4_0;                 /* 18: value i = qs[i%16] nibble i/16 */
 typedef struct { uint16_t d, m; uint8_t qs[QK / 2]; } block_q4_1;              /* 20 */

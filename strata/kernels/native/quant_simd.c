@@ -261,20 +261,8 @@ INLINE void iq4_xs_row(const uint8_t *w, const acts_t *x, int64_t t0, const int 
             }                                                                                                 \
         }                                                                                                     \
     }
-ROWS(q8_0)
-ROWS(q4_0)
-ROWS(q4_1)
-ROWS(q4_k)
-ROWS(q5_k)
-ROWS(q6_k)
-ROWS(iq4_xs)
+QMM_TYPES(QMM_ROWS)
 
 void TABLE(rows_fn table[NUM_TYPES]) {
-    table[T_Q8_0] = rows_q8_0;
-    table[T_Q4_0] = rows_q4_0;
-    table[T_Q4_1] = rows_q4_1;
-    table[T_Q4_K] = rows_q4_k;
-    table[T_Q5_K] = rows_q5_k;
-    table[T_Q6_K] = rows_q6_k;
-    table[T_IQ4_XS] = rows_iq4_xs;
+    QMM_TYPES(QMM_TABLE_ENTRY)
 }
