@@ -8,6 +8,7 @@ import time
 import torch
 
 from strata.experts.cpu_pool import CpuExpertPool
+from strata.model.registry import ExpertBlocks
 
 
 def balanced_pcie_share(cpu_seconds_per_expert: float, num_threads: int, pcie_seconds_per_expert: float) -> float:
@@ -20,16 +21,21 @@ def balanced_pcie_share(cpu_seconds_per_expert: float, num_threads: int, pcie_se
 
 
 def measure_pcie_share(host_w13: torch.Tensor, host_w2: torch.Tensor, pool: CpuExpertPool, device: str,
-                       repeats: int = 5) -> float:
-    """host_w13 [E, 2I, D], host_w2 [E, D, I] of one layer (host memory). 0.0 without a CUDA device."""
+                       qtypes: tuple[int, int] | None = None, repeats: int = 5) -> float:
+    """host_w13 [E, 2I, D], host_w2 [E, D, I] of one layer (host memory), or their GGUF blocks of types
+    `qtypes`. 0.0 without a CUDA device."""
     if torch.device(device).type != "cuda":
         return 0.0
     num = min(repeats, host_w13.shape[0])
-    hidden = torch.randn(1, host_w13.shape[2], dtype=host_w13.dtype)
-    rows, weights = torch.zeros(num, dtype=torch.long), torch.ones(num, dtype=host_w13.dtype)
-    pool.compute(hidden, rows[:1], torch.zeros(1, dtype=torch.long), weights[:1], host_w13, host_w2)  # warm-up
+    if qtypes is None:
+        weights, hidden_size, dtype = (host_w13, host_w2), host_w13.shape[2], host_w13.dtype
+    else:  # packed experts run with a 16-bit model on CUDA
+        weights, hidden_size, dtype = ExpertBlocks(host_w13, qtypes[0], host_w2, qtypes[1]), host_w2.shape[1], torch.bfloat16
+    hidden = torch.randn(1, hidden_size, dtype=dtype)
+    rows, route = torch.zeros(num, dtype=torch.long), torch.ones(num, dtype=dtype)
+    pool.compute(hidden, rows[:1], torch.zeros(1, dtype=torch.long), route[:1], weights)  # warm-up
     started = time.perf_counter()
-    pool.compute(hidden, rows, torch.arange(num), weights, host_w13, host_w2)  # num experts on the pool
+    pool.compute(hidden, rows, torch.arange(num), route, weights)  # num experts on the pool
     cpu = (time.perf_counter() - started) * min(pool.num_threads, num) / num
     staging = (torch.empty_like(host_w13[0], device=device), torch.empty_like(host_w2[0], device=device))
     torch.cuda.synchronize()

@@ -5,7 +5,8 @@ CPU weights stay in the dtype the model runs in (bfloat16 on GPU runs, float32 i
 upcast, not re-quantized. Device slots are then plain copies of host rows (a swap is one DMA), the CPU
 and device paths agree up to summation order, and 16-bit halves both host RAM and the bytes each CPU
 expert reads, which is what bounds CPU expert speed (oneDNN runs bf16 GEMMs natively on AVX512-BF16 /
-AMX hosts). A quantized CPU form (int8, Q4) would be faster but changes the numerics; not done yet.
+AMX hosts). Experts from a GGUF file stay in its blocks (ExpertBlocks, packed bytes in host RAM): a
+16-bit model computes them with cpu_quant.quant_moe, a float32 one dequantizes each used expert (exact).
 
 Two ways to compute, picked by `kernel`:
 - native (cpu_kernel.py / cpu_moe.c, the default where a C compiler builds it): one call per layer,
@@ -24,7 +25,10 @@ import numpy as np
 import torch
 
 from strata.experts import cpu_kernel
+from strata.kernels import cpu_quant
+from strata.kernels.gguf_blocks import dequantize_ref
 from strata.model.moe import expert_mlp
+from strata.model.registry import ExpertBlocks
 
 
 class CpuExpertPool:
@@ -48,51 +52,70 @@ class CpuExpertPool:
         return self._executor
 
     def compute(self, hidden: torch.Tensor, rows: torch.Tensor, experts: torch.Tensor, weights: torch.Tensor,
-                w13: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
-        """hidden [M, D] (host), per pair: rows [P] (row of hidden), experts [P], weights [P];
-        w13 [E, 2I, D], w2 [E, D, I] host weights of one layer -> weighted expert sums [M, D] in float32
+                expert_weights: tuple[torch.Tensor, torch.Tensor] | ExpertBlocks) -> torch.Tensor:
+        """hidden [M, D] (host), per pair: rows [P] (row of hidden), experts [P], weights [P]; one layer's host
+        weights (w13 [E, 2I, D], w2 [E, D, I]) or ExpertBlocks -> weighted expert sums [M, D] in float32
         (summed in float32 like the fused kernel, rounded once by the caller)."""
-        if self._use_native(w13, w2):
-            out = torch.zeros(hidden.shape, dtype=torch.float32)
-            self.native.accumulate(hidden.to(w13.dtype), rows.numpy(), experts.numpy(), weights.float().numpy(),
-                                   w13, w2, out)
-            return out
-        return self._torch_compute(hidden, rows, experts, weights, w13, w2)
+        out = torch.zeros(hidden.shape, dtype=torch.float32)
+        self.accumulate(hidden, rows.numpy(), experts.numpy(), weights.float().numpy(), expert_weights, out)
+        return out
 
     def accumulate(self, hidden: torch.Tensor, rows: np.ndarray, experts: np.ndarray, weights: np.ndarray,
-                   w13: torch.Tensor, w2: torch.Tensor, out: torch.Tensor) -> None:
+                   expert_weights: tuple[torch.Tensor, torch.Tensor] | ExpertBlocks, out: torch.Tensor) -> None:
         """out [R, D] float32 += the weighted expert outputs of the pairs; rows [P] index hidden [R, D]
         and out directly (rows without pairs are left alone)."""
-        if self._use_native(w13, w2):
+        if isinstance(expert_weights, ExpertBlocks):
+            self._accumulate_packed(hidden, rows, experts, weights, expert_weights, out)
+            return
+        w13, w2 = expert_weights
+        if self.native is not None and cpu_kernel.supports(w13) and cpu_kernel.supports(w2):
             self.native.accumulate(hidden.to(w13.dtype), rows, experts, weights, w13, w2, out)
             return
-        used_rows, inverse = torch.from_numpy(np.asarray(rows, dtype=np.int64)).unique(return_inverse=True)
-        y = self._torch_compute(hidden[used_rows], inverse, torch.from_numpy(np.asarray(experts, dtype=np.int64)),
-                                torch.from_numpy(np.asarray(weights)).to(w13.dtype), w13, w2)
-        out.index_add_(0, used_rows, y)
+        self._torch_accumulate(hidden, rows, experts, weights, lambda e: (w13[e], w2[e]), w13.dtype, out)
 
-    def _use_native(self, w13: torch.Tensor, w2: torch.Tensor) -> bool:
-        return self.native is not None and cpu_kernel.supports(w13) and cpu_kernel.supports(w2)
+    def _accumulate_packed(self, hidden: torch.Tensor, rows: np.ndarray, experts: np.ndarray, weights: np.ndarray,
+                           blocks: ExpertBlocks, out: torch.Tensor) -> None:
+        """Experts as GGUF blocks. 16-bit models: the native kernel (cpu_quant.quant_moe: activations
+        rounded to int8 per block, as for every packed matmul of a 16-bit CPU model). float32 models, and
+        where the kernel is not built: each used expert dequantized to float32 and the torch path, exactly
+        the same file loaded dense."""
+        if self.kernel == "native" and hidden.dtype != torch.float32 and cpu_quant.supports_moe(blocks.qtype13,
+                                                                                                blocks.qtype2):
+            cpu_quant.quant_moe(hidden.float().contiguous(), rows, experts, weights, blocks.w13, blocks.qtype13,
+                                blocks.w2, blocks.qtype2, blocks.inter, out, num_threads=self.num_threads)
+            return
+        dim, inter = blocks.hidden_size, blocks.inter
 
-    def _torch_compute(self, hidden: torch.Tensor, rows: torch.Tensor, experts: torch.Tensor, weights: torch.Tensor,
-                       w13: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
-        """compute() on the worker threads: one task per distinct expert, merged in expert order."""
+        def weights_of(e: int) -> tuple[torch.Tensor, torch.Tensor]:
+            return (dequantize_ref(blocks.w13[e], blocks.qtype13, dim), dequantize_ref(blocks.w2[e], blocks.qtype2, inter))
+
+        self._torch_accumulate(hidden.float(), rows, experts, weights, weights_of, torch.float32, out)
+
+    def _torch_accumulate(self, hidden: torch.Tensor, rows: np.ndarray, experts: np.ndarray, weights: np.ndarray,
+                          weights_of, dtype: torch.dtype, out: torch.Tensor) -> None:
+        """accumulate() on the worker threads: one task per distinct expert (its weights from
+        weights_of(e), in `dtype`), merged in expert order."""
+        rows = torch.from_numpy(np.asarray(rows, dtype=np.int64))
+        experts = torch.from_numpy(np.asarray(experts, dtype=np.int64))
+        weights = torch.from_numpy(np.asarray(weights, dtype=np.float32)).to(dtype)
+        used_rows, inverse = rows.unique(return_inverse=True)
+        hidden = hidden[used_rows].to(dtype)                                   # [M, D]
         order = experts.argsort(stable=True)                                   # [P] pairs grouped by expert
         used, counts = torch.unique_consecutive(experts[order], return_counts=True)
         groups = order.split(counts.tolist())
-        futures = [self.executor.submit(_weighted_expert, hidden, rows[g], weights[g], w13[e], w2[e])
+        futures = [self.executor.submit(_weighted_expert, hidden, inverse[g], weights[g], weights_of, e)
                    for e, g in zip(used.tolist(), groups)]
-        out = torch.zeros_like(hidden, dtype=torch.float32)
+        y = torch.zeros(hidden.shape, dtype=torch.float32)
         for g, future in zip(groups, futures):
-            out.index_add_(0, rows[g], future.result())
-        return out
+            y.index_add_(0, inverse[g], future.result())
+        out.index_add_(0, used_rows, y)
 
     def close(self) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
 
 
-def _weighted_expert(hidden: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor, w13: torch.Tensor,
-                     w2: torch.Tensor) -> torch.Tensor:
+def _weighted_expert(hidden: torch.Tensor, rows: torch.Tensor, weights: torch.Tensor, weights_of, expert: int) -> torch.Tensor:
     """[n, D] float32: one expert over its rows, scaled by each pair's routing weight."""
+    w13, w2 = weights_of(expert)
     return expert_mlp(hidden[rows], w13, w2).float() * weights.float().unsqueeze(1)

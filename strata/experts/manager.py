@@ -26,7 +26,7 @@ from strata.experts.profile import load_profile, save_profile
 from strata.experts.provider import HostExchange, OffloadedExperts
 from strata.experts.slots import ExpertSlots
 from strata.experts.stats import RoutingStats, all_rows
-from strata.model.moe import MoEBlock
+from strata.model.moe import MoEBlock, PackedLocalExperts
 
 logger = logging.getLogger(__name__)
 
@@ -77,29 +77,35 @@ class ExpertManager:
 
     def _offload(self, device: str) -> None:
         pin = torch.cuda.is_available()
-        host_w13, host_w2 = [], []  # L x [E, 2I, D], L x [E, D, I]
+        host_w13, host_w2 = [], []  # L x [E, 2I, D], L x [E, D, I] (or their GGUF blocks)
+        packed = isinstance(self.blocks[0].experts, PackedLocalExperts)
+        qtypes = [(b.experts.qtype13, b.experts.qtype2) for b in self.blocks] if packed else None
         for block in self.blocks:
             host_w13.append(host_copy(block.experts.w13, pin))
             host_w2.append(host_copy(block.experts.w2, pin))
             # the loaded weights go as soon as they are copied: one layer more at peak, not the experts twice
-            block.experts.w13.data, block.experts.w2.data = host_w13[-1][:0], host_w2[-1][:0]
+            if packed:
+                block.experts.w13, block.experts.w2 = host_w13[-1][:0], host_w2[-1][:0]
+            else:
+                block.experts.w13.data, block.experts.w2.data = host_w13[-1][:0], host_w2[-1][:0]
         self.pool = CpuExpertPool(self.config.cpu_threads, self.config.cpu_expert_kernel)
-        self._place(host_w13, host_w2, device)
+        self._place(host_w13, host_w2, qtypes, device)
         if torch.device(device).type == "cuda":
             torch.cuda.empty_cache()  # the device copies of all experts are gone
             # the host thread only feeds the device and indexes pairs: a team of intra-op threads would
             # spin on the cores the expert pool computes on (measured 5x slower decode on the H200 host)
             torch.set_num_threads(1)
 
-    def _place(self, host_w13: list[torch.Tensor], host_w2: list[torch.Tensor], device: str) -> None:
+    def _place(self, host_w13: list[torch.Tensor], host_w2: list[torch.Tensor], qtypes: list | None,
+               device: str) -> None:
         """Device slots for the hot set (+ PCIe staging), filled from the host copies; providers in
         every MoE block."""
         pcie = self.config.parse_pcie_frac()
         if pcie is None:
-            pcie = measure_pcie_share(host_w13[0], host_w2[0], self.pool, device)
+            pcie = measure_pcie_share(host_w13[0], host_w2[0], self.pool, device, qtypes[0] if qtypes else None)
         self.pcie_frac = pcie
         num_staging = math.ceil(pcie * min(self.num_experts, _STAGING_TOKENS * self.top_k))
-        self.slots = ExpertSlots(host_w13, host_w2, self.num_slots, num_staging, device)
+        self.slots = ExpertSlots(host_w13, host_w2, self.num_slots, num_staging, device, qtypes)
         self.slots.fill(initial_hot_set(self.num_slots, self.num_layers, self.num_experts, self.config.expert_split,
                                         self.profile_counts))
         for layer_idx, block in enumerate(self.blocks):
@@ -119,7 +125,7 @@ class ExpertManager:
         num_slots = config.num_slots(total)
         if num_slots >= total:
             raise ValueError("every expert on the device needs an engine built with expert_cache=all")
-        host_w13, host_w2 = self.slots.host_w13, self.slots.host_w2
+        host_w13, host_w2, qtypes = self.slots.host_w13, self.slots.host_w2, self.slots.qtypes
         self.slots = None
         if torch.device(device).type == "cuda":
             torch.cuda.synchronize()
@@ -133,7 +139,7 @@ class ExpertManager:
                 config.cpu_expert_kernel not in ("auto", self.pool.kernel):
             self.pool.close()
             self.pool = CpuExpertPool(config.cpu_threads, config.cpu_expert_kernel)
-        self._place(host_w13, host_w2, device)
+        self._place(host_w13, host_w2, qtypes, device)
 
     def describe(self) -> str:
         total = self.num_layers * self.num_experts
@@ -161,7 +167,7 @@ class ExpertManager:
         this before its first capture)."""
         if self.slots is None or (self.exchange is not None and self.exchange.max_tokens >= max_tokens):
             return  # a second runner on the same model (a shared-weights baseline) keeps the captured buffers
-        hidden_size = self.slots.host_w13[0].shape[-1]
+        hidden_size = self.blocks[0].gate.weight.shape[1]
         self.exchange = HostExchange(max_tokens, self.top_k, hidden_size, dtype, device)
         for block in self.blocks:
             block.experts.exchange = self.exchange

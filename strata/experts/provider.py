@@ -68,13 +68,14 @@ class OffloadedExperts(nn.Module):
         slots = self.slots
         slot_ids = slots.remap[self.layer_idx][topk_ids]  # [T, K] slot of each pair, -1 = not resident
         self.stats.record_resident(slot_ids >= 0)
+        device_weights = slots.layer_weights(self.layer_idx)
         if slots.is_layer_resident(self.layer_idx):
-            return run_experts(hidden, slots.w13_slots, slots.w2_slots, slot_ids, topk_weights, may_skip=True)
+            return run_experts(hidden, device_weights, slot_ids, topk_weights)
         if capturing():
             return self._forward_split(hidden, topk_ids, topk_weights, slot_ids)
         missed = (slot_ids < 0).nonzero().cpu()            # [M, 2] (row, k) of each missed pair
         if missed.numel() == 0:
-            return run_experts(hidden, slots.w13_slots, slots.w2_slots, slot_ids, topk_weights, may_skip=True)
+            return run_experts(hidden, device_weights, slot_ids, topk_weights)
         rows, ks = missed.unbind(1)
         experts = topk_ids.cpu()[rows, ks]                 # [M]
         staged = self._staging_plan(experts)               # [M] staging slot of each missed pair, -1 = CPU
@@ -83,11 +84,11 @@ class OffloadedExperts(nn.Module):
         bytes_copied = 0
         if not on_cpu.all():
             slot_ids = self._stage(slot_ids, rows[~on_cpu], ks[~on_cpu], experts[~on_cpu], staged[~on_cpu])
-            bytes_copied = len(set(experts[~on_cpu].tolist())) * slots.expert_bytes
+            bytes_copied = len(set(experts[~on_cpu].tolist())) * slots.expert_bytes(self.layer_idx)
         if on_cpu.all() and len(experts) == topk_ids.numel():
             out = torch.zeros_like(hidden)  # nothing resident: no slot to read
         else:  # queued on the device before the CPU starts, so the two run at the same time
-            out = run_experts(hidden, slots.w13_slots, slots.w2_slots, slot_ids, topk_weights, may_skip=True)
+            out = run_experts(hidden, device_weights, slot_ids, topk_weights)
         num_cpu = int(on_cpu.sum())
         self.stats.record_rows(rows[on_cpu].numpy(), rows[~on_cpu].numpy())
         if num_cpu:
@@ -116,7 +117,7 @@ class OffloadedExperts(nn.Module):
             split_here(lambda num_real_rows: self._host_part(num_real_rows, num_rows))
             return exchange.cpu_sum_device[:num_rows].to(hidden.dtype)
         split_here(lambda num_real_rows: exchange.copied.record())
-        out = run_experts(hidden, self.slots.w13_slots, self.slots.w2_slots, slot_ids, topk_weights, may_skip=True)
+        out = run_experts(hidden, self.slots.layer_weights(self.layer_idx), slot_ids, topk_weights)
         split_here(lambda num_real_rows: self._host_part(num_real_rows, num_rows, exchange.copied))
         return (out.float() + exchange.cpu_sum_device[:num_rows]).to(hidden.dtype)
 
@@ -143,8 +144,7 @@ class OffloadedExperts(nn.Module):
     def _add_cpu_pairs(self, hidden: torch.Tensor, rows: np.ndarray, experts: np.ndarray, weights: np.ndarray,
                        cpu_sum: torch.Tensor) -> None:
         """cpu_sum [T, D] float32 (host) += this layer's pairs (rows into hidden [T, D], host) on the CPU pool."""
-        self.pool.accumulate(hidden, rows, experts, weights, self.slots.host_w13[self.layer_idx],
-                             self.slots.host_w2[self.layer_idx], cpu_sum)
+        self.pool.accumulate(hidden, rows, experts, weights, self.slots.host_weights(self.layer_idx), cpu_sum)
 
     def _staging_plan(self, experts: torch.Tensor) -> torch.Tensor:
         """experts [M] of the missed pairs -> [M] staging slot index (0..S-1) or -1 for the CPU: the

@@ -2,6 +2,11 @@
 experts' weights, a device remap table (layer, expert) -> slot read by the forward, and every expert's
 weights in host memory (pinned on CUDA, so copies are asynchronous DMA).
 
+A slot is bytes: room for one expert of the layer with the largest experts (dense 16-bit experts are all
+alike; GGUF files mix block types across layers, Q4_K_M's Q6_K down projections on some). Each layer reads
+the slots through views in its own dtype and shape (`layer_weights`): dense (w13 [N + S, 2I, D],
+w2 [N + S, D, I]) or, with `qtypes`, ExpertBlocks of its block types. A swap copies an expert's bytes.
+
 Residency changes never change a shape or a pointer, so a captured graph stays valid. A swap evicts
 at once (the remap entry goes to -1) but loads in the background: on CUDA the copy runs on a side
 stream and the new remap entry is published by `apply_ready` only after the copy has finished, so the
@@ -13,26 +18,44 @@ from __future__ import annotations
 import torch
 
 from strata.experts.placement import Expert
+from strata.model.registry import ExpertBlocks
 
 
 class ExpertSlots:
     def __init__(self, host_w13: list[torch.Tensor], host_w2: list[torch.Tensor], num_slots: int,
-                 num_staging: int, device: str | torch.device) -> None:
-        self.host_w13, self.host_w2 = host_w13, host_w2  # per layer [E, 2I, D], [E, D, I] in host memory
+                 num_staging: int, device: str | torch.device, qtypes: list[tuple[int, int]] | None = None) -> None:
+        """host_w13 / host_w2: per layer [E, 2I, D] / [E, D, I] dense, or uint8 [E, 2I, rb13] / [E, D, rb2] GGUF
+        blocks of types qtypes[layer] = (w13's, w2's), in host memory."""
+        self.host_w13, self.host_w2, self.qtypes = host_w13, host_w2, qtypes
         num_layers = len(host_w13)
-        self.num_experts, two_i, dim = host_w13[0].shape
-        dtype = host_w13[0].dtype
+        self.num_experts = host_w13[0].shape[0]
         self.num_slots, self.num_staging = num_slots, num_staging
         total = num_slots + num_staging  # hot-set slots, then PCIe staging slots
-        self.w13_slots = torch.zeros(total, two_i, dim, dtype=dtype, device=device)       # [N + S, 2I, D]
-        self.w2_slots = torch.zeros(total, dim, two_i // 2, dtype=dtype, device=device)   # [N + S, D, I]
+        self._bytes13 = [_expert_nbytes(w) for w in host_w13]  # per layer: one expert's w13 bytes
+        self._bytes2 = [_expert_nbytes(w) for w in host_w2]
+        self._slots13 = torch.zeros(total, max(self._bytes13), dtype=torch.uint8, device=device)  # [N + S, bytes]
+        self._slots2 = torch.zeros(total, max(self._bytes2), dtype=torch.uint8, device=device)
+        self._views = [(_slot_view(self._slots13, w), _slot_view(self._slots2, v)) for w, v in zip(host_w13, host_w2)]
         self.remap = torch.full((num_layers, self.num_experts), -1, dtype=torch.long, device=device)  # [L, E]
         self.slot_of: dict[Expert, int] = {}      # host view: resident and loading experts
         self.free_slots = list(range(num_slots))
         self.visible_per_layer = [0] * num_layers  # experts whose remap entry is published
         self.pending: list[tuple[torch.cuda.Event | None, list[Expert], list[int]]] = []
         self.side_stream = torch.cuda.Stream(device) if torch.device(device).type == "cuda" else None
-        self.expert_bytes = (host_w13[0][0].numel() + host_w2[0][0].numel()) * host_w13[0].element_size()
+
+    def layer_weights(self, layer: int) -> tuple[torch.Tensor, torch.Tensor] | ExpertBlocks:
+        """The slots as layer `layer` reads them: (w13 [N + S, 2I, D], w2 [N + S, D, I]) dense, or ExpertBlocks."""
+        w13, w2 = self._views[layer]
+        return (w13, w2) if self.qtypes is None else ExpertBlocks(w13, self.qtypes[layer][0], w2, self.qtypes[layer][1])
+
+    def host_weights(self, layer: int) -> tuple[torch.Tensor, torch.Tensor] | ExpertBlocks:
+        """Layer `layer`'s experts in host memory, as layer_weights gives its slots."""
+        w13, w2 = self.host_w13[layer], self.host_w2[layer]
+        return (w13, w2) if self.qtypes is None else ExpertBlocks(w13, self.qtypes[layer][0], w2, self.qtypes[layer][1])
+
+    def expert_bytes(self, layer: int) -> int:
+        """Bytes one expert of `layer` moves when copied to a slot."""
+        return self._bytes13[layer] + self._bytes2[layer]
 
     # ---- host views -------------------------------------------------------------------------------
 
@@ -66,7 +89,7 @@ class ExpertSlots:
             self._copy(experts, slots)
         self.pending.append((event, experts, slots))
         self.apply_ready()
-        return len(experts) * self.expert_bytes
+        return sum(self.expert_bytes(layer) for layer, _ in experts)
 
     def fill(self, experts: list[Expert]) -> None:
         """The initial hot set, published before the first step."""
@@ -116,8 +139,26 @@ class ExpertSlots:
 
     def _copy(self, experts: list[Expert], slots: list[int]) -> None:
         for (layer, expert), slot in zip(experts, slots):
-            self.w13_slots[slot].copy_(self.host_w13[layer][expert], non_blocking=True)
-            self.w2_slots[slot].copy_(self.host_w2[layer][expert], non_blocking=True)
+            self._slots13[slot, :self._bytes13[layer]].copy_(_as_bytes(self.host_w13[layer][expert]), non_blocking=True)
+            self._slots2[slot, :self._bytes2[layer]].copy_(_as_bytes(self.host_w2[layer][expert]), non_blocking=True)
 
     def _is_pending(self, expert: Expert) -> bool:
         return any(expert in experts for _, experts, _ in self.pending)
+
+
+def _expert_nbytes(weights: torch.Tensor) -> int:
+    """Bytes of one expert of weights [E, ...]."""
+    return weights[0].numel() * weights.element_size()
+
+
+def _as_bytes(weights: torch.Tensor) -> torch.Tensor:
+    """A contiguous tensor's bytes as a flat uint8 view."""
+    return weights.reshape(-1).view(torch.uint8)
+
+
+def _slot_view(slots: torch.Tensor, host: torch.Tensor) -> torch.Tensor:
+    """slots uint8 [N + S, slot bytes] seen as [N + S, *host.shape[1:]] in host's dtype (each expert's
+    leading bytes of its slot)."""
+    nbytes = _expert_nbytes(host)
+    typed = slots.view(host.dtype) if host.dtype != torch.uint8 else slots  # [N + S, slot bytes / size]
+    return typed[:, :nbytes // host.element_size()].unflatten(1, host.shape[1:])

@@ -15,6 +15,7 @@ picked expert, so it sums the k weighted outputs itself and the next norm reads 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -41,9 +42,17 @@ def expert_mlp(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor) -> torch.Te
 def fused_moe_ref(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_ids: torch.Tensor,
                   topk_weights: torch.Tensor) -> torch.Tensor:
     """hidden [T, D], w13 [E, 2I, D], w2 [E, D, I], topk_ids / topk_weights [T, K]
-    -> sum_k w[t, k] * expert_{ids[t, k]}(hidden[t]) [T, D]; rows sorted by expert, each expert once.
-    Pairs with a negative id are skipped (an expert provider computes them elsewhere). The model's torch
+    -> sum_k w[t, k] * expert_{ids[t, k]}(hidden[t]) [T, D] (grouped_experts_ref). The model's torch
     path for the grouped experts (float32, the CPU), not only the kernel's reference."""
+    return grouped_experts_ref(hidden, topk_ids, topk_weights, lambda e: (w13[e], w2[e]))
+
+
+def grouped_experts_ref(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
+                        expert_weights: Callable[[int], tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    """hidden [T, D], topk_ids / topk_weights [T, K] -> sum_k w[t, k] * expert_{ids[t, k]}(hidden[t]) [T, D]
+    in hidden's dtype, expert e's weights (w13 [2I, D], w2 [D, I]) from `expert_weights(e)`. Rows sorted by
+    expert, each used expert once, in ascending order. Pairs with a negative id are skipped (an expert
+    provider computes them elsewhere)."""
     top_k = topk_ids.shape[1]
     flat_ids = topk_ids.flatten()                        # [T * K]
     order = flat_ids.argsort(stable=True)
@@ -55,7 +64,8 @@ def fused_moe_ref(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
     for expert_id, count in zip(used.tolist(), counts.tolist()):
         if expert_id >= 0:
             rows = token_of[start:start + count]
-            y = expert_mlp(hidden[rows], w13[expert_id], w2[expert_id])  # [n, D]
+            w13, w2 = expert_weights(expert_id)
+            y = expert_mlp(hidden[rows], w13, w2)  # [n, D]
             out.index_add_(0, rows, (y * weights[start:start + count]).to(out.dtype))
         start += count
     return out

@@ -4,7 +4,8 @@ layers with residuals, final norm, LM head; and the one checkpoint loader.
 Family files only choose each layer's mixer (attention or Gated DeltaNet) and MLP (dense or MoE).
 Parameter names follow HF checkpoint names, except fused projections (qkv_proj, gate_up_proj,
 experts.w13/w2), which `load_weights` fills shard by shard. A checkpoint tensor given as a PackedWeight
-(GGUF blocks) replaces its linear or embedding module's dense weight once every part of it has come.
+(GGUF blocks) replaces its linear or embedding module's dense weight once every part of it has come; a
+layer's experts given as two PackedExpertWeights (w13, w2) replace its LocalExperts.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from strata.config import ModelConfig
 from strata.model import ops
 from strata.model.context import ForwardContext
 from strata.model.linear import Linear
-from strata.model.moe import MoEBlock
+from strata.model.moe import LocalExperts, MoEBlock, PackedLocalExperts
 from strata.model.norm import RMSNorm
-from strata.model.packed import PackedEmbedding, PackedWeight
+from strata.model.packed import PackedEmbedding, PackedExpertWeight, PackedWeight
 
 # checkpoint projection -> (fused parameter, shard index along dim 0)
 _STACKED = {
@@ -136,7 +137,7 @@ class CausalLM(nn.Module):
                      source: str = "checkpoint") -> None:
         params = dict(self.named_parameters())
         filled = {name: 0 for name in params}
-        packed: dict[str, list[tuple[tuple, PackedWeight]]] = {}  # parameter -> its packed (index, part)
+        packed: dict[str, list[tuple[tuple, PackedWeight | PackedExpertWeight]]] = {}  # parameter -> (index, part)
         for name, tensor in weights:
             if self.is_ignored_weight(name):
                 continue
@@ -145,7 +146,7 @@ class CausalLM(nn.Module):
                 if param is None:
                     raise WeightLoadError(f"{source}: tensor {name!r} has no place in {type(self).__name__}")
                 dest = param.data[index] if index else param.data
-                is_packed = isinstance(values, PackedWeight)
+                is_packed = isinstance(values, (PackedWeight, PackedExpertWeight))
                 if (not is_packed and dest.shape != values.shape and dest.shape == values.shape[::-1]
                         and values.dim() == 3):
                     values = values.transpose(1, 2)  # fused experts stored as [E, D, 2I]
@@ -161,8 +162,30 @@ class CausalLM(nn.Module):
         if missing:
             shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
             raise WeightLoadError(f"{source}: missing weights for {shown}")
+        experts = {name.rpartition(".")[0] for name in packed if isinstance(packed[name][0][1], PackedExpertWeight)}
         for param_name, parts in packed.items():
-            self._place_packed(param_name, params[param_name], parts)
+            if param_name.rpartition(".")[0] not in experts:
+                self._place_packed(param_name, params[param_name], parts)
+        for module_name in experts:
+            self._place_packed_experts(module_name, packed.get(f"{module_name}.w13"), packed.get(f"{module_name}.w2"))
+
+    def _place_packed_experts(self, module_name: str, w13: list | None, w2: list | None) -> None:
+        """A layer's experts whose w13 and w2 both came packed become PackedLocalExperts on the device the
+        LocalExperts were meant for; a half that came dense has the other dequantized beside it."""
+        experts = self.get_submodule(module_name)
+        assert isinstance(experts, LocalExperts)
+        if w13 is not None and w2 is not None:
+            replacement = PackedLocalExperts(w13[0][1], w2[0][1]).to(experts.home)
+            parent_name, _, child = module_name.rpartition(".")
+            setattr(self.get_submodule(parent_name), child, replacement)
+            return
+        for param, parts in ((experts.w13, w13), (experts.w2, w2)):
+            if parts is None:
+                continue
+            if param.is_meta:
+                raise WeightLoadError(f"{module_name}: some expert weights came packed and some dense; the weight "
+                                      f"source said its experts were all packed")
+            param.data.copy_(parts[0][1].dequantize(param.dtype))
 
     def _place_packed(self, param_name: str, param: nn.Parameter, parts: list[tuple[tuple, PackedWeight]]) -> None:
         """Install a parameter's packed parts as its module's weight (row order), or, where the module cannot

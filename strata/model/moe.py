@@ -16,10 +16,11 @@ import torch
 from torch import nn
 
 from strata.config import ModelConfig
-from strata.kernels.fused_moe import expert_mlp, fused_moe_ref  # noqa: F401 (expert_mlp: strata.experts' CPU pool)
+from strata.kernels.fused_moe import expert_mlp  # noqa: F401 (strata.experts' CPU pool)
 from strata.kernels.rms_norm import topk_sum_ref
 from strata.model import ops
 from strata.model.mlp import DenseMLP
+from strata.model.packed import ExpertBlocks, PackedExpertWeight
 
 
 @dataclass
@@ -45,17 +46,21 @@ class ExpertProvider(Protocol):
 
 # Where LocalExperts allocate their weights while a model is built (None: the default device). The
 # loader points it at host memory when only part of the experts will live on the GPU, so a model whose
-# experts do not fit in VRAM never has to be placed there whole.
+# experts do not fit in VRAM never has to be placed there whole. With `packed`, the checkpoint's experts
+# come as GGUF blocks (PackedLocalExperts replace LocalExperts at load): the dense tensors are only
+# shapes (meta), and the blocks go to that device.
 _EXPERT_WEIGHTS_DEVICE: contextvars.ContextVar[str | None] = contextvars.ContextVar("expert_device", default=None)
+_EXPERTS_PACKED: contextvars.ContextVar[bool] = contextvars.ContextVar("experts_packed", default=False)
 
 
 @contextlib.contextmanager
-def expert_weights_on(device: str | None):
-    token = _EXPERT_WEIGHTS_DEVICE.set(device)
+def expert_weights_on(device: str | None, packed: bool = False):
+    tokens = _EXPERT_WEIGHTS_DEVICE.set(device), _EXPERTS_PACKED.set(packed)
     try:
         yield
     finally:
-        _EXPERT_WEIGHTS_DEVICE.reset(token)
+        _EXPERT_WEIGHTS_DEVICE.reset(tokens[0])
+        _EXPERTS_PACKED.reset(tokens[1])
 
 
 class LocalExperts(nn.Module):
@@ -66,6 +71,9 @@ class LocalExperts(nn.Module):
         super().__init__()
         self.num_experts = num_experts
         device = _EXPERT_WEIGHTS_DEVICE.get()
+        self.home = torch.device(device) if device is not None else torch.get_default_device()
+        if _EXPERTS_PACKED.get():
+            device = "meta"
         self.w13 = nn.Parameter(torch.empty(num_experts, 2 * intermediate_size, hidden_size, device=device))  # [E, 2I, D]
         self.w2 = nn.Parameter(torch.empty(num_experts, hidden_size, intermediate_size, device=device))       # [E, D, I]
 
@@ -73,10 +81,38 @@ class LocalExperts(nn.Module):
         return ops.fused_moe(hidden, self.w13, self.w2, topk_ids, topk_weights)
 
 
-# The grouped experts as the expert providers call them (strata.experts): ops.fused_moe (the fused kernel on
-# CUDA in 16-bit, with `may_skip` for pairs computed elsewhere) and its torch form alone.
-run_experts = ops.fused_moe
-grouped_experts = fused_moe_ref
+class PackedLocalExperts(nn.Module):
+    """All experts of a layer as GGUF blocks on one device (what LocalExperts become when the checkpoint's
+    experts come packed): w13 uint8 [E, 2I, rb13], w2 uint8 [E, D, rb2] (ExpertBlocks)."""
+
+    def __init__(self, w13: PackedExpertWeight, w2: PackedExpertWeight) -> None:
+        super().__init__()
+        self.num_experts = w13.shape[0]
+        # buffers: Module.to moves them (not persistent: no state_dict entry)
+        self.register_buffer("w13", w13.blocks, persistent=False)
+        self.register_buffer("w2", w2.blocks, persistent=False)
+        self.qtype13, self.qtype2 = w13.qtype, w2.qtype
+
+    def blocks(self) -> ExpertBlocks:
+        return ExpertBlocks(self.w13, self.qtype13, self.w2, self.qtype2)
+
+    def forward(self, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
+        return ops.packed_moe(hidden, self.blocks(), topk_ids, topk_weights)
+
+    def extra_repr(self) -> str:
+        from gguf import GGMLQuantizationType
+
+        types = f"{GGMLQuantizationType(self.qtype13).name}/{GGMLQuantizationType(self.qtype2).name}"
+        return f"experts={self.num_experts}, {types}, {(self.w13.numel() + self.w2.numel()) / 2**20:.1f} MiB"
+
+
+def run_experts(hidden: torch.Tensor, weights: tuple[torch.Tensor, torch.Tensor] | ExpertBlocks,
+                topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
+    """The grouped experts as the expert providers (strata.experts) call them, on dense (w13, w2) or an
+    ExpertBlocks; pairs with a negative id are computed elsewhere and skipped. hidden [T, D] -> [T, D]."""
+    if isinstance(weights, ExpertBlocks):
+        return ops.packed_moe(hidden, weights, topk_ids, topk_weights)
+    return ops.fused_moe(hidden, *weights, topk_ids, topk_weights, may_skip=True)
 
 
 class MoEBlock(nn.Module):

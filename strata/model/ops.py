@@ -21,6 +21,8 @@ from strata.kernels import packed_gemv, skinny_linear, triton_available
 from strata.kernels.fused_moe import fused_moe as fused_moe_kernel
 from strata.kernels.fused_moe import fused_moe_ref
 from strata.kernels.gguf_blocks import dequantize_ref, packed_matmul_ref
+from strata.kernels.packed_moe import packed_moe as packed_moe_kernel
+from strata.kernels.packed_moe import packed_moe_ref
 from strata.kernels.rms_norm import rms_norm as rms_norm_kernel
 from strata.kernels.rms_norm import rms_norm_ref, topk_sum_ref
 from strata.kernels.rms_norm import rms_norm_topk_sum as rms_norm_topk_sum_kernel
@@ -178,6 +180,16 @@ def fused_moe(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_id
             topk_ids, topk_weights = topk_ids.clamp(min=0), topk_weights.masked_fill(skipped, 0)
         return fused_moe_kernel(hidden, w13, w2, topk_ids, topk_weights)
     return fused_moe_ref(hidden, w13, w2, topk_ids, topk_weights)
+
+
+def packed_moe(hidden: torch.Tensor, experts, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
+    """fused_moe over an ExpertBlocks (a layer's experts as GGUF blocks); negative ids are skipped.
+    CUDA: the packed kernels (packed_moe). CPU: each used expert dequantized to hidden's dtype, then the
+    dense torch path, so a float32 model gives the bits of the same file loaded dense."""
+    w13, qtype13, w2, qtype2 = experts
+    if kernels_on(hidden) and hidden.dtype in HALF:
+        return packed_moe_kernel(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights)
+    return packed_moe_ref(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights)
 
 
 def fused_routing_on(hidden: torch.Tensor, gate_weight: torch.Tensor, w13: torch.Tensor) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -22,15 +23,21 @@ from strata.model import ops
 
 # Checkpoint tensors that may load packed: weights of layers called as modules (nn.Linear, nn.Embedding):
 # attention and linear-attention projections, dense and shared-expert MLPs, the MTP head's fc, the
-# embedding and the LM head. Not the MoE router (the fused routing kernel reads its weight as a tensor)
-# and not the routed experts (stacked [E, ...] in expert slots and host pools: a later step of issue 23).
+# embedding and the LM head. Not the MoE router (the fused routing kernel reads its weight as a tensor).
 _PACKED_NAMES = re.compile(r"(self_attn\.[qkvo]_proj|mlp\.(shared_expert\.)?(gate|up|down)_proj|"
                            r"linear_attn\.(in_proj_qkvz|in_proj_ba|out_proj)|mtp\.fc|embed_tokens|lm_head)\.weight$")
+# The routed experts, stacked per layer: they load as PackedExpertWeights
+_PACKED_EXPERT_NAMES = re.compile(r"mlp\.experts\.(gate_up_proj|down_proj)$")
 
 
 def keeps_packed(checkpoint_name: str) -> bool:
     """Whether the HF checkpoint tensor `checkpoint_name` may be given to the model as a PackedWeight."""
     return _PACKED_NAMES.search(checkpoint_name) is not None
+
+
+def is_packed_expert_stack(checkpoint_name: str) -> bool:
+    """Whether `checkpoint_name` is a layer's stacked routed experts, which may load as a PackedExpertWeight."""
+    return _PACKED_EXPERT_NAMES.search(checkpoint_name) is not None
 
 
 class PackedWeight(nn.Module):
@@ -129,3 +136,69 @@ class PackedEmbedding(nn.Module):
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return ops.packed_embedding(self.weight, input_ids, self.dtype)  # [T, D]
+
+
+class PackedExpertWeight:
+    """A layer's stacked routed-expert weight [E, N, K] as GGUF blocks: uint8 [E, N, row_bytes] of one type
+    (a view of the file's mmap as loaded). What a weight source yields for `mlp.experts.gate_up_proj`
+    (gate rows, then up rows) and `mlp.experts.down_proj`; the model keeps it as ExpertBlocks."""
+
+    def __init__(self, blocks: torch.Tensor, qtype: int, in_features: int) -> None:
+        if blocks.dtype != torch.uint8 or blocks.dim() != 3:
+            raise ValueError(f"packed expert blocks are a uint8 [experts, rows, row_bytes] tensor, got "
+                             f"{blocks.dtype} {tuple(blocks.shape)}")
+        self.blocks, self.qtype, self.in_features = blocks, int(qtype), in_features
+
+    @classmethod
+    def cat_rows(cls, parts: Sequence[PackedExpertWeight]) -> PackedExpertWeight:
+        """Each expert's rows of `parts` one after the other ([E, I, .] x 2 -> [E, 2I, .]: gate then up);
+        the parts must share type and row length. A copy."""
+        if len({(p.qtype, p.in_features) for p in parts}) != 1:
+            raise ValueError("packed expert parts of different types or row lengths cannot be joined")
+        return cls(torch.cat([p.blocks for p in parts], dim=1), parts[0].qtype, parts[0].in_features)
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size((*self.blocks.shape[:2], self.in_features))
+
+    @property
+    def nbytes(self) -> int:
+        return self.blocks.numel()
+
+    def dim(self) -> int:
+        return 3
+
+    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """[E, N, K] in `dtype` (gguf's dequantization, then the cast)."""
+        num_experts, rows, _ = self.shape
+        flat = dequantize_ref(self.blocks.reshape(num_experts * rows, -1), self.qtype, self.in_features)
+        return flat.to(dtype).view(num_experts, rows, self.in_features)
+
+
+class ExpertBlocks(NamedTuple):
+    """One MoE layer's routed experts as GGUF blocks, as kernels read them: w13 uint8 [E, 2I, rb13] (rows of
+    D values of type qtype13: gate rows, then up rows), w2 uint8 [E, D, rb2] (rows of I values of type
+    qtype2). Rows are contiguous bytes; an expert's rows follow each other, but experts may lie further
+    apart than their size (device slots sized for the layer with the largest experts): w13.stride(0)."""
+
+    w13: torch.Tensor
+    qtype13: int
+    w2: torch.Tensor
+    qtype2: int
+
+    @property
+    def num_experts(self) -> int:
+        return self.w13.shape[0]
+
+    @property
+    def inter(self) -> int:
+        return self.w13.shape[1] // 2
+
+    @property
+    def hidden_size(self) -> int:
+        return self.w2.shape[1]
+
+    @property
+    def expert_bytes(self) -> int:
+        """Packed bytes of one expert (its w13 and w2 rows)."""
+        return self.w13[0].numel() + self.w2[0].numel()

@@ -4,7 +4,9 @@ Inverts llama.cpp's convert_hf_to_gguf.py twice: GGUF metadata -> an HF config.j
 llama.cpp tensor names and layouts -> HF checkpoint names and layouts (see gguf_names.py).
 Weights of the model's linear layers and embeddings (strata.model.packed.keeps_packed) in a block type
 kept packed (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, IQ4_XS) stream out as PackedWeights over the file's
-mmap: no float copy, and a copy of the packed bytes only where llama.cpp permuted rows. Everything else
+mmap: no float copy, and a copy of the packed bytes only where llama.cpp permuted rows. The routed
+experts stream out as PackedExpertWeights when every MoE layer's are packable (`experts_packed`; gate and
+up of one type, joined by a copy of their blocks), else all dense. Everything else
 is dequantized with gguf-py one tensor at a time (peak extra memory about one float32 tensor), with one
 notice per block type that is not kept packed. Shapes are not checked here: a tensor that does not fit
 is the model loader's to report.
@@ -23,7 +25,7 @@ import torch
 
 from strata.config import ModelConfig
 from strata.kernels.gguf_blocks import PACKED_TYPE_NAMES, block_format, is_packed_type
-from strata.model.registry import PackedWeight, keeps_packed
+from strata.model.registry import PackedExpertWeight, PackedWeight, is_packed_expert_stack, keeps_packed
 from strata.weights.gguf_file import open_parts
 from strata.weights.gguf_names import GGUF_ARCHITECTURES, SKIPPED_TENSORS, HFPiece, TensorInverter, hf_piece
 
@@ -64,6 +66,7 @@ class GGUFSource:
         self._drop_vocabulary()
         self.inverter = TensorInverter(self.arch, self.hf_config)
         self.plan = self._plan(self.hf_config["num_hidden_layers"])
+        self.experts_packed = self._experts_packable()
 
     # ---- WeightSource ---------------------------------------------------------------------------
 
@@ -73,7 +76,7 @@ class GGUFSource:
     def num_tensors(self) -> int:
         return len({piece.hf_name for _, _, piece in self.plan})
 
-    def tensors(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor | PackedWeight]]:
+    def tensors(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor | PackedWeight | PackedExpertWeight]]:
         """(HF name, tensor in `dtype` or PackedWeight) pairs; then one notice per block type dequantized."""
         dequantized: Counter[tuple[str, str]] = Counter()  # (type name, reason) -> tensors
         pending: dict[str, list[torch.Tensor | PackedWeight | None]] = {}
@@ -111,10 +114,24 @@ class GGUFSource:
                                  f"but only {len(parts_seen[piece.hf_name])} of them are in the file")
         return plan
 
+    def _experts_packable(self) -> bool:
+        """Whether every routed-expert tensor can stay packed: a packed type, no value transform, and one
+        type for the two parts (gate, up) of a layer's w13."""
+        types: dict[str, set[int]] = {}
+        for _, tensor, piece in self.plan:
+            if is_packed_expert_stack(piece.hf_name):
+                if not is_packed_type(int(tensor.tensor_type)) or not self.inverter.is_row_wise(tensor.name):
+                    return False
+                types.setdefault(piece.hf_name, set()).add(int(tensor.tensor_type))
+        return bool(types) and all(len(t) == 1 for t in types.values())
+
     def _values(self, path: str, tensor, hf_name: str, dtype: torch.dtype,
-                dequantized: Counter) -> torch.Tensor | PackedWeight:
+                dequantized: Counter) -> torch.Tensor | PackedWeight | PackedExpertWeight:
         """One GGUF tensor in HF layout: packed where the model takes it so, else dense in `dtype`."""
         qtype = int(tensor.tensor_type)
+        if self.experts_packed and is_packed_expert_stack(hf_name):
+            # [E, N, row bytes], a view of the file; experts_packed checked type and layout
+            return PackedExpertWeight(torch.from_numpy(tensor.data), qtype, int(tensor.shape[0]))
         if is_packed_type(qtype) and keeps_packed(hf_name) and tensor.data.ndim == 2:
             if self.inverter.is_row_wise(tensor.name):
                 weight = PackedWeight(torch.from_numpy(tensor.data), qtype, int(tensor.shape[0]))  # a view of the file
@@ -123,12 +140,13 @@ class GGUFSource:
             dequantized[tensor.tensor_type.name, _NOT_ROW_WISE] += 1
         elif block_format(qtype) is None:
             dequantized[tensor.tensor_type.name, _NOT_KEPT] += 1
-        # Also dense: the MoE router, norms and the routed experts ([E, ...]). Experts stay dequantized in
-        # this first step; packed expert slots and host pools are a later part of issue 23.
+        # Also dense: the MoE router, norms, and the routed experts of a file where not all of them can stay packed
         return self.inverter.transform(tensor.name, self._dequantize(path, tensor)).to(dtype)
 
     def _join(self, hf_name: str, parts: list, dtype: torch.dtype, dequantized: Counter) -> torch.Tensor | PackedWeight:
         """Parts llama.cpp split one HF tensor into -> that tensor: row by row where all are packed in one type."""
+        if all(isinstance(p, PackedExpertWeight) for p in parts):
+            return PackedExpertWeight.cat_rows(parts)  # [E, I, .] x 2 -> [E, 2I, .]: gate rows, then up rows
         if all(isinstance(p, PackedWeight) for p in parts):
             joined = PackedWeight.cat_rows(parts)
             if len(set(joined.qtypes)) == 1:

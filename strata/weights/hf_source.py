@@ -13,6 +13,8 @@ from strata.config import ModelConfig
 
 
 class HFSource:
+    experts_packed = False
+
     def __init__(self, folder: str) -> None:
         self.folder = folder
         self.description = folder

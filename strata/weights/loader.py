@@ -10,7 +10,7 @@ import time
 import torch
 from torch import nn
 
-from strata.model.registry import PackedWeight, expert_weights_on, model_class
+from strata.model.registry import PackedLocalExperts, PackedWeight, expert_weights_on, model_class
 from strata.weights.source import WeightSource
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -27,7 +27,7 @@ def build_model(source: WeightSource, device: str, dtype: str, seed: int = 0, qu
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch_dtype)
     try:
-        with torch.device(device), _skip_default_init(), expert_weights_on(expert_device):
+        with torch.device(device), _skip_default_init(), expert_weights_on(expert_device, source.experts_packed):
             model = model_class(cfg)(cfg)
     finally:
         torch.set_default_dtype(previous)
@@ -49,10 +49,12 @@ def _describe_weights(model: nn.Module, dtype: str) -> str:
     """"134.5M parameters, float32" or, with packed GGUF weights, "134.5M parameters, float32, 134.4M of
     them packed in 92 MiB" (a packed weight shared by two modules, a tied LM head, counts once)."""
     packed = {id(m): m for m in model.modules() if isinstance(m, PackedWeight)}.values()
-    num_packed = sum(w.shape.numel() for w in packed)
+    experts = [m.blocks() for m in model.modules() if isinstance(m, PackedLocalExperts)]
+    num_packed = sum(w.shape.numel() for w in packed) + sum(e.num_experts * e.inter * e.hidden_size * 3 for e in experts)
+    packed_bytes = sum(w.nbytes for w in packed) + sum(e.num_experts * e.expert_bytes for e in experts)
     text = f"{(sum(p.numel() for p in model.parameters()) + num_packed) / 1e6:.1f}M parameters, {dtype}"
-    if packed:
-        text += f", {num_packed / 1e6:.1f}M of them packed in {sum(w.nbytes for w in packed) / 2**20:.0f} MiB"
+    if num_packed:
+        text += f", {num_packed / 1e6:.1f}M of them packed in {packed_bytes / 2**20:.0f} MiB"
     return text
 
 

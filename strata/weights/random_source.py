@@ -54,6 +54,8 @@ def _parse_override(value: str):
 
 
 class RandomSource:
+    experts_packed = False
+
     def __init__(self, spec: str) -> None:
         name, _, query = spec.removeprefix("random:").partition("?")
         if name not in SHAPES:

@@ -20,6 +20,9 @@ DEFAULT_MODEL = "smollm2-135m"
 
 class WeightSource(Protocol):
     description: str
+    # the routed experts come as PackedExpertWeights (every MoE layer's w13 and w2): the model then never
+    # allocates them dense
+    experts_packed: bool
 
     def model_config(self) -> ModelConfig: ...
 

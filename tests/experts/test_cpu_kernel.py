@@ -21,7 +21,7 @@ def _case(dtype: torch.dtype, num_experts: int, dim: int, inter: int, rows: int,
     pair_rows = torch.randint(0, rows, (pairs,), generator=gen)
     experts = torch.randint(0, num_experts, (pairs,), generator=gen)
     weights = torch.rand(pairs, generator=gen).to(dtype)
-    return hidden, pair_rows, experts, weights, w13, w2
+    return hidden, pair_rows, experts, weights, (w13, w2)
 
 
 @pytest.mark.parametrize("dim,inter,rows,pairs", [(64, 32, 1, 4), (100, 70, 5, 13), (256, 96, 9, 40)])
@@ -43,11 +43,11 @@ def test_native_matches_torch_bfloat16():
 
 
 def test_rows_without_pairs_stay_zero_and_each_pair_counts():
-    hidden, _, _, _, w13, w2 = _case(torch.float32, 4, 64, 32, 3, 1, seed=3)
+    hidden, _, _, _, expert_weights = _case(torch.float32, 4, 64, 32, 3, 1, seed=3)
     rows, experts, weights = torch.tensor([0, 0, 2]), torch.tensor([1, 1, 3]), torch.tensor([0.5, 0.25, 1.0])
-    out = CpuExpertPool(2, "native").compute(hidden, rows, experts, weights, w13, w2)
+    out = CpuExpertPool(2, "native").compute(hidden, rows, experts, weights, expert_weights)
     assert torch.all(out[1] == 0)
-    single = CpuExpertPool(2, "native").compute(hidden, rows[:1], experts[:1], torch.tensor([0.75]), w13, w2)
+    single = CpuExpertPool(2, "native").compute(hidden, rows[:1], experts[:1], torch.tensor([0.75]), expert_weights)
     torch.testing.assert_close(out[0], single[0], rtol=1e-5, atol=1e-6)  # 0.5 + 0.25 of the same expert
 
 
@@ -60,10 +60,10 @@ def test_kernel_choice_is_validated_and_torch_can_be_forced():
 
 @pytest.mark.parametrize("kernel", ["native", "torch"])
 def test_accumulate_adds_into_the_given_rows(kernel):
-    hidden, rows, experts, weights, w13, w2 = _case(torch.float32, 8, 64, 32, 6, 10, seed=5)
-    expected = CpuExpertPool(2, "torch").compute(hidden, rows, experts, weights, w13, w2)
+    hidden, rows, experts, weights, expert_weights = _case(torch.float32, 8, 64, 32, 6, 10, seed=5)
+    expected = CpuExpertPool(2, "torch").compute(hidden, rows, experts, weights, expert_weights)
     out = torch.ones(6, 64)
-    CpuExpertPool(2, kernel).accumulate(hidden, rows.numpy(), experts.numpy(), weights.numpy(), w13, w2, out)
+    CpuExpertPool(2, kernel).accumulate(hidden, rows.numpy(), experts.numpy(), weights.numpy(), expert_weights, out)
     torch.testing.assert_close(out, expected + 1, rtol=1e-5, atol=1e-5)
 
 

@@ -17,7 +17,7 @@ from strata.experts.profile import load_profile
 from strata.experts.provider import OffloadedExperts
 from strata.experts.slots import ExpertSlots
 from strata.experts.stats import RoutingStats
-from strata.model.moe import grouped_experts
+from strata.kernels.fused_moe import fused_moe_ref
 
 PARAMS = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
 PROMPTS = [{"prompt_token_ids": [3 + i, 17, 40 + 7 * i, 9, 100 - i, 55 + i]} for i in range(5)]
@@ -106,8 +106,9 @@ def test_update_hot_set_follows_the_window_counts_and_fills_slots_from_host(tiny
     assert [tuple(x) for x in slots.resident_mask().nonzero().tolist()] == expected
     for layer, expert in expected:
         slot = int(slots.remap[layer, expert])
-        assert torch.equal(slots.w13_slots[slot], slots.host_w13[layer][expert])
-        assert torch.equal(slots.w2_slots[slot], slots.host_w2[layer][expert])
+        w13, w2 = slots.layer_weights(layer)
+        assert torch.equal(w13[slot], slots.host_w13[layer][expert])
+        assert torch.equal(w2[slot], slots.host_w2[layer][expert])
     assert int((slots.remap >= 0).sum()) == 16 and slots.remap[0, 1] == -1
     assert manager.stats.window_counts.sum() == 0  # a new window
 
@@ -125,7 +126,7 @@ def test_provider_matches_all_experts_on_random_routing():
     hidden = torch.randn(tokens, dim, generator=gen)
     topk_ids = torch.stack([torch.randperm(num_experts, generator=gen)[:top_k] for _ in range(tokens)])
     topk_weights = torch.rand(tokens, top_k, generator=gen)
-    expected = grouped_experts(hidden, w13[1], w2[1], topk_ids, topk_weights)
+    expected = fused_moe_ref(hidden, w13[1], w2[1], topk_ids, topk_weights)
     torch.testing.assert_close(provider(hidden, topk_ids, topk_weights), expected, rtol=1e-5, atol=1e-5)
     gpu, cpu, pcie = stats.pair_counts()
     assert gpu == int(torch.isin(topk_ids, torch.tensor([0, 2, 5])).sum()) and cpu > 0 and pcie > 0

@@ -120,6 +120,8 @@ class QuantizedSource:
     up, rows a multiple of the block). llama.cpp's layout changes only move whole rows, and blocks
     run along rows, so a GGUF model of that type must match it to float32 rounding."""
 
+    experts_packed = False
+
     def __init__(self, source: HFSource, quant: str) -> None:
         self.source, self.qtype = source, gguf.GGMLQuantizationType[quant]
         self.description = f"{source.description} ({quant})"
