@@ -1,81 +1,136 @@
-"""Quantizing float weights into GGUF K-quant blocks (Q4_K, Q6_K), where gguf-py only dequantizes them.
+"""Float weights -> GGUF tensor bytes (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K) in torch, on the weights'
+own device (CPU or CUDA), vectorised over blocks and done in chunks so a 15B-parameter model quantizes in
+seconds on a GPU with bounded scratch memory. All math is float32.
 
-For test and benchmark files (a random model of a real shape written as a Q4_K_M GGUF), not a rival to
-llama.cpp's quantizer: scales come from each group's range in one pass, without llama.cpp's search for
-the scale that minimises the error, so the error is somewhat larger than llama-quantize's. The blocks
-are the file format byte for byte: gguf-py's `dequantize` reads them (the tests check it).
+For test and benchmark files, not a rival to llama.cpp's quantizer: K-quant scales come from each group's
+range in one pass, without llama.cpp's search for the scale that minimises the error (the error is
+somewhat larger than llama-quantize's). Q8_0 is llama.cpp's (and gguf-py's) bit for bit. The blocks are the
+file format byte for byte: gguf-py's `dequantize` reads them (the tests check it).
 """
 
 from __future__ import annotations
 
-import numpy as np
+import torch
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 QK_K = 256
-Q4_K, Q6_K = 12, 14
+F32, F16, BF16 = GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16
+Q8_0, Q4_K, Q5_K, Q6_K = (GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q5_K,
+                          GGMLQuantizationType.Q6_K)
+_FLOATS = {F32: torch.float32, F16: torch.float16, BF16: torch.bfloat16}
+_CHUNK_VALUES = 1 << 24  # values quantized per step: bounds the float32 scratch to a few hundred MiB
 
 
-def quantize(weights: np.ndarray, qtype: int) -> np.ndarray:
-    """float [N, K] with K % 256 == 0 -> uint8 [N, K / 256 * bytes per superblock]."""
-    rows, k = weights.shape
-    if k % QK_K:
-        raise ValueError(f"K-quants need rows of whole 256-weight superblocks, got {k} columns")
-    blocks = np.asarray(weights, dtype=np.float32).reshape(-1, QK_K)
-    if qtype == Q4_K:
-        packed = _q4_k(blocks)
-    elif qtype == Q6_K:
-        packed = _q6_k(blocks)
-    else:
-        raise ValueError(f"quantize: GGUF type {qtype} is not one of Q4_K ({Q4_K}), Q6_K ({Q6_K}); "
-                         f"gguf.quants.quantize covers Q8_0, Q4_0 and the 16-bit types")
-    return packed.reshape(rows, -1)
+def quantize(weights: torch.Tensor, qtype: int) -> torch.Tensor:
+    """float [..., K] -> uint8 [..., K / block size * bytes per block] on the same device: the GGUF bytes
+    of `qtype` (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K). K must be a whole number of blocks."""
+    qtype = GGMLQuantizationType(qtype)
+    if qtype in _FLOATS:
+        values = weights.to(_FLOATS[qtype]).contiguous()
+        return values.view(torch.uint8).reshape(*weights.shape[:-1], -1)
+    if qtype not in _BLOCK_QUANTIZERS:
+        names = ", ".join(t.name for t in (*_FLOATS, *_BLOCK_QUANTIZERS))
+        raise ValueError(f"quantize: GGUF type {qtype.name} is not one of {names}")
+    block_size, type_size = GGML_QUANT_SIZES[qtype]
+    if weights.shape[-1] % block_size:
+        raise ValueError(f"{qtype.name} needs rows of whole {block_size}-weight blocks, got rows of "
+                         f"{weights.shape[-1]}")
+    blocks = weights.reshape(-1, block_size)                               # [B, block]
+    out = torch.empty(blocks.shape[0], type_size, dtype=torch.uint8, device=weights.device)
+    step = max(1, _CHUNK_VALUES // block_size)
+    for start in range(0, blocks.shape[0], step):
+        out[start:start + step] = _BLOCK_QUANTIZERS[qtype](blocks[start:start + step].float())
+    return out.reshape(*weights.shape[:-1], -1)
 
 
-def _f16(values: np.ndarray) -> np.ndarray:
+def _f16(values: torch.Tensor) -> torch.Tensor:
     """float32 -> its float16 rounding, kept as float32 (what the reader will multiply by)."""
-    return values.astype(np.float16).astype(np.float32)
+    return values.half().float()
 
 
-def _safe_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.divide(a, b, out=np.zeros_like(a), where=b != 0)
+def _f16_bytes(values: torch.Tensor) -> torch.Tensor:
+    """[B] float -> [B, 2] uint8, little-endian float16."""
+    return values.half().unsqueeze(-1).view(torch.uint8)
 
 
-def _q4_k(x: np.ndarray) -> np.ndarray:
-    """[B, 256] -> [B, 144]: per sub-block of 32, w = d * sc * q - dmin * m with q in 0..15 and 6-bit
-    sc, m; d, dmin float16 per superblock."""
+def _safe_div(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.where(b != 0, a / torch.where(b != 0, b, 1.0), 0.0)
+
+
+def _round_away(x: torch.Tensor) -> torch.Tensor:
+    """llama.cpp's roundf (half away from zero), written as gguf-py's np_roundf so Q8_0 matches it exactly."""
+    a = x.abs()
+    floored = a.floor()
+    return torch.sign(x) * (floored + (2 * (a - floored)).floor())
+
+
+def _q8_0(x: torch.Tensor) -> torch.Tensor:
+    """[B, 32] -> [B, 34]: float16 d = max |w| / 127, then 32 int8 round(w / d)."""
+    d = x.abs().amax(dim=-1, keepdim=True) / 127                          # [B, 1]
+    inv = torch.where(d == 0, 0.0, 1 / torch.where(d == 0, 1.0, d))
+    qs = _round_away(x * inv).to(torch.int8).view(torch.uint8)           # [B, 32]
+    return torch.cat([_f16_bytes(d[:, 0]), qs], dim=1)
+
+
+def _scales_mins(x: torch.Tensor, levels: int):
+    """K-quant with sub-block mins (Q4_K, Q5_K): [B, 256] -> (q [B, 8, 32] in 0..levels, sc, m [B, 8]
+    6-bit, d, dmin [B] float16-exact) with w ~ d * sc * q - dmin * m."""
     sub = x.reshape(-1, 8, 32)
-    low = np.minimum(sub.min(axis=-1), 0.0)                               # [B, 8] <= 0
-    scale = (sub.max(axis=-1) - low) / 15.0                               # [B, 8]
-    d = _f16(scale.max(axis=-1) / 63.0)                                   # [B]
-    dmin = _f16(-low.min(axis=-1) / 63.0)
-    sc = np.clip(np.rint(_safe_div(scale, d[:, None])), 0, 63).astype(np.uint8)
-    m = np.clip(np.rint(_safe_div(-low, dmin[:, None])), 0, 63).astype(np.uint8)
+    low = sub.amin(dim=-1).clamp(max=0.0)                                 # [B, 8] <= 0
+    scale = (sub.amax(dim=-1) - low) / levels                             # [B, 8]
+    d = _f16(scale.amax(dim=-1) / 63.0)                                   # [B]
+    dmin = _f16(-low.amin(dim=-1) / 63.0)
+    sc = _safe_div(scale, d[:, None]).round().clamp(0, 63)
+    m = _safe_div(-low, dmin[:, None]).round().clamp(0, 63)
     step = d[:, None] * sc                                                # [B, 8]
-    q = np.clip(np.rint(_safe_div(sub + (dmin[:, None] * m)[..., None], step[..., None])), 0, 15).astype(np.uint8)
-    scales = np.empty((x.shape[0], 12), dtype=np.uint8)
-    scales[:, 0:4] = (sc[:, :4] & 63) | ((sc[:, 4:] >> 4) << 6)
-    scales[:, 4:8] = (m[:, :4] & 63) | ((m[:, 4:] >> 4) << 6)
-    scales[:, 8:12] = (sc[:, 4:] & 15) | ((m[:, 4:] & 15) << 4)
-    qs = q[:, 0::2] | (q[:, 1::2] << 4)                                   # [B, 4, 32]: sub-blocks 2j, 2j+1
-    return np.concatenate([d.astype(np.float16).view(np.uint8).reshape(-1, 2),
-                           dmin.astype(np.float16).view(np.uint8).reshape(-1, 2), scales,
-                           qs.reshape(-1, 128)], axis=1)
+    q = _safe_div(sub + (dmin[:, None] * m)[..., None], step[..., None]).round().clamp(0, levels)
+    return q.to(torch.uint8), sc.to(torch.uint8), m.to(torch.uint8), d, dmin
 
 
-def _q6_k(x: np.ndarray) -> np.ndarray:
+def _pack_scales(sc: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+    """6-bit sc, m [B, 8] -> the 12 scale bytes of Q4_K / Q5_K: bytes 0-3 sc 0-3, 4-7 m 0-3 (their top
+    two bits holding the top bits of sc, m 4-7), 8-11 the low nibbles of sc 4-7 and m 4-7."""
+    return torch.cat([(sc[:, :4] & 63) | ((sc[:, 4:] >> 4) << 6),
+                      (m[:, :4] & 63) | ((m[:, 4:] >> 4) << 6),
+                      (sc[:, 4:] & 15) | ((m[:, 4:] & 15) << 4)], dim=1)
+
+
+def _q4_k(x: torch.Tensor) -> torch.Tensor:
+    """[B, 256] -> [B, 144]: d, dmin, 12 scale bytes, then 128 bytes whose nibbles hold sub-blocks 2j
+    (low) and 2j + 1 (high) of byte group j."""
+    q, sc, m, d, dmin = _scales_mins(x, 15)
+    qs = q[:, 0::2] | (q[:, 1::2] << 4)                                   # [B, 4, 32]
+    return torch.cat([_f16_bytes(d), _f16_bytes(dmin), _pack_scales(sc, m), qs.reshape(-1, 128)], dim=1)
+
+
+def _q5_k(x: torch.Tensor) -> torch.Tensor:
+    """[B, 256] -> [B, 176]: as Q4_K with 5-bit q; bit j of qh[l] is the fifth bit of sub-block j's weight l."""
+    q, sc, m, d, dmin = _scales_mins(x, 31)
+    low = q & 15
+    qs = low[:, 0::2] | (low[:, 1::2] << 4)                               # [B, 4, 32]
+    high = (q >> 4).to(torch.int32) << torch.arange(8, device=x.device, dtype=torch.int32)[:, None]
+    qh = high.sum(dim=1).to(torch.uint8)                                  # [B, 32]: distinct bits, so sum == or
+    return torch.cat([_f16_bytes(d), _f16_bytes(dmin), _pack_scales(sc, m), qh, qs.reshape(-1, 128)], dim=1)
+
+
+def _q6_k(x: torch.Tensor) -> torch.Tensor:
     """[B, 256] -> [B, 210]: per group of 16, w = d * scale * q with q in -32..31, int8 scales, float16 d.
     Weight r * 32 + l (r < 8) keeps its low 4 bits in nibble (r // 2) % 2 of ql[64 (r // 4) + 32 (r % 2) + l]
     and its high 2 bits in bits 2 (r % 4) of qh[32 (r // 4) + l]."""
     groups = x.reshape(-1, 16, 16)
-    peak = np.take_along_axis(groups, np.abs(groups).argmax(axis=-1)[..., None], axis=-1)[..., 0]   # [B, 16]
+    peak = groups.gather(-1, groups.abs().argmax(dim=-1, keepdim=True))[..., 0]   # [B, 16]
     scale = -peak / 32.0                                                  # the peak maps to q = -32
-    d = _f16(np.abs(scale).max(axis=-1) / 127.0)                          # [B]
-    sc = np.clip(np.rint(_safe_div(scale, d[:, None])), -128, 127).astype(np.int8)
-    step = d[:, None] * sc.astype(np.float32)                             # [B, 16]
-    q = np.clip(np.rint(_safe_div(groups, step[..., None])), -32, 31).astype(np.int16) + 32
-    q = q.reshape(-1, 2, 4, 32).astype(np.uint8)                          # [B, half h, row r % 4, l]
-    ql = np.empty((x.shape[0], 2, 2, 32), dtype=np.uint8)                 # [B, h, r % 2, l]
-    ql[:, :, 0] = (q[:, :, 0] & 15) | ((q[:, :, 2] & 15) << 4)
-    ql[:, :, 1] = (q[:, :, 1] & 15) | ((q[:, :, 3] & 15) << 4)
+    d = _f16(scale.abs().amax(dim=-1) / 127.0)                            # [B]
+    sc = _safe_div(scale, d[:, None]).round().clamp(-128, 127)            # [B, 16]
+    step = d[:, None] * sc
+    q = (_safe_div(groups, step[..., None]).round().clamp(-32, 31) + 32).to(torch.uint8)
+    q = q.reshape(-1, 2, 4, 32)                                           # [B, half h, row r % 4, l]
+    ql = torch.stack([(q[:, :, 0] & 15) | ((q[:, :, 2] & 15) << 4),
+                      (q[:, :, 1] & 15) | ((q[:, :, 3] & 15) << 4)], dim=2)          # [B, h, r % 2, l]
     qh = (q[:, :, 0] >> 4) | ((q[:, :, 1] >> 4) << 2) | ((q[:, :, 2] >> 4) << 4) | ((q[:, :, 3] >> 4) << 6)
-    return np.concatenate([ql.reshape(-1, 128), qh.reshape(-1, 64), sc.view(np.uint8),
-                           d.astype(np.float16).view(np.uint8).reshape(-1, 2)], axis=1)
+    sc_bytes = sc.to(torch.int8).view(torch.uint8)
+    return torch.cat([ql.reshape(-1, 128), qh.reshape(-1, 64), sc_bytes, _f16_bytes(d)], dim=1)
+
+
+_BLOCK_QUANTIZERS = {Q8_0: _q8_0, Q4_K: _q4_k, Q5_K: _q5_k, Q6_K: _q6_k}
+SUPPORTED_TYPES = (*_FLOATS, *_BLOCK_QUANTIZERS)

@@ -1,43 +1,93 @@
-"""strata.weights.quantize writes K-quant blocks that gguf-py reads back close to the input."""
+"""strata.weights.quantize writes GGUF bytes that gguf-py reads back close to the input (K-quants), bit for
+bit as gguf-py writes them (Q8_0 and the float types), and the same bytes on CUDA as on the CPU."""
 
 from __future__ import annotations
 
+import gguf
 import numpy as np
 import pytest
+import torch
 from gguf.quants import dequantize
 
-from strata.weights.quantize import Q4_K, Q6_K, quantize
+from strata.weights.quantize import BF16, F16, F32, Q4_K, Q5_K, Q6_K, Q8_0, quantize
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))]
 
 
-@pytest.mark.parametrize("qtype, bound", [(Q4_K, 0.1), (Q6_K, 0.025)])
-@pytest.mark.parametrize("shape", [(1, 256), (3, 512), (7, 2048)])
+def gaussian(shape: tuple[int, ...], seed: int = 0) -> torch.Tensor:
+    return torch.from_numpy(np.random.default_rng(seed).standard_normal(shape).astype(np.float32))
+
+
+def read_back(weights: torch.Tensor, qtype) -> np.ndarray:
+    return dequantize(quantize(weights, qtype).cpu().numpy(), qtype).reshape(weights.shape)
+
+
+@pytest.mark.parametrize("qtype, bound", [(Q4_K, 0.1), (Q5_K, 0.05), (Q6_K, 0.025), (Q8_0, 0.01)])
+@pytest.mark.parametrize("shape", [(1, 256), (3, 512), (2, 3, 2048)])
 def test_blocks_read_back_by_gguf_within_the_types_error(qtype, bound, shape):
     """Relative RMS error of gaussian weights: 15 steps over a group of 32's range (about 4 sigma, so
-    0.27 sigma a step, 0.077 RMS) at Q4_K; 63 steps over twice a group of 16's peak at Q6_K."""
-    weights = np.random.default_rng(shape[0]).standard_normal(shape).astype(np.float32)
-    back = dequantize(quantize(weights, qtype), qtype).reshape(shape)
-    assert np.sqrt(np.mean((back - weights) ** 2) / np.mean(weights ** 2)) < bound
+    0.27 sigma a step, 0.077 RMS) at Q4_K, 31 at Q5_K; 63 steps over twice a group of 16's peak at Q6_K;
+    254 over twice a block of 32's peak at Q8_0."""
+    weights = gaussian(shape, seed=shape[0])
+    back = read_back(weights, qtype)
+    assert quantize(weights, qtype).shape[:-1] == weights.shape[:-1]
+    assert np.sqrt(np.mean((back - weights.numpy()) ** 2) / np.mean(weights.numpy() ** 2)) < bound
 
 
-@pytest.mark.parametrize("qtype, group", [(Q4_K, 32), (Q6_K, 16)])
+@pytest.mark.parametrize("qtype, group", [(Q4_K, 32), (Q5_K, 32), (Q6_K, 16)])
 def test_every_weight_lands_within_a_step_of_its_group(qtype, group):
-    """A step is a group's range over 15 (Q4_K) or its peak over 31 (Q6_K); a weight read back from
-    the wrong place would miss by about the range (checks the layout, element by element; gaussian
+    """A step is a group's range over 15 (Q4_K) or 31 (Q5_K), or its peak over 31 (Q6_K); a weight read back
+    from the wrong place would miss by about the range (checks the layout, element by element; gaussian
     groups give 6-bit scales of 30-63, so every scale bit is exercised). A group much quieter than its
     superblock's loudest gets a coarser step (its scale is a small integer): not tested here."""
-    rng = np.random.default_rng(0)
-    weights = rng.standard_normal((2, 512)).astype(np.float32)
-    back = dequantize(quantize(weights, qtype), qtype).reshape(2, 512)
-    groups = weights.reshape(2, -1, group)
-    if qtype == Q4_K:
-        step = (groups.max(axis=-1) - np.minimum(groups.min(axis=-1), 0)) / 15
-    else:
+    weights = gaussian((2, 512))
+    back = read_back(weights, qtype)
+    groups = weights.numpy().reshape(2, -1, group)
+    if qtype == Q6_K:
         step = np.abs(groups).max(axis=-1) / 31
-    assert np.all(np.abs(back - weights).reshape(2, -1, group) <= step[..., None] * 1.05 + 1e-6)
+    else:
+        step = (groups.max(axis=-1) - np.minimum(groups.min(axis=-1), 0)) / (15 if qtype == Q4_K else 31)
+    assert np.all(np.abs(back - weights.numpy()).reshape(2, -1, group) <= step[..., None] * 1.05 + 1e-6)
+
+
+@pytest.mark.parametrize("qtype", [Q8_0, F16, BF16, F32])
+def test_q8_0_and_float_types_are_gguf_pys_bytes(qtype):
+    weights = gaussian((5, 96)) * torch.tensor([1.0, 1e-3, 0.0, 30.0, 0.5]).unsqueeze(1)  # a block of zeros too
+    weights[4, :4] = torch.tensor([127.0, 2.5, -3.5, 0.5])  # d = 1: ties, which go away from zero
+    ours = quantize(weights, qtype).numpy()
+    theirs = gguf.quants.quantize(weights.numpy(), qtype)
+    assert np.array_equal(ours, theirs.view(np.uint8).reshape(ours.shape))
+
+
+def test_zero_and_constant_blocks_stay_finite():
+    weights = torch.zeros(3, 256)
+    weights[1] = 2.5
+    weights[2, 0] = -1.0
+    for qtype in (Q4_K, Q5_K, Q6_K, Q8_0):
+        back = read_back(weights, qtype)
+        assert np.isfinite(back).all() and np.abs(back - weights.numpy()).max() < 0.05
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_16_bit_input_and_devices_give_the_cpu_float32_bytes(device):
+    """bf16 weights quantize as their float32 values, on any device, in chunks or not."""
+    weights = gaussian((4, 1024)).bfloat16()
+    for qtype in (Q4_K, Q5_K, Q6_K, Q8_0):
+        expected = quantize(weights.float(), qtype)
+        assert torch.equal(quantize(weights.to(device), qtype).cpu(), expected)
+
+
+def test_chunks_give_the_bytes_of_one_pass(monkeypatch):
+    from strata.weights import quantize as module
+
+    weights = gaussian((6, 512))
+    whole = quantize(weights, Q4_K)
+    monkeypatch.setattr(module, "_CHUNK_VALUES", 700)  # 2 superblocks a chunk, the last one short
+    assert torch.equal(quantize(weights, Q4_K), whole)
 
 
 def test_bad_input_is_named():
-    with pytest.raises(ValueError, match="whole 256-weight superblocks"):
-        quantize(np.zeros((2, 100), np.float32), Q4_K)
-    with pytest.raises(ValueError, match="not one of Q4_K"):
-        quantize(np.zeros((2, 256), np.float32), 2)
+    with pytest.raises(ValueError, match="Q4_K needs rows of whole 256-weight blocks, got rows of 100"):
+        quantize(torch.zeros(2, 100), Q4_K)
+    with pytest.raises(ValueError, match="GGUF type Q4_0 is not one of F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K"):
+        quantize(torch.zeros(2, 256), 2)
