@@ -66,7 +66,8 @@ class GGUFSource:
         self._drop_vocabulary()
         self.inverter = TensorInverter(self.arch, self.hf_config)
         self.plan = self._plan(self.hf_config["num_hidden_layers"])
-        self.experts_packed = self._experts_packable()
+        self.experts_dense_reason = self._why_experts_dense()
+        self.experts_packed = self.experts_dense_reason is None
 
     # ---- WeightSource ---------------------------------------------------------------------------
 
@@ -91,6 +92,9 @@ class GGUFSource:
             if all(p is not None for p in parts):
                 del pending[piece.hf_name]
                 yield piece.hf_name, self._join(piece.hf_name, parts, dtype, dequantized)
+        if self.experts_dense_reason:
+            logger.warning("the routed experts loaded dequantized to %s: %s", str(dtype).removeprefix("torch."),
+                           self.experts_dense_reason)
         for (type_name, reason), count in dequantized.items():
             logger.warning("loaded %d tensors of type %s dequantized to %s: %s", count, type_name,
                            str(dtype).removeprefix("torch."), reason)
@@ -114,16 +118,22 @@ class GGUFSource:
                                  f"but only {len(parts_seen[piece.hf_name])} of them are in the file")
         return plan
 
-    def _experts_packable(self) -> bool:
-        """Whether every routed-expert tensor can stay packed: a packed type, no value transform, and one
-        type for the two parts (gate, up) of a layer's w13."""
-        types: dict[str, set[int]] = {}
+    def _why_experts_dense(self) -> str | None:
+        """None when every routed-expert tensor can stay packed (a packed type, no value transform, one type
+        for a layer's gate and up); else why not ("" for a model without routed experts)."""
+        types: dict[str, set[str]] = {}
         for _, tensor, piece in self.plan:
             if is_packed_expert_stack(piece.hf_name):
-                if not is_packed_type(int(tensor.tensor_type)) or not self.inverter.is_row_wise(tensor.name):
-                    return False
-                types.setdefault(piece.hf_name, set()).add(int(tensor.tensor_type))
-        return bool(types) and all(len(t) == 1 for t in types.values())
+                name = tensor.tensor_type.name
+                if not is_packed_type(int(tensor.tensor_type)):
+                    return f"{tensor.name} is {name}, {_NOT_KEPT}"
+                if not self.inverter.is_row_wise(tensor.name):
+                    return f"{tensor.name}: {_NOT_ROW_WISE}"
+                types.setdefault(piece.hf_name, set()).add(name)
+        for hf_name, names in types.items():
+            if len(names) > 1:
+                return f"{hf_name} joins parts of types {' and '.join(sorted(names))}"
+        return None if types else ""
 
     def _values(self, path: str, tensor, hf_name: str, dtype: torch.dtype,
                 dequantized: Counter) -> torch.Tensor | PackedWeight | PackedExpertWeight:

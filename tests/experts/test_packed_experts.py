@@ -1,0 +1,169 @@
+"""Routed experts from a GGUF file stay packed (PackedLocalExperts; ExpertBlocks in device slots and host
+pools): each kept type gives the logits of the same file loaded with dense experts, bit for bit in float32;
+expert placement (0 / 30 / 100 % resident, PCIe staging) never changes greedy output; layers whose down
+projections differ in type share byte-sized slots; a file whose gate and up differ in type loads its experts
+dense, with a notice; the torch reference skips the pairs computed elsewhere."""
+
+from __future__ import annotations
+
+import logging
+
+import gguf
+import pytest
+import torch
+import transformers
+
+from gguf_writer import write_gguf
+from strata import LLM, SamplingParams
+from strata.config import EngineConfig, ExpertConfig, RunnerConfig, SchedulerConfig
+from strata.experts.slots import ExpertSlots
+from strata.kernels.fused_moe import fused_moe_ref
+from strata.kernels.gguf_blocks import PACKED_TYPE_NAMES
+from strata.kernels.packed_moe import dequantize_experts, packed_moe_ref
+from strata.model.moe import LocalExperts, PackedLocalExperts
+from strata.model.packed import ExpertBlocks
+from strata.weights.gguf_source import GGUFSource
+from strata.weights.loader import build_model
+from tiny_models import build_hf_model, hf_config, prompt_logits
+
+Q = gguf.GGMLQuantizationType
+IDS = [5, 17, 99, 3, 42, 150, 8, 77, 61, 12]
+PARAMS = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
+PROMPTS = [{"prompt_token_ids": [3 + i, 17, 40 + 7 * i, 9, 100 - i, 55 + i]} for i in range(4)]
+
+
+def hf_state(model) -> tuple[dict, dict]:
+    return {**model.config.to_dict(), "architectures": [type(model).__name__]}, dict(model.state_dict())
+
+
+@pytest.fixture(scope="module")
+def moe_256():
+    """A tiny Qwen3-MoE whose expert rows are whole superblocks (256 values), for every packed type."""
+    config = transformers.Qwen3MoeConfig(
+        vocab_size=160, hidden_size=256, intermediate_size=512, moe_intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=64, num_experts=8, num_experts_per_tok=2,
+        norm_topk_prob=True, max_position_embeddings=512, rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2,
+        tie_word_embeddings=False, rope_theta=10000.0)
+    torch.manual_seed(0)
+    return hf_state(transformers.Qwen3MoeForCausalLM(config).eval())
+
+
+def load(path: str, packed_experts: bool = True, dtype: str = "float32"):
+    with pytest.MonkeyPatch.context() as patch:
+        if not packed_experts:
+            patch.setattr(GGUFSource, "_why_experts_dense", lambda self: "the test asks for dense experts")
+        return build_model(GGUFSource(path), "cpu", dtype, quiet=True)
+
+
+def experts_of(model) -> list:
+    return [layer.mlp.experts for layer in model.model.layers if hasattr(layer.mlp, "experts")]
+
+
+@pytest.mark.parametrize("quant", PACKED_TYPE_NAMES)
+def test_each_type_loads_packed_and_matches_dense_experts_exactly(quant, moe_256, tmp_path):
+    path = str(tmp_path / "moe.gguf")
+    write_gguf(path, *moe_256, quant=quant)
+    packed, dense = load(path), load(path, packed_experts=False)
+    for experts in experts_of(packed):
+        assert isinstance(experts, PackedLocalExperts)
+        assert (Q(experts.qtype13).name, Q(experts.qtype2).name) == (quant, quant)
+        assert experts.w13.dtype == torch.uint8 and experts.w13.shape[:2] == (8, 512)
+    assert all(isinstance(e, LocalExperts) for e in experts_of(dense))
+    expected = prompt_logits(dense, IDS)
+    assert torch.isfinite(expected).all()
+    assert torch.equal(prompt_logits(packed, IDS), expected)
+
+
+def test_packed_reference_is_the_dense_path_on_dequantized_experts():
+    rng = torch.Generator().manual_seed(0)
+    w13 = torch.randint(0, 256, (6, 64, 34 * 2), dtype=torch.uint8, generator=rng)  # Q8_0 rows of 64 values
+    w13.view(6, 64, 2, 34)[..., :2] = torch.tensor([0, 20], dtype=torch.uint8)      # finite scales (fp16 bits)
+    w2 = torch.randint(0, 256, (6, 64, 34), dtype=torch.uint8, generator=rng)        # rows of 32 values
+    w2.view(6, 64, 1, 34)[..., :2] = torch.tensor([0, 20], dtype=torch.uint8)
+    hidden = torch.randn(5, 64, generator=rng)
+    ids = torch.tensor([[0, 3], [3, -1], [5, 5], [-1, -1], [1, 2]])
+    weights = torch.rand(5, 2, generator=rng)
+    out = packed_moe_ref(hidden, w13, Q.Q8_0, w2, Q.Q8_0, ids, weights)
+    dense = fused_moe_ref(hidden, dequantize_experts(w13, Q.Q8_0, 64, torch.float32),
+                          dequantize_experts(w2, Q.Q8_0, 32, torch.float32), ids, weights)
+    assert torch.equal(out, dense)
+    assert torch.all(out[3] == 0)  # both pairs computed elsewhere
+
+
+def make_llm(path: str, **experts) -> LLM:
+    return LLM.from_config(EngineConfig(model=path, runner=RunnerConfig(device="cpu", dtype="float32"),
+                                        scheduler=SchedulerConfig(max_num_seqs=4), experts=ExpertConfig(**experts)))
+
+
+def greedy(llm: LLM) -> list[list[int]]:
+    return [out.outputs[0].token_ids for out in llm.generate(PROMPTS, PARAMS)]
+
+
+@pytest.fixture(scope="module")
+def mixed_file(moe_256, tmp_path_factory):
+    """Q4_K experts whose layer 0 has Q6_K down projections (llama.cpp's Q4_K_M does this on some layers)."""
+    path = str(tmp_path_factory.mktemp("mixed") / "moe.gguf")
+    write_gguf(path, *moe_256, quant="Q4_K", types={r"blk\.0\.ffn_down_exps": "Q6_K"})
+    llm = make_llm(path)
+    assert all(isinstance(e, PackedLocalExperts) for e in experts_of(llm.engine.loaded.model))
+    return path, greedy(llm)
+
+
+@pytest.mark.parametrize("cache, pcie_frac", [("0%", 0.0), ("30%", 0.0), ("30%", 0.5), ("100%", 0.0)])
+def test_expert_placement_never_changes_greedy_output(mixed_file, cache, pcie_frac):
+    path, reference = mixed_file
+    llm = make_llm(path, expert_cache=cache, pcie_frac=pcie_frac, expert_swap_interval=0)
+    assert greedy(llm) == reference
+    slots = llm.engine.experts.slots
+    if cache == "100%":
+        assert slots is None
+        return
+    assert [(Q(a).name, Q(b).name) for a, b in slots.qtypes] == [("Q4_K", "Q6_K"), ("Q4_K", "Q4_K")]
+    assert slots.expert_bytes(0) > slots.expert_bytes(1)  # the Q6_K layer's experts fill their slots
+    snap = llm.engine.status()["experts"]
+    assert (snap["gpu_hit_rate"] > 0) == (cache != "0%") and snap["cpu_share"] > 0
+    assert (snap["pcie_share"] > 0) == (pcie_frac > 0)
+
+
+def test_swaps_between_layers_of_different_types_keep_output(mixed_file):
+    path, reference = mixed_file
+    llm = make_llm(path, expert_cache="30%", expert_swap_interval=1, expert_swap_threshold=0.0)
+    assert greedy(llm) == reference
+    assert llm.engine.status()["experts"]["swaps"] > 0
+
+
+def test_slots_hold_each_layers_blocks_in_their_own_view():
+    rng = torch.Generator().manual_seed(1)
+    host13 = [torch.randint(0, 256, (4, 8, 144), dtype=torch.uint8, generator=rng) for _ in range(2)]
+    host2 = [torch.randint(0, 256, (4, 256, 210 if layer == 0 else 144), dtype=torch.uint8, generator=rng)
+             for layer in range(2)]
+    slots = ExpertSlots(host13, host2, 3, 0, "cpu", [(Q.Q4_K, Q.Q6_K), (Q.Q4_K, Q.Q4_K)])
+    slots.fill([(0, 2), (1, 1), (1, 3)])
+    for layer, expert in [(0, 2), (1, 1), (1, 3)]:
+        blocks = slots.layer_weights(layer)
+        assert isinstance(blocks, ExpertBlocks) and blocks.qtype2 == (Q.Q6_K if layer == 0 else Q.Q4_K)
+        slot = int(slots.remap[layer, expert])
+        assert torch.equal(blocks.w13[slot], host13[layer][expert])
+        assert torch.equal(blocks.w2[slot], host2[layer][expert])
+    assert slots.expert_bytes(0) == 8 * 144 + 256 * 210
+
+
+def test_gate_and_up_of_different_types_load_dense_with_a_notice(moe_256, tmp_path, caplog):
+    path = str(tmp_path / "moe.gguf")
+    write_gguf(path, *moe_256, quant="Q4_K", types={r"ffn_up_exps": "Q8_0"})
+    source = GGUFSource(path)
+    assert not source.experts_packed
+    with caplog.at_level(logging.WARNING):
+        model = build_model(source, "cpu", "float32", quiet=True)
+    assert all(isinstance(e, LocalExperts) for e in experts_of(model))
+    assert "routed experts loaded dequantized" in caplog.text and "Q4_K and Q8_0" in caplog.text
+
+
+def test_hybrid_model_experts_load_packed(tmp_path):
+    model = build_hf_model("qwen3_next")
+    cfg = {**hf_config("qwen3_next").to_dict(), "architectures": ["Qwen3NextForCausalLM"]}
+    path = str(tmp_path / "next.gguf")
+    write_gguf(path, cfg, dict(model.state_dict()), quant="Q8_0")
+    packed, dense = load(path), load(path, packed_experts=False)
+    assert all(isinstance(e, PackedLocalExperts) for e in experts_of(packed))
+    assert torch.equal(prompt_logits(packed, IDS), prompt_logits(dense, IDS))
