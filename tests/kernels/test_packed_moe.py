@@ -1,0 +1,100 @@
+"""packed_moe (a layer's routed experts over GGUF blocks, CUDA) against packed_moe_ref in float32 on the
+same blocks: both CUDA paths (pairs kernel; dequantized experts + 16-bit grouped GEMMs), every type the
+pairs kernel reads and one it does not, experts spaced further apart than their size (slot views),
+skipped pairs, and inside a CUDA graph capture."""
+
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+import torch
+
+from gguf_writer import random_blocks
+from strata.kernels import packed_moe as packed_moe_module
+from strata.kernels.packed_gemv import Q4_K, Q6_K, Q8_0
+from strata.kernels.packed_moe import packed_moe, packed_moe_ref, pairs_supported
+
+gpu = pytest.mark.gpu
+Q5_K = 13
+
+
+def experts(qtype: int, num: int, rows: int, k: int, seed: int, pad: int = 0) -> torch.Tensor:
+    """uint8 [num, rows, row bytes] of valid blocks; with `pad`, a view into a buffer with `pad` spare bytes
+    after each expert (as a layer's view of device slots sized for a larger layer)."""
+    rng = np.random.default_rng(seed)
+    blocks = torch.from_numpy(random_blocks((num, rows, k), gguf.GGMLQuantizationType(qtype), rng, scale=1e-2))
+    if not pad:
+        return blocks
+    flat = torch.zeros(num, blocks[0].numel() + pad, dtype=torch.uint8)
+    flat[:, :blocks[0].numel()] = blocks.reshape(num, -1)
+    return flat[:, :blocks[0].numel()].unflatten(1, blocks.shape[1:])
+
+
+def case(qtype13: int, qtype2: int, tokens: int, dim: int = 512, inter: int = 256, num: int = 8, top_k: int = 4,
+         pad: int = 0, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    w13 = experts(qtype13, num, 2 * inter, dim, seed, pad)
+    w2 = experts(qtype2, num, dim, inter, seed + 1, pad)
+    hidden = torch.randn(tokens, dim, generator=gen).to(torch.bfloat16)
+    ids = torch.stack([torch.randperm(num, generator=gen)[:top_k] for _ in range(tokens)])
+    ids[0, -1] = -1  # a pair computed elsewhere
+    weights = torch.rand(tokens, top_k, generator=gen)
+    return hidden, w13, w2, ids, weights
+
+
+def check(out: torch.Tensor, hidden, w13, qtype13, w2, qtype2, ids, weights) -> None:
+    expected = packed_moe_ref(hidden.float(), w13, qtype13, w2, qtype2, ids, weights)
+    scale = expected.abs().max().clamp_min(1e-6)
+    # bf16 activations between the projections and bf16 output: a few bf16 ulps of the largest output
+    assert ((out.float().cpu() - expected).abs().max() / scale) < 3e-2, (out, expected)
+
+
+def test_pairs_kernel_types():
+    assert pairs_supported(Q4_K, Q6_K, 2048, 768) and pairs_supported(Q8_0, Q8_0, 256, 256)
+    assert not pairs_supported(Q5_K, Q6_K, 2048, 768) and not pairs_supported(Q4_K, Q4_K, 2048, 96)
+
+
+@gpu
+@pytest.mark.parametrize("qtypes", [(Q4_K, Q6_K), (Q8_0, Q8_0), (Q6_K, Q4_K), (Q5_K, Q6_K)])
+@pytest.mark.parametrize("tokens", [1, 3, 40])
+def test_packed_moe_matches_ref(qtypes, tokens):
+    hidden, w13, w2, ids, weights = case(*qtypes, tokens, pad=96 if tokens == 3 else 0, seed=tokens)
+    out = packed_moe(hidden.cuda(), on_device(w13), qtypes[0], on_device(w2), qtypes[1], ids.cuda(), weights.cuda())
+    assert out.dtype == torch.bfloat16 and out.shape == hidden.shape
+    check(out, hidden, w13, qtypes[0], w2, qtypes[1], ids, weights)
+
+
+@gpu
+def test_dequantized_path_matches_pairs_path(monkeypatch):
+    hidden, w13, w2, ids, weights = case(Q4_K, Q6_K, 4, seed=7)
+    args = (hidden.cuda(), w13.cuda(), Q4_K, w2.cuda(), Q6_K, ids.cuda(), weights.cuda())
+    pairs = packed_moe(*args)
+    monkeypatch.setattr(packed_moe_module, "PAIR_MAX", 0)
+    dequantized = packed_moe(*args)
+    check(pairs, hidden, w13, Q4_K, w2, Q6_K, ids, weights)
+    check(dequantized, hidden, w13, Q4_K, w2, Q6_K, ids, weights)
+
+
+@gpu
+@pytest.mark.parametrize("qtypes", [(Q4_K, Q6_K), (Q5_K, Q6_K)])
+def test_packed_moe_in_a_cuda_graph(qtypes):
+    hidden, w13, w2, ids, weights = case(*qtypes, 2, seed=3)
+    args = [hidden.cuda(), w13.cuda(), qtypes[0], w2.cuda(), qtypes[1], ids.cuda(), weights.cuda()]
+    packed_moe(*args)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = packed_moe(*args)
+    new_ids = torch.stack([torch.randperm(8)[:4] for _ in range(2)])
+    args[5].copy_(new_ids)
+    graph.replay()
+    torch.cuda.synchronize()
+    check(out, hidden, w13, qtypes[0], w2, qtypes[1], new_ids, weights)
+
+
+def on_device(w: torch.Tensor) -> torch.Tensor:
+    """w [E, rows, row bytes] on the GPU with its strides (a padded slot view stays padded)."""
+    base = torch.zeros(w.shape[0], w.stride(0), dtype=torch.uint8, device="cuda")
+    view = base[:, :w[0].numel()].unflatten(1, w.shape[1:])
+    view.copy_(w)
+    return view
