@@ -193,3 +193,24 @@ class TokenDelta:
     error: str | None = None
     metrics: dict | None = None   # on the finishing delta: speculation counters, preemptions
     num_cached_tokens: int = 0    # prompt tokens found in the prefix cache
+
+
+@dataclass(frozen=True)
+class WeightSizes:
+    """A model's weight bytes as loaded, for the memory plan: dense in the runtime dtype, or GGUF blocks."""
+
+    total: int               # bytes of every weight
+    experts: int             # bytes of the routed experts among them (all MoE layers)
+    num_experts: int         # routed experts over all MoE layers
+    slot_bytes: int = 0      # bytes of one device expert slot (the largest layer's expert); 0: experts are alike
+
+    @property
+    def per_slot(self) -> int:
+        """Bytes one resident expert takes on the device when only some are resident."""
+        return self.slot_bytes or (self.experts // self.num_experts if self.num_experts else 0)
+
+    def on_device(self, resident_experts: int) -> int:
+        """Bytes on the GPU when only `resident_experts` of the routed experts live there."""
+        if resident_experts >= self.num_experts:
+            return self.total
+        return self.total - self.experts + self.per_slot * resident_experts

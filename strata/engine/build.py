@@ -82,7 +82,7 @@ def build_engine(config: EngineConfig, quiet: bool = False, shared: LoadedModel 
         if device.startswith("cuda"):  # experts that do not fit are loaded to host RAM, not the GPU
             meta = meta_model(model_class(cfg), cfg)
             plan = _memory_plan(config, cfg, max_model_len, device, dtype, meta)
-            expert_config, expert_device = plan.expert_slots(meta)
+            expert_config, expert_device = plan.expert_slots(meta, source.weight_sizes(DTYPES[dtype]))
         model = build_model(source, device, dtype, config.runner.seed, quiet=quiet, expert_device=expert_device)
         loaded = LoadedModel(model, install_experts(model, expert_config, device, quiet=quiet))
     loaded = loaded or shared

@@ -17,8 +17,9 @@ import torch
 from strata.cache.block_allocator import blocks_needed
 from strata.cache.pools import KVPool
 from strata.config import EngineConfig, ModelConfig, SpecConfig
-from strata.runner.memory import GiB, GpuBudget, ModelDoesNotFit, activation_headroom, auto_expert_slots, \
-    check_weights_fit, kv_reserve_tokens, measure_budget, weight_sizes
+from strata.runner.memory import GiB, GpuBudget, ModelDoesNotFit, WeightSizes, activation_headroom, \
+    auto_expert_slots, check_host_fits, check_weights_fit, host_available_bytes, kv_reserve_tokens, measure_budget, \
+    weight_sizes
 
 logger = logging.getLogger(__name__)
 
@@ -55,14 +56,15 @@ class MemoryPlan:
 
     # ---- before the weights load ------------------------------------------------------------------
 
-    def expert_slots(self, meta: torch.nn.Module):
+    def expert_slots(self, meta: torch.nn.Module, sizes: WeightSizes | None = None):
         """The expert config to load with and where routed experts load to: (config, expert device);
-        the device is "cpu" when only a hot set will be copied to the GPU. Raises ModelDoesNotFit when
-        not even the resident weights fit."""
+        the device is "cpu" when only a hot set will be copied to the GPU. `sizes`: the weights' bytes as
+        they load where the source knows them (GGUF blocks), else the meta model's parameters. Raises
+        ModelDoesNotFit when not even the resident weights fit, or the offloaded experts not in host RAM."""
         experts = self.config.experts
         if not self.on_cuda:
             return experts, None
-        sizes = weight_sizes(meta, self.dtype)
+        sizes = sizes or weight_sizes(meta, self.dtype)
         resident = experts.num_slots(sizes.num_experts)
         if experts.is_auto and sizes.num_experts:
             resident = self.auto_expert_slots = self._auto_expert_slots(sizes)
@@ -71,6 +73,10 @@ class MemoryPlan:
         runner = self.config.runner
         check_weights_fit(sizes.on_device(resident), self._budget(), runner.gpu_memory_utilization,
                           runner.vram_reserve_mib)
+        self.numbers.update(weight_bytes=sizes.total, expert_bytes=sizes.experts, expert_slot_bytes=sizes.per_slot,
+                            resident_experts=min(resident, sizes.num_experts), total_experts=sizes.num_experts)
+        if resident < sizes.num_experts:
+            check_host_fits(sizes.experts, host_available_bytes())
         return experts, ("cpu" if resident < sizes.num_experts else None)
 
     def _auto_expert_slots(self, sizes) -> int:
@@ -118,7 +124,7 @@ class MemoryPlan:
         runner = self.config.runner
         budget = self._budget()
         kv_bytes = budget.available - self.headroom
-        self.numbers = {"total_bytes": budget.total, "allowed_bytes": budget.allowed,
+        self.numbers = {**self.numbers, "total_bytes": budget.total, "allowed_bytes": budget.allowed,
                         "in_use_after_weights_bytes": budget.in_use, "headroom_bytes": self.headroom,
                         "kv_budget_bytes": kv_bytes, "auto_expert_slots": self.auto_expert_slots}
         if kv_bytes < one_sequence_bytes:

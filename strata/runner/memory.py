@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from strata.config import ModelConfig
+from strata.types import WeightSizes  # noqa: F401 (the planner's and the tests' name for it)
 
 GiB = 2**30
 _BASE_HEADROOM = 1 * GiB  # cuBLAS/Triton workspaces, allocator fragmentation, the CUDA graph pool
@@ -56,16 +57,25 @@ def check_weights_fit(weight_bytes: int, budget: GpuBudget, utilization: float, 
             f"lower --vram-reserve-mib, or use a smaller model / fewer layers")
 
 
-@dataclass(frozen=True)
-class WeightSizes:
-    total: int               # bytes of every parameter
-    experts: int             # bytes of the routed experts among them (all MoE layers)
-    num_experts: int         # routed experts over all MoE layers
+def host_available_bytes() -> int | None:
+    """MemAvailable of /proc/meminfo (RAM the kernel can hand out without swapping), None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
 
-    def on_device(self, resident_experts: int) -> int:
-        """Bytes on the GPU when only `resident_experts` of the routed experts live there."""
-        per_expert = self.experts // self.num_experts if self.num_experts else 0
-        return self.total - self.experts + per_expert * min(resident_experts, self.num_experts)
+
+def check_host_fits(expert_bytes: int, available: int | None) -> None:
+    """The offloaded experts' host copy (all of them, pinned) must fit in the RAM available now."""
+    if available is not None and expert_bytes > available:
+        raise ModelDoesNotFit(
+            f"the routed experts need {expert_bytes / GiB:.1f} GiB of host RAM beside the GPU's share, but only "
+            f"{available / GiB:.1f} GiB are available; use a more compact quantization (a smaller GGUF), free "
+            f"host memory, or a machine with more RAM")
 
 
 def meta_model(model_class, cfg: ModelConfig) -> torch.nn.Module:
@@ -99,7 +109,7 @@ def auto_expert_slots(sizes: WeightSizes, available: int, headroom: int, kv_rese
     (PCIe staging slots set aside), possibly none."""
     if not sizes.num_experts:
         return 0
-    per_expert = sizes.experts // sizes.num_experts
+    per_expert = sizes.per_slot
     room = available - (sizes.total - sizes.experts) - headroom - kv_reserve
     if room >= sizes.experts:
         return sizes.num_experts

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from strata.config import ModelConfig
+from strata.types import WeightSizes
 from strata.kernels.gguf_blocks import PACKED_TYPE_NAMES, block_format, is_packed_type
 from strata.model.registry import PackedExpertWeight, PackedWeight, is_packed_expert_stack, keeps_packed
 from strata.weights.gguf_file import open_parts
@@ -76,6 +77,29 @@ class GGUFSource:
 
     def num_tensors(self) -> int:
         return len({piece.hf_name for _, _, piece in self.plan})
+
+    def weight_sizes(self, dtype: torch.dtype) -> WeightSizes:
+        """The weights' bytes as they will load: blocks where they stay packed, else dense in `dtype`; one
+        expert slot holds the largest layer's expert."""
+        total = experts = num_experts = slot_bytes = 0
+        layer_experts: dict[str, list[int]] = {}  # MoE layer -> [its experts' bytes, number of experts]
+        for _, tensor, piece in self.plan:
+            qtype = int(tensor.tensor_type)
+            dense = int(np.prod([int(n) for n in tensor.shape])) * dtype.itemsize
+            if is_packed_expert_stack(piece.hf_name):
+                nbytes = int(tensor.n_bytes) if self.experts_packed else dense
+                layer = layer_experts.setdefault(piece.hf_name.rsplit(".", 1)[0], [0, int(tensor.shape[-1])])
+                layer[0] += nbytes
+                experts += nbytes
+            elif is_packed_type(qtype) and keeps_packed(piece.hf_name) and self.inverter.is_row_wise(tensor.name):
+                nbytes = int(tensor.n_bytes)
+            else:
+                nbytes = dense
+            total += nbytes
+        for nbytes, count in layer_experts.values():
+            num_experts += count
+            slot_bytes = max(slot_bytes, nbytes // count)
+        return WeightSizes(total, experts, num_experts, slot_bytes)
 
     def tensors(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor | PackedWeight | PackedExpertWeight]]:
         """(HF name, tensor in `dtype` or PackedWeight) pairs; then one notice per block type dequantized."""

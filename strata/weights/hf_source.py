@@ -51,6 +51,9 @@ class HFSource:
                 total += len(f.keys())
         return total
 
+    def weight_sizes(self, dtype: torch.dtype) -> None:
+        return None  # the model's parameters in dtype
+
     def tensors(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
         for path in self.files:
             with _open(path) as f:

@@ -79,6 +79,9 @@ class RandomSource:
     def num_tensors(self) -> int:
         return 0
 
+    def weight_sizes(self, dtype: torch.dtype) -> None:
+        return None  # the model's parameters in dtype
+
     def tensors(self, dtype: torch.dtype):
         return iter(())
 

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from strata.config import ModelConfig
+from strata.types import WeightSizes
 
 if TYPE_CHECKING:  # the server resolves model names through this module and must not load torch
     import torch
@@ -32,6 +33,11 @@ class WeightSource(Protocol):
         ...
 
     def num_tensors(self) -> int: ...
+
+    def weight_sizes(self, dtype: torch.dtype) -> WeightSizes | None:
+        """The weights' bytes as they will load, where the source knows them better than the model's dense
+        parameters in `dtype` do (GGUF blocks); None: those parameters (the memory plan's meta model)."""
+        ...
 
 
 def bundled_model_path(name: str) -> str:

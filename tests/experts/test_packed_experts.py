@@ -6,6 +6,7 @@ dense, with a notice; the torch reference skips the pairs computed elsewhere."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import gguf
@@ -16,12 +17,17 @@ import transformers
 from gguf_writer import write_gguf
 from strata import LLM, SamplingParams
 from strata.config import EngineConfig, ExpertConfig, RunnerConfig, SchedulerConfig
+from strata.engine import memory_plan
+from strata.engine.memory_plan import MemoryPlan
 from strata.experts.slots import ExpertSlots
 from strata.kernels.fused_moe import fused_moe_ref
 from strata.kernels.gguf_blocks import PACKED_TYPE_NAMES
 from strata.kernels.packed_moe import dequantize_experts, packed_moe_ref
 from strata.model.moe import LocalExperts, PackedLocalExperts
-from strata.model.packed import ExpertBlocks
+from strata.model.packed import ExpertBlocks, PackedWeight
+from strata.model.registry import model_class
+from strata.cache.block_allocator import blocks_needed
+from strata.runner.memory import GpuBudget, ModelDoesNotFit, kv_reserve_tokens, meta_model, weight_sizes
 from strata.weights.gguf_source import GGUFSource
 from strata.weights.loader import build_model
 from tiny_models import build_hf_model, hf_config, prompt_logits
@@ -167,3 +173,41 @@ def test_hybrid_model_experts_load_packed(tmp_path):
     packed, dense = load(path), load(path, packed_experts=False)
     assert all(isinstance(e, PackedLocalExperts) for e in experts_of(packed))
     assert torch.equal(prompt_logits(packed, IDS), prompt_logits(dense, IDS))
+
+
+def test_weight_sizes_are_the_bytes_the_model_loads(mixed_file):
+    path, _ = mixed_file
+    sizes = GGUFSource(path).weight_sizes(torch.float32)
+    model = load(path)
+    experts = experts_of(model)
+    expert_bytes = sum(e.w13.numel() + e.w2.numel() for e in experts)
+    packed = {id(m): m for m in model.modules() if isinstance(m, PackedWeight)}.values()
+    dense = sum(p.numel() for p in model.parameters()) * 4
+    assert (sizes.experts, sizes.num_experts) == (expert_bytes, 16)
+    assert sizes.total == expert_bytes + sum(w.nbytes for w in packed) + dense
+    assert sizes.slot_bytes == max(e.blocks().expert_bytes for e in experts) > min(e.blocks().expert_bytes
+                                                                                   for e in experts)
+
+
+def test_memory_plan_gives_packed_experts_their_real_size(mixed_file, monkeypatch):
+    path, _ = mixed_file
+    source = GGUFSource(path)
+    cfg = source.model_config()
+    config = EngineConfig(model=path, scheduler=SchedulerConfig(max_num_seqs=2, max_model_len=256))
+    meta = meta_model(model_class(cfg), cfg)
+    plan = MemoryPlan(config, cfg, config.speculative, 256, "cuda", torch.bfloat16, False, {})
+    packed, dense = source.weight_sizes(torch.bfloat16), weight_sizes(meta, torch.bfloat16)
+    kv_reserve = blocks_needed(kv_reserve_tokens(256, 2), config.cache.block_size) * plan.block_bytes
+    available = dense.total - dense.experts + plan.headroom + kv_reserve + 6 * dense.per_slot  # dense: 6 slots
+    monkeypatch.setattr(plan, "_budget", lambda: GpuBudget(available, available, 0))
+    monkeypatch.setattr(memory_plan, "host_available_bytes", lambda: 1 << 40)
+    dense_slots = plan._auto_expert_slots(dense)
+    packed_slots = plan._auto_expert_slots(packed)
+    assert dense_slots == 6 and packed_slots >= 2.5 * dense_slots
+    half = MemoryPlan(dataclasses.replace(config, experts=ExpertConfig(expert_cache="50%")), cfg, config.speculative,
+                      256, "cuda", torch.bfloat16, False, {})
+    monkeypatch.setattr(half, "_budget", lambda: GpuBudget(available, available, 0))
+    assert half.expert_slots(meta, packed)[1] == "cpu"  # half the experts load to host RAM
+    monkeypatch.setattr(memory_plan, "host_available_bytes", lambda: packed.experts - 1)
+    with pytest.raises(ModelDoesNotFit, match="host RAM"):
+        half.expert_slots(meta, packed)
