@@ -168,7 +168,8 @@ def bench_offline(llm: LLM, opts: OfflineOptions, no_spec: LLM | None = None) ->
         _apply(engine, {**settings, "max_num_seqs": max(opts.concurrency)})
         run_strata(engine, prompts[:1], 4)  # warm-up
     copy_mib = opts.copy_mib or (2048 if core.device.startswith("cuda") else 256)
-    roofline = DecodeRoofline(ByteModel.from_config(core.model_config, getattr(torch, core.dtype).itemsize),
+    roofline = DecodeRoofline(ByteModel.from_model(core.loaded.model, core.model_config,
+                                                   getattr(torch, core.dtype).itemsize),
                               measure_copy_bandwidth(core.device, copy_mib * 2**20))
     hf = load_hf_peer(opts.model_spec, getattr(torch, core.dtype), core.device) if opts.hf_peer else None
     runs: dict[str, list[dict]] = {}

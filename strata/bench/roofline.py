@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import statistics
 import time
+import dataclasses
 from dataclasses import asdict, dataclass
 from functools import partial
 
 import torch
 
 from strata.config import ModelConfig
+from strata.model.registry import LocalExperts, PackedLocalExperts, PackedWeight
 
 
 def _attention_params(cfg: ModelConfig) -> int:
@@ -118,6 +120,29 @@ class ByteModel:
             * len(cfg.linear_attention_layers)
         return cls(params.dense * dtype_bytes, params.per_expert * dtype_bytes, params.num_moe_layers,
                    params.num_experts, params.top_k, kv, state)
+
+    @classmethod
+    def from_model(cls, model: torch.nn.Module, cfg: ModelConfig, dtype_bytes: int) -> ByteModel:
+        """from_config, with the dense and per-expert bytes of the weights as loaded: GGUF blocks where they
+        stayed packed (PackedWeight, PackedLocalExperts), the runtime dtype elsewhere."""
+        base = cls.from_config(cfg, dtype_bytes)
+        experts = [m for m in model.modules() if isinstance(m, PackedLocalExperts)]
+        if not experts and not any(isinstance(m, PackedWeight) for m in model.modules()):
+            return base
+        per_expert = base.expert_bytes
+        if experts:
+            per_expert = sum(e.w13.numel() + e.w2.numel() for e in experts) // sum(e.num_experts for e in experts)
+        dense, seen = 0, set()
+        for name, module in model.named_modules():
+            if name.startswith("mtp") or "embed_tokens" in name or isinstance(module, (LocalExperts,
+                                                                                        PackedLocalExperts)):
+                continue
+            for tensor in [*module.parameters(recurse=False), *(module.buffers(recurse=False)
+                                                              if isinstance(module, PackedWeight) else ())]:
+                if tensor.data_ptr() not in seen:  # a tied LM head counts once
+                    seen.add(tensor.data_ptr())
+                    dense += tensor.numel() * tensor.element_size()
+        return dataclasses.replace(base, dense_bytes=dense, expert_bytes=per_expert)
 
     def experts_touched_upper_bound(self, tokens_per_step: float) -> float:
         """Distinct experts per MoE layer if no two tokens of a step shared one."""

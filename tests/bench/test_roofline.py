@@ -85,3 +85,27 @@ def test_param_counts_match_the_models(family):
 def test_device_measurements_run_on_the_cpu():
     assert measure_copy_bandwidth("cpu", 1 << 20, repeats=3) > 1e8
     assert measure_matmul_flops("cpu", size=64, dtype=torch.float32, repeats=3) > 1e6
+
+
+def test_packed_model_bytes_are_the_blocks_it_reads(tmp_path):
+    """A GGUF MoE loaded packed: experts and dense projections count their blocks (Q8_0: 34 bytes per 32
+    weights); norms, the router and the embedding table as before; float32 elsewhere."""
+    import transformers
+
+    from gguf_writer import write_gguf
+    from strata.weights.gguf_source import GGUFSource
+    from strata.weights.loader import build_model
+
+    config = hf_config("qwen3_moe")
+    config.mlp_only_layers = []  # llama.cpp's qwen3moe has no dense layers
+    hf = transformers.Qwen3MoeForCausalLM(config)
+    path = str(tmp_path / "moe.gguf")
+    write_gguf(path, {**hf.config.to_dict(), "architectures": ["Qwen3MoeForCausalLM"]}, dict(hf.state_dict()), "Q8_0")
+    model = build_model(GGUFSource(path), "cpu", "float32", quiet=True)
+    cfg = model.config
+    dense, packed = ByteModel.from_config(cfg, 4), ByteModel.from_model(model, cfg, 4)
+    assert packed.expert_bytes == 3 * cfg.hidden_size * cfg.moe_intermediate_size * 34 // 32
+    assert dense.expert_bytes == 3 * cfg.hidden_size * cfg.moe_intermediate_size * 4
+    small = 4 * (cfg.num_hidden_layers * 2 * cfg.hidden_size + cfg.hidden_size + 2 * cfg.num_hidden_layers * cfg.head_dim
+                 + cfg.hidden_size * cfg.num_experts * cfg.num_hidden_layers)  # norms, q/k norms, routers: float32
+    assert packed.dense_bytes == (dense.dense_bytes - small) * 34 // 128 + small
