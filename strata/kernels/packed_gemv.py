@@ -88,6 +88,34 @@ if triton is not None:
         return (lo | (hi << 8)).to(tl.float16, bitcast=True).to(tl.float32)
 
     @triton.jit
+    def _q4k_scales(base3, s, ok3):
+        """Q4_K superblocks at byte pointers base3 [BN, SB, 1], sub-blocks s [1, 1, 8] -> (d * scale, dmin * min)
+        [BN, SB, 8]: the 6-bit scales and mins of the 12 packed bytes, times the f16 superblock factors."""
+        i = s % 4
+        lo_d = tl.load(base3 + 4 + i, mask=ok3, other=0).to(tl.int32)
+        lo_m = tl.load(base3 + 8 + i, mask=ok3, other=0).to(tl.int32)
+        hi = tl.load(base3 + 12 + i, mask=ok3, other=0).to(tl.int32)
+        sc = tl.where(s < 4, lo_d & 63, (hi & 15) | ((lo_d >> 2) & 48)).to(tl.float32)
+        mn = tl.where(s < 4, lo_m & 63, (hi >> 4) | ((lo_m >> 2) & 48)).to(tl.float32)
+        return _f16_at(base3, ok3) * sc, _f16_at(base3 + 2, ok3) * mn
+
+    @triton.jit
+    def _q4k_quants(base, r, l, n_ok):
+        """Q4_K quants 0..15 [BN, SB, 8, 32]: row r is sub-block r (nibble r % 2 of bytes 32 * (r // 2) + l)."""
+        qbyte = tl.load(base + 16 + (r // 2) * 32 + l, mask=n_ok, other=0).to(tl.int32)
+        return ((qbyte >> ((r % 2) * 4)) & 15).to(tl.float32)
+
+    @triton.jit
+    def _q6k_quants(base, r, l, n_ok):
+        """Q6_K quants -32..31 [BN, SB, 8, 32]: row r: low bits in nibble (r // 2) % 2 of
+        ql[64 (r // 4) + 32 (r % 2) + l], high bits in bits 2 (r % 4) of qh[32 (r // 4) + l]."""
+        lo = tl.load(base + (r // 4) * 64 + (r % 2) * 32 + l, mask=n_ok, other=0).to(tl.int32)
+        lo = (lo >> (((r // 2) % 2) * 4)) & 15
+        hi = tl.load(base + 128 + (r // 4) * 32 + l, mask=n_ok, other=0).to(tl.int32)
+        hi = (hi >> ((r % 4) * 2)) & 3
+        return ((lo | (hi << 4)) - 32).to(tl.float32)
+
+    @triton.jit
     def _chunk_dot(row_ptr, sb, r, l, x, n_ok, QTYPE: tl.constexpr, SB: tl.constexpr, BLOCK_N: tl.constexpr):
         """Sum over SB superblocks (256 weights each, K step `sb`) of W's BLOCK_N rows times x -> [BLOCK_N].
         Tiles are [BLOCK_N, SB, 8, 32]: superblock, row r of 32 weights in gguf's order, weight l in it
@@ -98,30 +126,15 @@ if triton is not None:
             q = tl.load(base + 2 + l, mask=n_ok, other=0).to(tl.int8, bitcast=True).to(tl.float32)
             d = tl.sum(_f16_at(base, n_ok), axis=3)                                            # [BN, SB, 8]
             part = d * tl.sum(q * x, axis=3)
-        elif QTYPE == 12:  # Q4_K: row r is sub-block r (nibble r % 2 of bytes 32 * (r // 2) + l)
+        elif QTYPE == 12:  # Q4_K
             base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * 144                 # [BN, SB, 1, 1]
-            qbyte = tl.load(base + 16 + (r // 2) * 32 + l, mask=n_ok, other=0).to(tl.int32)
-            q = ((qbyte >> ((r % 2) * 4)) & 15).to(tl.float32)                                # [BN, SB, 8, 32]
-            s = tl.reshape(r, (1, 1, 8))
-            base3 = tl.reshape(base, (BLOCK_N, SB, 1))
-            ok3 = tl.reshape(n_ok, (BLOCK_N, 1, 1))
-            i = s % 4
-            lo_d = tl.load(base3 + 4 + i, mask=ok3, other=0).to(tl.int32)                     # [BN, SB, 8]
-            lo_m = tl.load(base3 + 8 + i, mask=ok3, other=0).to(tl.int32)
-            hi = tl.load(base3 + 12 + i, mask=ok3, other=0).to(tl.int32)
-            sc = tl.where(s < 4, lo_d & 63, (hi & 15) | ((lo_d >> 2) & 48)).to(tl.float32)
-            mn = tl.where(s < 4, lo_m & 63, (hi >> 4) | ((lo_m >> 2) & 48)).to(tl.float32)
-            d = _f16_at(base3, ok3)
-            dmin = _f16_at(base3 + 2, ok3)
-            part = (d * sc) * tl.sum(q * x, axis=3) - (dmin * mn) * tl.sum(x, axis=3)
-        else:  # Q6_K: row r: low bits in nibble (r // 2) % 2 of ql[64 (r // 4) + 32 (r % 2) + l], high bits
-            # in bits 2 (r % 4) of qh[32 (r // 4) + l]; one int8 scale per 16 weights
+            q = _q4k_quants(base, r, l, n_ok)                                                  # [BN, SB, 8, 32]
+            scale, offset = _q4k_scales(tl.reshape(base, (BLOCK_N, SB, 1)), tl.reshape(r, (1, 1, 8)),
+                                        tl.reshape(n_ok, (BLOCK_N, 1, 1)))                     # [BN, SB, 8]
+            part = scale * tl.sum(q * x, axis=3) - offset * tl.sum(x, axis=3)
+        else:  # Q6_K: one int8 scale per 16 weights
             base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * 210                 # [BN, SB, 1, 1]
-            lo = tl.load(base + (r // 4) * 64 + (r % 2) * 32 + l, mask=n_ok, other=0).to(tl.int32)
-            lo = (lo >> (((r // 2) % 2) * 4)) & 15
-            hi = tl.load(base + 128 + (r // 4) * 32 + l, mask=n_ok, other=0).to(tl.int32)
-            hi = (hi >> ((r % 4) * 2)) & 3
-            q = ((lo | (hi << 4)) - 32).to(tl.float32)                                        # [BN, SB, 8, 32]
+            q = _q6k_quants(base, r, l, n_ok)                                                  # [BN, SB, 8, 32]
             halves = tl.sum(tl.reshape(q * x, (BLOCK_N, SB, 16, 16)), axis=3)                 # [BN, SB, 16]
             base3 = tl.reshape(base, (BLOCK_N, SB, 1))
             ok3 = tl.reshape(n_ok, (BLOCK_N, 1, 1))
@@ -129,6 +142,27 @@ if triton is not None:
             scale = tl.load(base3 + 192 + g, mask=ok3, other=0).to(tl.int8, bitcast=True).to(tl.float32)
             part = _f16_at(base3 + 208, ok3) * (scale * halves)
         return tl.sum(tl.sum(part, axis=2), axis=1)
+
+    @triton.jit
+    def _chunk_values(row_ptr, sb, r, l, n_ok, QTYPE: tl.constexpr, SB: tl.constexpr, BLOCK_N: tl.constexpr):
+        """The weights _chunk_dot multiplies, as float32 [BLOCK_N, SB, 8, 32] in the same order (gguf's
+        dequantization: d * q, d * sc * q - dmin * m, d * scale * q)."""
+        if QTYPE == 8:
+            base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * 272 + r * 34
+            q = tl.load(base + 2 + l, mask=n_ok, other=0).to(tl.int8, bitcast=True).to(tl.float32)
+            values = _f16_at(base, n_ok) * q
+        elif QTYPE == 12:
+            base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * 144
+            scale, offset = _q4k_scales(tl.reshape(base, (BLOCK_N, SB, 1)), tl.reshape(r, (1, 1, 8)),
+                                        tl.reshape(n_ok, (BLOCK_N, 1, 1)))
+            values = tl.reshape(scale, (BLOCK_N, SB, 8, 1)) * _q4k_quants(base, r, l, n_ok) \
+                - tl.reshape(offset, (BLOCK_N, SB, 8, 1))
+        else:
+            base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * 210
+            group = base + 192 + r * 2 + l // 16                                                 # [BN, SB, 8, 32]
+            scale = tl.load(group, mask=n_ok, other=0).to(tl.int8, bitcast=True).to(tl.float32)
+            values = _f16_at(base + 208, n_ok) * scale * _q6k_quants(base, r, l, n_ok)
+        return values
 
     @triton.jit
     def _packed_gemv_kernel(x_ptr, w_ptr, out_ptr, n, k, stride_xm, row_bytes, stride_om,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from strata.kernels import packed_gemv
+from strata.kernels import packed_dequant, packed_gemv
 from strata.kernels.fused_moe import fused_moe as fused_moe_kernel
 from strata.kernels.fused_moe import grouped_experts_ref
 from strata.kernels.gguf_blocks import dequantize_ref
@@ -45,9 +45,10 @@ PAIR_CONFIG = dict(BLOCK_N=4, SUPERBLOCKS=4, num_warps=2, num_stages=3)
 
 
 def dequantize_experts(w: torch.Tensor, qtype: int, k: int, dtype: torch.dtype) -> torch.Tensor:
-    """w uint8 [E, N, row bytes] -> [E, N, K] in `dtype` (gguf's dequantization, then the cast)."""
+    """w uint8 [E, N, row bytes] -> [E, N, K] in `dtype` (gguf's dequantization, then the cast; one launch on
+    CUDA for the types packed_dequant reads)."""
     num, rows, _ = w.shape
-    return dequantize_ref(w.reshape(num * rows, -1), qtype, k).to(dtype).view(num, rows, k)
+    return packed_dequant.dequantize(w.reshape(num * rows, -1), qtype, k, dtype).view(num, rows, k)
 
 
 def packed_moe_ref(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2: int,

@@ -174,19 +174,24 @@ class MoEBlock(nn.Module):
     def _routes_fused(self, hidden: torch.Tensor) -> bool:
         """Decode-sized CUDA steps on device-resident experts route in one launch (route_and_align) where
         that is the faster way (fused_routing_pays)."""
-        return (self.routing_bias is None and self.gate.bias is None and isinstance(self.experts, LocalExperts)
+        return (self.routing_bias is None and self.gate.bias is None
+                and isinstance(self.experts, (LocalExperts, PackedLocalExperts))
                 and ops.fused_routing_on(hidden, self.gate.weight, self.experts.w13))
 
-    def _forward_fused(self, hidden: torch.Tensor) -> TopkPartials:
+    def _forward_fused(self, hidden: torch.Tensor) -> torch.Tensor | TopkPartials:
         """Router projection, routing (and statistics) and the expert row layout in one launch, then the
-        grouped expert GEMMs: two launches fewer per layer than route() + fused_moe."""
+        grouped expert GEMMs (packed experts: the packed MoE kernels, which take the ids as they are):
+        two launches fewer per layer than route() + fused_moe."""
         if self._route_counter is None or self._route_counter.device != hidden.device:
             self._route_counter = torch.zeros(1, dtype=torch.int32, device=hidden.device)
         cfg = ops.default_config(hidden.shape[0] * self.top_k, self.experts.num_experts)
         rows = self.stats.layer_rows(self.layer_idx) if self.stats is not None else (None, None, None)
-        _, topk_weights, sorted_ids, block_expert = ops.route_and_align(
+        topk_ids, topk_weights, sorted_ids, block_expert = ops.route_and_align(
             hidden, self.gate.weight, self.top_k, self.norm_topk_prob, cfg["BLOCK_M"], self._route_counter, *rows)
         shared = self._shared(hidden)
+        if isinstance(self.experts, PackedLocalExperts):
+            out = ops.packed_moe(hidden, self.experts.blocks(), topk_ids, topk_weights)
+            return out if shared is None else out + shared
         partials = ops.moe_grouped_gemms(hidden, self.experts.w13, self.experts.w2, topk_weights, sorted_ids,
                                          block_expert, cfg, sum_topk=False)   # [T, K or 1, D] float32
         return TopkPartials(partials, shared, hidden.dtype)

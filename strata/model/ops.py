@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 
 from strata.config import debug_flag
-from strata.kernels import packed_gemv, skinny_linear, triton_available
+from strata.kernels import packed_dequant, packed_gemv, skinny_linear, triton_available
 from strata.kernels.fused_moe import fused_moe as fused_moe_kernel
 from strata.kernels.fused_moe import fused_moe_ref
-from strata.kernels.gguf_blocks import dequantize_ref, packed_matmul_ref
+from strata.kernels.gguf_blocks import packed_matmul_ref
 from strata.kernels.packed_moe import packed_moe as packed_moe_kernel
 from strata.kernels.packed_moe import packed_moe_ref
 from strata.kernels.rms_norm import rms_norm as rms_norm_kernel
@@ -139,7 +139,7 @@ def _packed_segment(x: torch.Tensor, qtype: int, blocks: torch.Tensor, k: int) -
     if x.is_cuda:
         if kernels_on(x) and x.shape[0] <= packed_gemv.MAX_ROWS and packed_gemv.supports(qtype, k):
             return packed_gemv.packed_gemv(x.contiguous(), blocks, qtype, blocks.shape[0], k)
-        return F.linear(x, dequantize_ref(blocks, qtype, k).to(x.dtype))
+        return F.linear(x, packed_dequant.dequantize(blocks, qtype, k, x.dtype))
     kernel = _cpu_quant()
     if kernel is not None and kernel.supports(qtype):
         return kernel.quant_matmul(x.float().contiguous(), blocks.contiguous(), qtype, blocks.shape[0], k)
@@ -150,7 +150,7 @@ def packed_embedding(weight, input_ids: torch.Tensor, dtype: torch.dtype) -> tor
     """input_ids [T] -> rows [T, K] of a one-segment PackedWeight in `dtype`: the ids' block rows are
     gathered, then dequantized (on every device, for now)."""
     rows = weight.blocks.index_select(0, input_ids)  # [T, row_bytes]
-    return dequantize_ref(rows, weight.qtype, weight.in_features).to(dtype)
+    return packed_dequant.dequantize(rows, weight.qtype, weight.in_features, dtype)
 
 
 # ---- MoE --------------------------------------------------------------------------------------------

@@ -74,3 +74,21 @@ def test_packed_linear_on_cuda_matches_the_cpu_reference(rows):
     scale = (x.float().abs() @ dense.abs()).clamp_min(1.0)
     # float32 sums up to MAX_ROWS; beyond, a bf16 GEMM of the dequantized weight (8-bit mantissas)
     assert ((out - expected).abs() / scale).max() < (1e-5 if rows <= 16 else 1e-2)
+
+
+@gpu
+@pytest.mark.parametrize("qtype", sorted(BLOCK_LAYOUT))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_packed_dequant_matches_the_reference(qtype, dtype):
+    """One launch from blocks to 16-bit weights: gguf's float32 values rounded once; rows spaced further
+    apart than their bytes (a slice of wider rows) read as well as contiguous ones."""
+    from strata.kernels.gguf_blocks import dequantize_ref
+    from strata.kernels.packed_dequant import dequantize
+
+    blocks = random_blocks(qtype, 37, 768, seed=qtype)
+    wide = torch.zeros(37, blocks.shape[1] + 40, dtype=torch.uint8)
+    wide[:, :blocks.shape[1]] = blocks
+    expected = dequantize_ref(blocks, qtype, 768).to(dtype)
+    for source in (blocks.cuda(), wide.cuda()[:, :blocks.shape[1]]):
+        out = dequantize(source, qtype, 768, dtype)
+        assert out.dtype == dtype and torch.equal(out.cpu(), expected)

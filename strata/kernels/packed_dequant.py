@@ -1,0 +1,62 @@
+"""GGUF blocks (Q8_0, Q4_K, Q6_K) -> dense 16-bit weights on the GPU in one launch.
+
+Prompt-sized steps multiply by dense weights: they dequantize a packed projection (or a layer's used
+experts) into a temporary and run the 16-bit GEMM. gguf_blocks.dequantize_ref does the same in a dozen
+torch ops with float32 temporaries; this reads the blocks once and writes the weights once, decoding
+with packed_gemv's block readers (_chunk_values), so it costs about a copy of the dense result.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from strata.kernels import packed_gemv
+from strata.kernels.gguf_blocks import dequantize_ref
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU-only install: dequantize falls back to the torch form
+    triton = tl = None
+
+if triton is not None:
+    from strata.kernels.packed_gemv import _chunk_values
+
+CONFIG = dict(BLOCK_N=8, SUPERBLOCKS=2, num_warps=4)
+
+
+def supports(qtype: int, k: int) -> bool:
+    return packed_gemv.supports(qtype, k)
+
+
+def dequantize(blocks: torch.Tensor, qtype: int, k: int, dtype: torch.dtype) -> torch.Tensor:
+    """blocks uint8 [N, row bytes] (rows of K values; contiguous rows, any row stride) -> [N, K] in `dtype`:
+    gguf's dequantization in float32, rounded once to `dtype`."""
+    if not (blocks.is_cuda and triton is not None and supports(qtype, k)):
+        return dequantize_ref(blocks, qtype, k).to(dtype)
+    num_rows = blocks.shape[0]
+    assert blocks.dtype == torch.uint8 and blocks.stride(1) == 1
+    out = torch.empty(num_rows, k, dtype=dtype, device=blocks.device)
+    superblocks = CONFIG["SUPERBLOCKS"]
+    while (k // packed_gemv.CHUNK) % superblocks:
+        superblocks //= 2
+    grid = (triton.cdiv(num_rows, CONFIG["BLOCK_N"]), k // packed_gemv.CHUNK // superblocks)
+    _dequantize_kernel[grid](blocks, out, num_rows, k, blocks.stride(0), QTYPE=qtype, BLOCK_N=CONFIG["BLOCK_N"],
+                             SB=superblocks, num_warps=CONFIG["num_warps"])
+    return out
+
+
+if triton is not None:
+
+    @triton.jit
+    def _dequantize_kernel(w_ptr, out_ptr, num_rows, k, row_stride, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr,
+                           SB: tl.constexpr):
+        offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        sb = tl.program_id(1) * SB
+        n_ok = (offs_n < num_rows)[:, None, None, None]                                     # [BN, 1, 1, 1]
+        rows = offs_n.to(tl.int64)[:, None, None, None]
+        r = tl.arange(0, 8)[None, None, :, None]
+        l = tl.arange(0, 32)[None, None, None, :]
+        values = _chunk_values(w_ptr + rows * row_stride, sb, r, l, n_ok, QTYPE, SB, BLOCK_N)  # [BN, SB, 8, 32]
+        columns = (sb + tl.arange(0, SB))[None, :, None, None] * 256 + r * 32 + l
+        tl.store(out_ptr + rows * k + columns, values.to(out_ptr.dtype.element_ty), mask=n_ok)
