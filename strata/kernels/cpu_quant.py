@@ -7,7 +7,11 @@ differs from "dequantize W, matmul in float32" by at most sum over blocks of ama
 x are 20x outliers; Q4 weights themselves cost ~8 %. `quant_matmul_ref` states the exact semantics;
 tests/kernels/test_cpu_quant.py holds the kernel to it and to the bound. Built at first use with the
 system C compiler (kernels/native_build.py); AVX-512 VNNI, AVX2 or portable kernels are chosen at load.
-With no compiler `supports()` is False for every type and callers keep their torch path."""
+With no compiler `supports()` is False for every type and callers keep their torch path.
+
+`quant_moe` runs one MoE layer's routed experts (gate/up, SiLU, down, the routing weights) over packed
+expert rows in one call (native/quant_moe.c), reading each distinct expert's bytes once; `quant_moe_ref`
+states its semantics and tests/kernels/test_cpu_quant_moe.py its bounds."""
 
 from __future__ import annotations
 
@@ -47,10 +51,14 @@ def _build() -> ctypes.CDLL:
                   (_NATIVE / "quant_simd.c", ["-O3", *_AVX2]), (_NATIVE / "quant_simd.c", ["-O3", *_AVX512])]
     else:
         units += [(_NATIVE / "quant_matmul.c", ["-O3", "-pthread"])]
+    units += [(_NATIVE / "quant_moe.c", ["-O3", "-pthread"])]
     library = ctypes.CDLL(str(build_library("quant_matmul", units, ["-pthread", "-lm"],
                                             headers=[_NATIVE / "quant_matmul.h"])))
     pointer, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+    weights = [i32, pointer, i64, i64]  # type, rows, expert stride, row stride
     for name, argtypes in (("strata_qmm", [i32, pointer, i64, pointer, i64, i64, pointer, i32]),
+                           ("strata_qmoe", [pointer, pointer, i64, i64, i64, pointer, pointer, pointer, *weights,
+                                            *weights, i32]),
                            ("strata_qmm_supports", [i32]), ("strata_qmm_set_isa", [i32]),
                            ("strata_qmm_best_isa", [])):
         getattr(library, name).argtypes = argtypes
@@ -128,6 +136,75 @@ def quant_matmul(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: i
     return y
 
 
+def supports_moe(qtype13: int, qtype2: int) -> bool:
+    """quant_moe is built here and handles experts of these types (w13's, w2's: any pair of supported ones)."""
+    return supports(qtype13) and supports(qtype2)
+
+
+def quant_moe(hidden: torch.Tensor, rows: np.ndarray, experts: np.ndarray, weights: np.ndarray, w13: torch.Tensor,
+              qtype13: int, w2: torch.Tensor, qtype2: int, inter: int, out: torch.Tensor) -> None:
+    """out [R, D] += for every pair p: weights[p] * W2[e] @ (silu(G[e] @ x) * (U[e] @ x)), e = experts[p],
+    x = hidden[rows[p]]; hidden / out [R, D] contiguous CPU float32; rows, experts int64 and weights float32
+    contiguous numpy [P]. w13 [E, 2I, >= row bytes] uint8: expert e's gate rows (0..I-1) then up rows of D
+    values each, GGUF qtype13 blocks from the start of each row (a strided view of a larger buffer is fine;
+    each row's bytes must be contiguous); w2 [E, D, >= row bytes]: the down rows of I values, qtype2. The
+    activations are quantized per block as quant_matmul does (act stays float32 until then); the result
+    does not depend on the thread count. Check supports_moe first."""
+    library = _library or _require()
+    _check_moe(hidden, rows, experts, weights, w13, qtype13, w2, qtype2, inter, out)
+    if len(rows) == 0:
+        return
+    status = library.strata_qmoe(
+        hidden.data_ptr(), out.data_ptr(), hidden.shape[1], inter, len(rows), rows.ctypes.data, experts.ctypes.data,
+        weights.ctypes.data, qtype13, w13.data_ptr(), w13.stride(0), w13.stride(1), qtype2, w2.data_ptr(),
+        w2.stride(0), w2.stride(1), _num_threads or torch.get_num_threads())
+    if status != 0:  # the C side's other refusals (types, blocks) were checked above
+        raise MemoryError("quant_moe: no scratch memory for the activations")
+
+
+def _check_moe(hidden: torch.Tensor, rows: np.ndarray, experts: np.ndarray, weights: np.ndarray,
+               w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2: int, inter: int, out: torch.Tensor) -> None:
+    if hidden.dim() != 2 or hidden.dtype != torch.float32 or not hidden.is_contiguous() or not hidden.is_cpu:
+        raise ValueError(f"quant_moe: hidden must be a contiguous CPU float32 [R, D] tensor, got {hidden.dtype} "
+                         f"{tuple(hidden.shape)}")
+    num_rows, dim = hidden.shape
+    if out.shape != hidden.shape or out.dtype != torch.float32 or not out.is_contiguous() or not out.is_cpu:
+        raise ValueError(f"quant_moe: out must be a contiguous CPU float32 {list(hidden.shape)} tensor like hidden, "
+                         f"got {out.dtype} {tuple(out.shape)}")
+    _check_experts("w13", w13, qtype13, 2 * inter, dim)
+    _check_experts("w2", w2, qtype2, dim, inter)
+    if w2.shape[0] != w13.shape[0]:
+        raise ValueError(f"quant_moe: w13 holds {w13.shape[0]} experts and w2 {w2.shape[0]}; pass the same experts")
+    for name, array, dtype in (("rows", rows, np.int64), ("experts", experts, np.int64),
+                               ("weights", weights, np.float32)):
+        if not isinstance(array, np.ndarray) or array.dtype != dtype or array.ndim != 1 or len(array) != len(rows) \
+                or not array.flags.c_contiguous:
+            raise ValueError(f"quant_moe: {name} must be a contiguous 1-D {np.dtype(dtype).name} numpy array, one "
+                             f"value a pair as in rows; got {type(array).__name__} {getattr(array, 'dtype', '')} "
+                             f"{getattr(array, 'shape', '')}")
+    pairs = len(rows)
+    if pairs and (rows.min() < 0 or rows.max() >= num_rows):
+        raise ValueError(f"quant_moe: rows must be in [0, {num_rows}) (rows of hidden), got {rows.min()}..{rows.max()}")
+    if pairs and (experts.min() < 0 or experts.max() >= w13.shape[0]):
+        raise ValueError(f"quant_moe: experts must be in [0, {w13.shape[0]}), got {experts.min()}..{experts.max()}")
+
+
+def _check_experts(name: str, w: torch.Tensor, qtype: int, n: int, k: int) -> None:
+    """w: E experts of n rows of k values of `qtype`, each row's bytes contiguous."""
+    if qtype not in _LAYOUTS:
+        raise ValueError(f"quant_moe: {name}'s GGUF type {qtype} is not handled; check supports_moe()")
+    block, _, type_name = _LAYOUTS[qtype]
+    if k <= 0 or k % block != 0:
+        raise ValueError(f"quant_moe: {name}'s rows hold {k} values, not a positive multiple of {type_name}'s block "
+                         f"of {block}")
+    row_bytes = _row_bytes(qtype, k)
+    if w.dtype != torch.uint8 or not w.is_cpu or w.dim() != 3 or w.shape[1] != n or w.shape[2] < row_bytes \
+            or w.stride(2) != 1:
+        raise ValueError(f"quant_moe: {name} must be a CPU uint8 [E, {n}, >= {row_bytes}] tensor of {type_name} rows "
+                         f"of {k} values, each row's bytes contiguous; got {w.dtype} {tuple(w.shape)} strides "
+                         f"{w.stride()}")
+
+
 def _require() -> ctypes.CDLL:
     library = _load()
     if library is None:
@@ -150,3 +227,26 @@ def quant_matmul_ref(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, 
     weight = torch.from_numpy(dequantize(blocks.numpy(), GGMLQuantizationType(qtype)).reshape(n, k))
     x_hat = quantize_activations_ref(x, GGML_QUANT_SIZES[GGMLQuantizationType(qtype)][0])
     return x_hat @ weight.double().T  # [T, N]
+
+
+def quant_moe_ref(hidden: torch.Tensor, rows: np.ndarray, experts: np.ndarray, weights: np.ndarray,
+                  w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2: int, inter: int) -> torch.Tensor:
+    """What quant_moe adds to out, in float64 [R, D]: for each pair, gate and up = quant_matmul_ref of its
+    hidden row with its expert's w13 rows; act = silu(gate) * up, rounded to float32 and quantized at w2's
+    block; quant_matmul_ref of act with the w2 rows, times the pair's weight; summed per row."""
+    dim = hidden.shape[1]
+    total = torch.zeros(hidden.shape, dtype=torch.float64)  # [R, D]
+    for expert in np.unique(experts):
+        pairs = np.flatnonzero(experts == expert)
+        index = torch.from_numpy(rows[pairs])
+        w13_e = w13[expert, :, :_row_bytes(qtype13, dim)].contiguous()  # [2I, row bytes]
+        gate, up = quant_matmul_ref(hidden[index], w13_e, qtype13, 2 * inter, dim).split(inter, dim=1)  # [n, I] each
+        act = torch.nn.functional.silu(gate) * up
+        y = quant_matmul_ref(act.float(), w2[expert, :, :_row_bytes(qtype2, inter)].contiguous(), qtype2, dim, inter)
+        total.index_add_(0, index, y * torch.from_numpy(weights[pairs]).double()[:, None])
+    return total
+
+
+def _row_bytes(qtype: int, k: int) -> int:
+    block, type_bytes, _ = _LAYOUTS[qtype]
+    return k // block * type_bytes

@@ -6,7 +6,8 @@
  * (the caller included) takes in turn; each chunk runs the rows of x in tiles of MAX_T, so a weight row
  * is decoded once per tile and read from memory once per call. The kernels come from one of three
  * tables, chosen once from what this CPU supports (__builtin_cpu_supports): AVX-512 (VNNI), AVX2, or the
- * portable C ones; strata_qmm_set_isa() can force a lower one (tests, debugging). */
+ * portable C ones; strata_qmm_set_isa() can force a lower one (tests, debugging). The quantizer, the
+ * kernels and the pool also serve quant_moe.c (a MoE layer's experts in one call). */
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -56,8 +57,9 @@ int strata_qmm_supports(int qtype) {
     return qtype >= 0 && qtype < NUM_TYPES && tables[ISA_SCALAR][qtype] != NULL;
 }
 
-/* values per block, bytes per block, values per activation scale */
-static void type_sizes(int qtype, int64_t *block, int64_t *bytes, int64_t *act_block) {
+rows_fn strata_qmm_rows(int qtype) { return tables[isa_current][qtype]; }
+
+void strata_qmm_type_sizes(int qtype, int64_t *block, int64_t *bytes, int64_t *act_block) {
     switch (qtype) {
     case T_Q8_0: *block = QK, *bytes = sizeof(block_q8_0), *act_block = QK; break;
     case T_Q4_0: *block = QK, *bytes = sizeof(block_q4_0), *act_block = QK; break;
@@ -71,9 +73,25 @@ static void type_sizes(int qtype, int64_t *block, int64_t *bytes, int64_t *act_b
 
 /* ---- activations: x ~= d * q per block of qb values (round to nearest even, like np.rint) ------ */
 
-static void quantize_row(const float *x, int64_t t, const acts_t *acts, int8_t *q, float *d, float *bsum,
-                         float *bsum_row) {
+static int64_t acts_floats(int64_t t, int64_t k, int64_t qb) {  /* the scales, bsum by tile and by row */
+    return (t + MAX_T - 1) / MAX_T * MAX_T * (k / qb + 2 * k / QK);
+}
+
+size_t strata_qmm_acts_bytes(int64_t t, int64_t k, int64_t qb) {
+    return ((sizeof(float) * (size_t)acts_floats(t, k, qb) + (size_t)(t * k)) + 63) / 64 * 64;
+}
+
+acts_t strata_qmm_acts_at(void *scratch, int64_t t, int64_t k, int64_t qb) {
+    const int64_t tiles = (t + MAX_T - 1) / MAX_T;
+    float *d = scratch, *bsum = d + tiles * MAX_T * (k / qb), *bsum_rows = bsum + tiles * MAX_T * (k / QK);
+    memset(d, 0, sizeof(float) * (size_t)acts_floats(t, k, qb));
+    return (acts_t){(int8_t *)(d + acts_floats(t, k, qb)), d, bsum, bsum_rows, k, qb};
+}
+
+void strata_qmm_quantize_row(const float *x, int64_t t, const acts_t *acts) {
     const int64_t k = acts->k, qb = acts->qb, tile = t / MAX_T * MAX_T, lane = t % MAX_T;
+    int8_t *q = acts->q + t * k;
+    float *d = acts->d, *bsum = acts->bsum, *bsum_row = acts->bsum_rows + t * (k / QK);
     for (int64_t b = 0; b < k / qb; b++) {
         const float *xb = x + b * qb;
         float amax = 0.f;
@@ -94,14 +112,14 @@ static void quantize_row(const float *x, int64_t t, const acts_t *acts, int8_t *
 }
 
 /* ---- the pool ------------------------------------------------------------------------------------
- * Each job (quantizing the rows of x, then the matmul's chunks of output rows) is a generation: the
- * caller writes the job, publishes its item limit and ticket, bumps the generation and takes items
- * itself; workers that see the new generation copy the job and take items too. An item is taken by a
- * compare-and-swap on the ticket (generation << 32 | next item), so only an item of the generation a
- * worker copied the job for: a worker that wakes late (its core busy) takes nothing, and the caller
- * waits only for the items taken, never for a worker to be scheduled. A successful claim also proves
- * the worker's copy of the job was made before the generation ended (the caller rewrites the job only
- * after all its items are done).
+ * Each job (a phase: quantizing the rows of x, then the matmul's chunks of output rows, say) is a
+ * generation: the caller writes the job, publishes its item limit and ticket, bumps the generation and
+ * takes items itself; workers that see the new generation copy the job and take items too. An item is
+ * taken by a compare-and-swap on the ticket (generation << 32 | next item), so only an item of the
+ * generation a worker copied the job for: a worker that wakes late (its core busy) takes nothing, and
+ * the caller waits only for the items taken, never for a worker to be scheduled. A successful claim
+ * also proves the worker's copy of the job was made before the generation ended (the caller rewrites
+ * the job, and frees what its ctx points to, only after all its items are done).
  *
  * Decode runs a few hundred of these calls per token with short gaps between them: a worker that went
  * to sleep costs a futex wake-up (tens of microseconds) at the next call, so workers poll for a while
@@ -114,35 +132,12 @@ enum { SPIN_NS = 200000 };
 #define CPU_RELAX() __asm__ __volatile__("" ::: "memory")
 #endif
 
-typedef struct job job_t;
-struct job {
-    void (*run_item)(const job_t *job, int64_t item);
+typedef struct {
+    void (*run_item)(const void *ctx, int64_t item);
+    const void *ctx;       /* read by the items only: valid while the generation lasts */
     int64_t items;
     int workers;           /* how many pool workers take part */
-    const float *x;        /* [T, K] */
-    int8_t *q;             /* the quantized activations, written by quantize_item, read through acts */
-    float *d, *bsum, *bsum_rows;
-    acts_t acts;
-    rows_fn kernel;
-    const uint8_t *w;      /* [N, row_bytes] */
-    int64_t row_bytes, n, t, chunk_rows;
-    float *y;              /* [T, N] */
-};
-
-static void quantize_item(const job_t *job, int64_t row) {
-    const int64_t k = job->acts.k;
-    quantize_row(job->x + row * k, row, &job->acts, job->q + row * k, job->d, job->bsum, job->bsum_rows + row * (k / QK));
-}
-
-static void matmul_item(const job_t *job, int64_t chunk) {  /* output rows chunk * chunk_rows.., all of T */
-    const int64_t r0 = chunk * job->chunk_rows;
-    const int64_t rows = r0 + job->chunk_rows <= job->n ? job->chunk_rows : job->n - r0;
-    for (int64_t t0 = 0; t0 < job->t; t0 += MAX_T) {
-        const int nt = job->t - t0 < MAX_T ? (int)(job->t - t0) : MAX_T;
-        job->kernel(job->w + r0 * job->row_bytes, job->row_bytes, rows, &job->acts, t0, nt, job->y + t0 * job->n + r0,
-                    job->n);
-    }
-}
+} job_t;
 
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER, call_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t pool_wake = PTHREAD_COND_INITIALIZER;
@@ -173,7 +168,7 @@ static int64_t claim(uint32_t generation) {  /* the next item of `generation`, o
 
 static void run_items(const job_t *job, uint32_t generation) {
     for (int64_t item; (item = claim(generation)) >= 0;) {
-        job->run_item(job, item);
+        job->run_item(job->ctx, item);
         __atomic_add_fetch(&pool_done, 1, __ATOMIC_RELEASE);
     }
 }
@@ -228,6 +223,7 @@ static void start_workers(int count) {  /* the caller holds call_mu */
 }
 
 static void run_job(job_t *job, int threads) {  /* the caller holds call_mu */
+    if (job->items <= 0) return;
     if (threads > job->items) threads = (int)job->items;
     start_workers(threads - 1);
     job->workers = threads - 1 < pool_workers ? threads - 1 : pool_workers;
@@ -249,9 +245,40 @@ static void run_job(job_t *job, int threads) {  /* the caller holds call_mu */
     }
 }
 
+void strata_qmm_run_phases(const phase_t *phases, int count, const void *ctx) {
+    pthread_mutex_lock(&call_mu);
+    for (int i = 0; i < count; i++) {
+        job_t job = {.run_item = phases[i].run_item, .ctx = ctx, .items = phases[i].items};
+        run_job(&job, phases[i].threads < 1 ? 1 : phases[i].threads);
+    }
+    pthread_mutex_unlock(&call_mu);
+}
+
 /* ---- the entry point ---------------------------------------------------------------------------- */
 
-enum { PARALLEL_QUANTIZE = 1 << 16 };  /* values of x from which the pool quantizes them */
+typedef struct {
+    const float *x;        /* [T, K] */
+    acts_t acts;           /* x quantized */
+    rows_fn kernel;
+    const uint8_t *w;      /* [N, row_bytes] */
+    int64_t row_bytes, n, t, chunk_rows;
+    float *y;              /* [T, N] */
+} matmul_t;
+
+static void quantize_item(const void *ctx, int64_t row) {
+    const matmul_t *m = ctx;
+    strata_qmm_quantize_row(m->x + row * m->acts.k, row, &m->acts);
+}
+
+static void matmul_item(const void *ctx, int64_t chunk) {  /* output rows chunk * chunk_rows.., all of T */
+    const matmul_t *m = ctx;
+    const int64_t r0 = chunk * m->chunk_rows;
+    const int64_t rows = r0 + m->chunk_rows <= m->n ? m->chunk_rows : m->n - r0;
+    for (int64_t t0 = 0; t0 < m->t; t0 += MAX_T) {
+        const int nt = m->t - t0 < MAX_T ? (int)(m->t - t0) : MAX_T;
+        m->kernel(m->w + r0 * m->row_bytes, m->row_bytes, rows, &m->acts, t0, nt, m->y + t0 * m->n + r0, m->n);
+    }
+}
 
 /* y [t, n] float32 = x [t, k] float32 @ dequant(w [n, k / block * bytes]).T on `threads` threads (the
  * caller included). Returns 0; 1 when scratch memory could not be had; 2 for a type it does not
@@ -259,28 +286,19 @@ enum { PARALLEL_QUANTIZE = 1 << 16 };  /* values of x from which the pool quanti
 int strata_qmm(int qtype, const float *x, int64_t t, const uint8_t *w, int64_t n, int64_t k, float *y, int threads) {
     if (!strata_qmm_supports(qtype)) return 2;
     int64_t block, bytes, act_block;
-    type_sizes(qtype, &block, &bytes, &act_block);
+    strata_qmm_type_sizes(qtype, &block, &bytes, &act_block);
     if (k <= 0 || k % block != 0) return 2;
     if (t <= 0 || n <= 0) return 0;
-    /* scratch: the scales and bsum (tiles of MAX_T rows, zero past row t), bsum by row, the int8 values */
-    const int64_t tiles = (t + MAX_T - 1) / MAX_T, scales = tiles * MAX_T * (k / act_block + 2 * k / QK);
-    char *scratch = malloc(sizeof(float) * (size_t)scales + (size_t)(t * k));
+    void *scratch = aligned_alloc(64, strata_qmm_acts_bytes(t, k, act_block));
     if (scratch == NULL) return 1;
-    float *d = (float *)scratch, *bsum = d + tiles * MAX_T * (k / act_block), *bsum_rows = bsum + tiles * MAX_T * (k / QK);
-    int8_t *q = (int8_t *)(d + scales);
-    memset(d, 0, sizeof(float) * (size_t)scales);
     if (threads < 1) threads = 1;
     int64_t chunk_rows = n / ((int64_t)threads * 8);  /* ~8 chunks a thread: balance, little contention */
     chunk_rows = chunk_rows < 1 ? 1 : chunk_rows > 64 ? 64 : chunk_rows;
-    job_t job = {.run_item = quantize_item, .items = t, .x = x, .q = q, .d = d, .bsum = bsum, .bsum_rows = bsum_rows,
-                 .acts = {q, d, bsum, bsum_rows, k, act_block}, .kernel = tables[isa_current][qtype], .w = w,
-                 .row_bytes = k / block * bytes, .n = n, .t = t, .chunk_rows = chunk_rows, .y = y};
-    pthread_mutex_lock(&call_mu);
-    run_job(&job, t * k >= PARALLEL_QUANTIZE ? threads : 1);  /* ~1 ms a million values on one core */
-    job.run_item = matmul_item;
-    job.items = (n + chunk_rows - 1) / chunk_rows;
-    run_job(&job, threads);
-    pthread_mutex_unlock(&call_mu);
+    const matmul_t m = {.x = x, .acts = strata_qmm_acts_at(scratch, t, k, act_block), .kernel = strata_qmm_rows(qtype),
+                        .w = w, .row_bytes = k / block * bytes, .n = n, .t = t, .chunk_rows = chunk_rows, .y = y};
+    const phase_t phases[2] = {{quantize_item, t, t * k >= PARALLEL_QUANTIZE ? threads : 1},  /* ~1 ms / M values */
+                               {matmul_item, (n + chunk_rows - 1) / chunk_rows, threads}};
+    strata_qmm_run_phases(phases, 2, &m);
     free(scratch);
     return 0;
 }

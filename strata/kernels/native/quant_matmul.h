@@ -1,5 +1,6 @@
-/* Shared by the driver (quant_matmul.c) and the kernels (quant_scalar.c, quant_simd.c compiled once per
- * instruction set): the GGUF block layouts, the quantized activations and the kernel signature.
+/* Shared by the drivers (quant_matmul.c, quant_moe.c) and the kernels (quant_scalar.c, quant_simd.c
+ * compiled once per instruction set): the GGUF block layouts, the quantized activations, the kernel
+ * signature, and what quant_matmul.c lends quant_moe.c (the activation quantizer, the thread pool).
  *
  * Activations are quantized per block to int8 with a float32 scale, x ~= d * q, q = rint(x * 127 / amax),
  * over QB = 32 values for the 32-value weight types and QB = 256 for the 256-value ones (K-quants,
@@ -39,11 +40,11 @@ _Static_assert(sizeof(block_q8_0) == 34 && sizeof(block_q4_0) == 18 && sizeof(bl
 
 static const int8_t IQ4_VALUES[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
-typedef struct {
-    const int8_t *q;      /* [T, K] */
-    const float *d;       /* [ceil(T / MAX_T), K / QB, MAX_T] */
-    const float *bsum;    /* [ceil(T / MAX_T), K / 32, MAX_T] */
-    const float *bsum_rows;  /* [T, K / 32] */
+typedef struct {  /* written by strata_qmm_quantize_row, read by the kernels */
+    int8_t *q;           /* [T, K] */
+    float *d;            /* [ceil(T / MAX_T), K / QB, MAX_T] */
+    float *bsum;         /* [ceil(T / MAX_T), K / 32, MAX_T] */
+    float *bsum_rows;    /* [T, K / 32] */
     int64_t k, qb;
 } acts_t;
 
@@ -101,5 +102,33 @@ static inline float fp16_to_f32(uint16_t h) {  /* portable: the scalar kernels a
 void strata_qmm_table_scalar(rows_fn table[NUM_TYPES]);
 void strata_qmm_table_avx2(rows_fn table[NUM_TYPES]);
 void strata_qmm_table_avx512(rows_fn table[NUM_TYPES]);
+
+/* ---- quant_matmul.c's parts that quant_moe.c uses ---------------------------------------------- */
+
+enum { PARALLEL_QUANTIZE = 1 << 16 };  /* values to quantize from which the pool shares the work */
+
+int strata_qmm_supports(int qtype);
+/* values per weight block, bytes per block, values per activation scale */
+void strata_qmm_type_sizes(int qtype, int64_t *block, int64_t *bytes, int64_t *act_block);
+/* the rows function of the instruction set in use (strata_qmm_supports(qtype) first) */
+rows_fn strata_qmm_rows(int qtype);
+/* Scratch for the activations of t rows of k values, a scale every qb: acts_bytes(t, k, qb) bytes at
+ * `scratch` (64-byte aligned), laid out by acts_at, which zeroes the scales (a tile's rows past the last
+ * are read as 0 there, never their values). */
+size_t strata_qmm_acts_bytes(int64_t t, int64_t k, int64_t qb);
+acts_t strata_qmm_acts_at(void *scratch, int64_t t, int64_t k, int64_t qb);
+/* row t of the activations = x [k] quantized */
+void strata_qmm_quantize_row(const float *x, int64_t t, const acts_t *acts);
+
+/* A phase: run_item(ctx, i) for every i < items, shared by up to `threads` threads (the caller included). */
+typedef struct {
+    void (*run_item)(const void *ctx, int64_t item);
+    int64_t items;
+    int threads;
+} phase_t;
+
+/* Run the phases in order on the pool (a phase starts once every item of the one before is done), one
+ * call at a time. */
+void strata_qmm_run_phases(const phase_t *phases, int count, const void *ctx);
 
 #endif
