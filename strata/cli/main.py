@@ -1,4 +1,5 @@
-"""Entry point of the `strata` command: dispatches to the sub-commands (serve, generate, chat, bench, profile)."""
+"""Entry point of the `strata` command: dispatches to the sub-commands (serve, generate, chat, bench, profile,
+quantize)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="strata", description="Strata: MoE inference engine")
     sub = parser.add_subparsers(dest="command", required=True)
-    from strata.cli import bench, chat, generate, profile, serve
+    from strata.cli import bench, chat, generate, profile, quantize, serve
 
-    for module in (serve, generate, chat, bench, profile):
+    for module in (serve, generate, chat, bench, profile, quantize):
         module.register(sub)
     args = parser.parse_args(argv)
     try:

@@ -83,7 +83,8 @@ class _Planned:
 def write_gguf(path: str, hf_config: dict, state_dict: Mapping[str, Any], type_of: TypeChooser, vocab,
                split_qkvz: bool = True, extra_tensors: dict[str, np.ndarray] | None = None,
                split_max_tensors: int = 0, encode: Encoder = quantize, file_type: int | None = None,
-               on_tensor: Callable[[str, gguf.GGMLQuantizationType, int], None] | None = None) -> list[str]:
+               on_tensor: Callable[[str, gguf.GGMLQuantizationType, int], None] | None = None,
+               shapes: list[tuple[str, tuple[int, ...]]] | None = None) -> list[str]:
     """Write `state_dict` (HF checkpoint names -> tensors on any device, or PackedWeights, dequantized one at a
     time; anything whose items() gives the same pairs each time it is called) as llama.cpp would.
     type_of(llama.cpp name, shape) picks each tensor's type, encode(tensor, type) its bytes (on the tensor's
@@ -91,7 +92,8 @@ def write_gguf(path: str, hf_config: dict, state_dict: Mapping[str, Any], type_o
     split_qkvz=False writes Qwen3-Next's in_proj_qkvz as older llama.cpp did (ssm_in, HF layout).
     extra_tensors are written as given, under their llama.cpp names (e.g. rope_freqs.weight).
     split_max_tensors > 0 splits the file as gguf-split does (<stem>-00001-of-0000N.gguf, metadata in
-    part 1). on_tensor(name, type, bytes) is called after each tensor is written. Returns the paths written."""
+    part 1). on_tensor(name, type, bytes) is called after each tensor is written. shapes: llama_cpp_shapes'
+    answer, where the caller has it already (it walks `state_dict` once more). Returns the paths written."""
     arch = ARCHS[hf_config["architectures"][0]]
     names = gguf.get_tensor_name_map(arch, hf_config["num_hidden_layers"] + _num_mtp(hf_config))
     writer = gguf.GGUFWriter(path, gguf.MODEL_ARCH_NAMES[arch], split_max_tensors=split_max_tensors)
@@ -102,7 +104,7 @@ def write_gguf(path: str, hf_config: dict, state_dict: Mapping[str, Any], type_o
         writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
     plan = [_Planned(name, shape, type_of(name, shape))
-            for name, shape in llama_cpp_shapes(hf_config, state_dict, split_qkvz)]
+            for name, shape in shapes or llama_cpp_shapes(hf_config, state_dict, split_qkvz)]
     extras = dict(extra_tensors or {})
     if _rope(hf_config).get("rope_type") == "llama3":
         extras = {"rope_freqs.weight": llama3_rope_factors(hf_config), **extras}
@@ -242,7 +244,7 @@ def _llama_cpp_tensors(arch, cfg: dict, state_dict: Mapping[str, Any], names, sp
 
 def _stacked_experts(arch, cfg: dict, layer: int, proj: str, experts: dict[int, torch.Tensor], names,
                      split_qkvz: bool):
-    stacked = torch.stack([experts[e] for e in sorted(experts)])
+    stacked = _cat([experts[e].unsqueeze(0) for e in sorted(experts)], dim=0)
     yield from _convert(arch, cfg, f"model.layers.{layer}.mlp.experts.{proj}.weight", stacked, names, split_qkvz)
 
 
@@ -260,13 +262,13 @@ def _convert(arch, cfg: dict, name: str, t: torch.Tensor, names, split_qkvz: boo
         t = _permute(t, heads)
     if arch == gguf.MODEL_ARCH.QWEN3NEXT:
         if name.endswith(".A_log"):
-            t = -torch.exp(t)
+            t = _values(t, lambda a_log: -torch.exp(a_log))
         elif name.endswith(".dt_bias"):
             name = name.removesuffix(".dt_bias") + ".dt_proj.bias"
         elif "conv1d" in name:
             t = t.squeeze()
         elif name.endswith("norm.weight") and not name.endswith("linear_attn.norm.weight"):
-            t = t + 1
+            t = _values(t, lambda w: w + 1)
         if name.endswith("in_proj_qkvz.weight") and split_qkvz:
             layer = int(name.split(".")[2])
             qkv, z = _split_qkvz(t, cfg)
@@ -274,6 +276,24 @@ def _convert(arch, cfg: dict, name: str, t: torch.Tensor, names, split_qkvz: boo
             yield f"blk.{layer}.attn_gate.weight", z
             return
     yield _gguf_name(name, names), t
+
+
+# On the meta device (the shape plan) torch's elementwise ops, cat and stack reach Python decompositions whose
+# first call imports torch._dynamo (seconds): value-only changes are skipped there, and joins are copies.
+
+def _values(t: torch.Tensor, change) -> torch.Tensor:
+    return t if t.is_meta else change(t)
+
+
+def _cat(parts: list[torch.Tensor], dim: int) -> torch.Tensor:
+    """torch.cat, as slice copies."""
+    shape = list(parts[0].shape)
+    shape[dim] = sum(p.shape[dim] for p in parts)
+    out, start = parts[0].new_empty(shape), 0
+    for p in parts:
+        out.narrow(dim, start, p.shape[dim]).copy_(p)
+        start += p.shape[dim]
+    return out
 
 
 def _gguf_name(name: str, names) -> str:
@@ -297,5 +317,5 @@ def _split_qkvz(w: torch.Tensor, cfg: dict) -> tuple[torch.Tensor, torch.Tensor]
     k_dim, v_dim, hidden = cfg["linear_key_head_dim"], cfg["linear_value_head_dim"], cfg["hidden_size"]
     sizes = [k_dim, k_dim, num_v // num_k * v_dim, num_v // num_k * v_dim]
     q, k, v, z = torch.split(w.permute(1, 0).reshape(hidden, num_k, sum(sizes)), sizes, dim=-1)
-    qkv = torch.cat([p.reshape(hidden, -1) for p in (q, k, v)], dim=-1).permute(1, 0).contiguous()
+    qkv = _cat([p.reshape(hidden, -1) for p in (q, k, v)], dim=1).permute(1, 0).contiguous()
     return qkv, z.reshape(hidden, -1).permute(1, 0).contiguous()

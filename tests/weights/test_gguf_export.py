@@ -1,0 +1,246 @@
+"""strata.weights.gguf_export (`strata quantize`): models written as GGUF files in a scheme load back through
+GGUFSource with the types the scheme names (llama.cpp's Q4_K_M choices, fallbacks for rows the blocks do not
+divide), logits equal to the source model's at F32 and close at Q8_0 / Q4_K_M, and a tokenizer that
+strata.tokenizer loads: synthetic for random shapes, converted from an HF folder, copied from a GGUF."""
+
+from __future__ import annotations
+
+import gguf
+import pytest
+import torch
+import transformers
+
+from strata.cli.main import main
+from strata.cli.quantize import SCHEME_NAMES
+from strata.tokenizer import load_tokenizer
+from strata.tokenizer_gguf import PRE_TOKENIZERS
+from strata.weights.gguf_export import SCHEMES, export_gguf, synthetic_vocab
+from strata.weights.gguf_source import GGUFSource
+from strata.weights.hf_source import HFSource
+from strata.weights.loader import build_model
+from strata.weights.source import open_source
+from tiny_models import prompt_logits
+
+IDS = [5, 17, 99, 3, 42, 150, 8, 77, 61, 12]
+# every row a whole number of 256-value superblocks; top-k = all experts, so routing is continuous in the weights
+QWEN3_MOE = ("random:qwen3-30b-a3b?num_hidden_layers={layers}&hidden_size=256&moe_intermediate_size=256"
+             "&num_experts=4&num_experts_per_tok=4&vocab_size=512&num_attention_heads=4&num_key_value_heads=2"
+             "&head_dim=64&max_position_embeddings=256")
+QWEN3_NEXT = ("random:qwen3-next-80b-a3b?num_hidden_layers=4&hidden_size=256&moe_intermediate_size=256"
+              "&shared_expert_intermediate_size=256&num_experts=4&num_experts_per_tok=4&vocab_size=512"
+              "&num_attention_heads=2&num_key_value_heads=1&head_dim=128&linear_num_key_heads=2"
+              "&linear_num_value_heads=4&linear_key_head_dim=64&linear_value_head_dim=64&max_position_embeddings=256")
+# rows of 320 (Q8_0 in place of Q4_K / Q6_K) and of 80 (no block type fits: F16); tied embeddings
+LLAMA_ODD = ("random:smollm2-135m?num_hidden_layers=2&hidden_size=320&intermediate_size=80&vocab_size=512"
+             "&num_attention_heads=5&num_key_value_heads=1&max_position_embeddings=256")
+
+
+def rms_rel(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    return ((actual - expected).pow(2).mean() / expected.pow(2).mean()).sqrt().item()
+
+
+def source_logits(spec: str) -> torch.Tensor:
+    return prompt_logits(build_model(open_source(spec), "cpu", "float32", quiet=True), IDS)
+
+
+def file_logits(path: str) -> torch.Tensor:
+    return prompt_logits(build_model(GGUFSource(path), "cpu", "float32", quiet=True), IDS)
+
+
+def file_types(path: str) -> dict[str, str]:
+    return {t.name: t.tensor_type.name for t in gguf.GGUFReader(path).tensors}
+
+
+@pytest.fixture(scope="module")
+def moe_spec() -> str:
+    return QWEN3_MOE.format(layers=2)
+
+
+# ---- types -------------------------------------------------------------------------------------------
+
+def test_q4_k_m_types_are_llama_cpps(tmp_path):
+    """8 layers: llama.cpp's use-more-bits layers are 0 (first eighth), 3 and 6 ((i - 1) % 3 == 2), 7 (last eighth)."""
+    path = str(tmp_path / "m.gguf")
+    result = export_gguf(QWEN3_MOE.format(layers=8), path, "q4_k_m")
+    types = file_types(path)
+    assert types.pop("token_embd.weight") == "Q4_K" and types.pop("output.weight") == "Q6_K"
+    assert types.pop("output_norm.weight") == "F32"
+    more_bits = {0, 3, 6, 7}
+    for i in range(8):
+        expected = {"attn_q": "Q4_K", "attn_k": "Q4_K", "attn_output": "Q4_K", "ffn_gate_exps": "Q4_K",
+                    "ffn_up_exps": "Q4_K", "attn_v": "Q6_K" if i in more_bits else "Q4_K",
+                    "ffn_down_exps": "Q6_K" if i in more_bits else "Q4_K", "ffn_gate_inp": "F32",
+                    "attn_norm": "F32", "ffn_norm": "F32", "attn_q_norm": "F32", "attn_k_norm": "F32"}
+        assert {name: types.pop(f"blk.{i}.{name}.weight") for name in expected} == expected
+    assert types == {}
+    assert result.tensors == {"Q4_K": 1 + 5 * 8 + 2 * 4, "Q6_K": 1 + 2 * 4, "F32": 1 + 5 * 8}
+    assert sum(result.type_bytes.values()) == sum(t.n_bytes for t in gguf.GGUFReader(path).tensors)
+    assert gguf.GGUFReader(path).fields["general.file_type"].contents() == gguf.LlamaFileType.MOSTLY_Q4_K_M
+
+
+@pytest.mark.parametrize("scheme, weights, fallback", [("q4_k_m", None, "Q8_0"), ("q6_k", "Q6_K", "Q8_0"),
+                                                       ("q8_0", "Q8_0", "Q8_0"), ("bf16", "BF16", "BF16")])
+def test_rows_the_blocks_do_not_divide_fall_back(scheme, weights, fallback, tmp_path):
+    """Rows of 320: Q8_0 for the K types; rows of 80 (ffn_down): F16 for every block type; tied token_embd."""
+    path = str(tmp_path / "m.gguf")
+    export_gguf(LLAMA_ODD, path, scheme)
+    types = file_types(path)
+    assert "output.weight" not in types and types["token_embd.weight"] == fallback
+    assert {types[f"blk.1.{name}.weight"] for name in ("attn_q", "attn_v", "ffn_gate", "ffn_up")} == {fallback}
+    assert types["blk.1.ffn_down.weight"] == ("BF16" if scheme == "bf16" else "F16")
+    assert types["blk.1.attn_norm.weight"] == "F32"
+    assert rms_rel(file_logits(path), source_logits(LLAMA_ODD)) < 0.05
+
+
+def test_qwen3_next_types(tmp_path):
+    """attn_qkv Q5_K (llama.cpp's attn_qkv rule), attn_gate / ssm_ba / ssm_out / shared gate and up Q4_K,
+    ffn_down_shexp as ffn_down, F32 for the routers and the conv kernel; the MTP block is block 4."""
+    path = str(tmp_path / "m.gguf")
+    export_gguf(QWEN3_NEXT, path, "q4_k_m")
+    types = file_types(path)
+    assert {types[f"blk.0.{n}.weight"] for n in ("attn_gate", "ssm_ba", "ssm_out", "ffn_gate_shexp", "ffn_up_shexp",
+                                                  "ffn_gate_exps", "ffn_up_exps")} == {"Q4_K"}
+    assert types["blk.0.attn_qkv.weight"] == "Q5_K"
+    assert {types[f"blk.{i}.{n}.weight"] for i in (0, 3) for n in ("ssm_conv1d", "ffn_gate_inp", "ffn_gate_inp_shexp")
+            if f"blk.{i}.{n}.weight" in types} == {"F32"}
+    assert [types[f"blk.{i}.ffn_down_shexp.weight"] for i in range(5)] == ["Q4_K", "Q4_K", "Q6_K", "Q6_K", "Q6_K"]
+    assert types["blk.3.attn_v.weight"] == "Q4_K" and types["blk.4.attn_v.weight"] == "Q6_K"  # 1st and 2nd of 2
+    assert types["blk.4.nextn.eh_proj.weight"] == "Q4_K" and types["blk.0.ssm_a"] == "F32"
+
+
+# ---- values ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec", [QWEN3_MOE.format(layers=2), QWEN3_NEXT, LLAMA_ODD], ids=["qwen3moe", "qwen3next",
+                                                                                              "llama"])
+def test_f32_round_trip_gives_the_source_models_logits(spec, tmp_path):
+    """llama.cpp's transforms (q/k permutation, experts split, qkvz split, norm + 1, ...) and the reader's
+    inverses, exactly; the source model's MTP head comes back too."""
+    path = str(tmp_path / "m.gguf")
+    export_gguf(spec, path, "f32", seed=3)
+    model = build_model(GGUFSource(path), "cpu", "float32", quiet=True)
+    source = build_model(open_source(spec), "cpu", "float32", seed=3, quiet=True)
+    assert torch.equal(prompt_logits(model, IDS), prompt_logits(source, IDS))
+    assert sorted(model.state_dict()) == sorted(source.state_dict())
+
+
+@pytest.mark.parametrize("scheme, bound", [("q8_0", 0.05), ("q4_k_m", 0.35)])
+@pytest.mark.parametrize("spec", [QWEN3_MOE.format(layers=2), QWEN3_NEXT], ids=["qwen3moe", "qwen3next"])
+def test_quantized_logits_are_close_to_the_source_models(spec, scheme, bound, tmp_path):
+    """Relative RMS error of the logits: weights off by ~0.6% RMS (Q8_0) or ~5-8% (Q4_K) move these random
+    models' logits by ~2-3% and ~20% (measured: 1.3% logits for 0.4% gaussian weight noise)."""
+    path = str(tmp_path / "m.gguf")
+    export_gguf(spec, path, scheme)
+    err = rms_rel(file_logits(path), source_logits(spec))
+    assert 0 < err < bound
+
+
+# ---- tokenizers --------------------------------------------------------------------------------------
+
+def test_random_shape_gets_a_synthetic_tokenizer(tmp_path, moe_spec):
+    """Exactly vocab_size tokens; the config's EOS id where it fits (Qwen's 151645 does not in 512: the top id)."""
+    path = str(tmp_path / "m.gguf")
+    assert export_gguf(moe_spec, path, "q8_0").tokenizer == "synthetic byte-level BPE of 512 tokens"
+    tokenizer = load_tokenizer(path)
+    assert len(tokenizer) == 512 and tokenizer.eos_token == "<|im_end|>" and tokenizer.eos_token_id == 511
+    assert GGUFSource(path).model_config().eos_token_ids == (511,)
+    for text in ("Hello the world, this is it!", "naïve café: 12 + 34 = 46 🙂\n\tdef f(self): return None"):
+        ids = tokenizer.encode(text)
+        assert tokenizer.decode(ids) == text and max(ids) < 512
+    assert len(tokenizer.encode(" the world")) < len(" the world")  # some merges
+    chat = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    assert chat == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_synthetic_vocabulary_keeps_the_configs_special_ids():
+    vocab = synthetic_vocab({"vocab_size": 300, "eos_token_id": 2, "bos_token_id": [1]})
+    assert len(vocab.tokens) == len(set(vocab.tokens)) == 300
+    assert vocab.tokens[2] == "<|im_end|>" and vocab.tokens[1] == "<|endoftext|>"
+    assert vocab.special_ids == {"eos": 2, "bos": 1} and len(vocab.merges) == 300 - 259
+    with pytest.raises(ValueError, match="vocab_size 258 is too small for a byte-level vocabulary"):
+        synthetic_vocab({"vocab_size": 258})
+
+
+@pytest.fixture(scope="module")
+def hf_folder(tmp_path_factory) -> str:
+    """A tiny Qwen3 HF folder with a Qwen2-style byte-level BPE tokenizer.json (NFC, Qwen's split regex,
+    ChatML special tokens, one user-defined token) over the synthetic vocabulary, padded to vocab_size."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
+    from tokenizers.models import BPE
+
+    folder = str(tmp_path_factory.mktemp("hf-qwen3"))
+    vocab = synthetic_vocab({"vocab_size": 320})
+    normal = [t for t, kind in zip(vocab.tokens, vocab.token_types) if kind == gguf.TokenType.NORMAL]
+    backend = Tokenizer(BPE({t: i for i, t in enumerate(normal)}, [tuple(m.split(" ")) for m in vocab.merges]))
+    backend.normalizer = normalizers.NFC()
+    backend.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(PRE_TOKENIZERS["qwen2"].splits[0]), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    backend.decoder = decoders.ByteLevel()
+    backend.add_special_tokens([AddedToken(t, special=True) for t in ("<|endoftext|>", "<|im_start|>", "<|im_end|>")])
+    backend.add_tokens([AddedToken("<think>", special=False)])
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+        chat_template="{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}")
+    tokenizer.save_pretrained(folder)
+    config = transformers.Qwen3Config(vocab_size=384, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                      max_position_embeddings=256, tie_word_embeddings=False, eos_token_id=288)
+    torch.manual_seed(0)
+    transformers.Qwen3ForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
+TEXTS = ("Hello the world, this is it!", "naïve café 12345 🙂", "<|im_start|>user\nhi<think><|im_end|>")
+
+
+def test_hf_folder_tokenizer_is_converted(hf_folder, tmp_path):
+    path = str(tmp_path / "m.gguf")
+    assert export_gguf(hf_folder, path, "f32").tokenizer == f"converted from {hf_folder}/tokenizer.json"
+    ours, theirs = load_tokenizer(path), transformers.AutoTokenizer.from_pretrained(hf_folder)
+    assert len(ours) == 384 and ours.eos_token == "<|im_end|>" and ours.pad_token == "<|endoftext|>"
+    for text in TEXTS:
+        assert ours.encode(text) == theirs.encode(text)
+        assert ours.decode(ours.encode(text)) == text
+    messages = [{"role": "user", "content": "hi"}]
+    assert ours.apply_chat_template(messages, tokenize=False) == theirs.apply_chat_template(messages, tokenize=False)
+    # the HF source streams tensor by tensor; F32 gives Strata's load of the folder exactly
+    expected = prompt_logits(build_model(HFSource(hf_folder), "cpu", "float32", quiet=True), IDS)
+    assert torch.equal(file_logits(path), expected)
+
+
+def test_gguf_source_tokenizer_and_weights_are_copied(hf_folder, tmp_path):
+    """Q8_0 file -> F32 file: the tokenizer metadata key for key, the packed weights dequantized exactly."""
+    first, second = str(tmp_path / "q8.gguf"), str(tmp_path / "f32.gguf")
+    export_gguf(hf_folder, first, "q8_0")
+    assert export_gguf(first, second, "f32").tokenizer == f"copied from {first}"
+    fields = [{name: f.contents() for name, f in gguf.GGUFReader(p).fields.items() if name.startswith("tokenizer.")}
+              for p in (first, second)]
+    assert fields[0] == fields[1] and len(fields[0]["tokenizer.ggml.tokens"]) == 384
+    assert set(file_types(second).values()) == {"F32"}
+    torch.testing.assert_close(file_logits(second), file_logits(first), rtol=0, atol=1e-5)
+
+
+# ---- CLI and errors -----------------------------------------------------------------------------------
+
+def test_cli_writes_the_file_and_says_what_it_wrote(tmp_path, capsys, moe_spec):
+    path = str(tmp_path / "m.gguf")
+    assert main(["quantize", moe_spec, path, "--scheme", "Q8_0", "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {path}: q8_0, 27 tensors" in out and "Q8_0 16 (" in out and "F32 11 (" in out
+    assert "tokenizer: synthetic byte-level BPE of 512 tokens" in out
+    source = build_model(open_source(moe_spec), "cpu", "float32", seed=1, quiet=True)
+    assert rms_rel(file_logits(path), prompt_logits(source, IDS)) < 0.05  # --seed reached the model
+
+
+def test_bad_scheme_and_unwritable_specs_are_named(tmp_path, capsys, moe_spec):
+    with pytest.raises(ValueError, match=r"unknown quantization scheme 'q5_k_s'; choose one of: q4_k_m, q6_k, q8_0, "
+                                         r"f16, bf16, f32"):
+        export_gguf(moe_spec, str(tmp_path / "m.gguf"), "q5_k_s")
+    assert main(["quantize", moe_spec, str(tmp_path / "m.gguf"), "--scheme", "q3"]) == 2
+    assert "strata: error: unknown quantization scheme 'q3'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="routing_skew is a bias on the router's logits, which a GGUF file cannot hold"):
+        export_gguf(moe_spec + "&routing_skew=1", str(tmp_path / "m.gguf"))
+    assert SCHEME_NAMES == tuple(SCHEMES)  # the CLI's copy of the names (it must not import torch to list them)
+    with pytest.raises(SystemExit):
+        main(["quantize", "--help"])
+    assert "q4_k_m, q6_k, q8_0, f16, bf16, f32" in " ".join(capsys.readouterr().out.split())
