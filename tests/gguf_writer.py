@@ -44,7 +44,7 @@ def write_gguf(path: str, hf_config: dict, state_dict: dict[str, torch.Tensor], 
         if qtype in SUPPORTED_TYPES:
             return quantize(tensor, qtype)
         try:
-            return gguf.quants.quantize(tensor.numpy(), qtype)
+            return gguf.quants.quantize(tensor.float().numpy(), qtype)
         except NotImplementedError:
             return random_blocks(tuple(tensor.shape), qtype, rng)
 

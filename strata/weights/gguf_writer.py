@@ -212,12 +212,15 @@ def _write_metadata(w: gguf.GGUFWriter, arch, cfg: dict) -> None:
 
 
 def _llama_cpp_tensors(arch, cfg: dict, state_dict: Mapping[str, Any], names, split_qkvz: bool):
-    """HF (name, tensor) pairs -> llama.cpp (name, float32 tensor) pairs, in a fixed order."""
+    """HF (name, tensor) pairs -> llama.cpp (name, tensor) pairs, in a fixed order. Tensors keep their dtype
+    (a 16-bit model is not copied to float32 whole: the quantizer converts a chunk at a time) but where
+    llama.cpp changes values, which is done in float32."""
     per_expert: dict[tuple[int, str], dict[int, torch.Tensor]] = {}
     for name, tensor in state_dict.items():
         if cfg.get("tie_word_embeddings") and name == "lm_head.weight":
             continue
-        tensor = tensor.float() if isinstance(tensor, torch.Tensor) else tensor.dequantize(torch.float32)
+        if not isinstance(tensor, torch.Tensor):
+            tensor = tensor.dequantize(torch.float32)
         if name.startswith("mtp."):
             name = _mtp_block_name(name, cfg["num_hidden_layers"])
         if m := _PER_EXPERT.match(name):
@@ -282,7 +285,7 @@ def _convert(arch, cfg: dict, name: str, t: torch.Tensor, names, split_qkvz: boo
 # first call imports torch._dynamo (seconds): value-only changes are skipped there, and joins are copies.
 
 def _values(t: torch.Tensor, change) -> torch.Tensor:
-    return t if t.is_meta else change(t)
+    return t if t.is_meta else change(t.float())
 
 
 def _cat(parts: list[torch.Tensor], dim: int) -> torch.Tensor:

@@ -22,8 +22,9 @@ _CHUNK_VALUES = 1 << 24  # values quantized per step: bounds the float32 scratch
 
 
 def quantize(weights: torch.Tensor, qtype: int) -> torch.Tensor:
-    """float [..., K] -> uint8 [..., K / block size * bytes per block] on the same device: the GGUF bytes
-    of `qtype` (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K). K must be a whole number of blocks."""
+    """float [..., K] (any float dtype, any strides) -> uint8 [..., K / block size * bytes per block] on the
+    same device: the GGUF bytes of `qtype` (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K). K must be a whole
+    number of blocks."""
     qtype = GGMLQuantizationType(qtype)
     if qtype in _FLOATS:
         values = weights.to(_FLOATS[qtype]).contiguous()
@@ -35,12 +36,18 @@ def quantize(weights: torch.Tensor, qtype: int) -> torch.Tensor:
     if weights.shape[-1] % block_size:
         raise ValueError(f"{qtype.name} needs rows of whole {block_size}-weight blocks, got rows of "
                          f"{weights.shape[-1]}")
-    blocks = weights.reshape(-1, block_size)                               # [B, block]
-    out = torch.empty(blocks.shape[0], type_size, dtype=torch.uint8, device=weights.device)
-    step = max(1, _CHUNK_VALUES // block_size)
-    for start in range(0, blocks.shape[0], step):
-        out[start:start + step] = _BLOCK_QUANTIZERS[qtype](blocks[start:start + step].float())
-    return out.reshape(*weights.shape[:-1], -1)
+    if weights.dim() == 1:
+        return quantize(weights.unsqueeze(0), qtype)[0]
+    out = torch.empty(*weights.shape[:-1], weights.shape[-1] // block_size * type_size, dtype=torch.uint8,
+                      device=weights.device)
+    # steps along dim 0: a step's float32 copy (and, for a view such as the gate half of [E, 2I, D], its
+    # contiguous copy) is all the scratch there is
+    step = max(1, _CHUNK_VALUES * weights.shape[0] // max(1, weights.numel()))
+    for start in range(0, weights.shape[0], step):
+        part = weights[start:start + step]
+        blocks = _BLOCK_QUANTIZERS[qtype](part.reshape(-1, block_size).float())    # [B, type_size]
+        out[start:start + step] = blocks.view(out[start:start + step].shape)
+    return out
 
 
 def _f16(values: torch.Tensor) -> torch.Tensor:

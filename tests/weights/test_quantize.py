@@ -77,13 +77,18 @@ def test_16_bit_input_and_devices_give_the_cpu_float32_bytes(device):
         assert torch.equal(quantize(weights.to(device), qtype).cpu(), expected)
 
 
-def test_chunks_give_the_bytes_of_one_pass(monkeypatch):
+def test_chunks_and_views_give_the_bytes_of_one_pass(monkeypatch):
+    """Steps along dim 0 (2, 2, then 1 row of 512 here) and a strided view (the gate half of stacked experts
+    [E, 2I, D]) give the bytes of the whole contiguous tensor at once; so does a vector."""
     from strata.weights import quantize as module
 
-    weights = gaussian((6, 512))
-    whole = quantize(weights, Q4_K)
-    monkeypatch.setattr(module, "_CHUNK_VALUES", 700)  # 2 superblocks a chunk, the last one short
-    assert torch.equal(quantize(weights, Q4_K), whole)
+    weights, w13 = gaussian((5, 512)), gaussian((3, 4, 256))
+    expected = quantize(weights, Q4_K), quantize(w13[:, :2].contiguous(), Q6_K), quantize(weights[0], Q8_0)
+    assert expected[2].shape == (512 // 32 * 34,) and torch.equal(expected[2], quantize(weights[:1], Q8_0)[0])
+    monkeypatch.setattr(module, "_CHUNK_VALUES", 1500)
+    assert torch.equal(quantize(weights, Q4_K), expected[0])
+    assert torch.equal(quantize(w13[:, :2], Q6_K), expected[1])
+    assert torch.equal(quantize(weights[0], Q8_0), expected[2])
 
 
 def test_bad_input_is_named():
