@@ -142,14 +142,16 @@ def supports_moe(qtype13: int, qtype2: int) -> bool:
 
 
 def quant_moe(hidden: torch.Tensor, rows: np.ndarray, experts: np.ndarray, weights: np.ndarray, w13: torch.Tensor,
-              qtype13: int, w2: torch.Tensor, qtype2: int, inter: int, out: torch.Tensor) -> None:
+              qtype13: int, w2: torch.Tensor, qtype2: int, inter: int, out: torch.Tensor,
+              num_threads: int | None = None) -> None:
     """out [R, D] += for every pair p: weights[p] * W2[e] @ (silu(G[e] @ x) * (U[e] @ x)), e = experts[p],
     x = hidden[rows[p]]; hidden / out [R, D] contiguous CPU float32; rows, experts int64 and weights float32
     contiguous numpy [P]. w13 [E, 2I, >= row bytes] uint8: expert e's gate rows (0..I-1) then up rows of D
     values each, GGUF qtype13 blocks from the start of each row (a strided view of a larger buffer is fine;
     each row's bytes must be contiguous); w2 [E, D, >= row bytes]: the down rows of I values, qtype2. The
     activations are quantized per block as quant_matmul does (act stays float32 until then); the result
-    does not depend on the thread count. Check supports_moe first."""
+    does not depend on the thread count (`num_threads`, the caller's included; default as quant_matmul's).
+    Check supports_moe first."""
     library = _library or _require()
     _check_moe(hidden, rows, experts, weights, w13, qtype13, w2, qtype2, inter, out)
     if len(rows) == 0:
@@ -157,7 +159,7 @@ def quant_moe(hidden: torch.Tensor, rows: np.ndarray, experts: np.ndarray, weigh
     status = library.strata_qmoe(
         hidden.data_ptr(), out.data_ptr(), hidden.shape[1], inter, len(rows), rows.ctypes.data, experts.ctypes.data,
         weights.ctypes.data, qtype13, w13.data_ptr(), w13.stride(0), w13.stride(1), qtype2, w2.data_ptr(),
-        w2.stride(0), w2.stride(1), _num_threads or torch.get_num_threads())
+        w2.stride(0), w2.stride(1), num_threads or _num_threads or torch.get_num_threads())
     if status != 0:  # the C side's other refusals (types, blocks) were checked above
         raise MemoryError("quant_moe: no scratch memory for the activations")
 

@@ -10,6 +10,7 @@ import dataclasses
 import logging
 
 import gguf
+import numpy as np
 import pytest
 import torch
 import transformers
@@ -211,3 +212,29 @@ def test_memory_plan_gives_packed_experts_their_real_size(mixed_file, monkeypatc
     monkeypatch.setattr(memory_plan, "host_available_bytes", lambda: packed.experts - 1)
     with pytest.raises(ModelDoesNotFit, match="host RAM"):
         half.expert_slots(meta, packed)
+
+
+def test_cpu_pool_on_packed_experts(monkeypatch):
+    """float32 runs compute packed experts exactly (each used expert dequantized); 16-bit runs take the
+    native quant_moe (int8 activations per block), within its error of the same sums."""
+    from gguf_writer import random_blocks
+    from strata.experts.cpu_pool import CpuExpertPool
+    from strata.kernels import cpu_quant
+
+    rng = np.random.default_rng(0)
+    blocks = ExpertBlocks(torch.from_numpy(random_blocks((8, 512, 256), Q.Q4_K, rng, 1e-2)), Q.Q4_K,
+                          torch.from_numpy(random_blocks((8, 256, 256), Q.Q6_K, rng, 1e-2)), Q.Q6_K)
+    hidden = torch.randn(3, 256, generator=torch.Generator().manual_seed(0))
+    rows, experts, weights = torch.tensor([0, 0, 1, 2, 2]), torch.tensor([1, 5, 1, 7, 0]), torch.rand(5)
+    ids = torch.tensor([[1, 5], [1, -1], [7, 0]])
+    route = torch.stack([weights[:2], torch.stack([weights[2], torch.tensor(0.0)]), weights[3:]])
+    expected = packed_moe_ref(hidden, blocks.w13, Q.Q4_K, blocks.w2, Q.Q6_K, ids, route)
+    pool = CpuExpertPool(2)
+    assert torch.equal(pool.compute(hidden, rows, experts, weights, blocks), expected)
+    if not cpu_quant.supports_moe(Q.Q4_K, Q.Q6_K):
+        pytest.skip("no C compiler for the native kernel")
+    calls, native = [], cpu_quant.quant_moe
+    monkeypatch.setattr(cpu_quant, "quant_moe", lambda *a, **k: calls.append(k) or native(*a, **k))
+    out = pool.compute(hidden.bfloat16(), rows, experts, weights, blocks)
+    assert calls and calls[0]["num_threads"] == 2
+    assert ((out - expected).abs().max() / expected.abs().max()) < 0.05
