@@ -14,7 +14,7 @@ from strata.cli.main import main
 from strata.cli.quantize import SCHEME_NAMES
 from strata.tokenizer import load_tokenizer
 from strata.tokenizer_gguf import PRE_TOKENIZERS
-from strata.weights.gguf_export import SCHEMES, export_gguf, synthetic_vocab
+from strata.weights.gguf_export import SCHEMES, choose_types, export_gguf, synthetic_vocab
 from strata.weights.gguf_source import GGUFSource
 from strata.weights.hf_source import HFSource
 from strata.weights.loader import build_model
@@ -78,9 +78,17 @@ def test_q4_k_m_types_are_llama_cpps(tmp_path):
     assert gguf.GGUFReader(path).fields["general.file_type"].contents() == gguf.LlamaFileType.MOSTLY_Q4_K_M
 
 
-@pytest.mark.parametrize("scheme, weights, fallback", [("q4_k_m", None, "Q8_0"), ("q6_k", "Q6_K", "Q8_0"),
-                                                       ("q8_0", "Q8_0", "Q8_0"), ("bf16", "BF16", "BF16")])
-def test_rows_the_blocks_do_not_divide_fall_back(scheme, weights, fallback, tmp_path):
+def test_tied_token_embd_is_the_lm_head():
+    """Without output.weight, llama.cpp gives token_embd the LM head's type."""
+    tied = choose_types(SCHEMES["q4_k_m"], [("token_embd.weight", (512, 256))], 1)
+    untied = choose_types(SCHEMES["q4_k_m"], [("token_embd.weight", (512, 256)), ("output.weight", (512, 256))], 1)
+    assert tied == {"token_embd.weight": gguf.GGMLQuantizationType.Q6_K}
+    assert untied == {"token_embd.weight": gguf.GGMLQuantizationType.Q4_K, "output.weight": gguf.GGMLQuantizationType.Q6_K}
+
+
+@pytest.mark.parametrize("scheme, fallback", [("q4_k_m", "Q8_0"), ("q6_k", "Q8_0"), ("q8_0", "Q8_0"),
+                                              ("bf16", "BF16")])
+def test_rows_the_blocks_do_not_divide_fall_back(scheme, fallback, tmp_path):
     """Rows of 320: Q8_0 for the K types; rows of 80 (ffn_down): F16 for every block type; tied token_embd."""
     path = str(tmp_path / "m.gguf")
     export_gguf(LLAMA_ODD, path, scheme)
