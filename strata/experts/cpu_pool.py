@@ -81,8 +81,10 @@ class CpuExpertPool:
         the same file loaded dense."""
         if self.kernel == "native" and hidden.dtype != torch.float32 and cpu_quant.supports_moe(blocks.qtype13,
                                                                                                 blocks.qtype2):
-            cpu_quant.quant_moe(hidden.float().contiguous(), rows, experts, weights, blocks.w13, blocks.qtype13,
-                                blocks.w2, blocks.qtype2, blocks.inter, out, num_threads=self.num_threads)
+            cpu_quant.quant_moe(hidden.float().contiguous(), np.ascontiguousarray(rows, dtype=np.int64),
+                                np.ascontiguousarray(experts, dtype=np.int64),
+                                np.ascontiguousarray(weights, dtype=np.float32), blocks.w13, blocks.qtype13, blocks.w2,
+                                blocks.qtype2, blocks.inter, out, num_threads=self.num_threads)
             return
         dim, inter = blocks.hidden_size, blocks.inter
 

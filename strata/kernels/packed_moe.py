@@ -6,14 +6,18 @@ Weights: w13 uint8 [E, 2I, rb13] (rows of D values of type qtype13: gate rows, t
 apart (w13.stride(0): device slots sized for the largest layer's experts). Pairs with a negative id are
 skipped (computed elsewhere, or no expert: an expert provider's slot misses).
 
-Two CUDA paths, picked per call by `packed_moe`:
-- pairs (decode and verify steps, and anything inside a CUDA graph capture): one program per (pair, BLOCK_N
+Three CUDA paths, picked per call by `packed_moe`:
+- pairs (one token): one program per (pair, BLOCK_N
   rows of the expert) decodes the blocks in registers and multiplies on the CUDA cores
   (packed_gemv._chunk_dot), SiLU(gate) * up stored in hidden's dtype like the 16-bit kernel; then one
-  program per (token, BLOCK_N output columns) sums its k experts' down projections, weighted, in float32.
-  Each pair reads its expert's rows: a step whose pairs share experts rereads them (from L2 when small).
-- dequantized (prompts: more than PAIR_MAX pairs): the used experts are dequantized to hidden's dtype
-  and go through the 16-bit grouped GEMMs (fused_moe). One host sync (which experts are used).
+  program per (pair, BLOCK_N output columns) writes its weighted down projection to float32 partials
+  [T, K, D], which the next norm sums (rms_norm_topk_sum) or packed_moe sums itself. Each pair reads its
+  expert's rows: a step whose pairs share experts rereads them (from L2 when small).
+- grouped (steps of several tokens: decode batches, verify windows, prompts): pairs sorted by expert in
+  blocks of rows (moe_align); a program decodes a tile of its expert's blocks once and multiplies it with
+  the block's rows on the tensor cores, so each used expert is read once per row block.
+- dequantized: the used experts are dequantized to hidden's dtype and go through the 16-bit grouped GEMMs
+  (fused_moe). One host sync (which experts are used).
 Types the pairs kernel does not read (Q5_K, IQ4_XS, Q4_0, Q4_1; rows not a multiple of 256) always
 take the dequantized path; inside a capture that path dequantizes every expert of the layer (no sync).
 """
@@ -27,6 +31,7 @@ from strata.kernels.fused_moe import fused_moe as fused_moe_kernel
 from strata.kernels.fused_moe import grouped_experts_ref
 from strata.kernels.gguf_blocks import dequantize_ref
 from strata.kernels.launch import pdl_options
+from strata.kernels.moe_align import moe_align
 
 try:
     import triton
@@ -36,12 +41,13 @@ except ImportError:  # CPU-only install: packed_moe_ref still works
 
 if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
-    from strata.kernels.packed_gemv import _chunk_dot
+    from strata.kernels.packed_gemv import _chunk_dot, _chunk_values
 
-# above this many (token, k) pairs outside a capture, dequantizing the used experts and running the 16-bit
-# grouped GEMMs beats rereading each expert's blocks per pair
-PAIR_MAX = 128
+# up to this many (token, k) pairs, one program per pair beats the grouped kernel, whose tile decoding costs
+# more than the rereads it saves (H200, 30B-A3B shape: 8 tokens 226 against 565 us, 16 tokens 434 against 898)
+PAIRS_MAX = 128
 PAIR_CONFIG = dict(BLOCK_N=4, SUPERBLOCKS=4, num_warps=2, num_stages=3)
+GROUPED_CONFIG = dict(BLOCK_N=32, num_warps=4, num_stages=2)
 
 
 def dequantize_experts(w: torch.Tensor, qtype: int, k: int, dtype: torch.dtype) -> torch.Tensor:
@@ -70,14 +76,18 @@ def pairs_supported(qtype13: int, qtype2: int, dim: int, inter: int) -> bool:
 
 
 def packed_moe(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2: int,
-               topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
+               topk_ids: torch.Tensor, topk_weights: torch.Tensor, sum_topk: bool = True) -> torch.Tensor:
     """packed_moe_ref's contract on CUDA (float32 accumulation; the pairs path rounds SiLU(gate) * up to
-    hidden's dtype as the 16-bit kernel does). hidden [T, D] -> [T, D] in hidden's dtype."""
+    hidden's dtype as the 16-bit kernel does). hidden [T, D] -> [T, D] in hidden's dtype; with sum_topk
+    False, float32 partials [T, K or 1, D] for the next norm to sum (rms_norm_topk_sum)."""
     dim, inter = hidden.shape[1], w13.shape[1] // 2
+    if pairs_supported(qtype13, qtype2, dim, inter):
+        run = _pairs if topk_ids.numel() <= PAIRS_MAX else _grouped
+        partials = run(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights)   # [T, K, D] float32
+        return partials.sum(1).to(hidden.dtype) if sum_topk else partials
     capturing = torch.cuda.is_current_stream_capturing()
-    if pairs_supported(qtype13, qtype2, dim, inter) and (capturing or topk_ids.numel() <= PAIR_MAX):
-        return _pairs(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights)
-    return _dequantized(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights, every_expert=capturing)
+    out = _dequantized(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights, every_expert=capturing)
+    return out if sum_topk else out.float().unsqueeze(1)
 
 
 def _dequantized(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2: int,
@@ -100,6 +110,8 @@ def _dequantized(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torc
 
 def _pairs(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2: int,
            topk_ids: torch.Tensor, topk_weights: torch.Tensor, config: dict | None = None) -> torch.Tensor:
+    """-> float32 [T, K, D]: each pair's weighted expert output (zeros for a skipped pair). One program per
+    (pair, BLOCK_N rows) in both launches, so even one token's step spreads over the whole GPU."""
     num_tokens, top_k = topk_ids.shape
     dim, inter = hidden.shape[1], w13.shape[1] // 2
     assert hidden.stride(1) == 1 and w13.stride(2) == 1 and w2.stride(2) == 1 and w2.shape[1] == dim
@@ -107,17 +119,48 @@ def _pairs(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Tens
     ids = topk_ids.reshape(-1).contiguous()                               # [P]
     weights = topk_weights.reshape(-1).contiguous()                       # [P]
     act = torch.empty(ids.numel(), inter, dtype=hidden.dtype, device=hidden.device)   # [P, I]
-    out = torch.empty_like(hidden)                                        # [T, D]
+    partials = torch.empty(num_tokens, top_k, dim, dtype=torch.float32, device=hidden.device)  # [T, K, D]
     block_n = cfg["BLOCK_N"]
     _gate_up_pairs_kernel[(ids.numel(), triton.cdiv(inter, block_n))](
         hidden, w13, ids, act, inter, dim, top_k, hidden.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
         QTYPE=qtype13, BLOCK_N=block_n, SB=_superblocks(cfg, dim), num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"], **pdl_options(hidden))
-    _down_pairs_kernel[(num_tokens, triton.cdiv(dim, block_n))](
-        act, w2, ids, weights, out, dim, inter, top_k, act.stride(0), w2.stride(0), w2.stride(1), out.stride(0),
+    _down_pairs_kernel[(ids.numel(), triton.cdiv(dim, block_n))](
+        act, w2, ids, weights, partials, dim, inter, act.stride(0), w2.stride(0), w2.stride(1),
         QTYPE=qtype2, BLOCK_N=block_n, SB=_superblocks(cfg, inter), num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"], **pdl_options(hidden))
-    return out
+    return partials
+
+
+def _grouped(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2: int,
+             topk_ids: torch.Tensor, topk_weights: torch.Tensor, config: dict | None = None) -> torch.Tensor:
+    """-> float32 [T, K, D] like _pairs, for steps of several tokens: pairs sorted by expert in blocks of
+    BLOCK_M rows (moe_align), so each program decodes a BLOCK_N x 256 tile of its expert's blocks once
+    and multiplies it with the block's rows on the tensor cores (tl.dot). Skipped pairs (negative ids)
+    compute expert 0 with weight 0."""
+    num_tokens, top_k = topk_ids.shape
+    dim, inter = hidden.shape[1], w13.shape[1] // 2
+    assert hidden.stride(1) == 1 and w13.stride(2) == 1 and w2.stride(2) == 1 and w2.shape[1] == dim
+    num_experts = w13.shape[0]
+    skipped = topk_ids < 0
+    ids = topk_ids.clamp(min=0)
+    weights = topk_weights.masked_fill(skipped, 0).reshape(-1).contiguous()          # [P]
+    cfg = {**GROUPED_CONFIG, **(config or {})}
+    block_m = 16 if topk_ids.numel() <= 16 * num_experts else 64
+    sorted_ids, block_expert = moe_align(ids, num_experts, block_m)
+    num_blocks = block_expert.numel()
+    act = torch.empty(num_blocks * block_m, inter, dtype=hidden.dtype, device=hidden.device)  # [rows, I]
+    partials = torch.empty(num_tokens, top_k, dim, dtype=torch.float32, device=hidden.device)  # [T, K, D]
+    block_n = cfg["BLOCK_N"]
+    _gate_up_grouped_kernel[(num_blocks, triton.cdiv(inter, block_n))](
+        hidden, w13, act, sorted_ids, block_expert, inter, dim, top_k, ids.numel(), hidden.stride(0),
+        w13.stride(0), w13.stride(1), act.stride(0), QTYPE=qtype13, BLOCK_M=block_m, BLOCK_N=block_n,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **pdl_options(hidden))
+    _down_grouped_kernel[(num_blocks, triton.cdiv(dim, block_n))](
+        act, w2, partials, sorted_ids, block_expert, weights, dim, inter, ids.numel(), act.stride(0),
+        w2.stride(0), w2.stride(1), QTYPE=qtype2, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"], **pdl_options(hidden))
+    return partials
 
 
 def _superblocks(cfg: dict, k: int) -> int:
@@ -158,26 +201,86 @@ if triton is not None:
                  mask=offs_n < inter)
 
     @triton.jit
-    def _down_pairs_kernel(act_ptr, w2_ptr, ids_ptr, weights_ptr, out_ptr, dim, inter, top_k, stride_ap,
-                           stride_we, stride_wn, stride_ot, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr,
-                           SB: tl.constexpr, USE_PDL: tl.constexpr):
+    def _down_pairs_kernel(act_ptr, w2_ptr, ids_ptr, weights_ptr, out_ptr, dim, inter, stride_ap, stride_we,
+                           stride_wn, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, SB: tl.constexpr,
+                           USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
-        token = tl.program_id(0)
+        pair = tl.program_id(0)
         offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-        n_ok = (offs_n < dim)[:, None, None, None]
+        expert = tl.load(ids_ptr + pair).to(tl.int64)
+        acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        if expert >= 0:
+            n_ok = (offs_n < dim)[:, None, None, None]
+            rows = w2_ptr + expert * stride_we + offs_n.to(tl.int64)[:, None, None, None] * stride_wn
+            r = tl.arange(0, 8)[None, None, :, None]
+            l = tl.arange(0, 32)[None, None, None, :]
+            x_offs = tl.arange(0, SB)[None, :, None, None] * 256 + r * 32 + l
+            for sb in tl.range(0, inter // 256, SB):
+                x = tl.load(act_ptr + pair.to(tl.int64) * stride_ap + sb * 256 + x_offs).to(tl.float32)
+                acc += _chunk_dot(rows, sb, r, l, x, n_ok, QTYPE, SB, BLOCK_N)
+            acc = acc * tl.load(weights_ptr + pair).to(tl.float32)
+        tl.store(out_ptr + pair.to(tl.int64) * dim + offs_n, acc, mask=offs_n < dim)
+
+    @triton.jit
+    def _tile(rows_ptr, sb, n_ok, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr):
+        """Superblock sb of BLOCK_N weight rows as a [BLOCK_N, 256] float32 tile (weights in row order)."""
         r = tl.arange(0, 8)[None, None, :, None]
         l = tl.arange(0, 32)[None, None, None, :]
-        x_offs = tl.arange(0, SB)[None, :, None, None] * 256 + r * 32 + l
-        acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
-        for k in range(top_k):  # the token's pairs in order: a fixed float32 sum
-            pair = token * top_k + k
-            expert = tl.load(ids_ptr + pair).to(tl.int64)
-            if expert >= 0:
-                rows = w2_ptr + expert * stride_we + offs_n.to(tl.int64)[:, None, None, None] * stride_wn
-                part = tl.zeros((BLOCK_N,), dtype=tl.float32)
-                for sb in tl.range(0, inter // 256, SB):
-                    x = tl.load(act_ptr + pair.to(tl.int64) * stride_ap + sb * 256 + x_offs).to(tl.float32)
-                    part += _chunk_dot(rows, sb, r, l, x, n_ok, QTYPE, SB, BLOCK_N)
-                acc += part * tl.load(weights_ptr + pair).to(tl.float32)
-        tl.store(out_ptr + token.to(tl.int64) * stride_ot + offs_n, acc.to(out_ptr.dtype.element_ty),
-                 mask=offs_n < dim)
+        return tl.reshape(_chunk_values(rows_ptr, sb, r, l, n_ok, QTYPE, 1, BLOCK_N), (BLOCK_N, 256))
+
+    @triton.jit
+    def _gate_up_grouped_kernel(hidden_ptr, w13_ptr, act_ptr, sorted_ids_ptr, block_expert_ptr, inter, dim, top_k,
+                                num_pairs, stride_ht, stride_we, stride_wn, stride_at, QTYPE: tl.constexpr,
+                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr):
+        wait_for_previous_kernel(USE_PDL)
+        pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
+        pair = tl.load(sorted_ids_ptr + offs_m)
+        if expert < 0:
+            return
+        row_ok = pair < num_pairs
+        token = (pair // top_k).to(tl.int64)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_ok = (offs_n < inter)[:, None, None, None]
+        gate_rows = w13_ptr + expert * stride_we + offs_n.to(tl.int64)[:, None, None, None] * stride_wn
+        up_rows = gate_rows + inter * stride_wn
+        offs_k = tl.arange(0, 256)
+        a_ptrs = hidden_ptr + token[:, None] * stride_ht + offs_k[None, :]                 # [BM, 256]
+        acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for sb in range(0, dim // 256):
+            a = tl.load(a_ptrs + sb * 256, mask=row_ok[:, None], other=0.0)
+            wg = _tile(gate_rows, sb, n_ok, QTYPE, BLOCK_N).to(a.dtype)                   # [BN, 256]
+            wu = _tile(up_rows, sb, n_ok, QTYPE, BLOCK_N).to(a.dtype)
+            acc_g = tl.dot(a, tl.trans(wg), acc_g)
+            acc_u = tl.dot(a, tl.trans(wu), acc_u)
+        act = acc_g * tl.sigmoid(acc_g) * acc_u
+        tl.store(act_ptr + offs_m[:, None].to(tl.int64) * stride_at + offs_n[None, :],
+                 act.to(act_ptr.dtype.element_ty), mask=row_ok[:, None] & (offs_n < inter)[None, :])
+
+    @triton.jit
+    def _down_grouped_kernel(act_ptr, w2_ptr, out_ptr, sorted_ids_ptr, block_expert_ptr, weights_ptr, dim, inter,
+                             num_pairs, stride_at, stride_we, stride_wn, QTYPE: tl.constexpr, BLOCK_M: tl.constexpr,
+                             BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr):
+        wait_for_previous_kernel(USE_PDL)
+        pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
+        pair = tl.load(sorted_ids_ptr + offs_m)
+        if expert < 0:
+            return
+        row_ok = pair < num_pairs
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_ok = (offs_n < dim)[:, None, None, None]
+        rows = w2_ptr + expert * stride_we + offs_n.to(tl.int64)[:, None, None, None] * stride_wn
+        offs_k = tl.arange(0, 256)
+        a_ptrs = act_ptr + offs_m[:, None].to(tl.int64) * stride_at + offs_k[None, :]     # [BM, 256]
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for sb in range(0, inter // 256):
+            a = tl.load(a_ptrs + sb * 256, mask=row_ok[:, None], other=0.0)
+            w = _tile(rows, sb, n_ok, QTYPE, BLOCK_N).to(a.dtype)
+            acc = tl.dot(a, tl.trans(w), acc)
+        route_w = tl.load(weights_ptr + pair, mask=row_ok, other=0.0).to(tl.float32)
+        tl.store(out_ptr + pair[:, None].to(tl.int64) * dim + offs_n[None, :], acc * route_w[:, None],
+                 mask=row_ok[:, None] & (offs_n < dim)[None, :])

@@ -190,8 +190,8 @@ class MoEBlock(nn.Module):
             hidden, self.gate.weight, self.top_k, self.norm_topk_prob, cfg["BLOCK_M"], self._route_counter, *rows)
         shared = self._shared(hidden)
         if isinstance(self.experts, PackedLocalExperts):
-            out = ops.packed_moe(hidden, self.experts.blocks(), topk_ids, topk_weights)
-            return out if shared is None else out + shared
+            partials = ops.packed_moe(hidden, self.experts.blocks(), topk_ids, topk_weights, sum_topk=False)
+            return TopkPartials(partials, shared, hidden.dtype)           # [T, K or 1, D] float32
         partials = ops.moe_grouped_gemms(hidden, self.experts.w13, self.experts.w2, topk_weights, sorted_ids,
                                          block_expert, cfg, sum_topk=False)   # [T, K or 1, D] float32
         return TopkPartials(partials, shared, hidden.dtype)

@@ -120,8 +120,8 @@ def packed_linear(x: torch.Tensor, weight, bias: torch.Tensor | None = None,
     (PackedWeight.dense_float32); 16-bit ones use the native kernel (cpu_quant) where it supports the
     segment's type, else packed_matmul_ref. The kernel rounds activations to int8 per block (~0.5 % of
     each output), which a float32 model does not ask for: with it, the bundled model's greedy chat left
-    HF transformers' (tests/engine/test_engine.py). CUDA: packed_gemv for steps of up to 16 rows of the
-    types it reads, else dequantize to x's dtype, then matmul."""
+    HF transformers' (tests/engine/test_engine.py). CUDA: packed_gemv for steps of up to GEMV_MAX_ROWS rows
+    of the types it reads, else dequantize to x's dtype (packed_dequant), then matmul."""
     rows = x.reshape(-1, x.shape[-1])  # [T, K]
     if not x.is_cuda and x.dtype == torch.float32:  # see PackedWeight.dense_float32
         out = F.linear(rows, weight.dense_float32())
@@ -133,11 +133,16 @@ def packed_linear(x: torch.Tensor, weight, bias: torch.Tensor | None = None,
     return out.to(out_dtype or x.dtype).reshape(*x.shape[:-1], out.shape[-1])
 
 
+# packed_gemv rereads the weights per row: from 3 rows on, dequantizing to a temporary and the 16-bit GEMM
+# are faster (H200, 5120 x 2048 Q4_K: 12.9 us a row against ~23 us for dequantize + GEMM at any row count)
+GEMV_MAX_ROWS = 2
+
+
 def _packed_segment(x: torch.Tensor, qtype: int, blocks: torch.Tensor, k: int) -> torch.Tensor:
     """x [T, K] @ blocks [N, row_bytes] transposed -> [T, N] (float32, or x's dtype on CUDA for steps of
     more rows than packed_gemv takes: those dequantize, then multiply, until a prompt GEMM reads blocks)."""
     if x.is_cuda:
-        if kernels_on(x) and x.shape[0] <= packed_gemv.MAX_ROWS and packed_gemv.supports(qtype, k):
+        if kernels_on(x) and x.shape[0] <= GEMV_MAX_ROWS and packed_gemv.supports(qtype, k):
             return packed_gemv.packed_gemv(x.contiguous(), blocks, qtype, blocks.shape[0], k)
         return F.linear(x, packed_dequant.dequantize(blocks, qtype, k, x.dtype))
     kernel = _cpu_quant()
@@ -182,14 +187,17 @@ def fused_moe(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_id
     return fused_moe_ref(hidden, w13, w2, topk_ids, topk_weights)
 
 
-def packed_moe(hidden: torch.Tensor, experts, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
+def packed_moe(hidden: torch.Tensor, experts, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
+               sum_topk: bool = True) -> torch.Tensor:
     """fused_moe over an ExpertBlocks (a layer's experts as GGUF blocks); negative ids are skipped.
-    CUDA: the packed kernels (packed_moe). CPU: each used expert dequantized to hidden's dtype, then the
-    dense torch path, so a float32 model gives the bits of the same file loaded dense."""
+    CUDA: the packed kernels (packed_moe; with sum_topk False, float32 partials [T, K or 1, D] for
+    rms_norm_topk_sum). CPU: each used expert dequantized to hidden's dtype, then the dense torch path,
+    so a float32 model gives the bits of the same file loaded dense."""
     w13, qtype13, w2, qtype2 = experts
     if kernels_on(hidden) and hidden.dtype in HALF:
-        return packed_moe_kernel(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights)
-    return packed_moe_ref(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights)
+        return packed_moe_kernel(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights, sum_topk)
+    out = packed_moe_ref(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights)
+    return out if sum_topk else out.float().unsqueeze(1)
 
 
 def fused_routing_on(hidden: torch.Tensor, gate_weight: torch.Tensor, w13: torch.Tensor) -> bool:

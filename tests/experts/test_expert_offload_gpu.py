@@ -35,7 +35,7 @@ def test_bf16_provider_matches_all_experts_resident(num_slots):
     hidden = torch.randn(tokens, dim, generator=gen).bfloat16().cuda()
     topk_ids = torch.stack([torch.randperm(num_experts, generator=gen)[:top_k] for _ in range(tokens)]).cuda()
     topk_weights = torch.rand(tokens, top_k, generator=gen).bfloat16().cuda()
-    expected = run_experts(hidden, w13[0].cuda(), w2[0].cuda(), topk_ids, topk_weights)
+    expected = run_experts(hidden, (w13[0].cuda(), w2[0].cuda()), topk_ids, topk_weights)
     got = provider(hidden, topk_ids, topk_weights)
     torch.testing.assert_close(got.float(), expected.float(), rtol=2e-2, atol=2e-2)
     if num_slots == num_experts:  # fully resident: the same kernel on remapped ids, no host sync

@@ -238,3 +238,10 @@ def test_cpu_pool_on_packed_experts(monkeypatch):
     out = pool.compute(hidden.bfloat16(), rows, experts, weights, blocks)
     assert calls and calls[0]["num_threads"] == 2
     assert ((out - expected).abs().max() / expected.abs().max()) < 0.05
+    # the split-graph path's pairs: np.nonzero of a [T, K] mask gives strided row and k arrays
+    pair_rows, pair_ks = np.nonzero(ids.numpy() >= 0)
+    assert not pair_rows.flags.c_contiguous
+    again = torch.zeros(3, 256)
+    pool.accumulate(hidden.bfloat16(), pair_rows, ids.numpy()[pair_rows, pair_ks], route.numpy()[pair_rows, pair_ks],
+                    blocks, again)
+    torch.testing.assert_close(again, out, rtol=0, atol=0)

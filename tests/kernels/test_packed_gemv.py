@@ -59,7 +59,7 @@ def test_packed_gemv_matches_ref(qtype, rows, n, k):
 @gpu
 @pytest.mark.parametrize("rows", [1, 5, 40])
 def test_packed_linear_on_cuda_matches_the_cpu_reference(rows):
-    """ops.packed_linear on CUDA (packed_gemv up to MAX_ROWS rows, dequantize + matmul beyond) against
+    """ops.packed_linear on CUDA (packed_gemv up to GEMV_MAX_ROWS rows, dequantize + matmul beyond) against
     the same weight's reference on the CPU, two segments of different types as in a Q4_K_M qkv."""
     from strata.model import ops
     from strata.model.packed import PackedWeight
@@ -72,8 +72,8 @@ def test_packed_linear_on_cuda_matches_the_cpu_reference(rows):
     dense = torch.cat([packed_gemv_ref(torch.eye(512), blocks, qtype, n, 512) for blocks, qtype, n in
                        ((q, Q4_K, 64), (v, Q6_K, 32))], dim=1)                       # W.T [K, N]
     scale = (x.float().abs() @ dense.abs()).clamp_min(1.0)
-    # float32 sums up to MAX_ROWS; beyond, a bf16 GEMM of the dequantized weight (8-bit mantissas)
-    assert ((out - expected).abs() / scale).max() < (1e-5 if rows <= 16 else 1e-2)
+    # float32 sums up to GEMV_MAX_ROWS; beyond, a bf16 GEMM of the dequantized weight (8-bit mantissas)
+    assert ((out - expected).abs() / scale).max() < (1e-5 if rows <= ops.GEMV_MAX_ROWS else 1e-2)
 
 
 @gpu

@@ -1,6 +1,6 @@
 """packed_moe (a layer's routed experts over GGUF blocks, CUDA) against packed_moe_ref in float32 on the
-same blocks: both CUDA paths (pairs kernel; dequantized experts + 16-bit grouped GEMMs), every type the
-pairs kernel reads and one it does not, experts spaced further apart than their size (slot views),
+same blocks: the three CUDA paths (pairs, grouped, dequantized experts + 16-bit grouped GEMMs), every type
+the block kernels read and one they do not, experts spaced further apart than their size (slot views),
 skipped pairs, and inside a CUDA graph capture."""
 
 from __future__ import annotations
@@ -66,26 +66,30 @@ def test_packed_moe_matches_ref(qtypes, tokens):
 
 
 @gpu
-def test_dequantized_path_matches_pairs_path(monkeypatch):
-    hidden, w13, w2, ids, weights = case(Q4_K, Q6_K, 4, seed=7)
+@pytest.mark.parametrize("tokens", [1, 5, 70])
+def test_every_path_matches_the_reference(tokens):
+    """pairs (one program per pair), grouped (row blocks of an expert on the tensor cores; 70 tokens take
+    64-row blocks) and dequantized, on the same case."""
+    hidden, w13, w2, ids, weights = case(Q4_K, Q6_K, tokens, seed=7)
     args = (hidden.cuda(), w13.cuda(), Q4_K, w2.cuda(), Q6_K, ids.cuda(), weights.cuda())
-    pairs = packed_moe(*args)
-    monkeypatch.setattr(packed_moe_module, "PAIR_MAX", 0)
-    dequantized = packed_moe(*args)
-    check(pairs, hidden, w13, Q4_K, w2, Q6_K, ids, weights)
-    check(dequantized, hidden, w13, Q4_K, w2, Q6_K, ids, weights)
+    check(packed_moe_module._pairs(*args).sum(1).bfloat16(), hidden, w13, Q4_K, w2, Q6_K, ids, weights)
+    check(packed_moe_module._grouped(*args).sum(1).bfloat16(), hidden, w13, Q4_K, w2, Q6_K, ids, weights)
+    check(packed_moe_module._dequantized(*args, every_expert=False), hidden, w13, Q4_K, w2, Q6_K, ids, weights)
+    partials = packed_moe(*args, sum_topk=False)
+    assert partials.shape == (tokens, 4, 512) and partials.dtype == torch.float32
+    assert torch.all(partials[0, -1] == 0)  # the skipped pair
 
 
 @gpu
-@pytest.mark.parametrize("qtypes", [(Q4_K, Q6_K), (Q5_K, Q6_K)])
-def test_packed_moe_in_a_cuda_graph(qtypes):
-    hidden, w13, w2, ids, weights = case(*qtypes, 2, seed=3)
+@pytest.mark.parametrize("qtypes, tokens", [((Q4_K, Q6_K), 1), ((Q4_K, Q6_K), 2), ((Q5_K, Q6_K), 2)])
+def test_packed_moe_in_a_cuda_graph(qtypes, tokens):
+    hidden, w13, w2, ids, weights = case(*qtypes, tokens, seed=3)
     args = [hidden.cuda(), w13.cuda(), qtypes[0], w2.cuda(), qtypes[1], ids.cuda(), weights.cuda()]
     packed_moe(*args)  # compile outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = packed_moe(*args)
-    new_ids = torch.stack([torch.randperm(8)[:4] for _ in range(2)])
+    new_ids = torch.stack([torch.randperm(8)[:4] for _ in range(tokens)])
     args[5].copy_(new_ids)
     graph.replay()
     torch.cuda.synchronize()
