@@ -25,6 +25,7 @@ import torch
 
 from strata.config import ModelConfig
 from strata.types import WeightSizes
+from strata.weights.loaded_sizes import TensorEntry, loaded_sizes, why_experts_dense
 from strata.kernels.gguf_blocks import PACKED_TYPE_NAMES, block_format, is_packed_type
 from strata.model.registry import PackedExpertWeight, PackedWeight, is_packed_expert_stack, keeps_packed
 from strata.weights.gguf_file import open_parts
@@ -67,7 +68,7 @@ class GGUFSource:
         self._drop_vocabulary()
         self.inverter = TensorInverter(self.arch, self.hf_config)
         self.plan = self._plan(self.hf_config["num_hidden_layers"])
-        self.experts_dense_reason = self._why_experts_dense()
+        self.experts_dense_reason = why_experts_dense(self._entries())
         self.experts_packed = self.experts_dense_reason is None
 
     # ---- WeightSource ---------------------------------------------------------------------------
@@ -79,27 +80,14 @@ class GGUFSource:
         return len({piece.hf_name for _, _, piece in self.plan})
 
     def weight_sizes(self, dtype: torch.dtype) -> WeightSizes:
-        """The weights' bytes as they will load: blocks where they stay packed, else dense in `dtype`; one
-        expert slot holds the largest layer's expert."""
-        total = experts = num_experts = slot_bytes = 0
-        layer_experts: dict[str, list[int]] = {}  # MoE layer -> [its experts' bytes, number of experts]
-        for _, tensor, piece in self.plan:
-            qtype = int(tensor.tensor_type)
-            dense = int(np.prod([int(n) for n in tensor.shape])) * dtype.itemsize
-            if is_packed_expert_stack(piece.hf_name):
-                nbytes = int(tensor.n_bytes) if self.experts_packed else dense
-                layer = layer_experts.setdefault(piece.hf_name.rsplit(".", 1)[0], [0, int(tensor.shape[-1])])
-                layer[0] += nbytes
-                experts += nbytes
-            elif is_packed_type(qtype) and keeps_packed(piece.hf_name) and self.inverter.is_row_wise(tensor.name):
-                nbytes = int(tensor.n_bytes)
-            else:
-                nbytes = dense
-            total += nbytes
-        for nbytes, count in layer_experts.values():
-            num_experts += count
-            slot_bytes = max(slot_bytes, nbytes // count)
-        return WeightSizes(total, experts, num_experts, slot_bytes)
+        """The weights' bytes as they will load (strata.weights.loaded_sizes)."""
+        return loaded_sizes(self._entries(), dtype, self.experts_packed)
+
+    def _entries(self) -> list[TensorEntry]:
+        return [TensorEntry(tensor.name, piece.hf_name, int(tensor.n_elements),
+                            int(tensor.shape[-1]) if len(tensor.shape) == 3 else 0, int(tensor.tensor_type),
+                            int(tensor.n_bytes), self.inverter.is_row_wise(tensor.name))
+                for _, tensor, piece in self.plan]
 
     def tensors(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor | PackedWeight | PackedExpertWeight]]:
         """(HF name, tensor in `dtype` or PackedWeight) pairs; then one notice per block type dequantized."""
@@ -141,23 +129,6 @@ class GGUFSource:
                 raise ValueError(f"{self.path}: {piece.hf_name} is stored in {piece.num_parts} GGUF tensors, "
                                  f"but only {len(parts_seen[piece.hf_name])} of them are in the file")
         return plan
-
-    def _why_experts_dense(self) -> str | None:
-        """None when every routed-expert tensor can stay packed (a packed type, no value transform, one type
-        for a layer's gate and up); else why not ("" for a model without routed experts)."""
-        types: dict[str, set[str]] = {}
-        for _, tensor, piece in self.plan:
-            if is_packed_expert_stack(piece.hf_name):
-                name = tensor.tensor_type.name
-                if not is_packed_type(int(tensor.tensor_type)):
-                    return f"{tensor.name} is {name}, {_NOT_KEPT}"
-                if not self.inverter.is_row_wise(tensor.name):
-                    return f"{tensor.name}: {_NOT_ROW_WISE}"
-                types.setdefault(piece.hf_name, set()).add(name)
-        for hf_name, names in types.items():
-            if len(names) > 1:
-                return f"{hf_name} joins parts of types {' and '.join(sorted(names))}"
-        return None if types else ""
 
     def _values(self, path: str, tensor, hf_name: str, dtype: torch.dtype,
                 dequantized: Counter) -> torch.Tensor | PackedWeight | PackedExpertWeight:

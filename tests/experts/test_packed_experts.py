@@ -29,6 +29,7 @@ from strata.model.packed import ExpertBlocks, PackedWeight
 from strata.model.registry import model_class
 from strata.cache.block_allocator import blocks_needed
 from strata.runner.memory import GpuBudget, ModelDoesNotFit, kv_reserve_tokens, meta_model, weight_sizes
+from strata.weights import gguf_source
 from strata.weights.gguf_source import GGUFSource
 from strata.weights.loader import build_model
 from tiny_models import build_hf_model, hf_config, prompt_logits
@@ -58,7 +59,7 @@ def moe_256():
 def load(path: str, packed_experts: bool = True, dtype: str = "float32"):
     with pytest.MonkeyPatch.context() as patch:
         if not packed_experts:
-            patch.setattr(GGUFSource, "_why_experts_dense", lambda self: "the test asks for dense experts")
+            patch.setattr(gguf_source, "why_experts_dense", lambda entries: "the test asks for dense experts")
         return build_model(GGUFSource(path), "cpu", dtype, quiet=True)
 
 

@@ -4,6 +4,7 @@ with a stated GPU budget)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from strata.config import EngineConfig, ExpertConfig, SchedulerConfig
@@ -64,3 +65,48 @@ def test_engine_gives_auto_experts_what_the_budget_leaves(monkeypatch):
     # PCIe staging slots are set aside from a partial cache
     half = high + (sizes.num_experts // 2) * per_expert
     assert slots(half, pcie_frac="0.5") < slots(half)
+
+
+def _plan_on_card(monkeypatch, spec: str, card_gib: int, host_gib: int) -> tuple[MemoryPlan, torch.nn.Module]:
+    """The engine's plan for `spec` at its default settings on a card of `card_gib` (0.5 GiB already in use)
+    beside `host_gib` of free host RAM."""
+    from strata.engine import memory_plan
+
+    config = EngineConfig(model=spec)
+    cfg = open_source(spec).model_config()
+    meta = meta_model(model_class(cfg), cfg)
+    plan = MemoryPlan(config, cfg, config.speculative, cfg.max_position_embeddings, "cuda", torch.bfloat16,
+                      meta.has_mtp, meta.recurrent_state_shapes())
+    allowed = int(card_gib * GiB * config.runner.gpu_memory_utilization)
+    monkeypatch.setattr(plan, "_budget", lambda: GpuBudget(card_gib * GiB, allowed, GiB // 2))
+    monkeypatch.setattr(memory_plan, "host_available_bytes", lambda: host_gib * GiB)
+    return plan, meta
+
+
+def test_qwen3_next_80b_at_q4_k_m_fits_a_24_gb_card_and_64_gb_of_ram(monkeypatch):
+    """Issue 23's planner case: the Q4_K_M plan (packed bytes) fits, with at least 3.5x the device experts of
+    the bf16 plan, whose experts do not even fit in host RAM. Numbers in docs/benchmarks.md."""
+    from strata.runner.memory import ModelDoesNotFit
+    from strata.weights.loaded_sizes import scheme_sizes
+
+    spec = "random:qwen3-next-80b-a3b"
+    packed, dense = scheme_sizes(spec, "q4_k_m", torch.bfloat16), scheme_sizes(spec, "bf16", torch.bfloat16)
+    plan, meta = _plan_on_card(monkeypatch, spec, 24, 64)
+    experts, device = plan.expert_slots(meta, packed)
+    assert device == "cpu" and 0 < plan.auto_expert_slots < packed.num_experts == 49 * 512  # 48 layers + MTP
+    assert plan.auto_expert_slots >= 3.5 * plan._auto_expert_slots(dense)
+    assert packed.experts < 64 * GiB < dense.experts
+    with pytest.raises(ModelDoesNotFit, match="host RAM"):
+        _plan_on_card(monkeypatch, spec, 24, 64)[0].expert_slots(meta, dense)
+
+
+def test_scheme_sizes_are_what_the_written_file_loads(tmp_path):
+    from strata.weights.gguf_export import export_gguf
+    from strata.weights.gguf_source import GGUFSource
+    from strata.weights.loaded_sizes import scheme_sizes
+
+    spec = ("random:qwen3-30b-a3b?num_hidden_layers=8&hidden_size=256&intermediate_size=512&moe_intermediate_size=256"
+            "&num_attention_heads=4&num_key_value_heads=2&head_dim=64&num_experts=4&vocab_size=512")
+    path = str(tmp_path / "q4km.gguf")
+    export_gguf(spec, path, "q4_k_m")
+    assert scheme_sizes(spec, "q4_k_m", torch.bfloat16) == GGUFSource(path).weight_sizes(torch.bfloat16)

@@ -1,0 +1,115 @@
+"""The bytes a GGUF model's weights take once loaded, from the list of its tensors: GGUF blocks where they
+stay packed, dense in the runtime dtype elsewhere, as GGUFSource loads them. One rule for the memory plan
+of a real file (GGUFSource.weight_sizes) and of a model shape in a quantization scheme before any file
+exists (`scheme_sizes`: how many experts a 24 GB card holds at Q4_K_M).
+
+A tensor stays packed where GGUFSource keeps it so: a packed block type, a layer that takes packed
+weights (keeps_packed) or a routed-expert stack when every layer's experts can stay packed, llama.cpp's
+layout change only a reordering of rows, and the parts of a joined tensor (q/k/v/z, gate/up) of one type.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import torch
+
+from strata.kernels.gguf_blocks import is_packed_type
+from strata.model.registry import is_packed_expert_stack, keeps_packed
+from strata.types import WeightSizes
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    gguf_name: str
+    hf_name: str        # where the loader puts it (strata.weights.gguf_names.hf_piece)
+    num_values: int
+    num_experts: int    # its leading dimension, for a routed-expert stack
+    qtype: int          # gguf.GGMLQuantizationType
+    nbytes: int         # in the file
+    row_wise: bool      # llama.cpp's layout change only reorders rows
+
+
+def why_experts_dense(entries: list[TensorEntry]) -> str | None:
+    """None when every routed-expert tensor can stay packed (a packed type, no value transform, one type for
+    a layer's gate and up); else why not ("" for a model without routed experts)."""
+    types: dict[str, set[str]] = {}
+    for e in entries:
+        if is_packed_expert_stack(e.hf_name):
+            name = _type_name(e.qtype)
+            if not is_packed_type(e.qtype):
+                return f"{e.gguf_name} is {name}, not a type kept packed"
+            if not e.row_wise:
+                return f"{e.gguf_name}: llama.cpp changed its layout beyond reordering rows"
+            types.setdefault(e.hf_name, set()).add(name)
+    for hf_name, names in types.items():
+        if len(names) > 1:
+            return f"{hf_name} joins parts of types {' and '.join(sorted(names))}"
+    return None if types else ""
+
+
+def loaded_sizes(entries: Iterable[TensorEntry], dtype: torch.dtype, experts_packed: bool) -> WeightSizes:
+    """WeightSizes of the weights as loaded; a device expert slot holds the largest layer's expert."""
+    entries = list(entries)
+    part_types: dict[str, set[int]] = {}
+    for e in entries:
+        part_types.setdefault(e.hf_name, set()).add(e.qtype)
+    total = experts = 0
+    layer_experts: dict[str, list[int]] = {}  # MoE layer -> [its experts' bytes, number of experts]
+    for e in entries:
+        dense = e.num_values * dtype.itemsize
+        if is_packed_expert_stack(e.hf_name):
+            nbytes = e.nbytes if experts_packed else dense
+            layer = layer_experts.setdefault(e.hf_name.rsplit(".", 1)[0], [0, e.num_experts])
+            layer[0] += nbytes
+            experts += nbytes
+        elif is_packed_type(e.qtype) and keeps_packed(e.hf_name) and e.row_wise and len(part_types[e.hf_name]) == 1:
+            nbytes = e.nbytes
+        else:
+            nbytes = dense
+        total += nbytes
+    slot_bytes = max((nbytes // count for nbytes, count in layer_experts.values()), default=0)
+    return WeightSizes(total, experts, sum(count for _, count in layer_experts.values()), slot_bytes)
+
+
+def scheme_sizes(spec: str, scheme: str, dtype: torch.dtype) -> WeightSizes:
+    """The loaded sizes of the model `spec` (random:<shape>, an HF folder) written in `scheme` (q4_k_m, ...),
+    without writing or building it: the writer's tensor list and type choices on a meta model."""
+    from strata.model.registry import model_class
+    from strata.weights.gguf_export import _hf_config, choose_types, get_scheme, hf_state
+    from strata.weights.gguf_names import GGUF_ARCHITECTURES, TensorInverter, hf_piece
+    from strata.weights.gguf_writer import llama_cpp_shapes
+    from strata.weights.source import open_source
+
+    source = open_source(spec)
+    cfg = source.model_config()
+    hf_config = _hf_config(source)
+    with torch.device("meta"):
+        meta = model_class(cfg)(cfg)
+    shapes = llama_cpp_shapes(hf_config, hf_state(meta))
+    types = choose_types(get_scheme(scheme), shapes, hf_config["num_hidden_layers"])
+    arch = next(a for a, hf in GGUF_ARCHITECTURES.items() if hf == cfg.architecture)
+    inverter = TensorInverter(arch, hf_config)
+    entries = []
+    for name, shape in shapes:
+        piece = hf_piece(arch, name, hf_config["num_hidden_layers"])
+        if piece is None:
+            continue
+        block, type_bytes = _block(types[name])
+        entries.append(TensorEntry(name, piece.hf_name, math.prod(shape), shape[0] if len(shape) == 3 else 0,
+                                   int(types[name]), math.prod(shape) // block * type_bytes, inverter.is_row_wise(name)))
+    return loaded_sizes(entries, dtype, why_experts_dense(entries) is None)
+
+
+def _block(qtype) -> tuple[int, int]:
+    from gguf import GGML_QUANT_SIZES
+
+    return GGML_QUANT_SIZES[qtype]
+
+
+def _type_name(qtype: int) -> str:
+    from gguf import GGMLQuantizationType
+
+    return GGMLQuantizationType(qtype).name
