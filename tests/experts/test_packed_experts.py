@@ -246,3 +246,21 @@ def test_cpu_pool_on_packed_experts(monkeypatch):
     pool.accumulate(hidden.bfloat16(), pair_rows, ids.numpy()[pair_rows, pair_ks], route.numpy()[pair_rows, pair_ks],
                     blocks, again)
     torch.testing.assert_close(again, out, rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [1, 5, 40])
+def test_packed_moe_layer_on_cuda_matches_dense_experts(moe_256, tmp_path, tokens):
+    """The MoE layer on CUDA in bf16 (fused routing, the packed kernels, partials summed by the caller)
+    against the same file's experts loaded dense: the same routing, outputs within bf16 rounding."""
+    path = str(tmp_path / "moe.gguf")
+    write_gguf(path, *moe_256, quant="Q4_K", types={r"blk\.0\.ffn_down_exps": "Q6_K"})
+    with pytest.MonkeyPatch.context() as patch:
+        packed = build_model(GGUFSource(path), "cuda", "bfloat16", quiet=True)
+        patch.setattr(gguf_source, "why_experts_dense", lambda entries: "the test asks for dense experts")
+        dense = build_model(GGUFSource(path), "cuda", "bfloat16", quiet=True)
+    x = torch.randn(tokens, 256, generator=torch.Generator().manual_seed(tokens)).bfloat16().cuda()
+    for layer in range(2):
+        assert isinstance(packed.model.layers[layer].mlp.experts, PackedLocalExperts)
+        out, expected = packed.model.layers[layer].mlp(x), dense.model.layers[layer].mlp(x)
+        assert ((out.float() - expected.float()).abs().max() / expected.float().abs().max()) < 2e-2
