@@ -9,6 +9,12 @@ tests/kernels/test_cpu_quant.py holds the kernel to it and to the bound. Built a
 system C compiler (kernels/native_build.py); AVX-512 VNNI, AVX2 or portable kernels are chosen at load.
 With no compiler `supports()` is False for every type and callers keep their torch path.
 
+`dequant_matmul` is the same product with x kept in float32 (native/dequant_matmul.c): each weight is
+decoded to exactly gguf's float32 value and the products are summed in float32, so a float32 model gets
+the numbers of the dense dequantized weight (up to summation order) at the cost of reading the packed
+bytes; `dequant_matmul_ref` states it and tests/kernels/test_cpu_dequant_matmul.py holds it bit-exact on
+the weights and within float32 rounding on the sums.
+
 `quant_moe` runs one MoE layer's routed experts (gate/up, SiLU, down, the routing weights) over packed
 expert rows in one call (native/quant_moe.c), reading each distinct expert's bytes once; `quant_moe_ref`
 states its semantics and tests/kernels/test_cpu_quant_moe.py its bounds."""
@@ -16,6 +22,7 @@ states its semantics and tests/kernels/test_cpu_quant_moe.py its bounds."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import platform
 import threading
@@ -45,18 +52,21 @@ _num_threads: int | None = None
 
 
 def _build() -> ctypes.CDLL:
-    units = [(_NATIVE / "quant_scalar.c", ["-O3"])]
+    exact = ["-O3", "-ffp-contract=off"]  # the dequantizing kernels: a multiply and an add stay two roundings
+    units = [(_NATIVE / "quant_scalar.c", ["-O3"]), (_NATIVE / "dequant_scalar.c", exact)]
     if platform.machine().lower() in ("x86_64", "amd64"):
         units += [(_NATIVE / "quant_matmul.c", ["-O3", "-pthread", "-DSTRATA_X86_SIMD"]),
-                  (_NATIVE / "quant_simd.c", ["-O3", *_AVX2]), (_NATIVE / "quant_simd.c", ["-O3", *_AVX512])]
+                  (_NATIVE / "quant_simd.c", ["-O3", *_AVX2]), (_NATIVE / "quant_simd.c", ["-O3", *_AVX512]),
+                  (_NATIVE / "dequant_simd.c", [*exact, *_AVX2])]
     else:
         units += [(_NATIVE / "quant_matmul.c", ["-O3", "-pthread"])]
-    units += [(_NATIVE / "quant_moe.c", ["-O3", "-pthread"])]
+    units += [(_NATIVE / "quant_moe.c", ["-O3", "-pthread"]), (_NATIVE / "dequant_matmul.c", ["-O3", "-pthread"])]
     library = ctypes.CDLL(str(build_library("quant_matmul", units, ["-pthread", "-lm"],
                                             headers=[_NATIVE / "quant_matmul.h"])))
     pointer, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
     weights = [i32, pointer, i64, i64]  # type, rows, expert stride, row stride
     for name, argtypes in (("strata_qmm", [i32, pointer, i64, pointer, i64, i64, pointer, i32]),
+                           ("strata_dqmm", [i32, pointer, i64, pointer, i64, i64, pointer, i32]),
                            ("strata_qmoe", [pointer, pointer, i64, i64, i64, pointer, pointer, pointer, *weights,
                                             *weights, i32]),
                            ("strata_qmm_supports", [i32]), ("strata_qmm_set_isa", [i32]),
@@ -116,24 +126,46 @@ def quant_matmul(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: i
     """x [T, K] float32 @ W.T -> [T, N] float32, W [N, K] the dequantization of blocks [N, row_bytes]
     uint8 (GGUF rows: K / block_size blocks each). Check supports(qtype) first."""
     library = _library or _require()  # decode calls this a few hundred times a token: checks stay cheap
-    if qtype not in _LAYOUTS:
-        raise ValueError(f"quant_matmul: GGUF type {qtype} is not handled; check supports()")
-    block, type_bytes, name = _LAYOUTS[qtype]
-    shape = x.shape
-    if len(shape) != 2 or shape[1] != k or x.dtype != torch.float32 or not x.is_contiguous() or not x.is_cpu:
-        raise ValueError(f"quant_matmul: x must be a contiguous CPU float32 [T, {k}] tensor, got {x.dtype} "
-                         f"{tuple(shape)}")
-    if k % block != 0 or blocks.shape != (n, k // block * type_bytes) or blocks.dtype != torch.uint8 \
-            or not blocks.is_contiguous() or not blocks.is_cpu:
-        raise ValueError(f"quant_matmul: {name} blocks for [{n}, {k}] must be a contiguous CPU uint8 "
-                         f"[{n}, {k // block * type_bytes}] tensor (K a multiple of {block}), got {blocks.dtype} "
-                         f"{tuple(blocks.shape)}")
-    y = torch.from_numpy(np.empty((shape[0], n), np.float32))  # [T, N]; a third of torch.empty's cost
-    status = library.strata_qmm(qtype, x.data_ptr(), shape[0], blocks.data_ptr(), n, k, y.data_ptr(),
+    _check_matmul("quant_matmul", x, blocks, qtype, n, k)
+    y = torch.from_numpy(np.empty((x.shape[0], n), np.float32))  # [T, N]; a third of torch.empty's cost
+    status = library.strata_qmm(qtype, x.data_ptr(), x.shape[0], blocks.data_ptr(), n, k, y.data_ptr(),
                                 _num_threads or torch.get_num_threads())
     if status != 0:  # the C side's other refusals (type, K) were checked above
         raise MemoryError("quant_matmul: no scratch memory for the quantized activations")
     return y
+
+
+@functools.cache  # asked at every float32 projection; the answer is fixed once the library loads (or fails)
+def supports_dequant(qtype: int) -> bool:
+    """dequant_matmul is built here and handles this GGUF type (every type quant_matmul handles)."""
+    return supports(qtype)
+
+
+def dequant_matmul(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: int) -> torch.Tensor:
+    """quant_matmul's contract with x kept in float32: y [T, N] = x [T, K] @ W.T, each weight exactly gguf's
+    float32 dequantization of blocks [N, row_bytes], the products summed in float32 (in an order that
+    depends on neither T nor the thread count). Check supports_dequant(qtype) first."""
+    library = _library or _require()
+    _check_matmul("dequant_matmul", x, blocks, qtype, n, k)
+    y = torch.from_numpy(np.empty((x.shape[0], n), np.float32))  # [T, N]
+    library.strata_dqmm(qtype, x.data_ptr(), x.shape[0], blocks.data_ptr(), n, k, y.data_ptr(),
+                        _num_threads or torch.get_num_threads())  # its refusals (type, K) are checked above
+    return y
+
+
+def _check_matmul(caller: str, x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: int) -> None:
+    if qtype not in _LAYOUTS:
+        raise ValueError(f"{caller}: GGUF type {qtype} is not handled; check supports()")
+    block, type_bytes, name = _LAYOUTS[qtype]
+    shape = x.shape
+    if len(shape) != 2 or shape[1] != k or x.dtype != torch.float32 or not x.is_contiguous() or not x.is_cpu:
+        raise ValueError(f"{caller}: x must be a contiguous CPU float32 [T, {k}] tensor, got {x.dtype} "
+                         f"{tuple(shape)}")
+    if k % block != 0 or blocks.shape != (n, k // block * type_bytes) or blocks.dtype != torch.uint8 \
+            or not blocks.is_contiguous() or not blocks.is_cpu:
+        raise ValueError(f"{caller}: {name} blocks for [{n}, {k}] must be a contiguous CPU uint8 "
+                         f"[{n}, {k // block * type_bytes}] tensor (K a multiple of {block}), got {blocks.dtype} "
+                         f"{tuple(blocks.shape)}")
 
 
 def supports_moe(qtype13: int, qtype2: int) -> bool:
@@ -213,6 +245,12 @@ def _require() -> ctypes.CDLL:
         raise RuntimeError(f"the native CPU quantized matmul could not be built ({_failed}); check supports() "
                            "and use the torch path")
     return library
+
+
+def dequant_matmul_ref(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: int) -> torch.Tensor:
+    """What dequant_matmul computes, in float64 [T, N]: x @ gguf's dequantization of the blocks, transposed."""
+    weight = torch.from_numpy(dequantize(blocks.numpy(), GGMLQuantizationType(qtype)).reshape(n, k))
+    return x.double() @ weight.double().T
 
 
 def quantize_activations_ref(x: torch.Tensor, block: int) -> torch.Tensor:

@@ -113,24 +113,49 @@ def _cpu_quant():
     return cpu_quant
 
 
+@functools.cache
+def _cpu_dequant():
+    """strata.kernels.cpu_quant for float32 inputs (dequant_matmul), else None: turned off with the int8
+    kernel (STRATA_NO_CPU_QUANT=1) or alone (STRATA_NO_CPU_DEQUANT=1: float32 models then multiply by
+    PackedWeight.dense_float32, torch's sums over the same weights, to compare)."""
+    if debug_flag("NO_CPU_QUANT") or debug_flag("NO_CPU_DEQUANT"):
+        return None
+    from strata.kernels import cpu_quant
+
+    return cpu_quant
+
+
 def packed_linear(x: torch.Tensor, weight, bias: torch.Tensor | None = None,
                   out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """x [..., K] @ a PackedWeight [N, K], transposed (+ bias) -> [..., N] in `out_dtype` (x's by default),
-    one row segment at a time. CPU: float32 models multiply by the weight dequantized once
-    (PackedWeight.dense_float32); 16-bit ones use the native kernel (cpu_quant) where it supports the
-    segment's type, else packed_matmul_ref. The kernel rounds activations to int8 per block (~0.5 % of
-    each output), which a float32 model does not ask for: with it, the bundled model's greedy chat left
-    HF transformers' (tests/engine/test_engine.py). CUDA: packed_gemv for steps of up to GEMV_MAX_ROWS rows
+    one row segment at a time. CPU: float32 models take the native dequant_matmul (each weight exactly
+    gguf's float32 value, float32 sums: the numbers of the dense dequantized weight, up to summation order,
+    so the bundled model's greedy chat stays HF transformers', tests/engine/test_engine.py); without it for
+    some segment's type, the weight dequantized once (PackedWeight.dense_float32). 16-bit ones use the
+    native int8-activation kernel (cpu_quant.quant_matmul, ~0.5 % of each output off) where it supports
+    the segment's type, else packed_matmul_ref. CUDA: packed_gemv for steps of up to GEMV_MAX_ROWS rows
     of the types it reads, else dequantize to x's dtype (packed_dequant), then matmul."""
     rows = x.reshape(-1, x.shape[-1])  # [T, K]
-    if not x.is_cuda and x.dtype == torch.float32:  # see PackedWeight.dense_float32
-        out = F.linear(rows, weight.dense_float32())
+    if not x.is_cuda and x.dtype == torch.float32:
+        out = _float32_on_cpu(rows, weight)
     else:
         outs = [_packed_segment(rows, qtype, blocks, weight.in_features) for qtype, blocks in weight.segments()]
         out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)  # [T, N]
     if bias is not None:
         out = out + bias
     return out.to(out_dtype or x.dtype).reshape(*x.shape[:-1], out.shape[-1])
+
+
+def _float32_on_cpu(x: torch.Tensor, weight) -> torch.Tensor:
+    """x [T, K] float32 @ weight.T -> [T, N]: dequant_matmul per segment where it handles every segment's
+    type, else the dense float32 copy of the weight."""
+    kernel = _cpu_dequant()
+    if kernel is None or not all(kernel.supports_dequant(qtype) for qtype in weight.qtypes):
+        return F.linear(x, weight.dense_float32())
+    x = x.contiguous()
+    outs = [kernel.dequant_matmul(x, blocks.contiguous(), qtype, blocks.shape[0], weight.in_features)
+            for qtype, blocks in weight.segments()]
+    return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)  # [T, N]
 
 
 # packed_gemv rereads the weights per row: from 3 rows on, dequantizing to a temporary and the 16-bit GEMM

@@ -111,9 +111,10 @@ class PackedWeight(nn.Module):
         return torch.cat([dequantize_ref(b, q, self.in_features).to(dtype) for q, b in self.segments()])
 
     def dense_float32(self) -> torch.Tensor:
-        """dequantize(float32), made at the first call and kept: the CPU path of float32 models, which
-        must match a float32 reference exactly and has no packed kernel of that precision yet (the
-        native kernel rounds activations to int8). It costs what loading dense weights cost before."""
+        """dequantize(float32), made at the first call and kept: the fallback of float32 models on the CPU
+        where the native dequant_matmul (which reads these blocks as they are, to the same weights) is
+        unavailable: no C compiler, a type it lacks, or STRATA_NO_CPU_DEQUANT=1. It costs what loading
+        dense weights cost (4 bytes a weight, ~7x a 4-bit file), so nothing calls it otherwise."""
         dense = getattr(self, "_dense_float32", None)
         if dense is None:
             dense = self._dense_float32 = self.dequantize(torch.float32)

@@ -1,6 +1,7 @@
-/* Shared by the drivers (quant_matmul.c, quant_moe.c) and the kernels (quant_scalar.c, quant_simd.c
- * compiled once per instruction set): the GGUF block layouts, the quantized activations, the kernel
- * signature, and what quant_matmul.c lends quant_moe.c (the activation quantizer, the thread pool).
+/* Shared by the drivers (quant_matmul.c, quant_moe.c, dequant_matmul.c) and the kernels (quant_scalar.c,
+ * quant_simd.c compiled once per instruction set; dequant_scalar.c, dequant_simd.c): the GGUF block
+ * layouts, the quantized activations, the kernel signatures, and what quant_matmul.c lends the other
+ * drivers (the activation quantizer, the thread pool, the kernel tables).
  *
  * Activations are quantized per block to int8 with a float32 scale, x ~= d * q, q = rint(x * 127 / amax),
  * over QB = 32 values for the 32-value weight types and QB = 256 for the 256-value ones (K-quants,
@@ -102,6 +103,19 @@ static inline float fp16_to_f32(uint16_t h) {  /* portable: the scalar kernels a
 void strata_qmm_table_scalar(rows_fn table[NUM_TYPES]);
 void strata_qmm_table_avx2(rows_fn table[NUM_TYPES]);
 void strata_qmm_table_avx512(rows_fn table[NUM_TYPES]);
+
+/* ---- dequant_matmul.c: float32 activations times the weights dequantized exactly as gguf-py does ----
+ * y[t * ldy + r] = sum_i x[t * k + i] * w_r[i] for r < rows, t < nt <= DQ_T: x is the tile's first row
+ * of k floats, w_r row r (row_bytes from w) dequantized value by value with gguf's float32 operations
+ * (dequant_scalar.c states them), summed in float32 in an order that depends on neither nt nor rows. */
+enum { DQ_T = 12 };  /* rows of x a tile: each weight row is decoded once per tile */
+typedef void (*dq_rows_fn)(const uint8_t *w, int64_t row_bytes, int64_t rows, const float *x, int64_t k, int nt,
+                           float *y, int64_t ldy);
+
+void strata_dqmm_table_scalar(dq_rows_fn table[NUM_TYPES]);
+void strata_dqmm_table_avx2(dq_rows_fn table[NUM_TYPES]);
+/* the dequantizing rows function of the instruction set in use (strata_qmm_supports(qtype) first) */
+dq_rows_fn strata_dqmm_rows(int qtype);
 
 /* ---- quant_matmul.c's parts that quant_moe.c uses ---------------------------------------------- */
 

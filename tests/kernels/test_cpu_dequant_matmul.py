@@ -1,0 +1,214 @@
+"""cpu_quant.dequant_matmul: float32 activations times GGUF blocks, each weight exactly gguf's dequantization.
+
+Two properties, for every type, instruction set and odd shape:
+- the weights are gguf-py's float32 values bit for bit: x = rows of the identity picks them out exactly
+  (one nonzero product a sum), including for every finite float16 scale;
+- the sums are float32 sums of exact products (FMA): against the float64 reference,
+  |y - ref| <= c * K * eps32 * (|x| @ |W|.T) with c = 1 and eps32 = 2^-23 (any order of K - 1 roundings
+  of at most eps32 / 2 each stays within half of that). quant_matmul's int8 activations break this bound
+  (test_int8_activations_break_the_bound), so it has teeth.
+Weights: random bytes with finite float16 scales (every bit pattern of the quants), and gguf.quants.quantize
+of Gaussian values where gguf can quantize the type.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as Q
+from gguf.quants import dequantize, quantize
+
+from strata.kernels import cpu_quant
+from strata.kernels.gguf_blocks import dequantize_ref
+
+BUILT = cpu_quant.supports_dequant(Q.Q8_0)
+pytestmark = pytest.mark.skipif(not BUILT, reason="no C compiler to build the kernel")
+
+TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS]
+QUANTIZABLE = {Q.Q8_0, Q.Q4_0, Q.Q4_1}
+F16_FIELDS = {Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208], Q.IQ4_XS: [0]}
+ISAS = list(cpu_quant.available_isas()) if BUILT else []
+EPS32 = 2.0 ** -23
+
+
+@pytest.fixture(autouse=True)
+def best_isa():
+    best = cpu_quant.isa() if BUILT else None
+    yield
+    if best is not None:
+        cpu_quant.set_isa(best)
+        cpu_quant.set_num_threads(torch.get_num_threads())
+
+
+def make_blocks(qtype: Q, n: int, k: int, seed: int, source: str = "random",
+                scales: np.ndarray | None = None) -> torch.Tensor:
+    """[N, row bytes]: random bytes with float16 scales uniform in +-0.05 (or `scales` [N, K / block, fields]),
+    or gguf's quantization of Gaussian weights."""
+    rng = np.random.default_rng(seed)
+    if source == "quantized":
+        return torch.from_numpy(quantize(rng.standard_normal((n, k), dtype=np.float32), qtype))
+    block, type_bytes = GGML_QUANT_SIZES[qtype]
+    raw = rng.integers(0, 256, size=(n, k // block, type_bytes), dtype=np.uint8)
+    for i, offset in enumerate(F16_FIELDS[qtype]):
+        field = rng.uniform(-0.05, 0.05, size=(n, k // block)).astype(np.float16) if scales is None else scales[..., i]
+        raw[..., offset:offset + 2] = field[..., None].view(np.uint8)
+    return torch.from_numpy(raw.reshape(n, -1))
+
+
+def weight_of(blocks: torch.Tensor, qtype: Q, n: int, k: int) -> torch.Tensor:
+    return torch.from_numpy(dequantize(blocks.numpy(), qtype).reshape(n, k))  # [N, K] float32
+
+
+def rounding_bound(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return x.shape[1] * EPS32 * (x.double().abs() @ weight.double().abs().T)  # [T, N]
+
+
+def block_of(qtype: Q) -> int:
+    return GGML_QUANT_SIZES[qtype][0]
+
+
+# (T, N, blocks a row): T = 17 spans a full tile of 12 rows and a part; 19 and 5 blocks span two chunks of
+# 512 decoded values
+CASES = [(qtype, source, t, n, blocks) for qtype in TYPES
+         for source in (["random", "quantized"] if qtype in QUANTIZABLE else ["random"])
+         for t in (1, 3, 17) for n in (1, 33) for blocks in (1, 19 if block_of(qtype) == 32 else 5)]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("qtype,source,t,n,blocks", CASES,
+                         ids=[f"{q.name}-{s}-{t}x{n}x{b}" for q, s, t, n, b in CASES])
+def test_within_float32_rounding_of_the_reference(isa, qtype, source, t, n, blocks):
+    cpu_quant.set_isa(isa)
+    k = blocks * block_of(qtype)
+    w = make_blocks(qtype, n, k, seed=t * 100 + n + blocks, source=source)
+    x = torch.randn(t, k, generator=torch.Generator().manual_seed(t + k))
+    y = cpu_quant.dequant_matmul(x, w, qtype, n, k)
+    assert y.shape == (t, n) and y.dtype == torch.float32
+    error = (y.double() - cpu_quant.dequant_matmul_ref(x, w, qtype, n, k)).abs()
+    assert (error <= rounding_bound(x, weight_of(w, qtype, n, k))).all()
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("qtype", TYPES, ids=[q.name for q in TYPES])
+def test_weights_are_ggufs_bit_for_bit(isa, qtype):
+    """x = the identity [K, K]: y = W.T, each value one product by 1.0 and zeros."""
+    cpu_quant.set_isa(isa)
+    k = 2 * block_of(qtype)
+    w = make_blocks(qtype, 33, k, seed=3)
+    y = cpu_quant.dequant_matmul(torch.eye(k), w, qtype, 33, k)
+    assert torch.equal(y, weight_of(w, qtype, 33, k).T)
+    assert torch.equal(y, dequantize_ref(w, qtype, k).T)
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=[q.name for q in TYPES])
+def test_every_finite_float16_scale(qtype):
+    """One block a row, the first float16 field of row r the r-th finite float16 (both signs, subnormals,
+    65504), the second (Q4_1's m, the K-quants' dmin) a shuffle of them: the SIMD kernels compute
+    q * d + m as one FMA where q * d is exact, which this holds to gguf's two roundings over every scale.
+    x picks 8 values of each block (one a 32) out of the identity."""
+    finite = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    finite = finite[np.isfinite(finite)]  # [63488]
+    fields = np.stack([finite, np.random.default_rng(4).permutation(finite)], axis=-1)[:, None, :]  # [N, 1, 2]
+    k = block_of(qtype)
+    w = make_blocks(qtype, len(finite), k, seed=5, scales=fields)
+    columns = torch.arange(0, k, k // 8) + torch.arange(8) % (k // 8)  # [8]: one in each eighth of the block
+    x = torch.eye(k)[columns].contiguous()  # [8, K]
+    expected = weight_of(w, qtype, len(finite), k)[:, columns].T
+    for isa in ISAS:
+        cpu_quant.set_isa(isa)
+        assert torch.equal(cpu_quant.dequant_matmul(x, w, qtype, len(finite), k), expected), isa
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=[q.name for q in TYPES])
+def test_int8_activations_break_the_bound(qtype):
+    """Gaussian x with 1 % outliers of 20x: int8 activations (quant_matmul) miss the float32 bound that
+    dequant_matmul keeps, so the bound tells the two apart."""
+    k, n = 4 * block_of(qtype), 33
+    w = make_blocks(qtype, n, k, seed=6)
+    generator = torch.Generator().manual_seed(7)
+    x = torch.randn(5, k, generator=generator)
+    x[torch.rand(5, k, generator=generator) < 0.01] *= 20
+    ref = cpu_quant.dequant_matmul_ref(x, w, qtype, n, k)
+    bound = rounding_bound(x, weight_of(w, qtype, n, k))
+    assert ((cpu_quant.dequant_matmul(x, w, qtype, n, k).double() - ref).abs() <= bound).all()
+    assert ((cpu_quant.quant_matmul(x, w, qtype, n, k).double() - ref).abs() > bound).any()
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_batch_rows_and_threads_do_not_change_the_bits(isa):
+    """Each output is summed by one thread in one order: alone or in a batch of any size, on 1 or 2
+    threads, a row of x gives the same bits (a request's logits do not depend on its neighbours)."""
+    cpu_quant.set_isa(isa)
+    qtype, n, k = Q.Q4_K, 301, 1536
+    w = make_blocks(qtype, n, k, seed=8)
+    x = torch.randn(40, k, generator=torch.Generator().manual_seed(9))
+    results = []
+    for threads in (1, 2):
+        cpu_quant.set_num_threads(threads)
+        results.append(cpu_quant.dequant_matmul(x, w, qtype, n, k))
+    assert torch.equal(results[0], results[1])
+    for size in (1, 3, 4, 7):  # rows met in registers (up to 4), through the decoded buffer (more)
+        in_parts = torch.cat([cpu_quant.dequant_matmul(x[i:i + size], w, qtype, n, k) for i in range(0, 40, size)])
+        assert torch.equal(in_parts, results[0]), size
+
+
+def test_isas_agree_within_the_bound():
+    qtype, t, n, k = Q.Q5_K, 11, 37, 1024
+    w = make_blocks(qtype, n, k, seed=10)
+    x = torch.randn(t, k, generator=torch.Generator().manual_seed(11))
+    bound = rounding_bound(x, weight_of(w, qtype, n, k))
+    results = {}
+    for name in ISAS:
+        cpu_quant.set_isa(name)
+        assert cpu_quant.isa() == name
+        results[name] = cpu_quant.dequant_matmul(x, w, qtype, n, k)
+    assert all(((y - results["scalar"]).abs() <= 2 * bound).all() for y in results.values())
+
+
+def test_zero_rows_and_zero_activations():
+    w = make_blocks(Q.Q4_1, 7, 64, seed=12)
+    assert torch.equal(cpu_quant.dequant_matmul(torch.zeros(2, 64), w, Q.Q4_1, 7, 64), torch.zeros(2, 7))
+    assert cpu_quant.dequant_matmul(torch.zeros(0, 64), w, Q.Q4_1, 7, 64).shape == (0, 7)
+
+
+def test_bad_input_says_what_is_wrong():
+    w = make_blocks(Q.Q8_0, 4, 64, seed=13)
+    assert cpu_quant.supports_dequant(Q.Q4_K) and not cpu_quant.supports_dequant(Q.Q2_K)
+    assert not cpu_quant.supports_dequant(Q.F16)
+    with pytest.raises(ValueError, match="dequant_matmul: x must be a contiguous CPU float32"):
+        cpu_quant.dequant_matmul(torch.randn(2, 64, dtype=torch.float64), w, Q.Q8_0, 4, 64)
+    with pytest.raises(ValueError, match="contiguous CPU float32"):
+        cpu_quant.dequant_matmul(torch.randn(64, 2).T, w, Q.Q8_0, 4, 64)
+    with pytest.raises(ValueError, match=r"Q8_0 blocks for \[4, 64\] must be a contiguous CPU uint8 \[4, 68\]"):
+        cpu_quant.dequant_matmul(torch.randn(2, 64), w[:, :34].contiguous(), Q.Q8_0, 4, 64)
+    with pytest.raises(ValueError, match="K a multiple of 256"):
+        cpu_quant.dequant_matmul(torch.randn(2, 128), torch.zeros(4, 72, dtype=torch.uint8), Q.Q4_K, 4, 128)
+    with pytest.raises(ValueError, match="not handled"):
+        cpu_quant.dequant_matmul(torch.randn(2, 256), torch.zeros(4, 84, dtype=torch.uint8), Q.Q2_K, 4, 256)
+
+
+def test_float32_packed_linear_reads_the_blocks_and_falls_back_to_the_dense_copy(monkeypatch):
+    """ops.packed_linear on float32 CPU input: dequant_matmul per segment (a Q4_K part beside a Q6_K one),
+    no dense copy of the weight made; with STRATA_NO_CPU_DEQUANT=1, the dense copy (PackedWeight.dense_float32)."""
+    from strata.model import ops
+    from strata.model.packed import PackedWeight
+
+    parts = [PackedWeight(make_blocks(qtype, n, 512, seed=n), qtype, 512) for qtype, n in ((Q.Q4_K, 9), (Q.Q6_K, 4))]
+    weight = PackedWeight.cat_rows(parts)
+    x = torch.randn(2, 3, 512, generator=torch.Generator().manual_seed(14))  # [..., K]
+    bias = torch.randn(13)
+    out = ops.packed_linear(x, weight, bias)
+    rows = x.reshape(-1, 512)
+    expected = torch.cat([cpu_quant.dequant_matmul(rows, blocks, qtype, blocks.shape[0], 512)
+                          for qtype, blocks in weight.segments()], dim=-1) + bias
+    assert out.shape == (2, 3, 13) and torch.equal(out.reshape(-1, 13), expected)
+    assert getattr(weight, "_dense_float32", None) is None
+    ops._cpu_dequant.cache_clear()
+    monkeypatch.setenv("STRATA_NO_CPU_DEQUANT", "1")
+    try:
+        dense = ops.packed_linear(x, weight, bias)
+        assert weight._dense_float32 is not None
+        assert torch.equal(dense.reshape(-1, 13), torch.nn.functional.linear(rows, weight.dequantize()) + bias)
+    finally:
+        ops._cpu_dequant.cache_clear()
