@@ -7,6 +7,7 @@ import builtins
 import json
 
 import pytest
+import torch
 
 from strata.bench.plot import write_plot
 from strata.cli.main import main
@@ -171,7 +172,7 @@ def test_hf_peer_on_a_random_shape(tmp_path):
 
 class _FakeCore:
     """What bench_offline needs of an EngineCore when run_strata is stubbed: the public runtime switches
-    (recorded) and a runner with CUDA graphs."""
+    (recorded), a runner with CUDA graphs and the loaded model (for its weights' bytes)."""
 
     device, dtype = "cpu", "float32"
 
@@ -179,6 +180,7 @@ class _FakeCore:
         from strata.weights.source import open_source
 
         self.model_config = open_source(TINY_MOE).model_config()
+        self.loaded = type("Loaded", (), {"model": torch.nn.Module()})()  # no packed weights: config bytes
         self.runner = type("Runner", (), {"graphs": object()})()
         self.max_num_seqs, self.graphs, self.overlapped = 8, None, None
         self.options: list[dict] = []
