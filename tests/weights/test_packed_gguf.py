@@ -263,7 +263,9 @@ class FakeKernel:
         return packed_matmul_ref(x, blocks, qtype, k)
 
 
-def test_packed_linear_takes_the_kernel_for_16_bit_inputs_and_the_reference_for_float32(monkeypatch):
+def test_packed_linear_takes_the_int8_kernel_for_16_bit_inputs_only(monkeypatch):
+    """16-bit inputs: the int8-activation kernel where it reads the segment's type, else the reference.
+    float32 inputs never take it (they take dequant_matmul, tests/kernels/test_cpu_dequant_matmul.py)."""
     weight = PackedWeight.cat_rows([packed_of("Q4_1", 6, 64), packed_of("Q8_0", 4, 64, seed=2)])
     kernel = FakeKernel({int(Q.Q4_1)})
     monkeypatch.setattr(ops, "_cpu_quant", lambda: kernel)
