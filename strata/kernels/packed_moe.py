@@ -7,18 +7,18 @@ apart (w13.stride(0): device slots sized for the largest layer's experts). Pairs
 skipped (computed elsewhere, or no expert: an expert provider's slot misses).
 
 Three CUDA paths, picked per call by `packed_moe`:
-- pairs (one token): one program per (pair, BLOCK_N
-  rows of the expert) decodes the blocks in registers and multiplies on the CUDA cores
+- pairs (up to PAIRS_MAX pairs: decode steps of up to 16 sequences at top-8): one program per (pair,
+  BLOCK_N rows of the expert) decodes the blocks in registers and multiplies on the CUDA cores
   (packed_gemv._chunk_dot), SiLU(gate) * up stored in hidden's dtype like the 16-bit kernel; then one
   program per (pair, BLOCK_N output columns) writes its weighted down projection to float32 partials
   [T, K, D], which the next norm sums (rms_norm_topk_sum) or packed_moe sums itself. Each pair reads its
   expert's rows: a step whose pairs share experts rereads them (from L2 when small).
-- grouped (steps of several tokens: decode batches, verify windows, prompts): pairs sorted by expert in
+- grouped (more pairs: large verify windows, prompts): pairs sorted by expert in
   blocks of rows (moe_align); a program decodes a tile of its expert's blocks once and multiplies it with
   the block's rows on the tensor cores, so each used expert is read once per row block.
 - dequantized: the used experts are dequantized to hidden's dtype and go through the 16-bit grouped GEMMs
   (fused_moe). One host sync (which experts are used).
-Types the pairs kernel does not read (Q5_K, IQ4_XS, Q4_0, Q4_1; rows not a multiple of 256) always
+Types the block kernels do not read (Q5_K, IQ4_XS, Q4_0, Q4_1; rows not a multiple of 256) always
 take the dequantized path; inside a capture that path dequantizes every expert of the layer (no sync).
 """
 
