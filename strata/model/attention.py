@@ -118,24 +118,31 @@ def _causal_window_mask(num_computed: int, q_len: int, kv_len: int, device: torc
 
 def _attend_batched(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                     ctx: ForwardContext, scale: float) -> torch.Tensor:
-    num_seqs, max_q = ctx.num_seqs, ctx.max_query_len
-    max_len = max(c + n for c, n in zip(ctx.num_computed, ctx.query_lens))
     block_size = k_cache.shape[1]
-    table = ctx.block_tables[:, : -(-max_len // block_size)]
+    max_len, table, row, col, mask = ctx.cached(("batched_attention", block_size, q.device),
+                                                lambda: _batched_layout(ctx, block_size, q.shape[0], q.device))
     k = _gather_kv(k_cache, table, max_len).transpose(1, 2).contiguous()  # [S, Hkv, L, D]
     v = _gather_kv(v_cache, table, max_len).transpose(1, 2).contiguous()
-    # token -> (row, column) in the padded [S, max_q] query layout
-    row = torch.repeat_interleave(torch.arange(num_seqs, device=q.device),
-                                  torch.tensor(ctx.query_lens, device=q.device))
-    col = torch.arange(q.shape[0], device=q.device) - ctx.query_start_loc[row]
-    q_pad = q.new_zeros(num_seqs, max_q, *q.shape[1:])  # [S, Q, H, D]
+    q_pad = q.new_zeros(ctx.num_seqs, ctx.max_query_len, *q.shape[1:])  # [S, Q, H, D]
     q_pad[row, col] = q
-    q_pos = ctx.seq_lens[:, None] - torch.tensor(ctx.query_lens, device=q.device)[:, None] \
-        + torch.arange(max_q, device=q.device)[None, :]  # [S, Q]
-    mask = torch.arange(max_len, device=q.device)[None, None, :] <= q_pos[:, :, None]  # [S, Q, L]
-    o = F.scaled_dot_product_attention(q_pad.transpose(1, 2).contiguous(), k, v, attn_mask=mask[:, None],
+    o = F.scaled_dot_product_attention(q_pad.transpose(1, 2).contiguous(), k, v, attn_mask=mask,
                                        scale=scale, enable_gqa=True)  # [S, H, Q, D]
     return o.transpose(1, 2)[row, col]
+
+
+def _batched_layout(ctx: ForwardContext, block_size: int, num_tokens: int, device: torch.device):
+    """What _attend_batched needs of the step, the same for every layer (made once per forward): the longest
+    context, the block table cut to it, each token's (row, column) in the padded [S, max_q] query layout and
+    the causal mask [S, 1, Q, L]."""
+    num_seqs, max_q = ctx.num_seqs, ctx.max_query_len
+    max_len = max(c + n for c, n in zip(ctx.num_computed, ctx.query_lens))
+    table = ctx.block_tables[:, : -(-max_len // block_size)]
+    query_lens = torch.tensor(ctx.query_lens, device=device)
+    row = torch.repeat_interleave(torch.arange(num_seqs, device=device), query_lens)
+    col = torch.arange(num_tokens, device=device) - ctx.query_start_loc[row]
+    q_pos = ctx.seq_lens[:, None] - query_lens[:, None] + torch.arange(max_q, device=device)[None, :]  # [S, Q]
+    mask = torch.arange(max_len, device=device)[None, None, :] <= q_pos[:, :, None]  # [S, Q, L]
+    return max_len, table, row, col, mask[:, None]
 
 
 class Attention(nn.Module):
