@@ -50,6 +50,11 @@ def build_hf_model(family: str, seed: int = 0):
     return model
 
 
+def hf_state(model) -> tuple[dict, dict]:
+    """An HF model as (config dict with its architecture, state dict): what the GGUF test writer takes."""
+    return {**model.config.to_dict(), "architectures": [type(model).__name__]}, dict(model.state_dict())
+
+
 def save_tiny_model(family: str, folder: str, seed: int = 0):
     model = build_hf_model(family, seed)
     model.save_pretrained(folder)

@@ -32,16 +32,12 @@ from strata.runner.memory import GpuBudget, ModelDoesNotFit, kv_reserve_tokens, 
 from strata.weights import gguf_source
 from strata.weights.gguf_source import GGUFSource
 from strata.weights.loader import build_model
-from tiny_models import build_hf_model, hf_config, prompt_logits
+from tiny_models import build_hf_model, hf_config, hf_state, prompt_logits
 
 Q = gguf.GGMLQuantizationType
 IDS = [5, 17, 99, 3, 42, 150, 8, 77, 61, 12]
 PARAMS = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
 PROMPTS = [{"prompt_token_ids": [3 + i, 17, 40 + 7 * i, 9, 100 - i, 55 + i]} for i in range(4)]
-
-
-def hf_state(model) -> tuple[dict, dict]:
-    return {**model.config.to_dict(), "architectures": [type(model).__name__]}, dict(model.state_dict())
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from strata.model.packed import PackedEmbedding, PackedWeight
 from strata.weights import gguf_source
 from strata.weights.gguf_source import GGUFSource
 from strata.weights.loader import build_model
-from tiny_models import build_hf_model, prompt_logits
+from tiny_models import build_hf_model, hf_state, prompt_logits
 
 Q = gguf.GGMLQuantizationType
 IDS = [5, 17, 99, 3, 42, 150, 8, 77, 61, 12, 130, 64]
@@ -29,10 +29,6 @@ IDS = [5, 17, 99, 3, 42, 150, 8, 77, 61, 12, 130, 64]
 
 def rel_err(actual: torch.Tensor, expected: torch.Tensor) -> float:
     return ((actual - expected).abs().max() / expected.abs().max()).item()
-
-
-def hf_state(model) -> tuple[dict, dict]:
-    return {**model.config.to_dict(), "architectures": [type(model).__name__]}, dict(model.state_dict())
 
 
 @pytest.fixture(scope="module")
