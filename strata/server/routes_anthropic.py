@@ -90,14 +90,16 @@ async def messages(body: MessagesRequest, http_request: HTTPRequest):
     request = Request(state.new_id("msg_"), rendered.prompt_token_ids, params)
     gen = Generation(state, request)
     await gen.__aenter__()
-    parser = OutputParser(tools is not None, rendered.starts_in_reasoning, id_prefix="toolu_")
+    schemas = {t.name: t.parameters for t in tools or ()}  # the XML tool-call form's value types
+    parser = OutputParser(tools is not None, rendered.starts_in_reasoning, "toolu_", schemas)
     if body.stream:
         return sse.sse_response(_stream(gen, state, parser))
     try:
         out = await gen.collect(http_request)
     finally:
         await gen.__aexit__()
-    text, reasoning, calls = parse_all(out.text, tools is not None, rendered.starts_in_reasoning, "toolu_")
+    text, reasoning, calls = parse_all(out.text, tools is not None, rendered.starts_in_reasoning, "toolu_",
+                                       schemas)
     content: list[dict] = []
     if reasoning:
         content.append({"type": "thinking", "thinking": reasoning, "signature": ""})

@@ -114,6 +114,7 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
     _check_common(state, body)
     _check_response_format(body)
     tools = _tools(body)
+    schemas = {t.name: t.parameters for t in tools or ()}  # the XML tool-call form's value types
     thinking = _THINKING.get(body.reasoning_effort) if body.reasoning_effort else None
     rendered = state.template.render(normalize_messages(body.messages), tools, thinking)
     max_tokens = check_prompt(state, rendered.prompt_token_ids, body.max_completion_tokens or body.max_tokens,
@@ -124,13 +125,14 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
     await gen.__aenter__()
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        parser = OutputParser(tools is not None, rendered.starts_in_reasoning)
+        parser = OutputParser(tools is not None, rendered.starts_in_reasoning, schemas=schemas)
         return sse.sse_response(_guarded(gen, "/v1/chat/completions", _chat_stream(gen, state, parser, include_usage)))
     try:
         out = await gen.collect(http_request)
     finally:
         await gen.__aexit__()
-    content, reasoning, calls = parse_all(out.text, tools is not None, rendered.starts_in_reasoning)
+    content, reasoning, calls = parse_all(out.text, tools is not None, rendered.starts_in_reasoning,
+                                          schemas=schemas)
     message: dict = {"role": "assistant", "content": content if (content or not calls) else None}
     if reasoning:
         message["reasoning_content"] = reasoning
