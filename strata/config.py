@@ -17,7 +17,17 @@ SUPPORTED_ARCHITECTURES = (
     "Qwen3ForCausalLM",
     "Qwen3MoeForCausalLM",
     "Qwen3NextForCausalLM",
+    "Qwen3_5ForCausalLM",
+    "Qwen3_5MoeForCausalLM",
 )
+# multimodal checkpoints whose text model we serve: their config nests it in `text_config`, their weights
+# are `model.language_model.*` (the vision tower, `model.visual.*`, is not loaded)
+TEXT_MODEL_OF = {
+    "Qwen3_5ForConditionalGeneration": "Qwen3_5ForCausalLM",
+    "Qwen3_5MoeForConditionalGeneration": "Qwen3_5MoeForCausalLM",
+}
+# hybrid families: Gated DeltaNet layers beside (gated) attention, partial rotary by default
+HYBRID_ARCHITECTURES = ("Qwen3NextForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM")
 
 
 def _opt(default: Any, help: str, **kwargs: Any) -> Any:
@@ -70,20 +80,23 @@ class ModelConfig:
         archs = hf.get("architectures") or []
         if not archs:
             raise ValueError("config.json has no 'architectures' entry")
-        arch = archs[0]
+        arch = TEXT_MODEL_OF.get(archs[0], archs[0])
         if arch not in SUPPORTED_ARCHITECTURES:
-            raise ValueError(f"unsupported architecture {arch!r}; supported: {', '.join(SUPPORTED_ARCHITECTURES)}")
+            raise ValueError(f"unsupported architecture {arch!r}; supported: "
+                             f"{', '.join(SUPPORTED_ARCHITECTURES + tuple(TEXT_MODEL_OF))}")
+        if isinstance(hf.get("text_config"), dict):  # the text model's keys win over the wrapper's
+            hf = {**{k: v for k, v in hf.items() if k not in ("text_config", "vision_config")}, **hf["text_config"]}
         num_heads = hf["num_attention_heads"]
         rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
         rope_theta = hf.get("rope_theta", rope.get("rope_theta", 10000.0))
         partial = hf.get("partial_rotary_factor", rope.get("partial_rotary_factor",
-                                                           0.25 if arch == "Qwen3NextForCausalLM" else 1.0))
+                                                           0.25 if arch in HYBRID_ARCHITECTURES else 1.0))
         rope_type = rope.get("rope_type", rope.get("type", "default"))
         eos = hf.get("eos_token_id")
         eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
         num_layers = hf["num_hidden_layers"]
         layer_types = tuple(hf.get("layer_types") or ())
-        if arch == "Qwen3NextForCausalLM" and not layer_types:
+        if arch in HYBRID_ARCHITECTURES and not layer_types:
             interval = hf.get("full_attention_interval", 4)
             layer_types = tuple("linear_attention" if (i + 1) % interval else "full_attention"
                                 for i in range(num_layers))
@@ -103,7 +116,7 @@ class ModelConfig:
             max_position_embeddings=hf.get("max_position_embeddings", 4096),
             tie_word_embeddings=hf.get("tie_word_embeddings", False),
             attention_bias=hf.get("attention_bias", False),
-            qk_norm=arch in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Qwen3NextForCausalLM"),
+            qk_norm=arch in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", *HYBRID_ARCHITECTURES),
             hidden_act=hf.get("hidden_act", "silu"),
             bos_token_id=hf.get("bos_token_id"),
             eos_token_ids=eos_ids,

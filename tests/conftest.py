@@ -17,7 +17,7 @@ def tiny_model_dir(tmp_path_factory):
     cache: dict[str, str] = {}
 
     def get(family: str) -> str:
-        """`family` or "qwen3_next+mtp" (the qwen3_next model with a random MTP head)."""
+        """`family`, or `family+mtp` (a hybrid family with a random MTP head: "qwen3_next+mtp")."""
         if family not in cache:
             base, _, mtp = family.partition("+")
             folder = tmp_path_factory.mktemp(f"tiny-{base}{'-mtp' if mtp else ''}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 import transformers
 
-FAMILIES = ("llama", "qwen3", "qwen3_moe", "qwen3_next")
+FAMILIES = ("llama", "qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe")
 
 _COMMON = dict(vocab_size=160, hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
                num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-6,
@@ -28,6 +28,20 @@ _CONFIGS = {
         linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4,
         layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
         rope_theta=10000.0, partial_rotary_factor=0.5, initializer_range=0.2)),
+    # Qwen3.5: split Gated DeltaNet projections, every layer MoE (or every layer dense), text M-RoPE
+    "qwen3_5_moe": ("Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM", dict(
+        moe_intermediate_size=32, shared_expert_intermediate_size=48, num_experts=8, num_experts_per_tok=2,
+        head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+        linear_value_head_dim=16, linear_conv_kernel_dim=4,
+        layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+        rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5,
+                             mrope_section=[2, 1, 1], mrope_interleaved=True), initializer_range=0.2)),
+    "qwen3_5": ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM", dict(
+        intermediate_size=96, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
+        linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4,
+        layer_types=["linear_attention", "linear_attention", "full_attention", "linear_attention"],
+        rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5,
+                             mrope_section=[2, 1, 1], mrope_interleaved=True), initializer_range=0.2)),
 }
 
 
@@ -86,7 +100,7 @@ def prompt_logits(model, token_ids: list[int], chunk: int | None = None, block_s
 
 
 def add_random_mtp(folder: str, seed: int = 5) -> None:
-    """Give a saved tiny qwen3_next folder an MTP head (`mtp.*` tensors, per-expert layout like real
+    """Give a saved tiny hybrid (qwen3_next, qwen3_5_moe) folder an MTP head (`mtp.*` tensors, per-expert layout like real
     checkpoints) with random weights, and say so in config.json."""
     import json
     import os

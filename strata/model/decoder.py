@@ -28,10 +28,14 @@ from strata.model.packed import PackedEmbedding, PackedExpertWeight, PackedWeigh
 _STACKED = {
     "q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
     "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1),
+    # Qwen3.5 / Qwen4-Exp Gated DeltaNet: four checkpoint tensors, two fused projections
+    "in_proj_qkv": ("in_proj_qkvz", 0), "in_proj_z": ("in_proj_qkvz", 1),
+    "in_proj_b": ("in_proj_ba", 0), "in_proj_a": ("in_proj_ba", 1),
 }
 _PER_EXPERT = re.compile(r"(.*\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
 _FUSED_EXPERTS = re.compile(r"(.*\.experts)\.(gate_up_proj|down_proj)$")
-_IGNORED = re.compile(r"(rotary_emb\.inv_freq|\.mtp\.|^mtp\.)")
+_IGNORED = re.compile(r"(rotary_emb\.inv_freq|\.mtp\.|^mtp\.|^model\.visual\.)")
+_TEXT_MODEL_PREFIX = "model.language_model."  # multimodal checkpoints (strata.config.TEXT_MODEL_OF)
 
 
 class WeightLoadError(ValueError):
@@ -114,6 +118,8 @@ class CausalLM(nn.Module):
 
     def checkpoint_targets(self, name: str, tensor: torch.Tensor) -> list[tuple[str, tuple, torch.Tensor]]:
         """Map one checkpoint tensor to (parameter name, index into that parameter, values)."""
+        if name.startswith(_TEXT_MODEL_PREFIX):
+            name = "model." + name.removeprefix(_TEXT_MODEL_PREFIX)
         if m := _PER_EXPERT.match(name):
             prefix, expert, proj = m.group(1), int(m.group(2)), m.group(3)
             if proj == "down_proj":

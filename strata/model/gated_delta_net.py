@@ -129,11 +129,18 @@ def causal_conv1d_ragged(x: torch.Tensor, weight: torch.Tensor, conv_state: torc
 
 
 class GatedDeltaNet(nn.Module):
-    """in_proj -> causal conv + SiLU -> L2-normed q/k -> gated delta rule -> gated RMSNorm -> out_proj."""
+    """in_proj -> causal conv + SiLU -> L2-normed q/k -> gated delta rule -> gated RMSNorm -> out_proj.
 
-    def __init__(self, cfg: ModelConfig, layer_idx: int) -> None:
+    The fused input projections come in two row layouts: Qwen3-Next's checkpoint tensors in_proj_qkvz /
+    in_proj_ba group their rows per key head (`grouped_qkvz`); Qwen3.5 and Qwen4-Exp checkpoints have four
+    tensors (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a), loaded as the shards of plain [q | k | v | z]
+    and [b | a] (`shard_sizes`). `gate_activation`: the output gate of the norm (silu, or sigmoid)."""
+
+    def __init__(self, cfg: ModelConfig, layer_idx: int, grouped_qkvz: bool = True,
+                 gate_activation: str = "silu") -> None:
         super().__init__()
         self.layer_idx = layer_idx
+        self.grouped_qkvz = grouped_qkvz
         self.num_k_heads, self.num_v_heads = cfg.linear_num_key_heads, cfg.linear_num_value_heads
         self.head_k_dim, self.head_v_dim = cfg.linear_key_head_dim, cfg.linear_value_head_dim
         self.key_dim = self.num_k_heads * self.head_k_dim
@@ -142,11 +149,14 @@ class GatedDeltaNet(nn.Module):
         self.kernel_size = cfg.linear_conv_kernel_dim
         self.in_proj_qkvz = nn.Linear(cfg.hidden_size, 2 * self.key_dim + 2 * self.value_dim, bias=False)
         self.in_proj_ba = nn.Linear(cfg.hidden_size, 2 * self.num_v_heads, bias=False)
+        if not grouped_qkvz:
+            self.in_proj_qkvz.shard_sizes = (self.conv_dim, self.value_dim)
+            self.in_proj_ba.shard_sizes = (self.num_v_heads, self.num_v_heads)
         # holds the checkpoint's conv1d.weight [C, 1, W]; applied by causal_conv1d_ragged, not by nn.Conv1d
         self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, self.kernel_size, groups=self.conv_dim, bias=False)
         self.dt_bias = nn.Parameter(torch.empty(self.num_v_heads))
         self.A_log = nn.Parameter(torch.empty(self.num_v_heads))
-        self.norm = GatedRMSNorm(self.head_v_dim, cfg.rms_norm_eps)
+        self.norm = GatedRMSNorm(self.head_v_dim, cfg.rms_norm_eps, gate_activation)
         self.out_proj = nn.Linear(self.value_dim, cfg.hidden_size, bias=False)
 
     def state_shapes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -201,8 +211,13 @@ class GatedDeltaNet(nn.Module):
         return self.out_proj(self.norm(core, z).reshape(num_tokens, self.value_dim))
 
     def _project(self, hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        # the checkpoint groups rows per key head: [q | k | v (group heads) | z (group heads)] and [b | a]
+        """hidden [T, D] -> (mixed_qkv [T, conv_dim], z [T, Hv, Dv], b [T, Hv], a [T, Hv])."""
         num_tokens, group = hidden.shape[0], self.num_v_heads // self.num_k_heads
+        if not self.grouped_qkvz:
+            mixed_qkv, z = self.in_proj_qkvz(hidden).split([self.conv_dim, self.value_dim], dim=-1)
+            b, a = self.in_proj_ba(hidden).split([self.num_v_heads, self.num_v_heads], dim=-1)
+            return mixed_qkv, z.reshape(num_tokens, self.num_v_heads, self.head_v_dim), b, a
+        # rows grouped per key head: [q | k | v (group heads) | z (group heads)] and [b | a]
         qkvz = self.in_proj_qkvz(hidden).view(num_tokens, self.num_k_heads, -1)
         q, k, v, z = qkvz.split([self.head_k_dim, self.head_k_dim, group * self.head_v_dim,
                                  group * self.head_v_dim], dim=-1)

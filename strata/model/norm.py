@@ -30,15 +30,22 @@ class RMSNorm(nn.Module):
 
 
 class GatedRMSNorm(nn.Module):
-    """Qwen3-Next's norm on the delta-rule output: weight * x̂ * silu(gate), in float32."""
+    """The norm on the delta-rule output: weight * x̂ * act(gate), in float32; act is silu (Qwen3-Next,
+    Qwen3.5) or sigmoid (Qwen4-Exp)."""
 
-    def __init__(self, dim: int, eps: float) -> None:
+    def __init__(self, dim: int, eps: float, activation: str = "silu") -> None:
         super().__init__()
+        if activation not in _GATE_ACTIVATIONS:
+            raise ValueError(f"gated norm activation must be one of {', '.join(_GATE_ACTIVATIONS)}, got {activation!r}")
         self.eps = eps
+        self.activation = _GATE_ACTIVATIONS[activation]
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         x32 = self.weight * x32.to(x.dtype)
-        return (x32 * nn.functional.silu(gate.float())).to(x.dtype)
+        return (x32 * self.activation(gate.float())).to(x.dtype)
+
+
+_GATE_ACTIVATIONS = {"silu": nn.functional.silu, "sigmoid": torch.sigmoid}

@@ -22,6 +22,7 @@ from strata.model.mtp import MTPHead
 
 class Qwen3NextForCausalLM(CausalLM):
     zero_centered_norm = True
+    grouped_qkvz = True  # the Gated DeltaNet checkpoint layout (see GatedDeltaNet)
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__(cfg)
@@ -36,7 +37,7 @@ class Qwen3NextForCausalLM(CausalLM):
     def _layer(self, layer_idx: int, linear: bool, moe: bool) -> DecoderLayer:
         cfg = self.config
         if linear:
-            mixer_name, mixer = "linear_attn", GatedDeltaNet(cfg, layer_idx)
+            mixer_name, mixer = "linear_attn", GatedDeltaNet(cfg, layer_idx, self.grouped_qkvz)
         else:
             mixer_name, mixer = "self_attn", Attention(cfg, layer_idx, gated=True, zero_centered_norm=True)
         mlp = MoEBlock(cfg) if moe else DenseMLP(cfg.hidden_size, cfg.intermediate_size)

@@ -16,6 +16,8 @@ _REGISTRY = {
     "Qwen3ForCausalLM": "strata.model.llama",
     "Qwen3MoeForCausalLM": "strata.model.qwen3_moe",
     "Qwen3NextForCausalLM": "strata.model.qwen3_next",
+    "Qwen3_5ForCausalLM": "strata.model.qwen3_5",
+    "Qwen3_5MoeForCausalLM": "strata.model.qwen3_5",
 }
 assert set(_REGISTRY) == set(SUPPORTED_ARCHITECTURES)
 

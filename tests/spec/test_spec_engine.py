@@ -76,7 +76,19 @@ def test_qwen3_next_greedy_identical_to_hf(spec, tiny_model_dir, next_refs):
     assert sorted(core.scheduler.free_slots) == list(range(8))
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen3_moe"])
+@pytest.mark.parametrize("spec", [{"method": "mtp", "num_speculative_tokens": 3},
+                                  {"method": "mtp+suffix", "num_speculative_tokens": 2}], ids=["mtp", "mtp+suffix"])
+def test_qwen3_5_moe_greedy_identical_to_hf(spec, tiny_model_dir):
+    """Qwen3.5-MoE with a random MTP head: speculation never changes HF's greedy output, alone or batched."""
+    single, eight = prompts([29]), prompts([5, 23, 11, 40, 3, 17, 70, 9])
+    folder = tiny_model_dir("qwen3_5_moe+mtp")
+    assert run_staggered(engine(folder, spec, max_num_seqs=1), single) == hf_greedy("qwen3_5_moe", single)
+    core = engine(folder, spec)
+    assert run_staggered(core, eight) == hf_greedy("qwen3_5_moe", eight)
+    assert core.scheduler.stats.num_draft_tokens > 0
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3_moe", "qwen3_5"])
 def test_suffix_greedy_identical_to_hf(family, tiny_model_dir):
     batch = prompts([7, 30, 12, 3, 44, 9, 21, 16])
     batch[1] = batch[1][:10] * 3  # repetitive prompts so suffix drafting finds matches
