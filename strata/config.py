@@ -73,6 +73,8 @@ class ModelConfig:
     linear_key_head_dim: int = 0
     linear_value_head_dim: int = 0
     linear_conv_kernel_dim: int = 4
+    # value head j reads key head j % Hk (llama.cpp's Qwen3.5 GGUFs reorder them so) instead of HF's j // (Hv / Hk)
+    linear_value_heads_tiled: bool = False
     num_mtp_layers: int = 0                   # Qwen3-Next MTP draft head (`mtp.*` weights)
 
     @classmethod
@@ -133,6 +135,7 @@ class ModelConfig:
             linear_key_head_dim=hf.get("linear_key_head_dim", 0),
             linear_value_head_dim=hf.get("linear_value_head_dim", 0),
             linear_conv_kernel_dim=hf.get("linear_conv_kernel_dim", 4),
+            linear_value_heads_tiled=bool(hf.get("linear_value_heads_tiled", False)),
             num_mtp_layers=hf.get("num_nextn_predict_layers", hf.get("mtp_num_hidden_layers", 0)) or 0,
         )
 

@@ -143,6 +143,7 @@ class GatedDeltaNet(nn.Module):
         self.grouped_qkvz = grouped_qkvz
         self.num_k_heads, self.num_v_heads = cfg.linear_num_key_heads, cfg.linear_num_value_heads
         self.head_k_dim, self.head_v_dim = cfg.linear_key_head_dim, cfg.linear_value_head_dim
+        self.v_heads_tiled = cfg.linear_value_heads_tiled
         self.key_dim = self.num_k_heads * self.head_k_dim
         self.value_dim = self.num_v_heads * self.head_v_dim
         self.conv_dim = 2 * self.key_dim + self.value_dim
@@ -173,9 +174,8 @@ class GatedDeltaNet(nn.Module):
         mixed_qkv, window_conv = causal_conv1d_ragged(mixed_qkv, self.conv1d.weight[:, 0], conv_state, ctx)
         mixed_qkv = F.silu(mixed_qkv)
         q, k, v = mixed_qkv.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
-        group = self.num_v_heads // self.num_k_heads  # each q/k head serves `group` consecutive v heads
-        q = l2norm(q.reshape(num_tokens, self.num_k_heads, self.head_k_dim).float()).repeat_interleave(group, 1)
-        k = l2norm(k.reshape(num_tokens, self.num_k_heads, self.head_k_dim).float()).repeat_interleave(group, 1)
+        q = self._per_value_head(l2norm(q.reshape(num_tokens, self.num_k_heads, self.head_k_dim).float()))
+        k = self._per_value_head(l2norm(k.reshape(num_tokens, self.num_k_heads, self.head_k_dim).float()))
         v = v.reshape(num_tokens, self.num_v_heads, self.head_v_dim)          # [T, Hv, Dv]
         beta = b.float().sigmoid()                                              # [T, Hv]
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
@@ -200,6 +200,8 @@ class GatedDeltaNet(nn.Module):
         q, k, v = mixed_qkv.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
         q = l2norm(q.reshape(num_tokens, self.num_k_heads, self.head_k_dim).float())  # [T, Hk, Dk]
         k = l2norm(k.reshape(num_tokens, self.num_k_heads, self.head_k_dim).float())
+        if self.v_heads_tiled:  # the kernel maps value heads to key heads grouped: give it one per value head
+            q, k = self._per_value_head(q), self._per_value_head(k)
         v = v.reshape(num_tokens, self.num_v_heads, self.head_v_dim)                   # [T, Hv, Dv]
         beta = b.float().sigmoid()                                                       # [T, Hv]
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
@@ -209,6 +211,11 @@ class GatedDeltaNet(nn.Module):
         if ctx.keep_window_states:
             ctx.scratch.window_states[self.layer_idx] = (window_conv, window_ssm)
         return self.out_proj(self.norm(core, z).reshape(num_tokens, self.value_dim))
+
+    def _per_value_head(self, x: torch.Tensor) -> torch.Tensor:
+        """x [T, Hk, Dk] -> [T, Hv, Dk], the key head each value head reads (grouped or tiled)."""
+        group = self.num_v_heads // self.num_k_heads
+        return x.repeat(1, group, 1) if self.v_heads_tiled else x.repeat_interleave(group, 1)
 
     def _project(self, hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """hidden [T, D] -> (mixed_qkv [T, conv_dim], z [T, Hv, Dv], b [T, Hv], a [T, Hv])."""
