@@ -19,15 +19,17 @@ SUPPORTED_ARCHITECTURES = (
     "Qwen3NextForCausalLM",
     "Qwen3_5ForCausalLM",
     "Qwen3_5MoeForCausalLM",
+    "Qwen4ExpForCausalLM",
 )
 # multimodal checkpoints whose text model we serve: their config nests it in `text_config`, their weights
 # are `model.language_model.*` (the vision tower, `model.visual.*`, is not loaded)
 TEXT_MODEL_OF = {
     "Qwen3_5ForConditionalGeneration": "Qwen3_5ForCausalLM",
     "Qwen3_5MoeForConditionalGeneration": "Qwen3_5MoeForCausalLM",
+    "Qwen4ExpForConditionalGeneration": "Qwen4ExpForCausalLM",
 }
 # hybrid families: Gated DeltaNet layers beside (gated) attention, partial rotary by default
-HYBRID_ARCHITECTURES = ("Qwen3NextForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM")
+HYBRID_ARCHITECTURES = ("Qwen3NextForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen4ExpForCausalLM")
 
 
 def _opt(default: Any, help: str, **kwargs: Any) -> Any:
@@ -76,6 +78,25 @@ class ModelConfig:
     # value head j reads key head j % Hk (llama.cpp's Qwen3.5 GGUFs reorder them so) instead of HF's j // (Hv / Hk)
     linear_value_heads_tiled: bool = False
     num_mtp_layers: int = 0                   # Qwen3-Next MTP draft head (`mtp.*` weights)
+    linear_gate_activation: str = "silu"      # the delta-rule output gate (Qwen4-Exp: sigmoid)
+    # Qwen4-Exp hyper-connections: hc_count residual streams, low-rank input mixers
+    hc_count: int = 1
+    hc_lowrank: int = 0
+    # Qwen4-Exp QSA indexed attention on the full-attention layers (0 heads: plain attention)
+    indexer_n_heads: int = 0
+    indexer_head_dim: int = 0
+    indexer_budget: int = 0
+    indexer_compress_ratio: int = 1
+    # Qwen4-Exp PLE: hashed n-gram embeddings on these layers (0-based; HF's ple_layer_ids are 1-based)
+    ple_layers: tuple[int, ...] = ()
+    ple_embed_dim: int = 0
+    ple_conv_kernel_size: int = 4
+    ngram_size: int = 3
+    heads_per_ngram: int = 8
+    ngram_vocab_size_base: int = 20_000_000
+    ngram_vocab_size_multiple: int = 128
+    ngram_seed: int = 1234
+    ngram_table_shards: int = 1               # the HF checkpoint stores each table in this many row shards
 
     @classmethod
     def from_hf(cls, hf: dict[str, Any]) -> ModelConfig:
@@ -137,7 +158,12 @@ class ModelConfig:
             linear_conv_kernel_dim=hf.get("linear_conv_kernel_dim", 4),
             linear_value_heads_tiled=bool(hf.get("linear_value_heads_tiled", False)),
             num_mtp_layers=hf.get("num_nextn_predict_layers", hf.get("mtp_num_hidden_layers", 0)) or 0,
+            **(_qwen4_exp_fields(hf, layer_types) if arch == "Qwen4ExpForCausalLM" else {}),
         )
+
+    @property
+    def ngram_heads(self) -> int:
+        return (self.ngram_size - 1) * self.heads_per_ngram
 
     def is_moe_layer(self, layer_idx: int) -> bool:
         return (self.num_experts > 0 and layer_idx not in self.mlp_only_layers
@@ -156,6 +182,50 @@ class ModelConfig:
 
     def replace(self, **overrides: Any) -> ModelConfig:
         return dataclasses.replace(self, **overrides)
+
+
+def _qwen4_exp_fields(hf: dict[str, Any], layer_types: tuple[str, ...]) -> dict[str, Any]:
+    """Qwen4-Exp's extra fields, checked as HF's config checks them: every mistake names its field
+    before any weight loads."""
+    def need(ok: bool, field_name: str, why: str) -> None:
+        if not ok:
+            raise ValueError(f"Qwen4-Exp config: {field_name} {why} (got {hf.get(field_name)!r})")
+
+    hc_count = hf.get("hc_count", 4)
+    need(isinstance(hc_count, int) and hc_count > 1, "hc_count", "must be an integer > 1")
+    need(hf.get("num_experts", 0) > 0, "num_experts", "must be > 0")
+    bad_types = sorted(set(layer_types) - {"linear_attention", "full_attention", "indexed_attention"})
+    need(not bad_types, "layer_types", f"may only hold linear_attention / indexed_attention, not {bad_types}")
+    gate = hf.get("output_gate_type") or hf.get("hidden_act", "silu")
+    need(gate in ("silu", "sigmoid"), "output_gate_type", "must be silu or sigmoid")
+    fields: dict[str, Any] = dict(hc_count=hc_count, hc_lowrank=hf.get("hc_lowrank", 320), linear_gate_activation=gate)
+    qsa = {name: hf.get(name) for name in ("indexer_n_heads", "indexer_kv_heads", "indexer_head_dim",
+                                           "indexer_budget", "indexer_compress_ratio")}
+    if any(v is not None for v in qsa.values()):
+        for name, value in qsa.items():
+            need(isinstance(value, int) and value > 0, name, "must be a positive integer when QSA is configured")
+        need(qsa["indexer_kv_heads"] == 1, "indexer_kv_heads", "must be 1")
+        need(qsa["indexer_budget"] % qsa["indexer_compress_ratio"] == 0, "indexer_budget",
+             f"must be divisible by indexer_compress_ratio = {qsa['indexer_compress_ratio']}")
+        fields.update(indexer_n_heads=qsa["indexer_n_heads"], indexer_head_dim=qsa["indexer_head_dim"],
+                      indexer_budget=qsa["indexer_budget"], indexer_compress_ratio=qsa["indexer_compress_ratio"])
+    ple_ids = sorted(set(hf.get("ple_layer_ids") or ()))
+    if ple_ids:
+        num_layers, hidden = hf["num_hidden_layers"], hf["hidden_size"]
+        need(all(1 <= i <= num_layers for i in ple_ids), "ple_layer_ids", f"must be 1-based layer ids in [1, {num_layers}]")
+        need(all(layer_types[i - 1] == "linear_attention" for i in ple_ids), "ple_layer_ids",
+             "may only name linear_attention layers")
+        ngram_size, heads = hf.get("ngram_size", 3), hf.get("heads_per_ngram", 8)
+        embed_dim = hf.get("ple_embed_dim") or hidden
+        need(ngram_size >= 2 and heads > 0 and embed_dim % ((ngram_size - 1) * heads) == 0, "ple_embed_dim",
+             f"must be divisible by the n-gram heads (ngram_size - 1) * heads_per_ngram")
+        need(hf.get("eos_token_id") not in (None, []), "eos_token_id", "must be set when PLE layers are enabled")
+        fields.update(ple_layers=tuple(i - 1 for i in ple_ids), ple_embed_dim=embed_dim,
+                      ple_conv_kernel_size=hf.get("ple_conv_kernel_size", 4), ngram_size=ngram_size,
+                      heads_per_ngram=heads, ngram_vocab_size_base=hf.get("ngram_vocab_size_base", 20_000_000),
+                      ngram_vocab_size_multiple=hf.get("make_ngram_vocab_size_divisible_by", 128),
+                      ngram_seed=hf.get("seed", 1234), ngram_table_shards=hf.get("split_ngram_parts", 512))
+    return fields
 
 
 KV_CACHE_DTYPES = ("auto",)

@@ -8,7 +8,7 @@ import torch
 
 from tiny_models import FAMILIES, add_random_mtp, save_tiny_model
 
-torch.set_num_threads(2)
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ import torch
 import transformers
 
 FAMILIES = ("llama", "qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe")
+HF_FAMILIES = FAMILIES + ("qwen4_exp",)  # GGUF files of qwen4_exp are not written yet
 
 _COMMON = dict(vocab_size=160, hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
                num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-6,
@@ -36,6 +37,18 @@ _CONFIGS = {
         layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
         rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5,
                              mrope_section=[2, 1, 1], mrope_interleaved=True), initializer_range=0.2)),
+    # Qwen4-Exp: 2 hyper-connection streams, QSA past 8 tokens (2 blocks of 4), PLE on the second layer
+    "qwen4_exp": ("Qwen4ExpTextConfig", "Qwen4ExpForCausalLM", dict(
+        moe_intermediate_size=32, shared_expert_intermediate_size=48, num_experts=8, num_experts_per_tok=2,
+        head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+        linear_value_head_dim=16, linear_conv_kernel_dim=4, output_gate_type="sigmoid",
+        layer_types=["linear_attention", "linear_attention", "full_attention", "linear_attention"],
+        rope_parameters=dict(rope_type="default", rope_theta=10000.0, partial_rotary_factor=0.5,
+                             mrope_section=[2, 1, 1], mrope_interleaved=True),
+        hc_count=2, hc_lowrank=16, indexer_n_heads=2, indexer_kv_heads=1, indexer_head_dim=16, indexer_budget=8,
+        indexer_compress_ratio=4, ple_layer_ids=[2], ple_embed_dim=32, ple_conv_kernel_size=4, ngram_size=3,
+        heads_per_ngram=2, ngram_vocab_size_base=500, make_ngram_vocab_size_divisible_by=16, split_ngram_parts=3,
+        initializer_range=0.2)),
     "qwen3_5": ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM", dict(
         intermediate_size=96, head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4,
         linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4,
@@ -85,7 +98,7 @@ def prompt_logits(model, token_ids: list[int], chunk: int | None = None, block_s
     cfg = model.config
     num_blocks = -(-len(token_ids) // block_size)
     kv = KVPool(cfg.full_attention_layers, num_blocks, block_size, cfg.num_key_value_heads, cfg.head_dim,
-                torch.float32, "cpu")
+                torch.float32, "cpu", model.index_key_layers())
     states = StatePool(model.recurrent_state_shapes(), 1, torch.float32, "cpu")
     tables = {0: list(range(num_blocks))}
     chunk = chunk or len(token_ids)

@@ -8,13 +8,20 @@ import torch
 
 
 class KVPool:
+    """`extra_keys`: further per-token caches paged with the same blocks (a model's `index_key_layers`,
+    QSA's index keys): key -> width, stored as (keys [N_blocks, B, 1, width], an empty [N_blocks, B, 1, 0])
+    so every copy of a layer's (K, V) pair (parking, restoring) carries them too."""
+
     def __init__(self, layer_ids: list[int], num_blocks: int, block_size: int, num_kv_heads: int,
-                 head_dim: int, dtype: torch.dtype, device: str) -> None:
+                 head_dim: int, dtype: torch.dtype, device: str, extra_keys: dict | None = None) -> None:
         self.block_size = block_size
         self.num_blocks = num_blocks
         shape = (num_blocks, block_size, num_kv_heads, head_dim)  # [N_blocks, B, Hkv, D]
         self.caches = {i: (torch.zeros(shape, dtype=dtype, device=device),
                            torch.zeros(shape, dtype=dtype, device=device)) for i in layer_ids}
+        for key, width in (extra_keys or {}).items():
+            keys = torch.zeros(num_blocks, block_size, 1, width, dtype=dtype, device=device)
+            self.caches[key] = (keys, keys[..., :0])
 
     @staticmethod
     def bytes_per_block(num_layers: int, block_size: int, num_kv_heads: int, head_dim: int,

@@ -170,6 +170,14 @@ class Attention(nn.Module):
         self.scale = self.head_dim ** -0.5
 
     def forward(self, hidden: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        q, gate = self.queries_after_kv_write(hidden, ctx)
+        k_cache, v_cache = ctx.kv_caches[self.layer_idx]
+        return self.output(paged_attention(q, k_cache, v_cache, ctx, self.scale), gate)
+
+    def queries_after_kv_write(self, hidden: torch.Tensor,
+                               ctx: ForwardContext) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """hidden [T, hidden] -> (rotated queries [T, H, D], output gate [T, H, D] or None); this step's
+        keys and values are in the pool afterwards."""
         num_tokens = hidden.shape[0]
         q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         gate = None
@@ -186,9 +194,13 @@ class Attention(nn.Module):
                 q, k = self.q_norm(q), self.k_norm(k)
             q, k = self.rotary(ctx.positions, q, k)
             write_kv(k, v, k_cache, v_cache, ctx.slot_mapping)
-        out = paged_attention(q, k_cache, v_cache, ctx, self.scale).reshape(num_tokens, -1)  # [T, H * D]
+        return q, gate
+
+    def output(self, attended: torch.Tensor, gate: torch.Tensor | None) -> torch.Tensor:
+        """attended [T, H, D] -> the layer's output [T, hidden] (sigmoid-gated when the layer is)."""
+        out = attended.reshape(attended.shape[0], -1)  # [T, H * D]
         if gate is not None:
-            out = out * torch.sigmoid(gate.reshape(num_tokens, -1))
+            out = out * torch.sigmoid(gate.reshape(out.shape))
         return self.o_proj(out)
 
     def _prepare_fused(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,

@@ -82,17 +82,26 @@ class CausalLM(nn.Module):
 
     zero_centered_norm = False
     has_mtp = False
+    cuda_graph_safe = True  # every layer's CUDA path can be captured (see runner.model_runner.graph_safe)
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.config = cfg
-        self.model = DecoderBody(cfg, self.build_layer, self.zero_centered_norm)
+        self.model = self.build_body(cfg)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
+    def build_body(self, cfg: ModelConfig) -> nn.Module:
+        """`model.*`: embedding, layers, final norm (a family with another residual scheme replaces it)."""
+        return DecoderBody(cfg, self.build_layer, self.zero_centered_norm)
+
     def build_layer(self, layer_idx: int) -> DecoderLayer:
         raise NotImplementedError
+
+    def index_key_layers(self) -> dict:
+        """Extra per-token caches beside K and V (KV-pool key -> width); none but for QSA layers."""
+        return {}
 
     def forward(self, input_ids: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         """input_ids [T] -> final-normed hidden states [T, D]."""
@@ -118,8 +127,7 @@ class CausalLM(nn.Module):
 
     def checkpoint_targets(self, name: str, tensor: torch.Tensor) -> list[tuple[str, tuple, torch.Tensor]]:
         """Map one checkpoint tensor to (parameter name, index into that parameter, values)."""
-        if name.startswith(_TEXT_MODEL_PREFIX):
-            name = "model." + name.removeprefix(_TEXT_MODEL_PREFIX)
+        name = text_model_name(name)
         if m := _PER_EXPERT.match(name):
             prefix, expert, proj = m.group(1), int(m.group(2)), m.group(3)
             if proj == "down_proj":
@@ -222,6 +230,12 @@ class CausalLM(nn.Module):
             self.lm_head = Linear.packed(self.lm_head, weight)  # tied: the LM head reads the same blocks
         parent_name, _, child = module_name.rpartition(".")
         setattr(self.get_submodule(parent_name) if parent_name else self, child, replacement)
+
+
+def text_model_name(name: str) -> str:
+    """A multimodal checkpoint's text-model tensor name as the text model's own (`model.language_model.x`
+    -> `model.x`)."""
+    return "model." + name.removeprefix(_TEXT_MODEL_PREFIX) if name.startswith(_TEXT_MODEL_PREFIX) else name
 
 
 def _shard_range(module: nn.Module, fused: str, shard: int) -> tuple[int, int]:

@@ -97,34 +97,47 @@ def chunked_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     return out.transpose(1, 2), state
 
 
-def causal_conv1d_ragged(x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor,
-                         ctx: ForwardContext) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Depthwise causal conv of each sequence's tokens after its W-1 remembered inputs.
+def with_history(x: torch.Tensor, history: torch.Tensor, ctx: ForwardContext) -> tuple[torch.Tensor, ...]:
+    """Each sequence's H remembered rows followed by its tokens, in one tensor.
 
-    x: [T, C], weight: [C, W], conv_state: [S_max, C, W-1] -> [T, C]; each sequence's last W-1 inputs
-    (history included, so windows shorter than W-1 work) are written back to its row of conv_state.
-    Also returns the conv state after every token [T, C, W-1] when ctx.keep_window_states, else None.
+    x [T, ...] (this step's rows), history [S, H, ...] (each sequence's last H rows before them) ->
+    ext [T + S * H, ...], token_pos [T] (row of each token in ext), last_pos [S, H] (rows of each sequence's
+    last H rows after this step: its new history). ext[token_pos - j] is the row j steps before each token.
     """
-    num_tokens, hist = x.shape[0], weight.shape[1] - 1
-    device, slots = x.device, ctx.state_slot_ids
+    num_tokens, hist = x.shape[0], history.shape[1]
+    device = x.device
     seq_ids = torch.arange(ctx.num_seqs, device=device)
-    history = conv_state[slots].transpose(1, 2)                               # [S, W-1, C]
-    history = torch.where(ctx.has_initial_state[:, None, None], history, 0).to(x.dtype)
-    # extended layout: each sequence's history rows followed by its tokens
-    query_lens = ctx.cached("query_lens", lambda: index_tensor(ctx.query_lens, device))      # [S]
+    query_lens = ctx.cached("query_lens", lambda: index_tensor(ctx.query_lens, device))              # [S]
     seq_of_token = torch.repeat_interleave(seq_ids, query_lens, output_size=num_tokens)
-    token_pos = torch.arange(num_tokens, device=device) + (seq_of_token + 1) * hist                 # [T]
-    hist_pos = (ctx.query_start_loc[:-1] + seq_ids * hist)[:, None] + torch.arange(hist, device=device)  # [S, W-1]
-    ext = x.new_empty(num_tokens + ctx.num_seqs * hist, x.shape[1])
-    ext[hist_pos.flatten()] = history.reshape(-1, x.shape[1])
+    token_pos = torch.arange(num_tokens, device=device) + (seq_of_token + 1) * hist                  # [T]
+    hist_pos = (ctx.query_start_loc[:-1] + seq_ids * hist)[:, None] + torch.arange(hist, device=device)  # [S, H]
+    ext = x.new_empty(num_tokens + ctx.num_seqs * hist, *x.shape[1:])
+    ext[hist_pos.flatten()] = history.reshape(-1, *x.shape[1:]).to(x.dtype)
     ext[token_pos] = x
-    out = sum(ext[token_pos - hist + j].float() * weight[:, j].float() for j in range(hist + 1))    # [T, C]
     last_pos = (ctx.query_start_loc[1:] + seq_ids * hist)[:, None] + torch.arange(hist, device=device)
-    conv_state.index_copy_(0, slots, ext[last_pos].transpose(1, 2).to(conv_state.dtype))
+    return ext, token_pos, last_pos
+
+
+def causal_conv1d_ragged(x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor,
+                         ctx: ForwardContext, dilation: int = 1) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Depthwise causal conv of each sequence's tokens after its remembered inputs.
+
+    x: [T, C], weight: [C, W], conv_state: [S_max, C, (W-1) * dilation] -> [T, C]; tap j reads the input
+    (W-1-j) * dilation tokens back. Each sequence's last (W-1) * dilation inputs (history included, so
+    short windows work) are written back to its row of conv_state. Also returns the conv state after every
+    token [T, C, H] when ctx.keep_window_states, else None.
+    """
+    width, hist = weight.shape[1], conv_state.shape[2]
+    assert hist == (width - 1) * dilation
+    history = conv_state[ctx.state_slot_ids].transpose(1, 2)                                 # [S, H, C]
+    history = torch.where(ctx.has_initial_state[:, None, None], history, 0)
+    ext, token_pos, last_pos = with_history(x, history, ctx)
+    out = sum(ext[token_pos - hist + j * dilation].float() * weight[:, j].float() for j in range(width))  # [T, C]
+    conv_state.index_copy_(0, ctx.state_slot_ids, ext[last_pos].transpose(1, 2).to(conv_state.dtype))
     window_conv = None
-    if ctx.keep_window_states:  # the conv state after each token: its last W-1 inputs
-        after_each = token_pos[:, None] - hist + 1 + torch.arange(hist, device=device)      # [T, W-1]
-        window_conv = ext[after_each].transpose(1, 2).to(conv_state.dtype)                    # [T, C, W-1]
+    if ctx.keep_window_states:  # the conv state after each token: its last H inputs
+        after_each = token_pos[:, None] - hist + 1 + torch.arange(hist, device=x.device)         # [T, H]
+        window_conv = ext[after_each].transpose(1, 2).to(conv_state.dtype)                       # [T, C, H]
     return out.to(x.dtype), window_conv
 
 

@@ -18,6 +18,7 @@ _REGISTRY = {
     "Qwen3NextForCausalLM": "strata.model.qwen3_next",
     "Qwen3_5ForCausalLM": "strata.model.qwen3_5",
     "Qwen3_5MoeForCausalLM": "strata.model.qwen3_5",
+    "Qwen4ExpForCausalLM": "strata.model.qwen4_exp",
 }
 assert set(_REGISTRY) == set(SUPPORTED_ARCHITECTURES)
 

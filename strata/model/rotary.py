@@ -45,6 +45,10 @@ class RotaryEmbedding(nn.Module):
         sin = self.sin[positions].unsqueeze(1)
         return self._rotate(q, cos, sin), self._rotate(k, cos, sin)
 
+    def rotate(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """x [T, H, D'] (D' >= rot_dim, e.g. an indexer head) rotated by each row's position [T]."""
+        return self._rotate(x, self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1))
+
     def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         half = self.rot_dim // 2
         x_rot = x[..., : self.rot_dim].float()

@@ -72,7 +72,7 @@ class ModelRunner:
         graphs = options.cuda_graphs and str(device).startswith("cuda") and graph_safe(model, experts, dtype)
         # with graphs, one extra KV block and state row take the padding rows' writes
         self.kv_pool = KVPool(kv_layers, num_blocks + int(graphs), block_size, cfg.num_key_value_heads, cfg.head_dim,
-                              dtype, device)
+                              dtype, device, model.index_key_layers())
         self.state_pool = StatePool(model.recurrent_state_shapes(), max_num_seqs + int(graphs), dtype, device)
         self.graphs = None
         if graphs:
@@ -307,6 +307,8 @@ def graph_safe(model: nn.Module, experts, dtype: torch.dtype) -> bool:
     only (float32 experts take the torch grouped path, which reads routing counts on the host)."""
     from strata.kernels import triton_available
 
+    if not model.cuda_graph_safe:
+        return False
     if experts is not None and not experts.is_graph_safe:
         return False  # PCIe staging decides on the host, per step, what the device computes
     return triton_available() and (dtype in (torch.bfloat16, torch.float16) or not model.config.num_experts)

@@ -88,7 +88,7 @@ def test_qwen3_5_moe_greedy_identical_to_hf(spec, tiny_model_dir):
     assert core.scheduler.stats.num_draft_tokens > 0
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen3_moe", "qwen3_5"])
+@pytest.mark.parametrize("family", ["llama", "qwen3_moe", "qwen3_5", "qwen4_exp"])
 def test_suffix_greedy_identical_to_hf(family, tiny_model_dir):
     batch = prompts([7, 30, 12, 3, 44, 9, 21, 16])
     batch[1] = batch[1][:10] * 3  # repetitive prompts so suffix drafting finds matches

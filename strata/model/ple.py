@@ -1,0 +1,153 @@
+"""Qwen4-Exp's PLE (per-layer embedding): hashed n-gram embeddings injected into every residual stream.
+
+Each token's 2..N-gram (the token and up to N-1 before it, cut at an EOS: tokens of an earlier document
+read as EOS) is hashed by `heads_per_ngram` multiplicative hashes into one table of rows; the rows
+(`ngram_heads` of them, `ple_embed_dim` floats in all) project to one value and one key per stream, the
+normed streams gate the value, and a dilated causal conv over the gated values adds local context.
+
+Per-slot state, in the runner's recurrent-state pool under ("ple", layer): the conv history (the last
+(K-1) * N gated values [hc * D, (K-1) * N], model dtype) and the n-gram context (the last N-1 token ids,
+kept in the pool's float32 tensor: exact below 2^24). Both roll back like the Gated DeltaNet state.
+
+The table stays in host memory (the real model's is ~320M rows): a step gathers its few rows there.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from strata.config import ModelConfig
+from strata.model.context import ForwardContext
+from strata.model.gated_delta_net import causal_conv1d_ragged, with_history
+from strata.model.hyper import GroupRMSNorm
+from strata.model.linear import Linear
+
+_MASK64 = (1 << 64) - 1
+_GOLDEN_GAMMA = 0x9E3779B97F4A7C15  # splitmix64's increment
+_LAYER_SEED_STRIDE = 10007
+
+
+def state_key(layer_idx: int) -> tuple[str, int]:
+    return ("ple", layer_idx)
+
+
+def _splitmix64(x: int) -> int:
+    x = (x + _GOLDEN_GAMMA) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def hash_multipliers(vocab_size: int, ngram_size: int, ple_index: int, seed: int) -> list[int]:
+    """One odd multiplier per n-gram position, small enough that token * multiplier fits in int64."""
+    half_bound = max(1, ((1 << 63) - 1) // max(vocab_size, 1) // 2)
+    base = seed + _LAYER_SEED_STRIDE * ple_index
+    return [2 * (_splitmix64((base + _GOLDEN_GAMMA * (i + 1)) & _MASK64) % half_bound) + 1 for i in range(ngram_size)]
+
+
+def _is_prime(n: int) -> bool:
+    return n == 2 or (n > 2 and n % 2 == 1 and all(n % d for d in range(3, math.isqrt(n) + 1, 2)))
+
+
+def head_vocab_sizes(base: int, first_head: int, num_heads: int) -> list[int]:
+    """Head h (global index first_head + h) hashes into the (first_head + h + 1)-th prime >= base."""
+    primes, candidate = [], base - 1
+    while len(primes) < first_head + num_heads:
+        candidate += 1
+        if _is_prime(candidate):
+            primes.append(candidate)
+    return primes[first_head:]
+
+
+class NGramEmbedding(nn.Module):
+    """token ids -> the concatenated rows of their n-gram hashes [T, ple_embed_dim]."""
+
+    def __init__(self, cfg: ModelConfig, ple_index: int) -> None:
+        super().__init__()
+        self.ngram_size, self.heads_per_ngram = cfg.ngram_size, cfg.heads_per_ngram
+        self.eos = cfg.eos_token_ids[0]
+        heads = cfg.ngram_heads
+        self.sizes = head_vocab_sizes(cfg.ngram_vocab_size_base, ple_index * heads, heads)
+        self.offsets = [sum(self.sizes[:h]) for h in range(heads)]
+        rows = -(-sum(self.sizes) // cfg.ngram_vocab_size_multiple) * cfg.ngram_vocab_size_multiple
+        self.multipliers = hash_multipliers(cfg.vocab_size, cfg.ngram_size, ple_index, cfg.ngram_seed)
+        self.ngram_embedding = nn.Embedding(rows, cfg.ple_embed_dim // heads, device="cpu")  # host memory
+
+    def row_ids(self, tokens: list[torch.Tensor]) -> torch.Tensor:
+        """tokens[s] [T] long: each token's s-th predecessor (EOS where cut) -> table rows [T, ngram_heads]."""
+        sizes = torch.tensor(self.sizes, device=tokens[0].device)
+        offsets = torch.tensor(self.offsets, device=tokens[0].device)
+        ids = []
+        for n in range(2, self.ngram_size + 1):
+            mixed = tokens[0] * self.multipliers[0]
+            for s in range(1, n):
+                mixed = mixed ^ (tokens[s] * self.multipliers[s])
+            heads = slice((n - 2) * self.heads_per_ngram, (n - 1) * self.heads_per_ngram)
+            ids.append(mixed[:, None] % sizes[heads] + offsets[heads])
+        return torch.cat(ids, dim=-1)
+
+    def forward(self, input_ids: torch.Tensor, context: torch.Tensor, ctx: ForwardContext,
+                key: tuple) -> torch.Tensor:
+        """input_ids [T]; context [S_max, N-1] float32 (each slot's last N-1 tokens, read and updated) ->
+        embeddings [T, ple_embed_dim] in host memory's dtype, on the ids' device."""
+        hist = self.ngram_size - 1
+        before = context[ctx.state_slot_ids]                                                  # [S, N-1]
+        before = torch.where(ctx.has_initial_state[:, None], before, float(self.eos))
+        ext, token_pos, last_pos = with_history(input_ids.float()[:, None], before[:, :, None], ctx)
+        context.index_copy_(0, ctx.state_slot_ids, ext[last_pos][..., 0])
+        if ctx.keep_window_states:  # the context after each token, for rollback
+            after_each = token_pos[:, None] - hist + 1 + torch.arange(hist, device=input_ids.device)
+            ctx.scratch.window_states[key] = ext[after_each][..., 0]
+        tokens = [input_ids.long()]
+        for s in range(1, self.ngram_size):  # a predecessor past an EOS (exclusive) reads as EOS
+            previous = ext[token_pos - s][:, 0].long()
+            tokens.append(previous if s == 1 else torch.where(tokens[-1] == self.eos, self.eos, previous))
+        rows = self.row_ids(tokens).cpu()
+        table = self.ngram_embedding.weight
+        return table[rows].flatten(1).to(input_ids.device)                                    # [T, E]
+
+
+class PerLayerEmbedding(nn.Module):
+    """(streams [T, hc * D], token ids [T]) -> what the layer adds to the streams [T, hc * D]."""
+
+    def __init__(self, cfg: ModelConfig, layer_idx: int, ple_index: int) -> None:
+        super().__init__()
+        self.key = state_key(layer_idx)
+        self.hc, self.hidden = cfg.hc_count, cfg.hidden_size
+        width, embed = cfg.hc_count * cfg.hidden_size, cfg.ple_embed_dim
+        self.dilation = cfg.ngram_size
+        self.history = (cfg.ple_conv_kernel_size - 1) * self.dilation
+        self.ple_embedding = NGramEmbedding(cfg, ple_index)
+        self.key_proj = Linear(embed, width, bias=False)
+        self.value_proj = Linear(embed, cfg.hidden_size, bias=False)
+        self.norm_key = GroupRMSNorm(width, cfg.hidden_size, cfg.rms_norm_eps)
+        self.norm_query = GroupRMSNorm(width, cfg.hidden_size, cfg.rms_norm_eps)
+        self.norm_conv = GroupRMSNorm(width, cfg.hidden_size, cfg.rms_norm_eps)
+        # holds the checkpoint's conv1d.weight [C, 1, K]; applied by causal_conv1d_ragged with the dilation
+        self.conv1d = nn.Conv1d(width, width, cfg.ple_conv_kernel_size, groups=width, bias=False)
+
+    def state_shapes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Per-slot (conv history [hc * D, (K-1) * N], n-gram context [N-1]) shapes."""
+        return (self.hc * self.hidden, self.history), (self.dilation - 1,)
+
+    def forward(self, streams: torch.Tensor, input_ids: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        conv_state, context = ctx.state_caches[self.key]
+        window_context = None
+        embeddings = self.ple_embedding(input_ids, context, ctx, self.key).to(streams.dtype)   # [T, E]
+        if ctx.keep_window_states:
+            window_context = ctx.scratch.window_states.pop(self.key)
+        keys = self.norm_key(self.key_proj(embeddings)).unflatten(-1, (self.hc, self.hidden))  # [T, hc, D]
+        value = self.value_proj(embeddings)                                                  # [T, D]
+        queries = self.norm_query(streams).unflatten(-1, (self.hc, self.hidden))
+        gate = (keys * queries).sum(-1, keepdim=True) / math.sqrt(self.hidden)               # [T, hc, 1]
+        gate = gate.abs().clamp_min(1e-6).sqrt() * gate.sign()
+        gated = (torch.sigmoid(gate) * value.unsqueeze(-2)).flatten(-2)                      # [T, hc * D]
+        conv, window_conv = causal_conv1d_ragged(self.norm_conv(gated), self.conv1d.weight[:, 0], conv_state, ctx,
+                                                 self.dilation)
+        if ctx.keep_window_states:
+            ctx.scratch.window_states[self.key] = (window_conv, window_context)
+        return gated + F.silu(conv)

@@ -1,0 +1,116 @@
+"""Qwen4-Exp's QSA indexed attention: gated attention where each query reads only part of a long context.
+
+An indexer (`indexer_n_heads` query heads and one key head of `indexer_head_dim`) scores the context in
+blocks of `indexer_compress_ratio` tokens: a block's key is the mean of its tokens' raw index keys, normed
+and rotated to the block's first position; its score is sum over heads of relu(q_h . key) / sqrt(dim).
+A query attends to the tokens of its top `indexer_budget / ratio` complete blocks plus the tokens after
+the last complete block; while it sees no more complete blocks than that, it attends densely.
+
+The raw index keys are cached per token like K and V, in the KV pool under ("index", layer) as the pair
+(keys [N_blocks, B, 1, dim], an empty [N_blocks, B, 1, 0]) so they are paged, reused and parked with the
+layer's blocks. Sequences whose context has more blocks than the budget run a masked attention here,
+one sequence at a time; the rest take the layer's usual paged attention.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from strata.config import ModelConfig
+from strata.model.attention import Attention, _gather_kv, paged_attention
+from strata.model.context import ForwardContext
+from strata.model.linear import Linear
+from strata.model.norm import RMSNorm
+
+
+def index_cache_key(layer_idx: int) -> tuple[str, int]:
+    return ("index", layer_idx)
+
+
+class QSAIndexer(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.key = index_cache_key(layer_idx)
+        self.num_heads, self.head_dim = cfg.indexer_n_heads, cfg.indexer_head_dim
+        self.ratio, self.top_blocks = cfg.indexer_compress_ratio, cfg.indexer_budget // cfg.indexer_compress_ratio
+        self.index_qk_proj = Linear(cfg.hidden_size, (self.num_heads + 1) * self.head_dim, bias=False)
+        self.q_layernorm = RMSNorm(self.head_dim, cfg.rms_norm_eps, zero_centered=True)
+        self.k_layernorm = RMSNorm(self.head_dim, cfg.rms_norm_eps, zero_centered=True)
+
+    def is_sparse(self, context_len: int) -> bool:
+        """Whether a query seeing `context_len` tokens may skip some: more complete blocks than the budget."""
+        return context_len // self.ratio > self.top_blocks
+
+    def queries_after_key_write(self, hidden: torch.Tensor, ctx: ForwardContext, rotary) -> torch.Tensor:
+        """hidden [T, D] -> normed, rotated index queries [T, Hi, Di]; this step's raw keys go to the pool."""
+        q, k = self.index_qk_proj(hidden).split([self.num_heads * self.head_dim, self.head_dim], dim=-1)
+        keys = ctx.kv_caches[self.key][0]
+        keys.view(-1, self.head_dim).index_copy_(0, ctx.slot_mapping, k)
+        q = self.q_layernorm(q.reshape(hidden.shape[0], self.num_heads, self.head_dim))
+        return rotary.rotate(ctx.positions, q)
+
+    def visible(self, queries: torch.Tensor, first_pos: int, context_len: int, key_cache: torch.Tensor,
+                block_table: torch.Tensor, rotary) -> torch.Tensor:
+        """One sequence's index queries [n, Hi, Di] at positions first_pos.. -> which of its context_len
+        tokens each attends to [n, L] (causal included); key_cache [N_blocks, B, 1, Di] holds its raw keys."""
+        device, ratio = queries.device, self.ratio
+        raw = _gather_kv(key_cache, block_table, context_len)[:, 0]                          # [L, Di]
+        num_blocks = context_len // ratio
+        pooled = raw[: num_blocks * ratio].unflatten(0, (num_blocks, ratio)).float().mean(1).to(raw.dtype)
+        starts = torch.arange(num_blocks, device=device) * ratio
+        block_keys = rotary.rotate(starts, self.k_layernorm(pooled)[:, None])[:, 0]          # [nb, Di]
+        scores = torch.einsum("qhd,bd->qhb", queries.float(), block_keys.float()).relu().sum(1)
+        scores = scores / math.sqrt(self.head_dim)                                           # [n, nb]
+        positions = first_pos + torch.arange(queries.shape[0], device=device)
+        complete = (positions + 1) // ratio                                                  # [n] blocks seen
+        blocks = torch.arange(num_blocks, device=device)
+        seen = blocks[None] < complete[:, None]                                              # [n, nb]
+        chosen = seen & (complete <= self.top_blocks)[:, None]                               # dense queries
+        # relu leaves exact ties at 0, which topk breaks in its own order: it runs on exactly the rows HF's
+        # reference gives it (the blocks a query has seen), so the choice on a CPU is the reference's
+        for count in sorted({c for c in complete.tolist() if c > self.top_blocks}):
+            rows = (complete == count).nonzero()[:, 0]
+            top = scores[rows, :count].topk(self.top_blocks, dim=1).indices
+            chosen[rows] = chosen[rows].scatter(1, top, True)
+        tokens = torch.arange(context_len, device=device)
+        in_blocks = tokens[None] < (complete * ratio)[:, None]                               # [n, L]
+        picked = chosen[:, (tokens // ratio).clamp(max=max(num_blocks - 1, 0))]
+        return (tokens[None] <= positions[:, None]) & (~in_blocks | picked)
+
+
+class QSAAttention(Attention):
+    """Gated attention (Qwen3-Next's) with the QSA indexer choosing each query's context."""
+
+    def __init__(self, cfg: ModelConfig, layer_idx: int) -> None:
+        super().__init__(cfg, layer_idx, gated=True, zero_centered_norm=True)
+        self.indexer = QSAIndexer(cfg, layer_idx)
+
+    def forward(self, hidden: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        q, gate = self.queries_after_kv_write(hidden, ctx)
+        index_q = self.indexer.queries_after_key_write(hidden, ctx, self.rotary)
+        k_cache, v_cache = ctx.kv_caches[self.layer_idx]
+        out = paged_attention(q, k_cache, v_cache, ctx, self.scale)
+        start = 0
+        for i, (done, n) in enumerate(zip(ctx.num_computed, ctx.query_lens)):
+            if self.indexer.is_sparse(done + n):
+                out[start:start + n] = self._attend_selected(q[start:start + n], index_q[start:start + n], done,
+                                                             done + n, ctx.block_tables[i], k_cache, v_cache, ctx)
+            start += n
+        return self.output(out, gate)
+
+    def _attend_selected(self, q: torch.Tensor, index_q: torch.Tensor, done: int, context_len: int,
+                         table: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                         ctx: ForwardContext) -> torch.Tensor:
+        """One sequence's queries [n, H, D] over the tokens the indexer picked for each -> [n, H, D]."""
+        table = table[: -(-context_len // k_cache.shape[1])]
+        mask = self.indexer.visible(index_q, done, context_len, ctx.kv_caches[self.indexer.key][0], table,
+                                    self.rotary)                                                     # [n, L]
+        k = _gather_kv(k_cache, table, context_len).transpose(0, 1)[None]                   # [1, Hkv, L, D]
+        v = _gather_kv(v_cache, table, context_len).transpose(0, 1)[None]
+        o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k, v, attn_mask=mask, scale=self.scale,
+                                           enable_gqa=True)
+        return o[0].transpose(0, 1)

@@ -1,0 +1,116 @@
+"""Qwen4ExpForCausalLM (HF `qwen4_exp`, llama.cpp `qwen4exp`): the Qwen3.5 hybrid stack (Gated DeltaNet with
+Qwen3.5's split projections and a sigmoid or silu output gate, gated attention, 512-expert MoE with a gated
+shared expert) rebuilt around hyper-connections (strata.model.hyper: no layer norms, `hc_count` residual
+streams, a final stream mixer instead of a final norm), QSA indexed attention on its attention layers
+(strata.model.qsa) and PLE n-gram embeddings on some Gated DeltaNet layers (strata.model.ple).
+
+Per-slot state: the Gated DeltaNet pools (per linear layer) and PLE's (under ("ple", layer)) in the runner's
+recurrent-state pool; QSA's raw index keys in the KV pool (under ("index", layer)).
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+from torch import nn
+
+from strata.config import ModelConfig
+from strata.model.attention import Attention
+from strata.model.context import ForwardContext
+from strata.model.decoder import CausalLM, WeightLoadError, text_model_name
+from strata.model.gated_delta_net import GatedDeltaNet
+from strata.model.hyper import HyperConnection, inject
+from strata.model.moe import MoEBlock
+from strata.model.ple import PerLayerEmbedding
+from strata.model.qsa import QSAAttention, index_cache_key
+
+# HF checkpoints store each n-gram table in row shards; the hash buffers are derived from the config
+_TABLE_SHARD = re.compile(r"(.*\.ngram_embedding)\.shard_(\d+)\.weight$")
+_DERIVED_BUFFER = re.compile(r"\.ple_embedding\.(layer_multipliers|ngram_heads_vocab_sizes|ngram_heads_offsets)$")
+
+
+class Qwen4ExpLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        if cfg.is_linear_attention_layer(layer_idx):
+            self.mixer_name = "linear_attn"
+            mixer = GatedDeltaNet(cfg, layer_idx, grouped_qkvz=False, gate_activation=cfg.linear_gate_activation)
+        else:
+            self.mixer_name = "self_attn"
+            mixer = (QSAAttention(cfg, layer_idx) if cfg.indexer_n_heads
+                     else Attention(cfg, layer_idx, gated=True, zero_centered_norm=True))
+        self.add_module(self.mixer_name, mixer)
+        self.mlp = MoEBlock(cfg)
+        self.ple = (PerLayerEmbedding(cfg, layer_idx, cfg.ple_layers.index(layer_idx))
+                    if layer_idx in cfg.ple_layers else None)
+        self.attn_hyper_connection = HyperConnection(cfg)
+        self.mlp_hyper_connection = HyperConnection(cfg)
+
+    def forward(self, streams: torch.Tensor, ctx: ForwardContext, input_ids: torch.Tensor) -> torch.Tensor:
+        """streams [T, hc * D] -> streams after this layer's mixer and MLP."""
+        if self.ple is not None:
+            streams = streams + self.ple(streams, input_ids, ctx)
+        x, weights = self.attn_hyper_connection(streams)
+        streams = inject(streams, getattr(self, self.mixer_name)(x, ctx), weights)
+        x, weights = self.mlp_hyper_connection(streams)
+        return inject(streams, self.mlp(x), weights)
+
+
+class Qwen4ExpBody(nn.Module):
+    def __init__(self, cfg: ModelConfig, build_layer) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(build_layer(i) for i in range(cfg.num_hidden_layers))
+        self.hyper_connection_mixer = HyperConnection(cfg, inject=False)
+
+
+class Qwen4ExpForCausalLM(CausalLM):
+    zero_centered_norm = True
+    # PLE gathers its table rows in host memory and QSA decides on the host which sequences run sparse
+    cuda_graph_safe = False
+
+    def build_body(self, cfg: ModelConfig) -> nn.Module:
+        return Qwen4ExpBody(cfg, self.build_layer)
+
+    def build_layer(self, layer_idx: int) -> Qwen4ExpLayer:
+        return Qwen4ExpLayer(self.config, layer_idx)
+
+    def forward(self, input_ids: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        """input_ids [T] -> the mixed streams [T, D] the LM head reads."""
+        streams = self.model.embed_tokens(input_ids).repeat(1, self.config.hc_count)       # [T, hc * D]
+        for layer in self.model.layers:
+            streams = layer(streams, ctx, input_ids)
+        return self.model.hyper_connection_mixer(streams)[0]
+
+    def recurrent_state_shapes(self) -> dict:
+        """Linear-attention layer -> its Gated DeltaNet (conv, delta-rule) state shapes; ("ple", layer) ->
+        its PLE (conv history, n-gram context) shapes."""
+        shapes = {}
+        for i, layer in enumerate(self.model.layers):
+            if layer.mixer_name == "linear_attn":
+                shapes[i] = layer.linear_attn.state_shapes()
+            if layer.ple is not None:
+                shapes[layer.ple.key] = layer.ple.state_shapes()
+        return shapes
+
+    def index_key_layers(self) -> dict:
+        """KV-pool key -> the per-token width of what QSA caches beside K and V there."""
+        cfg = self.config
+        return {index_cache_key(i): cfg.indexer_head_dim for i in cfg.full_attention_layers} if cfg.indexer_n_heads else {}
+
+    def is_ignored_weight(self, name: str) -> bool:
+        return bool(_DERIVED_BUFFER.search(name)) or super().is_ignored_weight(name)
+
+    def checkpoint_targets(self, name: str, tensor: torch.Tensor) -> list[tuple[str, tuple, torch.Tensor]]:
+        if m := _TABLE_SHARD.match(text_model_name(name)):
+            # torch.chunk's split of the rows into ngram_table_shards: all shards but the last are full
+            table = self.get_submodule(m.group(1))
+            rows = table.weight.shape[0]
+            per_shard = -(-rows // self.config.ngram_table_shards)
+            start = int(m.group(2)) * per_shard
+            if start + tensor.shape[0] > rows:
+                raise WeightLoadError(f"{name}: n-gram table shard of {tensor.shape[0]} rows does not fit the "
+                                      f"{rows}-row table at row {start}")
+            return [(m.group(1) + ".weight", (slice(start, start + tensor.shape[0]),), tensor)]
+        return super().checkpoint_targets(name, tensor)

@@ -1,0 +1,74 @@
+"""Qwen4-Exp against HF transformers on a tiny random model (float32, CPU), beyond the shared parity tests:
+PLE's n-gram context cut at EOS tokens (whole prompt and chunks that split it), QSA past its budget
+really choosing (a dense model differs), and config mistakes named before any weight loads."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from strata.config import ModelConfig
+from strata.weights.hf_source import HFSource
+from strata.weights.loader import build_model
+from tiny_models import build_hf_model, prompt_logits
+
+EOS = 2
+
+
+@pytest.fixture(scope="module")
+def hf_and_folder(tmp_path_factory):
+    hf = build_hf_model("qwen4_exp")
+    folder = tmp_path_factory.mktemp("qwen4_exp")
+    hf.save_pretrained(folder)
+    return hf, folder
+
+
+def rel_err(ours: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((ours - ref).abs().max() / ref.abs().max()).item()
+
+
+def test_eos_tokens_cut_the_ngram_context(hf_and_folder):
+    hf, folder = hf_and_folder
+    model = build_model(HFSource(str(folder)), "cpu", "float32", quiet=True)
+    ids = torch.randint(3, 160, (36,), generator=torch.Generator().manual_seed(4)).tolist()
+    ids[5] = ids[6] = ids[20] = EOS  # two documents back to back, then a third
+    with torch.no_grad():
+        ref = hf(torch.tensor([ids])).logits[0]
+    for chunk in (None, 5, 1):
+        assert rel_err(prompt_logits(model, ids, chunk=chunk), ref) < 1e-4
+
+
+def test_qsa_past_its_budget_attends_to_chosen_blocks_only(hf_and_folder, tmp_path):
+    hf, folder = hf_and_folder
+    ids = torch.randint(3, 160, (48,), generator=torch.Generator().manual_seed(5)).tolist()
+    with torch.no_grad():
+        ref = hf(torch.tensor([ids])).logits[0]
+    model = build_model(HFSource(str(folder)), "cpu", "float32", quiet=True)
+    attention = model.model.layers[2].self_attn
+    assert attention.indexer.is_sparse(len(ids)) and not attention.indexer.is_sparse(8)
+    assert rel_err(prompt_logits(model, ids), ref) < 1e-4
+    # the same weights with a budget covering the whole prompt attend densely and differ from HF
+    config = json.loads((folder / "config.json").read_text())
+    config["indexer_budget"] = 64
+    for name in ("config.json", "model.safetensors"):
+        (tmp_path / name).write_bytes((folder / name).read_bytes()) if name != "config.json" else None
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    dense = build_model(HFSource(str(tmp_path)), "cpu", "float32", quiet=True)
+    assert rel_err(prompt_logits(dense, ids), ref) > 1e-3
+
+
+@pytest.mark.parametrize("change, field", [
+    (dict(hc_count=1), "hc_count"),
+    (dict(indexer_budget=10), "indexer_budget"),
+    (dict(indexer_kv_heads=2), "indexer_kv_heads"),
+    (dict(ple_layer_ids=[3]), "ple_layer_ids"),  # layer 3 (1-based) is the attention layer
+    (dict(ple_embed_dim=30), "ple_embed_dim"),
+    (dict(output_gate_type="tanh"), "output_gate_type"),
+])
+def test_config_mistakes_are_named_before_weights_load(hf_and_folder, change, field):
+    hf, _ = hf_and_folder
+    config = {**hf.config.to_dict(), "architectures": ["Qwen4ExpForCausalLM"], **change}
+    with pytest.raises(ValueError, match=field):
+        ModelConfig.from_hf(config)
