@@ -113,8 +113,8 @@ def prompt_logits(model, token_ids: list[int], chunk: int | None = None, block_s
 
 
 def add_random_mtp(folder: str, seed: int = 5) -> None:
-    """Give a saved tiny hybrid (qwen3_next, qwen3_5_moe) folder an MTP head (`mtp.*` tensors, per-expert layout like real
-    checkpoints) with random weights, and say so in config.json."""
+    """Give a saved tiny hybrid (qwen3_next, qwen3_5_moe, qwen4_exp) folder an MTP head (`mtp.*` tensors, the
+    layouts real checkpoints use) with random weights, and say so in config.json."""
     import json
     import os
 
@@ -122,17 +122,31 @@ def add_random_mtp(folder: str, seed: int = 5) -> None:
 
     path = os.path.join(folder, "model.safetensors")
     tensors = load_file(path)
-    gen = torch.Generator().manual_seed(seed)
-    donor = "model.layers.1."  # a full-attention MoE layer of the tiny config: same shapes as the MTP layer
-    for name, t in list(tensors.items()):
-        if name.startswith(donor):
-            tensors["mtp.layers.0." + name[len(donor):]] = t + 0.05 * torch.randn(t.shape, generator=gen)
-    dim = tensors["model.norm.weight"].shape[0]
-    tensors["mtp.fc.weight"] = torch.randn(dim, 2 * dim, generator=gen) * dim ** -0.5
-    for norm in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
-        tensors[f"mtp.{norm}.weight"] = 0.1 * torch.randn(dim, generator=gen)
-    save_file(tensors, path, metadata={"format": "pt"})
     config_path = os.path.join(folder, "config.json")
     config = json.load(open(config_path))
+    gen = torch.Generator().manual_seed(seed)
+
+    def noisy(t: torch.Tensor) -> torch.Tensor:
+        return t + 0.05 * torch.randn(t.shape, generator=gen)
+
+    # a full-attention MoE layer of the tiny config: the MTP layer's shapes
+    donor = "model.layers.1." if "hc_count" not in config else "model.layers.2."
+    for name, t in list(tensors.items()):
+        if name.startswith(donor):
+            tensors["mtp.layers.0." + name[len(donor):]] = noisy(t)
+    dim = tensors["model.embed_tokens.weight"].shape[1]
+    if "hc_count" in config:  # Qwen4-Exp: split projection, a stream norm and its own output mixer
+        tensors["mtp.fc_embedding.weight"] = torch.randn(dim, dim, generator=gen) * dim ** -0.5
+        tensors["mtp.fc_hidden.weight"] = torch.randn(dim, dim, generator=gen) * dim ** -0.5
+        tensors["mtp.pre_fc_norm_embedding.weight"] = 0.1 * torch.randn(dim, generator=gen)
+        tensors["mtp.pre_fc_norm_hidden.weight"] = 0.1 * torch.randn(config["hc_count"] * dim, generator=gen)
+        for name, t in list(tensors.items()):
+            if name.startswith("model.hyper_connection_mixer."):
+                tensors["mtp." + name.removeprefix("model.")] = noisy(t)
+    else:
+        tensors["mtp.fc.weight"] = torch.randn(dim, 2 * dim, generator=gen) * dim ** -0.5
+        for norm in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
+            tensors[f"mtp.{norm}.weight"] = 0.1 * torch.randn(dim, generator=gen)
+    save_file(tensors, path, metadata={"format": "pt"})
     config["num_nextn_predict_layers"] = 1
     json.dump(config, open(config_path, "w"))

@@ -120,6 +120,10 @@ class CausalLM(nn.Module):
             return ops.packed_linear(hidden, self.lm_head.weight, self.lm_head.bias, out_dtype=torch.float32)
         return ops.logits(hidden, self.lm_head.weight, self.lm_head.bias)
 
+    def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The MTP head's hidden states [N, .] -> float32 logits [N, V] (the shared LM head by default)."""
+        return self.compute_logits(hidden)
+
     # ---- checkpoint loading -------------------------------------------------------------------
 
     def is_ignored_weight(self, name: str) -> bool:

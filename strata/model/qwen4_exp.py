@@ -20,20 +20,29 @@ from strata.model.attention import Attention
 from strata.model.context import ForwardContext
 from strata.model.decoder import CausalLM, WeightLoadError, text_model_name
 from strata.model.gated_delta_net import GatedDeltaNet
-from strata.model.hyper import HyperConnection, inject
+from strata.model.hyper import GroupRMSNorm, HyperConnection, inject
+from strata.model.linear import Linear
 from strata.model.moe import MoEBlock
+from strata.model.norm import RMSNorm
 from strata.model.ple import PerLayerEmbedding
 from strata.model.qsa import QSAAttention, index_cache_key
 
 # HF checkpoints store each n-gram table in row shards; the hash buffers are derived from the config
 _TABLE_SHARD = re.compile(r"(.*\.ngram_embedding)\.shard_(\d+)\.weight$")
+_DRAFT_INDEXER = re.compile(r"mtp\.layers\.\d+\.self_attn\.indexer\.")  # the draft block attends densely
 _DERIVED_BUFFER = re.compile(r"\.ple_embedding\.(layer_multipliers|ngram_heads_vocab_sizes|ngram_heads_offsets)$")
 
 
 class Qwen4ExpLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, layer_idx: int) -> None:
+    """One block between hyper-connections. `draft`: the MTP head's block (index num_hidden_layers), whose
+    attention is dense, as llama.cpp's qwen4exp draft graph runs it (its indexer tensors are not loaded)."""
+
+    def __init__(self, cfg: ModelConfig, layer_idx: int, draft: bool = False) -> None:
         super().__init__()
-        if cfg.is_linear_attention_layer(layer_idx):
+        if draft:
+            self.mixer_name = "self_attn"
+            mixer = Attention(cfg, layer_idx, gated=True, zero_centered_norm=True)
+        elif cfg.is_linear_attention_layer(layer_idx):
             self.mixer_name = "linear_attn"
             mixer = GatedDeltaNet(cfg, layer_idx, grouped_qkvz=False, gate_activation=cfg.linear_gate_activation)
         else:
@@ -43,11 +52,11 @@ class Qwen4ExpLayer(nn.Module):
         self.add_module(self.mixer_name, mixer)
         self.mlp = MoEBlock(cfg)
         self.ple = (PerLayerEmbedding(cfg, layer_idx, cfg.ple_layers.index(layer_idx))
-                    if layer_idx in cfg.ple_layers else None)
+                    if layer_idx in cfg.ple_layers and not draft else None)
         self.attn_hyper_connection = HyperConnection(cfg)
         self.mlp_hyper_connection = HyperConnection(cfg)
 
-    def forward(self, streams: torch.Tensor, ctx: ForwardContext, input_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, streams: torch.Tensor, ctx: ForwardContext, input_ids: torch.Tensor | None) -> torch.Tensor:
         """streams [T, hc * D] -> streams after this layer's mixer and MLP."""
         if self.ple is not None:
             streams = streams + self.ple(streams, input_ids, ctx)
@@ -65,10 +74,43 @@ class Qwen4ExpBody(nn.Module):
         self.hyper_connection_mixer = HyperConnection(cfg, inject=False)
 
 
+class Qwen4ExpMTP(nn.Module):
+    """The MTP draft head (`mtp.*`): the next token's normed embedding and the target's normed streams,
+    each projected (fc_embedding, fc_hidden: llama.cpp's eh_proj halves) and summed per stream, run
+    through one trunk-shaped block; its own mixer (`draft_logits`) collapses the streams for the shared
+    LM head. Input and output are wide streams [T, hc * D], so drafts chain on its own output."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        if cfg.num_mtp_layers != 1:
+            raise ValueError(f"the checkpoint has {cfg.num_mtp_layers} MTP layers; Strata supports exactly 1")
+        self.hc, dim = cfg.hc_count, cfg.hidden_size
+        self.pre_fc_norm_embedding = RMSNorm(dim, cfg.rms_norm_eps, zero_centered=True)
+        self.pre_fc_norm_hidden = GroupRMSNorm(self.hc * dim, dim, cfg.rms_norm_eps)
+        self.fc_embedding = Linear(dim, dim, bias=False)
+        self.fc_hidden = Linear(dim, dim, bias=False)
+        self.layers = nn.ModuleList([Qwen4ExpLayer(cfg, cfg.num_hidden_layers, draft=True)])
+        self.hyper_connection_mixer = HyperConnection(cfg, inject=False)
+
+    def forward(self, embeds: torch.Tensor, streams: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        """embeds [T, D] (of each position's next token), streams [T, hc * D] -> draft streams [T, hc * D]."""
+        token = self.fc_embedding(self.pre_fc_norm_embedding(embeds))                        # [T, D]
+        hidden = self.fc_hidden(self.pre_fc_norm_hidden(streams).unflatten(-1, (self.hc, -1)))  # [T, hc, D]
+        return self.layers[0]((hidden + token.unsqueeze(-2)).flatten(-2), ctx, None)
+
+
 class Qwen4ExpForCausalLM(CausalLM):
     zero_centered_norm = True
     # PLE gathers its table rows in host memory and QSA decides on the host which sequences run sparse
     cuda_graph_safe = False
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg)
+        self.mtp = Qwen4ExpMTP(cfg) if cfg.num_mtp_layers > 0 else None
+
+    @property
+    def has_mtp(self) -> bool:
+        return self.mtp is not None
 
     def build_body(self, cfg: ModelConfig) -> nn.Module:
         return Qwen4ExpBody(cfg, self.build_layer)
@@ -77,11 +119,24 @@ class Qwen4ExpForCausalLM(CausalLM):
         return Qwen4ExpLayer(self.config, layer_idx)
 
     def forward(self, input_ids: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
-        """input_ids [T] -> the mixed streams [T, D] the LM head reads."""
+        """input_ids [T] -> the last layer's streams [T, hc * D] (what the MTP head reads; `compute_logits`
+        mixes them for the LM head)."""
         streams = self.model.embed_tokens(input_ids).repeat(1, self.config.hc_count)       # [T, hc * D]
         for layer in self.model.layers:
             streams = layer(streams, ctx, input_ids)
-        return self.model.hyper_connection_mixer(streams)[0]
+        return streams
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """streams [N, hc * D] -> float32 logits [N, V], through the trunk's output mixer."""
+        return super().compute_logits(self.model.hyper_connection_mixer(hidden)[0])
+
+    def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """MTP streams [N, hc * D] -> float32 logits [N, V], through the head's own mixer."""
+        return super().compute_logits(self.mtp.hyper_connection_mixer(hidden)[0])
+
+    def mtp_forward(self, input_ids: torch.Tensor, hidden: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+        """input_ids [T] (the token after each position), hidden [T, hc * D] -> draft streams [T, hc * D]."""
+        return self.mtp(self.model.embed_tokens(input_ids), hidden, ctx)
 
     def recurrent_state_shapes(self) -> dict:
         """Linear-attention layer -> its Gated DeltaNet (conv, delta-rule) state shapes; ("ple", layer) ->
@@ -100,7 +155,11 @@ class Qwen4ExpForCausalLM(CausalLM):
         return {index_cache_key(i): cfg.indexer_head_dim for i in cfg.full_attention_layers} if cfg.indexer_n_heads else {}
 
     def is_ignored_weight(self, name: str) -> bool:
-        return bool(_DERIVED_BUFFER.search(name)) or super().is_ignored_weight(name)
+        if _DERIVED_BUFFER.search(name) or _DRAFT_INDEXER.match(name):
+            return True
+        if self.has_mtp and name.startswith("mtp."):  # `mtp.*` load into self.mtp under their own names
+            return super().is_ignored_weight(name.removeprefix("mtp."))
+        return super().is_ignored_weight(name)
 
     def checkpoint_targets(self, name: str, tensor: torch.Tensor) -> list[tuple[str, tuple, torch.Tensor]]:
         if m := _TABLE_SHARD.match(text_model_name(name)):

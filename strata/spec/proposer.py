@@ -89,7 +89,7 @@ class Proposer:
                 shifted[outcome.last_row] = outcome.token_ids[-1]
             else:  # a prompt chunk: the next token is the next prompt token
                 shifted[end - 1] = self.tokens[work.slot_id][work.num_computed_tokens + work.num_new_tokens]
-        draft_hidden = self.model.mtp_forward(shifted, hidden, ctx)  # [T, D]
+        draft_hidden = self.model.mtp_forward(shifted, hidden, ctx)  # [T, D] (or the model's wide hidden)
         slots = [o for o in outcomes if o.slot_id in wanted]
         if not slots:
             return {}
@@ -106,7 +106,7 @@ class Proposer:
             if step > 0:
                 newest = index_tensor([drafts[o.slot_id][-1] for o in active], state.device)     # [S]
                 state = self._mtp_step(active, newest, positions, state, step, block_tables)
-            probs = torch.softmax(self.model.compute_logits(state), dim=-1)
+            probs = torch.softmax(self.model.draft_logits(state), dim=-1)
             best_prob, best = probs.max(dim=-1)
             keep = []
             for i, (o, token, prob) in enumerate(zip(active, best.tolist(), best_prob.tolist())):
@@ -126,10 +126,10 @@ class Proposer:
         each feeds the previous pass's most likely tokens [S] as its input ids on the device, and the
         drafts are read back once at the end (a read per pass would make the host wait for the device
         between passes). Every slot runs the longest k; each keeps its own first `wanted` drafts."""
-        tokens = [torch.softmax(self.model.compute_logits(state), dim=-1).argmax(dim=-1)]      # [S]
+        tokens = [torch.softmax(self.model.draft_logits(state), dim=-1).argmax(dim=-1)]      # [S]
         for step in range(1, max(wanted[o.slot_id] for o in slots)):
             state = self._mtp_step(slots, tokens[-1], positions, state, step, block_tables)
-            tokens.append(torch.softmax(self.model.compute_logits(state), dim=-1).argmax(dim=-1))
+            tokens.append(torch.softmax(self.model.draft_logits(state), dim=-1).argmax(dim=-1))
         rows = torch.stack(tokens, dim=1).tolist()                                            # [S, k]
         return {o.slot_id: row[:wanted[o.slot_id]] for o, row in zip(slots, rows)}
 

@@ -76,15 +76,19 @@ def test_qwen3_next_greedy_identical_to_hf(spec, tiny_model_dir, next_refs):
     assert sorted(core.scheduler.free_slots) == list(range(8))
 
 
-@pytest.mark.parametrize("spec", [{"method": "mtp", "num_speculative_tokens": 3},
-                                  {"method": "mtp+suffix", "num_speculative_tokens": 2}], ids=["mtp", "mtp+suffix"])
-def test_qwen3_5_moe_greedy_identical_to_hf(spec, tiny_model_dir):
-    """Qwen3.5-MoE with a random MTP head: speculation never changes HF's greedy output, alone or batched."""
+@pytest.mark.parametrize("family, spec", [
+    ("qwen3_5_moe", {"method": "mtp", "num_speculative_tokens": 3}),
+    ("qwen3_5_moe", {"method": "mtp+suffix", "num_speculative_tokens": 2}),
+    ("qwen4_exp", {"method": "mtp", "num_speculative_tokens": 3}),
+], ids=["qwen3_5_moe-mtp", "qwen3_5_moe-mtp+suffix", "qwen4_exp-mtp"])
+def test_mtp_families_greedy_identical_to_hf(family, spec, tiny_model_dir):
+    """Qwen3.5-MoE and Qwen4-Exp with a random MTP head: speculation never changes HF's greedy output,
+    alone or batched (HF's Qwen4-Exp has no MTP head: its drafts are Strata's own)."""
     single, eight = prompts([29]), prompts([5, 23, 11, 40, 3, 17, 70, 9])
-    folder = tiny_model_dir("qwen3_5_moe+mtp")
-    assert run_staggered(engine(folder, spec, max_num_seqs=1), single) == hf_greedy("qwen3_5_moe", single)
+    folder = tiny_model_dir(f"{family}+mtp")
+    assert run_staggered(engine(folder, spec, max_num_seqs=1), single) == hf_greedy(family, single)
     core = engine(folder, spec)
-    assert run_staggered(core, eight) == hf_greedy("qwen3_5_moe", eight)
+    assert run_staggered(core, eight) == hf_greedy(family, eight)
     assert core.scheduler.stats.num_draft_tokens > 0
 
 
