@@ -75,7 +75,9 @@ class NGramEmbedding(nn.Module):
         self.offsets = [sum(self.sizes[:h]) for h in range(heads)]
         rows = -(-sum(self.sizes) // cfg.ngram_vocab_size_multiple) * cfg.ngram_vocab_size_multiple
         self.multipliers = hash_multipliers(cfg.vocab_size, cfg.ngram_size, ple_index, cfg.ngram_seed)
-        self.ngram_embedding = nn.Embedding(rows, cfg.ple_embed_dim // heads, device="cpu")  # host memory
+        # host memory (but a shape-only model, the memory plan's, stays on meta)
+        host = "meta" if torch.get_default_device().type == "meta" else "cpu"
+        self.ngram_embedding = nn.Embedding(rows, cfg.ple_embed_dim // heads, device=host)
 
     def row_ids(self, tokens: list[torch.Tensor]) -> torch.Tensor:
         """tokens[s] [T] long: each token's s-th predecessor (EOS where cut) -> table rows [T, ngram_heads]."""

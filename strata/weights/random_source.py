@@ -35,16 +35,44 @@ _QWEN3_NEXT_80B_A3B = {
     "max_position_embeddings": 262144, "rms_norm_eps": 1e-6, "mtp_num_hidden_layers": 1,
     "eos_token_id": 151645, "bos_token_id": 151643,
 }
+_QWEN3_6_35B_A3B = {  # Qwen3.5 / Qwen3.6-35B-A3B
+    "architectures": ["Qwen3_5MoeForCausalLM"], "vocab_size": 248320, "hidden_size": 2048,
+    "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512, "num_hidden_layers": 40,
+    "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256, "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+    "linear_conv_kernel_dim": 4, "num_experts": 256, "num_experts_per_tok": 8, "full_attention_interval": 4,
+    "partial_rotary_factor": 0.25, "rope_theta": 1e7, "max_position_embeddings": 262144, "rms_norm_eps": 1e-6,
+    "mtp_num_hidden_layers": 1, "eos_token_id": 248046, "bos_token_id": None,
+}
+_QWEN4EXP_125B = {  # the seed's model, Qwen4-Exp ("Qwen3.8-Flash-Next")
+    "architectures": ["Qwen4ExpForCausalLM"], "vocab_size": 248320, "hidden_size": 2560,
+    "moe_intermediate_size": 640, "shared_expert_intermediate_size": 640, "num_hidden_layers": 48,
+    "num_attention_heads": 24, "num_key_value_heads": 2, "head_dim": 256, "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+    "linear_conv_kernel_dim": 4, "num_experts": 512, "num_experts_per_tok": 10, "full_attention_interval": 4,
+    "partial_rotary_factor": 0.25, "rope_theta": 1e7, "max_position_embeddings": 262144, "rms_norm_eps": 1e-6,
+    "output_gate_type": "sigmoid", "hc_count": 4, "hc_lowrank": 320,
+    "indexer_n_heads": 4, "indexer_kv_heads": 1, "indexer_head_dim": 128, "indexer_budget": 2048,
+    "indexer_compress_ratio": 4,
+    # PLE on layer 1 (1-based): 16 hashed heads of 160 over ~320M rows; `ple_layer_ids=none` leaves it out,
+    # `ngram_vocab_size_base=N` shrinks the table (its rows are read a few per token whatever its size)
+    "ple_layer_ids": [1], "ngram_size": 3, "heads_per_ngram": 8, "ngram_vocab_size_base": 20_000_000,
+    "mtp_num_hidden_layers": 1, "eos_token_id": 248046, "bos_token_id": None,
+}
 _SMOLLM2_135M = {
     "architectures": ["LlamaForCausalLM"], "vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536,
     "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "rope_theta": 100000.0,
     "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "tie_word_embeddings": True, "eos_token_id": 2,
 }
 SHAPES = {"qwen3-30b-a3b": _QWEN3_30B_A3B, "qwen3-next-80b-a3b": _QWEN3_NEXT_80B_A3B,
-          "smollm2-135m": _SMOLLM2_135M}
+          "qwen3.6-35b-a3b": _QWEN3_6_35B_A3B, "qwen4exp-125b": _QWEN4EXP_125B, "smollm2-135m": _SMOLLM2_135M}
 
 
 def _parse_override(value: str):
+    if value.lower() == "none":
+        return None
+    if "," in value or value.startswith("["):  # a list of ints: ple_layer_ids=1,5
+        return [int(v) for v in value.strip("[]").split(",") if v]
     for cast in (int, float):
         try:
             return cast(value)
