@@ -30,8 +30,10 @@ from strata.weights.loader import _progress, build_model
 from strata.weights.source import open_source
 
 Q = gguf.GGMLQuantizationType
-# Strata's fused parameters -> the HF checkpoint tensors they hold, in row order
-_UNFUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+# Strata's fused parameters -> the HF checkpoint tensors they hold, in row order (where the module has
+# shard_sizes: Qwen3-Next's in_proj_qkvz / in_proj_ba are its checkpoint's own tensors, Qwen3.5's are not)
+_UNFUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj"),
+            "in_proj_qkvz": ("in_proj_qkv", "in_proj_z"), "in_proj_ba": ("in_proj_b", "in_proj_a")}
 _STACKED_EXPERTS = {"w13": "gate_up_proj", "w2": "down_proj"}  # [E, 2I, D] and [E, D, I], HF's names and layout
 _NOT_WEIGHTS = re.compile(r"rotary_emb\.inv_freq$")
 
@@ -130,8 +132,8 @@ def hf_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
             state[f"{prefix}.{_STACKED_EXPERTS[leaf]}"] = tensor
             continue
         module_name, _, fused = prefix.rpartition(".")
-        if fused in _UNFUSED:
-            sizes = model.get_submodule(prefix).shard_sizes
+        sizes = getattr(model.get_submodule(prefix), "shard_sizes", None) if fused in _UNFUSED else None
+        if sizes is not None:
             for part, values in zip(_UNFUSED[fused], tensor.split(list(sizes)), strict=True):
                 state[f"{module_name}.{part}.{leaf}"] = values
             continue

@@ -1,8 +1,8 @@
 """llama.cpp tensor names and layouts -> HF checkpoint names and layouts, for the GGUF architectures
-Strata loads. Each rule undoes one step of llama.cpp's convert_hf_to_gguf.py (LlamaModel,
-Qwen2MoeModel, Qwen3NextModel). Transforms that only reorder rows (the llama rope permutation, the
-qkvz interleave) are also given as row orders, so packed GGUF blocks go through them row by row; the
-others (norm offsets, A_log, reshapes) run on float32 after dequantization.
+Strata loads. Each rule undoes one step of llama.cpp's convert_hf_to_gguf.py (LlamaModel, Qwen2MoeModel,
+Qwen3NextModel, Qwen3_5TextModel / Qwen3_5MoeTextModel). Transforms that only reorder rows (the llama rope
+permutation, the qkvz interleave) are also given as row orders, so packed GGUF blocks go through them row by
+row; the others (norm offsets, A_log, reshapes) run on float32 after dequantization.
 
 - llama: attn_q / attn_k rows were permuted per head for llama.cpp's interleaved rope (`permute`).
 - MoE: experts are stacked per layer, ffn_{gate,up,down}_exps [E, I, D] / [E, D, I]; gate and up are
@@ -13,6 +13,12 @@ others (norm offsets, A_log, reshapes) run on float32 after dequantization.
   heads and attn_gate = z (older files keep HF's layout as ssm_in); in_proj_ba is kept as ssm_ba.
   llama.cpp drops `mtp.*`; blocks past num_hidden_layers are read with its Qwen3.5 convention
   (blk.{L+i}.nextn.* and blk.{L+i}.* -> mtp.*).
+- qwen35 / qwen35moe (Qwen3.5, Qwen3.6): qwen3next's value changes; HF's four Gated DeltaNet inputs kept
+  as attn_qkv (in_proj_qkv), attn_gate (in_proj_z), ssm_beta (in_proj_b), ssm_alpha (in_proj_a). With
+  fewer key than value heads llama.cpp reordered the value heads (rows of those four, A_log, dt_bias, the
+  value channels of conv1d, the columns of out_proj) from grouped by key head to tiled; that is NOT undone
+  here (out_proj's columns cannot move inside packed blocks): the model reads them tiled
+  (ModelConfig.linear_value_heads_tiled, set by gguf_source).
 """
 
 from __future__ import annotations
@@ -28,7 +34,11 @@ GGUF_ARCHITECTURES = {
     "qwen3": "Qwen3ForCausalLM",
     "qwen3moe": "Qwen3MoeForCausalLM",
     "qwen3next": "Qwen3NextForCausalLM",
+    "qwen35": "Qwen3_5ForCausalLM",
+    "qwen35moe": "Qwen3_5MoeForCausalLM",
 }
+# Gated DeltaNet hybrids: zero-centred norms stored as 1 + w, ssm_a = -exp(A_log), squeezed conv1d
+HYBRID_ARCHITECTURES = ("qwen3next", "qwen35", "qwen35moe")
 SKIPPED_TENSORS = frozenset({"rope_freqs.weight"})  # Llama-3 rope scaling: read into the config instead
 
 _GATE_UP = "mlp.experts.gate_up_proj"
@@ -72,8 +82,15 @@ _QWEN3NEXT_BLOCK_NAMES = {
     "ssm_norm.weight": "linear_attn.norm.weight",
     "ssm_out.weight": "linear_attn.out_proj.weight",
 }
+_QWEN35_BLOCK_NAMES = {
+    **{k: v for k, v in _QWEN3NEXT_BLOCK_NAMES.items() if k not in ("ssm_in.weight", "ssm_ba.weight")},
+    "attn_qkv.weight": "linear_attn.in_proj_qkv.weight",
+    "attn_gate.weight": "linear_attn.in_proj_z.weight",
+    "ssm_beta.weight": "linear_attn.in_proj_b.weight",
+    "ssm_alpha.weight": "linear_attn.in_proj_a.weight",
+}
 _NAMES_BY_ARCH = {"llama": _BLOCK_NAMES, "qwen3": _BLOCK_NAMES, "qwen3moe": _BLOCK_NAMES,
-                  "qwen3next": _QWEN3NEXT_BLOCK_NAMES}
+                  "qwen3next": _QWEN3NEXT_BLOCK_NAMES, "qwen35": _QWEN35_BLOCK_NAMES, "qwen35moe": _QWEN35_BLOCK_NAMES}
 _MTP_NAMES = {
     "nextn.eh_proj.weight": "mtp.fc.weight",
     "nextn.enorm.weight": "mtp.pre_fc_norm_embedding.weight",
@@ -137,7 +154,7 @@ class TensorInverter:
         return None if torch.equal(order, torch.arange(num_rows)) else order
 
     def _value_change(self, suffix: str):
-        if self.arch != "qwen3next":
+        if self.arch not in HYBRID_ARCHITECTURES:
             return None
         if suffix.endswith("norm.weight") and suffix != "ssm_norm.weight":
             return lambda x: x - 1.0

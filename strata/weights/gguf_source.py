@@ -29,7 +29,8 @@ from strata.weights.loaded_sizes import TensorEntry, loaded_sizes, why_experts_d
 from strata.kernels.gguf_blocks import PACKED_TYPE_NAMES, block_format, is_packed_type
 from strata.model.registry import PackedExpertWeight, PackedWeight, is_packed_expert_stack, keeps_packed
 from strata.weights.gguf_file import open_parts
-from strata.weights.gguf_names import GGUF_ARCHITECTURES, SKIPPED_TENSORS, HFPiece, TensorInverter, hf_piece
+from strata.weights.gguf_names import (GGUF_ARCHITECTURES, HYBRID_ARCHITECTURES, SKIPPED_TENSORS, HFPiece,
+                                      TensorInverter, hf_piece)
 
 logger = logging.getLogger(__name__)
 
@@ -220,14 +221,17 @@ class GGUFSource:
                 # llama.cpp's qwen3moe / qwen3next graphs renormalise the top-k weights unless told otherwise
                 norm_topk_prob=bool(get("expert_weights_norm", True)),
                 mlp_only_layers=[i for i in range(num_layers) if f"blk.{i}.ffn_gate_inp.weight" not in names])
-        if self.arch == "qwen3next":
-            num_v_heads = get("ssm.time_step_rank")
+        if self.arch in HYBRID_ARCHITECTURES:
+            num_k_heads, num_v_heads = get("ssm.group_count"), get("ssm.time_step_rank")
             cfg.update(
                 linear_conv_kernel_dim=get("ssm.conv_kernel"), linear_key_head_dim=get("ssm.state_size"),
-                linear_num_key_heads=get("ssm.group_count"), linear_num_value_heads=num_v_heads,
+                linear_num_key_heads=num_k_heads, linear_num_value_heads=num_v_heads,
                 linear_value_head_dim=get("ssm.inner_size") // num_v_heads,
                 layer_types=["linear_attention" if f"blk.{i}.ssm_a" in names else "full_attention"
                              for i in range(num_layers)])
+            if self.arch != "qwen3next" and num_k_heads != num_v_heads:
+                # llama.cpp's Qwen3.5 files store the value heads tiled over the key heads (gguf_names.py)
+                cfg["linear_value_heads_tiled"] = True
         return cfg
 
     def _drop_vocabulary(self) -> None:

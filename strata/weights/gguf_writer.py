@@ -1,9 +1,10 @@
 """Writing a GGUF file from an HF config dict and HF-named tensors the way llama.cpp's convert_hf_to_gguf.py
-does (architectures llama, qwen3, qwen3moe, qwen3next): tensor names from gguf-py's own name map (not from
-Strata's reader, so a round trip checks the reader against llama.cpp), llama.cpp's layout transforms (Llama
-q/k permutation, stacked experts, Qwen3-Next's norm + 1, -exp(A_log), conv squeeze, q/k/v/z split) and
-metadata keys. Streams: tensor infos are planned on the meta device, then each tensor is transformed,
-quantized on its own device and written before the next is touched (host memory: one tensor's bytes).
+does (architectures llama, qwen3, qwen3moe, qwen3next, qwen35, qwen35moe): tensor names from gguf-py's own name
+map (not from Strata's reader, so a round trip checks the reader against llama.cpp), llama.cpp's layout
+transforms (Llama q/k permutation, stacked experts, Qwen3-Next's norm + 1, -exp(A_log), conv squeeze, q/k/v/z
+split, Qwen3.5's value heads tiled) and metadata keys. Streams: tensor infos are planned on the meta device,
+then each tensor is transformed, quantized on its own device and written before the next is touched (host
+memory: one tensor's bytes).
 """
 
 from __future__ import annotations
@@ -25,7 +26,11 @@ ARCHS = {
     "Qwen3ForCausalLM": gguf.MODEL_ARCH.QWEN3,
     "Qwen3MoeForCausalLM": gguf.MODEL_ARCH.QWEN3MOE,
     "Qwen3NextForCausalLM": gguf.MODEL_ARCH.QWEN3NEXT,
+    "Qwen3_5ForCausalLM": gguf.MODEL_ARCH.QWEN35,
+    "Qwen3_5MoeForCausalLM": gguf.MODEL_ARCH.QWEN35MOE,
 }
+_HYBRID = (gguf.MODEL_ARCH.QWEN3NEXT, gguf.MODEL_ARCH.QWEN35, gguf.MODEL_ARCH.QWEN35MOE)
+_QWEN35_DEFAULT_MROPE_SECTION = [11, 11, 10, 0]  # _Qwen35MRopeMixin: llama.cpp's loader requires the key
 _PER_EXPERT = re.compile(r"model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
 # llama.cpp's Qwen3.5 MTP convention (its Qwen3-Next converter drops mtp.*): mtp.* -> block L (+ i)
 _MTP_TOP = {"fc": "eh_proj", "pre_fc_norm_embedding": "enorm", "pre_fc_norm_hidden": "hnorm",
@@ -90,6 +95,8 @@ def write_gguf(path: str, hf_config: dict, state_dict: Mapping[str, Any], type_o
     type_of(llama.cpp name, shape) picks each tensor's type, encode(tensor, type) its bytes (on the tensor's
     device). vocab: anything with add_to(GGUFWriter) that writes tokenizer.* metadata (a Vocab).
     split_qkvz=False writes Qwen3-Next's in_proj_qkvz as older llama.cpp did (ssm_in, HF layout).
+    Qwen3.5 value heads are tiled as llama.cpp does, unless hf_config says they are already
+    ("linear_value_heads_tiled": a GGUF source's tensors).
     extra_tensors are written as given, under their llama.cpp names (e.g. rope_freqs.weight).
     split_max_tensors > 0 splits the file as gguf-split does (<stem>-00001-of-0000N.gguf, metadata in
     part 1). on_tensor(name, type, bytes) is called after each tensor is written. shapes: llama_cpp_shapes'
@@ -179,7 +186,8 @@ def _write_metadata(w: gguf.GGUFWriter, arch, cfg: dict) -> None:
     w.add_block_count(cfg["num_hidden_layers"] + _num_mtp(cfg))
     w.add_context_length(cfg["max_position_embeddings"])
     w.add_embedding_length(cfg["hidden_size"])
-    w.add_feed_forward_length(cfg["intermediate_size"])
+    if "intermediate_size" in cfg:  # Qwen3.5 MoE configs have none
+        w.add_feed_forward_length(cfg["intermediate_size"])
     w.add_head_count(num_heads)
     w.add_head_count_kv(cfg.get("num_key_value_heads", num_heads))
     w.add_rope_freq_base(rope.get("rope_theta", 10000.0))
@@ -198,8 +206,9 @@ def _write_metadata(w: gguf.GGUFWriter, arch, cfg: dict) -> None:
         w.add_expert_used_count(cfg["num_experts_per_tok"])
         w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
         w.add_expert_weights_norm(bool(cfg.get("norm_topk_prob", True)))
-    if arch == gguf.MODEL_ARCH.QWEN3NEXT:
-        w.add_expert_shared_feed_forward_length(cfg["shared_expert_intermediate_size"])
+        if cfg.get("shared_expert_intermediate_size"):
+            w.add_expert_shared_feed_forward_length(cfg["shared_expert_intermediate_size"])
+    if arch in _HYBRID:
         w.add_ssm_conv_kernel(cfg["linear_conv_kernel_dim"])
         w.add_ssm_state_size(cfg["linear_key_head_dim"])
         w.add_ssm_group_count(cfg["linear_num_key_heads"])
@@ -207,6 +216,9 @@ def _write_metadata(w: gguf.GGUFWriter, arch, cfg: dict) -> None:
         w.add_ssm_inner_size(cfg["linear_value_head_dim"] * cfg["linear_num_value_heads"])
         w.add_full_attention_interval(cfg.get("full_attention_interval", 4))
         w.add_rope_dimension_count(int(head_dim * rope.get("partial_rotary_factor", 0.25)))
+    if arch in (gguf.MODEL_ARCH.QWEN35, gguf.MODEL_ARCH.QWEN35MOE):
+        sections = list(rope.get("mrope_section") or _QWEN35_DEFAULT_MROPE_SECTION)
+        w.add_rope_dimension_sections((sections + [0] * 4)[:4])
     if _num_mtp(cfg):
         w.add_nextn_predict_layers(_num_mtp(cfg))
 
@@ -263,7 +275,9 @@ def _convert(arch, cfg: dict, name: str, t: torch.Tensor, names, split_qkvz: boo
     if arch == gguf.MODEL_ARCH.LLAMA and re.search(r"\.(q|k)_proj\.(weight|bias)$", name):
         heads = cfg["num_attention_heads"] if ".q_proj." in name else cfg["num_key_value_heads"]
         t = _permute(t, heads)
-    if arch == gguf.MODEL_ARCH.QWEN3NEXT:
+    if arch in (gguf.MODEL_ARCH.QWEN35, gguf.MODEL_ARCH.QWEN35MOE):
+        t = _tile_value_heads(name, t, cfg)
+    if arch in _HYBRID:
         if name.endswith(".A_log"):
             t = _values(t, lambda a_log: -torch.exp(a_log))
         elif name.endswith(".dt_bias"):
@@ -312,6 +326,29 @@ def _gguf_name(name: str, names) -> str:
 def _permute(w: torch.Tensor, num_heads: int) -> torch.Tensor:
     # LlamaModel.permute: each head's two rotate_half halves -> interleaved pairs
     return w.reshape(num_heads, 2, w.shape[0] // num_heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _tile_value_heads(name: str, t: torch.Tensor, cfg: dict) -> torch.Tensor:
+    """_LinearAttentionVReorderBase.modify_tensors: with Hk < Hv, value heads go from HF's order, grouped by
+    key head [g0v0, g0v1, ..., g1v0, ...], to tiled [g0v0, g1v0, ..., g0v1, g1v1, ...] (what ggml_repeat
+    broadcasts), along the value-head axis of every tensor that has one."""
+    num_k, num_v = cfg["linear_num_key_heads"], cfg["linear_num_value_heads"]
+    if t.is_meta or num_k == num_v or cfg.get("linear_value_heads_tiled") or ".linear_attn." not in name:
+        return t
+    v_dim, qk_channels = cfg["linear_value_head_dim"], 2 * num_k * cfg["linear_key_head_dim"]
+    if name.endswith((".in_proj_qkv.weight", ".conv1d.weight")):
+        dim, kept, head_size = 0, qk_channels, v_dim  # q and k rows (channels) stay, then the value heads
+    elif name.endswith(".in_proj_z.weight"):
+        dim, kept, head_size = 0, 0, v_dim
+    elif name.endswith((".in_proj_b.weight", ".in_proj_a.weight", ".A_log", ".dt_bias")):
+        dim, kept, head_size = 0, 0, 1
+    elif name.endswith(".out_proj.weight"):
+        dim, kept, head_size = 1, 0, v_dim  # its columns
+    else:
+        return t
+    tiled = torch.arange(num_v * head_size).reshape(num_k, num_v // num_k, head_size).transpose(0, 1).reshape(-1)
+    order = torch.cat([torch.arange(kept), kept + tiled])
+    return t.index_select(dim, order.to(t.device))
 
 
 def _split_qkvz(w: torch.Tensor, cfg: dict) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,11 +1,13 @@
 """strata.weights.gguf_export (`strata quantize`): models written as GGUF files in a scheme load back through
 GGUFSource with the types the scheme names (llama.cpp's Q4_K_M choices, fallbacks for rows the blocks do not
 divide), logits equal to the source model's at F32 and close at Q8_0 / Q4_K_M, and a tokenizer that
-strata.tokenizer loads: synthetic for random shapes, converted from an HF folder, copied from a GGUF."""
+strata.tokenizer loads: synthetic for random shapes, converted from an HF folder, copied from a GGUF. A Qwen3.5
+folder's value heads are tiled once: re-exporting its GGUF keeps them as they are."""
 
 from __future__ import annotations
 
 import gguf
+import numpy as np
 import pytest
 import torch
 import transformers
@@ -17,9 +19,10 @@ from strata.tokenizer_gguf import PRE_TOKENIZERS
 from strata.weights.gguf_export import SCHEMES, choose_types, export_gguf, synthetic_vocab
 from strata.weights.gguf_source import GGUFSource
 from strata.weights.hf_source import HFSource
+from strata.weights.loaded_sizes import scheme_sizes
 from strata.weights.loader import build_model
 from strata.weights.source import open_source
-from tiny_models import prompt_logits
+from tiny_models import add_random_mtp, hf_config, prompt_logits
 
 IDS = [5, 17, 99, 3, 42, 150, 8, 77, 61, 12]
 # every row a whole number of 256-value superblocks; top-k = all experts, so routing is continuous in the weights
@@ -129,6 +132,38 @@ def test_f32_round_trip_gives_the_source_models_logits(spec, tmp_path):
     source = build_model(open_source(spec), "cpu", "float32", seed=3, quiet=True)
     assert torch.equal(prompt_logits(model, IDS), prompt_logits(source, IDS))
     assert sorted(model.state_dict()) == sorted(source.state_dict())
+
+
+@pytest.fixture(scope="module")
+def qwen3_5_moe_folder(tmp_path_factory) -> str:
+    """The tiny Qwen3.5 MoE (2 key heads, 4 value heads) with an MTP head, vocabulary widened to hold the synthetic
+    tokenizer's 259 byte and special tokens."""
+    config = hf_config("qwen3_5_moe")
+    config.vocab_size = 320
+    torch.manual_seed(0)
+    folder = str(tmp_path_factory.mktemp("hf-qwen3_5_moe"))
+    transformers.Qwen3_5MoeForCausalLM(config).save_pretrained(folder)
+    add_random_mtp(folder)
+    return folder
+
+
+def test_qwen3_5_value_heads_are_tiled_once(qwen3_5_moe_folder, tmp_path):
+    """HF folder -> F32 file: the folder's logits (the model reads the tiled heads); that file -> F32 again: the
+    same tensors (its source is already tiled); the memory plan of the folder in a scheme is the file's."""
+    first, second = str(tmp_path / "first.gguf"), str(tmp_path / "second.gguf")
+    export_gguf(qwen3_5_moe_folder, first, "f32")
+    model = build_model(GGUFSource(first), "cpu", "float32", quiet=True)
+    assert model.config.linear_value_heads_tiled and model.has_mtp
+    expected = prompt_logits(build_model(HFSource(qwen3_5_moe_folder), "cpu", "float32", quiet=True), IDS)
+    assert ((prompt_logits(model, IDS) - expected).abs().max() / expected.abs().max()).item() < 1e-5
+    export_gguf(first, second, "f32")
+    tensors = [{t.name: t.data for t in gguf.GGUFReader(p).tensors} for p in (first, second)]
+    assert tensors[0].keys() == tensors[1].keys() and "blk.4.nextn.eh_proj.weight" in tensors[0]
+    for name, data in tensors[0].items():
+        assert np.array_equal(tensors[1][name], data), name
+    q8 = str(tmp_path / "q8.gguf")
+    export_gguf(qwen3_5_moe_folder, q8, "q8_0")
+    assert scheme_sizes(qwen3_5_moe_folder, "q8_0", torch.bfloat16) == GGUFSource(q8).weight_sizes(torch.bfloat16)
 
 
 @pytest.mark.parametrize("scheme, bound", [("q8_0", 0.05), ("q4_k_m", 0.35)])
