@@ -203,6 +203,7 @@ class WeightSizes:
     experts: int             # bytes of the routed experts among them (all MoE layers)
     num_experts: int         # routed experts over all MoE layers
     slot_bytes: int = 0      # bytes of one device expert slot (the largest layer's expert); 0: experts are alike
+    host: int = 0            # bytes that always stay in host memory (Qwen4-Exp's PLE tables), not in `total`
 
     @property
     def per_slot(self) -> int:

@@ -43,6 +43,9 @@ class MemoryPlan:
         self.block_bytes = KVPool.bytes_per_block(max(len(model_config.full_attention_layers) + int(has_mtp), 1),
                                                   cache.block_size, model_config.num_key_value_heads,
                                                   model_config.head_dim, dtype)
+        if model_config.indexer_n_heads:  # QSA's index keys ride in the same blocks (KVPool extra_keys)
+            self.block_bytes += (len(model_config.full_attention_layers) * cache.block_size
+                                 * model_config.indexer_head_dim * dtype.itemsize)
         window = 1 + (spec.num_speculative_tokens if spec.enabled else 0)
         self.headroom = activation_headroom(model_config, sched.max_num_batched_tokens, sched.max_num_seqs, window,
                                             recurrent_shapes, dtype)
@@ -75,8 +78,8 @@ class MemoryPlan:
                           runner.vram_reserve_mib)
         self.numbers.update(weight_bytes=sizes.total, expert_bytes=sizes.experts, expert_slot_bytes=sizes.per_slot,
                             resident_experts=min(resident, sizes.num_experts), total_experts=sizes.num_experts)
-        if resident < sizes.num_experts:
-            check_host_fits(sizes.experts, host_available_bytes())
+        if resident < sizes.num_experts or sizes.host:
+            check_host_fits(sizes.experts if resident < sizes.num_experts else 0, host_available_bytes(), sizes.host)
         return experts, ("cpu" if resident < sizes.num_experts else None)
 
     def _auto_expert_slots(self, sizes) -> int:

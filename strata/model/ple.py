@@ -66,6 +66,8 @@ def head_vocab_sizes(base: int, first_head: int, num_heads: int) -> list[int]:
 class NGramEmbedding(nn.Module):
     """token ids -> the concatenated rows of their n-gram hashes [T, ple_embed_dim]."""
 
+    host_resident = True  # its table stays in host memory (the memory plan counts it there)
+
     def __init__(self, cfg: ModelConfig, ple_index: int) -> None:
         super().__init__()
         self.ngram_size, self.heads_per_ngram = cfg.ngram_size, cfg.heads_per_ngram

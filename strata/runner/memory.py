@@ -69,13 +69,15 @@ def host_available_bytes() -> int | None:
     return None
 
 
-def check_host_fits(expert_bytes: int, available: int | None) -> None:
-    """The offloaded experts' host copy (all of them, pinned) must fit in the RAM available now."""
-    if available is not None and expert_bytes > available:
+def check_host_fits(expert_bytes: int, available: int | None, other_bytes: int = 0) -> None:
+    """The offloaded experts' host copy (all of them, pinned) and the weights that always stay in host memory
+    (`other_bytes`) must fit in the RAM available now."""
+    if available is not None and expert_bytes + other_bytes > available:
+        what = "the routed experts" if not other_bytes else "the routed experts and the PLE tables"
         raise ModelDoesNotFit(
-            f"the routed experts need {expert_bytes / GiB:.1f} GiB of host RAM beside the GPU's share, but only "
-            f"{available / GiB:.1f} GiB are available; use a more compact quantization (a smaller GGUF), free "
-            f"host memory, or a machine with more RAM")
+            f"{what} need {(expert_bytes + other_bytes) / GiB:.1f} GiB of host RAM beside the GPU's share, but "
+            f"only {available / GiB:.1f} GiB are available; use a more compact quantization (a smaller GGUF), "
+            f"free host memory, or a machine with more RAM")
 
 
 def meta_model(model_class, cfg: ModelConfig) -> torch.nn.Module:
@@ -85,13 +87,16 @@ def meta_model(model_class, cfg: ModelConfig) -> torch.nn.Module:
 
 
 def weight_sizes(model: torch.nn.Module, dtype: torch.dtype) -> WeightSizes:
-    """Parameter bytes in `dtype` of a model built by meta_model."""
+    """Parameter bytes in `dtype` of a model built by meta_model; the parameters of modules marked
+    `host_resident` (they stay in host memory) are counted apart."""
     from strata.model.moe import LocalExperts
 
     experts = [m for m in model.modules() if isinstance(m, LocalExperts)]
     expert_params = sum(p.numel() for m in experts for p in m.parameters())
-    return WeightSizes(sum(p.numel() for p in model.parameters()) * dtype.itemsize, expert_params * dtype.itemsize,
-                       sum(m.num_experts for m in experts))
+    host_params = sum(p.numel() for m in model.modules() if getattr(m, "host_resident", False) for p in m.parameters())
+    total = sum(p.numel() for p in model.parameters()) - host_params
+    return WeightSizes(total * dtype.itemsize, expert_params * dtype.itemsize, sum(m.num_experts for m in experts),
+                       host=host_params * dtype.itemsize)
 
 
 # with --expert-cache auto, the KV pool keeps room for max_num_seqs sequences of up to this many tokens

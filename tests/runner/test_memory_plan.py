@@ -110,3 +110,22 @@ def test_scheme_sizes_are_what_the_written_file_loads(tmp_path):
     path = str(tmp_path / "q4km.gguf")
     export_gguf(spec, path, "q4_k_m")
     assert scheme_sizes(spec, "q4_k_m", torch.bfloat16) == GGUFSource(path).weight_sizes(torch.bfloat16)
+
+
+def test_qwen4_exp_plan_keeps_the_ple_table_in_host_ram_and_counts_index_keys(monkeypatch):
+    """The 125B Qwen4-Exp in bf16: its PLE table (320M rows x 160, 95 GiB) is host memory (not device weights, and its host
+    bytes are checked), and each KV block also holds QSA's index keys."""
+    from strata.runner.memory import ModelDoesNotFit
+
+    spec = "random:qwen4exp-125b"
+    plan, meta = _plan_on_card(monkeypatch, spec, 48, 512)
+    sizes = weight_sizes(meta, torch.bfloat16)
+    table = meta.model.layers[0].ple.ple_embedding.ngram_embedding.weight
+    assert sizes.host == table.numel() * 2 > 90 * GiB
+    assert sizes.total == (sum(p.numel() for p in meta.parameters()) - table.numel()) * 2
+    cfg = meta.config
+    kv_only = 2 * (len(cfg.full_attention_layers) + 1) * 16 * cfg.num_key_value_heads * cfg.head_dim * 2
+    assert plan.block_bytes == kv_only + len(cfg.full_attention_layers) * 16 * cfg.indexer_head_dim * 2
+    plan.expert_slots(meta, sizes)  # 512 GiB of RAM holds the offloaded experts and the table
+    with pytest.raises(ModelDoesNotFit, match="PLE"):
+        _plan_on_card(monkeypatch, spec, 48, 300)[0].expert_slots(meta, sizes)
