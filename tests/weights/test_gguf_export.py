@@ -33,6 +33,10 @@ QWEN3_NEXT = ("random:qwen3-next-80b-a3b?num_hidden_layers=4&hidden_size=256&moe
               "&shared_expert_intermediate_size=256&num_experts=4&num_experts_per_tok=4&vocab_size=512"
               "&num_attention_heads=2&num_key_value_heads=1&head_dim=128&linear_num_key_heads=2"
               "&linear_num_value_heads=4&linear_key_head_dim=64&linear_value_head_dim=64&max_position_embeddings=256")
+QWEN3_6 = ("random:qwen3.6-35b-a3b?num_hidden_layers=4&hidden_size=256&moe_intermediate_size=256"
+           "&shared_expert_intermediate_size=256&num_experts=4&num_experts_per_tok=4&vocab_size=512"
+           "&num_attention_heads=2&num_key_value_heads=1&head_dim=128&linear_num_key_heads=2"
+           "&linear_num_value_heads=4&linear_key_head_dim=64&linear_value_head_dim=64&max_position_embeddings=256")
 # rows of 320 (Q8_0 in place of Q4_K / Q6_K) and of 80 (no block type fits: F16); tied embeddings
 LLAMA_ODD = ("random:smollm2-135m?num_hidden_layers=2&hidden_size=320&intermediate_size=80&vocab_size=512"
              "&num_attention_heads=5&num_key_value_heads=1&max_position_embeddings=256")
@@ -164,6 +168,22 @@ def test_qwen3_5_value_heads_are_tiled_once(qwen3_5_moe_folder, tmp_path):
     q8 = str(tmp_path / "q8.gguf")
     export_gguf(qwen3_5_moe_folder, q8, "q8_0")
     assert scheme_sizes(qwen3_5_moe_folder, "q8_0", torch.bfloat16) == GGUFSource(q8).weight_sizes(torch.bfloat16)
+
+
+def test_random_qwen3_6_round_trip(tmp_path):
+    """A built Qwen3.6 model's split Gated DeltaNet projections go out under HF's four names and come back
+    tiled: the source model's logits (to float32 summation order), its MTP head, the planned sizes."""
+    path = str(tmp_path / "m.gguf")
+    export_gguf(QWEN3_6, path, "f32", seed=3)
+    model = build_model(GGUFSource(path), "cpu", "float32", quiet=True)
+    assert model.config.linear_value_heads_tiled and model.has_mtp
+    assert {"blk.0.attn_qkv.weight", "blk.0.attn_gate.weight", "blk.0.ssm_beta.weight", "blk.0.ssm_alpha.weight",
+            "blk.4.nextn.eh_proj.weight"} <= set(file_types(path))
+    expected = prompt_logits(build_model(open_source(QWEN3_6), "cpu", "float32", seed=3, quiet=True), IDS)
+    assert ((prompt_logits(model, IDS) - expected).abs().max() / expected.abs().max()).item() < 1e-5
+    q4 = str(tmp_path / "q4.gguf")
+    export_gguf(QWEN3_6, q4, "q4_k_m")
+    assert scheme_sizes(QWEN3_6, "q4_k_m", torch.bfloat16) == GGUFSource(q4).weight_sizes(torch.bfloat16)
 
 
 @pytest.mark.parametrize("scheme, bound", [("q8_0", 0.05), ("q4_k_m", 0.35)])
