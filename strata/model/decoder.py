@@ -99,6 +99,10 @@ class CausalLM(nn.Module):
     def build_layer(self, layer_idx: int) -> DecoderLayer:
         raise NotImplementedError
 
+    def step_fits_graph(self, scheduled) -> bool:
+        """Whether a CUDA graph may run this step (ScheduledSlots), beyond its layout fitting one."""
+        return True
+
     def index_key_layers(self) -> dict:
         """Extra per-token caches beside K and V (KV-pool key -> width); none but for QSA layers."""
         return {}

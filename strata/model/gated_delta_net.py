@@ -102,7 +102,7 @@ def with_history(x: torch.Tensor, history: torch.Tensor, ctx: ForwardContext) ->
 
     x [T, ...] (this step's rows), history [S, H, ...] (each sequence's last H rows before them) ->
     ext [T + S * H, ...], token_pos [T] (row of each token in ext), last_pos [S, H] (rows of each sequence's
-    last H rows after this step: its new history). ext[token_pos - j] is the row j steps before each token.
+    last H rows after its last real token: its new history). ext[token_pos - j] is the row j steps before each token.
     """
     num_tokens, hist = x.shape[0], history.shape[1]
     device = x.device
@@ -114,7 +114,9 @@ def with_history(x: torch.Tensor, history: torch.Tensor, ctx: ForwardContext) ->
     ext = x.new_empty(num_tokens + ctx.num_seqs * hist, *x.shape[1:])
     ext[hist_pos.flatten()] = history.reshape(-1, *x.shape[1:]).to(x.dtype)
     ext[token_pos] = x
-    last_pos = (ctx.query_start_loc[1:] + seq_ids * hist)[:, None] + torch.arange(hist, device=device)
+    # a CUDA graph's fresh prompt is padded in place: its state ends after its real tokens
+    ends = ctx.query_start_loc[1:] if ctx.real_query_lens is None else ctx.query_start_loc[:-1] + ctx.real_query_lens
+    last_pos = (ends + seq_ids * hist)[:, None] + torch.arange(hist, device=device)
     return ext, token_pos, last_pos
 
 

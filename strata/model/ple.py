@@ -9,7 +9,9 @@ Per-slot state, in the runner's recurrent-state pool under ("ple", layer): the c
 (K-1) * N gated values [hc * D, (K-1) * N], model dtype) and the n-gram context (the last N-1 token ids,
 kept in the pool's float32 tensor: exact below 2^24). Both roll back like the Gated DeltaNet state.
 
-The table stays in host memory (the real model's is ~320M rows): a step gathers its few rows there.
+The table stays in host memory (the real model's is ~320M rows), where a step gathers its few rows, unless
+it fits on the GPU beside everything else (strata.weights.loader.place_host_tables): then the layer has no
+host work and CUDA graphs take it.
 """
 
 from __future__ import annotations
@@ -73,9 +75,11 @@ class NGramEmbedding(nn.Module):
         self.ngram_size, self.heads_per_ngram = cfg.ngram_size, cfg.heads_per_ngram
         self.eos = cfg.eos_token_ids[0]
         heads = cfg.ngram_heads
-        self.sizes = head_vocab_sizes(cfg.ngram_vocab_size_base, ple_index * heads, heads)
-        self.offsets = [sum(self.sizes[:h]) for h in range(heads)]
-        rows = -(-sum(self.sizes) // cfg.ngram_vocab_size_multiple) * cfg.ngram_vocab_size_multiple
+        sizes = head_vocab_sizes(cfg.ngram_vocab_size_base, ple_index * heads, heads)
+        # per head: the prime it hashes modulo, and its first row in the table [ngram_heads] (device buffers)
+        self.register_buffer("sizes", torch.tensor(sizes), persistent=False)
+        self.register_buffer("offsets", torch.tensor([sum(sizes[:h]) for h in range(heads)]), persistent=False)
+        rows = -(-sum(sizes) // cfg.ngram_vocab_size_multiple) * cfg.ngram_vocab_size_multiple
         self.multipliers = hash_multipliers(cfg.vocab_size, cfg.ngram_size, ple_index, cfg.ngram_seed)
         # host memory (but a shape-only model, the memory plan's, stays on meta)
         host = "meta" if torch.get_default_device().type == "meta" else "cpu"
@@ -83,8 +87,7 @@ class NGramEmbedding(nn.Module):
 
     def row_ids(self, tokens: list[torch.Tensor]) -> torch.Tensor:
         """tokens[s] [T] long: each token's s-th predecessor (EOS where cut) -> table rows [T, ngram_heads]."""
-        sizes = torch.tensor(self.sizes, device=tokens[0].device)
-        offsets = torch.tensor(self.offsets, device=tokens[0].device)
+        sizes, offsets = self.sizes, self.offsets
         ids = []
         for n in range(2, self.ngram_size + 1):
             mixed = tokens[0] * self.multipliers[0]
@@ -110,8 +113,8 @@ class NGramEmbedding(nn.Module):
         for s in range(1, self.ngram_size):  # a predecessor past an EOS (exclusive) reads as EOS
             previous = ext[token_pos - s][:, 0].long()
             tokens.append(previous if s == 1 else torch.where(tokens[-1] == self.eos, self.eos, previous))
-        rows = self.row_ids(tokens).cpu()
-        table = self.ngram_embedding.weight
+        table = self.ngram_embedding.weight  # on the device when it fits there (strata.weights.loader)
+        rows = self.row_ids(tokens).to(table.device)
         return table[rows].flatten(1).to(input_ids.device)                                    # [T, E]
 
 

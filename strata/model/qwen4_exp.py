@@ -101,8 +101,6 @@ class Qwen4ExpMTP(nn.Module):
 
 class Qwen4ExpForCausalLM(CausalLM):
     zero_centered_norm = True
-    # PLE gathers its table rows in host memory and QSA decides on the host which sequences run sparse
-    cuda_graph_safe = False
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__(cfg)
@@ -111,6 +109,20 @@ class Qwen4ExpForCausalLM(CausalLM):
     @property
     def has_mtp(self) -> bool:
         return self.mtp is not None
+
+    @property
+    def cuda_graph_safe(self) -> bool:
+        """Not while a PLE table is in host memory (its rows are gathered there, by the host)."""
+        device = self.lm_head.weight.device
+        return all(layer.ple is None or layer.ple.ple_embedding.ngram_embedding.weight.device == device
+                   for layer in self.model.layers)
+
+    def step_fits_graph(self, scheduled) -> bool:
+        """QSA decides on the host which sequences read a sparse context: graphs run the dense path only."""
+        indexer = next((layer.self_attn.indexer for layer in self.model.layers
+                        if isinstance(getattr(layer, "self_attn", None), QSAAttention)), None)
+        return indexer is None or not any(indexer.is_sparse(w.num_computed_tokens + w.num_new_tokens)
+                                          for w in scheduled)
 
     def build_body(self, cfg: ModelConfig) -> nn.Module:
         return Qwen4ExpBody(cfg, self.build_layer)

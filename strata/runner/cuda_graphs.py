@@ -115,7 +115,7 @@ class CudaGraphCache:
         """(padded slot count, tokens per slot) when the step fits a graph, else None."""
         n = scheduled[0].num_new_tokens
         if n > self.max_tokens_per_slot or len(scheduled) > self.ladder[-1] \
-                or any(w.num_new_tokens != n for w in scheduled):
+                or any(w.num_new_tokens != n for w in scheduled) or not self.model.step_fits_graph(scheduled):
             return None
         key = (self.ladder[bisect.bisect_left(self.ladder, len(scheduled))], n)
         return None if key in self.eager_only else key
@@ -128,7 +128,8 @@ class CudaGraphCache:
         """(padded prompt count, padded length) of a graph that takes fresh prompt (chunk) `work` among
         num_prompts of at most its length, else None."""
         n = work.num_new_tokens
-        if work.num_computed_tokens or n > self.max_prompt_tokens or num_prompts > max(self.prompt_counts, default=0):
+        if work.num_computed_tokens or n > self.max_prompt_tokens or num_prompts > max(self.prompt_counts, default=0) \
+                or not self.model.step_fits_graph([work]):
             return None
         length = max(MIN_PROMPT_LAYOUT, 1 << (n - 1).bit_length())
         count = self.prompt_counts[bisect.bisect_left(self.prompt_counts, num_prompts)]

@@ -72,3 +72,30 @@ def test_config_mistakes_are_named_before_weights_load(hf_and_folder, change, fi
     config = {**hf.config.to_dict(), "architectures": ["Qwen4ExpForCausalLM"], **change}
     with pytest.raises(ValueError, match=field):
         ModelConfig.from_hf(config)
+
+
+def test_graphs_take_only_steps_within_the_qsa_budget(hf_and_folder):
+    from strata.types import ScheduledSlot
+
+    model = build_model(HFSource(str(hf_and_folder[1])), "cpu", "float32", quiet=True)
+    dense, sparse = ScheduledSlot(0, 6, 5, [], [3] * 5), ScheduledSlot(1, 30, 1, [], [3])  # 11 and 31 tokens seen
+    assert model.step_fits_graph([dense]) and not model.step_fits_graph([dense, sparse])
+
+
+def test_history_of_a_prompt_padded_in_place_ends_at_its_real_tokens():
+    """with_history (PLE's n-gram context and conv, the Gated DeltaNet conv): a CUDA graph pads a fresh
+    prompt in place, and the remembered rows must be the last real ones, as without padding."""
+    from strata.model.context import ForwardContext, ForwardScratch
+    from strata.model.gated_delta_net import with_history
+
+    x = torch.arange(10.0)[:, None]                       # two prompts of 5 rows: 3 and 4 of them real
+    history = torch.full((2, 2, 1), -1.0)
+    ctx = ForwardContext(
+        positions=torch.zeros(10, dtype=torch.long), slot_mapping=torch.zeros(10, dtype=torch.long),
+        query_start_loc=torch.tensor([0, 5, 10]), seq_lens=torch.tensor([5, 5]),
+        block_tables=torch.zeros(2, 1, dtype=torch.long), state_slot_ids=torch.tensor([0, 1]),
+        has_initial_state=torch.tensor([False, False]), query_lens=(5, 5), num_computed=(0, 0), kv_caches={},
+        state_caches={}, scratch=ForwardScratch(), real_query_lens=torch.tensor([3, 4]))
+    ext, token_pos, last_pos = with_history(x, history, ctx)
+    assert torch.equal(ext[token_pos][:, 0], x[:, 0])
+    assert ext[last_pos][..., 0].tolist() == [[1.0, 2.0], [7.0, 8.0]]

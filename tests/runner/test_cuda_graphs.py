@@ -201,7 +201,7 @@ SPECS = [None, {"method": "suffix", "num_speculative_tokens": 3}]
 
 @gpu
 @pytest.mark.parametrize("family, spec", [("llama", None), ("qwen3_moe", None), ("qwen3_next", None),
-                                          ("qwen3_moe", SPECS[1]),
+                                          ("qwen3_5_moe", None), ("qwen3_moe", SPECS[1]),
                                           ("qwen3_next+mtp", {"method": "mtp", "num_speculative_tokens": 3})])
 def test_graph_on_off_token_identity(family, spec, tiny_model_dir):
     prompts = _prompts([5, 9, 17, 3, 30, 12])
@@ -294,17 +294,46 @@ def test_graph_cache_evicts_and_recaptures_beyond_its_capacity(tiny_model_dir, c
 
 
 @gpu
-def test_gpu_float32_greedy_matches_hf_through_the_triton_paths(tiny_model_dir):
-    """Qwen3-Next in float32 on the GPU: decode goes through the Triton Gated DeltaNet and attention
-    kernels (head_dim 16 here); greedy tokens equal HF transformers' on the same weights."""
+@pytest.mark.parametrize("family", ["qwen3_next", "qwen3_5_moe", "qwen4_exp"])
+def test_gpu_float32_greedy_matches_hf_through_the_triton_paths(family, tiny_model_dir):
+    """The hybrid families in float32 on the GPU: decode goes through the Triton Gated DeltaNet and
+    attention kernels (head_dim 16 here; Qwen3.5's plain projection layout, Qwen4-Exp's sigmoid gate,
+    hyper-connections, PLE and QSA past its budget); greedy tokens equal HF transformers' on the same weights."""
     from tests.tiny_models import build_hf_model
 
     prompts = _prompts([7, 19, 33])
-    hf = build_hf_model("qwen3_next").to("cuda")
+    hf = build_hf_model(family).to("cuda")
     expected = [hf.generate(torch.tensor([p], device="cuda"), do_sample=False, max_new_tokens=24)[0, len(p):].tolist()
                 for p in prompts]
-    llm = LLM(tiny_model_dir("qwen3_next"), dtype="float32", device="cuda", max_num_seqs=4, block_size=4)
+    llm = LLM(tiny_model_dir(family), dtype="float32", device="cuda", max_num_seqs=4, block_size=4)
     assert _staggered(llm, prompts, [24, 24, 24]) == expected
+
+
+@gpu
+@pytest.mark.parametrize("spec", [None, {"method": "mtp", "num_speculative_tokens": 3}], ids=["plain", "mtp"])
+def test_qwen4_exp_graphs_run_dense_steps_and_keep_tokens(spec, tiny_model_dir, tmp_path):
+    """Qwen4-Exp in bf16 with graphs: steps whose contexts are all within the QSA budget (64 here) replay
+    graphs (the PLE table is on the GPU), longer ones run eagerly; tokens equal a run without graphs."""
+    import json
+    import shutil
+
+    folder = tmp_path / "qwen4_exp"
+    shutil.copytree(tiny_model_dir("qwen4_exp+mtp"), folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["indexer_budget"] = 64
+    (folder / "config.json").write_text(json.dumps(config))
+    prompts = _prompts([5, 9, 17, 3, 30, 12])
+    lengths = [24, 8, 40, 30, 4, 12]
+    runs = {}
+    for graphs in (False, True):
+        llm = LLM(str(folder), dtype="bfloat16", device="cuda", max_num_seqs=6, block_size=4,
+                  speculative_config=spec, cuda_graphs=graphs)
+        runs[graphs] = _staggered(llm, prompts, lengths)
+        if graphs:
+            assert llm.engine.runner.graph_stats()["replays"] > 0
+        del llm
+        torch.cuda.empty_cache()
+    assert runs[True] == runs[False]
 
 
 @gpu
