@@ -25,7 +25,8 @@ from strata.model import ops
 # attention and linear-attention projections, dense and shared-expert MLPs, the MTP head's fc, the
 # embedding and the LM head. Not the MoE router (the fused routing kernel reads its weight as a tensor).
 _PACKED_NAMES = re.compile(r"(self_attn\.[qkvo]_proj|mlp\.(shared_expert\.)?(gate|up|down)_proj|"
-                           r"linear_attn\.(in_proj_qkvz|in_proj_ba|out_proj)|mtp\.fc|embed_tokens|lm_head)\.weight$")
+                           r"linear_attn\.(in_proj_qkvz|in_proj_ba|in_proj_qkv|in_proj_z|in_proj_b|in_proj_a|out_proj)|"
+                           r"mtp\.fc|embed_tokens|lm_head)\.weight$")
 # The routed experts, stacked per layer: they load as PackedExpertWeights
 _PACKED_EXPERT_NAMES = re.compile(r"mlp\.experts\.(gate_up_proj|down_proj)$")
 

@@ -100,6 +100,21 @@ def test_qwen3_next_joins_qkvz_on_packed_rows(tmp_path):
     assert rel_err(prompt_logits(packed, IDS), prompt_logits(dense, IDS)) < 1e-5
 
 
+def test_qwen3_5_split_projections_load_packed_into_the_fused_ones(tmp_path):
+    """Qwen3.5's four Gated DeltaNet tensors (attn_qkv, attn_gate, ssm_beta, ssm_alpha) stay packed, joined
+    as the shards of in_proj_qkvz / in_proj_ba, and give the dequantized load's logits."""
+    cfg, state = hf_state(build_hf_model("qwen3_5_moe"))
+    path = str(tmp_path / "model.gguf")
+    write_gguf(path, cfg, state, quant="Q8_0")
+    packed, dense = load(path), load(path, packed=False)
+    linear_attn = packed.model.layers[0].linear_attn
+    assert qtype_names(linear_attn.in_proj_qkvz.weight) == ["Q8_0"] * 2  # [qkv | z]: two segments, one type
+    assert qtype_names(linear_attn.in_proj_ba.weight) == ["Q8_0"] * 2
+    torch.testing.assert_close(linear_attn.in_proj_qkvz.weight.dequantize(),
+                               dense.model.layers[0].linear_attn.in_proj_qkvz.weight, rtol=0, atol=0)
+    assert rel_err(prompt_logits(packed, IDS), prompt_logits(dense, IDS)) < 1e-5
+
+
 def test_qkvz_parts_of_two_types_load_dequantized_with_a_notice(tmp_path, caplog):
     cfg, state = hf_state(build_hf_model("qwen3_next"))
     path = str(tmp_path / "model.gguf")
