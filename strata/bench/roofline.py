@@ -18,12 +18,12 @@ from functools import partial
 
 import torch
 
-from strata.config import ModelConfig
+from strata.config import HYBRID_ARCHITECTURES, ModelConfig
 from strata.model.registry import LocalExperts, PackedLocalExperts, PackedWeight
 
 
 def _attention_params(cfg: ModelConfig) -> int:
-    gated = cfg.architecture == "Qwen3NextForCausalLM"  # per-head [q | gate] projection
+    gated = cfg.architecture in HYBRID_ARCHITECTURES  # per-head [q | gate] projection
     q_size = cfg.num_attention_heads * cfg.head_dim
     qkv_out = q_size * (2 if gated else 1) + 2 * cfg.num_key_value_heads * cfg.head_dim
     params = cfg.hidden_size * qkv_out + q_size * cfg.hidden_size
@@ -111,7 +111,9 @@ class ByteModel:
     @classmethod
     def from_config(cls, cfg: ModelConfig, dtype_bytes: int) -> ByteModel:
         params = count_params(cfg)
-        kv = 2 * cfg.num_key_value_heads * cfg.head_dim * dtype_bytes * len(cfg.full_attention_layers)
+        # K and V, and QSA's index key, per token and full-attention layer
+        kv = (2 * cfg.num_key_value_heads * cfg.head_dim + cfg.indexer_head_dim) * dtype_bytes \
+            * len(cfg.full_attention_layers)
         conv_dim = (2 * cfg.linear_num_key_heads * cfg.linear_key_head_dim
                     + cfg.linear_num_value_heads * cfg.linear_value_head_dim)
         delta_rule = cfg.linear_num_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim
@@ -123,20 +125,19 @@ class ByteModel:
 
     @classmethod
     def from_model(cls, model: torch.nn.Module, cfg: ModelConfig, dtype_bytes: int) -> ByteModel:
-        """from_config, with the dense and per-expert bytes of the weights as loaded: GGUF blocks where they
-        stayed packed (PackedWeight, PackedLocalExperts), the runtime dtype elsewhere."""
+        """from_config, with the dense and per-expert bytes of the weights as loaded (every module the family
+        has, hyper-connections and indexers included): GGUF blocks where they stayed packed (PackedWeight,
+        PackedLocalExperts), the runtime dtype elsewhere."""
         base = cls.from_config(cfg, dtype_bytes)
         experts = [m for m in model.modules() if isinstance(m, PackedLocalExperts)]
-        if not experts and not any(isinstance(m, PackedWeight) for m in model.modules()):
-            return base
         per_expert = base.expert_bytes
         if experts:
             per_expert = sum(e.w13.numel() + e.w2.numel() for e in experts) // sum(e.num_experts for e in experts)
         dense, seen = 0, set()
         for name, module in model.named_modules():
-            if name.startswith("mtp") or "embed_tokens" in name or isinstance(module, (LocalExperts,
-                                                                                        PackedLocalExperts)):
-                continue
+            if name.startswith("mtp") or "embed_tokens" in name or getattr(module, "host_resident", False) \
+                    or isinstance(module, (LocalExperts, PackedLocalExperts)):
+                continue  # embedding and PLE tables: only looked-up rows are read
             for tensor in [*module.parameters(recurse=False), *(module.buffers(recurse=False)
                                                               if isinstance(module, PackedWeight) else ())]:
                 if tensor.data_ptr() not in seen:  # a tied LM head counts once
