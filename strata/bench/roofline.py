@@ -134,14 +134,16 @@ class ByteModel:
         if experts:
             per_expert = sum(e.w13.numel() + e.w2.numel() for e in experts) // sum(e.num_experts for e in experts)
         dense, seen = 0, set()
+        tables = tuple(name + "." for name, m in model.named_modules() if getattr(m, "host_resident", False))
         for name, module in model.named_modules():
-            if name.startswith("mtp") or "embed_tokens" in name or getattr(module, "host_resident", False) \
+            if name.startswith(("mtp", *tables)) or "embed_tokens" in name \
                     or isinstance(module, (LocalExperts, PackedLocalExperts)):
                 continue  # embedding and PLE tables: only looked-up rows are read
             for tensor in [*module.parameters(recurse=False), *(module.buffers(recurse=False)
                                                               if isinstance(module, PackedWeight) else ())]:
-                if tensor.data_ptr() not in seen:  # a tied LM head counts once
-                    seen.add(tensor.data_ptr())
+                key = id(tensor) if tensor.is_meta else tensor.data_ptr()
+                if key not in seen:  # a tied LM head counts once
+                    seen.add(key)
                     dense += tensor.numel() * tensor.element_size()
         return dataclasses.replace(base, dense_bytes=dense, expert_bytes=per_expert)
 

@@ -109,3 +109,19 @@ def test_packed_model_bytes_are_the_blocks_it_reads(tmp_path):
     small = 4 * (cfg.num_hidden_layers * 2 * cfg.hidden_size + cfg.hidden_size + 2 * cfg.num_hidden_layers * cfg.head_dim
                  + cfg.hidden_size * cfg.num_experts * cfg.num_hidden_layers)  # norms, q/k norms, routers: float32
     assert packed.dense_bytes == (dense.dense_bytes - small) * 34 // 128 + small
+
+
+def test_qwen4_exp_byte_model_reads_every_module_but_the_tables():
+    """Hyper-connections, indexers and PLE projections are read each step; the PLE table and the embedding
+    only by the rows looked up, the MTP head not at all."""
+    from strata.model.registry import model_class
+    from strata.runner.memory import meta_model
+    from strata.weights.source import open_source
+
+    cfg = open_source("random:qwen4exp-125b?num_hidden_layers=4&ngram_vocab_size_base=1000").model_config()
+    model = meta_model(model_class(cfg), cfg)
+    skipped = {id(p) for name in ("model.embed_tokens", "model.layers.0.ple.ple_embedding", "mtp")
+               for p in model.get_submodule(name).parameters()}
+    skipped |= {id(p) for m in model.modules() if type(m).__name__ == "LocalExperts" for p in m.parameters()}
+    expected = sum(p.numel() * p.element_size() for p in model.parameters() if id(p) not in skipped)
+    assert ByteModel.from_model(model, cfg, 2).dense_bytes == expected
