@@ -26,7 +26,7 @@ from strata.model import ops
 # embedding and the LM head. Not the MoE router (the fused routing kernel reads its weight as a tensor).
 _PACKED_NAMES = re.compile(r"(self_attn\.[qkvo]_proj|mlp\.(shared_expert\.)?(gate|up|down)_proj|"
                            r"linear_attn\.(in_proj_qkvz|in_proj_ba|in_proj_qkv|in_proj_z|in_proj_b|in_proj_a|out_proj)|"
-                           r"mtp\.fc|embed_tokens|lm_head)\.weight$")
+                           r"mtp\.fc|embed_tokens|ple_embedding\.ngram_embedding|lm_head)\.weight$")
 # The routed experts, stacked per layer: they load as PackedExpertWeights
 _PACKED_EXPERT_NAMES = re.compile(r"mlp\.experts\.(gate_up_proj|down_proj)$")
 

@@ -113,9 +113,11 @@ class NGramEmbedding(nn.Module):
         for s in range(1, self.ngram_size):  # a predecessor past an EOS (exclusive) reads as EOS
             previous = ext[token_pos - s][:, 0].long()
             tokens.append(previous if s == 1 else torch.where(tokens[-1] == self.eos, self.eos, previous))
-        table = self.ngram_embedding.weight  # on the device when it fits there (strata.weights.loader)
-        rows = self.row_ids(tokens).to(table.device)
-        return table[rows].flatten(1).to(input_ids.device)                                    # [T, E]
+        # the table: an nn.Embedding in host memory, or on the GPU when it fits there (strata.weights.loader),
+        # or a PackedEmbedding over a GGUF file's blocks, whose looked-up rows are dequantized
+        rows = self.row_ids(tokens)                                                           # [T, heads]
+        found = self.ngram_embedding(rows.flatten().to(self.ngram_embedding.weight.device))  # [T * heads, E / heads]
+        return found.view(rows.shape[0], -1).to(input_ids.device)                            # [T, E]
 
 
 class PerLayerEmbedding(nn.Module):

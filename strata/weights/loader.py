@@ -52,12 +52,15 @@ HOST_TABLE_GPU_SHARE = 0.25
 
 def place_host_tables(model: nn.Module, device: str, quiet: bool = False) -> None:
     """Modules marked `host_resident` load in host memory; on a GPU that holds them easily (a table of a
-    benchmark shape, not the real model's 95 GiB one) they move there, so their layers need no host work."""
+    benchmark shape, not the real model's 95 GiB one) they move there, so their layers need no host work.
+    Tables kept as GGUF blocks stay over the file's map."""
     if not device.startswith("cuda"):
         return
     tables = [m for m in model.modules() if getattr(m, "host_resident", False)]
     size = sum(p.numel() * p.element_size() for m in tables for p in m.parameters())
-    if tables and size <= HOST_TABLE_GPU_SHARE * torch.cuda.get_device_properties(device).total_memory:
+    packed = any(isinstance(t, PackedWeight) for m in tables for t in vars(m).values()) or \
+        any(isinstance(getattr(c, "weight", None), PackedWeight) for m in tables for c in m.children())
+    if tables and not packed and size <= HOST_TABLE_GPU_SHARE * torch.cuda.get_device_properties(device).total_memory:
         for m in tables:
             m.to(device)
         if not quiet:
