@@ -6,10 +6,11 @@ the model's last mixer folds the streams into the hidden state the LM head reads
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from strata.config import ModelConfig
+from strata.kernels.hyper import group_rms_norm_ref
+from strata.model import ops
 from strata.model.linear import Linear
 
 
@@ -23,9 +24,7 @@ class GroupRMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.zeros(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float().unflatten(-1, (-1, self.group))
-        x32 = (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).flatten(-2)
-        return (x32 * (1.0 + self.weight.float())).to(x.dtype)
+        return group_rms_norm_ref(x, self.weight, self.group, self.eps)
 
 
 class HyperConnection(nn.Module):
@@ -44,14 +43,14 @@ class HyperConnection(nn.Module):
         self.block_inject_weight = Linear(width, self.hc, bias=False) if inject else None
 
     def forward(self, streams: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        normed = self.hc_norm(streams)                                                       # [T, hc * D]
-        mix = torch.sigmoid(self.input_mix_weight_up(F.silu(self.input_mix_weight_down(normed) / self.hc)))
-        block_input = (mix * normed).unflatten(-1, (self.hc, -1)).mean(dim=-2)               # [T, D]
-        if self.block_inject_weight is None:
-            return block_input, None
-        return block_input, 2 * torch.sigmoid(self.block_inject_weight(normed) / self.hc)   # [T, hc]
+        """(block input [T, D], write weights [T, hc] or None); two launches for decode rows on CUDA."""
+        inject = None if self.block_inject_weight is None else self.block_inject_weight.weight
+        return ops.hyper_mix(streams, self.hc_norm.weight, self.input_mix_weight_down.weight,
+                             self.input_mix_weight_up.weight, inject, self.hc, self.hc_norm.eps)
 
 
 def inject(streams: torch.Tensor, output: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """streams [T, hc * D] + a block's output [T, D] written into stream s with weight weights[:, s] [T, hc]."""
-    return streams + (output.unsqueeze(-2) * weights.unsqueeze(-1)).flatten(-2)
+    """streams [T, hc * D] + a block's output [T, D] written into stream s with weight weights[:, s] [T, hc]
+    (one launch)."""
+    return torch.addcmul(streams.unflatten(-1, (weights.shape[-1], -1)), weights.unsqueeze(-1),
+                         output.unsqueeze(-2)).flatten(-2)

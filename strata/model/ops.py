@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from strata.config import debug_flag
-from strata.kernels import packed_dequant, packed_gemv, skinny_linear, triton_available
+from strata.kernels import hyper, packed_dequant, packed_gemv, skinny_linear, triton_available
 from strata.kernels.fused_moe import fused_moe as fused_moe_kernel
 from strata.kernels.fused_moe import fused_moe_ref
 from strata.kernels.gguf_blocks import packed_matmul_ref
@@ -181,6 +181,18 @@ def packed_embedding(weight, input_ids: torch.Tensor, dtype: torch.dtype) -> tor
     gathered, then dequantized (on every device, for now)."""
     rows = weight.blocks.index_select(0, input_ids)  # [T, row_bytes]
     return packed_dequant.dequantize(rows, weight.qtype, weight.in_features, dtype)
+
+
+# ---- hyper-connections (Qwen4-Exp) -------------------------------------------------------------------
+
+def hyper_mix(streams: torch.Tensor, norm_weight: torch.Tensor, down: torch.Tensor, up: torch.Tensor,
+              inject: torch.Tensor | None, hc: int, eps: float) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """hyper.hyper_mix_ref's contract: streams [T, hc * D] -> (block input [T, D], write weights [T, hc] or
+    None); two Triton launches for decode rows on CUDA, the torch form otherwise (GEMMs for long steps)."""
+    if (kernels_on(streams) and streams.shape[0] <= hyper.MAX_ROWS and streams.is_contiguous()
+            and all(isinstance(w, torch.Tensor) and w.is_contiguous() for w in (down, up))):
+        return hyper.hyper_mix(streams, norm_weight, down, up, inject, hc, eps)
+    return hyper.hyper_mix_ref(streams, norm_weight, down, up, inject, hc, eps)
 
 
 # ---- MoE --------------------------------------------------------------------------------------------

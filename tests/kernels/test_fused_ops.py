@@ -357,3 +357,50 @@ def test_argmax_matches_torch(rows, vocab):
         logits[2, vocab // 2] = float("nan")
     for _ in range(3):  # the launch leaves its per-row counters at zero for the next one
         assert torch.equal(argmax(logits), argmax_ref(logits))
+
+
+# ---- hyper-connection mixer (Qwen4-Exp) ---------------------------------------------------------------
+
+def _hyper_weights(hc: int, hidden: int, rank: int, dtype, device):
+    width = hc * hidden
+    return (randn(width, seed=11, dtype=dtype, device=device) * 0.1,
+            randn(rank, width, seed=12, dtype=dtype, device=device) * width ** -0.5,
+            randn(width, rank, seed=13, dtype=dtype, device=device) * rank ** -0.5,
+            randn(hc, width, seed=14, dtype=dtype, device=device) * width ** -0.5)
+
+
+def test_hyper_mix_ref_is_what_hf_computes():
+    """The ref (the model's torch path) against HF's Qwen4-Exp gated residual on the same weights."""
+    from transformers import Qwen4ExpTextConfig
+    from transformers.models.qwen4_exp.modeling_qwen4_exp import Qwen4ExpTextGatedResidual
+    from strata.kernels.hyper import hyper_mix_ref
+
+    config = Qwen4ExpTextConfig(hidden_size=64, hc_count=4, hc_lowrank=16, rms_norm_eps=1e-6, num_experts=8,
+                                num_experts_per_tok=2)
+    hf = Qwen4ExpTextGatedResidual(config)
+    norm, down, up, inject = _hyper_weights(4, 64, 16, torch.float32, "cpu")
+    with torch.no_grad():
+        for param, value in zip((hf.hc_norm.weight, hf.input_mix_weight_down.weight, hf.input_mix_weight_up.weight,
+                                 hf.block_inject_weight.weight), (norm, down, up, inject)):
+            param.copy_(value)
+        streams = randn(3, 256, seed=15)
+        expected, _, weights = hf(streams)
+    out, out_weights = hyper_mix_ref(streams, norm, down, up, inject, 4, 1e-6)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(out_weights, weights)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows, hidden, rank, inject", [(1, 2560, 320, True), (3, 2560, 320, False),
+                                                        (16, 200, 24, True)])
+def test_hyper_mix_kernel_matches_ref(dtype, rows, hidden, rank, inject):
+    from strata.kernels.hyper import hyper_mix, hyper_mix_ref
+
+    norm, down, up, inject_w = _hyper_weights(4, hidden, rank, dtype, "cuda")
+    streams = randn(rows, 4 * hidden, seed=16, dtype=dtype, device="cuda")
+    args = (streams, norm, down, up, inject_w if inject else None, 4, 1e-6)
+    (out, weights), (ref, ref_weights) = hyper_mix(*args), hyper_mix_ref(*args)
+    close(out, ref, dtype)
+    if inject:
+        close(weights, ref_weights, dtype)
