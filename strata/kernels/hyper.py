@@ -4,13 +4,15 @@ The torch form (`hyper_mix_ref`, what strata.model.hyper computes) is a dozen sm
 two mixers a layer: a grouped RMSNorm of the streams, a low-rank down projection, silu, an up projection,
 sigmoid, a product and a mean over the streams, and the per-stream write weights. Here:
 
-1. `_down_kernel`, one program per (row, block of down/inject outputs): each normalises the row's streams
-   (every program recomputes the norms: a row is a few tens of KB), takes its outputs' dot products with
-   the normed row, and writes silu(down / hc) and the write weights 2 sigmoid(inject / hc); the first
-   program of a row also writes the normed row.
-2. `_up_kernel`, one program per (row, block of hidden columns): for each stream, the up projection's rows
-   of those columns dotted with the low-rank vector, sigmoid, times the normed stream; the mean over
-   streams is the block input.
+1. `_down_kernel`, one program per (row, block of down/inject outputs, stream): each normalises its stream
+   (a few KB; every program recomputes its stream's norm) and writes that stream's share of its outputs'
+   dot products; the first output block also writes the normed stream. Splitting by stream gives the
+   GPU hc times more programs for the same weight reads, and the shares are summed in a fixed order
+   (no atomics: the result does not depend on scheduling).
+2. `_up_kernel`, one program per (row, block of hidden columns): sums the shares into silu(down / hc) (and,
+   in the row's first program, the write weights 2 sigmoid(inject / hc)), then for each stream the up
+   projection's rows of those columns dotted with that vector, sigmoid, times the normed stream; the
+   mean over streams is the block input.
 
 Everything accumulates in float32 and rounds once, where the torch form rounds each op's output to the
 model dtype: in bf16 the two agree to bf16 rounding, not bit for bit. Each program rereads the weights it
@@ -58,73 +60,84 @@ def hyper_mix(streams: torch.Tensor, norm_weight: torch.Tensor, down: torch.Tens
     rows, width = streams.shape
     rank, hidden = down.shape[0], width // hc
     num_inject = 0 if inject is None else hc
+    outputs = rank + num_inject
     normed = torch.empty_like(streams)
-    low = torch.empty(rows, rank, device=streams.device, dtype=torch.float32)
-    weights = torch.empty(rows, max(num_inject, 1), device=streams.device, dtype=torch.float32)
-    block_r = 8
-    _down_kernel[(rows, triton.cdiv(rank + num_inject, block_r))](
-        streams, norm_weight, down, inject if inject is not None else down, normed, low, weights,
-        width, hidden, rank, num_inject, eps, 1.0 / hc, HC=hc, BLOCK_C=512, BLOCK_R=block_r)
+    partials = torch.empty(rows, hc, outputs, device=streams.device, dtype=torch.float32)  # per stream
+    block_r = 4
+    _down_kernel[(rows, triton.cdiv(outputs, block_r), hc)](
+        streams, norm_weight, down, inject if inject is not None else down, normed, partials,
+        width, hidden, rank, outputs, eps, BLOCK_C=512, BLOCK_R=block_r)
     out = torch.empty(rows, hidden, device=streams.device, dtype=streams.dtype)
-    block_d = 32
+    weights = torch.empty(rows, max(num_inject, 1), device=streams.device, dtype=streams.dtype)
+    block_d = 8
     _up_kernel[(rows, triton.cdiv(hidden, block_d))](
-        normed, low, up, out, width, hidden, rank, 1.0 / hc, HC=hc, BLOCK_D=block_d,
-        BLOCK_R=triton.next_power_of_2(min(rank, 128)))
-    return out, (weights.to(streams.dtype) if inject is not None else None)
+        normed, partials, up, out, weights, width, hidden, rank, outputs, num_inject, 1.0 / hc, HC=hc,
+        BLOCK_D=block_d, BLOCK_R=triton.next_power_of_2(rank), BLOCK_I=triton.next_power_of_2(max(num_inject, 1)))
+    return out, (weights if inject is not None else None)
 
 
 if triton is not None:
     @triton.jit
-    def _down_kernel(x_ptr, norm_w_ptr, down_ptr, inject_ptr, normed_ptr, low_ptr, weights_ptr,
-                     width, hidden, rank, num_inject, eps, inv_hc,
-                     HC: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr):
-        row, block = tl.program_id(0), tl.program_id(1)
-        outs = block * BLOCK_R + tl.arange(0, BLOCK_R)                       # down rows, then inject rows
+    def _down_kernel(x_ptr, norm_w_ptr, down_ptr, inject_ptr, normed_ptr, partials_ptr,
+                     width, hidden, rank, outputs, eps, BLOCK_C: tl.constexpr, BLOCK_R: tl.constexpr):
+        """Program (row, block of outputs, stream s): stream s's share of the outputs' dot products with the
+        normed row -> partials[row, s, outputs]; the outputs are the down rows, then the inject rows."""
+        row, block, s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        outs = block * BLOCK_R + tl.arange(0, BLOCK_R)
         is_down = outs < rank
-        is_inject = (outs >= rank) & (outs < rank + num_inject)
+        is_inject = (outs >= rank) & (outs < outputs)
+        stream = x_ptr + row * width + s * hidden
+        sumsq = tl.zeros([BLOCK_C], dtype=tl.float32)
+        for c0 in range(0, hidden, BLOCK_C):
+            cols = c0 + tl.arange(0, BLOCK_C)
+            v = tl.load(stream + cols, mask=cols < hidden, other=0.0).to(tl.float32)
+            sumsq += v * v
+        rstd = tl.rsqrt(tl.sum(sumsq, axis=0) / hidden + eps)
         acc = tl.zeros([BLOCK_R], dtype=tl.float32)
-        x_row = x_ptr + row * width
-        for s in tl.static_range(HC):
-            sumsq = tl.zeros([BLOCK_C], dtype=tl.float32)
-            for c0 in range(0, hidden, BLOCK_C):
-                cols = c0 + tl.arange(0, BLOCK_C)
-                v = tl.load(x_row + s * hidden + cols, mask=cols < hidden, other=0.0).to(tl.float32)
-                sumsq += v * v
-            rstd = tl.rsqrt(tl.sum(sumsq, axis=0) / hidden + eps)
-            for c0 in range(0, hidden, BLOCK_C):
-                cols = c0 + tl.arange(0, BLOCK_C)
-                ok = cols < hidden
-                at = s * hidden + cols                                            # [BLOCK_C] in the row
-                v = tl.load(x_row + at, mask=ok, other=0.0).to(tl.float32)
-                w = tl.load(norm_w_ptr + at, mask=ok, other=0.0).to(tl.float32)
-                normed = (v * rstd * (1.0 + w)).to(normed_ptr.dtype.element_ty)
-                if block == 0:
-                    tl.store(normed_ptr + row * width + at, normed, mask=ok)
-                d = tl.load(down_ptr + outs[:, None] * width + at[None, :], mask=is_down[:, None] & ok[None, :],
-                            other=0.0)
-                i = tl.load(inject_ptr + (outs - rank)[:, None] * width + at[None, :],
-                            mask=is_inject[:, None] & ok[None, :], other=0.0)
-                acc += tl.sum((d + i).to(tl.float32) * normed.to(tl.float32)[None, :], axis=1)
-        scaled = acc * inv_hc
-        tl.store(low_ptr + row * rank + outs, scaled / (1.0 + tl.exp(-scaled)), mask=is_down)
-        tl.store(weights_ptr + row * num_inject + (outs - rank), 2.0 / (1.0 + tl.exp(-scaled)), mask=is_inject)
+        for c0 in range(0, hidden, BLOCK_C):
+            cols = c0 + tl.arange(0, BLOCK_C)
+            ok = cols < hidden
+            at = s * hidden + cols                                                # [BLOCK_C] in the row
+            v = tl.load(stream + cols, mask=ok, other=0.0).to(tl.float32)
+            w = tl.load(norm_w_ptr + at, mask=ok, other=0.0).to(tl.float32)
+            normed = (v * rstd * (1.0 + w)).to(normed_ptr.dtype.element_ty)
+            if block == 0:
+                tl.store(normed_ptr + row * width + at, normed, mask=ok)
+            d = tl.load(down_ptr + outs[:, None] * width + at[None, :], mask=is_down[:, None] & ok[None, :], other=0.0)
+            i = tl.load(inject_ptr + (outs - rank)[:, None] * width + at[None, :],
+                        mask=is_inject[:, None] & ok[None, :], other=0.0)
+            acc += tl.sum((d + i).to(tl.float32) * normed.to(tl.float32)[None, :], axis=1)
+        tl.store(partials_ptr + (row * tl.num_programs(2) + s) * outputs + outs, acc, mask=outs < outputs)
 
     @triton.jit
-    def _up_kernel(normed_ptr, low_ptr, up_ptr, out_ptr, width, hidden, rank, inv_hc,
-                   HC: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr):
+    def _up_kernel(normed_ptr, partials_ptr, up_ptr, out_ptr, weights_ptr, width, hidden, rank, outputs,
+                   num_inject, inv_hc, HC: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
+                   BLOCK_I: tl.constexpr):
+        """Program (row, block of hidden columns): low = silu(sum over streams of the partials / hc), then for
+        each stream sigmoid(up rows . low) * normed stream, averaged; the row's first program also writes
+        the write weights 2 sigmoid(inject / hc)."""
         row, block = tl.program_id(0), tl.program_id(1)
+        rs = tl.arange(0, BLOCK_R)
+        low = tl.zeros([BLOCK_R], dtype=tl.float32)
+        for s in tl.static_range(HC):
+            low += tl.load(partials_ptr + (row * HC + s) * outputs + rs, mask=rs < rank, other=0.0)
+        low = low * inv_hc
+        low = low / (1.0 + tl.exp(-low))
+        if block == 0:
+            js = tl.arange(0, BLOCK_I)
+            inj = tl.zeros([BLOCK_I], dtype=tl.float32)
+            for s in tl.static_range(HC):
+                inj += tl.load(partials_ptr + (row * HC + s) * outputs + rank + js, mask=js < num_inject, other=0.0)
+            tl.store(weights_ptr + row * num_inject + js,
+                     (2.0 / (1.0 + tl.exp(-inj * inv_hc))).to(weights_ptr.dtype.element_ty), mask=js < num_inject)
         cols = block * BLOCK_D + tl.arange(0, BLOCK_D)
         ok = cols < hidden
         total = tl.zeros([BLOCK_D], dtype=tl.float32)
         for s in tl.static_range(HC):
             at = s * hidden + cols                                                # rows of `up`, columns of the row
-            gate = tl.zeros([BLOCK_D], dtype=tl.float32)
-            for r0 in range(0, rank, BLOCK_R):
-                rs = r0 + tl.arange(0, BLOCK_R)
-                low = tl.load(low_ptr + row * rank + rs, mask=rs < rank, other=0.0)
-                w = tl.load(up_ptr + at[:, None] * rank + rs[None, :], mask=ok[:, None] & (rs < rank)[None, :],
-                            other=0.0).to(tl.float32)
-                gate += tl.sum(w * low[None, :], axis=1)
+            w = tl.load(up_ptr + at[:, None] * rank + rs[None, :], mask=ok[:, None] & (rs < rank)[None, :],
+                        other=0.0).to(tl.float32)
+            gate = tl.sum(w * low[None, :], axis=1)
             normed = tl.load(normed_ptr + row * width + at, mask=ok, other=0.0).to(tl.float32)
             total += normed / (1.0 + tl.exp(-gate))
         tl.store(out_ptr + row * hidden + cols, (total * inv_hc).to(out_ptr.dtype.element_ty), mask=ok)
