@@ -63,16 +63,21 @@ def hyper_mix(streams: torch.Tensor, norm_weight: torch.Tensor, down: torch.Tens
     outputs = rank + num_inject
     normed = torch.empty_like(streams)
     partials = torch.empty(rows, hc, outputs, device=streams.device, dtype=torch.float32)  # per stream
+    # block sizes measured on the H200 at the 125B shape (bench/results/2026-12-01-h200-qwen4exp/micro_hc*):
+    # one row reads its whole stream in one block with 8 warps (9.7 us against 11.5), more rows in 512s
+    one_block = rows == 1 and hidden <= 4096
     block_r = 4
     _down_kernel[(rows, triton.cdiv(outputs, block_r), hc)](
         streams, norm_weight, down, inject if inject is not None else down, normed, partials,
-        width, hidden, rank, outputs, eps, BLOCK_C=512, BLOCK_R=block_r)
+        width, hidden, rank, outputs, eps, BLOCK_C=triton.next_power_of_2(hidden) if one_block else 512,
+        BLOCK_R=block_r, num_warps=8 if one_block else 4)
     out = torch.empty(rows, hidden, device=streams.device, dtype=streams.dtype)
     weights = torch.empty(rows, max(num_inject, 1), device=streams.device, dtype=streams.dtype)
-    block_d = 8
+    block_d = 4  # one warp per 4 columns: 9.5 us at one row, 11.1 at four (8 columns, 4 warps: 12.4, 13.3)
     _up_kernel[(rows, triton.cdiv(hidden, block_d))](
         normed, partials, up, out, weights, width, hidden, rank, outputs, num_inject, 1.0 / hc, HC=hc,
-        BLOCK_D=block_d, BLOCK_R=triton.next_power_of_2(rank), BLOCK_I=triton.next_power_of_2(max(num_inject, 1)))
+        BLOCK_D=block_d, BLOCK_R=triton.next_power_of_2(rank), BLOCK_I=triton.next_power_of_2(max(num_inject, 1)),
+        num_warps=1)
     return out, (weights if inject is not None else None)
 
 
