@@ -18,6 +18,10 @@ import torch
 # block types whose weights stay packed in memory (dense types F32 / F16 / BF16 load as tensors)
 PACKED_TYPE_NAMES = ("Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS")
 DENSE_TYPE_NAMES = ("F32", "F16", "BF16")
+# block types read only where rows are looked up (an embedding table kept as the file's blocks, such as
+# Qwen4-Exp's IQ4_NL n-gram table): dequantize_ref reads them, no matmul kernel does, so weights of these
+# types load dense
+LOOKUP_TYPE_NAMES = ("IQ4_NL",)
 _QK_K = 256  # values per superblock of the K and IQ types
 # IQ4_NL / IQ4_XS: the non-linear 4-bit code book (llama.cpp's kvalues_iq4nl)
 _IQ4_VALUES = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
@@ -44,7 +48,7 @@ def block_formats() -> dict[int, BlockFormat]:
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
     formats = {}
-    for name in DENSE_TYPE_NAMES + PACKED_TYPE_NAMES:
+    for name in DENSE_TYPE_NAMES + PACKED_TYPE_NAMES + LOOKUP_TYPE_NAMES:
         qtype = GGMLQuantizationType[name]
         formats[int(qtype)] = BlockFormat(int(qtype), name, *GGML_QUANT_SIZES[qtype])
     return formats
@@ -192,6 +196,12 @@ def _iq4_values(device: torch.device) -> torch.Tensor:
     return torch.tensor(_IQ4_VALUES, dtype=torch.float32, device=device)
 
 
+def _iq4_nl(b: torch.Tensor) -> torch.Tensor:
+    # [B, 18]: float16 d, then 16 bytes whose low nibbles code values 0-15 and high nibbles 16-31
+    codes = _nibbles_into(b.new_empty(b.shape[0], 2, 16), b[:, 2:])
+    return _iq4_values(b.device)[codes.view(-1).long()].view(-1, 32).mul_(_f16(b, 0))
+
+
 def _iq4_xs(b: torch.Tensor) -> torch.Tensor:
     low = b[:, 4:8]
     low = torch.stack((low & 0x0F, low >> 4), dim=-1).view(-1, 8)  # byte i: scales 2i, 2i + 1
@@ -204,4 +214,4 @@ def _iq4_xs(b: torch.Tensor) -> torch.Tensor:
 
 
 _BLOCKS = {"Q8_0": _q8_0, "Q4_0": _q4_0, "Q4_1": _q4_1, "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k,
-           "IQ4_XS": _iq4_xs}
+           "IQ4_XS": _iq4_xs, "IQ4_NL": _iq4_nl}

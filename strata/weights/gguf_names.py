@@ -19,6 +19,13 @@ row; the others (norm offsets, A_log, reshapes) run on float32 after dequantizat
   value channels of conv1d, the columns of out_proj) from grouped by key head to tiled; that is NOT undone
   here (out_proj's columns cannot move inside packed blocks): the model reads them tiled
   (ModelConfig.linear_value_heads_tiled, set by gguf_source).
+- qwen4exp (Qwen4-Exp, Qwen4ExpTextModel in llama.cpp's conversion/qwen4exp.py): qwen35moe's tensors and
+  value changes, plus hyper-connections (hc_attn_* / hc_ffn_* per block, output_hc_* for the final mixer,
+  gammas stored as 1 + w), QSA's index_qk_proj split into indexer.q_proj and indexer.k_proj (joined back
+  as two parts), its q/k layernorms and PLE's three norms stored as 1 + w, PLE's conv1d squeezed, and the
+  n-gram table's shards as one per_layer_token_embd [rows, row dim] (the PLE layer's, from metadata).
+  The MTP block: mtp.fc_embedding and mtp.fc_hidden side by side as nextn.eh_proj [D, 2D] (embedding
+  columns first: read back as two column pieces), its mixer as nextn.hc_head_*.
 """
 
 from __future__ import annotations
@@ -36,17 +43,26 @@ GGUF_ARCHITECTURES = {
     "qwen3next": "Qwen3NextForCausalLM",
     "qwen35": "Qwen3_5ForCausalLM",
     "qwen35moe": "Qwen3_5MoeForCausalLM",
+    "qwen4exp": "Qwen4ExpForCausalLM",
 }
 # Gated DeltaNet hybrids: zero-centred norms stored as 1 + w, ssm_a = -exp(A_log), squeezed conv1d
-HYBRID_ARCHITECTURES = ("qwen3next", "qwen35", "qwen35moe")
+HYBRID_ARCHITECTURES = ("qwen3next", "qwen35", "qwen35moe", "qwen4exp")
 SKIPPED_TENSORS = frozenset({"rope_freqs.weight"})  # Llama-3 rope scaling: read into the config instead
 
 _GATE_UP = "mlp.experts.gate_up_proj"
 _QKVZ = "linear_attn.in_proj_qkvz.weight"
+_INDEX_QK = "self_attn.indexer.index_qk_proj.weight"
+_PLE_TABLE = "ple.ple_embedding.ngram_embedding.weight"
 _GLOBAL_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",
     "output_norm.weight": "model.norm.weight",
     "output.weight": "lm_head.weight",
+}
+_QWEN4EXP_GLOBAL_NAMES = {
+    **_GLOBAL_NAMES,
+    "output_hc_norm.weight": "model.hyper_connection_mixer.hc_norm.weight",
+    "output_hc_down.weight": "model.hyper_connection_mixer.input_mix_weight_down.weight",
+    "output_hc_up.weight": "model.hyper_connection_mixer.input_mix_weight_up.weight",
 }
 # block suffix -> HF suffix, or (HF suffix, part, number of parts) for a tensor llama.cpp split in parts
 _BLOCK_NAMES: dict[str, str | tuple[str, int, int]] = {
@@ -89,42 +105,87 @@ _QWEN35_BLOCK_NAMES = {
     "ssm_beta.weight": "linear_attn.in_proj_b.weight",
     "ssm_alpha.weight": "linear_attn.in_proj_a.weight",
 }
+_QWEN4EXP_BLOCK_NAMES = {
+    **_QWEN35_BLOCK_NAMES,
+    **{f"hc_{gguf}_{part}.weight": f"{hf}_hyper_connection.{hf_part}.weight"
+       for gguf, hf in (("attn", "attn"), ("ffn", "mlp"))
+       for part, hf_part in (("norm", "hc_norm"), ("down", "input_mix_weight_down"), ("up", "input_mix_weight_up"),
+                             ("inject", "block_inject_weight"))},
+    "indexer.q_proj.weight": (_INDEX_QK, 0, 2),
+    "indexer.k_proj.weight": (_INDEX_QK, 1, 2),
+    "indexer.q_norm.weight": "self_attn.indexer.q_layernorm.weight",
+    "indexer.k_norm.weight": "self_attn.indexer.k_layernorm.weight",
+    "ple_key.weight": "ple.key_proj.weight",
+    "ple_value.weight": "ple.value_proj.weight",
+    "ple_norm_key.weight": "ple.norm_key.weight",
+    "ple_norm_query.weight": "ple.norm_query.weight",
+    "ple_norm_conv.weight": "ple.norm_conv.weight",
+    "ple_conv1d.weight": "ple.conv1d.weight",
+}
 _NAMES_BY_ARCH = {"llama": _BLOCK_NAMES, "qwen3": _BLOCK_NAMES, "qwen3moe": _BLOCK_NAMES,
-                  "qwen3next": _QWEN3NEXT_BLOCK_NAMES, "qwen35": _QWEN35_BLOCK_NAMES, "qwen35moe": _QWEN35_BLOCK_NAMES}
-_MTP_NAMES = {
+                  "qwen3next": _QWEN3NEXT_BLOCK_NAMES, "qwen35": _QWEN35_BLOCK_NAMES, "qwen35moe": _QWEN35_BLOCK_NAMES,
+                  "qwen4exp": _QWEN4EXP_BLOCK_NAMES}
+# MTP block suffix -> HF name, or HF names of the tensors a GGUF tensor holds side by side (column blocks)
+_MTP_NAMES: dict[str, str | tuple[str, ...]] = {
     "nextn.eh_proj.weight": "mtp.fc.weight",
     "nextn.enorm.weight": "mtp.pre_fc_norm_embedding.weight",
     "nextn.hnorm.weight": "mtp.pre_fc_norm_hidden.weight",
     "nextn.shared_head_norm.weight": "mtp.norm.weight",
 }
+_QWEN4EXP_MTP_NAMES: dict[str, str | tuple[str, ...]] = {
+    **_MTP_NAMES,
+    "nextn.eh_proj.weight": ("mtp.fc_embedding.weight", "mtp.fc_hidden.weight"),
+    "nextn.hc_head_norm.weight": "mtp.hyper_connection_mixer.hc_norm.weight",
+    "nextn.hc_head_down.weight": "mtp.hyper_connection_mixer.input_mix_weight_down.weight",
+    "nextn.hc_head_up.weight": "mtp.hyper_connection_mixer.input_mix_weight_up.weight",
+}
+# PLE's norms: zero-centred, stored as 1 + w, but not named *norm.weight
+_PLE_NORMS = ("ple_norm_key.weight", "ple_norm_query.weight", "ple_norm_conv.weight")
 _BLOCK = re.compile(r"blk\.(\d+)\.(.+)$")
 
 
 @dataclass(frozen=True)
 class HFPiece:
-    """Where one GGUF tensor goes: an HF tensor, or part `part` of `num_parts` that are joined into it."""
+    """Where one GGUF tensor goes: an HF tensor, or part `part` of `num_parts` that are joined into it (rows),
+    or, with `columns` = (i, n), the i-th of n equal column blocks of the GGUF tensor (which holds n HF
+    tensors side by side)."""
 
     hf_name: str
     part: int = 0
     num_parts: int = 1
+    columns: tuple[int, int] | None = None
+
+    @property
+    def share(self) -> int:
+        """The piece's share of its GGUF tensor's values and bytes: 1 / share."""
+        return self.columns[1] if self.columns else 1
 
 
-def hf_piece(arch: str, gguf_name: str, num_layers: int) -> HFPiece | None:
-    """-> the HF destination of a llama.cpp tensor name, or None when the name is unknown."""
-    if gguf_name in _GLOBAL_NAMES:
-        return HFPiece(_GLOBAL_NAMES[gguf_name])
+def hf_pieces(arch: str, gguf_name: str, num_layers: int, ple_layer: int | None = None) -> list[HFPiece] | None:
+    """-> the HF destinations of a llama.cpp tensor name (one but for a tensor holding several side by side),
+    or None when the name is unknown. ple_layer: the layer of qwen4exp's n-gram table (per_layer_token_embd)."""
+    qwen4exp = arch == "qwen4exp"
+    global_names = _QWEN4EXP_GLOBAL_NAMES if qwen4exp else _GLOBAL_NAMES
+    if gguf_name in global_names:
+        return [HFPiece(global_names[gguf_name])]
+    if qwen4exp and gguf_name == "per_layer_token_embd.weight":
+        return None if ple_layer is None else [HFPiece(f"model.layers.{ple_layer}.{_PLE_TABLE}")]
     m = _BLOCK.match(gguf_name)
     if m is None:
         return None
     layer, suffix = int(m.group(1)), m.group(2)
-    if layer >= num_layers and suffix in _MTP_NAMES:
-        return HFPiece(_MTP_NAMES[suffix])
+    mtp_names = _QWEN4EXP_MTP_NAMES if qwen4exp else _MTP_NAMES
+    if layer >= num_layers and suffix in mtp_names:
+        target = mtp_names[suffix]
+        if isinstance(target, tuple):
+            return [HFPiece(name, columns=(i, len(target))) for i, name in enumerate(target)]
+        return [HFPiece(target)]
     prefix = f"model.layers.{layer}." if layer < num_layers else f"mtp.layers.{layer - num_layers}."
     target = _NAMES_BY_ARCH[arch].get(suffix)
     if target is None:
         return None
     hf_suffix, part, num_parts = target if isinstance(target, tuple) else (target, 0, 1)
-    return HFPiece(prefix + hf_suffix, part, num_parts)
+    return [HFPiece(prefix + hf_suffix, part, num_parts)]
 
 
 class TensorInverter:
@@ -156,11 +217,11 @@ class TensorInverter:
     def _value_change(self, suffix: str):
         if self.arch not in HYBRID_ARCHITECTURES:
             return None
-        if suffix.endswith("norm.weight") and suffix != "ssm_norm.weight":
+        if (suffix.endswith("norm.weight") and suffix != "ssm_norm.weight") or suffix in _PLE_NORMS:
             return lambda x: x - 1.0
         if suffix == "ssm_a":
             return lambda x: torch.log(-x)
-        if suffix == "ssm_conv1d.weight":
+        if suffix in ("ssm_conv1d.weight", "ple_conv1d.weight"):
             return lambda x: x.unsqueeze(1)  # [C, K] -> [C, 1, K]
         if suffix == "ffn_gate_inp_shexp.weight":
             return lambda x: x.reshape(1, -1)  # a [D] vector in some files, HF's Linear(D, 1) weight [1, D]
@@ -169,11 +230,13 @@ class TensorInverter:
     def join(self, hf_name: str, parts: list[torch.Tensor]) -> torch.Tensor:
         if hf_name.endswith(_GATE_UP):
             return torch.cat(parts, dim=1)  # [E, I, D] x 2 -> [E, 2I, D]
+        if hf_name.endswith(_INDEX_QK):
+            return torch.cat(parts)  # index queries [Hi Di, D], then the index key [Di, D]
         return self.interleave_qkvz(*parts)
 
     def join_order(self, hf_name: str, part_rows: list[int]) -> torch.Tensor:
-        """The rows of `join`'s result as indices into the parts' rows one after the other (qkvz only: the
-        experts' gate/up join stacks along dim 1, which is not a row order)."""
+        """The rows of `join`'s result as indices into the parts' rows one after the other (qkvz and the
+        indexer's q/k: the experts' gate/up join stacks along dim 1, which is not a row order)."""
         if hf_name.endswith(_GATE_UP):
             raise ValueError(f"{hf_name}: the experts' gate/up join is not a row order")
         starts = [sum(part_rows[:i]) for i in range(len(part_rows))]

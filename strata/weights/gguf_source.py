@@ -4,12 +4,14 @@ Inverts llama.cpp's convert_hf_to_gguf.py twice: GGUF metadata -> an HF config.j
 llama.cpp tensor names and layouts -> HF checkpoint names and layouts (see gguf_names.py).
 Weights of the model's linear layers and embeddings (strata.model.packed.keeps_packed) in a block type
 kept packed (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, IQ4_XS) stream out as PackedWeights over the file's
-mmap: no float copy, and a copy of the packed bytes only where llama.cpp permuted rows. The routed
+mmap: no float copy, and a copy of the packed bytes only where llama.cpp permuted rows; so do lookup-only
+tables (Qwen4-Exp's n-gram table) in any type with a reference dequantization (loaded_sizes.keeps_blocks:
+also F32 / F16 / BF16 and IQ4_NL), whose rows are dequantized as they are looked up. The routed
 experts stream out as PackedExpertWeights when every MoE layer's are packable (`experts_packed`; gate and
 up of one type, joined by a copy of their blocks), else all dense. Everything else
 is dequantized with gguf-py one tensor at a time (peak extra memory about one float32 tensor), with one
 notice per block type that is not kept packed. Shapes are not checked here: a tensor that does not fit
-is the model loader's to report.
+is the model loader's to report. Qwen4-Exp's metadata is checked when the file opens (gguf_qwen4exp.py).
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ import torch
 
 from strata.config import ModelConfig
 from strata.types import WeightSizes
-from strata.weights.loaded_sizes import TensorEntry, loaded_sizes, why_experts_dense
-from strata.kernels.gguf_blocks import PACKED_TYPE_NAMES, block_format, is_packed_type
-from strata.model.registry import PackedExpertWeight, PackedWeight, is_packed_expert_stack, keeps_packed
+from strata.weights.loaded_sizes import TensorEntry, keeps_blocks, loaded_sizes, why_experts_dense
+from strata.kernels.gguf_blocks import DENSE_TYPE_NAMES, PACKED_TYPE_NAMES, is_packed_type
+from strata.model.registry import PackedExpertWeight, PackedWeight, is_packed_expert_stack
 from strata.weights.gguf_file import open_parts
 from strata.weights.gguf_names import (GGUF_ARCHITECTURES, HYBRID_ARCHITECTURES, SKIPPED_TENSORS, HFPiece,
-                                      TensorInverter, hf_piece)
+                                      TensorInverter, hf_pieces)
+from strata.weights.gguf_qwen4exp import qwen4exp_config
 
 logger = logging.getLogger(__name__)
 
@@ -85,9 +88,9 @@ class GGUFSource:
         return loaded_sizes(self._entries(), dtype, self.experts_packed)
 
     def _entries(self) -> list[TensorEntry]:
-        return [TensorEntry(tensor.name, piece.hf_name, int(tensor.n_elements),
+        return [TensorEntry(tensor.name, piece.hf_name, int(tensor.n_elements) // piece.share,
                             int(tensor.shape[-1]) if len(tensor.shape) == 3 else 0, int(tensor.tensor_type),
-                            int(tensor.n_bytes), self.inverter.is_row_wise(tensor.name))
+                            int(tensor.n_bytes) // piece.share, self.inverter.is_row_wise(tensor.name))
                 for _, tensor, piece in self.plan]
 
     def tensors(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor | PackedWeight | PackedExpertWeight]]:
@@ -95,7 +98,7 @@ class GGUFSource:
         dequantized: Counter[tuple[str, str]] = Counter()  # (type name, reason) -> tensors
         pending: dict[str, list[torch.Tensor | PackedWeight | None]] = {}
         for path, tensor, piece in self.plan:
-            values = self._values(path, tensor, piece.hf_name, dtype, dequantized)
+            values = self._values(path, tensor, piece, dtype, dequantized)
             if piece.num_parts == 1:
                 yield piece.hf_name, values
                 continue
@@ -116,38 +119,47 @@ class GGUFSource:
 
     def _plan(self, num_layers: int) -> list[tuple[str, Any, HFPiece]]:
         plan, parts_seen = [], {}
+        ple_layers = [i - 1 for i in self.hf_config.get("ple_layer_ids") or ()]
         for path, tensor in self.gguf_tensors:
             if tensor.name in SKIPPED_TENSORS:
                 continue
-            piece = hf_piece(self.arch, tensor.name, num_layers)
-            if piece is None:
+            pieces = hf_pieces(self.arch, tensor.name, num_layers, ple_layers[0] if ple_layers else None)
+            if pieces is None:
                 raise ValueError(f"{path}: tensor {tensor.name!r} has no HF equivalent in a {self.arch} "
                                  f"model; the file may come from a newer llama.cpp than Strata knows")
-            plan.append((path, tensor, piece))
-            parts_seen.setdefault(piece.hf_name, set()).add(piece.part)
+            for piece in pieces:
+                plan.append((path, tensor, piece))
+                parts_seen.setdefault(piece.hf_name, set()).add(piece.part)
         for _, _, piece in plan:
             if len(parts_seen[piece.hf_name]) != piece.num_parts:
                 raise ValueError(f"{self.path}: {piece.hf_name} is stored in {piece.num_parts} GGUF tensors, "
                                  f"but only {len(parts_seen[piece.hf_name])} of them are in the file")
         return plan
 
-    def _values(self, path: str, tensor, hf_name: str, dtype: torch.dtype,
+    def _values(self, path: str, tensor, piece: HFPiece, dtype: torch.dtype,
                 dequantized: Counter) -> torch.Tensor | PackedWeight | PackedExpertWeight:
-        """One GGUF tensor in HF layout: packed where the model takes it so, else dense in `dtype`."""
-        qtype = int(tensor.tensor_type)
+        """One GGUF tensor (or one column piece of it) in HF layout: packed where the model takes it so,
+        else dense in `dtype`."""
+        qtype, hf_name = int(tensor.tensor_type), piece.hf_name
         if self.experts_packed and is_packed_expert_stack(hf_name):
             # [E, N, row bytes], a view of the file; experts_packed checked type and layout
             return PackedExpertWeight(torch.from_numpy(tensor.data), qtype, int(tensor.shape[0]))
-        if is_packed_type(qtype) and keeps_packed(hf_name) and tensor.data.ndim == 2:
+        if piece.columns is None and keeps_blocks(hf_name, qtype) and tensor.data.ndim == 2:
             if self.inverter.is_row_wise(tensor.name):
-                weight = PackedWeight(torch.from_numpy(tensor.data), qtype, int(tensor.shape[0]))  # a view of the file
+                # a view of the file; a dense type's values as their bytes
+                blocks = torch.from_numpy(np.asarray(tensor.data).view(np.uint8))
+                weight = PackedWeight(blocks, qtype, int(tensor.shape[0]))
                 order = self.inverter.row_order(tensor.name, weight.shape[0])
                 return weight if order is None else weight.take_rows(order)
             dequantized[tensor.tensor_type.name, _NOT_ROW_WISE] += 1
-        elif block_format(qtype) is None:
+        elif not is_packed_type(qtype) and tensor.tensor_type.name not in DENSE_TYPE_NAMES:
             dequantized[tensor.tensor_type.name, _NOT_KEPT] += 1
         # Also dense: the MoE router, norms, and the routed experts of a file where not all of them can stay packed
-        return self.inverter.transform(tensor.name, self._dequantize(path, tensor)).to(dtype)
+        values = self.inverter.transform(tensor.name, self._dequantize(path, tensor))
+        if piece.columns is not None:
+            index, count = piece.columns
+            values = values.chunk(count, dim=1)[index]
+        return values.to(dtype)
 
     def _join(self, hf_name: str, parts: list, dtype: torch.dtype, dequantized: Counter) -> torch.Tensor | PackedWeight:
         """Parts llama.cpp split one HF tensor into -> that tensor: row by row where all are packed in one type."""
@@ -232,6 +244,9 @@ class GGUFSource:
             if self.arch != "qwen3next" and num_k_heads != num_v_heads:
                 # llama.cpp's Qwen3.5 files store the value heads tiled over the key heads (gguf_names.py)
                 cfg["linear_value_heads_tiled"] = True
+        if self.arch == "qwen4exp":
+            shapes = {t.name: tuple(int(d) for d in t.shape) for _, t in self.gguf_tensors}
+            cfg.update(qwen4exp_config(self.path, self.metadata, shapes, cfg))
         return cfg
 
     def _drop_vocabulary(self) -> None:

@@ -1,8 +1,9 @@
 """Writing a GGUF file from an HF config dict and HF-named tensors the way llama.cpp's convert_hf_to_gguf.py
-does (architectures llama, qwen3, qwen3moe, qwen3next, qwen35, qwen35moe): tensor names from gguf-py's own name
-map (not from Strata's reader, so a round trip checks the reader against llama.cpp), llama.cpp's layout
-transforms (Llama q/k permutation, stacked experts, Qwen3-Next's norm + 1, -exp(A_log), conv squeeze, q/k/v/z
-split, Qwen3.5's value heads tiled) and metadata keys. Streams: tensor infos are planned on the meta device,
+does (architectures llama, qwen3, qwen3moe, qwen3next, qwen35, qwen35moe, qwen4exp): tensor names from gguf-py's
+own name map (not from Strata's reader, so a round trip checks the reader against llama.cpp; qwen4exp's own
+names, which the installed gguf-py lacks, from gguf_writer_qwen4exp.py), llama.cpp's layout transforms (Llama
+q/k permutation, stacked experts, Qwen3-Next's norm + 1, -exp(A_log), conv squeeze, q/k/v/z split, Qwen3.5's
+value heads tiled, Qwen4-Exp's) and metadata keys. Streams: tensor infos are planned on the meta device,
 then each tensor is transformed, quantized on its own device and written before the next is touched (host
 memory: one tensor's bytes).
 """
@@ -19,6 +20,7 @@ import gguf
 import numpy as np
 import torch
 
+from strata.weights import gguf_writer_qwen4exp as qwen4exp
 from strata.weights.quantize import quantize
 
 ARCHS = {
@@ -28,8 +30,10 @@ ARCHS = {
     "Qwen3NextForCausalLM": gguf.MODEL_ARCH.QWEN3NEXT,
     "Qwen3_5ForCausalLM": gguf.MODEL_ARCH.QWEN35,
     "Qwen3_5MoeForCausalLM": gguf.MODEL_ARCH.QWEN35MOE,
+    "Qwen4ExpForCausalLM": qwen4exp.ARCH,  # no gguf.MODEL_ARCH member yet: its name
 }
-_HYBRID = (gguf.MODEL_ARCH.QWEN3NEXT, gguf.MODEL_ARCH.QWEN35, gguf.MODEL_ARCH.QWEN35MOE)
+_HYBRID = (gguf.MODEL_ARCH.QWEN3NEXT, gguf.MODEL_ARCH.QWEN35, gguf.MODEL_ARCH.QWEN35MOE, qwen4exp.ARCH)
+_QWEN35_LIKE = (gguf.MODEL_ARCH.QWEN35, gguf.MODEL_ARCH.QWEN35MOE, qwen4exp.ARCH)  # value heads tiled, mrope
 _QWEN35_DEFAULT_MROPE_SECTION = [11, 11, 10, 0]  # _Qwen35MRopeMixin: llama.cpp's loader requires the key
 _PER_EXPERT = re.compile(r"model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
 # llama.cpp's Qwen3.5 MTP convention (its Qwen3-Next converter drops mtp.*): mtp.* -> block L (+ i)
@@ -102,8 +106,9 @@ def write_gguf(path: str, hf_config: dict, state_dict: Mapping[str, Any], type_o
     part 1). on_tensor(name, type, bytes) is called after each tensor is written. shapes: llama_cpp_shapes'
     answer, where the caller has it already (it walks `state_dict` once more). Returns the paths written."""
     arch = ARCHS[hf_config["architectures"][0]]
-    names = gguf.get_tensor_name_map(arch, hf_config["num_hidden_layers"] + _num_mtp(hf_config))
-    writer = gguf.GGUFWriter(path, gguf.MODEL_ARCH_NAMES[arch], split_max_tensors=split_max_tensors)
+    names = _name_map(arch, hf_config)
+    writer = gguf.GGUFWriter(path, arch if arch == qwen4exp.ARCH else gguf.MODEL_ARCH_NAMES[arch],
+                             split_max_tensors=split_max_tensors)
     _write_metadata(writer, arch, hf_config)
     vocab.add_to(writer)
     if file_type is not None:
@@ -141,9 +146,15 @@ def llama_cpp_shapes(hf_config: dict, state_dict: Mapping[str, Any], split_qkvz:
     """The (llama.cpp name, shape) of every tensor write_gguf writes from `state_dict` (but the extras), in
     its order; worked out on the meta device: no data is read."""
     arch = ARCHS[hf_config["architectures"][0]]
-    names = gguf.get_tensor_name_map(arch, hf_config["num_hidden_layers"] + _num_mtp(hf_config))
+    names = _name_map(arch, hf_config)
     meta = {name: torch.empty(tuple(t.shape), device="meta") for name, t in state_dict.items()}
     return [(name, tuple(t.shape)) for name, t in _llama_cpp_tensors(arch, hf_config, meta, names, split_qkvz)]
+
+
+def _name_map(arch, cfg: dict) -> gguf.TensorNameMap:
+    # qwen4exp shares Qwen3.5-MoE's names for the tensors they both have (gguf_writer_qwen4exp: the others)
+    return gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN35MOE if arch == qwen4exp.ARCH else arch,
+                                    cfg["num_hidden_layers"] + _num_mtp(cfg))
 
 
 def _nbytes(shape: tuple[int, ...], qtype: gguf.GGMLQuantizationType) -> int:
@@ -216,11 +227,13 @@ def _write_metadata(w: gguf.GGUFWriter, arch, cfg: dict) -> None:
         w.add_ssm_inner_size(cfg["linear_value_head_dim"] * cfg["linear_num_value_heads"])
         w.add_full_attention_interval(cfg.get("full_attention_interval", 4))
         w.add_rope_dimension_count(int(head_dim * rope.get("partial_rotary_factor", 0.25)))
-    if arch in (gguf.MODEL_ARCH.QWEN35, gguf.MODEL_ARCH.QWEN35MOE):
+    if arch in _QWEN35_LIKE:
         sections = list(rope.get("mrope_section") or _QWEN35_DEFAULT_MROPE_SECTION)
         w.add_rope_dimension_sections((sections + [0] * 4)[:4])
     if _num_mtp(cfg):
         w.add_nextn_predict_layers(_num_mtp(cfg))
+    if arch == qwen4exp.ARCH:
+        qwen4exp.write_metadata(w, cfg, cfg["num_hidden_layers"] + _num_mtp(cfg))
 
 
 def _llama_cpp_tensors(arch, cfg: dict, state_dict: Mapping[str, Any], names, split_qkvz: bool):
@@ -228,7 +241,10 @@ def _llama_cpp_tensors(arch, cfg: dict, state_dict: Mapping[str, Any], names, sp
     (a 16-bit model is not copied to float32 whole: the quantizer converts a chunk at a time) but where
     llama.cpp changes values, which is done in float32."""
     per_expert: dict[tuple[int, str], dict[int, torch.Tensor]] = {}
-    for name, tensor in state_dict.items():
+    items = state_dict.items()
+    if arch == qwen4exp.ARCH:
+        items = qwen4exp.hf_stream(cfg, items, _cat)
+    for name, tensor in items:
         if cfg.get("tie_word_embeddings") and name == "lm_head.weight":
             continue
         if not isinstance(tensor, torch.Tensor):
@@ -275,8 +291,11 @@ def _convert(arch, cfg: dict, name: str, t: torch.Tensor, names, split_qkvz: boo
     if arch == gguf.MODEL_ARCH.LLAMA and re.search(r"\.(q|k)_proj\.(weight|bias)$", name):
         heads = cfg["num_attention_heads"] if ".q_proj." in name else cfg["num_key_value_heads"]
         t = _permute(t, heads)
-    if arch in (gguf.MODEL_ARCH.QWEN35, gguf.MODEL_ARCH.QWEN35MOE):
+    if arch in _QWEN35_LIKE:
         t = _tile_value_heads(name, t, cfg)
+    if arch == qwen4exp.ARCH and (own := qwen4exp.convert(cfg, name, t, _values)) is not None:
+        yield from own
+        return
     if arch in _HYBRID:
         if name.endswith(".A_log"):
             t = _values(t, lambda a_log: -torch.exp(a_log))
@@ -292,7 +311,7 @@ def _convert(arch, cfg: dict, name: str, t: torch.Tensor, names, split_qkvz: boo
             yield f"blk.{layer}.attn_qkv.weight", qkv
             yield f"blk.{layer}.attn_gate.weight", z
             return
-    yield _gguf_name(name, names), t
+    yield (arch == qwen4exp.ARCH and qwen4exp.gguf_name(name)) or _gguf_name(name, names), t
 
 
 # On the meta device (the shape plan) torch's elementwise ops, cat and stack reach Python decompositions whose

@@ -3,28 +3,43 @@ stay packed, dense in the runtime dtype elsewhere, as GGUFSource loads them. One
 of a real file (GGUFSource.weight_sizes) and of a model shape in a quantization scheme before any file
 exists (`scheme_sizes`: how many experts a 24 GB card holds at Q4_K_M).
 
-A tensor stays packed where GGUFSource keeps it so: a packed block type, a layer that takes packed
-weights (keeps_packed) or a routed-expert stack when every layer's experts can stay packed, llama.cpp's
+A tensor stays packed where GGUFSource keeps it so (`keeps_blocks`): a packed block type and a layer that
+takes packed weights (keeps_packed), or a lookup-only table (Qwen4-Exp's n-gram table) in any type with a
+reference dequantization, or a routed-expert stack when every layer's experts can stay packed; llama.cpp's
 layout change only a reordering of rows, and the parts of a joined tensor (q/k/v/z, gate/up) of one type.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 
-from strata.kernels.gguf_blocks import is_packed_type
+from strata.kernels.gguf_blocks import block_format, is_packed_type
 from strata.model.registry import is_packed_expert_stack, keeps_packed
 from strata.types import WeightSizes
+
+# tables the model only gathers rows from, never multiplies by: their rows are dequantized as they are looked
+# up (a PackedEmbedding), so any type with a reference dequantization stays as the file's blocks (F32, F16,
+# BF16 and IQ4_NL too), and a table of ~100 GB is never copied
+_LOOKUP_TABLES = re.compile(r"ple_embedding\.ngram_embedding\.weight$")
+
+
+def keeps_blocks(hf_name: str, qtype: int) -> bool:
+    """Whether a 2-D tensor of `qtype` loads as the file's blocks (a PackedWeight) rather than dense, where
+    llama.cpp's layout change only reordered its rows."""
+    if _LOOKUP_TABLES.search(hf_name):
+        return block_format(qtype) is not None
+    return is_packed_type(qtype) and keeps_packed(hf_name)
 
 
 @dataclass(frozen=True)
 class TensorEntry:
     gguf_name: str
-    hf_name: str        # where the loader puts it (strata.weights.gguf_names.hf_piece)
+    hf_name: str        # where the loader puts it (strata.weights.gguf_names.hf_pieces)
     num_values: int
     num_experts: int    # its leading dimension, for a routed-expert stack
     qtype: int          # gguf.GGMLQuantizationType
@@ -65,7 +80,7 @@ def loaded_sizes(entries: Iterable[TensorEntry], dtype: torch.dtype, experts_pac
             layer = layer_experts.setdefault(e.hf_name.rsplit(".", 1)[0], [0, e.num_experts])
             layer[0] += nbytes
             experts += nbytes
-        elif is_packed_type(e.qtype) and keeps_packed(e.hf_name) and e.row_wise and len(part_types[e.hf_name]) == 1:
+        elif keeps_blocks(e.hf_name, e.qtype) and e.row_wise and len(part_types[e.hf_name]) == 1:
             nbytes = e.nbytes
         else:
             nbytes = dense
@@ -79,7 +94,7 @@ def scheme_sizes(spec: str, scheme: str, dtype: torch.dtype) -> WeightSizes:
     without writing or building it: the writer's tensor list and type choices on a meta model."""
     from strata.model.registry import model_class
     from strata.weights.gguf_export import _hf_config, choose_types, get_scheme, hf_state
-    from strata.weights.gguf_names import GGUF_ARCHITECTURES, TensorInverter, hf_piece
+    from strata.weights.gguf_names import GGUF_ARCHITECTURES, TensorInverter, hf_pieces
     from strata.weights.gguf_writer import llama_cpp_shapes
     from strata.weights.source import open_source
 
@@ -93,13 +108,15 @@ def scheme_sizes(spec: str, scheme: str, dtype: torch.dtype) -> WeightSizes:
     arch = next(a for a, hf in GGUF_ARCHITECTURES.items() if hf == cfg.architecture)
     inverter = TensorInverter(arch, hf_config)
     entries = []
+    ple_layers = [i - 1 for i in hf_config.get("ple_layer_ids") or ()]
     for name, shape in shapes:
-        piece = hf_piece(arch, name, hf_config["num_hidden_layers"])
-        if piece is None:
-            continue
+        pieces = hf_pieces(arch, name, hf_config["num_hidden_layers"], ple_layers[0] if ple_layers else None)
         block, type_bytes = _block(types[name])
-        entries.append(TensorEntry(name, piece.hf_name, math.prod(shape), shape[0] if len(shape) == 3 else 0,
-                                   int(types[name]), math.prod(shape) // block * type_bytes, inverter.is_row_wise(name)))
+        for piece in pieces or ():
+            entries.append(TensorEntry(name, piece.hf_name, math.prod(shape) // piece.share,
+                                       shape[0] if len(shape) == 3 else 0, int(types[name]),
+                                       math.prod(shape) // block * type_bytes // piece.share,
+                                       inverter.is_row_wise(name)))
     return loaded_sizes(entries, dtype, why_experts_dense(entries) is None)
 
 

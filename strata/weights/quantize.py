@@ -1,9 +1,9 @@
-"""Float weights -> GGUF tensor bytes (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K) in torch, on the weights'
+"""Float weights -> GGUF tensor bytes (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL) in torch, on the weights'
 own device (CPU or CUDA), vectorised over blocks and done in chunks so a 15B-parameter model quantizes in
 seconds on a GPU with bounded scratch memory. All math is float32.
 
-For test and benchmark files, not a rival to llama.cpp's quantizer: K-quant scales come from each group's
-range in one pass, without llama.cpp's search for the scale that minimises the error (the error is
+For test and benchmark files, not a rival to llama.cpp's quantizer: K-quant and IQ4_NL scales come from each
+group's range in one pass, without llama.cpp's search for the scale that minimises the error (the error is
 somewhat larger than llama-quantize's). Q8_0 is llama.cpp's (and gguf-py's) bit for bit. The blocks are the
 file format byte for byte: gguf-py's `dequantize` reads them (the tests check it).
 """
@@ -17,13 +17,14 @@ QK_K = 256
 F32, F16, BF16 = GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16
 Q8_0, Q4_K, Q5_K, Q6_K = (GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q5_K,
                           GGMLQuantizationType.Q6_K)
+IQ4_NL = GGMLQuantizationType.IQ4_NL
 _FLOATS = {F32: torch.float32, F16: torch.float16, BF16: torch.bfloat16}
 _CHUNK_VALUES = 1 << 24  # values quantized per step: bounds the float32 scratch to a few hundred MiB
 
 
 def quantize(weights: torch.Tensor, qtype: int) -> torch.Tensor:
     """float [..., K] (any float dtype, any strides) -> uint8 [..., K / block size * bytes per block] on the
-    same device: the GGUF bytes of `qtype` (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K). K must be a whole
+    same device: the GGUF bytes of `qtype` (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL). K must be a whole
     number of blocks."""
     qtype = GGMLQuantizationType(qtype)
     if qtype in _FLOATS:
@@ -139,5 +140,19 @@ def _q6_k(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([ql.reshape(-1, 128), qh.reshape(-1, 64), sc_bytes, _f16_bytes(d)], dim=1)
 
 
-_BLOCK_QUANTIZERS = {Q8_0: _q8_0, Q4_K: _q4_k, Q5_K: _q5_k, Q6_K: _q6_k}
+# llama.cpp's kvalues_iq4nl: IQ4_NL's 16 non-linear levels
+_IQ4_LEVELS = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
+
+
+def _iq4_nl(x: torch.Tensor) -> torch.Tensor:
+    """[B, 32] -> [B, 18]: float16 d = peak / -127 (the block's largest-magnitude weight lands on level -127),
+    then each weight's nearest level x / d as 4-bit codes: byte j holds weight j (low nibble) and j + 16."""
+    levels = torch.tensor(_IQ4_LEVELS, dtype=torch.float32, device=x.device)
+    peak = x.gather(-1, x.abs().argmax(dim=-1, keepdim=True))                       # [B, 1]
+    d = _f16(peak / -127.0)
+    codes = (_safe_div(x, d)[..., None] - levels).abs().argmin(dim=-1).to(torch.uint8)   # [B, 32]
+    return torch.cat([_f16_bytes(d[:, 0]), codes[:, :16] | (codes[:, 16:] << 4)], dim=1)
+
+
+_BLOCK_QUANTIZERS = {Q8_0: _q8_0, Q4_K: _q4_k, Q5_K: _q5_k, Q6_K: _q6_k, IQ4_NL: _iq4_nl}
 SUPPORTED_TYPES = (*_FLOATS, *_BLOCK_QUANTIZERS)

@@ -1,8 +1,9 @@
 """GGUFSource on tiny random models of every family, written as llama.cpp would (tests/gguf_writer.py):
 tensors round-trip to the HF state dict, configs agree with config.json, and models built from GGUF (F32,
-F16, Q8_0, Q4_1) and from safetensors give the same logits. Qwen3.5 files keep llama.cpp's tiled value-head
-order (the model reads it so): their tensors are compared with the HF ones tiled here, independently of the
-writer, and their models with the safetensors model in HF order too; a Qwen3.5 MTP head loads from GGUF.
+F16, Q8_0, Q4_1) and from safetensors give the same logits. Qwen3.5 (and Qwen4-Exp) files keep llama.cpp's tiled
+value-head order (the model reads it so): their tensors are compared with the HF ones tiled here, independently
+of the writer, and their models with the safetensors model in HF order too; a Qwen3.5 MTP head loads from GGUF.
+Qwen4-Exp's own parts (PLE table and hash constants, MTP head, bad metadata): test_qwen4_exp_gguf.py.
 Corrupt, truncated and unsupported files give a ValueError naming the file. The real bundled GGUF is checked
 against HF transformers in test_bundled_gguf.py.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import gguf
 import numpy as np
@@ -20,6 +22,8 @@ from safetensors.torch import load_file
 
 from gguf_writer import write_gguf
 from strata.cache.pools import KVPool, StatePool
+from strata.model.packed import PackedWeight
+from strata.model.ple import head_vocab_sizes
 from strata.model.rotary import inv_frequencies
 from strata.runner.inputs import build_inputs
 from strata.types import ScheduledSlot
@@ -29,10 +33,15 @@ from strata.weights.loader import build_model
 from tiny_models import FAMILIES, add_random_mtp, hf_config, prompt_logits, save_tiny_model
 
 ZERO_CENTERED = ("input_layernorm", "post_attention_layernorm", "model.norm", "q_norm", "k_norm", "pre_fc_norm",
-                 "mtp.norm")
-HYBRID = ("qwen3_next", "qwen3_5", "qwen3_5_moe")
+                 "mtp.norm", "hc_norm", "_layernorm", "ple.norm_")
+HYBRID = ("qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen4_exp")
+# qwen4_exp is not in tiny_models.FAMILIES (strata.bench.count_params does not count its hyper-connections,
+# PLE and indexers yet: tests/bench/test_roofline.py): its GGUF files are tested with the others here
+GGUF_FAMILIES = (*FAMILIES, "qwen4_exp")
 MTP_FAMILIES = ("qwen3_next", "qwen3_5_moe")
-TILED = ("qwen3_5", "qwen3_5_moe")  # llama.cpp tiles their value heads: 2 key heads, 4 value heads
+TILED = ("qwen3_5", "qwen3_5_moe", "qwen4_exp")  # llama.cpp tiles their value heads: 2 key heads, 4 value heads
+# Qwen4-Exp's PLE hash constants: GGUF metadata, not tensors (the model derives them from its config)
+HASH_BUFFERS = re.compile(r"\.ple_embedding\.(layer_multipliers|ngram_heads_offsets|ngram_heads_vocab_sizes)$")
 
 
 def llama_cpp_value_order(name: str, tensor: torch.Tensor, cfg) -> torch.Tensor:
@@ -115,8 +124,8 @@ def gguf_from_folder(folder: str, path: str, quant: str) -> str:
 
 # ---- tiny models written as llama.cpp would ----------------------------------------------------------
 
-@pytest.mark.parametrize("family, split_qkvz", [(family, True) for family in FAMILIES] + [("qwen3_next", False)],
-                         ids=[*FAMILIES, "qwen3_next-ssm_in"])
+@pytest.mark.parametrize("family, split_qkvz", [(family, True) for family in GGUF_FAMILIES] + [("qwen3_next", False)],
+                         ids=[*GGUF_FAMILIES, "qwen3_next-ssm_in"])
 def test_tensors_round_trip_to_hf_state_dict(family, split_qkvz, tmp_path):
     _, cfg, state = tiny_hf_model(family, mtp=family in MTP_FAMILIES)
     path = str(tmp_path / "model.gguf")
@@ -124,6 +133,9 @@ def test_tensors_round_trip_to_hf_state_dict(family, split_qkvz, tmp_path):
     source = GGUFSource(path)
     loaded = dict(source.tensors(torch.float32))
     assert source.num_tensors() == len(loaded)
+    # lookup-only tables (Qwen4-Exp's n-gram table) stay the file's blocks whatever their type
+    loaded = {name: t.dequantize(torch.float32) if isinstance(t, PackedWeight) else t for name, t in loaded.items()}
+    state = {name: tensor for name, tensor in state.items() if not HASH_BUFFERS.search(name)}
     assert sorted(loaded) == sorted(state)
     model_config = source.model_config()
     assert model_config.linear_value_heads_tiled == (family in TILED)
@@ -139,7 +151,7 @@ def test_tensors_round_trip_to_hf_state_dict(family, split_qkvz, tmp_path):
     assert model_config.num_mtp_layers == (1 if family in MTP_FAMILIES else 0)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", GGUF_FAMILIES)
 def test_gguf_config_matches_hf_config(family, tiny_folder, tmp_path):
     folder = tiny_folder(family)
     path = gguf_from_folder(folder, str(tmp_path / "model.gguf"), "F32")
@@ -150,8 +162,10 @@ def test_gguf_config_matches_hf_config(family, tiny_folder, tmp_path):
 
 
 def comparable(cfg):
-    # transformers 5 writes layer_types (all full attention) for Qwen3; GGUF has them only for the hybrids
-    return cfg.replace(layer_types=cfg.layer_types if cfg.linear_attention_layers else ())
+    # transformers 5 writes layer_types (all full attention) for Qwen3; GGUF has them only for the hybrids. A GGUF
+    # holds Qwen4-Exp's n-gram table whole, and its heads' sizes, not the base they were found from.
+    return cfg.replace(layer_types=cfg.layer_types if cfg.linear_attention_layers else (), ngram_table_shards=1,
+                       ngram_vocab_size_base=head_vocab_sizes(cfg.ngram_vocab_size_base, 0, 1)[0])
 
 
 class QuantizedSource:
@@ -189,7 +203,7 @@ class QuantizedSource:
             yield name, tensor.to(dtype)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", GGUF_FAMILIES)
 @pytest.mark.parametrize("quant", ["F32", "F16", "BF16", "Q8_0", "Q4_1"])
 def test_gguf_model_matches_safetensors_model(family, quant, tiny_folder, tmp_path):
     folder = tiny_folder(family)
@@ -218,18 +232,18 @@ def test_tiled_gguf_model_matches_the_hf_order_model(family, tiny_folder, tmp_pa
 
 def mtp_draft_logits(model, token_ids: list[int]) -> torch.Tensor:
     """The target's hidden states over one prompt, then the MTP head's draft logits [T, V] for each position
-    given the next token, through a real pool that holds the MTP layer's KV too."""
+    given the next token, through a real pool that holds the MTP layer's KV (and QSA's index keys) too."""
     cfg, block_size = model.config, 4
     num_blocks = -(-len(token_ids) // block_size)
     kv = KVPool([*cfg.full_attention_layers, cfg.num_hidden_layers], num_blocks, block_size,
-                cfg.num_key_value_heads, cfg.head_dim, torch.float32, "cpu")
+                cfg.num_key_value_heads, cfg.head_dim, torch.float32, "cpu", model.index_key_layers())
     states = StatePool(model.recurrent_state_shapes(), 1, torch.float32, "cpu")
     work = ScheduledSlot(0, 0, len(token_ids), [], token_ids)
     inputs = build_inputs([work], {0: list(range(num_blocks))}, block_size, kv.caches, states.caches, "cpu")
     with torch.inference_mode():
         hidden = model(inputs.input_ids, inputs.ctx)                                        # [T, D]
         next_ids = torch.tensor(token_ids[1:] + token_ids[:1])
-        return model.compute_logits(model.mtp_forward(next_ids, hidden, inputs.ctx))
+        return model.draft_logits(model.mtp_forward(next_ids, hidden, inputs.ctx))
 
 
 def test_qwen3_5_moe_mtp_head_loads_from_gguf(tmp_path):

@@ -2,7 +2,8 @@
 GGUFSource with the types the scheme names (llama.cpp's Q4_K_M choices, fallbacks for rows the blocks do not
 divide), logits equal to the source model's at F32 and close at Q8_0 / Q4_K_M, and a tokenizer that
 strata.tokenizer loads: synthetic for random shapes, converted from an HF folder, copied from a GGUF. A Qwen3.5
-folder's value heads are tiled once: re-exporting its GGUF keeps them as they are."""
+folder's value heads are tiled once: re-exporting its GGUF keeps them as they are. A Qwen4-Exp model goes out as
+llama.cpp's qwen4exp and comes back."""
 
 from __future__ import annotations
 
@@ -37,6 +38,12 @@ QWEN3_6 = ("random:qwen3.6-35b-a3b?num_hidden_layers=4&hidden_size=256&moe_inter
            "&shared_expert_intermediate_size=256&num_experts=4&num_experts_per_tok=4&vocab_size=512"
            "&num_attention_heads=2&num_key_value_heads=1&head_dim=128&linear_num_key_heads=2"
            "&linear_num_value_heads=4&linear_key_head_dim=64&linear_value_head_dim=64&max_position_embeddings=256")
+# hyper-connections, QSA past 8 tokens, PLE on layer 0 (a table of 16 heads x rows of 16), an MTP head
+QWEN4EXP = ("random:qwen4exp-125b?num_hidden_layers=4&hidden_size=256&moe_intermediate_size=256"
+            "&shared_expert_intermediate_size=256&num_experts=4&num_experts_per_tok=4&vocab_size=512"
+            "&num_attention_heads=2&num_key_value_heads=1&head_dim=128&linear_num_key_heads=2"
+            "&linear_num_value_heads=4&linear_key_head_dim=64&linear_value_head_dim=64&max_position_embeddings=256"
+            "&hc_lowrank=32&indexer_head_dim=128&indexer_budget=8&ngram_vocab_size_base=300")
 # rows of 320 (Q8_0 in place of Q4_K / Q6_K) and of 80 (no block type fits: F16); tied embeddings
 LLAMA_ODD = ("random:smollm2-135m?num_hidden_layers=2&hidden_size=320&intermediate_size=80&vocab_size=512"
              "&num_attention_heads=5&num_key_value_heads=1&max_position_embeddings=256")
@@ -184,6 +191,25 @@ def test_random_qwen3_6_round_trip(tmp_path):
     q4 = str(tmp_path / "q4.gguf")
     export_gguf(QWEN3_6, q4, "q4_k_m")
     assert scheme_sizes(QWEN3_6, "q4_k_m", torch.bfloat16) == GGUFSource(q4).weight_sizes(torch.bfloat16)
+
+
+def test_random_qwen4exp_round_trip(tmp_path):
+    """A built Qwen4-Exp model (no PLE hash buffers: the writer derives them from the config) goes out as
+    llama.cpp's qwen4exp and comes back: the source model's logits over a prompt past the QSA budget with EOS
+    tokens (to float32 summation order: the tiled value heads), its MTP head, the n-gram table kept as the
+    file's blocks, the planned sizes."""
+    ids = IDS + [2, 9, 2, 33, 44, 55, 66, 77, 88, 99]
+    path = str(tmp_path / "m.gguf")
+    export_gguf(QWEN4EXP, path, "f32", seed=3)
+    model = build_model(GGUFSource(path), "cpu", "float32", quiet=True)
+    assert model.has_mtp and type(model.model.layers[0].ple.ple_embedding.ngram_embedding).__name__ == "PackedEmbedding"
+    assert {"per_layer_token_embd.weight", "output_hc_norm.weight", "blk.3.indexer.q_proj.weight",
+            "blk.4.nextn.eh_proj.weight", "blk.4.nextn.hc_head_up.weight"} <= set(file_types(path))
+    expected = prompt_logits(build_model(open_source(QWEN4EXP), "cpu", "float32", seed=3, quiet=True), ids)
+    assert ((prompt_logits(model, ids) - expected).abs().max() / expected.abs().max()).item() < 1e-5
+    q8 = str(tmp_path / "q8.gguf")
+    export_gguf(QWEN4EXP, q8, "q8_0")
+    assert scheme_sizes(QWEN4EXP, "q8_0", torch.bfloat16) == GGUFSource(q8).weight_sizes(torch.bfloat16)
 
 
 @pytest.mark.parametrize("scheme, bound", [("q8_0", 0.05), ("q4_k_m", 0.35)])

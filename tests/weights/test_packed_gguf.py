@@ -45,7 +45,7 @@ def llama_256():
 def load(path: str, packed: bool = True, dtype: str = "float32"):
     with pytest.MonkeyPatch.context() as patch:
         if not packed:
-            patch.setattr(gguf_source, "keeps_packed", lambda name: False)
+            patch.setattr(gguf_source, "keeps_blocks", lambda name, qtype: False)
         return build_model(GGUFSource(path), "cpu", dtype, quiet=True)
 
 

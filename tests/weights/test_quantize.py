@@ -1,4 +1,4 @@
-"""strata.weights.quantize writes GGUF bytes that gguf-py reads back close to the input (K-quants), bit for
+"""strata.weights.quantize writes GGUF bytes that gguf-py reads back close to the input (K-quants, IQ4_NL), bit for
 bit as gguf-py writes them (Q8_0 and the float types), and the same bytes on CUDA as on the CPU."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import torch
 from gguf.quants import dequantize
 
-from strata.weights.quantize import BF16, F16, F32, Q4_K, Q5_K, Q6_K, Q8_0, quantize
+from strata.weights.quantize import BF16, F16, F32, IQ4_NL, Q4_K, Q5_K, Q6_K, Q8_0, quantize
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))]
 
@@ -22,12 +22,12 @@ def read_back(weights: torch.Tensor, qtype) -> np.ndarray:
     return dequantize(quantize(weights, qtype).cpu().numpy(), qtype).reshape(weights.shape)
 
 
-@pytest.mark.parametrize("qtype, bound", [(Q4_K, 0.1), (Q5_K, 0.05), (Q6_K, 0.025), (Q8_0, 0.01)])
+@pytest.mark.parametrize("qtype, bound", [(Q4_K, 0.1), (Q5_K, 0.05), (Q6_K, 0.025), (Q8_0, 0.01), (IQ4_NL, 0.1)])
 @pytest.mark.parametrize("shape", [(1, 256), (3, 512), (2, 3, 2048)])
 def test_blocks_read_back_by_gguf_within_the_types_error(qtype, bound, shape):
     """Relative RMS error of gaussian weights: 15 steps over a group of 32's range (about 4 sigma, so
     0.27 sigma a step, 0.077 RMS) at Q4_K, 31 at Q5_K; 63 steps over twice a group of 16's peak at Q6_K;
-    254 over twice a block of 32's peak at Q8_0."""
+    254 over twice a block of 32's peak at Q8_0; IQ4_NL's 16 non-linear levels over a block of 32's range."""
     weights = gaussian(shape, seed=shape[0])
     back = read_back(weights, qtype)
     assert quantize(weights, qtype).shape[:-1] == weights.shape[:-1]
@@ -57,6 +57,16 @@ def test_q8_0_and_float_types_are_gguf_pys_bytes(qtype):
     ours = quantize(weights, qtype).numpy()
     theirs = gguf.quants.quantize(weights.numpy(), qtype)
     assert np.array_equal(ours, theirs.view(np.uint8).reshape(ours.shape))
+
+
+def test_iq4_nl_weights_land_on_their_nearest_level():
+    """d = a block's peak / -127: a weight read back is within half the widest gap between levels (24 d) of
+    itself, or 14 d where it clips to the top level 113 (checks the layout: weight j low nibble, j + 16 high)."""
+    weights = gaussian((3, 96))
+    back = read_back(weights, IQ4_NL).reshape(-1, 32)
+    blocks = weights.numpy().reshape(-1, 32)
+    d = np.abs(blocks).max(axis=-1, keepdims=True) / 127
+    assert np.all(np.abs(back - blocks) <= 14 * d * 1.01)
 
 
 def test_zero_and_constant_blocks_stay_finite():

@@ -1,0 +1,199 @@
+"""Qwen4-Exp GGUF files (llama.cpp's `qwen4exp`) written as its converter writes them (strata.weights.gguf_writer)
+load as the safetensors folder does: logits over prompts past the QSA budget and with EOS tokens (PLE's n-gram
+cut) in F32 and Q8_0, the MTP head's draft logits, the n-gram table kept as the file's blocks (a PackedEmbedding
+over its map) in F16, BF16, Q8_0 and IQ4_NL, the hash constants as uint64 metadata equal to HF's buffers, and
+bad metadata refused with the key or tensor named before any weight loads. IQ4_NL's reference dequantization
+equals gguf-py's bit for bit (the lookup-only type: tests/kernels covers the packed ones)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import gguf
+import numpy as np
+import pytest
+import torch
+import transformers
+from safetensors.torch import load_file, save_file
+
+from gguf_writer import write_gguf
+from strata.kernels.gguf_blocks import LOOKUP_TYPE_NAMES, block_format, dequantize_ref, is_packed_type
+from strata.model.packed import PackedEmbedding
+from strata.weights.gguf_source import GGUFSource
+from strata.weights.hf_source import HFSource
+from strata.weights.loader import build_model
+from test_gguf import QuantizedSource, mtp_draft_logits, rel_err
+from tiny_models import add_random_mtp, hf_config, prompt_logits, save_tiny_model
+
+Q = gguf.GGMLQuantizationType
+EOS = 2
+TABLE = "model.layers.1.ple.ple_embedding.ngram_embedding"  # the tiny config's PLE layer is 1 (0-based)
+PLE_CONV = "model.layers.1.ple.conv1d.weight"  # HF initialises it to zeros: given random values here
+
+
+def prompt_with_eos(length: int = 40, seed: int = 7) -> list[int]:
+    """Past the tiny QSA budget (2 blocks of 4 tokens), with EOS tokens cutting PLE's n-grams."""
+    ids = torch.randint(3, 160, (length,), generator=torch.Generator().manual_seed(seed)).tolist()
+    ids[5] = ids[6] = ids[20] = EOS
+    return ids
+
+
+def gguf_of(folder: str, path: str, quant: str = "F32", types: dict[str, str] | None = None) -> str:
+    with open(os.path.join(folder, "config.json")) as f:
+        cfg = json.load(f)
+    write_gguf(path, cfg, load_file(os.path.join(folder, "model.safetensors")), quant, types=types)
+    return path
+
+
+@pytest.fixture(scope="module")
+def mtp_folder(tmp_path_factory) -> str:
+    """The tiny qwen4_exp family with a random MTP head, as an HF folder."""
+    folder = str(tmp_path_factory.mktemp("qwen4_exp-mtp"))
+    save_tiny_model("qwen4_exp", folder)
+    add_random_mtp(folder)
+    path = os.path.join(folder, "model.safetensors")
+    tensors = load_file(path)
+    tensors[PLE_CONV] = 0.3 * torch.randn(tensors[PLE_CONV].shape, generator=torch.Generator().manual_seed(1))
+    save_file(tensors, path, metadata={"format": "pt"})
+    return folder
+
+
+@pytest.fixture(scope="module")
+def wide_ple_folder(tmp_path_factory) -> str:
+    """The tiny qwen4_exp family with table rows of 32 values (ple_embed_dim 128 over 4 heads): whole blocks
+    of every type, so the table can be Q8_0 or IQ4_NL (the tiny family's rows of 8 stay F32)."""
+    config = hf_config("qwen4_exp")
+    config.ple_embed_dim = 128
+    torch.manual_seed(0)
+    model = transformers.Qwen4ExpForCausalLM(config).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "norm" in name and param.dim() == 1:
+                param.add_(torch.randn_like(param) * 0.1)
+        model.get_parameter(PLE_CONV).normal_(0, 0.3)
+    folder = str(tmp_path_factory.mktemp("qwen4_exp-wide-ple"))
+    model.save_pretrained(folder)
+    return folder
+
+
+# ---- logits, MTP ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("quant", ["F32", "Q8_0"])
+def test_gguf_model_matches_safetensors_model(quant, mtp_folder, tmp_path):
+    """Q8_0: the safetensors model's tensors go through Q8_0 where the writer quantizes them (rows of whole
+    blocks: the n-gram table's rows of 8 stay F32), in llama.cpp's tiled value-head order."""
+    source = GGUFSource(gguf_of(mtp_folder, str(tmp_path / "model.gguf"), quant))
+    from_gguf = build_model(source, "cpu", "float32", quiet=True)
+    from_safetensors = build_model(QuantizedSource(HFSource(mtp_folder), quant, tiled=True), "cpu", "float32",
+                                   quiet=True)
+    ids = prompt_with_eos()
+    assert from_gguf.model.layers[2].self_attn.indexer.is_sparse(len(ids))
+    # Q8_0: the packed kernels sum in another order (as test_gguf's bound); a layout error moves logits by O(1)
+    assert rel_err(prompt_logits(from_gguf, ids), prompt_logits(from_safetensors, ids)) < 5e-5
+    assert rel_err(prompt_logits(from_gguf, ids, chunk=7), prompt_logits(from_safetensors, ids)) < 5e-5
+
+
+def test_mtp_head_loads_from_gguf(mtp_folder, tmp_path):
+    """eh_proj = [fc_embedding | fc_hidden] comes back as the two projections, nextn.hc_head_* as the head's
+    own mixer, nextn.enorm / hnorm (1 + w) as its norms: the draft logits of the safetensors folder's head."""
+    path = gguf_of(mtp_folder, str(tmp_path / "model.gguf"))
+    fields = gguf.GGUFReader(path).fields
+    assert fields["qwen4exp.nextn_predict_layers"].contents() == 1 and fields["qwen4exp.block_count"].contents() == 5
+    assert fields["qwen4exp.attention.compress_ratios"].contents() == [0, 0, 4, 0, 0]  # the MTP block attends densely
+    tensors = {t.name: tuple(int(d) for d in t.shape) for t in gguf.GGUFReader(path).tensors}
+    assert tensors["blk.4.nextn.eh_proj.weight"] == (128, 64)  # [2D in, D out] in ggml's order
+    from_gguf = build_model(GGUFSource(path), "cpu", "float32", quiet=True)
+    from_safetensors = build_model(HFSource(mtp_folder), "cpu", "float32", quiet=True)
+    assert from_gguf.has_mtp
+    ids = prompt_with_eos(24, seed=3)
+    assert rel_err(mtp_draft_logits(from_gguf, ids), mtp_draft_logits(from_safetensors, ids)) < 1e-5
+
+
+def test_hash_constants_are_uint64_metadata_equal_to_hf_buffers(mtp_folder, tmp_path):
+    fields = gguf.GGUFReader(gguf_of(mtp_folder, str(tmp_path / "model.gguf"))).fields
+    hf = load_file(os.path.join(mtp_folder, "model.safetensors"))
+    for key, buffer in (("layer_multipliers", "layer_multipliers"), ("head_offsets", "ngram_heads_offsets"),
+                        ("head_vocab_sizes", "ngram_heads_vocab_sizes")):
+        field = fields[f"qwen4exp.ple.{key}"]
+        assert field.types == [gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.UINT64]
+        assert field.contents() == hf[f"model.layers.1.ple.ple_embedding.{buffer}"].tolist()
+    assert fields["qwen4exp.ple.layers"].contents() == [1] and fields["qwen4exp.ple.eos_token_id"].contents() == EOS
+    assert fields["qwen4exp.embedding_length_per_layer_input"].contents() == 8
+
+
+# ---- the n-gram table stays the file's blocks --------------------------------------------------------
+
+@pytest.mark.parametrize("table_type", ["F16", "BF16", "Q8_0", "IQ4_NL"])
+def test_ngram_table_stays_packed_over_the_files_map(table_type, wide_ple_folder, tmp_path):
+    """The table loads as a PackedEmbedding whose blocks are the file's bytes (no copy); the model computes
+    what the safetensors model computes with the table's dequantized values."""
+    path = gguf_of(wide_ple_folder, str(tmp_path / "model.gguf"), types={r"per_layer_token_embd": table_type})
+    source = GGUFSource(path)
+    from_gguf = build_model(source, "cpu", "float32", quiet=True)
+    table = from_gguf.get_submodule(TABLE)
+    assert isinstance(table, PackedEmbedding) and table.weight.qtype == Q[table_type]
+    mapped = source.readers[0].data
+    start = mapped.ctypes.data
+    assert start <= table.weight.blocks.data_ptr() < start + mapped.nbytes
+    raw = next(t for t in source.readers[0].tensors if t.name == "per_layer_token_embd.weight")
+    dense = np.asarray(gguf.quants.dequantize(raw.data, raw.tensor_type), dtype=np.float32).reshape(table.weight.shape)
+    from_safetensors = build_model(HFSource(wide_ple_folder), "cpu", "float32", quiet=True)
+    from_safetensors.get_submodule(TABLE).weight.data.copy_(torch.from_numpy(dense))
+    ids = prompt_with_eos()
+    # out_proj's tiled value heads sum in another order: float32 rounding
+    assert rel_err(prompt_logits(from_gguf, ids), prompt_logits(from_safetensors, ids)) < 1e-5
+    # the memory plan counts the table at its file bytes, everything else (F32 here) dense
+    others = sum(t.n_elements * 4 for t in source.readers[0].tensors if t.name != raw.name)
+    assert source.weight_sizes(torch.float32).total == others + raw.n_bytes
+
+
+@pytest.mark.parametrize("rows, blocks", [(1, 1), (7, 3), (33, 1)])
+def test_iq4_nl_dequantize_ref_equals_gguf_bit_for_bit(rows, blocks):
+    """Every bit pattern (NaN and inf scales too), also for rows taken with a stride (gathered rows)."""
+    assert LOOKUP_TYPE_NAMES == ("IQ4_NL",) and not is_packed_type(Q.IQ4_NL)  # matmuls read it dense
+    fmt = block_format(Q.IQ4_NL)
+    k = fmt.block_size * blocks
+    raw = np.random.default_rng(rows).integers(0, 256, (rows * 2, fmt.row_bytes(k)), dtype=np.uint8)
+    for step in (1, 2):
+        expected = np.ascontiguousarray(gguf.quants.dequantize(raw[::step], Q.IQ4_NL), dtype=np.float32)
+        actual = dequantize_ref(torch.from_numpy(raw.copy())[::step], Q.IQ4_NL, k)
+        assert torch.equal(actual.view(torch.int32), torch.from_numpy(expected).reshape(-1, k).view(torch.int32))
+
+
+# ---- bad metadata ------------------------------------------------------------------------------------
+
+def with_metadata(path: str, out: str, changes: dict) -> str:
+    """A copy of the F32 GGUF `path` with the metadata `changes` (key -> value, same type)."""
+    reader = gguf.GGUFReader(path)
+    writer = gguf.GGUFWriter(out, reader.fields["general.architecture"].contents())
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        sub_type = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(name, changes.get(name, field.contents()), field.types[0], sub_type)
+    for tensor in reader.tensors:
+        writer.add_tensor(tensor.name, np.array(tensor.data))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"qwen4exp.hyper_connection.count": 1}, r"qwen4exp\.hyper_connection\.count must be greater than one \(got 1\)"),
+    ({"qwen4exp.ple.head_offsets": [0, 503, 1012, 2060]},
+     r"per_layer_token_embd\.weight has 2064 rows, too few for the PLE head ranges \(2583\)"),
+    ({"qwen4exp.ple.head_vocab_sizes": [503, 509, 521, 521]}, r"qwen4exp\.ple\.head_vocab_sizes is .* not consecutive"),
+    ({"qwen4exp.ple.layer_multipliers": [3, 5, 7]}, r"qwen4exp\.ple\.layer_multipliers is \[3, 5, 7\], not the "),
+    ({"qwen4exp.ple.layers": [1, 3]}, r"qwen4exp\.ple\.layers lists 2 layers"),
+    ({"qwen4exp.attention.compress_ratios": [0, 0, 0, 0, 0]},
+     r"qwen4exp\.attention\.compress_ratios gives the attention layers ratios \[0\]"),
+], ids=["hc-count", "table-rows", "head-sizes", "multipliers", "two-ple-layers", "no-compress-ratio"])
+def test_bad_metadata_is_named_before_weights_load(changes, message, mtp_folder, tmp_path):
+    good = gguf_of(mtp_folder, str(tmp_path / "good.gguf"))
+    GGUFSource(good)
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'bad.gguf'}: ") + message):
+        GGUFSource(with_metadata(good, str(tmp_path / "bad.gguf"), changes))
