@@ -83,6 +83,8 @@ class CudaGraphCache:
         if capacity < 0:
             raise ValueError(f"cuda_graph_cache_size must be 0 (every warm-up layout) or more, got {capacity}")
         self.model, self.inputs = model, inputs
+        # beyond its layout, whether a step may replay a graph (a model's own condition, e.g. QSA's budget)
+        self.step_fits_graph = getattr(model, "step_fits_graph", lambda scheduled: True)
         self.host_plan = host_plan or (lambda: (0, frozenset(), frozenset()))
         # a device scalar the forward reads (routing statistics skip padding rows): each step copies
         # the real row count into it, 0 while warming up and capturing on padding only
@@ -115,7 +117,7 @@ class CudaGraphCache:
         """(padded slot count, tokens per slot) when the step fits a graph, else None."""
         n = scheduled[0].num_new_tokens
         if n > self.max_tokens_per_slot or len(scheduled) > self.ladder[-1] \
-                or any(w.num_new_tokens != n for w in scheduled) or not self.model.step_fits_graph(scheduled):
+                or any(w.num_new_tokens != n for w in scheduled) or not self.step_fits_graph(scheduled):
             return None
         key = (self.ladder[bisect.bisect_left(self.ladder, len(scheduled))], n)
         return None if key in self.eager_only else key
@@ -129,7 +131,7 @@ class CudaGraphCache:
         num_prompts of at most its length, else None."""
         n = work.num_new_tokens
         if work.num_computed_tokens or n > self.max_prompt_tokens or num_prompts > max(self.prompt_counts, default=0) \
-                or not self.model.step_fits_graph([work]):
+                or not self.step_fits_graph([work]):
             return None
         length = max(MIN_PROMPT_LAYOUT, 1 << (n - 1).bit_length())
         count = self.prompt_counts[bisect.bisect_left(self.prompt_counts, num_prompts)]
