@@ -7,8 +7,7 @@ from __future__ import annotations
 import torch
 import transformers
 
-FAMILIES = ("llama", "qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe")
-HF_FAMILIES = FAMILIES + ("qwen4_exp",)  # GGUF files of qwen4_exp are not written yet
+FAMILIES = ("llama", "qwen3", "qwen3_moe", "qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen4_exp")
 
 _COMMON = dict(vocab_size=160, hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
                num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-6,

@@ -66,10 +66,12 @@ class ParamCounts:
     num_experts: int
     top_k: int
     mtp: int                # the MTP draft head, experts included
+    lookup_tables: int = 0  # Qwen4-Exp's PLE n-gram tables (only looked-up rows read)
 
     @property
     def total(self) -> int:
-        return self.dense + self.embedding + self.num_moe_layers * self.num_experts * self.per_expert + self.mtp
+        return (self.dense + self.embedding + self.num_moe_layers * self.num_experts * self.per_expert + self.mtp
+                + self.lookup_tables)
 
     @property
     def active(self) -> int:
@@ -90,9 +92,37 @@ def count_params(cfg: ModelConfig) -> ParamCounts:
         has_moe = cfg.num_experts > 0
         mtp = (3 * dim + 2 * dim * dim + _layer_dense_params(cfg, False, has_moe)
                + (cfg.num_experts * per_expert if has_moe else 0))
+    tables = 0
+    if cfg.hc_count > 1:  # Qwen4-Exp
+        dense, mtp, tables = _qwen4_exp_counts(cfg, dense, mtp)
     return ParamCounts(dense=dense, embedding=0 if cfg.tie_word_embeddings else vocab * dim,
                        per_expert=per_expert, num_moe_layers=sum(moe for _, moe in layers),
-                       num_experts=cfg.num_experts, top_k=cfg.num_experts_per_tok, mtp=mtp)
+                       num_experts=cfg.num_experts, top_k=cfg.num_experts_per_tok, mtp=mtp, lookup_tables=tables)
+
+
+def _qwen4_exp_counts(cfg: ModelConfig, dense: int, mtp: int) -> tuple[int, int, int]:
+    """Qwen4-Exp's changes to the counts: hyper-connections in place of every norm around a block (two per
+    layer, a mixer for the final norm and one for the MTP head's), QSA indexers, PLE projections and
+    their n-gram tables (looked up by row: `lookup_tables`); the MTP head normalises all streams."""
+    from strata.model.ple import head_vocab_sizes
+
+    dim, width, rank = cfg.hidden_size, cfg.hc_count * cfg.hidden_size, cfg.hc_lowrank
+    mixer = width + 2 * width * rank
+    per_layer = 2 * (mixer + cfg.hc_count * width) - 2 * dim                      # two HCs, no layer norms
+    indexer = dim * (cfg.indexer_n_heads + 1) * cfg.indexer_head_dim + 2 * cfg.indexer_head_dim
+    dense += cfg.num_hidden_layers * per_layer + mixer - dim                         # the mixer, no final norm
+    dense += len(cfg.full_attention_layers) * indexer if cfg.indexer_n_heads else 0
+    ple = cfg.ple_embed_dim * (width + dim) + 3 * width + width * cfg.ple_conv_kernel_size
+    dense += len(cfg.ple_layers) * ple
+    tables = 0
+    for index in range(len(cfg.ple_layers)):
+        heads = cfg.ngram_heads
+        rows = sum(head_vocab_sizes(cfg.ngram_vocab_size_base, index * heads, heads))
+        rows = -(-rows // cfg.ngram_vocab_size_multiple) * cfg.ngram_vocab_size_multiple
+        tables += rows * (cfg.ple_embed_dim // heads)
+    if mtp:  # norms: embedding (dim) and streams (width), no output norm; its block's HCs; its own mixer
+        mtp += (width - dim) - dim + per_layer + mixer
+    return dense, mtp, tables
 
 
 @dataclass(frozen=True)

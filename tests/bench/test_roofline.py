@@ -66,7 +66,7 @@ def test_decode_bandwidth_measured_and_estimated():
     assert decode_bandwidth(model, {**decode, "num_steps": 0}, None, 1.0) == {}
 
 
-@pytest.mark.parametrize("family", FAMILIES + ("qwen3_next+mtp",))
+@pytest.mark.parametrize("family", FAMILIES + ("qwen3_next+mtp", "qwen4_exp+mtp"))
 def test_param_counts_match_the_models(family):
     base, _, mtp = family.partition("+")
     hf = {**hf_config(base).to_dict(), "architectures": [_CONFIGS[base][1]], "num_nextn_predict_layers": int(bool(mtp))}

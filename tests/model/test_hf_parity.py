@@ -9,7 +9,7 @@ import torch
 from strata import LLM, SamplingParams
 from strata.weights.hf_source import HFSource
 from strata.weights.loader import build_model
-from tiny_models import HF_FAMILIES, build_hf_model, prompt_logits
+from tiny_models import FAMILIES, build_hf_model, prompt_logits
 
 NEW_TOKENS = 32
 
@@ -22,7 +22,7 @@ def _rel_err(ours: torch.Tensor, ref: torch.Tensor) -> float:
     return ((ours - ref).abs().max() / ref.abs().max()).item()
 
 
-@pytest.mark.parametrize("family", HF_FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES)
 def test_prompt_logits_match_hf(family, tiny_model_dir):
     hf = build_hf_model(family)
     model = build_model(HFSource(tiny_model_dir(family)), "cpu", "float32", quiet=True)
@@ -33,7 +33,7 @@ def test_prompt_logits_match_hf(family, tiny_model_dir):
     assert _rel_err(prompt_logits(model, ids, chunk=7), ref) < 1e-4
 
 
-@pytest.mark.parametrize("family", HF_FAMILIES)
+@pytest.mark.parametrize("family", FAMILIES)
 def test_greedy_matches_hf_generate(family, tiny_model_dir):
     hf = build_hf_model(family)
     llm = LLM(tiny_model_dir(family), dtype="float32", device="cpu", max_num_seqs=4, block_size=8)

@@ -37,7 +37,7 @@ ZERO_CENTERED = ("input_layernorm", "post_attention_layernorm", "model.norm", "q
 HYBRID = ("qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen4_exp")
 # qwen4_exp is not in tiny_models.FAMILIES (strata.bench.count_params does not count its hyper-connections,
 # PLE and indexers yet: tests/bench/test_roofline.py): its GGUF files are tested with the others here
-GGUF_FAMILIES = (*FAMILIES, "qwen4_exp")
+GGUF_FAMILIES = FAMILIES
 MTP_FAMILIES = ("qwen3_next", "qwen3_5_moe")
 TILED = ("qwen3_5", "qwen3_5_moe", "qwen4_exp")  # llama.cpp tiles their value heads: 2 key heads, 4 value heads
 # Qwen4-Exp's PLE hash constants: GGUF metadata, not tensors (the model derives them from its config)
