@@ -229,7 +229,8 @@ class CausalLM(nn.Module):
         return child == "gate" and isinstance(self.get_submodule(parent_name), MoEBlock)
 
     def _install_packed(self, module_name: str, module: nn.Module, weight: PackedWeight) -> None:
-        weight = weight.to(module.weight.device)
+        if not module.weight.is_meta:  # a shape-only placeholder (a PLE table that loads packed): stays on the map
+            weight = weight.to(module.weight.device)
         if isinstance(module, nn.Embedding):
             replacement = PackedEmbedding(weight, module.weight.dtype)
         else:

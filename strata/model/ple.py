@@ -16,6 +16,8 @@ host work and CUDA graphs take it.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 
 import torch
@@ -31,6 +33,20 @@ from strata.model.linear import Linear
 _MASK64 = (1 << 64) - 1
 _GOLDEN_GAMMA = 0x9E3779B97F4A7C15  # splitmix64's increment
 _LAYER_SEED_STRIDE = 10007
+
+
+# Set while a model is built from a source whose n-gram tables come as GGUF blocks (a PackedEmbedding replaces
+# the table at load): the dense table is then only a shape (meta), never ~100 GB of host memory.
+_TABLES_PACKED: contextvars.ContextVar[bool] = contextvars.ContextVar("ple_tables_packed", default=False)
+
+
+@contextlib.contextmanager
+def tables_packed(packed: bool):
+    token = _TABLES_PACKED.set(packed)
+    try:
+        yield
+    finally:
+        _TABLES_PACKED.reset(token)
 
 
 def state_key(layer_idx: int) -> tuple[str, int]:
@@ -81,8 +97,8 @@ class NGramEmbedding(nn.Module):
         self.register_buffer("offsets", torch.tensor([sum(sizes[:h]) for h in range(heads)]), persistent=False)
         rows = -(-sum(sizes) // cfg.ngram_vocab_size_multiple) * cfg.ngram_vocab_size_multiple
         self.multipliers = hash_multipliers(cfg.vocab_size, cfg.ngram_size, ple_index, cfg.ngram_seed)
-        # host memory (but a shape-only model, the memory plan's, stays on meta)
-        host = "meta" if torch.get_default_device().type == "meta" else "cpu"
+        # host memory (but a shape-only model, the memory plan's, and a table that loads packed stay on meta)
+        host = "meta" if torch.get_default_device().type == "meta" or _TABLES_PACKED.get() else "cpu"
         self.ngram_embedding = nn.Embedding(rows, cfg.ple_embed_dim // heads, device=host)
 
     def row_ids(self, tokens: list[torch.Tensor]) -> torch.Tensor:

@@ -27,7 +27,7 @@ import torch
 
 from strata.config import ModelConfig
 from strata.types import WeightSizes
-from strata.weights.loaded_sizes import TensorEntry, keeps_blocks, loaded_sizes, why_experts_dense
+from strata.weights.loaded_sizes import TensorEntry, is_lookup_table, keeps_blocks, loaded_sizes, why_experts_dense
 from strata.kernels.gguf_blocks import DENSE_TYPE_NAMES, PACKED_TYPE_NAMES, is_packed_type
 from strata.model.registry import PackedExpertWeight, PackedWeight, is_packed_expert_stack
 from strata.weights.gguf_file import open_parts
@@ -74,6 +74,9 @@ class GGUFSource:
         self.plan = self._plan(self.hf_config["num_hidden_layers"])
         self.experts_dense_reason = why_experts_dense(self._entries())
         self.experts_packed = self.experts_dense_reason is None
+        # the PLE n-gram tables load as their blocks (PackedEmbedding): the model never allocates them dense
+        self.lookup_tables_packed = any(keeps_blocks(piece.hf_name, int(tensor.tensor_type))
+                                        for _, tensor, piece in self.plan if is_lookup_table(piece.hf_name))
 
     # ---- WeightSource ---------------------------------------------------------------------------
 

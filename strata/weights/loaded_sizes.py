@@ -28,6 +28,11 @@ from strata.types import WeightSizes
 _LOOKUP_TABLES = re.compile(r"ple_embedding\.ngram_embedding\.weight$")
 
 
+def is_lookup_table(hf_name: str) -> bool:
+    """A table only read by the rows looked up (Qwen4-Exp's PLE n-gram tables)."""
+    return _LOOKUP_TABLES.search(hf_name) is not None
+
+
 def keeps_blocks(hf_name: str, qtype: int) -> bool:
     """Whether a 2-D tensor of `qtype` loads as the file's blocks (a PackedWeight) rather than dense, where
     llama.cpp's layout change only reordered its rows."""

@@ -10,7 +10,7 @@ import time
 import torch
 from torch import nn
 
-from strata.model.registry import PackedLocalExperts, PackedWeight, expert_weights_on, model_class
+from strata.model.registry import PackedLocalExperts, PackedWeight, expert_weights_on, model_class, tables_packed
 from strata.weights.source import WeightSource
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -27,7 +27,8 @@ def build_model(source: WeightSource, device: str, dtype: str, seed: int = 0, qu
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch_dtype)
     try:
-        with torch.device(device), _skip_default_init(), expert_weights_on(expert_device, source.experts_packed):
+        with torch.device(device), _skip_default_init(), expert_weights_on(expert_device, source.experts_packed), \
+                tables_packed(getattr(source, "lookup_tables_packed", False)):
             model = model_class(cfg)(cfg)
     finally:
         torch.set_default_dtype(previous)

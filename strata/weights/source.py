@@ -24,6 +24,8 @@ class WeightSource(Protocol):
     # the routed experts come as PackedExpertWeights (every MoE layer's w13 and w2): the model then never
     # allocates them dense
     experts_packed: bool
+    # optional: the model's n-gram lookup tables (Qwen4-Exp's PLE) come as GGUF blocks; absent means False
+    # lookup_tables_packed: bool
 
     def model_config(self) -> ModelConfig: ...
 

@@ -99,3 +99,12 @@ def test_history_of_a_prompt_padded_in_place_ends_at_its_real_tokens():
     ext, token_pos, last_pos = with_history(x, history, ctx)
     assert torch.equal(ext[token_pos][:, 0], x[:, 0])
     assert ext[last_pos][..., 0].tolist() == [[1.0, 2.0], [7.0, 8.0]]
+
+
+def test_a_table_that_loads_packed_is_never_allocated_dense(hf_and_folder):
+    from strata.model.ple import NGramEmbedding, tables_packed
+
+    cfg = ModelConfig.from_hf({**hf_and_folder[0].config.to_dict(), "architectures": ["Qwen4ExpForCausalLM"]})
+    assert not NGramEmbedding(cfg, 0).ngram_embedding.weight.is_meta
+    with tables_packed(True):
+        assert NGramEmbedding(cfg, 0).ngram_embedding.weight.is_meta

@@ -131,6 +131,7 @@ def test_ngram_table_stays_packed_over_the_files_map(table_type, wide_ple_folder
     what the safetensors model computes with the table's dequantized values."""
     path = gguf_of(wide_ple_folder, str(tmp_path / "model.gguf"), types={r"per_layer_token_embd": table_type})
     source = GGUFSource(path)
+    assert source.lookup_tables_packed  # so the model builds the dense table on meta, never in host memory
     from_gguf = build_model(source, "cpu", "float32", quiet=True)
     table = from_gguf.get_submodule(TABLE)
     assert isinstance(table, PackedEmbedding) and table.weight.qtype == Q[table_type]
