@@ -8,7 +8,7 @@ import importlib
 from strata.config import SUPPORTED_ARCHITECTURES, ModelConfig
 from strata.model.moe import LocalExperts, MoEBlock, PackedLocalExperts, expert_weights_on  # noqa: F401
 from strata.model.norm import GatedRMSNorm, RMSNorm  # noqa: F401 (for strata.weights)
-from strata.model.ple import tables_packed  # noqa: F401 (for strata.weights)
+from strata.model.ple import hash_multipliers, head_vocab_sizes, tables_packed  # noqa: F401 (for strata.weights)
 from strata.model.packed import (  # noqa: F401 (for strata.weights)
     ExpertBlocks, PackedExpertWeight, PackedWeight, is_packed_expert_stack, keeps_packed)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from strata.model.ple import hash_multipliers, head_vocab_sizes
+from strata.model.registry import hash_multipliers, head_vocab_sizes
 
 ARCH = "qwen4exp"
 PLE_TABLE = "per_layer_token_embd.weight"

@@ -113,7 +113,7 @@ def write_metadata(w: gguf.GGUFWriter, cfg: dict, block_count: int) -> None:
 
 
 def _write_ple_metadata(w: gguf.GGUFWriter, cfg: dict, model) -> None:
-    from strata.model.ple import hash_multipliers, head_vocab_sizes
+    from strata.model.registry import hash_multipliers, head_vocab_sizes
 
     if len(model.ple_layers) != 1:
         raise ValueError(f"Qwen4-Exp has PLE on layers {list(model.ple_layers)}; llama.cpp's qwen4exp holds one "
