@@ -311,4 +311,21 @@ def graph_safe(model: nn.Module, experts, dtype: torch.dtype) -> bool:
         return False
     if experts is not None and not experts.is_graph_safe:
         return False  # PCIe staging decides on the host, per step, what the device computes
+    if not packed_experts_read_in_place(model):
+        logger.warning("CUDA graphs off: some packed experts' block types or row lengths are not read by the "
+                       "packed MoE kernels, and a graph would dequantize every expert of such a layer")
+        return False
     return triton_available() and (dtype in (torch.bfloat16, torch.float16) or not model.config.num_experts)
+
+
+def packed_experts_read_in_place(model: nn.Module) -> bool:
+    """Whether the packed MoE kernels read every packed expert layer's blocks as they are (strata.kernels.
+    packed_moe.pairs_supported). Otherwise that layer dequantizes its experts per step: the used ones when
+    eager, every one inside a graph (on Qwen4-Exp's shape at Q4_K_M, whose 640-wide down rows fall back to
+    Q8_0: ~20 GiB per captured graph)."""
+    from strata.kernels.packed_moe import pairs_supported
+    from strata.model.moe import PackedLocalExperts
+
+    cfg = model.config
+    return all(pairs_supported(m.qtype13, m.qtype2, cfg.hidden_size, cfg.moe_intermediate_size)
+               for m in model.modules() if isinstance(m, PackedLocalExperts))

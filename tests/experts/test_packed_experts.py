@@ -260,3 +260,23 @@ def test_packed_moe_layer_on_cuda_matches_dense_experts(moe_256, tmp_path, token
         assert isinstance(packed.model.layers[layer].mlp.experts, PackedLocalExperts)
         out, expected = packed.model.layers[layer].mlp(x), dense.model.layers[layer].mlp(x)
         assert ((out.float() - expected.float()).abs().max() / expected.float().abs().max()) < 2e-2
+
+
+@pytest.mark.parametrize("inter, expected", [(512, True), (640, False)])
+def test_graphs_only_when_the_kernels_read_every_packed_expert_layer(inter, expected):
+    """Qwen4-Exp's 640-wide down rows are not whole superblocks: at Q4_K_M they come as Q8_0, which the
+    packed MoE kernels read in 256-value chunks only; such a layer would dequantize all its experts inside
+    every captured graph (the H200 run ran out of memory at 117 GiB of graph pools), so graphs stay off."""
+    from types import SimpleNamespace
+
+    from strata.model.packed import PackedExpertWeight
+    from strata.runner.model_runner import packed_experts_read_in_place
+
+    q4k, q8 = gguf.GGMLQuantizationType.Q4_K, gguf.GGMLQuantizationType.Q8_0
+    hidden = 512
+    w13 = PackedExpertWeight(torch.zeros(2, 2 * inter, hidden // 256 * 144, dtype=torch.uint8), q4k, hidden)
+    w2 = PackedExpertWeight(torch.zeros(2, hidden, inter // 32 * 34, dtype=torch.uint8), q8, inter)
+    model = torch.nn.Module()
+    model.experts = PackedLocalExperts(w13, w2)
+    model.config = SimpleNamespace(hidden_size=hidden, moe_intermediate_size=inter)
+    assert packed_experts_read_in_place(model) is expected
