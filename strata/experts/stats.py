@@ -114,9 +114,11 @@ class RoutingStats:
     def snapshot(self, with_counts: bool = True) -> dict:
         """Plain data (one host sync): steps, mean distinct experts touched per layer and step,
         and once a provider reports placement, the GPU / CPU / PCIe shares of routed pairs."""
-        steps, touched, gpu = torch.cat([self.num_steps, self.touched_total.sum().view(1), self.gpu_pairs]).tolist()
+        steps, touched, layers, gpu = torch.cat([self.num_steps, self.touched_total.sum().view(1),
+                                                 (self.touched_total > 0).sum().view(1), self.gpu_pairs]).tolist()
         cpu, pcie = self.host_pairs
-        out = {"steps": steps, "mean_experts_touched_per_layer": touched / (steps * self.num_layers) if steps else 0.0}
+        # over the layers that routed at all: an MTP head's MoE layer that never drafted does not count
+        out = {"steps": steps, "mean_experts_touched_per_layer": touched / (steps * layers) if steps and layers else 0.0}
         if with_counts:
             out["counts"] = self.counts().tolist()
         if self.has_placement:

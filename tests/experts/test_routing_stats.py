@@ -81,3 +81,13 @@ def test_record_and_end_step_keep_buffers_in_place():
     stats.record_resident(torch.tensor([[True, True]]))
     stats.end_step()
     assert [b.data_ptr() for b in buffers] == pointers
+
+
+def test_a_layer_that_never_routes_is_not_averaged_in():
+    """An MTP head's MoE layer is a layer of the stats; while speculation is off it routes nothing, and the
+    mean over the model's layers must not count it as a layer touching no experts."""
+    stats = RoutingStats(3, 5, "cpu")  # layers 0, 1 and the MTP layer 2
+    stats.record(0, ids([[0, 1]]))
+    stats.record(1, ids([[2, 3]]))
+    stats.end_step()
+    assert stats.snapshot()["mean_experts_touched_per_layer"] == 2
