@@ -113,18 +113,20 @@ class NGramEmbedding(nn.Module):
             ids.append(mixed[:, None] % sizes[heads] + offsets[heads])
         return torch.cat(ids, dim=-1)
 
-    def forward(self, input_ids: torch.Tensor, context: torch.Tensor, ctx: ForwardContext,
-                key: tuple) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, context: torch.Tensor,
+                ctx: ForwardContext) -> tuple[torch.Tensor, torch.Tensor | None]:
         """input_ids [T]; context [S_max, N-1] float32 (each slot's last N-1 tokens, read and updated) ->
-        embeddings [T, ple_embed_dim] in host memory's dtype, on the ids' device."""
+        (embeddings [T, ple_embed_dim] in the table's dtype, on the ids' device; with ctx.keep_window_states
+        the context after each token [T, N-1], for rollback, else None)."""
         hist = self.ngram_size - 1
         before = context[ctx.state_slot_ids]                                                  # [S, N-1]
         before = torch.where(ctx.has_initial_state[:, None], before, float(self.eos))
         ext, token_pos, last_pos = with_history(input_ids.float()[:, None], before[:, :, None], ctx)
         context.index_copy_(0, ctx.state_slot_ids, ext[last_pos][..., 0])
-        if ctx.keep_window_states:  # the context after each token, for rollback
+        window_context = None
+        if ctx.keep_window_states:
             after_each = token_pos[:, None] - hist + 1 + torch.arange(hist, device=input_ids.device)
-            ctx.scratch.window_states[key] = ext[after_each][..., 0]
+            window_context = ext[after_each][..., 0]
         tokens = [input_ids.long()]
         for s in range(1, self.ngram_size):  # a predecessor past an EOS (exclusive) reads as EOS
             previous = ext[token_pos - s][:, 0].long()
@@ -133,7 +135,7 @@ class NGramEmbedding(nn.Module):
         # or a PackedEmbedding over a GGUF file's blocks, whose looked-up rows are dequantized
         rows = self.row_ids(tokens)                                                           # [T, heads]
         found = self.ngram_embedding(rows.flatten().to(self.ngram_embedding.weight.device))  # [T * heads, E / heads]
-        return found.view(rows.shape[0], -1).to(input_ids.device)                            # [T, E]
+        return found.view(rows.shape[0], -1).to(input_ids.device), window_context            # [T, E]
 
 
 class PerLayerEmbedding(nn.Module):
@@ -161,10 +163,8 @@ class PerLayerEmbedding(nn.Module):
 
     def forward(self, streams: torch.Tensor, input_ids: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         conv_state, context = ctx.state_caches[self.key]
-        window_context = None
-        embeddings = self.ple_embedding(input_ids, context, ctx, self.key).to(streams.dtype)   # [T, E]
-        if ctx.keep_window_states:
-            window_context = ctx.scratch.window_states.pop(self.key)
+        embeddings, window_context = self.ple_embedding(input_ids, context, ctx)
+        embeddings = embeddings.to(streams.dtype)                                           # [T, E]
         keys = self.norm_key(self.key_proj(embeddings)).unflatten(-1, (self.hc, self.hidden))  # [T, hc, D]
         value = self.value_proj(embeddings)                                                  # [T, D]
         queries = self.norm_query(streams).unflatten(-1, (self.hc, self.hidden))
