@@ -1,7 +1,8 @@
 """The FastAPI app: wires the engine client, chat template and metrics into the routes, the guards
-(auth, body limit, optional CORS) in front, and the error handlers that give every failure its
-OpenAI- or Anthropic-shaped body. The engine process starts with the app (lifespan) and stops with it.
-The web app (static files at / and /static/) and its /v1/monitor feed are served here too."""
+(security headers, Host allow-list, JSON-only bodies and their size limit, auth, optional CORS) in
+front, and the error handlers that give every failure its OpenAI- or Anthropic-shaped body. The
+engine process starts with the app (lifespan) and stops with it. The web app (static files at / and
+/static/) and its /v1/monitor feed are served here too."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from strata.server import errors, routes_anthropic, routes_openai
 from strata.server.config import ServerConfig
 from strata.server.generation import ServerState
 from strata.server.metrics import Metrics
-from strata.server.middleware import AuthMiddleware, BodyLimitMiddleware
+from strata.server.middleware import (AuthMiddleware, BodyLimitMiddleware, HostMiddleware,
+                                     SecurityHeadersMiddleware, allowed_host_names)
 from strata.server.monitor import Monitor
 from strata.server.template import ChatTemplate
 from strata.tokenizer import load_tokenizer
@@ -73,11 +75,25 @@ def create_app(engine_config: EngineConfig, server_config: ServerConfig, quiet_e
                            allow_methods=["*"], allow_headers=["*"])
     app.add_middleware(AuthMiddleware, api_key=server_config.api_key)
     app.add_middleware(BodyLimitMiddleware, max_bytes=server_config.max_body_bytes)
+    app.add_middleware(HostMiddleware, allowed=allowed_host_names(server_config))
+    app.add_middleware(SecurityHeadersMiddleware)  # outermost: every response, errors included
     return app
 
 
 async def _http_error_handler(request: HTTPRequest, exc: StarletteHTTPException) -> JSONResponse:
+    unreadable = _unreadable_body(exc.__cause__)
+    if unreadable:
+        return errors.error_response(request.url.path, 400, unreadable, "body")
     return errors.error_response(request.url.path, exc.status_code, str(exc.detail))
+
+
+def _unreadable_body(cause: BaseException | None) -> str | None:
+    """FastAPI reports every body it cannot decode as one vague 400; say which way it failed."""
+    if isinstance(cause, RecursionError):
+        return "the body's JSON is nested too deeply to read"
+    if isinstance(cause, UnicodeDecodeError):
+        return f"the body is not valid UTF-8 (byte {cause.start}): send JSON encoded as UTF-8"
+    return None
 
 
 async def _unexpected_error_handler(request: HTTPRequest, exc: Exception) -> JSONResponse:

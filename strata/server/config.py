@@ -1,4 +1,5 @@
-"""ServerConfig: the HTTP server's options (CLI flags are generated from these fields)."""
+"""ServerConfig: the HTTP server's options (CLI flags are generated from these fields). Every limit a client
+can hit is one of these fields, and its error names the flag (limits.py, middleware.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,18 @@ class ServerConfig:
     api_key: str | None = _opt(None, "require this key (Authorization: Bearer or x-api-key) on every endpoint "
                                      "but /health; default: $STRATA_API_KEY, else no auth")
     served_model_name: str | None = _opt(None, "model name reported by /v1/models (default: the model spec)")
-    max_body_bytes: int = _opt(4 << 20, "largest accepted request body in bytes (larger: 413)")
+    max_body_bytes: int = _opt(4 << 20, "largest accepted request body in bytes, chunked or not (larger: 413)")
+    max_messages: int = _opt(2048, "most messages in one chat request (more: 400)")
+    max_prompt_chars: int = _opt(1 << 20, "most characters of text in one request's messages or prompt (more: 400)")
+    max_stop_strings: int = _opt(64, "most stop strings (stop / stop_sequences) in one request (more: 400)")
+    max_stop_chars: int = _opt(1024, "longest stop string in characters (longer: 400)")
+    max_tools: int = _opt(128, "most tools in one request (more: 400)")
+    max_schema_bytes: int = _opt(64 << 10, "largest JSON Schema of one tool or of response_format, in bytes of "
+                                           "JSON (larger: 400)")
+    max_queued_requests: int = _opt(256, "requests that may wait for an engine slot; beyond them a new request "
+                                         "gets 429 with Retry-After")
+    allowed_hosts: str = _opt("", "comma-separated Host header names accepted ('*': any); default: the loopback "
+                                  "names when bound to a loopback address, else any (other Hosts: 421)")
     keepalive_s: float = _opt(2.0, "SSE keep-alive comment interval while no token arrives")
     engine_hang_timeout_s: float = _opt(60.0, "end and restart an engine that sends nothing for this long")
     engine_start_timeout_s: float = _opt(600.0, "longest wait for the engine to load the model")

@@ -9,15 +9,17 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 _ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+                    415: "invalid_request_error", 421: "invalid_request_error", 429: "rate_limit_error",
                     413: "request_too_large", 503: "overloaded_error", 500: "api_error"}
 _OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+                 415: "invalid_request_error", 421: "invalid_request_error", 429: "rate_limit_exceeded",
                  413: "invalid_request_error", 503: "service_unavailable", 500: "internal_error"}
 
 
 class APIError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+    def __init__(self, status: int, message: str, param: str | None = None, headers: dict | None = None) -> None:
         super().__init__(message)
-        self.status, self.message, self.param = status, message, param
+        self.status, self.message, self.param, self.headers = status, message, param, headers
 
 
 def is_anthropic_path(path: str) -> bool:
@@ -31,24 +33,38 @@ def error_body(path: str, status: int, message: str, param: str | None = None) -
                       "code": status}}
 
 
-def error_response(path: str, status: int, message: str, param: str | None = None) -> JSONResponse:
-    return JSONResponse(error_body(path, status, message, param), status_code=status)
+def error_response(path: str, status: int, message: str, param: str | None = None,
+                   headers: dict | None = None) -> JSONResponse:
+    return JSONResponse(error_body(path, status, message, param), status_code=status, headers=headers)
 
 
 def _field_name(loc: tuple) -> str:
-    parts = [str(p) for p in loc if p != "body"]
+    """('body', 'messages', 0, 'content', 'list[TextPart]', 0) -> 'messages.0.content.0' (union members dropped)."""
+    parts = [str(p) for p in loc if p != "body" and "[" not in str(p)]
     return ".".join(parts) or "body"
 
 
 async def api_error_handler(request: Request, exc: APIError) -> JSONResponse:
-    return error_response(request.url.path, exc.status, exc.message, exc.param)
+    return error_response(request.url.path, exc.status, exc.message, exc.param, exc.headers)
 
 
 async def validation_error_handler(request: Request, exc: RequestValidationError) -> JSONResponse:
-    first = exc.errors()[0]
+    found = exc.errors()
+    first = found[0]
     if first.get("type") == "json_invalid":
-        return error_response(request.url.path, 400, f"the body is not valid JSON: {first.get('msg')}", "body")
+        reason = (first.get("ctx") or {}).get("error") or first.get("msg")
+        return error_response(request.url.path, 400, f"the body is not valid JSON: {reason}", "body")
+    # A union reports one error per member; the deepest one is about the member the client meant.
+    first = max(found, key=lambda e: len(e.get("loc", ())))
     param = _field_name(tuple(first.get("loc", ())))
+    ctx = first.get("ctx") or {}
+    if first.get("type") == "union_tag_invalid":  # e.g. an image content block
+        param = f"{param}.{str(ctx.get('discriminator')).strip(chr(39))}"
+        message = f"{param}: {ctx.get('tag')!r} is not supported here; use one of {ctx.get('expected_tags')}"
+        return error_response(request.url.path, 400, message, param)
+    if first.get("type") == "literal_error":
+        message = f"{param}: {first.get('input')!r} is not supported here; use {ctx.get('expected')}"
+        return error_response(request.url.path, 400, message, param)
     return error_response(request.url.path, 400, f"{param}: {first.get('msg')}", param)
 
 

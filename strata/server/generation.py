@@ -1,7 +1,7 @@
 """One request's trip through the engine, shared by the OpenAI and Anthropic routes: sampling
-parameters and length checks (400s), submit (503 when no engine), the first delta (503 when the engine
-dies before it), then deltas with keep-alive ticks (streaming) or the whole output (non-streaming,
-aborted when the client goes away). Metrics are observed here."""
+parameters and length checks (400s), the queue limit (429), submit (503 when no engine), the first
+delta (503 when the engine dies before it), then deltas with keep-alive ticks (streaming) or the whole
+output (non-streaming, aborted when the client goes away). Metrics are observed here."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from strata.server.template import ChatTemplate
 from strata.types import FinishReason, Request, SamplingParams, TokenDelta
 
 _DISCONNECT_POLL_S = 0.5
+RETRY_AFTER_S = 2  # told to clients turned away by a full queue
 
 
 @dataclass
@@ -38,6 +39,18 @@ class ServerState:
         if model != self.model_name and model not in self.model_aliases:
             raise APIError(400, f"model {model!r} is not served here; this server serves {self.model_name!r}",
                            "model")
+
+    def check_queue(self) -> None:
+        """429 once max_queued_requests wait for a slot. The server counts them itself (requests in flight
+        beyond the engine's slots): the engine's own count arrives only with its next status message, so
+        a burst would pass it."""
+        num_slots = self.client.stats.status.get("max_num_seqs") or 0
+        num_waiting = self.client.num_in_flight - num_slots
+        limit = self.config.max_queued_requests
+        if num_waiting >= limit:
+            raise APIError(429, f"the queue is full: {num_waiting} requests wait for one of the engine's {num_slots} "
+                                f"slots (--max-queued-requests {limit}); retry in {RETRY_AFTER_S} s",
+                           headers={"Retry-After": str(RETRY_AFTER_S)})
 
     def new_id(self, prefix: str) -> str:
         return f"{prefix}{uuid.uuid4().hex[:16]}{next(self._ids)}"
@@ -91,6 +104,7 @@ class Generation:
     """Use as `async with Generation(...) as gen:`; leaving the block aborts an unfinished request."""
 
     def __init__(self, state: ServerState, request: Request) -> None:
+        state.check_queue()
         self.state, self.request = state, request
         self.tracker: RequestTracker = state.metrics.track(len(request.prompt_token_ids))
         self.stream: RequestStream | None = None

@@ -16,6 +16,7 @@ from strata.types import TokenDelta
 _LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
                     40.0, 80.0)
 _TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000)
+FAILURE_REASONS = ("error", "engine_error")  # counted apart from vllm:request_success
 
 
 class Metrics:
@@ -31,7 +32,8 @@ class Metrics:
         self.kv_usage = Gauge("vllm:kv_cache_usage_perc", "fraction of KV blocks in use (0-1)", lbl, registry=r)
         self.prompt_tokens = Counter("vllm:prompt_tokens", "prompt tokens of finished requests", lbl, registry=r)
         self.generation_tokens = Counter("vllm:generation_tokens", "generated tokens", lbl, registry=r)
-        self.success = Counter("vllm:request_success", "finished requests", lbl + ["finished_reason"], registry=r)
+        self.success = Counter("vllm:request_success", "requests that finished (stop, length or abort); failures are "
+                               "strata:failed_requests", lbl + ["finished_reason"], registry=r)
         self.ttft = Histogram("vllm:time_to_first_token_seconds", "time to first token", lbl,
                               buckets=_LATENCY_BUCKETS, registry=r)
         self.itl = Histogram("vllm:inter_token_latency_seconds", "time between output deltas", lbl,
@@ -47,6 +49,9 @@ class Metrics:
                                      registry=r)
         self.engine_failures = Counter("strata:engine_failed_requests", "requests ended by an engine failure",
                                        registry=r)
+        self.failures = Counter("strata:failed_requests", "requests ended by a failure: error (the engine failed "
+                                "the request) or engine_error (the engine process died or was unavailable)",
+                                lbl + ["reason"], registry=r)
         self.free_slots = Gauge("strata:free_slots", "engine slots free", registry=r)
         self.kv_blocks_free = Gauge("strata:kv_blocks_free", "KV blocks free", registry=r)
         self.prefix_queries = Counter("vllm:prefix_cache_queries", "prompt tokens looked up in the prefix cache",
@@ -108,7 +113,10 @@ class RequestTracker:
             return
         self.done = True
         m, labels = self.metrics, self.metrics._labels
-        m.success.labels(**labels, finished_reason=reason).inc()
+        if reason in FAILURE_REASONS:
+            m.failures.labels(**labels, reason=reason).inc()
+        else:
+            m.success.labels(**labels, finished_reason=reason).inc()
         m.prompt_tokens.labels(**labels).inc(self.num_prompt_tokens)
         m.e2e.labels(**labels).observe(time.perf_counter() - self.started)
         m.prompt_hist.labels(**labels).observe(self.num_prompt_tokens)

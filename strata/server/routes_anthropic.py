@@ -5,12 +5,13 @@ content_block_start / *_delta / content_block_stop, message_delta (stop_reason, 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 from fastapi import APIRouter, Request as HTTPRequest
 
 from strata.engine.client import EngineDeadError
-from strata.server import sse
+from strata.server import limits, sse
+from strata.server.config import ServerConfig
 from strata.server.errors import APIError, error_body
 from strata.server.generation import Generation, ServerState, check_prompt, sampling_params
 from strata.server.parsing import OutputParser, parse_all
@@ -59,11 +60,34 @@ def normalize_messages(body: CountTokensRequest) -> list[dict]:
 
 def _render(state: ServerState, body: CountTokensRequest) -> tuple[Rendered, list[ToolSpec] | None]:
     state.check_model(body.model)
+    _check_limits(state.config, body)
     tools = None
     if body.tools and not (body.tool_choice and body.tool_choice.type == "none"):
         tools = [ToolSpec(t.name, t.description, t.input_schema) for t in body.tools]
     thinking = None if body.thinking is None else body.thinking.type != "disabled"
     return state.template.render(normalize_messages(body), tools, thinking), tools
+
+
+def _check_limits(config: ServerConfig, body: CountTokensRequest) -> None:
+    """Sizes, Unicode and schemas, before anything is rendered (limits.py)."""
+    limits.check_count(len(body.messages), config.max_messages, "messages", "--max-messages")
+    limits.check_count(len(body.tools or ()), config.max_tools, "tools", "--max-tools")
+    limits.check_stop(config, getattr(body, "stop_sequences", None), "stop_sequences")
+    limits.check_text(config, _texts(body))
+    for i, tool in enumerate(body.tools or ()):
+        limits.check_schema(config, tool.input_schema, f"tools.{i}.input_schema")
+
+
+def _texts(body: CountTokensRequest) -> Iterator[tuple[str, object]]:
+    yield "system", _system_text(body.system)
+    for i, m in enumerate(body.messages):
+        if isinstance(m.content, str):
+            yield f"messages.{i}.content", m.content
+            continue
+        for j, block in enumerate(m.content):
+            yield f"messages.{i}.content.{j}", block.model_dump(exclude={"type"})
+    for i, tool in enumerate(body.tools or ()):
+        yield f"tools.{i}", tool.name + (tool.description or "")
 
 
 def _usage(num_prompt: int, num_output: int, num_cached: int) -> dict:

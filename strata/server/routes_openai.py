@@ -1,16 +1,18 @@
-"""OpenAI routes: /v1/chat/completions, /v1/completions, /v1/models. Bodies are validated (400),
-rendered and checked against the context before anything reaches the engine."""
+"""OpenAI routes: /v1/chat/completions, /v1/completions, /v1/models. Bodies are validated (400) and
+checked against the server's limits before they are rendered, then checked against the context
+before anything reaches the engine."""
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 from fastapi import APIRouter, Request as HTTPRequest
 
 from strata.engine.client import EngineDeadError
-from strata.server import sse
+from strata.server import limits, sse
+from strata.server.config import ServerConfig
 from strata.server.errors import APIError, error_body
 from strata.server.generation import Generation, ServerState, check_prompt, sampling_params
 from strata.server.logprobs import chat_logprobs, completion_logprobs
@@ -89,21 +91,31 @@ def _tools(body: ChatCompletionRequest) -> list[ToolSpec] | None:
             for t in body.tools]
 
 
-def _check_response_format(body: ChatCompletionRequest) -> None:
+def _check_limits(config: ServerConfig, body: ChatCompletionRequest) -> None:
+    """Sizes, Unicode and schemas, before anything is rendered (limits.py)."""
+    limits.check_count(len(body.messages), config.max_messages, "messages", "--max-messages")
+    limits.check_count(len(body.tools or ()), config.max_tools, "tools", "--max-tools")
+    limits.check_stop(config, body.stop, "stop")
+    limits.check_text(config, _texts(body))
+    for i, tool in enumerate(body.tools or ()):
+        if tool.function.parameters is not None:
+            limits.check_schema(config, tool.function.parameters, f"tools.{i}.function.parameters")
     rf = body.response_format
     if rf is None or rf.type != "json_schema":
         return
     if rf.json_schema is None or not isinstance(rf.json_schema.schema_, dict):
         raise APIError(400, "response_format json_schema needs json_schema.name and json_schema.schema (an object)",
                        "response_format.json_schema")
-    try:
-        import jsonschema_rs  # noqa: F401  (ships with schemathesis; optional)
-        jsonschema_rs.validator_for(rf.json_schema.schema_)
-    except ImportError:
-        pass
-    except Exception as e:
-        raise APIError(400, f"response_format json_schema.schema is not a valid JSON Schema: {e}",
-                       "response_format.json_schema.schema") from e
+    limits.check_schema(config, rf.json_schema.schema_, "response_format.json_schema.schema")
+
+
+def _texts(body: ChatCompletionRequest) -> Iterator[tuple[str, object]]:
+    for i, m in enumerate(body.messages):
+        yield f"messages.{i}.content", _text(m.content)
+        for j, call in enumerate(m.tool_calls or ()):
+            yield f"messages.{i}.tool_calls.{j}.function", call.function.name + call.function.arguments
+    for i, tool in enumerate(body.tools or ()):
+        yield f"tools.{i}.function", tool.function.name + (tool.function.description or "")
 
 
 # ---- /v1/chat/completions ------------------------------------------------------------------------
@@ -112,7 +124,7 @@ def _check_response_format(body: ChatCompletionRequest) -> None:
 async def chat_completions(body: ChatCompletionRequest, http_request: HTTPRequest):
     state = state_of(http_request)
     _check_common(state, body)
-    _check_response_format(body)
+    _check_limits(state.config, body)
     tools = _tools(body)
     schemas = {t.name: t.parameters for t in tools or ()}  # the XML tool-call form's value types
     thinking = _THINKING.get(body.reasoning_effort) if body.reasoning_effort else None
@@ -221,6 +233,11 @@ async def completions(body: CompletionRequest, http_request: HTTPRequest):
         raise APIError(400, "suffix is not supported", "suffix")
     if body.echo:
         raise APIError(400, "echo is not supported", "echo")
+    limits.check_stop(state.config, body.stop, "stop")
+    if isinstance(body.prompt, str):
+        limits.check_text(state.config, [("prompt", body.prompt)], "prompt")
+    elif body.prompt and isinstance(body.prompt[0], str):
+        limits.check_text(state.config, [(f"prompt.{i}", p) for i, p in enumerate(body.prompt)], "prompt")
     prompt_ids = _completion_prompt(state, body.prompt)
     max_tokens = check_prompt(state, prompt_ids, body.max_tokens if body.max_tokens is not None else 16, "prompt")
     request = Request(state.new_id("cmpl-"), prompt_ids, _params(body, max_tokens, body.logprobs))
