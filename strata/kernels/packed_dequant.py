@@ -20,7 +20,7 @@ except ImportError:  # CPU-only install: dequantize falls back to the torch form
     triton = tl = None
 
 if triton is not None:
-    from strata.kernels.packed_gemv import _chunk_values
+    from strata.kernels.packed_gemv import _chunk_ok, _chunk_values
 
 CONFIG = dict(BLOCK_N=8, SUPERBLOCKS=2, num_warps=4)
 
@@ -37,10 +37,8 @@ def dequantize(blocks: torch.Tensor, qtype: int, k: int, dtype: torch.dtype) -> 
     num_rows = blocks.shape[0]
     assert blocks.dtype == torch.uint8 and blocks.stride(1) == 1
     out = torch.empty(num_rows, k, dtype=dtype, device=blocks.device)
-    superblocks = CONFIG["SUPERBLOCKS"]
-    while (k // packed_gemv.CHUNK) % superblocks:
-        superblocks //= 2
-    grid = (triton.cdiv(num_rows, CONFIG["BLOCK_N"]), k // packed_gemv.CHUNK // superblocks)
+    superblocks = packed_gemv.chunks_per_step(CONFIG["SUPERBLOCKS"], k)
+    grid = (triton.cdiv(num_rows, CONFIG["BLOCK_N"]), packed_gemv.num_chunks(k) // superblocks)
     _dequantize_kernel[grid](blocks, out, num_rows, k, blocks.stride(0), QTYPE=qtype, BLOCK_N=CONFIG["BLOCK_N"],
                              SB=superblocks, num_warps=CONFIG["num_warps"])
     return out
@@ -57,6 +55,7 @@ if triton is not None:
         rows = offs_n.to(tl.int64)[:, None, None, None]
         r = tl.arange(0, 8)[None, None, :, None]
         l = tl.arange(0, 32)[None, None, None, :]
-        values = _chunk_values(w_ptr + rows * row_stride, sb, r, l, n_ok, QTYPE, SB, BLOCK_N)  # [BN, SB, 8, 32]
+        ok = _chunk_ok(n_ok, sb, r, k, QTYPE, SB)                                          # [BN, SB, 8, 1]
+        values = _chunk_values(w_ptr + rows * row_stride, sb, r, l, ok, QTYPE, SB, BLOCK_N)  # [BN, SB, 8, 32]
         columns = (sb + tl.arange(0, SB))[None, :, None, None] * 256 + r * 32 + l
-        tl.store(out_ptr + rows * k + columns, values.to(out_ptr.dtype.element_ty), mask=n_ok)
+        tl.store(out_ptr + rows * k + columns, values.to(out_ptr.dtype.element_ty), mask=ok)

@@ -39,8 +39,32 @@ BLOCK_LAYOUT = {Q8_0: (32, 34), Q4_K: (256, 144), Q6_K: (256, 210)}
 CHUNK = 256  # weights of one row decoded per inner step (one superblock, or eight Q8_0 blocks)
 
 
+# Q8_0 rows of any whole number of 32-value blocks (a partial last chunk, masked by `_chunk_ok` / `_chunk_x`):
+# what Qwen4-Exp's 640-wide expert down rows need. Checked against the references in Triton's interpreter
+# only (session 15 had no device time left): the GPU tests with partial chunks (tests/kernels, "partial")
+# must pass on a GPU before this is turned on.
+Q8_0_PARTIAL_CHUNKS = False
+
+
 def supports(qtype: int, k: int) -> bool:
+    """Rows of whole 256-value chunks (superblocks, or eight Q8_0 blocks), or with Q8_0_PARTIAL_CHUNKS any
+    number of Q8_0 blocks."""
+    if qtype == Q8_0 and Q8_0_PARTIAL_CHUNKS:
+        return k % BLOCK_LAYOUT[Q8_0][0] == 0
     return qtype in BLOCK_LAYOUT and k % CHUNK == 0
+
+
+def num_chunks(k: int) -> int:
+    """256-value chunks of a row of K values (the last one partial for Q8_0 rows of K % 256 != 0)."""
+    return -(-k // CHUNK)
+
+
+def chunks_per_step(configured: int, k: int) -> int:
+    """Chunks per K step: the configured power of two, halved until it divides the row's chunks."""
+    step = configured
+    while num_chunks(k) % step:
+        step //= 2
+    return step
 
 
 def packed_gemv_ref(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: int) -> torch.Tensor:
@@ -67,9 +91,7 @@ def packed_gemv(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: in
     per_block, block_bytes = BLOCK_LAYOUT[qtype]
     assert blocks.shape[1] == k // per_block * block_bytes, "row bytes do not match K for this type"
     cfg = {**DEFAULT_CONFIG, **(config or {})}
-    superblocks = cfg["SUPERBLOCKS"]  # a power of two (a Triton block size) that divides K's superblocks
-    while (k // CHUNK) % superblocks:
-        superblocks //= 2
+    superblocks = chunks_per_step(cfg["SUPERBLOCKS"], k)  # a power of two (a Triton block size)
     out = torch.empty(num_rows, n, dtype=torch.float32, device=x.device)
     _packed_gemv_kernel[(triton.cdiv(n, cfg["BLOCK_N"]), num_rows)](
         x, blocks, out, n, k, x.stride(0), blocks.shape[1], out.stride(0),
@@ -114,6 +136,21 @@ if triton is not None:
         hi = tl.load(base + 128 + (r // 4) * 32 + l, mask=n_ok, other=0).to(tl.int32)
         hi = (hi >> ((r % 4) * 2)) & 3
         return ((lo | (hi << 4)) - 32).to(tl.float32)
+
+    @triton.jit
+    def _chunk_ok(n_ok, sb, r, k, QTYPE: tl.constexpr, SB: tl.constexpr):
+        """The rows' mask, and for Q8_0 also whether each 32-value block of chunks sb.. lies within K
+        [BN, SB, 8, 1] (a row's last chunk may be partial); the K-quant types have whole chunks."""
+        if QTYPE == 8:
+            return n_ok & (((sb + tl.arange(0, SB))[None, :, None, None] * 256 + r * 32) < k)
+        return n_ok
+
+    @triton.jit
+    def _chunk_x(x_ptr, sb, x_offs, k, QTYPE: tl.constexpr):
+        """Activations of chunks sb.. at x_offs [1, SB, 8, 32] as float32 (zeros past K for Q8_0)."""
+        if QTYPE == 8:
+            return tl.load(x_ptr + sb * 256 + x_offs, mask=sb * 256 + x_offs < k, other=0.0).to(tl.float32)
+        return tl.load(x_ptr + sb * 256 + x_offs).to(tl.float32)
 
     @triton.jit
     def _chunk_dot(row_ptr, sb, r, l, x, n_ok, QTYPE: tl.constexpr, SB: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -176,7 +213,7 @@ if triton is not None:
         l = tl.arange(0, 32)[None, None, None, :]
         x_offs = tl.arange(0, SB)[None, :, None, None] * 256 + r * 32 + l                       # [1, SB, 8, 32]
         acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
-        for sb in tl.range(0, k // 256, SB):
-            x = tl.load(x_ptr + row * stride_xm + sb * 256 + x_offs).to(tl.float32)
-            acc += _chunk_dot(row_ptr, sb, r, l, x, n_ok, QTYPE, SB, BLOCK_N)
+        for sb in tl.range(0, tl.cdiv(k, 256), SB):
+            x = _chunk_x(x_ptr + row * stride_xm, sb, x_offs, k, QTYPE)
+            acc += _chunk_dot(row_ptr, sb, r, l, x, _chunk_ok(n_ok, sb, r, k, QTYPE, SB), QTYPE, SB, BLOCK_N)
         tl.store(out_ptr + row * stride_om + offs_n, acc, mask=offs_n < n)

@@ -18,8 +18,8 @@ Three CUDA paths, picked per call by `packed_moe`:
   the block's rows on the tensor cores, so each used expert is read once per row block.
 - dequantized: the used experts are dequantized to hidden's dtype and go through the 16-bit grouped GEMMs
   (fused_moe). One host sync (which experts are used).
-Types the block kernels do not read (Q5_K, IQ4_XS, Q4_0, Q4_1; rows not a multiple of 256) always
-take the dequantized path; inside a capture that path dequantizes every expert of the layer (no sync).
+Types the block kernels do not read (Q5_K, IQ4_XS, Q4_0, Q4_1; K-quant rows not a multiple of 256) always
+take the dequantized path (Q8_0 rows of any whole number of blocks are read: 640-wide down rows); inside a capture that path dequantizes every expert of the layer (no sync).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ except ImportError:  # CPU-only install: packed_moe_ref still works
 
 if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
-    from strata.kernels.packed_gemv import _chunk_dot, _chunk_values
+    from strata.kernels.packed_gemv import _chunk_dot, _chunk_ok, _chunk_values, _chunk_x
 
 # up to this many (token, k) pairs, one program per pair beats the grouped kernel, whose tile decoding costs
 # more than the rereads it saves (H200, 30B-A3B shape: 8 tokens 226 against 565 us, 16 tokens 434 against 898)
@@ -164,11 +164,8 @@ def _grouped(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Te
 
 
 def _superblocks(cfg: dict, k: int) -> int:
-    """Superblocks per K step: the configured power of two, halved until it divides K's superblocks."""
-    superblocks = cfg["SUPERBLOCKS"]
-    while (k // packed_gemv.CHUNK) % superblocks:
-        superblocks //= 2
-    return superblocks
+    """Superblocks (256-value chunks) per K step (packed_gemv.chunks_per_step)."""
+    return packed_gemv.chunks_per_step(cfg["SUPERBLOCKS"], k)
 
 
 if triton is not None:
@@ -192,10 +189,11 @@ if triton is not None:
         x_offs = tl.arange(0, SB)[None, :, None, None] * 256 + r * 32 + l                     # [1, SB, 8, 32]
         acc_g = tl.zeros((BLOCK_N,), dtype=tl.float32)
         acc_u = tl.zeros((BLOCK_N,), dtype=tl.float32)
-        for sb in tl.range(0, dim // 256, SB):
-            x = tl.load(hidden_ptr + token * stride_ht + sb * 256 + x_offs).to(tl.float32)
-            acc_g += _chunk_dot(gate_rows, sb, r, l, x, n_ok, QTYPE, SB, BLOCK_N)
-            acc_u += _chunk_dot(up_rows, sb, r, l, x, n_ok, QTYPE, SB, BLOCK_N)
+        for sb in tl.range(0, tl.cdiv(dim, 256), SB):
+            x = _chunk_x(hidden_ptr + token * stride_ht, sb, x_offs, dim, QTYPE)
+            ok = _chunk_ok(n_ok, sb, r, dim, QTYPE, SB)
+            acc_g += _chunk_dot(gate_rows, sb, r, l, x, ok, QTYPE, SB, BLOCK_N)
+            acc_u += _chunk_dot(up_rows, sb, r, l, x, ok, QTYPE, SB, BLOCK_N)
         act = acc_g * tl.sigmoid(acc_g) * acc_u
         tl.store(act_ptr + pair.to(tl.int64) * stride_ap + offs_n, act.to(act_ptr.dtype.element_ty),
                  mask=offs_n < inter)
@@ -215,18 +213,21 @@ if triton is not None:
             r = tl.arange(0, 8)[None, None, :, None]
             l = tl.arange(0, 32)[None, None, None, :]
             x_offs = tl.arange(0, SB)[None, :, None, None] * 256 + r * 32 + l
-            for sb in tl.range(0, inter // 256, SB):
-                x = tl.load(act_ptr + pair.to(tl.int64) * stride_ap + sb * 256 + x_offs).to(tl.float32)
-                acc += _chunk_dot(rows, sb, r, l, x, n_ok, QTYPE, SB, BLOCK_N)
+            for sb in tl.range(0, tl.cdiv(inter, 256), SB):
+                x = _chunk_x(act_ptr + pair.to(tl.int64) * stride_ap, sb, x_offs, inter, QTYPE)
+                acc += _chunk_dot(rows, sb, r, l, x, _chunk_ok(n_ok, sb, r, inter, QTYPE, SB), QTYPE, SB, BLOCK_N)
             acc = acc * tl.load(weights_ptr + pair).to(tl.float32)
         tl.store(out_ptr + pair.to(tl.int64) * dim + offs_n, acc, mask=offs_n < dim)
 
     @triton.jit
-    def _tile(rows_ptr, sb, n_ok, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr):
-        """Superblock sb of BLOCK_N weight rows as a [BLOCK_N, 256] float32 tile (weights in row order)."""
+    def _tile(rows_ptr, sb, n_ok, k, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr):
+        """Chunk sb of BLOCK_N weight rows of K values as a [BLOCK_N, 256] float32 tile (weights in row order;
+        zeros past K)."""
         r = tl.arange(0, 8)[None, None, :, None]
         l = tl.arange(0, 32)[None, None, None, :]
-        return tl.reshape(_chunk_values(rows_ptr, sb, r, l, n_ok, QTYPE, 1, BLOCK_N), (BLOCK_N, 256))
+        ok = _chunk_ok(n_ok, sb, r, k, QTYPE, 1)
+        return tl.reshape(tl.where(ok, _chunk_values(rows_ptr, sb, r, l, ok, QTYPE, 1, BLOCK_N), 0.0),
+                          (BLOCK_N, 256))
 
     @triton.jit
     def _gate_up_grouped_kernel(hidden_ptr, w13_ptr, act_ptr, sorted_ids_ptr, block_expert_ptr, inter, dim, top_k,
@@ -249,10 +250,10 @@ if triton is not None:
         a_ptrs = hidden_ptr + token[:, None] * stride_ht + offs_k[None, :]                 # [BM, 256]
         acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for sb in range(0, dim // 256):
-            a = tl.load(a_ptrs + sb * 256, mask=row_ok[:, None], other=0.0)
-            wg = _tile(gate_rows, sb, n_ok, QTYPE, BLOCK_N).to(a.dtype)                   # [BN, 256]
-            wu = _tile(up_rows, sb, n_ok, QTYPE, BLOCK_N).to(a.dtype)
+        for sb in range(0, tl.cdiv(dim, 256)):
+            a = tl.load(a_ptrs + sb * 256, mask=row_ok[:, None] & (sb * 256 + offs_k < dim)[None, :], other=0.0)
+            wg = _tile(gate_rows, sb, n_ok, dim, QTYPE, BLOCK_N).to(a.dtype)              # [BN, 256]
+            wu = _tile(up_rows, sb, n_ok, dim, QTYPE, BLOCK_N).to(a.dtype)
             acc_g = tl.dot(a, tl.trans(wg), acc_g)
             acc_u = tl.dot(a, tl.trans(wu), acc_u)
         act = acc_g * tl.sigmoid(acc_g) * acc_u
@@ -277,9 +278,9 @@ if triton is not None:
         offs_k = tl.arange(0, 256)
         a_ptrs = act_ptr + offs_m[:, None].to(tl.int64) * stride_at + offs_k[None, :]     # [BM, 256]
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for sb in range(0, inter // 256):
-            a = tl.load(a_ptrs + sb * 256, mask=row_ok[:, None], other=0.0)
-            w = _tile(rows, sb, n_ok, QTYPE, BLOCK_N).to(a.dtype)
+        for sb in range(0, tl.cdiv(inter, 256)):
+            a = tl.load(a_ptrs + sb * 256, mask=row_ok[:, None] & (sb * 256 + offs_k < inter)[None, :], other=0.0)
+            w = _tile(rows, sb, n_ok, inter, QTYPE, BLOCK_N).to(a.dtype)
             acc = tl.dot(a, tl.trans(w), acc)
         route_w = tl.load(weights_ptr + pair, mask=row_ok, other=0.0).to(tl.float32)
         tl.store(out_ptr + pair[:, None].to(tl.int64) * dim + offs_n[None, :], acc * route_w[:, None],

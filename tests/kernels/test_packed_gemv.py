@@ -92,3 +92,30 @@ def test_packed_dequant_matches_the_reference(qtype, dtype):
     for source in (blocks.cuda(), wide.cuda()[:, :blocks.shape[1]]):
         out = dequantize(source, qtype, 768, dtype)
         assert out.dtype == dtype and torch.equal(out.cpu(), expected)
+
+
+def test_q8_0_partial_chunks_only_when_turned_on(monkeypatch):
+    from strata.kernels import packed_gemv
+
+    assert not supports(Q8_0, 640) and supports(Q8_0, 768)
+    monkeypatch.setattr(packed_gemv, "Q8_0_PARTIAL_CHUNKS", True)
+    assert supports(Q8_0, 640) and supports(Q8_0, 32) and not supports(Q4_K, 640)
+
+
+@gpu
+@pytest.mark.parametrize("rows, n, k", [(1, 33, 640), (3, 64, 96), (16, 7, 32)])
+def test_packed_gemv_and_dequant_partial_q8_0_chunks(rows, n, k, monkeypatch):
+    """Q8_0 rows that are not whole 256-value chunks (Qwen4-Exp's 640-wide expert down rows): the gemv and
+    the 16-bit dequantization against the references (run this before turning Q8_0_PARTIAL_CHUNKS on)."""
+    from strata.kernels import packed_dequant, packed_gemv
+    from strata.kernels.gguf_blocks import dequantize_ref
+
+    monkeypatch.setattr(packed_gemv, "Q8_0_PARTIAL_CHUNKS", True)
+    blocks = random_blocks(Q8_0, n, k, seed=rows + k)
+    x = torch.randn(rows, k, generator=torch.Generator().manual_seed(k)).to(torch.bfloat16)
+    expected = packed_gemv_ref(x, blocks, Q8_0, n, k)
+    out = packed_gemv.packed_gemv(x.cuda(), blocks.cuda(), Q8_0, n, k)
+    scale = (x.float().abs() @ packed_gemv_ref(torch.eye(k), blocks, Q8_0, n, k).abs()).clamp_min(1.0)
+    assert ((out.cpu() - expected).abs() / scale).max() < 1e-5
+    dense = packed_dequant.dequantize(blocks.cuda(), Q8_0, k, torch.float32)
+    torch.testing.assert_close(dense.cpu(), dequantize_ref(blocks, Q8_0, k), rtol=0, atol=0)

@@ -102,3 +102,17 @@ def on_device(w: torch.Tensor) -> torch.Tensor:
     view = base[:, :w[0].numel()].unflatten(1, w.shape[1:])
     view.copy_(w)
     return view
+
+
+@gpu
+@pytest.mark.parametrize("tokens", [1, 3, 40])
+def test_packed_moe_with_partial_q8_0_down_chunks(tokens, monkeypatch):
+    """Qwen4-Exp's layout at Q4_K_M: Q4_K gate/up over 512 values, Q8_0 down rows of 640 values (not whole
+    256-value chunks); pairs and grouped paths against the reference (before Q8_0_PARTIAL_CHUNKS goes on)."""
+    from strata.kernels import packed_gemv
+
+    monkeypatch.setattr(packed_gemv, "Q8_0_PARTIAL_CHUNKS", True)
+    hidden, w13, w2, ids, weights = case(Q4_K, Q8_0, tokens, dim=512, inter=640, seed=tokens)
+    assert pairs_supported(Q4_K, Q8_0, 512, 640)
+    out = packed_moe(hidden.cuda(), on_device(w13), Q4_K, on_device(w2), Q8_0, ids.cuda(), weights.cuda())
+    check(out, hidden, w13, Q4_K, w2, Q8_0, ids, weights)
