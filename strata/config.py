@@ -333,6 +333,10 @@ class RunnerConfig:
     gpu_memory_utilization: float = _opt(
         0.9, "fraction of the GPU's total memory the engine may use (weights, KV, states, graphs, activations)")
     vram_reserve_mib: int = _opt(0, "MiB of GPU memory left untouched on top of what utilization leaves")
+    torch_threads: int = _opt(
+        0, "torch's CPU threads in the engine process, set once at start (0: auto: the cores this process may "
+           "use less one, at least 1, at most torch's current count, which follows OMP_NUM_THREADS; idle "
+           "OpenMP threads spin, so a thread per core collapses when anything else needs a core)")
 
 
 EXPERT_SPLITS = ("uniform", "static")

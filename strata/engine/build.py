@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import sys
 
 import torch
@@ -67,7 +68,31 @@ def resolve_spec(spec: SpecConfig, model) -> SpecConfig:
     return spec
 
 
+def available_cores() -> int:
+    """Cores this process may run on (its affinity mask where the OS has one, e.g. under taskset or a
+    cpuset), not the machine's."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def set_torch_threads(requested: int) -> int:
+    """Set torch's intra-op thread count for this process and return it. 0 (auto): one core is left to
+    the server's event loop, the OS and whatever else runs; torch's own default (physical cores, or
+    OMP_NUM_THREADS) stays the ceiling. Idle OpenMP threads spin-wait, so a team as large as the machine
+    stalls whenever another process takes one core: measured in bench/results/2026-12-01-cpu-threads."""
+    if not isinstance(requested, int) or requested < 0:
+        raise ValueError(f"torch_threads must be an integer >= 0, got {requested!r}")
+    threads = requested or max(1, min(torch.get_num_threads(), available_cores() - 1))
+    torch.set_num_threads(threads)
+    return threads
+
+
 def build_engine(config: EngineConfig, quiet: bool = False, shared: LoadedModel | None = None) -> EngineParts:
+    if shared is None:  # a second engine beside a shared model runs in the same process: set once
+        threads = set_torch_threads(config.runner.torch_threads)
+        if not quiet:
+            print(f"torch CPU threads: {threads} ({available_cores()} cores available)", file=sys.stderr)
     device = resolve_device(config.runner.device)
     dtype = resolve_dtype(config.runner.dtype, device)
     source = open_source(config.model)
