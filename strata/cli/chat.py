@@ -103,9 +103,12 @@ def run(args: argparse.Namespace) -> int:
         session = Session(model, args.system, args)
         console.print(f"[bold]strata chat[/bold] — {model} at {url}. {HELP}.")
         _loop(console, http, url, session)
+    except httpx.HTTPError as e:
+        console.print(f"[red]lost the server at {url}: {e}[/red]")
+        return 1
     finally:
         if server is not None:
-            server.should_exit = True
+            stop_local_server(server)
     return 0
 
 
@@ -149,7 +152,9 @@ def _is_up(http, url: str) -> bool:
 
 
 def start_local_server(args: argparse.Namespace):
-    """uvicorn in a background thread of this process (the engine runs in its child process)."""
+    """uvicorn in a background thread of this process (the engine runs in its child process); returns
+    (the uvicorn Server, its thread) and the URL. Raises StartupFailed (one line) if the engine cannot
+    start."""
     import socket
     import threading
     import time
@@ -157,19 +162,31 @@ def start_local_server(args: argparse.Namespace):
     import httpx
     import uvicorn
 
+    from strata.cli.serve import StartupFailed, report_startup_failure
     from strata.server.app import create_app
     from strata.server.config import ServerConfig
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    app = create_app(engine_config(args), ServerConfig(port=port))
+    failures: list[str] = []
+    app = report_startup_failure(create_app(engine_config(args), ServerConfig(port=port)), failures)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    threading.Thread(target=server.run, daemon=True, name="strata-chat-server").start()
+    thread = threading.Thread(target=server.run, daemon=True, name="strata-chat-server")
+    thread.start()
     url = f"http://127.0.0.1:{port}"
     while not server.started:
-        if not any(t.name == "strata-chat-server" for t in threading.enumerate()):
-            raise RuntimeError("the in-process server failed to start (see the log above)")
+        if not thread.is_alive():
+            raise StartupFailed((failures or ["the in-process server failed to start"])[-1]
+                                .removeprefix("RuntimeError: "))
         time.sleep(0.2)
     httpx.get(url + "/health", timeout=5).raise_for_status()
-    return server, url
+    return (server, thread), url
+
+
+def stop_local_server(server) -> None:
+    """Let uvicorn shut down (the app stops the engine process) before the interpreter exits: a daemon
+    thread cut mid-shutdown prints tracebacks and can leave the engine process behind."""
+    uvicorn_server, thread = server
+    uvicorn_server.should_exit = True
+    thread.join(timeout=15)

@@ -10,10 +10,12 @@ from fastapi.responses import JSONResponse
 
 _ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
                     415: "invalid_request_error", 421: "invalid_request_error", 429: "rate_limit_error",
-                    413: "request_too_large", 503: "overloaded_error", 500: "api_error"}
+                    405: "invalid_request_error", 413: "request_too_large", 503: "overloaded_error",
+                    500: "api_error"}
 _OPENAI_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
                  415: "invalid_request_error", 421: "invalid_request_error", 429: "rate_limit_exceeded",
-                 413: "invalid_request_error", 503: "service_unavailable", 500: "internal_error"}
+                 405: "method_not_allowed", 413: "invalid_request_error", 503: "service_unavailable",
+                 500: "internal_error"}
 
 
 class APIError(Exception):
