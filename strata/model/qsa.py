@@ -31,10 +31,17 @@ def index_cache_key(layer_idx: int) -> tuple[str, int]:
     return ("index", layer_idx)
 
 
+def reads_sparse_context(cfg: ModelConfig, context_len: int) -> bool:
+    """Whether a query seeing `context_len` tokens may skip some: more complete blocks than the budget."""
+    return bool(cfg.indexer_n_heads) and context_len // cfg.indexer_compress_ratio > \
+        cfg.indexer_budget // cfg.indexer_compress_ratio
+
+
 class QSAIndexer(nn.Module):
     def __init__(self, cfg: ModelConfig, layer_idx: int) -> None:
         super().__init__()
         self.key = index_cache_key(layer_idx)
+        self.config = cfg
         self.num_heads, self.head_dim = cfg.indexer_n_heads, cfg.indexer_head_dim
         self.ratio, self.top_blocks = cfg.indexer_compress_ratio, cfg.indexer_budget // cfg.indexer_compress_ratio
         self.index_qk_proj = Linear(cfg.hidden_size, (self.num_heads + 1) * self.head_dim, bias=False)
@@ -42,8 +49,7 @@ class QSAIndexer(nn.Module):
         self.k_layernorm = RMSNorm(self.head_dim, cfg.rms_norm_eps, zero_centered=True)
 
     def is_sparse(self, context_len: int) -> bool:
-        """Whether a query seeing `context_len` tokens may skip some: more complete blocks than the budget."""
-        return context_len // self.ratio > self.top_blocks
+        return reads_sparse_context(self.config, context_len)
 
     def queries_after_key_write(self, hidden: torch.Tensor, ctx: ForwardContext, rotary) -> torch.Tensor:
         """hidden [T, D] -> normed, rotated index queries [T, Hi, Di]; this step's raw keys go to the pool."""

@@ -25,7 +25,7 @@ from strata.model.linear import Linear
 from strata.model.moe import MoEBlock
 from strata.model.norm import RMSNorm
 from strata.model.ple import PerLayerEmbedding
-from strata.model.qsa import QSAAttention, index_cache_key
+from strata.model.qsa import QSAAttention, index_cache_key, reads_sparse_context
 
 # HF checkpoints store each n-gram table in row shards; the hash buffers are derived from the config
 _TABLE_SHARD = re.compile(r"(.*\.ngram_embedding)\.shard_(\d+)\.weight$")
@@ -119,10 +119,7 @@ class Qwen4ExpForCausalLM(CausalLM):
 
     def step_fits_graph(self, scheduled) -> bool:
         """QSA decides on the host which sequences read a sparse context: graphs run the dense path only."""
-        indexer = next((layer.self_attn.indexer for layer in self.model.layers
-                        if isinstance(getattr(layer, "self_attn", None), QSAAttention)), None)
-        return indexer is None or not any(indexer.is_sparse(w.num_computed_tokens + w.num_new_tokens)
-                                          for w in scheduled)
+        return not any(reads_sparse_context(self.config, w.num_computed_tokens + w.num_new_tokens) for w in scheduled)
 
     def build_body(self, cfg: ModelConfig) -> nn.Module:
         return Qwen4ExpBody(cfg, self.build_layer)
