@@ -12,6 +12,28 @@ from dataclasses import dataclass, field
 
 
 @dataclass
+class StructuredOutputs:
+    """A constraint on the output, enforced token by token while decoding (vLLM's StructuredOutputsParams):
+    exactly one of a JSON Schema, any JSON object, a regular expression, a choice of strings, or a grammar
+    (Lark, as llguidance reads it, or GBNF). strata/structured.py turns it into a grammar."""
+
+    json: dict | str | None = None
+    json_object: bool = False
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+
+    def validate(self) -> None:
+        given = [name for name in ("json", "regex", "choice", "grammar") if getattr(self, name) is not None]
+        given += ["json_object"] if self.json_object else []
+        if len(given) != 1:
+            raise ValueError(f"structured_outputs needs exactly one of json, json_object, regex, choice, grammar "
+                             f"(got {', '.join(given) or 'none'})")
+        if self.choice is not None and (not self.choice or any(not isinstance(c, str) or not c for c in self.choice)):
+            raise ValueError("structured_outputs.choice must be a non-empty list of non-empty strings")
+
+
+@dataclass
 class SamplingParams:
     """Per-request sampling options, vLLM's names and defaults.
 
@@ -35,8 +57,12 @@ class SamplingParams:
     logprobs: int | None = None
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
+    logit_bias: dict[int, float] | None = None        # token id -> added to its logit, in [-100, 100]
+    structured_outputs: StructuredOutputs | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.structured_outputs, dict):
+            self.structured_outputs = StructuredOutputs(**self.structured_outputs)
         if isinstance(self.stop, str):
             self.stop = [self.stop]
         self.stop = list(self.stop or [])
@@ -69,6 +95,13 @@ class SamplingParams:
             raise ValueError(f"logprobs must be in [0, 20], got {self.logprobs}")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ValueError("stop must be a non-empty string or a list of non-empty strings")
+        for token_id, bias in (self.logit_bias or {}).items():
+            if not isinstance(token_id, int) or isinstance(token_id, bool) or token_id < 0:
+                raise ValueError(f"logit_bias keys must be token ids (integers >= 0), got {token_id!r}")
+            if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not -100.0 <= bias <= 100.0:
+                raise ValueError(f"logit_bias values must be numbers in [-100, 100], got {bias!r} for token {token_id}")
+        if self.structured_outputs is not None:
+            self.structured_outputs.validate()
 
     @property
     def is_greedy(self) -> bool:

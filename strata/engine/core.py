@@ -12,13 +12,14 @@ import time
 
 import torch
 
+from strata import structured
 from strata.config import EngineConfig, ModelConfig
 from strata.engine.build import LoadedModel, build_engine
 from strata.engine.detokenizer import TextStream
 from strata.runner.model_runner import RestoreFailed
 from strata.scheduler.scheduler import Commit
 from strata.scheduler.stats import StepTimes
-from strata.types import FinishReason, Request, TokenDelta
+from strata.types import FinishReason, Request, StructuredOutputs, TokenDelta
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +43,8 @@ class EngineCore:
         self.async_scheduling = config.scheduler.async_scheduling
         self._ahead = None  # --async-scheduling: (plan, DecodeInFlight) queued but not yet read
         self._gpu_numbers_cache: tuple[float, dict | None] = (-1e9, None)
+        if self.tokenizer is not None:
+            self.runner.sampler.constraints.new_matcher = self._new_matcher
 
     # ---- requests --------------------------------------------------------------------------------
 
@@ -55,7 +58,22 @@ class EngineCore:
         vocab = self.model_config.vocab_size
         if any(not isinstance(t, int) or not 0 <= t < vocab for t in ids):
             raise ValueError(f"prompt token ids must be integers in [0, {vocab})")
-        request.sampling_params.validate()
+        params = request.sampling_params
+        params.validate()
+        if params.logit_bias and max(params.logit_bias) >= vocab:
+            raise ValueError(f"logit_bias keys must be token ids in [0, {vocab})")
+        if params.structured_outputs is not None:
+            if self.tokenizer is None:
+                raise ValueError("structured output needs the model's tokenizer, and this model has none")
+            structured.check(params.structured_outputs, self._grammar_tokenizer())
+
+    def _grammar_tokenizer(self):
+        """llguidance's tokenizer, built at the first structured request (about a second) and kept."""
+        return structured.llg_tokenizer(self.tokenizer, self.model_config.vocab_size,
+                                        tuple(self.model_config.eos_token_ids))
+
+    def _new_matcher(self, constraint: StructuredOutputs):
+        return structured.new_matcher(constraint, self._grammar_tokenizer())
 
     def add_request(self, request: Request) -> None:
         self.validate(request)

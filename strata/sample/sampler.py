@@ -1,7 +1,8 @@
 """The Sampler: per-slot sampling state and one call that turns a step's logits into token ids.
 
-It owns each slot's parameters (persistent [S] tensors), penalty statistics, min_tokens masking
-and random generators; it does not decide when a request stops. A seeded request's generator is
+It owns each slot's parameters (persistent [S] tensors), penalty statistics, min_tokens masking,
+logit bias and grammar constraints (constraints.py), and random generators; it does not decide when a
+request stops. A seeded request's generator is
 reseeded at every output position from (seed, position), so its tokens depend only on its own seed
 and history: not on the batch it shares, nor on whether it was preempted and resumed.
 """
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from strata.kernels.argmax import argmax
+from strata.sample.constraints import Constraints, Window
 from strata.sample.penalties import PenaltyState
 from strata.sample.probs import processed_probs, sample_from_probs
 from strata.transfer import index_tensor
@@ -49,6 +51,7 @@ class Sampler:
         self.top_p = torch.ones(max_num_seqs, device=self.device)
         self.min_p = torch.zeros(max_num_seqs, device=self.device)
         self.penalties = PenaltyState(max_num_seqs, vocab_size, self.device)
+        self.constraints = Constraints(max_num_seqs, vocab_size)
         self.slot_generators = [torch.Generator(device=self.device) for _ in range(max_num_seqs)]
         # Unseeded rows share one generator; `seed` (the runner's config seed) makes them repeatable.
         self.shared_generator = torch.Generator(device=self.device)
@@ -71,15 +74,18 @@ class Sampler:
         self.top_p[slot_id] = params.top_p
         self.min_p[slot_id] = params.min_p
         self.penalties.add_slot(slot_id, params, prompt_token_ids, output_token_ids)
+        self.constraints.add_slot(slot_id, params, output_token_ids)
 
     def remove_slot(self, slot_id: int) -> None:
         self.params[slot_id] = None
+        self.constraints.remove_slot(slot_id)
 
     def append_output(self, slot_id: int, token_ids: list[int]) -> None:
         """Committed generated tokens: they feed the penalties, min_tokens and the seed position."""
         self._params_of(slot_id)  # raises for an empty slot instead of corrupting the next request's state
         self.num_output_tokens[slot_id] += len(token_ids)
         self.penalties.add_outputs(slot_id, token_ids)
+        self.constraints.advance(slot_id, token_ids)
 
     def sample(self, logits: torch.Tensor, slot_ids: list[int]) -> SamplerOutput:
         """logits [N, V] float32, row i for slot_ids[i] -> one token (and optional logprobs) per row."""
@@ -97,6 +103,7 @@ class Sampler:
         params = [self._params_of(slot_id) for slot_id in slot_ids]
         logits = self.penalties.apply(logits, slot_ids)
         logits = self._mask_min_tokens(logits, slot_ids)
+        logits = self.constraints.apply(logits, [(slot_id, row, []) for row, slot_id in enumerate(slot_ids)])
         sampled_rows = [row for row, p in enumerate(params) if not p.is_greedy]
         if len(sampled_rows) == len(slot_ids):
             return self._sample_rows(logits, slot_ids, sampled_rows)
@@ -110,10 +117,16 @@ class Sampler:
             raise ValueError(f"logits have shape {tuple(logits.shape)}; expected "
                              f"({len(slot_ids)}, {self.vocab_size}): one row per slot in slot_ids")
 
+    def constrain_windows(self, logits: torch.Tensor, windows: list[Window]) -> torch.Tensor:
+        """Verification windows' logits [R, V] with each slot's logit bias and grammar masks (one per row,
+        the grammar walking the slot's drafts) applied; rows of other slots are left as they are."""
+        return self.constraints.apply(logits, windows)
+
     def window_probs(self, logits: torch.Tensor, row_slot_ids: list[int]) -> torch.Tensor:
         """The target distribution of every row of verification windows: logits [R, V] -> probs [R, V],
         row r processed with the parameters of slot row_slot_ids[r]. No penalties or min_tokens mask:
-        the scheduler drafts only for requests that use neither."""
+        the scheduler drafts only for requests that use neither (logit bias and grammars: see
+        constrain_windows, applied before)."""
         slots = torch.tensor(row_slot_ids, device=self.device)
         params = [self._params_of(slot_id) for slot_id in set(row_slot_ids)]
         return processed_probs(
@@ -141,7 +154,9 @@ class Sampler:
         """EOS and stop token ids get -inf while a request has fewer than min_tokens outputs."""
         rows, cols = [], []
         for row, slot_id in enumerate(slot_ids):
-            if self.num_output_tokens[slot_id] < self.params[slot_id].min_tokens:
+            # a grammar decides itself when the output may end (it allows EOS only when complete)
+            if self.num_output_tokens[slot_id] < self.params[slot_id].min_tokens \
+                    and not self.constraints.has_grammar(slot_id):
                 stop_ids = self.min_tokens_stop_ids[slot_id]
                 rows += [row] * len(stop_ids)
                 cols += stop_ids

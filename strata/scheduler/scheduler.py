@@ -158,7 +158,7 @@ class Scheduler:
         placeholder). None when the next step cannot be known in advance: a request waits to be
         admitted, a running one is not in `plan`, a request drafts (in `plan` or, by the draft policy, in
         the next step: speculating requests that draft nothing decode ahead too), sampling needs the
-        previous token on the host (penalties, min_tokens, a seed, logprobs), or a block would have to
+        previous token on the host (penalties, min_tokens, a seed, logprobs, a grammar), or a block would have to
         be taken from another request. A hybrid model's checkpoint due where `plan` ends a block is
         queued here, ahead of the commit."""
         self._begin_planning()
@@ -429,8 +429,9 @@ class Scheduler:
 
 def _samples_without_history(state: RequestState) -> bool:
     """Whether the request's next token can be sampled before its previous one is read back: no
-    penalties, no per-position seed, no logprobs to return, and min_tokens already reached (the
-    sampler's count lags by the token in flight)."""
+    penalties, no per-position seed, no logprobs to return, no grammar (its next mask follows the token in
+    flight), and min_tokens already reached (the sampler's count lags by the token in flight)."""
     params = state.request.sampling_params
     return (params.repetition_penalty == 1.0 and params.presence_penalty == 0.0 and params.frequency_penalty == 0.0
-            and params.seed is None and params.logprobs is None and len(state.output_token_ids) >= params.min_tokens)
+            and params.seed is None and params.logprobs is None and params.structured_outputs is None
+            and len(state.output_token_ids) >= params.min_tokens)

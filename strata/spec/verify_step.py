@@ -4,7 +4,9 @@ A slot without drafts samples one token from its last row (the plain sampler pat
 speculation off). A slot with k drafts owns the last 1 + k rows of its window: greedy slots keep the
 longest prefix matching the target argmax (+ the argmax after it), sampled slots go through
 rejection sampling against the target's processed distribution, synthetic slots accept a drawn
-number of drafts built from the target's own tokens.
+number of drafts built from the target's own tokens. Logit bias and grammar masks apply to every row of
+a window first, so a draft the grammar refuses is rejected like any other the target would not emit
+(a constrained slot is verified against its real drafts even in synthetic mode).
 """
 
 from __future__ import annotations
@@ -62,16 +64,22 @@ def sample_and_verify(model, sampler: Sampler, hidden: torch.Tensor, scheduled: 
 def _verify(sampler: Sampler, logits: torch.Tensor, windows, window_starts: list[int],
             synthetic: SyntheticDrafter | None) -> list[tuple[list[int], int]]:
     drafts = [work.draft_token_ids for work, _ in windows]
-    if synthetic is not None:  # benchmark mode: the drafts become the target's own tokens, a drawn number right
+    logits = sampler.constrain_windows(logits, [(work.slot_id, start, d)
+                                                for (work, _), start, d in zip(windows, window_starts, drafts)])
+    verdicts: dict[int, tuple[list[int], int]] = {}
+    pending = list(range(len(windows)))
+    free = [] if synthetic is None else [i for i in pending if not sampler.constraints.has_grammar(windows[i][0].slot_id)]
+    if free:  # benchmark mode: the drafts become the target's own tokens, a drawn number right
+        pending = [i for i in pending if i not in free]
         target = argmax(logits)
         tokens = target.tolist()
-        drafts = [synthetic_drafts(tokens[s:s + len(d) + 1], synthetic.propose_synthetic(len(d)), len(d),
-                                   logits.shape[-1]) for d, s in zip(drafts, window_starts)]
-        return verify_greedy(target, drafts, window_starts)
-    is_greedy = [sampler.params[work.slot_id].is_greedy for work, _ in windows]
-    greedy = [i for i, g in enumerate(is_greedy) if g]
-    sampled = [i for i, g in enumerate(is_greedy) if not g]
-    verdicts: dict[int, tuple[list[int], int]] = {}
+        fakes = [synthetic_drafts(tokens[s:s + len(d) + 1], synthetic.propose_synthetic(len(d)), len(d),
+                                  logits.shape[-1]) for d, s in ((drafts[i], window_starts[i]) for i in free)]
+        for i, verdict in zip(free, verify_greedy(target, fakes, [window_starts[i] for i in free])):
+            verdicts[i] = verdict
+    is_greedy = {i: sampler.params[windows[i][0].slot_id].is_greedy for i in pending}
+    greedy = [i for i in pending if is_greedy[i]]
+    sampled = [i for i in pending if not is_greedy[i]]
     if greedy:
         for i, verdict in zip(greedy, verify_greedy(argmax(logits), [drafts[i] for i in greedy],
                                                     [window_starts[i] for i in greedy])):

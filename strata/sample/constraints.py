@@ -1,0 +1,122 @@
+"""Per-request constraints on the logits: `logit_bias` and a grammar's token mask (structured output).
+
+Both are applied on the logits' device right before sampling or verification, in plain torch. A grammar's
+masks are computed on the CPU by llguidance (its threads, GIL released) while the forward that produces
+the logits may still run on the device (nothing before this waited for it), written as a bitmask
+[R, ceil(V / 32)] int32 and expanded on the device. For a verification window the matcher walks the
+drafts to fill one mask per row (a draft the grammar refuses ends the walk: the rows after it are never
+used, since that draft is rejected) and rolls itself back; commit then advances it by the accepted tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import llguidance
+import torch
+
+from strata.transfer import index_tensor
+from strata.types import SamplingParams, StructuredOutputs
+
+# (slot_id, first row, draft token ids): the slot owns rows first .. first + len(drafts) of the logits
+Window = tuple[int, int, list[int]]
+
+
+def unpack_bitmask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """bitmask [R, W] int32 (bit i of word w: token 32 w + i is allowed) -> allowed [R, V] bool."""
+    shifts = torch.arange(32, dtype=torch.int32, device=bitmask.device)
+    bits = (bitmask.unsqueeze(-1) >> shifts) & 1                      # [R, W, 32]
+    return bits.reshape(bitmask.shape[0], -1)[:, :vocab_size].bool()
+
+
+def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
+    """logits [R, V], bitmask [R, W] on the logits' device -> logits with disallowed tokens at -inf.
+    A row that allows nothing (only a broken grammar gets there) is left as it is, rather than
+    turned into NaN probabilities."""
+    allowed = unpack_bitmask(bitmask, logits.shape[-1])               # [R, V]
+    allowed |= ~allowed.any(dim=1, keepdim=True)
+    return logits.masked_fill(~allowed, float("-inf"))
+
+
+class Constraints:
+    """Each slot's logit bias (host lists) and grammar matcher. `new_matcher` builds a matcher from a
+    request's StructuredOutputs; the engine sets it (it needs the tokenizer), and without it a
+    structured request is refused."""
+
+    def __init__(self, max_num_seqs: int, vocab_size: int) -> None:
+        self.vocab_size = vocab_size
+        self.bias: list[tuple[list[int], list[float]] | None] = [None] * max_num_seqs
+        self.matchers: list[llguidance.LLMatcher | None] = [None] * max_num_seqs
+        self.new_matcher: Callable[[StructuredOutputs], llguidance.LLMatcher] | None = None
+        self._executor: llguidance.LLExecutor | None = None
+
+    def add_slot(self, slot_id: int, params: SamplingParams, output_token_ids: list[int]) -> None:
+        bias = params.logit_bias or {}
+        self.bias[slot_id] = (list(bias), [float(v) for v in bias.values()]) if bias else None
+        self.matchers[slot_id] = None
+        if params.structured_outputs is None:
+            return
+        if self.new_matcher is None:
+            raise ValueError("structured output needs the model's tokenizer, and this engine has none")
+        matcher = self.new_matcher(params.structured_outputs)
+        if output_token_ids:  # a preempted request resumes where its output stopped
+            matcher.consume_tokens(output_token_ids)
+        self.matchers[slot_id] = matcher
+
+    def remove_slot(self, slot_id: int) -> None:
+        self.bias[slot_id] = None
+        self.matchers[slot_id] = None
+
+    def has_grammar(self, slot_id: int) -> bool:
+        return self.matchers[slot_id] is not None
+
+    def advance(self, slot_id: int, token_ids: list[int]) -> None:
+        """Committed tokens move the slot's matcher on (a refused one leaves it stopped: EOS only)."""
+        matcher = self.matchers[slot_id]
+        if matcher is not None and token_ids:
+            matcher.consume_tokens(token_ids)
+
+    def apply(self, logits: torch.Tensor, windows: list[Window]) -> torch.Tensor:
+        """logits [R, V] -> the same rows biased and masked for the slots that ask for it (a new tensor,
+        or the input itself when no slot does)."""
+        biased = [w for w in windows if self.bias[w[0]] is not None]
+        masked = [w for w in windows if self.matchers[w[0]] is not None]
+        if biased:
+            logits = self._add_bias(logits, biased)
+        if masked:
+            logits = self._mask(logits, masked)
+        return logits
+
+    def _add_bias(self, logits: torch.Tensor, windows: list[Window]) -> torch.Tensor:
+        rows, cols, values = [], [], []
+        for slot_id, first, drafts in windows:
+            ids, bias = self.bias[slot_id]
+            for row in range(first, first + len(drafts) + 1):
+                rows += [row] * len(ids)
+                cols += ids
+                values += bias
+        index = (index_tensor(rows, logits.device), index_tensor(cols, logits.device))
+        return logits.index_put(index, index_tensor(values, logits.device, logits.dtype), accumulate=True)
+
+    def _mask(self, logits: torch.Tensor, windows: list[Window]) -> torch.Tensor:
+        num_rows = sum(len(drafts) + 1 for _, _, drafts in windows)
+        words = (self.vocab_size + 31) // 32
+        # pinned, so the copy to the device does not wait; -1 (all allowed) stays in rows after a refused draft
+        bitmask = torch.full((num_rows, words), -1, dtype=torch.int32, pin_memory=logits.is_cuda)  # [R', W]
+        plain, with_drafts, rows = [], [], []
+        for slot_id, first, drafts in windows:
+            if drafts:
+                with_drafts.append((self.matchers[slot_id], len(rows), list(drafts)))
+            else:
+                plain.append((self.matchers[slot_id], len(rows)))
+            rows.extend(range(first, first + len(drafts) + 1))
+        if self._executor is None:
+            self._executor = llguidance.LLExecutor()
+        if plain:
+            self._executor.unsafe_compute_mask_ptr(plain, bitmask.data_ptr(), words * 4, num_rows)
+        if with_drafts:
+            self._executor.unsafe_compute_mask_ptr_with_draft_token(with_drafts, bitmask.data_ptr(), words * 4,
+                                                                    num_rows)
+        rows_t = index_tensor(rows, logits.device)
+        masked = apply_bitmask(logits[rows_t], bitmask.to(logits.device, non_blocking=True))
+        return logits.index_put((rows_t,), masked)
