@@ -141,16 +141,19 @@ if triton is not None:
     def _chunk_ok(n_ok, sb, r, k, QTYPE: tl.constexpr, SB: tl.constexpr):
         """The rows' mask, and for Q8_0 also whether each 32-value block of chunks sb.. lies within K
         [BN, SB, 8, 1] (a row's last chunk may be partial); the K-quant types have whole chunks."""
+        ok = n_ok   # one return: Triton's compiler wants every return of one shape
         if QTYPE == 8:
-            return n_ok & (((sb + tl.arange(0, SB))[None, :, None, None] * 256 + r * 32) < k)
-        return n_ok
+            ok = n_ok & (((sb + tl.arange(0, SB))[None, :, None, None] * 256 + r * 32) < k)
+        return ok
 
     @triton.jit
     def _chunk_x(x_ptr, sb, x_offs, k, QTYPE: tl.constexpr):
         """Activations of chunks sb.. at x_offs [1, SB, 8, 32] as float32 (zeros past K for Q8_0)."""
         if QTYPE == 8:
-            return tl.load(x_ptr + sb * 256 + x_offs, mask=sb * 256 + x_offs < k, other=0.0).to(tl.float32)
-        return tl.load(x_ptr + sb * 256 + x_offs).to(tl.float32)
+            x = tl.load(x_ptr + sb * 256 + x_offs, mask=sb * 256 + x_offs < k, other=0.0)
+        else:
+            x = tl.load(x_ptr + sb * 256 + x_offs)
+        return x.to(tl.float32)
 
     @triton.jit
     def _chunk_dot(row_ptr, sb, r, l, x, n_ok, QTYPE: tl.constexpr, SB: tl.constexpr, BLOCK_N: tl.constexpr):

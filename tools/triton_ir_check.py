@@ -1,0 +1,43 @@
+"""Compile Strata's packed-block Triton kernels to Triton IR for an sm_90 target on a machine without a
+GPU: catches front-end errors (shapes, types, returns) that TRITON_INTERPRET=1 lets through. Needs triton
+(e.g. `pip install --target /tmp/trisite triton==3.5.0`): `PYTHONPATH=/tmp/trisite:. python tools/triton_ir_check.py`."""
+import sys
+import triton._C.libtriton as lt
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton.compiler.compiler import make_backend
+from strata.kernels import packed_dequant, packed_gemv, packed_moe
+
+TARGET = GPUTarget("cuda", 90, 32)
+PTR = {"x_ptr": "*bf16", "hidden_ptr": "*bf16", "act_ptr": "*bf16", "out_ptr": "*fp32", "weights_ptr": "*fp32",
+       "ids_ptr": "*i32", "sorted_ids_ptr": "*i32", "block_expert_ptr": "*i32"}
+
+
+def check(fn, consts: dict, name: str) -> bool:
+    sig = {a: ("constexpr" if a in consts else PTR.get(a, "*u8") if a.endswith("_ptr") else "i32")
+           for a in fn.arg_names}
+    try:
+        src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(a),): v for a, v in consts.items()})
+        backend = make_backend(TARGET)
+        options = backend.parse_options({})
+        ctx = lt.ir.context()
+        lt.ir.load_dialects(ctx)
+        backend.load_dialects(ctx)
+        src.make_ir(TARGET, options, backend.get_codegen_implementation(options), backend.get_module_map(), ctx)
+        print("ok  ", name)
+        return True
+    except Exception as e:  # noqa: BLE001
+        print("FAIL", name, type(e).__name__, str(e)[-1200:])
+        return False
+
+
+ok = True
+for q in sorted(packed_gemv.BLOCK_LAYOUT):
+    for sb in (1, 2):
+        ok &= check(packed_gemv._packed_gemv_kernel, dict(QTYPE=q, BLOCK_N=4, SB=sb, USE_PDL=False), f"gemv q{q} sb{sb}")
+        ok &= check(packed_dequant._dequantize_kernel, dict(QTYPE=q, BLOCK_N=8, SB=sb), f"dequant q{q} sb{sb}")
+        for k in (packed_moe._gate_up_pairs_kernel, packed_moe._down_pairs_kernel):
+            ok &= check(k, dict(QTYPE=q, BLOCK_N=16, SB=sb, USE_PDL=False), f"{k.fn.__name__} q{q} sb{sb}")
+    for k in (packed_moe._gate_up_grouped_kernel, packed_moe._down_grouped_kernel):
+        ok &= check(k, dict(QTYPE=q, BLOCK_M=16, BLOCK_N=32, USE_PDL=False), f"{k.fn.__name__} q{q}")
+sys.exit(0 if ok else 1)
