@@ -30,6 +30,9 @@ class ServerConfig:
                                          "gets 429 with Retry-After")
     allowed_hosts: str = _opt("", "comma-separated Host header names accepted ('*': any); default: the loopback "
                                   "names when bound to a loopback address, else any (other Hosts: 421)")
+    responses_max_stored: int = _opt(1024, "most /v1/responses results kept in memory for previous_response_id and GET "
+                                           "(oldest dropped first; 0: none kept)")
+    responses_ttl_s: float = _opt(3600.0, "seconds a stored /v1/responses response stays retrievable")
     keepalive_s: float = _opt(2.0, "SSE keep-alive comment interval while no token arrives")
     engine_hang_timeout_s: float = _opt(60.0, "end and restart an engine that sends nothing for this long")
     engine_start_timeout_s: float = _opt(600.0, "longest wait for the engine to load the model")
