@@ -64,6 +64,7 @@ class ThinkingConfig(_Body):
 class ToolChoice(_Body):
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
+    disable_parallel_tool_use: bool | None = None
 
 
 class CountTokensRequest(_Body):

@@ -1,7 +1,8 @@
 """Pydantic models of the OpenAI request bodies we accept (chat completions, completions).
 
 Field names and ranges follow the OpenAI API, plus vLLM's sampling extras (top_k, min_p,
-repetition_penalty, min_tokens, ignore_eos, stop_token_ids). Unknown fields are ignored; a value out
+repetition_penalty, min_tokens, ignore_eos, stop_token_ids) and structured outputs (`structured_outputs`,
+and the older `guided_json` / `guided_regex` / `guided_choice` / `guided_grammar`). Unknown fields are ignored; a value out
 of range is a 400 naming the field before anything reaches the engine.
 """
 
@@ -71,6 +72,17 @@ class ResponseFormat(_Body):
     json_schema: JsonSchemaFormat | None = None
 
 
+class StructuredOutputsField(BaseModel):
+    """vLLM's `structured_outputs` extension: exactly one of these (checked with the grammar)."""
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, populate_by_name=True)
+
+    json_: dict | str | None = Field(default=None, alias="json")
+    json_object: bool | None = None
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+
+
 class SamplingFields(_Body):
     model: str
     max_tokens: int | None = Field(default=None, ge=1)
@@ -91,6 +103,12 @@ class SamplingFields(_Body):
     min_tokens: int = Field(default=0, ge=0)
     ignore_eos: bool = False
     stop_token_ids: list[int] | None = None
+    logit_bias: dict[str, float] | None = None
+    structured_outputs: StructuredOutputsField | None = None
+    guided_json: dict | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
 
 
 class ChatCompletionRequest(SamplingFields):

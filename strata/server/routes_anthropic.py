@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Iterator
 from fastapi import APIRouter, Request as HTTPRequest
 
 from strata.engine.client import EngineDeadError
-from strata.server import limits, sse
+from strata.server import limits, sse, structured_output
 from strata.server.config import ServerConfig
 from strata.server.errors import APIError, error_body
 from strata.server.generation import Generation, ServerState, check_prompt, sampling_params
@@ -109,8 +109,12 @@ async def messages(body: MessagesRequest, http_request: HTTPRequest):
     if body.top_k is not None and body.top_k > state.vocab_size:
         raise APIError(400, f"top_k must be at most the vocabulary size {state.vocab_size}", "top_k")
     max_tokens = check_prompt(state, rendered.prompt_token_ids, body.max_tokens, "messages")
+    choice = structured_output.anthropic_tool_choice(body.tool_choice, tools)
+    parallel = not (body.tool_choice and body.tool_choice.disable_parallel_tool_use)
+    constraint, param = structured_output.requested(body, tools, choice, parallel, rendered.starts_in_reasoning)
+    await structured_output.check(state, constraint, param)
     params = sampling_params(temperature=body.temperature, top_p=body.top_p, top_k=body.top_k, seed=body.seed,
-                             max_tokens=max_tokens, stop=body.stop_sequences)
+                             max_tokens=max_tokens, stop=body.stop_sequences, structured_outputs=constraint)
     request = Request(state.new_id("msg_"), rendered.prompt_token_ids, params)
     gen = Generation(state, request)
     await gen.__aenter__()

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Iterator
 from fastapi import APIRouter, Request as HTTPRequest
 
 from strata.engine.client import EngineDeadError
-from strata.server import limits, sse
+from strata.server import limits, sse, structured_output
 from strata.server.config import ServerConfig
 from strata.server.errors import APIError, error_body
 from strata.server.generation import Generation, ServerState, check_prompt, sampling_params
@@ -19,7 +19,7 @@ from strata.server.logprobs import chat_logprobs, completion_logprobs
 from strata.server.parsing import OutputParser, parse_all
 from strata.server.protocol_openai import ChatCompletionRequest, ChatMessage, CompletionRequest, SamplingFields
 from strata.server.template import ToolSpec
-from strata.types import Request
+from strata.types import Request, StructuredOutputs
 
 router = APIRouter()
 
@@ -35,12 +35,15 @@ def usage(num_prompt: int, num_completion: int, num_cached: int) -> dict:
             "total_tokens": num_prompt + num_completion, "prompt_tokens_details": {"cached_tokens": num_cached}}
 
 
-def _params(body: SamplingFields, max_tokens: int, logprobs: int | None):
+def _params(body: SamplingFields, max_tokens: int, logprobs: int | None, vocab_size: int,
+            constraint: StructuredOutputs | None = None):
     return sampling_params(n=body.n, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
                            min_p=body.min_p, seed=body.seed, presence_penalty=body.presence_penalty,
                            frequency_penalty=body.frequency_penalty, repetition_penalty=body.repetition_penalty,
                            max_tokens=max_tokens, min_tokens=body.min_tokens, stop=body.stop,
-                           stop_token_ids=body.stop_token_ids, ignore_eos=body.ignore_eos, logprobs=logprobs)
+                           stop_token_ids=body.stop_token_ids, ignore_eos=body.ignore_eos, logprobs=logprobs,
+                           logit_bias=structured_output.logit_bias(body.logit_bias, vocab_size),
+                           structured_outputs=constraint)
 
 
 def _check_common(state: ServerState, body: SamplingFields) -> None:
@@ -131,8 +134,13 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
     rendered = state.template.render(normalize_messages(body.messages), tools, thinking)
     max_tokens = check_prompt(state, rendered.prompt_token_ids, body.max_completion_tokens or body.max_tokens,
                               "messages", "max_completion_tokens" if body.max_completion_tokens else "max_tokens")
+    choice = structured_output.openai_tool_choice(body.tool_choice, tools)
+    constraint, param = structured_output.requested(body, tools, choice, body.parallel_tool_calls is not False,
+                                                    rendered.starts_in_reasoning)
+    await structured_output.check(state, constraint, param)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
-    request = Request(state.new_id("chatcmpl-"), rendered.prompt_token_ids, _params(body, max_tokens, logprobs))
+    request = Request(state.new_id("chatcmpl-"), rendered.prompt_token_ids,
+                      _params(body, max_tokens, logprobs, state.vocab_size, constraint))
     gen = Generation(state, request)
     await gen.__aenter__()
     if body.stream:
@@ -240,7 +248,10 @@ async def completions(body: CompletionRequest, http_request: HTTPRequest):
         limits.check_text(state.config, [(f"prompt.{i}", p) for i, p in enumerate(body.prompt)], "prompt")
     prompt_ids = _completion_prompt(state, body.prompt)
     max_tokens = check_prompt(state, prompt_ids, body.max_tokens if body.max_tokens is not None else 16, "prompt")
-    request = Request(state.new_id("cmpl-"), prompt_ids, _params(body, max_tokens, body.logprobs))
+    constraint, param = structured_output.requested(body)
+    await structured_output.check(state, constraint, param)
+    request = Request(state.new_id("cmpl-"), prompt_ids,
+                      _params(body, max_tokens, body.logprobs, state.vocab_size, constraint))
     gen = Generation(state, request)
     await gen.__aenter__()
     if body.stream:
