@@ -225,6 +225,18 @@ def test_store_keeps_the_newest_and_honours_store_false(echo_server):
         client.responses.create(model=MODEL, input="Hi", previous_response_id=unstored.id)
 
 
+def test_engine_death_mid_stream_is_an_error_event_then_response_failed():
+    with thread_server(fake_app("die")) as srv:
+        events = list(_client(srv).responses.create(model=MODEL, input="Hi", stream=True))
+    types = [e.type for e in events]
+    assert types[:5] == ["response.created", "response.in_progress", "response.output_item.added",
+                         "response.content_part.added", "response.output_text.delta"]
+    assert types[-2:] == ["error", "response.failed"] and events[4].delta == "Hi"
+    assert "the engine failed mid-stream" in events[-2].message
+    failed = events[-1].response
+    assert failed.status == "failed" and failed.error.code == "server_error" and failed.output[0].content[0].text == "Hi"
+
+
 def test_store_expiry_and_bound():
     now = [0.0]
     store = ResponseStore(max_stored=2, ttl_s=10.0, clock=lambda: now[0])
