@@ -93,7 +93,13 @@ class ReasoningOptions(_Options):
 
 
 class TextFormat(_Options):
-    type: Literal["text"]
+    """{"type": "text"}, {"type": "json_object"} or Responses' flat {"type": "json_schema", "name", "schema"}."""
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, populate_by_name=True)
+    type: Literal["text", "json_object", "json_schema"]
+    name: str | None = Field(default=None, min_length=1, max_length=64)
+    description: str | None = None
+    schema_: dict | None = Field(default=None, alias="schema")
+    strict: bool | None = None
 
 
 class TextOptions(_Options):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from fastapi import APIRouter, Request as HTTPRequest
 
 from strata.engine.client import EngineDeadError
-from strata.server import limits, sse
+from strata.server import limits, sse, structured_output
 from strata.server.errors import APIError
 from strata.server.generation import Generation, ServerState, check_prompt, sampling_params
 from strata.server.parsing import OutputParser
@@ -25,8 +25,8 @@ from strata.server.protocol_responses import InputItem, NamedToolChoice, Respons
 from strata.server.responses import (OutputItems, ResponseStore, as_items, input_messages, input_texts,
                                      output_as_items)
 from strata.server.routes_openai import _THINKING, state_of
-from strata.server.template import ToolSpec
-from strata.types import Request, SamplingParams
+from strata.server.template import Rendered, ToolSpec
+from strata.types import Request, SamplingParams, StructuredOutputs
 
 router = APIRouter()
 
@@ -63,7 +63,7 @@ class Turn:
                 "model": self.state.model_name, "output": output, "parallel_tool_calls": body.parallel_tool_calls,
                 "previous_response_id": body.previous_response_id, "reasoning": reasoning, "store": body.store,
                 "temperature": self.params.temperature, "top_p": self.params.top_p,
-                "text": {"format": {"type": "text"}}, "tool_choice": tool_choice,
+                "text": {"format": _text_format(body)}, "tool_choice": tool_choice,
                 "tools": [t.model_dump(exclude_none=True) for t in body.tools or ()],
                 "truncation": body.truncation or "disabled", "usage": usage, "metadata": body.metadata or {},
                 "user": body.user}
@@ -85,6 +85,12 @@ class Turn:
         text = "".join(part["text"] for item in output if item["type"] == "reasoning" for part in item["content"])
         tokenizer = self.state.template.tokenizer
         return min(len(tokenizer.encode(text, add_special_tokens=False)), num_output_tokens) if text else 0
+
+
+def _text_format(body: ResponsesRequest) -> dict:
+    if body.text is None or body.text.format is None:
+        return {"type": "text"}
+    return body.text.format.model_dump(by_alias=True, exclude_none=True)
 
 
 def _status(finish_reason: str) -> str:
@@ -114,16 +120,36 @@ def _previous_items(store: ResponseStore, previous_response_id: str | None) -> l
 
 
 def _tools(body: ResponsesRequest) -> list[ToolSpec] | None:
-    """Flat Responses tools -> the template's ToolSpecs; a named tool_choice offers only that tool."""
+    """Flat Responses tools -> the template's ToolSpecs (all of them whatever tool_choice names, as on chat:
+    the prompt stays the same and the constraint picks the tool)."""
     if not body.tools or body.tool_choice == "none":
         return None
-    tools = body.tools
-    if isinstance(body.tool_choice, NamedToolChoice):
-        tools = [t for t in tools if t.name == body.tool_choice.name]
-        if not tools:
-            raise APIError(400, f"tool_choice names {body.tool_choice.name!r}, which is not one of tools",
+    return [ToolSpec(t.name, t.description, t.parameters or {"type": "object"}) for t in body.tools]
+
+
+def _constraint(body: ResponsesRequest, tools: list[ToolSpec] | None,
+                rendered: Rendered) -> tuple[StructuredOutputs | None, str | None]:
+    """What tool_choice (required, or a named function) or text.format (json_object, json_schema) asks the
+    output to be, enforced while decoding (structured_output.py); both at once is a 400."""
+    choice = body.tool_choice
+    if isinstance(choice, NamedToolChoice):
+        if choice.name not in {t.name for t in tools or ()}:
+            raise APIError(400, f"tool_choice.name is {choice.name!r}, which is not one of the request's tools",
                            "tool_choice.name")
-    return [ToolSpec(t.name, t.description, t.parameters or {"type": "object"}) for t in tools]
+        choice = choice.name
+    else:
+        choice = structured_output.openai_tool_choice(choice, tools)
+    constraint, param = structured_output.requested(body, tools, choice, body.parallel_tool_calls,
+                                                    rendered.starts_in_reasoning)
+    text_format = body.text.format if body.text else None
+    if text_format is None or text_format.type == "text":
+        return constraint, param
+    if constraint is not None:
+        raise APIError(400, "text.format and tool_choice each constrain the output; give only one of them",
+                       "text.format")
+    if text_format.type == "json_object":
+        return StructuredOutputs(json_object=True), "text.format"
+    return StructuredOutputs(json=text_format.schema_), "text.format.schema"
 
 
 def _check_limits(state: ServerState, body: ResponsesRequest, prior: list[InputItem], new: list[InputItem]) -> None:
@@ -134,6 +160,11 @@ def _check_limits(state: ServerState, body: ResponsesRequest, prior: list[InputI
     for i, tool in enumerate(body.tools or ()):
         if tool.parameters is not None:
             limits.check_schema(config, tool.parameters, f"tools.{i}.parameters")
+    text_format = body.text.format if body.text else None
+    if text_format is not None and text_format.type == "json_schema":
+        if text_format.name is None or text_format.schema_ is None:
+            raise APIError(400, "text.format of type json_schema needs name and schema (an object)", "text.format")
+        limits.check_schema(config, text_format.schema_, "text.format.schema")
 
 
 def _texts(body: ResponsesRequest, prior: list[InputItem], new: list[InputItem]) -> Iterator[tuple[str, object]]:
@@ -162,7 +193,10 @@ async def create_response(body: ResponsesRequest, http_request: HTTPRequest):
     rendered = state.template.render(messages, tools, _THINKING.get(effort) if effort else None)
     max_tokens = check_prompt(state, rendered.prompt_token_ids, body.max_output_tokens, "input",
                               "max_output_tokens")
-    params = sampling_params(temperature=body.temperature, top_p=body.top_p, max_tokens=max_tokens)
+    constraint, param = _constraint(body, tools, rendered)
+    await structured_output.check(state, constraint, param)
+    params = sampling_params(temperature=body.temperature, top_p=body.top_p, max_tokens=max_tokens,
+                             structured_outputs=constraint)
     turn = Turn(state, store, body, prior + new, params, state.new_id("resp_"), int(time.time()))
     gen = Generation(state, Request(turn.response_id, rendered.prompt_token_ids, params))
     await gen.__aenter__()

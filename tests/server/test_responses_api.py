@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import json
 
+from typing import Literal
+
 import httpx
+import jsonschema
 import openai
 import pytest
+from pydantic import BaseModel, Field
 
 from live_server import API_KEY, MODEL, fake_app, thread_server
 from strata.server.parsing import ParsedToolCall
@@ -124,6 +128,34 @@ def test_function_call_items_render_like_chat_tool_calls(client):
     assert reply.tools[0].name == "get_weather" and reply.tool_choice == "auto"
 
 
+class Weather(BaseModel):
+    city: Literal["Paris", "Rome", "Oslo"]
+    days: int = Field(ge=1, le=7)
+
+
+def test_text_format_json_schema_is_enforced(client):
+    """The client's own structured-output helper: text.format json_schema (strict) from a pydantic model."""
+    reply = client.responses.parse(model=MODEL, input="Weather in Paris for the next days?", text_format=Weather,
+                                   max_output_tokens=64, temperature=0)
+    assert reply.status == "completed" and isinstance(reply.output_parsed, Weather)
+    assert reply.text.format.type == "json_schema" and reply.text.format.name == "Weather"
+
+
+@pytest.mark.parametrize("tool_choice", ["required", {"type": "function", "name": "get_time"}])
+def test_tool_choice_required_or_named_gives_a_valid_call(client, tool_choice):
+    clock = {"name": "get_time", "description": "Time in a zone", "type": "function",
+             "parameters": {"type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}},
+                            "required": ["zone"], "additionalProperties": False}}
+    reply = client.responses.create(model=MODEL, input="What now?", tools=[TOOLS[0], clock], tool_choice=tool_choice,
+                                    parallel_tool_calls=False, max_output_tokens=96, temperature=0)
+    calls = [item for item in reply.output if item.type == "function_call"]
+    assert reply.status == "completed" and len(calls) == 1
+    tool = {t["name"]: t for t in (TOOLS[0], clock)}[calls[0].name]
+    jsonschema.validate(json.loads(calls[0].arguments), tool["parameters"])
+    if isinstance(tool_choice, dict):
+        assert calls[0].name == "get_time" and reply.tool_choice.name == "get_time"
+
+
 # ---- a stand-in engine that thinks, then calls a tool --------------------------------------------
 
 def test_reasoning_and_function_call_items(tools_client):
@@ -185,7 +217,13 @@ def test_tool_round_trip_by_previous_response_id(tools_client):
     ({"background": True, "conversation": "c"}, "background", "does not support background, conversation"),
     ({"previous_response_id": "resp_unknown"}, "previous_response_id", "'resp_unknown' not found"),
     ({"tools": [{"type": "web_search"}]}, "tools.0.type", "'web_search' is not supported"),
-    ({"text": {"format": {"type": "json_schema"}}}, "text.format.type", "'json_schema' is not supported"),
+    ({"text": {"format": {"type": "json_schema", "name": "x"}}}, "text.format", "needs name and schema"),
+    ({"text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "nope"}}}}, "text.format.schema",
+     "not a valid JSON Schema"),
+    ({"text": {"format": {"type": "xml"}}}, "text.format.type", "'xml' is not supported"),
+    ({"tools": TOOLS, "tool_choice": "required", "text": {"format": {"type": "json_object"}}}, "text.format",
+     "each constrain the output"),
+    ({"tool_choice": "required"}, "tool_choice", "needs tools"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
      "input.0.message.content.0.type", "'input_image' is not supported"),
     ({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "[1]"}]},
