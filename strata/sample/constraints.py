@@ -22,20 +22,28 @@ from strata.types import SamplingParams, StructuredOutputs
 Window = tuple[int, int, list[int]]
 
 
+def _bits(bitmask: torch.Tensor, set_: bool) -> torch.Tensor:
+    """bitmask [R, W] int32 -> [R, 32 W] bool: where the bits are set (or clear). Read as bytes (little
+    endian: byte 4 w + j holds tokens 32 w + 8 j ..), which is lighter than shifting int32 words."""
+    as_bytes = bitmask.view(torch.uint8)                              # [R, 4 W]
+    bit_values = torch.ones(8, dtype=torch.uint8, device=bitmask.device) << torch.arange(
+        8, dtype=torch.uint8, device=bitmask.device)                  # made on the device: no host copy
+    masked = as_bytes.unsqueeze(-1) & bit_values                      # [R, 4 W, 8]
+    return (masked != 0 if set_ else masked == 0).reshape(bitmask.shape[0], -1)
+
+
 def unpack_bitmask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """bitmask [R, W] int32 (bit i of word w: token 32 w + i is allowed) -> allowed [R, V] bool."""
-    shifts = torch.arange(32, dtype=torch.int32, device=bitmask.device)
-    bits = (bitmask.unsqueeze(-1) >> shifts) & 1                      # [R, W, 32]
-    return bits.reshape(bitmask.shape[0], -1)[:, :vocab_size].bool()
+    return _bits(bitmask, True)[:, :vocab_size]
 
 
 def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
     """logits [R, V], bitmask [R, W] on the logits' device -> logits with disallowed tokens at -inf.
     A row that allows nothing (only a broken grammar gets there) is left as it is, rather than
     turned into NaN probabilities."""
-    allowed = unpack_bitmask(bitmask, logits.shape[-1])               # [R, V]
-    allowed |= ~allowed.any(dim=1, keepdim=True)
-    return logits.masked_fill(~allowed, float("-inf"))
+    blocked = _bits(bitmask, False)[:, :logits.shape[-1]]             # [R, V]
+    blocked &= ~blocked.all(dim=1, keepdim=True)
+    return logits.masked_fill(blocked, float("-inf"))
 
 
 class Constraints:
