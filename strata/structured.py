@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import re
 
 import llguidance
 from llguidance.gbnf_to_lark import GbnfToLarkError, any_to_lark
@@ -50,6 +51,26 @@ def grammar_of(constraint: StructuredOutputs) -> str:
         raise ValueError(f"the grammar is neither Lark nor GBNF: {e}") from e
 
 
+_THINK = 'think: /[^<]*/ "</think>" /[ \\n]*/'
+
+
+def after_reasoning(constraint: StructuredOutputs) -> StructuredOutputs:
+    """The constraint behind a reasoning block, for a template that opened <think> in the prompt: reasoning
+    (text without "<") and "</think>" first, then the constrained answer. A user's own grammar is left as it
+    is: it says itself what comes first."""
+    if constraint.json is not None or constraint.json_object:
+        schema = {"type": "object"} if constraint.json_object else constraint.json
+        schema = json.loads(schema) if isinstance(schema, str) else schema
+        body = "%json " + json.dumps({**schema, "x-guidance": JSON_OPTIONS} if isinstance(schema, dict) else schema)
+    elif constraint.regex is not None:
+        body = "/" + re.sub(r"(?<!\\)/", r"\/", constraint.regex) + "/"
+    elif constraint.choice is not None:
+        body = "(" + " | ".join(json.dumps(c) for c in constraint.choice) + ")"
+    else:
+        return constraint
+    return StructuredOutputs(grammar=f"start: think {body}\n{_THINK}")
+
+
 def tool_call_grammar(tools: list[tuple[str, dict]], parallel: bool = True,
                       starts_in_reasoning: bool = False) -> StructuredOutputs:
     """The output must be tool calls of these (name, parameters schema) in the Hermes form the output
@@ -62,7 +83,7 @@ def tool_call_grammar(tools: list[tuple[str, dict]], parallel: bool = True,
     lines = ["start: " + ("think " if starts_in_reasoning else "") + "call" + (' ("\\n" call)*' if parallel else ""),
              'call: "<tool_call>\\n" %json ' + json.dumps(body) + ' "\\n</tool_call>"']
     if starts_in_reasoning:
-        lines.append('think: /[^<]*/ "</think>" /[ \\n]*/')
+        lines.append(_THINK)
     return StructuredOutputs(grammar="\n".join(lines))
 
 

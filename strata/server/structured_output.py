@@ -95,7 +95,12 @@ def requested(body, tools: list[ToolSpec] | None = None, tool_choice=None, paral
     if len(found) > 1:
         raise APIError(400, f"{' and '.join(f for _, f in found)} each constrain the output; give only one of them",
                        found[1][1])
-    return found[0] if found else (None, None)
+    if not found:
+        return None, None
+    constraint, field = found[0]
+    if starts_in_reasoning and field != "tool_choice":  # the parser reads the output as reasoning until </think>
+        constraint = structured.after_reasoning(constraint)
+    return constraint, field
 
 
 async def check(state, constraint: StructuredOutputs | None, param: str | None) -> None:

@@ -159,3 +159,22 @@ def test_verification_rejects_a_draft_the_grammar_refuses(llg_tokenizer, hf_toke
     windows = [(ScheduledSlot(s, 0, 3, [], [1, a, x], draft_token_ids=[a, x]), 0) for s in (0, 1)]
     for tokens, num_accepted in _verify(sampler, logits, windows, [0, 3], None):
         assert (tokens, num_accepted) == ([a, c], 1)
+
+
+@pytest.mark.parametrize("constraint, answer", [
+    (StructuredOutputs(json=SCHEMA), '{"name":"x/y","n":3,"tags":["a"]}'),
+    (StructuredOutputs(json_object=True), '{"k":[1,2]}'),
+    (StructuredOutputs(regex=r"[0-9]+/[a-z]"), "12/b"),
+    (StructuredOutputs(choice=["yes", "no"]), "no"),
+])
+def test_a_constraint_after_reasoning_keeps_the_reasoning_first(llg_tokenizer, hf_tokenizer, constraint, answer):
+    """For a template that opened <think>: reasoning, </think>, then the answer the constraint allows."""
+    wrapped = structured.after_reasoning(constraint)
+    structured.check(wrapped, llg_tokenizer)
+    matcher = structured.new_matcher(wrapped, llg_tokenizer)
+    good = ids(hf_tokenizer, "Let me think.\n</think>\n\n" + answer)
+    assert matcher.try_consume_tokens(good) == len(good) and matcher.is_accepting()
+    matcher.reset()
+    bad = ids(hf_tokenizer, "Let me think.\n</think>\n\nnot it")
+    assert matcher.try_consume_tokens(bad) < len(bad)
+    assert structured.after_reasoning(StructuredOutputs(grammar='start: "a"')).grammar == 'start: "a"'

@@ -208,3 +208,14 @@ def test_bad_constraints_are_400s_naming_the_problem(live, model, body, param, m
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["param"] == param and re.search(message, error["message"]), error
+
+
+def test_a_template_that_opens_think_keeps_its_reasoning_before_the_constraint():
+    from strata.server import structured_output
+    from strata.server.protocol_openai import ChatCompletionRequest
+
+    body = ChatCompletionRequest(model="m", messages=[{"role": "user", "content": "x"}],
+                                 response_format={"type": "json_object"})
+    constraint, field = structured_output.requested(body, starts_in_reasoning=True)
+    assert field == "response_format" and constraint.grammar.startswith("start: think %json")
+    assert structured_output.requested(body)[0].json_object
