@@ -19,6 +19,9 @@ from strata.spec.verify_step import _verify
 from strata.types import SamplingParams, ScheduledSlot, StructuredOutputs
 
 V = 49152
+# CPU always; CUDA too on the GPU machine (`-m gpu`): pinned bitmasks, byte views and index copies there
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device")])]
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +36,8 @@ def llg_tokenizer(hf_tokenizer):
     return structured.llg_tokenizer(hf_tokenizer, V, (hf_tokenizer.eos_token_id,))
 
 
-def grammar_sampler(llg_tokenizer, hf_tokenizer, max_num_seqs: int = 4) -> Sampler:
-    sampler = Sampler(max_num_seqs, V, [hf_tokenizer.eos_token_id], "cpu", seed=0)
+def grammar_sampler(llg_tokenizer, hf_tokenizer, max_num_seqs: int = 4, device: str = "cpu") -> Sampler:
+    sampler = Sampler(max_num_seqs, V, [hf_tokenizer.eos_token_id], device, seed=0)
     sampler.constraints.new_matcher = lambda c: structured.new_matcher(c, llg_tokenizer)
     return sampler
 
@@ -43,15 +46,17 @@ def ids(tokenizer, text: str) -> list[int]:
     return tokenizer.encode(text, add_special_tokens=False)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("vocab_size", [1, 31, 32, 33, 100])
-def test_bitmask_expansion_equals_a_bit_loop(vocab_size):
+def test_bitmask_expansion_equals_a_bit_loop(vocab_size, device):
     words = (vocab_size + 31) // 32
     bitmask = torch.randint(-2**31, 2**31 - 1, (3, words), dtype=torch.int32, generator=torch.Generator().manual_seed(1))
+    bitmask[2] = 0  # a row that allows nothing
     expected = torch.tensor([[bool((int(bitmask[r, t // 32]) >> (t % 32)) & 1) for t in range(vocab_size)]
                              for r in range(3)])
-    assert torch.equal(unpack_bitmask(bitmask, vocab_size), expected)
+    assert torch.equal(unpack_bitmask(bitmask.to(device), vocab_size).cpu(), expected)
     logits = torch.randn(3, vocab_size)
-    masked = apply_bitmask(logits, bitmask)
+    masked = apply_bitmask(logits.to(device), bitmask.to(device)).cpu()
     for r in range(3):
         if expected[r].any():
             assert torch.equal(masked[r], logits[r].masked_fill(~expected[r], float("-inf")))
@@ -59,9 +64,10 @@ def test_bitmask_expansion_equals_a_bit_loop(vocab_size):
             assert torch.equal(masked[r], logits[r])
 
 
-def test_logit_bias_forces_and_bans_tokens_under_greedy():
-    sampler = Sampler(3, 50, [0], "cpu")
-    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0))
+@pytest.mark.parametrize("device", DEVICES)
+def test_logit_bias_forces_and_bans_tokens_under_greedy(device):
+    sampler = Sampler(3, 50, [0], device)
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(0)).to(device)
     top = logits.argmax(dim=1).tolist()
     sampler.add_slot(0, SamplingParams(temperature=0.0, logit_bias={7: 100.0}), [1])
     sampler.add_slot(1, SamplingParams(temperature=0.0, logit_bias={top[1]: -100.0}), [1])
@@ -112,15 +118,16 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength
     (StructuredOutputs(choice=["yes", "no", "été"]), lambda text: text in ("yes", "no", "été")),
     (StructuredOutputs(grammar='root ::= "(" [a-c]+ ")"'), lambda text: re.fullmatch(r"\([a-c]+\)", text)),
 ])
-def test_random_logits_under_a_grammar_give_valid_text(llg_tokenizer, hf_tokenizer, constraint, accepts):
-    sampler = grammar_sampler(llg_tokenizer, hf_tokenizer)
+@pytest.mark.parametrize("device", DEVICES)
+def test_random_logits_under_a_grammar_give_valid_text(llg_tokenizer, hf_tokenizer, constraint, accepts, device):
+    sampler = grammar_sampler(llg_tokenizer, hf_tokenizer, device=device)
     eos = hf_tokenizer.eos_token_id
     for seed in range(3):
         sampler.add_slot(1, SamplingParams(temperature=1.0, seed=seed, structured_outputs=constraint), [1])
         generator = torch.Generator().manual_seed(seed)
         out = []
         while not out or out[-1] != eos:
-            token = sampler.sample(torch.randn(1, V, generator=generator) * 3, [1]).token_ids[0]
+            token = sampler.sample((torch.randn(1, V, generator=generator) * 3).to(device), [1]).token_ids[0]
             sampler.append_output(1, [token])
             out.append(token)
             assert len(out) < 200
@@ -144,10 +151,11 @@ def test_window_masks_walk_the_drafts_and_commit_advances(llg_tokenizer, hf_toke
     assert matcher.validate_tokens([c]) == 1 and matcher.validate_tokens([a]) == 0
 
 
-def test_verification_rejects_a_draft_the_grammar_refuses(llg_tokenizer, hf_tokenizer):
+@pytest.mark.parametrize("device", DEVICES)
+def test_verification_rejects_a_draft_the_grammar_refuses(llg_tokenizer, hf_tokenizer, device):
     """The target (unconstrained) would accept every draft; the grammar refuses the second, so one is
     accepted and the token at the refusal is the grammar's choice. Greedy and sampled windows alike."""
-    sampler = grammar_sampler(llg_tokenizer, hf_tokenizer)
+    sampler = grammar_sampler(llg_tokenizer, hf_tokenizer, device=device)
     a, c, x = (ids(hf_tokenizer, t)[0] for t in "acx")
     for slot_id, temperature in ((0, 0.0), (1, 0.7)):
         sampler.add_slot(slot_id, SamplingParams(temperature=temperature, seed=1,
@@ -157,7 +165,7 @@ def test_verification_rejects_a_draft_the_grammar_refuses(llg_tokenizer, hf_toke
         logits[start, a] = logits[start + 1, x] = logits[start + 2, c] = 50.0
         logits[start + 1, c] = 10.0
     windows = [(ScheduledSlot(s, 0, 3, [], [1, a, x], draft_token_ids=[a, x]), 0) for s in (0, 1)]
-    for tokens, num_accepted in _verify(sampler, logits, windows, [0, 3], None):
+    for tokens, num_accepted in _verify(sampler, logits.to(device), windows, [0, 3], None):
         assert (tokens, num_accepted) == ([a, c], 1)
 
 
