@@ -1,4 +1,5 @@
-"""GGUF blocks (Q8_0, Q4_K, Q6_K) -> dense 16-bit weights on the GPU in one launch.
+"""GGUF blocks (the types packed_gemv reads: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) -> dense 16-bit
+weights on the GPU in one launch.
 
 Prompt-sized steps multiply by dense weights: they dequantize a packed projection (or a layer's used
 experts) into a temporary and run the 16-bit GEMM. gguf_blocks.dequantize_ref does the same in a dozen

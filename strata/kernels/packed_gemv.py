@@ -1,17 +1,24 @@
-"""Few-row projections over packed GGUF blocks (Q8_0, Q4_K, Q6_K) as one Triton launch.
+"""Few-row projections over packed GGUF blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) as one
+Triton launch.
 
 y = x @ W.T for x [M <= 16, K] where W [N, K] is stored as GGUF rows of blocks (a row is K / 256
-superblocks of 256 weights, or K / 32 blocks of 32 for Q8_0, byte for byte as in the file). Each
-program owns BLOCK_N rows of W and walks K one 256-weight chunk at a time: it gathers the chunk's
+superblocks of 256 weights, or K / 32 blocks of 32 for the 32-value types, byte for byte as in the
+file). Each program owns BLOCK_N rows of W and walks K one 256-weight chunk at a time (eight blocks of
+the 32-value types, the last chunk of a row partial when 256 does not divide K): it gathers the chunk's
 bytes, decodes scales and quants in registers, and multiplies on the CUDA cores, so the weights cross
 memory once at their packed size (~0.56 byte per weight at Q4_K against 2 at bf16). Decode of a step
 of one sequence is bandwidth-bound, which is what packing buys.
 
 Layouts (gguf-py's quants.py is the reference; `packed_gemv_ref` dequantizes with it):
-- Q8_0, 34 bytes per 32: f16 d, 32 x int8 q; w = d * q.
+- 32-value blocks (llama.cpp's fallbacks for rows 256 does not divide: Q4_K -> Q5_0, Q5_K -> Q5_1,
+  Q6_K -> Q8_0): f16 d, for the _1 types f16 m, for Q5_* 4 bytes of fifth bits (bit i: weight i), then
+  the quants: Q8_0 32 x int8 (w = d * q); Q4_* / Q5_* 16 bytes, weight i < 16 in the low nibble of
+  byte i, weight 16 + i in its high one; w = d * (q - 8) (Q4_0), d * (q - 16) (Q5_0), d * q + m (_1).
 - Q4_K, 144 bytes per 256: f16 d, f16 dmin, 12 bytes of 6-bit scales and mins for 8 sub-blocks of 32,
   128 bytes of 4-bit quants (bytes 32j..32j+31 hold sub-block 2j in their low nibbles, 2j+1 in their
   high ones); w = d * sc[s] * q - dmin * m[s].
+- Q5_K, 176 bytes per 256: Q4_K's header, then 32 bytes of fifth bits (bit s of byte l: weight l of
+  sub-block s), then Q4_K's 128 bytes of low 4 bits.
 - Q6_K, 210 bytes per 256: 128 bytes of low 4 bits, 64 bytes of high 2 bits, 16 int8 scales (one per
   16 weights), f16 d; w = d * scale * (q - 32).
 """
@@ -33,29 +40,23 @@ if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
 
 MAX_ROWS = 16
-# gguf.GGMLQuantizationType values -> (weights per block, bytes per block)
-Q8_0, Q4_K, Q6_K = 8, 12, 14
-BLOCK_LAYOUT = {Q8_0: (32, 34), Q4_K: (256, 144), Q6_K: (256, 210)}
-CHUNK = 256  # weights of one row decoded per inner step (one superblock, or eight Q8_0 blocks)
-
-
-# Q8_0 rows of any whole number of 32-value blocks (a partial last chunk, masked by `_chunk_ok` / `_chunk_x`):
-# what Qwen4-Exp's 640-wide expert down rows need. Checked against the references in Triton's interpreter
-# only (session 15 had no device time left): the GPU tests with partial chunks (tests/kernels, "partial")
-# must pass on a GPU before this is turned on.
-Q8_0_PARTIAL_CHUNKS = False
+# gguf.GGMLQuantizationType values -> (weights per block, bytes per block); the kernels tell the 32-value
+# types (all below Q4_K's 12) from the superblock ones by value
+Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K = 2, 3, 6, 7, 8, 12, 13, 14
+BLOCK_LAYOUT = {Q4_0: (32, 18), Q4_1: (32, 20), Q5_0: (32, 22), Q5_1: (32, 24), Q8_0: (32, 34),
+                Q4_K: (256, 144), Q5_K: (256, 176), Q6_K: (256, 210)}
+CHUNK = 256  # weights of one row decoded per inner step (one superblock, or eight 32-value blocks)
 
 
 def supports(qtype: int, k: int) -> bool:
-    """Rows of whole 256-value chunks (superblocks, or eight Q8_0 blocks), or with Q8_0_PARTIAL_CHUNKS any
-    number of Q8_0 blocks."""
-    if qtype == Q8_0 and Q8_0_PARTIAL_CHUNKS:
-        return k % BLOCK_LAYOUT[Q8_0][0] == 0
-    return qtype in BLOCK_LAYOUT and k % CHUNK == 0
+    """Rows of whole blocks of a type the kernels read: any number of 32-value blocks (a partial last
+    chunk is masked by `_chunk_ok` / `_chunk_x`: Qwen4-Exp's 640-wide expert down rows), whole superblocks."""
+    return qtype in BLOCK_LAYOUT and k % BLOCK_LAYOUT[qtype][0] == 0
 
 
 def num_chunks(k: int) -> int:
-    """256-value chunks of a row of K values (the last one partial for Q8_0 rows of K % 256 != 0)."""
+    """256-value chunks of a row of K values (the last one partial for 32-value types when 256 does not
+    divide K)."""
     return -(-k // CHUNK)
 
 
@@ -103,6 +104,26 @@ def packed_gemv(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: in
 if triton is not None:
 
     @triton.jit
+    def _block_bytes(QTYPE: tl.constexpr):
+        """Bytes of one block of QTYPE (BLOCK_LAYOUT's second column)."""
+        bb = 210
+        if QTYPE == 2:
+            bb = 18
+        elif QTYPE == 3:
+            bb = 20
+        elif QTYPE == 6:
+            bb = 22
+        elif QTYPE == 7:
+            bb = 24
+        elif QTYPE == 8:
+            bb = 34
+        elif QTYPE == 12:
+            bb = 144
+        elif QTYPE == 13:
+            bb = 176
+        return bb
+
+    @triton.jit
     def _f16_at(ptr, mask):
         """The little-endian float16 at byte pointers `ptr`, as float32."""
         lo = tl.load(ptr, mask=mask, other=0).to(tl.uint16)
@@ -122,10 +143,43 @@ if triton is not None:
         return _f16_at(base3, ok3) * sc, _f16_at(base3 + 2, ok3) * mn
 
     @triton.jit
-    def _q4k_quants(base, r, l, n_ok):
-        """Q4_K quants 0..15 [BN, SB, 8, 32]: row r is sub-block r (nibble r % 2 of bytes 32 * (r // 2) + l)."""
-        qbyte = tl.load(base + 16 + (r // 2) * 32 + l, mask=n_ok, other=0).to(tl.int32)
-        return ((qbyte >> ((r % 2) * 4)) & 15).to(tl.float32)
+    def _q4k_quants(base, r, l, n_ok, QTYPE: tl.constexpr):
+        """Q4_K quants 0..15 [BN, SB, 8, 32]: row r is sub-block r (nibble r % 2 of bytes 32 * (r // 2) + l);
+        Q5_K's 0..31 add bit r of byte l of the fifth bits (bytes 16..47, before the nibbles)."""
+        if QTYPE == 13:
+            qbyte = tl.load(base + 48 + (r // 2) * 32 + l, mask=n_ok, other=0).to(tl.int32)
+            high = tl.load(base + 16 + l, mask=n_ok, other=0).to(tl.int32)
+            q = ((qbyte >> ((r % 2) * 4)) & 15) | (((high >> r) & 1) << 4)
+        else:
+            qbyte = tl.load(base + 16 + (r // 2) * 32 + l, mask=n_ok, other=0).to(tl.int32)
+            q = (qbyte >> ((r % 2) * 4)) & 15
+        return q.to(tl.float32)
+
+    @triton.jit
+    def _small_block(base, l, n_ok, QTYPE: tl.constexpr):
+        """32-value blocks at byte pointers base [BN, SB, 8, 1] -> (d * q + m as factors: q [BN, SB, 8, 32]
+        float32 with the _0 types' offset taken off, d [BN, SB, 8], m [BN, SB, 8], zero for the _0 types)."""
+        d = tl.sum(_f16_at(base, n_ok), axis=3)
+        if QTYPE == 8:
+            q = tl.load(base + 2 + l, mask=n_ok, other=0).to(tl.int8, bitcast=True).to(tl.float32)
+            m = d * 0.0
+        else:
+            first = 2 if (QTYPE == 2 or QTYPE == 6) else 4   # after d, or after d and m
+            quants = first + 4 if (QTYPE == 6 or QTYPE == 7) else first
+            q = (tl.load(base + quants + l % 16, mask=n_ok, other=0).to(tl.int32) >> ((l // 16) * 4)) & 15
+            if QTYPE == 6 or QTYPE == 7:
+                high = tl.load(base + first + l // 8, mask=n_ok, other=0).to(tl.int32)
+                q = q | (((high >> (l % 8)) & 1) << 4)
+            if QTYPE == 2:
+                q = q - 8
+            elif QTYPE == 6:
+                q = q - 16
+            q = q.to(tl.float32)
+            if QTYPE == 3 or QTYPE == 7:
+                m = tl.sum(_f16_at(base + 2, n_ok), axis=3)
+            else:
+                m = d * 0.0
+        return q, d, m
 
     @triton.jit
     def _q6k_quants(base, r, l, n_ok):
@@ -139,17 +193,17 @@ if triton is not None:
 
     @triton.jit
     def _chunk_ok(n_ok, sb, r, k, QTYPE: tl.constexpr, SB: tl.constexpr):
-        """The rows' mask, and for Q8_0 also whether each 32-value block of chunks sb.. lies within K
+        """The rows' mask, and for the 32-value types also whether each block of chunks sb.. lies within K
         [BN, SB, 8, 1] (a row's last chunk may be partial); the K-quant types have whole chunks."""
         ok = n_ok   # one return: Triton's compiler wants every return of one shape
-        if QTYPE == 8:
+        if QTYPE < 12:
             ok = n_ok & (((sb + tl.arange(0, SB))[None, :, None, None] * 256 + r * 32) < k)
         return ok
 
     @triton.jit
     def _chunk_x(x_ptr, sb, x_offs, k, QTYPE: tl.constexpr):
-        """Activations of chunks sb.. at x_offs [1, SB, 8, 32] as float32 (zeros past K for Q8_0)."""
-        if QTYPE == 8:
+        """Activations of chunks sb.. at x_offs [1, SB, 8, 32] as float32 (zeros past K for the 32-value types)."""
+        if QTYPE < 12:
             x = tl.load(x_ptr + sb * 256 + x_offs, mask=sb * 256 + x_offs < k, other=0.0)
         else:
             x = tl.load(x_ptr + sb * 256 + x_offs)
@@ -161,14 +215,17 @@ if triton is not None:
         Tiles are [BLOCK_N, SB, 8, 32]: superblock, row r of 32 weights in gguf's order, weight l in it
         (weight index r * 32 + l); x [1, SB, 8, 32] in the same order. Quants are summed against x per
         group first and scaled per group after, so scales cost a few operations per 32 weights."""
-        if QTYPE == 8:   # Q8_0: row r of a superblock is one 34-byte block
-            base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * 272 + r * 34      # [BN, SB, 8, 1]
-            q = tl.load(base + 2 + l, mask=n_ok, other=0).to(tl.int8, bitcast=True).to(tl.float32)
-            d = tl.sum(_f16_at(base, n_ok), axis=3)                                            # [BN, SB, 8]
-            part = d * tl.sum(q * x, axis=3)
-        elif QTYPE == 12:  # Q4_K
-            base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * 144                 # [BN, SB, 1, 1]
-            q = _q4k_quants(base, r, l, n_ok)                                                  # [BN, SB, 8, 32]
+        if QTYPE < 12:   # 32-value blocks: row r of a chunk is one block
+            bb = _block_bytes(QTYPE)
+            base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * (8 * bb) + r * bb  # [BN, SB, 8, 1]
+            q, d, m = _small_block(base, l, n_ok, QTYPE)                                      # [BN, SB, 8, 32]
+            part = d * tl.sum(q * x, axis=3)                                                   # [BN, SB, 8]
+            if QTYPE == 3 or QTYPE == 7:
+                part += m * tl.sum(x, axis=3)
+        elif QTYPE == 12 or QTYPE == 13:  # Q4_K, Q5_K
+            bb = _block_bytes(QTYPE)
+            base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * bb                  # [BN, SB, 1, 1]
+            q = _q4k_quants(base, r, l, n_ok, QTYPE)                                           # [BN, SB, 8, 32]
             scale, offset = _q4k_scales(tl.reshape(base, (BLOCK_N, SB, 1)), tl.reshape(r, (1, 1, 8)),
                                         tl.reshape(n_ok, (BLOCK_N, 1, 1)))                     # [BN, SB, 8]
             part = scale * tl.sum(q * x, axis=3) - offset * tl.sum(x, axis=3)
@@ -187,15 +244,16 @@ if triton is not None:
     def _chunk_values(row_ptr, sb, r, l, n_ok, QTYPE: tl.constexpr, SB: tl.constexpr, BLOCK_N: tl.constexpr):
         """The weights _chunk_dot multiplies, as float32 [BLOCK_N, SB, 8, 32] in the same order (gguf's
         dequantization: d * q, d * sc * q - dmin * m, d * scale * q)."""
-        if QTYPE == 8:
-            base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * 272 + r * 34
-            q = tl.load(base + 2 + l, mask=n_ok, other=0).to(tl.int8, bitcast=True).to(tl.float32)
-            values = _f16_at(base, n_ok) * q
-        elif QTYPE == 12:
-            base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * 144
+        if QTYPE < 12:
+            bb = _block_bytes(QTYPE)
+            base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * (8 * bb) + r * bb
+            q, d, m = _small_block(base, l, n_ok, QTYPE)
+            values = tl.reshape(d, (BLOCK_N, SB, 8, 1)) * q + tl.reshape(m, (BLOCK_N, SB, 8, 1))
+        elif QTYPE == 12 or QTYPE == 13:
+            base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * _block_bytes(QTYPE)
             scale, offset = _q4k_scales(tl.reshape(base, (BLOCK_N, SB, 1)), tl.reshape(r, (1, 1, 8)),
                                         tl.reshape(n_ok, (BLOCK_N, 1, 1)))
-            values = tl.reshape(scale, (BLOCK_N, SB, 8, 1)) * _q4k_quants(base, r, l, n_ok) \
+            values = tl.reshape(scale, (BLOCK_N, SB, 8, 1)) * _q4k_quants(base, r, l, n_ok, QTYPE) \
                 - tl.reshape(offset, (BLOCK_N, SB, 8, 1))
         else:
             base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * 210

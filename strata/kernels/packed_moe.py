@@ -18,8 +18,9 @@ Three CUDA paths, picked per call by `packed_moe`:
   the block's rows on the tensor cores, so each used expert is read once per row block.
 - dequantized: the used experts are dequantized to hidden's dtype and go through the 16-bit grouped GEMMs
   (fused_moe). One host sync (which experts are used).
-Types the block kernels do not read (Q5_K, IQ4_XS, Q4_0, Q4_1; K-quant rows not a multiple of 256) always
-take the dequantized path (Q8_0 rows of any whole number of blocks are read: 640-wide down rows); inside a capture that path dequantizes every expert of the layer (no sync).
+Types the block kernels do not read (IQ4_XS, Q2_K, Q3_K; superblock rows not a multiple of 256) always take
+the dequantized path (rows of any whole number of 32-value blocks are read: Qwen4-Exp's 640-wide down rows
+in Q5_0 / Q8_0); inside a capture that path dequantizes every expert of the layer (no sync).
 """
 
 from __future__ import annotations

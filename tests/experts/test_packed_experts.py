@@ -262,20 +262,22 @@ def test_packed_moe_layer_on_cuda_matches_dense_experts(moe_256, tmp_path, token
         assert ((out.float() - expected.float()).abs().max() / expected.float().abs().max()) < 2e-2
 
 
-@pytest.mark.parametrize("inter, expected", [(512, True), (640, False)])
-def test_graphs_only_when_the_kernels_read_every_packed_expert_layer(inter, expected):
-    """Qwen4-Exp's 640-wide down rows are not whole superblocks: at Q4_K_M they come as Q8_0, which the
-    packed MoE kernels read in 256-value chunks only; such a layer would dequantize all its experts inside
-    every captured graph (the H200 run ran out of memory at 117 GiB of graph pools), so graphs stay off."""
+@pytest.mark.parametrize("down_type, inter, expected", [("Q8_0", 640, True), ("Q5_0", 640, True), ("Q6_K", 512, True),
+                                                        ("IQ4_XS", 512, False)])
+def test_graphs_only_when_the_kernels_read_every_packed_expert_layer(down_type, inter, expected):
+    """A packed expert layer the MoE kernels cannot read in place would dequantize all its experts inside
+    every captured graph (Qwen4-Exp at Q4_K_M ran out of memory at 117 GiB of graph pools before its 640-wide
+    Q8_0 down rows were read), so graphs stay off then; Qwen4-Exp's Q8_0 / Q5_0 down rows are read."""
     from types import SimpleNamespace
 
     from strata.model.packed import PackedExpertWeight
     from strata.runner.model_runner import packed_experts_read_in_place
 
-    q4k, q8 = gguf.GGMLQuantizationType.Q4_K, gguf.GGMLQuantizationType.Q8_0
+    q4k, q2 = gguf.GGMLQuantizationType.Q4_K, gguf.GGMLQuantizationType[down_type]
     hidden = 512
+    per_block, block_bytes = gguf.GGML_QUANT_SIZES[q2]
     w13 = PackedExpertWeight(torch.zeros(2, 2 * inter, hidden // 256 * 144, dtype=torch.uint8), q4k, hidden)
-    w2 = PackedExpertWeight(torch.zeros(2, hidden, inter // 32 * 34, dtype=torch.uint8), q8, inter)
+    w2 = PackedExpertWeight(torch.zeros(2, hidden, inter // per_block * block_bytes, dtype=torch.uint8), q2, inter)
     model = torch.nn.Module()
     model.experts = PackedLocalExperts(w13, w2)
     model.config = SimpleNamespace(hidden_size=hidden, moe_intermediate_size=inter)

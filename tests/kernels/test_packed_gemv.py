@@ -8,14 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-from strata.kernels.packed_gemv import BLOCK_LAYOUT, Q4_K, Q6_K, Q8_0, packed_gemv, packed_gemv_ref, supports
+from strata.kernels.packed_gemv import (BLOCK_LAYOUT, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, packed_gemv,
+                                       packed_gemv_ref, supports)
 
 gpu = pytest.mark.gpu
 
 
 def random_blocks(qtype: int, n: int, k: int, seed: int) -> torch.Tensor:
-    """uint8 [n, row_bytes] of valid blocks: gguf-py quantizes Q8_0; for the K-quants random bytes with
-    their f16 fields (d, dmin) set to small finite values."""
+    """uint8 [n, row_bytes] of valid blocks: gguf-py quantizes Q8_0; for the other types random bytes with
+    their f16 fields (d, and m / dmin) set to small finite values."""
     rng = np.random.default_rng(seed)
     per_block, block_bytes = BLOCK_LAYOUT[qtype]
     if qtype == Q8_0:
@@ -23,7 +24,7 @@ def random_blocks(qtype: int, n: int, k: int, seed: int) -> torch.Tensor:
 
         return torch.from_numpy(quantize(rng.standard_normal((n, k), dtype=np.float32), qtype))
     blocks = rng.integers(0, 256, (n, k // per_block, block_bytes), dtype=np.uint8)
-    f16_fields = {Q4_K: (0, 2), Q6_K: (208,)}[qtype]
+    f16_fields = {Q4_0: (0,), Q4_1: (0, 2), Q5_0: (0,), Q5_1: (0, 2), Q4_K: (0, 2), Q5_K: (0, 2), Q6_K: (208,)}[qtype]
     for offset in f16_fields:
         scale = rng.uniform(1e-3, 2e-2, (n, k // per_block)).astype(np.float16)
         blocks[:, :, offset:offset + 2] = scale.view(np.uint8).reshape(n, k // per_block, 2)
@@ -39,8 +40,15 @@ def test_ref_matches_a_plain_dequantization():
     torch.testing.assert_close(packed_gemv_ref(x, blocks, Q8_0, 5, 64), x @ torch.from_numpy(weight.reshape(5, 64)).t())
 
 
-def test_supports_only_whole_chunks():
-    assert supports(Q4_K, 512) and not supports(Q4_K, 320) and not supports(2, 256)
+SMALL_BLOCK_TYPES = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0]
+
+
+def test_supports_whole_blocks_of_the_types_read():
+    """Superblock types need whole superblocks; 32-value types any number of blocks (a partial last chunk);
+    types the kernels do not decode (IQ4_XS = 23, Q2_K = 10) are never claimed."""
+    assert supports(Q4_K, 512) and not supports(Q4_K, 320) and not supports(Q5_K, 640)
+    assert all(supports(q, 640) and supports(q, 32) and not supports(q, 48) for q in SMALL_BLOCK_TYPES)
+    assert not supports(23, 256) and not supports(10, 256)
 
 
 @gpu
@@ -94,28 +102,20 @@ def test_packed_dequant_matches_the_reference(qtype, dtype):
         assert out.dtype == dtype and torch.equal(out.cpu(), expected)
 
 
-def test_q8_0_partial_chunks_only_when_turned_on(monkeypatch):
-    from strata.kernels import packed_gemv
-
-    assert not supports(Q8_0, 640) and supports(Q8_0, 768)
-    monkeypatch.setattr(packed_gemv, "Q8_0_PARTIAL_CHUNKS", True)
-    assert supports(Q8_0, 640) and supports(Q8_0, 32) and not supports(Q4_K, 640)
-
-
 @gpu
+@pytest.mark.parametrize("qtype", SMALL_BLOCK_TYPES)
 @pytest.mark.parametrize("rows, n, k", [(1, 33, 640), (3, 64, 96), (16, 7, 32)])
-def test_packed_gemv_and_dequant_partial_q8_0_chunks(rows, n, k, monkeypatch):
-    """Q8_0 rows that are not whole 256-value chunks (Qwen4-Exp's 640-wide expert down rows): the gemv and
-    the 16-bit dequantization against the references (run this before turning Q8_0_PARTIAL_CHUNKS on)."""
+def test_packed_gemv_and_dequant_partial_chunks(qtype, rows, n, k):
+    """32-value-block rows that are not whole 256-value chunks (Qwen4-Exp's 640-wide expert down rows, in
+    llama.cpp's Q5_0 / Q5_1 / Q8_0 fallbacks): the gemv and the 16-bit dequantization against the references."""
     from strata.kernels import packed_dequant, packed_gemv
     from strata.kernels.gguf_blocks import dequantize_ref
 
-    monkeypatch.setattr(packed_gemv, "Q8_0_PARTIAL_CHUNKS", True)
-    blocks = random_blocks(Q8_0, n, k, seed=rows + k)
+    blocks = random_blocks(qtype, n, k, seed=rows + k)
     x = torch.randn(rows, k, generator=torch.Generator().manual_seed(k)).to(torch.bfloat16)
-    expected = packed_gemv_ref(x, blocks, Q8_0, n, k)
-    out = packed_gemv.packed_gemv(x.cuda(), blocks.cuda(), Q8_0, n, k)
-    scale = (x.float().abs() @ packed_gemv_ref(torch.eye(k), blocks, Q8_0, n, k).abs()).clamp_min(1.0)
+    expected = packed_gemv_ref(x, blocks, qtype, n, k)
+    out = packed_gemv.packed_gemv(x.cuda(), blocks.cuda(), qtype, n, k)
+    scale = (x.float().abs() @ packed_gemv_ref(torch.eye(k), blocks, qtype, n, k).abs()).clamp_min(1.0)
     assert ((out.cpu() - expected).abs() / scale).max() < 1e-5
-    dense = packed_dequant.dequantize(blocks.cuda(), Q8_0, k, torch.float32)
-    torch.testing.assert_close(dense.cpu(), dequantize_ref(blocks, Q8_0, k), rtol=0, atol=0)
+    dense = packed_dequant.dequantize(blocks.cuda(), qtype, k, torch.float32)
+    torch.testing.assert_close(dense.cpu(), dequantize_ref(blocks, qtype, k), rtol=0, atol=0)

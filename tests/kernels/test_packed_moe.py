@@ -12,11 +12,10 @@ import torch
 
 from gguf_writer import random_blocks
 from strata.kernels import packed_moe as packed_moe_module
-from strata.kernels.packed_gemv import Q4_K, Q6_K, Q8_0
+from strata.kernels.packed_gemv import Q4_K, Q5_0, Q5_K, Q6_K, Q8_0
 from strata.kernels.packed_moe import packed_moe, packed_moe_ref, pairs_supported
 
 gpu = pytest.mark.gpu
-Q5_K = 13
 
 
 def experts(qtype: int, num: int, rows: int, k: int, seed: int, pad: int = 0) -> torch.Tensor:
@@ -51,8 +50,10 @@ def check(out: torch.Tensor, hidden, w13, qtype13, w2, qtype2, ids, weights) -> 
 
 
 def test_pairs_kernel_types():
+    IQ4_XS = int(gguf.GGMLQuantizationType.IQ4_XS)
     assert pairs_supported(Q4_K, Q6_K, 2048, 768) and pairs_supported(Q8_0, Q8_0, 256, 256)
-    assert not pairs_supported(Q5_K, Q6_K, 2048, 768) and not pairs_supported(Q4_K, Q4_K, 2048, 96)
+    assert pairs_supported(Q5_K, Q6_K, 2048, 768) and pairs_supported(Q4_K, Q5_0, 512, 640)
+    assert not pairs_supported(IQ4_XS, Q6_K, 2048, 768) and not pairs_supported(Q4_K, Q4_K, 2048, 96)
 
 
 @gpu
@@ -106,13 +107,12 @@ def on_device(w: torch.Tensor) -> torch.Tensor:
 
 @gpu
 @pytest.mark.parametrize("tokens", [1, 3, 40])
-def test_packed_moe_with_partial_q8_0_down_chunks(tokens, monkeypatch):
-    """Qwen4-Exp's layout at Q4_K_M: Q4_K gate/up over 512 values, Q8_0 down rows of 640 values (not whole
-    256-value chunks); pairs and grouped paths against the reference (before Q8_0_PARTIAL_CHUNKS goes on)."""
-    from strata.kernels import packed_gemv
-
-    monkeypatch.setattr(packed_gemv, "Q8_0_PARTIAL_CHUNKS", True)
-    hidden, w13, w2, ids, weights = case(Q4_K, Q8_0, tokens, dim=512, inter=640, seed=tokens)
-    assert pairs_supported(Q4_K, Q8_0, 512, 640)
-    out = packed_moe(hidden.cuda(), on_device(w13), Q4_K, on_device(w2), Q8_0, ids.cuda(), weights.cuda())
-    check(out, hidden, w13, Q4_K, w2, Q8_0, ids, weights)
+@pytest.mark.parametrize("down_type", [Q8_0, Q5_0])
+def test_packed_moe_with_partial_down_chunks(tokens, down_type):
+    """Qwen4-Exp's layout at Q4_K_M: Q4_K gate/up over 512 values, down rows of 640 values (not whole
+    256-value chunks) in llama.cpp's fallbacks Q8_0 (for Q6_K) and Q5_0 (for Q4_K); pairs and grouped paths
+    against the reference."""
+    hidden, w13, w2, ids, weights = case(Q4_K, down_type, tokens, dim=512, inter=640, seed=tokens)
+    assert pairs_supported(Q4_K, down_type, 512, 640)
+    out = packed_moe(hidden.cuda(), on_device(w13), Q4_K, on_device(w2), down_type, ids.cuda(), weights.cuda())
+    check(out, hidden, w13, Q4_K, w2, down_type, ids, weights)
