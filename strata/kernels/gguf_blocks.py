@@ -16,7 +16,9 @@ from dataclasses import dataclass
 import torch
 
 # block types whose weights stay packed in memory (dense types F32 / F16 / BF16 load as tensors)
-PACKED_TYPE_NAMES = ("Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS")
+# (Q5_0 / Q5_1: llama.cpp's fallbacks for Q4_K / Q5_K rows that 256 does not divide, e.g. Qwen4-Exp's
+# 640-wide expert down projections in a Q4_K_M file)
+PACKED_TYPE_NAMES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS")
 DENSE_TYPE_NAMES = ("F32", "F16", "BF16")
 # block types read only where rows are looked up (an embedding table kept as the file's blocks, such as
 # Qwen4-Exp's IQ4_NL n-gram table): dequantize_ref reads them, no matmul kernel does, so weights of these
@@ -150,6 +152,24 @@ def _q4_1(b: torch.Tensor) -> torch.Tensor:
     return q.mul_(_f16(b, 0)).add_(_f16(b, 2))
 
 
+def _fifth_bits(qh: torch.Tensor) -> torch.Tensor:
+    """Q5_0 / Q5_1: the 4 bytes qh [B, 4] (a little-endian uint32, bit i the fifth bit of value i) -> [B, 32]
+    bits, 0 or 1."""
+    return ((qh.unsqueeze(-1) >> _shifts(0, 8, 1, qh.device)) & 1).view(-1, 32)
+
+
+def _q5_0(b: torch.Tensor) -> torch.Tensor:
+    # [B, 22]: float16 d, qh, then 16 bytes whose low nibbles are values 0-15 and high nibbles 16-31
+    q = _nibbles_into(b.new_empty(b.shape[0], 2, 16, dtype=torch.float32), b[:, 6:]).view(-1, 32)
+    return q.add_(_fifth_bits(b[:, 2:6]), alpha=16).sub_(16).mul_(_f16(b, 0))
+
+
+def _q5_1(b: torch.Tensor) -> torch.Tensor:
+    # [B, 24]: float16 d, float16 m, qh, then Q5_0's 16 bytes of low 4 bits; w = d * q + m
+    q = _nibbles_into(b.new_empty(b.shape[0], 2, 16, dtype=torch.float32), b[:, 8:]).view(-1, 32)
+    return q.add_(_fifth_bits(b[:, 4:8]), alpha=16).mul_(_f16(b, 0)).add_(_f16(b, 2))
+
+
 def _k_scales(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The 12 scale bytes of a Q4_K / Q5_K superblock [B, 12] -> (scales [B, 8], mins [B, 8]), 6 bits each:
     bytes 0-3 hold scales 0-3 (+ the top bits of scales 4-7), 4-7 the mins likewise, 8-11 the low nibbles
@@ -213,5 +233,5 @@ def _iq4_xs(b: torch.Tensor) -> torch.Tensor:
     return values.view(-1, 8, 32).mul_(scale).view(-1, _QK_K)
 
 
-_BLOCKS = {"Q8_0": _q8_0, "Q4_0": _q4_0, "Q4_1": _q4_1, "Q4_K": _q4_k, "Q5_K": _q5_k, "Q6_K": _q6_k,
-           "IQ4_XS": _iq4_xs, "IQ4_NL": _iq4_nl}
+_BLOCKS = {"Q8_0": _q8_0, "Q4_0": _q4_0, "Q4_1": _q4_1, "Q5_0": _q5_0, "Q5_1": _q5_1, "Q4_K": _q4_k,
+           "Q5_K": _q5_k, "Q6_K": _q6_k, "IQ4_XS": _iq4_xs, "IQ4_NL": _iq4_nl}

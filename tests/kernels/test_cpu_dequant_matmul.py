@@ -25,9 +25,10 @@ from strata.kernels.gguf_blocks import dequantize_ref
 BUILT = cpu_quant.supports_dequant(Q.Q8_0)
 pytestmark = pytest.mark.skipif(not BUILT, reason="no C compiler to build the kernel")
 
-TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS]
-QUANTIZABLE = {Q.Q8_0, Q.Q4_0, Q.Q4_1}
-F16_FIELDS = {Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208], Q.IQ4_XS: [0]}
+TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS]
+QUANTIZABLE = {Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1}
+F16_FIELDS = {Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2], Q.Q4_K: [0, 2], Q.Q5_K: [0, 2],
+              Q.Q6_K: [208], Q.IQ4_XS: [0]}
 ISAS = list(cpu_quant.available_isas()) if BUILT else []
 EPS32 = 2.0 ** -23
 

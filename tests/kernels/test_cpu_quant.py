@@ -1,7 +1,7 @@
 """The native CPU matmul on GGUF blocks (strata/kernels/cpu_quant.py) for every type it handles.
 
 The kernel quantizes activations per block to int8 (d = amax|x_block| / 127; 32 values for Q8_0/Q4_0/
-Q4_1, 256 for the K-quants and IQ4_XS), so two tolerances, both per output element:
+Q4_1/Q5_0/Q5_1, 256 for the K-quants and IQ4_XS), so two tolerances, both per output element:
 - against quant_matmul_ref (the same quantized activations @ gguf's dequantization, in float64) the
   only difference is float32 rounding of the per-block products and their sum:
   |y - ref| <= 1e-5 * (|x_hat| @ |W|.T);
@@ -29,9 +29,10 @@ from strata.kernels import cpu_quant
 BUILT = cpu_quant.supports(Q.Q8_0)
 needs_kernel = pytest.mark.skipif(not BUILT, reason="no C compiler to build the kernel")
 
-TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS]
-QUANTIZABLE = {Q.Q8_0, Q.Q4_0, Q.Q4_1}  # gguf's quantize implements these of ours
-F16_FIELDS = {Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208], Q.IQ4_XS: [0]}
+TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS]
+QUANTIZABLE = {Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1}  # gguf's quantize implements these of ours
+F16_FIELDS = {Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2], Q.Q4_K: [0, 2], Q.Q5_K: [0, 2],
+              Q.Q6_K: [208], Q.IQ4_XS: [0]}
 SHAPES = [(1, 33, 256), (3, 33, 512), (17, 33, 2816), (8, 64, 768)]  # (T, N, K): 17 = two full row tiles + one
 SIMD_ISAS = [name for name in cpu_quant.available_isas() if name != "scalar"] if BUILT else []
 

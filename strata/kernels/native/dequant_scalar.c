@@ -40,6 +40,20 @@ static void decode_q4_1(const uint8_t *w, int64_t v0, int64_t len, float *out) {
     }
 }
 
+static void decode_q5_0(const uint8_t *w, int64_t v0, int64_t len, float *out) {
+    for (const block_q5_0 *blk = (const block_q5_0 *)w + v0 / QK; len > 0; blk++, len -= QK, out += QK) {
+        const float d = fp16_to_f32(blk->d);
+        for (int i = 0; i < QK; i++) out[i] = (float)(q5_value(blk->qh, blk->qs, i) - 16) * d;
+    }
+}
+
+static void decode_q5_1(const uint8_t *w, int64_t v0, int64_t len, float *out) {
+    for (const block_q5_1 *blk = (const block_q5_1 *)w + v0 / QK; len > 0; blk++, len -= QK, out += QK) {
+        const float d = fp16_to_f32(blk->d), m = fp16_to_f32(blk->m);
+        for (int i = 0; i < QK; i++) out[i] = (float)q5_value(blk->qh, blk->qs, i) * d + m;
+    }
+}
+
 /* Q4_K and Q5_K (qh NULL for Q4_K): sub-block j of 32 takes nibbles of qs[(j / 2) * 32 ..], low for even j,
  * and bit j of qh[i] as bit 4 */
 static void decode_k(const uint8_t *scales, uint16_t d16, uint16_t dmin16, const uint8_t *qs, const uint8_t *qh,

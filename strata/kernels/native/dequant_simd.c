@@ -1,8 +1,8 @@
 /* The x86 dequantizing kernels: AVX2 + FMA + F16C (AVX-512 CPUs run these too), compiled with
  * -ffp-contract=off: every weight is decoded eight at a time with dequant_scalar.c's float32 operations and
- * equals gguf's bit for bit. One exception in form, not in value: Q4_1's q * d + m and the K-quants'
- * q * (d * sc) - dmin * m are one FMA each, because their products are exact in float32 (a float16 scale has
- * 11 significant bits, sc and m 6, q 5 at most: 22 bits < 24, no underflow), so the add's rounding is the
+ * equals gguf's bit for bit. One exception in form, not in value: Q4_1's and Q5_1's q * d + m and the
+ * K-quants' q * (d * sc) - dmin * m are one FMA each, because their products are exact in float32 (a float16
+ * scale has 11 significant bits, sc and m 6, q 5 at most: 22 bits < 24, no underflow), so the add's rounding is the
  * only one either way (tests/kernels/test_cpu_dequant_matmul.py runs every finite float16 scale). On this
  * Zen 1 the FMA pipes bound the decode: T = 1 Q4_1 1536 x 576 took 283 us a call unfused, 231 us fused.
  *
@@ -94,6 +94,50 @@ INLINE void walk_q4_1(const uint8_t *w, int64_t v0, int64_t len, const int mode,
         __m256i q[4];
         __m256 v[4];
         nibbles32(blk->qs, q);
+        for (int j = 0; j < 4; j++) v[j] = _mm256_fmadd_ps(to_f32(q[j]), d, m);
+        emit(mode, v, at, x, ldx, nt, acc, out);
+    }
+}
+
+/* Q5_*: q[j] (values 8j .. 8j + 7, from nibbles32) |= their fifth bits (bit i of the little-endian uint32 qh:
+ * value i's) as 16 */
+INLINE void fifth_bits(const uint8_t *qh, __m256i *q) {
+    uint32_t bits;
+    memcpy(&bits, qh, 4);
+    const __m256i all = _mm256_set1_epi32((int)bits), one = _mm256_set1_epi32(1);
+    for (int j = 0; j < 4; j++) {
+        const __m256i at = _mm256_setr_epi32(8 * j, 8 * j + 1, 8 * j + 2, 8 * j + 3, 8 * j + 4, 8 * j + 5, 8 * j + 6,
+                                             8 * j + 7);
+        q[j] = _mm256_or_si256(q[j], _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(all, at), one), 4));
+    }
+}
+
+INLINE void walk_q5_0(const uint8_t *w, int64_t v0, int64_t len, const int mode, const float *x, int64_t ldx,
+                      const int nt, __m256 (*acc)[2], float *out) {
+    const block_q5_0 *blk = (const block_q5_0 *)w + v0 / QK;
+    for (int64_t at = 0; at < len; at += QK, blk++) {
+        const __m256 d = f16x8(blk->d);
+        __m256i q[4];
+        __m256 v[4];
+        nibbles32(blk->qs, q);
+        fifth_bits(blk->qh, q);
+        for (int j = 0; j < 4; j++) v[j] = _mm256_mul_ps(to_f32(_mm256_sub_epi32(q[j], _mm256_set1_epi32(16))), d);
+        emit(mode, v, at, x, ldx, nt, acc, out);
+    }
+}
+
+INLINE void walk_q5_1(const uint8_t *w, int64_t v0, int64_t len, const int mode, const float *x, int64_t ldx,
+                      const int nt, __m256 (*acc)[2], float *out) {
+    const block_q5_1 *blk = (const block_q5_1 *)w + v0 / QK;
+    for (int64_t at = 0; at < len; at += QK, blk++) {
+        uint32_t dm;  /* d and m side by side: one conversion */
+        memcpy(&dm, &blk->d, 4);
+        const __m128 dm_f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dm));
+        const __m256 d = _mm256_broadcastss_ps(dm_f), m = _mm256_broadcastss_ps(_mm_movehdup_ps(dm_f));
+        __m256i q[4];
+        __m256 v[4];
+        nibbles32(blk->qs, q);
+        fifth_bits(blk->qh, q);
         for (int j = 0; j < 4; j++) v[j] = _mm256_fmadd_ps(to_f32(q[j]), d, m);
         emit(mode, v, at, x, ldx, nt, acc, out);
     }

@@ -70,6 +70,8 @@ void strata_qmm_type_sizes(int qtype, int64_t *block, int64_t *bytes, int64_t *a
     case T_Q8_0: *block = QK, *bytes = sizeof(block_q8_0), *act_block = QK; break;
     case T_Q4_0: *block = QK, *bytes = sizeof(block_q4_0), *act_block = QK; break;
     case T_Q4_1: *block = QK, *bytes = sizeof(block_q4_1), *act_block = QK; break;
+    case T_Q5_0: *block = QK, *bytes = sizeof(block_q5_0), *act_block = QK; break;
+    case T_Q5_1: *block = QK, *bytes = sizeof(block_q5_1), *act_block = QK; break;
     case T_Q4_K: *block = QK_K, *bytes = sizeof(block_q4_k), *act_block = QK_K; break;
     case T_Q5_K: *block = QK_K, *bytes = sizeof(block_q5_k), *act_block = QK_K; break;
     case T_Q6_K: *block = QK_K, *bytes = sizeof(block_q6_k), *act_block = QK_K; break;

@@ -4,7 +4,7 @@
  * drivers (the activation quantizer, the thread pool, the kernel tables).
  *
  * Activations are quantized per block to int8 with a float32 scale, x ~= d * q, q = rint(x * 127 / amax),
- * over QB = 32 values for the 32-value weight types and QB = 256 for the 256-value ones (K-quants,
+ * over QB = 32 values for the 32-value weight types (Q8_0, Q4_*, Q5_0, Q5_1) and QB = 256 for the 256-value ones (K-quants,
  * IQ4_XS), so each weight block meets one activation scale. bsum holds d * sum(q) over every 32 values
  * (what a weight block's minimum multiplies). The scales and bsum are stored transposed in tiles of
  * MAX_T rows, [T / MAX_T][blocks][MAX_T], so that one vector of them serves every row of a tile; bsum
@@ -18,23 +18,28 @@
 enum { QK = 32, QK_K = 256, MAX_T = 8 };
 
 /* GGML type ids (gguf.GGMLQuantizationType) */
-enum { T_Q4_0 = 2, T_Q4_1 = 3, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_IQ4_XS = 23, NUM_TYPES = 24 };
+enum { T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14,
+       T_IQ4_XS = 23, NUM_TYPES = 24 };
 
 /* Every type with a kernel, as (name, id): each kernel file defines rows_<name> and fills its table from it */
-#define QMM_TYPES(X) X(q8_0, T_Q8_0) X(q4_0, T_Q4_0) X(q4_1, T_Q4_1) X(q4_k, T_Q4_K) X(q5_k, T_Q5_K) \
-                     X(q6_k, T_Q6_K) X(iq4_xs, T_IQ4_XS)
+#define QMM_TYPES(X) X(q8_0, T_Q8_0) X(q4_0, T_Q4_0) X(q4_1, T_Q4_1) X(q5_0, T_Q5_0) X(q5_1, T_Q5_1) \
+                     X(q4_k, T_Q4_K) X(q5_k, T_Q5_K) X(q6_k, T_Q6_K) X(iq4_xs, T_IQ4_XS)
 #define QMM_ROWS(name, id) ROWS(name)
 #define QMM_TABLE_ENTRY(name, id) table[id] = rows_##name;
 
 typedef struct { uint16_t d; int8_t qs[QK]; } block_q8_0;                      /* 34 bytes */
 typedef struct { uint16_t d; uint8_t qs[QK / 2]; } block_q4_0;                 /* 18: value i = qs[i%16] nibble i/16 */
 typedef struct { uint16_t d, m; uint8_t qs[QK / 2]; } block_q4_1;              /* 20 */
+/* Q5_*: qh is a little-endian uint32 whose bit i is bit 4 of value i; qs as Q4_0's */
+typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[QK / 2]; } block_q5_0;   /* 22 */
+typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[QK / 2]; } block_q5_1; /* 24 */
 typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[QK_K / 2]; } block_q4_k;  /* 144 */
 typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; } block_q5_k;  /* 176 */
 typedef struct { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; uint16_t d; } block_q6_k;  /* 210 */
 typedef struct { uint16_t d, scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; } block_iq4_xs;  /* 136 */
 
 _Static_assert(sizeof(block_q8_0) == 34 && sizeof(block_q4_0) == 18 && sizeof(block_q4_1) == 20 &&
+                   sizeof(block_q5_0) == 22 && sizeof(block_q5_1) == 24 &&
                    sizeof(block_q4_k) == 144 && sizeof(block_q5_k) == 176 && sizeof(block_q6_k) == 210 &&
                    sizeof(block_iq4_xs) == 136,
                "block structs must have GGUF's sizes (no padding)");
@@ -72,6 +77,12 @@ static inline void scale_min_k4(const uint8_t *s, int j, uint8_t *sc, uint8_t *m
         *sc = (uint8_t)((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
         *m = (uint8_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
     }
+}
+
+/* Q5_0 / Q5_1: value i's 5-bit quant, 0..31 (qs nibbles as Q4_0's, bit 4 from qh) */
+static inline int q5_value(const uint8_t *qh, const uint8_t *qs, int i) {
+    const int nibble = i < 16 ? qs[i] & 0xF : qs[i - 16] >> 4;
+    return nibble | ((qh[i / 8] >> (i % 8)) & 1) << 4;
 }
 
 /* The signed 6-bit scale of sub-block j of an IQ4_XS superblock, -32..31. */

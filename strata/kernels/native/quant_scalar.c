@@ -56,6 +56,35 @@ static void row_q4_1(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
     *y = acc + acc_min;
 }
 
+/* Q5_0: 5-bit values minus 16, times d */
+static void row_q5_0(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
+    const int64_t nb = x->k / QK;
+    const int8_t *xq = x->q + t * x->k;
+    float acc = 0.f;
+    int8_t v[QK];
+    for (int64_t b = 0; b < nb; b++) {
+        const block_q5_0 *blk = (const block_q5_0 *)w + b;
+        for (int i = 0; i < QK; i++) v[i] = (int8_t)(q5_value(blk->qh, blk->qs, i) - 16);
+        acc += fp16_to_f32(blk->d) * *d_at(x, t, b) * (float)dot_i8(v, xq + b * QK, QK);
+    }
+    *y = acc;
+}
+
+/* Q5_1: 5-bit values times d, plus the minimum m */
+static void row_q5_1(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
+    const int64_t nb = x->k / QK;
+    const int8_t *xq = x->q + t * x->k;
+    float acc = 0.f, acc_min = 0.f;
+    int8_t v[QK];
+    for (int64_t b = 0; b < nb; b++) {
+        const block_q5_1 *blk = (const block_q5_1 *)w + b;
+        for (int i = 0; i < QK; i++) v[i] = (int8_t)q5_value(blk->qh, blk->qs, i);
+        acc += fp16_to_f32(blk->d) * *d_at(x, t, b) * (float)dot_i8(v, xq + b * QK, QK);
+        acc_min += fp16_to_f32(blk->m) * *bsum_at(x, t, b);
+    }
+    *y = acc + acc_min;
+}
+
 /* Q4_K and Q5_K: 8 sub-blocks of 32, each with a 6-bit scale and min (qh is NULL for Q4_K) */
 static float superblock_k(const uint8_t *scales, uint16_t d, uint16_t dmin, const uint8_t *qs, const uint8_t *qh,
                           const acts_t *x, int64_t t, int64_t b) {

@@ -37,6 +37,18 @@ INLINE __m256i nibbles32(const uint8_t *qs) {  /* 16 bytes -> 32 values: low nib
     return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0xF));
 }
 
+/* Q5_*: the fifth bits of a block's 32 values (qh, a little-endian uint32: bit i is value i's) as bytes 0 or
+ * 16, byte i for value i: byte i takes qh's byte i / 8, then keeps its bit i % 8 */
+INLINE __m256i fifth_bits32(const uint8_t *qh) {
+    uint32_t bits;
+    memcpy(&bits, qh, 4);
+    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits),
+                                               _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                                                 0x0101010101010101, 0));
+    const __m256i bit = _mm256_set1_epi64x((int64_t)0x8040201008040201);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(16));
+}
+
 INLINE float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -60,7 +72,8 @@ INLINE __m256i hsum4_epi32(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
     return _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
 }
 
-/* Q8_0 (signed values), Q4_0 and Q4_1 (unsigned nibbles; Q4_0's -8 is a minimum of -8 d) */
+/* Q8_0 (signed values), Q4_0 / Q4_1 (unsigned nibbles; Q4_0's -8 is a minimum of -8 d) and Q5_0 / Q5_1
+ * (unsigned 5-bit values; Q5_0's -16 is a minimum of -16 d) */
 INLINE void block32_row(const uint8_t *w, const int type, const acts_t *x, int64_t t0, const int nt, float *y,
                         int64_t ldy) {
     const int64_t k = x->k;
@@ -77,12 +90,21 @@ INLINE void block32_row(const uint8_t *w, const int type, const acts_t *x, int64
         } else if (type == T_Q4_0) {
             const block_q4_0 *blk = (const block_q4_0 *)w + b;
             q = nibbles32(blk->qs), d = f16(blk->d), m = -8.f * d;
-        } else {
-            const block_q4_1 *blk = (const block_q4_1 *)w + b;
-            uint32_t dm;  /* d and m side by side: one conversion */
-            memcpy(&dm, &blk->d, 4);
+        } else if (type == T_Q5_0) {
+            const block_q5_0 *blk = (const block_q5_0 *)w + b;
+            q = _mm256_or_si256(nibbles32(blk->qs), fifth_bits32(blk->qh)), d = f16(blk->d), m = -16.f * d;
+        } else {  /* Q4_1, Q5_1: d and m side by side, one conversion */
+            const uint16_t *dm16 = type == T_Q4_1 ? &((const block_q4_1 *)w + b)->d : &((const block_q5_1 *)w + b)->d;
+            uint32_t dm;
+            memcpy(&dm, dm16, 4);
             const __m128 dm_f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dm));
-            q = nibbles32(blk->qs), d = _mm_cvtss_f32(dm_f), m = _mm_cvtss_f32(_mm_movehdup_ps(dm_f));
+            d = _mm_cvtss_f32(dm_f), m = _mm_cvtss_f32(_mm_movehdup_ps(dm_f));
+            if (type == T_Q4_1) {
+                q = nibbles32(((const block_q4_1 *)w + b)->qs);
+            } else {
+                const block_q5_1 *blk = (const block_q5_1 *)w + b;
+                q = _mm256_or_si256(nibbles32(blk->qs), fifth_bits32(blk->qh));
+            }
         }
         if (type != T_Q8_0 && nt == 1) row_mins += m * bsum[b * MAX_T];
         else if (type != T_Q8_0) mins = _mm256_fmadd_ps(_mm256_set1_ps(m), _mm256_loadu_ps(bsum + b * MAX_T), mins);
@@ -125,6 +147,14 @@ INLINE void q4_0_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt
 
 INLINE void q4_1_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
     block32_row(w, T_Q4_1, x, t0, nt, y, ldy);
+}
+
+INLINE void q5_0_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
+    block32_row(w, T_Q5_0, x, t0, nt, y, ldy);
+}
+
+INLINE void q5_1_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
+    block32_row(w, T_Q5_1, x, t0, nt, y, ldy);
 }
 
 /* ---- 256-value superblocks: decoded once into 8 vectors of 32 values and their integer scales, then
