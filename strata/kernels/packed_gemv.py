@@ -1,5 +1,5 @@
-"""Few-row projections over packed GGUF blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) as one
-Triton launch.
+"""Few-row projections over packed GGUF blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K, Q6_K,
+IQ4_XS) as one Triton launch.
 
 y = x @ W.T for x [M <= 16, K] where W [N, K] is stored as GGUF rows of blocks (a row is K / 256
 superblocks of 256 weights, or K / 32 blocks of 32 for the 32-value types, byte for byte as in the
@@ -19,6 +19,10 @@ Layouts (gguf-py's quants.py is the reference; `packed_gemv_ref` dequantizes wit
   high ones); w = d * sc[s] * q - dmin * m[s].
 - Q5_K, 176 bytes per 256: Q4_K's header, then 32 bytes of fifth bits (bit s of byte l: weight l of
   sub-block s), then Q4_K's 128 bytes of low 4 bits.
+- IQ4_NL, 18 bytes per 32: Q4_0's layout, w = d * level[q] (16 non-linear levels); IQ4_XS, 136 bytes per
+  256: f16 d, 2 bytes of the sub-block scales' high 2 bits, 4 bytes of their low 4 bits, then per sub-block
+  s 16 bytes (weight i < 16 in the low nibble of byte i, 16 + i in its high one); w = d * (ls[s] - 32) *
+  level[q].
 - Q6_K, 210 bytes per 256: 128 bytes of low 4 bits, 64 bytes of high 2 bits, 16 int8 scales (one per
   16 weights), f16 d; w = d * scale * (q - 32).
 """
@@ -40,11 +44,13 @@ if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
 
 MAX_ROWS = 16
-# gguf.GGMLQuantizationType values -> (weights per block, bytes per block); the kernels tell the 32-value
-# types (all below Q4_K's 12) from the superblock ones by value
-Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K = 2, 3, 6, 7, 8, 12, 13, 14
-BLOCK_LAYOUT = {Q4_0: (32, 18), Q4_1: (32, 20), Q5_0: (32, 22), Q5_1: (32, 24), Q8_0: (32, 34),
-                Q4_K: (256, 144), Q5_K: (256, 176), Q6_K: (256, 210)}
+# gguf.GGMLQuantizationType values -> (weights per block, bytes per block)
+Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS = 2, 3, 6, 7, 8, 12, 13, 14, 20, 23
+BLOCK_LAYOUT = {Q4_0: (32, 18), Q4_1: (32, 20), Q5_0: (32, 22), Q5_1: (32, 24), Q8_0: (32, 34), IQ4_NL: (32, 18),
+                Q4_K: (256, 144), Q5_K: (256, 176), Q6_K: (256, 210), IQ4_XS: (256, 136)}
+# IQ4_NL's 16 levels (gguf-py's IQ4_NL.kvalues), as the bytes of four int32 words the kernels shift out
+IQ4_LEVELS = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
+_IQ4_WORDS = [int.from_bytes(bytes(v & 255 for v in IQ4_LEVELS[i:i + 4]), "little", signed=True) for i in (0, 4, 8, 12)]
 CHUNK = 256  # weights of one row decoded per inner step (one superblock, or eight 32-value blocks)
 
 
@@ -103,6 +109,29 @@ def packed_gemv(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: in
 
 if triton is not None:
 
+    _IQ4_W0, _IQ4_W1, _IQ4_W2, _IQ4_W3 = (tl.constexpr(w) for w in _IQ4_WORDS)
+
+    @triton.jit
+    def _iq4_level(q):
+        """IQ4_NL's level of 4-bit codes q (int32) as float32: byte q % 4 of word q // 4, sign-extended."""
+        word = tl.where(q < 4, _IQ4_W0, tl.where(q < 8, _IQ4_W1, tl.where(q < 12, _IQ4_W2, _IQ4_W3)))
+        level = (word >> ((q % 4) * 8)) & 255
+        return ((level ^ 128) - 128).to(tl.float32)
+
+    @triton.jit
+    def _iq4xs_scales(base3, s, ok3):
+        """IQ4_XS superblocks at base3 [BN, SB, 1], sub-blocks s [1, 1, 8] -> d * (ls - 32) [BN, SB, 8]."""
+        low = (tl.load(base3 + 4 + s // 2, mask=ok3, other=0).to(tl.int32) >> ((s % 2) * 4)) & 15
+        high = tl.load(base3 + 2, mask=ok3, other=0).to(tl.int32) | (tl.load(base3 + 3, mask=ok3, other=0).to(tl.int32) << 8)
+        high = (high >> (s * 2)) & 3
+        return _f16_at(base3, ok3) * ((low | (high << 4)) - 32).to(tl.float32)
+
+    @triton.jit
+    def _iq4xs_levels(base, r, l, n_ok):
+        """IQ4_XS weights' levels [BN, SB, 8, 32]: sub-block r's codes at bytes 8 + 16 r + l % 16, nibble l // 16."""
+        code = (tl.load(base + 8 + r * 16 + l % 16, mask=n_ok, other=0).to(tl.int32) >> ((l // 16) * 4)) & 15
+        return _iq4_level(code)
+
     @triton.jit
     def _block_bytes(QTYPE: tl.constexpr):
         """Bytes of one block of QTYPE (BLOCK_LAYOUT's second column)."""
@@ -121,6 +150,10 @@ if triton is not None:
             bb = 144
         elif QTYPE == 13:
             bb = 176
+        elif QTYPE == 20:
+            bb = 18
+        elif QTYPE == 23:
+            bb = 136
         return bb
 
     @triton.jit
@@ -164,7 +197,7 @@ if triton is not None:
             q = tl.load(base + 2 + l, mask=n_ok, other=0).to(tl.int8, bitcast=True).to(tl.float32)
             m = d * 0.0
         else:
-            first = 2 if (QTYPE == 2 or QTYPE == 6) else 4   # after d, or after d and m
+            first = 4 if (QTYPE == 3 or QTYPE == 7) else 2   # after d and m, or after d
             quants = first + 4 if (QTYPE == 6 or QTYPE == 7) else first
             q = (tl.load(base + quants + l % 16, mask=n_ok, other=0).to(tl.int32) >> ((l // 16) * 4)) & 15
             if QTYPE == 6 or QTYPE == 7:
@@ -174,7 +207,10 @@ if triton is not None:
                 q = q - 8
             elif QTYPE == 6:
                 q = q - 16
-            q = q.to(tl.float32)
+            if QTYPE == 20:
+                q = _iq4_level(q)
+            else:
+                q = q.to(tl.float32)
             if QTYPE == 3 or QTYPE == 7:
                 m = tl.sum(_f16_at(base + 2, n_ok), axis=3)
             else:
@@ -196,14 +232,14 @@ if triton is not None:
         """The rows' mask, and for the 32-value types also whether each block of chunks sb.. lies within K
         [BN, SB, 8, 1] (a row's last chunk may be partial); the K-quant types have whole chunks."""
         ok = n_ok   # one return: Triton's compiler wants every return of one shape
-        if QTYPE < 12:
+        if QTYPE < 12 or QTYPE == 20:
             ok = n_ok & (((sb + tl.arange(0, SB))[None, :, None, None] * 256 + r * 32) < k)
         return ok
 
     @triton.jit
     def _chunk_x(x_ptr, sb, x_offs, k, QTYPE: tl.constexpr):
         """Activations of chunks sb.. at x_offs [1, SB, 8, 32] as float32 (zeros past K for the 32-value types)."""
-        if QTYPE < 12:
+        if QTYPE < 12 or QTYPE == 20:
             x = tl.load(x_ptr + sb * 256 + x_offs, mask=sb * 256 + x_offs < k, other=0.0)
         else:
             x = tl.load(x_ptr + sb * 256 + x_offs)
@@ -215,7 +251,7 @@ if triton is not None:
         Tiles are [BLOCK_N, SB, 8, 32]: superblock, row r of 32 weights in gguf's order, weight l in it
         (weight index r * 32 + l); x [1, SB, 8, 32] in the same order. Quants are summed against x per
         group first and scaled per group after, so scales cost a few operations per 32 weights."""
-        if QTYPE < 12:   # 32-value blocks: row r of a chunk is one block
+        if QTYPE < 12 or QTYPE == 20:   # 32-value blocks (IQ4_NL is 20): row r of a chunk is one block
             bb = _block_bytes(QTYPE)
             base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * (8 * bb) + r * bb  # [BN, SB, 8, 1]
             q, d, m = _small_block(base, l, n_ok, QTYPE)                                      # [BN, SB, 8, 32]
@@ -229,6 +265,11 @@ if triton is not None:
             scale, offset = _q4k_scales(tl.reshape(base, (BLOCK_N, SB, 1)), tl.reshape(r, (1, 1, 8)),
                                         tl.reshape(n_ok, (BLOCK_N, 1, 1)))                     # [BN, SB, 8]
             part = scale * tl.sum(q * x, axis=3) - offset * tl.sum(x, axis=3)
+        elif QTYPE == 23:  # IQ4_XS: one 6-bit scale per sub-block of 32
+            base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * 136                 # [BN, SB, 1, 1]
+            scale = _iq4xs_scales(tl.reshape(base, (BLOCK_N, SB, 1)), tl.reshape(r, (1, 1, 8)),
+                                  tl.reshape(n_ok, (BLOCK_N, 1, 1)))                           # [BN, SB, 8]
+            part = scale * tl.sum(_iq4xs_levels(base, r, l, n_ok) * x, axis=3)
         else:  # Q6_K: one int8 scale per 16 weights
             base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * 210                 # [BN, SB, 1, 1]
             q = _q6k_quants(base, r, l, n_ok)                                                  # [BN, SB, 8, 32]
@@ -244,7 +285,7 @@ if triton is not None:
     def _chunk_values(row_ptr, sb, r, l, n_ok, QTYPE: tl.constexpr, SB: tl.constexpr, BLOCK_N: tl.constexpr):
         """The weights _chunk_dot multiplies, as float32 [BLOCK_N, SB, 8, 32] in the same order (gguf's
         dequantization: d * q, d * sc * q - dmin * m, d * scale * q)."""
-        if QTYPE < 12:
+        if QTYPE < 12 or QTYPE == 20:
             bb = _block_bytes(QTYPE)
             base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * (8 * bb) + r * bb
             q, d, m = _small_block(base, l, n_ok, QTYPE)
@@ -255,6 +296,11 @@ if triton is not None:
                                         tl.reshape(n_ok, (BLOCK_N, 1, 1)))
             values = tl.reshape(scale, (BLOCK_N, SB, 8, 1)) * _q4k_quants(base, r, l, n_ok, QTYPE) \
                 - tl.reshape(offset, (BLOCK_N, SB, 8, 1))
+        elif QTYPE == 23:
+            base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * 136
+            scale = _iq4xs_scales(tl.reshape(base, (BLOCK_N, SB, 1)), tl.reshape(r, (1, 1, 8)),
+                                  tl.reshape(n_ok, (BLOCK_N, 1, 1)))
+            values = tl.reshape(scale, (BLOCK_N, SB, 8, 1)) * _iq4xs_levels(base, r, l, n_ok)
         else:
             base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * 210
             group = base + 192 + r * 2 + l // 16                                                 # [BN, SB, 8, 32]

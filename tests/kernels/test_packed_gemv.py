@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from strata.kernels.packed_gemv import (BLOCK_LAYOUT, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, packed_gemv,
-                                       packed_gemv_ref, supports)
+from strata.kernels.packed_gemv import (BLOCK_LAYOUT, IQ4_NL, IQ4_XS, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0,
+                                       packed_gemv, packed_gemv_ref, supports)
 
 gpu = pytest.mark.gpu
 
@@ -24,7 +24,8 @@ def random_blocks(qtype: int, n: int, k: int, seed: int) -> torch.Tensor:
 
         return torch.from_numpy(quantize(rng.standard_normal((n, k), dtype=np.float32), qtype))
     blocks = rng.integers(0, 256, (n, k // per_block, block_bytes), dtype=np.uint8)
-    f16_fields = {Q4_0: (0,), Q4_1: (0, 2), Q5_0: (0,), Q5_1: (0, 2), Q4_K: (0, 2), Q5_K: (0, 2), Q6_K: (208,)}[qtype]
+    f16_fields = {Q4_0: (0,), Q4_1: (0, 2), Q5_0: (0,), Q5_1: (0, 2), IQ4_NL: (0,), Q4_K: (0, 2), Q5_K: (0, 2),
+                  Q6_K: (208,), IQ4_XS: (0,)}[qtype]
     for offset in f16_fields:
         scale = rng.uniform(1e-3, 2e-2, (n, k // per_block)).astype(np.float16)
         blocks[:, :, offset:offset + 2] = scale.view(np.uint8).reshape(n, k // per_block, 2)
@@ -40,15 +41,15 @@ def test_ref_matches_a_plain_dequantization():
     torch.testing.assert_close(packed_gemv_ref(x, blocks, Q8_0, 5, 64), x @ torch.from_numpy(weight.reshape(5, 64)).t())
 
 
-SMALL_BLOCK_TYPES = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0]
+SMALL_BLOCK_TYPES = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL]
 
 
 def test_supports_whole_blocks_of_the_types_read():
     """Superblock types need whole superblocks; 32-value types any number of blocks (a partial last chunk);
-    types the kernels do not decode (IQ4_XS = 23, Q2_K = 10) are never claimed."""
-    assert supports(Q4_K, 512) and not supports(Q4_K, 320) and not supports(Q5_K, 640)
+    types the kernels do not decode (Q2_K = 10, Q3_K = 11, IQ3_S = 21) are never claimed."""
+    assert supports(Q4_K, 512) and not supports(Q4_K, 320) and not supports(Q5_K, 640) and supports(IQ4_XS, 256)
     assert all(supports(q, 640) and supports(q, 32) and not supports(q, 48) for q in SMALL_BLOCK_TYPES)
-    assert not supports(23, 256) and not supports(10, 256)
+    assert not supports(10, 256) and not supports(11, 256) and not supports(21, 256)
 
 
 @gpu

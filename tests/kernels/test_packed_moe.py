@@ -50,14 +50,15 @@ def check(out: torch.Tensor, hidden, w13, qtype13, w2, qtype2, ids, weights) -> 
 
 
 def test_pairs_kernel_types():
-    IQ4_XS = int(gguf.GGMLQuantizationType.IQ4_XS)
+    IQ4_XS, Q2_K = int(gguf.GGMLQuantizationType.IQ4_XS), int(gguf.GGMLQuantizationType.Q2_K)
     assert pairs_supported(Q4_K, Q6_K, 2048, 768) and pairs_supported(Q8_0, Q8_0, 256, 256)
     assert pairs_supported(Q5_K, Q6_K, 2048, 768) and pairs_supported(Q4_K, Q5_0, 512, 640)
-    assert not pairs_supported(IQ4_XS, Q6_K, 2048, 768) and not pairs_supported(Q4_K, Q4_K, 2048, 96)
+    assert pairs_supported(IQ4_XS, IQ4_XS, 2048, 768)
+    assert not pairs_supported(Q2_K, Q6_K, 2048, 768) and not pairs_supported(Q4_K, Q4_K, 2048, 96)
 
 
 @gpu
-@pytest.mark.parametrize("qtypes", [(Q4_K, Q6_K), (Q8_0, Q8_0), (Q6_K, Q4_K), (Q5_K, Q6_K)])
+@pytest.mark.parametrize("qtypes", [(Q4_K, Q6_K), (Q8_0, Q8_0), (Q6_K, Q4_K), (Q5_K, Q6_K), (23, 23)])
 @pytest.mark.parametrize("tokens", [1, 3, 40])
 def test_packed_moe_matches_ref(qtypes, tokens):
     hidden, w13, w2, ids, weights = case(*qtypes, tokens, pad=96 if tokens == 3 else 0, seed=tokens)
