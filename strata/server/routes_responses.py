@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from fastapi import APIRouter, Request as HTTPRequest
 
+from strata import structured
 from strata.engine.client import EngineDeadError
 from strata.server import limits, sse, structured_output
 from strata.server.errors import APIError
@@ -148,8 +149,11 @@ def _constraint(body: ResponsesRequest, tools: list[ToolSpec] | None,
         raise APIError(400, "text.format and tool_choice each constrain the output; give only one of them",
                        "text.format")
     if text_format.type == "json_object":
-        return StructuredOutputs(json_object=True), "text.format"
-    return StructuredOutputs(json=text_format.schema_), "text.format.schema"
+        constraint, param = StructuredOutputs(json_object=True), "text.format"
+    else:
+        constraint, param = StructuredOutputs(json=text_format.schema_), "text.format.schema"
+    # as requested() does for response_format: the parser reads reasoning until </think>, then the answer
+    return (structured.after_reasoning(constraint) if rendered.starts_in_reasoning else constraint), param
 
 
 def _check_limits(state: ServerState, body: ResponsesRequest, prior: list[InputItem], new: list[InputItem]) -> None:

@@ -18,7 +18,10 @@ from pydantic import BaseModel, Field
 
 from live_server import API_KEY, MODEL, fake_app, thread_server
 from strata.server.parsing import ParsedToolCall
+from strata.server.protocol_responses import ResponsesRequest
 from strata.server.responses import OutputItems, ResponseStore
+from strata.server.routes_responses import _constraint
+from strata.server.template import Rendered
 
 STORY = "Tell me a long story about a dragon."
 TOOLS = [{"type": "function", "name": "get_weather", "description": "Current weather in a city",
@@ -289,6 +292,17 @@ def test_store_expiry_and_bound():
     assert store.try_get("b") is None and store.try_get("c") is not None  # two kept, oldest out
     assert store.delete("c") and not store.delete("c")
     ResponseStore(0, 10.0).put("x", {}, [])  # 0 keeps none
+
+
+def test_text_format_behind_a_reasoning_block():
+    """A template that opened <think>: the schema's constraint comes after the reasoning, as on chat."""
+    schema = Weather.model_json_schema()
+    body = ResponsesRequest(model=MODEL, input="Hi", text={"format": {"type": "json_schema", "name": "w",
+                                                                      "schema": schema}})
+    constraint, param = _constraint(body, None, Rendered([1], starts_in_reasoning=False))
+    assert param == "text.format.schema" and constraint.json == schema
+    constraint, param = _constraint(body, None, Rendered([1], starts_in_reasoning=True))
+    assert param == "text.format.schema" and constraint.grammar.startswith("start: think")
 
 
 def test_parallel_tool_calls_false_keeps_the_first_call():
