@@ -53,7 +53,8 @@ class Scheme:
     Always F32, as in llama.cpp: 1-D tensors (norms, biases, ssm_a, ssm_dt), the MoE routers
     (ffn_gate_inp, and Qwen3-Next's shared-expert gate ffn_gate_inp_shexp: a softmax / sigmoid reads small
     differences) and Qwen3-Next's ssm_conv1d [C, 4]. A row length the type's blocks do not divide falls
-    back to Q8_0 when 32 divides it, else F16 (llama.cpp: Q5_0 / Q8_0, then F16)."""
+    back as in llama.cpp's quantizer (`fallback_type`): Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, then F16
+    when 32 does not divide it either."""
 
     name: str
     weights: str
@@ -110,14 +111,22 @@ def choose_types(scheme: Scheme, shapes: list[tuple[str, tuple[int, ...]]], num_
             more_bits = block is not None and use_more_bits(int(block.group(1)), num_layers)
         rule = next((r for r in scheme.rules if re.search(r.pattern, as_name) and (more_bits or not r.more_bits_only)),
                     None)
-        types[name] = _fitting(Q[rule.qtype if rule else scheme.weights], shape[-1])
+        types[name] = fallback_type(Q[rule.qtype if rule else scheme.weights], shape[-1])
     return types
 
 
-def _fitting(qtype: Q, row: int) -> Q:
+# llama.cpp's llama_tensor_get_type for a row its type's blocks do not divide (Qwen4-Exp's 640-wide expert down
+# rows in a Q4_K_M file are Q5_0, or Q8_0 on the use-more-bits layers); any other type of ours takes Q8_0
+_FALLBACKS = {Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0}
+
+
+def fallback_type(qtype: Q, row: int) -> Q:
+    """`qtype`, or what llama.cpp writes instead when its blocks do not divide a row of `row` values (then
+    F16 when the fallback's 32-value blocks do not divide it either)."""
     if row % gguf.GGML_QUANT_SIZES[qtype][0] == 0:
         return qtype
-    return Q.Q8_0 if row % 32 == 0 else Q.F16
+    fallback = _FALLBACKS.get(qtype, Q.Q8_0)
+    return fallback if row % gguf.GGML_QUANT_SIZES[fallback][0] == 0 else Q.F16
 
 
 # ---- the model's tensors under HF names ---------------------------------------------------------------

@@ -1,11 +1,12 @@
-"""Float weights -> GGUF tensor bytes (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL) in torch, on the weights'
-own device (CPU or CUDA), vectorised over blocks and done in chunks so a 15B-parameter model quantizes in
-seconds on a GPU with bounded scratch memory. All math is float32.
+"""Float weights -> GGUF tensor bytes (F32, F16, BF16, Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, IQ4_NL) in torch, on
+the weights' own device (CPU or CUDA), vectorised over blocks and done in chunks so a 15B-parameter model
+quantizes in seconds on a GPU with bounded scratch memory. All math is float32.
 
 For test and benchmark files, not a rival to llama.cpp's quantizer: K-quant and IQ4_NL scales come from each
 group's range in one pass, without llama.cpp's search for the scale that minimises the error (the error is
-somewhat larger than llama-quantize's). Q8_0 is llama.cpp's (and gguf-py's) bit for bit. The blocks are the
-file format byte for byte: gguf-py's `dequantize` reads them (the tests check it).
+somewhat larger than llama-quantize's). Q8_0, Q5_0 and Q5_1 (the last two: llama.cpp's fallbacks for Q4_K /
+Q5_K rows that 256 does not divide) are llama.cpp's reference quantizers, bit for bit gguf-py's. The blocks
+are the file format byte for byte: gguf-py's `dequantize` reads them (the tests check it).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ QK_K = 256
 F32, F16, BF16 = GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16
 Q8_0, Q4_K, Q5_K, Q6_K = (GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q5_K,
                           GGMLQuantizationType.Q6_K)
+Q5_0, Q5_1 = GGMLQuantizationType.Q5_0, GGMLQuantizationType.Q5_1
 IQ4_NL = GGMLQuantizationType.IQ4_NL
 _FLOATS = {F32: torch.float32, F16: torch.float16, BF16: torch.bfloat16}
 _CHUNK_VALUES = 1 << 24  # values quantized per step: bounds the float32 scratch to a few hundred MiB
@@ -24,8 +26,8 @@ _CHUNK_VALUES = 1 << 24  # values quantized per step: bounds the float32 scratch
 
 def quantize(weights: torch.Tensor, qtype: int) -> torch.Tensor:
     """float [..., K] (any float dtype, any strides) -> uint8 [..., K / block size * bytes per block] on the
-    same device: the GGUF bytes of `qtype` (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL). K must be a whole
-    number of blocks."""
+    same device: the GGUF bytes of `qtype` (F32, F16, BF16, Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, IQ4_NL). K must
+    be a whole number of blocks."""
     qtype = GGMLQuantizationType(qtype)
     if qtype in _FLOATS:
         values = weights.to(_FLOATS[qtype]).contiguous()
@@ -75,9 +77,38 @@ def _round_away(x: torch.Tensor) -> torch.Tensor:
 def _q8_0(x: torch.Tensor) -> torch.Tensor:
     """[B, 32] -> [B, 34]: float16 d = max |w| / 127, then 32 int8 round(w / d)."""
     d = x.abs().amax(dim=-1, keepdim=True) / 127                          # [B, 1]
-    inv = torch.where(d == 0, 0.0, 1 / torch.where(d == 0, 1.0, d))
-    qs = _round_away(x * inv).to(torch.int8).view(torch.uint8)           # [B, 32]
+    qs = _round_away(x * _inverse(d)).to(torch.int8).view(torch.uint8)   # [B, 32]
     return torch.cat([_f16_bytes(d[:, 0]), qs], dim=1)
+
+
+def _inverse(d: torch.Tensor) -> torch.Tensor:
+    return torch.where(d == 0, 0.0, 1 / torch.where(d == 0, 1.0, d))
+
+
+def _q5_bits(q: torch.Tensor) -> torch.Tensor:
+    """5-bit q [B, 32] -> [B, 20]: qh (a little-endian uint32, bit i the fifth bit of weight i), then 16 bytes
+    whose low nibbles hold weights 0-15 and high nibbles 16-31."""
+    fifth = (q >> 4).reshape(-1, 4, 8).to(torch.int32) << torch.arange(8, device=q.device, dtype=torch.int32)
+    qh = fifth.sum(dim=-1).to(torch.uint8)                                # [B, 4]: distinct bits, so sum == or
+    return torch.cat([qh, (q[:, :16] & 15) | ((q[:, 16:] & 15) << 4)], dim=1)
+
+
+def _q5_0(x: torch.Tensor) -> torch.Tensor:
+    """[B, 32] -> [B, 22]: float16 d = peak / -16 (the largest-magnitude weight lands on q = 0), then
+    q = min(31, trunc(w / d + 16.5)), llama.cpp's quantize_row_q5_0_ref; w ~ d * (q - 16)."""
+    peak = x.gather(-1, x.abs().argmax(dim=-1, keepdim=True))             # [B, 1]
+    d = peak / -16
+    q = (x * _inverse(d) + 16.5).trunc().clamp(0, 31).to(torch.uint8)     # [B, 32]
+    return torch.cat([_f16_bytes(d[:, 0]), _q5_bits(q)], dim=1)
+
+
+def _q5_1(x: torch.Tensor) -> torch.Tensor:
+    """[B, 32] -> [B, 24]: float16 d = (max - min) / 31 and m = min, then q = trunc((w - min) / d + 0.5),
+    llama.cpp's quantize_row_q5_1_ref; w ~ d * q + m."""
+    low, high = x.amin(dim=-1, keepdim=True), x.amax(dim=-1, keepdim=True)    # [B, 1]
+    d = (high - low) / 31
+    q = ((x - low) * _inverse(d) + 0.5).trunc().clamp(0, 31).to(torch.uint8)  # [B, 32]
+    return torch.cat([_f16_bytes(d[:, 0]), _f16_bytes(low[:, 0]), _q5_bits(q)], dim=1)
 
 
 def _scales_mins(x: torch.Tensor, levels: int):
@@ -154,5 +185,5 @@ def _iq4_nl(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([_f16_bytes(d[:, 0]), codes[:, :16] | (codes[:, 16:] << 4)], dim=1)
 
 
-_BLOCK_QUANTIZERS = {Q8_0: _q8_0, Q4_K: _q4_k, Q5_K: _q5_k, Q6_K: _q6_k, IQ4_NL: _iq4_nl}
+_BLOCK_QUANTIZERS = {Q8_0: _q8_0, Q5_0: _q5_0, Q5_1: _q5_1, Q4_K: _q4_k, Q5_K: _q5_k, Q6_K: _q6_k, IQ4_NL: _iq4_nl}
 SUPPORTED_TYPES = (*_FLOATS, *_BLOCK_QUANTIZERS)

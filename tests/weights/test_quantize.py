@@ -1,5 +1,6 @@
-"""strata.weights.quantize writes GGUF bytes that gguf-py reads back close to the input (K-quants, IQ4_NL), bit for
-bit as gguf-py writes them (Q8_0 and the float types), and the same bytes on CUDA as on the CPU."""
+"""strata.weights.quantize writes GGUF bytes that gguf-py reads back close to the input (K-quants, IQ4_NL, Q5_0,
+Q5_1: within each block's step), bit for bit as gguf-py writes them (Q8_0, Q5_0, Q5_1 and the float types), and the
+same bytes on CUDA as on the CPU."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 from gguf.quants import dequantize
 
-from strata.weights.quantize import BF16, F16, F32, IQ4_NL, Q4_K, Q5_K, Q6_K, Q8_0, quantize
+from strata.weights.quantize import BF16, F16, F32, IQ4_NL, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, quantize
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))]
 
@@ -22,12 +23,14 @@ def read_back(weights: torch.Tensor, qtype) -> np.ndarray:
     return dequantize(quantize(weights, qtype).cpu().numpy(), qtype).reshape(weights.shape)
 
 
-@pytest.mark.parametrize("qtype, bound", [(Q4_K, 0.1), (Q5_K, 0.05), (Q6_K, 0.025), (Q8_0, 0.01), (IQ4_NL, 0.1)])
+@pytest.mark.parametrize("qtype, bound", [(Q4_K, 0.1), (Q5_K, 0.05), (Q6_K, 0.025), (Q8_0, 0.01), (IQ4_NL, 0.1),
+                                          (Q5_0, 0.05), (Q5_1, 0.05)])
 @pytest.mark.parametrize("shape", [(1, 256), (3, 512), (2, 3, 2048)])
 def test_blocks_read_back_by_gguf_within_the_types_error(qtype, bound, shape):
     """Relative RMS error of gaussian weights: 15 steps over a group of 32's range (about 4 sigma, so
-    0.27 sigma a step, 0.077 RMS) at Q4_K, 31 at Q5_K; 63 steps over twice a group of 16's peak at Q6_K;
-    254 over twice a block of 32's peak at Q8_0; IQ4_NL's 16 non-linear levels over a block of 32's range."""
+    0.27 sigma a step, 0.077 RMS) at Q4_K, 31 at Q5_K and Q5_1 (measured 0.038); 63 steps over twice a group
+    of 16's peak at Q6_K; 254 over twice a block of 32's peak at Q8_0, 32 at Q5_0 (measured 0.042); IQ4_NL's
+    16 non-linear levels over a block of 32's range."""
     weights = gaussian(shape, seed=shape[0])
     back = read_back(weights, qtype)
     assert quantize(weights, qtype).shape[:-1] == weights.shape[:-1]
@@ -50,13 +53,38 @@ def test_every_weight_lands_within_a_step_of_its_group(qtype, group):
     assert np.all(np.abs(back - weights.numpy()).reshape(2, -1, group) <= step[..., None] * 1.05 + 1e-6)
 
 
-@pytest.mark.parametrize("qtype", [Q8_0, F16, BF16, F32])
-def test_q8_0_and_float_types_are_gguf_pys_bytes(qtype):
+@pytest.mark.parametrize("qtype", [Q8_0, Q5_0, Q5_1, F16, BF16, F32])
+def test_reference_quantizers_and_float_types_are_gguf_pys_bytes(qtype):
     weights = gaussian((5, 96)) * torch.tensor([1.0, 1e-3, 0.0, 30.0, 0.5]).unsqueeze(1)  # a block of zeros too
+    weights[2] = 0.0  # +0 only: which signed zero numpy's min picks (Q5_1's m of -0 or +0) is its own affair
     weights[4, :4] = torch.tensor([127.0, 2.5, -3.5, 0.5])  # d = 1: ties, which go away from zero
     ours = quantize(weights, qtype).numpy()
     theirs = gguf.quants.quantize(weights.numpy(), qtype)
     assert np.array_equal(ours, theirs.view(np.uint8).reshape(ours.shape))
+
+
+@pytest.mark.parametrize("qtype", [Q5_0, Q5_1])
+@pytest.mark.parametrize("scale", [1.0, 1e-3, 300.0])
+def test_q5_weights_land_within_half_a_step(qtype, scale):
+    """Each weight read back is within half its block's step of itself (Q5_0: |peak| / 16, the step it was
+    rounded on; Q5_1: (max - min) / 31), plus what storing d (and m) as float16 moves it: 2^-11 relative to
+    up to 16 (Q5_0) or 31 (Q5_1) steps and to m. Q5_0's other end clips (q = 32 is 31): a weight of
+    -peak lands within one step. Checks the layout weight by weight (low nibbles 0-15, high 16-31, bit i of
+    qh weight i's fifth bit)."""
+    blocks = gaussian((64, 32), seed=int(scale)).numpy() * scale
+    blocks[1] = -blocks[1, np.abs(blocks[1]).argmax()]  # a block of one value: the clipped end, every weight
+    back = read_back(torch.from_numpy(blocks), qtype)
+    f16_eps = 2.0 ** -11
+    if qtype == Q5_0:
+        step = np.abs(blocks).max(axis=-1, keepdims=True) / 16
+        clipped = blocks * np.sign(blocks[np.arange(64), np.abs(blocks).argmax(-1)])[:, None] / step <= -15.5
+        allowed = np.where(clipped, 1.0, 0.5) * step + 16 * step * f16_eps
+    else:
+        low = blocks.min(axis=-1, keepdims=True)
+        step = (blocks.max(axis=-1, keepdims=True) - low) / 31
+        allowed = 0.5 * step + 31 * step * f16_eps + np.abs(low) * f16_eps
+    assert np.all(np.abs(back - blocks) <= allowed * 1.001 + 1e-30)
+    assert np.abs(back - blocks).max() > 0.25 * step.min()  # not trivially exact
 
 
 def test_iq4_nl_weights_land_on_their_nearest_level():
@@ -73,7 +101,7 @@ def test_zero_and_constant_blocks_stay_finite():
     weights = torch.zeros(3, 256)
     weights[1] = 2.5
     weights[2, 0] = -1.0
-    for qtype in (Q4_K, Q5_K, Q6_K, Q8_0):
+    for qtype in (Q4_K, Q5_K, Q6_K, Q8_0, Q5_0, Q5_1):
         back = read_back(weights, qtype)
         assert np.isfinite(back).all() and np.abs(back - weights.numpy()).max() < 0.05
 
@@ -82,7 +110,7 @@ def test_zero_and_constant_blocks_stay_finite():
 def test_16_bit_input_and_devices_give_the_cpu_float32_bytes(device):
     """bf16 weights quantize as their float32 values, on any device, in chunks or not."""
     weights = gaussian((4, 1024)).bfloat16()
-    for qtype in (Q4_K, Q5_K, Q6_K, Q8_0):
+    for qtype in (Q4_K, Q5_K, Q6_K, Q8_0, Q5_0, Q5_1):
         expected = quantize(weights.float(), qtype)
         assert torch.equal(quantize(weights.to(device), qtype).cpu(), expected)
 
@@ -104,5 +132,6 @@ def test_chunks_and_views_give_the_bytes_of_one_pass(monkeypatch):
 def test_bad_input_is_named():
     with pytest.raises(ValueError, match="Q4_K needs rows of whole 256-weight blocks, got rows of 100"):
         quantize(torch.zeros(2, 100), Q4_K)
-    with pytest.raises(ValueError, match="GGUF type Q4_0 is not one of F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K"):
+    with pytest.raises(ValueError, match="GGUF type Q4_0 is not one of F32, F16, BF16, Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, "
+                                         "Q6_K"):
         quantize(torch.zeros(2, 256), 2)
