@@ -23,9 +23,9 @@ def write_gguf(path: str, hf_config: dict, state_dict: dict[str, torch.Tensor], 
                types: dict[str, str] | None = None, split_max_tensors: int = 0) -> list[str]:
     """quant: any GGUF type; 1-D tensors and rows whose length is not a multiple of the block size stay F32,
     as in llama.cpp. types: llama.cpp name pattern (re.search) -> type, overriding `quant` for the tensors it
-    matches (the first match wins), e.g. {r"attn_v": "Q6_K"}. F32, F16, BF16, Q8_0, Q4_K, Q5_K and Q6_K are
-    quantized by strata.weights.quantize, the other types gguf-py can quantize (Q4_0, Q4_1, Q5_0, ...) by
-    gguf-py; the rest (Q2_K, Q3_K, IQ4_XS, ...) get random blocks with small finite scales instead of the
+    matches (the first match wins), e.g. {r"attn_v": "Q6_K"}. The types of strata.weights.quantize (F32, F16,
+    BF16, Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, IQ4_NL) are quantized by it, the other types gguf-py can quantize
+    (Q4_0, Q4_1, MXFP4, ...) by gguf-py; the rest (Q2_K, Q3_K, IQ4_XS, ...) get random blocks with small finite scales instead of the
     tensor's values: loads of such a file can be compared with each other, not with the HF model.
     split_qkvz=False writes Qwen3-Next's in_proj_qkvz as older llama.cpp did (ssm_in, HF layout).
     extra_tensors are written as given, under their llama.cpp names (e.g. rope_freqs.weight).

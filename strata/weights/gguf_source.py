@@ -3,15 +3,16 @@
 Inverts llama.cpp's convert_hf_to_gguf.py twice: GGUF metadata -> an HF config.json dict, and
 llama.cpp tensor names and layouts -> HF checkpoint names and layouts (see gguf_names.py).
 Weights of the model's linear layers and embeddings (strata.model.packed.keeps_packed) in a block type
-kept packed (Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K, IQ4_XS) stream out as PackedWeights over the file's
-mmap: no float copy, and a copy of the packed bytes only where llama.cpp permuted rows; so do lookup-only
-tables (Qwen4-Exp's n-gram table) in any type with a reference dequantization (loaded_sizes.keeps_blocks:
-also F32 / F16 / BF16 and IQ4_NL), whose rows are dequantized as they are looked up. The routed
-experts stream out as PackedExpertWeights when every MoE layer's are packable (`experts_packed`; gate and
-up of one type, joined by a copy of their blocks), else all dense. Everything else
-is dequantized with gguf-py one tensor at a time (peak extra memory about one float32 tensor), with one
-notice per block type that is not kept packed. Shapes are not checked here: a tensor that does not fit
-is the model loader's to report. Qwen4-Exp's metadata is checked when the file opens (gguf_qwen4exp.py).
+kept packed (gguf_blocks.PACKED_TYPE_NAMES: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, IQ4_XS) stream
+out as PackedWeights over the file's mmap: no float copy, and a copy of the packed bytes only where
+llama.cpp permuted rows; so do lookup-only tables (Qwen4-Exp's n-gram table) in any type with a reference
+dequantization (loaded_sizes.keeps_blocks: also F32 / F16 / BF16 and IQ4_NL), whose rows are dequantized as
+they are looked up. The routed experts stream out as PackedExpertWeights when every MoE layer's are packable
+(`experts_packed`; gate and up of one type, joined by a copy of their blocks; down of any kept type, such as
+a Q4_K_M file's Q5_0 down rows of 640), else all dense. Everything else is dequantized with gguf-py one
+tensor at a time (peak extra memory about one float32 tensor), with one notice per block type that is not
+kept packed. Shapes are not checked here: a tensor that does not fit is the model loader's to report.
+Qwen4-Exp's metadata is checked when the file opens (gguf_qwen4exp.py).
 """
 
 from __future__ import annotations
