@@ -32,9 +32,10 @@ def folders(tmp_path_factory):
                                                         mtp=True)}
 
 
-def engine(folder: str, spec: dict | None, max_num_seqs: int = 4) -> EngineCore:
+def engine(folder: str, spec: dict | None, max_num_seqs: int = 4, async_scheduling: bool = False) -> EngineCore:
     config = EngineConfig(model=folder, runner=RunnerConfig(device="cpu", dtype="float32"),
-                          scheduler=SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=128),
+                          scheduler=SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=128,
+                                                    async_scheduling=async_scheduling),
                           speculative=SpecConfig.from_json(spec))
     return EngineCore(config, quiet=True)
 
@@ -88,6 +89,19 @@ def test_grammar_holds_inside_verification_windows(folders, family, spec):
     assert sum(m["num_draft_tokens"] for m in metrics.values()) > 0
     if spec["method"] == "suffix":  # the prompt's JSON gets copied where the grammar allows it
         assert sum(m["num_accepted_tokens"] for m in metrics.values()) > 0
+
+
+def test_overlapped_scheduling_waits_for_the_token_a_grammar_needs(folders):
+    """--async-scheduling plans a decode step before the previous token is read; a grammar's next mask
+    needs that token, so constrained requests decode step by step, beside unconstrained ones that run ahead."""
+    baseline, _ = run(engine(folders["llama"], None), json_requests(engine(folders["llama"], None))[:2])
+    core = engine(folders["llama"], None, max_num_seqs=8, async_scheduling=True)
+    free = Request("free", [1, 2, 3], SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True))
+    outputs, _ = run(core, json_requests(core)[:2] + [free])  # greedy ones: nothing else keeps them from running ahead
+    assert len(outputs.pop("free")) == 30
+    check_json(core, outputs)
+    assert {k: v for k, v in outputs.items() if k.startswith("greedy")} == \
+        {k: v for k, v in baseline.items() if k.startswith("greedy")}
 
 
 def test_logit_bias_applies_inside_verification_windows(folders):
