@@ -28,6 +28,7 @@ TEXT_MODEL_OF = {
     "Qwen3_5MoeForConditionalGeneration": "Qwen3_5MoeForCausalLM",
     "Qwen4ExpForConditionalGeneration": "Qwen4ExpForCausalLM",
 }
+ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # HF rope_type values model/rotary.py computes
 # hybrid families: Gated DeltaNet layers beside (gated) attention, partial rotary by default
 HYBRID_ARCHITECTURES = ("Qwen3NextForCausalLM", "Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM", "Qwen4ExpForCausalLM")
 
@@ -51,7 +52,7 @@ class ModelConfig:
     head_dim: int
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
-    rope_scaling: dict | None = None          # None or {"rope_type": "llama3"|"linear", ...}
+    rope_scaling: dict | None = None          # None or {"rope_type": "linear"|"llama3"|"yarn", ...}
     partial_rotary_factor: float = 1.0
     max_position_embeddings: int = 4096
     tie_word_embeddings: bool = False
@@ -110,11 +111,13 @@ class ModelConfig:
         if isinstance(hf.get("text_config"), dict):  # the text model's keys win over the wrapper's
             hf = {**{k: v for k, v in hf.items() if k not in ("text_config", "vision_config")}, **hf["text_config"]}
         num_heads = hf["num_attention_heads"]
-        rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
-        rope_theta = hf.get("rope_theta", rope.get("rope_theta", 10000.0))
+        # HF's priority: an old-style rope_scaling replaces rope_parameters (their theta stays usable)
+        rope = dict(hf.get("rope_scaling") or hf.get("rope_parameters") or {})
+        rope_theta = hf.get("rope_theta", rope.get("rope_theta", (hf.get("rope_parameters") or {}).get(
+            "rope_theta", 10000.0)))
         partial = hf.get("partial_rotary_factor", rope.get("partial_rotary_factor",
                                                            0.25 if arch in HYBRID_ARCHITECTURES else 1.0))
-        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        rope_scaling = _rope_scaling(hf, rope)
         eos = hf.get("eos_token_id")
         eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
         num_layers = hf["num_hidden_layers"]
@@ -134,9 +137,9 @@ class ModelConfig:
             head_dim=hf.get("head_dim") or hf["hidden_size"] // num_heads,
             rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
             rope_theta=float(rope_theta),
-            rope_scaling=None if rope_type == "default" else {**rope, "rope_type": rope_type},
+            rope_scaling=rope_scaling,
             partial_rotary_factor=float(partial),
-            max_position_embeddings=hf.get("max_position_embeddings", 4096),
+            max_position_embeddings=_max_positions(hf.get("max_position_embeddings", 4096), rope_scaling),
             tie_word_embeddings=hf.get("tie_word_embeddings", False),
             attention_bias=hf.get("attention_bias", False),
             qk_norm=arch in ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", *HYBRID_ARCHITECTURES),
@@ -182,6 +185,36 @@ class ModelConfig:
 
     def replace(self, **overrides: Any) -> ModelConfig:
         return dataclasses.replace(self, **overrides)
+
+
+def _rope_scaling(hf: dict[str, Any], rope: dict[str, Any]) -> dict[str, Any] | None:
+    """HF rope parameters -> ModelConfig.rope_scaling: None for plain rope, else the dict with `rope_type`
+    (old configs say `type`); YaRN's original context and factor filled in where HF fills them in
+    (standardize_rope_params, _compute_yarn_parameters), so the rotary code reads both as given."""
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type not in ROPE_TYPES:
+        raise ValueError(f"rope type {rope_type!r} is not supported (supported: {', '.join(ROPE_TYPES)}); "
+                         f"set rope_scaling / rope_parameters in config.json to one of them")
+    if rope_type == "default":
+        return None
+    scaling = {**{k: v for k, v in rope.items() if k != "type"}, "rope_type": rope_type}
+    if rope_type == "yarn":
+        max_len = hf.get("max_position_embeddings", 4096)
+        # a top-level original_max_position_embeddings wins (Phi-3 style), as in HF
+        original = hf.get("original_max_position_embeddings") or scaling.get("original_max_position_embeddings") \
+            or max_len
+        factor = scaling.get("factor")
+        scaling.update(original_max_position_embeddings=original,
+                       factor=max_len / original if factor is None else factor)  # DeepSeek-style: implied
+    return scaling
+
+
+def _max_positions(max_len: int, rope_scaling: dict[str, Any] | None) -> int:
+    """YaRN stretches the original context `factor` times (Qwen3's 32K -> 128K, Qwen3-Next's 256K -> 1M) and
+    configs often keep the original max_position_embeddings: the rotary tables cover the stretched one."""
+    if (rope_scaling or {}).get("rope_type") != "yarn":
+        return max_len
+    return max(max_len, int(rope_scaling["original_max_position_embeddings"] * rope_scaling["factor"]))
 
 
 def _qwen4_exp_fields(hf: dict[str, Any], layer_types: tuple[str, ...]) -> dict[str, Any]:
@@ -333,6 +366,9 @@ class RunnerConfig:
     gpu_memory_utilization: float = _opt(
         0.9, "fraction of the GPU's total memory the engine may use (weights, KV, states, graphs, activations)")
     vram_reserve_mib: int = _opt(0, "MiB of GPU memory left untouched on top of what utilization leaves")
+    gpu_memory_limit_mib: int = _opt(
+        0, "plan as if the GPU had this many MiB (a 24 GB card on a larger one; utilization and the reserve "
+           "apply to it); 0: the device's memory")
     torch_threads: int = _opt(
         0, "torch's CPU threads in the engine process, set once at start (0: auto: the cores this process may "
            "use less one, at least 1, at most torch's current count, which follows OMP_NUM_THREADS; idle "

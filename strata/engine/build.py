@@ -126,7 +126,10 @@ def build_engine(config: EngineConfig, quiet: bool = False, shared: LoadedModel 
                           DraftPlanner(spec), has_recurrent_state=bool(loaded.model.recurrent_state_shapes()),
                           park_rows=sizes.park_rows, uniform_draft_windows=runner.graphs is not None,
                           expert_token_budget=expert_token_budget)
+    plan.check_after_start(runner.graphs.pool_bytes if runner.graphs is not None else 0)
     if not quiet:
+        if table := plan.table(sizes.num_kv_blocks):
+            print(table, file=sys.stderr)
         print(f"KV cache: {sizes.num_kv_blocks} blocks of {config.cache.block_size} tokens; prefix caching "
               f"{'on' if config.cache.enable_prefix_caching else 'off'}; checkpoints: {sizes.num_checkpoints}; "
               f"conversation cache: {sizes.park_rows[0]} blocks + {sizes.park_rows[1]} checkpoints in host RAM",

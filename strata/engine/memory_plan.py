@@ -3,7 +3,9 @@ the host-RAM rows of the conversation cache, decided once at start from the conf
 
 It runs in two phases, because the second needs the loaded weights' real footprint: `expert_slots`
 before the weights load (from a meta model's sizes), `cache_sizes` after. The bytes of one KV block
-are computed here once and read by every decision. `as_dict` is what status and the monitor show.
+are computed here once and read by every decision. The device pools the runner allocates after the KV
+pool (recurrent states, their checkpoints, the CUDA graph pool) are set aside in both phases (`pools`).
+`table` is what the engine prints at start, `as_dict` what status and the monitor show.
 """
 
 from __future__ import annotations
@@ -50,12 +52,38 @@ class MemoryPlan:
         self.headroom = activation_headroom(model_config, sched.max_num_batched_tokens, sched.max_num_seqs, window,
                                             recurrent_shapes, dtype)
         self.on_cuda = device.startswith("cuda")
+        self.state_row_bytes = sum(math.prod(conv) * dtype.itemsize + math.prod(ssm) * 4
+                                   for conv, ssm in recurrent_shapes.values())
+        self.pools = self._device_pools(window)
         self.auto_expert_slots: int | None = None
-        self.numbers: dict = {}
+        self.numbers: dict = {"pools_bytes": dict(self.pools)}
+
+    def _device_pools(self, window: int) -> dict[str, int]:
+        """Bytes of what the runner allocates on the device beside the weights and the KV pool: the slots'
+        recurrent states (one spare row takes graph padding), the prefix cache's checkpoints of them, and the
+        CUDA graph pool (one pool shared by the graphs: the largest captured step's temporaries, estimated
+        like the step headroom, whose fixed part it shares)."""
+        if not self.on_cuda:
+            return {}
+        cache, sched, runner = self.config.cache, self.config.scheduler, self.config.runner
+        checkpoints = cache.checkpoint_pool_size if self.recurrent_shapes and cache.enable_prefix_caching else 0
+        graphs = 0
+        if runner.cuda_graphs:
+            slots = min(runner.cuda_graph_max_slots, sched.max_num_seqs)
+            tokens = max(slots * window, runner.cuda_graph_prompt_tokens)
+            graphs = activation_headroom(self.model_config, tokens, slots, window, self.recurrent_shapes,
+                                         self.dtype) - activation_headroom(self.model_config, 0, 0, 1, {}, self.dtype)
+        return {"recurrent states": (sched.max_num_seqs + 1) * self.state_row_bytes,
+                "state checkpoints": checkpoints * self.state_row_bytes, "CUDA graph pool (estimate)": graphs}
+
+    @property
+    def set_aside(self) -> int:
+        """What every decision keeps free beside the weights and the KV pool: the step headroom and the pools."""
+        return self.headroom + sum(self.pools.values())
 
     def _budget(self) -> GpuBudget:
         runner = self.config.runner
-        return measure_budget(runner.gpu_memory_utilization, runner.vram_reserve_mib)
+        return measure_budget(runner.gpu_memory_utilization, runner.vram_reserve_mib, runner.gpu_memory_limit_mib)
 
     # ---- before the weights load ------------------------------------------------------------------
 
@@ -90,11 +118,11 @@ class MemoryPlan:
                                        self.config.cache.block_size)
         kv_reserve = reserve_blocks * self.block_bytes
         staging = 0 if experts.parse_pcie_frac() == 0 else min(cfg.num_experts, 8 * cfg.num_experts_per_tok)
-        slots = auto_expert_slots(sizes, self._budget().available, self.headroom, kv_reserve, staging)
+        slots = auto_expert_slots(sizes, self._budget().available, self.set_aside, kv_reserve, staging)
         if slots < sizes.num_experts:
             logger.warning("expert_cache=auto: %d of %d routed experts fit on the GPU (KV reserve %.1f GiB, "
-                           "step headroom %.1f GiB); the rest run from host RAM", slots, sizes.num_experts,
-                           kv_reserve / GiB, self.headroom / GiB)
+                           "step headroom and state / graph pools %.1f GiB); the rest run from host RAM", slots,
+                           sizes.num_experts, kv_reserve / GiB, self.set_aside / GiB)
         return slots
 
     # ---- after the weights load -------------------------------------------------------------------
@@ -122,18 +150,19 @@ class MemoryPlan:
         return num_blocks
 
     def _gpu_kv_bytes(self, one_sequence_bytes: int) -> int:
-        """What the KV pool may take: the allowed memory minus what is in use (weights) and the step
-        headroom; a clear error when not even one sequence of max_model_len fits."""
+        """What the KV pool may take: the allowed memory minus what is in use (weights), the step headroom
+        and the pools allocated after it; a clear error when not even one sequence of max_model_len fits."""
         runner = self.config.runner
         budget = self._budget()
-        kv_bytes = budget.available - self.headroom
+        kv_bytes = budget.available - self.set_aside
         self.numbers = {**self.numbers, "total_bytes": budget.total, "allowed_bytes": budget.allowed,
                         "in_use_after_weights_bytes": budget.in_use, "headroom_bytes": self.headroom,
                         "kv_budget_bytes": kv_bytes, "auto_expert_slots": self.auto_expert_slots}
         if kv_bytes < one_sequence_bytes:
             raise ModelDoesNotFit(
                 f"after the weights, {max(kv_bytes, 0) / GiB:.2f} GiB are left for the KV cache (a step headroom "
-                f"of {self.headroom / GiB:.2f} GiB set aside; "
+                f"of {self.headroom / GiB:.2f} GiB and {sum(self.pools.values()) / GiB:.2f} GiB of state and "
+                f"graph pools set aside; "
                 f"{budget.describe(runner.gpu_memory_utilization, runner.vram_reserve_mib)}) "
                 f"but one sequence of max_model_len={self.max_model_len} needs {one_sequence_bytes / GiB:.2f} GiB; "
                 f"lower --max-model-len, --max-num-seqs or --max-num-batched-tokens, or raise --gpu-memory-utilization")
@@ -157,3 +186,32 @@ class MemoryPlan:
 
     def as_dict(self) -> dict:
         return dict(self.numbers)
+
+    def check_after_start(self, graph_pool_bytes: int) -> None:
+        """After the runner allocated its pools and captured its graphs: record what the device holds and
+        the graph pool's measured size beside the estimate, and warn when the allowance is exceeded."""
+        if not self.on_cuda or "allowed_bytes" not in self.numbers:
+            return
+        budget = self._budget()
+        self.numbers.update(in_use_after_start_bytes=budget.in_use, graph_pool_measured_bytes=graph_pool_bytes)
+        if budget.in_use > budget.allowed:
+            logger.warning("GPU memory in use after start (%.2f GiB, CUDA graph pool %.2f GiB) exceeds the plan's "
+                           "allowance (%.2f GiB): lower --max-num-seqs, --max-model-len or --cuda-graph-max-slots",
+                           budget.in_use / GiB, graph_pool_bytes / GiB, budget.allowed / GiB)
+
+    def table(self, num_kv_blocks: int) -> str:
+        """The plan as the engine prints it at start (CUDA, after cache_sizes): each device allocation, the
+        total, and what the budget allows."""
+        n = self.numbers
+        if "allowed_bytes" not in n:
+            return ""
+        rows = [("weights and resident experts (measured)", n["in_use_after_weights_bytes"]),
+                (f"KV cache ({num_kv_blocks} blocks)", num_kv_blocks * self.block_bytes),
+                *((name, size) for name, size in self.pools.items() if size),
+                ("step activations (headroom)", self.headroom)]
+        total = sum(size for _, size in rows)
+        width = max(len(name) for name, _ in rows) + 2
+        lines = [f"  {name:<{width}}{size / GiB:8.2f} GiB" for name, size in rows]
+        lines.append(f"  {'total':<{width}}{total / GiB:8.2f} GiB of {n['allowed_bytes'] / GiB:.2f} GiB allowed "
+                     f"(GPU {n['total_bytes'] / GiB:.1f} GiB)")
+        return "GPU memory plan:\n" + "\n".join(lines)

@@ -40,13 +40,20 @@ class GpuBudget:
                 f"{self.in_use / GiB:.1f} GiB in use")
 
 
-def measure_budget(utilization: float, reserve_mib: int) -> GpuBudget:
+def measure_budget(utilization: float, reserve_mib: int, limit_mib: int = 0) -> GpuBudget:
+    """The device's memory now; with `limit_mib` the plan treats the device as a card of that size (what is
+    in use still counts in full)."""
     if not 0.0 < utilization <= 1.0:
         raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {utilization}")
     if reserve_mib < 0:
         raise ValueError(f"vram_reserve_mib must be >= 0, got {reserve_mib}")
+    if limit_mib < 0:
+        raise ValueError(f"gpu_memory_limit_mib must be >= 0 (0: the device's memory), got {limit_mib}")
     free, total = torch.cuda.mem_get_info()
-    return GpuBudget(total, int(total * utilization) - reserve_mib * 2**20, total - free)
+    in_use = total - free
+    if limit_mib:
+        total = min(total, limit_mib * 2**20)
+    return GpuBudget(total, int(total * utilization) - reserve_mib * 2**20, in_use)
 
 
 def check_weights_fit(weight_bytes: int, budget: GpuBudget, utilization: float, reserve_mib: int) -> None:

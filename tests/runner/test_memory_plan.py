@@ -4,6 +4,8 @@ with a stated GPU budget)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -129,3 +131,50 @@ def test_qwen4_exp_plan_keeps_the_ple_table_in_host_ram_and_counts_index_keys(mo
     plan.expert_slots(meta, sizes)  # 512 GiB of RAM holds the offloaded experts and the table
     with pytest.raises(ModelDoesNotFit, match="PLE"):
         _plan_on_card(monkeypatch, spec, 48, 300)[0].expert_slots(meta, sizes)
+
+
+@pytest.mark.parametrize("spec", ["random:qwen3-next-80b-a3b", "random:qwen3.6-35b-a3b",
+                                  "random:qwen4exp-125b?ple_layer_ids=none"])
+@pytest.mark.parametrize("card_gib", [24, 32, 48])
+def test_q4_k_m_plans_fit_consumer_cards_with_every_device_pool_counted(monkeypatch, spec, card_gib):
+    """Issue 26: the whole plan on 24 / 32 / 48 GB cards at the engine's defaults (auto expert cache, the
+    model's full context, graphs on): the weights it keeps on the card, the KV pool, the slots' recurrent
+    states and their checkpoints (computed here from the model's state shapes), the graph pool estimate
+    and the step headroom add up to no more than the allowance, and the KV pool holds a full-length
+    sequence. A plan without the state pools would hand their bytes to the KV pool."""
+    from strata.weights.loaded_sizes import scheme_sizes
+
+    plan, meta = _plan_on_card(monkeypatch, spec, card_gib, 256)
+    sizes = scheme_sizes(spec, "q4_k_m", torch.bfloat16)
+    plan.expert_slots(meta, sizes)
+    resident = plan.auto_expert_slots
+    assert 0 < resident <= sizes.num_experts
+    allowed = int(card_gib * GiB * plan.config.runner.gpu_memory_utilization)
+    in_use = GiB // 2 + sizes.on_device(resident)  # what the device holds once the weights are loaded
+    monkeypatch.setattr(plan, "_budget", lambda: GpuBudget(card_gib * GiB, allowed, in_use))
+    cache = plan.cache_sizes()
+
+    state_row = sum(math.prod(conv) * 2 + math.prod(ssm) * 4 for conv, ssm in meta.recurrent_state_shapes().values())
+    assert state_row > 0 and cache.num_checkpoints == plan.config.cache.checkpoint_pool_size
+    states = (plan.config.scheduler.max_num_seqs + 1) * state_row + cache.num_checkpoints * state_row
+    graphs = plan.pools["CUDA graph pool (estimate)"]
+    assert graphs > 0
+    kv = cache.num_kv_blocks * plan.block_bytes
+    assert in_use + kv + states + graphs + plan.headroom <= allowed
+    assert cache.num_kv_blocks * plan.config.cache.block_size >= meta.config.max_position_embeddings
+    table = plan.table(cache.num_kv_blocks)
+    for row in ("recurrent states", "state checkpoints", "CUDA graph pool", "KV cache", f"GPU {card_gib:.1f} GiB"):
+        assert row in table
+
+
+def test_gpu_memory_limit_plans_for_a_smaller_card(monkeypatch):
+    """--gpu-memory-limit-mib: a 24 GB card simulated on an 80 GB one; what is in use counts in full."""
+    from strata.runner import memory
+
+    monkeypatch.setattr(memory.torch.cuda, "mem_get_info", lambda: (70 * GiB, 80 * GiB))
+    budget = memory.measure_budget(0.9, 512, limit_mib=24 * 1024)
+    assert budget.total == 24 * GiB and budget.allowed == int(24 * GiB * 0.9) - 512 * 2**20
+    assert budget.in_use == 10 * GiB and budget.available == budget.allowed - 10 * GiB
+    assert memory.measure_budget(0.9, 0).total == 80 * GiB
+    with pytest.raises(ValueError, match="gpu_memory_limit_mib"):
+        memory.measure_budget(0.9, 0, limit_mib=-1)
