@@ -321,8 +321,8 @@ def graph_safe(model: nn.Module, experts, dtype: torch.dtype) -> bool:
 def packed_experts_read_in_place(model: nn.Module) -> bool:
     """Whether the packed MoE kernels read every packed expert layer's blocks as they are (strata.kernels.
     packed_moe.pairs_supported). Otherwise that layer dequantizes its experts per step: the used ones when
-    eager, every one inside a graph (on Qwen4-Exp's shape at Q4_K_M, whose 640-wide down rows fall back to
-    Q8_0: ~20 GiB per captured graph)."""
+    eager, every one inside a graph (~20 GiB per captured graph on Qwen4-Exp's shape, measured before the
+    kernels read its 640-wide Q5_0 / Q8_0 down rows; now types like Q2_K / Q3_K)."""
     from strata.kernels.packed_moe import pairs_supported
     from strata.model.moe import PackedLocalExperts
 
