@@ -34,7 +34,9 @@ def check(fn, consts: dict, name: str) -> bool:
 ok = True
 for q in sorted(packed_gemv.BLOCK_LAYOUT):
     for sb in (1, 2):
-        ok &= check(packed_gemv._packed_gemv_kernel, dict(QTYPE=q, BLOCK_N=4, SB=sb, USE_PDL=False), f"gemv q{q} sb{sb}")
+        for acc in (False, True):
+            ok &= check(packed_gemv._packed_gemv_kernel, dict(QTYPE=q, BLOCK_N=4, SB=sb, USE_PDL=False, ACC=acc),
+                        f"gemv q{q} sb{sb} acc={acc}")
         ok &= check(packed_dequant._dequantize_kernel, dict(QTYPE=q, BLOCK_N=8, SB=sb), f"dequant q{q} sb{sb}")
         for k in (packed_moe._gate_up_pairs_kernel, packed_moe._down_pairs_kernel):
             ok &= check(k, dict(QTYPE=q, BLOCK_N=16, SB=sb, USE_PDL=False), f"{k.fn.__name__} q{q} sb{sb}")

@@ -85,7 +85,7 @@ def packed_gemv_ref(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k
 
 # rows of W per program, superblocks per K step: the lowest summed one-row time over Q8_0, Q4_K, Q6_K at five
 # decode shapes of the 18 tilings swept on the H200 (bench/results/2026-12-01-h200-packed-gemv)
-DEFAULT_CONFIG = dict(BLOCK_N=4, SUPERBLOCKS=4, num_warps=2, num_stages=3)
+DEFAULT_CONFIG = dict(BLOCK_N=4, SUPERBLOCKS=4, num_warps=2, num_stages=3, ACC=False)
 
 
 def packed_gemv(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: int,
@@ -102,7 +102,7 @@ def packed_gemv(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: in
     out = torch.empty(num_rows, n, dtype=torch.float32, device=x.device)
     _packed_gemv_kernel[(triton.cdiv(n, cfg["BLOCK_N"]), num_rows)](
         x, blocks, out, n, k, x.stride(0), blocks.shape[1], out.stride(0),
-        QTYPE=qtype, BLOCK_N=cfg["BLOCK_N"], SB=superblocks, num_warps=cfg["num_warps"],
+        QTYPE=qtype, BLOCK_N=cfg["BLOCK_N"], SB=superblocks, ACC=cfg["ACC"], num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"], **pdl_options(x))
     return out
 
@@ -310,7 +310,11 @@ if triton is not None:
 
     @triton.jit
     def _packed_gemv_kernel(x_ptr, w_ptr, out_ptr, n, k, stride_xm, row_bytes, stride_om,
-                            QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, SB: tl.constexpr, USE_PDL: tl.constexpr):
+                            QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, SB: tl.constexpr, USE_PDL: tl.constexpr,
+                            ACC: tl.constexpr):
+        """ACC False: each K step sums quants against x per 32-weight group, then scales the group sums
+        (_chunk_dot); ACC True: each step adds decoded weights times x into a [BN, SB, 8, 32] accumulator,
+        summed once at the end (no reductions inside the loop, one more multiply per weight)."""
         wait_for_previous_kernel(USE_PDL)
         row = tl.program_id(1)
         offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -319,8 +323,16 @@ if triton is not None:
         r = tl.arange(0, 8)[None, None, :, None]
         l = tl.arange(0, 32)[None, None, None, :]
         x_offs = tl.arange(0, SB)[None, :, None, None] * 256 + r * 32 + l                       # [1, SB, 8, 32]
-        acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
-        for sb in tl.range(0, tl.cdiv(k, 256), SB):
-            x = _chunk_x(x_ptr + row * stride_xm, sb, x_offs, k, QTYPE)
-            acc += _chunk_dot(row_ptr, sb, r, l, x, _chunk_ok(n_ok, sb, r, k, QTYPE, SB), QTYPE, SB, BLOCK_N)
+        if ACC:
+            acc4 = tl.zeros((BLOCK_N, SB, 8, 32), dtype=tl.float32)
+            for sb in tl.range(0, tl.cdiv(k, 256), SB):
+                x = _chunk_x(x_ptr + row * stride_xm, sb, x_offs, k, QTYPE)
+                acc4 += x * _chunk_values(row_ptr, sb, r, l, _chunk_ok(n_ok, sb, r, k, QTYPE, SB), QTYPE, SB,
+                                          BLOCK_N)
+            acc = tl.sum(tl.reshape(acc4, (BLOCK_N, SB * 256)), axis=1)
+        else:
+            acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+            for sb in tl.range(0, tl.cdiv(k, 256), SB):
+                x = _chunk_x(x_ptr + row * stride_xm, sb, x_offs, k, QTYPE)
+                acc += _chunk_dot(row_ptr, sb, r, l, x, _chunk_ok(n_ok, sb, r, k, QTYPE, SB), QTYPE, SB, BLOCK_N)
         tl.store(out_ptr + row * stride_om + offs_n, acc, mask=offs_n < n)

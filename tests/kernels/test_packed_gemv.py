@@ -53,13 +53,15 @@ def test_supports_whole_blocks_of_the_types_read():
 
 
 @gpu
+@pytest.mark.parametrize("acc", [False, True])
 @pytest.mark.parametrize("qtype", sorted(BLOCK_LAYOUT))
-@pytest.mark.parametrize("rows, n, k", [(1, 33, 256), (3, 64, 2048), (1, 5120, 2048), (16, 7, 768)])
-def test_packed_gemv_matches_ref(qtype, rows, n, k):
+@pytest.mark.parametrize("rows, n, k", [(1, 33, 256), (3, 64, 2048), (1, 5120, 2048), (16, 7, 768), (2, 9, 2560)])
+def test_packed_gemv_matches_ref(qtype, rows, n, k, acc):
+    """Both K-loop forms (group sums scaled per step, or one accumulator of weights times x)."""
     blocks = random_blocks(qtype, n, k, seed=rows * n + k)
     x = torch.randn(rows, k, generator=torch.Generator().manual_seed(k)).to(torch.bfloat16)
     expected = packed_gemv_ref(x, blocks, qtype, n, k)
-    out = packed_gemv(x.cuda(), blocks.cuda(), qtype, n, k)
+    out = packed_gemv(x.cuda(), blocks.cuda(), qtype, n, k, config=dict(ACC=acc))
     # the kernel sums in float32 in another order than the reference matmul
     scale = (x.float().abs() @ packed_gemv_ref(torch.eye(k), blocks, qtype, n, k).abs()).clamp_min(1.0)
     assert ((out.cpu() - expected).abs() / scale).max() < 1e-5
