@@ -2,8 +2,9 @@
 
 Both are applied on the logits' device right before sampling or verification, in plain torch. A grammar's
 masks are computed on the CPU by llguidance (its threads, GIL released) while the forward that produces
-the logits may still run on the device (nothing before this waited for it), written as a bitmask
-[R, ceil(V / 32)] int32 and expanded on the device. For a verification window the matcher walks the
+the logits still runs on the device: `prepare` fills them before anything waits for the device and
+starts their copy, `apply` finds them there (or fills them itself). A mask is a bitmask [R, ceil(V / 32)]
+int32, expanded on the device. For a verification window the matcher walks the
 drafts to fill one mask per row (a draft the grammar refuses ends the walk: the rows after it are never
 used, since that draft is rejected) and rolls itself back; commit then advances it by the accepted tokens.
 """
@@ -57,11 +58,15 @@ class Constraints:
         self.matchers: list[llguidance.LLMatcher | None] = [None] * max_num_seqs
         self.new_matcher: Callable[[StructuredOutputs], llguidance.LLMatcher] | None = None
         self._executor: llguidance.LLExecutor | None = None
+        # slot -> (the drafts its masks walked, bitmask [1 + k, W] on the device): filled by prepare, taken by
+        # apply, dropped when the matcher moves
+        self._prepared: dict[int, tuple[list[int], torch.Tensor]] = {}
 
     def add_slot(self, slot_id: int, params: SamplingParams, output_token_ids: list[int]) -> None:
         bias = params.logit_bias or {}
         self.bias[slot_id] = (list(bias), [float(v) for v in bias.values()]) if bias else None
         self.matchers[slot_id] = None
+        self._prepared.pop(slot_id, None)
         if params.structured_outputs is None:
             return
         if self.new_matcher is None:
@@ -74,6 +79,7 @@ class Constraints:
     def remove_slot(self, slot_id: int) -> None:
         self.bias[slot_id] = None
         self.matchers[slot_id] = None
+        self._prepared.pop(slot_id, None)
 
     def has_grammar(self, slot_id: int) -> bool:
         return self.matchers[slot_id] is not None
@@ -83,6 +89,19 @@ class Constraints:
         matcher = self.matchers[slot_id]
         if matcher is not None and token_ids:
             matcher.consume_tokens(token_ids)
+            self._prepared.pop(slot_id, None)
+
+    def prepare(self, windows: list[Window], device: torch.device) -> None:
+        """Fill the grammar masks of these windows now and start their copy to `device`: called before
+        anything waits for the device, so the CPU's work overlaps the forward. Row numbers are ignored."""
+        masked = [w for w in windows if self.matchers[w[0]] is not None]
+        if not masked:
+            return
+        bitmask = self._fill(masked, device)
+        offset = 0
+        for slot_id, _, drafts in masked:
+            self._prepared[slot_id] = (list(drafts), bitmask[offset:offset + len(drafts) + 1])
+            offset += len(drafts) + 1
 
     def apply(self, logits: torch.Tensor, windows: list[Window]) -> torch.Tensor:
         """logits [R, V] -> the same rows biased and masked for the slots that ask for it (a new tensor,
@@ -107,17 +126,28 @@ class Constraints:
         return logits.index_put(index, index_tensor(values, logits.device, logits.dtype), accumulate=True)
 
     def _mask(self, logits: torch.Tensor, windows: list[Window]) -> torch.Tensor:
+        prepared = [self._prepared.pop(slot_id, None) for slot_id, _, _ in windows]
+        if all(p is not None and p[0] == list(drafts) for p, (_, _, drafts) in zip(prepared, windows)):
+            bitmask = torch.cat([p[1] for p in prepared]) if len(prepared) > 1 else prepared[0][1]
+        else:
+            bitmask = self._fill(windows, logits.device)
+        rows = [row for _, first, drafts in windows for row in range(first, first + len(drafts) + 1)]
+        rows_t = index_tensor(rows, logits.device)
+        return logits.index_put((rows_t,), apply_bitmask(logits[rows_t], bitmask))
+
+    def _fill(self, windows: list[Window], device: torch.device) -> torch.Tensor:
+        """-> bitmask [R', W] on `device`: the masks of each window's 1 + k positions, window after window."""
         num_rows = sum(len(drafts) + 1 for _, _, drafts in windows)
         words = (self.vocab_size + 31) // 32
         # pinned, so the copy to the device does not wait; -1 (all allowed) stays in rows after a refused draft
-        bitmask = torch.full((num_rows, words), -1, dtype=torch.int32, pin_memory=logits.is_cuda)  # [R', W]
-        plain, with_drafts, rows = [], [], []
-        for slot_id, first, drafts in windows:
+        bitmask = torch.full((num_rows, words), -1, dtype=torch.int32, pin_memory=device.type == "cuda")
+        plain, with_drafts, row = [], [], 0
+        for slot_id, _, drafts in windows:
             if drafts:
-                with_drafts.append((self.matchers[slot_id], len(rows), list(drafts)))
+                with_drafts.append((self.matchers[slot_id], row, list(drafts)))
             else:
-                plain.append((self.matchers[slot_id], len(rows)))
-            rows.extend(range(first, first + len(drafts) + 1))
+                plain.append((self.matchers[slot_id], row))
+            row += len(drafts) + 1
         if self._executor is None:
             self._executor = llguidance.LLExecutor()
         if plain:
@@ -125,6 +155,4 @@ class Constraints:
         if with_drafts:
             self._executor.unsafe_compute_mask_ptr_with_draft_token(with_drafts, bitmask.data_ptr(), words * 4,
                                                                     num_rows)
-        rows_t = index_tensor(rows, logits.device)
-        masked = apply_bitmask(logits[rows_t], bitmask.to(logits.device, non_blocking=True))
-        return logits.index_put((rows_t,), masked)
+        return bitmask.to(device, non_blocking=True)

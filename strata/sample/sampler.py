@@ -117,6 +117,11 @@ class Sampler:
             raise ValueError(f"logits have shape {tuple(logits.shape)}; expected "
                              f"({len(slot_ids)}, {self.vocab_size}): one row per slot in slot_ids")
 
+    def prepare_constraints(self, windows: list[Window]) -> None:
+        """Compute the grammar masks these windows will need now (see Constraints.prepare): call it before
+        anything waits for the step's forward."""
+        self.constraints.prepare(windows, self.device)
+
     def constrain_windows(self, logits: torch.Tensor, windows: list[Window]) -> torch.Tensor:
         """Verification windows' logits [R, V] with each slot's logit bias and grammar masks (one per row,
         the grammar walking the slot's drafts) applied; rows of other slots are left as they are."""

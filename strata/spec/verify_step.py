@@ -19,6 +19,7 @@ from strata.kernels.argmax import argmax
 from strata.sample import Sampler
 from strata.spec.synthetic import SyntheticDrafter, synthetic_drafts
 from strata.spec.verify import verify_greedy, verify_rejection
+from strata.transfer import index_tensor
 from strata.types import ScheduledSlot
 
 
@@ -46,7 +47,10 @@ def sample_and_verify(model, sampler: Sampler, hidden: torch.Tensor, scheduled: 
     for work, last in windows:
         window_starts.append(len(rows))
         rows.extend(range(last - len(work.draft_token_ids), last + 1))
-    logits = model.compute_logits(hidden[rows])  # [R, V]
+    # grammar masks: filled on the CPU while the forward still runs (what follows waits for it)
+    sampler.prepare_constraints([(w.slot_id, 0, []) for w, _ in plain] +
+                                [(w.slot_id, 0, w.draft_token_ids) for w, _ in windows])
+    logits = model.compute_logits(hidden[index_tensor(rows, hidden.device)])  # [R, V]
     outcomes = {}
     if plain:
         out = sampler.sample(logits[: len(plain)], [w.slot_id for w, _ in plain])

@@ -147,8 +147,16 @@ def test_window_masks_walk_the_drafts_and_commit_advances(llg_tokenizer, hf_toke
     assert c in finite[4] and x not in finite[4]
     assert len(finite[5]) == V and len(finite[0]) == V and len(finite[6]) == V
     assert matcher.validate_tokens([a, b, c]) == 3  # rolled back to the start
+    # masks prepared ahead (while the forward would run) are the ones apply computes; stale ones are not used
+    sampler.prepare_constraints([(0, 0, [a, b, x])])
+    assert torch.equal(sampler.constrain_windows(torch.zeros(7, V), [(0, 2, [a, b, x])]), logits)
+    assert not sampler.constraints._prepared  # taken
+    sampler.prepare_constraints([(0, 0, [a])])
+    assert torch.equal(sampler.constrain_windows(torch.zeros(7, V), [(0, 2, [a, b, x])]), logits)
+    sampler.prepare_constraints([(0, 0, [])])
     sampler.append_output(0, [a, b])                # accepted a, then b as the bonus
     assert matcher.validate_tokens([c]) == 1 and matcher.validate_tokens([a]) == 0
+    assert not sampler.constraints._prepared  # the matcher moved: what was prepared before is gone
 
 
 @pytest.mark.parametrize("device", DEVICES)
