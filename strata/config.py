@@ -8,6 +8,7 @@ Nothing here imports torch or any other part of strata.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -207,6 +208,24 @@ def _rope_scaling(hf: dict[str, Any], rope: dict[str, Any]) -> dict[str, Any] | 
         scaling.update(original_max_position_embeddings=original,
                        factor=max_len / original if factor is None else factor)  # DeepSeek-style: implied
     return scaling
+
+
+def rope_attention_factor(scaling: dict[str, Any] | None) -> float:
+    """The factor HF multiplies cos and sin by (so q.k by its square), as _compute_yarn_parameters sets it:
+    the config's attention_factor, else mscale / mscale_all_dim's ratio of two 0.1 m ln(factor) + 1 terms,
+    else YaRN's 0.1 ln(factor) + 1; 1 for the other rope types."""
+    if (scaling or {}).get("rope_type") != "yarn":
+        return 1.0
+    if scaling.get("attention_factor") is not None:
+        return float(scaling["attention_factor"])
+    factor, mscale, mscale_all_dim = scaling["factor"], scaling.get("mscale"), scaling.get("mscale_all_dim")
+
+    def get_mscale(m: float = 1.0) -> float:
+        return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
+
+    if mscale and mscale_all_dim:
+        return float(get_mscale(mscale) / get_mscale(mscale_all_dim))
+    return get_mscale()
 
 
 def _max_positions(max_len: int, rope_scaling: dict[str, Any] | None) -> int:

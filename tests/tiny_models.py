@@ -57,15 +57,16 @@ _CONFIGS = {
 }
 
 
-def hf_config(family: str):
+def hf_config(family: str, **overrides):
+    """overrides: config fields replacing the family's (e.g. rope_scaling, max_position_embeddings)."""
     config_cls, _, extra = _CONFIGS[family]
-    return getattr(transformers, config_cls)(**_COMMON, **extra)
+    return getattr(transformers, config_cls)(**{**_COMMON, **extra, **overrides})
 
 
-def build_hf_model(family: str, seed: int = 0):
+def build_hf_model(family: str, seed: int = 0, **overrides):
     _, model_cls, _ = _CONFIGS[family]
     torch.manual_seed(seed)
-    model = getattr(transformers, model_cls)(hf_config(family)).eval()
+    model = getattr(transformers, model_cls)(hf_config(family, **overrides)).eval()
     with torch.no_grad():
         for name, param in model.named_parameters():
             # HF initialises norms to 1 (or 0 when zero-centred) and biases to 0; give the norms some
@@ -81,8 +82,8 @@ def hf_state(model) -> tuple[dict, dict]:
     return {**model.config.to_dict(), "architectures": [type(model).__name__]}, dict(model.state_dict())
 
 
-def save_tiny_model(family: str, folder: str, seed: int = 0):
-    model = build_hf_model(family, seed)
+def save_tiny_model(family: str, folder: str, seed: int = 0, **overrides):
+    model = build_hf_model(family, seed, **overrides)
     model.save_pretrained(folder)
     return model
 

@@ -1,5 +1,7 @@
 """Rotary position embedding (HF "rotate_half" layout), full or partial (first rot_dim dims only),
-with the default, linear and llama3 frequency schedules. cos/sin are precomputed for every position."""
+with the default, linear, llama3 and yarn frequency schedules. cos/sin are precomputed for every position
+and already carry YaRN's attention factor: every consumer (the torch path, the fused rope + KV-write
+kernel, QSA's indexer, MTP layers) reads these tables, so none of them applies the factor again."""
 
 from __future__ import annotations
 
@@ -7,6 +9,8 @@ import math
 
 import torch
 from torch import nn
+
+from strata.config import ROPE_TYPES, rope_attention_factor
 
 
 def inv_frequencies(rot_dim: int, theta: float, scaling: dict | None) -> torch.Tensor:
@@ -24,7 +28,31 @@ def inv_frequencies(rot_dim: int, theta: float, scaling: dict | None) -> torch.T
         scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
         mid = (wavelen <= old_len / low) & (wavelen >= old_len / high)
         return torch.where(mid, (1 - smooth) * inv_freq / factor + smooth * inv_freq, scaled).float()
-    raise ValueError(f"rope type {rope_type!r} is not supported (supported: default, linear, llama3)")
+    if rope_type == "yarn":
+        return _yarn_inv_frequencies(rot_dim, theta, scaling)
+    raise ValueError(f"rope type {rope_type!r} is not supported (supported: {', '.join(ROPE_TYPES)})")
+
+
+def _yarn_inv_frequencies(rot_dim: int, theta: float, scaling: dict) -> torch.Tensor:
+    """YaRN (arXiv 2309.00071) as HF's _compute_yarn_parameters: high frequencies (more than beta_fast
+    turns over the original context) keep their value, low ones (fewer than beta_slow turns) are divided
+    by `factor`, a linear ramp over the dimensions between."""
+    factor, old_len = scaling["factor"], scaling["original_max_position_embeddings"]
+    beta_fast, beta_slow = scaling.get("beta_fast") or 32, scaling.get("beta_slow") or 1
+
+    def dim_of(turns: float) -> float:  # the dimension whose frequency turns `turns` times over old_len
+        return rot_dim * math.log(old_len / (turns * 2 * math.pi)) / (2 * math.log(theta))
+
+    low, high = dim_of(beta_fast), dim_of(beta_slow)
+    if scaling.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, rot_dim - 1)
+    if low == high:
+        high += 0.001  # HF's guard against a zero-width ramp
+    ramp = ((torch.arange(rot_dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+    extrapolation = 1 - ramp  # 1: keep the frequency, 0: interpolate it
+    pos_freqs = theta ** (torch.arange(0, rot_dim, 2).float() / rot_dim)
+    return (1.0 / (factor * pos_freqs)) * (1 - extrapolation) + (1.0 / pos_freqs) * extrapolation
 
 
 class RotaryEmbedding(nn.Module):
@@ -36,8 +64,9 @@ class RotaryEmbedding(nn.Module):
         self.config = (head_dim, rot_dim, max_positions, theta, repr(scaling))
         freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32),
                             inv_frequencies(rot_dim, theta, scaling))  # [P, rot_dim / 2]
-        self.register_buffer("cos", freqs.cos(), persistent=False)
-        self.register_buffer("sin", freqs.sin(), persistent=False)
+        scale = rope_attention_factor(scaling)
+        self.register_buffer("cos", freqs.cos() * scale, persistent=False)
+        self.register_buffer("sin", freqs.sin() * scale, persistent=False)
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # q: [T, H, D], k: [T, Hkv, D]; rotates the first rot_dim dims of each head

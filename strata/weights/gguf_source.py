@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from strata.config import ModelConfig
+from strata.config import ModelConfig, rope_attention_factor
 from strata.types import WeightSizes
 from strata.weights.loaded_sizes import TensorEntry, is_lookup_table, keeps_blocks, loaded_sizes, why_experts_dense
 from strata.kernels.gguf_blocks import DENSE_TYPE_NAMES, PACKED_TYPE_NAMES, is_packed_type
@@ -278,7 +278,28 @@ class GGUFSource:
         scaling = {"rope_type": rope_type, "factor": self._get("rope.scaling.factor", 1.0)}
         if (original := self._get("rope.scaling.original_context_length")) is not None:
             scaling["original_max_position_embeddings"] = original
+        if rope_type == "yarn":
+            scaling.update(self._yarn_parameters(scaling))
         return scaling
+
+    def _yarn_parameters(self, scaling: dict[str, Any]) -> dict[str, Any]:
+        """llama.cpp's optional YaRN keys as HF rope parameters: yarn_attn_factor is HF's attention_factor
+        (convert_hf_to_gguf.py writes it so), yarn_log_multiplier 0.1 * mscale_all_dim with mscale 1 (as
+        llama.cpp reads it for these archs), attn_factor a multiplier on the resulting magnitude."""
+        ext_factor = self._get("rope.scaling.yarn_ext_factor")
+        if ext_factor is not None and ext_factor != 1.0:
+            raise ValueError(f"{self.path}: {self.arch}.rope.scaling.yarn_ext_factor = {ext_factor} is not supported "
+                             f"(Strata computes YaRN as HF transformers does: ext_factor 1)")
+        params: dict[str, Any] = {}
+        for key, name in (("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow"),
+                          ("yarn_attn_factor", "attention_factor")):
+            if (value := self._get(f"rope.scaling.{key}")) is not None:
+                params[name] = value
+        if (log_mul := self._get("rope.scaling.yarn_log_multiplier")) and "attention_factor" not in params:
+            params.update(mscale=1.0, mscale_all_dim=log_mul / 0.1)
+        if (attn_factor := self._get("rope.scaling.attn_factor")) is not None and attn_factor != 1.0:
+            params["attention_factor"] = rope_attention_factor({**scaling, **params}) * attn_factor
+        return params
 
 
 def llama3_rope_scaling(freq_factors: np.ndarray, theta: float, rot_dim: int, path: str,

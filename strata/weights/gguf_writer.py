@@ -20,6 +20,7 @@ import gguf
 import numpy as np
 import torch
 
+from strata.config import rope_attention_factor
 from strata.weights import gguf_writer_qwen4exp as qwen4exp
 from strata.weights.quantize import quantize
 
@@ -209,9 +210,12 @@ def _write_metadata(w: gguf.GGUFWriter, arch, cfg: dict) -> None:
     if arch == gguf.MODEL_ARCH.LLAMA:
         w.add_vocab_size(cfg["vocab_size"])  # the qwen archs leave it to the token list
         w.add_rope_dimension_count(head_dim)
-    if rope.get("rope_type") == "linear":
+    rope_type = rope.get("rope_type", rope.get("type"))
+    if rope_type == "linear":
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(rope["factor"])
+    if rope_type == "yarn":
+        _write_yarn(w, rope, cfg)
     if cfg.get("num_experts") or cfg.get("num_local_experts"):
         w.add_expert_count(cfg.get("num_experts") or cfg["num_local_experts"])
         w.add_expert_used_count(cfg["num_experts_per_tok"])
@@ -234,6 +238,28 @@ def _write_metadata(w: gguf.GGUFWriter, arch, cfg: dict) -> None:
         w.add_nextn_predict_layers(_num_mtp(cfg))
     if arch == qwen4exp.ARCH:
         qwen4exp.write_metadata(w, cfg, cfg["num_hidden_layers"] + _num_mtp(cfg))
+
+
+def _write_yarn(w: gguf.GGUFWriter, rope: dict, cfg: dict) -> None:
+    """YaRN's keys as convert_hf_to_gguf.py writes them (yarn_attn_factor: HF's attention_factor, the total
+    magnitude); mscale / mscale_all_dim, which llama.cpp's keys cannot say for these archs, as the attention
+    factor they give in HF. A missing factor or original context is written as HF would compute it."""
+    if rope.get("truncate", True) is False:
+        raise ValueError("YaRN with truncate=false cannot be written to GGUF: llama.cpp has no key for it and "
+                         "always truncates the correction range")
+    original = cfg.get("original_max_position_embeddings") or rope.get("original_max_position_embeddings") \
+        or cfg["max_position_embeddings"]
+    factor = rope.get("factor")
+    factor = cfg["max_position_embeddings"] / original if factor is None else factor
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(factor)
+    w.add_rope_scaling_orig_ctx_len(original)
+    if rope.get("attention_factor") is not None or (rope.get("mscale") and rope.get("mscale_all_dim")):
+        w.add_rope_scaling_yarn_attn_factor(rope_attention_factor({**rope, "rope_type": "yarn", "factor": factor}))
+    if rope.get("beta_fast") is not None:
+        w.add_rope_scaling_yarn_beta_fast(rope["beta_fast"])
+    if rope.get("beta_slow") is not None:
+        w.add_rope_scaling_yarn_beta_slow(rope["beta_slow"])
 
 
 def _llama_cpp_tensors(arch, cfg: dict, state_dict: Mapping[str, Any], names, split_qkvz: bool):
