@@ -44,11 +44,17 @@ def load_tokenizer(spec_or_path: str | None):
 def render_chat(tokenizer, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
                 **template_kwargs: Any) -> list[int]:
     """Chat messages -> prompt token ids through the tokenizer's chat template."""
+    # Render to text, then encode without adding special tokens: templates write their own BOS,
+    # and encoding with add_special_tokens=True would add a second one.
+    text = render_chat_text(tokenizer, messages, add_generation_prompt, **template_kwargs)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def render_chat_text(tokenizer, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
+                     **template_kwargs: Any) -> str:
+    """Chat messages -> the prompt text of the tokenizer's chat template (not yet tokenized)."""
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("this tokenizer has no chat template; pass a plain-text prompt or token ids instead "
                          "of chat messages")
-    # Render to text, then encode without adding special tokens: templates write their own BOS,
-    # and encoding with add_special_tokens=True would add a second one.
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=False,
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=False,
                                          **template_kwargs)
-    return tokenizer.encode(text, add_special_tokens=False)

@@ -2,7 +2,8 @@
 engine core in a child process. Engine options come from the engine config dataclasses, server options
 from ServerConfig; `--api-key` defaults to $STRATA_API_KEY. Failures a user causes (a taken port, a model
 the engine cannot load) end in one `strata: error:` line: the port is checked before the model loads, and
-an engine that fails to start is reported without uvicorn's lifespan traceback."""
+an engine that fails to start is reported without uvicorn's lifespan traceback. SIGTERM / Ctrl-C drain
+the running requests first (strata/server/shutdown.py)."""
 
 from __future__ import annotations
 
@@ -82,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from strata.server.app import create_app
+    from strata.server.shutdown import FINAL_GRACE_S, DrainingServer
 
     engine = engine_config(args)
     server = server_config(args)
@@ -90,11 +92,10 @@ def run(args: argparse.Namespace) -> int:
     app = create_app(engine, server, quiet_engine=False,
                      on_ready=lambda state: print_ready(state, server.host, server.port))
     failures: list[str] = []
-    try:
-        uvicorn.run(report_startup_failure(app, failures), host=server.host, port=server.port,
-                    log_level=server.log_level, timeout_graceful_shutdown=5)
-    except SystemExit:
-        if failures:
-            raise StartupFailed(failures[-1].removeprefix("RuntimeError: ")) from None
-        raise
+    config = uvicorn.Config(report_startup_failure(app, failures), host=server.host, port=server.port,
+                            log_level=server.log_level, timeout_graceful_shutdown=FINAL_GRACE_S)
+    uvicorn_server = DrainingServer(config, app.state.strata)
+    uvicorn_server.run()
+    if not uvicorn_server.started:
+        raise StartupFailed(failures[-1].removeprefix("RuntimeError: ") if failures else "the server failed to start")
     return 0

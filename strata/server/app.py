@@ -43,6 +43,7 @@ def create_app(engine_config: EngineConfig, server_config: ServerConfig, quiet_e
     name = served_name(engine_config, server_config)
     client = AsyncEngineClient(engine_config, server_config.engine_hang_timeout_s,
                                server_config.engine_start_timeout_s, quiet=quiet_engine,
+                               spare=server_config.engine_spare,
                                **({"target": engine_target} if engine_target else {}))
     monitor = Monitor(engine_config, lambda: client.stats.status)
     state = ServerState(client, ChatTemplate(load_tokenizer(engine_config.model)), Metrics(name, monitor),
@@ -51,10 +52,12 @@ def create_app(engine_config: EngineConfig, server_config: ServerConfig, quiet_e
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         await client.start()
+        state.template.max_prompt_tokens = client.info["max_model_len"]
         if on_ready is not None:
             on_ready(state)
         yield
         await client.shutdown()
+        state.close()
 
     app = FastAPI(title="Strata", version="0.1.0", lifespan=lifespan,
                   description="OpenAI- and Anthropic-compatible inference server")
@@ -121,7 +124,8 @@ def _service_routes():
         return {"model": state.model_name, "max_model_len": client.info.get("max_model_len"),
                 "vocab_size": client.info.get("vocab_size"),
                 "engine": {"state": stats.state, "pid": client.pid, "restarts": stats.restarts,
-                           "last_error": stats.last_error, "device": client.info.get("device"),
+                           "last_error": stats.last_error, "spare": stats.spare, "pids": client.child_pids,
+                           "resubmitted_requests": stats.resubmitted, "device": client.info.get("device"),
                            "dtype": client.info.get("dtype")},
                 "slots": {"total": s.get("max_num_seqs"), "running": s.get("num_running"),
                           "free": s.get("num_free_slots")},

@@ -33,8 +33,15 @@ class ServerConfig:
     responses_max_stored: int = _opt(1024, "most /v1/responses results kept in memory for previous_response_id and GET "
                                            "(oldest dropped first; 0: none kept)")
     responses_ttl_s: float = _opt(3600.0, "seconds a stored /v1/responses response stays retrievable")
+    prepare_threads: int = _opt(2, "threads that check, render and tokenize requests off the event loop (a burst "
+                                   "of large bodies waits for them)")
+    drain_timeout_s: float = _opt(10.0, "on SIGTERM / Ctrl-C: how long running requests may finish before each "
+                                        "stream is ended with an error event")
     keepalive_s: float = _opt(2.0, "SSE keep-alive comment interval while no token arrives")
     engine_hang_timeout_s: float = _opt(60.0, "end and restart an engine that sends nothing for this long")
     engine_start_timeout_s: float = _opt(600.0, "longest wait for the engine to load the model")
+    engine_spare: str = _opt("auto", "keep a second engine loaded and idle, promoted at once when the engine dies "
+                                     "(restart in well under a second): on, off, or auto (on when the engine "
+                                     "runs on the CPU, where the spare costs host RAM only)")
     allowed_origins: str = _opt("", "comma-separated CORS origins (default: no CORS)")
     log_level: str = _opt("info", "uvicorn log level")

@@ -1,15 +1,22 @@
 """One request's trip through the engine, shared by the OpenAI and Anthropic routes: sampling
-parameters and length checks (400s), the queue limit (429), submit (503 when no engine), the first
-delta (503 when the engine dies before it), then deltas with keep-alive ticks (streaming) or the whole
-output (non-streaming, aborted when the client goes away). Metrics are observed here."""
+parameters and length checks (400s), the queue limit (429), submit (503 when no engine or when the
+server is draining for shutdown), the first delta (503 when the engine dies before it), then deltas
+with keep-alive ticks (streaming) or the whole output (non-streaming, aborted when the client goes
+away). Metrics are observed here. CPU-heavy per-request work (limits and schema checks, chat template
+rendering, tokenization) runs through `ServerState.offload`, a small thread pool, never on the event
+loop, which must stay free for /health and every stream's tokens."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import itertools
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from fastapi import Request as HTTPRequest
 
@@ -22,6 +29,7 @@ from strata.types import FinishReason, Request, SamplingParams, TokenDelta
 
 _DISCONNECT_POLL_S = 0.5
 RETRY_AFTER_S = 2  # told to clients turned away by a full queue
+T = TypeVar("T")
 
 
 @dataclass
@@ -33,7 +41,22 @@ class ServerState:
     model_name: str
     model_aliases: tuple[str, ...] = ()
     started: float = field(default_factory=time.time)
+    draining: bool = False   # SIGTERM: new requests get 503 while the running ones finish (shutdown.py)
     _ids: itertools.count = field(default_factory=itertools.count)
+    _pool: ThreadPoolExecutor | None = None
+
+    async def offload(self, fn: Callable[..., T], *args, **kwargs) -> T:
+        """Run `fn` in the server's request-preparation threads. Jinja rendering is pure Python and
+        gives the GIL back every few milliseconds; HF fast tokenizers encode in Rust without the GIL,
+        so the event loop keeps answering while a large prompt is prepared. The pool is bounded
+        (--prepare-threads): a burst of large bodies queues here instead of taking every core."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max(1, self.config.prepare_threads), thread_name_prefix="strata-prepare")
+        return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
     def check_model(self, model: str) -> None:
         if model != self.model_name and model not in self.model_aliases:
@@ -44,6 +67,9 @@ class ServerState:
         """429 once max_queued_requests wait for a slot. The server counts them itself (requests in flight
         beyond the engine's slots): the engine's own count arrives only with its next status message, so
         a burst would pass it."""
+        if self.draining:
+            raise APIError(503, "the server is shutting down; retry on another server or after it restarts",
+                           headers={"Retry-After": str(RETRY_AFTER_S)})
         num_slots = self.client.stats.status.get("max_num_seqs") or 0
         num_waiting = self.client.num_in_flight - num_slots
         limit = self.config.max_queued_requests
@@ -75,14 +101,14 @@ def sampling_params(**fields) -> SamplingParams:
 def check_prompt(state: ServerState, prompt_token_ids: list[int], max_tokens: int | None, prompt_param: str,
                  max_tokens_param: str = "max_tokens") -> int:
     """Validate the prompt against the context; return the effective max_tokens (never truncates)."""
-    n, limit = len(prompt_token_ids), state.max_model_len
+    n, limit, vocab_size = len(prompt_token_ids), state.max_model_len, state.vocab_size
     if n == 0:
         raise APIError(400, "the prompt is empty", prompt_param)
-    if any(not 0 <= t < state.vocab_size for t in prompt_token_ids):
-        raise APIError(400, f"prompt token ids must be in [0, {state.vocab_size})", prompt_param)
-    if n >= limit:
+    if n >= limit:  # before the scan below: a huge prompt is refused without a pass over it
         raise APIError(400, f"the prompt has {n} tokens; the context (max_model_len) is {limit}, which leaves "
                             f"no room for output", prompt_param)
+    if min(prompt_token_ids) < 0 or max(prompt_token_ids) >= vocab_size:
+        raise APIError(400, f"prompt token ids must be in [0, {vocab_size})", prompt_param)
     if max_tokens is None:
         return limit - n
     if n + max_tokens > limit:

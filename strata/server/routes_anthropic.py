@@ -98,14 +98,15 @@ def _usage(num_prompt: int, num_output: int, num_cached: int) -> dict:
 
 @router.post("/v1/messages/count_tokens")
 async def count_tokens(body: CountTokensRequest, http_request: HTTPRequest):
-    rendered, _ = _render(state_of(http_request), body)
+    state = state_of(http_request)
+    rendered, _ = await state.offload(_render, state, body)
     return {"input_tokens": len(rendered.prompt_token_ids)}
 
 
 @router.post("/v1/messages")
 async def messages(body: MessagesRequest, http_request: HTTPRequest):
     state = state_of(http_request)
-    rendered, tools = _render(state, body)
+    rendered, tools = await state.offload(_render, state, body)
     if body.top_k is not None and body.top_k > state.vocab_size:
         raise APIError(400, f"top_k must be at most the vocabulary size {state.vocab_size}", "top_k")
     max_tokens = check_prompt(state, rendered.prompt_token_ids, body.max_tokens, "messages")

@@ -127,11 +127,11 @@ def _texts(body: ChatCompletionRequest) -> Iterator[tuple[str, object]]:
 async def chat_completions(body: ChatCompletionRequest, http_request: HTTPRequest):
     state = state_of(http_request)
     _check_common(state, body)
-    _check_limits(state.config, body)
+    await state.offload(_check_limits, state.config, body)
     tools = _tools(body)
     schemas = {t.name: t.parameters for t in tools or ()}  # the XML tool-call form's value types
     thinking = _THINKING.get(body.reasoning_effort) if body.reasoning_effort else None
-    rendered = state.template.render(normalize_messages(body.messages), tools, thinking)
+    rendered = await state.offload(state.template.render, normalize_messages(body.messages), tools, thinking)
     max_tokens = check_prompt(state, rendered.prompt_token_ids, body.max_completion_tokens or body.max_tokens,
                               "messages", "max_completion_tokens" if body.max_completion_tokens else "max_tokens")
     choice = structured_output.openai_tool_choice(body.tool_choice, tools)
@@ -230,7 +230,7 @@ def _completion_prompt(state: ServerState, prompt) -> list[int]:
         return list(prompt)
     if state.template.tokenizer is None:
         raise APIError(400, "this model has no tokenizer: send the prompt as token ids", "prompt")
-    return state.template.tokenizer.encode(prompt, add_special_tokens=True) if prompt else []
+    return state.template.encode(prompt, add_special_tokens=True) if prompt else []
 
 
 @router.post("/v1/completions")
@@ -246,7 +246,7 @@ async def completions(body: CompletionRequest, http_request: HTTPRequest):
         limits.check_text(state.config, [("prompt", body.prompt)], "prompt")
     elif body.prompt and isinstance(body.prompt[0], str):
         limits.check_text(state.config, [(f"prompt.{i}", p) for i, p in enumerate(body.prompt)], "prompt")
-    prompt_ids = _completion_prompt(state, body.prompt)
+    prompt_ids = await state.offload(_completion_prompt, state, body.prompt)
     max_tokens = check_prompt(state, prompt_ids, body.max_tokens if body.max_tokens is not None else 16, "prompt")
     constraint, param = structured_output.requested(body)
     await structured_output.check(state, constraint, param)

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 
 from strata.server.errors import APIError
-from strata.tokenizer import render_chat
+from strata.tokenizer import render_chat_text
 
 THINK_OPEN = "<think>"
 
@@ -49,6 +49,22 @@ class ChatTemplate:
         source = getattr(tokenizer, "chat_template", None) or ""
         self.native_tools = "tool_calls" in source
         self.has_thinking_switch = "enable_thinking" in source
+        # No token is longer than its vocabulary string (byte-level and SentencePiece vocabularies spell a
+        # token with at least one character per byte), so a text of C characters has at least
+        # C / max_token_chars tokens: enough to refuse an over-long prompt without tokenizing it.
+        self.max_token_chars = max(map(len, tokenizer.get_vocab()), default=1) if tokenizer is not None else 1
+        self.max_prompt_tokens: int | None = None  # the engine's max_model_len, set once it is known
+
+    def encode(self, text: str, add_special_tokens: bool, param: str = "prompt") -> list[int]:
+        """Tokenize, refusing first a text too long for the context whatever its tokens. The fast
+        tokenizer's batch path gives the GIL back while it works (its single-text path holds it
+        throughout), so the event loop keeps running while this runs in a worker thread."""
+        min_tokens = len(text) // self.max_token_chars
+        if self.max_prompt_tokens is not None and min_tokens >= self.max_prompt_tokens:
+            raise APIError(400, f"the prompt has {len(text)} characters, so at least {min_tokens} tokens; the "
+                                f"context (max_model_len) is {self.max_prompt_tokens}, which leaves no room for "
+                                f"output", param)
+        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
 
     def render(self, messages: list[dict], tools: list[ToolSpec] | None = None,
                enable_thinking: bool | None = None) -> Rendered:
@@ -64,11 +80,13 @@ class ChatTemplate:
         else:
             template_messages = _as_text(messages, tools)
         try:
-            ids = render_chat(self.tokenizer, template_messages, **kwargs)
+            text = render_chat_text(self.tokenizer, template_messages, **kwargs)
         except ValueError as e:
             raise APIError(400, str(e), "messages") from e
         except Exception as e:  # jinja errors raised by the template itself (e.g. role order)
             raise APIError(400, f"the chat template rejected the messages: {e}", "messages") from e
+        # templates write their own BOS: encoding with special tokens would add a second one
+        ids = self.encode(text, add_special_tokens=False, param="messages")
         tail = self.tokenizer.decode(ids[-3:]).rstrip()
         return Rendered(ids, tail.endswith(THINK_OPEN))
 
