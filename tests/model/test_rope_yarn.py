@@ -6,6 +6,7 @@ give HF's logits and greedy tokens at positions past original_max_position_embed
 from __future__ import annotations
 
 import json
+import math
 import os
 
 import gguf
@@ -19,6 +20,7 @@ from gguf_writer import write_gguf
 from strata import LLM, SamplingParams
 from strata.config import ModelConfig, rope_attention_factor
 from strata.model.rotary import RotaryEmbedding, inv_frequencies
+from strata.weights import gguf_writer
 from strata.weights.gguf_source import GGUFSource
 from strata.weights.hf_source import HFSource
 from strata.weights.loader import build_model
@@ -177,3 +179,39 @@ def test_yarn_truncate_false_is_not_written_to_gguf(tmp_path):
     cfg = {**hf.config.to_dict(), "architectures": ["Qwen3ForCausalLM"]}
     with pytest.raises(ValueError, match="truncate=false"):
         write_gguf(str(tmp_path / "model.gguf"), cfg, dict(hf.state_dict()))
+
+
+def _gguf_with_yarn_keys(tmp_path, monkeypatch, keys: dict[str, float]) -> str:
+    """A tiny YaRN Qwen3 GGUF with more float32 `rope.scaling.*` keys, as llama.cpp writes for other archs."""
+    write_llama_cpp_yarn = gguf_writer._write_yarn
+
+    def write_yarn(w, rope, cfg):
+        write_llama_cpp_yarn(w, rope, cfg)
+        for key, value in keys.items():
+            w.add_float32(f"{w.arch}.rope.scaling.{key}", value)
+
+    monkeypatch.setattr(gguf_writer, "_write_yarn", write_yarn)
+    hf = build_hf_model("qwen3", rope_scaling=dict(YARN), max_position_embeddings=MAX_POSITIONS)
+    path = str(tmp_path / "model.gguf")
+    write_gguf(path, {**hf.config.to_dict(), "architectures": ["Qwen3ForCausalLM"]}, dict(hf.state_dict()))
+    return path
+
+
+@pytest.mark.parametrize("keys, expected", [
+    # llama.cpp's DeepSeek-style key: 0.1 * mscale_all_dim, read with mscale 1 as llama.cpp does for these archs
+    ({"yarn_log_multiplier": 0.08}, {"mscale": 1.0, "mscale_all_dim": 0.8}),
+    # a multiplier on the magnitude YaRN's factor gives
+    ({"attn_factor": 0.5}, {"attention_factor": 0.5 * (0.1 * math.log(4.0) + 1)}),
+    ({"yarn_ext_factor": 1.0}, {}),
+])
+def test_gguf_yarn_keys_llama_cpp_writes_for_other_archs(keys, expected, tmp_path, monkeypatch):
+    recovered = GGUFSource(_gguf_with_yarn_keys(tmp_path, monkeypatch, keys)).hf_config["rope_scaling"]
+    assert recovered.keys() == {**YARN, **expected}.keys()
+    for key, value in expected.items():
+        assert recovered[key] == pytest.approx(value, rel=1e-6)
+
+
+def test_gguf_yarn_ext_factor_other_than_one_is_named(tmp_path, monkeypatch):
+    path = _gguf_with_yarn_keys(tmp_path, monkeypatch, {"yarn_ext_factor": 0.5})
+    with pytest.raises(ValueError, match=r"model\.gguf: qwen3\.rope\.scaling\.yarn_ext_factor = 0\.5 is not supported"):
+        GGUFSource(path)
