@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 
 from strata import structured
+from strata.server import limits
 from strata.server.errors import APIError
 from strata.server.template import ToolSpec
 from strata.types import StructuredOutputs
@@ -109,6 +110,8 @@ async def check(state, constraint: StructuredOutputs | None, param: str | None) 
     build the first time, and a large grammar some milliseconds to check."""
     if constraint is None:
         return
+    if isinstance(constraint.json, dict) and param in ("structured_outputs", "guided_json"):  # response_format's
+        limits.check_schema(state.config, constraint.json, param)                           # was checked already
     tokenizer = state.template.tokenizer
     if tokenizer is None:
         raise APIError(400, "structured output needs the model's tokenizer, and this model has none", param)

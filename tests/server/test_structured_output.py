@@ -194,6 +194,7 @@ def test_logit_bias_forces_a_token_under_greedy(client, model):
     ({"structured_outputs": {"regex": "a(b"}}, "structured_outputs", "unclosed group"),
     ({"structured_outputs": {"regex": "a", "choice": ["b"]}}, "structured_outputs", "exactly one of"),
     ({"guided_json": {"type": "integer", "minimum": 5, "maximum": 1}}, "guided_json", "nsatisfiable"),
+    ({"structured_outputs": {"json": {"type": 5}}}, "structured_outputs", "not a valid JSON Schema"),
     ({"structured_outputs": {"choice": ["a"]}, "response_format": {"type": "json_object"}}, "structured_outputs",
      "give only one of them"),
     ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}},
