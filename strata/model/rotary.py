@@ -1,11 +1,13 @@
 """Rotary position embedding (HF "rotate_half" layout), full or partial (first rot_dim dims only),
-with the default, linear, llama3 and yarn frequency schedules. cos/sin are precomputed for every position
-and already carry YaRN's attention factor: every consumer (the torch path, the fused rope + KV-write
-kernel, QSA's indexer, MTP layers) reads these tables, so none of them applies the factor again."""
+with the default, linear, llama3 and yarn frequency schedules. cos/sin are precomputed for every position,
+shared by the layers of equal config, and already carry YaRN's attention factor: every consumer (the torch
+path, the fused rope + KV-write kernel, QSA's indexer, MTP layers) reads these tables and none applies the
+factor again."""
 
 from __future__ import annotations
 
 import math
+import weakref
 
 import torch
 from torch import nn
@@ -55,6 +57,29 @@ def _yarn_inv_frequencies(rot_dim: int, theta: float, scaling: dict) -> torch.Te
     return (1.0 / (factor * pos_freqs)) * (1 - extrapolation) + (1.0 / pos_freqs) * extrapolation
 
 
+class _Tables:
+    """One rotary config's cos / sin on one device, shared by every layer with that config: a 1M-position
+    YaRN table pair is 256 MiB at rot_dim 64, once per model rather than once per attention layer."""
+
+    def __init__(self, cos: torch.Tensor, sin: torch.Tensor) -> None:
+        self.cos, self.sin = cos, sin
+
+
+_SHARED_TABLES: weakref.WeakValueDictionary[tuple, _Tables] = weakref.WeakValueDictionary()
+
+
+def _tables(rot_dim: int, max_positions: int, theta: float, scaling: dict | None) -> _Tables:
+    device = torch.empty(0).device  # the default device: models are built under `with torch.device(...)`
+    key = (rot_dim, max_positions, theta, repr(scaling), str(device))
+    tables = _SHARED_TABLES.get(key)
+    if tables is None:
+        freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32),
+                            inv_frequencies(rot_dim, theta, scaling))  # [P, rot_dim / 2]
+        scale = rope_attention_factor(scaling)
+        tables = _SHARED_TABLES[key] = _Tables(freqs.cos() * scale, freqs.sin() * scale)
+    return tables
+
+
 class RotaryEmbedding(nn.Module):
     def __init__(self, head_dim: int, rot_dim: int, max_positions: int, theta: float,
                  scaling: dict | None = None) -> None:
@@ -62,11 +87,9 @@ class RotaryEmbedding(nn.Module):
         self.rot_dim = rot_dim
         # equal configs give equal tables (layers may share per-step lookups of them)
         self.config = (head_dim, rot_dim, max_positions, theta, repr(scaling))
-        freqs = torch.outer(torch.arange(max_positions, dtype=torch.float32),
-                            inv_frequencies(rot_dim, theta, scaling))  # [P, rot_dim / 2]
-        scale = rope_attention_factor(scaling)
-        self.register_buffer("cos", freqs.cos() * scale, persistent=False)
-        self.register_buffer("sin", freqs.sin() * scale, persistent=False)
+        self._tables = _tables(rot_dim, max_positions, theta, scaling)  # kept alive while a layer uses them
+        self.register_buffer("cos", self._tables.cos, persistent=False)  # read-only: other layers share it
+        self.register_buffer("sin", self._tables.sin, persistent=False)
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # q: [T, H, D], k: [T, Hkv, D]; rotates the first rot_dim dims of each head

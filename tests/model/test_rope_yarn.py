@@ -1,7 +1,8 @@
 """YaRN rope scaling against HF transformers (the reference): frequencies and attention factor equal
-`_compute_yarn_parameters` for each parameter rule; tiny Qwen3 / Qwen3-MoE / Qwen3-Next models with YaRN
-give HF's logits and greedy tokens at positions past original_max_position_embeddings (32 here, prompts of
-~100 tokens); a GGUF file written the way llama.cpp does keeps the parameters and the logits."""
+`_compute_yarn_parameters` for each parameter rule; tiny Qwen3 / Qwen3-MoE / Qwen3-Next models with YaRN give
+HF's logits and greedy tokens at positions past original_max_position_embeddings (32 here, prompts of ~100
+tokens), Qwen3.5-MoE and Qwen4-Exp its logits; a GGUF file written the way llama.cpp does keeps the parameters
+and the logits."""
 
 from __future__ import annotations
 
@@ -143,6 +144,23 @@ def test_yarn_logits_and_greedy_match_hf(family, yarn_model_dir):
         margins = [torch.topk(step[0], 2).values for step in ref.logits]
         assert min((m[0] - m[1]).item() for m in margins) > 1e-4
         assert out.outputs[0].token_ids == ref.sequences[0, len(prompt):].tolist()
+
+
+@pytest.mark.parametrize("family", ["qwen3_5_moe", "qwen4_exp"])
+def test_yarn_in_rope_parameters_matches_hf(family, tmp_path):
+    """transformers 5's form (rope_parameters, beside Qwen3.5's M-RoPE keys); Qwen4-Exp's QSA indexer rotates
+    its queries and block keys with the same scaled tables (its budget of 8 tokens is long past here)."""
+    rope = {**YARN, "rope_theta": 10000.0, "partial_rotary_factor": 0.5, "mrope_section": [2, 1, 1],
+            "mrope_interleaved": True}
+    hf = save_tiny_model(family, str(tmp_path), rope_parameters=rope, max_position_embeddings=MAX_POSITIONS)
+    model = build_model(HFSource(str(tmp_path)), "cpu", "float32", quiet=True)
+    ids = _prompt(100, seed=5)
+    with torch.no_grad():
+        ref = hf(torch.tensor([ids])).logits[0]
+    assert _rel_err(prompt_logits(model, ids), ref) < 1e-4
+    rotaries = [m for m in model.modules() if isinstance(m, RotaryEmbedding)]
+    assert len(rotaries) == len(model.config.full_attention_layers)
+    assert len({m.cos.data_ptr() for m in rotaries}) == 1  # one table pair for all layers (Qwen3.5-MoE: 2)
 
 
 @pytest.mark.parametrize("family, rope", [
