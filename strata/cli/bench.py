@@ -1,5 +1,6 @@
-"""`strata bench offline | serve | multiturn | experts | plot | kernels`: offline throughput of N seeded
-prompts, latency and throughput of a running server, …; one JSON result schema (see strata/bench/result.py).
+"""`strata bench offline | serve | soak | multiturn | experts | plot | kernels`: offline throughput of N
+seeded prompts, latency and throughput of a running server, a soak of a server under disconnects and engine
+kills, …; one JSON result schema (see strata/bench/result.py).
 `kernels` (Triton kernel microbenchmarks, strata/bench/kernels.py) writes its own rows and needs CUDA."""
 
 from __future__ import annotations
@@ -62,6 +63,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     srv.add_argument("--prompt-seed", type=int, default=0)
     srv.add_argument("--output", default=None, help="write the JSON result here")
     srv.set_defaults(run=run_serve)
+    soak = modes.add_parser("soak", help="start `strata serve` and soak it: N mixed requests at a concurrency, "
+                                         "client disconnects and engine kills; counts outcomes and leaks")
+    soak.add_argument("model", nargs="?", default="", help="the model to serve (default: the bundled one)")
+    soak.add_argument("--serve-args", default="--device cpu --max-num-seqs 16",
+                      help="more `strata serve` options, one string")
+    soak.add_argument("--num-requests", type=int, default=1000)
+    soak.add_argument("--concurrency", type=int, default=32)
+    soak.add_argument("--disconnect-fraction", type=float, default=0.2, help="streams the client leaves mid-way")
+    soak.add_argument("--engine-kills", type=int, default=5, help="engine SIGKILLs at even intervals")
+    soak.add_argument("--max-tokens", type=int, default=8, help="each request asks for 1..this many tokens")
+    soak.add_argument("--request-timeout-s", type=float, default=300.0, help="a request past this is a hang")
+    soak.add_argument("--seed", type=int, default=0)
+    soak.add_argument("--output", default=None, help="write the JSON result here")
+    soak.set_defaults(run=run_soak)
     multi = modes.add_parser("multiturn", help="U users x T turns over a shared document: reuse and TTFT")
     add_engine_options(multi)
     multi.add_argument("--users", type=int, default=16)
@@ -192,6 +207,25 @@ def run_serve(args: argparse.Namespace) -> int:
     if not args.output:
         print(json.dumps(doc["config"]))
     return 0
+
+
+def run_soak(args: argparse.Namespace) -> int:
+    from strata.bench.result import write_result
+    from strata.bench.soak import run_soak as soak
+
+    result = soak(args.model, shlex.split(args.serve_args), args.num_requests, args.concurrency,
+                  args.disconnect_fraction, args.engine_kills, args.max_tokens, args.seed, args.request_timeout_s)
+    doc = write_result(args.output, "soak", "strata " + shlex.join(sys.argv[1:]), result.pop("config"),
+                       {"soak": result})
+    leaks = {k: v for k, v in result["leaks"].items() if k != "engine"}
+    print(f"soak: {args.num_requests} requests in {result['duration_s']:.0f} s: {result['outcomes']}; "
+          f"restart to health {['%.2f' % s for s in result['restart_to_health_s']]} s; leaks {leaks}; "
+          f"shutdown exit {result['shutdown_exit_code']} in {result['shutdown_s']:.1f} s; "
+          f"tracebacks in the log: {result['tracebacks_in_log']}")
+    if not args.output:
+        print(json.dumps(doc["config"]))
+    clean = not result["failures"] and not any(leaks.values()) and not result["tracebacks_in_log"]
+    return 0 if clean else 1
 
 
 def run_multiturn(args: argparse.Namespace) -> int:
