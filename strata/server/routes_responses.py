@@ -1,11 +1,11 @@
 """OpenAI Responses routes: POST /v1/responses (stream and not), GET and DELETE /v1/responses/{id}.
 
-A request's items become chat messages and take the chat route's path: limits, chat template, context
-check, Generation, OutputParser. Streams follow the official sequence: response.created,
-response.in_progress, per output item output_item.added / content_part.added / *.delta / *.done /
-output_item.done, then response.completed (response.incomplete when max_output_tokens ran out).
-Stored responses (store, the default) live in memory for --responses-ttl-s, at most
---responses-max-stored of them; previous_response_id continues one."""
+A request's items become chat messages and take the chat route's path: limits and chat template (in the
+preparation threads, off the event loop), context check, Generation, OutputParser. Streams follow the
+official sequence: response.created, response.in_progress, per output item output_item.added /
+content_part.added / *.delta / *.done / output_item.done, then response.completed (response.incomplete
+when max_output_tokens ran out). Stored responses (store, the default) live in memory for
+--responses-ttl-s, at most --responses-max-stored of them; previous_response_id continues one."""
 
 from __future__ import annotations
 
@@ -188,13 +188,14 @@ async def create_response(body: ResponsesRequest, http_request: HTTPRequest):
     state.check_model(body.model)
     _check_fields(body)
     prior, new = _previous_items(store, body.previous_response_id), as_items(body.input)
-    _check_limits(state, body, prior, new)
+    await state.offload(_check_limits, state, body, prior, new)
     tools = _tools(body)
     messages = input_messages(prior + new)
     if body.instructions:  # never carried over from the previous response, as OpenAI does
         messages.insert(0, {"role": "system", "content": body.instructions})
     effort = body.reasoning.effort if body.reasoning else None
-    rendered = state.template.render(messages, tools, _THINKING.get(effort) if effort else None)
+    thinking = _THINKING.get(effort) if effort else None
+    rendered = await state.offload(state.template.render, messages, tools, thinking)
     max_tokens = check_prompt(state, rendered.prompt_token_ids, body.max_output_tokens, "input",
                               "max_output_tokens")
     constraint, param = _constraint(body, tools, rendered)

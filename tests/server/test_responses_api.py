@@ -275,7 +275,8 @@ def test_engine_death_mid_stream_is_an_error_event_then_response_failed():
     assert types[-2:] == ["error", "response.failed"] and events[4].delta == "Hi"
     assert "the engine failed mid-stream" in events[-2].message
     failed = events[-1].response
-    assert failed.status == "failed" and failed.error.code == "server_error" and failed.output[0].content[0].text == "Hi"
+    assert failed.status == "failed" and failed.error.code == "server_error"
+    assert failed.output[0].content[0].text == "Hi"
 
 
 def test_store_expiry_and_bound():
