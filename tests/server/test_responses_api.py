@@ -192,6 +192,31 @@ def test_function_call_stream_events(tools_client):
     assert final.output[1].name == "get_weather"
 
 
+CODEX_LIKE = {  # the shape of a Codex CLI turn: store off, reasoning echoed back, a shell call and its output
+    "instructions": "You are a coding agent.", "tool_choice": "auto", "parallel_tool_calls": False,
+    "reasoning": {"effort": "medium", "summary": "auto"}, "store": False, "stream": True,
+    "include": ["reasoning.encrypted_content"], "prompt_cache_key": "0199a1b2-session",
+    "tools": [{"type": "function", "name": "shell", "description": "Runs a shell command", "strict": False,
+               "parameters": {"type": "object", "required": ["command"], "additionalProperties": False,
+                              "properties": {"command": {"type": "array", "items": {"type": "string"}}}}}],
+    "input": [
+        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "Sandbox: read-only."}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "List the files."}]},
+        {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "run ls"}], "content": None,
+         "encrypted_content": None},
+        {"type": "function_call", "id": "fc_1", "name": "shell", "arguments": '{"command": ["ls"]}', "call_id": "c1"},
+        {"type": "function_call_output", "call_id": "c1", "output": "a.py\nb.py"}]}
+
+
+def test_a_codex_like_turn_streams_to_completion(tool_server):
+    with httpx.stream("POST", tool_server.base_url + "/v1/responses", headers=tool_server.headers, timeout=60,
+                      json={"model": MODEL, **CODEX_LIKE}) as reply:
+        assert reply.status_code == 200
+        frames = [line for line in reply.iter_lines() if line.startswith("event: ")]
+    assert frames[0] == "event: response.created" and frames[-1] == "event: response.completed"
+    assert "event: response.function_call_arguments.done" in frames
+
+
 def test_tool_round_trip_by_previous_response_id(tools_client):
     """The call's output sent with previous_response_id renders the same prompt as the whole conversation
     resent as items (the output items echoed back, as the Agents SDK does) and as chat messages."""
