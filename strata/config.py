@@ -118,7 +118,7 @@ class ModelConfig:
             "rope_theta", 10000.0)))
         partial = hf.get("partial_rotary_factor", rope.get("partial_rotary_factor",
                                                            0.25 if arch in HYBRID_ARCHITECTURES else 1.0))
-        rope_scaling = _rope_scaling(hf, rope)
+        rope_scaling = hf_rope_scaling(hf, rope)
         eos = hf.get("eos_token_id")
         eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
         num_layers = hf["num_hidden_layers"]
@@ -188,7 +188,7 @@ class ModelConfig:
         return dataclasses.replace(self, **overrides)
 
 
-def _rope_scaling(hf: dict[str, Any], rope: dict[str, Any]) -> dict[str, Any] | None:
+def hf_rope_scaling(hf: dict[str, Any], rope: dict[str, Any]) -> dict[str, Any] | None:
     """HF rope parameters -> ModelConfig.rope_scaling: None for plain rope, else the dict with `rope_type`
     (old configs say `type`); YaRN's original context and factor filled in where HF fills them in
     (standardize_rope_params, _compute_yarn_parameters), so the rotary code reads both as given."""

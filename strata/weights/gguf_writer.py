@@ -20,7 +20,7 @@ import gguf
 import numpy as np
 import torch
 
-from strata.config import rope_attention_factor
+from strata.config import hf_rope_scaling, rope_attention_factor
 from strata.weights import gguf_writer_qwen4exp as qwen4exp
 from strata.weights.quantize import quantize
 
@@ -243,23 +243,20 @@ def _write_metadata(w: gguf.GGUFWriter, arch, cfg: dict) -> None:
 def _write_yarn(w: gguf.GGUFWriter, rope: dict, cfg: dict) -> None:
     """YaRN's keys as convert_hf_to_gguf.py writes them (yarn_attn_factor: HF's attention_factor, the total
     magnitude); mscale / mscale_all_dim, which llama.cpp's keys cannot say for these archs, as the attention
-    factor they give in HF. A missing factor or original context is written as HF would compute it."""
-    if rope.get("truncate", True) is False:
+    factor they give in HF. A missing factor or original context is written as HF computes it."""
+    yarn = hf_rope_scaling(cfg, rope)
+    if yarn.get("truncate", True) is False:
         raise ValueError("YaRN with truncate=false cannot be written to GGUF: llama.cpp has no key for it and "
                          "always truncates the correction range")
-    original = cfg.get("original_max_position_embeddings") or rope.get("original_max_position_embeddings") \
-        or cfg["max_position_embeddings"]
-    factor = rope.get("factor")
-    factor = cfg["max_position_embeddings"] / original if factor is None else factor
     w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
-    w.add_rope_scaling_factor(factor)
-    w.add_rope_scaling_orig_ctx_len(original)
-    if rope.get("attention_factor") is not None or (rope.get("mscale") and rope.get("mscale_all_dim")):
-        w.add_rope_scaling_yarn_attn_factor(rope_attention_factor({**rope, "rope_type": "yarn", "factor": factor}))
-    if rope.get("beta_fast") is not None:
-        w.add_rope_scaling_yarn_beta_fast(rope["beta_fast"])
-    if rope.get("beta_slow") is not None:
-        w.add_rope_scaling_yarn_beta_slow(rope["beta_slow"])
+    w.add_rope_scaling_factor(yarn["factor"])
+    w.add_rope_scaling_orig_ctx_len(yarn["original_max_position_embeddings"])
+    if yarn.get("attention_factor") is not None or (yarn.get("mscale") and yarn.get("mscale_all_dim")):
+        w.add_rope_scaling_yarn_attn_factor(rope_attention_factor(yarn))
+    if yarn.get("beta_fast") is not None:
+        w.add_rope_scaling_yarn_beta_fast(yarn["beta_fast"])
+    if yarn.get("beta_slow") is not None:
+        w.add_rope_scaling_yarn_beta_slow(yarn["beta_slow"])
 
 
 def _llama_cpp_tensors(arch, cfg: dict, state_dict: Mapping[str, Any], names, split_qkvz: bool):

@@ -163,11 +163,15 @@ def test_yarn_in_rope_parameters_matches_hf(family, tmp_path):
     assert len({m.cos.data_ptr() for m in rotaries}) == 1  # one table pair for all layers (Qwen3.5-MoE: 2)
 
 
-@pytest.mark.parametrize("family, rope", [
-    ("qwen3", {**YARN, "beta_fast": 16.0, "beta_slow": 2.0, "attention_factor": 1.25}),
-    ("qwen3_next", dict(YARN)),
+@pytest.mark.parametrize("family, rope, in_gguf", [
+    ("qwen3", {**YARN, "beta_fast": 16.0, "beta_slow": 2.0, "attention_factor": 1.25}, None),
+    ("qwen3_next", dict(YARN), None),
+    # what llama.cpp's keys cannot say is written as what HF computes from it
+    ("qwen3", {**YARN, "factor": 8.0, "mscale": 1.0, "mscale_all_dim": 0.8},
+     {**YARN, "factor": 8.0, "attention_factor": pytest.approx((0.1 * math.log(8) + 1) / (0.08 * math.log(8) + 1))}),
+    ("qwen3", {**YARN, "factor": None}, YARN),
 ])
-def test_yarn_gguf_round_trip(family, rope, tmp_path):
+def test_yarn_gguf_round_trip(family, rope, in_gguf, tmp_path):
     folder = str(tmp_path / "hf")
     save_tiny_model(family, folder, rope_scaling=dict(rope), max_position_embeddings=MAX_POSITIONS)
     with open(os.path.join(folder, "config.json")) as f:
@@ -180,11 +184,12 @@ def test_yarn_gguf_round_trip(family, rope, tmp_path):
     assert fields[f"{arch}.rope.scaling.original_context_length"].contents() == ORIGINAL
     source = GGUFSource(path)
     recovered = source.hf_config["rope_scaling"]
-    assert recovered == rope  # every parameter, nothing more
-    assert source.model_config().max_position_embeddings == MAX_POSITIONS
-    hf_scaling = ModelConfig.from_hf(cfg).rope_scaling  # HF saves theta and the partial factor beside them
-    assert source.model_config().rope_scaling == {k: v for k, v in hf_scaling.items()
-                                          if k not in ("rope_theta", "partial_rotary_factor")}
+    assert recovered == (in_gguf or rope)  # every parameter, nothing more
+    assert source.model_config().max_position_embeddings == max(MAX_POSITIONS, ORIGINAL * recovered["factor"])
+    if in_gguf is None:
+        hf_scaling = ModelConfig.from_hf(cfg).rope_scaling  # HF saves theta and the partial factor beside them
+        assert source.model_config().rope_scaling == {k: v for k, v in hf_scaling.items()
+                                                      if k not in ("rope_theta", "partial_rotary_factor")}
     hf = build_hf_model(family, rope_scaling=dict(rope), max_position_embeddings=MAX_POSITIONS)
     ids = _prompt(90, seed=6)
     with torch.no_grad():
