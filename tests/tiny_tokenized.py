@@ -5,16 +5,24 @@ What structured output needs to be tested on: text the grammar can read, from a 
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import transformers
 
 from tiny_models import _CONFIGS, add_random_mtp, hf_config
 
 
-def save_tokenized_tiny_model(family: str, folder: str, seed: int = 0, mtp: bool = False) -> str:
+@functools.lru_cache(maxsize=1)
+def smollm2_tokenizer():
+    """The bundled model's tokenizer (rebuilt from the GGUF's metadata: seconds, so once per session)."""
     from strata.tokenizer import load_tokenizer
 
-    tokenizer = load_tokenizer("smollm2-135m")
+    return load_tokenizer("smollm2-135m")
+
+
+def save_tokenized_tiny_model(family: str, folder: str, seed: int = 0, mtp: bool = False) -> str:
+    tokenizer = smollm2_tokenizer()
     config = hf_config(family)
     config.vocab_size = len(tokenizer)
     config.bos_token_id, config.eos_token_id = tokenizer.bos_token_id, tokenizer.eos_token_id

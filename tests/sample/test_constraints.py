@@ -17,6 +17,7 @@ from strata.sample import Sampler
 from strata.sample.constraints import apply_bitmask, unpack_bitmask
 from strata.spec.verify_step import _verify
 from strata.types import SamplingParams, ScheduledSlot, StructuredOutputs
+from tiny_tokenized import smollm2_tokenizer
 
 V = 49152
 # CPU always; CUDA too on the GPU machine (`-m gpu`): pinned bitmasks, byte views and index copies there
@@ -26,9 +27,7 @@ DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipi
 
 @pytest.fixture(scope="module")
 def hf_tokenizer():
-    from strata.tokenizer import load_tokenizer
-
-    return load_tokenizer("smollm2-135m")
+    return smollm2_tokenizer()
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ import openai
 import pytest
 
 from live_server import API_KEY, ROOT, LiveServer, free_port, wait_healthy
-from tiny_tokenized import save_tokenized_tiny_model
+from tiny_tokenized import save_tokenized_tiny_model, smollm2_tokenizer
 
 PERSON = {"type": "object",
           "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 12},
@@ -171,10 +171,8 @@ def test_anthropic_tool_choice_any_and_tool(live, model):
 
 
 def test_logit_bias_forces_a_token_under_greedy(client, model):
-    from strata.tokenizer import load_tokenizer
-
     token = 6354  # an ordinary token of the vocabulary, which the model does not pick by itself
-    forced = load_tokenizer("smollm2-135m").decode([token] * 5)
+    forced = smollm2_tokenizer().decode([token] * 5)
     baseline = client.completions.create(model=model, prompt="Hello", max_tokens=5, temperature=0.0)
     out = client.completions.create(model=model, prompt="Hello", max_tokens=5, temperature=0.0,
                                     logit_bias={str(token): 100})
