@@ -115,6 +115,10 @@ def build_engine(config: EngineConfig, quiet: bool = False, shared: LoadedModel 
     spec = resolve_spec(config.speculative, loaded.model)
     plan = plan or _memory_plan(config, cfg, max_model_len, device, dtype, loaded.model)
     sizes = plan.cache_sizes()
+    if plan.sized_context and not quiet:
+        print(f"max_model_len: {sizes.max_model_len} tokens, sized from the memory plan (the model allows "
+              f"{max_model_len}; --max-model-len sets it)", file=sys.stderr)
+    max_model_len = sizes.max_model_len
     runner = ModelRunner(loaded.model, loaded.experts, sizes.num_kv_blocks, config.cache.block_size,
                          config.scheduler.max_num_seqs, device, config.runner.seed, spec, sizes.num_checkpoints,
                          sizes.park_rows, config.runner, max_model_len)

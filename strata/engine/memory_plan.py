@@ -27,6 +27,11 @@ logger = logging.getLogger(__name__)
 
 CPU_KV_BUDGET_BYTES = 1 << 30
 CONVERSATION_CACHE_MIB_CUDA = 4096  # --conversation-cache-mib default on CUDA (0 on the CPU)
+# Without --max-model-len on CUDA, the auto expert cache reserves KV for contexts of this length (not the
+# model's maximum, 262K tokens on Qwen3-Next: ~1,000 expert slots of a 24 GB card), and max_model_len then
+# becomes what the KV pool holds, up to the model's maximum, at least MIN_DEFAULT_CONTEXT.
+DEFAULT_CONTEXT_RESERVE = 32768
+MIN_DEFAULT_CONTEXT = 4096
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,12 +39,16 @@ class CacheSizes:
     num_kv_blocks: int
     num_checkpoints: int
     park_rows: tuple[int, int]      # host-RAM rows of the conversation cache: (KV blocks, checkpoints)
+    max_model_len: int              # as given, or sized from the KV pool when not given (CUDA)
 
 
 class MemoryPlan:
     def __init__(self, config: EngineConfig, model_config: ModelConfig, spec: SpecConfig, max_model_len: int,
                  device: str, dtype: torch.dtype, has_mtp: bool, recurrent_shapes: dict) -> None:
         self.config, self.model_config, self.max_model_len = config, model_config, max_model_len
+        self.on_cuda = device.startswith("cuda")
+        # no --max-model-len on CUDA: the plan sizes it (cache_sizes) from what the KV pool gets
+        self.sized_context = self.on_cuda and config.scheduler.max_model_len is None
         self.device, self.dtype, self.recurrent_shapes = device, dtype, recurrent_shapes
         cache, sched = config.cache, config.scheduler
         self.block_bytes = KVPool.bytes_per_block(max(len(model_config.full_attention_layers) + int(has_mtp), 1),
@@ -51,7 +60,6 @@ class MemoryPlan:
         window = 1 + (spec.num_speculative_tokens if spec.enabled else 0)
         self.headroom = activation_headroom(model_config, sched.max_num_batched_tokens, sched.max_num_seqs, window,
                                             recurrent_shapes, dtype)
-        self.on_cuda = device.startswith("cuda")
         self.state_row_bytes = sum(math.prod(conv) * dtype.itemsize + math.prod(ssm) * 4
                                    for conv, ssm in recurrent_shapes.values())
         self.pools = self._device_pools(window)
@@ -114,8 +122,8 @@ class MemoryPlan:
         """--expert-cache auto on CUDA: every expert when the model fits with a KV reserve for
         max_num_seqs sequences (up to KV_RESERVE_TOKENS_PER_SEQ tokens each), else what fits."""
         cfg, sched, experts = self.model_config, self.config.scheduler, self.config.experts
-        reserve_blocks = blocks_needed(kv_reserve_tokens(self.max_model_len, sched.max_num_seqs),
-                                       self.config.cache.block_size)
+        context = min(self.max_model_len, DEFAULT_CONTEXT_RESERVE) if self.sized_context else self.max_model_len
+        reserve_blocks = blocks_needed(kv_reserve_tokens(context, sched.max_num_seqs), self.config.cache.block_size)
         kv_reserve = reserve_blocks * self.block_bytes
         staging = 0 if experts.parse_pcie_frac() == 0 else min(cfg.num_experts, 8 * cfg.num_experts_per_tok)
         slots = auto_expert_slots(sizes, self._budget().available, self.set_aside, kv_reserve, staging)
@@ -132,10 +140,13 @@ class MemoryPlan:
         recurrent = bool(self.recurrent_shapes)
         checkpoints = cache.checkpoint_pool_size if recurrent and cache.enable_prefix_caching else 0
         park_rows = self._conversation_cache_rows() if cache.enable_prefix_caching else (0, 0)
-        return CacheSizes(self._num_kv_blocks(), checkpoints, park_rows)
+        num_blocks = self._num_kv_blocks()
+        return CacheSizes(num_blocks, checkpoints, park_rows, self.max_model_len)
 
     def _num_kv_blocks(self) -> int:
         cache, sched = self.config.cache, self.config.scheduler
+        if self.sized_context and cache.num_gpu_blocks is None:
+            return self._size_context()
         per_seq = blocks_needed(self.max_model_len, cache.block_size)
         if cache.num_gpu_blocks is not None:
             num_blocks = cache.num_gpu_blocks
@@ -147,6 +158,20 @@ class MemoryPlan:
             raise ValueError(f"the KV pool holds {num_blocks} blocks of {cache.block_size} tokens, fewer than "
                              f"one sequence of max_model_len={self.max_model_len} needs ({per_seq}); "
                              f"lower max_model_len or raise num_gpu_blocks")
+        return num_blocks
+
+    def _size_context(self) -> int:
+        """No --max-model-len on CUDA: the KV pool takes what the budget leaves (up to every slot at the
+        model's maximum), and max_model_len becomes what it holds, capped at the model's maximum, so one
+        request may use the whole pool; at least MIN_DEFAULT_CONTEXT tokens must fit."""
+        block_size, model_max = self.config.cache.block_size, self.max_model_len
+        floor = min(model_max, MIN_DEFAULT_CONTEXT)
+        self.max_model_len = floor  # what the error of a budget too small names
+        budget = self._gpu_kv_bytes(self.block_bytes * blocks_needed(floor, block_size))
+        num_blocks = min(blocks_needed(model_max, block_size) * self.config.scheduler.max_num_seqs,
+                         max(budget // self.block_bytes, 1))
+        self.max_model_len = min(model_max, num_blocks * block_size)
+        self.numbers.update(max_model_len=self.max_model_len, model_max_len=model_max)
         return num_blocks
 
     def _gpu_kv_bytes(self, one_sequence_bytes: int) -> int:

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from strata.config import EngineConfig, ExpertConfig, SchedulerConfig
+from strata.config import EngineConfig, ExpertConfig, SchedulerConfig, SpecConfig
 from strata.engine.memory_plan import MemoryPlan
 from strata.model.registry import model_class
 from strata.runner.memory import GiB, GpuBudget, WeightSizes, auto_expert_slots, kv_reserve_tokens, meta_model, \
@@ -161,7 +161,7 @@ def test_q4_k_m_plans_fit_consumer_cards_with_every_device_pool_counted(monkeypa
     assert graphs > 0
     kv = cache.num_kv_blocks * plan.block_bytes
     assert in_use + kv + states + graphs + plan.headroom <= allowed
-    assert cache.num_kv_blocks * plan.config.cache.block_size >= meta.config.max_position_embeddings
+    assert cache.num_kv_blocks * plan.config.cache.block_size >= cache.max_model_len >= 4096
     table = plan.table(cache.num_kv_blocks)
     for row in ("recurrent states", "state checkpoints", "CUDA graph pool", "KV cache", f"GPU {card_gib:.1f} GiB"):
         assert row in table
@@ -178,3 +178,40 @@ def test_gpu_memory_limit_plans_for_a_smaller_card(monkeypatch):
     assert memory.measure_budget(0.9, 0).total == 80 * GiB
     with pytest.raises(ValueError, match="gpu_memory_limit_mib"):
         memory.measure_budget(0.9, 0, limit_mib=-1)
+
+
+def test_without_max_model_len_the_plan_sizes_the_context_from_the_kv_pool(monkeypatch):
+    """Issue 26: no --max-model-len on CUDA: the auto expert cache reserves KV for 32K-token contexts, not
+    Qwen3-Next's 262K (more experts on a 24 GB card), and max_model_len becomes what the KV pool then holds,
+    capped at the model's maximum; an explicit --max-model-len is kept and reserved for as before."""
+    from strata.engine import memory_plan
+    from strata.weights.loaded_sizes import scheme_sizes
+
+    spec = "random:qwen3-next-80b-a3b"
+    sizes = scheme_sizes(spec, "q4_k_m", torch.bfloat16)
+    sized, meta = _plan_on_card(monkeypatch, spec, 24, 256)
+    sized.expert_slots(meta, sizes)
+    model_max = meta.config.max_position_embeddings
+    explicit = MemoryPlan(EngineConfig(model=spec, scheduler=SchedulerConfig(max_model_len=model_max)), meta.config,
+                          SpecConfig(), model_max, "cuda", torch.bfloat16, meta.has_mtp, meta.recurrent_state_shapes())
+    monkeypatch.setattr(explicit, "_budget", sized._budget)
+    monkeypatch.setattr(memory_plan, "host_available_bytes", lambda: 256 * GiB)
+    explicit.expert_slots(meta, sizes)
+    assert sized.sized_context and not explicit.sized_context
+    assert sized.auto_expert_slots > explicit.auto_expert_slots
+    allowed = sized._budget().allowed
+
+    def after_load(plan):
+        in_use = GiB // 2 + sizes.on_device(plan.auto_expert_slots)
+        monkeypatch.setattr(plan, "_budget", lambda: GpuBudget(24 * GiB, allowed, in_use))
+        return plan.cache_sizes()
+
+    cache = after_load(sized)
+    kv_tokens = cache.num_kv_blocks * sized.config.cache.block_size
+    assert 4096 <= cache.max_model_len == min(model_max, kv_tokens) < model_max
+    assert sized.as_dict()["max_model_len"] == cache.max_model_len
+    assert after_load(explicit).max_model_len == model_max
+    # a card whose KV room holds less than 4,096 tokens after the weights: the error names the floor
+    monkeypatch.setattr(sized, "_budget", lambda: GpuBudget(24 * GiB, allowed, allowed - sized.set_aside))
+    with pytest.raises(memory_plan.ModelDoesNotFit, match="max_model_len=4096"):
+        sized.cache_sizes()
