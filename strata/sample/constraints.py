@@ -39,12 +39,14 @@ def unpack_bitmask(bitmask: torch.Tensor, vocab_size: int) -> torch.Tensor:
 
 
 def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
-    """logits [R, V], bitmask [R, W] on the logits' device -> logits with disallowed tokens at -inf.
-    A row that allows nothing (only a broken grammar gets there) is left as it is, rather than
-    turned into NaN probabilities."""
-    blocked = _bits(bitmask, False)[:, :logits.shape[-1]]             # [R, V]
-    blocked &= ~blocked.all(dim=1, keepdim=True)
-    return logits.masked_fill(blocked, float("-inf"))
+    """logits [R, V], bitmask [R, W] on the logits' device -> logits with disallowed tokens at -inf."""
+    return logits.masked_fill(_bits(bitmask, False)[:, :logits.shape[-1]], float("-inf"))
+
+
+def allow_all_where_empty(bitmask: torch.Tensor) -> None:
+    """Host bitmask [R, W]: a row that allows nothing (only a broken grammar gets there) allows everything
+    instead, rather than turning into NaN probabilities. Checked on the host: W is V / 32 words."""
+    bitmask[(bitmask == 0).all(dim=1)] = -1
 
 
 class Constraints:
@@ -132,6 +134,8 @@ class Constraints:
         else:
             bitmask = self._fill(windows, logits.device)
         rows = [row for _, first, drafts in windows for row in range(first, first + len(drafts) + 1)]
+        if rows == list(range(logits.shape[0])):  # every row (a lone request's): no gather and scatter
+            return apply_bitmask(logits, bitmask)
         rows_t = index_tensor(rows, logits.device)
         return logits.index_put((rows_t,), apply_bitmask(logits[rows_t], bitmask))
 
@@ -155,4 +159,5 @@ class Constraints:
         if with_drafts:
             self._executor.unsafe_compute_mask_ptr_with_draft_token(with_drafts, bitmask.data_ptr(), words * 4,
                                                                     num_rows)
+        allow_all_where_empty(bitmask)
         return bitmask.to(device, non_blocking=True)

@@ -14,7 +14,7 @@ import torch
 
 from strata import structured
 from strata.sample import Sampler
-from strata.sample.constraints import apply_bitmask, unpack_bitmask
+from strata.sample.constraints import allow_all_where_empty, apply_bitmask, unpack_bitmask
 from strata.spec.verify_step import _verify
 from strata.types import SamplingParams, ScheduledSlot, StructuredOutputs
 from tiny_tokenized import smollm2_tokenizer
@@ -57,10 +57,10 @@ def test_bitmask_expansion_equals_a_bit_loop(vocab_size, device):
     logits = torch.randn(3, vocab_size)
     masked = apply_bitmask(logits.to(device), bitmask.to(device)).cpu()
     for r in range(3):
-        if expected[r].any():
-            assert torch.equal(masked[r], logits[r].masked_fill(~expected[r], float("-inf")))
-        else:  # nothing allowed: left alone rather than NaN
-            assert torch.equal(masked[r], logits[r])
+        assert torch.equal(masked[r], logits[r].masked_fill(~expected[r], float("-inf")))
+    allow_all_where_empty(bitmask)  # nothing allowed: everything is, rather than NaN probabilities
+    assert torch.equal(bitmask[2], torch.full((words,), -1, dtype=torch.int32))
+    assert torch.equal(unpack_bitmask(bitmask, vocab_size)[:2], expected[:2])
 
 
 @pytest.mark.parametrize("device", DEVICES)
