@@ -1,7 +1,7 @@
 """Serving benchmark, like `vllm bench serve`: N seeded random-token prompts sent to a running server
 through the official `openai` client (streaming /v1/completions, EOS ignored, fixed output length) with
 at most `concurrency` in flight. Reports TTFT, TPOT, ITL and E2E (mean, p50/p95/p99, ms) and the
-aggregate output tok/s."""
+aggregate output tok/s. A progress bar counts finished requests on a terminal."""
 
 from __future__ import annotations
 
@@ -36,12 +36,17 @@ async def _one(client, model: str, prompt: list[int], output_len: int) -> dict:
             "itl": [b - a for a, b in zip(chunk_times, chunk_times[1:])]}
 
 
-async def run_level(client, model: str, prompts: list[list[int]], output_len: int, concurrency: int) -> dict:
+async def run_level(client, model: str, prompts: list[list[int]], output_len: int, concurrency: int,
+                    on_done=None) -> dict:
+    """`on_done()` is called as each request finishes (a progress bar)."""
     gate = asyncio.Semaphore(concurrency)
 
     async def limited(prompt):
         async with gate:
-            return await _one(client, model, prompt, output_len)
+            run = await _one(client, model, prompt, output_len)
+        if on_done is not None:
+            on_done()
+        return run
 
     started = time.perf_counter()
     runs = await asyncio.gather(*(limited(p) for p in prompts))
@@ -64,6 +69,21 @@ async def bench_serve(url: str, api_key: str | None, num_prompts: int, input_len
     client = openai.AsyncOpenAI(base_url=url + "/v1", api_key=api_key or "none", max_retries=0, timeout=None)
     model = status["model"]
     prompts = make_prompts(num_prompts, input_len, status["vocab_size"], seed)
-    await run_level(client, model, prompts[:1], 4, 1)  # warm-up
-    results = {f"serve_c{c}": await run_level(client, model, prompts, output_len, c) for c in concurrency}
+    with request_progress() as bar:
+        task = bar.add_task("warm-up", total=1)
+        advance = lambda: bar.advance(task)  # noqa: E731
+        await run_level(client, model, prompts[:1], 4, 1, advance)
+        results = {}
+        for c in concurrency:
+            bar.update(task, description=f"concurrency {c}", total=len(prompts), completed=0)
+            results[f"serve_c{c}"] = await run_level(client, model, prompts, output_len, c, advance)
     return status, results
+
+
+def request_progress():
+    """A transient bar of finished requests on stderr (drawn only on a terminal)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=Console(stderr=True), transient=True)

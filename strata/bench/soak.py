@@ -183,12 +183,11 @@ def idle_leaks(server: Server, timeout_s: float = 30.0) -> dict:
 
 def run_soak(model: str, serve_args: list[str], num_requests: int, concurrency: int, disconnect_fraction: float,
              engine_kills: int, max_tokens: int, seed: int, timeout_s: float) -> dict:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from strata.bench.serve import request_progress
 
     server = Server(model, serve_args)
     try:
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      transient=True) as bar:
+        with request_progress() as bar:
             task = bar.add_task("starting the server", total=None)
             startup_s = server.wait_healthy(900)
             bar.update(task, description="soak", total=num_requests, completed=0)
