@@ -125,6 +125,14 @@ class Output:
     logprobs: list[dict[int, float]] = field(default_factory=list)
     num_cached_tokens: int = 0
 
+    def add(self, delta: TokenDelta) -> None:
+        self.text += delta.new_text
+        self.token_ids.extend(delta.new_token_ids)
+        self.logprobs.extend(delta.new_logprobs or [])
+        self.num_cached_tokens = max(self.num_cached_tokens, delta.num_cached_tokens)
+        if delta.finished:
+            self.finish_reason = delta.finish_reason.value
+
 
 class Generation:
     """Use as `async with Generation(...) as gen:`; leaving the block aborts an unfinished request."""
@@ -194,21 +202,22 @@ class Generation:
     async def collect(self, http_request: HTTPRequest) -> Output:
         """The whole output; 503 if the engine dies; aborts if the client disconnects."""
         out = Output()
-        last_check = time.monotonic()
-        try:
-            async for delta in self.deltas():
-                if time.monotonic() - last_check > _DISCONNECT_POLL_S:
-                    last_check = time.monotonic()
-                    if await http_request.is_disconnected():
-                        raise APIError(400, "the client disconnected")
-                if delta is None:
-                    continue
-                out.text += delta.new_text
-                out.token_ids.extend(delta.new_token_ids)
-                out.logprobs.extend(delta.new_logprobs or [])
-                out.num_cached_tokens = max(out.num_cached_tokens, delta.num_cached_tokens)
-                if delta.finished:
-                    out.finish_reason = delta.finish_reason.value
-        except EngineDeadError as e:
-            raise APIError(503, f"the engine failed during this request: {e}; retry") from e
+        async for delta in while_connected(self.deltas(), http_request):
+            out.add(delta)
         return out
+
+
+async def while_connected(items: AsyncIterator[T | None], http_request: HTTPRequest) -> AsyncIterator[T]:
+    """The items of a non-streaming request, keep-alive ticks (None) dropped: 400 (and so an abort) once the
+    client has gone away, checked every _DISCONNECT_POLL_S; 503 if the engine dies."""
+    last_check = time.monotonic()
+    try:
+        async for item in items:
+            if time.monotonic() - last_check > _DISCONNECT_POLL_S:
+                last_check = time.monotonic()
+                if await http_request.is_disconnected():
+                    raise APIError(400, "the client disconnected")
+            if item is not None:
+                yield item
+    except EngineDeadError as e:
+        raise APIError(503, f"the engine failed during this request: {e}; retry") from e

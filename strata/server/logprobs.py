@@ -1,5 +1,6 @@
 """Logprobs in the OpenAI shapes, from the engine's per-token {token id: logprob} maps (the sampled
-token plus the top-N alternatives)."""
+token plus the top-N alternatives). A stream sends each chunk's tokens in the same shapes, so the chunks'
+lists concatenate to the non-streamed ones."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ def chat_logprobs(tokenizer, token_ids: list[int], logprobs: list[dict[int, floa
     return {"content": content}
 
 
-def completion_logprobs(tokenizer, token_ids: list[int], logprobs: list[dict[int, float]], top_n: int) -> dict:
-    tokens, token_logprobs, top_logprobs, offsets, offset = [], [], [], [], 0
+def completion_logprobs(tokenizer, token_ids: list[int], logprobs: list[dict[int, float]], top_n: int,
+                        text_offset: int = 0) -> dict:
+    """`text_offset`: where the first token's text starts (a stream's chunk continues its choice's text)."""
+    tokens, token_logprobs, top_logprobs, offsets, offset = [], [], [], [], text_offset
     for token_id, entry in zip(token_ids, logprobs):
         sampled = _entry(tokenizer, token_id, entry.get(token_id, float("-inf")))
         tokens.append(sampled["token"])

@@ -14,12 +14,13 @@ from strata.engine.client import EngineDeadError
 from strata.server import limits, sse, structured_output
 from strata.server.config import ServerConfig
 from strata.server.errors import APIError, error_body
-from strata.server.generation import Generation, ServerState, check_prompt, sampling_params
+from strata.server.choices import Choices
+from strata.server.generation import Output, ServerState, check_prompt, sampling_params
 from strata.server.logprobs import chat_logprobs, completion_logprobs
 from strata.server.parsing import OutputParser, parse_all
 from strata.server.protocol_openai import ChatCompletionRequest, ChatMessage, CompletionRequest, SamplingFields
 from strata.server.template import ToolSpec
-from strata.types import Request, StructuredOutputs
+from strata.types import Request, StructuredOutputs, TokenDelta
 
 router = APIRouter()
 
@@ -37,7 +38,7 @@ def usage(num_prompt: int, num_completion: int, num_cached: int) -> dict:
 
 def _params(body: SamplingFields, max_tokens: int, logprobs: int | None, vocab_size: int,
             constraint: StructuredOutputs | None = None):
-    return sampling_params(n=body.n, temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
+    return sampling_params(temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
                            min_p=body.min_p, seed=body.seed, presence_penalty=body.presence_penalty,
                            frequency_penalty=body.frequency_penalty, repetition_penalty=body.repetition_penalty,
                            max_tokens=max_tokens, min_tokens=body.min_tokens, stop=body.stop,
@@ -48,8 +49,9 @@ def _params(body: SamplingFields, max_tokens: int, logprobs: int | None, vocab_s
 
 def _check_common(state: ServerState, body: SamplingFields) -> None:
     state.check_model(body.model)
-    if body.n != 1:
-        raise APIError(400, f"n must be 1 (got {body.n}): one completion per request", "n")
+    if body.n > state.config.max_n:
+        raise APIError(400, f"n={body.n} asks for more choices than this server gives one request "
+                            f"({state.config.max_n}, --max-n); ask for fewer", "n")
     if body.top_k is not None and body.top_k > state.vocab_size:
         raise APIError(400, f"top_k must be at most the vocabulary size {state.vocab_size}", "top_k")
     if body.stop_token_ids and any(not 0 <= t < state.vocab_size for t in body.stop_token_ids):
@@ -141,36 +143,41 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     request = Request(state.new_id("chatcmpl-"), rendered.prompt_token_ids,
                       _params(body, max_tokens, logprobs, state.vocab_size, constraint))
-    gen = Generation(state, request)
-    await gen.__aenter__()
+    choices = Choices(state, request, body.n)
+    await choices.__aenter__()
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        parser = OutputParser(tools is not None, rendered.starts_in_reasoning, schemas=schemas)
-        return sse.sse_response(_guarded(gen, "/v1/chat/completions", _chat_stream(gen, state, parser, include_usage)))
+        streams = [_ChatChoiceStream(OutputParser(tools is not None, rendered.starts_in_reasoning, schemas=schemas))
+                   for _ in range(body.n)]
+        return sse.sse_response(_guarded(choices, "/v1/chat/completions",
+                                         _chat_stream(choices, state, streams, include_usage, logprobs)))
     try:
-        out = await gen.collect(http_request)
+        outs = await choices.collect(http_request)
     finally:
-        await gen.__aexit__()
-    content, reasoning, calls = parse_all(out.text, tools is not None, rendered.starts_in_reasoning,
-                                          schemas=schemas)
-    message: dict = {"role": "assistant", "content": content if (content or not calls) else None}
-    if reasoning:
-        message["reasoning_content"] = reasoning
-    if calls:
-        message["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                                 for c in calls]
-    finish = "tool_calls" if calls and out.finish_reason == "stop" else out.finish_reason
-    lp = chat_logprobs(state.template.tokenizer, out.token_ids, out.logprobs, logprobs) \
-        if logprobs is not None and out.logprobs else None
+        await choices.__aexit__()
+
+    def choice(index: int, out: Output) -> dict:
+        content, reasoning, calls = parse_all(out.text, tools is not None, rendered.starts_in_reasoning,
+                                              schemas=schemas)
+        message: dict = {"role": "assistant", "content": content if (content or not calls) else None}
+        if reasoning:
+            message["reasoning_content"] = reasoning
+        if calls:
+            message["tool_calls"] = [{"id": c.id, "type": "function",
+                                      "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
+        finish = "tool_calls" if calls and out.finish_reason == "stop" else out.finish_reason
+        lp = chat_logprobs(state.template.tokenizer, out.token_ids, out.logprobs, logprobs) \
+            if logprobs is not None and out.logprobs else None
+        return {"index": index, "message": message, "logprobs": lp, "finish_reason": finish}
+
     return {"id": request.request_id, "object": "chat.completion", "created": int(time.time()),
-            "model": state.model_name,
-            "choices": [{"index": 0, "message": message, "logprobs": lp, "finish_reason": finish}],
-            "usage": usage(gen.num_prompt_tokens, len(out.token_ids), out.num_cached_tokens)}
+            "model": state.model_name, "choices": [choice(i, out) for i, out in enumerate(outs)],
+            "usage": usage(choices.num_prompt_tokens, sum(len(o.token_ids) for o in outs), outs[0].num_cached_tokens)}
 
 
-async def _guarded(gen: Generation, path: str, events: AsyncIterator[str]) -> AsyncIterator[str]:
+async def _guarded(choices: Choices, path: str, events: AsyncIterator[str]) -> AsyncIterator[str]:
     """Relay a stream's events; an engine death or API error mid-stream becomes an SSE error event.
-    The generation is always released, and the stream always ends with [DONE]."""
+    The choices' requests are always released, and the stream always ends with [DONE]."""
     try:
         async for event in events:
             yield event
@@ -180,43 +187,72 @@ async def _guarded(gen: Generation, path: str, events: AsyncIterator[str]) -> As
         yield sse.data(error_body(path, e.status, e.message))
     finally:
         await events.aclose()
-        await gen.__aexit__()
+        await choices.__aexit__()
     yield sse.DONE
 
 
-async def _chat_stream(gen: Generation, state: ServerState, parser: OutputParser,
-                       include_usage: bool) -> AsyncIterator[str]:
-    created, rid = int(time.time()), gen.request.request_id
+class _ChatChoiceStream:
+    """One choice of a chat stream: its output parser, its tool calls so far, and the logprobs of tokens
+    whose text the parser still holds (they go out with the choice's next chunk)."""
 
-    def chunk(delta: dict, finish: str | None = None) -> str:
-        return sse.data({"id": rid, "object": "chat.completion.chunk", "created": created, "model": state.model_name,
-                         "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]})
+    def __init__(self, parser: OutputParser) -> None:
+        self.parser, self.num_tools = parser, 0
+        self.token_ids: list[int] = []
+        self.logprobs: list[dict[int, float]] = []
 
-    num_tools, num_tokens = 0, 0
-    yield chunk({"role": "assistant", "content": ""})
-    async for delta in gen.deltas():
-        if delta is None:
-            yield sse.KEEPALIVE
-            continue
-        num_tokens += len(delta.new_token_ids)
-        events = parser.feed(delta.new_text) + (parser.finish() if delta.finished else [])
-        for kind, value in events:
+    def feed(self, delta: TokenDelta) -> list[tuple[dict, str | None]]:
+        """The (delta, finish_reason) chunk bodies of one engine delta."""
+        self.token_ids += delta.new_token_ids
+        self.logprobs += delta.new_logprobs or []
+        out = []
+        for kind, value in self.parser.feed(delta.new_text) + (self.parser.finish() if delta.finished else []):
             if kind == "reasoning":
-                yield chunk({"reasoning_content": value})
-            elif kind == "content" and not (num_tools and not value.strip()):
-                yield chunk({"content": value})
+                out.append(({"reasoning_content": value}, None))
+            elif kind == "content" and not (self.num_tools and not value.strip()):
+                out.append(({"content": value}, None))
             elif kind == "tool_call":
-                yield chunk({"tool_calls": [{"index": num_tools, "id": value.id, "type": "function",
-                                             "function": {"name": value.name, "arguments": ""}}]})
-                yield chunk({"tool_calls": [{"index": num_tools, "function": {"arguments": value.arguments}}]})
-                num_tools += 1
+                out.append(({"tool_calls": [{"index": self.num_tools, "id": value.id, "type": "function",
+                                             "function": {"name": value.name, "arguments": ""}}]}, None))
+                out.append(({"tool_calls": [{"index": self.num_tools, "function": {"arguments": value.arguments}}]},
+                            None))
+                self.num_tools += 1
         if delta.finished:
             reason = delta.finish_reason.value
-            yield chunk({}, "tool_calls" if num_tools and reason == "stop" else reason)
+            out.append(({}, "tool_calls" if self.num_tools and reason == "stop" else reason))
+        return out
+
+    def take_logprobs(self, tokenizer, top_logprobs: int | None) -> dict | None:
+        if top_logprobs is None or not self.logprobs:
+            return None
+        lp = chat_logprobs(tokenizer, self.token_ids, self.logprobs, top_logprobs)
+        self.token_ids, self.logprobs = [], []
+        return lp
+
+
+async def _chat_stream(choices: Choices, state: ServerState, streams: list[_ChatChoiceStream], include_usage: bool,
+                       top_logprobs: int | None) -> AsyncIterator[str]:
+    created, rid = int(time.time()), choices.request.request_id
+
+    def chunk(index: int, delta: dict, finish: str | None = None, logprobs: dict | None = None) -> str:
+        return sse.data({"id": rid, "object": "chat.completion.chunk", "created": created, "model": state.model_name,
+                         "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]})
+
+    num_tokens = 0
+    for index in range(len(streams)):
+        yield chunk(index, {"role": "assistant", "content": ""})
+    async for item in choices.deltas():
+        if item is None:
+            yield sse.KEEPALIVE
+            continue
+        index, delta = item
+        num_tokens += len(delta.new_token_ids)
+        stream = streams[index]
+        for body, finish in stream.feed(delta):
+            yield chunk(index, body, finish, stream.take_logprobs(state.template.tokenizer, top_logprobs))
     if include_usage:
         yield sse.data({"id": rid, "object": "chat.completion.chunk", "created": created,
                         "model": state.model_name, "choices": [],
-                        "usage": usage(gen.num_prompt_tokens, num_tokens, gen.num_cached_tokens)})
+                        "usage": usage(choices.num_prompt_tokens, num_tokens, choices.num_cached_tokens)})
 
 
 # ---- /v1/completions -----------------------------------------------------------------------------
@@ -252,41 +288,54 @@ async def completions(body: CompletionRequest, http_request: HTTPRequest):
     await structured_output.check(state, constraint, param)
     request = Request(state.new_id("cmpl-"), prompt_ids,
                       _params(body, max_tokens, body.logprobs, state.vocab_size, constraint))
-    gen = Generation(state, request)
-    await gen.__aenter__()
+    choices = Choices(state, request, body.n)
+    await choices.__aenter__()
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return sse.sse_response(_guarded(gen, "/v1/completions", _completion_stream(gen, state, include_usage)))
+        return sse.sse_response(_guarded(choices, "/v1/completions",
+                                         _completion_stream(choices, state, include_usage, body.logprobs)))
     try:
-        out = await gen.collect(http_request)
+        outs = await choices.collect(http_request)
     finally:
-        await gen.__aexit__()
-    lp = completion_logprobs(state.template.tokenizer, out.token_ids, out.logprobs, body.logprobs) \
-        if body.logprobs is not None and out.logprobs else None
+        await choices.__aexit__()
+
+    def choice(index: int, out: Output) -> dict:
+        lp = completion_logprobs(state.template.tokenizer, out.token_ids, out.logprobs, body.logprobs) \
+            if body.logprobs is not None and out.logprobs else None
+        return {"index": index, "text": out.text, "logprobs": lp, "finish_reason": out.finish_reason}
+
     return {"id": request.request_id, "object": "text_completion", "created": int(time.time()),
-            "model": state.model_name,
-            "choices": [{"index": 0, "text": out.text, "logprobs": lp, "finish_reason": out.finish_reason}],
-            "usage": usage(gen.num_prompt_tokens, len(out.token_ids), out.num_cached_tokens)}
+            "model": state.model_name, "choices": [choice(i, out) for i, out in enumerate(outs)],
+            "usage": usage(choices.num_prompt_tokens, sum(len(o.token_ids) for o in outs), outs[0].num_cached_tokens)}
 
 
-async def _completion_stream(gen: Generation, state: ServerState, include_usage: bool) -> AsyncIterator[str]:
-    created, rid = int(time.time()), gen.request.request_id
+async def _completion_stream(choices: Choices, state: ServerState, include_usage: bool,
+                             top_logprobs: int | None) -> AsyncIterator[str]:
+    created, rid = int(time.time()), choices.request.request_id
+    text_offsets = [0] * len(choices.gens)   # per choice: where its next token's text starts
 
-    def chunk(text: str, finish: str | None = None, extra: dict | None = None, choices: bool = True) -> str:
+    def chunk(choice: dict | None, extra: dict | None = None) -> str:
         body = {"id": rid, "object": "text_completion", "created": created, "model": state.model_name,
-                "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}] if choices else []}
+                "choices": [choice] if choice else []}
         return sse.data({**body, **(extra or {})})
 
     num_tokens = 0
-    async for delta in gen.deltas():
-        if delta is None:
+    async for item in choices.deltas():
+        if item is None:
             yield sse.KEEPALIVE
             continue
+        index, delta = item
         num_tokens += len(delta.new_token_ids)
-        if delta.new_text or delta.finished:
-            yield chunk(delta.new_text, delta.finish_reason.value if delta.finished else None)
+        lp = None
+        if top_logprobs is not None and delta.new_logprobs:
+            lp = completion_logprobs(state.template.tokenizer, delta.new_token_ids, delta.new_logprobs, top_logprobs,
+                                     text_offsets[index])
+            text_offsets[index] += sum(len(token) for token in lp["tokens"])
+        if delta.new_text or delta.finished or lp:
+            yield chunk({"index": index, "text": delta.new_text, "logprobs": lp,
+                         "finish_reason": delta.finish_reason.value if delta.finished else None})
     if include_usage:
-        yield chunk("", extra={"usage": usage(gen.num_prompt_tokens, num_tokens, gen.num_cached_tokens)}, choices=False)
+        yield chunk(None, {"usage": usage(choices.num_prompt_tokens, num_tokens, choices.num_cached_tokens)})
 
 
 # ---- /v1/models ----------------------------------------------------------------------------------

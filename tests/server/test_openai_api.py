@@ -89,7 +89,7 @@ def test_tools_round_trip_request_shape(client, server):
     ({"messages": HI, "max_tokens": 4000}, "max_tokens"),
     ({"messages": HI, "top_p": 7}, "top_p"),
     ({"messages": HI, "temperature": "hot"}, "temperature"),
-    ({"messages": HI, "n": 2}, "n"),
+    ({"messages": HI, "n": 9}, "n"),
     ({"messages": []}, "messages"),
     ({"messages": HI, "model": "gpt-4"}, "model"),
     ({"messages": [{"role": "wizard", "content": "x"}]}, "messages.0.role"),

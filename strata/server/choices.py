@@ -1,0 +1,125 @@
+"""OpenAI's `n`: parallel choices of one prompt, each its own engine request, read as one stream of
+(choice index, delta) pairs. Owns the choices' seeds, their staged submission and their merged deltas;
+it renders nothing (the routes turn deltas into API shapes).
+
+Sharing the prompt: choice 0 is submitted alone and the others when its first token arrives. By then the
+engine has computed the prompt and registered its full KV blocks (and, on hybrid models, the recurrent-state
+checkpoint at the prompt's last block boundary) in the prefix cache, so each sibling is admitted onto those
+blocks, shared read-only by refcount, and computes only the prompt's last partial block. Chosen over
+submitting all n at once (blocks are registered only once computed, so every choice would read the whole
+prompt) and over forking a slot after prefill (a copy of the partial block and of the recurrent state in
+the runner): this uses the prefix cache's tested path and changes nothing in the engine. Without prefix
+caching every choice reads the prompt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator
+
+from fastapi import Request as HTTPRequest
+
+from strata.server.generation import Generation, Output, ServerState, while_connected
+from strata.types import FinishReason, Request, TokenDelta
+
+_MASK63 = (1 << 63) - 1
+
+
+def choice_seed(seed: int, index: int) -> int:
+    """Choice `index`'s seed: the request's own for choice 0 (so n=1 and choice 0 agree), else a splitmix64
+    mix of (seed, index). The sampler derives per-position seeds as seed + position x golden ratio, so
+    the choices' seeds must not be steps of that same constant, or choice i would replay choice 0 shifted."""
+    if index == 0:
+        return seed
+    z = (seed ^ (index * 0xD1B54A32D192ED03)) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return (z ^ (z >> 31)) & _MASK63
+
+
+def sibling(request: Request, index: int) -> Request:
+    params = request.sampling_params
+    seed = None if params.seed is None else choice_seed(params.seed, index)
+    return Request(f"{request.request_id}-{index}", request.prompt_token_ids,
+                   dataclasses.replace(params, seed=seed), request.arrival_time)
+
+
+class Choices:
+    """`await choices.__aenter__()` submits choice 0 (errors before any output are HTTP errors);
+    `__aexit__` aborts every unfinished choice. Usage counts the prompt once."""
+
+    def __init__(self, state: ServerState, request: Request, n: int) -> None:
+        self.state = state
+        # every Generation checks the queue limit here, before anything is submitted
+        self.gens = [Generation(state, request)] + [Generation(state, sibling(request, i)) for i in range(1, n)]
+        self._queue: asyncio.Queue[tuple[int, TokenDelta | BaseException]] = asyncio.Queue()
+        self._tasks: list[asyncio.Task] = []
+        self._siblings_submitted = False
+
+    @property
+    def request(self) -> Request:
+        return self.gens[0].request
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return self.gens[0].num_prompt_tokens
+
+    @property
+    def num_cached_tokens(self) -> int:
+        return self.gens[0].num_cached_tokens
+
+    async def __aenter__(self) -> Choices:
+        try:
+            await self.gens[0].__aenter__()
+        except BaseException:
+            await self.__aexit__()
+            raise
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for gen in self.gens:
+            if gen.stream is None:  # never submitted
+                gen.tracker.on_end(FinishReason.ABORT.value)
+            else:
+                await gen.__aexit__()
+
+    async def _pump(self, index: int) -> None:
+        gen = self.gens[index]
+        try:
+            if index:
+                await gen.__aenter__()
+            async for delta in gen.deltas():
+                if delta is None:
+                    continue
+                if not self._siblings_submitted:  # choice 0's first token: its prompt is in the prefix cache
+                    self._siblings_submitted = True
+                    self._tasks += [asyncio.create_task(self._pump(i)) for i in range(1, len(self.gens))]
+                self._queue.put_nowait((index, delta))
+        except Exception as e:  # noqa: BLE001 - handed to the reader, which raises it
+            self._queue.put_nowait((index, e))
+
+    async def deltas(self) -> AsyncIterator[tuple[int, TokenDelta] | None]:
+        """(choice index, delta) in arrival order until every choice has finished; None when `keepalive_s`
+        passes without one. Raises a choice's APIError or EngineDeadError."""
+        self._tasks = [asyncio.create_task(self._pump(0))]
+        num_running = len(self.gens)
+        while num_running:
+            try:
+                index, delta = await asyncio.wait_for(self._queue.get(), self.state.config.keepalive_s)
+            except asyncio.TimeoutError:
+                yield None
+                continue
+            if isinstance(delta, BaseException):
+                raise delta
+            num_running -= int(delta.finished)
+            yield index, delta
+
+    async def collect(self, http_request: HTTPRequest) -> list[Output]:
+        """Every choice's whole output; 503 if the engine dies; aborts if the client disconnects."""
+        outputs = [Output() for _ in self.gens]
+        async for index, delta in while_connected(self.deltas(), http_request):
+            outputs[index].add(delta)
+        return outputs
