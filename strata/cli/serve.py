@@ -95,7 +95,11 @@ def run(args: argparse.Namespace) -> int:
     config = uvicorn.Config(report_startup_failure(app, failures), host=server.host, port=server.port,
                             log_level=server.log_level, timeout_graceful_shutdown=FINAL_GRACE_S)
     uvicorn_server = DrainingServer(config, app.state.strata)
-    uvicorn_server.run()
-    if not uvicorn_server.started:
-        raise StartupFailed(failures[-1].removeprefix("RuntimeError: ") if failures else "the server failed to start")
+    try:
+        uvicorn_server.run()
+    except SystemExit:
+        if not failures:
+            raise
+    if failures:
+        raise StartupFailed(failures[-1].removeprefix("RuntimeError: "))
     return 0
