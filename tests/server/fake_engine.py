@@ -27,7 +27,8 @@ def _answer(request_id: str, n: int, pieces: list[str]) -> list[TokenDelta]:
 
 def run_fake_engine(config, conn, quiet=True, mode="echo"):
     """mode: echo (answer "Hi there" at once) | tool (a Qwen-style thinking + tool-call answer, split
-    mid-tag) | hang (stop responding on a request) | die (exit after one token)."""
+    mid-tag) | hang (stop responding on a request) | die (exit after one token) | crash (exit on a request
+    before any output)."""
     conn.send(("ready", INFO))
     while True:
         if not conn.poll(0.2):
@@ -42,6 +43,8 @@ def run_fake_engine(config, conn, quiet=True, mode="echo"):
         n = len(request.prompt_token_ids)
         if mode == "hang":
             time.sleep(3600)
+        if mode == "crash":
+            os._exit(1)
         if mode == "die":
             conn.send(("step", [TokenDelta(request.request_id, [42], "Hi", num_prompt_tokens=n)], INFO["status"]))
             time.sleep(0.3)

@@ -51,6 +51,19 @@ def test_hung_engine_is_ended_with_503_and_restarted():
         assert srv.get("/health").status_code == 200
 
 
+def test_a_request_that_kills_every_engine_is_resubmitted_twice_then_503():
+    """No output before the engine died: the request goes to the next engine, at most MAX_RESUBMITS times
+    (a request that kills every engine must not restart them forever)."""
+    from strata.engine.client import MAX_RESUBMITS
+
+    with thread_server(fake_app("crash")) as srv:
+        response = srv.post("/v1/chat/completions", BODY)
+        assert response.status_code == 503 and "exited" in response.json()["error"]["message"]
+        _wait_ready(srv, MAX_RESUBMITS + 1)
+        engine = srv.status()["engine"]
+        assert engine["resubmitted_requests"] == MAX_RESUBMITS and engine["restarts"] == MAX_RESUBMITS + 1
+
+
 def test_echo_engine_serves_and_metrics_count():
     with thread_server(fake_app("echo")) as srv:
         response = srv.post("/v1/chat/completions", BODY)
