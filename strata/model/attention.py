@@ -118,31 +118,50 @@ def _causal_window_mask(num_computed: int, q_len: int, kv_len: int, device: torc
 
 def _attend_batched(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                     ctx: ForwardContext, scale: float) -> torch.Tensor:
-    block_size = k_cache.shape[1]
-    max_len, table, row, col, mask = ctx.cached(("batched_attention", block_size, q.device),
-                                                lambda: _batched_layout(ctx, block_size, q.shape[0], q.device))
-    k = _gather_kv(k_cache, table, max_len).transpose(1, 2).contiguous()  # [S, Hkv, L, D]
-    v = _gather_kv(v_cache, table, max_len).transpose(1, 2).contiguous()
-    q_pad = q.new_zeros(ctx.num_seqs, ctx.max_query_len, *q.shape[1:])  # [S, Q, H, D]
-    q_pad[row, col] = q
-    o = F.scaled_dot_product_attention(q_pad.transpose(1, 2).contiguous(), k, v, attn_mask=mask,
-                                       scale=scale, enable_gqa=True)  # [S, H, Q, D]
-    return o.transpose(1, 2)[row, col]
+    """Windows of at most 16 tokens as one padded SDPA batch: q [T, H, D] -> [T, H, D]."""
+    num_seqs, max_q = ctx.num_seqs, ctx.max_query_len
+    kv_index, row, col, mask = ctx.cached(("batched_attention", k_cache.shape[1], q.device),
+                                          lambda: _batched_layout(ctx, k_cache.shape[1], q.shape[0], q.device))
+    k = _gather_tokens(k_cache, kv_index, num_seqs)  # [S, Hkv, L, D]
+    v = _gather_tokens(v_cache, kv_index, num_seqs)
+    if row is None:  # every window has max_q tokens: q already has the padded layout
+        q_pad = q.view(num_seqs, max_q, *q.shape[1:])  # [S, Q, H, D]
+    else:
+        q_pad = q.new_zeros(num_seqs, max_q, *q.shape[1:])
+        q_pad[row, col] = q
+    # strided operands: on windows this short, SDPA gives the same bits on them as on contiguous
+    # copies, and sooner than the copies take
+    o = F.scaled_dot_product_attention(q_pad.transpose(1, 2), k, v, attn_mask=mask, scale=scale,
+                                       enable_gqa=True).transpose(1, 2)  # [S, Q, H, D]
+    return o.reshape(q.shape) if row is None else o[row, col]
+
+
+def _gather_tokens(cache: torch.Tensor, kv_index: torch.Tensor, num_seqs: int) -> torch.Tensor:
+    # cache: [N_blocks, B, Hkv, D], kv_index: [S * L] flat token slots -> [S, Hkv, L, D] (a strided view)
+    rows = cache.view(-1, *cache.shape[2:]).index_select(0, kv_index)  # [S * L, Hkv, D]
+    return rows.view(num_seqs, -1, *cache.shape[2:]).transpose(1, 2)
 
 
 def _batched_layout(ctx: ForwardContext, block_size: int, num_tokens: int, device: torch.device):
-    """What _attend_batched needs of the step, the same for every layer (made once per forward): the longest
-    context, the block table cut to it, each token's (row, column) in the padded [S, max_q] query layout and
-    the causal mask [S, 1, Q, L]."""
+    """What _attend_batched needs of the step, the same for every layer (made once per forward): the flat
+    KV slots of each sequence's first L = longest-context positions [S * L] (past a shorter context:
+    slots of its padded table, masked), each token's (row, column) in the padded [S, max_q] query layout
+    (None, None when every window is max_q long) and the causal mask [S, 1, Q, L] (None for one sequence's
+    single token, which sees every key)."""
     num_seqs, max_q = ctx.num_seqs, ctx.max_query_len
     max_len = max(c + n for c, n in zip(ctx.num_computed, ctx.query_lens))
+    positions = torch.arange(max_len, device=device)
     table = ctx.block_tables[:, : -(-max_len // block_size)]
+    kv_index = (table[:, positions // block_size] * block_size + positions % block_size).flatten()
     query_lens = torch.tensor(ctx.query_lens, device=device)
-    row = torch.repeat_interleave(torch.arange(num_seqs, device=device), query_lens)
-    col = torch.arange(num_tokens, device=device) - ctx.query_start_loc[row]
-    q_pos = ctx.seq_lens[:, None] - query_lens[:, None] + torch.arange(max_q, device=device)[None, :]  # [S, Q]
-    mask = torch.arange(max_len, device=device)[None, None, :] <= q_pos[:, :, None]  # [S, Q, L]
-    return max_len, table, row, col, mask[:, None]
+    row = col = mask = None
+    if num_tokens != num_seqs * max_q:
+        row = torch.repeat_interleave(torch.arange(num_seqs, device=device), query_lens)
+        col = torch.arange(num_tokens, device=device) - ctx.query_start_loc[row]
+    if num_seqs > 1 or max_q > 1:
+        q_pos = ctx.seq_lens[:, None] - query_lens[:, None] + torch.arange(max_q, device=device)[None, :]  # [S, Q]
+        mask = (positions[None, None, :] <= q_pos[:, :, None])[:, None]  # [S, 1, Q, L]
+    return kv_index, row, col, mask
 
 
 class Attention(nn.Module):
@@ -178,23 +197,39 @@ class Attention(nn.Module):
                                ctx: ForwardContext) -> tuple[torch.Tensor, torch.Tensor | None]:
         """hidden [T, hidden] -> (rotated queries [T, H, D], output gate [T, H, D] or None); this step's
         keys and values are in the pool afterwards."""
-        num_tokens = hidden.shape[0]
-        q, k, v = self.qkv_proj(hidden).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        qkv = self.qkv_proj(hidden)  # [T, (H + 2 Hkv) * D] (the gate's H * D more when gated)
+        k_cache, v_cache = ctx.kv_caches[self.layer_idx]
+        # layers with equal rotary tables share the forward's cos / sin rows (the first one looks them up)
+        step_rows = ctx.scratch.rope_rows.setdefault(self.rotary.config, {})
+        if not (self.gated or self.q_norm is not None or ops.kernels_on(qkv)):
+            return self._prepare_plain(qkv, k_cache, v_cache, ctx, step_rows), None
+        num_tokens = qkv.shape[0]
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         gate = None
         if self.gated:
             q, gate = q.view(num_tokens, self.num_heads, 2 * self.head_dim).chunk(2, dim=-1)
         q = q.reshape(num_tokens, self.num_heads, self.head_dim)   # [T, H, D]
         k = k.view(num_tokens, self.num_kv_heads, self.head_dim)   # [T, Hkv, D]
         v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
-        k_cache, v_cache = ctx.kv_caches[self.layer_idx]
         if ops.kernels_on(q):
-            q = self._prepare_fused(q, k, v, k_cache, v_cache, ctx)
+            q = self._prepare_fused(q, k, v, k_cache, v_cache, ctx, step_rows)
         else:
             if self.q_norm is not None:
                 q, k = self.q_norm(q), self.k_norm(k)
-            q, k = self.rotary(ctx.positions, q, k)
+            q, k = self.rotary(ctx.positions, q, k, step_rows)
             write_kv(k, v, k_cache, v_cache, ctx.slot_mapping)
         return q, gate
+
+    def _prepare_plain(self, qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, ctx: ForwardContext,
+                       step_rows: dict) -> torch.Tensor:
+        """The torch path of a layer without output gate or qk-norm (Llama's): q and k are neighbours in
+        qkv, so one rotation covers both -> rotated q [T, H, D]; rotated k and v are written to the pool."""
+        num_tokens, heads, head_dim = qkv.shape[0], self.num_heads + self.num_kv_heads, self.head_dim
+        qk = qkv[:, : heads * head_dim].view(num_tokens, heads, head_dim)       # [T, H + Hkv, D]
+        qk = self.rotary.rotate(ctx.positions, qk, step_rows)
+        v = qkv[:, heads * head_dim:].view(num_tokens, self.num_kv_heads, head_dim)  # [T, Hkv, D]
+        write_kv(qk[:, self.num_heads:], v, k_cache, v_cache, ctx.slot_mapping)
+        return qk[:, : self.num_heads]
 
     def output(self, attended: torch.Tensor, gate: torch.Tensor | None) -> torch.Tensor:
         """attended [T, H, D] -> the layer's output [T, hidden] (sigmoid-gated when the layer is)."""
@@ -204,11 +239,9 @@ class Attention(nn.Module):
         return self.o_proj(out)
 
     def _prepare_fused(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
-                       v_cache: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+                       v_cache: torch.Tensor, ctx: ForwardContext, step_rows: dict) -> torch.Tensor:
         """qk-norm, rotary and the KV write in one Triton launch -> rotated q [T, H, D]."""
         norm = self.q_norm is not None
-        # layers with equal rotary tables share the forward's cos / sin rows (the first one looks them up)
-        step_rows = ctx.scratch.rope_rows.setdefault(self.rotary.config, {})
         return ops.qk_norm_rope_kv(q, k, v, self.q_norm.weight if norm else None,
                                    self.k_norm.weight if norm else None, self.q_norm.eps if norm else 0.0,
                                    norm and self.q_norm.zero_centered, self.rotary.cos, self.rotary.sin, ctx.positions,

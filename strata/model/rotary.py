@@ -91,21 +91,36 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", self._tables.cos, persistent=False)  # read-only: other layers share it
         self.register_buffer("sin", self._tables.sin, persistent=False)
 
-    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                step_rows: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         # q: [T, H, D], k: [T, Hkv, D]; rotates the first rot_dim dims of each head
-        cos = self.cos[positions].unsqueeze(1)  # [T, 1, rot_dim / 2]
-        sin = self.sin[positions].unsqueeze(1)
-        return self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+        cos, sin = self.rows(positions, step_rows)
+        return self.rotate_rows(q, cos, sin), self.rotate_rows(k, cos, sin)
 
-    def rotate(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    def rotate(self, positions: torch.Tensor, x: torch.Tensor, step_rows: dict | None = None) -> torch.Tensor:
         """x [T, H, D'] (D' >= rot_dim, e.g. an indexer head) rotated by each row's position [T]."""
-        return self._rotate(x, self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1))
+        return self.rotate_rows(x, *self.rows(positions, step_rows))
 
-    def _rotate(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def rows(self, positions: torch.Tensor, step_rows: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The tokens' rows in the form `rotate_rows` takes: (cos, cos) and (-sin, sin), each [T, 1, rot_dim]
+        float32 (rotate_half's sign folded into sin). `step_rows`: a dict kept for one forward and shared
+        by the layers of equal tables (ForwardScratch.rope_rows[config]); the first caller stores the rows
+        there, so a forward looks them up once rather than once per layer."""
+        rows = step_rows.get("torch") if step_rows is not None else None
+        if rows is None:
+            cos, sin = self.cos[positions], self.sin[positions]  # [T, rot_dim / 2]
+            rows = torch.cat((cos, cos), dim=-1).unsqueeze(1), torch.cat((-sin, sin), dim=-1).unsqueeze(1)
+            if step_rows is not None:
+                step_rows["torch"] = rows
+        return rows
+
+    def rotate_rows(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """x [T, H, D] rotated by rows(...): HF's x * cos + rotate_half(x) * sin in float32, cast back.
+        rotate_half(x) * sin is flip(x halves) * (-sin, sin): the same float32 products, so the same bits."""
         half = self.rot_dim // 2
-        x_rot = x[..., : self.rot_dim].float()
-        x1, x2 = x_rot[..., :half], x_rot[..., half:]
-        rotated = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+        x_rot = (x if self.rot_dim == x.shape[-1] else x[..., : self.rot_dim]).float()
+        swapped = x_rot.unflatten(-1, (2, half)).flip(-2).flatten(-2)  # [x2, x1]
+        rotated = (x_rot * cos + swapped * sin).to(x.dtype)
         if self.rot_dim == x.shape[-1]:
             return rotated
         return torch.cat((rotated, x[..., self.rot_dim:]), dim=-1)
