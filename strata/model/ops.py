@@ -57,19 +57,36 @@ def kernels_on(t: torch.Tensor) -> bool:
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered: bool = False,
              residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """rms_norm_ref's contract: x [T, D] (+ residual) -> (normalised, x + residual or None); one launch on CUDA."""
-    norm = rms_norm_kernel if kernels_on(x) else rms_norm_ref
-    return norm(x, weight, eps, zero_centered, residual)
+    """rms_norm_ref's contract: x [T, D] (+ residual) -> (normalised, x + residual or None); one launch on CUDA,
+    torch's fused rms_norm for float32 on the CPU."""
+    if kernels_on(x):
+        return rms_norm_kernel(x, weight, eps, zero_centered, residual)
+    if x.is_cpu and x.dtype == torch.float32 and weight.dtype == torch.float32:
+        return _rms_norm_float32(x, weight, eps, zero_centered, residual)
+    return rms_norm_ref(x, weight, eps, zero_centered, residual)
+
+
+def _rms_norm_float32(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered: bool,
+                      residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """rms_norm_ref on float32 rows in one torch call (F.rms_norm sums, scales and multiplies as the HF form
+    does, so the bits are rms_norm_ref's: tests/model/test_cpu_ops.py), a few Python-dispatched ops fewer."""
+    if residual is not None:
+        x = x + residual
+    if zero_centered:
+        out = F.rms_norm(x, weight.shape, None, eps) * (1.0 + weight)
+    else:
+        out = F.rms_norm(x, weight.shape, weight, eps)
+    return out, (x if residual is not None else None)
 
 
 def rms_norm_topk_sum(partials: torch.Tensor, shared: torch.Tensor | None, weight: torch.Tensor, eps: float,
                       zero_centered: bool, residual: torch.Tensor | None, dtype: torch.dtype
                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """rms_norm of an MoE layer's top-k partials [T, K, D] summed (+ shared [T, D]), with the residual add:
-    one launch on CUDA, the sum (topk_sum_ref) then rms_norm_ref otherwise."""
+    one launch on CUDA, the sum (topk_sum_ref) then rms_norm otherwise."""
     if kernels_on(partials):
         return rms_norm_topk_sum_kernel(partials, shared, weight, eps, zero_centered, residual, dtype)
-    return rms_norm_ref(topk_sum_ref(partials, shared, dtype), weight, eps, zero_centered, residual)
+    return rms_norm(topk_sum_ref(partials, shared, dtype), weight, eps, zero_centered, residual)
 
 
 # ---- dense projections ------------------------------------------------------------------------------
