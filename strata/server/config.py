@@ -35,8 +35,8 @@ class ServerConfig:
     responses_max_stored: int = _opt(1024, "most /v1/responses results kept in memory for previous_response_id and GET "
                                            "(oldest dropped first; 0: none kept)")
     responses_ttl_s: float = _opt(3600.0, "seconds a stored /v1/responses response stays retrievable")
-    prepare_threads: int = _opt(2, "threads that check, render and tokenize requests off the event loop (a burst "
-                                   "of large bodies waits for them)")
+    prepare_threads: int = _opt(1, "threads that check, render and tokenize requests off the event loop (a burst "
+                                   "of large bodies waits for them; more take cores from a CPU engine)")
     drain_timeout_s: float = _opt(10.0, "on SIGTERM / Ctrl-C: how long running requests may finish before each "
                                         "stream is ended with an error event")
     keepalive_s: float = _opt(2.0, "SSE keep-alive comment interval while no token arrives")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
+import os
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -29,6 +31,7 @@ from strata.types import FinishReason, Request, SamplingParams, TokenDelta
 
 _DISCONNECT_POLL_S = 0.5
 RETRY_AFTER_S = 2  # told to clients turned away by a full queue
+PREPARE_NICE = 10  # CFS gives a nice-10 thread about a tenth of a nice-0 one's share of a busy core
 T = TypeVar("T")
 
 
@@ -51,7 +54,8 @@ class ServerState:
         so the event loop keeps answering while a large prompt is prepared. The pool is bounded
         (--prepare-threads): a burst of large bodies queues here instead of taking every core."""
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(max(1, self.config.prepare_threads), thread_name_prefix="strata-prepare")
+            self._pool = ThreadPoolExecutor(max(1, self.config.prepare_threads), thread_name_prefix="strata-prepare",
+                                            initializer=_lower_thread_priority)
         return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
 
     def close(self) -> None:
@@ -88,6 +92,17 @@ class ServerState:
     @property
     def vocab_size(self) -> int:
         return self.client.info["vocab_size"]
+
+
+def _lower_thread_priority() -> None:
+    """Preparation threads run at a lower CPU priority (Linux: a nice value per thread) than the event loop
+    and the engine: on a machine with few cores, tokenizing someone's huge prompt must not slow the streams
+    already running."""
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + PREPARE_NICE)
+    except (AttributeError, OSError):
+        pass  # not Linux, or not allowed: same priority as the loop
 
 
 def sampling_params(**fields) -> SamplingParams:

@@ -53,7 +53,7 @@ def _health_latencies(client: httpx.Client, url: str, stop: threading.Event, out
         t = time.monotonic()
         assert client.get(url).status_code == 200
         out.append(time.monotonic() - t)
-        time.sleep(0.02)
+        time.sleep(0.01)
 
 
 def _p99(values: list[float]) -> float:
@@ -131,7 +131,7 @@ def test_large_bodies_do_not_stall_health_or_streams(server):
     assert sum("the prompt has 27" in m and "tokens" in m for m in messages) == 2 * ROUNDS, messages
     assert all(s.error is None for s in streams), [s.error for s in streams]
     assert busy_end - busy_start > 1.0, "the large requests should keep the server busy for a while"
-    assert len(busy_health) >= 10 and _p99(busy_health) < 0.100, (_p99(idle_health), sorted(busy_health)[-5:])
+    assert len(busy_health) >= 100 and _p99(busy_health) < 0.100, (_p99(idle_health), sorted(busy_health)[-5:])
     for s in streams:
         idle, busy = s.gaps(idle_start, idle_end), s.gaps(busy_start, busy_end)
         assert len(busy) >= 5, (len(busy), busy_end - busy_start)
