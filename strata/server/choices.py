@@ -53,7 +53,7 @@ class Choices:
         self.state = state
         # every Generation checks the queue limit here, before anything is submitted
         self.gens = [Generation(state, request)] + [Generation(state, sibling(request, i)) for i in range(1, n)]
-        self._queue: asyncio.Queue[tuple[int, TokenDelta | BaseException]] = asyncio.Queue()
+        self._queue: asyncio.Queue[tuple[int, TokenDelta | None | BaseException]] = asyncio.Queue()
         self._tasks: list[asyncio.Task] = []
         self._siblings_submitted = False
 
@@ -68,6 +68,11 @@ class Choices:
     @property
     def num_cached_tokens(self) -> int:
         return self.gens[0].num_cached_tokens
+
+    @property
+    def num_completion_tokens(self) -> int:
+        """The choices' tokens so far, summed (usage)."""
+        return sum(gen.tracker.num_output_tokens for gen in self.gens)
 
     async def __aenter__(self) -> Choices:
         try:
@@ -92,9 +97,7 @@ class Choices:
             if index:
                 await gen.__aenter__()
             async for delta in gen.deltas():
-                if delta is None:
-                    continue
-                if not self._siblings_submitted:  # choice 0's first token: its prompt is in the prefix cache
+                if delta is not None and not self._siblings_submitted:  # choice 0's first token: prompt cached
                     self._siblings_submitted = True
                     self._tasks += [asyncio.create_task(self._pump(i)) for i in range(1, len(self.gens))]
                 self._queue.put_nowait((index, delta))
@@ -102,18 +105,21 @@ class Choices:
             self._queue.put_nowait((index, e))
 
     async def deltas(self) -> AsyncIterator[tuple[int, TokenDelta] | None]:
-        """(choice index, delta) in arrival order until every choice has finished; None when `keepalive_s`
-        passes without one. Raises a choice's APIError or EngineDeadError."""
+        """(choice index, delta) in arrival order until every choice has finished; None when a choice has
+        waited `keepalive_s` for its next delta. Raises a choice's APIError or EngineDeadError."""
+        if len(self.gens) == 1:  # one choice: its deltas as they come, no task or queue between
+            async for delta in self.gens[0].deltas():
+                yield None if delta is None else (0, delta)
+            return
         self._tasks = [asyncio.create_task(self._pump(0))]
         num_running = len(self.gens)
         while num_running:
-            try:
-                index, delta = await asyncio.wait_for(self._queue.get(), self.state.config.keepalive_s)
-            except asyncio.TimeoutError:
-                yield None
-                continue
+            index, delta = await self._queue.get()
             if isinstance(delta, BaseException):
                 raise delta
+            if delta is None:
+                yield None
+                continue
             num_running -= int(delta.finished)
             yield index, delta
 

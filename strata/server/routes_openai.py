@@ -172,7 +172,7 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
 
     return {"id": request.request_id, "object": "chat.completion", "created": int(time.time()),
             "model": state.model_name, "choices": [choice(i, out) for i, out in enumerate(outs)],
-            "usage": usage(choices.num_prompt_tokens, sum(len(o.token_ids) for o in outs), outs[0].num_cached_tokens)}
+            "usage": usage(choices.num_prompt_tokens, choices.num_completion_tokens, outs[0].num_cached_tokens)}
 
 
 async def _guarded(choices: Choices, path: str, events: AsyncIterator[str]) -> AsyncIterator[str]:
@@ -202,8 +202,9 @@ class _ChatChoiceStream:
 
     def feed(self, delta: TokenDelta) -> list[tuple[dict, str | None]]:
         """The (delta, finish_reason) chunk bodies of one engine delta."""
-        self.token_ids += delta.new_token_ids
-        self.logprobs += delta.new_logprobs or []
+        if delta.new_logprobs:  # requested
+            self.token_ids += delta.new_token_ids
+            self.logprobs += delta.new_logprobs
         out = []
         for kind, value in self.parser.feed(delta.new_text) + (self.parser.finish() if delta.finished else []):
             if kind == "reasoning":
@@ -237,7 +238,6 @@ async def _chat_stream(choices: Choices, state: ServerState, streams: list[_Chat
         return sse.data({"id": rid, "object": "chat.completion.chunk", "created": created, "model": state.model_name,
                          "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]})
 
-    num_tokens = 0
     for index in range(len(streams)):
         yield chunk(index, {"role": "assistant", "content": ""})
     async for item in choices.deltas():
@@ -245,14 +245,14 @@ async def _chat_stream(choices: Choices, state: ServerState, streams: list[_Chat
             yield sse.KEEPALIVE
             continue
         index, delta = item
-        num_tokens += len(delta.new_token_ids)
         stream = streams[index]
         for body, finish in stream.feed(delta):
             yield chunk(index, body, finish, stream.take_logprobs(state.template.tokenizer, top_logprobs))
     if include_usage:
         yield sse.data({"id": rid, "object": "chat.completion.chunk", "created": created,
                         "model": state.model_name, "choices": [],
-                        "usage": usage(choices.num_prompt_tokens, num_tokens, choices.num_cached_tokens)})
+                        "usage": usage(choices.num_prompt_tokens, choices.num_completion_tokens,
+                                       choices.num_cached_tokens)})
 
 
 # ---- /v1/completions -----------------------------------------------------------------------------
@@ -306,7 +306,7 @@ async def completions(body: CompletionRequest, http_request: HTTPRequest):
 
     return {"id": request.request_id, "object": "text_completion", "created": int(time.time()),
             "model": state.model_name, "choices": [choice(i, out) for i, out in enumerate(outs)],
-            "usage": usage(choices.num_prompt_tokens, sum(len(o.token_ids) for o in outs), outs[0].num_cached_tokens)}
+            "usage": usage(choices.num_prompt_tokens, choices.num_completion_tokens, outs[0].num_cached_tokens)}
 
 
 async def _completion_stream(choices: Choices, state: ServerState, include_usage: bool,
@@ -319,13 +319,11 @@ async def _completion_stream(choices: Choices, state: ServerState, include_usage
                 "choices": [choice] if choice else []}
         return sse.data({**body, **(extra or {})})
 
-    num_tokens = 0
     async for item in choices.deltas():
         if item is None:
             yield sse.KEEPALIVE
             continue
         index, delta = item
-        num_tokens += len(delta.new_token_ids)
         lp = None
         if top_logprobs is not None and delta.new_logprobs:
             lp = completion_logprobs(state.template.tokenizer, delta.new_token_ids, delta.new_logprobs, top_logprobs,
@@ -335,7 +333,8 @@ async def _completion_stream(choices: Choices, state: ServerState, include_usage
             yield chunk({"index": index, "text": delta.new_text, "logprobs": lp,
                          "finish_reason": delta.finish_reason.value if delta.finished else None})
     if include_usage:
-        yield chunk(None, {"usage": usage(choices.num_prompt_tokens, num_tokens, choices.num_cached_tokens)})
+        yield chunk(None, {"usage": usage(choices.num_prompt_tokens, choices.num_completion_tokens,
+                                          choices.num_cached_tokens)})
 
 
 # ---- /v1/models ----------------------------------------------------------------------------------
