@@ -116,11 +116,9 @@ class RotaryEmbedding(nn.Module):
 
     def rotate_rows(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """x [T, H, D] rotated by rows(...): HF's x * cos + rotate_half(x) * sin in float32, cast back.
-        rotate_half(x) * sin is flip(x halves) * (-sin, sin): the same float32 products, so the same bits."""
-        half = self.rot_dim // 2
+        rotate_half(x) * sin is (x2, x1) * (-sin, sin): the same float32 products, so the same bits."""
         x_rot = (x if self.rot_dim == x.shape[-1] else x[..., : self.rot_dim]).float()
-        swapped = x_rot.unflatten(-1, (2, half)).flip(-2).flatten(-2)  # [x2, x1]
-        rotated = (x_rot * cos + swapped * sin).to(x.dtype)
+        rotated = (x_rot * cos + x_rot.roll(self.rot_dim // 2, -1) * sin).to(x.dtype)  # roll: (x2, x1)
         if self.rot_dim == x.shape[-1]:
             return rotated
         return torch.cat((rotated, x[..., self.rot_dim:]), dim=-1)
