@@ -5,8 +5,10 @@ non-streamed ones; n beyond --max-n is a 400 naming n."""
 
 from __future__ import annotations
 
+import json
 import time
 
+import httpx
 import openai
 import pytest
 
@@ -156,3 +158,25 @@ def test_n_beyond_the_limit_is_400_naming_n(server, path, body):
     error = response.json()["error"]
     assert error["param"] == "n" and "--max-n" in error["message"]
     assert server.status()["in_flight_requests"] == before
+
+
+def test_closing_an_n3_stream_aborts_every_choice(server):
+    """A client that leaves mid-stream frees all three choices' slots, those submitted after choice 0's first
+    token included."""
+    body = {"model": MODEL, "messages": STORY, "n": 3, "max_tokens": 400, "stream": True, "temperature": 1.0,
+            "ignore_eos": True}
+    indexes = set()
+    with httpx.stream("POST", server.base_url + "/v1/chat/completions", json=body, headers=server.headers,
+                      timeout=120) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line.startswith("data: {") and '"content":""' not in line:
+                indexes.add(json.loads(line[6:])["choices"][0]["index"])
+            if indexes == {0, 1, 2}:   # every choice is decoding
+                break
+    for _ in range(100):
+        status = server.status()
+        if status["in_flight_requests"] == 0 and status["slots"]["running"] == 0:
+            break
+        time.sleep(0.1)
+    assert status["in_flight_requests"] == 0 and status["slots"]["running"] == 0, status
