@@ -19,7 +19,7 @@ import torch
 class ForwardScratch:
     """Working state of one forward. `derived` memoises per-step index tensors (`cached`);
     `rope_rows` maps a rotary config to the tokens' cos / sin rows, stored by the first attention layer
-    and read by the later ones; `window_states` is what recurrent layers record on verification windows,
+    and read by the later ones (the Triton kernel's under "rows", the torch path's under "torch"); `window_states` is what recurrent layers record on verification windows,
     layer -> (conv [T, C, W-1], ssm [T, Hv, Dk, Dv]), read by spec/commit.py; `window_buffers` are
     persistent buffers for those states (same layout, >= T rows) that CUDA graphs share: they survive
     `reset`."""
