@@ -209,13 +209,18 @@ class CudaGraphCache:
         several = [(count, n) for n in lengths for count in self.prompt_counts[1:] if count * n <= self.prompt_rows]
         return list(dict.fromkeys(decode + prompts + windows + several))  # a window may equal a prompt layout
 
-    def warm_up(self) -> int:
+    def num_warm_up_keys(self) -> int:
+        return len(self.ladder_keys()[:self.capacity])
+
+    def warm_up(self, advance: Callable[[], None] = lambda: None) -> int:
         """Capture the layouts decoding will use before any request arrives (as many as the cache
-        holds, in `ladder_keys` order), so no request waits for a capture. Returns the number captured."""
+        holds, in `ladder_keys` order), so no request waits for a capture; `advance` is called after each
+        layout. Returns the number captured."""
         captured = 0
         for key in self.ladder_keys()[:self.capacity]:
             if key not in self.graphs and self._capture(key) is not None:
                 captured += 1
+            advance()
         return captured
 
     @property

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from strata import progress
 from strata.cache.pools import CheckpointPool, HostParkPool, KVPool, StatePool
 from strata.config import MAX_SPEC_TOKENS, RunnerConfig, SpecConfig
 from strata.model.context import ForwardScratch
@@ -97,7 +98,8 @@ class ModelRunner:
                                          window, options.cuda_graph_cache_size, host_plan, real_rows, prompt_tokens)
             if options.cuda_graph_warmup:
                 started = time.perf_counter()
-                count = self.graphs.warm_up()
+                with progress.bar("capturing CUDA graphs", self.graphs.num_warm_up_keys()) as advance:
+                    count = self.graphs.warm_up(advance)
                 logger.info("captured %d CUDA graphs in %.1fs", count, time.perf_counter() - started)
         self.use_cuda_graphs = self.graphs is not None
         self.checkpoint_pool = CheckpointPool(self.state_pool, checkpoint_pool_size)

@@ -26,7 +26,8 @@ from strata.weights.gguf_file import open_reader
 from strata.weights.gguf_source import GGUFSource
 from strata.weights.gguf_writer import Vocab, llama_cpp_shapes, write_gguf
 from strata.weights.hf_source import HFSource
-from strata.weights.loader import _progress, build_model
+from strata import progress
+from strata.weights.loader import build_model
 from strata.weights.source import open_source
 
 Q = gguf.GGMLQuantizationType
@@ -390,7 +391,7 @@ def export_gguf(spec: str, path: str, scheme: str = "q4_k_m", device: str = "cpu
     types = choose_types(chosen, shapes, hf_config["num_hidden_layers"])
     result = ExportResult([], chosen.name, vocab_from)
 
-    with _progress(f"quantizing to {chosen.name}", len(shapes), quiet) as advance:
+    with progress.bar(f"quantizing to {chosen.name}", len(shapes), quiet) as advance:
         def written(name: str, qtype: Q, num_bytes: int) -> None:
             result.tensors[qtype.name] += 1
             result.type_bytes[qtype.name] += num_bytes

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from strata import progress
 from strata.config import ModelConfig, rope_attention_factor
 from strata.types import WeightSizes
 from strata.weights.loaded_sizes import TensorEntry, is_lookup_table, keeps_blocks, loaded_sizes, why_experts_dense
@@ -51,7 +52,8 @@ class GGUFSource:
     def __init__(self, path: str) -> None:
         self.path = path
         self.description = path
-        self.readers = open_parts(path)
+        with progress.status(f"reading the metadata of {path}"):  # seconds for a large vocabulary
+            self.readers = open_parts(path)
         self.reader = self.readers[0]  # part 1: the metadata
         self.fields = {}
         for reader in self.readers:

@@ -10,6 +10,7 @@ import time
 import torch
 from torch import nn
 
+from strata import progress
 from strata.model.registry import PackedLocalExperts, PackedWeight, expert_weights_on, model_class, tables_packed
 from strata.weights.source import WeightSource
 
@@ -37,7 +38,7 @@ def build_model(source: WeightSource, device: str, dtype: str, seed: int = 0, qu
     if init is not None:
         init(model, seed)
     else:
-        with _progress(f"loading {source.description}", source.num_tensors(), quiet) as advance:
+        with progress.bar(f"loading {source.description}", source.num_tensors(), quiet) as advance:
             model.load_weights(_counted(source.tensors(torch_dtype), advance), source.description)
     place_host_tables(model, device, quiet)
     used = _device_memory(device) - mem_before
@@ -100,28 +101,6 @@ def _counted(tensors, advance):
     for item in tensors:
         yield item
         advance()
-
-
-class _progress:
-    """A rich progress bar on stderr when a person is watching; a no-op otherwise."""
-
-    def __init__(self, label: str, total: int, quiet: bool) -> None:
-        self.label, self.total = label, total
-        self.enabled = not quiet and sys.stderr.isatty()
-
-    def __enter__(self):
-        if not self.enabled:
-            return lambda: None
-        from rich.progress import Progress
-
-        self.progress = Progress(transient=True)
-        self.progress.start()
-        task = self.progress.add_task(self.label, total=self.total)
-        return lambda: self.progress.advance(task)
-
-    def __exit__(self, *exc) -> None:
-        if self.enabled:
-            self.progress.stop()
 
 
 def _device_memory(device: str) -> int:
