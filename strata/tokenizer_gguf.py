@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from strata import progress
+
 logger = logging.getLogger(__name__)
 
 # gguf.TokenType, spelled here so that reading the table needs no import
@@ -87,7 +89,8 @@ def read_vocab(path: str) -> GGUFVocab | None:
     """The file's tokenizer metadata; None when it has no tokenizer. A split GGUF keeps it in its first part."""
     from strata.weights.gguf_file import open_parts
 
-    first = open_parts(path)[0]  # checks the file (and every part) first: errors name the file and what to do
+    with progress.status(f"reading the vocabulary of {path}"):  # gguf-py: seconds for a large vocabulary
+        first = open_parts(path)[0]  # checks the file (and every part) first: errors name the file and what to do
     path, fields = first.path, first.fields
     model = _scalar(fields, "tokenizer.ggml.model")
     if model is None or model in NO_VOCAB_MODELS or "tokenizer.ggml.tokens" not in fields:
