@@ -151,7 +151,7 @@ class MemoryPlan:
         if cache.num_gpu_blocks is not None:
             num_blocks = cache.num_gpu_blocks
         else:
-            budget = self._gpu_kv_bytes(self.block_bytes * per_seq) if self.on_cuda else CPU_KV_BUDGET_BYTES
+            budget = self._gpu_kv_bytes(self.max_model_len) if self.on_cuda else CPU_KV_BUDGET_BYTES
             # at most enough for every slot at max length; what is left of that serves the prefix cache
             num_blocks = min(per_seq * sched.max_num_seqs, max(budget // self.block_bytes, 1))
         if num_blocks < per_seq:
@@ -166,17 +166,17 @@ class MemoryPlan:
         request may use the whole pool; at least MIN_DEFAULT_CONTEXT tokens must fit."""
         block_size, model_max = self.config.cache.block_size, self.max_model_len
         floor = min(model_max, MIN_DEFAULT_CONTEXT)
-        self.max_model_len = floor  # what the error of a budget too small names
-        budget = self._gpu_kv_bytes(self.block_bytes * blocks_needed(floor, block_size))
+        budget = self._gpu_kv_bytes(floor)
         num_blocks = min(blocks_needed(model_max, block_size) * self.config.scheduler.max_num_seqs,
                          max(budget // self.block_bytes, 1))
         self.max_model_len = min(model_max, num_blocks * block_size)
         self.numbers.update(max_model_len=self.max_model_len, model_max_len=model_max)
         return num_blocks
 
-    def _gpu_kv_bytes(self, one_sequence_bytes: int) -> int:
+    def _gpu_kv_bytes(self, sequence_tokens: int) -> int:
         """What the KV pool may take: the allowed memory minus what is in use (weights), the step headroom
-        and the pools allocated after it; a clear error when not even one sequence of max_model_len fits."""
+        and the pools allocated after it; a clear error when not even one sequence of `sequence_tokens` fits."""
+        one_sequence_bytes = self.block_bytes * blocks_needed(sequence_tokens, self.config.cache.block_size)
         runner = self.config.runner
         budget = self._budget()
         kv_bytes = budget.available - self.set_aside
@@ -189,7 +189,7 @@ class MemoryPlan:
                 f"of {self.headroom / GiB:.2f} GiB and {sum(self.pools.values()) / GiB:.2f} GiB of state and "
                 f"graph pools set aside; "
                 f"{budget.describe(runner.gpu_memory_utilization, runner.vram_reserve_mib)}) "
-                f"but one sequence of max_model_len={self.max_model_len} needs {one_sequence_bytes / GiB:.2f} GiB; "
+                f"but one sequence of max_model_len={sequence_tokens} needs {one_sequence_bytes / GiB:.2f} GiB; "
                 f"lower --max-model-len, --max-num-seqs or --max-num-batched-tokens, or raise --gpu-memory-utilization")
         return kv_bytes
 
