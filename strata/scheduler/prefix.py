@@ -60,7 +60,12 @@ class PrefixManager:
             state.skip_prefix_cache = False
             return PrefixMatch()
         tokens = state.all_token_ids()
-        hashes = chain_hashes(tokens, self.block_size, (len(tokens) - 1) // self.block_size)
+        return self.match_tokens(tokens, (len(tokens) - 1) // self.block_size)
+
+    def match_tokens(self, tokens: list[int], num_blocks: int) -> PrefixMatch:
+        """The longest usable known prefix within the first `num_blocks` full blocks of `tokens` (a
+        request's match leaves its last token to compute; a session save takes every full block)."""
+        hashes = chain_hashes(tokens, self.block_size, num_blocks)
         blocks = []
         for i, block_hash in enumerate(hashes):
             block_tokens = self._block_tokens(tokens, i)
