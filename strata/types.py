@@ -59,6 +59,7 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     logit_bias: dict[int, float] | None = None        # token id -> added to its logit, in [-100, 100]
     structured_outputs: StructuredOutputs | None = None
+    thinking_budget: int | None = None   # tokens inside <think> .. </think> before </think> is forced (reasoning.py)
 
     def __post_init__(self) -> None:
         if isinstance(self.structured_outputs, dict):
@@ -102,6 +103,9 @@ class SamplingParams:
                 raise ValueError(f"logit_bias values must be numbers in [-100, 100], got {bias!r} for token {token_id}")
         if self.structured_outputs is not None:
             self.structured_outputs.validate()
+        if self.thinking_budget is not None and (isinstance(self.thinking_budget, bool)
+                                                 or not isinstance(self.thinking_budget, int) or self.thinking_budget < 0):
+            raise ValueError(f"thinking_budget must be an integer >= 0 (tokens), got {self.thinking_budget!r}")
 
     @property
     def is_greedy(self) -> bool:
@@ -123,6 +127,10 @@ class Request:
     prompt_token_ids: list[int]
     sampling_params: SamplingParams
     arrival_time: float = 0.0
+    # prefix cache: pin the prompt's full blocks (True), unpin them (False), or neither (None); and whether
+    # this request's blocks and checkpoints go into the cache at all (strata/scheduler/prefix.py)
+    pin_prefix: bool | None = None
+    cache_prefix: bool = True
 
 
 @dataclass

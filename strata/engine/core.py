@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from strata import structured
+from strata import reasoning, structured
 from strata.config import EngineConfig, ModelConfig
 from strata.engine.build import LoadedModel, build_engine
 from strata.engine.detokenizer import TextStream
@@ -45,6 +45,8 @@ class EngineCore:
         self._gpu_numbers_cache: tuple[float, dict | None] = (-1e9, None)
         if self.tokenizer is not None:
             self.runner.sampler.constraints.new_matcher = self._new_matcher
+        self.thinking_tokens = reasoning.thinking_tokens(self.tokenizer)
+        self.runner.sampler.thinking_tokens = self.thinking_tokens
 
     # ---- requests --------------------------------------------------------------------------------
 
@@ -66,6 +68,9 @@ class EngineCore:
             if self.tokenizer is None:
                 raise ValueError("structured output needs the model's tokenizer, and this model has none")
             structured.check(params.structured_outputs, self._grammar_tokenizer())
+        if params.thinking_budget is not None and self.thinking_tokens is None:
+            raise ValueError("thinking_budget needs a model that thinks: this model's vocabulary has no "
+                             f"{reasoning.THINK_OPEN} and {reasoning.THINK_CLOSE} tokens")
 
     def _grammar_tokenizer(self):
         """llguidance's tokenizer, built at the first structured request (about a second) and kept."""
@@ -108,6 +113,25 @@ class EngineCore:
             self.async_scheduling = async_scheduling
         if max_num_seqs is not None:
             self.scheduler.set_max_num_seqs(max_num_seqs)
+
+    def settle(self) -> list[TokenDelta]:
+        """Between steps, make the caches hold what the scheduler's index says (session saves and
+        restores read and write them only then): finish a step in flight without planning the next one
+        ahead, then run what is queued for the runner -> the deltas of the step finished."""
+        deltas = []
+        if self._ahead is not None:
+            self.async_scheduling, was = False, self.async_scheduling
+            try:
+                deltas = self.step()
+            finally:
+                self.async_scheduling = was
+        self.run_pending()
+        return deltas
+
+    def run_pending(self) -> None:
+        """Run now what the scheduler queued for the next step's runner (checkpoint saves, parks, freed
+        slots); only with no step in flight."""
+        self.runner.execute(self.scheduler.pending_plan())
 
     # ---- the loop --------------------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """The Sampler: per-slot sampling state and one call that turns a step's logits into token ids.
 
 It owns each slot's parameters (persistent [S] tensors), penalty statistics, min_tokens masking,
-logit bias and grammar constraints (constraints.py), and random generators; it does not decide when a
+logit bias and grammar constraints (constraints.py), reasoning budgets (a spent budget forces `</think>`:
+that row's logits become one-hot, strata/reasoning.py), and random generators; it does not decide when a
 request stops. A seeded request's generator is
 reseeded at every output position from (seed, position), so its tokens depend only on its own seed
 and history: not on the batch it shares, nor on whether it was preempted and resumed.
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from strata.kernels.argmax import argmax
+from strata.reasoning import ThinkingBudget, ThinkingTokens
 from strata.sample.constraints import Constraints, Window
 from strata.sample.penalties import PenaltyState
 from strata.sample.probs import processed_probs, sample_from_probs
@@ -52,6 +54,8 @@ class Sampler:
         self.min_p = torch.zeros(max_num_seqs, device=self.device)
         self.penalties = PenaltyState(max_num_seqs, vocab_size, self.device)
         self.constraints = Constraints(max_num_seqs, vocab_size)
+        self.thinking_tokens: ThinkingTokens | None = None  # set by the engine from its tokenizer
+        self.thinking: list[ThinkingBudget | None] = [None] * max_num_seqs
         self.slot_generators = [torch.Generator(device=self.device) for _ in range(max_num_seqs)]
         # Unseeded rows share one generator; `seed` (the runner's config seed) makes them repeatable.
         self.shared_generator = torch.Generator(device=self.device)
@@ -75,10 +79,17 @@ class Sampler:
         self.min_p[slot_id] = params.min_p
         self.penalties.add_slot(slot_id, params, prompt_token_ids, output_token_ids)
         self.constraints.add_slot(slot_id, params, output_token_ids)
+        self.thinking[slot_id] = None
+        if params.thinking_budget is not None:
+            if self.thinking_tokens is None:
+                raise ValueError("a thinking budget needs a model with <think> and </think> tokens")
+            self.thinking[slot_id] = ThinkingBudget.start(self.thinking_tokens, params.thinking_budget,
+                                                          prompt_token_ids, output_token_ids)
 
     def remove_slot(self, slot_id: int) -> None:
         self.params[slot_id] = None
         self.constraints.remove_slot(slot_id)
+        self.thinking[slot_id] = None
 
     def append_output(self, slot_id: int, token_ids: list[int]) -> None:
         """Committed generated tokens: they feed the penalties, min_tokens and the seed position."""
@@ -86,6 +97,9 @@ class Sampler:
         self.num_output_tokens[slot_id] += len(token_ids)
         self.penalties.add_outputs(slot_id, token_ids)
         self.constraints.advance(slot_id, token_ids)
+        if self.thinking[slot_id] is not None:
+            for token_id in token_ids:
+                self.thinking[slot_id].advance(token_id)
 
     def sample(self, logits: torch.Tensor, slot_ids: list[int]) -> SamplerOutput:
         """logits [N, V] float32, row i for slot_ids[i] -> one token (and optional logprobs) per row."""
@@ -103,7 +117,8 @@ class Sampler:
         params = [self._params_of(slot_id) for slot_id in slot_ids]
         logits = self.penalties.apply(logits, slot_ids)
         logits = self._mask_min_tokens(logits, slot_ids)
-        logits = self.constraints.apply(logits, [(slot_id, row, []) for row, slot_id in enumerate(slot_ids)])
+        windows = [(slot_id, row, []) for row, slot_id in enumerate(slot_ids)]
+        logits = self._force_thinking(self.constraints.apply(logits, windows), windows)
         sampled_rows = [row for row, p in enumerate(params) if not p.is_greedy]
         if len(sampled_rows) == len(slot_ids):
             return self._sample_rows(logits, slot_ids, sampled_rows)
@@ -124,8 +139,29 @@ class Sampler:
 
     def constrain_windows(self, logits: torch.Tensor, windows: list[Window]) -> torch.Tensor:
         """Verification windows' logits [R, V] with each slot's logit bias and grammar masks (one per row,
-        the grammar walking the slot's drafts) applied; rows of other slots are left as they are."""
-        return self.constraints.apply(logits, windows)
+        the grammar walking the slot's drafts) applied, and the tokens a spent reasoning budget forces; rows
+        of other slots are left as they are."""
+        return self._force_thinking(self.constraints.apply(logits, windows), windows)
+
+    def _force_thinking(self, logits: torch.Tensor, windows: list[Window]) -> torch.Tensor:
+        """Rows where a slot's reasoning budget forces a token become -inf but that token (0): after any
+        bias, grammar mask or filter the token is the only one left, greedy or sampled, and a draft that is
+        not it is rejected like any other. Only those rows change (a new tensor if any do)."""
+        rows, token_ids = [], []
+        for slot_id, first, drafts in windows:
+            budget = self.thinking[slot_id]
+            if budget is None:
+                continue
+            for j, token_id in enumerate(budget.forced_along(drafts)):
+                if token_id is not None:
+                    rows.append(first + j)
+                    token_ids.append(token_id)
+        if not rows:
+            return logits
+        rows_t = index_tensor(rows, logits.device)
+        logits = logits.index_fill(0, rows_t, float("-inf"))
+        return logits.index_put((rows_t, index_tensor(token_ids, logits.device)),
+                                torch.zeros((), dtype=logits.dtype, device=logits.device))
 
     def window_probs(self, logits: torch.Tensor, row_slot_ids: list[int]) -> torch.Tensor:
         """The target distribution of every row of verification windows: logits [R, V] -> probs [R, V],

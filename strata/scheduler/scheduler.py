@@ -225,6 +225,11 @@ class Scheduler:
             self.prefix.parked_blocks.pinned.clear()
         return plan
 
+    def pending_plan(self) -> StepPlan:
+        """A plan with no work that carries what is queued for the runner (freed slots, checkpoint saves,
+        cache copies): run between steps, it brings the caches up to date with the index."""
+        return self._make_plan([])
+
     def update(self, plan: StepPlan, result: StepResult) -> list[Commit]:
         by_slot = {r.slot_id: r for r in result.slots}
         running_by_slot = {s.slot_id: s for s in self.running}
@@ -430,8 +435,9 @@ class Scheduler:
 def _samples_without_history(state: RequestState) -> bool:
     """Whether the request's next token can be sampled before its previous one is read back: no
     penalties, no per-position seed, no logprobs to return, no grammar (its next mask follows the token in
-    flight), and min_tokens already reached (the sampler's count lags by the token in flight)."""
+    flight) nor reasoning budget (its forced tokens too), and min_tokens already reached (the sampler's count
+    lags by the token in flight)."""
     params = state.request.sampling_params
     return (params.repetition_penalty == 1.0 and params.presence_penalty == 0.0 and params.frequency_penalty == 0.0
             and params.seed is None and params.logprobs is None and params.structured_outputs is None
-            and len(state.output_token_ids) >= params.min_tokens)
+            and params.thinking_budget is None and len(state.output_token_ids) >= params.min_tokens)
