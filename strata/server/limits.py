@@ -54,14 +54,18 @@ def check_unicode(text: str, param: str) -> None:
 
 def check_stop(config: ServerConfig, stop: str | list[str] | None, param: str) -> None:
     strings = [stop] if isinstance(stop, str) else list(stop or ())
-    if len(strings) > config.max_stop_strings:
-        raise APIError(400, f"{param} has {len(strings)} strings; this server accepts at most "
-                            f"{config.max_stop_strings} (--max-stop-strings)", param)
+    check_stop_count(config, len(strings), param)
     for i, s in enumerate(strings):
         if len(s) > config.max_stop_chars:
             raise APIError(400, f"{param}.{i} is {len(s)} characters long; this server accepts at most "
                                 f"{config.max_stop_chars} (--max-stop-chars)", f"{param}.{i}")
         check_unicode(s, f"{param}.{i}")
+
+
+def check_stop_count(config: ServerConfig, count: int, param: str) -> None:
+    if count > config.max_stop_strings:
+        raise APIError(400, f"{param} has {count} strings; this server accepts at most "
+                            f"{config.max_stop_strings} (--max-stop-strings)", param)
 
 
 def check_schema(config: ServerConfig, schema: dict, param: str) -> None:

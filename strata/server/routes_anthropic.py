@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request as HTTPRequest
 
 from strata.engine.client import EngineDeadError
 from strata.server import limits, sse, structured_output
+from strata.server.body import OffloadedBodyRoute
 from strata.server.config import ServerConfig
 from strata.server.errors import APIError, error_body
 from strata.server.generation import Generation, ServerState, check_prompt, sampling_params
@@ -20,7 +21,7 @@ from strata.server.routes_openai import state_of
 from strata.server.template import Rendered, ToolSpec
 from strata.types import Request
 
-router = APIRouter()
+router = APIRouter(route_class=OffloadedBodyRoute)
 
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "abort": "end_turn"}
 

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Request as HTTPRequest
 
 from strata.engine.client import EngineDeadError
 from strata.server import limits, sse, structured_output
+from strata.server.body import OffloadedBodyRoute
 from strata.server.config import ServerConfig
 from strata.server.errors import APIError, error_body
 from strata.server.choices import Choices
@@ -22,7 +23,7 @@ from strata.server.protocol_openai import ChatCompletionRequest, ChatMessage, Co
 from strata.server.template import ToolSpec
 from strata.types import Request, StructuredOutputs, TokenDelta
 
-router = APIRouter()
+router = APIRouter(route_class=OffloadedBodyRoute)
 
 _THINKING = {"none": False, "minimal": False, "low": True, "medium": True, "high": True}
 

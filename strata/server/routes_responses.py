@@ -19,6 +19,7 @@ from fastapi import APIRouter, Request as HTTPRequest
 from strata import structured
 from strata.engine.client import EngineDeadError
 from strata.server import limits, sse, structured_output
+from strata.server.body import OffloadedBodyRoute
 from strata.server.errors import APIError
 from strata.server.generation import Generation, ServerState, check_prompt, sampling_params
 from strata.server.parsing import OutputParser
@@ -29,7 +30,7 @@ from strata.server.routes_openai import _THINKING, state_of
 from strata.server.template import Rendered, ToolSpec
 from strata.types import Request, SamplingParams, StructuredOutputs
 
-router = APIRouter()
+router = APIRouter(route_class=OffloadedBodyRoute)
 
 
 def store_of(http_request: HTTPRequest) -> ResponseStore:
