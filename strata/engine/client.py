@@ -12,6 +12,7 @@ engine. Imports no torch and no model code: the child process does that (spawn c
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import multiprocessing as mp
 import threading
@@ -122,6 +123,8 @@ class AsyncEngineClient:
         self._restarting: asyncio.Task | None = None
         self._spare_task: asyncio.Task | None = None
         self._live: set[_Child] = set()   # every child started and not yet stopped (shutdown ends them all)
+        self._calls: dict[int, asyncio.Future] = {}  # session saves / restores waiting for the engine's reply
+        self._call_ids = itertools.count()
         self._stopping = False
 
     # ---- life ------------------------------------------------------------------------------------
@@ -153,6 +156,7 @@ class AsyncEngineClient:
         requests, self._requests = self._requests, {}
         for entry in requests.values():
             entry.queue.put_nowait(EngineDeadError(reason))
+        self._fail_calls(reason)
 
     @property
     def pid(self) -> int | None:
@@ -188,6 +192,25 @@ class AsyncEngineClient:
     def abort(self, request_id: str) -> None:
         if self._requests.pop(request_id, None) is not None:
             self._send(("abort", request_id))
+
+    async def session(self, action: str, args: dict) -> dict:
+        """Save or restore a session in the engine (strata.engine.sessions) -> its reply. Raises
+        EngineUnavailableError, or EngineDeadError when the engine dies first."""
+        if self.stats.state != "ready":
+            raise EngineUnavailableError(f"the engine is {self.stats.state}; retry shortly")
+        call_id = next(self._call_ids)
+        self._calls[call_id] = future = self._loop.create_future()
+        try:
+            if not self._send(("session", call_id, action, args)):
+                raise EngineUnavailableError("the engine is restarting; retry shortly")
+            return await future
+        finally:
+            self._calls.pop(call_id, None)
+
+    def _fail_calls(self, reason: str) -> None:
+        for future in self._calls.values():
+            if not future.done():
+                future.set_exception(EngineDeadError(reason))
 
     # ---- messages from the children --------------------------------------------------------------
 
@@ -232,6 +255,10 @@ class AsyncEngineClient:
                     del self._requests[delta.request_id]
                 entry.queue.put_nowait(delta)
             self.stats.status = message[2]
+        elif kind == "session" and child is self._child:
+            future = self._calls.get(message[1])
+            if future is not None and not future.done():
+                future.set_result(message[2])
 
     def _child_of(self, generation: int) -> _Child | None:
         for child in (self._child, self._spare):
@@ -281,6 +308,7 @@ class AsyncEngineClient:
             failed += 1
         logger.error("%s; failing %d in-flight requests with output, re-submitting %d to the next engine",
                      reason, failed, len(self._requests))
+        self._fail_calls(reason)
         self._restarting = asyncio.create_task(self._restart())
 
     async def _restart(self) -> None:

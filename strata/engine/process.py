@@ -1,8 +1,8 @@
 """The engine-core child process: loads the model, then loops `read messages -> step -> send deltas`.
 
 Owns the device. Talks to the server only in plain data over one multiprocessing connection:
-in: ("add", Request) | ("abort", request_id) | ("shutdown",);
-out: ("ready", info) | ("fatal", message) | ("step", [TokenDelta], status).
+in: ("add", Request) | ("abort", request_id) | ("session", call_id, "save" | "restore", args) | ("shutdown",);
+out: ("ready", info) | ("fatal", message) | ("step", [TokenDelta], status) | ("session", call_id, reply).
 A "step" message (possibly with no deltas) goes out at least every HEARTBEAT_S while the loop is
 alive, so the server can tell a hung engine from an idle one. The process exits when the server's
 end of the connection closes.
@@ -18,6 +18,7 @@ from strata.config import EngineConfig
 from strata.types import FinishReason, Request, TokenDelta
 
 HEARTBEAT_S = 0.5
+SESSION_POLL_S = 0.005  # while a session file is read or written on its thread, look in on it this often
 
 
 def run_engine(config: EngineConfig, conn: Connection, quiet: bool = False) -> None:
@@ -45,20 +46,32 @@ def _engine_info(engine) -> dict:
 
 
 def _loop(engine, conn: Connection) -> None:
+    from strata.engine.sessions import SessionJobs
+
     last_sent = time.monotonic()
+    sessions = SessionJobs(engine)
     while True:
         deltas: list[TokenDelta] = []
         busy = engine.has_unfinished()
-        if conn.poll(0 if busy else HEARTBEAT_S):
+        if conn.poll(0 if busy else SESSION_POLL_S if sessions.busy else HEARTBEAT_S):
             while True:
                 message = conn.recv()
                 if message[0] == "shutdown":
                     if engine.experts is not None:
                         engine.experts.close()  # saves the learned routing profile (atexit never runs here)
                     return
-                deltas.extend(_handle(engine, message))
+                if message[0] == "session":
+                    for reply in sessions.submit(*message[1:]):
+                        conn.send(("session", *reply))
+                else:
+                    deltas.extend(_handle(engine, message))
                 if not conn.poll(0):
                     break
+        if sessions.busy:
+            finished, replies = sessions.run()
+            deltas.extend(finished)
+            for reply in replies:
+                conn.send(("session", *reply))
         if engine.has_unfinished():
             deltas.extend(engine.step())
         now = time.monotonic()

@@ -35,6 +35,14 @@ class ServerConfig:
     responses_max_stored: int = _opt(1024, "most /v1/responses results kept in memory for previous_response_id and GET "
                                            "(oldest dropped first; 0: none kept)")
     responses_ttl_s: float = _opt(3600.0, "seconds a stored /v1/responses response stays retrievable")
+    sessions_dir: str = _opt("", "folder of the session files that POST /v1/sessions/save writes and /restore reads "
+                                 "(names only, no paths; default: sessions off)")
+    reasoning_budgets: str = _opt("", "thinking-token budgets of reasoning_effort / reasoning.effort over the defaults "
+                                      "none=0,minimal=256,low=1024,medium=8192,high=none (none: no limit), e.g. "
+                                      "'low=512,high=32768'")
+    normalize_prompt_stamps: bool = _opt(True, "give Claude Code's per-request system prompt stamps (the values of "
+                                               "cch= and cc_version=) a fixed value, so the prefix cache hits "
+                                               "across turns")
     prepare_threads: int = _opt(1, "threads that check, render and tokenize requests off the event loop (a burst "
                                    "of large bodies waits for them; more take cores from a CPU engine)")
     drain_timeout_s: float = _opt(10.0, "on SIGTERM / Ctrl-C: how long running requests may finish before each "
