@@ -1,0 +1,106 @@
+"""Sessions on disk in the engine process (strata.engine.sessions), driven as the engine loop drives them:
+a save while another request decodes with a step planned ahead, a restore into a fresh engine, and the
+fingerprint's view of what makes two engines different."""
+
+from __future__ import annotations
+
+import pytest
+
+from strata.config import CacheConfig, EngineConfig, RunnerConfig
+from strata.engine.core import EngineCore
+from strata.engine.sessions import FORMAT, SessionError, SessionJobs, check_header, fingerprint
+from strata.types import Request, SamplingParams
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
+
+
+def new_engine(folder: str, block_size: int = 4) -> EngineCore:
+    return EngineCore(EngineConfig(model=folder, runner=RunnerConfig(device="cpu", dtype="float32"),
+                                   cache=CacheConfig(block_size=block_size)), quiet=True)
+
+
+def drive(engine: EngineCore, jobs: SessionJobs, on_step=None) -> tuple[dict[str, list[int]], dict[str, int], list]:
+    """The engine loop's order (process._loop): session jobs, then a step -> (tokens and cached prompt
+    tokens per request, session replies)."""
+    tokens: dict[str, list[int]] = {}
+    cached: dict[str, int] = {}
+    replies = []
+    while engine.has_unfinished() or jobs.busy:
+        deltas, done = jobs.run() if jobs.busy else ([], [])
+        replies += done
+        if engine.has_unfinished():
+            deltas += engine.step()
+            if on_step is not None:
+                on_step()
+        for delta in deltas:
+            tokens.setdefault(delta.request_id, []).extend(delta.new_token_ids)
+            if delta.finished:
+                cached[delta.request_id] = delta.num_cached_tokens
+    return tokens, cached, replies
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3_next"])
+def test_a_save_while_another_request_decodes_ahead(tiny_model_dir, tmp_path, family):
+    folder, path = tiny_model_dir(family), str(tmp_path / "conversation")
+    prompt = list(range(5, 42))
+    engine = new_engine(folder)
+    jobs = SessionJobs(engine)
+    engine.add_request(Request("first-turn", prompt, GREEDY))
+    conversation = prompt + drive(engine, jobs)[0]["first-turn"]
+    engine.add_request(Request("busy", list(range(60, 80)), SamplingParams(temperature=0.0, max_tokens=30,
+                                                                             ignore_eos=True)))
+    saved_with_step_ahead = []
+
+    def save_once_decoding_ahead():
+        if engine._ahead is not None and not saved_with_step_ahead:
+            saved_with_step_ahead.append(True)
+            assert jobs.submit(1, "save", {"path": path, "token_ids": conversation}) == []
+
+    tokens, _, replies = drive(engine, jobs, save_once_decoding_ahead)
+    assert saved_with_step_ahead and replies[0][1]["ok"] and replies[0][1]["num_tokens"] == 44
+    alone = new_engine(folder)
+    alone.add_request(Request("busy", list(range(60, 80)), SamplingParams(temperature=0.0, max_tokens=30,
+                                                                          ignore_eos=True)))
+    assert tokens["busy"] == drive(alone, SessionJobs(alone))[0]["busy"]  # the settle changed nothing
+
+    next_turn = conversation + [7, 8, 9, 10, 11]
+    engine.add_request(Request("never-stopped", next_turn, GREEDY))
+    expected = drive(engine, jobs)[0]["never-stopped"]
+    fresh = new_engine(folder)
+    fresh_jobs = SessionJobs(fresh)
+    assert fresh_jobs.submit(2, "restore", {"path": path}) == []
+    _, _, replies = drive(fresh, fresh_jobs)
+    assert replies[0][1]["num_tokens"] == 44 and replies[0][1]["bytes"] > 0
+    fresh.add_request(Request("restored", next_turn, GREEDY))
+    tokens, cached, _ = drive(fresh, fresh_jobs)
+    assert tokens["restored"] == expected and cached["restored"] == 44
+
+
+def test_a_restore_of_a_prefix_already_cached_changes_nothing(tiny_model_dir, tmp_path):
+    folder, path = tiny_model_dir("qwen3_next"), str(tmp_path / "s")
+    engine = new_engine(folder)
+    jobs = SessionJobs(engine)
+    prompt = list(range(5, 42))
+    engine.add_request(Request("a", prompt, GREEDY))
+    drive(engine, jobs)
+    jobs.submit(1, "save", {"path": path, "token_ids": prompt})
+    assert drive(engine, jobs)[2][0][1]["num_tokens"] == 36
+    free_before = engine.scheduler.allocator.num_free
+    jobs.submit(2, "restore", {"path": path})
+    assert drive(engine, jobs)[2][0][1]["num_tokens"] == 36
+    assert engine.scheduler.allocator.num_free == free_before
+    engine.add_request(Request("b", prompt + [1, 2, 3], GREEDY))
+    assert drive(engine, jobs)[1]["b"] == 36
+
+
+def test_the_fingerprint_tells_engines_apart(tiny_model_dir):
+    llama = new_engine(tiny_model_dir("llama"))
+    same = fingerprint(llama)
+    check_header({"format": FORMAT, "fingerprint": same}, fingerprint(new_engine(tiny_model_dir("llama"))), "f")
+    for other, named in ((new_engine(tiny_model_dir("llama"), block_size=8), "block_size"),
+                         (new_engine(tiny_model_dir("qwen3")), "architecture")):
+        with pytest.raises(SessionError, match=named) as e:
+            check_header({"format": FORMAT, "fingerprint": same}, fingerprint(other), "f")
+        assert e.value.status == 409
+    with pytest.raises(SessionError, match="session format"):
+        check_header({"format": "strata-session/0", "fingerprint": same}, same, "f")
