@@ -6,11 +6,11 @@ import triton._C.libtriton as lt
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.compiler.compiler import make_backend
-from strata.kernels import packed_dequant, packed_gemv, packed_moe
+from strata.kernels import packed_dequant, packed_gemv, packed_gemv_words, packed_moe
 
 TARGET = GPUTarget("cuda", 90, 32)
 PTR = {"x_ptr": "*bf16", "hidden_ptr": "*bf16", "act_ptr": "*bf16", "out_ptr": "*fp32", "weights_ptr": "*fp32",
-       "ids_ptr": "*i32", "sorted_ids_ptr": "*i32", "block_expert_ptr": "*i32"}
+       "ids_ptr": "*i32", "words_ptr": "*i32", "sorted_ids_ptr": "*i32", "block_expert_ptr": "*i32"}
 
 
 def check(fn, consts: dict, name: str) -> bool:
@@ -42,4 +42,8 @@ for q in sorted(packed_gemv.BLOCK_LAYOUT):
             ok &= check(k, dict(QTYPE=q, BLOCK_N=16, SB=sb, USE_PDL=False), f"{k.fn.__name__} q{q} sb{sb}")
     for k in (packed_moe._gate_up_grouped_kernel, packed_moe._down_grouped_kernel):
         ok &= check(k, dict(QTYPE=q, BLOCK_M=16, BLOCK_N=32, USE_PDL=False), f"{k.fn.__name__} q{q}")
+for q in sorted(packed_gemv_words.SUPERBLOCK_BYTES):
+    for asm in (False, True):
+        ok &= check(packed_gemv_words._words_gemv_kernel, dict(QTYPE=q, BLOCK_N=8, USE_PDL=False, ASM=asm),
+                    f"words gemv q{q} asm={asm}")
 sys.exit(0 if ok else 1)

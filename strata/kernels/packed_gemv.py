@@ -38,6 +38,7 @@ try:
 except ImportError:  # CPU-only install: packed_gemv_ref still works
     triton = tl = None
 
+from strata.kernels import packed_gemv_words
 from strata.kernels.launch import pdl_options
 
 if triton is not None:
@@ -97,14 +98,19 @@ ACC_REFUSED = (Q4_K, Q5_K, IQ4_XS)
 
 def packed_gemv(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: int,
                 config: dict | None = None) -> torch.Tensor:
-    """Same contract as packed_gemv_ref for at most MAX_ROWS rows (float32 out). One program per
-    (BLOCK_N rows of W, row of x): the rows of a few-row step reread their weights from L2."""
+    """Same contract as packed_gemv_ref for at most MAX_ROWS rows (float32 out). Q4_K / Q5_K / Q6_K rows
+    of whole words go to packed_gemv_words (config WORDS=False or ACC=True keeps them here). One program
+    per (BLOCK_N rows of W, row of x): the rows of a few-row step reread their weights from L2."""
     num_rows = x.shape[0]
     assert num_rows <= MAX_ROWS and x.stride(1) == 1 and x.shape[1] == k and supports(qtype, k)
     assert blocks.dtype == torch.uint8 and blocks.is_contiguous() and blocks.shape[0] == n
     per_block, block_bytes = BLOCK_LAYOUT[qtype]
     assert blocks.shape[1] == k // per_block * block_bytes, "row bytes do not match K for this type"
-    cfg = {**DEFAULT_CONFIG, "ACC": qtype in ACC_TYPES, **(config or {})}
+    config = config or {}
+    if config.get("WORDS", True) and not config.get("ACC") and packed_gemv_words.supports(qtype, k, blocks):
+        return packed_gemv_words.packed_gemv_words(x, blocks, qtype, n, k)
+    cfg = {**DEFAULT_CONFIG, "ACC": qtype in ACC_TYPES, **config}
+    cfg.pop("WORDS", None)
     if cfg["ACC"] and qtype in ACC_REFUSED:
         raise ValueError(f"packed_gemv: the accumulator loop (ACC) is not correct on the GPU for GGUF type {qtype}")
     superblocks = chunks_per_step(cfg["SUPERBLOCKS"], k)  # a power of two (a Triton block size)

@@ -52,24 +52,39 @@ def test_supports_whole_blocks_of_the_types_read():
     assert not supports(10, 256) and not supports(11, 256) and not supports(21, 256)
 
 
+def test_word_decoding_takes_rows_of_whole_words():
+    """packed_gemv_words reads Q4_K / Q5_K / Q6_K rows whose bytes are whole 32-bit words: any Q4_K / Q5_K row
+    (144 / 176 bytes a superblock), Q6_K rows of an even number of superblocks (210 bytes each)."""
+    from strata.kernels.packed_gemv_words import supports as words_supports
+
+    def fits(qtype, k):
+        return words_supports(qtype, k, random_blocks(qtype, 2, k, seed=k))
+
+    assert fits(Q4_K, 256) and fits(Q5_K, 768) and fits(Q6_K, 512) and fits(Q6_K, 2560)
+    assert not fits(Q6_K, 256) and not fits(Q6_K, 768) and not fits(Q8_0, 256) and not fits(IQ4_XS, 256)
+    assert not words_supports(Q4_K, 256, random_blocks(Q4_K, 2, 512, seed=0).view(-1)[2:290].view(2, 144))
+
+
 @gpu
-@pytest.mark.parametrize("acc", [False, True])
+@pytest.mark.parametrize("form", ["groups", "acc", "words"])
 @pytest.mark.parametrize("qtype", sorted(BLOCK_LAYOUT))
 @pytest.mark.parametrize("rows, n, k", [(1, 33, 256), (3, 64, 2048), (1, 5120, 2048), (16, 7, 768), (2, 9, 2560)])
-def test_packed_gemv_matches_ref(qtype, rows, n, k, acc):
-    """Both K-loop forms (group sums scaled per step, or one accumulator of weights times x) where allowed;
-    the accumulator form is refused for the types where the H200 gave wrong sums with it."""
+def test_packed_gemv_matches_ref(qtype, rows, n, k, form):
+    """Every K-loop form where allowed: group sums scaled per step, one accumulator of weights times x (refused
+    for the types where the H200 gave wrong sums with it), and the word decoder (Q4_K / Q5_K / Q6_K rows of
+    whole words; the default for them, the others fall back to the group sums)."""
     from strata.kernels.packed_gemv import ACC_REFUSED
 
     blocks = random_blocks(qtype, n, k, seed=rows * n + k)
-    if acc and qtype in ACC_REFUSED:
+    if form == "acc" and qtype in ACC_REFUSED:
         with pytest.raises(ValueError, match="accumulator"):
             packed_gemv(torch.zeros(1, k, dtype=torch.bfloat16, device="cuda"), blocks.cuda(), qtype, n, k,
                         config=dict(ACC=True))
         return
     x = torch.randn(rows, k, generator=torch.Generator().manual_seed(k)).to(torch.bfloat16)
     expected = packed_gemv_ref(x, blocks, qtype, n, k)
-    out = packed_gemv(x.cuda(), blocks.cuda(), qtype, n, k, config=dict(ACC=acc))
+    config = {"groups": dict(ACC=False, WORDS=False), "acc": dict(ACC=True), "words": {}}[form]
+    out = packed_gemv(x.cuda(), blocks.cuda(), qtype, n, k, config=config)
     # the kernel sums in float32 in another order than the reference matmul
     scale = (x.float().abs() @ packed_gemv_ref(torch.eye(k), blocks, qtype, n, k).abs()).clamp_min(1.0)
     assert ((out.cpu() - expected).abs() / scale).max() < 1e-5

@@ -1,0 +1,225 @@
+"""Few-row projections over Q4_K, Q5_K and Q6_K rows, decoded a 32-bit word at a time.
+
+Same contract as packed_gemv.packed_gemv (y = x @ W.T, x [M <= 16, K], W as GGUF rows of superblocks, the
+file's bytes), another decoder: packed_gemv gathers the block bytes one by one and spends ~20 instructions
+a weight on loads, byte shuffles and conversions, which made it instruction-bound at ~1 TB/s on the H200
+(the 248,320 x 2,560 Q6_K LM head of Qwen4-Exp: ~550 us for 521 MB). Here each load brings four bytes,
+the quant fields of four weights are combined with word-wide masks and shifts (SIMD within a register),
+and each byte becomes a float with one OR into the exponent of 2^23 and one subtraction: ~4 instructions
+a weight.
+
+Word access needs rows of whole words (row_bytes % 4 == 0: an even number of Q6_K superblocks, any
+Q4_K / Q5_K row). Q4_K (144 bytes) and Q5_K (176) superblocks start on words; Q6_K's (210) start on
+every other one, so an odd superblock's words are funnelled from two aligned loads (the second one an L1
+hit), and its f16 factor is read as bytes.
+
+Layouts (packed_gemv's docstring and gguf-py's quants.py): Q4_K's quant byte 16 + 32 j + l holds weight
+l of sub-block 2 j in its low nibble and of 2 j + 1 in its high one; Q5_K adds the fifth bit s of byte
+16 + l for weight l of sub-block s (its quants start at 48); Q6_K's half h (128 weights) keeps low bits
+in ql[64 h + l] (weights l, low nibble; l + 64, high) and ql[64 h + 32 + l] (l + 32, l + 96), high bits
+in qh[128 + 32 h + l] (bit pairs for l, l + 32, l + 64, l + 96), int8 scales at 192 + 8 h (one per 16).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU-only install
+    triton = tl = None
+
+from strata.kernels.launch import pdl_options
+
+if triton is not None:
+    from strata.kernels.launch import wait_for_previous_kernel
+
+
+def _interpreted() -> bool:
+    """Under TRITON_INTERPRET=1 (no inline PTX): the kernels take their plain-Triton byte decode."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+Q4_K, Q5_K, Q6_K = 12, 13, 14
+SUPERBLOCK_BYTES = {Q4_K: 144, Q5_K: 176, Q6_K: 210}
+MAX_ROWS = 16
+# rows of W per program; one superblock per K step (the step's tile is already BLOCK_N x 256 weights)
+DEFAULT_CONFIG = dict(BLOCK_N=8, num_warps=4, num_stages=3)
+
+
+def supports(qtype: int, k: int, blocks: torch.Tensor) -> bool:
+    """Rows of whole superblocks of a word-decoded type, each row a whole number of aligned words."""
+    if qtype not in SUPERBLOCK_BYTES or k % 256:
+        return False
+    row_bytes = k // 256 * SUPERBLOCK_BYTES[qtype]
+    return row_bytes % 4 == 0 and blocks.data_ptr() % 4 == 0
+
+
+def packed_gemv_words(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: int,
+                      config: dict | None = None) -> torch.Tensor:
+    """x [M <= MAX_ROWS, K] @ blocks uint8 [N, row_bytes] (GGUF rows of `qtype`) transposed -> float32
+    [M, N]. One program per (BLOCK_N rows of W, row of x)."""
+    num_rows = x.shape[0]
+    assert num_rows <= MAX_ROWS and x.stride(1) == 1 and x.shape[1] == k and supports(qtype, k, blocks)
+    assert blocks.dtype == torch.uint8 and blocks.is_contiguous() and blocks.shape[0] == n
+    assert blocks.shape[1] == k // 256 * SUPERBLOCK_BYTES[qtype], "row bytes do not match K for this type"
+    cfg = {**DEFAULT_CONFIG, **(config or {})}
+    words = blocks.view(torch.int32)  # [N, row_bytes / 4]
+    out = torch.empty(num_rows, n, dtype=torch.float32, device=x.device)
+    _words_gemv_kernel[(triton.cdiv(n, cfg["BLOCK_N"]), num_rows)](
+        x, words, blocks, out, n, k, x.stride(0), words.shape[1], out.stride(0),
+        QTYPE=qtype, BLOCK_N=cfg["BLOCK_N"], ASM=not _interpreted(), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        **pdl_options(x))
+    return out
+
+
+if triton is not None:
+
+    @triton.jit
+    def _word_floats(w, offset: tl.constexpr, ASM: tl.constexpr):
+        """The 4 bytes of uint32 words w as float32 values minus `offset`: each byte put in the mantissa of
+        2^23 (one PRMT with ASM, a shift, mask and OR without) and 2^23 + offset subtracted."""
+        if ASM:
+            b0, b1, b2, b3 = tl.inline_asm_elementwise(
+                "prmt.b32 $0, $4, 0x4B000000, 0x7654; prmt.b32 $1, $4, 0x4B000000, 0x7655;"
+                "prmt.b32 $2, $4, 0x4B000000, 0x7656; prmt.b32 $3, $4, 0x4B000000, 0x7657;",
+                "=r,=r,=r,=r,r", [w], dtype=(tl.uint32, tl.uint32, tl.uint32, tl.uint32), is_pure=True, pack=1)
+        else:
+            b0 = (w & 255) | 0x4B000000
+            b1 = ((w >> 8) & 255) | 0x4B000000
+            b2 = ((w >> 16) & 255) | 0x4B000000
+            b3 = (w >> 24) | 0x4B000000
+        return (b0.to(tl.float32, bitcast=True) - (8388608.0 + offset),
+                b1.to(tl.float32, bitcast=True) - (8388608.0 + offset),
+                b2.to(tl.float32, bitcast=True) - (8388608.0 + offset),
+                b3.to(tl.float32, bitcast=True) - (8388608.0 + offset))
+
+    @triton.jit
+    def _dot_bytes(w, x_ptr, x_offs, offset: tl.constexpr, ASM: tl.constexpr):
+        """Sum over the 4 bytes b of words w [BN, H, T] of (byte - offset) * x[x_offs + b] -> [BN, H, T]."""
+        f0, f1, f2, f3 = _word_floats(w, offset, ASM)
+        acc = f0 * tl.load(x_ptr + x_offs).to(tl.float32)
+        acc += f1 * tl.load(x_ptr + x_offs + 1).to(tl.float32)
+        acc += f2 * tl.load(x_ptr + x_offs + 2).to(tl.float32)
+        acc += f3 * tl.load(x_ptr + x_offs + 3).to(tl.float32)
+        return acc
+
+    @triton.jit
+    def _x_sums(x_ptr, x_offs):
+        """x[x_offs] + ... + x[x_offs + 3] as float32."""
+        acc = tl.load(x_ptr + x_offs).to(tl.float32)
+        for b in tl.static_range(1, 4):
+            acc += tl.load(x_ptr + x_offs + b).to(tl.float32)
+        return acc
+
+    @triton.jit
+    def _word_at(words_ptr, index, shift, ok):
+        """uint32 words at word indices `index` of a row, or when shift is 16 the words two bytes further
+        (funnelled from index and index + 1)."""
+        lo = tl.load(words_ptr + index, mask=ok, other=0).to(tl.uint32, bitcast=True)
+        hi = tl.load(words_ptr + index + 1, mask=ok & (shift != 0), other=0).to(tl.uint32, bitcast=True)
+        return (lo >> shift) | ((hi << 1) << (31 - shift))
+
+    @triton.jit
+    def _f16_at(ptr, mask):
+        """The little-endian float16 at byte pointers `ptr`, as float32."""
+        lo = tl.load(ptr, mask=mask, other=0).to(tl.uint16)
+        hi = tl.load(ptr + 1, mask=mask, other=0).to(tl.uint16)
+        return (lo | (hi << 8)).to(tl.float16, bitcast=True).to(tl.float32)
+
+    @triton.jit
+    def _q6k_superblock(words_row, bytes_row, x_sb, j, ok3, ok1, BLOCK_N: tl.constexpr, ASM: tl.constexpr):
+        """Superblock j of BN Q6_K rows dotted with its 256 activations at x_sb -> [BN]."""
+        start = j * 210
+        wb = start // 4
+        shift = ((start % 4) * 8).to(tl.uint32)
+        h = tl.arange(0, 2)[None, :, None]
+        t = tl.arange(0, 8)[None, None, :]
+        ql_a = _word_at(words_row, wb + 16 * h + t, shift, ok3)        # [BN, 2, 8]: weights l = 4t..4t+3 (+64)
+        ql_b = _word_at(words_row, wb + 16 * h + 8 + t, shift, ok3)    # l + 32 (+96)
+        qh = _word_at(words_row, wb + 32 + 8 * h + t, shift, ok3)      # bit pairs of l, l+32, l+64, l+96
+        x_offs = 128 * h + 4 * t                                       # [1, 2, 8]
+        low4 = 0x0F0F0F0F
+        high2 = 0x30303030
+        q0 = (ql_a & low4) | ((qh << 4) & high2)
+        q1 = (ql_b & low4) | ((qh << 2) & high2)
+        q2 = ((ql_a >> 4) & low4) | (qh & high2)
+        q3 = ((ql_b >> 4) & low4) | ((qh >> 2) & high2)
+        g = tl.arange(0, 2)[None, None, :]                                # scale group: l // 16 = t // 4
+        scales = bytes_row + start + 192 + 8 * h + g                     # [BN, 2, 2] byte pointers (+2 per quarter)
+        part = tl.zeros((BLOCK_N, 2, 2, 4), dtype=tl.float32)
+        for quarter in tl.static_range(4):
+            q = q0 if quarter == 0 else (q1 if quarter == 1 else (q2 if quarter == 2 else q3))
+            sums = tl.reshape(_dot_bytes(q, x_sb, x_offs + 32 * quarter, 32.0, ASM), (BLOCK_N, 2, 2, 4))
+            scale = tl.load(scales + 2 * quarter, mask=ok3, other=0).to(tl.int8, bitcast=True).to(tl.float32)
+            part += scale[:, :, :, None] * sums
+        d = _f16_at(tl.reshape(bytes_row, (BLOCK_N,)) + start + 208, ok1)
+        return d[:, None, None, None] * part                              # [BN, 2, 2, 4]: summed after the K loop
+
+    @triton.jit
+    def _q4k_superblock(words_row, bytes_row, x_sb, j, ok3, ok1, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr,
+                        ASM: tl.constexpr):
+        """Superblock j of BN Q4_K / Q5_K rows dotted with its 256 activations at x_sb -> [BN]."""
+        sbytes = 144 if QTYPE == 12 else 176
+        wb = j * (sbytes // 4)
+        pair = tl.arange(0, 4)[None, :, None]                            # sub-blocks 2 pair, 2 pair + 1
+        t = tl.arange(0, 8)[None, None, :]
+        first = 4 if QTYPE == 12 else 12                                 # the quants' first word
+        w = tl.load(words_row + wb + first + 8 * pair + t, mask=ok3, other=0).to(tl.uint32, bitcast=True)
+        low = w & 0x0F0F0F0F                                             # [BN, 4, 8]: sub-block 2 pair
+        high = (w >> 4) & 0x0F0F0F0F                                     # sub-block 2 pair + 1
+        if QTYPE == 13:
+            fifth = tl.load(words_row + wb + 4 + t, mask=ok3, other=0).to(tl.uint32, bitcast=True)  # [BN, 1, 8]
+            low |= ((fifth >> (2 * pair)) & 0x01010101) << 4
+            high |= ((fifth >> (2 * pair + 1)) & 0x01010101) << 4
+        x_offs = 64 * pair + 4 * t                                       # [1, 4, 8]
+        dot_low = _dot_bytes(low, x_sb, x_offs, 0.0, ASM)                 # [BN, 4, 8]
+        dot_high = _dot_bytes(high, x_sb, x_offs + 32, 0.0, ASM)
+        xs_low = _x_sums(x_sb, x_offs)                                   # [1, 4, 8]: for the mins
+        xs_high = _x_sums(x_sb, x_offs + 32)
+        base = tl.reshape(bytes_row, (BLOCK_N, 1)) + j * sbytes         # [BN, 1]
+        ok = tl.reshape(ok1, (BLOCK_N, 1))
+        sub = 2 * tl.arange(0, 4)[None, :]                               # [1, 4]
+        sc_low, mn_low = _q4k_scale_min(base, sub, ok)                   # [BN, 4]
+        sc_high, mn_high = _q4k_scale_min(base, sub + 1, ok)
+        d = _f16_at(base, ok)                                            # [BN, 1]
+        dmin = _f16_at(base + 2, ok)
+        return ((d * sc_low)[:, :, None] * dot_low + (d * sc_high)[:, :, None] * dot_high
+                - (dmin * mn_low)[:, :, None] * xs_low - (dmin * mn_high)[:, :, None] * xs_high)  # [BN, 4, 8]
+
+    @triton.jit
+    def _q4k_scale_min(base, s, ok):
+        """The 6-bit scale and min of sub-blocks s of the superblocks at byte pointers base, as float32."""
+        i = s % 4
+        lo_d = tl.load(base + 4 + i, mask=ok, other=0).to(tl.int32)
+        lo_m = tl.load(base + 8 + i, mask=ok, other=0).to(tl.int32)
+        hi = tl.load(base + 12 + i, mask=ok, other=0).to(tl.int32)
+        sc = tl.where(s < 4, lo_d & 63, (hi & 15) | ((lo_d >> 2) & 48)).to(tl.float32)
+        mn = tl.where(s < 4, lo_m & 63, (hi >> 4) | ((lo_m >> 2) & 48)).to(tl.float32)
+        return sc, mn
+
+    @triton.jit
+    def _words_gemv_kernel(x_ptr, words_ptr, bytes_ptr, out_ptr, n, k, stride_xm, row_words, stride_om,
+                           QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr, ASM: tl.constexpr):
+        wait_for_previous_kernel(USE_PDL)
+        row = tl.program_id(1)
+        offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        ok1 = offs_n < n                                                 # [BN]
+        ok3 = ok1[:, None, None]
+        words_row = words_ptr + offs_n.to(tl.int64)[:, None, None] * row_words       # [BN, 1, 1]
+        bytes_row = bytes_ptr + offs_n.to(tl.int64)[:, None, None] * (row_words * 4)
+        x_row = x_ptr + row * stride_xm
+        # per-thread partial sums across the K loop, reduced over threads once at the end
+        if QTYPE == 14:
+            acc6 = tl.zeros((BLOCK_N, 2, 2, 4), dtype=tl.float32)
+            for j in tl.range(0, k // 256):
+                acc6 += _q6k_superblock(words_row, bytes_row, x_row + j * 256, j, ok3, ok1, BLOCK_N, ASM)
+            acc = tl.sum(tl.reshape(acc6, (BLOCK_N, 16)), axis=1)
+        else:
+            acc4 = tl.zeros((BLOCK_N, 4, 8), dtype=tl.float32)
+            for j in tl.range(0, k // 256):
+                acc4 += _q4k_superblock(words_row, bytes_row, x_row + j * 256, j, ok3, ok1, QTYPE, BLOCK_N, ASM)
+            acc = tl.sum(tl.reshape(acc4, (BLOCK_N, 32)), axis=1)
+        tl.store(out_ptr + row * stride_om + offs_n, acc, mask=ok1)
