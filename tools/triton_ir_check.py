@@ -44,6 +44,6 @@ for q in sorted(packed_gemv.BLOCK_LAYOUT):
         ok &= check(k, dict(QTYPE=q, BLOCK_M=16, BLOCK_N=32, USE_PDL=False), f"{k.fn.__name__} q{q}")
 for q in sorted(packed_gemv_words.SUPERBLOCK_BYTES):
     for asm in (False, True):
-        ok &= check(packed_gemv_words._words_gemv_kernel, dict(QTYPE=q, BLOCK_N=8, USE_PDL=False, ASM=asm),
+        ok &= check(packed_gemv_words._words_gemv_kernel, dict(QTYPE=q, BLOCK_N=8, SB=2, USE_PDL=False, ASM=asm),
                     f"words gemv q{q} asm={asm}")
 sys.exit(0 if ok else 1)

@@ -45,8 +45,9 @@ def _interpreted() -> bool:
 Q4_K, Q5_K, Q6_K = 12, 13, 14
 SUPERBLOCK_BYTES = {Q4_K: 144, Q5_K: 176, Q6_K: 210}
 MAX_ROWS = 16
-# rows of W per program; one superblock per K step (the step's tile is already BLOCK_N x 256 weights)
-DEFAULT_CONFIG = dict(BLOCK_N=8, num_warps=4, num_stages=3)
+# rows of W per program, superblocks side by side per K step (at most: the largest power of two dividing the
+# row's superblocks is taken)
+DEFAULT_CONFIG = dict(BLOCK_N=8, SUPERBLOCKS=1, num_warps=1, num_stages=3)
 
 
 def supports(qtype: int, k: int, blocks: torch.Tensor) -> bool:
@@ -57,10 +58,20 @@ def supports(qtype: int, k: int, blocks: torch.Tensor) -> bool:
     return row_bytes % 4 == 0 and blocks.data_ptr() % 4 == 0
 
 
+def superblocks_per_step(configured: int, k: int) -> int:
+    """The configured power of two, halved until it divides the row's K / 256 superblocks."""
+    step = configured
+    while (k // 256) % step:
+        step //= 2
+    return step
+
+
 def packed_gemv_words(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: int,
                       config: dict | None = None) -> torch.Tensor:
     """x [M <= MAX_ROWS, K] @ blocks uint8 [N, row_bytes] (GGUF rows of `qtype`) transposed -> float32
-    [M, N]. One program per (BLOCK_N rows of W, row of x)."""
+    [M, N]. One program per (BLOCK_N rows of W, row of x); each K step takes SUPERBLOCKS superblocks of
+    each row side by side (a split of K inside the program, summed at the end: more loads in flight for
+    shapes of few rows)."""
     num_rows = x.shape[0]
     assert num_rows <= MAX_ROWS and x.stride(1) == 1 and x.shape[1] == k and supports(qtype, k, blocks)
     assert blocks.dtype == torch.uint8 and blocks.is_contiguous() and blocks.shape[0] == n
@@ -70,8 +81,8 @@ def packed_gemv_words(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int,
     out = torch.empty(num_rows, n, dtype=torch.float32, device=x.device)
     _words_gemv_kernel[(triton.cdiv(n, cfg["BLOCK_N"]), num_rows)](
         x, words, blocks, out, n, k, x.stride(0), words.shape[1], out.stride(0),
-        QTYPE=qtype, BLOCK_N=cfg["BLOCK_N"], ASM=not _interpreted(), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-        **pdl_options(x))
+        QTYPE=qtype, BLOCK_N=cfg["BLOCK_N"], SB=superblocks_per_step(cfg["SUPERBLOCKS"], k), ASM=not _interpreted(),
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **pdl_options(x))
     return out
 
 
@@ -80,11 +91,12 @@ if triton is not None:
     @triton.jit
     def _word_floats(w, offset: tl.constexpr, ASM: tl.constexpr):
         """The 4 bytes of uint32 words w as float32 values minus `offset`: each byte put in the mantissa of
-        2^23 (one PRMT with ASM, a shift, mask and OR without) and 2^23 + offset subtracted."""
+        2^23 (one PRMT with ASM: result bytes = byte b of w, two zero bytes of 0x4B000000 and its 0x4B;
+        a shift, mask and OR without) and 2^23 + offset subtracted."""
         if ASM:
             b0, b1, b2, b3 = tl.inline_asm_elementwise(
-                "prmt.b32 $0, $4, 0x4B000000, 0x7654; prmt.b32 $1, $4, 0x4B000000, 0x7655;"
-                "prmt.b32 $2, $4, 0x4B000000, 0x7656; prmt.b32 $3, $4, 0x4B000000, 0x7657;",
+                "prmt.b32 $0, $4, 0x4B000000, 0x7540; prmt.b32 $1, $4, 0x4B000000, 0x7541;"
+                "prmt.b32 $2, $4, 0x4B000000, 0x7542; prmt.b32 $3, $4, 0x4B000000, 0x7543;",
                 "=r,=r,=r,=r,r", [w], dtype=(tl.uint32, tl.uint32, tl.uint32, tl.uint32), is_pure=True, pack=1)
         else:
             b0 = (w & 255) | 0x4B000000
@@ -98,7 +110,8 @@ if triton is not None:
 
     @triton.jit
     def _dot_bytes(w, x_ptr, x_offs, offset: tl.constexpr, ASM: tl.constexpr):
-        """Sum over the 4 bytes b of words w [BN, H, T] of (byte - offset) * x[x_offs + b] -> [BN, H, T]."""
+        """Sum over the 4 bytes b of words w [SB, BN, G, T] of (byte - offset) * x[x_offs + b] (x_offs
+        [SB, 1, G, T]) -> [SB, BN, G, T]."""
         f0, f1, f2, f3 = _word_floats(w, offset, ASM)
         acc = f0 * tl.load(x_ptr + x_offs).to(tl.float32)
         acc += f1 * tl.load(x_ptr + x_offs + 1).to(tl.float32)
@@ -116,7 +129,7 @@ if triton is not None:
 
     @triton.jit
     def _word_at(words_ptr, index, shift, ok):
-        """uint32 words at word indices `index` of a row, or when shift is 16 the words two bytes further
+        """uint32 words at word indices `index` of a row, or where shift is 16 the words two bytes further
         (funnelled from index and index + 1)."""
         lo = tl.load(words_ptr + index, mask=ok, other=0).to(tl.uint32, bitcast=True)
         hi = tl.load(words_ptr + index + 1, mask=ok & (shift != 0), other=0).to(tl.uint32, bitcast=True)
@@ -130,64 +143,59 @@ if triton is not None:
         return (lo | (hi << 8)).to(tl.float16, bitcast=True).to(tl.float32)
 
     @triton.jit
-    def _q6k_superblock(words_row, bytes_row, x_sb, j, ok3, ok1, BLOCK_N: tl.constexpr, ASM: tl.constexpr):
-        """Superblock j of BN Q6_K rows dotted with its 256 activations at x_sb -> [BN]."""
+    def _q6k_superblocks(words_row, bytes_row, x_row, j, ok, ASM: tl.constexpr):
+        """Superblocks j [SB, 1, 1, 1] of the rows at words_row / bytes_row [1, BN, 1, 1] (mask ok) dotted
+        with their activations -> [SB, BN, 4, 4], still to be summed. Tiles are [SB, BN, G, T]: scale group
+        G = 2 h + g of half h, word t = 4 g + T of the half's 32-byte runs (bytes l = 4 t .. 4 t + 3)."""
         start = j * 210
-        wb = start // 4
         shift = ((start % 4) * 8).to(tl.uint32)
-        h = tl.arange(0, 2)[None, :, None]
-        t = tl.arange(0, 8)[None, None, :]
-        ql_a = _word_at(words_row, wb + 16 * h + t, shift, ok3)        # [BN, 2, 8]: weights l = 4t..4t+3 (+64)
-        ql_b = _word_at(words_row, wb + 16 * h + 8 + t, shift, ok3)    # l + 32 (+96)
-        qh = _word_at(words_row, wb + 32 + 8 * h + t, shift, ok3)      # bit pairs of l, l+32, l+64, l+96
-        x_offs = 128 * h + 4 * t                                       # [1, 2, 8]
+        hg = tl.arange(0, 4)[None, None, :, None]
+        h = hg // 2
+        t = 4 * (hg % 2) + tl.arange(0, 4)[None, None, None, :]
+        wb = start // 4
+        ql_a = _word_at(words_row, wb + 16 * h + t, shift, ok)          # weights l (low), l + 64 (high nibbles)
+        ql_b = _word_at(words_row, wb + 16 * h + 8 + t, shift, ok)      # l + 32, l + 96
+        qh = _word_at(words_row, wb + 32 + 8 * h + t, shift, ok)        # bit pairs of l, l + 32, l + 64, l + 96
+        x_offs = j * 256 + 128 * h + 4 * t                               # [SB, 1, 4, 4]
+        scales = bytes_row + start + 192 + 8 * h + hg % 2                # [SB, BN, 4, 1]: + 2 per quarter
         low4 = 0x0F0F0F0F
         high2 = 0x30303030
-        q0 = (ql_a & low4) | ((qh << 4) & high2)
-        q1 = (ql_b & low4) | ((qh << 2) & high2)
-        q2 = ((ql_a >> 4) & low4) | (qh & high2)
-        q3 = ((ql_b >> 4) & low4) | ((qh >> 2) & high2)
-        g = tl.arange(0, 2)[None, None, :]                                # scale group: l // 16 = t // 4
-        scales = bytes_row + start + 192 + 8 * h + g                     # [BN, 2, 2] byte pointers (+2 per quarter)
-        part = tl.zeros((BLOCK_N, 2, 2, 4), dtype=tl.float32)
-        for quarter in tl.static_range(4):
-            q = q0 if quarter == 0 else (q1 if quarter == 1 else (q2 if quarter == 2 else q3))
-            sums = tl.reshape(_dot_bytes(q, x_sb, x_offs + 32 * quarter, 32.0, ASM), (BLOCK_N, 2, 2, 4))
-            scale = tl.load(scales + 2 * quarter, mask=ok3, other=0).to(tl.int8, bitcast=True).to(tl.float32)
-            part += scale[:, :, :, None] * sums
-        d = _f16_at(tl.reshape(bytes_row, (BLOCK_N,)) + start + 208, ok1)
-        return d[:, None, None, None] * part                              # [BN, 2, 2, 4]: summed after the K loop
+        part = _dot_bytes((ql_a & low4) | ((qh << 4) & high2), x_row, x_offs, 32.0, ASM) \
+            * tl.load(scales, mask=ok, other=0).to(tl.int8, bitcast=True).to(tl.float32)
+        part += _dot_bytes((ql_b & low4) | ((qh << 2) & high2), x_row, x_offs + 32, 32.0, ASM) \
+            * tl.load(scales + 2, mask=ok, other=0).to(tl.int8, bitcast=True).to(tl.float32)
+        part += _dot_bytes(((ql_a >> 4) & low4) | (qh & high2), x_row, x_offs + 64, 32.0, ASM) \
+            * tl.load(scales + 4, mask=ok, other=0).to(tl.int8, bitcast=True).to(tl.float32)
+        part += _dot_bytes(((ql_b >> 4) & low4) | ((qh >> 2) & high2), x_row, x_offs + 96, 32.0, ASM) \
+            * tl.load(scales + 6, mask=ok, other=0).to(tl.int8, bitcast=True).to(tl.float32)
+        return _f16_at(bytes_row + start + 208, ok) * part
 
     @triton.jit
-    def _q4k_superblock(words_row, bytes_row, x_sb, j, ok3, ok1, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr,
-                        ASM: tl.constexpr):
-        """Superblock j of BN Q4_K / Q5_K rows dotted with its 256 activations at x_sb -> [BN]."""
+    def _q4k_superblocks(words_row, bytes_row, x_row, j, ok, QTYPE: tl.constexpr, ASM: tl.constexpr):
+        """Superblocks j [SB, 1, 1, 1] of Q4_K / Q5_K rows dotted with their activations -> [SB, BN, 4, 8],
+        still to be summed. Tiles are [SB, BN, pair, t]: quant word t of sub-blocks 2 pair (low nibbles)
+        and 2 pair + 1 (high)."""
         sbytes = 144 if QTYPE == 12 else 176
         wb = j * (sbytes // 4)
-        pair = tl.arange(0, 4)[None, :, None]                            # sub-blocks 2 pair, 2 pair + 1
-        t = tl.arange(0, 8)[None, None, :]
+        pair = tl.arange(0, 4)[None, None, :, None]
+        t = tl.arange(0, 8)[None, None, None, :]
         first = 4 if QTYPE == 12 else 12                                 # the quants' first word
-        w = tl.load(words_row + wb + first + 8 * pair + t, mask=ok3, other=0).to(tl.uint32, bitcast=True)
-        low = w & 0x0F0F0F0F                                             # [BN, 4, 8]: sub-block 2 pair
-        high = (w >> 4) & 0x0F0F0F0F                                     # sub-block 2 pair + 1
+        w = tl.load(words_row + wb + first + 8 * pair + t, mask=ok, other=0).to(tl.uint32, bitcast=True)
+        low = w & 0x0F0F0F0F
+        high = (w >> 4) & 0x0F0F0F0F
         if QTYPE == 13:
-            fifth = tl.load(words_row + wb + 4 + t, mask=ok3, other=0).to(tl.uint32, bitcast=True)  # [BN, 1, 8]
+            fifth = tl.load(words_row + wb + 4 + t, mask=ok, other=0).to(tl.uint32, bitcast=True)
             low |= ((fifth >> (2 * pair)) & 0x01010101) << 4
             high |= ((fifth >> (2 * pair + 1)) & 0x01010101) << 4
-        x_offs = 64 * pair + 4 * t                                       # [1, 4, 8]
-        dot_low = _dot_bytes(low, x_sb, x_offs, 0.0, ASM)                 # [BN, 4, 8]
-        dot_high = _dot_bytes(high, x_sb, x_offs + 32, 0.0, ASM)
-        xs_low = _x_sums(x_sb, x_offs)                                   # [1, 4, 8]: for the mins
-        xs_high = _x_sums(x_sb, x_offs + 32)
-        base = tl.reshape(bytes_row, (BLOCK_N, 1)) + j * sbytes         # [BN, 1]
-        ok = tl.reshape(ok1, (BLOCK_N, 1))
-        sub = 2 * tl.arange(0, 4)[None, :]                               # [1, 4]
-        sc_low, mn_low = _q4k_scale_min(base, sub, ok)                   # [BN, 4]
-        sc_high, mn_high = _q4k_scale_min(base, sub + 1, ok)
-        d = _f16_at(base, ok)                                            # [BN, 1]
+        x_offs = j * 256 + 64 * pair + 4 * t                             # [SB, 1, 4, 8]
+        base = bytes_row + j * sbytes                                    # [SB, BN, 1, 1]
+        sc_low, mn_low = _q4k_scale_min(base, 2 * pair, ok)              # [SB, BN, 4, 1]
+        sc_high, mn_high = _q4k_scale_min(base, 2 * pair + 1, ok)
+        d = _f16_at(base, ok)
         dmin = _f16_at(base + 2, ok)
-        return ((d * sc_low)[:, :, None] * dot_low + (d * sc_high)[:, :, None] * dot_high
-                - (dmin * mn_low)[:, :, None] * xs_low - (dmin * mn_high)[:, :, None] * xs_high)  # [BN, 4, 8]
+        return (d * sc_low * _dot_bytes(low, x_row, x_offs, 0.0, ASM)
+                + d * sc_high * _dot_bytes(high, x_row, x_offs + 32, 0.0, ASM)
+                - dmin * mn_low * _x_sums(x_row, x_offs) - dmin * mn_high * _x_sums(x_row, x_offs + 32))
 
     @triton.jit
     def _q4k_scale_min(base, s, ok):
@@ -202,24 +210,25 @@ if triton is not None:
 
     @triton.jit
     def _words_gemv_kernel(x_ptr, words_ptr, bytes_ptr, out_ptr, n, k, stride_xm, row_words, stride_om,
-                           QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr, ASM: tl.constexpr):
+                           QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, SB: tl.constexpr, USE_PDL: tl.constexpr,
+                           ASM: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         row = tl.program_id(1)
         offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-        ok1 = offs_n < n                                                 # [BN]
-        ok3 = ok1[:, None, None]
-        words_row = words_ptr + offs_n.to(tl.int64)[:, None, None] * row_words       # [BN, 1, 1]
-        bytes_row = bytes_ptr + offs_n.to(tl.int64)[:, None, None] * (row_words * 4)
+        ok = (offs_n < n)[None, :, None, None]                                                # [1, BN, 1, 1]
+        words_row = words_ptr + offs_n.to(tl.int64)[None, :, None, None] * row_words
+        bytes_row = bytes_ptr + offs_n.to(tl.int64)[None, :, None, None] * (row_words * 4)
         x_row = x_ptr + row * stride_xm
-        # per-thread partial sums across the K loop, reduced over threads once at the end
+        s = tl.arange(0, SB)[:, None, None, None]
+        # per-thread partial sums across the K loop, summed over threads once at the end
         if QTYPE == 14:
-            acc6 = tl.zeros((BLOCK_N, 2, 2, 4), dtype=tl.float32)
-            for j in tl.range(0, k // 256):
-                acc6 += _q6k_superblock(words_row, bytes_row, x_row + j * 256, j, ok3, ok1, BLOCK_N, ASM)
-            acc = tl.sum(tl.reshape(acc6, (BLOCK_N, 16)), axis=1)
+            acc6 = tl.zeros((SB, BLOCK_N, 4, 4), dtype=tl.float32)
+            for j in tl.range(0, k // 256, SB):
+                acc6 += _q6k_superblocks(words_row, bytes_row, x_row, j + s, ok, ASM)
+            acc = tl.sum(tl.sum(tl.sum(acc6, axis=3), axis=2), axis=0)
         else:
-            acc4 = tl.zeros((BLOCK_N, 4, 8), dtype=tl.float32)
-            for j in tl.range(0, k // 256):
-                acc4 += _q4k_superblock(words_row, bytes_row, x_row + j * 256, j, ok3, ok1, QTYPE, BLOCK_N, ASM)
-            acc = tl.sum(tl.reshape(acc4, (BLOCK_N, 32)), axis=1)
-        tl.store(out_ptr + row * stride_om + offs_n, acc, mask=ok1)
+            acc4 = tl.zeros((SB, BLOCK_N, 4, 8), dtype=tl.float32)
+            for j in tl.range(0, k // 256, SB):
+                acc4 += _q4k_superblocks(words_row, bytes_row, x_row, j + s, ok, QTYPE, ASM)
+            acc = tl.sum(tl.sum(tl.sum(acc4, axis=3), axis=2), axis=0)
+        tl.store(out_ptr + row * stride_om + offs_n, acc, mask=offs_n < n)
