@@ -291,6 +291,9 @@ class CacheConfig:
     enable_prefix_caching: bool = _opt(True, "share KV blocks (and state checkpoints) of common prefixes")
     checkpoint_every: int = _opt(1024, "hybrid models: save a recurrent-state checkpoint every N prompt tokens")
     checkpoint_pool_size: int = _opt(32, "hybrid models: recurrent-state checkpoints kept on the device")
+    pin_max_tokens: int | None = _opt(None, "most prompt tokens that requests may pin in the prefix cache at once "
+                                            "(strata_pin_prefix; default: half the KV pool)")
+    pin_ttl_s: float = _opt(3600.0, "seconds a pinned prefix stays pinned after the last request that pinned it")
     conversation_cache_mib: int | None = _opt(
         None, "host RAM for KV blocks and checkpoints evicted from the device (default: 4096 on GPU, 0 on CPU)")
 

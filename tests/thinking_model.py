@@ -39,7 +39,7 @@ def thinking_tokenizer():
 def save_thinking_model(folder: str, seed: int = 0) -> str:
     tokenizer = thinking_tokenizer()
     tokenizer.save_pretrained(folder)
-    config = hf_config("llama")
+    config = hf_config("llama", max_position_embeddings=4096)
     config.vocab_size = len(tokenizer)
     config.bos_token_id = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     config.eos_token_id = tokenizer.eos_token_id

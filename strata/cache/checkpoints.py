@@ -17,6 +17,7 @@ class CheckpointIndex:
         self.on_evict = None  # (key, row) -> None: called before an evicted row is reused
         self._by_key: OrderedDict[int, int] = OrderedDict()   # chain hash at a block boundary -> pool row
         self._free = list(range(capacity - 1, -1, -1))
+        self.pinned: set[int] = set()  # keys of pinned prefixes (scheduler/pins.py): evicted last
 
     def __len__(self) -> int:
         return len(self._by_key)
@@ -31,7 +32,8 @@ class CheckpointIndex:
         return key in self._by_key
 
     def try_reserve(self, key: int) -> int | None:
-        """A pool row for a new checkpoint under `key`, evicting the least recently used one; None
+        """A pool row for a new checkpoint under `key`, evicting the least recently used one (one that no
+        pinned prefix keeps, while there is one); None
         when the key is already saved. Reservations happen in `Scheduler.update`, after the runner has
         done the step's restores, and in `Scheduler.schedule_ahead`, whose step in flight restores
         nothing (a plan with new slots is never followed by one planned ahead): a row being restored
@@ -39,7 +41,8 @@ class CheckpointIndex:
         if self.capacity == 0 or key in self._by_key:
             return None
         if not self._free:
-            old_key, row = self._by_key.popitem(last=False)
+            old_key = next((k for k in self._by_key if k not in self.pinned), next(iter(self._by_key)))
+            row = self._by_key.pop(old_key)
             if self.on_evict is not None:
                 self.on_evict(old_key, row)
             self._free.append(row)

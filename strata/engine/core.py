@@ -263,5 +263,6 @@ class EngineCore:
                 "experts": self.experts.snapshot() if self.experts is not None else None,
                 "cuda_graphs": self.runner.graph_stats(),
                 "cache": {**sched.cache_stats.as_dict(), "parked_blocks": len(sched.prefix.parked_blocks or ()),
+                          "pinned_blocks": len(sched.prefix.pins),
                           "parked_checkpoints": len(sched.prefix.parked_checkpoints or ()),
                           "checkpoints": len(sched.checkpoints or ())}}

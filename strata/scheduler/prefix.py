@@ -3,7 +3,9 @@ models, recurrent-state checkpoints), registering blocks as they fill with commi
 where prompt chunks end and when a checkpoint is saved. Pure Python; no tensors.
 
 Only full blocks of committed tokens are shared, and a match always leaves at least one prompt token
-to compute (that token's logits are needed), so no request ever writes into a shared block.
+to compute (that token's logits are needed), so no request ever writes into a shared block. A request
+with `cache_prefix` False (the API's `strata_checkpoint: false`) reads the cache but adds nothing to it;
+one with `pin_prefix` pins its prompt's blocks when it ends (pins.py).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 from strata.cache.block_allocator import BlockAllocator, chain_hashes
 from strata.cache.checkpoints import CheckpointIndex
 from strata.cache.host_park import ParkIndex
+from strata.scheduler.pins import PinnedPrefixes
 from strata.scheduler.request_state import RequestState
 
 
@@ -47,6 +50,7 @@ class PrefixManager:
         self.checkpoint_every = max(checkpoint_every // block_size, 1) * block_size
         self.parked_blocks = parked_blocks      # None: no conversation cache in host RAM
         self.parked_checkpoints = parked_checkpoints
+        self.pins: PinnedPrefixes | None = None  # set by the scheduler
 
     @property
     def enabled(self) -> bool:
@@ -92,7 +96,7 @@ class PrefixManager:
 
     def register_computed(self, state: RequestState) -> None:
         """Make every block that is now full of computed, committed tokens findable."""
-        if not self.enabled:
+        if not self.enabled or not state.request.cache_prefix:
             return
         tokens = state.all_token_ids()
         # computed positions past the kept tokens (accepted past max_tokens, dropped) hold no token to hash
@@ -112,7 +116,7 @@ class PrefixManager:
         block, and during decoding every boundary (the newest one serves the next turn). `ahead`:
         for the length one past the computed tokens (an overlapped decode step's token in flight,
         whose input is known), the block it completes hashed before its commit registers it."""
-        if self.checkpoints is None or not self.enabled:
+        if self.checkpoints is None or not self.enabled or not state.request.cache_prefix:
             return None
         computed = state.num_computed_tokens + (1 if ahead else 0)
         index = computed // self.block_size - 1       # the block that ends at `computed`
@@ -129,6 +133,25 @@ class PrefixManager:
         wanted = (computed % self.checkpoint_every == 0 or computed == self._last_prompt_boundary(state)
                   or computed > prompt_len)
         return key if wanted and not self.checkpoints.contains(key) else None
+
+    def pin_prompt(self, state: RequestState) -> None:
+        """Pin the request's full prompt blocks that are computed and cached (its slot still holds them)."""
+        if self.pins is None or not self.enabled:
+            return
+        prompt = state.prompt_token_ids
+        hashes, block_ids = [], []
+        for i, block_hash in enumerate(state.block_hashes[:len(prompt) // self.block_size]):
+            block_id = self.allocator.cached_block(block_hash, self._block_tokens(prompt, i))
+            if block_id is None:
+                break
+            hashes.append(block_hash)
+            block_ids.append(block_id)
+        self.pins.pin(hashes, block_ids)
+
+    def unpin_prompt(self, prompt_token_ids: list[int]) -> None:
+        """Release the pins on this prompt's full blocks (pin_prefix False)."""
+        if self.pins is not None and len(self.pins):
+            self.pins.unpin(chain_hashes(prompt_token_ids, self.block_size, len(prompt_token_ids) // self.block_size))
 
     def chunk_length(self, state: RequestState, num_new: int) -> int:
         """Hybrid models end prompt chunks on checkpoint boundaries, so states exist where later

@@ -16,6 +16,7 @@ from strata.cache.block_allocator import BlockAllocator, blocks_needed
 from strata.cache.checkpoints import CheckpointIndex
 from strata.cache.host_park import ParkIndex
 from strata.config import CacheConfig, SchedulerConfig, SpecConfig
+from strata.scheduler.pins import PinnedPrefixes
 from strata.scheduler.prefix import PrefixManager
 from strata.scheduler.request_state import RequestState, Status
 from strata.scheduler.stats import CacheStats, SpecStats
@@ -57,6 +58,8 @@ class Scheduler:
         parked_checkpoints = ParkIndex(park_rows[1]) if park_rows[1] and self.checkpoints is not None else None
         self.prefix = PrefixManager(self.allocator, cache.block_size, self.checkpoints, cache.checkpoint_every,
                                     parked_blocks, parked_checkpoints)
+        pin_blocks = num_blocks // 2 if cache.pin_max_tokens is None else cache.pin_max_tokens // cache.block_size
+        self.prefix.pins = PinnedPrefixes(self.allocator, pin_blocks, cache.pin_ttl_s, self.checkpoints)
         self.cache_stats = CacheStats()
         if parked_blocks is not None:
             self.allocator.on_evict = self._park_block
@@ -89,6 +92,8 @@ class Scheduler:
         if request.request_id in self.requests:
             raise ValueError(f"request id {request.request_id!r} is already in use")
         state = RequestState(request, self.eos_token_ids, acceptance_ema=self.planner.acceptance_prior)
+        if request.pin_prefix is False:
+            self.prefix.unpin_prompt(request.prompt_token_ids)
         self.requests[request.request_id] = state
         self.waiting.append(state)
 
@@ -100,6 +105,8 @@ class Scheduler:
         if state.status is Status.WAITING:
             self.waiting.remove(state)
         elif state.status is Status.RUNNING:
+            if state.request.pin_prefix:
+                self.prefix.pin_prompt(state)
             self.running.remove(state)
             self._release(state)
         state.status, state.finish_reason = Status.FINISHED, reason
@@ -124,6 +131,7 @@ class Scheduler:
     # ---- one step --------------------------------------------------------------------------------
 
     def schedule(self) -> StepPlan:
+        self.prefix.pins.expire()
         budget = self.config.max_num_batched_tokens
         if self.expert_token_budget is not None:  # bound the experts a step touches (offloaded experts)
             budget = min(budget, max(self.expert_token_budget, len(self.running)))

@@ -41,8 +41,8 @@ def choice_seed(seed: int, index: int) -> int:
 def sibling(request: Request, index: int) -> Request:
     params = request.sampling_params
     seed = None if params.seed is None else choice_seed(params.seed, index)
-    return Request(f"{request.request_id}-{index}", request.prompt_token_ids,
-                   dataclasses.replace(params, seed=seed), request.arrival_time)
+    return dataclasses.replace(request, request_id=f"{request.request_id}-{index}",
+                               sampling_params=dataclasses.replace(params, seed=seed))
 
 
 class Choices:

@@ -27,6 +27,7 @@ from strata.server.config import ServerConfig
 from strata.server.errors import APIError, param_of
 from strata.server.metrics import Metrics, RequestTracker
 from strata.server.template import ChatTemplate
+from strata.server.thinking import effort_budgets
 from strata.types import FinishReason, Request, SamplingParams, TokenDelta
 
 _DISCONNECT_POLL_S = 0.5
@@ -47,6 +48,10 @@ class ServerState:
     draining: bool = False   # SIGTERM: new requests get 503 while the running ones finish (shutdown.py)
     _ids: itertools.count = field(default_factory=itertools.count)
     _pool: ThreadPoolExecutor | None = None
+
+    def __post_init__(self) -> None:
+        self.template.normalize_stamps = self.config.normalize_prompt_stamps
+        effort_budgets(self.config.reasoning_budgets)  # a malformed --reasoning-budgets fails the start
 
     async def offload(self, fn: Callable[..., T], *args, **kwargs) -> T:
         """Run `fn` in the server's request-preparation threads. Jinja rendering is pure Python and
@@ -111,6 +116,11 @@ def sampling_params(**fields) -> SamplingParams:
         return SamplingParams(**fields)
     except (ValueError, TypeError) as e:
         raise APIError(400, str(e), param_of(str(e))) from e
+
+
+def cache_hints(body) -> dict:
+    """A body's prefix cache hints as Request fields (strata_pin_prefix, strata_checkpoint)."""
+    return {"pin_prefix": body.strata_pin_prefix, "cache_prefix": body.strata_checkpoint}
 
 
 def check_prompt(state: ServerState, prompt_token_ids: list[int], max_tokens: int | None, prompt_param: str,

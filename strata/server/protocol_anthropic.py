@@ -85,3 +85,5 @@ class MessagesRequest(CountTokensRequest):
     stream: bool = False
     metadata: dict | None = None
     seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
+    strata_pin_prefix: bool | None = None   # Strata's prefix cache hints (docs/api.md)
+    strata_checkpoint: bool = True

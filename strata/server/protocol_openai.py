@@ -2,8 +2,9 @@
 
 Field names and ranges follow the OpenAI API, plus vLLM's sampling extras (top_k, min_p,
 repetition_penalty, min_tokens, ignore_eos, stop_token_ids) and structured outputs (`structured_outputs`,
-and the older `guided_json` / `guided_regex` / `guided_choice` / `guided_grammar`). Unknown fields are ignored; a value out
-of range is a 400 naming the field before anything reaches the engine.
+and the older `guided_json` / `guided_regex` / `guided_choice` / `guided_grammar`), and Strata's prefix cache hints (`strata_pin_prefix`,
+`strata_checkpoint`: docs/api.md). Unknown fields are ignored; a value out of range is a 400 naming the
+field before anything reaches the engine.
 """
 
 from __future__ import annotations
@@ -109,6 +110,9 @@ class SamplingFields(_Body):
     guided_regex: str | None = None
     guided_choice: list[str] | None = None
     guided_grammar: str | None = None
+    # Strata: pin the prompt's blocks in the prefix cache (true), unpin them (false); leave the cache alone
+    strata_pin_prefix: bool | None = None
+    strata_checkpoint: bool = True
 
 
 class ChatCompletionRequest(SamplingFields):

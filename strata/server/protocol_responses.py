@@ -138,6 +138,8 @@ class ResponsesRequest(BaseModel):
     prompt_cache_key: str | None = None
     prompt_cache_retention: Literal["in_memory", "24h"] | None = None
     service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
+    strata_pin_prefix: bool | None = None   # Strata's prefix cache hints (docs/api.md)
+    strata_checkpoint: bool = True
 
     @field_validator("input", mode="before")
     @classmethod

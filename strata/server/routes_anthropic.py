@@ -14,11 +14,12 @@ from strata.server import limits, sse, structured_output
 from strata.server.body import OffloadedBodyRoute
 from strata.server.config import ServerConfig
 from strata.server.errors import APIError, error_body
-from strata.server.generation import Generation, ServerState, check_prompt, sampling_params
+from strata.server.generation import Generation, ServerState, cache_hints, check_prompt, sampling_params
 from strata.server.parsing import OutputParser, parse_all
 from strata.server.protocol_anthropic import CountTokensRequest, MessagesRequest, TextBlock
 from strata.server.routes_openai import state_of
 from strata.server.template import Rendered, ToolSpec
+from strata.server.thinking import Thinking, from_anthropic
 from strata.types import Request
 
 router = APIRouter(route_class=OffloadedBodyRoute)
@@ -59,14 +60,14 @@ def normalize_messages(body: CountTokensRequest) -> list[dict]:
     return out
 
 
-def _render(state: ServerState, body: CountTokensRequest) -> tuple[Rendered, list[ToolSpec] | None]:
+def _render(state: ServerState, body: CountTokensRequest) -> tuple[Rendered, list[ToolSpec] | None, Thinking]:
     state.check_model(body.model)
     _check_limits(state.config, body)
     tools = None
     if body.tools and not (body.tool_choice and body.tool_choice.type == "none"):
         tools = [ToolSpec(t.name, t.description, t.input_schema) for t in body.tools]
-    thinking = None if body.thinking is None else body.thinking.type != "disabled"
-    return state.template.render(normalize_messages(body), tools, thinking), tools
+    thinking = from_anthropic(body.thinking, state.template)
+    return state.template.render(normalize_messages(body), tools, thinking.enable), tools, thinking
 
 
 def _check_limits(config: ServerConfig, body: CountTokensRequest) -> None:
@@ -100,14 +101,14 @@ def _usage(num_prompt: int, num_output: int, num_cached: int) -> dict:
 @router.post("/v1/messages/count_tokens")
 async def count_tokens(body: CountTokensRequest, http_request: HTTPRequest):
     state = state_of(http_request)
-    rendered, _ = await state.offload(_render, state, body)
+    rendered, _, _ = await state.offload(_render, state, body)
     return {"input_tokens": len(rendered.prompt_token_ids)}
 
 
 @router.post("/v1/messages")
 async def messages(body: MessagesRequest, http_request: HTTPRequest):
     state = state_of(http_request)
-    rendered, tools = await state.offload(_render, state, body)
+    rendered, tools, thinking = await state.offload(_render, state, body)
     if body.top_k is not None and body.top_k > state.vocab_size:
         raise APIError(400, f"top_k must be at most the vocabulary size {state.vocab_size}", "top_k")
     max_tokens = check_prompt(state, rendered.prompt_token_ids, body.max_tokens, "messages")
@@ -116,8 +117,9 @@ async def messages(body: MessagesRequest, http_request: HTTPRequest):
     constraint, param = structured_output.requested(body, tools, choice, parallel, rendered.starts_in_reasoning)
     await structured_output.check(state, constraint, param)
     params = sampling_params(temperature=body.temperature, top_p=body.top_p, top_k=body.top_k, seed=body.seed,
-                             max_tokens=max_tokens, stop=body.stop_sequences, structured_outputs=constraint)
-    request = Request(state.new_id("msg_"), rendered.prompt_token_ids, params)
+                             max_tokens=max_tokens, stop=body.stop_sequences, structured_outputs=constraint,
+                             thinking_budget=thinking.budget)
+    request = Request(state.new_id("msg_"), rendered.prompt_token_ids, params, **cache_hints(body))
     gen = Generation(state, request)
     await gen.__aenter__()
     schemas = {t.name: t.parameters for t in tools or ()}  # the XML tool-call form's value types

@@ -16,16 +16,17 @@ from strata.server.body import OffloadedBodyRoute
 from strata.server.config import ServerConfig
 from strata.server.errors import APIError, error_body
 from strata.server.choices import Choices
-from strata.server.generation import Output, ServerState, check_prompt, sampling_params
+from strata.server.generation import Output, ServerState, cache_hints, check_prompt, sampling_params
 from strata.server.logprobs import chat_logprobs, completion_logprobs
 from strata.server.parsing import OutputParser, parse_all
 from strata.server.protocol_openai import ChatCompletionRequest, ChatMessage, CompletionRequest, SamplingFields
 from strata.server.template import ToolSpec
+from strata.server.thinking import EFFORT_BUDGETS, from_effort
 from strata.types import Request, StructuredOutputs, TokenDelta
 
 router = APIRouter(route_class=OffloadedBodyRoute)
 
-_THINKING = {"none": False, "minimal": False, "low": True, "medium": True, "high": True}
+_THINKING = {effort: effort != "none" for effort in EFFORT_BUDGETS}  # effort -> the template's enable_thinking
 
 
 def state_of(http_request: HTTPRequest) -> ServerState:
@@ -38,14 +39,14 @@ def usage(num_prompt: int, num_completion: int, num_cached: int) -> dict:
 
 
 def _params(body: SamplingFields, max_tokens: int, logprobs: int | None, vocab_size: int,
-            constraint: StructuredOutputs | None = None):
+            constraint: StructuredOutputs | None = None, thinking_budget: int | None = None):
     return sampling_params(temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
                            min_p=body.min_p, seed=body.seed, presence_penalty=body.presence_penalty,
                            frequency_penalty=body.frequency_penalty, repetition_penalty=body.repetition_penalty,
                            max_tokens=max_tokens, min_tokens=body.min_tokens, stop=body.stop,
                            stop_token_ids=body.stop_token_ids, ignore_eos=body.ignore_eos, logprobs=logprobs,
                            logit_bias=structured_output.logit_bias(body.logit_bias, vocab_size),
-                           structured_outputs=constraint)
+                           structured_outputs=constraint, thinking_budget=thinking_budget)
 
 
 def _check_common(state: ServerState, body: SamplingFields) -> None:
@@ -133,8 +134,8 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
     await state.offload(_check_limits, state.config, body)
     tools = _tools(body)
     schemas = {t.name: t.parameters for t in tools or ()}  # the XML tool-call form's value types
-    thinking = _THINKING.get(body.reasoning_effort) if body.reasoning_effort else None
-    rendered = await state.offload(state.template.render, normalize_messages(body.messages), tools, thinking)
+    thinking = from_effort(body.reasoning_effort, state.config.reasoning_budgets, state.template)
+    rendered = await state.offload(state.template.render, normalize_messages(body.messages), tools, thinking.enable)
     max_tokens = check_prompt(state, rendered.prompt_token_ids, body.max_completion_tokens or body.max_tokens,
                               "messages", "max_completion_tokens" if body.max_completion_tokens else "max_tokens")
     choice = structured_output.openai_tool_choice(body.tool_choice, tools)
@@ -143,7 +144,8 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
     await structured_output.check(state, constraint, param)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     request = Request(state.new_id("chatcmpl-"), rendered.prompt_token_ids,
-                      _params(body, max_tokens, logprobs, state.vocab_size, constraint))
+                      _params(body, max_tokens, logprobs, state.vocab_size, constraint, thinking.budget),
+                      **cache_hints(body))
     choices = Choices(state, request, body.n)
     await choices.__aenter__()
     if body.stream:
@@ -288,7 +290,7 @@ async def completions(body: CompletionRequest, http_request: HTTPRequest):
     constraint, param = structured_output.requested(body)
     await structured_output.check(state, constraint, param)
     request = Request(state.new_id("cmpl-"), prompt_ids,
-                      _params(body, max_tokens, body.logprobs, state.vocab_size, constraint))
+                      _params(body, max_tokens, body.logprobs, state.vocab_size, constraint), **cache_hints(body))
     choices = Choices(state, request, body.n)
     await choices.__aenter__()
     if body.stream:

@@ -21,13 +21,14 @@ from strata.engine.client import EngineDeadError
 from strata.server import limits, sse, structured_output
 from strata.server.body import OffloadedBodyRoute
 from strata.server.errors import APIError
-from strata.server.generation import Generation, ServerState, check_prompt, sampling_params
+from strata.server.generation import Generation, ServerState, cache_hints, check_prompt, sampling_params
 from strata.server.parsing import OutputParser
 from strata.server.protocol_responses import InputItem, NamedToolChoice, ResponsesRequest
 from strata.server.responses import (OutputItems, ResponseStore, as_items, input_messages, input_texts,
                                      output_as_items)
-from strata.server.routes_openai import _THINKING, state_of
+from strata.server.routes_openai import state_of
 from strata.server.template import Rendered, ToolSpec
+from strata.server.thinking import from_effort
 from strata.types import Request, SamplingParams, StructuredOutputs
 
 router = APIRouter(route_class=OffloadedBodyRoute)
@@ -195,16 +196,16 @@ async def create_response(body: ResponsesRequest, http_request: HTTPRequest):
     if body.instructions:  # never carried over from the previous response, as OpenAI does
         messages.insert(0, {"role": "system", "content": body.instructions})
     effort = body.reasoning.effort if body.reasoning else None
-    thinking = _THINKING.get(effort) if effort else None
-    rendered = await state.offload(state.template.render, messages, tools, thinking)
+    thinking = from_effort(effort, state.config.reasoning_budgets, state.template)
+    rendered = await state.offload(state.template.render, messages, tools, thinking.enable)
     max_tokens = check_prompt(state, rendered.prompt_token_ids, body.max_output_tokens, "input",
                               "max_output_tokens")
     constraint, param = _constraint(body, tools, rendered)
     await structured_output.check(state, constraint, param)
     params = sampling_params(temperature=body.temperature, top_p=body.top_p, max_tokens=max_tokens,
-                             structured_outputs=constraint)
+                             structured_outputs=constraint, thinking_budget=thinking.budget)
     turn = Turn(state, store, body, prior + new, params, state.new_id("resp_"), int(time.time()))
-    gen = Generation(state, Request(turn.response_id, rendered.prompt_token_ids, params))
+    gen = Generation(state, Request(turn.response_id, rendered.prompt_token_ids, params, **cache_hints(body)))
     await gen.__aenter__()
     parser = OutputParser(tools is not None, rendered.starts_in_reasoning,
                           schemas={t.name: t.parameters for t in tools or ()})

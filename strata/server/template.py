@@ -2,7 +2,9 @@
 template, with tools and the thinking switch.
 
 Both APIs convert their messages to one normalized form first: {"role", "content": str,
-"tool_calls": [{"id", "name", "arguments": dict}], "tool_call_id"}. A template that knows tool calls
+"tool_calls": [{"id", "name", "arguments": dict}], "tool_call_id"}. Known per-request stamps in system
+messages (Claude Code's `cch=` and `cc_version=`) get a fixed value before rendering, so a conversation's
+prompt keeps its prefix from turn to turn and the prefix cache finds it (--normalize-prompt-stamps). A template that knows tool calls
 gets them natively (HF's `tools=` and `tool_calls`); for one that does not, tools are described in the
 system message and calls/results written as Hermes/Qwen text (`<tool_call>{json}</tool_call>`,
 `<tool_response>…</tool_response>`), the format the output parser reads back.
@@ -11,12 +13,17 @@ system message and calls/results written as Hermes/Qwen text (`<tool_call>{json}
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
+from strata.reasoning import THINK_OPEN, thinking_tokens
 from strata.server.errors import APIError
 from strata.tokenizer import render_chat_text
 
-THINK_OPEN = "<think>"
+# Claude Code stamps its system prompt per request (`x-anthropic-billing-header: cc_version=2.0.14.abc;
+# cc_entrypoint=cli; cch=1a2b3;`): the values of these keys become STAMP_PLACEHOLDER
+_STAMPS = re.compile(r"\b(cch|cc_version)=[^;\s]+")
+STAMP_PLACEHOLDER = "0"
 
 _TOOLS_PREAMBLE = (
     "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
@@ -49,6 +56,8 @@ class ChatTemplate:
         source = getattr(tokenizer, "chat_template", None) or ""
         self.native_tools = "tool_calls" in source
         self.has_thinking_switch = "enable_thinking" in source
+        self.thinking = thinking_tokens(tokenizer)  # None: the model does not think
+        self.normalize_stamps = True                # ServerConfig.normalize_prompt_stamps
         # No token is longer than its vocabulary string (byte-level and SentencePiece vocabularies spell a
         # token with at least one character per byte), so a text of C characters has at least
         # C / max_token_chars tokens: enough to refuse an over-long prompt without tokenizing it.
@@ -70,6 +79,8 @@ class ChatTemplate:
                enable_thinking: bool | None = None) -> Rendered:
         if self.tokenizer is None:
             raise APIError(400, "this model has no tokenizer: use /v1/completions with token ids", "messages")
+        if self.normalize_stamps:
+            messages = [normalize_stamps(m) for m in messages]
         kwargs = {}
         if enable_thinking is not None and self.has_thinking_switch:
             kwargs["enable_thinking"] = enable_thinking
@@ -93,6 +104,13 @@ class ChatTemplate:
     def count(self, messages: list[dict], tools: list[ToolSpec] | None = None,
               enable_thinking: bool | None = None) -> int:
         return len(self.render(messages, tools, enable_thinking).prompt_token_ids)
+
+
+def normalize_stamps(message: dict) -> dict:
+    """A system message with Claude Code's per-request stamps given fixed values (others as they are)."""
+    if message["role"] != "system" or "=" not in (message.get("content") or ""):
+        return message
+    return {**message, "content": _STAMPS.sub(lambda m: f"{m.group(1)}={STAMP_PLACEHOLDER}", message["content"])}
 
 
 def _native(message: dict) -> dict:
