@@ -93,13 +93,18 @@ DEFAULT_CONFIG = dict(BLOCK_N=4, SUPERBLOCKS=4, num_warps=2, num_stages=3)
 # the types whose scales are decoded per superblock and reshaped (Q4_K, Q5_K, IQ4_XS) while the interpreter's
 # were right: it is refused for them until that is understood; the GPU tests pass it for the others.
 ACC_TYPES = (Q6_K, Q8_0)
+# Types packed_gemv_words decodes by default (rows of whole words): Q6_K, 2.1x faster on the LM head and 1.3-3x on
+# small shapes; Q4_K / Q5_K stay on the group sums here, which were faster on 5 of their 6 decode shapes
+# (bench/results/2026-12-02-h200-packed-words)
+WORDS_TYPES = (Q6_K,)
 ACC_REFUSED = (Q4_K, Q5_K, IQ4_XS)
 
 
 def packed_gemv(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: int,
                 config: dict | None = None) -> torch.Tensor:
-    """Same contract as packed_gemv_ref for at most MAX_ROWS rows (float32 out). Q4_K / Q5_K / Q6_K rows
-    of whole words go to packed_gemv_words (config WORDS=False or ACC=True keeps them here). One program
+    """Same contract as packed_gemv_ref for at most MAX_ROWS rows (float32 out). Rows of whole words of
+    WORDS_TYPES go to packed_gemv_words (config WORDS True / False chooses for Q4_K, Q5_K, Q6_K; ACC=True
+    keeps them here). One program
     per (BLOCK_N rows of W, row of x): the rows of a few-row step reread their weights from L2."""
     num_rows = x.shape[0]
     assert num_rows <= MAX_ROWS and x.stride(1) == 1 and x.shape[1] == k and supports(qtype, k)
@@ -107,7 +112,8 @@ def packed_gemv(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: in
     per_block, block_bytes = BLOCK_LAYOUT[qtype]
     assert blocks.shape[1] == k // per_block * block_bytes, "row bytes do not match K for this type"
     config = config or {}
-    if config.get("WORDS", True) and not config.get("ACC") and packed_gemv_words.supports(qtype, k, blocks):
+    words = config.get("WORDS", qtype in WORDS_TYPES) and not config.get("ACC")
+    if words and packed_gemv_words.supports(qtype, k, blocks):
         return packed_gemv_words.packed_gemv_words(x, blocks, qtype, n, k)
     cfg = {**DEFAULT_CONFIG, "ACC": qtype in ACC_TYPES, **config}
     cfg.pop("WORDS", None)

@@ -46,8 +46,16 @@ Q4_K, Q5_K, Q6_K = 12, 13, 14
 SUPERBLOCK_BYTES = {Q4_K: 144, Q5_K: 176, Q6_K: 210}
 MAX_ROWS = 16
 # rows of W per program, superblocks side by side per K step (at most: the largest power of two dividing the
-# row's superblocks is taken)
-DEFAULT_CONFIG = dict(BLOCK_N=8, SUPERBLOCKS=1, num_warps=1, num_stages=3)
+# row's superblocks is taken): the best of 12 tilings on the H200 for Q6_K (bench/results/2026-12-02-h200-packed-words):
+# wide weights (the LM heads: 248,320 and 151,936 rows) want many one-warp programs, narrow ones a split of K
+WIDE_CONFIG = dict(BLOCK_N=4, SUPERBLOCKS=1, num_warps=1, num_stages=3)
+NARROW_CONFIG = dict(BLOCK_N=2, SUPERBLOCKS=4, num_warps=2, num_stages=3)
+WIDE_ROWS = 32768
+
+
+def default_config(n: int) -> dict:
+    """The tiling for a weight of n rows."""
+    return WIDE_CONFIG if n >= WIDE_ROWS else NARROW_CONFIG
 
 
 def supports(qtype: int, k: int, blocks: torch.Tensor) -> bool:
@@ -76,7 +84,7 @@ def packed_gemv_words(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int,
     assert num_rows <= MAX_ROWS and x.stride(1) == 1 and x.shape[1] == k and supports(qtype, k, blocks)
     assert blocks.dtype == torch.uint8 and blocks.is_contiguous() and blocks.shape[0] == n
     assert blocks.shape[1] == k // 256 * SUPERBLOCK_BYTES[qtype], "row bytes do not match K for this type"
-    cfg = {**DEFAULT_CONFIG, **(config or {})}
+    cfg = {**default_config(n), **(config or {})}
     words = blocks.view(torch.int32)  # [N, row_bytes / 4]
     out = torch.empty(num_rows, n, dtype=torch.float32, device=x.device)
     _words_gemv_kernel[(triton.cdiv(n, cfg["BLOCK_N"]), num_rows)](

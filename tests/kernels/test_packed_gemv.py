@@ -66,13 +66,13 @@ def test_word_decoding_takes_rows_of_whole_words():
 
 
 @gpu
-@pytest.mark.parametrize("form", ["groups", "acc", "words"])
+@pytest.mark.parametrize("form", ["groups", "acc", "words", "words_wide"])
 @pytest.mark.parametrize("qtype", sorted(BLOCK_LAYOUT))
 @pytest.mark.parametrize("rows, n, k", [(1, 33, 256), (3, 64, 2048), (1, 5120, 2048), (16, 7, 768), (2, 9, 2560)])
 def test_packed_gemv_matches_ref(qtype, rows, n, k, form):
     """Every K-loop form where allowed: group sums scaled per step, one accumulator of weights times x (refused
     for the types where the H200 gave wrong sums with it), and the word decoder (Q4_K / Q5_K / Q6_K rows of
-    whole words; the default for them, the others fall back to the group sums)."""
+    whole words, in both its tilings; the others fall back to the group sums)."""
     from strata.kernels.packed_gemv import ACC_REFUSED
 
     blocks = random_blocks(qtype, n, k, seed=rows * n + k)
@@ -83,7 +83,10 @@ def test_packed_gemv_matches_ref(qtype, rows, n, k, form):
         return
     x = torch.randn(rows, k, generator=torch.Generator().manual_seed(k)).to(torch.bfloat16)
     expected = packed_gemv_ref(x, blocks, qtype, n, k)
-    config = {"groups": dict(ACC=False, WORDS=False), "acc": dict(ACC=True), "words": {}}[form]
+    from strata.kernels.packed_gemv_words import WIDE_CONFIG
+
+    config = {"groups": dict(ACC=False, WORDS=False), "acc": dict(ACC=True), "words": dict(WORDS=True),
+              "words_wide": dict(WORDS=True, **WIDE_CONFIG)}[form]
     out = packed_gemv(x.cuda(), blocks.cuda(), qtype, n, k, config=config)
     # the kernel sums in float32 in another order than the reference matmul
     scale = (x.float().abs() @ packed_gemv_ref(torch.eye(k), blocks, qtype, n, k).abs()).clamp_min(1.0)
