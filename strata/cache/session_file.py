@@ -1,8 +1,8 @@
 """Session files: named tensors (a conversation's token ids, KV blocks, recurrent-state checkpoint) and
 a JSON header, in the safetensors layout, so any safetensors tool can open one. Written one tensor at a
-time straight from its memory (no serialized copy of the whole file), renamed into place only once
-complete; read through safetensors, which checks the layout. Knows nothing of the engine: the caller
-decides what the tensors and the header hold.
+time as a producer hands them over (never the whole file in memory), renamed into place only once
+complete; read one tensor at a time through safetensors' mmap, which checks the layout. Knows nothing
+of the engine: the caller decides what the tensors and the header hold.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+from collections.abc import Iterable
 
 import torch
 
@@ -17,19 +18,21 @@ HEADER_KEY = "strata_session"
 _DTYPE_NAMES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
                 torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
                 torch.bool: "BOOL"}
+_DTYPES = {name: dtype for dtype, name in _DTYPE_NAMES.items()}
 
 
 class SessionFileError(ValueError):
     """The file is not a readable session file (truncated, another format, a damaged header)."""
 
 
-def write(path: str, header: dict, tensors: dict[str, torch.Tensor]) -> int:
-    """Write `tensors` (host tensors) and `header` to `path` atomically -> bytes written."""
+def write(path: str, header: dict, specs: dict[str, tuple[torch.dtype, list[int]]],
+          tensors: Iterable[torch.Tensor]) -> int:
+    """Write to `path` atomically the tensors `specs` announces (name -> dtype, shape), produced in that
+    order by `tensors` (host tensors, made one at a time), and `header` -> bytes written."""
     entries, offset = {}, 0
-    for name, tensor in tensors.items():
-        size = tensor.numel() * tensor.element_size()
-        entries[name] = {"dtype": _DTYPE_NAMES[tensor.dtype], "shape": list(tensor.shape),
-                         "data_offsets": [offset, offset + size]}
+    for name, (dtype, shape) in specs.items():
+        size = _numel(shape) * dtype.itemsize
+        entries[name] = {"dtype": _DTYPE_NAMES[dtype], "shape": list(shape), "data_offsets": [offset, offset + size]}
         offset += size
     entries["__metadata__"] = {HEADER_KEY: json.dumps(header)}
     head = json.dumps(entries).encode()
@@ -40,7 +43,9 @@ def write(path: str, header: dict, tensors: dict[str, torch.Tensor]) -> int:
         with open(temporary, "wb") as f:
             f.write(struct.pack("<Q", len(head)))
             f.write(head)
-            for tensor in tensors.values():
+            for (name, (dtype, shape)), tensor in zip(specs.items(), tensors, strict=True):
+                if tensor.dtype != dtype or list(tensor.shape) != list(shape):
+                    raise ValueError(f"tensor {name} is {tensor.dtype} {list(tensor.shape)}, announced {dtype} {shape}")
                 if tensor.numel():
                     f.write(tensor.contiguous().reshape(-1).view(torch.uint8).numpy())
         os.replace(temporary, path)
@@ -50,25 +55,28 @@ def write(path: str, header: dict, tensors: dict[str, torch.Tensor]) -> int:
     return 8 + len(head) + offset
 
 
-def read_header(path: str) -> dict:
-    """The header saved with the file (cheap: the tensors are not read)."""
-    try:
-        with open(path, "rb") as f:
-            (length,) = struct.unpack("<Q", f.read(8))
-            if length > 100 << 20:
-                raise SessionFileError(f"{os.path.basename(path)} is not a session file (header of {length} bytes)")
-            entries = json.loads(f.read(length))
-        return json.loads(entries["__metadata__"][HEADER_KEY])
-    except (struct.error, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
-        raise SessionFileError(f"{os.path.basename(path)} is not a Strata session file ({type(e).__name__})") from e
+def _numel(shape: list[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
-def read_tensors(path: str) -> dict[str, torch.Tensor]:
-    """Every tensor of the file, in host memory."""
-    from safetensors import SafetensorError, safe_open
+class SessionReader:
+    """An open session file: its header and tensor layout at once, each tensor read when asked for.
+    The file stays mapped, so a later save under the same name (a rename) does not change what it reads."""
 
-    try:
-        with safe_open(path, framework="pt") as f:
-            return {name: f.get_tensor(name) for name in f.keys()}
-    except SafetensorError as e:
-        raise SessionFileError(f"{os.path.basename(path)} is damaged: {e}") from e
+    def __init__(self, path: str) -> None:
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            self._file = safe_open(path, framework="pt")
+            self.header = json.loads((self._file.metadata() or {})[HEADER_KEY])
+            self.layout = {name: (_DTYPES.get(self._file.get_slice(name).get_dtype()),
+                                  list(self._file.get_slice(name).get_shape())) for name in self._file.keys()}
+        except (SafetensorError, KeyError, json.JSONDecodeError) as e:
+            raise SessionFileError(f"{os.path.basename(path)} is not a readable Strata session file: "
+                                   f"{type(e).__name__}: {e}") from e
+
+    def tensor(self, name: str) -> torch.Tensor:
+        return self._file.get_tensor(name)

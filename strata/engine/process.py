@@ -46,7 +46,7 @@ def _engine_info(engine) -> dict:
 
 
 def _loop(engine, conn: Connection) -> None:
-    from strata.engine.sessions import SessionJobs
+    from strata.engine.session_jobs import SessionJobs
 
     last_sent = time.monotonic()
     sessions = SessionJobs(engine)
@@ -61,8 +61,7 @@ def _loop(engine, conn: Connection) -> None:
                         engine.experts.close()  # saves the learned routing profile (atexit never runs here)
                     return
                 if message[0] == "session":
-                    for reply in sessions.submit(*message[1:]):
-                        conn.send(("session", *reply))
+                    sessions.submit(*message[1:])
                 else:
                     deltas.extend(_handle(engine, message))
                 if not conn.poll(0):

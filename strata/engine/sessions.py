@@ -12,18 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import logging
 import os
 import time
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
 from strata.cache import session_file
 from strata.cache.block_allocator import chain_hashes
-
-logger = logging.getLogger(__name__)
 
 FORMAT = "strata-session/1"
 _WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".pt", ".pth")
@@ -125,11 +120,26 @@ def check_header(header: dict, current: dict, filename: str) -> None:
                                 f"server running the model and options it was saved with")
 
 
-# ---- the loop's part: copies between the caches and host memory -----------------------------------
+# ---- save: hold the prefix (loop), stream it to the file (thread), let go (loop) --------------------
 
-def collect(engine, token_ids: list[int]) -> Snapshot:
-    """The cached prefix of `token_ids` (every whole block the prefix cache holds, cut back to the last
-    checkpoint on hybrid models), copied to host memory. Call after engine.settle()."""
+@dataclasses.dataclass
+class HeldPrefix:
+    """A cached prefix held for a save: its device blocks referenced; what the loop may reuse once it moves
+    on (host rows of parked blocks, the checkpoint row) already copied."""
+
+    token_ids: list[int]                  # whole blocks
+    blocks: list[tuple[str, int]]         # PrefixMatch.blocks: ("device", block id) or ("parked", host row)
+    parked: dict[str, torch.Tensor]       # name -> [N_parked, B, ...] the parked blocks' copies, in order
+    states: dict[str, torch.Tensor]       # name -> [1, ...] the recurrent state after the last token
+
+    @property
+    def device_blocks(self) -> list[int]:
+        return [i for kind, i in self.blocks if kind == "device"]
+
+
+def hold_prefix(engine, token_ids: list[int]) -> HeldPrefix:
+    """Loop, caches settled: the cached prefix of `token_ids` (every whole block the prefix cache holds,
+    cut back to the last checkpoint on hybrid models), held until release_prefix."""
     scheduler, runner = engine.scheduler, engine.runner
     _check_cache_on(scheduler)
     match = scheduler.prefix.match_tokens(token_ids, len(token_ids) // scheduler.block_size)
@@ -137,73 +147,161 @@ def collect(engine, token_ids: list[int]) -> Snapshot:
         raise SessionError(404, "nothing of this conversation is in the prefix cache: send it (a chat or completion "
                                 "request) first, then save it")
     park = runner.host_park
-    kv = {}
-    for key, pair in runner.kv_pool.caches.items():
-        for i, pool in enumerate(pair):
-            kv[f"{_name(key)}.{i}"] = _gather(pool, park.kv[key][i] if park is not None and park.kv else None,
-                                              match.blocks)
+    parked = {}
+    if match.parked_rows:
+        rows = torch.tensor(match.parked_rows)
+        parked = {f"{_name(key)}.{i}": t.index_select(0, rows) for key, pair in park.kv.items()
+                  for i, t in enumerate(pair)}
     states = {}
     if runner.state_pool.caches:
-        row, host_row = match.checkpoint_row, match.checkpoint_host_row
-        source = runner.checkpoint_pool.caches if row is not None else park.states
-        for key, pair in source.items():
-            for i, rows in enumerate(pair):
-                states[f"{_name(key)}.{i}"] = rows[row if row is not None else host_row].unsqueeze(0).cpu().clone()
-    return Snapshot(token_ids[:match.num_blocks * scheduler.block_size], kv, states)
+        row = match.checkpoint_row if match.checkpoint_row is not None else match.checkpoint_host_row
+        source = runner.checkpoint_pool.caches if match.checkpoint_row is not None else park.states
+        states = {f"{_name(key)}.{i}": t[row].unsqueeze(0).cpu().clone() for key, pair in source.items()
+                  for i, t in enumerate(pair)}
+    scheduler.allocator.take(match.device_blocks)
+    return HeldPrefix(token_ids[:match.num_blocks * scheduler.block_size], match.blocks, parked, states)
+
+
+def release_prefix(engine, held: HeldPrefix) -> None:
+    engine.scheduler.allocator.free(held.device_blocks)
+
+
+@torch.inference_mode()
+def write_prefix(path: str, runner, held: HeldPrefix, current: dict) -> int:
+    """Thread: the held prefix to `path`, one layer's K or V [N_blocks, B, ...] in host memory at a time
+    -> bytes written."""
+    header = {"format": FORMAT, "fingerprint": current, "num_tokens": len(held.token_ids), "saved_at": time.time()}
+    pools = {f"kv.{_name(key)}.{i}": t for key, pair in runner.kv_pool.caches.items() for i, t in enumerate(pair)}
+    specs = {"token_ids": (torch.int64, [len(held.token_ids)]),
+             **{name: (t.dtype, [len(held.blocks), *t.shape[1:]]) for name, t in pools.items()},
+             **{f"state.{name}": (t.dtype, list(t.shape)) for name, t in held.states.items()}}
+    tensors = (torch.tensor(held.token_ids, dtype=torch.int64),
+               *(_gather(pool, held.parked.get(name[3:]), held.blocks) for name, pool in pools.items()),
+               *held.states.values())
+    return session_file.write(path, header, specs, tensors)
 
 
 def _gather(pool: torch.Tensor, parked: torch.Tensor | None, blocks: list[tuple[str, int]]) -> torch.Tensor:
-    """The blocks of a match from the device pool or its host park, in order -> [N_blocks, B, ...] on the host."""
+    """A match's blocks in order, from the device pool or the parked copies -> [N_blocks, B, ...] on the host."""
+    device = [(i, b) for i, (kind, b) in enumerate(blocks) if kind == "device"]
+    ids = torch.tensor([b for _, b in device], device=pool.device)
+    if len(device) == len(blocks):
+        return pool.index_select(0, ids).cpu()
     out = torch.empty(len(blocks), *pool.shape[1:], dtype=pool.dtype)
-    for kind, source in (("device", pool), ("parked", parked)):
-        positions = [i for i, (k, _) in enumerate(blocks) if k == kind]
-        if positions:
-            ids = torch.tensor([blocks[i][1] for i in positions], device=source.device)
-            out[positions] = source.index_select(0, ids).cpu()
+    out[[i for i, _ in device]] = pool.index_select(0, ids).cpu()
+    out[[i for i, (kind, _) in enumerate(blocks) if kind == "parked"]] = parked
     return out
 
 
-def install(engine, snapshot: Snapshot) -> int:
-    """Put a saved prefix into the prefix cache (blocks already cached stay as they are), unreferenced
-    and most recently used, so the next request that starts with it takes it -> tokens installed."""
-    scheduler, runner = engine.scheduler, engine.runner
+# ---- restore: read and check (thread), take blocks (loop), fill them (thread), register (loop) ------
+
+@dataclasses.dataclass
+class Reservation:
+    """Blocks of a restore in progress: those already cached held, fresh ones taken for the rest."""
+
+    token_ids: list[int]
+    hashes: list[int]
+    blocks: list[int | None]      # per block of the prefix: the cached one held, or None (missing)
+    missing: list[int]            # positions to fill
+    fresh: list[int]              # their new blocks, unregistered until finish_restore
+
+    @property
+    def all_blocks(self) -> list[int]:
+        return [b for b in self.blocks if b is not None] + self.fresh
+
+
+def open_session(path: str, current: dict, vocab_size: int) -> tuple[session_file.SessionReader, list[int]]:
+    """Thread: open a session file and check it against this engine -> (reader, token ids)."""
+    filename = os.path.basename(path)
+    if not os.path.isfile(path):
+        raise SessionError(404, f"no session file {filename!r} in the sessions folder")
+    try:
+        reader = session_file.SessionReader(path)
+    except session_file.SessionFileError as e:
+        raise SessionError(400, str(e)) from e
+    check_header(reader.header, current, filename)
+    token_ids = reader.tensor("token_ids").tolist() if "token_ids" in reader.layout else []
+    _check_layout(reader.layout, token_ids, current, vocab_size, filename)
+    return reader, token_ids
+
+
+def _check_layout(layout: dict, token_ids: list[int], current: dict, vocab_size: int, filename: str) -> None:
+    """The tensors must be what this engine's caches hold: a damaged or edited file never reaches them."""
+    block_size = current["block_size"]
+    num_blocks = len(token_ids) // block_size
+    expected = {"token_ids": ["int64", [len(token_ids)]]}
+    expected |= {f"kv.{name}": [dtype, [num_blocks, *shape]] for name, (shape, dtype) in current["kv_layout"].items()}
+    expected |= {f"state.{name}": [dtype, [1, *shape]] for name, (shape, dtype) in current["state_layout"].items()}
+    found = {name: [str(dtype).removeprefix("torch."), shape] for name, (dtype, shape) in layout.items()}
+    if (not num_blocks or len(token_ids) % block_size or found != expected
+            or any(not 0 <= t < vocab_size for t in token_ids)):
+        raise SessionError(400, f"{filename} is damaged: its tensors do not match its header")
+
+
+def reserve_blocks(engine, token_ids: list[int]) -> Reservation:
+    """Loop, caches settled: hold the prefix's blocks that are cached and take fresh ones for the rest."""
+    scheduler = engine.scheduler
     allocator, block_size = scheduler.allocator, scheduler.block_size
     _check_cache_on(scheduler)
-    tokens = snapshot.token_ids
-    hashes = chain_hashes(tokens, block_size, len(tokens) // block_size)
-    blocks: list[int | None] = [allocator.cached_block(h, tuple(tokens[i * block_size:(i + 1) * block_size]))
-                                for i, h in enumerate(hashes)]
+    hashes = chain_hashes(token_ids, block_size, len(token_ids) // block_size)
+    blocks = [allocator.cached_block(h, tuple(token_ids[i * block_size:(i + 1) * block_size]))
+              for i, h in enumerate(hashes)]
     held = [b for b in blocks if b is not None]
-    allocator.take(held)  # so that allocating the missing ones cannot evict them
+    allocator.take(held)  # so that taking fresh blocks cannot evict them
     missing = [i for i, b in enumerate(blocks) if b is None]
     if not allocator.can_allocate(len(missing)):
         allocator.free(held)
         raise SessionError(503, f"the session needs {len(missing)} free KV blocks and {allocator.num_free} are free "
                                 f"now (the pool holds {allocator.num_blocks}); retry when fewer requests run")
-    fresh, row = allocator.allocate(len(missing)), None
+    reservation = Reservation(token_ids, hashes, blocks, missing, allocator.allocate(len(missing)))
+    engine.run_pending()  # blocks just taken from the cache are parked before the thread overwrites them
+    return reservation
+
+
+@torch.inference_mode()
+def fill_blocks(runner, reader: session_file.SessionReader, reservation: Reservation) -> dict[str, torch.Tensor]:
+    """Thread: the file's KV into the reserved fresh blocks, one layer's K or V at a time -> the recurrent
+    state [1, ...] per state tensor, for finish_restore."""
+    if reservation.fresh:
+        ids = torch.tensor(reservation.fresh, device=runner.device)
+        for key, pair in runner.kv_pool.caches.items():
+            for i, pool in enumerate(pair):
+                saved = reader.tensor(f"kv.{_name(key)}.{i}")        # [N_blocks, B, ...]
+                pool.index_copy_(0, ids, saved[reservation.missing].to(pool.device))
+    if str(runner.device).startswith("cuda"):
+        torch.cuda.synchronize()  # the copies are done before the blocks can be found
+    return {name[6:]: reader.tensor(name) for name in reader.layout if name.startswith("state.")}
+
+
+def finish_restore(engine, reservation: Reservation, states: dict[str, torch.Tensor]) -> None:
+    """Loop, caches settled: the recurrent state into a checkpoint row, the filled blocks registered,
+    everything let go (unreferenced, most recently used: the next request that starts so takes it)."""
+    scheduler, runner = engine.scheduler, engine.runner
+    key, row = reservation.hashes[-1], None
     try:
-        row = _reserve_checkpoint(scheduler, hashes[-1]) if snapshot.states else None
-        engine.run_pending()  # blocks and rows just taken from the cache are parked before they are overwritten
-        if fresh:
-            ids = torch.tensor(fresh, device=runner.device)
-            for key, pair in runner.kv_pool.caches.items():
-                for i, pool in enumerate(pair):
-                    pool.index_copy_(0, ids, snapshot.kv[f"{_name(key)}.{i}"][missing].to(pool.device))
-        if row is not None:
-            for key, pair in runner.checkpoint_pool.caches.items():
+        if states:
+            row = _reserve_checkpoint(scheduler, key)
+            engine.run_pending()  # a checkpoint evicted for this row is parked before it is overwritten
+            for k, pair in runner.checkpoint_pool.caches.items() if row is not None else ():
                 for i, rows in enumerate(pair):
-                    rows[row].copy_(snapshot.states[f"{_name(key)}.{i}"][0])
-        for i, block in zip(missing, fresh):
-            allocator.register(block, hashes[i], tuple(tokens[i * block_size:(i + 1) * block_size]))
+                    rows[row].copy_(states[f"{_name(k)}.{i}"][0])
+        block_size = scheduler.block_size
+        for i, block in zip(reservation.missing, reservation.fresh):
+            tokens = tuple(reservation.token_ids[i * block_size:(i + 1) * block_size])
+            scheduler.allocator.register(block, reservation.hashes[i], tokens)
     except BaseException:
         if row is not None:  # its state may be half written
-            scheduler.checkpoints.release(hashes[-1])
+            scheduler.checkpoints.release(key)
         raise
     finally:
-        for i, block in zip(missing, fresh):
-            blocks[i] = block
-        allocator.free(blocks[::-1])  # tail first, as a finished request frees: the start is evicted last
-    return len(tokens)
+        release_blocks(engine, reservation)
+
+
+def release_blocks(engine, reservation: Reservation) -> None:
+    blocks = list(reservation.blocks)
+    for i, block in zip(reservation.missing, reservation.fresh):
+        blocks[i] = block
+    engine.scheduler.allocator.free(blocks[::-1])  # tail first, as a finished request frees: the start goes last
 
 
 def _reserve_checkpoint(scheduler, key: int) -> int | None:
@@ -217,140 +315,3 @@ def _reserve_checkpoint(scheduler, key: int) -> int | None:
 def _check_cache_on(scheduler) -> None:
     if not scheduler.prefix.enabled:
         raise SessionError(409, "prefix caching is off (--no-enable-prefix-caching): sessions live in the prefix cache")
-
-
-# ---- files -----------------------------------------------------------------------------------------
-
-def write_snapshot(path: str, snapshot: Snapshot, current: dict) -> int:
-    header = {"format": FORMAT, "fingerprint": current, "num_tokens": len(snapshot.token_ids), "saved_at": time.time()}
-    tensors = {"token_ids": torch.tensor(snapshot.token_ids, dtype=torch.int64),
-               **{f"kv.{k}": t for k, t in snapshot.kv.items()}, **{f"state.{k}": t for k, t in snapshot.states.items()}}
-    return session_file.write(path, header, tensors)
-
-
-def read_snapshot(path: str, current: dict, vocab_size: int) -> tuple[Snapshot, int]:
-    """Read and check a session file against this engine's fingerprint -> (snapshot, bytes read)."""
-    filename = os.path.basename(path)
-    if not os.path.isfile(path):
-        raise SessionError(404, f"no session file {filename!r} in the sessions folder")
-    try:
-        check_header(session_file.read_header(path), current, filename)
-        tensors = session_file.read_tensors(path)
-    except session_file.SessionFileError as e:
-        raise SessionError(400, str(e)) from e
-    token_ids = tensors.pop("token_ids", torch.empty(0, dtype=torch.int64)).tolist()
-    snapshot = Snapshot(token_ids, {k[3:]: t for k, t in tensors.items() if k.startswith("kv.")},
-                        {k[6:]: t for k, t in tensors.items() if k.startswith("state.")})
-    _check_contents(snapshot, current, vocab_size, filename)
-    return snapshot, os.path.getsize(path)
-
-
-def _check_contents(snapshot: Snapshot, current: dict, vocab_size: int, filename: str) -> None:
-    """The tensors must be what the header promises: a damaged or edited file never reaches the caches."""
-    block_size = current["block_size"]
-    num_blocks = len(snapshot.token_ids) // block_size
-    expected = {("kv", name): ([num_blocks, *shape], dtype) for name, (shape, dtype) in current["kv_layout"].items()}
-    if snapshot.states:
-        expected |= {("state", name): ([1, *shape], dtype) for name, (shape, dtype) in current["state_layout"].items()}
-    found = {("kv", k): t for k, t in snapshot.kv.items()} | {("state", k): t for k, t in snapshot.states.items()}
-    bad = (not num_blocks or len(snapshot.token_ids) % block_size
-           or any(not 0 <= t < vocab_size for t in snapshot.token_ids)
-           or bool(current["state_layout"]) != bool(snapshot.states) or found.keys() != expected.keys()
-           or any([list(found[k].shape), str(found[k].dtype).removeprefix("torch.")] != list(v)
-                  for k, v in expected.items()))
-    if bad:
-        raise SessionError(400, f"{filename} is damaged: its tensors do not match its header")
-
-
-# ---- jobs --------------------------------------------------------------------------------------------
-
-class SessionJobs:
-    """Save and restore requests in the engine process: reading and writing files on one worker thread,
-    the copies to and from the caches on the loop (`run`, between steps). Replies are plain dicts:
-    {"ok": True, ...numbers} or {"ok": False, "status": HTTP status, "error": message}."""
-
-    def __init__(self, engine) -> None:
-        self.engine = engine
-        self._io = ThreadPoolExecutor(1, thread_name_prefix="strata-session")
-        self._reading: dict[Future, tuple[int, float]] = {}   # restore: file being read -> (call id, started)
-        self._writing: dict[Future, tuple[int, dict]] = {}    # save: file being written -> (call id, reply so far)
-        self._due: deque[tuple[int, str, dict, float, object]] = deque()  # loop parts waiting for a step's end
-        self._fingerprint: dict | None = None
-
-    @property
-    def busy(self) -> bool:
-        return bool(self._reading or self._writing or self._due)
-
-    def fingerprint(self) -> dict:
-        if self._fingerprint is None:
-            self._fingerprint = fingerprint(self.engine)
-        return self._fingerprint
-
-    def submit(self, call_id: int, action: str, args: dict) -> list[tuple[int, dict]]:
-        """Start one job -> replies ready at once (an unknown action)."""
-        started = time.perf_counter()
-        if action == "save":
-            self._due.append((call_id, "save", args, started, None))
-        elif action == "restore":
-            future = self._io.submit(read_snapshot, args["path"], self.fingerprint(),
-                                     self.engine.model_config.vocab_size)
-            self._reading[future] = (call_id, started)
-        else:
-            return [(call_id, _error(400, f"unknown session action {action!r}"))]
-        return []
-
-    def run(self) -> tuple[list, list[tuple[int, dict]]]:
-        """Advance every job -> (token deltas of a step finished to settle the caches, replies)."""
-        replies, deltas = [], []
-        for future in [f for f in self._writing if f.done()]:
-            call_id, reply = self._writing.pop(future)
-            replies.append((call_id, _outcome(future, lambda n: {**reply, "bytes": n})))
-        for future in [f for f in self._reading if f.done()]:
-            call_id, started = self._reading.pop(future)
-            if future.exception() is None:
-                self._due.append((call_id, "restore", {}, started, future.result()))
-            else:
-                replies.append((call_id, _outcome(future, None)))
-        if self._due:
-            deltas = self.engine.settle()
-        while self._due:
-            replies += self._run_loop_part(*self._due.popleft())
-        return deltas, replies
-
-    def _run_loop_part(self, call_id: int, action: str, args: dict, started: float, read) -> list:
-        held = time.perf_counter()
-        try:
-            if action == "save":
-                snapshot = collect(self.engine, args["token_ids"])
-            else:
-                snapshot, num_bytes = read
-                install(self.engine, snapshot)
-        except SessionError as e:
-            return [(call_id, _error(e.status, str(e)))]
-        except Exception as e:  # a failed copy must not take the engine down
-            logger.exception("session %s failed", action)
-            return [(call_id, _error(500, f"{type(e).__name__}: {e}"))]
-        reply = {"ok": True, "num_tokens": len(snapshot.token_ids), "loop_seconds": time.perf_counter() - held}
-        if action == "restore":
-            return [(call_id, {**reply, "bytes": num_bytes, "seconds": time.perf_counter() - started})]
-        self._writing[self._io.submit(_timed_write, args["path"], snapshot, self.fingerprint(), started)] = \
-            (call_id, reply)
-        return []
-
-
-def _timed_write(path: str, snapshot: Snapshot, current: dict, started: float) -> tuple[int, float]:
-    return write_snapshot(path, snapshot, current), time.perf_counter() - started
-
-
-def _outcome(future: Future, make_reply) -> dict:
-    error = future.exception()
-    if isinstance(error, SessionError):
-        return _error(error.status, str(error))
-    if error is not None:
-        return _error(500, f"{type(error).__name__}: {error}")
-    num_bytes, seconds = future.result()
-    return {**make_reply(num_bytes), "seconds": seconds}
-
-
-def _error(status: int, message: str) -> dict:
-    return {"ok": False, "status": status, "error": message}
