@@ -24,9 +24,9 @@ class Clock:
         return self.now
 
 
-def make(num_blocks: int = 24, **cache) -> tuple[Scheduler, Clock]:
+def make(num_blocks: int = 24, hybrid: bool = False, **cache) -> tuple[Scheduler, Clock]:
     s = Scheduler(SchedulerConfig(max_num_seqs=2, max_num_batched_tokens=64),
-                  CacheConfig(block_size=BLOCK, **cache), num_blocks, 256, (0,))
+                  CacheConfig(block_size=BLOCK, **cache), num_blocks, 256, (0,), has_recurrent_state=hybrid)
     clock = Clock()
     s.prefix.pins.clock = clock
     return s, clock
@@ -95,6 +95,20 @@ def test_pins_are_bounded_by_pin_max_tokens():
         run(s, f"other{i}", prompt(i))
     assert run(s, "a-again", prompt(1)) == 20
     assert run(s, "b-again", prompt(2)) == 2 * BLOCK
+
+
+def test_hybrid_pinned_prefix_keeps_its_checkpoint():
+    """A hybrid model's prefix hit needs the recurrent-state checkpoint where it ends: with room for two
+    checkpoints, the other requests' saves evict around the pinned prompt's, never it."""
+    s, _ = make(hybrid=True, checkpoint_pool_size=2)
+    run(s, "pin", prompt(1), pin_prefix=True)
+    for i in range(2, 8):
+        run(s, f"other{i}", prompt(i))
+    assert run(s, "other2-again", prompt(2)) == 0        # its blocks and checkpoints are long gone
+    assert run(s, "pin-again", prompt(1)) == 20
+    s.prefix.pins.unpin(list(s.prefix.pins._pinned))
+    assert not s.checkpoints.pinned
+    check_ref_counts(s)
 
 
 def test_cache_prefix_false_adds_nothing_but_still_reads():
