@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import logging
+import os
 import platform
 import threading
 from pathlib import Path
@@ -99,11 +100,25 @@ def supports(qtype: int) -> bool:
 
 
 def set_num_threads(num_threads: int) -> None:
-    """Threads per call, the caller's included (default: torch.get_num_threads() at each call)."""
+    """Threads per call, the caller's included (default: default_num_threads())."""
     global _num_threads
     if num_threads < 1:
         raise ValueError(f"set_num_threads: {num_threads} threads; pass 1 or more")
     _num_threads = num_threads
+
+
+@functools.cache
+def default_num_threads() -> int:
+    """Every core this process may run on (its affinity mask), not torch's thread count: the engine keeps
+    torch at one thread less on small hosts because an OpenMP team spin-waits for a descheduled member, but
+    this pool's caller never waits for a worker that has not started an item (quant_matmul.c), so a core
+    taken by someone else costs a wake-up, not a time slice. On the idle 2-core VM the second thread cut a
+    batch of 8 rows' matmul 1.6-1.9x (bench/results/2026-12-02-cpu-smollm2-batched)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _threads() -> int:
+    return _num_threads or default_num_threads()
 
 
 def isa() -> str:
@@ -130,7 +145,7 @@ def quant_matmul(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: i
     _check_matmul("quant_matmul", x, blocks, qtype, n, k)
     y = torch.from_numpy(np.empty((x.shape[0], n), np.float32))  # [T, N]; a third of torch.empty's cost
     status = library.strata_qmm(qtype, x.data_ptr(), x.shape[0], blocks.data_ptr(), n, k, y.data_ptr(),
-                                _num_threads or torch.get_num_threads())
+                                _threads())
     if status != 0:  # the C side's other refusals (type, K) were checked above
         raise MemoryError("quant_matmul: no scratch memory for the quantized activations")
     return y
@@ -150,7 +165,7 @@ def dequant_matmul(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k:
     _check_matmul("dequant_matmul", x, blocks, qtype, n, k)
     y = torch.from_numpy(np.empty((x.shape[0], n), np.float32))  # [T, N]
     library.strata_dqmm(qtype, x.data_ptr(), x.shape[0], blocks.data_ptr(), n, k, y.data_ptr(),
-                        _num_threads or torch.get_num_threads())  # its refusals (type, K) are checked above
+                        _threads())  # its refusals (type, K) are checked above
     return y
 
 
@@ -192,7 +207,7 @@ def quant_moe(hidden: torch.Tensor, rows: np.ndarray, experts: np.ndarray, weigh
     status = library.strata_qmoe(
         hidden.data_ptr(), out.data_ptr(), hidden.shape[1], inter, len(rows), rows.ctypes.data, experts.ctypes.data,
         weights.ctypes.data, qtype13, w13.data_ptr(), w13.stride(0), w13.stride(1), qtype2, w2.data_ptr(),
-        w2.stride(0), w2.stride(1), num_threads or _num_threads or torch.get_num_threads())
+        w2.stride(0), w2.stride(1), num_threads or _threads())
     if status != 0:  # the C side's other refusals (types, blocks) were checked above
         raise MemoryError("quant_moe: no scratch memory for the activations")
 

@@ -149,9 +149,29 @@ def test_batch_rows_and_threads_do_not_change_the_bits(isa):
         cpu_quant.set_num_threads(threads)
         results.append(cpu_quant.dequant_matmul(x, w, qtype, n, k))
     assert torch.equal(results[0], results[1])
-    for size in (1, 3, 4, 7):  # rows met in registers (up to 4), through the decoded buffer (more)
+    for size in (1, 2, 3, 5, 8):  # 4, 2 and 1 weight rows at a time; tiles of 8 rows of x and their tails
         in_parts = torch.cat([cpu_quant.dequant_matmul(x[i:i + size], w, qtype, n, k) for i in range(0, 40, size)])
         assert torch.equal(in_parts, results[0]), size
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("qtype", TYPES, ids=[q.name for q in TYPES])
+def test_many_rows_equal_one_row_at_a_time(isa, qtype):
+    """The AVX2 kernel meets a decoded weight row with up to 8 rows of x (one accumulator each), takes 4 or 2
+    weight rows at once for 1-2 or 3-4 rows of x, walks K in chunks of 512 over groups of 16 weight rows:
+    every batch size from 1 to 17 (full tiles and tails), 37 weight rows (2 groups + 5: tails of the 4- and
+    2-row steps) and a K whose last chunk is partial give each row the bits of that row alone, within the
+    float32 bound of the reference."""
+    cpu_quant.set_isa(isa)
+    cpu_quant.set_num_threads(1)
+    n, k = 37, 608 if block_of(qtype) == 32 else 768  # chunks of 512: 512 + 96, 512 + 256
+    w = make_blocks(qtype, n, k, seed=15)
+    x = torch.randn(17, k, generator=torch.Generator().manual_seed(16))
+    alone = torch.cat([cpu_quant.dequant_matmul(x[i:i + 1], w, qtype, n, k) for i in range(17)])
+    for t in range(1, 18):
+        assert torch.equal(cpu_quant.dequant_matmul(x[:t].contiguous(), w, qtype, n, k), alone[:t]), t
+    error = (alone.double() - cpu_quant.dequant_matmul_ref(x, w, qtype, n, k)).abs()
+    assert (error <= rounding_bound(x, weight_of(w, qtype, n, k))).all()
 
 
 def test_isas_agree_within_the_bound():

@@ -6,22 +6,22 @@
  * only one either way (tests/kernels/test_cpu_dequant_matmul.py runs every finite float16 scale). On this
  * Zen 1 the FMA pipes bound the decode: T = 1 Q4_1 1536 x 576 took 283 us a call unfused, 231 us fused.
  *
- * Every row of x sums in one order whatever the tile: two accumulators, the row's vectors of 8 values
- * alternating between them, then a0 + a1 and a fixed horizontal sum; so a row gives the same bits alone or
- * in a batch. Up to FUSED_T rows of x (decode): a weight row's blocks are decoded in registers and met by
- * those rows at once. More rows (up to DQ_T, a tile): CHUNK values of a weight row are decoded into an L1
- * buffer once, then the tile's rows run over them six at a time (one load of w feeds six FMAs: 0.57 ns an
- * FMA here, 0.75 at four). Single thread, Q4_1 1536 x 576: 0.24 / 0.15 / 0.11 ns a weight and row at 1 / 2 /
- * 4 rows (registers), 0.10 / 0.09 at 8 / 12 (buffer; Zen 1 stores 256 bits in two cycles). */
+ * Every row of x sums in one order whatever the batch: one accumulator of 8 lanes, the row's vectors of 8
+ * values in turn, then a fixed horizontal sum; so a row gives the same bits alone or in a batch. A weight
+ * row's blocks are decoded in registers and met there by up to DQ_T rows of x at once (one accumulator
+ * each), so the decode is paid once per DQ_T rows and nothing is stored; K is walked in chunks of KCHUNK
+ * values over groups of GROUP weight rows, the accumulators parked between chunks (bits unchanged), so
+ * the rows of x a chunk stay in L1. This Zen 1 runs one 256-bit FMA a cycle; at 8 rows the decoded
+ * registers feed 8 FMAs from one decode. (The first version decoded into an L1 buffer for more than 4 rows
+ * with two accumulators a row: 9.2 GMAC/s a thread at 8 rows of Q4_1, against 2.46 FMAs/ns = 19.7 peak.) */
 #include <immintrin.h>
 
 #include "quant_matmul.h"
 
 #define INLINE static inline __attribute__((always_inline))
 
-enum { CHUNK = 512 };      /* values decoded at a time for a tile: a multiple of every block */
-enum { FUSED, STORE };     /* what a walker does with each 32 decoded values */
-enum { FUSED_T = 4 };      /* rows of x met by the decoded registers at once; more rows: the L1 buffer */
+enum { KCHUNK = 512 };     /* values of K a pass: a multiple of every block; 8 rows of x are 16 KiB */
+enum { GROUP = 16 };       /* weight rows a pass over a chunk of K */
 
 INLINE float f16(uint16_t h) { return _cvtsh_ss(h); }
 
@@ -33,25 +33,17 @@ INLINE __m256i u8x8(const uint8_t *p) {  /* 8 bytes zero-extended to int32 lanes
 
 INLINE __m256 to_f32(__m256i v) { return _mm256_cvtepi32_ps(v); }
 
-/* values at..at+31 of the row, v[4]: FUSED adds v[j] * x[t * ldx + at + 8j..] into acc[t][j % 2] for the
- * nt rows t of x; STORE writes them to out[at..] */
-INLINE void emit(const int mode, const __m256 *v, int64_t at, const float *x, int64_t ldx, const int nt,
-                 __m256 (*acc)[2], float *out) {
-    for (int j = 0; j < 4; j++) {
-        if (mode == STORE) {
-            _mm256_store_ps(out + at + 8 * j, v[j]);
-            continue;
-        }
-        for (int t = 0; t < nt; t++)
-            acc[t][j % 2] = _mm256_fmadd_ps(v[j], _mm256_loadu_ps(x + t * ldx + at + 8 * j), acc[t][j % 2]);
-    }
+/* values at..at+31 of the row, v[4]: acc[t] += v[j] * x[t * ldx + at + 8j..] for the nt rows t of x */
+INLINE void emit(const __m256 *v, int64_t at, const float *x, int64_t ldx, const int nt, __m256 *acc) {
+    for (int j = 0; j < 4; j++)
+        for (int t = 0; t < nt; t++) acc[t] = _mm256_fmadd_ps(v[j], _mm256_loadu_ps(x + t * ldx + at + 8 * j), acc[t]);
 }
 
-/* Each walk_<type>(w, v0, len, mode, x, ldx, nt, acc, out): values v0 .. v0 + len (whole blocks) of the row
- * at w, decoded and emitted at 0 .. len (x and out start at value v0) */
+/* Each walk_<type>(w, v0, len, x, ldx, nt, acc): values v0 .. v0 + len (whole blocks) of the row at w,
+ * decoded and emitted at 0 .. len (x starts at value v0) */
 
-INLINE void walk_q8_0(const uint8_t *w, int64_t v0, int64_t len, const int mode, const float *x, int64_t ldx,
-                      const int nt, __m256 (*acc)[2], float *out) {
+INLINE void walk_q8_0(const uint8_t *w, int64_t v0, int64_t len, const float *x, int64_t ldx,
+                      const int nt, __m256 *acc) {
     const block_q8_0 *blk = (const block_q8_0 *)w + v0 / QK;
     for (int64_t at = 0; at < len; at += QK, blk++) {
         const __m256 d = f16x8(blk->d);
@@ -60,7 +52,7 @@ INLINE void walk_q8_0(const uint8_t *w, int64_t v0, int64_t len, const int mode,
             const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk->qs + 8 * j)));
             v[j] = _mm256_mul_ps(to_f32(q), d);
         }
-        emit(mode, v, at, x, ldx, nt, acc, out);
+        emit(v, at, x, ldx, nt, acc);
     }
 }
 
@@ -70,8 +62,8 @@ INLINE void nibbles32(const uint8_t *qs, __m256i *q) {  /* 16 bytes -> values 0-
     q[2] = _mm256_srli_epi32(a, 4), q[3] = _mm256_srli_epi32(b, 4);
 }
 
-INLINE void walk_q4_0(const uint8_t *w, int64_t v0, int64_t len, const int mode, const float *x, int64_t ldx,
-                      const int nt, __m256 (*acc)[2], float *out) {
+INLINE void walk_q4_0(const uint8_t *w, int64_t v0, int64_t len, const float *x, int64_t ldx,
+                      const int nt, __m256 *acc) {
     const block_q4_0 *blk = (const block_q4_0 *)w + v0 / QK;
     for (int64_t at = 0; at < len; at += QK, blk++) {
         const __m256 d = f16x8(blk->d);
@@ -79,12 +71,12 @@ INLINE void walk_q4_0(const uint8_t *w, int64_t v0, int64_t len, const int mode,
         __m256 v[4];
         nibbles32(blk->qs, q);
         for (int j = 0; j < 4; j++) v[j] = _mm256_mul_ps(to_f32(_mm256_sub_epi32(q[j], _mm256_set1_epi32(8))), d);
-        emit(mode, v, at, x, ldx, nt, acc, out);
+        emit(v, at, x, ldx, nt, acc);
     }
 }
 
-INLINE void walk_q4_1(const uint8_t *w, int64_t v0, int64_t len, const int mode, const float *x, int64_t ldx,
-                      const int nt, __m256 (*acc)[2], float *out) {
+INLINE void walk_q4_1(const uint8_t *w, int64_t v0, int64_t len, const float *x, int64_t ldx,
+                      const int nt, __m256 *acc) {
     const block_q4_1 *blk = (const block_q4_1 *)w + v0 / QK;
     for (int64_t at = 0; at < len; at += QK, blk++) {
         uint32_t dm;  /* d and m side by side: one conversion */
@@ -95,7 +87,7 @@ INLINE void walk_q4_1(const uint8_t *w, int64_t v0, int64_t len, const int mode,
         __m256 v[4];
         nibbles32(blk->qs, q);
         for (int j = 0; j < 4; j++) v[j] = _mm256_fmadd_ps(to_f32(q[j]), d, m);
-        emit(mode, v, at, x, ldx, nt, acc, out);
+        emit(v, at, x, ldx, nt, acc);
     }
 }
 
@@ -112,8 +104,8 @@ INLINE void fifth_bits(const uint8_t *qh, __m256i *q) {
     }
 }
 
-INLINE void walk_q5_0(const uint8_t *w, int64_t v0, int64_t len, const int mode, const float *x, int64_t ldx,
-                      const int nt, __m256 (*acc)[2], float *out) {
+INLINE void walk_q5_0(const uint8_t *w, int64_t v0, int64_t len, const float *x, int64_t ldx,
+                      const int nt, __m256 *acc) {
     const block_q5_0 *blk = (const block_q5_0 *)w + v0 / QK;
     for (int64_t at = 0; at < len; at += QK, blk++) {
         const __m256 d = f16x8(blk->d);
@@ -122,12 +114,12 @@ INLINE void walk_q5_0(const uint8_t *w, int64_t v0, int64_t len, const int mode,
         nibbles32(blk->qs, q);
         fifth_bits(blk->qh, q);
         for (int j = 0; j < 4; j++) v[j] = _mm256_mul_ps(to_f32(_mm256_sub_epi32(q[j], _mm256_set1_epi32(16))), d);
-        emit(mode, v, at, x, ldx, nt, acc, out);
+        emit(v, at, x, ldx, nt, acc);
     }
 }
 
-INLINE void walk_q5_1(const uint8_t *w, int64_t v0, int64_t len, const int mode, const float *x, int64_t ldx,
-                      const int nt, __m256 (*acc)[2], float *out) {
+INLINE void walk_q5_1(const uint8_t *w, int64_t v0, int64_t len, const float *x, int64_t ldx,
+                      const int nt, __m256 *acc) {
     const block_q5_1 *blk = (const block_q5_1 *)w + v0 / QK;
     for (int64_t at = 0; at < len; at += QK, blk++) {
         uint32_t dm;  /* d and m side by side: one conversion */
@@ -139,15 +131,14 @@ INLINE void walk_q5_1(const uint8_t *w, int64_t v0, int64_t len, const int mode,
         nibbles32(blk->qs, q);
         fifth_bits(blk->qh, q);
         for (int j = 0; j < 4; j++) v[j] = _mm256_fmadd_ps(to_f32(q[j]), d, m);
-        emit(mode, v, at, x, ldx, nt, acc, out);
+        emit(v, at, x, ldx, nt, acc);
     }
 }
 
 /* Q4_K / Q5_K superblock (qh NULL for Q4_K): sub-blocks 2c and 2c + 1 take the low and high nibbles of
  * qs[32c ..], bit j of qh[i] is bit 4 of value i of sub-block j; w = q * (d * sc) - dmin * m */
 INLINE void superblock_k(const uint8_t *scales, float d, float dmin, const uint8_t *qs, const uint8_t *qh,
-                         int64_t at, const int mode, const float *x, int64_t ldx, const int nt,
-                         __m256 (*acc)[2], float *out) {
+                         int64_t at, const float *x, int64_t ldx, const int nt, __m256 *acc) {
     const __m256i mask = _mm256_set1_epi32(0xF), one = _mm256_set1_epi32(1);
     uint32_t b0, b1, b2;  /* scale_min_k4's layout (quant_matmul.h), 4 sub-blocks at a time */
     memcpy(&b0, scales, 4), memcpy(&b1, scales + 4, 4), memcpy(&b2, scales + 8, 4);
@@ -173,29 +164,29 @@ INLINE void superblock_k(const uint8_t *scales, float d, float dmin, const uint8
                     q = _mm256_or_si256(q, _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(high[i], j), one), 4));
                 v[i] = _mm256_fmadd_ps(to_f32(q), scale, minimum);  /* q * scale is exact: see the top */
             }
-            emit(mode, v, at + j * QK, x, ldx, nt, acc, out);
+            emit(v, at + j * QK, x, ldx, nt, acc);
         }
     }
 }
 
-INLINE void walk_q4_k(const uint8_t *w, int64_t v0, int64_t len, const int mode, const float *x, int64_t ldx,
-                      const int nt, __m256 (*acc)[2], float *out) {
+INLINE void walk_q4_k(const uint8_t *w, int64_t v0, int64_t len, const float *x, int64_t ldx,
+                      const int nt, __m256 *acc) {
     const block_q4_k *blk = (const block_q4_k *)w + v0 / QK_K;
     for (int64_t at = 0; at < len; at += QK_K, blk++)
-        superblock_k(blk->scales, f16(blk->d), f16(blk->dmin), blk->qs, NULL, at, mode, x, ldx, nt, acc, out);
+        superblock_k(blk->scales, f16(blk->d), f16(blk->dmin), blk->qs, NULL, at, x, ldx, nt, acc);
 }
 
-INLINE void walk_q5_k(const uint8_t *w, int64_t v0, int64_t len, const int mode, const float *x, int64_t ldx,
-                      const int nt, __m256 (*acc)[2], float *out) {
+INLINE void walk_q5_k(const uint8_t *w, int64_t v0, int64_t len, const float *x, int64_t ldx,
+                      const int nt, __m256 *acc) {
     const block_q5_k *blk = (const block_q5_k *)w + v0 / QK_K;
     for (int64_t at = 0; at < len; at += QK_K, blk++)
-        superblock_k(blk->scales, f16(blk->d), f16(blk->dmin), blk->qs, blk->qh, at, mode, x, ldx, nt, acc, out);
+        superblock_k(blk->scales, f16(blk->d), f16(blk->dmin), blk->qs, blk->qh, at, x, ldx, nt, acc);
 }
 
 /* Q6_K: sub-block j = 4h + s takes its low 4 bits from ql[h*64 + (s%2)*32 ..] (high nibbles for s >= 2),
  * its high 2 bits from qh[h*32 ..] >> 2s; minus 32; times d * the int8 scale of each 16 values */
-INLINE void walk_q6_k(const uint8_t *w, int64_t v0, int64_t len, const int mode, const float *x, int64_t ldx,
-                      const int nt, __m256 (*acc)[2], float *out) {
+INLINE void walk_q6_k(const uint8_t *w, int64_t v0, int64_t len, const float *x, int64_t ldx,
+                      const int nt, __m256 *acc) {
     const block_q6_k *blk = (const block_q6_k *)w + v0 / QK_K;
     const __m256i mask = _mm256_set1_epi32(0xF), three = _mm256_set1_epi32(3), offset = _mm256_set1_epi32(32);
     for (int64_t at = 0; at < len; at += QK_K, blk++) {
@@ -218,14 +209,14 @@ INLINE void walk_q6_k(const uint8_t *w, int64_t v0, int64_t len, const int mode,
                     const __m256i q = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), offset);
                     v[i] = _mm256_mul_ps(to_f32(q), i < 2 ? scale_lo : scale_hi);
                 }
-                emit(mode, v, at + j * QK, x, ldx, nt, acc, out);
+                emit(v, at + j * QK, x, ldx, nt, acc);
             }
         }
     }
 }
 
-INLINE void walk_iq4_xs(const uint8_t *w, int64_t v0, int64_t len, const int mode, const float *x, int64_t ldx,
-                        const int nt, __m256 (*acc)[2], float *out) {
+INLINE void walk_iq4_xs(const uint8_t *w, int64_t v0, int64_t len, const float *x, int64_t ldx,
+                        const int nt, __m256 *acc) {
     const block_iq4_xs *blk = (const block_iq4_xs *)w + v0 / QK_K;
     const __m128i values = _mm_loadu_si128((const __m128i *)IQ4_VALUES), mask = _mm_set1_epi8(0xF);
     for (int64_t at = 0; at < len; at += QK_K, blk++) {
@@ -242,76 +233,78 @@ INLINE void walk_iq4_xs(const uint8_t *w, int64_t v0, int64_t len, const int mod
             const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
             __m256 v[4];
             for (int i = 0; i < 4; i++) v[i] = _mm256_mul_ps(to_f32(_mm256_cvtepi8_epi32(parts[i])), scale);
-            emit(mode, v, at + j * QK, x, ldx, nt, acc, out);
+            emit(v, at + j * QK, x, ldx, nt, acc);
         }
     }
 }
 
-INLINE float reduce(const __m256 *acc) {  /* a0 + a1, then the 8 lanes in a fixed order */
-    const __m256 v = _mm256_add_ps(acc[0], acc[1]);
+INLINE float reduce(__m256 v) {  /* the 8 lanes in a fixed order */
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
-/* acc[t] += the decoded values w [len] times row t of x (rows ldx apart), t < nr <= 6, in the order FUSED
- * adds them: one load of w feeds nr FMAs (12 accumulators and w fill the 16 registers) */
-INLINE void dot_rows(const float *w, int64_t len, const float *x, int64_t ldx, const int nr, __m256 (*acc)[2]) {
-    __m256 a[6][2];
-    for (int t = 0; t < nr; t++) a[t][0] = acc[t][0], a[t][1] = acc[t][1];
-    for (int64_t i = 0; i < len; i += 16) {
-        for (int j = 0; j < 2; j++) {
-            const __m256 wv = _mm256_load_ps(w + i + 8 * j);
-            for (int t = 0; t < nr; t++)
-                a[t][j] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + t * ldx + i + 8 * j), a[t][j]);
-        }
-    }
-    for (int t = 0; t < nr; t++) acc[t][0] = a[t][0], acc[t][1] = a[t][1];
-}
+/* values a block of each type: run_<type> interleaves its weight rows block by block */
+enum { BLOCK_q8_0 = QK, BLOCK_q4_0 = QK, BLOCK_q4_1 = QK, BLOCK_q5_0 = QK, BLOCK_q5_1 = QK, BLOCK_q4_k = QK_K,
+       BLOCK_q5_k = QK_K, BLOCK_q6_k = QK_K, BLOCK_iq4_xs = QK_K };
 
-/* rows of the tile x [nt, k], 2 <= nt <= DQ_T, over one weight row decoded CHUNK values at a time */
-#define TILE(name)                                                                                            \
-    static void tile_##name(const uint8_t *w, const float *x, int64_t k, int nt, float *y, int64_t ldy) {     \
-        __m256 acc[DQ_T][2];                                                                                  \
-        _Alignas(32) float wf[CHUNK];                                                                         \
-        for (int t = 0; t < nt; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();                             \
-        for (int64_t c0 = 0; c0 < k; c0 += CHUNK) {                                                           \
-            const int64_t len = k - c0 < CHUNK ? k - c0 : CHUNK;                                              \
-            walk_##name(w, c0, len, STORE, NULL, 0, 0, NULL, wf);                                             \
-            for (int t = 0; t < nt; t += 6) {                                                                 \
-                const float *xt = x + t * k + c0;                                                             \
-                switch (nt - t) {                                                                             \
-                case 1: dot_rows(wf, len, xt, k, 1, acc + t); break;                                          \
-                case 2: dot_rows(wf, len, xt, k, 2, acc + t); break;                                          \
-                case 3: dot_rows(wf, len, xt, k, 3, acc + t); break;                                          \
-                case 4: dot_rows(wf, len, xt, k, 4, acc + t); break;                                          \
-                case 5: dot_rows(wf, len, xt, k, 5, acc + t); break;                                          \
-                default: dot_rows(wf, len, xt, k, 6, acc + t); break;                                         \
-                }                                                                                             \
+/* acc [rows][DQ_T] += weight rows r (row_bytes apart) . x rows t < nt over values c0 .. c0 + len. run_<type>
+ * takes nw weight rows at once, block by block (nw * nt <= 8 accumulators: at one or two rows of x, four
+ * independent FMA chains hide the FMA latency), on a copy of their accumulators in locals (registers:
+ * acc's memory could alias x, __m256 being may_alias). */
+#define PASS(name)                                                                                            \
+    INLINE void run_##name(const uint8_t *w, int64_t row_bytes, const int nw, int64_t c0, int64_t len,        \
+                           const float *x, int64_t k, const int nt, __m256 (*acc)[DQ_T]) {                    \
+        __m256 a[4][DQ_T];                                                                                    \
+        for (int r = 0; r < nw; r++)                                                                          \
+            for (int t = 0; t < nt; t++) a[r][t] = acc[r][t];                                                 \
+        for (int64_t b = c0; b < c0 + len; b += BLOCK_##name)                                                 \
+            for (int r = 0; r < nw; r++) walk_##name(w + r * row_bytes, b, BLOCK_##name, x + b, k, nt, a[r]); \
+        for (int r = 0; r < nw; r++)                                                                          \
+            for (int t = 0; t < nt; t++) acc[r][t] = a[r][t];                                                 \
+    }                                                                                                         \
+    static void pass_##name(const uint8_t *w, int64_t row_bytes, int64_t rows, const float *x, int64_t k,      \
+                            int64_t c0, int64_t len, int nt, __m256 (*acc)[DQ_T]) {                           \
+        const int nw = nt <= 2 ? 4 : nt <= 4 ? 2 : 1;                                                         \
+        int64_t r = 0;                                                                                        \
+        for (; nw > 1 && r + nw <= rows; r += nw) {                                                           \
+            const uint8_t *wr = w + r * row_bytes;                                                            \
+            switch (nt) {                                                                                     \
+            case 1: run_##name(wr, row_bytes, 4, c0, len, x, k, 1, acc + r); break;                           \
+            case 2: run_##name(wr, row_bytes, 4, c0, len, x, k, 2, acc + r); break;                           \
+            case 3: run_##name(wr, row_bytes, 2, c0, len, x, k, 3, acc + r); break;                           \
+            default: run_##name(wr, row_bytes, 2, c0, len, x, k, 4, acc + r); break;                          \
             }                                                                                                 \
         }                                                                                                     \
-        for (int t = 0; t < nt; t++) y[t * ldy] = reduce(acc[t]);                                             \
+        for (; r < rows; r++) {                                                                               \
+            const uint8_t *wr = w + r * row_bytes;                                                            \
+            switch (nt) {                                                                                     \
+            case 1: run_##name(wr, row_bytes, 1, c0, len, x, k, 1, acc + r); break;                           \
+            case 2: run_##name(wr, row_bytes, 1, c0, len, x, k, 2, acc + r); break;                           \
+            case 3: run_##name(wr, row_bytes, 1, c0, len, x, k, 3, acc + r); break;                           \
+            case 4: run_##name(wr, row_bytes, 1, c0, len, x, k, 4, acc + r); break;                           \
+            case 5: run_##name(wr, row_bytes, 1, c0, len, x, k, 5, acc + r); break;                           \
+            case 6: run_##name(wr, row_bytes, 1, c0, len, x, k, 6, acc + r); break;                           \
+            case 7: run_##name(wr, row_bytes, 1, c0, len, x, k, 7, acc + r); break;                           \
+            default: run_##name(wr, row_bytes, 1, c0, len, x, k, 8, acc + r); break;                          \
+            }                                                                                                 \
+        }                                                                                                     \
     }
 
 #define ROWS(name)                                                                                            \
-    TILE(name)                                                                                                \
+    PASS(name)                                                                                                \
     static void rows_##name(const uint8_t *w, int64_t row_bytes, int64_t rows, const float *x, int64_t k,      \
                             int nt, float *y, int64_t ldy) {                                                  \
-        for (int64_t r = 0; r < rows; r++) {                                                                  \
-            const uint8_t *wr = w + r * row_bytes;                                                            \
-            if (nt > FUSED_T) {                                                                               \
-                tile_##name(wr, x, k, nt, y + r, ldy);                                                        \
-                continue;                                                                                     \
-            }                                                                                                 \
-            __m256 acc[FUSED_T][2];                                                                           \
-            for (int t = 0; t < nt; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();                         \
-            switch (nt) {                                                                                     \
-            case 1: walk_##name(wr, 0, k, FUSED, x, k, 1, acc, NULL); break;                                  \
-            case 2: walk_##name(wr, 0, k, FUSED, x, k, 2, acc, NULL); break;                                  \
-            case 3: walk_##name(wr, 0, k, FUSED, x, k, 3, acc, NULL); break;                                  \
-            default: walk_##name(wr, 0, k, FUSED, x, k, 4, acc, NULL); break;                                 \
-            }                                                                                                 \
-            for (int t = 0; t < nt; t++) y[t * ldy + r] = reduce(acc[t]);                                     \
+        __m256 acc[GROUP][DQ_T];                                                                              \
+        for (int64_t r0 = 0; r0 < rows; r0 += GROUP) {                                                        \
+            const int64_t group = rows - r0 < GROUP ? rows - r0 : GROUP;                                      \
+            for (int64_t r = 0; r < group; r++)                                                               \
+                for (int t = 0; t < nt; t++) acc[r][t] = _mm256_setzero_ps();                                 \
+            for (int64_t c0 = 0; c0 < k; c0 += KCHUNK)                                                        \
+                pass_##name(w + r0 * row_bytes, row_bytes, group, x, k, c0, k - c0 < KCHUNK ? k - c0 : KCHUNK,  \
+                            nt, acc);                                                                         \
+            for (int64_t r = 0; r < group; r++)                                                               \
+                for (int t = 0; t < nt; t++) y[t * ldy + r0 + r] = reduce(acc[r][t]);                         \
         }                                                                                                     \
     }
 QMM_TYPES(QMM_ROWS)

@@ -119,7 +119,7 @@ void strata_qmm_table_avx512(rows_fn table[NUM_TYPES]);
  * y[t * ldy + r] = sum_i x[t * k + i] * w_r[i] for r < rows, t < nt <= DQ_T: x is the tile's first row
  * of k floats, w_r row r (row_bytes from w) dequantized value by value with gguf's float32 operations
  * (dequant_scalar.c states them), summed in float32 in an order that depends on neither nt nor rows. */
-enum { DQ_T = 12 };  /* rows of x a tile: each weight row is decoded once per tile */
+enum { DQ_T = 8 };  /* rows of x a tile: each weight row is decoded once per tile */
 typedef void (*dq_rows_fn)(const uint8_t *w, int64_t row_bytes, int64_t rows, const float *x, int64_t k, int nt,
                            float *y, int64_t ldy);
 
