@@ -4,10 +4,11 @@ template, with tools and the thinking switch.
 Both APIs convert their messages to one normalized form first: {"role", "content": str,
 "tool_calls": [{"id", "name", "arguments": dict}], "tool_call_id"}. Known per-request stamps in system
 messages (Claude Code's `cch=` and `cc_version=`) get a fixed value before rendering, so a conversation's
-prompt keeps its prefix from turn to turn and the prefix cache finds it (--normalize-prompt-stamps). A template that knows tool calls
-gets them natively (HF's `tools=` and `tool_calls`); for one that does not, tools are described in the
-system message and calls/results written as Hermes/Qwen text (`<tool_call>{json}</tool_call>`,
-`<tool_response>…</tool_response>`), the format the output parser reads back.
+prompt keeps its prefix from turn to turn and the prefix cache finds it (--normalize-prompt-stamps).
+A template that knows tool calls gets them natively (HF's `tools=` and `tool_calls`); for one that does
+not, tools are described in the system message and calls/results written as Hermes/Qwen text
+(`<tool_call>{json}</tool_call>`, `<tool_response>…</tool_response>`), the format the output parser reads
+back.
 """
 
 from __future__ import annotations
