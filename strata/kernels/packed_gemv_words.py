@@ -3,10 +3,12 @@
 Same contract as packed_gemv.packed_gemv (y = x @ W.T, x [M <= 16, K], W as GGUF rows of superblocks, the
 file's bytes), another decoder: packed_gemv gathers the block bytes one by one and spends ~20 instructions
 a weight on loads, byte shuffles and conversions, which made it instruction-bound at ~1 TB/s on the H200
-(the 248,320 x 2,560 Q6_K LM head of Qwen4-Exp: ~550 us for 521 MB). Here each load brings four bytes,
-the quant fields of four weights are combined with word-wide masks and shifts (SIMD within a register),
-and each byte becomes a float with one OR into the exponent of 2^23 and one subtraction: ~4 instructions
-a weight.
+(the 248,320 x 2,560 Q6_K LM head of Qwen4-Exp: ~530-680 us for 521 MB). Here each load brings four
+bytes, the quant fields of four weights are combined with word-wide masks and shifts (SIMD within a
+register), and each byte becomes a float with one PRMT into the mantissa of 2^23 and one subtraction:
+~4 instructions a weight. That LM head takes 250 us (2.1 TB/s). packed_gemv sends Q6_K here by default;
+Q4_K / Q5_K only when asked (WORDS=True): the group sums were faster on most of their small shapes, where
+this decoder's activation loads are shared by too few rows (bench/results/2026-12-02-h200-packed-words).
 
 Word access needs rows of whole words (row_bytes % 4 == 0: an even number of Q6_K superblocks, any
 Q4_K / Q5_K row). Q4_K (144 bytes) and Q5_K (176) superblocks start on words; Q6_K's (210) start on
@@ -41,6 +43,7 @@ if triton is not None:
 def _interpreted() -> bool:
     """Under TRITON_INTERPRET=1 (no inline PTX): the kernels take their plain-Triton byte decode."""
     return os.environ.get("TRITON_INTERPRET") == "1"
+
 
 Q4_K, Q5_K, Q6_K = 12, 13, 14
 SUPERBLOCK_BYTES = {Q4_K: 144, Q5_K: 176, Q6_K: 210}
