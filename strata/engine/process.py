@@ -18,7 +18,7 @@ from strata.config import EngineConfig
 from strata.types import FinishReason, Request, TokenDelta
 
 HEARTBEAT_S = 0.5
-SESSION_POLL_S = 0.005  # while a session file is read or written on its thread, look in on it this often
+SESSION_POLL_S = 0.001  # while a session job runs, look in on it this often (its steps run between polls)
 
 
 def run_engine(config: EngineConfig, conn: Connection, quiet: bool = False) -> None:

@@ -1,15 +1,16 @@
 """Session saves and restores in flight in the engine process (strata.engine.sessions does the work).
-Each job is a generator of steps, each step run where it must: LOOP steps on the engine loop with the
-caches settled (no step in flight, queued copies done), LOOP_ANY steps on the loop as they come, THREAD
-steps on one worker thread while the loop keeps serving. The loop calls `run()` between steps.
-Replies are plain dicts: {"ok": True, "num_tokens", "bytes", "seconds", "loop_seconds"} or
-{"ok": False, "status": HTTP status, "error": message}.
+Each job is a generator of steps, each run where it must: LOOP steps on the engine loop with the caches
+settled (no step in flight, queued copies done), LOOP_ANY steps on the loop as they come, THREAD steps
+on one worker thread while the loop keeps serving. The loop calls `run()` between its steps; while
+requests run, one call spends at most LOOP_SLICE_S on session steps (each copies one tensor at most),
+so a save or restore delays the running requests' next step by about that much, not by its whole size.
+Replies are plain dicts: {"ok": True, "num_tokens", "bytes", "seconds", "loop_seconds",
+"longest_loop_step_seconds"} or {"ok": False, "status": HTTP status, "error": message}.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections import deque
 from collections.abc import Callable, Generator
@@ -22,6 +23,7 @@ from strata.engine.sessions import SessionError
 logger = logging.getLogger(__name__)
 
 LOOP, LOOP_ANY, THREAD = "loop", "loop_any", "thread"
+LOOP_SLICE_S = 0.005
 Step = tuple[str, Callable[[], object]]
 
 
@@ -31,6 +33,7 @@ class _Job:
     steps: Generator[Step, object, dict]
     started: float
     loop_seconds: float = 0.0
+    longest_loop_step: float = 0.0
 
 
 class SessionJobs:
@@ -55,21 +58,27 @@ class SessionJobs:
         self._advance(job, None, None)
 
     def run(self) -> tuple[list, list[tuple[int, dict]]]:
-        """Advance every job as far as it goes now -> (token deltas of a step the settling finished, replies)."""
+        """Advance the jobs (loop steps for up to LOOP_SLICE_S while requests run) -> (token deltas of a
+        step that settling the caches finished, replies)."""
         for future in [f for f in self._on_thread if f.done()]:
             job = self._on_thread.pop(future)
             self._advance(job, *((None, future.exception()) if future.exception() else (future.result(), None)))
         deltas = []
         if any(kind == LOOP for _, kind, _ in self._on_loop):
-            deltas = self.engine.settle()
-        while self._on_loop:
+            deltas = self.engine.settle()  # settled until the engine's next step: later LOOP steps here too
+        deadline = time.perf_counter() + LOOP_SLICE_S if self.engine.has_unfinished() else float("inf")
+        ran = 0
+        while self._on_loop and (not ran or time.perf_counter() < deadline):  # at least one step per call
+            ran += 1
             job, _, fn = self._on_loop.popleft()
             started = time.perf_counter()
             try:
                 value, error = fn(), None
             except Exception as e:
                 value, error = None, e
-            job.loop_seconds += time.perf_counter() - started
+            spent = time.perf_counter() - started
+            job.loop_seconds += spent
+            job.longest_loop_step = max(job.longest_loop_step, spent)
             self._advance(job, value, error)
         replies, self._replies = self._replies, []
         return deltas, replies
@@ -80,6 +89,7 @@ class SessionJobs:
             kind, fn = job.steps.throw(error) if error is not None else job.steps.send(value)
         except StopIteration as done:
             self._replies.append((job.call_id, {"ok": True, **done.value, "loop_seconds": job.loop_seconds,
+                                                "longest_loop_step_seconds": job.longest_loop_step,
                                                 "seconds": time.perf_counter() - job.started}))
             return
         except SessionError as e:
@@ -104,24 +114,29 @@ class SessionJobs:
     def _save(self, args: dict) -> Generator[Step, object, dict]:
         engine, current = self.engine, self.fingerprint()
         held = yield LOOP, lambda: sessions.hold_prefix(engine, args["token_ids"])
+        kv = {}
         try:
-            num_bytes = yield THREAD, lambda: sessions.write_prefix(args["path"], engine.runner, held, current)
+            for name in sessions.kv_pools(engine.runner):
+                kv[name] = yield LOOP_ANY, lambda name=name: sessions.copy_out(engine.runner, held, name)
         finally:
             yield LOOP_ANY, lambda: sessions.release_prefix(engine, held)
+        num_bytes = yield THREAD, lambda: sessions.write_session(args["path"], held.token_ids, kv, held.states,
+                                                                 current)
         return {"num_tokens": len(held.token_ids), "bytes": num_bytes}
 
     def _restore(self, args: dict) -> Generator[Step, object, dict]:
-        engine, current, path = self.engine, self.fingerprint(), args["path"]
-        reader, token_ids = yield THREAD, lambda: sessions.open_session(path, current,
-                                                                        engine.model_config.vocab_size)
-        reservation = yield LOOP, lambda: sessions.reserve_blocks(engine, token_ids)
+        engine, current = self.engine, self.fingerprint()
+        saved = yield THREAD, lambda: sessions.read_session(args["path"], current, engine.model_config.vocab_size)
+        reservation = yield LOOP, lambda: sessions.reserve_blocks(engine, saved.token_ids)
         try:
-            states = yield THREAD, lambda: sessions.fill_blocks(engine.runner, reader, reservation)
+            for name, tensor in saved.kv.items():
+                yield LOOP_ANY, lambda name=name, tensor=tensor: sessions.copy_in(engine.runner, reservation, name,
+                                                                                  tensor)
         except BaseException:
             yield LOOP_ANY, lambda: sessions.release_blocks(engine, reservation)
             raise
-        yield LOOP, lambda: sessions.finish_restore(engine, reservation, states)
-        return {"num_tokens": len(token_ids), "bytes": os.path.getsize(path)}
+        yield LOOP, lambda: sessions.finish_restore(engine, reservation, saved.states)
+        return {"num_tokens": len(saved.token_ids), "bytes": saved.num_bytes}
 
 
 def _error(status: int, message: str) -> dict:

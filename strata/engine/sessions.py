@@ -1,11 +1,14 @@
 """Sessions on disk: a conversation's cached prefix (its KV blocks in every paged layer, and on hybrid
-models the recurrent-state checkpoint where the prefix ends) saved to a file, and put back into the
-prefix cache so the request that continues the conversation after a restart reads only its new tokens.
+models the recurrent-state checkpoint where it ends) saved to a file, and put back into the prefix
+cache so the request that continues the conversation after a restart reads only its new tokens. What
+is saved is exactly what the prefix cache would give a request with those tokens.
 
-The engine loop does only the copies between the caches and host memory (`collect`, `install`), with no
-step in flight (EngineCore.settle); the file's I/O runs on a worker thread (`SessionJobs`). A file is
-refused unless its fingerprint (model config, weights, dtype, block size, cache layout) equals this
-engine's; what is saved is exactly what the prefix cache would give a request with those tokens.
+Work is split so that the engine loop is never held for long: on the loop, with the caches settled
+(EngineCore.settle), only bookkeeping (hold a prefix's blocks: a held block is never evicted or written;
+take fresh blocks; register them) and copies of one tensor (one layer's K or V) at a time, between
+steps; on a worker thread, the file. Device tensors are touched on the loop only: a CUDA graph capture
+there forbids CUDA work from other threads. session_jobs.py drives the steps. A file is refused unless
+its fingerprint (model config, weights, dtype, block size, cache layout) equals this engine's.
 """
 
 from __future__ import annotations
@@ -31,16 +34,6 @@ class SessionError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
-
-
-@dataclasses.dataclass
-class Snapshot:
-    """A cached prefix in host memory: its tokens (whole blocks), KV per paged layer [N_blocks, B, ...]
-    and, on hybrid models, the recurrent state after its last token [1, ...] per state tensor."""
-
-    token_ids: list[int]
-    kv: dict[str, torch.Tensor]
-    states: dict[str, torch.Tensor]
 
 
 # ---- fingerprint -----------------------------------------------------------------------------------
@@ -120,7 +113,7 @@ def check_header(header: dict, current: dict, filename: str) -> None:
                                 f"server running the model and options it was saved with")
 
 
-# ---- save: hold the prefix (loop), stream it to the file (thread), let go (loop) --------------------
+# ---- save: hold the prefix, copy it tensor by tensor, let go (loop); write the file (thread) -------
 
 @dataclasses.dataclass
 class HeldPrefix:
@@ -135,6 +128,11 @@ class HeldPrefix:
     @property
     def device_blocks(self) -> list[int]:
         return [i for kind, i in self.blocks if kind == "device"]
+
+
+def kv_pools(runner) -> dict[str, torch.Tensor]:
+    """Tensor name -> pool [N_blocks, B, ...] of every paged cache: K and V per layer (MTP and QSA keys too)."""
+    return {f"{_name(key)}.{i}": t for key, pair in runner.kv_pool.caches.items() for i, t in enumerate(pair)}
 
 
 def hold_prefix(engine, token_ids: list[int]) -> HeldPrefix:
@@ -167,51 +165,43 @@ def release_prefix(engine, held: HeldPrefix) -> None:
 
 
 @torch.inference_mode()
-def write_prefix(path: str, runner, held: HeldPrefix, current: dict) -> int:
-    """Thread: the held prefix to `path`, one layer's K or V [N_blocks, B, ...] in host memory at a time
-    -> bytes written."""
-    header = {"format": FORMAT, "fingerprint": current, "num_tokens": len(held.token_ids), "saved_at": time.time()}
-    pools = {f"kv.{_name(key)}.{i}": t for key, pair in runner.kv_pool.caches.items() for i, t in enumerate(pair)}
-    specs = {"token_ids": (torch.int64, [len(held.token_ids)]),
-             **{name: (t.dtype, [len(held.blocks), *t.shape[1:]]) for name, t in pools.items()},
-             **{f"state.{name}": (t.dtype, list(t.shape)) for name, t in held.states.items()}}
-    tensors = (torch.tensor(held.token_ids, dtype=torch.int64),
-               *(_gather(pool, held.parked.get(name[3:]), held.blocks) for name, pool in pools.items()),
-               *held.states.values())
-    return session_file.write(path, header, specs, tensors)
-
-
-def _gather(pool: torch.Tensor, parked: torch.Tensor | None, blocks: list[tuple[str, int]]) -> torch.Tensor:
-    """A match's blocks in order, from the device pool or the parked copies -> [N_blocks, B, ...] on the host."""
+def copy_out(runner, held: HeldPrefix, name: str) -> torch.Tensor:
+    """Loop: one cache tensor's blocks of the held prefix, in order -> [N_blocks, B, ...] in host memory."""
+    pool, blocks = kv_pools(runner)[name], held.blocks
     device = [(i, b) for i, (kind, b) in enumerate(blocks) if kind == "device"]
     ids = torch.tensor([b for _, b in device], device=pool.device)
     if len(device) == len(blocks):
         return pool.index_select(0, ids).cpu()
     out = torch.empty(len(blocks), *pool.shape[1:], dtype=pool.dtype)
     out[[i for i, _ in device]] = pool.index_select(0, ids).cpu()
-    out[[i for i, (kind, _) in enumerate(blocks) if kind == "parked"]] = parked
+    out[[i for i, (kind, _) in enumerate(blocks) if kind == "parked"]] = held.parked[name]
     return out
 
 
-# ---- restore: read and check (thread), take blocks (loop), fill them (thread), register (loop) ------
+def write_session(path: str, token_ids: list[int], kv: dict[str, torch.Tensor], states: dict[str, torch.Tensor],
+                  current: dict) -> int:
+    """Thread: the file -> bytes written."""
+    header = {"format": FORMAT, "fingerprint": current, "num_tokens": len(token_ids), "saved_at": time.time()}
+    tensors = {"token_ids": torch.tensor(token_ids, dtype=torch.int64), **{f"kv.{k}": t for k, t in kv.items()},
+               **{f"state.{k}": t for k, t in states.items()}}
+    specs = {name: (t.dtype, list(t.shape)) for name, t in tensors.items()}
+    return session_file.write(path, header, specs, tensors.values())
+
+
+# ---- restore: read and check (thread); take blocks, fill them tensor by tensor, register (loop) ----
 
 @dataclasses.dataclass
-class Reservation:
-    """Blocks of a restore in progress: those already cached held, fresh ones taken for the rest."""
+class SavedSession:
+    """A session file read into host memory and checked against this engine."""
 
     token_ids: list[int]
-    hashes: list[int]
-    blocks: list[int | None]      # per block of the prefix: the cached one held, or None (missing)
-    missing: list[int]            # positions to fill
-    fresh: list[int]              # their new blocks, unregistered until finish_restore
-
-    @property
-    def all_blocks(self) -> list[int]:
-        return [b for b in self.blocks if b is not None] + self.fresh
+    kv: dict[str, torch.Tensor]           # name -> [N_blocks, B, ...]
+    states: dict[str, torch.Tensor]       # name -> [1, ...]
+    num_bytes: int
 
 
-def open_session(path: str, current: dict, vocab_size: int) -> tuple[session_file.SessionReader, list[int]]:
-    """Thread: open a session file and check it against this engine -> (reader, token ids)."""
+def read_session(path: str, current: dict, vocab_size: int) -> SavedSession:
+    """Thread: open a session file, check it against this engine, read its tensors."""
     filename = os.path.basename(path)
     if not os.path.isfile(path):
         raise SessionError(404, f"no session file {filename!r} in the sessions folder")
@@ -222,7 +212,9 @@ def open_session(path: str, current: dict, vocab_size: int) -> tuple[session_fil
     check_header(reader.header, current, filename)
     token_ids = reader.tensor("token_ids").tolist() if "token_ids" in reader.layout else []
     _check_layout(reader.layout, token_ids, current, vocab_size, filename)
-    return reader, token_ids
+    return SavedSession(token_ids, {n[3:]: reader.tensor(n) for n in reader.layout if n.startswith("kv.")},
+                        {n[6:]: reader.tensor(n) for n in reader.layout if n.startswith("state.")},
+                        os.path.getsize(path))
 
 
 def _check_layout(layout: dict, token_ids: list[int], current: dict, vocab_size: int, filename: str) -> None:
@@ -236,6 +228,17 @@ def _check_layout(layout: dict, token_ids: list[int], current: dict, vocab_size:
     if (not num_blocks or len(token_ids) % block_size or found != expected
             or any(not 0 <= t < vocab_size for t in token_ids)):
         raise SessionError(400, f"{filename} is damaged: its tensors do not match its header")
+
+
+@dataclasses.dataclass
+class Reservation:
+    """Blocks of a restore in progress: those already cached held, fresh ones taken for the rest."""
+
+    token_ids: list[int]
+    hashes: list[int]
+    blocks: list[int | None]      # per block of the prefix: the cached one held, or None (missing)
+    missing: list[int]            # positions to fill
+    fresh: list[int]              # their new blocks, unregistered until finish_restore
 
 
 def reserve_blocks(engine, token_ids: list[int]) -> Reservation:
@@ -254,23 +257,17 @@ def reserve_blocks(engine, token_ids: list[int]) -> Reservation:
         raise SessionError(503, f"the session needs {len(missing)} free KV blocks and {allocator.num_free} are free "
                                 f"now (the pool holds {allocator.num_blocks}); retry when fewer requests run")
     reservation = Reservation(token_ids, hashes, blocks, missing, allocator.allocate(len(missing)))
-    engine.run_pending()  # blocks just taken from the cache are parked before the thread overwrites them
+    engine.run_pending()  # blocks just taken from the cache are parked before they are overwritten
     return reservation
 
 
 @torch.inference_mode()
-def fill_blocks(runner, reader: session_file.SessionReader, reservation: Reservation) -> dict[str, torch.Tensor]:
-    """Thread: the file's KV into the reserved fresh blocks, one layer's K or V at a time -> the recurrent
-    state [1, ...] per state tensor, for finish_restore."""
+def copy_in(runner, reservation: Reservation, name: str, saved: torch.Tensor) -> None:
+    """Loop: one cache tensor's saved blocks [N_blocks, B, ...] into the reserved fresh blocks."""
     if reservation.fresh:
-        ids = torch.tensor(reservation.fresh, device=runner.device)
-        for key, pair in runner.kv_pool.caches.items():
-            for i, pool in enumerate(pair):
-                saved = reader.tensor(f"kv.{_name(key)}.{i}")        # [N_blocks, B, ...]
-                pool.index_copy_(0, ids, saved[reservation.missing].to(pool.device))
-    if str(runner.device).startswith("cuda"):
-        torch.cuda.synchronize()  # the copies are done before the blocks can be found
-    return {name[6:]: reader.tensor(name) for name in reader.layout if name.startswith("state.")}
+        pool = kv_pools(runner)[name]
+        ids = torch.tensor(reservation.fresh, device=pool.device)
+        pool.index_copy_(0, ids, saved[reservation.missing].to(pool.device))
 
 
 def finish_restore(engine, reservation: Reservation, states: dict[str, torch.Tensor]) -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from strata.config import CacheConfig, EngineConfig, RunnerConfig
 from strata.engine.core import EngineCore
+from strata.engine import session_jobs
 from strata.engine.session_jobs import SessionJobs
 from strata.engine.sessions import FORMAT, SessionError, check_header, fingerprint
 from strata.types import Request, SamplingParams
@@ -41,7 +42,10 @@ def drive(engine: EngineCore, jobs: SessionJobs, on_step=None) -> tuple[dict[str
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen3_next"])
-def test_a_save_while_another_request_decodes_ahead(tiny_model_dir, tmp_path, family):
+def test_a_save_while_another_request_decodes_ahead(tiny_model_dir, tmp_path, family, monkeypatch):
+    """With no time for session work between steps, the loop still runs one session step per step: the
+    save's copies interleave with the other request's steps and change nothing of its output."""
+    monkeypatch.setattr(session_jobs, "LOOP_SLICE_S", 0.0)
     folder, path = tiny_model_dir(family), str(tmp_path / "conversation")
     prompt = list(range(5, 42))
     engine = new_engine(folder)
@@ -50,15 +54,18 @@ def test_a_save_while_another_request_decodes_ahead(tiny_model_dir, tmp_path, fa
     conversation = prompt + drive(engine, jobs)[0]["first-turn"]
     engine.add_request(Request("busy", list(range(60, 80)), SamplingParams(temperature=0.0, max_tokens=30,
                                                                              ignore_eos=True)))
-    saved_with_step_ahead = []
+    submitted, steps_while_saving = [], []
 
     def save_once_decoding_ahead():
-        if engine._ahead is not None and not saved_with_step_ahead:
-            saved_with_step_ahead.append(True)
+        if not submitted and engine._ahead is not None:
             jobs.submit(1, "save", {"path": path, "token_ids": conversation})
+            submitted.append(True)
+        elif submitted and jobs.busy:
+            steps_while_saving.append(True)
 
     tokens, _, replies = drive(engine, jobs, save_once_decoding_ahead)
-    assert saved_with_step_ahead and replies[0][1]["ok"] and replies[0][1]["num_tokens"] == 44
+    assert replies[0][1]["ok"] and replies[0][1]["num_tokens"] == 44
+    assert len(steps_while_saving) >= 2 * len(engine.runner.kv_pool.caches)  # a copy per step: K, V per layer
     alone = new_engine(folder)
     alone.add_request(Request("busy", list(range(60, 80)), SamplingParams(temperature=0.0, max_tokens=30,
                                                                           ignore_eos=True)))
@@ -67,11 +74,19 @@ def test_a_save_while_another_request_decodes_ahead(tiny_model_dir, tmp_path, fa
     next_turn = conversation + [7, 8, 9, 10, 11]
     engine.add_request(Request("never-stopped", next_turn, GREEDY))
     expected = drive(engine, jobs)[0]["never-stopped"]
-    fresh = new_engine(folder)
+    fresh = new_engine(folder)  # a restore while a request decodes, interleaved with its steps likewise
     fresh_jobs = SessionJobs(fresh)
-    fresh_jobs.submit(2, "restore", {"path": path})
-    _, _, replies = drive(fresh, fresh_jobs)
+    fresh.add_request(Request("busy", list(range(60, 80)), SamplingParams(temperature=0.0, max_tokens=30,
+                                                                          ignore_eos=True)))
+
+    def restore_once_decoding_ahead():
+        if fresh._ahead is not None and not fresh_jobs.busy and not submitted[1:]:
+            fresh_jobs.submit(2, "restore", {"path": path})
+            submitted.append(True)
+
+    busy_again, _, replies = drive(fresh, fresh_jobs, restore_once_decoding_ahead)
     assert replies[0][1]["num_tokens"] == 44 and replies[0][1]["bytes"] > 0
+    assert busy_again["busy"] == tokens["busy"]
     fresh.add_request(Request("restored", next_turn, GREEDY))
     tokens, cached, _ = drive(fresh, fresh_jobs)
     assert tokens["restored"] == expected and cached["restored"] == 44

@@ -67,7 +67,7 @@ def test_refused_files_and_names(tiny_model_dir, tmp_path):
     """One server; the files it must refuse are written in-process by engines of another model and of
     another block size (real fingerprints), and one is damaged."""
     from strata.engine.core import EngineCore
-    from strata.engine.sessions import fingerprint, hold_prefix, write_prefix
+    from strata.engine.session_jobs import SessionJobs
     from strata.types import Request, SamplingParams
 
     llama = tiny_model_dir("llama")
@@ -76,8 +76,10 @@ def test_refused_files_and_names(tiny_model_dir, tmp_path):
         engine.add_request(Request("r", PROMPT, SamplingParams(temperature=0.0, max_tokens=2, ignore_eos=True)))
         while engine.has_unfinished():
             engine.step()
-        engine.settle()
-        write_prefix(str(tmp_path / name), engine.runner, hold_prefix(engine, PROMPT), fingerprint(engine))
+        jobs = SessionJobs(engine)
+        jobs.submit(0, "save", {"path": str(tmp_path / name), "token_ids": PROMPT})
+        while jobs.busy:
+            jobs.run()
     with open(tmp_path / "other-model", "rb") as f:
         (tmp_path / "damaged").write_bytes(f.read()[:-100])
     with serve(llama, str(tmp_path)) as live:
