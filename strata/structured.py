@@ -51,13 +51,18 @@ def grammar_of(constraint: StructuredOutputs) -> str:
         raise ValueError(f"the grammar is neither Lark nor GBNF: {e}") from e
 
 
-_THINK = 'think: /[^<]*/ "</think>" /[ \\n]*/'
+def _think_rule(close_token: bool) -> str:
+    """Reasoning (text without "<"), then "</think>": as text, or also as the vocabulary's own `</think>` token
+    (`close_token`), which llguidance counts among the special tokens and so never matches the text."""
+    close = '("</think>" | </think>)' if close_token else '"</think>"'
+    return f'think: /[^<]*/ {close} /[ \\n]*/'
 
 
-def after_reasoning(constraint: StructuredOutputs) -> StructuredOutputs:
+def after_reasoning(constraint: StructuredOutputs, close_token: bool = False) -> StructuredOutputs:
     """The constraint behind a reasoning block, for a template that opened <think> in the prompt: reasoning
     (text without "<") and "</think>" first, then the constrained answer. A user's own grammar is left as it
-    is: it says itself what comes first."""
+    is: it says itself what comes first. `close_token`: the vocabulary has a `</think>` token (a model that
+    thinks, strata/reasoning.py)."""
     if constraint.json is not None or constraint.json_object:
         schema = {"type": "object"} if constraint.json_object else constraint.json
         schema = json.loads(schema) if isinstance(schema, str) else schema
@@ -68,11 +73,11 @@ def after_reasoning(constraint: StructuredOutputs) -> StructuredOutputs:
         body = "(" + " | ".join(json.dumps(c) for c in constraint.choice) + ")"
     else:
         return constraint
-    return StructuredOutputs(grammar=f"start: think {body}\n{_THINK}")
+    return StructuredOutputs(grammar=f"start: think {body}\n{_think_rule(close_token)}")
 
 
 def tool_call_grammar(tools: list[tuple[str, dict]], parallel: bool = True,
-                      starts_in_reasoning: bool = False) -> StructuredOutputs:
+                      starts_in_reasoning: bool = False, close_token: bool = False) -> StructuredOutputs:
     """The output must be tool calls of these (name, parameters schema) in the Hermes form the output
     parser reads (`<tool_call>\\n{"name": …, "arguments": {…}}\\n</tool_call>`): one, or with `parallel`
     one or more. A template that opened a <think> block keeps its reasoning (text without "<") first."""
@@ -83,7 +88,7 @@ def tool_call_grammar(tools: list[tuple[str, dict]], parallel: bool = True,
     lines = ["start: " + ("think " if starts_in_reasoning else "") + "call" + (' ("\\n" call)*' if parallel else ""),
              'call: "<tool_call>\\n" %json ' + json.dumps(body) + ' "\\n</tool_call>"']
     if starts_in_reasoning:
-        lines.append(_THINK)
+        lines.append(_think_rule(close_token))
     return StructuredOutputs(grammar="\n".join(lines))
 
 

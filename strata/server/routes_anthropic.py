@@ -114,7 +114,8 @@ async def messages(body: MessagesRequest, http_request: HTTPRequest):
     max_tokens = check_prompt(state, rendered.prompt_token_ids, body.max_tokens, "messages")
     choice = structured_output.anthropic_tool_choice(body.tool_choice, tools)
     parallel = not (body.tool_choice and body.tool_choice.disable_parallel_tool_use)
-    constraint, param = structured_output.requested(body, tools, choice, parallel, rendered.starts_in_reasoning)
+    constraint, param = structured_output.requested(body, tools, choice, parallel, rendered.starts_in_reasoning,
+                                                    state.template.thinking is not None)
     await structured_output.check(state, constraint, param)
     params = sampling_params(temperature=body.temperature, top_p=body.top_p, top_k=body.top_k, seed=body.seed,
                              max_tokens=max_tokens, stop=body.stop_sequences, structured_outputs=constraint,

@@ -140,7 +140,7 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
                               "messages", "max_completion_tokens" if body.max_completion_tokens else "max_tokens")
     choice = structured_output.openai_tool_choice(body.tool_choice, tools)
     constraint, param = structured_output.requested(body, tools, choice, body.parallel_tool_calls is not False,
-                                                    rendered.starts_in_reasoning)
+                                                    rendered.starts_in_reasoning, state.template.thinking is not None)
     await structured_output.check(state, constraint, param)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     request = Request(state.new_id("chatcmpl-"), rendered.prompt_token_ids,

@@ -130,8 +130,8 @@ def _tools(body: ResponsesRequest) -> list[ToolSpec] | None:
     return [ToolSpec(t.name, t.description, t.parameters or {"type": "object"}) for t in body.tools]
 
 
-def _constraint(body: ResponsesRequest, tools: list[ToolSpec] | None,
-                rendered: Rendered) -> tuple[StructuredOutputs | None, str | None]:
+def _constraint(body: ResponsesRequest, tools: list[ToolSpec] | None, rendered: Rendered,
+                close_token: bool = False) -> tuple[StructuredOutputs | None, str | None]:
     """What tool_choice (required, or a named function) or text.format (json_object, json_schema) asks the
     output to be, enforced while decoding (structured_output.py); both at once is a 400."""
     choice = body.tool_choice
@@ -143,7 +143,7 @@ def _constraint(body: ResponsesRequest, tools: list[ToolSpec] | None,
     else:
         choice = structured_output.openai_tool_choice(choice, tools)
     constraint, param = structured_output.requested(body, tools, choice, body.parallel_tool_calls,
-                                                    rendered.starts_in_reasoning)
+                                                    rendered.starts_in_reasoning, close_token)
     text_format = body.text.format if body.text else None
     if text_format is None or text_format.type == "text":
         return constraint, param
@@ -155,7 +155,7 @@ def _constraint(body: ResponsesRequest, tools: list[ToolSpec] | None,
     else:
         constraint, param = StructuredOutputs(json=text_format.schema_), "text.format.schema"
     # as requested() does for response_format: the parser reads reasoning until </think>, then the answer
-    return (structured.after_reasoning(constraint) if rendered.starts_in_reasoning else constraint), param
+    return (structured.after_reasoning(constraint, close_token) if rendered.starts_in_reasoning else constraint), param
 
 
 def _check_limits(state: ServerState, body: ResponsesRequest, prior: list[InputItem], new: list[InputItem]) -> None:
@@ -200,7 +200,7 @@ async def create_response(body: ResponsesRequest, http_request: HTTPRequest):
     rendered = await state.offload(state.template.render, messages, tools, thinking.enable)
     max_tokens = check_prompt(state, rendered.prompt_token_ids, body.max_output_tokens, "input",
                               "max_output_tokens")
-    constraint, param = _constraint(body, tools, rendered)
+    constraint, param = _constraint(body, tools, rendered, state.template.thinking is not None)
     await structured_output.check(state, constraint, param)
     params = sampling_params(temperature=body.temperature, top_p=body.top_p, max_tokens=max_tokens,
                              structured_outputs=constraint, thinking_budget=thinking.budget)

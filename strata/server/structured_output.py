@@ -75,9 +75,11 @@ def _known(name: str, tools: list[ToolSpec], param: str) -> str:
 
 
 def requested(body, tools: list[ToolSpec] | None = None, tool_choice=None, parallel: bool = True,
-              starts_in_reasoning: bool = False) -> tuple[StructuredOutputs | None, str | None]:
+              starts_in_reasoning: bool = False, close_token: bool = False
+              ) -> tuple[StructuredOutputs | None, str | None]:
     """-> (the constraint, the field that asked for it), or (None, None). More than one is a 400.
-    `tool_choice`: "required", or the name of the one function that must be called."""
+    `tool_choice`: "required", or the name of the one function that must be called. `close_token`: the model's
+    vocabulary has a `</think>` token, which a reasoning block may end with (structured.after_reasoning)."""
     found: list[tuple[StructuredOutputs, str]] = []
     response_format = getattr(body, "response_format", None)
     if response_format is not None and response_format.type == "json_object":
@@ -92,7 +94,7 @@ def requested(body, tools: list[ToolSpec] | None = None, tool_choice=None, paral
     if tool_choice is not None:
         chosen = [t for t in tools or () if tool_choice == "required" or t.name == tool_choice]
         found.append((structured.tool_call_grammar([(t.name, t.parameters) for t in chosen], parallel,
-                                                   starts_in_reasoning), "tool_choice"))
+                                                   starts_in_reasoning, close_token), "tool_choice"))
     if len(found) > 1:
         raise APIError(400, f"{' and '.join(f for _, f in found)} each constrain the output; give only one of them",
                        found[1][1])
@@ -100,7 +102,7 @@ def requested(body, tools: list[ToolSpec] | None = None, tool_choice=None, paral
         return None, None
     constraint, field = found[0]
     if starts_in_reasoning and field != "tool_choice":  # the parser reads the output as reasoning until </think>
-        constraint = structured.after_reasoning(constraint)
+        constraint = structured.after_reasoning(constraint, close_token)
     return constraint, field
 
 

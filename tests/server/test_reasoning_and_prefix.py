@@ -14,6 +14,7 @@ and, without a server, the effort table and its override, and exactly what stamp
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import os
 import signal
 import subprocess
@@ -102,6 +103,23 @@ def test_responses_reasoning_effort_and_anthropic_budget_tokens(live):
                        thinking={"type": "enabled", "budget_tokens": budget})
         thinking = [block["thinking"] for block in out["content"] if block["type"] == "thinking"]
         assert len(thinking) == (budget > 0) and len("".join(thinking)) == budget, out
+
+
+def test_a_budget_with_structured_output_and_a_required_tool(live):
+    """The template opened <think>: the grammar reads reasoning up to the vocabulary's own </think> token (which
+    the budget forces), then the JSON answer or the tool call."""
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
+    out = chat(live, "json", max_tokens=40, reasoning_effort="low",
+               response_format={"type": "json_schema", "json_schema": {"name": "ok", "schema": schema}})
+    message = out["choices"][0]["message"]
+    assert len(message["reasoning_content"]) == EFFORT["low"], message
+    assert list(json.loads(message["content"])) == ["ok"], message
+    out = chat(live, "call f", max_tokens=80, reasoning_effort="medium", tool_choice="required",
+               parallel_tool_calls=False, tools=[{"type": "function", "function": {"name": "f", "parameters": schema}}])
+    message = out["choices"][0]["message"]
+    assert len(message["reasoning_content"]) == EFFORT["medium"], message
+    assert [call["function"]["name"] for call in message["tool_calls"]] == ["f"], message
 
 
 def test_negative_budget_is_a_400(live):
