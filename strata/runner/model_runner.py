@@ -167,14 +167,20 @@ class ModelRunner:
         """Fresh prompts beside windows (or alone) as graph replays (split_layouts), in place of an eager
         step: -> inputs and hidden [T, D] in plan order, or None when some part cannot have a graph.
         Only steps after which nothing but the rows is read: not when the MTP head runs on this step
-        (it reads the whole step's inputs), nor with verification windows of a model with recurrent
-        state (the rollback reads their per-token states by the step's row)."""
+        (it reads the whole step's inputs). Verification windows of a model with recurrent state also
+        need their graph's per-token states at the step's own rows (commit rolls back by row): the
+        windows must be the plan's first slots, which their graph (the first part) holds at the same rows;
+        the returned context is that part's."""
         if self.speculation.needs_whole_step(plan.scheduled):
             return None
-        if self.state_pool.caches and any(w.draft_token_ids for w in plan.scheduled):
-            return None
         parts = self.graphs.split_layouts(plan.scheduled)
-        if parts is None or not all(self.graphs.ensure(key) for key, _ in parts):
+        if parts is None:
+            return None
+        if self._has_windows(plan):
+            windows = parts[0][1]
+            if windows != list(range(len(windows))) or not plan.scheduled[0].draft_token_ids:
+                return None
+        if not all(self.graphs.ensure(key) for key, _ in parts):
             return None
         starts = list(itertools.accumulate((w.num_new_tokens for w in plan.scheduled[:-1]), initial=0))
         total = starts[-1] + plan.scheduled[-1].num_new_tokens

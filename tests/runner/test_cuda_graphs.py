@@ -243,6 +243,35 @@ def test_fresh_prompts_beside_running_requests_replay_graphs_token_identity(fami
 
 
 @gpu
+@pytest.mark.parametrize("family", ["llama", "qwen3_next"])
+def test_fresh_prompts_beside_verification_windows_replay_graphs_token_identity(family, tiny_model_dir,
+                                                                               monkeypatch):
+    """Speculation with drafts that are often rejected (synthetic, mean accepted length 2 of 3): fresh
+    prompts admitted beside verification windows replay a prompt graph and a windows graph instead of an
+    eager step, on the hybrid model too, whose rollback reads the windows' per-token recurrent states by
+    the step's row; greedy tokens equal those of a run without graphs."""
+    from strata.runner.model_runner import ModelRunner
+
+    prompts = _prompts([5, 40, 17, 100, 30, 12, 50, 7])
+    lengths = [20, 6, 12, 9, 15, 4, 10, 8]
+    spec = {"method": "synthetic", "num_speculative_tokens": 3, "acceptance_length": 2.0}
+    split_with_windows = []
+    forward_split = ModelRunner._forward_split
+    monkeypatch.setattr(ModelRunner, "_forward_split", lambda self, plan: (
+        lambda out: (split_with_windows.append(out is not None and self._has_windows(plan)), out)[1])(
+        forward_split(self, plan)))
+    runs = {}
+    for graphs in (False, True):
+        llm = LLM(tiny_model_dir(family), dtype="bfloat16", device="cuda", max_num_seqs=3, block_size=4,
+                  speculative_config=spec, cuda_graphs=graphs)
+        runs[graphs] = _staggered(llm, prompts, lengths)
+        del llm
+        torch.cuda.empty_cache()
+    assert runs[True] == runs[False]
+    assert any(split_with_windows)
+
+
+@gpu
 @pytest.mark.parametrize("family", ["llama", "qwen3_moe", "qwen3_next"])
 def test_fresh_prompts_admitted_together_replay_one_graph_token_identity(family, tiny_model_dir, monkeypatch):
     """Six prompts admitted in one step replay one graph of six prompts padded to 32 tokens (the slot
