@@ -2,8 +2,9 @@
 Each job is a generator of steps, each run where it must: LOOP steps on the engine loop with the caches
 settled (no step in flight, queued copies done), LOOP_ANY steps on the loop as they come, THREAD steps
 on one worker thread while the loop keeps serving. The loop calls `run()` between its steps; while
-requests run, one call spends at most LOOP_SLICE_S on session steps (each copies one tensor at most),
-so a save or restore delays the running requests' next step by about that much, not by its whole size.
+requests run, one call spends about max(LOOP_SLICE_S, STEP_SHARE x the last step's time) on session
+steps (each copies one tensor at most), so a save or restore slows the running requests' steps by about
+a tenth, never stalls them for its whole size.
 Replies are plain dicts: {"ok": True, "num_tokens", "bytes", "seconds", "loop_seconds",
 "longest_loop_step_seconds"} or {"ok": False, "status": HTTP status, "error": message}.
 """
@@ -23,7 +24,8 @@ from strata.engine.sessions import SessionError
 logger = logging.getLogger(__name__)
 
 LOOP, LOOP_ANY, THREAD = "loop", "loop_any", "thread"
-LOOP_SLICE_S = 0.005
+LOOP_SLICE_S = 0.005   # session work per loop call while requests run: at least this, ...
+STEP_SHARE = 0.1       # ... or this share of the time since the last call (about one engine step)
 Step = tuple[str, Callable[[], object]]
 
 
@@ -44,6 +46,7 @@ class SessionJobs:
         self._on_loop: deque[tuple[_Job, str, Callable[[], object]]] = deque()
         self._replies: list[tuple[int, dict]] = []
         self._fingerprint: dict | None = None
+        self._last_run = time.perf_counter()
 
     @property
     def busy(self) -> bool:
@@ -55,18 +58,22 @@ class SessionJobs:
             self._replies.append((call_id, _error(400, f"unknown session action {action!r}")))
             return
         job = _Job(call_id, jobs[action](args), time.perf_counter())
+        self._last_run = job.started  # the first slice is not measured from before the job
         self._advance(job, None, None)
 
     def run(self) -> tuple[list, list[tuple[int, dict]]]:
-        """Advance the jobs (loop steps for up to LOOP_SLICE_S while requests run) -> (token deltas of a
-        step that settling the caches finished, replies)."""
+        """Advance the jobs (loop steps for a slice of time while requests run) -> (token deltas of a step
+        that settling the caches finished, replies)."""
+        now = time.perf_counter()
+        budget = max(LOOP_SLICE_S, STEP_SHARE * (now - self._last_run))
+        self._last_run = now
         for future in [f for f in self._on_thread if f.done()]:
             job = self._on_thread.pop(future)
             self._advance(job, *((None, future.exception()) if future.exception() else (future.result(), None)))
         deltas = []
         if any(kind == LOOP for _, kind, _ in self._on_loop):
             deltas = self.engine.settle()  # settled until the engine's next step: later LOOP steps here too
-        deadline = time.perf_counter() + LOOP_SLICE_S if self.engine.has_unfinished() else float("inf")
+        deadline = time.perf_counter() + budget if self.engine.has_unfinished() else float("inf")
         ran = 0
         while self._on_loop and (not ran or time.perf_counter() < deadline):  # at least one step per call
             ran += 1

@@ -46,6 +46,7 @@ def test_a_save_while_another_request_decodes_ahead(tiny_model_dir, tmp_path, fa
     """With no time for session work between steps, the loop still runs one session step per step: the
     save's copies interleave with the other request's steps and change nothing of its output."""
     monkeypatch.setattr(session_jobs, "LOOP_SLICE_S", 0.0)
+    monkeypatch.setattr(session_jobs, "STEP_SHARE", 0.0)
     folder, path = tiny_model_dir(family), str(tmp_path / "conversation")
     prompt = list(range(5, 42))
     engine = new_engine(folder)
