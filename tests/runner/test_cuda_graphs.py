@@ -249,12 +249,14 @@ def test_fresh_prompts_beside_verification_windows_replay_graphs_token_identity(
     """Speculation with drafts that are often rejected (synthetic, mean accepted length 2 of 3): fresh
     prompts admitted beside verification windows replay a prompt graph and a windows graph instead of an
     eager step, on the hybrid model too, whose rollback reads the windows' per-token recurrent states by
-    the step's row; greedy tokens equal those of a run without graphs."""
+    the step's row; greedy tokens equal those of a run without graphs. float32 and a fixed draft length:
+    the adaptive length follows measured step times, which differ with graphs, and bf16 verification
+    windows of other lengths round differently (a near-tie of the tiny random model then flips)."""
     from strata.runner.model_runner import ModelRunner
 
     prompts = _prompts([5, 40, 17, 100, 30, 12, 50, 7])
     lengths = [20, 6, 12, 9, 15, 4, 10, 8]
-    spec = {"method": "synthetic", "num_speculative_tokens": 3, "acceptance_length": 2.0}
+    spec = {"method": "synthetic", "num_speculative_tokens": 3, "acceptance_length": 2.0, "adaptive": False}
     split_with_windows = []
     forward_split = ModelRunner._forward_split
     monkeypatch.setattr(ModelRunner, "_forward_split", lambda self, plan: (
@@ -262,7 +264,7 @@ def test_fresh_prompts_beside_verification_windows_replay_graphs_token_identity(
         forward_split(self, plan)))
     runs = {}
     for graphs in (False, True):
-        llm = LLM(tiny_model_dir(family), dtype="bfloat16", device="cuda", max_num_seqs=3, block_size=4,
+        llm = LLM(tiny_model_dir(family), dtype="float32", device="cuda", max_num_seqs=3, block_size=4,
                   speculative_config=spec, cuda_graphs=graphs)
         runs[graphs] = _staggered(llm, prompts, lengths)
         del llm
