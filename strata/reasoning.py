@@ -5,7 +5,8 @@ slot and turns `next_forced()` into a one-hot row of logits (strata/sample/sampl
 
 The budget counts every token generated inside an open thinking block (after `<think>`, before
 `</think>`), over the whole output. Once it is spent, the next tokens are forced: `</think>`, then what the
-chat template writes after it (Qwen3's "\\n\\n"), and generation goes on as the answer.
+chat template writes after it (Qwen3's "\\n\\n"), and generation goes on as the answer, in which `<think>`
+is then banned (a spent budget opens no new block).
 """
 
 from __future__ import annotations
@@ -67,6 +68,18 @@ class ThinkingBudget:
             return self.tokens.close_id
         return None
 
+    def next_banned(self) -> int | None:
+        """The token the next position must not be (<think> once the budget is spent), or None."""
+        spent = not self.is_open and not self.pending and self.num_thinking >= self.budget
+        return self.tokens.open_id if spent else None
+
+    def can_decode_ahead(self) -> bool:
+        """Whether the position after the next one is forced or banned the same whatever the next token is,
+        so it may be sampled before that token is known (--async-scheduling): nothing is pending, and either
+        no block is open (a <think> now would open one below its budget, or is banned) or the open one has
+        room for the next token and one more."""
+        return not self.pending and (not self.is_open or self.num_thinking + 1 < self.budget)
+
     def advance(self, token_id: int) -> None:
         if self.pending:
             self.pending = self.pending[1:] if token_id == self.pending[0] else ()
@@ -80,16 +93,16 @@ class ThinkingBudget:
         elif token_id == self.tokens.open_id:
             self.is_open = True
 
-    def forced_along(self, draft_token_ids: list[int]) -> list[int | None]:
-        """The forced token (or None) at each of the 1 + k positions of a verification window whose
-        drafts are `draft_token_ids`: position j follows the first j drafts. The state itself is unchanged
-        (commit advances it by the tokens accepted)."""
+    def rules_along(self, draft_token_ids: list[int]) -> list[tuple[int | None, int | None]]:
+        """(forced, banned) token at each of the 1 + k positions of a verification window whose drafts are
+        `draft_token_ids`: position j follows the first j drafts. The state itself is unchanged (commit
+        advances it by the tokens accepted)."""
         walker = ThinkingBudget(self.tokens, self.budget, self.is_open, self.num_thinking, self.pending)
-        forced = [walker.next_forced()]
+        rules = [(walker.next_forced(), walker.next_banned())]
         for token_id in draft_token_ids:
             walker.advance(token_id)
-            forced.append(walker.next_forced())
-        return forced
+            rules.append((walker.next_forced(), walker.next_banned()))
+        return rules
 
 
 def _opens_thinking(tokens: ThinkingTokens, token_ids: list[int]) -> bool:

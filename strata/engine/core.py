@@ -46,7 +46,7 @@ class EngineCore:
         if self.tokenizer is not None:
             self.runner.sampler.constraints.new_matcher = self._new_matcher
         self.thinking_tokens = reasoning.thinking_tokens(self.tokenizer)
-        self.runner.sampler.thinking_tokens = self.thinking_tokens
+        self.runner.sampler.thinking_tokens = self.scheduler.thinking_tokens = self.thinking_tokens
 
     # ---- requests --------------------------------------------------------------------------------
 

@@ -97,6 +97,11 @@ class Sampler:
         self.num_output_tokens[slot_id] += len(token_ids)
         self.penalties.add_outputs(slot_id, token_ids)
         self.constraints.advance(slot_id, token_ids)
+        self.advance_thinking(slot_id, token_ids)
+
+    def advance_thinking(self, slot_id: int, token_ids: list[int]) -> None:
+        """Committed tokens move the slot's reasoning budget on (also for overlapped decode steps, which
+        commit nothing else here: see ThinkingBudget.can_decode_ahead)."""
         if self.thinking[slot_id] is not None:
             for token_id in token_ids:
                 self.thinking[slot_id].advance(token_id)
@@ -146,22 +151,29 @@ class Sampler:
     def _force_thinking(self, logits: torch.Tensor, windows: list[Window]) -> torch.Tensor:
         """Rows where a slot's reasoning budget forces a token become -inf but that token (0): after any
         bias, grammar mask or filter the token is the only one left, greedy or sampled, and a draft that is
-        not it is rejected like any other. Only those rows change (a new tensor if any do)."""
-        rows, token_ids = [], []
+        not it is rejected like any other. Rows where it bans <think> get -inf there. Only those rows change
+        (a new tensor if any do)."""
+        forced_rows, forced_ids, banned_rows, banned_ids = [], [], [], []
         for slot_id, first, drafts in windows:
             budget = self.thinking[slot_id]
             if budget is None:
                 continue
-            for j, token_id in enumerate(budget.forced_along(drafts)):
-                if token_id is not None:
-                    rows.append(first + j)
-                    token_ids.append(token_id)
-        if not rows:
-            return logits
-        rows_t = index_tensor(rows, logits.device)
-        logits = logits.index_fill(0, rows_t, float("-inf"))
-        return logits.index_put((rows_t, index_tensor(token_ids, logits.device)),
-                                torch.zeros((), dtype=logits.dtype, device=logits.device))
+            for j, (force, ban) in enumerate(budget.rules_along(drafts)):
+                if force is not None:
+                    forced_rows.append(first + j)
+                    forced_ids.append(force)
+                if ban is not None:
+                    banned_rows.append(first + j)
+                    banned_ids.append(ban)
+        if banned_rows:
+            index = (index_tensor(banned_rows, logits.device), index_tensor(banned_ids, logits.device))
+            logits = logits.index_put(index, torch.tensor(float("-inf"), dtype=logits.dtype, device=logits.device))
+        if forced_rows:
+            rows_t = index_tensor(forced_rows, logits.device)
+            logits = logits.index_fill(0, rows_t, float("-inf"))
+            logits = logits.index_put((rows_t, index_tensor(forced_ids, logits.device)),
+                                      torch.zeros((), dtype=logits.dtype, device=logits.device))
+        return logits
 
     def window_probs(self, logits: torch.Tensor, row_slot_ids: list[int]) -> torch.Tensor:
         """The target distribution of every row of verification windows: logits [R, V] -> probs [R, V],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from strata.reasoning import ThinkingBudget
 from strata.scheduler.stats import ExpertShares, SpecStats
 from strata.types import FinishReason, Request
 
@@ -37,6 +38,7 @@ class RequestState:
     num_cached_tokens: int = 0
     decode_checkpoint_key: int | None = None
     skip_prefix_cache: bool = False   # after a failed restore: read everything again
+    thinking: ThinkingBudget | None = None  # a reasoning budget's state over the committed tokens
 
     @property
     def request_id(self) -> str:

@@ -16,6 +16,7 @@ from strata.cache.block_allocator import BlockAllocator, blocks_needed
 from strata.cache.checkpoints import CheckpointIndex
 from strata.cache.host_park import ParkIndex
 from strata.config import CacheConfig, SchedulerConfig, SpecConfig
+from strata.reasoning import ThinkingBudget, ThinkingTokens
 from strata.scheduler.pins import PinnedPrefixes
 from strata.scheduler.prefix import PrefixManager
 from strata.scheduler.request_state import RequestState, Status
@@ -65,6 +66,7 @@ class Scheduler:
             self.allocator.on_evict = self._park_block
         if parked_checkpoints is not None:
             self.checkpoints.on_evict = self._park_checkpoint
+        self.thinking_tokens: ThinkingTokens | None = None  # set by the engine (reasoning budgets)
         self.free_slots = deque(range(config.max_num_seqs))
         self.max_running = config.max_num_seqs  # set_max_num_seqs lowers it (a benchmark's concurrency)
         self.waiting: deque[RequestState] = deque()
@@ -94,6 +96,9 @@ class Scheduler:
         state = RequestState(request, self.eos_token_ids, acceptance_ema=self.planner.acceptance_prior)
         if request.pin_prefix is False:
             self.prefix.unpin_prompt(request.prompt_token_ids)
+        budget = request.sampling_params.thinking_budget
+        if budget is not None and self.thinking_tokens is not None:
+            state.thinking = ThinkingBudget.start(self.thinking_tokens, budget, request.prompt_token_ids)
         self.requests[request.request_id] = state
         self.waiting.append(state)
 
@@ -265,6 +270,8 @@ class Scheduler:
                                                                  slot_result.num_accepted)
             state.draft_token_ids = slot_result.next_draft_token_ids
             kept, reason = state.append_outputs(slot_result.token_ids, self.max_model_len)
+            for token_id in kept if state.thinking is not None else ():
+                state.thinking.advance(token_id)
             # after the append: accepted drafts are computed tokens, and their blocks hash their values
             self.prefix.register_computed(state)
             logprobs = slot_result.logprobs[: len(kept)] if slot_result.logprobs else slot_result.logprobs
@@ -443,9 +450,11 @@ class Scheduler:
 def _samples_without_history(state: RequestState) -> bool:
     """Whether the request's next token can be sampled before its previous one is read back: no
     penalties, no per-position seed, no logprobs to return, no grammar (its next mask follows the token in
-    flight) nor reasoning budget (its forced tokens too), and min_tokens already reached (the sampler's count
-    lags by the token in flight)."""
+    flight), a reasoning budget only where the token in flight cannot change what it forces or bans next
+    (ThinkingBudget.can_decode_ahead), and min_tokens already reached (the sampler's count lags by the token in
+    flight)."""
     params = state.request.sampling_params
     return (params.repetition_penalty == 1.0 and params.presence_penalty == 0.0 and params.frequency_penalty == 0.0
             and params.seed is None and params.logprobs is None and params.structured_outputs is None
-            and params.thinking_budget is None and len(state.output_token_ids) >= params.min_tokens)
+            and (state.thinking is None or state.thinking.can_decode_ahead())
+            and len(state.output_token_ids) >= params.min_tokens)
