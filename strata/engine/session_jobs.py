@@ -45,7 +45,7 @@ class SessionJobs:
         self._on_thread: dict[Future, _Job] = {}
         self._on_loop: deque[tuple[_Job, str, Callable[[], object]]] = deque()
         self._replies: list[tuple[int, dict]] = []
-        self._fingerprint: dict | None = None
+        self._fingerprint = self._thread.submit(sessions.fingerprint, engine)  # reads the weight files' heads
         self._last_run = time.perf_counter()
 
     @property
@@ -111,15 +111,11 @@ class SessionJobs:
         else:
             self._on_loop.append((job, kind, fn))
 
-    def fingerprint(self) -> dict:
-        if self._fingerprint is None:
-            self._fingerprint = sessions.fingerprint(self.engine)
-        return self._fingerprint
-
     # ---- the jobs --------------------------------------------------------------------------------
 
     def _save(self, args: dict) -> Generator[Step, object, dict]:
-        engine, current = self.engine, self.fingerprint()
+        engine = self.engine
+        current = yield THREAD, self._fingerprint.result
         held = yield LOOP, lambda: sessions.hold_prefix(engine, args["token_ids"])
         kv = {}
         try:
@@ -132,7 +128,8 @@ class SessionJobs:
         return {"num_tokens": len(held.token_ids), "bytes": num_bytes}
 
     def _restore(self, args: dict) -> Generator[Step, object, dict]:
-        engine, current = self.engine, self.fingerprint()
+        engine = self.engine
+        current = yield THREAD, self._fingerprint.result
         saved = yield THREAD, lambda: sessions.read_session(args["path"], current, engine.model_config.vocab_size)
         reservation = yield LOOP, lambda: sessions.reserve_blocks(engine, saved.token_ids)
         try:

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
+import struct
 import time
 
 import torch
@@ -25,7 +27,8 @@ from strata.cache.block_allocator import chain_hashes
 
 FORMAT = "strata-session/1"
 _WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".pt", ".pth")
-_SAMPLE_BYTES = 64 << 10
+_HEAD_BYTES = 16 << 20
+_TAIL_BYTES = 64 << 10
 
 
 class SessionError(Exception):
@@ -59,39 +62,40 @@ def _weight_files(spec: str) -> list[str]:
 
 
 def _file_identity(path: str) -> list:
-    """[file name, size, sha256 of its first and last 64 KiB]: cheap, and tells apart files of one shape."""
+    """[file name, size, hash of its tensor metadata and of its last 64 KiB of data]. The metadata is a
+    safetensors file's JSON header, else the file's first 16 MiB (a GGUF's metadata and tensor infos);
+    the sampled data tells apart files of one shape (two fine-tunes named model.safetensors)."""
     size = os.path.getsize(path)
     digest = hashlib.sha256()
     with open(path, "rb") as f:
-        digest.update(f.read(_SAMPLE_BYTES))
-        f.seek(max(size - _SAMPLE_BYTES, 0))
-        digest.update(f.read(_SAMPLE_BYTES))
+        if path.endswith(".safetensors"):
+            (length,) = struct.unpack("<Q", f.read(8))
+            digest.update(f.read(min(length, size)))
+        else:
+            digest.update(f.read(_HEAD_BYTES))
+        f.seek(max(size - _TAIL_BYTES, 0))
+        digest.update(f.read(_TAIL_BYTES))
     return [os.path.basename(path), size, digest.hexdigest()[:16]]
 
 
-def weights_identity(spec: str, seed: int, model: torch.nn.Module) -> dict:
-    """Which weights: the files (random weights: the spec and seed) and a hash of every tensor's name,
-    shape and dtype as loaded."""
-    metadata = hashlib.sha256()
-    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
-        metadata.update(f"{name} {list(tensor.shape)} {tensor.dtype}\n".encode())
-    files = {"spec": spec, "seed": seed} if spec.startswith("random:") else \
-        {"files": [_file_identity(p) for p in _weight_files(spec)]}
-    return {**files, "tensors": metadata.hexdigest()[:16]}
+def weights_identity(spec: str, seed: int) -> dict:
+    """Which weights: their files (random weights: the spec and the seed they are drawn with)."""
+    if spec.startswith("random:"):
+        return {"spec": spec, "seed": seed}
+    return {"files": [_file_identity(p) for p in _weight_files(spec)]}
 
 
 def fingerprint(engine) -> dict:
-    """What a session file must match to be restored here."""
+    """What a session file must match to be restored here (JSON values: compared with a file's header).
+    Reads weight files' heads and tails: call it off the loop."""
     from strata.weights.source import DEFAULT_MODEL
 
     runner = engine.runner
-    model_config = dataclasses.asdict(engine.model_config)
-    return {"architecture": engine.model_config.architecture,
-            "model_config": {k: list(v) if isinstance(v, tuple) else v for k, v in model_config.items()},
-            "weights": weights_identity(engine.config.model or DEFAULT_MODEL, engine.config.runner.seed,
-                                        runner.model),
-            "dtype": engine.dtype, "block_size": engine.scheduler.block_size,
-            "kv_layout": _layout(runner.kv_pool.caches), "state_layout": _layout(runner.state_pool.caches)}
+    return json.loads(json.dumps({
+        "architecture": engine.model_config.architecture, "model_config": dataclasses.asdict(engine.model_config),
+        "weights": weights_identity(engine.config.model or DEFAULT_MODEL, engine.config.runner.seed),
+        "dtype": engine.dtype, "block_size": engine.scheduler.block_size,
+        "kv_layout": _layout(runner.kv_pool.caches), "state_layout": _layout(runner.state_pool.caches)}, default=str))
 
 
 def _flatten(value, prefix: str = "") -> dict:

@@ -111,12 +111,16 @@ def test_a_restore_of_a_prefix_already_cached_changes_nothing(tiny_model_dir, tm
     assert drive(engine, jobs)[1]["b"] == 36
 
 
-def test_the_fingerprint_tells_engines_apart(tiny_model_dir):
+def test_the_fingerprint_tells_engines_apart(tiny_model_dir, tmp_path):
+    from tiny_models import save_tiny_model
+
     llama = new_engine(tiny_model_dir("llama"))
     same = fingerprint(llama)
     check_header({"format": FORMAT, "fingerprint": same}, fingerprint(new_engine(tiny_model_dir("llama"))), "f")
+    save_tiny_model("llama", str(tmp_path), seed=1)  # the same file name, size and tensors; other weights
     for other, named in ((new_engine(tiny_model_dir("llama"), block_size=8), "block_size"),
-                         (new_engine(tiny_model_dir("qwen3")), "architecture")):
+                         (new_engine(tiny_model_dir("qwen3")), "architecture"),
+                         (new_engine(str(tmp_path)), r"weights\.files")):
         with pytest.raises(SessionError, match=named) as e:
             check_header({"format": FORMAT, "fingerprint": same}, fingerprint(other), "f")
         assert e.value.status == 409
