@@ -246,17 +246,16 @@ def test_fresh_prompts_beside_running_requests_replay_graphs_token_identity(fami
 @pytest.mark.parametrize("family", ["llama", "qwen3_next"])
 def test_fresh_prompts_beside_verification_windows_replay_graphs_token_identity(family, tiny_model_dir,
                                                                                monkeypatch):
-    """Speculation with drafts that are often rejected (synthetic, mean accepted length 2 of 3): fresh
-    prompts admitted beside verification windows replay a prompt graph and a windows graph instead of an
-    eager step, on the hybrid model too, whose rollback reads the windows' per-token recurrent states by
-    the step's row; greedy tokens equal those of a run without graphs. float32 and a fixed draft length:
-    the adaptive length follows measured step times, which differ with graphs, and bf16 verification
-    windows of other lengths round differently (a near-tie of the tiny random model then flips)."""
+    """Suffix drafts from prompts that repeat a pattern the tiny random model does not follow, so most
+    drafts are rejected: fresh prompts admitted beside verification windows replay a prompt graph and a
+    windows graph instead of an eager step, on the hybrid model too, whose rollback reads the windows'
+    per-token recurrent states by the step's row; greedy tokens equal those of a run without graphs. A
+    fixed draft length: the adaptive one follows measured step times, which graphs change."""
     from strata.runner.model_runner import ModelRunner
 
-    prompts = _prompts([5, 40, 17, 100, 30, 12, 50, 7])
+    prompts = [(p[:4] * 30)[:n] for p, n in zip(_prompts([5, 6, 7, 8, 9, 10, 11, 12]), [16, 40, 17, 100, 30, 24, 50, 20])]
     lengths = [20, 6, 12, 9, 15, 4, 10, 8]
-    spec = {"method": "synthetic", "num_speculative_tokens": 3, "acceptance_length": 2.0, "adaptive": False}
+    spec = {"method": "suffix", "num_speculative_tokens": 3, "adaptive": False}
     split_with_windows = []
     forward_split = ModelRunner._forward_split
     monkeypatch.setattr(ModelRunner, "_forward_split", lambda self, plan: (
@@ -264,9 +263,11 @@ def test_fresh_prompts_beside_verification_windows_replay_graphs_token_identity(
         forward_split(self, plan)))
     runs = {}
     for graphs in (False, True):
-        llm = LLM(tiny_model_dir(family), dtype="float32", device="cuda", max_num_seqs=3, block_size=4,
+        llm = LLM(tiny_model_dir(family), dtype="bfloat16", device="cuda", max_num_seqs=3, block_size=4,
                   speculative_config=spec, cuda_graphs=graphs)
         runs[graphs] = _staggered(llm, prompts, lengths)
+        if graphs:
+            assert llm.engine.scheduler.stats.num_draft_tokens > 0
         del llm
         torch.cuda.empty_cache()
     assert runs[True] == runs[False]
