@@ -1,8 +1,9 @@
 """Session files: named tensors (a conversation's token ids, KV blocks, recurrent-state checkpoint) and
-a JSON header, in the safetensors layout, so any safetensors tool can open one. Written one tensor at a
-time as a producer hands them over (never the whole file in memory), renamed into place only once
-complete; read one tensor at a time through safetensors' mmap, which checks the layout. Knows nothing
-of the engine: the caller decides what the tensors and the header hold.
+a JSON header, in the safetensors layout, so any safetensors tool can open one. Written tensor by tensor
+straight from their memory (no serialized copy of the file, as safetensors' own writer makes; no
+pickle, which loading a torch.save file runs), renamed into place only once complete; read one tensor at
+a time through safetensors' mmap, which checks the layout. Knows nothing of the engine: the caller decides what the tensors and the
+header hold.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import struct
-from collections.abc import Iterable
 
 import torch
 
@@ -25,14 +25,13 @@ class SessionFileError(ValueError):
     """The file is not a readable session file (truncated, another format, a damaged header)."""
 
 
-def write(path: str, header: dict, specs: dict[str, tuple[torch.dtype, list[int]]],
-          tensors: Iterable[torch.Tensor]) -> int:
-    """Write to `path` atomically the tensors `specs` announces (name -> dtype, shape), produced in that
-    order by `tensors` (host tensors, made one at a time), and `header` -> bytes written."""
+def write(path: str, header: dict, tensors: dict[str, torch.Tensor]) -> int:
+    """Write host `tensors` and `header` to `path` atomically -> bytes written."""
     entries, offset = {}, 0
-    for name, (dtype, shape) in specs.items():
-        size = _numel(shape) * dtype.itemsize
-        entries[name] = {"dtype": _DTYPE_NAMES[dtype], "shape": list(shape), "data_offsets": [offset, offset + size]}
+    for name, tensor in tensors.items():
+        size = tensor.numel() * tensor.element_size()
+        entries[name] = {"dtype": _DTYPE_NAMES[tensor.dtype], "shape": list(tensor.shape),
+                         "data_offsets": [offset, offset + size]}
         offset += size
     entries["__metadata__"] = {HEADER_KEY: json.dumps(header)}
     head = json.dumps(entries).encode()
@@ -43,23 +42,14 @@ def write(path: str, header: dict, specs: dict[str, tuple[torch.dtype, list[int]
         with open(temporary, "wb") as f:
             f.write(struct.pack("<Q", len(head)))
             f.write(head)
-            for (name, (dtype, shape)), tensor in zip(specs.items(), tensors, strict=True):
-                if tensor.dtype != dtype or list(tensor.shape) != list(shape):
-                    raise ValueError(f"tensor {name} is {tensor.dtype} {list(tensor.shape)}, announced {dtype} {shape}")
-                if tensor.numel():
+            for tensor in tensors.values():
+                if tensor.numel():  # straight from the tensor's memory: no serialized copy
                     f.write(tensor.contiguous().reshape(-1).view(torch.uint8).numpy())
         os.replace(temporary, path)
     finally:
         if os.path.exists(temporary):
             os.remove(temporary)
     return 8 + len(head) + offset
-
-
-def _numel(shape: list[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 class SessionReader:

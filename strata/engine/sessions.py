@@ -188,8 +188,7 @@ def write_session(path: str, token_ids: list[int], kv: dict[str, torch.Tensor], 
     header = {"format": FORMAT, "fingerprint": current, "num_tokens": len(token_ids), "saved_at": time.time()}
     tensors = {"token_ids": torch.tensor(token_ids, dtype=torch.int64), **{f"kv.{k}": t for k, t in kv.items()},
                **{f"state.{k}": t for k, t in states.items()}}
-    specs = {name: (t.dtype, list(t.shape)) for name, t in tensors.items()}
-    return session_file.write(path, header, specs, tensors.values())
+    return session_file.write(path, header, tensors)
 
 
 # ---- restore: read and check (thread); take blocks, fill them tensor by tensor, register (loop) ----
