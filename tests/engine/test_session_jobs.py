@@ -41,7 +41,7 @@ def drive(engine: EngineCore, jobs: SessionJobs, on_step=None) -> tuple[dict[str
     return tokens, cached, replies
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen3_next"])
+@pytest.mark.parametrize("family", ["llama", "qwen3_next", "qwen4_exp"])  # qwen4_exp: PLE states, QSA index keys
 def test_a_save_while_another_request_decodes_ahead(tiny_model_dir, tmp_path, family, monkeypatch):
     """With no time for session work between steps, the loop still runs one session step per step: the
     save's copies interleave with the other request's steps and change nothing of its output."""
