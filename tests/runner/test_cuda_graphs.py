@@ -243,7 +243,7 @@ def test_fresh_prompts_beside_running_requests_replay_graphs_token_identity(fami
 
 
 @gpu
-@pytest.mark.parametrize("family", ["llama", "qwen3_next"])
+@pytest.mark.parametrize("family", ["qwen3_next"])  # llama's steps split so before; its drafts met no admission here
 def test_fresh_prompts_beside_verification_windows_replay_graphs_token_identity(family, tiny_model_dir,
                                                                                monkeypatch):
     """Suffix drafts from prompts that repeat a pattern the tiny random model does not follow, so most
