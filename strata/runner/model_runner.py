@@ -239,7 +239,6 @@ class ModelRunner:
             if self.sampler.params[slot_id] is None:
                 continue
             self.speculation.commit_decoded(slot_id, token_id)
-            self.sampler.advance_thinking(slot_id, [token_id])
             results.append(SlotResult(slot_id, [token_id], 0, []))
         return StepResult(step.plan.step_id, results, forward_seconds=step.launched - step.started,
                           sample_seconds=read - waited, draft_seconds=0.0, expert_pairs=step.expert_pairs)

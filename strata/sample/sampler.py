@@ -97,11 +97,6 @@ class Sampler:
         self.num_output_tokens[slot_id] += len(token_ids)
         self.penalties.add_outputs(slot_id, token_ids)
         self.constraints.advance(slot_id, token_ids)
-        self.advance_thinking(slot_id, token_ids)
-
-    def advance_thinking(self, slot_id: int, token_ids: list[int]) -> None:
-        """Committed tokens move the slot's reasoning budget on (also for overlapped decode steps, which
-        commit nothing else here: see ThinkingBudget.can_decode_ahead)."""
         if self.thinking[slot_id] is not None:
             for token_id in token_ids:
                 self.thinking[slot_id].advance(token_id)

@@ -110,18 +110,20 @@ def test_engine_ends_thinking_after_exactly_budget_tokens_batched_with_speculati
 
 def test_budgeted_requests_decode_ahead_where_it_is_safe_with_the_same_tokens(folder, monkeypatch):
     """--async-scheduling samples a step before the previous token is read: a budgeted request takes part
-    wherever that token cannot change what is forced next, and its tokens equal plain stepping's."""
+    wherever that token cannot change what is forced next, and its tokens equal plain stepping's, alone (every
+    step it can, ahead) and in a batch."""
     from strata.runner.model_runner import ModelRunner
 
-    budgets = [2, 6, 11]
-    params = [SamplingParams(temperature=0.0, max_tokens=30, thinking_budget=b) for b in budgets]
-    _, plain = _run(folder, params, None, async_scheduling=False)
     ahead, launch = [], ModelRunner.launch_decode
     monkeypatch.setattr(ModelRunner, "launch_decode",
                         lambda self, plan, inputs_from=None: ahead.append(inputs_from is not None)
                         or launch(self, plan, inputs_from))
-    llm, overlapped = _run(folder, params, None, async_scheduling=True)
-    assert overlapped == plain
-    end = list(llm.engine.thinking_tokens.end_ids)
-    assert all(out[b:b + len(end)] == end for b, out in zip(budgets, overlapped))
-    assert sum(ahead) >= 15 and not all(ahead)  # most steps ran ahead; the ones around each forced end did not
+    for budgets in ([9], [2, 6, 11]):
+        params = [SamplingParams(temperature=0.0, max_tokens=30, thinking_budget=b) for b in budgets]
+        _, plain = _run(folder, params, None, async_scheduling=False)
+        ahead.clear()
+        llm, overlapped = _run(folder, params, None, async_scheduling=True)
+        assert overlapped == plain
+        end = list(llm.engine.thinking_tokens.end_ids)
+        assert all(out[b:b + len(end)] == end for b, out in zip(budgets, overlapped))
+        assert sum(ahead) >= 15 and not all(ahead)  # most steps ran ahead; those around each forced end did not
