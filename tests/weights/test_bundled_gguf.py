@@ -58,8 +58,11 @@ def test_prompt_logits_match_hf_transformers(bundled_gguf, source, tokenizer):
     model = build_model(source, "cpu", "float32", quiet=True)
     ours = prompt_logits(model, ids, block_size=16)
     del model
+    from fast_gguf import fast_gguf_arrays
+
     folder, filename = os.path.split(bundled_gguf)
-    hf = AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename, dtype=torch.float32).eval()
+    with fast_gguf_arrays():
+        hf = AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename, dtype=torch.float32).eval()
     with torch.no_grad():
         ref = hf(torch.tensor([ids])).logits[0]
     assert ((ours - ref).abs().max() / ref.abs().max()).item() < 1e-3

@@ -57,8 +57,11 @@ def ours(bundled_gguf):
 def transformers_gguf(bundled_gguf):
     from transformers import AutoTokenizer
 
+    from fast_gguf import fast_gguf_arrays
+
     folder, filename = os.path.split(bundled_gguf)
-    return AutoTokenizer.from_pretrained(folder, gguf_file=filename, local_files_only=True)
+    with fast_gguf_arrays():
+        return AutoTokenizer.from_pretrained(folder, gguf_file=filename, local_files_only=True)
 
 
 def write_tokenizer(writer: gguf.GGUFWriter, tokens: list[str], token_types, merges=None, scores=None,
