@@ -2,8 +2,8 @@
 a JSON header, in the safetensors layout, so any safetensors tool can open one. Written tensor by tensor
 straight from their memory (no serialized copy of the file, as safetensors' own writer makes; no
 pickle, which loading a torch.save file runs), renamed into place only once complete; read one tensor at
-a time through safetensors' mmap, which checks the layout. Knows nothing of the engine: the caller decides what the tensors and the
-header hold.
+a time through safetensors' mmap, which checks the layout. Knows nothing of the engine: the caller
+decides what the tensors and the header hold.
 """
 
 from __future__ import annotations

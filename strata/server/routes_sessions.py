@@ -67,13 +67,14 @@ def _token_ids(state, body: SessionSaveRequest) -> list[int]:
     return state.template.render(normalize_messages(body.messages), _tools(body), thinking).prompt_token_ids
 
 
-async def _call(state, action: str, args: dict) -> dict:
+async def _call(state, action: str, args: dict, param: str) -> dict:
+    """The engine's reply; its refusals as APIErrors about `param` (4xx) or none (5xx)."""
     try:
         reply = await state.client.session(action, args)
     except (EngineUnavailableError, EngineDeadError) as e:
         raise APIError(503, f"the engine is not available: {e}") from e
     if not reply["ok"]:
-        raise APIError(reply["status"], reply["error"], "filename" if reply["status"] in (404, 409) else None)
+        raise APIError(reply["status"], reply["error"], param if reply["status"] < 500 else None)
     return reply
 
 
@@ -86,7 +87,8 @@ async def save(body: SessionSaveRequest, http_request: HTTPRequest):
     started = time.perf_counter()
     token_ids = await state.offload(_token_ids, state, body)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    reply = await _call(state, "save", {"path": path, "token_ids": token_ids})
+    param = "messages" if body.messages is not None else "prompt"
+    reply = await _call(state, "save", {"path": path, "token_ids": token_ids}, param)
     return {"filename": body.filename, "n_tokens": len(token_ids), "n_saved": reply["num_tokens"],
             "n_written": reply["bytes"], "timings": _timings("save_ms", started, reply)}
 
@@ -100,7 +102,7 @@ async def restore(body: SessionRestoreRequest, http_request: HTTPRequest):
     if not os.path.isfile(path):
         raise APIError(404, f"no session file {body.filename!r} in the sessions folder (--sessions-dir)", "filename")
     started = time.perf_counter()
-    reply = await _call(state, "restore", {"path": path})
+    reply = await _call(state, "restore", {"path": path}, "filename")
     return {"filename": body.filename, "n_restored": reply["num_tokens"], "n_read": reply["bytes"],
             "timings": _timings("restore_ms", started, reply)}
 
