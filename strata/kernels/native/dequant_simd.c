@@ -9,11 +9,14 @@
  * Every row of x sums in one order whatever the batch: one accumulator of 8 lanes, the row's vectors of 8
  * values in turn, then a fixed horizontal sum; so a row gives the same bits alone or in a batch. A weight
  * row's blocks are decoded in registers and met there by up to DQ_T rows of x at once (one accumulator
- * each), so the decode is paid once per DQ_T rows and nothing is stored; K is walked in chunks of KCHUNK
- * values over groups of GROUP weight rows, the accumulators parked between chunks (bits unchanged), so
- * the rows of x a chunk stay in L1. This Zen 1 runs one 256-bit FMA a cycle; at 8 rows the decoded
- * registers feed 8 FMAs from one decode. (The first version decoded into an L1 buffer for more than 4 rows
- * with two accumulators a row: 9.2 GMAC/s a thread at 8 rows of Q4_1, against 2.46 FMAs/ns = 19.7 peak.) */
+ * each): the decode is paid once per DQ_T rows and nothing is stored. At 1-2 (3-4) rows of x, 4 (2) weight
+ * rows go block by block side by side. K is walked whole while the tile's x fits in L1 (X_IN_L1), else in
+ * chunks of KCHUNK values over groups of GROUP weight rows, the accumulators parked between chunks (bits
+ * unchanged); each weight row is prefetched PREFETCH bytes ahead. Measured on this Zen 1 (2.46 256-bit
+ * FMAs/ns a core = 19.7 GMAC/s; bench/results/2026-12-02-cpu-smollm2-batched), one thread, a layer's Q4_1
+ * projections x 30 streamed from memory: 8 rows 94.5 -> 78.2 ms against the first version here (two
+ * accumulators a row, an L1 buffer of decoded weights past 4 rows), 1 row 31.7 -> 35.0 ms (the float
+ * decode bounds one row either way). */
 #include <immintrin.h>
 
 #include "quant_matmul.h"
@@ -21,7 +24,9 @@
 #define INLINE static inline __attribute__((always_inline))
 
 enum { KCHUNK = 512 };     /* values of K a pass: a multiple of every block; 8 rows of x are 16 KiB */
+enum { X_IN_L1 = 6144 };   /* floats of x (24 KiB) up to which K is walked in one pass */
 enum { GROUP = 16 };       /* weight rows a pass over a chunk of K */
+enum { PREFETCH = 1024 };   /* bytes ahead in each weight row */
 
 INLINE float f16(uint16_t h) { return _cvtsh_ss(h); }
 
@@ -258,8 +263,13 @@ enum { BLOCK_q8_0 = QK, BLOCK_q4_0 = QK, BLOCK_q4_1 = QK, BLOCK_q5_0 = QK, BLOCK
         __m256 a[4][DQ_T];                                                                                    \
         for (int r = 0; r < nw; r++)                                                                          \
             for (int t = 0; t < nt; t++) a[r][t] = acc[r][t];                                                 \
+        const int64_t block_bytes = row_bytes / (k / BLOCK_##name);                                           \
         for (int64_t b = c0; b < c0 + len; b += BLOCK_##name)                                                 \
-            for (int r = 0; r < nw; r++) walk_##name(w + r * row_bytes, b, BLOCK_##name, x + b, k, nt, a[r]); \
+            for (int r = 0; r < nw; r++) {                                                                    \
+                const uint8_t *wr = w + r * row_bytes;                                                        \
+                _mm_prefetch((const char *)wr + b / BLOCK_##name * block_bytes + PREFETCH, _MM_HINT_T0);      \
+                walk_##name(wr, b, BLOCK_##name, x + b, k, nt, a[r]);                                         \
+            }                                                                                                 \
         for (int r = 0; r < nw; r++)                                                                          \
             for (int t = 0; t < nt; t++) acc[r][t] = a[r][t];                                                 \
     }                                                                                                         \
@@ -296,12 +306,13 @@ enum { BLOCK_q8_0 = QK, BLOCK_q4_0 = QK, BLOCK_q4_1 = QK, BLOCK_q5_0 = QK, BLOCK
     static void rows_##name(const uint8_t *w, int64_t row_bytes, int64_t rows, const float *x, int64_t k,      \
                             int nt, float *y, int64_t ldy) {                                                  \
         __m256 acc[GROUP][DQ_T];                                                                              \
+        const int64_t chunk = nt * k <= X_IN_L1 ? k : KCHUNK;  /* x fits in L1 whole: one pass */             \
         for (int64_t r0 = 0; r0 < rows; r0 += GROUP) {                                                        \
             const int64_t group = rows - r0 < GROUP ? rows - r0 : GROUP;                                      \
             for (int64_t r = 0; r < group; r++)                                                               \
                 for (int t = 0; t < nt; t++) acc[r][t] = _mm256_setzero_ps();                                 \
-            for (int64_t c0 = 0; c0 < k; c0 += KCHUNK)                                                        \
-                pass_##name(w + r0 * row_bytes, row_bytes, group, x, k, c0, k - c0 < KCHUNK ? k - c0 : KCHUNK,  \
+            for (int64_t c0 = 0; c0 < k; c0 += chunk)                                                         \
+                pass_##name(w + r0 * row_bytes, row_bytes, group, x, k, c0, k - c0 < chunk ? k - c0 : chunk,    \
                             nt, acc);                                                                         \
             for (int64_t r = 0; r < group; r++)                                                               \
                 for (int t = 0; t < nt; t++) y[t * ldy + r0 + r] = reduce(acc[r][t]);                         \
