@@ -1,8 +1,17 @@
-"""Host-to-device copies of small index arrays that do not make the host wait for the device."""
+"""Host-to-device copies of small index arrays that do not make the host wait for the device, and byte
+views for copying float8 tensors."""
 
 from __future__ import annotations
 
 import torch
+
+
+FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def raw(t: torch.Tensor) -> torch.Tensor:
+    """t, or for float8 its bytes (a uint8 view): torch lacks index_copy_ for float8; copies of bytes are exact."""
+    return t.view(torch.uint8) if t.dtype in FLOAT8 else t
 
 
 def index_tensor(values, device: torch.device | str, dtype: torch.dtype = torch.long) -> torch.Tensor:

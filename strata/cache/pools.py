@@ -6,19 +6,24 @@ from __future__ import annotations
 
 import torch
 
+from strata.transfer import raw
+
 
 class KVPool:
     """`extra_keys`: further per-token caches paged with the same blocks (a model's `index_key_layers`,
     QSA's index keys): key -> width, stored as (keys [N_blocks, B, 1, width], an empty [N_blocks, B, 1, 0])
-    so every copy of a layer's (K, V) pair (parking, restoring) carries them too."""
+    so every copy of a layer's (K, V) pair (parking, restoring) carries them too. K and V are stored in
+    `kv_dtype` (the model's `dtype` by default, float8 for fp8 KV); the extra keys in `dtype`."""
 
     def __init__(self, layer_ids: list[int], num_blocks: int, block_size: int, num_kv_heads: int,
-                 head_dim: int, dtype: torch.dtype, device: str, extra_keys: dict | None = None) -> None:
+                 head_dim: int, dtype: torch.dtype, device: str, extra_keys: dict | None = None,
+                 kv_dtype: torch.dtype | None = None) -> None:
         self.block_size = block_size
         self.num_blocks = num_blocks
         shape = (num_blocks, block_size, num_kv_heads, head_dim)  # [N_blocks, B, Hkv, D]
-        self.caches = {i: (torch.zeros(shape, dtype=dtype, device=device),
-                           torch.zeros(shape, dtype=dtype, device=device)) for i in layer_ids}
+        kv_dtype = kv_dtype or dtype
+        self.caches = {i: (torch.zeros(shape, dtype=kv_dtype, device=device),
+                           torch.zeros(shape, dtype=kv_dtype, device=device)) for i in layer_ids}
         for key, width in (extra_keys or {}).items():
             keys = torch.zeros(num_blocks, block_size, 1, width, dtype=dtype, device=device)
             self.caches[key] = (keys, keys[..., :0])
@@ -63,8 +68,8 @@ class CheckpointPool:
             index_src = torch.tensor(src_rows, device=src_conv.device)
             index_dst = torch.tensor(dst_rows, device=dst_conv.device)
             # non_blocking: from pinned host memory the copy back overlaps with the host's work
-            dst_conv.index_copy_(0, index_dst, src_conv[index_src].to(dst_conv.device, non_blocking=True))
-            dst_ssm.index_copy_(0, index_dst, src_ssm[index_src].to(dst_ssm.device, non_blocking=True))
+            raw(dst_conv).index_copy_(0, index_dst, raw(src_conv)[index_src].to(dst_conv.device, non_blocking=True))
+            raw(dst_ssm).index_copy_(0, index_dst, raw(src_ssm)[index_src].to(dst_ssm.device, non_blocking=True))
 
 
 class HostParkPool:

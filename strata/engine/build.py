@@ -13,7 +13,7 @@ import sys
 import torch
 from torch import nn
 
-from strata.config import EngineConfig, ModelConfig, SpecConfig, resolve_device, resolve_dtype
+from strata.config import EngineConfig, ModelConfig, SpecConfig, kv_cache_torch_dtype, resolve_device, resolve_dtype
 from strata.engine.memory_plan import MemoryPlan
 from strata.experts.manager import ExpertManager, install_experts
 from strata.experts.placement import tokens_for_expert_budget
@@ -121,7 +121,8 @@ def build_engine(config: EngineConfig, quiet: bool = False, shared: LoadedModel 
     max_model_len = sizes.max_model_len
     runner = ModelRunner(loaded.model, loaded.experts, sizes.num_kv_blocks, config.cache.block_size,
                          config.scheduler.max_num_seqs, device, config.runner.seed, spec, sizes.num_checkpoints,
-                         sizes.park_rows, config.runner, max_model_len)
+                         sizes.park_rows, config.runner, max_model_len,
+                         kv_cache_torch_dtype(config.cache.kv_cache_dtype, DTYPES[dtype]))
     expert_token_budget = None
     if loaded.experts is not None and loaded.experts.offloaded:
         expert_token_budget = tokens_for_expert_budget(cfg.num_experts, cfg.num_experts_per_tok,

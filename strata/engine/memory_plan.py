@@ -18,7 +18,7 @@ import torch
 
 from strata.cache.block_allocator import blocks_needed
 from strata.cache.pools import KVPool
-from strata.config import EngineConfig, ModelConfig, SpecConfig
+from strata.config import EngineConfig, ModelConfig, SpecConfig, kv_cache_torch_dtype
 from strata.runner.memory import GiB, GpuBudget, ModelDoesNotFit, WeightSizes, activation_headroom, \
     auto_expert_slots, check_host_fits, check_weights_fit, host_available_bytes, kv_reserve_tokens, measure_budget, \
     weight_sizes
@@ -53,7 +53,7 @@ class MemoryPlan:
         cache, sched = config.cache, config.scheduler
         self.block_bytes = KVPool.bytes_per_block(max(len(model_config.full_attention_layers) + int(has_mtp), 1),
                                                   cache.block_size, model_config.num_key_value_heads,
-                                                  model_config.head_dim, dtype)
+                                                  model_config.head_dim, kv_cache_torch_dtype(cache.kv_cache_dtype, dtype))
         if model_config.indexer_n_heads:  # QSA's index keys ride in the same blocks (KVPool extra_keys)
             self.block_bytes += (len(model_config.full_attention_layers) * cache.block_size
                                  * model_config.indexer_head_dim * dtype.itemsize)

@@ -34,7 +34,7 @@ def paged_attention_ref(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
                         scale: float) -> torch.Tensor:
     """q [T, H, D], caches [N_blocks, B, Hkv, D], block_tables [S, nb], seq_lens [S] (context length
     after this step), query_start_loc [S + 1] -> [T, H, D]. Query j of a window of n tokens sits at
-    position seq_len - n + j and sees KV positions <= its own. Computed in float32."""
+    position seq_len - n + j and sees KV positions <= its own. Computed in float32 (float8 caches widened)."""
     out = torch.empty_like(q)
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     group = q.shape[1] // num_kv_heads
@@ -155,8 +155,9 @@ if triton is not None:
             block = tl.load(tables_ptr + seq * stride_table + kv_pos // block_size, mask=kv_ok, other=0)
             kv_row = block.to(tl.int64) * stride_kb + (kv_pos % block_size) * stride_ko + kv_head * stride_kh
             kv_mask = kv_ok[:, None] & d_ok[None, :]
-            k = tl.load(k_ptr + kv_row[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)  # [BN, BD]
-            v = tl.load(v_ptr + kv_row[:, None] + offs_d[None, :], mask=kv_mask, other=0.0)
+            # float8 caches widen to the query's dtype (a no-op cast for 16-bit ones)
+            k = tl.load(k_ptr + kv_row[:, None] + offs_d[None, :], mask=kv_mask, other=0.0).to(q.dtype)  # [BN, BD]
+            v = tl.load(v_ptr + kv_row[:, None] + offs_d[None, :], mask=kv_mask, other=0.0).to(q.dtype)
             s = tl.dot(q, tl.trans(k)) * qk_scale                                              # [BM, BN]
             s = tl.where(kv_pos[None, :] <= q_pos[:, None], s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, axis=1))

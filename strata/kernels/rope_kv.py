@@ -41,8 +41,12 @@ def qk_norm_rope_kv_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_wei
         return torch.cat((rotated, x[..., 2 * half:]), dim=-1)
 
     q, k = rotate(q), rotate(k)
-    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, k)
-    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, v)
+    for x, cache in ((k, k_cache), (v, v_cache)):  # float8 caches: the values rounded, their bytes copied
+        rows = cache.view(-1, *cache.shape[2:])
+        x = x.to(cache.dtype)
+        if cache.element_size() == 1:
+            rows, x = rows.view(torch.uint8), x.view(torch.uint8)
+        rows.index_copy_(0, slot_mapping, x)
     return q
 
 

@@ -23,22 +23,23 @@ from strata.model.context import ForwardContext
 from strata.model.linear import Linear
 from strata.model.norm import RMSNorm
 from strata.model.rotary import RotaryEmbedding
-from strata.transfer import index_tensor
+from strata.transfer import index_tensor, raw
 
 _BATCHED_MAX_QUERY_LEN = 16
 
 
 def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
              slot_mapping: torch.Tensor) -> None:
-    # k, v: [T, Hkv, D]; caches: [N_blocks, B, Hkv, D]
-    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, k)
-    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, v)
+    # k, v: [T, Hkv, D]; caches: [N_blocks, B, Hkv, D] (float8 caches: rounded to it)
+    for x, cache in ((k, k_cache), (v, v_cache)):
+        raw(cache.view(-1, *cache.shape[2:])).index_copy_(0, slot_mapping, raw(x.to(cache.dtype)))
 
 
-def _gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
-    # cache: [N_blocks, B, Hkv, D], block_table: [..., nb] -> [..., length, Hkv, D]
+def _gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int, dtype: torch.dtype) -> torch.Tensor:
+    # cache: [N_blocks, B, Hkv, D], block_table: [..., nb] -> [..., length, Hkv, D] in `dtype` (a float8
+    # cache's values widened)
     # index_select, not cache[block_table]: advanced indexing on a large pool is far slower on the CPU
-    blocks = cache.index_select(0, block_table.flatten())  # [S * nb, B, Hkv, D]
+    blocks = cache.index_select(0, block_table.flatten()).to(dtype)  # [S * nb, B, Hkv, D]
     flat = blocks.view(*block_table.shape[:-1], -1, *cache.shape[2:])
     return flat[..., :length, :, :]
 
@@ -70,8 +71,8 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         table = ctx.block_tables[i, :num_blocks]
         # contiguous operands: the CPU SDPA kernel is many times slower on strided ones; a batch dim of
         # 1 because the fused CUDA kernels take 4-D inputs only (3-D falls back to the math kernel)
-        k = _gather_kv(k_cache, table, seq_lens[i]).transpose(0, 1).contiguous()[None]  # [1, Hkv, L, D]
-        v = _gather_kv(v_cache, table, seq_lens[i]).transpose(0, 1).contiguous()[None]
+        k = _gather_kv(k_cache, table, seq_lens[i], q.dtype).transpose(0, 1).contiguous()[None]  # [1, Hkv, L, D]
+        v = _gather_kv(v_cache, table, seq_lens[i], q.dtype).transpose(0, 1).contiguous()[None]
         chunk = q[s:e].transpose(0, 1).contiguous()[None]                                # [1, H, q_len, D]
         if ctx.num_computed[i] == 0:  # no cached prefix: plain causal attention, no mask to build or read
             o = F.scaled_dot_product_attention(chunk, k, v, is_causal=True, scale=scale, enable_gqa=True)
@@ -89,8 +90,8 @@ def _attend_fresh_prompts(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
     equal-length prompts; one batched call, where the general path runs one call per prompt."""
     num_seqs, q_len = ctx.num_seqs, ctx.query_lens[0]
     table = ctx.block_tables[:, : -(-q_len // k_cache.shape[1])]                             # [S, nb]
-    k = _gather_kv(k_cache, table, q_len).transpose(1, 2).contiguous()                       # [S, Hkv, L, D]
-    v = _gather_kv(v_cache, table, q_len).transpose(1, 2).contiguous()
+    k = _gather_kv(k_cache, table, q_len, q.dtype).transpose(1, 2).contiguous()              # [S, Hkv, L, D]
+    v = _gather_kv(v_cache, table, q_len, q.dtype).transpose(1, 2).contiguous()
     chunk = q.view(num_seqs, q_len, *q.shape[1:]).transpose(1, 2).contiguous()             # [S, H, L, D]
     o = F.scaled_dot_product_attention(chunk, k, v, is_causal=True, scale=scale, enable_gqa=True)
     return o.transpose(1, 2).reshape(q.shape)
@@ -122,8 +123,8 @@ def _attend_batched(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     num_seqs, max_q = ctx.num_seqs, ctx.max_query_len
     kv_index, row, col, mask = ctx.cached(("batched_attention", k_cache.shape[1], q.device),
                                           lambda: _batched_layout(ctx, k_cache.shape[1], q.shape[0], q.device))
-    k = _gather_tokens(k_cache, kv_index, num_seqs)  # [S, Hkv, L, D]
-    v = _gather_tokens(v_cache, kv_index, num_seqs)
+    k = _gather_tokens(k_cache, kv_index, num_seqs, q.dtype)  # [S, Hkv, L, D]
+    v = _gather_tokens(v_cache, kv_index, num_seqs, q.dtype)
     if row is None:  # every window has max_q tokens: q already has the padded layout
         q_pad = q.view(num_seqs, max_q, *q.shape[1:])  # [S, Q, H, D]
     else:
@@ -136,9 +137,10 @@ def _attend_batched(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     return o.reshape(q.shape) if row is None else o[row, col]
 
 
-def _gather_tokens(cache: torch.Tensor, kv_index: torch.Tensor, num_seqs: int) -> torch.Tensor:
-    # cache: [N_blocks, B, Hkv, D], kv_index: [S * L] flat token slots -> [S, Hkv, L, D] (a strided view)
-    rows = cache.view(-1, *cache.shape[2:]).index_select(0, kv_index)  # [S * L, Hkv, D]
+def _gather_tokens(cache: torch.Tensor, kv_index: torch.Tensor, num_seqs: int, dtype: torch.dtype) -> torch.Tensor:
+    # cache: [N_blocks, B, Hkv, D], kv_index: [S * L] flat token slots -> [S, Hkv, L, D] in `dtype` (a
+    # strided view)
+    rows = cache.view(-1, *cache.shape[2:]).index_select(0, kv_index).to(dtype)  # [S * L, Hkv, D]
     return rows.view(num_seqs, -1, *cache.shape[2:]).transpose(1, 2)
 
 

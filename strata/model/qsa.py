@@ -64,7 +64,7 @@ class QSAIndexer(nn.Module):
         """One sequence's index queries [n, Hi, Di] at positions first_pos.. -> which of its context_len
         tokens each attends to [n, L] (causal included); key_cache [N_blocks, B, 1, Di] holds its raw keys."""
         device, ratio = queries.device, self.ratio
-        raw = _gather_kv(key_cache, block_table, context_len)[:, 0]                          # [L, Di]
+        raw = _gather_kv(key_cache, block_table, context_len, key_cache.dtype)[:, 0]                          # [L, Di]
         num_blocks = context_len // ratio
         pooled = raw[: num_blocks * ratio].unflatten(0, (num_blocks, ratio)).float().mean(1).to(raw.dtype)
         starts = torch.arange(num_blocks, device=device) * ratio
@@ -115,8 +115,8 @@ class QSAAttention(Attention):
         table = table[: -(-context_len // k_cache.shape[1])]
         mask = self.indexer.visible(index_q, done, context_len, ctx.kv_caches[self.indexer.key][0], table,
                                     self.rotary)                                                     # [n, L]
-        k = _gather_kv(k_cache, table, context_len).transpose(0, 1)[None]                   # [1, Hkv, L, D]
-        v = _gather_kv(v_cache, table, context_len).transpose(0, 1)[None]
+        k = _gather_kv(k_cache, table, context_len, q.dtype).transpose(0, 1)[None]          # [1, Hkv, L, D]
+        v = _gather_kv(v_cache, table, context_len, q.dtype).transpose(0, 1)[None]
         o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k, v, attn_mask=mask, scale=self.scale,
                                            enable_gqa=True)
         return o[0].transpose(0, 1)

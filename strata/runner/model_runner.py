@@ -60,7 +60,8 @@ class ModelRunner:
     def __init__(self, model: nn.Module, experts, num_blocks: int, block_size: int, max_num_seqs: int,
                  device: str, seed: int = 0, spec: SpecConfig | None = None, checkpoint_pool_size: int = 0,
                  park_rows: tuple[int, int] = (0, 0), options: RunnerConfig | None = None,
-                 max_model_len: int | None = None) -> None:
+                 max_model_len: int | None = None, kv_dtype: torch.dtype | None = None) -> None:
+        """`kv_dtype`: what K and V are stored in (the model's dtype when None; float8 e4m3 for fp8 KV)."""
         cfg = model.config
         options = options or RunnerConfig()
         spec = spec or SpecConfig()
@@ -72,8 +73,9 @@ class ModelRunner:
         self.experts = experts  # the model's ExpertManager (None without MoE layers)
         graphs = options.cuda_graphs and str(device).startswith("cuda") and graph_safe(model, experts, dtype)
         # with graphs, one extra KV block and state row take the padding rows' writes
+        check_kv_dtype(kv_dtype or dtype, device)
         self.kv_pool = KVPool(kv_layers, num_blocks + int(graphs), block_size, cfg.num_key_value_heads, cfg.head_dim,
-                              dtype, device, model.index_key_layers())
+                              dtype, device, model.index_key_layers(), kv_dtype)
         self.state_pool = StatePool(model.recurrent_state_shapes(), max_num_seqs + int(graphs), dtype, device)
         self.graphs = None
         if graphs:
@@ -307,6 +309,15 @@ class ModelRunner:
         except Exception as e:
             logger.exception("restoring cached prefixes failed; the requests will recompute them")
             raise RestoreFailed(needing) from e
+
+
+def check_kv_dtype(kv_dtype: torch.dtype, device: str) -> None:
+    """float8 KV on CUDA needs the float8 conversions of compute capability 8.9 (Ada, Hopper) or later."""
+    if kv_dtype.itemsize == 1 and str(device).startswith("cuda"):
+        capability = torch.cuda.get_device_capability(torch.device(device))
+        if capability < (8, 9):
+            raise ValueError(f"fp8 KV needs a GPU of compute capability 8.9 or later (this one is "
+                             f"{capability[0]}.{capability[1]}); use --kv-cache-dtype auto")
 
 
 def graph_safe(model: nn.Module, experts, dtype: torch.dtype) -> bool:

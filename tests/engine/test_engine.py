@@ -30,8 +30,11 @@ def llm():
 def hf_gguf(bundled_gguf):
     from transformers import AutoModelForCausalLM
 
+    from fast_gguf import fast_gguf_arrays
+
     folder, name = os.path.split(bundled_gguf)
-    return AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+    with fast_gguf_arrays():
+        return AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
 
 
 def test_bundled_chat_matches_hf_on_same_gguf(llm, hf_gguf):
@@ -184,5 +187,5 @@ def test_a_kv_cache_dtype_we_do_not_have_is_an_error_not_a_silent_fallback():
     from strata.config import CacheConfig
 
     assert CacheConfig(kv_cache_dtype="auto").kv_cache_dtype == "auto"
-    with pytest.raises(ValueError, match="kv_cache_dtype must be one of auto.*'int8'"):
+    with pytest.raises(ValueError, match="kv_cache_dtype must be one of auto, fp8.*'int8'"):
         CacheConfig(kv_cache_dtype="int8")

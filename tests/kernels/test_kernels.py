@@ -261,6 +261,24 @@ def test_paged_attention_wide_heads_and_float32(dtype, heads):
     assert out.dtype == dtype and rel_err(out, expected) < (1e-2 if dtype == torch.bfloat16 else 5e-3)  # float32 dots run as TF32
 
 
+@gpu
+@pytest.mark.parametrize("heads", [(16, 2, 256), (32, 4, 128)])
+def test_paged_attention_reads_fp8_kv(heads):
+    """fp8 KV (float8 e4m3 caches): the kernel widens K and V to the query's dtype and matches the reference
+    on the same float8 values."""
+    from strata.kernels.paged_attention import paged_attention
+
+    num_heads, num_kv_heads, head_dim = heads
+    windows = [(300, 1), (17, 4), (1000, 16), (64, 8)]
+    generator = torch.Generator().manual_seed(head_dim + 1)
+    q, k_cache, v_cache, block_tables, _, seq_lens, qsl = paged_problem(
+        windows, 16, num_heads, num_kv_heads, head_dim, torch.bfloat16, "cuda", generator)
+    k8, v8 = k_cache.to(torch.float8_e4m3fn), v_cache.to(torch.float8_e4m3fn)
+    out = paged_attention(q, k8, v8, block_tables, seq_lens, qsl, head_dim ** -0.5, max_query_len=16)
+    expected = paged_attention_ref(q.float(), k8.float(), v8.float(), block_tables, seq_lens, qsl, head_dim ** -0.5)
+    assert out.dtype == torch.bfloat16 and rel_err(out, expected) < 1e-2
+
+
 # ---- gated delta rule -----------------------------------------------------------------------------
 
 def delta_problem(query_lens, heads, max_slots, dtype, device, generator):
