@@ -27,8 +27,8 @@ def free_port() -> int:
 
 
 class LiveServer:
-    def __init__(self, base_url: str, proc: subprocess.Popen | None = None) -> None:
-        self.base_url, self.proc = base_url, proc
+    def __init__(self, base_url: str, proc: subprocess.Popen | None = None, log=None) -> None:
+        self.base_url, self.proc, self.log = base_url, proc, log  # log: the subprocess's output file
         self.headers = {"Authorization": f"Bearer {API_KEY}"}
 
     def get(self, path: str, **kw) -> httpx.Response:
@@ -88,7 +88,7 @@ def attach(registry: dict) -> LiveServer:
         log.seek(0)
         print(log.read())
         raise
-    return LiveServer(base_url, proc)
+    return LiveServer(base_url, proc, log)
 
 
 @contextlib.contextmanager

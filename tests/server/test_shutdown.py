@@ -1,22 +1,20 @@
 """Graceful shutdown of a real `strata serve` (bundled model) on SIGTERM with four streams running
 (issue 24, item 4): a short stream finishes within the drain and ends with its finish chunk and [DONE];
 the long OpenAI streams end with an error event and [DONE], the long Anthropic stream with an error event;
-the server exits within 10 s, leaves no child process behind and logs no traceback."""
+the server exits within 10 s, leaves no child process behind and logs no traceback. The
+server is the one the engine-kill test used before (conftest's lifecycle_server): one model load for both."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 
 import httpx
 
-from live_server import API_KEY, MODEL, ROOT, free_port, wait_healthy
+from live_server import API_KEY, MODEL
 
 HEADERS = {"Authorization": f"Bearer {API_KEY}"}
 
@@ -75,17 +73,11 @@ def _chat(max_tokens: int) -> dict:
             "temperature": 0, "ignore_eos": True, "stream": True}
 
 
-def test_sigterm_drains_streams_and_exits_cleanly():
-    port = free_port()
-    log = open(os.path.join(tempfile.mkdtemp(prefix="strata-shutdown-"), "serve.log"), "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "strata.cli.main", "serve", MODEL, "--device", "cpu",
-                             "--dtype", "float32", "--port", str(port), "--max-model-len", "2048",
-                             "--max-num-seqs", "8", "--drain-timeout-s", "5", "--log-level", "warning"],
-                            cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT, "STRATA_API_KEY": API_KEY},
-                            stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
+def test_sigterm_drains_streams_and_exits_cleanly(lifecycle_server_to_stop):
+    srv = lifecycle_server_to_stop  # --max-num-seqs 8 --drain-timeout-s 5, a spare engine (tests/server/conftest.py)
+    base, proc = srv.base_url, srv.proc
+    log_start = os.path.getsize(srv.log.name)  # what the server logs from here on: this test's part
     try:
-        wait_healthy(base, 240, proc)
         short = Stream(base, "/v1/chat/completions", _chat(10))
         longs = [Stream(base, "/v1/chat/completions", _chat(1500)) for _ in range(2)]
         anthropic = Stream(base, "/v1/messages", _chat(1500))
@@ -98,7 +90,7 @@ def test_sigterm_drains_streams_and_exits_cleanly():
             time.sleep(0.05)
         assert short.num_tokens < 10
         children = _children(proc.pid)
-        assert children  # the engine (and maybe its spare)
+        assert children  # the engine (and its spare, loading again after the engine-kill test)
         proc.send_signal(signal.SIGTERM)
         signalled = time.monotonic()
         proc.wait(10)
@@ -108,8 +100,9 @@ def test_sigterm_drains_streams_and_exits_cleanly():
     finally:
         if proc.poll() is None:
             proc.kill()
-        log.seek(0)
-        output = log.read()
+        with open(srv.log.name) as log:
+            log.seek(log_start)
+            output = log.read()
         print(output)
     assert exited < 10
     assert all(s.error is None for s in streams), [s.error for s in streams]
@@ -121,6 +114,8 @@ def test_sigterm_drains_streams_and_exits_cleanly():
         error = json.loads(data[-2])["error"]
         assert error["code"] == 503 and "shutting down" in error["message"]
     assert anthropic.lines[-2] == "event: error" and "shutting down" in anthropic.lines[-1], anthropic.lines[-3:]
-    time.sleep(0.5)
+    deadline = time.monotonic() + 0.5  # the server has exited; its children may take a moment more
+    while [pid for pid in children if _alive(pid)] and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not [pid for pid in children if _alive(pid)], output
     assert "Traceback" not in output and "CancelledError" not in output, output

@@ -2,13 +2,14 @@
 token ends the stream with an error event, one that hangs is ended after the hang timeout with a 503, and in
 both cases a new engine is started and serves the next request. With the bundled model (issue 24, items 5
 and 6): an engine killed under 8 running and 4 queued requests fails only the running ones; the queued ones
-complete on the spare engine, which is serving (/health 200) within 5 s of the kill."""
+complete on the spare engine, which is serving (/health 200) within 5 s of the kill (on the server that the
+SIGTERM test of test_shutdown.py then stops: conftest's lifecycle_server)."""
 
 from __future__ import annotations
 
 import httpx
 
-from live_server import API_KEY, MODEL, attach, fake_app, start_serve, stop_serve, thread_server
+from live_server import API_KEY, MODEL, fake_app, thread_server
 
 BODY = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
 
@@ -102,7 +103,7 @@ def _wait(condition, timeout: float, what) -> None:
         time.sleep(0.05)
 
 
-def test_engine_kill_resubmits_queued_requests_and_restarts_fast():
+def test_engine_kill_resubmits_queued_requests_and_restarts_fast(lifecycle_server):
     """8 running streams and 4 queued behind them; SIGKILL the engine: the running ones end with an error
     event, the queued ones go to the promoted spare engine and complete; /health is back in < 5 s."""
     import json
@@ -111,31 +112,25 @@ def test_engine_kill_resubmits_queued_requests_and_restarts_fast():
     import threading
     import time
 
-    registry: dict = {}
-    start_serve(registry, "strata-kill-", "--max-model-len", "2048", "--max-num-seqs", "8")
-    try:
-        srv = attach(registry)
-        _wait(lambda: srv.status()["engine"]["spare"] == "ready", 300, srv.status)
-        running, queued = [{} for _ in range(8)], [{} for _ in range(4)]
-        threads = [threading.Thread(target=_stream_chat, args=(srv.base_url, 1500, out), daemon=True)
-                   for out in running]
-        for t in threads:
-            t.start()
-        _wait(lambda: all(out.get("tokens") for out in running), 180, lambda: running)
-        threads += [threading.Thread(target=_stream_chat, args=(srv.base_url, 5, out), daemon=True) for out in queued]
-        for t in threads[8:]:
-            t.start()
-        _wait(lambda: srv.status()["queue"]["waiting"] == 4, 30, srv.status)
-        engine = srv.status()["engine"]
-        os.kill(engine["pid"], signal.SIGKILL)
-        killed = time.monotonic()
-        _wait(lambda: httpx.get(srv.base_url + "/health", timeout=5).status_code == 200, 30, srv.status)
-        back_after = time.monotonic() - killed
-        for t in threads:
-            t.join(120)
-        status = srv.status()["engine"]
-    finally:
-        stop_serve(registry)
+    srv = lifecycle_server
+    _wait(lambda: srv.status()["engine"]["spare"] == "ready", 300, srv.status)
+    running, queued = [{} for _ in range(8)], [{} for _ in range(4)]
+    threads = [threading.Thread(target=_stream_chat, args=(srv.base_url, 1500, out), daemon=True) for out in running]
+    for t in threads:
+        t.start()
+    _wait(lambda: all(out.get("tokens") for out in running), 180, lambda: running)
+    threads += [threading.Thread(target=_stream_chat, args=(srv.base_url, 5, out), daemon=True) for out in queued]
+    for t in threads[8:]:
+        t.start()
+    _wait(lambda: srv.status()["queue"]["waiting"] == 4, 30, srv.status)
+    engine = srv.status()["engine"]
+    os.kill(engine["pid"], signal.SIGKILL)
+    killed = time.monotonic()
+    _wait(lambda: httpx.get(srv.base_url + "/health", timeout=5).status_code == 200, 30, srv.status)
+    back_after = time.monotonic() - killed
+    for t in threads:
+        t.join(120)
+    status = srv.status()["engine"]
     assert back_after < 5.0
     assert status["pid"] != engine["pid"] and status["restarts"] == 1 and status["resubmitted_requests"] == 4
     for out in running:
