@@ -1,5 +1,6 @@
 """The event loop stays free while large requests are prepared (issue 24, item 1), against the live server
-(bundled model): while 4 MB chat bodies are rejected, ~1 MB prompts are refused for the context before
+(bundled model): while 4 MB chat bodies (one long message, or 2,000 messages decoded and validated in the
+preparation thread) are rejected, ~1 MB prompts are refused for the context before
 tokenizing and ~100 kB prompts are rendered and tokenized (then refused for the context), /health answers with a p99 under 100 ms and three running streams keep their
 token gaps under twice what they were before the large bodies came. Everything is bounded by counts, not
 by time: the large requests run a fixed number of rounds; the streams are read until they end."""
@@ -62,6 +63,8 @@ def _p99(values: list[float]) -> float:
 
 # encoded once, up front: this process's own JSON encoding would hold its GIL and delay the health probe
 BODIES = [json.dumps(_chat("x" * 4_000_000)).encode(),  # a 4 MB body: over --max-prompt-chars
+          json.dumps({**_chat(""), "messages": [{"role": "user", "content": "y" * 2000}] * 2000}).encode(),  # 4 MB
+          # in 2,000 messages: decoded and validated off the loop (strata/server/body.py), over --max-prompt-chars
           json.dumps(_chat("hello world, this is a long prompt. " * 28_000)).encode(),  # ~1 MB: too long for the context
           json.dumps(_chat("hello world, this is a long prompt. " * 3_000)).encode()]  # ~100 kB: tokenized, too long
 
@@ -125,8 +128,8 @@ def test_large_bodies_do_not_stall_health_or_streams(server):
     for s in streams:
         s.join(60)
 
-    assert len(messages) == 2 * 3 * ROUNDS
-    assert sum("--max-prompt-chars" in m for m in messages) == 2 * ROUNDS
+    assert len(messages) == 2 * len(BODIES) * ROUNDS
+    assert sum("--max-prompt-chars" in m for m in messages) == 2 * 2 * ROUNDS
     assert sum("characters, so at least" in m for m in messages) == 2 * ROUNDS  # refused before tokenizing
     assert sum("the prompt has 27" in m and "tokens" in m for m in messages) == 2 * ROUNDS, messages
     assert all(s.error is None for s in streams), [s.error for s in streams]
