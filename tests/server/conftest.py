@@ -22,7 +22,7 @@ def pytest_collection_modifyitems(session, config, items):
 
     needs_server = using("server")
     if needs_server and not _LIVE:
-        start_serve(_LIVE, "strata-serve-", "--max-model-len", "2048", "--max-num-seqs", "16")
+        start_serve(_LIVE, "strata-serve-", "--max-model-len", "2048", "--max-num-seqs", "16", "--engine-spare", "off")
     stopping = using("lifecycle_server_to_stop")
     _FUZZ["wanted"] = bool(fuzz := using("background_fuzz"))
     last = fuzz + needs_server + [item for item in using("lifecycle_server") if item not in stopping] + stopping

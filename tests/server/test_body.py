@@ -99,4 +99,5 @@ def test_list_limits_are_checked_before_validation(srv):
     content = _json({"model": MODEL, "messages": [{"role": "robot", "content": 1}] * 100_000})
     status, answer = _answer(srv, "/v1/chat/completions", content)
     assert status == 400 and answer["error"]["param"] == "messages"
-    assert answer["error"]["message"] == "messages has 100000 entries; this server accepts at most 2048 (--max-messages)"
+    assert answer["error"]["message"] == ("messages has 100000 entries; this server accepts at most 2048 "
+                                          "(--max-messages)")

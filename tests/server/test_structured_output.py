@@ -46,7 +46,7 @@ def live(tmp_path_factory):
     log = open(os.path.join(folder, "serve.log"), "w+")
     proc = subprocess.Popen([sys.executable, "-m", "strata.cli.main", "serve", folder, "--device", "cpu",
                              "--dtype", "float32", "--port", str(port), "--log-level", "warning",
-                             "--max-num-seqs", "8", "--max-model-len", "512"],
+                             "--max-num-seqs", "8", "--max-model-len", "512", "--engine-spare", "off"],
                             cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT, "STRATA_API_KEY": API_KEY},
                             stdout=log, stderr=subprocess.STDOUT)
     try:

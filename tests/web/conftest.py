@@ -33,7 +33,8 @@ def missing_browser() -> str | None:
 def pytest_collection_modifyitems(session, config, items):
     if _WEB or missing_browser() or not any("web_server" in getattr(i, "fixturenames", ()) for i in items):
         return
-    start_serve(_WEB, "strata-web-", "--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", "4")
+    start_serve(_WEB, "strata-web-", "--max-model-len", str(MAX_MODEL_LEN), "--max-num-seqs", "4",
+                "--engine-spare", "off")
 
 
 def pytest_unconfigure(config):
