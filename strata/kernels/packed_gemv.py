@@ -38,7 +38,6 @@ try:
 except ImportError:  # CPU-only install: packed_gemv_ref still works
     triton = tl = None
 
-from strata.kernels import packed_gemv_words
 from strata.kernels.launch import pdl_options
 
 if triton is not None:
@@ -111,6 +110,8 @@ def packed_gemv(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: in
     assert blocks.dtype == torch.uint8 and blocks.is_contiguous() and blocks.shape[0] == n
     per_block, block_bytes = BLOCK_LAYOUT[qtype]
     assert blocks.shape[1] == k // per_block * block_bytes, "row bytes do not match K for this type"
+    from strata.kernels import packed_gemv_words  # here: it reads its block fields with this module's helpers
+
     config = config or {}
     words = config.get("WORDS", qtype in WORDS_TYPES) and not config.get("ACC")
     if words and packed_gemv_words.supports(qtype, k, blocks):
@@ -187,7 +188,8 @@ if triton is not None:
     @triton.jit
     def _q4k_scales(base3, s, ok3):
         """Q4_K superblocks at byte pointers base3 [BN, SB, 1], sub-blocks s [1, 1, 8] -> (d * scale, dmin * min)
-        [BN, SB, 8]: the 6-bit scales and mins of the 12 packed bytes, times the f16 superblock factors."""
+        [BN, SB, 8]: the 6-bit scales and mins of the 12 packed bytes, times the f16 superblock factors (any
+        shapes that broadcast: packed_gemv_words passes [SB, BN, 1, 1] and [1, 1, 4, 1])."""
         i = s % 4
         lo_d = tl.load(base3 + 4 + i, mask=ok3, other=0).to(tl.int32)
         lo_m = tl.load(base3 + 8 + i, mask=ok3, other=0).to(tl.int32)

@@ -38,6 +38,7 @@ from strata.kernels.launch import pdl_options
 
 if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
+    from strata.kernels.packed_gemv import _f16_at, _q4k_scales
 
 
 def _interpreted() -> bool:
@@ -147,13 +148,6 @@ if triton is not None:
         return (lo >> shift) | ((hi << 1) << (31 - shift))
 
     @triton.jit
-    def _f16_at(ptr, mask):
-        """The little-endian float16 at byte pointers `ptr`, as float32."""
-        lo = tl.load(ptr, mask=mask, other=0).to(tl.uint16)
-        hi = tl.load(ptr + 1, mask=mask, other=0).to(tl.uint16)
-        return (lo | (hi << 8)).to(tl.float16, bitcast=True).to(tl.float32)
-
-    @triton.jit
     def _q6k_superblocks(words_row, bytes_row, x_row, j, ok, ASM: tl.constexpr):
         """Superblocks j [SB, 1, 1, 1] of the rows at words_row / bytes_row [1, BN, 1, 1] (mask ok) dotted
         with their activations -> [SB, BN, 4, 4], still to be summed. Tiles are [SB, BN, G, T]: scale group
@@ -200,24 +194,11 @@ if triton is not None:
             high |= ((fifth >> (2 * pair + 1)) & 0x01010101) << 4
         x_offs = j * 256 + 64 * pair + 4 * t                             # [SB, 1, 4, 8]
         base = bytes_row + j * sbytes                                    # [SB, BN, 1, 1]
-        sc_low, mn_low = _q4k_scale_min(base, 2 * pair, ok)              # [SB, BN, 4, 1]
-        sc_high, mn_high = _q4k_scale_min(base, 2 * pair + 1, ok)
-        d = _f16_at(base, ok)
-        dmin = _f16_at(base + 2, ok)
-        return (d * sc_low * _dot_bytes(low, x_row, x_offs, 0.0, ASM)
-                + d * sc_high * _dot_bytes(high, x_row, x_offs + 32, 0.0, ASM)
-                - dmin * mn_low * _x_sums(x_row, x_offs) - dmin * mn_high * _x_sums(x_row, x_offs + 32))
-
-    @triton.jit
-    def _q4k_scale_min(base, s, ok):
-        """The 6-bit scale and min of sub-blocks s of the superblocks at byte pointers base, as float32."""
-        i = s % 4
-        lo_d = tl.load(base + 4 + i, mask=ok, other=0).to(tl.int32)
-        lo_m = tl.load(base + 8 + i, mask=ok, other=0).to(tl.int32)
-        hi = tl.load(base + 12 + i, mask=ok, other=0).to(tl.int32)
-        sc = tl.where(s < 4, lo_d & 63, (hi & 15) | ((lo_d >> 2) & 48)).to(tl.float32)
-        mn = tl.where(s < 4, lo_m & 63, (hi >> 4) | ((lo_m >> 2) & 48)).to(tl.float32)
-        return sc, mn
+        scale_low, min_low = _q4k_scales(base, 2 * pair, ok)             # [SB, BN, 4, 1]: d * sc, dmin * m
+        scale_high, min_high = _q4k_scales(base, 2 * pair + 1, ok)
+        return (scale_low * _dot_bytes(low, x_row, x_offs, 0.0, ASM)
+                + scale_high * _dot_bytes(high, x_row, x_offs + 32, 0.0, ASM)
+                - min_low * _x_sums(x_row, x_offs) - min_high * _x_sums(x_row, x_offs + 32))
 
     @triton.jit
     def _words_gemv_kernel(x_ptr, words_ptr, bytes_ptr, out_ptr, n, k, stride_xm, row_words, stride_om,
