@@ -17,7 +17,7 @@ import torch
 HEADER_KEY = "strata_session"
 _DTYPE_NAMES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
                 torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
-                torch.bool: "BOOL"}
+                torch.bool: "BOOL", torch.float8_e4m3fn: "F8_E4M3"}  # F8_E4M3: fp8 KV
 _DTYPES = {name: dtype for dtype, name in _DTYPE_NAMES.items()}
 
 

@@ -24,6 +24,7 @@ import torch
 
 from strata.cache import session_file
 from strata.cache.block_allocator import chain_hashes
+from strata.transfer import raw
 
 FORMAT = "strata-session/1"
 _WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".pt", ".pth")
@@ -270,7 +271,7 @@ def copy_in(runner, reservation: Reservation, name: str, saved: torch.Tensor) ->
     if reservation.fresh:
         pool = kv_pools(runner)[name]
         ids = torch.tensor(reservation.fresh, device=pool.device)
-        pool.index_copy_(0, ids, saved[reservation.missing].to(pool.device))
+        raw(pool).index_copy_(0, ids, raw(saved[reservation.missing]).to(pool.device))  # fp8 KV: its bytes
 
 
 def finish_restore(engine, reservation: Reservation, states: dict[str, torch.Tensor]) -> None:

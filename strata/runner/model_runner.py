@@ -72,8 +72,8 @@ class ModelRunner:
         kv_layers = cfg.full_attention_layers + ([cfg.num_hidden_layers] if model.has_mtp else [])
         self.experts = experts  # the model's ExpertManager (None without MoE layers)
         graphs = options.cuda_graphs and str(device).startswith("cuda") and graph_safe(model, experts, dtype)
-        # with graphs, one extra KV block and state row take the padding rows' writes
         check_kv_dtype(kv_dtype or dtype, device)
+        # with graphs, one extra KV block and state row take the padding rows' writes
         self.kv_pool = KVPool(kv_layers, num_blocks + int(graphs), block_size, cfg.num_key_value_heads, cfg.head_dim,
                               dtype, device, model.index_key_layers(), kv_dtype)
         self.state_pool = StatePool(model.recurrent_state_shapes(), max_num_seqs + int(graphs), dtype, device)

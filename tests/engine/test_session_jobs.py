@@ -16,9 +16,9 @@ from strata.types import Request, SamplingParams
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
 
 
-def new_engine(folder: str, block_size: int = 4) -> EngineCore:
+def new_engine(folder: str, block_size: int = 4, kv_cache_dtype: str = "auto") -> EngineCore:
     return EngineCore(EngineConfig(model=folder, runner=RunnerConfig(device="cpu", dtype="float32"),
-                                   cache=CacheConfig(block_size=block_size)), quiet=True)
+                                   cache=CacheConfig(block_size=block_size, kv_cache_dtype=kv_cache_dtype)), quiet=True)
 
 
 def drive(engine: EngineCore, jobs: SessionJobs, on_step=None) -> tuple[dict[str, list[int]], dict[str, int], list]:
@@ -109,6 +109,33 @@ def test_a_restore_of_a_prefix_already_cached_changes_nothing(tiny_model_dir, tm
     assert engine.scheduler.allocator.num_free == free_before
     engine.add_request(Request("b", prompt + [1, 2, 3], GREEDY))
     assert drive(engine, jobs)[1]["b"] == 36
+
+
+def test_fp8_kv_saves_and_restores_its_bytes_and_is_refused_by_a_16_bit_cache(tiny_model_dir, tmp_path):
+    """A session of an engine with fp8 KV (float8 caches) restores into another such engine with the same next
+    tokens; an engine whose KV is in the model dtype refuses the file, naming the cache layout."""
+    folder, path = tiny_model_dir("llama"), str(tmp_path / "s")
+    prompt = list(range(5, 42))
+    engine = new_engine(folder, kv_cache_dtype="fp8")
+    jobs = SessionJobs(engine)
+    engine.add_request(Request("a", prompt, GREEDY))
+    drive(engine, jobs)
+    jobs.submit(1, "save", {"path": path, "token_ids": prompt})
+    assert drive(engine, jobs)[2][0][1]["num_tokens"] == 36
+    engine.add_request(Request("never-stopped", prompt + [1, 2, 3], GREEDY))
+    expected = drive(engine, jobs)[0]["never-stopped"]
+    fresh = new_engine(folder, kv_cache_dtype="fp8")
+    fresh_jobs = SessionJobs(fresh)
+    fresh_jobs.submit(2, "restore", {"path": path})
+    assert drive(fresh, fresh_jobs)[2][0][1]["num_tokens"] == 36
+    fresh.add_request(Request("restored", prompt + [1, 2, 3], GREEDY))
+    tokens, cached, _ = drive(fresh, fresh_jobs)
+    assert tokens["restored"] == expected and cached["restored"] == 36
+    other = new_engine(folder)
+    other_jobs = SessionJobs(other)
+    other_jobs.submit(3, "restore", {"path": path})
+    reply = drive(other, other_jobs)[2][0][1]
+    assert not reply["ok"] and reply["status"] == 409 and "float8" in reply["error"]
 
 
 def test_the_fingerprint_tells_engines_apart(tiny_model_dir, tmp_path):
