@@ -41,6 +41,10 @@ def machine() -> dict[str, Any]:
 
 
 def commit() -> str:
+    """$STRATA_COMMIT when set (a copied tree, e.g. on a GPU machine, may carry stale git metadata), else
+    the checkout's short HEAD, else "unknown"."""
+    if os.environ.get("STRATA_COMMIT"):
+        return os.environ["STRATA_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               check=True, cwd=os.path.dirname(__file__)).stdout.strip()
