@@ -4,9 +4,22 @@ recurrent-state checkpoints."""
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import torch
 
 from strata.transfer import raw
+
+
+def zeros(shape: tuple[int, ...], dtype: torch.dtype, device: str) -> torch.Tensor:
+    """torch.zeros, except that on the CPU the pages stay unmapped until first written: numpy's zeroed
+    allocation (calloc, an anonymous mapping for large sizes) in place of torch's allocate-and-fill, so a
+    KV pool sized for every slot at full length costs resident memory only as requests fill it."""
+    if torch.device(device).type != "cpu":
+        return torch.zeros(shape, dtype=dtype, device=device)
+    nbytes = math.prod(shape) * dtype.itemsize
+    return torch.from_numpy(np.zeros(nbytes, dtype=np.uint8)).view(dtype).view(shape)
 
 
 class KVPool:
@@ -22,10 +35,9 @@ class KVPool:
         self.num_blocks = num_blocks
         shape = (num_blocks, block_size, num_kv_heads, head_dim)  # [N_blocks, B, Hkv, D]
         kv_dtype = kv_dtype or dtype
-        self.caches = {i: (torch.zeros(shape, dtype=kv_dtype, device=device),
-                           torch.zeros(shape, dtype=kv_dtype, device=device)) for i in layer_ids}
+        self.caches = {i: (zeros(shape, kv_dtype, device), zeros(shape, kv_dtype, device)) for i in layer_ids}
         for key, width in (extra_keys or {}).items():
-            keys = torch.zeros(num_blocks, block_size, 1, width, dtype=dtype, device=device)
+            keys = zeros((num_blocks, block_size, 1, width), dtype, device)
             self.caches[key] = (keys, keys[..., :0])
 
     @staticmethod
