@@ -53,16 +53,17 @@ def wait_healthy(base_url: str, timeout: float, proc: subprocess.Popen | None = 
     raise TimeoutError(f"{base_url} did not become healthy in {timeout} s")
 
 
-def start_serve(registry: dict, log_prefix: str, *options: str) -> None:
-    """Start `strata serve` (bundled model, CPU, API key) as a subprocess; its process, log and port go
-    into `registry`. Started right after collection so the model loads while quick tests run."""
+def start_serve(registry: dict, log_prefix: str, *options: str, model: str = MODEL, keepalive: bool = True) -> None:
+    """Start `strata serve` (the bundled model unless `model` names another, CPU, API key) as a subprocess;
+    its process, log and port go into `registry`. Started right after collection so the model loads while
+    quick tests run. `keepalive`: SSE keepalive comments every second."""
     import tempfile
 
     port = free_port()
     log = open(os.path.join(tempfile.mkdtemp(prefix=log_prefix), "serve.log"), "w+")
     env = {**os.environ, "PYTHONPATH": ROOT, "STRATA_API_KEY": API_KEY}
-    proc = subprocess.Popen([sys.executable, "-m", "strata.cli.main", "serve", MODEL, "--device", "cpu",
-                             "--dtype", "float32", "--port", str(port), "--keepalive-s", "1",
+    proc = subprocess.Popen([sys.executable, "-m", "strata.cli.main", "serve", model, "--device", "cpu",
+                             "--dtype", "float32", "--port", str(port), *(("--keepalive-s", "1") if keepalive else ()),
                              "--log-level", "warning", *options],
                             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     registry.update(proc=proc, log=log, port=port)
@@ -89,6 +90,17 @@ def attach(registry: dict) -> LiveServer:
         print(log.read())
         raise
     return LiveServer(base_url, proc, log)
+
+
+@contextlib.contextmanager
+def served(model: str, log_prefix: str, *options: str):
+    """`strata serve model` (a folder of the tests' own) for a with-block: started, waited for, stopped."""
+    registry: dict = {}
+    start_serve(registry, log_prefix, *options, model=model, keepalive=False)
+    try:
+        yield attach(registry)
+    finally:
+        stop_serve(registry)
 
 
 @contextlib.contextmanager

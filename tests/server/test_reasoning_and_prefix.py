@@ -16,15 +16,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
-from live_server import API_KEY, ROOT, LiveServer, free_port, wait_healthy
+from live_server import served
 from strata.server.template import ChatTemplate
 from strata.server.thinking import EFFORT_BUDGETS, Thinking, effort_budgets, from_effort
 from thinking_model import FREE_CHARS, save_thinking_model, thinking_tokenizer
@@ -37,30 +33,11 @@ EFFORT = {"low": 5, "medium": 9, "high": 13}
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
     folder = save_thinking_model(str(tmp_path_factory.mktemp("thinking-serve")))
-    port = free_port()
-    log = open(os.path.join(folder, "serve.log"), "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "strata.cli.main", "serve", folder, "--device", "cpu",
-                             "--dtype", "float32", "--port", str(port), "--log-level", "warning",
-                             "--max-num-seqs", "4", "--max-model-len", "2048", "--num-gpu-blocks", "200",
-                             "--speculative-config", '{"method": "suffix", "num_speculative_tokens": 3}',
-                             "--reasoning-budgets", BUDGETS, "--engine-spare", "off"],
-                            cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT, "STRATA_API_KEY": API_KEY},
-                            stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_healthy(f"http://127.0.0.1:{port}", 180, proc)
-    except Exception:
-        log.seek(0)
-        print(log.read())
-        proc.kill()
-        raise
-    live = LiveServer(f"http://127.0.0.1:{port}", proc)
-    live.model = live.get("/v1/models").json()["data"][0]["id"]
-    yield live
-    proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    with served(folder, "strata-thinking-", "--max-num-seqs", "4", "--max-model-len", "2048", "--num-gpu-blocks",
+                "200", "--speculative-config", '{"method": "suffix", "num_speculative_tokens": 3}',
+                "--reasoning-budgets", BUDGETS, "--engine-spare", "off") as live:
+        live.model = live.get("/v1/models").json()["data"][0]["id"]
+        yield live
 
 
 def chat(live, content: str, **fields) -> dict:

@@ -8,11 +8,7 @@ tool_choice required / named (OpenAI) and any / tool (Anthropic) giving valid ca
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import anthropic
@@ -20,7 +16,7 @@ import jsonschema
 import openai
 import pytest
 
-from live_server import API_KEY, ROOT, LiveServer, free_port, wait_healthy
+from live_server import API_KEY, served
 from tiny_tokenized import save_tokenized_tiny_model, smollm2_tokenizer
 
 PERSON = {"type": "object",
@@ -42,26 +38,9 @@ SCHEMAS = {"get_weather": WEATHER, "get_time": CLOCK}
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
     folder = save_tokenized_tiny_model("llama", str(tmp_path_factory.mktemp("tiny-tokenized")))
-    port = free_port()
-    log = open(os.path.join(folder, "serve.log"), "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "strata.cli.main", "serve", folder, "--device", "cpu",
-                             "--dtype", "float32", "--port", str(port), "--log-level", "warning",
-                             "--max-num-seqs", "8", "--max-model-len", "512", "--engine-spare", "off"],
-                            cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT, "STRATA_API_KEY": API_KEY},
-                            stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_healthy(f"http://127.0.0.1:{port}", 180, proc)
-    except Exception:
-        log.seek(0)
-        print(log.read())
-        proc.kill()
-        raise
-    yield LiveServer(f"http://127.0.0.1:{port}", proc)
-    proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    with served(folder, "strata-structured-", "--max-num-seqs", "8", "--max-model-len", "512",
+                "--engine-spare", "off") as live:
+        yield live
 
 
 @pytest.fixture(scope="module")
