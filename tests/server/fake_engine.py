@@ -28,7 +28,7 @@ def _answer(request_id: str, n: int, pieces: list[str]) -> list[TokenDelta]:
 def run_fake_engine(config, conn, quiet=True, mode="echo"):
     """mode: echo (answer "Hi there" at once) | tool (a Qwen-style thinking + tool-call answer, split
     mid-tag) | hang (stop responding on a request) | die (exit after one token) | crash (exit on a request
-    before any output)."""
+    before any output) | die_on_session (exit when asked for a session save or restore)."""
     conn.send(("ready", INFO))
     while True:
         if not conn.poll(0.2):
@@ -37,6 +37,8 @@ def run_fake_engine(config, conn, quiet=True, mode="echo"):
         message = conn.recv()
         if message[0] == "shutdown":
             return
+        if message[0] == "session" and mode == "die_on_session":
+            os._exit(1)
         if message[0] != "add":
             continue
         request = message[1]

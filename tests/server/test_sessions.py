@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from live_server import API_KEY, MODEL, fake_app, thread_server
+from live_server import API_KEY, fake_app, thread_server
 from strata.config import CacheConfig, EngineConfig, RunnerConfig, SchedulerConfig
 from strata.server.app import create_app
 from strata.server.config import ServerConfig
@@ -114,24 +114,7 @@ def test_sessions_are_off_without_a_sessions_dir():
         assert r.status_code == 400 and "--sessions-dir" in r.json()["error"]["message"]
 
 
-def engine_dying_on_sessions(config, conn, quiet=True):
-    """A stand-in engine process that exits when asked for a session save or restore."""
-    from fake_engine import INFO
-
-    conn.send(("ready", INFO))
-    while True:
-        if not conn.poll(0.2):
-            conn.send(("step", [], INFO["status"]))
-            continue
-        message = conn.recv()
-        if message[0] == "shutdown":
-            return
-        if message[0] == "session":
-            os._exit(1)
-
-
 def test_an_engine_that_dies_during_a_save_fails_it_with_a_503(tmp_path):
-    config = ServerConfig(api_key=API_KEY, sessions_dir=str(tmp_path), engine_spare="off")
-    with thread_server(create_app(EngineConfig(model=MODEL), config, engine_target=engine_dying_on_sessions)) as live:
+    with thread_server(fake_app("die_on_session", sessions_dir=str(tmp_path), engine_spare="off")) as live:
         r = live.post("/v1/sessions/save", {"filename": "a", "prompt": "hello"})
         assert r.status_code == 503 and "engine" in r.json()["error"]["message"]
