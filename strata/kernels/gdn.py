@@ -7,6 +7,8 @@ draft suffix is rolled back by picking a row. The delta-rule state is float32.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 try:
@@ -14,6 +16,11 @@ try:
     import triton.language as tl
 except ImportError:  # CPU-only install: the *_ref functions still work
     triton = tl = None
+
+from strata.kernels.launch import pdl_options
+
+if triton is not None:
+    from strata.kernels.launch import wait_for_previous_kernel
 
 
 def gdn_recurrent_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
@@ -66,17 +73,43 @@ def causal_conv1d_update_ref(x: torch.Tensor, weight: torch.Tensor, conv_state: 
     return out, window
 
 
+class GroupedQKV(NamedTuple):
+    """Qwen3-Next's in_proj_qkvz rows, grouped per key head: [q (Dk) | k (Dk) | v (g Dv) | z (g Dv)] for each
+    of the Hk key heads, g = Hv / Hk. The conv reads its plain channels [q | k | v] (key_dim = Hk Dk each for
+    q and k) from there without a gather launch."""
+
+    key_dim: int
+    head_k_dim: int
+    group_v_dim: int
+
+
+class RawGates(NamedTuple):
+    """The delta rule's per-head decay and write strength as the projection gives them, finished in the
+    kernel: g = -exp(A_log) * softplus(a + dt_bias) and beta = sigmoid(b) in float32. Head h's a and b sit
+    at column (h // group) * stride + h % group of their rows (group = Hv, stride 0: column h)."""
+
+    A_log: torch.Tensor
+    dt_bias: torch.Tensor
+    group: int
+    stride: int
+
+
 def gdn_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
                   state_pool: torch.Tensor, slot_ids: torch.Tensor, query_start_loc: torch.Tensor,
                   has_initial_state: torch.Tensor, keep_all_states: bool = True, block_v: int | None = None,
                   num_warps: int = 4, all_states_out: torch.Tensor | None = None,
-                  real_lens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                  real_lens: torch.Tensor | None = None, raw: RawGates | None = None,
+                  tiled: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Same contract as gdn_recurrent_ref. One program per (sequence, v head, Dv tile) holds its
     [Dk, BV] state slice in registers across the window. `all_states_out` ([>= T, Hv, Dk, Dv], float32)
     receives the per-token states instead of a fresh tensor (a persistent buffer keeps CUDA graphs from
     each holding their own). `real_lens` [S]: only each window's first real_lens[s] tokens are real (a
     prompt padded in place in a graph layout): the state stops after them and the padding rows' outputs
-    are zero."""
+    are zero.
+
+    With `raw`, the kernel finishes what the layer would compute first: q and k come as the conv's
+    output, not yet L2-normalised, and g and beta are the projection's a and b (RawGates). `tiled`: value
+    head h reads key head h % Hk (else h // (Hv / Hk))."""
     num_tokens, num_v_heads, dim_v = v.shape
     num_k_heads, dim_k = k.shape[1], k.shape[2]
     num_seqs = slot_ids.shape[0]
@@ -85,16 +118,17 @@ def gdn_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Te
     if block_v is None:
         block_v = 32 if num_seqs * num_v_heads * dim_v // 32 >= 1024 else 16
     block_v = min(block_v, triton.next_power_of_2(dim_v))
-    out = torch.empty_like(v)
+    out = v.new_empty(v.shape)
     all_states = _per_token_states(keep_all_states, all_states_out, state_pool, num_tokens)
+    A_log, dt_bias, gate_group, gate_stride = raw if raw is not None else (g, g, num_v_heads, 0)
     _gdn_kernel[(num_seqs, num_v_heads, triton.cdiv(dim_v, block_v))](
-        q, k, v, g, beta, state_pool, all_states, out, slot_ids, query_start_loc, has_initial_state,
-        real_lens if real_lens is not None else slot_ids,
-        num_v_heads // num_k_heads, dim_k, dim_v, dim_k ** -0.5,
+        q, k, v, g, beta, A_log, dt_bias, state_pool, all_states, out, slot_ids, query_start_loc,
+        has_initial_state, real_lens if real_lens is not None else slot_ids,
+        num_v_heads // num_k_heads, num_k_heads, gate_group, gate_stride, dim_k, dim_v, dim_k ** -0.5,
         q.stride(0), q.stride(1), v.stride(0), v.stride(1), g.stride(0), beta.stride(0),
         state_pool.stride(0), all_states.stride(0), out.stride(0), out.stride(1),
-        STORE_ALL=keep_all_states, HAS_REAL=real_lens is not None, BLOCK_K=triton.next_power_of_2(dim_k),
-        BLOCK_V=block_v, num_warps=num_warps)
+        STORE_ALL=keep_all_states, HAS_REAL=real_lens is not None, RAW=raw is not None, TILED=tiled,
+        BLOCK_K=triton.next_power_of_2(dim_k), BLOCK_V=block_v, num_warps=num_warps, **pdl_options(v))
     return out, (all_states if keep_all_states else None)
 
 
@@ -111,34 +145,40 @@ def _per_token_states(keep: bool, out: torch.Tensor | None, pool: torch.Tensor, 
 def causal_conv1d_update(x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor, slot_ids: torch.Tensor,
                          query_start_loc: torch.Tensor, has_initial_state: torch.Tensor,
                          keep_window_states: bool = False, silu: bool = False, block_c: int = 256,
-                         window_out: torch.Tensor | None = None, real_lens: torch.Tensor | None = None
-                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                         window_out: torch.Tensor | None = None, real_lens: torch.Tensor | None = None,
+                         grouped: GroupedQKV | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Same contract as causal_conv1d_update_ref; one program per (sequence, channel tile). `window_out`
     ([>= T, C, W-1]) receives the per-token conv states instead of a fresh tensor. `real_lens` [S]: the
-    history kept is that after each window's first real_lens[s] tokens (padding rows still get outputs)."""
-    num_tokens, channels = x.shape
+    history kept is that after each window's first real_lens[s] tokens (padding rows still get outputs).
+    x may have more columns than the C = weight.shape[0] channels (a projection's whole output row): channel
+    c reads column c, or with `grouped` the column where the per-key-head layout keeps it (GroupedQKV)."""
+    num_tokens, channels = x.shape[0], weight.shape[0]
     width = weight.shape[1]
     assert x.stride(1) == 1 and weight.is_contiguous() and conv_state.shape[2] == width - 1
-    out = torch.empty_like(x)
+    assert x.shape[1] >= channels
+    out = x.new_empty(num_tokens, channels)
     window = _per_token_states(keep_window_states, window_out, conv_state, num_tokens)
+    key_dim, head_k_dim, group_v_dim = grouped if grouped is not None else (channels, 1, 1)
     _conv_kernel[(slot_ids.shape[0], triton.cdiv(channels, block_c))](
         x, weight, conv_state, window, out, slot_ids, query_start_loc, has_initial_state,
-        real_lens if real_lens is not None else slot_ids, channels,
+        real_lens if real_lens is not None else slot_ids, channels, key_dim, head_k_dim, group_v_dim,
         x.stride(0), conv_state.stride(0), conv_state.stride(1), conv_state.stride(2),
         window.stride(0), window.stride(1), window.stride(2), out.stride(0),
-        WIDTH=width, KEEP_WINDOW=keep_window_states, SILU=silu, HAS_REAL=real_lens is not None, BLOCK_C=block_c,
-        num_warps=4)
+        WIDTH=width, KEEP_WINDOW=keep_window_states, SILU=silu, HAS_REAL=real_lens is not None,
+        GROUPED=grouped is not None, BLOCK_C=block_c, num_warps=4, **pdl_options(x))
     return out, (window if keep_window_states else None)
 
 
 if triton is not None:
 
     @triton.jit
-    def _gdn_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, pool_ptr, all_ptr, out_ptr,
-                    slots_ptr, qsl_ptr, has_init_ptr, real_ptr, group, dim_k, dim_v, q_scale,
-                    stride_qt, stride_qh, stride_vt, stride_vh, stride_gt, stride_bt,
+    def _gdn_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, pool_ptr, all_ptr, out_ptr,
+                    slots_ptr, qsl_ptr, has_init_ptr, real_ptr, group, num_k_heads, gate_group, gate_stride,
+                    dim_k, dim_v, q_scale, stride_qt, stride_qh, stride_vt, stride_vh, stride_gt, stride_bt,
                     stride_pool, stride_all, stride_ot, stride_oh,
-                    STORE_ALL: tl.constexpr, HAS_REAL: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr):
+                    STORE_ALL: tl.constexpr, HAS_REAL: tl.constexpr, RAW: tl.constexpr, TILED: tl.constexpr,
+                    BLOCK_K: tl.constexpr, BLOCK_V: tl.constexpr, USE_PDL: tl.constexpr):
+        wait_for_previous_kernel(USE_PDL)
         seq, head, v_block = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         slot = tl.load(slots_ptr + seq).to(tl.int64)
         has_init = tl.load(has_init_ptr + seq) != 0
@@ -147,7 +187,11 @@ if triton is not None:
         end = window_end
         if HAS_REAL:  # a padded prompt: the state stops after its real tokens
             end = tl.minimum(start + tl.load(real_ptr + seq), window_end)
-        k_head = head // group
+        k_head = head % num_k_heads if TILED else head // group
+        gate_col = (head // gate_group) * gate_stride + head % gate_group
+        if RAW:
+            neg_a = -tl.exp(tl.load(a_log_ptr + head).to(tl.float32))
+            dt_bias = tl.load(dt_bias_ptr + head).to(tl.float32)
         offs_k = tl.arange(0, BLOCK_K)
         offs_v = v_block * BLOCK_V + tl.arange(0, BLOCK_V)
         k_ok, v_ok = offs_k < dim_k, offs_v < dim_v
@@ -157,11 +201,18 @@ if triton is not None:
         for t64 in range(start, end):  # start/end are int64: no overflow in the row offsets
             qk_row = t64 * stride_qt + k_head * stride_qh + offs_k
             k_t = tl.load(k_ptr + qk_row, mask=k_ok, other=0.0).to(tl.float32)
-            q_t = tl.load(q_ptr + qk_row, mask=k_ok, other=0.0).to(tl.float32) * q_scale
+            q_t = tl.load(q_ptr + qk_row, mask=k_ok, other=0.0).to(tl.float32)
             v_t = tl.load(v_ptr + t64 * stride_vt + head * stride_vh + offs_v, mask=v_ok, other=0.0).to(tl.float32)
-            decay = tl.exp(tl.load(g_ptr + t64 * stride_gt + head).to(tl.float32))
-            beta = tl.load(beta_ptr + t64 * stride_bt + head).to(tl.float32)
-            state = state * decay
+            g_t = tl.load(g_ptr + t64 * stride_gt + gate_col).to(tl.float32)
+            beta = tl.load(beta_ptr + t64 * stride_bt + gate_col).to(tl.float32)
+            if RAW:  # the layer's l2norm (x * rsqrt(|x|^2 + 1e-6)) and gates (RawGates)
+                k_t = k_t * tl.rsqrt(tl.sum(k_t * k_t, axis=0) + 1e-6)
+                q_t = q_t * tl.rsqrt(tl.sum(q_t * q_t, axis=0) + 1e-6)
+                g_t = g_t + dt_bias
+                g_t = neg_a * tl.where(g_t > 20.0, g_t, tl.log(1.0 + tl.exp(g_t)))  # softplus (threshold 20)
+                beta = tl.sigmoid(beta)
+            q_t = q_t * q_scale
+            state = state * tl.exp(g_t)
             delta = (v_t - tl.sum(state * k_t[:, None], axis=0)) * beta                  # [BV]
             state = state + k_t[:, None] * delta[None, :]
             o = tl.sum(state * q_t[:, None], axis=0)
@@ -176,19 +227,21 @@ if triton is not None:
                          tl.zeros((BLOCK_V,), dtype=out_ptr.dtype.element_ty), mask=v_ok)
 
     @triton.jit
-    def _conv_input(x_ptr, state_ptr, start, pos, offs_c, c_ok, has_init, stride_xt, stride_sc, stride_sw,
+    def _conv_input(x_ptr, state_ptr, start, pos, offs_c, x_cols, c_ok, has_init, stride_xt, stride_sc, stride_sw,
                     WIDTH: tl.constexpr):
         # input at window position pos (< 0: the remembered history, zeros without an initial state)
-        from_x = tl.load(x_ptr + (start + pos).to(tl.int64) * stride_xt + offs_c, mask=c_ok & (pos >= 0), other=0.0)
+        from_x = tl.load(x_ptr + (start + pos).to(tl.int64) * stride_xt + x_cols, mask=c_ok & (pos >= 0), other=0.0)
         from_state = tl.load(state_ptr + offs_c * stride_sc + (WIDTH - 1 + pos) * stride_sw,
                              mask=c_ok & (pos < 0) & has_init, other=0.0)
         return from_x.to(tl.float32) + from_state.to(tl.float32)
 
     @triton.jit
     def _conv_kernel(x_ptr, w_ptr, state_ptr, window_ptr, out_ptr, slots_ptr, qsl_ptr, has_init_ptr, real_ptr,
-                     channels, stride_xt, stride_ss, stride_sc, stride_sw, stride_wt, stride_wc, stride_ww, stride_ot,
+                     channels, key_dim, head_k_dim, group_v_dim,
+                     stride_xt, stride_ss, stride_sc, stride_sw, stride_wt, stride_wc, stride_ww, stride_ot,
                      WIDTH: tl.constexpr, KEEP_WINDOW: tl.constexpr, SILU: tl.constexpr, HAS_REAL: tl.constexpr,
-                     BLOCK_C: tl.constexpr):
+                     GROUPED: tl.constexpr, BLOCK_C: tl.constexpr, USE_PDL: tl.constexpr):
+        wait_for_previous_kernel(USE_PDL)
         seq, c_block = tl.program_id(0), tl.program_id(1)
         slot = tl.load(slots_ptr + seq).to(tl.int64)
         has_init = tl.load(has_init_ptr + seq) != 0
@@ -196,11 +249,14 @@ if triton is not None:
         length = tl.load(qsl_ptr + seq + 1) - start
         offs_c = c_block * BLOCK_C + tl.arange(0, BLOCK_C)
         c_ok = offs_c < channels
+        x_cols = offs_c
+        if GROUPED:
+            x_cols = _grouped_column(offs_c, key_dim, head_k_dim, group_v_dim)
         row_ptr = state_ptr + slot * stride_ss
         for t in range(0, length):
             acc = tl.zeros((BLOCK_C,), dtype=tl.float32)
             for j in tl.static_range(WIDTH):
-                x_j = _conv_input(x_ptr, row_ptr, start, t - (WIDTH - 1) + j, offs_c, c_ok, has_init,
+                x_j = _conv_input(x_ptr, row_ptr, start, t - (WIDTH - 1) + j, offs_c, x_cols, c_ok, has_init,
                                   stride_xt, stride_sc, stride_sw, WIDTH)
                 acc += x_j * tl.load(w_ptr + offs_c * WIDTH + j, mask=c_ok, other=0.0).to(tl.float32)
             if SILU:
@@ -209,7 +265,7 @@ if triton is not None:
                      mask=c_ok)
             if KEEP_WINDOW:
                 for j in tl.static_range(WIDTH - 1):
-                    x_j = _conv_input(x_ptr, row_ptr, start, t - (WIDTH - 2) + j, offs_c, c_ok, has_init,
+                    x_j = _conv_input(x_ptr, row_ptr, start, t - (WIDTH - 2) + j, offs_c, x_cols, c_ok, has_init,
                                       stride_xt, stride_sc, stride_sw, WIDTH)
                     tl.store(window_ptr + (start + t).to(tl.int64) * stride_wt + offs_c * stride_wc + j * stride_ww,
                              x_j.to(window_ptr.dtype.element_ty), mask=c_ok)
@@ -217,23 +273,34 @@ if triton is not None:
         kept = length
         if HAS_REAL:
             kept = tl.minimum(tl.load(real_ptr + seq), length)
-        _store_history(x_ptr, row_ptr, start, kept, offs_c, c_ok, has_init, stride_xt, stride_sc, stride_sw,
+        _store_history(x_ptr, row_ptr, start, kept, offs_c, x_cols, c_ok, has_init, stride_xt, stride_sc, stride_sw,
                        WIDTH)
 
     @triton.jit
-    def _store_history(x_ptr, row_ptr, start, length, offs_c, c_ok, has_init, stride_xt, stride_sc, stride_sw,
-                       WIDTH: tl.constexpr):
+    def _grouped_column(c, key_dim, head_k_dim, group_v_dim):
+        # plain channel c of [q | k | v] -> its column in rows grouped per key head [q | k | v | z]
+        width = 2 * head_k_dim + 2 * group_v_dim
+        in_k = c - key_dim
+        in_v = c - 2 * key_dim
+        col_q = (c // head_k_dim) * width + c % head_k_dim
+        col_k = (in_k // head_k_dim) * width + head_k_dim + in_k % head_k_dim
+        col_v = (in_v // group_v_dim) * width + 2 * head_k_dim + in_v % group_v_dim
+        return tl.where(c < key_dim, col_q, tl.where(c < 2 * key_dim, col_k, col_v))
+
+    @triton.jit
+    def _store_history(x_ptr, row_ptr, start, length, offs_c, x_cols, c_ok, has_init, stride_xt, stride_sc,
+                       stride_sw, WIDTH: tl.constexpr):
         tl.static_assert(WIDTH <= 5, "conv widths above 5 need a longer unrolled history")
-        h0 = _conv_input(x_ptr, row_ptr, start, length - (WIDTH - 1), offs_c, c_ok, has_init,
+        h0 = _conv_input(x_ptr, row_ptr, start, length - (WIDTH - 1), offs_c, x_cols, c_ok, has_init,
                          stride_xt, stride_sc, stride_sw, WIDTH)
         if WIDTH > 2:
-            h1 = _conv_input(x_ptr, row_ptr, start, length - (WIDTH - 2), offs_c, c_ok, has_init,
+            h1 = _conv_input(x_ptr, row_ptr, start, length - (WIDTH - 2), offs_c, x_cols, c_ok, has_init,
                              stride_xt, stride_sc, stride_sw, WIDTH)
         if WIDTH > 3:
-            h2 = _conv_input(x_ptr, row_ptr, start, length - (WIDTH - 3), offs_c, c_ok, has_init,
+            h2 = _conv_input(x_ptr, row_ptr, start, length - (WIDTH - 3), offs_c, x_cols, c_ok, has_init,
                              stride_xt, stride_sc, stride_sw, WIDTH)
         if WIDTH > 4:
-            h3 = _conv_input(x_ptr, row_ptr, start, length - (WIDTH - 4), offs_c, c_ok, has_init,
+            h3 = _conv_input(x_ptr, row_ptr, start, length - (WIDTH - 4), offs_c, x_cols, c_ok, has_init,
                              stride_xt, stride_sc, stride_sw, WIDTH)
         dtype = row_ptr.dtype.element_ty
         tl.store(row_ptr + offs_c * stride_sc, h0.to(dtype), mask=c_ok)

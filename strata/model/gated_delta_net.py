@@ -18,6 +18,7 @@ from torch import nn
 from strata.config import ModelConfig
 from strata.model import ops
 from strata.model.context import ForwardContext
+from strata.model.linear import Linear
 from strata.model.norm import GatedRMSNorm
 from strata.transfer import index_tensor
 
@@ -163,8 +164,8 @@ class GatedDeltaNet(nn.Module):
         self.value_dim = self.num_v_heads * self.head_v_dim
         self.conv_dim = 2 * self.key_dim + self.value_dim
         self.kernel_size = cfg.linear_conv_kernel_dim
-        self.in_proj_qkvz = nn.Linear(cfg.hidden_size, 2 * self.key_dim + 2 * self.value_dim, bias=False)
-        self.in_proj_ba = nn.Linear(cfg.hidden_size, 2 * self.num_v_heads, bias=False)
+        self.in_proj_qkvz = Linear(cfg.hidden_size, 2 * self.key_dim + 2 * self.value_dim, bias=False)
+        self.in_proj_ba = Linear(cfg.hidden_size, 2 * self.num_v_heads, bias=False)
         if not grouped_qkvz:
             self.in_proj_qkvz.shard_sizes = (self.conv_dim, self.value_dim)
             self.in_proj_ba.shard_sizes = (self.num_v_heads, self.num_v_heads)
@@ -173,7 +174,7 @@ class GatedDeltaNet(nn.Module):
         self.dt_bias = nn.Parameter(torch.empty(self.num_v_heads))
         self.A_log = nn.Parameter(torch.empty(self.num_v_heads))
         self.norm = GatedRMSNorm(self.head_v_dim, cfg.rms_norm_eps, gate_activation)
-        self.out_proj = nn.Linear(self.value_dim, cfg.hidden_size, bias=False)
+        self.out_proj = Linear(self.value_dim, cfg.hidden_size, bias=False)
 
     def state_shapes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """Per-slot (conv state, delta-rule state) shapes."""
@@ -203,29 +204,42 @@ class GatedDeltaNet(nn.Module):
     def _forward_short_windows(self, hidden: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         """Decode and verification windows (and prompt chunks up to TRITON_MAX_QUERY_LEN) on CUDA: the
         Triton conv-update and recurrent kernels read and write the pool rows directly (no host-side
-        layout work, so the step can be a CUDA graph)."""
+        layout work, so the step can be a CUDA graph). Five launches between the projections: the conv
+        reads q, k, v where the projection put them, the recurrence finishes the L2 norms and gates
+        itself, and the gated norm reads z in place."""
         num_tokens = hidden.shape[0]
-        mixed_qkv, z, b, a = self._project(hidden)
+        qkvz = self.in_proj_qkvz(hidden)                                      # [T, 2 key_dim + 2 value_dim]
+        ba = self.in_proj_ba(hidden)                                          # [T, 2 Hv]
         conv_state, ssm_state = ctx.state_caches[self.layer_idx]
         conv_out, ssm_out = (ctx.scratch.window_buffers or {}).get(self.layer_idx, (None, None))
+        group = self.num_v_heads // self.num_k_heads
+        grouped = ops.GroupedQKV(self.key_dim, self.head_k_dim, group * self.head_v_dim) if self.grouped_qkvz else None
         mixed_qkv, window_conv = ops.causal_conv1d_update(
-            mixed_qkv, self.conv1d.weight[:, 0], conv_state, ctx.state_slot_ids, ctx.query_start_loc,
+            qkvz, self.conv1d.weight[:, 0], conv_state, ctx.state_slot_ids, ctx.query_start_loc,
             ctx.has_initial_state, keep_window_states=ctx.keep_window_states, silu=True, window_out=conv_out,
-            real_lens=ctx.real_query_lens)
+            real_lens=ctx.real_query_lens, grouped=grouped)                   # [T, conv_dim]: plain [q | k | v]
         q, k, v = mixed_qkv.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
-        q = l2norm(q.reshape(num_tokens, self.num_k_heads, self.head_k_dim).float())  # [T, Hk, Dk]
-        k = l2norm(k.reshape(num_tokens, self.num_k_heads, self.head_k_dim).float())
-        if self.v_heads_tiled:  # the kernel maps value heads to key heads grouped: give it one per value head
-            q, k = self._per_value_head(q), self._per_value_head(k)
-        v = v.reshape(num_tokens, self.num_v_heads, self.head_v_dim)                   # [T, Hv, Dv]
-        beta = b.float().sigmoid()                                                       # [T, Hv]
-        g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
-        core, window_ssm = ops.gdn_recurrent(q, k, v, g, beta, ssm_state, ctx.state_slot_ids, ctx.query_start_loc,
+        q = q.view(num_tokens, self.num_k_heads, self.head_k_dim)                      # [T, Hk, Dk], not normed
+        k = k.view(num_tokens, self.num_k_heads, self.head_k_dim)
+        v = v.view(num_tokens, self.num_v_heads, self.head_v_dim)                      # [T, Hv, Dv]
+        if self.grouped_qkvz:  # per key head [b (g) | a (g)]; z: per key head after q, k and v
+            b, a = ba, ba[:, group:]
+            raw = ops.RawGates(self.A_log, self.dt_bias, group, 2 * group)
+            z, z_group, z_group_stride = qkvz[:, 2 * self.head_k_dim + group * self.head_v_dim:], group, \
+                qkvz.shape[1] // self.num_k_heads
+        else:  # [b | a], z after [q | k | v]
+            b, a = ba, ba[:, self.num_v_heads:]
+            raw = ops.RawGates(self.A_log, self.dt_bias, self.num_v_heads, 0)
+            z, z_group, z_group_stride = qkvz[:, self.conv_dim:], self.num_v_heads, 0
+        core, window_ssm = ops.gdn_recurrent(q, k, v, a, b, ssm_state, ctx.state_slot_ids, ctx.query_start_loc,
                                              ctx.has_initial_state, keep_all_states=ctx.keep_window_states,
-                                             all_states_out=ssm_out, real_lens=ctx.real_query_lens)
+                                             all_states_out=ssm_out, real_lens=ctx.real_query_lens, raw=raw,
+                                             tiled=self.v_heads_tiled)        # [T, Hv, Dv]
         if ctx.keep_window_states:
             ctx.scratch.window_states[self.layer_idx] = (window_conv, window_ssm)
-        return self.out_proj(self.norm(core, z).reshape(num_tokens, self.value_dim))
+        normed = ops.gated_rms_norm(core, z, z_group, z_group_stride, self.norm.weight, self.norm.eps,
+                                    self.norm.activation_name)               # [T, value_dim]
+        return self.out_proj(normed)
 
     def _per_value_head(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, Hk, Dk] -> [T, Hv, Dk], the key head each value head reads (grouped or tiled)."""

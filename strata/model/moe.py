@@ -19,6 +19,7 @@ from strata.config import ModelConfig
 from strata.kernels.fused_moe import expert_mlp  # noqa: F401 (strata.experts' CPU pool)
 from strata.kernels.rms_norm import topk_sum_ref
 from strata.model import ops
+from strata.model.linear import Linear
 from strata.model.mlp import DenseMLP
 from strata.model.packed import ExpertBlocks, PackedExpertWeight
 
@@ -28,14 +29,15 @@ class TopkPartials:
     """An MoE layer's output before its sum over the top-k experts, left for the next RMSNorm to fold in
     (strata.kernels.rms_norm.rms_norm_topk_sum): partials [T, K, D] float32 weighted expert outputs
     ([1, 1, D] for one token, whose down kernel sums them), shared [T, D] the shared expert's output or
-    None; the output itself is `total()`."""
+    None, shared_gate [T, 1] the logit of its sigmoid gate or None; the output itself is `total()`."""
 
     partials: torch.Tensor
     shared: torch.Tensor | None
     dtype: torch.dtype
+    shared_gate: torch.Tensor | None = None
 
     def total(self) -> torch.Tensor:
-        return topk_sum_ref(self.partials, self.shared, self.dtype)
+        return topk_sum_ref(self.partials, self.shared, self.dtype, self.shared_gate)
 
 
 class ExpertProvider(Protocol):
@@ -133,7 +135,7 @@ class MoEBlock(nn.Module):
         self.shared_expert = self.shared_expert_gate = None
         if cfg.shared_expert_intermediate_size:
             self.shared_expert = DenseMLP(cfg.hidden_size, cfg.shared_expert_intermediate_size)
-            self.shared_expert_gate = nn.Linear(cfg.hidden_size, 1, bias=False)
+            self.shared_expert_gate = Linear(cfg.hidden_size, 1, bias=False)
 
     def attach_experts(self, layer_idx: int, stats, provider: ExpertProvider | None = None) -> None:
         """The expert manager's one way in: this block's index among the MoE layers, the routing
@@ -171,6 +173,13 @@ class MoEBlock(nn.Module):
             return None
         return torch.sigmoid(self.shared_expert_gate(hidden)) * self.shared_expert(hidden)
 
+    def _shared_ungated(self, hidden: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(the shared expert's output [T, D], its gate's logit [T, 1]), or (None, None): the gate left for
+        the norm that sums the layer's TopkPartials."""
+        if self.shared_expert is None:
+            return None, None
+        return self.shared_expert(hidden), self.shared_expert_gate(hidden)
+
     def _routes_fused(self, hidden: torch.Tensor) -> bool:
         """Decode-sized CUDA steps on device-resident experts route in one launch (route_and_align) where
         that is the faster way (fused_routing_pays)."""
@@ -188,10 +197,10 @@ class MoEBlock(nn.Module):
         rows = self.stats.layer_rows(self.layer_idx) if self.stats is not None else (None, None, None)
         topk_ids, topk_weights, sorted_ids, block_expert = ops.route_and_align(
             hidden, self.gate.weight, self.top_k, self.norm_topk_prob, cfg["BLOCK_M"], self._route_counter, *rows)
-        shared = self._shared(hidden)
+        shared, shared_gate = self._shared_ungated(hidden)
         if isinstance(self.experts, PackedLocalExperts):
             partials = ops.packed_moe(hidden, self.experts.blocks(), topk_ids, topk_weights, sum_topk=False)
-            return TopkPartials(partials, shared, hidden.dtype)           # [T, K or 1, D] float32
-        partials = ops.moe_grouped_gemms(hidden, self.experts.w13, self.experts.w2, topk_weights, sorted_ids,
-                                         block_expert, cfg, sum_topk=False)   # [T, K or 1, D] float32
-        return TopkPartials(partials, shared, hidden.dtype)
+        else:
+            partials = ops.moe_grouped_gemms(hidden, self.experts.w13, self.experts.w2, topk_weights, sorted_ids,
+                                             block_expert, cfg, sum_topk=False)
+        return TopkPartials(partials, shared, hidden.dtype, shared_gate)   # partials [T, K or 1, D] float32

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from strata.kernels.rms_norm import gated_rms_norm_ref
 from strata.model import ops
 from strata.model.moe import TopkPartials
 
@@ -23,7 +24,7 @@ class RMSNorm(nn.Module):
         residual): their sum is folded in too."""
         if isinstance(x, TopkPartials):
             out, new_residual = ops.rms_norm_topk_sum(x.partials, x.shared, self.weight, self.eps, self.zero_centered,
-                                                      residual, x.dtype)
+                                                      residual, x.dtype, x.shared_gate)
         else:
             out, new_residual = ops.rms_norm(x, self.weight, self.eps, self.zero_centered, residual)
         return out if residual is None else (out, new_residual)
@@ -31,21 +32,15 @@ class RMSNorm(nn.Module):
 
 class GatedRMSNorm(nn.Module):
     """The norm on the delta-rule output: weight * x̂ * act(gate), in float32; act is silu (Qwen3-Next,
-    Qwen3.5) or sigmoid (Qwen4-Exp)."""
+    Qwen3.5) or sigmoid (Qwen4-Exp). On CUDA the Gated DeltaNet layer runs it as ops.gated_rms_norm."""
 
     def __init__(self, dim: int, eps: float, activation: str = "silu") -> None:
         super().__init__()
-        if activation not in _GATE_ACTIVATIONS:
-            raise ValueError(f"gated norm activation must be one of {', '.join(_GATE_ACTIVATIONS)}, got {activation!r}")
+        if activation not in ("silu", "sigmoid"):
+            raise ValueError(f"gated norm activation must be one of silu, sigmoid, got {activation!r}")
         self.eps = eps
-        self.activation = _GATE_ACTIVATIONS[activation]
+        self.activation_name = activation
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        x32 = self.weight * x32.to(x.dtype)
-        return (x32 * self.activation(gate.float())).to(x.dtype)
-
-
-_GATE_ACTIVATIONS = {"silu": nn.functional.silu, "sigmoid": torch.sigmoid}
+        return gated_rms_norm_ref(x, gate, self.weight, self.eps, self.activation_name)

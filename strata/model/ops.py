@@ -23,6 +23,7 @@ from strata.kernels.fused_moe import fused_moe_ref
 from strata.kernels.gguf_blocks import packed_matmul_ref
 from strata.kernels.packed_moe import packed_moe as packed_moe_kernel
 from strata.kernels.packed_moe import packed_moe_ref
+from strata.kernels.rms_norm import gated_rms_norm  # noqa: F401 (the GDN short windows' output norm)
 from strata.kernels.rms_norm import rms_norm as rms_norm_kernel
 from strata.kernels.rms_norm import rms_norm_ref, topk_sum_ref
 from strata.kernels.rms_norm import rms_norm_topk_sum as rms_norm_topk_sum_kernel
@@ -33,7 +34,7 @@ from strata.kernels.routing import softmax_topk as softmax_topk_kernel
 # form is the layer's own code): fused routing (fused_routing_on), paged attention (paged_attention_on),
 # qk-norm + rotary + KV write and the GDN short windows (kernels_on).
 from strata.kernels.fused_moe import default_config, moe_grouped_gemms  # noqa: F401
-from strata.kernels.gdn import causal_conv1d_update, gdn_recurrent  # noqa: F401
+from strata.kernels.gdn import GroupedQKV, RawGates, causal_conv1d_update, gdn_recurrent  # noqa: F401
 from strata.kernels.paged_attention import paged_attention  # noqa: F401
 from strata.kernels.rope_kv import qk_norm_rope_kv  # noqa: F401
 from strata.kernels.routing import route_and_align  # noqa: F401
@@ -80,13 +81,13 @@ def _rms_norm_float32(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_ce
 
 
 def rms_norm_topk_sum(partials: torch.Tensor, shared: torch.Tensor | None, weight: torch.Tensor, eps: float,
-                      zero_centered: bool, residual: torch.Tensor | None, dtype: torch.dtype
-                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """rms_norm of an MoE layer's top-k partials [T, K, D] summed (+ shared [T, D]), with the residual add:
-    one launch on CUDA, the sum (topk_sum_ref) then rms_norm otherwise."""
+                      zero_centered: bool, residual: torch.Tensor | None, dtype: torch.dtype,
+                      shared_gate: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """rms_norm of an MoE layer's top-k partials [T, K, D] summed (+ sigmoid(shared_gate [T, 1]) * shared
+    [T, D]), with the residual add: one launch on CUDA, the sum (topk_sum_ref) then rms_norm otherwise."""
     if kernels_on(partials):
-        return rms_norm_topk_sum_kernel(partials, shared, weight, eps, zero_centered, residual, dtype)
-    return rms_norm(topk_sum_ref(partials, shared, dtype), weight, eps, zero_centered, residual)
+        return rms_norm_topk_sum_kernel(partials, shared, weight, eps, zero_centered, residual, dtype, shared_gate)
+    return rms_norm(topk_sum_ref(partials, shared, dtype, shared_gate), weight, eps, zero_centered, residual)
 
 
 # ---- dense projections ------------------------------------------------------------------------------

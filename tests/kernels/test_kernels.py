@@ -439,3 +439,45 @@ def test_refs_import_without_triton():
     root = pathlib.Path(__file__).resolve().parents[2]
     run = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
+
+
+def check_gdn_layer_short_windows_match_the_torch_path(device: str, grouped: bool, activation: str,
+                                                        tiled: bool) -> None:
+    """A Gated DeltaNet layer's short-window path (conv reading the projection in place, the recurrence
+    finishing the L2 norms and gates, the gated norm reading z in place) against the layer's torch path on
+    the CPU: outputs, the states written back, and the per-token states of verification windows."""
+    from strata.config import ModelConfig
+    from strata.model.gated_delta_net import GatedDeltaNet
+
+    cfg = ModelConfig(architecture="x", vocab_size=8, hidden_size=48, intermediate_size=8, num_hidden_layers=1,
+                      num_attention_heads=1, num_key_value_heads=1, head_dim=8, linear_num_key_heads=2,
+                      linear_num_value_heads=6, linear_key_head_dim=16, linear_value_head_dim=8,
+                      linear_conv_kernel_dim=4, linear_value_heads_tiled=tiled)
+    torch.manual_seed(7)
+    layer = GatedDeltaNet(cfg, 0, grouped_qkvz=grouped, gate_activation=activation)
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.copy_(torch.randn(p.shape) * 0.3)
+    windows = [(4, 1), (0, 3), (9, 4)]  # (computed, new): decode, a fresh prompt, a verification window
+    scheduled = _scheduled(windows)
+    tables = {s: [0, 1] for s in range(4)}
+    hidden = torch.randn(sum(n for _, n in windows), 48)
+    conv_shape, ssm_shape = layer.state_shapes()
+    states = (torch.randn(4, *conv_shape), torch.randn(4, *ssm_shape) * 0.1)
+    results = []
+    for run_device in ("cpu", device):
+        caches = {0: tuple(s.clone().to(run_device) for s in states)}
+        step = build_inputs(scheduled, tables, 16, {}, caches, run_device, keep_window_states=True)
+        with torch.no_grad():
+            out = layer.to(run_device)(hidden.to(run_device), step.ctx)
+        window_conv, window_ssm = step.ctx.scratch.window_states[0]
+        results.append([t.cpu() for t in (out, *caches[0], window_conv, window_ssm)])
+    for expected, got in zip(*results):
+        assert rel_err(got, expected) < 1e-4
+
+
+@gpu
+@pytest.mark.parametrize("grouped, activation, tiled", [(True, "silu", False), (False, "sigmoid", True),
+                                                        (False, "silu", False)])
+def test_gdn_layer_short_windows_match_the_torch_path(grouped, activation, tiled):
+    check_gdn_layer_short_windows_match_the_torch_path("cuda", grouped, activation, tiled)
