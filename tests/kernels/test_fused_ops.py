@@ -21,9 +21,9 @@ def randn(*shape, dtype=torch.float32, device="cpu", seed=0):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(device=device, dtype=dtype)
 
 
-def close(actual, expected, dtype):
+def close(actual, expected, dtype, atol=None):
     tol = 1e-2 if dtype == torch.bfloat16 else 1e-5
-    torch.testing.assert_close(actual.float(), expected.float(), rtol=tol, atol=tol)
+    torch.testing.assert_close(actual.float(), expected.float(), rtol=tol, atol=atol or tol)
 
 
 # ---- refs vs the model's torch code (CPU) --------------------------------------------------------
@@ -285,8 +285,11 @@ def test_rms_norm_topk_sum_matches_ref(top_k, dim, with_shared, zero_centered, g
     ref, ref_residual = rms_norm_ref(topk_sum_ref(partials, shared, dtype, gate), weight, 1e-6, zero_centered,
                                      residual)
     assert out.dtype == new_residual.dtype == dtype
-    close(out, ref, dtype)
-    close(new_residual, ref_residual, dtype)
+    # the gate's sigmoid (Triton's against torch's, last float32 bits apart) may round a product to the
+    # neighbouring bf16 value: one ulp of the operands (|x| < 4 here: 2^-6) before cancellation in the sum
+    atol = 2 ** -6 + 1e-3 if gated else None
+    close(out, ref, dtype, atol)
+    close(new_residual, ref_residual, dtype, atol)
 
 
 def test_fused_routing_is_chosen_only_where_it_measured_faster():
