@@ -281,23 +281,32 @@ def _qwen4_exp_fields(hf: dict[str, Any], layer_types: tuple[str, ...]) -> dict[
 
 
 # "fp8": float8 e4m3 with a scale of 1 (as vLLM's uncalibrated fp8 KV), half the bytes of a 16-bit cache;
-# values beyond +-448 saturate. int8 with per-block scales is not implemented yet.
-KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3")
+# values beyond +-448 saturate. "int8": int8 with a float32 scale per (token, KV head) vector, kept beside the
+# cache under kv_scale_key(layer) (strata/kernels/kv_quant.py has the format).
+KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "int8")
 
 
 def kv_cache_torch_dtype(kv_cache_dtype: str, model_dtype: "torch.dtype") -> "torch.dtype":
-    """The dtype K and V are stored in: the model's for "auto", float8 e4m3 for "fp8" / "fp8_e4m3"."""
+    """The dtype K and V are stored in: the model's for "auto", float8 e4m3 for "fp8" / "fp8_e4m3", int8
+    for "int8"."""
     import torch
 
-    return model_dtype if kv_cache_dtype == "auto" else torch.float8_e4m3fn
+    return {"auto": model_dtype, "int8": torch.int8}.get(kv_cache_dtype, torch.float8_e4m3fn)
+
+
+def kv_scale_key(layer) -> tuple:
+    """Where an int8 KV layer's scales sit in the KV pool (KVPool.caches, ForwardContext.kv_caches): the
+    pair (K scales, V scales), each [N_blocks, B, Hkv] float32, paged, parked and saved with the blocks."""
+    return ("kv_scale", layer)
 
 
 @dataclass(frozen=True)
 class CacheConfig:
     block_size: int = _opt(16, "tokens per KV block")
     num_gpu_blocks: int | None = _opt(None, "KV blocks in the pool (default: enough for every slot at max length)")
-    kv_cache_dtype: str = _opt("auto", "KV cache dtype: auto (the model dtype) or fp8 (float8 e4m3, half the "
-                                       "bytes of 16-bit KV, values saturating at +-448)")
+    kv_cache_dtype: str = _opt("auto", "KV cache dtype: auto (the model dtype), fp8 (float8 e4m3, half the "
+                                       "bytes of 16-bit KV, values saturating at +-448) or int8 (half the "
+                                       "bytes of 16-bit KV plus a float32 scale per token and KV head)")
     enable_prefix_caching: bool = _opt(True, "share KV blocks (and state checkpoints) of common prefixes")
     checkpoint_every: int = _opt(1024, "hybrid models: save a recurrent-state checkpoint every N prompt tokens")
     checkpoint_pool_size: int = _opt(32, "hybrid models: recurrent-state checkpoints kept on the device")
@@ -309,8 +318,8 @@ class CacheConfig:
 
     def __post_init__(self) -> None:
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:  # asked-for int8 / fp8 KV must not silently stay 16-bit
-            raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)} (int8 KV is not "
-                             f"implemented yet), got {self.kv_cache_dtype!r}")
+            raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, got "
+                             f"{self.kv_cache_dtype!r}")
 
 
 @dataclass(frozen=True)

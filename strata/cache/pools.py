@@ -9,6 +9,8 @@ import math
 import numpy as np
 import torch
 
+from strata.config import kv_scale_key
+from strata.kernels.kv_quant import SCALE_DTYPE
 from strata.transfer import raw
 
 
@@ -26,7 +28,9 @@ class KVPool:
     """`extra_keys`: further per-token caches paged with the same blocks (a model's `index_key_layers`,
     QSA's index keys): key -> width, stored as (keys [N_blocks, B, 1, width], an empty [N_blocks, B, 1, 0])
     so every copy of a layer's (K, V) pair (parking, restoring) carries them too. K and V are stored in
-    `kv_dtype` (the model's `dtype` by default, float8 for fp8 KV); the extra keys in `dtype`."""
+    `kv_dtype` (the model's `dtype` by default, float8 for fp8 KV, int8 for int8 KV); the extra keys in
+    `dtype`. Int8 K and V get their float32 scales (strata/kernels/kv_quant.py) the same way: under
+    kv_scale_key(layer), the pair (K scales, V scales) [N_blocks, B, Hkv] each, copied with the blocks."""
 
     def __init__(self, layer_ids: list[int], num_blocks: int, block_size: int, num_kv_heads: int,
                  head_dim: int, dtype: torch.dtype, device: str, extra_keys: dict | None = None,
@@ -36,6 +40,9 @@ class KVPool:
         shape = (num_blocks, block_size, num_kv_heads, head_dim)  # [N_blocks, B, Hkv, D]
         kv_dtype = kv_dtype or dtype
         self.caches = {i: (zeros(shape, kv_dtype, device), zeros(shape, kv_dtype, device)) for i in layer_ids}
+        if kv_dtype == torch.int8:
+            self.caches |= {kv_scale_key(i): (zeros(shape[:3], SCALE_DTYPE, device),
+                                              zeros(shape[:3], SCALE_DTYPE, device)) for i in layer_ids}
         for key, width in (extra_keys or {}).items():
             keys = zeros((num_blocks, block_size, 1, width), dtype, device)
             self.caches[key] = (keys, keys[..., :0])
@@ -43,7 +50,9 @@ class KVPool:
     @staticmethod
     def bytes_per_block(num_layers: int, block_size: int, num_kv_heads: int, head_dim: int,
                         dtype: torch.dtype) -> int:
-        return 2 * num_layers * block_size * num_kv_heads * head_dim * dtype.itemsize
+        """K and V of one block in every layer, in `dtype` (int8: one byte a value and 4 a vector's scale)."""
+        vector_bytes = head_dim * dtype.itemsize + (SCALE_DTYPE.itemsize if dtype == torch.int8 else 0)
+        return 2 * num_layers * block_size * num_kv_heads * vector_bytes
 
 
 class StatePool:

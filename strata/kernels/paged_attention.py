@@ -7,6 +7,8 @@ Splits along the context (flash-decoding) keep the chip busy when few sequences 
 kernel merges the splits' partial softmax sums. The split count is fixed by shapes (CUDA-graph safe);
 splits past a sequence's last KV tile return at once, and a context of one tile has its one split write
 the output itself (its merge programs return at once). The K/V of this step must already be in the pool.
+Int8 caches (kv_quant.py) are read as int8 (exact in the query's dtype) with their per-vector scales
+folded into the scores (K) and the probabilities (V), not multiplied into each tile.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ try:
 except ImportError:  # CPU-only install: paged_attention_ref still works
     triton = tl = None
 
+from strata.kernels.kv_quant import read_kv_ref
 from strata.kernels.launch import pdl_options
 
 if triton is not None:
@@ -31,19 +34,26 @@ MAX_QUERY_LEN = 16
 
 def paged_attention_ref(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                         block_tables: torch.Tensor, seq_lens: torch.Tensor, query_start_loc: torch.Tensor,
-                        scale: float) -> torch.Tensor:
+                        scale: float, kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """q [T, H, D], caches [N_blocks, B, Hkv, D], block_tables [S, nb], seq_lens [S] (context length
     after this step), query_start_loc [S + 1] -> [T, H, D]. Query j of a window of n tokens sits at
-    position seq_len - n + j and sees KV positions <= its own. Computed in float32 (float8 caches widened)."""
+    position seq_len - n + j and sees KV positions <= its own. Computed in float32 (float8 caches widened,
+    int8 ones dequantized with their scales kv_scales, ([N_blocks, B, Hkv] float32) x2)."""
     out = torch.empty_like(q)
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     group = q.shape[1] // num_kv_heads
     starts, lens = query_start_loc.tolist(), seq_lens.tolist()
+
+    def context(cache: torch.Tensor, cache_scale: torch.Tensor | None, blocks: torch.Tensor, seq_len: int):
+        rows = cache[blocks].flatten(0, 1)[:seq_len]                                      # [L, Hkv, D]
+        row_scales = None if cache_scale is None else cache_scale[blocks].flatten(0, 1)[:seq_len]
+        return read_kv_ref(rows, row_scales, torch.float32).repeat_interleave(group, 1)  # [L, H, D]
+
+    k_scale, v_scale = kv_scales or (None, None)
     for i, seq_len in enumerate(lens):
         s, e = starts[i], starts[i + 1]
         blocks = block_tables[i, : -(-seq_len // block_size)]
-        k = k_cache[blocks].flatten(0, 1)[:seq_len].float().repeat_interleave(group, 1)  # [L, H, D]
-        v = v_cache[blocks].flatten(0, 1)[:seq_len].float().repeat_interleave(group, 1)
+        k, v = context(k_cache, k_scale, blocks, seq_len), context(v_cache, v_scale, blocks, seq_len)
         scores = torch.einsum("qhd,khd->hqk", q[s:e].float(), k) * scale                 # [H, n, L]
         q_pos = seq_len - (e - s) + torch.arange(e - s, device=q.device)
         visible = torch.arange(seq_len, device=q.device)[None, :] <= q_pos[:, None]      # [n, L]
@@ -81,7 +91,8 @@ def kv_tile_for(head_dim: int, itemsize: int) -> tuple[int, int]:
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
                     seq_lens: torch.Tensor, query_start_loc: torch.Tensor, scale: float,
                     max_query_len: int | None = None, num_splits: int | None = None, block_n: int | None = None,
-                    num_stages: int | None = None, table_width: int = 0) -> torch.Tensor:
+                    num_stages: int | None = None, table_width: int = 0,
+                    kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """Same contract as paged_attention_ref (windows of at most 16 tokens). Pass max_query_len (a host
     int the runner knows) to avoid a device sync; num_splits overrides the split heuristic, which
     otherwise sizes splits by max(block_tables columns, table_width)."""
@@ -95,6 +106,9 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         max_query_len = int((query_start_loc[1:] - query_start_loc[:-1]).max())
     assert max_query_len <= MAX_QUERY_LEN, "paged_attention takes windows of at most 16 tokens"
     assert q.stride(2) == 1 and k_cache.stride(3) == 1 and v_cache.stride() == k_cache.stride()
+    kv_int8 = kv_scales is not None
+    k_scale, v_scale = kv_scales if kv_int8 else (k_cache, v_cache)  # unread without int8
+    assert not kv_int8 or (k_scale.stride(2) == 1 and v_scale.stride() == k_scale.stride())
     q_pad, g_pad = triton.next_power_of_2(max_query_len), triton.next_power_of_2(group)
     max_blocks = max(block_tables.shape[1], table_width)
     splits = num_splits or num_splits_for(num_seqs, num_kv_heads, max_blocks, block_size, block_n, q_pad, q.device)
@@ -103,11 +117,11 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     stats = torch.empty(2, splits, num_tokens, num_heads, dtype=torch.float32, device=q.device)  # m, l
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)                        # [T, H, D]
     _split_kernel[(num_seqs, num_kv_heads, splits)](
-        q, k_cache, v_cache, block_tables, seq_lens, query_start_loc, partial, stats, out,
+        q, k_cache, v_cache, k_scale, v_scale, block_tables, seq_lens, query_start_loc, partial, stats, out,
         scale * 1.4426950408889634, block_size, group, num_heads, head_dim, splits,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), k_cache.stride(0), k_cache.stride(1),
-        k_cache.stride(2), block_tables.stride(0), partial.stride(0), stats.stride(0), stats.stride(1),
-        G_PAD=g_pad, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=triton.next_power_of_2(head_dim),
+        k_cache.stride(2), k_scale.stride(0), k_scale.stride(1), block_tables.stride(0), partial.stride(0),
+        stats.stride(0), stats.stride(1), KV_INT8=kv_int8, G_PAD=g_pad, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=triton.next_power_of_2(head_dim),
         num_warps=4 if block_m <= 32 else 8, num_stages=num_stages, **pdl_options(q))
     _merge_kernel[(num_seqs, num_heads, max_query_len)](
         partial, stats, out, seq_lens, query_start_loc, splits, num_heads, head_dim, out.stride(0), out.stride(1),
@@ -119,11 +133,11 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
 if triton is not None:
 
     @triton.jit
-    def _split_kernel(q_ptr, k_ptr, v_ptr, tables_ptr, seq_lens_ptr, qsl_ptr, partial_ptr, stats_ptr, out_ptr,
-                      qk_scale, block_size, group, num_heads, head_dim, num_splits,
+    def _split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, tables_ptr, seq_lens_ptr, qsl_ptr, partial_ptr,
+                      stats_ptr, out_ptr, qk_scale, block_size, group, num_heads, head_dim, num_splits,
                       stride_qt, stride_qh, stride_ot, stride_oh, stride_kb, stride_ko, stride_kh,
-                      stride_table, stride_ps, stride_sk, stride_st,
-                      G_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                      stride_sb, stride_so, stride_table, stride_ps, stride_sk, stride_st,
+                      KV_INT8: tl.constexpr, G_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                       USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -155,15 +169,21 @@ if triton is not None:
             block = tl.load(tables_ptr + seq * stride_table + kv_pos // block_size, mask=kv_ok, other=0)
             kv_row = block.to(tl.int64) * stride_kb + (kv_pos % block_size) * stride_ko + kv_head * stride_kh
             kv_mask = kv_ok[:, None] & d_ok[None, :]
-            # float8 caches widen to the query's dtype (a no-op cast for 16-bit ones)
+            # float8 and int8 caches widen to the query's dtype (a no-op cast for 16-bit ones; exact for int8)
             k = tl.load(k_ptr + kv_row[:, None] + offs_d[None, :], mask=kv_mask, other=0.0).to(q.dtype)  # [BN, BD]
             v = tl.load(v_ptr + kv_row[:, None] + offs_d[None, :], mask=kv_mask, other=0.0).to(q.dtype)
             s = tl.dot(q, tl.trans(k)) * qk_scale                                              # [BM, BN]
+            if KV_INT8:  # score j scales with K vector j; V's scale goes on the probability that weighs it
+                scale_row = block.to(tl.int64) * stride_sb + (kv_pos % block_size) * stride_so + kv_head
+                s = s * tl.load(ks_ptr + scale_row, mask=kv_ok, other=0.0)[None, :]
+                v_scale = tl.load(vs_ptr + scale_row, mask=kv_ok, other=0.0)                   # [BN]
             s = tl.where(kv_pos[None, :] <= q_pos[:, None], s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, axis=1))
             p = tl.exp2(s - m_new[:, None])
             alpha = tl.exp2(m_i - m_new)
             l_i = l_i * alpha + tl.sum(p, axis=1)
+            if KV_INT8:
+                p = p * v_scale[None, :]
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
             m_i = m_new
         if per_split >= num_tiles:  # the only split: the output itself

@@ -1,7 +1,8 @@
 """Attention input prep in one launch: per-head RMSNorm of q and k (Qwen3's qk-norm, optional), rotary
 embedding of the first rot_dim dims (HF rotate-half layout), and the write of this step's k and v into
-the paged KV pool. One program per (token, head) over the q heads then the KV heads; it replaces about
-thirty small launches of the torch form per attention layer at decode sizes.
+the paged KV pool (int8 caches: quantized there, their scales written beside them; kv_quant.py). One
+program per (token, head) over the q heads then the KV heads; it replaces about thirty small launches of
+the torch form per attention layer at decode sizes.
 """
 
 from __future__ import annotations
@@ -14,19 +15,23 @@ try:
 except ImportError:  # CPU-only install: the ref still works
     triton = tl = None
 
+from strata.kernels.kv_quant import write_kv_ref
 from strata.kernels.launch import pdl_options
 
 if triton is not None:
+    from strata.kernels.kv_quant import quantize_int8
     from strata.kernels.launch import wait_for_previous_kernel
 
 
 def qk_norm_rope_kv_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor | None,
                         k_weight: torch.Tensor | None, eps: float, zero_centered: bool, cos: torch.Tensor,
                         sin: torch.Tensor, positions: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                        slot_mapping: torch.Tensor) -> torch.Tensor:
+                        slot_mapping: torch.Tensor, kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None
+                        ) -> torch.Tensor:
     """q [T, H, D], k and v [T, Hkv, D]; q_weight / k_weight [D] or None (no qk-norm); cos / sin
     [P, R/2] for rot_dim R; caches [N_blocks, B, Hkv, D] -> rotated q [T, H, D]. Rotated k and v are
-    written to the caches at slot_mapping [T]."""
+    written to the caches at slot_mapping [T] (write_kv_ref: int8 caches take their scales in kv_scales,
+    the pair ([N_blocks, B, Hkv] float32) x2; None for other caches)."""
     from strata.kernels.rms_norm import rms_norm_ref
 
     if q_weight is not None:
@@ -41,19 +46,16 @@ def qk_norm_rope_kv_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_wei
         return torch.cat((rotated, x[..., 2 * half:]), dim=-1)
 
     q, k = rotate(q), rotate(k)
-    for x, cache in ((k, k_cache), (v, v_cache)):  # float8 caches: the values rounded, their bytes copied
-        rows = cache.view(-1, *cache.shape[2:])
-        x = x.to(cache.dtype)
-        if cache.element_size() == 1:
-            rows, x = rows.view(torch.uint8), x.view(torch.uint8)
-        rows.index_copy_(0, slot_mapping, x)
+    for x, cache, scale in zip((k, v), (k_cache, v_cache), kv_scales or (None, None)):
+        write_kv_ref(x, cache, scale, slot_mapping)
     return q
 
 
 def qk_norm_rope_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor | None,
                     k_weight: torch.Tensor | None, eps: float, zero_centered: bool, cos: torch.Tensor,
                     sin: torch.Tensor, positions: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                    slot_mapping: torch.Tensor, step_rows: dict | None = None) -> torch.Tensor:
+                    slot_mapping: torch.Tensor, step_rows: dict | None = None,
+                    kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """Same contract as qk_norm_rope_kv_ref; q, k, v may be strided views (unit stride along D).
     `step_rows`: a dict kept for one forward and shared by the layers whose cos / sin tables are equal
     (ForwardContext.rope_rows). The forward's first launch stores the tokens' cos / sin rows there
@@ -63,6 +65,9 @@ def qk_norm_rope_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight:
     num_kv_heads = k.shape[1]
     assert q.stride(2) == 1 and k.stride(2) == 1 and v.stride(2) == 1 and k_cache.is_contiguous()
     assert cos.is_contiguous() and sin.is_contiguous() and v_cache.stride() == k_cache.stride()
+    kv_int8 = kv_scales is not None
+    assert not kv_int8 or all(s.is_contiguous() for s in kv_scales)
+    k_scale, v_scale = kv_scales if kv_int8 else (k_cache, v_cache)  # unread without int8
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     has_norm = q_weight is not None
     half = cos.shape[1]
@@ -78,10 +83,10 @@ def qk_norm_rope_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight:
     cos_rows, sin_rows = rows if rows is not None else (cos, sin)
     _qk_norm_rope_kv_kernel[(num_tokens, num_heads + num_kv_heads)](
         q, k, v, q_weight if has_norm else q, k_weight if has_norm else q, cos, sin, positions, k_cache, v_cache,
-        slot_mapping, out, cos_rows, sin_rows, num_heads, head_dim, half, eps,
+        k_scale, v_scale, slot_mapping, out, cos_rows, sin_rows, num_heads, head_dim, half, eps,
         q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), out.stride(0), out.stride(1),
-        HAS_NORM=has_norm, ZERO_CENTERED=zero_centered, GATHER=gather, BLOCK_D=triton.next_power_of_2(head_dim),
-        num_warps=1, **pdl_options(q))
+        HAS_NORM=has_norm, ZERO_CENTERED=zero_centered, GATHER=gather, KV_INT8=kv_int8,
+        BLOCK_D=triton.next_power_of_2(head_dim), num_warps=1, **pdl_options(q))
     return out
 
 
@@ -106,11 +111,11 @@ if triton is not None:
 
     @triton.jit
     def _qk_norm_rope_kv_kernel(q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, kc_ptr, vc_ptr,
-                                slots_ptr, out_ptr, cos_rows_ptr, sin_rows_ptr, num_heads, head_dim, half, eps,
+                                ks_ptr, vs_ptr, slots_ptr, out_ptr, cos_rows_ptr, sin_rows_ptr, num_heads, head_dim, half, eps,
                                 stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
                                 stride_ot, stride_oh,
                                 HAS_NORM: tl.constexpr, ZERO_CENTERED: tl.constexpr, GATHER: tl.constexpr,
-                                BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr):
+                                KV_INT8: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         token = tl.program_id(0).to(tl.int64)
         head = tl.program_id(1)
@@ -161,6 +166,14 @@ if triton is not None:
             tl.store(out_ptr + token * stride_ot + head * stride_oh + offs, out, mask=ok)
         else:
             num_kv_heads = tl.num_programs(1) - num_heads
-            row = (slot * num_kv_heads + kv_head) * head_dim
-            tl.store(kc_ptr + row + offs, out, mask=ok)
-            tl.store(vc_ptr + row + offs, v, mask=ok)
+            vector = slot * num_kv_heads + kv_head
+            if KV_INT8:  # the rotated k as the model dtype holds it, quantized (write_kv_ref's numbers)
+                k8, k_scale = quantize_int8(out.to(tl.float32))
+                v8, v_scale = quantize_int8(v.to(tl.float32))
+                tl.store(kc_ptr + vector * head_dim + offs, k8, mask=ok)
+                tl.store(vc_ptr + vector * head_dim + offs, v8, mask=ok)
+                tl.store(ks_ptr + vector, k_scale)
+                tl.store(vs_ptr + vector, v_scale)
+            else:
+                tl.store(kc_ptr + vector * head_dim + offs, out, mask=ok)
+                tl.store(vc_ptr + vector * head_dim + offs, v, mask=ok)

@@ -6,7 +6,8 @@ one batch: the Triton kernel on CUDA, a padded torch batch otherwise; equal-leng
 multi-prompt graph's layout) run as one SDPA batch; other long prompt chunks run one sequence at a
 time through torch SDPA so a single long chunk does not pad every other row. A mixed
 step (prompt chunks beside verification windows) splits: its short windows still take one kernel
-launch on CUDA.
+launch on CUDA. An int8 KV cache comes with its scales (`kv_scales`, the layer's pair at
+kv_scale_key(layer) in ctx.kv_caches; None for other caches): written quantized, read dequantized.
 """
 
 from __future__ import annotations
@@ -17,62 +18,71 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from strata.config import ModelConfig
+from strata.config import ModelConfig, kv_scale_key
+from strata.kernels.kv_quant import read_kv_ref, write_kv_ref
 from strata.model import ops
 from strata.model.context import ForwardContext
 from strata.model.linear import Linear
 from strata.model.norm import RMSNorm
 from strata.model.rotary import RotaryEmbedding
-from strata.transfer import index_tensor, raw
+from strata.transfer import index_tensor
 
 _BATCHED_MAX_QUERY_LEN = 16
 
 
+KVScales = tuple[torch.Tensor, torch.Tensor] | None  # an int8 cache's (K, V) scales, [N_blocks, B, Hkv] each
+
+
 def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-             slot_mapping: torch.Tensor) -> None:
-    # k, v: [T, Hkv, D]; caches: [N_blocks, B, Hkv, D] (float8 caches: rounded to it)
-    for x, cache in ((k, k_cache), (v, v_cache)):
-        raw(cache.view(-1, *cache.shape[2:])).index_copy_(0, slot_mapping, raw(x.to(cache.dtype)))
+             slot_mapping: torch.Tensor, kv_scales: KVScales = None) -> None:
+    # k, v: [T, Hkv, D]; caches: [N_blocks, B, Hkv, D] (float8 caches: rounded to it; int8: quantized)
+    for x, cache, scale in zip((k, v), (k_cache, v_cache), kv_scales or (None, None)):
+        write_kv_ref(x, cache, scale, slot_mapping)
 
 
-def _gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int, dtype: torch.dtype) -> torch.Tensor:
+def _gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int, dtype: torch.dtype,
+               cache_scale: torch.Tensor | None = None) -> torch.Tensor:
     # cache: [N_blocks, B, Hkv, D], block_table: [..., nb] -> [..., length, Hkv, D] in `dtype` (a float8
-    # cache's values widened)
+    # cache's values widened, an int8 one's dequantized with cache_scale [N_blocks, B, Hkv])
     # index_select, not cache[block_table]: advanced indexing on a large pool is far slower on the CPU
-    blocks = cache.index_select(0, block_table.flatten()).to(dtype)  # [S * nb, B, Hkv, D]
+    index = block_table.flatten()
+    scales = None if cache_scale is None else cache_scale.index_select(0, index)    # [S * nb, B, Hkv]
+    blocks = read_kv_ref(cache.index_select(0, index), scales, dtype)               # [S * nb, B, Hkv, D]
     flat = blocks.view(*block_table.shape[:-1], -1, *cache.shape[2:])
     return flat[..., :length, :, :]
 
 
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                    ctx: ForwardContext, scale: float) -> torch.Tensor:
+                    ctx: ForwardContext, scale: float, kv_scales: KVScales = None) -> torch.Tensor:
     """q: [T, H, D] (already rotated) -> [T, H, D]; K/V of this step must already be in the pool."""
     if ctx.max_query_len <= _BATCHED_MAX_QUERY_LEN and ops.paged_attention_on(q):
         return ops.paged_attention(q, k_cache, v_cache, ctx.block_tables, ctx.seq_lens, ctx.query_start_loc, scale,
-                                   max_query_len=ctx.max_query_len, table_width=ctx.split_table_width)
+                                   max_query_len=ctx.max_query_len, table_width=ctx.split_table_width,
+                                   kv_scales=kv_scales)
     if ctx.max_query_len <= _BATCHED_MAX_QUERY_LEN:
-        return _attend_batched(q, k_cache, v_cache, ctx, scale)
+        return _attend_batched(q, k_cache, v_cache, ctx, scale, kv_scales)
     if not any(ctx.num_computed) and len(set(ctx.query_lens)) == 1:
-        return _attend_fresh_prompts(q, k_cache, v_cache, ctx, scale)
+        return _attend_fresh_prompts(q, k_cache, v_cache, ctx, scale, kv_scales)
     out = torch.empty_like(q)
     starts = [0, *itertools.accumulate(ctx.query_lens)]
     long_chunks = range(len(ctx.query_lens))
     if ops.paged_attention_on(q):
         short = [i for i, n in enumerate(ctx.query_lens) if n <= _BATCHED_MAX_QUERY_LEN]
         if short:
-            _attend_windows_triton(q, k_cache, v_cache, ctx, scale, short, starts, out)
+            _attend_windows_triton(q, k_cache, v_cache, ctx, scale, short, starts, out, kv_scales)
         long_chunks = [i for i, n in enumerate(ctx.query_lens) if n > _BATCHED_MAX_QUERY_LEN]
     seq_lens = [c + n for c, n in zip(ctx.num_computed, ctx.query_lens)]
     block_size = k_cache.shape[1]
+    k_scale, v_scale = kv_scales or (None, None)
     for i in long_chunks:
         q_len = ctx.query_lens[i]
         s, e = starts[i], starts[i + 1]
         num_blocks = -(-seq_lens[i] // block_size)
         table = ctx.block_tables[i, :num_blocks]
         # contiguous operands: the CPU SDPA kernel is many times slower on strided ones; a batch dim of
-        # 1 because the fused CUDA kernels take 4-D inputs only (3-D falls back to the math kernel)
-        k = _gather_kv(k_cache, table, seq_lens[i], q.dtype).transpose(0, 1).contiguous()[None]  # [1, Hkv, L, D]
-        v = _gather_kv(v_cache, table, seq_lens[i], q.dtype).transpose(0, 1).contiguous()[None]
+        # 1 because the fused CUDA kernels take 4-D inputs only (3-D falls back to the math kernel): [1, Hkv, L, D]
+        k = _gather_kv(k_cache, table, seq_lens[i], q.dtype, k_scale).transpose(0, 1).contiguous()[None]
+        v = _gather_kv(v_cache, table, seq_lens[i], q.dtype, v_scale).transpose(0, 1).contiguous()[None]
         chunk = q[s:e].transpose(0, 1).contiguous()[None]                                # [1, H, q_len, D]
         if ctx.num_computed[i] == 0:  # no cached prefix: plain causal attention, no mask to build or read
             o = F.scaled_dot_product_attention(chunk, k, v, is_causal=True, scale=scale, enable_gqa=True)
@@ -84,21 +94,23 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
 
 
 def _attend_fresh_prompts(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                          ctx: ForwardContext, scale: float) -> torch.Tensor:
+                          ctx: ForwardContext, scale: float, kv_scales: KVScales) -> torch.Tensor:
     """Fresh prompts (nothing cached) of equal length, one causal attention batch: q [S * L, H, D] ->
     [S * L, H, D]. A graph of several padded prompts has this layout, and so does an eager step of
     equal-length prompts; one batched call, where the general path runs one call per prompt."""
     num_seqs, q_len = ctx.num_seqs, ctx.query_lens[0]
     table = ctx.block_tables[:, : -(-q_len // k_cache.shape[1])]                             # [S, nb]
-    k = _gather_kv(k_cache, table, q_len, q.dtype).transpose(1, 2).contiguous()              # [S, Hkv, L, D]
-    v = _gather_kv(v_cache, table, q_len, q.dtype).transpose(1, 2).contiguous()
+    k_scale, v_scale = kv_scales or (None, None)
+    k = _gather_kv(k_cache, table, q_len, q.dtype, k_scale).transpose(1, 2).contiguous()     # [S, Hkv, L, D]
+    v = _gather_kv(v_cache, table, q_len, q.dtype, v_scale).transpose(1, 2).contiguous()
     chunk = q.view(num_seqs, q_len, *q.shape[1:]).transpose(1, 2).contiguous()             # [S, H, L, D]
     o = F.scaled_dot_product_attention(chunk, k, v, is_causal=True, scale=scale, enable_gqa=True)
     return o.transpose(1, 2).reshape(q.shape)
 
 
 def _attend_windows_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, ctx: ForwardContext,
-                           scale: float, slots: list[int], starts: list[int], out: torch.Tensor) -> None:
+                           scale: float, slots: list[int], starts: list[int], out: torch.Tensor,
+                           kv_scales: KVScales) -> None:
     """The short windows `slots` of a mixed step in one Triton launch; writes their rows of out [T, H, D]."""
     lens = [ctx.query_lens[i] for i in slots]
 
@@ -109,7 +121,8 @@ def _attend_windows_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
 
     rows, chosen, query_start_loc = ctx.cached(("short_windows", tuple(slots)), layout)
     out[rows] = ops.paged_attention(q[rows], k_cache, v_cache, ctx.block_tables[chosen], ctx.seq_lens[chosen],
-                                    query_start_loc, scale, max_query_len=max(lens), table_width=ctx.split_table_width)
+                                    query_start_loc, scale, max_query_len=max(lens), table_width=ctx.split_table_width,
+                                    kv_scales=kv_scales)
 
 
 def _causal_window_mask(num_computed: int, q_len: int, kv_len: int, device: torch.device) -> torch.Tensor:
@@ -118,13 +131,14 @@ def _causal_window_mask(num_computed: int, q_len: int, kv_len: int, device: torc
 
 
 def _attend_batched(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                    ctx: ForwardContext, scale: float) -> torch.Tensor:
+                    ctx: ForwardContext, scale: float, kv_scales: KVScales) -> torch.Tensor:
     """Windows of at most 16 tokens as one padded SDPA batch: q [T, H, D] -> [T, H, D]."""
     num_seqs, max_q = ctx.num_seqs, ctx.max_query_len
     kv_index, row, col, mask = ctx.cached(("batched_attention", k_cache.shape[1], q.device),
                                           lambda: _batched_layout(ctx, k_cache.shape[1], q.shape[0], q.device))
-    k = _gather_tokens(k_cache, kv_index, num_seqs, q.dtype)  # [S, Hkv, L, D]
-    v = _gather_tokens(v_cache, kv_index, num_seqs, q.dtype)
+    k_scale, v_scale = kv_scales or (None, None)
+    k = _gather_tokens(k_cache, kv_index, num_seqs, q.dtype, k_scale)  # [S, Hkv, L, D]
+    v = _gather_tokens(v_cache, kv_index, num_seqs, q.dtype, v_scale)
     if row is None:  # every window has max_q tokens: q already has the padded layout
         q_pad = q.view(num_seqs, max_q, *q.shape[1:])  # [S, Q, H, D]
     else:
@@ -137,10 +151,12 @@ def _attend_batched(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     return o.reshape(q.shape) if row is None else o[row, col]
 
 
-def _gather_tokens(cache: torch.Tensor, kv_index: torch.Tensor, num_seqs: int, dtype: torch.dtype) -> torch.Tensor:
+def _gather_tokens(cache: torch.Tensor, kv_index: torch.Tensor, num_seqs: int, dtype: torch.dtype,
+                   cache_scale: torch.Tensor | None) -> torch.Tensor:
     # cache: [N_blocks, B, Hkv, D], kv_index: [S * L] flat token slots -> [S, Hkv, L, D] in `dtype` (a
-    # strided view)
-    rows = cache.view(-1, *cache.shape[2:]).index_select(0, kv_index).to(dtype)  # [S * L, Hkv, D]
+    # strided view; an int8 cache's rows dequantized with cache_scale [N_blocks, B, Hkv])
+    row_scales = None if cache_scale is None else cache_scale.view(-1, cache.shape[2]).index_select(0, kv_index)
+    rows = read_kv_ref(cache.view(-1, *cache.shape[2:]).index_select(0, kv_index), row_scales, dtype)  # [S * L, Hkv, D]
     return rows.view(num_seqs, -1, *cache.shape[2:]).transpose(1, 2)
 
 
@@ -192,19 +208,24 @@ class Attention(nn.Module):
 
     def forward(self, hidden: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         q, gate = self.queries_after_kv_write(hidden, ctx)
+        k_cache, v_cache, kv_scales = self.kv_cache(ctx)
+        return self.output(paged_attention(q, k_cache, v_cache, ctx, self.scale, kv_scales), gate)
+
+    def kv_cache(self, ctx: ForwardContext) -> tuple[torch.Tensor, torch.Tensor, KVScales]:
+        """This layer's (K cache, V cache, their scales when int8 else None) in the step's KV pool."""
         k_cache, v_cache = ctx.kv_caches[self.layer_idx]
-        return self.output(paged_attention(q, k_cache, v_cache, ctx, self.scale), gate)
+        return k_cache, v_cache, ctx.kv_caches.get(kv_scale_key(self.layer_idx))
 
     def queries_after_kv_write(self, hidden: torch.Tensor,
                                ctx: ForwardContext) -> tuple[torch.Tensor, torch.Tensor | None]:
         """hidden [T, hidden] -> (rotated queries [T, H, D], output gate [T, H, D] or None); this step's
         keys and values are in the pool afterwards."""
         qkv = self.qkv_proj(hidden)  # [T, (H + 2 Hkv) * D] (the gate's H * D more when gated)
-        k_cache, v_cache = ctx.kv_caches[self.layer_idx]
+        k_cache, v_cache, kv_scales = self.kv_cache(ctx)
         # layers with equal rotary tables share the forward's cos / sin rows (the first one looks them up)
         step_rows = ctx.scratch.rope_rows.setdefault(self.rotary.config, {})
         if not (self.gated or self.q_norm is not None or ops.kernels_on(qkv)):
-            return self._prepare_plain(qkv, k_cache, v_cache, ctx, step_rows), None
+            return self._prepare_plain(qkv, k_cache, v_cache, kv_scales, ctx, step_rows), None
         num_tokens = qkv.shape[0]
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         gate = None
@@ -214,23 +235,23 @@ class Attention(nn.Module):
         k = k.view(num_tokens, self.num_kv_heads, self.head_dim)   # [T, Hkv, D]
         v = v.view(num_tokens, self.num_kv_heads, self.head_dim)
         if ops.kernels_on(q):
-            q = self._prepare_fused(q, k, v, k_cache, v_cache, ctx, step_rows)
+            q = self._prepare_fused(q, k, v, k_cache, v_cache, kv_scales, ctx, step_rows)
         else:
             if self.q_norm is not None:
                 q, k = self.q_norm(q), self.k_norm(k)
             q, k = self.rotary(ctx.positions, q, k, step_rows)
-            write_kv(k, v, k_cache, v_cache, ctx.slot_mapping)
+            write_kv(k, v, k_cache, v_cache, ctx.slot_mapping, kv_scales)
         return q, gate
 
-    def _prepare_plain(self, qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, ctx: ForwardContext,
-                       step_rows: dict) -> torch.Tensor:
+    def _prepare_plain(self, qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, kv_scales: KVScales,
+                       ctx: ForwardContext, step_rows: dict) -> torch.Tensor:
         """The torch path of a layer without output gate or qk-norm (Llama's): q and k are neighbours in
         qkv, so one rotation covers both -> rotated q [T, H, D]; rotated k and v are written to the pool."""
         num_tokens, heads, head_dim = qkv.shape[0], self.num_heads + self.num_kv_heads, self.head_dim
         qk = qkv[:, : heads * head_dim].view(num_tokens, heads, head_dim)       # [T, H + Hkv, D]
         qk = self.rotary.rotate(ctx.positions, qk, step_rows)
         v = qkv[:, heads * head_dim:].view(num_tokens, self.num_kv_heads, head_dim)  # [T, Hkv, D]
-        write_kv(qk[:, self.num_heads:], v, k_cache, v_cache, ctx.slot_mapping)
+        write_kv(qk[:, self.num_heads:], v, k_cache, v_cache, ctx.slot_mapping, kv_scales)
         return qk[:, : self.num_heads]
 
     def output(self, attended: torch.Tensor, gate: torch.Tensor | None) -> torch.Tensor:
@@ -241,10 +262,11 @@ class Attention(nn.Module):
         return self.o_proj(out)
 
     def _prepare_fused(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
-                       v_cache: torch.Tensor, ctx: ForwardContext, step_rows: dict) -> torch.Tensor:
+                       v_cache: torch.Tensor, kv_scales: KVScales, ctx: ForwardContext,
+                       step_rows: dict) -> torch.Tensor:
         """qk-norm, rotary and the KV write in one Triton launch -> rotated q [T, H, D]."""
         norm = self.q_norm is not None
         return ops.qk_norm_rope_kv(q, k, v, self.q_norm.weight if norm else None,
                                    self.k_norm.weight if norm else None, self.q_norm.eps if norm else 0.0,
                                    norm and self.q_norm.zero_centered, self.rotary.cos, self.rotary.sin, ctx.positions,
-                                   k_cache, v_cache, ctx.slot_mapping, step_rows)
+                                   k_cache, v_cache, ctx.slot_mapping, step_rows, kv_scales)

@@ -56,7 +56,8 @@ class ForwardContext:
     has_initial_state: torch.Tensor  # [S] bool, False when the sequence starts at position 0
     query_lens: tuple[int, ...]      # host copies, for loops that must not sync the device
     num_computed: tuple[int, ...]
-    kv_caches: dict[int, tuple[torch.Tensor, torch.Tensor]]  # layer -> ([N_blocks, B, Hkv, D] x2)
+    # layer -> ([N_blocks, B, Hkv, D] x2); int8 KV: also kv_scale_key(layer) -> ([N_blocks, B, Hkv] x2)
+    kv_caches: dict[int, tuple[torch.Tensor, torch.Tensor]]
     state_caches: dict[int, tuple[torch.Tensor, torch.Tensor]]  # layer -> (conv [S_max, C, W-1], ssm [S_max, Hv, Dk, Dv])
     scratch: ForwardScratch
     block_size: int = 16

@@ -8,8 +8,9 @@ the last complete block; while it sees no more complete blocks than that, it att
 
 The raw index keys are cached per token like K and V, in the KV pool under ("index", layer) as the pair
 (keys [N_blocks, B, 1, dim], an empty [N_blocks, B, 1, 0]) so they are paged, reused and parked with the
-layer's blocks. Sequences whose context has more blocks than the budget run a masked attention here,
-one sequence at a time; the rest take the layer's usual paged attention.
+layer's blocks; they stay in the model dtype when K and V are fp8 or int8. Sequences whose context has
+more blocks than the budget run a masked attention here, one sequence at a time; the rest take the
+layer's usual paged attention.
 """
 
 from __future__ import annotations
@@ -98,25 +99,26 @@ class QSAAttention(Attention):
     def forward(self, hidden: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         q, gate = self.queries_after_kv_write(hidden, ctx)
         index_q = self.indexer.queries_after_key_write(hidden, ctx, self.rotary)
-        k_cache, v_cache = ctx.kv_caches[self.layer_idx]
-        out = paged_attention(q, k_cache, v_cache, ctx, self.scale)
+        k_cache, v_cache, kv_scales = self.kv_cache(ctx)
+        out = paged_attention(q, k_cache, v_cache, ctx, self.scale, kv_scales)
         start = 0
         for i, (done, n) in enumerate(zip(ctx.num_computed, ctx.query_lens)):
             if self.indexer.is_sparse(done + n):
                 out[start:start + n] = self._attend_selected(q[start:start + n], index_q[start:start + n], done,
-                                                             done + n, ctx.block_tables[i], k_cache, v_cache, ctx)
+                                                             done + n, ctx.block_tables[i], ctx)
             start += n
         return self.output(out, gate)
 
     def _attend_selected(self, q: torch.Tensor, index_q: torch.Tensor, done: int, context_len: int,
-                         table: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                         ctx: ForwardContext) -> torch.Tensor:
+                         table: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         """One sequence's queries [n, H, D] over the tokens the indexer picked for each -> [n, H, D]."""
+        k_cache, v_cache, kv_scales = self.kv_cache(ctx)
+        k_scale, v_scale = kv_scales or (None, None)
         table = table[: -(-context_len // k_cache.shape[1])]
         mask = self.indexer.visible(index_q, done, context_len, ctx.kv_caches[self.indexer.key][0], table,
                                     self.rotary)                                                     # [n, L]
-        k = _gather_kv(k_cache, table, context_len, q.dtype).transpose(0, 1)[None]          # [1, Hkv, L, D]
-        v = _gather_kv(v_cache, table, context_len, q.dtype).transpose(0, 1)[None]
+        k = _gather_kv(k_cache, table, context_len, q.dtype, k_scale).transpose(0, 1)[None]  # [1, Hkv, L, D]
+        v = _gather_kv(v_cache, table, context_len, q.dtype, v_scale).transpose(0, 1)[None]
         o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k, v, attn_mask=mask, scale=self.scale,
                                            enable_gqa=True)
         return o[0].transpose(0, 1)

@@ -61,7 +61,8 @@ class ModelRunner:
                  device: str, seed: int = 0, spec: SpecConfig | None = None, checkpoint_pool_size: int = 0,
                  park_rows: tuple[int, int] = (0, 0), options: RunnerConfig | None = None,
                  max_model_len: int | None = None, kv_dtype: torch.dtype | None = None) -> None:
-        """`kv_dtype`: what K and V are stored in (the model's dtype when None; float8 e4m3 for fp8 KV)."""
+        """`kv_dtype`: what K and V are stored in (the model's dtype when None; float8 e4m3 for fp8 KV, int8
+        with scales beside them for int8 KV)."""
         cfg = model.config
         options = options or RunnerConfig()
         spec = spec or SpecConfig()
@@ -312,12 +313,13 @@ class ModelRunner:
 
 
 def check_kv_dtype(kv_dtype: torch.dtype, device: str) -> None:
-    """float8 KV on CUDA needs the float8 conversions of compute capability 8.9 (Ada, Hopper) or later."""
-    if kv_dtype.itemsize == 1 and str(device).startswith("cuda"):
+    """float8 KV on CUDA needs the float8 conversions of compute capability 8.9 (Ada, Hopper) or later
+    (int8 KV runs on any)."""
+    if kv_dtype.is_floating_point and kv_dtype.itemsize == 1 and str(device).startswith("cuda"):
         capability = torch.cuda.get_device_capability(torch.device(device))
         if capability < (8, 9):
             raise ValueError(f"fp8 KV needs a GPU of compute capability 8.9 or later (this one is "
-                             f"{capability[0]}.{capability[1]}); use --kv-cache-dtype auto")
+                             f"{capability[0]}.{capability[1]}); use --kv-cache-dtype int8 or auto")
 
 
 def graph_safe(model: nn.Module, experts, dtype: torch.dtype) -> bool:

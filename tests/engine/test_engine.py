@@ -187,5 +187,5 @@ def test_a_kv_cache_dtype_we_do_not_have_is_an_error_not_a_silent_fallback():
     from strata.config import CacheConfig
 
     assert CacheConfig(kv_cache_dtype="auto").kv_cache_dtype == "auto"
-    with pytest.raises(ValueError, match="kv_cache_dtype must be one of auto, fp8.*'int8'"):
-        CacheConfig(kv_cache_dtype="int8")
+    with pytest.raises(ValueError, match="kv_cache_dtype must be one of auto, fp8.*int8.*'int4'"):
+        CacheConfig(kv_cache_dtype="int4")

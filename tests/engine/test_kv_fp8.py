@@ -87,5 +87,5 @@ def test_kv_cache_dtypes_offered_and_refused():
 
     assert kv_cache_torch_dtype(CacheConfig(kv_cache_dtype="fp8").kv_cache_dtype, torch.bfloat16) == torch.float8_e4m3fn
     assert kv_cache_torch_dtype("auto", torch.float16) == torch.float16
-    with pytest.raises(ValueError, match="auto, fp8, fp8_e4m3.*int8 KV is not implemented yet.*'int8'"):
-        CacheConfig(kv_cache_dtype="int8")
+    with pytest.raises(ValueError, match="must be one of auto, fp8, fp8_e4m3, int8, got 'fp8_e5m2'"):
+        CacheConfig(kv_cache_dtype="fp8_e5m2")

@@ -117,6 +117,40 @@ def test_qk_norm_rope_kv_matches_ref(dtype, shape, qk_norm, zero_centered):
 
 
 @gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape", [(32, 4, 128, 128), (16, 2, 256, 64), (6, 2, 80, 40)])  # H, Hkv, D, rot_dim
+@pytest.mark.parametrize("qk_norm, zero_centered", [(False, False), (True, True)])
+def test_qk_norm_rope_kv_writes_int8_kv(dtype, shape, qk_norm, zero_centered):
+    """int8 KV: the kernel quantizes the rotated k and the v it writes as write_kv_ref does (kv_quant.py): v's
+    int8 values and scales bit for bit (the same values in, correctly rounded divisions), k's within one step
+    and a rounding of its scale where the kernel's norm and rotation round apart from the ref's (`close` on
+    16-bit caches). Passed under TRITON_INTERPRET=1 on the CPU (float32, and float16 in place of bfloat16)."""
+    from strata.kernels.rope_kv import qk_norm_rope_kv
+
+    heads, kv_heads, head_dim, rot_dim = shape
+    rotary = RotaryEmbedding(head_dim, rot_dim, 4096, 1e6).to("cuda")
+    tokens = 9
+    q = randn(tokens, heads, head_dim, dtype=dtype, device="cuda", seed=5)
+    k, v = (randn(tokens, kv_heads, head_dim, dtype=dtype, device="cuda", seed=s) * 4 for s in (6, 7))
+    weights = [randn(head_dim, dtype=dtype, device="cuda", seed=s) for s in (8, 9)] if qk_norm else [None, None]
+    positions = torch.tensor([0, 1, 5, 100, 4095, 7, 8, 9, 1000], device="cuda")
+    slots = torch.randperm(64, generator=torch.Generator().manual_seed(0))[:tokens].to("cuda")
+    caches = [torch.zeros(16, 4, kv_heads, head_dim, dtype=torch.int8, device="cuda") for _ in range(4)]
+    scales = [torch.zeros(16, 4, kv_heads, device="cuda") for _ in range(4)]
+    out = qk_norm_rope_kv(q, k, v, *weights, 1e-6, zero_centered, rotary.cos, rotary.sin, positions, caches[0],
+                          caches[1], slots, kv_scales=(scales[0], scales[1]))
+    ref = qk_norm_rope_kv_ref(q, k, v, *weights, 1e-6, zero_centered, rotary.cos, rotary.sin, positions,
+                              caches[2], caches[3], slots, kv_scales=(scales[2], scales[3]))
+    close(out, ref, dtype)
+    assert torch.equal(caches[1], caches[3]) and torch.equal(scales[1], scales[3])
+    assert (caches[0].int() - caches[2].int()).abs().max() <= 1
+    close(scales[0], scales[2], dtype)
+    written = caches[0].view(-1, kv_heads, head_dim)[slots]                # [T, Hkv, D]
+    assert written.abs().amax(-1).eq(127).all() and scales[0].view(-1, kv_heads)[slots].gt(0).all()
+    assert scales[0].count_nonzero() == tokens * kv_heads                  # only the tokens' slots
+
+
+@gpu
 @pytest.mark.parametrize("rot_dim", [128, 64])
 def test_layers_share_the_forwards_cos_sin_rows(rot_dim):
     """With step_rows, the first launch stores the tokens' cos / sin rows as it looks them up and a
