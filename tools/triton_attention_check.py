@@ -1,0 +1,54 @@
+"""Compile the attention-path Triton kernels (paged attention's split kernel, the fused qk-norm/rope/KV write)
+to sm_90 cubin on a machine without a GPU, for every KV cache dtype (16-bit, fp8, int8 with scales) and
+query dtype: catches front-end and lowering errors (types, shapes, a missing conversion) that
+TRITON_INTERPRET=1 lets through, and prints each kernel's shared memory. Needs triton with its bundled ptxas
+(e.g. `pip install --target /tmp/trisite triton==3.5.0`): `PYTHONPATH=/tmp/trisite:. python
+tools/triton_attention_check.py`."""
+import sys
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from strata.kernels import paged_attention, rope_kv
+
+TARGET = GPUTarget("cuda", 90, 32)
+# (query dtype, KV cache dtype, scale pointer dtype): int8 caches carry float32 scales
+CASES = [("bf16", "bf16", "bf16"), ("bf16", "fp8e4nv", "fp8e4nv"), ("bf16", "i8", "fp32"), ("fp32", "i8", "fp32")]
+ITEMSIZE = {"bf16": 2, "fp8e4nv": 1, "i8": 1}
+
+
+def check(fn, pointers: dict, consts: dict, name: str, **options) -> bool:
+    """Compile `fn` with the given pointer / float argument types (the rest i32) and constexprs."""
+    signature = {a: "constexpr" if a in consts else pointers.get(a, "i32") for a in fn.arg_names}
+    try:
+        src = ASTSource(fn=fn, signature=signature,
+                        constexprs={(fn.arg_names.index(a),): v for a, v in consts.items()})
+        kernel = triton.compile(src, target=TARGET, options=options)
+        print("ok  ", name, "shared", kernel.metadata.shared)
+        return True
+    except Exception as e:  # noqa: BLE001
+        print("FAIL", name, type(e).__name__, str(e)[-1500:])
+        return False
+
+
+ok = True
+for q, kv, scale in CASES:
+    int8 = kv == "i8"
+    attention = {"q_ptr": "*" + q, "k_ptr": "*" + kv, "v_ptr": "*" + kv, "ks_ptr": "*" + scale, "vs_ptr": "*" + scale,
+                 "tables_ptr": "*i64", "seq_lens_ptr": "*i64", "qsl_ptr": "*i64", "partial_ptr": "*fp32",
+                 "stats_ptr": "*fp32", "out_ptr": "*" + q, "qk_scale": "fp32"}
+    for head_dim in (128, 256):
+        block_n, stages = paged_attention.kv_tile_for(head_dim, ITEMSIZE[kv])
+        ok &= check(paged_attention._split_kernel, attention,
+                    dict(KV_INT8=int8, G_PAD=8, BLOCK_M=32, BLOCK_N=block_n, BLOCK_D=head_dim, USE_PDL=True),
+                    f"paged attention q={q} kv={kv} D={head_dim}", num_warps=4, num_stages=stages)
+    rope = {"q_ptr": "*" + q, "k_ptr": "*" + q, "v_ptr": "*" + q, "qw_ptr": "*" + q, "kw_ptr": "*" + q,
+            "cos_ptr": "*fp32", "sin_ptr": "*fp32", "pos_ptr": "*i64", "kc_ptr": "*" + kv, "vc_ptr": "*" + kv,
+            "ks_ptr": "*" + scale, "vs_ptr": "*" + scale, "slots_ptr": "*i64", "out_ptr": "*" + q,
+            "cos_rows_ptr": "*fp32", "sin_rows_ptr": "*fp32", "eps": "fp32"}
+    for norm, gather in ((True, 1), (False, 2)):
+        ok &= check(rope_kv._qk_norm_rope_kv_kernel, rope,
+                    dict(HAS_NORM=norm, ZERO_CENTERED=False, GATHER=gather, KV_INT8=int8, BLOCK_D=128, USE_PDL=True),
+                    f"rope_kv q={q} kv={kv} norm={norm} gather={gather}", num_warps=1)
+sys.exit(0 if ok else 1)
