@@ -34,14 +34,14 @@ def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centere
 def topk_sum_ref(partials: torch.Tensor, shared: torch.Tensor | None, dtype: torch.dtype,
                  shared_gate: torch.Tensor | None = None) -> torch.Tensor:
     """partials [T, K, D] float32 (weighted expert outputs) -> their sum over K in order, cast to dtype,
-    plus the shared expert's output [T, D] (in dtype) if any, times sigmoid(shared_gate [T, 1]) if given:
-    what fused_moe + `out + sigmoid(gate) * shared` return."""
+    plus the shared expert's output [T, D] (in dtype) if any, times shared_gate [T, 1] (its gate's
+    sigmoid, in dtype) if given: what fused_moe + `out + shared_gate * shared` return."""
     total = partials[:, 0]
     for k in range(1, partials.shape[1]):
         total = total + partials[:, k]
     total = total.to(dtype)
     if shared is not None and shared_gate is not None:
-        shared = torch.sigmoid(shared_gate) * shared
+        shared = shared_gate * shared
     return total if shared is None else total + shared
 
 
@@ -108,9 +108,9 @@ if triton is not None:
             r = tl.load(res_ptr + row * stride_r + offs, mask=ok, other=0.0)
         if HAS_SHARED:
             shared = tl.load(shared_ptr + row * stride_s + offs, mask=ok, other=0.0)
-            if HAS_SHARED_GATE:  # sigmoid(gate) * shared, each product rounded to the dtype as in torch
-                gate = tl.sigmoid(tl.load(shared_gate_ptr + row * stride_sg).to(tl.float32))
-                gate = gate.to(shared_ptr.dtype.element_ty).to(tl.float32)
+            if HAS_SHARED_GATE:  # gate * shared rounded to the dtype, as torch's product (the sigmoid stays
+                # torch's: Triton's exp is not bit for bit CUDA's expf, and the unfused path must agree)
+                gate = tl.load(shared_gate_ptr + row * stride_sg).to(tl.float32)
                 shared = (gate * shared.to(tl.float32)).to(shared_ptr.dtype.element_ty)
         if TOP_K > 0:  # x: the row's K float32 expert outputs, summed in order and cast (topk_sum_ref)
             total = tl.load(x_ptr + row * stride_x + offs, mask=ok, other=0.0)

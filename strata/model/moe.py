@@ -29,7 +29,7 @@ class TopkPartials:
     """An MoE layer's output before its sum over the top-k experts, left for the next RMSNorm to fold in
     (strata.kernels.rms_norm.rms_norm_topk_sum): partials [T, K, D] float32 weighted expert outputs
     ([1, 1, D] for one token, whose down kernel sums them), shared [T, D] the shared expert's output or
-    None, shared_gate [T, 1] the logit of its sigmoid gate or None; the output itself is `total()`."""
+    None, shared_gate [T, 1] its sigmoid gate (in the model dtype) or None; the output itself is `total()`."""
 
     partials: torch.Tensor
     shared: torch.Tensor | None
@@ -174,11 +174,11 @@ class MoEBlock(nn.Module):
         return torch.sigmoid(self.shared_expert_gate(hidden)) * self.shared_expert(hidden)
 
     def _shared_ungated(self, hidden: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """(the shared expert's output [T, D], its gate's logit [T, 1]), or (None, None): the gate left for
-        the norm that sums the layer's TopkPartials."""
+        """(the shared expert's output [T, D], its sigmoid gate [T, 1]), or (None, None): the product left
+        for the norm that sums the layer's TopkPartials."""
         if self.shared_expert is None:
             return None, None
-        return self.shared_expert(hidden), self.shared_expert_gate(hidden)
+        return self.shared_expert(hidden), torch.sigmoid(self.shared_expert_gate(hidden))
 
     def _routes_fused(self, hidden: torch.Tensor) -> bool:
         """Decode-sized CUDA steps on device-resident experts route in one launch (route_and_align) where
