@@ -31,17 +31,13 @@ def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centere
     return out, (x if residual is not None else None)
 
 
-def topk_sum_ref(partials: torch.Tensor, shared: torch.Tensor | None, dtype: torch.dtype,
-                 shared_gate: torch.Tensor | None = None) -> torch.Tensor:
+def topk_sum_ref(partials: torch.Tensor, shared: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
     """partials [T, K, D] float32 (weighted expert outputs) -> their sum over K in order, cast to dtype,
-    plus the shared expert's output [T, D] (in dtype) if any, times shared_gate [T, 1] (its gate's
-    sigmoid, in dtype) if given: what fused_moe + `out + shared_gate * shared` return."""
+    plus the shared expert's output [T, D] (in dtype) if any: what fused_moe + `out + shared` return."""
     total = partials[:, 0]
     for k in range(1, partials.shape[1]):
         total = total + partials[:, k]
     total = total.to(dtype)
-    if shared is not None and shared_gate is not None:
-        shared = shared_gate * shared
     return total if shared is None else total + shared
 
 
@@ -52,21 +48,18 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered: b
 
 
 def rms_norm_topk_sum(partials: torch.Tensor, shared: torch.Tensor | None, weight: torch.Tensor, eps: float,
-                      zero_centered: bool, residual: torch.Tensor, dtype: torch.dtype,
-                      shared_gate: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """rms_norm_ref(topk_sum_ref(partials, shared, dtype, shared_gate), ..., residual) in one launch: the MoE
-    layer's sum over its top-k expert rows (and its shared expert's gate) folds into the next norm instead
-    of launches of its own."""
+                      zero_centered: bool, residual: torch.Tensor, dtype: torch.dtype
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """rms_norm_ref(topk_sum_ref(partials, shared, dtype), ..., residual) in one launch: the MoE layer's
+    sum over its top-k expert rows folds into the next norm instead of a launch of its own."""
     assert partials.is_contiguous() and partials.dtype == torch.float32 and residual is not None
     if shared is not None:
         assert shared.stride(-1) == 1
-    return _launch(partials, partials.shape[1], shared, weight, eps, zero_centered, residual, dtype,
-                   shared_gate if shared is not None else None)
+    return _launch(partials, partials.shape[1], shared, weight, eps, zero_centered, residual, dtype)
 
 
 def _launch(x: torch.Tensor, top_k: int | None, shared: torch.Tensor | None, weight: torch.Tensor, eps: float,
-            zero_centered: bool, residual: torch.Tensor | None, dtype: torch.dtype,
-            shared_gate: torch.Tensor | None = None):
+            zero_centered: bool, residual: torch.Tensor | None, dtype: torch.dtype):
     """x [..., D] rows, or with top_k: float32 partials [T, K, D] summed over K first."""
     dim = x.shape[-1]
     x2 = x.reshape(-1, dim) if top_k is None else x.view(-1, top_k * dim)
@@ -81,23 +74,21 @@ def _launch(x: torch.Tensor, top_k: int | None, shared: torch.Tensor | None, wei
     block_d = triton.next_power_of_2(dim)
     # a warp per 512 columns: 4 warps for 2048-wide rows measured faster than 8 on the H200 (session 11)
     _rms_norm_kernel[(x2.shape[0],)](
-        x2, residual if residual is not None else x2, shared if shared is not None else x2,
-        shared_gate if shared_gate is not None else x2, weight, out,
+        x2, residual if residual is not None else x2, shared if shared is not None else x2, weight, out,
         new_residual if new_residual is not None else out, dim, eps, x2.stride(0),
         residual.stride(0) if residual is not None else 0, shared.stride(0) if shared is not None else 0,
-        shared_gate.stride(0) if shared_gate is not None else 0,
         out.stride(0), HAS_RESIDUAL=residual is not None, ZERO_CENTERED=zero_centered, TOP_K=top_k or 0,
-        HAS_SHARED=shared is not None, HAS_SHARED_GATE=shared_gate is not None, BLOCK_D=block_d, num_warps=min(16, max(1, block_d // 512)), **pdl_options(x))
+        HAS_SHARED=shared is not None, BLOCK_D=block_d, num_warps=min(16, max(1, block_d // 512)), **pdl_options(x))
     return out.view(out_shape), (new_residual.view(out_shape) if new_residual is not None else None)
 
 
 if triton is not None:
 
     @triton.jit
-    def _rms_norm_kernel(x_ptr, res_ptr, shared_ptr, shared_gate_ptr, w_ptr, out_ptr, res_out_ptr, dim, eps,
-                         stride_x, stride_r, stride_s, stride_sg, stride_o, HAS_RESIDUAL: tl.constexpr,
-                         ZERO_CENTERED: tl.constexpr, TOP_K: tl.constexpr, HAS_SHARED: tl.constexpr,
-                         HAS_SHARED_GATE: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr):
+    def _rms_norm_kernel(x_ptr, res_ptr, shared_ptr, w_ptr, out_ptr, res_out_ptr, dim, eps, stride_x, stride_r,
+                         stride_s, stride_o, HAS_RESIDUAL: tl.constexpr, ZERO_CENTERED: tl.constexpr,
+                         TOP_K: tl.constexpr, HAS_SHARED: tl.constexpr, BLOCK_D: tl.constexpr,
+                         USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         row = tl.program_id(0).to(tl.int64)
         offs = tl.arange(0, BLOCK_D)
@@ -108,10 +99,6 @@ if triton is not None:
             r = tl.load(res_ptr + row * stride_r + offs, mask=ok, other=0.0)
         if HAS_SHARED:
             shared = tl.load(shared_ptr + row * stride_s + offs, mask=ok, other=0.0)
-            if HAS_SHARED_GATE:  # gate * shared rounded to the dtype, as torch's product (the sigmoid stays
-                # torch's: Triton's exp is not bit for bit CUDA's expf, and the unfused path must agree)
-                gate = tl.load(shared_gate_ptr + row * stride_sg).to(tl.float32)
-                shared = (gate * shared.to(tl.float32)).to(shared_ptr.dtype.element_ty)
         if TOP_K > 0:  # x: the row's K float32 expert outputs, summed in order and cast (topk_sum_ref)
             total = tl.load(x_ptr + row * stride_x + offs, mask=ok, other=0.0)
             for k in tl.static_range(1, TOP_K):

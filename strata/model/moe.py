@@ -29,15 +29,14 @@ class TopkPartials:
     """An MoE layer's output before its sum over the top-k experts, left for the next RMSNorm to fold in
     (strata.kernels.rms_norm.rms_norm_topk_sum): partials [T, K, D] float32 weighted expert outputs
     ([1, 1, D] for one token, whose down kernel sums them), shared [T, D] the shared expert's output or
-    None, shared_gate [T, 1] its sigmoid gate (in the model dtype) or None; the output itself is `total()`."""
+    None; the output itself is `total()`."""
 
     partials: torch.Tensor
     shared: torch.Tensor | None
     dtype: torch.dtype
-    shared_gate: torch.Tensor | None = None
 
     def total(self) -> torch.Tensor:
-        return topk_sum_ref(self.partials, self.shared, self.dtype, self.shared_gate)
+        return topk_sum_ref(self.partials, self.shared, self.dtype)
 
 
 class ExpertProvider(Protocol):
@@ -173,13 +172,6 @@ class MoEBlock(nn.Module):
             return None
         return torch.sigmoid(self.shared_expert_gate(hidden)) * self.shared_expert(hidden)
 
-    def _shared_ungated(self, hidden: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """(the shared expert's output [T, D], its sigmoid gate [T, 1]), or (None, None): the product left
-        for the norm that sums the layer's TopkPartials."""
-        if self.shared_expert is None:
-            return None, None
-        return self.shared_expert(hidden), torch.sigmoid(self.shared_expert_gate(hidden))
-
     def _routes_fused(self, hidden: torch.Tensor) -> bool:
         """Decode-sized CUDA steps on device-resident experts route in one launch (route_and_align) where
         that is the faster way (fused_routing_pays)."""
@@ -197,10 +189,10 @@ class MoEBlock(nn.Module):
         rows = self.stats.layer_rows(self.layer_idx) if self.stats is not None else (None, None, None)
         topk_ids, topk_weights, sorted_ids, block_expert = ops.route_and_align(
             hidden, self.gate.weight, self.top_k, self.norm_topk_prob, cfg["BLOCK_M"], self._route_counter, *rows)
-        shared, shared_gate = self._shared_ungated(hidden)
+        shared = self._shared(hidden)
         if isinstance(self.experts, PackedLocalExperts):
             partials = ops.packed_moe(hidden, self.experts.blocks(), topk_ids, topk_weights, sum_topk=False)
-        else:
-            partials = ops.moe_grouped_gemms(hidden, self.experts.w13, self.experts.w2, topk_weights, sorted_ids,
-                                             block_expert, cfg, sum_topk=False)
-        return TopkPartials(partials, shared, hidden.dtype, shared_gate)   # partials [T, K or 1, D] float32
+            return TopkPartials(partials, shared, hidden.dtype)           # [T, K or 1, D] float32
+        partials = ops.moe_grouped_gemms(hidden, self.experts.w13, self.experts.w2, topk_weights, sorted_ids,
+                                         block_expert, cfg, sum_topk=False)   # [T, K or 1, D] float32
+        return TopkPartials(partials, shared, hidden.dtype)

@@ -81,13 +81,13 @@ def _rms_norm_float32(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_ce
 
 
 def rms_norm_topk_sum(partials: torch.Tensor, shared: torch.Tensor | None, weight: torch.Tensor, eps: float,
-                      zero_centered: bool, residual: torch.Tensor | None, dtype: torch.dtype,
-                      shared_gate: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """rms_norm of an MoE layer's top-k partials [T, K, D] summed (+ shared_gate [T, 1] * shared [T, D]),
-    with the residual add: one launch on CUDA, the sum (topk_sum_ref) then rms_norm otherwise."""
+                      zero_centered: bool, residual: torch.Tensor | None, dtype: torch.dtype
+                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """rms_norm of an MoE layer's top-k partials [T, K, D] summed (+ shared [T, D]), with the residual add:
+    one launch on CUDA, the sum (topk_sum_ref) then rms_norm otherwise."""
     if kernels_on(partials):
-        return rms_norm_topk_sum_kernel(partials, shared, weight, eps, zero_centered, residual, dtype, shared_gate)
-    return rms_norm(topk_sum_ref(partials, shared, dtype, shared_gate), weight, eps, zero_centered, residual)
+        return rms_norm_topk_sum_kernel(partials, shared, weight, eps, zero_centered, residual, dtype)
+    return rms_norm(topk_sum_ref(partials, shared, dtype), weight, eps, zero_centered, residual)
 
 
 # ---- dense projections ------------------------------------------------------------------------------
