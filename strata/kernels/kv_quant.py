@@ -6,8 +6,9 @@ head) vector of head_dim values in a parallel scale pool [N_blocks, B, Hkv] (sym
 Scales are float32, not float16: they cost 4 bytes a vector (3 % of its int8 bytes at head_dim 128, 1.6 %
 at 256; float16 would save half of that), the kernels multiply by them without a conversion, and no
 vector's scale leaves the range (float16 scales turn subnormal below an absmax of 0.008 and overflow
-above 8.3e6). The Triton helper `quantize_int8` gives quantize_int8_ref's numbers exactly (IEEE
-divisions, the same rounding).
+above 8.3e6). The Triton helper `quantize_int8` gives quantize_int8_ref's numbers exactly (correctly
+rounded divisions, div_rn, not Triton's approximate `/`; the same rounding), up to subnormal quotients,
+which the GPU flushes to zero.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ except ImportError:  # CPU-only install: the refs still work
     triton = tl = None
 
 SCALE_DTYPE = torch.float32
+
 
 def quantize_int8_ref(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """x [..., D] -> (int8 values [..., D], float32 scales [...]): x ~ values * scale per vector."""

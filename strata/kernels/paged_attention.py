@@ -121,8 +121,9 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         scale * 1.4426950408889634, block_size, group, num_heads, head_dim, splits,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), k_cache.stride(0), k_cache.stride(1),
         k_cache.stride(2), k_scale.stride(0), k_scale.stride(1), block_tables.stride(0), partial.stride(0),
-        stats.stride(0), stats.stride(1), KV_INT8=kv_int8, G_PAD=g_pad, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=triton.next_power_of_2(head_dim),
-        num_warps=4 if block_m <= 32 else 8, num_stages=num_stages, **pdl_options(q))
+        stats.stride(0), stats.stride(1), KV_INT8=kv_int8, G_PAD=g_pad, BLOCK_M=block_m, BLOCK_N=block_n,
+        BLOCK_D=triton.next_power_of_2(head_dim), num_warps=4 if block_m <= 32 else 8, num_stages=num_stages,
+        **pdl_options(q))
     _merge_kernel[(num_seqs, num_heads, max_query_len)](
         partial, stats, out, seq_lens, query_start_loc, splits, num_heads, head_dim, out.stride(0), out.stride(1),
         partial.stride(0), stats.stride(0), stats.stride(1), BLOCK_N=block_n,
@@ -137,8 +138,8 @@ if triton is not None:
                       stats_ptr, out_ptr, qk_scale, block_size, group, num_heads, head_dim, num_splits,
                       stride_qt, stride_qh, stride_ot, stride_oh, stride_kb, stride_ko, stride_kh,
                       stride_sb, stride_so, stride_table, stride_ps, stride_sk, stride_st,
-                      KV_INT8: tl.constexpr, G_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                      USE_PDL: tl.constexpr):
+                      KV_INT8: tl.constexpr, G_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         # the context length and the window load together: one memory round trip before the query

@@ -111,7 +111,8 @@ if triton is not None:
 
     @triton.jit
     def _qk_norm_rope_kv_kernel(q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, kc_ptr, vc_ptr,
-                                ks_ptr, vs_ptr, slots_ptr, out_ptr, cos_rows_ptr, sin_rows_ptr, num_heads, head_dim, half, eps,
+                                ks_ptr, vs_ptr, slots_ptr, out_ptr, cos_rows_ptr, sin_rows_ptr, num_heads, head_dim,
+                                half, eps,
                                 stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
                                 stride_ot, stride_oh,
                                 HAS_NORM: tl.constexpr, ZERO_CENTERED: tl.constexpr, GATHER: tl.constexpr,
