@@ -97,11 +97,18 @@ def _skinny_enabled() -> bool:
     return triton_available() and not debug_flag("NO_SKINNY_LINEAR")
 
 
+# one-row GEMVs take the skinny kernel below this many weight elements: it beat cuBLAS on every smaller
+# hybrid shape and lost on the 12,288 x 2,048 (and larger) projections (H200, bench/results/
+# 2026-12-02-h200-hybrid-gdn-fusion/linear_ab.log)
+SKINNY_MAX_WEIGHT = 16 * 2**20
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear; one row of a 16-bit CUDA input in the weight's dtype takes skinny_linear (one launch where
-    cuBLAS takes a split-K GEMV and a reduction). STRATA_NO_SKINNY_LINEAR=1 turns it off."""
+    cuBLAS takes a split-K GEMV and a reduction) for weights under SKINNY_MAX_WEIGHT elements.
+    STRATA_NO_SKINNY_LINEAR=1 turns it off."""
     if (x.is_cuda and x.dim() == 2 and x.shape[0] == 1 and x.dtype == weight.dtype and x.dtype in HALF
-            and weight.is_contiguous() and _skinny_enabled()):
+            and weight.is_contiguous() and weight.numel() < SKINNY_MAX_WEIGHT and _skinny_enabled()):
         # through the module: tests count the kernel's calls
         return skinny_linear.skinny_linear(x if x.stride(1) == 1 else x.contiguous(), weight, bias)
     return F.linear(x, weight, bias)

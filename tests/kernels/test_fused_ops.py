@@ -347,7 +347,8 @@ def test_skinny_linear_matches_ref(rows, cols, dim_in, dtype, with_bias):
 @gpu
 def test_model_linear_takes_the_skinny_kernel_only_for_single_rows(monkeypatch):
     """strata.model.linear.Linear: one row of a 16-bit CUDA input goes to skinny_linear, more rows
-    (and float32) to torch's linear; both give the layer's result."""
+    (and float32, and weights of SKINNY_MAX_WEIGHT elements or more) to torch's linear; both give the
+    layer's result."""
     import strata.kernels.skinny_linear as skinny
     from strata.model.linear import Linear
 
@@ -359,6 +360,8 @@ def test_model_linear_takes_the_skinny_kernel_only_for_single_rows(monkeypatch):
         x = randn(rows, 512, dtype=torch.bfloat16, device="cuda", seed=rows)
         close(layer(x), torch.nn.functional.linear(x.float(), layer.weight.float(), layer.bias.float()), torch.bfloat16)
     Linear(512, 384).to(device="cuda")(randn(1, 512, device="cuda"))
+    Linear(4096, 4096, bias=False).to(device="cuda", dtype=torch.bfloat16)(randn(1, 4096, dtype=torch.bfloat16,
+                                                                                device="cuda"))
     assert calls == [1]
 
 
