@@ -27,7 +27,10 @@ SCALE_DTYPE = torch.float32
 def quantize_int8_ref(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """x [..., D] -> (int8 values [..., D], float32 scales [...]): x ~ values * scale per vector."""
     xf = x.float()
-    scale = xf.abs().amax(dim=-1) / 127.0                                  # [...]
+    # divided by a 0-dim tensor, not a Python number: CUDA torch multiplies by a scalar divisor's reciprocal,
+    # which is not the correctly rounded quotient the kernels compute (scales a bit apart on the H200)
+    absmax = xf.abs().amax(dim=-1)
+    scale = absmax / absmax.new_full((), 127.0)                           # [...]
     y = xf / torch.where(scale > 0, scale, 1.0)[..., None]                 # in [-127, 127]
     values = y.abs().add(0.5).floor().clamp(max=127.0).copysign(y)          # half away from zero
     return values.to(torch.int8), scale

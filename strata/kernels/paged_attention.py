@@ -97,7 +97,10 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     int the runner knows) to avoid a device sync; num_splits overrides the split heuristic, which
     otherwise sizes splits by max(block_tables columns, table_width)."""
     num_tokens, num_heads, head_dim = q.shape
-    default_n, default_stages = kv_tile_for(head_dim, k_cache.element_size())
+    # a 1-byte cache read by float32 queries is widened to float32 tiles (int8 at head_dim 256 asked for
+    # 295 KB of shared memory on the H200): size the tiles by the wider type then
+    itemsize = max(k_cache.element_size(), q.element_size()) if q.element_size() > 2 else k_cache.element_size()
+    default_n, default_stages = kv_tile_for(head_dim, itemsize)
     block_n, num_stages = block_n or default_n, num_stages or default_stages
     num_seqs = seq_lens.shape[0]
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
