@@ -26,6 +26,7 @@ from strata.model.gated_delta_net import TRITON_MAX_QUERY_LEN
 from strata.runner.cuda_graphs import CudaGraphCache, prompt_graph_rows, prompt_token_limit
 from strata.runner.graph_inputs import GraphInputs
 from strata.runner.inputs import StepInputs, build_inputs
+from strata.runner.kv_tiers import HostKVTiers
 from strata.sample import Sampler
 from strata.spec.speculator import Speculator
 from strata.types import SlotResult, StepPlan, StepResult
@@ -60,9 +61,11 @@ class ModelRunner:
     def __init__(self, model: nn.Module, experts, num_blocks: int, block_size: int, max_num_seqs: int,
                  device: str, seed: int = 0, spec: SpecConfig | None = None, checkpoint_pool_size: int = 0,
                  park_rows: tuple[int, int] = (0, 0), options: RunnerConfig | None = None,
-                 max_model_len: int | None = None, kv_dtype: torch.dtype | None = None) -> None:
+                 max_model_len: int | None = None, kv_dtype: torch.dtype | None = None,
+                 num_host_kv_blocks: int = 0) -> None:
         """`kv_dtype`: what K and V are stored in (the model's dtype when None; float8 e4m3 for fp8 KV, int8
-        with scales beside them for int8 KV)."""
+        with scales beside them for int8 KV). `num_host_kv_blocks`: the host tier of KV beyond VRAM
+        (--kv-resident-tokens; 0: none)."""
         cfg = model.config
         options = options or RunnerConfig()
         spec = spec or SpecConfig()
@@ -107,6 +110,7 @@ class ModelRunner:
         self.use_cuda_graphs = self.graphs is not None
         self.checkpoint_pool = CheckpointPool(self.state_pool, checkpoint_pool_size)
         self.host_park = HostParkPool(self.kv_pool, self.checkpoint_pool, *park_rows) if any(park_rows) else None
+        self.host_kv = HostKVTiers(self.kv_pool, num_host_kv_blocks) if num_host_kv_blocks else None
         self.sampler = Sampler(max_num_seqs, cfg.vocab_size, list(cfg.eos_token_ids), device, seed=seed)
         self.block_tables: dict[int, list[int]] = {}
         self.scratch = ForwardScratch()  # reset by every eager step's input builder
@@ -145,7 +149,8 @@ class ModelRunner:
     def _forward(self, plan: StepPlan, feed: torch.Tensor | None = None) -> tuple[StepInputs, torch.Tensor]:
         """Replay a CUDA graph when the step's layout has one (or can get one), else run eagerly.
         `feed` [S]: device token ids replacing the input ids of a one-token-per-slot step."""
-        if self.use_cuda_graphs and self.graphs is not None:
+        # steps reading host KV blocks run eagerly (the graphs' inputs have no host tables)
+        if self.use_cuda_graphs and self.graphs is not None and not self._reads_host_kv(plan):
             key = self.graphs.layout_for(plan.scheduled)
             if key is not None:
                 step = self.graphs.run(key, plan.scheduled, self.block_tables, feed)
@@ -159,7 +164,8 @@ class ModelRunner:
         inputs = build_inputs(plan.scheduled, self.block_tables, self.block_size, self.kv_pool.caches,
                               self.state_pool.caches, self.device,
                               split_table_width=self.graphs.inputs.width if self.graphs is not None else 0,
-                              keep_window_states=self._has_windows(plan), scratch=self.scratch)
+                              keep_window_states=self._has_windows(plan), scratch=self.scratch,
+                              **self._host_tier())
         if feed is not None:
             inputs.input_ids[:feed.shape[0]].copy_(feed)
         if self.graphs is not None and self.experts is not None:  # graph steps left their padded count there
@@ -169,13 +175,10 @@ class ModelRunner:
     def _forward_split(self, plan: StepPlan) -> tuple[StepInputs, torch.Tensor] | None:
         """Fresh prompts beside windows (or alone) as graph replays (split_layouts), in place of an eager
         step: -> inputs and hidden [T, D] in plan order, or None when some part cannot have a graph.
-        Only steps after which nothing but the rows is read: not when the MTP head runs on this step
-        (it reads the whole step's inputs). Verification windows of a model with recurrent state also
-        need their graph's per-token states at the step's own rows (commit rolls back by row): the
-        windows must be the plan's first slots, which their graph (the first part) holds at the same rows;
-        the returned context is that part's."""
-        if self.speculation.needs_whole_step(plan.scheduled):
-            return None
+        Verification windows of a model with recurrent state need their graph's per-token states at the
+        step's own rows (commit rolls back by row): the windows must be the plan's first slots, which their
+        graph (the first part) holds at the same rows; the returned context is that part's, or, when the
+        MTP head drafts after this step (its pass reads every row), a whole-step context carrying it."""
         parts = self.graphs.split_layouts(plan.scheduled)
         if parts is None:
             return None
@@ -202,6 +205,10 @@ class ModelRunner:
                 first, start, n = j * key[1], starts[i], plan.scheduled[i].num_new_tokens
                 input_ids[start:start + n].copy_(step.input_ids[first:first + n])
                 hidden[start:start + n].copy_(step.hidden[first:first + n])
+        if self.speculation.needs_whole_step(plan.scheduled):
+            whole = self._mtp_context(plan.scheduled, self.block_tables)
+            whole.scratch.window_states = ctx.scratch.window_states  # the windows' part recorded them
+            ctx = whole
         return StepInputs(input_ids, ctx, starts), hidden
 
     # ---- overlapped decoding: a step launched, the next planned and launched, then the first read ----
@@ -255,7 +262,15 @@ class ModelRunner:
 
     def _mtp_context(self, scheduled: list, block_tables: dict[int, list[int]]):
         """The context of one MTP drafting pass (its own KV only, no recurrent state)."""
-        return build_inputs(scheduled, block_tables, self.block_size, self.kv_pool.caches, {}, self.device).ctx
+        return build_inputs(scheduled, block_tables, self.block_size, self.kv_pool.caches, {}, self.device,
+                            **self._host_tier()).ctx
+
+    def _host_tier(self) -> dict:
+        """build_inputs' host-tier arguments (none without --kv-resident-tokens)."""
+        return {} if self.host_kv is None else {"host_tables": self.host_kv.tables, "host_kv_caches": self.host_kv.caches}
+
+    def _reads_host_kv(self, plan: StepPlan) -> bool:
+        return self.host_kv is not None and self.host_kv.has_host_blocks(plan.scheduled)
 
     def _has_windows(self, plan: StepPlan) -> bool:
         """Whether the step verifies drafts on a model with recurrent state (which then records, and
@@ -276,13 +291,19 @@ class ModelRunner:
         if self.host_park is not None:
             self.host_park.park_blocks(plan.park_blocks)
             self.host_park.park_checkpoints(plan.park_checkpoints)
+        if self.host_kv is not None:
+            self.host_kv.copy(plan, self.host_park.kv if self.host_park is not None else None)
         self.checkpoint_pool.save([slot for slot, _ in plan.checkpoint_saves], [row for _, row in plan.checkpoint_saves])
         for slot_id in plan.finished_slot_ids:
             self.block_tables.pop(slot_id, None)
+            if self.host_kv is not None:
+                self.host_kv.remove_slot(slot_id)
             self.sampler.remove_slot(slot_id)
             self.speculation.remove_slot(slot_id)
         for new in plan.new_slots:
             self.block_tables[new.slot_id] = list(new.cached_block_ids)
+            if self.host_kv is not None:
+                self.host_kv.add_slot(new, self.block_tables)
             self.sampler.add_slot(new.slot_id, new.sampling_params, new.prompt_token_ids, new.output_token_ids)
             self.speculation.add_slot(new.slot_id, new.prompt_token_ids + new.output_token_ids)
 
@@ -290,6 +311,8 @@ class ModelRunner:
             del self.block_tables[slot_id][num_blocks:]
         for work in plan.scheduled:
             self.block_tables[work.slot_id].extend(work.new_block_ids)
+            if self.host_kv is not None:
+                self.host_kv.offloaded(work, self.block_tables)
         self._restore_from_caches(plan)
 
     def _restore_from_caches(self, plan: StepPlan) -> None:

@@ -46,7 +46,8 @@ class Speculator:
 
     def needs_whole_step(self, scheduled: list[ScheduledSlot]) -> bool:
         """Whether proposing after this step reads every row of its inputs (the MTP head's pass 1),
-        known before the forward: such a step cannot be assembled from several graph replays."""
+        known before the forward: a step assembled from several graph replays then needs a whole-step
+        context for it."""
         return self.drafter is not None and self.drafter.needs_mtp_forward(scheduled)
 
     # ---- one step ---------------------------------------------------------------------------------

@@ -243,19 +243,21 @@ def test_fresh_prompts_beside_running_requests_replay_graphs_token_identity(fami
 
 
 @gpu
-@pytest.mark.parametrize("family", ["qwen3_next"])  # llama's steps split so before; its drafts met no admission here
-def test_fresh_prompts_beside_verification_windows_replay_graphs_token_identity(family, tiny_model_dir,
+# llama's steps split so before; its drafts met no admission here
+@pytest.mark.parametrize("family, method", [("qwen3_next", "suffix"), ("qwen3_next+mtp", "mtp")])
+def test_fresh_prompts_beside_verification_windows_replay_graphs_token_identity(family, method, tiny_model_dir,
                                                                                monkeypatch):
-    """Suffix drafts from prompts that repeat a pattern the tiny random model does not follow, so most
-    drafts are rejected: fresh prompts admitted beside verification windows replay a prompt graph and a
-    windows graph instead of an eager step, on the hybrid model too, whose rollback reads the windows'
-    per-token recurrent states by the step's row; greedy tokens equal those of a run without graphs. A
-    fixed draft length: the adaptive one follows measured step times, which graphs change."""
+    """Suffix drafts from prompts that repeat a pattern the tiny random model does not follow (or the MTP
+    head's), so most drafts are rejected: fresh prompts admitted beside verification windows replay a
+    prompt graph and a windows graph instead of an eager step, on the hybrid model too, whose rollback
+    reads the windows' per-token recurrent states by the step's row, and whose MTP head then drafts from a
+    whole-step context; greedy tokens equal those of a run without graphs. A fixed draft length: the
+    adaptive one follows measured step times, which graphs change."""
     from strata.runner.model_runner import ModelRunner
 
     prompts = [(p[:4] * 30)[:n] for p, n in zip(_prompts([5, 6, 7, 8, 9, 10, 11, 12]), [16, 40, 17, 100, 30, 24, 50, 20])]
     lengths = [20, 6, 12, 9, 15, 4, 10, 8]
-    spec = {"method": "suffix", "num_speculative_tokens": 3, "adaptive": False}
+    spec = {"method": method, "num_speculative_tokens": 3, "adaptive": False}
     split_with_windows = []
     forward_split = ModelRunner._forward_split
     monkeypatch.setattr(ModelRunner, "_forward_split", lambda self, plan: (
