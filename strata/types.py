@@ -145,6 +145,8 @@ class NewSlotData:
     restore_checkpoint_row: int | None = None  # hybrid prefix hit: load this saved recurrent state
     cached_block_ids: list[int] = field(default_factory=list)  # prefix hit: the shared blocks it starts with
     restore_checkpoint_host_row: int | None = None  # ... or this parked one from host RAM
+    # --kv-resident-tokens: its first blocks, in the host tier (cached_block_ids follow them)
+    host_block_ids: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -162,6 +164,9 @@ class ScheduledSlot:
     next_k: int = 0                             # drafts wanted for the next step (0: propose none)
     drafting: bool = False                      # the draft policy gives this request drafts now (its
     #                                             prompt chunks feed the MTP layer's KV only then)
+    # --kv-resident-tokens: host blocks now holding the slot's oldest device blocks, in order (copied by
+    # the plan's offload_blocks before the forward)
+    offloaded_host_ids: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -181,6 +186,10 @@ class StepPlan:
     park_blocks: list[tuple[int, int]] = field(default_factory=list)
     restore_blocks: list[tuple[int, int]] = field(default_factory=list)
     park_checkpoints: list[tuple[int, int]] = field(default_factory=list)
+    # KV beyond VRAM, done before the forward (after the parks, before the restores): (device block, host
+    # block) and (conversation-cache row, host block) copies into the host tier
+    offload_blocks: list[tuple[int, int]] = field(default_factory=list)
+    unpark_blocks: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
