@@ -400,8 +400,8 @@ class RunnerConfig:
     cuda_graph_prompt_tokens: int = _opt(
         512, "fresh prompts up to this many tokens (rounded down to a power of two) replay graphs, padded to "
              "a power of two, several per graph, also beside running requests; 0: such steps run eager. "
-             "Models with Gated DeltaNet layers take prompts of up to 256 tokens; offloaded experts, and "
-             "steps where the MTP head drafts, always run them eager")
+             "Models with Gated DeltaNet layers take prompts of up to 256 tokens; offloaded experts always "
+             "run them eager")
     cuda_graph_warmup: bool = _opt(True, "capture the decode/verify layouts at start (up to the cache size) "
                                          "instead of when a step first needs one")
     gpu_memory_utilization: float = _opt(
