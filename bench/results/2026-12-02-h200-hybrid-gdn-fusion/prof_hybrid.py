@@ -4,10 +4,14 @@ from torch.profiler import profile, ProfilerActivity
 from strata import LLM, SamplingParams
 from strata.config import EngineConfig, RunnerConfig, SchedulerConfig
 
+import json
+from strata.config import SpecConfig
 path = sys.argv[1]
 graphs = sys.argv[2] == "graphs"
+spec = SpecConfig.from_json(sys.argv[3]) if len(sys.argv) > 3 else None  # e.g. synthetic L=3, k=3
 llm = LLM.from_config(EngineConfig(model=path, runner=RunnerConfig(device="cuda", cuda_graphs=graphs),
-                                   scheduler=SchedulerConfig(max_model_len=4096, max_num_seqs=16)))
+                                   scheduler=SchedulerConfig(max_model_len=4096, max_num_seqs=16),
+                                   **({"speculative": spec} if spec else {})))
 short = {"prompt_token_ids": list(range(100, 164))}
 for _ in range(2):
     llm.generate([short], SamplingParams(max_tokens=40, temperature=0, ignore_eos=True))
