@@ -315,11 +315,26 @@ class CacheConfig:
     pin_ttl_s: float = _opt(3600.0, "seconds a pinned prefix stays pinned after the last request that pinned it")
     conversation_cache_mib: int | None = _opt(
         None, "host RAM for KV blocks and checkpoints evicted from the device (default: 4096 on GPU, 0 on CPU)")
+    kv_resident_tokens: int = _opt(0, "KV beyond VRAM: keep only each sequence's newest N tokens of KV on the "
+                                      "device (at least a block), its older blocks in host RAM (pinned on CUDA) "
+                                      "where attention reads them; 0: all resident")
+    kv_host_mib: int | None = _opt(None, "with --kv-resident-tokens: host RAM for the offloaded KV blocks (default: "
+                                         "enough for every slot at max_model_len)")
 
     def __post_init__(self) -> None:
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:  # asked-for int8 / fp8 KV must not silently stay 16-bit
             raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, got "
                              f"{self.kv_cache_dtype!r}")
+        if self.kv_resident_tokens < 0 or (self.kv_host_mib is not None and self.kv_host_mib < 0):
+            raise ValueError("kv_resident_tokens and kv_host_mib must not be negative")
+        if self.kv_resident_tokens and self.kv_resident_tokens < self.block_size:
+            raise ValueError(f"kv_resident_tokens={self.kv_resident_tokens} is smaller than one KV block "
+                             f"({self.block_size} tokens); pass 0 (all resident) or at least {self.block_size}")
+
+    @property
+    def kv_offload(self) -> bool:
+        """Whether sequences keep only their newest kv_resident_tokens of KV on the device."""
+        return self.kv_resident_tokens > 0
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,9 @@ class HostKVPool:
 
         def host_like(t: torch.Tensor) -> torch.Tensor:  # [N_host, B, ...] like t's [N_blocks, B, ...]
             shape = (num_blocks, *t.shape[1:])
-            return torch.zeros(shape, dtype=t.dtype, pin_memory=True) if pin else zeros(shape, t.dtype, "cpu")
+            if pin or 0 in shape:  # (an extra key's second tensor is empty)
+                return torch.zeros(shape, dtype=t.dtype, pin_memory=pin)
+            return zeros(shape, t.dtype, "cpu")
 
         self.kv_pool = kv_pool
         self.num_blocks = num_blocks

@@ -122,7 +122,7 @@ def build_engine(config: EngineConfig, quiet: bool = False, shared: LoadedModel 
     runner = ModelRunner(loaded.model, loaded.experts, sizes.num_kv_blocks, config.cache.block_size,
                          config.scheduler.max_num_seqs, device, config.runner.seed, spec, sizes.num_checkpoints,
                          sizes.park_rows, config.runner, max_model_len,
-                         kv_cache_torch_dtype(config.cache.kv_cache_dtype, DTYPES[dtype]))
+                         kv_cache_torch_dtype(config.cache.kv_cache_dtype, DTYPES[dtype]), sizes.num_host_kv_blocks)
     expert_token_budget = None
     if loaded.experts is not None and loaded.experts.offloaded:
         expert_token_budget = tokens_for_expert_budget(cfg.num_experts, cfg.num_experts_per_tok,
@@ -130,14 +130,16 @@ def build_engine(config: EngineConfig, quiet: bool = False, shared: LoadedModel 
     scheduler = Scheduler(config.scheduler, config.cache, sizes.num_kv_blocks, max_model_len, cfg.eos_token_ids,
                           DraftPlanner(spec), has_recurrent_state=bool(loaded.model.recurrent_state_shapes()),
                           park_rows=sizes.park_rows, uniform_draft_windows=runner.graphs is not None,
-                          expert_token_budget=expert_token_budget)
+                          expert_token_budget=expert_token_budget, num_host_kv_blocks=sizes.num_host_kv_blocks)
     plan.check_after_start(runner.graphs.pool_bytes if runner.graphs is not None else 0)
     if not quiet:
         if table := plan.table(sizes.num_kv_blocks):
             print(table, file=sys.stderr)
         print(f"KV cache: {sizes.num_kv_blocks} blocks of {config.cache.block_size} tokens; prefix caching "
               f"{'on' if config.cache.enable_prefix_caching else 'off'}; checkpoints: {sizes.num_checkpoints}; "
-              f"conversation cache: {sizes.park_rows[0]} blocks + {sizes.park_rows[1]} checkpoints in host RAM",
+              f"conversation cache: {sizes.park_rows[0]} blocks + {sizes.park_rows[1]} checkpoints in host RAM"
+              + (f"; KV beyond VRAM: the newest {config.cache.kv_resident_tokens} tokens of each sequence on the "
+                 f"device, {sizes.num_host_kv_blocks} host blocks for the rest" if sizes.num_host_kv_blocks else ""),
               file=sys.stderr)
     return EngineParts(cfg, loaded, tokenizer, spec, plan, runner, scheduler, max_model_len, device, dtype,
                        sizes.num_kv_blocks, sizes.park_rows)

@@ -6,6 +6,10 @@ before the weights load (from a meta model's sizes), `cache_sizes` after. The by
 are computed here once and read by every decision. The device pools the runner allocates after the KV
 pool (recurrent states, their checkpoints, the CUDA graph pool) are set aside in both phases (`pools`).
 `table` is what the engine prints at start, `as_dict` what status and the monitor show.
+
+With KV beyond VRAM (--kv-resident-tokens N) the device pool holds N tokens (+ the drafter's lookahead and
+a block) per slot, and the host tier (--kv-host-mib, default every slot at max_model_len) the rest; a
+max_model_len that the two cannot hold for one sequence is an error with the numbers.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ class CacheSizes:
     num_checkpoints: int
     park_rows: tuple[int, int]      # host-RAM rows of the conversation cache: (KV blocks, checkpoints)
     max_model_len: int              # as given, or sized from the KV pool when not given (CUDA)
+    num_host_kv_blocks: int = 0     # the host tier of KV beyond VRAM (--kv-resident-tokens)
 
 
 class MemoryPlan:
@@ -47,8 +52,9 @@ class MemoryPlan:
                  device: str, dtype: torch.dtype, has_mtp: bool, recurrent_shapes: dict) -> None:
         self.config, self.model_config, self.max_model_len = config, model_config, max_model_len
         self.on_cuda = device.startswith("cuda")
-        # no --max-model-len on CUDA: the plan sizes it (cache_sizes) from what the KV pool gets
-        self.sized_context = self.on_cuda and config.scheduler.max_model_len is None
+        # no --max-model-len on CUDA: the plan sizes it (cache_sizes) from what the KV pool gets (not with
+        # KV beyond VRAM, where host RAM holds the context and the device only each slot's window)
+        self.sized_context = self.on_cuda and config.scheduler.max_model_len is None and not config.cache.kv_offload
         self.device, self.dtype, self.recurrent_shapes = device, dtype, recurrent_shapes
         cache, sched = config.cache, config.scheduler
         self.block_bytes = KVPool.bytes_per_block(max(len(model_config.full_attention_layers) + int(has_mtp), 1),
@@ -58,6 +64,9 @@ class MemoryPlan:
             self.block_bytes += (len(model_config.full_attention_layers) * cache.block_size
                                  * model_config.indexer_head_dim * dtype.itemsize)
         window = 1 + (spec.num_speculative_tokens if spec.enabled else 0)
+        # KV beyond VRAM: device blocks one slot holds at most (scheduler/kv_offload.py)
+        self.resident_blocks = blocks_needed(cache.kv_resident_tokens + window - 1, cache.block_size) + 1 \
+            if cache.kv_offload else None
         self.headroom = activation_headroom(model_config, sched.max_num_batched_tokens, sched.max_num_seqs, window,
                                             recurrent_shapes, dtype)
         self.state_row_bytes = sum(math.prod(conv) * dtype.itemsize + math.prod(ssm) * 4
@@ -124,6 +133,8 @@ class MemoryPlan:
         cfg, sched, experts = self.model_config, self.config.scheduler, self.config.experts
         context = min(self.max_model_len, DEFAULT_CONTEXT_RESERVE) if self.sized_context else self.max_model_len
         reserve_blocks = blocks_needed(kv_reserve_tokens(context, sched.max_num_seqs), self.config.cache.block_size)
+        if self.resident_blocks is not None:
+            reserve_blocks = self.resident_blocks * sched.max_num_seqs
         kv_reserve = reserve_blocks * self.block_bytes
         staging = 0 if experts.parse_pcie_frac() == 0 else min(cfg.num_experts, 8 * cfg.num_experts_per_tok)
         slots = auto_expert_slots(sizes, self._budget().available, self.set_aside, kv_reserve, staging)
@@ -141,23 +152,55 @@ class MemoryPlan:
         checkpoints = cache.checkpoint_pool_size if recurrent and cache.enable_prefix_caching else 0
         park_rows = self._conversation_cache_rows() if cache.enable_prefix_caching else (0, 0)
         num_blocks = self._num_kv_blocks()
-        return CacheSizes(num_blocks, checkpoints, park_rows, self.max_model_len)
+        return CacheSizes(num_blocks, checkpoints, park_rows, self.max_model_len, self._num_host_kv_blocks())
+
+    def _num_host_kv_blocks(self) -> int:
+        """The host tier's blocks (KV beyond VRAM): --kv-host-mib, or every slot at max_model_len; at least
+        what one sequence of max_model_len moves there."""
+        cache, sched = self.config.cache, self.config.scheduler
+        if not cache.kv_offload:
+            return 0
+        per_seq = max(self.max_model_len - cache.kv_resident_tokens, 0) // cache.block_size
+        if cache.kv_host_mib is None:
+            num_blocks = max(per_seq * sched.max_num_seqs, 1)
+        else:
+            num_blocks = cache.kv_host_mib * 2**20 // self.block_bytes
+        if num_blocks < max(per_seq, 1):
+            raise ValueError(f"the host KV tier holds {num_blocks} blocks of {cache.block_size} tokens "
+                             f"(kv_host_mib={cache.kv_host_mib}, {self.block_bytes / 2**20:.3f} MiB a block), fewer "
+                             f"than one sequence of max_model_len={self.max_model_len} moves there beyond "
+                             f"kv_resident_tokens={cache.kv_resident_tokens} ({max(per_seq, 1)} blocks, "
+                             f"{max(per_seq, 1) * self.block_bytes / 2**20:.1f} MiB); raise --kv-host-mib or "
+                             f"--kv-resident-tokens, or lower --max-model-len")
+        available = host_available_bytes() if self.on_cuda else None  # pinned memory is resident at once
+        if available is not None and num_blocks * self.block_bytes > available:
+            raise ValueError(f"the host KV tier needs {num_blocks * self.block_bytes / GiB:.2f} GiB of pinned host "
+                             f"RAM ({num_blocks} blocks), {available / GiB:.2f} GiB are available; set --kv-host-mib "
+                             f"(one sequence of max_model_len={self.max_model_len} needs "
+                             f"{max(per_seq, 1) * self.block_bytes / 2**20:.0f} MiB) or lower --max-num-seqs")
+        self.numbers.update(host_kv_blocks=num_blocks, host_kv_bytes=num_blocks * self.block_bytes,
+                            kv_resident_tokens=cache.kv_resident_tokens)
+        return num_blocks
 
     def _num_kv_blocks(self) -> int:
         cache, sched = self.config.cache, self.config.scheduler
         if self.sized_context and cache.num_gpu_blocks is None:
             return self._size_context()
         per_seq = blocks_needed(self.max_model_len, cache.block_size)
+        if self.resident_blocks is not None:  # KV beyond VRAM: the window on the device, the rest on the host
+            per_seq = min(per_seq, self.resident_blocks)
         if cache.num_gpu_blocks is not None:
             num_blocks = cache.num_gpu_blocks
         else:
-            budget = self._gpu_kv_bytes(self.max_model_len) if self.on_cuda else CPU_KV_BUDGET_BYTES
+            budget = self._gpu_kv_bytes(per_seq * cache.block_size) if self.on_cuda else CPU_KV_BUDGET_BYTES
             # at most enough for every slot at max length; what is left of that serves the prefix cache
             num_blocks = min(per_seq * sched.max_num_seqs, max(budget // self.block_bytes, 1))
         if num_blocks < per_seq:
+            needs = f"max_model_len={self.max_model_len}" if self.resident_blocks is None else \
+                f"kv_resident_tokens={cache.kv_resident_tokens} keeps on the device"
             raise ValueError(f"the KV pool holds {num_blocks} blocks of {cache.block_size} tokens, fewer than "
-                             f"one sequence of max_model_len={self.max_model_len} needs ({per_seq}); "
-                             f"lower max_model_len or raise num_gpu_blocks")
+                             f"one sequence of {needs} needs ({per_seq}); "
+                             f"lower max_model_len (or kv_resident_tokens) or raise num_gpu_blocks")
         return num_blocks
 
     def _size_context(self) -> int:
@@ -239,4 +282,7 @@ class MemoryPlan:
         lines = [f"  {name:<{width}}{size / GiB:8.2f} GiB" for name, size in rows]
         lines.append(f"  {'total':<{width}}{total / GiB:8.2f} GiB of {n['allowed_bytes'] / GiB:.2f} GiB allowed "
                      f"(GPU {n['total_bytes'] / GiB:.1f} GiB)")
+        if "host_kv_blocks" in n:
+            lines.append(f"  host KV tier ({n['host_kv_blocks']} blocks in pinned host RAM beyond the newest "
+                         f"{n['kv_resident_tokens']} tokens a slot): {n['host_kv_bytes'] / GiB:.2f} GiB")
         return "GPU memory plan:\n" + "\n".join(lines)

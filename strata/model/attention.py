@@ -8,6 +8,9 @@ time through torch SDPA so a single long chunk does not pad every other row. A m
 step (prompt chunks beside verification windows) splits: its short windows still take one kernel
 launch on CUDA. An int8 KV cache comes with its scales (`kv_scales`, the layer's pair at
 kv_scale_key(layer) in ctx.kv_caches; None for other caches): written quantized, read dequantized.
+With KV beyond VRAM (--kv-resident-tokens) a sequence's first blocks are in the host tier (`host_kv`,
+ctx.host_block_ids): every path reads them there and the rest from the pool, in position order, so the
+operands, and the result, are those of an all-resident run.
 """
 
 from __future__ import annotations
@@ -31,6 +34,10 @@ _BATCHED_MAX_QUERY_LEN = 16
 
 
 KVScales = tuple[torch.Tensor, torch.Tensor] | None  # an int8 cache's (K, V) scales, [N_blocks, B, Hkv] each
+# a layer's host tier (--kv-resident-tokens): (K [N_host, B, Hkv, D], V, their int8 scales or None)
+HostKV = tuple[torch.Tensor, torch.Tensor, KVScales] | None
+# one sequence's host part of one cache: (host cache, its scales or None, the sequence's host blocks [h] on the CPU)
+HostPart = tuple[torch.Tensor, torch.Tensor | None, torch.Tensor] | None
 
 
 def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -41,10 +48,16 @@ def write_kv(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: t
 
 
 def _gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int, dtype: torch.dtype,
-               cache_scale: torch.Tensor | None = None) -> torch.Tensor:
+               cache_scale: torch.Tensor | None = None, host: HostPart = None) -> torch.Tensor:
     # cache: [N_blocks, B, Hkv, D], block_table: [..., nb] -> [..., length, Hkv, D] in `dtype` (a float8
     # cache's values widened, an int8 one's dequantized with cache_scale [N_blocks, B, Hkv])
     # index_select, not cache[block_table]: advanced indexing on a large pool is far slower on the CPU
+    if host is not None:  # one sequence (block_table [nb]) whose first h blocks are in the host tier
+        host_cache, host_scale, host_ids = host
+        num_host = host_ids.shape[0] * cache.shape[1]
+        front = _gather_kv(host_cache, host_ids, num_host, dtype, host_scale).to(cache.device)  # [h * B, Hkv, D]
+        back = _gather_kv(cache, block_table[host_ids.shape[0]:], length - num_host, dtype, cache_scale)
+        return torch.cat([front, back])
     index = block_table.flatten()
     scales = None if cache_scale is None else cache_scale.index_select(0, index)    # [S * nb, B, Hkv]
     blocks = read_kv_ref(cache.index_select(0, index), scales, dtype)               # [S * nb, B, Hkv, D]
@@ -52,16 +65,38 @@ def _gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int, dtyp
     return flat[..., :length, :, :]
 
 
+def host_parts(ctx: ForwardContext, host_kv: HostKV, seq: int) -> tuple[HostPart, HostPart]:
+    """Sequence `seq`'s host parts of a layer's K and V caches ((None, None): all on the device)."""
+    if host_kv is None or not ctx.host_block_ids or not ctx.host_block_ids[seq]:
+        return None, None
+    ids = ctx.cached(("host_block_ids", seq), lambda: torch.tensor(ctx.host_block_ids[seq]))  # [h] CPU
+    k, v, scales = host_kv
+    k_scale, v_scale = scales or (None, None)
+    return (k, k_scale, ids), (v, v_scale, ids)
+
+
+def _kernel_host_tier(ctx: ForwardContext, host_kv: HostKV, rows: torch.Tensor | None = None) -> dict:
+    """The paged attention kernel's host-tier arguments (of the sequences `rows`, default all)."""
+    if host_kv is None or not ctx.has_host_blocks:
+        return {}
+    tables, counts = ctx.host_block_tables, ctx.host_block_counts
+    if rows is not None:
+        tables, counts = tables[rows], counts[rows]
+    return {"host_kv": host_kv, "host_block_tables": tables, "host_block_counts": counts}
+
+
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                    ctx: ForwardContext, scale: float, kv_scales: KVScales = None) -> torch.Tensor:
-    """q: [T, H, D] (already rotated) -> [T, H, D]; K/V of this step must already be in the pool."""
+                    ctx: ForwardContext, scale: float, kv_scales: KVScales = None,
+                    host_kv: HostKV = None) -> torch.Tensor:
+    """q: [T, H, D] (already rotated) -> [T, H, D]; K/V of this step must already be in the pool (or,
+    for the first blocks of a sequence listed in ctx.host_block_ids, in the host tier `host_kv`)."""
     if ctx.max_query_len <= _BATCHED_MAX_QUERY_LEN and ops.paged_attention_on(q):
         return ops.paged_attention(q, k_cache, v_cache, ctx.block_tables, ctx.seq_lens, ctx.query_start_loc, scale,
                                    max_query_len=ctx.max_query_len, table_width=ctx.split_table_width,
-                                   kv_scales=kv_scales)
+                                   kv_scales=kv_scales, **_kernel_host_tier(ctx, host_kv))
     if ctx.max_query_len <= _BATCHED_MAX_QUERY_LEN:
-        return _attend_batched(q, k_cache, v_cache, ctx, scale, kv_scales)
-    if not any(ctx.num_computed) and len(set(ctx.query_lens)) == 1:
+        return _attend_batched(q, k_cache, v_cache, ctx, scale, kv_scales, host_kv)
+    if not any(ctx.num_computed) and len(set(ctx.query_lens)) == 1:  # nothing computed: nothing in the host tier
         return _attend_fresh_prompts(q, k_cache, v_cache, ctx, scale, kv_scales)
     out = torch.empty_like(q)
     starts = [0, *itertools.accumulate(ctx.query_lens)]
@@ -69,7 +104,7 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     if ops.paged_attention_on(q):
         short = [i for i, n in enumerate(ctx.query_lens) if n <= _BATCHED_MAX_QUERY_LEN]
         if short:
-            _attend_windows_triton(q, k_cache, v_cache, ctx, scale, short, starts, out, kv_scales)
+            _attend_windows_triton(q, k_cache, v_cache, ctx, scale, short, starts, out, kv_scales, host_kv)
         long_chunks = [i for i, n in enumerate(ctx.query_lens) if n > _BATCHED_MAX_QUERY_LEN]
     seq_lens = [c + n for c, n in zip(ctx.num_computed, ctx.query_lens)]
     block_size = k_cache.shape[1]
@@ -79,10 +114,11 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         s, e = starts[i], starts[i + 1]
         num_blocks = -(-seq_lens[i] // block_size)
         table = ctx.block_tables[i, :num_blocks]
+        host_k, host_v = host_parts(ctx, host_kv, i)
         # contiguous operands: the CPU SDPA kernel is many times slower on strided ones; a batch dim of
         # 1 because the fused CUDA kernels take 4-D inputs only (3-D falls back to the math kernel): [1, Hkv, L, D]
-        k = _gather_kv(k_cache, table, seq_lens[i], q.dtype, k_scale).transpose(0, 1).contiguous()[None]
-        v = _gather_kv(v_cache, table, seq_lens[i], q.dtype, v_scale).transpose(0, 1).contiguous()[None]
+        k = _gather_kv(k_cache, table, seq_lens[i], q.dtype, k_scale, host_k).transpose(0, 1).contiguous()[None]
+        v = _gather_kv(v_cache, table, seq_lens[i], q.dtype, v_scale, host_v).transpose(0, 1).contiguous()[None]
         chunk = q[s:e].transpose(0, 1).contiguous()[None]                                # [1, H, q_len, D]
         if ctx.num_computed[i] == 0:  # no cached prefix: plain causal attention, no mask to build or read
             o = F.scaled_dot_product_attention(chunk, k, v, is_causal=True, scale=scale, enable_gqa=True)
@@ -110,7 +146,7 @@ def _attend_fresh_prompts(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
 
 def _attend_windows_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, ctx: ForwardContext,
                            scale: float, slots: list[int], starts: list[int], out: torch.Tensor,
-                           kv_scales: KVScales) -> None:
+                           kv_scales: KVScales, host_kv: HostKV) -> None:
     """The short windows `slots` of a mixed step in one Triton launch; writes their rows of out [T, H, D]."""
     lens = [ctx.query_lens[i] for i in slots]
 
@@ -122,7 +158,7 @@ def _attend_windows_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     rows, chosen, query_start_loc = ctx.cached(("short_windows", tuple(slots)), layout)
     out[rows] = ops.paged_attention(q[rows], k_cache, v_cache, ctx.block_tables[chosen], ctx.seq_lens[chosen],
                                     query_start_loc, scale, max_query_len=max(lens), table_width=ctx.split_table_width,
-                                    kv_scales=kv_scales)
+                                    kv_scales=kv_scales, **_kernel_host_tier(ctx, host_kv, chosen))
 
 
 def _causal_window_mask(num_computed: int, q_len: int, kv_len: int, device: torch.device) -> torch.Tensor:
@@ -131,14 +167,19 @@ def _causal_window_mask(num_computed: int, q_len: int, kv_len: int, device: torc
 
 
 def _attend_batched(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                    ctx: ForwardContext, scale: float, kv_scales: KVScales) -> torch.Tensor:
+                    ctx: ForwardContext, scale: float, kv_scales: KVScales, host_kv: HostKV = None) -> torch.Tensor:
     """Windows of at most 16 tokens as one padded SDPA batch: q [T, H, D] -> [T, H, D]."""
     num_seqs, max_q = ctx.num_seqs, ctx.max_query_len
-    kv_index, row, col, mask = ctx.cached(("batched_attention", k_cache.shape[1], q.device),
-                                          lambda: _batched_layout(ctx, k_cache.shape[1], q.shape[0], q.device))
+    kv_index, row, col, mask, host_layout = ctx.cached(
+        ("batched_attention", k_cache.shape[1], q.device), lambda: _batched_layout(ctx, k_cache.shape[1], q.shape[0],
+                                                                                    q.device))
     k_scale, v_scale = kv_scales or (None, None)
-    k = _gather_tokens(k_cache, kv_index, num_seqs, q.dtype, k_scale)  # [S, Hkv, L, D]
-    v = _gather_tokens(v_cache, kv_index, num_seqs, q.dtype, v_scale)
+    host_k = host_v = None
+    if host_kv is not None and host_layout is not None:
+        host_scale_k, host_scale_v = host_kv[2] or (None, None)
+        host_k, host_v = (host_kv[0], host_scale_k, *host_layout), (host_kv[1], host_scale_v, *host_layout)
+    k = _gather_tokens(k_cache, kv_index, num_seqs, q.dtype, k_scale, host_k)  # [S, Hkv, L, D]
+    v = _gather_tokens(v_cache, kv_index, num_seqs, q.dtype, v_scale, host_v)
     if row is None:  # every window has max_q tokens: q already has the padded layout
         q_pad = q.view(num_seqs, max_q, *q.shape[1:])  # [S, Q, H, D]
     else:
@@ -152,11 +193,17 @@ def _attend_batched(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
 
 
 def _gather_tokens(cache: torch.Tensor, kv_index: torch.Tensor, num_seqs: int, dtype: torch.dtype,
-                   cache_scale: torch.Tensor | None) -> torch.Tensor:
+                   cache_scale: torch.Tensor | None, host=None) -> torch.Tensor:
     # cache: [N_blocks, B, Hkv, D], kv_index: [S * L] flat token slots -> [S, Hkv, L, D] in `dtype` (a
-    # strided view; an int8 cache's rows dequantized with cache_scale [N_blocks, B, Hkv])
+    # strided view; an int8 cache's rows dequantized with cache_scale [N_blocks, B, Hkv]). host: (host
+    # cache, its scales, host token slots [S * L] on the CPU, in_host [S * L] bool): those rows from there
     row_scales = None if cache_scale is None else cache_scale.view(-1, cache.shape[2]).index_select(0, kv_index)
     rows = read_kv_ref(cache.view(-1, *cache.shape[2:]).index_select(0, kv_index), row_scales, dtype)  # [S * L, Hkv, D]
+    if host is not None:
+        host_cache, host_scale, host_index, in_host = host
+        host_scales = None if host_scale is None else host_scale.view(-1, cache.shape[2]).index_select(0, host_index)
+        host_rows = read_kv_ref(host_cache.view(-1, *cache.shape[2:]).index_select(0, host_index), host_scales, dtype)
+        rows = torch.where(in_host[:, None, None], host_rows.to(rows.device), rows)
     return rows.view(num_seqs, -1, *cache.shape[2:]).transpose(1, 2)
 
 
@@ -164,13 +211,22 @@ def _batched_layout(ctx: ForwardContext, block_size: int, num_tokens: int, devic
     """What _attend_batched needs of the step, the same for every layer (made once per forward): the flat
     KV slots of each sequence's first L = longest-context positions [S * L] (past a shorter context:
     slots of its padded table, masked), each token's (row, column) in the padded [S, max_q] query layout
-    (None, None when every window is max_q long) and the causal mask [S, 1, Q, L] (None for one sequence's
-    single token, which sees every key)."""
+    (None, None when every window is max_q long), the causal mask [S, 1, Q, L] (None for one sequence's
+    single token, which sees every key) and, with host blocks, (host token slots [S * L] on the CPU,
+    in_host [S * L]) (else None; kv_index is 0 at the host positions)."""
     num_seqs, max_q = ctx.num_seqs, ctx.max_query_len
     max_len = max(c + n for c, n in zip(ctx.num_computed, ctx.query_lens))
     positions = torch.arange(max_len, device=device)
     table = ctx.block_tables[:, : -(-max_len // block_size)]
     kv_index = (table[:, positions // block_size] * block_size + positions % block_size).flatten()
+    host_layout = None
+    if ctx.has_host_blocks:
+        columns = positions // block_size
+        in_host = (columns[None, :] < ctx.host_block_counts[:, None]).flatten()                 # [S * L]
+        host_tables = ctx.host_block_tables[:, columns.clamp(max=ctx.host_block_tables.shape[1] - 1)]
+        host_index = (host_tables * block_size + positions % block_size).flatten()
+        host_layout = (host_index.where(in_host, 0).cpu(), in_host)
+        kv_index = kv_index.where(~in_host, 0)
     query_lens = torch.tensor(ctx.query_lens, device=device)
     row = col = mask = None
     if num_tokens != num_seqs * max_q:
@@ -179,7 +235,7 @@ def _batched_layout(ctx: ForwardContext, block_size: int, num_tokens: int, devic
     if num_seqs > 1 or max_q > 1:
         q_pos = ctx.seq_lens[:, None] - query_lens[:, None] + torch.arange(max_q, device=device)[None, :]  # [S, Q]
         mask = (positions[None, None, :] <= q_pos[:, :, None])[:, None]  # [S, 1, Q, L]
-    return kv_index, row, col, mask
+    return kv_index, row, col, mask, host_layout
 
 
 class Attention(nn.Module):
@@ -209,12 +265,20 @@ class Attention(nn.Module):
     def forward(self, hidden: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         q, gate = self.queries_after_kv_write(hidden, ctx)
         k_cache, v_cache, kv_scales = self.kv_cache(ctx)
-        return self.output(paged_attention(q, k_cache, v_cache, ctx, self.scale, kv_scales), gate)
+        return self.output(paged_attention(q, k_cache, v_cache, ctx, self.scale, kv_scales, self.host_kv_cache(ctx)),
+                           gate)
 
     def kv_cache(self, ctx: ForwardContext) -> tuple[torch.Tensor, torch.Tensor, KVScales]:
         """This layer's (K cache, V cache, their scales when int8 else None) in the step's KV pool."""
         k_cache, v_cache = ctx.kv_caches[self.layer_idx]
         return k_cache, v_cache, ctx.kv_caches.get(kv_scale_key(self.layer_idx))
+
+    def host_kv_cache(self, ctx: ForwardContext) -> HostKV:
+        """This layer's host tier (K, V, scales) when some sequence of the step has blocks there, else None."""
+        if not ctx.has_host_blocks:
+            return None
+        k_cache, v_cache = ctx.host_kv_caches[self.layer_idx]
+        return k_cache, v_cache, ctx.host_kv_caches.get(kv_scale_key(self.layer_idx))
 
     def queries_after_kv_write(self, hidden: torch.Tensor,
                                ctx: ForwardContext) -> tuple[torch.Tensor, torch.Tensor | None]:

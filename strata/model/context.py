@@ -69,6 +69,17 @@ class ForwardContext:
     # [S] device: each sequence's real tokens where a CUDA graph layout pads sequences in place (a
     # fresh prompt padded to the layout's length); None: query_start_loc gives them (eager steps)
     real_query_lens: torch.Tensor | None = None
+    # KV beyond VRAM (--kv-resident-tokens): each sequence's first blocks sit in the host tier, whose
+    # tensors have kv_caches' keys and block shapes. block_tables keeps every position's column (-1 at
+    # the host ones); attention reads those positions from host_kv_caches through the host tables.
+    host_kv_caches: dict | None = None
+    host_block_ids: tuple[tuple[int, ...], ...] = ()   # host copies, per sequence (empty: all on the device)
+    host_block_tables: torch.Tensor | None = None      # [S, Wh] long on the device (padded with 0)
+    host_block_counts: torch.Tensor | None = None      # [S] long on the device: len(host_block_ids[i])
+
+    @property
+    def has_host_blocks(self) -> bool:
+        return any(self.host_block_ids)
 
     def cached(self, key, build):
         return self.scratch.cached(key, build)

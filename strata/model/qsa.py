@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from strata.config import ModelConfig
-from strata.model.attention import Attention, _gather_kv, paged_attention
+from strata.model.attention import Attention, HostPart, _gather_kv, host_parts, paged_attention
 from strata.model.context import ForwardContext
 from strata.model.linear import Linear
 from strata.model.norm import RMSNorm
@@ -61,11 +61,12 @@ class QSAIndexer(nn.Module):
         return rotary.rotate(ctx.positions, q)
 
     def visible(self, queries: torch.Tensor, first_pos: int, context_len: int, key_cache: torch.Tensor,
-                block_table: torch.Tensor, rotary) -> torch.Tensor:
+                block_table: torch.Tensor, rotary, host: HostPart = None) -> torch.Tensor:
         """One sequence's index queries [n, Hi, Di] at positions first_pos.. -> which of its context_len
-        tokens each attends to [n, L] (causal included); key_cache [N_blocks, B, 1, Di] holds its raw keys."""
+        tokens each attends to [n, L] (causal included); key_cache [N_blocks, B, 1, Di] holds its raw keys
+        (`host`: its first blocks' keys in the host tier, --kv-resident-tokens)."""
         device, ratio = queries.device, self.ratio
-        raw = _gather_kv(key_cache, block_table, context_len, key_cache.dtype)[:, 0]                          # [L, Di]
+        raw = _gather_kv(key_cache, block_table, context_len, key_cache.dtype, host=host)[:, 0]              # [L, Di]
         num_blocks = context_len // ratio
         pooled = raw[: num_blocks * ratio].unflatten(0, (num_blocks, ratio)).float().mean(1).to(raw.dtype)
         starts = torch.arange(num_blocks, device=device) * ratio
@@ -100,25 +101,29 @@ class QSAAttention(Attention):
         q, gate = self.queries_after_kv_write(hidden, ctx)
         index_q = self.indexer.queries_after_key_write(hidden, ctx, self.rotary)
         k_cache, v_cache, kv_scales = self.kv_cache(ctx)
-        out = paged_attention(q, k_cache, v_cache, ctx, self.scale, kv_scales)
+        out = paged_attention(q, k_cache, v_cache, ctx, self.scale, kv_scales, self.host_kv_cache(ctx))
         start = 0
         for i, (done, n) in enumerate(zip(ctx.num_computed, ctx.query_lens)):
             if self.indexer.is_sparse(done + n):
                 out[start:start + n] = self._attend_selected(q[start:start + n], index_q[start:start + n], done,
-                                                             done + n, ctx.block_tables[i], ctx)
+                                                             done + n, i, ctx)
             start += n
         return self.output(out, gate)
 
     def _attend_selected(self, q: torch.Tensor, index_q: torch.Tensor, done: int, context_len: int,
-                         table: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
-        """One sequence's queries [n, H, D] over the tokens the indexer picked for each -> [n, H, D]."""
+                         seq: int, ctx: ForwardContext) -> torch.Tensor:
+        """Sequence `seq`'s queries [n, H, D] over the tokens the indexer picked for each -> [n, H, D]."""
         k_cache, v_cache, kv_scales = self.kv_cache(ctx)
         k_scale, v_scale = kv_scales or (None, None)
-        table = table[: -(-context_len // k_cache.shape[1])]
+        table = ctx.block_tables[seq, : -(-context_len // k_cache.shape[1])]
+        host_k, host_v = host_parts(ctx, self.host_kv_cache(ctx), seq)
+        host_keys = None
+        if host_k is not None:  # the index keys' host tier: (keys, no scales, the same host blocks)
+            host_keys = (ctx.host_kv_caches[self.indexer.key][0], None, host_k[2])
         mask = self.indexer.visible(index_q, done, context_len, ctx.kv_caches[self.indexer.key][0], table,
-                                    self.rotary)                                                     # [n, L]
-        k = _gather_kv(k_cache, table, context_len, q.dtype, k_scale).transpose(0, 1)[None]  # [1, Hkv, L, D]
-        v = _gather_kv(v_cache, table, context_len, q.dtype, v_scale).transpose(0, 1)[None]
+                                    self.rotary, host_keys)                                          # [n, L]
+        k = _gather_kv(k_cache, table, context_len, q.dtype, k_scale, host_k).transpose(0, 1)[None]  # [1, Hkv, L, D]
+        v = _gather_kv(v_cache, table, context_len, q.dtype, v_scale, host_v).transpose(0, 1)[None]
         o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k, v, attn_mask=mask, scale=self.scale,
                                            enable_gqa=True)
         return o[0].transpose(0, 1)

@@ -21,9 +21,11 @@ class StepInputs:
 
 def build_inputs(scheduled: list[ScheduledSlot], block_tables: dict[int, list[int]], block_size: int,
                  kv_caches: dict, state_caches: dict, device: str, split_table_width: int = 0,
-                 keep_window_states: bool = False, scratch: ForwardScratch | None = None) -> StepInputs:
+                 keep_window_states: bool = False, scratch: ForwardScratch | None = None,
+                 host_tables: dict[int, list[int]] | None = None, host_kv_caches: dict | None = None) -> StepInputs:
     """`scratch`: the caller's per-forward scratch, reset here (a fresh one when None). `split_table_width`: the attention kernel splits each context as if block tables had this many
-    columns (the CUDA graphs' width), so eager and graph steps of one layout round alike."""
+    columns (the CUDA graphs' width), so eager and graph steps of one layout round alike. `host_tables`:
+    each slot's first blocks in the host tier `host_kv_caches` (--kv-resident-tokens)."""
     input_ids: list[int] = []
     positions: list[np.ndarray] = []
     slot_mapping: list[np.ndarray] = []
@@ -42,13 +44,20 @@ def build_inputs(scheduled: list[ScheduledSlot], block_tables: dict[int, list[in
         tables[row, :len(block_tables[work.slot_id])] = block_tables[work.slot_id]
     num_computed = tuple(w.num_computed_tokens for w in scheduled)
     query_lens = tuple(w.num_new_tokens for w in scheduled)
+    host_ids = tuple(tuple(host_tables.get(w.slot_id, ())) for w in scheduled) if host_tables else ()
+    host_width = max(map(len, host_ids), default=0)
+    host_flat = np.zeros((num_seqs, host_width), dtype=np.int64)                           # padded with 0
+    for row, ids_of_slot in enumerate(host_ids if host_width else ()):
+        host_flat[row, :len(ids_of_slot)] = ids_of_slot
     # every index array in one host buffer, one copy to the device (pinned, not blocking the host)
     parts = [np.asarray(input_ids, dtype=np.int64), np.concatenate(positions), np.concatenate(slot_mapping),
              np.asarray(query_start_loc), np.add(num_computed, query_lens), [w.slot_id for w in scheduled],
-             np.asarray(num_computed) > 0, tables.ravel()]
+             np.asarray(num_computed) > 0, tables.ravel(), [len(h) for h in host_ids] if host_width else [],
+             host_flat.ravel()]
     packed = index_tensor(torch.from_numpy(np.concatenate([np.asarray(p, dtype=np.int64) for p in parts])), device)
-    ids, pos, slots, qsl, seq_lens, state_ids, has_initial, flat_tables = packed.split(
-        [num_tokens] * 3 + [num_seqs + 1] + [num_seqs] * 3 + [num_seqs * width])
+    ids, pos, slots, qsl, seq_lens, state_ids, has_initial, flat_tables, host_counts, host_table = packed.split(
+        [num_tokens] * 3 + [num_seqs + 1] + [num_seqs] * 3 + [num_seqs * width]
+        + [num_seqs if host_width else 0, num_seqs * host_width])
     ctx = ForwardContext(
         positions=pos,                                   # [T]
         slot_mapping=slots,                              # [T]
@@ -65,5 +74,9 @@ def build_inputs(scheduled: list[ScheduledSlot], block_tables: dict[int, list[in
         scratch=(scratch or ForwardScratch()).reset(),
         split_table_width=split_table_width,
         keep_window_states=keep_window_states,
+        **({} if not host_width else {
+            "host_kv_caches": host_kv_caches, "host_block_ids": host_ids,
+            "host_block_tables": host_table.view(num_seqs, host_width),  # [S, Wh]
+            "host_block_counts": host_counts}),                          # [S]
     )
     return StepInputs(ids, ctx, query_start_loc[:-1])

@@ -100,14 +100,16 @@ class PrefixManager:
             return
         tokens = state.all_token_ids()
         # computed positions past the kept tokens (accepted past max_tokens, dropped) hold no token to hash
-        num_full = min(min(state.num_computed_tokens, len(tokens)) // self.block_size, len(state.block_ids))
+        num_full = min(min(state.num_computed_tokens, len(tokens)) // self.block_size, state.num_blocks)
         if num_full <= len(state.block_hashes):
             return
         parent = state.block_hashes[-1] if state.block_hashes else None
         new = chain_hashes(tokens, self.block_size, num_full, parent, start_block=len(state.block_hashes))
+        num_host = len(state.host_block_ids)
         for i, block_hash in enumerate(new, start=len(state.block_hashes)):
-            self.allocator.register(state.block_ids[i], block_hash,
-                                    tuple(tokens[i * self.block_size:(i + 1) * self.block_size]))
+            if i >= num_host:  # a block already in the host tier left the device unregistered: private
+                self.allocator.register(state.block_ids[i - num_host], block_hash,
+                                        tuple(tokens[i * self.block_size:(i + 1) * self.block_size]))
         state.block_hashes.extend(new)
 
     def checkpoint_due(self, state: RequestState, ahead: bool = False) -> int | None:

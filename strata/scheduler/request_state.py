@@ -22,7 +22,9 @@ class RequestState:
     eos_token_ids: tuple[int, ...]
     status: Status = Status.WAITING
     slot_id: int | None = None
-    block_ids: list[int] = field(default_factory=list)
+    block_ids: list[int] = field(default_factory=list)       # device blocks, after the host ones
+    # --kv-resident-tokens: the sequence's oldest blocks, moved to the host tier (in order, before block_ids)
+    host_block_ids: list[int] = field(default_factory=list)
     output_token_ids: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0
     num_preemptions: int = 0
@@ -51,6 +53,11 @@ class RequestState:
     @property
     def num_tokens(self) -> int:
         return len(self.request.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def num_blocks(self) -> int:
+        """Blocks of the sequence in both tiers (the host ones first)."""
+        return len(self.host_block_ids) + len(self.block_ids)
 
     def all_token_ids(self) -> list[int]:
         return self.request.prompt_token_ids + self.output_token_ids

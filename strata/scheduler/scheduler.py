@@ -17,6 +17,7 @@ from strata.cache.checkpoints import CheckpointIndex
 from strata.cache.host_park import ParkIndex
 from strata.config import CacheConfig, SchedulerConfig, SpecConfig
 from strata.reasoning import ThinkingBudget, ThinkingTokens
+from strata.scheduler.kv_offload import KVOffload
 from strata.scheduler.pins import PinnedPrefixes
 from strata.scheduler.prefix import PrefixManager
 from strata.scheduler.request_state import RequestState, Status
@@ -39,11 +40,13 @@ class Scheduler:
     def __init__(self, config: SchedulerConfig, cache: CacheConfig, num_blocks: int, max_model_len: int,
                  eos_token_ids: tuple[int, ...], planner: DraftPlanner | None = None,
                  has_recurrent_state: bool = False, park_rows: tuple[int, int] = (0, 0),
-                 uniform_draft_windows: bool = False, expert_token_budget: int | None = None) -> None:
+                 uniform_draft_windows: bool = False, expert_token_budget: int | None = None,
+                 num_host_kv_blocks: int = 0) -> None:
         """planner: how many drafts each request gets (None: no speculation). park_rows: host-RAM rows
         of the conversation cache for (KV blocks, checkpoints). uniform_draft_windows: fill every window
         of a step to one length (the runner replays CUDA graphs, keyed by window length).
-        expert_token_budget: most tokens per step (--expert-budget with offloaded experts)."""
+        expert_token_budget: most tokens per step (--expert-budget with offloaded experts).
+        num_host_kv_blocks: the host tier's blocks with --kv-resident-tokens (kv_offload.py)."""
         self.config = config
         self.planner = planner or DraftPlanner(SpecConfig())
         self.lookahead = self.planner.lookahead  # KV the drafter writes past a verified window
@@ -54,6 +57,10 @@ class Scheduler:
         self.max_model_len = max_model_len
         self.eos_token_ids = eos_token_ids
         self.allocator = BlockAllocator(num_blocks, cache.enable_prefix_caching)
+        self.offload = KVOffload(self.allocator, num_host_kv_blocks, cache.block_size, cache.kv_resident_tokens) \
+            if cache.kv_offload else None
+        # prompt chunks and verification windows of at most the resident window (kv_offload.py)
+        self.max_step_tokens = cache.kv_resident_tokens or None
         self.checkpoints = CheckpointIndex(cache.checkpoint_pool_size) if has_recurrent_state else None
         parked_blocks = ParkIndex(park_rows[0]) if park_rows[0] and cache.enable_prefix_caching else None
         parked_checkpoints = ParkIndex(park_rows[1]) if park_rows[1] and self.checkpoints is not None else None
@@ -77,7 +84,8 @@ class Scheduler:
         self._pending_truncated: dict[int, int] = {}
         self._pending_saves: list[tuple[int, int]] = []
         self._pending_copies: dict[str, list[tuple[int, int]]] = {"park_blocks": [], "restore_blocks": [],
-                                                                  "park_checkpoints": []}
+                                                                  "park_checkpoints": [], "offload_blocks": [],
+                                                                  "unpark_blocks": []}
         self._step_ids = itertools.count()
 
     def set_max_num_seqs(self, max_num_seqs: int) -> None:
@@ -147,18 +155,19 @@ class Scheduler:
                 break
             if state.status is not Status.RUNNING:
                 continue  # preempted earlier in this loop to make room for an older request
-            num_new = self.prefix.chunk_length(state, min(state.num_tokens - state.num_computed_tokens, budget))
+            num_new = self._chunk(state, budget)
             drafts = self._drafts_for(state, budget) if num_new == 1 and state.output_token_ids else []
+            offloaded = self._offload(state, num_new + len(drafts))
             new_blocks = self._try_grow(state, num_new + len(drafts))
             if new_blocks is None:
                 continue  # preempted (or waiting for blocks): it is back in the waiting queue
-            scheduled.append(self._slot_work(state, num_new, new_blocks, drafts))
+            scheduled.append(self._slot_work(state, num_new, new_blocks, drafts, offloaded))
             budget -= num_new + len(drafts)
         while budget > 0 and self.waiting and self.free_slots and len(self.running) < self.max_running:
             state = self._next_waiting()
             if not self._try_admit(state, budget):
                 break
-            num_new = self.prefix.chunk_length(state, min(state.num_tokens - state.num_computed_tokens, budget))
+            num_new = self._chunk(state, budget)
             new_blocks = self._try_grow(state, num_new)
             scheduled.append(self._slot_work(state, num_new, new_blocks))
             budget -= num_new
@@ -179,7 +188,7 @@ class Scheduler:
         if not continuing:
             return None
         # blocks up to the next position (the one after the token in flight)
-        missing = [max(blocks_needed(state.num_computed_tokens + 2, self.block_size) - len(state.block_ids), 0)
+        missing = [max(blocks_needed(state.num_computed_tokens + 2, self.block_size) - state.num_blocks, 0)
                    for state in continuing]
         if not self.allocator.can_allocate(sum(missing)):
             return None
@@ -189,10 +198,11 @@ class Scheduler:
             # ahead step (stream order: after `plan`, before the step that advances the state again)
             self._maybe_checkpoint(state, ahead=True)
             position = state.num_computed_tokens + 1
+            offloaded = self._offload(state, 2)  # the token in flight and the next one (its computed blocks only)
             new_blocks = self.allocator.allocate(count) if count else []
             state.block_ids.extend(new_blocks)
             scheduled.append(ScheduledSlot(slot_id=state.slot_id, num_computed_tokens=position, num_new_tokens=1,
-                                           new_block_ids=new_blocks, token_ids=[0]))
+                                           new_block_ids=new_blocks, token_ids=[0], offloaded_host_ids=offloaded))
         return self._make_plan(scheduled)
 
     def decodes_ahead(self, plan: StepPlan) -> bool:
@@ -295,21 +305,30 @@ class Scheduler:
     def _try_admit(self, state: RequestState, budget: int) -> bool:
         """Give `state` a slot and the blocks of its longest known prefix (cached ones shared, parked
         ones copied back from host RAM, with the checkpoint to restore on hybrid models), if the
-        blocks for its first chunk can be had too."""
+        blocks for its first chunk can be had too. With --kv-resident-tokens the prefix's blocks older
+        than the window go straight to the host tier (from the device cache or the parked rows)."""
         match = self.prefix.match(state)
-        self.allocator.take(match.device_blocks)
         computed = match.num_blocks * self.block_size
-        first_chunk = min(state.num_tokens - computed, budget)
-        fresh = blocks_needed(computed + first_chunk + self.lookahead, self.block_size) - len(match.device_blocks)
+        first_chunk = min(state.num_tokens - computed, budget, self.max_step_tokens or budget)
+        num_host = self.offload.blocks_due(computed, first_chunk, 0) if self.offload is not None else 0
+        kept = match.blocks[num_host:]
+        held = [index for kind, index in kept if kind == "device"]
+        self.allocator.take(held)
+        fresh = blocks_needed(computed + first_chunk + self.lookahead, self.block_size) - num_host - len(held)
         if not self.allocator.can_allocate(fresh):
-            self.allocator.free(match.device_blocks)
+            self.allocator.free(held)
             return False
         if self.prefix.parked_blocks is not None:
             self.prefix.parked_blocks.pinned.update(match.parked_rows)
-        restored = iter(self.allocator.allocate(len(match.parked_rows)))
+        state.host_block_ids = self.offload.host.allocate(num_host) if num_host else []
+        for (kind, index), host in zip(match.blocks, state.host_block_ids):
+            # read before anything of this plan writes a device block (the runner's order), so an
+            # unheld cached block may be handed out again below
+            self._pending_copies["offload_blocks" if kind == "device" else "unpark_blocks"].append((index, host))
+        restored = iter(self.allocator.allocate(len(kept) - len(held)))
         tokens = state.all_token_ids()
         block_ids = []
-        for i, (kind, index) in enumerate(match.blocks):
+        for i, (kind, index) in enumerate(kept, start=num_host):
             if kind == "device":
                 block_ids.append(index)
                 continue
@@ -333,7 +352,8 @@ class Scheduler:
         self.running.append(state)
         self._pending_new.append(NewSlotData(state.request_id, state.slot_id, state.prompt_token_ids,
                                              state.request.sampling_params, list(state.output_token_ids),
-                                             match.checkpoint_row, list(state.block_ids), match.checkpoint_host_row))
+                                             match.checkpoint_row, list(state.block_ids), match.checkpoint_host_row,
+                                             list(state.host_block_ids)))
         return True
 
     def _park_block(self, block_id: int, block_hash: int, tokens: tuple[int, ...]) -> None:
@@ -376,7 +396,7 @@ class Scheduler:
         self.cache_stats.checkpoints_saved += 1
 
     def _slot_work(self, state: RequestState, num_new: int, new_blocks: list[int],
-                   drafts: list[int] | None = None) -> ScheduledSlot:
+                   drafts: list[int] | None = None, offloaded: list[int] | None = None) -> ScheduledSlot:
         start = state.num_computed_tokens
         drafts = drafts or []
         sample = start + num_new == state.num_tokens
@@ -385,19 +405,37 @@ class Scheduler:
         state.requested_k = next_k
         return ScheduledSlot(slot_id=state.slot_id, num_computed_tokens=start, num_new_tokens=num_new + len(drafts),
                              new_block_ids=new_blocks, token_ids=state.token_range(start, start + num_new) + drafts,
-                             draft_token_ids=drafts, sample=sample, next_k=next_k, drafting=k > 0)
+                             draft_token_ids=drafts, sample=sample, next_k=next_k, drafting=k > 0,
+                             offloaded_host_ids=offloaded or [])
+
+    def _chunk(self, state: RequestState, budget: int) -> int:
+        """The tokens `state` computes next under `budget` (at most the resident window with
+        --kv-resident-tokens), ended where prefix reuse wants it (PrefixManager.chunk_length)."""
+        num_new = min(state.num_tokens - state.num_computed_tokens, budget, self.max_step_tokens or budget)
+        return self.prefix.chunk_length(state, num_new)
+
+    def _offload(self, state: RequestState, num_new: int) -> list[int]:
+        """--kv-resident-tokens: move `state`'s blocks older than its window to the host tier before a
+        step of `num_new` tokens -> the host blocks they went to (copies queued for the runner)."""
+        if self.offload is None:
+            return []
+        pairs = self.offload.move(state, num_new)
+        self._pending_copies["offload_blocks"].extend(pairs)
+        return [host for _, host in pairs]
 
     def _drafts_for(self, state: RequestState, budget: int) -> list[int]:
         """This step's drafts: what the drafter proposed, within the budget and the request's room
         (a window emits at most k + 1 tokens, so k < remaining output)."""
-        room = min(budget - 1, state.remaining_output(self.max_model_len) - 1)
+        room = min(budget - 1, state.remaining_output(self.max_model_len) - 1,
+                   (self.max_step_tokens or budget) - 1)
         if not self.planner.may_draft(state.request.sampling_params, len(state.output_token_ids)):
             return []
         drafts = state.draft_token_ids[: max(room, 0)]
         # filler drafts (the last token repeated) keep every window of the step the same length, so the
         # step replays a CUDA graph; verifying them is exact like any draft, and tokens accepted past
         # max_tokens are dropped at commit, so only the budget and max_model_len bound them
-        wanted = min(state.requested_k, budget - 1, self.max_model_len - state.num_tokens - 1)
+        wanted = min(state.requested_k, budget - 1, self.max_model_len - state.num_tokens - 1,
+                     (self.max_step_tokens or budget) - 1)
         if self.uniform_draft_windows and len(drafts) < wanted:
             drafts = drafts + [(drafts or state.output_token_ids)[-1]] * (wanted - len(drafts))
         return drafts
@@ -406,16 +444,17 @@ class Scheduler:
         """After rejected drafts a request may hold blocks past its committed length + lookahead;
         they go back to the pool (their contents are never read)."""
         keep = blocks_needed(state.num_computed_tokens + 1 + self.lookahead, self.block_size)
-        if len(state.block_ids) > keep:
-            self.allocator.free(state.block_ids[keep:])
-            del state.block_ids[keep:]
+        if state.num_blocks > keep:
+            keep_device = keep - len(state.host_block_ids)  # host blocks lie below the computed length
+            self.allocator.free(state.block_ids[keep_device:])
+            del state.block_ids[keep_device:]
             self._pending_truncated[state.slot_id] = keep
 
     def _try_grow(self, state: RequestState, num_new: int) -> list[int] | None:
         """Blocks for `num_new` more tokens (+ the drafter's lookahead); on shortage, preempt the
         newest running request."""
         needed = blocks_needed(state.num_computed_tokens + num_new + self.lookahead,
-                               self.block_size) - len(state.block_ids)
+                               self.block_size) - state.num_blocks
         while not self.allocator.can_allocate(needed):
             victim = self.running[-1]
             self._preempt(victim)
@@ -442,6 +481,8 @@ class Scheduler:
         # keeping the longest prefix findable
         self.allocator.free(state.block_ids[::-1])
         state.block_ids = []
+        if self.offload is not None:
+            self.offload.release(state)
         self._pending_freed.append(state.slot_id)
         self.free_slots.append(state.slot_id)
         state.slot_id = None
