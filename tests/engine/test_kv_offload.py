@@ -1,0 +1,145 @@
+"""KV beyond VRAM (`--kv-resident-tokens N`): each sequence keeps its newest N tokens' KV on the device and
+its older blocks in the host tier, where attention reads them. Greedy output must equal the all-resident
+run's exactly (float32, CPU: the same operands in the same order), for attention-only and hybrid models, with
+several sequences of different lengths at once, prefix reuse (device cache and parked conversation cache),
+suffix and MTP speculation, int8 KV and preemption; device blocks are really freed; bad input is refused
+with the numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from strata import LLM, SamplingParams
+from strata.types import Request
+
+BLOCK = 4
+WINDOW = 16  # resident tokens: the contexts below reach 4x and more
+PROMPTS = [[5, 9, 13, 2, 7] * 10, list(range(3, 40)), [11, 4] * 25, [60, 7, 33, 21] * 2]
+GREEDY = SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True)
+
+
+def _generate(llm: LLM, prompts=PROMPTS, params=GREEDY) -> list[list[int]]:
+    return [o.outputs[0].token_ids for o in llm.generate([{"prompt_token_ids": p} for p in prompts], params)]
+
+
+def _llm(folder: str, **options) -> LLM:
+    return LLM(folder, dtype="float32", device="cpu", max_num_seqs=4, block_size=BLOCK, **options)
+
+
+@pytest.fixture(scope="module")
+def expected(tiny_model_dir):
+    """family -> the all-resident greedy outputs of PROMPTS (one engine per family)."""
+    cache = {}
+
+    def get(family: str):
+        if family not in cache:
+            cache[family] = _generate(_llm(tiny_model_dir(family)))
+        return cache[family]
+
+    return get
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3_next", "qwen4_exp"])
+def test_greedy_output_equals_all_resident_with_concurrent_sequences(family, tiny_model_dir, expected):
+    llm = _llm(tiny_model_dir(family), kv_resident_tokens=WINDOW)
+    moved = _count_moves(llm)
+    assert _generate(llm) == expected(family)
+    assert moved[0] >= 3 * (len(PROMPTS[0]) + 30 - WINDOW) // BLOCK // 4  # the long ones really went to host
+    scheduler = llm.engine.scheduler
+    assert scheduler.allocator.num_blocks == 4 * (WINDOW // BLOCK + 1)  # the plan: the window + a block a slot
+    assert scheduler.offload.host.num_free == scheduler.offload.host.num_blocks  # all given back
+
+
+def _count_moves(llm: LLM) -> list[int]:
+    """A counter of blocks moved to the host tier (wraps the scheduler's KVOffload.move)."""
+    offload, count = llm.engine.scheduler.offload, [0]
+    move = offload.move
+
+    def counted(state, num_new):
+        pairs = move(state, num_new)
+        count[0] += len(pairs)
+        return pairs
+
+    offload.move = counted
+    return count
+
+
+def test_device_blocks_are_freed_as_a_sequence_grows(tiny_model_dir):
+    llm = _llm(tiny_model_dir("llama"), kv_resident_tokens=WINDOW)
+    engine, scheduler = llm.engine, llm.engine.scheduler
+    engine.add_request(Request("long", PROMPTS[0], SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)))
+    state = scheduler.requests["long"]
+    seen_host = 0
+    while engine.has_unfinished():
+        engine.step()
+        if state.slot_id is None:
+            break
+        # the device holds only the window (+ a block), the host tier everything before it, in order
+        assert len(state.block_ids) <= WINDOW // BLOCK + 1
+        assert state.num_blocks * BLOCK >= state.num_computed_tokens
+        assert scheduler.allocator.num_free == scheduler.allocator.num_blocks - len(state.block_ids)
+        assert scheduler.offload.host.num_free == scheduler.offload.host.num_blocks - len(state.host_block_ids)
+        seen_host = max(seen_host, len(state.host_block_ids))
+    assert seen_host * BLOCK >= 3 * WINDOW  # a context of 4x the window, three quarters of it on the host
+    assert scheduler.offload.host.num_free == scheduler.offload.host.num_blocks
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3_next"])
+def test_prefix_reuse_and_the_conversation_cache_read_host_blocks_exactly(family, tiny_model_dir, expected):
+    """Prompts sharing long prefixes with finished ones: matched blocks older than the window go to the
+    host tier from the device cache (a pool larger than the windows keeps them there), or, from the
+    planned pool of four windows that evicted them, from the conversation cache's parked rows."""
+    follow_ups = [p + o[:10] for p, o in zip(PROMPTS, expected(family))]
+    reference = _generate(_llm(tiny_model_dir(family)), follow_ups)
+    for options in ({"num_gpu_blocks": 200}, {"conversation_cache_mib": 8}):
+        llm = _llm(tiny_model_dir(family), kv_resident_tokens=WINDOW, **options)
+        assert _generate(llm) == expected(family)
+        assert _generate(llm, follow_ups) == reference
+        assert llm.engine.scheduler.cache_stats.prefix_hits >= 3
+    assert llm.engine.scheduler.cache_stats.blocks_restored > 0  # the second engine read parked blocks
+
+
+@pytest.mark.parametrize("family,method", [("llama", "suffix"), ("qwen3_next+mtp", "mtp")])
+def test_speculation_with_host_blocks_keeps_greedy_output(family, method, tiny_model_dir):
+    folder = tiny_model_dir(family)
+    reference = _generate(_llm(folder))
+    spec = {"method": method, "num_speculative_tokens": 3}
+    llm = _llm(folder, kv_resident_tokens=WINDOW, speculative_config=spec)
+    assert _generate(llm) == reference
+    assert llm.engine.scheduler.stats.num_draft_tokens > 0
+
+
+def test_int8_kv_scales_go_to_the_host_tier_with_their_blocks(tiny_model_dir):
+    folder = tiny_model_dir("llama")
+    reference = _generate(_llm(folder, kv_cache_dtype="int8"))
+    llm = _llm(folder, kv_cache_dtype="int8", kv_resident_tokens=WINDOW)
+    assert _generate(llm) == reference
+    host = llm.engine.runner.host_kv.caches
+    assert any(isinstance(key, tuple) and key[0] == "kv_scale" for key in host)
+
+
+def test_preemption_with_a_small_device_pool_keeps_output(tiny_model_dir, expected, monkeypatch):
+    """Fewer device blocks than four windows and small prompt chunks (so requests are admitted, then grow):
+    requests are preempted (host blocks freed with the rest) and recomputed, the output unchanged."""
+    from strata.scheduler.scheduler import Scheduler
+
+    preempted = []
+    preempt = Scheduler._preempt
+    monkeypatch.setattr(Scheduler, "_preempt", lambda self, state: (preempted.append(state), preempt(self, state)))
+    llm = _llm(tiny_model_dir("llama"), kv_resident_tokens=WINDOW, num_gpu_blocks=12, max_num_batched_tokens=6)
+    assert _generate(llm) == expected("llama")
+    assert preempted
+    scheduler = llm.engine.scheduler
+    assert scheduler.offload.host.num_free == scheduler.offload.host.num_blocks
+    assert scheduler.allocator.num_free == scheduler.allocator.num_blocks
+
+
+def test_bad_input_is_refused_with_the_numbers(tiny_model_dir):
+    from strata.config import CacheConfig
+
+    with pytest.raises(ValueError, match="smaller than one KV block"):
+        CacheConfig(block_size=16, kv_resident_tokens=8)
+    with pytest.raises(ValueError, match="must not be negative"):
+        CacheConfig(kv_resident_tokens=-1)
+    with pytest.raises(ValueError, match=r"host KV tier holds 0 blocks .* raise --kv-host-mib"):
+        _llm(tiny_model_dir("llama"), kv_resident_tokens=WINDOW, kv_host_mib=0, max_model_len=256)
