@@ -9,6 +9,12 @@ splits past a sequence's last KV tile return at once, and a context of one tile 
 the output itself (its merge programs return at once). The K/V of this step must already be in the pool.
 Int8 caches (kv_quant.py) are read as int8 (exact in the query's dtype) with their per-vector scales
 folded into the scores (K) and the probabilities (V), not multiplied into each tile.
+
+KV beyond VRAM (--kv-resident-tokens): a sequence's first `host_block_counts[s]` blocks are in a second
+cache of the same block shape in pinned host memory, read directly over PCIe (unified addressing) through
+`host_block_tables`; each KV row picks its tier by position, so splits are unchanged (a split inside
+the host part reads only host memory) and the merge is the same. HAS_HOST is a constexpr: steps without
+host blocks run the kernel they always did.
 """
 
 from __future__ import annotations
@@ -38,7 +44,8 @@ def paged_attention_ref(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
     """q [T, H, D], caches [N_blocks, B, Hkv, D], block_tables [S, nb], seq_lens [S] (context length
     after this step), query_start_loc [S + 1] -> [T, H, D]. Query j of a window of n tokens sits at
     position seq_len - n + j and sees KV positions <= its own. Computed in float32 (float8 caches widened,
-    int8 ones dequantized with their scales kv_scales, ([N_blocks, B, Hkv] float32) x2)."""
+    int8 ones dequantized with their scales kv_scales, ([N_blocks, B, Hkv] float32) x2). The host tier is
+    not the reference's business: the kernel with part of the blocks there must equal this all-resident."""
     out = torch.empty_like(q)
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     group = q.shape[1] // num_kv_heads
@@ -92,10 +99,14 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
                     seq_lens: torch.Tensor, query_start_loc: torch.Tensor, scale: float,
                     max_query_len: int | None = None, num_splits: int | None = None, block_n: int | None = None,
                     num_stages: int | None = None, table_width: int = 0,
-                    kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+                    kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None, host_kv: tuple | None = None,
+                    host_block_tables: torch.Tensor | None = None,
+                    host_block_counts: torch.Tensor | None = None) -> torch.Tensor:
     """Same contract as paged_attention_ref (windows of at most 16 tokens). Pass max_query_len (a host
     int the runner knows) to avoid a device sync; num_splits overrides the split heuristic, which
-    otherwise sizes splits by max(block_tables columns, table_width)."""
+    otherwise sizes splits by max(block_tables columns, table_width). host_kv: (K, V, their int8 scales
+    or None) of the host tier, [N_host, B, Hkv, D] each in pinned host memory; sequence s's first
+    host_block_counts[s] blocks are host_block_tables [S, Wh]'s (their block_tables columns are unread)."""
     num_tokens, num_heads, head_dim = q.shape
     # a 1-byte cache read by float32 queries is widened to float32 tiles (int8 at head_dim 256 asked for
     # 295 KB of shared memory on the H200): size the tiles by the wider type then
@@ -112,6 +123,15 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     kv_int8 = kv_scales is not None
     k_scale, v_scale = kv_scales if kv_int8 else (k_cache, v_cache)  # unread without int8
     assert not kv_int8 or (k_scale.stride(2) == 1 and v_scale.stride() == k_scale.stride())
+    has_host = host_kv is not None
+    if has_host:
+        host_k, host_v, host_scales = host_kv
+        assert host_k.stride()[1:] == k_cache.stride()[1:] and host_v.stride() == host_k.stride()
+        host_ks, host_vs = host_scales if kv_int8 else (host_k, host_v)
+        assert not kv_int8 or host_ks.stride()[1:] == k_scale.stride()[1:]
+    else:  # unread without the host tier
+        host_k, host_v, host_ks, host_vs = k_cache, v_cache, k_scale, v_scale
+        host_block_tables, host_block_counts = block_tables, seq_lens
     q_pad, g_pad = triton.next_power_of_2(max_query_len), triton.next_power_of_2(group)
     max_blocks = max(block_tables.shape[1], table_width)
     splits = num_splits or num_splits_for(num_seqs, num_kv_heads, max_blocks, block_size, block_n, q_pad, q.device)
@@ -121,10 +141,12 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)                        # [T, H, D]
     _split_kernel[(num_seqs, num_kv_heads, splits)](
         q, k_cache, v_cache, k_scale, v_scale, block_tables, seq_lens, query_start_loc, partial, stats, out,
+        host_k, host_v, host_ks, host_vs, host_block_tables, host_block_counts,
         scale * 1.4426950408889634, block_size, group, num_heads, head_dim, splits,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), k_cache.stride(0), k_cache.stride(1),
         k_cache.stride(2), k_scale.stride(0), k_scale.stride(1), block_tables.stride(0), partial.stride(0),
-        stats.stride(0), stats.stride(1), KV_INT8=kv_int8, G_PAD=g_pad, BLOCK_M=block_m, BLOCK_N=block_n,
+        stats.stride(0), stats.stride(1), host_k.stride(0), host_ks.stride(0), host_block_tables.stride(0),
+        KV_INT8=kv_int8, HAS_HOST=has_host, G_PAD=g_pad, BLOCK_M=block_m, BLOCK_N=block_n,
         BLOCK_D=triton.next_power_of_2(head_dim), num_warps=4 if block_m <= 32 else 8, num_stages=num_stages,
         **pdl_options(q))
     _merge_kernel[(num_seqs, num_heads, max_query_len)](
@@ -138,11 +160,13 @@ if triton is not None:
 
     @triton.jit
     def _split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, tables_ptr, seq_lens_ptr, qsl_ptr, partial_ptr,
-                      stats_ptr, out_ptr, qk_scale, block_size, group, num_heads, head_dim, num_splits,
+                      stats_ptr, out_ptr, hk_ptr, hv_ptr, hks_ptr, hvs_ptr, host_tables_ptr, host_counts_ptr,
+                      qk_scale, block_size, group, num_heads, head_dim, num_splits,
                       stride_qt, stride_qh, stride_ot, stride_oh, stride_kb, stride_ko, stride_kh,
                       stride_sb, stride_so, stride_table, stride_ps, stride_sk, stride_st,
-                      KV_INT8: tl.constexpr, G_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr):
+                      stride_hb, stride_hsb, stride_host_table,
+                      KV_INT8: tl.constexpr, HAS_HOST: tl.constexpr, G_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
+                      BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         # the context length and the window load together: one memory round trip before the query
@@ -167,20 +191,37 @@ if triton is not None:
         l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
         acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
         offs_n = tl.arange(0, BLOCK_N)
+        num_host = tl.load(host_counts_ptr + seq) if HAS_HOST else 0
         for tile in range(first, last):
             kv_pos = tile * BLOCK_N + offs_n
             kv_ok = kv_pos < seq_len
-            block = tl.load(tables_ptr + seq * stride_table + kv_pos // block_size, mask=kv_ok, other=0)
+            column = kv_pos // block_size
+            block = tl.load(tables_ptr + seq * stride_table + column, mask=kv_ok & (column >= num_host), other=0)
             kv_row = block.to(tl.int64) * stride_kb + (kv_pos % block_size) * stride_ko + kv_head * stride_kh
+            k_ptrs = k_ptr + kv_row[:, None] + offs_d[None, :]                                  # [BN, BD]
+            v_ptrs = v_ptr + kv_row[:, None] + offs_d[None, :]
+            if KV_INT8:
+                scale_row = block.to(tl.int64) * stride_sb + (kv_pos % block_size) * stride_so + kv_head
+                ks_ptrs, vs_ptrs = ks_ptr + scale_row, vs_ptr + scale_row                       # [BN]
+            if HAS_HOST:  # rows of the sequence's first num_host blocks come from the host tier
+                in_host = column < num_host
+                host_block = tl.load(host_tables_ptr + seq * stride_host_table + column, mask=kv_ok & in_host,
+                                     other=0).to(tl.int64)
+                host_row = host_block * stride_hb + (kv_pos % block_size) * stride_ko + kv_head * stride_kh
+                k_ptrs = tl.where(in_host[:, None], hk_ptr + host_row[:, None] + offs_d[None, :], k_ptrs)
+                v_ptrs = tl.where(in_host[:, None], hv_ptr + host_row[:, None] + offs_d[None, :], v_ptrs)
+                if KV_INT8:
+                    host_scale_row = host_block * stride_hsb + (kv_pos % block_size) * stride_so + kv_head
+                    ks_ptrs = tl.where(in_host, hks_ptr + host_scale_row, ks_ptrs)
+                    vs_ptrs = tl.where(in_host, hvs_ptr + host_scale_row, vs_ptrs)
             kv_mask = kv_ok[:, None] & d_ok[None, :]
             # float8 and int8 caches widen to the query's dtype (a no-op cast for 16-bit ones; exact for int8)
-            k = tl.load(k_ptr + kv_row[:, None] + offs_d[None, :], mask=kv_mask, other=0.0).to(q.dtype)  # [BN, BD]
-            v = tl.load(v_ptr + kv_row[:, None] + offs_d[None, :], mask=kv_mask, other=0.0).to(q.dtype)
+            k = tl.load(k_ptrs, mask=kv_mask, other=0.0).to(q.dtype)                            # [BN, BD]
+            v = tl.load(v_ptrs, mask=kv_mask, other=0.0).to(q.dtype)
             s = tl.dot(q, tl.trans(k)) * qk_scale                                              # [BM, BN]
             if KV_INT8:  # score j scales with K vector j; V's scale goes on the probability that weighs it
-                scale_row = block.to(tl.int64) * stride_sb + (kv_pos % block_size) * stride_so + kv_head
-                s = s * tl.load(ks_ptr + scale_row, mask=kv_ok, other=0.0)[None, :]
-                v_scale = tl.load(vs_ptr + scale_row, mask=kv_ok, other=0.0)                   # [BN]
+                s = s * tl.load(ks_ptrs, mask=kv_ok, other=0.0)[None, :]
+                v_scale = tl.load(vs_ptrs, mask=kv_ok, other=0.0)                              # [BN]
             s = tl.where(kv_pos[None, :] <= q_pos[:, None], s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, axis=1))
             p = tl.exp2(s - m_new[:, None])
