@@ -256,6 +256,11 @@ def reserve_blocks(engine, token_ids: list[int]) -> Reservation:
     held = [b for b in blocks if b is not None]
     allocator.take(held)  # so that taking fresh blocks cannot evict them
     missing = [i for i, b in enumerate(blocks) if b is None]
+    if len(missing) > allocator.num_blocks - len(held):  # never, however long it waits (a small device pool:
+        allocator.free(held)                              # --kv-resident-tokens sizes it by the window)
+        raise SessionError(507, f"the session needs {len(missing)} fresh KV blocks, more than the device pool of "
+                                f"{allocator.num_blocks} can ever give; raise --num-gpu-blocks (or restore it on an "
+                                f"engine without --kv-resident-tokens)")
     if not allocator.can_allocate(len(missing)):
         allocator.free(held)
         raise SessionError(503, f"the session needs {len(missing)} free KV blocks and {allocator.num_free} are free "

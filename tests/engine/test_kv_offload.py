@@ -143,3 +143,34 @@ def test_bad_input_is_refused_with_the_numbers(tiny_model_dir):
         CacheConfig(kv_resident_tokens=-1)
     with pytest.raises(ValueError, match=r"host KV tier holds 0 blocks .* raise --kv-host-mib"):
         _llm(tiny_model_dir("llama"), kv_resident_tokens=WINDOW, kv_host_mib=0, max_model_len=256)
+
+
+def test_the_memory_plan_sizes_the_device_pool_by_the_window_and_prints_the_host_tier():
+    import torch
+
+    from strata.config import CacheConfig, EngineConfig, ModelConfig, SchedulerConfig, SpecConfig
+    from strata.engine.memory_plan import MemoryPlan
+
+    cfg = ModelConfig(architecture="LlamaForCausalLM", vocab_size=64, hidden_size=32, intermediate_size=64,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8)
+
+    def plan(**cache):
+        config = EngineConfig(model="x", cache=CacheConfig(block_size=16, **cache),
+                              scheduler=SchedulerConfig(max_num_seqs=8))
+        return MemoryPlan(config, cfg, SpecConfig(method="suffix", num_speculative_tokens=3), 4096, "cpu",
+                          torch.bfloat16, False, {})
+
+    resident = plan().cache_sizes()
+    assert (resident.num_kv_blocks, resident.num_host_kv_blocks) == (8 * 4096 // 16, 0)
+    offload = plan(kv_resident_tokens=512)
+    sizes = offload.cache_sizes()
+    # per slot: 512 tokens + 3 drafts in blocks of 16, + a block; the host tier: the rest of 4096 tokens a slot
+    assert sizes.num_kv_blocks == 8 * (33 + 1) and sizes.num_host_kv_blocks == 8 * (4096 - 512) // 16
+    offload.numbers.update(allowed_bytes=2**34, total_bytes=2**35, in_use_after_weights_bytes=2**30)
+    assert f"host KV tier ({8 * 224} blocks in pinned host RAM beyond the newest 512 tokens a slot)" in \
+        offload.table(sizes.num_kv_blocks)
+    one_sequence = (4096 - 512) // 16 * offload.block_bytes
+    assert plan(kv_resident_tokens=512, kv_host_mib=-(-one_sequence // 2**20)).cache_sizes().num_host_kv_blocks >= 224
+    with pytest.raises(ValueError, match=r"fewer than one sequence of max_model_len=4096 moves there beyond "
+                                         r"kv_resident_tokens=512 \(224 blocks"):
+        plan(kv_resident_tokens=512, num_gpu_blocks=10**4, kv_host_mib=0).cache_sizes()
