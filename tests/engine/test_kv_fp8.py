@@ -28,18 +28,23 @@ def _next_token_and_margin(llm: LLM, prompts):
     return found
 
 
+def teacher_forced(model_dir: str) -> tuple[list[list[int]], list[tuple]]:
+    """The float32 run's greedy continuation of five prompts, cut after every token -> (those prompts, the
+    run's next token, top-2 margin and top logprob after each)."""
+    heads = [[5, 9, 13, 2, 7] * 4, list(range(3, 40)), [11, 4] * 9, [60, 7, 33, 21] * 6, list(range(90, 50, -2))]
+    ref = LLM(model_dir, dtype="float32", device="cpu", max_num_seqs=4)
+    params = SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True)
+    continuations = [o.outputs[0].token_ids for o in ref.generate([{"prompt_token_ids": h} for h in heads], params)]
+    prompts = [head + tail[:i] for head, tail in zip(heads, continuations) for i in range(len(tail))]
+    return prompts, _next_token_and_margin(ref, prompts)
+
+
 @pytest.mark.parametrize("family", ["llama", "qwen3_next", "qwen4_exp"])
 def test_fp8_kv_greedy_equals_16_bit_kv_where_the_margin_is_wide(family, tiny_model_dir):
     """Teacher-forced: the 16-bit run's greedy continuation of five prompts, cut after every token, is given
     to both caches as prompts (sharing prefix blocks, so cached float8 blocks are read back too); each
     next token must agree wherever the 16-bit margin exceeds MARGIN, and the top logprob move by less than 1."""
-    heads = [[5, 9, 13, 2, 7] * 4, list(range(3, 40)), [11, 4] * 9, [60, 7, 33, 21] * 6, list(range(90, 50, -2))]
-    ref = LLM(tiny_model_dir(family), dtype="float32", device="cpu", max_num_seqs=4)
-    params = SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True)
-    continuations = [o.outputs[0].token_ids for o in ref.generate([{"prompt_token_ids": h} for h in heads], params)]
-    prompts = [head + tail[:i] for head, tail in zip(heads, continuations) for i in range(len(tail))]
-    expected = _next_token_and_margin(ref, prompts)
-    del ref
+    prompts, expected = teacher_forced(tiny_model_dir(family))
     llm = LLM(tiny_model_dir(family), dtype="float32", device="cpu", kv_cache_dtype="fp8", max_num_seqs=4)
     caches = llm.engine.runner.kv_pool.caches  # attention layers by index; QSA's index keys stay float32
     assert {k.dtype for layer, (k, _) in caches.items() if isinstance(layer, int)} == {torch.float8_e4m3fn}

@@ -11,7 +11,7 @@ import torch
 
 from strata import LLM, SamplingParams
 from strata.config import kv_scale_key
-from test_kv_fp8 import _next_token_and_margin
+from test_kv_fp8 import _next_token_and_margin, teacher_forced
 
 # the top-2 margin (nats) of the 16-bit run above which int8 KV must pick the same token. Measured on these
 # prompts (float32 models, int8 against float32 KV): the top logprob moved by at most 0.104 nats (llama; 0.042
@@ -26,13 +26,7 @@ def test_int8_kv_greedy_equals_16_bit_kv_where_the_margin_is_wide(family, tiny_m
     """Teacher-forced as in test_kv_fp8: the 16-bit run's greedy continuation of five prompts, cut after every
     token, is given to both caches as prompts (sharing prefix blocks, so cached int8 blocks and their scales
     are read back too); each next token must agree wherever the 16-bit margin exceeds MARGIN."""
-    heads = [[5, 9, 13, 2, 7] * 4, list(range(3, 40)), [11, 4] * 9, [60, 7, 33, 21] * 6, list(range(90, 50, -2))]
-    ref = LLM(tiny_model_dir(family), dtype="float32", device="cpu", max_num_seqs=4)
-    params = SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True)
-    continuations = [o.outputs[0].token_ids for o in ref.generate([{"prompt_token_ids": h} for h in heads], params)]
-    prompts = [head + tail[:i] for head, tail in zip(heads, continuations) for i in range(len(tail))]
-    expected = _next_token_and_margin(ref, prompts)
-    del ref
+    prompts, expected = teacher_forced(tiny_model_dir(family))
     llm = LLM(tiny_model_dir(family), dtype="float32", device="cpu", kv_cache_dtype="int8", max_num_seqs=4)
     caches = llm.engine.runner.kv_pool.caches  # attention layers by index; QSA's index keys stay float32
     layers = [layer for layer in caches if isinstance(layer, int)]
