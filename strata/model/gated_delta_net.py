@@ -222,16 +222,15 @@ class GatedDeltaNet(nn.Module):
         q = q.view(num_tokens, self.num_k_heads, self.head_k_dim)                      # [T, Hk, Dk], not normed
         k = k.view(num_tokens, self.num_k_heads, self.head_k_dim)
         v = v.view(num_tokens, self.num_v_heads, self.head_v_dim)                      # [T, Hv, Dv]
-        if self.grouped_qkvz:  # per key head [b (g) | a (g)]; z: per key head after q, k and v
-            b, a = ba, ba[:, group:]
-            raw = ops.RawGates(self.A_log, self.dt_bias, group, 2 * group)
-            z, z_group, z_group_stride = qkvz[:, 2 * self.head_k_dim + group * self.head_v_dim:], group, \
-                qkvz.shape[1] // self.num_k_heads
-        else:  # [b | a], z after [q | k | v]
-            b, a = ba, ba[:, self.num_v_heads:]
-            raw = ops.RawGates(self.A_log, self.dt_bias, self.num_v_heads, 0)
+        # b's columns start at ba's first; a's and z's where the layout puts them (RawGates, gated_rms_norm)
+        if self.grouped_qkvz:  # per key head: [b (g) | a (g)] in ba, z after q, k and v in qkvz
+            a, raw = ba[:, group:], ops.RawGates(self.A_log, self.dt_bias, group, 2 * group)
+            z = qkvz[:, 2 * self.head_k_dim + group * self.head_v_dim:]
+            z_group, z_group_stride = group, qkvz.shape[1] // self.num_k_heads
+        else:  # [b | a] and [q | k | v | z]
+            a, raw = ba[:, self.num_v_heads:], ops.RawGates(self.A_log, self.dt_bias, self.num_v_heads, 0)
             z, z_group, z_group_stride = qkvz[:, self.conv_dim:], self.num_v_heads, 0
-        core, window_ssm = ops.gdn_recurrent(q, k, v, a, b, ssm_state, ctx.state_slot_ids, ctx.query_start_loc,
+        core, window_ssm = ops.gdn_recurrent(q, k, v, a, ba, ssm_state, ctx.state_slot_ids, ctx.query_start_loc,
                                              ctx.has_initial_state, keep_all_states=ctx.keep_window_states,
                                              all_states_out=ssm_out, real_lens=ctx.real_query_lens, raw=raw,
                                              tiled=self.v_heads_tiled)        # [T, Hv, Dv]
