@@ -6,6 +6,14 @@ in plain CPU memory on the CPU.
 A sequence's oldest full blocks move here, in order, and its device blocks go back to the pool. Copies
 only: which blocks move is the scheduler's decision (scheduler/kv_offload.py), and a host block is
 private to its sequence (never shared, never in the prefix cache).
+
+On CUDA a move is queued on the current stream and the host goes on (`offload`; `settle` waits for it).
+Stream order is all it needs: a freed device block is next written by a kernel or copy queued later on
+the same stream (a step's KV write, a CUDA graph replay, a restore), the attention kernel reads the
+host rows through that stream too, and the allocator reuses the gather's scratch only for later work on
+it. What reads or writes the host tier on the host settles first: the unparks here, the eager torch
+attention paths (the runner settles before building their context), and the sampler's token read that
+ends every step is after the copy anyway.
 """
 
 from __future__ import annotations
@@ -13,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from strata.cache.pools import KVPool, zeros
-from strata.transfer import raw
+from strata.transfer import index_tensor, raw
 
 
 class HostKVPool:
@@ -29,26 +37,60 @@ class HostKVPool:
         self.kv_pool = kv_pool
         self.num_blocks = num_blocks
         self.caches = {key: (host_like(k), host_like(v)) for key, (k, v) in kv_pool.caches.items()}
+        self.copied: torch.cuda.Event | None = None  # recorded after the last offload still unsettled
 
     def offload(self, pairs: list[tuple[int, int]]) -> None:
-        """(device block, host block) pairs: the device blocks' contents, every key, into the host blocks."""
-        copy_blocks(self.kv_pool.caches, [d for d, _ in pairs], self.caches, [h for _, h in pairs])
+        """(device block, host block) pairs: the device blocks' contents, every key, into the host blocks
+        (queued on the stream from the device; see the module docstring)."""
+        if not pairs:
+            return
+        offload_blocks(self.kv_pool.caches, [d for d, _ in pairs], self.caches, [h for _, h in pairs])
+        if any(k.is_cuda for k, _ in self.kv_pool.caches.values()):
+            self.copied = torch.cuda.Event()
+            self.copied.record()
+
+    def settle(self) -> None:
+        """Wait until the queued offloads have landed in host memory (before the host reads or writes it)."""
+        if self.copied is not None:
+            self.copied.synchronize()
+            self.copied = None
 
     def unpark(self, park_kv: dict, pairs: list[tuple[int, int]]) -> None:
         """(conversation-cache row, host block) pairs: a parked prefix block straight into this tier (a
-        prefix hit older than the resident window never goes through the device)."""
-        copy_blocks(park_kv, [r for r, _ in pairs], self.caches, [h for _, h in pairs])
+        prefix hit older than the resident window never goes through the device). A host copy: after
+        the offloads in flight (one may still be writing a host block that was freed and handed on)."""
+        if not pairs:
+            return
+        self.settle()
+        for key, pair in park_kv.items():
+            for source, target in zip(pair, self.caches[key]):
+                if source.numel() == 0:  # the empty second tensor of an extra key (QSA's index keys)
+                    continue
+                rows = raw(source).index_select(0, torch.tensor([r for r, _ in pairs]))
+                raw(target).index_copy_(0, torch.tensor([h for _, h in pairs]), rows)
 
 
-def copy_blocks(src: dict, src_ids: list[int], dst: dict, dst_ids: list[int]) -> None:
-    """dst[key][i][dst_ids] = src[key][i][src_ids] for both tensors of every key. From the device the
-    rows come back with a blocking copy: the host tensor's index_copy_ runs on the host at once, so it
-    must not read rows still in flight (this also orders the copy after the forwards queued before it)."""
-    if not src_ids:
-        return
+def offload_blocks(src: dict, src_ids: list[int], dst: dict, dst_ids: list[int]) -> None:
+    """dst[key][i][dst_ids] = src[key][i][src_ids] for both tensors of every key, src on the device (or
+    the CPU), dst in host memory: the rows gathered on the device, then one copy per run of consecutive
+    host blocks straight into the (pinned) host tensor, asynchronous with the host."""
+    index = index_tensor(src_ids, next(iter(src.values()))[0].device)
+    runs = consecutive_runs(dst_ids)
     for key, pair in src.items():
         for source, target in zip(pair, dst[key]):
             if source.numel() == 0:  # the empty second tensor of an extra key (QSA's index keys)
                 continue
-            rows = raw(source).index_select(0, torch.tensor(src_ids, device=source.device))
-            raw(target).index_copy_(0, torch.tensor(dst_ids, device=target.device), rows.to(target.device))
+            rows = raw(source).index_select(0, index)                       # [n, B, ...] on the source's device
+            for first, start, count in runs:
+                raw(target)[start:start + count].copy_(rows[first:first + count], non_blocking=True)
+
+
+def consecutive_runs(ids: list[int]) -> list[tuple[int, int, int]]:
+    """ids -> (index of the run's first id in ids, its first id, its length) for each run of consecutive ids."""
+    runs = []
+    for i, block in enumerate(ids):
+        if runs and runs[-1][1] + runs[-1][2] == block:
+            runs[-1] = (runs[-1][0], runs[-1][1], runs[-1][2] + 1)
+        else:
+            runs.append((i, block, 1))
+    return runs

@@ -76,8 +76,10 @@ def host_parts(ctx: ForwardContext, host_kv: HostKV, seq: int) -> tuple[HostPart
 
 
 def _kernel_host_tier(ctx: ForwardContext, host_kv: HostKV, rows: torch.Tensor | None = None) -> dict:
-    """The paged attention kernel's host-tier arguments (of the sequences `rows`, default all)."""
-    if host_kv is None or not ctx.has_host_blocks:
+    """The paged attention kernel's host-tier arguments (of the sequences `rows`, default all): whenever the
+    context carries the host tables, even with no host block this step (a CUDA graph's capture, whose
+    replays may have some)."""
+    if host_kv is None or ctx.host_block_tables is None:
         return {}
     tables, counts = ctx.host_block_tables, ctx.host_block_counts
     if rows is not None:
@@ -274,8 +276,9 @@ class Attention(nn.Module):
         return k_cache, v_cache, ctx.kv_caches.get(kv_scale_key(self.layer_idx))
 
     def host_kv_cache(self, ctx: ForwardContext) -> HostKV:
-        """This layer's host tier (K, V, scales) when some sequence of the step has blocks there, else None."""
-        if not ctx.has_host_blocks:
+        """This layer's host tier (K, V, scales) when the step's context carries one (eager steps: when some
+        sequence has blocks there; CUDA graphs with a host tier: always), else None."""
+        if ctx.host_kv_caches is None:
             return None
         k_cache, v_cache = ctx.host_kv_caches[self.layer_idx]
         return k_cache, v_cache, ctx.host_kv_caches.get(kv_scale_key(self.layer_idx))

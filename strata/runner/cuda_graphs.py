@@ -28,6 +28,10 @@ chain of graphs (split_graphs.py). Which layers split is decided at capture; `ho
 (placement epoch, layers that need the host now, layers with no expert on the device), and a graph
 captured under another epoch, that does not split at all of those layers, or that skipped the device
 experts of a layer that has some now, is captured again.
+
+With a host KV tier (KV beyond VRAM, `host_kv`) every graph is captured reading it (the attention kernel's
+host variant, on padding rows with no host blocks) and each replay fills the slots' host blocks beside
+their device ones (graph_inputs.py), so steps of long contexts replay too.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from torch import nn
 
 from strata.model.context import ForwardContext, ForwardScratch
 from strata.runner.graph_inputs import GraphInputs
+from strata.runner.kv_tiers import HostKVTiers
 from strata.split_graphs import SplitCapture, SplitGraph
 from strata.types import ScheduledSlot
 
@@ -79,7 +84,7 @@ class CudaGraphCache:
     def __init__(self, model: nn.Module, inputs: GraphInputs, kv_caches: dict, state_caches: dict,
                  max_slots: int, max_tokens_per_slot: int, capacity: int,
                  host_plan: Callable[[], tuple] | None = None, real_rows: torch.Tensor | None = None,
-                 max_prompt_tokens: int = 0) -> None:
+                 max_prompt_tokens: int = 0, host_kv: HostKVTiers | None = None) -> None:
         if capacity < 0:
             raise ValueError(f"cuda_graph_cache_size must be 0 (every warm-up layout) or more, got {capacity}")
         self.model, self.inputs = model, inputs
@@ -90,6 +95,8 @@ class CudaGraphCache:
         # the real row count into it, 0 while warming up and capturing on padding only
         self.real_rows = real_rows
         self.kv_caches, self.state_caches = kv_caches, state_caches
+        assert (host_kv is not None) == inputs.host_tier, "graphs read a host KV tier iff their inputs carry one"
+        self.host_kv = host_kv
         # verification windows of hybrid models record the recurrent state after every token: one set
         # of buffers for the largest layout, shared by every graph
         max_tokens = max_slots * max_tokens_per_slot
@@ -185,7 +192,7 @@ class CudaGraphCache:
             return None
         captured = self.graphs[key]
         num_slots, n = key
-        self.inputs.fill(scheduled, block_tables, num_slots, n)
+        self.inputs.fill(scheduled, block_tables, num_slots, n, self._host_tables())
         if feed is not None:
             self.inputs.feed_input_ids(feed)
         real = sum(w.num_new_tokens for w in scheduled)
@@ -195,7 +202,8 @@ class CudaGraphCache:
         scratch = ForwardScratch(window_states={layer: (conv[:real], ssm[:real])
                                                 for layer, (conv, ssm) in captured.window_states.items()})
         input_ids, ctx = self.inputs.context(len(scheduled), n, self.kv_caches, self.state_caches,
-                                             bool(captured.window_states), scratch, scheduled)
+                                             bool(captured.window_states), scratch, scheduled, self._host_caches(),
+                                             self._host_tables())
         # slot i's rows start at i * n (a fresh prompt's padding rows follow its own real rows)
         return GraphStep(input_ids, captured.hidden[:len(scheduled) * n], ctx)
 
@@ -243,7 +251,7 @@ class CudaGraphCache:
             self.inputs.fill([], {}, num_slots, n)  # padding only: scratch KV block and state row
             scratch = ForwardScratch(window_buffers=self.window_buffers)
             input_ids, ctx = self.inputs.context(num_slots, n, self.kv_caches, self.state_caches, keep_window_states,
-                                                 scratch)
+                                                 scratch, host_kv_caches=self._host_caches())
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):  # warm-up: compiles kernels and sizes workspaces
@@ -271,6 +279,12 @@ class CudaGraphCache:
         if self.real_rows is not None:
             self.real_rows.copy_(self.inputs.num_real_rows)
         return self.model(input_ids, ctx)
+
+    def _host_caches(self) -> dict | None:
+        return None if self.host_kv is None else self.host_kv.caches
+
+    def _host_tables(self) -> dict[int, list[int]] | None:
+        return None if self.host_kv is None else self.host_kv.tables
 
     def _release(self, key: tuple[int, int]) -> None:
         self.graphs.pop(key).graph.reset()

@@ -8,6 +8,12 @@ step's real slots are padding: they read and write a scratch KV block and a scra
 that no request owns; so are the rows of a slot past its own tokens (a prompt padded up to its graph's
 length: causal attention keeps them out of the real rows, and the recurrent layers stop each slot's
 state after its real tokens, `ForwardContext.real_query_lens`).
+
+With a host KV tier (--kv-resident-tokens) every graph is captured reading it, and each step also fills
+each slot's host block count; the block table row then carries the slot's host blocks in its first
+`count` columns (where the runner's table holds -1) and its device blocks after them, so one table
+serves as both `block_tables` and `host_block_tables` (the kernel picks a column's tier by its index
+against the count). Padding rows and captures have no host blocks: zero host blocks read exactly like none.
 """
 
 from __future__ import annotations
@@ -21,14 +27,17 @@ from strata.types import ScheduledSlot
 
 class GraphInputs:
     def __init__(self, max_slots: int, max_tokens_per_slot: int, max_blocks_per_slot: int, block_size: int,
-                 scratch_block: int, scratch_state_row: int, device: str, max_prompt_rows: int = 0) -> None:
+                 scratch_block: int, scratch_state_row: int, device: str, max_prompt_rows: int = 0,
+                 host_tier: bool = False) -> None:
+        self.host_tier = host_tier  # whether steps may read a host KV tier (the graphs then always do)
         self.max_slots, self.max_tokens = max_slots, max(max_slots * max_tokens_per_slot, max_prompt_rows)
         self.width, self.block_size = max_blocks_per_slot, block_size
         self.scratch_block, self.scratch_state_row = scratch_block, scratch_state_row
         sizes = {"input_ids": self.max_tokens, "positions": self.max_tokens, "slot_mapping": self.max_tokens,
                  "query_start_loc": max_slots + 1, "seq_lens": max_slots, "query_lens": max_slots,
                  "state_slot_ids": max_slots,
-                 "has_initial_state": max_slots, "num_real_rows": 1, "block_tables": max_slots * max_blocks_per_slot}
+                 "has_initial_state": max_slots, "num_real_rows": 1, "host_block_counts": max_slots * host_tier,
+                 "block_tables": max_slots * max_blocks_per_slot}
         self.offsets, total = {}, 0
         for name, size in sizes.items():
             self.offsets[name] = (total, total + size)
@@ -54,10 +63,11 @@ class GraphInputs:
         return self.device_flat[start:end]
 
     def fill(self, scheduled: list[ScheduledSlot], block_tables: dict[int, list[int]], num_slots: int,
-             tokens_per_slot: int) -> None:
+             tokens_per_slot: int, host_tables: dict[int, list[int]] | None = None) -> None:
         """Write the step's real slots, then padding rows up to num_slots, and copy them to the device.
         num_slots=0 marks every row as padding (used to capture without touching any request's state).
-        A slot with fewer than tokens_per_slot tokens (a fresh prompt) is padded in place."""
+        A slot with fewer than tokens_per_slot tokens (a fresh prompt) is padded in place. `host_tables`:
+        each slot's blocks in the host KV tier (host_tier only; a slot not listed has none)."""
         self._turn ^= 1
         if self._copied[self._turn] is not None:
             self._copied[self._turn].synchronize()  # its copy two steps ago (long done in practice)
@@ -78,6 +88,8 @@ class GraphInputs:
             mapping[s + m:s + n] = self.scratch_block * bs + window[m:] % bs
             seq_lens[i], query_lens[i], rows[i], has_init[i] = c + n, m, work.slot_id, c > 0
             tables[i, :len(table)], tables[i, len(table):] = table, self.scratch_block
+        if self.host_tier:
+            self._fill_host_tables(scheduled, host_tables or {}, tables, num_slots)
         for i in range(len(scheduled), num_slots):
             s = i * n
             ids[s:s + n] = 0
@@ -93,6 +105,16 @@ class GraphInputs:
             self._copied[self._turn] = torch.cuda.Event()
             self._copied[self._turn].record()
 
+    def _fill_host_tables(self, scheduled: list[ScheduledSlot], host_tables: dict[int, list[int]],
+                          tables: np.ndarray, num_slots: int) -> None:
+        """Each slot's host blocks into its table row's first columns (the runner's -1 there) and their
+        count; padding rows count none."""
+        counts = self._host("host_block_counts")
+        for i, work in enumerate(scheduled):
+            host = host_tables.get(work.slot_id, ())
+            tables[i, :len(host)], counts[i] = host, len(host)
+        counts[len(scheduled):num_slots] = 0
+
     def feed_input_ids(self, token_ids: torch.Tensor) -> None:
         """Overwrite the first len(token_ids) input ids on the device after `fill` (tokens another
         step sampled and the host has not read: the copy is ordered after it on the stream)."""
@@ -100,23 +122,32 @@ class GraphInputs:
 
     def context(self, num_slots: int, tokens_per_slot: int, kv_caches: dict, state_caches: dict,
                 keep_window_states: bool, scratch: ForwardScratch,
-                scheduled: list[ScheduledSlot] | None = None) -> tuple[torch.Tensor, ForwardContext]:
+                scheduled: list[ScheduledSlot] | None = None, host_kv_caches: dict | None = None,
+                host_tables: dict[int, list[int]] | None = None) -> tuple[torch.Tensor, ForwardContext]:
         """Views of the buffers for a layout (what a graph captures). The bool flags are derived on the
         device from the int64 copy by the caller's captured work (see `derive_flags`). `scheduled`: the
-        real slots of a replayed step, whose host copies of the lengths the context then carries (a
-        capture has none: the eager torch paths that read them never run inside a graph)."""
+        real slots of a replayed step, whose host copies of the lengths (and host blocks, `host_tables`)
+        the context then carries (a capture has none: the eager torch paths that read them never run
+        inside a graph). `host_kv_caches`: the host KV tier (host_tier only)."""
         t = num_slots * tokens_per_slot
         if scheduled is None:
             query_lens, num_computed = (tokens_per_slot,) * num_slots, (0,) * num_slots
         else:
             query_lens = tuple(w.num_new_tokens for w in scheduled)
             num_computed = tuple(w.num_computed_tokens for w in scheduled)
+        block_tables = self._device("block_tables").view(self.max_slots, self.width)[:num_slots]  # [S, W]
+        host = {}
+        if self.host_tier and host_kv_caches is not None:
+            host_ids = tuple(tuple((host_tables or {}).get(w.slot_id, ())) for w in scheduled or ())
+            host = {"host_kv_caches": host_kv_caches, "host_block_ids": host_ids,
+                    "host_block_tables": block_tables,  # the same table: its first count columns are host blocks
+                    "host_block_counts": self._device("host_block_counts")[:num_slots]}           # [S]
         ctx = ForwardContext(
             positions=self._device("positions")[:t],
             slot_mapping=self._device("slot_mapping")[:t],
             query_start_loc=self._device("query_start_loc")[:num_slots + 1],
             seq_lens=self._device("seq_lens")[:num_slots],
-            block_tables=self._device("block_tables").view(self.max_slots, self.width)[:num_slots],
+            block_tables=block_tables,
             state_slot_ids=self._device("state_slot_ids")[:num_slots],
             has_initial_state=self.has_initial_bool[:num_slots],
             real_query_lens=self._device("query_lens")[:num_slots],
@@ -127,6 +158,7 @@ class GraphInputs:
             scratch=scratch,
             block_size=self.block_size,
             keep_window_states=keep_window_states,
+            **host,
         )
         return self._device("input_ids")[:t], ctx
 

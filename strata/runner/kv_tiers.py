@@ -47,6 +47,10 @@ class HostKVTiers:
         table[first:first + len(work.offloaded_host_ids)] = [MOVED] * len(work.offloaded_host_ids)
         host.extend(work.offloaded_host_ids)
 
+    def settle(self) -> None:
+        """Wait for the offload copies in flight (before the host reads the tier: cache/host_kv.py)."""
+        self.pool.settle()
+
     def has_host_blocks(self, scheduled: list[ScheduledSlot]) -> bool:
-        """Whether some slot of the step reads host blocks (such steps run eagerly: no CUDA graph)."""
+        """Whether some slot of the step reads host blocks."""
         return any(self.tables.get(w.slot_id) for w in scheduled)

@@ -81,6 +81,7 @@ class ModelRunner:
         self.kv_pool = KVPool(kv_layers, num_blocks + int(graphs), block_size, cfg.num_key_value_heads, cfg.head_dim,
                               dtype, device, model.index_key_layers(), kv_dtype)
         self.state_pool = StatePool(model.recurrent_state_shapes(), max_num_seqs + int(graphs), dtype, device)
+        self.host_kv = HostKVTiers(self.kv_pool, num_host_kv_blocks) if num_host_kv_blocks else None
         self.graphs = None
         if graphs:
             max_len = max_model_len or cfg.max_position_embeddings
@@ -94,14 +95,15 @@ class ModelRunner:
                 max_len)
             inputs = GraphInputs(max_slots, window, -(-(max_len + MAX_SPEC_TOKENS + 1) // block_size),
                                  block_size, scratch_block=num_blocks, scratch_state_row=max_num_seqs, device=device,
-                                 max_prompt_rows=prompt_graph_rows(prompt_tokens))
+                                 max_prompt_rows=prompt_graph_rows(prompt_tokens), host_tier=self.host_kv is not None)
             host_plan = None
             if offloaded:  # MoE layers split the graphs
                 self.experts.prepare_graphs(max_slots * window, dtype, device)
                 host_plan = self.experts.graph_plan
             real_rows = self.experts.real_rows if self.experts is not None else None
             self.graphs = CudaGraphCache(model, inputs, self.kv_pool.caches, self.state_pool.caches, max_slots,
-                                         window, options.cuda_graph_cache_size, host_plan, real_rows, prompt_tokens)
+                                         window, options.cuda_graph_cache_size, host_plan, real_rows, prompt_tokens,
+                                         self.host_kv)
             if options.cuda_graph_warmup:
                 started = time.perf_counter()
                 with progress.bar("capturing CUDA graphs", self.graphs.num_warm_up_keys()) as advance:
@@ -110,7 +112,6 @@ class ModelRunner:
         self.use_cuda_graphs = self.graphs is not None
         self.checkpoint_pool = CheckpointPool(self.state_pool, checkpoint_pool_size)
         self.host_park = HostParkPool(self.kv_pool, self.checkpoint_pool, *park_rows) if any(park_rows) else None
-        self.host_kv = HostKVTiers(self.kv_pool, num_host_kv_blocks) if num_host_kv_blocks else None
         self.sampler = Sampler(max_num_seqs, cfg.vocab_size, list(cfg.eos_token_ids), device, seed=seed)
         self.block_tables: dict[int, list[int]] = {}
         self.scratch = ForwardScratch()  # reset by every eager step's input builder
@@ -149,8 +150,7 @@ class ModelRunner:
     def _forward(self, plan: StepPlan, feed: torch.Tensor | None = None) -> tuple[StepInputs, torch.Tensor]:
         """Replay a CUDA graph when the step's layout has one (or can get one), else run eagerly.
         `feed` [S]: device token ids replacing the input ids of a one-token-per-slot step."""
-        # steps reading host KV blocks run eagerly (the graphs' inputs have no host tables)
-        if self.use_cuda_graphs and self.graphs is not None and not self._reads_host_kv(plan):
+        if self.use_cuda_graphs and self.graphs is not None:
             key = self.graphs.layout_for(plan.scheduled)
             if key is not None:
                 step = self.graphs.run(key, plan.scheduled, self.block_tables, feed)
@@ -165,7 +165,7 @@ class ModelRunner:
                               self.state_pool.caches, self.device,
                               split_table_width=self.graphs.inputs.width if self.graphs is not None else 0,
                               keep_window_states=self._has_windows(plan), scratch=self.scratch,
-                              **self._host_tier())
+                              **self._host_tier(plan.scheduled))
         if feed is not None:
             inputs.input_ids[:feed.shape[0]].copy_(feed)
         if self.graphs is not None and self.experts is not None:  # graph steps left their padded count there
@@ -263,14 +263,17 @@ class ModelRunner:
     def _mtp_context(self, scheduled: list, block_tables: dict[int, list[int]]):
         """The context of one MTP drafting pass (its own KV only, no recurrent state)."""
         return build_inputs(scheduled, block_tables, self.block_size, self.kv_pool.caches, {}, self.device,
-                            **self._host_tier()).ctx
+                            **self._host_tier(scheduled)).ctx
 
-    def _host_tier(self) -> dict:
-        """build_inputs' host-tier arguments (none without --kv-resident-tokens)."""
-        return {} if self.host_kv is None else {"host_tables": self.host_kv.tables, "host_kv_caches": self.host_kv.caches}
-
-    def _reads_host_kv(self, plan: StepPlan) -> bool:
-        return self.host_kv is not None and self.host_kv.has_host_blocks(plan.scheduled)
+    def _host_tier(self, scheduled: list) -> dict:
+        """build_inputs' host-tier arguments (none without --kv-resident-tokens) for an eager context of
+        `scheduled`. Its torch paths read the host tier on the host: where some slot has host blocks, the
+        offload copies still in flight land first."""
+        if self.host_kv is None:
+            return {}
+        if self.host_kv.has_host_blocks(scheduled):
+            self.host_kv.settle()
+        return {"host_tables": self.host_kv.tables, "host_kv_caches": self.host_kv.caches}
 
     def _has_windows(self, plan: StepPlan) -> bool:
         """Whether the step verifies drafts on a model with recurrent state (which then records, and

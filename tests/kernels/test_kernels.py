@@ -309,11 +309,13 @@ def test_paged_attention_reads_int8_kv(dtype, heads, num_splits):
     assert out.dtype == dtype and rel_err(out, expected) < (1e-2 if dtype == torch.bfloat16 else 5e-3)  # TF32 dots
 
 
-def host_tier_attention(dtype, int8, num_splits, device):
+def host_tier_attention(dtype, int8, num_splits, device, layout="separate"):
     """The paged attention kernel on a problem whose sequences have their first blocks (0 .. all full ones)
     in a host tier (pinned on CUDA; plain CPU tensors under TRITON_INTERPRET=1) -> (that output, the
     all-resident kernel's, the reference's). The device copies of moved blocks are overwritten with NaN and
-    their table columns set to -1, so a row read from the wrong tier shows."""
+    their table columns set to -1, so a row read from the wrong tier shows. `layout`: "separate" host
+    tables (eager steps), "merged" (a CUDA graph's: the host blocks in the block table's first columns,
+    the one table passed as both) or "none" (the host tier passed, no block in it: a graph's padding)."""
     from strata.kernels.paged_attention import paged_attention
 
     windows, block_size, (num_heads, num_kv_heads, head_dim) = [(300, 1), (17, 4), (90, 16), (64, 8), (0, 1)], 16, \
@@ -329,7 +331,8 @@ def host_tier_attention(dtype, int8, num_splits, device):
     resident = paged_attention(q, k_cache, v_cache, block_tables, seq_lens, qsl, 0.125, **kwargs)
     expected = paged_attention_ref(q.float(), k_cache if int8 else k_cache.float(),
                                    v_cache if int8 else v_cache.float(), block_tables, seq_lens, qsl, 0.125, kv_scales)
-    counts = [min(c // block_size, [19, 1, 5, 4, 0][i]) for i, (c, _) in enumerate(windows)]  # full, computed blocks
+    counts = [0 if layout == "none" else min(c // block_size, [19, 1, 5, 4, 0][i])  # full, computed blocks
+              for i, (c, _) in enumerate(windows)]
     host_ids = torch.randperm(sum(counts) + 2, generator=generator).tolist()
     host_tables, start = [], 0
     for n in counts:
@@ -347,6 +350,10 @@ def host_tier_attention(dtype, int8, num_splits, device):
             moved_tables[i, column] = -1
     width = max(counts)
     host_block_tables = torch.tensor([t + [0] * (width - len(t)) for t in host_tables], device=device)
+    if layout != "separate":
+        for i, ids in enumerate(host_tables):
+            moved_tables[i, :len(ids)] = torch.tensor(ids, dtype=moved_tables.dtype)
+        host_block_tables = moved_tables
     out = paged_attention(q, k_cache, v_cache, moved_tables, seq_lens, qsl, 0.125,
                           host_kv=(host[0], host[1], tuple(host[2:]) or None), host_block_tables=host_block_tables,
                           host_block_counts=torch.tensor(counts, device=device), **kwargs)
@@ -357,12 +364,15 @@ def host_tier_attention(dtype, int8, num_splits, device):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("int8", [False, True])
 @pytest.mark.parametrize("num_splits", [None, 1, 5])
-def test_paged_attention_reads_host_blocks_over_pcie(dtype, int8, num_splits):
+@pytest.mark.parametrize("layout", ["separate", "merged", "none"])
+def test_paged_attention_reads_host_blocks_over_pcie(dtype, int8, num_splits, layout):
     """KV beyond VRAM: with each sequence's first blocks in pinned host memory (read through unified
     addressing) the kernel gives the all-resident kernel's output bit for bit (the same rows in the same
-    tiles and splits), near the reference. Checked under TRITON_INTERPRET=1 on CPU tensors (float32 and
-    float16, 16-bit and int8 caches, one, five and the default splits): bit-equal there too."""
-    out, resident, expected = host_tier_attention(dtype, int8, num_splits, "cuda")
+    tiles and splits), near the reference; so does a CUDA graph's one table holding both tiers' blocks, and
+    the host variant with no block in the host tier. Checked under TRITON_INTERPRET=1 on CPU tensors
+    (float32 and float16, 16-bit and int8 caches, one, five and the default splits, every layout): bit-equal
+    there too."""
+    out, resident, expected = host_tier_attention(dtype, int8, num_splits, "cuda", layout)
     assert torch.equal(out, resident)
     assert rel_err(out, expected) < (1e-2 if dtype == torch.bfloat16 else 5e-3)
 

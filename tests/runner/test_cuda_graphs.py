@@ -62,6 +62,84 @@ def test_graph_inputs_pad_a_fresh_prompt_in_place():
     assert ctx.real_query_lens.tolist() == [5]  # recurrent layers stop the prompt's state after these
 
 
+def test_graph_inputs_carry_host_kv_blocks_in_the_table_s_first_columns():
+    """KV beyond VRAM: a slot's host blocks go into its table row where the runner's table holds -1, with
+    their count beside it; the one table serves as the host table too. Padding rows and captures count no
+    host blocks, and inputs without a host tier keep their layout and give contexts without one."""
+    inputs = GraphInputs(max_slots=4, max_tokens_per_slot=2, max_blocks_per_slot=6, block_size=4,
+                         scratch_block=9, scratch_state_row=7, device="cpu", host_tier=True)
+    scheduled = [ScheduledSlot(slot_id=2, num_computed_tokens=17, num_new_tokens=2, new_block_ids=[], token_ids=[11, 12]),
+                 ScheduledSlot(slot_id=0, num_computed_tokens=3, num_new_tokens=2, new_block_ids=[], token_ids=[13, 14])]
+    tables = {2: [-1, -1, -1, 6, 8], 0: [1, 5]}  # slot 2's first three blocks are in the host tier
+    host_tables = {2: [30, 4, 12]}
+    inputs.fill(scheduled, tables, num_slots=3, tokens_per_slot=2, host_tables=host_tables)
+    host_caches = {0: (torch.zeros(40, 4, 1, 2), torch.zeros(40, 4, 1, 2))}
+    _, ctx = inputs.context(3, 2, {}, {}, False, ForwardScratch(), scheduled, host_caches, host_tables)
+    assert ctx.block_tables.tolist() == [[30, 4, 12, 6, 8, 9], [1, 5, 9, 9, 9, 9], [9] * 6]
+    assert ctx.host_block_tables.data_ptr() == ctx.block_tables.data_ptr()
+    assert ctx.host_block_counts.tolist() == [3, 0, 0]
+    assert ctx.host_block_ids == ((30, 4, 12), ()) and ctx.has_host_blocks
+    assert ctx.host_kv_caches is host_caches
+    # the new tokens (positions 17, 18) are written to the device block after the host ones
+    assert ctx.slot_mapping.tolist() == [8 * 4 + 1, 8 * 4 + 2, 1 * 4 + 3, 5 * 4 + 0, 9 * 4 + 0, 9 * 4 + 1]
+    # a smaller layout later: slot 0 alone, no host blocks; the counts travel with the one copy
+    inputs.fill(scheduled[1:], tables, num_slots=2, tokens_per_slot=2, host_tables=host_tables)
+    _, ctx = inputs.context(2, 2, {}, {}, False, ForwardScratch(), scheduled[1:], host_caches, host_tables)
+    assert ctx.host_block_counts.tolist() == [0, 0] and ctx.block_tables[0, :2].tolist() == [1, 5]
+    assert ctx.host_block_ids == ((),) and not ctx.has_host_blocks and ctx.host_kv_caches is host_caches
+    # a capture: padding only, the host tier in the context (the kernel's host variant), no host block
+    inputs.fill(scheduled, tables, num_slots=2, tokens_per_slot=2, host_tables=host_tables)
+    inputs.fill([], {}, num_slots=2, tokens_per_slot=2)
+    _, ctx = inputs.context(2, 2, {}, {}, False, ForwardScratch(), host_kv_caches=host_caches)
+    assert ctx.host_block_counts.tolist() == [0, 0] and ctx.block_tables.tolist() == [[9] * 6] * 2
+    assert ctx.host_block_ids == () and ctx.host_block_tables is not None
+    plain = GraphInputs(max_slots=4, max_tokens_per_slot=2, max_blocks_per_slot=6, block_size=4,
+                        scratch_block=9, scratch_state_row=7, device="cpu")
+    assert plain.offsets["block_tables"] == tuple(o - 4 for o in inputs.offsets["block_tables"])
+    plain.fill(scheduled[1:], tables, num_slots=1, tokens_per_slot=2)
+    _, ctx = plain.context(1, 2, {}, {}, False, ForwardScratch(), scheduled[1:])
+    assert ctx.host_kv_caches is None and ctx.host_block_tables is None and ctx.host_block_counts is None
+
+
+def test_a_replayed_step_s_context_reads_host_blocks_like_an_eager_one():
+    """The context a graph replay hands on (the MTP head's first pass reads it) gives the eager context's
+    attention output on the torch path: its one table's host columns are read from the host tier. The
+    device blocks whose numbers are the host blocks' hold NaN, so a host column read there shows."""
+    from strata.cache.host_kv import HostKVPool
+    from strata.cache.pools import KVPool
+    from strata.model.attention import paged_attention
+    from strata.runner.inputs import build_inputs
+
+    generator = torch.Generator().manual_seed(26)
+    pool = KVPool([0], num_blocks=12, block_size=4, num_kv_heads=2, head_dim=8, dtype=torch.float32, device="cpu")
+    host = HostKVPool(pool, num_blocks=6)
+    for t in (*pool.caches[0], *host.caches[0]):
+        t.copy_(torch.randn(t.shape, generator=generator))
+    for t in pool.caches[0]:
+        t[[4, 1]] = float("nan")
+    scheduled = [ScheduledSlot(slot_id=1, num_computed_tokens=13, num_new_tokens=2, new_block_ids=[], token_ids=[1, 2]),
+                 ScheduledSlot(slot_id=0, num_computed_tokens=5, num_new_tokens=2, new_block_ids=[], token_ids=[3, 4])]
+    tables, host_tables = {1: [-1, -1, 3, 7], 0: [5, 2]}, {1: [4, 1]}
+    eager = build_inputs(scheduled, tables, 4, pool.caches, {}, "cpu", host_tables=host_tables,
+                         host_kv_caches=host.caches).ctx
+    inputs = GraphInputs(max_slots=4, max_tokens_per_slot=2, max_blocks_per_slot=6, block_size=4,
+                         scratch_block=11, scratch_state_row=3, device="cpu", host_tier=True)
+    inputs.fill(scheduled, tables, num_slots=2, tokens_per_slot=2, host_tables=host_tables)
+    _, replayed = inputs.context(2, 2, pool.caches, {}, False, ForwardScratch(), scheduled, host.caches, host_tables)
+    q = torch.randn(4, 4, 8, generator=generator)                                     # [T, H, D]
+    host_kv = (*host.caches[0], None)
+    out = paged_attention(q, *pool.caches[0], replayed, 0.3, None, host_kv)
+    assert not out.isnan().any()
+    assert torch.equal(out, paged_attention(q, *pool.caches[0], eager, 0.3, None, host_kv))
+
+
+def test_a_graph_cache_reads_a_host_tier_iff_its_inputs_carry_one():
+    from strata.runner.cuda_graphs import CudaGraphCache
+
+    with pytest.raises(AssertionError, match="host KV tier"):
+        CudaGraphCache(torch.nn.Identity(), GraphInputs(2, 1, 4, 4, 0, 0, "cpu", host_tier=True), {}, {}, 2, 1, 2)
+
+
 def test_a_step_of_fresh_prompts_and_windows_splits_into_graph_layouts():
     from strata.runner.cuda_graphs import CudaGraphCache
 
@@ -215,6 +293,47 @@ def test_graph_on_off_token_identity(family, spec, tiny_model_dir):
         if graphs:
             assert stats["replays"] > 0 and stats["captures"] > 0
         del llm
+        torch.cuda.empty_cache()
+    assert runs[True] == runs[False]
+
+
+def _count_host_replays(runner) -> list[int]:
+    """A counter of graph replays of steps where some slot reads host KV blocks (wraps CudaGraphCache.run)."""
+    graphs, count = runner.graphs, [0]
+    run = graphs.run
+
+    def counted(key, scheduled, block_tables, feed=None):
+        step = run(key, scheduled, block_tables, feed)
+        if step is not None and runner.host_kv.has_host_blocks(scheduled):
+            count[0] += 1
+        return step
+
+    graphs.run = counted
+    return count
+
+
+@gpu
+@pytest.mark.parametrize("family, spec, kv_dtype", [
+    ("llama", None, "auto"), ("llama", None, "int8"), ("qwen3_next", None, "auto"),
+    ("qwen3_next", SPECS[1], "auto"), ("qwen3_next+mtp", {"method": "mtp", "num_speculative_tokens": 3}, "auto")])
+def test_host_kv_blocks_replay_graphs_token_identity(family, spec, kv_dtype, tiny_model_dir):
+    """KV beyond VRAM with graphs: contexts up to ~8x the 16-token resident window, so most decode and
+    verification steps read host blocks; those steps replay graphs (the kernel reads the host tier through
+    the graph's table) and the greedy tokens equal a run without graphs (whose such steps run eagerly
+    through the same kernel). The MTP head's first pass reads the replayed step's context, host blocks
+    included. Async scheduling (the default) queues the decode steps' offload copies without waiting."""
+    prompts = _prompts([40, 70, 25, 100])
+    lengths = [60, 30, 80, 20]
+    runs = {}
+    for graphs in (False, True):
+        llm = LLM(tiny_model_dir(family), dtype="bfloat16", device="cuda", max_num_seqs=4, block_size=4,
+                  kv_resident_tokens=16, kv_cache_dtype=kv_dtype, speculative_config=spec, cuda_graphs=graphs)
+        runner = llm.engine.runner
+        host_replays = _count_host_replays(runner) if graphs else None
+        runs[graphs] = _staggered(llm, prompts, lengths)
+        if graphs:
+            assert host_replays[0] >= 20
+        del llm, runner
         torch.cuda.empty_cache()
     assert runs[True] == runs[False]
 
