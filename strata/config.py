@@ -319,7 +319,8 @@ class CacheConfig:
                                       "device (at least a block), its older blocks in host RAM (pinned on CUDA) "
                                       "where attention reads them; 0: all resident")
     kv_host_mib: int | None = _opt(None, "with --kv-resident-tokens: host RAM for the offloaded KV blocks (default: "
-                                         "enough for every slot at max_model_len)")
+                                         "every slot at max_model_len; on CUDA at most 16 GiB and a quarter of "
+                                         "the available RAM, at least one sequence)")
 
     def __post_init__(self) -> None:
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:  # asked-for int8 / fp8 KV must not silently stay 16-bit

@@ -8,8 +8,10 @@ pool (recurrent states, their checkpoints, the CUDA graph pool) are set aside in
 `table` is what the engine prints at start, `as_dict` what status and the monitor show.
 
 With KV beyond VRAM (--kv-resident-tokens N) the device pool holds N tokens (+ the drafter's lookahead and
-a block) per slot, and the host tier (--kv-host-mib, default every slot at max_model_len) the rest; a
-max_model_len that the two cannot hold for one sequence is an error with the numbers.
+a block) per slot, and the host tier (--kv-host-mib) the rest: by default every slot at max_model_len, on
+CUDA (pinned memory is resident at once) capped at DEFAULT_HOST_KV_BYTES and a DEFAULT_HOST_KV_SHARE of the
+RAM available at start, never under one sequence; a max_model_len that the two cannot hold for one
+sequence is an error with the numbers.
 """
 
 from __future__ import annotations
@@ -36,6 +38,11 @@ CONVERSATION_CACHE_MIB_CUDA = 4096  # --conversation-cache-mib default on CUDA (
 # becomes what the KV pool holds, up to the model's maximum, at least MIN_DEFAULT_CONTEXT.
 DEFAULT_CONTEXT_RESERVE = 32768
 MIN_DEFAULT_CONTEXT = 4096
+# Without --kv-host-mib on CUDA the host KV tier takes at most this much pinned RAM and this share of the RAM
+# available at start (a 64 GB host keeps room for host experts, the conversation cache and the rest);
+# the scheduler keeps a block on the device when the tier is full
+DEFAULT_HOST_KV_BYTES = 16 * GiB
+DEFAULT_HOST_KV_SHARE = 0.25
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,16 +162,16 @@ class MemoryPlan:
         return CacheSizes(num_blocks, checkpoints, park_rows, self.max_model_len, self._num_host_kv_blocks())
 
     def _num_host_kv_blocks(self) -> int:
-        """The host tier's blocks (KV beyond VRAM): --kv-host-mib, or every slot at max_model_len; at least
-        what one sequence of max_model_len moves there."""
-        cache, sched = self.config.cache, self.config.scheduler
+        """The host tier's blocks (KV beyond VRAM): --kv-host-mib, or the default (_default_host_kv_blocks);
+        at least what one sequence of max_model_len moves there."""
+        cache = self.config.cache
         if not cache.kv_offload:
             return 0
         per_seq = max(self.max_model_len - cache.kv_resident_tokens, 0) // cache.block_size
         if cache.kv_host_mib is None:
-            num_blocks = max(per_seq * sched.max_num_seqs, 1)
+            num_blocks, sizing = self._default_host_kv_blocks(per_seq)
         else:
-            num_blocks = cache.kv_host_mib * 2**20 // self.block_bytes
+            num_blocks, sizing = cache.kv_host_mib * 2**20 // self.block_bytes, f"--kv-host-mib {cache.kv_host_mib}"
         if num_blocks < max(per_seq, 1):
             raise ValueError(f"the host KV tier holds {num_blocks} blocks of {cache.block_size} tokens "
                              f"(kv_host_mib={cache.kv_host_mib}, {self.block_bytes / 2**20:.3f} MiB a block), fewer "
@@ -179,8 +186,26 @@ class MemoryPlan:
                              f"(one sequence of max_model_len={self.max_model_len} needs "
                              f"{max(per_seq, 1) * self.block_bytes / 2**20:.0f} MiB) or lower --max-num-seqs")
         self.numbers.update(host_kv_blocks=num_blocks, host_kv_bytes=num_blocks * self.block_bytes,
-                            kv_resident_tokens=cache.kv_resident_tokens)
+                            kv_resident_tokens=cache.kv_resident_tokens, host_kv_sizing=sizing)
         return num_blocks
+
+    def _default_host_kv_blocks(self, per_seq: int) -> tuple[int, str]:
+        """Without --kv-host-mib: every slot at max_model_len (per_seq host blocks each), on CUDA at most
+        DEFAULT_HOST_KV_BYTES and DEFAULT_HOST_KV_SHARE of the available RAM but at least one sequence ->
+        (blocks, how they were chosen, for the plan's table)."""
+        every_slot = max(per_seq * self.config.scheduler.max_num_seqs, 1)
+        if not self.on_cuda:
+            return every_slot, "every slot at max_model_len"
+        available = host_available_bytes()
+        cap = DEFAULT_HOST_KV_BYTES if available is None else min(DEFAULT_HOST_KV_BYTES,
+                                                                  int(available * DEFAULT_HOST_KV_SHARE))
+        if every_slot * self.block_bytes <= cap:
+            return every_slot, "every slot at max_model_len"
+        num_blocks = max(cap // self.block_bytes, per_seq, 1)
+        room = "" if available is None else f" and {DEFAULT_HOST_KV_SHARE:.0%} of {available / GiB:.1f} GiB available"
+        return num_blocks, (f"default: at most {DEFAULT_HOST_KV_BYTES / GiB:.0f} GiB{room}, at least one sequence; "
+                            f"every slot at max_model_len would take {every_slot * self.block_bytes / GiB:.1f} GiB: "
+                            f"--kv-host-mib to change")
 
     def _num_kv_blocks(self) -> int:
         cache, sched = self.config.cache, self.config.scheduler
@@ -284,5 +309,6 @@ class MemoryPlan:
                      f"(GPU {n['total_bytes'] / GiB:.1f} GiB)")
         if "host_kv_blocks" in n:
             lines.append(f"  host KV tier ({n['host_kv_blocks']} blocks in pinned host RAM beyond the newest "
-                         f"{n['kv_resident_tokens']} tokens a slot): {n['host_kv_bytes'] / GiB:.2f} GiB")
+                         f"{n['kv_resident_tokens']} tokens a slot): {n['host_kv_bytes'] / GiB:.2f} GiB "
+                         f"({n['host_kv_sizing']})")
         return "GPU memory plan:\n" + "\n".join(lines)

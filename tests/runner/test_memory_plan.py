@@ -215,3 +215,43 @@ def test_without_max_model_len_the_plan_sizes_the_context_from_the_kv_pool(monke
     monkeypatch.setattr(sized, "_budget", lambda: GpuBudget(24 * GiB, allowed, allowed - sized.set_aside))
     with pytest.raises(memory_plan.ModelDoesNotFit, match="max_model_len=4096"):
         sized.cache_sizes()
+
+
+@pytest.mark.parametrize("host_gib", [64, 24])
+def test_the_default_host_kv_tier_fits_a_64_gb_host(monkeypatch, host_gib):
+    """KV beyond VRAM on CUDA without --kv-host-mib: Qwen3-Next at its 262K context keeps 4K tokens a slot on
+    the device; every slot's rest would take ~51 GiB of pinned RAM, so the tier takes at most 16 GiB and a
+    quarter of the available RAM (but one whole sequence on a small host), announced in the plan's table; a
+    32K context gets every slot; --kv-host-mib is taken as given."""
+    from strata.config import CacheConfig
+    from strata.engine import memory_plan
+
+    spec = "random:qwen3-next-80b-a3b"
+    cfg = open_source(spec).model_config()
+    meta = meta_model(model_class(cfg), cfg)
+    monkeypatch.setattr(memory_plan, "host_available_bytes", lambda: host_gib * GiB)
+
+    def plan(max_model_len, **cache):
+        config = EngineConfig(model=spec, cache=CacheConfig(kv_resident_tokens=4096, **cache),
+                              scheduler=SchedulerConfig(max_num_seqs=8, max_model_len=max_model_len))
+        return MemoryPlan(config, cfg, SpecConfig(), max_model_len, "cuda", torch.bfloat16, meta.has_mtp,
+                          meta.recurrent_state_shapes())
+
+    long = plan(cfg.max_position_embeddings)
+    per_seq = (cfg.max_position_embeddings - 4096) // 16
+    assert 8 * per_seq * long.block_bytes > 48 * GiB                      # every slot: more than the host holds
+    blocks = long._num_host_kv_blocks()
+    if host_gib == 64:
+        assert blocks == 16 * GiB // long.block_bytes and blocks > 2 * per_seq
+    else:
+        assert blocks == per_seq > host_gib * GiB // 4 // long.block_bytes  # one sequence, over the quarter
+    long.numbers.update(allowed_bytes=22 * GiB, total_bytes=24 * GiB, in_use_after_weights_bytes=10 * GiB)
+    assert (f"host KV tier ({blocks} blocks in pinned host RAM beyond the newest 4096 tokens a slot): "
+            f"{blocks * long.block_bytes / GiB:.2f} GiB (default: at most 16 GiB and 25% of {host_gib:.1f} GiB "
+            f"available, at least one sequence; every slot at max_model_len would take") in long.table(100)
+    short = plan(32768)
+    assert short._num_host_kv_blocks() == 8 * (32768 - 4096) // 16
+    assert short.numbers["host_kv_sizing"] == "every slot at max_model_len"
+    given = plan(cfg.max_position_embeddings, kv_host_mib=20000)
+    assert given._num_host_kv_blocks() == 20000 * 2**20 // given.block_bytes
+    assert given.numbers["host_kv_sizing"] == "--kv-host-mib 20000"
