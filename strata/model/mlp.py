@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from strata.model import ops
 from strata.model.linear import Linear
 
 
@@ -16,6 +17,12 @@ class DenseMLP(nn.Module):
         self.gate_up_proj.shard_sizes = (intermediate_size, intermediate_size)
         self.down_proj = Linear(intermediate_size, hidden_size, bias=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)  # [T, I] each
-        return self.down_proj(F.silu(gate) * up)
+    def forward(self, x: torch.Tensor, gate: nn.Linear | None = None) -> torch.Tensor:
+        """x [T, D] -> [T, D]; with `gate` (Qwen3-Next's shared-expert gate, D -> 1) times sigmoid(gate(x)).
+        One CUDA row takes two launches in all (ops.gated_mlp) where ops.skinny_mlp_on holds."""
+        weights = (self.gate_up_proj.weight, self.down_proj.weight) + ((gate.weight,) if gate is not None else ())
+        if ops.skinny_mlp_on(x, *weights):
+            return ops.gated_mlp(x, *weights)
+        g, up = self.gate_up_proj(x).chunk(2, dim=-1)  # [T, I] each
+        out = self.down_proj(F.silu(g) * up)
+        return out if gate is None else torch.sigmoid(gate(x)) * out

@@ -170,7 +170,7 @@ class MoEBlock(nn.Module):
         experts the device computes it while the host computes the missed ones (in the same graph piece)."""
         if self.shared_expert is None:
             return None
-        return torch.sigmoid(self.shared_expert_gate(hidden)) * self.shared_expert(hidden)
+        return self.shared_expert(hidden, self.shared_expert_gate)
 
     def _routes_fused(self, hidden: torch.Tensor) -> bool:
         """Decode-sized CUDA steps on device-resident experts route in one launch (route_and_align) where

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from strata.config import debug_flag
-from strata.kernels import hyper, packed_dequant, packed_gemv, skinny_linear, triton_available
+from strata.kernels import hyper, packed_dequant, packed_gemv, skinny_linear, skinny_mlp, triton_available
 from strata.kernels.fused_moe import fused_moe as fused_moe_kernel
 from strata.kernels.fused_moe import fused_moe_ref
 from strata.kernels.gguf_blocks import packed_matmul_ref
@@ -112,6 +112,22 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         # through the module: tests count the kernel's calls
         return skinny_linear.skinny_linear(x if x.stride(1) == 1 else x.contiguous(), weight, bias)
     return F.linear(x, weight, bias)
+
+
+def skinny_mlp_on(x: torch.Tensor, *weights) -> bool:
+    """Whether a SwiGLU MLP (gate_up, down and an optional shared-expert gate: dense weights) on x takes
+    skinny_mlp: one 16-bit CUDA row, weights of its dtype, contiguous, each under SKINNY_MAX_WEIGHT
+    elements (where the skinny GEMV beat cuBLAS). STRATA_NO_SKINNY_LINEAR=1 turns it off too."""
+    return (x.is_cuda and x.dim() == 2 and x.shape[0] == 1 and x.dtype in HALF and x.stride(1) == 1
+            and all(isinstance(w, torch.Tensor) and w.dtype == x.dtype and w.is_contiguous()
+                    and w.numel() < SKINNY_MAX_WEIGHT for w in weights) and _skinny_enabled())
+
+
+def gated_mlp(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor,
+              gate: torch.Tensor | None = None) -> torch.Tensor:
+    """skinny_mlp_ref's contract in two launches (skinny_mlp): call where skinny_mlp_on holds; through the
+    module, so tests can count its calls."""
+    return skinny_mlp.skinny_mlp(x, gate_up, down, gate)
 
 
 def logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:

@@ -5,6 +5,8 @@ integer outputs (expert ids) and cache slots written must match exactly."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -363,6 +365,49 @@ def test_model_linear_takes_the_skinny_kernel_only_for_single_rows(monkeypatch):
     Linear(4096, 4096, bias=False).to(device="cuda", dtype=torch.bfloat16)(randn(1, 4096, dtype=torch.bfloat16,
                                                                                 device="cuda"))
     assert calls == [1]
+
+
+@gpu
+@pytest.mark.parametrize("dim, inter, gated", [(2048, 512, True), (576, 1536, False), (200, 33, True)])
+def test_skinny_mlp_matches_ref(dim, inter, gated):
+    """One row through a SwiGLU MLP (and a sigmoid-gated shared expert) in two launches against the torch form
+    in float32 on the same bf16 weights. Checked under TRITON_INTERPRET=1 on the CPU (float32 and float16)."""
+    from strata.kernels.skinny_mlp import skinny_mlp, skinny_mlp_ref
+
+    dtype = torch.bfloat16
+    x = randn(1, dim, dtype=dtype, device="cuda", seed=1)
+    gate_up = randn(2 * inter, dim, dtype=dtype, device="cuda", seed=2) / dim ** 0.5
+    down = randn(dim, inter, dtype=dtype, device="cuda", seed=3) / inter ** 0.5
+    gate = randn(1, dim, dtype=dtype, device="cuda", seed=4) / dim ** 0.5 if gated else None
+    expected = skinny_mlp_ref(x.float(), gate_up.float(), down.float(), None if gate is None else gate.float())
+    got = skinny_mlp(x, gate_up, down, gate)
+    assert got.dtype == dtype and got.shape == (1, dim)
+    close(got, expected, dtype)
+
+
+@gpu
+def test_dense_mlp_and_shared_expert_take_two_launches_for_one_row(monkeypatch):
+    """DenseMLP (and the MoE block's gated shared expert) on one bf16 CUDA row go through ops.gated_mlp; more
+    rows keep the torch form; both agree with the float32 torch form."""
+    from strata.model import ops
+    from strata.model.linear import Linear
+    from strata.model.mlp import DenseMLP
+
+    calls = []
+    real = ops.gated_mlp
+    monkeypatch.setattr(ops, "gated_mlp", lambda *a: calls.append(len(a)) or real(*a))
+    torch.manual_seed(0)
+    mlp = DenseMLP(256, 128).to(device="cuda", dtype=torch.bfloat16)
+    gate = Linear(256, 1, bias=False).to(device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        for p in (*mlp.parameters(), gate.weight):
+            p.mul_(0.2)
+        mlp32, gate32 = copy.deepcopy(mlp).float(), copy.deepcopy(gate).float()
+        for rows in (1, 3):
+            x = randn(rows, 256, dtype=torch.bfloat16, device="cuda", seed=rows)
+            close(mlp(x), mlp32(x.float()), torch.bfloat16)
+            close(mlp(x, gate), mlp32(x.float(), gate32), torch.bfloat16)
+    assert calls == [3, 4]  # one row, without and with the gate: (x, gate_up, down[, gate])
 
 
 @gpu
