@@ -127,13 +127,14 @@ def route_and_align_ref(hidden: torch.Tensor, gate_weight: torch.Tensor, top_k: 
 
 def route_and_align(hidden: torch.Tensor, gate_weight: torch.Tensor, top_k: int, renormalize: bool, block_m: int,
                     counter: torch.Tensor, counts: torch.Tensor | None = None, touched: torch.Tensor | None = None,
-                    real_rows: torch.Tensor | None = None, num_warps: int | None = None
-                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                    real_rows: torch.Tensor | None = None, num_warps: int | None = None,
+                    k_splits: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Same contract as route_and_align_ref in one launch, for 16-bit hidden [T, D] with
     1 <= T <= ROUTE_FUSED_MAX_TOKENS. `counter` is an int32 [1] device buffer holding 0 that the launch
     leaves at 0 (owned by the caller; launches sharing one must not run concurrently). With `counts` and
-    `touched` it records the routing statistics like softmax_topk. `num_warps` is a tuning knob (default:
-    4 while T * E <= 512, else 8, the faster in the H200 measurements)."""
+    `touched` it records the routing statistics like softmax_topk. `num_warps` and `k_splits` (the hidden
+    slices the router's GEMV is cut into) are tuning knobs (defaults: 4 warps while T * E <= 512, else 8,
+    the faster in the H200 measurements; about 64 programs)."""
     num_tokens, dim = hidden.shape
     num_experts = gate_weight.shape[0]
     assert 1 <= num_tokens <= ROUTE_FUSED_MAX_TOKENS and hidden.dtype in (torch.bfloat16, torch.float16)
@@ -143,7 +144,7 @@ def route_and_align(hidden: torch.Tensor, gate_weight: torch.Tensor, top_k: int,
     expert_blocks = triton.cdiv(num_experts, block_e)
     # about 64 programs: each streams a (16 experts x hidden slice) tile of the router weight, in one
     # BLOCK_K tile where that is at most 512 wide
-    k_splits = max(1, min(triton.cdiv(dim, 128), 64 // expert_blocks, 16))
+    k_splits = k_splits or max(1, min(triton.cdiv(dim, 128), 64 // expert_blocks, 16))
     block_k = min(512, triton.next_power_of_2(triton.cdiv(dim, k_splits)))
     device = hidden.device
     partial = torch.empty(k_splits, num_tokens, num_experts, dtype=torch.float32, device=device)  # [S, T, E]
