@@ -1,19 +1,8 @@
 """skinny_linear against cuBLAS (F.linear) for one-row bf16 GEMVs of the hybrid shapes, inside CUDA graphs, weights rotated."""
-import torch, torch.nn.functional as F
+import torch
+import torch.nn.functional as F
+from graph_timing import graph_time
 from strata.kernels.skinny_linear import skinny_linear
-def graph_time(fn, copies, reps=5):
-    fn(0); torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph(); s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        fn(0); torch.cuda.synchronize()
-        with torch.cuda.graph(g, stream=s):
-            for i in range(copies * 4): fn(i % copies)
-    torch.cuda.synchronize(); g.replay(); torch.cuda.synchronize()
-    ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
-    ev[0].record()
-    for _ in range(reps): g.replay()
-    ev[1].record(); torch.cuda.synchronize()
-    return ev[0].elapsed_time(ev[1]) * 1e3 / (reps * copies * 4)
 for name, n, k in [("next_qkvz", 12288, 2048), ("next_ba", 64, 2048), ("next_out", 2048, 4096), ("shared_gu", 1024, 2048),
                    ("shared_down", 2048, 512), ("shared_gate", 1, 2048), ("attn_qkv", 9216, 2048), ("attn_o", 2048, 4096),
                    ("q4e_qkvz", 12288, 2560), ("q4e_out", 2560, 4096)]:

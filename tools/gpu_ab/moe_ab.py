@@ -1,19 +1,8 @@
 """fused_moe tile configs at 8 / 16 / 32 tokens on Qwen3-Next's and Qwen4-Exp's expert shapes (bf16), in CUDA graphs, weights cold."""
-import itertools, torch
+import itertools
+import torch
+from graph_timing import graph_time
 from strata.kernels.fused_moe import fused_moe, default_config
-def graph_time(fn, reps=10, inner=20):
-    fn(); torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph(); s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        fn(); torch.cuda.synchronize()
-        with torch.cuda.graph(g, stream=s):
-            for _ in range(inner): fn()
-    torch.cuda.synchronize(); g.replay(); torch.cuda.synchronize()
-    ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
-    ev[0].record()
-    for _ in range(reps): g.replay()
-    ev[1].record(); torch.cuda.synchronize()
-    return ev[0].elapsed_time(ev[1]) * 1e3 / (reps * inner)
 for name, experts, dim, inter, top_k in [("next80", 512, 2048, 512, 10), ("q4e", 512, 2560, 640, 10)]:
     w13 = torch.randn(experts, 2 * inter, dim, device="cuda", dtype=torch.bfloat16) * 0.02
     w2 = torch.randn(experts, dim, inter, device="cuda", dtype=torch.bfloat16) * 0.02
@@ -23,11 +12,11 @@ for name, experts, dim, inter, top_k in [("next80", 512, 2048, 512, 10), ("q4e",
         wts = torch.softmax(torch.randn(t, top_k, device="cuda"), -1).to(torch.bfloat16)
         distinct = ids.unique().numel()
         base = default_config(t * top_k, experts)
-        res = {"default": graph_time(lambda: fused_moe(x, w13, w2, ids, wts))}
+        res = {"default": graph_time(lambda i: fused_moe(x, w13, w2, ids, wts))}
         for bm, bn, bk, warps, stages in itertools.product((16,), (32, 64, 128), (64, 128, 256), (4, 8), (3, 4)):
             cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages)
             try:
-                res[(bn, bk, warps, stages)] = graph_time(lambda: fused_moe(x, w13, w2, ids, wts, config=cfg))
+                res[(bn, bk, warps, stages)] = graph_time(lambda i: fused_moe(x, w13, w2, ids, wts, config=cfg))
             except Exception as e:  # noqa: BLE001
                 pass
         best = sorted((v, k) for k, v in res.items())[:3]

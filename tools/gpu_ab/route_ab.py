@@ -1,19 +1,7 @@
 """route_and_align for one token (and 4, 8) against a 512- and 128-expert router: num_warps x k_splits, in CUDA graphs."""
 import torch
+from graph_timing import graph_time
 from strata.kernels.routing import route_and_align
-def graph_time(fn, reps=20):
-    fn(); torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph(); s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        fn(); torch.cuda.synchronize()
-        with torch.cuda.graph(g, stream=s):
-            for _ in range(50): fn()
-    torch.cuda.synchronize(); g.replay(); torch.cuda.synchronize()
-    ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
-    ev[0].record()
-    for _ in range(reps): g.replay()
-    ev[1].record(); torch.cuda.synchronize()
-    return ev[0].elapsed_time(ev[1]) * 1e3 / (reps * 50)
 for experts, dim, top_k in [(512, 2048, 10), (512, 2560, 10), (128, 2048, 8)]:
     w = torch.randn(experts, dim, device="cuda", dtype=torch.bfloat16) / dim ** 0.5
     counter = torch.zeros(1, dtype=torch.int32, device="cuda")
@@ -23,7 +11,7 @@ for experts, dim, top_k in [(512, 2048, 10), (512, 2560, 10), (128, 2048, 8)]:
         for warps in (None, 1, 2, 4, 8):
             for ks in (None, 1, 2, 4, 8):
                 try:
-                    res[(warps, ks)] = round(graph_time(lambda: route_and_align(h, w, top_k, True, 16, counter, num_warps=warps, k_splits=ks)), 2)
+                    res[(warps, ks)] = round(graph_time(lambda i: route_and_align(h, w, top_k, True, 16, counter, num_warps=warps, k_splits=ks)), 2)
                 except Exception as e:  # noqa: BLE001
                     res[(warps, ks)] = str(e)[:60]
         best = min((v, k) for k, v in res.items() if isinstance(v, float))
