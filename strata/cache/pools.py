@@ -88,9 +88,12 @@ class CheckpointPool:
             dst_conv, dst_ssm = dst[layer]
             index_src = torch.tensor(src_rows, device=src_conv.device)
             index_dst = torch.tensor(dst_rows, device=dst_conv.device)
-            # non_blocking: from pinned host memory the copy back overlaps with the host's work
-            raw(dst_conv).index_copy_(0, index_dst, raw(src_conv)[index_src].to(dst_conv.device, non_blocking=True))
-            raw(dst_ssm).index_copy_(0, index_dst, raw(src_ssm)[index_src].to(dst_ssm.device, non_blocking=True))
+            # non_blocking only towards the device: from pinned host memory the copy back overlaps with the
+            # host's work, stream-ordered before the device's index_copy_; towards the host, torch would
+            # return pinned memory still being written while the host's index_copy_ already reads it
+            to_device = dst_conv.device.type != "cpu"
+            for d, s in ((dst_conv, src_conv), (dst_ssm, src_ssm)):
+                raw(d).index_copy_(0, index_dst, raw(s)[index_src].to(d.device, non_blocking=to_device))
 
 
 class HostParkPool:
