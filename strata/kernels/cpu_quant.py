@@ -100,8 +100,11 @@ def supports(qtype: int) -> bool:
 
 
 def set_num_threads(num_threads: int) -> None:
-    """Threads per call, the caller's included (default: default_num_threads()); quant_matmul and
-    dequant_matmul run products of fewer than ONE_THREAD_MACS multiply-adds on the caller alone."""
+    """Threads per call, the caller's included (default: default_num_threads()), for every product: one
+    row of SmolLM2's projections (0.1-1.8 M multiply-adds) decoded 16.7 tok/s on both cores of the idle
+    2-core VM against 14.5 on the caller alone, and as fast with a CPU hog on the other core (13.2 / 13.0;
+    bench/results/2026-12-02-cpu-smollm2-session18): the caller never waits for a worker that has not
+    started an item."""
     global _num_threads
     if num_threads < 1:
         raise ValueError(f"set_num_threads: {num_threads} threads; pass 1 or more")
@@ -118,14 +121,7 @@ def default_num_threads() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-# products below this many multiply-adds run on the caller alone: one row of SmolLM2's projections (0.1-0.9 M)
-# lost 10 % of its single-stream speed to the pool's hand-offs on 2 threads; 8 rows (0.9-7 M) gain
-ONE_THREAD_MACS = 2_000_000
-
-
-def _threads(macs: int | None = None) -> int:
-    if macs is not None and macs < ONE_THREAD_MACS:
-        return 1
+def _threads() -> int:
     return _num_threads or default_num_threads()
 
 
@@ -153,7 +149,7 @@ def quant_matmul(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: i
     _check_matmul("quant_matmul", x, blocks, qtype, n, k)
     y = torch.from_numpy(np.empty((x.shape[0], n), np.float32))  # [T, N]; a third of torch.empty's cost
     status = library.strata_qmm(qtype, x.data_ptr(), x.shape[0], blocks.data_ptr(), n, k, y.data_ptr(),
-                                _threads(x.shape[0] * n * k))
+                                _threads())
     if status != 0:  # the C side's other refusals (type, K) were checked above
         raise MemoryError("quant_matmul: no scratch memory for the quantized activations")
     return y
@@ -173,7 +169,7 @@ def dequant_matmul(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k:
     _check_matmul("dequant_matmul", x, blocks, qtype, n, k)
     y = torch.from_numpy(np.empty((x.shape[0], n), np.float32))  # [T, N]
     library.strata_dqmm(qtype, x.data_ptr(), x.shape[0], blocks.data_ptr(), n, k, y.data_ptr(),
-                        _threads(x.shape[0] * n * k))  # its refusals (type, K) are checked above
+                        _threads())  # its refusals (type, K) are checked above
     return y
 
 
