@@ -96,29 +96,19 @@ def test_an_int8_kv_session_saves_and_restores_its_bytes_and_is_refused_by_a_16_
     whose KV is in the model dtype refuses the file (409), naming the layout."""
     from strata.cache.block_allocator import chain_hashes
     from strata.cache.session_file import SessionReader
-    from strata.engine.session_jobs import SessionJobs
     from strata.engine.sessions import kv_pools
     from strata.types import Request
-    from test_session_jobs import GREEDY, drive, new_engine
+    from test_session_jobs import GREEDY, drive, restore_fresh, restore_reply_of_a_model_dtype_engine, \
+        save_then_continue
 
     folder, path = tiny_model_dir("qwen3_next"), str(tmp_path / "s")
     prompt = list(range(5, 42))
-    engine = new_engine(folder, kv_cache_dtype="int8")
-    jobs = SessionJobs(engine)
-    engine.add_request(Request("a", prompt, GREEDY))
-    drive(engine, jobs)
-    jobs.submit(1, "save", {"path": path, "token_ids": prompt})
-    assert drive(engine, jobs)[2][0][1]["num_tokens"] == 36
+    engine, expected = save_then_continue(folder, path, prompt, "int8")
     saved = SessionReader(path)
     assert {saved.layout[f"kv.{name}"][0] for name in kv_pools(engine.runner) if name.startswith("kv_scale")} \
         == {torch.float32}
-    engine.add_request(Request("never-stopped", prompt + [1, 2, 3], GREEDY))
-    expected = drive(engine, jobs)[0]["never-stopped"]
 
-    fresh = new_engine(folder, kv_cache_dtype="int8")
-    fresh_jobs = SessionJobs(fresh)
-    fresh_jobs.submit(2, "restore", {"path": path})
-    assert drive(fresh, fresh_jobs)[2][0][1]["num_tokens"] == 36
+    fresh, fresh_jobs = restore_fresh(folder, path, "int8")
     blocks = [fresh.scheduler.allocator.cached_block(h, tuple(prompt[4 * i:4 * i + 4]))
               for i, h in enumerate(chain_hashes(prompt, 4, 9))]
     assert None not in blocks
@@ -128,10 +118,7 @@ def test_an_int8_kv_session_saves_and_restores_its_bytes_and_is_refused_by_a_16_
     tokens, cached, _ = drive(fresh, fresh_jobs)
     assert tokens["restored"] == expected and cached["restored"] == 36
 
-    other = new_engine(folder)
-    other_jobs = SessionJobs(other)
-    other_jobs.submit(3, "restore", {"path": path})
-    reply = drive(other, other_jobs)[2][0][1]
+    reply = restore_reply_of_a_model_dtype_engine(folder, path)
     assert not reply["ok"] and reply["status"] == 409 and "int8" in reply["error"]
 
 

@@ -111,30 +111,47 @@ def test_a_restore_of_a_prefix_already_cached_changes_nothing(tiny_model_dir, tm
     assert drive(engine, jobs)[1]["b"] == 36
 
 
-def test_fp8_kv_saves_and_restores_its_bytes_and_is_refused_by_a_16_bit_cache(tiny_model_dir, tmp_path):
-    """A session of an engine with fp8 KV (float8 caches) restores into another such engine with the same next
-    tokens; an engine whose KV is in the model dtype refuses the file, naming the cache layout."""
-    folder, path = tiny_model_dir("llama"), str(tmp_path / "s")
-    prompt = list(range(5, 42))
-    engine = new_engine(folder, kv_cache_dtype="fp8")
+def save_then_continue(folder: str, path: str, prompt: list[int], kv_cache_dtype: str) -> tuple[EngineCore, list[int]]:
+    """An engine with this KV dtype serves `prompt`, saves its session to `path` (36 tokens of blocks), then
+    continues it by three tokens -> (the engine, the greedy tokens after prompt + [1, 2, 3])."""
+    engine = new_engine(folder, kv_cache_dtype=kv_cache_dtype)
     jobs = SessionJobs(engine)
     engine.add_request(Request("a", prompt, GREEDY))
     drive(engine, jobs)
     jobs.submit(1, "save", {"path": path, "token_ids": prompt})
     assert drive(engine, jobs)[2][0][1]["num_tokens"] == 36
     engine.add_request(Request("never-stopped", prompt + [1, 2, 3], GREEDY))
-    expected = drive(engine, jobs)[0]["never-stopped"]
-    fresh = new_engine(folder, kv_cache_dtype="fp8")
+    return engine, drive(engine, jobs)[0]["never-stopped"]
+
+
+def restore_fresh(folder: str, path: str, kv_cache_dtype: str) -> tuple[EngineCore, SessionJobs]:
+    """A new engine with this KV dtype restores the session at `path` (36 tokens) -> (engine, its jobs)."""
+    fresh = new_engine(folder, kv_cache_dtype=kv_cache_dtype)
     fresh_jobs = SessionJobs(fresh)
     fresh_jobs.submit(2, "restore", {"path": path})
     assert drive(fresh, fresh_jobs)[2][0][1]["num_tokens"] == 36
-    fresh.add_request(Request("restored", prompt + [1, 2, 3], GREEDY))
-    tokens, cached, _ = drive(fresh, fresh_jobs)
-    assert tokens["restored"] == expected and cached["restored"] == 36
+    return fresh, fresh_jobs
+
+
+def restore_reply_of_a_model_dtype_engine(folder: str, path: str) -> dict:
+    """What an engine whose KV is in the model dtype answers to restoring `path`."""
     other = new_engine(folder)
     other_jobs = SessionJobs(other)
     other_jobs.submit(3, "restore", {"path": path})
-    reply = drive(other, other_jobs)[2][0][1]
+    return drive(other, other_jobs)[2][0][1]
+
+
+def test_fp8_kv_saves_and_restores_its_bytes_and_is_refused_by_a_16_bit_cache(tiny_model_dir, tmp_path):
+    """A session of an engine with fp8 KV (float8 caches) restores into another such engine with the same next
+    tokens; an engine whose KV is in the model dtype refuses the file, naming the cache layout."""
+    folder, path = tiny_model_dir("llama"), str(tmp_path / "s")
+    prompt = list(range(5, 42))
+    _, expected = save_then_continue(folder, path, prompt, "fp8")
+    fresh, fresh_jobs = restore_fresh(folder, path, "fp8")
+    fresh.add_request(Request("restored", prompt + [1, 2, 3], GREEDY))
+    tokens, cached, _ = drive(fresh, fresh_jobs)
+    assert tokens["restored"] == expected and cached["restored"] == 36
+    reply = restore_reply_of_a_model_dtype_engine(folder, path)
     assert not reply["ok"] and reply["status"] == 409 and "float8" in reply["error"]
 
 
