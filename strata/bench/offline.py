@@ -3,7 +3,9 @@ the engine's step loop with at most `concurrency` requests in flight; optionally
 `generate` on the same model and prompts, and our eager path against our CUDA-graph path, alternated
 with our arm (A B A B …), medians reported. Each strata run also reports TTFT and token gaps, the
 step-time split (forward / sample / draft / host) and, per decode step, the bytes the model must read
-and the bandwidth that implies against a device copy timed in the same run (strata/bench/roofline.py)."""
+and the bandwidth that implies against a device copy timed in the same run (strata/bench/roofline.py).
+Optionally prompt speed at given lengths (prefill.py) and one stream's decode at long contexts
+(long_context.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from strata.bench.latency import DecodeExpertsMeter, latency_summary, run_closed_loop
+from strata.bench.long_context import bench_decode_at_contexts
 from strata.bench.prefill import bench_prefill
 from strata.bench.roofline import ByteModel, count_params, decode_bandwidth, measure_copy_bandwidth
 from strata.engine.llm import LLM
@@ -144,6 +147,7 @@ class OfflineOptions:
     # variant at first use, up to ~1 s) are built outside the measurement; 0 turns it off
     warmup_output_len: int = 8
     sync_vs_async: bool = False              # each strata arm twice: --async-scheduling off, then on
+    decode_contexts: tuple[int, ...] = ()    # one stream's decode after a prompt of each length
 
 
 @dataclass(frozen=True)
@@ -194,6 +198,11 @@ def bench_offline(llm: LLM, opts: OfflineOptions, no_spec: LLM | None = None) ->
         sections["prefill"], gemm = bench_prefill(llm, opts.prefill_lens, opts.repeats, prompts)
         if gemm is not None:
             sections["roofline"]["bf16_gemm_flops"] = gemm
+    if opts.decode_contexts:
+        vocab = core.model_config.vocab_size
+        prompts = {n: make_prompts(1, n, vocab, opts.seed + n)[0] for n in opts.decode_contexts}
+        sections["long_context"] = bench_decode_at_contexts(llm, opts.decode_contexts, opts.output_len,
+                                                            opts.repeats, prompts)
     if unavailable:
         sections["unavailable_arms"] = unavailable
     return sections

@@ -2,7 +2,7 @@
 
 A document is {bench, command, time, commit, machine, config, results, ...sections}: `results` holds
 the mode's arms by name (offline: `strata_c8`, `hf_generate_b1`, … each with `median_output_tok_s`);
-modes add named sections beside it (offline: `roofline`, `prefill`, `unavailable_arms`).
+modes add named sections beside it (offline: `roofline`, `prefill`, `long_context`, `unavailable_arms`).
 Latencies are in milliseconds as {mean, p50, p95, p99}."""
 
 from __future__ import annotations

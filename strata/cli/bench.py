@@ -38,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                      help="measure every strata arm twice per repeat, --async-scheduling off then on (alternated)")
     off.add_argument("--prefill-lens", default="",
                      help="comma-separated prompt lengths: also time prompt processing (max_tokens=1) at each")
+    off.add_argument("--decode-contexts", default="",
+                     help="comma-separated context lengths: also time one stream's decode (--output-len tokens, "
+                          "token gap after the first) after a prompt of each length")
     off.add_argument("--warmup-output-len", type=int, default=8,
                      help="output tokens of the unmeasured run of each arm before its first run at each "
                           "concurrency (builds the kernels those step shapes need); 0: none")
@@ -119,14 +122,17 @@ def run_offline(args: argparse.Namespace) -> int:
 
     concurrency = tuple(int(c) for c in args.concurrency.split(","))
     prefill_lens = tuple(int(n) for n in args.prefill_lens.split(",") if n)
+    decode_contexts = tuple(int(n) for n in args.decode_contexts.split(",") if n)
     config = engine_config(args)
     config = dataclasses.replace(config, scheduler=dataclasses.replace(
         config.scheduler, max_num_seqs=max(concurrency + (config.scheduler.max_num_seqs,))))
     llm = LLM.from_config(config, quiet=False)
-    if prefill_lens and max(prefill_lens) >= llm.engine.max_model_len:
-        raise ValueError(f"--prefill-lens {max(prefill_lens)} needs max_model_len above it (it is "
-                         f"{llm.engine.max_model_len}); pass --max-model-len {max(prefill_lens) + 1} "
-                         f"or shorter lengths")
+    for flag, lengths, extra in (("--prefill-lens", prefill_lens, 1), ("--decode-contexts", decode_contexts,
+                                                                          args.output_len)):
+        if lengths and max(lengths) + extra > llm.engine.max_model_len:
+            raise ValueError(f"{flag} {max(lengths)} needs max_model_len of at least {max(lengths) + extra} "
+                             f"(it is {llm.engine.max_model_len}); pass --max-model-len {max(lengths) + extra} "
+                             f"or shorter lengths")
     baseline = None
     if args.spec_baseline and config.speculative.enabled:
         # the same weights: two copies of a large model would not fit beside each other
@@ -135,13 +141,14 @@ def run_offline(args: argparse.Namespace) -> int:
     model = args.model or "smollm2-135m"
     opts = OfflineOptions(model, args.num_prompts, args.input_len, args.output_len, concurrency, args.repeats,
                           args.hf_peer, args.prompt_seed, args.workload, args.eager_vs_graph, prefill_lens,
-                          args.copy_mib, args.warmup_output_len, sync_vs_async=args.sync_vs_async)
+                          args.copy_mib, args.warmup_output_len, sync_vs_async=args.sync_vs_async,
+                          decode_contexts=decode_contexts)
     sections = bench_offline(llm, opts, baseline)
     bench_config = {"model": model, "device": llm.engine.device, "dtype": llm.engine.dtype,
                     "num_prompts": args.num_prompts, "input_len": args.input_len, "output_len": args.output_len,
                     "concurrency": list(concurrency), "repeats": args.repeats, "workload": args.workload,
                     "eager_vs_graph": args.eager_vs_graph, "sync_vs_async": args.sync_vs_async,
-                    "prefill_lens": list(prefill_lens),
+                    "prefill_lens": list(prefill_lens), "decode_contexts": list(decode_contexts),
                     "warmup_output_len": args.warmup_output_len,
                     "speculative_config": dataclasses.asdict(config.speculative)}
     doc = write_result(args.output, "offline", "strata " + shlex.join(sys.argv[1:]), bench_config, **sections)
@@ -167,6 +174,9 @@ def _print_offline(doc: dict) -> None:
         peak = entry.get("gemm_peak_fraction")
         print(f"{name:>20}: {entry['median_prefill_tok_s']:8.1f} prompt tok/s"
               + (f"  ({peak:.0%} of bf16 GEMM peak)" if peak is not None else ""))
+    for name, entry in doc.get("long_context", {}).items():
+        print(f"{name:>20}: {entry['median_decode_tok_s']:8.1f} decode tok/s (one stream, "
+              f"{entry['ratio_vs_shortest']:.2f}x the shortest context)  TTFT {entry['median_ttft_ms']:.0f} ms")
     for name, reason in doc.get("unavailable_arms", {}).items():
         print(f"{name:>20}: unavailable ({reason})")
 

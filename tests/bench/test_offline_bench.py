@@ -30,7 +30,8 @@ def _bench(tmp_path, *extra: str) -> dict:
 @pytest.fixture(scope="module")
 def doc(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bench")
-    result = _bench(tmp, "--eager-vs-graph", "--prefill-lens", "16,32", "--plot", str(tmp / "plot.png"))
+    result = _bench(tmp, "--eager-vs-graph", "--prefill-lens", "16,32", "--decode-contexts", "8,40",
+                    "--plot", str(tmp / "plot.png"))
     result["_plot"] = tmp / "plot.png"
     return result
 
@@ -263,3 +264,25 @@ def test_sync_and_async_scheduling_arms_side_by_side(tmp_path):
         assert overlapped["speedup_vs_sync"] == pytest.approx(
             overlapped["median_output_tok_s"] / sync["median_output_tok_s"])
         assert overlapped["runs"][0]["output_tokens"] == sync["runs"][0]["output_tokens"] == 2 * OUTPUT_LEN
+
+
+def test_decode_at_long_contexts_is_one_stream_per_length(doc):
+    section = doc["long_context"]
+    assert set(section) == {"decode_at_8", "decode_at_40"}
+    for n in (8, 40):
+        entry = section[f"decode_at_{n}"]
+        assert entry["context_tokens"] == n and entry["output_tokens"] == OUTPUT_LEN
+        assert len(entry["runs"]) == 2                      # one per repeat
+        assert entry["median_tpot_ms"] > 0 and entry["median_ttft_ms"] > 0
+        assert entry["median_decode_tok_s"] == pytest.approx(1e3 / entry["median_tpot_ms"])
+        shortest = section["decode_at_8"]["median_decode_tok_s"]
+        assert entry["ratio_vs_shortest"] == pytest.approx(entry["median_decode_tok_s"] / shortest)
+    assert doc["config"]["decode_contexts"] == [8, 40]
+
+
+def test_decode_contexts_longer_than_the_model_length_are_refused(tmp_path, capsys):
+    argv = ["bench", "offline", TINY_MOE, "--device", "cpu", "--max-model-len", "128", "--output-len",
+            str(OUTPUT_LEN), "--decode-contexts", "200", "--output", str(tmp_path / "result.json")]
+    assert main(argv) != 0
+    assert "--decode-contexts 200 needs max_model_len of at least 206 (it is 128)" in capsys.readouterr().err
+    assert not (tmp_path / "result.json").exists()
