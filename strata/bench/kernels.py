@@ -184,7 +184,7 @@ def bench_attention(cases: list[tuple], sweep: bool) -> list[dict]:
         q, table, seq_lens, qsl = problems[0]
         expected = paged_attention_ref(q.float(), k_cache.float(), v_cache.float(), table, seq_lens, qsl,
                                        head_dim ** -0.5)
-        variants = [(2, 64, 2)] + ([(4, 64, 2), (8, 64, 2), (4, 64, 3), (4, 32, 3)] if sweep else [])
+        variants = [(8, 64, 2)] + ([(2, 64, 2), (4, 64, 2), (4, 64, 3), (4, 32, 3)] if sweep else [])
         for per_sm, block_n, stages in variants:   # (programs per SM, BLOCK_N, num_stages); the first is the default
             splits = num_splits_for(num_seqs, num_kv_heads, table_blocks, block_size, block_n,
                                     triton.next_power_of_2(query_len), k_cache.device, per_sm)

@@ -246,6 +246,8 @@ class MemoryPlan:
         and the pools allocated after it; a clear error when not even one sequence of `sequence_tokens` fits."""
         one_sequence_bytes = self.block_bytes * blocks_needed(sequence_tokens, self.config.cache.block_size)
         runner = self.config.runner
+        if self.on_cuda:  # what loading left in the allocator's cache is free for the pools, not in use
+            torch.cuda.empty_cache()
         budget = self._budget()
         kv_bytes = budget.available - self.set_aside
         self.numbers = {**self.numbers, "total_bytes": budget.total, "allowed_bytes": budget.allowed,

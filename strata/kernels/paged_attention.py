@@ -74,25 +74,31 @@ def _multiprocessors(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
+# at most this many splits of one context: 128 halved one 128K-token decode step's attention against 64
+# on the H200 (Qwen3-Next geometry, tools/gpu_ab/attn_long_ab.py); the merge reads one partial row a split
+MAX_SPLITS = 128
+
+
 def num_splits_for(num_seqs: int, num_kv_heads: int, max_blocks: int, block_size: int, block_n: int,
-                   query_pad: int, device: torch.device, programs_per_sm: int = 2) -> int:
+                   query_pad: int, device: torch.device, programs_per_sm: int = 8) -> int:
     """Context splits per (sequence, KV head), from shapes only (graph-safe): about `programs_per_sm`
     programs per multiprocessor, no more splits than KV tiles in the longest table, and for long windows
-    at least query_pad / 2 tiles per split (each split writes a float32 partial row per query row)."""
+    at least query_pad / 2 tiles per split (each split writes a float32 partial row per query row).
+    Splits past a sequence's last tile return at once, so a wide table costs short contexts little."""
     programs = programs_per_sm * (_multiprocessors(device.index or 0) if device.type == "cuda" else 132)
     max_tiles = max(1, -(-max_blocks * block_size // block_n))
     max_splits = max(1, max_tiles // max(1, query_pad // 2))
-    return max(1, min(max_splits, -(-programs // (num_seqs * num_kv_heads)), 64))
+    return max(1, min(max_splits, -(-programs // (num_seqs * num_kv_heads)), MAX_SPLITS))
 
 
 def kv_tile_for(head_dim: int, itemsize: int) -> tuple[int, int]:
-    """(BLOCK_N, num_stages) keeping K and V tiles of every pipeline stage within shared memory: 64 rows
-    and two stages for 16-bit heads of <= 128 dims; fewer rows and one stage for wider rows (head_dim
-    256 in Qwen3-Next, float32 KV)."""
+    """(BLOCK_N, num_stages) keeping K and V tiles of every pipeline stage within shared memory (64 KB at
+    most): 64 rows for 16-bit heads of <= 128 dims, 32 for head_dim 256 in Qwen3-Next (two stages beat
+    one by 15-50 % at 4K-128K contexts on the H200), 16 and one stage for float32 rows."""
     row_bytes = head_dim * itemsize
     if row_bytes <= 256:
         return 64, 2
-    return (32, 1) if row_bytes <= 512 else (16, 1)
+    return (32, 2) if row_bytes <= 512 else (16, 1)
 
 
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,

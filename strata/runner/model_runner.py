@@ -83,8 +83,11 @@ class ModelRunner:
         self.state_pool = StatePool(model.recurrent_state_shapes(), max_num_seqs + int(graphs), dtype, device)
         self.host_kv = HostKVTiers(self.kv_pool, num_host_kv_blocks) if num_host_kv_blocks else None
         self.graphs = None
+        max_len = max_model_len or cfg.max_position_embeddings
+        # the attention kernel sizes its context splits by this table width whether or not graphs run,
+        # so a step rounds alike replayed or eager (and with graphs on or off)
+        self.split_table_width = -(-(max_len + MAX_SPEC_TOKENS + 1) // block_size)
         if graphs:
-            max_len = max_model_len or cfg.max_position_embeddings
             max_slots = min(options.cuda_graph_max_slots, max_num_seqs)
             window = 1 + (spec.num_speculative_tokens if spec.enabled else 0)
             offloaded = self.experts is not None and self.experts.offloaded
@@ -93,7 +96,7 @@ class ModelRunner:
             prompt_tokens = 0 if offloaded else prompt_token_limit(
                 min(options.cuda_graph_prompt_tokens, TRITON_MAX_QUERY_LEN if self.state_pool.caches else max_len),
                 max_len)
-            inputs = GraphInputs(max_slots, window, -(-(max_len + MAX_SPEC_TOKENS + 1) // block_size),
+            inputs = GraphInputs(max_slots, window, self.split_table_width,
                                  block_size, scratch_block=num_blocks, scratch_state_row=max_num_seqs, device=device,
                                  max_prompt_rows=prompt_graph_rows(prompt_tokens), host_tier=self.host_kv is not None)
             host_plan = None
@@ -163,7 +166,7 @@ class ModelRunner:
                     return split
         inputs = build_inputs(plan.scheduled, self.block_tables, self.block_size, self.kv_pool.caches,
                               self.state_pool.caches, self.device,
-                              split_table_width=self.graphs.inputs.width if self.graphs is not None else 0,
+                              split_table_width=self.split_table_width,
                               keep_window_states=self._has_windows(plan), scratch=self.scratch,
                               **self._host_tier(plan.scheduled))
         if feed is not None:
@@ -263,7 +266,7 @@ class ModelRunner:
     def _mtp_context(self, scheduled: list, block_tables: dict[int, list[int]]):
         """The context of one MTP drafting pass (its own KV only, no recurrent state)."""
         return build_inputs(scheduled, block_tables, self.block_size, self.kv_pool.caches, {}, self.device,
-                            **self._host_tier(scheduled)).ctx
+                            split_table_width=self.split_table_width, **self._host_tier(scheduled)).ctx
 
     def _host_tier(self, scheduled: list) -> dict:
         """build_inputs' host-tier arguments (none without --kv-resident-tokens) for an eager context of
