@@ -455,6 +455,9 @@ class ExpertConfig:
                                           "native | torch")
     pcie_frac: str = _opt("0", "fraction of each layer's missed experts copied to spare device slots and "
                                "run there instead of on the CPU; auto: balanced from measured CPU and PCIe speed")
+    prompt_stream_min_pairs: int = _opt(32, "offloaded experts that at least this many of one step's tokens route "
+                                            "to are copied over PCIe (in rounds through the staging slots) and run "
+                                            "on the device instead of the CPU: prompt chunks; 0: never")
     expert_swap_interval: int = _opt(32, "steps between hot-set updates from routing counts (0: never)")
     expert_swap_threshold: float = _opt(
         0.25, "swap an expert in only if it was routed to (1 + threshold)x as often as the one it replaces")
@@ -468,7 +471,7 @@ class ExpertConfig:
         self.parse_cache()
         if self.expert_split not in EXPERT_SPLITS:
             raise ValueError(f"expert_split must be one of {', '.join(EXPERT_SPLITS)}, got {self.expert_split!r}")
-        for name in ("cpu_threads", "expert_swap_interval", "expert_budget"):
+        for name in ("cpu_threads", "expert_swap_interval", "expert_budget", "prompt_stream_min_pairs"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be an integer >= 0, got {value!r}")

@@ -143,7 +143,8 @@ class MemoryPlan:
         if self.resident_blocks is not None:
             reserve_blocks = self.resident_blocks * sched.max_num_seqs
         kv_reserve = reserve_blocks * self.block_bytes
-        staging = 0 if experts.parse_pcie_frac() == 0 else min(cfg.num_experts, 8 * cfg.num_experts_per_tok)
+        staging = 0 if experts.parse_pcie_frac() == 0 and not experts.prompt_stream_min_pairs \
+            else min(cfg.num_experts, 8 * cfg.num_experts_per_tok)
         slots = auto_expert_slots(sizes, self._budget().available, self.set_aside, kv_reserve, staging)
         if slots < sizes.num_experts:
             logger.warning("expert_cache=auto: %d of %d routed experts fit on the GPU (KV reserve %.1f GiB, "

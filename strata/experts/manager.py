@@ -30,7 +30,8 @@ from strata.model.moe import MoEBlock, PackedLocalExperts
 
 logger = logging.getLogger(__name__)
 
-# staging slots cover the distinct misses of ~8 tokens of one layer; more misses fall back to the CPU
+# staging slots cover the distinct misses of ~8 tokens of one layer: at decode more misses fall back to
+# the CPU; a prompt chunk streams its experts through them in rounds (prompt_stream_min_pairs)
 _STAGING_TOKENS = 8
 # at most this share of the hot set changes per update, which bounds the PCIe traffic of one update
 _MAX_SWAP_SHARE = 1 / 8
@@ -104,12 +105,14 @@ class ExpertManager:
         if pcie is None:
             pcie = measure_pcie_share(host_w13[0], host_w2[0], self.pool, device, qtypes[0] if qtypes else None)
         self.pcie_frac = pcie
-        num_staging = math.ceil(pcie * min(self.num_experts, _STAGING_TOKENS * self.top_k))
+        # prompt chunks stream experts over PCIe only to a GPU (on the CPU both sides are the same cores)
+        stream = self.config.prompt_stream_min_pairs if torch.device(device).type == "cuda" else 0
+        num_staging = math.ceil((1.0 if stream else pcie) * min(self.num_experts, _STAGING_TOKENS * self.top_k))
         self.slots = ExpertSlots(host_w13, host_w2, self.num_slots, num_staging, device, qtypes)
         self.slots.fill(initial_hot_set(self.num_slots, self.num_layers, self.num_experts, self.config.expert_split,
                                         self.profile_counts))
         for layer_idx, block in enumerate(self.blocks):
-            provider = OffloadedExperts(layer_idx, self.slots, self.pool, self.stats, pcie)
+            provider = OffloadedExperts(layer_idx, self.slots, self.pool, self.stats, pcie, stream)
             provider.exchange = self.exchange
             block.attach_experts(layer_idx, self.stats, provider)
         self.stats.has_placement = True
@@ -158,9 +161,10 @@ class ExpertManager:
     @property
     def is_graph_safe(self) -> bool:
         """Whether steps may run as CUDA graphs: every expert on the device, or offloaded experts
-        without PCIe staging (their layers split the graph at a host point); staging decides per step
-        on the host which experts to copy, so it runs eagerly."""
-        return self.slots is None or self.slots.num_staging == 0
+        without PCIe staging at decode (their layers split the graph at a host point); staging decides per
+        step on the host which experts to copy, so it runs eagerly. (Prompt streaming happens in eager
+        prompt steps only: graphs of offloaded models take no fresh prompts.)"""
+        return self.slots is None or self.pcie_frac == 0
 
     def prepare_graphs(self, max_tokens: int, dtype: torch.dtype, device: str) -> None:
         """Host-exchange buffers for split graphs of up to `max_tokens` token rows (the runner calls

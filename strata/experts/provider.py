@@ -2,9 +2,11 @@
 
 Per call: pairs whose expert holds a slot run on the slot weights (fused kernel with slot ids on CUDA
 in 16-bit, the torch grouped path otherwise); up to `pcie_frac` of the distinct missed experts (the
-most used first) are copied into staging slots and join them; the rest go to the CPU pool, which works
-while the device computes the slot pairs. Outputs are summed per token. A layer whose experts are all
-resident takes the slot path alone, with no host sync; any other layer syncs with the host.
+most used first) are copied into staging slots and join them; so is every missed expert with at least
+`prompt_stream_min_pairs` pairs this step (a prompt chunk's: copying 6 MB beats the CPU computing
+dozens of tokens through it), in rounds of as many experts as there are staging slots. The rest go to
+the CPU pool, which works while the device computes. Outputs are summed per token. A layer whose experts
+are all resident takes the slot path alone, with no host sync; any other layer syncs with the host.
 
 Inside a CUDA graph capture (no PCIe staging) a layer that is not all resident splits the graph
 (strata/split_graphs.py): a captured part copies the routing and the rows to pinned host buffers
@@ -57,10 +59,10 @@ class HostExchange:
 
 class OffloadedExperts(nn.Module):
     def __init__(self, layer_idx: int, slots: ExpertSlots, pool: CpuExpertPool, stats: RoutingStats,
-                 pcie_frac: float) -> None:
+                 pcie_frac: float, prompt_stream_min_pairs: int = 0) -> None:
         super().__init__()
         self.layer_idx, self.slots, self.pool, self.stats = layer_idx, slots, pool, stats
-        self.pcie_frac = pcie_frac
+        self.pcie_frac, self.prompt_stream_min_pairs = pcie_frac, prompt_stream_min_pairs
         self.exchange: HostExchange | None = None  # set when the runner captures split graphs
 
     def forward(self, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
@@ -78,17 +80,25 @@ class OffloadedExperts(nn.Module):
             return run_experts(hidden, device_weights, slot_ids, topk_weights)
         rows, ks = missed.unbind(1)
         experts = topk_ids.cpu()[rows, ks]                 # [M]
-        staged = self._staging_plan(experts)               # [M] staging slot of each missed pair, -1 = CPU
+        chosen, staged = self._staging_plan(experts)       # [C] experts to copy; [M] index into chosen, -1 = CPU
         on_cpu = staged < 0
         weights_cpu = topk_weights.cpu()[rows, ks][on_cpu].float()                     # [P]
-        bytes_copied = 0
-        if not on_cpu.all():
-            slot_ids = self._stage(slot_ids, rows[~on_cpu], ks[~on_cpu], experts[~on_cpu], staged[~on_cpu])
-            bytes_copied = len(set(experts[~on_cpu].tolist())) * slots.expert_bytes(self.layer_idx)
+        num_staging = slots.num_staging
+        first = ~on_cpu & (staged < num_staging)          # the first round joins the resident pairs' launch
+        if first.any():
+            slot_ids = self._stage(slot_ids, rows[first], ks[first], chosen[:num_staging], staged[first])
         if on_cpu.all() and len(experts) == topk_ids.numel():
             out = torch.zeros_like(hidden)  # nothing resident: no slot to read
         else:  # queued on the device before the CPU starts, so the two run at the same time
             out = run_experts(hidden, device_weights, slot_ids, topk_weights)
+        if len(chosen) > num_staging:  # later rounds (a prompt chunk's experts), summed in float32
+            out = out.float()
+            for start in range(num_staging, len(chosen), num_staging):
+                in_round = (staged >= start) & (staged < start + num_staging)
+                round_ids = self._stage(torch.full_like(slot_ids, -1), rows[in_round], ks[in_round],
+                                        chosen[start:start + num_staging], staged[in_round] - start)
+                out += run_experts(hidden, device_weights, round_ids, topk_weights).float()
+        bytes_copied = len(chosen) * slots.expert_bytes(self.layer_idx)
         num_cpu = int(on_cpu.sum())
         self.stats.record_rows(rows[on_cpu].numpy(), rows[~on_cpu].numpy())
         if num_cpu:
@@ -146,24 +156,34 @@ class OffloadedExperts(nn.Module):
         """cpu_sum [T, D] float32 (host) += this layer's pairs (rows into hidden [T, D], host) on the CPU pool."""
         self.pool.accumulate(hidden, rows, experts, weights, self.slots.host_weights(self.layer_idx), cpu_sum)
 
-    def _staging_plan(self, experts: torch.Tensor) -> torch.Tensor:
-        """experts [M] of the missed pairs -> [M] staging slot index (0..S-1) or -1 for the CPU: the
-        pcie_frac most used distinct experts, at most as many as there are staging slots."""
-        plan = torch.full_like(experts, -1)
-        if self.pcie_frac <= 0 or self.slots.num_staging == 0:
-            return plan
+    def _staging_plan(self, experts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """experts [M] of the missed pairs -> (chosen [C]: the distinct experts to copy, most used first;
+        [M] each pair's index into chosen, -1 for the CPU). Chosen: the pcie_frac most used distinct
+        experts (at most as many as there are staging slots), and every one with at least
+        prompt_stream_min_pairs pairs."""
+        none = experts[:0], torch.full_like(experts, -1)
+        if self.slots.num_staging == 0:
+            return none
         used, counts = experts.unique(return_counts=True)
-        num_staged = min(round(self.pcie_frac * used.numel()), self.slots.num_staging)
-        chosen = used[torch.argsort(-counts, stable=True)[:num_staged]]
-        for index, expert in enumerate(chosen.tolist()):
-            plan[experts == expert] = index
-        return plan
+        order = torch.argsort(-counts, stable=True)
+        used, counts = used[order], counts[order]
+        take = torch.zeros_like(counts, dtype=torch.bool)
+        if self.pcie_frac > 0:
+            take[:min(round(self.pcie_frac * used.numel()), self.slots.num_staging)] = True
+        if self.prompt_stream_min_pairs:
+            take |= counts >= self.prompt_stream_min_pairs
+        if not take.any():
+            return none
+        chosen = used[take]                                # [C] still most used first
+        index_of = torch.full((int(used.max()) + 1,), -1, dtype=torch.long)
+        index_of[chosen] = torch.arange(chosen.numel())
+        return chosen, index_of[experts]
 
     def _stage(self, slot_ids: torch.Tensor, rows: torch.Tensor, ks: torch.Tensor, experts: torch.Tensor,
                staged: torch.Tensor) -> torch.Tensor:
-        """Copy the staged experts into staging slots; their pairs now point there."""
-        order = sorted(set(zip(staged.tolist(), experts.tolist())))
-        slot_of = self.slots.stage(self.layer_idx, [expert for _, expert in order])
+        """Copy `experts` (at most num_staging) into the staging slots, in order; the pairs (rows, ks),
+        whose expert is experts[staged], point there in a copy of slot_ids."""
+        slot_of = self.slots.stage(self.layer_idx, experts.tolist())
         slot_ids = slot_ids.clone()
         device = slot_ids.device
         slot_ids[rows.to(device), ks.to(device)] = torch.tensor(slot_of, dtype=torch.long)[staged].to(device)

@@ -133,6 +133,39 @@ def test_provider_matches_all_experts_on_random_routing():
     assert gpu + cpu + pcie == tokens * top_k
 
 
+def test_prompt_chunks_stream_their_experts_through_the_staging_slots_in_rounds():
+    """prompt_stream_min_pairs: every missed expert with that many pairs in the call is copied and run on
+    the device, in rounds of as many experts as there are staging slots (here 2 slots for 5 such
+    experts: 3 rounds); those with fewer pairs go to the CPU. Output = the all-resident grouped path."""
+    gen = torch.Generator().manual_seed(1)
+    num_experts, dim, inter, tokens, top_k = 8, 16, 8, 40, 2
+    w13 = torch.randn(1, num_experts, 2 * inter, dim, generator=gen)
+    w2 = torch.randn(1, num_experts, dim, inter, generator=gen)
+    slots = ExpertSlots(list(w13), list(w2), num_slots=1, num_staging=2, device="cpu")
+    slots.fill([(0, 7)])
+    stats = RoutingStats(1, num_experts, "cpu")
+    provider = OffloadedExperts(0, slots, CpuExpertPool(2), stats, pcie_frac=0.0, prompt_stream_min_pairs=8)
+    # experts 0-4 take 12 pairs each (streamed), 5 and 6 take 4 each (CPU), 7 is resident (12 pairs)
+    firsts = torch.tensor([0] * 12 + [1] * 12 + [2] * 12 + [5] * 4)
+    seconds = torch.tensor([3] * 12 + [4] * 12 + [7] * 12 + [6] * 4)
+    topk_ids = torch.stack([firsts, seconds], dim=1)[torch.randperm(tokens, generator=gen)]   # [T, K]
+    topk_weights = torch.rand(tokens, top_k, generator=gen)
+    hidden = torch.randn(tokens, dim, generator=gen)
+    copied = []
+    stage = slots.stage
+    slots.stage = lambda layer, experts: copied.append(list(experts)) or stage(layer, experts)
+    expected = fused_moe_ref(hidden, w13[0], w2[0], topk_ids, topk_weights)
+    torch.testing.assert_close(provider(hidden, topk_ids, topk_weights), expected, rtol=1e-5, atol=1e-5)
+    assert [len(round_) for round_ in copied] == [2, 2, 1] and sorted(sum(copied, [])) == [0, 1, 2, 3, 4]
+    gpu, cpu, pcie = stats.pair_counts()
+    assert (gpu, cpu, pcie) == (12, 8, 60)
+    # the same call with streaming off: only the resident expert on the device
+    stats_off = RoutingStats(1, num_experts, "cpu")
+    off = OffloadedExperts(0, slots, CpuExpertPool(2), stats_off, pcie_frac=0.0)
+    torch.testing.assert_close(off(hidden, topk_ids, topk_weights), expected, rtol=1e-5, atol=1e-5)
+    assert stats_off.pair_counts() == (12, 68, 0)
+
+
 def test_profile_command_round_trip_fills_the_hot_set(tiny_model_dir, tmp_path):
     folder = tiny_model_dir("qwen3_moe")
     path = str(tmp_path / "profile.json")

@@ -60,6 +60,20 @@ def test_float32_greedy_identical_with_10_percent_resident_and_swaps(tiny_model_
     assert snap["swaps"] > 0 and snap["cpu_share"] > 0 and snap["pcie_share"] > 0 and snap["gpu_hit_rate"] > 0
 
 
+def test_float32_long_prompts_stream_their_experts_over_pcie(tiny_model_dir):
+    """Prompt chunks copy every missed expert with at least prompt_stream_min_pairs pairs to the staging
+    slots and run it on the device (on CUDA only): greedy output equals every expert resident."""
+    folder = tiny_model_dir("qwen3_moe")
+    prompts = [{"prompt_token_ids": [(7 * i + 13 * j) % 900 + 5 for j in range(96)]} for i in range(3)]
+    reference = [o.outputs[0].token_ids for o in make_llm(folder, "float32").generate(prompts, PARAMS)]
+    llm = make_llm(folder, "float32", expert_cache="10%", expert_swap_interval=0, prompt_stream_min_pairs=4)
+    manager = llm.engine.experts
+    assert manager.slots.num_staging > 0 and manager.pcie_frac == 0
+    assert [o.outputs[0].token_ids for o in llm.generate(prompts, PARAMS)] == reference
+    snap = manager.snapshot()
+    assert snap["pcie_share"] > 0 and snap["cpu_share"] > 0  # prompts streamed, decode rows on the CPU
+
+
 def _loads_published_at_once(llm: LLM) -> LLM:
     """Swapped-in experts copied on the compute stream, so each is published at the end of the step
     that loaded it. With the side stream, publication waits for a copy to finish, which depends on

@@ -191,7 +191,8 @@ def test_memory_plan_gives_packed_experts_their_real_size(mixed_file, monkeypatc
     path, _ = mixed_file
     source = GGUFSource(path)
     cfg = source.model_config()
-    config = EngineConfig(model=path, scheduler=SchedulerConfig(max_num_seqs=2, max_model_len=256))
+    config = EngineConfig(model=path, scheduler=SchedulerConfig(max_num_seqs=2, max_model_len=256),
+                          experts=ExpertConfig(prompt_stream_min_pairs=0))  # no staging slots set aside
     meta = meta_model(model_class(cfg), cfg)
     plan = MemoryPlan(config, cfg, config.speculative, 256, "cuda", torch.bfloat16, False, {})
     packed, dense = source.weight_sizes(torch.bfloat16), weight_sizes(meta, torch.bfloat16)
@@ -202,7 +203,8 @@ def test_memory_plan_gives_packed_experts_their_real_size(mixed_file, monkeypatc
     dense_slots = plan._auto_expert_slots(dense)
     packed_slots = plan._auto_expert_slots(packed)
     assert dense_slots == 6 and packed_slots >= 2.5 * dense_slots
-    half = MemoryPlan(dataclasses.replace(config, experts=ExpertConfig(expert_cache="50%")), cfg, config.speculative,
+    half = MemoryPlan(dataclasses.replace(config, experts=ExpertConfig(expert_cache="50%", prompt_stream_min_pairs=0)),
+                      cfg, config.speculative,
                       256, "cuda", torch.bfloat16, False, {})
     monkeypatch.setattr(half, "_budget", lambda: GpuBudget(available, available, 0))
     assert half.expert_slots(meta, packed)[1] == "cpu"  # half the experts load to host RAM

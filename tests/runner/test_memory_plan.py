@@ -50,8 +50,8 @@ def _plan_with_budget(monkeypatch, available: int, **experts) -> tuple[MemoryPla
 
 
 def test_engine_gives_auto_experts_what_the_budget_leaves(monkeypatch):
-    def slots(available: int, pcie_frac: str = "0") -> int:
-        plan, sizes = _plan_with_budget(monkeypatch, available, pcie_frac=pcie_frac)
+    def slots(available: int, pcie_frac: str = "0", stream: int = 0) -> int:
+        plan, sizes = _plan_with_budget(monkeypatch, available, pcie_frac=pcie_frac, prompt_stream_min_pairs=stream)
         return plan._auto_expert_slots(sizes)
 
     _, sizes = _plan_with_budget(monkeypatch, 0)
@@ -64,9 +64,9 @@ def test_engine_gives_auto_experts_what_the_budget_leaves(monkeypatch):
     assert slots(high) == 1
     # then one more slot per expert's bytes, until every expert fits
     assert [slots(high + k * per_expert) for k in range(sizes.num_experts)] == list(range(1, sizes.num_experts + 1))
-    # PCIe staging slots are set aside from a partial cache
+    # PCIe staging slots (decode staging or prompt streaming) are set aside from a partial cache
     half = high + (sizes.num_experts // 2) * per_expert
-    assert slots(half, pcie_frac="0.5") < slots(half)
+    assert slots(half, pcie_frac="0.5") == slots(half, stream=32) < slots(half)
 
 
 def _plan_on_card(monkeypatch, spec: str, card_gib: int, host_gib: int) -> tuple[MemoryPlan, torch.nn.Module]:
