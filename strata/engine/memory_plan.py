@@ -37,6 +37,10 @@ CONVERSATION_CACHE_MIB_CUDA = 4096  # --conversation-cache-mib default on CUDA (
 # model's maximum, 262K tokens on Qwen3-Next: ~1,000 expert slots of a 24 GB card), and max_model_len then
 # becomes what the KV pool holds, up to the model's maximum, at least MIN_DEFAULT_CONTEXT.
 DEFAULT_CONTEXT_RESERVE = 32768
+# device memory in use after the weights load beyond their bytes (measured ~0.33 GiB on the H200 with
+# random:qwen3-next-80b-a3b?num_hidden_layers=8 offloaded under a 24 GiB limit): kept free by the auto
+# expert cache so the KV reserve it promises is there
+RUNTIME_GROWTH_BYTES = GiB // 2
 MIN_DEFAULT_CONTEXT = 4096
 # Without --kv-host-mib on CUDA the host KV tier takes at most this much pinned RAM and this share of the RAM
 # available at start (a 64 GB host keeps room for host experts, the conversation cache and the rest);
@@ -142,7 +146,9 @@ class MemoryPlan:
         reserve_blocks = blocks_needed(kv_reserve_tokens(context, sched.max_num_seqs), self.config.cache.block_size)
         if self.resident_blocks is not None:
             reserve_blocks = self.resident_blocks * sched.max_num_seqs
-        kv_reserve = reserve_blocks * self.block_bytes
+        # + what the CUDA runtime takes after the weights (cuBLAS workspaces, Triton modules) and the
+        # allocator's rounding: on the H200 the KV pool got 0.33 GiB less than this reserve without it
+        kv_reserve = reserve_blocks * self.block_bytes + RUNTIME_GROWTH_BYTES
         staging = 0 if experts.parse_pcie_frac() == 0 and not experts.prompt_stream_min_pairs \
             else min(cfg.num_experts, 8 * cfg.num_experts_per_tok)
         slots = auto_expert_slots(sizes, self._budget().available, self.set_aside, kv_reserve, staging)

@@ -196,7 +196,8 @@ def test_memory_plan_gives_packed_experts_their_real_size(mixed_file, monkeypatc
     meta = meta_model(model_class(cfg), cfg)
     plan = MemoryPlan(config, cfg, config.speculative, 256, "cuda", torch.bfloat16, False, {})
     packed, dense = source.weight_sizes(torch.bfloat16), weight_sizes(meta, torch.bfloat16)
-    kv_reserve = blocks_needed(kv_reserve_tokens(256, 2), config.cache.block_size) * plan.block_bytes
+    kv_reserve = blocks_needed(kv_reserve_tokens(256, 2), config.cache.block_size) * plan.block_bytes \
+        + memory_plan.RUNTIME_GROWTH_BYTES
     available = dense.total - dense.experts + plan.set_aside + kv_reserve + 6 * dense.per_slot  # dense: 6 slots
     monkeypatch.setattr(plan, "_budget", lambda: GpuBudget(available, available, 0))
     monkeypatch.setattr(memory_plan, "host_available_bytes", lambda: 1 << 40)
