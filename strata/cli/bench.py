@@ -39,8 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     off.add_argument("--prefill-lens", default="",
                      help="comma-separated prompt lengths: also time prompt processing (max_tokens=1) at each")
     off.add_argument("--decode-contexts", default="",
-                     help="comma-separated context lengths: also time one stream's decode (--output-len tokens, "
-                          "token gap after the first) after a prompt of each length")
+                     help="comma-separated context lengths: also time one stream's decode (--output-len tokens, median "
+                          "gap between tokens) after a prompt of each length")
     off.add_argument("--warmup-output-len", type=int, default=8,
                      help="output tokens of the unmeasured run of each arm before its first run at each "
                           "concurrency (builds the kernels those step shapes need); 0: none")
