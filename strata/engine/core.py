@@ -152,8 +152,15 @@ class EngineCore:
             logger.exception("step %d failed", plan.step_id)
             return self._fail_step(plan, e)
         deltas = [self._process(commit) for commit in self.scheduler.update(plan, result)]
-        self.step_times.record(plan, result, time.perf_counter() - started)
+        self._record_step_time(plan, result, started)
         return deltas
+
+    def _record_step_time(self, plan, result, started: float) -> None:
+        """The step's wall time, host work included, into the step-time split and the draft cost model
+        (which so weighs a verification step's unoverlapped host work against plain steps planned ahead)."""
+        elapsed = time.perf_counter() - started
+        self.step_times.record(plan, result, elapsed)
+        self.scheduler.observe_step_time(plan, elapsed)
 
     def _step_overlapped(self, started: float) -> list[TokenDelta]:
         """--async-scheduling: while a decode step runs on the device, the next one is planned and
@@ -188,7 +195,7 @@ class EngineCore:
             logger.exception("step %d failed", plan.step_id)
             return deltas + self._fail_step(plan, e)
         deltas += [self._process(commit) for commit in self.scheduler.update(plan, result)]
-        self.step_times.record(plan, result, time.perf_counter() - started)
+        self._record_step_time(plan, result, started)
         return deltas
 
     def _process(self, commit: Commit) -> TokenDelta:

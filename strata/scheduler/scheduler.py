@@ -253,13 +253,18 @@ class Scheduler:
         cache copies): run between steps, it brings the caches up to date with the index."""
         return self._make_plan([])
 
+    def observe_step_time(self, plan: StepPlan, seconds: float) -> None:
+        """The wall time of a step from its start to its commits (the engine's; host work included, which a
+        verification step does not overlap with the device while a plain one planned ahead does): a
+        decode-only step's feeds the draft cost model."""
+        if plan.scheduled and all(w.sample and w.num_new_tokens == 1 + len(w.draft_token_ids) for w in plan.scheduled):
+            self.planner.observe_step(plan.num_tokens, seconds)
+
     def update(self, plan: StepPlan, result: StepResult) -> list[Commit]:
         by_slot = {r.slot_id: r for r in result.slots}
         running_by_slot = {s.slot_id: s for s in self.running}
         commits = []
         self.stats.record_step(plan.num_tokens, result.forward_seconds, result.sample_seconds, result.draft_seconds)
-        if plan.scheduled and all(w.sample and w.num_new_tokens == 1 + len(w.draft_token_ids) for w in plan.scheduled):
-            self.planner.observe_step(plan.num_tokens, result.forward_seconds + result.sample_seconds + result.draft_seconds)
         for work in plan.scheduled:
             state = running_by_slot.get(work.slot_id)
             if state is None:

@@ -52,7 +52,8 @@ class DraftPlanner:
                             self._k_step)
 
     def observe_step(self, num_tokens: int, seconds: float) -> None:
-        """A decode-only step's time (every slot sampled its window): feeds the cost model."""
+        """A decode-only step's wall time, host work included (every slot sampled its window): feeds the
+        cost model."""
         self.cost.observe(num_tokens, seconds)
 
     def acceptance_after(self, acceptance_ema: float, num_drafts: int, num_accepted: int) -> float:

@@ -342,3 +342,20 @@ def test_mtp_drafts_kept_on_the_device_match_the_host_loop(tiny_model_dir, next_
                             lambda *args, out=proposed[kind], f=propose: (out.append(f(*args)), out[-1])[1])
         assert run_staggered(core, eight) == eight_ref
     assert proposed["device"] == proposed["host"] and sum(len(d) for p in proposed["host"] for d in p.values()) > 50
+
+
+def test_the_draft_cost_model_sees_the_host_work_of_a_step(tiny_model_dir):
+    """The cost model is fed each decode-only step's wall time from its start to its commits: host work
+    (here 30 ms of extra commit work per step) counts, which a verification step cannot overlap with the
+    device while a plain step planned ahead can."""
+    import time
+
+    llm = LLM(tiny_model_dir("llama"), dtype="float32", device="cpu", max_num_seqs=2,
+              speculative_config={"method": "synthetic", "acceptance_length": 2.0, "num_speculative_tokens": 2})
+    scheduler = llm.engine.scheduler
+    update = scheduler.update
+    scheduler.update = lambda plan, result: (time.sleep(0.03), update(plan, result))[1]
+    llm.generate([{"prompt_token_ids": [5, 6, 7, 8]}] * 2, SamplingParams(max_tokens=12, temperature=0.0,
+                                                                          ignore_eos=True))
+    seconds = scheduler.planner.cost.seconds
+    assert seconds and min(seconds.values()) >= 0.03
