@@ -430,8 +430,19 @@ class RunnerConfig:
         0, "torch's CPU threads in the engine process, set once at start (0: auto: the cores this process may "
            "use less one, at least 1, at most torch's current count, which follows OMP_NUM_THREADS; idle "
            "OpenMP threads spin, so a thread per core collapses when anything else needs a core)")
+    cpu_matmul: str = _opt(
+        "exact", "float32 models with packed GGUF weights on the CPU: exact (each weight decoded to gguf's "
+                 "float32 value, float32 sums: the dense dequantized model's numbers, as HF transformers "
+                 "computes them) | int8 (activations quantized per block to int8 with a float32 scale, as "
+                 "llama.cpp does: ~0.5-1 % of each product off, ~1.2x faster decode on 2 cores; a batched "
+                 "request may then drift from the same request alone, as its activations round differently)")
+
+    def __post_init__(self) -> None:
+        if self.cpu_matmul not in CPU_MATMULS:
+            raise ValueError(f"cpu_matmul must be one of {', '.join(CPU_MATMULS)}, got {self.cpu_matmul!r}")
 
 
+CPU_MATMULS = ("int8", "exact")
 EXPERT_SPLITS = ("uniform", "static")
 CPU_EXPERT_KERNELS = ("auto", "native", "torch")
 

@@ -17,6 +17,7 @@ from strata.config import EngineConfig, ModelConfig, SpecConfig, kv_cache_torch_
 from strata.engine.memory_plan import MemoryPlan
 from strata.experts.manager import ExpertManager, install_experts
 from strata.experts.placement import tokens_for_expert_budget
+from strata.model.packed import set_cpu_matmul
 from strata.model.registry import model_class
 from strata.runner.memory import meta_model
 from strata.runner.model_runner import ModelRunner
@@ -111,6 +112,7 @@ def build_engine(config: EngineConfig, quiet: bool = False, shared: LoadedModel 
         model = build_model(source, device, dtype, config.runner.seed, quiet=quiet, expert_device=expert_device)
         loaded = LoadedModel(model, install_experts(model, expert_config, device, quiet=quiet))
     loaded = loaded or shared
+    set_cpu_matmul(loaded.model, config.runner.cpu_matmul)
     tokenizer = load_tokenizer(config.model)
     spec = resolve_spec(config.speculative, loaded.model)
     plan = plan or _memory_plan(config, cfg, max_model_len, device, dtype, loaded.model)

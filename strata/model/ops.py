@@ -188,13 +188,15 @@ def packed_linear(x: torch.Tensor, weight, bias: torch.Tensor | None = None,
 
 
 def _float32_on_cpu(x: torch.Tensor, weight) -> torch.Tensor:
-    """x [T, K] float32 @ weight.T -> [T, N]: dequant_matmul per segment where it handles every segment's
-    type, else the dense float32 copy of the weight."""
+    """x [T, K] float32 @ weight.T -> [T, N]: per segment, quant_matmul (int8 activations) where the
+    weight asks for it (--cpu-matmul int8), else dequant_matmul; where the kernel does not handle every
+    segment's type, the dense float32 copy of the weight."""
     kernel = _cpu_dequant()
     if kernel is None or not all(kernel.supports_dequant(qtype) for qtype in weight.qtypes):
         return F.linear(x, weight.dense_float32())
     x = x.contiguous()
-    outs = [kernel.dequant_matmul(x, blocks.contiguous(), qtype, blocks.shape[0], weight.in_features)
+    matmul = kernel.quant_matmul if weight.int8_activations else kernel.dequant_matmul
+    outs = [matmul(x, blocks.contiguous(), qtype, blocks.shape[0], weight.in_features)
             for qtype, blocks in weight.segments()]
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)  # [T, N]
 

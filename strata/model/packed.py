@@ -50,6 +50,8 @@ class PackedWeight(nn.Module):
                              f"{tuple(blocks.shape)}")
         self.in_features = in_features
         self.qtypes: list[int] = []
+        # float32 products on the CPU: int8-quantized activations (True) or exact float32 (set_cpu_matmul)
+        self.int8_activations = False
         self._add_segment(blocks, qtype)
 
     def _add_segment(self, blocks: torch.Tensor, qtype: int) -> None:
@@ -204,3 +206,11 @@ class ExpertBlocks(NamedTuple):
     def expert_bytes(self) -> int:
         """Packed bytes of one expert (its w13 and w2 rows)."""
         return self.w13[0].numel() + self.w2[0].numel()
+
+
+def set_cpu_matmul(model: nn.Module, mode: str) -> None:
+    """--cpu-matmul for every packed weight of `model`: "int8" quantizes a float32 model's activations per
+    block for its CPU products (ops.packed_linear), "exact" keeps them float32."""
+    for module in model.modules():
+        if isinstance(module, PackedWeight):
+            module.int8_activations = mode == "int8"

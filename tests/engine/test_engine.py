@@ -23,7 +23,8 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=24)
 
 @pytest.fixture(scope="module")
 def llm():
-    return LLM(dtype="float32", device="cpu", max_num_seqs=8)
+    # exact (the default): the packed weights' float32 values and float32 sums, HF's numbers
+    return LLM(dtype="float32", device="cpu", max_num_seqs=8, cpu_matmul="exact")
 
 
 @pytest.fixture(scope="module")

@@ -139,6 +139,21 @@ def test_thread_count_does_not_change_the_result():
 
 
 @needs_kernel
+@pytest.mark.parametrize("isa", ["scalar", *SIMD_ISAS])
+@pytest.mark.parametrize("qtype", TYPES)
+def test_a_row_gets_the_same_bits_alone_and_in_a_batch(qtype, isa):
+    """Batch invariance (batched decode = each request alone): a row's products do not depend on how
+    many rows share its call, from 1 to two row tiles and a part."""
+    n, k = 37, 512
+    blocks = make_blocks(qtype, n, k, "random", seed=9)
+    x = torch.randn(19, k, generator=torch.Generator().manual_seed(10))
+    cpu_quant.set_isa(isa)  # the best one comes back after the test (best_isa)
+    alone = torch.cat([cpu_quant.quant_matmul(x[i:i + 1].contiguous(), blocks, qtype, n, k) for i in range(19)])
+    for rows in (2, 3, 4, 5, 8, 19):
+        assert torch.equal(cpu_quant.quant_matmul(x[:rows].contiguous(), blocks, qtype, n, k), alone[:rows]), rows
+
+
+@needs_kernel
 def test_zero_activations_give_zeros_and_no_rows_give_an_empty_result():
     blocks = make_blocks(Q.Q4_1, 7, 64, "quantized", seed=9)
     x = torch.zeros(2, 64)

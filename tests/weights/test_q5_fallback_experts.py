@@ -45,7 +45,8 @@ def load(path: str, packed: bool):
 
 
 def make_llm(path: str, packed: bool = True, **experts) -> LLM:
-    config = EngineConfig(model=path, runner=RunnerConfig(device="cpu", dtype="float32"),
+    # exact CPU products: packing must give the dequantized model's own numbers
+    config = EngineConfig(model=path, runner=RunnerConfig(device="cpu", dtype="float32", cpu_matmul="exact"),
                           scheduler=SchedulerConfig(max_num_seqs=4), experts=ExpertConfig(**experts))
     with pytest.MonkeyPatch.context() as patch:
         if not packed:

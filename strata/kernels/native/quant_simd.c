@@ -62,10 +62,11 @@ INLINE void store_rows(const __m256 *acc, int nt, float *y, int64_t ldy) {
 }
 
 /* ---- 32-value blocks: each weight block is decoded in registers and used for the tile's rows -----
- * One row: the block's int32 lanes are scaled and accumulated as they are. More rows, in groups of 4:
- * two levels of horizontal adds leave [rows 0-3 from the low 128 bits | rows 0-3 from the high], so
- * converting, scaling and accumulating is one vector op per block for 4 rows, not one per row; the two
- * halves are added at the end. The integer sums are exact in float32 (|sum| < 2^24). */
+ * Rows in groups of 4 (one row too, with three empty ones): two levels of horizontal adds leave
+ * [rows 0-3 from the low 128 bits | rows 0-3 from the high], so converting, scaling and accumulating is
+ * one vector op per block for 4 rows, not one per row; the two halves are added at the end. The integer
+ * sums are exact in float32 (|sum| < 2^24). A row's arithmetic is thus the same whatever the tile's row
+ * count: a batched step gives each row the numbers it gets alone (as the superblock kernels do). */
 
 /* [v0 lo, v1 lo, v2 lo, v3 lo | v0 hi, v1 hi, v2 hi, v3 hi]: the sums of each 128-bit half */
 INLINE __m256i hsum4_epi32(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
@@ -80,7 +81,6 @@ INLINE void block32_row(const uint8_t *w, const int type, const acts_t *x, int64
     const int is_signed = type == T_Q8_0;
     const float *xd = d_at(x, t0, 0), *bsum = bsum_at(x, t0, 0);
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, mins = _mm256_setzero_ps();
-    float row_mins = 0.f;  /* one row: its minimum terms as a scalar (cheaper than a vector of the tile) */
     for (int64_t b = 0; b < k / QK; b++) {
         __m256i q;
         float d, m = 0.f;
@@ -106,8 +106,7 @@ INLINE void block32_row(const uint8_t *w, const int type, const acts_t *x, int64
                 q = _mm256_or_si256(nibbles32(blk->qs), fifth_bits32(blk->qh));
             }
         }
-        if (type != T_Q8_0 && nt == 1) row_mins += m * bsum[b * MAX_T];
-        else if (type != T_Q8_0) mins = _mm256_fmadd_ps(_mm256_set1_ps(m), _mm256_loadu_ps(bsum + b * MAX_T), mins);
+        if (type != T_Q8_0) mins = _mm256_fmadd_ps(_mm256_set1_ps(m), _mm256_loadu_ps(bsum + b * MAX_T), mins);
         const __m256i q_abs = is_signed ? _mm256_sign_epi8(q, q) : q;
         __m256i p[MAX_T];
         for (int t = 0; t < MAX_T; t++) {
@@ -116,24 +115,16 @@ INLINE void block32_row(const uint8_t *w, const int type, const acts_t *x, int64
             const __m256i xq = load32(x->q + (t0 + t) * k + b * QK);
             p[t] = dot_u8s8(q_abs, is_signed ? _mm256_sign_epi8(xq, q) : xq);
         }
-        if (nt == 1) {
-            acc[0] = _mm256_fmadd_ps(_mm256_set1_ps(d * xd[b * MAX_T]), _mm256_cvtepi32_ps(p[0]), acc[0]);
-        } else {
-            for (int g = 0; g < (nt + 3) / 4; g++) {
-                const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_broadcast_ps((const __m128 *)(xd + b * MAX_T + 4 * g)));
-                const __m256i sums = hsum4_epi32(p[4 * g], p[4 * g + 1], p[4 * g + 2], p[4 * g + 3]);
-                acc[g] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums), acc[g]);
-            }
+        for (int g = 0; g < (nt + 3) / 4; g++) {
+            const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_broadcast_ps((const __m128 *)(xd + b * MAX_T + 4 * g)));
+            const __m256i sums = hsum4_epi32(p[4 * g], p[4 * g + 1], p[4 * g + 2], p[4 * g + 3]);
+            acc[g] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(sums), acc[g]);
         }
     }
     float rows[MAX_T], m[MAX_T];
     _mm256_storeu_ps(m, mins);
-    if (nt == 1) {
-        rows[0] = hsum(acc[0]) + row_mins;
-    } else {
-        for (int g = 0; g < (nt + 3) / 4; g++)
-            _mm_storeu_ps(rows + 4 * g, _mm_add_ps(_mm256_castps256_ps128(acc[g]), _mm256_extractf128_ps(acc[g], 1)));
-    }
+    for (int g = 0; g < (nt + 3) / 4; g++)
+        _mm_storeu_ps(rows + 4 * g, _mm_add_ps(_mm256_castps256_ps128(acc[g]), _mm256_extractf128_ps(acc[g], 1)));
     for (int t = 0; t < nt; t++) y[t * ldy] = rows[t] + m[t];
 }
 
