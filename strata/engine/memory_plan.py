@@ -25,6 +25,7 @@ import torch
 from strata.cache.block_allocator import blocks_needed
 from strata.cache.pools import KVPool
 from strata.config import EngineConfig, ModelConfig, SpecConfig, kv_cache_torch_dtype
+from strata.experts.placement import staging_capacity
 from strata.runner.memory import GiB, GpuBudget, ModelDoesNotFit, WeightSizes, activation_headroom, \
     auto_expert_slots, check_host_fits, check_weights_fit, host_available_bytes, kv_reserve_tokens, measure_budget, \
     weight_sizes
@@ -150,7 +151,7 @@ class MemoryPlan:
         # allocator's rounding: on the H200 the KV pool got 0.33 GiB less than this reserve without it
         kv_reserve = reserve_blocks * self.block_bytes + RUNTIME_GROWTH_BYTES
         staging = 0 if experts.parse_pcie_frac() == 0 and not experts.prompt_stream_min_pairs \
-            else min(cfg.num_experts, 8 * cfg.num_experts_per_tok)
+            else staging_capacity(cfg.num_experts, cfg.num_experts_per_tok)
         slots = auto_expert_slots(sizes, self._budget().available, self.set_aside, kv_reserve, staging)
         if slots < sizes.num_experts:
             logger.warning("expert_cache=auto: %d of %d routed experts fit on the GPU (KV reserve %.1f GiB, "

@@ -21,7 +21,7 @@ from strata.config import ExpertConfig
 from strata.experts.calibrate import measure_pcie_share
 from strata.experts.cpu_pool import CpuExpertPool
 from strata.experts.host_memory import host_copy
-from strata.experts.placement import initial_hot_set, plan_swaps
+from strata.experts.placement import initial_hot_set, plan_swaps, staging_capacity
 from strata.experts.profile import load_profile, save_profile
 from strata.experts.provider import HostExchange, OffloadedExperts
 from strata.experts.slots import ExpertSlots
@@ -30,9 +30,6 @@ from strata.model.moe import MoEBlock, PackedLocalExperts
 
 logger = logging.getLogger(__name__)
 
-# staging slots cover the distinct misses of ~8 tokens of one layer: at decode more misses fall back to
-# the CPU; a prompt chunk streams its experts through them in rounds (prompt_stream_min_pairs)
-_STAGING_TOKENS = 8
 # at most this share of the hot set changes per update, which bounds the PCIe traffic of one update
 _MAX_SWAP_SHARE = 1 / 8
 
@@ -107,7 +104,7 @@ class ExpertManager:
         self.pcie_frac = pcie
         # prompt chunks stream experts over PCIe only to a GPU (on the CPU both sides are the same cores)
         stream = self.config.prompt_stream_min_pairs if torch.device(device).type == "cuda" else 0
-        num_staging = math.ceil((1.0 if stream else pcie) * min(self.num_experts, _STAGING_TOKENS * self.top_k))
+        num_staging = math.ceil((1.0 if stream else pcie) * staging_capacity(self.num_experts, self.top_k))
         self.slots = ExpertSlots(host_w13, host_w2, self.num_slots, num_staging, device, qtypes)
         self.slots.fill(initial_hot_set(self.num_slots, self.num_layers, self.num_experts, self.config.expert_split,
                                         self.profile_counts))

@@ -13,6 +13,16 @@ import torch
 
 Expert = tuple[int, int]  # (MoE layer index, expert id)
 
+# staging slots cover the distinct misses of ~8 tokens of one layer: at decode more misses fall back to
+# the CPU; a prompt chunk streams its experts through them in rounds (prompt_stream_min_pairs)
+STAGING_TOKENS = 8
+
+
+def staging_capacity(num_experts: int, top_k: int) -> int:
+    """PCIe staging slots at full size (the memory plan sets them aside, the expert manager allocates them:
+    all of them for prompt streaming, the PCIe share of them for decode staging alone)."""
+    return min(num_experts, STAGING_TOKENS * top_k)
+
 
 def initial_hot_set(num_slots: int, num_layers: int, num_experts: int, split: str,
                     profile_counts: torch.Tensor | None = None) -> list[Expert]:
