@@ -1,11 +1,7 @@
-# Session 20's first device call (prepared in session 19). Build the tarball first:
-#   git archive HEAD -o .base/src.tar && git rev-parse --short HEAD > .base/COMMIT
-# run with carry [".whl", ".base"]; each part has its own limit, `timeout -s INT` prints where a hang was.
-export PYTHONUNBUFFERED=1 STRATA_COMMIT=$(cat .base/COMMIT)
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/hf .whl/hf/*.whl
-mkdir -p /tmp/src && tar -xf .base/src.tar -C /tmp/src && cd /tmp/src && cp tools/gpu_ab/*.py .
-export PYTHONPATH=/tmp/src:/tmp/site:/tmp/hf
+# Session 20's first device call (prepared in session 19): `bash tools/gpu_ab/next_call1.sh` with carry
+# [".whl", ".base"] after building the archive (device_setup.sh says how); each part has its own limit,
+# `timeout -s INT` prints where a hang was.
+source tools/gpu_ab/device_setup.sh
 M='random:qwen3-next-80b-a3b?num_hidden_layers=8'
 S=$(date +%s)
 # GPU tests written or touched in session 19 and not yet run there (-v: names survive a timeout)
