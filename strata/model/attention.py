@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from strata.cache.host_kv import consecutive_runs
 from strata.config import ModelConfig, kv_scale_key
 from strata.kernels.kv_quant import read_kv_ref, write_kv_ref
 from strata.model import ops
@@ -28,7 +29,7 @@ from strata.model.context import ForwardContext
 from strata.model.linear import Linear
 from strata.model.norm import RMSNorm
 from strata.model.rotary import RotaryEmbedding
-from strata.transfer import index_tensor
+from strata.transfer import index_tensor, raw
 
 _BATCHED_MAX_QUERY_LEN = 16
 
@@ -54,15 +55,27 @@ def _gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int, dtyp
     # index_select, not cache[block_table]: advanced indexing on a large pool is far slower on the CPU
     if host is not None:  # one sequence (block_table [nb]) whose first h blocks are in the host tier
         host_cache, host_scale, host_ids = host
-        num_host = host_ids.shape[0] * cache.shape[1]
-        front = _gather_kv(host_cache, host_ids, num_host, dtype, host_scale).to(cache.device)  # [h * B, Hkv, D]
-        back = _gather_kv(cache, block_table[host_ids.shape[0]:], length - num_host, dtype, cache_scale)
-        return torch.cat([front, back])
+        front_scale = None if host_scale is None else _host_blocks(host_scale, host_ids, cache.device)
+        front = read_kv_ref(_host_blocks(host_cache, host_ids, cache.device), front_scale, dtype)  # [h, B, Hkv, D]
+        back = _gather_kv(cache, block_table[host_ids.shape[0]:], length - front.shape[0] * cache.shape[1], dtype,
+                          cache_scale)
+        return torch.cat([front.flatten(0, 1), back])
     index = block_table.flatten()
     scales = None if cache_scale is None else cache_scale.index_select(0, index)    # [S * nb, B, Hkv]
     blocks = read_kv_ref(cache.index_select(0, index), scales, dtype)               # [S * nb, B, Hkv, D]
     flat = blocks.view(*block_table.shape[:-1], -1, *cache.shape[2:])
     return flat[..., :length, :, :]
+
+
+def _host_blocks(host_cache: torch.Tensor, host_ids: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """host_cache[host_ids] ([h, ...], a sequence's blocks of the host tier) on `device`. To CUDA each run of
+    consecutive blocks is one copy from the pinned tier (DMA at PCIe speed): an index_select would read
+    every row with the CPU, and a long prompt's chunks read up to the whole tier of each layer."""
+    if host_cache.device == device:
+        return host_cache.index_select(0, host_ids.to(device))
+    runs = consecutive_runs(host_ids.tolist())
+    parts = [raw(host_cache)[start:start + count].to(device, non_blocking=True) for _, start, count in runs]
+    return torch.cat(parts).view(host_cache.dtype)
 
 
 def host_parts(ctx: ForwardContext, host_kv: HostKV, seq: int) -> tuple[HostPart, HostPart]:
