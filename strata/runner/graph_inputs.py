@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from strata.model.context import ForwardContext, ForwardScratch
+from strata.runner.table_arrays import TableArrays
 from strata.types import ScheduledSlot
 
 
@@ -53,6 +54,7 @@ class GraphInputs:
         self.device_flat = torch.zeros(total, dtype=torch.long, device=device)
         self.has_initial_bool = torch.zeros(max_slots, dtype=torch.bool, device=device)
         self.num_real_rows = self._device("num_real_rows")  # [1] token rows before the padding
+        self.table_arrays = TableArrays()
 
     def _host(self, name: str) -> np.ndarray:
         start, end = self.offsets[name]
@@ -80,7 +82,7 @@ class GraphInputs:
         tables = self._host("block_tables").reshape(self.max_slots, self.width)
         window = np.arange(n)
         for i, work in enumerate(scheduled):
-            table = np.asarray(block_tables[work.slot_id], dtype=np.int64)
+            table = self.table_arrays.get(block_tables, work.slot_id)
             s, c, m = i * n, work.num_computed_tokens, work.num_new_tokens
             ids[s:s + m], ids[s + m:s + n] = work.token_ids, 0
             pos[s:s + n] = c + window
@@ -111,7 +113,7 @@ class GraphInputs:
         count; padding rows count none."""
         counts = self._host("host_block_counts")
         for i, work in enumerate(scheduled):
-            host = host_tables.get(work.slot_id, ())
+            host = self.table_arrays.get(host_tables, work.slot_id)
             tables[i, :len(host)], counts[i] = host, len(host)
         counts[len(scheduled):num_slots] = 0
 

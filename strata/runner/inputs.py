@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from strata.model.context import ForwardContext, ForwardScratch
+from strata.runner.table_arrays import TableArrays
 from strata.transfer import index_tensor
 from strata.types import ScheduledSlot
 
@@ -22,16 +23,19 @@ class StepInputs:
 def build_inputs(scheduled: list[ScheduledSlot], block_tables: dict[int, list[int]], block_size: int,
                  kv_caches: dict, state_caches: dict, device: str, split_table_width: int = 0,
                  keep_window_states: bool = False, scratch: ForwardScratch | None = None,
-                 host_tables: dict[int, list[int]] | None = None, host_kv_caches: dict | None = None) -> StepInputs:
+                 host_tables: dict[int, list[int]] | None = None, host_kv_caches: dict | None = None,
+                 arrays: TableArrays | None = None) -> StepInputs:
     """`scratch`: the caller's per-forward scratch, reset here (a fresh one when None). `split_table_width`: the attention kernel splits each context as if block tables had this many
     columns (the CUDA graphs' width), so eager and graph steps of one layout round alike. `host_tables`:
-    each slot's first blocks in the host tier `host_kv_caches` (--kv-resident-tokens)."""
+    each slot's first blocks in the host tier `host_kv_caches` (--kv-resident-tokens). `arrays`: the caller's
+    cache of the tables' numpy copies (table_arrays.py; a fresh one when None)."""
+    arrays = arrays or TableArrays()
     input_ids: list[int] = []
     positions: list[np.ndarray] = []
     slot_mapping: list[np.ndarray] = []
     query_start_loc = [0]
     for work in scheduled:
-        table = np.asarray(block_tables[work.slot_id], dtype=np.int64)
+        table = arrays.get(block_tables, work.slot_id)
         pos = np.arange(work.num_computed_tokens, work.num_computed_tokens + work.num_new_tokens)
         positions.append(pos)
         slot_mapping.append(table[pos // block_size] * block_size + pos % block_size)
@@ -41,13 +45,15 @@ def build_inputs(scheduled: list[ScheduledSlot], block_tables: dict[int, list[in
     width = max(len(block_tables[w.slot_id]) for w in scheduled)
     tables = np.zeros((num_seqs, width), dtype=np.int64)                                   # padded with 0
     for row, work in enumerate(scheduled):
-        tables[row, :len(block_tables[work.slot_id])] = block_tables[work.slot_id]
+        table = arrays.get(block_tables, work.slot_id)
+        tables[row, :len(table)] = table
     num_computed = tuple(w.num_computed_tokens for w in scheduled)
     query_lens = tuple(w.num_new_tokens for w in scheduled)
     host_ids = tuple(tuple(host_tables.get(w.slot_id, ())) for w in scheduled) if host_tables else ()
     host_width = max(map(len, host_ids), default=0)
     host_flat = np.zeros((num_seqs, host_width), dtype=np.int64)                           # padded with 0
-    for row, ids_of_slot in enumerate(host_ids if host_width else ()):
+    for row, work in enumerate(scheduled if host_width else ()):
+        ids_of_slot = arrays.get(host_tables, work.slot_id)
         host_flat[row, :len(ids_of_slot)] = ids_of_slot
     # every index array in one host buffer, one copy to the device (pinned, not blocking the host)
     parts = [np.asarray(input_ids, dtype=np.int64), np.concatenate(positions), np.concatenate(slot_mapping),

@@ -27,6 +27,7 @@ from strata.runner.cuda_graphs import CudaGraphCache, prompt_graph_rows, prompt_
 from strata.runner.graph_inputs import GraphInputs
 from strata.runner.inputs import StepInputs, build_inputs
 from strata.runner.kv_tiers import HostKVTiers
+from strata.runner.table_arrays import TableArrays
 from strata.sample import Sampler
 from strata.spec.speculator import Speculator
 from strata.types import SlotResult, StepPlan, StepResult
@@ -117,6 +118,7 @@ class ModelRunner:
         self.host_park = HostParkPool(self.kv_pool, self.checkpoint_pool, *park_rows) if any(park_rows) else None
         self.sampler = Sampler(max_num_seqs, cfg.vocab_size, list(cfg.eos_token_ids), device, seed=seed)
         self.block_tables: dict[int, list[int]] = {}
+        self.table_arrays = TableArrays()  # their numpy copies, reused while a list is unchanged
         self.scratch = ForwardScratch()  # reset by every eager step's input builder
         self.speculation = Speculator(spec, model, self.sampler, self.state_pool.caches, self._mtp_context, seed)
 
@@ -168,7 +170,7 @@ class ModelRunner:
                               self.state_pool.caches, self.device,
                               split_table_width=self.split_table_width,
                               keep_window_states=self._has_windows(plan), scratch=self.scratch,
-                              **self._host_tier(plan.scheduled))
+                              arrays=self.table_arrays, **self._host_tier(plan.scheduled))
         if feed is not None:
             inputs.input_ids[:feed.shape[0]].copy_(feed)
         if self.graphs is not None and self.experts is not None:  # graph steps left their padded count there
@@ -266,7 +268,8 @@ class ModelRunner:
     def _mtp_context(self, scheduled: list, block_tables: dict[int, list[int]]):
         """The context of one MTP drafting pass (its own KV only, no recurrent state)."""
         return build_inputs(scheduled, block_tables, self.block_size, self.kv_pool.caches, {}, self.device,
-                            split_table_width=self.split_table_width, **self._host_tier(scheduled)).ctx
+                            split_table_width=self.split_table_width, arrays=self.table_arrays,
+                            **self._host_tier(scheduled)).ctx
 
     def _host_tier(self, scheduled: list) -> dict:
         """build_inputs' host-tier arguments (none without --kv-resident-tokens) for an eager context of

@@ -98,18 +98,20 @@ class PrefixManager:
         """Make every block that is now full of computed, committed tokens findable."""
         if not self.enabled or not state.request.cache_prefix:
             return
-        tokens = state.all_token_ids()
         # computed positions past the kept tokens (accepted past max_tokens, dropped) hold no token to hash
-        num_full = min(min(state.num_computed_tokens, len(tokens)) // self.block_size, state.num_blocks)
-        if num_full <= len(state.block_hashes):
+        num_full = min(min(state.num_computed_tokens, state.num_tokens) // self.block_size, state.num_blocks)
+        first = len(state.block_hashes)
+        if num_full <= first:  # (most steps: checked before any token list is built, whatever the context)
             return
+        bs = self.block_size
+        tokens = state.token_range(first * bs, num_full * bs)  # only the new blocks' tokens
         parent = state.block_hashes[-1] if state.block_hashes else None
-        new = chain_hashes(tokens, self.block_size, num_full, parent, start_block=len(state.block_hashes))
+        new = chain_hashes(tokens, bs, num_full - first, parent)
         num_host = len(state.host_block_ids)
-        for i, block_hash in enumerate(new, start=len(state.block_hashes)):
+        for i, block_hash in enumerate(new, start=first):
             if i >= num_host:  # a block already in the host tier left the device unregistered: private
                 self.allocator.register(state.block_ids[i - num_host], block_hash,
-                                        tuple(tokens[i * self.block_size:(i + 1) * self.block_size]))
+                                        tuple(tokens[(i - first) * bs:(i - first + 1) * bs]))
         state.block_hashes.extend(new)
 
     def checkpoint_due(self, state: RequestState, ahead: bool = False) -> int | None:
@@ -128,7 +130,8 @@ class PrefixManager:
             key = state.block_hashes[index]
         elif ahead and len(state.block_hashes) == index and state.num_tokens >= computed:
             parent = state.block_hashes[-1] if state.block_hashes else None
-            key = chain_hashes(state.all_token_ids(), self.block_size, index + 1, parent, start_block=index)[0]
+            block = state.token_range(index * self.block_size, computed)  # the one block it completes
+            key = chain_hashes(block, self.block_size, 1, parent)[0]
         else:
             return None
         prompt_len = len(state.prompt_token_ids)

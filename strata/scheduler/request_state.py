@@ -63,10 +63,13 @@ class RequestState:
         return self.request.prompt_token_ids + self.output_token_ids
 
     def token_range(self, start: int, end: int) -> list[int]:
+        """Tokens [start, end) of prompt + output, copying only that range (a step's new blocks at any context)."""
         prompt = self.request.prompt_token_ids
         if end <= len(prompt):
             return prompt[start:end]
-        return (prompt + self.output_token_ids)[start:end]
+        if start >= len(prompt):
+            return self.output_token_ids[start - len(prompt):end - len(prompt)]
+        return prompt[start:] + self.output_token_ids[:end - len(prompt)]
 
     def remaining_output(self, max_model_len: int) -> int:
         """Tokens this request may still emit before max_tokens or max_model_len."""
