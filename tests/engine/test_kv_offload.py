@@ -174,3 +174,27 @@ def test_the_memory_plan_sizes_the_device_pool_by_the_window_and_prints_the_host
     with pytest.raises(ValueError, match=r"fewer than one sequence of max_model_len=4096 moves there beyond "
                                          r"kv_resident_tokens=512 \(224 blocks"):
         plan(kv_resident_tokens=512, num_gpu_blocks=10**4, kv_host_mib=0).cache_sizes()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kv_dtype", ["auto", "int8", "fp8"])
+def test_cuda_prompt_chunks_read_host_blocks_like_all_resident(kv_dtype, tiny_model_dir):
+    """On CUDA, prompt chunks longer than the kernel's windows (24 tokens here) attend through the torch
+    path, which copies each sequence's host blocks to the device run by run (attention._host_blocks) and
+    dequantizes them there; with small chunks most of each prompt's context is in the host tier by its
+    last chunks. Greedy output equals the all-resident run (float32 model; the same KV dtype both)."""
+    import torch
+
+    def run(**options):
+        llm = LLM(tiny_model_dir("qwen3_next"), dtype="float32", device="cuda", max_num_seqs=4, block_size=BLOCK,
+                  max_num_batched_tokens=24, kv_cache_dtype=kv_dtype, cuda_graphs=False, **options)
+        moved = _count_moves(llm)
+        out = _generate(llm, [p * 3 for p in PROMPTS])
+        del llm
+        torch.cuda.empty_cache()
+        return out, moved[0]
+
+    reference, _ = run()
+    windowed, moved = run(kv_resident_tokens=WINDOW)
+    assert moved > 0
+    assert windowed == reference
