@@ -321,6 +321,10 @@ class CacheConfig:
     kv_host_mib: int | None = _opt(None, "with --kv-resident-tokens: host RAM for the offloaded KV blocks (default: "
                                          "every slot at max_model_len; on CUDA at most 16 GiB and a quarter of "
                                          "the available RAM, at least one sequence)")
+    kv_staging_layers: int = _opt(0, "with --kv-resident-tokens: copy each step's host blocks into a device ring "
+                                     "of N attention layers (each one sequence at max_model_len), layer by layer "
+                                     "ahead of its attention while other layers compute; 0: attention reads the "
+                                     "host tier over PCIe itself")
 
     def __post_init__(self) -> None:
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:  # asked-for int8 / fp8 KV must not silently stay 16-bit
@@ -328,6 +332,9 @@ class CacheConfig:
                              f"{self.kv_cache_dtype!r}")
         if self.kv_resident_tokens < 0 or (self.kv_host_mib is not None and self.kv_host_mib < 0):
             raise ValueError("kv_resident_tokens and kv_host_mib must not be negative")
+        if self.kv_staging_layers < 0 or (self.kv_staging_layers and not self.kv_resident_tokens):
+            raise ValueError(f"kv_staging_layers={self.kv_staging_layers}: staging needs KV beyond VRAM "
+                             f"(--kv-resident-tokens) and a ring of at least one layer (0: no staging)")
         if self.kv_resident_tokens and self.kv_resident_tokens < self.block_size:
             raise ValueError(f"kv_resident_tokens={self.kv_resident_tokens} is smaller than one KV block "
                              f"({self.block_size} tokens); pass 0 (all resident) or at least {self.block_size}")

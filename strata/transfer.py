@@ -22,3 +22,14 @@ def index_tensor(values, device: torch.device | str, dtype: torch.dtype = torch.
     if torch.device(device).type != "cuda" or torch.cuda.is_current_stream_capturing():
         return host.to(device)
     return host.pin_memory().to(device, non_blocking=True)
+
+
+def consecutive_runs(ids: list[int]) -> list[tuple[int, int, int]]:
+    """ids -> (index of the run's first id in ids, its first id, its length) for each run of consecutive ids."""
+    runs = []
+    for i, block in enumerate(ids):
+        if runs and runs[-1][1] + runs[-1][2] == block:
+            runs[-1] = (runs[-1][0], runs[-1][1], runs[-1][2] + 1)
+        else:
+            runs.append((i, block, 1))
+    return runs

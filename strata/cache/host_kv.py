@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from strata.cache.pools import KVPool, zeros
-from strata.transfer import index_tensor, raw
+from strata.transfer import consecutive_runs, index_tensor, raw
 
 
 class HostKVPool:
@@ -83,14 +83,3 @@ def offload_blocks(src: dict, src_ids: list[int], dst: dict, dst_ids: list[int])
             rows = raw(source).index_select(0, index)                       # [n, B, ...] on the source's device
             for first, start, count in runs:
                 raw(target)[start:start + count].copy_(rows[first:first + count], non_blocking=True)
-
-
-def consecutive_runs(ids: list[int]) -> list[tuple[int, int, int]]:
-    """ids -> (index of the run's first id in ids, its first id, its length) for each run of consecutive ids."""
-    runs = []
-    for i, block in enumerate(ids):
-        if runs and runs[-1][1] + runs[-1][2] == block:
-            runs[-1] = (runs[-1][0], runs[-1][1], runs[-1][2] + 1)
-        else:
-            runs.append((i, block, 1))
-    return runs

@@ -124,7 +124,8 @@ def build_engine(config: EngineConfig, quiet: bool = False, shared: LoadedModel 
     runner = ModelRunner(loaded.model, loaded.experts, sizes.num_kv_blocks, config.cache.block_size,
                          config.scheduler.max_num_seqs, device, config.runner.seed, spec, sizes.num_checkpoints,
                          sizes.park_rows, config.runner, max_model_len,
-                         kv_cache_torch_dtype(config.cache.kv_cache_dtype, DTYPES[dtype]), sizes.num_host_kv_blocks)
+                         kv_cache_torch_dtype(config.cache.kv_cache_dtype, DTYPES[dtype]), sizes.num_host_kv_blocks,
+                         sizes.kv_staging)
     expert_token_budget = None
     if loaded.experts is not None and loaded.experts.offloaded:
         expert_token_budget = tokens_for_expert_budget(cfg.num_experts, cfg.num_experts_per_tok,

@@ -57,6 +57,7 @@ class CacheSizes:
     park_rows: tuple[int, int]      # host-RAM rows of the conversation cache: (KV blocks, checkpoints)
     max_model_len: int              # as given, or sized from the KV pool when not given (CUDA)
     num_host_kv_blocks: int = 0     # the host tier of KV beyond VRAM (--kv-resident-tokens)
+    kv_staging: tuple[int, int] = (0, 0)  # --kv-staging-layers: (ring layers, blocks a layer's entry holds)
 
 
 class MemoryPlan:
@@ -69,7 +70,8 @@ class MemoryPlan:
         self.sized_context = self.on_cuda and config.scheduler.max_model_len is None and not config.cache.kv_offload
         self.device, self.dtype, self.recurrent_shapes = device, dtype, recurrent_shapes
         cache, sched = config.cache, config.scheduler
-        self.block_bytes = KVPool.bytes_per_block(max(len(model_config.full_attention_layers) + int(has_mtp), 1),
+        self.num_kv_layers = max(len(model_config.full_attention_layers) + int(has_mtp), 1)
+        self.block_bytes = KVPool.bytes_per_block(self.num_kv_layers,
                                                   cache.block_size, model_config.num_key_value_heads,
                                                   model_config.head_dim, kv_cache_torch_dtype(cache.kv_cache_dtype, dtype))
         if model_config.indexer_n_heads:  # QSA's index keys ride in the same blocks (KVPool extra_keys)
@@ -102,8 +104,11 @@ class MemoryPlan:
             tokens = max(slots * window, runner.cuda_graph_prompt_tokens)
             graphs = activation_headroom(self.model_config, tokens, slots, window, self.recurrent_shapes,
                                          self.dtype) - activation_headroom(self.model_config, 0, 0, 1, {}, self.dtype)
+        ring_layers, ring_blocks = self._kv_staging() if cache.kv_offload else (0, 0)
         return {"recurrent states": (sched.max_num_seqs + 1) * self.state_row_bytes,
-                "state checkpoints": checkpoints * self.state_row_bytes, "CUDA graph pool (estimate)": graphs}
+                "state checkpoints": checkpoints * self.state_row_bytes, "CUDA graph pool (estimate)": graphs,
+                f"KV staging ring ({ring_layers} layers x {ring_blocks} blocks)":
+                    ring_layers * ring_blocks * self.block_bytes // self.num_kv_layers}
 
     @property
     def set_aside(self) -> int:
@@ -167,7 +172,16 @@ class MemoryPlan:
         checkpoints = cache.checkpoint_pool_size if recurrent and cache.enable_prefix_caching else 0
         park_rows = self._conversation_cache_rows() if cache.enable_prefix_caching else (0, 0)
         num_blocks = self._num_kv_blocks()
-        return CacheSizes(num_blocks, checkpoints, park_rows, self.max_model_len, self._num_host_kv_blocks())
+        return CacheSizes(num_blocks, checkpoints, park_rows, self.max_model_len, self._num_host_kv_blocks(),
+                          self._kv_staging())
+
+    def _kv_staging(self) -> tuple[int, int]:
+        """(ring layers, blocks an entry holds): one sequence's host blocks at max_model_len per entry."""
+        cache = self.config.cache
+        if not cache.kv_staging_layers:
+            return 0, 0
+        layers = min(cache.kv_staging_layers, self.num_kv_layers)
+        return layers, max(self.max_model_len - cache.kv_resident_tokens, 0) // cache.block_size + 1
 
     def _num_host_kv_blocks(self) -> int:
         """The host tier's blocks (KV beyond VRAM): --kv-host-mib, or the default (_default_host_kv_blocks);

@@ -21,7 +21,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from strata.cache.host_kv import consecutive_runs
 from strata.config import ModelConfig, kv_scale_key
 from strata.kernels.kv_quant import read_kv_ref, write_kv_ref
 from strata.model import ops
@@ -29,7 +28,7 @@ from strata.model.context import ForwardContext
 from strata.model.linear import Linear
 from strata.model.norm import RMSNorm
 from strata.model.rotary import RotaryEmbedding
-from strata.transfer import index_tensor, raw
+from strata.transfer import consecutive_runs, index_tensor, raw
 
 _BATCHED_MAX_QUERY_LEN = 16
 
@@ -280,8 +279,12 @@ class Attention(nn.Module):
     def forward(self, hidden: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         q, gate = self.queries_after_kv_write(hidden, ctx)
         k_cache, v_cache, kv_scales = self.kv_cache(ctx)
-        return self.output(paged_attention(q, k_cache, v_cache, ctx, self.scale, kv_scales, self.host_kv_cache(ctx)),
-                           gate)
+        if ctx.kv_staging is not None:  # the host tier staged into a device ring: this layer's copy first
+            ctx.kv_staging.before_attention(self.layer_idx)
+        out = paged_attention(q, k_cache, v_cache, ctx, self.scale, kv_scales, self.host_kv_cache(ctx))
+        if ctx.kv_staging is not None:
+            ctx.kv_staging.after_attention(self.layer_idx)
+        return self.output(out, gate)
 
     def kv_cache(self, ctx: ForwardContext) -> tuple[torch.Tensor, torch.Tensor, KVScales]:
         """This layer's (K cache, V cache, their scales when int8 else None) in the step's KV pool."""

@@ -76,6 +76,9 @@ class ForwardContext:
     host_block_ids: tuple[tuple[int, ...], ...] = ()   # host copies, per sequence (empty: all on the device)
     host_block_tables: torch.Tensor | None = None      # [S, Wh] long on the device (padded with 0)
     host_block_counts: torch.Tensor | None = None      # [S] long on the device: len(host_block_ids[i])
+    # --kv-staging-layers: host_kv_caches is then a device ring the step's host blocks are copied into, layer
+    # by layer (runner/kv_staging.py); attention calls its before/after hooks around its read
+    kv_staging: object | None = None
 
     @property
     def has_host_blocks(self) -> bool:

@@ -48,6 +48,7 @@ from torch import nn
 
 from strata.model.context import ForwardContext, ForwardScratch
 from strata.runner.graph_inputs import GraphInputs
+from strata.runner.kv_staging import HostKVStaging
 from strata.runner.kv_tiers import HostKVTiers
 from strata.split_graphs import SplitCapture, SplitGraph
 from strata.types import ScheduledSlot
@@ -84,7 +85,8 @@ class CudaGraphCache:
     def __init__(self, model: nn.Module, inputs: GraphInputs, kv_caches: dict, state_caches: dict,
                  max_slots: int, max_tokens_per_slot: int, capacity: int,
                  host_plan: Callable[[], tuple] | None = None, real_rows: torch.Tensor | None = None,
-                 max_prompt_tokens: int = 0, host_kv: HostKVTiers | None = None) -> None:
+                 max_prompt_tokens: int = 0, host_kv: HostKVTiers | None = None,
+                 staging: HostKVStaging | None = None) -> None:
         if capacity < 0:
             raise ValueError(f"cuda_graph_cache_size must be 0 (every warm-up layout) or more, got {capacity}")
         self.model, self.inputs = model, inputs
@@ -97,6 +99,7 @@ class CudaGraphCache:
         self.kv_caches, self.state_caches = kv_caches, state_caches
         assert (host_kv is not None) == inputs.host_tier, "graphs read a host KV tier iff their inputs carry one"
         self.host_kv = host_kv
+        self.staging = staging  # graphs then read its ring; the runner replays only steps that fit it
         # verification windows of hybrid models record the recurrent state after every token: one set
         # of buffers for the largest layout, shared by every graph
         max_tokens = max_slots * max_tokens_per_slot
@@ -192,18 +195,24 @@ class CudaGraphCache:
             return None
         captured = self.graphs[key]
         num_slots, n = key
-        self.inputs.fill(scheduled, block_tables, num_slots, n, self._host_tables())
+        host_tables = self._host_tables()
+        if self.staging is not None:  # the slots' host blocks as ring rows, their first copies queued
+            host_tables = self.staging.begin(scheduled, host_tables)
+            assert host_tables is not None, "a step replays with staging only when its host blocks fit the ring"
+        self.inputs.fill(scheduled, block_tables, num_slots, n, host_tables)
         if feed is not None:
             self.inputs.feed_input_ids(feed)
         real = sum(w.num_new_tokens for w in scheduled)
         captured.graph.replay(real)
+        if self.staging is not None:
+            self.staging.end()
         self.num_replays += 1
         # what the graph wrote, seen through the real rows; nothing else of the capture's scratch
         scratch = ForwardScratch(window_states={layer: (conv[:real], ssm[:real])
                                                 for layer, (conv, ssm) in captured.window_states.items()})
         input_ids, ctx = self.inputs.context(len(scheduled), n, self.kv_caches, self.state_caches,
                                              bool(captured.window_states), scratch, scheduled, self._host_caches(),
-                                             self._host_tables())
+                                             host_tables, self.staging)
         # slot i's rows start at i * n (a fresh prompt's padding rows follow its own real rows)
         return GraphStep(input_ids, captured.hidden[:len(scheduled) * n], ctx)
 
@@ -251,7 +260,7 @@ class CudaGraphCache:
             self.inputs.fill([], {}, num_slots, n)  # padding only: scratch KV block and state row
             scratch = ForwardScratch(window_buffers=self.window_buffers)
             input_ids, ctx = self.inputs.context(num_slots, n, self.kv_caches, self.state_caches, keep_window_states,
-                                                 scratch, host_kv_caches=self._host_caches())
+                                                 scratch, host_kv_caches=self._host_caches(), kv_staging=self.staging)
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):  # warm-up: compiles kernels and sizes workspaces
@@ -281,6 +290,8 @@ class CudaGraphCache:
         return self.model(input_ids, ctx)
 
     def _host_caches(self) -> dict | None:
+        if self.staging is not None:
+            return self.staging.view
         return None if self.host_kv is None else self.host_kv.caches
 
     def _host_tables(self) -> dict[int, list[int]] | None:

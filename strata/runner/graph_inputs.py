@@ -125,12 +125,14 @@ class GraphInputs:
     def context(self, num_slots: int, tokens_per_slot: int, kv_caches: dict, state_caches: dict,
                 keep_window_states: bool, scratch: ForwardScratch,
                 scheduled: list[ScheduledSlot] | None = None, host_kv_caches: dict | None = None,
-                host_tables: dict[int, list[int]] | None = None) -> tuple[torch.Tensor, ForwardContext]:
+                host_tables: dict[int, list[int]] | None = None,
+                kv_staging=None) -> tuple[torch.Tensor, ForwardContext]:
         """Views of the buffers for a layout (what a graph captures). The bool flags are derived on the
         device from the int64 copy by the caller's captured work (see `derive_flags`). `scheduled`: the
         real slots of a replayed step, whose host copies of the lengths (and host blocks, `host_tables`)
         the context then carries (a capture has none: the eager torch paths that read them never run
-        inside a graph). `host_kv_caches`: the host KV tier (host_tier only)."""
+        inside a graph). `host_kv_caches`: the host KV tier (host_tier only), or with `kv_staging` its
+        device ring (runner/kv_staging.py), whose hooks the attention layers then call."""
         t = num_slots * tokens_per_slot
         if scheduled is None:
             query_lens, num_computed = (tokens_per_slot,) * num_slots, (0,) * num_slots
@@ -143,7 +145,8 @@ class GraphInputs:
             host_ids = tuple(tuple((host_tables or {}).get(w.slot_id, ())) for w in scheduled or ())
             host = {"host_kv_caches": host_kv_caches, "host_block_ids": host_ids,
                     "host_block_tables": block_tables,  # the same table: its first count columns are host blocks
-                    "host_block_counts": self._device("host_block_counts")[:num_slots]}           # [S]
+                    "host_block_counts": self._device("host_block_counts")[:num_slots],           # [S]
+                    "kv_staging": kv_staging}
         ctx = ForwardContext(
             positions=self._device("positions")[:t],
             slot_mapping=self._device("slot_mapping")[:t],

@@ -24,11 +24,12 @@ def build_inputs(scheduled: list[ScheduledSlot], block_tables: dict[int, list[in
                  kv_caches: dict, state_caches: dict, device: str, split_table_width: int = 0,
                  keep_window_states: bool = False, scratch: ForwardScratch | None = None,
                  host_tables: dict[int, list[int]] | None = None, host_kv_caches: dict | None = None,
-                 arrays: TableArrays | None = None) -> StepInputs:
+                 arrays: TableArrays | None = None, kv_staging=None) -> StepInputs:
     """`scratch`: the caller's per-forward scratch, reset here (a fresh one when None). `split_table_width`: the attention kernel splits each context as if block tables had this many
     columns (the CUDA graphs' width), so eager and graph steps of one layout round alike. `host_tables`:
     each slot's first blocks in the host tier `host_kv_caches` (--kv-resident-tokens). `arrays`: the caller's
-    cache of the tables' numpy copies (table_arrays.py; a fresh one when None)."""
+    cache of the tables' numpy copies (table_arrays.py; a fresh one when None). `kv_staging`: the host tier
+    is staged (runner/kv_staging.py): `host_tables` are ring rows and `host_kv_caches` the ring."""
     arrays = arrays or TableArrays()
     input_ids: list[int] = []
     positions: list[np.ndarray] = []
@@ -83,6 +84,7 @@ def build_inputs(scheduled: list[ScheduledSlot], block_tables: dict[int, list[in
         **({} if not host_width else {
             "host_kv_caches": host_kv_caches, "host_block_ids": host_ids,
             "host_block_tables": host_table.view(num_seqs, host_width),  # [S, Wh]
-            "host_block_counts": host_counts}),                          # [S]
+            "host_block_counts": host_counts,                            # [S]
+            "kv_staging": kv_staging}),
     )
     return StepInputs(ids, ctx, query_start_loc[:-1])

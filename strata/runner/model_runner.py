@@ -26,6 +26,7 @@ from strata.model.gated_delta_net import TRITON_MAX_QUERY_LEN
 from strata.runner.cuda_graphs import CudaGraphCache, prompt_graph_rows, prompt_token_limit
 from strata.runner.graph_inputs import GraphInputs
 from strata.runner.inputs import StepInputs, build_inputs
+from strata.runner.kv_staging import HostKVStaging
 from strata.runner.kv_tiers import HostKVTiers
 from strata.runner.table_arrays import TableArrays
 from strata.sample import Sampler
@@ -63,10 +64,11 @@ class ModelRunner:
                  device: str, seed: int = 0, spec: SpecConfig | None = None, checkpoint_pool_size: int = 0,
                  park_rows: tuple[int, int] = (0, 0), options: RunnerConfig | None = None,
                  max_model_len: int | None = None, kv_dtype: torch.dtype | None = None,
-                 num_host_kv_blocks: int = 0) -> None:
+                 num_host_kv_blocks: int = 0, kv_staging: tuple[int, int] = (0, 0)) -> None:
         """`kv_dtype`: what K and V are stored in (the model's dtype when None; float8 e4m3 for fp8 KV, int8
         with scales beside them for int8 KV). `num_host_kv_blocks`: the host tier of KV beyond VRAM
-        (--kv-resident-tokens; 0: none)."""
+        (--kv-resident-tokens; 0: none). `kv_staging`: (ring layers, blocks an entry holds) of the host tier's
+        staging ring (--kv-staging-layers; (0, 0): attention reads the tier itself)."""
         cfg = model.config
         options = options or RunnerConfig()
         spec = spec or SpecConfig()
@@ -83,6 +85,11 @@ class ModelRunner:
                               dtype, device, model.index_key_layers(), kv_dtype)
         self.state_pool = StatePool(model.recurrent_state_shapes(), max_num_seqs + int(graphs), dtype, device)
         self.host_kv = HostKVTiers(self.kv_pool, num_host_kv_blocks) if num_host_kv_blocks else None
+        self.kv_staging = None
+        if kv_staging[0]:
+            if self.host_kv is None:
+                raise ValueError("KV staging (--kv-staging-layers) needs KV beyond VRAM (--kv-resident-tokens)")
+            self.kv_staging = HostKVStaging(self.host_kv.caches, kv_layers, *kv_staging, device)
         self.graphs = None
         max_len = max_model_len or cfg.max_position_embeddings
         # the attention kernel sizes its context splits by this table width whether or not graphs run,
@@ -107,7 +114,7 @@ class ModelRunner:
             real_rows = self.experts.real_rows if self.experts is not None else None
             self.graphs = CudaGraphCache(model, inputs, self.kv_pool.caches, self.state_pool.caches, max_slots,
                                          window, options.cuda_graph_cache_size, host_plan, real_rows, prompt_tokens,
-                                         self.host_kv)
+                                         self.host_kv, self.kv_staging)
             if options.cuda_graph_warmup:
                 started = time.perf_counter()
                 with progress.bar("capturing CUDA graphs", self.graphs.num_warm_up_keys()) as advance:
@@ -155,7 +162,9 @@ class ModelRunner:
     def _forward(self, plan: StepPlan, feed: torch.Tensor | None = None) -> tuple[StepInputs, torch.Tensor]:
         """Replay a CUDA graph when the step's layout has one (or can get one), else run eagerly.
         `feed` [S]: device token ids replacing the input ids of a one-token-per-slot step."""
-        if self.use_cuda_graphs and self.graphs is not None:
+        # graphs read the staging ring: a step whose host blocks do not fit it runs eagerly on the tier itself
+        fits_ring = self.kv_staging is None or self.kv_staging.fits(plan.scheduled, self.host_kv.tables)
+        if self.use_cuda_graphs and self.graphs is not None and fits_ring:
             key = self.graphs.layout_for(plan.scheduled)
             if key is not None:
                 step = self.graphs.run(key, plan.scheduled, self.block_tables, feed)
@@ -166,16 +175,23 @@ class ModelRunner:
                 split = self._forward_split(plan)
                 if split is not None:
                     return split
+        host = self._host_tier(plan.scheduled)
+        staged = self.kv_staging.begin(plan.scheduled, self.host_kv.tables) if host and self.kv_staging else None
+        if staged is not None:  # the step reads its host blocks from the ring, copied layer by layer
+            host = {"host_tables": staged, "host_kv_caches": self.kv_staging.view, "kv_staging": self.kv_staging}
         inputs = build_inputs(plan.scheduled, self.block_tables, self.block_size, self.kv_pool.caches,
                               self.state_pool.caches, self.device,
                               split_table_width=self.split_table_width,
                               keep_window_states=self._has_windows(plan), scratch=self.scratch,
-                              arrays=self.table_arrays, **self._host_tier(plan.scheduled))
+                              arrays=self.table_arrays, **host)
         if feed is not None:
             inputs.input_ids[:feed.shape[0]].copy_(feed)
         if self.graphs is not None and self.experts is not None:  # graph steps left their padded count there
             self.experts.real_rows.fill_(inputs.input_ids.shape[0])
-        return inputs, self.model(inputs.input_ids, inputs.ctx)
+        hidden = self.model(inputs.input_ids, inputs.ctx)
+        if staged is not None:
+            self.kv_staging.end()
+        return inputs, hidden
 
     def _forward_split(self, plan: StepPlan) -> tuple[StepInputs, torch.Tensor] | None:
         """Fresh prompts beside windows (or alone) as graph replays (split_layouts), in place of an eager

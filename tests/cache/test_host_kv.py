@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from strata.cache.host_kv import HostKVPool, consecutive_runs
+from strata.cache.host_kv import HostKVPool
+from strata.transfer import consecutive_runs
 from strata.cache.pools import KVPool
 
 

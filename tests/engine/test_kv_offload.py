@@ -154,10 +154,10 @@ def test_the_memory_plan_sizes_the_device_pool_by_the_window_and_prints_the_host
     cfg = ModelConfig(architecture="LlamaForCausalLM", vocab_size=64, hidden_size=32, intermediate_size=64,
                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8)
 
-    def plan(**cache):
+    def plan(device="cpu", **cache):
         config = EngineConfig(model="x", cache=CacheConfig(block_size=16, **cache),
                               scheduler=SchedulerConfig(max_num_seqs=8))
-        return MemoryPlan(config, cfg, SpecConfig(method="suffix", num_speculative_tokens=3), 4096, "cpu",
+        return MemoryPlan(config, cfg, SpecConfig(method="suffix", num_speculative_tokens=3), 4096, device,
                           torch.bfloat16, False, {})
 
     resident = plan().cache_sizes()
@@ -174,6 +174,12 @@ def test_the_memory_plan_sizes_the_device_pool_by_the_window_and_prints_the_host
     with pytest.raises(ValueError, match=r"fewer than one sequence of max_model_len=4096 moves there beyond "
                                          r"kv_resident_tokens=512 \(224 blocks"):
         plan(kv_resident_tokens=512, num_gpu_blocks=10**4, kv_host_mib=0).cache_sizes()
+    # --kv-staging-layers: a ring entry holds one sequence's host blocks at max_model_len; at most the model's layers
+    assert plan(kv_resident_tokens=512, kv_staging_layers=1).cache_sizes().kv_staging == (1, 224 + 1)
+    assert plan(kv_resident_tokens=512, kv_staging_layers=5).cache_sizes().kv_staging == (2, 224 + 1)
+    assert plan(kv_resident_tokens=512).cache_sizes().kv_staging == (0, 0)
+    on_gpu = plan("cuda", kv_resident_tokens=512, kv_staging_layers=1)  # the device pools count the ring
+    assert on_gpu.pools["KV staging ring (1 layers x 225 blocks)"] == 225 * on_gpu.block_bytes // 2
 
 
 @pytest.mark.gpu
@@ -198,3 +204,48 @@ def test_cuda_prompt_chunks_read_host_blocks_like_all_resident(kv_dtype, tiny_mo
     windowed, moved = run(kv_resident_tokens=WINDOW)
     assert moved > 0
     assert windowed == reference
+
+
+def _count_staged(llm: LLM) -> dict[str, int]:
+    """Counters of the runner's staging (runner/kv_staging.py): steps staged, steps that did not fit the ring
+    (run on the tier itself), and host blocks copied into the ring."""
+    staging, counts = llm.engine.runner.kv_staging, {"staged": 0, "unstaged": 0, "blocks": 0}
+    begin = staging.begin
+
+    def counted(scheduled, tables):
+        rows = begin(scheduled, tables)
+        counts["unstaged" if rows is None else "staged"] += 1
+        counts["blocks"] += sum(map(len, (rows or {}).values()))
+        return rows
+
+    staging.begin = counted
+    return counts
+
+
+@pytest.mark.parametrize("family, options", [
+    ("llama", {}), ("qwen3_next", {}), ("llama", {"kv_cache_dtype": "int8"}),
+    ("qwen3_next+mtp", {"speculative_config": {"method": "mtp", "num_speculative_tokens": 3}})])
+@pytest.mark.parametrize("layers, max_model_len", [(1, None), (2, None), (1, 96)])
+def test_staged_host_blocks_give_the_all_resident_output(family, options, layers, max_model_len, tiny_model_dir):
+    """--kv-staging-layers: each step's host blocks are copied into a ring of `layers` attention layers' entries,
+    one layer ahead of its attention, and read there at ring rows; the MTP layer's entry comes last. With
+    max_model_len 96 an entry holds 21 blocks, fewer than four long sequences have in the tier at once: those
+    steps read the tier itself, the rest are staged. Greedy output equals all-resident either way."""
+    folder = tiny_model_dir(family)
+    limits = {} if max_model_len is None else {"max_model_len": max_model_len}
+    reference = _generate(_llm(folder, **options, **limits))
+    llm = _llm(folder, kv_resident_tokens=WINDOW, kv_staging_layers=layers, **options, **limits)
+    staging = llm.engine.runner.kv_staging
+    assert staging.ring_size == layers and len(staging.ring) == layers
+    counts = _count_staged(llm)
+    assert _generate(llm) == reference
+    assert counts["staged"] > 0 and counts["blocks"] > 0
+    if max_model_len is not None:
+        assert staging.capacity == (96 - WINDOW) // BLOCK + 1 and counts["unstaged"] > 0
+
+
+def test_staging_refuses_what_it_cannot_stage(tiny_model_dir):
+    with pytest.raises(ValueError, match="kv_staging_layers=1: staging needs KV beyond VRAM"):
+        _llm(tiny_model_dir("llama"), kv_staging_layers=1)
+    with pytest.raises(ValueError, match="KV staging takes attention K/V"):  # QSA's index keys ride in the blocks
+        _llm(tiny_model_dir("qwen4_exp"), kv_resident_tokens=WINDOW, kv_staging_layers=1)

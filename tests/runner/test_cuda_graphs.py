@@ -339,6 +339,31 @@ def test_host_kv_blocks_replay_graphs_token_identity(family, spec, kv_dtype, tin
 
 
 @gpu
+@pytest.mark.parametrize("family, spec, layers", [
+    ("llama", None, 1), ("qwen3_next", None, 2), ("qwen3_next+mtp", {"method": "mtp", "num_speculative_tokens": 3}, 1)])
+def test_staged_host_kv_replays_graphs_token_identity(family, spec, layers, tiny_model_dir):
+    """--kv-staging-layers with graphs: the host blocks of a replayed step are copied on the copy stream into
+    the ring, a layer ahead, between the graphs the attention layers split the step into; a ring of one
+    entry is rewritten between the layers of every step. Greedy tokens equal an eager run that reads the
+    tier itself."""
+    prompts = _prompts([40, 70, 25, 100])
+    lengths = [60, 30, 80, 20]
+    runs = {}
+    for graphs in (False, True):
+        llm = LLM(tiny_model_dir(family), dtype="bfloat16", device="cuda", max_num_seqs=4, block_size=4,
+                  kv_resident_tokens=16, kv_staging_layers=layers if graphs else 0, speculative_config=spec,
+                  cuda_graphs=graphs)
+        runner = llm.engine.runner
+        host_replays = _count_host_replays(runner) if graphs else None
+        runs[graphs] = _staggered(llm, prompts, lengths)
+        if graphs:
+            assert host_replays[0] >= 20 and runner.kv_staging.copied
+        del llm, runner
+        torch.cuda.empty_cache()
+    assert runs[True] == runs[False]
+
+
+@gpu
 @pytest.mark.parametrize("family", ["llama", "qwen3_moe", "qwen3_next"])
 def test_fresh_prompts_beside_running_requests_replay_graphs_token_identity(family, tiny_model_dir):
     """Three slots for eight requests: most admissions run beside decoding requests. Each fresh prompt

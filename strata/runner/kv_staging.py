@@ -1,0 +1,136 @@
+"""KV beyond VRAM, staged: each attention layer's host-tier blocks of a step copied into a device ring ahead of
+its attention, on a copy stream, while the layers before it compute (--kv-staging-layers R).
+
+Without staging the attention kernel reads the host tier over PCIe itself, inside the layer: at 128K tokens of
+context and a 16K window that is ~0.23 GB a step at fp8 on Qwen3-Next's 8-layer shape, ~4.7 ms the step waits
+for. Staged, the same bytes cross while other layers run. The ring has R entries of `capacity` blocks
+(every key a layer reads: K, V and an int8 cache's scales); attention layer i (in forward order, the MTP
+layer last) uses entry i % R. Per step (`begin`), the copy stream waits for what the main stream queued
+before it (the plan's offload copies into the tier), then copies the first R layers' blocks; layer i's
+attention waits for its copy (`before_attention`), and once it has read the entry (`after_attention`) the
+copy of layer i + R into that entry is queued behind it.
+
+The step's context sees a host tier whose blocks sit at staging indices: `view` maps each layer's keys to its
+ring entry, and the host tables (`begin`'s result) list each slot's blocks at consecutive ring rows, slot
+after slot. The attention paths are those of an unstaged tier. CUDA graphs are captured reading the ring;
+the two hooks are split points (strata/split_graphs.py), so their stream work runs between a step's graphs.
+A step whose host blocks do not fit the ring is not staged: it runs eagerly against the tier itself.
+Models with further per-token caches (QSA's index keys) are not staged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from strata.config import kv_scale_key
+from strata.split_graphs import split_here
+from strata.transfer import consecutive_runs, raw
+from strata.types import ScheduledSlot
+
+
+class HostKVStaging:
+    def __init__(self, tier_caches: dict, layers: list[int], ring_size: int, capacity: int,
+                 device: torch.device | str) -> None:
+        """tier_caches: the host tier (HostKVPool.caches); layers: the attention layers in forward order."""
+        extra = [k for k in tier_caches if k not in layers and k not in {kv_scale_key(i) for i in layers}]
+        if extra:
+            raise ValueError(f"KV staging takes attention K/V (and int8 scales) only; this model also pages {extra}")
+        if ring_size < 1 or capacity < 1:
+            raise ValueError(f"KV staging needs a ring of at least one layer and one block, got {ring_size} x "
+                             f"{capacity}")
+        self.tier = tier_caches
+        self.layers = list(layers)
+        self.capacity = capacity
+        self.ring_size = min(ring_size, len(self.layers))
+        self.keys_of = {layer: [k for k in (layer, kv_scale_key(layer)) if k in tier_caches] for layer in self.layers}
+        first = self.keys_of[self.layers[0]]
+        self.ring = [{kind: tuple(torch.empty((capacity, *t.shape[1:]), dtype=t.dtype, device=device)
+                                  for t in tier_caches[key]) for kind, key in zip(("kv", "scale"), first)}
+                     for _ in range(self.ring_size)]
+        self.entry_of = {layer: i % self.ring_size for i, layer in enumerate(self.layers)}
+        # the tier as the attention layers see it: every key in its layer's ring entry
+        self.view = {key: self.ring[self.entry_of[layer]][kind] for layer in self.layers
+                     for kind, key in zip(("kv", "scale"), self.keys_of[layer])}
+        self.cuda = torch.device(device).type == "cuda"
+        self.copy_stream = torch.cuda.Stream(device=device) if self.cuda else None
+        self.copied: dict[int, torch.cuda.Event] = {}
+        self.released: list[torch.cuda.Event | None] = [None] * self.ring_size
+        self.runs: list[tuple[int, int, int]] | None = None  # this step's (ring row, tier block, count); None: idle
+
+    @property
+    def bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for entry in self.ring for pair in entry.values() for t in pair)
+
+    def fits(self, scheduled: list[ScheduledSlot], tables: dict[int, list[int]]) -> bool:
+        """Whether the slots' host blocks (their tier `tables`) fit one ring entry."""
+        return sum(len(tables.get(w.slot_id, ())) for w in scheduled) <= self.capacity
+
+    def begin(self, scheduled: list[ScheduledSlot], tables: dict[int, list[int]]) -> dict[int, list[int]] | None:
+        """Stage this step's host blocks (the slots' tier `tables`): -> each slot's blocks as ring rows, or
+        None when they do not fit the ring (the step then reads the tier itself, and nothing is queued)."""
+        if not self.fits(scheduled, tables):
+            self.runs = None
+            return None
+        blocks = [tables.get(w.slot_id, []) for w in scheduled]
+        staged, flat = {}, []
+        for work, ids in zip(scheduled, blocks):
+            staged[work.slot_id] = list(range(len(flat), len(flat) + len(ids)))
+            flat.extend(ids)
+        self.runs = consecutive_runs(flat)
+        self.copied = {}
+        if self.cuda:
+            self.copy_stream.wait_stream(torch.cuda.current_stream())  # the tier's offload copies landed
+        for layer in self.layers[:self.ring_size]:
+            self._copy(layer)
+        return staged
+
+    def end(self) -> None:
+        """The step's forward is queued: no copy follows a later release. (An MTP pass that reads the step's
+        context still waits for its layer's copy, queued in that forward; the next `begin` waits for the
+        main stream, so no copy overwrites an entry before the pass has read it.)"""
+        self.runs = None
+
+    def before_attention(self, layer: int) -> None:
+        """Layer `layer` reads its ring entry next: its copy first (a split point in a graph capture)."""
+        if layer in self.entry_of and not split_here(lambda _: self._wait(layer)):
+            self._wait(layer)
+
+    def after_attention(self, layer: int) -> None:
+        """Layer `layer` has read its entry: queue the copy of the layer ring_size later into it."""
+        if layer in self.entry_of and not split_here(lambda _: self._release(layer)):
+            self._release(layer)
+
+    def _wait(self, layer: int) -> None:
+        # also after `end`: an MTP pass reading the step's context reads the copy of its layer queued then
+        event = self.copied.get(layer)
+        if event is not None:
+            torch.cuda.current_stream().wait_event(event)
+
+    def _release(self, layer: int) -> None:
+        if self.runs is None:
+            return
+        entry = self.entry_of[layer]
+        if self.cuda:
+            self.released[entry] = torch.cuda.Event()
+            self.released[entry].record()
+        later = self.layers.index(layer) + self.ring_size
+        if later < len(self.layers):
+            self._copy(self.layers[later])
+
+    def _copy(self, layer: int) -> None:
+        """Layer `layer`'s blocks of the step into its ring entry (after that entry's last reader)."""
+        entry = self.ring[self.entry_of[layer]]
+        stream = self.copy_stream
+        if stream is not None and self.released[self.entry_of[layer]] is not None:
+            stream.wait_event(self.released[self.entry_of[layer]])
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            for kind, key in zip(("kv", "scale"), self.keys_of[layer]):
+                for target, source in zip(entry[kind], self.tier[key]):
+                    for first, start, count in self.runs:
+                        raw(target)[first:first + count].copy_(raw(source)[start:start + count], non_blocking=True)
+            if stream is not None:
+                self.copied[layer] = torch.cuda.Event()
+                self.copied[layer].record(stream)
+
