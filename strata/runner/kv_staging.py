@@ -58,6 +58,7 @@ class HostKVStaging:
         self.copied: dict[int, torch.cuda.Event] = {}
         self.released: list[torch.cuda.Event | None] = [None] * self.ring_size
         self.runs: list[tuple[int, int, int]] | None = None  # this step's (ring row, tier block, count); None: idle
+        self.rows: dict[int, list[int]] = {}  # this step's slots' blocks as ring rows
 
     @property
     def bytes(self) -> int:
@@ -73,9 +74,11 @@ class HostKVStaging:
         if not self.fits(scheduled, tables):
             self.runs = None
             return None
-        blocks = [tables.get(w.slot_id, []) for w in scheduled]
-        staged, flat = {}, []
-        for work, ids in zip(scheduled, blocks):
+        # one dict, refilled: its identity keys the runner's cached arrays of it (table_arrays.py)
+        staged, flat = self.rows, []
+        staged.clear()
+        for work in scheduled:
+            ids = tables.get(work.slot_id, ())
             staged[work.slot_id] = list(range(len(flat), len(flat) + len(ids)))
             flat.extend(ids)
         self.runs = consecutive_runs(flat)
