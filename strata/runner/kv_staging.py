@@ -34,7 +34,8 @@ class HostKVStaging:
     def __init__(self, tier_caches: dict, layers: list[int], ring_size: int, capacity: int,
                  device: torch.device | str) -> None:
         """tier_caches: the host tier (HostKVPool.caches); layers: the attention layers in forward order."""
-        extra = [k for k in tier_caches if k not in layers and k not in {kv_scale_key(i) for i in layers}]
+        attention = [k for k in tier_caches if isinstance(k, int)]  # (a layer left out, e.g. an idle MTP layer)
+        extra = [k for k in tier_caches if k not in attention and k not in {kv_scale_key(i) for i in attention}]
         if extra:
             raise ValueError(f"KV staging takes attention K/V (and int8 scales) only; this model also pages {extra}")
         if ring_size < 1 or capacity < 1:

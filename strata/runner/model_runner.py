@@ -89,7 +89,10 @@ class ModelRunner:
         if kv_staging[0]:
             if self.host_kv is None:
                 raise ValueError("KV staging (--kv-staging-layers) needs KV beyond VRAM (--kv-resident-tokens)")
-            self.kv_staging = HostKVStaging(self.host_kv.caches, kv_layers, *kv_staging, device)
+            # the MTP layer's blocks only when it drafts (otherwise its KV is never read)
+            staged = cfg.full_attention_layers + ([cfg.num_hidden_layers] if spec.enabled and spec.method == "mtp"
+                                                  and model.has_mtp else [])
+            self.kv_staging = HostKVStaging(self.host_kv.caches, staged, *kv_staging, device)
         self.graphs = None
         max_len = max_model_len or cfg.max_position_embeddings
         # the attention kernel sizes its context splits by this table width whether or not graphs run,

@@ -224,7 +224,7 @@ def _count_staged(llm: LLM) -> dict[str, int]:
 
 @pytest.mark.parametrize("family, options", [
     ("llama", {}), ("qwen3_next", {}), ("llama", {"kv_cache_dtype": "int8"}),
-    ("qwen3_next+mtp", {"speculative_config": {"method": "mtp", "num_speculative_tokens": 3}})])
+    ("qwen3_next+mtp", {"speculative_config": {"method": "mtp", "num_speculative_tokens": 3}}), ("qwen3_next+mtp", {})])
 @pytest.mark.parametrize("layers, max_model_len", [(1, None), (2, None), (1, 96)])
 def test_staged_host_blocks_give_the_all_resident_output(family, options, layers, max_model_len, tiny_model_dir):
     """--kv-staging-layers: each step's host blocks are copied into a ring of `layers` attention layers' entries,
@@ -235,8 +235,10 @@ def test_staged_host_blocks_give_the_all_resident_output(family, options, layers
     limits = {} if max_model_len is None else {"max_model_len": max_model_len}
     reference = _generate(_llm(folder, **options, **limits))
     llm = _llm(folder, kv_resident_tokens=WINDOW, kv_staging_layers=layers, **options, **limits)
-    staging = llm.engine.runner.kv_staging
+    staging, cfg = llm.engine.runner.kv_staging, llm.engine.runner.model.config
     assert staging.ring_size == layers and len(staging.ring) == layers
+    # the MTP layer's blocks are staged only when it drafts (its KV is never read otherwise)
+    assert staging.layers == cfg.full_attention_layers + ([cfg.num_hidden_layers] if "speculative_config" in options else [])
     counts = _count_staged(llm)
     assert _generate(llm) == reference
     assert counts["staged"] > 0 and counts["blocks"] > 0
