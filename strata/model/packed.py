@@ -80,7 +80,8 @@ class PackedWeight(nn.Module):
 
     def segments(self) -> list[tuple[int, torch.Tensor]]:
         """(qtype, blocks uint8 [rows, row_bytes]) per row segment, in row order."""
-        return [(qtype, getattr(self, f"blocks{i}")) for i, qtype in enumerate(self.qtypes)]
+        buffers = self._buffers  # (not Module.__getattr__: the CPU path asks a few hundred times a token)
+        return [(qtype, buffers[f"blocks{i}"]) for i, qtype in enumerate(self.qtypes)]
 
     @property
     def qtype(self) -> int:
