@@ -325,6 +325,9 @@ class CacheConfig:
                                      "of N attention layers (each one sequence at max_model_len), layer by layer "
                                      "ahead of its attention while other layers compute; 0: attention reads the "
                                      "host tier over PCIe itself")
+    kv_staging_tokens: int | None = _opt(None, "with --kv-staging-layers: host-tier tokens a ring entry holds, all "
+                                               "slots of a step together (default: one sequence at max_model_len "
+                                               "beyond the window); a step with more runs eagerly on the tier")
 
     def __post_init__(self) -> None:
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:  # asked-for int8 / fp8 KV must not silently stay 16-bit
@@ -332,6 +335,9 @@ class CacheConfig:
                              f"{self.kv_cache_dtype!r}")
         if self.kv_resident_tokens < 0 or (self.kv_host_mib is not None and self.kv_host_mib < 0):
             raise ValueError("kv_resident_tokens and kv_host_mib must not be negative")
+        if self.kv_staging_tokens is not None and self.kv_staging_tokens < self.block_size:
+            raise ValueError(f"kv_staging_tokens={self.kv_staging_tokens}: a ring entry holds at least one block "
+                             f"({self.block_size} tokens)")
         if self.kv_staging_layers < 0 or (self.kv_staging_layers and not self.kv_resident_tokens):
             raise ValueError(f"kv_staging_layers={self.kv_staging_layers}: staging needs KV beyond VRAM "
                              f"(--kv-resident-tokens) and a ring of at least one layer (0: no staging)")

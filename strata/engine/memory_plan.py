@@ -176,11 +176,14 @@ class MemoryPlan:
                           self._kv_staging())
 
     def _kv_staging(self) -> tuple[int, int]:
-        """(ring layers, blocks an entry holds): one sequence's host blocks at max_model_len per entry."""
+        """(ring layers, blocks an entry holds): --kv-staging-tokens, by default one sequence's host blocks at
+        max_model_len."""
         cache = self.config.cache
         if not cache.kv_staging_layers:
             return 0, 0
         layers = min(cache.kv_staging_layers, self.num_kv_layers)
+        if cache.kv_staging_tokens is not None:
+            return layers, -(-cache.kv_staging_tokens // cache.block_size)
         return layers, max(self.max_model_len - cache.kv_resident_tokens, 0) // cache.block_size + 1
 
     def _num_host_kv_blocks(self) -> int:

@@ -178,6 +178,11 @@ def test_the_memory_plan_sizes_the_device_pool_by_the_window_and_prints_the_host
     assert plan(kv_resident_tokens=512, kv_staging_layers=1).cache_sizes().kv_staging == (1, 224 + 1)
     assert plan(kv_resident_tokens=512, kv_staging_layers=5).cache_sizes().kv_staging == (2, 224 + 1)
     assert plan(kv_resident_tokens=512).cache_sizes().kv_staging == (0, 0)
+    # --kv-staging-tokens: several long sequences' host blocks in one entry
+    assert plan(kv_resident_tokens=512, kv_staging_layers=1, kv_staging_tokens=4 * 3584).cache_sizes().kv_staging \
+        == (1, 4 * 224)
+    with pytest.raises(ValueError, match="kv_staging_tokens=8: a ring entry holds at least one block"):
+        plan(kv_resident_tokens=512, kv_staging_layers=1, kv_staging_tokens=8)
     on_gpu = plan("cuda", kv_resident_tokens=512, kv_staging_layers=1)  # the device pools count the ring
     assert on_gpu.pools["KV staging ring (1 layers x 225 blocks)"] == 225 * on_gpu.block_bytes // 2
 
@@ -225,16 +230,20 @@ def _count_staged(llm: LLM) -> dict[str, int]:
 @pytest.mark.parametrize("family, options", [
     ("llama", {}), ("qwen3_next", {}), ("llama", {"kv_cache_dtype": "int8"}),
     ("qwen3_next+mtp", {"speculative_config": {"method": "mtp", "num_speculative_tokens": 3}}), ("qwen3_next+mtp", {})])
-@pytest.mark.parametrize("layers, max_model_len", [(1, None), (2, None), (1, 96)])
-def test_staged_host_blocks_give_the_all_resident_output(family, options, layers, max_model_len, tiny_model_dir):
+@pytest.mark.parametrize("layers, max_model_len, tokens", [(1, None, None), (2, None, None), (1, 96, None),
+                                                           (1, 96, 4 * 80)])
+def test_staged_host_blocks_give_the_all_resident_output(family, options, layers, max_model_len, tokens,
+                                                         tiny_model_dir):
     """--kv-staging-layers: each step's host blocks are copied into a ring of `layers` attention layers' entries,
     one layer ahead of its attention, and read there at ring rows; the MTP layer's entry comes last. With
     max_model_len 96 an entry holds 21 blocks, fewer than four long sequences have in the tier at once: those
-    steps read the tier itself, the rest are staged. Greedy output equals all-resident either way."""
+    steps read the tier itself, the rest are staged; --kv-staging-tokens 320 makes room for all four. Greedy
+    output equals all-resident either way."""
     folder = tiny_model_dir(family)
     limits = {} if max_model_len is None else {"max_model_len": max_model_len}
     reference = _generate(_llm(folder, **options, **limits))
-    llm = _llm(folder, kv_resident_tokens=WINDOW, kv_staging_layers=layers, **options, **limits)
+    llm = _llm(folder, kv_resident_tokens=WINDOW, kv_staging_layers=layers, kv_staging_tokens=tokens, **options,
+               **limits)
     staging, cfg = llm.engine.runner.kv_staging, llm.engine.runner.model.config
     assert staging.ring_size == layers and len(staging.ring) == layers
     # the MTP layer's blocks are staged only when it drafts (its KV is never read otherwise)
@@ -242,7 +251,9 @@ def test_staged_host_blocks_give_the_all_resident_output(family, options, layers
     counts = _count_staged(llm)
     assert _generate(llm) == reference
     assert counts["staged"] > 0 and counts["blocks"] > 0
-    if max_model_len is not None:
+    if tokens is not None:
+        assert staging.capacity == tokens // BLOCK and counts["unstaged"] == 0
+    elif max_model_len is not None:
         assert staging.capacity == (96 - WINDOW) // BLOCK + 1 and counts["unstaged"] > 0
 
 
