@@ -60,6 +60,7 @@ class HostKVStaging:
         self.released: list[torch.cuda.Event | None] = [None] * self.ring_size
         self.runs: list[tuple[int, int, int]] | None = None  # this step's (ring row, tier block, count); None: idle
         self.rows: dict[int, list[int]] = {}  # this step's slots' blocks as ring rows
+        self._runs_of: dict[int, tuple[list[int], list]] = {}  # slot -> (its host blocks, their runs)
 
     @property
     def bytes(self) -> int:
@@ -76,19 +77,28 @@ class HostKVStaging:
             self.runs = None
             return None
         # one dict, refilled: its identity keys the runner's cached arrays of it (table_arrays.py)
-        staged, flat = self.rows, []
+        staged, self.runs, offset = self.rows, [], 0
         staged.clear()
         for work in scheduled:
             ids = tables.get(work.slot_id, ())
-            staged[work.slot_id] = list(range(len(flat), len(flat) + len(ids)))
-            flat.extend(ids)
-        self.runs = consecutive_runs(flat)
+            staged[work.slot_id] = list(range(offset, offset + len(ids)))
+            runs = self._slot_runs(work.slot_id, ids)
+            self.runs.extend((offset + first, start, count) for first, start, count in runs)
+            offset += len(ids)
         self.copied = {}
         if self.cuda:
             self.copy_stream.wait_stream(torch.cuda.current_stream())  # the tier's offload copies landed
         for layer in self.layers[:self.ring_size]:
             self._copy(layer)
         return staged
+
+    def _slot_runs(self, slot_id: int, ids: list[int]) -> list[tuple[int, int, int]]:
+        """consecutive_runs(ids) of a slot, found again only when its host blocks changed (a block every
+        block_size tokens): a 128K-token context has ~7,000 of them, too many to walk in Python every step."""
+        cached = self._runs_of.get(slot_id)
+        if cached is None or cached[0] != ids:
+            cached = self._runs_of[slot_id] = (list(ids), consecutive_runs(ids))
+        return cached[1]
 
     def end(self) -> None:
         """The step's forward is queued: no copy follows a later release. (An MTP pass that reads the step's
