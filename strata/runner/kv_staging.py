@@ -62,10 +62,6 @@ class HostKVStaging:
         self.rows: dict[int, list[int]] = {}  # this step's slots' blocks as ring rows
         self._runs_of: dict[int, tuple[list[int], list]] = {}  # slot -> (its host blocks, their runs)
 
-    @property
-    def bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for entry in self.ring for pair in entry.values() for t in pair)
-
     def fits(self, scheduled: list[ScheduledSlot], tables: dict[int, list[int]]) -> bool:
         """Whether the slots' host blocks (their tier `tables`) fit one ring entry."""
         return sum(len(tables.get(w.slot_id, ())) for w in scheduled) <= self.capacity
