@@ -35,18 +35,17 @@ def build_inputs(scheduled: list[ScheduledSlot], block_tables: dict[int, list[in
     positions: list[np.ndarray] = []
     slot_mapping: list[np.ndarray] = []
     query_start_loc = [0]
-    for work in scheduled:
-        table = arrays.get(block_tables, work.slot_id)
+    slot_tables = [arrays.get(block_tables, work.slot_id) for work in scheduled]  # each list compared once
+    for work, table in zip(scheduled, slot_tables):
         pos = np.arange(work.num_computed_tokens, work.num_computed_tokens + work.num_new_tokens)
         positions.append(pos)
         slot_mapping.append(table[pos // block_size] * block_size + pos % block_size)
         input_ids.extend(work.token_ids)
         query_start_loc.append(query_start_loc[-1] + work.num_new_tokens)
     num_seqs, num_tokens = len(scheduled), len(input_ids)
-    width = max(len(block_tables[w.slot_id]) for w in scheduled)
+    width = max(map(len, slot_tables))
     tables = np.zeros((num_seqs, width), dtype=np.int64)                                   # padded with 0
-    for row, work in enumerate(scheduled):
-        table = arrays.get(block_tables, work.slot_id)
+    for row, table in enumerate(slot_tables):
         tables[row, :len(table)] = table
     num_computed = tuple(w.num_computed_tokens for w in scheduled)
     query_lens = tuple(w.num_new_tokens for w in scheduled)
