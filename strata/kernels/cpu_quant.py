@@ -62,7 +62,8 @@ def _build() -> ctypes.CDLL:
                   (_NATIVE / "dequant_simd.c", [*exact, *_AVX2])]
     else:
         units += [(_NATIVE / "quant_matmul.c", ["-O3", "-pthread"])]
-    units += [(_NATIVE / "quant_moe.c", ["-O3", "-pthread"]), (_NATIVE / "dequant_matmul.c", ["-O3", "-pthread"])]
+    units += [(_NATIVE / "quant_moe.c", ["-O3", "-pthread"]), (_NATIVE / "dequant_matmul.c", ["-O3", "-pthread"]),
+              (_NATIVE / "paged_attention_cpu.c", ["-O3", "-pthread"])]
     library = ctypes.CDLL(str(build_library("quant_matmul", units, ["-pthread", "-lm"],
                                             headers=[_NATIVE / "quant_matmul.h"])))
     pointer, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
@@ -71,6 +72,8 @@ def _build() -> ctypes.CDLL:
                            ("strata_dqmm", [i32, pointer, i64, pointer, i64, i64, pointer, i32]),
                            ("strata_qmoe", [pointer, pointer, i64, i64, i64, pointer, pointer, pointer, *weights,
                                             *weights, i32]),
+                           ("strata_paged_attention_f32", [pointer, i64, i64, pointer, pointer, i64, i64, pointer,
+                                                            i64, pointer, pointer, i64, ctypes.c_float, pointer, i32]),
                            ("strata_qmm_supports", [i32]), ("strata_qmm_set_isa", [i32]),
                            ("strata_qmm_best_isa", [])):
         getattr(library, name).argtypes = argtypes

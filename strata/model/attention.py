@@ -2,7 +2,8 @@
 
 `paged_attention` attends each query to its sequence's cached prefix plus the causal part of its own
 window (this step's K/V are already in the pool). Short windows (decode, 1 + k verification) run as
-one batch: the Triton kernel on CUDA, a padded torch batch otherwise; equal-length fresh prompts (a
+one batch: the Triton kernel on CUDA, the native kernel on the CPU for a float32 pool
+(kernels/cpu_attention.py: K/V read in place), a padded torch batch otherwise; equal-length fresh prompts (a
 multi-prompt graph's layout) run as one SDPA batch; other long prompt chunks run one sequence at a
 time through torch SDPA so a single long chunk does not pad every other row. A mixed
 step (prompt chunks beside verification windows) splits: its short windows still take one kernel
@@ -109,6 +110,9 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
                                    max_query_len=ctx.max_query_len, table_width=ctx.split_table_width,
                                    kv_scales=kv_scales, **_kernel_host_tier(ctx, host_kv))
     if ctx.max_query_len <= _BATCHED_MAX_QUERY_LEN:
+        if kv_scales is None and not ctx.has_host_blocks and ops.cpu_paged_attention_on(q, k_cache):
+            return ops.cpu_paged_attention(q, k_cache, v_cache, ctx.block_tables, ctx.seq_lens, ctx.query_start_loc,
+                                           scale, sum(ctx.num_computed) + sum(ctx.query_lens))
         return _attend_batched(q, k_cache, v_cache, ctx, scale, kv_scales, host_kv)
     if not any(ctx.num_computed) and len(set(ctx.query_lens)) == 1:  # nothing computed: nothing in the host tier
         return _attend_fresh_prompts(q, k_cache, v_cache, ctx, scale, kv_scales)

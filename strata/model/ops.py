@@ -3,8 +3,8 @@ like their HF counterparts. `kernels_on(t)`: a CUDA tensor, Triton installed, no
 
 Ops with a self-contained torch form dispatch inside (rms_norm, rms_norm_topk_sum, linear, logits,
 fused_moe, softmax_topk; packed_linear and packed_embedding over GGUF blocks, whose CPU kernel is C).
-Kernel-only steps whose torch form is the layer's own code (paged attention of short windows, qk-norm +
-rotary + KV write, the GDN conv update and recurrence, fused routing) come with the predicate that
+Kernel-only steps whose torch form is the layer's own code (paged attention of short windows, on CUDA
+and, in C, on the CPU for a float32 pool; qk-norm + rotary + KV write, the GDN conv update and recurrence, fused routing) come with the predicate that
 guards them. Each op keeps the kernel's limits (dtypes, shapes, debug switches) here
 and changes no numerics: the same path runs in every case as before the ops existed.
 """
@@ -31,7 +31,8 @@ from strata.kernels.routing import fused_routing_pays, softmax_topk_ref
 from strata.kernels.routing import softmax_topk as softmax_topk_kernel
 
 # Kernel-only steps, called by the layers as ops.<name> where the predicate beside them holds (their torch
-# form is the layer's own code): fused routing (fused_routing_on), paged attention (paged_attention_on),
+# form is the layer's own code): fused routing (fused_routing_on), paged attention (paged_attention_on;
+# cpu_paged_attention with cpu_paged_attention_on),
 # qk-norm + rotary + KV write and the GDN short windows (kernels_on).
 from strata.kernels.fused_moe import default_config, moe_grouped_gemms  # noqa: F401
 from strata.kernels.gdn import GroupedQKV, RawGates, causal_conv1d_update, gdn_recurrent  # noqa: F401
@@ -292,6 +293,30 @@ def fused_routing_on(hidden: torch.Tensor, gate_weight: torch.Tensor, w13: torch
 
 
 # ---- attention --------------------------------------------------------------------------------------
+
+def cpu_paged_attention_on(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
+    """Whether short windows of q [T, H, D] over a float32 pool take the native CPU kernel
+    (kernels/cpu_attention.py; STRATA_NO_CPU_ATTENTION=1: the torch batch, to compare)."""
+    return q.is_cpu and q.dtype == k_cache.dtype == torch.float32 and _cpu_attention() is not None
+
+
+def cpu_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+                        seq_lens: torch.Tensor, query_start_loc: torch.Tensor, scale: float,
+                        context_tokens: int) -> torch.Tensor:
+    """cpu_attention.paged_attention (check cpu_paged_attention_on first): q [T, H, D] -> [T, H, D]."""
+    return _cpu_attention().paged_attention(q.contiguous(), k_cache, v_cache, block_tables, seq_lens,
+                                            query_start_loc, scale, context_tokens)
+
+
+@functools.cache
+def _cpu_attention():
+    """strata.kernels.cpu_attention where its library is built here, else None."""
+    if debug_flag("NO_CPU_ATTENTION"):
+        return None
+    from strata.kernels import cpu_attention
+
+    return cpu_attention if cpu_attention.available() else None
+
 
 def paged_attention_on(q: torch.Tensor) -> bool:
     """Whether windows of at most 16 tokens of q [T, H, D] take the paged attention kernel."""

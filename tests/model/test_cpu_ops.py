@@ -73,7 +73,10 @@ def attend_one_by_one(q, k_cache, v_cache, tables, windows, scale):
 
 @pytest.mark.parametrize("windows", [[(0, 1)], [(37, 1)], [(5, 1), (100, 1), (33, 1)], [(10, 3), (20, 3)],
                                      [(40, 4), (0, 7), (2, 1), (63, 16)]])
-def test_short_window_attention_equals_sdpa_per_window(windows):
+@pytest.mark.parametrize("path", ["native", "torch"])
+def test_short_window_attention_equals_sdpa_per_window(windows, path, monkeypatch):
+    """The native kernel (kernels/cpu_attention.py) within float32 rounding of SDPA on each window; the torch
+    batch (its fallback) bit for bit on a lone window."""
     from strata.model.attention import paged_attention
     from strata.runner.inputs import build_inputs
     from strata.types import ScheduledSlot
@@ -90,9 +93,19 @@ def test_short_window_attention_equals_sdpa_per_window(windows):
     ctx = build_inputs(scheduled, dict(enumerate(tables)), block_size, {}, {}, "cpu").ctx
     k_cache, v_cache = randn(num_blocks, block_size, 2, 16, seed=4), randn(num_blocks, block_size, 2, 16, seed=5)
     q = randn(sum(n for _, n in windows), 6, 16, seed=6)
+    native = ops._cpu_attention()
+    if path == "torch":
+        monkeypatch.setattr(ops, "_cpu_attention", lambda: None)
+    elif native is None:
+        pytest.skip("no C compiler for the native kernel")
+    calls = []
+    if native is not None:
+        kernel = native.paged_attention
+        monkeypatch.setattr(native, "paged_attention", lambda *a, **k: calls.append(1) or kernel(*a, **k))
     out = paged_attention(q, k_cache, v_cache, ctx, 0.25)
+    assert bool(calls) == (path == "native")
     expected = attend_one_by_one(q, k_cache, v_cache, tables, windows, 0.25)
-    if len(windows) == 1:  # a lone window: the same SDPA call but for strided operands and no padding
+    if len(windows) == 1 and path == "torch":  # a lone window: the same SDPA call but for strided operands and no padding
         assert torch.equal(out, expected)
     else:  # padded to the longest context: masked keys add exact zeros, but SDPA's blocking may change
         torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-6)

@@ -1,0 +1,88 @@
+/* Paged attention on the CPU for a float32 KV pool: the decode and short-window steps of the CPU path.
+ *
+ * out [T, H, D] = softmax(q K^T * scale, causal) V for each sequence's window of queries, K/V read in place
+ * from the pool [N_blocks, B, Hkv, D] through the sequence's block table (no gather into a padded batch, no
+ * mask). Query j of a window of n at the end of a context of L tokens sits at position L - n + j and sees
+ * keys 0..L - n + j. One item of work is (sequence, KV head): its query heads share each K and V row read.
+ * Sums are float32 in a fixed order (8 lanes then a tree for each dot product; keys in order for the
+ * softmax and V), so the result depends on neither the batch nor the thread count.
+ * Built into quant_matmul's library (strata/kernels/cpu_quant.py) and run on its pool. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "quant_matmul.h"
+
+typedef struct {
+    const float *q, *k, *v;
+    float *out;
+    const int64_t *tables, *seq_lens, *starts;
+    int64_t heads, kv_heads, dim, block, width;
+    float scale;
+} attention_t;
+
+static inline float dot(const float *a, const float *b, int64_t n) {
+    float lane[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) lane[l] += a[i + l] * b[i + l];
+    float tail = 0.f;
+    for (; i < n; i++) tail += a[i] * b[i];
+    return (((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]))) + tail;
+}
+
+static void attend(const void *ctx, int64_t item) {
+    const attention_t *a = ctx;
+    const int64_t seq = item / a->kv_heads, g = item % a->kv_heads, group = a->heads / a->kv_heads;
+    const int64_t first = a->starts[seq], nq = a->starts[seq + 1] - first, len = a->seq_lens[seq], d = a->dim;
+    if (nq <= 0 || len <= 0) return;
+    const int64_t rows = nq * group, *table = a->tables + seq * a->width;
+    float *scores = malloc(sizeof(float) * (size_t)(rows * len + rows));  /* [rows][len], then 1 / sums */
+    if (scores == NULL) abort();
+    float *inverse = scores + rows * len;
+    /* scores: row r = (query j, head g * group + hh) */
+    for (int64_t pos = 0; pos < len; pos++) {
+        const float *k = a->k + ((table[pos / a->block] * a->block + pos % a->block) * a->kv_heads + g) * d;
+        for (int64_t j = pos < len - nq ? 0 : pos - (len - nq); j < nq; j++)
+            for (int64_t hh = 0; hh < group; hh++) {
+                const float *q = a->q + ((first + j) * a->heads + g * group + hh) * d;
+                scores[(j * group + hh) * len + pos] = dot(q, k, d) * a->scale;
+            }
+    }
+    for (int64_t r = 0; r < rows; r++) {  /* softmax over the keys row r sees: exp(s - max) / sum */
+        const int64_t seen = len - nq + r / group + 1;
+        float *s = scores + r * len, top = -INFINITY, sum = 0.f;
+        for (int64_t p = 0; p < seen; p++) top = s[p] > top ? s[p] : top;
+        for (int64_t p = 0; p < seen; p++) sum += (s[p] = expf(s[p] - top));
+        inverse[r] = 1.f / sum;
+        float *o = a->out + ((first + r / group) * a->heads + g * group + r % group) * d;
+        for (int64_t i = 0; i < d; i++) o[i] = 0.f;
+    }
+    for (int64_t pos = 0; pos < len; pos++) {
+        const float *v = a->v + ((table[pos / a->block] * a->block + pos % a->block) * a->kv_heads + g) * d;
+        for (int64_t j = pos < len - nq ? 0 : pos - (len - nq); j < nq; j++)
+            for (int64_t hh = 0; hh < group; hh++) {
+                const float w = scores[(j * group + hh) * len + pos];
+                float *o = a->out + ((first + j) * a->heads + g * group + hh) * d;
+                for (int64_t i = 0; i < d; i++) o[i] += w * v[i];
+            }
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        float *o = a->out + ((first + r / group) * a->heads + g * group + r % group) * d;
+        for (int64_t i = 0; i < d; i++) o[i] *= inverse[r];
+    }
+    free(scores);
+}
+
+/* q [T, H, D], k/v caches [N_blocks, block, Hkv, D] (float32, contiguous), tables [S, width], seq_lens [S],
+ * starts [S + 1] (int64) -> out [T, H, D]. Returns 0, or -1 when H is not a multiple of Hkv. */
+int strata_paged_attention_f32(const float *q, int64_t heads, int64_t dim, const float *k, const float *v,
+                               int64_t block, int64_t kv_heads, const int64_t *tables, int64_t width,
+                               const int64_t *seq_lens, const int64_t *starts, int64_t num_seqs, float scale,
+                               float *out, int threads) {
+    if (kv_heads <= 0 || heads % kv_heads != 0) return -1;
+    const attention_t ctx = {q, k, v, out, tables, seq_lens, starts, heads, kv_heads, dim, block, width, scale};
+    const phase_t phase = {attend, num_seqs * kv_heads, threads};
+    strata_qmm_run_phases(&phase, 1, &ctx);
+    return 0;
+}

@@ -1,0 +1,60 @@
+"""The CPU paged attention kernel (strata/kernels/cpu_attention.py): the causal softmax of each window's
+queries over its sequence's keys read through the block table, against the float64 reference and against
+the torch path the model takes without it; results independent of the batch and of the thread count."""
+
+import pytest
+import torch
+
+from strata.kernels import cpu_attention, cpu_quant
+
+pytestmark = pytest.mark.skipif(not cpu_attention.available(), reason="no C compiler for the native kernels")
+
+
+def _case(seq_lens, query_lens, heads=6, kv_heads=2, dim=40, block=4, seed=0):
+    """Random caches with each sequence's blocks scattered over the pool, and its window of queries."""
+    g = torch.Generator().manual_seed(seed)
+    width = max(-(-n // block) for n in seq_lens) + 1
+    num_blocks = len(seq_lens) * width + 3
+    k_cache = torch.randn(num_blocks, block, kv_heads, dim, generator=g)
+    v_cache = torch.randn(num_blocks, block, kv_heads, dim, generator=g)
+    order = torch.randperm(num_blocks, generator=g)
+    tables = order[:len(seq_lens) * width].view(len(seq_lens), width).contiguous()  # [S, W] distinct blocks
+    starts = torch.tensor([0, *torch.tensor(query_lens).cumsum(0).tolist()], dtype=torch.int64)
+    q = torch.randn(int(starts[-1]), heads, dim, generator=g)
+    return q, k_cache, v_cache, tables, torch.tensor(seq_lens, dtype=torch.int64), starts
+
+
+@pytest.mark.parametrize("seq_lens, query_lens", [([1], [1]), ([37], [1]), ([5, 17, 9], [1, 1, 1]),
+                                                  ([20, 7], [4, 7]), ([33, 16, 3, 64], [16, 1, 3, 2])])
+@pytest.mark.parametrize("kv_heads", [1, 2, 6])
+def test_equals_the_float64_reference(seq_lens, query_lens, kv_heads):
+    q, k, v, tables, lens, starts = _case(seq_lens, query_lens, kv_heads=kv_heads)
+    out = cpu_attention.paged_attention(q, k, v, tables, lens, starts, 0.125)
+    ref = cpu_attention.paged_attention_ref(q, k, v, tables, lens, starts, 0.125)
+    torch.testing.assert_close(out.double(), ref, atol=2e-6, rtol=2e-6)
+
+
+def test_a_sequence_alone_gives_its_bits_in_a_batch_and_on_any_thread_count():
+    q, k, v, tables, lens, starts = _case([300, 41, 129], [2, 1, 5], heads=8, kv_heads=2, dim=64, block=16)
+    batch = cpu_attention.paged_attention(q, k, v, tables, lens, starts, 0.1, context_tokens=1 << 20)  # threads
+    for s in range(3):
+        rows = slice(int(starts[s]), int(starts[s + 1]))
+        alone = cpu_attention.paged_attention(q[rows].contiguous(), k, v, tables[s:s + 1].contiguous(), lens[s:s + 1],
+                                              torch.tensor([0, rows.stop - rows.start]), 0.1, context_tokens=1)
+        assert torch.equal(alone, batch[rows])
+    cpu_quant.set_num_threads(1)
+    try:
+        assert torch.equal(cpu_attention.paged_attention(q, k, v, tables, lens, starts, 0.1, context_tokens=1 << 20),
+                           batch)
+    finally:
+        cpu_quant._num_threads = None
+
+
+def test_bad_operands_are_refused_with_what_was_given():
+    q, k, v, tables, lens, starts = _case([9], [1])
+    with pytest.raises(ValueError, match="contiguous CPU float32"):
+        cpu_attention.paged_attention(q.double(), k, v, tables, lens, starts, 1.0)
+    with pytest.raises(ValueError, match="contiguous CPU int64"):
+        cpu_attention.paged_attention(q, k, v, tables.int(), lens, starts, 1.0)
+    with pytest.raises(ValueError, match="does not match the caches"):
+        cpu_attention.paged_attention(q[:, :5].contiguous(), k, v, tables, lens, starts, 1.0)
