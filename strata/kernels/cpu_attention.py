@@ -9,6 +9,8 @@ path the model uses otherwise."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
@@ -36,11 +38,18 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     if context_tokens is None:
         context_tokens = int(seq_lens.sum())
     threads = 1 if context_tokens * heads * dim < _ONE_THREAD_WORK else cpu_quant._threads()
-    library = cpu_quant._require()
-    library.strata_paged_attention_f32(q.data_ptr(), heads, dim, k_cache.data_ptr(), v_cache.data_ptr(), block,
+    _kernel()(q.data_ptr(), heads, dim, k_cache.data_ptr(), v_cache.data_ptr(), block,
                                        kv_heads, block_tables.data_ptr(), block_tables.shape[1], seq_lens.data_ptr(),
                                        query_start_loc.data_ptr(), seq_lens.shape[0], scale, out.data_ptr(), threads)
     return out
+
+
+@functools.cache
+def _kernel():
+    """The AVX2 + FMA build where the CPU has them (the kernels cpu_quant uses say so), else the portable one."""
+    library = cpu_quant._require()
+    avx2 = cpu_quant.available_isas()[-1] != "scalar" and hasattr(library, cpu_quant._ATTENTION_AVX2)
+    return getattr(library, cpu_quant._ATTENTION_AVX2 if avx2 else cpu_quant._ATTENTION)
 
 
 def _check(q, k_cache, v_cache, block_tables, seq_lens, query_start_loc) -> None:

@@ -43,6 +43,7 @@ _NATIVE = Path(__file__).with_name("native")
 _AVX2 = ["-mavx2", "-mfma", "-mf16c"]
 _AVX512 = [*_AVX2, "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"]
 ISAS = ("scalar", "avx2", "avx512")  # the C side's numbering
+_ATTENTION, _ATTENTION_AVX2 = "strata_paged_attention_f32", "strata_paged_attention_f32_avx2"  # portable, AVX2
 TYPES = frozenset(GGMLQuantizationType[name] for name in ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K",
                                                            "Q6_K", "IQ4_XS"))
 _LAYOUTS = {int(qtype): (*GGML_QUANT_SIZES[qtype], qtype.name) for qtype in TYPES}  # values, bytes a block; name
@@ -55,15 +56,16 @@ _num_threads: int | None = None
 
 def _build() -> ctypes.CDLL:
     exact = ["-O3", "-ffp-contract=off"]  # the dequantizing kernels: a multiply and an add stay two roundings
-    units = [(_NATIVE / "quant_scalar.c", ["-O3"]), (_NATIVE / "dequant_scalar.c", exact)]
+    attention = _NATIVE / "paged_attention_cpu.c", ["-O3", "-ffast-math", "-pthread"]  # cpu_attention.py
+    units = [(_NATIVE / "quant_scalar.c", ["-O3"]), (_NATIVE / "dequant_scalar.c", exact), attention]
     if platform.machine().lower() in ("x86_64", "amd64"):
         units += [(_NATIVE / "quant_matmul.c", ["-O3", "-pthread", "-DSTRATA_X86_SIMD"]),
                   (_NATIVE / "quant_simd.c", ["-O3", *_AVX2]), (_NATIVE / "quant_simd.c", ["-O3", *_AVX512]),
-                  (_NATIVE / "dequant_simd.c", [*exact, *_AVX2])]
+                  (_NATIVE / "dequant_simd.c", [*exact, *_AVX2]),
+                  (attention[0], [*attention[1], *_AVX2, "-DSTRATA_ATTENTION_ENTRY=" + _ATTENTION_AVX2])]
     else:
         units += [(_NATIVE / "quant_matmul.c", ["-O3", "-pthread"])]
-    units += [(_NATIVE / "quant_moe.c", ["-O3", "-pthread"]), (_NATIVE / "dequant_matmul.c", ["-O3", "-pthread"]),
-              (_NATIVE / "paged_attention_cpu.c", ["-O3", "-pthread"])]
+    units += [(_NATIVE / "quant_moe.c", ["-O3", "-pthread"]), (_NATIVE / "dequant_matmul.c", ["-O3", "-pthread"])]
     library = ctypes.CDLL(str(build_library("quant_matmul", units, ["-pthread", "-lm"],
                                             headers=[_NATIVE / "quant_matmul.h"])))
     pointer, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
@@ -72,8 +74,9 @@ def _build() -> ctypes.CDLL:
                            ("strata_dqmm", [i32, pointer, i64, pointer, i64, i64, pointer, i32]),
                            ("strata_qmoe", [pointer, pointer, i64, i64, i64, pointer, pointer, pointer, *weights,
                                             *weights, i32]),
-                           ("strata_paged_attention_f32", [pointer, i64, i64, pointer, pointer, i64, i64, pointer,
-                                                            i64, pointer, pointer, i64, ctypes.c_float, pointer, i32]),
+                           *((name, [pointer, i64, i64, pointer, pointer, i64, i64, pointer, i64, pointer, pointer,
+                                      i64, ctypes.c_float, pointer, i32])
+                             for name in (_ATTENTION, _ATTENTION_AVX2) if hasattr(library, name)),
                            ("strata_qmm_supports", [i32]), ("strata_qmm_set_isa", [i32]),
                            ("strata_qmm_best_isa", [])):
         getattr(library, name).argtypes = argtypes

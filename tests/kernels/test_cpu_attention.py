@@ -27,7 +27,11 @@ def _case(seq_lens, query_lens, heads=6, kv_heads=2, dim=40, block=4, seed=0):
 @pytest.mark.parametrize("seq_lens, query_lens", [([1], [1]), ([37], [1]), ([5, 17, 9], [1, 1, 1]),
                                                   ([20, 7], [4, 7]), ([33, 16, 3, 64], [16, 1, 3, 2])])
 @pytest.mark.parametrize("kv_heads", [1, 2, 6])
-def test_equals_the_float64_reference(seq_lens, query_lens, kv_heads):
+@pytest.mark.parametrize("build", ["best", "portable"])
+def test_equals_the_float64_reference(seq_lens, query_lens, kv_heads, build, monkeypatch):
+    """Either build of the kernel: the one this CPU takes (AVX2 + FMA on x86) and the portable one."""
+    if build == "portable":
+        monkeypatch.setattr(cpu_attention, "_kernel", lambda: getattr(cpu_quant._require(), cpu_quant._ATTENTION))
     q, k, v, tables, lens, starts = _case(seq_lens, query_lens, kv_heads=kv_heads)
     out = cpu_attention.paged_attention(q, k, v, tables, lens, starts, 0.125)
     ref = cpu_attention.paged_attention_ref(q, k, v, tables, lens, starts, 0.125)

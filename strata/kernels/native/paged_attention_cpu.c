@@ -4,9 +4,13 @@
  * from the pool [N_blocks, B, Hkv, D] through the sequence's block table (no gather into a padded batch, no
  * mask). Query j of a window of n at the end of a context of L tokens sits at position L - n + j and sees
  * keys 0..L - n + j. One item of work is (sequence, KV head): its query heads share each K and V row read.
- * Sums are float32 in a fixed order (8 lanes then a tree for each dot product; keys in order for the
- * softmax and V), so the result depends on neither the batch nor the thread count.
- * Built into quant_matmul's library (strata/kernels/cpu_quant.py) and run on its pool. */
+ * Each query row's sums run in an order fixed by its own context length, so the result depends on neither
+ * the batch nor the thread count. Built with -ffast-math (so the compiler vectorises the reductions and expf)
+ * into quant_matmul's library (strata/kernels/cpu_quant.py) and run on its pool, twice on x86: portable
+ * (strata_paged_attention_f32) and with AVX2 + FMA (strata_paged_attention_f32_avx2, the name given by
+ * -DSTRATA_ATTENTION_ENTRY), which the caller takes where the CPU has them. (One build with the kernel alone
+ * cloned or compiled for AVX2 and a portable entry point ran 2-3x slower on a Zen 4.) It keeps clear of
+ * infinities (-ffast-math assumes none). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -31,6 +35,10 @@ static inline float dot(const float *a, const float *b, int64_t n) {
     return (((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]))) + tail;
 }
 
+#ifndef STRATA_ATTENTION_ENTRY
+#define STRATA_ATTENTION_ENTRY strata_paged_attention_f32
+#endif
+
 static void attend(const void *ctx, int64_t item) {
     const attention_t *a = ctx;
     const int64_t seq = item / a->kv_heads, g = item % a->kv_heads, group = a->heads / a->kv_heads;
@@ -51,8 +59,8 @@ static void attend(const void *ctx, int64_t item) {
     }
     for (int64_t r = 0; r < rows; r++) {  /* softmax over the keys row r sees: exp(s - max) / sum */
         const int64_t seen = len - nq + r / group + 1;
-        float *s = scores + r * len, top = -INFINITY, sum = 0.f;
-        for (int64_t p = 0; p < seen; p++) top = s[p] > top ? s[p] : top;
+        float *s = scores + r * len, top = s[0], sum = 0.f;
+        for (int64_t p = 1; p < seen; p++) top = s[p] > top ? s[p] : top;
         for (int64_t p = 0; p < seen; p++) sum += (s[p] = expf(s[p] - top));
         inverse[r] = 1.f / sum;
         float *o = a->out + ((first + r / group) * a->heads + g * group + r % group) * d;
@@ -76,7 +84,7 @@ static void attend(const void *ctx, int64_t item) {
 
 /* q [T, H, D], k/v caches [N_blocks, block, Hkv, D] (float32, contiguous), tables [S, width], seq_lens [S],
  * starts [S + 1] (int64) -> out [T, H, D]. Returns 0, or -1 when H is not a multiple of Hkv. */
-int strata_paged_attention_f32(const float *q, int64_t heads, int64_t dim, const float *k, const float *v,
+int STRATA_ATTENTION_ENTRY(const float *q, int64_t heads, int64_t dim, const float *k, const float *v,
                                int64_t block, int64_t kv_heads, const int64_t *tables, int64_t width,
                                const int64_t *seq_lens, const int64_t *starts, int64_t num_seqs, float scale,
                                float *out, int threads) {
