@@ -25,8 +25,6 @@ from torch import nn
 from strata.experts.cpu_pool import CpuExpertPool
 from strata.experts.slots import ExpertSlots
 from strata.experts.stats import RoutingStats
-from strata.kernels import triton_available
-from strata.kernels.host_read import copy_from_host
 from strata.model.moe import run_experts
 from strata.split_graphs import capturing, split_here
 
@@ -49,20 +47,14 @@ class HostExchange:
         self.topk_ids_np, self.topk_weights_np = self.topk_ids.numpy(), self.topk_weights.numpy()
         self.slot_ids_np, self.cpu_sum_np = self.slot_ids.numpy(), self.cpu_sum.numpy()
         self._upload_views: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        self.read_by_kernel = triton_available() and str(device).startswith("cuda")
 
     def upload(self, num_rows: int) -> None:
         """Queue the copy of the first `num_rows` rows of the CPU sum to the device (views cached per
-        row count: slicing costs as much as the copy's launch). With Triton the SMs read the pinned rows
-        themselves (kernels/host_read.py), so no large copy in the engine's queue (the KV staging ring's)
-        delays them."""
+        row count: slicing costs as much as the copy's launch)."""
         views = self._upload_views.get(num_rows)
         if views is None:
             views = self._upload_views[num_rows] = (self.cpu_sum_device[:num_rows], self.cpu_sum[:num_rows])
-        if self.read_by_kernel:
-            copy_from_host(*views)
-        else:
-            views[0].copy_(views[1], non_blocking=True)
+        views[0].copy_(views[1], non_blocking=True)
 
 
 class OffloadedExperts(nn.Module):

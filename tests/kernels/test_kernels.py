@@ -579,24 +579,3 @@ def check_gdn_layer_short_windows_match_the_torch_path(device: str, grouped: boo
                                                         (False, "silu", False)])
 def test_gdn_layer_short_windows_match_the_torch_path(grouped, activation, tiled):
     check_gdn_layer_short_windows_match_the_torch_path("cuda", grouped, activation, tiled)
-
-
-@gpu
-@pytest.mark.parametrize("rows", [1, 7, 300])
-def test_copy_from_host_reads_pinned_rows_behind_a_large_copy(rows):
-    """kernels/host_read.py: the SMs' own loads give the pinned rows' exact values on the device, in stream
-    order, also while a side stream's 256 MB host-to-device copy holds the copy engine."""
-    from strata.kernels.host_read import copy_from_host
-
-    src = torch.randn(rows, 2048, generator=torch.Generator().manual_seed(rows)).pin_memory()
-    dst = torch.full((rows, 2048), float("nan"), device="cuda")
-    big_host, big = torch.ones(256 << 20, dtype=torch.uint8).pin_memory(), torch.empty(256 << 20, dtype=torch.uint8,
-                                                                                        device="cuda")
-    side = torch.cuda.Stream()
-    with torch.cuda.stream(side):
-        big.copy_(big_host, non_blocking=True)
-    copy_from_host(dst, src)
-    assert torch.equal(dst.cpu(), src)
-    torch.cuda.synchronize()
-    with pytest.raises(ValueError, match="pinned"):
-        copy_from_host(dst, src.clone())  # pageable memory: not readable by a kernel
