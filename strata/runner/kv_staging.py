@@ -16,10 +16,6 @@ after slot. The attention paths are those of an unstaged tier. CUDA graphs are c
 the two hooks are split points (strata/split_graphs.py), so their stream work runs between a step's graphs.
 A step whose host blocks do not fit the ring is not staged: it runs eagerly against the tier itself.
 Models with further per-token caches (QSA's index keys) are not staged.
-
-Each copy moves at most `chunk_bytes`: a host-to-device copy engine works through its queue in order, so one
-100 MB copy would hold back the small uploads the step's own layers queue meanwhile (an offloaded MoE layer's
-CPU sum) for milliseconds.
 """
 
 from __future__ import annotations
@@ -35,8 +31,6 @@ from strata.types import ScheduledSlot
 
 
 class HostKVStaging:
-    chunk_bytes = 4 << 20  # the most one copy moves (see the module docstring)
-
     def __init__(self, tier_caches: dict, layers: list[int], ring_size: int, capacity: int,
                  device: torch.device | str) -> None:
         """tier_caches: the host tier (HostKVPool.caches); layers: the attention layers in forward order."""
@@ -60,8 +54,6 @@ class HostKVStaging:
         # the tier as the attention layers see it: every key in its layer's ring entry
         self.view = {key: self.ring[self.entry_of[layer]][kind] for layer in self.layers
                      for kind, key in zip(("kv", "scale"), self.keys_of[layer])}
-        block_bytes = max(raw(t)[0].numel() * raw(t).element_size() for t in tier_caches[first[0]])
-        self.chunk_blocks = max(1, self.chunk_bytes // block_bytes)
         self.cuda = torch.device(device).type == "cuda"
         self.copy_stream = torch.cuda.Stream(device=device) if self.cuda else None
         self.copied: dict[int, torch.cuda.Event] = {}
@@ -87,8 +79,7 @@ class HostKVStaging:
             ids = tables.get(work.slot_id, ())
             staged[work.slot_id] = list(range(offset, offset + len(ids)))
             runs = self._slot_runs(work.slot_id, ids)
-            self.runs.extend((offset + first + i, start + i, min(self.chunk_blocks, count - i))
-                             for first, start, count in runs for i in range(0, count, self.chunk_blocks))
+            self.runs.extend((offset + first, start, count) for first, start, count in runs)
             offset += len(ids)
         self.copied = {}
         if self.cuda:

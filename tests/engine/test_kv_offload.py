@@ -257,35 +257,6 @@ def test_staged_host_blocks_give_the_all_resident_output(family, options, layers
         assert staging.capacity == (96 - WINDOW) // BLOCK + 1 and counts["unstaged"] > 0
 
 
-def test_staged_copies_are_split_into_chunks_and_keep_the_output(tiny_model_dir, monkeypatch):
-    """No staged copy moves more than chunk_bytes (here two blocks' worth): each run of consecutive host blocks
-    is cut into pieces that together cover it, and the output still equals all-resident."""
-    from strata.runner.kv_staging import HostKVStaging
-
-    folder = tiny_model_dir("llama")
-    reference = _generate(_llm(folder))
-    llm = _llm(folder, kv_resident_tokens=WINDOW, kv_staging_layers=1)
-    staging = llm.engine.runner.kv_staging
-    block_bytes = staging.ring[0]["kv"][0][0].numel() * staging.ring[0]["kv"][0].element_size()
-    monkeypatch.setattr(HostKVStaging, "chunk_bytes", 2 * block_bytes + 1)
-    staging.chunk_blocks = max(1, HostKVStaging.chunk_bytes // block_bytes)
-    pieces, begin = [], staging.begin
-
-    def recorded(scheduled, tables):
-        rows = begin(scheduled, tables)
-        if rows is not None and staging.runs:
-            pieces.append((sorted((row, block) for row, block, count in staging.runs for i in range(count)
-                                  for row, block in [(row + i, block + i)]),
-                           sorted((row, tables[w.slot_id][i]) for w in scheduled for i, row in enumerate(rows[w.slot_id])),
-                           [count for _, _, count in staging.runs]))
-        return rows
-
-    staging.begin = recorded
-    assert _generate(llm) == reference
-    assert pieces and max(max(counts) for _, _, counts in pieces) == 2
-    assert all(copied == wanted for copied, wanted, _ in pieces)  # the pieces cover every block once, in place
-
-
 def test_staging_refuses_what_it_cannot_stage(tiny_model_dir):
     with pytest.raises(ValueError, match="kv_staging_layers=1: staging needs KV beyond VRAM"):
         _llm(tiny_model_dir("llama"), kv_staging_layers=1)
