@@ -20,6 +20,7 @@ enum { ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX512 = 2, NUM_ISAS = 3 };
 
 static rows_fn tables[NUM_ISAS][NUM_TYPES];
 static dq_rows_fn dq_tables[NUM_ISAS][NUM_TYPES];  /* dequant_matmul.c's kernels; AVX-512 runs the AVX2 ones */
+static dq_many_fn dq_many_tables[NUM_ISAS][NUM_TYPES];  /* their prompt-chunk forms (none portable) */
 static int isa_best = ISA_SCALAR, isa_current = ISA_SCALAR;
 
 static void init_tables(void) {
@@ -30,11 +31,13 @@ static void init_tables(void) {
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
         strata_qmm_table_avx2(tables[ISA_AVX2]);
         strata_dqmm_table_avx2(dq_tables[ISA_AVX2]);
+        strata_dqmm_many_table_avx2(dq_many_tables[ISA_AVX2]);
         isa_best = ISA_AVX2;
         if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")) {
             strata_qmm_table_avx512(tables[ISA_AVX512]);
             strata_dqmm_table_avx2(dq_tables[ISA_AVX512]);
+            strata_dqmm_many_table_avx2(dq_many_tables[ISA_AVX512]);
             isa_best = ISA_AVX512;
         }
     }
@@ -64,6 +67,8 @@ int strata_qmm_supports(int qtype) {
 rows_fn strata_qmm_rows(int qtype) { return tables[isa_current][qtype]; }
 
 dq_rows_fn strata_dqmm_rows(int qtype) { return dq_tables[isa_current][qtype]; }
+
+dq_many_fn strata_dqmm_many(int qtype) { return dq_many_tables[isa_current][qtype]; }
 
 void strata_qmm_type_sizes(int qtype, int64_t *block, int64_t *bytes, int64_t *act_block) {
     switch (qtype) {
