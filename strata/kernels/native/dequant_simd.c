@@ -334,48 +334,45 @@ void strata_dqmm_table_avx2(dq_rows_fn table[NUM_TYPES]) {
  * Above DQ_MANY_MIN rows of x the decode in registers is paid once per tile of DQ_T rows, which a prompt
  * chunk repeats dozens of times; here up to MANY_W weight rows (a pool chunk's, dequant_matmul.c: at most 64)
  * are decoded once into a float buffer (the same values walk_<type> gives; L2-sized at the usual K) and met
- * by every row of x, 2 weight rows x 4 rows of x at a time (8 accumulators, 6 loads for 8 FMAs), so x is read
- * once a chunk. On the Zen 4 VM, 8 prompts x 64 tokens of SmolLM2 Q4_1: 0.74 s of products against 0.95 s with
- * 4 rows a buffer and ~1.2 s for the tiles. Each output still sums its row's vectors of 8 in order into one accumulator of 8
+ * by every row of x, 3 weight rows x 4 rows of x at a time (12 accumulators, 7 loads for 12 FMAs), so x is
+ * read once a chunk. On the 2-core Zen 4 VM (bench/results/2026-12-02-cpu-session21), 512 rows of x times SmolLM2's
+ * Q4_1 projections ran at 89-103 GMAC/s (FMA peak ~109) against 70-83 with 2 weight rows a tile; a 512-token
+ * prefill's products took 0.74-0.81 s with 2 weight rows a tile and ~1.2 s through the tiles of DQ_T. Each output still sums its row's vectors of 8 in order into one accumulator of 8
  * lanes, then `reduce`: the bits of rows_<type>, so a row gives the same bits alone, in a tile or in a
  * prompt chunk (tests/kernels/test_cpu_dequant_matmul.py). */
-enum { MANY_W = 64 };  /* weight rows a buffer holds */
+enum { MANY_W = 64 };     /* weight rows a buffer holds */
+enum { MANY_TILE_W = 3 };  /* weight rows x 4 rows of x a tile: 12 accumulators, 7 loads for 12 FMAs */
 
-/* acc of weight rows w0 (and w1 if two) . x rows t < nt (ldx apart) over k values, y[t * ldy + r] */
-INLINE void many_tile(const float *w0, const float *w1, const int two, const float *x, int64_t ldx, const int nt,
-                      int64_t k, float *y, int64_t ldy) {
-    __m256 a0[4], a1[4];
-    for (int t = 0; t < nt; t++) a0[t] = a1[t] = _mm256_setzero_ps();
+/* y[t * ldy + r] = weight row r (nw rows of k floats, k apart from w) . x row t (ldx apart), t < nt */
+INLINE void many_tile(const float *w, const int nw, const float *x, int64_t ldx, const int nt, int64_t k, float *y,
+                      int64_t ldy) {
+    __m256 a[MANY_TILE_W][4];
+    for (int r = 0; r < nw; r++)
+        for (int t = 0; t < nt; t++) a[r][t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < k; i += 8) {
-        const __m256 v0 = _mm256_loadu_ps(w0 + i), v1 = two ? _mm256_loadu_ps(w1 + i) : v0;
+        __m256 v[MANY_TILE_W];
+        for (int r = 0; r < nw; r++) v[r] = _mm256_loadu_ps(w + r * k + i);
         for (int t = 0; t < nt; t++) {
             const __m256 xv = _mm256_loadu_ps(x + t * ldx + i);
-            a0[t] = _mm256_fmadd_ps(v0, xv, a0[t]);
-            if (two) a1[t] = _mm256_fmadd_ps(v1, xv, a1[t]);
+            for (int r = 0; r < nw; r++) a[r][t] = _mm256_fmadd_ps(v[r], xv, a[r][t]);
         }
     }
-    for (int t = 0; t < nt; t++) {
-        y[t * ldy] = reduce(a0[t]);
-        if (two) y[t * ldy + 1] = reduce(a1[t]);
-    }
+    for (int t = 0; t < nt; t++)
+        for (int r = 0; r < nw; r++) y[t * ldy + r] = reduce(a[r][t]);
 }
 
 static void many_rows(const float *buf, int nw, const float *x, int64_t k, int64_t t, float *y, int64_t ldy) {
     for (int64_t t0 = 0; t0 < t; t0 += 4) {
         const int nt = t - t0 < 4 ? (int)(t - t0) : 4;
-        for (int r = 0; r < nw; r += 2) {
-            const float *w0 = buf + r * k;
+        for (int r = 0; r < nw; r += MANY_TILE_W) {
+            const int rows = nw - r < MANY_TILE_W ? nw - r : MANY_TILE_W;
+            const float *w = buf + r * k, *xt = x + t0 * k;
             float *out = y + t0 * ldy + r;
-            const int two = r + 1 < nw;
-            switch (nt * 2 + two) {  /* constant trip counts, so the accumulators stay in registers */
-            case 2: many_tile(w0, w0, 0, x + t0 * k, k, 1, k, out, ldy); break;
-            case 3: many_tile(w0, w0 + k, 1, x + t0 * k, k, 1, k, out, ldy); break;
-            case 4: many_tile(w0, w0, 0, x + t0 * k, k, 2, k, out, ldy); break;
-            case 5: many_tile(w0, w0 + k, 1, x + t0 * k, k, 2, k, out, ldy); break;
-            case 6: many_tile(w0, w0, 0, x + t0 * k, k, 3, k, out, ldy); break;
-            case 7: many_tile(w0, w0 + k, 1, x + t0 * k, k, 3, k, out, ldy); break;
-            case 8: many_tile(w0, w0, 0, x + t0 * k, k, 4, k, out, ldy); break;
-            default: many_tile(w0, w0 + k, 1, x + t0 * k, k, 4, k, out, ldy); break;
+            switch (nt * 4 + rows) {  /* constant trip counts, so the accumulators stay in registers */
+#define TILE(nt_, rows_) case nt_ * 4 + rows_: many_tile(w, rows_, xt, k, nt_, k, out, ldy); break;
+            TILE(1, 1) TILE(1, 2) TILE(1, 3) TILE(2, 1) TILE(2, 2) TILE(2, 3)
+            TILE(3, 1) TILE(3, 2) TILE(3, 3) TILE(4, 1) TILE(4, 2) TILE(4, 3)
+#undef TILE
             }
         }
     }
