@@ -1,7 +1,8 @@
 """Paged attention on the CPU for float32 KV pools (native/paged_attention_cpu.c, in cpu_quant's library and
 on its thread pool): the decode and short-window steps of the CPU path read K and V in place through the
 block tables, where the torch path gathers every sequence's keys into a padded batch and builds a mask for
-SDPA (~0.3 ms a layer at 8 streams on SmolLM2, a quarter of a decode step's time outside the matmuls).
+SDPA in every layer (SmolLM2 Q4_1, 8 streams on 2 cores: 38.8 against 45.7 ms a step at ~100 tokens of context,
+104.9 against 176.4 at ~900; bench/results/2026-12-02-cpu-session21).
 
 `paged_attention_ref` states the semantics (the causal softmax of each window's queries over its
 sequence's keys, in float64); tests/kernels/test_cpu_attention.py holds the kernel to it and to the torch
@@ -38,9 +39,9 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     if context_tokens is None:
         context_tokens = int(seq_lens.sum())
     threads = 1 if context_tokens * heads * dim < _ONE_THREAD_WORK else cpu_quant._threads()
-    _kernel()(q.data_ptr(), heads, dim, k_cache.data_ptr(), v_cache.data_ptr(), block,
-                                       kv_heads, block_tables.data_ptr(), block_tables.shape[1], seq_lens.data_ptr(),
-                                       query_start_loc.data_ptr(), seq_lens.shape[0], scale, out.data_ptr(), threads)
+    _kernel()(q.data_ptr(), heads, dim, k_cache.data_ptr(), v_cache.data_ptr(), block, kv_heads,
+              block_tables.data_ptr(), block_tables.shape[1], seq_lens.data_ptr(), query_start_loc.data_ptr(),
+              seq_lens.shape[0], scale, out.data_ptr(), threads)
     return out
 
 

@@ -111,8 +111,9 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
                                    kv_scales=kv_scales, **_kernel_host_tier(ctx, host_kv))
     if ctx.max_query_len <= _BATCHED_MAX_QUERY_LEN:
         if kv_scales is None and not ctx.has_host_blocks and ops.cpu_paged_attention_on(q, k_cache):
+            context = ctx.cached("context_tokens", lambda: sum(ctx.num_computed) + sum(ctx.query_lens))
             return ops.cpu_paged_attention(q, k_cache, v_cache, ctx.block_tables, ctx.seq_lens, ctx.query_start_loc,
-                                           scale, sum(ctx.num_computed) + sum(ctx.query_lens))
+                                           scale, context)
         return _attend_batched(q, k_cache, v_cache, ctx, scale, kv_scales, host_kv)
     if not any(ctx.num_computed) and len(set(ctx.query_lens)) == 1:  # nothing computed: nothing in the host tier
         return _attend_fresh_prompts(q, k_cache, v_cache, ctx, scale, kv_scales)

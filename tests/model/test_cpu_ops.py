@@ -105,7 +105,8 @@ def test_short_window_attention_equals_sdpa_per_window(windows, path, monkeypatc
     out = paged_attention(q, k_cache, v_cache, ctx, 0.25)
     assert bool(calls) == (path == "native")
     expected = attend_one_by_one(q, k_cache, v_cache, tables, windows, 0.25)
-    if len(windows) == 1 and path == "torch":  # a lone window: the same SDPA call but for strided operands and no padding
+    if len(windows) == 1 and path == "torch":  # a lone window: the same SDPA call but for strided operands, no padding
         assert torch.equal(out, expected)
-    else:  # padded to the longest context: masked keys add exact zeros, but SDPA's blocking may change
+    else:  # native: its own sums; torch padded to the longest context: masked keys add exact zeros, but SDPA's
+        # blocking may change
         torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-6)

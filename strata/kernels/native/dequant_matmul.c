@@ -4,8 +4,9 @@
  *
  * The output rows are split into chunks that quant_matmul.c's pool (the caller included) takes in turn;
  * each chunk runs x in tiles of DQ_T rows, so a weight row is read from memory once per call and decoded
- * once per tile (from DQ_MANY_MIN rows of x, where the ISA has a many-rows form, once per call). Every output is summed by one thread in an order that depends on neither the thread
- * count nor the tile: the bits do not change with the batch or the threads. */
+ * once per tile (from DQ_MANY_MIN rows of x, where the ISA has a many-rows form, once per call). Every output
+ * is summed by one thread in an order that depends on neither the thread count nor the tile: the bits do not
+ * change with the batch or the threads. */
 #include "quant_matmul.h"
 
 typedef struct {

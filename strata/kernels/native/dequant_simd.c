@@ -335,11 +335,12 @@ void strata_dqmm_table_avx2(dq_rows_fn table[NUM_TYPES]) {
  * chunk repeats dozens of times; here up to MANY_W weight rows (a pool chunk's, dequant_matmul.c: at most 64)
  * are decoded once into a float buffer (the same values walk_<type> gives; L2-sized at the usual K) and met
  * by every row of x, 3 weight rows x 4 rows of x at a time (12 accumulators, 7 loads for 12 FMAs), so x is
- * read once a chunk. On the 2-core Zen 4 VM (bench/results/2026-12-02-cpu-session21), 512 rows of x times SmolLM2's
- * Q4_1 projections ran at 89-103 GMAC/s (FMA peak ~109) against 70-83 with 2 weight rows a tile; a 512-token
- * prefill's products took 0.74-0.81 s with 2 weight rows a tile and ~1.2 s through the tiles of DQ_T. Each output still sums its row's vectors of 8 in order into one accumulator of 8
- * lanes, then `reduce`: the bits of rows_<type>, so a row gives the same bits alone, in a tile or in a
- * prompt chunk (tests/kernels/test_cpu_dequant_matmul.py). */
+ * read once a chunk. Each output still sums its row's vectors of 8 in order into one accumulator of 8 lanes,
+ * then `reduce`: the bits of rows_<type>, so a row gives the same bits alone, in a tile or in a prompt chunk
+ * (tests/kernels/test_cpu_dequant_matmul.py). On the 2-core Zen 4 VM (bench/results/2026-12-02-cpu-session21),
+ * 512 rows of x times SmolLM2's Q4_1 projections ran at 89-103 GMAC/s (FMA peak ~109) against 70-83 with 2
+ * weight rows a tile; a 512-token prefill's products took ~1.2 s through the tiles of DQ_T, 0.74-0.81 s with
+ * the buffer and 2 weight rows a tile. */
 enum { MANY_W = 64 };     /* weight rows a buffer holds */
 enum { MANY_TILE_W = 3 };  /* weight rows x 4 rows of x a tile: 12 accumulators, 7 loads for 12 FMAs */
 

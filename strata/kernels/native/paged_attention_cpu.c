@@ -85,9 +85,9 @@ static void attend(const void *ctx, int64_t item) {
 /* q [T, H, D], k/v caches [N_blocks, block, Hkv, D] (float32, contiguous), tables [S, width], seq_lens [S],
  * starts [S + 1] (int64) -> out [T, H, D]. Returns 0, or -1 when H is not a multiple of Hkv. */
 int STRATA_ATTENTION_ENTRY(const float *q, int64_t heads, int64_t dim, const float *k, const float *v,
-                               int64_t block, int64_t kv_heads, const int64_t *tables, int64_t width,
-                               const int64_t *seq_lens, const int64_t *starts, int64_t num_seqs, float scale,
-                               float *out, int threads) {
+                           int64_t block, int64_t kv_heads, const int64_t *tables, int64_t width,
+                           const int64_t *seq_lens, const int64_t *starts, int64_t num_seqs, float scale,
+                           float *out, int threads) {
     if (kv_heads <= 0 || heads % kv_heads != 0) return -1;
     const attention_t ctx = {q, k, v, out, tables, seq_lens, starts, heads, kv_heads, dim, block, width, scale};
     const phase_t phase = {attend, num_seqs * kv_heads, threads};
