@@ -70,8 +70,8 @@ def _build() -> ctypes.CDLL:
                                             headers=[_NATIVE / "quant_matmul.h"])))
     pointer, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
     weights = [i32, pointer, i64, i64]  # type, rows, expert stride, row stride
-    for name, argtypes in (("strata_qmm", [i32, pointer, i64, pointer, i64, i64, pointer, i32]),
-                           ("strata_dqmm", [i32, pointer, i64, pointer, i64, i64, pointer, i32]),
+    for name, argtypes in (("strata_qmm", [i32, pointer, i64, pointer, i64, i64, pointer, i64, i32]),
+                           ("strata_dqmm", [i32, pointer, i64, pointer, i64, i64, pointer, i64, i32]),
                            ("strata_qmoe", [pointer, pointer, i64, i64, i64, pointer, pointer, pointer, *weights,
                                             *weights, i32]),
                            *((name, [pointer, i64, i64, pointer, pointer, i64, i64, pointer, i64, pointer, pointer,
@@ -148,13 +148,15 @@ def set_isa(name: str) -> None:
     _require().strata_qmm_set_isa(ISAS.index(name))
 
 
-def quant_matmul(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: int) -> torch.Tensor:
+def quant_matmul(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: int,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
     """x [T, K] float32 @ W.T -> [T, N] float32, W [N, K] the dequantization of blocks [N, row_bytes]
-    uint8 (GGUF rows: K / block_size blocks each). Check supports(qtype) first."""
+    uint8 (GGUF rows: K / block_size blocks each). Check supports(qtype) first. `out`: where to write y, a
+    [T, N] float32 CPU tensor whose rows may be strided (columns of a wider output); returned."""
     library = _library or _require()  # decode calls this a few hundred times a token: checks stay cheap
     _check_matmul("quant_matmul", x, blocks, qtype, n, k)
-    y = torch.from_numpy(np.empty((x.shape[0], n), np.float32))  # [T, N]; a third of torch.empty's cost
-    status = library.strata_qmm(qtype, x.data_ptr(), x.shape[0], blocks.data_ptr(), n, k, y.data_ptr(),
+    y, ldy = _output("quant_matmul", x, n, out)
+    status = library.strata_qmm(qtype, x.data_ptr(), x.shape[0], blocks.data_ptr(), n, k, y.data_ptr(), ldy,
                                 _threads())
     if status != 0:  # the C side's other refusals (type, K) were checked above
         raise MemoryError("quant_matmul: no scratch memory for the quantized activations")
@@ -167,16 +169,28 @@ def supports_dequant(qtype: int) -> bool:
     return supports(qtype)
 
 
-def dequant_matmul(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: int) -> torch.Tensor:
+def dequant_matmul(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: int,
+                   out: torch.Tensor | None = None) -> torch.Tensor:
     """quant_matmul's contract with x kept in float32: y [T, N] = x [T, K] @ W.T, each weight exactly gguf's
     float32 dequantization of blocks [N, row_bytes], the products summed in float32 (in an order that
-    depends on neither T nor the thread count). Check supports_dequant(qtype) first."""
+    depends on neither T nor the thread count). Check supports_dequant(qtype) first. `out` as quant_matmul's."""
     library = _library or _require()
     _check_matmul("dequant_matmul", x, blocks, qtype, n, k)
-    y = torch.from_numpy(np.empty((x.shape[0], n), np.float32))  # [T, N]
-    library.strata_dqmm(qtype, x.data_ptr(), x.shape[0], blocks.data_ptr(), n, k, y.data_ptr(),
+    y, ldy = _output("dequant_matmul", x, n, out)
+    library.strata_dqmm(qtype, x.data_ptr(), x.shape[0], blocks.data_ptr(), n, k, y.data_ptr(), ldy,
                         _threads())  # its refusals (type, K) are checked above
     return y
+
+
+def _output(caller: str, x: torch.Tensor, n: int, out: torch.Tensor | None) -> tuple[torch.Tensor, int]:
+    """(y [T, N], the distance between its rows): `out` checked, or a new tensor."""
+    if out is None:
+        return torch.from_numpy(np.empty((x.shape[0], n), np.float32)), n  # a third of torch.empty's cost
+    if out.shape != (x.shape[0], n) or out.dtype != torch.float32 or not out.is_cpu or \
+            (n > 1 and out.stride(1) != 1) or (x.shape[0] > 1 and out.stride(0) < n):
+        raise ValueError(f"{caller}: out must be a CPU float32 [{x.shape[0]}, {n}] tensor with contiguous rows, got "
+                         f"{out.dtype} {tuple(out.shape)} strides {out.stride()} on {out.device}")
+    return out, out.stride(0) if x.shape[0] > 1 else n
 
 
 def _check_matmul(caller: str, x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: int) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -201,9 +202,19 @@ def _float32_on_cpu(x: torch.Tensor, weight) -> torch.Tensor:
         x = x.contiguous()
     matmul = kernel.quant_matmul if weight.int8_activations else kernel.dequant_matmul
     # (a few hundred calls a token on a small model: each torch call saved is ~5 us of a ~100 us product)
-    outs = [matmul(x, blocks if blocks.is_contiguous() else blocks.contiguous(), qtype, blocks.shape[0],
-                   weight.in_features) for qtype, blocks in weight.segments()]
-    return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)  # [T, N]
+    segments = weight.segments()
+    if len(segments) == 1:
+        qtype, blocks = segments[0]
+        return matmul(x, blocks if blocks.is_contiguous() else blocks.contiguous(), qtype, blocks.shape[0],
+                      weight.in_features)
+    out = torch.from_numpy(np.empty((x.shape[0], sum(b.shape[0] for _, b in segments)), np.float32))  # [T, N]
+    column = 0
+    for qtype, blocks in segments:  # each segment's products straight into its columns (no concatenation)
+        n = blocks.shape[0]
+        matmul(x, blocks if blocks.is_contiguous() else blocks.contiguous(), qtype, n, weight.in_features,
+               out=out[:, column:column + n])
+        column += n
+    return out
 
 
 # packed_gemv rereads the weights per row: from 3 rows on, dequantizing to a temporary and the 16-bit GEMM

@@ -29,7 +29,7 @@ def test_int8_activations_stay_within_their_bound(monkeypatch):
     calls = {"quant": 0}
     quant_matmul = cpu_quant.quant_matmul
     monkeypatch.setattr(cpu_quant, "quant_matmul",
-                        lambda *a: (calls.__setitem__("quant", calls["quant"] + 1), quant_matmul(*a))[1])
+                        lambda *a, **k: (calls.__setitem__("quant", calls["quant"] + 1), quant_matmul(*a, **k))[1])
     one = SamplingParams(temperature=0.0, max_tokens=1, logprobs=2)
     for chat in CHATS:
         prompt = exact.encode_chat(chat)

@@ -236,3 +236,21 @@ def test_float32_packed_linear_reads_the_blocks_and_falls_back_to_the_dense_copy
         assert torch.equal(dense.reshape(-1, 13), torch.nn.functional.linear(rows, weight.dequantize()) + bias)
     finally:
         ops._cpu_dequant.cache_clear()
+
+
+@pytest.mark.parametrize("t", [1, 3, 20])
+def test_products_written_into_columns_of_a_wider_output(t):
+    """out=: each kernel writes its [T, N] into columns of a wider tensor (a fused projection's segments) with
+    the bits it returns alone, and leaves the other columns as they were; a bad out is refused."""
+    k = 64
+    a, b = make_blocks(Q.Q4_1, 5, k, seed=17), make_blocks(Q.Q8_0, 7, k, seed=18)
+    x = torch.randn(t, k, generator=torch.Generator().manual_seed(19))
+    for matmul in (cpu_quant.dequant_matmul, cpu_quant.quant_matmul):
+        out = torch.full((t, 14), -7.0)
+        matmul(x, a, Q.Q4_1, 5, k, out=out[:, 1:6])
+        matmul(x, b, Q.Q8_0, 7, k, out=out[:, 6:13])
+        assert torch.equal(out[:, 1:6], matmul(x, a, Q.Q4_1, 5, k))
+        assert torch.equal(out[:, 6:13], matmul(x, b, Q.Q8_0, 7, k))
+        assert (out[:, 0] == -7).all() and (out[:, 13] == -7).all()
+        with pytest.raises(ValueError, match="contiguous rows"):
+            matmul(x, a, Q.Q4_1, 5, k, out=torch.zeros(10, t)[::2].T)  # columns 2t apart

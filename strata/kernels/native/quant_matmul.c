@@ -274,8 +274,8 @@ typedef struct {
     acts_t acts;           /* x quantized */
     rows_fn kernel;
     const uint8_t *w;      /* [N, row_bytes] */
-    int64_t row_bytes, n, t, chunk_rows;
-    float *y;              /* [T, N] */
+    int64_t row_bytes, n, t, chunk_rows, ldy;
+    float *y;              /* [T, N], rows ldy apart */
 } matmul_t;
 
 static void quantize_item(const void *ctx, int64_t row) {
@@ -289,14 +289,15 @@ static void matmul_item(const void *ctx, int64_t chunk) {  /* output rows chunk 
     const int64_t rows = r0 + m->chunk_rows <= m->n ? m->chunk_rows : m->n - r0;
     for (int64_t t0 = 0; t0 < m->t; t0 += MAX_T) {
         const int nt = m->t - t0 < MAX_T ? (int)(m->t - t0) : MAX_T;
-        m->kernel(m->w + r0 * m->row_bytes, m->row_bytes, rows, &m->acts, t0, nt, m->y + t0 * m->n + r0, m->n);
+        m->kernel(m->w + r0 * m->row_bytes, m->row_bytes, rows, &m->acts, t0, nt, m->y + t0 * m->ldy + r0, m->ldy);
     }
 }
 
 /* y [t, n] float32 = x [t, k] float32 @ dequant(w [n, k / block * bytes]).T on `threads` threads (the
- * caller included). Returns 0; 1 when scratch memory could not be had; 2 for a type it does not
+ * caller included); row i of y at y + i * ldy (ldy >= n: y may be columns of a wider output). Returns 0; 1 when scratch memory could not be had; 2 for a type it does not
  * handle or k not a multiple of the block. */
-int strata_qmm(int qtype, const float *x, int64_t t, const uint8_t *w, int64_t n, int64_t k, float *y, int threads) {
+int strata_qmm(int qtype, const float *x, int64_t t, const uint8_t *w, int64_t n, int64_t k, float *y, int64_t ldy,
+               int threads) {
     if (!strata_qmm_supports(qtype)) return 2;
     int64_t block, bytes, act_block;
     strata_qmm_type_sizes(qtype, &block, &bytes, &act_block);
@@ -308,7 +309,8 @@ int strata_qmm(int qtype, const float *x, int64_t t, const uint8_t *w, int64_t n
     int64_t chunk_rows = n / ((int64_t)threads * 8);  /* ~8 chunks a thread: balance, little contention */
     chunk_rows = chunk_rows < 1 ? 1 : chunk_rows > 64 ? 64 : chunk_rows;
     const matmul_t m = {.x = x, .acts = strata_qmm_acts_at(scratch, t, k, act_block), .kernel = strata_qmm_rows(qtype),
-                        .w = w, .row_bytes = k / block * bytes, .n = n, .t = t, .chunk_rows = chunk_rows, .y = y};
+                        .w = w, .row_bytes = k / block * bytes, .n = n, .t = t, .chunk_rows = chunk_rows, .ldy = ldy,
+                        .y = y};
     const phase_t phases[2] = {{quantize_item, t, t * k >= PARALLEL_QUANTIZE ? threads : 1},  /* ~1 ms / M values */
                                {matmul_item, (n + chunk_rows - 1) / chunk_rows, threads}};
     strata_qmm_run_phases(phases, 2, &m);
