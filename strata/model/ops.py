@@ -5,8 +5,8 @@ Ops with a self-contained torch form dispatch inside (rms_norm, rms_norm_topk_su
 fused_moe, softmax_topk; packed_linear and packed_embedding over GGUF blocks, whose CPU kernel is C).
 Kernel-only steps whose torch form is the layer's own code (paged attention of short windows, on CUDA
 and, in C, on the CPU for a float32 pool; qk-norm + rotary + KV write, the GDN conv update and recurrence,
-fused routing) come with the predicate that guards them. Each op keeps the kernel's limits (dtypes, shapes, debug switches) here
-and changes no numerics: the same path runs in every case as before the ops existed.
+fused routing) come with the predicate that guards them. Each op keeps the kernel's limits (dtypes, shapes,
+debug switches) here and changes no numerics: the same path runs in every case as before the ops existed.
 """
 
 from __future__ import annotations
