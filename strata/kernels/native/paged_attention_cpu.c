@@ -35,6 +35,19 @@ static inline float dot(const float *a, const float *b, int64_t n) {
     return (((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7]))) + tail;
 }
 
+/* Each loop reads rows in position order, but they sit wherever the block table put them, which the hardware
+ * prefetchers cannot follow, and a decode step reads them cold (the layer's matmuls went through the caches
+ * since): the row AHEAD positions on is asked for ahead. 8 streams of SmolLM2 at ~900 tokens of context:
+ * 76.4 against 112.4 ms a step (bench/results/2026-12-02-cpu-session21, attn_libs.py). */
+enum { AHEAD = 8 };
+
+static inline void prefetch_row(const float *cache, const attention_t *a, const int64_t *table, int64_t pos,
+                                int64_t g) {
+    const char *row = (const char *)(cache + ((table[pos / a->block] * a->block + pos % a->block) * a->kv_heads + g)
+                                             * a->dim);
+    for (int64_t at = 0; at < a->dim * (int64_t)sizeof(float); at += 64) __builtin_prefetch(row + at);
+}
+
 #ifndef STRATA_ATTENTION_ENTRY
 #define STRATA_ATTENTION_ENTRY strata_paged_attention_f32
 #endif
@@ -51,6 +64,7 @@ static void attend(const void *ctx, int64_t item) {
     /* scores: row r = (query j, head g * group + hh) */
     for (int64_t pos = 0; pos < len; pos++) {
         const float *k = a->k + ((table[pos / a->block] * a->block + pos % a->block) * a->kv_heads + g) * d;
+        if (pos + AHEAD < len) prefetch_row(a->k, a, table, pos + AHEAD, g);
         for (int64_t j = pos < len - nq ? 0 : pos - (len - nq); j < nq; j++)
             for (int64_t hh = 0; hh < group; hh++) {
                 const float *q = a->q + ((first + j) * a->heads + g * group + hh) * d;
@@ -68,6 +82,7 @@ static void attend(const void *ctx, int64_t item) {
     }
     for (int64_t pos = 0; pos < len; pos++) {
         const float *v = a->v + ((table[pos / a->block] * a->block + pos % a->block) * a->kv_heads + g) * d;
+        if (pos + AHEAD < len) prefetch_row(a->v, a, table, pos + AHEAD, g);
         for (int64_t j = pos < len - nq ? 0 : pos - (len - nq); j < nq; j++)
             for (int64_t hh = 0; hh < group; hh++) {
                 const float w = scores[(j * group + hh) * len + pos];
