@@ -41,11 +41,13 @@ static inline float dot(const float *a, const float *b, int64_t n) {
  * 76.4 against 112.4 ms a step (bench/results/2026-12-02-cpu-session21, attn_libs.py). */
 enum { AHEAD = 8 };
 
-static inline void prefetch_row(const float *cache, const attention_t *a, const int64_t *table, int64_t pos,
-                                int64_t g) {
-    const char *row = (const char *)(cache + ((table[pos / a->block] * a->block + pos % a->block) * a->kv_heads + g)
-                                             * a->dim);
-    for (int64_t at = 0; at < a->dim * (int64_t)sizeof(float); at += 64) __builtin_prefetch(row + at);
+/* where KV head g's row of the token at `pos` starts in a cache, through the sequence's block table */
+static inline int64_t row_at(const attention_t *a, const int64_t *table, int64_t pos, int64_t g) {
+    return ((table[pos / a->block] * a->block + pos % a->block) * a->kv_heads + g) * a->dim;
+}
+
+static inline void prefetch_row(const float *row, int64_t dim) {
+    for (int64_t at = 0; at < dim * (int64_t)sizeof(float); at += 64) __builtin_prefetch((const char *)row + at);
 }
 
 #ifndef STRATA_ATTENTION_ENTRY
@@ -63,8 +65,8 @@ static void attend(const void *ctx, int64_t item) {
     float *inverse = scores + rows * len;
     /* scores: row r = (query j, head g * group + hh) */
     for (int64_t pos = 0; pos < len; pos++) {
-        const float *k = a->k + ((table[pos / a->block] * a->block + pos % a->block) * a->kv_heads + g) * d;
-        if (pos + AHEAD < len) prefetch_row(a->k, a, table, pos + AHEAD, g);
+        const float *k = a->k + row_at(a, table, pos, g);
+        if (pos + AHEAD < len) prefetch_row(a->k + row_at(a, table, pos + AHEAD, g), d);
         for (int64_t j = pos < len - nq ? 0 : pos - (len - nq); j < nq; j++)
             for (int64_t hh = 0; hh < group; hh++) {
                 const float *q = a->q + ((first + j) * a->heads + g * group + hh) * d;
@@ -81,8 +83,8 @@ static void attend(const void *ctx, int64_t item) {
         for (int64_t i = 0; i < d; i++) o[i] = 0.f;
     }
     for (int64_t pos = 0; pos < len; pos++) {
-        const float *v = a->v + ((table[pos / a->block] * a->block + pos % a->block) * a->kv_heads + g) * d;
-        if (pos + AHEAD < len) prefetch_row(a->v, a, table, pos + AHEAD, g);
+        const float *v = a->v + row_at(a, table, pos, g);
+        if (pos + AHEAD < len) prefetch_row(a->v + row_at(a, table, pos + AHEAD, g), d);
         for (int64_t j = pos < len - nq ? 0 : pos - (len - nq); j < nq; j++)
             for (int64_t hh = 0; hh < group; hh++) {
                 const float w = scores[(j * group + hh) * len + pos];
