@@ -6,11 +6,11 @@ import triton._C.libtriton as lt
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.compiler.compiler import make_backend
-from strata.kernels import packed_dequant, packed_gemv, packed_gemv_words, packed_moe
+from strata.kernels import packed_dequant, packed_gemv, packed_gemv_words, packed_moe, packed_q8
 
 TARGET = GPUTarget("cuda", 90, 32)
 PTR = {"x_ptr": "*bf16", "hidden_ptr": "*bf16", "act_ptr": "*bf16", "out_ptr": "*fp32", "weights_ptr": "*fp32",
-       "ids_ptr": "*i32", "words_ptr": "*i32", "sorted_ids_ptr": "*i32", "block_expert_ptr": "*i32"}
+       "ids_ptr": "*i32", "q_ptr": "*i8", "dx_ptr": "*fp32", "sums_ptr": "*fp32", "words_ptr": "*i32", "sorted_ids_ptr": "*i32", "block_expert_ptr": "*i32"}
 
 
 def check(fn, consts: dict, name: str) -> bool:
@@ -46,4 +46,13 @@ for q in sorted(packed_gemv_words.SUPERBLOCK_BYTES):
     for asm in (False, True):
         ok &= check(packed_gemv_words._words_gemv_kernel, dict(QTYPE=q, BLOCK_N=8, SB=2, USE_PDL=False, ASM=asm),
                     f"words gemv q{q} asm={asm}")
+for q in sorted(packed_q8.SUPERBLOCK_BYTES):
+    wt = packed_q8._word_tiles(q)
+    for asm in (False, True):
+        for rows in (1, 4):
+            ok &= check(packed_q8._gemv_kernel, dict(QTYPE=q, BLOCK_N=4, SB=2, ROWS=rows, WT=wt, USE_PDL=True, ASM=asm),
+                        f"q8 gemv q{q} rows{rows} asm={asm}")
+        for k in (packed_q8._gate_up_kernel, packed_q8._down_kernel):
+            ok &= check(k, dict(QTYPE=q, BLOCK_N=4, SB=1, WT=wt, USE_PDL=True, ASM=asm), f"q8 {k.fn.__name__} q{q} asm={asm}")
+ok &= check(packed_q8._quantize_kernel, dict(USE_PDL=True), "q8 quantize")
 sys.exit(0 if ok else 1)

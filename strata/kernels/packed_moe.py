@@ -6,7 +6,10 @@ Weights: w13 uint8 [E, 2I, rb13] (rows of D values of type qtype13: gate rows, t
 apart (w13.stride(0): device slots sized for the largest layer's experts). Pairs with a negative id are
 skipped (computed elsewhere, or no expert: an expert provider's slot misses).
 
-Three CUDA paths, picked per call by `packed_moe`:
+Four CUDA paths, picked per call by `packed_moe`:
+- q8 pairs (up to PAIRS_MAX pairs, both projections Q4_K / Q6_K: Q4_K_M files): packed_q8.moe_pairs_q8,
+  the pairs below with hidden and SiLU(gate) * up rounded to 8 bits per 32 and integer dot products
+  (llama.cpp's decode numerics): a word of quants costs a mask, a shift and two dp4a, not a float each.
 - pairs (up to PAIRS_MAX pairs: decode steps of up to 16 sequences at top-8): one program per (pair,
   BLOCK_N rows of the expert) decodes the blocks in registers and multiplies on the CUDA cores
   (packed_gemv._chunk_dot), SiLU(gate) * up stored in hidden's dtype like the 16-bit kernel; then one
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from strata.kernels import packed_dequant, packed_gemv
+from strata.kernels import packed_dequant, packed_gemv, packed_q8
 from strata.kernels.fused_moe import fused_moe as fused_moe_kernel
 from strata.kernels.fused_moe import grouped_experts_ref
 from strata.kernels.gguf_blocks import dequantize_ref
@@ -76,12 +79,22 @@ def pairs_supported(qtype13: int, qtype2: int, dim: int, inter: int) -> bool:
     return packed_gemv.supports(qtype13, dim) and packed_gemv.supports(qtype2, inter)
 
 
+def q8_pairs_supported(w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2: int, dim: int, inter: int) -> bool:
+    """Whether the pairs go to packed_q8 (8-bit activations, integer dot products): both projections in
+    types it reads (Q4_K / Q6_K rows of whole superblocks), unless turned off."""
+    return (packed_q8.enabled() and packed_q8.supports(qtype13, dim, w13)
+            and packed_q8.supports(qtype2, inter, w2))
+
+
 def packed_moe(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2: int,
                topk_ids: torch.Tensor, topk_weights: torch.Tensor, sum_topk: bool = True) -> torch.Tensor:
     """packed_moe_ref's contract on CUDA (float32 accumulation; the pairs path rounds SiLU(gate) * up to
     hidden's dtype as the 16-bit kernel does). hidden [T, D] -> [T, D] in hidden's dtype; with sum_topk
     False, float32 partials [T, K or 1, D] for the next norm to sum (rms_norm_topk_sum)."""
     dim, inter = hidden.shape[1], w13.shape[1] // 2
+    if topk_ids.numel() <= PAIRS_MAX and q8_pairs_supported(w13, qtype13, w2, qtype2, dim, inter):
+        partials = packed_q8.moe_pairs_q8(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights)
+        return partials.sum(1).to(hidden.dtype) if sum_topk else partials
     if pairs_supported(qtype13, qtype2, dim, inter):
         run = _pairs if topk_ids.numel() <= PAIRS_MAX else _grouped
         partials = run(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights)   # [T, K, D] float32

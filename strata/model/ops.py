@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from strata.config import debug_flag
-from strata.kernels import hyper, packed_dequant, packed_gemv, skinny_linear, skinny_mlp, triton_available
+from strata.kernels import hyper, packed_dequant, packed_gemv, packed_q8, skinny_linear, skinny_mlp, triton_available
 from strata.kernels.fused_moe import fused_moe as fused_moe_kernel
 from strata.kernels.fused_moe import fused_moe_ref
 from strata.kernels.gguf_blocks import packed_matmul_ref
@@ -176,15 +176,17 @@ def packed_linear(x: torch.Tensor, weight, bias: torch.Tensor | None = None,
     so the bundled model's greedy chat stays HF transformers', tests/engine/test_engine.py); without it for
     some segment's type, the weight dequantized once (PackedWeight.dense_float32). 16-bit ones use the
     native int8-activation kernel (cpu_quant.quant_matmul, ~0.5 % of each output off) where it supports
-    the segment's type, else packed_matmul_ref. CUDA: packed_gemv for steps of up to GEMV_MAX_ROWS rows
-    of the types it reads, else dequantize to x's dtype (packed_dequant), then matmul."""
+    the segment's type, else packed_matmul_ref. CUDA: packed_q8 (x rounded to 8 bits per 32, integer dot
+    products; x quantized once for every segment) for steps of up to packed_q8.MAX_ROWS rows of Q4_K / Q6_K,
+    packed_gemv for steps of up to GEMV_MAX_ROWS rows of the other types it reads, else dequantize to x's
+    dtype (packed_dequant), then matmul."""
     if bias is None and x.dim() == 2 and not x.is_cuda and x.dtype == torch.float32 and out_dtype in (None, x.dtype):
         return _float32_on_cpu(x, weight)  # the CPU decode path's every projection: no reshape, no cast
     rows = x.reshape(-1, x.shape[-1])  # [T, K]
     if not x.is_cuda and x.dtype == torch.float32:
         out = _float32_on_cpu(rows, weight)
     else:
-        outs = [_packed_segment(rows, qtype, blocks, weight.in_features) for qtype, blocks in weight.segments()]
+        outs = _packed_segments(rows, weight)
         out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)  # [T, N]
     if bias is not None:
         out = out + bias
@@ -220,6 +222,29 @@ def _float32_on_cpu(x: torch.Tensor, weight) -> torch.Tensor:
 # packed_gemv rereads the weights per row: from 3 rows on, dequantizing to a temporary and the 16-bit GEMM
 # are faster (H200, 5120 x 2048 Q4_K: 12.9 us a row against ~23 us for dequantize + GEMM at any row count)
 GEMV_MAX_ROWS = 2
+
+
+def _packed_segments(x: torch.Tensor, weight) -> list[torch.Tensor]:
+    """x [T, K] @ each row segment of a PackedWeight, transposed -> [T, N_i] per segment; on CUDA the
+    segments packed_q8 reads share one quantization of x."""
+    k = weight.in_features
+    quantized = None
+    outs = []
+    for qtype, blocks in weight.segments():
+        if _q8_reads(x, qtype, blocks, k):
+            if quantized is None:
+                x = x.contiguous()
+                quantized = packed_q8.quantize(x)
+            outs.append(packed_q8.packed_gemv_q8(x, blocks, qtype, blocks.shape[0], k, quantized=quantized))
+        else:
+            outs.append(_packed_segment(x, qtype, blocks, k))
+    return outs
+
+
+def _q8_reads(x: torch.Tensor, qtype: int, blocks: torch.Tensor, k: int) -> bool:
+    """Whether packed_q8 takes this segment: a CUDA step of at most its MAX_ROWS rows over rows it reads."""
+    return (kernels_on(x) and x.shape[0] <= packed_q8.MAX_ROWS and packed_q8.enabled()
+            and packed_q8.supports(qtype, k, blocks) and blocks.stride(-1) == 1)
 
 
 def _packed_segment(x: torch.Tensor, qtype: int, blocks: torch.Tensor, k: int) -> torch.Tensor:

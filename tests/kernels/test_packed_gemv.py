@@ -96,21 +96,26 @@ def test_packed_gemv_matches_ref(qtype, rows, n, k, form):
 @gpu
 @pytest.mark.parametrize("rows", [1, 5, 40])
 def test_packed_linear_on_cuda_matches_the_cpu_reference(rows):
-    """ops.packed_linear on CUDA (packed_gemv up to GEMV_MAX_ROWS rows, dequantize + matmul beyond) against
-    the same weight's reference on the CPU, two segments of different types as in a Q4_K_M qkv."""
+    """ops.packed_linear on CUDA (packed_q8 up to its MAX_ROWS rows: the reference on the rounded activations;
+    dequantize + matmul beyond) against the same weight's reference on the CPU, two segments of different
+    types as in a Q4_K_M qkv."""
     from strata.model import ops
     from strata.model.packed import PackedWeight
+
+    from strata.kernels import packed_q8
 
     q, v = random_blocks(Q4_K, 64, 512, seed=1), random_blocks(Q6_K, 32, 512, seed=2)
     weight = PackedWeight.cat_rows([PackedWeight(q, Q4_K, 512), PackedWeight(v, Q6_K, 512)])
     x = torch.randn(rows, 512, generator=torch.Generator().manual_seed(rows)).to(torch.bfloat16)
+    if rows <= packed_q8.MAX_ROWS:  # both segments in packed_q8: x rounded to 8 bits per 32, once for both
+        x = packed_q8.dequantize_activations(*packed_q8.quantize_ref(x)[:2])
     expected = torch.cat([packed_gemv_ref(x, q, Q4_K, 64, 512), packed_gemv_ref(x, v, Q6_K, 32, 512)], dim=1)
     out = ops.packed_linear(x.cuda(), weight.cuda(), out_dtype=torch.float32).cpu()
     dense = torch.cat([packed_gemv_ref(torch.eye(512), blocks, qtype, n, 512) for blocks, qtype, n in
                        ((q, Q4_K, 64), (v, Q6_K, 32))], dim=1)                       # W.T [K, N]
     scale = (x.float().abs() @ dense.abs()).clamp_min(1.0)
-    # float32 sums up to GEMV_MAX_ROWS; beyond, a bf16 GEMM of the dequantized weight (8-bit mantissas)
-    assert ((out - expected).abs() / scale).max() < (1e-5 if rows <= ops.GEMV_MAX_ROWS else 1e-2)
+    # float32 sums up to MAX_ROWS; beyond, a bf16 GEMM of the dequantized weight (8-bit mantissas)
+    assert ((out - expected).abs() / scale).max() < (1e-5 if rows <= packed_q8.MAX_ROWS else 1e-2)
 
 
 @gpu

@@ -1,0 +1,389 @@
+"""Projections and MoE experts over Q4_K / Q6_K rows with 8-bit activations: integer dot products (dp4a).
+
+llama.cpp's CUDA decode path (mul_mat_vec_q) quantizes the activations to 8 bits per block of 32 and
+multiplies them with the weights' integer quants four at a time (one dp4a: four byte products summed into
+an int32), scaling once per block. The float decoders (packed_gemv, packed_gemv_words) spend ~4-20
+instructions a weight turning quants into floats; here a 32-bit word of Q4_K quants costs a mask, a shift
+and two dp4a for its 8 weights, so the kernels stay bound by memory at the packed size.
+
+What is computed, exactly: x is rounded per block of 32 values to int8 with one float32 scale (quantize:
+q = round(x * 127 / max|x|), dx = max|x| / 127), and y = W @ x_q8 where W is gguf's dequantized weight and
+x_q8 = dx * q: the integer sums are exact, the scaling in float32. So the kernels equal packed_gemv_ref
+on dequantize(x) up to float32 summation order; against unrounded x each output is off by ~0.1-0.5 % of
+|W| @ |x| (the rounding of x, as in llama.cpp; tests/kernels/test_packed_q8.py states the bounds).
+
+Layouts (packed_gemv's docstring; all offsets in bytes from a row's start):
+- Q4_K (144 per 256): word 0 = f16 d | f16 dmin << 16, words 1-3 the 12 bytes of 6-bit scales and mins,
+  words 4 + 8 j + t the quants of sub-blocks 2 j (low nibbles) and 2 j + 1 (high): weight 4 t + b of each
+  in byte b. Its activations are x words 16 j + t (low) and 16 j + 8 + t (high) of the superblock's 64.
+- Q6_K (210 per 256, so odd superblocks start two bytes into a word: their words are funnelled from two
+  loads): half h keeps low bits in ql words 16 h + t (weights 4 t.., low nibbles; 4 t + 64.., high) and
+  16 h + 8 + t (4 t + 32.., 4 t + 96..), the high bit pairs in qh words 32 + 8 h + t; int8 scales at
+  192 + (weight // 16), f16 d at 208. Quants are 0..63 (the -32 is taken off per 16 with x's sums).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU-only install
+    triton = tl = None
+
+from strata.kernels.launch import pdl_options
+
+if triton is not None:
+    from strata.kernels.launch import wait_for_previous_kernel
+    from strata.kernels.packed_gemv import _f16_at
+
+Q4_K, Q6_K = 12, 14
+SUPERBLOCK_BYTES = {Q4_K: 144, Q6_K: 210}
+MAX_ROWS = 16
+# rows of W per program, superblocks side by side per K step, x rows per program (a power of two, at least M)
+DEFAULT_CONFIG = dict(BLOCK_N=4, SUPERBLOCKS=2, num_warps=2, num_stages=3)
+PAIR_CONFIG = dict(BLOCK_N=4, SUPERBLOCKS=2, num_warps=2, num_stages=3)
+
+
+def _interpreted() -> bool:
+    """Under TRITON_INTERPRET=1 (no inline PTX) dp4a is four byte products in plain Triton (same sums)."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def enabled() -> bool:
+    """STRATA_NO_Q8_ACTIVATIONS=1 keeps every packed projection on the float decoders."""
+    from strata.config import debug_flag
+
+    return not debug_flag("NO_Q8_ACTIVATIONS")
+
+
+def supports(qtype: int, k: int, w: torch.Tensor) -> bool:
+    """Rows of whole superblocks of Q4_K (every row on a word) or Q6_K (rows on half words: the funnel reads
+    a word two bytes in), in a tensor whose start is word-aligned."""
+    if qtype not in SUPERBLOCK_BYTES or k % 256 or w.data_ptr() % 4:
+        return False
+    align = 4 if qtype == Q4_K else 2
+    return all(s % align == 0 for s in w.stride()[:-1])
+
+
+def superblocks_per_step(configured: int, k: int) -> int:
+    """The configured power of two, halved until it divides the row's K / 256 superblocks."""
+    step = configured
+    while (k // 256) % step:
+        step //= 2
+    return step
+
+
+def _word_tiles(qtype: int) -> int:
+    """Words per tile row of a K step: Q4_K's 8 words of a sub-block pair, Q6_K's 4 of a 16-weight run."""
+    return 8 if qtype == Q4_K else 4
+
+
+def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """x [M, K] (K a multiple of 256) -> (q int8 [M, K], dx float32 [M, K / 32], sums float32 [M, K / 16]):
+    per 32 values q = round(x / dx) with dx = max|x| / 127 (q = 0 where the block is all zeros), and the
+    sum of q over each 16 (exact integers, for the offsets of Q4_K's mins and Q6_K's -32)."""
+    m, k = x.shape
+    assert k % 256 == 0 and x.stride(1) == 1
+    q = torch.empty(m, k, dtype=torch.int8, device=x.device)
+    dx = torch.empty(m, k // 32, dtype=torch.float32, device=x.device)
+    sums = torch.empty(m, k // 16, dtype=torch.float32, device=x.device)
+    _quantize_kernel[(m, k // 256)](x, q, dx, sums, k, x.stride(0), num_warps=2, **pdl_options(x))
+    return q, dx, sums
+
+
+def quantize_ref(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """quantize's contract in torch (round half away from zero, as the kernel)."""
+    m, k = x.shape
+    blocks = x.float().reshape(m, k // 32, 32)
+    amax = blocks.abs().amax(dim=2, keepdim=True)
+    inv = torch.where(amax > 0, 127.0 / amax, torch.zeros_like(amax))
+    scaled = blocks * inv
+    q = (scaled.abs() + 0.5).floor().copysign(scaled).clamp(-127, 127)
+    sums = q.reshape(m, k // 16, 16).sum(dim=2)
+    return q.to(torch.int8).reshape(m, k), (amax / 127.0).reshape(m, k // 32), sums
+
+
+def dequantize_activations(q: torch.Tensor, dx: torch.Tensor) -> torch.Tensor:
+    """(q int8 [M, K], dx [M, K / 32]) -> float32 [M, K]: the activations the kernels multiply."""
+    m, k = q.shape
+    return (q.float().reshape(m, k // 32, 32) * dx.unsqueeze(2)).reshape(m, k)
+
+
+def packed_gemv_q8(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: int,
+                   config: dict | None = None, quantized=None) -> torch.Tensor:
+    """x [M <= MAX_ROWS, K] @ blocks uint8 [N, row_bytes] (GGUF rows of Q4_K / Q6_K) transposed -> float32
+    [M, N], with x rounded to 8 bits per 32 (module docstring). One program per BLOCK_N rows of W for all M
+    rows of x: each word of W is loaded and unpacked once and dotted with every row. `quantized` passes
+    quantize(x) when the caller already has it (several weights of one input)."""
+    num_rows = x.shape[0]
+    assert num_rows <= MAX_ROWS and x.shape[1] == k and supports(qtype, k, blocks) and blocks.dtype == torch.uint8
+    assert blocks.shape[0] == n and blocks.shape[1] == k // 256 * SUPERBLOCK_BYTES[qtype] and blocks.stride(1) == 1
+    cfg = {**DEFAULT_CONFIG, **(config or {})}
+    q, dx, sums = quantized if quantized is not None else quantize(x)
+    out = torch.empty(num_rows, n, dtype=torch.float32, device=x.device)
+    _gemv_kernel[(triton.cdiv(n, cfg["BLOCK_N"]),)](
+        q, dx, sums, blocks, out, n, k, num_rows, blocks.stride(0), out.stride(0),
+        QTYPE=qtype, BLOCK_N=cfg["BLOCK_N"], SB=superblocks_per_step(cfg["SUPERBLOCKS"], k),
+        ROWS=triton.next_power_of_2(num_rows), WT=_word_tiles(qtype), ASM=not _interpreted(), num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"], **pdl_options(x))
+    return out
+
+
+def moe_pairs_q8(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2: int,
+                 topk_ids: torch.Tensor, topk_weights: torch.Tensor, config: dict | None = None) -> torch.Tensor:
+    """packed_moe's pairs contract -> float32 [T, K, D] (each pair's weighted expert output, zeros for a
+    negative id), with hidden and SiLU(gate) * up rounded to 8 bits per 32: one program per (pair, BLOCK_N
+    rows of its expert) in each of the two projections, the activations quantized once per launch."""
+    num_tokens, top_k = topk_ids.shape
+    dim, inter = hidden.shape[1], w13.shape[1] // 2
+    assert w13.stride(2) == 1 and w2.stride(2) == 1 and w2.shape[1] == dim
+    cfg = {**PAIR_CONFIG, **(config or {})}
+    ids = topk_ids.reshape(-1).contiguous()                                           # [P]
+    weights = topk_weights.reshape(-1).contiguous()                                   # [P]
+    hq, hdx, hsums = quantize(hidden)                                                 # [T, D], [T, D/32], [T, D/16]
+    act = torch.empty(ids.numel(), inter, dtype=torch.float32, device=hidden.device)  # [P, I]
+    block_n = cfg["BLOCK_N"]
+    common = dict(BLOCK_N=block_n, ASM=not _interpreted(), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+                  **pdl_options(hidden))
+    _gate_up_kernel[(ids.numel(), triton.cdiv(inter, block_n))](
+        hq, hdx, hsums, w13, ids, act, inter, dim, top_k, w13.stride(0), w13.stride(1),
+        QTYPE=qtype13, SB=superblocks_per_step(cfg["SUPERBLOCKS"], dim), WT=_word_tiles(qtype13), **common)
+    aq, adx, asums = quantize(act)                                                    # [P, I] ...
+    partials = torch.empty(num_tokens, top_k, dim, dtype=torch.float32, device=hidden.device)  # [T, K, D]
+    _down_kernel[(ids.numel(), triton.cdiv(dim, block_n))](
+        aq, adx, asums, w2, ids, weights, partials, dim, inter, w2.stride(0), w2.stride(1),
+        QTYPE=qtype2, SB=superblocks_per_step(cfg["SUPERBLOCKS"], inter), WT=_word_tiles(qtype2), **common)
+    return partials
+
+
+if triton is not None:
+
+    @triton.jit
+    def _quantize_kernel(x_ptr, q_ptr, dx_ptr, sums_ptr, k, stride_xm, USE_PDL: tl.constexpr):
+        """One program per (row, 256 values): eight blocks of 32 rounded to int8 with their scales."""
+        wait_for_previous_kernel(USE_PDL)
+        row, chunk = tl.program_id(0), tl.program_id(1)
+        offs = chunk * 256 + tl.arange(0, 8)[:, None] * 32 + tl.arange(0, 32)[None, :]          # [8, 32]
+        x = tl.load(x_ptr + row.to(tl.int64) * stride_xm + offs).to(tl.float32)
+        amax = tl.max(tl.abs(x), axis=1)                                                        # [8]
+        inv = tl.where(amax > 0, 127.0 / amax, 0.0)
+        scaled = x * inv[:, None]
+        q = tl.minimum(tl.floor(tl.abs(scaled) + 0.5), 127.0)
+        q = tl.where(scaled < 0, -q, q)
+        tl.store(q_ptr + row.to(tl.int64) * k + offs, q.to(tl.int8))
+        tl.store(dx_ptr + row.to(tl.int64) * (k // 32) + chunk * 8 + tl.arange(0, 8), amax / 127.0)
+        halves = tl.sum(tl.reshape(q, (16, 16)), axis=1)                                        # [16]
+        tl.store(sums_ptr + row.to(tl.int64) * (k // 16) + chunk * 16 + tl.arange(0, 16), halves)
+
+    @triton.jit
+    def _dp4a(a, b, ASM: tl.constexpr):
+        """Sum over the 4 bytes of (unsigned byte of a) * (signed byte of b), a and b int32 words -> int32."""
+        if ASM:
+            out = tl.inline_asm_elementwise("dp4a.u32.s32 $0, $1, $2, 0;", "=r,r,r", [a, b], dtype=tl.int32,
+                                            is_pure=True, pack=1)
+        else:
+            out = (a & 255) * (((b & 255) ^ 128) - 128)
+            for i in tl.static_range(1, 4):
+                out += ((a >> (8 * i)) & 255) * ((((b >> (8 * i)) & 255) ^ 128) - 128)
+        return out
+
+    @triton.jit
+    def _word_at(words_ptr, index, shift, ok):
+        """int32 words at word indices `index`, or where shift is 16 the words two bytes further (funnelled
+        from index and index + 1)."""
+        lo = tl.load(words_ptr + index, mask=ok, other=0).to(tl.uint32, bitcast=True)
+        hi = tl.load(words_ptr + index + 1, mask=ok & (shift != 0), other=0).to(tl.uint32, bitcast=True)
+        return ((lo >> shift) | ((hi << 1) << (31 - shift))).to(tl.int32, bitcast=True)
+
+    @triton.jit
+    def _q4k_scale_min(h1, h2, h3, s):
+        """Q4_K's 6-bit scale and min of sub-blocks s from the header words 1-3 (bytes 4-15) -> float32."""
+        sh = (8 * (s % 4)).to(tl.uint32)
+        b1 = (h1 >> sh) & 255
+        b2 = (h2 >> sh) & 255
+        b3 = (h3 >> sh) & 255
+        sc = tl.where(s < 4, b1 & 63, (b3 & 15) | ((b1 >> 6) << 4))
+        mn = tl.where(s < 4, b2 & 63, (b3 >> 4) | ((b2 >> 6) << 4))
+        return sc.to(tl.float32), mn.to(tl.float32)
+
+    @triton.jit
+    def _q4k_step(w_words, base, xq, dx, sums, j, ok, rok, ASM: tl.constexpr):
+        """Superblocks j [1, SB, 1, 1, 1] of Q4_K rows at byte offsets base [1, 1, BN, 1, 1] (mask ok) against
+        R rows of 8-bit activations (xq, dx, sums: row pointers [R, 1, 1, 1, 1], mask rok) -> (dot parts
+        [R, SB, BN, 4, 8], min parts [R, SB, BN, 4, 1]): each output is sum(parts) - sum(min parts). Tiles
+        are [R, SB, BN, pair, t]; each weight word is loaded and unpacked once for the R rows."""
+        wb = (base + j * 144) // 4                                                       # [1, SB, BN, 1, 1]
+        pair = tl.arange(0, 4)[None, None, None, :, None]
+        t = tl.arange(0, 8)[None, None, None, None, :]
+        w = tl.load(w_words + wb + 4 + 8 * pair + t, mask=ok, other=0).to(tl.uint32, bitcast=True)
+        x_at = xq + j * 64 + 16 * pair + t                                               # [R, SB, 1, 4, 8]
+        low = _dp4a((w & 0x0F0F0F0F).to(tl.int32, bitcast=True), tl.load(x_at, mask=rok, other=0), ASM)
+        high = _dp4a(((w >> 4) & 0x0F0F0F0F).to(tl.int32, bitcast=True), tl.load(x_at + 8, mask=rok, other=0), ASM)
+        h0 = tl.load(w_words + wb, mask=ok, other=0).to(tl.uint32, bitcast=True)
+        h1 = tl.load(w_words + wb + 1, mask=ok, other=0).to(tl.uint32, bitcast=True)
+        h2 = tl.load(w_words + wb + 2, mask=ok, other=0).to(tl.uint32, bitcast=True)
+        h3 = tl.load(w_words + wb + 3, mask=ok, other=0).to(tl.uint32, bitcast=True)
+        d = (h0 & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+        dmin = (h0 >> 16).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+        sc_lo, mn_lo = _q4k_scale_min(h1, h2, h3, 2 * pair)                             # [1, SB, BN, 4, 1]
+        sc_hi, mn_hi = _q4k_scale_min(h1, h2, h3, 2 * pair + 1)
+        dx_lo = tl.load(dx + j * 8 + 2 * pair, mask=rok, other=0.0)                      # [R, SB, 1, 4, 1]
+        dx_hi = tl.load(dx + j * 8 + 2 * pair + 1, mask=rok, other=0.0)
+        s_lo = tl.load(sums + j * 16 + 4 * pair, mask=rok, other=0.0) \
+            + tl.load(sums + j * 16 + 4 * pair + 1, mask=rok, other=0.0)
+        s_hi = tl.load(sums + j * 16 + 4 * pair + 2, mask=rok, other=0.0) \
+            + tl.load(sums + j * 16 + 4 * pair + 3, mask=rok, other=0.0)
+        parts = low.to(tl.float32) * (d * sc_lo * dx_lo) + high.to(tl.float32) * (d * sc_hi * dx_hi)
+        mins = dmin * (mn_lo * dx_lo * s_lo + mn_hi * dx_hi * s_hi)
+        return parts, mins
+
+    @triton.jit
+    def _q6k_step(w_words, w_bytes, base, xq, dx, sums, j, ok, rok, ASM: tl.constexpr):
+        """Superblocks j [1, SB, 1, 1, 1] of Q6_K rows at byte offsets base [1, 1, BN, 1, 1] (even) against R
+        rows of 8-bit activations -> (dot parts [R, SB, BN, 4, 4], offset parts [R, SB, BN, 4, 1]): each
+        output is sum(parts) - sum(offset parts). Tiles are [R, SB, BN, G, T]: G = 2 h + g of half h, word
+        t = 4 g + T of the half's 32-byte runs (weights 16 g .. 16 g + 15 of each run: one int8 scale each)."""
+        start = base + j * 210
+        shift = ((start % 4) * 8).to(tl.uint32)
+        wb = start // 4
+        hg = tl.arange(0, 4)[None, None, None, :, None]
+        h = hg // 2
+        t = 4 * (hg % 2) + tl.arange(0, 4)[None, None, None, None, :]
+        ql_a = _word_at(w_words, wb + 16 * h + t, shift, ok)          # weights 4 t.. (low), 4 t + 64.. (high)
+        ql_b = _word_at(w_words, wb + 16 * h + 8 + t, shift, ok)      # 4 t + 32.., 4 t + 96..
+        qh = _word_at(w_words, wb + 32 + 8 * h + t, shift, ok)
+        low4 = 0x0F0F0F0F
+        high2 = 0x30303030
+        x_at = xq + j * 64 + 32 * h + t                               # [R, SB, 1, 4, 4]: weight 128 h + 4 t
+        scales = w_bytes + start + 192 + 8 * h + hg % 2               # [1, SB, BN, 4, 1]: + 2 per run
+        dx_at = dx + j * 8 + 4 * h                                    # [R, SB, 1, 4, 1]: + 1 per run
+        sums_at = sums + j * 16 + 8 * h + hg % 2                      # + 2 per run
+        parts = tl.zeros((xq.shape[0], ql_a.shape[1], ql_a.shape[2], 4, 4), dtype=tl.float32)
+        offsets = tl.zeros((xq.shape[0], ql_a.shape[1], ql_a.shape[2], 4, 1), dtype=tl.float32)
+        for c in tl.static_range(4):
+            if c == 0:
+                quants = (ql_a & low4) | ((qh << 4) & high2)
+            elif c == 1:
+                quants = (ql_b & low4) | ((qh << 2) & high2)
+            elif c == 2:
+                quants = ((ql_a >> 4) & low4) | (qh & high2)
+            else:
+                quants = ((ql_b >> 4) & low4) | ((qh >> 2) & high2)
+            factor = tl.load(scales + 2 * c, mask=ok, other=0).to(tl.int8, bitcast=True).to(tl.float32) \
+                * tl.load(dx_at + c, mask=rok, other=0.0)
+            parts += _dp4a(quants, tl.load(x_at + 8 * c, mask=rok, other=0), ASM).to(tl.float32) * factor
+            offsets += 32.0 * factor * tl.load(sums_at + 2 * c, mask=rok, other=0.0)
+        d = _f16_at(w_bytes + start + 208, ok)                        # [1, SB, BN, 1, 1]
+        return parts * d, offsets * d
+
+    @triton.jit
+    def _step(w_words, w_bytes, base, xq, dx, sums, j, ok, rok, QTYPE: tl.constexpr, ASM: tl.constexpr):
+        """One K step of the loop the kernels run (the loop stays in the kernels: the interpreter turns
+        scalars handed to a helper into tensors, which tl.range refuses)."""
+        if QTYPE == 12:
+            parts, offsets = _q4k_step(w_words, base, xq, dx, sums, j, ok, rok, ASM)
+        else:
+            parts, offsets = _q6k_step(w_words, w_bytes, base, xq, dx, sums, j, ok, rok, ASM)
+        return parts, offsets
+
+    @triton.jit
+    def _total(acc, offsets):
+        """[R, SB, BN, G, T] parts and [R, SB, BN, G, 1] offsets -> the outputs [R, BN]."""
+        return tl.sum(tl.sum(tl.sum(acc, axis=4), axis=3), axis=1) \
+            - tl.sum(tl.sum(tl.sum(offsets, axis=4), axis=3), axis=1)
+
+    @triton.jit
+    def _gemv_kernel(q_ptr, dx_ptr, sums_ptr, w_ptr, out_ptr, n, k, num_rows, stride_wn, stride_om,
+                     QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, SB: tl.constexpr, ROWS: tl.constexpr,
+                     WT: tl.constexpr, USE_PDL: tl.constexpr, ASM: tl.constexpr):
+        """One program per BLOCK_N rows of W, for the ROWS (>= num_rows) rows of x at once."""
+        wait_for_previous_kernel(USE_PDL)
+        offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        ok = (offs_n < n)[None, None, :, None, None]                                     # [1, 1, BN, 1, 1]
+        base = offs_n.to(tl.int64)[None, None, :, None, None] * stride_wn
+        m = tl.arange(0, ROWS)
+        rows = m[:, None, None, None, None].to(tl.int64)                                 # [R, 1, 1, 1, 1]
+        rok = rows < num_rows
+        w_words = w_ptr.to(tl.pointer_type(tl.int32))
+        xq = q_ptr.to(tl.pointer_type(tl.int32)) + rows * (k // 4)
+        dx = dx_ptr + rows * (k // 32)
+        sums = sums_ptr + rows * (k // 16)
+        s = tl.arange(0, SB)[None, :, None, None, None]
+        acc = tl.zeros((ROWS, SB, BLOCK_N, 4, WT), dtype=tl.float32)
+        offsets = tl.zeros((ROWS, SB, BLOCK_N, 4, 1), dtype=tl.float32)
+        for j in tl.range(0, k // 256, SB):
+            parts, off = _step(w_words, w_ptr, base, xq, dx, sums, j + s, ok, rok, QTYPE, ASM)
+            acc += parts
+            offsets += off
+        tl.store(out_ptr + m[:, None] * stride_om + offs_n[None, :], _total(acc, offsets),
+                 mask=(m < num_rows)[:, None] & (offs_n < n)[None, :])
+
+    @triton.jit
+    def _gate_up_kernel(q_ptr, dx_ptr, sums_ptr, w13_ptr, ids_ptr, act_ptr, inter, dim, top_k, stride_we, stride_wn,
+                        QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, SB: tl.constexpr, WT: tl.constexpr,
+                        USE_PDL: tl.constexpr, ASM: tl.constexpr):
+        """One program per (pair, BLOCK_N rows of gate and of up): SiLU(gate) * up in float32."""
+        wait_for_previous_kernel(USE_PDL)
+        pair = tl.program_id(0)
+        expert = tl.load(ids_ptr + pair).to(tl.int64)
+        offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        act = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        if expert >= 0:
+            token = tl.zeros((1, 1, 1, 1, 1), dtype=tl.int64) + pair // top_k             # [1, 1, 1, 1, 1]
+            rok = token >= 0
+            ok = (offs_n < inter)[None, None, :, None, None]
+            gate = expert * stride_we + offs_n.to(tl.int64)[None, None, :, None, None] * stride_wn
+            up = gate + inter * stride_wn
+            w_words = w13_ptr.to(tl.pointer_type(tl.int32))
+            xq = q_ptr.to(tl.pointer_type(tl.int32)) + token * (dim // 4)
+            dx = dx_ptr + token * (dim // 32)
+            sums = sums_ptr + token * (dim // 16)
+            s = tl.arange(0, SB)[None, :, None, None, None]
+            acc_g = tl.zeros((1, SB, BLOCK_N, 4, WT), dtype=tl.float32)
+            acc_u = tl.zeros((1, SB, BLOCK_N, 4, WT), dtype=tl.float32)
+            off_g = tl.zeros((1, SB, BLOCK_N, 4, 1), dtype=tl.float32)
+            off_u = tl.zeros((1, SB, BLOCK_N, 4, 1), dtype=tl.float32)
+            for j in tl.range(0, dim // 256, SB):
+                parts, off = _step(w_words, w13_ptr, gate, xq, dx, sums, j + s, ok, rok, QTYPE, ASM)
+                acc_g += parts
+                off_g += off
+                parts, off = _step(w_words, w13_ptr, up, xq, dx, sums, j + s, ok, rok, QTYPE, ASM)
+                acc_u += parts
+                off_u += off
+            g = tl.sum(_total(acc_g, off_g), axis=0)
+            u = tl.sum(_total(acc_u, off_u), axis=0)
+            act = g * tl.sigmoid(g) * u
+        tl.store(act_ptr + pair.to(tl.int64) * inter + offs_n, act, mask=offs_n < inter)
+
+    @triton.jit
+    def _down_kernel(q_ptr, dx_ptr, sums_ptr, w2_ptr, ids_ptr, weights_ptr, out_ptr, dim, inter, stride_we,
+                     stride_wn, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, SB: tl.constexpr, WT: tl.constexpr,
+                     USE_PDL: tl.constexpr, ASM: tl.constexpr):
+        """One program per (pair, BLOCK_N output columns): the pair's routing weight times its expert's down
+        projection, in float32."""
+        wait_for_previous_kernel(USE_PDL)
+        pair = tl.program_id(0)
+        offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        expert = tl.load(ids_ptr + pair).to(tl.int64)
+        y = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        if expert >= 0:
+            p = tl.zeros((1, 1, 1, 1, 1), dtype=tl.int64) + pair
+            ok = (offs_n < dim)[None, None, :, None, None]
+            rows = expert * stride_we + offs_n.to(tl.int64)[None, None, :, None, None] * stride_wn
+            w_words = w2_ptr.to(tl.pointer_type(tl.int32))
+            xq = q_ptr.to(tl.pointer_type(tl.int32)) + p * (inter // 4)
+            dx = dx_ptr + p * (inter // 32)
+            sums = sums_ptr + p * (inter // 16)
+            s = tl.arange(0, SB)[None, :, None, None, None]
+            acc = tl.zeros((1, SB, BLOCK_N, 4, WT), dtype=tl.float32)
+            offsets = tl.zeros((1, SB, BLOCK_N, 4, 1), dtype=tl.float32)
+            for j in tl.range(0, inter // 256, SB):
+                parts, off = _step(w_words, w2_ptr, rows, xq, dx, sums, j + s, ok, p >= 0, QTYPE, ASM)
+                acc += parts
+                offsets += off
+            y = tl.sum(_total(acc, offsets), axis=0) * tl.load(weights_ptr + pair).to(tl.float32)
+        tl.store(out_ptr + pair.to(tl.int64) * dim + offs_n, y, mask=offs_n < dim)

@@ -1,0 +1,121 @@
+"""packed_q8 (Q4_K / Q6_K rows times 8-bit activations, integer dot products): the activation rounding in
+torch on the CPU; on the GPU the kernels against gguf's dequantization times the rounded activations
+(float32 summation order apart), and the rounding's error against unrounded activations."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels.test_packed_gemv import random_blocks
+from strata.kernels import packed_q8
+from strata.kernels.gguf_blocks import dequantize_ref
+from strata.kernels.packed_gemv import Q4_K, Q5_K, Q6_K, Q8_0, packed_gemv_ref
+
+gpu = pytest.mark.gpu
+
+
+def test_activation_rounding_keeps_each_value_within_half_a_step():
+    """Per 32 values: |x - dx * q| <= dx / 2 with dx = max|x| / 127, the largest value exact, all-zero blocks
+    zero, and the sums per 16 the integers' sums."""
+    x = torch.randn(3, 512, generator=torch.Generator().manual_seed(0)) * torch.logspace(-3, 2, 512)
+    x[1, 32:64] = 0
+    q, dx, sums = packed_q8.quantize_ref(x)
+    back = packed_q8.dequantize_activations(q, dx)
+    step = dx.repeat_interleave(32, dim=1)
+    assert torch.all((x - back).abs() <= step / 2 * (1 + 1e-6))
+    assert torch.all(q[1, 32:64] == 0) and torch.all(dx[1, 1] == 0)
+    peak = x.reshape(3, 16, 32).abs().argmax(dim=2)
+    assert torch.equal(q.reshape(3, 16, 32).gather(2, peak[..., None]).abs().squeeze(2)[dx > 0],
+                       torch.full_like(dx[dx > 0], 127, dtype=torch.int8))
+    assert torch.equal(sums, q.float().reshape(3, 32, 16).sum(dim=2))
+
+
+def test_supports_word_aligned_rows_of_the_two_types():
+    """Q4_K rows of whole superblocks; Q6_K rows may start two bytes into a word (odd superblock counts),
+    not one; other types are left to the float decoders."""
+    assert packed_q8.supports(Q4_K, 512, torch.zeros(4, 288, dtype=torch.uint8))
+    assert packed_q8.supports(Q6_K, 768, torch.zeros(4, 630, dtype=torch.uint8))
+    assert not packed_q8.supports(Q4_K, 320, torch.zeros(4, 180, dtype=torch.uint8))
+    assert not packed_q8.supports(Q5_K, 512, torch.zeros(4, 352, dtype=torch.uint8))
+    assert not packed_q8.supports(Q8_0, 512, torch.zeros(4, 544, dtype=torch.uint8))
+    assert not packed_q8.supports(Q6_K, 256, torch.zeros(4, 211, dtype=torch.uint8)[:, :210])
+
+
+def rounded(x: torch.Tensor) -> torch.Tensor:
+    """The activations the kernels multiply: x rounded to 8 bits per 32, back in float32."""
+    q, dx, _ = packed_q8.quantize_ref(x.float())
+    return packed_q8.dequantize_activations(q, dx)
+
+
+@gpu
+def test_quantize_kernel_matches_the_reference():
+    x = torch.randn(5, 768, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    x[2, :32] = 0
+    for got, want in zip(packed_q8.quantize(x.cuda()), packed_q8.quantize_ref(x)):
+        assert torch.equal(got.cpu(), want)
+
+
+@gpu
+@pytest.mark.parametrize("qtype", [Q4_K, Q6_K])
+@pytest.mark.parametrize("rows, n, k", [(1, 33, 256), (1, 4096, 2048), (3, 64, 768), (5, 7, 2560), (16, 40, 512)])
+@pytest.mark.parametrize("config", [None, dict(BLOCK_N=8, SUPERBLOCKS=1, num_warps=4)])
+def test_gemv_equals_the_dequantized_weight_times_the_rounded_activations(qtype, rows, n, k, config):
+    """Exact integer sums scaled in float32: within float32 summation error of gguf's weights times the
+    rounded x; against unrounded x within 1 % of |W| @ |x| (the rounding, as in llama.cpp)."""
+    blocks = random_blocks(qtype, n, k, seed=rows * n + k)
+    x = torch.randn(rows, k, generator=torch.Generator().manual_seed(k)).to(torch.bfloat16)
+    out = packed_q8.packed_gemv_q8(x.cuda(), blocks.cuda(), qtype, n, k, config=config).cpu()
+    weight_abs = packed_gemv_ref(torch.eye(k), blocks, qtype, n, k).abs()             # |W|.T [K, N]
+    exact = packed_gemv_ref(rounded(x), blocks, qtype, n, k)
+    assert ((out - exact).abs() / (rounded(x).abs() @ weight_abs).clamp_min(1e-3)).max() < 1e-5
+    unrounded = packed_gemv_ref(x, blocks, qtype, n, k)
+    assert ((out - unrounded).abs() / (x.float().abs() @ weight_abs).clamp_min(1e-3)).max() < 1e-2
+
+
+@gpu
+def test_gemv_reads_rows_of_a_strided_view():
+    """Rows spaced further apart than their bytes (a weight inside a wider buffer), Q6_K of odd superblocks
+    (rows starting two bytes into a word)."""
+    blocks = random_blocks(Q6_K, 24, 768, seed=3)
+    wide = torch.zeros(24, 632, dtype=torch.uint8)
+    wide[:, :630] = blocks
+    x = torch.randn(2, 768, generator=torch.Generator().manual_seed(3))
+    out = packed_q8.packed_gemv_q8(x.cuda(), wide.cuda()[:, :630], Q6_K, 24, 768).cpu()
+    exact = packed_gemv_ref(rounded(x), blocks, Q6_K, 24, 768)
+    torch.testing.assert_close(out, exact, rtol=1e-5, atol=1e-4)
+
+
+def moe_reference(hidden, w13, qtype13, w2, qtype2, ids, weights) -> torch.Tensor:
+    """[T, K, D] float32: each pair's routing weight times down(rounded(SiLU(gate) * up)) of rounded hidden,
+    gguf's weights in float32 (the contract of moe_pairs_q8)."""
+    tokens, top_k = ids.shape
+    dim, inter = hidden.shape[1], w13.shape[1] // 2
+    x = rounded(hidden)
+    out = torch.zeros(tokens, top_k, dim)
+    for t in range(tokens):
+        for j in range(top_k):
+            e = int(ids[t, j])
+            if e < 0:
+                continue
+            gate_up = dequantize_ref(w13[e], qtype13, dim) @ x[t]
+            act = torch.nn.functional.silu(gate_up[:inter]) * gate_up[inter:]
+            out[t, j] = weights[t, j] * (dequantize_ref(w2[e], qtype2, inter) @ rounded(act[None])[0])
+    return out
+
+
+@gpu
+@pytest.mark.parametrize("qtypes", [(Q4_K, Q6_K), (Q6_K, Q4_K), (Q4_K, Q4_K)])
+@pytest.mark.parametrize("tokens", [1, 4])
+def test_moe_pairs_match_the_rounded_reference(qtypes, tokens):
+    """Experts in slots wider than they are (a padded view), a skipped pair (zeros), K = 768 down rows (odd
+    Q6_K superblocks)."""
+    from kernels.test_packed_moe import case, on_device
+
+    hidden, w13, w2, ids, weights = case(*qtypes, tokens, dim=512, inter=768, pad=96, seed=tokens)
+    out = packed_q8.moe_pairs_q8(hidden.cuda(), on_device(w13), qtypes[0], on_device(w2), qtypes[1], ids.cuda(),
+                                 weights.cuda()).cpu()
+    expected = moe_reference(hidden, w13, qtypes[0], w2, qtypes[1], ids, weights)
+    assert torch.all(out[0, -1] == 0)
+    # float32 sums in another order, and SiLU's float32 rounding moving an activation across a rounding step
+    assert ((out - expected).abs().max() / expected.abs().max()) < 1e-3
