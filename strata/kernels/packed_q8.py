@@ -43,9 +43,35 @@ if triton is not None:
 Q4_K, Q6_K = 12, 14
 SUPERBLOCK_BYTES = {Q4_K: 144, Q6_K: 210}
 MAX_ROWS = 16
-# rows of W per program, superblocks side by side per K step, x rows per program (a power of two, at least M)
-DEFAULT_CONFIG = dict(BLOCK_N=4, SUPERBLOCKS=2, num_warps=2, num_stages=3)
-PAIR_CONFIG = dict(BLOCK_N=4, SUPERBLOCKS=2, num_warps=2, num_stages=3)
+# ops.packed_linear sends steps of up to this many rows here: at 8 rows the kernel and dequantize + GEMM were
+# even on the 30B-A3B q_proj (14.1 against 13.9 us), at 16 the GEMM won (13.8 against 21.3; q8_ab on the H200)
+LINEAR_MAX_ROWS = 8
+# pairs: rows of an expert per program, superblocks per K step (the best of 8 tilings at 8 and 16 tokens
+# on the 30B-A3B experts, within 5 % of the best at one token)
+PAIR_CONFIG = dict(BLOCK_N=8, SUPERBLOCKS=1, num_warps=2, num_stages=3)
+
+
+def default_config(n: int, k: int, rows: int) -> dict:
+    """The tiling (BLOCK_N rows of W per program, SUPERBLOCKS per K step, warps) for an [n, k] weight and a
+    step of `rows` rows: the fastest of 10 tilings on the H200 in CUDA graphs with cold weights, for the
+    30B-A3B and Qwen4-Exp shapes at Q4_K_M (bench/results/2026-12-02-h200-q8/). One row: narrow weights
+    with long rows split K (one row of W per program, 8 superblocks a step), very wide ones (LM heads) and
+    mid-sized ones take 2 rows a program and one warp, wide ones 8 rows and two warps; more rows of x want
+    more rows of W per program, fewer superblocks a step."""
+    if rows == 1:
+        if n <= 1024 or (k >= 4096 and n <= 4096):
+            bn, sb, warps = 1, 8, 2
+        elif 8192 <= n < 32768:
+            bn, sb, warps = 8, 1, 2
+        else:
+            bn, sb, warps = 2, 2, 1
+    elif rows == 2:
+        bn, sb, warps = (16, 1, 4) if 8192 <= n < 32768 else (2, 2, 1)
+    elif rows <= 4:
+        bn, sb, warps = (4, 2, 2) if n >= 8192 else (2, 2, 1)
+    else:
+        bn, sb, warps = 4, 1, 1
+    return dict(BLOCK_N=bn, SUPERBLOCKS=sb, num_warps=warps, num_stages=3)
 
 
 def _interpreted() -> bool:
@@ -122,7 +148,7 @@ def packed_gemv_q8(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k:
     num_rows = x.shape[0]
     assert num_rows <= MAX_ROWS and x.shape[1] == k and supports(qtype, k, blocks) and blocks.dtype == torch.uint8
     assert blocks.shape[0] == n and blocks.shape[1] == k // 256 * SUPERBLOCK_BYTES[qtype] and blocks.stride(1) == 1
-    cfg = {**DEFAULT_CONFIG, **(config or {})}
+    cfg = {**default_config(n, k, num_rows), **(config or {})}
     q, dx, sums = quantized if quantized is not None else quantize(x)
     out = torch.empty(num_rows, n, dtype=torch.float32, device=x.device)
     _gemv_kernel[(triton.cdiv(n, cfg["BLOCK_N"]),)](
@@ -170,12 +196,12 @@ if triton is not None:
         offs = chunk * 256 + tl.arange(0, 8)[:, None] * 32 + tl.arange(0, 32)[None, :]          # [8, 32]
         x = tl.load(x_ptr + row.to(tl.int64) * stride_xm + offs).to(tl.float32)
         amax = tl.max(tl.abs(x), axis=1)                                                        # [8]
-        inv = tl.where(amax > 0, 127.0 / amax, 0.0)
+        inv = tl.where(amax > 0, tl.div_rn(127.0, amax), 0.0)  # IEEE division: the rounding torch does
         scaled = x * inv[:, None]
         q = tl.minimum(tl.floor(tl.abs(scaled) + 0.5), 127.0)
         q = tl.where(scaled < 0, -q, q)
         tl.store(q_ptr + row.to(tl.int64) * k + offs, q.to(tl.int8))
-        tl.store(dx_ptr + row.to(tl.int64) * (k // 32) + chunk * 8 + tl.arange(0, 8), amax / 127.0)
+        tl.store(dx_ptr + row.to(tl.int64) * (k // 32) + chunk * 8 + tl.arange(0, 8), tl.div_rn(amax, 127.0))
         halves = tl.sum(tl.reshape(q, (16, 16)), axis=1)                                        # [16]
         tl.store(sums_ptr + row.to(tl.int64) * (k // 16) + chunk * 16 + tl.arange(0, 16), halves)
 

@@ -177,7 +177,7 @@ def packed_linear(x: torch.Tensor, weight, bias: torch.Tensor | None = None,
     some segment's type, the weight dequantized once (PackedWeight.dense_float32). 16-bit ones use the
     native int8-activation kernel (cpu_quant.quant_matmul, ~0.5 % of each output off) where it supports
     the segment's type, else packed_matmul_ref. CUDA: packed_q8 (x rounded to 8 bits per 32, integer dot
-    products; x quantized once for every segment) for steps of up to packed_q8.MAX_ROWS rows of Q4_K / Q6_K,
+    products; x quantized once for every segment) for steps of up to packed_q8.LINEAR_MAX_ROWS rows of Q4_K / Q6_K,
     packed_gemv for steps of up to GEMV_MAX_ROWS rows of the other types it reads, else dequantize to x's
     dtype (packed_dequant), then matmul."""
     if bias is None and x.dim() == 2 and not x.is_cuda and x.dtype == torch.float32 and out_dtype in (None, x.dtype):
@@ -242,8 +242,8 @@ def _packed_segments(x: torch.Tensor, weight) -> list[torch.Tensor]:
 
 
 def _q8_reads(x: torch.Tensor, qtype: int, blocks: torch.Tensor, k: int) -> bool:
-    """Whether packed_q8 takes this segment: a CUDA step of at most its MAX_ROWS rows over rows it reads."""
-    return (kernels_on(x) and x.shape[0] <= packed_q8.MAX_ROWS and packed_q8.enabled()
+    """Whether packed_q8 takes this segment: a CUDA step of at most its LINEAR_MAX_ROWS rows over rows it reads."""
+    return (kernels_on(x) and x.shape[0] <= packed_q8.LINEAR_MAX_ROWS and packed_q8.enabled()
             and packed_q8.supports(qtype, k, blocks) and blocks.stride(-1) == 1)
 
 

@@ -43,13 +43,15 @@ def test_supports_word_aligned_rows_of_the_two_types():
 
 
 def rounded(x: torch.Tensor) -> torch.Tensor:
-    """The activations the kernels multiply: x rounded to 8 bits per 32, back in float32."""
-    q, dx, _ = packed_q8.quantize_ref(x.float())
-    return packed_q8.dequantize_activations(q, dx)
+    """The activations the kernels multiply: x rounded to 8 bits per 32, back in float32 (the CUDA
+    quantize kernel where a GPU is present: it is checked against quantize_ref on its own)."""
+    q, dx, _ = packed_q8.quantize(x.cuda()) if torch.cuda.is_available() else packed_q8.quantize_ref(x.float())
+    return packed_q8.dequantize_activations(q.cpu(), dx.cpu())
 
 
 @gpu
 def test_quantize_kernel_matches_the_reference():
+    """Bit for bit: IEEE divisions in the kernel, the same round-half-away-from-zero."""
     x = torch.randn(5, 768, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
     x[2, :32] = 0
     for got, want in zip(packed_q8.quantize(x.cuda()), packed_q8.quantize_ref(x)):
