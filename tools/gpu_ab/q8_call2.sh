@@ -3,7 +3,7 @@
 source tools/gpu_ab/device_setup.sh
 S=$(date +%s)
 echo "== tests"; timeout -s INT 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_packed_q8.py \
-  tests/kernels/test_packed_moe.py tests/kernels/test_packed_gemv.py -k "not test_packed_gemv_matches_ref and not dequant" > $OUT/tests.log 2>&1
+  tests/kernels/test_packed_moe.py tests/kernels/test_packed_gemv.py tests/experts/test_packed_experts.py -k "not test_packed_gemv_matches_ref and not dequant" > $OUT/tests.log 2>&1
 echo rc=$? t=$(( $(date +%s)-S )); grep -E "passed|failed|FAILED|Error" $OUT/tests.log | tail -8 | cut -c1-300
 M='random:qwen3-30b-a3b?num_hidden_layers=24'
 timeout -s INT 60 python3 -m strata.cli.main quantize "$M" /tmp/q4km.gguf --scheme q4_k_m --device cuda > $OUT/quantize.log 2>&1
