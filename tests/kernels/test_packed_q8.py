@@ -10,7 +10,7 @@ import torch
 from kernels.test_packed_gemv import random_blocks
 from strata.kernels import packed_q8
 from strata.kernels.gguf_blocks import dequantize_ref
-from strata.kernels.packed_gemv import Q4_K, Q5_K, Q6_K, Q8_0, packed_gemv_ref
+from strata.kernels.packed_gemv import Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, packed_gemv_ref
 
 gpu = pytest.mark.gpu
 
@@ -31,15 +31,19 @@ def test_activation_rounding_keeps_each_value_within_half_a_step():
     assert torch.equal(sums, q.float().reshape(3, 32, 16).sum(dim=2))
 
 
-def test_supports_word_aligned_rows_of_the_two_types():
-    """Q4_K rows of whole superblocks; Q6_K rows may start two bytes into a word (odd superblock counts),
-    not one; other types are left to the float decoders."""
+def test_supports_rows_of_whole_units():
+    """Q4_K / Q6_K rows of whole superblocks, the 32-value types rows of whole 128-value units; rows may start
+    two bytes into a word except Q4_K's; other types are left to the float decoders."""
     assert packed_q8.supports(Q4_K, 512, torch.zeros(4, 288, dtype=torch.uint8))
     assert packed_q8.supports(Q6_K, 768, torch.zeros(4, 630, dtype=torch.uint8))
+    assert packed_q8.supports(Q8_0, 640, torch.zeros(4, 680, dtype=torch.uint8))
+    assert packed_q8.supports(Q5_0, 640, torch.zeros(3, 440, dtype=torch.uint8))
+    assert not packed_q8.supports(Q8_0, 96, torch.zeros(4, 102, dtype=torch.uint8))
     assert not packed_q8.supports(Q4_K, 320, torch.zeros(4, 180, dtype=torch.uint8))
     assert not packed_q8.supports(Q5_K, 512, torch.zeros(4, 352, dtype=torch.uint8))
-    assert not packed_q8.supports(Q8_0, 512, torch.zeros(4, 544, dtype=torch.uint8))
+    assert not packed_q8.supports(Q4_K, 256, torch.zeros(4, 146, dtype=torch.uint8)[:, :144])
     assert not packed_q8.supports(Q6_K, 256, torch.zeros(4, 211, dtype=torch.uint8)[:, :210])
+    assert packed_q8.row_bytes(Q5_1, 640) == 480 and packed_q8.row_bytes(Q6_K, 512) == 420
 
 
 def rounded(x: torch.Tensor) -> torch.Tensor:
@@ -59,7 +63,7 @@ def test_quantize_kernel_matches_the_reference():
 
 
 @gpu
-@pytest.mark.parametrize("qtype", [Q4_K, Q6_K])
+@pytest.mark.parametrize("qtype", [Q4_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1])
 @pytest.mark.parametrize("rows, n, k", [(1, 33, 256), (1, 4096, 2048), (3, 64, 768), (5, 7, 2560), (16, 40, 512)])
 @pytest.mark.parametrize("config", [None, dict(BLOCK_N=8, SUPERBLOCKS=1, num_warps=4)])
 def test_gemv_equals_the_dequantized_weight_times_the_rounded_activations(qtype, rows, n, k, config):
@@ -73,6 +77,17 @@ def test_gemv_equals_the_dequantized_weight_times_the_rounded_activations(qtype,
     assert ((out - exact).abs() / (rounded(x).abs() @ weight_abs).clamp_min(1e-3)).max() < 1e-5
     unrounded = packed_gemv_ref(x, blocks, qtype, n, k)
     assert ((out - unrounded).abs() / (x.float().abs() @ weight_abs).clamp_min(1e-3)).max() < 1e-2
+
+
+@gpu
+@pytest.mark.parametrize("qtype", [Q8_0, Q5_0])
+def test_gemv_reads_blocks_two_bytes_into_a_word(qtype):
+    """640-wide rows (Qwen4-Exp's expert down rows) of blocks of 34 / 22 bytes: odd blocks and odd rows
+    start two bytes into a word."""
+    blocks = random_blocks(qtype, 9, 640, seed=5)
+    x = torch.randn(1, 640, generator=torch.Generator().manual_seed(5))
+    out = packed_q8.packed_gemv_q8(x.cuda(), blocks.cuda(), qtype, 9, 640).cpu()
+    torch.testing.assert_close(out, packed_gemv_ref(rounded(x), blocks, qtype, 9, 640), rtol=1e-5, atol=1e-4)
 
 
 @gpu
@@ -107,14 +122,15 @@ def moe_reference(hidden, w13, qtype13, w2, qtype2, ids, weights) -> torch.Tenso
 
 
 @gpu
-@pytest.mark.parametrize("qtypes", [(Q4_K, Q6_K), (Q6_K, Q4_K), (Q4_K, Q4_K)])
+@pytest.mark.parametrize("qtypes, inter", [((Q4_K, Q6_K), 768), ((Q6_K, Q4_K), 768), ((Q4_K, Q4_K), 768),
+                                           ((Q4_K, Q8_0), 640), ((Q4_K, Q5_0), 640), ((Q8_0, Q8_0), 384)])
 @pytest.mark.parametrize("tokens", [1, 4])
-def test_moe_pairs_match_the_rounded_reference(qtypes, tokens):
+def test_moe_pairs_match_the_rounded_reference(qtypes, inter, tokens):
     """Experts in slots wider than they are (a padded view), a skipped pair (zeros), K = 768 down rows (odd
-    Q6_K superblocks)."""
+    Q6_K superblocks), Qwen4-Exp's 640-wide down rows in Q8_0 / Q5_0."""
     from kernels.test_packed_moe import case, on_device
 
-    hidden, w13, w2, ids, weights = case(*qtypes, tokens, dim=512, inter=768, pad=96, seed=tokens)
+    hidden, w13, w2, ids, weights = case(*qtypes, tokens, dim=512, inter=inter, pad=96, seed=tokens)
     out = packed_q8.moe_pairs_q8(hidden.cuda(), on_device(w13), qtypes[0], on_device(w2), qtypes[1], ids.cuda(),
                                  weights.cuda()).cpu()
     expected = moe_reference(hidden, w13, qtypes[0], w2, qtypes[1], ids, weights)
