@@ -117,12 +117,6 @@ def units_per_step(configured: int, qtype: int, k: int) -> int:
     return step
 
 
-def _word_tiles(qtype: int) -> int:
-    """Words per tile row of a K step: Q4_K's 8 words of a sub-block pair, Q6_K's 4 of a 16-weight run,
-    Q8_0's 8 of a block, the 4-bit and 5-bit blocks' 4 (low and high nibbles)."""
-    return 8 if qtype in (Q4_K, Q8_0) else 4
-
-
 def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """x [M, K] (K a multiple of 128) -> (q int8 [M, K], dx float32 [M, K / 32], sums float32 [M, K / 16]):
     per 32 values q = round(x / dx) with dx = max|x| / 127 (q = 0 where the block is all zeros), and the
@@ -155,21 +149,24 @@ def dequantize_activations(q: torch.Tensor, dx: torch.Tensor) -> torch.Tensor:
 
 
 def packed_gemv_q8(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: int,
-                   config: dict | None = None, quantized=None) -> torch.Tensor:
+                   config: dict | None = None, quantized=None, out: torch.Tensor | None = None) -> torch.Tensor:
     """x [M <= MAX_ROWS, K] @ blocks uint8 [N, row_bytes] (GGUF rows of a type in UNIT) transposed -> float32
     [M, N], with x rounded to 8 bits per 32 (module docstring). One program per BLOCK_N rows of W for all M
     rows of x: each word of W is loaded and unpacked once and dotted with every row. `quantized` passes
-    quantize(x) when the caller already has it (several weights of one input)."""
+    quantize(x) when the caller already has it (several weights of one input); `out` ([M, N], any float dtype,
+    unit column stride: the columns of a wider output) takes the result in its dtype."""
     num_rows = x.shape[0]
     assert num_rows <= MAX_ROWS and x.shape[1] == k and supports(qtype, k, blocks) and blocks.dtype == torch.uint8
     assert blocks.shape[0] == n and blocks.shape[1] == row_bytes(qtype, k) and blocks.stride(1) == 1
     cfg = {**default_config(n, k, num_rows), **(config or {})}
     q, dx, sums = quantized if quantized is not None else quantize(x)
-    out = torch.empty(num_rows, n, dtype=torch.float32, device=x.device)
+    if out is None:
+        out = torch.empty(num_rows, n, dtype=torch.float32, device=x.device)
+    assert out.shape == (num_rows, n) and out.stride(1) == 1
     _gemv_kernel[(triton.cdiv(n, cfg["BLOCK_N"]),)](
         q, dx, sums, blocks, out, n, k, num_rows, blocks.stride(0), out.stride(0),
         QTYPE=qtype, BLOCK_N=cfg["BLOCK_N"], SB=units_per_step(cfg["SUPERBLOCKS"], qtype, k), UNIT=UNIT[qtype],
-        ROWS=triton.next_power_of_2(num_rows), WT=_word_tiles(qtype), ASM=not _interpreted(), num_warps=cfg["num_warps"],
+        ROWS=triton.next_power_of_2(num_rows), ASM=not _interpreted(), num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"], **pdl_options(x))
     return out
 
@@ -192,14 +189,12 @@ def moe_pairs_q8(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torc
                   **pdl_options(hidden))
     _gate_up_kernel[(ids.numel(), triton.cdiv(inter, block_n))](
         hq, hdx, hsums, w13, ids, act, inter, dim, top_k, w13.stride(0), w13.stride(1),
-        QTYPE=qtype13, SB=units_per_step(cfg["SUPERBLOCKS"], qtype13, dim), UNIT=UNIT[qtype13], WT=_word_tiles(qtype13),
-        **common)
+        QTYPE=qtype13, SB=units_per_step(cfg["SUPERBLOCKS"], qtype13, dim), UNIT=UNIT[qtype13], **common)
     aq, adx, asums = quantize(act)                                                    # [P, I] ...
     partials = torch.empty(num_tokens, top_k, dim, dtype=torch.float32, device=hidden.device)  # [T, K, D]
     _down_kernel[(ids.numel(), triton.cdiv(dim, block_n))](
         aq, adx, asums, w2, ids, weights, partials, dim, inter, w2.stride(0), w2.stride(1),
-        QTYPE=qtype2, SB=units_per_step(cfg["SUPERBLOCKS"], qtype2, inter), UNIT=UNIT[qtype2], WT=_word_tiles(qtype2),
-        **common)
+        QTYPE=qtype2, SB=units_per_step(cfg["SUPERBLOCKS"], qtype2, inter), UNIT=UNIT[qtype2], **common)
     return partials
 
 
@@ -270,7 +265,7 @@ if triton is not None:
     def _q4k_step(w_words, base, xq, dx, sums, j, ok, rok, ASM: tl.constexpr):
         """Superblocks j [1, SB, 1, 1, 1] of Q4_K rows at byte offsets base [1, 1, BN, 1, 1] (mask ok) against
         R rows of 8-bit activations (xq, dx, sums: row pointers [R, 1, 1, 1, 1], mask rok) -> (dot parts
-        [R, SB, BN, 4, 8], min parts [R, SB, BN, 4, 1]): each output is sum(parts) - sum(min parts). Tiles
+        [R, SB, BN, 4, 1], min parts [R, SB, BN, 4, 1]): each output is sum(parts) - sum(min parts). Tiles
         are [R, SB, BN, pair, t]; each weight word is loaded and unpacked once for the R rows."""
         wb = (base + j * 144) // 4                                                       # [1, SB, BN, 1, 1]
         pair = tl.arange(0, 4)[None, None, None, :, None]
@@ -294,6 +289,8 @@ if triton is not None:
             + tl.load(sums + j * 16 + 4 * pair + 1, mask=rok, other=0.0)
         s_hi = tl.load(sums + j * 16 + 4 * pair + 2, mask=rok, other=0.0) \
             + tl.load(sums + j * 16 + 4 * pair + 3, mask=rok, other=0.0)
+        low = tl.sum(low, axis=4, keep_dims=True)                                        # [R, SB, BN, 4, 1]
+        high = tl.sum(high, axis=4, keep_dims=True)
         parts = low.to(tl.float32) * (d * sc_lo * dx_lo) + high.to(tl.float32) * (d * sc_hi * dx_hi)
         mins = dmin * (mn_lo * dx_lo * s_lo + mn_hi * dx_hi * s_hi)
         return parts, mins
@@ -301,7 +298,7 @@ if triton is not None:
     @triton.jit
     def _q6k_step(w_words, w_halves, base, xq, dx, sums, j, ok, rok, ASM: tl.constexpr):
         """Superblocks j [1, SB, 1, 1, 1] of Q6_K rows at byte offsets base [1, 1, BN, 1, 1] (even) against R
-        rows of 8-bit activations -> (dot parts [R, SB, BN, 4, 4], offset parts [R, SB, BN, 4, 1]): each
+        rows of 8-bit activations -> (dot parts [R, SB, BN, 4, 1], offset parts [R, SB, BN, 4, 1]): each
         output is sum(parts) - sum(offset parts). Tiles are [R, SB, BN, G, T]: G = 2 h + g of half h, word
         t = 4 g + T of the half's 32-byte runs (weights 16 g .. 16 g + 15 of each run: one int8 scale each)."""
         start = base + j * 210
@@ -317,7 +314,7 @@ if triton is not None:
         scales = w_halves.to(tl.pointer_type(tl.int8)) + start + 192 + 8 * h + hg % 2  # [1, SB, BN, 4, 1]: + 2 a run
         dx_at = dx + j * 8 + 4 * h                                    # [R, SB, 1, 4, 1]: + 1 per run
         sums_at = sums + j * 16 + 8 * h + hg % 2                      # + 2 per run
-        parts = tl.zeros((xq.shape[0], ql_a.shape[1], ql_a.shape[2], 4, 4), dtype=tl.float32)
+        parts = tl.zeros((xq.shape[0], ql_a.shape[1], ql_a.shape[2], 4, 1), dtype=tl.float32)
         offsets = tl.zeros((xq.shape[0], ql_a.shape[1], ql_a.shape[2], 4, 1), dtype=tl.float32)
         for c in tl.static_range(4):
             if c == 0:
@@ -329,7 +326,8 @@ if triton is not None:
             else:
                 quants = ((ql_b >> 4) & low4) | ((qh >> 2) & high2)
             factor = tl.load(scales + 2 * c, mask=ok, other=0).to(tl.float32) * tl.load(dx_at + c, mask=rok, other=0.0)
-            parts += _dp4a(quants, tl.load(x_at + 8 * c, mask=rok, other=0), False, ASM).to(tl.float32) * factor
+            dot = tl.sum(_dp4a(quants, tl.load(x_at + 8 * c, mask=rok, other=0), False, ASM), axis=4, keep_dims=True)
+            parts += dot.to(tl.float32) * factor
             offsets += 32.0 * factor * tl.load(sums_at + 2 * c, mask=rok, other=0.0)
         d = _f16_half(w_halves, start + 208, ok)                      # [1, SB, BN, 1, 1]
         return parts * d, offsets * d
@@ -343,7 +341,7 @@ if triton is not None:
     def _small_step(w_words, w_halves, base, xq, dx, sums, j, ok, rok, QTYPE: tl.constexpr, ASM: tl.constexpr):
         """Units j [1, SB, 1, 1, 1] (four 32-value blocks g each) of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 rows at
         byte offsets base [1, 1, BN, 1, 1] (even) against R rows of 8-bit activations -> (dot parts
-        [R, SB, BN, 4, WT], offset parts [R, SB, BN, 4, 1]): each output is sum(parts) - sum(offset parts).
+        [R, SB, BN, 4, 1], offset parts [R, SB, BN, 4, 1]): each output is sum(parts) - sum(offset parts).
         Q8_0: word t of a block's quants holds weights 4 t..; the 4-bit ones: word t holds weights 4 t.. in
         its low nibbles and 16 + 4 t.. in its high ones, Q5_* their fifth bits in the block's 32-bit qh."""
         g = tl.arange(0, 4)[None, None, None, :, None]
@@ -355,7 +353,8 @@ if triton is not None:
         if QTYPE == 8:
             t = tl.arange(0, 8)[None, None, None, None, :]
             quants = _word_at(w_words, w_halves, start + 2 + 4 * t, ok)                   # [1, SB, BN, 4, 8]
-            parts = _dp4a(quants, tl.load(x_block + t, mask=rok, other=0), True, ASM).to(tl.float32) * (d * dxg)
+            dot = tl.sum(_dp4a(quants, tl.load(x_block + t, mask=rok, other=0), True, ASM), axis=4, keep_dims=True)
+            parts = dot.to(tl.float32) * (d * dxg)
             offsets = tl.zeros((xq.shape[0], start.shape[1], start.shape[2], 4, 1), dtype=tl.float32)
         else:
             t = tl.arange(0, 4)[None, None, None, None, :]
@@ -369,7 +368,7 @@ if triton is not None:
                 high |= _spread_bits((qh >> (16 + 4 * t)) & 15)
             dot = _dp4a(low.to(tl.int32, bitcast=True), tl.load(x_block + t, mask=rok, other=0), False, ASM) \
                 + _dp4a(high.to(tl.int32, bitcast=True), tl.load(x_block + 4 + t, mask=rok, other=0), False, ASM)
-            parts = dot.to(tl.float32) * (d * dxg)
+            parts = tl.sum(dot, axis=4, keep_dims=True).to(tl.float32) * (d * dxg)
             block_sum = tl.load(sums + j * 8 + 2 * g, mask=rok, other=0.0) \
                 + tl.load(sums + j * 8 + 2 * g + 1, mask=rok, other=0.0)                 # [R, SB, 1, 4, 1]
             if QTYPE == 2:
@@ -403,7 +402,7 @@ if triton is not None:
     @triton.jit
     def _gemv_kernel(q_ptr, dx_ptr, sums_ptr, w_ptr, out_ptr, n, k, num_rows, stride_wn, stride_om,
                      QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, SB: tl.constexpr, ROWS: tl.constexpr,
-                     UNIT: tl.constexpr, WT: tl.constexpr, USE_PDL: tl.constexpr, ASM: tl.constexpr):
+                     UNIT: tl.constexpr, USE_PDL: tl.constexpr, ASM: tl.constexpr):
         """One program per BLOCK_N rows of W, for the ROWS (>= num_rows) rows of x at once."""
         wait_for_previous_kernel(USE_PDL)
         offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -416,19 +415,19 @@ if triton is not None:
         dx = dx_ptr + rows * (k // 32)
         sums = sums_ptr + rows * (k // 16)
         s = tl.arange(0, SB)[None, :, None, None, None]
-        acc = tl.zeros((ROWS, SB, BLOCK_N, 4, WT), dtype=tl.float32)
+        acc = tl.zeros((ROWS, SB, BLOCK_N, 4, 1), dtype=tl.float32)
         offsets = tl.zeros((ROWS, SB, BLOCK_N, 4, 1), dtype=tl.float32)
         for j in tl.range(0, k // UNIT, SB):
             parts, off = _step(w_ptr, base, xq, dx, sums, j + s, ok, rok, QTYPE, ASM)
             acc += parts
             offsets += off
-        tl.store(out_ptr + m[:, None] * stride_om + offs_n[None, :], _total(acc, offsets),
+        tl.store(out_ptr + m[:, None] * stride_om + offs_n[None, :], _total(acc, offsets).to(out_ptr.dtype.element_ty),
                  mask=(m < num_rows)[:, None] & (offs_n < n)[None, :])
 
     @triton.jit
     def _gate_up_kernel(q_ptr, dx_ptr, sums_ptr, w13_ptr, ids_ptr, act_ptr, inter, dim, top_k, stride_we, stride_wn,
                         QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, SB: tl.constexpr, UNIT: tl.constexpr,
-                        WT: tl.constexpr, USE_PDL: tl.constexpr, ASM: tl.constexpr):
+                        USE_PDL: tl.constexpr, ASM: tl.constexpr):
         """One program per (pair, BLOCK_N rows of gate and of up): SiLU(gate) * up in float32."""
         wait_for_previous_kernel(USE_PDL)
         pair = tl.program_id(0)
@@ -445,8 +444,8 @@ if triton is not None:
             dx = dx_ptr + token * (dim // 32)
             sums = sums_ptr + token * (dim // 16)
             s = tl.arange(0, SB)[None, :, None, None, None]
-            acc_g = tl.zeros((1, SB, BLOCK_N, 4, WT), dtype=tl.float32)
-            acc_u = tl.zeros((1, SB, BLOCK_N, 4, WT), dtype=tl.float32)
+            acc_g = tl.zeros((1, SB, BLOCK_N, 4, 1), dtype=tl.float32)
+            acc_u = tl.zeros((1, SB, BLOCK_N, 4, 1), dtype=tl.float32)
             off_g = tl.zeros((1, SB, BLOCK_N, 4, 1), dtype=tl.float32)
             off_u = tl.zeros((1, SB, BLOCK_N, 4, 1), dtype=tl.float32)
             for j in tl.range(0, dim // UNIT, SB):
@@ -464,7 +463,7 @@ if triton is not None:
     @triton.jit
     def _down_kernel(q_ptr, dx_ptr, sums_ptr, w2_ptr, ids_ptr, weights_ptr, out_ptr, dim, inter, stride_we,
                      stride_wn, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, SB: tl.constexpr, UNIT: tl.constexpr,
-                     WT: tl.constexpr, USE_PDL: tl.constexpr, ASM: tl.constexpr):
+                     USE_PDL: tl.constexpr, ASM: tl.constexpr):
         """One program per (pair, BLOCK_N output columns): the pair's routing weight times its expert's down
         projection, in float32."""
         wait_for_previous_kernel(USE_PDL)
@@ -480,7 +479,7 @@ if triton is not None:
             dx = dx_ptr + p * (inter // 32)
             sums = sums_ptr + p * (inter // 16)
             s = tl.arange(0, SB)[None, :, None, None, None]
-            acc = tl.zeros((1, SB, BLOCK_N, 4, WT), dtype=tl.float32)
+            acc = tl.zeros((1, SB, BLOCK_N, 4, 1), dtype=tl.float32)
             offsets = tl.zeros((1, SB, BLOCK_N, 4, 1), dtype=tl.float32)
             for j in tl.range(0, inter // UNIT, SB):
                 parts, off = _step(w2_ptr, rows, xq, dx, sums, j + s, ok, p >= 0, QTYPE, ASM)

@@ -186,8 +186,8 @@ def packed_linear(x: torch.Tensor, weight, bias: torch.Tensor | None = None,
     if not x.is_cuda and x.dtype == torch.float32:
         out = _float32_on_cpu(rows, weight)
     else:
-        outs = _packed_segments(rows, weight)
-        out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)  # [T, N]
+        # straight into the final dtype where no bias follows (one less cast a projection)
+        out = _packed_segments(rows, weight, torch.float32 if bias is not None else (out_dtype or x.dtype))
     if bias is not None:
         out = out + bias
     return out.to(out_dtype or x.dtype).reshape(*x.shape[:-1], out.shape[-1])
@@ -224,21 +224,26 @@ def _float32_on_cpu(x: torch.Tensor, weight) -> torch.Tensor:
 GEMV_MAX_ROWS = 2
 
 
-def _packed_segments(x: torch.Tensor, weight) -> list[torch.Tensor]:
-    """x [T, K] @ each row segment of a PackedWeight, transposed -> [T, N_i] per segment; on CUDA the
-    segments packed_q8 reads share one quantization of x."""
+def _packed_segments(x: torch.Tensor, weight, dtype: torch.dtype) -> torch.Tensor:
+    """x [T, K] @ a PackedWeight's row segments, transposed -> [T, N] (in `dtype` where packed_q8 writes the
+    columns: each segment straight into its own, x quantized once for all; else float32 or x's dtype)."""
     k = weight.in_features
-    quantized = None
-    outs = []
-    for qtype, blocks in weight.segments():
+    segments = weight.segments()
+    if not any(_q8_reads(x, qtype, blocks, k) for qtype, blocks in segments):
+        outs = [_packed_segment(x, qtype, blocks, k) for qtype, blocks in segments]
+        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
+    x = x.contiguous()
+    quantized = packed_q8.quantize(x)
+    out = torch.empty(x.shape[0], sum(blocks.shape[0] for _, blocks in segments), dtype=dtype, device=x.device)
+    column = 0
+    for qtype, blocks in segments:
+        n = blocks.shape[0]
         if _q8_reads(x, qtype, blocks, k):
-            if quantized is None:
-                x = x.contiguous()
-                quantized = packed_q8.quantize(x)
-            outs.append(packed_q8.packed_gemv_q8(x, blocks, qtype, blocks.shape[0], k, quantized=quantized))
+            packed_q8.packed_gemv_q8(x, blocks, qtype, n, k, quantized=quantized, out=out[:, column:column + n])
         else:
-            outs.append(_packed_segment(x, qtype, blocks, k))
-    return outs
+            out[:, column:column + n] = _packed_segment(x, qtype, blocks, k)
+        column += n
+    return out
 
 
 def _q8_reads(x: torch.Tensor, qtype: int, blocks: torch.Tensor, k: int) -> bool:
