@@ -49,9 +49,11 @@ for q in sorted(packed_gemv_words.SUPERBLOCK_BYTES):
 for q in sorted(packed_q8.UNIT):
     for asm in (False, True):
         for rows in (1, 4):
-            ok &= check(packed_q8._gemv_kernel, dict(QTYPE=q, BLOCK_N=4, SB=2, ROWS=rows, UNIT=packed_q8.UNIT[q], USE_PDL=True, ASM=asm),
+            ok &= check(packed_q8._gemv_kernel, dict(QTYPE=q, BLOCK_N=4, SB=2, ROWS=rows, UNIT=packed_q8.UNIT[q], WT=packed_q8._word_tiles(q, rows > 1),
+                             USE_PDL=True, ASM=asm),
                         f"q8 gemv q{q} rows{rows} asm={asm}")
         for k in (packed_q8._gate_up_kernel, packed_q8._down_kernel):
-            ok &= check(k, dict(QTYPE=q, BLOCK_N=4, SB=1, UNIT=packed_q8.UNIT[q], USE_PDL=True, ASM=asm), f"q8 {k.fn.__name__} q{q} asm={asm}")
+            ok &= check(k, dict(QTYPE=q, BLOCK_N=4, SB=1, UNIT=packed_q8.UNIT[q], WT=packed_q8._word_tiles(q, False), USE_PDL=True,
+                             ASM=asm), f"q8 {k.fn.__name__} q{q} asm={asm}")
 ok &= check(packed_q8._quantize_kernel, dict(USE_PDL=True), "q8 quantize")
 sys.exit(0 if ok else 1)

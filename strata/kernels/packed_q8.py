@@ -117,6 +117,16 @@ def units_per_step(configured: int, qtype: int, k: int) -> int:
     return step
 
 
+def _word_tiles(qtype: int, integer_sums: bool) -> int:
+    """The last dimension of a K step's partial sums: 1 where the integer sums per scale group come first (steps
+    of several rows: fewer float operations a row; one row is faster without the reductions in the loop), else
+    the words of a group: Q4_K's 8 of a sub-block pair, Q8_0's 8 of a block, Q6_K's 4 of a 16-weight run, the
+    4-bit and 5-bit blocks' 4."""
+    if integer_sums:
+        return 1
+    return 8 if qtype in (Q4_K, Q8_0) else 4
+
+
 def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """x [M, K] (K a multiple of 128) -> (q int8 [M, K], dx float32 [M, K / 32], sums float32 [M, K / 16]):
     per 32 values q = round(x / dx) with dx = max|x| / 127 (q = 0 where the block is all zeros), and the
@@ -166,7 +176,8 @@ def packed_gemv_q8(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k:
     _gemv_kernel[(triton.cdiv(n, cfg["BLOCK_N"]),)](
         q, dx, sums, blocks, out, n, k, num_rows, blocks.stride(0), out.stride(0),
         QTYPE=qtype, BLOCK_N=cfg["BLOCK_N"], SB=units_per_step(cfg["SUPERBLOCKS"], qtype, k), UNIT=UNIT[qtype],
-        ROWS=triton.next_power_of_2(num_rows), ASM=not _interpreted(), num_warps=cfg["num_warps"],
+        ROWS=triton.next_power_of_2(num_rows), WT=_word_tiles(qtype, num_rows > 1), ASM=not _interpreted(),
+        num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"], **pdl_options(x))
     return out
 
@@ -189,12 +200,14 @@ def moe_pairs_q8(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torc
                   **pdl_options(hidden))
     _gate_up_kernel[(ids.numel(), triton.cdiv(inter, block_n))](
         hq, hdx, hsums, w13, ids, act, inter, dim, top_k, w13.stride(0), w13.stride(1),
-        QTYPE=qtype13, SB=units_per_step(cfg["SUPERBLOCKS"], qtype13, dim), UNIT=UNIT[qtype13], **common)
+        QTYPE=qtype13, SB=units_per_step(cfg["SUPERBLOCKS"], qtype13, dim), UNIT=UNIT[qtype13],
+        WT=_word_tiles(qtype13, False), **common)
     aq, adx, asums = quantize(act)                                                    # [P, I] ...
     partials = torch.empty(num_tokens, top_k, dim, dtype=torch.float32, device=hidden.device)  # [T, K, D]
     _down_kernel[(ids.numel(), triton.cdiv(dim, block_n))](
         aq, adx, asums, w2, ids, weights, partials, dim, inter, w2.stride(0), w2.stride(1),
-        QTYPE=qtype2, SB=units_per_step(cfg["SUPERBLOCKS"], qtype2, inter), UNIT=UNIT[qtype2], **common)
+        QTYPE=qtype2, SB=units_per_step(cfg["SUPERBLOCKS"], qtype2, inter), UNIT=UNIT[qtype2],
+        WT=_word_tiles(qtype2, False), **common)
     return partials
 
 
@@ -237,13 +250,16 @@ if triton is not None:
         return out
 
     @triton.jit
-    def _word_at(w_words, w_halves, start, ok):
-        """The int32 words at even byte offsets `start`: one word load where start is on a word, else the
-        upper half of the word before and the next half word (no byte past the last one asked for is read)."""
-        lo = tl.load(w_words + start // 4, mask=ok, other=0).to(tl.uint32, bitcast=True)
+    def _word_at(w_words, w_halves, start, words, ok):
+        """The int32 words `words` words after even byte offsets `start` (one per row and block: the int64
+        address arithmetic stays on the small tensor, the word offsets are int32): one word load where start
+        is on a word, else the upper half of the word before and the next half word (no byte past the last
+        one asked for is read)."""
+        first = start // 4
         odd = (start % 4) != 0
-        hi = tl.load(w_halves + start // 2 + 1, mask=ok & odd, other=0).to(tl.uint16, bitcast=True).to(tl.uint32)
-        return tl.where(odd, (lo >> 16) | (hi << 16), lo).to(tl.int32, bitcast=True)
+        lo = tl.load(w_words + first + words, mask=ok, other=0).to(tl.uint32, bitcast=True)
+        hi = tl.load(w_halves + (first * 2 + 2) + 2 * words, mask=ok & odd, other=0).to(tl.uint16, bitcast=True)
+        return tl.where(odd, (lo >> 16) | (hi.to(tl.uint32) << 16), lo).to(tl.int32, bitcast=True)
 
     @triton.jit
     def _f16_half(w_halves, start, ok):
@@ -262,7 +278,7 @@ if triton is not None:
         return sc.to(tl.float32), mn.to(tl.float32)
 
     @triton.jit
-    def _q4k_step(w_words, base, xq, dx, sums, j, ok, rok, ASM: tl.constexpr):
+    def _q4k_step(w_words, base, xq, dx, sums, j, ok, rok, ISUM: tl.constexpr, ASM: tl.constexpr):
         """Superblocks j [1, SB, 1, 1, 1] of Q4_K rows at byte offsets base [1, 1, BN, 1, 1] (mask ok) against
         R rows of 8-bit activations (xq, dx, sums: row pointers [R, 1, 1, 1, 1], mask rok) -> (dot parts
         [R, SB, BN, 4, 1], min parts [R, SB, BN, 4, 1]): each output is sum(parts) - sum(min parts). Tiles
@@ -289,14 +305,15 @@ if triton is not None:
             + tl.load(sums + j * 16 + 4 * pair + 1, mask=rok, other=0.0)
         s_hi = tl.load(sums + j * 16 + 4 * pair + 2, mask=rok, other=0.0) \
             + tl.load(sums + j * 16 + 4 * pair + 3, mask=rok, other=0.0)
-        low = tl.sum(low, axis=4, keep_dims=True)                                        # [R, SB, BN, 4, 1]
-        high = tl.sum(high, axis=4, keep_dims=True)
+        if ISUM:  # integer sums per scale group first: one float scaling per group, not per word
+            low = tl.sum(low, axis=4, keep_dims=True)                                    # [R, SB, BN, 4, 1]
+            high = tl.sum(high, axis=4, keep_dims=True)
         parts = low.to(tl.float32) * (d * sc_lo * dx_lo) + high.to(tl.float32) * (d * sc_hi * dx_hi)
         mins = dmin * (mn_lo * dx_lo * s_lo + mn_hi * dx_hi * s_hi)
         return parts, mins
 
     @triton.jit
-    def _q6k_step(w_words, w_halves, base, xq, dx, sums, j, ok, rok, ASM: tl.constexpr):
+    def _q6k_step(w_words, w_halves, base, xq, dx, sums, j, ok, rok, ISUM: tl.constexpr, ASM: tl.constexpr):
         """Superblocks j [1, SB, 1, 1, 1] of Q6_K rows at byte offsets base [1, 1, BN, 1, 1] (even) against R
         rows of 8-bit activations -> (dot parts [R, SB, BN, 4, 1], offset parts [R, SB, BN, 4, 1]): each
         output is sum(parts) - sum(offset parts). Tiles are [R, SB, BN, G, T]: G = 2 h + g of half h, word
@@ -305,16 +322,16 @@ if triton is not None:
         hg = tl.arange(0, 4)[None, None, None, :, None]
         h = hg // 2
         t = 4 * (hg % 2) + tl.arange(0, 4)[None, None, None, None, :]
-        ql_a = _word_at(w_words, w_halves, start + 4 * (16 * h + t), ok)        # weights 4 t.. (low), 4 t + 64..
-        ql_b = _word_at(w_words, w_halves, start + 4 * (16 * h + 8 + t), ok)    # 4 t + 32.., 4 t + 96..
-        qh = _word_at(w_words, w_halves, start + 4 * (32 + 8 * h + t), ok)
+        ql_a = _word_at(w_words, w_halves, start, 16 * h + t, ok)  # weights 4 t.. (low), 4 t + 64..
+        ql_b = _word_at(w_words, w_halves, start, 16 * h + 8 + t, ok)  # 4 t + 32.., 4 t + 96..
+        qh = _word_at(w_words, w_halves, start, 32 + 8 * h + t, ok)
         low4 = 0x0F0F0F0F
         high2 = 0x30303030
         x_at = xq + j * 64 + 32 * h + t                               # [R, SB, 1, 4, 4]: weight 128 h + 4 t
         scales = w_halves.to(tl.pointer_type(tl.int8)) + start + 192 + 8 * h + hg % 2  # [1, SB, BN, 4, 1]: + 2 a run
         dx_at = dx + j * 8 + 4 * h                                    # [R, SB, 1, 4, 1]: + 1 per run
         sums_at = sums + j * 16 + 8 * h + hg % 2                      # + 2 per run
-        parts = tl.zeros((xq.shape[0], ql_a.shape[1], ql_a.shape[2], 4, 1), dtype=tl.float32)
+        parts = tl.zeros((xq.shape[0], ql_a.shape[1], ql_a.shape[2], 4, 1 if ISUM else 4), dtype=tl.float32)
         offsets = tl.zeros((xq.shape[0], ql_a.shape[1], ql_a.shape[2], 4, 1), dtype=tl.float32)
         for c in tl.static_range(4):
             if c == 0:
@@ -326,7 +343,9 @@ if triton is not None:
             else:
                 quants = ((ql_b >> 4) & low4) | ((qh >> 2) & high2)
             factor = tl.load(scales + 2 * c, mask=ok, other=0).to(tl.float32) * tl.load(dx_at + c, mask=rok, other=0.0)
-            dot = tl.sum(_dp4a(quants, tl.load(x_at + 8 * c, mask=rok, other=0), False, ASM), axis=4, keep_dims=True)
+            dot = _dp4a(quants, tl.load(x_at + 8 * c, mask=rok, other=0), False, ASM)
+            if ISUM:
+                dot = tl.sum(dot, axis=4, keep_dims=True)
             parts += dot.to(tl.float32) * factor
             offsets += 32.0 * factor * tl.load(sums_at + 2 * c, mask=rok, other=0.0)
         d = _f16_half(w_halves, start + 208, ok)                      # [1, SB, BN, 1, 1]
@@ -338,37 +357,43 @@ if triton is not None:
         return ((nibble * 0x00204081) & 0x01010101) << 4
 
     @triton.jit
-    def _small_step(w_words, w_halves, base, xq, dx, sums, j, ok, rok, QTYPE: tl.constexpr, ASM: tl.constexpr):
+    def _small_step(w_words, w_halves, base, xq, dx, sums, j, ok, rok, QTYPE: tl.constexpr, ISUM: tl.constexpr,
+                    ASM: tl.constexpr):
         """Units j [1, SB, 1, 1, 1] (four 32-value blocks g each) of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 rows at
         byte offsets base [1, 1, BN, 1, 1] (even) against R rows of 8-bit activations -> (dot parts
         [R, SB, BN, 4, 1], offset parts [R, SB, BN, 4, 1]): each output is sum(parts) - sum(offset parts).
         Q8_0: word t of a block's quants holds weights 4 t..; the 4-bit ones: word t holds weights 4 t.. in
         its low nibbles and 16 + 4 t.. in its high ones, Q5_* their fifth bits in the block's 32-bit qh."""
         g = tl.arange(0, 4)[None, None, None, :, None]
-        block_bytes: tl.constexpr = 34 if QTYPE == 8 else (18 if QTYPE == 2 else (20 if QTYPE == 3 else (22 if QTYPE == 6 else 24)))
+        block_bytes: tl.constexpr = 34 if QTYPE == 8 else (18 if QTYPE == 2 else (20 if QTYPE == 3 else (
+            22 if QTYPE == 6 else 24)))
         start = base + (j * 4 + g) * block_bytes                                         # [1, SB, BN, 4, 1]
         d = _f16_half(w_halves, start, ok)
         x_block = xq + j * 32 + g * 8                                                    # [R, SB, 1, 4, 1]
         dxg = tl.load(dx + j * 4 + g, mask=rok, other=0.0)                               # [R, SB, 1, 4, 1]
         if QTYPE == 8:
             t = tl.arange(0, 8)[None, None, None, None, :]
-            quants = _word_at(w_words, w_halves, start + 2 + 4 * t, ok)                   # [1, SB, BN, 4, 8]
-            dot = tl.sum(_dp4a(quants, tl.load(x_block + t, mask=rok, other=0), True, ASM), axis=4, keep_dims=True)
+            quants = _word_at(w_words, w_halves, start + 2, t, ok)              # [1, SB, BN, 4, 8]
+            dot = _dp4a(quants, tl.load(x_block + t, mask=rok, other=0), True, ASM)
+            if ISUM:
+                dot = tl.sum(dot, axis=4, keep_dims=True)
             parts = dot.to(tl.float32) * (d * dxg)
             offsets = tl.zeros((xq.shape[0], start.shape[1], start.shape[2], 4, 1), dtype=tl.float32)
         else:
             t = tl.arange(0, 4)[None, None, None, None, :]
             first: tl.constexpr = 2 if QTYPE == 2 else (4 if QTYPE == 3 else (6 if QTYPE == 6 else 8))
-            words = _word_at(w_words, w_halves, start + first + 4 * t, ok).to(tl.uint32, bitcast=True)
+            words = _word_at(w_words, w_halves, start + first, t, ok).to(tl.uint32, bitcast=True)
             low = words & 0x0F0F0F0F
             high = (words >> 4) & 0x0F0F0F0F
             if QTYPE == 6 or QTYPE == 7:
-                qh = _word_at(w_words, w_halves, start + first - 4, ok).to(tl.uint32, bitcast=True)
+                qh = _word_at(w_words, w_halves, start + first - 4, 0, ok).to(tl.uint32, bitcast=True)
                 low |= _spread_bits((qh >> (4 * t)) & 15)
                 high |= _spread_bits((qh >> (16 + 4 * t)) & 15)
             dot = _dp4a(low.to(tl.int32, bitcast=True), tl.load(x_block + t, mask=rok, other=0), False, ASM) \
                 + _dp4a(high.to(tl.int32, bitcast=True), tl.load(x_block + 4 + t, mask=rok, other=0), False, ASM)
-            parts = tl.sum(dot, axis=4, keep_dims=True).to(tl.float32) * (d * dxg)
+            if ISUM:
+                dot = tl.sum(dot, axis=4, keep_dims=True)
+            parts = dot.to(tl.float32) * (d * dxg)
             block_sum = tl.load(sums + j * 8 + 2 * g, mask=rok, other=0.0) \
                 + tl.load(sums + j * 8 + 2 * g + 1, mask=rok, other=0.0)                 # [R, SB, 1, 4, 1]
             if QTYPE == 2:
@@ -380,17 +405,17 @@ if triton is not None:
         return parts, offsets
 
     @triton.jit
-    def _step(w_ptr, base, xq, dx, sums, j, ok, rok, QTYPE: tl.constexpr, ASM: tl.constexpr):
+    def _step(w_ptr, base, xq, dx, sums, j, ok, rok, QTYPE: tl.constexpr, ISUM: tl.constexpr, ASM: tl.constexpr):
         """One K step of the loop the kernels run (the loop stays in the kernels: the interpreter turns
         scalars handed to a helper into tensors, which tl.range refuses)."""
         w_words = w_ptr.to(tl.pointer_type(tl.int32))
         w_halves = w_ptr.to(tl.pointer_type(tl.int16))
         if QTYPE == 12:
-            parts, offsets = _q4k_step(w_words, base, xq, dx, sums, j, ok, rok, ASM)
+            parts, offsets = _q4k_step(w_words, base, xq, dx, sums, j, ok, rok, ISUM, ASM)
         elif QTYPE == 14:
-            parts, offsets = _q6k_step(w_words, w_halves, base, xq, dx, sums, j, ok, rok, ASM)
+            parts, offsets = _q6k_step(w_words, w_halves, base, xq, dx, sums, j, ok, rok, ISUM, ASM)
         else:
-            parts, offsets = _small_step(w_words, w_halves, base, xq, dx, sums, j, ok, rok, QTYPE, ASM)
+            parts, offsets = _small_step(w_words, w_halves, base, xq, dx, sums, j, ok, rok, QTYPE, ISUM, ASM)
         return parts, offsets
 
     @triton.jit
@@ -402,7 +427,7 @@ if triton is not None:
     @triton.jit
     def _gemv_kernel(q_ptr, dx_ptr, sums_ptr, w_ptr, out_ptr, n, k, num_rows, stride_wn, stride_om,
                      QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, SB: tl.constexpr, ROWS: tl.constexpr,
-                     UNIT: tl.constexpr, USE_PDL: tl.constexpr, ASM: tl.constexpr):
+                     UNIT: tl.constexpr, WT: tl.constexpr, USE_PDL: tl.constexpr, ASM: tl.constexpr):
         """One program per BLOCK_N rows of W, for the ROWS (>= num_rows) rows of x at once."""
         wait_for_previous_kernel(USE_PDL)
         offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -415,10 +440,10 @@ if triton is not None:
         dx = dx_ptr + rows * (k // 32)
         sums = sums_ptr + rows * (k // 16)
         s = tl.arange(0, SB)[None, :, None, None, None]
-        acc = tl.zeros((ROWS, SB, BLOCK_N, 4, 1), dtype=tl.float32)
+        acc = tl.zeros((ROWS, SB, BLOCK_N, 4, WT), dtype=tl.float32)
         offsets = tl.zeros((ROWS, SB, BLOCK_N, 4, 1), dtype=tl.float32)
         for j in tl.range(0, k // UNIT, SB):
-            parts, off = _step(w_ptr, base, xq, dx, sums, j + s, ok, rok, QTYPE, ASM)
+            parts, off = _step(w_ptr, base, xq, dx, sums, j + s, ok, rok, QTYPE, ROWS > 1, ASM)
             acc += parts
             offsets += off
         tl.store(out_ptr + m[:, None] * stride_om + offs_n[None, :], _total(acc, offsets).to(out_ptr.dtype.element_ty),
@@ -427,7 +452,7 @@ if triton is not None:
     @triton.jit
     def _gate_up_kernel(q_ptr, dx_ptr, sums_ptr, w13_ptr, ids_ptr, act_ptr, inter, dim, top_k, stride_we, stride_wn,
                         QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, SB: tl.constexpr, UNIT: tl.constexpr,
-                        USE_PDL: tl.constexpr, ASM: tl.constexpr):
+                        WT: tl.constexpr, USE_PDL: tl.constexpr, ASM: tl.constexpr):
         """One program per (pair, BLOCK_N rows of gate and of up): SiLU(gate) * up in float32."""
         wait_for_previous_kernel(USE_PDL)
         pair = tl.program_id(0)
@@ -444,15 +469,15 @@ if triton is not None:
             dx = dx_ptr + token * (dim // 32)
             sums = sums_ptr + token * (dim // 16)
             s = tl.arange(0, SB)[None, :, None, None, None]
-            acc_g = tl.zeros((1, SB, BLOCK_N, 4, 1), dtype=tl.float32)
-            acc_u = tl.zeros((1, SB, BLOCK_N, 4, 1), dtype=tl.float32)
+            acc_g = tl.zeros((1, SB, BLOCK_N, 4, WT), dtype=tl.float32)
+            acc_u = tl.zeros((1, SB, BLOCK_N, 4, WT), dtype=tl.float32)
             off_g = tl.zeros((1, SB, BLOCK_N, 4, 1), dtype=tl.float32)
             off_u = tl.zeros((1, SB, BLOCK_N, 4, 1), dtype=tl.float32)
             for j in tl.range(0, dim // UNIT, SB):
-                parts, off = _step(w13_ptr, gate, xq, dx, sums, j + s, ok, rok, QTYPE, ASM)
+                parts, off = _step(w13_ptr, gate, xq, dx, sums, j + s, ok, rok, QTYPE, False, ASM)
                 acc_g += parts
                 off_g += off
-                parts, off = _step(w13_ptr, up, xq, dx, sums, j + s, ok, rok, QTYPE, ASM)
+                parts, off = _step(w13_ptr, up, xq, dx, sums, j + s, ok, rok, QTYPE, False, ASM)
                 acc_u += parts
                 off_u += off
             g = tl.sum(_total(acc_g, off_g), axis=0)
@@ -463,7 +488,7 @@ if triton is not None:
     @triton.jit
     def _down_kernel(q_ptr, dx_ptr, sums_ptr, w2_ptr, ids_ptr, weights_ptr, out_ptr, dim, inter, stride_we,
                      stride_wn, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, SB: tl.constexpr, UNIT: tl.constexpr,
-                     USE_PDL: tl.constexpr, ASM: tl.constexpr):
+                     WT: tl.constexpr, USE_PDL: tl.constexpr, ASM: tl.constexpr):
         """One program per (pair, BLOCK_N output columns): the pair's routing weight times its expert's down
         projection, in float32."""
         wait_for_previous_kernel(USE_PDL)
@@ -479,10 +504,10 @@ if triton is not None:
             dx = dx_ptr + p * (inter // 32)
             sums = sums_ptr + p * (inter // 16)
             s = tl.arange(0, SB)[None, :, None, None, None]
-            acc = tl.zeros((1, SB, BLOCK_N, 4, 1), dtype=tl.float32)
+            acc = tl.zeros((1, SB, BLOCK_N, 4, WT), dtype=tl.float32)
             offsets = tl.zeros((1, SB, BLOCK_N, 4, 1), dtype=tl.float32)
             for j in tl.range(0, inter // UNIT, SB):
-                parts, off = _step(w2_ptr, rows, xq, dx, sums, j + s, ok, p >= 0, QTYPE, ASM)
+                parts, off = _step(w2_ptr, rows, xq, dx, sums, j + s, ok, p >= 0, QTYPE, False, ASM)
                 acc += parts
                 offsets += off
             y = tl.sum(_total(acc, offsets), axis=0) * tl.load(weights_ptr + pair).to(tl.float32)
