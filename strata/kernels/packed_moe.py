@@ -7,7 +7,8 @@ apart (w13.stride(0): device slots sized for the largest layer's experts). Pairs
 skipped (computed elsewhere, or no expert: an expert provider's slot misses).
 
 Four CUDA paths, picked per call by `packed_moe`:
-- q8 pairs (up to PAIRS_MAX pairs, both projections Q4_K / Q6_K: Q4_K_M files): packed_q8.moe_pairs_q8,
+- q8 pairs (up to PAIRS_MAX pairs, both projections of types packed_q8 reads: Q4_K_M and Q8_0 files):
+  packed_q8.moe_pairs_q8,
   the pairs below with hidden and SiLU(gate) * up rounded to 8 bits per 32 and integer dot products
   (llama.cpp's decode numerics): a word of quants costs a mask, a shift and two dp4a, not a float each.
 - pairs (up to PAIRS_MAX pairs: decode steps of up to 16 sequences at top-8): one program per (pair,
@@ -81,7 +82,7 @@ def pairs_supported(qtype13: int, qtype2: int, dim: int, inter: int) -> bool:
 
 def q8_pairs_supported(w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2: int, dim: int, inter: int) -> bool:
     """Whether the pairs go to packed_q8 (8-bit activations, integer dot products): both projections in
-    types it reads (Q4_K / Q6_K rows of whole superblocks), unless turned off."""
+    types it reads (packed_q8.supports), unless turned off (STRATA_NO_Q8_ACTIVATIONS=1)."""
     return (packed_q8.enabled() and packed_q8.supports(qtype13, dim, w13)
             and packed_q8.supports(qtype2, inter, w2))
 
