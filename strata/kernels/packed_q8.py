@@ -250,16 +250,22 @@ if triton is not None:
         return out
 
     @triton.jit
-    def _word_at(w_words, w_halves, start, words, ok):
+    def _word_at(w_words, w_halves, start, words, ok, NEXT_WORD: tl.constexpr):
         """The int32 words `words` words after even byte offsets `start` (one per row and block: the int64
         address arithmetic stays on the small tensor, the word offsets are int32): one word load where start
-        is on a word, else the upper half of the word before and the next half word (no byte past the last
-        one asked for is read)."""
+        is on a word, else the upper half of the word before and the lower half of the next. NEXT_WORD reads
+        that next half as a whole word (vectorised like the first load: Q6_K, whose funnelled words all lie
+        13+ bytes before its superblock's end); else as a half word, so that no byte past the last one asked
+        for is read (the 32-value blocks' last words end their block, maybe the tensor)."""
         first = start // 4
         odd = (start % 4) != 0
         lo = tl.load(w_words + first + words, mask=ok, other=0).to(tl.uint32, bitcast=True)
-        hi = tl.load(w_halves + (first * 2 + 2) + 2 * words, mask=ok & odd, other=0).to(tl.uint16, bitcast=True)
-        return tl.where(odd, (lo >> 16) | (hi.to(tl.uint32) << 16), lo).to(tl.int32, bitcast=True)
+        if NEXT_WORD:
+            hi = tl.load(w_words + first + 1 + words, mask=ok & odd, other=0).to(tl.uint32, bitcast=True)
+        else:
+            hi = tl.load(w_halves + (first * 2 + 2) + 2 * words, mask=ok & odd, other=0).to(tl.uint16, bitcast=True)
+            hi = hi.to(tl.uint32)
+        return tl.where(odd, (lo >> 16) | (hi << 16), lo).to(tl.int32, bitcast=True)
 
     @triton.jit
     def _f16_half(w_halves, start, ok):
@@ -322,9 +328,9 @@ if triton is not None:
         hg = tl.arange(0, 4)[None, None, None, :, None]
         h = hg // 2
         t = 4 * (hg % 2) + tl.arange(0, 4)[None, None, None, None, :]
-        ql_a = _word_at(w_words, w_halves, start, 16 * h + t, ok)  # weights 4 t.. (low), 4 t + 64..
-        ql_b = _word_at(w_words, w_halves, start, 16 * h + 8 + t, ok)  # 4 t + 32.., 4 t + 96..
-        qh = _word_at(w_words, w_halves, start, 32 + 8 * h + t, ok)
+        ql_a = _word_at(w_words, w_halves, start, 16 * h + t, ok, True)  # weights 4 t.. (low), 4 t + 64..
+        ql_b = _word_at(w_words, w_halves, start, 16 * h + 8 + t, ok, True)  # 4 t + 32.., 4 t + 96..
+        qh = _word_at(w_words, w_halves, start, 32 + 8 * h + t, ok, True)
         low4 = 0x0F0F0F0F
         high2 = 0x30303030
         x_at = xq + j * 64 + 32 * h + t                               # [R, SB, 1, 4, 4]: weight 128 h + 4 t
@@ -373,7 +379,7 @@ if triton is not None:
         dxg = tl.load(dx + j * 4 + g, mask=rok, other=0.0)                               # [R, SB, 1, 4, 1]
         if QTYPE == 8:
             t = tl.arange(0, 8)[None, None, None, None, :]
-            quants = _word_at(w_words, w_halves, start + 2, t, ok)              # [1, SB, BN, 4, 8]
+            quants = _word_at(w_words, w_halves, start + 2, t, ok, False)              # [1, SB, BN, 4, 8]
             dot = _dp4a(quants, tl.load(x_block + t, mask=rok, other=0), True, ASM)
             if ISUM:
                 dot = tl.sum(dot, axis=4, keep_dims=True)
@@ -382,11 +388,11 @@ if triton is not None:
         else:
             t = tl.arange(0, 4)[None, None, None, None, :]
             first: tl.constexpr = 2 if QTYPE == 2 else (4 if QTYPE == 3 else (6 if QTYPE == 6 else 8))
-            words = _word_at(w_words, w_halves, start + first, t, ok).to(tl.uint32, bitcast=True)
+            words = _word_at(w_words, w_halves, start + first, t, ok, False).to(tl.uint32, bitcast=True)
             low = words & 0x0F0F0F0F
             high = (words >> 4) & 0x0F0F0F0F
             if QTYPE == 6 or QTYPE == 7:
-                qh = _word_at(w_words, w_halves, start + first - 4, 0, ok).to(tl.uint32, bitcast=True)
+                qh = _word_at(w_words, w_halves, start + first - 4, 0, ok, False).to(tl.uint32, bitcast=True)
                 low |= _spread_bits((qh >> (4 * t)) & 15)
                 high |= _spread_bits((qh >> (16 + 4 * t)) & 15)
             dot = _dp4a(low.to(tl.int32, bitcast=True), tl.load(x_block + t, mask=rok, other=0), False, ASM) \

@@ -1,0 +1,514 @@
+"""Projections and MoE experts over packed GGUF rows with 8-bit activations: integer dot products (dp4a).
+
+llama.cpp's CUDA decode path (mul_mat_vec_q) quantizes the activations to 8 bits per block of 32 and
+multiplies them with the weights' integer quants four at a time (one dp4a: four byte products summed into
+an int32), scaling once per block. The float decoders (packed_gemv, packed_gemv_words) spend ~4-20
+instructions a weight turning quants into floats; here a 32-bit word of Q4_K quants costs a mask, a shift
+and two dp4a for its 8 weights, so the kernels stay bound by memory at the packed size.
+
+What is computed, exactly: x is rounded per block of 32 values to int8 with one float32 scale (quantize:
+q = round(x * 127 / max|x|), dx = max|x| / 127), and y = W @ x_q8 where W is gguf's dequantized weight and
+x_q8 = dx * q: the integer sums are exact, the scaling in float32. So the kernels equal packed_gemv_ref
+on dequantize(x) up to float32 summation order; against unrounded x each output is off by ~0.1-0.5 % of
+|W| @ |x| (the rounding of x, as in llama.cpp; tests/kernels/test_packed_q8.py states the bounds).
+
+Types: Q4_K and Q6_K (Q4_K_M files' bulk), Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 (Q8_0 files, and llama.cpp's
+fallbacks for rows 256 does not divide: Qwen4-Exp's 640-wide expert down rows). The K loop takes a "unit"
+a step: one superblock (256 values) of the K types, four 32-value blocks (128) of the others.
+
+Layouts (packed_gemv's docstring; all offsets in bytes from a row's start). Blocks of an even size may
+start two bytes into a word: those words are funnelled from the upper half of one word and the next half
+word (_word_at), so no byte outside the weight is read.
+- Q4_K (144 per 256): word 0 = f16 d | f16 dmin << 16, words 1-3 the 12 bytes of 6-bit scales and mins,
+  words 4 + 8 j + t the quants of sub-blocks 2 j (low nibbles) and 2 j + 1 (high): weight 4 t + b of each
+  in byte b. Its activations are x words 16 j + t (low) and 16 j + 8 + t (high) of the superblock's 64.
+- Q6_K (210 per 256): half h keeps low bits in ql words 16 h + t (weights 4 t.., low nibbles; 4 t + 64..,
+  high) and 16 h + 8 + t (4 t + 32.., 4 t + 96..), the high bit pairs in qh words 32 + 8 h + t; int8
+  scales at 192 + (weight // 16), f16 d at 208. Quants are 0..63 (the -32 is taken off per 16 with x's sums).
+- Q8_0 (34 per 32): f16 d, 32 int8 quants (signed dp4a). Q4_0 (18) / Q4_1 (20): f16 d (and f16 m), 16
+  bytes: weight i < 16 in the low nibble of byte i, 16 + i in its high one; Q5_0 (22) / Q5_1 (24) put a
+  32-bit word of fifth bits (bit i: weight i) before those bytes. w = d (q - 8), d (q - 16), d q + m.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU-only install
+    triton = tl = None
+
+from strata.kernels.launch import pdl_options
+
+if triton is not None:
+    from strata.kernels.launch import wait_for_previous_kernel
+
+Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K = 2, 3, 6, 7, 8, 12, 14
+# bytes per block, and the K step of the loops (a "unit": one superblock, or four 32-value blocks)
+BLOCK_BYTES = {Q4_0: 18, Q4_1: 20, Q5_0: 22, Q5_1: 24, Q8_0: 34, Q4_K: 144, Q6_K: 210}
+UNIT = {Q4_K: 256, Q6_K: 256, Q4_0: 128, Q4_1: 128, Q5_0: 128, Q5_1: 128, Q8_0: 128}
+MAX_ROWS = 16
+# ops.packed_linear sends steps of up to this many rows here: at 8 rows the kernel and dequantize + GEMM were
+# even on the 30B-A3B q_proj (14.1 against 13.9 us), at 16 the GEMM won (13.8 against 21.3; q8_ab on the H200)
+LINEAR_MAX_ROWS = 8
+# pairs: rows of an expert per program, superblocks per K step (the best of 8 tilings at 8 and 16 tokens
+# on the 30B-A3B experts, within 5 % of the best at one token)
+PAIR_CONFIG = dict(BLOCK_N=8, SUPERBLOCKS=1, num_warps=2, num_stages=3)
+
+
+def default_config(n: int, k: int, rows: int) -> dict:
+    """The tiling (BLOCK_N rows of W per program, SUPERBLOCKS per K step, warps) for an [n, k] weight and a
+    step of `rows` rows: the fastest of 10 tilings on the H200 in CUDA graphs with cold weights, for the
+    30B-A3B and Qwen4-Exp shapes at Q4_K_M (bench/results/2026-12-02-h200-q8/). One row: narrow weights
+    with long rows split K (one row of W per program, 8 superblocks a step), very wide ones (LM heads) and
+    mid-sized ones take 2 rows a program and one warp, wide ones 8 rows and two warps; more rows of x want
+    more rows of W per program, fewer superblocks a step."""
+    if rows == 1:
+        if n <= 1024 or (k >= 4096 and n <= 4096):
+            bn, sb, warps = 1, 8, 2
+        elif 8192 <= n < 32768:
+            bn, sb, warps = 8, 1, 2
+        else:
+            bn, sb, warps = 2, 2, 1
+    elif rows == 2:
+        bn, sb, warps = (16, 1, 4) if 8192 <= n < 32768 else (2, 2, 1)
+    elif rows <= 4:
+        bn, sb, warps = (4, 2, 2) if n >= 8192 else (2, 2, 1)
+    else:
+        bn, sb, warps = 4, 1, 1
+    return dict(BLOCK_N=bn, SUPERBLOCKS=sb, num_warps=warps, num_stages=3)
+
+
+def _interpreted() -> bool:
+    """Under TRITON_INTERPRET=1 (no inline PTX) dp4a is four byte products in plain Triton (same sums)."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def enabled() -> bool:
+    """STRATA_NO_Q8_ACTIVATIONS=1 keeps every packed projection on the float decoders."""
+    from strata.config import debug_flag
+
+    return not debug_flag("NO_Q8_ACTIVATIONS")
+
+
+def supports(qtype: int, k: int, w: torch.Tensor) -> bool:
+    """Rows of whole units (module docstring) of a type read here, in a tensor whose start is word-aligned
+    and whose rows start on whole words (Q4_K) or half words (the others: their words are funnelled)."""
+    if qtype not in UNIT or k % UNIT[qtype] or w.data_ptr() % 4:
+        return False
+    align = 4 if qtype == Q4_K else 2
+    return all(s % align == 0 for s in w.stride()[:-1])
+
+
+def row_bytes(qtype: int, k: int) -> int:
+    per_block = 256 if qtype in (Q4_K, Q6_K) else 32
+    return k // per_block * BLOCK_BYTES[qtype]
+
+
+def units_per_step(configured: int, qtype: int, k: int) -> int:
+    """The configured power of two, halved until it divides the row's units."""
+    step = configured
+    while (k // UNIT[qtype]) % step:
+        step //= 2
+    return step
+
+
+def _word_tiles(qtype: int, integer_sums: bool) -> int:
+    """The last dimension of a K step's partial sums: 1 where the integer sums per scale group come first (steps
+    of several rows: fewer float operations a row; one row is faster without the reductions in the loop), else
+    the words of a group: Q4_K's 8 of a sub-block pair, Q8_0's 8 of a block, Q6_K's 4 of a 16-weight run, the
+    4-bit and 5-bit blocks' 4."""
+    if integer_sums:
+        return 1
+    return 8 if qtype in (Q4_K, Q8_0) else 4
+
+
+def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """x [M, K] (K a multiple of 128) -> (q int8 [M, K], dx float32 [M, K / 32], sums float32 [M, K / 16]):
+    per 32 values q = round(x / dx) with dx = max|x| / 127 (q = 0 where the block is all zeros), and the
+    sum of q over each 16 (exact integers, for the offsets of Q4_K's mins and Q6_K's -32)."""
+    m, k = x.shape
+    assert k % 128 == 0 and x.stride(1) == 1
+    q = torch.empty(m, k, dtype=torch.int8, device=x.device)
+    dx = torch.empty(m, k // 32, dtype=torch.float32, device=x.device)
+    sums = torch.empty(m, k // 16, dtype=torch.float32, device=x.device)
+    _quantize_kernel[(m, k // 128)](x, q, dx, sums, k, x.stride(0), num_warps=2, **pdl_options(x))
+    return q, dx, sums
+
+
+def quantize_ref(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """quantize's contract in torch (round half away from zero, as the kernel)."""
+    m, k = x.shape
+    blocks = x.float().reshape(m, k // 32, 32)
+    amax = blocks.abs().amax(dim=2, keepdim=True)
+    inv = torch.where(amax > 0, 127.0 / amax, torch.zeros_like(amax))
+    scaled = blocks * inv
+    q = (scaled.abs() + 0.5).floor().copysign(scaled).clamp(-127, 127)
+    sums = q.reshape(m, k // 16, 16).sum(dim=2)
+    return q.to(torch.int8).reshape(m, k), (amax / 127.0).reshape(m, k // 32), sums
+
+
+def dequantize_activations(q: torch.Tensor, dx: torch.Tensor) -> torch.Tensor:
+    """(q int8 [M, K], dx [M, K / 32]) -> float32 [M, K]: the activations the kernels multiply."""
+    m, k = q.shape
+    return (q.float().reshape(m, k // 32, 32) * dx.unsqueeze(2)).reshape(m, k)
+
+
+def packed_gemv_q8(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: int,
+                   config: dict | None = None, quantized=None, out: torch.Tensor | None = None) -> torch.Tensor:
+    """x [M <= MAX_ROWS, K] @ blocks uint8 [N, row_bytes] (GGUF rows of a type in UNIT) transposed -> float32
+    [M, N], with x rounded to 8 bits per 32 (module docstring). One program per BLOCK_N rows of W for all M
+    rows of x: each word of W is loaded and unpacked once and dotted with every row. `quantized` passes
+    quantize(x) when the caller already has it (several weights of one input); `out` ([M, N], any float dtype,
+    unit column stride: the columns of a wider output) takes the result in its dtype."""
+    num_rows = x.shape[0]
+    assert num_rows <= MAX_ROWS and x.shape[1] == k and supports(qtype, k, blocks) and blocks.dtype == torch.uint8
+    assert blocks.shape[0] == n and blocks.shape[1] == row_bytes(qtype, k) and blocks.stride(1) == 1
+    cfg = {**default_config(n, k, num_rows), **(config or {})}
+    q, dx, sums = quantized if quantized is not None else quantize(x)
+    if out is None:
+        out = torch.empty(num_rows, n, dtype=torch.float32, device=x.device)
+    assert out.shape == (num_rows, n) and out.stride(1) == 1
+    _gemv_kernel[(triton.cdiv(n, cfg["BLOCK_N"]),)](
+        q, dx, sums, blocks, out, n, k, num_rows, blocks.stride(0), out.stride(0),
+        QTYPE=qtype, BLOCK_N=cfg["BLOCK_N"], SB=units_per_step(cfg["SUPERBLOCKS"], qtype, k), UNIT=UNIT[qtype],
+        ROWS=triton.next_power_of_2(num_rows), WT=_word_tiles(qtype, num_rows > 1), ASM=not _interpreted(),
+        num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"], **pdl_options(x))
+    return out
+
+
+def moe_pairs_q8(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2: int,
+                 topk_ids: torch.Tensor, topk_weights: torch.Tensor, config: dict | None = None) -> torch.Tensor:
+    """packed_moe's pairs contract -> float32 [T, K, D] (each pair's weighted expert output, zeros for a
+    negative id), with hidden and SiLU(gate) * up rounded to 8 bits per 32: one program per (pair, BLOCK_N
+    rows of its expert) in each of the two projections, the activations quantized once per launch."""
+    num_tokens, top_k = topk_ids.shape
+    dim, inter = hidden.shape[1], w13.shape[1] // 2
+    assert w13.stride(2) == 1 and w2.stride(2) == 1 and w2.shape[1] == dim
+    cfg = {**PAIR_CONFIG, **(config or {})}
+    ids = topk_ids.reshape(-1).contiguous()                                           # [P]
+    weights = topk_weights.reshape(-1).contiguous()                                   # [P]
+    hq, hdx, hsums = quantize(hidden)                                                 # [T, D], [T, D/32], [T, D/16]
+    act = torch.empty(ids.numel(), inter, dtype=torch.float32, device=hidden.device)  # [P, I]
+    block_n = cfg["BLOCK_N"]
+    common = dict(BLOCK_N=block_n, ASM=not _interpreted(), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+                  **pdl_options(hidden))
+    _gate_up_kernel[(ids.numel(), triton.cdiv(inter, block_n))](
+        hq, hdx, hsums, w13, ids, act, inter, dim, top_k, w13.stride(0), w13.stride(1),
+        QTYPE=qtype13, SB=units_per_step(cfg["SUPERBLOCKS"], qtype13, dim), UNIT=UNIT[qtype13],
+        WT=_word_tiles(qtype13, False), **common)
+    aq, adx, asums = quantize(act)                                                    # [P, I] ...
+    partials = torch.empty(num_tokens, top_k, dim, dtype=torch.float32, device=hidden.device)  # [T, K, D]
+    _down_kernel[(ids.numel(), triton.cdiv(dim, block_n))](
+        aq, adx, asums, w2, ids, weights, partials, dim, inter, w2.stride(0), w2.stride(1),
+        QTYPE=qtype2, SB=units_per_step(cfg["SUPERBLOCKS"], qtype2, inter), UNIT=UNIT[qtype2],
+        WT=_word_tiles(qtype2, False), **common)
+    return partials
+
+
+if triton is not None:
+
+    @triton.jit
+    def _quantize_kernel(x_ptr, q_ptr, dx_ptr, sums_ptr, k, stride_xm, USE_PDL: tl.constexpr):
+        """One program per (row, 128 values): four blocks of 32 rounded to int8 with their scales."""
+        wait_for_previous_kernel(USE_PDL)
+        row, chunk = tl.program_id(0), tl.program_id(1)
+        offs = chunk * 128 + tl.arange(0, 4)[:, None] * 32 + tl.arange(0, 32)[None, :]          # [4, 32]
+        x = tl.load(x_ptr + row.to(tl.int64) * stride_xm + offs).to(tl.float32)
+        amax = tl.max(tl.abs(x), axis=1)                                                        # [4]
+        inv = tl.where(amax > 0, tl.div_rn(127.0, amax), 0.0)  # IEEE division: the rounding torch does
+        scaled = x * inv[:, None]
+        q = tl.minimum(tl.floor(tl.abs(scaled) + 0.5), 127.0)
+        q = tl.where(scaled < 0, -q, q)
+        tl.store(q_ptr + row.to(tl.int64) * k + offs, q.to(tl.int8))
+        tl.store(dx_ptr + row.to(tl.int64) * (k // 32) + chunk * 4 + tl.arange(0, 4), tl.div_rn(amax, 127.0))
+        halves = tl.sum(tl.reshape(q, (8, 16)), axis=1)                                         # [8]
+        tl.store(sums_ptr + row.to(tl.int64) * (k // 16) + chunk * 8 + tl.arange(0, 8), halves)
+
+    @triton.jit
+    def _dp4a(a, b, SIGNED: tl.constexpr, ASM: tl.constexpr):
+        """Sum over the 4 bytes of (byte of a, unsigned or SIGNED) * (signed byte of b), int32 words -> int32."""
+        if ASM:
+            if SIGNED:
+                out = tl.inline_asm_elementwise("dp4a.s32.s32 $0, $1, $2, 0;", "=r,r,r", [a, b], dtype=tl.int32,
+                                                is_pure=True, pack=1)
+            else:
+                out = tl.inline_asm_elementwise("dp4a.u32.s32 $0, $1, $2, 0;", "=r,r,r", [a, b], dtype=tl.int32,
+                                                is_pure=True, pack=1)
+        else:
+            out = tl.zeros(a.shape, dtype=tl.int32)
+            for i in tl.static_range(4):
+                ai = (a >> (8 * i)) & 255
+                if SIGNED:
+                    ai = (ai ^ 128) - 128
+                out += ai * ((((b >> (8 * i)) & 255) ^ 128) - 128)
+        return out
+
+    @triton.jit
+    def _word_at(w_words, w_halves, start, words, ok):
+        """The int32 words `words` words after even byte offsets `start` (one per row and block: the int64
+        address arithmetic stays on the small tensor, the word offsets are int32): one word load where start
+        is on a word, else the upper half of the word before and the next half word (no byte past the last
+        one asked for is read)."""
+        first = start // 4
+        odd = (start % 4) != 0
+        lo = tl.load(w_words + first + words, mask=ok, other=0).to(tl.uint32, bitcast=True)
+        hi = tl.load(w_halves + (first * 2 + 2) + 2 * words, mask=ok & odd, other=0).to(tl.uint16, bitcast=True)
+        return tl.where(odd, (lo >> 16) | (hi.to(tl.uint32) << 16), lo).to(tl.int32, bitcast=True)
+
+    @triton.jit
+    def _f16_half(w_halves, start, ok):
+        """The float16 at even byte offsets `start`, as float32."""
+        return tl.load(w_halves + start // 2, mask=ok, other=0).to(tl.float16, bitcast=True).to(tl.float32)
+
+    @triton.jit
+    def _q4k_scale_min(h1, h2, h3, s):
+        """Q4_K's 6-bit scale and min of sub-blocks s from the header words 1-3 (bytes 4-15) -> float32."""
+        sh = (8 * (s % 4)).to(tl.uint32)
+        b1 = (h1 >> sh) & 255
+        b2 = (h2 >> sh) & 255
+        b3 = (h3 >> sh) & 255
+        sc = tl.where(s < 4, b1 & 63, (b3 & 15) | ((b1 >> 6) << 4))
+        mn = tl.where(s < 4, b2 & 63, (b3 >> 4) | ((b2 >> 6) << 4))
+        return sc.to(tl.float32), mn.to(tl.float32)
+
+    @triton.jit
+    def _q4k_step(w_words, base, xq, dx, sums, j, ok, rok, ISUM: tl.constexpr, ASM: tl.constexpr):
+        """Superblocks j [1, SB, 1, 1, 1] of Q4_K rows at byte offsets base [1, 1, BN, 1, 1] (mask ok) against
+        R rows of 8-bit activations (xq, dx, sums: row pointers [R, 1, 1, 1, 1], mask rok) -> (dot parts
+        [R, SB, BN, 4, 1], min parts [R, SB, BN, 4, 1]): each output is sum(parts) - sum(min parts). Tiles
+        are [R, SB, BN, pair, t]; each weight word is loaded and unpacked once for the R rows."""
+        wb = (base + j * 144) // 4                                                       # [1, SB, BN, 1, 1]
+        pair = tl.arange(0, 4)[None, None, None, :, None]
+        t = tl.arange(0, 8)[None, None, None, None, :]
+        w = tl.load(w_words + wb + 4 + 8 * pair + t, mask=ok, other=0).to(tl.uint32, bitcast=True)
+        x_at = xq + j * 64 + 16 * pair + t                                               # [R, SB, 1, 4, 8]
+        low = _dp4a((w & 0x0F0F0F0F).to(tl.int32, bitcast=True), tl.load(x_at, mask=rok, other=0), False, ASM)
+        high = _dp4a(((w >> 4) & 0x0F0F0F0F).to(tl.int32, bitcast=True), tl.load(x_at + 8, mask=rok, other=0), False,
+                     ASM)
+        h0 = tl.load(w_words + wb, mask=ok, other=0).to(tl.uint32, bitcast=True)
+        h1 = tl.load(w_words + wb + 1, mask=ok, other=0).to(tl.uint32, bitcast=True)
+        h2 = tl.load(w_words + wb + 2, mask=ok, other=0).to(tl.uint32, bitcast=True)
+        h3 = tl.load(w_words + wb + 3, mask=ok, other=0).to(tl.uint32, bitcast=True)
+        d = (h0 & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+        dmin = (h0 >> 16).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+        sc_lo, mn_lo = _q4k_scale_min(h1, h2, h3, 2 * pair)                             # [1, SB, BN, 4, 1]
+        sc_hi, mn_hi = _q4k_scale_min(h1, h2, h3, 2 * pair + 1)
+        dx_lo = tl.load(dx + j * 8 + 2 * pair, mask=rok, other=0.0)                      # [R, SB, 1, 4, 1]
+        dx_hi = tl.load(dx + j * 8 + 2 * pair + 1, mask=rok, other=0.0)
+        s_lo = tl.load(sums + j * 16 + 4 * pair, mask=rok, other=0.0) \
+            + tl.load(sums + j * 16 + 4 * pair + 1, mask=rok, other=0.0)
+        s_hi = tl.load(sums + j * 16 + 4 * pair + 2, mask=rok, other=0.0) \
+            + tl.load(sums + j * 16 + 4 * pair + 3, mask=rok, other=0.0)
+        if ISUM:  # integer sums per scale group first: one float scaling per group, not per word
+            low = tl.sum(low, axis=4, keep_dims=True)                                    # [R, SB, BN, 4, 1]
+            high = tl.sum(high, axis=4, keep_dims=True)
+        parts = low.to(tl.float32) * (d * sc_lo * dx_lo) + high.to(tl.float32) * (d * sc_hi * dx_hi)
+        mins = dmin * (mn_lo * dx_lo * s_lo + mn_hi * dx_hi * s_hi)
+        return parts, mins
+
+    @triton.jit
+    def _q6k_step(w_words, w_halves, base, xq, dx, sums, j, ok, rok, ISUM: tl.constexpr, ASM: tl.constexpr):
+        """Superblocks j [1, SB, 1, 1, 1] of Q6_K rows at byte offsets base [1, 1, BN, 1, 1] (even) against R
+        rows of 8-bit activations -> (dot parts [R, SB, BN, 4, 1], offset parts [R, SB, BN, 4, 1]): each
+        output is sum(parts) - sum(offset parts). Tiles are [R, SB, BN, G, T]: G = 2 h + g of half h, word
+        t = 4 g + T of the half's 32-byte runs (weights 16 g .. 16 g + 15 of each run: one int8 scale each)."""
+        start = base + j * 210
+        hg = tl.arange(0, 4)[None, None, None, :, None]
+        h = hg // 2
+        t = 4 * (hg % 2) + tl.arange(0, 4)[None, None, None, None, :]
+        ql_a = _word_at(w_words, w_halves, start, 16 * h + t, ok)  # weights 4 t.. (low), 4 t + 64..
+        ql_b = _word_at(w_words, w_halves, start, 16 * h + 8 + t, ok)  # 4 t + 32.., 4 t + 96..
+        qh = _word_at(w_words, w_halves, start, 32 + 8 * h + t, ok)
+        low4 = 0x0F0F0F0F
+        high2 = 0x30303030
+        x_at = xq + j * 64 + 32 * h + t                               # [R, SB, 1, 4, 4]: weight 128 h + 4 t
+        scales = w_halves.to(tl.pointer_type(tl.int8)) + start + 192 + 8 * h + hg % 2  # [1, SB, BN, 4, 1]: + 2 a run
+        dx_at = dx + j * 8 + 4 * h                                    # [R, SB, 1, 4, 1]: + 1 per run
+        sums_at = sums + j * 16 + 8 * h + hg % 2                      # + 2 per run
+        parts = tl.zeros((xq.shape[0], ql_a.shape[1], ql_a.shape[2], 4, 1 if ISUM else 4), dtype=tl.float32)
+        offsets = tl.zeros((xq.shape[0], ql_a.shape[1], ql_a.shape[2], 4, 1), dtype=tl.float32)
+        for c in tl.static_range(4):
+            if c == 0:
+                quants = (ql_a & low4) | ((qh << 4) & high2)
+            elif c == 1:
+                quants = (ql_b & low4) | ((qh << 2) & high2)
+            elif c == 2:
+                quants = ((ql_a >> 4) & low4) | (qh & high2)
+            else:
+                quants = ((ql_b >> 4) & low4) | ((qh >> 2) & high2)
+            factor = tl.load(scales + 2 * c, mask=ok, other=0).to(tl.float32) * tl.load(dx_at + c, mask=rok, other=0.0)
+            dot = _dp4a(quants, tl.load(x_at + 8 * c, mask=rok, other=0), False, ASM)
+            if ISUM:
+                dot = tl.sum(dot, axis=4, keep_dims=True)
+            parts += dot.to(tl.float32) * factor
+            offsets += 32.0 * factor * tl.load(sums_at + 2 * c, mask=rok, other=0.0)
+        d = _f16_half(w_halves, start + 208, ok)                      # [1, SB, BN, 1, 1]
+        return parts * d, offsets * d
+
+    @triton.jit
+    def _spread_bits(nibble):
+        """4 bits (int32 0..15) -> bit 4 of each byte of a word (bit i -> byte i): the fifth bits of Q5_*."""
+        return ((nibble * 0x00204081) & 0x01010101) << 4
+
+    @triton.jit
+    def _small_step(w_words, w_halves, base, xq, dx, sums, j, ok, rok, QTYPE: tl.constexpr, ISUM: tl.constexpr,
+                    ASM: tl.constexpr):
+        """Units j [1, SB, 1, 1, 1] (four 32-value blocks g each) of Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 rows at
+        byte offsets base [1, 1, BN, 1, 1] (even) against R rows of 8-bit activations -> (dot parts
+        [R, SB, BN, 4, 1], offset parts [R, SB, BN, 4, 1]): each output is sum(parts) - sum(offset parts).
+        Q8_0: word t of a block's quants holds weights 4 t..; the 4-bit ones: word t holds weights 4 t.. in
+        its low nibbles and 16 + 4 t.. in its high ones, Q5_* their fifth bits in the block's 32-bit qh."""
+        g = tl.arange(0, 4)[None, None, None, :, None]
+        block_bytes: tl.constexpr = 34 if QTYPE == 8 else (18 if QTYPE == 2 else (20 if QTYPE == 3 else (
+            22 if QTYPE == 6 else 24)))
+        start = base + (j * 4 + g) * block_bytes                                         # [1, SB, BN, 4, 1]
+        d = _f16_half(w_halves, start, ok)
+        x_block = xq + j * 32 + g * 8                                                    # [R, SB, 1, 4, 1]
+        dxg = tl.load(dx + j * 4 + g, mask=rok, other=0.0)                               # [R, SB, 1, 4, 1]
+        if QTYPE == 8:
+            t = tl.arange(0, 8)[None, None, None, None, :]
+            quants = _word_at(w_words, w_halves, start + 2, t, ok)              # [1, SB, BN, 4, 8]
+            dot = _dp4a(quants, tl.load(x_block + t, mask=rok, other=0), True, ASM)
+            if ISUM:
+                dot = tl.sum(dot, axis=4, keep_dims=True)
+            parts = dot.to(tl.float32) * (d * dxg)
+            offsets = tl.zeros((xq.shape[0], start.shape[1], start.shape[2], 4, 1), dtype=tl.float32)
+        else:
+            t = tl.arange(0, 4)[None, None, None, None, :]
+            first: tl.constexpr = 2 if QTYPE == 2 else (4 if QTYPE == 3 else (6 if QTYPE == 6 else 8))
+            words = _word_at(w_words, w_halves, start + first, t, ok).to(tl.uint32, bitcast=True)
+            low = words & 0x0F0F0F0F
+            high = (words >> 4) & 0x0F0F0F0F
+            if QTYPE == 6 or QTYPE == 7:
+                qh = _word_at(w_words, w_halves, start + first - 4, 0, ok).to(tl.uint32, bitcast=True)
+                low |= _spread_bits((qh >> (4 * t)) & 15)
+                high |= _spread_bits((qh >> (16 + 4 * t)) & 15)
+            dot = _dp4a(low.to(tl.int32, bitcast=True), tl.load(x_block + t, mask=rok, other=0), False, ASM) \
+                + _dp4a(high.to(tl.int32, bitcast=True), tl.load(x_block + 4 + t, mask=rok, other=0), False, ASM)
+            if ISUM:
+                dot = tl.sum(dot, axis=4, keep_dims=True)
+            parts = dot.to(tl.float32) * (d * dxg)
+            block_sum = tl.load(sums + j * 8 + 2 * g, mask=rok, other=0.0) \
+                + tl.load(sums + j * 8 + 2 * g + 1, mask=rok, other=0.0)                 # [R, SB, 1, 4, 1]
+            if QTYPE == 2:
+                offsets = 8.0 * d * dxg * block_sum
+            elif QTYPE == 6:
+                offsets = 16.0 * d * dxg * block_sum
+            else:
+                offsets = -_f16_half(w_halves, start + 2, ok) * dxg * block_sum           # + m * sum(x)
+        return parts, offsets
+
+    @triton.jit
+    def _step(w_ptr, base, xq, dx, sums, j, ok, rok, QTYPE: tl.constexpr, ISUM: tl.constexpr, ASM: tl.constexpr):
+        """One K step of the loop the kernels run (the loop stays in the kernels: the interpreter turns
+        scalars handed to a helper into tensors, which tl.range refuses)."""
+        w_words = w_ptr.to(tl.pointer_type(tl.int32))
+        w_halves = w_ptr.to(tl.pointer_type(tl.int16))
+        if QTYPE == 12:
+            parts, offsets = _q4k_step(w_words, base, xq, dx, sums, j, ok, rok, ISUM, ASM)
+        elif QTYPE == 14:
+            parts, offsets = _q6k_step(w_words, w_halves, base, xq, dx, sums, j, ok, rok, ISUM, ASM)
+        else:
+            parts, offsets = _small_step(w_words, w_halves, base, xq, dx, sums, j, ok, rok, QTYPE, ISUM, ASM)
+        return parts, offsets
+
+    @triton.jit
+    def _total(acc, offsets):
+        """[R, SB, BN, G, T] parts and [R, SB, BN, G, 1] offsets -> the outputs [R, BN]."""
+        return tl.sum(tl.sum(tl.sum(acc, axis=4), axis=3), axis=1) \
+            - tl.sum(tl.sum(tl.sum(offsets, axis=4), axis=3), axis=1)
+
+    @triton.jit
+    def _gemv_kernel(q_ptr, dx_ptr, sums_ptr, w_ptr, out_ptr, n, k, num_rows, stride_wn, stride_om,
+                     QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, SB: tl.constexpr, ROWS: tl.constexpr,
+                     UNIT: tl.constexpr, WT: tl.constexpr, USE_PDL: tl.constexpr, ASM: tl.constexpr):
+        """One program per BLOCK_N rows of W, for the ROWS (>= num_rows) rows of x at once."""
+        wait_for_previous_kernel(USE_PDL)
+        offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        ok = (offs_n < n)[None, None, :, None, None]                                     # [1, 1, BN, 1, 1]
+        base = offs_n.to(tl.int64)[None, None, :, None, None] * stride_wn
+        m = tl.arange(0, ROWS)
+        rows = m[:, None, None, None, None].to(tl.int64)                                 # [R, 1, 1, 1, 1]
+        rok = rows < num_rows
+        xq = q_ptr.to(tl.pointer_type(tl.int32)) + rows * (k // 4)
+        dx = dx_ptr + rows * (k // 32)
+        sums = sums_ptr + rows * (k // 16)
+        s = tl.arange(0, SB)[None, :, None, None, None]
+        acc = tl.zeros((ROWS, SB, BLOCK_N, 4, WT), dtype=tl.float32)
+        offsets = tl.zeros((ROWS, SB, BLOCK_N, 4, 1), dtype=tl.float32)
+        for j in tl.range(0, k // UNIT, SB):
+            parts, off = _step(w_ptr, base, xq, dx, sums, j + s, ok, rok, QTYPE, ROWS > 1, ASM)
+            acc += parts
+            offsets += off
+        tl.store(out_ptr + m[:, None] * stride_om + offs_n[None, :], _total(acc, offsets).to(out_ptr.dtype.element_ty),
+                 mask=(m < num_rows)[:, None] & (offs_n < n)[None, :])
+
+    @triton.jit
+    def _gate_up_kernel(q_ptr, dx_ptr, sums_ptr, w13_ptr, ids_ptr, act_ptr, inter, dim, top_k, stride_we, stride_wn,
+                        QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, SB: tl.constexpr, UNIT: tl.constexpr,
+                        WT: tl.constexpr, USE_PDL: tl.constexpr, ASM: tl.constexpr):
+        """One program per (pair, BLOCK_N rows of gate and of up): SiLU(gate) * up in float32."""
+        wait_for_previous_kernel(USE_PDL)
+        pair = tl.program_id(0)
+        expert = tl.load(ids_ptr + pair).to(tl.int64)
+        offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        act = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        if expert >= 0:
+            token = tl.zeros((1, 1, 1, 1, 1), dtype=tl.int64) + pair // top_k             # [1, 1, 1, 1, 1]
+            rok = token >= 0
+            ok = (offs_n < inter)[None, None, :, None, None]
+            gate = expert * stride_we + offs_n.to(tl.int64)[None, None, :, None, None] * stride_wn
+            up = gate + inter * stride_wn
+            xq = q_ptr.to(tl.pointer_type(tl.int32)) + token * (dim // 4)
+            dx = dx_ptr + token * (dim // 32)
+            sums = sums_ptr + token * (dim // 16)
+            s = tl.arange(0, SB)[None, :, None, None, None]
+            acc_g = tl.zeros((1, SB, BLOCK_N, 4, WT), dtype=tl.float32)
+            acc_u = tl.zeros((1, SB, BLOCK_N, 4, WT), dtype=tl.float32)
+            off_g = tl.zeros((1, SB, BLOCK_N, 4, 1), dtype=tl.float32)
+            off_u = tl.zeros((1, SB, BLOCK_N, 4, 1), dtype=tl.float32)
+            for j in tl.range(0, dim // UNIT, SB):
+                parts, off = _step(w13_ptr, gate, xq, dx, sums, j + s, ok, rok, QTYPE, False, ASM)
+                acc_g += parts
+                off_g += off
+                parts, off = _step(w13_ptr, up, xq, dx, sums, j + s, ok, rok, QTYPE, False, ASM)
+                acc_u += parts
+                off_u += off
+            g = tl.sum(_total(acc_g, off_g), axis=0)
+            u = tl.sum(_total(acc_u, off_u), axis=0)
+            act = g * tl.sigmoid(g) * u
+        tl.store(act_ptr + pair.to(tl.int64) * inter + offs_n, act, mask=offs_n < inter)
+
+    @triton.jit
+    def _down_kernel(q_ptr, dx_ptr, sums_ptr, w2_ptr, ids_ptr, weights_ptr, out_ptr, dim, inter, stride_we,
+                     stride_wn, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, SB: tl.constexpr, UNIT: tl.constexpr,
+                     WT: tl.constexpr, USE_PDL: tl.constexpr, ASM: tl.constexpr):
+        """One program per (pair, BLOCK_N output columns): the pair's routing weight times its expert's down
+        projection, in float32."""
+        wait_for_previous_kernel(USE_PDL)
+        pair = tl.program_id(0)
+        offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        expert = tl.load(ids_ptr + pair).to(tl.int64)
+        y = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        if expert >= 0:
+            p = tl.zeros((1, 1, 1, 1, 1), dtype=tl.int64) + pair
+            ok = (offs_n < dim)[None, None, :, None, None]
+            rows = expert * stride_we + offs_n.to(tl.int64)[None, None, :, None, None] * stride_wn
+            xq = q_ptr.to(tl.pointer_type(tl.int32)) + p * (inter // 4)
+            dx = dx_ptr + p * (inter // 32)
+            sums = sums_ptr + p * (inter // 16)
+            s = tl.arange(0, SB)[None, :, None, None, None]
+            acc = tl.zeros((1, SB, BLOCK_N, 4, WT), dtype=tl.float32)
+            offsets = tl.zeros((1, SB, BLOCK_N, 4, 1), dtype=tl.float32)
+            for j in tl.range(0, inter // UNIT, SB):
+                parts, off = _step(w2_ptr, rows, xq, dx, sums, j + s, ok, p >= 0, QTYPE, False, ASM)
+                acc += parts
+                offsets += off
+            y = tl.sum(_total(acc, offsets), axis=0) * tl.load(weights_ptr + pair).to(tl.float32)
+        tl.store(out_ptr + pair.to(tl.int64) * dim + offs_n, y, mask=offs_n < dim)
