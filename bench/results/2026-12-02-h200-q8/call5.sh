@@ -3,7 +3,7 @@
 # 23's Q4_K_M decode command (issue 29's was left out: too little device time left).
 source tools/gpu_ab/device_setup.sh
 S=$(date +%s)
-cp bench/results/2026-12-02-h200-q8/q8_ab3.py bench/results/2026-12-02-h200-q8/packed_q8_prev.py . 2>/dev/null
+cp bench/results/2026-12-02-h200-q8/q8_ab3.py . && git show 2ea683f:strata/kernels/packed_q8.py > packed_q8_prev.py  # (call 5 ran it from the archive, where the file was committed)
 echo "== tests"; timeout -s INT 50 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_packed_q8.py -x > $OUT/tests.log 2>&1
 echo rc=$? t=$(( $(date +%s)-S )); grep -E "passed|failed|FAILED|Error" $OUT/tests.log | tail -4 | cut -c1-300
 echo "== kernels"; timeout -s INT 50 python3 q8_ab3.py > $OUT/q8_ab3.log 2>&1; echo rc=$? t=$(( $(date +%s)-S )); cut -c1-200 $OUT/q8_ab3.log | tail -8
