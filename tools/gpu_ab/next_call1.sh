@@ -9,7 +9,7 @@
 # 3. the MTP split graph test that failed in session 20 (not re-run since) and issue 28's speculation sweep.
 source tools/gpu_ab/device_setup.sh
 S=$(date +%s)
-echo "== q8 tests"; timeout -s INT 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_packed_q8.py \
+echo "== q8 tests"; timeout -s INT 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_packed_q8.py tests/kernels/test_packed_mmq.py \
   tests/kernels/test_packed_moe.py > $OUT/q8_tests.log 2>&1
 echo rc=$? t=$(( $(date +%s)-S )); grep -E "passed|failed|FAILED|Error" $OUT/q8_tests.log | tail -5 | cut -c1-200
 timeout -s INT 60 python3 -m strata.cli.main quantize 'random:qwen3-30b-a3b?num_hidden_layers=24' /tmp/q4km.gguf --scheme q4_k_m --device cuda > /dev/null 2>&1

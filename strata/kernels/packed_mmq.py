@@ -1,0 +1,185 @@
+"""A layer's routed experts over Q4_K / Q6_K blocks for steps of several tokens: 8-bit activations times the
+weights' integer quants on the tensor cores (int8 tl.dot), each used expert's blocks read once per step.
+
+packed_q8.moe_pairs_q8 runs one program per (token, k) pair: a step of 8-16 tokens at top-8 rereads each
+expert once per pair that routes to it, and its dp4a work grows with the pairs. Here the pairs are grouped by
+expert in blocks of BLOCK_M rows (moe_align, as the 16-bit fused_moe does); a program owns one block and
+BLOCK_N rows of its expert and walks K one 32-value sub-block at a time: it unpacks the sub-block's quants
+of its BLOCK_N rows to an int8 tile, multiplies the block's int8 activations with it (int32 [BM, BN]) and
+scales the product once per (row of x, row of W) with dx and the sub-block's scale (llama.cpp's MMQ).
+
+Same numbers as moe_pairs_q8 (hidden and SiLU(gate) * up rounded to 8 bits per 32, exact integer sums):
+the two agree up to float32 summation order. Q6_K's scales cover 16 values, so a sub-block is two dots of
+the tile with the other half zeroed.
+
+NOT YET RUN ON A GPU (written at the end of session 22 with no device time left): `moe_grouped_q8` is not
+called by packed_moe until tests/kernels/test_packed_mmq.py's GPU tests pass and it beats moe_pairs_q8.
+"""
+
+from __future__ import annotations
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU-only install
+    triton = tl = None
+
+from strata.kernels import packed_q8
+from strata.kernels.launch import pdl_options
+from strata.kernels.moe_align import moe_align, moe_align_ref
+
+if triton is not None:
+    from strata.kernels.launch import wait_for_previous_kernel
+
+Q4_K, Q6_K = packed_q8.Q4_K, packed_q8.Q6_K
+CONFIG = dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=2)
+
+
+def supports(qtype: int, k: int, w: torch.Tensor) -> bool:
+    """Q4_K / Q6_K rows of whole superblocks (byte loads: any row start)."""
+    return qtype in (Q4_K, Q6_K) and k % 256 == 0
+
+
+def moe_grouped_q8(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2: int,
+                   topk_ids: torch.Tensor, topk_weights: torch.Tensor, config: dict | None = None) -> torch.Tensor:
+    """hidden [T, D], w13 uint8 [E, 2I, row bytes], w2 uint8 [E, D, row bytes], topk_ids / topk_weights [T, K]
+    -> float32 [T, K, D]: each pair's routing weight times its expert's output (zeros for negative ids)."""
+    num_tokens, top_k = topk_ids.shape
+    dim, inter = hidden.shape[1], w13.shape[1] // 2
+    num_experts = w13.shape[0]
+    assert hidden.stride(1) == 1 and w13.stride(2) == 1 and w2.stride(2) == 1 and w2.shape[1] == dim
+    cfg = {**CONFIG, **(config or {})}
+    block_m, block_n = cfg["BLOCK_M"], cfg["BLOCK_N"]
+    skipped = topk_ids < 0
+    ids = topk_ids.clamp(min=0).long()
+    weights = topk_weights.float().masked_fill(skipped, 0).reshape(-1).contiguous()     # [P]
+    align = moe_align if hidden.is_cuda else moe_align_ref
+    sorted_ids, block_expert = align(ids, num_experts, block_m)                        # [B * BM], [B]
+    num_blocks = block_expert.numel()
+    hq, hdx, hsums = packed_q8.quantize(hidden)                                         # [T, D] int8 ...
+    act = torch.zeros(num_blocks * block_m, inter, dtype=torch.float32, device=hidden.device)  # [B * BM, I]
+    common = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+                  **pdl_options(hidden))
+    _gate_up_kernel[(num_blocks, triton.cdiv(inter, block_n))](
+        hq, hdx, hsums, w13, sorted_ids, block_expert, act, inter, dim, top_k, ids.numel(), w13.stride(0),
+        w13.stride(1), QTYPE=qtype13, **common)
+    aq, adx, asums = packed_q8.quantize(act)                                            # rows of the blocks
+    partials = torch.zeros(num_tokens, top_k, dim, dtype=torch.float32, device=hidden.device)  # [T, K, D]
+    _down_kernel[(num_blocks, triton.cdiv(dim, block_n))](
+        aq, adx, asums, w2, sorted_ids, block_expert, weights, partials, dim, inter, ids.numel(), w2.stride(0),
+        w2.stride(1), QTYPE=qtype2, **common)
+    return partials.masked_fill_(skipped.unsqueeze(2), 0.0)
+
+
+if triton is not None:
+
+    @triton.jit
+    def _f16(ptr, mask):
+        """The little-endian float16 at byte pointers `ptr`, as float32."""
+        lo = tl.load(ptr, mask=mask, other=0).to(tl.uint16)
+        hi = tl.load(ptr + 1, mask=mask, other=0).to(tl.uint16)
+        return (lo | (hi << 8)).to(tl.float16, bitcast=True).to(tl.float32)
+
+    @triton.jit
+    def _q4k_scale_min(sb_ptr, s: tl.constexpr, ok):
+        """Sub-block s's 6-bit scale and min of the Q4_K superblocks at byte pointers sb_ptr [BN] -> float32."""
+        if s < 4:
+            sc = tl.load(sb_ptr + 4 + s, mask=ok, other=0).to(tl.int32) & 63
+            mn = tl.load(sb_ptr + 8 + s, mask=ok, other=0).to(tl.int32) & 63
+        else:
+            hi = tl.load(sb_ptr + 12 + (s - 4), mask=ok, other=0).to(tl.int32)
+            sc = (hi & 15) | ((tl.load(sb_ptr + 4 + (s - 4), mask=ok, other=0).to(tl.int32) >> 6) << 4)
+            mn = (hi >> 4) | ((tl.load(sb_ptr + 8 + (s - 4), mask=ok, other=0).to(tl.int32) >> 6) << 4)
+        return sc.to(tl.float32), mn.to(tl.float32)
+
+    @triton.jit
+    def _rows_times_weights(xq_ptr, dx_ptr, sums_ptr, x_rows, row_ok, w_rows, n_ok, k, QTYPE: tl.constexpr,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        """x_rows [BM] (row indices into the int8 activations, row_ok) times W's rows at byte pointers w_rows
+        [BN] (n_ok) -> float32 [BM, BN]: per 32-value sub-block an int8 [BN, 32] tile of the quants, one
+        int8 dot with the rows' activations, the product scaled by dx and the sub-block's factors."""
+        i = tl.arange(0, 32)
+        x_base = xq_ptr + x_rows.to(tl.int64)[:, None] * k + i[None, :]                   # [BM, 32]
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for j in range(0, k // 256):
+            if QTYPE == 12:
+                sb = w_rows + j * 144                                                      # [BN]
+                d = _f16(sb, n_ok)
+                dmin = _f16(sb + 2, n_ok)
+                for s in tl.static_range(8):
+                    qbyte = tl.load(sb[:, None] + 16 + (s // 2) * 32 + i[None, :], mask=n_ok[:, None], other=0)
+                    quants = ((qbyte >> ((s % 2) * 4)) & 15).to(tl.int8)                  # [BN, 32]
+                    x = tl.load(x_base + j * 256 + s * 32, mask=row_ok[:, None], other=0)   # [BM, 32] int8
+                    dots = tl.dot(x, tl.trans(quants), out_dtype=tl.int32)                 # [BM, BN]
+                    dx = tl.load(dx_ptr + x_rows.to(tl.int64) * (k // 32) + j * 8 + s, mask=row_ok, other=0.0)
+                    x_sum = tl.load(sums_ptr + x_rows.to(tl.int64) * (k // 16) + j * 16 + 2 * s, mask=row_ok,
+                                    other=0.0) \
+                        + tl.load(sums_ptr + x_rows.to(tl.int64) * (k // 16) + j * 16 + 2 * s + 1, mask=row_ok,
+                                  other=0.0)
+                    sc, mn = _q4k_scale_min(sb, s, n_ok)
+                    acc += dots.to(tl.float32) * dx[:, None] * (d * sc)[None, :] \
+                        - (dx * x_sum)[:, None] * (dmin * mn)[None, :]
+            else:
+                sb = w_rows + j * 210
+                d = _f16(sb + 208, n_ok)
+                for s in tl.static_range(8):
+                    # sub-block s = 4 h + c of half h: low bits in nibble c // 2 of ql[64 h + 32 (c % 2) + i],
+                    # high bits in bits 2 c of qh[32 h + i]
+                    low = tl.load(sb[:, None] + 64 * (s // 4) + 32 * (s % 2) + i[None, :], mask=n_ok[:, None], other=0)
+                    high = tl.load(sb[:, None] + 128 + 32 * (s // 4) + i[None, :], mask=n_ok[:, None], other=0)
+                    q = (((low >> (((s % 4) // 2) * 4)) & 15) | (((high >> (2 * (s % 4))) & 3) << 4)).to(tl.int32) - 32
+                    x = tl.load(x_base + j * 256 + s * 32, mask=row_ok[:, None], other=0)
+                    dx = tl.load(dx_ptr + x_rows.to(tl.int64) * (k // 32) + j * 8 + s, mask=row_ok, other=0.0)
+                    for half in tl.static_range(2):
+                        quants = tl.where((i // 16 == half)[None, :], q, 0).to(tl.int8)  # [BN, 32]
+                        dots = tl.dot(x, tl.trans(quants), out_dtype=tl.int32)
+                        scale = tl.load(sb + 192 + 2 * s + half, mask=n_ok, other=0).to(tl.int8, bitcast=True)
+                        acc += dots.to(tl.float32) * dx[:, None] * (d * scale.to(tl.float32))[None, :]
+        return acc
+
+    @triton.jit
+    def _gate_up_kernel(q_ptr, dx_ptr, sums_ptr, w13_ptr, sorted_ids_ptr, block_expert_ptr, act_ptr, inter, dim,
+                        top_k, num_pairs, stride_we, stride_wn, QTYPE: tl.constexpr, BLOCK_M: tl.constexpr,
+                        BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr):
+        """One program per (block of BLOCK_M pairs of one expert, BLOCK_N rows of gate and of up): SiLU(gate) *
+        up of the block's rows, float32, at the block's rows of act."""
+        wait_for_previous_kernel(USE_PDL)
+        pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
+        if expert >= 0:
+            pair = tl.load(sorted_ids_ptr + offs_m)
+            row_ok = pair < num_pairs
+            token = tl.where(row_ok, pair // top_k, 0)
+            offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+            n_ok = offs_n < inter
+            gate = w13_ptr + expert * stride_we + offs_n.to(tl.int64) * stride_wn                # [BN]
+            g = _rows_times_weights(q_ptr, dx_ptr, sums_ptr, token, row_ok, gate, n_ok, dim, QTYPE, BLOCK_M, BLOCK_N)
+            u = _rows_times_weights(q_ptr, dx_ptr, sums_ptr, token, row_ok, gate + inter * stride_wn, n_ok, dim,
+                                    QTYPE, BLOCK_M, BLOCK_N)
+            tl.store(act_ptr + offs_m.to(tl.int64)[:, None] * inter + offs_n[None, :], g * tl.sigmoid(g) * u,
+                     mask=row_ok[:, None] & n_ok[None, :])
+
+    @triton.jit
+    def _down_kernel(q_ptr, dx_ptr, sums_ptr, w2_ptr, sorted_ids_ptr, block_expert_ptr, weights_ptr, out_ptr, dim,
+                     inter, num_pairs, stride_we, stride_wn, QTYPE: tl.constexpr, BLOCK_M: tl.constexpr,
+                     BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr):
+        """One program per (block, BLOCK_N output columns): each pair's routing weight times its down
+        projection, float32, at partials[pair]."""
+        wait_for_previous_kernel(USE_PDL)
+        pid_m, pid_n = tl.program_id(0), tl.program_id(1)
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        expert = tl.load(block_expert_ptr + pid_m).to(tl.int64)
+        if expert >= 0:
+            pair = tl.load(sorted_ids_ptr + offs_m)
+            row_ok = pair < num_pairs
+            offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+            n_ok = offs_n < dim
+            rows = w2_ptr + expert * stride_we + offs_n.to(tl.int64) * stride_wn
+            y = _rows_times_weights(q_ptr, dx_ptr, sums_ptr, offs_m, row_ok, rows, n_ok, inter, QTYPE, BLOCK_M,
+                                    BLOCK_N)
+            route = tl.load(weights_ptr + pair, mask=row_ok, other=0.0)
+            tl.store(out_ptr + pair.to(tl.int64)[:, None] * dim + offs_n[None, :], y * route[:, None],
+                     mask=row_ok[:, None] & n_ok[None, :])

@@ -1,0 +1,40 @@
+"""packed_mmq (several tokens' routed experts over Q4_K / Q6_K blocks on int8 tensor cores) against
+packed_q8.moe_pairs_q8, whose numbers it promises (same rounding of the activations, exact integer sums),
+and against the float reference of the rounded activations (test_packed_q8.moe_reference)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from strata.kernels import packed_mmq, packed_q8
+from strata.kernels.packed_gemv import Q4_K, Q6_K, Q8_0
+
+gpu = pytest.mark.gpu
+
+
+def test_supports_the_k_quant_types_of_q4_k_m_experts():
+    rows = torch.zeros(4, 288, dtype=torch.uint8)
+    assert packed_mmq.supports(Q4_K, 512, rows) and packed_mmq.supports(Q6_K, 768, rows)
+    assert not packed_mmq.supports(Q8_0, 640, rows) and not packed_mmq.supports(Q4_K, 640, rows)
+
+
+@gpu
+@pytest.mark.parametrize("qtypes", [(Q4_K, Q6_K), (Q4_K, Q4_K), (Q6_K, Q6_K)])
+@pytest.mark.parametrize("tokens", [1, 8, 40])
+def test_grouped_experts_equal_the_pairs(qtypes, tokens):
+    """Experts in padded slot views, a skipped pair (zeros), experts shared by several tokens (8 experts,
+    top 4: blocks of BLOCK_M rows with padding) and blocks of a full 16 rows (40 tokens)."""
+    from kernels.test_packed_moe import case, on_device
+    from kernels.test_packed_q8 import moe_reference
+
+    hidden, w13, w2, ids, weights = case(*qtypes, tokens, dim=512, inter=768, pad=96, seed=tokens)
+    args = (hidden.cuda(), on_device(w13), qtypes[0], on_device(w2), qtypes[1], ids.cuda(), weights.cuda())
+    out = packed_mmq.moe_grouped_q8(*args).cpu()
+    pairs = packed_q8.moe_pairs_q8(*args).cpu()
+    assert torch.all(out[0, -1] == 0)
+    scale = pairs.abs().max()
+    assert ((out - pairs).abs().max() / scale) < 1e-4
+    if tokens <= 8:  # the reference loops in Python
+        expected = moe_reference(hidden, w13, qtypes[0], w2, qtypes[1], ids, weights)
+        assert ((out - expected).abs().max() / expected.abs().max()) < 1e-3
