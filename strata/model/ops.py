@@ -229,16 +229,17 @@ def _packed_segments(x: torch.Tensor, weight, dtype: torch.dtype) -> torch.Tenso
     columns: each segment straight into its own, x quantized once for all; else float32 or x's dtype)."""
     k = weight.in_features
     segments = weight.segments()
-    if not any(_q8_reads(x, qtype, blocks, k) for qtype, blocks in segments):
+    q8 = [_q8_reads(x, qtype, blocks, k) for qtype, blocks in segments]   # asked once a segment
+    if not any(q8):
         outs = [_packed_segment(x, qtype, blocks, k) for qtype, blocks in segments]
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
     x = x.contiguous()
     quantized = packed_q8.quantize(x)
     out = torch.empty(x.shape[0], sum(blocks.shape[0] for _, blocks in segments), dtype=dtype, device=x.device)
     column = 0
-    for qtype, blocks in segments:
+    for (qtype, blocks), reads in zip(segments, q8):
         n = blocks.shape[0]
-        if _q8_reads(x, qtype, blocks, k):
+        if reads:
             packed_q8.packed_gemv_q8(x, blocks, qtype, n, k, quantized=quantized, out=out[:, column:column + n])
         else:
             out[:, column:column + n] = _packed_segment(x, qtype, blocks, k)
