@@ -6,6 +6,7 @@ import triton._C.libtriton as lt
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.compiler.compiler import make_backend
+from strata.kernels import rms_norm
 from strata.kernels import packed_dequant, packed_gemv, packed_gemv_words, packed_mmq, packed_moe, packed_q8
 
 TARGET = GPUTarget("cuda", 90, 32)
@@ -13,9 +14,10 @@ PTR = {"x_ptr": "*bf16", "hidden_ptr": "*bf16", "act_ptr": "*bf16", "out_ptr": "
        "ids_ptr": "*i32", "q_ptr": "*i8", "dx_ptr": "*fp32", "sums_ptr": "*fp32", "words_ptr": "*i32", "sorted_ids_ptr": "*i32", "block_expert_ptr": "*i32"}
 
 
-def check(fn, consts: dict, name: str) -> bool:
-    sig = {a: ("constexpr" if a in consts else PTR.get(a, "*u8") if a.endswith("_ptr") else "i32")
-           for a in fn.arg_names}
+def check(fn, consts: dict, name: str, ptr: dict | None = None) -> bool:
+    types = {**PTR, **(ptr or {})}
+    sig = {a: ("constexpr" if a in consts else types.get(a, "*u8") if a.endswith("_ptr") else
+               "fp32" if a == "eps" else "i32") for a in fn.arg_names}
     try:
         src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(a),): v for a, v in consts.items()})
         backend = make_backend(TARGET)
@@ -59,4 +61,10 @@ ok &= check(packed_q8._quantize_kernel, dict(USE_PDL=True), "q8 quantize")
 for q in (packed_mmq.Q4_K, packed_mmq.Q6_K):
     for k in (packed_mmq._gate_up_kernel, packed_mmq._down_kernel):
         ok &= check(k, dict(QTYPE=q, BLOCK_M=16, BLOCK_N=64, USE_PDL=True), f"mmq {k.fn.__name__} q{q}")
+for top_k, quantize, block_d in ((0, True, 2048), (4, True, 4096), (0, False, 2048)):
+    ok &= check(rms_norm._rms_norm_kernel, dict(HAS_RESIDUAL=True, ZERO_CENTERED=False, TOP_K=top_k, HAS_SHARED=False,
+                                              QUANTIZE=quantize, BLOCK_D=block_d, USE_PDL=True),
+                f"rms_norm top_k={top_k} quantize={quantize}",
+                ptr={"x_ptr": "*fp32" if top_k else "*bf16", "res_ptr": "*bf16", "shared_ptr": "*bf16",
+                     "w_ptr": "*bf16", "out_ptr": "*bf16", "res_out_ptr": "*bf16"})
 sys.exit(0 if ok else 1)

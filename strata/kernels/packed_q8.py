@@ -127,10 +127,28 @@ def _word_tiles(qtype: int, integer_sums: bool) -> int:
     return 8 if qtype in (Q4_K, Q8_0) else 4
 
 
+def rounds_in_norm(num_rows: int, dim: int) -> bool:
+    """Whether a norm feeding packed weights should round its output for them (rms_norm's `quantize`): steps
+    of up to MAX_ROWS rows (the pairs' tokens; the projections take up to LINEAR_MAX_ROWS) of a width
+    quantize takes, unless packed_q8 is off."""
+    return num_rows <= MAX_ROWS and dim % 128 == 0 and enabled()
+
+
+def attach(x: torch.Tensor, quantized: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> None:
+    """Keep quantize(x)'s result, computed elsewhere (rms_norm's launch), on x itself: quantize(x) then returns
+    it without a launch of its own while x is unchanged (its version counter; a view or copy of x is another
+    tensor and is quantized afresh)."""
+    x.q8_rows = (*quantized, x._version)
+
+
 def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """x [M, K] (K a multiple of 128) -> (q int8 [M, K], dx float32 [M, K / 32], sums float32 [M, K / 16]):
     per 32 values q = round(x / dx) with dx = max|x| / 127 (q = 0 where the block is all zeros), and the
-    sum of q over each 16 (exact integers, for the offsets of Q4_K's mins and Q6_K's -32)."""
+    sum of q over each 16 (exact integers, for the offsets of Q4_K's mins and Q6_K's -32). What `attach`
+    left on x is returned as it is."""
+    attached = getattr(x, "q8_rows", None)
+    if attached is not None and attached[3] == x._version:
+        return attached[:3]
     m, k = x.shape
     assert k % 128 == 0 and x.stride(1) == 1
     q = torch.empty(m, k, dtype=torch.int8, device=x.device)
@@ -145,7 +163,9 @@ def quantize_ref(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
     m, k = x.shape
     blocks = x.float().reshape(m, k // 32, 32)
     amax = blocks.abs().amax(dim=2, keepdim=True)
-    inv = torch.where(amax > 0, 127.0 / amax, torch.zeros_like(amax))
+    # a tensor divided by a tensor: IEEE's rounding, as the kernel's div_rn (torch's `127.0 / amax` on the
+    # CPU multiplies by a reciprocal and is off by an ulp now and then, which moves a q sitting on .5)
+    inv = torch.where(amax > 0, torch.full_like(amax, 127.0) / amax, torch.zeros_like(amax))
     scaled = blocks * inv
     q = (scaled.abs() + 0.5).floor().copysign(scaled).clamp(-127, 127)
     sums = q.reshape(m, k // 16, 16).sum(dim=2)

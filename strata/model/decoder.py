@@ -190,6 +190,15 @@ class CausalLM(nn.Module):
                 self._place_packed(param_name, params[param_name], parts)
         for module_name in experts:
             self._place_packed_experts(module_name, packed.get(f"{module_name}.w13"), packed.get(f"{module_name}.w2"))
+        self._mark_norms_feeding_packed()
+
+    def _mark_norms_feeding_packed(self) -> None:
+        """Each decoder layer's norms whose output packed weights read (the mixer's projections, the MLP or
+        the experts) round it for them in their own launch (RMSNorm.feeds_packed)."""
+        for layer in self.modules():
+            if isinstance(layer, DecoderLayer):
+                layer.input_layernorm.feeds_packed = _has_packed(getattr(layer, layer.mixer_name))
+                layer.post_attention_layernorm.feeds_packed = _has_packed(layer.mlp)
 
     def _place_packed_experts(self, module_name: str, w13: list | None, w2: list | None) -> None:
         """A layer's experts whose w13 and w2 both came packed become PackedLocalExperts on the device the
@@ -231,6 +240,8 @@ class CausalLM(nn.Module):
     def _install_packed(self, module_name: str, module: nn.Module, weight: PackedWeight) -> None:
         if not module.weight.is_meta:  # a shape-only placeholder (a PLE table that loads packed): stays on the map
             weight = weight.to(module.weight.device)
+            if weight.device.type == "cuda":  # (the CPU keeps zero-copy views of the file's map)
+                weight = weight.with_runs_joined()
         if isinstance(module, nn.Embedding):
             replacement = PackedEmbedding(weight, module.weight.dtype)
         else:
@@ -239,6 +250,10 @@ class CausalLM(nn.Module):
             self.lm_head = Linear.packed(self.lm_head, weight)  # tied: the LM head reads the same blocks
         parent_name, _, child = module_name.rpartition(".")
         setattr(self.get_submodule(parent_name) if parent_name else self, child, replacement)
+
+
+def _has_packed(module: nn.Module) -> bool:
+    return any(isinstance(m, (PackedWeight, PackedLocalExperts)) for m in module.modules())
 
 
 def text_model_name(name: str) -> str:

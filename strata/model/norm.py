@@ -17,6 +17,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.zero_centered = zero_centered
         self.weight = nn.Parameter(torch.zeros(dim) if zero_centered else torch.ones(dim))
+        # packed weights with 8-bit activations read the output next (set by CausalLM.load_weights): the
+        # norm's launch then rounds it for them, one quantize launch fewer (ops.rms_norm's for_packed)
+        self.feeds_packed = False
 
     def forward(self, x: torch.Tensor | TopkPartials, residual: torch.Tensor | None = None):
         """x [..., D] -> normalised x; with `residual`, (norm(x + residual), x + residual): the residual
@@ -24,9 +27,9 @@ class RMSNorm(nn.Module):
         residual): their sum is folded in too."""
         if isinstance(x, TopkPartials):
             out, new_residual = ops.rms_norm_topk_sum(x.partials, x.shared, self.weight, self.eps, self.zero_centered,
-                                                      residual, x.dtype)
+                                                      residual, x.dtype, self.feeds_packed)
         else:
-            out, new_residual = ops.rms_norm(x, self.weight, self.eps, self.zero_centered, residual)
+            out, new_residual = ops.rms_norm(x, self.weight, self.eps, self.zero_centered, residual, self.feeds_packed)
         return out if residual is None else (out, new_residual)
 
 

@@ -59,11 +59,13 @@ def kernels_on(t: torch.Tensor) -> bool:
 # ---- norms ----------------------------------------------------------------------------------------
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered: bool = False,
-             residual: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+             residual: torch.Tensor | None = None, for_packed: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """rms_norm_ref's contract: x [T, D] (+ residual) -> (normalised, x + residual or None); one launch on CUDA,
-    torch's fused rms_norm for float32 on the CPU."""
+    torch's fused rms_norm for float32 on the CPU. `for_packed`: packed weights read the output next, so on
+    CUDA the launch also rounds it to 8 bits for them where packed_q8 will read it (rounds_in_norm)."""
     if kernels_on(x):
-        return rms_norm_kernel(x, weight, eps, zero_centered, residual)
+        quantize = for_packed and packed_q8.rounds_in_norm(x.numel() // x.shape[-1], x.shape[-1])
+        return rms_norm_kernel(x, weight, eps, zero_centered, residual, quantize)
     if x.is_cpu and x.dtype == torch.float32 and weight.dtype == torch.float32:
         return _rms_norm_float32(x, weight, eps, zero_centered, residual)
     return rms_norm_ref(x, weight, eps, zero_centered, residual)
@@ -83,12 +85,13 @@ def _rms_norm_float32(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_ce
 
 
 def rms_norm_topk_sum(partials: torch.Tensor, shared: torch.Tensor | None, weight: torch.Tensor, eps: float,
-                      zero_centered: bool, residual: torch.Tensor | None, dtype: torch.dtype
+                      zero_centered: bool, residual: torch.Tensor | None, dtype: torch.dtype, for_packed: bool = False
                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """rms_norm of an MoE layer's top-k partials [T, K, D] summed (+ shared [T, D]), with the residual add:
-    one launch on CUDA, the sum (topk_sum_ref) then rms_norm otherwise."""
+    one launch on CUDA, the sum (topk_sum_ref) then rms_norm otherwise. `for_packed` as in rms_norm."""
     if kernels_on(partials):
-        return rms_norm_topk_sum_kernel(partials, shared, weight, eps, zero_centered, residual, dtype)
+        quantize = for_packed and packed_q8.rounds_in_norm(partials.shape[0], partials.shape[-1])
+        return rms_norm_topk_sum_kernel(partials, shared, weight, eps, zero_centered, residual, dtype, quantize)
     return rms_norm(topk_sum_ref(partials, shared, dtype), weight, eps, zero_centered, residual)
 
 
@@ -182,7 +185,7 @@ def packed_linear(x: torch.Tensor, weight, bias: torch.Tensor | None = None,
     of the other types it reads, else dequantize to x's dtype (packed_dequant), then matmul."""
     if bias is None and x.dim() == 2 and not x.is_cuda and x.dtype == torch.float32 and out_dtype in (None, x.dtype):
         return _float32_on_cpu(x, weight)  # the CPU decode path's every projection: no reshape, no cast
-    rows = x.reshape(-1, x.shape[-1])  # [T, K]
+    rows = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])  # [T, K] (x itself: what a norm attached stays)
     if not x.is_cuda and x.dtype == torch.float32:
         out = _float32_on_cpu(rows, weight)
     else:

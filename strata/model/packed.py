@@ -70,6 +70,25 @@ class PackedWeight(nn.Module):
             joined._add_segment(blocks, qtype)
         return joined
 
+    def with_runs_joined(self) -> PackedWeight:
+        """This weight with each run of adjacent segments of one type joined into one (a copy of those rows):
+        on the GPU, where the bytes were copied anyway, a fused projection whose parts share a type (Q4_K_M's
+        attn_q and attn_k, a shared expert's gate and up) is then one kernel launch instead of one a part."""
+        runs: list[tuple[int, list[torch.Tensor]]] = []
+        for qtype, blocks in self.segments():
+            if runs and runs[-1][0] == qtype:
+                runs[-1][1].append(blocks)
+            else:
+                runs.append((qtype, [blocks]))
+        if len(runs) == len(self.qtypes):
+            return self
+        joined = [(qtype, torch.cat(parts) if len(parts) > 1 else parts[0]) for qtype, parts in runs]
+        weight = PackedWeight(joined[0][1], joined[0][0], self.in_features)
+        for qtype, blocks in joined[1:]:
+            weight._add_segment(blocks, qtype)
+        weight.int8_activations = self.int8_activations
+        return weight
+
     def take_rows(self, order: torch.Tensor) -> PackedWeight:
         """Rows `order` [M] of this weight as one new segment (a copy): llama.cpp's row permutations undone."""
         if len(set(self.qtypes)) != 1:

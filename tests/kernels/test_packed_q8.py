@@ -63,6 +63,39 @@ def test_quantize_kernel_matches_the_reference():
 
 
 @gpu
+@pytest.mark.parametrize("dim", [2048, 2560])
+@pytest.mark.parametrize("form", ["plain", "residual", "topk_sum"])
+def test_norm_rounds_its_output_as_quantize_does(dim, form):
+    """rms_norm(quantize=True) attaches quantize_ref of the very rows it returns (bit for bit, a width
+    that is not a power of two included); quantize hands them back without a launch while the rows are
+    unchanged, and rounds afresh once they change in place."""
+    from strata.kernels import rms_norm as norms
+
+    gen = torch.Generator().manual_seed(dim)
+    x = torch.randn(3, dim, generator=gen).to(torch.bfloat16).cuda()
+    weight = torch.rand(dim, generator=gen).cuda()
+    residual = torch.randn(3, dim, generator=gen).to(torch.bfloat16).cuda()
+    if form == "topk_sum":
+        partials = torch.randn(3, 4, dim, generator=gen).cuda()
+        out, _ = norms.rms_norm_topk_sum(partials, None, weight, 1e-6, True, residual, torch.bfloat16, quantize=True)
+        plain, _ = norms.rms_norm_topk_sum(partials, None, weight, 1e-6, True, residual, torch.bfloat16)
+    else:
+        res = residual if form == "residual" else None
+        out, _ = norms.rms_norm(x, weight.to(torch.bfloat16), 1e-6, False, res, quantize=True)
+        plain, _ = norms.rms_norm(x, weight.to(torch.bfloat16), 1e-6, False, res)
+    assert torch.equal(out, plain)
+    attached = packed_q8.quantize(out)
+    assert attached[0].data_ptr() == out.q8_rows[0].data_ptr()
+    for got, want in zip(attached, packed_q8.quantize_ref(out.cpu())):
+        assert torch.equal(got.cpu(), want)
+    out.mul_(2)
+    fresh = packed_q8.quantize(out)
+    assert fresh[0].data_ptr() != attached[0].data_ptr()
+    for got, want in zip(fresh, packed_q8.quantize_ref(out.cpu())):
+        assert torch.equal(got.cpu(), want)
+
+
+@gpu
 @pytest.mark.parametrize("qtype", [Q4_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1])
 @pytest.mark.parametrize("rows, n, k", [(1, 33, 256), (1, 4096, 2048), (3, 64, 768), (5, 7, 2560), (16, 40, 512)])
 @pytest.mark.parametrize("config", [None, dict(BLOCK_N=8, SUPERBLOCKS=1, num_warps=4)])

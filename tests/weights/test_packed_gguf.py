@@ -261,6 +261,33 @@ def test_cat_rows_keeps_segments_and_take_rows_copies():
         joined.blocks  # noqa: B018
 
 
+def test_runs_of_one_type_join_into_one_segment():
+    """What _install_packed does on the GPU: q and k of one type (Q4_K_M's attn_q and attn_k) become one
+    segment, v of another stays apart; the rows, their order and their bytes are unchanged."""
+    q, k, v = packed_of("Q8_0", 4, 256), packed_of("Q8_0", 2, 256, seed=1), packed_of("Q4_0", 2, 256, seed=2)
+    fused = PackedWeight.cat_rows([q, k, v])
+    joined = fused.with_runs_joined()
+    assert qtype_names(joined) == ["Q8_0", "Q4_0"] and joined.shape == fused.shape == (8, 256)
+    assert torch.equal(joined.segments()[0][1], torch.cat([q.blocks, k.blocks]))
+    assert joined.segments()[1][1].data_ptr() == v.blocks.data_ptr()
+    assert torch.equal(joined.dequantize(), fused.dequantize())
+    assert q.with_runs_joined() is q and PackedWeight.cat_rows([q, v]).with_runs_joined().qtypes == fused.qtypes[1:]
+
+
+def test_norms_before_packed_weights_are_marked_to_round_for_them(llama_256, tmp_path):
+    """Each layer's two norms feed packed projections in a packed load (their launch then rounds the rows
+    for packed_q8 on CUDA), and nothing in a dense load; the marks do not change the CPU numbers."""
+    path = str(tmp_path / "model.gguf")
+    write_gguf(path, *llama_256, quant="Q8_0")
+    packed, dense = load(path), load(path, packed=False)
+    for model, marked in ((packed, True), (dense, False)):
+        for layer in model.model.layers:
+            assert layer.input_layernorm.feeds_packed is marked
+            assert layer.post_attention_layernorm.feeds_packed is marked
+    assert packed.model.norm.feeds_packed is False  # the LM head reads gathered rows: no mark
+    assert rel_err(prompt_logits(packed, IDS), prompt_logits(dense, IDS)) < 1e-5
+
+
 class FakeKernel:
     """strata.kernels.cpu_quant's interface, recording its calls and answering with the reference."""
 
