@@ -337,3 +337,26 @@ def test_no_cpu_quant_switch_takes_the_reference(monkeypatch):
         assert ops._cpu_quant() is None
     finally:
         ops._cpu_quant.cache_clear()
+
+
+@pytest.mark.gpu
+def test_norms_rounding_for_packed_weights_give_their_bits_on_cuda(llama_256, tmp_path):
+    """On CUDA a marked norm's launch rounds its rows for packed_q8 (no quantize launch of the projection's
+    own): each projection after it returns the bits it returns when it quantizes its input itself."""
+    path = str(tmp_path / "model.gguf")
+    write_gguf(path, *llama_256, quant="Q8_0", types={r"attn_v\.": "Q4_0"})
+    model = build_model(GGUFSource(path), "cuda", "bfloat16", quiet=True)
+    layer = model.model.layers[0]
+    assert qtype_names(layer.self_attn.qkv_proj.weight) == ["Q8_0", "Q4_0"]  # q and k joined on the device
+    gen = torch.Generator().manual_seed(0)
+    hidden, residual = (torch.randn(5, 256, generator=gen).to(torch.bfloat16).cuda() for _ in range(2))
+    outs = {}
+    with torch.inference_mode():
+        for marked in (True, False):
+            layer.input_layernorm.feeds_packed = layer.post_attention_layernorm.feeds_packed = marked
+            x, res = layer.input_layernorm(hidden, residual)
+            assert hasattr(x, "q8_rows") is marked
+            y, _ = layer.post_attention_layernorm(x, res)
+            outs[marked] = (layer.self_attn.qkv_proj(x), layer.mlp(y))
+    for fused, alone in zip(outs[True], outs[False]):
+        assert torch.equal(fused, alone)
