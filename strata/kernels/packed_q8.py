@@ -137,8 +137,13 @@ def rounds_in_norm(num_rows: int, dim: int) -> bool:
 def attach(x: torch.Tensor, quantized: tuple[torch.Tensor, torch.Tensor, torch.Tensor]) -> None:
     """Keep quantize(x)'s result, computed elsewhere (rms_norm's launch), on x itself: quantize(x) then returns
     it without a launch of its own while x is unchanged (its version counter; a view or copy of x is another
-    tensor and is quantized afresh)."""
-    x.q8_rows = (*quantized, x._version)
+    tensor and is quantized afresh; an inference-mode tensor has no version counter: nothing here changes a
+    norm's output in place)."""
+    x.q8_rows = (*quantized, _version(x))
+
+
+def _version(x: torch.Tensor) -> int | None:
+    return None if x.is_inference() else x._version
 
 
 def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -147,7 +152,7 @@ def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     sum of q over each 16 (exact integers, for the offsets of Q4_K's mins and Q6_K's -32). What `attach`
     left on x is returned as it is."""
     attached = getattr(x, "q8_rows", None)
-    if attached is not None and attached[3] == x._version:
+    if attached is not None and attached[3] == _version(x):
         return attached[:3]
     m, k = x.shape
     assert k % 128 == 0 and x.stride(1) == 1

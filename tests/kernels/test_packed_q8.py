@@ -88,6 +88,9 @@ def test_norm_rounds_its_output_as_quantize_does(dim, form):
     assert attached[0].data_ptr() == out.q8_rows[0].data_ptr()
     for got, want in zip(attached, packed_q8.quantize_ref(out.cpu())):
         assert torch.equal(got.cpu(), want)
+    with torch.inference_mode():  # (the engine's steps: tensors without a version counter)
+        inferred, _ = norms.rms_norm(x, weight.to(torch.bfloat16), 1e-6, False, None, quantize=True)
+        assert packed_q8.quantize(inferred)[0] is inferred.q8_rows[0]
     out.mul_(2)
     fresh = packed_q8.quantize(out)
     assert fresh[0].data_ptr() != attached[0].data_ptr()
