@@ -1,25 +1,22 @@
-"""Microseconds per call of fn(i) replayed from a CUDA graph (launch overhead out); i cycles over `copies`
-(weights rotated so L2 is cold), each graph holding `copies * rounds` calls."""
+"""Kernel time inside a CUDA graph: fn(i) for i over `copies` rotated inputs (cold L2), replayed."""
 import torch
 
 
-def graph_time(fn, copies: int = 1, rounds: int = 20, reps: int = 10) -> float:
-    fn(0)
-    torch.cuda.synchronize()
-    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
-    with torch.cuda.stream(stream):
+def graph_time(fn, copies, reps=5):
+    fn(0); torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
         fn(0)
         torch.cuda.synchronize()
-        with torch.cuda.graph(graph, stream=stream):
-            for i in range(copies * rounds):
+        with torch.cuda.graph(g, stream=s):
+            for i in range(copies * 4):
                 fn(i % copies)
     torch.cuda.synchronize()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
+    g.replay(); torch.cuda.synchronize()
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+    ev[0].record()
     for _ in range(reps):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1e3 / (reps * copies * rounds)
+        g.replay()
+    ev[1].record(); torch.cuda.synchronize()
+    return ev[0].elapsed_time(ev[1]) * 1e3 / (reps * copies * 4)
