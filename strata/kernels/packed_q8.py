@@ -55,9 +55,11 @@ MAX_ROWS = 16
 # ops.packed_linear sends steps of up to this many rows here: at 8 rows the kernel and dequantize + GEMM were
 # even on the 30B-A3B q_proj (14.1 against 13.9 us), at 16 the GEMM won (13.8 against 21.3; q8_ab on the H200)
 LINEAR_MAX_ROWS = 8
-# pairs: rows of an expert per program, superblocks per K step (the best of 8 tilings at 8 and 16 tokens
-# on the 30B-A3B experts, within 5 % of the best at one token)
-PAIR_CONFIG = dict(BLOCK_N=8, SUPERBLOCKS=1, num_warps=2, num_stages=3)
+# pairs: rows of an expert per program, superblocks per K step. One warp, 16 rows, 2 superblocks: within 4 % of
+# the fastest of 42 tilings for both launches at 1, 8 and 16 tokens of the 30B-A3B experts (gate/up + down
+# 19.9 / 84.0 / 153.5 us against 25.3 / 123.3 / 235.0 for the 8-row, 2-warp tiling before it; H200, CUDA
+# graphs, cold weights: bench/results/2026-12-03-h200-session24/call3_pairs_sweep.*)
+PAIR_CONFIG = dict(BLOCK_N=16, SUPERBLOCKS=2, num_warps=1, num_stages=3)
 
 
 def default_config(n: int, k: int, rows: int) -> dict:

@@ -1,0 +1,48 @@
+"""packed_q8's MoE pairs, each launch timed alone (gate/up, the activation rounding, down) over tilings, at
+1 / 8 / 16 tokens of the 30B-A3B experts (128 of 768, top 8, Q4_K gate/up, Q6_K down), inside CUDA graphs with
+8 rotated routings (cold L2). Writes $OUT/pairs_sweep.json: which tiling each token count should take."""
+import itertools, json, os, sys, torch, triton
+from strata.kernels import packed_q8 as pq
+sys.path.insert(0, "tests")
+from kernels.test_packed_gemv import random_blocks
+from graph_timing import graph_time
+
+E, D, I, TOP = 128, 2048, 768, 8
+w13 = random_blocks(12, E * 2 * I, D, seed=1).cuda().view(E, 2 * I, -1)
+w2 = random_blocks(14, E * D, I, seed=2).cuda().view(E, D, -1)
+gen = torch.Generator().manual_seed(0)
+rows = []
+for tokens in (1, 8, 16):
+    hidden = torch.randn(tokens, D, device="cuda", dtype=torch.bfloat16) * 0.1
+    id_sets = [torch.stack([torch.randperm(E, generator=gen)[:TOP] for _ in range(tokens)]).reshape(-1).cuda()
+               for _ in range(8)]
+    wts = torch.rand(tokens * TOP, device="cuda")
+    hq, hdx, hsums = pq.quantize(hidden)
+    act = torch.randn(tokens * TOP, I, device="cuda") * 0.05
+    aq, adx, asums = pq.quantize(act)
+    out = torch.empty(tokens, TOP, D, device="cuda")
+    res = {"quantize_act": round(graph_time(lambda i: pq.quantize(act), 8), 2)}
+    for bn, sb, warps, stages in itertools.product((4, 8, 16, 32), (1, 2), (1, 2, 4), (2, 3)):
+        if bn * warps > 64 or (sb == 2 and bn > 16):
+            continue
+        common = dict(BLOCK_N=bn, ASM=True, num_warps=warps, num_stages=stages, **pq.pdl_options(hidden))
+        try:
+            gu = lambda i: pq._gate_up_kernel[(tokens * TOP, triton.cdiv(I, bn))](
+                hq, hdx, hsums, w13, id_sets[i], act, I, D, TOP, w13.stride(0), w13.stride(1), QTYPE=12,
+                SB=pq.units_per_step(sb, 12, D), UNIT=256, WT=pq._word_tiles(12, False), **common)
+            dn = lambda i: pq._down_kernel[(tokens * TOP, triton.cdiv(D, bn))](
+                aq, adx, asums, w2, id_sets[i], wts, out, D, I, w2.stride(0), w2.stride(1), QTYPE=14,
+                SB=pq.units_per_step(sb, 14, I), UNIT=256, WT=pq._word_tiles(14, False), **common)
+            t_gu, t_dn = graph_time(gu, 8), graph_time(dn, 8)
+        except Exception as e:  # noqa: BLE001
+            print("fail", bn, sb, warps, stages, repr(e)[:200], flush=True)
+            continue
+        rows.append(dict(tokens=tokens, bn=bn, sb=sb, warps=warps, stages=stages, gate_up_us=round(t_gu, 2),
+                         down_us=round(t_dn, 2)))
+    mine = [r for r in rows if r["tokens"] == tokens]
+    cur = [r for r in mine if (r["bn"], r["sb"], r["warps"], r["stages"]) == (8, 1, 2, 3)]
+    best_gu = min(mine, key=lambda r: r["gate_up_us"])
+    best_dn = min(mine, key=lambda r: r["down_us"])
+    print("tokens", tokens, res, "current", cur, "\n best gate_up", best_gu, "\n best down", best_dn, flush=True)
+    rows.append(dict(tokens=tokens, **res))
+json.dump(rows, open(os.path.join(os.environ.get("OUT", "/tmp"), "pairs_sweep.json"), "w"), indent=1)
