@@ -55,11 +55,14 @@ MAX_ROWS = 16
 # ops.packed_linear sends steps of up to this many rows here: at 8 rows the kernel and dequantize + GEMM were
 # even on the 30B-A3B q_proj (14.1 against 13.9 us), at 16 the GEMM won (13.8 against 21.3; q8_ab on the H200)
 LINEAR_MAX_ROWS = 8
-# pairs: rows of an expert per program, superblocks per K step. One warp, 16 rows, 2 superblocks: within 4 % of
-# the fastest of 42 tilings for both launches at 1, 8 and 16 tokens of the 30B-A3B experts (gate/up + down
-# 19.9 / 84.0 / 153.5 us against 25.3 / 123.3 / 235.0 for the 8-row, 2-warp tiling before it; H200, CUDA
-# graphs, cold weights: bench/results/2026-12-03-h200-session24/call3_pairs_sweep.*)
+# pairs: rows of an expert per program, superblocks per K step, by the step's tokens. Several tokens: one warp,
+# 16 rows, 2 superblocks, within 4 % of the fastest of 42 tilings for both launches at 8 and 16 tokens of the
+# 30B-A3B experts (gate/up + down 84.0 / 153.5 us against 123.3 / 235.0 for the 8-row, 2-warp tiling; H200, CUDA
+# graphs, cold weights: bench/results/2026-12-03-h200-session24/call3_pairs_sweep.*). Whole-model decode at 8 / 16
+# streams 1,623 -> 1,803 / 2,146 -> 2,489 tok/s (call 4). One token keeps the 8-row, 2-warp tiling: alone it
+# timed 25.3 against 19.9 us, but the whole model's single stream lost 2 % with the new one (603.8 -> 591.3).
 PAIR_CONFIG = dict(BLOCK_N=16, SUPERBLOCKS=2, num_warps=1, num_stages=3)
+PAIR_CONFIG_ONE_TOKEN = dict(BLOCK_N=8, SUPERBLOCKS=1, num_warps=2, num_stages=3)
 
 
 def default_config(n: int, k: int, rows: int) -> dict:
@@ -217,7 +220,7 @@ def moe_pairs_q8(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torc
     num_tokens, top_k = topk_ids.shape
     dim, inter = hidden.shape[1], w13.shape[1] // 2
     assert w13.stride(2) == 1 and w2.stride(2) == 1 and w2.shape[1] == dim
-    cfg = {**PAIR_CONFIG, **(config or {})}
+    cfg = {**(PAIR_CONFIG if num_tokens > 1 else PAIR_CONFIG_ONE_TOKEN), **(config or {})}
     ids = topk_ids.reshape(-1).contiguous()                                           # [P]
     weights = topk_weights.reshape(-1).contiguous()                                   # [P]
     hq, hdx, hsums = quantize(hidden)                                                 # [T, D], [T, D/32], [T, D/16]
