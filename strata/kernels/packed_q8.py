@@ -59,8 +59,10 @@ LINEAR_MAX_ROWS = 8
 # 16 rows, 2 superblocks, within 4 % of the fastest of 42 tilings for both launches at 8 and 16 tokens of the
 # 30B-A3B experts (gate/up + down 84.0 / 153.5 us against 123.3 / 235.0 for the 8-row, 2-warp tiling; H200, CUDA
 # graphs, cold weights: bench/results/2026-12-03-h200-session24/call3_pairs_sweep.*). Whole-model decode at 8 / 16
-# streams 1,623 -> 1,803 / 2,146 -> 2,489 tok/s (call 4). One token keeps the 8-row, 2-warp tiling: alone it
-# timed 25.3 against 19.9 us, but the whole model's single stream lost 2 % with the new one (603.8 -> 591.3).
+# streams 1,623 -> 1,803 / 2,146 -> 2,489 tok/s (call 4). One token over superblock-wide down rows (Q4_K / Q6_K,
+# the 30B-A3B's) keeps the 8-row, 2-warp tiling: alone it timed 25.3 against 19.9 us, but the whole model's single
+# stream lost 2 % with the new one (603.8 -> 591.3, calls 4 and 5); Qwen4-Exp's 640-wide Q8_0 / Q5_0 down rows
+# gained 3 % with it (908.9 -> 940.3, call 4).
 PAIR_CONFIG = dict(BLOCK_N=16, SUPERBLOCKS=2, num_warps=1, num_stages=3)
 PAIR_CONFIG_ONE_TOKEN = dict(BLOCK_N=8, SUPERBLOCKS=1, num_warps=2, num_stages=3)
 
@@ -220,7 +222,8 @@ def moe_pairs_q8(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torc
     num_tokens, top_k = topk_ids.shape
     dim, inter = hidden.shape[1], w13.shape[1] // 2
     assert w13.stride(2) == 1 and w2.stride(2) == 1 and w2.shape[1] == dim
-    cfg = {**(PAIR_CONFIG if num_tokens > 1 else PAIR_CONFIG_ONE_TOKEN), **(config or {})}
+    one_token_tiling = num_tokens == 1 and UNIT[qtype2] == 256
+    cfg = {**(PAIR_CONFIG_ONE_TOKEN if one_token_tiling else PAIR_CONFIG), **(config or {})}
     ids = topk_ids.reshape(-1).contiguous()                                           # [P]
     weights = topk_weights.reshape(-1).contiguous()                                   # [P]
     hq, hdx, hsums = quantize(hidden)                                                 # [T, D], [T, D/32], [T, D/16]
