@@ -450,7 +450,14 @@ class RunnerConfig:
                  "llama.cpp does: ~0.5-1 % of each product off, ~1.2x faster decode on 2 cores; a batched "
                  "request may then drift from the same request alone, as its activations round differently)")
 
+    pipeline_parallel_size: int = _opt(
+        1, "split the layers over this many processes, one per device (GPUs of one host; CPU processes over gloo "
+           "on a CPU): activations cross at the split points; steps run eagerly (no CUDA graphs) and one at a "
+           "time (no overlapped scheduling, no batch groups yet)")
+
     def __post_init__(self) -> None:
+        if self.pipeline_parallel_size < 1:
+            raise ValueError(f"pipeline_parallel_size must be at least 1, got {self.pipeline_parallel_size}")
         if self.cpu_matmul not in CPU_MATMULS:
             raise ValueError(f"cpu_matmul must be one of {', '.join(CPU_MATMULS)}, got {self.cpu_matmul!r}")
 

@@ -17,9 +17,11 @@ from strata.config import EngineConfig, ModelConfig, SpecConfig, kv_cache_torch_
 from strata.engine.memory_plan import MemoryPlan
 from strata.experts.manager import ExpertManager, install_experts
 from strata.experts.placement import tokens_for_expert_budget
+from strata.model.decoder import CausalLM
 from strata.model.packed import set_cpu_matmul
 from strata.model.registry import model_class
 from strata.runner.memory import meta_model
+from strata.runner import pipeline
 from strata.runner.model_runner import ModelRunner
 from strata.scheduler.scheduler import Scheduler
 from strata.spec.planner import DraftPlanner
@@ -89,7 +91,10 @@ def set_torch_threads(requested: int) -> int:
     return threads
 
 
-def build_engine(config: EngineConfig, quiet: bool = False, shared: LoadedModel | None = None) -> EngineParts:
+def build_engine(config: EngineConfig, quiet: bool = False, shared: LoadedModel | None = None,
+                 stage_rank: int | None = None) -> EngineParts:
+    """`stage_rank`: a pipeline stage's process builds its part of a split engine (runner/pipeline.py); the
+    engine's own process (None) starts the other stages when --pipeline-parallel-size is above 1."""
     if shared is None:  # a second engine beside a shared model runs in the same process: set once
         threads = set_torch_threads(config.runner.torch_threads)
         if not quiet:
@@ -102,6 +107,10 @@ def build_engine(config: EngineConfig, quiet: bool = False, shared: LoadedModel 
     if max_model_len > cfg.max_position_embeddings:
         raise ValueError(f"max_model_len {max_model_len} exceeds the model's "
                          f"max_position_embeddings {cfg.max_position_embeddings}")
+    stage = _pipeline_stage(config, cfg, device, stage_rank, shared)
+    if stage is not None and device.startswith("cuda"):  # a GPU per stage
+        device = f"cuda:{stage.rank}"
+        torch.cuda.set_device(stage.rank)
     plan = loaded = None
     if shared is None:
         expert_config, expert_device = config.experts, None
@@ -111,6 +120,8 @@ def build_engine(config: EngineConfig, quiet: bool = False, shared: LoadedModel 
             expert_config, expert_device = plan.expert_slots(meta, source.weight_sizes(DTYPES[dtype]))
         model = build_model(source, device, dtype, config.runner.seed, quiet=quiet, expert_device=expert_device)
         loaded = LoadedModel(model, install_experts(model, expert_config, device, quiet=quiet))
+        if stage is not None:
+            model.stage = stage
     loaded = loaded or shared
     set_cpu_matmul(loaded.model, config.runner.cpu_matmul)
     tokenizer = load_tokenizer(config.model)
@@ -125,7 +136,7 @@ def build_engine(config: EngineConfig, quiet: bool = False, shared: LoadedModel 
                          config.scheduler.max_num_seqs, device, config.runner.seed, spec, sizes.num_checkpoints,
                          sizes.park_rows, config.runner, max_model_len,
                          kv_cache_torch_dtype(config.cache.kv_cache_dtype, DTYPES[dtype]), sizes.num_host_kv_blocks,
-                         sizes.kv_staging)
+                         sizes.kv_staging, stage)
     expert_token_budget = None
     if loaded.experts is not None and loaded.experts.offloaded:
         expert_token_budget = tokens_for_expert_budget(cfg.num_experts, cfg.num_experts_per_tok,
@@ -146,6 +157,28 @@ def build_engine(config: EngineConfig, quiet: bool = False, shared: LoadedModel 
               file=sys.stderr)
     return EngineParts(cfg, loaded, tokenizer, spec, plan, runner, scheduler, max_model_len, device, dtype,
                        sizes.num_kv_blocks, sizes.park_rows)
+
+
+def _pipeline_stage(config: EngineConfig, cfg: ModelConfig, device: str, stage_rank: int | None,
+                    shared: LoadedModel | None):
+    """This process's pipeline stage (None without a split); the engine's own process starts the others."""
+    world = config.runner.pipeline_parallel_size
+    if world == 1:
+        return None
+    ranges = pipeline.layer_ranges(cfg.num_hidden_layers, world)
+    if shared is not None:
+        raise ValueError("a split engine (--pipeline-parallel-size) cannot share another engine's model")
+    if model_class(cfg).forward is not CausalLM.forward:
+        raise ValueError(f"--pipeline-parallel-size: {cfg.architecture} runs its own layer loop (hyper-connections); "
+                         f"splitting it is not supported yet")
+    if device.startswith("cuda") and torch.cuda.device_count() < world:
+        raise ValueError(f"--pipeline-parallel-size {world} needs {world} GPUs; this machine has "
+                         f"{torch.cuda.device_count()}")
+    if stage_rank is not None:
+        return pipeline.Stage(stage_rank, world, *ranges[stage_rank], cfg.num_hidden_layers)
+    workers, port = pipeline.start_workers(config, world)
+    pipeline.join_group(0, world, port, device)
+    return pipeline.Stage(0, world, *ranges[0], cfg.num_hidden_layers, workers)
 
 
 def _memory_plan(config: EngineConfig, cfg: ModelConfig, max_model_len: int, device: str, dtype: str,

@@ -40,7 +40,8 @@ class EngineCore:
         self.device, self.dtype, self.num_kv_blocks = parts.device, parts.dtype, parts.num_kv_blocks
         self.streams: dict[str, TextStream | None] = {}
         self.step_times = StepTimes()
-        self.async_scheduling = config.scheduler.async_scheduling
+        # a pipeline split runs a step at a time: stage 0 shares each plan as it runs it
+        self.async_scheduling = config.scheduler.async_scheduling and self.runner.stage is None
         self._ahead = None  # --async-scheduling: (plan, DecodeInFlight) queued but not yet read
         self._gpu_numbers_cache: tuple[float, dict | None] = (-1e9, None)
         if self.tokenizer is not None:
@@ -97,6 +98,10 @@ class EngineCore:
         text = stream.flush() if stream is not None else ""
         return TokenDelta(request_id, [], text, True, FinishReason.ABORT)
 
+    def close(self) -> None:
+        """Release what outlives the engine object: a pipeline split's other processes."""
+        self.runner.close()
+
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
 
@@ -110,7 +115,7 @@ class EngineCore:
         if cuda_graphs is not None:
             self.runner.set_cuda_graphs(cuda_graphs)
         if async_scheduling is not None:
-            self.async_scheduling = async_scheduling
+            self.async_scheduling = async_scheduling and self.runner.stage is None
         if max_num_seqs is not None:
             self.scheduler.set_max_num_seqs(max_num_seqs)
 

@@ -76,6 +76,16 @@ class LLM:
         self.tokenizer = self.engine.tokenizer
         self._ids = itertools.count()
 
+    def close(self) -> None:
+        """Stop what outlives this object (a pipeline split's other processes); idempotent."""
+        self.engine.close()
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     # ---- public API ------------------------------------------------------------------------------
 
     def generate(self, prompts: PromptType | Sequence[PromptType],

@@ -59,6 +59,7 @@ def _loop(engine, conn: Connection) -> None:
                 if message[0] == "shutdown":
                     if engine.experts is not None:
                         engine.experts.close()  # saves the learned routing profile (atexit never runs here)
+                    engine.close()
                     return
                 if message[0] == "session":
                     sessions.submit(*message[1:])

@@ -20,7 +20,7 @@ from strata.config import ModelConfig
 from strata.model import ops
 from strata.model.context import ForwardContext
 from strata.model.linear import Linear
-from strata.model.moe import LocalExperts, MoEBlock, PackedLocalExperts
+from strata.model.moe import LocalExperts, MoEBlock, PackedLocalExperts, TopkPartials
 from strata.model.norm import RMSNorm
 from strata.model.packed import PackedEmbedding, PackedExpertWeight, PackedWeight
 
@@ -83,6 +83,7 @@ class CausalLM(nn.Module):
     zero_centered_norm = False
     has_mtp = False
     cuda_graph_safe = True  # every layer's CUDA path can be captured (see runner.model_runner.graph_safe)
+    stage = None  # a pipeline split's part this process runs (runner/pipeline.py; None: every layer)
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -108,10 +109,26 @@ class CausalLM(nn.Module):
         return {}
 
     def forward(self, input_ids: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
-        """input_ids [T] -> final-normed hidden states [T, D]."""
-        hidden, residual = self.model.embed_tokens(input_ids), None
-        for layer in self.model.layers:
+        """input_ids [T] -> final-normed hidden states [T, D]. A pipeline stage runs its own layers between the
+        previous stage's activations and the next one's; only the last one's output is the model's (the other
+        stages return their own last hidden, which nothing reads)."""
+        stage = self.stage
+        if stage is None:
+            hidden, residual = self.model.embed_tokens(input_ids), None
+            for layer in self.model.layers:
+                hidden, residual = layer(hidden, ctx, residual)
+            return self.model.norm(hidden, residual)[0]
+        if stage.is_first:
+            hidden, residual = self.model.embed_tokens(input_ids), None
+        else:
+            hidden, residual = stage.take_over(input_ids.shape[0], self.config.hidden_size,
+                                               next(self.model.norm.parameters()).dtype, input_ids.device)
+        for layer in self.model.layers[stage.first_layer:stage.end_layer]:
             hidden, residual = layer(hidden, ctx, residual)
+        if not stage.is_last:
+            hidden = hidden.total() if isinstance(hidden, TopkPartials) else hidden
+            stage.pass_on(hidden, residual)
+            return hidden
         return self.model.norm(hidden, residual)[0]
 
     def recurrent_state_shapes(self) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]]:

@@ -30,6 +30,7 @@ from strata.runner.kv_staging import HostKVStaging
 from strata.runner.kv_tiers import HostKVTiers
 from strata.runner.table_arrays import TableArrays
 from strata.sample import Sampler
+from strata.spec.commit import commit_outcomes
 from strata.spec.speculator import Speculator
 from strata.types import SlotResult, StepPlan, StepResult
 
@@ -64,11 +65,13 @@ class ModelRunner:
                  device: str, seed: int = 0, spec: SpecConfig | None = None, checkpoint_pool_size: int = 0,
                  park_rows: tuple[int, int] = (0, 0), options: RunnerConfig | None = None,
                  max_model_len: int | None = None, kv_dtype: torch.dtype | None = None,
-                 num_host_kv_blocks: int = 0, kv_staging: tuple[int, int] = (0, 0)) -> None:
+                 num_host_kv_blocks: int = 0, kv_staging: tuple[int, int] = (0, 0), stage=None) -> None:
         """`kv_dtype`: what K and V are stored in (the model's dtype when None; float8 e4m3 for fp8 KV, int8
         with scales beside them for int8 KV). `num_host_kv_blocks`: the host tier of KV beyond VRAM
         (--kv-resident-tokens; 0: none). `kv_staging`: (ring layers, blocks an entry holds) of the host tier's
-        staging ring (--kv-staging-layers; (0, 0): attention reads the tier itself)."""
+        staging ring (--kv-staging-layers; (0, 0): attention reads the tier itself). `stage`: this process's part
+        of a pipeline split (runner/pipeline.py; None: the whole model): caches for its own layers only, eager
+        steps, the plan shared by stage 0 and the step's outcome by the last stage."""
         cfg = model.config
         options = options or RunnerConfig()
         spec = spec or SpecConfig()
@@ -77,13 +80,19 @@ class ModelRunner:
         self.block_size = block_size
         dtype = next(model.parameters()).dtype
         kv_layers = cfg.full_attention_layers + ([cfg.num_hidden_layers] if model.has_mtp else [])
+        state_shapes = model.recurrent_state_shapes()
+        self.stage = stage
+        if stage is not None:
+            kv_layers = [layer for layer in kv_layers if stage.owns(layer)]
+            state_shapes = {layer: shape for layer, shape in state_shapes.items() if stage.owns(layer)}
         self.experts = experts  # the model's ExpertManager (None without MoE layers)
-        graphs = options.cuda_graphs and str(device).startswith("cuda") and graph_safe(model, experts, dtype)
+        graphs = (options.cuda_graphs and str(device).startswith("cuda") and stage is None
+                  and graph_safe(model, experts, dtype))
         check_kv_dtype(kv_dtype or dtype, device)
         # with graphs, one extra KV block and state row take the padding rows' writes
         self.kv_pool = KVPool(kv_layers, num_blocks + int(graphs), block_size, cfg.num_key_value_heads, cfg.head_dim,
                               dtype, device, model.index_key_layers(), kv_dtype)
-        self.state_pool = StatePool(model.recurrent_state_shapes(), max_num_seqs + int(graphs), dtype, device)
+        self.state_pool = StatePool(state_shapes, max_num_seqs + int(graphs), dtype, device)
         self.host_kv = HostKVTiers(self.kv_pool, num_host_kv_blocks) if num_host_kv_blocks else None
         self.kv_staging = None
         if kv_staging[0]:
@@ -134,13 +143,23 @@ class ModelRunner:
 
     @torch.inference_mode()
     def execute(self, plan: StepPlan) -> StepResult:
+        if self.stage is not None and self.stage.is_first:
+            self.stage.share_plan(plan)
         self._update_slots(plan)
         if plan.is_empty:
             return StepResult(plan.step_id, [])
         inputs, hidden, expert_pairs, started = self._queue_forward(plan)  # hidden [T, D]
         forward_done = time.perf_counter()
-        spec = self.speculation.step(plan.scheduled, inputs.query_starts, inputs.input_ids, hidden, inputs.ctx,
-                                     self.block_tables, inputs.ctx.scratch.window_states if self._has_windows(plan) else None)
+        window_states = inputs.ctx.scratch.window_states if self._has_windows(plan) else None
+        if self.stage is None or self.stage.is_last:
+            spec = self.speculation.step(plan.scheduled, inputs.query_starts, inputs.input_ids, hidden, inputs.ctx,
+                                         self.block_tables, window_states)
+            if self.stage is not None:
+                self.stage.share_outcome(spec)
+        else:  # the last stage sampled and verified: roll this stage's layers back to what it accepted
+            spec = self.stage.share_outcome()
+            commit_outcomes(spec.outcomes, self.sampler, self.speculation.drafter, self.state_pool.caches,
+                            window_states)
         return StepResult(plan.step_id, spec.slots, forward_seconds=forward_done - started,
                           sample_seconds=spec.verify_seconds, draft_seconds=spec.draft_seconds,
                           expert_pairs=expert_pairs)
@@ -304,6 +323,11 @@ class ModelRunner:
         """Whether the step verifies drafts on a model with recurrent state (which then records, and
         commit restores, the state after every window token)."""
         return bool(self.state_pool.caches) and any(w.draft_token_ids for w in plan.scheduled)
+
+    def close(self) -> None:
+        """Stage 0 of a pipeline split: stop the other stages (they leave their loop and the group)."""
+        if self.stage is not None and self.stage.is_first:
+            self.stage.close()
 
     def graph_stats(self) -> dict | None:
         if self.graphs is None:

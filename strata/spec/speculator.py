@@ -26,6 +26,7 @@ class SpeculationStep:
     slots: list[SlotResult]
     verify_seconds: float    # sampling, verification and commit
     draft_seconds: float     # proposing the next drafts
+    outcomes: list[SlotOutcome]  # what was sampled and accepted (a pipeline's other stages commit it too)
 
 
 class Speculator:
@@ -68,7 +69,7 @@ class Speculator:
             drafts = self.drafter.propose(scheduled, query_starts, input_ids, hidden, ctx, outcomes, block_tables)
         slots = [SlotResult(o.slot_id, o.token_ids, o.num_accepted, drafts.get(o.slot_id, []),
                             None if o.logprobs is None else [o.logprobs]) for o in outcomes]
-        return SpeculationStep(slots, verified - started, time.perf_counter() - verified)
+        return SpeculationStep(slots, verified - started, time.perf_counter() - verified, outcomes)
 
     def commit_decoded(self, slot_id: int, token_id: int) -> None:
         """A token sampled by an overlapped decode step (no drafts, nothing to verify)."""

@@ -1,0 +1,143 @@
+"""Pipeline (layer) split over several processes, one per device (--pipeline-parallel-size, vLLM's name).
+
+Every stage runs the same ModelRunner on the same plans (SPMD), so everything a plan drives happens on
+every stage for the layers it owns: KV blocks, recurrent states, checkpoints, parks, restores, prefix reuse
+and preemption. Stage 0 is the engine's own process: its runner hands each plan to the others before it
+runs it (`share_plan`). Inside a forward only activations cross (hidden and residual at each split point,
+`pass_on` / `take_over`). The last stage owns the final norm, the LM head and the MTP head: it samples,
+verifies and proposes drafts, and shares the step's outcome with every stage (`share_outcome`), so each
+rolls its own recurrent layers back to the accepted prefix and stage 0 commits the tokens.
+
+torch.distributed carries it: gloo between CPU processes (the tests), NCCL between GPUs. Not yet: batch
+groups pipelined across stages (one step occupies one stage at a time), CUDA graphs across a split (a
+split model runs eagerly), weights loaded per stage (each process loads the whole model and runs its
+layers), overlapped scheduling (--async-scheduling is off under a split).
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import socket
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+logger = logging.getLogger(__name__)
+
+
+def layer_ranges(num_layers: int, world: int) -> list[tuple[int, int]]:
+    """Layers [first, end) of each stage: as even as possible, earlier stages one more where uneven."""
+    if not 1 <= world <= num_layers:
+        raise ValueError(f"pipeline_parallel_size must be between 1 and the model's {num_layers} layers, got {world}")
+    base, extra = divmod(num_layers, world)
+    ends = [sum(base + (1 if s < extra else 0) for s in range(r + 1)) for r in range(world)]
+    return [(end - base - (1 if r < extra else 0), end) for r, end in enumerate(ends)]
+
+
+@dataclass
+class Stage:
+    rank: int
+    world: int
+    first_layer: int
+    end_layer: int
+    num_layers: int
+    workers: list = field(default_factory=list)  # stage 0: the other stages' processes
+
+    @property
+    def is_first(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def is_last(self) -> bool:
+        return self.rank == self.world - 1
+
+    def owns(self, layer: int) -> bool:
+        """Whether this stage keeps `layer`'s caches (the MTP layer, numbered num_layers, is the last stage's)."""
+        return self.first_layer <= layer < self.end_layer or (layer >= self.num_layers and self.is_last)
+
+    # ---- activations --------------------------------------------------------------------------------
+
+    def pass_on(self, hidden: torch.Tensor, residual: torch.Tensor) -> None:
+        """hidden [T, D] and residual [T, D] at this stage's end -> the next stage."""
+        dist.send(hidden.contiguous(), self.rank + 1)
+        dist.send(residual.contiguous(), self.rank + 1)
+
+    def take_over(self, num_tokens: int, dim: int, dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The previous stage's hidden [T, D] and residual [T, D]."""
+        hidden = torch.empty(num_tokens, dim, dtype=dtype, device=device)
+        residual = torch.empty(num_tokens, dim, dtype=dtype, device=device)
+        dist.recv(hidden, self.rank - 1)
+        dist.recv(residual, self.rank - 1)
+        return hidden, residual
+
+    # ---- plans and outcomes ----------------------------------------------------------------------------
+
+    def share_plan(self, plan) -> None:
+        """Stage 0: the plan about to run (None: stop) -> every other stage."""
+        dist.broadcast_object_list([plan], src=0)
+
+    def next_plan(self):
+        """The other stages: the next plan stage 0 runs (None: stop)."""
+        box = [None]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stage 0: stop every other stage and leave the group (once)."""
+        if not dist.is_initialized():
+            return
+        self.share_plan(None)
+        for worker in self.workers:
+            worker.join(timeout)
+            if worker.is_alive():
+                worker.terminate()
+        dist.destroy_process_group()
+
+    def share_outcome(self, outcome=None):
+        """The last stage's speculation outcome of a step (what it passes) -> every stage (what each gets)."""
+        box = [outcome]
+        dist.broadcast_object_list(box, src=self.world - 1)
+        return box[0]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def join_group(rank: int, world: int, port: int, device: str) -> None:
+    backend = "nccl" if str(device).startswith("cuda") else "gloo"
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+
+
+def start_workers(config, world: int) -> tuple[list[multiprocessing.Process], int]:
+    """Stages 1..world-1 as spawned processes (each builds the engine's model and runner from `config`,
+    then runs the plans stage 0 shares) -> (processes, the group's port); stage 0 joins the group next."""
+    port = free_port()
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_worker_main, args=(config, rank, world, port), daemon=True,
+                               name=f"strata-stage-{rank}") for rank in range(1, world)]
+    for worker in workers:
+        worker.start()
+    return workers, port
+
+
+def _worker_main(config, rank: int, world: int, port: int) -> None:
+    from strata.engine.build import build_engine
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    join_group(rank, world, port, config.runner.device)
+    try:
+        parts = build_engine(config, quiet=True, stage_rank=rank)
+        runner = parts.runner
+        while (plan := runner.stage.next_plan()) is not None:
+            runner.execute(plan)
+    except Exception:  # the engine sees its peer gone at its next collective
+        logger.exception("pipeline stage %d failed", rank)
+        raise
+    finally:
+        dist.destroy_process_group()
