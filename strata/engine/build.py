@@ -176,8 +176,9 @@ def _pipeline_stage(config: EngineConfig, cfg: ModelConfig, device: str, stage_r
                          f"{torch.cuda.device_count()}")
     if stage_rank is not None:
         return pipeline.Stage(stage_rank, world, *ranges[stage_rank], cfg.num_hidden_layers)
-    workers, port = pipeline.start_workers(config, world)
+    workers, port, config_file = pipeline.start_workers(config, world)
     pipeline.join_group(0, world, port, device)
+    os.unlink(config_file)
     return pipeline.Stage(0, world, *ranges[0], cfg.num_hidden_layers, workers)
 
 

@@ -57,6 +57,10 @@ class SessionJobs:
         if action not in jobs:
             self._replies.append((call_id, _error(400, f"unknown session action {action!r}")))
             return
+        if self.engine.runner.stage is not None:  # the other stages' caches are out of this process's reach
+            self._replies.append((call_id, _error(400, "session files are not supported with "
+                                                       "--pipeline-parallel-size above 1 yet")))
+            return
         job = _Job(call_id, jobs[action](args), time.perf_counter())
         self._last_run = job.started  # the first slice is not measured from before the job
         self._advance(job, None, None)

@@ -16,10 +16,16 @@ layers), overlapped scheduling (--async-scheduling is off under a split).
 
 from __future__ import annotations
 
+import datetime
 import logging
-import multiprocessing
 import os
+import pickle
 import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -91,9 +97,10 @@ class Stage:
             return
         self.share_plan(None)
         for worker in self.workers:
-            worker.join(timeout)
-            if worker.is_alive():
-                worker.terminate()
+            try:
+                worker.wait(timeout)
+            except subprocess.TimeoutExpired:
+                worker.kill()
         dist.destroy_process_group()
 
     def share_outcome(self, outcome=None):
@@ -110,34 +117,52 @@ def free_port() -> int:
 
 
 def join_group(rank: int, world: int, port: int, device: str) -> None:
+    """Join the split's process group. No collective timeout to speak of: an idle server's stages wait for
+    the next plan as long as it takes (a stage whose peer died sees the connection close instead)."""
     backend = "nccl" if str(device).startswith("cuda") else "gloo"
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(days=365))
 
 
-def start_workers(config, world: int) -> tuple[list[multiprocessing.Process], int]:
-    """Stages 1..world-1 as spawned processes (each builds the engine's model and runner from `config`,
-    then runs the plans stage 0 shares) -> (processes, the group's port); stage 0 joins the group next."""
+def start_workers(config, world: int) -> tuple[list[subprocess.Popen], int, str]:
+    """Stages 1..world-1 as processes of their own (`python -m strata.runner.pipeline`: each builds the
+    engine's model and runner from `config`, then runs the plans stage 0 shares; a subprocess, not a
+    multiprocessing child, since the server's engine process is a daemon, which may not have those)
+    -> (processes, the group's port, the file passing them `config`, which stage 0 removes once the group
+    is complete: every stage has read it by then)."""
     port = free_port()
-    context = multiprocessing.get_context("spawn")
-    workers = [context.Process(target=_worker_main, args=(config, rank, world, port), daemon=True,
-                               name=f"strata-stage-{rank}") for rank in range(1, world)]
-    for worker in workers:
-        worker.start()
-    return workers, port
+    with tempfile.NamedTemporaryFile("wb", suffix=".pickle", delete=False) as f:
+        pickle.dump(config, f)
+    workers = [subprocess.Popen([sys.executable, "-m", "strata.runner.pipeline", f.name, str(rank), str(world),
+                                 str(port)]) for rank in range(1, world)]
+    return workers, port, f.name
 
 
-def _worker_main(config, rank: int, world: int, port: int) -> None:
+def _worker_main(config_path: str, rank: int, world: int, port: int) -> None:
     from strata.engine.build import build_engine
 
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    with open(config_path, "rb") as f:
+        config = pickle.load(f)
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     join_group(rank, world, port, config.runner.device)
     try:
         parts = build_engine(config, quiet=True, stage_rank=rank)
         runner = parts.runner
         while (plan := runner.stage.next_plan()) is not None:
             runner.execute(plan)
-    except Exception:  # the engine sees its peer gone at its next collective
+    except Exception:  # stage 0 sees its peer gone at its next collective
         logger.exception("pipeline stage %d failed", rank)
         raise
     finally:
         dist.destroy_process_group()
+
+
+def _exit_with_parent(parent: int) -> None:
+    """A stage whose engine process is gone (killed, crashed) ends too instead of waiting in a collective."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(1)
+
+
+if __name__ == "__main__":
+    _worker_main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
