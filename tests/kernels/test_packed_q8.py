@@ -163,7 +163,7 @@ def moe_reference(hidden, w13, qtype13, w2, qtype2, ids, weights) -> torch.Tenso
 @gpu
 @pytest.mark.parametrize("qtypes, inter", [((Q4_K, Q6_K), 768), ((Q6_K, Q4_K), 768), ((Q4_K, Q4_K), 768),
                                            ((Q4_K, Q8_0), 640), ((Q4_K, Q5_0), 640), ((Q8_0, Q8_0), 384)])
-@pytest.mark.parametrize("tokens", [1, 4])
+@pytest.mark.parametrize("tokens", [1, 4, 48])
 def test_moe_pairs_match_the_rounded_reference(qtypes, inter, tokens):
     """Experts in slots wider than they are (a padded view), a skipped pair (zeros), K = 768 down rows (odd
     Q6_K superblocks), Qwen4-Exp's 640-wide down rows in Q8_0 / Q5_0."""
