@@ -118,7 +118,9 @@ def build_engine(config: EngineConfig, quiet: bool = False, shared: LoadedModel 
             meta = meta_model(model_class(cfg), cfg)
             plan = _memory_plan(config, cfg, max_model_len, device, dtype, meta)
             expert_config, expert_device = plan.expert_slots(meta, source.weight_sizes(DTYPES[dtype]))
-        model = build_model(source, device, dtype, config.runner.seed, quiet=quiet, expert_device=expert_device)
+        owned = range(stage.first_layer, stage.end_layer) if stage is not None else None
+        model = build_model(source, device, dtype, config.runner.seed, quiet=quiet, expert_device=expert_device,
+                            owned_layers=owned)
         loaded = LoadedModel(model, install_experts(model, expert_config, device, quiet=quiet))
         if stage is not None:
             model.stage = stage

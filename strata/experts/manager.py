@@ -37,7 +37,8 @@ _MAX_SWAP_SHARE = 1 / 8
 def install_experts(model: nn.Module, config: ExpertConfig, device: str, quiet: bool = True) -> ExpertManager | None:
     """The model's ExpertManager, which places its experts (None for a model without MoE layers); the
     engine builder hands it to whoever needs it."""
-    blocks = [m for m in model.modules() if isinstance(m, MoEBlock)]
+    # (not another pipeline stage's layers, which are shapes on the meta device here)
+    blocks = [m for m in model.modules() if isinstance(m, MoEBlock) and not m.gate.weight.is_meta]
     return ExpertManager(model, blocks, config, device, quiet) if blocks else None
 
 

@@ -10,6 +10,8 @@ layer's experts given as two PackedExpertWeights (w13, w2) replace its LocalExpe
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import re
 from collections.abc import Callable, Iterable
 
@@ -20,7 +22,7 @@ from strata.config import ModelConfig
 from strata.model import ops
 from strata.model.context import ForwardContext
 from strata.model.linear import Linear
-from strata.model.moe import LocalExperts, MoEBlock, PackedLocalExperts, TopkPartials
+from strata.model.moe import LocalExperts, MoEBlock, PackedLocalExperts, TopkPartials, experts_on_meta
 from strata.model.norm import RMSNorm
 from strata.model.packed import PackedEmbedding, PackedExpertWeight, PackedWeight
 
@@ -35,6 +37,7 @@ _STACKED = {
 _PER_EXPERT = re.compile(r"(.*\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
 _FUSED_EXPERTS = re.compile(r"(.*\.experts)\.(gate_up_proj|down_proj)$")
 _IGNORED = re.compile(r"(rotary_emb\.inv_freq|\.mtp\.|^mtp\.|^model\.visual\.)")
+_LAYER_INDEX = re.compile(r"model\.layers\.(\d+)\.")
 _TEXT_MODEL_PREFIX = "model.language_model."  # multimodal checkpoints (strata.config.TEXT_MODEL_OF)
 
 
@@ -68,12 +71,35 @@ class DecoderLayer(nn.Module):
         return (self.mlp.forward_unsummed(x) if isinstance(self.mlp, MoEBlock) else self.mlp(x)), residual
 
 
+# a pipeline stage's process builds only its own layers' weights (owning_layers); the others are shapes on the
+# meta device, which nothing loads or runs there
+_OWNED_LAYERS: contextvars.ContextVar[range | None] = contextvars.ContextVar("owned_layers", default=None)
+
+
+@contextlib.contextmanager
+def owning_layers(layers: range | None):
+    """Models built inside get real weights for `layers` only (None: every layer)."""
+    token = _OWNED_LAYERS.set(layers)
+    try:
+        yield
+    finally:
+        _OWNED_LAYERS.reset(token)
+
+
+def _build_owned(build_layer: Callable[[int], DecoderLayer], index: int) -> DecoderLayer:
+    owned = _OWNED_LAYERS.get()
+    if owned is None or index in owned:
+        return build_layer(index)
+    with torch.device("meta"), experts_on_meta():
+        return build_layer(index)
+
+
 class DecoderBody(nn.Module):
     def __init__(self, cfg: ModelConfig, build_layer: Callable[[int], DecoderLayer],
                  zero_centered_norm: bool) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(build_layer(i) for i in range(cfg.num_hidden_layers))
+        self.layers = nn.ModuleList(_build_owned(build_layer, i) for i in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, zero_centered_norm)
 
 
@@ -148,7 +174,13 @@ class CausalLM(nn.Module):
     # ---- checkpoint loading -------------------------------------------------------------------
 
     def is_ignored_weight(self, name: str) -> bool:
-        return bool(_IGNORED.search(name)) or (self.config.tie_word_embeddings and name == "lm_head.weight")
+        return (bool(_IGNORED.search(name)) or (self.config.tie_word_embeddings and name == "lm_head.weight")
+                or self._other_stages_layer(name))
+
+    def _other_stages_layer(self, name: str) -> bool:
+        """A tensor of a layer another pipeline stage owns (built on the meta device here: see owning_layers)."""
+        m = _LAYER_INDEX.match(text_model_name(name))
+        return m is not None and self.model.layers[int(m.group(1))].input_layernorm.weight.is_meta
 
     def checkpoint_targets(self, name: str, tensor: torch.Tensor) -> list[tuple[str, tuple, torch.Tensor]]:
         """Map one checkpoint tensor to (parameter name, index into that parameter, values)."""
@@ -197,7 +229,7 @@ class CausalLM(nn.Module):
                 else:
                     dest.copy_(values)
                 filled[param_name] += dest.numel()
-        missing = [n for n, count in filled.items() if count < params[n].numel()]
+        missing = [n for n, count in filled.items() if count < params[n].numel() and not params[n].is_meta]
         if missing:
             shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
             raise WeightLoadError(f"{source}: missing weights for {shown}")

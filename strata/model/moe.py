@@ -64,6 +64,16 @@ def expert_weights_on(device: str | None, packed: bool = False):
         _EXPERTS_PACKED.reset(tokens[1])
 
 
+@contextlib.contextmanager
+def experts_on_meta():
+    """Experts built inside are shapes only (another pipeline stage's layers), whatever device they would get."""
+    token = _EXPERT_WEIGHTS_DEVICE.set("meta")
+    try:
+        yield
+    finally:
+        _EXPERT_WEIGHTS_DEVICE.reset(token)
+
+
 class LocalExperts(nn.Module):
     """All experts as stacked tensors on one device; rows are grouped by expert so each expert
     used by any row of the step is read once."""

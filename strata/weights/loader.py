@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from strata import progress
+from strata.model.decoder import owning_layers
 from strata.model.registry import PackedLocalExperts, PackedWeight, expert_weights_on, model_class, tables_packed
 from strata.weights.source import WeightSource
 
@@ -18,9 +19,10 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 
 def build_model(source: WeightSource, device: str, dtype: str, seed: int = 0, quiet: bool = False,
-                expert_device: str | None = None) -> nn.Module:
+                expert_device: str | None = None, owned_layers: range | None = None) -> nn.Module:
     """`expert_device`: where the routed experts' weights go (e.g. "cpu" when only a hot set of them
-    will be copied to the GPU); None puts them on `device` with everything else."""
+    will be copied to the GPU); None puts them on `device` with everything else. `owned_layers`: a pipeline
+    stage's layers, the only ones given weights (the others stay shapes on the meta device, unread)."""
     cfg = source.model_config()
     torch_dtype = DTYPES[dtype]
     started = time.perf_counter()
@@ -29,7 +31,7 @@ def build_model(source: WeightSource, device: str, dtype: str, seed: int = 0, qu
     torch.set_default_dtype(torch_dtype)
     try:
         with torch.device(device), _skip_default_init(), expert_weights_on(expert_device, source.experts_packed), \
-                tables_packed(getattr(source, "lookup_tables_packed", False)):
+                tables_packed(getattr(source, "lookup_tables_packed", False)), owning_layers(owned_layers):
             model = model_class(cfg)(cfg)
     finally:
         torch.set_default_dtype(previous)

@@ -120,8 +120,11 @@ class RandomSource:
 
         def draw(param: torch.Tensor, fill) -> None:
             # experts may sit in host memory (a partial expert cache): they are drawn on the main device
-            # one tensor at a time and copied over, so the weights do not depend on where they live
-            if param.device == device:
+            # one tensor at a time and copied over, so the weights do not depend on where they live; another
+            # pipeline stage's layers (meta) are drawn and dropped, so this stage's draws stay the whole model's
+            if param.is_meta:
+                fill(torch.empty(param.shape, dtype=param.dtype, device=device))
+            elif param.device == device:
                 fill(param)
             else:
                 staged = torch.empty_like(param, device=device)
@@ -151,6 +154,6 @@ class RandomSource:
 def _add_routing_skew(model: nn.Module, exponent: float, gen: torch.Generator) -> None:
     for block in (m for m in model.modules() if isinstance(m, MoEBlock)):
         num_experts = block.gate.weight.shape[0]
-        device = block.gate.weight.device
-        ranks = torch.randperm(num_experts, generator=gen, device=device) + 1            # [E], 1 = most used
-        block.routing_bias = -exponent * torch.log(ranks.float())                         # [E]
+        ranks = torch.randperm(num_experts, generator=gen, device=gen.device) + 1        # [E], 1 = most used
+        bias = -exponent * torch.log(ranks.float())                                       # [E]
+        block.routing_bias = bias if block.gate.weight.is_meta else bias.to(block.gate.weight.device)

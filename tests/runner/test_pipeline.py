@@ -33,6 +33,8 @@ def run(folder: str, stages: int, spec: dict | None, batch: list[list[int]], num
         owned = range(stage.first_layer, stage.end_layer)
         assert stage.end_layer < core.model_config.num_hidden_layers
         assert all(layer in owned for layer in [*core.runner.kv_pool.caches, *core.runner.state_pool.caches])
+        layers = core.loaded.model.model.layers  # and the weights of its own layers only
+        assert all(p.is_meta == (i not in owned) for i, layer in enumerate(layers) for p in layer.parameters())
     try:
         outputs, cached, preempted, step = {i: [] for i in range(len(batch))}, 0, 0, 0
         while step == 0 or core.has_unfinished() or step <= len(batch):
@@ -94,3 +96,11 @@ def test_a_split_is_refused_where_it_cannot_run(tiny_model_dir):
         EngineCore(config, quiet=True)
     with pytest.raises(ValueError, match="at least 1"):
         RunnerConfig(pipeline_parallel_size=0)
+
+
+def test_random_weights_are_the_whole_models_on_each_stage():
+    """A random shape draws every tensor in one sequence: each stage draws (and drops) the others' layers too,
+    so its own layers get the single process's weights."""
+    folder = "random:smollm2-135m?num_hidden_layers=4"
+    batch = prompts([9, 5])
+    assert run(folder, 2, None, batch, num_blocks=64)[0] == run(folder, 1, None, batch, num_blocks=64)[0]
