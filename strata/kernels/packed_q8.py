@@ -149,6 +149,16 @@ def attach(x: torch.Tensor, quantized: tuple[torch.Tensor, torch.Tensor, torch.T
     x.q8_rows = (*quantized, _version(x))
 
 
+_KEEP = "keep the first rounding"
+
+
+def keep_rounding(x: torch.Tensor) -> None:
+    """x's producer (a fresh tensor that nothing changes in place: the hyper-connection mixer's block input)
+    lets the first quantize(x) be kept on x for the packed weights that read it after (a Gated DeltaNet's two
+    projections, a shared expert and the routed experts): one rounding launch instead of one a reader."""
+    x.q8_rows = _KEEP
+
+
 def _version(x: torch.Tensor) -> int | None:
     return None if x.is_inference() else x._version
 
@@ -157,9 +167,9 @@ def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     """x [M, K] (K a multiple of 128) -> (q int8 [M, K], dx float32 [M, K / 32], sums float32 [M, K / 16]):
     per 32 values q = round(x / dx) with dx = max|x| / 127 (q = 0 where the block is all zeros), and the
     sum of q over each 16 (exact integers, for the offsets of Q4_K's mins and Q6_K's -32). What `attach`
-    left on x is returned as it is."""
+    left on x is returned as it is; on an x given `keep_rounding`, the result is attached for the next call."""
     attached = getattr(x, "q8_rows", None)
-    if attached is not None and attached[3] == _version(x):
+    if isinstance(attached, tuple) and attached[3] == _version(x):
         return attached[:3]
     m, k = x.shape
     assert k % 128 == 0 and x.stride(1) == 1
@@ -167,6 +177,8 @@ def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     dx = torch.empty(m, k // 32, dtype=torch.float32, device=x.device)
     sums = torch.empty(m, k // 16, dtype=torch.float32, device=x.device)
     _quantize_kernel[(m, k // 128)](x, q, dx, sums, k, x.stride(0), num_warps=2, **pdl_options(x))
+    if attached is _KEEP:
+        attach(x, (q, dx, sums))
     return q, dx, sums
 
 

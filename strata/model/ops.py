@@ -284,7 +284,9 @@ def hyper_mix(streams: torch.Tensor, norm_weight: torch.Tensor, down: torch.Tens
     None); two Triton launches for decode rows on CUDA, the torch form otherwise (GEMMs for long steps)."""
     if (kernels_on(streams) and streams.shape[0] <= hyper.MAX_ROWS and streams.is_contiguous()
             and all(isinstance(w, torch.Tensor) and w.is_contiguous() for w in (down, up))):
-        return hyper.hyper_mix(streams, norm_weight, down, up, inject, hc, eps)
+        x, weights = hyper.hyper_mix(streams, norm_weight, down, up, inject, hc, eps)
+        packed_q8.keep_rounding(x)  # (a fresh block input: its packed readers share one rounding)
+        return x, weights
     return hyper.hyper_mix_ref(streams, norm_weight, down, up, inject, hc, eps)
 
 

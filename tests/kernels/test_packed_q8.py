@@ -91,6 +91,10 @@ def test_norm_rounds_its_output_as_quantize_does(dim, form):
     with torch.inference_mode():  # (the engine's steps: tensors without a version counter)
         inferred, _ = norms.rms_norm(x, weight.to(torch.bfloat16), 1e-6, False, None, quantize=True)
         assert packed_q8.quantize(inferred)[0] is inferred.q8_rows[0]
+    kept, plain = x.clone(), x.clone()
+    packed_q8.keep_rounding(kept)  # a producer's promise: the first rounding serves every later reader
+    assert packed_q8.quantize(kept)[0] is packed_q8.quantize(kept)[0]
+    assert packed_q8.quantize(plain)[0] is not packed_q8.quantize(plain)[0]
     out.mul_(2)
     fresh = packed_q8.quantize(out)
     assert fresh[0].data_ptr() != attached[0].data_ptr()
