@@ -177,10 +177,12 @@ class CausalLM(nn.Module):
         return (bool(_IGNORED.search(name)) or (self.config.tie_word_embeddings and name == "lm_head.weight")
                 or self._other_stages_layer(name))
 
-    def _other_stages_layer(self, name: str) -> bool:
-        """A tensor of a layer another pipeline stage owns (built on the meta device here: see owning_layers)."""
-        m = _LAYER_INDEX.match(text_model_name(name))
-        return m is not None and self.model.layers[int(m.group(1))].input_layernorm.weight.is_meta
+    @staticmethod
+    def _other_stages_layer(name: str) -> bool:
+        """A tensor of a layer another pipeline stage owns, while a stage loads (see owning_layers)."""
+        owned = _OWNED_LAYERS.get()
+        m = _LAYER_INDEX.match(text_model_name(name)) if owned is not None else None
+        return m is not None and int(m.group(1)) not in owned
 
     def checkpoint_targets(self, name: str, tensor: torch.Tensor) -> list[tuple[str, tuple, torch.Tensor]]:
         """Map one checkpoint tensor to (parameter name, index into that parameter, values)."""
