@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from strata.config import EngineConfig, ModelConfig, SpecConfig, kv_cache_torch_dtype, resolve_device, resolve_dtype
+from strata.engine import pipeline_workers
 from strata.engine.memory_plan import MemoryPlan
 from strata.experts.manager import ExpertManager, install_experts
 from strata.experts.placement import tokens_for_expert_budget
@@ -178,7 +179,7 @@ def _pipeline_stage(config: EngineConfig, cfg: ModelConfig, device: str, stage_r
                          f"{torch.cuda.device_count()}")
     if stage_rank is not None:
         return pipeline.Stage(stage_rank, world, *ranges[stage_rank], cfg.num_hidden_layers)
-    workers, port, config_file = pipeline.start_workers(config, world)
+    workers, port, config_file = pipeline_workers.start_workers(config, world)
     pipeline.join_group(0, world, port, device)
     os.unlink(config_file)
     return pipeline.Stage(0, world, *ranges[0], cfg.num_hidden_layers, workers)

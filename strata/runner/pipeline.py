@@ -4,7 +4,7 @@ Every stage runs the same ModelRunner on the same plans (SPMD), so everything a 
 every stage for the layers it owns: KV blocks, recurrent states, checkpoints, parks, restores, prefix reuse
 and preemption. Stage 0 is the engine's own process: its runner hands each plan to the others before it
 runs it (`share_plan`). Inside a forward only activations cross (hidden and residual at each split point,
-`pass_on` / `take_over`). The last stage owns the final norm, the LM head and the MTP head: it samples,
+`pass_on` / `take_over`). The other stages' processes: engine/pipeline_workers.py. The last stage owns the final norm, the LM head and the MTP head: it samples,
 verifies and proposes drafts, and shares the step's outcome with every stage (`share_outcome`), so each
 rolls its own recurrent layers back to the accepted prefix and stage 0 commits the tokens.
 
@@ -17,21 +17,11 @@ layers), overlapped scheduling (--async-scheduling is off under a split).
 from __future__ import annotations
 
 import datetime
-import logging
-import os
-import pickle
 import socket
-import subprocess
-import sys
-import tempfile
-import threading
-import time
 from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
-
-logger = logging.getLogger(__name__)
 
 
 def layer_ranges(num_layers: int, world: int) -> list[tuple[int, int]]:
@@ -99,7 +89,7 @@ class Stage:
         for worker in self.workers:
             try:
                 worker.wait(timeout)
-            except subprocess.TimeoutExpired:
+            except Exception:  # subprocess.TimeoutExpired: it did not leave in time
                 worker.kill()
         dist.destroy_process_group()
 
@@ -122,47 +112,3 @@ def join_group(rank: int, world: int, port: int, device: str) -> None:
     backend = "nccl" if str(device).startswith("cuda") else "gloo"
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(days=365))
-
-
-def start_workers(config, world: int) -> tuple[list[subprocess.Popen], int, str]:
-    """Stages 1..world-1 as processes of their own (`python -m strata.runner.pipeline`: each builds the
-    engine's model and runner from `config`, then runs the plans stage 0 shares; a subprocess, not a
-    multiprocessing child, since the server's engine process is a daemon, which may not have those)
-    -> (processes, the group's port, the file passing them `config`, which stage 0 removes once the group
-    is complete: every stage has read it by then)."""
-    port = free_port()
-    with tempfile.NamedTemporaryFile("wb", suffix=".pickle", delete=False) as f:
-        pickle.dump(config, f)
-    workers = [subprocess.Popen([sys.executable, "-m", "strata.runner.pipeline", f.name, str(rank), str(world),
-                                 str(port)]) for rank in range(1, world)]
-    return workers, port, f.name
-
-
-def _worker_main(config_path: str, rank: int, world: int, port: int) -> None:
-    from strata.engine.build import build_engine
-
-    with open(config_path, "rb") as f:
-        config = pickle.load(f)
-    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
-    join_group(rank, world, port, config.runner.device)
-    try:
-        parts = build_engine(config, quiet=True, stage_rank=rank)
-        runner = parts.runner
-        while (plan := runner.stage.next_plan()) is not None:
-            runner.execute(plan)
-    except Exception:  # stage 0 sees its peer gone at its next collective
-        logger.exception("pipeline stage %d failed", rank)
-        raise
-    finally:
-        dist.destroy_process_group()
-
-
-def _exit_with_parent(parent: int) -> None:
-    """A stage whose engine process is gone (killed, crashed) ends too instead of waiting in a collective."""
-    while os.getppid() == parent:
-        time.sleep(1.0)
-    os._exit(1)
-
-
-if __name__ == "__main__":
-    _worker_main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))

@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from strata import progress
-from strata.model.decoder import owning_layers
-from strata.model.registry import PackedLocalExperts, PackedWeight, expert_weights_on, model_class, tables_packed
+from strata.model.registry import (PackedLocalExperts, PackedWeight, expert_weights_on, model_class, owning_layers,
+                                   tables_packed)
 from strata.weights.source import WeightSource
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
