@@ -110,5 +110,7 @@ def join_group(rank: int, world: int, port: int, device: str) -> None:
     """Join the split's process group. No collective timeout to speak of: an idle server's stages wait for
     the next plan as long as it takes (a stage whose peer died sees the connection close instead)."""
     backend = "nccl" if str(device).startswith("cuda") else "gloo"
+    if backend == "nccl":  # a GPU per stage (NCCL wants each rank's device current before its first collective)
+        torch.cuda.set_device(rank)
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(days=365))
