@@ -231,7 +231,7 @@ class CausalLM(nn.Module):
                 else:
                     dest.copy_(values)
                 filled[param_name] += dest.numel()
-        missing = [n for n, count in filled.items() if count < params[n].numel() and not params[n].is_meta]
+        missing = [n for n, count in filled.items() if count < params[n].numel() and not self._other_stages_layer(n)]
         if missing:
             shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
             raise WeightLoadError(f"{source}: missing weights for {shown}")
