@@ -2,16 +2,17 @@
 
 Every stage runs the same ModelRunner on the same plans (SPMD), so everything a plan drives happens on
 every stage for the layers it owns: KV blocks, recurrent states, checkpoints, parks, restores, prefix reuse
-and preemption. Stage 0 is the engine's own process: its runner hands each plan to the others before it
-runs it (`share_plan`). Inside a forward only activations cross (hidden and residual at each split point,
-`pass_on` / `take_over`). The other stages' processes: engine/pipeline_workers.py. The last stage owns the final norm, the LM head and the MTP head: it samples,
-verifies and proposes drafts, and shares the step's outcome with every stage (`share_outcome`), so each
-rolls its own recurrent layers back to the accepted prefix and stage 0 commits the tokens.
+and preemption. Each stage builds and loads only its own layers (decoder.owning_layers; the embedding, final
+norm and LM head on every stage). Stage 0 is the engine's own process: its runner hands each plan to the
+others before it runs it (`share_plan`); the others' processes are engine/pipeline_workers.py. Inside a
+forward only activations cross (hidden and residual at each split point, `pass_on` / `take_over`). The last
+stage owns the final norm, the LM head and the MTP head: it samples, verifies and proposes drafts, and shares
+the step's outcome with every stage (`share_outcome`), so each rolls its own recurrent layers back to the
+accepted prefix and stage 0 commits the tokens.
 
-torch.distributed carries it: gloo between CPU processes (the tests), NCCL between GPUs. Not yet: batch
-groups pipelined across stages (one step occupies one stage at a time), CUDA graphs across a split (a
-split model runs eagerly), weights loaded per stage (each process loads the whole model and runs its
-layers), overlapped scheduling (--async-scheduling is off under a split).
+torch.distributed carries it: gloo between CPU processes (the tests), NCCL between GPUs (not yet run). Not
+yet: batch groups pipelined across stages (one step occupies one stage at a time), CUDA graphs across a split
+(a split model runs eagerly), a memory plan per card, overlapped scheduling (off under a split).
 """
 
 from __future__ import annotations
