@@ -15,7 +15,7 @@ from torch import nn
 
 from strata.config import EngineConfig, ModelConfig, SpecConfig, kv_cache_torch_dtype, resolve_device, resolve_dtype
 from strata.engine import pipeline_workers
-from strata.engine.memory_plan import MemoryPlan
+from strata.engine.memory_plan import CacheSizes, MemoryPlan
 from strata.experts.manager import ExpertManager, install_experts
 from strata.experts.placement import tokens_for_expert_budget
 from strata.model.decoder import CausalLM
@@ -131,6 +131,8 @@ def build_engine(config: EngineConfig, quiet: bool = False, shared: LoadedModel 
     spec = resolve_spec(config.speculative, loaded.model)
     plan = plan or _memory_plan(config, cfg, max_model_len, device, dtype, loaded.model)
     sizes = plan.cache_sizes()
+    if stage is not None:  # each stage planned its own card: every pool takes the smallest stage's size
+        sizes = _agreed(stage, sizes, device)
     if plan.sized_context and not quiet:
         print(f"max_model_len: {sizes.max_model_len} tokens, sized from the memory plan (the model allows "
               f"{max_model_len}; --max-model-len sets it)", file=sys.stderr)
@@ -183,6 +185,12 @@ def _pipeline_stage(config: EngineConfig, cfg: ModelConfig, device: str, stage_r
     pipeline.join_group(0, world, port, device)
     os.unlink(config_file)
     return pipeline.Stage(0, world, *ranges[0], cfg.num_hidden_layers, workers)
+
+
+def _agreed(stage, sizes: CacheSizes, device: str) -> CacheSizes:
+    agreed = stage.agree([sizes.num_kv_blocks, sizes.num_checkpoints, *sizes.park_rows, sizes.max_model_len,
+                          sizes.num_host_kv_blocks, *sizes.kv_staging], device)
+    return CacheSizes(agreed[0], agreed[1], (agreed[2], agreed[3]), agreed[4], agreed[5], (agreed[6], agreed[7]))
 
 
 def _memory_plan(config: EngineConfig, cfg: ModelConfig, max_model_len: int, device: str, dtype: str,

@@ -94,6 +94,13 @@ class Stage:
                 worker.kill()
         dist.destroy_process_group()
 
+    def agree(self, values: list[int], device) -> list[int]:
+        """The smallest of each value over the stages: what every stage can hold (the scheduler's block ids,
+        slots and rows are the same on every stage, so their pools must be the same size)."""
+        numbers = torch.tensor(values, dtype=torch.int64, device=device)
+        dist.all_reduce(numbers, op=dist.ReduceOp.MIN)
+        return numbers.tolist()
+
     def share_outcome(self, outcome=None):
         """The last stage's speculation outcome of a step (what it passes) -> every stage (what each gets)."""
         box = [outcome]

@@ -5,6 +5,8 @@ both stages; the other stage stops when the engine closes; bad sizes are refused
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -104,3 +106,27 @@ def test_random_weights_are_the_whole_models_on_each_stage():
     folder = "random:smollm2-135m?num_hidden_layers=4"
     batch = prompts([9, 5])
     assert run(folder, 2, None, batch, num_blocks=64)[0] == run(folder, 1, None, batch, num_blocks=64)[0]
+
+
+def _agree_in_stage(rank: int, port: int, out: str) -> None:
+    from strata.runner.pipeline import Stage, join_group
+
+    join_group(rank, 2, port, "cpu")
+    stage = Stage(rank, 2, 2 * rank, 2 * rank + 2, 4)
+    agreed = stage.agree([100 + rank, 7 - rank, 3], "cpu")
+    with open(f"{out}.{rank}", "w") as f:
+        f.write(repr(agreed))
+    torch.distributed.destroy_process_group()
+    os._exit(0)  # as the stages do: gloo's threads may abort the interpreter's own teardown
+
+
+def test_stages_agree_on_the_smallest_pools(tmp_path):
+    """Each stage plans its own card; the scheduler's block ids and rows are the same everywhere, so every pool
+    takes the smallest stage's size."""
+    import torch.multiprocessing as mp
+
+    from strata.runner.pipeline import free_port
+
+    out = str(tmp_path / "agreed")
+    mp.spawn(_agree_in_stage, args=(free_port(), out), nprocs=2)
+    assert [open(f"{out}.{rank}").read() for rank in range(2)] == ["[100, 6, 3]"] * 2
