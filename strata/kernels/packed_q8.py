@@ -173,13 +173,17 @@ def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
         return attached[:3]
     m, k = x.shape
     assert k % 128 == 0 and x.stride(1) == 1
-    q = torch.empty(m, k, dtype=torch.int8, device=x.device)
-    dx = torch.empty(m, k // 32, dtype=torch.float32, device=x.device)
-    sums = torch.empty(m, k // 16, dtype=torch.float32, device=x.device)
+    q, dx, sums = empty_rounding(m, k, x.device)
     _quantize_kernel[(m, k // 128)](x, q, dx, sums, k, x.stride(0), num_warps=2, **pdl_options(x))
     if attached is _KEEP:
         attach(x, (q, dx, sums))
     return q, dx, sums
+
+
+def empty_rounding(m: int, k: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """quantize's outputs for [M, K] rows, unwritten: q int8 [M, K], dx float32 [M, K / 32], sums float32 [M, K / 16]."""
+    return (torch.empty(m, k, dtype=torch.int8, device=device), torch.empty(m, k // 32, dtype=torch.float32, device=device),
+            torch.empty(m, k // 16, dtype=torch.float32, device=device))
 
 
 def quantize_ref(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -259,19 +263,25 @@ def moe_pairs_q8(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torc
 if triton is not None:
 
     @triton.jit
+    def round_blocks(x):
+        """Blocks of 32 values x [B, 32] (float32) -> (q [B, 32] as float32 integers in -127..127, dx [B]): the
+        rounding every 8-bit activation here gets (quantize_ref's numbers; rms_norm's launch uses it too)."""
+        amax = tl.max(tl.abs(x), axis=1)                                                        # [B]
+        inv = tl.where(amax > 0, tl.div_rn(127.0, amax), 0.0)  # IEEE division: the rounding torch does
+        scaled = x * inv[:, None]
+        q = tl.minimum(tl.floor(tl.abs(scaled) + 0.5), 127.0)
+        return tl.where(scaled < 0, -q, q), tl.div_rn(amax, 127.0)
+
+    @triton.jit
     def _quantize_kernel(x_ptr, q_ptr, dx_ptr, sums_ptr, k, stride_xm, USE_PDL: tl.constexpr):
         """One program per (row, 128 values): four blocks of 32 rounded to int8 with their scales."""
         wait_for_previous_kernel(USE_PDL)
         row, chunk = tl.program_id(0), tl.program_id(1)
         offs = chunk * 128 + tl.arange(0, 4)[:, None] * 32 + tl.arange(0, 32)[None, :]          # [4, 32]
         x = tl.load(x_ptr + row.to(tl.int64) * stride_xm + offs).to(tl.float32)
-        amax = tl.max(tl.abs(x), axis=1)                                                        # [4]
-        inv = tl.where(amax > 0, tl.div_rn(127.0, amax), 0.0)  # IEEE division: the rounding torch does
-        scaled = x * inv[:, None]
-        q = tl.minimum(tl.floor(tl.abs(scaled) + 0.5), 127.0)
-        q = tl.where(scaled < 0, -q, q)
+        q, dx = round_blocks(x)
         tl.store(q_ptr + row.to(tl.int64) * k + offs, q.to(tl.int8))
-        tl.store(dx_ptr + row.to(tl.int64) * (k // 32) + chunk * 4 + tl.arange(0, 4), tl.div_rn(amax, 127.0))
+        tl.store(dx_ptr + row.to(tl.int64) * (k // 32) + chunk * 4 + tl.arange(0, 4), dx)
         halves = tl.sum(tl.reshape(q, (8, 16)), axis=1)                                         # [8]
         tl.store(sums_ptr + row.to(tl.int64) * (k // 16) + chunk * 8 + tl.arange(0, 8), halves)
 

@@ -11,6 +11,7 @@ loading fallbacks and tests.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -74,12 +75,8 @@ class PackedWeight(nn.Module):
         """This weight with each run of adjacent segments of one type joined into one (a copy of those rows):
         on the GPU, where the bytes were copied anyway, a fused projection whose parts share a type (Q4_K_M's
         attn_q and attn_k, a shared expert's gate and up) is then one kernel launch instead of one a part."""
-        runs: list[tuple[int, list[torch.Tensor]]] = []
-        for qtype, blocks in self.segments():
-            if runs and runs[-1][0] == qtype:
-                runs[-1][1].append(blocks)
-            else:
-                runs.append((qtype, [blocks]))
+        runs = [(qtype, [blocks for _, blocks in run])
+                for qtype, run in itertools.groupby(self.segments(), key=lambda segment: segment[0])]
         if len(runs) == len(self.qtypes):
             return self
         joined = [(qtype, torch.cat(parts) if len(parts) > 1 else parts[0]) for qtype, parts in runs]
