@@ -452,12 +452,26 @@ class RunnerConfig:
 
     pipeline_parallel_size: int = _opt(
         1, "split the layers over this many processes, one per device (GPUs of one host; CPU processes over gloo "
-           "on a CPU): activations cross at the split points; steps run eagerly (no CUDA graphs) and one at a "
-           "time (no overlapped scheduling, no batch groups yet)")
+           "on a CPU): activations cross at the split points; steps run eagerly (no CUDA graphs, no overlapped "
+           "scheduling)")
+    batch_groups: int = _opt(
+        0, "with --pipeline-parallel-size: steps of this many groups of slots in flight at once, so group g runs "
+           "on stage s while group g+1 runs on stage s-1 (each group gets max_num_seqs / N slots); 0: as many "
+           "as there are stages; 1: one step at a time")
+
+    @property
+    def num_batch_groups(self) -> int:
+        """Steps in flight at once (1 without a split)."""
+        return self.batch_groups or self.pipeline_parallel_size
 
     def __post_init__(self) -> None:
         if self.pipeline_parallel_size < 1:
             raise ValueError(f"pipeline_parallel_size must be at least 1, got {self.pipeline_parallel_size}")
+        if self.batch_groups < 0:
+            raise ValueError(f"batch_groups must be 0 (auto) or more, got {self.batch_groups}")
+        if self.batch_groups > 1 and self.pipeline_parallel_size == 1:
+            raise ValueError("batch_groups above 1 needs a pipeline split (--pipeline-parallel-size 2 or more): "
+                             "without one there is no other stage to keep busy")
         if self.cpu_matmul not in CPU_MATMULS:
             raise ValueError(f"cpu_matmul must be one of {', '.join(CPU_MATMULS)}, got {self.cpu_matmul!r}")
 

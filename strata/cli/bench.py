@@ -143,7 +143,10 @@ def run_offline(args: argparse.Namespace) -> int:
                           args.hf_peer, args.prompt_seed, args.workload, args.eager_vs_graph, prefill_lens,
                           args.copy_mib, args.warmup_output_len, sync_vs_async=args.sync_vs_async,
                           decode_contexts=decode_contexts)
-    sections = bench_offline(llm, opts, baseline)
+    try:
+        sections = bench_offline(llm, opts, baseline)
+    finally:
+        llm.close()  # a pipeline split's other stages end with it
     bench_config = {"model": model, "device": llm.engine.device, "dtype": llm.engine.dtype,
                     "num_prompts": args.num_prompts, "input_len": args.input_len, "output_len": args.output_len,
                     "concurrency": list(concurrency), "repeats": args.repeats, "workload": args.workload,

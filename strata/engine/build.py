@@ -110,15 +110,15 @@ def build_engine(config: EngineConfig, quiet: bool = False, shared: LoadedModel 
                          f"max_position_embeddings {cfg.max_position_embeddings}")
     stage = _pipeline_stage(config, cfg, device, stage_rank, shared)
     if stage is not None and device.startswith("cuda"):  # a GPU per stage
-        device = f"cuda:{stage.rank}"
-        torch.cuda.set_device(stage.rank)
+        device = pipeline.stage_device(device, stage.rank, stage.world)
+        torch.cuda.set_device(device)
     plan = loaded = None
     if shared is None:
         expert_config, expert_device = config.experts, None
         if device.startswith("cuda"):  # experts that do not fit are loaded to host RAM, not the GPU
             meta = meta_model(model_class(cfg), cfg)
-            plan = _memory_plan(config, cfg, max_model_len, device, dtype, meta)
-            expert_config, expert_device = plan.expert_slots(meta, source.weight_sizes(DTYPES[dtype]))
+            plan = _memory_plan(config, cfg, max_model_len, device, dtype, meta, stage)
+            expert_config, expert_device = plan.expert_slots(meta, source.weight_sizes(DTYPES[dtype], plan.owned_layers))
         owned = range(stage.first_layer, stage.end_layer) if stage is not None else None
         model = build_model(source, device, dtype, config.runner.seed, quiet=quiet, expert_device=expert_device,
                             owned_layers=owned)
@@ -129,10 +129,10 @@ def build_engine(config: EngineConfig, quiet: bool = False, shared: LoadedModel 
     set_cpu_matmul(loaded.model, config.runner.cpu_matmul)
     tokenizer = load_tokenizer(config.model)
     spec = resolve_spec(config.speculative, loaded.model)
-    plan = plan or _memory_plan(config, cfg, max_model_len, device, dtype, loaded.model)
+    plan = plan or _memory_plan(config, cfg, max_model_len, device, dtype, loaded.model, stage)
     sizes = plan.cache_sizes()
     if stage is not None:  # each stage planned its own card: every pool takes the smallest stage's size
-        sizes = _agreed(stage, sizes, device)
+        sizes = _agreed(stage, sizes)
     if plan.sized_context and not quiet:
         print(f"max_model_len: {sizes.max_model_len} tokens, sized from the memory plan (the model allows "
               f"{max_model_len}; --max-model-len sets it)", file=sys.stderr)
@@ -176,26 +176,28 @@ def _pipeline_stage(config: EngineConfig, cfg: ModelConfig, device: str, stage_r
     if model_class(cfg).forward is not CausalLM.forward:
         raise ValueError(f"--pipeline-parallel-size: {cfg.architecture} runs its own layer loop (hyper-connections); "
                          f"splitting it is not supported yet")
-    if device.startswith("cuda") and torch.cuda.device_count() < world:
+    sharing = pipeline.shares_devices(device, world)
+    if sharing and os.environ.get("STRATA_PIPELINE_SHARE_GPUS") != "1":
         raise ValueError(f"--pipeline-parallel-size {world} needs {world} GPUs; this machine has "
-                         f"{torch.cuda.device_count()}")
+                         f"{torch.cuda.device_count()} (STRATA_PIPELINE_SHARE_GPUS=1 lets stages share one, "
+                         f"to test the split: it is slower than no split)")
     if stage_rank is not None:
-        return pipeline.Stage(stage_rank, world, *ranges[stage_rank], cfg.num_hidden_layers)
+        return pipeline.Stage(stage_rank, world, *ranges[stage_rank], cfg.num_hidden_layers, host_activations=sharing)
     workers, port, config_file = pipeline_workers.start_workers(config, world)
     pipeline.join_group(0, world, port, device)
     os.unlink(config_file)
-    return pipeline.Stage(0, world, *ranges[0], cfg.num_hidden_layers, workers)
+    return pipeline.Stage(0, world, *ranges[0], cfg.num_hidden_layers, workers, host_activations=sharing)
 
 
-def _agreed(stage, sizes: CacheSizes, device: str) -> CacheSizes:
+def _agreed(stage, sizes: CacheSizes) -> CacheSizes:
     agreed = stage.agree([sizes.num_kv_blocks, sizes.num_checkpoints, *sizes.park_rows, sizes.max_model_len,
-                          sizes.num_host_kv_blocks, *sizes.kv_staging], device)
+                          sizes.num_host_kv_blocks, *sizes.kv_staging])
     return CacheSizes(agreed[0], agreed[1], (agreed[2], agreed[3]), agreed[4], agreed[5], (agreed[6], agreed[7]))
 
 
 def _memory_plan(config: EngineConfig, cfg: ModelConfig, max_model_len: int, device: str, dtype: str,
-                 model: nn.Module) -> MemoryPlan:
-    """`model`: the loaded model or a meta model of it (shapes only)."""
+                 model: nn.Module, stage) -> MemoryPlan:
+    """`model`: the loaded model or a meta model of it (shapes only); `stage`: a pipeline stage's card."""
     torch_dtype: torch.dtype = DTYPES[dtype]
     return MemoryPlan(config, cfg, config.speculative, max_model_len, device, torch_dtype, model.has_mtp,
-                      model.recurrent_state_shapes())
+                      model.recurrent_state_shapes(), stage)

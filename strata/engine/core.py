@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 
 import torch
 
@@ -22,6 +23,14 @@ from strata.scheduler.stats import StepTimes
 from strata.types import FinishReason, Request, StructuredOutputs, TokenDelta
 
 logger = logging.getLogger(__name__)
+
+def _carries_work(plan) -> bool:
+    """Whether an empty plan still has something for the runner (slots to set up or free, truncations,
+    checkpoint saves, cache copies)."""
+    return bool(plan.new_slots or plan.finished_slot_ids or plan.truncated_block_tables or plan.checkpoint_saves
+                or plan.park_blocks or plan.restore_blocks or plan.park_checkpoints or plan.offload_blocks
+                or plan.unpark_blocks)
+
 
 class EngineCore:
     def __init__(self, config: EngineConfig, quiet: bool = False, shared: LoadedModel | None = None) -> None:
@@ -43,6 +52,9 @@ class EngineCore:
         # a pipeline split runs a step at a time: stage 0 shares each plan as it runs it
         self.async_scheduling = config.scheduler.async_scheduling and self.runner.stage is None
         self._ahead = None  # --async-scheduling: (plan, DecodeInFlight) queued but not yet read
+        # --batch-groups under a pipeline split: steps launched, not yet finished, oldest first
+        self.num_batch_groups = config.runner.num_batch_groups if self.runner.stage is not None else 1
+        self._groups: deque = deque()
         self._gpu_numbers_cache: tuple[float, dict | None] = (-1e9, None)
         if self.tokenizer is not None:
             self.runner.sampler.constraints.new_matcher = self._new_matcher
@@ -103,7 +115,8 @@ class EngineCore:
         self.runner.close()
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished()
+        """Requests to run, or batch groups' steps still in flight (an aborted request's)."""
+        return self.scheduler.has_unfinished() or bool(self._groups)
 
     def set_runtime_options(self, *, cuda_graphs: bool | None = None, async_scheduling: bool | None = None,
                             max_num_seqs: int | None = None) -> None:
@@ -124,6 +137,8 @@ class EngineCore:
         restores read and write them only then): finish a step in flight without planning the next one
         ahead, then run what is queued for the runner -> the deltas of the step finished."""
         deltas = []
+        while self._groups:
+            deltas += self._finish_oldest_group()
         if self._ahead is not None:
             self.async_scheduling, was = False, self.async_scheduling
             try:
@@ -142,6 +157,8 @@ class EngineCore:
 
     def step(self) -> list[TokenDelta]:
         started = time.perf_counter()
+        if self.num_batch_groups > 1:
+            return self._step_groups(started)
         if self._ahead is not None or self.async_scheduling:
             return self._step_overlapped(started)
         return self._step_plan(self.scheduler.schedule(), started)
@@ -203,6 +220,37 @@ class EngineCore:
         self._record_step_time(plan, result, started)
         return deltas
 
+    def _step_groups(self, started: float) -> list[TokenDelta]:
+        """--batch-groups: keep up to G steps in flight, each over slots the others do not hold (at most
+        max_num_seqs / G of them), so while the split's later stages run one group the earlier ones run the
+        next; then finish the oldest and commit it."""
+        deltas = []
+        group_slots = -(-self.scheduler.max_running // self.num_batch_groups)
+        while len(self._groups) < self.num_batch_groups:
+            plan = self.scheduler.schedule(max_slots=group_slots)
+            if plan.is_empty and self._groups and not _carries_work(plan):
+                break  # every running slot is in flight: nothing to add (an empty plan carrying work still goes)
+            try:
+                self._groups.append((plan, self.runner.launch(plan), started))
+            except Exception as e:
+                logger.exception("step %d failed", plan.step_id)
+                deltas += self._fail_step(plan, e)
+                break
+            if plan.is_empty:
+                break
+        return deltas + self._finish_oldest_group() if self._groups else deltas
+
+    def _finish_oldest_group(self) -> list[TokenDelta]:
+        plan, launched, started = self._groups.popleft()
+        try:
+            result = self.runner.finish(launched)
+        except Exception as e:
+            logger.exception("step %d failed", plan.step_id)
+            return self._fail_step(plan, e)
+        deltas = [self._process(commit) for commit in self.scheduler.update(plan, result)]
+        self._record_step_time(plan, result, started)
+        return deltas
+
     def _process(self, commit: Commit) -> TokenDelta:
         state = commit.state
         reason = commit.finish_reason
@@ -227,6 +275,7 @@ class EngineCore:
 
     def _fail_step(self, plan, error: Exception) -> list[TokenDelta]:
         self.scheduler.forget_checkpoint_saves(plan)
+        self.scheduler.land(plan)
         slot_ids = {w.slot_id for w in plan.scheduled}
         failed = [s for s in self.scheduler.running if s.slot_id in slot_ids]
         deltas = []

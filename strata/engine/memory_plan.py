@@ -62,20 +62,26 @@ class CacheSizes:
 
 class MemoryPlan:
     def __init__(self, config: EngineConfig, model_config: ModelConfig, spec: SpecConfig, max_model_len: int,
-                 device: str, dtype: torch.dtype, has_mtp: bool, recurrent_shapes: dict) -> None:
+                 device: str, dtype: torch.dtype, has_mtp: bool, recurrent_shapes: dict, stage=None) -> None:
+        """`stage`: a pipeline stage's part (runner/pipeline.py): the plan is its card's, with its own layers'
+        weights, KV and recurrent states only."""
         self.config, self.model_config, self.max_model_len = config, model_config, max_model_len
+        owns = stage.owns if stage is not None else (lambda layer: True)
+        self.owned_layers = range(stage.first_layer, stage.end_layer) if stage is not None else None
+        recurrent_shapes = {layer: shape for layer, shape in recurrent_shapes.items() if owns(layer)}
+        attention_layers = [layer for layer in model_config.full_attention_layers if owns(layer)]
         self.on_cuda = device.startswith("cuda")
         # no --max-model-len on CUDA: the plan sizes it (cache_sizes) from what the KV pool gets (not with
         # KV beyond VRAM, where host RAM holds the context and the device only each slot's window)
         self.sized_context = self.on_cuda and config.scheduler.max_model_len is None and not config.cache.kv_offload
         self.device, self.dtype, self.recurrent_shapes = device, dtype, recurrent_shapes
         cache, sched = config.cache, config.scheduler
-        self.num_kv_layers = max(len(model_config.full_attention_layers) + int(has_mtp), 1)
+        self.num_kv_layers = max(len(attention_layers) + int(has_mtp and owns(model_config.num_hidden_layers)), 1)
         self.block_bytes = KVPool.bytes_per_block(self.num_kv_layers,
                                                   cache.block_size, model_config.num_key_value_heads,
                                                   model_config.head_dim, kv_cache_torch_dtype(cache.kv_cache_dtype, dtype))
         if model_config.indexer_n_heads:  # QSA's index keys ride in the same blocks (KVPool extra_keys)
-            self.block_bytes += (len(model_config.full_attention_layers) * cache.block_size
+            self.block_bytes += (len(attention_layers) * cache.block_size
                                  * model_config.indexer_head_dim * dtype.itemsize)
         window = 1 + (spec.num_speculative_tokens if spec.enabled else 0)
         # KV beyond VRAM: device blocks one slot holds at most (scheduler/kv_offload.py)
@@ -129,7 +135,7 @@ class MemoryPlan:
         experts = self.config.experts
         if not self.on_cuda:
             return experts, None
-        sizes = sizes or weight_sizes(meta, self.dtype)
+        sizes = sizes or weight_sizes(meta, self.dtype, self.owned_layers)
         resident = experts.num_slots(sizes.num_experts)
         if experts.is_auto and sizes.num_experts:
             resident = self.auto_expert_slots = self._auto_expert_slots(sizes)

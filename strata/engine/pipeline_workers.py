@@ -39,17 +39,19 @@ def _worker_main(config_path: str, rank: int, world: int, port: int) -> None:
 
     with open(config_path, "rb") as f:
         config = pickle.load(f)
-    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
+    parent = os.getppid()
+    threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
     join_group(rank, world, port, config.runner.device)
     status = 1
     try:
         parts = build_engine(config, quiet=True, stage_rank=rank)
-        runner = parts.runner
-        while (plan := runner.stage.next_plan()) is not None:
-            runner.execute(plan)
+        parts.runner.follow()
         status = 0
     except Exception:  # stage 0 sees its peer gone at its next collective
-        logger.exception("pipeline stage %d failed", rank)
+        if os.getppid() != parent:  # the engine's process ended without closing the split: nothing failed here
+            status = 0
+        else:
+            logger.exception("pipeline stage %d failed", rank)
     finally:
         dist.destroy_process_group()
         # straight out: the process group's threads may otherwise abort the interpreter's own teardown

@@ -76,6 +76,13 @@ class DecoderLayer(nn.Module):
 _OWNED_LAYERS: contextvars.ContextVar[range | None] = contextvars.ContextVar("owned_layers", default=None)
 
 
+def outside_layers(name: str, owned: range | None) -> bool:
+    """Whether checkpoint or parameter `name` belongs to a decoder layer outside `owned` (None: every layer is
+    owned; embeddings, final norm, LM head and MTP head belong to no layer)."""
+    m = _LAYER_INDEX.match(text_model_name(name)) if owned is not None else None
+    return m is not None and int(m.group(1)) not in owned
+
+
 @contextlib.contextmanager
 def owning_layers(layers: range | None):
     """Models built inside get real weights for `layers` only (None: every layer)."""
@@ -180,9 +187,7 @@ class CausalLM(nn.Module):
     @staticmethod
     def _other_stages_layer(name: str) -> bool:
         """A tensor of a layer another pipeline stage owns, while a stage loads (see owning_layers)."""
-        owned = _OWNED_LAYERS.get()
-        m = _LAYER_INDEX.match(text_model_name(name)) if owned is not None else None
-        return m is not None and int(m.group(1)) not in owned
+        return outside_layers(name, _OWNED_LAYERS.get())
 
     def checkpoint_targets(self, name: str, tensor: torch.Tensor) -> list[tuple[str, tuple, torch.Tensor]]:
         """Map one checkpoint tensor to (parameter name, index into that parameter, values)."""

@@ -11,9 +11,10 @@ because the scheduler may hand a freed slot id to a new request in the same plan
 from __future__ import annotations
 
 import itertools
+from collections import deque
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -58,6 +59,18 @@ class RestoreFailed(RuntimeError):
     def __init__(self, slot_ids: list[int]) -> None:
         super().__init__(f"prefix restore failed for slots {slot_ids}")
         self.slot_ids = slot_ids
+
+
+@dataclass
+class LaunchedStep:
+    """A step launched and not yet finished (ModelRunner.launch / finish)."""
+
+    plan: StepPlan
+    spec: object = None            # the speculation outcome, where this process computed it
+    window_states: dict | None = None
+    expert_pairs: dict = field(default_factory=dict)
+    started: float = 0.0
+    forward_done: float = 0.0
 
 
 class ModelRunner:
@@ -140,29 +153,61 @@ class ModelRunner:
         self.table_arrays = TableArrays()  # their numpy copies, reused while a list is unchanged
         self.scratch = ForwardScratch()  # reset by every eager step's input builder
         self.speculation = Speculator(spec, model, self.sampler, self.state_pool.caches, self._mtp_context, seed)
+        self._finished_through = -1  # the last step finished (a split's other stages follow it)
 
     @torch.inference_mode()
     def execute(self, plan: StepPlan) -> StepResult:
-        if self.stage is not None and self.stage.is_first:
-            self.stage.share_plan(plan)
+        return self.finish(self.launch(plan))
+
+    @torch.inference_mode()
+    def launch(self, plan: StepPlan) -> LaunchedStep:
+        """Run `plan` as far as this process can without the step's outcome: the whole step on one process or
+        a split's last stage; the forward of its own layers elsewhere (finish reads the outcome). Under a
+        split, steps are finished in the order they were launched."""
+        stage = self.stage
+        if stage is not None and stage.is_first:
+            stage.share_plan(plan, self._finished_through)
         self._update_slots(plan)
         if plan.is_empty:
-            return StepResult(plan.step_id, [])
+            return LaunchedStep(plan)
         inputs, hidden, expert_pairs, started = self._queue_forward(plan)  # hidden [T, D]
-        forward_done = time.perf_counter()
-        window_states = inputs.ctx.scratch.window_states if self._has_windows(plan) else None
-        if self.stage is None or self.stage.is_last:
-            spec = self.speculation.step(plan.scheduled, inputs.query_starts, inputs.input_ids, hidden, inputs.ctx,
-                                         self.block_tables, window_states)
-            if self.stage is not None:
-                self.stage.share_outcome(spec)
-        else:  # the last stage sampled and verified: roll this stage's layers back to what it accepted
+        step = LaunchedStep(plan, expert_pairs=expert_pairs, started=started, forward_done=time.perf_counter())
+        # a dict of its own per forward (ForwardScratch.reset): later steps launched meanwhile leave it be
+        step.window_states = inputs.ctx.scratch.window_states if self._has_windows(plan) else None
+        if stage is None or stage.is_last:
+            step.spec = self.speculation.step(plan.scheduled, inputs.query_starts, inputs.input_ids, hidden,
+                                              inputs.ctx, self.block_tables, step.window_states)
+            if stage is not None:
+                stage.share_outcome(step.spec)
+        return step
+
+    def finish(self, step: LaunchedStep) -> StepResult:
+        """A launched step's result; on a split's stages before the last, its outcome is read first and this
+        stage's layers are rolled back to what the last stage accepted."""
+        self._finished_through = step.plan.step_id
+        if step.plan.is_empty:
+            return StepResult(step.plan.step_id, [])
+        spec = step.spec
+        if spec is None:
             spec = self.stage.share_outcome()
             commit_outcomes(spec.outcomes, self.sampler, self.speculation.drafter, self.state_pool.caches,
-                            window_states)
-        return StepResult(plan.step_id, spec.slots, forward_seconds=forward_done - started,
+                            step.window_states)
+        return StepResult(step.plan.step_id, spec.slots, forward_seconds=step.forward_done - step.started,
                           sample_seconds=spec.verify_seconds, draft_seconds=spec.draft_seconds,
-                          expert_pairs=expert_pairs)
+                          expert_pairs=step.expert_pairs)
+
+    @torch.inference_mode()
+    def follow(self) -> None:
+        """A split's stages 1..N-1: run the plans stage 0 shares, in its order, reading each step's outcome
+        where stage 0 has read it, until it says stop."""
+        in_flight: deque[LaunchedStep] = deque()
+        while True:
+            plan, finished_through = self.stage.next_plan()
+            while in_flight and in_flight[0].plan.step_id <= finished_through:
+                self.finish(in_flight.popleft())
+            if plan is None:
+                return
+            in_flight.append(self.launch(plan))
 
     def _queue_forward(self, plan: StepPlan, feed: torch.Tensor | None = None
                        ) -> tuple[StepInputs, torch.Tensor, dict, float]:

@@ -10,14 +10,21 @@ stage owns the final norm, the LM head and the MTP head: it samples, verifies an
 the step's outcome with every stage (`share_outcome`), so each rolls its own recurrent layers back to the
 accepted prefix and stage 0 commits the tokens.
 
-torch.distributed carries it: gloo between CPU processes (the tests), NCCL between GPUs (not yet run). Not
-yet: batch groups pipelined across stages (one step occupies one stage at a time), CUDA graphs across a split
-(a split model runs eagerly), a memory plan per card, overlapped scheduling (off under a split).
+Batch groups (--batch-groups): stage 0 keeps up to G steps in flight, each over its own group of slots; a
+stage never waits for its sends (activations, plans, outcomes: `isend`), so while the last stage computes
+group g, stage 0 already runs group g+1. Every stage runs the plans in stage 0's order and reads a step's
+outcome when stage 0 says it has (`share_plan`'s `finished_through`), so every stage's caches see the same
+sequence of operations.
+
+torch.distributed carries it: gloo between CPU processes (the tests) and for plans and outcomes; NCCL for the
+activations between GPUs (not yet run on two GPUs). Not yet: CUDA graphs across a split (a split model runs
+eagerly), overlapped scheduling (off under a split).
 """
 
 from __future__ import annotations
 
 import datetime
+import pickle
 import socket
 from dataclasses import dataclass, field
 
@@ -34,6 +41,9 @@ def layer_ranges(num_layers: int, world: int) -> list[tuple[int, int]]:
     return [(end - base - (1 if r < extra else 0), end) for r, end in enumerate(ends)]
 
 
+_PLAN, _OUTCOME = 1, 2  # message tags on the control group
+
+
 @dataclass
 class Stage:
     rank: int
@@ -42,6 +52,13 @@ class Stage:
     end_layer: int
     num_layers: int
     workers: list = field(default_factory=list)  # stage 0: the other stages' processes
+    control: object = None  # the gloo group plans and outcomes travel on (join_group)
+    host_activations: bool = False  # activations cross through host memory (stages sharing a GPU: gloo)
+    _sends: list = field(default_factory=list)  # (work, tensors it reads) of sends not yet known complete
+
+    def __post_init__(self) -> None:
+        if self.control is None:
+            self.control = _control
 
     @property
     def is_first(self) -> bool:
@@ -55,38 +72,69 @@ class Stage:
         """Whether this stage keeps `layer`'s caches (the MTP layer, numbered num_layers, is the last stage's)."""
         return self.first_layer <= layer < self.end_layer or (layer >= self.num_layers and self.is_last)
 
+    # ---- sends never wait: a stage goes on with the next group while its last output travels ----------
+
+    def _send(self, tensors: list[torch.Tensor], dst: int, group=None, tag: int = 0) -> None:
+        for tensor in tensors:
+            self._sends.append((dist.isend(tensor, dst, group=group, tag=tag), tensor))
+        self._sends = [(work, t) for work, t in self._sends if not work.is_completed()]
+
+    def _send_object(self, obj, dst: int, tag: int) -> None:
+        data = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
+        self._send([torch.tensor([data.numel()], dtype=torch.int64), data], dst, self.control, tag)
+
+    def _recv_object(self, src: int, tag: int):
+        size = torch.empty(1, dtype=torch.int64)
+        dist.recv(size, src, group=self.control, tag=tag)
+        data = torch.empty(int(size), dtype=torch.uint8)
+        dist.recv(data, src, group=self.control, tag=tag)
+        return pickle.loads(data.numpy().tobytes())
+
     # ---- activations --------------------------------------------------------------------------------
 
     def pass_on(self, hidden: torch.Tensor, residual: torch.Tensor) -> None:
         """hidden [T, D] and residual [T, D] at this stage's end -> the next stage."""
-        dist.send(hidden.contiguous(), self.rank + 1)
-        dist.send(residual.contiguous(), self.rank + 1)
+        tensors = [hidden.contiguous(), residual.contiguous()]
+        if self.host_activations:
+            tensors = [t.cpu() for t in tensors]
+        self._send(tensors, self.rank + 1)
 
     def take_over(self, num_tokens: int, dim: int, dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
         """The previous stage's hidden [T, D] and residual [T, D]."""
-        hidden = torch.empty(num_tokens, dim, dtype=dtype, device=device)
-        residual = torch.empty(num_tokens, dim, dtype=dtype, device=device)
+        where = "cpu" if self.host_activations else device
+        hidden = torch.empty(num_tokens, dim, dtype=dtype, device=where)
+        residual = torch.empty(num_tokens, dim, dtype=dtype, device=where)
         dist.recv(hidden, self.rank - 1)
         dist.recv(residual, self.rank - 1)
-        return hidden, residual
+        return hidden.to(device), residual.to(device)
 
     # ---- plans and outcomes ----------------------------------------------------------------------------
 
-    def share_plan(self, plan) -> None:
-        """Stage 0: the plan about to run (None: stop) -> every other stage."""
-        dist.broadcast_object_list([plan], src=0)
+    def share_plan(self, plan, finished_through: int = -1) -> None:
+        """Stage 0: the plan about to run (None: stop) and the last step it has finished (read its outcome of;
+        plans finish in the order they run) -> every other stage."""
+        for dst in range(1, self.world):
+            self._send_object((plan, finished_through), dst, _PLAN)
 
-    def next_plan(self):
-        """The other stages: the next plan stage 0 runs (None: stop)."""
-        box = [None]
-        dist.broadcast_object_list(box, src=0)
-        return box[0]
+    def next_plan(self) -> tuple:
+        """The other stages: (the next plan stage 0 runs (None: stop), the last step it has finished)."""
+        return self._recv_object(0, _PLAN)
+
+    def share_outcome(self, outcome=None):
+        """The last stage's speculation outcome of a step (what it passes) -> every stage (what each gets)."""
+        if self.is_last:
+            for dst in range(self.world - 1):
+                self._send_object(outcome, dst, _OUTCOME)
+            return outcome
+        return self._recv_object(self.world - 1, _OUTCOME)
 
     def close(self, timeout: float = 30.0) -> None:
         """Stage 0: stop every other stage and leave the group (once)."""
         if not dist.is_initialized():
             return
         self.share_plan(None)
+        for work, _ in self._sends:
+            work.wait()
         for worker in self.workers:
             try:
                 worker.wait(timeout)
@@ -94,18 +142,12 @@ class Stage:
                 worker.kill()
         dist.destroy_process_group()
 
-    def agree(self, values: list[int], device) -> list[int]:
+    def agree(self, values: list[int]) -> list[int]:
         """The smallest of each value over the stages: what every stage can hold (the scheduler's block ids,
         slots and rows are the same on every stage, so their pools must be the same size)."""
-        numbers = torch.tensor(values, dtype=torch.int64, device=device)
-        dist.all_reduce(numbers, op=dist.ReduceOp.MIN)
+        numbers = torch.tensor(values, dtype=torch.int64)
+        dist.all_reduce(numbers, op=dist.ReduceOp.MIN, group=self.control)
         return numbers.tolist()
-
-    def share_outcome(self, outcome=None):
-        """The last stage's speculation outcome of a step (what it passes) -> every stage (what each gets)."""
-        box = [outcome]
-        dist.broadcast_object_list(box, src=self.world - 1)
-        return box[0]
 
 
 def free_port() -> int:
@@ -114,11 +156,33 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def join_group(rank: int, world: int, port: int, device: str) -> None:
-    """Join the split's process group. No collective timeout to speak of: an idle server's stages wait for
-    the next plan as long as it takes (a stage whose peer died sees the connection close instead)."""
-    backend = "nccl" if str(device).startswith("cuda") else "gloo"
-    if backend == "nccl":  # a GPU per stage (NCCL wants each rank's device current before its first collective)
-        torch.cuda.set_device(rank)
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(days=365))
+def shares_devices(device: str, world: int) -> bool:
+    """Whether the stages of a GPU split share GPUs (fewer GPUs than stages, allowed with
+    STRATA_PIPELINE_SHARE_GPUS=1: a test of the split on one card, not a speed-up)."""
+    return str(device).startswith("cuda") and torch.cuda.device_count() < world
+
+
+def stage_device(device: str, rank: int, world: int) -> str:
+    """The device a stage runs on: a GPU per stage (round robin where they share), the CPU as given."""
+    if not str(device).startswith("cuda"):
+        return device
+    return f"cuda:{rank % torch.cuda.device_count()}"
+
+
+def join_group(rank: int, world: int, port: int, device: str):
+    """Join the split's process group -> the gloo group for plans and outcomes. Activations go over NCCL
+    when each stage has a GPU of its own, else over gloo. No collective timeout to speak of: an idle
+    server's stages wait for the next plan as long as it takes (a stage whose peer died sees the connection
+    close instead)."""
+    nccl = str(device).startswith("cuda") and not shares_devices(device, world)
+    if str(device).startswith("cuda"):  # NCCL wants each rank's device current before its first collective
+        torch.cuda.set_device(stage_device(device, rank, world))
+    timeout = datetime.timedelta(days=365)
+    dist.init_process_group("nccl" if nccl else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, timeout=timeout)
+    global _control
+    _control = dist.new_group(backend="gloo", timeout=timeout) if nccl else dist.group.WORLD
+    return _control
+
+
+_control = None  # this process's control group, once it has joined (join_group)

@@ -79,6 +79,8 @@ class Scheduler:
         self.waiting: deque[RequestState] = deque()
         self.running: list[RequestState] = []
         self.requests: dict[str, RequestState] = {}
+        self.in_flight: set[int] = set()  # batch groups: slots of steps planned and not yet updated
+        self._draining: set[int] = set()  # slots of ended requests whose step is still in flight
         self._pending_new: list[NewSlotData] = []
         self._pending_freed: list[int] = []
         self._pending_truncated: dict[int, int] = {}
@@ -143,18 +145,22 @@ class Scheduler:
 
     # ---- one step --------------------------------------------------------------------------------
 
-    def schedule(self) -> StepPlan:
+    def schedule(self, max_slots: int | None = None) -> StepPlan:
+        """The next step. `max_slots` (batch groups under a pipeline split): a step of at most this many
+        slots, leaving out slots whose step is still in flight (planned, not yet updated); its own slots are
+        then in flight until `update`."""
         self.prefix.pins.expire()
         budget = self.config.max_num_batched_tokens
         if self.expert_token_budget is not None:  # bound the experts a step touches (offloaded experts)
             budget = min(budget, max(self.expert_token_budget, len(self.running)))
         scheduled: list[ScheduledSlot] = []
+        room = max_slots if max_slots is not None else self.config.max_num_seqs
         self._begin_planning()
         for state in list(self.running):
-            if budget == 0:
+            if budget == 0 or len(scheduled) == room:
                 break
-            if state.status is not Status.RUNNING:
-                continue  # preempted earlier in this loop to make room for an older request
+            if state.status is not Status.RUNNING or state.slot_id in self.in_flight:
+                continue  # preempted earlier in this loop to make room for an older request, or in flight
             num_new = self._chunk(state, budget)
             drafts = self._drafts_for(state, budget) if num_new == 1 and state.output_token_ids else []
             offloaded = self._offload(state, num_new + len(drafts))
@@ -163,7 +169,8 @@ class Scheduler:
                 continue  # preempted (or waiting for blocks): it is back in the waiting queue
             scheduled.append(self._slot_work(state, num_new, new_blocks, drafts, offloaded))
             budget -= num_new + len(drafts)
-        while budget > 0 and self.waiting and self.free_slots and len(self.running) < self.max_running:
+        while budget > 0 and self.waiting and self.free_slots and len(self.running) < self.max_running \
+                and len(scheduled) < room:
             state = self._next_waiting()
             if not self._try_admit(state, budget):
                 break
@@ -171,6 +178,8 @@ class Scheduler:
             new_blocks = self._try_grow(state, num_new)
             scheduled.append(self._slot_work(state, num_new, new_blocks))
             budget -= num_new
+        if max_slots is not None:
+            self.in_flight.update(work.slot_id for work in scheduled)
         return self._make_plan(scheduled)
 
     def schedule_ahead(self, plan: StepPlan) -> StepPlan | None:
@@ -260,7 +269,18 @@ class Scheduler:
         if plan.scheduled and all(w.sample and w.num_new_tokens == 1 + len(w.draft_token_ids) for w in plan.scheduled):
             self.planner.observe_step(plan.num_tokens, seconds)
 
+    def land(self, plan: StepPlan) -> None:
+        """Batch groups: `plan` is no longer in flight (updated or failed): its slots may be planned again,
+        and those of requests that ended meanwhile are free now."""
+        for work in plan.scheduled:
+            self.in_flight.discard(work.slot_id)
+            if work.slot_id in self._draining:
+                self._draining.remove(work.slot_id)
+                self._pending_freed.append(work.slot_id)
+                self.free_slots.append(work.slot_id)
+
     def update(self, plan: StepPlan, result: StepResult) -> list[Commit]:
+        self.land(plan)
         by_slot = {r.slot_id: r for r in result.slots}
         running_by_slot = {s.slot_id: s for s in self.running}
         commits = []
@@ -461,7 +481,8 @@ class Scheduler:
         needed = blocks_needed(state.num_computed_tokens + num_new + self.lookahead,
                                self.block_size) - state.num_blocks
         while not self.allocator.can_allocate(needed):
-            victim = self.running[-1]
+            # the newest request not in flight (batch groups), else `state` itself waits
+            victim = next((s for s in reversed(self.running) if s.slot_id not in self.in_flight), state)
             self._preempt(victim)
             if victim is state:
                 return None
@@ -488,8 +509,11 @@ class Scheduler:
         state.block_ids = []
         if self.offload is not None:
             self.offload.release(state)
-        self._pending_freed.append(state.slot_id)
-        self.free_slots.append(state.slot_id)
+        if state.slot_id in self.in_flight:  # batch groups: its step still runs; the slot is free after it
+            self._draining.add(state.slot_id)
+        else:
+            self._pending_freed.append(state.slot_id)
+            self.free_slots.append(state.slot_id)
         state.slot_id = None
 
 

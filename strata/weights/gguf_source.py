@@ -89,9 +89,13 @@ class GGUFSource:
     def num_tensors(self) -> int:
         return len({piece.hf_name for _, _, piece in self.plan})
 
-    def weight_sizes(self, dtype: torch.dtype) -> WeightSizes:
-        """The weights' bytes as they will load (strata.weights.loaded_sizes)."""
-        return loaded_sizes(self._entries(), dtype, self.experts_packed)
+    def weight_sizes(self, dtype: torch.dtype, owned: range | None = None) -> WeightSizes:
+        """The weights' bytes as they will load (strata.weights.loaded_sizes); `owned`: a pipeline stage's
+        layers (the others' are left out)."""
+        from strata.model.decoder import outside_layers
+
+        entries = [e for e in self._entries() if not outside_layers(e.hf_name, owned)]
+        return loaded_sizes(entries, dtype, self.experts_packed)
 
     def _entries(self) -> list[TensorEntry]:
         return [TensorEntry(tensor.name, piece.hf_name, int(tensor.n_elements) // piece.share,

@@ -51,7 +51,7 @@ class HFSource:
                 total += len(f.keys())
         return total
 
-    def weight_sizes(self, dtype: torch.dtype) -> None:
+    def weight_sizes(self, dtype: torch.dtype, owned: range | None = None) -> None:
         return None  # the model's parameters in dtype
 
     def tensors(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:

@@ -107,7 +107,7 @@ class RandomSource:
     def num_tensors(self) -> int:
         return 0
 
-    def weight_sizes(self, dtype: torch.dtype) -> None:
+    def weight_sizes(self, dtype: torch.dtype, owned: range | None = None) -> None:
         return None  # the model's parameters in dtype
 
     def tensors(self, dtype: torch.dtype):

@@ -36,7 +36,7 @@ class WeightSource(Protocol):
 
     def num_tensors(self) -> int: ...
 
-    def weight_sizes(self, dtype: torch.dtype) -> WeightSizes | None:
+    def weight_sizes(self, dtype: torch.dtype, owned: range | None = None) -> WeightSizes | None:
         """The weights' bytes as they will load, where the source knows them better than the model's dense
         parameters in `dtype` do (GGUF blocks); None: those parameters (the memory plan's meta model)."""
         ...

@@ -255,3 +255,37 @@ def test_the_default_host_kv_tier_fits_a_64_gb_host(monkeypatch, host_gib):
     given = plan(cfg.max_position_embeddings, kv_host_mib=20000)
     assert given._num_host_kv_blocks() == 20000 * 2**20 // given.block_bytes
     assert given.numbers["host_kv_sizing"] == "--kv-host-mib 20000"
+
+
+def test_a_pipeline_stage_plans_its_own_card_for_its_own_layers(monkeypatch):
+    """--pipeline-parallel-size 2 on two 24 GB cards (issue 27): each stage's plan counts only its own layers'
+    weights, KV and recurrent states, so each card holds more than half of the experts one card would, and
+    the two cards together more than twice as many; the KV block of a stage holds its own attention layers
+    (the MTP layer's KV is the last stage's)."""
+    from strata.engine import memory_plan
+    from strata.runner.pipeline import Stage, layer_ranges
+
+    spec = "random:qwen3-next-80b-a3b?num_hidden_layers=24"
+    config = EngineConfig(model=spec)
+    cfg = open_source(spec).model_config()
+    meta = meta_model(model_class(cfg), cfg)
+    monkeypatch.setattr(memory_plan, "host_available_bytes", lambda: 512 * GiB)
+    allowed = int(24 * GiB * config.runner.gpu_memory_utilization)
+
+    def plan_for(stage):
+        plan = MemoryPlan(config, cfg, config.speculative, 4096, "cuda", torch.bfloat16, meta.has_mtp,
+                          meta.recurrent_state_shapes(), stage)
+        monkeypatch.setattr(plan, "_budget", lambda: GpuBudget(24 * GiB, allowed, GiB // 2))
+        plan.expert_slots(meta)
+        return plan
+
+    whole = plan_for(None)
+    stages = [plan_for(Stage(rank, 2, *layers, cfg.num_hidden_layers))
+              for rank, layers in enumerate(layer_ranges(cfg.num_hidden_layers, 2))]
+    assert whole.numbers["total_experts"] == 25 * 512  # 24 layers + MTP
+    # the MTP head's weights load on every stage (only the last one drafts with it)
+    assert [p.numbers["total_experts"] for p in stages] == [13 * 512, 13 * 512]
+    assert all(p.auto_expert_slots < p.numbers["total_experts"] for p in [whole, *stages])  # a partial cache each
+    assert sum(p.auto_expert_slots for p in stages) > 2 * whole.auto_expert_slots
+    assert [p.num_kv_layers for p in stages] == [3, 4] and whole.num_kv_layers == 7  # 6 attention layers + MTP
+    assert sum(p.state_row_bytes for p in stages) == whole.state_row_bytes

@@ -22,10 +22,12 @@ def prompts(lengths) -> list[list[int]]:
     return [torch.randint(3, 160, (n,), generator=torch.Generator().manual_seed(n)).tolist() for n in lengths]
 
 
-def run(folder: str, stages: int, spec: dict | None, batch: list[list[int]], num_blocks: int = 0):
+def run(folder: str, stages: int, spec: dict | None, batch: list[list[int]], num_blocks: int = 0, groups: int = 1,
+        device: str = "cpu", dtype: str = "float32"):
     """Request i arrives at step i; -> (each request's tokens, the engine's cached prompt tokens, free blocks)."""
     config = EngineConfig(
-        model=folder, runner=RunnerConfig(device="cpu", dtype="float32", pipeline_parallel_size=stages),
+        model=folder, runner=RunnerConfig(device=device, dtype=dtype, pipeline_parallel_size=stages,
+                                          batch_groups=groups, cuda_graphs=False),
         scheduler=SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64, max_model_len=128),
         cache=CacheConfig(block_size=4, num_gpu_blocks=num_blocks, conversation_cache_mib=4),
         speculative=SpecConfig.from_json(spec))
@@ -39,6 +41,7 @@ def run(folder: str, stages: int, spec: dict | None, batch: list[list[int]], num
         assert all(p.is_meta == (i not in owned) for i, layer in enumerate(layers) for p in layer.parameters())
     try:
         outputs, cached, preempted, step = {i: [] for i in range(len(batch))}, 0, 0, 0
+        run.overlapped = 0  # steps after which another step was still in flight (batch groups)
         while step == 0 or core.has_unfinished() or step <= len(batch):
             if step < len(batch):
                 core.add_request(Request(str(step), batch[step], GREEDY))
@@ -47,6 +50,7 @@ def run(folder: str, stages: int, spec: dict | None, batch: list[list[int]], num
                 if delta.finished:
                     cached += delta.num_cached_tokens
                     preempted += delta.metrics["num_preemptions"]
+            run.overlapped += bool(core._groups)
             step += 1
         return ([outputs[i] for i in range(len(batch))], cached, core.scheduler.stats.num_draft_tokens, preempted,
                 core.scheduler.allocator.num_free, core.scheduler.cache_stats.as_dict())
@@ -91,6 +95,81 @@ def test_two_stages_give_one_process_tokens(family, spec, tiny_model_dir):
     assert free_two == free_one == 40
 
 
+@pytest.mark.parametrize("family, spec", [
+    ("llama", None),
+    ("qwen3_next+mtp", {"method": "mtp", "num_speculative_tokens": 3, "adaptive": False}),
+    ("qwen3_next+mtp", {"method": "suffix", "num_speculative_tokens": 3, "adaptive": False}),
+], ids=["llama", "qwen3_next-mtp", "qwen3_next-suffix"])
+def test_batch_groups_in_flight_give_one_process_tokens(family, spec, tiny_model_dir):
+    """Two groups of slots in flight at once over two stages (stage 0 runs one group's step while the last
+    stage runs the other's): each request's greedy tokens are still the one-process ones, with preemption
+    (never of a request in flight), prefix reuse, a hybrid's checkpoints and verification windows."""
+    batch = prompts([23, 11, 40, 17, 9, 30])
+    batch.append(batch[0] + [7, 8, 9])
+    folder = tiny_model_dir(family)
+    one = run(folder, 1, spec, batch, num_blocks=40)
+    grouped = run(folder, 2, spec, batch, num_blocks=40, groups=2)
+    assert run.overlapped > 10  # most steps finished with the other group's still running
+    assert grouped[0] == one[0]
+    assert grouped[1] > 0 and grouped[3] > 0  # prefix reused; preempted for blocks
+    assert grouped[4] == 40  # every block back
+
+
+def test_a_request_ended_while_its_group_runs_frees_its_slot_after_the_step(tiny_model_dir):
+    """An abort lands while the request's step is in flight: its slot is not handed out until that step is
+    finished (a new request would otherwise get the old one's outcome), and the other requests go on."""
+    folder = tiny_model_dir("llama")
+    config = EngineConfig(
+        model=folder, runner=RunnerConfig(device="cpu", dtype="float32", pipeline_parallel_size=2, batch_groups=2),
+        scheduler=SchedulerConfig(max_num_seqs=2, max_num_batched_tokens=64, max_model_len=128),
+        cache=CacheConfig(block_size=4, num_gpu_blocks=40))
+    core = EngineCore(config, quiet=True)
+    try:
+        batch = prompts([12, 14, 16])
+        for i, ids in enumerate(batch[:2]):
+            core.add_request(Request(str(i), ids, GREEDY))
+        outputs = {str(i): [] for i in range(3)}
+        for delta in core.step():
+            outputs[delta.request_id] += delta.new_token_ids
+        assert core._groups and core.scheduler.in_flight  # one group's step still runs
+        victim = str(int(core._groups[0][0].scheduled[0].slot_id != core.scheduler.requests["0"].slot_id))
+        slot = core.scheduler.requests[victim].slot_id
+        core.abort_request(victim)
+        assert slot not in core.scheduler.free_slots  # held until its step is finished
+        core.add_request(Request("2", batch[2], GREEDY))
+        while core.has_unfinished():
+            for delta in core.step():
+                outputs[delta.request_id] += delta.new_token_ids
+        alone = run(folder, 1, None, [batch[int(i)] for i in ("0", "1", "2") if i != victim], num_blocks=40)[0]
+        assert [outputs[i] for i in ("0", "1", "2") if i != victim] == alone
+        assert core.scheduler.allocator.num_free == 40 and not core.scheduler.in_flight
+    finally:
+        core.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family, spec, dtype, groups", [
+    ("llama", None, "float32", 2),
+    ("qwen3_next+mtp", {"method": "mtp", "num_speculative_tokens": 3, "adaptive": False}, "float32", 2),
+    ("bundled", None, "bfloat16", 1),
+    ("bundled", {"method": "suffix", "num_speculative_tokens": 3, "adaptive": False}, "bfloat16", 2),
+], ids=["llama", "qwen3_next-mtp", "packed-q4_1", "packed-q4_1-suffix-groups"])
+def test_two_stages_sharing_one_gpu_give_one_process_tokens(family, spec, dtype, groups, tiny_model_dir,
+                                                            bundled_gguf, monkeypatch):
+    """The split on one card (STRATA_PIPELINE_SHARE_GPUS: two processes on cuda:0, activations through host
+    memory over gloo), eager like a split: the one-process tokens, on float weights and on the bundled
+    GGUF's packed Q4_1 blocks (bf16 activations), with batch groups in flight."""
+    monkeypatch.setenv("STRATA_PIPELINE_SHARE_GPUS", "1")
+    folder = bundled_gguf if family == "bundled" else tiny_model_dir(family)
+    batch = prompts([23, 11, 40, 17])
+    batch.append(batch[0] + [7, 8, 9])
+    one = run(folder, 1, spec, batch, num_blocks=40, device="cuda", dtype=dtype)
+    two = run(folder, 2, spec, batch, num_blocks=40, groups=groups, device="cuda", dtype=dtype)
+    assert two[0] == one[0] and two[4] == 40
+    if groups == 1:
+        assert two[1:] == one[1:]
+
+
 def test_a_split_is_refused_where_it_cannot_run(tiny_model_dir):
     config = EngineConfig(model=tiny_model_dir("llama"), runner=RunnerConfig(device="cpu", dtype="float32",
                                                                           pipeline_parallel_size=64))
@@ -98,6 +177,8 @@ def test_a_split_is_refused_where_it_cannot_run(tiny_model_dir):
         EngineCore(config, quiet=True)
     with pytest.raises(ValueError, match="at least 1"):
         RunnerConfig(pipeline_parallel_size=0)
+    with pytest.raises(ValueError, match="batch_groups above 1 needs a pipeline split"):
+        RunnerConfig(batch_groups=2)
 
 
 def test_random_weights_are_the_whole_models_on_each_stage():
@@ -113,7 +194,7 @@ def _agree_in_stage(rank: int, port: int, out: str) -> None:
 
     join_group(rank, 2, port, "cpu")
     stage = Stage(rank, 2, 2 * rank, 2 * rank + 2, 4)
-    agreed = stage.agree([100 + rank, 7 - rank, 3], "cpu")
+    agreed = stage.agree([100 + rank, 7 - rank, 3])
     with open(f"{out}.{rank}", "w") as f:
         f.write(repr(agreed))
     torch.distributed.destroy_process_group()
