@@ -123,6 +123,8 @@ class EngineCore:
         """Switches a benchmark flips between runs of one engine (None: leave as is): CUDA graphs on or
         off (off only where they were built), overlapped scheduling, and fewer concurrent slots than the
         engine was built for. Only between steps: nothing may be in flight."""
+        while self._groups and not self.scheduler.has_unfinished():  # steps of requests that ended meanwhile
+            self._finish_oldest_group()
         if self.has_unfinished() or self._ahead is not None:
             raise RuntimeError("set_runtime_options needs an idle engine: requests are still running")
         if cuda_graphs is not None:

@@ -42,6 +42,7 @@ def layer_ranges(num_layers: int, world: int) -> list[tuple[int, int]]:
 
 
 _PLAN, _OUTCOME = 1, 2  # message tags on the control group
+_HEAD = 4096  # bytes of an object's first message
 
 
 @dataclass
@@ -79,34 +80,42 @@ class Stage:
             self._sends.append((dist.isend(tensor, dst, group=group, tag=tag), tensor))
         self._sends = [(work, t) for work, t in self._sends if not work.is_completed()]
 
+    # an object travels as one message of _HEAD bytes (its length, then its first bytes) and, when longer, one
+    # more with the rest: a decode step's plan or outcome is one small message (two back to back on one socket
+    # can wait for a delayed acknowledgement)
     def _send_object(self, obj, dst: int, tag: int) -> None:
-        data = torch.frombuffer(bytearray(pickle.dumps(obj)), dtype=torch.uint8)
-        self._send([torch.tensor([data.numel()], dtype=torch.int64), data], dst, self.control, tag)
+        data = pickle.dumps(obj)
+        head = torch.zeros(_HEAD, dtype=torch.uint8)
+        head[:8] = torch.tensor([len(data)], dtype=torch.int64).view(torch.uint8)
+        first = data[:_HEAD - 8]
+        head[8:8 + len(first)] = torch.frombuffer(bytearray(first), dtype=torch.uint8)
+        rest = [torch.frombuffer(bytearray(data[_HEAD - 8:]), dtype=torch.uint8)] if len(data) > _HEAD - 8 else []
+        self._send([head, *rest], dst, self.control, tag)
 
     def _recv_object(self, src: int, tag: int):
-        size = torch.empty(1, dtype=torch.int64)
-        dist.recv(size, src, group=self.control, tag=tag)
-        data = torch.empty(int(size), dtype=torch.uint8)
-        dist.recv(data, src, group=self.control, tag=tag)
-        return pickle.loads(data.numpy().tobytes())
+        head = torch.empty(_HEAD, dtype=torch.uint8)
+        dist.recv(head, src, group=self.control, tag=tag)
+        size = int(head[:8].view(torch.int64))
+        data = head[8:8 + size].numpy().tobytes()
+        if size > _HEAD - 8:
+            rest = torch.empty(size - (_HEAD - 8), dtype=torch.uint8)
+            dist.recv(rest, src, group=self.control, tag=tag)
+            data += rest.numpy().tobytes()
+        return pickle.loads(data)
 
     # ---- activations --------------------------------------------------------------------------------
 
     def pass_on(self, hidden: torch.Tensor, residual: torch.Tensor) -> None:
-        """hidden [T, D] and residual [T, D] at this stage's end -> the next stage."""
-        tensors = [hidden.contiguous(), residual.contiguous()]
-        if self.host_activations:
-            tensors = [t.cpu() for t in tensors]
-        self._send(tensors, self.rank + 1)
+        """hidden [T, D] and residual [T, D] at this stage's end -> the next stage (one message)."""
+        both = torch.stack([hidden, residual])                                    # [2, T, D]
+        self._send([both.cpu() if self.host_activations else both], self.rank + 1)
 
     def take_over(self, num_tokens: int, dim: int, dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
         """The previous stage's hidden [T, D] and residual [T, D]."""
-        where = "cpu" if self.host_activations else device
-        hidden = torch.empty(num_tokens, dim, dtype=dtype, device=where)
-        residual = torch.empty(num_tokens, dim, dtype=dtype, device=where)
-        dist.recv(hidden, self.rank - 1)
-        dist.recv(residual, self.rank - 1)
-        return hidden.to(device), residual.to(device)
+        both = torch.empty(2, num_tokens, dim, dtype=dtype, device="cpu" if self.host_activations else device)
+        dist.recv(both, self.rank - 1)
+        both = both.to(device)                                                     # [2, T, D]
+        return both[0], both[1]
 
     # ---- plans and outcomes ----------------------------------------------------------------------------
 

@@ -92,7 +92,7 @@ class GGUFSource:
     def weight_sizes(self, dtype: torch.dtype, owned: range | None = None) -> WeightSizes:
         """The weights' bytes as they will load (strata.weights.loaded_sizes); `owned`: a pipeline stage's
         layers (the others' are left out)."""
-        from strata.model.decoder import outside_layers
+        from strata.model.registry import outside_layers
 
         entries = [e for e in self._entries() if not outside_layers(e.hf_name, owned)]
         return loaded_sizes(entries, dtype, self.experts_packed)

@@ -147,20 +147,38 @@ def test_a_request_ended_while_its_group_runs_frees_its_slot_after_the_step(tiny
         core.close()
 
 
+@pytest.fixture(scope="module")
+def packed_gguf(tmp_path_factory) -> str:
+    """A Q4_K_M file of a 4-layer random SmolLM2 shape (its 576-wide rows fall back to Q5_0 / Q8_0 blocks):
+    every weight stays packed."""
+    from strata.weights.gguf_export import export_gguf
+
+    path = str(tmp_path_factory.mktemp("packed") / "smollm2-4l-q4_k_m.gguf")
+    export_gguf("random:smollm2-135m?num_hidden_layers=4", path, "q4_k_m")
+    return path
+
+
+def test_two_stages_on_packed_weights_give_one_process_tokens(packed_gguf):
+    """A GGUF whose blocks stay packed, split by layer: each stage loads its own layers' blocks."""
+    batch = prompts([23, 11, 40])
+    assert run(packed_gguf, 2, None, batch, num_blocks=40, groups=2)[0] == run(packed_gguf, 1, None, batch,
+                                                                               num_blocks=40)[0]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("family, spec, dtype, groups", [
     ("llama", None, "float32", 2),
     ("qwen3_next+mtp", {"method": "mtp", "num_speculative_tokens": 3, "adaptive": False}, "float32", 2),
-    ("bundled", None, "bfloat16", 1),
-    ("bundled", {"method": "suffix", "num_speculative_tokens": 3, "adaptive": False}, "bfloat16", 2),
-], ids=["llama", "qwen3_next-mtp", "packed-q4_1", "packed-q4_1-suffix-groups"])
-def test_two_stages_sharing_one_gpu_give_one_process_tokens(family, spec, dtype, groups, tiny_model_dir,
-                                                            bundled_gguf, monkeypatch):
+    ("packed", None, "bfloat16", 1),
+    ("packed", {"method": "suffix", "num_speculative_tokens": 3, "adaptive": False}, "bfloat16", 2),
+], ids=["llama", "qwen3_next-mtp", "packed-q4_k_m", "packed-q4_k_m-suffix-groups"])
+def test_two_stages_sharing_one_gpu_give_one_process_tokens(family, spec, dtype, groups, tiny_model_dir, request,
+                                                            monkeypatch):
     """The split on one card (STRATA_PIPELINE_SHARE_GPUS: two processes on cuda:0, activations through host
-    memory over gloo), eager like a split: the one-process tokens, on float weights and on the bundled
-    GGUF's packed Q4_1 blocks (bf16 activations), with batch groups in flight."""
+    memory over gloo), eager like a split: the one-process tokens, on float weights and on packed GGUF blocks
+    (bf16 activations), with batch groups in flight."""
     monkeypatch.setenv("STRATA_PIPELINE_SHARE_GPUS", "1")
-    folder = bundled_gguf if family == "bundled" else tiny_model_dir(family)
+    folder = request.getfixturevalue("packed_gguf") if family == "packed" else tiny_model_dir(family)
     batch = prompts([23, 11, 40, 17])
     batch.append(batch[0] + [7, 8, 9])
     one = run(folder, 1, spec, batch, num_blocks=40, device="cuda", dtype=dtype)

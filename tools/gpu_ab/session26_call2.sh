@@ -1,10 +1,12 @@
 # Session 26, call 2 (issue 27's one-GPU part): `bash tools/gpu_ab/session26_call2.sh` with carry [".whl", ".base"]
 # after `git archive HEAD -o .base/src.tar; git rev-parse --short HEAD > .base/COMMIT`.
+# 0. message latency between two gloo processes (gloo_pingpong.py);
 # 1. the split's GPU tests: two stages sharing cuda:0 (STRATA_PIPELINE_SHARE_GPUS=1), float and packed weights;
 # 2. the issue's model at 8 layers, eager: one process, 2 stages one step at a time, 2 stages with 2 batch groups
 #    (two processes on one card time-share it: this shows the split's cost, not its speed-up on two cards).
 source tools/gpu_ab/device_setup.sh
 S=$(date +%s)
+echo "== pingpong"; timeout 60 python3 gloo_pingpong.py 2>&1 | tail -2
 echo "== tests"; timeout -s INT 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/runner/test_pipeline.py \
   > $OUT/tests.log 2>&1
 echo rc=$? t=$(( $(date +%s)-S )); grep -E "passed|failed|FAILED|Error" $OUT/tests.log | tail -8 | cut -c1-300
