@@ -199,6 +199,14 @@ class StepPlan:
     def is_empty(self) -> bool:
         return not self.scheduled
 
+    @property
+    def carries_work(self) -> bool:
+        """Whether the plan has anything for the runner beside its slots' tokens (slots to set up or free,
+        truncations, checkpoint saves, cache copies)."""
+        return bool(self.new_slots or self.finished_slot_ids or self.truncated_block_tables or self.checkpoint_saves
+                    or self.park_blocks or self.restore_blocks or self.park_checkpoints or self.offload_blocks
+                    or self.unpark_blocks)
+
 
 @dataclass
 class TokenLogprob:

@@ -24,14 +24,6 @@ from strata.types import FinishReason, Request, StructuredOutputs, TokenDelta
 
 logger = logging.getLogger(__name__)
 
-def _carries_work(plan) -> bool:
-    """Whether an empty plan still has something for the runner (slots to set up or free, truncations,
-    checkpoint saves, cache copies)."""
-    return bool(plan.new_slots or plan.finished_slot_ids or plan.truncated_block_tables or plan.checkpoint_saves
-                or plan.park_blocks or plan.restore_blocks or plan.park_checkpoints or plan.offload_blocks
-                or plan.unpark_blocks)
-
-
 class EngineCore:
     def __init__(self, config: EngineConfig, quiet: bool = False, shared: LoadedModel | None = None) -> None:
         """`shared`: another engine's loaded model (same config) to use instead of loading the weights
@@ -230,7 +222,7 @@ class EngineCore:
         group_slots = -(-self.scheduler.max_running // self.num_batch_groups)
         while len(self._groups) < self.num_batch_groups:
             plan = self.scheduler.schedule(max_slots=group_slots)
-            if plan.is_empty and self._groups and not _carries_work(plan):
+            if plan.is_empty and self._groups and not plan.carries_work:
                 break  # every running slot is in flight: nothing to add (an empty plan carrying work still goes)
             try:
                 self._groups.append((plan, self.runner.launch(plan), started))

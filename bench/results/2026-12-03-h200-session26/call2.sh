@@ -1,4 +1,4 @@
-# Session 26, call 2 (issue 27's one-GPU part): `bash tools/gpu_ab/session26_call2.sh` with carry [".whl", ".base"]
+# Session 26, call 2 (issue 27's one-GPU part): `bash call2.sh` (run as tools/gpu_ab/session26_call2.sh) with carry [".whl", ".base"]
 # after `git archive HEAD -o .base/src.tar; git rev-parse --short HEAD > .base/COMMIT`.
 # 0. message latency between two gloo processes (gloo_pingpong.py);
 # 1. the split's GPU tests: two stages sharing cuda:0 (STRATA_PIPELINE_SHARE_GPUS=1), float and packed weights;
