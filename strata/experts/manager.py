@@ -164,13 +164,13 @@ class ExpertManager:
         prompt steps only: graphs of offloaded models take no fresh prompts.)"""
         return self.slots is None or self.pcie_frac == 0
 
-    def prepare_graphs(self, max_tokens: int, dtype: torch.dtype, device: str) -> None:
+    def prepare_graphs(self, max_tokens: int, dtype: torch.dtype, device: str, by_sm: bool = False) -> None:
         """Host-exchange buffers for split graphs of up to `max_tokens` token rows (the runner calls
-        this before its first capture)."""
+        this before its first capture); `by_sm`: their copies made by kernels (see HostExchange)."""
         if self.slots is None or (self.exchange is not None and self.exchange.max_tokens >= max_tokens):
             return  # a second runner on the same model (a shared-weights baseline) keeps the captured buffers
         hidden_size = self.blocks[0].gate.weight.shape[1]
-        self.exchange = HostExchange(max_tokens, self.top_k, hidden_size, dtype, device)
+        self.exchange = HostExchange(max_tokens, self.top_k, hidden_size, dtype, device, by_sm)
         for block in self.blocks:
             block.experts.exchange = self.exchange
 

@@ -25,17 +25,20 @@ from torch import nn
 from strata.experts.cpu_pool import CpuExpertPool
 from strata.experts.slots import ExpertSlots
 from strata.experts.stats import RoutingStats
+from strata.kernels.sm_copy import copy_words
 from strata.model.moe import run_experts
 from strata.split_graphs import capturing, split_here
 
 
 class HostExchange:
     """Buffers a split graph's MoE layers share (one layer uses them at a time): routing and rows
-    copied out by the graph, the CPU sum copied back in."""
+    copied out by the graph, the CPU sum copied back in. `by_sm`: those copies are kernels (kernels/sm_copy.py),
+    not copy-engine transfers, which queue behind the KV staging ring's large copies (runner/kv_staging.py)."""
 
-    def __init__(self, max_tokens: int, top_k: int, hidden_size: int, dtype: torch.dtype, device: str) -> None:
+    def __init__(self, max_tokens: int, top_k: int, hidden_size: int, dtype: torch.dtype, device: str,
+                 by_sm: bool = False) -> None:
         pinned = {"pin_memory": True}
-        self.max_tokens = max_tokens
+        self.max_tokens, self.by_sm = max_tokens, by_sm
         self.topk_ids = torch.zeros(max_tokens, top_k, dtype=torch.long, **pinned)          # [N, K]
         self.topk_weights = torch.zeros(max_tokens, top_k, dtype=torch.float32, **pinned)   # [N, K]
         self.slot_ids = torch.zeros(max_tokens, top_k, dtype=torch.long, **pinned)          # [N, K]
@@ -54,7 +57,22 @@ class HostExchange:
         views = self._upload_views.get(num_rows)
         if views is None:
             views = self._upload_views[num_rows] = (self.cpu_sum_device[:num_rows], self.cpu_sum[:num_rows])
-        views[0].copy_(views[1], non_blocking=True)
+        self._transfer(*views)
+
+    def export(self, topk_ids: torch.Tensor, topk_weights: torch.Tensor, slot_ids: torch.Tensor,
+               hidden: torch.Tensor) -> None:
+        """Queue the copies of a layer's routing [T, K] and rows [T, D] into the host buffers (captured)."""
+        num_rows = hidden.shape[0]
+        self._transfer(self.topk_ids[:num_rows], topk_ids)
+        self._transfer(self.topk_weights[:num_rows], topk_weights)
+        self._transfer(self.slot_ids[:num_rows], slot_ids)
+        self._transfer(self.hidden[:num_rows], hidden)
+
+    def _transfer(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        if self.by_sm:  # (the device routing's dtypes may differ from the buffers')
+            copy_words(dst, src.to(dst.dtype).contiguous())
+        else:
+            dst.copy_(src, non_blocking=True)
 
 
 class OffloadedExperts(nn.Module):
@@ -119,10 +137,7 @@ class OffloadedExperts(nn.Module):
             raise RuntimeError("offloaded experts inside a CUDA graph need the runner's HostExchange and no "
                                "PCIe staging")
         num_rows = hidden.shape[0]
-        exchange.topk_ids[:num_rows].copy_(topk_ids, non_blocking=True)
-        exchange.topk_weights[:num_rows].copy_(topk_weights, non_blocking=True)
-        exchange.slot_ids[:num_rows].copy_(slot_ids, non_blocking=True)
-        exchange.hidden[:num_rows].copy_(hidden, non_blocking=True)
+        exchange.export(topk_ids, topk_weights, slot_ids, hidden)
         if not self.slots.visible_per_layer[self.layer_idx]:  # nothing on the device (graph_plan tracks it)
             split_here(lambda num_real_rows: self._host_part(num_real_rows, num_rows))
             return exchange.cpu_sum_device[:num_rows].to(hidden.dtype)

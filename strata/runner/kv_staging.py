@@ -17,7 +17,7 @@ the two hooks are split points (strata/split_graphs.py), so their stream work ru
 A step whose host blocks do not fit the ring is not staged: it runs eagerly against the tier itself.
 Models with further per-token caches (QSA's index keys) are not staged.
 
-On CUDA with Triton the copies are kernels that read the pinned tier themselves (kernels/host_gather.py,
+On CUDA with Triton the copies are kernels that read the pinned tier themselves (kernels/sm_copy.py,
 `copy_programs` of them), not cudaMemcpy: copies in the copy engines held back the main stream's small
 transfers (an offloaded MoE layer's routing rows and CPU experts' sum) for about their whole length. The
 step's ring rows as tier blocks go to the kernels in one of two pinned index buffers, used in turn.
@@ -32,14 +32,15 @@ import torch
 
 from strata.config import kv_scale_key
 from strata.kernels import triton_available
-from strata.kernels.host_gather import gather_rows, words
+from strata.kernels.sm_copy import gather_rows, words
 from strata.split_graphs import split_here
 from strata.transfer import consecutive_runs, raw
 from strata.types import ScheduledSlot
 
 
 class HostKVStaging:
-    copy_programs = 32  # gather kernels' programs (0: copy engines)
+    copy_programs = 0  # gather kernels' programs (0: copy engines)
+    sm_exchange = True  # offloaded MoE layers' transfers made by kernels (experts/provider.py HostExchange)
 
     def __init__(self, tier_caches: dict, layers: list[int], ring_size: int, capacity: int,
                  device: torch.device | str) -> None:

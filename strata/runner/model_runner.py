@@ -22,6 +22,7 @@ from torch import nn
 from strata import progress
 from strata.cache.pools import CheckpointPool, HostParkPool, KVPool, StatePool
 from strata.config import MAX_SPEC_TOKENS, RunnerConfig, SpecConfig
+from strata.kernels import triton_available
 from strata.model.context import ForwardScratch
 from strata.model.gated_delta_net import TRITON_MAX_QUERY_LEN
 from strata.runner.cuda_graphs import CudaGraphCache, prompt_graph_rows, prompt_token_limit
@@ -134,7 +135,9 @@ class ModelRunner:
                                  max_prompt_rows=prompt_graph_rows(prompt_tokens), host_tier=self.host_kv is not None)
             host_plan = None
             if offloaded:  # MoE layers split the graphs
-                self.experts.prepare_graphs(max_slots * window, dtype, device)
+                # beside the staging ring's copies, the MoE layers' small transfers are made by kernels
+                by_sm = self.kv_staging is not None and self.kv_staging.sm_exchange and triton_available()
+                self.experts.prepare_graphs(max_slots * window, dtype, device, by_sm)
                 host_plan = self.experts.graph_plan
             real_rows = self.experts.real_rows if self.experts is not None else None
             self.graphs = CudaGraphCache(model, inputs, self.kv_pool.caches, self.state_pool.caches, max_slots,
@@ -446,8 +449,6 @@ def graph_safe(model: nn.Module, experts, dtype: torch.dtype) -> bool:
     """Whether every layer's CUDA path avoids host syncs and host-built tensors on decode windows: the
     Triton kernels cover attention and Gated DeltaNet in any dtype, the fused MoE kernel 16-bit weights
     only (float32 experts take the torch grouped path, which reads routing counts on the host)."""
-    from strata.kernels import triton_available
-
     if not model.cuda_graph_safe:
         return False
     if experts is not None and not experts.is_graph_safe:

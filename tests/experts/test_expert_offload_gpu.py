@@ -14,7 +14,9 @@ from strata.experts.cpu_pool import CpuExpertPool
 from strata.experts.provider import OffloadedExperts
 from strata.experts.slots import ExpertSlots
 from strata.experts.stats import RoutingStats
+from strata.kernels.sm_copy import copy_words
 from strata.model.moe import run_experts
+from strata.runner.kv_staging import HostKVStaging
 
 pytestmark = pytest.mark.gpu
 
@@ -111,6 +113,48 @@ def test_bf16_split_graphs_match_the_eager_path(tiny_model_dir, experts):
     eager = make_llm(folder, "bfloat16", expert_cache="20%", expert_swap_interval=0)
     assert _tokens(llm) == _tokens(eager)
     assert runner.graph_stats()["captures"] > captures  # graphs of the old placement were not replayed
+
+
+@pytest.mark.parametrize("copy_programs", [0, 3])
+def test_offloaded_layers_beside_the_kv_staging_ring_match_the_eager_path(tiny_model_dir, monkeypatch, copy_programs):
+    """KV beyond VRAM staged (--kv-staging-layers) with offloaded experts in split graphs: the MoE layers' host
+    transfers are kernels (HostExchange.by_sm), the ring filled by copy engines or by gather kernels. Greedy
+    tokens equal the eager path, which reads the tier itself and copies by engine."""
+    monkeypatch.setattr(HostKVStaging, "copy_programs", copy_programs)
+    experts = {"expert_cache": "50%", "expert_split": "static", "expert_swap_interval": 0}
+    prompts = [{"prompt_token_ids": [(5 * i + 11 * j) % 150 + 5 for j in range(20 + 9 * i)]} for i in range(4)]
+    runs = {}
+    for graphs in (False, True):
+        llm = LLM(tiny_model_dir("qwen3_moe"), dtype="bfloat16", device="cuda", max_num_seqs=4, block_size=4,
+                  kv_resident_tokens=16, kv_staging_layers=1 if graphs else 0, cuda_graphs=graphs, **experts)
+        runs[graphs] = [o.outputs[0].token_ids for o in llm.generate(prompts, PARAMS)]
+        if graphs:
+            runner = llm.engine.runner
+            assert runner.graph_stats()["replays"] > 0 and runner.kv_staging.copied
+            assert llm.engine.experts.exchange.by_sm and llm.engine.experts.snapshot()["cpu_share"] > 0
+        del llm
+        torch.cuda.empty_cache()
+    assert runs[True] == runs[False]
+
+
+@pytest.mark.parametrize("shape, dtype", [((16, 8), torch.long), ((3, 2048), torch.bfloat16), ((5, 7), torch.float32)])
+def test_exchange_copies_by_kernel_both_ways_inside_a_graph(shape, dtype):
+    """copy_words between pinned host buffers and the device, captured in a CUDA graph and replayed on new
+    values: the same bytes as the tensors' own copies."""
+    device = torch.randn(shape, device="cuda").to(dtype)
+    host_out = torch.zeros(shape, dtype=dtype, pin_memory=True)
+    host_in = torch.randn(shape).to(dtype).pin_memory()
+    device_in = torch.zeros(shape, dtype=dtype, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    copy_words(host_out, device)  # compile outside the capture
+    with torch.cuda.graph(graph):
+        copy_words(host_out, device)
+        copy_words(device_in, host_in)
+    device.copy_(torch.randn(shape).to(dtype))
+    host_in.copy_(torch.randn(shape).to(dtype))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(host_out, device.cpu()) and torch.equal(device_in.cpu(), host_in)
 
 
 def test_host_copy_is_pinned_for_asynchronous_copies():

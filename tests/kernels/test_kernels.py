@@ -15,7 +15,7 @@ import torch
 
 from strata.kernels.fused_moe import expert_mlp, fused_moe_ref, moe_align_ref
 from strata.kernels.gdn import causal_conv1d_update_ref, gdn_recurrent_ref
-from strata.kernels.host_gather import gather_rows, gather_rows_ref, words
+from strata.kernels.sm_copy import gather_rows, gather_rows_ref, words
 from strata.kernels.kv_quant import quantize_int8_ref
 from strata.kernels.paged_attention import paged_attention_ref
 from strata.model.attention import paged_attention as model_paged_attention
