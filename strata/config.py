@@ -441,7 +441,8 @@ class RunnerConfig:
            "apply to it); 0: the device's memory")
     torch_threads: int = _opt(
         0, "torch's CPU threads in the engine process, set once at start (0: auto: the cores this process may "
-           "use less one, at least 1, at most torch's current count, which follows OMP_NUM_THREADS; idle "
+           "use less one, divided among a CPU split's stages, at least 1, at most torch's current count, "
+           "which follows OMP_NUM_THREADS; idle "
            "OpenMP threads spin, so a thread per core collapses when anything else needs a core)")
     cpu_matmul: str = _opt(
         "exact", "float32 models with packed GGUF weights on the CPU: exact (each weight decoded to gguf's "

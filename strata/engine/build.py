@@ -80,14 +80,16 @@ def available_cores() -> int:
     return os.cpu_count() or 1
 
 
-def set_torch_threads(requested: int) -> int:
+def set_torch_threads(requested: int, processes: int = 1) -> int:
     """Set torch's intra-op thread count for this process and return it. 0 (auto): one core is left to
-    the server's event loop, the OS and whatever else runs; torch's own default (physical cores, or
-    OMP_NUM_THREADS) stays the ceiling. Idle OpenMP threads spin-wait, so a team as large as the machine
-    stalls whenever another process takes one core: measured in bench/results/2026-12-01-cpu-threads."""
+    the server's event loop, the OS and whatever else runs, and the rest are divided among the `processes`
+    that compute on this machine's CPU at once (a pipeline split's stages on the CPU); torch's own default
+    (physical cores, or OMP_NUM_THREADS) stays the ceiling. Idle OpenMP threads spin-wait, so a team as
+    large as the machine stalls whenever another process takes one core: measured in
+    bench/results/2026-12-01-cpu-threads."""
     if not isinstance(requested, int) or requested < 0:
         raise ValueError(f"torch_threads must be an integer >= 0, got {requested!r}")
-    threads = requested or max(1, min(torch.get_num_threads(), available_cores() - 1))
+    threads = requested or max(1, min(torch.get_num_threads(), (available_cores() - 1) // max(1, processes)))
     torch.set_num_threads(threads)
     return threads
 
@@ -97,7 +99,9 @@ def build_engine(config: EngineConfig, quiet: bool = False, shared: LoadedModel 
     """`stage_rank`: a pipeline stage's process builds its part of a split engine (runner/pipeline.py); the
     engine's own process (None) starts the other stages when --pipeline-parallel-size is above 1."""
     if shared is None:  # a second engine beside a shared model runs in the same process: set once
-        threads = set_torch_threads(config.runner.torch_threads)
+        # a split on the CPU: its stages' processes divide the cores
+        cpu_split = config.runner.pipeline_parallel_size if resolve_device(config.runner.device) == "cpu" else 1
+        threads = set_torch_threads(config.runner.torch_threads, cpu_split)
         if not quiet:
             print(f"torch CPU threads: {threads} ({available_cores()} cores available)", file=sys.stderr)
     device = resolve_device(config.runner.device)

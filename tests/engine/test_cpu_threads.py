@@ -30,6 +30,17 @@ def test_auto_leaves_one_core_and_never_exceeds_torch_default(monkeypatch, resto
     assert torch.get_num_threads() == expected
 
 
+@pytest.mark.parametrize("cores, processes, expected", [(17, 2, 8), (17, 4, 4), (2, 2, 1), (9, 3, 2)])
+def test_a_split_on_the_cpu_divides_the_cores_among_its_stages(monkeypatch, restore_threads, cores, processes,
+                                                                expected):
+    """--pipeline-parallel-size N on the CPU: each stage's process takes 1/N of the cores left over (at least one),
+    so stages running groups at once do not each spin a team as large as the machine."""
+    monkeypatch.setattr(build, "available_cores", lambda: cores)
+    torch.set_num_threads(64)
+    assert build.set_torch_threads(0, processes) == expected
+    assert build.set_torch_threads(5, processes) == 5  # an explicit count is each stage's
+
+
 def test_an_explicit_count_wins(monkeypatch, restore_threads):
     monkeypatch.setattr(build, "available_cores", lambda: 2)
     assert build.set_torch_threads(3) == 3 and torch.get_num_threads() == 3

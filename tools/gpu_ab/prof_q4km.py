@@ -1,6 +1,7 @@
 """Kernel time of decode steps of a GGUF model with CUDA graphs on (CUPTI records the kernels inside graph
-replays): `python3 prof_q4km.py FILE [streams ...]` prints per stream count the top kernels by device time
-and the device time per decode step."""
+replays): `python3 prof_q4km.py FILE [streams ...]` prints per stream count the top 40 kernels by device time,
+the launches and the device time per decode step (CUPTI adds its own cost to each kernel: compare counts, not
+absolute times, with unprofiled runs)."""
 import sys
 from torch.profiler import ProfilerActivity, profile
 from strata import LLM, SamplingParams
@@ -21,5 +22,7 @@ for n in streams:
     total = sum(e.device_time_total for e in events if e.device_time_total > 0 and e.key != "")
     print(f"===== {n} streams: {steps} decode steps + 1 prompt step; device time {total / 1e3:.2f} ms, "
           f"{total / (steps + 1):.1f} us a step")
-    for e in sorted(events, key=lambda e: -e.device_time_total)[:22]:
+    launches = sum(e.count for e in events if e.device_time_total > 0 and e.key != "")
+    print(f"kernels and copies a step: {launches / (steps + 1):.1f}")
+    for e in sorted(events, key=lambda e: -e.device_time_total)[:40]:
         print(f"{e.device_time_total / (steps + 1):9.1f} us/step {e.count / (steps + 1):6.1f}/step  {e.key[:90]}")
