@@ -196,12 +196,14 @@ class CudaGraphCache:
         captured = self.graphs[key]
         num_slots, n = key
         host_tables = self._host_tables()
-        if self.staging is not None:  # the slots' host blocks as ring rows, their first copies queued
+        if self.staging is not None:  # the slots' host blocks as ring rows
             host_tables = self.staging.begin(scheduled, host_tables)
             assert host_tables is not None, "a step replays with staging only when its host blocks fit the ring"
         self.inputs.fill(scheduled, block_tables, num_slots, n, host_tables)
         if feed is not None:
             self.inputs.feed_input_ids(feed)
+        if self.staging is not None:
+            self.staging.start()  # behind the inputs' uploads
         real = sum(w.num_new_tokens for w in scheduled)
         captured.graph.replay(real)
         if self.staging is not None:

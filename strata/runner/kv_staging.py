@@ -5,8 +5,9 @@ Without staging the attention kernel reads the host tier over PCIe itself, insid
 context and a 16K window that is ~0.23 GB a step at fp8 on Qwen3-Next's 8-layer shape, ~4.7 ms the step waits
 for. Staged, the same bytes cross while other layers run. The ring has R entries of `capacity` blocks
 (every key a layer reads: K, V and an int8 cache's scales); attention layer i (in forward order, the MTP
-layer last) uses entry i % R. Per step (`begin`), the copy stream waits for what the main stream queued
-before it (the plan's offload copies into the tier), then copies the first R layers' blocks; layer i's
+layer last) uses entry i % R. Per step (`begin` lays out the rows; `start`, after the step's inputs are
+queued), the copy stream waits for what the main stream queued before it (the plan's offload copies into
+the tier), then copies the first R layers' blocks; layer i's
 attention waits for its copy (`before_attention`), and once it has read the entry (`after_attention`) the
 copy of layer i + R into that entry is queued behind it.
 
@@ -102,7 +103,8 @@ class HostKVStaging:
 
     def begin(self, scheduled: list[ScheduledSlot], tables: dict[int, list[int]]) -> dict[int, list[int]] | None:
         """Stage this step's host blocks (the slots' tier `tables`): -> each slot's blocks as ring rows, or
-        None when they do not fit the ring (the step then reads the tier itself, and nothing is queued)."""
+        None when they do not fit the ring (the step then reads the tier itself). Nothing is queued before
+        `start`."""
         if not self.fits(scheduled, tables):
             self.runs = None
             return None
@@ -118,11 +120,18 @@ class HostKVStaging:
         if self.word_pairs is not None:
             self._fill_index(scheduled, tables, offset)
         self.copied = {}
+        return staged
+
+    def start(self) -> None:
+        """Queue the copies of the first ring_size layers of the step `begin` staged, once the step's own
+        uploads (its inputs) are queued: a copy engine runs its copies in order, so an input copy queued
+        after a layer's ~100 MB would hold the whole step back until that copy ends."""
+        if self.runs is None:
+            return
         if self.cuda:
             self.copy_stream.wait_stream(torch.cuda.current_stream())  # the tier's offload copies landed
         for layer in self.layers[:self.ring_size]:
             self._copy(layer)
-        return staged
 
     def _slot_runs(self, slot_id: int, ids: list[int]) -> tuple[list[tuple[int, int, int]], np.ndarray]:
         """consecutive_runs(ids) of a slot and ids as int32, found again only when its host blocks changed (a

@@ -258,6 +258,8 @@ class ModelRunner:
             inputs.input_ids[:feed.shape[0]].copy_(feed)
         if self.graphs is not None and self.experts is not None:  # graph steps left their padded count there
             self.experts.real_rows.fill_(inputs.input_ids.shape[0])
+        if staged is not None:
+            self.kv_staging.start()  # behind the inputs' uploads
         hidden = self.model(inputs.input_ids, inputs.ctx)
         if staged is not None:
             self.kv_staging.end()
