@@ -76,11 +76,34 @@ class DecoderLayer(nn.Module):
 _OWNED_LAYERS: contextvars.ContextVar[range | None] = contextvars.ContextVar("owned_layers", default=None)
 
 
-def outside_layers(name: str, owned: range | None) -> bool:
-    """Whether checkpoint or parameter `name` belongs to a decoder layer outside `owned` (None: every layer is
-    owned; embeddings, final norm, LM head and MTP head belong to no layer)."""
-    m = _LAYER_INDEX.match(text_model_name(name)) if owned is not None else None
-    return m is not None and int(m.group(1)) not in owned
+def outside_layers(name: str, owned: range | None, cfg: ModelConfig) -> bool:
+    """Whether checkpoint or parameter `name` belongs to another pipeline stage than the one of layers `owned`
+    (None: no split, every part is this process's). The parts outside decoder layers go where they run: the
+    embeddings to the first stage, and to the last too where it needs them (the MTP head embeds its drafts'
+    tokens; a tied LM head is the embedding); the final norm, LM head and MTP head to the last stage."""
+    if owned is None:
+        return False
+    name = text_model_name(name)
+    if m := _LAYER_INDEX.match(name):
+        return int(m.group(1)) not in owned
+    first, last = owned.start == 0, owned.stop >= cfg.num_hidden_layers
+    if name.startswith("model.embed_tokens."):
+        return not (first or (last and (cfg.num_mtp_layers > 0 or cfg.tie_word_embeddings)))
+    if name.startswith(_LAST_STAGE_PARTS):
+        return not last
+    return False
+
+
+_LAST_STAGE_PARTS = ("model.norm.", "lm_head.", "mtp.")
+
+
+def build_part(name: str, cfg: ModelConfig, build: Callable[[], nn.Module]) -> nn.Module:
+    """build() for the module at `name` ("lm_head."), or its shapes on the meta device where it belongs to
+    another pipeline stage (outside_layers)."""
+    if not outside_layers(name, _OWNED_LAYERS.get(), cfg):
+        return build()
+    with torch.device("meta"), experts_on_meta():
+        return build()
 
 
 @contextlib.contextmanager
@@ -105,9 +128,9 @@ class DecoderBody(nn.Module):
     def __init__(self, cfg: ModelConfig, build_layer: Callable[[int], DecoderLayer],
                  zero_centered_norm: bool) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.embed_tokens = build_part("model.embed_tokens.", cfg, lambda: nn.Embedding(cfg.vocab_size, cfg.hidden_size))
         self.layers = nn.ModuleList(_build_owned(build_layer, i) for i in range(cfg.num_hidden_layers))
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, zero_centered_norm)
+        self.norm = build_part("model.norm.", cfg, lambda: RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, zero_centered_norm))
 
 
 class CausalLM(nn.Module):
@@ -122,7 +145,7 @@ class CausalLM(nn.Module):
         super().__init__()
         self.config = cfg
         self.model = self.build_body(cfg)
-        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.lm_head = build_part("lm_head.", cfg, lambda: nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False))
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
@@ -155,7 +178,7 @@ class CausalLM(nn.Module):
             hidden, residual = self.model.embed_tokens(input_ids), None
         else:
             hidden, residual = stage.take_over(input_ids.shape[0], self.config.hidden_size,
-                                               next(self.model.norm.parameters()).dtype, input_ids.device)
+                                               self.model.norm.weight.dtype, input_ids.device)
         for layer in self.model.layers[stage.first_layer:stage.end_layer]:
             hidden, residual = layer(hidden, ctx, residual)
         if not stage.is_last:
@@ -184,10 +207,9 @@ class CausalLM(nn.Module):
         return (bool(_IGNORED.search(name)) or (self.config.tie_word_embeddings and name == "lm_head.weight")
                 or self._other_stages_layer(name))
 
-    @staticmethod
-    def _other_stages_layer(name: str) -> bool:
-        """A tensor of a layer another pipeline stage owns, while a stage loads (see owning_layers)."""
-        return outside_layers(name, _OWNED_LAYERS.get())
+    def _other_stages_layer(self, name: str) -> bool:
+        """A tensor of a part another pipeline stage holds, while a stage loads (see owning_layers)."""
+        return outside_layers(name, _OWNED_LAYERS.get(), self.config)
 
     def checkpoint_targets(self, name: str, tensor: torch.Tensor) -> list[tuple[str, tuple, torch.Tensor]]:
         """Map one checkpoint tensor to (parameter name, index into that parameter, values)."""

@@ -13,7 +13,7 @@ import torch
 from strata.config import ModelConfig
 from strata.model.attention import Attention
 from strata.model.context import ForwardContext
-from strata.model.decoder import CausalLM, DecoderLayer
+from strata.model.decoder import CausalLM, DecoderLayer, build_part
 from strata.model.gated_delta_net import GatedDeltaNet
 from strata.model.mlp import DenseMLP
 from strata.model.moe import MoEBlock
@@ -28,7 +28,8 @@ class Qwen3NextForCausalLM(CausalLM):
         super().__init__(cfg)
         self.mtp = None
         if cfg.num_mtp_layers > 0:
-            self.mtp = MTPHead(cfg, self._layer(cfg.num_hidden_layers, linear=False, moe=cfg.num_experts > 0))
+            self.mtp = build_part("mtp.", cfg, lambda: MTPHead(cfg, self._layer(cfg.num_hidden_layers, linear=False,
+                                                                                moe=cfg.num_experts > 0)))
 
     def build_layer(self, layer_idx: int) -> DecoderLayer:
         cfg = self.config

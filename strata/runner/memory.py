@@ -100,11 +100,12 @@ def weight_sizes(model: torch.nn.Module, dtype: torch.dtype, owned: range | None
     from strata.model.decoder import outside_layers
     from strata.model.moe import LocalExperts
 
-    modules = [(name, m) for name, m in model.named_modules() if not outside_layers(name + ".", owned)]
+    cfg = model.config
+    modules = [(name, m) for name, m in model.named_modules() if not outside_layers(name + ".", owned, cfg)]
     experts = [m for _, m in modules if isinstance(m, LocalExperts)]
     expert_params = sum(p.numel() for m in experts for p in m.parameters())
     host_params = sum(p.numel() for _, m in modules if getattr(m, "host_resident", False) for p in m.parameters())
-    total = sum(p.numel() for name, p in model.named_parameters() if not outside_layers(name, owned)) - host_params
+    total = sum(p.numel() for name, p in model.named_parameters() if not outside_layers(name, owned, cfg)) - host_params
     return WeightSizes(total * dtype.itemsize, expert_params * dtype.itemsize, sum(m.num_experts for m in experts),
                        host=host_params * dtype.itemsize)
 

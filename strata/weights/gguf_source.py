@@ -94,7 +94,8 @@ class GGUFSource:
         layers (the others' are left out)."""
         from strata.model.registry import outside_layers
 
-        entries = [e for e in self._entries() if not outside_layers(e.hf_name, owned)]
+        cfg = self.model_config()
+        entries = [e for e in self._entries() if not outside_layers(e.hf_name, owned, cfg)]
         return loaded_sizes(entries, dtype, self.experts_packed)
 
     def _entries(self) -> list[TensorEntry]:

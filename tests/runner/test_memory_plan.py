@@ -283,8 +283,13 @@ def test_a_pipeline_stage_plans_its_own_card_for_its_own_layers(monkeypatch):
     stages = [plan_for(Stage(rank, 2, *layers, cfg.num_hidden_layers))
               for rank, layers in enumerate(layer_ranges(cfg.num_hidden_layers, 2))]
     assert whole.numbers["total_experts"] == 25 * 512  # 24 layers + MTP
-    # the MTP head's weights load on every stage (only the last one drafts with it)
-    assert [p.numbers["total_experts"] for p in stages] == [13 * 512, 13 * 512]
+    # the MTP head (its experts) is the last stage's, which drafts with it
+    assert [p.numbers["total_experts"] for p in stages] == [12 * 512, 13 * 512]
+    # every weight on one stage, but the embedding on both: the first embeds the prompt, the MTP head its drafts
+    owned = [range(*layers) for layers in layer_ranges(cfg.num_hidden_layers, 2)]
+    embedding = cfg.vocab_size * cfg.hidden_size * 2
+    assert sum(weight_sizes(meta, torch.bfloat16, o).total for o in owned) == \
+        weight_sizes(meta, torch.bfloat16).total + embedding
     assert all(p.auto_expert_slots < p.numbers["total_experts"] for p in [whole, *stages])  # a partial cache each
     assert sum(p.auto_expert_slots for p in stages) > 2 * whole.auto_expert_slots
     assert [p.num_kv_layers for p in stages] == [3, 4] and whole.num_kv_layers == 7  # 6 attention layers + MTP

@@ -18,6 +18,29 @@ from strata.types import Request, SamplingParams
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
 
 
+@pytest.mark.parametrize("family", ["llama", "qwen3_next+mtp"])
+def test_the_last_stage_holds_the_head_and_its_own_layers(family, tiny_model_dir):
+    """The last stage's process: its layers, the final norm, the LM head and the MTP head get weights; the
+    earlier layers stay shapes on the meta device; the embedding only where the MTP head embeds its drafts or
+    the LM head is tied to it."""
+    from strata.weights.loader import build_model
+    from strata.weights.source import open_source
+
+    source = open_source(tiny_model_dir(family))
+    cfg = source.model_config()
+    first, end = layer_ranges(cfg.num_hidden_layers, 2)[1]
+    model = build_model(source, "cpu", "float32", quiet=True, owned_layers=range(first, end))
+    assert all(p.is_meta == (i < first) for i, layer in enumerate(model.model.layers) for p in layer.parameters())
+    assert not (on_meta(model.model.norm) or on_meta(model.lm_head))
+    assert on_meta(model.model.embed_tokens) == (cfg.num_mtp_layers == 0 and not cfg.tie_word_embeddings)
+    assert cfg.num_mtp_layers == 0 or not on_meta(model.mtp)
+
+
+def on_meta(module: torch.nn.Module) -> bool:
+    """Whether a module is shapes only (a packed GGUF weight, real, has no parameters)."""
+    return any(p.is_meta for p in module.parameters())
+
+
 def prompts(lengths) -> list[list[int]]:
     return [torch.randint(3, 160, (n,), generator=torch.Generator().manual_seed(n)).tolist() for n in lengths]
 
@@ -37,8 +60,13 @@ def run(folder: str, stages: int, spec: dict | None, batch: list[list[int]], num
         owned = range(stage.first_layer, stage.end_layer)
         assert stage.end_layer < core.model_config.num_hidden_layers
         assert all(layer in owned for layer in [*core.runner.kv_pool.caches, *core.runner.state_pool.caches])
-        layers = core.loaded.model.model.layers  # and the weights of its own layers only
+        model = core.loaded.model
+        layers = model.model.layers  # and the weights of its own layers only
         assert all(p.is_meta == (i not in owned) for i, layer in enumerate(layers) for p in layer.parameters())
+        # the first stage embeds; the final norm, LM head (but a tied one, the embedding) and MTP head are the last's
+        assert not on_meta(model.model.embed_tokens) and on_meta(model.model.norm)
+        assert on_meta(model.lm_head) != core.model_config.tie_word_embeddings
+        assert getattr(model, "mtp", None) is None or on_meta(model.mtp)
     try:
         outputs, cached, preempted, step = {i: [] for i in range(len(batch))}, 0, 0, 0
         run.overlapped = 0  # steps after which another step was still in flight (batch groups)
