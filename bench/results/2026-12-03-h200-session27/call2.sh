@@ -1,7 +1,7 @@
 # Session 27, call 2 (carry [".whl", ".base"], .base = git archive of the commit named in .base/COMMIT): issue 26's
 # 24 GiB forced-window bench, the ring's copies now queued after the step's input uploads, with (A) the offloaded
 # MoE layers' transfers made by kernels and the ring by copy engines, (B) the ring by 16 gather programs and the
-# transfers by engines; then the GPU tests; then (C) both by engines if time is left.
+# transfers by engines; then the GPU tests; then B if time is left.
 source tools/gpu_ab/device_setup.sh
 M='random:qwen3-next-80b-a3b?num_hidden_layers=8'
 S=$(date +%s)
@@ -14,8 +14,7 @@ timeout -s INT $4 python3 -c "import sys; import strata.runner.kv_staging as k; 
 echo rc=$? t=$(( $(date +%s)-S )); grep -E "decode_at|rror|Interrupt|File" $OUT/$N.log | tail -6 | cut -c1-250
 }
 arm fp8 0 1 160
-arm fp8 16 0 160
-echo "== tests t=$(( $(date +%s)-S ))"; timeout -s INT 150 python3 -m pytest -v -m gpu -p no:cacheprovider tests/experts/test_expert_offload_gpu.py \
-  --tb=short -k "staging or exchange" > $OUT/tests.log 2>&1
+echo "== tests t=$(( $(date +%s)-S ))"; timeout -s INT 170 python3 -m pytest -v -m gpu -p no:cacheprovider tests/experts/test_expert_offload_gpu.py \
+  tests/runner/test_cuda_graphs.py --tb=short -k "staging or exchange or staged" > $OUT/tests.log 2>&1
 echo rc=$? t=$(( $(date +%s)-S )); grep -E "PASSED|FAILED|ERROR|passed|failed" $OUT/tests.log | grep -v PASSED | head -20 | cut -c1-250
-LEFT=$(( 585 - ($(date +%s)-S) )); [ $LEFT -gt 110 ] && arm fp8 0 0 $LEFT
+LEFT=$(( 540 - ($(date +%s)-S) )); [ $LEFT -gt 110 ] && arm fp8 16 0 $LEFT
