@@ -17,4 +17,4 @@ arm fp8 0 1 160
 echo "== tests t=$(( $(date +%s)-S ))"; timeout -s INT 170 python3 -m pytest -v -m gpu -p no:cacheprovider tests/experts/test_expert_offload_gpu.py \
   tests/runner/test_cuda_graphs.py --tb=short -k "staging or exchange or staged" > $OUT/tests.log 2>&1
 echo rc=$? t=$(( $(date +%s)-S )); grep -E "PASSED|FAILED|ERROR|passed|failed" $OUT/tests.log | grep -v PASSED | head -20 | cut -c1-250
-LEFT=$(( 540 - ($(date +%s)-S) )); [ $LEFT -gt 110 ] && arm fp8 16 0 $LEFT
+LEFT=$(( 440 - ($(date +%s)-S) )); [ $LEFT -gt 110 ] && arm fp8 16 0 $LEFT
