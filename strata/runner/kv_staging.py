@@ -5,7 +5,7 @@ Without staging the attention kernel reads the host tier over PCIe itself, insid
 context and a 16K window that is ~0.23 GB a step at fp8 on Qwen3-Next's 8-layer shape, ~4.7 ms the step waits
 for. Staged, the same bytes cross while other layers run. The ring has R entries of `capacity` blocks
 (every key a layer reads: K, V and an int8 cache's scales); attention layer i (in forward order, the MTP
-layer last) uses entry i % R. Per step (`begin` lays out the rows; `start`, after the step's inputs are
+layer last) uses entry i % R. Per step (`begin` lays out the rows; `start`, once the step's inputs are
 queued), the copy stream waits for what the main stream queued before it (the plan's offload copies into
 the tier), then copies the first R layers' blocks; layer i's
 attention waits for its copy (`before_attention`), and once it has read the entry (`after_attention`) the
@@ -18,30 +18,26 @@ the two hooks are split points (strata/split_graphs.py), so their stream work ru
 A step whose host blocks do not fit the ring is not staged: it runs eagerly against the tier itself.
 Models with further per-token caches (QSA's index keys) are not staged.
 
-On CUDA with Triton the copies are kernels that read the pinned tier themselves (kernels/sm_copy.py,
-`copy_programs` of them), not cudaMemcpy: copies in the copy engines held back the main stream's small
-transfers (an offloaded MoE layer's routing rows and CPU experts' sum) for about their whole length. The
-step's ring rows as tier blocks go to the kernels in one of two pinned index buffers, used in turn.
+A copy engine runs its copies in order, whatever their streams: a small transfer of the main stream queued
+behind a layer's ~100 MB copy waits for all of it (bench/results/2026-12-03-h200-session27/). So the ring's
+copies are queued after the step's input uploads, and offloaded MoE layers beside the ring make their
+transfers by kernels (`sm_exchange`, experts/provider.py HostExchange).
 """
 
 from __future__ import annotations
 
 import contextlib
 
-import numpy as np
 import torch
 
 from strata.config import kv_scale_key
-from strata.kernels import triton_available
-from strata.kernels.sm_copy import gather_rows, words
 from strata.split_graphs import split_here
 from strata.transfer import consecutive_runs, raw
 from strata.types import ScheduledSlot
 
 
 class HostKVStaging:
-    copy_programs = 0  # gather kernels' programs (0: copy engines)
-    sm_exchange = True  # offloaded MoE layers' transfers made by kernels (experts/provider.py HostExchange)
+    sm_exchange = True  # offloaded MoE layers' host transfers made by kernels beside the ring (False: copy engines)
 
     def __init__(self, tier_caches: dict, layers: list[int], ring_size: int, capacity: int,
                  device: torch.device | str) -> None:
@@ -72,30 +68,7 @@ class HostKVStaging:
         self.released: list[torch.cuda.Event | None] = [None] * self.ring_size
         self.runs: list[tuple[int, int, int]] | None = None  # this step's (ring row, tier block, count); None: idle
         self.rows: dict[int, list[int]] = {}  # this step's slots' blocks as ring rows
-        self._runs_of: dict[int, tuple[list[int], list, np.ndarray]] = {}  # slot -> (host blocks, runs, array)
-        # copies by kernel: each (ring, tier) tensor pair as 32-bit words, and the step's index buffers
-        self.word_pairs = self._word_pairs() if self.cuda and self.copy_programs > 0 and triton_available() else None
-        if self.word_pairs is not None:
-            self.index = [torch.zeros(capacity, dtype=torch.int32, pin_memory=True) for _ in range(2)]
-            self.index_read: list[torch.cuda.Event | None] = [None, None]
-            self.step_index = 0  # the buffer this step's kernels read
-            self.num_rows = 0
-
-    def _word_pairs(self) -> dict[int, list[tuple[torch.Tensor, torch.Tensor]]] | None:
-        """layer -> [(ring entry tensor, tier tensor) as [rows, W] int32], or None where a row is not whole words."""
-        pairs = {}
-        for layer in self.layers:
-            entry = self.ring[self.entry_of[layer]]
-            pairs[layer] = []
-            for kind, key in zip(("kv", "scale"), self.keys_of[layer]):
-                for target, source in zip(entry[kind], self.tier[key]):
-                    if target.numel() == 0:
-                        continue
-                    pair = (words(target), words(source))
-                    if None in pair:
-                        return None
-                    pairs[layer].append(pair)
-        return pairs
+        self._runs_of: dict[int, tuple[list[int], list]] = {}  # slot -> (its host blocks, their runs)
 
     def fits(self, scheduled: list[ScheduledSlot], tables: dict[int, list[int]]) -> bool:
         """Whether the slots' host blocks (their tier `tables`) fit one ring entry."""
@@ -114,11 +87,9 @@ class HostKVStaging:
         for work in scheduled:
             ids = tables.get(work.slot_id, ())
             staged[work.slot_id] = list(range(offset, offset + len(ids)))
-            runs, _ = self._slot_runs(work.slot_id, ids)
+            runs = self._slot_runs(work.slot_id, ids)
             self.runs.extend((offset + first, start, count) for first, start, count in runs)
             offset += len(ids)
-        if self.word_pairs is not None:
-            self._fill_index(scheduled, tables, offset)
         self.copied = {}
         return staged
 
@@ -133,37 +104,18 @@ class HostKVStaging:
         for layer in self.layers[:self.ring_size]:
             self._copy(layer)
 
-    def _slot_runs(self, slot_id: int, ids: list[int]) -> tuple[list[tuple[int, int, int]], np.ndarray]:
-        """consecutive_runs(ids) of a slot and ids as int32, found again only when its host blocks changed (a
-        block every block_size tokens): a 128K-token context has ~7,000 of them, too many to walk in Python
-        every step."""
+    def _slot_runs(self, slot_id: int, ids: list[int]) -> list[tuple[int, int, int]]:
+        """consecutive_runs(ids) of a slot, found again only when its host blocks changed (a block every
+        block_size tokens): a 128K-token context has ~7,000 of them, too many to walk in Python every step."""
         cached = self._runs_of.get(slot_id)
         if cached is None or cached[0] != ids:
-            cached = self._runs_of[slot_id] = (list(ids), consecutive_runs(ids), np.asarray(ids, dtype=np.int32))
-        return cached[1], cached[2]
-
-    def _fill_index(self, scheduled: list[ScheduledSlot], tables: dict[int, list[int]], n: int) -> None:
-        """The step's ring rows as tier blocks into the index buffer the step before last used (its kernels
-        have run once that step's event has passed)."""
-        self.step_index ^= 1
-        if self.index_read[self.step_index] is not None:
-            self.index_read[self.step_index].synchronize()
-        index = self.index[self.step_index].numpy()
-        offset = 0
-        for work in scheduled:
-            ids = tables.get(work.slot_id, ())
-            if ids:
-                index[offset:offset + len(ids)] = self._slot_runs(work.slot_id, ids)[1]
-                offset += len(ids)
-        self.num_rows = n
+            cached = self._runs_of[slot_id] = (list(ids), consecutive_runs(ids))
+        return cached[1]
 
     def end(self) -> None:
         """The step's forward is queued: no copy follows a later release. (An MTP pass that reads the step's
         context still waits for its layer's copy, queued in that forward; the next `begin` waits for the
         main stream, so no copy overwrites an entry before the pass has read it.)"""
-        if self.runs is not None and self.word_pairs is not None:
-            self.index_read[self.step_index] = torch.cuda.Event()
-            self.index_read[self.step_index].record(self.copy_stream)
         self.runs = None
 
     def before_attention(self, layer: int) -> None:
@@ -200,19 +152,11 @@ class HostKVStaging:
         if stream is not None and self.released[self.entry_of[layer]] is not None:
             stream.wait_event(self.released[self.entry_of[layer]])
         with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-            if self.word_pairs is not None:
-                for target, source in self.word_pairs[layer]:
-                    gather_rows(target, source, self.index[self.step_index], self.num_rows, self.copy_programs)
-            else:
-                self._copy_runs(entry, layer)
+            for kind, key in zip(("kv", "scale"), self.keys_of[layer]):
+                for target, source in zip(entry[kind], self.tier[key]):
+                    for first, start, count in self.runs:
+                        raw(target)[first:first + count].copy_(raw(source)[start:start + count], non_blocking=True)
             if stream is not None:
                 self.copied[layer] = torch.cuda.Event()
                 self.copied[layer].record(stream)
-
-    def _copy_runs(self, entry: dict, layer: int) -> None:
-        """The copies by torch (copy engines on CUDA), one per run of consecutive tier blocks."""
-        for kind, key in zip(("kv", "scale"), self.keys_of[layer]):
-            for target, source in zip(entry[kind], self.tier[key]):
-                for first, start, count in self.runs:
-                    raw(target)[first:first + count].copy_(raw(source)[start:start + count], non_blocking=True)
 

@@ -115,12 +115,12 @@ def test_bf16_split_graphs_match_the_eager_path(tiny_model_dir, experts):
     assert runner.graph_stats()["captures"] > captures  # graphs of the old placement were not replayed
 
 
-@pytest.mark.parametrize("copy_programs", [0, 3])
-def test_offloaded_layers_beside_the_kv_staging_ring_match_the_eager_path(tiny_model_dir, monkeypatch, copy_programs):
+@pytest.mark.parametrize("sm_exchange", [True, False])
+def test_offloaded_layers_beside_the_kv_staging_ring_match_the_eager_path(tiny_model_dir, monkeypatch, sm_exchange):
     """KV beyond VRAM staged (--kv-staging-layers) with offloaded experts in split graphs: the MoE layers' host
-    transfers are kernels (HostExchange.by_sm), the ring filled by copy engines or by gather kernels. Greedy
-    tokens equal the eager path, which reads the tier itself and copies by engine."""
-    monkeypatch.setattr(HostKVStaging, "copy_programs", copy_programs)
+    transfers made by kernels (HostExchange.by_sm, the default beside the ring) or by copy engines. Greedy
+    tokens equal the eager path, which reads the tier itself."""
+    monkeypatch.setattr(HostKVStaging, "sm_exchange", sm_exchange)
     experts = {"expert_cache": "50%", "expert_split": "static", "expert_swap_interval": 0}
     prompts = [{"prompt_token_ids": [(5 * i + 11 * j) % 150 + 5 for j in range(20 + 9 * i)]} for i in range(4)]
     runs = {}
@@ -131,7 +131,7 @@ def test_offloaded_layers_beside_the_kv_staging_ring_match_the_eager_path(tiny_m
         if graphs:
             runner = llm.engine.runner
             assert runner.graph_stats()["replays"] > 0 and runner.kv_staging.copied
-            assert llm.engine.experts.exchange.by_sm and llm.engine.experts.snapshot()["cpu_share"] > 0
+            assert llm.engine.experts.exchange.by_sm == sm_exchange and llm.engine.experts.snapshot()["cpu_share"] > 0
         del llm
         torch.cuda.empty_cache()
     assert runs[True] == runs[False]

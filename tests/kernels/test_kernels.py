@@ -15,7 +15,7 @@ import torch
 
 from strata.kernels.fused_moe import expert_mlp, fused_moe_ref, moe_align_ref
 from strata.kernels.gdn import causal_conv1d_update_ref, gdn_recurrent_ref
-from strata.kernels.sm_copy import gather_rows, gather_rows_ref, words
+from strata.kernels.sm_copy import flat_words
 from strata.kernels.kv_quant import quantize_int8_ref
 from strata.kernels.paged_attention import paged_attention_ref
 from strata.model.attention import paged_attention as model_paged_attention
@@ -378,31 +378,16 @@ def test_paged_attention_reads_host_blocks_over_pcie(dtype, int8, num_splits, la
     assert rel_err(out, expected) < (1e-2 if dtype == torch.bfloat16 else 5e-3)
 
 
-# ---- rows gathered from pinned host memory ---------------------------------------------------------
+# ---- copies by kernels between pinned memory and the device ---------------------------------------
 
-def test_words_views_whole_word_rows_and_refuses_the_rest():
-    """A row of 32-bit words is the row's bytes (float8 included); rows of odd byte counts get None."""
+def test_flat_words_views_whole_words_and_refuses_the_rest():
+    """A tensor's bytes as 32-bit words (float8 included); odd byte counts and non-contiguous views get None."""
     t = torch.randn(5, 4, 6).to(torch.float8_e4m3fn)
-    w = words(t)
-    assert w.shape == (5, 6) and w.dtype == torch.int32
-    assert torch.equal(w.view(torch.uint8).view(5, 24), t.view(torch.uint8).view(5, 24))
-    assert words(torch.zeros(3, 5, dtype=torch.uint8)) is None
-
-
-@gpu
-@pytest.mark.parametrize("width, n, programs", [(2048, 700, 32), (1, 5, 1), (1500, 33, 7), (6, 0, 4)])
-def test_gather_rows_reads_pinned_rows_by_index(width, n, programs):
-    """dst[:n] = src[rows[:n]] from pinned host rows by pinned int32 indices (repeats and any order), rows
-    past n untouched; widths over one load (1,500 words), of one word, and no rows at all."""
-    generator = torch.Generator().manual_seed(width + n)
-    src = torch.randint(-2**31, 2**31 - 1, (900, width), dtype=torch.int32, generator=generator).pin_memory()
-    rows = torch.randint(0, 900, (n + 3,), dtype=torch.int32, generator=generator).pin_memory()
-    dst = torch.full((n + 5, width), -7, dtype=torch.int32, device="cuda")
-    expected = dst.clone()
-    gather_rows_ref(expected, src, rows, n)
-    gather_rows(dst, src, rows, n, programs)
-    torch.cuda.synchronize()
-    assert torch.equal(dst, expected) and (dst[n:] == -7).all()
+    w = flat_words(t)
+    assert w.shape == (30,) and w.dtype == torch.int32
+    assert torch.equal(w.view(torch.uint8), t.view(torch.uint8).reshape(-1))
+    assert flat_words(torch.zeros(3, 5, dtype=torch.uint8)) is None
+    assert flat_words(torch.zeros(4, 4).t()) is None
 
 
 # ---- gated delta rule -----------------------------------------------------------------------------
