@@ -98,13 +98,13 @@ def build_engine(config: EngineConfig, quiet: bool = False, shared: LoadedModel 
                  stage_rank: int | None = None) -> EngineParts:
     """`stage_rank`: a pipeline stage's process builds its part of a split engine (runner/pipeline.py); the
     engine's own process (None) starts the other stages when --pipeline-parallel-size is above 1."""
+    device = resolve_device(config.runner.device)
     if shared is None:  # a second engine beside a shared model runs in the same process: set once
         # a split on the CPU: its stages' processes divide the cores
-        cpu_split = config.runner.pipeline_parallel_size if resolve_device(config.runner.device) == "cpu" else 1
+        cpu_split = config.runner.pipeline_parallel_size if device == "cpu" else 1
         threads = set_torch_threads(config.runner.torch_threads, cpu_split)
         if not quiet:
             print(f"torch CPU threads: {threads} ({available_cores()} cores available)", file=sys.stderr)
-    device = resolve_device(config.runner.device)
     dtype = resolve_dtype(config.runner.dtype, device)
     source = open_source(config.model)
     cfg = source.model_config()

@@ -76,7 +76,10 @@ class DecoderLayer(nn.Module):
 _OWNED_LAYERS: contextvars.ContextVar[range | None] = contextvars.ContextVar("owned_layers", default=None)
 
 
-def outside_layers(name: str, owned: range | None, cfg: ModelConfig) -> bool:
+_LAST_STAGE_PARTS = ("model.norm.", "lm_head.", "mtp.")
+
+
+def outside_stage(name: str, owned: range | None, cfg: ModelConfig) -> bool:
     """Whether checkpoint or parameter `name` belongs to another pipeline stage than the one of layers `owned`
     (None: no split, every part is this process's). The parts outside decoder layers go where they run: the
     embeddings to the first stage, and to the last too where it needs them (the MTP head embeds its drafts'
@@ -94,13 +97,10 @@ def outside_layers(name: str, owned: range | None, cfg: ModelConfig) -> bool:
     return False
 
 
-_LAST_STAGE_PARTS = ("model.norm.", "lm_head.", "mtp.")
-
-
 def build_part(name: str, cfg: ModelConfig, build: Callable[[], nn.Module]) -> nn.Module:
     """build() for the module at `name` ("lm_head."), or its shapes on the meta device where it belongs to
-    another pipeline stage (outside_layers)."""
-    if not outside_layers(name, _OWNED_LAYERS.get(), cfg):
+    another pipeline stage (outside_stage)."""
+    if not outside_stage(name, _OWNED_LAYERS.get(), cfg):
         return build()
     with torch.device("meta"), experts_on_meta():
         return build()
@@ -128,9 +128,11 @@ class DecoderBody(nn.Module):
     def __init__(self, cfg: ModelConfig, build_layer: Callable[[int], DecoderLayer],
                  zero_centered_norm: bool) -> None:
         super().__init__()
-        self.embed_tokens = build_part("model.embed_tokens.", cfg, lambda: nn.Embedding(cfg.vocab_size, cfg.hidden_size))
+        self.embed_tokens = build_part("model.embed_tokens.", cfg,
+                                       lambda: nn.Embedding(cfg.vocab_size, cfg.hidden_size))
         self.layers = nn.ModuleList(_build_owned(build_layer, i) for i in range(cfg.num_hidden_layers))
-        self.norm = build_part("model.norm.", cfg, lambda: RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, zero_centered_norm))
+        self.norm = build_part("model.norm.", cfg,
+                               lambda: RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, zero_centered_norm))
 
 
 class CausalLM(nn.Module):
@@ -209,7 +211,7 @@ class CausalLM(nn.Module):
 
     def _other_stages_layer(self, name: str) -> bool:
         """A tensor of a part another pipeline stage holds, while a stage loads (see owning_layers)."""
-        return outside_layers(name, _OWNED_LAYERS.get(), self.config)
+        return outside_stage(name, _OWNED_LAYERS.get(), self.config)
 
     def checkpoint_targets(self, name: str, tensor: torch.Tensor) -> list[tuple[str, tuple, torch.Tensor]]:
         """Map one checkpoint tensor to (parameter name, index into that parameter, values)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 
 from strata.config import SUPPORTED_ARCHITECTURES, ModelConfig
-from strata.model.decoder import outside_layers, owning_layers  # noqa: F401 (for strata.weights)
+from strata.model.decoder import outside_stage, owning_layers  # noqa: F401 (for strata.weights)
 from strata.model.moe import LocalExperts, MoEBlock, PackedLocalExperts, expert_weights_on  # noqa: F401
 from strata.model.norm import GatedRMSNorm, RMSNorm  # noqa: F401 (for strata.weights)
 from strata.model.ple import hash_multipliers, head_vocab_sizes, tables_packed  # noqa: F401 (for strata.weights)

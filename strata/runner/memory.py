@@ -97,15 +97,15 @@ def weight_sizes(model: torch.nn.Module, dtype: torch.dtype, owned: range | None
     """Parameter bytes in `dtype` of a model built by meta_model; the parameters of modules marked
     `host_resident` (they stay in host memory) are counted apart. `owned`: a pipeline stage's layers (the
     others' are left out)."""
-    from strata.model.decoder import outside_layers
+    from strata.model.decoder import outside_stage
     from strata.model.moe import LocalExperts
 
     cfg = model.config
-    modules = [(name, m) for name, m in model.named_modules() if not outside_layers(name + ".", owned, cfg)]
+    modules = [(name, m) for name, m in model.named_modules() if not outside_stage(name + ".", owned, cfg)]
     experts = [m for _, m in modules if isinstance(m, LocalExperts)]
     expert_params = sum(p.numel() for m in experts for p in m.parameters())
     host_params = sum(p.numel() for _, m in modules if getattr(m, "host_resident", False) for p in m.parameters())
-    total = sum(p.numel() for name, p in model.named_parameters() if not outside_layers(name, owned, cfg)) - host_params
+    total = sum(p.numel() for name, p in model.named_parameters() if not outside_stage(name, owned, cfg)) - host_params
     return WeightSizes(total * dtype.itemsize, expert_params * dtype.itemsize, sum(m.num_experts for m in experts),
                        host=host_params * dtype.itemsize)
 

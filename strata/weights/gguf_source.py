@@ -92,10 +92,10 @@ class GGUFSource:
     def weight_sizes(self, dtype: torch.dtype, owned: range | None = None) -> WeightSizes:
         """The weights' bytes as they will load (strata.weights.loaded_sizes); `owned`: a pipeline stage's
         layers (the others' are left out)."""
-        from strata.model.registry import outside_layers
+        from strata.model.registry import outside_stage
 
         cfg = self.model_config()
-        entries = [e for e in self._entries() if not outside_layers(e.hf_name, owned, cfg)]
+        entries = [e for e in self._entries() if not outside_stage(e.hf_name, owned, cfg)]
         return loaded_sizes(entries, dtype, self.experts_packed)
 
     def _entries(self) -> list[TensorEntry]:

@@ -4,12 +4,14 @@
 #    after the step's uploads: llama, Qwen3-Next, Qwen3-Next + MTP);
 # 2. kernel profiles of one-stream decode (CUPTI inside graph replays) for issue 23's 30B Q4_K_M and issue 29's
 #    Qwen4-Exp Q4_K_M: the launches a step and where the time goes, for the one-stream targets;
-# 3. issue 28's bench command (where its targets stand after sessions 18-21).
+# 3. issue 26: do the CPU experts' host reads and the staging ring's copies share host memory bandwidth?
+# 4. issue 28's bench command (where its targets stand after sessions 18-21).
 source tools/gpu_ab/device_setup.sh
 S=$(date +%s)
 timeout -s INT 100 python3 -m pytest -v -m gpu -p no:cacheprovider tests/runner/test_cuda_graphs.py --tb=short \
   -k "staged_host_kv" > $OUT/tests.log 2>&1
 echo "== tests rc=$? t=$(( $(date +%s)-S ))"; grep -E "FAILED|ERROR|passed|failed" $OUT/tests.log | cut -c1-200
+timeout -s INT 30 python3 host_bw_contention.py 15 2>&1 | tee $OUT/host_bw_contention.txt
 timeout -s INT 70 python3 -m strata.cli.main quantize 'random:qwen3-30b-a3b?num_hidden_layers=24' /tmp/q4km.gguf --scheme q4_k_m --device cuda > /dev/null 2>&1
 echo "== quantized 30B rc=$? t=$(( $(date +%s)-S ))"
 timeout -s INT 90 python3 prof_q4km.py /tmp/q4km.gguf 1 > $OUT/prof_30b_q4km.txt 2>&1
