@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from strata.kernels.sm_copy import gather_rows
+from strata.kernels.host_gather import gather_rows
 
 dev = "cuda"
 WORDS = 2048  # an 8 KB row
