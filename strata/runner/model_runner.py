@@ -11,9 +11,9 @@ because the scheduler may hand a freed slot id to a new request in the same plan
 from __future__ import annotations
 
 import itertools
-from collections import deque
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import torch
