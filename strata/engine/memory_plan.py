@@ -99,7 +99,7 @@ class MemoryPlan:
         """Bytes of what the runner allocates on the device beside the weights and the KV pool: the slots'
         recurrent states (one spare row takes graph padding), the prefix cache's checkpoints of them, and the
         CUDA graph pool (one pool shared by the graphs: the largest captured step's temporaries, estimated
-        like the step headroom, whose fixed part it shares)."""
+        like the step headroom, whose fixed part it shares, and the logits their LM head graphs share)."""
         if not self.on_cuda:
             return {}
         cache, sched, runner = self.config.cache, self.config.scheduler, self.config.runner
@@ -110,6 +110,7 @@ class MemoryPlan:
             tokens = max(slots * window, runner.cuda_graph_prompt_tokens)
             graphs = activation_headroom(self.model_config, tokens, slots, window, self.recurrent_shapes,
                                          self.dtype) - activation_headroom(self.model_config, 0, 0, 1, {}, self.dtype)
+            graphs += slots * self.model_config.vocab_size * 4  # the decode graphs' shared float32 logits
         ring_layers, ring_blocks = self._kv_staging() if cache.kv_offload else (0, 0)
         return {"recurrent states": (sched.max_num_seqs + 1) * self.state_row_bytes,
                 "state checkpoints": checkpoints * self.state_row_bytes, "CUDA graph pool (estimate)": graphs,

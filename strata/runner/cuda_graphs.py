@@ -70,6 +70,7 @@ class CapturedStep:
     pool_bytes: int                         # growth of reserved memory during warm-up and capture
     host_plan: tuple = (0, frozenset(), frozenset())  # (epoch, layers split at, device part skipped)
     derived: dict | None = None             # index tensors the capture built (ctx.cached): replays read them
+    head: torch.cuda.CUDAGraph | None = None  # decode layouts: the LM head on `hidden` into the shared logits
 
 
 @dataclass
@@ -79,6 +80,7 @@ class GraphStep:
     input_ids: torch.Tensor                 # [T]
     hidden: torch.Tensor                    # [T, D]
     ctx: ForwardContext
+    logits: Callable[[], torch.Tensor] | None = None  # replays the layout's LM head graph -> [T, V] float32
 
 
 class CudaGraphCache:
@@ -120,7 +122,10 @@ class CudaGraphCache:
         self.graphs: OrderedDict[tuple[int, int], CapturedStep] = OrderedDict()
         self.eager_only: set[tuple[int, int]] = set()
         self.pool = None  # one memory pool shared by every graph, made at the first capture
-        self.num_captures = self.num_evictions = self.num_replays = 0
+        # decode layouts' LM heads write here ([max_slots, V] float32, made at the first such capture): one
+        # buffer for every layout, since steps replay one at a time and sample before the next replays
+        self.head_logits: torch.Tensor | None = None
+        self.num_captures = self.num_evictions = self.num_replays = self.num_head_replays = 0
         self.capture_seconds = 0.0  # wall time spent capturing, so step timings can leave it out
 
     def layout_for(self, scheduled: list[ScheduledSlot]) -> tuple[int, int] | None:
@@ -215,8 +220,14 @@ class CudaGraphCache:
         input_ids, ctx = self.inputs.context(len(scheduled), n, self.kv_caches, self.state_caches,
                                              bool(captured.window_states), scratch, scheduled, self._host_caches(),
                                              host_tables, self.staging)
+        logits = None
+        if captured.head is not None:
+            def logits(head=captured.head, rows=len(scheduled)) -> torch.Tensor:
+                head.replay()
+                self.num_head_replays += 1
+                return self.head_logits[:rows]
         # slot i's rows start at i * n (a fresh prompt's padding rows follow its own real rows)
-        return GraphStep(input_ids, captured.hidden[:len(scheduled) * n], ctx)
+        return GraphStep(input_ids, captured.hidden[:len(scheduled) * n], ctx, logits)
 
     def ladder_keys(self) -> list[tuple[int, int]]:
         """Every layout decoding uses, most needed first: plain decode for every ladder size, single
@@ -279,11 +290,41 @@ class CudaGraphCache:
             self.eager_only.add(key)
             torch.cuda.synchronize()
             return None
+        head = self._capture_head(hidden, num_slots) if n == 1 else None
         captured = CapturedStep(capture.result, hidden, dict(scratch.window_states),
-                                max(0, torch.cuda.memory_reserved() - reserved_before), host_plan, dict(scratch.derived))
+                                max(0, torch.cuda.memory_reserved() - reserved_before), host_plan, dict(scratch.derived),
+                                head)
         self.graphs[key] = captured
         self.num_captures += 1
         return captured
+
+    def _capture_head(self, hidden: torch.Tensor, num_slots: int) -> torch.cuda.CUDAGraph | None:
+        """A decode layout's LM head (model.compute_logits on its hidden [S, D]) as a graph of its own, replayed
+        only when the runner samples from it (a decode part of a split step does not): one replay in place of
+        the head's eager launches, whose host cost a one-stream step of a fast model does not hide. None (and
+        the head runs eagerly) where the model has none here or the capture fails."""
+        compute_logits = getattr(self.model, "compute_logits", None)
+        if compute_logits is None or getattr(self.model, "stage", None) is not None:
+            return None
+        try:
+            if self.head_logits is None:
+                self.head_logits = torch.empty(self.ladder[-1], self.model.config.vocab_size, dtype=torch.float32,
+                                               device=hidden.device)
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):  # warm-up: compiles the head's kernels
+                compute_logits(hidden)
+            torch.cuda.current_stream().wait_stream(stream)
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool, stream=stream):
+                self.head_logits[:num_slots].copy_(compute_logits(hidden))
+            torch.cuda.synchronize()
+            return graph
+        except Exception:
+            logger.exception("capturing the LM head graph of %d slots failed; it runs eagerly", num_slots)
+            torch.cuda.synchronize()
+            return None
 
     def _forward(self, num_slots: int, input_ids: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         self.inputs.derive_flags(num_slots)
@@ -300,7 +341,10 @@ class CudaGraphCache:
         return None if self.host_kv is None else self.host_kv.tables
 
     def _release(self, key: tuple[int, int]) -> None:
-        self.graphs.pop(key).graph.reset()
+        captured = self.graphs.pop(key)
+        captured.graph.reset()
+        if captured.head is not None:
+            captured.head.reset()
         logger.debug("released CUDA graph %s", key)
 
 

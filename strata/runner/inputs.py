@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +19,8 @@ class StepInputs:
     input_ids: torch.Tensor        # [T]
     ctx: ForwardContext
     query_starts: list[int]        # first token row of each scheduled slot
+    # a decode graph's LM head: replays it -> logits [S, V] float32 of the real slots (None: compute_logits)
+    logits: Callable[[], torch.Tensor] | None = None
 
 
 def build_inputs(scheduled: list[ScheduledSlot], block_tables: dict[int, list[int]], block_size: int,

@@ -240,7 +240,7 @@ class ModelRunner:
                 step = self.graphs.run(key, plan.scheduled, self.block_tables, feed)
                 if step is not None:
                     starts = [i * key[1] for i in range(len(plan.scheduled))]
-                    return StepInputs(step.input_ids, step.ctx, starts), step.hidden
+                    return StepInputs(step.input_ids, step.ctx, starts, step.logits), step.hidden
             elif feed is None:
                 split = self._forward_split(plan)
                 if split is not None:
@@ -318,9 +318,10 @@ class ModelRunner:
             rows = [row_of[w.slot_id] for w in plan.scheduled]
             feed = inputs_from.token_ids if rows == list(range(len(inputs_from.slot_ids))) else \
                 inputs_from.token_ids[torch.tensor(rows, device=inputs_from.token_ids.device)]
-        _, hidden, expert_pairs, started = self._queue_forward(plan, feed)  # hidden [S, D]: one row per slot
+        inputs, hidden, expert_pairs, started = self._queue_forward(plan, feed)  # hidden [S, D]: one row per slot
         slot_ids = [w.slot_id for w in plan.scheduled]
-        token_ids = self.sampler.sample_on_device(self.model.compute_logits(hidden), slot_ids)  # [S]
+        logits = inputs.logits() if inputs.logits is not None else self.model.compute_logits(hidden)  # [S, V]
+        token_ids = self.sampler.sample_on_device(logits, slot_ids)  # [S]
         host_ids, copied = token_ids, None
         if token_ids.is_cuda:  # read back through an event: a step queued after this one must not delay it
             host_ids = torch.empty(token_ids.shape, dtype=token_ids.dtype, pin_memory=True)
@@ -384,7 +385,8 @@ class ModelRunner:
             return None
         return {"enabled": self.use_cuda_graphs, "cached": len(self.graphs.graphs), "capacity": self.graphs.capacity,
                 "captures": self.graphs.num_captures, "evictions": self.graphs.num_evictions,
-                "replays": self.graphs.num_replays, "pool_bytes": self.graphs.pool_bytes}
+                "replays": self.graphs.num_replays, "head_replays": self.graphs.num_head_replays,
+                "pool_bytes": self.graphs.pool_bytes}
 
     def _update_slots(self, plan: StepPlan) -> None:
         # Order matters. Parks first: an evicted block or checkpoint row still holds what to park

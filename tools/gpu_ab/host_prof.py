@@ -1,7 +1,7 @@
 """Where a single-stream step's host time goes, plain decode against synthetic speculation (L = 3, k = 3), on
 a model with CUDA graphs: the step split the engine records, then cProfile of one generate per arm (top
 functions by own time and by cumulative time). cProfile slows Python roughly twofold: read the shares.
-usage: host_prof.py MODEL"""
+usage: host_prof.py MODEL [plain|spec ...]"""
 import cProfile
 import pstats
 import sys
@@ -15,7 +15,7 @@ from strata.config import EngineConfig, RunnerConfig, SchedulerConfig, SpecConfi
 path = sys.argv[1]
 prompt = {"prompt_token_ids": list(range(100, 164))}
 params = SamplingParams(max_tokens=257, temperature=0, ignore_eos=True)
-for arm in ("plain", "spec"):
+for arm in sys.argv[2:] or ("plain", "spec"):
     spec = SpecConfig.from_json('{"method":"synthetic","acceptance_length":3.0,"num_speculative_tokens":3}') \
         if arm == "spec" else None
     llm = LLM.from_config(EngineConfig(model=path, runner=RunnerConfig(device="cuda"),

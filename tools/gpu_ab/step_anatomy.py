@@ -3,7 +3,7 @@
 - the device's step: back-to-back replays of the one-slot decode graph, alone and with the LM head and argmax;
 their difference is host time the engine does not hide. It also writes chrome traces (OUT_PREFIX.graph.json:
 three graph-replayed decode steps; OUT_PREFIX.eager.json: three eager ones) for the kernel order and the
-device's idle gaps (tools/trace_gaps.py reads them)."""
+device's idle gaps); OUT_PREFIX "-" writes none.""" 
 import sys
 import time
 
@@ -59,6 +59,8 @@ with_head = device_us(lambda: (captured.graph.replay(1), argmax(runner.model.com
 head = device_us(lambda: argmax(runner.model.compute_logits(hidden)))
 print(f"graph replay      : {graph_only:8.1f} us   (+ LM head and argmax: {with_head:.1f} us; head alone {head:.1f})")
 print(f"host not hidden   : {(long - short) / 256 * 1e6 - with_head:8.1f} us a step")
+if prefix == "-":
+    sys.exit(0)
 with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
     llm.generate([prompt], params(4))
 prof.export_chrome_trace(prefix + ".graph.json")
