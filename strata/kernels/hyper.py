@@ -17,6 +17,11 @@ sigmoid, a product and a mean over the streams, and the per-stream write weights
 Everything accumulates in float32 and rounds once, where the torch form rounds each op's output to the
 model dtype: in bf16 the two agree to bf16 rounding, not bit for bit. Each program rereads the weights it
 needs, so the kernels are for few rows (`MAX_ROWS`); longer steps take the torch form (GEMMs).
+
+An MoE block's output goes back into the streams in one more launch (`topk_sum_inject`): its float32
+top-k expert rows summed in order, the shared expert's output added, then written into every stream with
+its weight, where the torch form (`topk_sum_inject_ref`) takes a launch per expert, one for the shared
+expert and one for the write.
 """
 
 from __future__ import annotations
@@ -29,6 +34,12 @@ try:
     import triton.language as tl
 except ImportError:  # CPU-only install: hyper_mix_ref still works
     triton = tl = None
+
+from strata.kernels.launch import pdl_options
+from strata.kernels.rms_norm import topk_sum_ref
+
+if triton is not None:
+    from strata.kernels.launch import wait_for_previous_kernel
 
 MAX_ROWS = 16
 
@@ -51,6 +62,37 @@ def hyper_mix_ref(streams: torch.Tensor, norm_weight: torch.Tensor, down: torch.
     if inject is None:
         return block_input, None
     return block_input, 2 * torch.sigmoid(F.linear(normed, inject) / hc)
+
+
+def inject_ref(streams: torch.Tensor, output: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """streams [T, hc * D] + a block's output [T, D] written into stream s with weight weights[:, s] [T, hc]."""
+    return torch.addcmul(streams.unflatten(-1, (weights.shape[-1], -1)), weights.unsqueeze(-1),
+                         output.unsqueeze(-2)).flatten(-2)
+
+
+def topk_sum_inject_ref(partials: torch.Tensor, shared: torch.Tensor | None, streams: torch.Tensor,
+                        weights: torch.Tensor) -> torch.Tensor:
+    """inject_ref of an MoE block's output given as float32 partials [T, K, D] (summed over K in order, cast
+    to the streams' dtype) plus the shared expert's output [T, D] or None (strata.model.moe.TopkPartials)."""
+    return inject_ref(streams, topk_sum_ref(partials, shared, streams.dtype), weights)
+
+
+def topk_sum_inject(partials: torch.Tensor, shared: torch.Tensor | None, streams: torch.Tensor,
+                    weights: torch.Tensor) -> torch.Tensor:
+    """topk_sum_inject_ref's contract in one launch; every operand contiguous. The sum, the shared expert's
+    add and the write round to the streams' dtype where the torch form does."""
+    rows, width = streams.shape
+    top_k, dim = partials.shape[1], partials.shape[2]
+    hc = weights.shape[1]
+    assert width == hc * dim and partials.shape[0] == rows and weights.shape[0] == rows
+    assert partials.is_contiguous() and streams.is_contiguous() and weights.is_contiguous()
+    assert shared is None or shared.is_contiguous()
+    out = torch.empty_like(streams)
+    block = 512
+    _topk_sum_inject_kernel[(rows, triton.cdiv(dim, block))](
+        partials, shared if shared is not None else streams, streams, weights, out, dim, width, TOP_K=top_k,
+        HC=hc, HAS_SHARED=shared is not None, BLOCK=block, num_warps=4, **pdl_options(streams))
+    return out
 
 
 def hyper_mix(streams: torch.Tensor, norm_weight: torch.Tensor, down: torch.Tensor, up: torch.Tensor,
@@ -146,3 +188,28 @@ if triton is not None:
             normed = tl.load(normed_ptr + row * width + at, mask=ok, other=0.0).to(tl.float32)
             total += normed / (1.0 + tl.exp(-gate))
         tl.store(out_ptr + row * hidden + cols, (total * inv_hc).to(out_ptr.dtype.element_ty), mask=ok)
+
+    @triton.jit
+    def _topk_sum_inject_kernel(partials_ptr, shared_ptr, streams_ptr, weights_ptr, out_ptr, dim, width,
+                                TOP_K: tl.constexpr, HC: tl.constexpr, HAS_SHARED: tl.constexpr,
+                                BLOCK: tl.constexpr, USE_PDL: tl.constexpr):
+        """Program (row, block of hidden columns): the block's sum over the row's TOP_K partials, in order,
+        rounded; plus the shared output, rounded; each stream's columns plus its weight times that."""
+        wait_for_previous_kernel(USE_PDL)
+        row, block = tl.program_id(0).to(tl.int64), tl.program_id(1)
+        cols = block * BLOCK + tl.arange(0, BLOCK)
+        ok = cols < dim
+        dtype = out_ptr.dtype.element_ty
+        at = partials_ptr + row * TOP_K * dim + cols
+        total = tl.load(at, mask=ok, other=0.0)
+        for k in tl.static_range(1, TOP_K):
+            total += tl.load(at + k * dim, mask=ok, other=0.0)
+        total = total.to(dtype)
+        if HAS_SHARED:
+            shared = tl.load(shared_ptr + row * dim + cols, mask=ok, other=0.0)
+            total = (total.to(tl.float32) + shared.to(tl.float32)).to(dtype)
+        t = total.to(tl.float32)
+        for s in tl.static_range(HC):
+            w = tl.load(weights_ptr + row * HC + s).to(tl.float32)
+            x = tl.load(streams_ptr + row * width + s * dim + cols, mask=ok, other=0.0).to(tl.float32)
+            tl.store(out_ptr + row * width + s * dim + cols, (x + w * t).to(dtype), mask=ok)

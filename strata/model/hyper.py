@@ -49,8 +49,7 @@ class HyperConnection(nn.Module):
                              self.input_mix_weight_up.weight, inject, self.hc, self.hc_norm.eps)
 
 
-def inject(streams: torch.Tensor, output: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """streams [T, hc * D] + a block's output [T, D] written into stream s with weight weights[:, s] [T, hc]
-    (one launch)."""
-    return torch.addcmul(streams.unflatten(-1, (weights.shape[-1], -1)), weights.unsqueeze(-1),
-                         output.unsqueeze(-2)).flatten(-2)
+def inject(streams: torch.Tensor, output, weights: torch.Tensor) -> torch.Tensor:
+    """streams [T, hc * D] + a block's output [T, D] (or an MoE block's unsummed moe.TopkPartials) written
+    into stream s with weight weights[:, s] [T, hc] (one launch)."""
+    return ops.inject(streams, output, weights)

@@ -290,6 +290,17 @@ def hyper_mix(streams: torch.Tensor, norm_weight: torch.Tensor, down: torch.Tens
     return hyper.hyper_mix_ref(streams, norm_weight, down, up, inject, hc, eps)
 
 
+def inject(streams: torch.Tensor, output, weights: torch.Tensor) -> torch.Tensor:
+    """hyper.inject_ref: a block's output [T, D] written into the streams [T, hc * D] with weights [T, hc]. An
+    MoE block's unsummed output (moe.TopkPartials) is summed in the same launch on CUDA (topk_sum_inject)."""
+    if not isinstance(output, torch.Tensor):
+        if kernels_on(streams) and all(t is None or t.is_contiguous()
+                                       for t in (output.partials, output.shared, streams, weights)):
+            return hyper.topk_sum_inject(output.partials, output.shared, streams, weights)
+        output = output.total()
+    return hyper.inject_ref(streams, output, weights)
+
+
 # ---- MoE --------------------------------------------------------------------------------------------
 
 def softmax_topk(logits: torch.Tensor, top_k: int, renormalize: bool, out_dtype: torch.dtype,

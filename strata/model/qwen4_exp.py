@@ -63,7 +63,7 @@ class Qwen4ExpLayer(nn.Module):
         x, weights = self.attn_hyper_connection(streams)
         streams = inject(streams, getattr(self, self.mixer_name)(x, ctx), weights)
         x, weights = self.mlp_hyper_connection(streams)
-        return inject(streams, self.mlp(x), weights)
+        return inject(streams, self.mlp.forward_unsummed(x), weights)  # the top-k sum in the write's launch
 
 
 class Qwen4ExpBody(nn.Module):

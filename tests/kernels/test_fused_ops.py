@@ -486,3 +486,21 @@ def test_hyper_mix_kernel_matches_ref(dtype, rows, hidden, rank, inject):
     close(out, ref, dtype)
     if inject:
         close(weights, ref_weights, dtype)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("rows, top_k, hidden, with_shared", [(1, 1, 2560, True), (1, 10, 2560, True),
+                                                              (5, 10, 200, False), (16, 4, 640, True)])
+def test_topk_sum_inject_matches_ref(dtype, rows, top_k, hidden, with_shared):
+    """The MoE block's top-k sum, shared add and write into the streams: one launch, the torch form's roundings."""
+    from strata.kernels.hyper import topk_sum_inject, topk_sum_inject_ref
+
+    partials = randn(rows, top_k, hidden, seed=17, device="cuda")
+    shared = randn(rows, hidden, seed=18, dtype=dtype, device="cuda") if with_shared else None
+    streams = randn(rows, 4 * hidden, seed=19, dtype=dtype, device="cuda")
+    weights = randn(rows, 4, seed=20, dtype=dtype, device="cuda").sigmoid() * 2
+    out, ref = topk_sum_inject(partials, shared, streams, weights), topk_sum_inject_ref(partials, shared, streams, weights)
+    torch.testing.assert_close(out, ref, rtol=2 ** -7 if dtype == torch.bfloat16 else 1e-6, atol=1e-6)
+    if dtype == torch.bfloat16:  # rounded where the torch form rounds: equal but for rare last-bit ties
+        assert (out != ref).float().mean() < 0.01
