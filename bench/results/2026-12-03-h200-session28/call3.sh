@@ -3,7 +3,7 @@
 B=$PWD; source tools/gpu_ab/device_setup.sh; mkdir -p /tmp/base && tar -xf $B/.base/base.tar -C /tmp/base
 S=$(date +%s)
 timeout -s INT 60 python3 -m strata.cli.main quantize 'random:qwen4exp-125b?num_hidden_layers=4&ple_layer_ids=none' /tmp/q4e.gguf --scheme q4_k_m --device cuda > /dev/null 2>&1
-for arm in base new new base; do
+for arm in base new; do
   [ $arm = base ] && P=/tmp/base:/tmp/site:/tmp/hf || P=/tmp/src:/tmp/site:/tmp/hf
   echo "== $arm Qwen4-Exp Q4_K_M"; PYTHONPATH=$P timeout -s INT 80 python3 step_anatomy.py /tmp/q4e.gguf - 2>&1 | grep -E "^(engine|graph|host)"
 done
