@@ -1,6 +1,6 @@
 # Session 28 call 4: the two graph identity tests whose stale assertion stopped them in call 3; issue 29's
 # Qwen4-Exp Q4_K_M bench at 91381a7 (before the LM head graph and topk_sum_inject) and HEAD in one machine
-# start; issue 23's 30B Q4_K_M bench at HEAD.
+# start; issue 29's bf16 Qwen4-Exp bench at HEAD; issue 23's 30B Q4_K_M bench at HEAD if time is left.
 B=$PWD; source tools/gpu_ab/device_setup.sh; mkdir -p /tmp/base && tar -xf $B/.base/base.tar -C /tmp/base
 S=$(date +%s)
 timeout -s INT 80 python3 -m pytest -v -m gpu -p no:cacheprovider tests/runner/test_cuda_graphs.py --tb=short \
@@ -15,5 +15,6 @@ bench() {  # arm model tag
 }
 timeout -s INT 60 python3 -m strata.cli.main quantize 'random:qwen4exp-125b?num_hidden_layers=4&ple_layer_ids=none' /tmp/q4e.gguf --scheme q4_k_m --device cuda > /dev/null 2>&1
 bench new /tmp/q4e.gguf q4e; bench base /tmp/q4e.gguf q4e
+bench new 'random:qwen4exp-125b?num_hidden_layers=4&ple_layer_ids=none' q4e_bf16
 timeout -s INT 70 python3 -m strata.cli.main quantize 'random:qwen3-30b-a3b?num_hidden_layers=24' /tmp/q4km.gguf --scheme q4_k_m --device cuda > /dev/null 2>&1
 LEFT=$(( 420 - ($(date +%s)-S) )); [ $LEFT -gt 60 ] && bench new /tmp/q4km.gguf q30b
