@@ -3,7 +3,7 @@
 - the device's step: back-to-back replays of the one-slot decode graph, alone and with the LM head and argmax;
 their difference is host time the engine does not hide. It also writes chrome traces (OUT_PREFIX.graph.json:
 three graph-replayed decode steps; OUT_PREFIX.eager.json: three eager ones) for the kernel order and the
-device's idle gaps); OUT_PREFIX "-" writes none.""" 
+device's idle gaps; OUT_PREFIX "-" writes none."""
 import sys
 import time
 

@@ -1,0 +1,66 @@
+"""Packed routed experts at prompt sizes (16-512 tokens), inside CUDA graphs with cold routing (4 rotated id
+sets): the 8-bit pairs (packed_q8.moe_pairs_q8: time grows with the pairs), packed_moe's float grouped kernels
+(each used expert read once per row block) under a few tilings, and the int8 tensor-core grouped kernel
+(packed_mmq, Q4_K / Q6_K rows only), on the 30B-A3B shape (128 experts of 768, top 8, Q4_K / Q6_K) and Qwen4-Exp's
+(512 experts of 640, top 10, Q4_K / Q8_0). Where the pairs stop paying decides packed_moe.Q8_PAIRS_PER_EXPERT.
+Writes $OUT/prompt_moe_ab.json."""
+import json
+import os
+import sys
+
+import torch
+
+from strata.kernels import packed_mmq, packed_moe, packed_q8
+
+sys.path.insert(0, "tests")
+from graph_timing import graph_time  # noqa: E402
+from kernels.test_packed_gemv import random_blocks  # noqa: E402
+
+
+
+def blocks(qtype, n, k, seed):
+    """random_blocks, but Q8_0 as random quants with small f16 scales (gguf's quantize of 0.8 G floats is slow)."""
+    if qtype != 8:
+        return random_blocks(qtype, n, k, seed)
+    g = torch.Generator().manual_seed(seed)
+    out = torch.randint(0, 256, (n, k // 32, 34), dtype=torch.uint8, generator=g)
+    scale = (torch.rand(n, k // 32, generator=g) * 0.02 + 1e-3).half()
+    out[:, :, :2] = scale.view(torch.uint8).view(n, k // 32, 2)
+    return out.view(n, -1)
+
+
+SHAPES = {"30b": (128, 2048, 768, 8, 12, 14), "qwen4exp": (512, 2560, 640, 10, 12, 8)}
+rows = []
+gen = torch.Generator().manual_seed(0)
+for shape, (E, D, I, TOP, q13, q2) in SHAPES.items():
+    w13 = blocks(q13, E * 2 * I, D, seed=1).cuda().view(E, 2 * I, -1)
+    w2 = blocks(q2, E * D, I, seed=2).cuda().view(E, D, -1)
+    arms = {"q8_pairs": lambda h, ids, wts: packed_q8.moe_pairs_q8(h, w13, q13, w2, q2, ids, wts)}
+    for bn, warps, stages in ((32, 4, 2), (64, 4, 2), (64, 8, 3), (128, 8, 3)):
+        arms[f"grouped_n{bn}_w{warps}_s{stages}"] = (
+            lambda h, ids, wts, c=dict(BLOCK_N=bn, num_warps=warps, num_stages=stages):
+            packed_moe._grouped(h, w13, q13, w2, q2, ids, wts, config=c))
+    if packed_mmq.supports(q2, I, w2):
+        for bm, bn in ((16, 64), (32, 64), (64, 64), (64, 128)):
+            arms[f"mmq_m{bm}_n{bn}"] = (lambda h, ids, wts, c=dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=4):
+                                        packed_mmq.moe_grouped_q8(h, w13, q13, w2, q2, ids, wts, config=c))
+    for tokens in (16, 32, 64, 128, 256, 512):
+        hidden = torch.randn(tokens, D, device="cuda", dtype=torch.bfloat16) * 0.1
+        id_sets = [torch.stack([torch.randperm(E, generator=gen)[:TOP] for _ in range(tokens)]).cuda()
+                   for _ in range(4)]
+        wts = torch.rand(tokens, TOP, device="cuda")
+        ref = arms["q8_pairs"](hidden, id_sets[0], wts).float()
+        res = {}
+        for name, fn in arms.items():
+            try:
+                err = ((fn(hidden, id_sets[0], wts).float() - ref).abs().max() / ref.abs().max()).item()
+                t = round(graph_time(lambda i, fn=fn: fn(hidden, id_sets[i], wts), len(id_sets)), 1)
+            except Exception as e:  # a tiling that does not compile or fit: say so, go on
+                print(shape, name, tokens, "failed:", repr(e)[:200], flush=True)
+                continue
+            res[name] = t
+            rows.append(dict(shape=shape, tokens=tokens, pairs=tokens * TOP, arm=name, us=t, rel_err_vs_pairs=err))
+        best = min(res, key=res.get)
+        print(f"{shape} {tokens:4d} tokens ({tokens * TOP} pairs): best {best} {res[best]} us; "
+              + ", ".join(f"{k} {v}" for k, v in res.items()), flush=True)
+json.dump(rows, open(os.path.join(os.environ.get("OUT", "/tmp"), "prompt_moe_ab.json"), "w"), indent=1)
