@@ -12,9 +12,10 @@ x_q8 = dx * q: the integer sums are exact, the scaling in float32. So the kernel
 on dequantize(x) up to float32 summation order; against unrounded x each output is off by ~0.1-0.5 % of
 |W| @ |x| (the rounding of x, as in llama.cpp; tests/kernels/test_packed_q8.py states the bounds).
 
-Types: Q4_K and Q6_K (Q4_K_M files' bulk), Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 (Q8_0 files, and llama.cpp's
-fallbacks for rows 256 does not divide: Qwen4-Exp's 640-wide expert down rows). The K loop takes a "unit"
-a step: one superblock (256 values) of the K types, four 32-value blocks (128) of the others.
+Types: Q4_K and Q6_K (Q4_K_M files' bulk), Q5_K (their Gated DeltaNet input projections, llama.cpp's attn_qkv
+rule), Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 (Q8_0 files, and llama.cpp's fallbacks for rows 256 does not divide:
+Qwen4-Exp's 640-wide expert down rows). The K loop takes a "unit" a step: one superblock (256 values) of the K
+types, four 32-value blocks (128) of the others.
 
 Layouts (packed_gemv's docstring; all offsets in bytes from a row's start). Blocks of an even size may
 start two bytes into a word: those words are funnelled from the upper half of one word and the next half
@@ -22,6 +23,8 @@ word (_word_at), so no byte outside the weight is read.
 - Q4_K (144 per 256): word 0 = f16 d | f16 dmin << 16, words 1-3 the 12 bytes of 6-bit scales and mins,
   words 4 + 8 j + t the quants of sub-blocks 2 j (low nibbles) and 2 j + 1 (high): weight 4 t + b of each
   in byte b. Its activations are x words 16 j + t (low) and 16 j + 8 + t (high) of the superblock's 64.
+- Q5_K (176 per 256): Q4_K's header, then the fifth bits in words 4-11 (bit 2 j of byte b of word 4 + t: weight
+  4 t + b of sub-block 2 j, bit 2 j + 1: of sub-block 2 j + 1), then Q4_K's quants from word 12.
 - Q6_K (210 per 256): half h keeps low bits in ql words 16 h + t (weights 4 t.., low nibbles; 4 t + 64..,
   high) and 16 h + 8 + t (4 t + 32.., 4 t + 96..), the high bit pairs in qh words 32 + 8 h + t; int8
   scales at 192 + (weight // 16), f16 d at 208. Quants are 0..63 (the -32 is taken off per 16 with x's sums).
@@ -47,10 +50,10 @@ from strata.kernels.launch import pdl_options
 if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
 
-Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K = 2, 3, 6, 7, 8, 12, 14
+Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K = 2, 3, 6, 7, 8, 12, 13, 14
 # bytes per block, and the K step of the loops (a "unit": one superblock, or four 32-value blocks)
-BLOCK_BYTES = {Q4_0: 18, Q4_1: 20, Q5_0: 22, Q5_1: 24, Q8_0: 34, Q4_K: 144, Q6_K: 210}
-UNIT = {Q4_K: 256, Q6_K: 256, Q4_0: 128, Q4_1: 128, Q5_0: 128, Q5_1: 128, Q8_0: 128}
+BLOCK_BYTES = {Q4_0: 18, Q4_1: 20, Q5_0: 22, Q5_1: 24, Q8_0: 34, Q4_K: 144, Q5_K: 176, Q6_K: 210}
+UNIT = {Q4_K: 256, Q5_K: 256, Q6_K: 256, Q4_0: 128, Q4_1: 128, Q5_0: 128, Q5_1: 128, Q8_0: 128}
 MAX_ROWS = 16
 # ops.packed_linear sends steps of up to this many rows here: at 8 rows the kernel and dequantize + GEMM were
 # even on the 30B-A3B q_proj (14.1 against 13.9 us), at 16 the GEMM won (13.8 against 21.3; q8_ab on the H200)
@@ -104,15 +107,15 @@ def enabled() -> bool:
 
 def supports(qtype: int, k: int, w: torch.Tensor) -> bool:
     """Rows of whole units (module docstring) of a type read here, in a tensor whose start is word-aligned
-    and whose rows start on whole words (Q4_K) or half words (the others: their words are funnelled)."""
+    and whose rows start on whole words (Q4_K, Q5_K) or half words (the others: their words are funnelled)."""
     if qtype not in UNIT or k % UNIT[qtype] or w.data_ptr() % 4:
         return False
-    align = 4 if qtype == Q4_K else 2
+    align = 4 if qtype in (Q4_K, Q5_K) else 2
     return all(s % align == 0 for s in w.stride()[:-1])
 
 
 def row_bytes(qtype: int, k: int) -> int:
-    per_block = 256 if qtype in (Q4_K, Q6_K) else 32
+    per_block = 256 if qtype in (Q4_K, Q5_K, Q6_K) else 32
     return k // per_block * BLOCK_BYTES[qtype]
 
 
@@ -131,7 +134,7 @@ def _word_tiles(qtype: int, integer_sums: bool) -> int:
     4-bit and 5-bit blocks' 4."""
     if integer_sums:
         return 1
-    return 8 if qtype in (Q4_K, Q8_0) else 4
+    return 8 if qtype in (Q4_K, Q5_K, Q8_0) else 4
 
 
 def rounds_in_norm(num_rows: int, dim: int) -> bool:
@@ -339,19 +342,29 @@ if triton is not None:
         return sc.to(tl.float32), mn.to(tl.float32)
 
     @triton.jit
-    def _q4k_step(w_words, base, xq, dx, sums, j, ok, rok, ISUM: tl.constexpr, ASM: tl.constexpr):
-        """Superblocks j [1, SB, 1, 1, 1] of Q4_K rows at byte offsets base [1, 1, BN, 1, 1] (mask ok) against
-        R rows of 8-bit activations (xq, dx, sums: row pointers [R, 1, 1, 1, 1], mask rok) -> (dot parts
-        [R, SB, BN, 4, 1], min parts [R, SB, BN, 4, 1]): each output is sum(parts) - sum(min parts). Tiles
-        are [R, SB, BN, pair, t]; each weight word is loaded and unpacked once for the R rows."""
-        wb = (base + j * 144) // 4                                                       # [1, SB, BN, 1, 1]
+    def _q4k_step(w_words, base, xq, dx, sums, j, ok, rok, ISUM: tl.constexpr, ASM: tl.constexpr,
+                  FIVE: tl.constexpr):
+        """Superblocks j [1, SB, 1, 1, 1] of Q4_K rows (FIVE: Q5_K's, the same with fifth bits) at byte offsets
+        base [1, 1, BN, 1, 1] (mask ok) against R rows of 8-bit activations (xq, dx, sums: row pointers
+        [R, 1, 1, 1, 1], mask rok) -> (dot parts [R, SB, BN, 4, 1], min parts [R, SB, BN, 4, 1]): each output
+        is sum(parts) - sum(min parts). Tiles are [R, SB, BN, pair, t]; each weight word is loaded and
+        unpacked once for the R rows."""
+        block_words: tl.constexpr = 44 if FIVE else 36
+        quant_words: tl.constexpr = 12 if FIVE else 4
+        wb = base // 4 + j * block_words                                                 # [1, SB, BN, 1, 1]
         pair = tl.arange(0, 4)[None, None, None, :, None]
         t = tl.arange(0, 8)[None, None, None, None, :]
-        w = tl.load(w_words + wb + 4 + 8 * pair + t, mask=ok, other=0).to(tl.uint32, bitcast=True)
+        w = tl.load(w_words + wb + quant_words + 8 * pair + t, mask=ok, other=0).to(tl.uint32, bitcast=True)
+        low_quants = w & 0x0F0F0F0F
+        high_quants = (w >> 4) & 0x0F0F0F0F
+        if FIVE:  # bit 2 pair (low nibbles' sub-block) and 2 pair + 1 (high nibbles') of each byte, to bit 4
+            qh = tl.load(w_words + wb + 4 + t, mask=ok, other=0).to(tl.uint32, bitcast=True)   # [1, SB, BN, 1, 8]
+            shift = (2 * pair).to(tl.uint32)
+            low_quants |= ((qh >> shift) & 0x01010101) << 4
+            high_quants |= ((qh >> (shift + 1)) & 0x01010101) << 4
         x_at = xq + j * 64 + 16 * pair + t                                               # [R, SB, 1, 4, 8]
-        low = _dp4a((w & 0x0F0F0F0F).to(tl.int32, bitcast=True), tl.load(x_at, mask=rok, other=0), False, ASM)
-        high = _dp4a(((w >> 4) & 0x0F0F0F0F).to(tl.int32, bitcast=True), tl.load(x_at + 8, mask=rok, other=0), False,
-                     ASM)
+        low = _dp4a(low_quants.to(tl.int32, bitcast=True), tl.load(x_at, mask=rok, other=0), False, ASM)
+        high = _dp4a(high_quants.to(tl.int32, bitcast=True), tl.load(x_at + 8, mask=rok, other=0), False, ASM)
         h0 = tl.load(w_words + wb, mask=ok, other=0).to(tl.uint32, bitcast=True)
         h1 = tl.load(w_words + wb + 1, mask=ok, other=0).to(tl.uint32, bitcast=True)
         h2 = tl.load(w_words + wb + 2, mask=ok, other=0).to(tl.uint32, bitcast=True)
@@ -471,8 +484,8 @@ if triton is not None:
         scalars handed to a helper into tensors, which tl.range refuses)."""
         w_words = w_ptr.to(tl.pointer_type(tl.int32))
         w_halves = w_ptr.to(tl.pointer_type(tl.int16))
-        if QTYPE == 12:
-            parts, offsets = _q4k_step(w_words, base, xq, dx, sums, j, ok, rok, ISUM, ASM)
+        if QTYPE == 12 or QTYPE == 13:
+            parts, offsets = _q4k_step(w_words, base, xq, dx, sums, j, ok, rok, ISUM, ASM, QTYPE == 13)
         elif QTYPE == 14:
             parts, offsets = _q6k_step(w_words, w_halves, base, xq, dx, sums, j, ok, rok, ISUM, ASM)
         else:

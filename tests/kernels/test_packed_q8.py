@@ -1,4 +1,4 @@
-"""packed_q8 (Q4_K / Q6_K rows times 8-bit activations, integer dot products): the activation rounding in
+"""packed_q8 (Q4_K / Q5_K / Q6_K rows times 8-bit activations, integer dot products): the activation rounding in
 torch on the CPU; on the GPU the kernels against gguf's dequantization times the rounded activations
 (float32 summation order apart), and the rounding's error against unrounded activations."""
 
@@ -10,7 +10,7 @@ import torch
 from kernels.test_packed_gemv import random_blocks
 from strata.kernels import packed_q8
 from strata.kernels.gguf_blocks import dequantize_ref
-from strata.kernels.packed_gemv import Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, packed_gemv_ref
+from strata.kernels.packed_gemv import IQ4_XS, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, packed_gemv_ref
 
 gpu = pytest.mark.gpu
 
@@ -32,15 +32,17 @@ def test_activation_rounding_keeps_each_value_within_half_a_step():
 
 
 def test_supports_rows_of_whole_units():
-    """Q4_K / Q6_K rows of whole superblocks, the 32-value types rows of whole 128-value units; rows may start
-    two bytes into a word except Q4_K's; other types are left to the float decoders."""
+    """Q4_K / Q5_K / Q6_K rows of whole superblocks, the 32-value types rows of whole 128-value units; rows may
+    start two bytes into a word except Q4_K's and Q5_K's; other types are left to the float decoders."""
     assert packed_q8.supports(Q4_K, 512, torch.zeros(4, 288, dtype=torch.uint8))
     assert packed_q8.supports(Q6_K, 768, torch.zeros(4, 630, dtype=torch.uint8))
     assert packed_q8.supports(Q8_0, 640, torch.zeros(4, 680, dtype=torch.uint8))
     assert packed_q8.supports(Q5_0, 640, torch.zeros(3, 440, dtype=torch.uint8))
     assert not packed_q8.supports(Q8_0, 96, torch.zeros(4, 102, dtype=torch.uint8))
     assert not packed_q8.supports(Q4_K, 320, torch.zeros(4, 180, dtype=torch.uint8))
-    assert not packed_q8.supports(Q5_K, 512, torch.zeros(4, 352, dtype=torch.uint8))
+    assert packed_q8.supports(Q5_K, 512, torch.zeros(4, 352, dtype=torch.uint8))
+    assert not packed_q8.supports(Q5_K, 256, torch.zeros(4, 178, dtype=torch.uint8)[:, :176])
+    assert not packed_q8.supports(IQ4_XS, 512, torch.zeros(4, 272, dtype=torch.uint8))
     assert not packed_q8.supports(Q4_K, 256, torch.zeros(4, 146, dtype=torch.uint8)[:, :144])
     assert not packed_q8.supports(Q6_K, 256, torch.zeros(4, 211, dtype=torch.uint8)[:, :210])
     assert packed_q8.row_bytes(Q5_1, 640) == 480 and packed_q8.row_bytes(Q6_K, 512) == 420
@@ -103,7 +105,7 @@ def test_norm_rounds_its_output_as_quantize_does(dim, form):
 
 
 @gpu
-@pytest.mark.parametrize("qtype", [Q4_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1])
+@pytest.mark.parametrize("qtype", [Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1])
 @pytest.mark.parametrize("rows, n, k", [(1, 33, 256), (1, 4096, 2048), (3, 64, 768), (5, 7, 2560), (16, 40, 512)])
 @pytest.mark.parametrize("config", [None, dict(BLOCK_N=8, SUPERBLOCKS=1, num_warps=4)])
 def test_gemv_equals_the_dequantized_weight_times_the_rounded_activations(qtype, rows, n, k, config):
@@ -166,7 +168,8 @@ def moe_reference(hidden, w13, qtype13, w2, qtype2, ids, weights) -> torch.Tenso
 
 @gpu
 @pytest.mark.parametrize("qtypes, inter", [((Q4_K, Q6_K), 768), ((Q6_K, Q4_K), 768), ((Q4_K, Q4_K), 768),
-                                           ((Q4_K, Q8_0), 640), ((Q4_K, Q5_0), 640), ((Q8_0, Q8_0), 384)])
+                                           ((Q4_K, Q8_0), 640), ((Q4_K, Q5_0), 640), ((Q8_0, Q8_0), 384),
+                                           ((Q5_K, Q6_K), 768)])
 @pytest.mark.parametrize("tokens", [1, 4, 48])
 def test_moe_pairs_match_the_rounded_reference(qtypes, inter, tokens):
     """Experts in slots wider than they are (a padded view), a skipped pair (zeros), K = 768 down rows (odd
