@@ -11,7 +11,7 @@ import torch
 
 from strata.config import kv_scale_key
 from strata.kernels.kv_quant import SCALE_DTYPE
-from strata.transfer import raw
+from strata.transfer import index_tensor, raw
 
 
 def zeros(shape: tuple[int, ...], dtype: torch.dtype, device: str) -> torch.Tensor:
@@ -86,8 +86,8 @@ class CheckpointPool:
             return
         for layer, (src_conv, src_ssm) in src.items():
             dst_conv, dst_ssm = dst[layer]
-            index_src = torch.tensor(src_rows, device=src_conv.device)
-            index_dst = torch.tensor(dst_rows, device=dst_conv.device)
+            index_src = index_tensor(src_rows, src_conv.device)  # no host wait for the step in flight
+            index_dst = index_tensor(dst_rows, dst_conv.device)
             # non_blocking only towards the device: from pinned host memory the copy back overlaps with the
             # host's work, stream-ordered before the device's index_copy_; towards the host, torch would
             # return pinned memory still being written while the host's index_copy_ already reads it

@@ -34,6 +34,7 @@ from strata.runner.table_arrays import TableArrays
 from strata.sample import Sampler
 from strata.spec.commit import commit_outcomes
 from strata.spec.speculator import Speculator
+from strata.transfer import index_tensor
 from strata.types import SlotResult, StepPlan, StepResult
 
 
@@ -317,7 +318,7 @@ class ModelRunner:
             row_of = {slot_id: row for row, slot_id in enumerate(inputs_from.slot_ids)}
             rows = [row_of[w.slot_id] for w in plan.scheduled]
             feed = inputs_from.token_ids if rows == list(range(len(inputs_from.slot_ids))) else \
-                inputs_from.token_ids[torch.tensor(rows, device=inputs_from.token_ids.device)]
+                inputs_from.token_ids[index_tensor(rows, inputs_from.token_ids.device)]
         inputs, hidden, expert_pairs, started = self._queue_forward(plan, feed)  # hidden [S, D]: one row per slot
         slot_ids = [w.slot_id for w in plan.scheduled]
         logits = inputs.logits() if inputs.logits is not None else self.model.compute_logits(hidden)  # [S, V]

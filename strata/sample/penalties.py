@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from strata.transfer import index_tensor
 from strata.types import SamplingParams
 
 
@@ -79,4 +80,4 @@ class PenaltyState:
         return logits.index_put((rows_t,), penalised)
 
     def _ids(self, ids: list[int]) -> torch.Tensor:
-        return torch.tensor(ids, dtype=torch.int64, device=self.device)
+        return index_tensor(ids, self.device)

@@ -162,7 +162,7 @@ class Sampler:
                     banned_ids.append(ban)
         if banned_rows:
             index = (index_tensor(banned_rows, logits.device), index_tensor(banned_ids, logits.device))
-            logits = logits.index_put(index, torch.tensor(float("-inf"), dtype=logits.dtype, device=logits.device))
+            logits = logits.index_put(index, torch.full((), float("-inf"), dtype=logits.dtype, device=logits.device))
         if forced_rows:
             rows_t = index_tensor(forced_rows, logits.device)
             logits = logits.index_fill(0, rows_t, float("-inf"))
@@ -175,7 +175,7 @@ class Sampler:
         row r processed with the parameters of slot row_slot_ids[r]. No penalties or min_tokens mask:
         the scheduler drafts only for requests that use neither (logit bias and grammars: see
         constrain_windows, applied before)."""
-        slots = torch.tensor(row_slot_ids, device=self.device)
+        slots = index_tensor(row_slot_ids, self.device)
         params = [self._params_of(slot_id) for slot_id in set(row_slot_ids)]
         return processed_probs(
             logits, self.temperature[slots],
@@ -210,8 +210,8 @@ class Sampler:
                 cols += stop_ids
         if not rows:
             return logits
-        index = (torch.tensor(rows, device=logits.device), torch.tensor(cols, device=logits.device))
-        return logits.index_put(index, torch.tensor(float("-inf"), device=logits.device))
+        index = (index_tensor(rows, logits.device), index_tensor(cols, logits.device))
+        return logits.index_put(index, torch.full((), float("-inf"), device=logits.device))
 
     def _sample_rows(self, logits: torch.Tensor, slot_ids: list[int], rows: list[int]) -> torch.Tensor:
         """Draw tokens for logits[rows] (non-greedy rows) -> [len(rows)] int64."""

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from strata.spec.verify_step import SlotOutcome
+from strata.transfer import index_tensor
 
 if TYPE_CHECKING:
     from strata.sample import Sampler
@@ -27,8 +28,8 @@ def restore_recurrent_state(state_caches: dict[int, tuple[torch.Tensor, torch.Te
     if not slot_ids:
         return
     device = next(iter(state_caches.values()))[0].device
-    slots = torch.tensor(slot_ids, device=device)
-    rows = torch.tensor(token_rows, device=device)
+    slots = index_tensor(slot_ids, device)
+    rows = index_tensor(token_rows, device)
     for layer, (conv_state, ssm_state) in state_caches.items():
         window_conv, window_ssm = window_states[layer]
         conv_state.index_copy_(0, slots, window_conv[rows])

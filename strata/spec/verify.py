@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from strata.sample.probs import sample_from_probs
+from strata.transfer import index_tensor
 
 SlotVerdict = tuple[list[int], int]   # (accepted drafts followed by the bonus token, num_accepted)
 
@@ -81,14 +82,14 @@ def _num_accepted(target_probs: torch.Tensor, draft_token_ids: list[list[int]], 
         return torch.zeros(len(num_drafts), dtype=torch.int64, device=device)
     slot_index = [i for i, k in enumerate(num_drafts) for _ in range(k)]
     draft_index = [j for k in num_drafts for j in range(k)]
-    rows = torch.tensor([row_starts[i] + j for i, j in zip(slot_index, draft_index)], device=device)
-    ids = torch.tensor([token for drafts in draft_token_ids for token in drafts], device=device)
+    rows = index_tensor([row_starts[i] + j for i, j in zip(slot_index, draft_index)], device)
+    ids = index_tensor([token for drafts in draft_token_ids for token in drafts], device)
     p_draft = target_probs[rows, ids]                                                    # [D]
     q_draft = draft_probs[rows, ids] if draft_probs is not None else torch.ones_like(p_draft)
     # u in [0, 1): u * q < p has probability min(1, p / q), and is exact for p = 1 and p = 0.
     accept = _uniforms(num_drafts, generators, shared_generator, device) * q_draft < p_draft  # [D]
     accept_padded = torch.zeros(len(num_drafts), max_k, dtype=torch.int64, device=device)  # [S, max_k]
-    accept_padded[torch.tensor(slot_index, device=device), torch.tensor(draft_index, device=device)] = \
+    accept_padded[index_tensor(slot_index, device), index_tensor(draft_index, device)] = \
         accept.long()
     return accept_padded.cumprod(dim=1).sum(dim=1)
 
@@ -117,17 +118,17 @@ def _final_probs(target_probs: torch.Tensor, draft_token_ids: list[list[int]], r
     in proportion to the weights, so no division (and no 0 / 0) is needed."""
     device = target_probs.device
     num_drafts = [len(drafts) for drafts in draft_token_ids]
-    final_rows = torch.tensor(row_starts, device=device) + num_accepted                  # [S]
+    final_rows = index_tensor(row_starts, device) + num_accepted                         # [S]
     p_final = target_probs[final_rows]                                                   # [S, V]
     max_k = max(num_drafts)
     if max_k == 0:
         return p_final
-    rejected = num_accepted < torch.tensor(num_drafts, device=device)                    # [S]
+    rejected = num_accepted < index_tensor(num_drafts, device)                           # [S]
     if draft_probs is not None:
         residual = (p_final - draft_probs[final_rows]).clamp_min(0.0)
     else:
-        padded = torch.tensor([drafts + [0] * (max_k - len(drafts)) for drafts in draft_token_ids],
-                              device=device)                                             # [S, max_k]
+        padded = index_tensor([drafts + [0] * (max_k - len(drafts)) for drafts in draft_token_ids],
+                              device)                                                    # [S, max_k]
         rejected_ids = padded.gather(1, num_accepted.clamp(max=max_k - 1).unsqueeze(1))  # [S, 1]
         residual = p_final.scatter(1, rejected_ids, 0.0)
     # Zero residual mass happens only by rounding (p(d) a hair under 1 with nothing else left); p is

@@ -11,6 +11,7 @@ import torch
 
 from strata import SamplingParams
 from strata.config import CacheConfig, EngineConfig, RunnerConfig, SchedulerConfig, SpecConfig
+from strata.cache.pools import CheckpointPool
 from strata.engine.core import EngineCore
 from strata.runner.model_runner import ModelRunner
 from strata.types import Request
@@ -155,6 +156,43 @@ def test_cuda_graph_steps_fed_on_the_device_match_plain_stepping(family, tiny_mo
     assert core.runner.graphs is not None
     assert drive(core, requests) == reference and sum(ahead) > 10
     assert core.runner.graph_stats()["replays"] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", ["qwen3_moe", "qwen3_next"])
+def test_launching_a_decode_step_never_waits_for_the_device(family, tiny_model_dir, monkeypatch):
+    """Everything a planned-ahead decode step queues (slot updates, a hybrid model's checkpoint saves at each
+    completed block, the graph replay, its LM head, sampling) leaves the host free while the step before it
+    runs: torch's sync debug mode raises on any synchronizing call inside launch_decode."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    config = EngineConfig(model=tiny_model_dir(family), runner=RunnerConfig(device="cuda", dtype="bfloat16"),
+                          cache=CacheConfig(block_size=4), scheduler=SchedulerConfig(max_num_seqs=4))
+    core = EngineCore(config, quiet=True)
+    launch, save = ModelRunner.launch_decode, CheckpointPool.save
+    seen = {"inside": False, "launches": 0, "rows_saved": 0}  # planned-ahead launches, checkpoints inside them
+
+    def strict(self, plan, inputs_from=None):
+        if inputs_from is None:  # the first step of a run follows a prompt step: not overlapped
+            return launch(self, plan, inputs_from)
+        seen["inside"] = True
+        seen["launches"] += 1
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            return launch(self, plan, inputs_from)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+            seen["inside"] = False
+
+    def counted_save(self, slot_ids, rows):
+        seen["rows_saved"] += len(slot_ids) if seen["inside"] else 0
+        return save(self, slot_ids, rows)
+
+    monkeypatch.setattr(ModelRunner, "launch_decode", strict)
+    monkeypatch.setattr(CheckpointPool, "save", counted_save)
+    drive(core, [(0, greedy(30)), (0, greedy(19)), (0, greedy(26))])
+    assert seen["launches"] > 15
+    assert (seen["rows_saved"] > 0) == (family == "qwen3_next")  # a hybrid's completed blocks were checkpointed
 
 
 def test_hybrid_decode_checkpoints_are_saved_ahead_and_serve_the_next_turn(tiny_model_dir, monkeypatch):
