@@ -11,7 +11,9 @@ kept in the pool's float32 tensor: exact below 2^24). Both roll back like the Ga
 
 The table stays in host memory (the real model's is ~320M rows), where a step gathers its few rows, unless
 it fits on the GPU beside everything else (strata.weights.loader.place_host_tables): then the layer has no
-host work and CUDA graphs take it.
+host work. CUDA graphs take the layer either way: with the table in host memory a captured step ends its
+graph after the row ids (copied to pinned memory) and, at each replay, the host gathers the rows and uploads
+them for the next graph (strata.split_graphs), one short host wait a step instead of a step without graphs.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from strata.model.context import ForwardContext
 from strata.model.gated_delta_net import causal_conv1d_ragged, with_history
 from strata.model.hyper import GroupRMSNorm
 from strata.model.linear import Linear
+from strata.split_graphs import capturing, split_here
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN_GAMMA = 0x9E3779B97F4A7C15  # splitmix64's increment
@@ -100,6 +103,7 @@ class NGramEmbedding(nn.Module):
         # host memory (but a shape-only model, the memory plan's, and a table that loads packed stay on meta)
         host = "meta" if torch.get_default_device().type == "meta" or _TABLES_PACKED.get() else "cpu"
         self.ngram_embedding = nn.Embedding(rows, cfg.ple_embed_dim // heads, device=host)
+        self._ids: torch.Tensor | None = None  # pinned host copy of a CUDA step's row ids (_host_ids)
 
     def row_ids(self, tokens: list[torch.Tensor]) -> torch.Tensor:
         """tokens[s] [T] long: each token's s-th predecessor (EOS where cut) -> table rows [T, ngram_heads]."""
@@ -134,8 +138,41 @@ class NGramEmbedding(nn.Module):
         # the table: an nn.Embedding in host memory, or on the GPU when it fits there (strata.weights.loader),
         # or a PackedEmbedding over a GGUF file's blocks, whose looked-up rows are dequantized
         rows = self.row_ids(tokens)                                                           # [T, heads]
-        found = self.ngram_embedding(rows.flatten().to(self.ngram_embedding.weight.device))  # [T * heads, E / heads]
+        if self.ngram_embedding.weight.device == rows.device:
+            return self.ngram_embedding(rows.flatten()).view(rows.shape[0], -1), window_context  # [T, E]
+        ids = self._host_ids(rows)                                                            # [T * heads]
+        if capturing():
+            return self._gathered_at_replay(ids, rows), window_context
+        if rows.is_cuda:
+            torch.cuda.current_stream().synchronize()
+        found = self.ngram_embedding(ids)                                                     # [T * heads, E / heads]
         return found.view(rows.shape[0], -1).to(input_ids.device), window_context            # [T, E]
+
+    def _host_ids(self, rows: torch.Tensor) -> torch.Tensor:
+        """rows [T, heads] -> their copy [T * heads] in host memory (pinned, in one buffer grown outside graph
+        captures: every capture's warm-up run comes first; to CUDA the copy is queued, not waited for)."""
+        if not rows.is_cuda:
+            return rows.flatten()
+        if self._ids is None or self._ids.numel() < rows.numel():
+            assert not capturing(), "the PLE ids buffer grows in the warm-up run before a capture"
+            self._ids = torch.empty(rows.numel(), dtype=rows.dtype, pin_memory=True)
+        ids = self._ids[:rows.numel()]
+        ids.copy_(rows.flatten(), non_blocking=True)
+        return ids
+
+    def _gathered_at_replay(self, ids: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """While a step is captured: ids [T * heads], the copy of rows [T, heads] being made in host memory for
+        a table there -> the device buffer [T, E] the graph after the split reads. At each replay the host waits
+        for the ids, gathers the rows from the table and uploads them."""
+        probe = self.ngram_embedding(torch.zeros(1, dtype=torch.long))                       # [1, E / heads]
+        found = torch.empty(rows.shape[0], rows.shape[1] * probe.shape[-1], dtype=probe.dtype, device=rows.device)
+
+        def gather(num_real_rows: int) -> None:
+            torch.cuda.current_stream().synchronize()  # the ids have landed
+            found.copy_(self.ngram_embedding(ids).view(found.shape))
+
+        split_here(gather)
+        return found
 
 
 class PerLayerEmbedding(nn.Module):

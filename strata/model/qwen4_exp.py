@@ -110,13 +110,6 @@ class Qwen4ExpForCausalLM(CausalLM):
     def has_mtp(self) -> bool:
         return self.mtp is not None
 
-    @property
-    def cuda_graph_safe(self) -> bool:
-        """Not while a PLE table is in host memory (its rows are gathered there, by the host)."""
-        device = self.lm_head.weight.device
-        return all(layer.ple is None or layer.ple.ple_embedding.ngram_embedding.weight.device == device
-                   for layer in self.model.layers)
-
     def step_fits_graph(self, scheduled) -> bool:
         """QSA decides on the host which sequences read a sparse context: graphs run the dense path only."""
         return not any(reads_sparse_context(self.config, w.num_computed_tokens + w.num_new_tokens) for w in scheduled)

@@ -537,6 +537,33 @@ def test_qwen4_exp_graphs_run_dense_steps_and_keep_tokens(spec, tiny_model_dir, 
 
 
 @gpu
+def test_qwen4_exp_graphs_gather_a_host_ple_table_between_their_parts(tiny_model_dir, monkeypatch):
+    """With the PLE table left in host memory (as the real model's ~100 GB one is), decode steps still replay
+    graphs: each ends after the layer's row ids, the host gathers the rows, the next part reads them.
+    Tokens equal a run without graphs."""
+    from strata.weights import loader
+
+    monkeypatch.setattr(loader, "HOST_TABLE_GPU_SHARE", 0.0)
+    prompts = _prompts([5, 9, 17, 3])
+    lengths = [20, 8, 24, 12]
+    runs = {}
+    for graphs in (False, True):
+        llm = LLM(tiny_model_dir("qwen4_exp"), dtype="bfloat16", device="cuda", max_num_seqs=4, block_size=4,
+                  cuda_graphs=graphs)
+        tables = [m.ngram_embedding.weight.device.type for m in llm.engine.runner.model.modules()
+                  if type(m).__name__ == "NGramEmbedding"]
+        assert tables and set(tables) == {"cpu"}
+        runs[graphs] = _staggered(llm, prompts, lengths)
+        if graphs:
+            cache = llm.engine.runner.graphs
+            assert cache.num_replays > 0
+            assert all(c.graph.num_splits >= len(tables) for c in cache.graphs.values())
+        del llm
+        torch.cuda.empty_cache()
+    assert runs[True] == runs[False]
+
+
+@gpu
 def test_model_that_does_not_fit_gets_a_clear_error(tiny_model_dir):
     from strata.runner.memory import ModelDoesNotFit
 
