@@ -1,5 +1,5 @@
-"""Host-to-device copies of small index arrays that do not make the host wait for the device, and byte
-views for copying float8 tensors."""
+"""Host-to-device copies of small index arrays that do not make the host wait for the device, their way back
+(HostCopy), and byte views for copying float8 tensors."""
 
 from __future__ import annotations
 
@@ -33,3 +33,30 @@ def consecutive_runs(ids: list[int]) -> list[tuple[int, int, int]]:
         else:
             runs.append((i, block, 1))
     return runs
+
+
+class HostCopy:
+    """A step's small device tensor copied to host memory through one pinned buffer: `queue` queues the copy
+    (inside a CUDA graph capture too: the graph's copy then lands in the same buffer at each replay), `wait`
+    waits for it. The buffer grows outside captures only (each capture's warm-up run comes first); a graph
+    keeps the buffer it captured alive through the views it holds."""
+
+    def __init__(self) -> None:
+        self.buffer: torch.Tensor | None = None
+
+    def queue(self, x: torch.Tensor) -> torch.Tensor:
+        """x [...] -> its copy [x.numel()] in host memory, to read after `wait` (x itself, flattened, on the CPU)."""
+        if not x.is_cuda:
+            return x.flatten()
+        if self.buffer is None or self.buffer.numel() < x.numel() or self.buffer.dtype != x.dtype:
+            assert not torch.cuda.is_current_stream_capturing(), "HostCopy grows only outside graph captures"
+            self.buffer = torch.empty(x.numel(), dtype=x.dtype, pin_memory=True)
+        host = self.buffer[:x.numel()]
+        host.copy_(x.flatten(), non_blocking=True)
+        return host
+
+    @staticmethod
+    def wait(device: torch.device) -> None:
+        """Everything queued on `device`'s current stream has run (the copies `queue` made included)."""
+        if device.type == "cuda":
+            torch.cuda.current_stream(device).synchronize()

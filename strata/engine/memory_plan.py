@@ -26,6 +26,7 @@ from strata.cache.block_allocator import blocks_needed
 from strata.cache.pools import KVPool
 from strata.config import EngineConfig, ModelConfig, SpecConfig, kv_cache_torch_dtype
 from strata.experts.placement import staging_capacity
+from strata.runner.cuda_graphs import HEAD_GRAPH_MAX_ROWS
 from strata.runner.memory import GiB, GpuBudget, ModelDoesNotFit, WeightSizes, activation_headroom, \
     auto_expert_slots, check_host_fits, check_weights_fit, host_available_bytes, kv_reserve_tokens, measure_budget, \
     weight_sizes
@@ -110,7 +111,8 @@ class MemoryPlan:
             tokens = max(slots * window, runner.cuda_graph_prompt_tokens)
             graphs = activation_headroom(self.model_config, tokens, slots, window, self.recurrent_shapes,
                                          self.dtype) - activation_headroom(self.model_config, 0, 0, 1, {}, self.dtype)
-            graphs += slots * self.model_config.vocab_size * 4  # the decode graphs' shared float32 logits
+            # the decode and verify graphs' shared float32 logits (cuda_graphs.CudaGraphCache.head_rows)
+            graphs += min(HEAD_GRAPH_MAX_ROWS, slots * window) * self.model_config.vocab_size * 4
         ring_layers, ring_blocks = self._kv_staging() if cache.kv_offload else (0, 0)
         return {"recurrent states": (sched.max_num_seqs + 1) * self.state_row_bytes,
                 "state checkpoints": checkpoints * self.state_row_bytes, "CUDA graph pool (estimate)": graphs,

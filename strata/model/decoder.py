@@ -193,6 +193,12 @@ class CausalLM(nn.Module):
         """Layer -> per-slot (conv, delta-rule) state shapes; empty for models without recurrent layers."""
         return {}
 
+    def logits_read_in_place(self, rows: int) -> bool:
+        """Whether compute_logits of `rows` rows reads the LM head where it is (a packed head past its GEMV
+        kernels' rows is dequantized to a temporary as large as itself): what an LM head graph may capture."""
+        weight = self.lm_head.weight
+        return not isinstance(weight, PackedWeight) or ops.packed_linear_in_place(weight, rows)
+
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [N, D] -> float32 logits [N, V] (ops.logits: in 16-bit on CUDA the GEMM writes float32)."""
         if isinstance(self.lm_head.weight, PackedWeight):

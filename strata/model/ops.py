@@ -181,7 +181,7 @@ def packed_linear(x: torch.Tensor, weight, bias: torch.Tensor | None = None,
     native int8-activation kernel (cpu_quant.quant_matmul, ~0.5 % of each output off) where it supports
     the segment's type, else packed_matmul_ref. CUDA: packed_q8 (x rounded to 8 bits per 32, integer dot
     products; x quantized once for every segment) for steps of up to packed_q8.LINEAR_MAX_ROWS rows of the
-    types it reads (Q4_K, Q6_K, Q8_0, Q4_0/1, Q5_0/1), packed_gemv for steps of up to GEMV_MAX_ROWS rows
+    types it reads (Q4_K, Q5_K, Q6_K, Q8_0, Q4_0/1, Q5_0/1), packed_gemv for steps of up to GEMV_MAX_ROWS rows
     of the other types it reads, else dequantize to x's dtype (packed_dequant), then matmul."""
     if bias is None and x.dim() == 2 and not x.is_cuda and x.dtype == torch.float32 and out_dtype in (None, x.dtype):
         return _float32_on_cpu(x, weight)  # the CPU decode path's every projection: no reshape, no cast
@@ -252,8 +252,20 @@ def _packed_segments(x: torch.Tensor, weight, dtype: torch.dtype) -> torch.Tenso
 
 def _q8_reads(x: torch.Tensor, qtype: int, blocks: torch.Tensor, k: int) -> bool:
     """Whether packed_q8 takes this segment: a CUDA step of at most its LINEAR_MAX_ROWS rows over rows it reads."""
-    return (kernels_on(x) and x.shape[0] <= packed_q8.LINEAR_MAX_ROWS and packed_q8.enabled()
-            and packed_q8.supports(qtype, k, blocks) and blocks.stride(-1) == 1)
+    return kernels_on(x) and _q8_takes(x.shape[0], qtype, blocks, k)
+
+
+def _q8_takes(rows: int, qtype: int, blocks: torch.Tensor, k: int) -> bool:
+    return (rows <= packed_q8.LINEAR_MAX_ROWS and packed_q8.enabled() and packed_q8.supports(qtype, k, blocks)
+            and blocks.stride(-1) == 1)
+
+
+def packed_linear_in_place(weight, rows: int) -> bool:
+    """Whether packed_linear on CUDA reads a step of `rows` rows from the weight's blocks where they are (the
+    8-bit or float GEMV kernels), not from a dequantized copy as large as the weight (more rows than they take)."""
+    k = weight.in_features
+    return all(_q8_takes(rows, qtype, blocks, k) or (rows <= GEMV_MAX_ROWS and packed_gemv.supports(qtype, k))
+               for qtype, blocks in weight.segments())
 
 
 def _packed_segment(x: torch.Tensor, qtype: int, blocks: torch.Tensor, k: int) -> torch.Tensor:

@@ -32,6 +32,7 @@ from strata.model.gated_delta_net import causal_conv1d_ragged, with_history
 from strata.model.hyper import GroupRMSNorm
 from strata.model.linear import Linear
 from strata.split_graphs import capturing, split_here
+from strata.transfer import HostCopy
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN_GAMMA = 0x9E3779B97F4A7C15  # splitmix64's increment
@@ -103,7 +104,7 @@ class NGramEmbedding(nn.Module):
         # host memory (but a shape-only model, the memory plan's, and a table that loads packed stay on meta)
         host = "meta" if torch.get_default_device().type == "meta" or _TABLES_PACKED.get() else "cpu"
         self.ngram_embedding = nn.Embedding(rows, cfg.ple_embed_dim // heads, device=host)
-        self._ids: torch.Tensor | None = None  # pinned host copy of a CUDA step's row ids (_host_ids)
+        self._ids = HostCopy()  # a CUDA step's row ids in host memory, for a table there
 
     def row_ids(self, tokens: list[torch.Tensor]) -> torch.Tensor:
         """tokens[s] [T] long: each token's s-th predecessor (EOS where cut) -> table rows [T, ngram_heads]."""
@@ -140,35 +141,23 @@ class NGramEmbedding(nn.Module):
         rows = self.row_ids(tokens)                                                           # [T, heads]
         if self.ngram_embedding.weight.device == rows.device:
             return self.ngram_embedding(rows.flatten()).view(rows.shape[0], -1), window_context  # [T, E]
-        ids = self._host_ids(rows)                                                            # [T * heads]
+        ids = self._ids.queue(rows)                                                           # [T * heads] host
         if capturing():
             return self._gathered_at_replay(ids, rows), window_context
-        if rows.is_cuda:
-            torch.cuda.current_stream().synchronize()
+        self._ids.wait(rows.device)
         found = self.ngram_embedding(ids)                                                     # [T * heads, E / heads]
         return found.view(rows.shape[0], -1).to(input_ids.device), window_context            # [T, E]
-
-    def _host_ids(self, rows: torch.Tensor) -> torch.Tensor:
-        """rows [T, heads] -> their copy [T * heads] in host memory (pinned, in one buffer grown outside graph
-        captures: every capture's warm-up run comes first; to CUDA the copy is queued, not waited for)."""
-        if not rows.is_cuda:
-            return rows.flatten()
-        if self._ids is None or self._ids.numel() < rows.numel():
-            assert not capturing(), "the PLE ids buffer grows in the warm-up run before a capture"
-            self._ids = torch.empty(rows.numel(), dtype=rows.dtype, pin_memory=True)
-        ids = self._ids[:rows.numel()]
-        ids.copy_(rows.flatten(), non_blocking=True)
-        return ids
 
     def _gathered_at_replay(self, ids: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """While a step is captured: ids [T * heads], the copy of rows [T, heads] being made in host memory for
         a table there -> the device buffer [T, E] the graph after the split reads. At each replay the host waits
         for the ids, gathers the rows from the table and uploads them."""
         probe = self.ngram_embedding(torch.zeros(1, dtype=torch.long))                       # [1, E / heads]
-        found = torch.empty(rows.shape[0], rows.shape[1] * probe.shape[-1], dtype=probe.dtype, device=rows.device)
+        device = rows.device
+        found = torch.empty(rows.shape[0], rows.shape[1] * probe.shape[-1], dtype=probe.dtype, device=device)
 
         def gather(num_real_rows: int) -> None:
-            torch.cuda.current_stream().synchronize()  # the ids have landed
+            self._ids.wait(device)  # the ids have landed
             found.copy_(self.ngram_embedding(ids).view(found.shape))
 
         split_here(gather)

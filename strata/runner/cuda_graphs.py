@@ -60,6 +60,9 @@ SLOT_LADDER = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 32, 40, 48, 5
 MIN_PROMPT_LAYOUT = 16  # fresh prompts pad up to 16, 32, 64, ... tokens
 # rows of a graph of several fresh prompts (prompts x padded length): 32 prompts of 64 tokens, 4 of 512
 PROMPT_GRAPH_ROWS = 2048
+# decode and verify layouts of up to this many token rows replay their LM head as a graph (HEAD_GRAPH_MAX_ROWS x
+# V float32 logits shared by all: 64 MB at Qwen4-Exp's 248K vocabulary)
+HEAD_GRAPH_MAX_ROWS = 64
 
 
 @dataclass
@@ -70,7 +73,7 @@ class CapturedStep:
     pool_bytes: int                         # growth of reserved memory during warm-up and capture
     host_plan: tuple = (0, frozenset(), frozenset())  # (epoch, layers split at, device part skipped)
     derived: dict | None = None             # index tensors the capture built (ctx.cached): replays read them
-    head: torch.cuda.CUDAGraph | None = None  # decode layouts: the LM head on `hidden` into the shared logits
+    head: torch.cuda.CUDAGraph | None = None  # decode / verify layouts: the LM head on `hidden` into head_logits
 
 
 @dataclass
@@ -122,8 +125,8 @@ class CudaGraphCache:
         self.graphs: OrderedDict[tuple[int, int], CapturedStep] = OrderedDict()
         self.eager_only: set[tuple[int, int]] = set()
         self.pool = None  # one memory pool shared by every graph, made at the first capture
-        # decode layouts' LM heads write here ([max_slots, V] float32, made at the first such capture): one
-        # buffer for every layout, since steps replay one at a time and sample before the next replays
+        # decode and verify layouts' LM heads write here ([head_rows(), V] float32, made at the first such
+        # capture): one buffer for every layout, since steps replay one at a time and sample before the next
         self.head_logits: torch.Tensor | None = None
         self.num_captures = self.num_evictions = self.num_replays = self.num_head_replays = 0
         self.capture_seconds = 0.0  # wall time spent capturing, so step timings can leave it out
@@ -222,7 +225,7 @@ class CudaGraphCache:
                                              host_tables, self.staging)
         logits = None
         if captured.head is not None:
-            def logits(head=captured.head, rows=len(scheduled)) -> torch.Tensor:
+            def logits(head=captured.head, rows=len(scheduled) * n) -> torch.Tensor:
                 head.replay()
                 self.num_head_replays += 1
                 return self.head_logits[:rows]
@@ -290,7 +293,7 @@ class CudaGraphCache:
             self.eager_only.add(key)
             torch.cuda.synchronize()
             return None
-        head = self._capture_head(hidden, num_slots) if n == 1 else None
+        head = self._capture_head(hidden) if n <= self.max_tokens_per_slot else None
         captured = CapturedStep(capture.result, hidden, dict(scratch.window_states),
                                 max(0, torch.cuda.memory_reserved() - reserved_before), host_plan, dict(scratch.derived),
                                 head)
@@ -298,17 +301,24 @@ class CudaGraphCache:
         self.num_captures += 1
         return captured
 
-    def _capture_head(self, hidden: torch.Tensor, num_slots: int) -> torch.cuda.CUDAGraph | None:
-        """A decode layout's LM head (model.compute_logits on its hidden [S, D]) as a graph of its own, replayed
-        only when the runner samples from it (a decode part of a split step does not): one replay in place of
-        the head's eager launches, whose host cost a one-stream step of a fast model does not hide. None (and
-        the head runs eagerly) where the model has none here or the capture fails."""
+    def head_rows(self) -> int:
+        """Rows of the shared logits buffer: a layout of more token rows keeps its LM head eager."""
+        return min(HEAD_GRAPH_MAX_ROWS, self.ladder[-1] * self.max_tokens_per_slot)
+
+    def _capture_head(self, hidden: torch.Tensor) -> torch.cuda.CUDAGraph | None:
+        """A decode or verify layout's LM head (model.compute_logits on its hidden [S * n, D]) as a graph of its
+        own, replayed only when the runner samples from it (a part of a split step does not): one replay in
+        place of the head's eager launches, whose host cost a short step does not hide. None (and the head
+        runs eagerly) for a model without a head here, more rows than head_rows, a head that would be copied
+        to read them (model.logits_read_in_place), or a failed capture."""
         compute_logits = getattr(self.model, "compute_logits", None)
-        if compute_logits is None or getattr(self.model, "stage", None) is not None:
+        rows = hidden.shape[0]
+        if (compute_logits is None or getattr(self.model, "stage", None) is not None or rows > self.head_rows()
+                or not self.model.logits_read_in_place(rows)):
             return None
         try:
             if self.head_logits is None:
-                self.head_logits = torch.empty(self.ladder[-1], self.model.config.vocab_size, dtype=torch.float32,
+                self.head_logits = torch.empty(self.head_rows(), self.model.config.vocab_size, dtype=torch.float32,
                                                device=hidden.device)
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
@@ -318,11 +328,11 @@ class CudaGraphCache:
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self.pool, stream=stream):
-                self.head_logits[:num_slots].copy_(compute_logits(hidden))
+                self.head_logits[:rows].copy_(compute_logits(hidden))
             torch.cuda.synchronize()
             return graph
         except Exception:
-            logger.exception("capturing the LM head graph of %d slots failed; it runs eagerly", num_slots)
+            logger.exception("capturing the LM head graph of %d rows failed; it runs eagerly", rows)
             torch.cuda.synchronize()
             return None
 

@@ -180,7 +180,7 @@ class ModelRunner:
         step.window_states = inputs.ctx.scratch.window_states if self._has_windows(plan) else None
         if stage is None or stage.is_last:
             step.spec = self.speculation.step(plan.scheduled, inputs.query_starts, inputs.input_ids, hidden,
-                                              inputs.ctx, self.block_tables, step.window_states)
+                                              inputs.ctx, self.block_tables, step.window_states, inputs.logits)
             if stage is not None:
                 stage.share_outcome(step.spec)
         return step

@@ -9,6 +9,7 @@ the scheduler's draft planner's decision (spec/planner.py), carried by the plan;
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -55,13 +56,14 @@ class Speculator:
 
     def step(self, scheduled: list[ScheduledSlot], query_starts: list[int], input_ids: torch.Tensor,
              hidden: torch.Tensor, ctx, block_tables: dict[int, list[int]],
-             window_states: dict | None) -> SpeculationStep:
+             window_states: dict | None, logits: Callable[[], torch.Tensor] | None = None) -> SpeculationStep:
         """hidden [T, D] of the whole step -> each sampling slot's tokens and next drafts.
         `window_states`: the per-token recurrent states the step recorded, when it verified drafts on a
-        model with recurrent state (else None)."""
+        model with recurrent state (else None). `logits`: the step's graph's LM head over every row ([T, V]
+        float32), else None: the rows sampled from are computed here."""
         started = time.perf_counter()
         synthetic = self.drafter.synthetic if self.drafter is not None else None
-        outcomes = sample_and_verify(self.model, self.sampler, hidden, scheduled, query_starts, synthetic)
+        outcomes = sample_and_verify(self.model, self.sampler, hidden, scheduled, query_starts, synthetic, logits)
         commit_outcomes(outcomes, self.sampler, self.drafter, self.state_caches, window_states)
         verified = time.perf_counter()
         drafts = {}

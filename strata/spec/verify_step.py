@@ -11,6 +11,7 @@ a window first, so a draft the grammar refuses is rejected like any other the ta
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -34,8 +35,10 @@ class SlotOutcome:
 
 
 def sample_and_verify(model, sampler: Sampler, hidden: torch.Tensor, scheduled: list[ScheduledSlot],
-                      query_starts: list[int], synthetic: SyntheticDrafter | None = None) -> list[SlotOutcome]:
-    """hidden [T, D] of the whole step -> one outcome per sampling slot, in plan order."""
+                      query_starts: list[int], synthetic: SyntheticDrafter | None = None,
+                      all_logits: Callable[[], torch.Tensor] | None = None) -> list[SlotOutcome]:
+    """hidden [T, D] of the whole step -> one outcome per sampling slot, in plan order. `all_logits`: a graph's
+    LM head over all T rows (-> [T, V] float32), read at the rows sampled from instead of computing them."""
     plain, windows = [], []
     for work, start in zip(scheduled, query_starts):
         if not work.sample:
@@ -50,7 +53,8 @@ def sample_and_verify(model, sampler: Sampler, hidden: torch.Tensor, scheduled: 
     # grammar masks: filled on the CPU while the forward still runs (what follows waits for it)
     sampler.prepare_constraints([(w.slot_id, 0, []) for w, _ in plain] +
                                 [(w.slot_id, 0, w.draft_token_ids) for w, _ in windows])
-    logits = model.compute_logits(hidden[index_tensor(rows, hidden.device)])  # [R, V]
+    index = index_tensor(rows, hidden.device)
+    logits = all_logits()[index] if all_logits is not None else model.compute_logits(hidden[index])  # [R, V]
     outcomes = {}
     if plain:
         out = sampler.sample(logits[: len(plain)], [w.slot_id for w, _ in plain])
