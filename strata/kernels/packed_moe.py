@@ -7,7 +7,8 @@ apart (w13.stride(0): device slots sized for the largest layer's experts). Pairs
 skipped (computed elsewhere, or no expert: an expert provider's slot misses).
 
 Four CUDA paths, picked per call by `packed_moe`:
-- q8 pairs (up to Q8_PAIRS_MAX pairs, both projections of types packed_q8 reads: Q4_K_M and Q8_0 files):
+- q8 pairs (up to Q8_PAIRS_PER_EXPERT pairs an expert, both projections of types packed_q8 reads: Q4_K_M and
+  Q8_0 files):
   packed_q8.moe_pairs_q8,
   the pairs below with hidden and SiLU(gate) * up rounded to 8 bits per 32 and integer dot products
   (llama.cpp's decode numerics): a word of quants costs a mask, a shift and two dp4a, not a float each.
@@ -55,8 +56,11 @@ PAIRS_MAX = 128
 # us at 8 / 64 / 128 pairs) where the float grouped kernels took 810 / 1,109 / 1,230 us at 128 / 256 / 512
 # (session 24, bench/results/2026-12-03-h200-session24/). Qwen4-Exp's top-10 reaches 160 pairs at 16 streams
 # and 4 verification windows of 4 tokens: with the old bound those took the float kernels (its 16-stream decode
-# was below its 8-stream one). 512 is the linear extrapolation's bound, not yet measured on a whole model.
-Q8_PAIRS_MAX = 512
+# was below its 8-stream one). The grouped kernels read every used expert once, so their time follows the
+# experts (~1.2 ms a layer for the 30B-A3B's 128 from 256 pairs on; ~2.5 ms for Qwen4-Exp's 512 at a 128-token
+# prompt's 1,280 pairs, session 28's trace) where the pairs' follows the pairs (~1.2 us each): up to
+# Q8_PAIRS_PER_EXPERT pairs an expert of the layer (512 for the 30B-A3B, 2,048 for Qwen4-Exp) take the pairs.
+Q8_PAIRS_PER_EXPERT = 4
 PAIR_CONFIG = dict(BLOCK_N=4, SUPERBLOCKS=4, num_warps=2, num_stages=3)
 GROUPED_CONFIG = dict(BLOCK_N=32, num_warps=4, num_stages=2)
 
@@ -99,7 +103,8 @@ def packed_moe(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.
     hidden's dtype as the 16-bit kernel does). hidden [T, D] -> [T, D] in hidden's dtype; with sum_topk
     False, float32 partials [T, K or 1, D] for the next norm to sum (rms_norm_topk_sum)."""
     dim, inter = hidden.shape[1], w13.shape[1] // 2
-    if topk_ids.numel() <= Q8_PAIRS_MAX and q8_pairs_supported(w13, qtype13, w2, qtype2, dim, inter):
+    pairs_pay = topk_ids.numel() <= Q8_PAIRS_PER_EXPERT * w13.shape[0]
+    if pairs_pay and q8_pairs_supported(w13, qtype13, w2, qtype2, dim, inter):
         partials = packed_q8.moe_pairs_q8(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights)
         return partials.sum(1).to(hidden.dtype) if sum_topk else partials
     if pairs_supported(qtype13, qtype2, dim, inter):

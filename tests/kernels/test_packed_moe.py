@@ -117,3 +117,24 @@ def test_packed_moe_with_partial_down_chunks(tokens, down_type):
     assert pairs_supported(Q4_K, down_type, 512, 640)
     out = packed_moe(hidden.cuda(), on_device(w13), Q4_K, on_device(w2), down_type, ids.cuda(), weights.cuda())
     check(out, hidden, w13, Q4_K, w2, down_type, ids, weights)
+
+
+@gpu
+@pytest.mark.parametrize("tokens, path", [(1, "q8_pairs"), (8, "q8_pairs"), (9, "pairs"), (40, "grouped")])
+def test_the_8_bit_pairs_take_up_to_a_few_pairs_an_expert(tokens, path, monkeypatch):
+    """Up to Q8_PAIRS_PER_EXPERT (token, k) pairs an expert of the layer (8 experts, top 4: 32) go to the 8-bit
+    pairs, whose time follows the pairs; more to the float pairs up to PAIRS_MAX, then the grouped kernels,
+    which read each used expert once."""
+    from strata.kernels import packed_q8
+
+    assert packed_moe_module.Q8_PAIRS_PER_EXPERT * 8 == 32 and packed_moe_module.PAIRS_MAX < 160
+    taken = []
+    calls = {"q8_pairs": (packed_q8, "moe_pairs_q8"), "pairs": (packed_moe_module, "_pairs"),
+             "grouped": (packed_moe_module, "_grouped")}
+    for name, (module, attr) in calls.items():
+        run = getattr(module, attr)
+        monkeypatch.setattr(module, attr, lambda *a, run=run, name=name, **k: taken.append(name) or run(*a, **k))
+    hidden, w13, w2, ids, weights = case(Q4_K, Q6_K, tokens)
+    out = packed_moe(hidden.cuda(), w13.cuda(), Q4_K, w2.cuda(), Q6_K, ids.cuda(), weights.cuda())
+    assert taken == [path]
+    check(out, hidden, w13, Q4_K, w2, Q6_K, ids, weights)
