@@ -71,27 +71,31 @@ def inject_ref(streams: torch.Tensor, output: torch.Tensor, weights: torch.Tenso
 
 
 def topk_sum_inject_ref(partials: torch.Tensor, shared: torch.Tensor | None, streams: torch.Tensor,
-                        weights: torch.Tensor) -> torch.Tensor:
+                        weights: torch.Tensor, shared_gate: torch.Tensor | None = None) -> torch.Tensor:
     """inject_ref of an MoE block's output given as float32 partials [T, K, D] (summed over K in order, cast
-    to the streams' dtype) plus the shared expert's output [T, D] or None (strata.model.moe.TopkPartials)."""
-    return inject_ref(streams, topk_sum_ref(partials, shared, streams.dtype), weights)
+    to the streams' dtype) plus the shared expert's output [T, D] or None, times sigmoid(shared_gate [T, 1])
+    where given (strata.model.moe.TopkPartials)."""
+    return inject_ref(streams, topk_sum_ref(partials, shared, streams.dtype, shared_gate), weights)
 
 
 def topk_sum_inject(partials: torch.Tensor, shared: torch.Tensor | None, streams: torch.Tensor,
-                    weights: torch.Tensor) -> torch.Tensor:
+                    weights: torch.Tensor, shared_gate: torch.Tensor | None = None) -> torch.Tensor:
     """topk_sum_inject_ref's contract in one launch; every operand contiguous. The sum, the shared expert's
-    add and the write round to the streams' dtype where the torch form does."""
+    gate and add, and the write round to the streams' dtype where the torch form does."""
     rows, width = streams.shape
     top_k, dim = partials.shape[1], partials.shape[2]
     hc = weights.shape[1]
     assert width == hc * dim and partials.shape[0] == rows and weights.shape[0] == rows
     assert partials.is_contiguous() and streams.is_contiguous() and weights.is_contiguous()
     assert shared is None or shared.is_contiguous()
+    assert shared_gate is None or (shared is not None and shared_gate.shape == (rows, 1))
     out = torch.empty_like(streams)
     block = 512
     _topk_sum_inject_kernel[(rows, triton.cdiv(dim, block))](
-        partials, shared if shared is not None else streams, streams, weights, out, dim, width, TOP_K=top_k,
-        HC=hc, HAS_SHARED=shared is not None, BLOCK=block, num_warps=4, **pdl_options(streams))
+        partials, shared if shared is not None else streams, shared_gate if shared_gate is not None else streams,
+        shared_gate.stride(0) if shared_gate is not None else 0, streams, weights, out, dim, width, TOP_K=top_k,
+        HC=hc, HAS_SHARED=shared is not None, HAS_GATE=shared_gate is not None, BLOCK=block, num_warps=4,
+        **pdl_options(streams))
     return out
 
 
@@ -190,11 +194,12 @@ if triton is not None:
         tl.store(out_ptr + row * hidden + cols, (total * inv_hc).to(out_ptr.dtype.element_ty), mask=ok)
 
     @triton.jit
-    def _topk_sum_inject_kernel(partials_ptr, shared_ptr, streams_ptr, weights_ptr, out_ptr, dim, width,
-                                TOP_K: tl.constexpr, HC: tl.constexpr, HAS_SHARED: tl.constexpr,
-                                BLOCK: tl.constexpr, USE_PDL: tl.constexpr):
+    def _topk_sum_inject_kernel(partials_ptr, shared_ptr, gate_ptr, stride_g, streams_ptr, weights_ptr, out_ptr, dim,
+                                width, TOP_K: tl.constexpr, HC: tl.constexpr, HAS_SHARED: tl.constexpr,
+                                HAS_GATE: tl.constexpr, BLOCK: tl.constexpr, USE_PDL: tl.constexpr):
         """Program (row, block of hidden columns): the block's sum over the row's TOP_K partials, in order,
-        rounded; plus the shared output, rounded; each stream's columns plus its weight times that."""
+        rounded; plus the shared output (times its rounded sigmoid gate, rounded), rounded; each stream's
+        columns plus its weight times that."""
         wait_for_previous_kernel(USE_PDL)
         row, block = tl.program_id(0).to(tl.int64), tl.program_id(1)
         cols = block * BLOCK + tl.arange(0, BLOCK)
@@ -207,6 +212,9 @@ if triton is not None:
         total = total.to(dtype)
         if HAS_SHARED:
             shared = tl.load(shared_ptr + row * dim + cols, mask=ok, other=0.0)
+            if HAS_GATE:
+                gate = tl.sigmoid(tl.load(gate_ptr + row * stride_g).to(tl.float32)).to(dtype)
+                shared = (gate.to(tl.float32) * shared.to(tl.float32)).to(dtype)
             total = (total.to(tl.float32) + shared.to(tl.float32)).to(dtype)
         t = total.to(tl.float32)
         for s in tl.static_range(HC):

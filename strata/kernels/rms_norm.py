@@ -33,9 +33,13 @@ def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centere
     return out, (x if residual is not None else None)
 
 
-def topk_sum_ref(partials: torch.Tensor, shared: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+def topk_sum_ref(partials: torch.Tensor, shared: torch.Tensor | None, dtype: torch.dtype,
+                 shared_gate: torch.Tensor | None = None) -> torch.Tensor:
     """partials [T, K, D] float32 (weighted expert outputs) -> their sum over K in order, cast to dtype,
-    plus the shared expert's output [T, D] (in dtype) if any: what fused_moe + `out + shared` return."""
+    plus the shared expert's output [T, D] (in dtype) if any, times sigmoid(shared_gate) [T, 1] if given (Qwen3-
+    Next's gate, in dtype): what fused_moe + `out + sigmoid(gate) * shared` return."""
+    if shared_gate is not None:
+        shared = torch.sigmoid(shared_gate) * shared
     total = partials[:, 0]
     for k in range(1, partials.shape[1]):
         total = total + partials[:, k]
@@ -52,19 +56,22 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered: b
 
 
 def rms_norm_topk_sum(partials: torch.Tensor, shared: torch.Tensor | None, weight: torch.Tensor, eps: float,
-                      zero_centered: bool, residual: torch.Tensor, dtype: torch.dtype, quantize: bool = False
-                      ) -> tuple[torch.Tensor, torch.Tensor]:
-    """rms_norm_ref(topk_sum_ref(partials, shared, dtype), ..., residual) in one launch: the MoE layer's
-    sum over its top-k expert rows folds into the next norm instead of a launch of its own."""
+                      zero_centered: bool, residual: torch.Tensor, dtype: torch.dtype, quantize: bool = False,
+                      shared_gate: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """rms_norm_ref(topk_sum_ref(partials, shared, dtype, shared_gate), ..., residual) in one launch: the MoE
+    layer's sum over its top-k expert rows (and its shared expert's gate) folds into the next norm instead of
+    launches of their own."""
     assert partials.is_contiguous() and partials.dtype == torch.float32 and residual is not None
     if shared is not None:
         assert shared.stride(-1) == 1
-    return _launch(partials, partials.shape[1], shared, weight, eps, zero_centered, residual, dtype, quantize)
+    return _launch(partials, partials.shape[1], shared, weight, eps, zero_centered, residual, dtype, quantize,
+                   shared_gate)
 
 
 def _launch(x: torch.Tensor, top_k: int | None, shared: torch.Tensor | None, weight: torch.Tensor, eps: float,
-            zero_centered: bool, residual: torch.Tensor | None, dtype: torch.dtype, quantize: bool = False):
-    """x [..., D] rows, or with top_k: float32 partials [T, K, D] summed over K first."""
+            zero_centered: bool, residual: torch.Tensor | None, dtype: torch.dtype, quantize: bool = False,
+            shared_gate: torch.Tensor | None = None):
+    """x [..., D] rows, or with top_k: float32 partials [T, K, D] summed over K first; shared_gate [T, 1]."""
     dim = x.shape[-1]
     x2 = x.reshape(-1, dim) if top_k is None else x.view(-1, top_k * dim)
     assert x2.stride(-1) == 1 and weight.is_contiguous()
@@ -83,8 +90,10 @@ def _launch(x: torch.Tensor, top_k: int | None, shared: torch.Tensor | None, wei
         x2, residual if residual is not None else x2, shared if shared is not None else x2, weight, out,
         new_residual if new_residual is not None else out, dim, eps, x2.stride(0),
         residual.stride(0) if residual is not None else 0, shared.stride(0) if shared is not None else 0,
-        out.stride(0), *q_out, HAS_RESIDUAL=residual is not None, ZERO_CENTERED=zero_centered, TOP_K=top_k or 0,
-        HAS_SHARED=shared is not None, QUANTIZE=quantized is not None, BLOCK_D=block_d,
+        out.stride(0), *q_out, shared_gate if shared_gate is not None else out,
+        shared_gate.stride(0) if shared_gate is not None else 0, HAS_RESIDUAL=residual is not None,
+        ZERO_CENTERED=zero_centered, TOP_K=top_k or 0, HAS_SHARED=shared is not None,
+        HAS_GATE=shared_gate is not None, QUANTIZE=quantized is not None, BLOCK_D=block_d,
         num_warps=min(16, max(1, block_d // 512)), **pdl_options(x))
     normed = out.view(out_shape)
     if quantized is not None:
@@ -96,9 +105,10 @@ if triton is not None:
 
     @triton.jit
     def _rms_norm_kernel(x_ptr, res_ptr, shared_ptr, w_ptr, out_ptr, res_out_ptr, dim, eps, stride_x, stride_r,
-                         stride_s, stride_o, q_ptr, dx_ptr, sums_ptr, HAS_RESIDUAL: tl.constexpr,
+                         stride_s, stride_o, q_ptr, dx_ptr, sums_ptr, gate_ptr, stride_g, HAS_RESIDUAL: tl.constexpr,
                          ZERO_CENTERED: tl.constexpr, TOP_K: tl.constexpr, HAS_SHARED: tl.constexpr,
-                         QUANTIZE: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr):
+                         HAS_GATE: tl.constexpr, QUANTIZE: tl.constexpr, BLOCK_D: tl.constexpr,
+                         USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         row = tl.program_id(0).to(tl.int64)
         offs = tl.arange(0, BLOCK_D)
@@ -109,6 +119,9 @@ if triton is not None:
             r = tl.load(res_ptr + row * stride_r + offs, mask=ok, other=0.0)
         if HAS_SHARED:
             shared = tl.load(shared_ptr + row * stride_s + offs, mask=ok, other=0.0)
+            if HAS_GATE:  # sigmoid(gate) * shared, each rounded to the model dtype as torch does
+                gate = tl.sigmoid(tl.load(gate_ptr + row * stride_g).to(tl.float32)).to(out_ptr.dtype.element_ty)
+                shared = (gate.to(tl.float32) * shared.to(tl.float32)).to(out_ptr.dtype.element_ty)
         if TOP_K > 0:  # x: the row's K float32 expert outputs, summed in order and cast (topk_sum_ref)
             total = tl.load(x_ptr + row * stride_x + offs, mask=ok, other=0.0)
             for k in tl.static_range(1, TOP_K):

@@ -20,9 +20,15 @@ class DenseMLP(nn.Module):
     def forward(self, x: torch.Tensor, gate: nn.Linear | None = None) -> torch.Tensor:
         """x [T, D] -> [T, D]; with `gate` (Qwen3-Next's shared-expert gate, D -> 1) times sigmoid(gate(x)).
         One CUDA row takes two launches in all (ops.gated_mlp) where ops.skinny_mlp_on holds."""
+        out, logits = self.forward_ungated(x, gate)
+        return out if logits is None else torch.sigmoid(logits) * out
+
+    def forward_ungated(self, x: torch.Tensor, gate: nn.Linear | None = None
+                        ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """forward, with the gate left to the caller where it is not applied already: (out [T, D], gate(x)
+        [T, 1] or None). The one-row CUDA kernel (ops.gated_mlp) applies it itself."""
         weights = (self.gate_up_proj.weight, self.down_proj.weight) + ((gate.weight,) if gate is not None else ())
         if ops.skinny_mlp_on(x, *weights):
-            return ops.gated_mlp(x, *weights)
+            return ops.gated_mlp(x, *weights), None
         g, up = self.gate_up_proj(x).chunk(2, dim=-1)  # [T, I] each
-        out = self.down_proj(F.silu(g) * up)
-        return out if gate is None else torch.sigmoid(gate(x)) * out
+        return self.down_proj(F.silu(g) * up), (gate(x) if gate is not None else None)

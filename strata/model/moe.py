@@ -29,14 +29,16 @@ class TopkPartials:
     """An MoE layer's output before its sum over the top-k experts, left for the next RMSNorm to fold in
     (strata.kernels.rms_norm.rms_norm_topk_sum): partials [T, K, D] float32 weighted expert outputs
     ([1, 1, D] for one token, whose down kernel sums them), shared [T, D] the shared expert's output or
-    None; the output itself is `total()`."""
+    None, shared_gate [T, 1] its gate's logits where the sum applies the gate (sigmoid) too; the output
+    itself is `total()`."""
 
     partials: torch.Tensor
     shared: torch.Tensor | None
     dtype: torch.dtype
+    shared_gate: torch.Tensor | None = None
 
     def total(self) -> torch.Tensor:
-        return topk_sum_ref(self.partials, self.shared, self.dtype)
+        return topk_sum_ref(self.partials, self.shared, self.dtype, self.shared_gate)
 
 
 class ExpertProvider(Protocol):
@@ -171,16 +173,19 @@ class MoEBlock(nn.Module):
         if self._routes_fused(hidden):
             return self._forward_fused(hidden)
         topk_ids, topk_weights = self.route(hidden)
-        shared = self._shared(hidden)
+        shared, gate = self._shared(hidden)
         out = self.experts(hidden, topk_ids, topk_weights)
-        return out if shared is None else out + shared
+        if shared is None:
+            return out
+        return out + (shared if gate is None else torch.sigmoid(gate) * shared)
 
-    def _shared(self, hidden: torch.Tensor) -> torch.Tensor | None:
-        """Qwen3-Next's gated shared expert [T, D], or None. Queued before the routed experts: with offloaded
-        experts the device computes it while the host computes the missed ones (in the same graph piece)."""
+    def _shared(self, hidden: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Qwen3-Next's shared expert: (its output [T, D], its gate's logits [T, 1], or None where the output
+        is already gated), or (None, None). Queued before the routed experts: with offloaded experts the
+        device computes it while the host computes the missed ones (in the same graph piece)."""
         if self.shared_expert is None:
-            return None
-        return self.shared_expert(hidden, self.shared_expert_gate)
+            return None, None
+        return self.shared_expert.forward_ungated(hidden, self.shared_expert_gate)
 
     def _routes_fused(self, hidden: torch.Tensor) -> bool:
         """Decode-sized CUDA steps on device-resident experts route in one launch (route_and_align) where
@@ -199,10 +204,10 @@ class MoEBlock(nn.Module):
         rows = self.stats.layer_rows(self.layer_idx) if self.stats is not None else (None, None, None)
         topk_ids, topk_weights, sorted_ids, block_expert = ops.route_and_align(
             hidden, self.gate.weight, self.top_k, self.norm_topk_prob, cfg["BLOCK_M"], self._route_counter, *rows)
-        shared = self._shared(hidden)
+        shared, gate = self._shared(hidden)  # the gate's sigmoid and product go into the sum's launch
         if isinstance(self.experts, PackedLocalExperts):
             partials = ops.packed_moe(hidden, self.experts.blocks(), topk_ids, topk_weights, sum_topk=False)
-            return TopkPartials(partials, shared, hidden.dtype)           # [T, K or 1, D] float32
+            return TopkPartials(partials, shared, hidden.dtype, gate)     # [T, K or 1, D] float32
         partials = ops.moe_grouped_gemms(hidden, self.experts.w13, self.experts.w2, topk_weights, sorted_ids,
                                          block_expert, cfg, sum_topk=False)   # [T, K or 1, D] float32
-        return TopkPartials(partials, shared, hidden.dtype)
+        return TopkPartials(partials, shared, hidden.dtype, gate)

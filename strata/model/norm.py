@@ -27,7 +27,7 @@ class RMSNorm(nn.Module):
         residual): their sum is folded in too."""
         if isinstance(x, TopkPartials):
             out, new_residual = ops.rms_norm_topk_sum(x.partials, x.shared, self.weight, self.eps, self.zero_centered,
-                                                      residual, x.dtype, self.feeds_packed)
+                                                      residual, x.dtype, self.feeds_packed, x.shared_gate)
         else:
             out, new_residual = ops.rms_norm(x, self.weight, self.eps, self.zero_centered, residual, self.feeds_packed)
         return out if residual is None else (out, new_residual)

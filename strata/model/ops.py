@@ -85,14 +85,16 @@ def _rms_norm_float32(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_ce
 
 
 def rms_norm_topk_sum(partials: torch.Tensor, shared: torch.Tensor | None, weight: torch.Tensor, eps: float,
-                      zero_centered: bool, residual: torch.Tensor | None, dtype: torch.dtype, for_packed: bool = False
-                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """rms_norm of an MoE layer's top-k partials [T, K, D] summed (+ shared [T, D]), with the residual add:
-    one launch on CUDA, the sum (topk_sum_ref) then rms_norm otherwise. `for_packed` as in rms_norm."""
+                      zero_centered: bool, residual: torch.Tensor | None, dtype: torch.dtype, for_packed: bool = False,
+                      shared_gate: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """rms_norm of an MoE layer's top-k partials [T, K, D] summed (+ shared [T, D], times sigmoid(shared_gate
+    [T, 1]) where given), with the residual add: one launch on CUDA, the sum (topk_sum_ref) then rms_norm
+    otherwise. `for_packed` as in rms_norm."""
     if kernels_on(partials):
         quantize = for_packed and packed_q8.rounds_in_norm(partials.shape[0], partials.shape[-1])
-        return rms_norm_topk_sum_kernel(partials, shared, weight, eps, zero_centered, residual, dtype, quantize)
-    return rms_norm(topk_sum_ref(partials, shared, dtype), weight, eps, zero_centered, residual)
+        return rms_norm_topk_sum_kernel(partials, shared, weight, eps, zero_centered, residual, dtype, quantize,
+                                        shared_gate)
+    return rms_norm(topk_sum_ref(partials, shared, dtype, shared_gate), weight, eps, zero_centered, residual)
 
 
 # ---- dense projections ------------------------------------------------------------------------------
@@ -308,7 +310,7 @@ def inject(streams: torch.Tensor, output, weights: torch.Tensor) -> torch.Tensor
     if not isinstance(output, torch.Tensor):
         if kernels_on(streams) and all(t is None or t.is_contiguous()
                                        for t in (output.partials, output.shared, streams, weights)):
-            return hyper.topk_sum_inject(output.partials, output.shared, streams, weights)
+            return hyper.topk_sum_inject(output.partials, output.shared, streams, weights, output.shared_gate)
         output = output.total()
     return hyper.inject_ref(streams, output, weights)
 

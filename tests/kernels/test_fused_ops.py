@@ -305,17 +305,22 @@ def block_ids(block, hidden):
 
 
 @gpu
-@pytest.mark.parametrize("top_k, dim, with_shared, zero_centered", [(8, 2048, False, False), (10, 200, True, True)])
-def test_rms_norm_topk_sum_matches_ref(top_k, dim, with_shared, zero_centered):
-    """The MoE layer's top-k sum (and shared expert) folded into the next norm with its residual add."""
+@pytest.mark.parametrize("top_k, dim, with_shared, gated, zero_centered", [
+    (8, 2048, False, False, False), (10, 200, True, False, True), (10, 2048, True, True, False)])
+def test_rms_norm_topk_sum_matches_ref(top_k, dim, with_shared, gated, zero_centered):
+    """The MoE layer's top-k sum (and shared expert, and its sigmoid gate) folded into the next norm with its
+    residual add."""
     from strata.kernels.rms_norm import rms_norm_topk_sum, topk_sum_ref
 
     dtype = torch.bfloat16
     partials = randn(9, top_k, dim, device="cuda", seed=1)
     shared = randn(9, dim, dtype=dtype, device="cuda", seed=2) if with_shared else None
+    gate = randn(9, 1, dtype=dtype, device="cuda", seed=5) if gated else None
     residual, weight = randn(9, dim, dtype=dtype, device="cuda", seed=3), randn(dim, dtype=dtype, device="cuda", seed=4)
-    out, new_residual = rms_norm_topk_sum(partials, shared, weight, 1e-6, zero_centered, residual, dtype)
-    ref, ref_residual = rms_norm_ref(topk_sum_ref(partials, shared, dtype), weight, 1e-6, zero_centered, residual)
+    out, new_residual = rms_norm_topk_sum(partials, shared, weight, 1e-6, zero_centered, residual, dtype,
+                                          shared_gate=gate)
+    ref, ref_residual = rms_norm_ref(topk_sum_ref(partials, shared, dtype, gate), weight, 1e-6, zero_centered,
+                                     residual)
     assert out.dtype == new_residual.dtype == dtype
     close(out, ref, dtype)
     close(new_residual, ref_residual, dtype)
@@ -490,17 +495,20 @@ def test_hyper_mix_kernel_matches_ref(dtype, rows, hidden, rank, inject):
 
 @gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("rows, top_k, hidden, with_shared", [(1, 1, 2560, True), (1, 10, 2560, True),
-                                                              (5, 10, 200, False), (16, 4, 640, True)])
-def test_topk_sum_inject_matches_ref(dtype, rows, top_k, hidden, with_shared):
-    """The MoE block's top-k sum, shared add and write into the streams: one launch, the torch form's roundings."""
+@pytest.mark.parametrize("rows, top_k, hidden, with_shared, gated", [
+    (1, 1, 2560, True, False), (1, 10, 2560, True, True), (5, 10, 200, False, False), (16, 4, 640, True, True)])
+def test_topk_sum_inject_matches_ref(dtype, rows, top_k, hidden, with_shared, gated):
+    """The MoE block's top-k sum, shared expert (gated) and write into the streams: one launch, the torch form's
+    roundings."""
     from strata.kernels.hyper import topk_sum_inject, topk_sum_inject_ref
 
     partials = randn(rows, top_k, hidden, seed=17, device="cuda")
     shared = randn(rows, hidden, seed=18, dtype=dtype, device="cuda") if with_shared else None
+    gate = randn(rows, 1, seed=21, dtype=dtype, device="cuda") if gated else None
     streams = randn(rows, 4 * hidden, seed=19, dtype=dtype, device="cuda")
     weights = randn(rows, 4, seed=20, dtype=dtype, device="cuda").sigmoid() * 2
-    out, ref = topk_sum_inject(partials, shared, streams, weights), topk_sum_inject_ref(partials, shared, streams, weights)
+    out = topk_sum_inject(partials, shared, streams, weights, gate)
+    ref = topk_sum_inject_ref(partials, shared, streams, weights, gate)
     torch.testing.assert_close(out, ref, rtol=2 ** -7 if dtype == torch.bfloat16 else 1e-6, atol=1e-6)
     if dtype == torch.bfloat16:  # rounded where the torch form rounds: equal but for rare last-bit ties
         assert (out != ref).float().mean() < 0.01
