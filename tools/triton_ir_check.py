@@ -6,7 +6,7 @@ import triton._C.libtriton as lt
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.compiler.compiler import make_backend
-from strata.kernels import rms_norm
+from strata.kernels import hyper, rms_norm
 from strata.kernels import packed_dequant, packed_gemv, packed_gemv_words, packed_mmq, packed_moe, packed_q8
 
 TARGET = GPUTarget("cuda", 90, 32)
@@ -61,10 +61,15 @@ ok &= check(packed_q8._quantize_kernel, dict(USE_PDL=True), "q8 quantize")
 for q in (packed_mmq.Q4_K, packed_mmq.Q6_K):
     for k in (packed_mmq._gate_up_kernel, packed_mmq._down_kernel):
         ok &= check(k, dict(QTYPE=q, BLOCK_M=16, BLOCK_N=64, USE_PDL=True), f"mmq {k.fn.__name__} q{q}")
-for top_k, quantize, block_d in ((0, True, 2048), (4, True, 4096), (0, False, 2048)):
-    ok &= check(rms_norm._rms_norm_kernel, dict(HAS_RESIDUAL=True, ZERO_CENTERED=False, TOP_K=top_k, HAS_SHARED=False,
-                                              QUANTIZE=quantize, BLOCK_D=block_d, USE_PDL=True),
-                f"rms_norm top_k={top_k} quantize={quantize}",
-                ptr={"x_ptr": "*fp32" if top_k else "*bf16", "res_ptr": "*bf16", "shared_ptr": "*bf16",
-                     "w_ptr": "*bf16", "out_ptr": "*bf16", "res_out_ptr": "*bf16"})
+BF16_PTRS = {"res_ptr": "*bf16", "shared_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*bf16", "res_out_ptr": "*bf16",
+             "gate_ptr": "*bf16", "streams_ptr": "*bf16", "weights_ptr": "*bf16", "partials_ptr": "*fp32"}
+for top_k, quantize, block_d, gated in ((0, True, 2048, False), (4, True, 4096, False), (0, False, 2048, False),
+                                        (10, True, 2048, True)):
+    ok &= check(rms_norm._rms_norm_kernel, dict(HAS_RESIDUAL=True, ZERO_CENTERED=False, TOP_K=top_k, HAS_SHARED=gated,
+                                              HAS_GATE=gated, QUANTIZE=quantize, BLOCK_D=block_d, USE_PDL=True),
+                f"rms_norm top_k={top_k} quantize={quantize} gated={gated}",
+                ptr={**BF16_PTRS, "x_ptr": "*fp32" if top_k else "*bf16"})
+for gated in (False, True):
+    ok &= check(hyper._topk_sum_inject_kernel, dict(TOP_K=10, HC=4, HAS_SHARED=True, HAS_GATE=gated, BLOCK=512,
+                                                  USE_PDL=True), f"topk_sum_inject gated={gated}", ptr=BF16_PTRS)
 sys.exit(0 if ok else 1)
