@@ -33,13 +33,18 @@ def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centere
     return out, (x if residual is not None else None)
 
 
+def gated_shared_ref(shared: torch.Tensor | None, gate: torch.Tensor | None) -> torch.Tensor | None:
+    """A shared expert's output [T, D] times sigmoid(gate) [T, 1] in its dtype (Qwen3-Next's gate; the kernels
+    that fold it round where this does), or shared itself without a gate."""
+    return shared if gate is None or shared is None else torch.sigmoid(gate) * shared
+
+
 def topk_sum_ref(partials: torch.Tensor, shared: torch.Tensor | None, dtype: torch.dtype,
                  shared_gate: torch.Tensor | None = None) -> torch.Tensor:
     """partials [T, K, D] float32 (weighted expert outputs) -> their sum over K in order, cast to dtype,
     plus the shared expert's output [T, D] (in dtype) if any, times sigmoid(shared_gate) [T, 1] if given (Qwen3-
     Next's gate, in dtype): what fused_moe + `out + sigmoid(gate) * shared` return."""
-    if shared_gate is not None:
-        shared = torch.sigmoid(shared_gate) * shared
+    shared = gated_shared_ref(shared, shared_gate)
     total = partials[:, 0]
     for k in range(1, partials.shape[1]):
         total = total + partials[:, k]

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from strata.kernels.rms_norm import gated_shared_ref
 from strata.model import ops
 from strata.model.linear import Linear
 
@@ -20,8 +21,7 @@ class DenseMLP(nn.Module):
     def forward(self, x: torch.Tensor, gate: nn.Linear | None = None) -> torch.Tensor:
         """x [T, D] -> [T, D]; with `gate` (Qwen3-Next's shared-expert gate, D -> 1) times sigmoid(gate(x)).
         One CUDA row takes two launches in all (ops.gated_mlp) where ops.skinny_mlp_on holds."""
-        out, logits = self.forward_ungated(x, gate)
-        return out if logits is None else torch.sigmoid(logits) * out
+        return gated_shared_ref(*self.forward_ungated(x, gate))
 
     def forward_ungated(self, x: torch.Tensor, gate: nn.Linear | None = None
                         ) -> tuple[torch.Tensor, torch.Tensor | None]:

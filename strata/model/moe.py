@@ -17,7 +17,7 @@ from torch import nn
 
 from strata.config import ModelConfig
 from strata.kernels.fused_moe import expert_mlp  # noqa: F401 (strata.experts' CPU pool)
-from strata.kernels.rms_norm import topk_sum_ref
+from strata.kernels.rms_norm import gated_shared_ref, topk_sum_ref
 from strata.model import ops
 from strata.model.linear import Linear
 from strata.model.mlp import DenseMLP
@@ -175,9 +175,7 @@ class MoEBlock(nn.Module):
         topk_ids, topk_weights = self.route(hidden)
         shared, gate = self._shared(hidden)
         out = self.experts(hidden, topk_ids, topk_weights)
-        if shared is None:
-            return out
-        return out + (shared if gate is None else torch.sigmoid(gate) * shared)
+        return out if shared is None else out + gated_shared_ref(shared, gate)
 
     def _shared(self, hidden: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """Qwen3-Next's shared expert: (its output [T, D], its gate's logits [T, 1], or None where the output
