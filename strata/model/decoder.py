@@ -116,21 +116,14 @@ def owning_layers(layers: range | None):
         _OWNED_LAYERS.reset(token)
 
 
-def _build_owned(build_layer: Callable[[int], DecoderLayer], index: int) -> DecoderLayer:
-    owned = _OWNED_LAYERS.get()
-    if owned is None or index in owned:
-        return build_layer(index)
-    with torch.device("meta"), experts_on_meta():
-        return build_layer(index)
-
-
 class DecoderBody(nn.Module):
     def __init__(self, cfg: ModelConfig, build_layer: Callable[[int], DecoderLayer],
                  zero_centered_norm: bool) -> None:
         super().__init__()
         self.embed_tokens = build_part("model.embed_tokens.", cfg,
                                        lambda: nn.Embedding(cfg.vocab_size, cfg.hidden_size))
-        self.layers = nn.ModuleList(_build_owned(build_layer, i) for i in range(cfg.num_hidden_layers))
+        self.layers = nn.ModuleList(build_part(f"model.layers.{i}.", cfg, lambda i=i: build_layer(i))
+                                    for i in range(cfg.num_hidden_layers))
         self.norm = build_part("model.norm.", cfg,
                                lambda: RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, zero_centered_norm))
 
