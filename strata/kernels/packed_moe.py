@@ -57,8 +57,8 @@ PAIRS_MAX = 128
 # (session 24, bench/results/2026-12-03-h200-session24/). Qwen4-Exp's top-10 reaches 160 pairs at 16 streams
 # and 4 verification windows of 4 tokens: with the old bound those took the float kernels (its 16-stream decode
 # was below its 8-stream one). The grouped kernels read every used expert once, so their time follows the
-# experts (~1.2 ms a layer for the 30B-A3B's 128 from 256 pairs on; ~2.5 ms for Qwen4-Exp's 512 at a 128-token
-# prompt's 1,280 pairs, session 28's trace) where the pairs' follows the pairs (~1.2 us each): up to
+# experts (~1.2 ms a layer for the 30B-A3B's 128 from 256 pairs on; ~2.5 ms for Qwen4-Exp's 512 at a 64-token
+# prompt's 640 pairs, session 28 call 1's CUPTI table) where the pairs' follows the pairs (~1.2 us each): up to
 # Q8_PAIRS_PER_EXPERT pairs an expert of the layer (512 for the 30B-A3B, 2,048 for Qwen4-Exp) take the pairs.
 Q8_PAIRS_PER_EXPERT = 4
 PAIR_CONFIG = dict(BLOCK_N=4, SUPERBLOCKS=4, num_warps=2, num_stages=3)
