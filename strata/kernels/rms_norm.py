@@ -17,6 +17,8 @@ from strata.kernels import packed_q8
 from strata.kernels.launch import pdl_options
 
 if triton is not None:
+    from triton.language.extra import libdevice
+
     from strata.kernels.launch import wait_for_previous_kernel
     from strata.kernels.packed_q8 import round_blocks
 
@@ -109,6 +111,12 @@ def _launch(x: torch.Tensor, top_k: int | None, shared: torch.Tensor | None, wei
 if triton is not None:
 
     @triton.jit
+    def torch_sigmoid(x):
+        """sigmoid of float32 x as torch's CUDA kernel computes it: 1 / (1 + expf(-x)) with the accurate expf
+        and an IEEE division (tl.sigmoid's approximate exp and division round a bf16 gate differently)."""
+        return tl.div_rn(1.0, 1.0 + libdevice.exp(-x))
+
+    @triton.jit
     def _rms_norm_kernel(x_ptr, res_ptr, shared_ptr, w_ptr, out_ptr, res_out_ptr, dim, eps, stride_x, stride_r,
                          stride_s, stride_o, q_ptr, dx_ptr, sums_ptr, gate_ptr, stride_g, HAS_RESIDUAL: tl.constexpr,
                          ZERO_CENTERED: tl.constexpr, TOP_K: tl.constexpr, HAS_SHARED: tl.constexpr,
@@ -125,7 +133,7 @@ if triton is not None:
         if HAS_SHARED:
             shared = tl.load(shared_ptr + row * stride_s + offs, mask=ok, other=0.0)
             if HAS_GATE:  # sigmoid(gate) * shared, each rounded to the model dtype as torch does
-                gate = tl.sigmoid(tl.load(gate_ptr + row * stride_g).to(tl.float32)).to(out_ptr.dtype.element_ty)
+                gate = torch_sigmoid(tl.load(gate_ptr + row * stride_g).to(tl.float32)).to(out_ptr.dtype.element_ty)
                 shared = (gate.to(tl.float32) * shared.to(tl.float32)).to(out_ptr.dtype.element_ty)
         if TOP_K > 0:  # x: the row's K float32 expert outputs, summed in order and cast (topk_sum_ref)
             total = tl.load(x_ptr + row * stride_x + offs, mask=ok, other=0.0)

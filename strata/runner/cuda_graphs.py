@@ -46,6 +46,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from strata.config import debug_flag
 from strata.model.context import ForwardContext, ForwardScratch
 from strata.runner.graph_inputs import GraphInputs
 from strata.runner.kv_staging import HostKVStaging
@@ -310,10 +311,11 @@ class CudaGraphCache:
         own, replayed only when the runner samples from it (a part of a split step does not): one replay in
         place of the head's eager launches, whose host cost a short step does not hide. None (and the head
         runs eagerly) for a model without a head here, more rows than head_rows, a head that would be copied
-        to read them (model.logits_read_in_place), or a failed capture."""
+        to read them (model.logits_read_in_place), a failed capture, or STRATA_NO_HEAD_GRAPHS=1 (to compare)."""
         compute_logits = getattr(self.model, "compute_logits", None)
         rows = hidden.shape[0]
         if (compute_logits is None or getattr(self.model, "stage", None) is not None or rows > self.head_rows()
+                or debug_flag("NO_HEAD_GRAPHS")
                 or not self.model.logits_read_in_place(rows)):
             return None
         try:

@@ -508,19 +508,26 @@ def test_gpu_float32_greedy_matches_hf_through_the_triton_paths(family, tiny_mod
     assert _staggered(llm, prompts, [24, 24, 24]) == expected
 
 
+def _qwen4_exp_within_budget(source: str, tmp_path) -> str:
+    """A copy of a tiny Qwen4-Exp folder whose QSA budget (64 tokens) covers these tests' contexts: graphs run
+    only steps that read a dense context (Qwen4ExpForCausalLM.step_fits_graph)."""
+    import json
+    import shutil
+
+    folder = tmp_path / "qwen4_exp"
+    shutil.copytree(source, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["indexer_budget"] = 64
+    (folder / "config.json").write_text(json.dumps(config))
+    return str(folder)
+
+
 @gpu
 @pytest.mark.parametrize("spec", [None, {"method": "mtp", "num_speculative_tokens": 3}], ids=["plain", "mtp"])
 def test_qwen4_exp_graphs_run_dense_steps_and_keep_tokens(spec, tiny_model_dir, tmp_path):
     """Qwen4-Exp in bf16 with graphs: steps whose contexts are all within the QSA budget (64 here) replay
     graphs (the PLE table is on the GPU), longer ones run eagerly; tokens equal a run without graphs."""
-    import json
-    import shutil
-
-    folder = tmp_path / "qwen4_exp"
-    shutil.copytree(tiny_model_dir("qwen4_exp+mtp"), folder)
-    config = json.loads((folder / "config.json").read_text())
-    config["indexer_budget"] = 64
-    (folder / "config.json").write_text(json.dumps(config))
+    folder = _qwen4_exp_within_budget(tiny_model_dir("qwen4_exp+mtp"), tmp_path)
     prompts = _prompts([5, 9, 17, 3, 30, 12])
     lengths = [24, 8, 40, 30, 4, 12]
     runs = {}
@@ -536,19 +543,19 @@ def test_qwen4_exp_graphs_run_dense_steps_and_keep_tokens(spec, tiny_model_dir, 
 
 
 @gpu
-def test_qwen4_exp_graphs_gather_a_host_ple_table_between_their_parts(tiny_model_dir, monkeypatch):
+def test_qwen4_exp_graphs_gather_a_host_ple_table_between_their_parts(tiny_model_dir, monkeypatch, tmp_path):
     """With the PLE table left in host memory (as the real model's ~100 GB one is), decode steps still replay
     graphs: each ends after the layer's row ids, the host gathers the rows, the next part reads them.
     Tokens equal a run without graphs."""
     from strata.weights import loader
 
     monkeypatch.setattr(loader, "HOST_TABLE_GPU_SHARE", 0.0)
+    folder = _qwen4_exp_within_budget(tiny_model_dir("qwen4_exp"), tmp_path)
     prompts = _prompts([5, 9, 17, 3])
     lengths = [20, 8, 24, 12]
     runs = {}
     for graphs in (False, True):
-        llm = LLM(tiny_model_dir("qwen4_exp"), dtype="bfloat16", device="cuda", max_num_seqs=4, block_size=4,
-                  cuda_graphs=graphs)
+        llm = LLM(folder, dtype="bfloat16", device="cuda", max_num_seqs=4, block_size=4, cuda_graphs=graphs)
         tables = [m.ngram_embedding.weight.device.type for m in llm.engine.runner.model.modules()
                   if type(m).__name__ == "NGramEmbedding"]
         assert tables and set(tables) == {"cpu"}
