@@ -101,9 +101,12 @@ def topk_sum_inject(partials: torch.Tensor, shared: torch.Tensor | None, streams
 
 
 def hyper_mix(streams: torch.Tensor, norm_weight: torch.Tensor, down: torch.Tensor, up: torch.Tensor,
-              inject: torch.Tensor | None, hc: int, eps: float) -> tuple[torch.Tensor, torch.Tensor | None]:
+              inject: torch.Tensor | None, hc: int, eps: float,
+              rows_alike: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """hyper_mix_ref's contract in two launches; streams [T <= MAX_ROWS, hc * D] contiguous, weights
-    contiguous in the streams' dtype."""
+    contiguous in the streams' dtype. Each row is its own program, so its result does not depend on the
+    others, except that one row alone reads its stream in one block (faster, summed in another order);
+    `rows_alike` keeps the blocks of several rows for one row too."""
     rows, width = streams.shape
     rank, hidden = down.shape[0], width // hc
     num_inject = 0 if inject is None else hc
@@ -112,7 +115,7 @@ def hyper_mix(streams: torch.Tensor, norm_weight: torch.Tensor, down: torch.Tens
     partials = torch.empty(rows, hc, outputs, device=streams.device, dtype=torch.float32)  # per stream
     # block sizes measured on the H200 at the 125B shape (bench/results/2026-12-01-h200-qwen4exp/micro_hc*):
     # one row reads its whole stream in one block with 8 warps (9.7 us against 11.5), more rows in 512s
-    one_block = rows == 1 and hidden <= 4096
+    one_block = rows == 1 and hidden <= 4096 and not rows_alike
     block_r = 4
     _down_kernel[(rows, triton.cdiv(outputs, block_r), hc)](
         streams, norm_weight, down, inject if inject is not None else down, normed, partials,

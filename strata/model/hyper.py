@@ -42,11 +42,12 @@ class HyperConnection(nn.Module):
         self.input_mix_weight_up = Linear(cfg.hc_lowrank, width, bias=False)
         self.block_inject_weight = Linear(width, self.hc, bias=False) if inject else None
 
-    def forward(self, streams: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(block input [T, D], write weights [T, hc] or None); two launches for decode rows on CUDA."""
+    def forward(self, streams: torch.Tensor, rows_alike: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(block input [T, D], write weights [T, hc] or None); two launches for decode rows on CUDA.
+        `rows_alike`: each row rounds alike whatever rows come with it (ops.hyper_mix)."""
         inject = None if self.block_inject_weight is None else self.block_inject_weight.weight
         return ops.hyper_mix(streams, self.hc_norm.weight, self.input_mix_weight_down.weight,
-                             self.input_mix_weight_up.weight, inject, self.hc, self.hc_norm.eps)
+                             self.input_mix_weight_up.weight, inject, self.hc, self.hc_norm.eps, rows_alike)
 
 
 def inject(streams: torch.Tensor, output, weights: torch.Tensor) -> torch.Tensor:

@@ -292,13 +292,25 @@ def packed_embedding(weight, input_ids: torch.Tensor, dtype: torch.dtype) -> tor
 
 # ---- hyper-connections (Qwen4-Exp) -------------------------------------------------------------------
 
+# the LM head's mixer takes the Triton kernels (in chunks of hyper.MAX_ROWS) up to this many rows, the most a head
+# graph reads (runner.cuda_graphs.HEAD_GRAPH_MAX_ROWS)
+ROWS_ALIKE_MAX = 64
+
+
 def hyper_mix(streams: torch.Tensor, norm_weight: torch.Tensor, down: torch.Tensor, up: torch.Tensor,
-              inject: torch.Tensor | None, hc: int, eps: float) -> tuple[torch.Tensor, torch.Tensor | None]:
+              inject: torch.Tensor | None, hc: int, eps: float,
+              rows_alike: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """hyper.hyper_mix_ref's contract: streams [T, hc * D] -> (block input [T, D], write weights [T, hc] or
-    None); two Triton launches for decode rows on CUDA, the torch form otherwise (GEMMs for long steps)."""
-    if (kernels_on(streams) and streams.shape[0] <= hyper.MAX_ROWS and streams.is_contiguous()
+    None); two Triton launches for decode rows on CUDA, the torch form otherwise (GEMMs for long steps).
+    `rows_alike` (the LM head's mixer): a row rounds the same whichever rows come with it, up to ROWS_ALIKE_MAX
+    rows, so a head graph over a layout's padded rows and an eager head over the rows sampled agree."""
+    limit = ROWS_ALIKE_MAX if rows_alike else hyper.MAX_ROWS
+    if (kernels_on(streams) and streams.shape[0] <= limit and streams.is_contiguous()
             and all(isinstance(w, torch.Tensor) and w.is_contiguous() for w in (down, up))):
-        x, weights = hyper.hyper_mix(streams, norm_weight, down, up, inject, hc, eps)
+        parts = [hyper.hyper_mix(rows, norm_weight, down, up, inject, hc, eps, rows_alike)
+                 for rows in streams.split(hyper.MAX_ROWS)]
+        x = parts[0][0] if len(parts) == 1 else torch.cat([x for x, _ in parts])
+        weights = parts[0][1] if len(parts) == 1 or inject is None else torch.cat([w for _, w in parts])
         packed_q8.keep_rounding(x)  # (a fresh block input: its packed readers share one rounding)
         return x, weights
     return hyper.hyper_mix_ref(streams, norm_weight, down, up, inject, hc, eps)

@@ -129,8 +129,10 @@ class Qwen4ExpForCausalLM(CausalLM):
         return streams
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """streams [N, hc * D] -> float32 logits [N, V], through the trunk's output mixer."""
-        return super().compute_logits(self.model.hyper_connection_mixer(hidden)[0])
+        """streams [N, hc * D] -> float32 logits [N, V], through the trunk's output mixer, whose rows round
+        alike however many are read (a verification layout's head graph reads all its rows, an eager step
+        the ones it samples)."""
+        return super().compute_logits(self.model.hyper_connection_mixer(hidden, rows_alike=True)[0])
 
     def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """MTP streams [N, hc * D] -> float32 logits [N, V], through the head's own mixer."""

@@ -494,6 +494,24 @@ def test_hyper_mix_kernel_matches_ref(dtype, rows, hidden, rank, inject):
 
 
 @gpu
+@pytest.mark.parametrize("inject", [False, True])
+def test_the_heads_hyper_mix_rounds_a_row_alike_among_any_rows(inject):
+    """rows_alike (the LM head's mixer): row r of 1, 5, 24 or 64 rows comes out bit for bit the same, so a head
+    graph over a layout's padded rows samples what an eager step's head over its sampled rows does. Without
+    it one row alone takes its faster one-block form, which sums in another order."""
+    from strata.model import ops
+
+    norm, down, up, inject_w = _hyper_weights(4, 2560, 320, torch.bfloat16, "cuda")
+    streams = randn(64, 4 * 2560, seed=16, dtype=torch.bfloat16, device="cuda")
+    args = (norm, down, up, inject_w if inject else None, 4, 1e-6)
+    full, full_weights = ops.hyper_mix(streams, *args, rows_alike=True)
+    for rows in (1, 5, 24):
+        out, weights = ops.hyper_mix(streams[:rows].contiguous(), *args, rows_alike=True)
+        assert torch.equal(out, full[:rows])
+        assert not inject or torch.equal(weights, full_weights[:rows])
+
+
+@gpu
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("rows, top_k, hidden, with_shared, gated", [
     (1, 1, 2560, True, False), (1, 10, 2560, True, True), (5, 10, 200, False, False), (16, 4, 640, True, True)])
