@@ -73,15 +73,18 @@ PAIR_CONFIG_ONE_TOKEN = dict(BLOCK_N=8, SUPERBLOCKS=1, num_warps=2, num_stages=3
 def default_config(n: int, k: int, rows: int) -> dict:
     """The tiling (BLOCK_N rows of W per program, SUPERBLOCKS per K step, warps) for an [n, k] weight and a
     step of `rows` rows: the fastest of 10 tilings on the H200 in CUDA graphs with cold weights, for the
-    30B-A3B and Qwen4-Exp shapes at Q4_K_M (bench/results/2026-12-02-h200-q8/). One row: narrow weights
-    with long rows split K (one row of W per program, 8 superblocks a step), very wide ones (LM heads) and
-    mid-sized ones take 2 rows a program and one warp, wide ones 8 rows and two warps; more rows of x want
+    30B-A3B and Qwen4-Exp shapes at Q4_K_M (bench/results/2026-12-02-h200-q8/), the LM heads of 30 tilings
+    (2026-12-03-h200-session29/). One row: narrow weights with long rows split K (one row of W per program,
+    8 superblocks a step), mid-sized ones take 2 rows a program and one warp, wide ones 8 rows and two warps,
+    very wide ones (LM heads) 16 rows and two warps; more rows of x want
     more rows of W per program, fewer superblocks a step."""
     if rows == 1:
         if n <= 1024 or (k >= 4096 and n <= 4096):
             bn, sb, warps = 1, 8, 2
         elif 8192 <= n < 32768:
             bn, sb, warps = 8, 1, 2
+        elif n >= 32768:  # LM heads: 16 rows, 2 warps (Q6_K: 199.9 us against 227.7 for 248,320 x 2,560,
+            bn, sb, warps = 16, 2, 2  # 100.5 against 116.9 for 151,936 x 2,048; session 29's head_sweep)
         else:
             bn, sb, warps = 2, 2, 1
     elif rows == 2:
