@@ -20,3 +20,12 @@ print("torch bf16 product vs float32 product rounded:", (ref != (sg.float() * sh
 for r, c in (out != ref).nonzero()[:8].tolist():
     print(f"row {r} col {c}: gate {gate[r, 0].item():.6g} sigmoid {sg[r, 0].item():.8g} shared {shared[r, c].item():.6g}"
           f" kernel {out[r, c].item():.8g} torch {ref[r, c].item():.8g} exact {(sg[r, 0].double() * shared[r, c].double()).item():.10g}")
+# with expert partials: does the kernel round the gated product before adding it to the rounded sum (torch's order),
+# or add the unrounded product (a folded round trip and a fused multiply-add)?
+partials = torch.randn(rows, 1, dim, device="cuda")
+out = topk_sum_inject(partials, shared, streams, weights, gate)
+total = partials[:, 0].to(dt)
+torch_order = total + ref
+unrounded = (total.float() + sg.float() * shared.float()).to(dt)
+print("with partials: kernel vs torch order", (out != torch_order).sum().item(), "; kernel vs unrounded product",
+      (out != unrounded).sum().item(), "; torch order vs unrounded", (torch_order != unrounded).sum().item())
