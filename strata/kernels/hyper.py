@@ -40,7 +40,7 @@ from strata.kernels.rms_norm import topk_sum_ref
 
 if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
-    from strata.kernels.rms_norm import torch_sigmoid
+    from strata.kernels.rms_norm import gated_shared
 
 MAX_ROWS = 16
 
@@ -217,8 +217,7 @@ if triton is not None:
         if HAS_SHARED:
             shared = tl.load(shared_ptr + row * dim + cols, mask=ok, other=0.0)
             if HAS_GATE:
-                gate = torch_sigmoid(tl.load(gate_ptr + row * stride_g).to(tl.float32)).to(dtype)
-                shared = (gate.to(tl.float32) * shared.to(tl.float32)).to(dtype)
+                shared = gated_shared(shared, tl.load(gate_ptr + row * stride_g), dtype)
             total = (total.to(tl.float32) + shared.to(tl.float32)).to(dtype)
         t = total.to(tl.float32)
         for s in tl.static_range(HC):

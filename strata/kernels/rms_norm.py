@@ -111,10 +111,13 @@ def _launch(x: torch.Tensor, top_k: int | None, shared: torch.Tensor | None, wei
 if triton is not None:
 
     @triton.jit
-    def torch_sigmoid(x):
-        """sigmoid of float32 x as torch's CUDA kernel computes it: 1 / (1 + expf(-x)) with the accurate expf
-        and an IEEE division (tl.sigmoid's approximate exp and division round a bf16 gate differently)."""
-        return tl.div_rn(1.0, 1.0 + libdevice.exp(-x))
+    def gated_shared(shared, gate, dtype: tl.constexpr):
+        """shared [BLOCK] (dtype) times sigmoid(gate) (one value), as torch's `sigmoid(gate) * shared` rounds:
+        the sigmoid as torch's CUDA kernel computes it (1 / (1 + expf(-x)), the accurate expf, an IEEE division)
+        rounded to dtype, then the product rounded to dtype. The product is an IEEE multiply (mul_rn) so that
+        the compiler cannot fuse it with the add that follows into one 16-bit FMA, which skips that rounding."""
+        g = tl.div_rn(1.0, 1.0 + libdevice.exp(-gate.to(tl.float32))).to(dtype)
+        return libdevice.mul_rn(g.to(tl.float32), shared.to(tl.float32)).to(dtype)
 
     @triton.jit
     def _rms_norm_kernel(x_ptr, res_ptr, shared_ptr, w_ptr, out_ptr, res_out_ptr, dim, eps, stride_x, stride_r,
@@ -132,9 +135,8 @@ if triton is not None:
             r = tl.load(res_ptr + row * stride_r + offs, mask=ok, other=0.0)
         if HAS_SHARED:
             shared = tl.load(shared_ptr + row * stride_s + offs, mask=ok, other=0.0)
-            if HAS_GATE:  # sigmoid(gate) * shared, each rounded to the model dtype as torch does
-                gate = torch_sigmoid(tl.load(gate_ptr + row * stride_g).to(tl.float32)).to(out_ptr.dtype.element_ty)
-                shared = (gate.to(tl.float32) * shared.to(tl.float32)).to(out_ptr.dtype.element_ty)
+            if HAS_GATE:
+                shared = gated_shared(shared, tl.load(gate_ptr + row * stride_g), out_ptr.dtype.element_ty)
         if TOP_K > 0:  # x: the row's K float32 expert outputs, summed in order and cast (topk_sum_ref)
             total = tl.load(x_ptr + row * stride_x + offs, mask=ok, other=0.0)
             for k in tl.static_range(1, TOP_K):
