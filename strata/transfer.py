@@ -1,5 +1,5 @@
 """Host-to-device copies of small index arrays that do not make the host wait for the device, their way back
-(HostCopy), and byte views for copying float8 tensors."""
+(HostCopy), device rows into host memory without a wait (rows_to_host), and byte views for copying float8 tensors."""
 
 from __future__ import annotations
 
@@ -33,6 +33,22 @@ def consecutive_runs(ids: list[int]) -> list[tuple[int, int, int]]:
         else:
             runs.append((i, block, 1))
     return runs
+
+
+def rows_to_host(src: dict, src_ids: list[int], dst: dict, dst_ids: list[int]) -> None:
+    """dst[key][i][dst_ids] = src[key][i][src_ids] for both tensors of every key, src on the device (or the CPU),
+    dst in host memory: the rows gathered on the device, then one copy per run of consecutive host rows straight
+    into the (pinned) host tensor, asynchronous with the host: it must wait for the stream (an event) before it
+    reads or writes those rows itself."""
+    index = index_tensor(src_ids, next(iter(src.values()))[0].device)
+    runs = consecutive_runs(dst_ids)
+    for key, pair in src.items():
+        for source, target in zip(pair, dst[key]):
+            if source.numel() == 0:  # the empty second tensor of an extra key (QSA's index keys)
+                continue
+            rows = raw(source).index_select(0, index)                       # [n, ...] on the source's device
+            for first, start, count in runs:
+                raw(target)[start:start + count].copy_(rows[first:first + count], non_blocking=True)
 
 
 class HostCopy:

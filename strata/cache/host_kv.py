@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from strata.cache.pools import KVPool, zeros
-from strata.transfer import consecutive_runs, index_tensor, raw
+from strata.transfer import raw, rows_to_host
 
 
 class HostKVPool:
@@ -44,7 +44,7 @@ class HostKVPool:
         (queued on the stream from the device; see the module docstring)."""
         if not pairs:
             return
-        offload_blocks(self.kv_pool.caches, [d for d, _ in pairs], self.caches, [h for _, h in pairs])
+        rows_to_host(self.kv_pool.caches, [d for d, _ in pairs], self.caches, [h for _, h in pairs])
         if any(k.is_cuda for k, _ in self.kv_pool.caches.values()):
             self.copied = torch.cuda.Event()
             self.copied.record()
@@ -68,18 +68,3 @@ class HostKVPool:
                     continue
                 rows = raw(source).index_select(0, torch.tensor([r for r, _ in pairs]))
                 raw(target).index_copy_(0, torch.tensor([h for _, h in pairs]), rows)
-
-
-def offload_blocks(src: dict, src_ids: list[int], dst: dict, dst_ids: list[int]) -> None:
-    """dst[key][i][dst_ids] = src[key][i][src_ids] for both tensors of every key, src on the device (or
-    the CPU), dst in host memory: the rows gathered on the device, then one copy per run of consecutive
-    host blocks straight into the (pinned) host tensor, asynchronous with the host."""
-    index = index_tensor(src_ids, next(iter(src.values()))[0].device)
-    runs = consecutive_runs(dst_ids)
-    for key, pair in src.items():
-        for source, target in zip(pair, dst[key]):
-            if source.numel() == 0:  # the empty second tensor of an extra key (QSA's index keys)
-                continue
-            rows = raw(source).index_select(0, index)                       # [n, B, ...] on the source's device
-            for first, start, count in runs:
-                raw(target)[start:start + count].copy_(rows[first:first + count], non_blocking=True)

@@ -11,7 +11,7 @@ import torch
 
 from strata.config import kv_scale_key
 from strata.kernels.kv_quant import SCALE_DTYPE
-from strata.transfer import index_tensor, raw
+from strata.transfer import index_tensor, raw, rows_to_host
 
 
 def zeros(shape: tuple[int, ...], dtype: torch.dtype, device: str) -> torch.Tensor:
@@ -90,7 +90,8 @@ class CheckpointPool:
             index_dst = index_tensor(dst_rows, dst_conv.device)
             # non_blocking only towards the device: from pinned host memory the copy back overlaps with the
             # host's work, stream-ordered before the device's index_copy_; towards the host, torch would
-            # return pinned memory still being written while the host's index_copy_ already reads it
+            # return pinned memory still being written while the host's index_copy_ already reads it (parks
+            # go through transfer.rows_to_host instead)
             to_device = dst_conv.device.type != "cpu"
             for d, s in ((dst_conv, src_conv), (dst_ssm, src_ssm)):
                 raw(d).index_copy_(0, index_dst, raw(s)[index_src].to(d.device, non_blocking=to_device))
@@ -98,7 +99,9 @@ class CheckpointPool:
 
 class HostParkPool:
     """Host copies of KV blocks and checkpoints (pinned memory when the device is a GPU, so the
-    copies back can run asynchronously)."""
+    copies back can run asynchronously). Parking is queued on the stream and the host goes on (a
+    synchronous copy to the host would wait for the step in flight: a hybrid model parks a checkpoint
+    every few decode steps); what reads these rows on the host settles first."""
 
     def __init__(self, kv_pool: KVPool, checkpoints: CheckpointPool, num_block_rows: int,
                  num_checkpoint_rows: int) -> None:
@@ -112,20 +115,36 @@ class HostParkPool:
                    for layer, (k, v) in kv_pool.caches.items()} if num_block_rows else {}
         self.states = {layer: (host_like(c, num_checkpoint_rows), host_like(s, num_checkpoint_rows))
                        for layer, (c, s) in checkpoints.caches.items()} if num_checkpoint_rows else {}
+        self.copied: torch.cuda.Event | None = None  # recorded after the last park still unsettled
 
     def park_blocks(self, pairs: list[tuple[int, int]]) -> None:
-        """(device block, host row) pairs: device -> host."""
+        """(device block, host row) pairs: device -> host, queued."""
         if pairs:
-            CheckpointPool._copy(self.kv_pool.caches, [b for b, _ in pairs], self.kv, [r for _, r in pairs])
-
-    def restore_blocks(self, pairs: list[tuple[int, int]]) -> None:
-        """(host row, device block) pairs: host -> device."""
-        if pairs:
-            CheckpointPool._copy(self.kv, [r for r, _ in pairs], self.kv_pool.caches, [b for _, b in pairs])
+            self._park(self.kv_pool.caches, [b for b, _ in pairs], self.kv, [r for _, r in pairs])
 
     def park_checkpoints(self, pairs: list[tuple[int, int]]) -> None:
+        """(checkpoint row, host row) pairs: device -> host, queued."""
         if pairs:
-            CheckpointPool._copy(self.checkpoints.caches, [d for d, _ in pairs], self.states, [h for _, h in pairs])
+            self._park(self.checkpoints.caches, [d for d, _ in pairs], self.states, [h for _, h in pairs])
+
+    def _park(self, src: dict, src_rows: list[int], dst: dict, dst_rows: list[int]) -> None:
+        rows_to_host(src, src_rows, dst, dst_rows)
+        if next(iter(src.values()))[0].is_cuda:
+            self.copied = torch.cuda.Event()
+            self.copied.record()
+
+    def settle(self) -> None:
+        """Wait until the queued parks have landed in host memory (before the host reads these rows)."""
+        if self.copied is not None:
+            self.copied.synchronize()
+            self.copied = None
+
+    def restore_blocks(self, pairs: list[tuple[int, int]]) -> None:
+        """(host row, device block) pairs: host -> device (the rows are gathered on the host)."""
+        if pairs:
+            self.settle()
+            CheckpointPool._copy(self.kv, [r for r, _ in pairs], self.kv_pool.caches, [b for _, b in pairs])
 
     def restore_checkpoint(self, host_row: int, slot_id: int) -> None:
+        self.settle()
         CheckpointPool._copy(self.states, [host_row], self.checkpoints.state_pool.caches, [slot_id])

@@ -150,6 +150,8 @@ def hold_prefix(engine, token_ids: list[int]) -> HeldPrefix:
         raise SessionError(404, "nothing of this conversation is in the prefix cache: send it (a chat or completion "
                                 "request) first, then save it")
     park = runner.host_park
+    if park is not None:
+        park.settle()  # parks queued on the stream have landed before the host reads their rows
     parked = {}
     if match.parked_rows:
         rows = torch.tensor(match.parked_rows)

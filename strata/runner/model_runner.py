@@ -397,6 +397,8 @@ class ModelRunner:
             self.host_park.park_blocks(plan.park_blocks)
             self.host_park.park_checkpoints(plan.park_checkpoints)
         if self.host_kv is not None:
+            if self.host_park is not None and plan.unpark_blocks:
+                self.host_park.settle()  # the unparks read parked rows on the host
             self.host_kv.copy(plan, self.host_park.kv if self.host_park is not None else None)
         self.checkpoint_pool.save([slot for slot, _ in plan.checkpoint_saves], [row for _, row in plan.checkpoint_saves])
         for slot_id in plan.finished_slot_ids:

@@ -11,7 +11,7 @@ import torch
 
 from strata import SamplingParams
 from strata.config import CacheConfig, EngineConfig, RunnerConfig, SchedulerConfig, SpecConfig
-from strata.cache.pools import CheckpointPool
+from strata.cache.pools import CheckpointPool, HostParkPool
 from strata.engine.core import EngineCore
 from strata.runner.model_runner import ModelRunner
 from strata.types import Request
@@ -162,15 +162,18 @@ def test_cuda_graph_steps_fed_on_the_device_match_plain_stepping(family, tiny_mo
 @pytest.mark.parametrize("family", ["qwen3_moe", "qwen3_next"])
 def test_launching_a_decode_step_never_waits_for_the_device(family, tiny_model_dir, monkeypatch):
     """Everything a planned-ahead decode step queues (slot updates, a hybrid model's checkpoint saves at each
-    completed block, the graph replay, its LM head, sampling) leaves the host free while the step before it
-    runs: torch's sync debug mode raises on any synchronizing call inside launch_decode."""
+    completed block and the parks of those its few device rows evict into host RAM, the graph replay, its LM
+    head, sampling) leaves the host free while the step before it runs: torch's sync debug mode raises on any
+    synchronizing call inside launch_decode."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     config = EngineConfig(model=tiny_model_dir(family), runner=RunnerConfig(device="cuda", dtype="bfloat16"),
-                          cache=CacheConfig(block_size=4), scheduler=SchedulerConfig(max_num_seqs=4))
+                          cache=CacheConfig(block_size=4, checkpoint_pool_size=4),
+                          scheduler=SchedulerConfig(max_num_seqs=4))
     core = EngineCore(config, quiet=True)
-    launch, save = ModelRunner.launch_decode, CheckpointPool.save
-    seen = {"inside": False, "launches": 0, "rows_saved": 0}  # planned-ahead launches, checkpoints inside them
+    launch, save, park = ModelRunner.launch_decode, CheckpointPool.save, HostParkPool.park_checkpoints
+    # planned-ahead launches; checkpoints saved and parked inside them
+    seen = {"inside": False, "launches": 0, "rows_saved": 0, "rows_parked": 0}
 
     def strict(self, plan, inputs_from=None):
         if inputs_from is None:  # the first step of a run follows a prompt step: not overlapped
@@ -188,11 +191,17 @@ def test_launching_a_decode_step_never_waits_for_the_device(family, tiny_model_d
         seen["rows_saved"] += len(slot_ids) if seen["inside"] else 0
         return save(self, slot_ids, rows)
 
+    def counted_park(self, pairs):
+        seen["rows_parked"] += len(pairs) if seen["inside"] else 0
+        return park(self, pairs)
+
     monkeypatch.setattr(ModelRunner, "launch_decode", strict)
     monkeypatch.setattr(CheckpointPool, "save", counted_save)
-    drive(core, [(0, greedy(30)), (0, greedy(19)), (0, greedy(26))])
+    monkeypatch.setattr(HostParkPool, "park_checkpoints", counted_park)
+    drive(core, [(0, greedy(30)), (0, greedy(19)), (0, greedy(26)), (3, greedy(40)), (5, greedy(33))])
     assert seen["launches"] > 15
     assert (seen["rows_saved"] > 0) == (family == "qwen3_next")  # a hybrid's completed blocks were checkpointed
+    assert (seen["rows_parked"] > 0) == (family == "qwen3_next")  # and older ones parked in host RAM
 
 
 def test_hybrid_decode_checkpoints_are_saved_ahead_and_serve_the_next_turn(tiny_model_dir, monkeypatch):
