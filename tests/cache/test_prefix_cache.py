@@ -22,8 +22,8 @@ def tokens(n: int, seed: int) -> list[int]:
     return torch.randint(3, 160, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
-def make_llm(folder: str, caching: bool, spec=None, **kwargs) -> LLM:
-    return LLM(folder, dtype="float32", device="cpu", max_num_seqs=4, block_size=4, max_num_batched_tokens=32,
+def make_llm(folder: str, caching: bool, spec=None, device: str = "cpu", **kwargs) -> LLM:
+    return LLM(folder, dtype="float32", device=device, max_num_seqs=4, block_size=4, max_num_batched_tokens=32,
                speculative_config=spec, enable_prefix_caching=caching, **kwargs)
 
 
@@ -125,15 +125,19 @@ def test_allocator_invariants(num_blocks, rng: random.Random):
         assert allocator.num_free == num_blocks - len(counts)
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen3_next"])
-def test_parked_conversations_come_back_from_host_ram(family, tiny_model_dir):
+@pytest.mark.parametrize("family, device", [("llama", "cpu"), ("qwen3_next", "cpu"),
+                                            pytest.param("qwen3_next", "cuda", marks=pytest.mark.gpu)])
+def test_parked_conversations_come_back_from_host_ram(family, device, tiny_model_dir):
     """A device cache too small to keep conversation A while B runs: A's blocks (and checkpoints)
-    are parked in host RAM and copied back for A's next turn, with output identical to a cold run."""
+    are parked in host RAM and copied back for A's next turn, with output identical to a cold run.
+    On CUDA the parks are queued on the stream (pinned memory) and the restores settle them first."""
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
     doc_a, doc_b = tokens(60, 21), tokens(60, 22)
     question = tokens(5, 23)
     parked = make_llm(tiny_model_dir(family), True, num_gpu_blocks=40, max_model_len=160, checkpoint_every=8,
-                      checkpoint_pool_size=2, conversation_cache_mib=1)
-    cold = make_llm(tiny_model_dir(family), False)
+                      checkpoint_pool_size=2, conversation_cache_mib=1, device=device)
+    cold = make_llm(tiny_model_dir(family), False, device=device)
     first = parked.generate({"prompt_token_ids": doc_a}, GREEDY)[0]
     parked.generate({"prompt_token_ids": doc_b}, GREEDY)  # evicts A from the device
     follow_up = doc_a + first.outputs[0].token_ids + question

@@ -1,6 +1,7 @@
 """The Qwen4-Exp LM head's one-row GEMV (Q6_K, 248,320 x 2,560, ~521 MB) on 8-bit activations under tilings
 of packed_q8.packed_gemv_q8, inside CUDA graphs with two rotated weight copies (cold L2): us and GB/s each,
-default_config's first. Also the 30B-A3B head (Q6_K 151,936 x 2,048). Usage: head_sweep.py [rows]"""
+default_config's first. Also the 30B-A3B head (Q6_K 151,936 x 2,048). Usage: head_sweep.py [rows] [wide]
+("wide": 4 to 64 rows of W a program instead of 1 to 16)."""
 import sys, torch
 from graph_timing import graph_time
 from strata.kernels import packed_q8
@@ -9,13 +10,14 @@ from kernels.test_packed_gemv import random_blocks
 
 Q6_K = 14
 rows = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+block_ns = (4, 8, 16, 32, 64) if "wide" in sys.argv[2:] else (1, 2, 4, 8, 16)
 for name, n, k in (("q4e_head", 248320, 2560), ("a3b_head", 151936, 2048)):
     ws = [random_blocks(Q6_K, n, k, seed=s).cuda() for s in (1, 2)]
     nbytes = ws[0].numel()
     x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
     q = packed_q8.quantize(x)
     configs = [None] + [dict(BLOCK_N=bn, SUPERBLOCKS=sb, num_warps=w, num_stages=st)
-                        for bn in (1, 2, 4, 8, 16) for sb in (1, 2) for w in (1, 2, 4) for st in (3,)]
+                        for bn in block_ns for sb in (1, 2) for w in (1, 2, 4) for st in (3,)]
     results = []
     for cfg in configs:
         try:

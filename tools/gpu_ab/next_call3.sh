@@ -1,4 +1,4 @@
-# Prepared in session 28: issue 26's ratio measured with three repeats per context (sessions 20-27 measured it
+# Prepared in session 28 (still to run after session 29): issue 26's ratio measured with three repeats per context (sessions 20-27 measured it
 # once per context; the median of three is the honest figure). The 24 GiB command of session 27's call 2: fp8 KV,
 # a 16K resident window, one staging layer; decode at 4K and 128K context, one stream.
 source tools/gpu_ab/device_setup.sh
