@@ -72,4 +72,8 @@ for top_k, quantize, block_d, gated in ((0, True, 2048, False), (4, True, 4096, 
 for gated in (False, True):
     ok &= check(hyper._topk_sum_inject_kernel, dict(TOP_K=10, HC=4, HAS_SHARED=True, HAS_GATE=gated, BLOCK=512,
                                                   USE_PDL=True), f"topk_sum_inject gated={gated}", ptr=BF16_PTRS)
+for block_h, quantize in ((32, True), (4, True), (32, False)):
+    ok &= check(rms_norm._gated_rms_norm_kernel, dict(SIGMOID=True, BLOCK_H=block_h, BLOCK_D=128, QUANTIZE=quantize,
+                                                    USE_PDL=True), f"gated_rms_norm block_h={block_h} quantize={quantize}",
+                ptr={**BF16_PTRS, "x_ptr": "*bf16"})
 sys.exit(0 if ok else 1)

@@ -183,28 +183,41 @@ def gated_rms_norm_ref(x: torch.Tensor, gate: torch.Tensor, weight: torch.Tensor
 
 
 def gated_rms_norm(x: torch.Tensor, gate: torch.Tensor, gate_group: int, gate_group_stride: int,
-                   weight: torch.Tensor, eps: float, activation: str) -> torch.Tensor:
+                   weight: torch.Tensor, eps: float, activation: str, quantize: bool = False) -> torch.Tensor:
     """gated_rms_norm_ref over x [T, H, D] (each head's D values normalised) in one launch -> [T, H * D].
     The gate is read where the projection left it: head h's D values start at column
     (h // gate_group) * gate_group_stride + (h % gate_group) * D of gate's rows (gate [T, >= ...], unit
-    column stride), so a z inside a fused projection output needs no copy."""
+    column stride), so a z inside a fused projection output needs no copy. `quantize` (D a power of two, at
+    least 32: see rounds_gated): the same launch rounds the output to 8 bits per 32 for the packed out_proj
+    that reads it (packed_q8.quantize's numbers, attached to the output)."""
     num_tokens, heads, dim = x.shape
     assert x.is_contiguous() and gate.stride(-1) == 1 and weight.is_contiguous() and activation in GATE_ACTIVATIONS
+    assert not quantize or rounds_gated(dim)
     out = torch.empty(num_tokens, heads * dim, dtype=x.dtype, device=x.device)
+    quantized = packed_q8.empty_rounding(num_tokens, heads * dim, x.device) if quantize else None
     block_h = max(1, min(triton.next_power_of_2(heads), 4096 // triton.next_power_of_2(dim)))
     _gated_rms_norm_kernel[(num_tokens, triton.cdiv(heads, block_h))](
-        x, gate, weight, out, heads, dim, gate_group, gate_group_stride, eps, x.stride(0), gate.stride(0),
-        SIGMOID=activation == "sigmoid", BLOCK_H=block_h, BLOCK_D=triton.next_power_of_2(dim), num_warps=4,
-        **pdl_options(x))
+        x, gate, weight, out, *(quantized if quantized is not None else (out, out, out)), heads, dim, gate_group,
+        gate_group_stride, eps, x.stride(0), gate.stride(0), SIGMOID=activation == "sigmoid", BLOCK_H=block_h,
+        BLOCK_D=triton.next_power_of_2(dim), QUANTIZE=quantized is not None, num_warps=4, **pdl_options(x))
+    if quantized is not None:
+        packed_q8.attach(out, quantized)
     return out
+
+
+def rounds_gated(dim: int) -> bool:
+    """Whether gated_rms_norm can round its output for packed weights: heads of a power-of-two width of at
+    least 32 values, so a program's heads are whole blocks of 32 in the output row."""
+    return dim >= 32 and dim & (dim - 1) == 0
 
 
 if triton is not None:
 
     @triton.jit
-    def _gated_rms_norm_kernel(x_ptr, gate_ptr, w_ptr, out_ptr, heads, dim, gate_group, gate_group_stride, eps,
-                               stride_xt, stride_gt, SIGMOID: tl.constexpr, BLOCK_H: tl.constexpr,
-                               BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr):
+    def _gated_rms_norm_kernel(x_ptr, gate_ptr, w_ptr, out_ptr, q_ptr, dx_ptr, sums_ptr, heads, dim, gate_group,
+                               gate_group_stride, eps, stride_xt, stride_gt, SIGMOID: tl.constexpr,
+                               BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, QUANTIZE: tl.constexpr,
+                               USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         row = tl.program_id(0).to(tl.int64)
         offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -220,4 +233,18 @@ if triton is not None:
         # weight * x̂ rounds to the 16-bit dtype before the gate multiplies in float32 (the torch form)
         y = (w[None, :].to(tl.float32) * normed.to(x.dtype).to(tl.float32)).to(x.dtype).to(tl.float32)
         act = tl.sigmoid(gate) if SIGMOID else gate * tl.sigmoid(gate)
-        tl.store(out_ptr + row * heads * dim + cols, (y * act).to(out_ptr.dtype.element_ty), mask=ok)
+        y = (y * act).to(out_ptr.dtype.element_ty)
+        tl.store(out_ptr + row * heads * dim + cols, y, mask=ok)
+        if QUANTIZE:  # packed_q8's rounding of the values just stored: BLOCK_D == dim, so the program's heads
+            # are the output columns first .. first + BLOCK_H * dim in order (masked heads are zeros)
+            GROUPS: tl.constexpr = BLOCK_H * BLOCK_D // 32
+            width = heads * dim
+            first = tl.program_id(1) * BLOCK_H * BLOCK_D
+            q, dx = round_blocks(tl.reshape(y.to(tl.float32), (GROUPS, 32)))                # [G, 32], [G]
+            q_offs = first + tl.arange(0, GROUPS)[:, None] * 32 + tl.arange(0, 32)[None, :]
+            tl.store(q_ptr + row * width + q_offs, q.to(tl.int8), mask=q_offs < width)
+            blocks = first // 32 + tl.arange(0, GROUPS)
+            tl.store(dx_ptr + row * (width // 32) + blocks, dx, mask=blocks < width // 32)
+            halves = tl.sum(tl.reshape(q, (2 * GROUPS, 16)), axis=1)                        # [2G]
+            runs = first // 16 + tl.arange(0, 2 * GROUPS)
+            tl.store(sums_ptr + row * (width // 16) + runs, halves, mask=runs < width // 16)

@@ -21,6 +21,7 @@ from torch import nn
 from strata.config import ModelConfig
 from strata.model import ops
 from strata.model.context import ForwardContext
+from strata.model.gated_delta_net import GatedDeltaNet
 from strata.model.linear import Linear
 from strata.model.moe import LocalExperts, MoEBlock, PackedLocalExperts, TopkPartials, experts_on_meta
 from strata.model.norm import RMSNorm
@@ -273,11 +274,14 @@ class CausalLM(nn.Module):
 
     def _mark_norms_feeding_packed(self) -> None:
         """Each decoder layer's norms whose output packed weights read (the mixer's projections, the MLP or
-        the experts) round it for them in their own launch (RMSNorm.feeds_packed)."""
-        for layer in self.modules():
-            if isinstance(layer, DecoderLayer):
-                layer.input_layernorm.feeds_packed = _has_packed(getattr(layer, layer.mixer_name))
-                layer.post_attention_layernorm.feeds_packed = _has_packed(layer.mlp)
+        the experts), and each Gated DeltaNet's output norm before a packed out_proj, round it for them in their
+        own launch (RMSNorm.feeds_packed, GatedRMSNorm.feeds_packed)."""
+        for module in self.modules():
+            if isinstance(module, DecoderLayer):
+                module.input_layernorm.feeds_packed = _has_packed(getattr(module, module.mixer_name))
+                module.post_attention_layernorm.feeds_packed = _has_packed(module.mlp)
+            elif isinstance(module, GatedDeltaNet):
+                module.norm.feeds_packed = _has_packed(module.out_proj)
 
     def _place_packed_experts(self, module_name: str, w13: list | None, w2: list | None) -> None:
         """A layer's experts whose w13 and w2 both came packed become PackedLocalExperts on the device the

@@ -237,7 +237,7 @@ class GatedDeltaNet(nn.Module):
         if ctx.keep_window_states:
             ctx.scratch.window_states[self.layer_idx] = (window_conv, window_ssm)
         normed = ops.gated_rms_norm(core, z, z_group, z_group_stride, self.norm.weight, self.norm.eps,
-                                    self.norm.activation_name)               # [T, value_dim]
+                                    self.norm.activation_name, self.norm.feeds_packed)  # [T, value_dim]
         return self.out_proj(normed)
 
     def _per_value_head(self, x: torch.Tensor) -> torch.Tensor:

@@ -44,6 +44,9 @@ class GatedRMSNorm(nn.Module):
         self.eps = eps
         self.activation_name = activation
         self.weight = nn.Parameter(torch.ones(dim))
+        # a packed out_proj with 8-bit activations reads the output next (set by CausalLM.load_weights): the
+        # CUDA launch then rounds it for it (ops.gated_rms_norm's for_packed)
+        self.feeds_packed = False
 
     def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
         return gated_rms_norm_ref(x, gate, self.weight, self.eps, self.activation_name)

@@ -24,9 +24,9 @@ from strata.kernels.fused_moe import fused_moe_ref
 from strata.kernels.gguf_blocks import packed_matmul_ref
 from strata.kernels.packed_moe import packed_moe as packed_moe_kernel
 from strata.kernels.packed_moe import packed_moe_ref
-from strata.kernels.rms_norm import gated_rms_norm  # noqa: F401 (the GDN short windows' output norm)
+from strata.kernels.rms_norm import gated_rms_norm as gated_rms_norm_kernel
 from strata.kernels.rms_norm import rms_norm as rms_norm_kernel
-from strata.kernels.rms_norm import rms_norm_ref, topk_sum_ref
+from strata.kernels.rms_norm import rms_norm_ref, rounds_gated, topk_sum_ref
 from strata.kernels.rms_norm import rms_norm_topk_sum as rms_norm_topk_sum_kernel
 from strata.kernels.routing import fused_routing_pays, softmax_topk_ref
 from strata.kernels.routing import softmax_topk as softmax_topk_kernel
@@ -95,6 +95,16 @@ def rms_norm_topk_sum(partials: torch.Tensor, shared: torch.Tensor | None, weigh
         return rms_norm_topk_sum_kernel(partials, shared, weight, eps, zero_centered, residual, dtype, quantize,
                                         shared_gate)
     return rms_norm(topk_sum_ref(partials, shared, dtype, shared_gate), weight, eps, zero_centered, residual)
+
+
+def gated_rms_norm(x: torch.Tensor, gate: torch.Tensor, gate_group: int, gate_group_stride: int,
+                   weight: torch.Tensor, eps: float, activation: str, for_packed: bool = False) -> torch.Tensor:
+    """The Gated DeltaNet short windows' output norm on CUDA (rms_norm.gated_rms_norm): x [T, H, D] -> [T, H * D].
+    `for_packed`: a packed out_proj reads the output next, so the launch also rounds it to 8 bits for it
+    where packed_q8 will read it (as rms_norm's for_packed)."""
+    quantize = (for_packed and rounds_gated(x.shape[2])
+                and packed_q8.rounds_in_norm(x.shape[0], x.shape[1] * x.shape[2]))
+    return gated_rms_norm_kernel(x, gate, gate_group, gate_group_stride, weight, eps, activation, quantize)
 
 
 # ---- dense projections ------------------------------------------------------------------------------

@@ -65,6 +65,26 @@ def test_quantize_kernel_matches_the_reference():
 
 
 @gpu
+@pytest.mark.parametrize("heads, activation", [(32, "sigmoid"), (48, "silu"), (3, "silu")])
+def test_gated_norm_rounds_its_output_as_quantize_does(heads, activation):
+    """gated_rms_norm(quantize=True) (a Gated DeltaNet's output norm before a packed out_proj) returns the same
+    rows and attaches quantize_ref of them bit for bit; head counts that leave a program's last heads masked
+    (48 over programs of 32, 3 in a program of 4) included."""
+    from strata.kernels.rms_norm import gated_rms_norm
+
+    gen = torch.Generator().manual_seed(heads)
+    x = torch.randn(3, heads, 128, generator=gen).to(torch.bfloat16).cuda()
+    gate = torch.randn(3, heads * 128, generator=gen).to(torch.bfloat16).cuda()
+    weight = torch.rand(128, generator=gen).to(torch.bfloat16).cuda()
+    out = gated_rms_norm(x, gate, heads, 0, weight, 1e-6, activation, quantize=True)
+    assert torch.equal(out, gated_rms_norm(x, gate, heads, 0, weight, 1e-6, activation))
+    attached = packed_q8.quantize(out)
+    assert attached[0].data_ptr() == out.q8_rows[0].data_ptr()
+    for got, want in zip(attached, packed_q8.quantize_ref(out.cpu())):
+        assert torch.equal(got.cpu(), want)
+
+
+@gpu
 @pytest.mark.parametrize("dim", [2048, 2560])
 @pytest.mark.parametrize("form", ["plain", "residual", "topk_sum"])
 def test_norm_rounds_its_output_as_quantize_does(dim, form):
