@@ -1,5 +1,6 @@
 """Host-to-device copies of small index arrays that do not make the host wait for the device, their way back
-(HostCopy), device rows into host memory without a wait (rows_to_host), and byte views for copying float8 tensors."""
+(HostCopy), device rows into host memory without a wait (rows_to_host, RowsToHost), and byte views for copying
+float8 tensors."""
 
 from __future__ import annotations
 
@@ -33,6 +34,26 @@ def consecutive_runs(ids: list[int]) -> list[tuple[int, int, int]]:
         else:
             runs.append((i, block, 1))
     return runs
+
+
+class RowsToHost:
+    """Device rows copied into host memory, queued on the stream (rows_to_host), and the one wait the host makes
+    before it reads or writes those host rows itself (`settle`)."""
+
+    def __init__(self) -> None:
+        self.copied: torch.cuda.Event | None = None  # recorded after the last copy still unsettled
+
+    def queue(self, src: dict, src_ids: list[int], dst: dict, dst_ids: list[int]) -> None:
+        rows_to_host(src, src_ids, dst, dst_ids)
+        if next(iter(src.values()))[0].is_cuda:
+            self.copied = torch.cuda.Event()
+            self.copied.record()
+
+    def settle(self) -> None:
+        """Wait until the queued copies have landed in host memory."""
+        if self.copied is not None:
+            self.copied.synchronize()
+            self.copied = None
 
 
 def rows_to_host(src: dict, src_ids: list[int], dst: dict, dst_ids: list[int]) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from strata.cache.pools import KVPool, zeros
-from strata.transfer import raw, rows_to_host
+from strata.transfer import RowsToHost, raw
 
 
 class HostKVPool:
@@ -37,23 +37,17 @@ class HostKVPool:
         self.kv_pool = kv_pool
         self.num_blocks = num_blocks
         self.caches = {key: (host_like(k), host_like(v)) for key, (k, v) in kv_pool.caches.items()}
-        self.copied: torch.cuda.Event | None = None  # recorded after the last offload still unsettled
+        self.offloads = RowsToHost()
 
     def offload(self, pairs: list[tuple[int, int]]) -> None:
         """(device block, host block) pairs: the device blocks' contents, every key, into the host blocks
         (queued on the stream from the device; see the module docstring)."""
-        if not pairs:
-            return
-        rows_to_host(self.kv_pool.caches, [d for d, _ in pairs], self.caches, [h for _, h in pairs])
-        if any(k.is_cuda for k, _ in self.kv_pool.caches.values()):
-            self.copied = torch.cuda.Event()
-            self.copied.record()
+        if pairs:
+            self.offloads.queue(self.kv_pool.caches, [d for d, _ in pairs], self.caches, [h for _, h in pairs])
 
     def settle(self) -> None:
         """Wait until the queued offloads have landed in host memory (before the host reads or writes it)."""
-        if self.copied is not None:
-            self.copied.synchronize()
-            self.copied = None
+        self.offloads.settle()
 
     def unpark(self, park_kv: dict, pairs: list[tuple[int, int]]) -> None:
         """(conversation-cache row, host block) pairs: a parked prefix block straight into this tier (a

@@ -11,7 +11,7 @@ import torch
 
 from strata.config import kv_scale_key
 from strata.kernels.kv_quant import SCALE_DTYPE
-from strata.transfer import index_tensor, raw, rows_to_host
+from strata.transfer import RowsToHost, index_tensor, raw
 
 
 def zeros(shape: tuple[int, ...], dtype: torch.dtype, device: str) -> torch.Tensor:
@@ -115,29 +115,21 @@ class HostParkPool:
                    for layer, (k, v) in kv_pool.caches.items()} if num_block_rows else {}
         self.states = {layer: (host_like(c, num_checkpoint_rows), host_like(s, num_checkpoint_rows))
                        for layer, (c, s) in checkpoints.caches.items()} if num_checkpoint_rows else {}
-        self.copied: torch.cuda.Event | None = None  # recorded after the last park still unsettled
+        self.parks = RowsToHost()
 
     def park_blocks(self, pairs: list[tuple[int, int]]) -> None:
         """(device block, host row) pairs: device -> host, queued."""
         if pairs:
-            self._park(self.kv_pool.caches, [b for b, _ in pairs], self.kv, [r for _, r in pairs])
+            self.parks.queue(self.kv_pool.caches, [b for b, _ in pairs], self.kv, [r for _, r in pairs])
 
     def park_checkpoints(self, pairs: list[tuple[int, int]]) -> None:
         """(checkpoint row, host row) pairs: device -> host, queued."""
         if pairs:
-            self._park(self.checkpoints.caches, [d for d, _ in pairs], self.states, [h for _, h in pairs])
-
-    def _park(self, src: dict, src_rows: list[int], dst: dict, dst_rows: list[int]) -> None:
-        rows_to_host(src, src_rows, dst, dst_rows)
-        if next(iter(src.values()))[0].is_cuda:
-            self.copied = torch.cuda.Event()
-            self.copied.record()
+            self.parks.queue(self.checkpoints.caches, [d for d, _ in pairs], self.states, [h for _, h in pairs])
 
     def settle(self) -> None:
         """Wait until the queued parks have landed in host memory (before the host reads these rows)."""
-        if self.copied is not None:
-            self.copied.synchronize()
-            self.copied = None
+        self.parks.settle()
 
     def restore_blocks(self, pairs: list[tuple[int, int]]) -> None:
         """(host row, device block) pairs: host -> device (the rows are gathered on the host)."""

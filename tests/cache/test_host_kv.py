@@ -35,7 +35,7 @@ def test_offload_copies_every_key_of_each_device_block_into_its_host_block():
     pairs = [(5, 2), (1, 3), (6, 0), (0, 4)]  # host blocks 2 and 3 in one copy, then 0, then 4
     host.offload(pairs)
     host.settle()  # nothing in flight on the CPU
-    assert host.copied is None
+    assert host.offloads.copied is None
     assert set(host.caches) == set(pool.caches) and len(pool.caches) == 5  # 2 layers, 2 scale pairs, the index keys
     for key, (k, v) in pool.caches.items():
         host_k, host_v = host.caches[key]
