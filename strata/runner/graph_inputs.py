@@ -75,30 +75,43 @@ class GraphInputs:
             self._copied[self._turn].synchronize()  # its copy two steps ago (long done in practice)
         self.host = self._hosts[self._turn]
         self.host_np = self.host.numpy()
-        n, bs = tokens_per_slot, self.block_size
+        n, bs, count = tokens_per_slot, self.block_size, len(scheduled)
         ids, pos, mapping = self._host("input_ids"), self._host("positions"), self._host("slot_mapping")
         qsl, seq_lens, query_lens = self._host("query_start_loc"), self._host("seq_lens"), self._host("query_lens")
         rows, has_init = self._host("state_slot_ids"), self._host("has_initial_state")
         tables = self._host("block_tables").reshape(self.max_slots, self.width)
-        window = np.arange(n)
+        # per slot only its block table row and its numbers in lists; the rest at once for every slot's n rows
+        computed, new, tokens = [], [], []
         for i, work in enumerate(scheduled):
             table = self.table_arrays.get(block_tables, work.slot_id)
-            s, c, m = i * n, work.num_computed_tokens, work.num_new_tokens
-            ids[s:s + m], ids[s + m:s + n] = work.token_ids, 0
-            pos[s:s + n] = c + window
-            mapping[s:s + m] = table[(c + window[:m]) // bs] * bs + (c + window[:m]) % bs
-            mapping[s + m:s + n] = self.scratch_block * bs + window[m:] % bs
-            seq_lens[i], query_lens[i], rows[i], has_init[i] = c + n, m, work.slot_id, c > 0
             tables[i, :len(table)], tables[i, len(table):] = table, self.scratch_block
-        if self.host_tier:
+            computed.append(work.num_computed_tokens)
+            new.append(work.num_new_tokens)
+            tokens += work.token_ids
+        tables[count:num_slots] = self.scratch_block
+        padding = num_slots - count                       # padding slots: n rows each from position 0
+        computed = np.array(computed + [0] * padding, dtype=np.int64)                       # [S]
+        used = num_slots * n
+        positions = computed if n == 1 else (computed[:, None] + np.arange(n)).ravel()      # [S * n]
+        pos[:used] = positions
+        # a step's own rows write their own blocks (clamped for padding rows, whose slot ids come next)
+        row_starts = np.arange(0, num_slots * self.width, self.width)
+        block_of = np.minimum(positions // bs, self.width - 1) + (row_starts if n == 1 else np.repeat(row_starts, n))
+        mapping[:used] = tables.ravel()[block_of] * bs + positions % bs
+        if len(tokens) == used:
+            ids[:used] = tokens
+        else:  # padding rows (a prompt's past its tokens, padding slots'): token 0, written to the scratch block
+            real = (np.arange(n) < np.array(new + [0] * padding)[:, None]).ravel()          # [S * n]
+            ids[:used] = 0
+            ids[:used][real] = tokens
+            pad_rows = np.flatnonzero(~real)
+            mapping[pad_rows] = self.scratch_block * bs + pad_rows % n % bs
+        seq_lens[:num_slots] = computed + n
+        query_lens[:num_slots] = new + [n] * padding
+        rows[:num_slots] = [work.slot_id for work in scheduled] + [self.scratch_state_row] * padding
+        has_init[:num_slots] = computed > 0
+        if self.host_tier:  # (after the slot mapping: a step writes only device blocks)
             self._fill_host_tables(scheduled, host_tables or {}, tables, num_slots)
-        for i in range(len(scheduled), num_slots):
-            s = i * n
-            ids[s:s + n] = 0
-            pos[s:s + n] = window
-            mapping[s:s + n] = self.scratch_block * bs + window % bs
-            seq_lens[i], query_lens[i], rows[i], has_init[i] = n, n, self.scratch_state_row, 0
-            tables[i, :] = self.scratch_block
         qsl[:num_slots + 1] = np.arange(num_slots + 1) * n
         self._host("num_real_rows")[0] = sum(work.num_new_tokens for work in scheduled)
         used = self.offsets["block_tables"][0] + num_slots * self.width

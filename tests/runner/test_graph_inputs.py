@@ -1,0 +1,90 @@
+"""GraphInputs.fill: the step's rows for a graph layout, written for every slot at once, against the per-slot
+reference below (what fill wrote slot by slot until session 29)."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from strata.runner.graph_inputs import GraphInputs
+from strata.types import ScheduledSlot
+
+MOVED = -1  # the runner's table entry of a block that lives in the host tier
+
+
+def fill_by_slot(inputs: GraphInputs, scheduled, block_tables, num_slots: int, n: int, host_tables) -> np.ndarray:
+    """The reference: each real slot's rows, then each padding slot's, into a copy of the host buffer."""
+    host = np.zeros_like(inputs.host_np)
+
+    def part(name):
+        start, end = inputs.offsets[name]
+        return host[start:end]
+
+    bs, scratch = inputs.block_size, inputs.scratch_block
+    ids, pos, mapping = part("input_ids"), part("positions"), part("slot_mapping")
+    seq_lens, query_lens, rows, has_init = part("seq_lens"), part("query_lens"), part("state_slot_ids"), \
+        part("has_initial_state")
+    tables = part("block_tables").reshape(inputs.max_slots, inputs.width)
+    window = np.arange(n)
+    for i, work in enumerate(scheduled):
+        table = np.asarray(block_tables[work.slot_id])
+        s, c, m = i * n, work.num_computed_tokens, work.num_new_tokens
+        ids[s:s + m], ids[s + m:s + n] = work.token_ids, 0
+        pos[s:s + n] = c + window
+        mapping[s:s + m] = table[(c + window[:m]) // bs] * bs + (c + window[:m]) % bs
+        mapping[s + m:s + n] = scratch * bs + window[m:] % bs
+        seq_lens[i], query_lens[i], rows[i], has_init[i] = c + n, m, work.slot_id, c > 0
+        tables[i, :len(table)], tables[i, len(table):] = table, scratch
+    if inputs.host_tier:
+        counts = part("host_block_counts")
+        for i, work in enumerate(scheduled):
+            on_host = host_tables.get(work.slot_id, [])
+            tables[i, :len(on_host)], counts[i] = on_host, len(on_host)
+    for i in range(len(scheduled), num_slots):
+        s = i * n
+        ids[s:s + n], pos[s:s + n] = 0, window
+        mapping[s:s + n] = scratch * bs + window % bs
+        seq_lens[i], query_lens[i], rows[i], has_init[i] = n, n, inputs.scratch_state_row, 0
+        tables[i, :] = scratch
+    part("query_start_loc")[:num_slots + 1] = np.arange(num_slots + 1) * n
+    part("num_real_rows")[0] = sum(work.num_new_tokens for work in scheduled)
+    return host
+
+
+@pytest.mark.parametrize("host_tier", [False, True])
+def test_fill_writes_what_the_per_slot_reference_writes(host_tier):
+    """Decode steps, verification windows and fresh prompts padded in place, with padding slots after them
+    and (with a host tier) each slot's oldest blocks on the host: every value of the host buffer equal."""
+    rng = random.Random(0)
+    bs, width = 4, 40
+    inputs = GraphInputs(max_slots=8, max_tokens_per_slot=4, max_blocks_per_slot=width, block_size=bs,
+                         scratch_block=999, scratch_state_row=8, device="cpu", max_prompt_rows=32,
+                         host_tier=host_tier)
+    for case in range(60):
+        n = rng.choice([1, 1, 2, 4, 16, 32])
+        num_slots = 1 if n > 4 else rng.randint(1, 8)
+        count = rng.randint(0 if case % 10 == 0 else 1, num_slots)   # every few cases a capture's padding only
+        scheduled, block_tables, host_tables = [], {}, {}
+        for i in range(count):
+            slot_id = rng.randrange(20)
+            while any(w.slot_id == slot_id for w in scheduled):
+                slot_id = rng.randrange(20)
+            m = n if n <= 4 and rng.random() < 0.7 else rng.randint(1, n)
+            computed = rng.randint(0, (width - 1) * bs - n)
+            blocks = -(-(computed + n) // bs) + rng.randint(0, 2)
+            table = rng.sample(range(500), min(blocks, width))
+            on_host = rng.randint(0, computed // bs) if host_tier else 0  # only blocks before the step's own
+            host_tables[slot_id] = rng.sample(range(100), on_host)
+            table[:on_host] = [MOVED] * on_host
+            block_tables[slot_id] = table
+            scheduled.append(ScheduledSlot(slot_id, computed, m, [], [rng.randrange(1000) for _ in range(m)]))
+        inputs.fill(scheduled, block_tables, num_slots, n, host_tables if host_tier else None)
+        expected = fill_by_slot(inputs, scheduled, block_tables, num_slots, n, host_tables)
+        for name, (start, _) in inputs.offsets.items():  # what a step of this layout reads of each part
+            size = {"input_ids": num_slots * n, "positions": num_slots * n, "slot_mapping": num_slots * n,
+                    "query_start_loc": num_slots + 1, "num_real_rows": 1, "host_block_counts": num_slots * host_tier,
+                    "block_tables": num_slots * width}.get(name, num_slots)
+            np.testing.assert_array_equal(inputs.host_np[start:start + size], expected[start:start + size],
+                                          err_msg=f"case {case}: {name}")
