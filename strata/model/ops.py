@@ -302,8 +302,8 @@ def packed_embedding(weight, input_ids: torch.Tensor, dtype: torch.dtype) -> tor
 
 # ---- hyper-connections (Qwen4-Exp) -------------------------------------------------------------------
 
-# the LM head's mixer takes the Triton kernels (in chunks of hyper.MAX_ROWS) up to this many rows, the most a head
-# graph reads (runner.cuda_graphs.HEAD_GRAPH_MAX_ROWS)
+# the LM head's mixer takes the Triton kernels (in chunks of hyper.MAX_ROWS) up to this many rows; head graphs read
+# no more (runner.cuda_graphs.HEAD_GRAPH_MAX_ROWS is this bound)
 ROWS_ALIKE_MAX = 64
 
 

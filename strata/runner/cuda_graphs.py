@@ -48,6 +48,7 @@ from torch import nn
 
 from strata.config import debug_flag
 from strata.model.context import ForwardContext, ForwardScratch
+from strata.model.ops import ROWS_ALIKE_MAX
 from strata.runner.graph_inputs import GraphInputs
 from strata.runner.kv_staging import HostKVStaging
 from strata.runner.kv_tiers import HostKVTiers
@@ -62,8 +63,9 @@ MIN_PROMPT_LAYOUT = 16  # fresh prompts pad up to 16, 32, 64, ... tokens
 # rows of a graph of several fresh prompts (prompts x padded length): 32 prompts of 64 tokens, 4 of 512
 PROMPT_GRAPH_ROWS = 2048
 # decode and verify layouts of up to this many token rows replay their LM head as a graph (HEAD_GRAPH_MAX_ROWS x
-# V float32 logits shared by all: 64 MB at Qwen4-Exp's 248K vocabulary)
-HEAD_GRAPH_MAX_ROWS = 64
+# V float32 logits shared by all: 64 MB at Qwen4-Exp's 248K vocabulary): as many as a head's mixer rounds alike
+# (ops.hyper_mix), so a head graph over padded rows samples what the eager head over the sampled rows does
+HEAD_GRAPH_MAX_ROWS = ROWS_ALIKE_MAX
 
 
 @dataclass
