@@ -76,8 +76,8 @@ def default_config(n: int, k: int, rows: int) -> dict:
     30B-A3B and Qwen4-Exp shapes at Q4_K_M (bench/results/2026-12-02-h200-q8/), the LM heads of 30 tilings
     (2026-12-03-h200-session29/). One row: narrow weights with long rows split K (one row of W per program,
     8 superblocks a step), mid-sized ones take 2 rows a program and one warp, wide ones 8 rows and two warps,
-    very wide ones (LM heads) 16 rows and two warps; more rows of x want
-    more rows of W per program, fewer superblocks a step."""
+    very wide ones (LM heads) 16 rows and two warps (one warp at 2-8 rows, session 30); more rows of x
+    want more rows of W per program, fewer superblocks a step."""
     if rows == 1:
         if n <= 1024 or (k >= 4096 and n <= 4096):
             bn, sb, warps = 1, 8, 2
@@ -87,6 +87,8 @@ def default_config(n: int, k: int, rows: int) -> dict:
             bn, sb, warps = 16, 2, 2  # 100.5 against 116.9 for 151,936 x 2,048; session 29's head_sweep)
         else:
             bn, sb, warps = 2, 2, 1
+    elif n >= 32768 and rows <= 8:  # LM heads at 2-8 rows: 16 rows of W, one warp (Q6_K 248,320 x 2,560: 398.6
+        bn, sb, warps = 16, 2 if rows <= 4 else 1, 1  # us against 635.2 at 4 rows, 568.8 against 853.8 at 8; session 30)
     elif rows == 2:
         bn, sb, warps = (16, 1, 4) if 8192 <= n < 32768 else (2, 2, 1)
     elif rows <= 4:
