@@ -1,6 +1,6 @@
 """Compile the attention-path Triton kernels (paged attention's split kernel, the fused qk-norm/rope/KV write)
 to sm_90 cubin on a machine without a GPU, for every KV cache dtype (16-bit, fp8, int8 with scales) and
-query dtype, with and without the host KV tier (--kv-resident-tokens: a second cache read over PCIe): catches front-end and lowering errors (types, shapes, a missing conversion) that
+query dtype, with and without the host KV tier (--kv-resident-tokens: a second cache read over PCIe) and QSA's block choice: catches front-end and lowering errors (types, shapes, a missing conversion) that
 TRITON_INTERPRET=1 lets through, and prints each kernel's shared memory. Needs triton with its bundled ptxas
 (e.g. `pip install --target /tmp/trisite triton==3.5.0`): `PYTHONPATH=/tmp/trisite:. python
 tools/triton_attention_check.py`."""
@@ -38,14 +38,16 @@ for q, kv, scale in CASES:
     attention = {"q_ptr": "*" + q, "k_ptr": "*" + kv, "v_ptr": "*" + kv, "ks_ptr": "*" + scale, "vs_ptr": "*" + scale,
                  "tables_ptr": "*i64", "seq_lens_ptr": "*i64", "qsl_ptr": "*i64", "partial_ptr": "*fp32",
                  "stats_ptr": "*fp32", "out_ptr": "*" + q, "qk_scale": "fp32", "hk_ptr": "*" + kv, "hv_ptr": "*" + kv,
-                 "hks_ptr": "*" + scale, "hvs_ptr": "*" + scale, "host_tables_ptr": "*i64", "host_counts_ptr": "*i64"}
+                 "hks_ptr": "*" + scale, "hvs_ptr": "*" + scale, "host_tables_ptr": "*i64", "host_counts_ptr": "*i64",
+                 "chosen_ptr": "*u8"}
     for head_dim in (128, 256):
         block_n, stages = paged_attention.kv_tile_for(head_dim, ITEMSIZE[kv])
-        for host in (False, True):
+        for host, choice in ((False, False), (True, False), (False, True)):
             ok &= check(paged_attention._split_kernel, attention,
-                        dict(KV_INT8=int8, HAS_HOST=host, G_PAD=8, BLOCK_M=32, BLOCK_N=block_n, BLOCK_D=head_dim,
-                             USE_PDL=True),
-                        f"paged attention q={q} kv={kv} D={head_dim} host={host}", num_warps=4, num_stages=stages)
+                        dict(KV_INT8=int8, HAS_HOST=host, HAS_CHOICE=choice, G_PAD=8, BLOCK_M=32, BLOCK_N=block_n,
+                             BLOCK_D=head_dim, USE_PDL=True),
+                        f"paged attention q={q} kv={kv} D={head_dim} host={host} choice={choice}", num_warps=4,
+                        num_stages=stages)
     rope = {"q_ptr": "*" + q, "k_ptr": "*" + q, "v_ptr": "*" + q, "qw_ptr": "*" + q, "kw_ptr": "*" + q,
             "cos_ptr": "*fp32", "sin_ptr": "*fp32", "pos_ptr": "*i64", "kc_ptr": "*" + kv, "vc_ptr": "*" + kv,
             "ks_ptr": "*" + scale, "vs_ptr": "*" + scale, "slots_ptr": "*i64", "out_ptr": "*" + q,

@@ -15,6 +15,13 @@ cache of the same block shape in pinned host memory, read directly over PCIe (un
 `host_block_tables`; each KV row picks its tier by position, so splits are unchanged (a split inside
 the host part reads only host memory) and the merge is the same. HAS_HOST is a constexpr: steps without
 host blocks run the kernel they always did.
+
+QSA's block choice (Qwen4-Exp, model/qsa.py; `block_choice`): a query row at position p has seen
+complete = (p + 1) // ratio blocks of `ratio` tokens; past `top_blocks` of them it reads only the tokens
+of the blocks its row of `chosen` [T, W] marks, plus those after its last complete block. Each KV tile's
+rows are loaded only where some query row of the program reads them, so a long context's unchosen tiles
+cost no memory traffic; the online softmax over the rows read is the dense kernel's, with the others
+masked.
 """
 
 from __future__ import annotations
@@ -37,15 +44,35 @@ if triton is not None:
 
 MAX_QUERY_LEN = 16
 
+# QSA's choice of context blocks for each query row: (chosen [T, W] uint8, ratio, top_blocks)
+BlockChoice = tuple[torch.Tensor, int, int] | None
+
+
+def block_choice_visible(q_pos: torch.Tensor, seq_len: int, choice: BlockChoice,
+                         chosen_rows: torch.Tensor | None) -> torch.Tensor:
+    """Which of seq_len positions rows at q_pos [n] read [n, L]: causal, and under a block choice (chosen_rows
+    [n, W], those rows of its mask) only the chosen complete blocks of rows past top_blocks of them."""
+    positions = torch.arange(seq_len, device=q_pos.device)
+    visible = positions[None, :] <= q_pos[:, None]
+    if choice is None:
+        return visible
+    _, ratio, top_blocks = choice
+    complete = (q_pos + 1) // ratio                                                       # [n]
+    columns = (positions // ratio).clamp(max=chosen_rows.shape[1] - 1)
+    picked = chosen_rows[:, columns].bool() | (positions[None, :] >= (complete * ratio)[:, None])
+    return visible & (picked | (complete <= top_blocks)[:, None])
+
 
 def paged_attention_ref(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                         block_tables: torch.Tensor, seq_lens: torch.Tensor, query_start_loc: torch.Tensor,
-                        scale: float, kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+                        scale: float, kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None,
+                        block_choice: BlockChoice = None) -> torch.Tensor:
     """q [T, H, D], caches [N_blocks, B, Hkv, D], block_tables [S, nb], seq_lens [S] (context length
     after this step), query_start_loc [S + 1] -> [T, H, D]. Query j of a window of n tokens sits at
-    position seq_len - n + j and sees KV positions <= its own. Computed in float32 (float8 caches widened,
-    int8 ones dequantized with their scales kv_scales, ([N_blocks, B, Hkv] float32) x2). The host tier is
-    not the reference's business: the kernel with part of the blocks there must equal this all-resident."""
+    position seq_len - n + j and sees KV positions <= its own (and, with block_choice, only those its row
+    of the choice reads: module docstring). Computed in float32 (float8 caches widened, int8 ones
+    dequantized with their scales kv_scales, ([N_blocks, B, Hkv] float32) x2). The host tier is not the
+    reference's business: the kernel with part of the blocks there must equal this all-resident."""
     out = torch.empty_like(q)
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     group = q.shape[1] // num_kv_heads
@@ -63,7 +90,8 @@ def paged_attention_ref(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
         k, v = context(k_cache, k_scale, blocks, seq_len), context(v_cache, v_scale, blocks, seq_len)
         scores = torch.einsum("qhd,khd->hqk", q[s:e].float(), k) * scale                 # [H, n, L]
         q_pos = seq_len - (e - s) + torch.arange(e - s, device=q.device)
-        visible = torch.arange(seq_len, device=q.device)[None, :] <= q_pos[:, None]      # [n, L]
+        chosen_rows = None if block_choice is None else block_choice[0][s:e]
+        visible = block_choice_visible(q_pos, seq_len, block_choice, chosen_rows)         # [n, L]
         probs = scores.masked_fill(~visible, float("-inf")).softmax(dim=-1)
         out[s:e] = torch.einsum("hqk,khd->qhd", probs, v).to(q.dtype)
     return out
@@ -107,12 +135,13 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
                     num_stages: int | None = None, table_width: int = 0,
                     kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None, host_kv: tuple | None = None,
                     host_block_tables: torch.Tensor | None = None,
-                    host_block_counts: torch.Tensor | None = None) -> torch.Tensor:
+                    host_block_counts: torch.Tensor | None = None, block_choice: BlockChoice = None) -> torch.Tensor:
     """Same contract as paged_attention_ref (windows of at most 16 tokens). Pass max_query_len (a host
     int the runner knows) to avoid a device sync; num_splits overrides the split heuristic, which
     otherwise sizes splits by max(block_tables columns, table_width). host_kv: (K, V, their int8 scales
     or None) of the host tier, [N_host, B, Hkv, D] each in pinned host memory; sequence s's first
-    host_block_counts[s] blocks are host_block_tables [S, Wh]'s (their block_tables columns are unread)."""
+    host_block_counts[s] blocks are host_block_tables [S, Wh]'s (their block_tables columns are unread). block_choice: QSA's
+    (chosen [T, W] uint8, ratio, top_blocks) (module docstring)."""
     num_tokens, num_heads, head_dim = q.shape
     # a 1-byte cache read by float32 queries is widened to float32 tiles (int8 at head_dim 256 asked for
     # 295 KB of shared memory on the H200): size the tiles by the wider type then
@@ -138,6 +167,9 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     else:  # unread without the host tier
         host_k, host_v, host_ks, host_vs = k_cache, v_cache, k_scale, v_scale
         host_block_tables, host_block_counts = block_tables, seq_lens
+    has_choice = block_choice is not None
+    chosen, ratio, top_blocks = block_choice if has_choice else (seq_lens, 1, 0)  # unread without a choice
+    assert not has_choice or (chosen.dtype == torch.uint8 and chosen.stride(1) == 1 and chosen.shape[0] == num_tokens)
     q_pad, g_pad = triton.next_power_of_2(max_query_len), triton.next_power_of_2(group)
     max_blocks = max(block_tables.shape[1], table_width)
     splits = num_splits or num_splits_for(num_seqs, num_kv_heads, max_blocks, block_size, block_n, q_pad, q.device)
@@ -147,12 +179,12 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)                        # [T, H, D]
     _split_kernel[(num_seqs, num_kv_heads, splits)](
         q, k_cache, v_cache, k_scale, v_scale, block_tables, seq_lens, query_start_loc, partial, stats, out,
-        host_k, host_v, host_ks, host_vs, host_block_tables, host_block_counts,
-        scale * 1.4426950408889634, block_size, group, num_heads, head_dim, splits,
+        host_k, host_v, host_ks, host_vs, host_block_tables, host_block_counts, chosen, ratio, top_blocks,
+        chosen.stride(0) if has_choice else 0, scale * 1.4426950408889634, block_size, group, num_heads, head_dim, splits,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), k_cache.stride(0), k_cache.stride(1),
         k_cache.stride(2), k_scale.stride(0), k_scale.stride(1), block_tables.stride(0), partial.stride(0),
         stats.stride(0), stats.stride(1), host_k.stride(0), host_ks.stride(0), host_block_tables.stride(0),
-        KV_INT8=kv_int8, HAS_HOST=has_host, G_PAD=g_pad, BLOCK_M=block_m, BLOCK_N=block_n,
+        KV_INT8=kv_int8, HAS_HOST=has_host, HAS_CHOICE=has_choice, G_PAD=g_pad, BLOCK_M=block_m, BLOCK_N=block_n,
         BLOCK_D=triton.next_power_of_2(head_dim), num_warps=4 if block_m <= 32 else 8, num_stages=num_stages,
         **pdl_options(q))
     _merge_kernel[(num_seqs, num_heads, max_query_len)](
@@ -167,12 +199,12 @@ if triton is not None:
     @triton.jit
     def _split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, tables_ptr, seq_lens_ptr, qsl_ptr, partial_ptr,
                       stats_ptr, out_ptr, hk_ptr, hv_ptr, hks_ptr, hvs_ptr, host_tables_ptr, host_counts_ptr,
-                      qk_scale, block_size, group, num_heads, head_dim, num_splits,
+                      chosen_ptr, ratio, top_blocks, stride_chosen, qk_scale, block_size, group, num_heads, head_dim, num_splits,
                       stride_qt, stride_qh, stride_ot, stride_oh, stride_kb, stride_ko, stride_kh,
                       stride_sb, stride_so, stride_table, stride_ps, stride_sk, stride_st,
                       stride_hb, stride_hsb, stride_host_table,
-                      KV_INT8: tl.constexpr, HAS_HOST: tl.constexpr, G_PAD: tl.constexpr, BLOCK_M: tl.constexpr,
-                      BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr):
+                      KV_INT8: tl.constexpr, HAS_HOST: tl.constexpr, HAS_CHOICE: tl.constexpr, G_PAD: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         # the context length and the window load together: one memory round trip before the query
@@ -198,9 +230,22 @@ if triton is not None:
         acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
         offs_n = tl.arange(0, BLOCK_N)
         num_host = tl.load(host_counts_ptr + seq) if HAS_HOST else 0
+        if HAS_CHOICE:  # rows past top_blocks complete blocks read their chosen ones and those after
+            complete = (q_pos + 1) // ratio                                                     # [BM]
+            sparse_row = row_ok & (complete > top_blocks)
+            chosen_row = chosen_ptr + (q_start + tok).to(tl.int64) * stride_chosen
         for tile in range(first, last):
             kv_pos = tile * BLOCK_N + offs_n
-            kv_ok = kv_pos < seq_len
+            visible = kv_pos[None, :] <= q_pos[:, None]                                        # [BM, BN]
+            if HAS_CHOICE:
+                in_blocks = kv_pos[None, :] < (complete * ratio)[:, None]
+                picked = tl.load(chosen_row[:, None] + (kv_pos // ratio)[None, :],
+                                 mask=sparse_row[:, None] & in_blocks, other=1)
+                visible = visible & (picked != 0)
+                # a KV row no query row reads is not loaded (masked loads move no memory)
+                kv_ok = (kv_pos < seq_len) & (tl.max((visible & row_ok[:, None]).to(tl.int32), axis=0) > 0)
+            else:
+                kv_ok = kv_pos < seq_len
             column = kv_pos // block_size
             block = tl.load(tables_ptr + seq * stride_table + column, mask=kv_ok & (column >= num_host), other=0)
             kv_row = block.to(tl.int64) * stride_kb + (kv_pos % block_size) * stride_ko + kv_head * stride_kh
@@ -228,7 +273,7 @@ if triton is not None:
             if KV_INT8:  # score j scales with K vector j; V's scale goes on the probability that weighs it
                 s = s * tl.load(ks_ptrs, mask=kv_ok, other=0.0)[None, :]
                 v_scale = tl.load(vs_ptrs, mask=kv_ok, other=0.0)                              # [BN]
-            s = tl.where(kv_pos[None, :] <= q_pos[:, None], s, float("-inf"))
+            s = tl.where(visible, s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, axis=1))
             p = tl.exp2(s - m_new[:, None])
             alpha = tl.exp2(m_i - m_new)

@@ -24,6 +24,7 @@ from torch import nn
 
 from strata.config import ModelConfig, kv_scale_key
 from strata.kernels.kv_quant import read_kv_ref, write_kv_ref
+from strata.kernels.paged_attention import BlockChoice
 from strata.model import ops
 from strata.model.context import ForwardContext
 from strata.model.linear import Linear
@@ -31,7 +32,8 @@ from strata.model.norm import RMSNorm
 from strata.model.rotary import RotaryEmbedding
 from strata.transfer import consecutive_runs, index_tensor, raw
 
-_BATCHED_MAX_QUERY_LEN = 16
+# windows (decode, verification) of at most this many tokens attend as one batch: the paged kernel on CUDA
+BATCHED_MAX_QUERY_LEN = 16
 
 
 KVScales = tuple[torch.Tensor, torch.Tensor] | None  # an int8 cache's (K, V) scales, [N_blocks, B, Hkv] each
@@ -100,16 +102,23 @@ def _kernel_host_tier(ctx: ForwardContext, host_kv: HostKV, rows: torch.Tensor |
     return {"host_kv": host_kv, "host_block_tables": tables, "host_block_counts": counts}
 
 
+def windows_take_kernel(q: torch.Tensor, ctx: ForwardContext) -> bool:
+    """Whether the step is all short windows (decode, verification) that one paged attention kernel takes."""
+    return ctx.max_query_len <= BATCHED_MAX_QUERY_LEN and ops.paged_attention_on(q)
+
+
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                     ctx: ForwardContext, scale: float, kv_scales: KVScales = None,
-                    host_kv: HostKV = None) -> torch.Tensor:
+                    host_kv: HostKV = None, block_choice: BlockChoice = None) -> torch.Tensor:
     """q: [T, H, D] (already rotated) -> [T, H, D]; K/V of this step must already be in the pool (or,
-    for the first blocks of a sequence listed in ctx.host_block_ids, in the host tier `host_kv`)."""
-    if ctx.max_query_len <= _BATCHED_MAX_QUERY_LEN and ops.paged_attention_on(q):
+    for the first blocks of a sequence listed in ctx.host_block_ids, in the host tier `host_kv`).
+    block_choice (QSA's, kernels/paged_attention.py): only where windows_take_kernel."""
+    if windows_take_kernel(q, ctx):
         return ops.paged_attention(q, k_cache, v_cache, ctx.block_tables, ctx.seq_lens, ctx.query_start_loc, scale,
                                    max_query_len=ctx.max_query_len, table_width=ctx.split_table_width,
-                                   kv_scales=kv_scales, **_kernel_host_tier(ctx, host_kv))
-    if ctx.max_query_len <= _BATCHED_MAX_QUERY_LEN:
+                                   kv_scales=kv_scales, block_choice=block_choice, **_kernel_host_tier(ctx, host_kv))
+    assert block_choice is None, "a block choice is read by the paged attention kernel of short windows only"
+    if ctx.max_query_len <= BATCHED_MAX_QUERY_LEN:
         if kv_scales is None and not ctx.has_host_blocks and ops.cpu_paged_attention_on(q, k_cache):
             context = ctx.cached("context_tokens", lambda: sum(ctx.num_computed) + sum(ctx.query_lens))
             return ops.cpu_paged_attention(q, k_cache, v_cache, ctx.block_tables, ctx.seq_lens, ctx.query_start_loc,
@@ -121,10 +130,10 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     starts = [0, *itertools.accumulate(ctx.query_lens)]
     long_chunks = range(len(ctx.query_lens))
     if ops.paged_attention_on(q):
-        short = [i for i, n in enumerate(ctx.query_lens) if n <= _BATCHED_MAX_QUERY_LEN]
+        short = [i for i, n in enumerate(ctx.query_lens) if n <= BATCHED_MAX_QUERY_LEN]
         if short:
             _attend_windows_triton(q, k_cache, v_cache, ctx, scale, short, starts, out, kv_scales, host_kv)
-        long_chunks = [i for i, n in enumerate(ctx.query_lens) if n > _BATCHED_MAX_QUERY_LEN]
+        long_chunks = [i for i, n in enumerate(ctx.query_lens) if n > BATCHED_MAX_QUERY_LEN]
     seq_lens = [c + n for c, n in zip(ctx.num_computed, ctx.query_lens)]
     block_size = k_cache.shape[1]
     k_scale, v_scale = kv_scales or (None, None)

@@ -79,6 +79,9 @@ class ForwardContext:
     # --kv-staging-layers: host_kv_caches is then a device ring the step's host blocks are copied into, layer
     # by layer (runner/kv_staging.py); attention calls its before/after hooks around its read
     kv_staging: object | None = None
+    # a CUDA graph's capture: the model's variant of the step's layout (model.graph_variant), "" for the plain
+    # one (and for eager steps, where the model decides from the host lists)
+    graph_variant: str = ""
 
     @property
     def has_host_blocks(self) -> bool:

@@ -152,9 +152,11 @@ class CausalLM(nn.Module):
     def build_layer(self, layer_idx: int) -> DecoderLayer:
         raise NotImplementedError
 
-    def step_fits_graph(self, scheduled) -> bool:
-        """Whether a CUDA graph may run this step (ScheduledSlots), beyond its layout fitting one."""
-        return True
+    def graph_variant(self, scheduled, host_kv_tier: bool = False) -> str | None:
+        """Beyond its layout fitting one, which CUDA graph may run this step (ScheduledSlots): "" the plain
+        one, another name a variant the forward takes when captured with it (ctx.graph_variant), None none
+        (it runs eagerly). host_kv_tier: the graphs read a host KV tier."""
+        return ""
 
     def index_key_layers(self) -> dict:
         """Extra per-token caches beside K and V (KV-pool key -> width); none but for QSA layers."""

@@ -8,8 +8,14 @@ the last complete block; while it sees no more complete blocks than that, it att
 
 The raw index keys are cached per token like K and V, in the KV pool under ("index", layer) as the pair
 (keys [N_blocks, B, 1, dim], an empty [N_blocks, B, 1, 0]) so they are paged, reused and parked with the
-layer's blocks; they stay in the model dtype when K and V are fp8 or int8. Sequences whose context has
-more blocks than the budget run a masked attention here, one sequence at a time; the rest take the
+layer's blocks; they stay in the model dtype when K and V are fp8 or int8.
+
+Decode and verification windows on CUDA choose on the device (`QSAIndexer.choose_blocks`): a kernel scores
+every row's complete blocks, torch.topk picks each row's top blocks, and the paged attention kernel reads
+only those (and the tokens after the last complete block) for rows past the budget. No host decision, so a
+CUDA graph runs such steps (Qwen4ExpForCausalLM.graph_variant names the variant). Elsewhere (the CPU,
+prompt chunks of more than 16 tokens, a host KV tier) sequences whose context has more blocks than the budget
+run a masked attention here, one sequence at a time (`QSAIndexer.visible`, HF's math); the rest take the
 layer's usual paged attention.
 """
 
@@ -22,10 +28,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from strata.config import ModelConfig
-from strata.model.attention import Attention, HostPart, _gather_kv, host_parts, paged_attention
+from strata.kernels.paged_attention import BlockChoice
+from strata.model import ops
+from strata.model.attention import Attention, HostPart, _gather_kv, host_parts, paged_attention, windows_take_kernel
 from strata.model.context import ForwardContext
 from strata.model.linear import Linear
 from strata.model.norm import RMSNorm
+
+
+# the CUDA graph variant of steps in which some row reads a sparse context (ctx.graph_variant)
+SPARSE_VARIANT = "qsa_sparse"
 
 
 def index_cache_key(layer_idx: int) -> tuple[str, int]:
@@ -59,6 +71,24 @@ class QSAIndexer(nn.Module):
         keys.view(-1, self.head_dim).index_copy_(0, ctx.slot_mapping, k)
         q = self.q_layernorm(q.reshape(hidden.shape[0], self.num_heads, self.head_dim))
         return rotary.rotate(ctx.positions, q)
+
+    def choose_blocks(self, queries: torch.Tensor, ctx: ForwardContext, rotary) -> BlockChoice:
+        """Every row's blocks, on the device with no host decision: index queries [T, Hi, Di] -> (chosen [T, W]
+        uint8, ratio, top_blocks), W the blocks ctx.block_tables can hold; a row within the budget reads densely
+        whatever its row of `chosen` says. None when no row can be past the budget (W <= top_blocks).
+        torch.topk on CUDA breaks a tie at the k-th score by the lower block index whatever W is, so a CUDA
+        graph's wider tables choose what an eager step's do."""
+        keys = ctx.kv_caches[self.key][0]
+        width = ctx.block_tables.shape[1] * keys.shape[1] // self.ratio
+        if width <= self.top_blocks:
+            return None
+        norm = self.k_layernorm
+        scores = ops.qsa_block_scores(queries, keys, ctx.block_tables, ctx.seq_lens, ctx.query_start_loc, norm.weight,
+                                      norm.eps, rotary.cos, rotary.sin, rotary.rot_dim, self.ratio, self.top_blocks,
+                                      width)                                                 # [T, W]
+        top = scores.topk(self.top_blocks, dim=1).indices                                   # [T, top_blocks]
+        chosen = torch.zeros(scores.shape, dtype=torch.uint8, device=scores.device).scatter_(1, top, 1)
+        return chosen, self.ratio, self.top_blocks
 
     def visible(self, queries: torch.Tensor, first_pos: int, context_len: int, key_cache: torch.Tensor,
                 block_table: torch.Tensor, rotary, host: HostPart = None) -> torch.Tensor:
@@ -101,7 +131,11 @@ class QSAAttention(Attention):
         q, gate = self.queries_after_kv_write(hidden, ctx)
         index_q = self.indexer.queries_after_key_write(hidden, ctx, self.rotary)
         k_cache, v_cache, kv_scales = self.kv_cache(ctx)
-        out = paged_attention(q, k_cache, v_cache, ctx, self.scale, kv_scales, self.host_kv_cache(ctx))
+        host_kv = self.host_kv_cache(ctx)
+        if self._chooses_on_device(q, ctx, host_kv):
+            choice = self.indexer.choose_blocks(index_q, ctx, self.rotary)
+            return self.output(paged_attention(q, k_cache, v_cache, ctx, self.scale, kv_scales, host_kv, choice), gate)
+        out = paged_attention(q, k_cache, v_cache, ctx, self.scale, kv_scales, host_kv)
         start = 0
         for i, (done, n) in enumerate(zip(ctx.num_computed, ctx.query_lens)):
             if self.indexer.is_sparse(done + n):
@@ -109,6 +143,14 @@ class QSAAttention(Attention):
                                                              done + n, i, ctx)
             start += n
         return self.output(out, gate)
+
+    def _chooses_on_device(self, q: torch.Tensor, ctx: ForwardContext, host_kv) -> bool:
+        """Whether the step's rows choose their blocks on the device: a graph captured as the sparse variant,
+        or an eager step of short windows on CUDA (no host KV tier) where some row is past the budget."""
+        if ctx.graph_variant:
+            return ctx.graph_variant == SPARSE_VARIANT
+        return windows_take_kernel(q, ctx) and host_kv is None and \
+            any(self.indexer.is_sparse(done + n) for done, n in zip(ctx.num_computed, ctx.query_lens))
 
     def _attend_selected(self, q: torch.Tensor, index_q: torch.Tensor, done: int, context_len: int,
                          seq: int, ctx: ForwardContext) -> torch.Tensor:

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from strata.config import ModelConfig
-from strata.model.attention import Attention
+from strata.model.attention import BATCHED_MAX_QUERY_LEN, Attention
 from strata.model.context import ForwardContext
 from strata.model.decoder import CausalLM, WeightLoadError, text_model_name
 from strata.model.gated_delta_net import GatedDeltaNet
@@ -25,7 +25,7 @@ from strata.model.linear import Linear
 from strata.model.moe import MoEBlock
 from strata.model.norm import RMSNorm
 from strata.model.ple import PerLayerEmbedding
-from strata.model.qsa import QSAAttention, index_cache_key, reads_sparse_context
+from strata.model.qsa import SPARSE_VARIANT, QSAAttention, index_cache_key, reads_sparse_context
 
 # HF checkpoints store each n-gram table in row shards; the hash buffers are derived from the config
 _TABLE_SHARD = re.compile(r"(.*\.ngram_embedding)\.shard_(\d+)\.weight$")
@@ -110,9 +110,16 @@ class Qwen4ExpForCausalLM(CausalLM):
     def has_mtp(self) -> bool:
         return self.mtp is not None
 
-    def step_fits_graph(self, scheduled) -> bool:
-        """QSA decides on the host which sequences read a sparse context: graphs run the dense path only."""
-        return not any(reads_sparse_context(self.config, w.num_computed_tokens + w.num_new_tokens) for w in scheduled)
+    def graph_variant(self, scheduled, host_kv_tier: bool = False) -> str | None:
+        """A step where some row reads a sparse QSA context replays the sparse variant, whose rows choose their
+        blocks on the device (model/qsa.py), when all its windows take the paged attention kernel (at most 16
+        tokens) and there is no host KV tier (whose index keys that choice does not read); else it runs eagerly.
+        Other steps replay the plain graph."""
+        if not any(reads_sparse_context(self.config, w.num_computed_tokens + w.num_new_tokens) for w in scheduled):
+            return ""
+        if host_kv_tier or any(w.num_new_tokens > BATCHED_MAX_QUERY_LEN for w in scheduled):
+            return None
+        return SPARSE_VARIANT
 
     def build_body(self, cfg: ModelConfig) -> nn.Module:
         return Qwen4ExpBody(cfg, self.build_layer)

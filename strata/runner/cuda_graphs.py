@@ -21,7 +21,9 @@ padding rows in place of real ones: exact only for decode, verification and sing
 The cache holds every layout of the warm-up ladder by default (`cuda_graph_cache_size` 0). With a
 smaller size, when the cache is full the least recently used graph is released (`CUDAGraph.reset`)
 before the new one is captured. A capture that fails marks its layout eager-only; the step then runs
-eagerly.
+eagerly. A model may name a variant of a layout for some steps (model.graph_variant: Qwen4-Exp's steps that
+read a sparse QSA context choose their blocks on the device); the key is then (slots, tokens, variant), captured
+with ctx.graph_variant set, the first time such a step comes.
 
 Layers that need the host mid-step (MoE layers with offloaded experts) split the capture into a
 chain of graphs (split_graphs.py). Which layers split is decided at capture; `host_plan` reports
@@ -37,6 +39,7 @@ their device ones (graph_inputs.py), so steps of long contexts replay too.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import logging
 import time
 from collections import OrderedDict
@@ -66,6 +69,8 @@ PROMPT_GRAPH_ROWS = 2048
 # V float32 logits shared by all: 64 MB at Qwen4-Exp's 248K vocabulary): as many as a head's mixer rounds alike
 # (ops.hyper_mix), so a head graph over padded rows samples what the eager head over the sampled rows does
 HEAD_GRAPH_MAX_ROWS = ROWS_ALIKE_MAX
+# a graph's key: (padded slot count, tokens per slot) or, for a model's variant of it, (slots, tokens, variant)
+Layout = tuple
 
 
 @dataclass
@@ -98,8 +103,8 @@ class CudaGraphCache:
         if capacity < 0:
             raise ValueError(f"cuda_graph_cache_size must be 0 (every warm-up layout) or more, got {capacity}")
         self.model, self.inputs = model, inputs
-        # beyond its layout, whether a step may replay a graph (a model's own condition, e.g. QSA's budget)
-        self.step_fits_graph = getattr(model, "step_fits_graph", lambda scheduled: True)
+        # beyond its layout, which graph a step may replay (a model's own condition, e.g. QSA's budget)
+        self.graph_variant = getattr(model, "graph_variant", lambda scheduled, host_kv_tier=False: "")
         self.host_plan = host_plan or (lambda: (0, frozenset(), frozenset()))
         # a device scalar the forward reads (routing statistics skip padding rows): each step copies
         # the real row count into it, 0 while warming up and capturing on padding only
@@ -125,8 +130,8 @@ class CudaGraphCache:
         counts = [p for p in _powers_of_two(1, max_slots) if p < max_slots] + [max_slots]
         self.prompt_counts = tuple(p for p in counts if p * MIN_PROMPT_LAYOUT <= self.prompt_rows)
         self.capacity = capacity or len(self.ladder_keys())
-        self.graphs: OrderedDict[tuple[int, int], CapturedStep] = OrderedDict()
-        self.eager_only: set[tuple[int, int]] = set()
+        self.graphs: OrderedDict[Layout, CapturedStep] = OrderedDict()
+        self.eager_only: set[Layout] = set()
         self.pool = None  # one memory pool shared by every graph, made at the first capture
         # decode and verify layouts' LM heads write here ([head_rows(), V] float32, made at the first such
         # capture): one buffer for every layout, since steps replay one at a time and sample before the next
@@ -134,13 +139,16 @@ class CudaGraphCache:
         self.num_captures = self.num_evictions = self.num_replays = self.num_head_replays = 0
         self.capture_seconds = 0.0  # wall time spent capturing, so step timings can leave it out
 
-    def layout_for(self, scheduled: list[ScheduledSlot]) -> tuple[int, int] | None:
-        """(padded slot count, tokens per slot) when the step fits a graph, else None."""
+    def layout_for(self, scheduled: list[ScheduledSlot]) -> Layout | None:
+        """The step's layout when it fits a graph, else None."""
         n = scheduled[0].num_new_tokens
         if n > self.max_tokens_per_slot or len(scheduled) > self.ladder[-1] \
-                or any(w.num_new_tokens != n for w in scheduled) or not self.step_fits_graph(scheduled):
+                or any(w.num_new_tokens != n for w in scheduled):
             return None
-        key = (self.ladder[bisect.bisect_left(self.ladder, len(scheduled))], n)
+        variant = self.graph_variant(scheduled, self.host_kv is not None)
+        if variant is None:
+            return None
+        key = (self.ladder[bisect.bisect_left(self.ladder, len(scheduled))], n) + ((variant,) if variant else ())
         return None if key in self.eager_only else key
 
     @property
@@ -152,14 +160,14 @@ class CudaGraphCache:
         num_prompts of at most its length, else None."""
         n = work.num_new_tokens
         if work.num_computed_tokens or n > self.max_prompt_tokens or num_prompts > max(self.prompt_counts, default=0) \
-                or not self.step_fits_graph([work]):
+                or self.graph_variant([work], self.host_kv is not None) != "":
             return None
         length = max(MIN_PROMPT_LAYOUT, 1 << (n - 1).bit_length())
         count = self.prompt_counts[bisect.bisect_left(self.prompt_counts, num_prompts)]
         key = (count, length)
         return None if count * length > self.prompt_rows or key in self.eager_only else key
 
-    def split_layouts(self, scheduled: list[ScheduledSlot]) -> list[tuple[tuple[int, int], list[int]]] | None:
+    def split_layouts(self, scheduled: list[ScheduledSlot]) -> list[tuple[Layout, list[int]]] | None:
         """A step that no single layout fits, as graphs: (layout, indices into `scheduled`) for the
         step's fresh prompts, longest first, as few multi-prompt layouts as hold them, and for the other
         slots one layout of uniform windows; None if some slot fits neither (it runs eagerly then)."""
@@ -184,7 +192,7 @@ class CudaGraphCache:
             parts.insert(0, (key, windows))
         return parts
 
-    def ensure(self, key: tuple[int, int]) -> bool:
+    def ensure(self, key: Layout) -> bool:
         """Capture the graph of `key` now unless it is cached and valid; False if it cannot be."""
         captured = self.graphs.get(key)
         if captured is not None and _still_valid(captured.host_plan, self.host_plan()):
@@ -197,7 +205,7 @@ class CudaGraphCache:
         self.capture_seconds += time.perf_counter() - started
         return captured is not None
 
-    def run(self, key: tuple[int, int], scheduled: list[ScheduledSlot], block_tables: dict[int, list[int]],
+    def run(self, key: Layout, scheduled: list[ScheduledSlot], block_tables: dict[int, list[int]],
             feed: torch.Tensor | None = None) -> GraphStep | None:
         """Replay (capturing first if needed) the graph of `key` on this step; None if it cannot be
         captured. `feed` [S]: device token ids that replace the first rows' input ids (one token per slot)."""
@@ -205,7 +213,7 @@ class CudaGraphCache:
         if not self.ensure(key):
             return None
         captured = self.graphs[key]
-        num_slots, n = key
+        num_slots, n = key[:2]
         host_tables = self._host_tables()
         if self.staging is not None:  # the slots' host blocks as ring rows
             host_tables = self.staging.begin(scheduled, host_tables)
@@ -263,14 +271,14 @@ class CudaGraphCache:
     def pool_bytes(self) -> int:
         return sum(c.pool_bytes for c in self.graphs.values())
 
-    def _capture(self, key: tuple[int, int]) -> CapturedStep | None:
+    def _capture(self, key: Layout) -> CapturedStep | None:
         while len(self.graphs) >= self.capacity:
             self._release(next(iter(self.graphs)))
             self.num_evictions += 1
         if not self.graphs:
             # a pool whose every graph was reset is freed by torch's allocator: capture into a new one
             self.pool = None
-        num_slots, n = key
+        num_slots, n = key[:2]
         keep_window_states = bool(self.state_caches) and 1 < n <= self.max_tokens_per_slot  # not for prompts
         reserved_before = torch.cuda.memory_reserved()
         try:
@@ -280,6 +288,8 @@ class CudaGraphCache:
             scratch = ForwardScratch(window_buffers=self.window_buffers)
             input_ids, ctx = self.inputs.context(num_slots, n, self.kv_caches, self.state_caches, keep_window_states,
                                                  scratch, host_kv_caches=self._host_caches(), kv_staging=self.staging)
+            if len(key) > 2:
+                ctx = dataclasses.replace(ctx, graph_variant=key[2])
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):  # warm-up: compiles kernels and sizes workspaces
@@ -354,7 +364,7 @@ class CudaGraphCache:
     def _host_tables(self) -> dict[int, list[int]] | None:
         return None if self.host_kv is None else self.host_kv.tables
 
-    def _release(self, key: tuple[int, int]) -> None:
+    def _release(self, key: Layout) -> None:
         captured = self.graphs.pop(key)
         captured.graph.reset()
         if captured.head is not None:

@@ -310,6 +310,51 @@ def test_paged_attention_reads_int8_kv(dtype, heads, num_splits):
     assert out.dtype == dtype and rel_err(out, expected) < (1e-2 if dtype == torch.bfloat16 else 5e-3)  # TF32 dots
 
 
+def chosen_blocks_attention(device: str, dtype: torch.dtype, num_splits: int | None):
+    """The paged attention kernel under a QSA block choice (ratio 4, 8 top blocks, random choices) on
+    decode rows and verification windows of contexts below, at and past the budget -> (its output, the
+    reference's in float32). Rows past the budget read only their chosen blocks and the tokens after."""
+    from strata.kernels.paged_attention import paged_attention
+
+    windows = [(300, 1), (17, 4), (30, 3), (90, 16), (0, 1), (1000, 2)]   # (30, 3) crosses the budget
+    generator = torch.Generator().manual_seed(41)
+    q, k_cache, v_cache, block_tables, _, seq_lens, qsl = paged_problem(windows, 16, 8, 2, 64, dtype, device,
+                                                                        generator)
+    ratio, top_blocks = 4, 8
+    width = block_tables.shape[1] * 16 // ratio
+    chosen = (torch.rand(q.shape[0], width, generator=generator) < 0.2).to(torch.uint8).to(device)
+    choice = (chosen, ratio, top_blocks)
+    out = paged_attention(q, k_cache, v_cache, block_tables, seq_lens, qsl, 0.125, max_query_len=16,
+                          num_splits=num_splits, block_choice=choice)
+    expected = paged_attention_ref(q.float(), k_cache.float(), v_cache.float(), block_tables, seq_lens, qsl, 0.125,
+                                   block_choice=choice)
+    return out, expected
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("num_splits", [None, 1, 5])
+def test_paged_attention_reads_only_the_chosen_blocks(dtype, num_splits):
+    """QSA's block choice in the kernel = the reference's masked attention. Checked under TRITON_INTERPRET=1 on
+    CPU tensors too (chosen_blocks_attention("cpu", ...))."""
+    out, expected = chosen_blocks_attention("cuda", dtype, num_splits)
+    assert rel_err(out, expected) < (1e-2 if dtype == torch.bfloat16 else 5e-3)
+
+
+def test_block_choice_reference_reads_chosen_blocks_past_the_budget():
+    """The reference's visibility under a choice: causal below the budget; past it the chosen complete blocks
+    and the tokens after the last complete block, nothing else."""
+    from strata.kernels.paged_attention import block_choice_visible
+
+    ratio, top_blocks = 4, 2
+    chosen = torch.zeros(2, 8, dtype=torch.uint8)
+    chosen[1, [0, 2]] = 1
+    q_pos = torch.tensor([10, 13])              # 2 complete blocks (dense), then 3 (sparse: blocks 0 and 2)
+    visible = block_choice_visible(q_pos, 14, (chosen, ratio, top_blocks), chosen)
+    assert visible[0].tolist() == [True] * 11 + [False] * 3
+    assert visible[1].nonzero()[:, 0].tolist() == [0, 1, 2, 3, 8, 9, 10, 11, 12, 13]
+
+
 def host_tier_attention(dtype, int8, num_splits, device, layout="separate"):
     """The paged attention kernel on a problem whose sequences have their first blocks (0 .. all full ones)
     in a host tier (pinned on CUDA; plain CPU tensors under TRITON_INTERPRET=1) -> (that output, the

@@ -74,12 +74,18 @@ def test_config_mistakes_are_named_before_weights_load(hf_and_folder, change, fi
         ModelConfig.from_hf(config)
 
 
-def test_graphs_take_only_steps_within_the_qsa_budget(hf_and_folder):
+def test_graph_variant_of_steps_past_the_qsa_budget(hf_and_folder):
+    """Steps within the budget replay the plain graph; windows past it the sparse variant (blocks chosen on the
+    device); a long prompt chunk past it, or any step past it with a host KV tier, runs eagerly."""
+    from strata.model.qsa import SPARSE_VARIANT
     from strata.types import ScheduledSlot
 
     model = build_model(HFSource(str(hf_and_folder[1])), "cpu", "float32", quiet=True)
     dense, sparse = ScheduledSlot(0, 6, 5, [], [3] * 5), ScheduledSlot(1, 30, 1, [], [3])  # 11 and 31 tokens seen
-    assert model.step_fits_graph([dense]) and not model.step_fits_graph([dense, sparse])
+    long_chunk = ScheduledSlot(2, 0, 40, [], [3] * 40)
+    assert model.graph_variant([dense]) == "" and model.graph_variant([dense, sparse]) == SPARSE_VARIANT
+    assert model.graph_variant([dense, sparse], host_kv_tier=True) is None
+    assert model.graph_variant([long_chunk]) is None
 
 
 def test_history_of_a_prompt_padded_in_place_ends_at_its_real_tokens():
@@ -108,3 +114,41 @@ def test_a_table_that_loads_packed_is_never_allocated_dense(hf_and_folder):
     assert not NGramEmbedding(cfg, 0).ngram_embedding.weight.is_meta
     with tables_packed(True):
         assert NGramEmbedding(cfg, 0).ngram_embedding.weight.is_meta
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_blocks_chosen_for_the_device_are_the_reference_choice(hf_and_folder, dtype):
+    """QSAIndexer.choose_blocks (the choice CUDA steps make on the device, here through its scoring kernel's
+    torch form) makes rows read what visible() (HF's math) makes them read: decode rows and verification
+    windows below, across and past the budget, through a shuffled block table."""
+    from strata.kernels.paged_attention import block_choice_visible
+    from strata.model.qsa import index_cache_key
+    from strata.runner.inputs import build_inputs
+    from strata.types import ScheduledSlot
+
+    model = build_model(HFSource(str(hf_and_folder[1])), "cpu", "float32", quiet=True).to(dtype)
+    attention = model.model.layers[2].self_attn
+    indexer, block_size = attention.indexer, 4
+    windows = [(40, 1), (5, 4), (10, 3), (70, 4), (3, 1)]                 # (num_computed, new tokens)
+    generator = torch.Generator().manual_seed(12)
+    per_seq = [-(-(c + n) // block_size) for c, n in windows]
+    ids = torch.randperm(sum(per_seq) + 2, generator=generator).tolist()
+    tables = {i: ids[sum(per_seq[:i]):sum(per_seq[:i + 1])] for i in range(len(windows))}
+    keys = torch.randn(len(ids), block_size, 1, indexer.head_dim, generator=generator).to(dtype)
+    kv_caches = {index_cache_key(2): (keys, keys.new_empty(len(ids), block_size, 1, 0))}
+    scheduled = [ScheduledSlot(slot_id=i, num_computed_tokens=c, num_new_tokens=n, new_block_ids=[], token_ids=[0] * n)
+                 for i, (c, n) in enumerate(windows)]
+    ctx = build_inputs(scheduled, tables, block_size, kv_caches, {}, "cpu").ctx
+    queries = torch.randn(ctx.positions.shape[0], indexer.num_heads, indexer.head_dim, generator=generator).to(dtype)
+    choice = indexer.choose_blocks(queries, ctx, attention.rotary)
+    start, sparse_rows = 0, 0
+    for i, (done, n) in enumerate(windows):
+        length = done + n
+        table = ctx.block_tables[i, : -(-length // block_size)]
+        expected = indexer.visible(queries[start:start + n], done, length, keys, table, attention.rotary)   # [n, L]
+        q_pos = torch.arange(done, length)
+        ours = block_choice_visible(q_pos, length, choice, choice[0][start:start + n])
+        assert torch.equal(ours, expected), f"sequence {i}"
+        sparse_rows += int(sum(indexer.is_sparse(p + 1) for p in q_pos.tolist()))
+        start += n
+    assert sparse_rows >= 6  # the choice was really exercised

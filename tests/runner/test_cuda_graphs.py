@@ -510,7 +510,7 @@ def test_gpu_float32_greedy_matches_hf_through_the_triton_paths(family, tiny_mod
 
 def _qwen4_exp_within_budget(source: str, tmp_path) -> str:
     """A copy of a tiny Qwen4-Exp folder whose QSA budget (64 tokens) covers these tests' contexts: graphs run
-    only steps that read a dense context (Qwen4ExpForCausalLM.step_fits_graph)."""
+    only steps that read a dense context (Qwen4ExpForCausalLM.graph_variant "")."""
     import json
     import shutil
 
@@ -536,6 +536,30 @@ def test_qwen4_exp_graphs_run_dense_steps_and_keep_tokens(spec, tiny_model_dir, 
                   speculative_config=spec, cuda_graphs=graphs)
         runs[graphs] = _staggered(llm, prompts, lengths)
         if graphs:
+            assert llm.engine.runner.graph_stats()["replays"] > 0
+        del llm
+        torch.cuda.empty_cache()
+    assert runs[True] == runs[False]
+
+
+@gpu
+@pytest.mark.parametrize("spec", [None, {"method": "mtp", "num_speculative_tokens": 3}], ids=["plain", "mtp"])
+def test_qwen4_exp_graphs_replay_steps_past_the_qsa_budget(spec, tiny_model_dir):
+    """Past the QSA budget (8 tokens in the tiny model) decode and verification steps replay their layout's
+    sparse variant, whose rows choose their blocks on the device; eager steps of short windows choose the same
+    way, so the tokens equal a run without graphs."""
+    from strata.model.qsa import SPARSE_VARIANT
+
+    prompts = _prompts([5, 9, 17, 3, 30, 12])
+    lengths = [24, 8, 40, 30, 4, 12]
+    runs = {}
+    for graphs in (False, True):
+        llm = LLM(tiny_model_dir("qwen4_exp+mtp"), dtype="bfloat16", device="cuda", max_num_seqs=6, block_size=4,
+                  speculative_config=spec, cuda_graphs=graphs)
+        runs[graphs] = _staggered(llm, prompts, lengths)
+        if graphs:
+            keys = list(llm.engine.runner.graphs.graphs)
+            assert any(key[2:] == (SPARSE_VARIANT,) for key in keys), keys
             assert llm.engine.runner.graph_stats()["replays"] > 0
         del llm
         torch.cuda.empty_cache()
