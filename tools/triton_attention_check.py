@@ -10,7 +10,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from strata.kernels import paged_attention, rope_kv
+from strata.kernels import paged_attention, qsa_scores, rope_kv
 
 TARGET = GPUTarget("cuda", 90, 32)
 # (query dtype, KV cache dtype, scale pointer dtype): int8 caches carry float32 scales
@@ -56,4 +56,10 @@ for q, kv, scale in CASES:
         ok &= check(rope_kv._qk_norm_rope_kv_kernel, rope,
                     dict(HAS_NORM=norm, ZERO_CENTERED=False, GATHER=gather, KV_INT8=int8, BLOCK_D=128, USE_PDL=True),
                     f"rope_kv q={q} kv={kv} norm={norm} gather={gather}", num_warps=1)
+for dt in ("bf16", "fp32"):  # QSA's block scores (the index keys stay in the model dtype)
+    scores = {"q_ptr": "*" + dt, "k_ptr": "*" + dt, "w_ptr": "*" + dt, "tables_ptr": "*i64", "seq_lens_ptr": "*i64",
+              "qsl_ptr": "*i64", "cos_ptr": "*fp32", "sin_ptr": "*fp32", "out_ptr": "*fp32", "eps": "fp32",
+              "sqrt_dim": "fp32"}
+    ok &= check(qsa_scores._block_scores_kernel, scores, dict(RATIO=4, HEADS_PAD=32, HALF_PAD=32, REST_PAD=64,
+                BLOCK_TILE=qsa_scores.BLOCK_TILE, USE_PDL=True), f"qsa block scores {dt}", num_warps=4)
 sys.exit(0 if ok else 1)

@@ -24,7 +24,6 @@ from torch import nn
 
 from strata.config import ModelConfig, kv_scale_key
 from strata.kernels.kv_quant import read_kv_ref, write_kv_ref
-from strata.kernels.paged_attention import BlockChoice
 from strata.model import ops
 from strata.model.context import ForwardContext
 from strata.model.linear import Linear
@@ -109,7 +108,7 @@ def windows_take_kernel(q: torch.Tensor, ctx: ForwardContext) -> bool:
 
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                     ctx: ForwardContext, scale: float, kv_scales: KVScales = None,
-                    host_kv: HostKV = None, block_choice: BlockChoice = None) -> torch.Tensor:
+                    host_kv: HostKV = None, block_choice: ops.BlockChoice = None) -> torch.Tensor:
     """q: [T, H, D] (already rotated) -> [T, H, D]; K/V of this step must already be in the pool (or,
     for the first blocks of a sequence listed in ctx.host_block_ids, in the host tier `host_kv`).
     block_choice (QSA's, kernels/paged_attention.py): only where windows_take_kernel."""

@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from strata.config import debug_flag
-from strata.kernels import hyper, packed_dequant, packed_gemv, packed_q8, skinny_linear, skinny_mlp, triton_available
+from strata.kernels import (hyper, packed_dequant, packed_gemv, packed_q8, qsa_scores, skinny_linear, skinny_mlp,
+                            triton_available)
 from strata.kernels.fused_moe import fused_moe as fused_moe_kernel
 from strata.kernels.fused_moe import fused_moe_ref
 from strata.kernels.gguf_blocks import packed_matmul_ref
@@ -37,7 +38,7 @@ from strata.kernels.routing import softmax_topk as softmax_topk_kernel
 # qk-norm + rotary + KV write and the GDN short windows (kernels_on).
 from strata.kernels.fused_moe import default_config, moe_grouped_gemms  # noqa: F401
 from strata.kernels.gdn import GroupedQKV, RawGates, causal_conv1d_update, gdn_recurrent  # noqa: F401
-from strata.kernels.paged_attention import paged_attention  # noqa: F401
+from strata.kernels.paged_attention import BlockChoice, paged_attention  # noqa: F401
 from strata.kernels.rope_kv import qk_norm_rope_kv  # noqa: F401
 from strata.kernels.routing import route_and_align  # noqa: F401
 
@@ -425,8 +426,6 @@ def qsa_block_scores(index_q: torch.Tensor, key_cache: torch.Tensor, block_table
                      width: int) -> torch.Tensor:
     """Each query row's scores of its sequence's complete blocks -> [T, width] float32 (-inf past them; a row
     within the budget unwritten): kernels/qsa_scores.py, whose kernel runs on CUDA with no host sync."""
-    from strata.kernels import qsa_scores
-
     score = qsa_scores.qsa_block_scores if kernels_on(index_q) else qsa_scores.qsa_block_scores_ref
     return score(index_q, key_cache, block_tables, seq_lens, query_start_loc, norm_weight, eps, cos, sin, rot_dim,
                  ratio, top_blocks, width)

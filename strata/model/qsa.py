@@ -28,7 +28,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from strata.config import ModelConfig
-from strata.kernels.paged_attention import BlockChoice
 from strata.model import ops
 from strata.model.attention import Attention, HostPart, _gather_kv, host_parts, paged_attention, windows_take_kernel
 from strata.model.context import ForwardContext
@@ -72,7 +71,7 @@ class QSAIndexer(nn.Module):
         q = self.q_layernorm(q.reshape(hidden.shape[0], self.num_heads, self.head_dim))
         return rotary.rotate(ctx.positions, q)
 
-    def choose_blocks(self, queries: torch.Tensor, ctx: ForwardContext, rotary) -> BlockChoice:
+    def choose_blocks(self, queries: torch.Tensor, ctx: ForwardContext, rotary) -> ops.BlockChoice:
         """Every row's blocks, on the device with no host decision: index queries [T, Hi, Di] -> (chosen [T, W]
         uint8, ratio, top_blocks), W the blocks ctx.block_tables can hold; a row within the budget reads densely
         whatever its row of `chosen` says. None when no row can be past the budget (W <= top_blocks).
