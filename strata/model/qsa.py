@@ -49,6 +49,20 @@ def reads_sparse_context(cfg: ModelConfig, context_len: int) -> bool:
         cfg.indexer_budget // cfg.indexer_compress_ratio
 
 
+def choose_in_one_topk(scores: torch.Tensor, seen: torch.Tensor, complete: torch.Tensor, top_blocks: int) -> torch.Tensor:
+    """scores [n, nb], seen [n, nb], complete [n] -> chosen [n, nb]: every seen block of a row within the budget,
+    the top_blocks best seen ones of a row past it, in one top-k over rows whose unseen blocks score -inf (a long
+    prompt chunk's rows see up to a chunk's worth of different counts; one top-k per count took seconds a
+    chunk on the H200). CUDA's top-k breaks a tie at the k-th score by the lower index whatever the row's width,
+    as it does on the per-count slices; on the CPU the per-count form keeps HF's own ties."""
+    dense = (complete <= top_blocks)[:, None]
+    if scores.shape[1] <= top_blocks:
+        return seen
+    top = scores.masked_fill(~seen, float("-inf")).topk(top_blocks, dim=1).indices          # [n, top_blocks]
+    picked = torch.zeros_like(seen).scatter_(1, top, True)
+    return seen & (dense | picked)
+
+
 class QSAIndexer(nn.Module):
     def __init__(self, cfg: ModelConfig, layer_idx: int) -> None:
         super().__init__()
@@ -106,13 +120,16 @@ class QSAIndexer(nn.Module):
         complete = (positions + 1) // ratio                                                  # [n] blocks seen
         blocks = torch.arange(num_blocks, device=device)
         seen = blocks[None] < complete[:, None]                                              # [n, nb]
-        chosen = seen & (complete <= self.top_blocks)[:, None]                               # dense queries
-        # relu leaves exact ties at 0, which topk breaks in its own order: it runs on exactly the rows HF's
-        # reference gives it (the blocks a query has seen), so the choice on a CPU is the reference's
-        for count in sorted({c for c in complete.tolist() if c > self.top_blocks}):
-            rows = (complete == count).nonzero()[:, 0]
-            top = scores[rows, :count].topk(self.top_blocks, dim=1).indices
-            chosen[rows] = chosen[rows].scatter(1, top, True)
+        if ops.kernels_on(queries):
+            chosen = choose_in_one_topk(scores, seen, complete, self.top_blocks)
+        else:
+            chosen = seen & (complete <= self.top_blocks)[:, None]                           # dense queries
+            # relu leaves exact ties at 0, which topk breaks in its own order: it runs on exactly the rows HF's
+            # reference gives it (the blocks a query has seen), so the choice on a CPU is the reference's
+            for count in sorted({c for c in complete.tolist() if c > self.top_blocks}):
+                rows = (complete == count).nonzero()[:, 0]
+                top = scores[rows, :count].topk(self.top_blocks, dim=1).indices
+                chosen[rows] = chosen[rows].scatter(1, top, True)
         tokens = torch.arange(context_len, device=device)
         in_blocks = tokens[None] < (complete * ratio)[:, None]                               # [n, L]
         picked = chosen[:, (tokens // ratio).clamp(max=max(num_blocks - 1, 0))]

@@ -152,3 +152,22 @@ def test_blocks_chosen_for_the_device_are_the_reference_choice(hf_and_folder, dt
         sparse_rows += int(sum(indexer.is_sparse(p + 1) for p in q_pos.tolist()))
         start += n
     assert sparse_rows >= 6  # the choice was really exercised
+
+
+def test_one_topk_over_all_rows_chooses_what_one_per_count_does():
+    """visible()'s CUDA form (one top-k over rows padded with -inf, for long prompt chunks) = its per-count form
+    (the CPU's, HF's slices) wherever scores have no ties: rows within the budget keep every seen block."""
+    from strata.model.qsa import choose_in_one_topk
+
+    generator = torch.Generator().manual_seed(3)
+    top_blocks, num_blocks = 3, 20
+    complete = torch.tensor([1, 3, 4, 9, 20, 7, 4])                                  # blocks each row has seen
+    scores = torch.rand(len(complete), num_blocks, generator=generator)
+    seen = torch.arange(num_blocks)[None] < complete[:, None]
+    expected = seen & (complete <= top_blocks)[:, None]
+    for row, count in enumerate(complete.tolist()):
+        if count > top_blocks:
+            expected[row, scores[row, :count].topk(top_blocks).indices] = True
+    chosen = choose_in_one_topk(scores, seen, complete, top_blocks)
+    assert torch.equal(chosen, expected)
+    assert chosen[complete > top_blocks].sum(1).eq(top_blocks).all()
