@@ -42,7 +42,7 @@ for q, kv, scale in CASES:
                  "chosen_ptr": "*u8"}
     for head_dim in (128, 256):
         block_n, stages = paged_attention.kv_tile_for(head_dim, ITEMSIZE[kv])
-        for host, choice in ((False, False), (True, False), (False, True)):
+        for host, choice in ((False, False), (True, False), (False, True), (True, True)):
             ok &= check(paged_attention._split_kernel, attention,
                         dict(KV_INT8=int8, HAS_HOST=host, HAS_CHOICE=choice, G_PAD=8, BLOCK_M=32, BLOCK_N=block_n,
                              BLOCK_D=head_dim, USE_PDL=True),
@@ -59,7 +59,9 @@ for q, kv, scale in CASES:
 for dt in ("bf16", "fp32"):  # QSA's block scores (the index keys stay in the model dtype)
     scores = {"q_ptr": "*" + dt, "k_ptr": "*" + dt, "w_ptr": "*" + dt, "tables_ptr": "*i64", "seq_lens_ptr": "*i64",
               "qsl_ptr": "*i64", "cos_ptr": "*fp32", "sin_ptr": "*fp32", "out_ptr": "*fp32", "eps": "fp32",
-              "sqrt_dim": "fp32"}
-    ok &= check(qsa_scores._block_scores_kernel, scores, dict(RATIO=4, HEADS_PAD=32, HALF_PAD=32, REST_PAD=64,
-                BLOCK_TILE=qsa_scores.BLOCK_TILE, USE_PDL=True), f"qsa block scores {dt}", num_warps=4)
+              "sqrt_dim": "fp32", "hk_ptr": "*" + dt, "host_tables_ptr": "*i64", "host_counts_ptr": "*i64"}
+    for host in (False, True):
+        ok &= check(qsa_scores._block_scores_kernel, scores, dict(HAS_HOST=host, RATIO=4, HEADS_PAD=32, HALF_PAD=32,
+                    REST_PAD=64, BLOCK_TILE=qsa_scores.BLOCK_TILE, USE_PDL=True), f"qsa block scores {dt} host={host}",
+                    num_warps=4)
 sys.exit(0 if ok else 1)

@@ -8,6 +8,9 @@ sequences whose rows are all dense); a sparse row gets its scores below its comp
 there to `width`, so torch.topk over the row picks among the blocks it has seen. One program owns (sequence,
 tile of BLOCK_TILE blocks): it pools, norms and rotates its blocks' keys once and dots them with every row of
 the window (at most 16 rows).
+
+KV beyond VRAM (--kv-resident-tokens): a sequence's first blocks of index keys sit in the host tier (`host`,
+HostKeys), read over PCIe like the paged attention kernel reads K and V there.
 """
 
 from __future__ import annotations
@@ -32,17 +35,23 @@ if triton is not None:
 # windows over 32K contexts, 8 16-row windows over 128K), 4 % slower for one row over 128K
 BLOCK_TILE = 64
 
+# the host KV tier's index keys (--kv-resident-tokens): (keys [N_host, B, 1, Di], host_block_tables [S, Wh],
+# host_block_counts [S]); sequence s's first host_block_counts[s] blocks are there, their block_tables
+# columns unread
+HostKeys = tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None
+
 
 def qsa_block_scores_ref(index_q: torch.Tensor, key_cache: torch.Tensor, block_tables: torch.Tensor,
                          seq_lens: torch.Tensor, query_start_loc: torch.Tensor, norm_weight: torch.Tensor,
                          eps: float, cos: torch.Tensor, sin: torch.Tensor, rot_dim: int, ratio: int,
-                         top_blocks: int, width: int) -> torch.Tensor:
+                         top_blocks: int, width: int, host: HostKeys = None) -> torch.Tensor:
     """index_q [T, Hi, Di] (normed, rotated), key_cache [N_blocks, B, 1, Di] raw keys, block_tables [S, nb],
     seq_lens [S] (context length after this step), query_start_loc [S + 1], norm_weight [Di] (the indexer's
     k_layernorm), cos / sin [P, rot_dim / 2] float32 -> scores [T, width] float32. Row j of a window of n rows
     sits at position seq_len - n + j and has seen complete = (position + 1) // ratio blocks; a sparse row
     (complete > top_blocks) holds block b's score for b < complete and -inf after; dense rows are all -inf
-    here (unspecified in the kernel). Per sequence, the very ops of QSAIndexer.visible, so its bits on the CPU."""
+    here (unspecified in the kernel). Per sequence, the very ops of QSAIndexer.visible, so its bits on the CPU.
+    host: the host KV tier's keys (module docstring)."""
     scores = torch.full((index_q.shape[0], width), float("-inf"), dtype=torch.float32, device=index_q.device)
     block_size = key_cache.shape[1]
     starts, lens = query_start_loc.tolist(), seq_lens.tolist()
@@ -52,7 +61,13 @@ def qsa_block_scores_ref(index_q: torch.Tensor, key_cache: torch.Tensor, block_t
         if e == s or num_blocks <= top_blocks:
             continue  # every row of the window is dense
         table = block_tables[i, : -(-seq_len // block_size)]
-        raw = key_cache.index_select(0, table).flatten(0, 1)[:seq_len, 0]                   # [L, Di]
+        pages = key_cache.index_select(0, table.clamp(min=0))                               # [nb, B, 1, Di]
+        if host is not None:  # the sequence's first blocks from the host tier
+            host_cache, host_tables, host_counts = host
+            num_host = int(host_counts[i])
+            front = host_cache.index_select(0, host_tables[i, :num_host].to(host_cache.device)).to(pages.device)
+            pages = torch.cat([front, pages[num_host:]])
+        raw = pages.flatten(0, 1)[:seq_len, 0]                                              # [L, Di]
         pooled = raw[: num_blocks * ratio].unflatten(0, (num_blocks, ratio)).float().mean(1).to(raw.dtype)
         block_keys = _rotate(rms_norm_ref(pooled, norm_weight, eps, zero_centered=True)[0],
                              torch.arange(num_blocks, device=raw.device) * ratio, cos, sin, rot_dim)  # [nb, Di]
@@ -81,7 +96,7 @@ def _rotate(x: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: to
 def qsa_block_scores(index_q: torch.Tensor, key_cache: torch.Tensor, block_tables: torch.Tensor,
                      seq_lens: torch.Tensor, query_start_loc: torch.Tensor, norm_weight: torch.Tensor, eps: float,
                      cos: torch.Tensor, sin: torch.Tensor, rot_dim: int, ratio: int, top_blocks: int,
-                     width: int) -> torch.Tensor:
+                     width: int, host: HostKeys = None) -> torch.Tensor:
     """qsa_block_scores_ref's contract in one launch (windows of at most 16 rows, index_q in the cache's
     dtype), except that dense rows' scores are unspecified (a dense sequence's rows are not written at all,
     so they may hold anything, NaN included). Graph-safe: no host sync, the grid fixed by the sequence count
@@ -91,13 +106,16 @@ def qsa_block_scores(index_q: torch.Tensor, key_cache: torch.Tensor, block_table
     assert index_q.stride(2) == 1 and key_cache.stride(3) == 1 and norm_weight.is_contiguous()
     assert cos.is_contiguous() and sin.is_contiguous() and cos.shape[1] * 2 == rot_dim <= head_dim
     half, rest = rot_dim // 2, head_dim - rot_dim
+    has_host = host is not None
+    host_cache, host_tables, host_counts = host if has_host else (key_cache, block_tables, seq_lens)  # unread
+    assert host_cache.stride()[1:] == key_cache.stride()[1:]
     scores = torch.empty(num_tokens, width, dtype=torch.float32, device=index_q.device)        # [T, width]
     grid = (seq_lens.shape[0], max(1, triton.cdiv(width, BLOCK_TILE)))
     _block_scores_kernel[grid](
         index_q, key_cache, block_tables, seq_lens, query_start_loc, norm_weight, cos, sin, scores,
-        eps, math.sqrt(head_dim), key_cache.shape[1], top_blocks, width, num_heads, head_dim, half,
+        host_cache, host_tables, host_counts, host_cache.stride(0), host_tables.stride(0), eps, math.sqrt(head_dim), key_cache.shape[1], top_blocks, width, num_heads, head_dim, half,
         index_q.stride(0), index_q.stride(1), key_cache.stride(0), key_cache.stride(1), block_tables.stride(0),
-        scores.stride(0), RATIO=ratio, HEADS_PAD=max(16, triton.next_power_of_2(num_heads)),
+        scores.stride(0), HAS_HOST=has_host, RATIO=ratio, HEADS_PAD=max(16, triton.next_power_of_2(num_heads)),
         HALF_PAD=max(16, triton.next_power_of_2(half)), REST_PAD=max(16, triton.next_power_of_2(rest)),
         BLOCK_TILE=BLOCK_TILE, num_warps=4, **pdl_options(index_q))
     return scores
@@ -107,9 +125,9 @@ if triton is not None:
 
     @triton.jit
     def _block_scores_kernel(q_ptr, k_ptr, tables_ptr, seq_lens_ptr, qsl_ptr, w_ptr, cos_ptr, sin_ptr, out_ptr,
-                             eps, sqrt_dim, block_size, top_blocks, width, num_heads, head_dim, half,
+                             hk_ptr, host_tables_ptr, host_counts_ptr, stride_hb, stride_host_table, eps, sqrt_dim, block_size, top_blocks, width, num_heads, head_dim, half,
                              stride_qt, stride_qh, stride_kb, stride_ko, stride_table, stride_ot,
-                             RATIO: tl.constexpr, HEADS_PAD: tl.constexpr, HALF_PAD: tl.constexpr,
+                             HAS_HOST: tl.constexpr, RATIO: tl.constexpr, HEADS_PAD: tl.constexpr, HALF_PAD: tl.constexpr,
                              REST_PAD: tl.constexpr, BLOCK_TILE: tl.constexpr, USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         seq, tile = tl.program_id(0), tl.program_id(1)
@@ -129,6 +147,7 @@ if triton is not None:
         # so rotate_half's partner of a dim is the same column of the other half. Shapes: BT blocks of the
         # tile, HP / RP the padded half / rest dims, HQ the padded heads
         in_ctx = blocks < num_blocks
+        num_host = tl.load(host_counts_ptr + seq) if HAS_HOST else 0
         offs_h, offs_r = tl.arange(0, HALF_PAD), tl.arange(0, REST_PAD)
         h_ok, r_ok = offs_h < half, offs_r < head_dim - 2 * half
         h_mask, r_mask = in_ctx[:, None] & h_ok[None, :], in_ctx[:, None] & r_ok[None, :]
@@ -137,8 +156,15 @@ if triton is not None:
         sum3 = tl.zeros((BLOCK_TILE, REST_PAD), dtype=tl.float32)
         for i in range(RATIO):  # token i of each block (a block may straddle two pages)
             pos = blocks * RATIO + i
-            page = tl.load(tables_ptr + seq * stride_table + pos // block_size, mask=in_ctx, other=0)
+            column = pos // block_size
+            page = tl.load(tables_ptr + seq * stride_table + column, mask=in_ctx & (column >= num_host), other=0)
             row = k_ptr + page.to(tl.int64) * stride_kb + (pos % block_size) * stride_ko   # [BT]
+            if HAS_HOST:  # the sequence's first num_host blocks from the host tier (over PCIe)
+                in_host = column < num_host
+                host_page = tl.load(host_tables_ptr + seq * stride_host_table + column, mask=in_ctx & in_host,
+                                    other=0)
+                row = tl.where(in_host, hk_ptr + host_page.to(tl.int64) * stride_hb + (pos % block_size) * stride_ko,
+                               row)
             sum1 += tl.load(row[:, None] + offs_h[None, :], mask=h_mask, other=0.0).to(tl.float32)
             sum2 += tl.load(row[:, None] + half + offs_h[None, :], mask=h_mask, other=0.0).to(tl.float32)
             sum3 += tl.load(row[:, None] + 2 * half + offs_r[None, :], mask=r_mask, other=0.0).to(tl.float32)

@@ -152,10 +152,10 @@ class CausalLM(nn.Module):
     def build_layer(self, layer_idx: int) -> DecoderLayer:
         raise NotImplementedError
 
-    def graph_variant(self, scheduled, host_kv_tier: bool = False) -> str | None:
+    def graph_variant(self, scheduled) -> str | None:
         """Beyond its layout fitting one, which CUDA graph may run this step (ScheduledSlots): "" the plain
         one, another name a variant the forward takes when captured with it (ctx.graph_variant), None none
-        (it runs eagerly). host_kv_tier: the graphs read a host KV tier."""
+        (it runs eagerly)."""
         return ""
 
     def index_key_layers(self) -> dict:

@@ -423,9 +423,10 @@ def paged_attention_on(q: torch.Tensor) -> bool:
 def qsa_block_scores(index_q: torch.Tensor, key_cache: torch.Tensor, block_tables: torch.Tensor,
                      seq_lens: torch.Tensor, query_start_loc: torch.Tensor, norm_weight: torch.Tensor, eps: float,
                      cos: torch.Tensor, sin: torch.Tensor, rot_dim: int, ratio: int, top_blocks: int,
-                     width: int) -> torch.Tensor:
+                     width: int, host: qsa_scores.HostKeys = None) -> torch.Tensor:
     """Each query row's scores of its sequence's complete blocks -> [T, width] float32 (-inf past them; a row
-    within the budget unwritten): kernels/qsa_scores.py, whose kernel runs on CUDA with no host sync."""
+    within the budget unwritten): kernels/qsa_scores.py, whose kernel runs on CUDA with no host sync. host: the
+    host KV tier's index keys (KV beyond VRAM)."""
     score = qsa_scores.qsa_block_scores if kernels_on(index_q) else qsa_scores.qsa_block_scores_ref
     return score(index_q, key_cache, block_tables, seq_lens, query_start_loc, norm_weight, eps, cos, sin, rot_dim,
-                 ratio, top_blocks, width)
+                 ratio, top_blocks, width, host)

@@ -14,9 +14,10 @@ Decode and verification windows on CUDA choose on the device (`QSAIndexer.choose
 every row's complete blocks, torch.topk picks each row's top blocks, and the paged attention kernel reads
 only those (and the tokens after the last complete block) for rows past the budget. No host decision, so a
 CUDA graph runs such steps (Qwen4ExpForCausalLM.graph_variant names the variant). Elsewhere (the CPU,
-prompt chunks of more than 16 tokens, a host KV tier) sequences whose context has more blocks than the budget
+prompt chunks of more than 16 tokens) sequences whose context has more blocks than the budget
 run a masked attention here, one sequence at a time (`QSAIndexer.visible`, HF's math); the rest take the
-layer's usual paged attention.
+layer's usual paged attention. With KV beyond VRAM both read a sequence's first blocks of index keys in the
+host tier, as attention reads K and V there.
 """
 
 from __future__ import annotations
@@ -95,10 +96,13 @@ class QSAIndexer(nn.Module):
         width = ctx.block_tables.shape[1] * keys.shape[1] // self.ratio
         if width <= self.top_blocks:
             return None
+        host = None
+        if ctx.host_kv_caches is not None and ctx.host_block_tables is not None:  # KV beyond VRAM
+            host = (ctx.host_kv_caches[self.key][0], ctx.host_block_tables, ctx.host_block_counts)
         norm = self.k_layernorm
         scores = ops.qsa_block_scores(queries, keys, ctx.block_tables, ctx.seq_lens, ctx.query_start_loc, norm.weight,
                                       norm.eps, rotary.cos, rotary.sin, rotary.rot_dim, self.ratio, self.top_blocks,
-                                      width)                                                 # [T, W]
+                                      width, host)                                           # [T, W]
         top = scores.topk(self.top_blocks, dim=1).indices                                   # [T, top_blocks]
         chosen = torch.zeros(scores.shape, dtype=torch.uint8, device=scores.device).scatter_(1, top, 1)
         return chosen, self.ratio, self.top_blocks
@@ -148,7 +152,7 @@ class QSAAttention(Attention):
         index_q = self.indexer.queries_after_key_write(hidden, ctx, self.rotary)
         k_cache, v_cache, kv_scales = self.kv_cache(ctx)
         host_kv = self.host_kv_cache(ctx)
-        if self._chooses_on_device(q, ctx, host_kv):
+        if self._chooses_on_device(q, ctx):
             choice = self.indexer.choose_blocks(index_q, ctx, self.rotary)
             return self.output(paged_attention(q, k_cache, v_cache, ctx, self.scale, kv_scales, host_kv, choice), gate)
         out = paged_attention(q, k_cache, v_cache, ctx, self.scale, kv_scales, host_kv)
@@ -160,12 +164,12 @@ class QSAAttention(Attention):
             start += n
         return self.output(out, gate)
 
-    def _chooses_on_device(self, q: torch.Tensor, ctx: ForwardContext, host_kv) -> bool:
+    def _chooses_on_device(self, q: torch.Tensor, ctx: ForwardContext) -> bool:
         """Whether the step's rows choose their blocks on the device: a graph captured as the sparse variant,
-        or an eager step of short windows on CUDA (no host KV tier) where some row is past the budget."""
+        or an eager step of short windows on CUDA where some row is past the budget."""
         if ctx.graph_variant:
             return ctx.graph_variant == SPARSE_VARIANT
-        return windows_take_kernel(q, ctx) and host_kv is None and \
+        return windows_take_kernel(q, ctx) and \
             any(self.indexer.is_sparse(done + n) for done, n in zip(ctx.num_computed, ctx.query_lens))
 
     def _attend_selected(self, q: torch.Tensor, index_q: torch.Tensor, done: int, context_len: int,

@@ -110,14 +110,13 @@ class Qwen4ExpForCausalLM(CausalLM):
     def has_mtp(self) -> bool:
         return self.mtp is not None
 
-    def graph_variant(self, scheduled, host_kv_tier: bool = False) -> str | None:
+    def graph_variant(self, scheduled) -> str | None:
         """A step where some row reads a sparse QSA context replays the sparse variant, whose rows choose their
         blocks on the device (model/qsa.py), when all its windows take the paged attention kernel (at most 16
-        tokens) and there is no host KV tier (whose index keys that choice does not read); else it runs eagerly.
-        Other steps replay the plain graph."""
+        tokens); else it runs eagerly. Other steps replay the plain graph."""
         if not any(reads_sparse_context(self.config, w.num_computed_tokens + w.num_new_tokens) for w in scheduled):
             return ""
-        if host_kv_tier or any(w.num_new_tokens > BATCHED_MAX_QUERY_LEN for w in scheduled):
+        if any(w.num_new_tokens > BATCHED_MAX_QUERY_LEN for w in scheduled):
             return None
         return SPARSE_VARIANT
 

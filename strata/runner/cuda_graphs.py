@@ -104,7 +104,7 @@ class CudaGraphCache:
             raise ValueError(f"cuda_graph_cache_size must be 0 (every warm-up layout) or more, got {capacity}")
         self.model, self.inputs = model, inputs
         # beyond its layout, which graph a step may replay (a model's own condition, e.g. QSA's budget)
-        self.graph_variant = getattr(model, "graph_variant", lambda scheduled, host_kv_tier=False: "")
+        self.graph_variant = getattr(model, "graph_variant", lambda scheduled: "")
         self.host_plan = host_plan or (lambda: (0, frozenset(), frozenset()))
         # a device scalar the forward reads (routing statistics skip padding rows): each step copies
         # the real row count into it, 0 while warming up and capturing on padding only
@@ -145,7 +145,7 @@ class CudaGraphCache:
         if n > self.max_tokens_per_slot or len(scheduled) > self.ladder[-1] \
                 or any(w.num_new_tokens != n for w in scheduled):
             return None
-        variant = self.graph_variant(scheduled, self.host_kv is not None)
+        variant = self.graph_variant(scheduled)
         if variant is None:
             return None
         key = (self.ladder[bisect.bisect_left(self.ladder, len(scheduled))], n) + ((variant,) if variant else ())
@@ -160,7 +160,7 @@ class CudaGraphCache:
         num_prompts of at most its length, else None."""
         n = work.num_new_tokens
         if work.num_computed_tokens or n > self.max_prompt_tokens or num_prompts > max(self.prompt_counts, default=0) \
-                or self.graph_variant([work], self.host_kv is not None) != "":
+                or self.graph_variant([work]) != "":
             return None
         length = max(MIN_PROMPT_LAYOUT, 1 << (n - 1).bit_length())
         count = self.prompt_counts[bisect.bisect_left(self.prompt_counts, num_prompts)]

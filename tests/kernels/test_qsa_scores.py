@@ -102,12 +102,35 @@ def test_ref_picks_the_blocks_visible_picks(dtype, ratio):
         assert torch.equal(masks[seq][token - starts[seq]], chosen & (tokens <= position))
 
 
-def check_kernel(dtype, ratio, head_dim, rot_dim, device):
+def move_to_host_tier(args: dict, host_counts: list[int], device: str) -> None:
+    """Move each sequence's first host_counts blocks of keys to a host tier (pinned on CUDA), leaving NaN in
+    their device copies and -1 in their table columns, so a key read from the wrong tier shows."""
+    keys, tables = args["key_cache"], args["block_tables"]
+    host_cache = torch.zeros(sum(host_counts) + 1, *keys.shape[1:], dtype=keys.dtype,
+                             pin_memory=torch.device(device).type == "cuda")
+    host_tables = torch.zeros(len(host_counts), max(host_counts), dtype=tables.dtype)
+    next_block = 1                                                   # host block 0 stays unused
+    for i, count in enumerate(host_counts):
+        for column in range(count):
+            host_cache[next_block] = keys[tables[i, column]].cpu()
+            keys[tables[i, column]] = float("nan")
+            tables[i, column] = -1
+            host_tables[i, column] = next_block
+            next_block += 1
+    args["host"] = (host_cache, host_tables.to(device), torch.tensor(host_counts, device=device))
+
+
+def check_kernel(dtype, ratio, head_dim, rot_dim, device, host_counts=None):
     from strata.kernels.qsa_scores import qsa_block_scores
 
     args, _ = problem(WINDOWS, head_dim, rot_dim, ratio, dtype, device, seed=ratio + head_dim)
-    out = qsa_block_scores(**args)
     expected = qsa_block_scores_ref(**{k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in args.items()})
+    if host_counts is not None:
+        move_to_host_tier(args, host_counts, device)
+        ref_args = {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in args.items()}
+        ref_args["host"] = tuple(t.cpu() for t in args["host"])
+        assert torch.equal(qsa_block_scores_ref(**ref_args), expected)  # the ref reads the host tier too
+    out = qsa_block_scores(**args)
     rows = torch.tensor([token for token, _, _ in sparse_rows(WINDOWS, ratio)])
     out, expected = out.cpu()[rows], expected[rows]                                   # [sparse rows, width]
     assert out.shape == expected.shape and not out.isnan().any()
@@ -135,3 +158,21 @@ def test_kernel_matches_ref_interpreted(dtype, ratio, head_dim, rot_dim):
 @pytest.mark.parametrize("ratio, head_dim, rot_dim", KERNEL_CASES)
 def test_kernel_matches_ref_on_cuda(dtype, ratio, head_dim, rot_dim):
     check_kernel(dtype, ratio, head_dim, rot_dim, "cuda")
+
+
+# each sequence's first blocks in the host tier: all of a context's full blocks, some, none, a straddled page
+HOST_COUNTS = [18, 1, 1, 5, 0, 1, 0]
+
+
+@interpreted
+@pytest.mark.parametrize("ratio", [4, 3])
+def test_kernel_reads_keys_of_the_host_tier_interpreted(ratio):
+    """KV beyond VRAM: with sequences' first blocks of keys only in the host tier (NaN on the device) the
+    kernel's scores equal the all-resident ref's."""
+    check_kernel(torch.float32, ratio, 40, 16, "cpu", HOST_COUNTS)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kernel_reads_keys_of_the_host_tier_on_cuda(dtype):
+    check_kernel(dtype, 3, 128, 64, "cuda", HOST_COUNTS)

@@ -76,7 +76,7 @@ def test_config_mistakes_are_named_before_weights_load(hf_and_folder, change, fi
 
 def test_graph_variant_of_steps_past_the_qsa_budget(hf_and_folder):
     """Steps within the budget replay the plain graph; windows past it the sparse variant (blocks chosen on the
-    device); a long prompt chunk past it, or any step past it with a host KV tier, runs eagerly."""
+    device); a long prompt chunk past it runs eagerly."""
     from strata.model.qsa import SPARSE_VARIANT
     from strata.types import ScheduledSlot
 
@@ -84,7 +84,6 @@ def test_graph_variant_of_steps_past_the_qsa_budget(hf_and_folder):
     dense, sparse = ScheduledSlot(0, 6, 5, [], [3] * 5), ScheduledSlot(1, 30, 1, [], [3])  # 11 and 31 tokens seen
     long_chunk = ScheduledSlot(2, 0, 40, [], [3] * 40)
     assert model.graph_variant([dense]) == "" and model.graph_variant([dense, sparse]) == SPARSE_VARIANT
-    assert model.graph_variant([dense, sparse], host_kv_tier=True) is None
     assert model.graph_variant([long_chunk]) is None
 
 
@@ -116,11 +115,12 @@ def test_a_table_that_loads_packed_is_never_allocated_dense(hf_and_folder):
         assert NGramEmbedding(cfg, 0).ngram_embedding.weight.is_meta
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_blocks_chosen_for_the_device_are_the_reference_choice(hf_and_folder, dtype):
+@pytest.mark.parametrize("dtype, host", [(torch.float32, False), (torch.bfloat16, False), (torch.float32, True)])
+def test_blocks_chosen_for_the_device_are_the_reference_choice(hf_and_folder, dtype, host):
     """QSAIndexer.choose_blocks (the choice CUDA steps make on the device, here through its scoring kernel's
     torch form) makes rows read what visible() (HF's math) makes them read: decode rows and verification
-    windows below, across and past the budget, through a shuffled block table."""
+    windows below, across and past the budget, through a shuffled block table; `host`: with each sequence's
+    first blocks of keys only in a host tier (KV beyond VRAM; NaN left on the device)."""
     from strata.kernels.paged_attention import block_choice_visible
     from strata.model.qsa import index_cache_key
     from strata.runner.inputs import build_inputs
@@ -138,14 +138,27 @@ def test_blocks_chosen_for_the_device_are_the_reference_choice(hf_and_folder, dt
     kv_caches = {index_cache_key(2): (keys, keys.new_empty(len(ids), block_size, 1, 0))}
     scheduled = [ScheduledSlot(slot_id=i, num_computed_tokens=c, num_new_tokens=n, new_block_ids=[], token_ids=[0] * n)
                  for i, (c, n) in enumerate(windows)]
-    ctx = build_inputs(scheduled, tables, block_size, kv_caches, {}, "cpu").ctx
+    host_tables, host_kv_caches, host_keys = None, None, {}
+    if host:  # the first full blocks of each sequence (up to 3) move to the host tier
+        host_cache = torch.zeros(len(ids), block_size, 1, indexer.head_dim, dtype=dtype)
+        host_tables = {i: list(range(i * 3, i * 3 + min(3, (c + n) // block_size))) for i, (c, n) in enumerate(windows)}
+        for i, columns in host_tables.items():
+            for column, host_block in enumerate(columns):
+                host_cache[host_block] = keys[tables[i][column]]
+                keys[tables[i][column]] = float("nan")
+                tables[i][column] = -1
+            host_keys[i] = (host_cache, None, torch.tensor(columns, dtype=torch.long))
+        host_kv_caches = {index_cache_key(2): (host_cache, host_cache.new_empty(len(ids), block_size, 1, 0))}
+    ctx = build_inputs(scheduled, tables, block_size, kv_caches, {}, "cpu", host_tables=host_tables,
+                       host_kv_caches=host_kv_caches).ctx
     queries = torch.randn(ctx.positions.shape[0], indexer.num_heads, indexer.head_dim, generator=generator).to(dtype)
     choice = indexer.choose_blocks(queries, ctx, attention.rotary)
     start, sparse_rows = 0, 0
     for i, (done, n) in enumerate(windows):
         length = done + n
         table = ctx.block_tables[i, : -(-length // block_size)]
-        expected = indexer.visible(queries[start:start + n], done, length, keys, table, attention.rotary)   # [n, L]
+        expected = indexer.visible(queries[start:start + n], done, length, keys, table, attention.rotary,
+                                   host_keys.get(i))                                                  # [n, L]
         q_pos = torch.arange(done, length)
         ours = block_choice_visible(q_pos, length, choice, choice[0][start:start + n])
         assert torch.equal(ours, expected), f"sequence {i}"

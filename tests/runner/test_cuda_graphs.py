@@ -543,11 +543,13 @@ def test_qwen4_exp_graphs_run_dense_steps_and_keep_tokens(spec, tiny_model_dir, 
 
 
 @gpu
-@pytest.mark.parametrize("spec", [None, {"method": "mtp", "num_speculative_tokens": 3}], ids=["plain", "mtp"])
-def test_qwen4_exp_graphs_replay_steps_past_the_qsa_budget(spec, tiny_model_dir):
+@pytest.mark.parametrize("spec, options", [(None, {}), ({"method": "mtp", "num_speculative_tokens": 3}, {}),
+                                           (None, {"kv_resident_tokens": 16})], ids=["plain", "mtp", "host_kv"])
+def test_qwen4_exp_graphs_replay_steps_past_the_qsa_budget(spec, options, tiny_model_dir):
     """Past the QSA budget (8 tokens in the tiny model) decode and verification steps replay their layout's
     sparse variant, whose rows choose their blocks on the device; eager steps of short windows choose the same
-    way, so the tokens equal a run without graphs."""
+    way, so the tokens equal a run without graphs. `host_kv`: KV beyond VRAM, the index keys of the first
+    blocks read from the host tier."""
     from strata.model.qsa import SPARSE_VARIANT
 
     prompts = _prompts([5, 9, 17, 3, 30, 12])
@@ -555,7 +557,7 @@ def test_qwen4_exp_graphs_replay_steps_past_the_qsa_budget(spec, tiny_model_dir)
     runs = {}
     for graphs in (False, True):
         llm = LLM(tiny_model_dir("qwen4_exp+mtp"), dtype="bfloat16", device="cuda", max_num_seqs=6, block_size=4,
-                  speculative_config=spec, cuda_graphs=graphs)
+                  speculative_config=spec, cuda_graphs=graphs, **options)
         runs[graphs] = _staggered(llm, prompts, lengths)
         if graphs:
             keys = list(llm.engine.runner.graphs.graphs)
