@@ -75,8 +75,21 @@ def run_strata(llm: LLM, prompts: list[list[int]], output_len: int, ignore_eos: 
                                               roofline.copy_bandwidth)
     if stats.num_verify_windows:
         result.update(mean_accepted_length=stats.mean_accepted_length,
+                      mean_window_tokens=1.0 + stats.num_draft_tokens / stats.num_verify_windows,
                       acceptance_per_position=stats.acceptance_per_position())
     return result
+
+
+def _speculation_bound(model: ByteModel, slots: int, spec: dict) -> dict:
+    """{"byte_model_bound_vs_nospec": ...} for a spec arm whose runs verified windows (else {}): the bound for a
+    random router (a trained one concentrates its choices, so a real model may beat it), from the runs' median
+    window length and tokens committed per window."""
+    windows = [(r["mean_window_tokens"], r["mean_accepted_length"]) for r in spec["runs"] if "mean_window_tokens" in r]
+    if not windows:
+        return {}
+    window_tokens = statistics.median(w for w, _ in windows)
+    committed = statistics.median(a for _, a in windows)
+    return {"byte_model_bound_vs_nospec": model.speculation_bound(slots, window_tokens, committed)}
 
 
 def _per_step_ms(totals: dict) -> dict:
@@ -188,7 +201,7 @@ def bench_offline(llm: LLM, opts: OfflineOptions, no_spec: LLM | None = None) ->
             if hf is not None:
                 runs.setdefault(f"hf_generate_b{c}", []).append(run_hf(hf, prompts, opts.output_len, c))
     summary = {name: summarise(arm_runs) for name, arm_runs in runs.items()}
-    _add_ratios(summary, opts.concurrency, hf is not None)
+    _add_ratios(summary, opts.concurrency, hf is not None, roofline.bytes)
     sections = {"results": summary, "roofline": {
         "device_copy_bandwidth_bytes_s": roofline.copy_bandwidth, "device_copy_bytes": copy_mib * 2**20,
         "model": {"params": count_params(core.model_config).as_dict(), "bytes": roofline.bytes.as_dict()}}}
@@ -254,13 +267,16 @@ def summarise(runs: list[dict]) -> dict:
     return {**entry, "runs": runs}
 
 
-def _add_ratios(summary: dict, concurrency: tuple[int, ...], with_hf: bool) -> None:
-    """Side-by-side ratios of arms measured in the same run: spec / no spec, graph / eager, x / HF."""
+def _add_ratios(summary: dict, concurrency: tuple[int, ...], with_hf: bool, model: ByteModel | None = None) -> None:
+    """Side-by-side ratios of arms measured in the same run: spec / no spec (beside the byte model's bound on it,
+    ByteModel.speculation_bound, from the run's windows and acceptance), graph / eager, x / HF."""
     for c in concurrency:
         for mode in ("", "_eager", "_graph"):
             spec, base = summary.get(f"strata_spec{mode}_c{c}"), summary.get(f"strata_nospec{mode}_c{c}")
             if spec and base:
                 spec["speedup_vs_nospec"] = spec["median_output_tok_s"] / base["median_output_tok_s"]
+                if model is not None:
+                    spec.update(_speculation_bound(model, c, spec))
         for engine in ("strata", "strata_spec", "strata_nospec"):
             eager, graph = summary.get(f"{engine}_eager_c{c}"), summary.get(f"{engine}_graph_c{c}")
             if eager and graph:

@@ -177,6 +177,26 @@ class ByteModel:
                     dense += tensor.numel() * tensor.element_size()
         return dataclasses.replace(base, dense_bytes=dense, expert_bytes=per_expert)
 
+    def expected_experts_touched(self, tokens_per_step: float) -> float:
+        """Distinct experts per MoE layer that tokens_per_step tokens touch when each picks top_k of the
+        num_experts uniformly at random (a random router's expectation)."""
+        if not self.num_moe_layers:
+            return 0.0
+        return self.num_experts * (1.0 - (1.0 - self.top_k / self.num_experts) ** tokens_per_step)
+
+    def speculation_bound(self, slots: int, window_tokens: float, committed_per_window: float,
+                          experts: tuple[float, float] | None = None) -> float:
+        """The most speculation can gain over none by the bytes a step reads: tokens committed per byte of a
+        verification step (slots windows of window_tokens rows, committed_per_window tokens each) over those
+        of a decode step (slots rows, a token each). Weights only (dense and experts; KV and recurrent state are
+        alike in both). experts: (decode, verification) distinct experts per MoE layer as measured, else a random
+        router's expectation: the verification rows read more experts, which caps the gain on MoE models."""
+        decode_experts, verify_experts = experts or (self.expected_experts_touched(slots),
+                                                     self.expected_experts_touched(slots * window_tokens))
+        decode = self.bytes_per_step(decode_experts, 0, 0)["total"]
+        verify = self.bytes_per_step(verify_experts, 0, 0)["total"]
+        return committed_per_window * decode / verify
+
     def experts_touched_upper_bound(self, tokens_per_step: float) -> float:
         """Distinct experts per MoE layer if no two tokens of a step shared one."""
         return min(float(self.num_experts), tokens_per_step * self.top_k)

@@ -172,6 +172,10 @@ def _print_offline(doc: dict) -> None:
                      f"  gap p95 {entry.get('median_token_gap_p95_ms', 0):.1f} ms")
         if "median_bandwidth_fraction" in entry:
             line += f"  {entry['median_bandwidth_fraction']:.0%} of copy bandwidth"
+        if "speedup_vs_nospec" in entry:
+            line += f"  {entry['speedup_vs_nospec']:.2f}x no spec"
+            if "byte_model_bound_vs_nospec" in entry:
+                line += f" (byte model, random router: at most {entry['byte_model_bound_vs_nospec']:.2f}x)"
         print(line + (f"  ({ratio:.2f}x HF single stream)" if ratio else ""))
     for name, entry in doc.get("prefill", {}).items():
         peak = entry.get("gemm_peak_fraction")

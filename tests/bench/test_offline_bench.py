@@ -160,6 +160,10 @@ def test_speculation_arms_side_by_side(tmp_path):
     # verify windows are decode steps too; they emit more than one token per slot, so fewer steps
     assert 0 < spec_decode["num_steps"] < base["runs"][0]["step_split_ms"]["decode"]["num_steps"]
     assert spec["runs"][0]["mean_accepted_length"] > 1.0
+    # the byte model's bound on the gain: at most the tokens a window commits, more than nothing
+    window = spec["runs"][0]["mean_window_tokens"]
+    assert window >= spec["runs"][0]["mean_accepted_length"]
+    assert 0 < spec["byte_model_bound_vs_nospec"] <= spec["runs"][0]["mean_accepted_length"] + 1e-9
 
 
 def test_hf_peer_on_a_random_shape(tmp_path):

@@ -38,6 +38,24 @@ def test_bytes_per_step_by_hand():
     assert parts == {"dense": 552, "experts": 3 * 48, "kv": 10 * 16, "recurrent_state": 0, "total": 856}
 
 
+def test_speculation_bound_by_hand():
+    """Tokens per byte of a verification step over a decode step's: the window's committed tokens when the
+    bytes are alike; less when the window's rows read more experts (a random router's expectation, or
+    the experts measured)."""
+    model = ByteModel.from_config(TINY, dtype_bytes=2)                       # dense 552 bytes, an expert 48
+    # 4 experts top-2: one row touches 2, three rows 4 * (1 - (1/2)^3) = 3.5
+    assert model.expected_experts_touched(1) == pytest.approx(2.0)
+    assert model.expected_experts_touched(3) == pytest.approx(3.5)
+    bound = model.speculation_bound(slots=1, window_tokens=3, committed_per_window=2.5)
+    assert bound == pytest.approx(2.5 * (552 + 2 * 48) / (552 + 3.5 * 48))
+    measured = model.speculation_bound(1, 3, 2.5, experts=(2.0, 4.0))
+    assert measured == pytest.approx(2.5 * (552 + 2 * 48) / (552 + 4 * 48))
+    dense = ByteModel.from_config(ModelConfig(architecture="LlamaForCausalLM", vocab_size=10, hidden_size=4,
+                                              intermediate_size=8, num_hidden_layers=1, num_attention_heads=2,
+                                              num_key_value_heads=1, head_dim=2), dtype_bytes=2)
+    assert dense.speculation_bound(4, 4, 3.0) == pytest.approx(3.0)
+
+
 def test_recurrent_state_bytes_by_hand():
     cfg = ModelConfig.from_hf({**hf_config("qwen3_next").to_dict(), "architectures": ["Qwen3NextForCausalLM"]})
     model = ByteModel.from_config(cfg, dtype_bytes=2)
