@@ -53,12 +53,12 @@ def reads_sparse_context(cfg: ModelConfig, context_len: int) -> bool:
 def choose_in_one_topk(scores: torch.Tensor, seen: torch.Tensor, complete: torch.Tensor, top_blocks: int) -> torch.Tensor:
     """scores [n, nb], seen [n, nb], complete [n] -> chosen [n, nb]: every seen block of a row within the budget,
     the top_blocks best seen ones of a row past it, in one top-k over rows whose unseen blocks score -inf (a long
-    prompt chunk's rows see up to a chunk's worth of different counts; one top-k per count took seconds a
-    chunk on the H200). CUDA's top-k breaks a tie at the k-th score by the lower index whatever the row's width,
-    as it does on the per-count slices; on the CPU the per-count form keeps HF's own ties."""
-    dense = (complete <= top_blocks)[:, None]
+    prompt chunk's rows see up to a chunk's worth of different counts: one top-k, not one per count and a host
+    sync for the counts). CUDA's top-k breaks a tie at the k-th score by the lower index whatever the row's
+    width, as it does on the per-count slices; on the CPU the per-count form keeps HF's own ties."""
     if scores.shape[1] <= top_blocks:
         return seen
+    dense = (complete <= top_blocks)[:, None]
     top = scores.masked_fill(~seen, float("-inf")).topk(top_blocks, dim=1).indices          # [n, top_blocks]
     picked = torch.zeros_like(seen).scatter_(1, top, True)
     return seen & (dense | picked)
