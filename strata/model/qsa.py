@@ -54,8 +54,8 @@ def choose_in_one_topk(scores: torch.Tensor, seen: torch.Tensor, complete: torch
     """scores [n, nb], seen [n, nb], complete [n] -> chosen [n, nb]: every seen block of a row within the budget,
     the top_blocks best seen ones of a row past it, in one top-k over rows whose unseen blocks score -inf (a long
     prompt chunk's rows see up to a chunk's worth of different counts: one top-k, not one per count and a host
-    sync for the counts). CUDA's top-k breaks a tie at the k-th score by the lower index whatever the row's
-    width, as it does on the per-count slices; on the CPU the per-count form keeps HF's own ties."""
+    sync for the counts). Only an exact tie at the k-th score (relu zeroing every head of both blocks) may break
+    otherwise than on per-count slices; on the CPU the per-count form keeps HF's own ties."""
     if scores.shape[1] <= top_blocks:
         return seen
     dense = (complete <= top_blocks)[:, None]
@@ -89,9 +89,9 @@ class QSAIndexer(nn.Module):
     def choose_blocks(self, queries: torch.Tensor, ctx: ForwardContext, rotary) -> ops.BlockChoice:
         """Every row's blocks, on the device with no host decision: index queries [T, Hi, Di] -> (chosen [T, W]
         uint8, ratio, top_blocks), W the blocks ctx.block_tables can hold; a row within the budget reads densely
-        whatever its row of `chosen` says. None when no row can be past the budget (W <= top_blocks).
-        torch.topk on CUDA breaks a tie at the k-th score by the lower block index whatever W is, so a CUDA
-        graph's wider tables choose what an eager step's do."""
+        whatever its row of `chosen` says. None when no row can be past the budget (W <= top_blocks). Eager
+        steps of short windows choose here too, so a graph's step and its eager run choose alike (a graph's
+        wider tables add -inf columns; only an exact tie at the k-th score could fall otherwise)."""
         keys = ctx.kv_caches[self.key][0]
         width = ctx.block_tables.shape[1] * keys.shape[1] // self.ratio
         if width <= self.top_blocks:
