@@ -158,6 +158,11 @@ class CausalLM(nn.Module):
         (it runs eagerly)."""
         return ""
 
+    def warm_graph_variants(self) -> tuple[str, ...]:
+        """Variants (graph_variant) whose one-slot decode layout the warm-up ladder captures too, so the first
+        step that needs one does not wait for its capture and its kernels' first compile."""
+        return ()
+
     def index_key_layers(self) -> dict:
         """Extra per-token caches beside K and V (KV-pool key -> width); none but for QSA layers."""
         return {}

@@ -120,6 +120,9 @@ class Qwen4ExpForCausalLM(CausalLM):
             return None
         return SPARSE_VARIANT
 
+    def warm_graph_variants(self) -> tuple[str, ...]:
+        return (SPARSE_VARIANT,) if self.config.indexer_n_heads else ()
+
     def build_body(self, cfg: ModelConfig) -> nn.Module:
         return Qwen4ExpBody(cfg, self.build_layer)
 

@@ -105,6 +105,7 @@ class CudaGraphCache:
         self.model, self.inputs = model, inputs
         # beyond its layout, which graph a step may replay (a model's own condition, e.g. QSA's budget)
         self.graph_variant = getattr(model, "graph_variant", lambda scheduled: "")
+        self.warm_variants = tuple(getattr(model, "warm_graph_variants", lambda: ())())
         self.host_plan = host_plan or (lambda: (0, frozenset(), frozenset()))
         # a device scalar the forward reads (routing statistics skip padding rows): each step copies
         # the real row count into it, 0 while warming up and capturing on padding only
@@ -244,9 +245,10 @@ class CudaGraphCache:
         return GraphStep(input_ids, captured.hidden[:len(scheduled) * n], ctx, logits)
 
     def ladder_keys(self) -> list[tuple[int, int]]:
-        """Every layout decoding uses, most needed first: plain decode for every ladder size, single
-        fresh prompts, longer verification windows, then several fresh prompts at once."""
-        decode = [(slots, 1) for slots in self.ladder]
+        """Every layout decoding uses, most needed first: plain decode for every ladder size (and one slot's
+        decode in each variant the model warms), single fresh prompts, longer verification windows, then
+        several fresh prompts at once."""
+        decode = [(slots, 1) for slots in self.ladder] + [(self.ladder[0], 1, v) for v in self.warm_variants]
         lengths = _powers_of_two(MIN_PROMPT_LAYOUT, self.max_prompt_tokens)
         prompts = [(1, n) for n in lengths]
         windows = [(slots, n) for n in range(2, self.max_tokens_per_slot + 1) for slots in self.ladder]

@@ -172,6 +172,38 @@ def test_a_step_of_fresh_prompts_and_windows_splits_into_graph_layouts():
     assert off.split_layouts(step) is None               # max_prompt_tokens 0: mixed steps stay eager
 
 
+def test_a_model_variant_keys_its_own_graphs():
+    """A step the model names a variant for takes the key (slots, tokens, variant); one it refuses runs eagerly;
+    fresh prompts take plain prompt layouts only; the warm-up ladder holds one slot's decode in each warmed
+    variant."""
+    from strata.runner.cuda_graphs import CudaGraphCache
+
+    class Model(torch.nn.Identity):
+        def graph_variant(self, scheduled):  # a context past 20 tokens: "wide"; a window of 2 there: none
+            if all(w.num_computed_tokens + w.num_new_tokens <= 20 for w in scheduled):
+                return ""
+            return None if any(w.num_new_tokens > 1 for w in scheduled) else "wide"
+
+        def warm_graph_variants(self):
+            return ("wide",)
+
+    cache = CudaGraphCache(Model(), GraphInputs(8, 2, 4, 4, 0, 0, "cpu", max_prompt_rows=2048), {}, {},
+                           max_slots=8, max_tokens_per_slot=2, capacity=0, max_prompt_tokens=64)
+
+    def slot(i, computed, n):
+        return ScheduledSlot(i, computed, n, [], [1] * n)
+
+    assert cache.layout_for([slot(0, 9, 1), slot(1, 3, 1), slot(2, 5, 1)]) == (3, 1)
+    assert cache.layout_for([slot(0, 9, 1), slot(1, 30, 1), slot(2, 5, 1)]) == (3, 1, "wide")
+    assert cache.layout_for([slot(0, 30, 2)]) is None
+    assert cache.prompt_layout(slot(0, 0, 16)) == (1, 16) and cache.prompt_layout(slot(0, 0, 32)) is None
+    keys = cache.ladder_keys()
+    assert (1, 1, "wide") in keys and keys.index((1, 1, "wide")) < keys.index((1, 16))
+    assert cache.capacity == len(keys)
+    cache.eager_only.add((3, 1, "wide"))                 # a variant whose capture failed runs eagerly
+    assert cache.layout_for([slot(0, 30, 1), slot(1, 3, 1), slot(2, 5, 1)]) is None
+
+
 def test_several_fresh_prompts_share_a_graph_up_to_its_row_budget():
     from strata.runner.cuda_graphs import PROMPT_GRAPH_ROWS, CudaGraphCache
 
@@ -561,7 +593,8 @@ def test_qwen4_exp_graphs_replay_steps_past_the_qsa_budget(spec, options, tiny_m
         runs[graphs] = _staggered(llm, prompts, lengths)
         if graphs:
             keys = list(llm.engine.runner.graphs.graphs)
-            assert any(key[2:] == (SPARSE_VARIANT,) for key in keys), keys
+            # captured for steps of several slots (the warm-up ladder holds the one-slot decode variant)
+            assert any(key[2:] == (SPARSE_VARIANT,) and key[:2] != (1, 1) for key in keys), keys
             assert llm.engine.runner.graph_stats()["replays"] > 0
         del llm
         torch.cuda.empty_cache()
