@@ -25,8 +25,8 @@ def test_supports_the_k_quant_types_of_q4_k_m_experts():
 def test_grouped_experts_equal_the_pairs(qtypes, tokens):
     """Experts in padded slot views, a skipped pair (zeros), experts shared by several tokens (8 experts,
     top 4: blocks of BLOCK_M rows with padding) and blocks of a full 16 rows (40 tokens)."""
-    from kernels.test_packed_moe import case, on_device
-    from kernels.test_packed_q8 import moe_reference
+    from test_packed_moe import case, on_device  # this folder's modules (see test_packed_q8.py)
+    from test_packed_q8 import moe_reference
 
     hidden, w13, w2, ids, weights = case(*qtypes, tokens, dim=512, inter=768, pad=96, seed=tokens)
     args = (hidden.cuda(), on_device(w13), qtypes[0], on_device(w2), qtypes[1], ids.cuda(), weights.cuda())

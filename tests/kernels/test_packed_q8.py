@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.test_packed_gemv import random_blocks
+from test_packed_gemv import random_blocks  # this folder's module by name: an installed `kernels` package (transformers >= 5.25 needs one) shadows tests/kernels
 from strata.kernels import packed_q8
 from strata.kernels.gguf_blocks import dequantize_ref
 from strata.kernels.packed_gemv import IQ4_XS, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, packed_gemv_ref
@@ -194,7 +194,7 @@ def moe_reference(hidden, w13, qtype13, w2, qtype2, ids, weights) -> torch.Tenso
 def test_moe_pairs_match_the_rounded_reference(qtypes, inter, tokens):
     """Experts in slots wider than they are (a padded view), a skipped pair (zeros), K = 768 down rows (odd
     Q6_K superblocks), Qwen4-Exp's 640-wide down rows in Q8_0 / Q5_0."""
-    from kernels.test_packed_moe import case, on_device
+    from test_packed_moe import case, on_device
 
     hidden, w13, w2, ids, weights = case(*qtypes, tokens, dim=512, inter=inter, pad=96, seed=tokens)
     out = packed_q8.moe_pairs_q8(hidden.cuda(), on_device(w13), qtypes[0], on_device(w2), qtypes[1], ids.cuda(),

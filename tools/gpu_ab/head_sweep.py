@@ -5,8 +5,8 @@ default_config's first. Also the 30B-A3B head (Q6_K 151,936 x 2,048). Usage: hea
 import sys, torch
 from graph_timing import graph_time
 from strata.kernels import packed_q8
-sys.path.insert(0, "tests")
-from kernels.test_packed_gemv import random_blocks
+sys.path.insert(0, "tests/kernels")  # by name: an installed `kernels` package shadows tests/kernels
+from test_packed_gemv import random_blocks
 
 Q6_K = 14
 rows = int(sys.argv[1]) if len(sys.argv) > 1 else 1

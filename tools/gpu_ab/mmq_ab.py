@@ -4,8 +4,8 @@ decode path), packed_mmq.moe_grouped_q8 under a few tilings, and packed_moe's fl
 path past PAIRS_MAX). Writes $OUT/mmq_ab.json."""
 import json, os, sys, torch
 from strata.kernels import packed_moe, packed_mmq, packed_q8
-sys.path.insert(0, "tests")
-from kernels.test_packed_gemv import random_blocks
+sys.path.insert(0, "tests/kernels")  # by name: an installed `kernels` package shadows tests/kernels
+from test_packed_gemv import random_blocks
 from graph_timing import graph_time
 
 

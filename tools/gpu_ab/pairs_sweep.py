@@ -3,8 +3,8 @@
 8 rotated routings (cold L2). Writes $OUT/pairs_sweep.json: which tiling each token count should take."""
 import itertools, json, os, sys, torch, triton
 from strata.kernels import packed_q8 as pq
-sys.path.insert(0, "tests")
-from kernels.test_packed_gemv import random_blocks
+sys.path.insert(0, "tests/kernels")  # by name: an installed `kernels` package shadows tests/kernels
+from test_packed_gemv import random_blocks
 from graph_timing import graph_time
 
 E, D, I, TOP = 128, 2048, 768, 8

@@ -12,9 +12,9 @@ import torch
 
 from strata.kernels import packed_mmq, packed_moe, packed_q8
 
-sys.path.insert(0, "tests")
+sys.path.insert(0, "tests/kernels")  # by name: an installed `kernels` package shadows tests/kernels
 from graph_timing import graph_time  # noqa: E402
-from kernels.test_packed_gemv import random_blocks  # noqa: E402
+from test_packed_gemv import random_blocks  # noqa: E402
 
 
 
