@@ -27,6 +27,7 @@ except ImportError:  # CPU-only install: qsa_block_scores_ref still works
 
 from strata.kernels.launch import pdl_options
 from strata.kernels.rms_norm import rms_norm_ref
+from strata.kernels.rope_kv import rope_ref
 
 if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
@@ -69,8 +70,8 @@ def qsa_block_scores_ref(index_q: torch.Tensor, key_cache: torch.Tensor, block_t
             pages = torch.cat([front, pages[num_host:]])
         raw = pages.flatten(0, 1)[:seq_len, 0]                                              # [L, Di]
         pooled = raw[: num_blocks * ratio].unflatten(0, (num_blocks, ratio)).float().mean(1).to(raw.dtype)
-        block_keys = _rotate(rms_norm_ref(pooled, norm_weight, eps, zero_centered=True)[0],
-                             torch.arange(num_blocks, device=raw.device) * ratio, cos, sin, rot_dim)  # [nb, Di]
+        block_keys = rope_ref(rms_norm_ref(pooled, norm_weight, eps, zero_centered=True)[0], cos, sin,
+                              torch.arange(num_blocks, device=raw.device) * ratio)                  # [nb, Di]
         block_scores = torch.einsum("qhd,bd->qhb", index_q[s:e].float(), block_keys.float()).relu().sum(1)
         block_scores = block_scores / math.sqrt(index_q.shape[2])                             # [n, nb]
         positions = seq_len - (e - s) + torch.arange(e - s, device=raw.device)
@@ -80,17 +81,6 @@ def qsa_block_scores_ref(index_q: torch.Tensor, key_cache: torch.Tensor, block_t
         used = min(num_blocks, width)
         scores[s:e, :used] = block_scores.masked_fill(~seen, float("-inf"))[:, :used]
     return scores
-
-
-def _rotate(x: torch.Tensor, positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-            rot_dim: int) -> torch.Tensor:
-    """x [N, Di] rotated by positions [N] as RotaryEmbedding.rotate does (rows(), then rotate_rows): HF's
-    rotate_half on the first rot_dim dims, in float32 with rotate_half's sign folded into sin, cast back."""
-    c, s = cos[positions], sin[positions]                                                     # [N, rot_dim / 2]
-    c, s = torch.cat((c, c), dim=-1), torch.cat((-s, s), dim=-1)                              # [N, rot_dim]
-    x_rot = x[..., :rot_dim].float()
-    rotated = (x_rot * c + x_rot.roll(rot_dim // 2, -1) * s).to(x.dtype)
-    return torch.cat((rotated, x[..., rot_dim:]), dim=-1)
 
 
 def qsa_block_scores(index_q: torch.Tensor, key_cache: torch.Tensor, block_tables: torch.Tensor,

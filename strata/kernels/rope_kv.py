@@ -23,6 +23,17 @@ if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
 
 
+def rope_ref(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """x [T, ..., D] rotated by positions [T] (cos / sin [P, R/2] for rot_dim R): HF's rotate_half on the first R
+    dims in float32, cast back; the other dims as they are."""
+    half = cos.shape[1]
+    shape = (positions.shape[0],) + (1,) * (x.dim() - 2) + (half,)
+    c, s = cos[positions].view(shape), sin[positions].view(shape)                      # [T, 1.., R/2]
+    x1, x2 = x[..., :half].float(), x[..., half:2 * half].float()
+    rotated = torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).to(x.dtype)
+    return torch.cat((rotated, x[..., 2 * half:]), dim=-1)
+
+
 def qk_norm_rope_kv_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor | None,
                         k_weight: torch.Tensor | None, eps: float, zero_centered: bool, cos: torch.Tensor,
                         sin: torch.Tensor, positions: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
@@ -37,15 +48,7 @@ def qk_norm_rope_kv_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_wei
     if q_weight is not None:
         q = rms_norm_ref(q, q_weight, eps, zero_centered)[0]
         k = rms_norm_ref(k, k_weight, eps, zero_centered)[0]
-    half = cos.shape[1]
-    c, s = cos[positions].unsqueeze(1), sin[positions].unsqueeze(1)  # [T, 1, R/2]
-
-    def rotate(x: torch.Tensor) -> torch.Tensor:
-        x1, x2 = x[..., :half].float(), x[..., half:2 * half].float()
-        rotated = torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).to(x.dtype)
-        return torch.cat((rotated, x[..., 2 * half:]), dim=-1)
-
-    q, k = rotate(q), rotate(k)
+    q, k = rope_ref(q, cos, sin, positions), rope_ref(k, cos, sin, positions)
     for x, cache, scale in zip((k, v), (k_cache, v_cache), kv_scales or (None, None)):
         write_kv_ref(x, cache, scale, slot_mapping)
     return q
