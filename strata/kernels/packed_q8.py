@@ -67,7 +67,19 @@ LINEAR_MAX_ROWS = 8
 # stream lost 2 % with the new one (603.8 -> 591.3, calls 4 and 5); Qwen4-Exp's 640-wide Q8_0 / Q5_0 down rows
 # gained 3 % with it (908.9 -> 940.3, call 4).
 PAIR_CONFIG = dict(BLOCK_N=16, SUPERBLOCKS=2, num_warps=1, num_stages=3)
-PAIR_CONFIG_ONE_TOKEN = dict(BLOCK_N=8, SUPERBLOCKS=1, num_warps=2, num_stages=3)
+# One token: each launch its own tiling. pairs_sweep (session 24, 30B-A3B experts, cold weights) timed gate/up
+# 13.03 us and down 12.26 at the 8-row, 2-warp tiling, against 11.49 at 4 rows, 2 superblocks, one warp (gate/up)
+# and 7.71 at 8 rows, 1 superblock, one warp (down). Narrower down rows (Qwen4-Exp's 640-wide Q8_0 / Q5_0, UNIT
+# 128) keep PAIR_CONFIG: +3 % for its whole model (908.9 -> 940.3 tok/s, session 24 call 4).
+ONE_TOKEN_GATE_UP = dict(BLOCK_N=8, SUPERBLOCKS=1, num_warps=2, num_stages=3)
+ONE_TOKEN_DOWN = dict(BLOCK_N=8, SUPERBLOCKS=1, num_warps=2, num_stages=3)
+
+
+def pair_configs(num_tokens: int, qtype2: int) -> tuple[dict, dict]:
+    """The tilings of a pairs step's two launches (gate/up, down) for its token count and down rows' type."""
+    if num_tokens > 1 or UNIT[qtype2] != 256:
+        return PAIR_CONFIG, PAIR_CONFIG
+    return ONE_TOKEN_GATE_UP, ONE_TOKEN_DOWN
 
 
 def default_config(n: int, k: int, rows: int) -> dict:
@@ -246,26 +258,28 @@ def moe_pairs_q8(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torc
     num_tokens, top_k = topk_ids.shape
     dim, inter = hidden.shape[1], w13.shape[1] // 2
     assert w13.stride(2) == 1 and w2.stride(2) == 1 and w2.shape[1] == dim
-    one_token_tiling = num_tokens == 1 and UNIT[qtype2] == 256
-    cfg = {**(PAIR_CONFIG_ONE_TOKEN if one_token_tiling else PAIR_CONFIG), **(config or {})}
+    cfg13, cfg2 = ({**c, **(config or {})} for c in pair_configs(num_tokens, qtype2))
     ids = topk_ids.reshape(-1).contiguous()                                           # [P]
     weights = topk_weights.reshape(-1).contiguous()                                   # [P]
     hq, hdx, hsums = quantize(hidden)                                                 # [T, D], [T, D/32], [T, D/16]
     act = torch.empty(ids.numel(), inter, dtype=torch.float32, device=hidden.device)  # [P, I]
-    block_n = cfg["BLOCK_N"]
-    common = dict(BLOCK_N=block_n, ASM=not _interpreted(), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-                  **pdl_options(hidden))
-    _gate_up_kernel[(ids.numel(), triton.cdiv(inter, block_n))](
+    _gate_up_kernel[(ids.numel(), triton.cdiv(inter, cfg13["BLOCK_N"]))](
         hq, hdx, hsums, w13, ids, act, inter, dim, top_k, w13.stride(0), w13.stride(1),
-        QTYPE=qtype13, SB=units_per_step(cfg["SUPERBLOCKS"], qtype13, dim), UNIT=UNIT[qtype13],
-        WT=_word_tiles(qtype13, False), **common)
+        QTYPE=qtype13, SB=units_per_step(cfg13["SUPERBLOCKS"], qtype13, dim), UNIT=UNIT[qtype13],
+        WT=_word_tiles(qtype13, False), **_launch_options(cfg13, hidden))
     aq, adx, asums = quantize(act)                                                    # [P, I] ...
     partials = torch.empty(num_tokens, top_k, dim, dtype=torch.float32, device=hidden.device)  # [T, K, D]
-    _down_kernel[(ids.numel(), triton.cdiv(dim, block_n))](
+    _down_kernel[(ids.numel(), triton.cdiv(dim, cfg2["BLOCK_N"]))](
         aq, adx, asums, w2, ids, weights, partials, dim, inter, w2.stride(0), w2.stride(1),
-        QTYPE=qtype2, SB=units_per_step(cfg["SUPERBLOCKS"], qtype2, inter), UNIT=UNIT[qtype2],
-        WT=_word_tiles(qtype2, False), **common)
+        QTYPE=qtype2, SB=units_per_step(cfg2["SUPERBLOCKS"], qtype2, inter), UNIT=UNIT[qtype2],
+        WT=_word_tiles(qtype2, False), **_launch_options(cfg2, hidden))
     return partials
+
+
+def _launch_options(cfg: dict, x: torch.Tensor) -> dict:
+    """A pairs launch's tiling keywords (rows of an expert a program, warps, stages) and PDL."""
+    return dict(BLOCK_N=cfg["BLOCK_N"], ASM=not _interpreted(), num_warps=cfg["num_warps"],
+                num_stages=cfg["num_stages"], **pdl_options(x))
 
 
 if triton is not None:
