@@ -18,6 +18,7 @@ ends every step is after the copy anyway.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from strata.cache.pools import KVPool, zeros
@@ -38,11 +39,26 @@ class HostKVPool:
         self.num_blocks = num_blocks
         self.caches = {key: (host_like(k), host_like(v)) for key, (k, v) in kv_pool.caches.items()}
         self.offloads = RowsToHost()
+        # writes into the tier, counted: `generation` goes up by one a write, `written_at[block]` is the
+        # generation of the block's last write (the KV staging ring's copies made ahead check them)
+        self.generation = 0
+        self.written_at = np.zeros(num_blocks, dtype=np.int64)
+
+    def written_since(self, generation: int) -> np.ndarray:
+        """The host blocks written after `generation` (ids, int64)."""
+        if generation == self.generation:
+            return self.written_at[:0]
+        return np.flatnonzero(self.written_at > generation)
+
+    def _written(self, blocks: list[int]) -> None:
+        self.generation += 1
+        self.written_at[blocks] = self.generation
 
     def offload(self, pairs: list[tuple[int, int]]) -> None:
         """(device block, host block) pairs: the device blocks' contents, every key, into the host blocks
         (queued on the stream from the device; see the module docstring)."""
         if pairs:
+            self._written([h for _, h in pairs])
             self.offloads.queue(self.kv_pool.caches, [d for d, _ in pairs], self.caches, [h for _, h in pairs])
 
     def settle(self) -> None:
@@ -55,6 +71,7 @@ class HostKVPool:
         the offloads in flight (one may still be writing a host block that was freed and handed on)."""
         if not pairs:
             return
+        self._written([h for _, h in pairs])
         self.settle()
         for key, pair in park_kv.items():
             for source, target in zip(pair, self.caches[key]):

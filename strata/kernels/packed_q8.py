@@ -62,24 +62,24 @@ LINEAR_MAX_ROWS = 8
 # 16 rows, 2 superblocks, within 4 % of the fastest of 42 tilings for both launches at 8 and 16 tokens of the
 # 30B-A3B experts (gate/up + down 84.0 / 153.5 us against 123.3 / 235.0 for the 8-row, 2-warp tiling; H200, CUDA
 # graphs, cold weights: bench/results/2026-12-03-h200-session24/call3_pairs_sweep.*). Whole-model decode at 8 / 16
-# streams 1,623 -> 1,803 / 2,146 -> 2,489 tok/s (call 4). One token over superblock-wide down rows (Q4_K / Q6_K,
-# the 30B-A3B's) keeps the 8-row, 2-warp tiling: alone it timed 25.3 against 19.9 us, but the whole model's single
-# stream lost 2 % with the new one (603.8 -> 591.3, calls 4 and 5); Qwen4-Exp's 640-wide Q8_0 / Q5_0 down rows
-# gained 3 % with it (908.9 -> 940.3, call 4).
+# streams 1,623 -> 1,803 / 2,146 -> 2,489 tok/s (call 4). (For one token this tiling timed 19.9 us against 25.3 alone
+# but lost 2 % in the 30B-A3B's whole model across two machine starts; in one process it was even, below.)
 PAIR_CONFIG = dict(BLOCK_N=16, SUPERBLOCKS=2, num_warps=1, num_stages=3)
 # One token: each launch its own tiling. pairs_sweep (session 24, 30B-A3B experts, cold weights) timed gate/up
 # 13.03 us and down 12.26 at the 8-row, 2-warp tiling, against 11.49 at 4 rows, 2 superblocks, one warp (gate/up)
-# and 7.71 at 8 rows, 1 superblock, one warp (down). Narrower down rows (Qwen4-Exp's 640-wide Q8_0 / Q5_0, UNIT
-# 128) keep PAIR_CONFIG: +3 % for its whole model (908.9 -> 940.3 tok/s, session 24 call 4).
-ONE_TOKEN_GATE_UP = dict(BLOCK_N=8, SUPERBLOCKS=1, num_warps=2, num_stages=3)
-ONE_TOKEN_DOWN = dict(BLOCK_N=8, SUPERBLOCKS=1, num_warps=2, num_stages=3)
+# and 7.71 at 8 rows, 1 superblock, one warp (down). In the whole model (pairs_ab.py, one process, 3 alternated
+# rounds, bench/results/2026-12-03-h200-session31/): the 30B-A3B at Q4_K_M 596.2 -> 620.4 tok/s; Qwen4-Exp at
+# Q4_K_M, whose 640-wide down rows are Q8_0 / Q5_0, 1,207.5 -> 1,230.0 with 2 superblocks a step for down.
+ONE_TOKEN_GATE_UP = dict(BLOCK_N=4, SUPERBLOCKS=2, num_warps=1, num_stages=3)
+ONE_TOKEN_DOWN = dict(BLOCK_N=8, SUPERBLOCKS=1, num_warps=1, num_stages=3)
+ONE_TOKEN_DOWN_SMALL_UNITS = dict(BLOCK_N=8, SUPERBLOCKS=2, num_warps=1, num_stages=3)
 
 
 def pair_configs(num_tokens: int, qtype2: int) -> tuple[dict, dict]:
     """The tilings of a pairs step's two launches (gate/up, down) for its token count and down rows' type."""
-    if num_tokens > 1 or UNIT[qtype2] != 256:
+    if num_tokens > 1:
         return PAIR_CONFIG, PAIR_CONFIG
-    return ONE_TOKEN_GATE_UP, ONE_TOKEN_DOWN
+    return ONE_TOKEN_GATE_UP, (ONE_TOKEN_DOWN if UNIT[qtype2] == 256 else ONE_TOKEN_DOWN_SMALL_UNITS)
 
 
 def default_config(n: int, k: int, rows: int) -> dict:

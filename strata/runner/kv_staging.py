@@ -11,6 +11,14 @@ the tier), then copies the first R layers' blocks; layer i's
 attention waits for its copy (`before_attention`), and once it has read the entry (`after_attention`) the
 copy of layer i + R into that entry is queued behind it.
 
+The last R layers' entries are refilled the same way for the next step's first R layers, with this step's
+blocks: a copy made ahead. A step's host blocks are almost always the last one's (a block joins the tier every
+block_size tokens of a sequence), so `start` keeps such a copy where the step's rows are the same and no block
+it read was written since (HostKVPool.written_since), and copies afresh otherwise. The first attention layer
+then no longer waits for a whole layer's copy at the start of every step: at 128K tokens that copy would
+have had only the layers before it to hide behind, and the copy engine sat idle from the last attention layer
+to the next step.
+
 The step's context sees a host tier whose blocks sit at staging indices: `view` maps each layer's keys to its
 ring entry, and the host tables (`begin`'s result) list each slot's blocks at consecutive ring rows, slot
 after slot. The attention paths are those of an unstaged tier. CUDA graphs are captured reading the ring;
@@ -30,6 +38,7 @@ import contextlib
 
 import torch
 
+from strata.cache.host_kv import HostKVPool
 from strata.config import kv_scale_key
 from strata.split_graphs import split_here
 from strata.transfer import consecutive_runs, raw
@@ -38,10 +47,12 @@ from strata.types import ScheduledSlot
 
 class HostKVStaging:
     sm_exchange = True  # offloaded MoE layers' host transfers made by kernels beside the ring (False: copy engines)
+    copies_ahead = True  # the last layers' entries refilled for the next step (module docstring; False: not)
 
-    def __init__(self, tier_caches: dict, layers: list[int], ring_size: int, capacity: int,
+    def __init__(self, tier_pool: HostKVPool, layers: list[int], ring_size: int, capacity: int,
                  device: torch.device | str) -> None:
-        """tier_caches: the host tier (HostKVPool.caches); layers: the attention layers in forward order."""
+        """tier_pool: the host tier; layers: the attention layers in forward order."""
+        tier_caches = tier_pool.caches
         attention = [k for k in tier_caches if isinstance(k, int)]  # (a layer left out, e.g. an idle MTP layer)
         extra = [k for k in tier_caches if k not in attention and k not in {kv_scale_key(i) for i in attention}]
         if extra:
@@ -50,6 +61,7 @@ class HostKVStaging:
             raise ValueError(f"KV staging needs a ring of at least one layer and one block, got {ring_size} x "
                              f"{capacity}")
         self.tier = tier_caches
+        self.tier_pool = tier_pool
         self.layers = list(layers)
         self.capacity = capacity
         self.ring_size = min(ring_size, len(self.layers))
@@ -69,6 +81,9 @@ class HostKVStaging:
         self.runs: list[tuple[int, int, int]] | None = None  # this step's (ring row, tier block, count); None: idle
         self.rows: dict[int, list[int]] = {}  # this step's slots' blocks as ring rows
         self._runs_of: dict[int, tuple[list[int], list]] = {}  # slot -> (its host blocks, their runs)
+        # copies made ahead for the next step: layer -> (the runs copied, the tier's generation then, done event)
+        self.ahead: dict[int, tuple[list, int, torch.cuda.Event | None]] = {}
+        self.reused = 0  # the steps' first layers that found their copy made ahead (for tests and benchmarks)
 
     def fits(self, scheduled: list[ScheduledSlot], tables: dict[int, list[int]]) -> bool:
         """Whether the slots' host blocks (their tier `tables`) fit one ring entry."""
@@ -80,6 +95,7 @@ class HostKVStaging:
         `start`."""
         if not self.fits(scheduled, tables):
             self.runs = None
+            self.ahead.clear()
             return None
         # one dict, refilled: its identity keys the runner's cached arrays of it (table_arrays.py)
         staged, self.runs, offset = self.rows, [], 0
@@ -101,8 +117,24 @@ class HostKVStaging:
             return
         if self.cuda:
             self.copy_stream.wait_stream(torch.cuda.current_stream())  # the tier's offload copies landed
+        ahead, self.ahead = self.ahead, {}
         for layer in self.layers[:self.ring_size]:
-            self._copy(layer)
+            made = ahead.get(layer)
+            if made is not None and self._still_valid(*made[:2]):
+                self.copied[layer] = made[2]
+                self.reused += 1
+            else:
+                self._copy(layer)
+
+    def _still_valid(self, runs: list, generation: int) -> bool:
+        """Whether a copy of `runs` made when the tier was at `generation` is this step's: the same rows of the
+        same blocks, none of them written since."""
+        if runs != self.runs:
+            return False
+        for block in self.tier_pool.written_since(generation).tolist():
+            if any(start <= block < start + count for _, start, count in runs):
+                return False
+        return True
 
     def _slot_runs(self, slot_id: int, ids: list[int]) -> list[tuple[int, int, int]]:
         """consecutive_runs(ids) of a slot, found again only when its host blocks changed (a block every
@@ -144,9 +176,12 @@ class HostKVStaging:
         later = self.layers.index(layer) + self.ring_size
         if later < len(self.layers):
             self._copy(self.layers[later])
+        elif self.copies_ahead:  # the next step's layer in this entry, with this step's blocks
+            self._copy(self.layers[later - len(self.layers)], ahead=True)
 
-    def _copy(self, layer: int) -> None:
-        """Layer `layer`'s blocks of the step into its ring entry (after that entry's last reader)."""
+    def _copy(self, layer: int, ahead: bool = False) -> None:
+        """Layer `layer`'s blocks of the step into its ring entry (after that entry's last reader); `ahead`:
+        for the next step (kept in self.ahead until its `start`)."""
         entry = self.ring[self.entry_of[layer]]
         stream = self.copy_stream
         if stream is not None and self.released[self.entry_of[layer]] is not None:
@@ -156,7 +191,12 @@ class HostKVStaging:
                 for target, source in zip(entry[kind], self.tier[key]):
                     for first, start, count in self.runs:
                         raw(target)[first:first + count].copy_(raw(source)[start:start + count], non_blocking=True)
+            done = None
             if stream is not None:
-                self.copied[layer] = torch.cuda.Event()
-                self.copied[layer].record(stream)
+                done = torch.cuda.Event()
+                done.record(stream)
+        if ahead:
+            self.ahead[layer] = (list(self.runs), self.tier_pool.generation, done)
+        else:
+            self.copied[layer] = done
 

@@ -116,7 +116,7 @@ class ModelRunner:
             # the MTP layer's blocks only when it drafts (otherwise its KV is never read)
             staged = cfg.full_attention_layers + ([cfg.num_hidden_layers] if spec.enabled and spec.method == "mtp"
                                                   and model.has_mtp else [])
-            self.kv_staging = HostKVStaging(self.host_kv.caches, staged, *kv_staging, device)
+            self.kv_staging = HostKVStaging(self.host_kv.pool, staged, *kv_staging, device)
         self.graphs = None
         max_len = max_model_len or cfg.max_position_embeddings
         # the attention kernel sizes its context splits by this table width whether or not graphs run,

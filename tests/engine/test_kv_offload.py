@@ -8,9 +8,13 @@ with the numbers."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from strata import LLM, SamplingParams
-from strata.types import Request
+from strata.cache.host_kv import HostKVPool
+from strata.cache.pools import KVPool
+from strata.runner.kv_staging import HostKVStaging
+from strata.types import Request, ScheduledSlot
 
 BLOCK = 4
 WINDOW = 16  # resident tokens: the contexts below reach 4x and more
@@ -251,10 +255,48 @@ def test_staged_host_blocks_give_the_all_resident_output(family, options, layers
     counts = _count_staged(llm)
     assert _generate(llm) == reference
     assert counts["staged"] > 0 and counts["blocks"] > 0
+    # steps find their first layers' copies made in the step before (same blocks, none written since); not
+    # with MTP drafting: the MTP layer's entry is read after the step's forward, so no copy is made ahead
+    if "speculative_config" not in options:
+        assert 0 < staging.reused <= counts["staged"] * layers
     if tokens is not None:
         assert staging.capacity == tokens // BLOCK and counts["unstaged"] == 0
     elif max_model_len is not None:
         assert staging.capacity == (96 - WINDOW) // BLOCK + 1 and counts["unstaged"] > 0
+
+
+def test_a_copy_made_ahead_is_kept_only_for_the_same_blocks_unwritten():
+    """The last layer's release refills the first layer's ring entry for the next step with this step's blocks;
+    the next step keeps that copy only if its rows are the same blocks and none of them was written since
+    (an offload into a block the copy read, or the slot's blocks changed): otherwise it copies afresh."""
+    kv = KVPool([0, 1], num_blocks=4, block_size=2, num_kv_heads=1, head_dim=2, dtype=torch.float32, device="cpu")
+    tier = HostKVPool(kv, num_blocks=6)
+    staging = HostKVStaging(tier, [0, 1], ring_size=1, capacity=4, device="cpu")
+    slot = ScheduledSlot(slot_id=0, num_computed_tokens=8, num_new_tokens=1, new_block_ids=[], token_ids=[1])
+
+    def step(host_blocks):  # one step's hooks in forward order; -> what layer 0 read from the ring
+        staging.begin([slot], {0: host_blocks})
+        staging.start()
+        seen = staging.view[0][0][:len(host_blocks)].clone()
+        staging.after_attention(0)
+        staging.after_attention(1)
+        staging.end()
+        return seen
+
+    def fill(block, value):  # a device block offloaded into host block `block`
+        kv.caches[0][0][0].fill_(value)
+        tier.offload([(0, block)])
+
+    fill(2, 1.0)
+    fill(3, 2.0)
+    assert step([2, 3]).flatten().tolist() == [1.0] * 4 + [2.0] * 4 and staging.reused == 0
+    assert step([2, 3])[1].flatten().tolist() == [2.0] * 4 and staging.reused == 1  # kept
+    fill(4, 3.0)  # a new block, not one the copy read: kept, then the slot's blocks grow: copied afresh
+    assert step([2, 3])[0].flatten().tolist() == [1.0] * 4 and staging.reused == 2
+    assert step([2, 3, 4])[2].flatten().tolist() == [3.0] * 4 and staging.reused == 2
+    fill(3, 5.0)  # a block the copy made ahead read, written since (freed and handed on): copied afresh
+    assert step([2, 3, 4])[1].flatten().tolist() == [5.0] * 4 and staging.reused == 2
+    assert step([2, 3, 4])[1].flatten().tolist() == [5.0] * 4 and staging.reused == 3
 
 
 def test_staging_refuses_what_it_cannot_stage(tiny_model_dir):
