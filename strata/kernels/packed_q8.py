@@ -68,18 +68,19 @@ PAIR_CONFIG = dict(BLOCK_N=16, SUPERBLOCKS=2, num_warps=1, num_stages=3)
 # One token: each launch its own tiling. pairs_sweep (session 24, 30B-A3B experts, cold weights) timed gate/up
 # 13.03 us and down 12.26 at the 8-row, 2-warp tiling, against 11.49 at 4 rows, 2 superblocks, one warp (gate/up)
 # and 7.71 at 8 rows, 1 superblock, one warp (down). In the whole model (pairs_ab.py, one process, 3 alternated
-# rounds, bench/results/2026-12-03-h200-session31/): the 30B-A3B at Q4_K_M 596.2 -> 620.4 tok/s; Qwen4-Exp at
-# Q4_K_M, whose 640-wide down rows are Q8_0 / Q5_0, 1,207.5 -> 1,230.0 with 2 superblocks a step for down.
+# rounds, bench/results/2026-12-03-h200-session31/): the 30B-A3B at Q4_K_M 596.2 -> 620.4 tok/s, every round.
+# Qwen4-Exp at Q4_K_M (640-wide Q8_0 / Q5_0 down rows, smaller units) keeps PAIR_CONFIG for both: the same A/B
+# gave 1,207.5 -> 1,230.0 with these tilings (2 superblocks a step for down) but one round of three went the
+# other way, and the bench's one-stream run of them in a later machine start gave 992.1 against call 1's 1,070.2.
 ONE_TOKEN_GATE_UP = dict(BLOCK_N=4, SUPERBLOCKS=2, num_warps=1, num_stages=3)
 ONE_TOKEN_DOWN = dict(BLOCK_N=8, SUPERBLOCKS=1, num_warps=1, num_stages=3)
-ONE_TOKEN_DOWN_SMALL_UNITS = dict(BLOCK_N=8, SUPERBLOCKS=2, num_warps=1, num_stages=3)
 
 
 def pair_configs(num_tokens: int, qtype2: int) -> tuple[dict, dict]:
     """The tilings of a pairs step's two launches (gate/up, down) for its token count and down rows' type."""
-    if num_tokens > 1:
+    if num_tokens > 1 or UNIT[qtype2] != 256:
         return PAIR_CONFIG, PAIR_CONFIG
-    return ONE_TOKEN_GATE_UP, (ONE_TOKEN_DOWN if UNIT[qtype2] == 256 else ONE_TOKEN_DOWN_SMALL_UNITS)
+    return ONE_TOKEN_GATE_UP, ONE_TOKEN_DOWN
 
 
 def default_config(n: int, k: int, rows: int) -> dict:
