@@ -7,7 +7,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.compiler.compiler import make_backend
 from strata.kernels import hyper, rms_norm
-from strata.kernels import packed_dequant, packed_gemv, packed_gemv_words, packed_mm, packed_mmq, packed_moe, packed_q8
+from strata.kernels import packed_dequant, packed_gemv, packed_gemv_words, packed_mmq, packed_moe, packed_q8
 
 TARGET = GPUTarget("cuda", 90, 32)
 PTR = {"x_ptr": "*bf16", "hidden_ptr": "*bf16", "act_ptr": "*bf16", "out_ptr": "*fp32", "weights_ptr": "*fp32",
@@ -40,8 +40,6 @@ for q in sorted(packed_gemv.BLOCK_LAYOUT):
             ok &= check(packed_gemv._packed_gemv_kernel, dict(QTYPE=q, BLOCK_N=4, SB=sb, USE_PDL=False, ACC=acc),
                         f"gemv q{q} sb{sb} acc={acc}")
         ok &= check(packed_dequant._dequantize_kernel, dict(QTYPE=q, BLOCK_N=8, SB=sb), f"dequant q{q} sb{sb}")
-        ok &= check(packed_mm._packed_mm_kernel, dict(QTYPE=q, BLOCK_M=16, BLOCK_N=64, SB=sb, USE_PDL=True),
-                    f"packed_mm q{q} sb{sb}", ptr={"out_ptr": "*bf16"})
         for k in (packed_moe._gate_up_pairs_kernel, packed_moe._down_pairs_kernel):
             ok &= check(k, dict(QTYPE=q, BLOCK_N=16, SB=sb, USE_PDL=False), f"{k.fn.__name__} q{q} sb{sb}")
     for k in (packed_moe._gate_up_grouped_kernel, packed_moe._down_grouped_kernel):
