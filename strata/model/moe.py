@@ -192,6 +192,22 @@ class MoEBlock(nn.Module):
                 and isinstance(self.experts, (LocalExperts, PackedLocalExperts))
                 and ops.fused_routing_on(hidden, self.gate.weight, self.experts.w13))
 
+    def forward_after_norm(self, x: torch.Tensor, residual: torch.Tensor, norm) -> tuple:
+        """norm(x, residual) (an RMSNorm with the residual add), then forward_unsummed on the normalised rows:
+        -> (output, new residual). Where the step routes in one launch, that launch does the norm too
+        (norm_route_and_align): one launch fewer on the critical path of every decode step."""
+        if self._routes_fused(x) and ops.norm_routing_on(x, residual):
+            if self._route_counter is None or self._route_counter.device != x.device:
+                self._route_counter = torch.zeros(1, dtype=torch.int32, device=x.device)
+            cfg = ops.default_config(x.shape[0] * self.top_k, self.experts.num_experts)
+            rows = self.stats.layer_rows(self.layer_idx) if self.stats is not None else (None, None, None)
+            hidden, residual, *routing = ops.norm_route_and_align(
+                x, residual, norm.weight, norm.eps, norm.zero_centered, norm.feeds_packed, self.gate.weight,
+                self.top_k, self.norm_topk_prob, cfg["BLOCK_M"], self._route_counter, *rows)
+            return self._experts_routed(hidden, *routing, cfg), residual
+        hidden, residual = norm(x, residual)
+        return self.forward_unsummed(hidden), residual
+
     def _forward_fused(self, hidden: torch.Tensor) -> torch.Tensor | TopkPartials:
         """Router projection, routing (and statistics) and the expert row layout in one launch, then the
         grouped expert GEMMs (packed experts: the packed MoE kernels, which take the ids as they are):
@@ -200,8 +216,13 @@ class MoEBlock(nn.Module):
             self._route_counter = torch.zeros(1, dtype=torch.int32, device=hidden.device)
         cfg = ops.default_config(hidden.shape[0] * self.top_k, self.experts.num_experts)
         rows = self.stats.layer_rows(self.layer_idx) if self.stats is not None else (None, None, None)
-        topk_ids, topk_weights, sorted_ids, block_expert = ops.route_and_align(
-            hidden, self.gate.weight, self.top_k, self.norm_topk_prob, cfg["BLOCK_M"], self._route_counter, *rows)
+        routing = ops.route_and_align(hidden, self.gate.weight, self.top_k, self.norm_topk_prob, cfg["BLOCK_M"],
+                                      self._route_counter, *rows)
+        return self._experts_routed(hidden, *routing, cfg)
+
+    def _experts_routed(self, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
+                        sorted_ids: torch.Tensor, block_expert: torch.Tensor, cfg: dict) -> TopkPartials:
+        """The shared expert and the routed experts of a step routed in one launch -> their TopkPartials."""
         shared, gate = self._shared(hidden)  # the gate's sigmoid and product go into the sum's launch
         if isinstance(self.experts, PackedLocalExperts):
             partials = ops.packed_moe(hidden, self.experts.blocks(), topk_ids, topk_weights, sum_topk=False)
