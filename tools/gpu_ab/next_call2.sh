@@ -1,10 +1,14 @@
-# Prepared in session 28 (still to run after session 30): issue 26's ratio measured with three repeats per context (sessions 20-27 measured it
-# once per context; the median of three is the honest figure). The 24 GiB command of session 27's call 2: fp8 KV,
-# a 16K resident window, one staging layer; decode at 4K and 128K context, one stream.
+# Prepared in session 31: issue 23's 30B-A3B Q4_K_M command after the norm in the routing launch; issue 29's
+# Qwen4-Exp with PLE on layer 1 (the issue's second variant, last measured in session 15: 544.3 tok/s at one
+# stream; a 16M-row table, as then) in bf16.
 source tools/gpu_ab/device_setup.sh
 S=$(date +%s)
-timeout -s INT 570 python3 -m strata.cli.main bench offline 'random:qwen3-next-80b-a3b?num_hidden_layers=8' --device cuda \
-  --concurrency 1 --num-prompts 1 --input-len 64 --output-len 64 --warmup-output-len 0 --max-model-len 131136 \
-  --repeats 3 --gpu-memory-limit-mib 24576 --kv-resident-tokens 16384 --decode-contexts 4096,131072 \
-  --kv-cache-dtype fp8 --kv-staging-layers 1 --output $OUT/long_24g_fp8_r3.json > $OUT/long_24g_fp8_r3.log 2>&1
-echo "== issue 26 rc=$? t=$(( $(date +%s)-S ))"; grep -iE "context|ratio|tok/s" $OUT/long_24g_fp8_r3.log | tail -8 | cut -c1-200
+timeout -s INT 40 python3 -m strata.cli.main quantize 'random:qwen3-30b-a3b?num_hidden_layers=24' /tmp/q4km.gguf --scheme q4_k_m --device cuda > /dev/null 2>&1
+timeout -s INT 200 python3 -m strata.cli.main bench offline /tmp/q4km.gguf --device cuda --max-model-len 4096 --num-prompts 16 \
+  --input-len 64 --output-len 128 --repeats 1 --concurrency 1,8,16 --prefill-lens 512 --output $OUT/q4km.json > $OUT/q4km.log 2>&1
+echo "== issue 23 30B Q4_K_M rc=$? t=$(( $(date +%s)-S ))"; grep -E "tok/s" $OUT/q4km.log | tail -4 | cut -c1-200
+LEFT=$(( 570 - ($(date +%s)-S) ))
+timeout -s INT $LEFT python3 -m strata.cli.main bench offline 'random:qwen4exp-125b?num_hidden_layers=4&ngram_vocab_size_base=1000000' --device cuda \
+  --max-model-len 4096 --num-prompts 16 --input-len 128 --output-len 128 --concurrency 1,8,16 --repeats 1 \
+  --prefill-lens 512 --output $OUT/q4e_ple.json > $OUT/q4e_ple.log 2>&1
+echo "== issue 29 bf16 with PLE rc=$? t=$(( $(date +%s)-S ))"; grep -E "tok/s" $OUT/q4e_ple.log | tail -4 | cut -c1-200
