@@ -39,15 +39,19 @@ for q, kv, scale in CASES:
                  "tables_ptr": "*i64", "seq_lens_ptr": "*i64", "qsl_ptr": "*i64", "partial_ptr": "*fp32",
                  "stats_ptr": "*fp32", "out_ptr": "*" + q, "qk_scale": "fp32", "hk_ptr": "*" + kv, "hv_ptr": "*" + kv,
                  "hks_ptr": "*" + scale, "hvs_ptr": "*" + scale, "host_tables_ptr": "*i64", "host_counts_ptr": "*i64",
-                 "chosen_ptr": "*u8"}
+                 "chosen_ptr": "*u8", "gate_ptr": "*" + q, "q8_ptr": "*i8", "dx_ptr": "*fp32", "sums_ptr": "*fp32"}
     for head_dim in (128, 256):
         block_n, stages = paged_attention.kv_tile_for(head_dim, ITEMSIZE[kv])
-        for host, choice in ((False, False), (True, False), (False, True), (True, True)):
+        for host, choice, gate, rounds in ((False, False, False, False), (True, False, True, False),
+                                           (False, True, True, True), (True, True, False, True)):
             ok &= check(paged_attention._split_kernel, attention,
                         dict(KV_INT8=int8, HAS_HOST=host, HAS_CHOICE=choice, G_PAD=8, BLOCK_M=32, BLOCK_N=block_n,
-                             BLOCK_D=head_dim, USE_PDL=True),
-                        f"paged attention q={q} kv={kv} D={head_dim} host={host} choice={choice}", num_warps=4,
-                        num_stages=stages)
+                             BLOCK_D=head_dim, HAS_GATE=gate, ROUND=rounds, USE_PDL=True),
+                        f"paged attention q={q} kv={kv} D={head_dim} host={host} choice={choice} gate={gate} "
+                        f"round={rounds}", num_warps=4, num_stages=stages)
+            ok &= check(paged_attention._merge_kernel, attention,
+                        dict(BLOCK_N=block_n, SPLITS_PAD=64, BLOCK_D=head_dim, HAS_GATE=gate, ROUND=rounds, USE_PDL=True),
+                        f"merge q={q} D={head_dim} gate={gate} round={rounds}", num_warps=4)
     rope = {"q_ptr": "*" + q, "k_ptr": "*" + q, "v_ptr": "*" + q, "qw_ptr": "*" + q, "kw_ptr": "*" + q,
             "cos_ptr": "*fp32", "sin_ptr": "*fp32", "pos_ptr": "*i64", "kc_ptr": "*" + kv, "vc_ptr": "*" + kv,
             "ks_ptr": "*" + scale, "vs_ptr": "*" + scale, "slots_ptr": "*i64", "out_ptr": "*" + q,

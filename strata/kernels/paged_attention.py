@@ -22,6 +22,11 @@ of the blocks its row of `chosen` [T, W] marks, plus those after its last comple
 rows are loaded only where some query row of the program reads them, so a long context's unchosen tiles
 cost no memory traffic; the online softmax over the rows read is the dense kernel's, with the others
 masked.
+
+The output's own epilogue (`gate`, `rounding`): whichever launch writes a row (the merge, or a context's one
+split) can multiply it by sigmoid(gate) with the roundings of torch's `out * sigmoid(gate)` on the 16-bit
+output (Qwen3-Next's and Qwen4-Exp's gated attention), and round the result to 8 bits per 32 for a packed
+o_proj (packed_q8.quantize's numbers): two or three launches fewer a layer after attention.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ from strata.kernels.launch import pdl_options
 
 if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
+    from strata.kernels.packed_q8 import round_blocks
+    from strata.kernels.rms_norm import gated_shared
 
 MAX_QUERY_LEN = 16
 
@@ -107,6 +114,12 @@ def _multiprocessors(device_index: int) -> int:
 MAX_SPLITS = 128
 
 
+def epilogue_rounds(head_dim: int) -> bool:
+    """Whether the output's epilogue can round it for packed weights: heads of a power-of-two width of at least 32
+    (a row's blocks of 32 are whole inside one head)."""
+    return head_dim >= 32 and head_dim & (head_dim - 1) == 0
+
+
 def num_splits_for(num_seqs: int, num_kv_heads: int, max_blocks: int, block_size: int, block_n: int,
                    query_pad: int, device: torch.device, programs_per_sm: int = 8) -> int:
     """Context splits per (sequence, KV head), from shapes only (graph-safe): about `programs_per_sm`
@@ -135,13 +148,16 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
                     num_stages: int | None = None, table_width: int = 0,
                     kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None, host_kv: tuple | None = None,
                     host_block_tables: torch.Tensor | None = None,
-                    host_block_counts: torch.Tensor | None = None, block_choice: BlockChoice = None) -> torch.Tensor:
+                    host_block_counts: torch.Tensor | None = None, block_choice: BlockChoice = None,
+                    gate: torch.Tensor | None = None, rounding: tuple | None = None) -> torch.Tensor:
     """Same contract as paged_attention_ref (windows of at most 16 tokens). Pass max_query_len (a host
     int the runner knows) to avoid a device sync; num_splits overrides the split heuristic, which
     otherwise sizes splits by max(block_tables columns, table_width). host_kv: (K, V, their int8 scales
     or None) of the host tier, [N_host, B, Hkv, D] each in pinned host memory; sequence s's first
     host_block_counts[s] blocks are host_block_tables [S, Wh]'s (their block_tables columns are unread). block_choice: QSA's
-    (chosen [T, W] uint8, ratio, top_blocks) (module docstring)."""
+    (chosen [T, W] uint8, ratio, top_blocks) (module docstring). gate [T, H, D] (unit stride along D): the output
+    is out * sigmoid(gate); rounding: packed_q8.empty_rounding(T, H * D)'s buffers, filled with the output's 8-bit
+    rounding (head_dim a power of two of at least 32: epilogue_rounds)."""
     num_tokens, num_heads, head_dim = q.shape
     # a 1-byte cache read by float32 queries is widened to float32 tiles (int8 at head_dim 256 asked for
     # 295 KB of shared memory on the H200): size the tiles by the wider type then
@@ -177,19 +193,26 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     partial = torch.empty(splits, num_tokens, num_heads, head_dim, dtype=torch.float32, device=q.device)
     stats = torch.empty(2, splits, num_tokens, num_heads, dtype=torch.float32, device=q.device)  # m, l
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)                        # [T, H, D]
+    if gate is not None:
+        assert gate.shape == q.shape and gate.stride(2) == 1
+    assert rounding is None or epilogue_rounds(head_dim)
+    gate_t = gate if gate is not None else out                                        # unread without a gate
+    q8, dx, sums = rounding if rounding is not None else (out, out, out)              # unread without rounding
+    epilogue = (gate_t, gate_t.stride(0), gate_t.stride(1), q8, dx, sums)
+    flags = dict(HAS_GATE=gate is not None, ROUND=rounding is not None)
     _split_kernel[(num_seqs, num_kv_heads, splits)](
         q, k_cache, v_cache, k_scale, v_scale, block_tables, seq_lens, query_start_loc, partial, stats, out,
         host_k, host_v, host_ks, host_vs, host_block_tables, host_block_counts, chosen, ratio, top_blocks,
         chosen.stride(0) if has_choice else 0, scale * 1.4426950408889634, block_size, group, num_heads, head_dim, splits,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), k_cache.stride(0), k_cache.stride(1),
         k_cache.stride(2), k_scale.stride(0), k_scale.stride(1), block_tables.stride(0), partial.stride(0),
-        stats.stride(0), stats.stride(1), host_k.stride(0), host_ks.stride(0), host_block_tables.stride(0),
-        KV_INT8=kv_int8, HAS_HOST=has_host, HAS_CHOICE=has_choice, G_PAD=g_pad, BLOCK_M=block_m, BLOCK_N=block_n,
+        stats.stride(0), stats.stride(1), host_k.stride(0), host_ks.stride(0), host_block_tables.stride(0), *epilogue,
+        **flags, KV_INT8=kv_int8, HAS_HOST=has_host, HAS_CHOICE=has_choice, G_PAD=g_pad, BLOCK_M=block_m, BLOCK_N=block_n,
         BLOCK_D=triton.next_power_of_2(head_dim), num_warps=4 if block_m <= 32 else 8, num_stages=num_stages,
         **pdl_options(q))
     _merge_kernel[(num_seqs, num_heads, max_query_len)](
         partial, stats, out, seq_lens, query_start_loc, splits, num_heads, head_dim, out.stride(0), out.stride(1),
-        partial.stride(0), stats.stride(0), stats.stride(1), BLOCK_N=block_n,
+        partial.stride(0), stats.stride(0), stats.stride(1), *epilogue, **flags, BLOCK_N=block_n,
         SPLITS_PAD=triton.next_power_of_2(splits), BLOCK_D=triton.next_power_of_2(head_dim), num_warps=4, **pdl_options(q))
     return out
 
@@ -202,8 +225,8 @@ if triton is not None:
                       chosen_ptr, ratio, top_blocks, stride_chosen, qk_scale, block_size, group, num_heads, head_dim, num_splits,
                       stride_qt, stride_qh, stride_ot, stride_oh, stride_kb, stride_ko, stride_kh,
                       stride_sb, stride_so, stride_table, stride_ps, stride_sk, stride_st,
-                      stride_hb, stride_hsb, stride_host_table,
-                      KV_INT8: tl.constexpr, HAS_HOST: tl.constexpr, HAS_CHOICE: tl.constexpr, G_PAD: tl.constexpr,
+                      stride_hb, stride_hsb, stride_host_table, gate_ptr, stride_gt, stride_gh, q8_ptr, dx_ptr,
+                      sums_ptr, HAS_GATE: tl.constexpr, ROUND: tl.constexpr, KV_INT8: tl.constexpr, HAS_HOST: tl.constexpr, HAS_CHOICE: tl.constexpr, G_PAD: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -283,9 +306,9 @@ if triton is not None:
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
             m_i = m_new
         if per_split >= num_tiles:  # the only split: the output itself
-            o_ptrs = out_ptr + (q_start + tok).to(tl.int64)[:, None] * stride_ot + head[:, None] * stride_oh \
-                + offs_d[None, :]
-            tl.store(o_ptrs, (acc / l_i[:, None]).to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
+            _write_output(acc / l_i[:, None], (q_start + tok).to(tl.int64), head, row_ok, offs_d, out_ptr, gate_ptr,
+                          q8_ptr, dx_ptr, sums_ptr, stride_ot, stride_oh, stride_gt, stride_gh, num_heads, head_dim,
+                          HAS_GATE, ROUND, BLOCK_D, BLOCK_M)
             return
         th_index = (q_start + tok).to(tl.int64) * num_heads + head                          # into [T, H]
         p_ptrs = partial_ptr + split * stride_ps + th_index[:, None] * head_dim + offs_d[None, :]
@@ -295,7 +318,8 @@ if triton is not None:
 
     @triton.jit
     def _merge_kernel(partial_ptr, stats_ptr, out_ptr, seq_lens_ptr, qsl_ptr, num_splits, num_heads, head_dim,
-                      stride_ot, stride_oh, stride_ps, stride_sk, stride_st, BLOCK_N: tl.constexpr,
+                      stride_ot, stride_oh, stride_ps, stride_sk, stride_st, gate_ptr, stride_gt, stride_gh, q8_ptr,
+                      dx_ptr, sums_ptr, HAS_GATE: tl.constexpr, ROUND: tl.constexpr, BLOCK_N: tl.constexpr,
                       SPLITS_PAD: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         seq, head, j = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -317,5 +341,35 @@ if triton is not None:
         acc = tl.load(partial_ptr + offs_s[:, None] * stride_ps + th_index * head_dim + offs_d[None, :],
                       mask=s_ok[:, None] & d_ok[None, :], other=0.0)                 # [SPLITS, BD]
         o = tl.sum(acc * w[:, None], axis=0) / tl.sum(l * w, axis=0)
-        tl.store(out_ptr + token.to(tl.int64) * stride_ot + head * stride_oh + offs_d,
-                 o.to(out_ptr.dtype.element_ty), mask=d_ok)
+        one = tl.zeros((1,), dtype=tl.int64)
+        _write_output(tl.reshape(o, (1, BLOCK_D)), token.to(tl.int64) + one, head + one, one == 0, offs_d, out_ptr,
+                      gate_ptr, q8_ptr, dx_ptr, sums_ptr, stride_ot, stride_oh, stride_gt, stride_gh, num_heads,
+                      head_dim, HAS_GATE, ROUND, BLOCK_D, 1)
+
+    @triton.jit
+    def _write_output(o, token, head, ok, offs_d, out_ptr, gate_ptr, q8_ptr, dx_ptr, sums_ptr, stride_ot, stride_oh,
+                      stride_gt, stride_gh, num_heads, head_dim, HAS_GATE: tl.constexpr, ROUND: tl.constexpr,
+                      BLOCK_D: tl.constexpr, R: tl.constexpr):
+        """Output rows o [R, BD] (float32) of (token [R], head [R]) where ok [R]: stored in the output's dtype,
+        times sigmoid(gate) where HAS_GATE (as torch's `out * sigmoid(gate)` rounds on the 16-bit output), and
+        with ROUND their 8-bit rounding at columns head * head_dim .. of the [T, H * D] rows (BLOCK_D == head_dim)."""
+        dtype = out_ptr.dtype.element_ty
+        mask = ok[:, None] & (offs_d < head_dim)[None, :]
+        y = o.to(dtype)
+        if HAS_GATE:
+            g = tl.load(gate_ptr + token[:, None] * stride_gt + head[:, None] * stride_gh + offs_d[None, :], mask=mask,
+                        other=0.0)
+            y = gated_shared(y, g, dtype)
+        tl.store(out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :], y, mask=mask)
+        if ROUND:
+            width = num_heads * head_dim
+            q, dx = round_blocks(tl.reshape(y.to(tl.float32), (R * BLOCK_D // 32, 32)))      # [R BD / 32, 32]
+            columns = head[:, None] * head_dim + offs_d[None, :]                             # [R, BD]
+            tl.store(q8_ptr + token[:, None] * width + columns, tl.reshape(q, (R, BLOCK_D)).to(tl.int8), mask=mask)
+            blocks = head[:, None] * (head_dim // 32) + tl.arange(0, BLOCK_D // 32)[None, :]
+            tl.store(dx_ptr + token[:, None] * (width // 32) + blocks, tl.reshape(dx, (R, BLOCK_D // 32)),
+                     mask=ok[:, None])
+            halves = tl.sum(tl.reshape(q, (R * BLOCK_D // 16, 16)), axis=1)                  # [R BD / 16]
+            runs = head[:, None] * (head_dim // 16) + tl.arange(0, BLOCK_D // 16)[None, :]
+            tl.store(sums_ptr + token[:, None] * (width // 16) + runs, tl.reshape(halves, (R, BLOCK_D // 16)),
+                     mask=ok[:, None])

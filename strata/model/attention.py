@@ -108,15 +108,19 @@ def windows_take_kernel(q: torch.Tensor, ctx: ForwardContext) -> bool:
 
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                     ctx: ForwardContext, scale: float, kv_scales: KVScales = None,
-                    host_kv: HostKV = None, block_choice: ops.BlockChoice = None) -> torch.Tensor:
+                    host_kv: HostKV = None, block_choice: ops.BlockChoice = None, gate: torch.Tensor | None = None,
+                    rounding: tuple | None = None) -> torch.Tensor:
     """q: [T, H, D] (already rotated) -> [T, H, D]; K/V of this step must already be in the pool (or,
     for the first blocks of a sequence listed in ctx.host_block_ids, in the host tier `host_kv`).
-    block_choice (QSA's, kernels/paged_attention.py): only where windows_take_kernel."""
+    block_choice (QSA's, kernels/paged_attention.py), and the output epilogue (gate [T, H, D]: the output is
+    out * sigmoid(gate); rounding: buffers for its 8-bit rounding): only where windows_take_kernel."""
     if windows_take_kernel(q, ctx):
         return ops.paged_attention(q, k_cache, v_cache, ctx.block_tables, ctx.seq_lens, ctx.query_start_loc, scale,
                                    max_query_len=ctx.max_query_len, table_width=ctx.split_table_width,
-                                   kv_scales=kv_scales, block_choice=block_choice, **_kernel_host_tier(ctx, host_kv))
-    assert block_choice is None, "a block choice is read by the paged attention kernel of short windows only"
+                                   kv_scales=kv_scales, block_choice=block_choice, gate=gate, rounding=rounding,
+                                   **_kernel_host_tier(ctx, host_kv))
+    assert block_choice is None and gate is None and rounding is None, \
+        "a block choice or an output epilogue is for the paged attention kernel of short windows only"
     if ctx.max_query_len <= BATCHED_MAX_QUERY_LEN:
         if kv_scales is None and not ctx.has_host_blocks and ops.cpu_paged_attention_on(q, k_cache):
             context = ctx.cached("context_tokens", lambda: sum(ctx.num_computed) + sum(ctx.query_lens))
@@ -294,10 +298,25 @@ class Attention(nn.Module):
         k_cache, v_cache, kv_scales = self.kv_cache(ctx)
         if ctx.kv_staging is not None:  # the host tier staged into a device ring: this layer's copy first
             ctx.kv_staging.before_attention(self.layer_idx)
-        out = paged_attention(q, k_cache, v_cache, ctx, self.scale, kv_scales, self.host_kv_cache(ctx))
+        out = self.attend_to_output(q, gate, k_cache, v_cache, kv_scales, self.host_kv_cache(ctx), ctx)
         if ctx.kv_staging is not None:
             ctx.kv_staging.after_attention(self.layer_idx)
-        return self.output(out, gate)
+        return out
+
+    def attend_to_output(self, q: torch.Tensor, gate: torch.Tensor | None, k_cache: torch.Tensor,
+                         v_cache: torch.Tensor, kv_scales: KVScales, host_kv: HostKV, ctx: ForwardContext,
+                         block_choice: ops.BlockChoice = None) -> torch.Tensor:
+        """paged_attention, then output(): rotated q [T, H, D] -> the layer's output [T, hidden]. Where the step's
+        windows take the attention kernel, its launch also applies the output gate and rounds the result for a
+        packed o_proj (ops.attention_rounding): the launches after attention come down to o_proj's."""
+        if windows_take_kernel(q, ctx) and ops.attention_epilogue_on():
+            rounding = ops.attention_rounding(q, self.o_proj.weight)
+            if gate is not None or rounding is not None:
+                out = paged_attention(q, k_cache, v_cache, ctx, self.scale, kv_scales, host_kv, block_choice, gate,
+                                      rounding)
+                return self.o_proj(ops.flat_attended(out, rounding))
+        return self.output(paged_attention(q, k_cache, v_cache, ctx, self.scale, kv_scales, host_kv, block_choice),
+                           gate)
 
     def kv_cache(self, ctx: ForwardContext) -> tuple[torch.Tensor, torch.Tensor, KVScales]:
         """This layer's (K cache, V cache, their scales when int8 else None) in the step's KV pool."""

@@ -409,6 +409,33 @@ def fused_routing_on(hidden: torch.Tensor, gate_weight: torch.Tensor, w13: torch
 
 # ---- attention --------------------------------------------------------------------------------------
 
+def attention_epilogue_on() -> bool:
+    """Whether the attention kernel gates and rounds its own output (kernels/paged_attention.py's epilogue);
+    STRATA_NO_ATTENTION_EPILOGUE=1 keeps the launches after it (to compare)."""
+    return not debug_flag("NO_ATTENTION_EPILOGUE")
+
+
+def attention_rounding(q: torch.Tensor, o_proj_weight) -> tuple | None:
+    """Buffers for the attention kernel's 8-bit rounding of its output [T, H * D] (q [T, H, D]) where a packed o_proj
+    (a PackedWeight: row segments) reads it through packed_q8 (every segment, this many rows) and the heads are
+    whole blocks of 32; else None."""
+    from strata.kernels.paged_attention import epilogue_rounds
+
+    rows, width = q.shape[0], q.shape[1] * q.shape[2]
+    if not (hasattr(o_proj_weight, "segments") and epilogue_rounds(q.shape[2]) and width % 128 == 0
+            and all(_q8_takes(rows, qtype, blocks, width) for qtype, blocks in o_proj_weight.segments())):
+        return None
+    return packed_q8.empty_rounding(rows, width, q.device)
+
+
+def flat_attended(out: torch.Tensor, rounding: tuple | None) -> torch.Tensor:
+    """The attention output [T, H, D] as o_proj's rows [T, H * D], with the kernel's rounding of them attached."""
+    flat = out.reshape(out.shape[0], -1)
+    if rounding is not None:
+        packed_q8.attach(flat, rounding)
+    return flat
+
+
 def cpu_paged_attention_on(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
     """Whether short windows of q [T, H, D] over a float32 pool take the native CPU kernel
     (kernels/cpu_attention.py; STRATA_NO_CPU_ATTENTION=1: the torch batch, to compare)."""

@@ -154,11 +154,14 @@ class QSAAttention(Attention):
         host_kv = self.host_kv_cache(ctx)
         if self._chooses_on_device(q, ctx):
             choice = self.indexer.choose_blocks(index_q, ctx, self.rotary)
-            return self.output(paged_attention(q, k_cache, v_cache, ctx, self.scale, kv_scales, host_kv, choice), gate)
+            return self.attend_to_output(q, gate, k_cache, v_cache, kv_scales, host_kv, ctx, choice)
+        sparse = [self.indexer.is_sparse(done + n) for done, n in zip(ctx.num_computed, ctx.query_lens)]
+        if not any(sparse):  # every row dense: the kernel's output epilogue as in plain attention
+            return self.attend_to_output(q, gate, k_cache, v_cache, kv_scales, host_kv, ctx)
         out = paged_attention(q, k_cache, v_cache, ctx, self.scale, kv_scales, host_kv)
         start = 0
         for i, (done, n) in enumerate(zip(ctx.num_computed, ctx.query_lens)):
-            if self.indexer.is_sparse(done + n):
+            if sparse[i]:
                 out[start:start + n] = self._attend_selected(q[start:start + n], index_q[start:start + n], done,
                                                              done + n, i, ctx)
             start += n

@@ -233,6 +233,51 @@ def test_paged_attention_matches_ref(heads, windows, block_size, num_splits):
     assert rel_err(out, expected) < 1e-2
 
 
+def check_output_epilogue(heads, num_splits, dtype, device, with_gate):
+    """The output's epilogue: gated by sigmoid(gate) as torch's `out * sigmoid(gate)` on the 16-bit output rounds
+    (bit for bit, with_gate: the CUDA build, libdevice), and rounded to 8 bits for a packed o_proj as
+    packed_q8.quantize_ref rounds the (gated) rows; windows whose context is one KV tile (their one split
+    writes) and longer ones (the merge)."""
+    from strata.kernels import packed_q8
+    from strata.kernels.paged_attention import paged_attention
+
+    num_heads, num_kv_heads, head_dim = heads
+    windows = [(10, 1), (300, 1), (3, 4), (120, 16)]
+    generator = torch.Generator().manual_seed(head_dim + num_heads)
+    q, k_cache, v_cache, block_tables, _, seq_lens, qsl = paged_problem(
+        windows, 16, num_heads, num_kv_heads, head_dim, dtype, device, generator)
+    tokens = q.shape[0]
+    # the gate inside a wider projection output, as the gated layers' [q | gate] rows leave it
+    wide = torch.randn(tokens, num_heads, 3 * head_dim, generator=generator).to(device=device, dtype=dtype)
+    gate = wide[:, :, head_dim:2 * head_dim]
+    args = (q, k_cache, v_cache, block_tables, seq_lens, qsl, head_dim ** -0.5)
+    plain = paged_attention(*args, max_query_len=16, num_splits=num_splits)
+    rounding = packed_q8.empty_rounding(tokens, num_heads * head_dim, device)
+    if with_gate:
+        gated = paged_attention(*args, max_query_len=16, num_splits=num_splits, gate=gate, rounding=rounding)
+        assert torch.equal(gated, plain * torch.sigmoid(gate))
+        for got, want in zip(rounding, packed_q8.quantize_ref(gated.reshape(tokens, -1))):
+            torch.testing.assert_close(got, want.to(got.dtype), rtol=0, atol=0)
+    only_rounded = paged_attention(*args, max_query_len=16, num_splits=num_splits, rounding=rounding)
+    assert torch.equal(only_rounded, plain)
+    for got, want in zip(rounding, packed_q8.quantize_ref(plain.reshape(tokens, -1))):
+        torch.testing.assert_close(got, want.to(got.dtype), rtol=0, atol=0)
+
+
+@gpu
+@pytest.mark.parametrize("heads", [(32, 4, 128), (16, 2, 256), (8, 2, 64)])
+@pytest.mark.parametrize("num_splits", [None, 1, 3])
+def test_paged_attention_gates_and_rounds_its_output(heads, num_splits):
+    check_output_epilogue(heads, num_splits, torch.bfloat16, "cuda", with_gate=True)
+
+
+@pytest.mark.skipif(__import__("os").environ.get("TRITON_INTERPRET") != "1",
+                    reason="the kernel in Triton's interpreter: set TRITON_INTERPRET=1, triton installed")
+@pytest.mark.parametrize("num_splits", [None, 1])
+def test_paged_attention_rounds_its_output_interpreted(num_splits):
+    check_output_epilogue((8, 2, 64), num_splits, torch.float16, "cpu", with_gate=False)  # (no libdevice there)
+
+
 @gpu
 @pytest.mark.parametrize("windows", [[(40, 4), (0, 64), (300, 3), (17, 1), (100, 40)], [(0, 64)] * 5])
 def test_mixed_step_attention_on_cuda_matches_the_cpu_path(windows):
