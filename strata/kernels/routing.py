@@ -188,6 +188,8 @@ def _route_launch(hidden: torch.Tensor, norm: tuple | None, gate_weight: torch.T
     # BLOCK_K tile where that is at most 512 wide
     k_splits = k_splits or max(1, min(triton.cdiv(dim, 128), 64 // expert_blocks, 16))
     block_k = min(512, triton.next_power_of_2(triton.cdiv(dim, k_splits)))
+    if norm is not None:  # the norm's [T_PAD, BLOCK_K] tiles of x, residual and their sum stay in registers
+        block_k = min(block_k, 128)
     device = hidden.device
     partial = torch.empty(k_splits, num_tokens, num_experts, dtype=torch.float32, device=device)  # [S, T, E]
     ids = torch.empty(num_tokens, top_k, dtype=torch.int64, device=device)
