@@ -197,10 +197,7 @@ class MoEBlock(nn.Module):
         -> (output, new residual). Where the step routes in one launch, that launch does the norm too
         (norm_route_and_align): one launch fewer on the critical path of every decode step."""
         if self._routes_fused(x) and ops.norm_routing_on(x, residual):
-            if self._route_counter is None or self._route_counter.device != x.device:
-                self._route_counter = torch.zeros(1, dtype=torch.int32, device=x.device)
-            cfg = ops.default_config(x.shape[0] * self.top_k, self.experts.num_experts)
-            rows = self.stats.layer_rows(self.layer_idx) if self.stats is not None else (None, None, None)
+            cfg, rows = self._one_launch_routing(x)
             hidden, residual, *routing = ops.norm_route_and_align(
                 x, residual, norm.weight, norm.eps, norm.zero_centered, norm.feeds_packed, self.gate.weight,
                 self.top_k, self.norm_topk_prob, cfg["BLOCK_M"], self._route_counter, *rows)
@@ -212,13 +209,19 @@ class MoEBlock(nn.Module):
         """Router projection, routing (and statistics) and the expert row layout in one launch, then the
         grouped expert GEMMs (packed experts: the packed MoE kernels, which take the ids as they are):
         two launches fewer per layer than route() + fused_moe."""
+        cfg, rows = self._one_launch_routing(hidden)
+        routing = ops.route_and_align(hidden, self.gate.weight, self.top_k, self.norm_topk_prob, cfg["BLOCK_M"],
+                                      self._route_counter, *rows)
+        return self._experts_routed(hidden, *routing, cfg)
+
+    def _one_launch_routing(self, hidden: torch.Tensor) -> tuple[dict, tuple]:
+        """What a one-launch routing of hidden [T, D] needs beside the router: its program counter (made on first
+        use), the experts' tiling and this layer's statistics rows."""
         if self._route_counter is None or self._route_counter.device != hidden.device:
             self._route_counter = torch.zeros(1, dtype=torch.int32, device=hidden.device)
         cfg = ops.default_config(hidden.shape[0] * self.top_k, self.experts.num_experts)
         rows = self.stats.layer_rows(self.layer_idx) if self.stats is not None else (None, None, None)
-        routing = ops.route_and_align(hidden, self.gate.weight, self.top_k, self.norm_topk_prob, cfg["BLOCK_M"],
-                                      self._route_counter, *rows)
-        return self._experts_routed(hidden, *routing, cfg)
+        return cfg, rows
 
     def _experts_routed(self, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
                         sorted_ids: torch.Tensor, block_expert: torch.Tensor, cfg: dict) -> TopkPartials:
