@@ -207,7 +207,8 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), k_cache.stride(0), k_cache.stride(1),
         k_cache.stride(2), k_scale.stride(0), k_scale.stride(1), block_tables.stride(0), partial.stride(0),
         stats.stride(0), stats.stride(1), host_k.stride(0), host_ks.stride(0), host_block_tables.stride(0), *epilogue,
-        **flags, KV_INT8=kv_int8, HAS_HOST=has_host, HAS_CHOICE=has_choice, G_PAD=g_pad, BLOCK_M=block_m, BLOCK_N=block_n,
+        **flags, KV_INT8=kv_int8, HAS_HOST=has_host, HAS_CHOICE=has_choice, G_PAD=g_pad, BLOCK_M=block_m,
+        BLOCK_N=block_n,
         BLOCK_D=triton.next_power_of_2(head_dim), num_warps=4 if block_m <= 32 else 8, num_stages=num_stages,
         **pdl_options(q))
     _merge_kernel[(num_seqs, num_heads, max_query_len)](
@@ -226,7 +227,8 @@ if triton is not None:
                       stride_qt, stride_qh, stride_ot, stride_oh, stride_kb, stride_ko, stride_kh,
                       stride_sb, stride_so, stride_table, stride_ps, stride_sk, stride_st,
                       stride_hb, stride_hsb, stride_host_table, gate_ptr, stride_gt, stride_gh, q8_ptr, dx_ptr,
-                      sums_ptr, HAS_GATE: tl.constexpr, ROUND: tl.constexpr, KV_INT8: tl.constexpr, HAS_HOST: tl.constexpr, HAS_CHOICE: tl.constexpr, G_PAD: tl.constexpr,
+                      sums_ptr, HAS_GATE: tl.constexpr, ROUND: tl.constexpr, KV_INT8: tl.constexpr,
+                      HAS_HOST: tl.constexpr, HAS_CHOICE: tl.constexpr, G_PAD: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)

@@ -167,7 +167,7 @@ def norm_route_and_align(x: torch.Tensor, residual: torch.Tensor, norm_weight: t
     squares. `quantize`: their 8-bit rounding for packed experts too (packed_q8.quantize's numbers, attached
     to the normalised rows by packed_q8.attach, as rms_norm's `quantize` does)."""
     assert residual.shape == x.shape and residual.stride(1) == 1 and residual.dtype == x.dtype
-    assert norm_weight.is_contiguous() and not quantize or x.shape[1] % 128 == 0
+    assert norm_weight.is_contiguous() and (not quantize or x.shape[1] % 128 == 0)
     return _route_launch(x, (residual, norm_weight, eps, zero_centered, quantize), gate_weight, top_k, renormalize,
                          block_m, counter, counts, touched, real_rows, num_warps, k_splits)
 
@@ -357,8 +357,8 @@ if triton is not None:
                     q, dx = round_blocks(tl.reshape(x.to(tl.float32), (GROUPS, 32)))           # [G, 32], [G]
                     tl.store(q_ptr + at, tl.reshape(q, (T_PAD, BLOCK_K)).to(tl.int8), mask=ok)
                     g = k0 // 32 + tl.arange(0, BLOCK_K // 32)
-                    tl.store(dx_ptr + offs_t[:, None] * (dim // 32) + g[None, :], tl.reshape(dx, (T_PAD, BLOCK_K // 32)),
-                             mask=t_ok[:, None] & (g * 32 < k_end)[None, :])
+                    tl.store(dx_ptr + offs_t[:, None] * (dim // 32) + g[None, :],
+                             tl.reshape(dx, (T_PAD, BLOCK_K // 32)), mask=t_ok[:, None] & (g * 32 < k_end)[None, :])
                     halves = tl.sum(tl.reshape(q, (T_PAD * BLOCK_K // 16, 16)), axis=1)          # [T_PAD * BK / 16]
                     u = k0 // 16 + tl.arange(0, BLOCK_K // 16)
                     tl.store(sums_ptr + offs_t[:, None] * (dim // 16) + u[None, :],
