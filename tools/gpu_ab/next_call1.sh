@@ -13,6 +13,6 @@ timeout -s INT 40 python3 -m strata.cli.main quantize 'random:qwen3-30b-a3b?num_
 for V in NO_NORM_ROUTE NO_ATTENTION_EPILOGUE; do
   timeout -s INT 70 python3 env_ab.py /tmp/q4km.gguf $V 3 > $OUT/ab_30b_$V.txt 2>&1
   echo "== ab 30b $V rc=$? t=$(( $(date +%s)-S ))"; grep "tok/s" $OUT/ab_30b_$V.txt
-  timeout -s INT 70 python3 env_ab.py 'random:qwen3-next-80b-a3b?num_hidden_layers=8' $V 3 > $OUT/ab_next_$V.txt 2>&1
+  timeout -s INT 90 python3 env_ab.py 'random:qwen3-next-80b-a3b?num_hidden_layers=8' $V 3 > $OUT/ab_next_$V.txt 2>&1
   echo "== ab next $V rc=$? t=$(( $(date +%s)-S ))"; grep "tok/s" $OUT/ab_next_$V.txt
 done
