@@ -86,7 +86,7 @@ for tokens, experts, block_k, k_splits, norm, zero, quantize in ((1, 128, 256, 8
     ok &= check(routing._route_kernel, dict(TOP_K=8, RENORMALIZE=True, RECORD=True, MASK_ROWS=True, T_PAD=16,
                                             E_PAD=experts, K_PAD=8, TOK_CHUNK=1 if tokens == 1 else 4, BLOCK_E=16,
                                             BLOCK_K=block_k, K_SPLITS=k_splits, BLOCK_M=16, CHUNK=1024,
-                                            ONE_CHUNK=tokens == 1, NORM=norm, ZERO_CENTERED=zero, QUANTIZE=quantize,
+                                            ONE_CHUNK=tokens == 1, LAYOUT=not quantize, NORM=norm, ZERO_CENTERED=zero, QUANTIZE=quantize,
                                             USE_PDL=True),
                 f"route tokens={tokens} experts={experts} norm={norm} quantize={quantize}", ptr=ROUTE_PTRS)
 sys.exit(0 if ok else 1)

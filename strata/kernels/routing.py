@@ -135,15 +135,16 @@ def route_and_align_ref(hidden: torch.Tensor, gate_weight: torch.Tensor, top_k: 
 def route_and_align(hidden: torch.Tensor, gate_weight: torch.Tensor, top_k: int, renormalize: bool, block_m: int,
                     counter: torch.Tensor, counts: torch.Tensor | None = None, touched: torch.Tensor | None = None,
                     real_rows: torch.Tensor | None = None, num_warps: int | None = None,
-                    k_splits: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                    k_splits: int | None = None, layout: bool = True) -> tuple:
     """Same contract as route_and_align_ref in one launch, for 16-bit hidden [T, D] with
     1 <= T <= ROUTE_FUSED_MAX_TOKENS. `counter` is an int32 [1] device buffer holding 0 that the launch
     leaves at 0 (owned by the caller; launches sharing one must not run concurrently). With `counts` and
     `touched` it records the routing statistics like softmax_topk. `num_warps` and `k_splits` (the hidden
     slices the router's GEMV is cut into) are tuning knobs (defaults: 4 warps while T * E <= 512, else 8,
-    the faster in the H200 measurements; about 64 programs)."""
+    the faster in the H200 measurements; about 64 programs). `layout=False`: no row layout (sorted ids and
+    block experts come back None), for experts that take the ids as they are (the packed pairs)."""
     return _route_launch(hidden, None, gate_weight, top_k, renormalize, block_m, counter, counts, touched, real_rows,
-                         num_warps, k_splits)[2:]
+                         num_warps, k_splits, layout)[2:]
 
 
 def norm_route_and_align_ref(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, eps: float,
@@ -161,22 +162,25 @@ def norm_route_and_align(x: torch.Tensor, residual: torch.Tensor, norm_weight: t
                          zero_centered: bool, quantize: bool, gate_weight: torch.Tensor, top_k: int, renormalize: bool,
                          block_m: int, counter: torch.Tensor, counts: torch.Tensor | None = None,
                          touched: torch.Tensor | None = None, real_rows: torch.Tensor | None = None,
-                         num_warps: int | None = None, k_splits: int | None = None) -> tuple[torch.Tensor, ...]:
+                         num_warps: int | None = None, k_splits: int | None = None,
+                         layout: bool = True) -> tuple[torch.Tensor, ...]:
     """Same contract as norm_route_and_align_ref in one launch (route_and_align's conditions; x and residual
     16-bit rows of unit column stride). The normalised rows equal rms_norm's up to the order of the sum of
     squares. `quantize`: their 8-bit rounding for packed experts too (packed_q8.quantize's numbers, attached
-    to the normalised rows by packed_q8.attach, as rms_norm's `quantize` does)."""
+    to the normalised rows by packed_q8.attach, as rms_norm's `quantize` does); `layout` as in route_and_align."""
     assert residual.shape == x.shape and residual.stride(1) == 1 and residual.dtype == x.dtype
     assert norm_weight.is_contiguous() and (not quantize or x.shape[1] % 128 == 0)
     return _route_launch(x, (residual, norm_weight, eps, zero_centered, quantize), gate_weight, top_k, renormalize,
-                         block_m, counter, counts, touched, real_rows, num_warps, k_splits)
+                         block_m, counter, counts, touched, real_rows, num_warps, k_splits, layout)
 
 
 def _route_launch(hidden: torch.Tensor, norm: tuple | None, gate_weight: torch.Tensor, top_k: int, renormalize: bool,
                   block_m: int, counter: torch.Tensor, counts: torch.Tensor | None, touched: torch.Tensor | None,
-                  real_rows: torch.Tensor | None, num_warps: int | None, k_splits: int | None) -> tuple:
+                  real_rows: torch.Tensor | None, num_warps: int | None, k_splits: int | None,
+                  layout: bool = True) -> tuple:
     """The launch of both: -> (normalised rows, new residual (None, None without `norm`), ids, weights, sorted ids,
-    block experts). `norm`: (residual, weight, eps, zero_centered, quantize) of the norm before the router."""
+    block experts (None, None without `layout`)). `norm`: (residual, weight, eps, zero_centered, quantize) of the
+    norm before the router."""
     num_tokens, dim = hidden.shape
     num_experts = gate_weight.shape[0]
     assert 1 <= num_tokens <= ROUTE_FUSED_MAX_TOKENS and hidden.dtype in (torch.bfloat16, torch.float16)
@@ -194,8 +198,12 @@ def _route_launch(hidden: torch.Tensor, norm: tuple | None, gate_weight: torch.T
     partial = torch.empty(k_splits, num_tokens, num_experts, dtype=torch.float32, device=device)  # [S, T, E]
     ids = torch.empty(num_tokens, top_k, dtype=torch.int64, device=device)
     weights = torch.empty(num_tokens, top_k, dtype=hidden.dtype, device=device)
-    sorted_ids, block_expert, scratch = align_buffers(num_tokens * top_k, num_experts, block_m, device)
-    num_blocks = block_expert.numel()
+    if layout:
+        sorted_ids, block_expert, scratch = align_buffers(num_tokens * top_k, num_experts, block_m, device)
+        num_blocks = block_expert.numel()
+    else:  # unread
+        sorted_ids = block_expert = scratch = ids
+        num_blocks = 0
     record = counts is not None
     e_pad = triton.next_power_of_2(num_experts)
     num_warps = num_warps or (4 if num_tokens * e_pad <= 512 else 8)
@@ -221,10 +229,12 @@ def _route_launch(hidden: torch.Tensor, norm: tuple | None, gate_weight: torch.T
         TOP_K=top_k, RENORMALIZE=renormalize, RECORD=record, MASK_ROWS=real_rows is not None,
         T_PAD=max(16, triton.next_power_of_2(num_tokens)), E_PAD=e_pad, K_PAD=triton.next_power_of_2(top_k),
         TOK_CHUNK=tok_chunk, BLOCK_E=block_e, BLOCK_K=block_k, K_SPLITS=k_splits, BLOCK_M=block_m, CHUNK=1024,
-        ONE_CHUNK=one_chunk, NORM=norm is not None, ZERO_CENTERED=zero_centered, QUANTIZE=quantized is not None,
+        ONE_CHUNK=one_chunk, LAYOUT=layout, NORM=norm is not None, ZERO_CENTERED=zero_centered, QUANTIZE=quantized is not None,
         num_warps=num_warps, **pdl_options(hidden))
     if quantized is not None:
         packed_q8.attach(normed, quantized)
+    if not layout:
+        sorted_ids = block_expert = None
     return normed, new_residual, ids, weights, sorted_ids, block_expert
 
 
@@ -259,8 +269,8 @@ if triton is not None:
                       TOP_K: tl.constexpr, RENORMALIZE: tl.constexpr, RECORD: tl.constexpr,
                       MASK_ROWS: tl.constexpr, T_PAD: tl.constexpr, E_PAD: tl.constexpr, K_PAD: tl.constexpr,
                       TOK_CHUNK: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr, K_SPLITS: tl.constexpr,
-                      BLOCK_M: tl.constexpr, CHUNK: tl.constexpr, ONE_CHUNK: tl.constexpr, NORM: tl.constexpr,
-                      ZERO_CENTERED: tl.constexpr, QUANTIZE: tl.constexpr, USE_PDL: tl.constexpr):
+                      BLOCK_M: tl.constexpr, CHUNK: tl.constexpr, ONE_CHUNK: tl.constexpr, LAYOUT: tl.constexpr,
+                      NORM: tl.constexpr, ZERO_CENTERED: tl.constexpr, QUANTIZE: tl.constexpr, USE_PDL: tl.constexpr):
         pid_e, pid_k = tl.program_id(0), tl.program_id(1)
         # this program's partial logits: [T_PAD, BLOCK_E] over hidden slice [k_start, k_end)
         offs_t = tl.arange(0, T_PAD)
@@ -296,20 +306,23 @@ if triton is not None:
         finished = tl.atomic_add(counter_ptr, 1, sem="acq_rel")
         if finished == tl.num_programs(0) * K_SPLITS - 1:  # the last program: route every token
             if ONE_CHUNK:  # every token at once, so the layout comes from registers (no global round trips)
-                fill_layout(sorted_ids_ptr, block_expert_ptr, num_tokens * TOP_K, num_blocks, BLOCK_M, CHUNK)
+                if LAYOUT:
+                    fill_layout(sorted_ids_ptr, block_expert_ptr, num_tokens * TOP_K, num_blocks, BLOCK_M, CHUNK)
                 rows, slot = _route_rows(0, partial_ptr, hidden_ptr, ids_ptr, weights_ptr, counts_ptr,
                                          touched_ptr, real_rows_ptr, num_tokens, num_experts, TOP_K, RENORMALIZE,
                                          RECORD, MASK_ROWS, E_PAD, K_PAD, TOK_CHUNK, K_SPLITS)
-                tl.debug_barrier()  # the fills land before the layout overwrites them
-                lay_out_picks(rows, slot, num_tokens, sorted_ids_ptr, block_expert_ptr, TOP_K, E_PAD, BLOCK_M)
+                if LAYOUT:
+                    tl.debug_barrier()  # the fills land before the layout overwrites them
+                    lay_out_picks(rows, slot, num_tokens, sorted_ids_ptr, block_expert_ptr, TOP_K, E_PAD, BLOCK_M)
             else:
                 for t0 in range(0, num_tokens, TOK_CHUNK):
                     _route_rows(t0, partial_ptr, hidden_ptr, ids_ptr, weights_ptr, counts_ptr, touched_ptr,
                                 real_rows_ptr, num_tokens, num_experts, TOP_K, RENORMALIZE, RECORD, MASK_ROWS,
                                 E_PAD, K_PAD, TOK_CHUNK, K_SPLITS)
-                tl.debug_barrier()  # the ids stored above are read back by the layout
-                align_pairs(ids_ptr, sorted_ids_ptr, block_expert_ptr, scratch_ptr, num_tokens * TOP_K,
-                            num_experts, num_blocks, BLOCK_M, E_PAD, CHUNK)
+                if LAYOUT:
+                    tl.debug_barrier()  # the ids stored above are read back by the layout
+                    align_pairs(ids_ptr, sorted_ids_ptr, block_expert_ptr, scratch_ptr, num_tokens * TOP_K,
+                                num_experts, num_blocks, BLOCK_M, E_PAD, CHUNK)
             tl.atomic_xchg(counter_ptr, 0)
 
     @triton.jit

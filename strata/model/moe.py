@@ -200,7 +200,7 @@ class MoEBlock(nn.Module):
             cfg, rows = self._one_launch_routing(x)
             hidden, residual, *routing = ops.norm_route_and_align(
                 x, residual, norm.weight, norm.eps, norm.zero_centered, norm.feeds_packed, self.gate.weight,
-                self.top_k, self.norm_topk_prob, cfg["BLOCK_M"], self._route_counter, *rows)
+                self.top_k, self.norm_topk_prob, cfg["BLOCK_M"], self._route_counter, *rows, layout=self._lays_out())
             return self._experts_routed(hidden, *routing, cfg), residual
         hidden, residual = norm(x, residual)
         return self.forward_unsummed(hidden), residual
@@ -211,8 +211,13 @@ class MoEBlock(nn.Module):
         two launches fewer per layer than route() + fused_moe."""
         cfg, rows = self._one_launch_routing(hidden)
         routing = ops.route_and_align(hidden, self.gate.weight, self.top_k, self.norm_topk_prob, cfg["BLOCK_M"],
-                                      self._route_counter, *rows)
+                                      self._route_counter, *rows, layout=self._lays_out())
         return self._experts_routed(hidden, *routing, cfg)
+
+    def _lays_out(self) -> bool:
+        """Whether the one-launch routing lays out the rows: the grouped GEMMs read that layout; the packed
+        experts' pairs take the ids as they are."""
+        return not isinstance(self.experts, PackedLocalExperts)
 
     def _one_launch_routing(self, hidden: torch.Tensor) -> tuple[dict, tuple]:
         """What a one-launch routing of hidden [T, D] needs beside the router: its program counter (made on first

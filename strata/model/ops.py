@@ -391,13 +391,14 @@ def norm_routing_on(x: torch.Tensor, residual: torch.Tensor) -> bool:
 def norm_route_and_align(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, eps: float,
                          zero_centered: bool, for_packed: bool, gate_weight: torch.Tensor, top_k: int,
                          renormalize: bool, block_m: int, counter: torch.Tensor, counts: torch.Tensor | None = None,
-                         touched: torch.Tensor | None = None, real_rows: torch.Tensor | None = None) -> tuple:
+                         touched: torch.Tensor | None = None, real_rows: torch.Tensor | None = None,
+                         layout: bool = True) -> tuple:
     """The norm before an MoE layer (rms_norm with the residual; `for_packed` as there) and route_and_align in
     one launch, where fused_routing_on holds for x: -> (normalised rows, new residual, ids, weights, sorted ids,
-    block experts)."""
+    block experts; the last two None without `layout`)."""
     quantize = for_packed and packed_q8.rounds_in_norm(x.shape[0], x.shape[1])
     return norm_route_and_align_kernel(x, residual, norm_weight, eps, zero_centered, quantize, gate_weight, top_k,
-                                       renormalize, block_m, counter, counts, touched, real_rows)
+                                       renormalize, block_m, counter, counts, touched, real_rows, layout=layout)
 
 
 def fused_routing_on(hidden: torch.Tensor, gate_weight: torch.Tensor, w13: torch.Tensor) -> bool:

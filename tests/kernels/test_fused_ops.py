@@ -302,6 +302,11 @@ def check_norm_route(num_tokens, num_experts, dim, top_k, zero_centered, quantiz
         assert torch.equal(ids, plain_ids)
         torch.testing.assert_close(weights, plain_weights, rtol=0, atol=0)
         _check_layout(ids, sorted_ids, block_expert, block_m)
+    # without the row layout (packed experts read the ids as they are): the same picks, no layout
+    *_, bare_ids, bare_weights, no_rows, no_blocks = norm_route_and_align(
+        x, residual, weight, 1e-6, zero_centered, quantize, gate, top_k, True, block_m, counter, layout=False)
+    assert torch.equal(bare_ids, ids) and torch.equal(bare_weights, weights) and no_rows is None and no_blocks is None
+    assert counter.item() == 0
 
 
 @gpu
