@@ -224,14 +224,23 @@ class AsyncEngineClient:
             return False
 
     def _read(self, conn, generation: int) -> None:
-        """Reader thread: one per child; hands every message to the event loop."""
+        """Reader thread: one per child; hands every message to the event loop (until that loop is closed: a
+        server shutting down no longer hears of its engine's exit)."""
         while True:
             try:
                 message = conn.recv()
             except (EOFError, OSError):
-                self._loop.call_soon_threadsafe(self._on_exit, generation, "the engine process exited")
+                self._hand_over(self._on_exit, generation, "the engine process exited")
                 return
-            self._loop.call_soon_threadsafe(self._on_message, generation, message)
+            if not self._hand_over(self._on_message, generation, message):
+                return
+
+    def _hand_over(self, callback, *args) -> bool:
+        try:
+            self._loop.call_soon_threadsafe(callback, *args)
+            return True
+        except RuntimeError:  # the event loop is closed
+            return False
 
     def _on_message(self, generation: int, message: tuple) -> None:
         child = self._child_of(generation)
