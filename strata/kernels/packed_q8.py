@@ -296,6 +296,23 @@ if triton is not None:
         return tl.where(scaled < 0, -q, q), tl.div_rn(amax, 127.0)
 
     @triton.jit
+    def store_rounding(y, rows, first, limit, ok, width, q_ptr, dx_ptr, sums_ptr, R: tl.constexpr, C: tl.constexpr):
+        """A kernel's output tile y [R, C] (C a multiple of 32) at columns first .. first + C (a scalar or [R, 1],
+        a multiple of 32) of rows `rows` [R] of [*, width]: its rounding (round_blocks) stored as quantize lays it
+        out (q int8 [*, width], dx [*, width / 32], sums [*, width / 16]) where ok [R] and the column < limit."""
+        q, dx = round_blocks(tl.reshape(y.to(tl.float32), (R * C // 32, 32)))                # [R C / 32, 32]
+        columns = first + tl.arange(0, C)[None, :]                                           # [R or 1, C]
+        tl.store(q_ptr + rows[:, None] * width + columns, tl.reshape(q, (R, C)).to(tl.int8),
+                 mask=ok[:, None] & (columns < limit))
+        blocks = first // 32 + tl.arange(0, C // 32)[None, :]
+        tl.store(dx_ptr + rows[:, None] * (width // 32) + blocks, tl.reshape(dx, (R, C // 32)),
+                 mask=ok[:, None] & (blocks * 32 < limit))
+        halves = tl.sum(tl.reshape(q, (R * C // 16, 16)), axis=1)                             # [R C / 16]
+        runs = first // 16 + tl.arange(0, C // 16)[None, :]
+        tl.store(sums_ptr + rows[:, None] * (width // 16) + runs, tl.reshape(halves, (R, C // 16)),
+                 mask=ok[:, None] & (runs * 16 < limit))
+
+    @triton.jit
     def _quantize_kernel(x_ptr, q_ptr, dx_ptr, sums_ptr, k, stride_xm, USE_PDL: tl.constexpr):
         """One program per (row, 128 values): four blocks of 32 rounded to int8 with their scales."""
         wait_for_previous_kernel(USE_PDL)

@@ -46,7 +46,7 @@ from strata.kernels.launch import pdl_options
 
 if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
-    from strata.kernels.packed_q8 import round_blocks
+    from strata.kernels.packed_q8 import store_rounding
     from strata.kernels.rms_norm import gated_shared
 
 MAX_QUERY_LEN = 16
@@ -363,15 +363,6 @@ if triton is not None:
                         other=0.0)
             y = gated_shared(y, g, dtype)
         tl.store(out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + offs_d[None, :], y, mask=mask)
-        if ROUND:
+        if ROUND:  # the heads' columns of the [T, H * D] rows o_proj reads
             width = num_heads * head_dim
-            q, dx = round_blocks(tl.reshape(y.to(tl.float32), (R * BLOCK_D // 32, 32)))      # [R BD / 32, 32]
-            columns = head[:, None] * head_dim + offs_d[None, :]                             # [R, BD]
-            tl.store(q8_ptr + token[:, None] * width + columns, tl.reshape(q, (R, BLOCK_D)).to(tl.int8), mask=mask)
-            blocks = head[:, None] * (head_dim // 32) + tl.arange(0, BLOCK_D // 32)[None, :]
-            tl.store(dx_ptr + token[:, None] * (width // 32) + blocks, tl.reshape(dx, (R, BLOCK_D // 32)),
-                     mask=ok[:, None])
-            halves = tl.sum(tl.reshape(q, (R * BLOCK_D // 16, 16)), axis=1)                  # [R BD / 16]
-            runs = head[:, None] * (head_dim // 16) + tl.arange(0, BLOCK_D // 16)[None, :]
-            tl.store(sums_ptr + token[:, None] * (width // 16) + runs, tl.reshape(halves, (R, BLOCK_D // 16)),
-                     mask=ok[:, None])
+            store_rounding(y, token, head[:, None] * head_dim, width, ok, width, q8_ptr, dx_ptr, sums_ptr, R, BLOCK_D)

@@ -36,7 +36,7 @@ from strata.kernels.moe_align import align_buffers
 
 if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
-    from strata.kernels.packed_q8 import round_blocks
+    from strata.kernels.packed_q8 import store_rounding
 
 
 def softmax_topk_ref(logits: torch.Tensor, top_k: int, renormalize: bool,
@@ -365,17 +365,8 @@ if triton is not None:
                 at = offs_t[:, None] * dim + cols[None, :]
                 tl.store(res_out_ptr + at, total, mask=ok)
                 tl.store(normed_ptr + at, x, mask=ok)
-                if QUANTIZE:  # packed_q8's rounding of the values just stored, a block of 32 columns at a time
-                    GROUPS: tl.constexpr = T_PAD * BLOCK_K // 32
-                    q, dx = round_blocks(tl.reshape(x.to(tl.float32), (GROUPS, 32)))           # [G, 32], [G]
-                    tl.store(q_ptr + at, tl.reshape(q, (T_PAD, BLOCK_K)).to(tl.int8), mask=ok)
-                    g = k0 // 32 + tl.arange(0, BLOCK_K // 32)
-                    tl.store(dx_ptr + offs_t[:, None] * (dim // 32) + g[None, :],
-                             tl.reshape(dx, (T_PAD, BLOCK_K // 32)), mask=t_ok[:, None] & (g * 32 < k_end)[None, :])
-                    halves = tl.sum(tl.reshape(q, (T_PAD * BLOCK_K // 16, 16)), axis=1)          # [T_PAD * BK / 16]
-                    u = k0 // 16 + tl.arange(0, BLOCK_K // 16)
-                    tl.store(sums_ptr + offs_t[:, None] * (dim // 16) + u[None, :],
-                             tl.reshape(halves, (T_PAD, BLOCK_K // 16)), mask=t_ok[:, None] & (u * 16 < k_end)[None, :])
+                if QUANTIZE:  # packed_q8's rounding of the values just stored
+                    store_rounding(x, offs_t, k0, k_end, t_ok, dim, q_ptr, dx_ptr, sums_ptr, T_PAD, BLOCK_K)
         return x
 
     @triton.jit

@@ -152,10 +152,10 @@ class QSAAttention(Attention):
         index_q = self.indexer.queries_after_key_write(hidden, ctx, self.rotary)
         k_cache, v_cache, kv_scales = self.kv_cache(ctx)
         host_kv = self.host_kv_cache(ctx)
-        if self._chooses_on_device(q, ctx):
+        sparse = [self.indexer.is_sparse(done + n) for done, n in zip(ctx.num_computed, ctx.query_lens)]
+        if self._chooses_on_device(q, ctx, any(sparse)):
             choice = self.indexer.choose_blocks(index_q, ctx, self.rotary)
             return self.attend_to_output(q, gate, k_cache, v_cache, kv_scales, host_kv, ctx, choice)
-        sparse = [self.indexer.is_sparse(done + n) for done, n in zip(ctx.num_computed, ctx.query_lens)]
         if not any(sparse):  # every row dense: the kernel's output epilogue as in plain attention
             return self.attend_to_output(q, gate, k_cache, v_cache, kv_scales, host_kv, ctx)
         out = paged_attention(q, k_cache, v_cache, ctx, self.scale, kv_scales, host_kv)
@@ -167,13 +167,12 @@ class QSAAttention(Attention):
             start += n
         return self.output(out, gate)
 
-    def _chooses_on_device(self, q: torch.Tensor, ctx: ForwardContext) -> bool:
+    def _chooses_on_device(self, q: torch.Tensor, ctx: ForwardContext, any_sparse: bool) -> bool:
         """Whether the step's rows choose their blocks on the device: a graph captured as the sparse variant,
-        or an eager step of short windows on CUDA where some row is past the budget."""
+        or an eager step of short windows on CUDA where some row is past the budget (`any_sparse`)."""
         if ctx.graph_variant:
             return ctx.graph_variant == SPARSE_VARIANT
-        return windows_take_kernel(q, ctx) and \
-            any(self.indexer.is_sparse(done + n) for done, n in zip(ctx.num_computed, ctx.query_lens))
+        return windows_take_kernel(q, ctx) and any_sparse
 
     def _attend_selected(self, q: torch.Tensor, index_q: torch.Tensor, done: int, context_len: int,
                          seq: int, ctx: ForwardContext) -> torch.Tensor:
