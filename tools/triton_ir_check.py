@@ -78,15 +78,12 @@ for block_h, quantize in ((32, True), (4, True), (32, False)):
                 ptr={**BF16_PTRS, "x_ptr": "*bf16"})
 ROUTE_PTRS = {"hidden_ptr": "*bf16", "gate_ptr": "*bf16", "partial_ptr": "*fp32", "counter_ptr": "*i32", "ids_ptr": "*i64",
               "weights_ptr": "*bf16", "counts_ptr": "*i64", "touched_ptr": "*i64", "real_rows_ptr": "*i64",
-              "sorted_ids_ptr": "*i32", "block_expert_ptr": "*i32", "scratch_ptr": "*i32", "res_ptr": "*bf16",
-              "norm_w_ptr": "*bf16", "normed_ptr": "*bf16", "res_out_ptr": "*bf16"}
-for tokens, experts, block_k, k_splits, norm, zero, quantize in ((1, 128, 256, 8, True, False, True),
-                                                                 (1, 512, 512, 2, True, True, False),
-                                                                 (4, 128, 256, 8, False, False, False)):
+              "sorted_ids_ptr": "*i32", "block_expert_ptr": "*i32", "scratch_ptr": "*i32"}
+for tokens, experts, block_k, k_splits, layout in ((1, 128, 256, 8, False), (1, 512, 512, 2, True),
+                                                   (4, 128, 256, 8, True), (4, 128, 256, 8, False)):
     ok &= check(routing._route_kernel, dict(TOP_K=8, RENORMALIZE=True, RECORD=True, MASK_ROWS=True, T_PAD=16,
                                             E_PAD=experts, K_PAD=8, TOK_CHUNK=1 if tokens == 1 else 4, BLOCK_E=16,
                                             BLOCK_K=block_k, K_SPLITS=k_splits, BLOCK_M=16, CHUNK=1024,
-                                            ONE_CHUNK=tokens == 1, LAYOUT=not quantize, NORM=norm, ZERO_CENTERED=zero, QUANTIZE=quantize,
-                                            USE_PDL=True),
-                f"route tokens={tokens} experts={experts} norm={norm} quantize={quantize}", ptr=ROUTE_PTRS)
+                                            ONE_CHUNK=tokens == 1, LAYOUT=layout, USE_PDL=True),
+                f"route tokens={tokens} experts={experts} layout={layout}", ptr=ROUTE_PTRS)
 sys.exit(0 if ok else 1)

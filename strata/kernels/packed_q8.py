@@ -212,13 +212,15 @@ def quantize_ref(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Ten
     m, k = x.shape
     blocks = x.float().reshape(m, k // 32, 32)
     amax = blocks.abs().amax(dim=2, keepdim=True)
-    # a tensor divided by a tensor: IEEE's rounding, as the kernel's div_rn (torch's `127.0 / amax` on the
-    # CPU multiplies by a reciprocal and is off by an ulp now and then, which moves a q sitting on .5)
-    inv = torch.where(amax > 0, torch.full_like(amax, 127.0) / amax, torch.zeros_like(amax))
+    # tensors divided by tensors: IEEE's rounding, as the kernel's div_rn (a division by a Python number
+    # multiplies by its reciprocal on the CUDA device and `127.0 / amax` does on the CPU; either is off by an
+    # ulp now and then, which moves a q sitting on .5 or a scale)
+    by = torch.full_like(amax, 127.0)
+    inv = torch.where(amax > 0, by / amax, torch.zeros_like(amax))
     scaled = blocks * inv
     q = (scaled.abs() + 0.5).floor().copysign(scaled).clamp(-127, 127)
     sums = q.reshape(m, k // 16, 16).sum(dim=2)
-    return q.to(torch.int8).reshape(m, k), (amax / 127.0).reshape(m, k // 32), sums
+    return q.to(torch.int8).reshape(m, k), (amax / by).reshape(m, k // 32), sums
 
 
 def dequantize_activations(q: torch.Tensor, dx: torch.Tensor) -> torch.Tensor:

@@ -12,12 +12,6 @@ router weight's first tile loads before the PDL wait (it does not depend on the 
 single token's rows are laid out from the picks in registers (`lay_out_picks`); more tokens take
 moe_align's counting sort through global memory (`align_pairs`): the register layout padded to 16
 rows measured slower there (session 8).
-
-`norm_route_and_align` also takes the norm before the MoE layer (the residual add, RMSNorm and, for packed
-experts, the 8-bit rounding of its output): each program computes the rows' scale over the whole row, then
-normalises its own hidden slice for its share of the router GEMV, and the programs of the first expert block
-store the normalised rows, the new residual and the rounding. The norm's launch, on the critical path of every
-decode step's MoE layer, goes away.
 """
 
 from __future__ import annotations
@@ -30,13 +24,12 @@ try:
 except ImportError:  # CPU-only install: the ref still works
     triton = tl = None
 
-from strata.kernels import packed_q8, triton_available
+from strata.kernels import triton_available
 from strata.kernels.launch import pdl_options
 from strata.kernels.moe_align import align_buffers
 
 if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
-    from strata.kernels.packed_q8 import store_rounding
 
 
 def softmax_topk_ref(logits: torch.Tensor, top_k: int, renormalize: bool,
@@ -143,44 +136,6 @@ def route_and_align(hidden: torch.Tensor, gate_weight: torch.Tensor, top_k: int,
     slices the router's GEMV is cut into) are tuning knobs (defaults: 4 warps while T * E <= 512, else 8,
     the faster in the H200 measurements; about 64 programs). `layout=False`: no row layout (sorted ids and
     block experts come back None), for experts that take the ids as they are (the packed pairs)."""
-    return _route_launch(hidden, None, gate_weight, top_k, renormalize, block_m, counter, counts, touched, real_rows,
-                         num_warps, k_splits, layout)[2:]
-
-
-def norm_route_and_align_ref(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, eps: float,
-                             zero_centered: bool, gate_weight: torch.Tensor, top_k: int, renormalize: bool,
-                             block_m: int) -> tuple[torch.Tensor, ...]:
-    """x, residual [T, D] -> (rms_norm_ref(x, ..., residual)'s normalised rows and new residual, then
-    route_and_align_ref's four outputs on the normalised rows)."""
-    from strata.kernels.rms_norm import rms_norm_ref
-
-    normed, new_residual = rms_norm_ref(x, norm_weight, eps, zero_centered, residual)
-    return (normed, new_residual, *route_and_align_ref(normed, gate_weight, top_k, renormalize, block_m))
-
-
-def norm_route_and_align(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, eps: float,
-                         zero_centered: bool, quantize: bool, gate_weight: torch.Tensor, top_k: int, renormalize: bool,
-                         block_m: int, counter: torch.Tensor, counts: torch.Tensor | None = None,
-                         touched: torch.Tensor | None = None, real_rows: torch.Tensor | None = None,
-                         num_warps: int | None = None, k_splits: int | None = None,
-                         layout: bool = True) -> tuple[torch.Tensor, ...]:
-    """Same contract as norm_route_and_align_ref in one launch (route_and_align's conditions; x and residual
-    16-bit rows of unit column stride). The normalised rows equal rms_norm's up to the order of the sum of
-    squares. `quantize`: their 8-bit rounding for packed experts too (packed_q8.quantize's numbers, attached
-    to the normalised rows by packed_q8.attach, as rms_norm's `quantize` does); `layout` as in route_and_align."""
-    assert residual.shape == x.shape and residual.stride(1) == 1 and residual.dtype == x.dtype
-    assert norm_weight.is_contiguous() and (not quantize or x.shape[1] % 128 == 0)
-    return _route_launch(x, (residual, norm_weight, eps, zero_centered, quantize), gate_weight, top_k, renormalize,
-                         block_m, counter, counts, touched, real_rows, num_warps, k_splits, layout)
-
-
-def _route_launch(hidden: torch.Tensor, norm: tuple | None, gate_weight: torch.Tensor, top_k: int, renormalize: bool,
-                  block_m: int, counter: torch.Tensor, counts: torch.Tensor | None, touched: torch.Tensor | None,
-                  real_rows: torch.Tensor | None, num_warps: int | None, k_splits: int | None,
-                  layout: bool = True) -> tuple:
-    """The launch of both: -> (normalised rows, new residual (None, None without `norm`), ids, weights, sorted ids,
-    block experts (None, None without `layout`)). `norm`: (residual, weight, eps, zero_centered, quantize) of the
-    norm before the router."""
     num_tokens, dim = hidden.shape
     num_experts = gate_weight.shape[0]
     assert 1 <= num_tokens <= ROUTE_FUSED_MAX_TOKENS and hidden.dtype in (torch.bfloat16, torch.float16)
@@ -192,8 +147,6 @@ def _route_launch(hidden: torch.Tensor, norm: tuple | None, gate_weight: torch.T
     # BLOCK_K tile where that is at most 512 wide
     k_splits = k_splits or max(1, min(triton.cdiv(dim, 128), 64 // expert_blocks, 16))
     block_k = min(512, triton.next_power_of_2(triton.cdiv(dim, k_splits)))
-    if norm is not None:  # the norm's [T_PAD, BLOCK_K] tiles of x, residual and their sum stay in registers
-        block_k = min(block_k, 128)
     device = hidden.device
     partial = torch.empty(k_splits, num_tokens, num_experts, dtype=torch.float32, device=device)  # [S, T, E]
     ids = torch.empty(num_tokens, top_k, dtype=torch.int64, device=device)
@@ -213,29 +166,17 @@ def _route_launch(hidden: torch.Tensor, norm: tuple | None, gate_weight: torch.T
     one_chunk = num_tokens == 1
     tok_chunk = max(1, 32 * num_warps // e_pad) if one_chunk else \
         min(triton.next_power_of_2(num_tokens), max(1, 4096 // e_pad))
-    normed = new_residual = quantized = None
-    residual, norm_weight, eps, zero_centered, quantize = norm or (hidden, hidden, 0.0, False, False)
-    if norm is not None:
-        normed, new_residual = torch.empty_like(hidden), torch.empty_like(hidden)        # [T, D] each
-        if quantize:
-            quantized = packed_q8.empty_rounding(num_tokens, dim, device)                  # [T, D], [T, D/32] ...
-    outs = (normed, new_residual, *(quantized or (None,) * 3))
-    outs = tuple(hidden if t is None else t for t in outs)  # unread without the norm (or its rounding)
-    k_per_split = triton.cdiv(triton.cdiv(dim, block_k), k_splits) * block_k
     _route_kernel[(expert_blocks, k_splits)](
         hidden, gate_weight, partial, counter, ids, weights, counts if record else ids, touched if record else ids,
-        real_rows if real_rows is not None else ids, sorted_ids, block_expert, scratch, residual, norm_weight, *outs,
-        num_tokens, num_experts, dim, hidden.stride(0), residual.stride(0), k_per_split, num_blocks, eps,
-        TOP_K=top_k, RENORMALIZE=renormalize, RECORD=record, MASK_ROWS=real_rows is not None,
+        real_rows if real_rows is not None else ids, sorted_ids, block_expert, scratch,
+        num_tokens, num_experts, dim, hidden.stride(0), triton.cdiv(triton.cdiv(dim, block_k), k_splits) * block_k,
+        num_blocks, TOP_K=top_k, RENORMALIZE=renormalize, RECORD=record, MASK_ROWS=real_rows is not None,
         T_PAD=max(16, triton.next_power_of_2(num_tokens)), E_PAD=e_pad, K_PAD=triton.next_power_of_2(top_k),
         TOK_CHUNK=tok_chunk, BLOCK_E=block_e, BLOCK_K=block_k, K_SPLITS=k_splits, BLOCK_M=block_m, CHUNK=1024,
-        ONE_CHUNK=one_chunk, LAYOUT=layout, NORM=norm is not None, ZERO_CENTERED=zero_centered, QUANTIZE=quantized is not None,
-        num_warps=num_warps, **pdl_options(hidden))
-    if quantized is not None:
-        packed_q8.attach(normed, quantized)
+        ONE_CHUNK=one_chunk, LAYOUT=layout, num_warps=num_warps, **pdl_options(hidden))
     if not layout:
         sorted_ids = block_expert = None
-    return normed, new_residual, ids, weights, sorted_ids, block_expert
+    return ids, weights, sorted_ids, block_expert
 
 
 if triton is not None:
@@ -263,14 +204,13 @@ if triton is not None:
 
     @triton.jit
     def _route_kernel(hidden_ptr, gate_ptr, partial_ptr, counter_ptr, ids_ptr, weights_ptr, counts_ptr, touched_ptr,
-                      real_rows_ptr, sorted_ids_ptr, block_expert_ptr, scratch_ptr, res_ptr, norm_w_ptr, normed_ptr,
-                      res_out_ptr, q_ptr, dx_ptr, sums_ptr,
-                      num_tokens, num_experts, dim, stride_ht, stride_rt, k_per_split, num_blocks, eps,
+                      real_rows_ptr, sorted_ids_ptr, block_expert_ptr, scratch_ptr,
+                      num_tokens, num_experts, dim, stride_ht, k_per_split, num_blocks,
                       TOP_K: tl.constexpr, RENORMALIZE: tl.constexpr, RECORD: tl.constexpr,
                       MASK_ROWS: tl.constexpr, T_PAD: tl.constexpr, E_PAD: tl.constexpr, K_PAD: tl.constexpr,
                       TOK_CHUNK: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr, K_SPLITS: tl.constexpr,
                       BLOCK_M: tl.constexpr, CHUNK: tl.constexpr, ONE_CHUNK: tl.constexpr, LAYOUT: tl.constexpr,
-                      NORM: tl.constexpr, ZERO_CENTERED: tl.constexpr, QUANTIZE: tl.constexpr, USE_PDL: tl.constexpr):
+                      USE_PDL: tl.constexpr):
         pid_e, pid_k = tl.program_id(0), tl.program_id(1)
         # this program's partial logits: [T_PAD, BLOCK_E] over hidden slice [k_start, k_end)
         offs_t = tl.arange(0, T_PAD)
@@ -281,23 +221,16 @@ if triton is not None:
         k_start = pid_k * k_per_split
         k_end = tl.minimum(k_start + k_per_split, dim)
         w_ptrs = gate_ptr + offs_e[:, None].to(tl.int64) * dim + offs_k[None, :]              # [BE, BK]
+        h_ptrs = hidden_ptr + offs_t[:, None] * stride_ht + offs_k[None, :]                   # [T_PAD, BK]
         # the router weight does not depend on the previous kernel: its first tile loads before the wait
         w = tl.load(w_ptrs + k_start, mask=e_ok[:, None] & (k_start + offs_k < k_end)[None, :], other=0.0)
         wait_for_previous_kernel(USE_PDL)
-        scale = tl.zeros((T_PAD,), dtype=tl.float32)
-        if NORM:  # every program needs the rows' scale, over their whole width
-            scale = _row_scales(hidden_ptr, res_ptr, stride_ht, stride_rt, offs_t, t_ok, dim, eps, T_PAD)
-        store = pid_e == 0  # with NORM, the first expert block's programs write the norm's outputs, a slice each
-        h = _router_input(k_start, hidden_ptr, res_ptr, norm_w_ptr, normed_ptr, res_out_ptr, q_ptr, dx_ptr, sums_ptr,
-                          scale, offs_t, t_ok, offs_k, k_end, dim, stride_ht, stride_rt, store, NORM, ZERO_CENTERED,
-                          QUANTIZE, T_PAD, BLOCK_K)
+        h = tl.load(h_ptrs + k_start, mask=t_ok[:, None] & (k_start + offs_k < k_end)[None, :], other=0.0)
         acc = tl.dot(h, tl.trans(w))
         for k0 in range(k_start + BLOCK_K, k_end, BLOCK_K):
             k_ok = k0 + offs_k < k_end
             w = tl.load(w_ptrs + k0, mask=e_ok[:, None] & k_ok[None, :], other=0.0)
-            h = _router_input(k0, hidden_ptr, res_ptr, norm_w_ptr, normed_ptr, res_out_ptr, q_ptr, dx_ptr, sums_ptr,
-                              scale, offs_t, t_ok, offs_k, k_end, dim, stride_ht, stride_rt, store, NORM,
-                              ZERO_CENTERED, QUANTIZE, T_PAD, BLOCK_K)
+            h = tl.load(h_ptrs + k0, mask=t_ok[:, None] & k_ok[None, :], other=0.0)
             acc = tl.dot(h, tl.trans(w), acc)
         split_stride = num_tokens * num_experts
         tl.store(partial_ptr + pid_k * split_stride + offs_t[:, None] * num_experts + offs_e[None, :], acc,
@@ -324,50 +257,6 @@ if triton is not None:
                     align_pairs(ids_ptr, sorted_ids_ptr, block_expert_ptr, scratch_ptr, num_tokens * TOP_K,
                                 num_experts, num_blocks, BLOCK_M, E_PAD, CHUNK)
             tl.atomic_xchg(counter_ptr, 0)
-
-    @triton.jit
-    def _row_scales(x_ptr, res_ptr, stride_x, stride_r, offs_t, t_ok, dim, eps, T_PAD: tl.constexpr):
-        """rsqrt(mean of squares + eps) of the rows x + residual [T_PAD] (the sum rounded to x's dtype first, as
-        rms_norm's kernel rounds it), read in chunks of 128 columns."""
-        NORM_K: tl.constexpr = 128
-        cols = tl.arange(0, NORM_K)
-        squares = tl.zeros((T_PAD, NORM_K), dtype=tl.float32)
-        for k0 in range(0, dim, NORM_K):
-            ok = t_ok[:, None] & (k0 + cols < dim)[None, :]
-            x = tl.load(x_ptr + offs_t[:, None] * stride_x + k0 + cols[None, :], mask=ok, other=0.0)
-            r = tl.load(res_ptr + offs_t[:, None] * stride_r + k0 + cols[None, :], mask=ok, other=0.0)
-            total = (x.to(tl.float32) + r.to(tl.float32)).to(x_ptr.dtype.element_ty).to(tl.float32)
-            squares += total * total
-        return tl.rsqrt(tl.sum(squares, axis=1) / dim + eps)
-
-    @triton.jit
-    def _router_input(k0, x_ptr, res_ptr, norm_w_ptr, normed_ptr, res_out_ptr, q_ptr, dx_ptr, sums_ptr, scale, offs_t,
-                      t_ok, offs_k, k_end, dim, stride_x, stride_r, store, NORM: tl.constexpr,
-                      ZERO_CENTERED: tl.constexpr, QUANTIZE: tl.constexpr, T_PAD: tl.constexpr,
-                      BLOCK_K: tl.constexpr):
-        """The router GEMV's rows over columns k0 .. k0 + BLOCK_K [T_PAD, BK]: x itself, or with NORM the
-        normalised x + residual (rms_norm's kernel's numbers, given the rows' `scale`); where `store`, the
-        normalised rows, the new residual and (QUANTIZE) their 8-bit rounding are stored for these columns."""
-        cols = k0 + offs_k
-        ok = t_ok[:, None] & (cols < k_end)[None, :]
-        x = tl.load(x_ptr + offs_t[:, None] * stride_x + cols[None, :], mask=ok, other=0.0)
-        if NORM:
-            dtype = x_ptr.dtype.element_ty
-            r = tl.load(res_ptr + offs_t[:, None] * stride_r + cols[None, :], mask=ok, other=0.0)
-            total = (x.to(tl.float32) + r.to(tl.float32)).to(dtype)
-            w = tl.load(norm_w_ptr + cols, mask=cols < k_end, other=0.0).to(tl.float32)
-            normed = total.to(tl.float32) * scale[:, None]
-            if ZERO_CENTERED:
-                x = (normed * (1.0 + w[None, :])).to(dtype)
-            else:
-                x = (w[None, :] * normed.to(dtype).to(tl.float32)).to(dtype)
-            if store:
-                at = offs_t[:, None] * dim + cols[None, :]
-                tl.store(res_out_ptr + at, total, mask=ok)
-                tl.store(normed_ptr + at, x, mask=ok)
-                if QUANTIZE:  # packed_q8's rounding of the values just stored
-                    store_rounding(x, offs_t, k0, k_end, t_ok, dim, q_ptr, dx_ptr, sums_ptr, T_PAD, BLOCK_K)
-        return x
 
     @triton.jit
     def _route_rows(t0, partial_ptr, hidden_ptr, ids_ptr, weights_ptr, counts_ptr, touched_ptr, real_rows_ptr,

@@ -66,13 +66,10 @@ class DecoderLayer(nn.Module):
         else:
             x, residual = self.input_layernorm(hidden, residual)
         x = getattr(self, self.mixer_name)(x, ctx)
-        if isinstance(self.mlp, MoEBlock):
-            # the norm may ride in the MoE layer's routing launch; the layer may leave its top-k sum to the next
-            # norm (TopkPartials): every consumer of a layer's output is a norm with the residual (the next
-            # layer's, the final one, the MTP head's)
-            return self.mlp.forward_after_norm(x, residual, self.post_attention_layernorm)
         x, residual = self.post_attention_layernorm(x, residual)
-        return self.mlp(x), residual
+        # an MoE layer may leave its top-k sum to the next norm (TopkPartials): every consumer of a
+        # layer's output is a norm with the residual (the next layer's, the final one, the MTP head's)
+        return (self.mlp.forward_unsummed(x) if isinstance(self.mlp, MoEBlock) else self.mlp(x)), residual
 
 
 # a pipeline stage's process builds only its own layers' weights (owning_layers); the others are shapes on the

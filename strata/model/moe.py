@@ -192,19 +192,6 @@ class MoEBlock(nn.Module):
                 and isinstance(self.experts, (LocalExperts, PackedLocalExperts))
                 and ops.fused_routing_on(hidden, self.gate.weight, self.experts.w13))
 
-    def forward_after_norm(self, x: torch.Tensor, residual: torch.Tensor, norm) -> tuple:
-        """norm(x, residual) (an RMSNorm with the residual add), then forward_unsummed on the normalised rows:
-        -> (output, new residual). Where the step routes in one launch, that launch does the norm too
-        (norm_route_and_align): one launch fewer on the critical path of every decode step."""
-        if self._routes_fused(x) and ops.norm_routing_on(x, residual):
-            cfg, rows = self._one_launch_routing(x)
-            hidden, residual, *routing = ops.norm_route_and_align(
-                x, residual, norm.weight, norm.eps, norm.zero_centered, norm.feeds_packed, self.gate.weight,
-                self.top_k, self.norm_topk_prob, cfg["BLOCK_M"], self._route_counter, *rows, layout=self._lays_out())
-            return self._experts_routed(hidden, *routing, cfg), residual
-        hidden, residual = norm(x, residual)
-        return self.forward_unsummed(hidden), residual
-
     def _forward_fused(self, hidden: torch.Tensor) -> torch.Tensor | TopkPartials:
         """Router projection, routing (and statistics) and the expert row layout in one launch, then the
         grouped expert GEMMs (packed experts: the packed MoE kernels, which take the ids as they are):

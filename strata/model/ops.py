@@ -30,7 +30,6 @@ from strata.kernels.rms_norm import rms_norm as rms_norm_kernel
 from strata.kernels.rms_norm import rms_norm_ref, rounds_gated, topk_sum_ref
 from strata.kernels.rms_norm import rms_norm_topk_sum as rms_norm_topk_sum_kernel
 from strata.kernels.routing import fused_routing_pays, softmax_topk_ref
-from strata.kernels.routing import norm_route_and_align as norm_route_and_align_kernel
 from strata.kernels.routing import softmax_topk as softmax_topk_kernel
 
 # Kernel-only steps, called by the layers as ops.<name> where the predicate beside them holds (their torch
@@ -379,26 +378,6 @@ def packed_moe(hidden: torch.Tensor, experts, topk_ids: torch.Tensor, topk_weigh
         return packed_moe_kernel(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights, sum_topk)
     out = packed_moe_ref(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights)
     return out if sum_topk else out.float().unsqueeze(1)
-
-
-def norm_routing_on(x: torch.Tensor, residual: torch.Tensor) -> bool:
-    """Whether a step that routes in one launch also does the norm before it there (norm_route_and_align): rows
-    of one dtype, contiguous. STRATA_NO_NORM_ROUTE=1 keeps the norm's own launch (to compare)."""
-    return (x.dtype == residual.dtype and x.is_contiguous() and residual.is_contiguous()
-            and not debug_flag("NO_NORM_ROUTE"))
-
-
-def norm_route_and_align(x: torch.Tensor, residual: torch.Tensor, norm_weight: torch.Tensor, eps: float,
-                         zero_centered: bool, for_packed: bool, gate_weight: torch.Tensor, top_k: int,
-                         renormalize: bool, block_m: int, counter: torch.Tensor, counts: torch.Tensor | None = None,
-                         touched: torch.Tensor | None = None, real_rows: torch.Tensor | None = None,
-                         layout: bool = True) -> tuple:
-    """The norm before an MoE layer (rms_norm with the residual; `for_packed` as there) and route_and_align in
-    one launch, where fused_routing_on holds for x: -> (normalised rows, new residual, ids, weights, sorted ids,
-    block experts; the last two None without `layout`)."""
-    quantize = for_packed and packed_q8.rounds_in_norm(x.shape[0], x.shape[1])
-    return norm_route_and_align_kernel(x, residual, norm_weight, eps, zero_centered, quantize, gate_weight, top_k,
-                                       renormalize, block_m, counter, counts, touched, real_rows, layout=layout)
 
 
 def fused_routing_on(hidden: torch.Tensor, gate_weight: torch.Tensor, w13: torch.Tensor) -> bool:
