@@ -6,7 +6,7 @@ import triton._C.libtriton as lt
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.compiler.compiler import make_backend
-from strata.kernels import hyper, rms_norm, routing
+from strata.kernels import hyper, ple, rms_norm, routing
 from strata.kernels import packed_dequant, packed_gemv, packed_gemv_words, packed_mmq, packed_moe, packed_q8
 
 TARGET = GPUTarget("cuda", 90, 32)
@@ -17,7 +17,7 @@ PTR = {"x_ptr": "*bf16", "hidden_ptr": "*bf16", "act_ptr": "*bf16", "out_ptr": "
 def check(fn, consts: dict, name: str, ptr: dict | None = None) -> bool:
     types = {**PTR, **(ptr or {})}
     sig = {a: ("constexpr" if a in consts else types.get(a, "*u8") if a.endswith("_ptr") else
-               "fp32" if a == "eps" else "i32") for a in fn.arg_names}
+               "fp32" if a in ("eps", "inv_sqrt_dim") else "i32") for a in fn.arg_names}
     try:
         src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(a),): v for a, v in consts.items()})
         backend = make_backend(TARGET)
@@ -86,4 +86,12 @@ for tokens, experts, block_k, k_splits, layout in ((1, 128, 256, 8, False), (1, 
                                             BLOCK_K=block_k, K_SPLITS=k_splits, BLOCK_M=16, CHUNK=1024,
                                             ONE_CHUNK=tokens == 1, LAYOUT=layout, USE_PDL=True),
                 f"route tokens={tokens} experts={experts} layout={layout}", ptr=ROUTE_PTRS)
+PLE_PTRS = {"keys_ptr": "*bf16", "value_ptr": "*bf16", "streams_ptr": "*bf16", "wk_ptr": "*bf16", "wq_ptr": "*bf16",
+            "wc_ptr": "*bf16", "gated_ptr": "*bf16", "normed_ptr": "*bf16", "w_ptr": "*bf16", "state_ptr": "*bf16",
+            "window_ptr": "*bf16", "out_ptr": "*bf16", "slots_ptr": "*i64", "qsl_ptr": "*i32", "has_init_ptr": "*i1",
+            "real_ptr": "*i32"}
+ok &= check(ple._gate_kernel, dict(HC=4, BLOCK_D=4096, USE_PDL=True), "ple gate", ptr=PLE_PTRS)
+for keep, real in ((False, False), (True, False), (False, True)):
+    ok &= check(ple._conv_kernel, dict(WIDTH=4, DILATION=3, HIST_PAD=16, KEEP_WINDOW=keep, HAS_REAL=real, BLOCK_C=256,
+                                       USE_PDL=True), f"ple conv keep={keep} real={real}", ptr=PLE_PTRS)
 sys.exit(0 if ok else 1)

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from strata.config import debug_flag
 from strata.kernels import (hyper, packed_dequant, packed_gemv, packed_q8, qsa_scores, skinny_linear, skinny_mlp,
                             triton_available)
+from strata.kernels import ple as ple_kernels
 from strata.kernels.fused_moe import fused_moe as fused_moe_kernel
 from strata.kernels.fused_moe import fused_moe_ref
 from strata.kernels.gguf_blocks import packed_matmul_ref
@@ -336,6 +337,32 @@ def inject(streams: torch.Tensor, output, weights: torch.Tensor) -> torch.Tensor
             return hyper.topk_sum_inject(output.partials, output.shared, streams, weights, output.shared_gate)
         output = output.total()
     return hyper.inject_ref(streams, output, weights)
+
+
+# ---- PLE (Qwen4-Exp's per-layer embedding) ---------------------------------------------------------
+
+def fused_ple_on(streams: torch.Tensor) -> bool:
+    """Whether the PLE layer after its projections takes kernels/ple.py's two launches (the gate, the conv):
+    CUDA rows of unit column stride; STRATA_NO_FUSED_PLE=1 keeps the torch form (to compare)."""
+    return kernels_on(streams) and streams.stride(-1) == 1 and not debug_flag("NO_FUSED_PLE")
+
+
+def ple_gate(keys: torch.Tensor, value: torch.Tensor, streams: torch.Tensor, key_weight: torch.Tensor,
+             query_weight: torch.Tensor, conv_weight: torch.Tensor, hc: int,
+             eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """kernels/ple.ple_gate_ref's contract -> (gated [T, hc * D], the conv's input [T, hc * D])."""
+    if fused_ple_on(streams):
+        return ple_kernels.ple_gate(keys.contiguous(), value.contiguous(), streams, key_weight, query_weight,
+                                    conv_weight, hc, eps)
+    return ple_kernels.ple_gate_ref(keys, value, streams, key_weight, query_weight, conv_weight, hc, eps)
+
+
+def ple_conv(x: torch.Tensor, gated: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor, ctx,
+             dilation: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """kernels/ple.ple_conv_ref's contract -> (gated + silu(conv) [T, C], per-token histories or None)."""
+    if fused_ple_on(x):
+        return ple_kernels.ple_conv(x, gated, weight.contiguous(), conv_state, ctx, dilation)
+    return ple_kernels.ple_conv_ref(x, gated, weight, conv_state, ctx, dilation)
 
 
 # ---- MoE --------------------------------------------------------------------------------------------

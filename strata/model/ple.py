@@ -23,12 +23,12 @@ import contextvars
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from strata.config import ModelConfig
+from strata.model import ops
 from strata.model.context import ForwardContext
-from strata.model.gated_delta_net import causal_conv1d_ragged, with_history
+from strata.model.gated_delta_net import with_history
 from strata.model.hyper import GroupRMSNorm
 from strata.model.linear import Linear
 from strata.split_graphs import capturing, split_here
@@ -191,14 +191,13 @@ class PerLayerEmbedding(nn.Module):
         conv_state, context = ctx.state_caches[self.key]
         embeddings, window_context = self.ple_embedding(input_ids, context, ctx)
         embeddings = embeddings.to(streams.dtype)                                           # [T, E]
-        keys = self.norm_key(self.key_proj(embeddings)).unflatten(-1, (self.hc, self.hidden))  # [T, hc, D]
-        value = self.value_proj(embeddings)                                                  # [T, D]
-        queries = self.norm_query(streams).unflatten(-1, (self.hc, self.hidden))
-        gate = (keys * queries).sum(-1, keepdim=True) / math.sqrt(self.hidden)               # [T, hc, 1]
-        gate = gate.abs().clamp_min(1e-6).sqrt() * gate.sign()
-        gated = (torch.sigmoid(gate) * value.unsqueeze(-2)).flatten(-2)                      # [T, hc * D]
-        conv, window_conv = causal_conv1d_ragged(self.norm_conv(gated), self.conv1d.weight[:, 0], conv_state, ctx,
-                                                 self.dilation)
+        keys, value = self.key_proj(embeddings), self.value_proj(embeddings)                # [T, hc * D], [T, D]
+        # norm_key, norm_query, the gate, times the value (gated [T, hc * D]) and norm_conv (kernels/ple.py: one
+        # launch on CUDA, the torch form elsewhere)
+        gated, conv_input = ops.ple_gate(keys, value, streams, self.norm_key.weight, self.norm_query.weight,
+                                         self.norm_conv.weight, self.hc, self.norm_key.eps)
+        out, window_conv = ops.ple_conv(conv_input, gated, self.conv1d.weight[:, 0], conv_state, ctx,
+                                        self.dilation)                                      # gated + silu(conv)
         if ctx.keep_window_states:
             ctx.scratch.window_states[self.key] = (window_conv, window_context)
-        return gated + F.silu(conv)
+        return out
