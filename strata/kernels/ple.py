@@ -1,9 +1,13 @@
-"""Qwen4-Exp's PLE layer after its projections in two launches (strata.model.ple).
+"""Qwen4-Exp's PLE layer (strata.model.ple) in three launches besides its projections and table lookup.
 
-The torch form is ~150 small launches a layer on a decode step (three grouped RMSNorms, the gate's eight
-element-wise ops, the dilated causal conv's history gathers and SiLU, the add), ~0.3 ms of a step on the
-H200 where the layer's bytes take microseconds. Here:
+The torch form is ~150 small launches a layer on a decode step (the n-gram context's gathers and hashes, three
+grouped RMSNorms, the gate's eight element-wise ops, the dilated causal conv's history gathers and SiLU, the
+add), ~0.3 ms of a step on the H200 where the layer's bytes take microseconds. Here:
 
+0. `ple_rows`, one program per sequence: each token's n-grams (the token and up to N-1 before it from the
+   step's ids or the slot's remembered context, cut at an EOS) hashed to the table rows [T, heads]; the last
+   N-1 real tokens become the slot's context (and with `keep_window_states` the context after every token is
+   kept, for rollback).
 1. `ple_gate`, one program per token: for each stream h, the zero-centred RMSNorms of the key (norm_key) and
    of the stream (norm_query), their dot over sqrt(D), sign(g) sqrt(|g|), sigmoid, times the value -> the
    gated row; and its norm (norm_conv), the conv's input.
@@ -34,6 +38,60 @@ from strata.kernels.launch import pdl_options
 
 if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
+
+
+def ple_rows_ref(input_ids: torch.Tensor, context: torch.Tensor, ctx, multipliers: list[int], sizes: torch.Tensor,
+                 offsets: torch.Tensor, eos: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """input_ids [T]; context [S_max, N-1] float32 (each slot's last N-1 tokens, read and updated); multipliers
+    [N] (one per n-gram position); sizes, offsets [(N-1) * heads_per_ngram] (each head's prime and first row)
+    -> (table rows [T, heads] int64, the context after each token [T, N-1] with ctx.keep_window_states, else
+    None): the torch form (a predecessor past an EOS reads as EOS; a slot without a context reads EOS)."""
+    from strata.model.gated_delta_net import with_history
+
+    ngram = len(multipliers)
+    hist = ngram - 1
+    before = context[ctx.state_slot_ids]                                                      # [S, N-1]
+    before = torch.where(ctx.has_initial_state[:, None], before, float(eos))
+    ext, token_pos, last_pos = with_history(input_ids.float()[:, None], before[:, :, None], ctx)
+    context.index_copy_(0, ctx.state_slot_ids, ext[last_pos][..., 0])
+    window_context = None
+    if ctx.keep_window_states:
+        after_each = token_pos[:, None] - hist + 1 + torch.arange(hist, device=input_ids.device)
+        window_context = ext[after_each][..., 0]
+    tokens = [input_ids.long()]
+    for s in range(1, ngram):  # a predecessor past an EOS (exclusive) reads as EOS
+        previous = ext[token_pos - s][:, 0].long()
+        tokens.append(previous if s == 1 else torch.where(tokens[-1] == eos, eos, previous))
+    per_ngram = sizes.shape[0] // hist
+    rows = []
+    for n in range(2, ngram + 1):
+        mixed = tokens[0] * multipliers[0]
+        for s in range(1, n):
+            mixed = mixed ^ (tokens[s] * multipliers[s])
+        heads = slice((n - 2) * per_ngram, (n - 1) * per_ngram)
+        rows.append(mixed[:, None] % sizes[heads] + offsets[heads])
+    return torch.cat(rows, dim=-1), window_context
+
+
+def ple_rows(input_ids: torch.Tensor, context: torch.Tensor, ctx, multipliers: torch.Tensor, sizes: torch.Tensor,
+             offsets: torch.Tensor, eos: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Same contract as ple_rows_ref in one launch; `multipliers` a device tensor [N] int64."""
+    ngram, heads = multipliers.shape[0], sizes.shape[0]
+    hist = ngram - 1
+    num_tokens = input_ids.shape[0]
+    assert context.shape[1] == hist and context.stride(1) == 1 and heads % hist == 0
+    rows = torch.empty(num_tokens, heads, dtype=torch.int64, device=input_ids.device)
+    keep = ctx.keep_window_states
+    window = torch.empty(num_tokens, hist, dtype=context.dtype, device=context.device) if keep else context
+    real = ctx.real_query_lens
+    slot_ids = ctx.state_slot_ids
+    _rows_kernel[(slot_ids.shape[0],)](
+        input_ids, context, slot_ids, ctx.query_start_loc, ctx.has_initial_state,
+        real if real is not None else slot_ids, multipliers, sizes, offsets, rows, window, eos, context.stride(0),
+        NGRAM=ngram, PER_NGRAM=heads // hist, HEADS_PAD=triton.next_power_of_2(heads),
+        HIST_PAD=triton.next_power_of_2(hist), BLOCK_T=64, KEEP_WINDOW=keep, HAS_REAL=real is not None,
+        num_warps=4, **pdl_options(input_ids))
+    return rows, (window if keep else None)
 
 
 def ple_gate_ref(keys: torch.Tensor, value: torch.Tensor, streams: torch.Tensor, key_weight: torch.Tensor,
@@ -107,6 +165,64 @@ if triton is not None:
     def _rounded(x, dtype: tl.constexpr):
         """x (float32) rounded to dtype, back in float32: where the torch form rounds an op's output."""
         return x.to(dtype).to(tl.float32)
+
+    @triton.jit
+    def _token_at(ids_ptr, context_ptr, start, pos, ok, has_init, eos, HIST: tl.constexpr):
+        """Tokens at window positions pos (any shape; < 0: the slot's remembered context, EOS without one)
+        -> int64."""
+        from_ids = tl.load(ids_ptr + start + pos, mask=ok & (pos >= 0), other=0).to(tl.int64)
+        from_context = tl.load(context_ptr + HIST + pos, mask=ok & (pos < 0) & has_init, other=0.0).to(tl.int64)
+        remembered = tl.where(has_init, from_context, eos)
+        return tl.where(pos >= 0, from_ids, remembered)
+
+    @triton.jit
+    def _rows_kernel(ids_ptr, context_ptr, slots_ptr, qsl_ptr, has_init_ptr, real_ptr, mult_ptr, sizes_ptr,
+                     offsets_ptr, rows_ptr, window_ptr, eos, stride_c, NGRAM: tl.constexpr, PER_NGRAM: tl.constexpr,
+                     HEADS_PAD: tl.constexpr, HIST_PAD: tl.constexpr, BLOCK_T: tl.constexpr,
+                     KEEP_WINDOW: tl.constexpr, HAS_REAL: tl.constexpr, USE_PDL: tl.constexpr):
+        HIST: tl.constexpr = NGRAM - 1
+        HEADS: tl.constexpr = HIST * PER_NGRAM
+        wait_for_previous_kernel(USE_PDL)
+        seq = tl.program_id(0)
+        slot = tl.load(slots_ptr + seq).to(tl.int64)
+        has_init = tl.load(has_init_ptr + seq) != 0
+        start = tl.load(qsl_ptr + seq)
+        length = tl.load(qsl_ptr + seq + 1) - start
+        context_row = context_ptr + slot * stride_c
+        heads = tl.arange(0, HEADS_PAD)
+        h_ok = heads < HEADS
+        sizes = tl.load(sizes_ptr + heads, mask=h_ok, other=1)[None, :]                   # [1, HP]
+        offsets = tl.load(offsets_ptr + heads, mask=h_ok, other=0)[None, :]
+        ngram_of_head = (heads // PER_NGRAM + 2)[None, :]                                 # each head's n
+        back = tl.arange(0, HIST_PAD)[None, :]                                            # [1, HIST_PAD]
+        for t0 in range(0, length, BLOCK_T):
+            pos = t0 + tl.arange(0, BLOCK_T)                                             # [BT]
+            ok = pos < length
+            token = _token_at(ids_ptr, context_row, start, pos, ok, has_init, eos, HIST)
+            mixed = token * tl.load(mult_ptr)
+            picked = tl.zeros((BLOCK_T, HEADS_PAD), dtype=tl.int64)
+            for s in tl.static_range(1, NGRAM):  # mixed: the hash of the (s + 1)-gram ending at each token
+                previous = _token_at(ids_ptr, context_row, start, pos - s, ok, has_init, eos, HIST)
+                if s > 1:
+                    previous = tl.where(token == eos, eos, previous)  # past an EOS: EOS
+                token = previous
+                mixed = mixed ^ (token * tl.load(mult_ptr + s))
+                picked = tl.where(ngram_of_head == s + 1, mixed[:, None], picked)
+            at = (start + pos).to(tl.int64)[:, None]
+            tl.store(rows_ptr + at * HEADS + heads[None, :], picked % sizes + offsets, mask=ok[:, None] & h_ok[None, :])
+            if KEEP_WINDOW:  # the context after each token: its last N-1 tokens
+                kept_ok = ok[:, None] & (back < HIST)
+                kept = _token_at(ids_ptr, context_row, start, pos[:, None] - HIST + 1 + back, kept_ok, has_init, eos,
+                                 HIST)                                                   # [BT, HIST_PAD]
+                tl.store(window_ptr + at * HIST + back, kept.to(tl.float32), mask=kept_ok)
+        # the last N-1 real tokens become the slot's context: all read before any is overwritten
+        real = length
+        if HAS_REAL:
+            real = tl.minimum(tl.load(real_ptr + seq), length)
+        last = tl.arange(0, HIST_PAD)
+        new_context = _token_at(ids_ptr, context_row, start, real - HIST + last, last < HIST, has_init, eos, HIST)
+        tl.debug_barrier()
+        tl.store(context_row + last, new_context.to(tl.float32), mask=last < HIST)
 
     @triton.jit
     def _group_norm(x, w_ptr, cols, ok, dim, eps):

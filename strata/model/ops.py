@@ -347,6 +347,15 @@ def fused_ple_on(streams: torch.Tensor) -> bool:
     return kernels_on(streams) and streams.stride(-1) == 1 and not debug_flag("NO_FUSED_PLE")
 
 
+def ple_rows(input_ids: torch.Tensor, context: torch.Tensor, ctx, multipliers: list[int], multiplier_values,
+             sizes: torch.Tensor, offsets: torch.Tensor, eos: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """kernels/ple.ple_rows_ref's contract -> (n-gram table rows [T, heads], per-token contexts or None);
+    `multiplier_values` is `multipliers` as a device tensor [N] int64 (the kernel's)."""
+    if fused_ple_on(input_ids):
+        return ple_kernels.ple_rows(input_ids, context, ctx, multiplier_values, sizes, offsets, eos)
+    return ple_kernels.ple_rows_ref(input_ids, context, ctx, multipliers, sizes, offsets, eos)
+
+
 def ple_gate(keys: torch.Tensor, value: torch.Tensor, streams: torch.Tensor, key_weight: torch.Tensor,
              query_weight: torch.Tensor, conv_weight: torch.Tensor, hc: int,
              eps: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -101,44 +101,21 @@ class NGramEmbedding(nn.Module):
         self.register_buffer("offsets", torch.tensor([sum(sizes[:h]) for h in range(heads)]), persistent=False)
         rows = -(-sum(sizes) // cfg.ngram_vocab_size_multiple) * cfg.ngram_vocab_size_multiple
         self.multipliers = hash_multipliers(cfg.vocab_size, cfg.ngram_size, ple_index, cfg.ngram_seed)
+        self.register_buffer("multiplier_values", torch.tensor(self.multipliers), persistent=False)  # [N] int64
         # host memory (but a shape-only model, the memory plan's, and a table that loads packed stay on meta)
         host = "meta" if torch.get_default_device().type == "meta" or _TABLES_PACKED.get() else "cpu"
         self.ngram_embedding = nn.Embedding(rows, cfg.ple_embed_dim // heads, device=host)
         self._ids = HostCopy()  # a CUDA step's row ids in host memory, for a table there
-
-    def row_ids(self, tokens: list[torch.Tensor]) -> torch.Tensor:
-        """tokens[s] [T] long: each token's s-th predecessor (EOS where cut) -> table rows [T, ngram_heads]."""
-        sizes, offsets = self.sizes, self.offsets
-        ids = []
-        for n in range(2, self.ngram_size + 1):
-            mixed = tokens[0] * self.multipliers[0]
-            for s in range(1, n):
-                mixed = mixed ^ (tokens[s] * self.multipliers[s])
-            heads = slice((n - 2) * self.heads_per_ngram, (n - 1) * self.heads_per_ngram)
-            ids.append(mixed[:, None] % sizes[heads] + offsets[heads])
-        return torch.cat(ids, dim=-1)
 
     def forward(self, input_ids: torch.Tensor, context: torch.Tensor,
                 ctx: ForwardContext) -> tuple[torch.Tensor, torch.Tensor | None]:
         """input_ids [T]; context [S_max, N-1] float32 (each slot's last N-1 tokens, read and updated) ->
         (embeddings [T, ple_embed_dim] in the table's dtype, on the ids' device; with ctx.keep_window_states
         the context after each token [T, N-1], for rollback, else None)."""
-        hist = self.ngram_size - 1
-        before = context[ctx.state_slot_ids]                                                  # [S, N-1]
-        before = torch.where(ctx.has_initial_state[:, None], before, float(self.eos))
-        ext, token_pos, last_pos = with_history(input_ids.float()[:, None], before[:, :, None], ctx)
-        context.index_copy_(0, ctx.state_slot_ids, ext[last_pos][..., 0])
-        window_context = None
-        if ctx.keep_window_states:
-            after_each = token_pos[:, None] - hist + 1 + torch.arange(hist, device=input_ids.device)
-            window_context = ext[after_each][..., 0]
-        tokens = [input_ids.long()]
-        for s in range(1, self.ngram_size):  # a predecessor past an EOS (exclusive) reads as EOS
-            previous = ext[token_pos - s][:, 0].long()
-            tokens.append(previous if s == 1 else torch.where(tokens[-1] == self.eos, self.eos, previous))
+        rows, window_context = ops.ple_rows(input_ids, context, ctx, self.multipliers, self.multiplier_values,
+                                            self.sizes, self.offsets, self.eos)               # [T, heads]
         # the table: an nn.Embedding in host memory, or on the GPU when it fits there (strata.weights.loader),
         # or a PackedEmbedding over a GGUF file's blocks, whose looked-up rows are dequantized
-        rows = self.row_ids(tokens)                                                           # [T, heads]
         if self.ngram_embedding.weight.device == rows.device:
             return self.ngram_embedding(rows.flatten()).view(rows.shape[0], -1), window_context  # [T, E]
         ids = self._ids.queue(rows)                                                           # [T * heads] host

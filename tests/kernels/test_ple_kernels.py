@@ -77,6 +77,60 @@ def check_conv(case, dtype, device, channels=96, width=4, dilation=3):
     assert (window is None) == (ref_window is None) and (window is None or torch.equal(window, ref_window))
 
 
+ROWS_CASES = [  # (query lens, has a remembered context, real lens of a padded graph prompt or None, keep contexts)
+    ([1, 1, 1], [True, False, True], None, False),
+    ([4, 1, 4], [True, True, False], None, True),
+    ([70, 2], [False, True], None, True),     # a prompt chunk past one block of tokens
+    ([8, 1], [True, True], [5, 1], False),
+]
+
+
+def check_rows(case, device, ngram=3, per_ngram=2, eos=0, vocab=40):
+    """Every row id, per-token context and updated context exactly (integers), EOS among the ids and the
+    remembered contexts so the cut is exercised."""
+    from strata.kernels.ple import ple_rows, ple_rows_ref
+    from strata.model.ple import hash_multipliers, head_vocab_sizes
+
+    query_lens, has_initial, real_lens, keep = case
+    num_tokens, heads = sum(query_lens), (ngram - 1) * per_ngram
+    generator = torch.Generator().manual_seed(num_tokens)
+    input_ids = torch.randint(0, 6, (num_tokens,), generator=generator).to(device)   # EOS (0) often
+    context = torch.randint(0, 6, (len(query_lens) + 1, ngram - 1), generator=generator).float().to(device)
+    sizes = head_vocab_sizes(1000, 0, heads)
+    sizes_t = torch.tensor(sizes, device=device)
+    offsets = torch.tensor([sum(sizes[:h]) for h in range(heads)], device=device)
+    multipliers = hash_multipliers(vocab, ngram, 0, 1234)
+    slots = list(range(len(query_lens)))[::-1]
+    ref_context = context.clone()
+    rows, window = ple_rows(input_ids, context, step_context(query_lens, slots, has_initial, device, real_lens, keep),
+                            torch.tensor(multipliers, device=device), sizes_t, offsets, eos)
+    ref_rows, ref_window = ple_rows_ref(input_ids, ref_context, step_context(query_lens, slots, has_initial, device,
+                                                                            real_lens, keep),
+                                       multipliers, sizes_t, offsets, eos)
+    assert torch.equal(rows, ref_rows) and torch.equal(context, ref_context)
+    assert (window is None) == (ref_window is None) and (window is None or torch.equal(window, ref_window))
+
+
+def test_rows_ref_cuts_ngrams_at_an_eos():
+    """ple_rows_ref on one sequence without a context: its n-grams are those of the tokens after the last EOS
+    (EOS before), hashed as the module says."""
+    from strata.kernels.ple import ple_rows_ref
+    from strata.model.ple import hash_multipliers
+
+    multipliers = hash_multipliers(40, 3, 0, 1234)
+    sizes, offsets = torch.tensor([101, 103, 107, 109]), torch.tensor([0, 101, 204, 311])
+    ids = torch.tensor([7, 0, 9, 11])
+    context = torch.zeros(1, 2)
+    rows, _ = ple_rows_ref(ids, context, step_context([4], [0], [False], "cpu"), multipliers, sizes, offsets, 0)
+    m0, m1, m2 = multipliers
+    # token 9 (after EOS 0): its bigram (0, 9), its trigram cut: (EOS, 0, 9) -> 0 before 0
+    bigram, trigram = 9 * m0 ^ 0 * m1, 9 * m0 ^ 0 * m1 ^ 0 * m2
+    assert rows[2].tolist() == [bigram % 101, bigram % 103 + 101, trigram % 107 + 204, trigram % 109 + 311]
+    trigram_11 = 11 * m0 ^ 9 * m1 ^ 0 * m2
+    assert rows[3, 2].item() == trigram_11 % 107 + 204
+    assert context[0].tolist() == [9.0, 11.0]
+
+
 def test_gate_ref_is_the_layers_torch_code():
     """ple_gate_ref + ple_conv_ref compute what PerLayerEmbedding's torch form does after its projections."""
     from strata.config import ModelConfig
@@ -98,6 +152,12 @@ def test_gate_ref_is_the_layers_torch_code():
     gate = gate.abs().clamp_min(1e-6).sqrt() * gate.sign()
     expected = (torch.sigmoid(gate) * value.unsqueeze(-2)).flatten(-2)
     assert torch.equal(gated, expected) and torch.equal(normed, layer.norm_conv(expected))
+
+
+@interpreted
+@pytest.mark.parametrize("case", ROWS_CASES)
+def test_ple_rows_interpreted(case):
+    check_rows(case, "cpu")
 
 
 @interpreted
@@ -125,3 +185,9 @@ def test_ple_gate_on_cuda(shape, dtype):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_ple_conv_on_cuda(case, dtype):
     check_conv(case, dtype, "cuda", channels=4 * 2560)
+
+
+@gpu
+@pytest.mark.parametrize("case", ROWS_CASES)
+def test_ple_rows_on_cuda(case):
+    check_rows(case, "cuda")
