@@ -93,9 +93,8 @@ PLE_PTRS = {"keys_ptr": "*bf16", "value_ptr": "*bf16", "streams_ptr": "*bf16", "
 for keep, real in ((False, False), (True, True)):
     ok &= check(ple._rows_kernel, dict(NGRAM=3, PER_NGRAM=8, HEADS_PAD=16, HIST_PAD=2, BLOCK_T=64, KEEP_WINDOW=keep,
                                        HAS_REAL=real, USE_PDL=True), f"ple rows keep={keep} real={real}",
-                ptr={"ids_ptr": "*i64", "context_ptr": "*fp32", "mult_ptr": "*i64", "sizes_ptr": "*i64",
-                     "offsets_ptr": "*i64", "rows_ptr": "*i64", "window_ptr": "*fp32", **{
-                         k: v for k, v in PLE_PTRS.items() if k in ("slots_ptr", "qsl_ptr", "has_init_ptr", "real_ptr")}})
+                ptr={**PLE_PTRS, "ids_ptr": "*i64", "context_ptr": "*fp32", "mult_ptr": "*i64", "sizes_ptr": "*i64",
+                     "offsets_ptr": "*i64", "rows_ptr": "*i64", "window_ptr": "*fp32"})
 ok &= check(ple._gate_kernel, dict(HC=4, BLOCK_D=4096, USE_PDL=True), "ple gate", ptr=PLE_PTRS)
 for keep, real in ((False, False), (True, False), (False, True)):
     ok &= check(ple._conv_kernel, dict(WIDTH=4, DILATION=3, HIST_PAD=16, KEEP_WINDOW=keep, HAS_REAL=real, BLOCK_C=256,
