@@ -341,6 +341,9 @@ def inject(streams: torch.Tensor, output, weights: torch.Tensor) -> torch.Tensor
 
 # ---- PLE (Qwen4-Exp's per-layer embedding) ---------------------------------------------------------
 
+PLE_CONV_MAX_QUERY_LEN = 256  # (gated_delta_net.TRITON_MAX_QUERY_LEN: the same walk, measured for the GDN conv)
+
+
 def fused_ple_on(streams: torch.Tensor) -> bool:
     """Whether the PLE layer after its projections takes kernels/ple.py's two launches (the gate, the conv):
     CUDA rows of unit column stride; STRATA_NO_FUSED_PLE=1 keeps the torch form (to compare)."""
@@ -368,8 +371,10 @@ def ple_gate(keys: torch.Tensor, value: torch.Tensor, streams: torch.Tensor, key
 
 def ple_conv(x: torch.Tensor, gated: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor, ctx,
              dilation: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """kernels/ple.ple_conv_ref's contract -> (gated + silu(conv) [T, C], per-token histories or None)."""
-    if fused_ple_on(x):
+    """kernels/ple.ple_conv_ref's contract -> (gated + silu(conv) [T, C], per-token histories or None). The
+    kernel walks a window's tokens in order, so windows longer than the Gated DeltaNet's conv takes in its
+    kernel (PLE_CONV_MAX_QUERY_LEN) take the torch form."""
+    if fused_ple_on(x) and ctx.max_query_len <= PLE_CONV_MAX_QUERY_LEN:
         return ple_kernels.ple_conv(x, gated, weight.contiguous(), conv_state, ctx, dilation)
     return ple_kernels.ple_conv_ref(x, gated, weight, conv_state, ctx, dilation)
 
