@@ -25,7 +25,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 
 try:
     import triton
@@ -40,42 +39,10 @@ if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
 
 
-def ple_rows_ref(input_ids: torch.Tensor, context: torch.Tensor, ctx, multipliers: list[int], sizes: torch.Tensor,
-                 offsets: torch.Tensor, eos: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """input_ids [T]; context [S_max, N-1] float32 (each slot's last N-1 tokens, read and updated); multipliers
-    [N] (one per n-gram position); sizes, offsets [(N-1) * heads_per_ngram] (each head's prime and first row)
-    -> (table rows [T, heads] int64, the context after each token [T, N-1] with ctx.keep_window_states, else
-    None): the torch form (a predecessor past an EOS reads as EOS; a slot without a context reads EOS)."""
-    from strata.model.gated_delta_net import with_history
-
-    ngram = len(multipliers)
-    hist = ngram - 1
-    before = context[ctx.state_slot_ids]                                                      # [S, N-1]
-    before = torch.where(ctx.has_initial_state[:, None], before, float(eos))
-    ext, token_pos, last_pos = with_history(input_ids.float()[:, None], before[:, :, None], ctx)
-    context.index_copy_(0, ctx.state_slot_ids, ext[last_pos][..., 0])
-    window_context = None
-    if ctx.keep_window_states:
-        after_each = token_pos[:, None] - hist + 1 + torch.arange(hist, device=input_ids.device)
-        window_context = ext[after_each][..., 0]
-    tokens = [input_ids.long()]
-    for s in range(1, ngram):  # a predecessor past an EOS (exclusive) reads as EOS
-        previous = ext[token_pos - s][:, 0].long()
-        tokens.append(previous if s == 1 else torch.where(tokens[-1] == eos, eos, previous))
-    per_ngram = sizes.shape[0] // hist
-    rows = []
-    for n in range(2, ngram + 1):
-        mixed = tokens[0] * multipliers[0]
-        for s in range(1, n):
-            mixed = mixed ^ (tokens[s] * multipliers[s])
-        heads = slice((n - 2) * per_ngram, (n - 1) * per_ngram)
-        rows.append(mixed[:, None] % sizes[heads] + offsets[heads])
-    return torch.cat(rows, dim=-1), window_context
-
-
 def ple_rows(input_ids: torch.Tensor, context: torch.Tensor, ctx, multipliers: torch.Tensor, sizes: torch.Tensor,
              offsets: torch.Tensor, eos: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Same contract as ple_rows_ref in one launch; `multipliers` a device tensor [N] int64."""
+    """strata.model.ple.ngram_rows's contract (the layer's torch form) in one launch; `multipliers` a device
+    tensor [N] int64."""
     ngram, heads = multipliers.shape[0], sizes.shape[0]
     hist = ngram - 1
     num_tokens = input_ids.shape[0]
@@ -127,19 +94,10 @@ def ple_gate(keys: torch.Tensor, value: torch.Tensor, streams: torch.Tensor, key
     return gated, normed
 
 
-def ple_conv_ref(x: torch.Tensor, gated: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor, ctx,
-                 dilation: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """x [T, C] (the conv's input), gated [T, C], weight [C, K], conv_state [S_max, C, (K-1) * dilation] ->
-    (gated + silu(conv) [T, C], the history after every token [T, C, H] or None): the torch form."""
-    from strata.model.gated_delta_net import causal_conv1d_ragged
-
-    conv, window = causal_conv1d_ragged(x, weight, conv_state, ctx, dilation)
-    return gated + F.silu(conv), window
-
-
 def ple_conv(x: torch.Tensor, gated: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor, ctx,
              dilation: int, block_c: int = 256) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Same contract as ple_conv_ref in one launch; reads ctx's state_slot_ids, query_start_loc,
+    """strata.model.ple.conv_and_add's contract (the layer's torch form) in one launch; reads ctx's state_slot_ids,
+    query_start_loc,
     has_initial_state, real_query_lens (a graph's padded prompt keeps the history after its real tokens) and
     keep_window_states."""
     num_tokens, channels = x.shape

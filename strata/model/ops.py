@@ -36,11 +36,13 @@ from strata.kernels.routing import softmax_topk as softmax_topk_kernel
 # Kernel-only steps, called by the layers as ops.<name> where the predicate beside them holds (their torch
 # form is the layer's own code): fused routing (fused_routing_on), paged attention (paged_attention_on;
 # cpu_paged_attention with cpu_paged_attention_on),
-# qk-norm + rotary + KV write and the GDN short windows (kernels_on).
+# qk-norm + rotary + KV write and the GDN short windows (kernels_on), the PLE layer's rows and conv (fused_ple_on,
+# ple_conv_on).
 from strata.kernels.fused_moe import default_config, moe_grouped_gemms  # noqa: F401
 from strata.kernels.gdn import GroupedQKV, RawGates, causal_conv1d_update, gdn_recurrent  # noqa: F401
 from strata.kernels.paged_attention import BlockChoice, paged_attention  # noqa: F401
 from strata.kernels.rope_kv import qk_norm_rope_kv  # noqa: F401
+from strata.kernels.ple import ple_conv, ple_rows  # noqa: F401
 from strata.kernels.routing import route_and_align  # noqa: F401
 
 HALF = (torch.bfloat16, torch.float16)
@@ -345,18 +347,9 @@ PLE_CONV_MAX_QUERY_LEN = 256  # (gated_delta_net.TRITON_MAX_QUERY_LEN: the same 
 
 
 def fused_ple_on(streams: torch.Tensor) -> bool:
-    """Whether the PLE layer after its projections takes kernels/ple.py's two launches (the gate, the conv):
+    """Whether the PLE layer takes kernels/ple.py's launches (its n-gram rows, its gate; the conv: ple_conv_on):
     CUDA rows of unit column stride; STRATA_NO_FUSED_PLE=1 keeps the torch form (to compare)."""
     return kernels_on(streams) and streams.stride(-1) == 1 and not debug_flag("NO_FUSED_PLE")
-
-
-def ple_rows(input_ids: torch.Tensor, context: torch.Tensor, ctx, multipliers: list[int], multiplier_values,
-             sizes: torch.Tensor, offsets: torch.Tensor, eos: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """kernels/ple.ple_rows_ref's contract -> (n-gram table rows [T, heads], per-token contexts or None);
-    `multiplier_values` is `multipliers` as a device tensor [N] int64 (the kernel's)."""
-    if fused_ple_on(input_ids):
-        return ple_kernels.ple_rows(input_ids, context, ctx, multiplier_values, sizes, offsets, eos)
-    return ple_kernels.ple_rows_ref(input_ids, context, ctx, multipliers, sizes, offsets, eos)
 
 
 def ple_gate(keys: torch.Tensor, value: torch.Tensor, streams: torch.Tensor, key_weight: torch.Tensor,
@@ -369,14 +362,10 @@ def ple_gate(keys: torch.Tensor, value: torch.Tensor, streams: torch.Tensor, key
     return ple_kernels.ple_gate_ref(keys, value, streams, key_weight, query_weight, conv_weight, hc, eps)
 
 
-def ple_conv(x: torch.Tensor, gated: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor, ctx,
-             dilation: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """kernels/ple.ple_conv_ref's contract -> (gated + silu(conv) [T, C], per-token histories or None). The
-    kernel walks a window's tokens in order, so windows longer than the Gated DeltaNet's conv takes in its
-    kernel (PLE_CONV_MAX_QUERY_LEN) take the torch form."""
-    if fused_ple_on(x) and ctx.max_query_len <= PLE_CONV_MAX_QUERY_LEN:
-        return ple_kernels.ple_conv(x, gated, weight.contiguous(), conv_state, ctx, dilation)
-    return ple_kernels.ple_conv_ref(x, gated, weight, conv_state, ctx, dilation)
+def ple_conv_on(x: torch.Tensor, ctx) -> bool:
+    """Whether the PLE conv takes kernels/ple.ple_conv: fused_ple_on, and windows of at most
+    PLE_CONV_MAX_QUERY_LEN tokens (the kernel walks a window's tokens in order)."""
+    return fused_ple_on(x) and ctx.max_query_len <= PLE_CONV_MAX_QUERY_LEN
 
 
 # ---- MoE --------------------------------------------------------------------------------------------

@@ -14,6 +14,9 @@ it fits on the GPU beside everything else (strata.weights.loader.place_host_tabl
 host work. CUDA graphs take the layer either way: with the table in host memory a captured step ends its
 graph after the row ids (copied to pinned memory) and, at each replay, the host gathers the rows and uploads
 them for the next graph (strata.split_graphs), one short host wait a step instead of a step without graphs.
+
+The torch forms here (`ngram_rows`, the gate in kernels/ple.ple_gate_ref, `conv_and_add`) are ~150 small launches a
+layer; on CUDA the rows, the gate and the conv are one launch each (kernels/ple.py).
 """
 
 from __future__ import annotations
@@ -23,12 +26,13 @@ import contextvars
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from strata.config import ModelConfig
 from strata.model import ops
 from strata.model.context import ForwardContext
-from strata.model.gated_delta_net import with_history
+from strata.model.gated_delta_net import causal_conv1d_ragged, with_history
 from strata.model.hyper import GroupRMSNorm
 from strata.model.linear import Linear
 from strata.split_graphs import capturing, split_here
@@ -85,6 +89,47 @@ def head_vocab_sizes(base: int, first_head: int, num_heads: int) -> list[int]:
     return primes[first_head:]
 
 
+def ngram_rows(input_ids: torch.Tensor, context: torch.Tensor, ctx: ForwardContext, multipliers: list[int],
+               sizes: torch.Tensor, offsets: torch.Tensor, eos: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """input_ids [T]; context [S_max, N-1] float32 (each slot's last N-1 tokens, read and updated); multipliers
+    [N] (one per n-gram position); sizes, offsets [(N-1) * heads_per_ngram] (each head's prime and first row)
+    -> (table rows [T, heads] int64, the context after each token [T, N-1] with ctx.keep_window_states, else
+    None): the layer's torch form (a predecessor past an EOS reads as EOS; a slot without a context reads
+    EOS); kernels/ple.ple_rows on CUDA."""
+    ngram = len(multipliers)
+    hist = ngram - 1
+    before = context[ctx.state_slot_ids]                                                      # [S, N-1]
+    before = torch.where(ctx.has_initial_state[:, None], before, float(eos))
+    ext, token_pos, last_pos = with_history(input_ids.float()[:, None], before[:, :, None], ctx)
+    context.index_copy_(0, ctx.state_slot_ids, ext[last_pos][..., 0])
+    window_context = None
+    if ctx.keep_window_states:
+        after_each = token_pos[:, None] - hist + 1 + torch.arange(hist, device=input_ids.device)
+        window_context = ext[after_each][..., 0]
+    tokens = [input_ids.long()]
+    for s in range(1, ngram):  # a predecessor past an EOS (exclusive) reads as EOS
+        previous = ext[token_pos - s][:, 0].long()
+        tokens.append(previous if s == 1 else torch.where(tokens[-1] == eos, eos, previous))
+    per_ngram = sizes.shape[0] // hist
+    rows = []
+    for n in range(2, ngram + 1):
+        mixed = tokens[0] * multipliers[0]
+        for s in range(1, n):
+            mixed = mixed ^ (tokens[s] * multipliers[s])
+        heads = slice((n - 2) * per_ngram, (n - 1) * per_ngram)
+        rows.append(mixed[:, None] % sizes[heads] + offsets[heads])
+    return torch.cat(rows, dim=-1), window_context
+
+
+def conv_and_add(x: torch.Tensor, gated: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor,
+                 ctx: ForwardContext, dilation: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """x [T, C] (the conv's input), gated [T, C], weight [C, K], conv_state [S_max, C, (K-1) * dilation] ->
+    (gated + silu(conv) [T, C], the history after every token [T, C, H] or None): the layer's torch form;
+    kernels/ple.ple_conv on CUDA."""
+    conv, window = causal_conv1d_ragged(x, weight, conv_state, ctx, dilation)
+    return gated + F.silu(conv), window
+
+
 class NGramEmbedding(nn.Module):
     """token ids -> the concatenated rows of their n-gram hashes [T, ple_embed_dim]."""
 
@@ -112,8 +157,12 @@ class NGramEmbedding(nn.Module):
         """input_ids [T]; context [S_max, N-1] float32 (each slot's last N-1 tokens, read and updated) ->
         (embeddings [T, ple_embed_dim] in the table's dtype, on the ids' device; with ctx.keep_window_states
         the context after each token [T, N-1], for rollback, else None)."""
-        rows, window_context = ops.ple_rows(input_ids, context, ctx, self.multipliers, self.multiplier_values,
-                                            self.sizes, self.offsets, self.eos)               # [T, heads]
+        if ops.fused_ple_on(input_ids):
+            rows, window_context = ops.ple_rows(input_ids, context, ctx, self.multiplier_values, self.sizes,
+                                                self.offsets, self.eos)                        # [T, heads]
+        else:
+            rows, window_context = ngram_rows(input_ids, context, ctx, self.multipliers, self.sizes, self.offsets,
+                                              self.eos)
         # the table: an nn.Embedding in host memory, or on the GPU when it fits there (strata.weights.loader),
         # or a PackedEmbedding over a GGUF file's blocks, whose looked-up rows are dequantized
         if self.ngram_embedding.weight.device == rows.device:
@@ -173,8 +222,10 @@ class PerLayerEmbedding(nn.Module):
         # launch on CUDA, the torch form elsewhere)
         gated, conv_input = ops.ple_gate(keys, value, streams, self.norm_key.weight, self.norm_query.weight,
                                          self.norm_conv.weight, self.hc, self.norm_key.eps)
-        out, window_conv = ops.ple_conv(conv_input, gated, self.conv1d.weight[:, 0], conv_state, ctx,
-                                        self.dilation)                                      # gated + silu(conv)
+        # gated + silu(conv) [T, hc * D]: kernels/ple.py's walk over each window on CUDA (up to
+        # PLE_CONV_MAX_QUERY_LEN tokens a window), the torch form elsewhere
+        conv = ops.ple_conv if ops.ple_conv_on(conv_input, ctx) else conv_and_add
+        out, window_conv = conv(conv_input, gated, self.conv1d.weight[:, 0], conv_state, ctx, self.dilation)
         if ctx.keep_window_states:
             ctx.scratch.window_states[self.key] = (window_conv, window_context)
         return out

@@ -1,8 +1,9 @@
-"""Qwen4-Exp's PLE layer kernels (strata.kernels.ple) against their torch forms: the gate (three grouped norms,
-the signed square root, sigmoid, value) and the dilated causal conv with SiLU and the add, over ragged
-sequences (decode rows, verification windows, a prompt chunk, a padded graph prompt), with and without a
-remembered history and with the per-token histories kept. The refs against PerLayerEmbedding's own code run
-on the CPU; the kernels in Triton's interpreter (TRITON_INTERPRET=1) and on the GPU (`-m gpu`)."""
+"""Qwen4-Exp's PLE layer kernels (strata.kernels.ple) against the layer's torch forms (strata.model.ple): the
+n-gram rows (context, EOS cut, hashes), the gate (three grouped norms, the signed square root, sigmoid, value)
+and the dilated causal conv with SiLU and the add, over ragged sequences (decode rows, verification windows, a
+prompt chunk, a padded graph prompt), with and without a remembered context and with the per-token states kept.
+The torch forms alone run on the CPU; the kernels in Triton's interpreter (TRITON_INTERPRET=1) and on the GPU
+(`-m gpu`). The layer's output against HF transformers: tests/model."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from strata.kernels.ple import ple_conv_ref, ple_gate_ref
+from strata.kernels.ple import ple_gate_ref
+from strata.model.ple import conv_and_add, ngram_rows
 
 gpu = pytest.mark.gpu
 interpreted = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
@@ -69,7 +71,7 @@ def check_conv(case, dtype, device, channels=96, width=4, dilation=3):
     ref_state = state.clone()
     ctx = step_context(query_lens, slots, has_initial, device, real_lens, keep)
     out, window = ple_conv(x, gated, weight, state, ctx, dilation, block_c=64)
-    ref_out, ref_window = ple_conv_ref(x, gated, weight, ref_state, step_context(query_lens, slots, has_initial,
+    ref_out, ref_window = conv_and_add(x, gated, weight, ref_state, step_context(query_lens, slots, has_initial,
                                                                                device, real_lens, keep), dilation)
     tol = 2e-2 if dtype == torch.bfloat16 else 2e-3 if dtype == torch.float16 else 1e-5
     torch.testing.assert_close(out.float(), ref_out.float(), rtol=tol, atol=tol)
@@ -88,7 +90,7 @@ ROWS_CASES = [  # (query lens, has a remembered context, real lens of a padded g
 def check_rows(case, device, ngram=3, per_ngram=2, eos=0, vocab=40):
     """Every row id, per-token context and updated context exactly (integers), EOS among the ids and the
     remembered contexts so the cut is exercised."""
-    from strata.kernels.ple import ple_rows, ple_rows_ref
+    from strata.kernels.ple import ple_rows
     from strata.model.ple import hash_multipliers, head_vocab_sizes
 
     query_lens, has_initial, real_lens, keep = case
@@ -104,24 +106,23 @@ def check_rows(case, device, ngram=3, per_ngram=2, eos=0, vocab=40):
     ref_context = context.clone()
     rows, window = ple_rows(input_ids, context, step_context(query_lens, slots, has_initial, device, real_lens, keep),
                             torch.tensor(multipliers, device=device), sizes_t, offsets, eos)
-    ref_rows, ref_window = ple_rows_ref(input_ids, ref_context, step_context(query_lens, slots, has_initial, device,
+    ref_rows, ref_window = ngram_rows(input_ids, ref_context, step_context(query_lens, slots, has_initial, device,
                                                                             real_lens, keep),
                                        multipliers, sizes_t, offsets, eos)
     assert torch.equal(rows, ref_rows) and torch.equal(context, ref_context)
     assert (window is None) == (ref_window is None) and (window is None or torch.equal(window, ref_window))
 
 
-def test_rows_ref_cuts_ngrams_at_an_eos():
-    """ple_rows_ref on one sequence without a context: its n-grams are those of the tokens after the last EOS
-    (EOS before), hashed as the module says."""
-    from strata.kernels.ple import ple_rows_ref
+def test_ngram_rows_cut_at_an_eos():
+    """ngram_rows (the torch form) on one sequence without a context: its n-grams are those of the tokens after
+    the last EOS (EOS before), hashed as the module says."""
     from strata.model.ple import hash_multipliers
 
     multipliers = hash_multipliers(40, 3, 0, 1234)
     sizes, offsets = torch.tensor([101, 103, 107, 109]), torch.tensor([0, 101, 204, 311])
     ids = torch.tensor([7, 0, 9, 11])
     context = torch.zeros(1, 2)
-    rows, _ = ple_rows_ref(ids, context, step_context([4], [0], [False], "cpu"), multipliers, sizes, offsets, 0)
+    rows, _ = ngram_rows(ids, context, step_context([4], [0], [False], "cpu"), multipliers, sizes, offsets, 0)
     m0, m1, m2 = multipliers
     # token 9 (after EOS 0): its bigram (0, 9), its trigram cut: (EOS, 0, 9) -> 0 before 0
     bigram, trigram = 9 * m0 ^ 0 * m1, 9 * m0 ^ 0 * m1 ^ 0 * m2
@@ -131,8 +132,8 @@ def test_rows_ref_cuts_ngrams_at_an_eos():
     assert context[0].tolist() == [9.0, 11.0]
 
 
-def test_gate_ref_is_the_layers_torch_code():
-    """ple_gate_ref + ple_conv_ref compute what PerLayerEmbedding's torch form does after its projections."""
+def test_gate_ref_follows_the_reference_op_order():
+    """ple_gate_ref on a PerLayerEmbedding's own norms and projections computes HF's op order, written out."""
     from strata.config import ModelConfig
     from strata.model.ple import PerLayerEmbedding
 
