@@ -21,3 +21,6 @@ echo "== issue 23 30B Q4_K_M rc=$? t=$(( $(date +%s)-S ))"; grep -E "tok/s" $OUT
 LEFT=$(( 580 - ($(date +%s)-S) ))
 [ $LEFT -gt 60 ] && timeout -s INT $LEFT python3 host_prof.py 'random:qwen3-next-80b-a3b?num_hidden_layers=8' spec > $OUT/host_prof_spec.txt 2>&1
 echo "== host_prof spec rc=$? t=$(( $(date +%s)-S ))"; head -3 $OUT/host_prof_spec.txt | cut -c1-300
+LEFT=$(( 590 - ($(date +%s)-S) ))
+[ $LEFT -gt 60 ] && timeout -s INT $LEFT python3 head_rows_ab.py 1 4 8 16 > $OUT/head_rows_ab.txt 2>&1
+echo "== head_rows_ab rc=$? t=$(( $(date +%s)-S ))"; cat $OUT/head_rows_ab.txt | grep rows= | cut -c1-200
