@@ -1,5 +1,5 @@
 """One-stream decode A/B of a STRATA_* debug switch in one process (graphs recaptured per arm, arms alternated a
-round at a time): `env_ab.py MODEL NAME [rounds]` runs with STRATA_NAME unset and set to 1, e.g. NO_NORM_ROUTE.
+round at a time): `env_ab.py MODEL NAME [rounds]` runs with STRATA_NAME unset and set to 1, e.g. FUSED_PLE.
 Prints each arm's median tok/s over 256 decode steps after a 64-token prompt, and whether the greedy tokens match."""
 import os, sys
 from one_stream import decode_rate, engine, report
