@@ -227,9 +227,20 @@ if triton is not None:
                          tl.zeros((BLOCK_V,), dtype=out_ptr.dtype.element_ty), mask=v_ok)
 
     @triton.jit
-    def _conv_input(x_ptr, state_ptr, start, pos, offs_c, x_cols, c_ok, has_init, stride_xt, stride_sc, stride_sw,
-                    WIDTH: tl.constexpr):
-        # input at window position pos (< 0: the remembered history, zeros without an initial state)
+    def sequence_window(seq, slots_ptr, qsl_ptr, has_init_ptr):
+        """Sequence `seq` of a ragged step -> (its state row, int64; whether it has an initial state; its first
+        token row; its token count)."""
+        slot = tl.load(slots_ptr + seq).to(tl.int64)
+        has_init = tl.load(has_init_ptr + seq) != 0
+        start = tl.load(qsl_ptr + seq)
+        return slot, has_init, start, tl.load(qsl_ptr + seq + 1) - start
+
+    @triton.jit
+    def conv_input(x_ptr, state_ptr, start, pos, offs_c, x_cols, c_ok, has_init, stride_xt, stride_sc, stride_sw,
+                   WIDTH: tl.constexpr):
+        """A causal conv's inputs at window position pos (a scalar, or [P, 1] against [1, C] columns; < 0: the
+        remembered history of WIDTH - 1 inputs, zeros without an initial state) -> float32. x_cols: the channels'
+        columns in x (offs_c, or where a grouped layout keeps them). Also the PLE conv's (kernels/ple.py)."""
         from_x = tl.load(x_ptr + (start + pos).to(tl.int64) * stride_xt + x_cols, mask=c_ok & (pos >= 0), other=0.0)
         from_state = tl.load(state_ptr + offs_c * stride_sc + (WIDTH - 1 + pos) * stride_sw,
                              mask=c_ok & (pos < 0) & has_init, other=0.0)
@@ -243,10 +254,7 @@ if triton is not None:
                      GROUPED: tl.constexpr, BLOCK_C: tl.constexpr, USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         seq, c_block = tl.program_id(0), tl.program_id(1)
-        slot = tl.load(slots_ptr + seq).to(tl.int64)
-        has_init = tl.load(has_init_ptr + seq) != 0
-        start = tl.load(qsl_ptr + seq)
-        length = tl.load(qsl_ptr + seq + 1) - start
+        slot, has_init, start, length = sequence_window(seq, slots_ptr, qsl_ptr, has_init_ptr)
         offs_c = c_block * BLOCK_C + tl.arange(0, BLOCK_C)
         c_ok = offs_c < channels
         x_cols = offs_c
@@ -256,7 +264,7 @@ if triton is not None:
         for t in range(0, length):
             acc = tl.zeros((BLOCK_C,), dtype=tl.float32)
             for j in tl.static_range(WIDTH):
-                x_j = _conv_input(x_ptr, row_ptr, start, t - (WIDTH - 1) + j, offs_c, x_cols, c_ok, has_init,
+                x_j = conv_input(x_ptr, row_ptr, start, t - (WIDTH - 1) + j, offs_c, x_cols, c_ok, has_init,
                                   stride_xt, stride_sc, stride_sw, WIDTH)
                 acc += x_j * tl.load(w_ptr + offs_c * WIDTH + j, mask=c_ok, other=0.0).to(tl.float32)
             if SILU:
@@ -265,7 +273,7 @@ if triton is not None:
                      mask=c_ok)
             if KEEP_WINDOW:
                 for j in tl.static_range(WIDTH - 1):
-                    x_j = _conv_input(x_ptr, row_ptr, start, t - (WIDTH - 2) + j, offs_c, x_cols, c_ok, has_init,
+                    x_j = conv_input(x_ptr, row_ptr, start, t - (WIDTH - 2) + j, offs_c, x_cols, c_ok, has_init,
                                       stride_xt, stride_sc, stride_sw, WIDTH)
                     tl.store(window_ptr + (start + t).to(tl.int64) * stride_wt + offs_c * stride_wc + j * stride_ww,
                              x_j.to(window_ptr.dtype.element_ty), mask=c_ok)
@@ -291,16 +299,16 @@ if triton is not None:
     def _store_history(x_ptr, row_ptr, start, length, offs_c, x_cols, c_ok, has_init, stride_xt, stride_sc,
                        stride_sw, WIDTH: tl.constexpr):
         tl.static_assert(WIDTH <= 5, "conv widths above 5 need a longer unrolled history")
-        h0 = _conv_input(x_ptr, row_ptr, start, length - (WIDTH - 1), offs_c, x_cols, c_ok, has_init,
+        h0 = conv_input(x_ptr, row_ptr, start, length - (WIDTH - 1), offs_c, x_cols, c_ok, has_init,
                          stride_xt, stride_sc, stride_sw, WIDTH)
         if WIDTH > 2:
-            h1 = _conv_input(x_ptr, row_ptr, start, length - (WIDTH - 2), offs_c, x_cols, c_ok, has_init,
+            h1 = conv_input(x_ptr, row_ptr, start, length - (WIDTH - 2), offs_c, x_cols, c_ok, has_init,
                              stride_xt, stride_sc, stride_sw, WIDTH)
         if WIDTH > 3:
-            h2 = _conv_input(x_ptr, row_ptr, start, length - (WIDTH - 3), offs_c, x_cols, c_ok, has_init,
+            h2 = conv_input(x_ptr, row_ptr, start, length - (WIDTH - 3), offs_c, x_cols, c_ok, has_init,
                              stride_xt, stride_sc, stride_sw, WIDTH)
         if WIDTH > 4:
-            h3 = _conv_input(x_ptr, row_ptr, start, length - (WIDTH - 4), offs_c, x_cols, c_ok, has_init,
+            h3 = conv_input(x_ptr, row_ptr, start, length - (WIDTH - 4), offs_c, x_cols, c_ok, has_init,
                              stride_xt, stride_sc, stride_sw, WIDTH)
         dtype = row_ptr.dtype.element_ty
         tl.store(row_ptr + offs_c * stride_sc, h0.to(dtype), mask=c_ok)

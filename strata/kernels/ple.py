@@ -36,6 +36,7 @@ from strata.kernels.hyper import group_rms_norm_ref
 from strata.kernels.launch import pdl_options
 
 if triton is not None:
+    from strata.kernels.gdn import conv_input, sequence_window
     from strata.kernels.launch import wait_for_previous_kernel
 
 
@@ -142,10 +143,7 @@ if triton is not None:
         HEADS: tl.constexpr = HIST * PER_NGRAM
         wait_for_previous_kernel(USE_PDL)
         seq = tl.program_id(0)
-        slot = tl.load(slots_ptr + seq).to(tl.int64)
-        has_init = tl.load(has_init_ptr + seq) != 0
-        start = tl.load(qsl_ptr + seq)
-        length = tl.load(qsl_ptr + seq + 1) - start
+        slot, has_init, start, length = sequence_window(seq, slots_ptr, qsl_ptr, has_init_ptr)
         context_row = context_ptr + slot * stride_c
         heads = tl.arange(0, HEADS_PAD)
         h_ok = heads < HEADS
@@ -215,16 +213,6 @@ if triton is not None:
                      mask=ok)
 
     @triton.jit
-    def _conv_inputs(x_ptr, state_ptr, start, pos, offs_c, c_ok, has_init, stride_xt, stride_sc, stride_sw,
-                     HIST: tl.constexpr):
-        """Inputs at window positions pos (a scalar, or [P, 1]; < 0: the remembered history, zeros without an
-        initial state) of channels offs_c -> float32 (of x's dtype)."""
-        from_x = tl.load(x_ptr + (start + pos).to(tl.int64) * stride_xt + offs_c, mask=c_ok & (pos >= 0), other=0.0)
-        from_state = tl.load(state_ptr + offs_c * stride_sc + (HIST + pos) * stride_sw,
-                             mask=c_ok & (pos < 0) & has_init, other=0.0)
-        return from_x.to(tl.float32) + from_state.to(x_ptr.dtype.element_ty).to(tl.float32)
-
-    @triton.jit
     def _conv_kernel(x_ptr, gated_ptr, w_ptr, state_ptr, window_ptr, out_ptr, slots_ptr, qsl_ptr, has_init_ptr,
                      real_ptr, channels, stride_xt, stride_gt, stride_ss, stride_sc, stride_sw, stride_wt, stride_wc,
                      stride_ww, stride_ot, WIDTH: tl.constexpr, DILATION: tl.constexpr, HIST_PAD: tl.constexpr,
@@ -234,20 +222,18 @@ if triton is not None:
         wait_for_previous_kernel(USE_PDL)
         seq, c_block = tl.program_id(0), tl.program_id(1)
         dtype = out_ptr.dtype.element_ty
-        slot = tl.load(slots_ptr + seq).to(tl.int64)
-        has_init = tl.load(has_init_ptr + seq) != 0
-        start = tl.load(qsl_ptr + seq)
-        length = tl.load(qsl_ptr + seq + 1) - start
+        slot, has_init, start, length = sequence_window(seq, slots_ptr, qsl_ptr, has_init_ptr)
         offs_c = c_block * BLOCK_C + tl.arange(0, BLOCK_C)
         c_ok = offs_c < channels
         row_ptr = state_ptr + slot * stride_ss
+        # conv_input reads HIST remembered inputs as a conv of width HIST + 1 would (the taps here are dilated)
         back = tl.arange(0, HIST_PAD)[:, None]                                           # [HP, 1]
         tile_ok = c_ok[None, :] & (back < HIST)                                          # [HP, BC]
         for t in range(0, length):
             acc = tl.zeros((BLOCK_C,), dtype=tl.float32)
             for j in tl.static_range(WIDTH):  # tap j reads the input (WIDTH - 1 - j) * DILATION tokens back
-                x_j = _conv_inputs(x_ptr, row_ptr, start, t - HIST + j * DILATION, offs_c, c_ok, has_init,
-                                   stride_xt, stride_sc, stride_sw, HIST)
+                x_j = conv_input(x_ptr, row_ptr, start, t - HIST + j * DILATION, offs_c, offs_c, c_ok, has_init,
+                                 stride_xt, stride_sc, stride_sw, HIST + 1)
                 acc += x_j * tl.load(w_ptr + offs_c * WIDTH + j, mask=c_ok, other=0.0).to(tl.float32)
             conv = _rounded(acc, dtype)
             silu = _rounded(conv / (1.0 + tl.exp(-conv)), dtype)
@@ -255,16 +241,16 @@ if triton is not None:
             gated = tl.load(gated_ptr + row * stride_gt + offs_c, mask=c_ok, other=0.0).to(tl.float32)
             tl.store(out_ptr + row * stride_ot + offs_c, (gated + silu).to(dtype), mask=c_ok)
             if KEEP_WINDOW:  # the history after this token: its last HIST inputs
-                kept = _conv_inputs(x_ptr, row_ptr, start, t - HIST + 1 + back, offs_c[None, :], tile_ok, has_init,
-                                    stride_xt, stride_sc, stride_sw, HIST)               # [HP, BC]
+                kept = conv_input(x_ptr, row_ptr, start, t - HIST + 1 + back, offs_c[None, :], offs_c[None, :],
+                                  tile_ok, has_init, stride_xt, stride_sc, stride_sw, HIST + 1)  # [HP, BC]
                 tl.store(window_ptr + row * stride_wt + offs_c[None, :] * stride_wc + back * stride_ww,
                          kept.to(window_ptr.dtype.element_ty), mask=tile_ok)
         # the last HIST real inputs become the new history: all read before any is overwritten
         real = length
         if HAS_REAL:
             real = tl.minimum(tl.load(real_ptr + seq), length)
-        history = _conv_inputs(x_ptr, row_ptr, start, real - HIST + back, offs_c[None, :], tile_ok, has_init,
-                               stride_xt, stride_sc, stride_sw, HIST)                    # [HP, BC]
+        history = conv_input(x_ptr, row_ptr, start, real - HIST + back, offs_c[None, :], offs_c[None, :], tile_ok,
+                             has_init, stride_xt, stride_sc, stride_sw, HIST + 1)        # [HP, BC]
         tl.debug_barrier()
         tl.store(row_ptr + offs_c[None, :] * stride_sc + back * stride_sw, history.to(state_ptr.dtype.element_ty),
                  mask=tile_ok)

@@ -20,12 +20,13 @@ import torch.nn.functional as F
 from strata.config import debug_flag
 from strata.kernels import (hyper, packed_dequant, packed_gemv, packed_q8, qsa_scores, skinny_linear, skinny_mlp,
                             triton_available)
-from strata.kernels import ple as ple_kernels
 from strata.kernels.fused_moe import fused_moe as fused_moe_kernel
 from strata.kernels.fused_moe import fused_moe_ref
 from strata.kernels.gguf_blocks import packed_matmul_ref
 from strata.kernels.packed_moe import packed_moe as packed_moe_kernel
 from strata.kernels.packed_moe import packed_moe_ref
+from strata.kernels.ple import ple_gate as ple_gate_kernel
+from strata.kernels.ple import ple_gate_ref
 from strata.kernels.rms_norm import gated_rms_norm as gated_rms_norm_kernel
 from strata.kernels.rms_norm import rms_norm as rms_norm_kernel
 from strata.kernels.rms_norm import rms_norm_ref, rounds_gated, topk_sum_ref
@@ -40,9 +41,9 @@ from strata.kernels.routing import softmax_topk as softmax_topk_kernel
 # ple_conv_on).
 from strata.kernels.fused_moe import default_config, moe_grouped_gemms  # noqa: F401
 from strata.kernels.gdn import GroupedQKV, RawGates, causal_conv1d_update, gdn_recurrent  # noqa: F401
-from strata.kernels.paged_attention import BlockChoice, paged_attention  # noqa: F401
-from strata.kernels.rope_kv import qk_norm_rope_kv  # noqa: F401
+from strata.kernels.paged_attention import BlockChoice, epilogue_rounds, paged_attention  # noqa: F401
 from strata.kernels.ple import ple_conv, ple_rows  # noqa: F401
+from strata.kernels.rope_kv import qk_norm_rope_kv  # noqa: F401
 from strata.kernels.routing import route_and_align  # noqa: F401
 
 HALF = (torch.bfloat16, torch.float16)
@@ -358,9 +359,8 @@ def ple_gate(keys: torch.Tensor, value: torch.Tensor, streams: torch.Tensor, key
              eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     """kernels/ple.ple_gate_ref's contract -> (gated [T, hc * D], the conv's input [T, hc * D])."""
     if fused_ple_on(streams):
-        return ple_kernels.ple_gate(keys.contiguous(), value.contiguous(), streams, key_weight, query_weight,
-                                    conv_weight, hc, eps)
-    return ple_kernels.ple_gate_ref(keys, value, streams, key_weight, query_weight, conv_weight, hc, eps)
+        return ple_gate_kernel(keys, value, streams, key_weight, query_weight, conv_weight, hc, eps)
+    return ple_gate_ref(keys, value, streams, key_weight, query_weight, conv_weight, hc, eps)
 
 
 def ple_conv_on(x: torch.Tensor, ctx) -> bool:
@@ -430,8 +430,6 @@ def attention_rounding(q: torch.Tensor, o_proj_weight) -> tuple | None:
     """Buffers for the attention kernel's 8-bit rounding of its output [T, H * D] (q [T, H, D]) where a packed o_proj
     (a PackedWeight: row segments) reads it through packed_q8 (every segment, this many rows) and the heads are
     whole blocks of 32; else None."""
-    from strata.kernels.paged_attention import epilogue_rounds
-
     rows, width = q.shape[0], q.shape[1] * q.shape[2]
     if not (hasattr(o_proj_weight, "segments") and epilogue_rounds(q.shape[2]) and width % 128 == 0
             and all(_q8_takes(rows, qtype, blocks, width) for qtype, blocks in o_proj_weight.segments())):

@@ -89,13 +89,13 @@ def head_vocab_sizes(base: int, first_head: int, num_heads: int) -> list[int]:
     return primes[first_head:]
 
 
-def ngram_rows(input_ids: torch.Tensor, context: torch.Tensor, ctx: ForwardContext, multipliers: list[int],
+def ngram_rows(input_ids: torch.Tensor, context: torch.Tensor, ctx: ForwardContext, multipliers,
                sizes: torch.Tensor, offsets: torch.Tensor, eos: int) -> tuple[torch.Tensor, torch.Tensor | None]:
     """input_ids [T]; context [S_max, N-1] float32 (each slot's last N-1 tokens, read and updated); multipliers
-    [N] (one per n-gram position); sizes, offsets [(N-1) * heads_per_ngram] (each head's prime and first row)
-    -> (table rows [T, heads] int64, the context after each token [T, N-1] with ctx.keep_window_states, else
-    None): the layer's torch form (a predecessor past an EOS reads as EOS; a slot without a context reads
-    EOS); kernels/ple.ple_rows on CUDA."""
+    [N] (one per n-gram position: ints, or an int64 tensor on the ids' device); sizes, offsets
+    [(N-1) * heads_per_ngram] (each head's prime and first row) -> (table rows [T, heads] int64, the context
+    after each token [T, N-1] with ctx.keep_window_states, else None): the layer's torch form (a predecessor
+    past an EOS reads as EOS; a slot without a context reads EOS); kernels/ple.ple_rows on CUDA."""
     ngram = len(multipliers)
     hist = ngram - 1
     before = context[ctx.state_slot_ids]                                                      # [S, N-1]
@@ -145,8 +145,8 @@ class NGramEmbedding(nn.Module):
         self.register_buffer("sizes", torch.tensor(sizes), persistent=False)
         self.register_buffer("offsets", torch.tensor([sum(sizes[:h]) for h in range(heads)]), persistent=False)
         rows = -(-sum(sizes) // cfg.ngram_vocab_size_multiple) * cfg.ngram_vocab_size_multiple
-        self.multipliers = hash_multipliers(cfg.vocab_size, cfg.ngram_size, ple_index, cfg.ngram_seed)
-        self.register_buffer("multiplier_values", torch.tensor(self.multipliers), persistent=False)  # [N] int64
+        multipliers = hash_multipliers(cfg.vocab_size, cfg.ngram_size, ple_index, cfg.ngram_seed)
+        self.register_buffer("multipliers", torch.tensor(multipliers), persistent=False)  # [N] int64
         # host memory (but a shape-only model, the memory plan's, and a table that loads packed stay on meta)
         host = "meta" if torch.get_default_device().type == "meta" or _TABLES_PACKED.get() else "cpu"
         self.ngram_embedding = nn.Embedding(rows, cfg.ple_embed_dim // heads, device=host)
@@ -158,7 +158,7 @@ class NGramEmbedding(nn.Module):
         (embeddings [T, ple_embed_dim] in the table's dtype, on the ids' device; with ctx.keep_window_states
         the context after each token [T, N-1], for rollback, else None)."""
         if ops.fused_ple_on(input_ids):
-            rows, window_context = ops.ple_rows(input_ids, context, ctx, self.multiplier_values, self.sizes,
+            rows, window_context = ops.ple_rows(input_ids, context, ctx, self.multipliers, self.sizes,
                                                 self.offsets, self.eos)                        # [T, heads]
         else:
             rows, window_context = ngram_rows(input_ids, context, ctx, self.multipliers, self.sizes, self.offsets,

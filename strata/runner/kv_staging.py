@@ -60,7 +60,6 @@ class HostKVStaging:
         if ring_size < 1 or capacity < 1:
             raise ValueError(f"KV staging needs a ring of at least one layer and one block, got {ring_size} x "
                              f"{capacity}")
-        self.tier = tier_caches
         self.tier_pool = tier_pool
         self.layers = list(layers)
         self.capacity = capacity
@@ -188,7 +187,7 @@ class HostKVStaging:
             stream.wait_event(self.released[self.entry_of[layer]])
         with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
             for kind, key in zip(("kv", "scale"), self.keys_of[layer]):
-                for target, source in zip(entry[kind], self.tier[key]):
+                for target, source in zip(entry[kind], self.tier_pool.caches[key]):
                     for first, start, count in self.runs:
                         raw(target)[first:first + count].copy_(raw(source)[start:start + count], non_blocking=True)
             done = None
