@@ -1,6 +1,6 @@
 """Qwen4-Exp's PLE layer (strata.model.ple) in three launches besides its projections and table lookup.
 
-The torch form is ~150 small launches a layer on a decode step (the n-gram context's gathers and hashes, three
+The torch form is ~140 small launches a layer on a decode step (the n-gram context's gathers and hashes, three
 grouped RMSNorms, the gate's eight element-wise ops, the dilated causal conv's history gathers and SiLU, the
 add), ~0.3 ms of a step on the H200 where the layer's bytes take microseconds. Here:
 

@@ -15,7 +15,7 @@ host work. CUDA graphs take the layer either way: with the table in host memory 
 graph after the row ids (copied to pinned memory) and, at each replay, the host gathers the rows and uploads
 them for the next graph (strata.split_graphs), one short host wait a step instead of a step without graphs.
 
-The torch forms here (`ngram_rows`, the gate in kernels/ple.ple_gate_ref, `conv_and_add`) are ~150 small launches a
+The torch forms here (`ngram_rows`, the gate in kernels/ple.ple_gate_ref, `conv_and_add`) are ~140 small launches a
 layer; on CUDA the rows, the gate and the conv are one launch each (kernels/ple.py).
 """
 
