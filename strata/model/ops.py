@@ -349,9 +349,9 @@ PLE_CONV_MAX_QUERY_LEN = 256  # (gated_delta_net.TRITON_MAX_QUERY_LEN: the same 
 
 def fused_ple_on(streams: torch.Tensor) -> bool:
     """Whether the PLE layer takes kernels/ple.py's launches (its n-gram rows, its gate; the conv: ple_conv_on):
-    CUDA rows of unit column stride, with STRATA_FUSED_PLE=1 while the kernels have not yet run on a GPU (written
-    in session 32 after its device time; the torch form is the measured path until an A/B says otherwise)."""
-    return kernels_on(streams) and streams.stride(-1) == 1 and debug_flag("FUSED_PLE")
+    CUDA rows of unit column stride, unless STRATA_NO_FUSED_PLE=1 (session 33 A/B on Qwen4-Exp 4L with PLE: 1,022
+    tok/s against 828 for the torch form, tokens the same)."""
+    return kernels_on(streams) and streams.stride(-1) == 1 and not debug_flag("NO_FUSED_PLE")
 
 
 def ple_gate(keys: torch.Tensor, value: torch.Tensor, streams: torch.Tensor, key_weight: torch.Tensor,
