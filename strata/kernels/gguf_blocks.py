@@ -18,7 +18,8 @@ import torch
 # block types whose weights stay packed in memory (dense types F32 / F16 / BF16 load as tensors)
 # (Q5_0 / Q5_1: llama.cpp's fallbacks for Q4_K / Q5_K rows that 256 does not divide, e.g. Qwen4-Exp's
 # 640-wide expert down projections in a Q4_K_M file)
-PACKED_TYPE_NAMES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS")
+# (Q2_K / Q3_K: the bulk of llama.cpp's Q2_K and Q3_K_S/M/L files, what a 125B model takes to fit 64 GB of RAM)
+PACKED_TYPE_NAMES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS")
 DENSE_TYPE_NAMES = ("F32", "F16", "BF16")
 # block types read only where rows are looked up (an embedding table kept as the file's blocks, such as
 # Qwen4-Exp's IQ4_NL n-gram table): dequantize_ref reads them, no matmul kernel does, so weights of these
@@ -170,6 +171,31 @@ def _q5_1(b: torch.Tensor) -> torch.Tensor:
     return q.add_(_fifth_bits(b[:, 4:8]), alpha=16).mul_(_f16(b, 0)).add_(_f16(b, 2))
 
 
+def _q2_k(b: torch.Tensor) -> torch.Tensor:
+    # [B, 84]: 16 scale bytes (low nibble the sub-block's scale, high its min), 64 bytes of 2-bit values,
+    # float16 d, float16 dmin; w = d * scale * q - dmin * min over sub-blocks of 16
+    scales = b[:, 0:16]
+    scale = (_f16(b, 80) * (scales & 0x0F).float()).unsqueeze(-1)  # [B, 16, 1]
+    minimum = (_f16(b, 82) * (scales >> 4).float()).unsqueeze(-1)   # [B, 16, 1]
+    # each half of 128 values takes 32 bytes, at shifts 0, 2, 4, 6
+    q = (b[:, 16:80].reshape(-1, 2, 1, 32) >> _shifts(0, 8, 2, b.device).view(1, 1, 4, 1)) & 3
+    return q.view(-1, 16, 16).float().mul_(scale).sub_(minimum).view(-1, _QK_K)
+
+
+def _q3_k(b: torch.Tensor) -> torch.Tensor:
+    # [B, 110]: 32 bytes hmask (bit t of byte j: value 32t + j's high bit, set = no -4), 64 bytes of low 2 bits
+    # (Q2_K's order), 12 bytes of 6-bit scales (low nibbles in bytes 0-7: scales 0-7 low, 8-15 high; top two
+    # bits in bytes 8-11 at shifts 0, 2, 4, 6), float16 d; w = d * (scale - 32) * (low - 4 * !high)
+    s = b[:, 96:108]
+    low = torch.cat((s[:, 0:8] & 0x0F, s[:, 0:8] >> 4), dim=-1)                                    # [B, 16]
+    top = (s[:, 8:12].unsqueeze(1) >> _shifts(0, 8, 2, b.device).view(1, 4, 1)).reshape(-1, 16) & 3  # [B, 16]
+    scale = (_f16(b, 108) * ((low | (top << 4)).float() - 32)).unsqueeze(-1)                         # [B, 16, 1]
+    q = (b[:, 32:96].reshape(-1, 2, 1, 32) >> _shifts(0, 8, 2, b.device).view(1, 1, 4, 1)) & 3
+    high = (b[:, 0:32].unsqueeze(1) >> _shifts(0, 8, 1, b.device).view(1, 8, 1)) & 1               # [B, 8, 32]
+    q = q.view(-1, _QK_K).float().add_(high.view(-1, _QK_K), alpha=4).sub_(4)
+    return q.view(-1, 16, 16).mul_(scale).view(-1, _QK_K)
+
+
 def _k_scales(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The 12 scale bytes of a Q4_K / Q5_K superblock [B, 12] -> (scales [B, 8], mins [B, 8]), 6 bits each:
     bytes 0-3 hold scales 0-3 (+ the top bits of scales 4-7), 4-7 the mins likewise, 8-11 the low nibbles
@@ -233,5 +259,6 @@ def _iq4_xs(b: torch.Tensor) -> torch.Tensor:
     return values.view(-1, 8, 32).mul_(scale).view(-1, _QK_K)
 
 
-_BLOCKS = {"Q8_0": _q8_0, "Q4_0": _q4_0, "Q4_1": _q4_1, "Q5_0": _q5_0, "Q5_1": _q5_1, "Q4_K": _q4_k,
+_BLOCKS = {"Q8_0": _q8_0, "Q4_0": _q4_0, "Q4_1": _q4_1, "Q5_0": _q5_0, "Q5_1": _q5_1, "Q2_K": _q2_k, "Q3_K": _q3_k,
+           "Q4_K": _q4_k,
            "Q5_K": _q5_k, "Q6_K": _q6_k, "IQ4_XS": _iq4_xs, "IQ4_NL": _iq4_nl}

@@ -52,7 +52,7 @@ def test_formats_are_gguf_py_s():
         assert (fmt.name, fmt.qtype) == (name, int(Q[name]))
         assert (fmt.block_size, fmt.type_size) == gguf.GGML_QUANT_SIZES[Q[name]]
         assert is_packed_type(Q[name]) == (name in PACKED_TYPE_NAMES)
-    assert block_format(Q.Q2_K) is None and not is_packed_type(Q.Q2_K) and not is_packed_type(Q.F32)
+    assert block_format(Q.IQ2_XXS) is None and not is_packed_type(Q.IQ2_XXS) and not is_packed_type(Q.F32)
     assert block_format(Q.Q4_K).row_bytes(512) == 288
 
 
@@ -101,8 +101,8 @@ def test_bad_shapes_are_value_errors():
         dequantize_ref(torch.zeros(2, 36, dtype=torch.uint8), q41, 64)
     with pytest.raises(ValueError, match=r"got torch.float32"):
         dequantize_ref(torch.zeros(2, 40), q41, 64)
-    with pytest.raises(ValueError, match=r"GGML type 10 has no reference dequantization here; known: F32, F16"):
-        dequantize_ref(torch.zeros(2, 84, dtype=torch.uint8), int(Q.Q2_K), 256)
+    with pytest.raises(ValueError, match=r"GGML type 16 has no reference dequantization here; known: F32, F16"):
+        dequantize_ref(torch.zeros(2, 66, dtype=torch.uint8), int(Q.IQ2_XXS), 256)
 
 
 @pytest.mark.gpu
