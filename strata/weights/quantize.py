@@ -1,11 +1,12 @@
-"""Float weights -> GGUF tensor bytes (F32, F16, BF16, Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, IQ4_NL) in torch, on
+"""Float weights -> GGUF tensor bytes (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+IQ4_NL) in torch, on
 the weights' own device (CPU or CUDA), vectorised over blocks and done in chunks so a 15B-parameter model
 quantizes in seconds on a GPU with bounded scratch memory. All math is float32.
 
 For test and benchmark files, not a rival to llama.cpp's quantizer: K-quant and IQ4_NL scales come from each
 group's range in one pass, without llama.cpp's search for the scale that minimises the error (the error is
-somewhat larger than llama-quantize's). Q8_0, Q5_0 and Q5_1 (the last two: llama.cpp's fallbacks for Q4_K /
-Q5_K rows that 256 does not divide) are llama.cpp's reference quantizers, bit for bit gguf-py's. The blocks
+somewhat larger than llama-quantize's). Q8_0, Q4_0, Q5_0 and Q5_1 (the last three: llama.cpp's fallbacks for
+Q2_K / Q3_K, Q4_K and Q5_K rows that 256 does not divide) are llama.cpp's reference quantizers, bit for bit gguf-py's. The blocks
 are the file format byte for byte: gguf-py's `dequantize` reads them (the tests check it).
 """
 
@@ -18,7 +19,8 @@ QK_K = 256
 F32, F16, BF16 = GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16
 Q8_0, Q4_K, Q5_K, Q6_K = (GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q5_K,
                           GGMLQuantizationType.Q6_K)
-Q5_0, Q5_1 = GGMLQuantizationType.Q5_0, GGMLQuantizationType.Q5_1
+Q2_K, Q3_K = GGMLQuantizationType.Q2_K, GGMLQuantizationType.Q3_K
+Q4_0, Q5_0, Q5_1 = GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q5_0, GGMLQuantizationType.Q5_1
 IQ4_NL = GGMLQuantizationType.IQ4_NL
 _FLOATS = {F32: torch.float32, F16: torch.float16, BF16: torch.bfloat16}
 _CHUNK_VALUES = 1 << 24  # values quantized per step: bounds the float32 scratch to a few hundred MiB
@@ -26,7 +28,8 @@ _CHUNK_VALUES = 1 << 24  # values quantized per step: bounds the float32 scratch
 
 def quantize(weights: torch.Tensor, qtype: int) -> torch.Tensor:
     """float [..., K] (any float dtype, any strides) -> uint8 [..., K / block size * bytes per block] on the
-    same device: the GGUF bytes of `qtype` (F32, F16, BF16, Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, IQ4_NL). K must
+    same device: the GGUF bytes of `qtype` (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K,
+    Q6_K, IQ4_NL). K must
     be a whole number of blocks."""
     qtype = GGMLQuantizationType(qtype)
     if qtype in _FLOATS:
@@ -93,6 +96,16 @@ def _q5_bits(q: torch.Tensor) -> torch.Tensor:
     return torch.cat([qh, (q[:, :16] & 15) | ((q[:, 16:] & 15) << 4)], dim=1)
 
 
+def _q4_0(x: torch.Tensor) -> torch.Tensor:
+    """[B, 32] -> [B, 18]: float16 d = peak / -8, then q = min(15, trunc(w / d + 8.5)) as nibbles (weights 0-15
+    low, 16-31 high), llama.cpp's quantize_row_q4_0_ref (its fallback for Q2_K / Q3_K rows 256 does not
+    divide); w ~ d * (q - 8)."""
+    peak = x.gather(-1, x.abs().argmax(dim=-1, keepdim=True))             # [B, 1]
+    d = peak / -8
+    q = (x * _inverse(d) + 8.5).trunc().clamp(0, 15).to(torch.uint8)      # [B, 32]
+    return torch.cat([_f16_bytes(d[:, 0]), q[:, :16] | (q[:, 16:] << 4)], dim=1)
+
+
 def _q5_0(x: torch.Tensor) -> torch.Tensor:
     """[B, 32] -> [B, 22]: float16 d = peak / -16 (the largest-magnitude weight lands on q = 0), then
     q = min(31, trunc(w / d + 16.5)), llama.cpp's quantize_row_q5_0_ref; w ~ d * (q - 16)."""
@@ -152,6 +165,51 @@ def _q5_k(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([_f16_bytes(d), _f16_bytes(dmin), _pack_scales(sc, m), qh, qs.reshape(-1, 128)], dim=1)
 
 
+def _two_bit_planes(q: torch.Tensor) -> torch.Tensor:
+    """2-bit q [B, 256] -> [B, 64] bytes as Q2_K and Q3_K keep them: weight 128 h + 32 s + l in bits 2 s of
+    byte 32 h + l."""
+    planes = q.reshape(-1, 2, 4, 32).to(torch.int32) << torch.arange(0, 8, 2, device=q.device,
+                                                                       dtype=torch.int32)[:, None]
+    return planes.sum(dim=2).to(torch.uint8).reshape(-1, 64)             # distinct bits, so sum == or
+
+
+def _q2_k(x: torch.Tensor) -> torch.Tensor:
+    """[B, 256] -> [B, 84]: per group of 16, w ~ d * sc * q - dmin * m with q in 0..3 and 4-bit sc, m (byte i
+    of the 16 scale bytes: sc | m << 4), then the 2-bit planes, float16 d and dmin."""
+    groups = x.reshape(-1, 16, 16)
+    low = groups.amin(dim=-1).clamp(max=0.0)                              # [B, 16] <= 0
+    scale = (groups.amax(dim=-1) - low) / 3
+    d = _f16(scale.amax(dim=-1) / 15.0)                                   # [B]
+    dmin = _f16(-low.amin(dim=-1) / 15.0)
+    sc = _safe_div(scale, d[:, None]).round().clamp(0, 15)
+    m = _safe_div(-low, dmin[:, None]).round().clamp(0, 15)
+    step = d[:, None] * sc                                                # [B, 16]
+    q = _safe_div(groups + (dmin[:, None] * m)[..., None], step[..., None]).round().clamp(0, 3).to(torch.uint8)
+    scales = sc.to(torch.uint8) | (m.to(torch.uint8) << 4)
+    return torch.cat([scales, _two_bit_planes(q), _f16_bytes(d), _f16_bytes(dmin)], dim=1)
+
+
+def _q3_k(x: torch.Tensor) -> torch.Tensor:
+    """[B, 256] -> [B, 110]: per group of 16, w = d * sc * q with q in -4..3 (the group's peak lands on -4) and
+    6-bit sc - 32 signed. Bytes: hmask (bit t of byte l: q + 4 >= 4 for weight 32 t + l), the low 2 bits of q + 4
+    as Q2_K's planes, 12 scale bytes (sc + 32: low nibbles of groups 0-7 and 8-15 in bytes 0-7, top two bits of
+    group 4 s + j in bits 2 s of byte 8 + j), float16 d."""
+    groups = x.reshape(-1, 16, 16)
+    peak = groups.gather(-1, groups.abs().argmax(dim=-1, keepdim=True))[..., 0]   # [B, 16]
+    scale = -peak / 4.0
+    d = _f16(scale.abs().amax(dim=-1) / 31.0)                             # [B]
+    sc = _safe_div(scale, d[:, None]).round().clamp(-32, 31)              # [B, 16]
+    step = d[:, None] * sc
+    q = (_safe_div(groups, step[..., None]).round().clamp(-4, 3) + 4).to(torch.uint8).reshape(-1, 256)
+    bits = torch.arange(8, device=x.device, dtype=torch.int32)[:, None]
+    hmask = ((q >> 2).reshape(-1, 8, 32).to(torch.int32) << bits).sum(dim=1).to(torch.uint8)   # [B, 32]
+    s6 = (sc + 32).to(torch.uint8)                                        # [B, 16] in 0..63
+    top = (s6 >> 4).reshape(-1, 4, 4).to(torch.int32) << torch.arange(0, 8, 2, device=x.device,
+                                                                       dtype=torch.int32)[:, None]
+    scales = torch.cat([(s6[:, :8] & 15) | ((s6[:, 8:] & 15) << 4), top.sum(dim=1).to(torch.uint8)], dim=1)
+    return torch.cat([hmask, _two_bit_planes(q & 3), scales, _f16_bytes(d)], dim=1)
+
+
 def _q6_k(x: torch.Tensor) -> torch.Tensor:
     """[B, 256] -> [B, 210]: per group of 16, w = d * scale * q with q in -32..31, int8 scales, float16 d.
     Weight r * 32 + l (r < 8) keeps its low 4 bits in nibble (r // 2) % 2 of ql[64 (r // 4) + 32 (r % 2) + l]
@@ -185,5 +243,6 @@ def _iq4_nl(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([_f16_bytes(d[:, 0]), codes[:, :16] | (codes[:, 16:] << 4)], dim=1)
 
 
-_BLOCK_QUANTIZERS = {Q8_0: _q8_0, Q5_0: _q5_0, Q5_1: _q5_1, Q4_K: _q4_k, Q5_K: _q5_k, Q6_K: _q6_k, IQ4_NL: _iq4_nl}
+_BLOCK_QUANTIZERS = {Q8_0: _q8_0, Q4_0: _q4_0, Q5_0: _q5_0, Q5_1: _q5_1, Q2_K: _q2_k, Q3_K: _q3_k, Q4_K: _q4_k, Q5_K: _q5_k,
+                     Q6_K: _q6_k, IQ4_NL: _iq4_nl}
 SUPPORTED_TYPES = (*_FLOATS, *_BLOCK_QUANTIZERS)

@@ -1,6 +1,6 @@
 """strata.weights.quantize writes GGUF bytes that gguf-py reads back close to the input (K-quants, IQ4_NL, Q5_0,
-Q5_1: within each block's step), bit for bit as gguf-py writes them (Q8_0, Q5_0, Q5_1 and the float types), and the
-same bytes on CUDA as on the CPU."""
+Q5_1: within each block's step), bit for bit as gguf-py writes them (Q8_0, Q4_0, Q5_0, Q5_1 and the float types),
+and the same bytes on CUDA as on the CPU."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 from gguf.quants import dequantize
 
-from strata.weights.quantize import BF16, F16, F32, IQ4_NL, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, quantize
+from strata.weights.quantize import BF16, F16, F32, IQ4_NL, Q2_K, Q4_0, Q3_K, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, quantize
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))]
 
@@ -24,36 +24,39 @@ def read_back(weights: torch.Tensor, qtype) -> np.ndarray:
 
 
 @pytest.mark.parametrize("qtype, bound", [(Q4_K, 0.1), (Q5_K, 0.05), (Q6_K, 0.025), (Q8_0, 0.01), (IQ4_NL, 0.1),
-                                          (Q5_0, 0.05), (Q5_1, 0.05)])
+                                          (Q5_0, 0.05), (Q5_1, 0.05), (Q2_K, 0.36), (Q3_K, 0.17)])
 @pytest.mark.parametrize("shape", [(1, 256), (3, 512), (2, 3, 2048)])
 def test_blocks_read_back_by_gguf_within_the_types_error(qtype, bound, shape):
     """Relative RMS error of gaussian weights: 15 steps over a group of 32's range (about 4 sigma, so
     0.27 sigma a step, 0.077 RMS) at Q4_K, 31 at Q5_K and Q5_1 (measured 0.038); 63 steps over twice a group
     of 16's peak at Q6_K; 254 over twice a block of 32's peak at Q8_0, 32 at Q5_0 (measured 0.042); IQ4_NL's
-    16 non-linear levels over a block of 32's range."""
+    16 non-linear levels over a block of 32's range; 3 steps over a group of 16's range at Q2_K (1.2 sigma a step,
+    measured 0.32-0.35 RMS), a group's peak over 4 at Q3_K (measured 0.155)."""
     weights = gaussian(shape, seed=shape[0])
     back = read_back(weights, qtype)
     assert quantize(weights, qtype).shape[:-1] == weights.shape[:-1]
     assert np.sqrt(np.mean((back - weights.numpy()) ** 2) / np.mean(weights.numpy() ** 2)) < bound
 
 
-@pytest.mark.parametrize("qtype, group", [(Q4_K, 32), (Q5_K, 32), (Q6_K, 16)])
+@pytest.mark.parametrize("qtype, group", [(Q4_K, 32), (Q5_K, 32), (Q6_K, 16), (Q2_K, 16), (Q3_K, 16)])
 def test_every_weight_lands_within_a_step_of_its_group(qtype, group):
-    """A step is a group's range over 15 (Q4_K) or 31 (Q5_K), or its peak over 31 (Q6_K); a weight read back
+    """A step is a group's range over 15 (Q4_K), 31 (Q5_K) or 3 (Q2_K), or its peak over 31 (Q6_K) or 4 (Q3_K,
+    whose other end clips a step short: q runs -4..3); a weight read back
     from the wrong place would miss by about the range (checks the layout, element by element; gaussian
     groups give 6-bit scales of 30-63, so every scale bit is exercised). A group much quieter than its
     superblock's loudest gets a coarser step (its scale is a small integer): not tested here."""
     weights = gaussian((2, 512))
     back = read_back(weights, qtype)
     groups = weights.numpy().reshape(2, -1, group)
-    if qtype == Q6_K:
-        step = np.abs(groups).max(axis=-1) / 31
+    if qtype in (Q6_K, Q3_K):
+        step = np.abs(groups).max(axis=-1) / (31 if qtype == Q6_K else 4)
     else:
-        step = (groups.max(axis=-1) - np.minimum(groups.min(axis=-1), 0)) / (15 if qtype == Q4_K else 31)
+        levels = {Q4_K: 15, Q5_K: 31, Q2_K: 3}[qtype]
+        step = (groups.max(axis=-1) - np.minimum(groups.min(axis=-1), 0)) / levels
     assert np.all(np.abs(back - weights.numpy()).reshape(2, -1, group) <= step[..., None] * 1.05 + 1e-6)
 
 
-@pytest.mark.parametrize("qtype", [Q8_0, Q5_0, Q5_1, F16, BF16, F32])
+@pytest.mark.parametrize("qtype", [Q8_0, Q4_0, Q5_0, Q5_1, F16, BF16, F32])
 def test_reference_quantizers_and_float_types_are_gguf_pys_bytes(qtype):
     weights = gaussian((5, 96)) * torch.tensor([1.0, 1e-3, 0.0, 30.0, 0.5]).unsqueeze(1)  # a block of zeros too
     weights[2] = 0.0  # +0 only: which signed zero numpy's min picks (Q5_1's m of -0 or +0) is its own affair
@@ -101,7 +104,7 @@ def test_zero_and_constant_blocks_stay_finite():
     weights = torch.zeros(3, 256)
     weights[1] = 2.5
     weights[2, 0] = -1.0
-    for qtype in (Q4_K, Q5_K, Q6_K, Q8_0, Q5_0, Q5_1):
+    for qtype in (Q4_K, Q5_K, Q6_K, Q8_0, Q5_0, Q5_1, Q2_K, Q3_K):
         back = read_back(weights, qtype)
         assert np.isfinite(back).all() and np.abs(back - weights.numpy()).max() < 0.05
 
@@ -110,7 +113,7 @@ def test_zero_and_constant_blocks_stay_finite():
 def test_16_bit_input_and_devices_give_the_cpu_float32_bytes(device):
     """bf16 weights quantize as their float32 values, on any device, in chunks or not."""
     weights = gaussian((4, 1024)).bfloat16()
-    for qtype in (Q4_K, Q5_K, Q6_K, Q8_0, Q5_0, Q5_1):
+    for qtype in (Q4_K, Q5_K, Q6_K, Q8_0, Q5_0, Q5_1, Q2_K, Q3_K):
         expected = quantize(weights.float(), qtype)
         assert torch.equal(quantize(weights.to(device), qtype).cpu(), expected)
 
@@ -132,6 +135,6 @@ def test_chunks_and_views_give_the_bytes_of_one_pass(monkeypatch):
 def test_bad_input_is_named():
     with pytest.raises(ValueError, match="Q4_K needs rows of whole 256-weight blocks, got rows of 100"):
         quantize(torch.zeros(2, 100), Q4_K)
-    with pytest.raises(ValueError, match="GGUF type Q4_0 is not one of F32, F16, BF16, Q8_0, Q5_0, Q5_1, Q4_K, Q5_K, "
-                                         "Q6_K"):
-        quantize(torch.zeros(2, 256), 2)
+    with pytest.raises(ValueError, match="GGUF type Q4_1 is not one of F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, "
+                                         "Q2_K, Q3_K, Q4_K, Q5_K, Q6_K"):
+        quantize(torch.zeros(2, 256), 3)
