@@ -1,5 +1,5 @@
 """`strata quantize`: any model Strata loads (HF folder, GGUF file, random:<shape>) written as a GGUF file in
-a quantization scheme (SCHEMES: q4_k_m, q6_k, q8_0, f16, bf16, f32) with a tokenizer, so benchmarks can make
+a quantization scheme (SCHEMES: q2_k, q3_k_m, q4_k_m, q6_k, q8_0, f16, bf16, f32) with a tokenizer, so benchmarks can make
 a Q4_K_M file of a real model shape in seconds on a GPU. The file follows llama.cpp's conventions
 (strata.weights.gguf_writer). Its tokenizer: a GGUF source's tokenizer.* metadata copied, an HF folder's
 byte-level BPE tokenizer.json converted, else (random shapes) a synthetic byte-level BPE vocabulary of
@@ -17,6 +17,7 @@ import os
 import re
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import gguf
@@ -46,6 +47,9 @@ class Rule:
     pattern: str  # re.search on the llama.cpp tensor name
     qtype: str
     more_bits_only: bool = False  # only on llama.cpp's "use more bits" layers (use_more_bits)
+    # only where layers(i, n) holds: i the tensor's block of the model's n (an attn_v: its index among the n
+    # attn_v tensors, as llama.cpp counts them); never for tensors outside the blocks
+    layers: Callable[[int, int], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -54,8 +58,8 @@ class Scheme:
     Always F32, as in llama.cpp: 1-D tensors (norms, biases, ssm_a, ssm_dt), the MoE routers
     (ffn_gate_inp, and Qwen3-Next's shared-expert gate ffn_gate_inp_shexp: a softmax / sigmoid reads small
     differences) and Qwen3-Next's ssm_conv1d [C, 4]. A row length the type's blocks do not divide falls
-    back as in llama.cpp's quantizer (`fallback_type`): Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, then F16
-    when 32 does not divide it either."""
+    back as in llama.cpp's quantizer (`fallback_type`): Q2_K and Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K
+    -> Q8_0, then F16 when 32 does not divide it either."""
 
     name: str
     weights: str
@@ -71,7 +75,20 @@ class Scheme:
 _Q4_K_M = (Rule(r"^output\.weight$", "Q6_K"), Rule(r"\.attn_v\.weight$", "Q6_K", more_bits_only=True),
            Rule(r"\.ffn_down(_exps|_shexp)?\.weight$", "Q6_K", more_bits_only=True),
            Rule(r"\.attn_qkv\.weight$", "Q5_K"))
+# q3_k_m and q2_k, the files a 125B model takes to fit 64 GB of RAM, as llama_tensor_get_type: the LM head Q6_K;
+# q3_k_m: Q3_K but attn_v Q5_K on the first two attn_v and Q4_K after, ffn_down Q5_K in the first sixteenth of the
+# blocks and Q4_K after, attn_output and attn_qkv Q4_K; q2_k: Q2_K but attn_v Q4_K (llama.cpp's choice for 4+ query
+# heads a KV head, as every model here has; Q3_K below), ffn_down and attn_output Q3_K. Not copied: the bumps for
+# 8-expert models and Falcon.
+_Q3_K_M = (Rule(r"^output\.weight$", "Q6_K"), Rule(r"\.attn_v\.weight$", "Q5_K", layers=lambda i, n: i < 2),
+           Rule(r"\.attn_v\.weight$", "Q4_K"),
+           Rule(r"\.ffn_down(_exps|_shexp)?\.weight$", "Q5_K", layers=lambda i, n: i < n // 16),
+           Rule(r"\.(ffn_down(_exps|_shexp)?|attn_output|attn_qkv)\.weight$", "Q4_K"))
+_Q2_K = (Rule(r"^output\.weight$", "Q6_K"), Rule(r"\.attn_v\.weight$", "Q4_K"),
+         Rule(r"\.(ffn_down(_exps|_shexp)?|attn_output)\.weight$", "Q3_K"))
 SCHEMES = {s.name: s for s in (
+    Scheme("q2_k", "Q2_K", gguf.LlamaFileType.MOSTLY_Q2_K, _Q2_K),
+    Scheme("q3_k_m", "Q3_K", gguf.LlamaFileType.MOSTLY_Q3_K_M, _Q3_K_M),
     Scheme("q4_k_m", "Q4_K", gguf.LlamaFileType.MOSTLY_Q4_K_M, _Q4_K_M),
     Scheme("q6_k", "Q6_K", gguf.LlamaFileType.MOSTLY_Q6_K),
     Scheme("q8_0", "Q8_0", gguf.LlamaFileType.MOSTLY_Q8_0),
@@ -105,20 +122,19 @@ def choose_types(scheme: Scheme, shapes: list[tuple[str, tuple[int, ...]]], num_
             types[name] = Q.F32
             continue
         as_name = "output.weight" if name == "token_embd.weight" and "output.weight" not in names else name
-        if as_name in attn_v:
-            more_bits = use_more_bits(attn_v.index(as_name), len(attn_v))
-        else:
-            block = _BLOCK.match(as_name)
-            more_bits = block is not None and use_more_bits(int(block.group(1)), num_layers)
-        rule = next((r for r in scheme.rules if re.search(r.pattern, as_name) and (more_bits or not r.more_bits_only)),
-                    None)
+        block = _BLOCK.match(as_name)
+        at = ((attn_v.index(as_name), len(attn_v)) if as_name in attn_v
+              else (int(block.group(1)), num_layers) if block is not None else None)  # (i, n) of Rule.layers
+        more_bits = at is not None and use_more_bits(*at)
+        rule = next((r for r in scheme.rules if re.search(r.pattern, as_name) and (more_bits or not r.more_bits_only)
+                     and (r.layers is None or (at is not None and r.layers(*at)))), None)
         types[name] = fallback_type(Q[rule.qtype if rule else scheme.weights], shape[-1])
     return types
 
 
 # llama.cpp's llama_tensor_get_type for a row its type's blocks do not divide (Qwen4-Exp's 640-wide expert down
 # rows in a Q4_K_M file are Q5_0, or Q8_0 on the use-more-bits layers); any other type of ours takes Q8_0
-_FALLBACKS = {Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0}
+_FALLBACKS = {Q.Q2_K: Q.Q4_0, Q.Q3_K: Q.Q4_0, Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0}
 
 
 def fallback_type(qtype: Q, row: int) -> Q:
