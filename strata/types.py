@@ -262,6 +262,8 @@ class WeightSizes:
     num_experts: int         # routed experts over all MoE layers
     slot_bytes: int = 0      # bytes of one device expert slot (the largest layer's expert); 0: experts are alike
     host: int = 0            # bytes that always stay in host memory (Qwen4-Exp's PLE tables), not in `total`
+    mapped: int = 0          # bytes read through a GGUF file's map a few rows a step (a PLE table kept as the
+                             # file's blocks), in neither: the OS pages them in and out as memory allows
 
     @property
     def per_slot(self) -> int:

@@ -71,15 +71,19 @@ def why_experts_dense(entries: list[TensorEntry]) -> str | None:
 
 
 def loaded_sizes(entries: Iterable[TensorEntry], dtype: torch.dtype, experts_packed: bool) -> WeightSizes:
-    """WeightSizes of the weights as loaded; a device expert slot holds the largest layer's expert."""
+    """WeightSizes of the weights as loaded; a device expert slot holds the largest layer's expert; a lookup table
+    kept as the file's blocks is `mapped`."""
     entries = list(entries)
     part_types: dict[str, set[int]] = {}
     for e in entries:
         part_types.setdefault(e.hf_name, set()).add(e.qtype)
-    total = experts = 0
+    total = experts = mapped = 0
     layer_experts: dict[str, list[int]] = {}  # MoE layer -> [its experts' bytes, number of experts]
     for e in entries:
         dense = e.num_values * dtype.itemsize
+        if is_lookup_table(e.hf_name) and keeps_blocks(e.hf_name, e.qtype) and e.row_wise:
+            mapped += e.nbytes  # stays over the file's map (loader.place_host_tables): neither device nor RAM
+            continue
         if is_packed_expert_stack(e.hf_name):
             nbytes = e.nbytes if experts_packed else dense
             layer = layer_experts.setdefault(e.hf_name.rsplit(".", 1)[0], [0, e.num_experts])
@@ -91,7 +95,7 @@ def loaded_sizes(entries: Iterable[TensorEntry], dtype: torch.dtype, experts_pac
             nbytes = dense
         total += nbytes
     slot_bytes = max((nbytes // count for nbytes, count in layer_experts.values()), default=0)
-    return WeightSizes(total, experts, sum(count for _, count in layer_experts.values()), slot_bytes)
+    return WeightSizes(total, experts, sum(count for _, count in layer_experts.values()), slot_bytes, mapped=mapped)
 
 
 def scheme_sizes(spec: str, scheme: str, dtype: torch.dtype) -> WeightSizes:

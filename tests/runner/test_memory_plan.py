@@ -102,6 +102,28 @@ def test_qwen3_next_80b_at_q4_k_m_fits_a_24_gb_card_and_64_gb_of_ram(monkeypatch
         _plan_on_card(monkeypatch, spec, 24, 64)[0].expert_slots(meta, dense)
 
 
+def test_qwen4_exp_125b_at_2_and_3_bits_fits_a_24_gb_card_and_64_gb_of_ram(monkeypatch):
+    """The seed's model on the machine its users have: at Q2_K (46.7 GiB of experts) and Q3_K_M (59.4 GiB) the
+    plan fits a 24 GB card beside 64 GB of host RAM, some experts on the card and the rest in host RAM, the
+    PLE table (26.9 GiB here) read from the file's pages, counted neither on the card nor in RAM; at Q4_K_M (76.7 GiB of experts) the experts do not fit in host RAM.
+    Packed Q2_K / Q3_K experts are what make it fit: dequantized, they would take ~4x their packed bytes."""
+    from strata.runner.memory import ModelDoesNotFit
+    from strata.weights.loaded_sizes import scheme_sizes
+
+    spec = "random:qwen4exp-125b"
+    for scheme in ("q2_k", "q3_k_m"):
+        sizes = scheme_sizes(spec, scheme, torch.bfloat16)
+        assert sizes.mapped > 20 * GiB and sizes.host == 0 and sizes.total < 64 * GiB  # the table: the file's pages
+        plan, meta = _plan_on_card(monkeypatch, spec, 24, 64)
+        experts, device = plan.expert_slots(meta, sizes)
+        assert device == "cpu" and 0 < plan.auto_expert_slots < sizes.num_experts, scheme
+        assert sizes.experts < 64 * GiB
+    q4_k_m = scheme_sizes(spec, "q4_k_m", torch.bfloat16)
+    assert q4_k_m.experts > 64 * GiB
+    with pytest.raises(ModelDoesNotFit, match="host RAM"):
+        _plan_on_card(monkeypatch, spec, 24, 64)[0].expert_slots(meta, q4_k_m)
+
+
 def test_scheme_sizes_are_what_the_written_file_loads(tmp_path):
     from strata.weights.gguf_export import export_gguf
     from strata.weights.gguf_source import GGUFSource
