@@ -1,12 +1,12 @@
 """CPU matmuls on GGUF blocks as stored (native/quant_matmul.c): y = x @ W.T with W never dequantized.
 
 Activations are quantized per block to int8 with a float32 scale, as llama.cpp does (q8_0 / q8_K): over
-32 values for Q8_0/Q4_0/Q4_1/Q5_0/Q5_1, over 256 for the K-quants and IQ4_XS (the weight type's block). Each y then
-differs from "dequantize W, matmul in float32" by at most sum over blocks of amax|x_block| / 254 *
-|w_block|_1; measured, 0.5-0.8 % of |y| (relative RMS) for Gaussian x, 1 % (32) to 3 % (256) when 1 % of
-x are 20x outliers; Q4 weights themselves cost ~8 %. `quant_matmul_ref` states the exact semantics;
-tests/kernels/test_cpu_quant.py holds the kernel to it and to the bound. Built at first use with the
-system C compiler (kernels/native_build.py); AVX-512 VNNI, AVX2 or portable kernels are chosen at load.
+32 values for Q8_0/Q4_0/Q4_1/Q5_0/Q5_1, over 256 for the K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) and IQ4_XS (the
+weight type's block). Each y then differs from "dequantize W, matmul in float32" by at most sum over blocks
+of amax|x_block| / 254 * |w_block|_1; measured, 0.5-0.8 % of |y| (relative RMS) for Gaussian x, 1 % (32) to
+3 % (256) when 1 % of x are 20x outliers; Q4 weights themselves cost ~8 %. `quant_matmul_ref` states the
+exact semantics; tests/kernels/test_cpu_quant.py holds the kernel to it and to the bound. Built at first use
+with the system C compiler (kernels/native_build.py); AVX-512 VNNI, AVX2 or portable kernels are chosen at load.
 With no compiler `supports()` is False for every type and callers keep their torch path.
 
 `dequant_matmul` is the same product with x kept in float32 (native/dequant_matmul.c): each weight is
@@ -44,8 +44,8 @@ _AVX2 = ["-mavx2", "-mfma", "-mf16c"]
 _AVX512 = [*_AVX2, "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"]
 ISAS = ("scalar", "avx2", "avx512")  # the C side's numbering
 _ATTENTION, _ATTENTION_AVX2 = "strata_paged_attention_f32", "strata_paged_attention_f32_avx2"  # portable, AVX2
-TYPES = frozenset(GGMLQuantizationType[name] for name in ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K",
-                                                           "Q6_K", "IQ4_XS"))
+TYPES = frozenset(GGMLQuantizationType[name] for name in ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K",
+                                                           "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"))
 _LAYOUTS = {int(qtype): (*GGML_QUANT_SIZES[qtype], qtype.name) for qtype in TYPES}  # values, bytes a block; name
 
 _lock = threading.Lock()

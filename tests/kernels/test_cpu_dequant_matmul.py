@@ -25,10 +25,11 @@ from strata.kernels.gguf_blocks import dequantize_ref
 BUILT = cpu_quant.supports_dequant(Q.Q8_0)
 pytestmark = pytest.mark.skipif(not BUILT, reason="no C compiler to build the kernel")
 
-TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS]
+TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS]
 QUANTIZABLE = {Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1}
-F16_FIELDS = {Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2], Q.Q4_K: [0, 2], Q.Q5_K: [0, 2],
-              Q.Q6_K: [208], Q.IQ4_XS: [0]}
+F16_FIELDS = {Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2], Q.Q2_K: [80, 82], Q.Q3_K: [108],
+              Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208], Q.IQ4_XS: [0]}
+UNSUPPORTED = Q.IQ2_XXS  # a packed type no kernel reads (256 values in 66 bytes)
 ISAS = list(cpu_quant.available_isas()) if BUILT else []
 EPS32 = 2.0 ** -23
 
@@ -105,7 +106,7 @@ def test_weights_are_ggufs_bit_for_bit(isa, qtype):
 @pytest.mark.parametrize("qtype", TYPES, ids=[q.name for q in TYPES])
 def test_every_finite_float16_scale(qtype):
     """One block a row, the first float16 field of row r the r-th finite float16 (both signs, subnormals,
-    65504), the second (Q4_1's m, the K-quants' dmin) a shuffle of them: the SIMD kernels compute
+    65504), the second (Q4_1's m, the dmin of Q2_K, Q4_K, Q5_K) a shuffle of them: the SIMD kernels compute
     q * d + m as one FMA where q * d is exact, which this holds to gguf's two roundings over every scale.
     x picks 8 values of each block (one a 32) out of the identity."""
     finite = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
@@ -198,7 +199,7 @@ def test_zero_rows_and_zero_activations():
 
 def test_bad_input_says_what_is_wrong():
     w = make_blocks(Q.Q8_0, 4, 64, seed=13)
-    assert cpu_quant.supports_dequant(Q.Q4_K) and not cpu_quant.supports_dequant(Q.Q2_K)
+    assert cpu_quant.supports_dequant(Q.Q4_K) and not cpu_quant.supports_dequant(UNSUPPORTED)
     assert not cpu_quant.supports_dequant(Q.F16)
     with pytest.raises(ValueError, match="dequant_matmul: x must be a contiguous CPU float32"):
         cpu_quant.dequant_matmul(torch.randn(2, 64, dtype=torch.float64), w, Q.Q8_0, 4, 64)
@@ -209,7 +210,7 @@ def test_bad_input_says_what_is_wrong():
     with pytest.raises(ValueError, match="K a multiple of 256"):
         cpu_quant.dequant_matmul(torch.randn(2, 128), torch.zeros(4, 72, dtype=torch.uint8), Q.Q4_K, 4, 128)
     with pytest.raises(ValueError, match="not handled"):
-        cpu_quant.dequant_matmul(torch.randn(2, 256), torch.zeros(4, 84, dtype=torch.uint8), Q.Q2_K, 4, 256)
+        cpu_quant.dequant_matmul(torch.randn(2, 256), torch.zeros(4, 66, dtype=torch.uint8), UNSUPPORTED, 4, 256)
 
 
 def test_float32_packed_linear_reads_the_blocks_and_falls_back_to_the_dense_copy(monkeypatch):

@@ -29,10 +29,11 @@ from strata.kernels import cpu_quant
 BUILT = cpu_quant.supports(Q.Q8_0)
 needs_kernel = pytest.mark.skipif(not BUILT, reason="no C compiler to build the kernel")
 
-TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS]
+TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS]
 QUANTIZABLE = {Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1}  # gguf's quantize implements these of ours
-F16_FIELDS = {Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2], Q.Q4_K: [0, 2], Q.Q5_K: [0, 2],
-              Q.Q6_K: [208], Q.IQ4_XS: [0]}
+F16_FIELDS = {Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2], Q.Q2_K: [80, 82], Q.Q3_K: [108],
+              Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208], Q.IQ4_XS: [0]}
+UNSUPPORTED = Q.IQ2_XXS  # a packed type no kernel reads (256 values in 66 bytes)
 SHAPES = [(1, 33, 256), (3, 33, 512), (17, 33, 2816), (8, 64, 768)]  # (T, N, K): 17 = two full row tiles + one
 SIMD_ISAS = [name for name in cpu_quant.available_isas() if name != "scalar"] if BUILT else []
 
@@ -166,13 +167,13 @@ def test_zero_activations_give_zeros_and_no_rows_give_an_empty_result():
 @needs_kernel
 def test_bad_input_says_what_is_wrong():
     blocks = make_blocks(Q.Q8_0, 4, 64, "quantized", seed=10)
-    assert not cpu_quant.supports(Q.Q2_K) and not cpu_quant.supports(Q.F16)
+    assert not cpu_quant.supports(UNSUPPORTED) and not cpu_quant.supports(Q.F16)
     with pytest.raises(ValueError, match="contiguous CPU float32"):
         cpu_quant.quant_matmul(torch.randn(2, 64, dtype=torch.float64), blocks, Q.Q8_0, 4, 64)
     with pytest.raises(ValueError, match=r"Q8_0 blocks for \[4, 64\] must be a contiguous CPU uint8 \[4, 68\]"):
         cpu_quant.quant_matmul(torch.randn(2, 64), blocks[:, :34].contiguous(), Q.Q8_0, 4, 64)
     with pytest.raises(ValueError, match="not handled"):
-        cpu_quant.quant_matmul(torch.randn(2, 256), torch.zeros(4, 84, dtype=torch.uint8), Q.Q2_K, 4, 256)
+        cpu_quant.quant_matmul(torch.randn(2, 256), torch.zeros(4, 66, dtype=torch.uint8), UNSUPPORTED, 4, 256)
     with pytest.raises(ValueError, match="not available"):
         cpu_quant.set_isa("neon")
 

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as Q
 from gguf.quants import dequantize
-from test_cpu_quant import TYPES, activation_bound, make_blocks
+from test_cpu_quant import TYPES, UNSUPPORTED, activation_bound, make_blocks
 
 from strata.kernels import cpu_quant
 from strata.kernels.fused_moe import fused_moe_ref
@@ -34,9 +34,15 @@ from strata.kernels.fused_moe import fused_moe_ref
 BUILT = cpu_quant.supports(Q.Q8_0)
 pytestmark = pytest.mark.skipif(not BUILT, reason="no C compiler to build the kernel")
 
-COMBOS = [(t, t) for t in TYPES] + [(t, TYPES[(i + 3) % len(TYPES)]) for i, t in enumerate(TYPES)]
+# every type with itself, and each of the types before Q2_K / Q3_K with the one three after it in their list
+# (block sizes 32 and 256 mixed both ways)
+BASE_TYPES = [t for t in TYPES if t not in (Q.Q2_K, Q.Q3_K)]
+COMBOS = [(t, t) for t in TYPES] + [(t, BASE_TYPES[(i + 3) % len(BASE_TYPES)]) for i, t in enumerate(BASE_TYPES)]
 # a Q4_K_M file's experts whose down rows 256 does not divide (Qwen4-Exp's 640): llama.cpp's fallbacks
 COMBOS += [(Q.Q4_K, Q.Q5_0), (Q.Q4_K, Q.Q8_0)]
+# llama.cpp's Q2_K files (down rows Q3_K; Q4_0 where 256 does not divide them), Q3_K_M's (down rows Q4_K / Q5_K),
+# and a 32-value w13 before Q2_K's down rows (act quantized per 256 after hidden per 32)
+COMBOS += [(Q.Q2_K, Q.Q3_K), (Q.Q2_K, Q.Q4_0), (Q.Q3_K, Q.Q4_K), (Q.Q3_K, Q.Q5_K), (Q.Q8_0, Q.Q2_K)]
 
 
 @pytest.fixture(autouse=True)
@@ -268,7 +274,7 @@ def test_thread_count_does_not_change_the_result():
 @pytest.mark.parametrize("isa", cpu_quant.available_isas() if BUILT else [])
 def test_each_instruction_set(isa):
     cpu_quant.set_isa(isa)
-    for qtype13, qtype2 in [(Q.Q4_K, Q.Q6_K), (Q.IQ4_XS, Q.Q5_K), (Q.Q4_1, Q.Q8_0)]:
+    for qtype13, qtype2 in [(Q.Q4_K, Q.Q6_K), (Q.IQ4_XS, Q.Q5_K), (Q.Q4_1, Q.Q8_0), (Q.Q2_K, Q.Q3_K)]:
         layer = make_layer(qtype13, qtype2, 512, 256, num_rows=3, experts=[1] * 10 + [0], seed=5)
         assert_within(layer.run(), layer.ref(), error_bound(layer, "ref"))
 
@@ -281,7 +287,7 @@ def test_no_pairs_leave_out_as_it_was():
 
 def test_supports_every_pair_of_types():
     assert all(cpu_quant.supports_moe(a, b) for a in TYPES for b in TYPES)
-    assert not cpu_quant.supports_moe(Q.Q4_K, Q.Q2_K) and not cpu_quant.supports_moe(Q.F16, Q.Q8_0)
+    assert not cpu_quant.supports_moe(Q.Q4_K, UNSUPPORTED) and not cpu_quant.supports_moe(Q.F16, Q.Q8_0)
 
 
 def test_bad_input_says_what_is_wrong():
@@ -296,7 +302,7 @@ def test_bad_input_says_what_is_wrong():
         r"w2 must be a CPU uint8 \[E, 96, >= 144\]": replace(layer, w2=layer.w2[..., :100]),
         "each row's bytes contiguous": replace(layer, w13=layer.w13.transpose(1, 2).contiguous().transpose(1, 2)),
         "w13 holds 3 experts and w2 2": replace(layer, w2=layer.w2[:2]),
-        "GGUF type 10 is not handled": replace(layer, qtype2=Q.Q2_K),
+        f"GGUF type {int(UNSUPPORTED)} is not handled": replace(layer, qtype2=UNSUPPORTED),
         "rows must be a contiguous 1-D int64": replace(layer, rows=layer.rows.astype(np.int32)),
         "experts must be a contiguous 1-D int64": replace(layer, experts=np.array([0, 1, 1, 0])[::2]),
         "weights must be a contiguous 1-D float32": replace(layer, weights=layer.weights.astype(np.float64)),

@@ -54,6 +54,34 @@ static void decode_q5_1(const uint8_t *w, int64_t v0, int64_t len, float *out) {
     }
 }
 
+/* Q2_K / Q3_K: the 2 low bits of value e (quant_matmul.h) */
+static int low2(const uint8_t *qs, int e) { return (qs[(e / 128) * 32 + e % 32] >> (2 * ((e / 32) % 4))) & 3; }
+
+/* w = (q * (d * sc)) - (dmin * m) over sub-blocks of 16 */
+static void decode_q2_k(const uint8_t *w, int64_t v0, int64_t len, float *out) {
+    for (const block_q2_k *blk = (const block_q2_k *)w + v0 / QK_K; len > 0; blk++, len -= QK_K, out += QK_K) {
+        const float d = fp16_to_f32(blk->d), dmin = fp16_to_f32(blk->dmin);
+        for (int e = 0; e < QK_K; e++) {
+            const uint8_t sc_m = blk->scales[e / 16];
+            const float scale = d * (float)(sc_m & 0xF), minimum = dmin * (float)(sc_m >> 4);
+            out[e] = (float)low2(blk->qs, e) * scale - minimum;
+        }
+    }
+}
+
+/* w = (d * sc) * q, sc -32..31, q the low 2 bits minus 4 where hmask's bit is clear */
+static void decode_q3_k(const uint8_t *w, int64_t v0, int64_t len, float *out) {
+    int8_t scales[16];
+    for (const block_q3_k *blk = (const block_q3_k *)w + v0 / QK_K; len > 0; blk++, len -= QK_K, out += QK_K) {
+        const float d = fp16_to_f32(blk->d);
+        q3_k_scales(blk->scales, scales);
+        for (int e = 0; e < QK_K; e++) {
+            const int q = low2(blk->qs, e) - ((blk->hmask[e % 32] >> (e / 32)) & 1 ? 0 : 4);
+            out[e] = (d * (float)scales[e / 16]) * (float)q;
+        }
+    }
+}
+
 /* Q4_K and Q5_K (qh NULL for Q4_K): sub-block j of 32 takes nibbles of qs[(j / 2) * 32 ..], low for even j,
  * and bit j of qh[i] as bit 4 */
 static void decode_k(const uint8_t *scales, uint16_t d16, uint16_t dmin16, const uint8_t *qs, const uint8_t *qh,

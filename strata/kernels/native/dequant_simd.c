@@ -1,10 +1,10 @@
 /* The x86 dequantizing kernels: AVX2 + FMA + F16C (AVX-512 CPUs run these too), compiled with
  * -ffp-contract=off: every weight is decoded eight at a time with dequant_scalar.c's float32 operations and
  * equals gguf's bit for bit. One exception in form, not in value: Q4_1's and Q5_1's q * d + m and the
- * K-quants' q * (d * sc) - dmin * m are one FMA each, because their products are exact in float32 (a float16
- * scale has 11 significant bits, sc and m 6, q 5 at most: 22 bits < 24, no underflow), so the add's rounding is the
- * only one either way (tests/kernels/test_cpu_dequant_matmul.py runs every finite float16 scale). On this
- * Zen 1 the FMA pipes bound the decode: T = 1 Q4_1 1536 x 576 took 283 us a call unfused, 231 us fused.
+ * K-quants' q * (d * sc) - dmin * m (Q2_K, Q4_K, Q5_K) are one FMA each, because their products are exact in
+ * float32 (a float16 scale has 11 significant bits, sc and m 6, q 5 at most: 22 bits < 24, no underflow), so the
+ * add's rounding is the only one either way (tests/kernels/test_cpu_dequant_matmul.py runs every finite float16
+ * scale). On this Zen 1 the FMA pipes bound the decode: T = 1 Q4_1 1536 x 576 took 283 us a call unfused, 231 us fused.
  *
  * Every row of x sums in one order whatever the batch: one accumulator of 8 lanes, the row's vectors of 8
  * values in turn, then a fixed horizontal sum; so a row gives the same bits alone or in a batch. A weight
@@ -146,6 +146,68 @@ INLINE void walk_q5_1(const uint8_t *w, int64_t v0, int64_t len, const float *x,
     }
 }
 
+/* Q2_K / Q3_K: q[i] = the 2 low bits of values 8i .. 8i + 7 of sub-blocks 2j, 2j + 1 (32 values, h = j / 4,
+ * s = j % 4): bits 2s of qs[32h ..] (quant_matmul.h) */
+INLINE void low2x32(const uint8_t *qs, int j, __m256i *q) {
+    for (int i = 0; i < 4; i++)
+        q[i] = _mm256_and_si256(_mm256_srli_epi32(u8x8(qs + 32 * (j / 4) + 8 * i), 2 * (j % 4)), _mm256_set1_epi32(3));
+}
+
+/* Q2_K: w = q * (d * sc) - dmin * m over sub-blocks of 16, one FMA (the product is exact: see the top) */
+INLINE void walk_q2_k(const uint8_t *w, int64_t v0, int64_t len, const float *x, int64_t ldx,
+                      const int nt, __m256 *acc) {
+    const block_q2_k *blk = (const block_q2_k *)w + v0 / QK_K;
+    for (int64_t at = 0; at < len; at += QK_K, blk++) {
+        float sub_scale[16], sub_min[16];  /* d * sc_j and -(dmin * m_j), broadcast from memory below */
+        const __m256 d = _mm256_set1_ps(f16(blk->d)), minus_dmin = _mm256_set1_ps(-f16(blk->dmin));
+        for (int i = 0; i < 2; i++) {
+            const __m256i sc_m = u8x8(blk->scales + 8 * i);
+            const __m256i sc = _mm256_and_si256(sc_m, _mm256_set1_epi32(0xF));
+            _mm256_storeu_ps(sub_scale + 8 * i, _mm256_mul_ps(to_f32(sc), d));
+            _mm256_storeu_ps(sub_min + 8 * i, _mm256_mul_ps(to_f32(_mm256_srli_epi32(sc_m, 4)), minus_dmin));
+        }
+        for (int j = 0; j < 8; j++) {
+            __m256i q[4];
+            __m256 v[4];
+            low2x32(blk->qs, j, q);
+            for (int i = 0; i < 4; i++)
+                v[i] = _mm256_fmadd_ps(to_f32(q[i]), _mm256_broadcast_ss(sub_scale + 2 * j + i / 2),
+                                       _mm256_broadcast_ss(sub_min + 2 * j + i / 2));
+            emit(v, at + j * QK, x, ldx, nt, acc);
+        }
+    }
+}
+
+/* Q3_K: w = (d * sc) * q over sub-blocks of 16, q the low 2 bits minus 4 where bit j of hmask[l] (value l of
+ * sub-block pair j) is clear */
+INLINE void walk_q3_k(const uint8_t *w, int64_t v0, int64_t len, const float *x, int64_t ldx,
+                      const int nt, __m256 *acc) {
+    const block_q3_k *blk = (const block_q3_k *)w + v0 / QK_K;
+    const __m256i four = _mm256_set1_epi32(4);
+    for (int64_t at = 0; at < len; at += QK_K, blk++) {
+        int8_t sc[16];
+        float scales[16];  /* d * sc_j, broadcast from memory below */
+        q3_k_scales(blk->scales, sc);
+        const __m256 d = _mm256_set1_ps(f16(blk->d));
+        for (int i = 0; i < 2; i++)
+            _mm256_storeu_ps(scales + 8 * i, _mm256_mul_ps(d, to_f32(_mm256_cvtepi8_epi32(
+                _mm_loadl_epi64((const __m128i *)(sc + 8 * i))))));
+        __m256i high[4];
+        for (int i = 0; i < 4; i++) high[i] = u8x8(blk->hmask + 8 * i);
+        for (int j = 0; j < 8; j++) {
+            __m256i q[4];
+            __m256 v[4];
+            low2x32(blk->qs, j, q);
+            for (int i = 0; i < 4; i++) {  /* bit j of the mask to bit 2; minus 4 where it is clear */
+                const __m256i at_2 = j >= 2 ? _mm256_srli_epi32(high[i], j - 2) : _mm256_slli_epi32(high[i], 2 - j);
+                q[i] = _mm256_sub_epi32(q[i], _mm256_andnot_si256(at_2, four));
+                v[i] = _mm256_mul_ps(_mm256_broadcast_ss(scales + 2 * j + i / 2), to_f32(q[i]));
+            }
+            emit(v, at + j * QK, x, ldx, nt, acc);
+        }
+    }
+}
+
 /* Q4_K / Q5_K superblock (qh NULL for Q4_K): sub-blocks 2c and 2c + 1 take the low and high nibbles of
  * qs[32c ..], bit j of qh[i] is bit 4 of value i of sub-block j; w = q * (d * sc) - dmin * m */
 INLINE void superblock_k(const uint8_t *scales, float d, float dmin, const uint8_t *qs, const uint8_t *qh,
@@ -256,8 +318,8 @@ INLINE float reduce(__m256 v) {  /* the 8 lanes in a fixed order */
 }
 
 /* values a block of each type: run_<type> interleaves its weight rows block by block */
-enum { BLOCK_q8_0 = QK, BLOCK_q4_0 = QK, BLOCK_q4_1 = QK, BLOCK_q5_0 = QK, BLOCK_q5_1 = QK, BLOCK_q4_k = QK_K,
-       BLOCK_q5_k = QK_K, BLOCK_q6_k = QK_K, BLOCK_iq4_xs = QK_K };
+enum { BLOCK_q8_0 = QK, BLOCK_q4_0 = QK, BLOCK_q4_1 = QK, BLOCK_q5_0 = QK, BLOCK_q5_1 = QK, BLOCK_q2_k = QK_K,
+       BLOCK_q3_k = QK_K, BLOCK_q4_k = QK_K, BLOCK_q5_k = QK_K, BLOCK_q6_k = QK_K, BLOCK_iq4_xs = QK_K };
 
 /* acc [rows][DQ_T] += weight rows r (row_bytes apart) . x rows t < nt over values c0 .. c0 + len. run_<type>
  * takes nw weight rows at once, block by block (nw * nt <= 8 accumulators: at one or two rows of x, four

@@ -77,6 +77,8 @@ void strata_qmm_type_sizes(int qtype, int64_t *block, int64_t *bytes, int64_t *a
     case T_Q4_1: *block = QK, *bytes = sizeof(block_q4_1), *act_block = QK; break;
     case T_Q5_0: *block = QK, *bytes = sizeof(block_q5_0), *act_block = QK; break;
     case T_Q5_1: *block = QK, *bytes = sizeof(block_q5_1), *act_block = QK; break;
+    case T_Q2_K: *block = QK_K, *bytes = sizeof(block_q2_k), *act_block = QK_K; break;
+    case T_Q3_K: *block = QK_K, *bytes = sizeof(block_q3_k), *act_block = QK_K; break;
     case T_Q4_K: *block = QK_K, *bytes = sizeof(block_q4_k), *act_block = QK_K; break;
     case T_Q5_K: *block = QK_K, *bytes = sizeof(block_q5_k), *act_block = QK_K; break;
     case T_Q6_K: *block = QK_K, *bytes = sizeof(block_q6_k), *act_block = QK_K; break;
@@ -86,8 +88,8 @@ void strata_qmm_type_sizes(int qtype, int64_t *block, int64_t *bytes, int64_t *a
 
 /* ---- activations: x ~= d * q per block of qb values (round to nearest even, like np.rint) ------ */
 
-static int64_t acts_floats(int64_t t, int64_t k, int64_t qb) {  /* the scales, bsum by tile and by row */
-    return (t + MAX_T - 1) / MAX_T * MAX_T * (k / qb + 2 * k / QK);
+static int64_t acts_floats(int64_t t, int64_t k, int64_t qb) {  /* the scales, bsum by tile and by row, bsum16 */
+    return (t + MAX_T - 1) / MAX_T * MAX_T * (k / qb + 2 * k / QK + k / 16);
 }
 
 size_t strata_qmm_acts_bytes(int64_t t, int64_t k, int64_t qb) {
@@ -97,14 +99,16 @@ size_t strata_qmm_acts_bytes(int64_t t, int64_t k, int64_t qb) {
 acts_t strata_qmm_acts_at(void *scratch, int64_t t, int64_t k, int64_t qb) {
     const int64_t tiles = (t + MAX_T - 1) / MAX_T;
     float *d = scratch, *bsum = d + tiles * MAX_T * (k / qb), *bsum_rows = bsum + tiles * MAX_T * (k / QK);
+    float *bsum16_rows = bsum_rows + tiles * MAX_T * (k / QK);
     memset(d, 0, sizeof(float) * (size_t)acts_floats(t, k, qb));
-    return (acts_t){(int8_t *)(d + acts_floats(t, k, qb)), d, bsum, bsum_rows, k, qb};
+    return (acts_t){(int8_t *)(d + acts_floats(t, k, qb)), d, bsum, bsum_rows, bsum16_rows, k, qb};
 }
 
 void strata_qmm_quantize_row(const float *x, int64_t t, const acts_t *acts) {
     const int64_t k = acts->k, qb = acts->qb, tile = t / MAX_T * MAX_T, lane = t % MAX_T;
     int8_t *q = acts->q + t * k;
     float *d = acts->d, *bsum = acts->bsum, *bsum_row = acts->bsum_rows + t * (k / QK);
+    float *bsum16_row = acts->bsum16_rows + t * (k / 16);
     for (int64_t b = 0; b < k / qb; b++) {
         const float *xb = x + b * qb;
         float amax = 0.f;
@@ -117,9 +121,10 @@ void strata_qmm_quantize_row(const float *x, int64_t t, const acts_t *acts) {
             q[b * qb + i] = (int8_t)((int32_t)((v + 12582912.f) - 12582912.f));
         }
         for (int64_t j = b * qb / QK; j < (b + 1) * qb / QK; j++) {
-            int32_t sum = 0;
-            for (int i = 0; i < QK; i++) sum += q[j * QK + i];
-            bsum[(tile * (k / QK) + j * MAX_T) + lane] = bsum_row[j] = scale * (float)sum;
+            int32_t sum[2] = {0, 0};  /* of each 16 values: exact, so the sum of 32 is the same either way */
+            for (int i = 0; i < QK; i++) sum[i / 16] += q[j * QK + i];
+            bsum16_row[2 * j] = scale * (float)sum[0], bsum16_row[2 * j + 1] = scale * (float)sum[1];
+            bsum[(tile * (k / QK) + j * MAX_T) + lane] = bsum_row[j] = scale * (float)(sum[0] + sum[1]);
         }
     }
 }

@@ -4,11 +4,13 @@
  * drivers (the activation quantizer, the thread pool, the kernel tables).
  *
  * Activations are quantized per block to int8 with a float32 scale, x ~= d * q, q = rint(x * 127 / amax),
- * over QB = 32 values for the 32-value weight types (Q8_0, Q4_*, Q5_0, Q5_1) and QB = 256 for the 256-value ones (K-quants,
- * IQ4_XS), so each weight block meets one activation scale. bsum holds d * sum(q) over every 32 values
+ * over QB = 32 values for the 32-value weight types (Q8_0, Q4_*, Q5_0, Q5_1) and QB = 256 for the 256-value ones
+ * (K-quants, IQ4_XS), so each weight block meets one activation scale. bsum holds d * sum(q) over every 32 values
  * (what a weight block's minimum multiplies). The scales and bsum are stored transposed in tiles of
  * MAX_T rows, [T / MAX_T][blocks][MAX_T], so that one vector of them serves every row of a tile; bsum
- * also by row, [T][K / 32], for the superblocks' 8 sub-blocks (one vector a row). */
+ * also by row, [T][K / 32], for the superblocks' 8 sub-blocks (one vector a row), and bsum16 by row,
+ * [T][K / 16], d * sum(q) over every 16 values, for the 16 sub-blocks of Q2_K (their minimums) and Q3_K (its
+ * -4 offset, taken as a minimum by quant_simd.c). */
 #ifndef STRATA_QUANT_MATMUL_H
 #define STRATA_QUANT_MATMUL_H
 
@@ -18,12 +20,13 @@
 enum { QK = 32, QK_K = 256, MAX_T = 8 };
 
 /* GGML type ids (gguf.GGMLQuantizationType) */
-enum { T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14,
-       T_IQ4_XS = 23, NUM_TYPES = 24 };
+enum { T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8, T_Q2_K = 10, T_Q3_K = 11, T_Q4_K = 12, T_Q5_K = 13,
+       T_Q6_K = 14, T_IQ4_XS = 23, NUM_TYPES = 24 };
 
 /* Every type with a kernel, as (name, id): each kernel file defines rows_<name> and fills its table from it */
 #define QMM_TYPES(X) X(q8_0, T_Q8_0) X(q4_0, T_Q4_0) X(q4_1, T_Q4_1) X(q5_0, T_Q5_0) X(q5_1, T_Q5_1) \
-                     X(q4_k, T_Q4_K) X(q5_k, T_Q5_K) X(q6_k, T_Q6_K) X(iq4_xs, T_IQ4_XS)
+                     X(q2_k, T_Q2_K) X(q3_k, T_Q3_K) X(q4_k, T_Q4_K) X(q5_k, T_Q5_K) X(q6_k, T_Q6_K)       \
+                     X(iq4_xs, T_IQ4_XS)
 #define QMM_ROWS(name, id) ROWS(name)
 #define QMM_TABLE_ENTRY(name, id) table[id] = rows_##name;
 
@@ -33,13 +36,19 @@ typedef struct { uint16_t d, m; uint8_t qs[QK / 2]; } block_q4_1;              /
 /* Q5_*: qh is a little-endian uint32 whose bit i is bit 4 of value i; qs as Q4_0's */
 typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[QK / 2]; } block_q5_0;   /* 22 */
 typedef struct { uint16_t d, m; uint8_t qh[4]; uint8_t qs[QK / 2]; } block_q5_1; /* 24 */
+/* Q2_K / Q3_K: value h*128 + s*32 + l (half h, quarter s) has its 2 low bits at qs[h*32 + l] >> 2s; 16 sub-blocks
+ * of 16. Q2_K's scales[j]: the 4-bit scale of sub-block j (low nibble) and its 4-bit min (high). Q3_K: bit s of
+ * hmask[l] is value s*32 + l's third bit (clear: minus 4); scales as q3_k_scales unpacks them */
+typedef struct { uint8_t scales[QK_K / 16]; uint8_t qs[QK_K / 4]; uint16_t d, dmin; } block_q2_k;  /* 84 */
+typedef struct { uint8_t hmask[QK_K / 8]; uint8_t qs[QK_K / 4]; uint8_t scales[12]; uint16_t d; } block_q3_k;  /* 110 */
 typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[QK_K / 2]; } block_q4_k;  /* 144 */
 typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; } block_q5_k;  /* 176 */
 typedef struct { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; uint16_t d; } block_q6_k;  /* 210 */
 typedef struct { uint16_t d, scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; } block_iq4_xs;  /* 136 */
 
 _Static_assert(sizeof(block_q8_0) == 34 && sizeof(block_q4_0) == 18 && sizeof(block_q4_1) == 20 &&
-                   sizeof(block_q5_0) == 22 && sizeof(block_q5_1) == 24 &&
+                   sizeof(block_q5_0) == 22 && sizeof(block_q5_1) == 24 && sizeof(block_q2_k) == 84 &&
+                   sizeof(block_q3_k) == 110 &&
                    sizeof(block_q4_k) == 144 && sizeof(block_q5_k) == 176 && sizeof(block_q6_k) == 210 &&
                    sizeof(block_iq4_xs) == 136,
                "block structs must have GGUF's sizes (no padding)");
@@ -51,6 +60,7 @@ typedef struct {  /* written by strata_qmm_quantize_row, read by the kernels */
     float *d;            /* [ceil(T / MAX_T), K / QB, MAX_T] */
     float *bsum;         /* [ceil(T / MAX_T), K / 32, MAX_T] */
     float *bsum_rows;    /* [T, K / 32] */
+    float *bsum16_rows;  /* [T, K / 16] */
     int64_t k, qb;
 } acts_t;
 
@@ -77,6 +87,27 @@ static inline void scale_min_k4(const uint8_t *s, int j, uint8_t *sc, uint8_t *m
         *sc = (uint8_t)((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
         *m = (uint8_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
     }
+}
+
+/* The 16 6-bit scales of a Q3_K superblock (12 packed bytes) plus 32, 0..63, 8 a uint64 (byte j % 8 of
+ * biased[j / 8]): scale j's low 4 bits are nibble j / 8 of byte j % 8, its top 2 bits bits 2 (j / 4) of byte
+ * 8 + j % 4 (GGUF's fields are little-endian, as every kernel here reads them). */
+static inline void q3_k_biased_scales(const uint8_t *packed, uint64_t biased[2]) {
+    uint64_t low;
+    uint32_t top;
+    memcpy(&low, packed, 8), memcpy(&top, packed + 8, 4);
+    const uint64_t nibbles = 0x0F0F0F0F0F0F0F0Full;
+    const uint64_t top_a = (uint64_t)((top >> 2) & 0x03030303u) << 32 | (top & 0x03030303u);         /* 0-7 */
+    const uint64_t top_b = (uint64_t)((top >> 6) & 0x03030303u) << 32 | ((top >> 4) & 0x03030303u);  /* 8-15 */
+    biased[0] = (low & nibbles) | top_a << 4;
+    biased[1] = ((low >> 4) & nibbles) | top_b << 4;
+}
+
+/* The 16 signed scales of a Q3_K superblock, -32..31 */
+static inline void q3_k_scales(const uint8_t *packed, int8_t *scales) {
+    uint64_t biased[2];
+    q3_k_biased_scales(packed, biased);
+    for (int j = 0; j < 16; j++) scales[j] = (int8_t)((int)((biased[j / 8] >> (8 * (j % 8))) & 0xFF) - 32);
 }
 
 /* Q5_0 / Q5_1: value i's 5-bit quant, 0..31 (qs nibbles as Q4_0's, bit 4 from qh) */

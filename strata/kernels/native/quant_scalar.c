@@ -85,6 +85,48 @@ static void row_q5_1(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
     *y = acc + acc_min;
 }
 
+/* Q2_K / Q3_K: the 2 low bits of value e (see quant_matmul.h) */
+static int low2(const uint8_t *qs, int e) { return (qs[(e / 128) * 32 + e % 32] >> (2 * ((e / 32) % 4))) & 3; }
+
+/* Q2_K: 16 sub-blocks of 16, w = d * sc_j * q - dmin * m_j, q 0..3: the minimum meets the sums of 16 (bsum16) */
+static void row_q2_k(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
+    const int64_t nb = x->k / QK_K;
+    const int8_t *xq = x->q + t * x->k;
+    const float *bsum16 = x->bsum16_rows + t * (x->k / 16);
+    float acc = 0.f;
+    int8_t v[QK_K];
+    for (int64_t b = 0; b < nb; b++) {
+        const block_q2_k *blk = (const block_q2_k *)w + b;
+        for (int e = 0; e < QK_K; e++) v[e] = (int8_t)low2(blk->qs, e);
+        int32_t isum = 0;
+        float min_sum = 0.f;
+        for (int j = 0; j < QK_K / 16; j++) {
+            isum += (blk->scales[j] & 0xF) * dot_i8(v + 16 * j, xq + b * QK_K + 16 * j, 16);
+            min_sum += (float)(blk->scales[j] >> 4) * bsum16[b * 16 + j];
+        }
+        acc += fp16_to_f32(blk->d) * *d_at(x, t, b) * (float)isum - fp16_to_f32(blk->dmin) * min_sum;
+    }
+    *y = acc;
+}
+
+/* Q3_K: 16 sub-blocks of 16, w = d * sc_j * q, sc_j -32..31, q = low 2 bits - 4 where hmask's bit is clear */
+static void row_q3_k(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
+    const int64_t nb = x->k / QK_K;
+    const int8_t *xq = x->q + t * x->k;
+    float acc = 0.f;
+    int8_t v[QK_K], scales[16];
+    for (int64_t b = 0; b < nb; b++) {
+        const block_q3_k *blk = (const block_q3_k *)w + b;
+        for (int e = 0; e < QK_K; e++)
+            v[e] = (int8_t)(low2(blk->qs, e) - ((blk->hmask[e % 32] >> (e / 32)) & 1 ? 0 : 4));
+        q3_k_scales(blk->scales, scales);
+        int32_t isum = 0;
+        for (int j = 0; j < QK_K / 16; j++) isum += scales[j] * dot_i8(v + 16 * j, xq + b * QK_K + 16 * j, 16);
+        acc += *d_at(x, t, b) * fp16_to_f32(blk->d) * (float)isum;
+    }
+    *y = acc;
+}
+
 /* Q4_K and Q5_K: 8 sub-blocks of 32, each with a 6-bit scale and min (qh is NULL for Q4_K) */
 static float superblock_k(const uint8_t *scales, uint16_t d, uint16_t dmin, const uint8_t *qs, const uint8_t *qh,
                           const acts_t *x, int64_t t, int64_t b) {
