@@ -1,5 +1,5 @@
-"""GGUF blocks (the types packed_gemv reads: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) -> dense 16-bit
-weights on the GPU in one launch.
+"""GGUF blocks (the types packed_gemv reads: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+IQ4_XS) -> dense 16-bit weights on the GPU in one launch.
 
 Prompt-sized steps multiply by dense weights: they dequantize a packed projection (or a layer's used
 experts) into a temporary and run the 16-bit GEMM. gguf_blocks.dequantize_ref does the same in a dozen
@@ -35,6 +35,11 @@ def dequantize(blocks: torch.Tensor, qtype: int, k: int, dtype: torch.dtype) -> 
     gguf's dequantization in float32, rounded once to `dtype`."""
     if not (blocks.is_cuda and triton is not None and supports(qtype, k)):
         return dequantize_ref(blocks, qtype, k).to(dtype)
+    return dequantize_blocks(blocks, qtype, k, dtype)
+
+
+def dequantize_blocks(blocks: torch.Tensor, qtype: int, k: int, dtype: torch.dtype) -> torch.Tensor:
+    """dequantize's one launch, for a type it `supports` (CUDA tensors; CPU ones under TRITON_INTERPRET=1)."""
     num_rows = blocks.shape[0]
     assert blocks.dtype == torch.uint8 and blocks.stride(1) == 1
     out = torch.empty(num_rows, k, dtype=dtype, device=blocks.device)

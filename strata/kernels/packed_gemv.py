@@ -1,5 +1,5 @@
-"""Few-row projections over packed GGUF blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q4_K, Q5_K, Q6_K,
-IQ4_XS) as one Triton launch.
+"""Few-row projections over packed GGUF blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K,
+Q6_K, IQ4_XS) as one Triton launch.
 
 y = x @ W.T for x [M <= 16, K] where W [N, K] is stored as GGUF rows of blocks (a row is K / 256
 superblocks of 256 weights, or K / 32 blocks of 32 for the 32-value types, byte for byte as in the
@@ -25,6 +25,12 @@ Layouts (gguf-py's quants.py is the reference; `packed_gemv_ref` dequantizes wit
   level[q].
 - Q6_K, 210 bytes per 256: 128 bytes of low 4 bits, 64 bytes of high 2 bits, 16 int8 scales (one per
   16 weights), f16 d; w = d * scale * (q - 32).
+- Q2_K, 84 bytes per 256: 16 bytes, one per 16 weights g (4-bit scale sc[g] in the low nibble, 4-bit min
+  m[g] in the high one), 64 bytes of 2-bit quants (weight 128 h + 32 s + l in bits 2 s of byte 32 h + l),
+  f16 d, f16 dmin; w = d * sc[g] * q - dmin * m[g].
+- Q3_K, 110 bytes per 256: 32 bytes hmask (bit i of byte l: weight 32 i + l's high bit), 64 bytes of low
+  2 bits (Q2_K's order), 12 bytes of 6-bit scales (low 4 bits of scale g in nibble g // 8 of byte g % 8,
+  high 2 bits in bits 2 (g // 4) of byte 8 + g % 4), f16 d; w = d * (scale[g] - 32) * (low - 4 * !high).
 """
 
 from __future__ import annotations
@@ -45,9 +51,10 @@ if triton is not None:
 
 MAX_ROWS = 16
 # gguf.GGMLQuantizationType values -> (weights per block, bytes per block)
-Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS = 2, 3, 6, 7, 8, 12, 13, 14, 20, 23
+Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS = 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 20, 23
 BLOCK_LAYOUT = {Q4_0: (32, 18), Q4_1: (32, 20), Q5_0: (32, 22), Q5_1: (32, 24), Q8_0: (32, 34), IQ4_NL: (32, 18),
-                Q4_K: (256, 144), Q5_K: (256, 176), Q6_K: (256, 210), IQ4_XS: (256, 136)}
+                Q2_K: (256, 84), Q3_K: (256, 110), Q4_K: (256, 144), Q5_K: (256, 176), Q6_K: (256, 210),
+                IQ4_XS: (256, 136)}
 # IQ4_NL's 16 levels (gguf-py's IQ4_NL.kvalues), as the bytes of four int32 words the kernels shift out
 IQ4_LEVELS = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
 _IQ4_WORDS = [int.from_bytes(bytes(v & 255 for v in IQ4_LEVELS[i:i + 4]), "little", signed=True) for i in (0, 4, 8, 12)]
@@ -168,6 +175,10 @@ if triton is not None:
             bb = 24
         elif QTYPE == 8:
             bb = 34
+        elif QTYPE == 10:
+            bb = 84
+        elif QTYPE == 11:
+            bb = 110
         elif QTYPE == 12:
             bb = 144
         elif QTYPE == 13:
@@ -251,18 +262,46 @@ if triton is not None:
         return ((lo | (hi << 4)) - 32).to(tl.float32)
 
     @triton.jit
+    def _q2k_scale_min(base, g, ok):
+        """Q2_K superblocks at byte pointers base, groups of 16 weights g (any shapes that broadcast) ->
+        (d * scale, dmin * min) as float32: byte g holds the 4-bit scale (low nibble) and min (high)."""
+        byte = tl.load(base + g, mask=ok, other=0).to(tl.int32)
+        return (_f16_at(base + 80, ok) * (byte & 15).to(tl.float32),
+                _f16_at(base + 82, ok) * (byte >> 4).to(tl.float32))
+
+    @triton.jit
+    def _q3k_scale(base, g, ok):
+        """Q3_K superblocks at byte pointers base, groups of 16 weights g (shapes that broadcast) -> d * (scale - 32)
+        as float32: low 4 bits in nibble g // 8 of byte 96 + g % 8, high 2 bits at bit 2 (g // 4) of 104 + g % 4."""
+        low = (tl.load(base + 96 + g % 8, mask=ok, other=0).to(tl.int32) >> ((g // 8) * 4)) & 15
+        high = (tl.load(base + 104 + g % 4, mask=ok, other=0).to(tl.int32) >> ((g // 4) * 2)) & 3
+        return _f16_at(base + 108, ok) * ((low | (high << 4)) - 32).to(tl.float32)
+
+    @triton.jit
+    def _q2k_quants(base, r, l, n_ok, QTYPE: tl.constexpr):
+        """Q2_K quants 0..3 [BN, SB, 8, 32]: row r in bits 2 (r % 4) of byte 16 + 32 (r // 4) + l; Q3_K's -4..3
+        take those bits from byte 32 + 32 (r // 4) + l, minus 4 where bit r of hmask byte l is clear."""
+        if QTYPE == 11:
+            low = (tl.load(base + 32 + (r // 4) * 32 + l, mask=n_ok, other=0).to(tl.int32) >> ((r % 4) * 2)) & 3
+            high = (tl.load(base + l, mask=n_ok, other=0).to(tl.int32) >> r) & 1
+            q = low + 4 * high - 4
+        else:
+            q = (tl.load(base + 16 + (r // 4) * 32 + l, mask=n_ok, other=0).to(tl.int32) >> ((r % 4) * 2)) & 3
+        return q.to(tl.float32)
+
+    @triton.jit
     def _chunk_ok(n_ok, sb, r, k, QTYPE: tl.constexpr, SB: tl.constexpr):
         """The rows' mask, and for the 32-value types also whether each block of chunks sb.. lies within K
         [BN, SB, 8, 1] (a row's last chunk may be partial); the K-quant types have whole chunks."""
         ok = n_ok   # one return: Triton's compiler wants every return of one shape
-        if QTYPE < 12 or QTYPE == 20:
+        if QTYPE <= 8 or QTYPE == 20:
             ok = n_ok & (((sb + tl.arange(0, SB))[None, :, None, None] * 256 + r * 32) < k)
         return ok
 
     @triton.jit
     def _chunk_x(x_ptr, sb, x_offs, k, QTYPE: tl.constexpr):
         """Activations of chunks sb.. at x_offs [1, SB, 8, 32] as float32 (zeros past K for the 32-value types)."""
-        if QTYPE < 12 or QTYPE == 20:
+        if QTYPE <= 8 or QTYPE == 20:
             x = tl.load(x_ptr + sb * 256 + x_offs, mask=sb * 256 + x_offs < k, other=0.0)
         else:
             x = tl.load(x_ptr + sb * 256 + x_offs)
@@ -274,7 +313,7 @@ if triton is not None:
         Tiles are [BLOCK_N, SB, 8, 32]: superblock, row r of 32 weights in gguf's order, weight l in it
         (weight index r * 32 + l); x [1, SB, 8, 32] in the same order. Quants are summed against x per
         group first and scaled per group after, so scales cost a few operations per 32 weights."""
-        if QTYPE < 12 or QTYPE == 20:   # 32-value blocks (IQ4_NL is 20): row r of a chunk is one block
+        if QTYPE <= 8 or QTYPE == 20:   # 32-value blocks (Q4_0 .. Q8_0 are 2 .. 8, IQ4_NL 20): row r is one block
             bb = _block_bytes(QTYPE)
             base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * (8 * bb) + r * bb  # [BN, SB, 8, 1]
             q, d, m = _small_block(base, l, n_ok, QTYPE)                                      # [BN, SB, 8, 32]
@@ -293,6 +332,18 @@ if triton is not None:
             scale = _iq4xs_scales(tl.reshape(base, (BLOCK_N, SB, 1)), tl.reshape(r, (1, 1, 8)),
                                   tl.reshape(n_ok, (BLOCK_N, 1, 1)))                           # [BN, SB, 8]
             part = scale * tl.sum(_iq4xs_levels(base, r, l, n_ok) * x, axis=3)
+        elif QTYPE == 10 or QTYPE == 11:  # Q2_K, Q3_K: a scale (and Q2_K a min) per 16 weights
+            base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * _block_bytes(QTYPE)  # [BN, SB, 1, 1]
+            q = _q2k_quants(base, r, l, n_ok, QTYPE)                                           # [BN, SB, 8, 32]
+            halves = tl.sum(tl.reshape(q * x, (BLOCK_N, SB, 16, 16)), axis=3)                 # [BN, SB, 16]
+            base3 = tl.reshape(base, (BLOCK_N, SB, 1))
+            ok3 = tl.reshape(n_ok, (BLOCK_N, 1, 1))
+            g = tl.arange(0, 16)[None, None, :]
+            if QTYPE == 10:
+                scale, offset = _q2k_scale_min(base3, g, ok3)                                  # [BN, SB, 16]
+                part = scale * halves - offset * tl.sum(tl.reshape(x, (1, SB, 16, 16)), axis=3)
+            else:
+                part = _q3k_scale(base3, g, ok3) * halves
         else:  # Q6_K: one int8 scale per 16 weights
             base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * 210                 # [BN, SB, 1, 1]
             q = _q6k_quants(base, r, l, n_ok)                                                  # [BN, SB, 8, 32]
@@ -308,7 +359,7 @@ if triton is not None:
     def _chunk_values(row_ptr, sb, r, l, n_ok, QTYPE: tl.constexpr, SB: tl.constexpr, BLOCK_N: tl.constexpr):
         """The weights _chunk_dot multiplies, as float32 [BLOCK_N, SB, 8, 32] in the same order (gguf's
         dequantization: d * q, d * sc * q - dmin * m, d * scale * q)."""
-        if QTYPE < 12 or QTYPE == 20:
+        if QTYPE <= 8 or QTYPE == 20:
             bb = _block_bytes(QTYPE)
             base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * (8 * bb) + r * bb
             q, d, m = _small_block(base, l, n_ok, QTYPE)
@@ -324,6 +375,14 @@ if triton is not None:
             scale = _iq4xs_scales(tl.reshape(base, (BLOCK_N, SB, 1)), tl.reshape(r, (1, 1, 8)),
                                   tl.reshape(n_ok, (BLOCK_N, 1, 1)))
             values = tl.reshape(scale, (BLOCK_N, SB, 8, 1)) * _iq4xs_levels(base, r, l, n_ok)
+        elif QTYPE == 10 or QTYPE == 11:  # scales read per weight, not reshaped (as Q6_K's: see ACC_REFUSED)
+            base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * _block_bytes(QTYPE)
+            g = r * 2 + l // 16                                                                  # [1, 1, 8, 32]
+            if QTYPE == 10:
+                scale, offset = _q2k_scale_min(base, g, n_ok)                                  # [BN, SB, 8, 32]
+                values = scale * _q2k_quants(base, r, l, n_ok, QTYPE) - offset
+            else:
+                values = _q3k_scale(base, g, n_ok) * _q2k_quants(base, r, l, n_ok, QTYPE)
         else:
             base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * 210
             group = base + 192 + r * 2 + l // 16                                                 # [BN, SB, 8, 32]

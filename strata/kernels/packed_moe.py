@@ -7,8 +7,8 @@ apart (w13.stride(0): device slots sized for the largest layer's experts). Pairs
 skipped (computed elsewhere, or no expert: an expert provider's slot misses).
 
 Four CUDA paths, picked per call by `packed_moe`:
-- q8 pairs (up to Q8_PAIRS_PER_EXPERT pairs an expert, both projections of types packed_q8 reads: Q4_K_M and
-  Q8_0 files):
+- q8 pairs (up to Q8_PAIRS_PER_EXPERT pairs an expert, both projections of types packed_q8 reads: Q2_K, Q3_K_*,
+  Q4_K_M and Q8_0 files):
   packed_q8.moe_pairs_q8,
   the pairs below with hidden and SiLU(gate) * up rounded to 8 bits per 32 and integer dot products
   (llama.cpp's decode numerics): a word of quants costs a mask, a shift and two dp4a, not a float each.
@@ -23,9 +23,10 @@ Four CUDA paths, picked per call by `packed_moe`:
   the block's rows on the tensor cores, so each used expert is read once per row block.
 - dequantized: the used experts are dequantized to hidden's dtype and go through the 16-bit grouped GEMMs
   (fused_moe). One host sync (which experts are used).
-Types the block kernels do not read (IQ4_XS, Q2_K, Q3_K; superblock rows not a multiple of 256) always take
-the dequantized path (rows of any whole number of 32-value blocks are read: Qwen4-Exp's 640-wide down rows
-in Q5_0 / Q8_0); inside a capture that path dequantizes every expert of the layer (no sync).
+Rows the block kernels do not read (superblock rows not a multiple of 256; types outside packed_gemv's
+BLOCK_LAYOUT) always take the dequantized path (rows of any whole number of 32-value blocks are read: Qwen4-Exp's
+640-wide down rows in Q5_0 / Q8_0); inside a capture that path dequantizes every expert of the layer (no sync).
+IQ4_XS is read by the float pairs and grouped kernels, not by packed_q8.
 """
 
 from __future__ import annotations

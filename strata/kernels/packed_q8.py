@@ -13,9 +13,9 @@ on dequantize(x) up to float32 summation order; against unrounded x each output 
 |W| @ |x| (the rounding of x, as in llama.cpp; tests/kernels/test_packed_q8.py states the bounds).
 
 Types: Q4_K and Q6_K (Q4_K_M files' bulk), Q5_K (their Gated DeltaNet input projections, llama.cpp's attn_qkv
-rule), Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 (Q8_0 files, and llama.cpp's fallbacks for rows 256 does not divide:
-Qwen4-Exp's 640-wide expert down rows). The K loop takes a "unit" a step: one superblock (256 values) of the K
-types, four 32-value blocks (128) of the others.
+rule), Q2_K and Q3_K (Q2_K and Q3_K_S/M/L files' bulk), Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 (Q8_0 files, and
+llama.cpp's fallbacks for rows 256 does not divide: Qwen4-Exp's 640-wide expert down rows). The K loop takes a
+"unit" a step: one superblock (256 values) of the K types, four 32-value blocks (128) of the others.
 
 Layouts (packed_gemv's docstring; all offsets in bytes from a row's start). Blocks of an even size may
 start two bytes into a word: those words are funnelled from the upper half of one word and the next half
@@ -28,6 +28,13 @@ word (_word_at), so no byte outside the weight is read.
 - Q6_K (210 per 256): half h keeps low bits in ql words 16 h + t (weights 4 t.., low nibbles; 4 t + 64..,
   high) and 16 h + 8 + t (4 t + 32.., 4 t + 96..), the high bit pairs in qh words 32 + 8 h + t; int8
   scales at 192 + (weight // 16), f16 d at 208. Quants are 0..63 (the -32 is taken off per 16 with x's sums).
+- Q2_K (84 per 256: every superblock on a word): words 0-3 one byte per 16 weights g (4-bit scale, 4-bit min
+  << 4), quant words 4 + 8 h + t (half h of 128 weights: bits 2 s of byte b hold weight 128 h + 32 s + 4 t + b),
+  word 20 = f16 d | f16 dmin << 16; w = d sc[g] q - dmin m[g], the min term dmin m[g] dx times x's sum per 16.
+- Q3_K (110 per 256): hmask words 0-7 (bit i of byte b of word t: the high bit of weight 32 i + 4 t + b; set
+  means no -4), then Q2_K's quant words from word 8 (bytes 32-95), 6-bit scales at bytes 96-107 (low 4 bits of
+  scale g in nibble g // 8 of byte 96 + g % 8, high 2 bits at bit 2 (g // 4) of byte 104 + g % 4), f16 d at
+  108. Quants are low | high << 2, 0..7 (the -4 taken off per 16 with x's sums), times d (scale[g] - 32).
 - Q8_0 (34 per 32): f16 d, 32 int8 quants (signed dp4a). Q4_0 (18) / Q4_1 (20): f16 d (and f16 m), 16
   bytes: weight i < 16 in the low nibble of byte i, 16 + i in its high one; Q5_0 (22) / Q5_1 (24) put a
   32-bit word of fifth bits (bit i: weight i) before those bytes. w = d (q - 8), d (q - 16), d q + m.
@@ -50,10 +57,13 @@ from strata.kernels.launch import pdl_options
 if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
 
-Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K = 2, 3, 6, 7, 8, 12, 13, 14
+Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K = 2, 3, 6, 7, 8, 10, 11, 12, 13, 14
 # bytes per block, and the K step of the loops (a "unit": one superblock, or four 32-value blocks)
-BLOCK_BYTES = {Q4_0: 18, Q4_1: 20, Q5_0: 22, Q5_1: 24, Q8_0: 34, Q4_K: 144, Q5_K: 176, Q6_K: 210}
-UNIT = {Q4_K: 256, Q5_K: 256, Q6_K: 256, Q4_0: 128, Q4_1: 128, Q5_0: 128, Q5_1: 128, Q8_0: 128}
+BLOCK_BYTES = {Q4_0: 18, Q4_1: 20, Q5_0: 22, Q5_1: 24, Q8_0: 34, Q2_K: 84, Q3_K: 110, Q4_K: 144, Q5_K: 176, Q6_K: 210}
+UNIT = {Q2_K: 256, Q3_K: 256, Q4_K: 256, Q5_K: 256, Q6_K: 256, Q4_0: 128, Q4_1: 128, Q5_0: 128, Q5_1: 128, Q8_0: 128}
+# types whose rows must start on whole words (every superblock on a word: 84, 144, 176 bytes); the others' rows
+# may start two bytes into one (their odd blocks do anyway, read by _word_at)
+WORD_ROWS = (Q2_K, Q4_K, Q5_K)
 MAX_ROWS = 16
 # ops.packed_linear sends steps of up to this many rows here: at 8 rows the kernel and dequantize + GEMM were
 # even on the 30B-A3B q_proj (14.1 against 13.9 us), at 16 the GEMM won (13.8 against 21.3; q8_ab on the H200)
@@ -125,15 +135,15 @@ def enabled() -> bool:
 
 def supports(qtype: int, k: int, w: torch.Tensor) -> bool:
     """Rows of whole units (module docstring) of a type read here, in a tensor whose start is word-aligned
-    and whose rows start on whole words (Q4_K, Q5_K) or half words (the others: their words are funnelled)."""
+    and whose rows start on whole words (Q2_K, Q4_K, Q5_K) or half words (the others: their words are funnelled)."""
     if qtype not in UNIT or k % UNIT[qtype] or w.data_ptr() % 4:
         return False
-    align = 4 if qtype in (Q4_K, Q5_K) else 2
+    align = 4 if qtype in WORD_ROWS else 2
     return all(s % align == 0 for s in w.stride()[:-1])
 
 
 def row_bytes(qtype: int, k: int) -> int:
-    per_block = 256 if qtype in (Q4_K, Q5_K, Q6_K) else 32
+    per_block = 256 if UNIT[qtype] == 256 else 32
     return k // per_block * BLOCK_BYTES[qtype]
 
 
@@ -148,8 +158,8 @@ def units_per_step(configured: int, qtype: int, k: int) -> int:
 def _word_tiles(qtype: int, integer_sums: bool) -> int:
     """The last dimension of a K step's partial sums: 1 where the integer sums per scale group come first (steps
     of several rows: fewer float operations a row; one row is faster without the reductions in the loop), else
-    the words of a group: Q4_K's 8 of a sub-block pair, Q8_0's 8 of a block, Q6_K's 4 of a 16-weight run, the
-    4-bit and 5-bit blocks' 4."""
+    the words of a group: Q4_K's 8 of a sub-block pair, Q8_0's 8 of a block, Q2_K's, Q3_K's and Q6_K's 4 of a
+    16-weight run, the 4-bit and 5-bit blocks' 4."""
     if integer_sums:
         return 1
     return 8 if qtype in (Q4_K, Q5_K, Q8_0) else 4
@@ -187,8 +197,9 @@ def _version(x: torch.Tensor) -> int | None:
 def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """x [M, K] (K a multiple of 128) -> (q int8 [M, K], dx float32 [M, K / 32], sums float32 [M, K / 16]):
     per 32 values q = round(x / dx) with dx = max|x| / 127 (q = 0 where the block is all zeros), and the
-    sum of q over each 16 (exact integers, for the offsets of Q4_K's mins and Q6_K's -32). What `attach`
-    left on x is returned as it is; on an x given `keep_rounding`, the result is attached for the next call."""
+    sum of q over each 16 (exact integers, for the offsets of the K types' mins and of Q3_K's -4 and Q6_K's -32).
+    What `attach` left on x is returned as it is; on an x given `keep_rounding`, the result is attached for the
+    next call."""
     attached = getattr(x, "q8_rows", None)
     if isinstance(attached, tuple) and attached[3] == _version(x):
         return attached[:3]
@@ -465,6 +476,69 @@ if triton is not None:
         return parts * d, offsets * d
 
     @triton.jit
+    def _q2k_step(w_words, w_halves, base, xq, dx, sums, j, ok, rok, ISUM: tl.constexpr, ASM: tl.constexpr):
+        """Superblocks j [1, SB, 1, 1, 1] of Q2_K rows at byte offsets base [1, 1, BN, 1, 1] (on words) against R
+        rows of 8-bit activations -> (dot parts [R, SB, BN, 4, T], min parts [R, SB, BN, 4, 1]): each output is
+        sum(parts) - sum(min parts). Tiles are [R, SB, BN, S, T]: bit pair S of quant word 4 + 4 c + T (c = 2 h
+        + u), weights 128 h + 32 S + 16 u + 4 T.. of scale group 8 h + 2 S + u."""
+        wb = base // 4 + j * 21                                                          # [1, SB, BN, 1, 1]
+        s = tl.arange(0, 4)[None, None, None, :, None]
+        t = tl.arange(0, 4)[None, None, None, None, :]
+        shift = (2 * s).to(tl.uint32)
+        groups = w_halves.to(tl.pointer_type(tl.uint8)) + base + j * 84 + 2 * s          # [1, SB, BN, 4, 1]
+        parts = tl.zeros((xq.shape[0], wb.shape[1], wb.shape[2], 4, 1 if ISUM else 4), dtype=tl.float32)
+        mins = tl.zeros((xq.shape[0], wb.shape[1], wb.shape[2], 4, 1), dtype=tl.float32)
+        for c in tl.static_range(4):
+            h = c // 2
+            u = c % 2
+            w = tl.load(w_words + wb + 4 + 4 * c + t, mask=ok, other=0).to(tl.uint32, bitcast=True)  # [1, SB, BN, 1, 4]
+            quants = ((w >> shift) & 0x03030303).to(tl.int32, bitcast=True)                 # [1, SB, BN, 4, 4]
+            dot = _dp4a(quants, tl.load(xq + j * 64 + 32 * h + 8 * s + 4 * u + t, mask=rok, other=0), False, ASM)
+            if ISUM:
+                dot = tl.sum(dot, axis=4, keep_dims=True)
+            byte = tl.load(groups + 8 * h + u, mask=ok, other=0).to(tl.int32)               # scale | min << 4
+            dx_run = tl.load(dx + j * 8 + 4 * h + s, mask=rok, other=0.0)                    # [R, SB, 1, 4, 1]
+            parts += dot.to(tl.float32) * ((byte & 15).to(tl.float32) * dx_run)
+            mins += (byte >> 4).to(tl.float32) * dx_run * tl.load(sums + j * 16 + 8 * h + 2 * s + u, mask=rok,
+                                                                  other=0.0)
+        header = tl.load(w_words + wb + 20, mask=ok, other=0).to(tl.uint32, bitcast=True)  # f16 d | f16 dmin << 16
+        d = (header & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+        dmin = (header >> 16).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+        return parts * d, mins * dmin
+
+    @triton.jit
+    def _q3k_step(w_words, w_halves, base, xq, dx, sums, j, ok, rok, ISUM: tl.constexpr, ASM: tl.constexpr):
+        """Superblocks j [1, SB, 1, 1, 1] of Q3_K rows at byte offsets base [1, 1, BN, 1, 1] (even) against R rows
+        of 8-bit activations -> (dot parts [R, SB, BN, 4, T], offset parts [R, SB, BN, 4, 1]), as _q2k_step's
+        tiles: quants 0..7 (low bits of qs word 8 + 4 c + T, high bit 4 h + S of hmask word 4 u + T), the -4 taken
+        off per 16 with x's sums."""
+        start = base + j * 110                                                           # [1, SB, BN, 1, 1]
+        s = tl.arange(0, 4)[None, None, None, :, None]
+        t = tl.arange(0, 4)[None, None, None, None, :]
+        shift = (2 * s).to(tl.uint32)
+        scale_bytes = w_halves.to(tl.pointer_type(tl.uint8)) + start
+        parts = tl.zeros((xq.shape[0], start.shape[1], start.shape[2], 4, 1 if ISUM else 4), dtype=tl.float32)
+        offsets = tl.zeros((xq.shape[0], start.shape[1], start.shape[2], 4, 1), dtype=tl.float32)
+        for c in tl.static_range(4):
+            h = c // 2
+            u = c % 2
+            low = _word_at(w_words, w_halves, start, 8 + 4 * c + t, ok, True).to(tl.uint32, bitcast=True)
+            high = _word_at(w_words, w_halves, start, 4 * u + t, ok, True).to(tl.uint32, bitcast=True)
+            quants = ((low >> shift) & 0x03030303) | (((high >> (s + 4 * h).to(tl.uint32)) & 0x01010101) << 2)
+            dot = _dp4a(quants.to(tl.int32, bitcast=True),
+                        tl.load(xq + j * 64 + 32 * h + 8 * s + 4 * u + t, mask=rok, other=0), False, ASM)
+            if ISUM:
+                dot = tl.sum(dot, axis=4, keep_dims=True)
+            g = 8 * h + 2 * s + u                                                        # [1, 1, 1, 4, 1]
+            scale = (tl.load(scale_bytes + 96 + g % 8, mask=ok, other=0).to(tl.int32) >> ((g // 8) * 4)) & 15
+            scale |= ((tl.load(scale_bytes + 104 + g % 4, mask=ok, other=0).to(tl.int32) >> ((g // 4) * 2)) & 3) << 4
+            factor = (scale - 32).to(tl.float32) * tl.load(dx + j * 8 + 4 * h + s, mask=rok, other=0.0)
+            parts += dot.to(tl.float32) * factor
+            offsets += 4.0 * factor * tl.load(sums + j * 16 + g, mask=rok, other=0.0)
+        d = _f16_half(w_halves, start + 108, ok)                                         # [1, SB, BN, 1, 1]
+        return parts * d, offsets * d
+
+    @triton.jit
     def _spread_bits(nibble):
         """4 bits (int32 0..15) -> bit 4 of each byte of a word (bit i -> byte i): the fifth bits of Q5_*."""
         return ((nibble * 0x00204081) & 0x01010101) << 4
@@ -527,6 +601,10 @@ if triton is not None:
             parts, offsets = _q4k_step(w_words, base, xq, dx, sums, j, ok, rok, ISUM, ASM, QTYPE == 13)
         elif QTYPE == 14:
             parts, offsets = _q6k_step(w_words, w_halves, base, xq, dx, sums, j, ok, rok, ISUM, ASM)
+        elif QTYPE == 10:
+            parts, offsets = _q2k_step(w_words, w_halves, base, xq, dx, sums, j, ok, rok, ISUM, ASM)
+        elif QTYPE == 11:
+            parts, offsets = _q3k_step(w_words, w_halves, base, xq, dx, sums, j, ok, rok, ISUM, ASM)
         else:
             parts, offsets = _small_step(w_words, w_halves, base, xq, dx, sums, j, ok, rok, QTYPE, ISUM, ASM)
         return parts, offsets

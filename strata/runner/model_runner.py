@@ -471,7 +471,7 @@ def packed_experts_read_in_place(model: nn.Module) -> bool:
     """Whether the packed MoE kernels read every packed expert layer's blocks as they are (strata.kernels.
     packed_moe.pairs_supported). Otherwise that layer dequantizes its experts per step: the used ones when
     eager, every one inside a graph (~20 GiB per captured graph on Qwen4-Exp's shape, measured before the
-    kernels read its 640-wide Q5_0 / Q8_0 down rows; now types like Q2_K / Q3_K)."""
+    kernels read its 640-wide Q5_0 / Q8_0 down rows; now only a type no kernel reads, such as Q8_1)."""
     from strata.kernels.packed_moe import pairs_supported
     from strata.model.moe import PackedLocalExperts
 

@@ -266,11 +266,12 @@ def test_packed_moe_layer_on_cuda_matches_dense_experts(moe_256, tmp_path, token
 
 
 @pytest.mark.parametrize("down_type, inter, expected", [("Q8_0", 640, True), ("Q5_0", 640, True), ("Q6_K", 512, True),
-                                                        ("Q2_K", 512, False)])
+                                                        ("Q2_K", 512, True), ("Q3_K", 512, True), ("Q8_1", 512, False)])
 def test_graphs_only_when_the_kernels_read_every_packed_expert_layer(down_type, inter, expected):
     """A packed expert layer the MoE kernels cannot read in place would dequantize all its experts inside
     every captured graph (Qwen4-Exp at Q4_K_M ran out of memory at 117 GiB of graph pools before its 640-wide
-    Q8_0 down rows were read), so graphs stay off then; Qwen4-Exp's Q8_0 / Q5_0 down rows are read."""
+    Q8_0 down rows were read), so graphs stay off then (Q8_1 here: a GGUF type no kernel reads); Qwen4-Exp's
+    Q8_0 / Q5_0 down rows and Q2_K / Q3_K files' rows are read."""
     from types import SimpleNamespace
 
     from strata.model.packed import PackedExpertWeight

@@ -1,17 +1,22 @@
 """packed_gemv (few-row projections over packed GGUF blocks) against gguf's dequantization + a
 float32 matmul, on blocks of every type it reads: quantized real values where gguf-py can quantize the
-type, else random bytes with finite scales."""
+type, else random bytes with finite scales. The kernels also run in Triton's interpreter on the CPU
+(TRITON_INTERPRET=1, triton installed), on small shapes."""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
 import torch
 
-from strata.kernels.packed_gemv import (BLOCK_LAYOUT, IQ4_NL, IQ4_XS, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0,
-                                       packed_gemv, packed_gemv_ref, supports)
+from strata.kernels.packed_gemv import (BLOCK_LAYOUT, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K,
+                                       Q6_K, Q8_0, packed_gemv, packed_gemv_ref, supports)
 
 gpu = pytest.mark.gpu
+interpreted = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                                 reason="the kernels in Triton's interpreter: set TRITON_INTERPRET=1, triton installed")
 
 
 def random_blocks(qtype: int, n: int, k: int, seed: int) -> torch.Tensor:
@@ -24,8 +29,8 @@ def random_blocks(qtype: int, n: int, k: int, seed: int) -> torch.Tensor:
 
         return torch.from_numpy(quantize(rng.standard_normal((n, k), dtype=np.float32), qtype))
     blocks = rng.integers(0, 256, (n, k // per_block, block_bytes), dtype=np.uint8)
-    f16_fields = {Q4_0: (0,), Q4_1: (0, 2), Q5_0: (0,), Q5_1: (0, 2), IQ4_NL: (0,), Q4_K: (0, 2), Q5_K: (0, 2),
-                  Q6_K: (208,), IQ4_XS: (0,)}[qtype]
+    f16_fields = {Q4_0: (0,), Q4_1: (0, 2), Q5_0: (0,), Q5_1: (0, 2), IQ4_NL: (0,), Q2_K: (80, 82), Q3_K: (108,),
+                  Q4_K: (0, 2), Q5_K: (0, 2), Q6_K: (208,), IQ4_XS: (0,)}[qtype]
     for offset in f16_fields:
         scale = rng.uniform(1e-3, 2e-2, (n, k // per_block)).astype(np.float16)
         blocks[:, :, offset:offset + 2] = scale.view(np.uint8).reshape(n, k // per_block, 2)
@@ -45,11 +50,12 @@ SMALL_BLOCK_TYPES = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL]
 
 
 def test_supports_whole_blocks_of_the_types_read():
-    """Superblock types need whole superblocks; 32-value types any number of blocks (a partial last chunk);
-    types the kernels do not decode (Q2_K = 10, Q3_K = 11, IQ3_S = 21) are never claimed."""
+    """Superblock types (Q2_K = 10 and Q3_K = 11 among them) need whole superblocks; 32-value types any number
+    of blocks (a partial last chunk); types the kernels do not decode (IQ3_S = 21, Q8_1 = 9) are never claimed."""
     assert supports(Q4_K, 512) and not supports(Q4_K, 320) and not supports(Q5_K, 640) and supports(IQ4_XS, 256)
+    assert supports(Q2_K, 256) and supports(Q3_K, 768) and not supports(Q2_K, 640) and not supports(Q3_K, 32)
     assert all(supports(q, 640) and supports(q, 32) and not supports(q, 48) for q in SMALL_BLOCK_TYPES)
-    assert not supports(10, 256) and not supports(11, 256) and not supports(21, 256)
+    assert not supports(21, 256) and not supports(9, 256)
 
 
 def test_word_decoding_takes_rows_of_whole_words():
@@ -62,6 +68,7 @@ def test_word_decoding_takes_rows_of_whole_words():
 
     assert fits(Q4_K, 256) and fits(Q5_K, 768) and fits(Q6_K, 512) and fits(Q6_K, 2560)
     assert not fits(Q6_K, 256) and not fits(Q6_K, 768) and not fits(Q8_0, 256) and not fits(IQ4_XS, 256)
+    assert not fits(Q2_K, 256) and not fits(Q3_K, 512)
     assert not words_supports(Q4_K, 256, random_blocks(Q4_K, 2, 512, seed=0).view(-1)[2:290].view(2, 144))
 
 
@@ -153,3 +160,39 @@ def test_packed_gemv_and_dequant_partial_chunks(qtype, rows, n, k):
     assert ((out.cpu() - expected).abs() / scale).max() < 1e-5
     dense = packed_dequant.dequantize(blocks.cuda(), qtype, k, torch.float32)
     torch.testing.assert_close(dense.cpu(), dequantize_ref(blocks, qtype, k), rtol=0, atol=0)
+
+
+@interpreted
+@pytest.mark.parametrize("acc", [False, True])
+@pytest.mark.parametrize("qtype", sorted(BLOCK_LAYOUT))
+@pytest.mark.parametrize("rows, n, k", [(1, 5, 256), (3, 9, 768)])
+def test_packed_gemv_in_the_interpreter(qtype, rows, n, k, acc):
+    """The group sums and the accumulator loop (where allowed) on the CPU, a last program of masked rows and
+    odd superblock counts included, against the reference within float32 summation error."""
+    from strata.kernels.packed_gemv import ACC_REFUSED
+
+    if acc and qtype in ACC_REFUSED:
+        return
+    blocks = random_blocks(qtype, n, k, seed=rows * n + k)
+    x = torch.randn(rows, k, generator=torch.Generator().manual_seed(k))
+    out = packed_gemv(x, blocks, qtype, n, k, config=dict(ACC=acc, WORDS=False, SUPERBLOCKS=2))
+    scale = (x.abs() @ packed_gemv_ref(torch.eye(k), blocks, qtype, n, k).abs()).clamp_min(1.0)
+    assert ((out - packed_gemv_ref(x, blocks, qtype, n, k)).abs() / scale).max() < 1e-5
+
+
+@interpreted
+@pytest.mark.parametrize("qtype", sorted(BLOCK_LAYOUT))
+def test_packed_dequant_in_the_interpreter(qtype):
+    """The one-launch dequantization on the CPU: gguf's float32 values exactly, and rounded once to float16
+    (the interpreter's bf16 cast truncates), for rows spaced further apart than their bytes (a slice of wider
+    rows)."""
+    from strata.kernels.gguf_blocks import dequantize_ref
+    from strata.kernels.packed_dequant import dequantize_blocks
+
+    blocks = random_blocks(qtype, 11, 768, seed=qtype)
+    wide = torch.zeros(11, blocks.shape[1] + 40, dtype=torch.uint8)
+    wide[:, :blocks.shape[1]] = blocks
+    expected = dequantize_ref(blocks, qtype, 768)
+    assert torch.equal(dequantize_blocks(blocks, qtype, 768, torch.float32), expected)
+    assert torch.equal(dequantize_blocks(wide[:, :blocks.shape[1]], qtype, 768, torch.float16),
+                       expected.to(torch.float16))

@@ -1,9 +1,12 @@
 """packed_moe (a layer's routed experts over GGUF blocks, CUDA) against packed_moe_ref in float32 on the
-same blocks: the three CUDA paths (pairs, grouped, dequantized experts + 16-bit grouped GEMMs), every type
-the block kernels read and one they do not, experts spaced further apart than their size (slot views),
-skipped pairs, and inside a CUDA graph capture."""
+same blocks: the CUDA paths (8-bit pairs, pairs, grouped, dequantized experts + 16-bit grouped GEMMs) on the
+types the block kernels read, experts spaced further apart than their size (slot views), skipped pairs, and
+inside a CUDA graph capture; the float pairs and grouped kernels also in Triton's interpreter on the CPU
+(TRITON_INTERPRET=1)."""
 
 from __future__ import annotations
+
+import os
 
 import gguf
 import numpy as np
@@ -12,10 +15,12 @@ import torch
 
 from gguf_writer import random_blocks
 from strata.kernels import packed_moe as packed_moe_module
-from strata.kernels.packed_gemv import Q4_K, Q5_0, Q5_K, Q6_K, Q8_0
+from strata.kernels.packed_gemv import IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_0, Q5_K, Q6_K, Q8_0
 from strata.kernels.packed_moe import packed_moe, packed_moe_ref, pairs_supported
 
 gpu = pytest.mark.gpu
+interpreted = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                                 reason="the kernels in Triton's interpreter: set TRITON_INTERPRET=1, triton installed")
 
 
 def experts(qtype: int, num: int, rows: int, k: int, seed: int, pad: int = 0) -> torch.Tensor:
@@ -50,15 +55,20 @@ def check(out: torch.Tensor, hidden, w13, qtype13, w2, qtype2, ids, weights) -> 
 
 
 def test_pairs_kernel_types():
-    IQ4_XS, Q2_K = int(gguf.GGMLQuantizationType.IQ4_XS), int(gguf.GGMLQuantizationType.Q2_K)
+    """Every packed type (Q2_K and Q3_K included) in rows the block kernels read; not IQ3_S, nor superblock rows
+    that 256 does not divide."""
+    IQ3_S = int(gguf.GGMLQuantizationType.IQ3_S)
     assert pairs_supported(Q4_K, Q6_K, 2048, 768) and pairs_supported(Q8_0, Q8_0, 256, 256)
     assert pairs_supported(Q5_K, Q6_K, 2048, 768) and pairs_supported(Q4_K, Q5_0, 512, 640)
-    assert pairs_supported(IQ4_XS, IQ4_XS, 2048, 768)
-    assert not pairs_supported(Q2_K, Q6_K, 2048, 768) and not pairs_supported(Q4_K, Q4_K, 2048, 96)
+    assert pairs_supported(IQ4_XS, IQ4_XS, 2048, 768) and pairs_supported(Q2_K, Q3_K, 2048, 768)
+    assert pairs_supported(Q3_K, Q2_K, 2048, 768)
+    assert not pairs_supported(IQ3_S, Q6_K, 2048, 768) and not pairs_supported(Q4_K, Q4_K, 2048, 96)
+    assert not pairs_supported(Q2_K, Q3_K, 2048, 640)
 
 
 @gpu
-@pytest.mark.parametrize("qtypes", [(Q4_K, Q6_K), (Q8_0, Q8_0), (Q6_K, Q4_K), (Q5_K, Q6_K), (23, 23)])
+@pytest.mark.parametrize("qtypes", [(Q4_K, Q6_K), (Q8_0, Q8_0), (Q6_K, Q4_K), (Q5_K, Q6_K), (IQ4_XS, IQ4_XS),
+                                    (Q2_K, Q3_K), (Q3_K, Q2_K)])
 @pytest.mark.parametrize("tokens", [1, 3, 40])
 def test_packed_moe_matches_ref(qtypes, tokens):
     hidden, w13, w2, ids, weights = case(*qtypes, tokens, pad=96 if tokens == 3 else 0, seed=tokens)
@@ -83,7 +93,7 @@ def test_every_path_matches_the_reference(tokens):
 
 
 @gpu
-@pytest.mark.parametrize("qtypes, tokens", [((Q4_K, Q6_K), 1), ((Q4_K, Q6_K), 2), ((Q5_K, Q6_K), 2)])
+@pytest.mark.parametrize("qtypes, tokens", [((Q4_K, Q6_K), 1), ((Q4_K, Q6_K), 2), ((Q5_K, Q6_K), 2), ((Q2_K, Q3_K), 2)])
 def test_packed_moe_in_a_cuda_graph(qtypes, tokens):
     hidden, w13, w2, ids, weights = case(*qtypes, tokens, seed=3)
     args = [hidden.cuda(), w13.cuda(), qtypes[0], w2.cuda(), qtypes[1], ids.cuda(), weights.cuda()]
@@ -98,9 +108,9 @@ def test_packed_moe_in_a_cuda_graph(qtypes, tokens):
     check(out, hidden, w13, qtypes[0], w2, qtypes[1], new_ids, weights)
 
 
-def on_device(w: torch.Tensor) -> torch.Tensor:
-    """w [E, rows, row bytes] on the GPU with its strides (a padded slot view stays padded)."""
-    base = torch.zeros(w.shape[0], w.stride(0), dtype=torch.uint8, device="cuda")
+def on_device(w: torch.Tensor, device: str = "cuda") -> torch.Tensor:
+    """w [E, rows, row bytes] on `device` with its strides (a padded slot view stays padded)."""
+    base = torch.zeros(w.shape[0], w.stride(0), dtype=torch.uint8, device=device)
     view = base[:, :w[0].numel()].unflatten(1, w.shape[1:])
     view.copy_(w)
     return view
@@ -138,3 +148,18 @@ def test_the_8_bit_pairs_take_up_to_a_few_pairs_an_expert(tokens, path, monkeypa
     out = packed_moe(hidden.cuda(), w13.cuda(), Q4_K, w2.cuda(), Q6_K, ids.cuda(), weights.cuda())
     assert taken == [path]
     check(out, hidden, w13, Q4_K, w2, Q6_K, ids, weights)
+
+
+@interpreted
+@pytest.mark.parametrize("qtypes", [(Q2_K, Q3_K), (Q3_K, Q2_K), (Q4_K, Q6_K)])
+@pytest.mark.parametrize("path", ["_pairs", "_grouped"])
+def test_float_kernels_in_the_interpreter(qtypes, path):
+    """The float pairs (packed_gemv's _chunk_dot) and grouped kernels (its _chunk_values) on the CPU in float32,
+    experts in padded slots and a skipped pair, against the reference."""
+    hidden, w13, w2, ids, weights = case(*qtypes, 2, dim=256, inter=256, num=4, top_k=2, pad=96, seed=5)
+    hidden = hidden.float()
+    run = getattr(packed_moe_module, path)  # wide programs: the interpreter runs them one by one
+    partials = run(hidden, w13, qtypes[0], w2, qtypes[1], ids, weights, config=dict(BLOCK_N=64))
+    assert torch.all(partials[0, -1] == 0)
+    expected = packed_moe_ref(hidden, w13, qtypes[0], w2, qtypes[1], ids, weights)
+    assert ((partials.sum(1) - expected).abs().max() / expected.abs().max()) < 1e-5

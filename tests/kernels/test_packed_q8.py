@@ -1,8 +1,11 @@
-"""packed_q8 (Q4_K / Q5_K / Q6_K rows times 8-bit activations, integer dot products): the activation rounding in
-torch on the CPU; on the GPU the kernels against gguf's dequantization times the rounded activations
-(float32 summation order apart), and the rounding's error against unrounded activations."""
+"""packed_q8 (packed GGUF rows times 8-bit activations, integer dot products): the activation rounding in
+torch on the CPU; on the GPU (and in Triton's interpreter on the CPU with TRITON_INTERPRET=1, small shapes) the
+kernels against gguf's dequantization times the rounded activations (float32 summation order apart), and the
+rounding's error against unrounded activations."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
@@ -10,9 +13,13 @@ import torch
 from test_packed_gemv import random_blocks  # this folder's module by name: an installed `kernels` package (transformers >= 5.25 needs one) shadows tests/kernels
 from strata.kernels import packed_q8
 from strata.kernels.gguf_blocks import dequantize_ref
-from strata.kernels.packed_gemv import IQ4_XS, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, packed_gemv_ref
+from strata.kernels.packed_gemv import (IQ4_XS, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0,
+                                       packed_gemv_ref)
 
 gpu = pytest.mark.gpu
+interpreted = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                                 reason="the kernels in Triton's interpreter: set TRITON_INTERPRET=1, triton installed")
+Q8_TYPES = [Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K]
 
 
 def test_activation_rounding_keeps_each_value_within_half_a_step():
@@ -32,8 +39,9 @@ def test_activation_rounding_keeps_each_value_within_half_a_step():
 
 
 def test_supports_rows_of_whole_units():
-    """Q4_K / Q5_K / Q6_K rows of whole superblocks, the 32-value types rows of whole 128-value units; rows may
-    start two bytes into a word except Q4_K's and Q5_K's; other types are left to the float decoders."""
+    """Q2_K / Q3_K / Q4_K / Q5_K / Q6_K rows of whole superblocks, the 32-value types rows of whole 128-value
+    units; rows may start two bytes into a word except Q2_K's, Q4_K's and Q5_K's; other types are left to the
+    float decoders."""
     assert packed_q8.supports(Q4_K, 512, torch.zeros(4, 288, dtype=torch.uint8))
     assert packed_q8.supports(Q6_K, 768, torch.zeros(4, 630, dtype=torch.uint8))
     assert packed_q8.supports(Q8_0, 640, torch.zeros(4, 680, dtype=torch.uint8))
@@ -45,7 +53,14 @@ def test_supports_rows_of_whole_units():
     assert not packed_q8.supports(IQ4_XS, 512, torch.zeros(4, 272, dtype=torch.uint8))
     assert not packed_q8.supports(Q4_K, 256, torch.zeros(4, 146, dtype=torch.uint8)[:, :144])
     assert not packed_q8.supports(Q6_K, 256, torch.zeros(4, 211, dtype=torch.uint8)[:, :210])
+    assert packed_q8.supports(Q2_K, 512, torch.zeros(4, 168, dtype=torch.uint8))
+    assert not packed_q8.supports(Q2_K, 256, torch.zeros(4, 86, dtype=torch.uint8)[:, :84])
+    assert not packed_q8.supports(Q2_K, 320, torch.zeros(4, 105, dtype=torch.uint8))
+    assert packed_q8.supports(Q3_K, 768, torch.zeros(4, 330, dtype=torch.uint8))
+    assert packed_q8.supports(Q3_K, 256, torch.zeros(4, 112, dtype=torch.uint8)[:, :110])
+    assert not packed_q8.supports(Q3_K, 256, torch.zeros(4, 111, dtype=torch.uint8)[:, :110])
     assert packed_q8.row_bytes(Q5_1, 640) == 480 and packed_q8.row_bytes(Q6_K, 512) == 420
+    assert packed_q8.row_bytes(Q2_K, 512) == 168 and packed_q8.row_bytes(Q3_K, 768) == 330
 
 
 def rounded(x: torch.Tensor) -> torch.Tensor:
@@ -125,15 +140,29 @@ def test_norm_rounds_its_output_as_quantize_does(dim, form):
 
 
 @gpu
-@pytest.mark.parametrize("qtype", [Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1])
+@pytest.mark.parametrize("qtype", Q8_TYPES)
 @pytest.mark.parametrize("rows, n, k", [(1, 33, 256), (1, 4096, 2048), (3, 64, 768), (5, 7, 2560), (16, 40, 512)])
 @pytest.mark.parametrize("config", [None, dict(BLOCK_N=8, SUPERBLOCKS=1, num_warps=4)])
 def test_gemv_equals_the_dequantized_weight_times_the_rounded_activations(qtype, rows, n, k, config):
     """Exact integer sums scaled in float32: within float32 summation error of gguf's weights times the
     rounded x; against unrounded x within 1 % of |W| @ |x| (the rounding, as in llama.cpp)."""
+    check_gemv(qtype, rows, n, k, config, "cuda")
+
+
+@interpreted
+@pytest.mark.parametrize("qtype", Q8_TYPES)
+@pytest.mark.parametrize("rows, n, k", [(1, 5, 256), (3, 9, 768)])
+@pytest.mark.parametrize("config", [None, dict(BLOCK_N=8, SUPERBLOCKS=1, num_warps=4)])
+def test_gemv_in_the_interpreter(qtype, rows, n, k, config):
+    """The GPU test's bounds on the CPU: one row (per-word sums) and three (integer sums per group first), odd
+    superblocks (Q3_K's and Q6_K's then start two bytes into a word), a last program of masked rows."""
+    check_gemv(qtype, rows, n, k, config, "cpu")
+
+
+def check_gemv(qtype: int, rows: int, n: int, k: int, config: dict | None, device: str) -> None:
     blocks = random_blocks(qtype, n, k, seed=rows * n + k)
     x = torch.randn(rows, k, generator=torch.Generator().manual_seed(k)).to(torch.bfloat16)
-    out = packed_q8.packed_gemv_q8(x.cuda(), blocks.cuda(), qtype, n, k, config=config).cpu()
+    out = packed_q8.packed_gemv_q8(x.to(device), blocks.to(device), qtype, n, k, config=config).cpu()
     weight_abs = packed_gemv_ref(torch.eye(k), blocks, qtype, n, k).abs()             # |W|.T [K, N]
     exact = packed_gemv_ref(rounded(x), blocks, qtype, n, k)
     assert ((out - exact).abs() / (rounded(x).abs() @ weight_abs).clamp_min(1e-3)).max() < 1e-5
@@ -154,17 +183,28 @@ def test_gemv_reads_blocks_two_bytes_into_a_word(qtype):
 
 
 @gpu
-def test_gemv_reads_rows_of_a_strided_view():
-    """Rows spaced further apart than their bytes (a weight inside a wider buffer), Q6_K of odd superblocks
-    (rows starting two bytes into a word)."""
-    blocks = random_blocks(Q6_K, 24, 768, seed=3)
-    wide = torch.zeros(24, 632, dtype=torch.uint8)
-    wide[:, :630] = blocks
+@pytest.mark.parametrize("qtype", [Q6_K, Q3_K, Q2_K])
+def test_gemv_reads_rows_of_a_strided_view(qtype):
+    """Rows spaced further apart than their bytes (a weight inside a wider buffer), Q6_K and Q3_K of odd
+    superblocks (rows starting two bytes into a word), Q2_K rows 4 bytes apart."""
+    check_strided_rows(qtype, "cuda")
+
+
+@interpreted
+@pytest.mark.parametrize("qtype", [Q6_K, Q3_K, Q2_K])
+def test_strided_rows_in_the_interpreter(qtype):
+    check_strided_rows(qtype, "cpu")
+
+
+def check_strided_rows(qtype: int, device: str) -> None:
+    blocks = random_blocks(qtype, 24, 768, seed=3)
+    wide = torch.zeros(24, blocks.shape[1] + 4 if qtype == Q2_K else blocks.shape[1] + 2, dtype=torch.uint8)
+    wide[:, :blocks.shape[1]] = blocks
     x = torch.randn(2, 768, generator=torch.Generator().manual_seed(3))
-    out = packed_q8.packed_gemv_q8(x.cuda(), wide.cuda()[:, :630], Q6_K, 24, 768).cpu()
-    exact = packed_gemv_ref(rounded(x), blocks, Q6_K, 24, 768)
+    out = packed_q8.packed_gemv_q8(x.to(device), wide.to(device)[:, :blocks.shape[1]], qtype, 24, 768).cpu()
+    exact = packed_gemv_ref(rounded(x), blocks, qtype, 24, 768)
     # relative to |x| @ |W|: Q6_K's offset (sum q x - 32 sum x) cancels, so plain relative error is no measure
-    scale = rounded(x).abs() @ packed_gemv_ref(torch.eye(768), blocks, Q6_K, 24, 768).abs()
+    scale = rounded(x).abs() @ packed_gemv_ref(torch.eye(768), blocks, qtype, 24, 768).abs()
     assert ((out - exact).abs() / scale).max() < 1e-5
 
 
@@ -189,16 +229,28 @@ def moe_reference(hidden, w13, qtype13, w2, qtype2, ids, weights) -> torch.Tenso
 @gpu
 @pytest.mark.parametrize("qtypes, inter", [((Q4_K, Q6_K), 768), ((Q6_K, Q4_K), 768), ((Q4_K, Q4_K), 768),
                                            ((Q4_K, Q8_0), 640), ((Q4_K, Q5_0), 640), ((Q8_0, Q8_0), 384),
-                                           ((Q5_K, Q6_K), 768)])
+                                           ((Q5_K, Q6_K), 768), ((Q2_K, Q3_K), 768), ((Q3_K, Q2_K), 768)])
 @pytest.mark.parametrize("tokens", [1, 4, 48])
 def test_moe_pairs_match_the_rounded_reference(qtypes, inter, tokens):
     """Experts in slots wider than they are (a padded view), a skipped pair (zeros), K = 768 down rows (odd
-    Q6_K superblocks), Qwen4-Exp's 640-wide down rows in Q8_0 / Q5_0."""
+    Q6_K / Q3_K superblocks), Qwen4-Exp's 640-wide down rows in Q8_0 / Q5_0."""
+    check_moe_pairs(qtypes, tokens, "cuda", dict(dim=512, inter=inter))
+
+
+@interpreted
+@pytest.mark.parametrize("qtypes", [(Q2_K, Q3_K), (Q3_K, Q2_K), (Q4_K, Q6_K)])
+def test_moe_pairs_in_the_interpreter(qtypes):
+    """A small case with wide programs (the interpreter runs programs one by one): one-superblock gate/up rows
+    and 768-wide down rows (Q3_K's odd rows start two bytes into a word in both)."""
+    check_moe_pairs(qtypes, 2, "cpu", dict(dim=256, inter=768, num=4, top_k=2), config=dict(BLOCK_N=64))
+
+
+def check_moe_pairs(qtypes: tuple[int, int], tokens: int, device: str, shape: dict, config: dict | None = None):
     from test_packed_moe import case, on_device
 
-    hidden, w13, w2, ids, weights = case(*qtypes, tokens, dim=512, inter=inter, pad=96, seed=tokens)
-    out = packed_q8.moe_pairs_q8(hidden.cuda(), on_device(w13), qtypes[0], on_device(w2), qtypes[1], ids.cuda(),
-                                 weights.cuda()).cpu()
+    hidden, w13, w2, ids, weights = case(*qtypes, tokens, **shape, pad=96, seed=tokens)
+    out = packed_q8.moe_pairs_q8(hidden.to(device), on_device(w13, device), qtypes[0], on_device(w2, device),
+                                 qtypes[1], ids.to(device), weights.to(device), config=config).cpu()
     expected = moe_reference(hidden, w13, qtypes[0], w2, qtypes[1], ids, weights)
     assert torch.all(out[0, -1] == 0)
     # float32 sums in another order, and SiLU's float32 rounding moving an activation across a rounding step
