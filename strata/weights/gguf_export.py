@@ -1,6 +1,6 @@
 """`strata quantize`: any model Strata loads (HF folder, GGUF file, random:<shape>) written as a GGUF file in
-a quantization scheme (SCHEMES: q2_k, q3_k_m, q4_k_m, q6_k, q8_0, f16, bf16, f32) with a tokenizer, so benchmarks can make
-a Q4_K_M file of a real model shape in seconds on a GPU. The file follows llama.cpp's conventions
+a quantization scheme (SCHEMES: q2_k, q3_k_m, q4_k_m, q6_k, q8_0, f16, bf16, f32) with a tokenizer, so benchmarks
+can make a Q4_K_M file of a real model shape in seconds on a GPU. The file follows llama.cpp's conventions
 (strata.weights.gguf_writer). Its tokenizer: a GGUF source's tokenizer.* metadata copied, an HF folder's
 byte-level BPE tokenizer.json converted, else (random shapes) a synthetic byte-level BPE vocabulary of
 exactly vocab_size tokens, with ChatML special tokens, that strata.tokenizer_gguf loads.

@@ -6,8 +6,8 @@ quantizes in seconds on a GPU with bounded scratch memory. All math is float32.
 For test and benchmark files, not a rival to llama.cpp's quantizer: K-quant and IQ4_NL scales come from each
 group's range in one pass, without llama.cpp's search for the scale that minimises the error (the error is
 somewhat larger than llama-quantize's). Q8_0, Q4_0, Q5_0 and Q5_1 (the last three: llama.cpp's fallbacks for
-Q2_K / Q3_K, Q4_K and Q5_K rows that 256 does not divide) are llama.cpp's reference quantizers, bit for bit gguf-py's. The blocks
-are the file format byte for byte: gguf-py's `dequantize` reads them (the tests check it).
+Q2_K / Q3_K, Q4_K and Q5_K rows that 256 does not divide) are llama.cpp's reference quantizers, bit for bit
+gguf-py's. The blocks are the file format byte for byte: gguf-py's `dequantize` reads them (the tests check it).
 """
 
 from __future__ import annotations
@@ -243,6 +243,6 @@ def _iq4_nl(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([_f16_bytes(d[:, 0]), codes[:, :16] | (codes[:, 16:] << 4)], dim=1)
 
 
-_BLOCK_QUANTIZERS = {Q8_0: _q8_0, Q4_0: _q4_0, Q5_0: _q5_0, Q5_1: _q5_1, Q2_K: _q2_k, Q3_K: _q3_k, Q4_K: _q4_k, Q5_K: _q5_k,
-                     Q6_K: _q6_k, IQ4_NL: _iq4_nl}
+_BLOCK_QUANTIZERS = {Q8_0: _q8_0, Q4_0: _q4_0, Q5_0: _q5_0, Q5_1: _q5_1, Q2_K: _q2_k, Q3_K: _q3_k, Q4_K: _q4_k,
+                     Q5_K: _q5_k, Q6_K: _q6_k, IQ4_NL: _iq4_nl}
 SUPPORTED_TYPES = (*_FLOATS, *_BLOCK_QUANTIZERS)

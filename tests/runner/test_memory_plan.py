@@ -105,7 +105,8 @@ def test_qwen3_next_80b_at_q4_k_m_fits_a_24_gb_card_and_64_gb_of_ram(monkeypatch
 def test_qwen4_exp_125b_at_2_and_3_bits_fits_a_24_gb_card_and_64_gb_of_ram(monkeypatch):
     """The seed's model on the machine its users have: at Q2_K (46.7 GiB of experts) and Q3_K_M (59.4 GiB) the
     plan fits a 24 GB card beside 64 GB of host RAM, some experts on the card and the rest in host RAM, the
-    PLE table (26.9 GiB here) read from the file's pages, counted neither on the card nor in RAM; at Q4_K_M (76.7 GiB of experts) the experts do not fit in host RAM.
+    PLE table (26.9 GiB here) read from the file's pages, counted neither on the card nor in RAM; at Q4_K_M
+    (76.7 GiB of experts) the experts do not fit in host RAM.
     Packed Q2_K / Q3_K experts are what make it fit: dequantized, they would take ~4x their packed bytes."""
     from strata.runner.memory import ModelDoesNotFit
     from strata.weights.loaded_sizes import scheme_sizes

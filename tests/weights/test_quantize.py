@@ -10,7 +10,8 @@ import pytest
 import torch
 from gguf.quants import dequantize
 
-from strata.weights.quantize import BF16, F16, F32, IQ4_NL, Q2_K, Q4_0, Q3_K, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, quantize
+from strata.weights.quantize import (BF16, F16, F32, IQ4_NL, Q2_K, Q3_K, Q4_0, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0,
+                                     quantize)
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))]
 
