@@ -1,20 +1,24 @@
-# Prepared in session 32 for the next session's first device call (carry [".whl", ".base"]; device_setup.sh says how
-# to build .base/src.tar). Untested on a GPU: the PLE layer in three launches (kernels/ple.py: rows, gate, conv;
-# opt-in with STRATA_FUSED_PLE=1; make it the default if 1-2 hold). 1. its kernel tests and the Qwen4-Exp graph / HF
-# tests with it on;
-# 2. the A/B in one process on Qwen4-Exp 4L with PLE (session 32: 815.4 tok/s at c1 with PLE against 1,053.9
-# without, ~0.27 ms a step of small torch launches); 3. issue 29's PLE command (targets c1 50 % of copy bandwidth,
-# c8 3,630, c16 4,784, prefill 16,632).
+# Prepared in session 33 for the next session's first device call (carry [".whl", ".base"]; device_setup.sh says how
+# to build .base/src.tar). Untested on a GPU: Q2_K and Q3_K in the Triton kernels (packed_gemv, packed_dequant,
+# packed_q8, the MoE pairs and grouped kernels), written in session 33 after its device time. 1. their GPU tests;
+# 2. each type's GEMVs against Q4_K's (lowbit_ab.py); 3. the 30B-A3B 24L at q3_k_m (issue 23's command) and q2_k (one
+# stream), beside session 32's q4_k_m (656.7 / 1,846.9 / 2,544.2 tok/s, prefill 16,277.1).
 source tools/gpu_ab/device_setup.sh
 S=$(date +%s)
-STRATA_FUSED_PLE=1 timeout -s INT 170 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_ple_kernels.py tests/runner/test_cuda_graphs.py \
-  --tb=short -k "ple or qwen4_exp or greedy_matches_hf_through" > $OUT/tests.log 2>&1
+timeout -s INT 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_packed_gemv.py \
+  tests/kernels/test_packed_q8.py tests/kernels/test_packed_moe.py tests/kernels/test_gguf_blocks.py \
+  tests/experts/test_packed_experts.py tests/weights/test_packed_gguf.py --tb=short -k "Q2_K or Q3_K" > $OUT/tests.log 2>&1
 echo "== tests rc=$? t=$(( $(date +%s)-S ))"; grep -E "FAILED|ERROR|passed|failed" $OUT/tests.log | head -12 | cut -c1-200
-timeout -s INT 120 python3 env_ab.py 'random:qwen4exp-125b?num_hidden_layers=4&ngram_vocab_size_base=1000000' FUSED_PLE 3 \
-  > $OUT/ab_ple.txt 2>&1
-echo "== ab ple rc=$? t=$(( $(date +%s)-S ))"; grep "tok/s" $OUT/ab_ple.txt
-LEFT=$(( 570 - ($(date +%s)-S) ))
-STRATA_FUSED_PLE=1 timeout -s INT $LEFT python3 -m strata.cli.main bench offline 'random:qwen4exp-125b?num_hidden_layers=4&ngram_vocab_size_base=1000000' \
-  --device cuda --max-model-len 4096 --num-prompts 16 --input-len 128 --output-len 128 --concurrency 1,8,16 --repeats 2 \
-  --prefill-lens 512 --output $OUT/q4e_ple.json > $OUT/q4e_ple.log 2>&1
-echo "== issue 29 bf16 with PLE rc=$? t=$(( $(date +%s)-S ))"; grep -E "tok/s" $OUT/q4e_ple.log | tail -4 | cut -c1-200
+timeout -s INT 70 python3 lowbit_ab.py 1 4 8 > $OUT/lowbit_ab.txt 2>&1
+echo "== lowbit_ab rc=$? t=$(( $(date +%s)-S ))"; cut -c1-240 $OUT/lowbit_ab.txt
+M='random:qwen3-30b-a3b?num_hidden_layers=24'
+timeout -s INT 40 python3 -m strata.cli.main quantize "$M" /tmp/q3km.gguf --scheme q3_k_m --device cuda > /dev/null 2>&1
+timeout -s INT 170 python3 -m strata.cli.main bench offline /tmp/q3km.gguf --device cuda --max-model-len 4096 --num-prompts 16 \
+  --input-len 64 --output-len 128 --repeats 1 --concurrency 1,8,16 --prefill-lens 512 --output $OUT/q3km.json \
+  > $OUT/q3km.log 2>&1
+echo "== 30B q3_k_m rc=$? t=$(( $(date +%s)-S ))"; grep -E "tok/s" $OUT/q3km.log | tail -4 | cut -c1-200
+timeout -s INT 40 python3 -m strata.cli.main quantize "$M" /tmp/q2k.gguf --scheme q2_k --device cuda > /dev/null 2>&1
+LEFT=$(( 580 - ($(date +%s)-S) ))
+timeout -s INT $LEFT python3 -m strata.cli.main bench offline /tmp/q2k.gguf --device cuda --max-model-len 4096 --num-prompts 16 \
+  --input-len 64 --output-len 128 --repeats 1 --concurrency 1 --output $OUT/q2k.json > $OUT/q2k.log 2>&1
+echo "== 30B q2_k rc=$? t=$(( $(date +%s)-S ))"; grep -E "tok/s" $OUT/q2k.log | tail -2 | cut -c1-200
