@@ -50,9 +50,16 @@ def fused_moe_ref(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top
 def grouped_experts_ref(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
                         expert_weights: Callable[[int], tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
     """hidden [T, D], topk_ids / topk_weights [T, K] -> sum_k w[t, k] * expert_{ids[t, k]}(hidden[t]) [T, D]
-    in hidden's dtype, expert e's weights (w13 [2I, D], w2 [D, I]) from `expert_weights(e)`. Rows sorted by
-    expert, each used expert once, in ascending order. Pairs with a negative id are skipped (an expert
-    provider computes them elsewhere)."""
+    in hidden's dtype, expert e's weights (w13 [2I, D], w2 [D, I]) from `expert_weights(e)` (grouped_experts_apply
+    with expert_mlp)."""
+    return grouped_experts_apply(hidden, topk_ids, topk_weights, lambda x, e: expert_mlp(x, *expert_weights(e)))
+
+
+def grouped_experts_apply(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
+                          mlp: Callable[[torch.Tensor, int], torch.Tensor]) -> torch.Tensor:
+    """hidden [T, D], topk_ids / topk_weights [T, K] -> sum_k w[t, k] * mlp(hidden[t], ids[t, k]) [T, D] in hidden's
+    dtype, mlp(x [n, D], e) -> [n, D] expert e on its rows. Rows sorted by expert, each used expert once, in
+    ascending order. Pairs with a negative id are skipped (an expert provider computes them elsewhere)."""
     top_k = topk_ids.shape[1]
     flat_ids = topk_ids.flatten()                        # [T * K]
     order = flat_ids.argsort(stable=True)
@@ -64,8 +71,7 @@ def grouped_experts_ref(hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weigh
     for expert_id, count in zip(used.tolist(), counts.tolist()):
         if expert_id >= 0:
             rows = token_of[start:start + count]
-            w13, w2 = expert_weights(expert_id)
-            y = expert_mlp(hidden[rows], w13, w2)  # [n, D]
+            y = mlp(hidden[rows], expert_id)  # [n, D]
             out.index_add_(0, rows, (y * weights[start:start + count]).to(out.dtype))
         start += count
     return out

@@ -105,12 +105,13 @@ class PackedLocalExperts(nn.Module):
         self.register_buffer("w13", w13.blocks, persistent=False)
         self.register_buffer("w2", w2.blocks, persistent=False)
         self.qtype13, self.qtype2 = w13.qtype, w2.qtype
+        self.int8_activations = False  # --cpu-matmul int8 (packed.set_cpu_matmul): the CPU's quant_moe
 
     def blocks(self) -> ExpertBlocks:
         return ExpertBlocks(self.w13, self.qtype13, self.w2, self.qtype2)
 
     def forward(self, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
-        return ops.packed_moe(hidden, self.blocks(), topk_ids, topk_weights)
+        return ops.packed_moe(hidden, self.blocks(), topk_ids, topk_weights, int8=self.int8_activations)
 
     def extra_repr(self) -> str:
         from gguf import GGMLQuantizationType

@@ -21,7 +21,7 @@ from strata.config import debug_flag
 from strata.kernels import (hyper, packed_dequant, packed_gemv, packed_q8, qsa_scores, skinny_linear, skinny_mlp,
                             triton_available)
 from strata.kernels.fused_moe import fused_moe as fused_moe_kernel
-from strata.kernels.fused_moe import fused_moe_ref
+from strata.kernels.fused_moe import fused_moe_ref, grouped_experts_apply
 from strata.kernels.gguf_blocks import packed_matmul_ref
 from strata.kernels.packed_moe import packed_moe as packed_moe_kernel
 from strata.kernels.packed_moe import packed_moe_ref
@@ -399,16 +399,51 @@ def fused_moe(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_id
 
 
 def packed_moe(hidden: torch.Tensor, experts, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
-               sum_topk: bool = True) -> torch.Tensor:
+               sum_topk: bool = True, int8: bool = False) -> torch.Tensor:
     """fused_moe over an ExpertBlocks (a layer's experts as GGUF blocks); negative ids are skipped.
     CUDA: the packed kernels (packed_moe; with sum_topk False, float32 partials [T, K or 1, D] for
-    rms_norm_topk_sum). CPU: each used expert dequantized to hidden's dtype, then the dense torch path,
-    so a float32 model gives the bits of the same file loaded dense."""
+    rms_norm_topk_sum). CPU float32: each used expert's projections by the native dequant_matmul (gguf's exact
+    weights, float32 sums, as the dense layers: the same file loaded dense up to summation order; with `int8`,
+    --cpu-matmul int8, cpu_quant.quant_moe: the activations rounded per block, the layer in one call); else (no C
+    compiler, a type it lacks, STRATA_NO_CPU_DEQUANT=1, 16-bit) each used expert dequantized to hidden's dtype,
+    then the dense torch path (packed_moe_ref: for float32 the bits of the same file loaded dense)."""
     w13, qtype13, w2, qtype2 = experts
     if kernels_on(hidden) and hidden.dtype in HALF:
         return packed_moe_kernel(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights, sum_topk)
-    out = packed_moe_ref(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights)
+    out = _packed_moe_cpu(hidden, experts, topk_ids, topk_weights, int8)
+    if out is None:
+        out = packed_moe_ref(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights)
     return out if sum_topk else out.float().unsqueeze(1)
+
+
+def _packed_moe_cpu(hidden: torch.Tensor, experts, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
+                    int8: bool = False) -> torch.Tensor | None:
+    """CPU float32: packed_moe_ref's grouped path with each used expert's two projections through the native
+    dequant_matmul (gguf's exact weights, float32 sums in the kernel's order, as the dense layers) instead of a
+    dequantized copy of the expert a step; with `int8`, the layer's pairs in one quant_moe call -> [T, D]; None
+    where the kernel is off or does not read both types."""
+    kernel = _cpu_dequant()
+    w13, qtype13, w2, qtype2 = experts
+    if kernel is None or hidden.is_cuda or hidden.dtype != torch.float32 or w13.is_cuda:
+        return None
+    dim, inter = hidden.shape[1], w13.shape[1] // 2
+    if int8 and kernel.supports_moe(qtype13, qtype2):
+        pairs = (topk_ids >= 0).flatten().nonzero().squeeze(1)                 # [P] of the T * K flattened
+        rows = (pairs // topk_ids.shape[1]).numpy()
+        experts_of = topk_ids.flatten()[pairs].to(torch.int64).numpy()
+        weights = topk_weights.flatten()[pairs].float().contiguous().numpy()
+        out = torch.zeros_like(hidden)                                         # [T, D]
+        kernel.quant_moe(hidden.contiguous(), rows, experts_of, weights, w13, qtype13, w2, qtype2, inter, out)
+        return out
+    if not (kernel.supports_dequant(qtype13) and kernel.supports_dequant(qtype2)):
+        return None
+
+    def mlp(x: torch.Tensor, e: int) -> torch.Tensor:
+        gate_up = kernel.dequant_matmul(x.contiguous(), w13[e].contiguous(), qtype13, 2 * inter, dim)  # [n, 2I]
+        act = F.silu(gate_up[:, :inter]) * gate_up[:, inter:]                                        # [n, I]
+        return kernel.dequant_matmul(act, w2[e].contiguous(), qtype2, dim, inter)                    # [n, D]
+
+    return grouped_experts_apply(hidden, topk_ids, topk_weights, mlp)
 
 
 def fused_routing_on(hidden: torch.Tensor, gate_weight: torch.Tensor, w13: torch.Tensor) -> bool:

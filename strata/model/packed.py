@@ -229,5 +229,5 @@ def set_cpu_matmul(model: nn.Module, mode: str) -> None:
     """--cpu-matmul for every packed weight of `model`: "int8" quantizes a float32 model's activations per
     block for its CPU products (ops.packed_linear), "exact" keeps them float32."""
     for module in model.modules():
-        if isinstance(module, PackedWeight):
+        if isinstance(module, PackedWeight) or hasattr(module, "int8_activations"):  # (moe.PackedLocalExperts too)
             module.int8_activations = mode == "int8"
