@@ -62,7 +62,8 @@ def placeholder_vocab(cfg: dict) -> Vocab:
 
 # byte offsets of the float16 scales (d, and dmin where the type has one) in a block of each type
 # gguf-py cannot quantize; the other bytes (sub-block scales, quants) may be anything
-F16_SCALES = {"Q8_0": (0,), "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "IQ4_XS": (0,), "IQ4_NL": (0,), "Q2_K": (80, 82), "Q3_K": (108,)}
+F16_SCALES = {"Q8_0": (0,), "Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "IQ4_XS": (0,), "IQ4_NL": (0,), "Q2_K": (80, 82), "Q3_K": (108,),
+              "IQ2_XXS": (0,), "IQ2_XS": (0,), "IQ2_S": (0,), "IQ3_XXS": (0,), "IQ3_S": (0,), "IQ1_S": (0,)}
 
 
 def random_blocks(shape: tuple[int, ...], qtype, rng: np.random.Generator, scale: float = 1e-3) -> np.ndarray:

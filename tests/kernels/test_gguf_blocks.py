@@ -1,7 +1,7 @@
 """strata.kernels.gguf_blocks: the block formats are gguf-py's, `dequantize_ref` equals gguf-py's numpy
 dequantization bit for bit for every type (one row, odd row counts, one block and several superblocks,
-rows taken from a larger tensor), `packed_matmul_ref` is "dequantize, then matmul" also in row chunks,
-and bad shapes are ValueErrors."""
+rows taken from a larger tensor; the i-quants also at scales from float16 subnormals to large),
+`packed_matmul_ref` is "dequantize, then matmul" also in row chunks, and bad shapes are ValueErrors."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import torch
 
 from gguf_writer import random_blocks
 from strata.kernels import gguf_blocks
-from strata.kernels.gguf_blocks import (DENSE_TYPE_NAMES, PACKED_TYPE_NAMES, block_format, dequantize_ref,
-                                        is_packed_type, packed_matmul_ref)
+from strata.kernels.gguf_blocks import (DENSE_TYPE_NAMES, IQ_TYPE_NAMES, PACKED_TYPE_NAMES, block_format,
+                                        dequantize_ref, is_packed_type, packed_matmul_ref)
 
-TYPES = DENSE_TYPE_NAMES + PACKED_TYPE_NAMES
+TYPES = DENSE_TYPE_NAMES + PACKED_TYPE_NAMES + IQ_TYPE_NAMES
 Q = gguf.GGMLQuantizationType
 
 
@@ -32,7 +32,20 @@ def gguf_blocks_of(name: str, rows: int, k: int, seed: int = 0) -> np.ndarray:
     try:
         return gguf.quants.quantize(values, qtype)
     except NotImplementedError:  # the K and IQ types: gguf-py only dequantizes them
-        return random_blocks((rows, k), qtype, rng, scale=float(rng.uniform(1e-3, 1)))
+        return scaled_random_blocks(name, rows, k, rng, scale=float(rng.uniform(1e-3, 1)))
+
+
+def scaled_random_blocks(name: str, rows: int, k: int, rng: np.random.Generator, scale: float) -> np.ndarray:
+    """uint8 [rows, row_bytes]: random blocks of type `name` whose float16 d are finite, near `scale`."""
+    if name != "IQ1_M":
+        return random_blocks((rows, k), Q[name], rng, scale=scale)
+    # IQ1_M spreads d over the top nibbles of the 4 uint16 scale words at bytes 48-55 (word j: bits 4j .. 4j + 3)
+    raw = rng.integers(0, 256, (rows * k // 256, 56), dtype=np.uint8)
+    d = (rng.uniform(0.5, 1.5, raw.shape[0]) * scale).astype(np.float16).view(np.uint16)
+    nibbles = (d[:, None].astype(np.int64) >> (4 * np.arange(4))) & 0xF
+    words = (raw[:, 48:56].copy().view(np.uint16) & 0x0FFF) | (nibbles << 12)
+    raw[:, 48:56] = words.astype(np.uint16).view(np.uint8)
+    return raw.reshape(rows, -1)
 
 
 def gguf_dequantize(raw: np.ndarray, name: str, k: int) -> torch.Tensor:
@@ -52,7 +65,8 @@ def test_formats_are_gguf_py_s():
         assert (fmt.name, fmt.qtype) == (name, int(Q[name]))
         assert (fmt.block_size, fmt.type_size) == gguf.GGML_QUANT_SIZES[Q[name]]
         assert is_packed_type(Q[name]) == (name in PACKED_TYPE_NAMES)
-    assert block_format(Q.IQ2_XXS) is None and not is_packed_type(Q.IQ2_XXS) and not is_packed_type(Q.F32)
+    assert block_format(Q.TQ1_0) is None and not is_packed_type(Q.TQ1_0) and not is_packed_type(Q.F32)
+    assert not set(IQ_TYPE_NAMES) & set(PACKED_TYPE_NAMES)
     assert block_format(Q.Q4_K).row_bytes(512) == 288
 
 
@@ -67,7 +81,20 @@ def test_dequantize_ref_equals_gguf_bit_for_bit(name, rows, blocks):
     assert_same_bits(dequantize_ref(torch.from_numpy(raw.copy()), fmt.qtype, k), gguf_dequantize(raw, name, k))
 
 
-@pytest.mark.parametrize("name", PACKED_TYPE_NAMES)
+@pytest.mark.parametrize("name", IQ_TYPE_NAMES)
+@pytest.mark.parametrize("scale", [1e-6, 1e-2, 1.0, 3e4], ids=["subnormal", "small", "one", "large"])
+def test_iq_types_equal_gguf_bit_for_bit_at_any_scale(name, scale):
+    """Rows of several superblocks, d from float16 subnormals to near its largest: gguf-py's values exactly,
+    all finite and not all zero (so the comparison covers the grids, signs and scales, not only NaNs)."""
+    fmt = block_format(Q[name])
+    k = fmt.block_size * 3
+    raw = scaled_random_blocks(name, 6, k, np.random.default_rng(int(fmt.qtype)), scale)
+    expected = gguf_dequantize(raw, name, k)
+    assert torch.isfinite(expected).all() and expected.abs().max() > 0
+    assert_same_bits(dequantize_ref(torch.from_numpy(raw.copy()), fmt.qtype, k), expected)
+
+
+@pytest.mark.parametrize("name", PACKED_TYPE_NAMES + IQ_TYPE_NAMES)
 def test_random_bytes_and_strided_rows_equal_gguf(name):
     """Every bit pattern decodes as gguf-py decodes it (NaN / inf scales included), also for rows taken
     from a larger tensor (a row slice with a stride, as an embedding's gathered rows or a chunk)."""
@@ -75,7 +102,9 @@ def test_random_bytes_and_strided_rows_equal_gguf(name):
     k = fmt.block_size * 2
     raw = np.random.default_rng(3).integers(0, 256, (9, fmt.row_bytes(k)), dtype=np.uint8)
     strided = torch.from_numpy(raw.copy())[::2]
-    assert_same_bits(dequantize_ref(strided, fmt.qtype, k), gguf_dequantize(raw[::2], name, k))
+    with np.errstate(invalid="ignore"):  # numpy warns as it multiplies by a signalling-NaN d
+        expected = gguf_dequantize(raw[::2], name, k)
+    assert_same_bits(dequantize_ref(strided, fmt.qtype, k), expected)
 
 
 @pytest.mark.parametrize("name", ["Q4_1", "Q6_K", "IQ4_XS"])
@@ -101,8 +130,8 @@ def test_bad_shapes_are_value_errors():
         dequantize_ref(torch.zeros(2, 36, dtype=torch.uint8), q41, 64)
     with pytest.raises(ValueError, match=r"got torch.float32"):
         dequantize_ref(torch.zeros(2, 40), q41, 64)
-    with pytest.raises(ValueError, match=r"GGML type 16 has no reference dequantization here; known: F32, F16"):
-        dequantize_ref(torch.zeros(2, 66, dtype=torch.uint8), int(Q.IQ2_XXS), 256)
+    with pytest.raises(ValueError, match=r"GGML type 34 has no reference dequantization here; known: F32, F16"):
+        dequantize_ref(torch.zeros(2, 54, dtype=torch.uint8), int(Q.TQ1_0), 256)
 
 
 @pytest.mark.gpu
