@@ -74,7 +74,9 @@ def check_json(core: EngineCore, outputs: dict[str, list[int]]) -> None:
 
 
 @pytest.mark.parametrize("family, spec", [
-    ("llama", {"method": "suffix", "num_speculative_tokens": 4}),
+    # fixed k: the adaptive length follows measured step times, and on a loaded machine it may draft only where
+    # the prompt's JSON does not fit (seen once in a full CPU run: drafts, none accepted)
+    ("llama", {"method": "suffix", "num_speculative_tokens": 4, "adaptive": False}),
     ("qwen3_next+mtp", {"method": "mtp", "num_speculative_tokens": 2}),
     ("llama", {"method": "synthetic", "num_speculative_tokens": 3, "acceptance_length": 3.0}),
 ])
