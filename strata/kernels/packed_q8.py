@@ -485,7 +485,9 @@ if triton is not None:
         s = tl.arange(0, 4)[None, None, None, :, None]
         t = tl.arange(0, 4)[None, None, None, None, :]
         shift = (2 * s).to(tl.uint32)
-        groups = w_halves.to(tl.pointer_type(tl.uint8)) + base + j * 84 + 2 * s          # [1, SB, BN, 4, 1]
+        # the 16 scale bytes as words: byte 8 h + 2 s + u is byte 2 (s % 2) + u of word 2 h + s // 2
+        scales_lo = tl.load(w_words + wb + s // 2, mask=ok, other=0).to(tl.uint32, bitcast=True)   # [1, SB, BN, 4, 1]
+        scales_hi = tl.load(w_words + wb + 2 + s // 2, mask=ok, other=0).to(tl.uint32, bitcast=True)
         parts = tl.zeros((xq.shape[0], wb.shape[1], wb.shape[2], 4, 1 if ISUM else 4), dtype=tl.float32)
         mins = tl.zeros((xq.shape[0], wb.shape[1], wb.shape[2], 4, 1), dtype=tl.float32)
         for c in tl.static_range(4):
@@ -496,7 +498,11 @@ if triton is not None:
             dot = _dp4a(quants, tl.load(xq + j * 64 + 32 * h + 8 * s + 4 * u + t, mask=rok, other=0), False, ASM)
             if ISUM:
                 dot = tl.sum(dot, axis=4, keep_dims=True)
-            byte = tl.load(groups + 8 * h + u, mask=ok, other=0).to(tl.int32)               # scale | min << 4
+            if h == 0:
+                scale_word = scales_lo
+            else:
+                scale_word = scales_hi
+            byte = ((scale_word >> (16 * (s % 2) + 8 * u).to(tl.uint32)) & 255).to(tl.int32)  # scale | min << 4
             dx_run = tl.load(dx + j * 8 + 4 * h + s, mask=rok, other=0.0)                    # [R, SB, 1, 4, 1]
             parts += dot.to(tl.float32) * ((byte & 15).to(tl.float32) * dx_run)
             mins += (byte >> 4).to(tl.float32) * dx_run * tl.load(sums + j * 16 + 8 * h + 2 * s + u, mask=rok,
@@ -516,7 +522,10 @@ if triton is not None:
         s = tl.arange(0, 4)[None, None, None, :, None]
         t = tl.arange(0, 4)[None, None, None, None, :]
         shift = (2 * s).to(tl.uint32)
-        scale_bytes = w_halves.to(tl.pointer_type(tl.uint8)) + start
+        # the 12 scale bytes as three words, decoded in registers (one byte gather per group cost ~2x the launch)
+        lows = tl.where(s < 2, _word_at(w_words, w_halves, start, 24, ok, True),
+                        _word_at(w_words, w_halves, start, 25, ok, True)).to(tl.uint32, bitcast=True)  # [1, SB, BN, 4, 1]
+        highs = _word_at(w_words, w_halves, start, 26, ok, True).to(tl.uint32, bitcast=True)        # [1, SB, BN, 1, 1]
         parts = tl.zeros((xq.shape[0], start.shape[1], start.shape[2], 4, 1 if ISUM else 4), dtype=tl.float32)
         offsets = tl.zeros((xq.shape[0], start.shape[1], start.shape[2], 4, 1), dtype=tl.float32)
         for c in tl.static_range(4):
@@ -530,9 +539,10 @@ if triton is not None:
             if ISUM:
                 dot = tl.sum(dot, axis=4, keep_dims=True)
             g = 8 * h + 2 * s + u                                                        # [1, 1, 1, 4, 1]
-            scale = (tl.load(scale_bytes + 96 + g % 8, mask=ok, other=0).to(tl.int32) >> ((g // 8) * 4)) & 15
-            scale |= ((tl.load(scale_bytes + 104 + g % 4, mask=ok, other=0).to(tl.int32) >> ((g // 4) * 2)) & 3) << 4
-            factor = (scale - 32).to(tl.float32) * tl.load(dx + j * 8 + 4 * h + s, mask=rok, other=0.0)
+            byte = (g % 4).to(tl.uint32)  # of word 24 + (g % 8) // 4 (lows) and of word 26 (highs)
+            scale = (lows >> (8 * byte + 4 * h)) & 15
+            scale |= ((highs >> (8 * byte + 2 * (g // 4)).to(tl.uint32)) & 3) << 4
+            factor = (scale.to(tl.int32) - 32).to(tl.float32) * tl.load(dx + j * 8 + 4 * h + s, mask=rok, other=0.0)
             parts += dot.to(tl.float32) * factor
             offsets += 4.0 * factor * tl.load(sums + j * 16 + g, mask=rok, other=0.0)
         d = _f16_half(w_halves, start + 108, ok)                                         # [1, SB, BN, 1, 1]
