@@ -1,7 +1,10 @@
 """Compile Strata's packed-block Triton kernels to Triton IR for an sm_90 target on a machine without a
 GPU: catches front-end errors (shapes, types, returns) that TRITON_INTERPRET=1 lets through. Needs triton
-(e.g. `pip install --target /tmp/trisite triton==3.5.0`): `PYTHONPATH=/tmp/trisite:. python tools/triton_ir_check.py`."""
+(e.g. `pip install --target /tmp/trisite triton==3.5.0`): `PYTHONPATH=/tmp/trisite:. python tools/triton_ir_check.py`.
+With --full, also the float packed kernels (gemv, dequant, MoE pairs and grouped) of every type through the whole
+NVIDIA pipeline to a cubin (triton's bundled ptxas; a few minutes): catches errors of layout lowering."""
 import sys
+import triton
 import triton._C.libtriton as lt
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
@@ -11,7 +14,8 @@ from strata.kernels import packed_dequant, packed_gemv, packed_gemv_words, packe
 
 TARGET = GPUTarget("cuda", 90, 32)
 PTR = {"x_ptr": "*bf16", "hidden_ptr": "*bf16", "act_ptr": "*bf16", "out_ptr": "*fp32", "weights_ptr": "*fp32",
-       "ids_ptr": "*i32", "q_ptr": "*i8", "dx_ptr": "*fp32", "sums_ptr": "*fp32", "words_ptr": "*i32", "sorted_ids_ptr": "*i32", "block_expert_ptr": "*i32"}
+       "ids_ptr": "*i32", "q_ptr": "*i8", "table_ptr": "*i8", "dx_ptr": "*fp32", "sums_ptr": "*fp32",
+       "words_ptr": "*i32", "sorted_ids_ptr": "*i32", "block_expert_ptr": "*i32"}
 
 
 def check(fn, consts: dict, name: str, ptr: dict | None = None) -> bool:
@@ -33,7 +37,37 @@ def check(fn, consts: dict, name: str, ptr: dict | None = None) -> bool:
         return False
 
 
+def compile_to_cubin(fn, consts: dict, name: str, options: dict) -> bool:
+    """triton.compile for TARGET, pointers 16-byte aligned as Triton specializes them at run time."""
+    sig = {a: "constexpr" if a in consts else PTR.get(a, "*u8") if a.endswith("_ptr") else "i32" for a in fn.arg_names}
+    aligned = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if a.endswith("_ptr")}
+    try:
+        src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(a),): v for a, v in consts.items()},
+                        attrs=aligned)
+        kernel = triton.compile(src, target=TARGET, options=options)
+        print("ok  ", name, "cubin", len(kernel.asm["cubin"]), "bytes")
+        return True
+    except Exception as e:  # noqa: BLE001
+        print("FAIL", name, type(e).__name__, str(e)[-1200:])
+        return False
+
+
 ok = True
+if "--full" in sys.argv:
+    for q in sorted(packed_gemv.BLOCK_LAYOUT):
+        for fn, consts, options in (
+                (packed_gemv._packed_gemv_kernel, dict(QTYPE=q, BLOCK_N=4, SB=4, USE_PDL=True, ACC=False),
+                 dict(num_warps=2, num_stages=3)),
+                (packed_dequant._dequantize_kernel, dict(QTYPE=q, BLOCK_N=8, SB=2), dict(num_warps=4)),
+                (packed_moe._gate_up_pairs_kernel, dict(QTYPE=q, BLOCK_N=4, SB=4, USE_PDL=True),
+                 dict(num_warps=2, num_stages=3)),
+                (packed_moe._down_pairs_kernel, dict(QTYPE=q, BLOCK_N=4, SB=4, USE_PDL=True),
+                 dict(num_warps=2, num_stages=3)),
+                (packed_moe._gate_up_grouped_kernel, dict(QTYPE=q, BLOCK_M=16, BLOCK_N=32, USE_PDL=True),
+                 dict(num_warps=4, num_stages=2)),
+                (packed_moe._down_grouped_kernel, dict(QTYPE=q, BLOCK_M=64, BLOCK_N=32, USE_PDL=True),
+                 dict(num_warps=4, num_stages=2))):
+            ok &= compile_to_cubin(fn, consts, f"full {fn.fn.__name__} q{q}", options)
 for q in sorted(packed_gemv.BLOCK_LAYOUT):
     for sb in (1, 2):
         for acc in (False, True):

@@ -1,5 +1,6 @@
 """GGUF blocks (the types packed_gemv reads: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
-IQ4_XS) -> dense 16-bit weights on the GPU in one launch.
+IQ4_XS and the i-quants IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) -> dense 16-bit weights on the GPU
+in one launch.
 
 Prompt-sized steps multiply by dense weights: they dequantize a packed projection (or a layer's used
 experts) into a temporary and run the 16-bit GEMM. gguf_blocks.dequantize_ref does the same in a dozen
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from strata.kernels import packed_gemv
+from strata.kernels import packed_gemv, packed_iquants
 from strata.kernels.gguf_blocks import dequantize_ref
 
 try:
@@ -45,16 +46,16 @@ def dequantize_blocks(blocks: torch.Tensor, qtype: int, k: int, dtype: torch.dty
     out = torch.empty(num_rows, k, dtype=dtype, device=blocks.device)
     superblocks = packed_gemv.chunks_per_step(CONFIG["SUPERBLOCKS"], k)
     grid = (triton.cdiv(num_rows, CONFIG["BLOCK_N"]), packed_gemv.num_chunks(k) // superblocks)
-    _dequantize_kernel[grid](blocks, out, num_rows, k, blocks.stride(0), QTYPE=qtype, BLOCK_N=CONFIG["BLOCK_N"],
-                             SB=superblocks, num_warps=CONFIG["num_warps"])
+    _dequantize_kernel[grid](blocks, packed_iquants.table_for(qtype, blocks), out, num_rows, k, blocks.stride(0),
+                             QTYPE=qtype, BLOCK_N=CONFIG["BLOCK_N"], SB=superblocks, num_warps=CONFIG["num_warps"])
     return out
 
 
 if triton is not None:
 
     @triton.jit
-    def _dequantize_kernel(w_ptr, out_ptr, num_rows, k, row_stride, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr,
-                           SB: tl.constexpr):
+    def _dequantize_kernel(w_ptr, table_ptr, out_ptr, num_rows, k, row_stride, QTYPE: tl.constexpr,
+                           BLOCK_N: tl.constexpr, SB: tl.constexpr):
         offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         sb = tl.program_id(1) * SB
         n_ok = (offs_n < num_rows)[:, None, None, None]                                     # [BN, 1, 1, 1]
@@ -62,6 +63,7 @@ if triton is not None:
         r = tl.arange(0, 8)[None, None, :, None]
         l = tl.arange(0, 32)[None, None, None, :]
         ok = _chunk_ok(n_ok, sb, r, k, QTYPE, SB)                                          # [BN, SB, 8, 1]
-        values = _chunk_values(w_ptr + rows * row_stride, sb, r, l, ok, QTYPE, SB, BLOCK_N)  # [BN, SB, 8, 32]
+        values = _chunk_values(w_ptr + rows * row_stride, sb, r, l, ok, table_ptr, QTYPE, SB,
+                               BLOCK_N)                                                     # [BN, SB, 8, 32]
         columns = (sb + tl.arange(0, SB))[None, :, None, None] * 256 + r * 32 + l
         tl.store(out_ptr + rows * k + columns, values.to(out_ptr.dtype.element_ty), mask=ok)

@@ -1,5 +1,5 @@
 """Few-row projections over packed GGUF blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K,
-Q6_K, IQ4_XS) as one Triton launch.
+Q6_K, IQ4_XS, and the i-quants IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) as one Triton launch.
 
 y = x @ W.T for x [M <= 16, K] where W [N, K] is stored as GGUF rows of blocks (a row is K / 256
 superblocks of 256 weights, or K / 32 blocks of 32 for the 32-value types, byte for byte as in the
@@ -31,6 +31,8 @@ Layouts (gguf-py's quants.py is the reference; `packed_gemv_ref` dequantizes wit
 - Q3_K, 110 bytes per 256: 32 bytes hmask (bit i of byte l: weight 32 i + l's high bit), 64 bytes of low
   2 bits (Q2_K's order), 12 bytes of 6-bit scales (low 4 bits of scale g in nibble g // 8 of byte g % 8,
   high 2 bits in bits 2 (g // 4) of byte 8 + g % 4), f16 d; w = d * (scale[g] - 32) * (low - 4 * !high).
+- the i-quants (256 per superblock): groups of 8 weights from a code book, signs and scales, decoded by
+  packed_iquants (its docstring; the kernels take its decode_table as `table_ptr`).
 """
 
 from __future__ import annotations
@@ -44,17 +46,19 @@ try:
 except ImportError:  # CPU-only install: packed_gemv_ref still works
     triton = tl = None
 
+from strata.kernels import packed_iquants
 from strata.kernels.launch import pdl_options
 
 if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
+    from strata.kernels.packed_iquants import iq_dot, iq_values
 
 MAX_ROWS = 16
 # gguf.GGMLQuantizationType values -> (weights per block, bytes per block)
 Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS = 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 20, 23
 BLOCK_LAYOUT = {Q4_0: (32, 18), Q4_1: (32, 20), Q5_0: (32, 22), Q5_1: (32, 24), Q8_0: (32, 34), IQ4_NL: (32, 18),
                 Q2_K: (256, 84), Q3_K: (256, 110), Q4_K: (256, 144), Q5_K: (256, 176), Q6_K: (256, 210),
-                IQ4_XS: (256, 136)}
+                IQ4_XS: (256, 136), **{q: (256, b) for q, b in packed_iquants.SUPERBLOCK_BYTES.items()}}
 # IQ4_NL's 16 levels (gguf-py's IQ4_NL.kvalues), as the bytes of four int32 words the kernels shift out
 IQ4_LEVELS = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
 _IQ4_WORDS = [int.from_bytes(bytes(v & 255 for v in IQ4_LEVELS[i:i + 4]), "little", signed=True) for i in (0, 4, 8, 12)]
@@ -103,7 +107,8 @@ ACC_TYPES = (Q6_K, Q8_0)
 # small shapes; Q4_K / Q5_K stay on the group sums here, which were faster on 5 of their 6 decode shapes
 # (bench/results/2026-12-02-h200-packed-words)
 WORDS_TYPES = (Q6_K,)
-ACC_REFUSED = (Q4_K, Q5_K, IQ4_XS)
+# (the i-quants: their weights are decoded per 8-weight group and reshaped, as IQ4_XS's scales; untried on a GPU)
+ACC_REFUSED = (Q4_K, Q5_K, IQ4_XS, *packed_iquants.SUPERBLOCK_BYTES)
 
 
 def packed_gemv(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: int,
@@ -130,7 +135,7 @@ def packed_gemv(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: in
     superblocks = chunks_per_step(cfg["SUPERBLOCKS"], k)  # a power of two (a Triton block size)
     out = torch.empty(num_rows, n, dtype=torch.float32, device=x.device)
     _packed_gemv_kernel[(triton.cdiv(n, cfg["BLOCK_N"]), num_rows)](
-        x, blocks, out, n, k, x.stride(0), blocks.shape[1], out.stride(0),
+        x, blocks, packed_iquants.table_for(qtype, blocks), out, n, k, x.stride(0), blocks.shape[1], out.stride(0),
         QTYPE=qtype, BLOCK_N=cfg["BLOCK_N"], SB=superblocks, ACC=cfg["ACC"], num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"], **pdl_options(x))
     return out
@@ -187,6 +192,20 @@ if triton is not None:
             bb = 18
         elif QTYPE == 23:
             bb = 136
+        elif QTYPE == 16:
+            bb = 66
+        elif QTYPE == 17:
+            bb = 74
+        elif QTYPE == 18:
+            bb = 98
+        elif QTYPE == 19:
+            bb = 50
+        elif QTYPE == 21:
+            bb = 110
+        elif QTYPE == 22:
+            bb = 82
+        elif QTYPE == 29:
+            bb = 56
         return bb
 
     @triton.jit
@@ -308,11 +327,13 @@ if triton is not None:
         return x.to(tl.float32)
 
     @triton.jit
-    def _chunk_dot(row_ptr, sb, r, l, x, n_ok, QTYPE: tl.constexpr, SB: tl.constexpr, BLOCK_N: tl.constexpr):
+    def _chunk_dot(row_ptr, sb, r, l, x, n_ok, table_ptr, QTYPE: tl.constexpr, SB: tl.constexpr,
+                   BLOCK_N: tl.constexpr):
         """Sum over SB superblocks (256 weights each, K step `sb`) of W's BLOCK_N rows times x -> [BLOCK_N].
         Tiles are [BLOCK_N, SB, 8, 32]: superblock, row r of 32 weights in gguf's order, weight l in it
         (weight index r * 32 + l); x [1, SB, 8, 32] in the same order. Quants are summed against x per
-        group first and scaled per group after, so scales cost a few operations per 32 weights."""
+        group first and scaled per group after, so scales cost a few operations per 32 weights. table_ptr: the
+        i-quants' code book and signs (packed_iquants.decode_table), unread for the other types."""
         if QTYPE <= 8 or QTYPE == 20:   # 32-value blocks (Q4_0 .. Q8_0 are 2 .. 8, IQ4_NL 20): row r is one block
             bb = _block_bytes(QTYPE)
             base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * (8 * bb) + r * bb  # [BN, SB, 8, 1]
@@ -344,6 +365,9 @@ if triton is not None:
                 part = scale * halves - offset * tl.sum(tl.reshape(x, (1, SB, 16, 16)), axis=3)
             else:
                 part = _q3k_scale(base3, g, ok3) * halves
+        elif QTYPE >= 16:  # the i-quants (16-19, 21, 22, 29; IQ4_NL 20 and IQ4_XS 23 are taken above)
+            base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * _block_bytes(QTYPE)  # [BN, SB, 1, 1]
+            part = iq_dot(base, x, table_ptr, n_ok, QTYPE, SB)                                  # [BN, SB, 32]
         else:  # Q6_K: one int8 scale per 16 weights
             base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * 210                 # [BN, SB, 1, 1]
             q = _q6k_quants(base, r, l, n_ok)                                                  # [BN, SB, 8, 32]
@@ -356,7 +380,8 @@ if triton is not None:
         return tl.sum(tl.sum(part, axis=2), axis=1)
 
     @triton.jit
-    def _chunk_values(row_ptr, sb, r, l, n_ok, QTYPE: tl.constexpr, SB: tl.constexpr, BLOCK_N: tl.constexpr):
+    def _chunk_values(row_ptr, sb, r, l, n_ok, table_ptr, QTYPE: tl.constexpr, SB: tl.constexpr,
+                      BLOCK_N: tl.constexpr):
         """The weights _chunk_dot multiplies, as float32 [BLOCK_N, SB, 8, 32] in the same order (gguf's
         dequantization: d * q, d * sc * q - dmin * m, d * scale * q)."""
         if QTYPE <= 8 or QTYPE == 20:
@@ -383,6 +408,9 @@ if triton is not None:
                 values = scale * _q2k_quants(base, r, l, n_ok, QTYPE) - offset
             else:
                 values = _q3k_scale(base, g, n_ok) * _q2k_quants(base, r, l, n_ok, QTYPE)
+        elif QTYPE >= 16:
+            base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * _block_bytes(QTYPE)
+            values = iq_values(base, table_ptr, n_ok, QTYPE, SB, BLOCK_N)
         else:
             base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * 210
             group = base + 192 + r * 2 + l // 16                                                 # [BN, SB, 8, 32]
@@ -391,7 +419,7 @@ if triton is not None:
         return values
 
     @triton.jit
-    def _packed_gemv_kernel(x_ptr, w_ptr, out_ptr, n, k, stride_xm, row_bytes, stride_om,
+    def _packed_gemv_kernel(x_ptr, w_ptr, table_ptr, out_ptr, n, k, stride_xm, row_bytes, stride_om,
                             QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, SB: tl.constexpr, USE_PDL: tl.constexpr,
                             ACC: tl.constexpr):
         """ACC False: each K step sums quants against x per 32-weight group, then scales the group sums
@@ -409,12 +437,13 @@ if triton is not None:
             acc4 = tl.zeros((BLOCK_N, SB, 8, 32), dtype=tl.float32)
             for sb in tl.range(0, tl.cdiv(k, 256), SB):
                 x = _chunk_x(x_ptr + row * stride_xm, sb, x_offs, k, QTYPE)
-                acc4 += x * _chunk_values(row_ptr, sb, r, l, _chunk_ok(n_ok, sb, r, k, QTYPE, SB), QTYPE, SB,
-                                          BLOCK_N)
+                acc4 += x * _chunk_values(row_ptr, sb, r, l, _chunk_ok(n_ok, sb, r, k, QTYPE, SB), table_ptr, QTYPE,
+                                          SB, BLOCK_N)
             acc = tl.sum(tl.reshape(acc4, (BLOCK_N, SB * 256)), axis=1)
         else:
             acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
             for sb in tl.range(0, tl.cdiv(k, 256), SB):
                 x = _chunk_x(x_ptr + row * stride_xm, sb, x_offs, k, QTYPE)
-                acc += _chunk_dot(row_ptr, sb, r, l, x, _chunk_ok(n_ok, sb, r, k, QTYPE, SB), QTYPE, SB, BLOCK_N)
+                acc += _chunk_dot(row_ptr, sb, r, l, x, _chunk_ok(n_ok, sb, r, k, QTYPE, SB), table_ptr, QTYPE, SB,
+                                  BLOCK_N)
         tl.store(out_ptr + row * stride_om + offs_n, acc, mask=offs_n < n)

@@ -26,14 +26,15 @@ Four CUDA paths, picked per call by `packed_moe`:
 Rows the block kernels do not read (superblock rows not a multiple of 256; types outside packed_gemv's
 BLOCK_LAYOUT) always take the dequantized path (rows of any whole number of 32-value blocks are read: Qwen4-Exp's
 640-wide down rows in Q5_0 / Q8_0); inside a capture that path dequantizes every expert of the layer (no sync).
-IQ4_XS is read by the float pairs and grouped kernels, not by packed_q8.
+IQ4_XS and the i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) are read by the float pairs and
+grouped kernels, not by packed_q8 (packed_q8.supports refuses them, so `packed_moe` never sends them there).
 """
 
 from __future__ import annotations
 
 import torch
 
-from strata.kernels import packed_dequant, packed_gemv, packed_q8
+from strata.kernels import packed_dequant, packed_gemv, packed_iquants, packed_q8
 from strata.kernels.fused_moe import fused_moe as fused_moe_kernel
 from strata.kernels.fused_moe import grouped_experts_ref
 from strata.kernels.gguf_blocks import dequantize_ref
@@ -148,12 +149,13 @@ def _pairs(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Tens
     act = torch.empty(ids.numel(), inter, dtype=hidden.dtype, device=hidden.device)   # [P, I]
     partials = torch.empty(num_tokens, top_k, dim, dtype=torch.float32, device=hidden.device)  # [T, K, D]
     block_n = cfg["BLOCK_N"]
+    table13, table2 = packed_iquants.table_for(qtype13, w13), packed_iquants.table_for(qtype2, w2)
     _gate_up_pairs_kernel[(ids.numel(), triton.cdiv(inter, block_n))](
-        hidden, w13, ids, act, inter, dim, top_k, hidden.stride(0), w13.stride(0), w13.stride(1), act.stride(0),
-        QTYPE=qtype13, BLOCK_N=block_n, SB=_superblocks(cfg, dim), num_warps=cfg["num_warps"],
+        hidden, w13, table13, ids, act, inter, dim, top_k, hidden.stride(0), w13.stride(0), w13.stride(1),
+        act.stride(0), QTYPE=qtype13, BLOCK_N=block_n, SB=_superblocks(cfg, dim), num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"], **pdl_options(hidden))
     _down_pairs_kernel[(ids.numel(), triton.cdiv(dim, block_n))](
-        act, w2, ids, weights, partials, dim, inter, act.stride(0), w2.stride(0), w2.stride(1),
+        act, w2, table2, ids, weights, partials, dim, inter, act.stride(0), w2.stride(0), w2.stride(1),
         QTYPE=qtype2, BLOCK_N=block_n, SB=_superblocks(cfg, inter), num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"], **pdl_options(hidden))
     return partials
@@ -179,12 +181,13 @@ def _grouped(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Te
     act = torch.empty(num_blocks * block_m, inter, dtype=hidden.dtype, device=hidden.device)  # [rows, I]
     partials = torch.empty(num_tokens, top_k, dim, dtype=torch.float32, device=hidden.device)  # [T, K, D]
     block_n = cfg["BLOCK_N"]
+    table13, table2 = packed_iquants.table_for(qtype13, w13), packed_iquants.table_for(qtype2, w2)
     _gate_up_grouped_kernel[(num_blocks, triton.cdiv(inter, block_n))](
-        hidden, w13, act, sorted_ids, block_expert, inter, dim, top_k, ids.numel(), hidden.stride(0),
+        hidden, w13, table13, act, sorted_ids, block_expert, inter, dim, top_k, ids.numel(), hidden.stride(0),
         w13.stride(0), w13.stride(1), act.stride(0), QTYPE=qtype13, BLOCK_M=block_m, BLOCK_N=block_n,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **pdl_options(hidden))
     _down_grouped_kernel[(num_blocks, triton.cdiv(dim, block_n))](
-        act, w2, partials, sorted_ids, block_expert, weights, dim, inter, ids.numel(), act.stride(0),
+        act, w2, table2, partials, sorted_ids, block_expert, weights, dim, inter, ids.numel(), act.stride(0),
         w2.stride(0), w2.stride(1), QTYPE=qtype2, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"], **pdl_options(hidden))
     return partials
@@ -198,7 +201,7 @@ def _superblocks(cfg: dict, k: int) -> int:
 if triton is not None:
 
     @triton.jit
-    def _gate_up_pairs_kernel(hidden_ptr, w13_ptr, ids_ptr, act_ptr, inter, dim, top_k, stride_ht, stride_we,
+    def _gate_up_pairs_kernel(hidden_ptr, w13_ptr, table_ptr, ids_ptr, act_ptr, inter, dim, top_k, stride_ht, stride_we,
                               stride_wn, stride_ap, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, SB: tl.constexpr,
                               USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
@@ -219,14 +222,14 @@ if triton is not None:
         for sb in tl.range(0, tl.cdiv(dim, 256), SB):
             x = _chunk_x(hidden_ptr + token * stride_ht, sb, x_offs, dim, QTYPE)
             ok = _chunk_ok(n_ok, sb, r, dim, QTYPE, SB)
-            acc_g += _chunk_dot(gate_rows, sb, r, l, x, ok, QTYPE, SB, BLOCK_N)
-            acc_u += _chunk_dot(up_rows, sb, r, l, x, ok, QTYPE, SB, BLOCK_N)
+            acc_g += _chunk_dot(gate_rows, sb, r, l, x, ok, table_ptr, QTYPE, SB, BLOCK_N)
+            acc_u += _chunk_dot(up_rows, sb, r, l, x, ok, table_ptr, QTYPE, SB, BLOCK_N)
         act = acc_g * tl.sigmoid(acc_g) * acc_u
         tl.store(act_ptr + pair.to(tl.int64) * stride_ap + offs_n, act.to(act_ptr.dtype.element_ty),
                  mask=offs_n < inter)
 
     @triton.jit
-    def _down_pairs_kernel(act_ptr, w2_ptr, ids_ptr, weights_ptr, out_ptr, dim, inter, stride_ap, stride_we,
+    def _down_pairs_kernel(act_ptr, w2_ptr, table_ptr, ids_ptr, weights_ptr, out_ptr, dim, inter, stride_ap, stride_we,
                            stride_wn, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, SB: tl.constexpr,
                            USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
@@ -242,23 +245,24 @@ if triton is not None:
             x_offs = tl.arange(0, SB)[None, :, None, None] * 256 + r * 32 + l
             for sb in tl.range(0, tl.cdiv(inter, 256), SB):
                 x = _chunk_x(act_ptr + pair.to(tl.int64) * stride_ap, sb, x_offs, inter, QTYPE)
-                acc += _chunk_dot(rows, sb, r, l, x, _chunk_ok(n_ok, sb, r, inter, QTYPE, SB), QTYPE, SB, BLOCK_N)
+                acc += _chunk_dot(rows, sb, r, l, x, _chunk_ok(n_ok, sb, r, inter, QTYPE, SB), table_ptr, QTYPE, SB,
+                                  BLOCK_N)
             acc = acc * tl.load(weights_ptr + pair).to(tl.float32)
         tl.store(out_ptr + pair.to(tl.int64) * dim + offs_n, acc, mask=offs_n < dim)
 
     @triton.jit
-    def _tile(rows_ptr, sb, n_ok, k, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr):
+    def _tile(rows_ptr, sb, n_ok, k, table_ptr, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr):
         """Chunk sb of BLOCK_N weight rows of K values as a [BLOCK_N, 256] float32 tile (weights in row order;
         zeros past K)."""
         r = tl.arange(0, 8)[None, None, :, None]
         l = tl.arange(0, 32)[None, None, None, :]
         ok = _chunk_ok(n_ok, sb, r, k, QTYPE, 1)
-        return tl.reshape(tl.where(ok, _chunk_values(rows_ptr, sb, r, l, ok, QTYPE, 1, BLOCK_N), 0.0),
+        return tl.reshape(tl.where(ok, _chunk_values(rows_ptr, sb, r, l, ok, table_ptr, QTYPE, 1, BLOCK_N), 0.0),
                           (BLOCK_N, 256))
 
     @triton.jit
-    def _gate_up_grouped_kernel(hidden_ptr, w13_ptr, act_ptr, sorted_ids_ptr, block_expert_ptr, inter, dim, top_k,
-                                num_pairs, stride_ht, stride_we, stride_wn, stride_at, QTYPE: tl.constexpr,
+    def _gate_up_grouped_kernel(hidden_ptr, w13_ptr, table_ptr, act_ptr, sorted_ids_ptr, block_expert_ptr, inter,
+                                dim, top_k, num_pairs, stride_ht, stride_we, stride_wn, stride_at, QTYPE: tl.constexpr,
                                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         pid_m, pid_n = tl.program_id(0), tl.program_id(1)
@@ -279,8 +283,8 @@ if triton is not None:
         acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for sb in range(0, tl.cdiv(dim, 256)):
             a = tl.load(a_ptrs + sb * 256, mask=row_ok[:, None] & (sb * 256 + offs_k < dim)[None, :], other=0.0)
-            wg = _tile(gate_rows, sb, n_ok, dim, QTYPE, BLOCK_N).to(a.dtype)              # [BN, 256]
-            wu = _tile(up_rows, sb, n_ok, dim, QTYPE, BLOCK_N).to(a.dtype)
+            wg = _tile(gate_rows, sb, n_ok, dim, table_ptr, QTYPE, BLOCK_N).to(a.dtype)   # [BN, 256]
+            wu = _tile(up_rows, sb, n_ok, dim, table_ptr, QTYPE, BLOCK_N).to(a.dtype)
             acc_g = tl.dot(a, tl.trans(wg), acc_g)
             acc_u = tl.dot(a, tl.trans(wu), acc_u)
         act = acc_g * tl.sigmoid(acc_g) * acc_u
@@ -288,9 +292,9 @@ if triton is not None:
                  act.to(act_ptr.dtype.element_ty), mask=row_ok[:, None] & (offs_n < inter)[None, :])
 
     @triton.jit
-    def _down_grouped_kernel(act_ptr, w2_ptr, out_ptr, sorted_ids_ptr, block_expert_ptr, weights_ptr, dim, inter,
-                             num_pairs, stride_at, stride_we, stride_wn, QTYPE: tl.constexpr, BLOCK_M: tl.constexpr,
-                             BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr):
+    def _down_grouped_kernel(act_ptr, w2_ptr, table_ptr, out_ptr, sorted_ids_ptr, block_expert_ptr, weights_ptr, dim,
+                             inter, num_pairs, stride_at, stride_we, stride_wn, QTYPE: tl.constexpr,
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         pid_m, pid_n = tl.program_id(0), tl.program_id(1)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -307,7 +311,7 @@ if triton is not None:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for sb in range(0, tl.cdiv(inter, 256)):
             a = tl.load(a_ptrs + sb * 256, mask=row_ok[:, None] & (sb * 256 + offs_k < inter)[None, :], other=0.0)
-            w = _tile(rows, sb, n_ok, inter, QTYPE, BLOCK_N).to(a.dtype)
+            w = _tile(rows, sb, n_ok, inter, table_ptr, QTYPE, BLOCK_N).to(a.dtype)
             acc = tl.dot(a, tl.trans(w), acc)
         route_w = tl.load(weights_ptr + pair, mask=row_ok, other=0.0).to(tl.float32)
         tl.store(out_ptr + pair[:, None].to(tl.int64) * dim + offs_n[None, :], acc * route_w[:, None],

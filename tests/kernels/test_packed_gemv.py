@@ -1,7 +1,7 @@
 """packed_gemv (few-row projections over packed GGUF blocks) against gguf's dequantization + a
 float32 matmul, on blocks of every type it reads: quantized real values where gguf-py can quantize the
 type, else random bytes with finite scales. The kernels also run in Triton's interpreter on the CPU
-(TRITON_INTERPRET=1, triton installed), on small shapes."""
+(TRITON_INTERPRET=1, triton installed), on small shapes; the i-quants' decode tables against gguf-py's."""
 
 from __future__ import annotations
 
@@ -13,15 +13,19 @@ import torch
 
 from strata.kernels.packed_gemv import (BLOCK_LAYOUT, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K,
                                        Q6_K, Q8_0, packed_gemv, packed_gemv_ref, supports)
+from strata.kernels.packed_iquants import (IQ1_M, IQ1_S, IQ2_S, IQ2_XS, IQ2_XXS, IQ3_S, IQ3_XXS, SUPERBLOCK_BYTES,
+                                           decode_table)
+
+IQ_TYPES = sorted(SUPERBLOCK_BYTES)
 
 gpu = pytest.mark.gpu
 interpreted = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                                  reason="the kernels in Triton's interpreter: set TRITON_INTERPRET=1, triton installed")
 
 
-def random_blocks(qtype: int, n: int, k: int, seed: int) -> torch.Tensor:
+def random_blocks(qtype: int, n: int, k: int, seed: int, low: float = 1e-3, high: float = 2e-2) -> torch.Tensor:
     """uint8 [n, row_bytes] of valid blocks: gguf-py quantizes Q8_0; for the other types random bytes with
-    their f16 fields (d, and m / dmin) set to small finite values."""
+    their f16 fields (d, and m / dmin) set to finite values in [low, high)."""
     rng = np.random.default_rng(seed)
     per_block, block_bytes = BLOCK_LAYOUT[qtype]
     if qtype == Q8_0:
@@ -29,10 +33,16 @@ def random_blocks(qtype: int, n: int, k: int, seed: int) -> torch.Tensor:
 
         return torch.from_numpy(quantize(rng.standard_normal((n, k), dtype=np.float32), qtype))
     blocks = rng.integers(0, 256, (n, k // per_block, block_bytes), dtype=np.uint8)
+    if qtype == IQ1_M:  # d's 16 bits are the top nibbles of the 4 uint16 scale words at bytes 48-55
+        scale = rng.uniform(low, high, (n, k // per_block)).astype(np.float16)
+        words = blocks[:, :, 48:56].copy().view(np.uint16) & 0x0FFF
+        nibbles = (scale.view(np.uint16)[..., None].astype(np.int64) >> (4 * np.arange(4))) & 0xF
+        blocks[:, :, 48:56] = (words | (nibbles << 12)).astype(np.uint16).view(np.uint8)
+        return torch.from_numpy(blocks.reshape(n, -1))
     f16_fields = {Q4_0: (0,), Q4_1: (0, 2), Q5_0: (0,), Q5_1: (0, 2), IQ4_NL: (0,), Q2_K: (80, 82), Q3_K: (108,),
-                  Q4_K: (0, 2), Q5_K: (0, 2), Q6_K: (208,), IQ4_XS: (0,)}[qtype]
+                  Q4_K: (0, 2), Q5_K: (0, 2), Q6_K: (208,), IQ4_XS: (0,)}.get(qtype, (0,))  # the i-quants: d first
     for offset in f16_fields:
-        scale = rng.uniform(1e-3, 2e-2, (n, k // per_block)).astype(np.float16)
+        scale = rng.uniform(low, high, (n, k // per_block)).astype(np.float16)
         blocks[:, :, offset:offset + 2] = scale.view(np.uint8).reshape(n, k // per_block, 2)
     return torch.from_numpy(blocks.reshape(n, -1))
 
@@ -50,12 +60,36 @@ SMALL_BLOCK_TYPES = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL]
 
 
 def test_supports_whole_blocks_of_the_types_read():
-    """Superblock types (Q2_K = 10 and Q3_K = 11 among them) need whole superblocks; 32-value types any number
-    of blocks (a partial last chunk); types the kernels do not decode (IQ3_S = 21, Q8_1 = 9) are never claimed."""
+    """Superblock types (Q2_K = 10, Q3_K = 11 and the i-quants among them) need whole superblocks; 32-value types
+    any number of blocks (a partial last chunk); types the kernels do not decode (Q8_1 = 9, TQ1_0 = 34) are never
+    claimed."""
     assert supports(Q4_K, 512) and not supports(Q4_K, 320) and not supports(Q5_K, 640) and supports(IQ4_XS, 256)
     assert supports(Q2_K, 256) and supports(Q3_K, 768) and not supports(Q2_K, 640) and not supports(Q3_K, 32)
     assert all(supports(q, 640) and supports(q, 32) and not supports(q, 48) for q in SMALL_BLOCK_TYPES)
-    assert not supports(21, 256) and not supports(9, 256)
+    assert IQ_TYPES == [IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, IQ3_S, IQ2_S, IQ1_M] == [16, 17, 18, 19, 21, 22, 29]
+    assert all(supports(q, 768) and not supports(q, 640) and not supports(q, 32) for q in IQ_TYPES)
+    assert not supports(9, 256) and not supports(34, 256)
+
+
+def test_decode_tables_are_gguf_py_s():
+    """The i-quants' tables: gguf-py's code book as int8 (rows of 8, of 4 for IQ3_*), then for the 7-bit sign codes
+    their sign bytes (bit i: value i of gguf-py's ksigns is negative; bit 7 makes the count of set bits even)."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants
+
+    for qtype in IQ_TYPES:
+        name = GGMLQuantizationType(qtype).name
+        assert GGML_QUANT_SIZES[GGMLQuantizationType(qtype)] == (256, SUPERBLOCK_BYTES[qtype]) == BLOCK_LAYOUT[qtype]
+        cls = getattr(quants, name)
+        cls.init_grid()
+        grid = cls.grid.reshape(-1)
+        table = decode_table(qtype, torch.device("cpu"))
+        sign_codes = 128 if qtype in (IQ2_XXS, IQ2_XS, IQ3_XXS) else 0
+        assert table.dtype == torch.int8 and table.numel() == grid.size + sign_codes
+        assert np.array_equal(table[:grid.size].numpy(), grid.astype(np.int8))
+        if table.numel() > grid.size:
+            sign_bytes = table[grid.size:].view(torch.uint8).numpy()
+            assert np.array_equal(sign_bytes, np.frombuffer(quants.IQ2_XXS.ksigns, dtype=np.uint8))
+            assert all(bin(b).count("1") % 2 == 0 for b in sign_bytes)
 
 
 def test_word_decoding_takes_rows_of_whole_words():
@@ -68,7 +102,7 @@ def test_word_decoding_takes_rows_of_whole_words():
 
     assert fits(Q4_K, 256) and fits(Q5_K, 768) and fits(Q6_K, 512) and fits(Q6_K, 2560)
     assert not fits(Q6_K, 256) and not fits(Q6_K, 768) and not fits(Q8_0, 256) and not fits(IQ4_XS, 256)
-    assert not fits(Q2_K, 256) and not fits(Q3_K, 512)
+    assert not fits(Q2_K, 256) and not fits(Q3_K, 512) and not any(fits(q, 512) for q in IQ_TYPES)
     assert not words_supports(Q4_K, 256, random_blocks(Q4_K, 2, 512, seed=0).view(-1)[2:290].view(2, 144))
 
 
@@ -178,6 +212,25 @@ def test_packed_gemv_in_the_interpreter(qtype, rows, n, k, acc):
     out = packed_gemv(x, blocks, qtype, n, k, config=dict(ACC=acc, WORDS=False, SUPERBLOCKS=2))
     scale = (x.abs() @ packed_gemv_ref(torch.eye(k), blocks, qtype, n, k).abs()).clamp_min(1.0)
     assert ((out - packed_gemv_ref(x, blocks, qtype, n, k)).abs() / scale).max() < 1e-5
+
+
+@interpreted
+@pytest.mark.parametrize("qtype", IQ_TYPES)
+@pytest.mark.parametrize("low, high", [(0, 1e-5), (10.0, 6e4)], ids=["subnormal", "large"])
+def test_iq_dequant_and_gemv_at_extreme_scales(qtype, low, high):
+    """The i-quants' scales (d times a sub-block factor in gguf_blocks' order of roundings) for d from float16
+    subnormals to near its largest: the one-launch dequantization bit for bit, the gemv within summation error."""
+    from strata.kernels.gguf_blocks import dequantize_ref
+    from strata.kernels.packed_dequant import dequantize_blocks
+
+    blocks = random_blocks(qtype, 5, 512, seed=qtype, low=low, high=high)
+    expected = dequantize_ref(blocks, qtype, 512)
+    assert torch.isfinite(expected).all() and expected.abs().max() > 0
+    assert torch.equal(dequantize_blocks(blocks, qtype, 512, torch.float32), expected)
+    x = torch.randn(2, 512, generator=torch.Generator().manual_seed(qtype))
+    out = packed_gemv(x, blocks, qtype, 5, 512, config=dict(SUPERBLOCKS=2))
+    scale = (x.abs() @ expected.abs().t()).clamp_min(torch.finfo(torch.float32).tiny)
+    assert ((out - x @ expected.t()).abs() / scale).max() < 1e-5
 
 
 @interpreted

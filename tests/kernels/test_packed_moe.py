@@ -1,8 +1,8 @@
 """packed_moe (a layer's routed experts over GGUF blocks, CUDA) against packed_moe_ref in float32 on the
 same blocks: the CUDA paths (8-bit pairs, pairs, grouped, dequantized experts + 16-bit grouped GEMMs) on the
-types the block kernels read, experts spaced further apart than their size (slot views), skipped pairs, and
-inside a CUDA graph capture; the float pairs and grouped kernels also in Triton's interpreter on the CPU
-(TRITON_INTERPRET=1)."""
+types the block kernels read (the i-quants on the float pairs and grouped kernels only), experts spaced further
+apart than their size (slot views), skipped pairs, and inside a CUDA graph capture; the float pairs and grouped
+kernels also in Triton's interpreter on the CPU (TRITON_INTERPRET=1)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,13 @@ import torch
 from gguf_writer import random_blocks
 from strata.kernels import packed_moe as packed_moe_module
 from strata.kernels.packed_gemv import IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_0, Q5_K, Q6_K, Q8_0
-from strata.kernels.packed_moe import packed_moe, packed_moe_ref, pairs_supported
+from strata.kernels.packed_iquants import IQ1_M, IQ1_S, IQ2_S, IQ2_XS, IQ2_XXS, IQ3_S, IQ3_XXS
+from strata.kernels.packed_moe import packed_moe, packed_moe_ref, pairs_supported, q8_pairs_supported
+from test_packed_gemv import random_blocks as gemv_blocks  # this folder's module by name (see test_packed_q8)
+
+# every i-quant once as gate/up and once as down
+IQ_PAIRS = [(IQ2_XXS, IQ3_S), (IQ3_XXS, IQ2_XS), (IQ2_S, IQ1_M), (IQ1_S, IQ2_XXS), (IQ3_S, IQ3_XXS), (IQ2_XS, IQ1_S),
+            (IQ1_M, IQ2_S)]
 
 gpu = pytest.mark.gpu
 interpreted = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
@@ -27,7 +33,10 @@ def experts(qtype: int, num: int, rows: int, k: int, seed: int, pad: int = 0) ->
     """uint8 [num, rows, row bytes] of valid blocks; with `pad`, a view into a buffer with `pad` spare bytes
     after each expert (as a layer's view of device slots sized for a larger layer)."""
     rng = np.random.default_rng(seed)
-    blocks = torch.from_numpy(random_blocks((num, rows, k), gguf.GGMLQuantizationType(qtype), rng, scale=1e-2))
+    if qtype == IQ1_M:  # gguf_writer's random_blocks has no IQ1_M (its d is spread over 4 nibbles)
+        blocks = gemv_blocks(qtype, num * rows, k, seed, low=5e-3, high=1.5e-2).view(num, rows, -1)
+    else:
+        blocks = torch.from_numpy(random_blocks((num, rows, k), gguf.GGMLQuantizationType(qtype), rng, scale=1e-2))
     if not pad:
         return blocks
     flat = torch.zeros(num, blocks[0].numel() + pad, dtype=torch.uint8)
@@ -55,20 +64,34 @@ def check(out: torch.Tensor, hidden, w13, qtype13, w2, qtype2, ids, weights) -> 
 
 
 def test_pairs_kernel_types():
-    """Every packed type (Q2_K and Q3_K included) in rows the block kernels read; not IQ3_S, nor superblock rows
-    that 256 does not divide."""
-    IQ3_S = int(gguf.GGMLQuantizationType.IQ3_S)
+    """Every packed type (Q2_K, Q3_K and the i-quants included) in rows the block kernels read; not Q8_1, nor
+    superblock rows that 256 does not divide."""
+    Q8_1 = int(gguf.GGMLQuantizationType.Q8_1)
     assert pairs_supported(Q4_K, Q6_K, 2048, 768) and pairs_supported(Q8_0, Q8_0, 256, 256)
     assert pairs_supported(Q5_K, Q6_K, 2048, 768) and pairs_supported(Q4_K, Q5_0, 512, 640)
     assert pairs_supported(IQ4_XS, IQ4_XS, 2048, 768) and pairs_supported(Q2_K, Q3_K, 2048, 768)
     assert pairs_supported(Q3_K, Q2_K, 2048, 768)
-    assert not pairs_supported(IQ3_S, Q6_K, 2048, 768) and not pairs_supported(Q4_K, Q4_K, 2048, 96)
+    assert all(pairs_supported(q13, q2, 2048, 768) for q13, q2 in IQ_PAIRS)
+    assert pairs_supported(IQ2_XXS, Q4_K, 2048, 768) and not pairs_supported(IQ2_XXS, IQ2_XXS, 2048, 640)
+    assert not pairs_supported(Q8_1, Q6_K, 2048, 768) and not pairs_supported(Q4_K, Q4_K, 2048, 96)
     assert not pairs_supported(Q2_K, Q3_K, 2048, 640)
+
+
+@pytest.mark.parametrize("qtypes", IQ_PAIRS + [(IQ2_XXS, Q3_K), (Q2_K, IQ3_S)])
+def test_the_i_quants_stay_on_the_float_kernels(qtypes, monkeypatch):
+    """packed_q8 reads no i-quant: a layer with one in either projection never takes the 8-bit pairs (it takes
+    the float pairs or grouped kernels), while Q2_K experts alone do (the type decides: the same tensors)."""
+    from strata.kernels import packed_q8
+
+    monkeypatch.setattr(packed_q8, "enabled", lambda: True)  # whatever STRATA_NO_Q8_ACTIVATIONS says
+    w13, w2 = torch.zeros(4, 512, 84, dtype=torch.uint8), torch.zeros(4, 256, 84, dtype=torch.uint8)
+    assert not q8_pairs_supported(w13, qtypes[0], w2, qtypes[1], 256, 256)
+    assert q8_pairs_supported(w13, Q2_K, w2, Q2_K, 256, 256) and pairs_supported(*qtypes, 256, 256)
 
 
 @gpu
 @pytest.mark.parametrize("qtypes", [(Q4_K, Q6_K), (Q8_0, Q8_0), (Q6_K, Q4_K), (Q5_K, Q6_K), (IQ4_XS, IQ4_XS),
-                                    (Q2_K, Q3_K), (Q3_K, Q2_K)])
+                                    (Q2_K, Q3_K), (Q3_K, Q2_K)] + IQ_PAIRS)
 @pytest.mark.parametrize("tokens", [1, 3, 40])
 def test_packed_moe_matches_ref(qtypes, tokens):
     hidden, w13, w2, ids, weights = case(*qtypes, tokens, pad=96 if tokens == 3 else 0, seed=tokens)
@@ -93,7 +116,8 @@ def test_every_path_matches_the_reference(tokens):
 
 
 @gpu
-@pytest.mark.parametrize("qtypes, tokens", [((Q4_K, Q6_K), 1), ((Q4_K, Q6_K), 2), ((Q5_K, Q6_K), 2), ((Q2_K, Q3_K), 2)])
+@pytest.mark.parametrize("qtypes, tokens", [((Q4_K, Q6_K), 1), ((Q4_K, Q6_K), 2), ((Q5_K, Q6_K), 2), ((Q2_K, Q3_K), 2),
+                                            ((IQ2_XXS, IQ3_S), 2), ((IQ1_M, IQ2_S), 1)])
 def test_packed_moe_in_a_cuda_graph(qtypes, tokens):
     hidden, w13, w2, ids, weights = case(*qtypes, tokens, seed=3)
     args = [hidden.cuda(), w13.cuda(), qtypes[0], w2.cuda(), qtypes[1], ids.cuda(), weights.cuda()]
@@ -151,7 +175,7 @@ def test_the_8_bit_pairs_take_up_to_a_few_pairs_an_expert(tokens, path, monkeypa
 
 
 @interpreted
-@pytest.mark.parametrize("qtypes", [(Q2_K, Q3_K), (Q3_K, Q2_K), (Q4_K, Q6_K)])
+@pytest.mark.parametrize("qtypes", [(Q2_K, Q3_K), (Q3_K, Q2_K), (Q4_K, Q6_K)] + IQ_PAIRS)
 @pytest.mark.parametrize("path", ["_pairs", "_grouped"])
 def test_float_kernels_in_the_interpreter(qtypes, path):
     """The float pairs (packed_gemv's _chunk_dot) and grouped kernels (its _chunk_values) on the CPU in float32,

@@ -2,7 +2,8 @@
 activations) and packed_gemv (float activations) where they read the type, and dequantize to bf16 (packed_dequant),
 on the 30B-A3B's q_proj (4,096 x 2,048), its shared / dense-sized 6,144 x 2,048 and an expert-sized 1,536 x 2,048
 gate/up. us per call and GB/s of packed bytes: whether Q2_K / Q3_K rows read at the bandwidth Q4_K's do (fewer bytes,
-more decode work a byte). Usage: lowbit_ab.py [rows ...]."""
+more decode work a byte). Usage: [LOWBIT_TYPES=IQ2_XXS,Q4_K,...] lowbit_ab.py [rows ...]."""
+import os
 import sys
 
 import torch
@@ -14,7 +15,10 @@ from strata.kernels.gguf_blocks import block_format
 sys.path.insert(0, "tests/kernels")  # by name: an installed `kernels` package shadows tests/kernels
 from test_packed_gemv import random_blocks
 
-TYPES = {"Q2_K": 10, "Q3_K": 11, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14}
+from gguf import GGMLQuantizationType
+
+TYPES = {name: int(GGMLQuantizationType[name])
+         for name in os.environ.get("LOWBIT_TYPES", "Q2_K,Q3_K,Q4_K,Q5_K,Q6_K").split(",")}
 rows_list = [int(a) for a in sys.argv[1:]] or [1, 4, 8]
 for shape_name, n, k in (("q_proj", 4096, 2048), ("wide", 6144, 2048), ("gate_up", 1536, 2048)):
     for type_name, qtype in TYPES.items():
