@@ -43,7 +43,7 @@ class EngineCore:
         self.step_times = StepTimes()
         # a pipeline split runs a step at a time: stage 0 shares each plan as it runs it
         self.async_scheduling = config.scheduler.async_scheduling and self.runner.stage is None
-        self._ahead = None  # --async-scheduling: (plan, DecodeInFlight) queued but not yet read
+        self._ahead = None  # --async-scheduling: (kind, plan, DecodeInFlight | VerifyInFlight) queued, not yet read
         # --batch-groups under a pipeline split: steps launched, not yet finished, oldest first
         self.num_batch_groups = config.runner.num_batch_groups if self.runner.stage is not None else 1
         self._groups: deque = deque()
@@ -179,40 +179,61 @@ class EngineCore:
         self.scheduler.observe_step_time(plan, elapsed)
 
     def _step_overlapped(self, started: float) -> list[TokenDelta]:
-        """--async-scheduling: while a decode step runs on the device, the next one is planned and
-        queued behind it (its inputs are the tokens being sampled, fed on the device), and only then
-        is the first one read and committed; so the host's work of a step (commit, detokenize, plan,
-        fill inputs, launch) overlaps the device's. Any step that is not plain decoding, or after
-        which the next cannot be planned ahead (see Scheduler.schedule_ahead), runs as usual. A
-        request that stops at a step already has the next one queued: its token there is dropped."""
+        """--async-scheduling: while a step runs on the device, the next one is planned and queued
+        behind it, and only then is the first one read and committed; so the host's work of a step
+        (commit, detokenize, plan, fill inputs, launch) overlaps the device's. Decode steps feed each
+        slot the token being sampled on the device (Scheduler.schedule_ahead); verification steps of
+        synthetic drafts start each window at the bonus token and move it back by the drafts the step
+        before rejected, both on the device (Scheduler.schedule_verify_ahead, spec/verify_ahead.py). Any
+        other step, or one after which the next cannot be planned ahead, runs as usual. A request that
+        stops at a step already has the next one queued: its tokens there are dropped."""
         if self._ahead is None:
             plan = self.scheduler.schedule()
-            if not self.async_scheduling or not self.scheduler.decodes_ahead(plan):
+            kind = self._overlap_kind(plan)
+            if kind is None:
                 return self._step_plan(plan, started)
             try:
-                launched = self.runner.launch_decode(plan)
+                launched = self._launch(kind, plan)
             except Exception as e:
                 logger.exception("step %d failed", plan.step_id)
                 return self._fail_step(plan, e)
         else:
-            plan, launched = self._ahead
+            kind, plan, launched = self._ahead
             self._ahead = None
         deltas = []
-        ahead = self.scheduler.schedule_ahead(plan) if self.async_scheduling else None
+        ahead = None
+        if self.async_scheduling:
+            ahead = self.scheduler.schedule_ahead(plan) if kind == "decode" else self.scheduler.schedule_verify_ahead(plan)
         if ahead is not None:
             try:
-                self._ahead = (ahead, self.runner.launch_decode(ahead, launched))
+                self._ahead = (kind, ahead, self._launch(kind, ahead, launched))
             except Exception as e:
                 logger.exception("step %d failed", ahead.step_id)
                 deltas = self._fail_step(ahead, e)
         try:
-            result = self.runner.complete_decode(launched)
+            result = self.runner.complete_decode(launched) if kind == "decode" else self.runner.complete_verify(launched)
         except Exception as e:
             logger.exception("step %d failed", plan.step_id)
             return deltas + self._fail_step(plan, e)
         deltas += [self._process(commit) for commit in self.scheduler.update(plan, result)]
         self._record_step_time(plan, result, started)
         return deltas
+
+    def _overlap_kind(self, plan) -> str | None:
+        """How `plan` is launched so that the next step can be queued behind it: "decode", "verify", or None
+        (run as usual)."""
+        if not self.async_scheduling:
+            return None
+        if self.scheduler.decodes_ahead(plan):
+            return "decode"
+        if self.runner.verifies_ahead and self.scheduler.verifies_ahead(plan):
+            return "verify"
+        return None
+
+    def _launch(self, kind: str, plan, inputs_from=None):
+        if kind == "decode":
+            return self.runner.launch_decode(plan, inputs_from)
+        return self.runner.launch_verify(plan, inputs_from)
 
     def _step_groups(self, started: float) -> list[TokenDelta]:
         """--batch-groups: keep up to G steps in flight, each over slots the others do not hold (at most

@@ -207,9 +207,10 @@ class CudaGraphCache:
         return captured is not None
 
     def run(self, key: Layout, scheduled: list[ScheduledSlot], block_tables: dict[int, list[int]],
-            feed: torch.Tensor | None = None) -> GraphStep | None:
+            feed: torch.Tensor | None = None, shift: torch.Tensor | None = None) -> GraphStep | None:
         """Replay (capturing first if needed) the graph of `key` on this step; None if it cannot be
-        captured. `feed` [S]: device token ids that replace the first rows' input ids (one token per slot)."""
+        captured. `feed` [R]: device token ids that replace the first R rows' input ids. `shift` [S]: each
+        slot's window moved by that many positions on the device (GraphInputs.shift)."""
         # re-placed experts, or a layer that now needs the host where the graph runs through: capture again
         if not self.ensure(key):
             return None
@@ -222,6 +223,8 @@ class CudaGraphCache:
         self.inputs.fill(scheduled, block_tables, num_slots, n, host_tables)
         if feed is not None:
             self.inputs.feed_input_ids(feed)
+        if shift is not None:
+            self.inputs.shift(shift, num_slots, n)
         if self.staging is not None:
             self.staging.start()  # behind the inputs' uploads
         real = sum(w.num_new_tokens for w in scheduled)

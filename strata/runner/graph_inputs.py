@@ -130,6 +130,21 @@ class GraphInputs:
             tables[i, :len(host)], counts[i] = host, len(host)
         counts[len(scheduled):num_slots] = 0
 
+    def shift(self, delta: torch.Tensor, num_slots: int, tokens_per_slot: int) -> None:
+        """After `fill`: move the first len(delta) slots' windows by delta [R] positions (int64 on the device:
+        a verification step planned before the one it follows was read, as if that one accepted all its drafts;
+        delta = accepted - drafts <= 0). Positions, context lengths and the KV slot mapping follow (the block
+        tables already hold the blocks of the unshifted window, which end at or past the shifted one)."""
+        real, n, bs = delta.shape[0], tokens_per_slot, self.block_size
+        rows = real * n
+        positions = self._device("positions")[:rows]
+        positions += delta.repeat_interleave(n)                                        # [R * n]
+        self._device("seq_lens")[:real] += delta
+        tables = self._device("block_tables")[:num_slots * self.width]                 # [S * W]
+        row_starts = torch.arange(real, device=delta.device).repeat_interleave(n) * self.width
+        block_of = (positions // bs).clamp_(max=self.width - 1) + row_starts
+        self._device("slot_mapping")[:rows] = tables[block_of] * bs + positions % bs
+
     def feed_input_ids(self, token_ids: torch.Tensor) -> None:
         """Overwrite the first len(token_ids) input ids on the device after `fill` (tokens another
         step sampled and the host has not read: the copy is ordered after it on the stream)."""

@@ -10,6 +10,7 @@ because the scheduler may hand a freed slot id to a new request in the same plan
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import time
@@ -34,6 +35,8 @@ from strata.runner.table_arrays import TableArrays
 from strata.sample import Sampler
 from strata.spec.commit import commit_outcomes
 from strata.spec.speculator import Speculator
+from strata.spec.verify_ahead import VerifyInFlight, roll_back_states, synthetic_verdicts
+from strata.spec.verify_step import SlotOutcome
 from strata.transfer import index_tensor
 from strata.types import SlotResult, StepPlan, StepResult
 
@@ -213,7 +216,7 @@ class ModelRunner:
                 return
             in_flight.append(self.launch(plan))
 
-    def _queue_forward(self, plan: StepPlan, feed: torch.Tensor | None = None
+    def _queue_forward(self, plan: StepPlan, feed: torch.Tensor | None = None, shift: torch.Tensor | None = None
                        ) -> tuple[StepInputs, torch.Tensor, dict, float]:
         """The step's forward with the experts' per-step bookkeeping -> (inputs, hidden [T, D], expert
         pairs per slot, start time moved past any one-off graph capture)."""
@@ -221,7 +224,7 @@ class ModelRunner:
         captured_before = self.graphs.capture_seconds if self.graphs is not None else 0.0
         if self.experts is not None:
             self.experts.begin_rows(plan.num_tokens)
-        inputs, hidden = self._forward(plan, feed)
+        inputs, hidden = self._forward(plan, feed, shift)
         expert_pairs = {}
         if self.experts is not None:  # queued after the forward, so its host work overlaps the device's
             expert_pairs = self.experts.slot_pairs(plan.scheduled, inputs.query_starts)
@@ -230,15 +233,17 @@ class ModelRunner:
             started += self.graphs.capture_seconds - captured_before
         return inputs, hidden, expert_pairs, started
 
-    def _forward(self, plan: StepPlan, feed: torch.Tensor | None = None) -> tuple[StepInputs, torch.Tensor]:
+    def _forward(self, plan: StepPlan, feed: torch.Tensor | None = None, shift: torch.Tensor | None = None
+                 ) -> tuple[StepInputs, torch.Tensor]:
         """Replay a CUDA graph when the step's layout has one (or can get one), else run eagerly.
-        `feed` [S]: device token ids replacing the input ids of a one-token-per-slot step."""
+        `feed` [R]: device token ids replacing the first R input ids. `shift` [S]: each slot's window moved by
+        that many positions (a verification step planned ahead, see launch_verify)."""
         # graphs read the staging ring: a step whose host blocks do not fit it runs eagerly on the tier itself
         fits_ring = self.kv_staging is None or self.kv_staging.fits(plan.scheduled, self.host_kv.tables)
         if self.use_cuda_graphs and self.graphs is not None and fits_ring:
             key = self.graphs.layout_for(plan.scheduled)
             if key is not None:
-                step = self.graphs.run(key, plan.scheduled, self.block_tables, feed)
+                step = self.graphs.run(key, plan.scheduled, self.block_tables, feed, shift)
                 if step is not None:
                     starts = [i * key[1] for i in range(len(plan.scheduled))]
                     return StepInputs(step.input_ids, step.ctx, starts, step.logits), step.hidden
@@ -246,6 +251,10 @@ class ModelRunner:
                 split = self._forward_split(plan)
                 if split is not None:
                     return split
+        if shift is not None:  # eager: the true windows on the host (a wait on the device where it is not the host)
+            plan = dataclasses.replace(plan, scheduled=[
+                dataclasses.replace(w, num_computed_tokens=w.num_computed_tokens + d)
+                for w, d in zip(plan.scheduled, shift.tolist())])
         host = self._host_tier(plan.scheduled)
         staged = self.kv_staging.begin(plan.scheduled, self.host_kv.tables) if host and self.kv_staging else None
         if staged is not None:  # the step reads its host blocks from the ring, copied layer by layer
@@ -345,6 +354,68 @@ class ModelRunner:
                 continue
             self.speculation.commit_decoded(slot_id, token_id)
             results.append(SlotResult(slot_id, [token_id], 0, []))
+        return StepResult(step.plan.step_id, results, forward_seconds=step.launched - step.started,
+                          sample_seconds=read - waited, draft_seconds=0.0, expert_pairs=step.expert_pairs)
+
+    # ---- verification steps planned ahead (spec/verify_ahead.py) --------------------------------------
+
+    @property
+    def verifies_ahead(self) -> bool:
+        """Whether verification steps can be launched before the one they follow was read: synthetic drafts, the
+        whole model in this process, no host KV tier and no experts computed on the host."""
+        drafter = self.speculation.drafter
+        return (drafter is not None and drafter.synthetic is not None and self.stage is None and self.host_kv is None
+                and (self.experts is None or not self.experts.offloaded))
+
+    @torch.inference_mode()
+    def launch_verify(self, plan: StepPlan, inputs_from: VerifyInFlight | None = None) -> VerifyInFlight:
+        """A step of equal verification windows (1 + k rows a slot, synthetic drafts) queued up to its verdicts,
+        which stay on the device. With `inputs_from` (the step before, not yet read; `plan` was planned as if it
+        accepted every draft) each window starts at that step's bonus token and moves back by its shortfall."""
+        self._update_slots(plan)
+        slot_ids = [w.slot_id for w in plan.scheduled]
+        window = plan.scheduled[0].num_new_tokens
+        feed = shift = None
+        if inputs_from is not None:
+            bonus, shift = inputs_from.shortfall(slot_ids)                              # [S], [S]
+            feed = bonus.repeat_interleave(window)                                      # [S * n]
+        inputs, hidden, expert_pairs, started = self._queue_forward(plan, feed, shift)
+        rows = len(slot_ids) * window
+        logits = inputs.logits() if inputs.logits is not None else self.model.compute_logits(hidden)  # [S * n, V]
+        synthetic = self.speculation.drafter.synthetic
+        accepted = index_tensor([synthetic.propose_synthetic(window - 1, s) for s in slot_ids], hidden.device)  # [S]
+        tokens, bonus = synthetic_verdicts(logits[:rows], len(slot_ids), window, accepted)
+        if self._has_windows(plan):
+            roll_back_states(self.state_pool.caches, inputs.ctx.scratch.window_states, slot_ids, window, accepted)
+        host_tokens, host_accepted, copied = tokens, accepted, None
+        if tokens.is_cuda:  # read back through an event: the step queued after this one must not delay it
+            host_tokens = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
+            host_accepted = torch.empty(accepted.shape, dtype=accepted.dtype, pin_memory=True)
+            host_tokens.copy_(tokens, non_blocking=True)
+            host_accepted.copy_(accepted, non_blocking=True)
+            copied = torch.cuda.Event()
+            copied.record()
+        return VerifyInFlight(plan, slot_ids, tokens, accepted, bonus, host_tokens, host_accepted, copied,
+                              expert_pairs, started, time.perf_counter())
+
+    def complete_verify(self, step: VerifyInFlight) -> StepResult:
+        """Read a launched verification step's verdicts (the one host sync) and commit the accepted tokens to the
+        sampler's and drafter's history. A slot whose request ended while the step ran is left out."""
+        waited = time.perf_counter()
+        if step.copied is not None:
+            step.copied.synchronize()
+        tokens, accepted = step.host_tokens.tolist(), step.host_accepted.tolist()
+        read = time.perf_counter()
+        window = step.plan.scheduled[0].num_new_tokens
+        outcomes, results = [], []
+        for i, (work, row, num_accepted) in enumerate(zip(step.plan.scheduled, tokens, accepted)):
+            if self.sampler.params[work.slot_id] is None:
+                continue
+            kept = row[:num_accepted + 1]
+            outcomes.append(SlotOutcome(work.slot_id, kept, window - 1, num_accepted, i * window + num_accepted))
+            # the next step's placeholder drafts, as the proposer makes them (a step planned the usual way)
+            results.append(SlotResult(work.slot_id, kept, num_accepted, [kept[-1]] * work.next_k))
+        commit_outcomes(outcomes, self.sampler, self.speculation.drafter, self.state_pool.caches, None)
         return StepResult(step.plan.step_id, results, forward_seconds=step.launched - step.started,
                           sample_seconds=read - waited, draft_seconds=0.0, expert_pairs=step.expert_pairs)
 

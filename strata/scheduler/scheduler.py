@@ -80,6 +80,8 @@ class Scheduler:
         self.running: list[RequestState] = []
         self.requests: dict[str, RequestState] = {}
         self.in_flight: set[int] = set()  # batch groups: slots of steps planned and not yet updated
+        # a verification step planned ahead and not yet updated: its step id and each slot's window
+        self._ahead_windows: tuple[int, dict[int, int]] = (-1, {})
         self._draining: set[int] = set()  # slots of ended requests whose step is still in flight
         self._pending_new: list[NewSlotData] = []
         self._pending_freed: list[int] = []
@@ -218,6 +220,64 @@ class Scheduler:
         """Whether the step after `plan` could be planned while `plan` runs (see schedule_ahead)."""
         return bool(self._continuing_after(plan))
 
+    def verifies_ahead(self, plan: StepPlan) -> bool:
+        """Whether `plan` is a step of equal verification windows whose successor may be planned before it is
+        read (schedule_verify_ahead): every running request verifies drafts in it, none needs its sampled
+        history on the host, nothing waits to be admitted."""
+        return self._verifying(plan) is not None
+
+    def schedule_verify_ahead(self, plan: StepPlan) -> StepPlan | None:
+        """The verification step after `plan` (launched, not yet read), planned as if `plan` accepted every
+        draft: each window starts 1 + k positions on (the runner moves it back by the shortfall on the device,
+        spec/verify_ahead.py), with blocks for both windows. None when it cannot be known in advance: see
+        verifies_ahead; a request might end in `plan` or could not take the next window whatever `plan`
+        accepts; the draft policy gives the requests different or no drafts next; blocks are short."""
+        self._begin_planning()
+        pairs = self._verifying(plan)
+        if pairs is None:
+            return None
+        window = plan.scheduled[0].num_new_tokens
+        k = {self._draft_length(state) for state, _ in pairs}
+        if len(k) != 1 or not 0 < (k := k.pop()) or len(pairs) * (1 + k) > self.config.max_num_batched_tokens:
+            return None
+        needed = []
+        for state, work in pairs:
+            if state.remaining_output(self.max_model_len) - window < 1 + k or self.max_step_tokens:
+                return None  # it may end in `plan`, or `plan` accepting all leaves no room for k drafts
+            ahead = state.num_computed_tokens + window
+            needed.append(max(blocks_needed(ahead + 1 + k + self.lookahead, self.block_size) - state.num_blocks, 0))
+        if not self.allocator.can_allocate(sum(needed)):
+            return None
+        scheduled = []
+        for (state, _), count in zip(pairs, needed):
+            new_blocks = self.allocator.allocate(count) if count else []
+            state.block_ids.extend(new_blocks)
+            state.requested_k = k
+            scheduled.append(ScheduledSlot(slot_id=state.slot_id, num_computed_tokens=state.num_computed_tokens + window,
+                                           num_new_tokens=1 + k, new_block_ids=new_blocks, token_ids=[0] * (1 + k),
+                                           draft_token_ids=[0] * k, next_k=k, drafting=True))
+        ahead_plan = self._make_plan(scheduled)
+        self._ahead_windows = (ahead_plan.step_id, {w.slot_id: w.num_new_tokens for w in scheduled})
+        return ahead_plan
+
+    def _verifying(self, plan: StepPlan) -> list[tuple[RequestState, ScheduledSlot]] | None:
+        """(request, window) of each slot of `plan` when it is a step of equal verification windows of every
+        running request, sampled without history and with nothing waiting; else None."""
+        if self.waiting or plan.new_slots or not plan.scheduled or self.offload is not None:
+            return None
+        by_slot = {state.slot_id: state for state in self.running}
+        window = plan.scheduled[0].num_new_tokens
+        if len(plan.scheduled) != len(by_slot) or window < 2:
+            return None
+        pairs = []
+        for work in plan.scheduled:
+            state = by_slot.get(work.slot_id)
+            if state is None or not work.sample or work.num_new_tokens != window \
+                    or len(work.draft_token_ids) != window - 1 or not _samples_without_history(state):
+                return None
+            pairs.append((state, work))
+        return pairs
+
     def _continuing_after(self, plan: StepPlan) -> list[RequestState] | None:
         """The requests of decode step `plan` (not yet committed) that continue after it, when every
         condition of schedule_ahead but the free blocks holds; else None."""
@@ -281,6 +341,8 @@ class Scheduler:
 
     def update(self, plan: StepPlan, result: StepResult) -> list[Commit]:
         self.land(plan)
+        if plan.step_id == self._ahead_windows[0]:
+            self._ahead_windows = (-1, {})
         by_slot = {r.slot_id: r for r in result.slots}
         running_by_slot = {s.slot_id: s for s in self.running}
         commits = []
@@ -310,7 +372,8 @@ class Scheduler:
             # after the append: accepted drafts are computed tokens, and their blocks hash their values
             self.prefix.register_computed(state)
             logprobs = slot_result.logprobs[: len(kept)] if slot_result.logprobs else slot_result.logprobs
-            self._maybe_checkpoint(state)
+            if work.slot_id not in self._ahead_windows[1]:  # else the state saved would be the step's in flight
+                self._maybe_checkpoint(state)
             if reason is not None:
                 self.finish_request(state.request_id, reason)
             else:
@@ -468,7 +531,9 @@ class Scheduler:
     def _release_excess_blocks(self, state: RequestState) -> None:
         """After rejected drafts a request may hold blocks past its committed length + lookahead;
         they go back to the pool (their contents are never read)."""
-        keep = blocks_needed(state.num_computed_tokens + 1 + self.lookahead, self.block_size)
+        # (a verification step in flight, planned ahead, writes its window from the committed length on)
+        in_flight = self._ahead_windows[1].get(state.slot_id, 1)
+        keep = blocks_needed(state.num_computed_tokens + in_flight + self.lookahead, self.block_size)
         if state.num_blocks > keep:
             keep_device = keep - len(state.host_block_ids)  # host blocks lie below the computed length
             self.allocator.free(state.block_ids[keep_device:])

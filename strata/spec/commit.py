@@ -28,8 +28,13 @@ def restore_recurrent_state(state_caches: dict[int, tuple[torch.Tensor, torch.Te
     if not slot_ids:
         return
     device = next(iter(state_caches.values()))[0].device
-    slots = index_tensor(slot_ids, device)
-    rows = index_tensor(token_rows, device)
+    restore_rows(state_caches, window_states, index_tensor(slot_ids, device), index_tensor(token_rows, device))
+
+
+def restore_rows(state_caches: dict[int, tuple[torch.Tensor, torch.Tensor]],
+                 window_states: dict[int, tuple[torch.Tensor, torch.Tensor]], slots: torch.Tensor,
+                 rows: torch.Tensor) -> None:
+    """restore_recurrent_state with device indices: slots [S], rows [S] int64 (nothing read on the host)."""
     for layer, (conv_state, ssm_state) in state_caches.items():
         window_conv, window_ssm = window_states[layer]
         conv_state.index_copy_(0, slots, window_conv[rows])

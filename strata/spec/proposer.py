@@ -41,11 +41,15 @@ class Proposer:
         self.tokens[slot_id] = list(token_ids)
         if self.suffix is not None:
             self.suffix.add_slot(slot_id, token_ids)
+        if self.synthetic is not None:
+            self.synthetic.add_slot(slot_id)
 
     def remove_slot(self, slot_id: int) -> None:
         self.tokens.pop(slot_id, None)
         if self.suffix is not None:
             self.suffix.remove_slot(slot_id)
+        if self.synthetic is not None:
+            self.synthetic.remove_slot(slot_id)
 
     def commit(self, slot_id: int, token_ids: list[int]) -> None:
         self.tokens[slot_id].extend(token_ids)

@@ -4,7 +4,9 @@ The drafter only decides how many of a step's k drafts are accepted: a truncated
 (draft j accepted with probability alpha^(j+1)) whose alpha is solved so that the mean accepted
 length, drafts + bonus, is `acceptance_length`. After the target forward the runner builds the
 drafts from the target's own greedy tokens with `synthetic_drafts`, so `verify_greedy` accepts
-exactly that many. Step timing is real; the token ids are not meaningful.
+exactly that many. Step timing is real; the token ids are not meaningful. Each slot draws from a stream
+of its own, started when a request takes the slot, so a request's counts do not depend on what it is
+batched with (nor on whether a step was planned ahead).
 """
 
 from __future__ import annotations
@@ -18,19 +20,33 @@ class SyntheticDrafter:
             raise ValueError(f"acceptance_length counts the bonus token, so it must be >= 1, "
                              f"got {acceptance_length}")
         self.acceptance_length = acceptance_length
+        self.seed = seed
         self._rng = random.Random(seed)
+        self._slot_rngs: dict[int, random.Random] = {}
+        self._num_slots_added = 0
         self._alpha_by_k: dict[int, float] = {}
 
-    def propose_synthetic(self, k: int) -> int:
-        """How many of this step's k drafts to accept, in [0, k]; mean acceptance_length - 1.
+    def add_slot(self, slot_id: int) -> None:
+        """A request took the slot: a fresh stream of draws for it (the n-th request's stream is the same
+        whatever the batching)."""
+        self._slot_rngs[slot_id] = random.Random(f"{self.seed}/{self._num_slots_added}")
+        self._num_slots_added += 1
+
+    def remove_slot(self, slot_id: int) -> None:
+        self._slot_rngs.pop(slot_id, None)
+
+    def propose_synthetic(self, k: int, slot_id: int | None = None) -> int:
+        """How many of this step's k drafts to accept, in [0, k]; mean acceptance_length - 1. `slot_id`: draw
+        from that slot's stream (else from the drafter's own).
 
         A k too small for the mean (k < acceptance_length - 1) accepts all k drafts.
         """
         if k <= 0:
             return 0
         alpha = self._alpha(k)
+        rng = self._slot_rngs.get(slot_id, self._rng)
         num_accept = 0
-        while num_accept < k and self._rng.random() < alpha:
+        while num_accept < k and rng.random() < alpha:
             num_accept += 1
         return num_accept
 

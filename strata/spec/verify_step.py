@@ -81,8 +81,9 @@ def _verify(sampler: Sampler, logits: torch.Tensor, windows, window_starts: list
         pending = [i for i in pending if i not in free]
         target = argmax(logits)
         tokens = target.tolist()
-        fakes = [synthetic_drafts(tokens[s:s + len(d) + 1], synthetic.propose_synthetic(len(d)), len(d),
-                                  logits.shape[-1]) for d, s in ((drafts[i], window_starts[i]) for i in free)]
+        fakes = [synthetic_drafts(tokens[s:s + len(d) + 1], synthetic.propose_synthetic(len(d), slot_id), len(d),
+                                  logits.shape[-1])
+                 for d, s, slot_id in ((drafts[i], window_starts[i], windows[i][0].slot_id) for i in free)]
         for i, verdict in zip(free, verify_greedy(target, fakes, [window_starts[i] for i in free])):
             verdicts[i] = verdict
     is_greedy = {i: sampler.params[windows[i][0].slot_id].is_greedy for i in pending}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 import numpy as np
+import torch
 import pytest
 
 from strata.runner.graph_inputs import GraphInputs
@@ -88,3 +89,36 @@ def test_fill_writes_what_the_per_slot_reference_writes(host_tier):
                     "block_tables": num_slots * width}.get(name, num_slots)
             np.testing.assert_array_equal(inputs.host_np[start:start + size], expected[start:start + size],
                                           err_msg=f"case {case}: {name}")
+
+
+def test_shift_moves_windows_planned_ahead_to_where_fill_puts_them():
+    """A verification step planned as if the step before accepted every draft, then shifted on the device by
+    accepted - drafts per slot: positions, context lengths and KV slot mapping equal a fill at the true
+    positions (the rest of the buffers never depends on them); padding slots after the real ones stay put."""
+    rng = random.Random(1)
+    bs, width, n = 4, 12, 4
+    ahead = GraphInputs(max_slots=8, max_tokens_per_slot=n, max_blocks_per_slot=width, block_size=bs,
+                        scratch_block=999, scratch_state_row=8, device="cpu")
+    exact = GraphInputs(max_slots=8, max_tokens_per_slot=n, max_blocks_per_slot=width, block_size=bs,
+                        scratch_block=999, scratch_state_row=8, device="cpu")
+    for case in range(40):
+        count = rng.randint(1, 6)
+        num_slots = rng.choice([s for s in (1, 2, 4, 8) if s >= count])
+        planned, true, block_tables, delta = [], [], {}, []
+        for slot_id in rng.sample(range(20), count):
+            shortfall = -rng.randint(0, n - 1)                       # accepted - drafts of the step before
+            computed = rng.randint(n, (width - 1) * bs - 2 * n)      # as if every draft was accepted
+            table = rng.sample(range(500), -(-(computed + n) // bs))
+            block_tables[slot_id] = table
+            tokens = [rng.randrange(1000) for _ in range(n)]
+            planned.append(ScheduledSlot(slot_id, computed, n, [], tokens, tokens[1:]))
+            true.append(ScheduledSlot(slot_id, computed + shortfall, n, [], tokens, tokens[1:]))
+            delta.append(shortfall)
+        ahead.fill(planned, block_tables, num_slots, n)
+        ahead.shift(torch.tensor(delta), num_slots, n)
+        exact.fill(true, block_tables, num_slots, n)
+        for name in ("positions", "slot_mapping", "seq_lens", "input_ids", "query_start_loc", "block_tables"):
+            size = num_slots if name == "seq_lens" else num_slots + 1 if name == "query_start_loc" else \
+                num_slots * width if name == "block_tables" else num_slots * n
+            torch.testing.assert_close(ahead._device(name)[:size], exact._device(name)[:size], rtol=0, atol=0,
+                                       msg=f"case {case}: {name}")

@@ -1,0 +1,121 @@
+"""Verification steps planned ahead (--async-scheduling with synthetic drafts, spec/verify_ahead.py): the next
+step is launched before this one is read, planned as if every draft was accepted and moved back on the device.
+Outputs equal speculation stepped one step at a time (same drafts, same draws: the accepted counts a step draws
+are the drafter's), for a dense model, an MoE and a hybrid model whose recurrent state rolls back by device
+indices; requests ending mid-pipeline (max_tokens, a stop id, an abort) and arriving mid-pipeline lose nothing and
+leak nothing. Tiny random models, CPU (and CUDA graphs on a GPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from strata import SamplingParams
+from strata.config import CacheConfig, EngineConfig, RunnerConfig, SchedulerConfig, SpecConfig
+from strata.engine.core import EngineCore
+from strata.runner.model_runner import ModelRunner
+from strata.types import Request
+
+SYNTHETIC = {"method": "synthetic", "num_speculative_tokens": 3, "acceptance_length": 2.5, "adaptive": False}
+
+
+def engine(folder: str, async_scheduling: bool, device: str = "cpu") -> EngineCore:
+    config = EngineConfig(model=folder, runner=RunnerConfig(device=device, dtype="float32" if device == "cpu"
+                                                            else "bfloat16"),
+                          cache=CacheConfig(block_size=4),
+                          scheduler=SchedulerConfig(max_num_seqs=4, async_scheduling=async_scheduling),
+                          speculative=SpecConfig.from_json(SYNTHETIC))
+    return EngineCore(config, quiet=True)
+
+
+def prompt(i: int) -> list[int]:
+    return torch.randint(3, 160, (3 + 2 * i,), generator=torch.Generator().manual_seed(i)).tolist()
+
+
+def drive(core: EngineCore, requests: list[tuple[int, SamplingParams]], abort: dict[int, str] | None = None):
+    """Request i arrives at step `arrival`; abort {step: request id} -> id -> (tokens, finish reason)."""
+    out: dict[str, tuple[list[int], object]] = {}
+    step = 0
+    while step == 0 or core.has_unfinished() or any(a >= step for a, _ in requests):
+        for i, (arrival, params) in enumerate(requests):
+            if arrival == step:
+                core.add_request(Request(str(i), prompt(i), params))
+        if abort and step in abort:
+            core.abort_request(abort[step])
+        for delta in core.step():
+            tokens, _ = out.get(delta.request_id, ([], None))
+            out[delta.request_id] = (tokens + delta.new_token_ids, delta.finish_reason)
+        step += 1
+    return out
+
+
+def count_ahead(monkeypatch) -> list[bool]:
+    """Per launch_verify call: whether it was queued behind a step not yet read."""
+    calls = []
+    launch = ModelRunner.launch_verify
+
+    def counted(self, plan, inputs_from=None):
+        calls.append(inputs_from is not None)
+        return launch(self, plan, inputs_from)
+
+    monkeypatch.setattr(ModelRunner, "launch_verify", counted)
+    return calls
+
+
+def greedy(max_tokens: int, **kwargs) -> SamplingParams:
+    return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, **kwargs)
+
+
+def assert_released(core: EngineCore) -> None:
+    assert core.scheduler.allocator.num_free == core.scheduler.allocator.num_blocks
+    assert sorted(core.scheduler.free_slots) == list(range(4))
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3_moe", "qwen3_next"])
+def test_outputs_equal_stepping_one_at_a_time(family, tiny_model_dir, monkeypatch):
+    folder = tiny_model_dir(family)
+    requests = [(0, greedy(30)), (0, greedy(41)), (0, greedy(23)), (0, SamplingParams(temperature=0.8, max_tokens=37,
+                                                                                      ignore_eos=True))]
+    reference = drive(engine(folder, False), requests)
+    ahead = count_ahead(monkeypatch)
+    core = engine(folder, True)
+    assert drive(core, requests) == reference
+    assert sum(ahead) >= 6, ahead  # most verification steps were queued behind the one before
+    stats = core.scheduler.stats.as_dict()
+    assert 0 < stats["num_accepted_tokens"] < stats["num_draft_tokens"]  # windows were moved back, and not all
+    assert_released(core)
+
+
+def test_requests_ending_and_arriving_mid_pipeline(tiny_model_dir, monkeypatch):
+    """A stop id and an abort end requests whose next step is already queued; a request arriving later stops the
+    pipeline (it needs a prompt step) and it starts again after: outputs as stepping one at a time."""
+    folder = tiny_model_dir("qwen3_next")
+    plain = drive(engine(folder, False), [(0, greedy(40))])["0"][0]
+    stop_at = plain[17]
+    requests = [(0, greedy(40, stop_token_ids=[stop_at])), (0, greedy(35)), (0, greedy(44)), (9, greedy(20))]
+    reference = drive(engine(folder, False), requests, abort={6: "2"})
+    ahead = count_ahead(monkeypatch)
+    core = engine(folder, True)
+    got = drive(core, requests, abort={6: "2"})
+    assert got == reference
+    assert got["0"][0][-1] == stop_at and len(got["0"][0]) < 40 and len(got["2"][0]) < 44
+    assert sum(ahead) >= 4 and not all(ahead)
+    assert_released(core)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", ["qwen3_moe", "qwen3_next"])
+def test_cuda_graph_windows_moved_on_the_device(family, tiny_model_dir, monkeypatch):
+    """On CUDA the windows replay graphs: the bonus tokens are fed and the positions, context lengths and KV slot
+    mapping moved by the shortfall inside the graph inputs, never read on the host before the launch."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    folder = tiny_model_dir(family)
+    requests = [(0, greedy(40)), (0, greedy(33)), (0, greedy(45)), (3, greedy(20))]
+    reference = drive(engine(folder, False, "cuda"), requests)
+    ahead = count_ahead(monkeypatch)
+    core = engine(folder, True, "cuda")
+    assert core.runner.graphs is not None
+    assert drive(core, requests) == reference
+    assert sum(ahead) >= 6 and core.runner.graph_stats()["replays"] > 0
+    assert_released(core)
