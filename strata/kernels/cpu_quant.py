@@ -1,9 +1,10 @@
 """CPU matmuls on GGUF blocks as stored (native/quant_matmul.c): y = x @ W.T with W never dequantized.
 
 Activations are quantized per block to int8 with a float32 scale, as llama.cpp does (q8_0 / q8_K): over
-32 values for Q8_0/Q4_0/Q4_1/Q5_0/Q5_1, over 256 for the K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K) and IQ4_XS (the
-weight type's block). Each y then differs from "dequantize W, matmul in float32" by at most sum over blocks
-of amax|x_block| / 254 * |w_block|_1; measured, 0.5-0.8 % of |y| (relative RMS) for Gaussian x, 1 % (32) to
+32 values for Q8_0/Q4_0/Q4_1/Q5_0/Q5_1, over 256 for the K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), IQ4_XS and the
+i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M; their grids are gguf-py's, handed to the
+library at load): the weight type's block. Each y then differs from "dequantize W, matmul in float32" by at most sum
+over blocks of amax|x_block| / 254 * |w_block|_1; measured, 0.5-0.8 % of |y| (relative RMS) for Gaussian x, 1 % (32) to
 3 % (256) when 1 % of x are 20x outliers; Q4 weights themselves cost ~8 %. `quant_matmul_ref` states the
 exact semantics; tests/kernels/test_cpu_quant.py holds the kernel to it and to the bound. Built at first use
 with the system C compiler (kernels/native_build.py); AVX-512 VNNI, AVX2 or portable kernels are chosen at load.
@@ -31,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants
 from gguf.quants import dequantize
 
 from strata.config import debug_flag
@@ -45,7 +46,11 @@ _AVX512 = [*_AVX2, "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"]
 ISAS = ("scalar", "avx2", "avx512")  # the C side's numbering
 _ATTENTION, _ATTENTION_AVX2 = "strata_paged_attention_f32", "strata_paged_attention_f32_avx2"  # portable, AVX2
 TYPES = frozenset(GGMLQuantizationType[name] for name in ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K",
-                                                           "Q4_K", "Q5_K", "Q6_K", "IQ4_XS"))
+                                                           "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ2_XXS", "IQ2_XS",
+                                                           "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M"))
+# the i-quants' grids in strata_qmm_set_iq_tables's order, with the shapes its copies have (IQ1_M reads IQ1_S's)
+_IQ_GRIDS = {"IQ2_XXS": (256, 8), "IQ2_XS": (512, 8), "IQ2_S": (1024, 8), "IQ3_XXS": (256, 4), "IQ3_S": (512, 4),
+             "IQ1_S": (2048, 8)}
 _LAYOUTS = {int(qtype): (*GGML_QUANT_SIZES[qtype], qtype.name) for qtype in TYPES}  # values, bytes a block; name
 
 _lock = threading.Lock()
@@ -67,7 +72,8 @@ def _build() -> ctypes.CDLL:
         units += [(_NATIVE / "quant_matmul.c", ["-O3", "-pthread"])]
     units += [(_NATIVE / "quant_moe.c", ["-O3", "-pthread"]), (_NATIVE / "dequant_matmul.c", ["-O3", "-pthread"])]
     library = ctypes.CDLL(str(build_library("quant_matmul", units, ["-pthread", "-lm"],
-                                            headers=[_NATIVE / "quant_matmul.h"])))
+                                            headers=[_NATIVE / name for name in ("quant_matmul.h", "iquant.h",
+                                                                                 "iquant_simd.h")])))
     pointer, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
     weights = [i32, pointer, i64, i64]  # type, rows, expert stride, row stride
     for name, argtypes in (("strata_qmm", [i32, pointer, i64, pointer, i64, i64, pointer, i64, i32]),
@@ -78,12 +84,32 @@ def _build() -> ctypes.CDLL:
                                       i64, ctypes.c_float, pointer, i32])
                              for name in (_ATTENTION, _ATTENTION_AVX2) if hasattr(library, name)),
                            ("strata_qmm_supports", [i32]), ("strata_qmm_set_isa", [i32]),
-                           ("strata_qmm_best_isa", [])):
+                           ("strata_qmm_best_isa", []), ("strata_qmm_set_iq_tables", [pointer] * 7)):
         getattr(library, name).argtypes = argtypes
         getattr(library, name).restype = i32
     if debug_flag("CPU_QUANT_SCALAR"):
         library.strata_qmm_set_isa(0)
+    _set_iq_tables(library)
     return library
+
+
+def _set_iq_tables(library: ctypes.CDLL) -> None:
+    """Hand gguf-py's i-quant grids (built by its init_grid) and sign codes to the library, which copies them;
+    until then it supports none of the i-quants."""
+    tables = []
+    for name, shape in _IQ_GRIDS.items():
+        cls = getattr(quants, name)
+        cls.init_grid()
+        grid = np.asarray(cls.grid, dtype=np.float32).reshape(-1)
+        rows = grid.astype(np.int8)
+        if grid.size != shape[0] * shape[1] or not np.array_equal(rows, grid):
+            logger.warning("gguf-py's %s grid is not %s small integers; the i-quants stay on the torch path", name,
+                           shape)
+            return
+        tables.append(rows)
+    tables.append(np.frombuffer(quants.IQ2_XXS.ksigns, dtype=np.uint8))
+    if len(tables[-1]) != 128 or library.strata_qmm_set_iq_tables(*(table.ctypes.data for table in tables)) != 0:
+        logger.warning("gguf-py's i-quant tables are out of the kernels' ranges; the i-quants stay on the torch path")
 
 
 def _load() -> ctypes.CDLL | None:

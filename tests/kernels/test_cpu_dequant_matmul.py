@@ -18,6 +18,7 @@ import pytest
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as Q
 from gguf.quants import dequantize, quantize
+from test_cpu_quant import F16_FIELDS, IQ_TYPES, QUANTIZABLE, TYPES, UNSUPPORTED, put_f16
 
 from strata.kernels import cpu_quant
 from strata.kernels.gguf_blocks import dequantize_ref
@@ -25,11 +26,6 @@ from strata.kernels.gguf_blocks import dequantize_ref
 BUILT = cpu_quant.supports_dequant(Q.Q8_0)
 pytestmark = pytest.mark.skipif(not BUILT, reason="no C compiler to build the kernel")
 
-TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS]
-QUANTIZABLE = {Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1}
-F16_FIELDS = {Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2], Q.Q2_K: [80, 82], Q.Q3_K: [108],
-              Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208], Q.IQ4_XS: [0]}
-UNSUPPORTED = Q.IQ2_XXS  # a packed type no kernel reads (256 values in 66 bytes)
 ISAS = list(cpu_quant.available_isas()) if BUILT else []
 EPS32 = 2.0 ** -23
 
@@ -54,7 +50,7 @@ def make_blocks(qtype: Q, n: int, k: int, seed: int, source: str = "random",
     raw = rng.integers(0, 256, size=(n, k // block, type_bytes), dtype=np.uint8)
     for i, offset in enumerate(F16_FIELDS[qtype]):
         field = rng.uniform(-0.05, 0.05, size=(n, k // block)).astype(np.float16) if scales is None else scales[..., i]
-        raw[..., offset:offset + 2] = field[..., None].view(np.uint8)
+        put_f16(raw, qtype, offset, field)
     return torch.from_numpy(raw.reshape(n, -1))
 
 
@@ -107,10 +103,15 @@ def test_weights_are_ggufs_bit_for_bit(isa, qtype):
 def test_every_finite_float16_scale(qtype):
     """One block a row, the first float16 field of row r the r-th finite float16 (both signs, subnormals,
     65504), the second (Q4_1's m, the dmin of Q2_K, Q4_K, Q5_K) a shuffle of them: the SIMD kernels compute
-    q * d + m as one FMA where q * d is exact, which this holds to gguf's two roundings over every scale.
+    q * d + m as one FMA where q * d is exact, which this holds to gguf's two roundings over every scale. The
+    i-quants' weights round nowhere (exact products, iquant_simd.h): a random quarter of the scales and the
+    extremes (65504, the least subnormal) hold them, at a quarter of the time of gguf's reference.
     x picks 8 values of each block (one a 32) out of the identity."""
     finite = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
     finite = finite[np.isfinite(finite)]  # [63488]
+    if qtype in IQ_TYPES:
+        extremes = finite[np.isin(np.abs(finite), np.array([65504, 2 ** -24], dtype=np.float16))]
+        finite = np.concatenate([extremes, np.random.default_rng(6).choice(finite, len(finite) // 4, replace=False)])
     fields = np.stack([finite, np.random.default_rng(4).permutation(finite)], axis=-1)[:, None, :]  # [N, 1, 2]
     k = block_of(qtype)
     w = make_blocks(qtype, len(finite), k, seed=5, scales=fields)

@@ -1,7 +1,7 @@
 """The native CPU matmul on GGUF blocks (strata/kernels/cpu_quant.py) for every type it handles.
 
 The kernel quantizes activations per block to int8 (d = amax|x_block| / 127; 32 values for Q8_0/Q4_0/
-Q4_1/Q5_0/Q5_1, 256 for the K-quants and IQ4_XS), so two tolerances, both per output element:
+Q4_1/Q5_0/Q5_1, 256 for the K-quants, IQ4_XS and the i-quants), so two tolerances, both per output element:
 - against quant_matmul_ref (the same quantized activations @ gguf's dequantization, in float64) the
   only difference is float32 rounding of the per-block products and their sum:
   |y - ref| <= 1e-5 * (|x_hat| @ |W|.T);
@@ -9,12 +9,15 @@ Q4_1/Q5_0/Q5_1, 256 for the K-quants and IQ4_XS), so two tolerances, both per ou
   so |y - exact| <= sum over blocks b of amax|x_b| / 254 * |W_b|_1 (1.001 times that, for the float32
   rounding of x / d), plus the float32 slack above.
 Weights: gguf.quants.quantize of random values where gguf can quantize the type, and random bytes with
-finite float16 scales (every bit pattern of the quants, e.g. -128 in Q8_0) for all types.
+finite float16 scales (every bit pattern of the quants, e.g. -128 in Q8_0, every grid row of the i-quants) for
+all types.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import shutil
 import subprocess
 import sys
 
@@ -29,11 +32,14 @@ from strata.kernels import cpu_quant
 BUILT = cpu_quant.supports(Q.Q8_0)
 needs_kernel = pytest.mark.skipif(not BUILT, reason="no C compiler to build the kernel")
 
-TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS]
+IQ_TYPES = [Q.IQ2_XXS, Q.IQ2_XS, Q.IQ2_S, Q.IQ3_XXS, Q.IQ3_S, Q.IQ1_S, Q.IQ1_M]
+TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS, *IQ_TYPES]
 QUANTIZABLE = {Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1}  # gguf's quantize implements these of ours
+# byte offsets of each block's float16 fields (put_f16: IQ1_M's d is the top nibbles of the 4 uint16 at 48)
 F16_FIELDS = {Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2], Q.Q2_K: [80, 82], Q.Q3_K: [108],
-              Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208], Q.IQ4_XS: [0]}
-UNSUPPORTED = Q.IQ2_XXS  # a packed type no kernel reads (256 values in 66 bytes)
+              Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208], Q.IQ4_XS: [0], Q.IQ2_XXS: [0], Q.IQ2_XS: [0],
+              Q.IQ2_S: [0], Q.IQ3_XXS: [0], Q.IQ3_S: [0], Q.IQ1_S: [0], Q.IQ1_M: [48]}
+UNSUPPORTED = Q.TQ2_0  # a packed type no kernel reads (ternary, 256 values in 66 bytes)
 SHAPES = [(1, 33, 256), (3, 33, 512), (17, 33, 2816), (8, 64, 768)]  # (T, N, K): 17 = two full row tiles + one
 SIMD_ISAS = [name for name in cpu_quant.available_isas() if name != "scalar"] if BUILT else []
 
@@ -46,6 +52,17 @@ def best_isa():
         cpu_quant.set_isa(best)
 
 
+def put_f16(raw: np.ndarray, qtype: Q, offset: int, values: np.ndarray) -> None:
+    """Blocks raw [..., type bytes] get float16 `values` [...] as their field at byte `offset`."""
+    bits = values.astype(np.float16).view(np.uint16)
+    if qtype == Q.IQ1_M:  # nibble i of d (lowest first) is the top nibble of the uint16 at offset + 2i
+        for i in range(4):
+            at = offset + 2 * i + 1  # the uint16's high byte
+            raw[..., at] = (raw[..., at] & 0x0F) | (((bits >> (4 * i)) & 0x0F) << 4).astype(np.uint8)
+    else:
+        raw[..., offset:offset + 2] = bits[..., None].view(np.uint8)
+
+
 def make_blocks(qtype: Q, n: int, k: int, source: str, seed: int) -> torch.Tensor:
     rng = np.random.default_rng(seed)
     if source == "quantized":
@@ -53,8 +70,7 @@ def make_blocks(qtype: Q, n: int, k: int, source: str, seed: int) -> torch.Tenso
     block, type_bytes = GGML_QUANT_SIZES[qtype]
     raw = rng.integers(0, 256, size=(n, k // block, type_bytes), dtype=np.uint8)
     for offset in F16_FIELDS[qtype]:
-        scales = rng.uniform(-0.05, 0.05, size=(n, k // block, 1)).astype(np.float16)
-        raw[..., offset:offset + 2] = scales.view(np.uint8)
+        put_f16(raw, qtype, offset, rng.uniform(-0.05, 0.05, size=(n, k // block)))
     return torch.from_numpy(raw.reshape(n, -1))
 
 
@@ -176,6 +192,27 @@ def test_bad_input_says_what_is_wrong():
         cpu_quant.quant_matmul(torch.randn(2, 256), torch.zeros(4, 66, dtype=torch.uint8), UNSUPPORTED, 4, 256)
     with pytest.raises(ValueError, match="not available"):
         cpu_quant.set_isa("neon")
+
+
+@needs_kernel
+def test_iquants_wait_for_their_tables(tmp_path):
+    """A fresh copy of the library (its own globals) supports no i-quant until gguf-py's grids are handed over,
+    refuses grids out of the range its kernels assume (copying nothing), and supports them all once the real ones
+    are in."""
+    fresh = tmp_path / "fresh.so"
+    shutil.copy(cpu_quant._require()._name, fresh)
+    library = ctypes.CDLL(str(fresh))
+    library.strata_qmm_set_iq_tables.argtypes = [ctypes.c_void_p] * 7
+
+    def supported() -> list[bool]:
+        return [bool(library.strata_qmm_supports(int(qtype))) for qtype in IQ_TYPES]
+
+    assert not any(supported()) and library.strata_qmm_supports(int(Q.Q4_K))
+    too_large = [np.full(n, 64, np.int8) for n in (2048, 4096, 8192, 1024, 2048, 16384, 128)]
+    assert library.strata_qmm_set_iq_tables(*(table.ctypes.data for table in too_large)) == 1
+    assert not any(supported())
+    cpu_quant._set_iq_tables(library)
+    assert all(supported())
 
 
 def test_no_compiler_means_unsupported_not_an_error(tmp_path):

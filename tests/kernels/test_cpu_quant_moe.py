@@ -10,7 +10,7 @@ Two elementwise bounds, each a sum over the row's pairs of |weight| * |W2[e]| @ 
   off: no value flipped), so test_act_is_float32_until_quantized checks act itself to half a step.
 - against "dequantize, then the float32 experts" (fused_moe_ref): each hidden value quantized is off by at
   most amax / 254 of its block (test_cpu_quant.activation_bound), propagated through silu(gate) * up, then
-  each act value by amax / 254 of its block. Measured: 1.2-2.3 % off in relative norm; asserted: the bound
+  each act value by amax / 254 of its block. Measured: 1.1-3.0 % off in relative norm; asserted: the bound
   and < 4 %.
 Weights: random blocks with finite float16 scales (test_cpu_quant.make_blocks), hidden scaled so that gate
 values are ~N(0, 1), where SiLU bends.
@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as Q
 from gguf.quants import dequantize
-from test_cpu_quant import TYPES, UNSUPPORTED, activation_bound, make_blocks
+from test_cpu_quant import IQ_TYPES, TYPES, UNSUPPORTED, activation_bound, make_blocks
 
 from strata.kernels import cpu_quant
 from strata.kernels.fused_moe import fused_moe_ref
@@ -34,15 +34,20 @@ from strata.kernels.fused_moe import fused_moe_ref
 BUILT = cpu_quant.supports(Q.Q8_0)
 pytestmark = pytest.mark.skipif(not BUILT, reason="no C compiler to build the kernel")
 
-# every type with itself, and each of the types before Q2_K / Q3_K with the one three after it in their list
-# (block sizes 32 and 256 mixed both ways)
-BASE_TYPES = [t for t in TYPES if t not in (Q.Q2_K, Q.Q3_K)]
-COMBOS = [(t, t) for t in TYPES] + [(t, BASE_TYPES[(i + 3) % len(BASE_TYPES)]) for i, t in enumerate(BASE_TYPES)]
+# every type but the i-quants with itself, and each of the types before Q2_K / Q3_K with the one three after it in
+# their list (block sizes 32 and 256 mixed both ways)
+BASE_TYPES = [t for t in TYPES if t not in (Q.Q2_K, Q.Q3_K, *IQ_TYPES)]
+COMBOS = [(t, t) for t in TYPES if t not in IQ_TYPES]
+COMBOS += [(t, BASE_TYPES[(i + 3) % len(BASE_TYPES)]) for i, t in enumerate(BASE_TYPES)]
 # a Q4_K_M file's experts whose down rows 256 does not divide (Qwen4-Exp's 640): llama.cpp's fallbacks
 COMBOS += [(Q.Q4_K, Q.Q5_0), (Q.Q4_K, Q.Q8_0)]
 # llama.cpp's Q2_K files (down rows Q3_K; Q4_0 where 256 does not divide them), Q3_K_M's (down rows Q4_K / Q5_K),
 # and a 32-value w13 before Q2_K's down rows (act quantized per 256 after hidden per 32)
 COMBOS += [(Q.Q2_K, Q.Q3_K), (Q.Q2_K, Q.Q4_0), (Q.Q3_K, Q.Q4_K), (Q.Q3_K, Q.Q5_K), (Q.Q8_0, Q.Q2_K)]
+# the i-quants: each as w13 and as w2 (each with the next in their list), an IQ2_XXS file's Q2_K down rows, and a
+# 32-value w13 before IQ1_M's down rows
+COMBOS += [(t, IQ_TYPES[(i + 1) % len(IQ_TYPES)]) for i, t in enumerate(IQ_TYPES)]
+COMBOS += [(Q.IQ2_XXS, Q.Q2_K), (Q.Q8_0, Q.IQ1_M)]
 
 
 @pytest.fixture(autouse=True)
@@ -274,7 +279,8 @@ def test_thread_count_does_not_change_the_result():
 @pytest.mark.parametrize("isa", cpu_quant.available_isas() if BUILT else [])
 def test_each_instruction_set(isa):
     cpu_quant.set_isa(isa)
-    for qtype13, qtype2 in [(Q.Q4_K, Q.Q6_K), (Q.IQ4_XS, Q.Q5_K), (Q.Q4_1, Q.Q8_0), (Q.Q2_K, Q.Q3_K)]:
+    for qtype13, qtype2 in [(Q.Q4_K, Q.Q6_K), (Q.IQ4_XS, Q.Q5_K), (Q.Q4_1, Q.Q8_0), (Q.Q2_K, Q.Q3_K),
+                            (Q.IQ2_XXS, Q.IQ3_S), (Q.IQ1_M, Q.IQ2_S)]:
         layer = make_layer(qtype13, qtype2, 512, 256, num_rows=3, experts=[1] * 10 + [0], seed=5)
         assert_within(layer.run(), layer.ref(), error_bound(layer, "ref"))
 

@@ -4,7 +4,7 @@
  *   w = (q * (d * sc)) - (dmin * m),
  * and y = sum x * w in float32. A tile of rows decodes CHUNK values of a weight row once into floats and
  * runs every row of x over them; each row's sum takes the same order whatever the tile. */
-#include "quant_matmul.h"
+#include "iquant.h"
 
 enum { CHUNK = 512 };  /* weight values decoded at a time: a multiple of every block */
 
@@ -134,6 +134,36 @@ static void decode_iq4_xs(const uint8_t *w, int64_t v0, int64_t len, float *out)
         }
     }
 }
+
+/* The i-quants (iquant.h), gguf-py's operations: IQ2_*: ((d * (0.5 + s)) * 0.25) * g * sign; IQ3_XXS: the same
+ * with 0.5 for 0.25; IQ3_S: (d * (1 + 2 s)) * g * sign; IQ1_*: (d * (2 s + 1)) * (g + delta), delta = +-1/8.
+ * Inlined into each type's decode (qtype a constant there). */
+static inline __attribute__((always_inline)) void decode_iq(int qtype, int64_t block_bytes, const uint8_t *w,
+                                                            int64_t v0, int64_t len, float *out) {
+    const int width = iq_row_width(qtype);
+    iq_fields_t f;
+    for (const uint8_t *blk = w + v0 / QK_K * block_bytes; len > 0; blk += block_bytes, len -= QK_K, out += QK_K) {
+        iq_fields(qtype, blk, &f);
+        for (int r = 0; r < QK_K / width; r++) {
+            const int8_t *grid = iq_grid_row(qtype, f.index[r]);
+            const int s = f.scales[r * width / 16];
+            const float db = is_iq1(qtype) ? f.d * (float)(2 * s + 1)   /* gguf's db (IQ1: dl) */
+                           : qtype == T_IQ3_S ? f.d * (float)(1 + 2 * s)
+                           : f.d * (.5f + (float)s) * (qtype == T_IQ3_XXS ? .5f : .25f);
+            for (int i = 0; i < width; i++) {
+                const int e = r * width + i;
+                const float sign = iq_negative(&f, e) ? -1.f : 1.f;
+                out[e] = is_iq1(qtype) ? db * ((float)grid[i] + .125f * sign) : db * (float)grid[i] * sign;
+            }
+        }
+    }
+}
+
+#define IQ_DECODE(name, id)                                                                                   \
+    static void decode_##name(const uint8_t *w, int64_t v0, int64_t len, float *out) {                        \
+        decode_iq(id, sizeof(block_##name), w, v0, len, out);                                                 \
+    }
+IQ_TYPES(IQ_DECODE)
 
 /* acc[l] += x[i] * w[i] for i = l mod 8: eight sums, which the compiler may keep in one vector */
 static void dot8(const float *x, const float *w, int64_t len, float *acc) {

@@ -4,7 +4,8 @@
  * K-quants' q * (d * sc) - dmin * m (Q2_K, Q4_K, Q5_K) are one FMA each, because their products are exact in
  * float32 (a float16 scale has 11 significant bits, sc and m 6, q 5 at most: 22 bits < 24, no underflow), so the
  * add's rounding is the only one either way (tests/kernels/test_cpu_dequant_matmul.py runs every finite float16
- * scale). On this Zen 1 the FMA pipes bound the decode: T = 1 Q4_1 1536 x 576 took 283 us a call unfused, 231 us fused.
+ * scale). The i-quants' weights are (d * unit * k) * n (iquant.h), two exact products: gguf's value in any order.
+ * On this Zen 1 the FMA pipes bound the decode: T = 1 Q4_1 1536 x 576 took 283 us a call unfused, 231 us fused.
  *
  * Every row of x sums in one order whatever the batch: one accumulator of 8 lanes, the row's vectors of 8
  * values in turn, then a fixed horizontal sum; so a row gives the same bits alone or in a batch. A weight
@@ -20,7 +21,7 @@
 #include <immintrin.h>
 #include <stdlib.h>
 
-#include "quant_matmul.h"
+#include "iquant_simd.h"
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -311,6 +312,38 @@ INLINE void walk_iq4_xs(const uint8_t *w, int64_t v0, int64_t len, const float *
     }
 }
 
+/* The i-quants (iquant_simd.h): w = (d * unit * k) * n. Both products are exact (d * unit has the 11 bits of
+ * a float16, k 5, n 6 at most), so this is gguf's value whatever the order of its operations */
+INLINE void walk_iq(void (*decode)(const uint8_t *, iq_superblock_t *), const int64_t block_bytes, const uint8_t *w,
+                    int64_t v0, int64_t len, const float *x, int64_t ldx, const int nt, __m256 *acc) {
+    const uint8_t *blk = w + v0 / QK_K * block_bytes;
+    for (int64_t at = 0; at < len; at += QK_K, blk += block_bytes) {
+        iq_superblock_t sb;
+        float scales[16];  /* d * unit * k of each 16 values, broadcast from memory below */
+        decode(blk, &sb);
+        for (int i = 0; i < 2; i++)
+            _mm256_storeu_ps(scales + 8 * i, _mm256_mul_ps(_mm256_set1_ps(sb.d_unit), to_f32(_mm256_cvtepu8_epi32(
+                i ? _mm_srli_si128(sb.k, 8) : sb.k))));
+        for (int j = 0; j < 8; j++) {
+            const __m256i n = _mm256_sign_epi8(sb.magnitude[j], sb.signs[j]);
+            const __m128i lo = _mm256_castsi256_si128(n), hi = _mm256_extracti128_si256(n, 1);
+            const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+            __m256 v[4];
+            for (int i = 0; i < 4; i++)
+                v[i] = _mm256_mul_ps(_mm256_broadcast_ss(scales + 2 * j + i / 2),
+                                     to_f32(_mm256_cvtepi8_epi32(parts[i])));
+            emit(v, at + j * QK, x, ldx, nt, acc);
+        }
+    }
+}
+
+#define IQ_WALK(name, id)                                                                                     \
+    INLINE void walk_##name(const uint8_t *w, int64_t v0, int64_t len, const float *x, int64_t ldx,           \
+                            const int nt, __m256 *acc) {                                                      \
+        walk_iq(iq_decode_##name, sizeof(block_##name), w, v0, len, x, ldx, nt, acc);                         \
+    }
+IQ_TYPES(IQ_WALK)
+
 INLINE float reduce(__m256 v) {  /* the 8 lanes in a fixed order */
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -319,7 +352,9 @@ INLINE float reduce(__m256 v) {  /* the 8 lanes in a fixed order */
 
 /* values a block of each type: run_<type> interleaves its weight rows block by block */
 enum { BLOCK_q8_0 = QK, BLOCK_q4_0 = QK, BLOCK_q4_1 = QK, BLOCK_q5_0 = QK, BLOCK_q5_1 = QK, BLOCK_q2_k = QK_K,
-       BLOCK_q3_k = QK_K, BLOCK_q4_k = QK_K, BLOCK_q5_k = QK_K, BLOCK_q6_k = QK_K, BLOCK_iq4_xs = QK_K };
+       BLOCK_q3_k = QK_K, BLOCK_q4_k = QK_K, BLOCK_q5_k = QK_K, BLOCK_q6_k = QK_K, BLOCK_iq4_xs = QK_K,
+       BLOCK_iq2_xxs = QK_K, BLOCK_iq2_xs = QK_K, BLOCK_iq2_s = QK_K, BLOCK_iq3_xxs = QK_K, BLOCK_iq3_s = QK_K,
+       BLOCK_iq1_s = QK_K, BLOCK_iq1_m = QK_K };
 
 /* acc [rows][DQ_T] += weight rows r (row_bytes apart) . x rows t < nt over values c0 .. c0 + len. run_<type>
  * takes nw weight rows at once, block by block (nw * nt <= 8 accumulators: at one or two rows of x, four

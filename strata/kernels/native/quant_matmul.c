@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "quant_matmul.h"
+#include "iquant.h"
 
 enum { ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX512 = 2, NUM_ISAS = 3 };
 
@@ -59,9 +59,48 @@ int strata_qmm_set_isa(int isa) {
     return isa_current;
 }
 
+/* ---- the i-quants' code books (iquant.h) ------------------------------------------------------------ */
+
+iq_tables_t strata_iq __attribute__((aligned(64)));
+static int iq_ready = 0;  /* strata_iq holds gguf-py's tables */
+
+static int is_iquant(int qtype) {
+#define IS_TYPE(name, id) qtype == id ||
+    return IQ_TYPES(IS_TYPE) 0;
+#undef IS_TYPE
+}
+
+/* Copies gguf-py's grids (rows of 8 or 4 int8 values: [256][8], [512][8], [1024][8], [256][4], [512][4],
+ * [2048][8]) and its 128 sign codes; from then on the i-quants are supported. Once they are, later calls
+ * change nothing (a product may be reading them). Returns 0, or 1 (nothing copied) when a grid value is out of
+ * the range that the kernels' exact products and int8 dot products assume (iquant.h). */
+int strata_qmm_set_iq_tables(const int8_t *iq2_xxs, const int8_t *iq2_xs, const int8_t *iq2_s, const int8_t *iq3_xxs,
+                             const int8_t *iq3_s, const int8_t *iq1_s, const uint8_t *ksigns) {
+    const struct { void *to; const int8_t *from; size_t bytes; int low, high; } parts[] = {
+        {strata_iq.iq2_xxs, iq2_xxs, sizeof(strata_iq.iq2_xxs), 0, 63},
+        {strata_iq.iq2_xs, iq2_xs, sizeof(strata_iq.iq2_xs), 0, 63},
+        {strata_iq.iq2_s, iq2_s, sizeof(strata_iq.iq2_s), 0, 63},
+        {strata_iq.iq3_xxs, iq3_xxs, sizeof(strata_iq.iq3_xxs), 0, 63},
+        {strata_iq.iq3_s, iq3_s, sizeof(strata_iq.iq3_s), 0, 63},
+        {strata_iq.iq1_s, iq1_s, sizeof(strata_iq.iq1_s), -1, 1},
+        {strata_iq.ksigns, (const int8_t *)ksigns, sizeof(strata_iq.ksigns), -128, 127},  /* any sign bits */
+    };
+    const int count = (int)(sizeof(parts) / sizeof(parts[0]));
+    if (__atomic_load_n(&iq_ready, __ATOMIC_ACQUIRE)) return 0;
+    for (int p = 0; p < count; p++)
+        for (size_t i = 0; i < parts[p].bytes; i++)
+            if (parts[p].from[i] < parts[p].low || parts[p].from[i] > parts[p].high) return 1;
+    for (int p = 0; p < count; p++) memcpy(parts[p].to, parts[p].from, parts[p].bytes);
+    for (int code = 0; code < 128; code++)
+        for (int i = 0; i < 8; i++) strata_iq.ksign_bytes[code][i] = (int8_t)((ksigns[code] >> i) & 1 ? -1 : 1);
+    __atomic_store_n(&iq_ready, 1, __ATOMIC_RELEASE);
+    return 0;
+}
+
 int strata_qmm_supports(int qtype) {
     pthread_once(&tables_once, init_tables);
-    return qtype >= 0 && qtype < NUM_TYPES && tables[ISA_SCALAR][qtype] != NULL;
+    return qtype >= 0 && qtype < NUM_TYPES && tables[ISA_SCALAR][qtype] != NULL &&
+           (!is_iquant(qtype) || __atomic_load_n(&iq_ready, __ATOMIC_ACQUIRE));
 }
 
 rows_fn strata_qmm_rows(int qtype) { return tables[isa_current][qtype]; }
@@ -82,6 +121,13 @@ void strata_qmm_type_sizes(int qtype, int64_t *block, int64_t *bytes, int64_t *a
     case T_Q4_K: *block = QK_K, *bytes = sizeof(block_q4_k), *act_block = QK_K; break;
     case T_Q5_K: *block = QK_K, *bytes = sizeof(block_q5_k), *act_block = QK_K; break;
     case T_Q6_K: *block = QK_K, *bytes = sizeof(block_q6_k), *act_block = QK_K; break;
+    case T_IQ2_XXS: *block = QK_K, *bytes = sizeof(block_iq2_xxs), *act_block = QK_K; break;
+    case T_IQ2_XS: *block = QK_K, *bytes = sizeof(block_iq2_xs), *act_block = QK_K; break;
+    case T_IQ2_S: *block = QK_K, *bytes = sizeof(block_iq2_s), *act_block = QK_K; break;
+    case T_IQ3_XXS: *block = QK_K, *bytes = sizeof(block_iq3_xxs), *act_block = QK_K; break;
+    case T_IQ3_S: *block = QK_K, *bytes = sizeof(block_iq3_s), *act_block = QK_K; break;
+    case T_IQ1_S: *block = QK_K, *bytes = sizeof(block_iq1_s), *act_block = QK_K; break;
+    case T_IQ1_M: *block = QK_K, *bytes = sizeof(block_iq1_m), *act_block = QK_K; break;
     default: *block = QK_K, *bytes = sizeof(block_iq4_xs), *act_block = QK_K; break;
     }
 }

@@ -2,7 +2,7 @@
  * match: each weight block is decoded to small integers and per-sub-block integer scales, its integer
  * dot product with the int8 activations is exact, and the block's float scales are applied once:
  *   y += d_w * d_x * sum_j(scale_j * sum_i w_i q_i)  [+ min terms: min_j * bsum_j]. */
-#include "quant_matmul.h"
+#include "iquant.h"
 
 static int32_t dot_i8(const int8_t *a, const int8_t *b, int n) {
     int32_t s = 0;
@@ -208,6 +208,38 @@ static void row_iq4_xs(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
     }
     *y = acc;
 }
+
+/* The i-quants (iquant.h): w = d * unit * k_m * n over sub-blocks m of 16, k_m = 2 s_m + 1, n = sign * g
+ * (IQ1_*: 8 g +- 1, the delta +-1/8 times 8). Inlined into each type's row (qtype a constant there). */
+static inline __attribute__((always_inline)) void row_iq(int qtype, int64_t block_bytes, const uint8_t *w,
+                                                         const acts_t *x, int64_t t, float *y) {
+    const int8_t *xq = x->q + t * x->k;
+    const int width = iq_row_width(qtype);
+    float acc = 0.f;
+    iq_fields_t f;
+    int8_t v[QK_K];
+    for (int64_t b = 0; b < x->k / QK_K; b++) {
+        iq_fields(qtype, w + b * block_bytes, &f);
+        for (int r = 0; r < QK_K / width; r++) {
+            const int8_t *g = iq_grid_row(qtype, f.index[r]);
+            for (int i = 0; i < width; i++) {
+                const int e = r * width + i, negative = iq_negative(&f, e);
+                v[e] = (int8_t)(is_iq1(qtype) ? 8 * g[i] + (negative ? -1 : 1) : negative ? -g[i] : g[i]);
+            }
+        }
+        int32_t isum = 0;
+        for (int m = 0; m < QK_K / 16; m++)
+            isum += (2 * f.scales[m] + 1) * dot_i8(v + 16 * m, xq + b * QK_K + 16 * m, 16);
+        acc += f.d * iq_unit(qtype) * *d_at(x, t, b) * (float)isum;
+    }
+    *y = acc;
+}
+
+#define IQ_ROW(name, id)                                                                                      \
+    static void row_##name(const uint8_t *w, const acts_t *x, int64_t t, float *y) {                          \
+        row_iq(id, sizeof(block_##name), w, x, t, y);                                                         \
+    }
+IQ_TYPES(IQ_ROW)
 
 #define ROWS(name)                                                                                            \
     static void rows_##name(const uint8_t *w, int64_t row_bytes, int64_t rows, const acts_t *x, int64_t t0,   \

@@ -7,10 +7,11 @@
  * the two agree up to float summation order. Each weight block is decoded once and used for up to MAX_T
  * activation rows; nt is a compile-time constant in every kernel body (see ROWS), so the per-row
  * accumulators stay in registers. Signed x signed products use the sign trick (|w| times x with w's
- * sign): vpmaddubsw sums two u8 x s8 products into int16, which |w| <= 128, |x| <= 127 keeps exact. */
+ * sign): vpmaddubsw sums two u8 x s8 products into int16, which |w| <= 128, |x| <= 127 keeps exact. The
+ * i-quants' superblocks are decoded by one function a type (iquant_simd.h), not once per row count. */
 #include <immintrin.h>
 
-#include "quant_matmul.h"
+#include "iquant_simd.h"
 
 #define INLINE static inline __attribute__((always_inline))
 
@@ -157,21 +158,20 @@ INLINE void q5_1_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt
  * an insert a vector. ------------------------------------------------------------------------------ */
 
 /* acc[t] += d * d_x[t] * sum_j (scale_j * w_j . x_j) [+ min_terms . bsum of row t] for the 8 decoded
- * vectors w_j; is_signed: w_j are signed values (sign trick), else unsigned. mins: 0 (none), 8 (one vector of
- * min_terms, a sub-block of 32 each: bsum_rows) or 16 (two, a sub-block of 16 each: bsum16_rows) */
-INLINE void superblock_rows(const __m256i *wv, const __m256i *scale16, const int is_signed, float d,
+ * vectors w_j; signs: NULL where w_j are the unsigned values, else w_j are their magnitudes and x_j takes the
+ * sign of signs[j] (the sign trick). mins: 0 (none), 8 (one vector of min_terms, a sub-block of 32 each:
+ * bsum_rows) or 16 (two, a sub-block of 16 each: bsum16_rows) */
+INLINE void superblock_rows(const __m256i *w, const __m256i *signs, const __m256i *scale16, float d,
                             const int mins, const __m256 *min_terms, const acts_t *x, int64_t t0, const int nt,
                             int64_t b, __m256 *acc) {
     const int64_t k = x->k;
-    __m256i w_abs[8];
-    for (int j = 0; j < 8; j++) w_abs[j] = is_signed ? _mm256_sign_epi8(wv[j], wv[j]) : wv[j];
     for (int t = 0; t < nt; t++) {
         const int8_t *xq = x->q + (t0 + t) * k + b * QK_K;
         __m256i isum = _mm256_setzero_si256();
         for (int j = 0; j < 8; j++) {
             __m256i xj = load32(xq + j * QK);
-            if (is_signed) xj = _mm256_sign_epi8(xj, wv[j]);
-            isum = _mm256_add_epi32(isum, dot_u8s8_scaled(w_abs[j], xj, scale16[j]));
+            if (signs != NULL) xj = _mm256_sign_epi8(xj, signs[j]);
+            isum = _mm256_add_epi32(isum, dot_u8s8_scaled(w[j], xj, scale16[j]));
         }
         acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * *d_at(x, t0 + t, b)), _mm256_cvtepi32_ps(isum), acc[t]);
         /* acc's lanes are partial sums until the end: the sub-blocks' minimum terms too */
@@ -182,6 +182,10 @@ INLINE void superblock_rows(const __m256i *wv, const __m256i *scale16, const int
             acc[t] = _mm256_fmadd_ps(min_terms[h], _mm256_loadu_ps(bsum16), acc[t]);
         }
     }
+}
+
+INLINE void magnitudes(const __m256i *wv, __m256i *w_abs) {  /* signed values -> |values| */
+    for (int j = 0; j < 8; j++) w_abs[j] = _mm256_sign_epi8(wv[j], wv[j]);
 }
 
 /* Q2_K / Q3_K: the 2 low bits of the 256 values, 32 a vector (quant_matmul.h: value 128h + 32s + l in bits 2s
@@ -222,7 +226,7 @@ INLINE void q2_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt
         const __m256 min_terms[2] = {_mm256_mul_ps(minus_dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m))),
                                      _mm256_mul_ps(minus_dmin, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
                                          _mm_srli_si128(m, 8))))};
-        superblock_rows(wv, scale16, 0, f16(blk->d), 16, min_terms, x, t0, nt, b, acc);
+        superblock_rows(wv, NULL, scale16, f16(blk->d), 16, min_terms, x, t0, nt, b, acc);
     }
     store_rows(acc, nt, y, ldy);
 }
@@ -252,7 +256,7 @@ INLINE void q3_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt
         const __m256 min_terms[2] = {
             _mm256_mul_ps(minus_4d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(scales))),
             _mm256_mul_ps(minus_4d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(scales, 8))))};
-        superblock_rows(wv, scale16, 0, d, 16, min_terms, x, t0, nt, b, acc);
+        superblock_rows(wv, NULL, scale16, d, 16, min_terms, x, t0, nt, b, acc);
     }
     store_rows(acc, nt, y, ldy);
 }
@@ -286,7 +290,7 @@ INLINE void q4_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt
         __m256i wv[8], scale16[8];
         const __m256 min_terms = scales_k4(blk->scales, f16(blk->dmin), scale16);
         nibbles_k(blk->qs, wv);
-        superblock_rows(wv, scale16, 0, f16(blk->d), 8, &min_terms, x, t0, nt, b, acc);
+        superblock_rows(wv, NULL, scale16, f16(blk->d), 8, &min_terms, x, t0, nt, b, acc);
     }
     store_rows(acc, nt, y, ldy);
 }
@@ -304,7 +308,7 @@ INLINE void q5_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt
             const __m256i hi = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, j), one), 4);
             wv[j] = _mm256_or_si256(wv[j], hi);
         }
-        superblock_rows(wv, scale16, 0, f16(blk->d), 8, &min_terms, x, t0, nt, b, acc);
+        superblock_rows(wv, NULL, scale16, f16(blk->d), 8, &min_terms, x, t0, nt, b, acc);
     }
     store_rows(acc, nt, y, ldy);
 }
@@ -314,7 +318,7 @@ INLINE void q6_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt
     for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < x->k / QK_K; b++) {
         const block_q6_k *blk = (const block_q6_k *)w + b;
-        __m256i wv[8], scale16[8];
+        __m256i wv[8], w_abs[8], scale16[8];
         for (int j = 0; j < 8; j++) {  /* values 32j.. of half h = j / 4, quarter s = j % 4: see quant_scalar.c */
             const int h = j / 4, s = j % 4;
             __m256i lo = load32(blk->ql + h * 64 + (s % 2) * 32);
@@ -324,7 +328,8 @@ INLINE void q6_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt
                                     _mm256_set1_epi8(32));
         }
         scale_pairs16(_mm_loadu_si128((const __m128i *)blk->scales), 1, scale16);
-        superblock_rows(wv, scale16, 1, f16(blk->d), 0, NULL, x, t0, nt, b, acc);
+        magnitudes(wv, w_abs);
+        superblock_rows(w_abs, wv, scale16, f16(blk->d), 0, NULL, x, t0, nt, b, acc);
     }
     store_rows(acc, nt, y, ldy);
 }
@@ -335,15 +340,37 @@ INLINE void iq4_xs_row(const uint8_t *w, const acts_t *x, int64_t t0, const int 
     for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < x->k / QK_K; b++) {
         const block_iq4_xs *blk = (const block_iq4_xs *)w + b;
-        __m256i wv[8], scale16[8];
+        __m256i wv[8], w_abs[8], scale16[8];
         for (int j = 0; j < 8; j++) {
             wv[j] = _mm256_shuffle_epi8(values, nibbles32(blk->qs + 16 * j));
             scale16[j] = _mm256_set1_epi16((int16_t)iq4_xs_scale(blk, j));
         }
-        superblock_rows(wv, scale16, 1, f16(blk->d), 0, NULL, x, t0, nt, b, acc);
+        magnitudes(wv, w_abs);
+        superblock_rows(w_abs, wv, scale16, f16(blk->d), 0, NULL, x, t0, nt, b, acc);
     }
     store_rows(acc, nt, y, ldy);
 }
+
+/* The i-quants (iquant_simd.h): a superblock decoded once (one function a type), then met by the tile's rows */
+INLINE void iq_row(void (*decode)(const uint8_t *, iq_superblock_t *), const int64_t block_bytes, const uint8_t *w,
+                   const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
+    __m256 acc[MAX_T];
+    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < x->k / QK_K; b++) {
+        iq_superblock_t sb;
+        __m256i scale16[8];
+        decode(w + b * block_bytes, &sb);
+        scale_pairs16(sb.k, 0, scale16);
+        superblock_rows(sb.magnitude, sb.signs, scale16, sb.d_unit, 0, NULL, x, t0, nt, b, acc);
+    }
+    store_rows(acc, nt, y, ldy);
+}
+
+#define IQ_ROW(name, id)                                                                                      \
+    INLINE void name##_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) { \
+        iq_row(iq_decode_##name, sizeof(block_##name), w, x, t0, nt, y, ldy);                                 \
+    }
+IQ_TYPES(IQ_ROW)
 
 /* One body per (type, number of rows): nt is a constant in each, so the row loops unroll. */
 #define ROWS(name)                                                                                            \
