@@ -72,7 +72,13 @@ def random_blocks(shape: tuple[int, ...], qtype, rng: np.random.Generator, scale
     block_size, type_size = gguf.GGML_QUANT_SIZES[qtype]
     num_blocks = int(np.prod(shape)) // block_size
     blocks = rng.integers(0, 256, (num_blocks, type_size), dtype=np.uint8)
-    for offset in F16_SCALES[qtype.name]:
+    for offset in F16_SCALES.get(qtype.name, ()):
         d = (rng.uniform(0.5, 1.5, num_blocks) * scale).astype(np.float16)
         blocks[:, offset:offset + 2] = d.view(np.uint8).reshape(num_blocks, 2)
+    if qtype.name == "IQ1_M":  # its float16 d is the top nibbles of the four uint16 scale words (bytes 48-55)
+        d = (rng.uniform(0.5, 1.5, num_blocks) * scale).astype(np.float16).view(np.uint16)
+        words = blocks[:, 48:56].copy().view(np.uint16)                                    # [B, 4]
+        for i in range(4):
+            words[:, i] = (words[:, i] & 0x0FFF) | (((d >> (4 * i)) & 0xF) << 12)
+        blocks[:, 48:56] = words.view(np.uint8)
     return blocks.reshape(*shape[:-1], shape[-1] // block_size * type_size)

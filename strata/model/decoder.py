@@ -343,7 +343,11 @@ class CausalLM(nn.Module):
 
 
 def _has_packed(module: nn.Module) -> bool:
-    return any(isinstance(m, (PackedWeight, PackedLocalExperts)) for m in module.modules())
+    """Whether some packed weight in `module` has a type the 8-bit-activation kernels read (packed_q8; the
+    i-quants and IQ4_XS take float activations, for which a norm's rounding would be wasted)."""
+    q8 = ops.reads_8_bit_activations
+    return any(isinstance(m, PackedWeight) and any(map(q8, m.qtypes))
+               or isinstance(m, PackedLocalExperts) and (q8(m.qtype13) or q8(m.qtype2)) for m in module.modules())
 
 
 def text_model_name(name: str) -> str:

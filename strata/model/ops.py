@@ -272,6 +272,11 @@ def _q8_reads(x: torch.Tensor, qtype: int, blocks: torch.Tensor, k: int) -> bool
     return kernels_on(x) and _q8_takes(x.shape[0], qtype, blocks, k)
 
 
+def reads_8_bit_activations(qtype: int) -> bool:
+    """Whether the 8-bit-activation kernels (packed_q8) read this block type (the rest take float activations)."""
+    return qtype in packed_q8.UNIT
+
+
 def _q8_takes(rows: int, qtype: int, blocks: torch.Tensor, k: int) -> bool:
     return (rows <= packed_q8.LINEAR_MAX_ROWS and packed_q8.enabled() and packed_q8.supports(qtype, k, blocks)
             and blocks.stride(-1) == 1)
