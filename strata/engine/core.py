@@ -226,7 +226,7 @@ class EngineCore:
             return None
         if self.scheduler.decodes_ahead(plan):
             return "decode"
-        if self.runner.verifies_ahead and self.scheduler.verifies_ahead(plan):
+        if self.scheduler.verifies_ahead(plan) and self.runner.verifies_ahead(plan):
             return "verify"
         return None
 

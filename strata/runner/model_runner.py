@@ -22,7 +22,7 @@ from torch import nn
 
 from strata import progress
 from strata.cache.pools import CheckpointPool, HostParkPool, KVPool, StatePool
-from strata.config import MAX_SPEC_TOKENS, RunnerConfig, SpecConfig
+from strata.config import MAX_SPEC_TOKENS, RunnerConfig, SpecConfig, debug_flag
 from strata.kernels import triton_available
 from strata.model.context import ForwardScratch
 from strata.model.gated_delta_net import TRITON_MAX_QUERY_LEN
@@ -35,10 +35,11 @@ from strata.runner.table_arrays import TableArrays
 from strata.sample import Sampler
 from strata.spec.commit import commit_outcomes
 from strata.spec.speculator import Speculator
-from strata.spec.verify_ahead import VerifyInFlight, roll_back_states, synthetic_verdicts
+from strata.spec.verify_ahead import (VerifyInFlight, greedy_verdicts, roll_back_states, shift_context,
+                                      synthetic_verdicts)
 from strata.spec.verify_step import SlotOutcome
 from strata.transfer import index_tensor
-from strata.types import SlotResult, StepPlan, StepResult
+from strata.types import ScheduledSlot, SlotResult, StepPlan, StepResult
 
 
 logger = logging.getLogger(__name__)
@@ -359,44 +360,79 @@ class ModelRunner:
 
     # ---- verification steps planned ahead (spec/verify_ahead.py) --------------------------------------
 
-    @property
-    def verifies_ahead(self) -> bool:
-        """Whether verification steps can be launched before the one they follow was read: synthetic drafts, the
-        whole model in this process, no host KV tier and no experts computed on the host."""
+    def verifies_ahead(self, plan: StepPlan) -> bool:
+        """Whether `plan`'s verification windows (and the next step's) can be launched before the step they follow
+        was read: the whole model in this process, no host KV tier, no experts computed on the host, and synthetic
+        drafts, or (STRATA_MTP_AHEAD=1) MTP drafts without a probability floor for greedy requests only."""
         drafter = self.speculation.drafter
-        return (drafter is not None and drafter.synthetic is not None and self.stage is None and self.host_kv is None
-                and (self.experts is None or not self.experts.offloaded))
+        if drafter is None or self.stage is not None or self.host_kv is not None \
+                or (self.experts is not None and self.experts.offloaded):
+            return False
+        if drafter.synthetic is not None:
+            return True
+        return (drafter.spec.method == "mtp" and drafter.spec.draft_prob_floor == 0 and debug_flag("MTP_AHEAD")
+                and len({w.next_k for w in plan.scheduled}) == 1 and plan.scheduled[0].next_k > 0
+                and all(self.sampler.params[w.slot_id] is not None and self.sampler.params[w.slot_id].is_greedy
+                        for w in plan.scheduled))
 
     @torch.inference_mode()
     def launch_verify(self, plan: StepPlan, inputs_from: VerifyInFlight | None = None) -> VerifyInFlight:
-        """A step of equal verification windows (1 + k rows a slot, synthetic drafts) queued up to its verdicts,
-        which stay on the device. With `inputs_from` (the step before, not yet read; `plan` was planned as if it
-        accepted every draft) each window starts at that step's bonus token and moves back by its shortfall."""
+        """A step of equal verification windows (1 + k rows a slot) queued up to its verdicts, which stay on the
+        device, and (MTP) the next window's drafts. With `inputs_from` (the step before, not yet read; `plan` was
+        planned as if it accepted every draft) each window starts at that step's bonus token, takes its drafts,
+        and moves back by its shortfall."""
         self._update_slots(plan)
         slot_ids = [w.slot_id for w in plan.scheduled]
         window = plan.scheduled[0].num_new_tokens
         feed = shift = None
         if inputs_from is not None:
-            bonus, shift = inputs_from.shortfall(slot_ids)                              # [S], [S]
-            feed = bonus.repeat_interleave(window)                                      # [S * n]
+            feed, shift = inputs_from.next_inputs(slot_ids, window)                     # [S * n], [S]
         inputs, hidden, expert_pairs, started = self._queue_forward(plan, feed, shift)
         rows = len(slot_ids) * window
         logits = inputs.logits() if inputs.logits is not None else self.model.compute_logits(hidden)  # [S * n, V]
-        synthetic = self.speculation.drafter.synthetic
-        accepted = index_tensor([synthetic.propose_synthetic(window - 1, s) for s in slot_ids], hidden.device)  # [S]
-        tokens, bonus = synthetic_verdicts(logits[:rows], len(slot_ids), window, accepted)
+        drafter = self.speculation.drafter
+        next_drafts = None
+        if drafter.synthetic is not None:
+            accepted = index_tensor([drafter.synthetic.propose_synthetic(window - 1, s) for s in slot_ids],
+                                    hidden.device)                                      # [S]
+            tokens, bonus = synthetic_verdicts(logits[:rows], len(slot_ids), window, accepted)
+        else:
+            drafts = inputs.input_ids[:rows].view(len(slot_ids), window)[:, 1:]         # [S, k]: what was verified
+            tokens, accepted, bonus = greedy_verdicts(logits[:rows], len(slot_ids), window, drafts)
         if self._has_windows(plan):
             roll_back_states(self.state_pool.caches, inputs.ctx.scratch.window_states, slot_ids, window, accepted)
-        host_tokens, host_accepted, copied = tokens, accepted, None
+        if drafter.synthetic is None:
+            next_drafts = self._mtp_drafts_ahead(plan, inputs, hidden, accepted, bonus, shift)  # [S, k']
+        outputs = [tokens, accepted] + ([next_drafts] if next_drafts is not None else [])
+        host, copied = outputs, None
         if tokens.is_cuda:  # read back through an event: the step queued after this one must not delay it
-            host_tokens = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
-            host_accepted = torch.empty(accepted.shape, dtype=accepted.dtype, pin_memory=True)
-            host_tokens.copy_(tokens, non_blocking=True)
-            host_accepted.copy_(accepted, non_blocking=True)
+            host = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t, non_blocking=True) for t in outputs]
             copied = torch.cuda.Event()
             copied.record()
-        return VerifyInFlight(plan, slot_ids, tokens, accepted, bonus, host_tokens, host_accepted, copied,
-                              expert_pairs, started, time.perf_counter())
+        return VerifyInFlight(plan, slot_ids, tokens, accepted, bonus, host[0], host[1], copied, expert_pairs, started,
+                              time.perf_counter(), next_drafts, host[2] if next_drafts is not None else None)
+
+    def _mtp_drafts_ahead(self, plan: StepPlan, inputs: StepInputs, hidden: torch.Tensor, accepted: torch.Tensor,
+                          bonus: torch.Tensor, shift: torch.Tensor | None) -> torch.Tensor:
+        """The MTP head's drafts for the next window of every slot, from the device's verdicts: pass 1 over the
+        step's rows (the bonus token after each slot's last accepted row), then one-token passes at the positions
+        after it, planned as if every draft was accepted and moved back on the device -> [S, k'] token ids."""
+        num_slots, window = len(plan.scheduled), plan.scheduled[0].num_new_tokens
+        k_next = plan.scheduled[0].next_k
+        last = torch.arange(num_slots, device=hidden.device) * window + accepted        # [S] rows of the last accepted
+        shifted = torch.roll(inputs.input_ids, -1)
+        shifted[last] = bonus
+        state = self.model.mtp_forward(shifted, hidden, inputs.ctx)[last]               # [S, D]
+        tokens = [torch.softmax(self.model.draft_logits(state), dim=-1).argmax(dim=-1)]  # [S]
+        # the last accepted token's position: the planned last row, moved by this step's and the verdict's shortfall
+        moved = accepted - (window - 1) + (shift if shift is not None else 0)           # [S]
+        for step in range(1, k_next):
+            work = [ScheduledSlot(w.slot_id, w.num_computed_tokens + window - 1 + step, 1, [], [0])
+                    for w in plan.scheduled]
+            ctx = shift_context(self._mtp_context(work, self.block_tables), moved)
+            state = self.model.mtp_forward(tokens[-1], state, ctx)
+            tokens.append(torch.softmax(self.model.draft_logits(state), dim=-1).argmax(dim=-1))
+        return torch.stack(tokens, dim=1)
 
     def complete_verify(self, step: VerifyInFlight) -> StepResult:
         """Read a launched verification step's verdicts (the one host sync) and commit the accepted tokens to the
@@ -405,6 +441,7 @@ class ModelRunner:
         if step.copied is not None:
             step.copied.synchronize()
         tokens, accepted = step.host_tokens.tolist(), step.host_accepted.tolist()
+        drafted = step.host_drafts.tolist() if step.host_drafts is not None else None
         read = time.perf_counter()
         window = step.plan.scheduled[0].num_new_tokens
         outcomes, results = [], []
@@ -413,8 +450,10 @@ class ModelRunner:
                 continue
             kept = row[:num_accepted + 1]
             outcomes.append(SlotOutcome(work.slot_id, kept, window - 1, num_accepted, i * window + num_accepted))
-            # the next step's placeholder drafts, as the proposer makes them (a step planned the usual way)
-            results.append(SlotResult(work.slot_id, kept, num_accepted, [kept[-1]] * work.next_k))
+            # the next step's drafts (synthetic: placeholders, as the proposer makes them), for a step planned the
+            # usual way after this one
+            drafts = drafted[i][:work.next_k] if drafted is not None else [kept[-1]] * work.next_k
+            results.append(SlotResult(work.slot_id, kept, num_accepted, drafts))
         commit_outcomes(outcomes, self.sampler, self.speculation.drafter, self.state_pool.caches, None)
         return StepResult(step.plan.step_id, results, forward_seconds=step.launched - step.started,
                           sample_seconds=read - waited, draft_seconds=0.0, expert_pairs=step.expert_pairs)

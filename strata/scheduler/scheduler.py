@@ -237,7 +237,8 @@ class Scheduler:
         if pairs is None:
             return None
         window = plan.scheduled[0].num_new_tokens
-        k = {self._draft_length(state) for state, _ in pairs}
+        # one k for every window, and the one `plan` drafted for (an MTP head drafted its next_k on the device)
+        k = {self._draft_length(state) for state, _ in pairs} | {work.next_k for _, work in pairs}
         if len(k) != 1 or not 0 < (k := k.pop()) or len(pairs) * (1 + k) > self.config.max_num_batched_tokens:
             return None
         needed = []

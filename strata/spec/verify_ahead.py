@@ -9,11 +9,15 @@ device indices. The host reads N's tokens while N + 1 runs and commits them one 
 
 Synthetic drafting (spec/synthetic.py) decides how many drafts a step accepts when it is launched: its draft
 rows are placeholders (the bonus token repeated, as the proposer's are) and the accepted tokens are the
-target's own at those rows, so the verdicts need nothing but the target's argmax.
+target's own at those rows, so the verdicts need nothing but the target's argmax. MTP drafting (greedy requests,
+STRATA_MTP_AHEAD=1 until it has run on a GPU) keeps its drafts on the device too: a slot accepts the drafts
+equal to the target's argmax, and the MTP head drafts the next window from the step's rows (pass 1) and from
+one-token contexts moved back by the same shortfall (passes 2..k).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -39,15 +43,22 @@ class VerifyInFlight:
     expert_pairs: dict
     started: float
     launched: float
+    drafts: torch.Tensor | None = None   # [S, k'] the next window's drafts (MTP, device), else placeholders
+    host_drafts: torch.Tensor | None = None
 
-    def shortfall(self, slot_ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """For the slots `slot_ids` of the next step -> (bonus tokens [R], accepted - drafts [R]) on the device."""
-        drafts = self.plan.scheduled[0].num_new_tokens - 1
-        if slot_ids == self.slot_ids:
-            return self.bonus, self.accepted - drafts
-        row_of = {slot_id: row for row, slot_id in enumerate(self.slot_ids)}
-        rows = index_tensor([row_of[s] for s in slot_ids], self.bonus.device)
-        return self.bonus[rows], self.accepted[rows] - drafts
+    def next_inputs(self, slot_ids: list[int], window: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """For the slots `slot_ids` of the next step (windows of `window` rows) -> (its input ids [R * window]: the
+        bonus token, then the drafts (or the bonus again as placeholders), accepted - drafts [R]) on the device."""
+        k = self.plan.scheduled[0].num_new_tokens - 1
+        rows = None
+        if slot_ids != self.slot_ids:
+            row_of = {slot_id: row for row, slot_id in enumerate(self.slot_ids)}
+            rows = index_tensor([row_of[s] for s in slot_ids], self.bonus.device)
+        bonus, accepted = (self.bonus, self.accepted) if rows is None else (self.bonus[rows], self.accepted[rows])
+        if self.drafts is None:
+            return bonus.repeat_interleave(window), accepted - k
+        drafts = self.drafts if rows is None else self.drafts[rows]
+        return torch.cat((bonus.unsqueeze(1), drafts[:, :window - 1]), dim=1).flatten(), accepted - k
 
 
 def synthetic_verdicts(logits: torch.Tensor, num_slots: int, window: int, accepted: torch.Tensor
@@ -56,6 +67,32 @@ def synthetic_verdicts(logits: torch.Tensor, num_slots: int, window: int, accept
     that accepts a drafts emits tokens[:a + 1], the last of them the bonus."""
     tokens = argmax(logits).view(num_slots, window)                                     # [S, n]
     return tokens, tokens.gather(1, accepted.unsqueeze(1)).squeeze(1)
+
+
+def greedy_verdicts(logits: torch.Tensor, num_slots: int, window: int, drafts: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """logits [S * n, V], drafts [S, n - 1] on the device -> (the target's tokens [S, n], accepted [S]: the drafts
+    equal to the target's argmax before the first that is not, bonus [S]: the argmax after them)."""
+    tokens = argmax(logits).view(num_slots, window)                                     # [S, n]
+    accepted = (drafts == tokens[:, :-1]).long().cumprod(dim=1).sum(dim=1)              # [S]
+    return tokens, accepted, tokens.gather(1, accepted.unsqueeze(1)).squeeze(1)
+
+
+def shift_context(ctx, delta: torch.Tensor):
+    """An eager step's context (runner/inputs.py) with each sequence moved by delta [S] positions on the device
+    (as GraphInputs.shift does for a graph's). The host copies of the lengths follow only where the device is the
+    host (the CPU); on a GPU they keep the planned ones, which the kernels of short windows do not read."""
+    n = ctx.query_lens[0]
+    positions = ctx.positions + delta.repeat_interleave(n)                                 # [S * n]
+    rows = torch.arange(delta.shape[0], device=delta.device).repeat_interleave(n)
+    bs = ctx.block_size
+    slot_mapping = ctx.block_tables[rows, (positions // bs).clamp(max=ctx.block_tables.shape[1] - 1)] * bs \
+        + positions % bs
+    num_computed = ctx.num_computed
+    if delta.device.type == "cpu":
+        num_computed = tuple(c + d for c, d in zip(ctx.num_computed, delta.tolist()))
+    return dataclasses.replace(ctx, positions=positions, slot_mapping=slot_mapping, seq_lens=ctx.seq_lens + delta,
+                               num_computed=num_computed)
 
 
 def roll_back_states(state_caches: dict, window_states: dict, slot_ids: list[int], window: int,

@@ -119,3 +119,96 @@ def test_cuda_graph_windows_moved_on_the_device(family, tiny_model_dir, monkeypa
     assert drive(core, requests) == reference
     assert sum(ahead) >= 6 and core.runner.graph_stats()["replays"] > 0
     assert_released(core)
+
+
+@pytest.mark.parametrize("family", ["qwen3_next+mtp"])
+def test_mtp_drafts_from_the_device_keep_greedy_output(family, tiny_model_dir, monkeypatch):
+    """STRATA_MTP_AHEAD=1: greedy requests verify the MTP head's drafts in steps planned ahead, the head drafting
+    the next window from the device's verdicts (pass 1 over the step's rows, one-token passes moved back by the
+    shortfall). Output: plain greedy decoding's, and speculation stepped one step at a time's."""
+    monkeypatch.setenv("STRATA_MTP_AHEAD", "1")
+    folder = tiny_model_dir(family)
+    mtp = {"method": "mtp", "num_speculative_tokens": 2, "adaptive": False}
+
+    def mtp_engine(async_scheduling: bool, speculative: dict | None) -> EngineCore:
+        config = EngineConfig(model=folder, runner=RunnerConfig(device="cpu", dtype="float32"),
+                              cache=CacheConfig(block_size=4),
+                              scheduler=SchedulerConfig(max_num_seqs=4, async_scheduling=async_scheduling),
+                              speculative=SpecConfig.from_json(speculative))
+        return EngineCore(config, quiet=True)
+
+    requests = [(0, greedy(30)), (0, greedy(41)), (0, greedy(23)), (5, greedy(12))]
+    plain = drive(mtp_engine(False, None), requests)
+    assert drive(mtp_engine(False, mtp), requests) == plain
+    ahead = count_ahead(monkeypatch)
+    core = mtp_engine(True, mtp)
+    assert drive(core, requests) == plain
+    assert sum(ahead) >= 6, ahead
+    stats = core.scheduler.stats.as_dict()
+    assert stats["num_draft_tokens"] > 0
+    assert_released(core)
+
+
+def test_partly_right_drafts_move_the_windows_by_what_was_accepted(tiny_model_dir, monkeypatch):
+    """A random MTP head's drafts are all rejected; here an oracle stands in for the head's passes (the next tokens
+    of plain greedy decoding, one in three spoiled), so windows accept all, some or none of their drafts and the
+    next window moves by each: output still plain greedy decoding's, most drafts accepted."""
+    monkeypatch.setenv("STRATA_MTP_AHEAD", "1")
+    folder = tiny_model_dir("qwen3_next+mtp")
+    mtp = {"method": "mtp", "num_speculative_tokens": 3, "adaptive": False}
+
+    def mtp_engine(async_scheduling: bool, speculative: dict | None) -> EngineCore:
+        config = EngineConfig(model=folder, runner=RunnerConfig(device="cpu", dtype="float32"),
+                              cache=CacheConfig(block_size=4),
+                              scheduler=SchedulerConfig(max_num_seqs=4, async_scheduling=async_scheduling),
+                              speculative=SpecConfig.from_json(speculative))
+        return EngineCore(config, quiet=True)
+
+    requests = [(0, greedy(30)), (0, greedy(41)), (0, greedy(23))]
+    plain = drive(mtp_engine(False, None), requests)
+    sequences = [prompt(i) + plain[str(i)][0] for i in range(len(requests))]
+    spoil = iter(torch.randint(0, 3, (10_000,), generator=torch.Generator().manual_seed(0)).tolist())
+
+    def oracle(self, plan, inputs, hidden, accepted, bonus, shift):
+        window, k = plan.scheduled[0].num_new_tokens, plan.scheduled[0].next_k
+        moved = (accepted - (window - 1) + (shift if shift is not None else 0)).tolist()
+        drafts = []
+        for work, m in zip(plan.scheduled, moved):
+            history = self.speculation.drafter.tokens[work.slot_id]
+            sequence = next(s for s in sequences if s[:len(history)] == history)
+            last = work.num_computed_tokens + window - 1 + m                          # the last accepted position
+            ahead = (sequence + [0] * 8)[last + 2:last + 2 + k]
+            drafts.append([t if next(spoil) else (t + 1) % 100 for t in ahead])
+        return torch.tensor(drafts)
+
+    monkeypatch.setattr(ModelRunner, "_mtp_drafts_ahead", oracle)
+    ahead = count_ahead(monkeypatch)
+    core = mtp_engine(True, mtp)
+    assert drive(core, requests) == plain
+    stats = core.scheduler.stats.as_dict()
+    assert sum(ahead) >= 6 and stats["num_accepted_tokens"] > stats["num_draft_tokens"] / 3, (ahead, stats)
+    assert_released(core)
+
+
+@pytest.mark.gpu
+def test_cuda_mtp_drafts_from_the_device_keep_greedy_output(tiny_model_dir, monkeypatch):
+    """STRATA_MTP_AHEAD=1 on CUDA: the windows replay graphs, the MTP passes run eagerly with contexts moved on the
+    device (their host lengths stay the planned ones): greedy output stays plain decoding's."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    monkeypatch.setenv("STRATA_MTP_AHEAD", "1")
+    folder = tiny_model_dir("qwen3_next+mtp")
+
+    def cuda_engine(async_scheduling: bool, speculative: dict | None) -> EngineCore:
+        config = EngineConfig(model=folder, runner=RunnerConfig(device="cuda", dtype="bfloat16"),
+                              scheduler=SchedulerConfig(max_num_seqs=4, async_scheduling=async_scheduling),
+                              speculative=SpecConfig.from_json(speculative))
+        return EngineCore(config, quiet=True)
+
+    requests = [(0, greedy(40)), (0, greedy(33)), (0, greedy(45))]
+    plain = drive(cuda_engine(False, None), requests)
+    ahead = count_ahead(monkeypatch)
+    core = cuda_engine(True, {"method": "mtp", "num_speculative_tokens": 2, "adaptive": False})
+    assert drive(core, requests) == plain
+    assert sum(ahead) >= 6 and core.runner.graph_stats()["replays"] > 0
+    assert_released(core)
