@@ -193,7 +193,8 @@ def test_partly_right_drafts_move_the_windows_by_what_was_accepted(tiny_model_di
 @pytest.mark.gpu
 def test_cuda_mtp_drafts_from_the_device_keep_greedy_output(tiny_model_dir, monkeypatch):
     """STRATA_MTP_AHEAD=1 on CUDA: the windows replay graphs, the MTP passes run eagerly with contexts moved on the
-    device (their host lengths stay the planned ones): greedy output stays plain decoding's."""
+    device (their host lengths stay the planned ones): output as speculation stepped one step at a time (bf16:
+    windows and one-token steps may round apart, so not compared with plain decoding here)."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     monkeypatch.setenv("STRATA_MTP_AHEAD", "1")
@@ -206,9 +207,10 @@ def test_cuda_mtp_drafts_from_the_device_keep_greedy_output(tiny_model_dir, monk
         return EngineCore(config, quiet=True)
 
     requests = [(0, greedy(40)), (0, greedy(33)), (0, greedy(45))]
-    plain = drive(cuda_engine(False, None), requests)
+    mtp = {"method": "mtp", "num_speculative_tokens": 2, "adaptive": False}
+    reference = drive(cuda_engine(False, mtp), requests)
     ahead = count_ahead(monkeypatch)
-    core = cuda_engine(True, {"method": "mtp", "num_speculative_tokens": 2, "adaptive": False})
-    assert drive(core, requests) == plain
+    core = cuda_engine(True, mtp)
+    assert drive(core, requests) == reference
     assert sum(ahead) >= 6 and core.runner.graph_stats()["replays"] > 0
     assert_released(core)
