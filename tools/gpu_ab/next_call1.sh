@@ -1,24 +1,23 @@
-# Prepared in session 33 for the next session's first device call (carry [".whl", ".base"]; device_setup.sh says how
-# to build .base/src.tar). Untested on a GPU: Q2_K and Q3_K in the Triton kernels (packed_gemv, packed_dequant,
-# packed_q8, the MoE pairs and grouped kernels), written in session 33 after its device time. 1. their GPU tests (all of these files: the kernels changed for every type);
-# 2. each type's GEMVs against Q4_K's (lowbit_ab.py); 3. the 30B-A3B 24L at q3_k_m (issue 23's command) and q2_k (one
-# stream), beside session 32's q4_k_m (656.7 / 1,846.9 / 2,544.2 tok/s, prefill 16,277.1).
+# Prepared in session 34 for the next session's first device call (carry [".whl", ".base"]; device_setup.sh says how
+# to build .base/src.tar). Not yet run on a GPU: MTP drafts in verification steps planned ahead (STRATA_MTP_AHEAD=1),
+# i-quant models end to end on CUDA (packed experts / linears), and whatever packed_q8 gained after session 34's
+# call 5 (i-quants with 8-bit activations, Q3_K). Then where a planned-ahead step's time goes at one stream
+# (spec_timeline: session 34 saw 1.23 ms of launch host time a step at c1), and issue 28's speculation sweep.
 source tools/gpu_ab/device_setup.sh
 S=$(date +%s)
-timeout -s INT 230 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_packed_gemv.py \
-  tests/kernels/test_packed_q8.py tests/kernels/test_packed_moe.py tests/kernels/test_gguf_blocks.py \
-  tests/experts/test_packed_experts.py tests/weights/test_packed_gguf.py --tb=short > $OUT/tests.log 2>&1
-echo "== tests rc=$? t=$(( $(date +%s)-S ))"; grep -E "FAILED|ERROR|passed|failed" $OUT/tests.log | head -12 | cut -c1-200
-timeout -s INT 60 python3 lowbit_ab.py 1 4 8 > $OUT/lowbit_ab.txt 2>&1
-echo "== lowbit_ab rc=$? t=$(( $(date +%s)-S ))"; cut -c1-240 $OUT/lowbit_ab.txt
-M='random:qwen3-30b-a3b?num_hidden_layers=24'
-timeout -s INT 40 python3 -m strata.cli.main quantize "$M" /tmp/q3km.gguf --scheme q3_k_m --device cuda > /dev/null 2>&1
-timeout -s INT 140 python3 -m strata.cli.main bench offline /tmp/q3km.gguf --device cuda --max-model-len 4096 --num-prompts 16 \
-  --input-len 64 --output-len 128 --repeats 1 --concurrency 1,8 --prefill-lens 512 --output $OUT/q3km.json \
-  > $OUT/q3km.log 2>&1
-echo "== 30B q3_k_m rc=$? t=$(( $(date +%s)-S ))"; grep -E "tok/s" $OUT/q3km.log | tail -4 | cut -c1-200
-timeout -s INT 40 python3 -m strata.cli.main quantize "$M" /tmp/q2k.gguf --scheme q2_k --device cuda > /dev/null 2>&1
-LEFT=$(( 580 - ($(date +%s)-S) ))
-timeout -s INT $LEFT python3 -m strata.cli.main bench offline /tmp/q2k.gguf --device cuda --max-model-len 4096 --num-prompts 16 \
-  --input-len 64 --output-len 128 --repeats 1 --concurrency 1 --output $OUT/q2k.json > $OUT/q2k.log 2>&1
-echo "== 30B q2_k rc=$? t=$(( $(date +%s)-S ))"; grep -E "tok/s" $OUT/q2k.log | tail -2 | cut -c1-200
+SPEC='{"method":"synthetic","acceptance_length":3.0,"num_speculative_tokens":3}'
+timeout -s INT 100 python3 -m pytest -q -m gpu -p no:cacheprovider tests/spec/test_verify_ahead.py \
+  tests/experts/test_packed_experts.py tests/weights/test_packed_gguf.py --tb=short > $OUT/tests_ahead.log 2>&1
+echo "== ahead/iq tests rc=$? t=$(( $(date +%s)-S ))"; grep -E "FAILED|ERROR|passed|failed" $OUT/tests_ahead.log | head -12 | cut -c1-200
+timeout -s INT 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_packed_q8.py tests/kernels/test_packed_moe.py \
+  --tb=short > $OUT/tests_q8.log 2>&1
+echo "== q8 tests rc=$? t=$(( $(date +%s)-S ))"; grep -E "FAILED|ERROR|passed|failed" $OUT/tests_q8.log | head -12 | cut -c1-200
+LOWBIT_TYPES=Q2_K,Q3_K,Q4_K,IQ2_XXS,IQ3_XXS,IQ3_S timeout -s INT 40 python3 lowbit_ab.py 1 4 8 > $OUT/lowbit.txt 2>&1
+echo "== lowbit rc=$? t=$(( $(date +%s)-S ))"; grep q_proj $OUT/lowbit.txt | cut -c1-220
+timeout -s INT 100 python3 spec_timeline.py 'random:qwen3-next-80b-a3b?num_hidden_layers=8' - 1 > $OUT/tl_next.txt 2>&1
+echo "== timeline rc=$? t=$(( $(date +%s)-S ))"; grep -E "=====|device span|Python" $OUT/tl_next.txt | cut -c1-200
+LEFT=$(( 570 - ($(date +%s)-S) ))
+timeout -s INT $LEFT python3 -m strata.cli.main bench offline 'random:qwen3-next-80b-a3b?num_hidden_layers=8' --device cuda \
+  --max-model-len 4096 --num-prompts 32 --input-len 64 --output-len 128 --concurrency 1,2,4,8,16,32 --repeats 1 \
+  --speculative-config "$SPEC" --spec-baseline --output $OUT/next80_spec.json > $OUT/next80_spec.log 2>&1
+echo "== issue 28 spec rc=$? t=$(( $(date +%s)-S ))"; grep -E "tok/s|x " $OUT/next80_spec.log | tail -12 | cut -c1-200
