@@ -71,7 +71,7 @@ def assert_released(core: EngineCore) -> None:
     assert sorted(core.scheduler.free_slots) == list(range(4))
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen3_moe", "qwen3_next"])
+@pytest.mark.parametrize("family", ["llama", "qwen3_moe", "qwen3_next", "qwen4_exp"])
 def test_outputs_equal_stepping_one_at_a_time(family, tiny_model_dir, monkeypatch):
     folder = tiny_model_dir(family)
     requests = [(0, greedy(30)), (0, greedy(41)), (0, greedy(23)), (0, SamplingParams(temperature=0.8, max_tokens=37,
@@ -121,7 +121,7 @@ def test_cuda_graph_windows_moved_on_the_device(family, tiny_model_dir, monkeypa
     assert_released(core)
 
 
-@pytest.mark.parametrize("family", ["qwen3_next+mtp"])
+@pytest.mark.parametrize("family", ["qwen3_next+mtp", "qwen3_5_moe+mtp", "qwen4_exp+mtp"])
 def test_mtp_drafts_from_the_device_keep_greedy_output(family, tiny_model_dir, monkeypatch):
     """STRATA_MTP_AHEAD=1: greedy requests verify the MTP head's drafts in steps planned ahead, the head drafting
     the next window from the device's verdicts (pass 1 over the step's rows, one-token passes moved back by the
