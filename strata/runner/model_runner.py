@@ -35,8 +35,8 @@ from strata.runner.table_arrays import TableArrays
 from strata.sample import Sampler
 from strata.spec.commit import commit_outcomes
 from strata.spec.speculator import Speculator
-from strata.spec.verify_ahead import (VerifyInFlight, greedy_verdicts, roll_back_states, shift_context,
-                                      synthetic_verdicts)
+from strata.spec.verify_ahead import (VerifyInFlight, greedy_verdicts, roll_back_states, sampled_verdicts,
+                                      shift_context, synthetic_verdicts)
 from strata.spec.verify_step import SlotOutcome
 from strata.transfer import index_tensor
 from strata.types import ScheduledSlot, SlotResult, StepPlan, StepResult
@@ -372,8 +372,7 @@ class ModelRunner:
             return True
         return (drafter.spec.method == "mtp" and drafter.spec.draft_prob_floor == 0 and debug_flag("MTP_AHEAD")
                 and len({w.next_k for w in plan.scheduled}) == 1 and plan.scheduled[0].next_k > 0
-                and all(self.sampler.params[w.slot_id] is not None and self.sampler.params[w.slot_id].is_greedy
-                        for w in plan.scheduled))
+                and all(self.sampler.params[w.slot_id] is not None for w in plan.scheduled))
 
     @torch.inference_mode()
     def launch_verify(self, plan: StepPlan, inputs_from: VerifyInFlight | None = None) -> VerifyInFlight:
@@ -399,6 +398,7 @@ class ModelRunner:
         else:
             drafts = inputs.input_ids[:rows].view(len(slot_ids), window)[:, 1:]         # [S, k]: what was verified
             tokens, accepted, bonus = greedy_verdicts(logits[:rows], len(slot_ids), window, drafts)
+            self._sample_windows(plan, logits, drafts, tokens, accepted, bonus)
         if self._has_windows(plan):
             roll_back_states(self.state_pool.caches, inputs.ctx.scratch.window_states, slot_ids, window, accepted)
         if drafter.synthetic is None:
@@ -411,6 +411,23 @@ class ModelRunner:
             copied.record()
         return VerifyInFlight(plan, slot_ids, tokens, accepted, bonus, host[0], host[1], copied, expert_pairs, started,
                               time.perf_counter(), next_drafts, host[2] if next_drafts is not None else None)
+
+    def _sample_windows(self, plan: StepPlan, logits: torch.Tensor, drafts: torch.Tensor, tokens: torch.Tensor,
+                        accepted: torch.Tensor, bonus: torch.Tensor) -> None:
+        """The verdicts of the plan's sampled (not greedy) windows, by speculative sampling on the device, written
+        over their greedy ones in tokens [S, n], accepted [S] and bonus [S]."""
+        window = plan.scheduled[0].num_new_tokens
+        sampled = [i for i, w in enumerate(plan.scheduled) if not self.sampler.params[w.slot_id].is_greedy]
+        if not sampled:
+            return
+        rows = [i * window + j for i in sampled for j in range(window)]
+        probs = self.sampler.window_probs(logits[index_tensor(rows, logits.device)],
+                                          [plan.scheduled[i].slot_id for i in sampled for _ in range(window)])
+        at = index_tensor(sampled, logits.device)
+        emitted, sampled_accepted, final = sampled_verdicts(probs, drafts[at], self.sampler.shared_generator)
+        tokens.index_copy_(0, at, emitted)
+        accepted.index_copy_(0, at, sampled_accepted)
+        bonus.index_copy_(0, at, final)
 
     def _mtp_drafts_ahead(self, plan: StepPlan, inputs: StepInputs, hidden: torch.Tensor, accepted: torch.Tensor,
                           bonus: torch.Tensor, shift: torch.Tensor | None) -> torch.Tensor:

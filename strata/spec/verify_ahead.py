@@ -9,10 +9,11 @@ device indices. The host reads N's tokens while N + 1 runs and commits them one 
 
 Synthetic drafting (spec/synthetic.py) decides how many drafts a step accepts when it is launched: its draft
 rows are placeholders (the bonus token repeated, as the proposer's are) and the accepted tokens are the
-target's own at those rows, so the verdicts need nothing but the target's argmax. MTP drafting (greedy requests,
-STRATA_MTP_AHEAD=1 until it has run on a GPU) keeps its drafts on the device too: a slot accepts the drafts
-equal to the target's argmax, and the MTP head drafts the next window from the step's rows (pass 1) and from
-one-token contexts moved back by the same shortfall (passes 2..k).
+target's own at those rows, so the verdicts need nothing but the target's argmax. MTP drafting
+(STRATA_MTP_AHEAD=1 until it has run on a GPU) keeps its drafts on the device too: a greedy slot accepts the
+drafts equal to the target's argmax, a sampled one runs speculative sampling on the device (the shared
+generator: no per-request seed), and the MTP head drafts the next window from the step's rows (pass 1) and
+from one-token contexts moved back by the same shortfall (passes 2..k).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from strata.kernels.argmax import argmax
+from strata.sample.probs import sample_from_probs
 from strata.spec.commit import restore_rows
 from strata.transfer import index_tensor
 from strata.types import StepPlan
@@ -76,6 +78,26 @@ def greedy_verdicts(logits: torch.Tensor, num_slots: int, window: int, drafts: t
     tokens = argmax(logits).view(num_slots, window)                                     # [S, n]
     accepted = (drafts == tokens[:, :-1]).long().cumprod(dim=1).sum(dim=1)              # [S]
     return tokens, accepted, tokens.gather(1, accepted.unsqueeze(1)).squeeze(1)
+
+
+def sampled_verdicts(probs: torch.Tensor, drafts: torch.Tensor, generator: torch.Generator | None
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Speculative sampling on the device (spec/verify.py's verify_rejection for a deterministic drafter and
+    the shared generator, drawing the same numbers in the same order): probs [S * n, V] the windows' processed
+    target distributions, drafts [S, k] -> (emitted tokens [S, n]: accepted drafts then the final token, accepted
+    [S], the final token [S]: the residual's draw at the first rejected draft, else p's at the last row)."""
+    num_slots, k = drafts.shape
+    p = probs.view(num_slots, k + 1, -1)                                                   # [S, n, V]
+    p_draft = p[:, :k].gather(2, drafts.unsqueeze(2)).squeeze(2)                         # [S, k]
+    uniforms = torch.rand(num_slots * k, generator=generator, device=probs.device).view(num_slots, k)
+    accepted = (uniforms < p_draft).long().cumprod(dim=1).sum(dim=1)                     # [S]
+    p_final = p.gather(1, accepted.view(-1, 1, 1).expand(-1, 1, p.shape[2])).squeeze(1)  # [S, V]
+    rejected_ids = drafts.gather(1, accepted.clamp(max=k - 1).unsqueeze(1))              # [S, 1]
+    residual = p_final.scatter(1, rejected_ids, 0.0)
+    use_residual = (accepted < k) & (residual.sum(dim=1) > 0)   # (zero mass only by rounding: p is the answer)
+    final = sample_from_probs(torch.where(use_residual.unsqueeze(1), residual, p_final), None, generator)
+    emitted = torch.cat((drafts, final.unsqueeze(1)), dim=1).scatter_(1, accepted.unsqueeze(1), final.unsqueeze(1))
+    return emitted, accepted, final
 
 
 def shift_context(ctx, delta: torch.Tensor):

@@ -149,6 +149,32 @@ def test_mtp_drafts_from_the_device_keep_greedy_output(family, tiny_model_dir, m
     assert_released(core)
 
 
+def test_sampled_windows_draw_as_stepping_one_at_a_time(tiny_model_dir, monkeypatch):
+    """Sampled requests (no seed) beside a greedy one, MTP drafts planned ahead: speculative sampling runs on the
+    device with the shared generator, drawing the same numbers in the same order as the step-at-a-time path, so
+    the outputs are the same tokens."""
+    monkeypatch.setenv("STRATA_MTP_AHEAD", "1")
+    folder = tiny_model_dir("qwen3_next+mtp")
+    mtp = {"method": "mtp", "num_speculative_tokens": 2, "adaptive": False}
+
+    def mtp_engine(async_scheduling: bool) -> EngineCore:
+        config = EngineConfig(model=folder, runner=RunnerConfig(device="cpu", dtype="float32", seed=3),
+                              cache=CacheConfig(block_size=4),
+                              scheduler=SchedulerConfig(max_num_seqs=4, async_scheduling=async_scheduling),
+                              speculative=SpecConfig.from_json(mtp))
+        return EngineCore(config, quiet=True)
+
+    hot = SamplingParams(temperature=0.8, top_p=0.9, max_tokens=33, ignore_eos=True)
+    requests = [(0, hot), (0, greedy(25)), (0, SamplingParams(temperature=1.2, top_k=20, max_tokens=28,
+                                                               ignore_eos=True))]
+    reference = drive(mtp_engine(False), requests)
+    ahead = count_ahead(monkeypatch)
+    core = mtp_engine(True)
+    assert drive(core, requests) == reference
+    assert sum(ahead) >= 6 and core.scheduler.stats.as_dict()["num_draft_tokens"] > 0
+    assert_released(core)
+
+
 def test_partly_right_drafts_move_the_windows_by_what_was_accepted(tiny_model_dir, monkeypatch):
     """A random MTP head's drafts are all rejected; here an oracle stands in for the head's passes (the next tokens
     of plain greedy decoding, one in three spoiled), so windows accept all, some or none of their drafts and the
@@ -214,3 +240,24 @@ def test_cuda_mtp_drafts_from_the_device_keep_greedy_output(tiny_model_dir, monk
     assert drive(core, requests) == reference
     assert sum(ahead) >= 6 and core.runner.graph_stats()["replays"] > 0
     assert_released(core)
+
+
+def test_sampled_verdicts_equal_verify_rejection():
+    """Speculative sampling on the device draws what spec/verify.py's verify_rejection draws from the same
+    generator state: the same accepted counts and final tokens, over windows that accept all, some or none."""
+    from strata.spec.verify import verify_rejection
+    from strata.spec.verify_ahead import sampled_verdicts
+
+    gen = torch.Generator().manual_seed(0)
+    num_slots, k, vocab = 24, 3, 50
+    probs = torch.softmax(4 * torch.randn(num_slots * (k + 1), vocab, generator=gen), dim=-1)   # peaked rows
+    likely = probs.view(num_slots, k + 1, vocab)[:, :k].argmax(dim=-1)                           # [S, k]
+    drafts = torch.where(torch.rand(num_slots, k, generator=gen) < 0.75, likely,
+                         torch.randint(0, vocab, (num_slots, k), generator=gen))
+    expected = verify_rejection(probs, drafts.tolist(), list(range(0, num_slots * (k + 1), k + 1)),
+                                shared_generator=torch.Generator().manual_seed(7))
+    emitted, accepted, final = sampled_verdicts(probs, drafts, torch.Generator().manual_seed(7))
+    got = [(row[:a + 1], a) for row, a in zip(emitted.tolist(), accepted.tolist())]
+    assert got == expected
+    assert final.tolist() == [tokens[-1] for tokens, _ in expected]
+    assert {a for _, a in expected} == {0, 1, 2, 3}
