@@ -363,16 +363,17 @@ class ModelRunner:
     def verifies_ahead(self, plan: StepPlan) -> bool:
         """Whether `plan`'s verification windows (and the next step's) can be launched before the step they follow
         was read: the whole model in this process, no host KV tier, no experts computed on the host, and synthetic
-        drafts, or (STRATA_MTP_AHEAD=1) MTP drafts without a probability floor for greedy requests only."""
+        drafts, or (STRATA_DRAFTS_AHEAD=1) MTP drafts without a probability floor for greedy requests only."""
         drafter = self.speculation.drafter
         if drafter is None or self.stage is not None or self.host_kv is not None \
                 or (self.experts is not None and self.experts.offloaded):
             return False
         if drafter.synthetic is not None:
             return True
-        return (drafter.spec.method == "mtp" and drafter.spec.draft_prob_floor == 0 and debug_flag("MTP_AHEAD")
-                and len({w.next_k for w in plan.scheduled}) == 1 and plan.scheduled[0].next_k > 0
-                and all(self.sampler.params[w.slot_id] is not None for w in plan.scheduled))
+        return ((drafter.spec.method == "suffix" or drafter.spec.method == "mtp" and drafter.spec.draft_prob_floor == 0)
+                and debug_flag("DRAFTS_AHEAD") and len({w.next_k for w in plan.scheduled}) == 1
+                and plan.scheduled[0].next_k > 0 and all(self.sampler.params[w.slot_id] is not None
+                                                         for w in plan.scheduled))
 
     @torch.inference_mode()
     def launch_verify(self, plan: StepPlan, inputs_from: VerifyInFlight | None = None) -> VerifyInFlight:
@@ -383,13 +384,17 @@ class ModelRunner:
         self._update_slots(plan)
         slot_ids = [w.slot_id for w in plan.scheduled]
         window = plan.scheduled[0].num_new_tokens
-        feed = shift = None
+        drafter = self.speculation.drafter
+        feed = shift = verified = None
+        if drafter.suffix is not None:  # the host's drafts, as if the step in flight accepted all of its own
+            verified = [w.draft_token_ids for w in plan.scheduled] if inputs_from is None else \
+                self._suffix_drafts_ahead(slot_ids, window - 1, inputs_from.verified_by_slot())
         if inputs_from is not None:
-            feed, shift = inputs_from.next_inputs(slot_ids, window)                     # [S * n], [S]
+            drafts = index_tensor(verified, inputs_from.bonus.device) if verified is not None else None
+            feed, shift = inputs_from.next_inputs(slot_ids, window, drafts)             # [S * n], [S]
         inputs, hidden, expert_pairs, started = self._queue_forward(plan, feed, shift)
         rows = len(slot_ids) * window
         logits = inputs.logits() if inputs.logits is not None else self.model.compute_logits(hidden)  # [S * n, V]
-        drafter = self.speculation.drafter
         next_drafts = None
         if drafter.synthetic is not None:
             accepted = index_tensor([drafter.synthetic.propose_synthetic(window - 1, s) for s in slot_ids],
@@ -401,7 +406,7 @@ class ModelRunner:
             self._sample_windows(plan, logits, drafts, tokens, accepted, bonus)
         if self._has_windows(plan):
             roll_back_states(self.state_pool.caches, inputs.ctx.scratch.window_states, slot_ids, window, accepted)
-        if drafter.synthetic is None:
+        if drafter.spec.uses_mtp:
             next_drafts = self._mtp_drafts_ahead(plan, inputs, hidden, accepted, bonus, shift)  # [S, k']
         outputs = [tokens, accepted] + ([next_drafts] if next_drafts is not None else [])
         host, copied = outputs, None
@@ -410,7 +415,19 @@ class ModelRunner:
             copied = torch.cuda.Event()
             copied.record()
         return VerifyInFlight(plan, slot_ids, tokens, accepted, bonus, host[0], host[1], copied, expert_pairs, started,
-                              time.perf_counter(), next_drafts, host[2] if next_drafts is not None else None)
+                              time.perf_counter(), next_drafts, host[2] if next_drafts is not None else None, verified)
+
+    def _suffix_drafts_ahead(self, slot_ids: list[int], k: int, in_flight: dict[int, list[int]]) -> list[list[int]]:
+        """Each slot's k suffix drafts for a window that follows a step not yet read: matched as if that step
+        accepted its drafts `in_flight`, the match's next token standing for its bonus token; short proposals are
+        filled with their last token (a uniform window, as the scheduler fills them)."""
+        suffix, drafts = self.speculation.drafter.suffix, []
+        for slot_id in slot_ids:
+            pending = in_flight.get(slot_id, [])
+            proposal = suffix.propose(slot_id, k + 1, pending)[1:]
+            filler = (proposal or pending or suffix.tokens_of(slot_id)[-1:])[-1]
+            drafts.append(proposal + [filler] * (k - len(proposal)))
+        return drafts
 
     def _sample_windows(self, plan: StepPlan, logits: torch.Tensor, drafts: torch.Tensor, tokens: torch.Tensor,
                         accepted: torch.Tensor, bonus: torch.Tensor) -> None:
@@ -461,17 +478,18 @@ class ModelRunner:
         drafted = step.host_drafts.tolist() if step.host_drafts is not None else None
         read = time.perf_counter()
         window = step.plan.scheduled[0].num_new_tokens
-        outcomes, results = [], []
-        for i, (work, row, num_accepted) in enumerate(zip(step.plan.scheduled, tokens, accepted)):
-            if self.sampler.params[work.slot_id] is None:
-                continue
-            kept = row[:num_accepted + 1]
-            outcomes.append(SlotOutcome(work.slot_id, kept, window - 1, num_accepted, i * window + num_accepted))
-            # the next step's drafts (synthetic: placeholders, as the proposer makes them), for a step planned the
-            # usual way after this one
-            drafts = drafted[i][:work.next_k] if drafted is not None else [kept[-1]] * work.next_k
-            results.append(SlotResult(work.slot_id, kept, num_accepted, drafts))
+        live = [(i, work) for i, work in enumerate(step.plan.scheduled) if self.sampler.params[work.slot_id] is not None]
+        outcomes = [SlotOutcome(work.slot_id, tokens[i][:accepted[i] + 1], window - 1, accepted[i],
+                                i * window + accepted[i]) for i, work in live]
         commit_outcomes(outcomes, self.sampler, self.speculation.drafter, self.state_pool.caches, None)
+        results = []
+        suffix = self.speculation.drafter.suffix
+        for (i, work), outcome in zip(live, outcomes):
+            # the next step's drafts, for a step planned the usual way after this one: the MTP head's, the suffix
+            # matches after this commit, or (synthetic) placeholders as the proposer makes them
+            drafts = drafted[i][:work.next_k] if drafted is not None else \
+                suffix.propose(work.slot_id, work.next_k) if suffix is not None else [outcome.token_ids[-1]] * work.next_k
+            results.append(SlotResult(work.slot_id, outcome.token_ids, outcome.num_accepted, drafts))
         return StepResult(step.plan.step_id, results, forward_seconds=step.launched - step.started,
                           sample_seconds=read - waited, draft_seconds=0.0, expert_pairs=step.expert_pairs)
 

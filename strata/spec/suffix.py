@@ -45,19 +45,28 @@ class SuffixDrafter:
                 last_start[tuple(token_ids[end - n:end])] = end - n
             token_ids.append(token_id)
 
-    def propose(self, slot_id: int, k: int) -> list[int]:
+    def propose(self, slot_id: int, k: int, pending: list[int] | tuple = ()) -> list[int]:
         """Up to k tokens that followed the longest (then most recent) earlier match of the suffix;
-        fewer when that continuation reaches the end of the history, [] when nothing matches."""
+        fewer when that continuation reaches the end of the history, [] when nothing matches. `pending`: tokens
+        not committed yet taken as following the history (a verification step's drafts in flight): the suffix of
+        history + pending is looked up among the history's n-grams, and the continuation may run on into them."""
         history = self._history_of(slot_id)
         token_ids = history.token_ids
         if k <= 0:
             return []
-        end = len(token_ids)
+        tail = token_ids[-self.max_ngram:] + list(pending)  # no copy of a long history
+        end = len(token_ids) + len(pending)
         for n in range(min(self.max_ngram, end), self.min_ngram - 1, -1):
-            start = history.last_start.get(tuple(token_ids[end - n:]))
+            start = history.last_start.get(tuple(tail[len(tail) - n:]))
             if start is not None:
-                return token_ids[start + n:start + n + k]
+                first, last = start + n, min(start + n + k, end)
+                held = len(token_ids)
+                return token_ids[first:last] + list(pending[max(first - held, 0):max(last - held, 0)])
         return []
+
+    def tokens_of(self, slot_id: int) -> list[int]:
+        """The slot's committed tokens (read only)."""
+        return self._history_of(slot_id).token_ids
 
     def _history_of(self, slot_id: int) -> _SlotHistory:
         history = self._slots.get(slot_id)

@@ -9,11 +9,13 @@ device indices. The host reads N's tokens while N + 1 runs and commits them one 
 
 Synthetic drafting (spec/synthetic.py) decides how many drafts a step accepts when it is launched: its draft
 rows are placeholders (the bonus token repeated, as the proposer's are) and the accepted tokens are the
-target's own at those rows, so the verdicts need nothing but the target's argmax. MTP drafting
-(STRATA_MTP_AHEAD=1 until it has run on a GPU) keeps its drafts on the device too: a greedy slot accepts the
-drafts equal to the target's argmax, a sampled one runs speculative sampling on the device (the shared
-generator: no per-request seed), and the MTP head drafts the next window from the step's rows (pass 1) and
-from one-token contexts moved back by the same shortfall (passes 2..k).
+target's own at those rows, so the verdicts need nothing but the target's argmax. MTP and suffix drafting
+(STRATA_DRAFTS_AHEAD=1 until they have run on a GPU): a greedy slot accepts the drafts equal to the target's
+argmax, a sampled one runs speculative sampling on the device (the shared generator: no per-request seed). The
+MTP head drafts the next window on the device, from the step's rows (pass 1) and from one-token contexts moved
+back by the same shortfall (passes 2..k). Suffix drafts are the host's, made when the next step is launched as
+if the step in flight accepted all its drafts (its bonus token guessed as the match's next token): a window
+after one that rejected some verifies drafts that rarely fit, which the acceptance (and the draft policy) shows.
 """
 
 from __future__ import annotations
@@ -47,20 +49,27 @@ class VerifyInFlight:
     launched: float
     drafts: torch.Tensor | None = None   # [S, k'] the next window's drafts (MTP, device), else placeholders
     host_drafts: torch.Tensor | None = None
+    verified: list[list[int]] | None = None  # the drafts this step verifies, where the host made them (suffix)
 
-    def next_inputs(self, slot_ids: list[int], window: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def next_inputs(self, slot_ids: list[int], window: int, drafts: torch.Tensor | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
         """For the slots `slot_ids` of the next step (windows of `window` rows) -> (its input ids [R * window]: the
-        bonus token, then the drafts (or the bonus again as placeholders), accepted - drafts [R]) on the device."""
+        bonus token, then the drafts: `drafts` [R, window - 1], this step's MTP drafts, or the bonus again as
+        placeholders; accepted - drafts [R]) on the device."""
         k = self.plan.scheduled[0].num_new_tokens - 1
         rows = None
         if slot_ids != self.slot_ids:
             row_of = {slot_id: row for row, slot_id in enumerate(self.slot_ids)}
             rows = index_tensor([row_of[s] for s in slot_ids], self.bonus.device)
         bonus, accepted = (self.bonus, self.accepted) if rows is None else (self.bonus[rows], self.accepted[rows])
-        if self.drafts is None:
+        if drafts is None and self.drafts is not None:
+            drafts = (self.drafts if rows is None else self.drafts[rows])[:, :window - 1]
+        if drafts is None:
             return bonus.repeat_interleave(window), accepted - k
-        drafts = self.drafts if rows is None else self.drafts[rows]
-        return torch.cat((bonus.unsqueeze(1), drafts[:, :window - 1]), dim=1).flatten(), accepted - k
+        return torch.cat((bonus.unsqueeze(1), drafts), dim=1).flatten(), accepted - k
+
+    def verified_by_slot(self) -> dict[int, list[int]]:
+        return dict(zip(self.slot_ids, self.verified or [[] for _ in self.slot_ids]))
 
 
 def synthetic_verdicts(logits: torch.Tensor, num_slots: int, window: int, accepted: torch.Tensor

@@ -103,3 +103,15 @@ def test_incremental_extend_equals_build_from_scratch_and_brute_force(token_ids,
     expected = brute_force_propose(token_ids, k, max_ngram, min_ngram)
     assert incremental.propose(0, k) == expected
     assert propose(token_ids, k, max_ngram, min_ngram) == expected
+
+
+def test_proposing_after_pending_drafts():
+    """Drafts in flight taken as if committed: the suffix ending in them is matched in the history, the
+    continuation runs on through the history into them, and nothing is indexed."""
+    drafter = SuffixDrafter(max_ngram=3)
+    drafter.add_slot(0, [1, 2, 3, 4, 5, 1, 2])
+    assert drafter.propose(0, 4) == [3, 4, 5, 1]              # "1 2" matched at 0
+    assert drafter.propose(0, 4, pending=[3]) == [4, 5, 1, 2]  # "1 2 3" matched at 0
+    assert drafter.propose(0, 8, pending=[3]) == [4, 5, 1, 2, 3]  # runs on into the pending token
+    assert drafter.propose(0, 3, pending=[9]) == []            # "9" never seen
+    assert drafter.propose(0, 4) == [3, 4, 5, 1]              # the index is as before

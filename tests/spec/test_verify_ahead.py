@@ -123,10 +123,10 @@ def test_cuda_graph_windows_moved_on_the_device(family, tiny_model_dir, monkeypa
 
 @pytest.mark.parametrize("family", ["qwen3_next+mtp", "qwen3_5_moe+mtp", "qwen4_exp+mtp"])
 def test_mtp_drafts_from_the_device_keep_greedy_output(family, tiny_model_dir, monkeypatch):
-    """STRATA_MTP_AHEAD=1: greedy requests verify the MTP head's drafts in steps planned ahead, the head drafting
+    """STRATA_DRAFTS_AHEAD=1: greedy requests verify the MTP head's drafts in steps planned ahead, the head drafting
     the next window from the device's verdicts (pass 1 over the step's rows, one-token passes moved back by the
     shortfall). Output: plain greedy decoding's, and speculation stepped one step at a time's."""
-    monkeypatch.setenv("STRATA_MTP_AHEAD", "1")
+    monkeypatch.setenv("STRATA_DRAFTS_AHEAD", "1")
     folder = tiny_model_dir(family)
     mtp = {"method": "mtp", "num_speculative_tokens": 2, "adaptive": False}
 
@@ -149,11 +149,37 @@ def test_mtp_drafts_from_the_device_keep_greedy_output(family, tiny_model_dir, m
     assert_released(core)
 
 
+@pytest.mark.parametrize("family", ["llama", "qwen3_next"])
+def test_suffix_drafts_made_ahead_keep_greedy_output(family, tiny_model_dir, monkeypatch):
+    """STRATA_DRAFTS_AHEAD=1 with suffix drafting: each window's drafts are matched on the host when it is launched,
+    as if the step in flight accepted its own; greedy output stays plain decoding's, and drafts were accepted."""
+    monkeypatch.setenv("STRATA_DRAFTS_AHEAD", "1")
+    folder = tiny_model_dir(family)
+    suffix = {"method": "suffix", "num_speculative_tokens": 3, "adaptive": False}
+
+    def suffix_engine(async_scheduling: bool, speculative: dict | None) -> EngineCore:
+        config = EngineConfig(model=folder, runner=RunnerConfig(device="cpu", dtype="float32"),
+                              cache=CacheConfig(block_size=4),
+                              scheduler=SchedulerConfig(max_num_seqs=4, async_scheduling=async_scheduling),
+                              speculative=SpecConfig.from_json(speculative))
+        return EngineCore(config, quiet=True)
+
+    requests = [(0, greedy(60)), (0, greedy(47)), (0, greedy(52))]
+    plain = drive(suffix_engine(False, None), requests)
+    ahead = count_ahead(monkeypatch)
+    core = suffix_engine(True, suffix)
+    core.scheduler.uniform_draft_windows = True  # as with CUDA graphs: short proposals filled to k (one layout)
+    assert drive(core, requests) == plain
+    stats = core.scheduler.stats.as_dict()
+    assert sum(ahead) >= 6 and stats["num_accepted_tokens"] > 0, (ahead, stats)
+    assert_released(core)
+
+
 def test_sampled_windows_draw_as_stepping_one_at_a_time(tiny_model_dir, monkeypatch):
     """Sampled requests (no seed) beside a greedy one, MTP drafts planned ahead: speculative sampling runs on the
     device with the shared generator, drawing the same numbers in the same order as the step-at-a-time path, so
     the outputs are the same tokens."""
-    monkeypatch.setenv("STRATA_MTP_AHEAD", "1")
+    monkeypatch.setenv("STRATA_DRAFTS_AHEAD", "1")
     folder = tiny_model_dir("qwen3_next+mtp")
     mtp = {"method": "mtp", "num_speculative_tokens": 2, "adaptive": False}
 
@@ -179,7 +205,7 @@ def test_partly_right_drafts_move_the_windows_by_what_was_accepted(tiny_model_di
     """A random MTP head's drafts are all rejected; here an oracle stands in for the head's passes (the next tokens
     of plain greedy decoding, one in three spoiled), so windows accept all, some or none of their drafts and the
     next window moves by each: output still plain greedy decoding's, most drafts accepted."""
-    monkeypatch.setenv("STRATA_MTP_AHEAD", "1")
+    monkeypatch.setenv("STRATA_DRAFTS_AHEAD", "1")
     folder = tiny_model_dir("qwen3_next+mtp")
     mtp = {"method": "mtp", "num_speculative_tokens": 3, "adaptive": False}
 
@@ -218,12 +244,12 @@ def test_partly_right_drafts_move_the_windows_by_what_was_accepted(tiny_model_di
 
 @pytest.mark.gpu
 def test_cuda_mtp_drafts_from_the_device_keep_greedy_output(tiny_model_dir, monkeypatch):
-    """STRATA_MTP_AHEAD=1 on CUDA: the windows replay graphs, the MTP passes run eagerly with contexts moved on the
+    """STRATA_DRAFTS_AHEAD=1 on CUDA: the windows replay graphs, the MTP passes run eagerly with contexts moved on the
     device (their host lengths stay the planned ones): output as speculation stepped one step at a time (bf16:
     windows and one-token steps may round apart, so not compared with plain decoding here)."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
-    monkeypatch.setenv("STRATA_MTP_AHEAD", "1")
+    monkeypatch.setenv("STRATA_DRAFTS_AHEAD", "1")
     folder = tiny_model_dir("qwen3_next+mtp")
 
     def cuda_engine(async_scheduling: bool, speculative: dict | None) -> EngineCore:

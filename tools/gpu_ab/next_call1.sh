@@ -1,5 +1,5 @@
 # Prepared in session 34 for the next session's first device call (carry [".whl", ".base"]; device_setup.sh says how
-# to build .base/src.tar). Not yet run on a GPU: MTP drafts in verification steps planned ahead (STRATA_MTP_AHEAD=1),
+# to build .base/src.tar). Not yet run on a GPU: MTP drafts in verification steps planned ahead (STRATA_DRAFTS_AHEAD=1),
 # i-quant models end to end on CUDA (packed experts / linears), and whatever packed_q8 gained after session 34's
 # call 5 (i-quants with 8-bit activations, Q3_K). Then where a planned-ahead step's time goes at one stream
 # (spec_timeline: session 34 saw 1.23 ms of launch host time a step at c1), and issue 28's speculation sweep.
