@@ -203,7 +203,7 @@ class EngineCore:
         deltas = []
         ahead = None
         if self.async_scheduling:
-            ahead = self.scheduler.schedule_ahead(plan) if kind == "decode" else self.scheduler.schedule_verify_ahead(plan)
+            ahead = (self.scheduler.schedule_ahead if kind == "decode" else self.scheduler.schedule_verify_ahead)(plan)
         if ahead is not None:
             try:
                 self._ahead = (kind, ahead, self._launch(kind, ahead, launched))
@@ -211,7 +211,7 @@ class EngineCore:
                 logger.exception("step %d failed", ahead.step_id)
                 deltas = self._fail_step(ahead, e)
         try:
-            result = self.runner.complete_decode(launched) if kind == "decode" else self.runner.complete_verify(launched)
+            result = (self.runner.complete_decode if kind == "decode" else self.runner.complete_verify)(launched)
         except Exception as e:
             logger.exception("step %d failed", plan.step_id)
             return deltas + self._fail_step(plan, e)

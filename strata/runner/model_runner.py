@@ -22,7 +22,7 @@ from torch import nn
 
 from strata import progress
 from strata.cache.pools import CheckpointPool, HostParkPool, KVPool, StatePool
-from strata.config import MAX_SPEC_TOKENS, RunnerConfig, SpecConfig, debug_flag
+from strata.config import MAX_SPEC_TOKENS, RunnerConfig, SpecConfig
 from strata.kernels import triton_available
 from strata.model.context import ForwardScratch
 from strata.model.gated_delta_net import TRITON_MAX_QUERY_LEN
@@ -35,11 +35,10 @@ from strata.runner.table_arrays import TableArrays
 from strata.sample import Sampler
 from strata.spec.commit import commit_outcomes
 from strata.spec.speculator import Speculator
-from strata.spec.verify_ahead import (VerifyInFlight, greedy_verdicts, roll_back_states, sampled_verdicts,
-                                      shift_context, synthetic_verdicts)
-from strata.spec.verify_step import SlotOutcome
+from strata.runner import planned_verification
+from strata.spec.verify_ahead import VerifyInFlight
 from strata.transfer import index_tensor
-from strata.types import ScheduledSlot, SlotResult, StepPlan, StepResult
+from strata.types import SlotResult, StepPlan, StepResult
 
 
 logger = logging.getLogger(__name__)
@@ -358,140 +357,17 @@ class ModelRunner:
         return StepResult(step.plan.step_id, results, forward_seconds=step.launched - step.started,
                           sample_seconds=read - waited, draft_seconds=0.0, expert_pairs=step.expert_pairs)
 
-    # ---- verification steps planned ahead (spec/verify_ahead.py) --------------------------------------
+    # ---- verification steps planned ahead (runner/planned_verification.py) ------------------------------
 
     def verifies_ahead(self, plan: StepPlan) -> bool:
-        """Whether `plan`'s verification windows (and the next step's) can be launched before the step they follow
-        was read: the whole model in this process, no host KV tier, no experts computed on the host, and synthetic
-        drafts, or (STRATA_DRAFTS_AHEAD=1) MTP drafts without a probability floor for greedy requests only."""
-        drafter = self.speculation.drafter
-        if drafter is None or self.stage is not None or self.host_kv is not None \
-                or (self.experts is not None and self.experts.offloaded):
-            return False
-        if drafter.synthetic is not None:
-            return True
-        return ((drafter.spec.method == "suffix" or drafter.spec.method == "mtp" and drafter.spec.draft_prob_floor == 0)
-                and debug_flag("DRAFTS_AHEAD") and len({w.next_k for w in plan.scheduled}) == 1
-                and plan.scheduled[0].next_k > 0 and all(self.sampler.params[w.slot_id] is not None
-                                                         for w in plan.scheduled))
+        return planned_verification.verifies_ahead(self, plan)
 
     @torch.inference_mode()
     def launch_verify(self, plan: StepPlan, inputs_from: VerifyInFlight | None = None) -> VerifyInFlight:
-        """A step of equal verification windows (1 + k rows a slot) queued up to its verdicts, which stay on the
-        device, and (MTP) the next window's drafts. With `inputs_from` (the step before, not yet read; `plan` was
-        planned as if it accepted every draft) each window starts at that step's bonus token, takes its drafts,
-        and moves back by its shortfall."""
-        self._update_slots(plan)
-        slot_ids = [w.slot_id for w in plan.scheduled]
-        window = plan.scheduled[0].num_new_tokens
-        drafter = self.speculation.drafter
-        feed = shift = verified = None
-        if drafter.suffix is not None:  # the host's drafts, as if the step in flight accepted all of its own
-            verified = [w.draft_token_ids for w in plan.scheduled] if inputs_from is None else \
-                self._suffix_drafts_ahead(slot_ids, window - 1, inputs_from.verified_by_slot())
-        if inputs_from is not None:
-            drafts = index_tensor(verified, inputs_from.bonus.device) if verified is not None else None
-            feed, shift = inputs_from.next_inputs(slot_ids, window, drafts)             # [S * n], [S]
-        inputs, hidden, expert_pairs, started = self._queue_forward(plan, feed, shift)
-        rows = len(slot_ids) * window
-        logits = inputs.logits() if inputs.logits is not None else self.model.compute_logits(hidden)  # [S * n, V]
-        next_drafts = None
-        if drafter.synthetic is not None:
-            accepted = index_tensor([drafter.synthetic.propose_synthetic(window - 1, s) for s in slot_ids],
-                                    hidden.device)                                      # [S]
-            tokens, bonus = synthetic_verdicts(logits[:rows], len(slot_ids), window, accepted)
-        else:
-            drafts = inputs.input_ids[:rows].view(len(slot_ids), window)[:, 1:]         # [S, k]: what was verified
-            tokens, accepted, bonus = greedy_verdicts(logits[:rows], len(slot_ids), window, drafts)
-            self._sample_windows(plan, logits, drafts, tokens, accepted, bonus)
-        if self._has_windows(plan):
-            roll_back_states(self.state_pool.caches, inputs.ctx.scratch.window_states, slot_ids, window, accepted)
-        if drafter.spec.uses_mtp:
-            next_drafts = self._mtp_drafts_ahead(plan, inputs, hidden, accepted, bonus, shift)  # [S, k']
-        outputs = [tokens, accepted] + ([next_drafts] if next_drafts is not None else [])
-        host, copied = outputs, None
-        if tokens.is_cuda:  # read back through an event: the step queued after this one must not delay it
-            host = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t, non_blocking=True) for t in outputs]
-            copied = torch.cuda.Event()
-            copied.record()
-        return VerifyInFlight(plan, slot_ids, tokens, accepted, bonus, host[0], host[1], copied, expert_pairs, started,
-                              time.perf_counter(), next_drafts, host[2] if next_drafts is not None else None, verified)
-
-    def _suffix_drafts_ahead(self, slot_ids: list[int], k: int, in_flight: dict[int, list[int]]) -> list[list[int]]:
-        """Each slot's k suffix drafts for a window that follows a step not yet read: matched as if that step
-        accepted its drafts `in_flight`, the match's next token standing for its bonus token; short proposals are
-        filled with their last token (a uniform window, as the scheduler fills them)."""
-        suffix, drafts = self.speculation.drafter.suffix, []
-        for slot_id in slot_ids:
-            pending = in_flight.get(slot_id, [])
-            proposal = suffix.propose(slot_id, k + 1, pending)[1:]
-            filler = (proposal or pending or suffix.tokens_of(slot_id)[-1:])[-1]
-            drafts.append(proposal + [filler] * (k - len(proposal)))
-        return drafts
-
-    def _sample_windows(self, plan: StepPlan, logits: torch.Tensor, drafts: torch.Tensor, tokens: torch.Tensor,
-                        accepted: torch.Tensor, bonus: torch.Tensor) -> None:
-        """The verdicts of the plan's sampled (not greedy) windows, by speculative sampling on the device, written
-        over their greedy ones in tokens [S, n], accepted [S] and bonus [S]."""
-        window = plan.scheduled[0].num_new_tokens
-        sampled = [i for i, w in enumerate(plan.scheduled) if not self.sampler.params[w.slot_id].is_greedy]
-        if not sampled:
-            return
-        rows = [i * window + j for i in sampled for j in range(window)]
-        probs = self.sampler.window_probs(logits[index_tensor(rows, logits.device)],
-                                          [plan.scheduled[i].slot_id for i in sampled for _ in range(window)])
-        at = index_tensor(sampled, logits.device)
-        emitted, sampled_accepted, final = sampled_verdicts(probs, drafts[at], self.sampler.shared_generator)
-        tokens.index_copy_(0, at, emitted)
-        accepted.index_copy_(0, at, sampled_accepted)
-        bonus.index_copy_(0, at, final)
-
-    def _mtp_drafts_ahead(self, plan: StepPlan, inputs: StepInputs, hidden: torch.Tensor, accepted: torch.Tensor,
-                          bonus: torch.Tensor, shift: torch.Tensor | None) -> torch.Tensor:
-        """The MTP head's drafts for the next window of every slot, from the device's verdicts: pass 1 over the
-        step's rows (the bonus token after each slot's last accepted row), then one-token passes at the positions
-        after it, planned as if every draft was accepted and moved back on the device -> [S, k'] token ids."""
-        num_slots, window = len(plan.scheduled), plan.scheduled[0].num_new_tokens
-        k_next = plan.scheduled[0].next_k
-        last = torch.arange(num_slots, device=hidden.device) * window + accepted        # [S] rows of the last accepted
-        shifted = torch.roll(inputs.input_ids, -1)
-        shifted[last] = bonus
-        state = self.model.mtp_forward(shifted, hidden, inputs.ctx)[last]               # [S, D]
-        tokens = [torch.softmax(self.model.draft_logits(state), dim=-1).argmax(dim=-1)]  # [S]
-        # the last accepted token's position: the planned last row, moved by this step's and the verdict's shortfall
-        moved = accepted - (window - 1) + (shift if shift is not None else 0)           # [S]
-        for step in range(1, k_next):
-            work = [ScheduledSlot(w.slot_id, w.num_computed_tokens + window - 1 + step, 1, [], [0])
-                    for w in plan.scheduled]
-            ctx = shift_context(self._mtp_context(work, self.block_tables), moved)
-            state = self.model.mtp_forward(tokens[-1], state, ctx)
-            tokens.append(torch.softmax(self.model.draft_logits(state), dim=-1).argmax(dim=-1))
-        return torch.stack(tokens, dim=1)
+        return planned_verification.launch(self, plan, inputs_from)
 
     def complete_verify(self, step: VerifyInFlight) -> StepResult:
-        """Read a launched verification step's verdicts (the one host sync) and commit the accepted tokens to the
-        sampler's and drafter's history. A slot whose request ended while the step ran is left out."""
-        waited = time.perf_counter()
-        if step.copied is not None:
-            step.copied.synchronize()
-        tokens, accepted = step.host_tokens.tolist(), step.host_accepted.tolist()
-        drafted = step.host_drafts.tolist() if step.host_drafts is not None else None
-        read = time.perf_counter()
-        window = step.plan.scheduled[0].num_new_tokens
-        live = [(i, work) for i, work in enumerate(step.plan.scheduled) if self.sampler.params[work.slot_id] is not None]
-        outcomes = [SlotOutcome(work.slot_id, tokens[i][:accepted[i] + 1], window - 1, accepted[i],
-                                i * window + accepted[i]) for i, work in live]
-        commit_outcomes(outcomes, self.sampler, self.speculation.drafter, self.state_pool.caches, None)
-        results = []
-        suffix = self.speculation.drafter.suffix
-        for (i, work), outcome in zip(live, outcomes):
-            # the next step's drafts, for a step planned the usual way after this one: the MTP head's, the suffix
-            # matches after this commit, or (synthetic) placeholders as the proposer makes them
-            drafts = drafted[i][:work.next_k] if drafted is not None else \
-                suffix.propose(work.slot_id, work.next_k) if suffix is not None else [outcome.token_ids[-1]] * work.next_k
-            results.append(SlotResult(work.slot_id, outcome.token_ids, outcome.num_accepted, drafts))
-        return StepResult(step.plan.step_id, results, forward_seconds=step.launched - step.started,
-                          sample_seconds=read - waited, draft_seconds=0.0, expert_pairs=step.expert_pairs)
+        return planned_verification.complete(self, step)
 
     def set_cuda_graphs(self, enabled: bool) -> None:
         """Replay CUDA graphs (where the runner built them) or run every step eagerly."""

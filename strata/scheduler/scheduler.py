@@ -254,9 +254,10 @@ class Scheduler:
             new_blocks = self.allocator.allocate(count) if count else []
             state.block_ids.extend(new_blocks)
             state.requested_k = k
-            scheduled.append(ScheduledSlot(slot_id=state.slot_id, num_computed_tokens=state.num_computed_tokens + window,
-                                           num_new_tokens=1 + k, new_block_ids=new_blocks, token_ids=[0] * (1 + k),
-                                           draft_token_ids=[0] * k, next_k=k, drafting=True))
+            start = state.num_computed_tokens + window  # as if `plan` accepted every draft
+            scheduled.append(ScheduledSlot(slot_id=state.slot_id, num_computed_tokens=start,
+                                           num_new_tokens=1 + k, new_block_ids=new_blocks,
+                                           token_ids=[0] * (1 + k), draft_token_ids=[0] * k, next_k=k, drafting=True))
         ahead_plan = self._make_plan(scheduled)
         self._ahead_windows = (ahead_plan.step_id, {w.slot_id: w.num_new_tokens for w in scheduled})
         return ahead_plan

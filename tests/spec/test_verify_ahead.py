@@ -13,6 +13,7 @@ import torch
 from strata import SamplingParams
 from strata.config import CacheConfig, EngineConfig, RunnerConfig, SchedulerConfig, SpecConfig
 from strata.engine.core import EngineCore
+from strata.runner import planned_verification
 from strata.runner.model_runner import ModelRunner
 from strata.types import Request
 
@@ -221,19 +222,19 @@ def test_partly_right_drafts_move_the_windows_by_what_was_accepted(tiny_model_di
     sequences = [prompt(i) + plain[str(i)][0] for i in range(len(requests))]
     spoil = iter(torch.randint(0, 3, (10_000,), generator=torch.Generator().manual_seed(0)).tolist())
 
-    def oracle(self, plan, inputs, hidden, accepted, bonus, shift):
+    def oracle(runner, plan, inputs, hidden, accepted, bonus, shift):
         window, k = plan.scheduled[0].num_new_tokens, plan.scheduled[0].next_k
         moved = (accepted - (window - 1) + (shift if shift is not None else 0)).tolist()
         drafts = []
         for work, m in zip(plan.scheduled, moved):
-            history = self.speculation.drafter.tokens[work.slot_id]
+            history = runner.speculation.drafter.tokens[work.slot_id]
             sequence = next(s for s in sequences if s[:len(history)] == history)
             last = work.num_computed_tokens + window - 1 + m                          # the last accepted position
             ahead = (sequence + [0] * 8)[last + 2:last + 2 + k]
             drafts.append([t if next(spoil) else (t + 1) % 100 for t in ahead])
         return torch.tensor(drafts)
 
-    monkeypatch.setattr(ModelRunner, "_mtp_drafts_ahead", oracle)
+    monkeypatch.setattr(planned_verification, "mtp_drafts", oracle)
     ahead = count_ahead(monkeypatch)
     core = mtp_engine(True, mtp)
     assert drive(core, requests) == plain
