@@ -28,9 +28,9 @@ def verifies_ahead(runner: ModelRunner, plan: StepPlan) -> bool:
     """Whether `plan`'s verification windows (and the next step's) can be launched before the step they follow
     was read: the whole model in this process, no host KV tier, no experts computed on the host, and synthetic
     drafts, or (STRATA_DRAFTS_AHEAD=1) suffix drafts or MTP drafts without a probability floor, every window
-    wanting the same number next."""
+    wanting the same number next. STRATA_NO_VERIFY_AHEAD=1 turns it off (one step at a time, for A/B runs)."""
     drafter = runner.speculation.drafter
-    if drafter is None or runner.stage is not None or runner.host_kv is not None \
+    if drafter is None or debug_flag("NO_VERIFY_AHEAD") or runner.stage is not None or runner.host_kv is not None \
             or (runner.experts is not None and runner.experts.offloaded):
         return False
     if drafter.synthetic is not None:

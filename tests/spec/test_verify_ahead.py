@@ -288,3 +288,13 @@ def test_sampled_verdicts_equal_verify_rejection():
     assert got == expected
     assert final.tolist() == [tokens[-1] for tokens, _ in expected]
     assert {a for _, a in expected} == {0, 1, 2, 3}
+
+
+def test_the_switch_off_steps_one_at_a_time(tiny_model_dir, monkeypatch):
+    """STRATA_NO_VERIFY_AHEAD=1 (A/B runs): no verification step is launched behind another; same outputs."""
+    folder = tiny_model_dir("llama")
+    requests = [(0, greedy(20)), (0, greedy(17))]
+    reference = drive(engine(folder, False), requests)
+    monkeypatch.setenv("STRATA_NO_VERIFY_AHEAD", "1")
+    ahead = count_ahead(monkeypatch)
+    assert drive(engine(folder, True), requests) == reference and not ahead
