@@ -1,19 +1,14 @@
 # Prepared in session 34 for the next session's first device call (carry [".whl", ".base"]; device_setup.sh says how
 # to build .base/src.tar). Not yet run on a GPU: MTP drafts in verification steps planned ahead (STRATA_DRAFTS_AHEAD=1),
-# i-quant models end to end on CUDA (packed experts / linears), and whatever packed_q8 gained after session 34's
-# call 5 (i-quants with 8-bit activations, Q3_K). Then where a planned-ahead step's time goes at one stream
-# (spec_timeline: session 34 saw 1.23 ms of launch host time a step at c1), and issue 28's speculation sweep.
+# i-quant models end to end on CUDA (packed experts / linears). Then where a planned-ahead step's time goes at one
+# stream (spec_timeline: session 34 saw 1.23 ms of launch host time a step at c1), and issue 28's speculation sweep.
+# (The packed_q8 changes of branch s34-packed-q8 are next_call2.sh's, from an archive of that branch.)
 source tools/gpu_ab/device_setup.sh
 S=$(date +%s)
 SPEC='{"method":"synthetic","acceptance_length":3.0,"num_speculative_tokens":3}'
 timeout -s INT 100 python3 -m pytest -q -m gpu -p no:cacheprovider tests/spec/test_verify_ahead.py \
   tests/experts/test_packed_experts.py tests/weights/test_packed_gguf.py --tb=short > $OUT/tests_ahead.log 2>&1
 echo "== ahead/iq tests rc=$? t=$(( $(date +%s)-S ))"; grep -E "FAILED|ERROR|passed|failed" $OUT/tests_ahead.log | head -12 | cut -c1-200
-timeout -s INT 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_packed_q8.py tests/kernels/test_packed_moe.py \
-  --tb=short > $OUT/tests_q8.log 2>&1
-echo "== q8 tests rc=$? t=$(( $(date +%s)-S ))"; grep -E "FAILED|ERROR|passed|failed" $OUT/tests_q8.log | head -12 | cut -c1-200
-LOWBIT_TYPES=Q2_K,Q3_K,Q4_K,IQ2_XXS,IQ3_XXS,IQ3_S timeout -s INT 40 python3 lowbit_ab.py 1 4 8 > $OUT/lowbit.txt 2>&1
-echo "== lowbit rc=$? t=$(( $(date +%s)-S ))"; grep q_proj $OUT/lowbit.txt | cut -c1-220
 timeout -s INT 100 python3 spec_timeline.py 'random:qwen3-next-80b-a3b?num_hidden_layers=8' - 1 > $OUT/tl_next.txt 2>&1
 echo "== timeline rc=$? t=$(( $(date +%s)-S ))"; grep -E "=====|device span|Python" $OUT/tl_next.txt | cut -c1-200
 LEFT=$(( 570 - ($(date +%s)-S) ))

@@ -1,19 +1,20 @@
-# Session 34, call 2: the packed-kernel GPU tests call 1 did not reach (its pytest hit the time limit at 460 of 490,
-# none failed) and Q2_K / Q3_K's scales read as words (packed_q8); lowbit_ab again for the words' effect; where a
-# speculative step's time goes (spec_timeline.py) for issue 28's model at 1 and 4 streams and Qwen4-Exp at 4.
+# Prepared in session 34 for a later call: branch s34-packed-q8 (packed_q8 rewritten for Q3_K, no row masks, the
+# i-quants with 8-bit activations), never run on a GPU. Build .base from that branch:
+#   git archive s34-packed-q8 -o .base/src.tar && git rev-parse --short s34-packed-q8 > .base/COMMIT
+# 1. the packed kernels' GPU tests (every type: the masks changed for all); 2. their GEMVs against main's numbers
+# (session 34 call 1: Q3_K 10.9 us a 4096 x 2048 row, Q4_K 4.7; i-quants 7.4-9.5 on the float kernels); 3. the
+# 30B-A3B 24L at q4_k_m and q3_k_m (issue 23's command). Merge the branch if 1 passes and 2-3 do not lose.
 source tools/gpu_ab/device_setup.sh
 S=$(date +%s)
-timeout -s INT 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_packed_moe.py \
-  tests/kernels/test_gguf_blocks.py tests/experts/test_packed_experts.py tests/weights/test_packed_gguf.py --tb=short \
-  > $OUT/tests.log 2>&1
+timeout -s INT 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_packed_q8.py tests/kernels/test_packed_moe.py \
+  tests/kernels/test_packed_gemv.py tests/experts/test_packed_experts.py --tb=short -x > $OUT/tests.log 2>&1
 echo "== tests rc=$? t=$(( $(date +%s)-S ))"; grep -E "FAILED|ERROR|passed|failed" $OUT/tests.log | head -12 | cut -c1-200
-timeout -s INT 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_packed_q8.py --tb=short \
-  -k "10 or 11" > $OUT/tests_q8.log 2>&1
-echo "== q8 tests rc=$? t=$(( $(date +%s)-S ))"; grep -E "FAILED|ERROR|passed|failed" $OUT/tests_q8.log | head -12 | cut -c1-200
-timeout -s INT 60 python3 lowbit_ab.py 1 4 8 > $OUT/lowbit_ab.txt 2>&1
-echo "== lowbit_ab rc=$? t=$(( $(date +%s)-S ))"; grep -E "Q2_K|Q3_K" $OUT/lowbit_ab.txt | cut -c1-240
-timeout -s INT 150 python3 spec_timeline.py 'random:qwen3-next-80b-a3b?num_hidden_layers=8' - 1 4 > $OUT/tl_next.txt 2>&1
-echo "== timeline next rc=$? t=$(( $(date +%s)-S ))"; cut -c1-200 $OUT/tl_next.txt | head -80
-LEFT=$(( 570 - ($(date +%s)-S) ))
-timeout -s INT $LEFT python3 spec_timeline.py 'random:qwen4exp-125b?num_hidden_layers=4' - 4 > $OUT/tl_q4e.txt 2>&1
-echo "== timeline q4e rc=$? t=$(( $(date +%s)-S ))"; cut -c1-200 $OUT/tl_q4e.txt | head -60
+LOWBIT_TYPES=Q2_K,Q3_K,Q4_K,Q6_K,IQ2_XXS,IQ3_XXS,IQ3_S timeout -s INT 60 python3 lowbit_ab.py 1 4 8 > $OUT/lowbit.txt 2>&1
+echo "== lowbit rc=$? t=$(( $(date +%s)-S ))"; grep q_proj $OUT/lowbit.txt | cut -c1-220
+M='random:qwen3-30b-a3b?num_hidden_layers=24'
+for SCHEME in q4_k_m q3_k_m; do
+  timeout -s INT 40 python3 -m strata.cli.main quantize "$M" /tmp/$SCHEME.gguf --scheme $SCHEME --device cuda > /dev/null 2>&1
+  timeout -s INT 110 python3 -m strata.cli.main bench offline /tmp/$SCHEME.gguf --device cuda --max-model-len 4096 \
+    --num-prompts 16 --input-len 64 --output-len 128 --repeats 1 --concurrency 1,8 --output $OUT/$SCHEME.json > $OUT/$SCHEME.log 2>&1
+  echo "== 30B $SCHEME rc=$? t=$(( $(date +%s)-S ))"; grep -E "tok/s" $OUT/$SCHEME.log | tail -2 | cut -c1-200
+done
