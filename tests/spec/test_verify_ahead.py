@@ -20,12 +20,14 @@ from strata.types import Request
 SYNTHETIC = {"method": "synthetic", "num_speculative_tokens": 3, "acceptance_length": 2.5, "adaptive": False}
 
 
-def engine(folder: str, async_scheduling: bool, device: str = "cpu") -> EngineCore:
+def engine(folder: str, async_scheduling: bool, device: str = "cpu", speculative: dict | None = SYNTHETIC,
+           seed: int = 0) -> EngineCore:
+    """speculative=None: plain decoding (the reference of exact drafters)."""
     config = EngineConfig(model=folder, runner=RunnerConfig(device=device, dtype="float32" if device == "cpu"
-                                                            else "bfloat16"),
+                                                            else "bfloat16", seed=seed),
                           cache=CacheConfig(block_size=4),
                           scheduler=SchedulerConfig(max_num_seqs=4, async_scheduling=async_scheduling),
-                          speculative=SpecConfig.from_json(SYNTHETIC))
+                          speculative=SpecConfig.from_json(speculative))
     return EngineCore(config, quiet=True)
 
 
@@ -131,18 +133,12 @@ def test_mtp_drafts_from_the_device_keep_greedy_output(family, tiny_model_dir, m
     folder = tiny_model_dir(family)
     mtp = {"method": "mtp", "num_speculative_tokens": 2, "adaptive": False}
 
-    def mtp_engine(async_scheduling: bool, speculative: dict | None) -> EngineCore:
-        config = EngineConfig(model=folder, runner=RunnerConfig(device="cpu", dtype="float32"),
-                              cache=CacheConfig(block_size=4),
-                              scheduler=SchedulerConfig(max_num_seqs=4, async_scheduling=async_scheduling),
-                              speculative=SpecConfig.from_json(speculative))
-        return EngineCore(config, quiet=True)
 
     requests = [(0, greedy(30)), (0, greedy(41)), (0, greedy(23)), (5, greedy(12))]
-    plain = drive(mtp_engine(False, None), requests)
-    assert drive(mtp_engine(False, mtp), requests) == plain
+    plain = drive(engine(folder, False, speculative=None), requests)
+    assert drive(engine(folder, False, speculative=mtp), requests) == plain
     ahead = count_ahead(monkeypatch)
-    core = mtp_engine(True, mtp)
+    core = engine(folder, True, speculative=mtp)
     assert drive(core, requests) == plain
     assert sum(ahead) >= 6, ahead
     stats = core.scheduler.stats.as_dict()
@@ -158,17 +154,11 @@ def test_suffix_drafts_made_ahead_keep_greedy_output(family, tiny_model_dir, mon
     folder = tiny_model_dir(family)
     suffix = {"method": "suffix", "num_speculative_tokens": 3, "adaptive": False}
 
-    def suffix_engine(async_scheduling: bool, speculative: dict | None) -> EngineCore:
-        config = EngineConfig(model=folder, runner=RunnerConfig(device="cpu", dtype="float32"),
-                              cache=CacheConfig(block_size=4),
-                              scheduler=SchedulerConfig(max_num_seqs=4, async_scheduling=async_scheduling),
-                              speculative=SpecConfig.from_json(speculative))
-        return EngineCore(config, quiet=True)
 
     requests = [(0, greedy(60)), (0, greedy(47)), (0, greedy(52))]
-    plain = drive(suffix_engine(False, None), requests)
+    plain = drive(engine(folder, False, speculative=None), requests)
     ahead = count_ahead(monkeypatch)
-    core = suffix_engine(True, suffix)
+    core = engine(folder, True, speculative=suffix)
     core.scheduler.uniform_draft_windows = True  # as with CUDA graphs: short proposals filled to k (one layout)
     assert drive(core, requests) == plain
     stats = core.scheduler.stats.as_dict()
@@ -184,19 +174,13 @@ def test_sampled_windows_draw_as_stepping_one_at_a_time(tiny_model_dir, monkeypa
     folder = tiny_model_dir("qwen3_next+mtp")
     mtp = {"method": "mtp", "num_speculative_tokens": 2, "adaptive": False}
 
-    def mtp_engine(async_scheduling: bool) -> EngineCore:
-        config = EngineConfig(model=folder, runner=RunnerConfig(device="cpu", dtype="float32", seed=3),
-                              cache=CacheConfig(block_size=4),
-                              scheduler=SchedulerConfig(max_num_seqs=4, async_scheduling=async_scheduling),
-                              speculative=SpecConfig.from_json(mtp))
-        return EngineCore(config, quiet=True)
 
     hot = SamplingParams(temperature=0.8, top_p=0.9, max_tokens=33, ignore_eos=True)
     requests = [(0, hot), (0, greedy(25)), (0, SamplingParams(temperature=1.2, top_k=20, max_tokens=28,
                                                                ignore_eos=True))]
-    reference = drive(mtp_engine(False), requests)
+    reference = drive(engine(folder, False, speculative=mtp, seed=3), requests)
     ahead = count_ahead(monkeypatch)
-    core = mtp_engine(True)
+    core = engine(folder, True, speculative=mtp, seed=3)
     assert drive(core, requests) == reference
     assert sum(ahead) >= 6 and core.scheduler.stats.as_dict()["num_draft_tokens"] > 0
     assert_released(core)
@@ -210,15 +194,9 @@ def test_partly_right_drafts_move_the_windows_by_what_was_accepted(tiny_model_di
     folder = tiny_model_dir("qwen3_next+mtp")
     mtp = {"method": "mtp", "num_speculative_tokens": 3, "adaptive": False}
 
-    def mtp_engine(async_scheduling: bool, speculative: dict | None) -> EngineCore:
-        config = EngineConfig(model=folder, runner=RunnerConfig(device="cpu", dtype="float32"),
-                              cache=CacheConfig(block_size=4),
-                              scheduler=SchedulerConfig(max_num_seqs=4, async_scheduling=async_scheduling),
-                              speculative=SpecConfig.from_json(speculative))
-        return EngineCore(config, quiet=True)
 
     requests = [(0, greedy(30)), (0, greedy(41)), (0, greedy(23))]
-    plain = drive(mtp_engine(False, None), requests)
+    plain = drive(engine(folder, False, speculative=None), requests)
     sequences = [prompt(i) + plain[str(i)][0] for i in range(len(requests))]
     spoil = iter(torch.randint(0, 3, (10_000,), generator=torch.Generator().manual_seed(0)).tolist())
 
@@ -236,7 +214,7 @@ def test_partly_right_drafts_move_the_windows_by_what_was_accepted(tiny_model_di
 
     monkeypatch.setattr(planned_verification, "mtp_drafts", oracle)
     ahead = count_ahead(monkeypatch)
-    core = mtp_engine(True, mtp)
+    core = engine(folder, True, speculative=mtp)
     assert drive(core, requests) == plain
     stats = core.scheduler.stats.as_dict()
     assert sum(ahead) >= 6 and stats["num_accepted_tokens"] > stats["num_draft_tokens"] / 3, (ahead, stats)
@@ -253,17 +231,12 @@ def test_cuda_mtp_drafts_from_the_device_keep_greedy_output(tiny_model_dir, monk
     monkeypatch.setenv("STRATA_DRAFTS_AHEAD", "1")
     folder = tiny_model_dir("qwen3_next+mtp")
 
-    def cuda_engine(async_scheduling: bool, speculative: dict | None) -> EngineCore:
-        config = EngineConfig(model=folder, runner=RunnerConfig(device="cuda", dtype="bfloat16"),
-                              scheduler=SchedulerConfig(max_num_seqs=4, async_scheduling=async_scheduling),
-                              speculative=SpecConfig.from_json(speculative))
-        return EngineCore(config, quiet=True)
 
     requests = [(0, greedy(40)), (0, greedy(33)), (0, greedy(45))]
     mtp = {"method": "mtp", "num_speculative_tokens": 2, "adaptive": False}
-    reference = drive(cuda_engine(False, mtp), requests)
+    reference = drive(engine(folder, False, "cuda", mtp), requests)
     ahead = count_ahead(monkeypatch)
-    core = cuda_engine(True, mtp)
+    core = engine(folder, True, "cuda", mtp)
     assert drive(core, requests) == reference
     assert sum(ahead) >= 6 and core.runner.graph_stats()["replays"] > 0
     assert_released(core)
