@@ -21,12 +21,13 @@ SYNTHETIC = {"method": "synthetic", "num_speculative_tokens": 3, "acceptance_len
 
 
 def engine(folder: str, async_scheduling: bool, device: str = "cpu", speculative: dict | None = SYNTHETIC,
-           seed: int = 0) -> EngineCore:
+           seed: int = 0, num_blocks: int | None = None, max_model_len: int | None = None) -> EngineCore:
     """speculative=None: plain decoding (the reference of exact drafters)."""
     config = EngineConfig(model=folder, runner=RunnerConfig(device=device, dtype="float32" if device == "cpu"
                                                             else "bfloat16", seed=seed),
-                          cache=CacheConfig(block_size=4),
-                          scheduler=SchedulerConfig(max_num_seqs=4, async_scheduling=async_scheduling),
+                          cache=CacheConfig(block_size=4, num_gpu_blocks=num_blocks),
+                          scheduler=SchedulerConfig(max_num_seqs=4, async_scheduling=async_scheduling,
+                                                    max_model_len=max_model_len),
                           speculative=SpecConfig.from_json(speculative))
     return EngineCore(config, quiet=True)
 
@@ -261,6 +262,20 @@ def test_sampled_verdicts_equal_verify_rejection():
     assert got == expected
     assert final.tolist() == [tokens[-1] for tokens, _ in expected]
     assert {a for _, a in expected} == {0, 1, 2, 3}
+
+
+def test_a_short_block_pool_steps_one_at_a_time_where_it_must(tiny_model_dir, monkeypatch):
+    """Blocks for both windows are taken before a step is planned ahead: with a pool that cannot hold them for
+    every request, those steps wait for the one in flight (or a request is preempted by a step planned the usual
+    way), and outputs, blocks and slots come out as stepping one at a time."""
+    folder = tiny_model_dir("qwen3_next")
+    requests = [(0, greedy(28)), (0, greedy(25)), (0, greedy(22))]
+    reference = drive(engine(folder, False, num_blocks=18, max_model_len=40), requests)
+    ahead = count_ahead(monkeypatch)
+    core = engine(folder, True, num_blocks=18, max_model_len=40)
+    assert drive(core, requests) == reference
+    assert any(ahead) and not all(ahead)
+    assert_released(core)
 
 
 def test_the_switch_off_steps_one_at_a_time(tiny_model_dir, monkeypatch):
