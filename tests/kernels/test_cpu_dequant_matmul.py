@@ -8,7 +8,7 @@ Two properties, for every type, instruction set and odd shape:
   of at most eps32 / 2 each stays within half of that). quant_matmul's int8 activations break this bound
   (test_int8_activations_break_the_bound), so it has teeth.
 Weights: random bytes with finite float16 scales (every bit pattern of the quants), and gguf.quants.quantize
-of Gaussian values where gguf can quantize the type.
+of Gaussian values where gguf can quantize the type (IQ4_NL: strata.weights.quantize).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as Q
-from gguf.quants import dequantize, quantize
-from test_cpu_quant import F16_FIELDS, IQ_TYPES, QUANTIZABLE, TYPES, UNSUPPORTED, put_f16
+from gguf.quants import dequantize
+from test_cpu_quant import F16_FIELDS, IQ_TYPES, QUANTIZABLE, TYPES, UNSUPPORTED, put_f16, quantize_gaussian
 
 from strata.kernels import cpu_quant
 from strata.kernels.gguf_blocks import dequantize_ref
@@ -42,10 +42,10 @@ def best_isa():
 def make_blocks(qtype: Q, n: int, k: int, seed: int, source: str = "random",
                 scales: np.ndarray | None = None) -> torch.Tensor:
     """[N, row bytes]: random bytes with float16 scales uniform in +-0.05 (or `scales` [N, K / block, fields]),
-    or gguf's quantization of Gaussian weights."""
+    or the quantization of Gaussian weights (quantize_gaussian)."""
     rng = np.random.default_rng(seed)
     if source == "quantized":
-        return torch.from_numpy(quantize(rng.standard_normal((n, k), dtype=np.float32), qtype))
+        return quantize_gaussian(qtype, n, k, rng)
     block, type_bytes = GGML_QUANT_SIZES[qtype]
     raw = rng.integers(0, 256, size=(n, k // block, type_bytes), dtype=np.uint8)
     for i, offset in enumerate(F16_FIELDS[qtype]):

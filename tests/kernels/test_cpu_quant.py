@@ -1,16 +1,16 @@
 """The native CPU matmul on GGUF blocks (strata/kernels/cpu_quant.py) for every type it handles.
 
 The kernel quantizes activations per block to int8 (d = amax|x_block| / 127; 32 values for Q8_0/Q4_0/
-Q4_1/Q5_0/Q5_1, 256 for the K-quants, IQ4_XS and the i-quants), so two tolerances, both per output element:
+Q4_1/Q5_0/Q5_1/IQ4_NL, 256 for the K-quants, IQ4_XS and the i-quants), so two tolerances, both per output element:
 - against quant_matmul_ref (the same quantized activations @ gguf's dequantization, in float64) the
   only difference is float32 rounding of the per-block products and their sum:
   |y - ref| <= 1e-5 * (|x_hat| @ |W|.T);
 - against the exact float64 x @ W.T, each activation is off by at most half a step (d / 2 = amax / 254),
   so |y - exact| <= sum over blocks b of amax|x_b| / 254 * |W_b|_1 (1.001 times that, for the float32
   rounding of x / d), plus the float32 slack above.
-Weights: gguf.quants.quantize of random values where gguf can quantize the type, and random bytes with
-finite float16 scales (every bit pattern of the quants, e.g. -128 in Q8_0, every grid row of the i-quants) for
-all types.
+Weights: gguf.quants.quantize of random values where gguf can quantize the type (IQ4_NL: strata.weights.quantize,
+as tests/gguf_writer.py writes it), and random bytes with finite float16 scales (every bit pattern of the quants,
+e.g. -128 in Q8_0, every grid row of the i-quants) for all types.
 """
 
 from __future__ import annotations
@@ -28,17 +28,19 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as Q
 from gguf.quants import dequantize, quantize
 
 from strata.kernels import cpu_quant
+from strata.weights.quantize import quantize as strata_quantize
 
 BUILT = cpu_quant.supports(Q.Q8_0)
 needs_kernel = pytest.mark.skipif(not BUILT, reason="no C compiler to build the kernel")
 
 IQ_TYPES = [Q.IQ2_XXS, Q.IQ2_XS, Q.IQ2_S, Q.IQ3_XXS, Q.IQ3_S, Q.IQ1_S, Q.IQ1_M]
-TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS, *IQ_TYPES]
-QUANTIZABLE = {Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1}  # gguf's quantize implements these of ours
+TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS, Q.IQ4_NL,
+         *IQ_TYPES]
+QUANTIZABLE = {Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.IQ4_NL}  # quantize_gaussian implements these of ours
 # byte offsets of each block's float16 fields (put_f16: IQ1_M's d is the top nibbles of the 4 uint16 at 48)
 F16_FIELDS = {Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2], Q.Q2_K: [80, 82], Q.Q3_K: [108],
-              Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208], Q.IQ4_XS: [0], Q.IQ2_XXS: [0], Q.IQ2_XS: [0],
-              Q.IQ2_S: [0], Q.IQ3_XXS: [0], Q.IQ3_S: [0], Q.IQ1_S: [0], Q.IQ1_M: [48]}
+              Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208], Q.IQ4_XS: [0], Q.IQ4_NL: [0], Q.IQ2_XXS: [0],
+              Q.IQ2_XS: [0], Q.IQ2_S: [0], Q.IQ3_XXS: [0], Q.IQ3_S: [0], Q.IQ1_S: [0], Q.IQ1_M: [48]}
 UNSUPPORTED = Q.TQ2_0  # a packed type no kernel reads (ternary, 256 values in 66 bytes)
 SHAPES = [(1, 33, 256), (3, 33, 512), (17, 33, 2816), (8, 64, 768)]  # (T, N, K): 17 = two full row tiles + one
 SIMD_ISAS = [name for name in cpu_quant.available_isas() if name != "scalar"] if BUILT else []
@@ -63,10 +65,19 @@ def put_f16(raw: np.ndarray, qtype: Q, offset: int, values: np.ndarray) -> None:
         raw[..., offset:offset + 2] = bits[..., None].view(np.uint8)
 
 
+def quantize_gaussian(qtype: Q, n: int, k: int, rng: np.random.Generator) -> torch.Tensor:
+    """[N, row bytes]: Gaussian weights quantized by gguf-py, or by strata.weights.quantize for IQ4_NL (which
+    gguf-py only reads)."""
+    values = rng.standard_normal((n, k), dtype=np.float32)
+    if qtype == Q.IQ4_NL:
+        return strata_quantize(torch.from_numpy(values), qtype)
+    return torch.from_numpy(quantize(values, qtype))
+
+
 def make_blocks(qtype: Q, n: int, k: int, source: str, seed: int) -> torch.Tensor:
     rng = np.random.default_rng(seed)
     if source == "quantized":
-        return torch.from_numpy(quantize(rng.standard_normal((n, k), dtype=np.float32), qtype))
+        return quantize_gaussian(qtype, n, k, rng)
     block, type_bytes = GGML_QUANT_SIZES[qtype]
     raw = rng.integers(0, 256, size=(n, k // block, type_bytes), dtype=np.uint8)
     for offset in F16_FIELDS[qtype]:

@@ -48,6 +48,9 @@ COMBOS += [(Q.Q2_K, Q.Q3_K), (Q.Q2_K, Q.Q4_0), (Q.Q3_K, Q.Q4_K), (Q.Q3_K, Q.Q5_K
 # 32-value w13 before IQ1_M's down rows
 COMBOS += [(t, IQ_TYPES[(i + 1) % len(IQ_TYPES)]) for i, t in enumerate(IQ_TYPES)]
 COMBOS += [(Q.IQ2_XXS, Q.Q2_K), (Q.Q8_0, Q.IQ1_M)]
+# IQ4_NL, llama.cpp's fallback for i-quant and IQ4_XS rows that 256 does not divide: the down rows of an IQ2_XXS,
+# an IQ3_S, a Q2_K and an IQ4_XS file's experts (act quantized per 32 after hidden per 256)
+COMBOS += [(Q.IQ2_XXS, Q.IQ4_NL), (Q.IQ3_S, Q.IQ4_NL), (Q.Q2_K, Q.IQ4_NL), (Q.IQ4_XS, Q.IQ4_NL)]
 
 
 @pytest.fixture(autouse=True)
@@ -280,7 +283,7 @@ def test_thread_count_does_not_change_the_result():
 def test_each_instruction_set(isa):
     cpu_quant.set_isa(isa)
     for qtype13, qtype2 in [(Q.Q4_K, Q.Q6_K), (Q.IQ4_XS, Q.Q5_K), (Q.Q4_1, Q.Q8_0), (Q.Q2_K, Q.Q3_K),
-                            (Q.IQ2_XXS, Q.IQ3_S), (Q.IQ1_M, Q.IQ2_S)]:
+                            (Q.IQ2_XXS, Q.IQ3_S), (Q.IQ1_M, Q.IQ2_S), (Q.IQ2_XS, Q.IQ4_NL)]:
         layer = make_layer(qtype13, qtype2, 512, 256, num_rows=3, experts=[1] * 10 + [0], seed=5)
         assert_within(layer.run(), layer.ref(), error_bound(layer, "ref"))
 

@@ -31,6 +31,15 @@ static void decode_q4_0(const uint8_t *w, int64_t v0, int64_t len, float *out) {
     }
 }
 
+static void decode_iq4_nl(const uint8_t *w, int64_t v0, int64_t len, float *out) {
+    int v[QK];
+    for (const block_iq4_nl *blk = (const block_iq4_nl *)w + v0 / QK; len > 0; blk++, len -= QK, out += QK) {
+        const float d = fp16_to_f32(blk->d);
+        nibbles(blk->qs, v);
+        for (int i = 0; i < QK; i++) out[i] = (float)IQ4_VALUES[v[i]] * d;
+    }
+}
+
 static void decode_q4_1(const uint8_t *w, int64_t v0, int64_t len, float *out) {
     int v[QK];
     for (const block_q4_1 *blk = (const block_q4_1 *)w + v0 / QK; len > 0; blk++, len -= QK, out += QK) {

@@ -87,6 +87,23 @@ INLINE void walk_q4_0(const uint8_t *w, int64_t v0, int64_t len, const float *x,
     }
 }
 
+/* IQ4_NL: w = IQ4_VALUES[code] * d, the codes of Q4_0's nibbles looked up by byte shuffles (as IQ4_XS's) */
+INLINE void walk_iq4_nl(const uint8_t *w, int64_t v0, int64_t len, const float *x, int64_t ldx,
+                        const int nt, __m256 *acc) {
+    const block_iq4_nl *blk = (const block_iq4_nl *)w + v0 / QK;
+    const __m128i values = _mm_loadu_si128((const __m128i *)IQ4_VALUES), mask = _mm_set1_epi8(0xF);
+    for (int64_t at = 0; at < len; at += QK, blk++) {
+        const __m256 d = f16x8(blk->d);
+        const __m128i codes = _mm_loadu_si128((const __m128i *)blk->qs);
+        const __m128i lo = _mm_shuffle_epi8(values, _mm_and_si128(codes, mask));  /* values 0-15, int8 */
+        const __m128i hi = _mm_shuffle_epi8(values, _mm_and_si128(_mm_srli_epi16(codes, 4), mask));
+        const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+        __m256 v[4];
+        for (int j = 0; j < 4; j++) v[j] = _mm256_mul_ps(to_f32(_mm256_cvtepi8_epi32(parts[j])), d);
+        emit(v, at, x, ldx, nt, acc);
+    }
+}
+
 INLINE void walk_q4_1(const uint8_t *w, int64_t v0, int64_t len, const float *x, int64_t ldx,
                       const int nt, __m256 *acc) {
     const block_q4_1 *blk = (const block_q4_1 *)w + v0 / QK;
@@ -351,10 +368,10 @@ INLINE float reduce(__m256 v) {  /* the 8 lanes in a fixed order */
 }
 
 /* values a block of each type: run_<type> interleaves its weight rows block by block */
-enum { BLOCK_q8_0 = QK, BLOCK_q4_0 = QK, BLOCK_q4_1 = QK, BLOCK_q5_0 = QK, BLOCK_q5_1 = QK, BLOCK_q2_k = QK_K,
-       BLOCK_q3_k = QK_K, BLOCK_q4_k = QK_K, BLOCK_q5_k = QK_K, BLOCK_q6_k = QK_K, BLOCK_iq4_xs = QK_K,
-       BLOCK_iq2_xxs = QK_K, BLOCK_iq2_xs = QK_K, BLOCK_iq2_s = QK_K, BLOCK_iq3_xxs = QK_K, BLOCK_iq3_s = QK_K,
-       BLOCK_iq1_s = QK_K, BLOCK_iq1_m = QK_K };
+enum { BLOCK_q8_0 = QK, BLOCK_q4_0 = QK, BLOCK_q4_1 = QK, BLOCK_q5_0 = QK, BLOCK_q5_1 = QK, BLOCK_iq4_nl = QK,
+       BLOCK_q2_k = QK_K, BLOCK_q3_k = QK_K, BLOCK_q4_k = QK_K, BLOCK_q5_k = QK_K, BLOCK_q6_k = QK_K,
+       BLOCK_iq4_xs = QK_K, BLOCK_iq2_xxs = QK_K, BLOCK_iq2_xs = QK_K, BLOCK_iq2_s = QK_K, BLOCK_iq3_xxs = QK_K,
+       BLOCK_iq3_s = QK_K, BLOCK_iq1_s = QK_K, BLOCK_iq1_m = QK_K };
 
 /* acc [rows][DQ_T] += weight rows r (row_bytes apart) . x rows t < nt over values c0 .. c0 + len. run_<type>
  * takes nw weight rows at once, block by block (nw * nt <= 8 accumulators: at one or two rows of x, four

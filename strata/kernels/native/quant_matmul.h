@@ -4,11 +4,11 @@
  * quant_matmul.c lends the other drivers (the activation quantizer, the thread pool, the kernel tables).
  *
  * Activations are quantized per block to int8 with a float32 scale, x ~= d * q, q = rint(x * 127 / amax),
- * over QB = 32 values for the 32-value weight types (Q8_0, Q4_*, Q5_0, Q5_1) and QB = 256 for the 256-value ones
- * (K-quants, IQ4_XS, the i-quants), so each weight block meets one activation scale. bsum holds d * sum(q) over
- * every 32 values (what a weight block's minimum multiplies). The scales and bsum are stored transposed in tiles of
- * MAX_T rows, [T / MAX_T][blocks][MAX_T], so that one vector of them serves every row of a tile; bsum
- * also by row, [T][K / 32], for the superblocks' 8 sub-blocks (one vector a row), and bsum16 by row,
+ * over QB = 32 values for the 32-value weight types (Q8_0, Q4_*, Q5_0, Q5_1, IQ4_NL) and QB = 256 for the
+ * 256-value ones (K-quants, IQ4_XS, the i-quants), so each weight block meets one activation scale. bsum holds
+ * d * sum(q) over every 32 values (what a weight block's minimum multiplies). The scales and bsum are stored
+ * transposed in tiles of MAX_T rows, [T / MAX_T][blocks][MAX_T], so that one vector of them serves every row of
+ * a tile; bsum also by row, [T][K / 32], for the superblocks' 8 sub-blocks (one vector a row), and bsum16 by row,
  * [T][K / 16], d * sum(q) over every 16 values, for the 16 sub-blocks of Q2_K (their minimums) and Q3_K (its
  * -4 offset, taken as a minimum by quant_simd.c). */
 #ifndef STRATA_QUANT_MATMUL_H
@@ -21,13 +21,13 @@ enum { QK = 32, QK_K = 256, MAX_T = 8 };
 
 /* GGML type ids (gguf.GGMLQuantizationType) */
 enum { T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8, T_Q2_K = 10, T_Q3_K = 11, T_Q4_K = 12, T_Q5_K = 13,
-       T_Q6_K = 14, T_IQ2_XXS = 16, T_IQ2_XS = 17, T_IQ3_XXS = 18, T_IQ1_S = 19, T_IQ3_S = 21, T_IQ2_S = 22,
-       T_IQ4_XS = 23, T_IQ1_M = 29, NUM_TYPES = 30 };
+       T_Q6_K = 14, T_IQ2_XXS = 16, T_IQ2_XS = 17, T_IQ3_XXS = 18, T_IQ1_S = 19, T_IQ4_NL = 20, T_IQ3_S = 21,
+       T_IQ2_S = 22, T_IQ4_XS = 23, T_IQ1_M = 29, NUM_TYPES = 30 };
 
 /* Every type with a kernel, as (name, id): each kernel file defines rows_<name> and fills its table from it */
 #define QMM_TYPES(X) X(q8_0, T_Q8_0) X(q4_0, T_Q4_0) X(q4_1, T_Q4_1) X(q5_0, T_Q5_0) X(q5_1, T_Q5_1) \
                      X(q2_k, T_Q2_K) X(q3_k, T_Q3_K) X(q4_k, T_Q4_K) X(q5_k, T_Q5_K) X(q6_k, T_Q6_K)       \
-                     X(iq4_xs, T_IQ4_XS) IQ_TYPES(X)
+                     X(iq4_nl, T_IQ4_NL) X(iq4_xs, T_IQ4_XS) IQ_TYPES(X)
 /* the grid types of iquant.h (supported once strata_qmm_set_iq_tables has their grids) */
 #define IQ_TYPES(X) X(iq2_xxs, T_IQ2_XXS) X(iq2_xs, T_IQ2_XS) X(iq2_s, T_IQ2_S) X(iq3_xxs, T_IQ3_XXS)      \
                     X(iq3_s, T_IQ3_S) X(iq1_s, T_IQ1_S) X(iq1_m, T_IQ1_M)
@@ -36,6 +36,7 @@ enum { T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8, T_Q2_K = 10, 
 
 typedef struct { uint16_t d; int8_t qs[QK]; } block_q8_0;                      /* 34 bytes */
 typedef struct { uint16_t d; uint8_t qs[QK / 2]; } block_q4_0;                 /* 18: value i = qs[i%16] nibble i/16 */
+typedef block_q4_0 block_iq4_nl;  /* 18: Q4_0's layout, w = d * IQ4_VALUES[code] (i-quant files' 32-value rows) */
 typedef struct { uint16_t d, m; uint8_t qs[QK / 2]; } block_q4_1;              /* 20 */
 /* Q5_*: qh is a little-endian uint32 whose bit i is bit 4 of value i; qs as Q4_0's */
 typedef struct { uint16_t d; uint8_t qh[4]; uint8_t qs[QK / 2]; } block_q5_0;   /* 22 */

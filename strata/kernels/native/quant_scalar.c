@@ -56,6 +56,20 @@ static void row_q4_1(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
     *y = acc + acc_min;
 }
 
+/* IQ4_NL: Q4_0's nibbles as codes of IQ4_VALUES, times d */
+static void row_iq4_nl(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
+    const int64_t nb = x->k / QK;
+    const int8_t *xq = x->q + t * x->k;
+    float acc = 0.f;
+    int8_t v[QK];
+    for (int64_t b = 0; b < nb; b++) {
+        const block_iq4_nl *blk = (const block_iq4_nl *)w + b;
+        for (int i = 0; i < 16; i++) v[i] = IQ4_VALUES[blk->qs[i] & 0xF], v[i + 16] = IQ4_VALUES[blk->qs[i] >> 4];
+        acc += fp16_to_f32(blk->d) * *d_at(x, t, b) * (float)dot_i8(v, xq + b * QK, QK);
+    }
+    *y = acc;
+}
+
 /* Q5_0: 5-bit values minus 16, times d */
 static void row_q5_0(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
     const int64_t nb = x->k / QK;
