@@ -23,15 +23,12 @@ from strata.kernels.gguf_iquants import IQ_BLOCKS, _iq_grid, _ksigns  # noqa: F4
 # 640-wide expert down projections in a Q4_K_M file)
 # (Q2_K / Q3_K: the bulk of llama.cpp's Q2_K and Q3_K_S/M/L files, what a 125B model takes to fit 64 GB of RAM)
 # (the i-quants: llama.cpp's 1-3 bit files (IQ1_S ... IQ3_S; grid code books, 7-bit sign codes), read by the float
-# kernels on the GPU (packed_iquants) and the native CPU kernels)
+# kernels on the GPU (packed_iquants) and the native CPU kernels; IQ4_NL: those files' and IQ4_XS files' fallback
+# for rows 256 does not divide, such as Qwen4-Exp's 640-wide expert down rows, and its PLE table's type)
 IQ_TYPE_NAMES = ("IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M")
 PACKED_TYPE_NAMES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
-                     "IQ4_XS") + IQ_TYPE_NAMES
+                     "IQ4_XS", "IQ4_NL") + IQ_TYPE_NAMES
 DENSE_TYPE_NAMES = ("F32", "F16", "BF16")
-# block types read only where rows are looked up (an embedding table kept as the file's blocks, such as
-# Qwen4-Exp's IQ4_NL n-gram table): dequantize_ref reads them, no matmul kernel does, so weights of these
-# types load dense
-LOOKUP_TYPE_NAMES = ("IQ4_NL",)
 _QK_K = 256  # values per superblock of the K and IQ types
 # IQ4_NL / IQ4_XS: the non-linear 4-bit code book (llama.cpp's kvalues_iq4nl)
 _IQ4_VALUES = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
@@ -58,7 +55,7 @@ def block_formats() -> dict[int, BlockFormat]:
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
     formats = {}
-    for name in DENSE_TYPE_NAMES + PACKED_TYPE_NAMES + LOOKUP_TYPE_NAMES:
+    for name in DENSE_TYPE_NAMES + PACKED_TYPE_NAMES:
         qtype = GGMLQuantizationType[name]
         formats[int(qtype)] = BlockFormat(int(qtype), name, *GGML_QUANT_SIZES[qtype])
     return formats

@@ -128,23 +128,23 @@ def test_qkvz_parts_of_two_types_load_dequantized_with_a_notice(tmp_path, caplog
 
 
 def test_other_types_load_dequantized_with_one_notice_each(tmp_path, caplog):
-    """IQ4_NL (kept as blocks by lookup tables only) and MXFP4 weights: no matmul kernel reads them."""
+    """MXFP4 weights (no matmul kernel reads them) load dequantized, with one notice for all of them; IQ4_NL ones
+    beside them stay packed."""
     cfg, state = hf_state(build_hf_model("llama"))
     path = str(tmp_path / "model.gguf")
-    write_gguf(path, cfg, state, quant="IQ4_NL", types={r"ffn_down": "MXFP4"})
+    write_gguf(path, cfg, state, quant="MXFP4", types={r"ffn_down": "IQ4_NL"})
     model = load(path)
     lines = [r.getMessage() for r in caplog.records if r.name == gguf_source.__name__]
     reader = gguf.GGUFReader(path)
-    counts = {name: sum(t.tensor_type == Q[name] for t in reader.tensors) for name in ("IQ4_NL", "MXFP4")}
+    count = sum(t.tensor_type == Q.MXFP4 for t in reader.tensors)
     kept = ", ".join(PACKED_TYPE_NAMES)
-    assert lines == [f"loaded {counts['IQ4_NL']} tensors of type IQ4_NL dequantized to float32: not kept packed "
-                     f"(types kept packed: {kept})",
-                     f"loaded {counts['MXFP4']} tensors of type MXFP4 dequantized to float32: not kept packed "
+    assert lines == [f"loaded {count} tensors of type MXFP4 dequantized to float32: not kept packed "
                      f"(types kept packed: {kept})"]
     o_proj = model.model.layers[0].self_attn.o_proj.weight
     assert isinstance(o_proj, torch.nn.Parameter)
     stored = next(t for t in reader.tensors if t.name == "blk.0.attn_output.weight")
-    assert torch.equal(o_proj, torch.from_numpy(gguf.quants.dequantize(stored.data, Q.IQ4_NL)))
+    assert torch.equal(o_proj, torch.from_numpy(gguf.quants.dequantize(stored.data, Q.MXFP4)))
+    assert isinstance(model.model.layers[0].mlp.down_proj.weight, PackedWeight)
 
 
 def test_bundled_model_loads_packed_from_the_file_map(bundled_gguf, capsys):

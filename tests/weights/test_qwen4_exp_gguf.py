@@ -19,7 +19,7 @@ import transformers
 from safetensors.torch import load_file, save_file
 
 from gguf_writer import write_gguf
-from strata.kernels.gguf_blocks import LOOKUP_TYPE_NAMES, block_format, dequantize_ref, is_packed_type
+from strata.kernels.gguf_blocks import block_format, dequantize_ref, is_packed_type
 from strata.model.packed import PackedEmbedding
 from strata.weights.gguf_source import GGUFSource
 from strata.weights.hf_source import HFSource
@@ -159,7 +159,7 @@ def test_ngram_table_stays_packed_over_the_files_map(table_type, wide_ple_folder
 @pytest.mark.parametrize("rows, blocks", [(1, 1), (7, 3), (33, 1)])
 def test_iq4_nl_dequantize_ref_equals_gguf_bit_for_bit(rows, blocks):
     """Every bit pattern (NaN and inf scales too), also for rows taken with a stride (gathered rows)."""
-    assert LOOKUP_TYPE_NAMES == ("IQ4_NL",) and not is_packed_type(Q.IQ4_NL)  # matmuls read it dense
+    assert is_packed_type(Q.IQ4_NL)  # matmul weights of it stay packed too (the native and Triton kernels read it)
     fmt = block_format(Q.IQ4_NL)
     k = fmt.block_size * blocks
     raw = np.random.default_rng(rows).integers(0, 256, (rows * 2, fmt.row_bytes(k)), dtype=np.uint8)
