@@ -15,7 +15,7 @@ import torch
 
 from gguf_writer import random_blocks
 from strata.kernels import packed_moe as packed_moe_module
-from strata.kernels.packed_gemv import IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_0, Q5_K, Q6_K, Q8_0
+from strata.kernels.packed_gemv import IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_0, Q5_K, Q6_K, Q8_0
 from strata.kernels.packed_iquants import IQ1_M, IQ1_S, IQ2_S, IQ2_XS, IQ2_XXS, IQ3_S, IQ3_XXS
 from strata.kernels.packed_moe import packed_moe, packed_moe_ref, pairs_supported, q8_pairs_supported
 from test_packed_gemv import random_blocks as gemv_blocks  # this folder's module by name (see test_packed_q8)
@@ -91,7 +91,7 @@ def test_the_i_quants_stay_on_the_float_kernels(qtypes, monkeypatch):
 
 @gpu
 @pytest.mark.parametrize("qtypes", [(Q4_K, Q6_K), (Q8_0, Q8_0), (Q6_K, Q4_K), (Q5_K, Q6_K), (IQ4_XS, IQ4_XS),
-                                    (Q2_K, Q3_K), (Q3_K, Q2_K)] + IQ_PAIRS)
+                                    (Q2_K, Q3_K), (Q3_K, Q2_K), (IQ2_XXS, IQ4_NL)] + IQ_PAIRS)
 @pytest.mark.parametrize("tokens", [1, 3, 40])
 def test_packed_moe_matches_ref(qtypes, tokens):
     hidden, w13, w2, ids, weights = case(*qtypes, tokens, pad=96 if tokens == 3 else 0, seed=tokens)
@@ -175,7 +175,7 @@ def test_the_8_bit_pairs_take_up_to_a_few_pairs_an_expert(tokens, path, monkeypa
 
 
 @interpreted
-@pytest.mark.parametrize("qtypes", [(Q2_K, Q3_K), (Q3_K, Q2_K), (Q4_K, Q6_K)] + IQ_PAIRS)
+@pytest.mark.parametrize("qtypes", [(Q2_K, Q3_K), (Q3_K, Q2_K), (Q4_K, Q6_K), (IQ2_XXS, IQ4_NL)] + IQ_PAIRS)
 @pytest.mark.parametrize("path", ["_pairs", "_grouped"])
 def test_float_kernels_in_the_interpreter(qtypes, path):
     """The float pairs (packed_gemv's _chunk_dot) and grouped kernels (its _chunk_values) on the CPU in float32,

@@ -6,7 +6,7 @@
 source tools/gpu_ab/device_setup.sh
 S=$(date +%s)
 SPEC='{"method":"synthetic","acceptance_length":3.0,"num_speculative_tokens":3}'
-timeout -s INT 100 python3 -m pytest -q -m gpu -p no:cacheprovider tests/spec/test_verify_ahead.py \
+timeout -s INT 160 python3 -m pytest -q -m gpu -p no:cacheprovider tests/spec/test_verify_ahead.py tests/kernels/test_packed_moe.py \
   tests/experts/test_packed_experts.py tests/weights/test_packed_gguf.py --tb=short > $OUT/tests_ahead.log 2>&1
 echo "== ahead/iq tests rc=$? t=$(( $(date +%s)-S ))"; grep -E "FAILED|ERROR|passed|failed" $OUT/tests_ahead.log | head -12 | cut -c1-200
 timeout -s INT 100 python3 spec_timeline.py 'random:qwen3-next-80b-a3b?num_hidden_layers=8' - 1 > $OUT/tl_next.txt 2>&1
