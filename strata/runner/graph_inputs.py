@@ -23,6 +23,7 @@ import torch
 
 from strata.model.context import ForwardContext, ForwardScratch
 from strata.runner.table_arrays import TableArrays
+from strata.spec.verify_ahead import moved_windows
 from strata.types import ScheduledSlot
 
 
@@ -135,15 +136,12 @@ class GraphInputs:
         a verification step planned before the one it follows was read, as if that one accepted all its drafts;
         delta = accepted - drafts <= 0). Positions, context lengths and the KV slot mapping follow (the block
         tables already hold the blocks of the unshifted window, which end at or past the shifted one)."""
-        real, n, bs = delta.shape[0], tokens_per_slot, self.block_size
-        rows = real * n
-        positions = self._device("positions")[:rows]
-        positions += delta.repeat_interleave(n)                                        # [R * n]
-        self._device("seq_lens")[:real] += delta
-        tables = self._device("block_tables")[:num_slots * self.width]                 # [S * W]
-        row_starts = torch.arange(real, device=delta.device).repeat_interleave(n) * self.width
-        block_of = (positions // bs).clamp_(max=self.width - 1) + row_starts
-        self._device("slot_mapping")[:rows] = tables[block_of] * bs + positions % bs
+        rows = delta.shape[0] * tokens_per_slot
+        tables = self._device("block_tables").view(self.max_slots, self.width)[:num_slots]  # [S, W]
+        moved = moved_windows(self._device("positions")[:rows], self._device("seq_lens")[:delta.shape[0]], tables,
+                              delta, self.block_size)
+        for name, values in zip(("positions", "seq_lens", "slot_mapping"), moved):
+            self._device(name)[:values.shape[0]].copy_(values)
 
     def feed_input_ids(self, token_ids: torch.Tensor) -> None:
         """Overwrite the first len(token_ids) input ids on the device after `fill` (tokens another

@@ -109,20 +109,28 @@ def sampled_verdicts(probs: torch.Tensor, drafts: torch.Tensor, generator: torch
     return emitted, accepted, final
 
 
+def moved_windows(positions: torch.Tensor, seq_lens: torch.Tensor, block_tables: torch.Tensor, delta: torch.Tensor,
+                  block_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Windows of n rows each moved by delta [R] positions on the device: positions [R * n], seq_lens [R] and the
+    block tables [>= R, W] (already holding the unmoved windows' blocks, which end at or past the moved ones) ->
+    (positions, seq_lens, KV slot mapping [R * n])."""
+    n = positions.shape[0] // delta.shape[0]
+    positions = positions + delta.repeat_interleave(n)                                     # [R * n]
+    rows = torch.arange(delta.shape[0], device=delta.device).repeat_interleave(n)
+    columns = (positions // block_size).clamp(max=block_tables.shape[1] - 1)
+    return positions, seq_lens + delta, block_tables[rows, columns] * block_size + positions % block_size
+
+
 def shift_context(ctx, delta: torch.Tensor):
     """An eager step's context (runner/inputs.py) with each sequence moved by delta [S] positions on the device
     (as GraphInputs.shift does for a graph's). The host copies of the lengths follow only where the device is the
     host (the CPU); on a GPU they keep the planned ones, which the kernels of short windows do not read."""
-    n = ctx.query_lens[0]
-    positions = ctx.positions + delta.repeat_interleave(n)                                 # [S * n]
-    rows = torch.arange(delta.shape[0], device=delta.device).repeat_interleave(n)
-    bs = ctx.block_size
-    slot_mapping = ctx.block_tables[rows, (positions // bs).clamp(max=ctx.block_tables.shape[1] - 1)] * bs \
-        + positions % bs
+    positions, seq_lens, slot_mapping = moved_windows(ctx.positions, ctx.seq_lens, ctx.block_tables, delta,
+                                                      ctx.block_size)
     num_computed = ctx.num_computed
     if delta.device.type == "cpu":
         num_computed = tuple(c + d for c, d in zip(ctx.num_computed, delta.tolist()))
-    return dataclasses.replace(ctx, positions=positions, slot_mapping=slot_mapping, seq_lens=ctx.seq_lens + delta,
+    return dataclasses.replace(ctx, positions=positions, slot_mapping=slot_mapping, seq_lens=seq_lens,
                                num_computed=num_computed)
 
 
