@@ -15,6 +15,7 @@ from strata.cache.pools import CheckpointPool, HostParkPool
 from strata.engine.core import EngineCore
 from strata.runner.model_runner import ModelRunner
 from strata.types import Request
+from engine_driver import count_launches, drive, greedy, prompt
 
 
 def engine(folder: str, async_scheduling: bool, block_size: int = 4, num_blocks: int | None = None,
@@ -27,51 +28,12 @@ def engine(folder: str, async_scheduling: bool, block_size: int = 4, num_blocks:
     return EngineCore(config, quiet=True)
 
 
-def prompt(i: int) -> list[int]:
-    return torch.randint(3, 160, (3 + 2 * i,), generator=torch.Generator().manual_seed(i)).tolist()
-
-
-def drive(core: EngineCore, requests: list[tuple[int, SamplingParams]], abort: dict[int, str] | None = None):
-    """Request i arrives at step `arrival`; abort {step: request id}. -> id -> (tokens, finish reason, logprobs)."""
-    out: dict[str, list] = {}
-    step = 0
-    while step == 0 or core.has_unfinished() or any(a >= step for a, _ in requests):
-        for i, (arrival, params) in enumerate(requests):
-            if arrival == step:
-                core.add_request(Request(str(i), prompt(i), params))
-        if abort and step in abort:
-            core.abort_request(abort[step])
-        for delta in core.step():
-            tokens, _, logprobs = out.get(delta.request_id, ([], None, []))
-            out[delta.request_id] = (tokens + delta.new_token_ids, delta.finish_reason,
-                                     logprobs + (delta.new_logprobs or []))
-        step += 1
-    return out
-
-
-def count_ahead(monkeypatch) -> list[int]:
-    """Records, per launch_decode call, whether its inputs came from a step still in flight."""
-    calls = []
-    launch = ModelRunner.launch_decode
-
-    def counted(self, plan, inputs_from=None):
-        calls.append(inputs_from is not None)
-        return launch(self, plan, inputs_from)
-
-    monkeypatch.setattr(ModelRunner, "launch_decode", counted)
-    return calls
-
-
-def greedy(max_tokens: int, **kwargs) -> SamplingParams:
-    return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, **kwargs)
-
-
 @pytest.mark.parametrize("family", ["qwen3_moe", "llama", "qwen3_next"])
 def test_greedy_outputs_identical_with_requests_ending_at_every_step(family, tiny_model_dir, monkeypatch):
     folder = tiny_model_dir(family)
     requests = [(0, greedy(1)), (0, greedy(2)), (0, greedy(9)), (0, greedy(17)), (12, greedy(5)), (13, greedy(8))]
     reference = drive(engine(folder, False), requests)
-    ahead = count_ahead(monkeypatch)
+    ahead = count_launches(monkeypatch, "launch_decode")
     core = engine(folder, True)
     assert drive(core, requests) == reference
     # most decode steps were queued behind the previous one (a hybrid model's block ends included)
@@ -86,7 +48,7 @@ def test_stop_ids_and_an_abort_while_the_next_step_is_queued(tiny_model_dir, mon
     stop_at = plain[6]  # the token at step 6 stops the request (after the steps before it had queued the next)
     requests = [(0, greedy(12, stop_token_ids=[stop_at])), (0, greedy(20)), (0, greedy(20)), (0, greedy(20))]
     reference = drive(engine(folder, False), requests, abort={9: "2"})
-    ahead = count_ahead(monkeypatch)
+    ahead = count_launches(monkeypatch, "launch_decode")
     core = engine(folder, True)
     got = drive(core, requests, abort={9: "2"})
     assert got == reference and sum(ahead) > 5
@@ -109,7 +71,7 @@ def test_steps_that_cannot_be_planned_ahead_fall_back(tiny_model_dir, monkeypatc
     folder = tiny_model_dir("qwen3_moe")
     requests = [(0, greedy(10, repetition_penalty=1.3)), (0, greedy(10, logprobs=2)), (0, greedy(10))]
     reference = drive(engine(folder, False), requests)
-    ahead = count_ahead(monkeypatch)
+    ahead = count_launches(monkeypatch, "launch_decode")
     got = drive(engine(folder, True), requests)
     assert got == reference and not any(ahead)
     assert all(len(lp) == 10 for lp in [got["1"][2]])
@@ -130,7 +92,7 @@ def test_speculating_requests_that_draft_nothing_decode_ahead(family, speculativ
     folder = tiny_model_dir(family)
     requests = [(0, greedy(40)), (0, greedy(33)), (2, greedy(45))]
     reference = drive(engine(folder, False), requests)
-    ahead = count_ahead(monkeypatch)
+    ahead = count_launches(monkeypatch, "launch_decode")
     core = engine(folder, True, speculative=speculative)
     assert drive(core, requests) == reference
     assert sum(ahead) >= 10 and core.scheduler.stats.num_draft_tokens > 0
@@ -151,7 +113,7 @@ def test_cuda_graph_steps_fed_on_the_device_match_plain_stepping(family, tiny_mo
 
     requests = [(0, greedy(3)), (0, greedy(24)), (0, greedy(24)), (0, greedy(11)), (30, greedy(6))]
     reference = drive(cuda_engine(False), requests)
-    ahead = count_ahead(monkeypatch)
+    ahead = count_launches(monkeypatch, "launch_decode")
     core = cuda_engine(True)
     assert core.runner.graphs is not None
     assert drive(core, requests) == reference and sum(ahead) > 10
@@ -223,7 +185,7 @@ def test_hybrid_decode_checkpoints_are_saved_ahead_and_serve_the_next_turn(tiny_
         return out
 
     first_prompt = prompt(3)                                     # 9 tokens; blocks of 4
-    ahead = count_ahead(monkeypatch)
+    ahead = count_launches(monkeypatch, "launch_decode")
     core = engine(folder, True)
     answer = turn(core, "a", first_prompt, 15)
     assert sum(ahead) >= 12                                      # of 14 decode steps, block ends included

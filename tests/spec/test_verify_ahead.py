@@ -14,8 +14,7 @@ from strata import SamplingParams
 from strata.config import CacheConfig, EngineConfig, RunnerConfig, SchedulerConfig, SpecConfig
 from strata.engine.core import EngineCore
 from strata.runner import planned_verification
-from strata.runner.model_runner import ModelRunner
-from strata.types import Request
+from engine_driver import count_launches, drive, greedy, prompt
 
 SYNTHETIC = {"method": "synthetic", "num_speculative_tokens": 3, "acceptance_length": 2.5, "adaptive": False}
 
@@ -32,44 +31,6 @@ def engine(folder: str, async_scheduling: bool, device: str = "cpu", speculative
     return EngineCore(config, quiet=True)
 
 
-def prompt(i: int) -> list[int]:
-    return torch.randint(3, 160, (3 + 2 * i,), generator=torch.Generator().manual_seed(i)).tolist()
-
-
-def drive(core: EngineCore, requests: list[tuple[int, SamplingParams]], abort: dict[int, str] | None = None):
-    """Request i arrives at step `arrival`; abort {step: request id} -> id -> (tokens, finish reason)."""
-    out: dict[str, tuple[list[int], object]] = {}
-    step = 0
-    while step == 0 or core.has_unfinished() or any(a >= step for a, _ in requests):
-        for i, (arrival, params) in enumerate(requests):
-            if arrival == step:
-                core.add_request(Request(str(i), prompt(i), params))
-        if abort and step in abort:
-            core.abort_request(abort[step])
-        for delta in core.step():
-            tokens, _ = out.get(delta.request_id, ([], None))
-            out[delta.request_id] = (tokens + delta.new_token_ids, delta.finish_reason)
-        step += 1
-    return out
-
-
-def count_ahead(monkeypatch) -> list[bool]:
-    """Per launch_verify call: whether it was queued behind a step not yet read."""
-    calls = []
-    launch = ModelRunner.launch_verify
-
-    def counted(self, plan, inputs_from=None):
-        calls.append(inputs_from is not None)
-        return launch(self, plan, inputs_from)
-
-    monkeypatch.setattr(ModelRunner, "launch_verify", counted)
-    return calls
-
-
-def greedy(max_tokens: int, **kwargs) -> SamplingParams:
-    return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, **kwargs)
-
-
 def assert_released(core: EngineCore) -> None:
     assert core.scheduler.allocator.num_free == core.scheduler.allocator.num_blocks
     assert sorted(core.scheduler.free_slots) == list(range(4))
@@ -81,7 +42,7 @@ def test_outputs_equal_stepping_one_at_a_time(family, tiny_model_dir, monkeypatc
     requests = [(0, greedy(30)), (0, greedy(41)), (0, greedy(23)), (0, SamplingParams(temperature=0.8, max_tokens=37,
                                                                                       ignore_eos=True))]
     reference = drive(engine(folder, False), requests)
-    ahead = count_ahead(monkeypatch)
+    ahead = count_launches(monkeypatch, "launch_verify")
     core = engine(folder, True)
     assert drive(core, requests) == reference
     assert sum(ahead) >= 6, ahead  # most verification steps were queued behind the one before
@@ -98,7 +59,7 @@ def test_requests_ending_and_arriving_mid_pipeline(tiny_model_dir, monkeypatch):
     stop_at = plain[17]
     requests = [(0, greedy(40, stop_token_ids=[stop_at])), (0, greedy(35)), (0, greedy(44)), (9, greedy(20))]
     reference = drive(engine(folder, False), requests, abort={6: "2"})
-    ahead = count_ahead(monkeypatch)
+    ahead = count_launches(monkeypatch, "launch_verify")
     core = engine(folder, True)
     got = drive(core, requests, abort={6: "2"})
     assert got == reference
@@ -117,7 +78,7 @@ def test_cuda_graph_windows_moved_on_the_device(family, tiny_model_dir, monkeypa
     folder = tiny_model_dir(family)
     requests = [(0, greedy(40)), (0, greedy(33)), (0, greedy(45)), (3, greedy(20))]
     reference = drive(engine(folder, False, "cuda"), requests)
-    ahead = count_ahead(monkeypatch)
+    ahead = count_launches(monkeypatch, "launch_verify")
     core = engine(folder, True, "cuda")
     assert core.runner.graphs is not None
     assert drive(core, requests) == reference
@@ -138,7 +99,7 @@ def test_mtp_drafts_from_the_device_keep_greedy_output(family, tiny_model_dir, m
     requests = [(0, greedy(30)), (0, greedy(41)), (0, greedy(23)), (5, greedy(12))]
     plain = drive(engine(folder, False, speculative=None), requests)
     assert drive(engine(folder, False, speculative=mtp), requests) == plain
-    ahead = count_ahead(monkeypatch)
+    ahead = count_launches(monkeypatch, "launch_verify")
     core = engine(folder, True, speculative=mtp)
     assert drive(core, requests) == plain
     assert sum(ahead) >= 6, ahead
@@ -158,7 +119,7 @@ def test_suffix_drafts_made_ahead_keep_greedy_output(family, tiny_model_dir, mon
 
     requests = [(0, greedy(60)), (0, greedy(47)), (0, greedy(52))]
     plain = drive(engine(folder, False, speculative=None), requests)
-    ahead = count_ahead(monkeypatch)
+    ahead = count_launches(monkeypatch, "launch_verify")
     core = engine(folder, True, speculative=suffix)
     core.scheduler.uniform_draft_windows = True  # as with CUDA graphs: short proposals filled to k (one layout)
     assert drive(core, requests) == plain
@@ -180,7 +141,7 @@ def test_sampled_windows_draw_as_stepping_one_at_a_time(tiny_model_dir, monkeypa
     requests = [(0, hot), (0, greedy(25)), (0, SamplingParams(temperature=1.2, top_k=20, max_tokens=28,
                                                                ignore_eos=True))]
     reference = drive(engine(folder, False, speculative=mtp, seed=3), requests)
-    ahead = count_ahead(monkeypatch)
+    ahead = count_launches(monkeypatch, "launch_verify")
     core = engine(folder, True, speculative=mtp, seed=3)
     assert drive(core, requests) == reference
     assert sum(ahead) >= 6 and core.scheduler.stats.as_dict()["num_draft_tokens"] > 0
@@ -214,7 +175,7 @@ def test_partly_right_drafts_move_the_windows_by_what_was_accepted(tiny_model_di
         return torch.tensor(drafts)
 
     monkeypatch.setattr(planned_verification, "mtp_drafts", oracle)
-    ahead = count_ahead(monkeypatch)
+    ahead = count_launches(monkeypatch, "launch_verify")
     core = engine(folder, True, speculative=mtp)
     assert drive(core, requests) == plain
     stats = core.scheduler.stats.as_dict()
@@ -236,7 +197,7 @@ def test_cuda_mtp_drafts_from_the_device_keep_greedy_output(tiny_model_dir, monk
     requests = [(0, greedy(40)), (0, greedy(33)), (0, greedy(45))]
     mtp = {"method": "mtp", "num_speculative_tokens": 2, "adaptive": False}
     reference = drive(engine(folder, False, "cuda", mtp), requests)
-    ahead = count_ahead(monkeypatch)
+    ahead = count_launches(monkeypatch, "launch_verify")
     core = engine(folder, True, "cuda", mtp)
     assert drive(core, requests) == reference
     assert sum(ahead) >= 6 and core.runner.graph_stats()["replays"] > 0
@@ -271,7 +232,7 @@ def test_a_short_block_pool_steps_one_at_a_time_where_it_must(tiny_model_dir, mo
     folder = tiny_model_dir("qwen3_next")
     requests = [(0, greedy(28)), (0, greedy(25)), (0, greedy(22))]
     reference = drive(engine(folder, False, num_blocks=18, max_model_len=40), requests)
-    ahead = count_ahead(monkeypatch)
+    ahead = count_launches(monkeypatch, "launch_verify")
     core = engine(folder, True, num_blocks=18, max_model_len=40)
     assert drive(core, requests) == reference
     assert any(ahead) and not all(ahead)
@@ -284,5 +245,5 @@ def test_the_switch_off_steps_one_at_a_time(tiny_model_dir, monkeypatch):
     requests = [(0, greedy(20)), (0, greedy(17))]
     reference = drive(engine(folder, False), requests)
     monkeypatch.setenv("STRATA_NO_VERIFY_AHEAD", "1")
-    ahead = count_ahead(monkeypatch)
+    ahead = count_launches(monkeypatch, "launch_verify")
     assert drive(engine(folder, True), requests) == reference and not ahead
