@@ -44,7 +44,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -55,6 +55,7 @@ from strata.model.ops import ROWS_ALIKE_MAX
 from strata.runner.graph_inputs import GraphInputs
 from strata.runner.kv_staging import HostKVStaging
 from strata.runner.kv_tiers import HostKVTiers
+from strata.runner.verify_graphs import Verdicts, VerifyGraphs
 from strata.split_graphs import SplitCapture, SplitGraph
 from strata.types import ScheduledSlot
 
@@ -82,6 +83,9 @@ class CapturedStep:
     host_plan: tuple = (0, frozenset(), frozenset())  # (epoch, layers split at, device part skipped)
     derived: dict | None = None             # index tensors the capture built (ctx.cached): replays read them
     head: torch.cuda.CUDAGraph | None = None  # decode / verify layouts: the LM head on `hidden` into head_logits
+    # verification steps planned ahead (runner/verify_graphs.py): their windows' shift, their verdicts by mode
+    shift_graph: torch.cuda.CUDAGraph | None = None
+    verify_tails: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -122,6 +126,8 @@ class CudaGraphCache:
             for layer, (conv, ssm) in state_caches.items()} if max_tokens_per_slot > 1 else {}
         self.ladder = tuple(s for s in SLOT_LADDER if s < max_slots) + (max_slots,)
         self.max_tokens_per_slot = max_tokens_per_slot
+        self.verify = VerifyGraphs(inputs, state_caches, max_slots, max_tokens_per_slot, inputs.device_flat.device) \
+            if max_tokens_per_slot > 1 else None
         # fresh prompts up to this many tokens replay graphs (0: never): see prompt_token_limit
         assert max_prompt_tokens == prompt_token_limit(max_prompt_tokens, max_prompt_tokens)
         self.max_prompt_tokens = max_prompt_tokens
@@ -224,7 +230,7 @@ class CudaGraphCache:
         if feed is not None:
             self.inputs.feed_input_ids(feed)
         if shift is not None:
-            self.inputs.shift(shift, num_slots, n)
+            self.verify.shift(captured, num_slots, n, shift, self.pool)
         if self.staging is not None:
             self.staging.start()  # behind the inputs' uploads
         real = sum(w.num_new_tokens for w in scheduled)
@@ -246,6 +252,15 @@ class CudaGraphCache:
                 return self.head_logits[:rows]
         # slot i's rows start at i * n (a fresh prompt's padding rows follow its own real rows)
         return GraphStep(input_ids, captured.hidden[:len(scheduled) * n], ctx, logits)
+
+    def verdicts(self, key: Layout, num_real: int, accepted_in: list[int] | None) -> Verdicts | None:
+        """A verification step planned ahead whose layout `key` was just replayed and its LM head too: the real
+        slots' verdicts, their recurrent states rolled back, as graphs (runner/verify_graphs.py); None where the
+        layout has no head graph (the caller runs them eagerly)."""
+        captured = self.graphs.get(key)
+        if captured is None or captured.head is None or self.verify is None:
+            return None
+        return self.verify.verdicts(captured, key, self.head_logits, accepted_in, self.pool).real(num_real)
 
     def ladder_keys(self) -> list[tuple[int, int]]:
         """Every layout decoding uses, most needed first: plain decode for every ladder size (and one slot's
@@ -372,8 +387,9 @@ class CudaGraphCache:
     def _release(self, key: Layout) -> None:
         captured = self.graphs.pop(key)
         captured.graph.reset()
-        if captured.head is not None:
-            captured.head.reset()
+        for graph in (captured.head, captured.shift_graph, *(tail.graph for tail in captured.verify_tails.values())):
+            if graph is not None:
+                graph.reset()
         logger.debug("released CUDA graph %s", key)
 
 

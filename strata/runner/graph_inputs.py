@@ -65,6 +65,10 @@ class GraphInputs:
         start, end = self.offsets[name]
         return self.device_flat[start:end]
 
+    def device_buffer(self, name: str) -> torch.Tensor:
+        """One input's device buffer (a view of the flat one every graph reads), e.g. "input_ids" [max tokens]."""
+        return self._device(name)
+
     def fill(self, scheduled: list[ScheduledSlot], block_tables: dict[int, list[int]], num_slots: int,
              tokens_per_slot: int, host_tables: dict[int, list[int]] | None = None) -> None:
         """Write the step's real slots, then padding rows up to num_slots, and copy them to the device.

@@ -21,6 +21,7 @@ class StepInputs:
     query_starts: list[int]        # first token row of each scheduled slot
     # a decode graph's LM head: replays it -> logits [S, V] float32 of the real slots (None: compute_logits)
     logits: Callable[[], torch.Tensor] | None = None
+    layout: tuple | None = None    # the CUDA graph layout the step replayed (None: eager)
 
 
 def build_inputs(scheduled: list[ScheduledSlot], block_tables: dict[int, list[int]], block_size: int,

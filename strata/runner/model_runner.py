@@ -246,7 +246,7 @@ class ModelRunner:
                 step = self.graphs.run(key, plan.scheduled, self.block_tables, feed, shift)
                 if step is not None:
                     starts = [i * key[1] for i in range(len(plan.scheduled))]
-                    return StepInputs(step.input_ids, step.ctx, starts, step.logits), step.hidden
+                    return StepInputs(step.input_ids, step.ctx, starts, step.logits, key), step.hidden
             elif feed is None:
                 split = self._forward_split(plan)
                 if split is not None:
@@ -408,6 +408,7 @@ class ModelRunner:
         return {"enabled": self.use_cuda_graphs, "cached": len(self.graphs.graphs), "capacity": self.graphs.capacity,
                 "captures": self.graphs.num_captures, "evictions": self.graphs.num_evictions,
                 "replays": self.graphs.num_replays, "head_replays": self.graphs.num_head_replays,
+                "verify_replays": self.graphs.verify.num_replays if self.graphs.verify is not None else 0,
                 "pool_bytes": self.graphs.pool_bytes}
 
     def _update_slots(self, plan: StepPlan) -> None:

@@ -58,27 +58,53 @@ def launch(runner: ModelRunner, plan: StepPlan, inputs_from: VerifyInFlight | No
         drafts = index_tensor(verified, inputs_from.bonus.device) if verified is not None else None
         feed, shift = inputs_from.next_inputs(slot_ids, window, drafts)             # [S * n], [S]
     inputs, hidden, expert_pairs, started = runner._queue_forward(plan, feed, shift)
-    rows = len(slot_ids) * window
+    rows, num_slots = len(slot_ids) * window, len(slot_ids)
     logits = inputs.logits() if inputs.logits is not None else runner.model.compute_logits(hidden)  # [S * n, V]
-    if drafter.synthetic is not None:
-        accepted = index_tensor([drafter.synthetic.propose_synthetic(window - 1, s) for s in slot_ids],
-                                hidden.device)                                      # [S]
-        tokens, bonus = synthetic_verdicts(logits[:rows], len(slot_ids), window, accepted)
+    accepted_in = [drafter.synthetic.propose_synthetic(window - 1, s) for s in slot_ids] \
+        if drafter.synthetic is not None else None
+    greedy = all(runner.sampler.params[s].is_greedy for s in slot_ids)
+    found = runner.graphs.verdicts(inputs.layout, num_slots, accepted_in) \
+        if inputs.layout is not None and (accepted_in is not None or greedy) else None
+    if found is not None:  # the verdicts and the states' roll-back replayed as graphs of the layout
+        tokens, accepted, bonus = found.tokens, found.accepted, found.bonus
     else:
-        drafts = inputs.input_ids[:rows].view(len(slot_ids), window)[:, 1:]         # [S, k]: what was verified
-        tokens, accepted, bonus = greedy_verdicts(logits[:rows], len(slot_ids), window, drafts)
-        sample_windows(runner, plan, logits, drafts, tokens, accepted, bonus)
-    if runner._has_windows(plan):
-        roll_back_states(runner.state_pool.caches, inputs.ctx.scratch.window_states, slot_ids, window, accepted)
+        tokens, accepted, bonus = eager_verdicts(runner, plan, logits[:rows], inputs.input_ids[:rows], accepted_in)
+        if runner._has_windows(plan):
+            roll_back_states(runner.state_pool.caches, inputs.ctx.scratch.window_states,
+                             index_tensor(slot_ids, accepted.device), window, accepted)
     next_drafts = mtp_drafts(runner, plan, inputs, hidden, accepted, bonus, shift) if drafter.spec.uses_mtp else None
-    outputs = [tokens, accepted] + ([next_drafts] if next_drafts is not None else [])
-    host, copied = outputs, None
+    host_drafts, copied = next_drafts, None
+    if found is not None:
+        packed = runner.graphs.verify.to_host(found.packed)                             # [S, n + 1]
+        host_tokens, host_accepted = packed[:, :window], packed[:, window]
+    else:
+        host_tokens, host_accepted = tokens, accepted
     if tokens.is_cuda:  # read back through an event: the step queued after this one must not delay it
-        host = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t, non_blocking=True) for t in outputs]
+        if found is None:
+            host_tokens, host_accepted = (torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t, non_blocking=True)
+                                          for t in (tokens, accepted))
+        if next_drafts is not None:
+            host_drafts = torch.empty(next_drafts.shape, dtype=next_drafts.dtype, pin_memory=True)
+            host_drafts.copy_(next_drafts, non_blocking=True)
         copied = torch.cuda.Event()
         copied.record()
-    return VerifyInFlight(plan, slot_ids, tokens, accepted, bonus, host[0], host[1], copied, expert_pairs, started,
-                          time.perf_counter(), next_drafts, host[2] if next_drafts is not None else None, verified)
+    return VerifyInFlight(plan, slot_ids, tokens, accepted, bonus, host_tokens, host_accepted, copied, expert_pairs,
+                          started, time.perf_counter(), next_drafts, host_drafts, verified)
+
+
+def eager_verdicts(runner: ModelRunner, plan: StepPlan, logits: torch.Tensor, input_ids: torch.Tensor,
+                   accepted_in: list[int] | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """logits [S * n, V], input ids [S * n] -> (tokens [S, n], accepted [S], bonus [S]): synthetic ones for the
+    drafter's accepted counts `accepted_in`, else greedy ones, then speculative sampling for the sampled windows."""
+    num_slots, window = len(plan.scheduled), plan.scheduled[0].num_new_tokens
+    if accepted_in is not None:
+        accepted = index_tensor(accepted_in, logits.device)                                 # [S]
+        tokens, bonus = synthetic_verdicts(logits, num_slots, window, accepted)
+        return tokens, accepted, bonus
+    drafts = input_ids.view(num_slots, window)[:, 1:]                                      # [S, k]: what was verified
+    tokens, accepted, bonus = greedy_verdicts(logits, num_slots, window, drafts)
+    sample_windows(runner, plan, logits, drafts, tokens, accepted, bonus)
+    return tokens, accepted, bonus
 
 
 def suffix_drafts(runner: ModelRunner, slot_ids: list[int], k: int, in_flight: dict[int, list[int]]

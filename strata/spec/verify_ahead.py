@@ -134,8 +134,9 @@ def shift_context(ctx, delta: torch.Tensor):
                                num_computed=num_computed)
 
 
-def roll_back_states(state_caches: dict, window_states: dict, slot_ids: list[int], window: int,
+def roll_back_states(state_caches: dict, window_states: dict, slots: torch.Tensor, window: int,
                      accepted: torch.Tensor) -> None:
-    """Each slot's recurrent state := the one recorded after its last accepted token (row i * n + accepted)."""
-    rows = torch.arange(len(slot_ids), device=accepted.device) * window + accepted                # [S]
-    restore_rows(state_caches, window_states, index_tensor(slot_ids, accepted.device), rows)
+    """Each slot's recurrent state := the one recorded after its last accepted token (row i * n + accepted);
+    slots [S] int64 their state rows, on the device."""
+    rows = torch.arange(accepted.shape[0], device=accepted.device) * window + accepted               # [S]
+    restore_rows(state_caches, window_states, slots, rows)
