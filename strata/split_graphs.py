@@ -17,7 +17,9 @@ A base module (it imports nothing from strata): the runner captures with it, exp
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+import gc
 from collections.abc import Callable
 
 import torch
@@ -25,6 +27,22 @@ import torch
 HostFn = Callable[[int], None]
 
 _ACTIVE: contextvars.ContextVar[SplitCapture | None] = contextvars.ContextVar("split_capture", default=None)
+
+
+@contextlib.contextmanager
+def collector_held():
+    """Python's garbage collector run once, then held off while a graph is captured. A CUDA graph the collector
+    frees mid-capture (one of a dropped engine, held in a reference cycle) destroys its executable there, which
+    CUDA forbids while a stream captures: the capture is invalidated and its memory pool left recording. torch
+    (>= 2.9) no longer collects before a capture itself."""
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class SplitGraph:
@@ -59,13 +77,20 @@ class SplitCapture:
         self.stream = torch.cuda.Stream()
         self._stream_ctx = None
         self._token = None
+        self._collector = collector_held()
 
     def __enter__(self) -> SplitCapture:
+        self._collector.__enter__()
         torch.cuda.synchronize()
         self.stream.wait_stream(torch.cuda.current_stream())
         self._stream_ctx = torch.cuda.stream(self.stream)
         self._stream_ctx.__enter__()
-        self._begin()
+        try:
+            self._begin()
+        except BaseException:
+            self._stream_ctx.__exit__(None, None, None)
+            self._collector.__exit__(None, None, None)
+            raise
         self._token = _ACTIVE.set(self)
         return self
 
@@ -76,6 +101,7 @@ class SplitCapture:
         finally:
             self._stream_ctx.__exit__(exc_type, exc, tb)
             torch.cuda.current_stream().wait_stream(self.stream)
+            self._collector.__exit__(None, None, None)
 
     def _begin(self) -> None:
         graph = torch.cuda.CUDAGraph()

@@ -56,7 +56,7 @@ from strata.runner.graph_inputs import GraphInputs
 from strata.runner.kv_staging import HostKVStaging
 from strata.runner.kv_tiers import HostKVTiers
 from strata.runner.verify_graphs import Verdicts, VerifyGraphs
-from strata.split_graphs import SplitCapture, SplitGraph
+from strata.split_graphs import SplitCapture, SplitGraph, collector_held
 from strata.types import ScheduledSlot
 
 logger = logging.getLogger(__name__)
@@ -86,6 +86,7 @@ class CapturedStep:
     # verification steps planned ahead (runner/verify_graphs.py): their windows' shift, their verdicts by mode
     shift_graph: torch.cuda.CUDAGraph | None = None
     verify_tails: dict = field(default_factory=dict)
+    verify_eager: set = field(default_factory=set)  # of those, the parts whose capture failed ("shift", a mode)
 
 
 @dataclass
@@ -126,8 +127,8 @@ class CudaGraphCache:
             for layer, (conv, ssm) in state_caches.items()} if max_tokens_per_slot > 1 else {}
         self.ladder = tuple(s for s in SLOT_LADDER if s < max_slots) + (max_slots,)
         self.max_tokens_per_slot = max_tokens_per_slot
-        self.verify = VerifyGraphs(inputs, state_caches, max_slots, max_tokens_per_slot, inputs.device_flat.device) \
-            if max_tokens_per_slot > 1 else None
+        self.verify = VerifyGraphs(inputs, state_caches, max_slots, max_tokens_per_slot, inputs.device_flat.device,
+                                   self.capture_graph) if max_tokens_per_slot > 1 else None
         # fresh prompts up to this many tokens replay graphs (0: never): see prompt_token_limit
         assert max_prompt_tokens == prompt_token_limit(max_prompt_tokens, max_prompt_tokens)
         self.max_prompt_tokens = max_prompt_tokens
@@ -230,7 +231,7 @@ class CudaGraphCache:
         if feed is not None:
             self.inputs.feed_input_ids(feed)
         if shift is not None:
-            self.verify.shift(captured, num_slots, n, shift, self.pool)
+            self.verify.shift(captured, num_slots, n, shift)
         if self.staging is not None:
             self.staging.start()  # behind the inputs' uploads
         real = sum(w.num_new_tokens for w in scheduled)
@@ -260,7 +261,7 @@ class CudaGraphCache:
         captured = self.graphs.get(key)
         if captured is None or captured.head is None or self.verify is None:
             return None
-        return self.verify.verdicts(captured, key, self.head_logits, accepted_in, self.pool).real(num_real)
+        return self.verify.verdicts(captured, key, self.head_logits, accepted_in).real(num_real)
 
     def ladder_keys(self) -> list[tuple[int, int]]:
         """Every layout decoding uses, most needed first: plain decode for every ladder size (and one slot's
@@ -324,7 +325,7 @@ class CudaGraphCache:
         except Exception:
             logger.exception("capturing the CUDA graph for layout %s failed; it runs eagerly", key)
             self.eager_only.add(key)
-            torch.cuda.synchronize()
+            self._abandon_pool()
             return None
         head = self._capture_head(hidden) if n <= self.max_tokens_per_slot else None
         captured = CapturedStep(capture.result, hidden, dict(scratch.window_states),
@@ -350,25 +351,47 @@ class CudaGraphCache:
                 or debug_flag("NO_HEAD_GRAPHS")
                 or not self.model.logits_read_in_place(rows)):
             return None
+        if self.head_logits is None:
+            self.head_logits = torch.empty(self.head_rows(), self.model.config.vocab_size, dtype=torch.float32,
+                                           device=hidden.device)
         try:
-            if self.head_logits is None:
-                self.head_logits = torch.empty(self.head_rows(), self.model.config.vocab_size, dtype=torch.float32,
-                                               device=hidden.device)
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):  # warm-up: compiles the head's kernels
                 compute_logits(hidden)
             torch.cuda.current_stream().wait_stream(stream)
             torch.cuda.synchronize()
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool, stream=stream):
-                self.head_logits[:rows].copy_(compute_logits(hidden))
-            torch.cuda.synchronize()
+        except Exception:
+            logger.exception("the LM head of %d rows failed before its capture; it runs eagerly", rows)
+            return None
+        return self.capture_graph(lambda: self.head_logits[:rows].copy_(compute_logits(hidden)),
+                                  f"the LM head graph of {rows} rows")
+
+    def capture_graph(self, fn: Callable[[], object], what: str) -> torch.cuda.CUDAGraph | None:
+        """fn's launches (kernels compiled already) as one graph in the shared pool; None, logged, if the capture
+        fails (the caller runs fn eagerly)."""
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with collector_held():
+                stream = torch.cuda.Stream()
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.graph(graph, pool=self.pool, stream=stream):
+                    fn()
+                torch.cuda.current_stream().wait_stream(stream)
+                torch.cuda.synchronize()
             return graph
         except Exception:
-            logger.exception("capturing the LM head graph of %d rows failed; it runs eagerly", rows)
-            torch.cuda.synchronize()
+            logger.exception("capturing %s failed; it runs eagerly", what)
+            self._abandon_pool()
             return None
+
+    def _abandon_pool(self) -> None:
+        """After a failed capture: CUDA ended it without torch's allocator learning so (its pool stays
+        "recording"), so later captures go to a new pool; the graphs of the old one keep it alive."""
+        self.pool = None
+        torch.cuda.synchronize()
 
     def _forward(self, num_slots: int, input_ids: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         self.inputs.derive_flags(num_slots)

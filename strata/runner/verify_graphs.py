@@ -16,6 +16,7 @@ their states roll back into the scratch row no request owns.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -62,8 +63,10 @@ class VerifyGraphs:
 
     READBACK_TURNS = 4  # > steps in flight at once (one read, one queued behind it)
 
-    def __init__(self, inputs, state_caches: dict, max_slots: int, max_tokens_per_slot: int, device) -> None:
+    def __init__(self, inputs, state_caches: dict, max_slots: int, max_tokens_per_slot: int, device,
+                 capture: Callable[[Callable[[], object], str], torch.cuda.CUDAGraph | None]) -> None:
         self.inputs, self.state_caches = inputs, state_caches
+        self.capture = capture  # fn's launches as a graph in the forward graphs' pool, None if that failed
         self.delta = torch.zeros(max_slots, dtype=torch.long, device=device)        # [S] windows' moves
         self.accepted_in = torch.zeros(max_slots, dtype=torch.long, device=device)  # [S] synthetic accepted counts
         self._readback_size = max_slots * (max_tokens_per_slot + 1)
@@ -71,20 +74,26 @@ class VerifyGraphs:
         self._turn = 0
         self.num_replays = 0
 
-    def shift(self, captured, num_slots: int, window: int, delta: torch.Tensor, pool) -> None:
+    def shift(self, captured, num_slots: int, window: int, delta: torch.Tensor) -> None:
         """Move the first len(delta) slots' windows of a filled layout by delta [R] (the rest, padding, by 0)."""
         real = delta.shape[0]
         self.delta[:real].copy_(delta)
         if real < num_slots:
             self.delta[real:num_slots].zero_()
+        def run() -> None:
+            self.inputs.shift(self.delta[:num_slots], num_slots, window)
+
+        if captured.shift_graph is None and "shift" not in captured.verify_eager:
+            captured.shift_graph = self.capture(run, f"the window shift of layout {(num_slots, window)}")
+            if captured.shift_graph is None:
+                captured.verify_eager.add("shift")
         if captured.shift_graph is None:
-            captured.shift_graph = self._capture(lambda: self.inputs.shift(self.delta[:num_slots], num_slots, window),
-                                                 pool)
+            run()
+            return
         captured.shift_graph.replay()
         self.num_replays += 1
 
-    def verdicts(self, captured, key: tuple, head_logits: torch.Tensor, accepted_in: list[int] | None,
-                 pool) -> Verdicts:
+    def verdicts(self, captured, key: tuple, head_logits: torch.Tensor, accepted_in: list[int] | None) -> Verdicts:
         """After the layout's LM head replayed into head_logits: the verdicts of its S slots, states rolled back.
         `accepted_in`: the real slots' synthetic accepted counts (None: greedy verdicts)."""
         num_slots, window = key[:2]
@@ -107,9 +116,13 @@ class VerifyGraphs:
         tail = captured.verify_tails.get(mode)
         if tail is None:
             out = run()  # this step's own results; then the same ops recorded for the next
-            holder = {}
-            graph = self._capture(lambda: holder.setdefault("out", run()), pool)
-            captured.verify_tails[mode] = _Tail(graph, holder["out"])
+            if mode not in captured.verify_eager:
+                holder = {}
+                graph = self.capture(lambda: holder.setdefault("out", run()), f"the verdicts of layout {key}, {mode}")
+                if graph is None:
+                    captured.verify_eager.add(mode)
+                else:
+                    captured.verify_tails[mode] = _Tail(graph, holder["out"])
             return out
         tail.graph.replay()
         self.num_replays += 1
@@ -124,13 +137,3 @@ class VerifyGraphs:
         host = self._readback[self._turn][:packed.numel()].view(packed.shape)
         host.copy_(packed, non_blocking=True)
         return host
-
-    @staticmethod
-    def _capture(fn, pool) -> torch.cuda.CUDAGraph:
-        graph = torch.cuda.CUDAGraph()
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.graph(graph, pool=pool, stream=stream):
-            fn()
-        torch.cuda.current_stream().wait_stream(stream)
-        return graph

@@ -43,3 +43,36 @@ def test_host_functions_run_between_the_graphs_in_capture_order():
         assert result.tolist() == [(value + 1) * 11] * 4
     assert calls == [(3, [2.0] * 4), (3, [6.0] * 4)]
     graph.reset()
+
+
+def test_a_graph_dropped_in_a_reference_cycle_does_not_break_a_later_capture():
+    """A dropped engine's graphs sit in reference cycles; the collector freeing one mid-capture would destroy its
+    executable there, which CUDA forbids while a stream captures (torch >= 2.9 no longer collects first)."""
+    x = torch.zeros(4, device="cuda")
+    old = SplitCapture(torch.cuda.graph_pool_handle())
+    with old:
+        x.add_(1)
+
+    class Engine:  # a cycle holding the captured graph, as an engine's objects do
+        pass
+
+    engine = Engine()
+    engine.graph, engine.me = old.result, engine
+    del engine, old
+    with SplitCapture(torch.cuda.graph_pool_handle()) as capture:
+        garbage = [[] for _ in range(20000)]  # enough allocations to set off a collection if one may run
+        y = x * 2
+    del garbage
+    x.fill_(3.0)
+    capture.result.replay(4)
+    torch.cuda.synchronize()
+    assert y.tolist() == [6.0] * 4
+    capture.result.reset()
+
+
+def test_the_collector_is_held_off_during_a_capture_and_given_back_after():
+    import gc
+    assert gc.isenabled()
+    with SplitCapture(torch.cuda.graph_pool_handle()):
+        assert not gc.isenabled()
+    assert gc.isenabled()
