@@ -1,8 +1,9 @@
 """Compile Strata's packed-block Triton kernels to Triton IR for an sm_90 target on a machine without a
 GPU: catches front-end errors (shapes, types, returns) that TRITON_INTERPRET=1 lets through. Needs triton
 (e.g. `pip install --target /tmp/trisite triton==3.5.0`): `PYTHONPATH=/tmp/trisite:. python tools/triton_ir_check.py`.
-With --full, also the float packed kernels (gemv, dequant, MoE pairs and grouped) of every type through the whole
-NVIDIA pipeline to a cubin (triton's bundled ptxas; a few minutes): catches errors of layout lowering."""
+With --full, also the float packed kernels (gemv, dequant, MoE pairs and grouped) and the 8-bit-activation ones
+(packed_q8) of every type through the whole NVIDIA pipeline to a cubin (triton's bundled ptxas; several minutes):
+catches errors of layout lowering."""
 import sys
 import triton
 import triton._C.libtriton as lt
@@ -68,6 +69,19 @@ if "--full" in sys.argv:
                 (packed_moe._down_grouped_kernel, dict(QTYPE=q, BLOCK_M=64, BLOCK_N=32, USE_PDL=True),
                  dict(num_warps=4, num_stages=2))):
             ok &= compile_to_cubin(fn, consts, f"full {fn.fn.__name__} q{q}", options)
+    for q in sorted(packed_q8.UNIT):  # the 8-bit-activation kernels, as packed_gemv_q8 and moe_pairs_q8 launch them
+        wt = packed_q8._word_tiles(q, False)
+        for fn, consts, options in (
+                (packed_q8._gemv_kernel, dict(QTYPE=q, BLOCK_N=2, SB=2, ROWS=1, UNIT=packed_q8.UNIT[q], WT=wt,
+                                              USE_PDL=True, ASM=True), dict(num_warps=1, num_stages=3)),
+                (packed_q8._gemv_kernel, dict(QTYPE=q, BLOCK_N=4, SB=1, ROWS=8, UNIT=packed_q8.UNIT[q],
+                                              WT=packed_q8._word_tiles(q, True), USE_PDL=True, ASM=True),
+                 dict(num_warps=1, num_stages=3)),
+                (packed_q8._gate_up_kernel, dict(QTYPE=q, BLOCK_N=16, SB=2, UNIT=packed_q8.UNIT[q], WT=wt, USE_PDL=True,
+                                                 ASM=True), dict(num_warps=1, num_stages=3)),
+                (packed_q8._down_kernel, dict(QTYPE=q, BLOCK_N=16, SB=2, UNIT=packed_q8.UNIT[q], WT=wt, USE_PDL=True,
+                                              ASM=True), dict(num_warps=1, num_stages=3))):
+            ok &= compile_to_cubin(fn, consts, f"full q8 {fn.fn.__name__} q{q}", options)
 for q in sorted(packed_gemv.BLOCK_LAYOUT):
     for sb in (1, 2):
         for acc in (False, True):

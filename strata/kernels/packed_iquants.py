@@ -69,14 +69,12 @@ if triton is not None:
     _BIAS = tl.constexpr(0x80808080 - (1 << 32))
 
     @triton.jit
-    def _iq_fields(base, table_ptr, ok, QTYPE: tl.constexpr):
-        """Superblocks at byte pointers base [BN, SB, 1, 1] (rows masked by ok [BN, 1, 1, 1]) -> per group g of 8
-        weights: (words [BN, SB, 32, 2]: the code book words (int32 of decode_table) of weights 8 g + 4 h ..
-        8 g + 4 h + 3; then [BN, SB, 32, 1]: signs (bit i set: weight 8 g + i negative; IQ1_*: unused), scale,
-        delta (IQ1_*'s shift; zeros for the others)). The scales are gguf_blocks' float32 expressions in its
-        order (d * (s + 0.5) * 0.25 is two roundings, as there)."""
-        g = tl.arange(0, 32)[None, None, :, None]
-        h = tl.arange(0, 2)[None, None, None, :]
+    def _iq_fields(base, g, h, table_ptr, ok, QTYPE: tl.constexpr):
+        """Superblocks at byte pointers base (rows masked by ok), groups g of 8 weights and word halves h (index
+        tensors that broadcast with base: [BN, SB, 1, 1], [1, 1, 32, 1] and [1, 1, 1, 2] in iq_dot) -> (words: the
+        code book words (int32 of decode_table) of weights 8 g + 4 h .. 8 g + 4 h + 3; then per group: signs (bit
+        i set: weight 8 g + i negative; IQ1_*: unused), scale, delta (IQ1_*'s shift; zeros for the others)). The
+        scales are gguf_blocks' float32 expressions in its order (d * (s + 0.5) * 0.25 is two roundings, as there)."""
         if QTYPE == 29:    # IQ1_M keeps d in the top nibbles of its 4 scale words (word k: bits 4k .. 4k + 3)
             d = _half((_u8(base + 49, ok) >> 4) | ((_u8(base + 51, ok) >> 4) << 4) | ((_u8(base + 53, ok) >> 4) << 8)
                       | ((_u8(base + 55, ok) >> 4) << 12))                             # [BN, SB, 1, 1]
@@ -123,21 +121,29 @@ if triton is not None:
         return words, signs, scale, delta
 
     @triton.jit
-    def _biased_words(base, table_ptr, ok, QTYPE: tl.constexpr):
-        """-> (words [BN, SB, 32, 2] int32, scale, delta as _iq_fields): byte b of word h of group g is 128 + the
-        signed code book value of weight 8 g + 4 h + b. The signs are applied 4 weights an operation: with
-        m = 0xFF in the bytes of negative weights, (v ^ m) + (m & 1) negates them (no carries: |v| < 128), and
-        ^ 0x80 adds 128."""
-        words, signs, scale, delta = _iq_fields(base, table_ptr, ok, QTYPE)
-        grid = tl.load(table_ptr.to(tl.pointer_type(tl.int32)) + words)                # [BN, SB, 32, 2]
+    def signed_words(base, g, h, table_ptr, ok, QTYPE: tl.constexpr):
+        """_iq_fields' arguments -> (words int32, scale, delta as _iq_fields): byte b of a word is the signed code
+        book value (int8) of weight 8 g + 4 h + b (IQ1_*: before the shift delta). The signs are applied 4
+        weights an operation: with m = 0xFF in the bytes of negative weights, (v ^ m) + (m & 1) negates them (no
+        carries: 0 < |v| < 128)."""
+        words, signs, scale, delta = _iq_fields(base, g, h, table_ptr, ok, QTYPE)
+        grid = tl.load(table_ptr.to(tl.pointer_type(tl.int32)) + words)
         if QTYPE == 19 or QTYPE == 29:
-            biased = grid ^ _BIAS
-        else:
-            # the 4 sign bits of word h to the low bits of its 4 bytes (shifted by 0, 7, 14, 21: no carries)
-            h = tl.arange(0, 2)[None, None, None, :]
-            ones = (((signs >> (4 * h)) & 15) * 0x00204081) & 0x01010101
-            biased = (grid ^ (ones * 255) ^ _BIAS) + ones
-        return biased, scale, delta
+            return grid, scale, delta
+        # the 4 sign bits of word h to the low bits of its 4 bytes (shifted by 0, 7, 14, 21: no carries)
+        ones = (((signs >> (4 * h)) & 15) * 0x00204081) & 0x01010101
+        return (grid ^ (ones * 255)) + ones, scale, delta
+
+    @triton.jit
+    def _biased_words(base, table_ptr, ok, QTYPE: tl.constexpr):
+        """Superblocks at byte pointers base [BN, SB, 1, 1] (rows masked by ok [BN, 1, 1, 1]) -> (words
+        [BN, SB, 32, 2] int32, then [BN, SB, 32, 1] scale, delta as _iq_fields): byte b of word h of group g is
+        128 + the signed code book value of weight 8 g + 4 h + b (^ 0x80 adds 128: (v ^ m) + 1 of signed_words
+        keeps bit 7)."""
+        g = tl.arange(0, 32)[None, None, :, None]
+        h = tl.arange(0, 2)[None, None, None, :]
+        words, scale, delta = signed_words(base, g, h, table_ptr, ok, QTYPE)
+        return words ^ _BIAS, scale, delta
 
     @triton.jit
     def _byte_value(words, b: tl.constexpr):

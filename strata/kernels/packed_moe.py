@@ -8,7 +8,7 @@ skipped (computed elsewhere, or no expert: an expert provider's slot misses).
 
 Four CUDA paths, picked per call by `packed_moe`:
 - q8 pairs (up to Q8_PAIRS_PER_EXPERT pairs an expert, both projections of types packed_q8 reads: Q2_K, Q3_K_*,
-  Q4_K_M and Q8_0 files):
+  Q4_K_M, Q8_0 and the i-quant files):
   packed_q8.moe_pairs_q8,
   the pairs below with hidden and SiLU(gate) * up rounded to 8 bits per 32 and integer dot products
   (llama.cpp's decode numerics): a word of quants costs a mask, a shift and two dp4a, not a float each.
@@ -26,8 +26,8 @@ Four CUDA paths, picked per call by `packed_moe`:
 Rows the block kernels do not read (superblock rows not a multiple of 256; types outside packed_gemv's
 BLOCK_LAYOUT) always take the dequantized path (rows of any whole number of 32-value blocks are read: Qwen4-Exp's
 640-wide down rows in Q5_0 / Q8_0); inside a capture that path dequantizes every expert of the layer (no sync).
-IQ4_XS and the i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) are read by the float pairs and
-grouped kernels, not by packed_q8 (packed_q8.supports refuses them, so `packed_moe` never sends them there).
+IQ4_XS is read by the float pairs and grouped kernels, not by packed_q8 (packed_q8.supports refuses it, so `packed_moe`
+never sends it there); the i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) by all three.
 """
 
 from __future__ import annotations

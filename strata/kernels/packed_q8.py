@@ -14,8 +14,10 @@ on dequantize(x) up to float32 summation order; against unrounded x each output 
 
 Types: Q4_K and Q6_K (Q4_K_M files' bulk), Q5_K (their Gated DeltaNet input projections, llama.cpp's attn_qkv
 rule), Q2_K and Q3_K (Q2_K and Q3_K_S/M/L files' bulk), Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 (Q8_0 files, and
-llama.cpp's fallbacks for rows 256 does not divide: Qwen4-Exp's 640-wide expert down rows). The K loop takes a
-"unit" a step: one superblock (256 values) of the K types, four 32-value blocks (128) of the others.
+llama.cpp's fallbacks for rows 256 does not divide: Qwen4-Exp's 640-wide expert down rows), and the i-quants IQ2_XXS,
+IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S and IQ1_M (packed_iquants decodes their fields; code book times signs is int8,
+so their sums are exact too). The K loop takes a "unit" a step: one superblock (256 values) of the K types and the
+i-quants, four 32-value blocks (128) of the others.
 
 Layouts (packed_gemv's docstring; all offsets in bytes from a row's start). Blocks of an even size may
 start two bytes into a word: those words are funnelled from the upper half of one word and the next half
@@ -38,6 +40,8 @@ word (_word_at), so no byte outside the weight is read.
 - Q8_0 (34 per 32): f16 d, 32 int8 quants (signed dp4a). Q4_0 (18) / Q4_1 (20): f16 d (and f16 m), 16
   bytes: weight i < 16 in the low nibble of byte i, 16 + i in its high one; Q5_0 (22) / Q5_1 (24) put a
   32-bit word of fifth bits (bit i: weight i) before those bytes. w = d (q - 8), d (q - 16), d q + m.
+- The i-quants: packed_iquants' docstring and gguf_blocks (byte loads: any alignment); their code books come in
+  as table_ptr (packed_iquants.decode_table; the other types get their own blocks there, never read).
 """
 
 from __future__ import annotations
@@ -52,15 +56,22 @@ try:
 except ImportError:  # CPU-only install
     triton = tl = None
 
+from strata.kernels import packed_iquants
 from strata.kernels.launch import pdl_options
 
 if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
+    from strata.kernels.packed_iquants import signed_words
 
 Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K = 2, 3, 6, 7, 8, 10, 11, 12, 13, 14
+# the i-quants this module reads (packed_iquants' values; every one >= 16, which is how _step tells them apart)
+IQUANTS = (packed_iquants.IQ2_XXS, packed_iquants.IQ2_XS, packed_iquants.IQ2_S, packed_iquants.IQ3_XXS,
+           packed_iquants.IQ3_S, packed_iquants.IQ1_S, packed_iquants.IQ1_M)
 # bytes per block, and the K step of the loops (a "unit": one superblock, or four 32-value blocks)
-BLOCK_BYTES = {Q4_0: 18, Q4_1: 20, Q5_0: 22, Q5_1: 24, Q8_0: 34, Q2_K: 84, Q3_K: 110, Q4_K: 144, Q5_K: 176, Q6_K: 210}
-UNIT = {Q2_K: 256, Q3_K: 256, Q4_K: 256, Q5_K: 256, Q6_K: 256, Q4_0: 128, Q4_1: 128, Q5_0: 128, Q5_1: 128, Q8_0: 128}
+BLOCK_BYTES = {Q4_0: 18, Q4_1: 20, Q5_0: 22, Q5_1: 24, Q8_0: 34, Q2_K: 84, Q3_K: 110, Q4_K: 144, Q5_K: 176, Q6_K: 210,
+               **{q: packed_iquants.SUPERBLOCK_BYTES[q] for q in IQUANTS}}
+UNIT = {Q2_K: 256, Q3_K: 256, Q4_K: 256, Q5_K: 256, Q6_K: 256, Q4_0: 128, Q4_1: 128, Q5_0: 128, Q5_1: 128, Q8_0: 128,
+        **{q: 256 for q in IQUANTS}}
 # types whose rows must start on whole words (every superblock on a word: 84, 144, 176 bytes); the others' rows
 # may start two bytes into one (their odd blocks do anyway, read by _word_at)
 WORD_ROWS = (Q2_K, Q4_K, Q5_K)
@@ -135,7 +146,8 @@ def enabled() -> bool:
 
 def supports(qtype: int, k: int, w: torch.Tensor) -> bool:
     """Rows of whole units (module docstring) of a type read here, in a tensor whose start is word-aligned
-    and whose rows start on whole words (Q2_K, Q4_K, Q5_K) or half words (the others: their words are funnelled)."""
+    and whose rows start on whole words (Q2_K, Q4_K, Q5_K) or half words (the others: their words are funnelled,
+    the i-quants' fields read by the byte)."""
     if qtype not in UNIT or k % UNIT[qtype] or w.data_ptr() % 4:
         return False
     align = 4 if qtype in WORD_ROWS else 2
@@ -159,7 +171,7 @@ def _word_tiles(qtype: int, integer_sums: bool) -> int:
     """The last dimension of a K step's partial sums: 1 where the integer sums per scale group come first (steps
     of several rows: fewer float operations a row; one row is faster without the reductions in the loop), else
     the words of a group: Q4_K's 8 of a sub-block pair, Q8_0's 8 of a block, Q2_K's, Q3_K's and Q6_K's 4 of a
-    16-weight run, the 4-bit and 5-bit blocks' 4."""
+    16-weight run, the 4-bit and 5-bit blocks' 4, the i-quants' 4 groups of 8 weights."""
     if integer_sums:
         return 1
     return 8 if qtype in (Q4_K, Q5_K, Q8_0) else 4
@@ -256,7 +268,8 @@ def packed_gemv_q8(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k:
         out = torch.empty(num_rows, n, dtype=torch.float32, device=x.device)
     assert out.shape == (num_rows, n) and out.stride(1) == 1
     _gemv_kernel[(triton.cdiv(n, cfg["BLOCK_N"]),)](
-        q, dx, sums, blocks, out, n, k, num_rows, blocks.stride(0), out.stride(0),
+        q, dx, sums, blocks, packed_iquants.table_for(qtype, blocks), out, n, k, num_rows, blocks.stride(0),
+        out.stride(0),
         QTYPE=qtype, BLOCK_N=cfg["BLOCK_N"], SB=units_per_step(cfg["SUPERBLOCKS"], qtype, k), UNIT=UNIT[qtype],
         ROWS=triton.next_power_of_2(num_rows), WT=_word_tiles(qtype, num_rows > 1), ASM=not _interpreted(),
         num_warps=cfg["num_warps"],
@@ -278,13 +291,15 @@ def moe_pairs_q8(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torc
     hq, hdx, hsums = quantize(hidden)                                                 # [T, D], [T, D/32], [T, D/16]
     act = torch.empty(ids.numel(), inter, dtype=torch.float32, device=hidden.device)  # [P, I]
     _gate_up_kernel[(ids.numel(), triton.cdiv(inter, cfg13["BLOCK_N"]))](
-        hq, hdx, hsums, w13, ids, act, inter, dim, top_k, w13.stride(0), w13.stride(1),
+        hq, hdx, hsums, w13, packed_iquants.table_for(qtype13, w13), ids, act, inter, dim, top_k, w13.stride(0),
+        w13.stride(1),
         QTYPE=qtype13, SB=units_per_step(cfg13["SUPERBLOCKS"], qtype13, dim), UNIT=UNIT[qtype13],
         WT=_word_tiles(qtype13, False), **_launch_options(cfg13, hidden))
     aq, adx, asums = quantize(act)                                                    # [P, I] ...
     partials = torch.empty(num_tokens, top_k, dim, dtype=torch.float32, device=hidden.device)  # [T, K, D]
     _down_kernel[(ids.numel(), triton.cdiv(dim, cfg2["BLOCK_N"]))](
-        aq, adx, asums, w2, ids, weights, partials, dim, inter, w2.stride(0), w2.stride(1),
+        aq, adx, asums, w2, packed_iquants.table_for(qtype2, w2), ids, weights, partials, dim, inter, w2.stride(0),
+        w2.stride(1),
         QTYPE=qtype2, SB=units_per_step(cfg2["SUPERBLOCKS"], qtype2, inter), UNIT=UNIT[qtype2],
         WT=_word_tiles(qtype2, False), **_launch_options(cfg2, hidden))
     return partials
@@ -365,8 +380,8 @@ if triton is not None:
         that next half as a whole word (vectorised like the first load: Q6_K, whose funnelled words all lie
         13+ bytes before its superblock's end); else as a half word, so that no byte past the last one asked
         for is read (the 32-value blocks' last words end their block, maybe the tensor)."""
-        first = start // 4
-        odd = (start % 4) != 0
+        first = start >> 2  # (not // 4: offsets are never negative, and a signed division costs a sign fix-up)
+        odd = (start & 2) != 0
         lo = tl.load(w_words + first + words, mask=ok, other=0).to(tl.uint32, bitcast=True)
         if NEXT_WORD:
             hi = tl.load(w_words + first + 1 + words, mask=ok & odd, other=0).to(tl.uint32, bitcast=True)
@@ -378,7 +393,7 @@ if triton is not None:
     @triton.jit
     def _f16_half(w_halves, start, ok):
         """The float16 at even byte offsets `start`, as float32."""
-        return tl.load(w_halves + start // 2, mask=ok, other=0).to(tl.float16, bitcast=True).to(tl.float32)
+        return tl.load(w_halves + (start >> 1), mask=ok, other=0).to(tl.float16, bitcast=True).to(tl.float32)
 
     @triton.jit
     def _q4k_scale_min(h1, h2, h3, s):
@@ -515,36 +530,43 @@ if triton is not None:
     @triton.jit
     def _q3k_step(w_words, w_halves, base, xq, dx, sums, j, ok, rok, ISUM: tl.constexpr, ASM: tl.constexpr):
         """Superblocks j [1, SB, 1, 1, 1] of Q3_K rows at byte offsets base [1, 1, BN, 1, 1] (even) against R rows
-        of 8-bit activations -> (dot parts [R, SB, BN, 4, T], offset parts [R, SB, BN, 4, 1]), as _q2k_step's
-        tiles: quants 0..7 (low bits of qs word 8 + 4 c + T, high bit 4 h + S of hmask word 4 u + T), the -4 taken
-        off per 16 with x's sums."""
+        of 8-bit activations -> (dot parts [R, SB, BN, 4, T], offset parts [R, SB, BN, 4, 1]): quants 0..7, the -4
+        taken off per 16 with x's sums. Tiles are [R, SB, BN, C, T] as _q6k_step's: every lane loads its own qs
+        word 8 + 4 C + T and hmask word 4 u + T (C = 2 h + u) once, and the static loop takes bit pair S of them:
+        weights 128 h + 32 S + 16 u + 4 T.. of scale group 8 h + 2 S + u."""
         start = base + j * 110                                                           # [1, SB, BN, 1, 1]
-        s = tl.arange(0, 4)[None, None, None, :, None]
+        c = tl.arange(0, 4)[None, None, None, :, None]
         t = tl.arange(0, 4)[None, None, None, None, :]
-        shift = (2 * s).to(tl.uint32)
-        # the 12 scale bytes as three words, decoded in registers (one byte gather per group cost ~2x the launch)
-        lows = tl.where(s < 2, _word_at(w_words, w_halves, start, 24, ok, True),
-                        _word_at(w_words, w_halves, start, 25, ok, True)).to(tl.uint32, bitcast=True)  # [1, SB, BN, 4, 1]
-        highs = _word_at(w_words, w_halves, start, 26, ok, True).to(tl.uint32, bitcast=True)        # [1, SB, BN, 1, 1]
+        h = c // 2
+        u = c % 2
+        # qs and hmask words [1, SB, BN, 4, 4]
+        low = _word_at(w_words, w_halves, start, 8 + 4 * c + t, ok, True).to(tl.uint32, bitcast=True)
+        high = _word_at(w_words, w_halves, start, 4 * u + t, ok, True).to(tl.uint32, bitcast=True)
+        # the 12 scale bytes as three words, shifted once to this lane's byte u and nibble h (a 6-bit scale is bits
+        # 16 (S % 2) .. + 3 of word 24 + S // 2 and bits 16 (S % 2) + 2 (S // 2) .. + 1 of word 26, from there)
+        lane = (8 * u + 4 * h).to(tl.uint32)                                             # [1, 1, 1, 4, 1]
+        # scale words [1, SB, BN, 4, 1] (the lane's shift broadcasts them)
+        lows_a = _word_at(w_words, w_halves, start, 24, ok, True).to(tl.uint32, bitcast=True) >> lane
+        lows_b = _word_at(w_words, w_halves, start, 25, ok, True).to(tl.uint32, bitcast=True) >> lane
+        highs = _word_at(w_words, w_halves, start, 26, ok, True).to(tl.uint32, bitcast=True) >> lane
         parts = tl.zeros((xq.shape[0], start.shape[1], start.shape[2], 4, 1 if ISUM else 4), dtype=tl.float32)
         offsets = tl.zeros((xq.shape[0], start.shape[1], start.shape[2], 4, 1), dtype=tl.float32)
-        for c in tl.static_range(4):
-            h = c // 2
-            u = c % 2
-            low = _word_at(w_words, w_halves, start, 8 + 4 * c + t, ok, True).to(tl.uint32, bitcast=True)
-            high = _word_at(w_words, w_halves, start, 4 * u + t, ok, True).to(tl.uint32, bitcast=True)
-            quants = ((low >> shift) & 0x03030303) | (((high >> (s + 4 * h).to(tl.uint32)) & 0x01010101) << 2)
+        for s in tl.static_range(4):
+            quants = ((low >> 2 * s) & 0x03030303) | (((high >> (s + 4 * h).to(tl.uint32)) & 0x01010101) << 2)
             dot = _dp4a(quants.to(tl.int32, bitcast=True),
                         tl.load(xq + j * 64 + 32 * h + 8 * s + 4 * u + t, mask=rok, other=0), False, ASM)
             if ISUM:
                 dot = tl.sum(dot, axis=4, keep_dims=True)
-            g = 8 * h + 2 * s + u                                                        # [1, 1, 1, 4, 1]
-            byte = (g % 4).to(tl.uint32)  # of word 24 + (g % 8) // 4 (lows) and of word 26 (highs)
-            scale = (lows >> (8 * byte + 4 * h)) & 15
-            scale |= ((highs >> (8 * byte + 2 * (g // 4)).to(tl.uint32)) & 3) << 4
-            factor = (scale.to(tl.int32) - 32).to(tl.float32) * tl.load(dx + j * 8 + 4 * h + s, mask=rok, other=0.0)
+            if s < 2:
+                scale = (lows_a >> 16 * (s % 2)) & 15
+            else:
+                scale = (lows_b >> 16 * (s % 2)) & 15
+            scale |= (highs << 4 >> 16 * (s % 2) + 2 * (s // 2)) & 0x30
+            # scale - 32 as a float: the 6 bits in the mantissa of 2^23, then 2^23 + 32 taken off (no conversion)
+            signed = (scale | 0x4B000000).to(tl.float32, bitcast=True) - 8388640.0
+            factor = signed * tl.load(dx + j * 8 + 4 * h + s, mask=rok, other=0.0)
             parts += dot.to(tl.float32) * factor
-            offsets += 4.0 * factor * tl.load(sums + j * 16 + g, mask=rok, other=0.0)
+            offsets += 4.0 * factor * tl.load(sums + j * 16 + 8 * h + 2 * s + u, mask=rok, other=0.0)
         d = _f16_half(w_halves, start + 108, ok)                                         # [1, SB, BN, 1, 1]
         return parts * d, offsets * d
 
@@ -602,12 +624,46 @@ if triton is not None:
         return parts, offsets
 
     @triton.jit
-    def _step(w_ptr, base, xq, dx, sums, j, ok, rok, QTYPE: tl.constexpr, ISUM: tl.constexpr, ASM: tl.constexpr):
+    def _iq_step(w_ptr, table_ptr, base, xq, dx, j, ok, rok, QTYPE: tl.constexpr, ISUM: tl.constexpr,
+                 ASM: tl.constexpr):
+        """Superblocks j [1, SB, 1, 1, 1] of i-quant rows at byte offsets base [1, 1, BN, 1, 1] against R rows of
+        8-bit activations -> dot parts [R, SB, BN, 4, T]. Tiles are [R, SB, BN, C, T] for each half H of a
+        superblock: group g = 16 H + 4 C + T of 8 weights (x words 2 g and 2 g + 1, 32-value block 4 H + C). A
+        group's code book values times its signs are int8 (|v| <= 62), so its sums are exact in int32, scaled
+        once; IQ1_*'s shift delta (+-1/8 a group) adds delta times the group's sum of x (two dp4a with ones)."""
+        superblock: tl.constexpr = 66 if QTYPE == 16 else (74 if QTYPE == 17 else (98 if QTYPE == 18 else (
+            50 if QTYPE == 19 else (110 if QTYPE == 21 else (82 if QTYPE == 22 else 56)))))
+        at = w_ptr + base + j * superblock                                               # [1, SB, BN, 1, 1]
+        c = tl.arange(0, 4)[None, None, None, :, None]
+        t = tl.arange(0, 4)[None, None, None, None, :]
+        parts = tl.zeros((xq.shape[0], at.shape[1], at.shape[2], 4, 1 if ISUM else 4), dtype=tl.float32)
+        for half in tl.static_range(2):
+            g = 16 * half + 4 * c + t                                                    # [1, 1, 1, 4, 4]
+            w0, scale, delta = signed_words(at, g, 0, table_ptr, ok, QTYPE)              # [1, SB, BN, 4, 4]
+            w1, scale, delta = signed_words(at, g, 1, table_ptr, ok, QTYPE)
+            x0 = tl.load(xq + j * 64 + 2 * g, mask=rok, other=0)                         # [R, SB, 1, 4, 4]
+            x1 = tl.load(xq + j * 64 + 2 * g + 1, mask=rok, other=0)
+            value = (_dp4a(w0, x0, True, ASM) + _dp4a(w1, x1, True, ASM)).to(tl.float32)
+            if QTYPE == 19 or QTYPE == 29:
+                ones = tl.full(w0.shape, 0x01010101, tl.int32)
+                value += delta * (_dp4a(ones, x0, False, ASM) + _dp4a(ones, x1, False, ASM)).to(tl.float32)
+            part = value * (scale * tl.load(dx + j * 8 + 4 * half + c, mask=rok, other=0.0))
+            if ISUM:
+                part = tl.sum(part, axis=4, keep_dims=True)
+            parts += part
+        return parts
+
+    @triton.jit
+    def _step(w_ptr, table_ptr, base, xq, dx, sums, j, ok, rok, QTYPE: tl.constexpr, ISUM: tl.constexpr,
+              ASM: tl.constexpr):
         """One K step of the loop the kernels run (the loop stays in the kernels: the interpreter turns
-        scalars handed to a helper into tensors, which tl.range refuses)."""
+        scalars handed to a helper into tensors, which tl.range refuses). table_ptr: the i-quants' code book."""
         w_words = w_ptr.to(tl.pointer_type(tl.int32))
         w_halves = w_ptr.to(tl.pointer_type(tl.int16))
-        if QTYPE == 12 or QTYPE == 13:
+        if QTYPE >= 16:  # the i-quants (IQUANTS)
+            parts = _iq_step(w_ptr, table_ptr, base, xq, dx, j, ok, rok, QTYPE, ISUM, ASM)
+            offsets = tl.zeros((xq.shape[0], parts.shape[1], parts.shape[2], 4, 1), dtype=tl.float32)
+        elif QTYPE == 12 or QTYPE == 13:
             parts, offsets = _q4k_step(w_words, base, xq, dx, sums, j, ok, rok, ISUM, ASM, QTYPE == 13)
         elif QTYPE == 14:
             parts, offsets = _q6k_step(w_words, w_halves, base, xq, dx, sums, j, ok, rok, ISUM, ASM)
@@ -626,17 +682,19 @@ if triton is not None:
             - tl.sum(tl.sum(tl.sum(offsets, axis=4), axis=3), axis=1)
 
     @triton.jit
-    def _gemv_kernel(q_ptr, dx_ptr, sums_ptr, w_ptr, out_ptr, n, k, num_rows, stride_wn, stride_om,
+    def _gemv_kernel(q_ptr, dx_ptr, sums_ptr, w_ptr, table_ptr, out_ptr, n, k, num_rows, stride_wn, stride_om,
                      QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, SB: tl.constexpr, ROWS: tl.constexpr,
                      UNIT: tl.constexpr, WT: tl.constexpr, USE_PDL: tl.constexpr, ASM: tl.constexpr):
         """One program per BLOCK_N rows of W, for the ROWS (>= num_rows) rows of x at once."""
         wait_for_previous_kernel(USE_PDL)
         offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-        ok = (offs_n < n)[None, None, :, None, None]                                     # [1, 1, BN, 1, 1]
-        base = offs_n.to(tl.int64)[None, None, :, None, None] * stride_wn
+        # rows past the ends read the last ones (their sums are not stored): loads without masks, whose
+        # predicates and zero fills cost as much as the unpacking of a word
+        ok = tl.full((1, 1, BLOCK_N, 1, 1), 1, tl.int1)                                  # [1, 1, BN, 1, 1]
+        base = tl.minimum(offs_n, n - 1).to(tl.int64)[None, None, :, None, None] * stride_wn
         m = tl.arange(0, ROWS)
-        rows = m[:, None, None, None, None].to(tl.int64)                                 # [R, 1, 1, 1, 1]
-        rok = rows < num_rows
+        rows = tl.minimum(m, num_rows - 1)[:, None, None, None, None].to(tl.int64)       # [R, 1, 1, 1, 1]
+        rok = tl.full((ROWS, 1, 1, 1, 1), 1, tl.int1)
         xq = q_ptr.to(tl.pointer_type(tl.int32)) + rows * (k // 4)
         dx = dx_ptr + rows * (k // 32)
         sums = sums_ptr + rows * (k // 16)
@@ -644,15 +702,15 @@ if triton is not None:
         acc = tl.zeros((ROWS, SB, BLOCK_N, 4, WT), dtype=tl.float32)
         offsets = tl.zeros((ROWS, SB, BLOCK_N, 4, 1), dtype=tl.float32)
         for j in tl.range(0, k // UNIT, SB):
-            parts, off = _step(w_ptr, base, xq, dx, sums, j + s, ok, rok, QTYPE, ROWS > 1, ASM)
+            parts, off = _step(w_ptr, table_ptr, base, xq, dx, sums, j + s, ok, rok, QTYPE, ROWS > 1, ASM)
             acc += parts
             offsets += off
         tl.store(out_ptr + m[:, None] * stride_om + offs_n[None, :], _total(acc, offsets).to(out_ptr.dtype.element_ty),
                  mask=(m < num_rows)[:, None] & (offs_n < n)[None, :])
 
     @triton.jit
-    def _gate_up_kernel(q_ptr, dx_ptr, sums_ptr, w13_ptr, ids_ptr, act_ptr, inter, dim, top_k, stride_we, stride_wn,
-                        QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, SB: tl.constexpr, UNIT: tl.constexpr,
+    def _gate_up_kernel(q_ptr, dx_ptr, sums_ptr, w13_ptr, table_ptr, ids_ptr, act_ptr, inter, dim, top_k, stride_we,
+                        stride_wn, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, SB: tl.constexpr, UNIT: tl.constexpr,
                         WT: tl.constexpr, USE_PDL: tl.constexpr, ASM: tl.constexpr):
         """One program per (pair, BLOCK_N rows of gate and of up): SiLU(gate) * up in float32."""
         wait_for_previous_kernel(USE_PDL)
@@ -662,9 +720,10 @@ if triton is not None:
         act = tl.zeros((BLOCK_N,), dtype=tl.float32)
         if expert >= 0:
             token = tl.zeros((1, 1, 1, 1, 1), dtype=tl.int64) + pair // top_k             # [1, 1, 1, 1, 1]
-            rok = token >= 0
-            ok = (offs_n < inter)[None, None, :, None, None]
-            gate = expert * stride_we + offs_n.to(tl.int64)[None, None, :, None, None] * stride_wn
+            rok = tl.full((1, 1, 1, 1, 1), 1, tl.int1)
+            ok = tl.full((1, 1, BLOCK_N, 1, 1), 1, tl.int1)  # (rows past the end read the last: _gemv_kernel)
+            rows = tl.minimum(offs_n, inter - 1).to(tl.int64)[None, None, :, None, None]
+            gate = expert * stride_we + rows * stride_wn
             up = gate + inter * stride_wn
             xq = q_ptr.to(tl.pointer_type(tl.int32)) + token * (dim // 4)
             dx = dx_ptr + token * (dim // 32)
@@ -675,10 +734,10 @@ if triton is not None:
             off_g = tl.zeros((1, SB, BLOCK_N, 4, 1), dtype=tl.float32)
             off_u = tl.zeros((1, SB, BLOCK_N, 4, 1), dtype=tl.float32)
             for j in tl.range(0, dim // UNIT, SB):
-                parts, off = _step(w13_ptr, gate, xq, dx, sums, j + s, ok, rok, QTYPE, False, ASM)
+                parts, off = _step(w13_ptr, table_ptr, gate, xq, dx, sums, j + s, ok, rok, QTYPE, False, ASM)
                 acc_g += parts
                 off_g += off
-                parts, off = _step(w13_ptr, up, xq, dx, sums, j + s, ok, rok, QTYPE, False, ASM)
+                parts, off = _step(w13_ptr, table_ptr, up, xq, dx, sums, j + s, ok, rok, QTYPE, False, ASM)
                 acc_u += parts
                 off_u += off
             g = tl.sum(_total(acc_g, off_g), axis=0)
@@ -687,7 +746,7 @@ if triton is not None:
         tl.store(act_ptr + pair.to(tl.int64) * inter + offs_n, act, mask=offs_n < inter)
 
     @triton.jit
-    def _down_kernel(q_ptr, dx_ptr, sums_ptr, w2_ptr, ids_ptr, weights_ptr, out_ptr, dim, inter, stride_we,
+    def _down_kernel(q_ptr, dx_ptr, sums_ptr, w2_ptr, table_ptr, ids_ptr, weights_ptr, out_ptr, dim, inter, stride_we,
                      stride_wn, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, SB: tl.constexpr, UNIT: tl.constexpr,
                      WT: tl.constexpr, USE_PDL: tl.constexpr, ASM: tl.constexpr):
         """One program per (pair, BLOCK_N output columns): the pair's routing weight times its expert's down
@@ -698,9 +757,10 @@ if triton is not None:
         expert = tl.load(ids_ptr + pair).to(tl.int64)
         y = tl.zeros((BLOCK_N,), dtype=tl.float32)
         if expert >= 0:
-            p = tl.zeros((1, 1, 1, 1, 1), dtype=tl.int64) + pair
-            ok = (offs_n < dim)[None, None, :, None, None]
-            rows = expert * stride_we + offs_n.to(tl.int64)[None, None, :, None, None] * stride_wn
+            p = tl.zeros((1, 1, 1, 1, 1), dtype=tl.int64) + pair                          # [1, 1, 1, 1, 1]
+            rok = tl.full((1, 1, 1, 1, 1), 1, tl.int1)
+            ok = tl.full((1, 1, BLOCK_N, 1, 1), 1, tl.int1)  # (rows past the end read the last: _gemv_kernel)
+            rows = expert * stride_we + tl.minimum(offs_n, dim - 1).to(tl.int64)[None, None, :, None, None] * stride_wn
             xq = q_ptr.to(tl.pointer_type(tl.int32)) + p * (inter // 4)
             dx = dx_ptr + p * (inter // 32)
             sums = sums_ptr + p * (inter // 16)
@@ -708,7 +768,7 @@ if triton is not None:
             acc = tl.zeros((1, SB, BLOCK_N, 4, WT), dtype=tl.float32)
             offsets = tl.zeros((1, SB, BLOCK_N, 4, 1), dtype=tl.float32)
             for j in tl.range(0, inter // UNIT, SB):
-                parts, off = _step(w2_ptr, rows, xq, dx, sums, j + s, ok, p >= 0, QTYPE, False, ASM)
+                parts, off = _step(w2_ptr, table_ptr, rows, xq, dx, sums, j + s, ok, rok, QTYPE, False, ASM)
                 acc += parts
                 offsets += off
             y = tl.sum(_total(acc, offsets), axis=0) * tl.load(weights_ptr + pair).to(tl.float32)

@@ -343,8 +343,8 @@ class CausalLM(nn.Module):
 
 
 def _has_packed(module: nn.Module) -> bool:
-    """Whether some packed weight in `module` has a type the 8-bit-activation kernels read (packed_q8; the
-    i-quants and IQ4_XS take float activations, for which a norm's rounding would be wasted)."""
+    """Whether some packed weight in `module` has a type the 8-bit-activation kernels read (packed_q8; IQ4_XS
+    takes float activations, for which a norm's rounding would be wasted)."""
     q8 = ops.reads_8_bit_activations
     return any(isinstance(m, PackedWeight) and any(map(q8, m.qtypes))
                or isinstance(m, PackedLocalExperts) and (q8(m.qtype13) or q8(m.qtype2)) for m in module.modules())

@@ -15,11 +15,13 @@ from strata.kernels import packed_q8
 from strata.kernels.gguf_blocks import dequantize_ref
 from strata.kernels.packed_gemv import (IQ4_XS, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0,
                                        packed_gemv_ref)
+from strata.kernels.packed_iquants import IQ1_M, IQ1_S, IQ2_S, IQ2_XS, IQ2_XXS, IQ3_S, IQ3_XXS
 
 gpu = pytest.mark.gpu
 interpreted = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                                  reason="the kernels in Triton's interpreter: set TRITON_INTERPRET=1, triton installed")
-Q8_TYPES = [Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K]
+IQ_TYPES = [IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M]
+Q8_TYPES = [Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, *IQ_TYPES]
 
 
 def test_activation_rounding_keeps_each_value_within_half_a_step():
@@ -39,8 +41,8 @@ def test_activation_rounding_keeps_each_value_within_half_a_step():
 
 
 def test_supports_rows_of_whole_units():
-    """Q2_K / Q3_K / Q4_K / Q5_K / Q6_K rows of whole superblocks, the 32-value types rows of whole 128-value
-    units; rows may start two bytes into a word except Q2_K's, Q4_K's and Q5_K's; other types are left to the
+    """Q2_K / Q3_K / Q4_K / Q5_K / Q6_K and i-quant rows of whole superblocks, the 32-value types rows of whole
+    128-value units; rows may start two bytes into a word except Q2_K's, Q4_K's and Q5_K's; IQ4_XS is left to the
     float decoders."""
     assert packed_q8.supports(Q4_K, 512, torch.zeros(4, 288, dtype=torch.uint8))
     assert packed_q8.supports(Q6_K, 768, torch.zeros(4, 630, dtype=torch.uint8))
@@ -61,6 +63,12 @@ def test_supports_rows_of_whole_units():
     assert not packed_q8.supports(Q3_K, 256, torch.zeros(4, 111, dtype=torch.uint8)[:, :110])
     assert packed_q8.row_bytes(Q5_1, 640) == 480 and packed_q8.row_bytes(Q6_K, 512) == 420
     assert packed_q8.row_bytes(Q2_K, 512) == 168 and packed_q8.row_bytes(Q3_K, 768) == 330
+    for qtype, superblock in ((IQ2_XXS, 66), (IQ2_XS, 74), (IQ2_S, 82), (IQ3_XXS, 98), (IQ3_S, 110), (IQ1_S, 50),
+                              (IQ1_M, 56)):
+        assert packed_q8.row_bytes(qtype, 768) == 3 * superblock
+        assert packed_q8.supports(qtype, 768, torch.zeros(4, 3 * superblock, dtype=torch.uint8))
+        assert packed_q8.supports(qtype, 256, torch.zeros(4, superblock + 2, dtype=torch.uint8)[:, :superblock])
+        assert not packed_q8.supports(qtype, 640, torch.zeros(4, 3 * superblock, dtype=torch.uint8))
 
 
 def rounded(x: torch.Tensor) -> torch.Tensor:
@@ -183,15 +191,15 @@ def test_gemv_reads_blocks_two_bytes_into_a_word(qtype):
 
 
 @gpu
-@pytest.mark.parametrize("qtype", [Q6_K, Q3_K, Q2_K])
+@pytest.mark.parametrize("qtype", [Q6_K, Q3_K, Q2_K, *IQ_TYPES])
 def test_gemv_reads_rows_of_a_strided_view(qtype):
-    """Rows spaced further apart than their bytes (a weight inside a wider buffer), Q6_K and Q3_K of odd
-    superblocks (rows starting two bytes into a word), Q2_K rows 4 bytes apart."""
+    """Rows spaced further apart than their bytes (a weight inside a wider buffer), Q6_K, Q3_K and the i-quants
+    of odd superblocks (rows starting two bytes into a word), Q2_K rows 4 bytes apart."""
     check_strided_rows(qtype, "cuda")
 
 
 @interpreted
-@pytest.mark.parametrize("qtype", [Q6_K, Q3_K, Q2_K])
+@pytest.mark.parametrize("qtype", [Q6_K, Q3_K, Q2_K, *IQ_TYPES])
 def test_strided_rows_in_the_interpreter(qtype):
     check_strided_rows(qtype, "cpu")
 
@@ -229,7 +237,9 @@ def moe_reference(hidden, w13, qtype13, w2, qtype2, ids, weights) -> torch.Tenso
 @gpu
 @pytest.mark.parametrize("qtypes, inter", [((Q4_K, Q6_K), 768), ((Q6_K, Q4_K), 768), ((Q4_K, Q4_K), 768),
                                            ((Q4_K, Q8_0), 640), ((Q4_K, Q5_0), 640), ((Q8_0, Q8_0), 384),
-                                           ((Q5_K, Q6_K), 768), ((Q2_K, Q3_K), 768), ((Q3_K, Q2_K), 768)])
+                                           ((Q5_K, Q6_K), 768), ((Q2_K, Q3_K), 768), ((Q3_K, Q2_K), 768),
+                                           ((IQ2_XXS, IQ3_XXS), 768), ((IQ2_XS, IQ3_S), 768), ((IQ2_S, Q4_K), 768),
+                                           ((IQ3_S, IQ2_S), 768), ((IQ1_S, IQ1_M), 768), ((IQ1_M, Q6_K), 768)])
 @pytest.mark.parametrize("tokens", [1, 4, 48])
 def test_moe_pairs_match_the_rounded_reference(qtypes, inter, tokens):
     """Experts in slots wider than they are (a padded view), a skipped pair (zeros), K = 768 down rows (odd
@@ -238,7 +248,8 @@ def test_moe_pairs_match_the_rounded_reference(qtypes, inter, tokens):
 
 
 @interpreted
-@pytest.mark.parametrize("qtypes", [(Q2_K, Q3_K), (Q3_K, Q2_K), (Q4_K, Q6_K)])
+@pytest.mark.parametrize("qtypes", [(Q2_K, Q3_K), (Q3_K, Q2_K), (Q4_K, Q6_K), (IQ2_XXS, IQ3_XXS), (IQ2_XS, IQ3_S),
+                                    (IQ3_S, IQ2_S), (IQ1_S, IQ1_M)])
 def test_moe_pairs_in_the_interpreter(qtypes):
     """A small case with wide programs (the interpreter runs programs one by one): one-superblock gate/up rows
     and 768-wide down rows (Q3_K's odd rows start two bytes into a word in both)."""
