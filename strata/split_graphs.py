@@ -31,11 +31,11 @@ _ACTIVE: contextvars.ContextVar[SplitCapture | None] = contextvars.ContextVar("s
 
 @contextlib.contextmanager
 def collector_held():
-    """Python's garbage collector run once, then held off while a graph is captured. A CUDA graph the collector
-    frees mid-capture (one of a dropped engine, held in a reference cycle) destroys its executable there, which
-    CUDA forbids while a stream captures: the capture is invalidated and its memory pool left recording. torch
-    (>= 2.9) no longer collects before a capture itself."""
-    gc.collect()
+    """Python's garbage collector held off while a graph is captured. A CUDA graph the collector frees mid-capture
+    (one of a dropped engine, held in a reference cycle) destroys its executable there, which CUDA forbids while a
+    stream captures: the capture is invalidated and its memory pool left recording. torch (>= 2.9) no longer
+    collects before a capture; neither do we (a full collection costs tens of ms, more than a small capture): the
+    garbage waits for the next collection after the capture."""
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -365,11 +365,19 @@ class CudaGraphCache:
             logger.exception("the LM head of %d rows failed before its capture; it runs eagerly", rows)
             return None
         return self.capture_graph(lambda: self.head_logits[:rows].copy_(compute_logits(hidden)),
-                                  f"the LM head graph of {rows} rows")
+                                  f"the LM head graph of {rows} rows", timed=False)  # _capture's time holds it
 
-    def capture_graph(self, fn: Callable[[], object], what: str) -> torch.cuda.CUDAGraph | None:
+    def capture_graph(self, fn: Callable[[], object], what: str, timed: bool = True) -> torch.cuda.CUDAGraph | None:
         """fn's launches (kernels compiled already) as one graph in the shared pool; None, logged, if the capture
-        fails (the caller runs fn eagerly)."""
+        fails (the caller runs fn eagerly). Its wall time counts in capture_seconds."""
+        started = time.perf_counter()
+        try:
+            return self._capture_graph(fn, what)
+        finally:
+            if timed:
+                self.capture_seconds += time.perf_counter() - started
+
+    def _capture_graph(self, fn: Callable[[], object], what: str) -> torch.cuda.CUDAGraph | None:
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()

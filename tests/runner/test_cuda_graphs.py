@@ -335,8 +335,8 @@ def _count_host_replays(runner) -> list[int]:
     graphs, count = runner.graphs, [0]
     run = graphs.run
 
-    def counted(key, scheduled, block_tables, feed=None):
-        step = run(key, scheduled, block_tables, feed)
+    def counted(key, scheduled, block_tables, *args, **kwargs):
+        step = run(key, scheduled, block_tables, *args, **kwargs)
         if step is not None and runner.host_kv.has_host_blocks(scheduled):
             count[0] += 1
         return step
