@@ -10,7 +10,7 @@ device indices. The host reads N's tokens while N + 1 runs and commits them one 
 Synthetic drafting (spec/synthetic.py) decides how many drafts a step accepts when it is launched: its draft
 rows are placeholders (the bonus token repeated, as the proposer's are) and the accepted tokens are the
 target's own at those rows, so the verdicts need nothing but the target's argmax. MTP and suffix drafting
-(STRATA_DRAFTS_AHEAD=1 until they have run on a GPU): a greedy slot accepts the drafts equal to the target's
+(STRATA_DRAFTS_AHEAD=1 until their speed is measured): a greedy slot accepts the drafts equal to the target's
 argmax, a sampled one runs speculative sampling on the device (the shared generator: no per-request seed). The
 MTP head drafts the next window on the device, from the step's rows (pass 1) and from one-token contexts moved
 back by the same shortfall (passes 2..k). Suffix drafts are the host's, made when the next step is launched as
