@@ -357,6 +357,14 @@ class SchedulerConfig:
     max_num_batched_tokens: int = _opt(2048, "token budget of one step (prompt chunks + decode)")
     max_model_len: int | None = _opt(None, "maximum prompt + output length (default: the model's)")
     policy: str = _opt("fcfs", "admission order: fcfs | shortest-prompt-first")
+    admission_hold_steps: int = _opt(0, "leave free slots empty for up to this many steps while a running request "
+                                        "will reach its length limit within them, so waiting prompts are admitted "
+                                        "together (a prompt step of a many-expert MoE reads most experts whether it "
+                                        "carries one prompt or several); 0: admit at once")
+
+    def __post_init__(self) -> None:
+        if self.admission_hold_steps < 0:
+            raise ValueError(f"admission_hold_steps must be 0 (admit at once) or more, got {self.admission_hold_steps}")
     async_scheduling: bool = _opt(True, "plan the next decode step while the current one runs on the device, "
                                         "so the host's per-step work overlaps it (decode steps without drafts; "
                                         "a request that stops there wastes one token)")

@@ -23,6 +23,7 @@ from strata.scheduler.prefix import PrefixManager
 from strata.scheduler.request_state import RequestState, Status
 from strata.scheduler.stats import CacheStats, SpecStats
 from strata.spec.planner import DraftPlanner
+from strata.spec.policy import expected_tokens
 from strata.types import FinishReason, NewSlotData, Request, ScheduledSlot, StepPlan, StepResult
 
 
@@ -91,6 +92,7 @@ class Scheduler:
                                                                   "park_checkpoints": [], "offload_blocks": [],
                                                                   "unpark_blocks": []}
         self._step_ids = itertools.count()
+        self._held_steps = 0  # steps the waiting prompts were held for (--admission-hold-steps)
 
     def set_max_num_seqs(self, max_num_seqs: int) -> None:
         """Admit at most this many running requests (1 .. the slots built), e.g. a benchmark's
@@ -172,10 +174,11 @@ class Scheduler:
             scheduled.append(self._slot_work(state, num_new, new_blocks, drafts, offloaded))
             budget -= num_new + len(drafts)
         while budget > 0 and self.waiting and self.free_slots and len(self.running) < self.max_running \
-                and len(scheduled) < room:
+                and len(scheduled) < room and not self._holds_admission():
             state = self._next_waiting()
             if not self._try_admit(state, budget):
                 break
+            self._held_steps = 0
             num_new = self._chunk(state, budget)
             new_blocks = self._try_grow(state, num_new)
             scheduled.append(self._slot_work(state, num_new, new_blocks))
@@ -384,6 +387,28 @@ class Scheduler:
         return commits
 
     # ---- helpers ---------------------------------------------------------------------------------
+
+    def _holds_admission(self) -> bool:
+        """--admission-hold-steps H: whether this step leaves its free slots empty, because a running request will
+        reach its length limit (max_tokens or the model's length) within the steps the hold has left, so the prompts
+        waiting now are admitted together with the next one's in a single step. A request waits at most H steps
+        for it; nothing is held while no request runs (the device would idle)."""
+        hold = self.config.admission_hold_steps
+        if not hold or self._held_steps >= hold or not self.running:
+            return False
+        steps_left = hold - self._held_steps
+        if not any(self._ends_within(state, steps_left) for state in self.running if state.status is Status.RUNNING):
+            return False
+        self._held_steps += 1
+        return True
+
+    def _ends_within(self, state: RequestState, steps: int) -> bool:
+        """Whether `state` reaches its length limit within `steps` steps at its expected tokens a step (speculating
+        requests emit more than one) and still has tokens to emit after its prompt."""
+        if state.num_computed_tokens < state.num_tokens - 1:
+            return False  # its prompt is still being read
+        per_step = expected_tokens(state.acceptance_ema, state.requested_k) if self.planner.enabled else 1.0
+        return state.remaining_output(self.max_model_len) <= steps * per_step
 
     def _next_waiting(self) -> RequestState:
         if self.config.policy == "shortest-prompt-first":

@@ -135,6 +135,31 @@ def test_preemption_loses_nothing(tiny_model_dir):
     assert tight.engine.scheduler.allocator.num_free == 40
 
 
+def test_admission_hold_changes_when_prompts_enter_not_what_they_generate(tiny_model_dir):
+    """--admission-hold-steps on a hybrid model with suffix speculation: slots that free a step or two apart take
+    their waiting prompts in one step, and every output equals admission at once."""
+    folder = tiny_model_dir("qwen3_next")
+    prompts = [{"prompt_token_ids": list(range(5 + i, 20 + 2 * i))} for i in range(6)]
+    params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in (6, 7, 8, 9, 10, 11)]
+    outputs, joined = {}, {}
+    for hold in (0, 3):
+        llm = LLM(folder, dtype="float32", device="cpu", max_num_seqs=2, block_size=4, max_model_len=128,
+                  admission_hold_steps=hold, speculative_config={"method": "suffix", "num_speculative_tokens": 2})
+        scheduler, groups = llm.engine.scheduler, []
+        schedule = scheduler.schedule
+
+        def recording(*args, schedule=schedule, groups=groups, **kwargs):
+            plan = schedule(*args, **kwargs)
+            groups.append(len(plan.new_slots))
+            return plan
+
+        scheduler.schedule = recording
+        outputs[hold] = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
+        joined[hold] = sum(count == 2 for count in groups)
+    assert outputs[3] == outputs[0] and [len(o) for o in outputs[0]] == [6, 7, 8, 9, 10, 11]
+    assert joined[3] > joined[0], joined  # held prompts entered together more often
+
+
 def test_a_failing_step_fails_its_requests_and_the_engine_keeps_serving(tiny_model_dir, monkeypatch):
     from strata.config import EngineConfig, RunnerConfig
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,8 +17,10 @@ from strata.types import FinishReason, Request, SamplingParams, SlotResult, Step
 EOS = 0
 
 
-def make_scheduler(max_num_seqs=4, budget=32, num_blocks=64, block_size=4, max_model_len=256, policy="fcfs"):
-    return Scheduler(SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, policy=policy),
+def make_scheduler(max_num_seqs=4, budget=32, num_blocks=64, block_size=4, max_model_len=256, policy="fcfs",
+                   admission_hold_steps=0):
+    return Scheduler(SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=budget, policy=policy,
+                                     admission_hold_steps=admission_hold_steps),
                      CacheConfig(block_size=block_size), num_blocks, max_model_len, (EOS,))
 
 
@@ -86,6 +89,48 @@ def test_shortest_prompt_first():
     s.add_request(request("long", 20))
     s.add_request(request("short", 2))
     assert s.schedule().new_slots[0].request_id == "short"
+
+
+def _admissions(hold: int, max_tokens: list[int], steps: int = 30) -> tuple[list[list[str]], dict[str, list[int]]]:
+    """Two slots, the requests all waiting from the start: the request ids each step admitted, and the outputs."""
+    s = make_scheduler(max_num_seqs=2, admission_hold_steps=hold)
+    for i, n in enumerate(max_tokens):
+        s.add_request(request(f"r{i}", 3, max_tokens=n))
+    admitted, outputs = [], {}
+    for _ in range(steps):
+        plan = s.schedule()
+        admitted.append([new.request_id for new in plan.new_slots])
+        for commit in s.update(plan, fake_execute(plan)):
+            if commit.finish_reason:
+                outputs[commit.state.request_id] = commit.state.output_token_ids
+        check_ownership(s)
+    assert not s.has_unfinished()
+    return [ids for ids in admitted if ids], outputs
+
+
+def test_admission_hold_joins_the_prompts_of_slots_freeing_a_step_apart():
+    """r0 ends a step before r1: held, r2's prompt waits that step and enters beside r3's, in one prompt step."""
+    held_groups, held_outputs = _admissions(2, [2, 3, 4, 4])
+    plain_groups, plain_outputs = _admissions(0, [2, 3, 4, 4])
+    assert plain_groups == [["r0", "r1"], ["r2"], ["r3"]]
+    assert held_groups == [["r0", "r1"], ["r2", "r3"]]
+    assert held_outputs == plain_outputs and len(held_outputs) == 4
+
+
+def test_admission_hold_waits_only_for_a_slot_that_frees_within_it():
+    """r1 ends 2 steps after r0: a hold of 1 step admits r2 at once, as does any hold while r1 runs long; a hold of
+    2 waits for r1."""
+    assert _admissions(1, [2, 4, 4, 4])[0] == [["r0", "r1"], ["r2"], ["r3"]]
+    assert _admissions(3, [2, 40, 4, 4], steps=60)[0] == [["r0", "r1"], ["r2"], ["r3"]]
+    assert _admissions(2, [2, 4, 4, 4])[0] == [["r0", "r1"], ["r2", "r3"]]
+
+
+def test_admission_hold_never_idles_the_device_and_must_not_be_negative():
+    s = make_scheduler(max_num_seqs=2, admission_hold_steps=5)
+    s.add_request(request("a", 3, max_tokens=1))
+    assert [new.request_id for new in s.schedule().new_slots] == ["a"]  # nothing runs: admitted at once
+    with pytest.raises(ValueError, match="admission_hold_steps"):
+        SchedulerConfig(admission_hold_steps=-1)
 
 
 def test_preemption_keeps_output_and_resumes():
