@@ -73,6 +73,9 @@ def test_a_graph_dropped_in_a_reference_cycle_does_not_break_a_later_capture():
 def test_the_collector_is_held_off_during_a_capture_and_given_back_after():
     import gc
     assert gc.isenabled()
-    with SplitCapture(torch.cuda.graph_pool_handle()):
+    x = torch.zeros(4, device="cuda")
+    with SplitCapture(torch.cuda.graph_pool_handle()) as capture:
         assert not gc.isenabled()
+        x.add_(1)  # something to capture
     assert gc.isenabled()
+    capture.result.reset()
