@@ -80,6 +80,7 @@ class VerifyGraphs:
         self.delta[:real].copy_(delta)
         if real < num_slots:
             self.delta[real:num_slots].zero_()
+
         def run() -> None:
             self.inputs.shift(self.delta[:num_slots], num_slots, window)
 

@@ -125,6 +125,22 @@ def test_admission_hold_waits_only_for_a_slot_that_frees_within_it():
     assert _admissions(2, [2, 4, 4, 4])[0] == [["r0", "r1"], ["r2", "r3"]]
 
 
+def test_admission_after_a_hold_fills_every_free_slot():
+    """Held 2 steps for r0's end, r1 and r2 then enter together, though rA too ends within 2 steps by then."""
+    s = make_scheduler(max_num_seqs=4, admission_hold_steps=2)
+    s.add_request(request("r0", 3, max_tokens=4))
+    s.add_request(request("rA", 3, max_tokens=6))
+    admitted = []
+    for step in range(5):
+        if step == 2:
+            s.add_request(request("r1", 3))
+            s.add_request(request("r2", 3))
+        plan = s.schedule()
+        admitted.append([new.request_id for new in plan.new_slots])
+        s.update(plan, fake_execute(plan))
+    assert admitted == [["r0", "rA"], [], [], [], ["r1", "r2"]]
+
+
 def test_admission_hold_never_idles_the_device_and_must_not_be_negative():
     s = make_scheduler(max_num_seqs=2, admission_hold_steps=5)
     s.add_request(request("a", 3, max_tokens=1))
