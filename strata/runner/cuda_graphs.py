@@ -369,15 +369,8 @@ class CudaGraphCache:
 
     def capture_graph(self, fn: Callable[[], object], what: str, timed: bool = True) -> torch.cuda.CUDAGraph | None:
         """fn's launches (kernels compiled already) as one graph in the shared pool; None, logged, if the capture
-        fails (the caller runs fn eagerly). Its wall time counts in capture_seconds."""
+        fails (the caller runs fn eagerly). Its wall time counts in capture_seconds when `timed`."""
         started = time.perf_counter()
-        try:
-            return self._capture_graph(fn, what)
-        finally:
-            if timed:
-                self.capture_seconds += time.perf_counter() - started
-
-    def _capture_graph(self, fn: Callable[[], object], what: str) -> torch.cuda.CUDAGraph | None:
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
@@ -389,11 +382,13 @@ class CudaGraphCache:
                     fn()
                 torch.cuda.current_stream().wait_stream(stream)
                 torch.cuda.synchronize()
-            return graph
         except Exception:
             logger.exception("capturing %s failed; it runs eagerly", what)
             self._abandon_pool()
-            return None
+            graph = None
+        if timed:
+            self.capture_seconds += time.perf_counter() - started
+        return graph
 
     def _abandon_pool(self) -> None:
         """After a failed capture: CUDA ended it without torch's allocator learning so (its pool stays
