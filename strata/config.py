@@ -361,13 +361,13 @@ class SchedulerConfig:
                                         "will reach its length limit within them, so waiting prompts are admitted "
                                         "together (a prompt step of a many-expert MoE reads most experts whether it "
                                         "carries one prompt or several); 0: admit at once")
+    async_scheduling: bool = _opt(True, "plan the next decode step while the current one runs on the device, "
+                                        "so the host's per-step work overlaps it (decode steps without drafts; "
+                                        "a request that stops there wastes one token)")
 
     def __post_init__(self) -> None:
         if self.admission_hold_steps < 0:
             raise ValueError(f"admission_hold_steps must be 0 (admit at once) or more, got {self.admission_hold_steps}")
-    async_scheduling: bool = _opt(True, "plan the next decode step while the current one runs on the device, "
-                                        "so the host's per-step work overlaps it (decode steps without drafts; "
-                                        "a request that stops there wastes one token)")
 
 
 SPEC_METHODS = ("mtp", "suffix", "mtp+suffix", "synthetic", "auto")

@@ -173,7 +173,7 @@ class Scheduler:
                 continue  # preempted (or waiting for blocks): it is back in the waiting queue
             scheduled.append(self._slot_work(state, num_new, new_blocks, drafts, offloaded))
             budget -= num_new + len(drafts)
-        held = bool(self.waiting) and self._holds_admission()  # once admitting, a step fills every free slot it can
+        held = self._holds_admission()  # decided once: once admitting, a step fills every free slot it can
         while budget > 0 and self.waiting and self.free_slots and len(self.running) < self.max_running \
                 and len(scheduled) < room and not held:
             state = self._next_waiting()
@@ -395,7 +395,7 @@ class Scheduler:
         waiting now are admitted together with the next one's in a single step. A request waits at most H steps
         for it; nothing is held while no request runs (the device would idle)."""
         hold = self.config.admission_hold_steps
-        if not hold or self._held_steps >= hold or not self.running or not self.free_slots \
+        if not hold or self._held_steps >= hold or not self.waiting or not self.running or not self.free_slots \
                 or len(self.running) >= self.max_running:
             return False
         steps_left = hold - self._held_steps
