@@ -357,7 +357,7 @@ class SchedulerConfig:
     max_num_batched_tokens: int = _opt(2048, "token budget of one step (prompt chunks + decode)")
     max_model_len: int | None = _opt(None, "maximum prompt + output length (default: the model's)")
     policy: str = _opt("fcfs", "admission order: fcfs | shortest-prompt-first")
-    admission_hold_steps: int = _opt(0, "leave free slots empty for up to this many steps while a running request "
+    admission_hold_steps: int = _opt(1, "leave free slots empty for up to this many steps while a running request "
                                         "will reach its length limit within them, so waiting prompts are admitted "
                                         "together (a prompt step of a many-expert MoE reads most experts whether it "
                                         "carries one prompt or several); 0: admit at once")

@@ -175,7 +175,7 @@ def _grouped(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Te
     ids = topk_ids.clamp(min=0)
     weights = topk_weights.masked_fill(skipped, 0).reshape(-1).contiguous()          # [P]
     cfg = {**GROUPED_CONFIG, **(config or {})}
-    block_m = 16 if topk_ids.numel() <= 16 * num_experts else 64
+    block_m = cfg.get("BLOCK_M") or (16 if topk_ids.numel() <= 16 * num_experts else 64)
     sorted_ids, block_expert = moe_align(ids, num_experts, block_m)
     num_blocks = block_expert.numel()
     act = torch.empty(num_blocks * block_m, inter, dtype=hidden.dtype, device=hidden.device)  # [rows, I]

@@ -2,7 +2,7 @@
 sets): the 8-bit pairs (packed_q8.moe_pairs_q8: time grows with the pairs), packed_moe's float grouped kernels
 (each used expert read once per row block) under a few tilings, and the int8 tensor-core grouped kernel
 (packed_mmq, Q4_K / Q6_K rows only), on the 30B-A3B shape (128 experts of 768, top 8, Q4_K / Q6_K) and Qwen4-Exp's
-(512 experts of 640, top 10, Q4_K / Q8_0). Where the pairs stop paying decides packed_moe.Q8_PAIRS_PER_EXPERT.
+(512 experts of 640, top 10, Q4_K / Q8_0), and every expert dequantized to bf16 before fused_moe. Where the pairs stop paying decides packed_moe.Q8_PAIRS_PER_EXPERT.
 Writes $OUT/prompt_moe_ab.json."""
 import json
 import os
@@ -40,20 +40,24 @@ for shape, (E, D, I, TOP, q13, q2) in SHAPES.items():
         arms[f"grouped_n{bn}_w{warps}_s{stages}"] = (
             lambda h, ids, wts, c=dict(BLOCK_N=bn, num_warps=warps, num_stages=stages):
             packed_moe._grouped(h, w13, q13, w2, q2, ids, wts, config=c))
+    # every expert dequantized to bf16, then fused_moe (what a capture of packed_moe's dequantized path does)
+    arms["dequant_all"] = lambda h, ids, wts: packed_moe._dequantized(h, w13, q13, w2, q2, ids, wts, every_expert=True)
     if packed_mmq.supports(q2, I, w2):
         for bm, bn in ((16, 64), (32, 64), (64, 64), (64, 128)):
             arms[f"mmq_m{bm}_n{bn}"] = (lambda h, ids, wts, c=dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=4):
                                         packed_mmq.moe_grouped_q8(h, w13, q13, w2, q2, ids, wts, config=c))
-    for tokens in (16, 32, 64, 128, 256, 512):
+    for tokens in [int(t) for t in os.environ.get("PROMPT_TOKENS", "16,32,64,128,256,512").split(",")]:
         hidden = torch.randn(tokens, D, device="cuda", dtype=torch.bfloat16) * 0.1
         id_sets = [torch.stack([torch.randperm(E, generator=gen)[:TOP] for _ in range(tokens)]).cuda()
                    for _ in range(4)]
         wts = torch.rand(tokens, TOP, device="cuda")
-        ref = arms["q8_pairs"](hidden, id_sets[0], wts).float()
+        ref = arms["q8_pairs"](hidden, id_sets[0], wts).float().sum(1)  # [T, D]: arms return partials or sums
         res = {}
         for name, fn in arms.items():
             try:
-                err = ((fn(hidden, id_sets[0], wts).float() - ref).abs().max() / ref.abs().max()).item()
+                got = fn(hidden, id_sets[0], wts).float()
+                got = got if got.dim() == 2 else got.sum(1)
+                err = ((got - ref).abs().max() / ref.abs().max()).item()
                 t = round(graph_time(lambda i, fn=fn: fn(hidden, id_sets[i], wts), len(id_sets)), 1)
             except Exception as e:  # a tiling that does not compile or fit: say so, go on
                 print(shape, name, tokens, "failed:", repr(e)[:200], flush=True)
