@@ -175,6 +175,14 @@ def test_the_8_bit_pairs_take_up_to_a_few_pairs_an_expert(tokens, path, monkeypa
     check(out, hidden, w13, Q4_K, w2, Q6_K, ids, weights)
 
 
+def test_grouped_row_blocks_follow_the_rows_an_expert():
+    """64-row blocks (an expert decoded once) where an expert's rows fill most of one, or from 4 rows an expert in
+    a layer of few experts; 16-row blocks for a many-expert layer's few rows an expert (its padding costs more)."""
+    block_m = packed_moe_module.grouped_block_m
+    assert block_m(128 * 8, 128) == 64 and block_m(128 * 4, 128) == 64 and block_m(128 * 2, 128) == 16
+    assert block_m(512 * 10, 512) == 16 and block_m(512 * 15, 512) == 64 and block_m(512 * 12, 512) == 64
+
+
 @interpreted
 @pytest.mark.parametrize("qtypes", [(Q2_K, Q3_K), (Q3_K, Q2_K), (Q4_K, Q6_K), (IQ2_XXS, IQ4_NL)] + IQ_PAIRS)
 @pytest.mark.parametrize("path", ["_pairs", "_grouped"])
