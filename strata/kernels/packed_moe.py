@@ -20,7 +20,10 @@ Four CUDA paths, picked per call by `packed_moe`:
   expert's rows: a step whose pairs share experts rereads them (from L2 when small).
 - grouped (more pairs: large verify windows, prompts): pairs sorted by expert in
   blocks of rows (moe_align); a program decodes a tile of its expert's blocks once and multiplies it with
-  the block's rows on the tensor cores, so each used expert is read once per row block.
+  the block's rows on the tensor cores, so each used expert is read once per row block. Block decoding is
+  this path's limit (session 37: a 512-token prompt of the 30B-A3B at Q4_K_M spends 27 of its 31 ms here, far
+  from copy bandwidth); with STRATA_GROUPED_WORDS=1 Q4_K / Q5_K tiles are decoded a word at a time
+  (packed_gemv_words.q4k_words_tile, columns permuted, activations loaded alike), not yet measured.
 - dequantized: the used experts are dequantized to hidden's dtype and go through the 16-bit grouped GEMMs
   (fused_moe). One host sync (which experts are used).
 Rows the block kernels do not read (superblock rows not a multiple of 256; types outside packed_gemv's
@@ -34,7 +37,9 @@ from __future__ import annotations
 
 import torch
 
-from strata.kernels import packed_dequant, packed_gemv, packed_iquants, packed_q8
+import os
+
+from strata.kernels import packed_dequant, packed_gemv, packed_gemv_words, packed_iquants, packed_q8
 from strata.kernels.fused_moe import fused_moe as fused_moe_kernel
 from strata.kernels.fused_moe import grouped_experts_ref
 from strata.kernels.gguf_blocks import dequantize_ref
@@ -50,6 +55,7 @@ except ImportError:  # CPU-only install: packed_moe_ref still works
 if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
     from strata.kernels.packed_gemv import _chunk_dot, _chunk_ok, _chunk_values, _chunk_x
+    from strata.kernels.packed_gemv_words import q4k_words_tile, words_k_order
 
 # up to this many (token, k) pairs, one program per pair beats the grouped kernel, whose tile decoding costs
 # more than the rereads it saves (H200, 30B-A3B shape: 8 tokens 226 against 565 us, 16 tokens 434 against 898)
@@ -166,7 +172,8 @@ def _grouped(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Te
     """-> float32 [T, K, D] like _pairs, for steps of several tokens: pairs sorted by expert in blocks of
     BLOCK_M rows (moe_align), so each program decodes a BLOCK_N x 256 tile of its expert's blocks once
     and multiplies it with the block's rows on the tensor cores (tl.dot). Skipped pairs (negative ids)
-    compute expert 0 with weight 0."""
+    compute expert 0 with weight 0. config: GROUPED_CONFIG's keys, BLOCK_M (else grouped_block_m) and WORDS
+    (else grouped_words(); taken where words_readable)."""
     num_tokens, top_k = topk_ids.shape
     dim, inter = hidden.shape[1], w13.shape[1] // 2
     assert hidden.stride(1) == 1 and w13.stride(2) == 1 and w2.stride(2) == 1 and w2.shape[1] == dim
@@ -181,16 +188,32 @@ def _grouped(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Te
     act = torch.empty(num_blocks * block_m, inter, dtype=hidden.dtype, device=hidden.device)  # [rows, I]
     partials = torch.empty(num_tokens, top_k, dim, dtype=torch.float32, device=hidden.device)  # [T, K, D]
     block_n = cfg["BLOCK_N"]
+    words = cfg.get("WORDS", grouped_words())
+    asm = not packed_gemv_words._interpreted()
     table13, table2 = packed_iquants.table_for(qtype13, w13), packed_iquants.table_for(qtype2, w2)
     _gate_up_grouped_kernel[(num_blocks, triton.cdiv(inter, block_n))](
         hidden, w13, table13, act, sorted_ids, block_expert, inter, dim, top_k, ids.numel(), hidden.stride(0),
         w13.stride(0), w13.stride(1), act.stride(0), QTYPE=qtype13, BLOCK_M=block_m, BLOCK_N=block_n,
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **pdl_options(hidden))
+        WORDS=words and words_readable(w13, qtype13, dim), ASM=asm, num_warps=cfg["num_warps"],
+        num_stages=cfg["num_stages"], **pdl_options(hidden))
     _down_grouped_kernel[(num_blocks, triton.cdiv(dim, block_n))](
         act, w2, table2, partials, sorted_ids, block_expert, weights, dim, inter, ids.numel(), act.stride(0),
-        w2.stride(0), w2.stride(1), QTYPE=qtype2, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=cfg["num_warps"],
+        w2.stride(0), w2.stride(1), QTYPE=qtype2, BLOCK_M=block_m, BLOCK_N=block_n,
+        WORDS=words and words_readable(w2, qtype2, inter), ASM=asm, num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"], **pdl_options(hidden))
     return partials
+
+
+def grouped_words() -> bool:
+    """Whether the grouped kernels decode Q4_K / Q5_K tiles a word at a time (packed_gemv_words.q4k_words_tile)
+    instead of a byte a weight: opt-in (STRATA_GROUPED_WORDS=1) until measured on a GPU."""
+    return os.environ.get("STRATA_GROUPED_WORDS") == "1"
+
+
+def words_readable(w: torch.Tensor, qtype: int, k: int) -> bool:
+    """Experts w uint8 [E, rows, row bytes] of Q4_K / Q5_K rows of whole superblocks, every row starting on a word."""
+    return (qtype in (packed_gemv_words.Q4_K, packed_gemv_words.Q5_K) and k % 256 == 0 and w.data_ptr() % 4 == 0
+            and w.stride(0) % 4 == 0 and w.stride(1) % 4 == 0)
 
 
 def grouped_block_m(num_pairs: int, num_experts: int) -> int:
@@ -272,9 +295,28 @@ if triton is not None:
                           (BLOCK_N, 256))
 
     @triton.jit
+    def _tile_of(rows_ptr, sb, n_ok, k, table_ptr, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, WORDS: tl.constexpr,
+                 ASM: tl.constexpr):
+        """_tile, or with WORDS (Q4_K / Q5_K rows of whole words) q4k_words_tile's tile of the same rows, whose
+        columns are in words_k_order (the caller loads its activations in that order)."""
+        if WORDS:
+            rows3 = tl.reshape(rows_ptr, (BLOCK_N, 1, 1))
+            words3 = rows3.to(tl.pointer_type(tl.int32))  # word-aligned rows (words_readable): byte offset / 4
+            return q4k_words_tile(words3, rows3, sb, tl.reshape(n_ok, (BLOCK_N, 1, 1)), QTYPE, BLOCK_N, ASM)
+        return _tile(rows_ptr, sb, n_ok, k, table_ptr, QTYPE, BLOCK_N)
+
+    @triton.jit
+    def _k_order(WORDS: tl.constexpr):
+        """The weight of a superblock each tile column holds: words_k_order with WORDS, else in order."""
+        if WORDS:
+            return words_k_order()
+        return tl.arange(0, 256)
+
+    @triton.jit
     def _gate_up_grouped_kernel(hidden_ptr, w13_ptr, table_ptr, act_ptr, sorted_ids_ptr, block_expert_ptr, inter,
                                 dim, top_k, num_pairs, stride_ht, stride_we, stride_wn, stride_at, QTYPE: tl.constexpr,
-                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr):
+                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WORDS: tl.constexpr, ASM: tl.constexpr,
+                                USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         pid_m, pid_n = tl.program_id(0), tl.program_id(1)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -288,14 +330,14 @@ if triton is not None:
         n_ok = (offs_n < inter)[:, None, None, None]
         gate_rows = w13_ptr + expert * stride_we + offs_n.to(tl.int64)[:, None, None, None] * stride_wn
         up_rows = gate_rows + inter * stride_wn
-        offs_k = tl.arange(0, 256)
+        offs_k = _k_order(WORDS)
         a_ptrs = hidden_ptr + token[:, None] * stride_ht + offs_k[None, :]                 # [BM, 256]
         acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for sb in range(0, tl.cdiv(dim, 256)):
             a = tl.load(a_ptrs + sb * 256, mask=row_ok[:, None] & (sb * 256 + offs_k < dim)[None, :], other=0.0)
-            wg = _tile(gate_rows, sb, n_ok, dim, table_ptr, QTYPE, BLOCK_N).to(a.dtype)   # [BN, 256]
-            wu = _tile(up_rows, sb, n_ok, dim, table_ptr, QTYPE, BLOCK_N).to(a.dtype)
+            wg = _tile_of(gate_rows, sb, n_ok, dim, table_ptr, QTYPE, BLOCK_N, WORDS, ASM).to(a.dtype)  # [BN, 256]
+            wu = _tile_of(up_rows, sb, n_ok, dim, table_ptr, QTYPE, BLOCK_N, WORDS, ASM).to(a.dtype)
             acc_g = tl.dot(a, tl.trans(wg), acc_g)
             acc_u = tl.dot(a, tl.trans(wu), acc_u)
         act = acc_g * tl.sigmoid(acc_g) * acc_u
@@ -305,7 +347,8 @@ if triton is not None:
     @triton.jit
     def _down_grouped_kernel(act_ptr, w2_ptr, table_ptr, out_ptr, sorted_ids_ptr, block_expert_ptr, weights_ptr, dim,
                              inter, num_pairs, stride_at, stride_we, stride_wn, QTYPE: tl.constexpr,
-                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr):
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WORDS: tl.constexpr, ASM: tl.constexpr,
+                             USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         pid_m, pid_n = tl.program_id(0), tl.program_id(1)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -317,12 +360,12 @@ if triton is not None:
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         n_ok = (offs_n < dim)[:, None, None, None]
         rows = w2_ptr + expert * stride_we + offs_n.to(tl.int64)[:, None, None, None] * stride_wn
-        offs_k = tl.arange(0, 256)
+        offs_k = _k_order(WORDS)
         a_ptrs = act_ptr + offs_m[:, None].to(tl.int64) * stride_at + offs_k[None, :]     # [BM, 256]
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for sb in range(0, tl.cdiv(inter, 256)):
             a = tl.load(a_ptrs + sb * 256, mask=row_ok[:, None] & (sb * 256 + offs_k < inter)[None, :], other=0.0)
-            w = _tile(rows, sb, n_ok, inter, table_ptr, QTYPE, BLOCK_N).to(a.dtype)
+            w = _tile_of(rows, sb, n_ok, inter, table_ptr, QTYPE, BLOCK_N, WORDS, ASM).to(a.dtype)
             acc = tl.dot(a, tl.trans(w), acc)
         route_w = tl.load(weights_ptr + pair, mask=row_ok, other=0.0).to(tl.float32)
         tl.store(out_ptr + pair[:, None].to(tl.int64) * dim + offs_n[None, :], acc * route_w[:, None],

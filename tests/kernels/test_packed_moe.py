@@ -105,11 +105,13 @@ def test_packed_moe_matches_ref(qtypes, tokens):
 @pytest.mark.parametrize("tokens", [1, 5, 70])
 def test_every_path_matches_the_reference(tokens):
     """pairs (one program per pair), grouped (row blocks of an expert on the tensor cores; 70 tokens take
-    64-row blocks) and dequantized, on the same case."""
+    64-row blocks; Q4_K tiles decoded a byte a weight and a word at a time) and dequantized, on the same case."""
     hidden, w13, w2, ids, weights = case(Q4_K, Q6_K, tokens, seed=7)
     args = (hidden.cuda(), w13.cuda(), Q4_K, w2.cuda(), Q6_K, ids.cuda(), weights.cuda())
     check(packed_moe_module._pairs(*args).sum(1).bfloat16(), hidden, w13, Q4_K, w2, Q6_K, ids, weights)
     check(packed_moe_module._grouped(*args).sum(1).bfloat16(), hidden, w13, Q4_K, w2, Q6_K, ids, weights)
+    words = packed_moe_module._grouped(*args, config=dict(WORDS=True)).sum(1).bfloat16()  # Q4_K tiles by the word
+    check(words, hidden, w13, Q4_K, w2, Q6_K, ids, weights)
     check(packed_moe_module._dequantized(*args, every_expert=False), hidden, w13, Q4_K, w2, Q6_K, ids, weights)
     partials = packed_moe(*args, sum_topk=False)
     assert partials.shape == (tokens, 4, 512) and partials.dtype == torch.float32
@@ -181,6 +183,37 @@ def test_grouped_row_blocks_follow_the_rows_an_expert():
     block_m = packed_moe_module.grouped_block_m
     assert block_m(128 * 8, 128) == 64 and block_m(128 * 4, 128) == 64 and block_m(128 * 2, 128) == 16
     assert block_m(512 * 10, 512) == 16 and block_m(512 * 15, 512) == 64 and block_m(512 * 12, 512) == 64
+
+
+@interpreted
+@pytest.mark.parametrize("qtypes", [(Q4_K, Q6_K), (Q5_K, Q4_K), (Q4_K, Q5_K)])
+@pytest.mark.parametrize("tokens", [2, 9])
+def test_grouped_word_tiles_in_the_interpreter(qtypes, tokens):
+    """The grouped kernels with Q4_K / Q5_K tiles decoded a word at a time (their columns in words_k_order, the
+    activations loaded in that order; Q6_K rows keep the byte decoder), experts in padded slots and a skipped
+    pair: the byte decoder's sums within float32 reordering, and the reference."""
+    hidden, w13, w2, ids, weights = case(*qtypes, tokens, dim=512, inter=256, num=4, top_k=2, pad=96, seed=11)
+    hidden = hidden.float()
+    assert packed_moe_module.words_readable(w13, qtypes[0], 512)
+    words = packed_moe_module._grouped(hidden, w13, qtypes[0], w2, qtypes[1], ids, weights,
+                                       config=dict(BLOCK_N=64, WORDS=True))
+    by_bytes = packed_moe_module._grouped(hidden, w13, qtypes[0], w2, qtypes[1], ids, weights,
+                                          config=dict(BLOCK_N=64, WORDS=False))
+    assert torch.all(words[0, -1] == 0)
+    assert ((words - by_bytes).abs().max() / by_bytes.abs().max()) < 1e-6
+    expected = packed_moe_ref(hidden, w13, qtypes[0], w2, qtypes[1], ids, weights)
+    assert ((words.sum(1) - expected).abs().max() / expected.abs().max()) < 1e-5
+
+
+def test_word_tiles_need_rows_of_whole_words():
+    """Rows the word decoder cannot read (Q6_K's 210-byte superblocks, a slot stride off a word) keep the bytes."""
+    w = torch.zeros(4, 8, 144, dtype=torch.uint8)
+    assert packed_moe_module.words_readable(w, Q4_K, 256)
+    assert not packed_moe_module.words_readable(w, Q6_K, 256)
+    odd = torch.zeros(4 * 8 * 144 + 2, dtype=torch.uint8)[2:].view(4, 8, 144)
+    assert not packed_moe_module.words_readable(odd, Q4_K, 256)
+    slots = torch.zeros(4, 8 * 144 + 2, dtype=torch.uint8)[:, :8 * 144].unflatten(1, (8, 144))
+    assert not packed_moe_module.words_readable(slots, Q4_K, 256)
 
 
 @interpreted

@@ -2,7 +2,7 @@
 sets): the 8-bit pairs (packed_q8.moe_pairs_q8: time grows with the pairs), packed_moe's float grouped kernels
 (each used expert read once per row block) under a few tilings, and the int8 tensor-core grouped kernel
 (packed_mmq, Q4_K / Q6_K rows only), on the 30B-A3B shape (128 experts of 768, top 8, Q4_K / Q6_K) and Qwen4-Exp's
-(512 experts of 640, top 10, Q4_K / Q8_0), and every expert dequantized to bf16 before fused_moe. Where the pairs stop paying decides packed_moe.Q8_PAIRS_PER_EXPERT.
+(512 experts of 640, top 10, Q4_K / Q8_0), the grouped tilings with word-decoded Q4_K tiles (WORDS), and every expert dequantized to bf16 before fused_moe. Where the pairs stop paying decides packed_moe.Q8_PAIRS_PER_EXPERT.
 Writes $OUT/prompt_moe_ab.json."""
 import json
 import os
@@ -37,9 +37,10 @@ for shape, (E, D, I, TOP, q13, q2) in SHAPES.items():
     w2 = blocks(q2, E * D, I, seed=2).cuda().view(E, D, -1)
     arms = {"q8_pairs": lambda h, ids, wts: packed_q8.moe_pairs_q8(h, w13, q13, w2, q2, ids, wts)}
     for bn, warps, stages in ((32, 4, 2), (64, 4, 2), (64, 8, 3), (128, 8, 3)):
-        arms[f"grouped_n{bn}_w{warps}_s{stages}"] = (
-            lambda h, ids, wts, c=dict(BLOCK_N=bn, num_warps=warps, num_stages=stages):
-            packed_moe._grouped(h, w13, q13, w2, q2, ids, wts, config=c))
+        for words in (False, True):  # Q4_K / Q5_K tiles a byte a weight, or a word at a time
+            arms[f"grouped_n{bn}_w{warps}_s{stages}" + ("_words" if words else "")] = (
+                lambda h, ids, wts, c=dict(BLOCK_N=bn, num_warps=warps, num_stages=stages, WORDS=words):
+                packed_moe._grouped(h, w13, q13, w2, q2, ids, wts, config=c))
     # every expert dequantized to bf16, then fused_moe (what a capture of packed_moe's dequantized path does)
     arms["dequant_all"] = lambda h, ids, wts: packed_moe._dequantized(h, w13, q13, w2, q2, ids, wts, every_expert=True)
     if packed_mmq.supports(q2, I, w2):
