@@ -3,7 +3,7 @@ GPU: catches front-end errors (shapes, types, returns) that TRITON_INTERPRET=1 l
 (e.g. `pip install --target /tmp/trisite triton==3.5.0`): `PYTHONPATH=/tmp/trisite:. python tools/triton_ir_check.py`.
 With --full, also the float packed kernels (gemv, dequant, MoE pairs and grouped) and the 8-bit-activation ones
 (packed_q8) of every type through the whole NVIDIA pipeline to a cubin (triton's bundled ptxas; several minutes):
-catches errors of layout lowering. --words: the grouped kernels' word-decoded Q4_K / Q5_K tiles to a cubin only."""
+catches errors of layout lowering. --words: the grouped kernels' word-decoded Q4_K / Q5_K / Q6_K tiles to a cubin only."""
 import sys
 import triton
 import triton._C.libtriton as lt
@@ -93,7 +93,7 @@ for q in sorted(packed_gemv.BLOCK_LAYOUT):
     for k in (packed_moe._gate_up_grouped_kernel, packed_moe._down_grouped_kernel):
         ok &= check(k, dict(QTYPE=q, BLOCK_M=16, BLOCK_N=32, WORDS=False, ASM=False, USE_PDL=False),
                     f"{k.fn.__name__} q{q}")
-for q in (packed_gemv_words.Q4_K, packed_gemv_words.Q5_K):  # the grouped kernels' word-decoded tiles
+for q in sorted(packed_gemv_words.SUPERBLOCK_BYTES):  # the grouped kernels' word-decoded tiles
     for k in (packed_moe._gate_up_grouped_kernel, packed_moe._down_grouped_kernel):
         consts = dict(QTYPE=q, BLOCK_M=64, BLOCK_N=32, WORDS=True, ASM=True, USE_PDL=True)
         ok &= check(k, consts, f"{k.fn.__name__} q{q} words")

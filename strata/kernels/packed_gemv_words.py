@@ -260,6 +260,30 @@ if triton is not None:
         return tl.reshape(tl.join(lows, highs), (BLOCK_N, 256))                     # [BN, 4, 8, 2, 2, 2] -> [BN, 256]
 
     @triton.jit
+    def q6k_words_tile(words_ptr, bytes_ptr, row_offsets, j, ok, BLOCK_N: tl.constexpr, ASM: tl.constexpr):
+        """Superblock j of BLOCK_N Q6_K rows at byte offsets row_offsets [BN, 1, 1, 1] (even; a word-aligned
+        base: words_ptr and bytes_ptr the same address) as float32 values [BN, 256] in gguf's order. Tiles are
+        [BN, half h, quarter q, word t]: quant byte b of word t is weight 128 h + 32 q + 4 t + b, its low four
+        bits from ql (byte 64 h + 32 (q % 2) + 4 t + b, nibble q // 2), its top two from bits 2 q of qh's byte
+        128 + 32 h + 4 t + b, its int8 scale at 192 + 8 h + 2 q + t // 4. A superblock starting two bytes into a
+        word is funnelled from two loads (_word_at). The byte decoder's arithmetic: (d * scale) * (q - 32)."""
+        start = row_offsets + j * 210                                               # [BN, 1, 1, 1]
+        shift = ((start % 4) * 8).to(tl.uint32)
+        wb = start // 4
+        h = tl.arange(0, 2)[None, :, None, None]
+        quarter = tl.arange(0, 4)[None, None, :, None]
+        t = tl.arange(0, 8)[None, None, None, :]
+        ql = _word_at(words_ptr, wb + 16 * h + 8 * (quarter % 2) + t, shift, ok)    # [BN, 2, 4, 8]
+        qh = _word_at(words_ptr, wb + 32 + 8 * h + t, shift, ok)                    # [BN, 2, 1, 8]
+        quad = ((ql >> (4 * (quarter // 2)).to(tl.uint32)) & 0x0F0F0F0F) \
+            | (((qh >> (2 * quarter).to(tl.uint32)) << 4) & 0x30303030)
+        scale = tl.load(bytes_ptr + start + 192 + 8 * h + 2 * quarter + t // 4, mask=ok, other=0)
+        ds = _f16_at(bytes_ptr + start + 208, ok) * scale.to(tl.int8, bitcast=True).to(tl.float32)  # [BN, 2, 4, 8]
+        f0, f1, f2, f3 = _word_floats(quad, 32.0, ASM)
+        values = tl.join(tl.join(ds * f0, ds * f2), tl.join(ds * f1, ds * f3))     # [BN, 2, 4, 8, 2, 2]: b = 2 i + j
+        return tl.reshape(values, (BLOCK_N, 256))
+
+    @triton.jit
     def words_k_order():
         """[256]: the weight (of a superblock) at each column of q4k_words_tile's tile."""
         f = tl.arange(0, 256)

@@ -55,7 +55,7 @@ except ImportError:  # CPU-only install: packed_moe_ref still works
 if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
     from strata.kernels.packed_gemv import _chunk_dot, _chunk_ok, _chunk_values, _chunk_x
-    from strata.kernels.packed_gemv_words import q4k_words_tile, words_k_order
+    from strata.kernels.packed_gemv_words import q4k_words_tile, q6k_words_tile, words_k_order
 
 # up to this many (token, k) pairs, one program per pair beats the grouped kernel, whose tile decoding costs
 # more than the rereads it saves (H200, 30B-A3B shape: 8 tokens 226 against 565 us, 16 tokens 434 against 898)
@@ -205,15 +205,17 @@ def _grouped(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Te
 
 
 def grouped_words() -> bool:
-    """Whether the grouped kernels decode Q4_K / Q5_K tiles a word at a time (packed_gemv_words.q4k_words_tile)
+    """Whether the grouped kernels decode Q4_K / Q5_K / Q6_K tiles a word at a time (packed_gemv_words)
     instead of a byte a weight: opt-in (STRATA_GROUPED_WORDS=1) until measured on a GPU."""
     return os.environ.get("STRATA_GROUPED_WORDS") == "1"
 
 
 def words_readable(w: torch.Tensor, qtype: int, k: int) -> bool:
-    """Experts w uint8 [E, rows, row bytes] of Q4_K / Q5_K rows of whole superblocks, every row starting on a word."""
-    return (qtype in (packed_gemv_words.Q4_K, packed_gemv_words.Q5_K) and k % 256 == 0 and w.data_ptr() % 4 == 0
-            and w.stride(0) % 4 == 0 and w.stride(1) % 4 == 0)
+    """Experts w uint8 [E, rows, row bytes] the word decoders read: rows of whole superblocks from a word-aligned
+    base, Q4_K / Q5_K rows each starting on a word, Q6_K ones (210-byte superblocks) on an even byte."""
+    align = {packed_gemv_words.Q4_K: 4, packed_gemv_words.Q5_K: 4, packed_gemv_words.Q6_K: 2}.get(qtype)
+    return (align is not None and k % 256 == 0 and w.data_ptr() % 4 == 0
+            and w.stride(0) % align == 0 and w.stride(1) % align == 0)
 
 
 def grouped_block_m(num_pairs: int, num_experts: int) -> int:
@@ -295,20 +297,25 @@ if triton is not None:
                           (BLOCK_N, 256))
 
     @triton.jit
-    def _tile_of(rows_ptr, sb, n_ok, k, table_ptr, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, WORDS: tl.constexpr,
-                 ASM: tl.constexpr):
-        """_tile, or with WORDS (Q4_K / Q5_K rows of whole words) q4k_words_tile's tile of the same rows, whose
-        columns are in words_k_order (the caller loads its activations in that order)."""
-        if WORDS:
-            rows3 = tl.reshape(rows_ptr, (BLOCK_N, 1, 1))
-            words3 = rows3.to(tl.pointer_type(tl.int32))  # word-aligned rows (words_readable): byte offset / 4
-            return q4k_words_tile(words3, rows3, sb, tl.reshape(n_ok, (BLOCK_N, 1, 1)), QTYPE, BLOCK_N, ASM)
-        return _tile(rows_ptr, sb, n_ok, k, table_ptr, QTYPE, BLOCK_N)
+    def _tile_of(w_ptr, row_offsets, sb, n_ok, k, table_ptr, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr,
+                 WORDS: tl.constexpr, ASM: tl.constexpr):
+        """_tile of the rows at byte offsets row_offsets [BN, 1, 1, 1] from w_ptr, or with WORDS (words_readable
+        rows) decoded a word at a time: Q6_K's in order (q6k_words_tile), Q4_K / Q5_K's with their columns in
+        words_k_order (q4k_words_tile; the caller loads its activations in _k_order)."""
+        words = w_ptr.to(tl.pointer_type(tl.int32))  # a word-aligned base (words_readable)
+        if WORDS and QTYPE == 14:
+            return q6k_words_tile(words, w_ptr, row_offsets, sb, n_ok, BLOCK_N, ASM)
+        if WORDS:  # rows of whole words: byte offset / 4
+            offsets3 = tl.reshape(row_offsets, (BLOCK_N, 1, 1))
+            return q4k_words_tile(words + offsets3 // 4, w_ptr + offsets3, sb, tl.reshape(n_ok, (BLOCK_N, 1, 1)),
+                                  QTYPE, BLOCK_N, ASM)
+        return _tile(w_ptr + row_offsets, sb, n_ok, k, table_ptr, QTYPE, BLOCK_N)
 
     @triton.jit
-    def _k_order(WORDS: tl.constexpr):
-        """The weight of a superblock each tile column holds: words_k_order with WORDS, else in order."""
-        if WORDS:
+    def _k_order(QTYPE: tl.constexpr, WORDS: tl.constexpr):
+        """The weight of a superblock each tile column holds: words_k_order for word-decoded Q4_K / Q5_K tiles,
+        else in order."""
+        if WORDS and QTYPE != 14:
             return words_k_order()
         return tl.arange(0, 256)
 
@@ -328,16 +335,16 @@ if triton is not None:
         token = (pair // top_k).to(tl.int64)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         n_ok = (offs_n < inter)[:, None, None, None]
-        gate_rows = w13_ptr + expert * stride_we + offs_n.to(tl.int64)[:, None, None, None] * stride_wn
+        gate_rows = expert * stride_we + offs_n.to(tl.int64)[:, None, None, None] * stride_wn   # byte offsets
         up_rows = gate_rows + inter * stride_wn
-        offs_k = _k_order(WORDS)
+        offs_k = _k_order(QTYPE, WORDS)
         a_ptrs = hidden_ptr + token[:, None] * stride_ht + offs_k[None, :]                 # [BM, 256]
         acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for sb in range(0, tl.cdiv(dim, 256)):
             a = tl.load(a_ptrs + sb * 256, mask=row_ok[:, None] & (sb * 256 + offs_k < dim)[None, :], other=0.0)
-            wg = _tile_of(gate_rows, sb, n_ok, dim, table_ptr, QTYPE, BLOCK_N, WORDS, ASM).to(a.dtype)  # [BN, 256]
-            wu = _tile_of(up_rows, sb, n_ok, dim, table_ptr, QTYPE, BLOCK_N, WORDS, ASM).to(a.dtype)
+            wg = _tile_of(w13_ptr, gate_rows, sb, n_ok, dim, table_ptr, QTYPE, BLOCK_N, WORDS, ASM).to(a.dtype)
+            wu = _tile_of(w13_ptr, up_rows, sb, n_ok, dim, table_ptr, QTYPE, BLOCK_N, WORDS, ASM).to(a.dtype)
             acc_g = tl.dot(a, tl.trans(wg), acc_g)
             acc_u = tl.dot(a, tl.trans(wu), acc_u)
         act = acc_g * tl.sigmoid(acc_g) * acc_u
@@ -359,13 +366,13 @@ if triton is not None:
         row_ok = pair < num_pairs
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         n_ok = (offs_n < dim)[:, None, None, None]
-        rows = w2_ptr + expert * stride_we + offs_n.to(tl.int64)[:, None, None, None] * stride_wn
-        offs_k = _k_order(WORDS)
+        rows = expert * stride_we + offs_n.to(tl.int64)[:, None, None, None] * stride_wn      # byte offsets
+        offs_k = _k_order(QTYPE, WORDS)
         a_ptrs = act_ptr + offs_m[:, None].to(tl.int64) * stride_at + offs_k[None, :]     # [BM, 256]
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for sb in range(0, tl.cdiv(inter, 256)):
             a = tl.load(a_ptrs + sb * 256, mask=row_ok[:, None] & (sb * 256 + offs_k < inter)[None, :], other=0.0)
-            w = _tile_of(rows, sb, n_ok, inter, table_ptr, QTYPE, BLOCK_N, WORDS, ASM).to(a.dtype)
+            w = _tile_of(w2_ptr, rows, sb, n_ok, inter, table_ptr, QTYPE, BLOCK_N, WORDS, ASM).to(a.dtype)
             acc = tl.dot(a, tl.trans(w), acc)
         route_w = tl.load(weights_ptr + pair, mask=row_ok, other=0.0).to(tl.float32)
         tl.store(out_ptr + pair[:, None].to(tl.int64) * dim + offs_n[None, :], acc * route_w[:, None],

@@ -186,15 +186,18 @@ def test_grouped_row_blocks_follow_the_rows_an_expert():
 
 
 @interpreted
-@pytest.mark.parametrize("qtypes", [(Q4_K, Q6_K), (Q5_K, Q4_K), (Q4_K, Q5_K)])
+@pytest.mark.parametrize("qtypes, inter", [((Q4_K, Q6_K), 256), ((Q5_K, Q4_K), 256), ((Q4_K, Q5_K), 256),
+                                           ((Q6_K, Q6_K), 768)])
 @pytest.mark.parametrize("tokens", [2, 9])
-def test_grouped_word_tiles_in_the_interpreter(qtypes, tokens):
-    """The grouped kernels with Q4_K / Q5_K tiles decoded a word at a time (their columns in words_k_order, the
-    activations loaded in that order; Q6_K rows keep the byte decoder), experts in padded slots and a skipped
-    pair: the byte decoder's sums within float32 reordering, and the reference."""
-    hidden, w13, w2, ids, weights = case(*qtypes, tokens, dim=512, inter=256, num=4, top_k=2, pad=96, seed=11)
+def test_grouped_word_tiles_in_the_interpreter(qtypes, inter, tokens):
+    """The grouped kernels with tiles decoded a word at a time (Q4_K / Q5_K columns in words_k_order, the
+    activations loaded in that order; Q6_K's in order, 768-value down rows of 630 bytes starting on every other
+    half word, as the 30B-A3B's), experts in padded slots and a skipped pair: the byte decoder's sums within
+    float32 reordering, and the reference."""
+    pad = 98 if qtypes == (Q6_K, Q6_K) else 96  # experts two bytes off a word too, where Q6_K rows allow it
+    hidden, w13, w2, ids, weights = case(*qtypes, tokens, dim=512, inter=inter, num=4, top_k=2, pad=pad, seed=11)
     hidden = hidden.float()
-    assert packed_moe_module.words_readable(w13, qtypes[0], 512)
+    assert packed_moe_module.words_readable(w13, qtypes[0], 512) and packed_moe_module.words_readable(w2, qtypes[1], inter)
     words = packed_moe_module._grouped(hidden, w13, qtypes[0], w2, qtypes[1], ids, weights,
                                        config=dict(BLOCK_N=64, WORDS=True))
     by_bytes = packed_moe_module._grouped(hidden, w13, qtypes[0], w2, qtypes[1], ids, weights,
@@ -206,10 +209,11 @@ def test_grouped_word_tiles_in_the_interpreter(qtypes, tokens):
 
 
 def test_word_tiles_need_rows_of_whole_words():
-    """Rows the word decoder cannot read (Q6_K's 210-byte superblocks, a slot stride off a word) keep the bytes."""
+    """Rows the word decoders cannot read (a type without one, Q4_K rows or slots off a word) keep the bytes."""
     w = torch.zeros(4, 8, 144, dtype=torch.uint8)
     assert packed_moe_module.words_readable(w, Q4_K, 256)
-    assert not packed_moe_module.words_readable(w, Q6_K, 256)
+    assert not packed_moe_module.words_readable(w, Q8_0, 256)
+    assert packed_moe_module.words_readable(torch.zeros(4, 8, 630, dtype=torch.uint8), Q6_K, 768)  # even rows
     odd = torch.zeros(4 * 8 * 144 + 2, dtype=torch.uint8)[2:].view(4, 8, 144)
     assert not packed_moe_module.words_readable(odd, Q4_K, 256)
     slots = torch.zeros(4, 8 * 144 + 2, dtype=torch.uint8)[:, :8 * 144].unflatten(1, (8, 144))
