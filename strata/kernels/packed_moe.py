@@ -22,8 +22,9 @@ Four CUDA paths, picked per call by `packed_moe`:
   blocks of rows (moe_align); a program decodes a tile of its expert's blocks once and multiplies it with
   the block's rows on the tensor cores, so each used expert is read once per row block. Block decoding is
   this path's limit (session 37: a 512-token prompt of the 30B-A3B at Q4_K_M spends 27 of its 31 ms here, far
-  from copy bandwidth); with STRATA_GROUPED_WORDS=1 Q4_K / Q5_K tiles are decoded a word at a time
-  (packed_gemv_words.q4k_words_tile, columns permuted, activations loaded alike), not yet measured.
+  from copy bandwidth; its cubins spill: 1,888 bytes of stack a thread for Q4_K gate/up tiles at 64 rows,
+  32 columns, 4 warps, ptxas for sm_90). With STRATA_GROUPED_WORDS=1 Q4_K / Q5_K / Q6_K tiles are decoded a word
+  at a time (packed_gemv_words; Q4_K / Q5_K columns permuted, activations loaded alike), not yet measured.
 - dequantized: the used experts are dequantized to hidden's dtype and go through the 16-bit grouped GEMMs
   (fused_moe). One host sync (which experts are used).
 Rows the block kernels do not read (superblock rows not a multiple of 256; types outside packed_gemv's

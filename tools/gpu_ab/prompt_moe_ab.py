@@ -36,14 +36,21 @@ for shape, (E, D, I, TOP, q13, q2) in SHAPES.items():
     w13 = blocks(q13, E * 2 * I, D, seed=1).cuda().view(E, 2 * I, -1)
     w2 = blocks(q2, E * D, I, seed=2).cuda().view(E, D, -1)
     arms = {"q8_pairs": lambda h, ids, wts: packed_q8.moe_pairs_q8(h, w13, q13, w2, q2, ids, wts)}
-    for bn, warps, stages in ((32, 4, 2), (64, 4, 2), (64, 8, 3), (128, 8, 3)):
-        for words in (False, True):  # Q4_K / Q5_K tiles a byte a weight, or a word at a time
-            arms[f"grouped_n{bn}_w{warps}_s{stages}" + ("_words" if words else "")] = (
-                lambda h, ids, wts, c=dict(BLOCK_N=bn, num_warps=warps, num_stages=stages, WORDS=words):
-                packed_moe._grouped(h, w13, q13, w2, q2, ids, wts, config=c))
+    # GROUPED_ARMS=sweep: 16-row and 64-row blocks x (columns, warps) x tiles a byte a weight or a word at a time
+    # (session 37's ptxas counts: 4 warps of 32 columns at 64 rows spill ~1-2 KB a thread, 8 warps far less)
+    sweep = os.environ.get("GROUPED_ARMS") == "sweep"
+    tilings = ([(bm, bn, w, 2) for bm in (16, 64) for bn, w in ((16, 8), (32, 8), (32, 4), (16, 4))] if sweep
+               else [(None, 32, 4, 2), (None, 64, 4, 2), (None, 64, 8, 3), (None, 128, 8, 3)])
+    for bm, bn, warps, stages in tilings:
+        for words in (False, True):  # Q4_K / Q5_K / Q6_K tiles a byte a weight, or a word at a time
+            c = dict(BLOCK_N=bn, num_warps=warps, num_stages=stages, WORDS=words, **({"BLOCK_M": bm} if bm else {}))
+            name = (f"grouped_m{bm}" if bm else "grouped") + f"_n{bn}_w{warps}_s{stages}" + ("_words" if words else "")
+            arms[name] = lambda h, ids, wts, c=c: packed_moe._grouped(h, w13, q13, w2, q2, ids, wts, config=c)
     # every expert dequantized to bf16, then fused_moe (what a capture of packed_moe's dequantized path does)
-    arms["dequant_all"] = lambda h, ids, wts: packed_moe._dequantized(h, w13, q13, w2, q2, ids, wts, every_expert=True)
-    if packed_mmq.supports(q2, I, w2):
+    if not sweep:
+        arms["dequant_all"] = lambda h, ids, wts: packed_moe._dequantized(h, w13, q13, w2, q2, ids, wts,
+                                                                          every_expert=True)
+    if packed_mmq.supports(q2, I, w2) and not sweep:
         for bm, bn in ((16, 64), (32, 64), (64, 64), (64, 128)):
             arms[f"mmq_m{bm}_n{bn}"] = (lambda h, ids, wts, c=dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=4):
                                         packed_mmq.moe_grouped_q8(h, w13, q13, w2, q2, ids, wts, config=c))
