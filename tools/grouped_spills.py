@@ -27,6 +27,8 @@ def usage(fn, consts, warps, stages=2):
     return " ".join(line.split()[:3])
 q = int(sys.argv[1])
 for fn in [getattr(packed_moe, n) for n in sys.argv[2].split(",")]:
-    for bm, bn, warps, words in itertools.product((16, 64), (16, 32), (4, 8), (False, True)):
-        consts = dict(QTYPE=q, BLOCK_M=bm, BLOCK_N=bn, WORDS=words, ASM=True, USE_PDL=True)
-        print(fn.fn.__name__[:8], "q", q, "bm", bm, "bn", bn, "w", warps, "words", int(words), "|", usage(fn, consts, warps), flush=True)
+    for bm, bn, warps, words, parts in itertools.product((16, 64), (16, 32), (4, 8), (False, True), (1, 2)):
+        if parts == 2 and not words:
+            continue
+        consts = dict(QTYPE=q, BLOCK_M=bm, BLOCK_N=bn, WORDS=words, PARTS=parts, ASM=True, USE_PDL=True)
+        print(fn.fn.__name__[:8], "q", q, "bm", bm, "bn", bn, "w", warps, "words", int(words), "parts", parts, "|", usage(fn, consts, warps), flush=True)

@@ -24,7 +24,8 @@ Four CUDA paths, picked per call by `packed_moe`:
   this path's limit (session 37: a 512-token prompt of the 30B-A3B at Q4_K_M spends 27 of its 31 ms here, far
   from copy bandwidth; its cubins spill: 1,888 bytes of stack a thread for Q4_K gate/up tiles at 64 rows,
   32 columns, 4 warps, ptxas for sm_90). With STRATA_GROUPED_WORDS=1 Q4_K / Q5_K / Q6_K tiles are decoded a word
-  at a time (packed_gemv_words; Q4_K / Q5_K columns permuted, activations loaded alike), not yet measured.
+  at a time (packed_gemv_words; Q4_K / Q5_K columns permuted, activations loaded alike), and PARTS 2 takes half
+  a superblock a step (none of those spill at 8 warps: tools/grouped_spills.py); not yet measured.
 - dequantized: the used experts are dequantized to hidden's dtype and go through the 16-bit grouped GEMMs
   (fused_moe). One host sync (which experts are used).
 Rows the block kernels do not read (superblock rows not a multiple of 256; types outside packed_gemv's
@@ -173,8 +174,8 @@ def _grouped(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Te
     """-> float32 [T, K, D] like _pairs, for steps of several tokens: pairs sorted by expert in blocks of
     BLOCK_M rows (moe_align), so each program decodes a BLOCK_N x 256 tile of its expert's blocks once
     and multiplies it with the block's rows on the tensor cores (tl.dot). Skipped pairs (negative ids)
-    compute expert 0 with weight 0. config: GROUPED_CONFIG's keys, BLOCK_M (else grouped_block_m) and WORDS
-    (else grouped_words(); taken where words_readable)."""
+    compute expert 0 with weight 0. config: GROUPED_CONFIG's keys, BLOCK_M (else grouped_block_m), WORDS
+    (else grouped_words(); taken where words_readable) and PARTS (2: word tiles of half superblocks)."""
     num_tokens, top_k = topk_ids.shape
     dim, inter = hidden.shape[1], w13.shape[1] // 2
     assert hidden.stride(1) == 1 and w13.stride(2) == 1 and w2.stride(2) == 1 and w2.shape[1] == dim
@@ -190,17 +191,19 @@ def _grouped(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Te
     partials = torch.empty(num_tokens, top_k, dim, dtype=torch.float32, device=hidden.device)  # [T, K, D]
     block_n = cfg["BLOCK_N"]
     words = cfg.get("WORDS", grouped_words())
+    parts = cfg.get("PARTS", 1)  # superblocks in halves (word tiles only): half the tile's registers
     asm = not packed_gemv_words._interpreted()
+    words13, words2 = words and words_readable(w13, qtype13, dim), words and words_readable(w2, qtype2, inter)
     table13, table2 = packed_iquants.table_for(qtype13, w13), packed_iquants.table_for(qtype2, w2)
     _gate_up_grouped_kernel[(num_blocks, triton.cdiv(inter, block_n))](
         hidden, w13, table13, act, sorted_ids, block_expert, inter, dim, top_k, ids.numel(), hidden.stride(0),
         w13.stride(0), w13.stride(1), act.stride(0), QTYPE=qtype13, BLOCK_M=block_m, BLOCK_N=block_n,
-        WORDS=words and words_readable(w13, qtype13, dim), ASM=asm, num_warps=cfg["num_warps"],
+        WORDS=words13, PARTS=parts if words13 else 1, ASM=asm, num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"], **pdl_options(hidden))
     _down_grouped_kernel[(num_blocks, triton.cdiv(dim, block_n))](
         act, w2, table2, partials, sorted_ids, block_expert, weights, dim, inter, ids.numel(), act.stride(0),
         w2.stride(0), w2.stride(1), QTYPE=qtype2, BLOCK_M=block_m, BLOCK_N=block_n,
-        WORDS=words and words_readable(w2, qtype2, inter), ASM=asm, num_warps=cfg["num_warps"],
+        WORDS=words2, PARTS=parts if words2 else 1, ASM=asm, num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"], **pdl_options(hidden))
     return partials
 
@@ -298,33 +301,36 @@ if triton is not None:
                           (BLOCK_N, 256))
 
     @triton.jit
-    def _tile_of(w_ptr, row_offsets, sb, n_ok, k, table_ptr, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr,
-                 WORDS: tl.constexpr, ASM: tl.constexpr):
+    def _tile_of(w_ptr, row_offsets, sb, part, n_ok, k, table_ptr, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr,
+                 WORDS: tl.constexpr, PARTS: tl.constexpr, ASM: tl.constexpr):
         """_tile of the rows at byte offsets row_offsets [BN, 1, 1, 1] from w_ptr, or with WORDS (words_readable
-        rows) decoded a word at a time: Q6_K's in order (q6k_words_tile), Q4_K / Q5_K's with their columns in
-        words_k_order (q4k_words_tile; the caller loads its activations in _k_order)."""
+        rows) part `part` of PARTS of it decoded a word at a time: Q6_K's in order (q6k_words_tile), Q4_K / Q5_K's
+        with their columns in words_k_order (q4k_words_tile; the caller loads its activations in _k_order)."""
         words = w_ptr.to(tl.pointer_type(tl.int32))  # a word-aligned base (words_readable)
-        if WORDS and QTYPE == 14:
-            return q6k_words_tile(words, w_ptr, row_offsets, sb, n_ok, BLOCK_N, ASM)
-        if WORDS:  # rows of whole words: byte offset / 4
+        if WORDS and QTYPE == 14:  # (one return: Triton wants every return of one shape, PARTS changes it)
+            tile = q6k_words_tile(words, w_ptr, row_offsets, sb, part, n_ok, BLOCK_N, PARTS, ASM)
+        elif WORDS:  # rows of whole words: byte offset / 4
             offsets3 = tl.reshape(row_offsets, (BLOCK_N, 1, 1))
-            return q4k_words_tile(words + offsets3 // 4, w_ptr + offsets3, sb, tl.reshape(n_ok, (BLOCK_N, 1, 1)),
-                                  QTYPE, BLOCK_N, ASM)
-        return _tile(w_ptr + row_offsets, sb, n_ok, k, table_ptr, QTYPE, BLOCK_N)
+            tile = q4k_words_tile(words + offsets3 // 4, w_ptr + offsets3, sb, part, tl.reshape(n_ok, (BLOCK_N, 1, 1)),
+                                  QTYPE, BLOCK_N, PARTS, ASM)
+        else:
+            tile = _tile(w_ptr + row_offsets, sb, n_ok, k, table_ptr, QTYPE, BLOCK_N)
+        return tile
 
     @triton.jit
-    def _k_order(QTYPE: tl.constexpr, WORDS: tl.constexpr):
-        """The weight of a superblock each tile column holds: words_k_order for word-decoded Q4_K / Q5_K tiles,
-        else in order."""
+    def _k_order(QTYPE: tl.constexpr, WORDS: tl.constexpr, PARTS: tl.constexpr):
+        """The weight of a superblock part each tile column holds: words_k_order for word-decoded Q4_K / Q5_K
+        tiles, else in order."""
+        order = tl.arange(0, 256 // PARTS)
         if WORDS and QTYPE != 14:
-            return words_k_order()
-        return tl.arange(0, 256)
+            order = words_k_order(PARTS)
+        return order
 
     @triton.jit
     def _gate_up_grouped_kernel(hidden_ptr, w13_ptr, table_ptr, act_ptr, sorted_ids_ptr, block_expert_ptr, inter,
                                 dim, top_k, num_pairs, stride_ht, stride_we, stride_wn, stride_at, QTYPE: tl.constexpr,
-                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WORDS: tl.constexpr, ASM: tl.constexpr,
-                                USE_PDL: tl.constexpr):
+                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WORDS: tl.constexpr, PARTS: tl.constexpr,
+                                ASM: tl.constexpr, USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         pid_m, pid_n = tl.program_id(0), tl.program_id(1)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -338,14 +344,18 @@ if triton is not None:
         n_ok = (offs_n < inter)[:, None, None, None]
         gate_rows = expert * stride_we + offs_n.to(tl.int64)[:, None, None, None] * stride_wn   # byte offsets
         up_rows = gate_rows + inter * stride_wn
-        offs_k = _k_order(QTYPE, WORDS)
-        a_ptrs = hidden_ptr + token[:, None] * stride_ht + offs_k[None, :]                 # [BM, 256]
+        offs_k = _k_order(QTYPE, WORDS, PARTS)
+        a_ptrs = hidden_ptr + token[:, None] * stride_ht + offs_k[None, :]                 # [BM, 256 / PARTS]
         acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for sb in range(0, tl.cdiv(dim, 256)):
-            a = tl.load(a_ptrs + sb * 256, mask=row_ok[:, None] & (sb * 256 + offs_k < dim)[None, :], other=0.0)
-            wg = _tile_of(w13_ptr, gate_rows, sb, n_ok, dim, table_ptr, QTYPE, BLOCK_N, WORDS, ASM).to(a.dtype)
-            wu = _tile_of(w13_ptr, up_rows, sb, n_ok, dim, table_ptr, QTYPE, BLOCK_N, WORDS, ASM).to(a.dtype)
+        for c in range(0, tl.cdiv(dim, 256) * PARTS):
+            sb, part = c // PARTS, c % PARTS
+            first = sb * 256 + part * (256 // PARTS)
+            a = tl.load(a_ptrs + first, mask=row_ok[:, None] & (first + offs_k < dim)[None, :], other=0.0)
+            wg = _tile_of(w13_ptr, gate_rows, sb, part, n_ok, dim, table_ptr, QTYPE, BLOCK_N, WORDS, PARTS,
+                          ASM).to(a.dtype)
+            wu = _tile_of(w13_ptr, up_rows, sb, part, n_ok, dim, table_ptr, QTYPE, BLOCK_N, WORDS, PARTS,
+                          ASM).to(a.dtype)
             acc_g = tl.dot(a, tl.trans(wg), acc_g)
             acc_u = tl.dot(a, tl.trans(wu), acc_u)
         act = acc_g * tl.sigmoid(acc_g) * acc_u
@@ -355,8 +365,8 @@ if triton is not None:
     @triton.jit
     def _down_grouped_kernel(act_ptr, w2_ptr, table_ptr, out_ptr, sorted_ids_ptr, block_expert_ptr, weights_ptr, dim,
                              inter, num_pairs, stride_at, stride_we, stride_wn, QTYPE: tl.constexpr,
-                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WORDS: tl.constexpr, ASM: tl.constexpr,
-                             USE_PDL: tl.constexpr):
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WORDS: tl.constexpr, PARTS: tl.constexpr,
+                             ASM: tl.constexpr, USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         pid_m, pid_n = tl.program_id(0), tl.program_id(1)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -368,12 +378,14 @@ if triton is not None:
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         n_ok = (offs_n < dim)[:, None, None, None]
         rows = expert * stride_we + offs_n.to(tl.int64)[:, None, None, None] * stride_wn      # byte offsets
-        offs_k = _k_order(QTYPE, WORDS)
-        a_ptrs = act_ptr + offs_m[:, None].to(tl.int64) * stride_at + offs_k[None, :]     # [BM, 256]
+        offs_k = _k_order(QTYPE, WORDS, PARTS)
+        a_ptrs = act_ptr + offs_m[:, None].to(tl.int64) * stride_at + offs_k[None, :]     # [BM, 256 / PARTS]
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for sb in range(0, tl.cdiv(inter, 256)):
-            a = tl.load(a_ptrs + sb * 256, mask=row_ok[:, None] & (sb * 256 + offs_k < inter)[None, :], other=0.0)
-            w = _tile_of(w2_ptr, rows, sb, n_ok, inter, table_ptr, QTYPE, BLOCK_N, WORDS, ASM).to(a.dtype)
+        for c in range(0, tl.cdiv(inter, 256) * PARTS):
+            sb, part = c // PARTS, c % PARTS
+            first = sb * 256 + part * (256 // PARTS)
+            a = tl.load(a_ptrs + first, mask=row_ok[:, None] & (first + offs_k < inter)[None, :], other=0.0)
+            w = _tile_of(w2_ptr, rows, sb, part, n_ok, inter, table_ptr, QTYPE, BLOCK_N, WORDS, PARTS, ASM).to(a.dtype)
             acc = tl.dot(a, tl.trans(w), acc)
         route_w = tl.load(weights_ptr + pair, mask=row_ok, other=0.0).to(tl.float32)
         tl.store(out_ptr + pair[:, None].to(tl.int64) * dim + offs_n[None, :], acc * route_w[:, None],

@@ -188,18 +188,18 @@ def test_grouped_row_blocks_follow_the_rows_an_expert():
 @interpreted
 @pytest.mark.parametrize("qtypes, inter", [((Q4_K, Q6_K), 256), ((Q5_K, Q4_K), 256), ((Q4_K, Q5_K), 256),
                                            ((Q6_K, Q6_K), 768)])
-@pytest.mark.parametrize("tokens", [2, 9])
-def test_grouped_word_tiles_in_the_interpreter(qtypes, inter, tokens):
+@pytest.mark.parametrize("tokens, parts", [(2, 1), (9, 1), (9, 2)])
+def test_grouped_word_tiles_in_the_interpreter(qtypes, inter, tokens, parts):
     """The grouped kernels with tiles decoded a word at a time (Q4_K / Q5_K columns in words_k_order, the
     activations loaded in that order; Q6_K's in order, 768-value down rows of 630 bytes starting on every other
-    half word, as the 30B-A3B's), experts in padded slots and a skipped pair: the byte decoder's sums within
-    float32 reordering, and the reference."""
+    half word, as the 30B-A3B's), whole superblocks or halves (PARTS 2), experts in padded slots and a skipped
+    pair: the byte decoder's sums within float32 reordering, and the reference."""
     pad = 98 if qtypes == (Q6_K, Q6_K) else 96  # experts two bytes off a word too, where Q6_K rows allow it
     hidden, w13, w2, ids, weights = case(*qtypes, tokens, dim=512, inter=inter, num=4, top_k=2, pad=pad, seed=11)
     hidden = hidden.float()
     assert packed_moe_module.words_readable(w13, qtypes[0], 512) and packed_moe_module.words_readable(w2, qtypes[1], inter)
     words = packed_moe_module._grouped(hidden, w13, qtypes[0], w2, qtypes[1], ids, weights,
-                                       config=dict(BLOCK_N=64, WORDS=True))
+                                       config=dict(BLOCK_N=64, WORDS=True, PARTS=parts))
     by_bytes = packed_moe_module._grouped(hidden, w13, qtypes[0], w2, qtypes[1], ids, weights,
                                           config=dict(BLOCK_N=64, WORDS=False))
     assert torch.all(words[0, -1] == 0)

@@ -36,15 +36,18 @@ for shape, (E, D, I, TOP, q13, q2) in SHAPES.items():
     w13 = blocks(q13, E * 2 * I, D, seed=1).cuda().view(E, 2 * I, -1)
     w2 = blocks(q2, E * D, I, seed=2).cuda().view(E, D, -1)
     arms = {"q8_pairs": lambda h, ids, wts: packed_q8.moe_pairs_q8(h, w13, q13, w2, q2, ids, wts)}
-    # GROUPED_ARMS=sweep: 16-row and 64-row blocks x (columns, warps) x tiles a byte a weight or a word at a time
-    # (session 37's ptxas counts: 4 warps of 32 columns at 64 rows spill ~1-2 KB a thread, 8 warps far less)
+    # GROUPED_ARMS=sweep: 16-row and 64-row blocks x (columns, warps) x tiles a byte a weight, a word at a time, or
+    # a word at a time in half superblocks (session 37's ptxas counts, tools/grouped_spills.py: 64 rows of 32
+    # columns on 4 warps spill 1-2 KB a thread a byte a weight; half-superblock word tiles on 8 warps none)
     sweep = os.environ.get("GROUPED_ARMS") == "sweep"
-    tilings = ([(bm, bn, w, 2) for bm in (16, 64) for bn, w in ((16, 8), (32, 8), (32, 4), (16, 4))] if sweep
+    tilings = ([(bm, bn, w, 2) for bm in (16, 64) for bn, w in ((16, 8), (32, 8), (32, 4))] if sweep
                else [(None, 32, 4, 2), (None, 64, 4, 2), (None, 64, 8, 3), (None, 128, 8, 3)])
     for bm, bn, warps, stages in tilings:
-        for words in (False, True):  # Q4_K / Q5_K / Q6_K tiles a byte a weight, or a word at a time
-            c = dict(BLOCK_N=bn, num_warps=warps, num_stages=stages, WORDS=words, **({"BLOCK_M": bm} if bm else {}))
-            name = (f"grouped_m{bm}" if bm else "grouped") + f"_n{bn}_w{warps}_s{stages}" + ("_words" if words else "")
+        for words, parts in ((False, 1), (True, 1), (True, 2)):
+            c = dict(BLOCK_N=bn, num_warps=warps, num_stages=stages, WORDS=words, PARTS=parts,
+                     **({"BLOCK_M": bm} if bm else {}))
+            name = ((f"grouped_m{bm}" if bm else "grouped") + f"_n{bn}_w{warps}_s{stages}"
+                    + ("_words" if words else "") + ("_halves" if parts == 2 else ""))
             arms[name] = lambda h, ids, wts, c=c: packed_moe._grouped(h, w13, q13, w2, q2, ids, wts, config=c)
     # every expert dequantized to bf16, then fused_moe (what a capture of packed_moe's dequantized path does)
     if not sweep:
