@@ -18,11 +18,13 @@ PTR = {"hidden_ptr": "*bf16", "act_ptr": "*bf16", "out_ptr": "*fp32", "weights_p
 def usage(fn, consts, warps, stages=2):
     sig = {a: "constexpr" if a in consts else PTR.get(a, "*u8") if a.endswith("_ptr") else "i32" for a in fn.arg_names}
     aligned = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if a.endswith("_ptr")}
-    src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(a),): v for a, v in consts.items()}, attrs=aligned)
+    constexprs = {(fn.arg_names.index(a),): v for a, v in consts.items()}
+    src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=aligned)
     k = triton.compile(src, target=TARGET, options=dict(num_warps=warps, num_stages=stages))
     with tempfile.NamedTemporaryFile("wb", suffix=".cubin", delete=False) as f:
         f.write(k.asm["cubin"])
-    out = subprocess.run([os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump"), "--dump-resource-usage", f.name], capture_output=True, text=True)
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
+    out = subprocess.run([cuobjdump, "--dump-resource-usage", f.name], capture_output=True, text=True)
     line = [l for l in out.stdout.splitlines() if "REG" in l][0]
     return " ".join(line.split()[:3])
 q = int(sys.argv[1])
@@ -31,4 +33,5 @@ for fn in [getattr(packed_moe, n) for n in sys.argv[2].split(",")]:
         if parts == 2 and not words:
             continue
         consts = dict(QTYPE=q, BLOCK_M=bm, BLOCK_N=bn, WORDS=words, PARTS=parts, ASM=True, USE_PDL=True)
-        print(fn.fn.__name__[:8], "q", q, "bm", bm, "bn", bn, "w", warps, "words", int(words), "parts", parts, "|", usage(fn, consts, warps), flush=True)
+        print(fn.fn.__name__[:8], "q", q, "bm", bm, "bn", bn, "w", warps, "words", int(words), "parts", parts, "|",
+              usage(fn, consts, warps), flush=True)

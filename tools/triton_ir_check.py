@@ -3,7 +3,8 @@ GPU: catches front-end errors (shapes, types, returns) that TRITON_INTERPRET=1 l
 (e.g. `pip install --target /tmp/trisite triton==3.5.0`): `PYTHONPATH=/tmp/trisite:. python tools/triton_ir_check.py`.
 With --full, also the float packed kernels (gemv, dequant, MoE pairs and grouped) and the 8-bit-activation ones
 (packed_q8) of every type through the whole NVIDIA pipeline to a cubin (triton's bundled ptxas; several minutes):
-catches errors of layout lowering. --words: the grouped kernels' word-decoded Q4_K / Q5_K / Q6_K tiles to a cubin only."""
+catches errors of layout lowering. --words: the grouped kernels' word-decoded Q4_K / Q5_K / Q6_K tiles to a
+cubin only."""
 import sys
 import triton
 import triton._C.libtriton as lt

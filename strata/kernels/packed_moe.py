@@ -22,8 +22,8 @@ Four CUDA paths, picked per call by `packed_moe`:
   blocks of rows (moe_align); a program decodes a tile of its expert's blocks once and multiplies it with
   the block's rows on the tensor cores, so each used expert is read once per row block. Block decoding is
   this path's limit (session 37: a 512-token prompt of the 30B-A3B at Q4_K_M spends 27 of its 31 ms here, far
-  from copy bandwidth; its cubins spill: 1,888 bytes of stack a thread for Q4_K gate/up tiles at 64 rows,
-  32 columns, 4 warps, ptxas for sm_90). With STRATA_GROUPED_WORDS=1 Q4_K / Q5_K / Q6_K tiles are decoded a word
+  from copy bandwidth; its cubins spill: 920 bytes of stack a thread for Q4_K gate/up tiles at 64 rows,
+  32 columns, 4 warps, by Triton 3.6's ptxas for sm_90). With STRATA_GROUPED_WORDS=1 Q4_K / Q5_K / Q6_K tiles are decoded a word
   at a time (packed_gemv_words; Q4_K / Q5_K columns permuted, activations loaded alike), and PARTS 2 takes half
   a superblock a step (none of those spill at 8 warps: tools/grouped_spills.py); not yet measured.
 - dequantized: the used experts are dequantized to hidden's dtype and go through the 16-bit grouped GEMMs
@@ -37,9 +37,9 @@ never sends it there); the i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1
 
 from __future__ import annotations
 
-import torch
-
 import os
+
+import torch
 
 from strata.kernels import packed_dequant, packed_gemv, packed_gemv_words, packed_iquants, packed_q8
 from strata.kernels.fused_moe import fused_moe as fused_moe_kernel

@@ -197,7 +197,8 @@ def test_grouped_word_tiles_in_the_interpreter(qtypes, inter, tokens, parts):
     pad = 98 if qtypes == (Q6_K, Q6_K) else 96  # experts two bytes off a word too, where Q6_K rows allow it
     hidden, w13, w2, ids, weights = case(*qtypes, tokens, dim=512, inter=inter, num=4, top_k=2, pad=pad, seed=11)
     hidden = hidden.float()
-    assert packed_moe_module.words_readable(w13, qtypes[0], 512) and packed_moe_module.words_readable(w2, qtypes[1], inter)
+    readable = packed_moe_module.words_readable
+    assert readable(w13, qtypes[0], 512) and readable(w2, qtypes[1], inter)
     words = packed_moe_module._grouped(hidden, w13, qtypes[0], w2, qtypes[1], ids, weights,
                                        config=dict(BLOCK_N=64, WORDS=True, PARTS=parts))
     by_bytes = packed_moe_module._grouped(hidden, w13, qtypes[0], w2, qtypes[1], ids, weights,

@@ -24,12 +24,13 @@ for t in (16, 32, 64, 128):
     for bm, bn, bk, warps, stages in itertools.product((16, 32), (32, 64, 128), (64, 128), (4,), (2, 3, 4)):
         cfg = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps, num_stages=stages)
         try:
-            res[str((bm, bn, bk, warps, stages))] = graph_time(lambda i: fused_moe(x, w13, w2, ids[i], wts, config=cfg), 2)
+            res[str((bm, bn, bk, warps, stages))] = graph_time(
+                lambda i: fused_moe(x, w13, w2, ids[i], wts, config=cfg), 2)
         except Exception:  # noqa: BLE001 (a tiling over the shared memory)
             pass
     best = sorted((v, k) for k, v in res.items())[:5]
     out[t] = {"distinct": distinct, "gb": gb, "default_cfg": default_config(t * top_k, experts), "res": res}
     print("T", t, "experts read", distinct, f"{gb:.3f} GB", "default", round(res["default"], 1), "us",
-          f"{gb / res['default'] * 1e6:.0f} GB/s", "best", [(round(v, 1), k, f"{gb / v * 1e6:.0f} GB/s") for v, k in best],
-          flush=True)
+          f"{gb / res['default'] * 1e6:.0f} GB/s", "best",
+          [(round(v, 1), k, f"{gb / v * 1e6:.0f} GB/s") for v, k in best], flush=True)
 json.dump(out, open(os.path.join(os.environ.get("OUT", "."), "moe_prompt_tiles.json"), "w"), indent=1)

@@ -1,7 +1,7 @@
 # Prepared in session 37 for the next session's first device call (carry [".whl", ".base"]; device_setup.sh says how
 # to build .base/src.tar; .whl holds the wheels its README lists). 1. packed_moe's GPU tests (the word-decoded
 # grouped tiles' first GPU run); 2. the grouped kernels' tilings x word tiles at prompt sizes (GROUPED_ARMS=sweep;
-# session 37 found their cubins spilling 1-2 KB a thread); 3. issue 23's Q4_K_M prefill with STRATA_GROUPED_WORDS
+# session 37 found their cubins spilling up to ~1 KB a thread); 3. issue 23's Q4_K_M prefill with STRATA_GROUPED_WORDS
 # 0 / 1 alternated; 4. the graphs on / off token-identity tests, now with fixed draft lengths.
 source tools/gpu_ab/device_setup.sh
 S=$(date +%s)

@@ -2,7 +2,8 @@
 sets): the 8-bit pairs (packed_q8.moe_pairs_q8: time grows with the pairs), packed_moe's float grouped kernels
 (each used expert read once per row block) under a few tilings, and the int8 tensor-core grouped kernel
 (packed_mmq, Q4_K / Q6_K rows only), on the 30B-A3B shape (128 experts of 768, top 8, Q4_K / Q6_K) and Qwen4-Exp's
-(512 experts of 640, top 10, Q4_K / Q8_0), the grouped tilings with word-decoded Q4_K tiles (WORDS), and every expert dequantized to bf16 before fused_moe. Where the pairs stop paying decides packed_moe.Q8_PAIRS_PER_EXPERT.
+(512 experts of 640, top 10, Q4_K / Q8_0), the grouped tilings with word-decoded tiles (WORDS, PARTS), and
+every expert dequantized to bf16 before fused_moe. Where the pairs stop paying decides packed_moe.Q8_PAIRS_PER_EXPERT.
 Writes $OUT/prompt_moe_ab.json."""
 import json
 import os
@@ -37,8 +38,8 @@ for shape, (E, D, I, TOP, q13, q2) in SHAPES.items():
     w2 = blocks(q2, E * D, I, seed=2).cuda().view(E, D, -1)
     arms = {"q8_pairs": lambda h, ids, wts: packed_q8.moe_pairs_q8(h, w13, q13, w2, q2, ids, wts)}
     # GROUPED_ARMS=sweep: 16-row and 64-row blocks x (columns, warps) x tiles a byte a weight, a word at a time, or
-    # a word at a time in half superblocks (session 37's ptxas counts, tools/grouped_spills.py: 64 rows of 32
-    # columns on 4 warps spill 1-2 KB a thread a byte a weight; half-superblock word tiles on 8 warps none)
+    # a word at a time in half superblocks (session 37's ptxas counts, tools/grouped_spills.py, Triton 3.6: 64 rows
+    # of 32 columns on 4 warps spill 920 bytes a thread a byte a weight; half-superblock word tiles on 8 warps none)
     sweep = os.environ.get("GROUPED_ARMS") == "sweep"
     tilings = ([(bm, bn, w, 2) for bm in (16, 64) for bn, w in ((16, 8), (32, 8), (32, 4))] if sweep
                else [(None, 32, 4, 2), (None, 64, 4, 2), (None, 64, 8, 3), (None, 128, 8, 3)])
