@@ -150,8 +150,9 @@ def build_engine(config: EngineConfig, quiet: bool = False, shared: LoadedModel 
     if loaded.experts is not None and loaded.experts.offloaded:
         expert_token_budget = tokens_for_expert_budget(cfg.num_experts, cfg.num_experts_per_tok,
                                                        config.experts.expert_budget)
-    scheduler = Scheduler(config.scheduler, config.cache, sizes.num_kv_blocks, max_model_len, cfg.eos_token_ids,
-                          DraftPlanner(spec), has_recurrent_state=bool(loaded.model.recurrent_state_shapes()),
+    scheduler = Scheduler(config.scheduler.resolved_for(cfg), config.cache, sizes.num_kv_blocks, max_model_len,
+                          cfg.eos_token_ids, DraftPlanner(spec),
+                          has_recurrent_state=bool(loaded.model.recurrent_state_shapes()),
                           park_rows=sizes.park_rows, uniform_draft_windows=runner.graphs is not None,
                           expert_token_budget=expert_token_budget, num_host_kv_blocks=sizes.num_host_kv_blocks)
     plan.check_after_start(runner.graphs.pool_bytes if runner.graphs is not None else 0)

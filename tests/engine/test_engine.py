@@ -160,6 +160,17 @@ def test_admission_hold_changes_when_prompts_enter_not_what_they_generate(tiny_m
     assert joined[3] > joined[0], joined  # held prompts entered together more often
 
 
+def test_admission_hold_defaults_to_one_step_for_moe_models_and_none_for_dense_ones(tiny_model_dir):
+    """Unset, --admission-hold-steps is 1 on an MoE model (a prompt step reads most of its experts however many
+    prompts it carries) and 0 on a dense one; a value given is kept."""
+    def hold(family, **options):
+        llm = LLM(tiny_model_dir(family), dtype="float32", device="cpu", max_num_seqs=2, **options)
+        return llm.engine.scheduler.config.admission_hold_steps
+
+    assert hold("qwen3_moe") == 1 and hold("llama") == 0
+    assert hold("qwen3_moe", admission_hold_steps=0) == 0 and hold("llama", admission_hold_steps=2) == 2
+
+
 def test_a_failing_step_fails_its_requests_and_the_engine_keeps_serving(tiny_model_dir, monkeypatch):
     from strata.config import EngineConfig, RunnerConfig
 
