@@ -8,18 +8,8 @@ import torch
 from strata.kernels import packed_moe
 
 sys.path.insert(0, "tests/kernels")  # by name: an installed `kernels` package shadows tests/kernels
+from expert_blocks import blocks  # noqa: E402
 from graph_timing import graph_time  # noqa: E402
-from test_packed_gemv import random_blocks  # noqa: E402
-
-
-def blocks(qtype, n, k, seed):
-    """random_blocks, but Q8_0 as random quants with small f16 scales (prompt_moe_ab.py's shortcut)."""
-    if qtype != 8:
-        return random_blocks(qtype, n, k, seed)
-    g = torch.Generator().manual_seed(seed)
-    out = torch.randint(0, 256, (n, k // 32, 34), dtype=torch.uint8, generator=g)
-    out[:, :, :2] = (torch.rand(n, k // 32, generator=g) * 0.02 + 1e-3).half().view(torch.uint8).view(n, k // 32, 2)
-    return out.view(n, -1)
 
 
 gen = torch.Generator().manual_seed(0)

@@ -14,20 +14,8 @@ import torch
 from strata.kernels import packed_mmq, packed_moe, packed_q8
 
 sys.path.insert(0, "tests/kernels")  # by name: an installed `kernels` package shadows tests/kernels
+from expert_blocks import blocks  # noqa: E402
 from graph_timing import graph_time  # noqa: E402
-from test_packed_gemv import random_blocks  # noqa: E402
-
-
-
-def blocks(qtype, n, k, seed):
-    """random_blocks, but Q8_0 as random quants with small f16 scales (gguf's quantize of 0.8 G floats is slow)."""
-    if qtype != 8:
-        return random_blocks(qtype, n, k, seed)
-    g = torch.Generator().manual_seed(seed)
-    out = torch.randint(0, 256, (n, k // 32, 34), dtype=torch.uint8, generator=g)
-    scale = (torch.rand(n, k // 32, generator=g) * 0.02 + 1e-3).half()
-    out[:, :, :2] = scale.view(torch.uint8).view(n, k // 32, 2)
-    return out.view(n, -1)
 
 
 SHAPES = {"30b": (128, 2048, 768, 8, 12, 14), "qwen4exp": (512, 2560, 640, 10, 12, 8)}
