@@ -37,8 +37,6 @@ never sends it there); the i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1
 
 from __future__ import annotations
 
-import os
-
 import torch
 
 from strata.kernels import packed_dequant, packed_gemv, packed_gemv_words, packed_iquants, packed_q8
@@ -211,7 +209,9 @@ def _grouped(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Te
 def grouped_words() -> bool:
     """Whether the grouped kernels decode Q4_K / Q5_K / Q6_K tiles a word at a time (packed_gemv_words)
     instead of a byte a weight: opt-in (STRATA_GROUPED_WORDS=1) until measured on a GPU."""
-    return os.environ.get("STRATA_GROUPED_WORDS") == "1"
+    from strata.config import debug_flag
+
+    return debug_flag("GROUPED_WORDS")
 
 
 def words_readable(w: torch.Tensor, qtype: int, k: int) -> bool:
