@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import torch
 
-from strata.kernels import packed_dequant, packed_gemv, packed_gemv_words, packed_iquants, packed_q8
+from strata.kernels import packed_dequant, packed_gemv, packed_gemv_words, packed_iquants, packed_mmq, packed_q8
 from strata.kernels.fused_moe import fused_moe as fused_moe_kernel
 from strata.kernels.fused_moe import grouped_experts_ref
 from strata.kernels.gguf_blocks import dequantize_ref
@@ -105,6 +105,23 @@ def q8_pairs_supported(w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2
             and packed_q8.supports(qtype2, inter, w2))
 
 
+def grouped_q8_supported(w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2: int, dim: int,
+                         inter: int) -> bool:
+    """Whether steps of more pairs than Q8_PAIRS_PER_EXPERT an expert go to packed_mmq (8-bit activations, int8
+    tensor cores): both projections Q4_K / Q6_K and 8-bit activations on, unless turned off
+    (STRATA_NO_GROUPED_Q8=1 keeps the float grouped kernels)."""
+    from strata.config import debug_flag
+
+    return (packed_q8.enabled() and not debug_flag("NO_GROUPED_Q8") and packed_mmq.supports(qtype13, dim, w13)
+            and packed_mmq.supports(qtype2, inter, w2))
+
+
+def grouped_q8_config(num_pairs: int, num_experts: int) -> dict:
+    """packed_mmq's tiling for a step of num_pairs pairs over num_experts experts (session 37: 32-row blocks
+    of 64 columns on 4 warps were its best at 256 and 512 tokens of the 30B-A3B; 64-row blocks spilled)."""
+    return dict(BLOCK_M=32, BLOCK_N=64, num_warps=4)
+
+
 def packed_moe(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2: int,
                topk_ids: torch.Tensor, topk_weights: torch.Tensor, sum_topk: bool = True) -> torch.Tensor:
     """packed_moe_ref's contract on CUDA (float32 accumulation; the pairs path rounds SiLU(gate) * up to
@@ -114,6 +131,10 @@ def packed_moe(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.
     pairs_pay = topk_ids.numel() <= Q8_PAIRS_PER_EXPERT * w13.shape[0]
     if pairs_pay and q8_pairs_supported(w13, qtype13, w2, qtype2, dim, inter):
         partials = packed_q8.moe_pairs_q8(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights)
+        return partials.sum(1).to(hidden.dtype) if sum_topk else partials
+    if not pairs_pay and grouped_q8_supported(w13, qtype13, w2, qtype2, dim, inter):
+        config = grouped_q8_config(topk_ids.numel(), w13.shape[0])
+        partials = packed_mmq.moe_grouped_q8(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights, config=config)
         return partials.sum(1).to(hidden.dtype) if sum_topk else partials
     if pairs_supported(qtype13, qtype2, dim, inter):
         run = _pairs if topk_ids.numel() <= PAIRS_MAX else _grouped

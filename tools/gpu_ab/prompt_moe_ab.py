@@ -19,6 +19,9 @@ from graph_timing import graph_time  # noqa: E402
 
 
 SHAPES = {"30b": (128, 2048, 768, 8, 12, 14), "qwen4exp": (512, 2560, 640, 10, 12, 8)}
+MODE = os.environ.get("GROUPED_ARMS", "")
+if MODE == "mmq":  # GROUPED_ARMS=mmq: packed_mmq's tilings against the dispatched paths, on the shapes it reads
+    SHAPES = {"30b": SHAPES["30b"], "80b": (512, 2048, 512, 10, 12, 14)}
 rows = []
 gen = torch.Generator().manual_seed(0)
 for shape, (E, D, I, TOP, q13, q2) in SHAPES.items():
@@ -31,21 +34,26 @@ for shape, (E, D, I, TOP, q13, q2) in SHAPES.items():
     sweep = os.environ.get("GROUPED_ARMS") == "sweep"
     tilings = ([(bm, bn, w, 2) for bm in (16, 64) for bn, w in ((16, 8), (32, 8), (32, 4))] if sweep
                else [(None, 32, 4, 2), (None, 64, 4, 2), (None, 64, 8, 3), (None, 128, 8, 3)])
+    if MODE == "mmq":
+        tilings = [(None, 32, 4, 2)]
     for bm, bn, warps, stages in tilings:
-        for words, parts in ((False, 1), (True, 1), (True, 2)):
+        for words, parts in ((False, 1),) if MODE == "mmq" else ((False, 1), (True, 1), (True, 2)):
             c = dict(BLOCK_N=bn, num_warps=warps, num_stages=stages, WORDS=words, PARTS=parts,
                      **({"BLOCK_M": bm} if bm else {}))
             name = ((f"grouped_m{bm}" if bm else "grouped") + f"_n{bn}_w{warps}_s{stages}"
                     + ("_words" if words else "") + ("_halves" if parts == 2 else ""))
             arms[name] = lambda h, ids, wts, c=c: packed_moe._grouped(h, w13, q13, w2, q2, ids, wts, config=c)
     # every expert dequantized to bf16, then fused_moe (what a capture of packed_moe's dequantized path does)
-    if not sweep:
+    if not sweep and MODE != "mmq":
         arms["dequant_all"] = lambda h, ids, wts: packed_moe._dequantized(h, w13, q13, w2, q2, ids, wts,
                                                                           every_expert=True)
+    mmq_tilings = ([(16, 64, 4), (32, 64, 4), (32, 64, 8), (32, 128, 4), (32, 128, 8), (64, 64, 8), (64, 128, 8),
+                    (64, 32, 4), (64, 32, 8), (128, 64, 8)] if MODE == "mmq"
+                   else [(16, 64, 4), (32, 64, 4), (64, 64, 4), (64, 128, 4)])
     if packed_mmq.supports(q2, I, w2) and not sweep:
-        for bm, bn in ((16, 64), (32, 64), (64, 64), (64, 128)):
-            arms[f"mmq_m{bm}_n{bn}"] = (lambda h, ids, wts, c=dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=4):
-                                        packed_mmq.moe_grouped_q8(h, w13, q13, w2, q2, ids, wts, config=c))
+        for bm, bn, warps in mmq_tilings:
+            arms[f"mmq_m{bm}_n{bn}_w{warps}"] = (lambda h, ids, wts, c=dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=warps):
+                                                 packed_mmq.moe_grouped_q8(h, w13, q13, w2, q2, ids, wts, config=c))
     for tokens in [int(t) for t in os.environ.get("PROMPT_TOKENS", "16,32,64,128,256,512").split(",")]:
         hidden = torch.randn(tokens, D, device="cuda", dtype=torch.bfloat16) * 0.1
         id_sets = [torch.stack([torch.randperm(E, generator=gen)[:TOP] for _ in range(tokens)]).cuda()
