@@ -3,8 +3,7 @@ GPU: catches front-end errors (shapes, types, returns) that TRITON_INTERPRET=1 l
 (e.g. `pip install --target /tmp/trisite triton==3.5.0`): `PYTHONPATH=/tmp/trisite:. python tools/triton_ir_check.py`.
 With --full, also the float packed kernels (gemv, dequant, MoE pairs and grouped) and the 8-bit-activation ones
 (packed_q8) of every type through the whole NVIDIA pipeline to a cubin (triton's bundled ptxas; several minutes):
-catches errors of layout lowering. --words: the grouped kernels' word-decoded Q4_K / Q5_K / Q6_K tiles to a
-cubin only."""
+catches errors of layout lowering."""
 import sys
 import triton
 import triton._C.libtriton as lt
@@ -65,10 +64,10 @@ if "--full" in sys.argv:
                  dict(num_warps=2, num_stages=3)),
                 (packed_moe._down_pairs_kernel, dict(QTYPE=q, BLOCK_N=4, SB=4, USE_PDL=True),
                  dict(num_warps=2, num_stages=3)),
-                (packed_moe._gate_up_grouped_kernel, dict(QTYPE=q, BLOCK_M=16, BLOCK_N=32, WORDS=False, PARTS=1,
-                                                          ASM=True, USE_PDL=True), dict(num_warps=4, num_stages=2)),
-                (packed_moe._down_grouped_kernel, dict(QTYPE=q, BLOCK_M=64, BLOCK_N=32, WORDS=False, PARTS=1,
-                                                       ASM=True, USE_PDL=True), dict(num_warps=4, num_stages=2))):
+                (packed_moe._gate_up_grouped_kernel, dict(QTYPE=q, BLOCK_M=16, BLOCK_N=32, USE_PDL=True),
+                 dict(num_warps=4, num_stages=2)),
+                (packed_moe._down_grouped_kernel, dict(QTYPE=q, BLOCK_M=64, BLOCK_N=32, USE_PDL=True),
+                 dict(num_warps=4, num_stages=2))):
             ok &= compile_to_cubin(fn, consts, f"full {fn.fn.__name__} q{q}", options)
     for q in sorted(packed_q8.UNIT):  # the 8-bit-activation kernels, as packed_gemv_q8 and moe_pairs_q8 launch them
         wt = packed_q8._word_tiles(q, False)
@@ -92,14 +91,7 @@ for q in sorted(packed_gemv.BLOCK_LAYOUT):
         for k in (packed_moe._gate_up_pairs_kernel, packed_moe._down_pairs_kernel):
             ok &= check(k, dict(QTYPE=q, BLOCK_N=16, SB=sb, USE_PDL=False), f"{k.fn.__name__} q{q} sb{sb}")
     for k in (packed_moe._gate_up_grouped_kernel, packed_moe._down_grouped_kernel):
-        ok &= check(k, dict(QTYPE=q, BLOCK_M=16, BLOCK_N=32, WORDS=False, PARTS=1, ASM=False, USE_PDL=False),
-                    f"{k.fn.__name__} q{q}")
-for q in sorted(packed_gemv_words.SUPERBLOCK_BYTES):  # the grouped kernels' word-decoded tiles
-    for k in (packed_moe._gate_up_grouped_kernel, packed_moe._down_grouped_kernel):
-        consts = dict(QTYPE=q, BLOCK_M=64, BLOCK_N=32, WORDS=True, PARTS=2, ASM=True, USE_PDL=True)
-        ok &= check(k, consts, f"{k.fn.__name__} q{q} words")
-        if "--full" in sys.argv or "--words" in sys.argv:
-            ok &= compile_to_cubin(k, consts, f"full {k.fn.__name__} q{q} words", dict(num_warps=4, num_stages=2))
+        ok &= check(k, dict(QTYPE=q, BLOCK_M=16, BLOCK_N=32, USE_PDL=False), f"{k.fn.__name__} q{q}")
 for q in sorted(packed_gemv_words.SUPERBLOCK_BYTES):
     for asm in (False, True):
         ok &= check(packed_gemv_words._words_gemv_kernel, dict(QTYPE=q, BLOCK_N=8, SB=2, USE_PDL=False, ASM=asm),

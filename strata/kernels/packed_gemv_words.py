@@ -10,9 +10,6 @@ register), and each byte becomes a float with one PRMT into the mantissa of 2^23
 Q4_K / Q5_K only when asked (WORDS=True): the group sums were faster on most of their small shapes, where
 this decoder's activation loads are shared by too few rows (bench/results/2026-12-02-h200-packed-words).
 
-`q4k_words_tile` decodes a Q4_K / Q5_K superblock of several rows the same way into a tile of values (for
-packed_moe's grouped kernels, which multiply it on the tensor cores), its columns in `words_k_order`.
-
 Word access needs rows of whole words (row_bytes % 4 == 0: an even number of Q6_K superblocks, any
 Q4_K / Q5_K row). Q4_K (144 bytes) and Q5_K (176) superblocks start on words; Q6_K's (210) start on
 every other one, so an odd superblock's words are funnelled from two aligned loads (the second one an L1
@@ -227,70 +224,3 @@ if triton is not None:
                 acc4 += _q4k_superblocks(words_row, bytes_row, x_row, j + s, ok, QTYPE, ASM)
             acc = tl.sum(tl.sum(tl.sum(acc4, axis=3), axis=2), axis=0)
         tl.store(out_ptr + row * stride_om + offs_n, acc, mask=offs_n < n)
-
-    @triton.jit
-    def q4k_words_tile(row_words, row_bytes, j, part, ok, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr,
-                       PARTS: tl.constexpr, ASM: tl.constexpr):
-        """Part `part` of PARTS (1 or 2: 256 / PARTS columns) of superblock j of BLOCK_N Q4_K / Q5_K rows at word
-        pointers row_words and byte pointers row_bytes [BN, 1, 1] (mask ok [BN, 1, 1]) as float32 values
-        [BN, 256 / PARTS] in `words_k_order`: the weight 64 p + 32 h + 4 t + b at column 64 p + 8 t + 2 b + h
-        (p counted from the part's first pair), where word t of pair p holds weight 4 t + b of sub-block 2 p in
-        byte b's low nibble and of 2 p + 1 (h = 1) in its high one. The byte decoder's arithmetic
-        (d * sc * q - dmin * m in float32), so the values are its values, in another order; a grouped kernel
-        multiplies them with activations loaded in the same order (packed_moe)."""
-        sbytes: tl.constexpr = 144 if QTYPE == 12 else 176
-        first: tl.constexpr = 4 if QTYPE == 12 else 12                             # the quants' first word
-        PAIRS: tl.constexpr = 4 // PARTS
-        pair = part * PAIRS + tl.arange(0, PAIRS)[None, :, None]                    # [1, P, 1]
-        t = tl.arange(0, 8)[None, None, :]                                          # [1, 1, 8]
-        wb = j * (sbytes // 4)
-        w = tl.load(row_words + wb + first + 8 * pair + t, mask=ok, other=0).to(tl.uint32, bitcast=True)  # [BN, P, 8]
-        low = w & 0x0F0F0F0F
-        high = (w >> 4) & 0x0F0F0F0F
-        if QTYPE == 13:
-            fifth = tl.load(row_words + wb + 4 + t, mask=ok, other=0).to(tl.uint32, bitcast=True)  # [BN, 1, 8]
-            low |= ((fifth >> (2 * pair).to(tl.uint32)) & 0x01010101) << 4
-            high |= ((fifth >> (2 * pair + 1).to(tl.uint32)) & 0x01010101) << 4
-        base = row_bytes + j * sbytes                                               # [BN, 1, 1]
-        scale_low, min_low = _q4k_scales(base, 2 * pair, ok)                        # [BN, P, 1]
-        scale_high, min_high = _q4k_scales(base, 2 * pair + 1, ok)
-        l0, l1, l2, l3 = _word_floats(low, 0.0, ASM)                                # [BN, P, 8] each
-        h0, h1, h2, h3 = _word_floats(high, 0.0, ASM)
-        lows = tl.join(tl.join(scale_low * l0 - min_low, scale_low * l2 - min_low),
-                       tl.join(scale_low * l1 - min_low, scale_low * l3 - min_low))     # [BN, P, 8, 2, 2]: b = 2 i + j
-        highs = tl.join(tl.join(scale_high * h0 - min_high, scale_high * h2 - min_high),
-                        tl.join(scale_high * h1 - min_high, scale_high * h3 - min_high))
-        return tl.reshape(tl.join(lows, highs), (BLOCK_N, 256 // PARTS))            # [BN, P, 8, 2, 2, 2]
-
-    @triton.jit
-    def q6k_words_tile(words_ptr, bytes_ptr, row_offsets, j, part, ok, BLOCK_N: tl.constexpr, PARTS: tl.constexpr,
-                       ASM: tl.constexpr):
-        """Part `part` of PARTS (1 or 2: its halves of 128 weights) of superblock j of BLOCK_N Q6_K rows at byte
-        offsets row_offsets [BN, 1, 1, 1] (even; a word-aligned base: words_ptr and bytes_ptr the same address)
-        as float32 values [BN, 256 / PARTS] in gguf's order. Tiles are [BN, half h, quarter q, word t]: quant
-        byte b of word t is weight 128 h + 32 q + 4 t + b, its low four bits from ql (byte 64 h + 32 (q % 2) +
-        4 t + b, nibble q // 2), its top two from bits 2 q of qh's byte 128 + 32 h + 4 t + b, its int8 scale at
-        192 + 8 h + 2 q + t // 4. A superblock starting two bytes into a word is funnelled from two loads
-        (_word_at). The byte decoder's arithmetic: (d * scale) * (q - 32)."""
-        HALVES: tl.constexpr = 2 // PARTS
-        start = row_offsets + j * 210                                               # [BN, 1, 1, 1]
-        shift = ((start % 4) * 8).to(tl.uint32)
-        wb = start // 4
-        h = part * HALVES + tl.arange(0, HALVES)[None, :, None, None]
-        quarter = tl.arange(0, 4)[None, None, :, None]
-        t = tl.arange(0, 8)[None, None, None, :]
-        ql = _word_at(words_ptr, wb + 16 * h + 8 * (quarter % 2) + t, shift, ok)    # [BN, H, 4, 8]
-        qh = _word_at(words_ptr, wb + 32 + 8 * h + t, shift, ok)                    # [BN, H, 1, 8]
-        quad = ((ql >> (4 * (quarter // 2)).to(tl.uint32)) & 0x0F0F0F0F) \
-            | (((qh >> (2 * quarter).to(tl.uint32)) << 4) & 0x30303030)
-        scale = tl.load(bytes_ptr + start + 192 + 8 * h + 2 * quarter + t // 4, mask=ok, other=0)
-        ds = _f16_at(bytes_ptr + start + 208, ok) * scale.to(tl.int8, bitcast=True).to(tl.float32)  # [BN, H, 4, 8]
-        f0, f1, f2, f3 = _word_floats(quad, 32.0, ASM)
-        values = tl.join(tl.join(ds * f0, ds * f2), tl.join(ds * f1, ds * f3))     # [BN, H, 4, 8, 2, 2]: b = 2 i + j
-        return tl.reshape(values, (BLOCK_N, 256 // PARTS))
-
-    @triton.jit
-    def words_k_order(PARTS: tl.constexpr):
-        """[256 / PARTS]: the weight (of a superblock part) at each column of q4k_words_tile's tile."""
-        f = tl.arange(0, 256 // PARTS)
-        return 64 * (f // 64) + 32 * (f % 2) + 4 * ((f // 8) % 8) + (f // 2) % 4

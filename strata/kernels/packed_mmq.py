@@ -12,8 +12,10 @@ Same numbers as moe_pairs_q8 (hidden and SiLU(gate) * up rounded to 8 bits per 3
 the two agree up to float32 summation order. Q6_K's scales cover 16 values, so a sub-block is two dots of
 the tile with the other half zeroed.
 
-NOT YET RUN ON A GPU (written at the end of session 22 with no device time left): `moe_grouped_q8` is not
-called by packed_moe until tests/kernels/test_packed_mmq.py's GPU tests pass and it beats moe_pairs_q8.
+packed_moe sends it the steps of Q4_K / Q6_K experts between its Q8_PAIRS_PER_EXPERT and MMQ_PAIRS_PER_EXPERT
+pairs an expert. Nsight Compute (session 38, 30B-A3B experts, 512 tokens, 32-row blocks) finds its programs at 255
+registers with local-memory spills and 12 % occupancy, the float scaling of each 32-value product (I2F, FMUL,
+FFMA) most of the instructions and the int8 MMAs 2 %: a leaner epilogue is where its next gain lies.
 """
 
 from __future__ import annotations
@@ -34,7 +36,10 @@ if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
 
 Q4_K, Q6_K = packed_q8.Q4_K, packed_q8.Q6_K
-CONFIG = dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=2)
+# its best tiling from 4 to 16 pairs an expert on the 30B-A3B's and Qwen3-Next's experts (session 38, H200,
+# `GROUPED_ARMS=mmq prompt_moe_ab.py`: 16-row blocks waste the fewest padding rows, which cost as much as real ones;
+# 64-row blocks spill and ran 2-10x slower)
+CONFIG = dict(BLOCK_M=16, BLOCK_N=64, UNROLL=True, num_warps=4, num_stages=2)
 
 
 def supports(qtype: int, k: int, w: torch.Tensor) -> bool:
@@ -60,8 +65,8 @@ def moe_grouped_q8(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: to
     num_blocks = block_expert.numel()
     hq, hdx, hsums = packed_q8.quantize(hidden)                                         # [T, D] int8 ...
     act = torch.zeros(num_blocks * block_m, inter, dtype=torch.float32, device=hidden.device)  # [B * BM, I]
-    common = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-                  **pdl_options(hidden))
+    common = dict(BLOCK_M=block_m, BLOCK_N=block_n, UNROLL=cfg["UNROLL"], num_warps=cfg["num_warps"],
+                  num_stages=cfg["num_stages"], **pdl_options(hidden))
     _gate_up_kernel[(num_blocks, triton.cdiv(inter, block_n))](
         hq, hdx, hsums, w13, sorted_ids, block_expert, act, inter, dim, top_k, ids.numel(), w13.stride(0),
         w13.stride(1), QTYPE=qtype13, **common)
@@ -83,23 +88,54 @@ if triton is not None:
         return (lo | (hi << 8)).to(tl.float16, bitcast=True).to(tl.float32)
 
     @triton.jit
-    def _q4k_scale_min(sb_ptr, s: tl.constexpr, ok):
-        """Sub-block s's 6-bit scale and min of the Q4_K superblocks at byte pointers sb_ptr [BN] -> float32."""
-        if s < 4:
-            sc = tl.load(sb_ptr + 4 + s, mask=ok, other=0).to(tl.int32) & 63
-            mn = tl.load(sb_ptr + 8 + s, mask=ok, other=0).to(tl.int32) & 63
-        else:
-            hi = tl.load(sb_ptr + 12 + (s - 4), mask=ok, other=0).to(tl.int32)
-            sc = (hi & 15) | ((tl.load(sb_ptr + 4 + (s - 4), mask=ok, other=0).to(tl.int32) >> 6) << 4)
-            mn = (hi >> 4) | ((tl.load(sb_ptr + 8 + (s - 4), mask=ok, other=0).to(tl.int32) >> 6) << 4)
+    def _q4k_scale_min(sb_ptr, s, ok):
+        """Sub-block s's (0-7, constant or not) 6-bit scale and min of the Q4_K superblocks at byte pointers
+        sb_ptr [BN] -> float32."""
+        s4 = s % 4
+        a = tl.load(sb_ptr + 4 + s4, mask=ok, other=0).to(tl.int32)
+        b = tl.load(sb_ptr + 8 + s4, mask=ok, other=0).to(tl.int32)
+        c = tl.load(sb_ptr + 12 + s4, mask=ok, other=0).to(tl.int32)
+        sc = tl.where(s < 4, a & 63, (c & 15) | ((a >> 6) << 4))
+        mn = tl.where(s < 4, b & 63, (c >> 4) | ((b >> 6) << 4))
         return sc.to(tl.float32), mn.to(tl.float32)
 
     @triton.jit
+    def _subblock(acc, x_base, dx_ptr, sums_ptr, x_rows, row_ok, sb, n_ok, d, dmin, i, j, s, k,
+                  QTYPE: tl.constexpr):
+        """acc [BM, BN] plus sub-block s (0-7, constant or not) of superblock j: an int8 [BN, 32] tile of the
+        quants, one int8 dot with the rows' activations (two for Q6_K's 16-value scales), the product scaled by
+        dx and the sub-block's factors."""
+        x = tl.load(x_base + j * 256 + s * 32, mask=row_ok[:, None], other=0)             # [BM, 32] int8
+        dx = tl.load(dx_ptr + x_rows.to(tl.int64) * (k // 32) + j * 8 + s, mask=row_ok, other=0.0)   # [BM]
+        if QTYPE == 12:
+            qbyte = tl.load(sb[:, None] + 16 + (s // 2) * 32 + i[None, :], mask=n_ok[:, None], other=0)
+            quants = ((qbyte.to(tl.int32) >> ((s % 2) * 4)) & 15).to(tl.int8)            # [BN, 32]
+            dots = tl.dot(x, tl.trans(quants), out_dtype=tl.int32)                         # [BM, BN]
+            sums = sums_ptr + x_rows.to(tl.int64) * (k // 16) + j * 16 + 2 * s
+            x_sum = tl.load(sums, mask=row_ok, other=0.0) + tl.load(sums + 1, mask=row_ok, other=0.0)
+            sc, mn = _q4k_scale_min(sb, s, n_ok)
+            acc += dots.to(tl.float32) * dx[:, None] * (d * sc)[None, :] \
+                - (dx * x_sum)[:, None] * (dmin * mn)[None, :]
+        else:
+            # sub-block s = 4 h + c of half h: low bits in nibble c // 2 of ql[64 h + 32 (c % 2) + i], high bits
+            # in bits 2 c of qh[32 h + i]
+            low = tl.load(sb[:, None] + 64 * (s // 4) + 32 * (s % 2) + i[None, :], mask=n_ok[:, None], other=0)
+            high = tl.load(sb[:, None] + 128 + 32 * (s // 4) + i[None, :], mask=n_ok[:, None], other=0)
+            q = (((low.to(tl.int32) >> (((s % 4) // 2) * 4)) & 15)
+                 | (((high.to(tl.int32) >> (2 * (s % 4))) & 3) << 4)) - 32
+            for half in tl.static_range(2):
+                quants = tl.where((i // 16 == half)[None, :], q, 0).to(tl.int8)  # [BN, 32]
+                dots = tl.dot(x, tl.trans(quants), out_dtype=tl.int32)
+                scale = tl.load(sb + 192 + 2 * s + half, mask=n_ok, other=0).to(tl.int8, bitcast=True)
+                acc += dots.to(tl.float32) * dx[:, None] * (d * scale.to(tl.float32))[None, :]
+        return acc
+
+    @triton.jit
     def _rows_times_weights(xq_ptr, dx_ptr, sums_ptr, x_rows, row_ok, w_rows, n_ok, k, QTYPE: tl.constexpr,
-                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, UNROLL: tl.constexpr):
         """x_rows [BM] (row indices into the int8 activations, row_ok) times W's rows at byte pointers w_rows
-        [BN] (n_ok) -> float32 [BM, BN]: per 32-value sub-block an int8 [BN, 32] tile of the quants, one
-        int8 dot with the rows' activations, the product scaled by dx and the sub-block's factors."""
+        [BN] (n_ok) -> float32 [BM, BN], a superblock's 8 sub-blocks (_subblock) unrolled (UNROLL) or in a loop
+        (fewer registers live)."""
         i = tl.arange(0, 32)
         x_base = xq_ptr + x_rows.to(tl.int64)[:, None] * k + i[None, :]                   # [BM, 32]
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -108,41 +144,24 @@ if triton is not None:
                 sb = w_rows + j * 144                                                      # [BN]
                 d = _f16(sb, n_ok)
                 dmin = _f16(sb + 2, n_ok)
-                for s in tl.static_range(8):
-                    qbyte = tl.load(sb[:, None] + 16 + (s // 2) * 32 + i[None, :], mask=n_ok[:, None], other=0)
-                    quants = ((qbyte >> ((s % 2) * 4)) & 15).to(tl.int8)                  # [BN, 32]
-                    x = tl.load(x_base + j * 256 + s * 32, mask=row_ok[:, None], other=0)   # [BM, 32] int8
-                    dots = tl.dot(x, tl.trans(quants), out_dtype=tl.int32)                 # [BM, BN]
-                    dx = tl.load(dx_ptr + x_rows.to(tl.int64) * (k // 32) + j * 8 + s, mask=row_ok, other=0.0)
-                    x_sum = tl.load(sums_ptr + x_rows.to(tl.int64) * (k // 16) + j * 16 + 2 * s, mask=row_ok,
-                                    other=0.0) \
-                        + tl.load(sums_ptr + x_rows.to(tl.int64) * (k // 16) + j * 16 + 2 * s + 1, mask=row_ok,
-                                  other=0.0)
-                    sc, mn = _q4k_scale_min(sb, s, n_ok)
-                    acc += dots.to(tl.float32) * dx[:, None] * (d * sc)[None, :] \
-                        - (dx * x_sum)[:, None] * (dmin * mn)[None, :]
             else:
                 sb = w_rows + j * 210
                 d = _f16(sb + 208, n_ok)
+                dmin = d
+            if UNROLL:
                 for s in tl.static_range(8):
-                    # sub-block s = 4 h + c of half h: low bits in nibble c // 2 of ql[64 h + 32 (c % 2) + i],
-                    # high bits in bits 2 c of qh[32 h + i]
-                    low = tl.load(sb[:, None] + 64 * (s // 4) + 32 * (s % 2) + i[None, :], mask=n_ok[:, None], other=0)
-                    high = tl.load(sb[:, None] + 128 + 32 * (s // 4) + i[None, :], mask=n_ok[:, None], other=0)
-                    q = (((low >> (((s % 4) // 2) * 4)) & 15) | (((high >> (2 * (s % 4))) & 3) << 4)).to(tl.int32) - 32
-                    x = tl.load(x_base + j * 256 + s * 32, mask=row_ok[:, None], other=0)
-                    dx = tl.load(dx_ptr + x_rows.to(tl.int64) * (k // 32) + j * 8 + s, mask=row_ok, other=0.0)
-                    for half in tl.static_range(2):
-                        quants = tl.where((i // 16 == half)[None, :], q, 0).to(tl.int8)  # [BN, 32]
-                        dots = tl.dot(x, tl.trans(quants), out_dtype=tl.int32)
-                        scale = tl.load(sb + 192 + 2 * s + half, mask=n_ok, other=0).to(tl.int8, bitcast=True)
-                        acc += dots.to(tl.float32) * dx[:, None] * (d * scale.to(tl.float32))[None, :]
+                    acc = _subblock(acc, x_base, dx_ptr, sums_ptr, x_rows, row_ok, sb, n_ok, d, dmin, i, j, s, k,
+                                    QTYPE)
+            else:
+                for s in range(8):
+                    acc = _subblock(acc, x_base, dx_ptr, sums_ptr, x_rows, row_ok, sb, n_ok, d, dmin, i, j, s, k,
+                                    QTYPE)
         return acc
 
     @triton.jit
     def _gate_up_kernel(q_ptr, dx_ptr, sums_ptr, w13_ptr, sorted_ids_ptr, block_expert_ptr, act_ptr, inter, dim,
                         top_k, num_pairs, stride_we, stride_wn, QTYPE: tl.constexpr, BLOCK_M: tl.constexpr,
-                        BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr):
+                        BLOCK_N: tl.constexpr, UNROLL: tl.constexpr, USE_PDL: tl.constexpr):
         """One program per (block of BLOCK_M pairs of one expert, BLOCK_N rows of gate and of up): SiLU(gate) *
         up of the block's rows, float32, at the block's rows of act."""
         wait_for_previous_kernel(USE_PDL)
@@ -156,16 +175,17 @@ if triton is not None:
             offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
             n_ok = offs_n < inter
             gate = w13_ptr + expert * stride_we + offs_n.to(tl.int64) * stride_wn                # [BN]
-            g = _rows_times_weights(q_ptr, dx_ptr, sums_ptr, token, row_ok, gate, n_ok, dim, QTYPE, BLOCK_M, BLOCK_N)
+            g = _rows_times_weights(q_ptr, dx_ptr, sums_ptr, token, row_ok, gate, n_ok, dim, QTYPE, BLOCK_M, BLOCK_N,
+                                    UNROLL)
             u = _rows_times_weights(q_ptr, dx_ptr, sums_ptr, token, row_ok, gate + inter * stride_wn, n_ok, dim,
-                                    QTYPE, BLOCK_M, BLOCK_N)
+                                    QTYPE, BLOCK_M, BLOCK_N, UNROLL)
             tl.store(act_ptr + offs_m.to(tl.int64)[:, None] * inter + offs_n[None, :], g * tl.sigmoid(g) * u,
                      mask=row_ok[:, None] & n_ok[None, :])
 
     @triton.jit
     def _down_kernel(q_ptr, dx_ptr, sums_ptr, w2_ptr, sorted_ids_ptr, block_expert_ptr, weights_ptr, out_ptr, dim,
                      inter, num_pairs, stride_we, stride_wn, QTYPE: tl.constexpr, BLOCK_M: tl.constexpr,
-                     BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr):
+                     BLOCK_N: tl.constexpr, UNROLL: tl.constexpr, USE_PDL: tl.constexpr):
         """One program per (block, BLOCK_N output columns): each pair's routing weight times its down
         projection, float32, at partials[pair]."""
         wait_for_previous_kernel(USE_PDL)
@@ -179,7 +199,7 @@ if triton is not None:
             n_ok = offs_n < dim
             rows = w2_ptr + expert * stride_we + offs_n.to(tl.int64) * stride_wn
             y = _rows_times_weights(q_ptr, dx_ptr, sums_ptr, offs_m, row_ok, rows, n_ok, inter, QTYPE, BLOCK_M,
-                                    BLOCK_N)
+                                    BLOCK_N, UNROLL)
             route = tl.load(weights_ptr + pair, mask=row_ok, other=0.0)
             tl.store(out_ptr + pair.to(tl.int64)[:, None] * dim + offs_n[None, :], y * route[:, None],
                      mask=row_ok[:, None] & n_ok[None, :])

@@ -6,12 +6,15 @@ Weights: w13 uint8 [E, 2I, rb13] (rows of D values of type qtype13: gate rows, t
 apart (w13.stride(0): device slots sized for the largest layer's experts). Pairs with a negative id are
 skipped (computed elsewhere, or no expert: an expert provider's slot misses).
 
-Four CUDA paths, picked per call by `packed_moe`:
+Five CUDA paths, picked per call by `packed_moe`:
 - q8 pairs (up to Q8_PAIRS_PER_EXPERT pairs an expert, both projections of types packed_q8 reads: Q2_K, Q3_K_*,
   Q4_K_M, Q8_0 and the i-quant files):
   packed_q8.moe_pairs_q8,
   the pairs below with hidden and SiLU(gate) * up rounded to 8 bits per 32 and integer dot products
   (llama.cpp's decode numerics): a word of quants costs a mask, a shift and two dp4a, not a float each.
+- q8 grouped (from there up to MMQ_PAIRS_PER_EXPERT pairs an expert, Q4_K / Q6_K experts: prompts and
+  verification windows of Q4_K_M files): packed_mmq.moe_grouped_q8, the same numerics with the pairs grouped by
+  expert in 16-row blocks and int8 tensor-core products per 32 values; its time follows the rows.
 - pairs (up to PAIRS_MAX pairs: decode steps of up to 16 sequences at top-8): one program per (pair,
   BLOCK_N rows of the expert) decodes the blocks in registers and multiplies on the CUDA cores
   (packed_gemv._chunk_dot), SiLU(gate) * up stored in hidden's dtype like the 16-bit kernel; then one
@@ -22,10 +25,8 @@ Four CUDA paths, picked per call by `packed_moe`:
   blocks of rows (moe_align); a program decodes a tile of its expert's blocks once and multiplies it with
   the block's rows on the tensor cores, so each used expert is read once per row block. Block decoding is
   this path's limit (session 37: a 512-token prompt of the 30B-A3B at Q4_K_M spends 27 of its 31 ms here, far
-  from copy bandwidth; its cubins spill: 920 bytes of stack a thread for Q4_K gate/up tiles at 64 rows,
-  32 columns, 4 warps, by Triton 3.6's ptxas for sm_90). With STRATA_GROUPED_WORDS=1 Q4_K / Q5_K / Q6_K tiles are decoded a word
-  at a time (packed_gemv_words; Q4_K / Q5_K columns permuted, activations loaded alike), and PARTS 2 takes half
-  a superblock a step (none of those spill at 8 warps: tools/grouped_spills.py); not yet measured.
+  from copy bandwidth). Tiles decoded a word at a time (session 37) spilled no registers but were 1.2-2.7x
+  slower on the H200 (session 38); they were removed.
 - dequantized: the used experts are dequantized to hidden's dtype and go through the 16-bit grouped GEMMs
   (fused_moe). One host sync (which experts are used).
 Rows the block kernels do not read (superblock rows not a multiple of 256; types outside packed_gemv's
@@ -39,7 +40,7 @@ from __future__ import annotations
 
 import torch
 
-from strata.kernels import packed_dequant, packed_gemv, packed_gemv_words, packed_iquants, packed_mmq, packed_q8
+from strata.kernels import packed_dequant, packed_gemv, packed_iquants, packed_mmq, packed_q8
 from strata.kernels.fused_moe import fused_moe as fused_moe_kernel
 from strata.kernels.fused_moe import grouped_experts_ref
 from strata.kernels.gguf_blocks import dequantize_ref
@@ -55,7 +56,6 @@ except ImportError:  # CPU-only install: packed_moe_ref still works
 if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
     from strata.kernels.packed_gemv import _chunk_dot, _chunk_ok, _chunk_values, _chunk_x
-    from strata.kernels.packed_gemv_words import q4k_words_tile, q6k_words_tile, words_k_order
 
 # up to this many (token, k) pairs, one program per pair beats the grouped kernel, whose tile decoding costs
 # more than the rereads it saves (H200, 30B-A3B shape: 8 tokens 226 against 565 us, 16 tokens 434 against 898)
@@ -69,6 +69,13 @@ PAIRS_MAX = 128
 # prompt's 640 pairs, session 28 call 1's CUPTI table) where the pairs' follows the pairs (~1.2 us each): up to
 # Q8_PAIRS_PER_EXPERT pairs an expert of the layer (512 for the 30B-A3B, 2,048 for Qwen4-Exp) take the pairs.
 Q8_PAIRS_PER_EXPERT = 4
+# packed_mmq (int8 tensor cores, Q4_K / Q6_K experts) from Q8_PAIRS_PER_EXPERT up to this many pairs an expert of
+# the layer; from here on the float grouped kernels' 64-row blocks, which decode each used expert once, win. Session 38
+# (H200, one layer in CUDA graphs, `GROUPED_ARMS=mmq prompt_moe_ab.py`): the 30B-A3B's 128 experts at 8 / 16 / 32 pairs
+# an expert, mmq 695.6 / 1,009.2 / 1,544.5 us against the float grouped kernels' 1,158.5 / 1,172.4 / 1,195.5 (the
+# 8-bit pairs 1,065.9 at 8); Qwen3-Next's 512 experts (top 10 of 512 wide) at 5 / 10: 1,716.6 / 1,931.4 against
+# 3,422.9 / 3,565.4 (the pairs 1,799.6 / 3,556.6).
+MMQ_PAIRS_PER_EXPERT = 24
 PAIR_CONFIG = dict(BLOCK_N=4, SUPERBLOCKS=4, num_warps=2, num_stages=3)
 GROUPED_CONFIG = dict(BLOCK_N=32, num_warps=4, num_stages=2)
 
@@ -116,12 +123,6 @@ def grouped_q8_supported(w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtyp
             and packed_mmq.supports(qtype2, inter, w2))
 
 
-def grouped_q8_config(num_pairs: int, num_experts: int) -> dict:
-    """packed_mmq's tiling for a step of num_pairs pairs over num_experts experts (session 37: 32-row blocks
-    of 64 columns on 4 warps were its best at 256 and 512 tokens of the 30B-A3B; 64-row blocks spilled)."""
-    return dict(BLOCK_M=32, BLOCK_N=64, num_warps=4)
-
-
 def packed_moe(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2: int,
                topk_ids: torch.Tensor, topk_weights: torch.Tensor, sum_topk: bool = True) -> torch.Tensor:
     """packed_moe_ref's contract on CUDA (float32 accumulation; the pairs path rounds SiLU(gate) * up to
@@ -132,9 +133,9 @@ def packed_moe(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.
     if pairs_pay and q8_pairs_supported(w13, qtype13, w2, qtype2, dim, inter):
         partials = packed_q8.moe_pairs_q8(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights)
         return partials.sum(1).to(hidden.dtype) if sum_topk else partials
-    if not pairs_pay and grouped_q8_supported(w13, qtype13, w2, qtype2, dim, inter):
-        config = grouped_q8_config(topk_ids.numel(), w13.shape[0])
-        partials = packed_mmq.moe_grouped_q8(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights, config=config)
+    mmq_pays = topk_ids.numel() < MMQ_PAIRS_PER_EXPERT * w13.shape[0]
+    if not pairs_pay and mmq_pays and grouped_q8_supported(w13, qtype13, w2, qtype2, dim, inter):
+        partials = packed_mmq.moe_grouped_q8(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights)
         return partials.sum(1).to(hidden.dtype) if sum_topk else partials
     if pairs_supported(qtype13, qtype2, dim, inter):
         run = _pairs if topk_ids.numel() <= PAIRS_MAX else _grouped
@@ -193,8 +194,7 @@ def _grouped(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Te
     """-> float32 [T, K, D] like _pairs, for steps of several tokens: pairs sorted by expert in blocks of
     BLOCK_M rows (moe_align), so each program decodes a BLOCK_N x 256 tile of its expert's blocks once
     and multiplies it with the block's rows on the tensor cores (tl.dot). Skipped pairs (negative ids)
-    compute expert 0 with weight 0. config: GROUPED_CONFIG's keys, BLOCK_M (else grouped_block_m), WORDS
-    (else grouped_words(); taken where words_readable) and PARTS (2: word tiles of half superblocks)."""
+    compute expert 0 with weight 0."""
     num_tokens, top_k = topk_ids.shape
     dim, inter = hidden.shape[1], w13.shape[1] // 2
     assert hidden.stride(1) == 1 and w13.stride(2) == 1 and w2.stride(2) == 1 and w2.shape[1] == dim
@@ -209,38 +209,17 @@ def _grouped(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Te
     act = torch.empty(num_blocks * block_m, inter, dtype=hidden.dtype, device=hidden.device)  # [rows, I]
     partials = torch.empty(num_tokens, top_k, dim, dtype=torch.float32, device=hidden.device)  # [T, K, D]
     block_n = cfg["BLOCK_N"]
-    words = cfg.get("WORDS", grouped_words())
-    parts = cfg.get("PARTS", 1)  # superblocks in halves (word tiles only): half the tile's registers
-    asm = not packed_gemv_words._interpreted()
-    words13, words2 = words and words_readable(w13, qtype13, dim), words and words_readable(w2, qtype2, inter)
     table13, table2 = packed_iquants.table_for(qtype13, w13), packed_iquants.table_for(qtype2, w2)
     _gate_up_grouped_kernel[(num_blocks, triton.cdiv(inter, block_n))](
         hidden, w13, table13, act, sorted_ids, block_expert, inter, dim, top_k, ids.numel(), hidden.stride(0),
         w13.stride(0), w13.stride(1), act.stride(0), QTYPE=qtype13, BLOCK_M=block_m, BLOCK_N=block_n,
-        WORDS=words13, PARTS=parts if words13 else 1, ASM=asm, num_warps=cfg["num_warps"],
-        num_stages=cfg["num_stages"], **pdl_options(hidden))
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **pdl_options(hidden))
     _down_grouped_kernel[(num_blocks, triton.cdiv(dim, block_n))](
         act, w2, table2, partials, sorted_ids, block_expert, weights, dim, inter, ids.numel(), act.stride(0),
-        w2.stride(0), w2.stride(1), QTYPE=qtype2, BLOCK_M=block_m, BLOCK_N=block_n,
-        WORDS=words2, PARTS=parts if words2 else 1, ASM=asm, num_warps=cfg["num_warps"],
+        w2.stride(0), w2.stride(1), QTYPE=qtype2, BLOCK_M=block_m, BLOCK_N=block_n, num_warps=cfg["num_warps"],
         num_stages=cfg["num_stages"], **pdl_options(hidden))
     return partials
 
-
-def grouped_words() -> bool:
-    """Whether the grouped kernels decode Q4_K / Q5_K / Q6_K tiles a word at a time (packed_gemv_words)
-    instead of a byte a weight: opt-in (STRATA_GROUPED_WORDS=1) until measured on a GPU."""
-    from strata.config import debug_flag
-
-    return debug_flag("GROUPED_WORDS")
-
-
-def words_readable(w: torch.Tensor, qtype: int, k: int) -> bool:
-    """Experts w uint8 [E, rows, row bytes] the word decoders read: rows of whole superblocks from a word-aligned
-    base, Q4_K / Q5_K rows each starting on a word, Q6_K ones (210-byte superblocks) on an even byte."""
-    align = {packed_gemv_words.Q4_K: 4, packed_gemv_words.Q5_K: 4, packed_gemv_words.Q6_K: 2}.get(qtype)
-    return (align is not None and k % 256 == 0 and w.data_ptr() % 4 == 0
-            and w.stride(0) % align == 0 and w.stride(1) % align == 0)
 
 
 def grouped_block_m(num_pairs: int, num_experts: int) -> int:
@@ -322,36 +301,9 @@ if triton is not None:
                           (BLOCK_N, 256))
 
     @triton.jit
-    def _tile_of(w_ptr, row_offsets, sb, part, n_ok, k, table_ptr, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr,
-                 WORDS: tl.constexpr, PARTS: tl.constexpr, ASM: tl.constexpr):
-        """_tile of the rows at byte offsets row_offsets [BN, 1, 1, 1] from w_ptr, or with WORDS (words_readable
-        rows) part `part` of PARTS of it decoded a word at a time: Q6_K's in order (q6k_words_tile), Q4_K / Q5_K's
-        with their columns in words_k_order (q4k_words_tile; the caller loads its activations in _k_order)."""
-        words = w_ptr.to(tl.pointer_type(tl.int32))  # a word-aligned base (words_readable)
-        if WORDS and QTYPE == 14:  # (one return: Triton wants every return of one shape, PARTS changes it)
-            tile = q6k_words_tile(words, w_ptr, row_offsets, sb, part, n_ok, BLOCK_N, PARTS, ASM)
-        elif WORDS:  # rows of whole words: byte offset / 4
-            offsets3 = tl.reshape(row_offsets, (BLOCK_N, 1, 1))
-            tile = q4k_words_tile(words + offsets3 // 4, w_ptr + offsets3, sb, part, tl.reshape(n_ok, (BLOCK_N, 1, 1)),
-                                  QTYPE, BLOCK_N, PARTS, ASM)
-        else:
-            tile = _tile(w_ptr + row_offsets, sb, n_ok, k, table_ptr, QTYPE, BLOCK_N)
-        return tile
-
-    @triton.jit
-    def _k_order(QTYPE: tl.constexpr, WORDS: tl.constexpr, PARTS: tl.constexpr):
-        """The weight of a superblock part each tile column holds: words_k_order for word-decoded Q4_K / Q5_K
-        tiles, else in order."""
-        order = tl.arange(0, 256 // PARTS)
-        if WORDS and QTYPE != 14:
-            order = words_k_order(PARTS)
-        return order
-
-    @triton.jit
     def _gate_up_grouped_kernel(hidden_ptr, w13_ptr, table_ptr, act_ptr, sorted_ids_ptr, block_expert_ptr, inter,
                                 dim, top_k, num_pairs, stride_ht, stride_we, stride_wn, stride_at, QTYPE: tl.constexpr,
-                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WORDS: tl.constexpr, PARTS: tl.constexpr,
-                                ASM: tl.constexpr, USE_PDL: tl.constexpr):
+                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         pid_m, pid_n = tl.program_id(0), tl.program_id(1)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -363,20 +315,16 @@ if triton is not None:
         token = (pair // top_k).to(tl.int64)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         n_ok = (offs_n < inter)[:, None, None, None]
-        gate_rows = expert * stride_we + offs_n.to(tl.int64)[:, None, None, None] * stride_wn   # byte offsets
+        gate_rows = w13_ptr + expert * stride_we + offs_n.to(tl.int64)[:, None, None, None] * stride_wn
         up_rows = gate_rows + inter * stride_wn
-        offs_k = _k_order(QTYPE, WORDS, PARTS)
-        a_ptrs = hidden_ptr + token[:, None] * stride_ht + offs_k[None, :]                 # [BM, 256 / PARTS]
+        offs_k = tl.arange(0, 256)
+        a_ptrs = hidden_ptr + token[:, None] * stride_ht + offs_k[None, :]                 # [BM, 256]
         acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for c in range(0, tl.cdiv(dim, 256) * PARTS):
-            sb, part = c // PARTS, c % PARTS
-            first = sb * 256 + part * (256 // PARTS)
-            a = tl.load(a_ptrs + first, mask=row_ok[:, None] & (first + offs_k < dim)[None, :], other=0.0)
-            wg = _tile_of(w13_ptr, gate_rows, sb, part, n_ok, dim, table_ptr, QTYPE, BLOCK_N, WORDS, PARTS,
-                          ASM).to(a.dtype)
-            wu = _tile_of(w13_ptr, up_rows, sb, part, n_ok, dim, table_ptr, QTYPE, BLOCK_N, WORDS, PARTS,
-                          ASM).to(a.dtype)
+        for sb in range(0, tl.cdiv(dim, 256)):
+            a = tl.load(a_ptrs + sb * 256, mask=row_ok[:, None] & (sb * 256 + offs_k < dim)[None, :], other=0.0)
+            wg = _tile(gate_rows, sb, n_ok, dim, table_ptr, QTYPE, BLOCK_N).to(a.dtype)   # [BN, 256]
+            wu = _tile(up_rows, sb, n_ok, dim, table_ptr, QTYPE, BLOCK_N).to(a.dtype)
             acc_g = tl.dot(a, tl.trans(wg), acc_g)
             acc_u = tl.dot(a, tl.trans(wu), acc_u)
         act = acc_g * tl.sigmoid(acc_g) * acc_u
@@ -386,8 +334,7 @@ if triton is not None:
     @triton.jit
     def _down_grouped_kernel(act_ptr, w2_ptr, table_ptr, out_ptr, sorted_ids_ptr, block_expert_ptr, weights_ptr, dim,
                              inter, num_pairs, stride_at, stride_we, stride_wn, QTYPE: tl.constexpr,
-                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WORDS: tl.constexpr, PARTS: tl.constexpr,
-                             ASM: tl.constexpr, USE_PDL: tl.constexpr):
+                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         pid_m, pid_n = tl.program_id(0), tl.program_id(1)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -398,15 +345,13 @@ if triton is not None:
         row_ok = pair < num_pairs
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
         n_ok = (offs_n < dim)[:, None, None, None]
-        rows = expert * stride_we + offs_n.to(tl.int64)[:, None, None, None] * stride_wn      # byte offsets
-        offs_k = _k_order(QTYPE, WORDS, PARTS)
-        a_ptrs = act_ptr + offs_m[:, None].to(tl.int64) * stride_at + offs_k[None, :]     # [BM, 256 / PARTS]
+        rows = w2_ptr + expert * stride_we + offs_n.to(tl.int64)[:, None, None, None] * stride_wn
+        offs_k = tl.arange(0, 256)
+        a_ptrs = act_ptr + offs_m[:, None].to(tl.int64) * stride_at + offs_k[None, :]     # [BM, 256]
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for c in range(0, tl.cdiv(inter, 256) * PARTS):
-            sb, part = c // PARTS, c % PARTS
-            first = sb * 256 + part * (256 // PARTS)
-            a = tl.load(a_ptrs + first, mask=row_ok[:, None] & (first + offs_k < inter)[None, :], other=0.0)
-            w = _tile_of(w2_ptr, rows, sb, part, n_ok, inter, table_ptr, QTYPE, BLOCK_N, WORDS, PARTS, ASM).to(a.dtype)
+        for sb in range(0, tl.cdiv(inter, 256)):
+            a = tl.load(a_ptrs + sb * 256, mask=row_ok[:, None] & (sb * 256 + offs_k < inter)[None, :], other=0.0)
+            w = _tile(rows, sb, n_ok, inter, table_ptr, QTYPE, BLOCK_N).to(a.dtype)
             acc = tl.dot(a, tl.trans(w), acc)
         route_w = tl.load(weights_ptr + pair, mask=row_ok, other=0.0).to(tl.float32)
         tl.store(out_ptr + pair[:, None].to(tl.int64) * dim + offs_n[None, :], acc * route_w[:, None],

@@ -4,6 +4,8 @@ and against the float reference of the rounded activations (test_packed_q8.moe_r
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -11,6 +13,8 @@ from strata.kernels import packed_mmq, packed_q8
 from strata.kernels.packed_gemv import Q4_K, Q6_K, Q8_0
 
 gpu = pytest.mark.gpu
+interpreted = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                                 reason="the kernels in Triton's interpreter: set TRITON_INTERPRET=1, triton installed")
 
 
 def test_supports_the_k_quant_types_of_q4_k_m_experts():
@@ -22,7 +26,8 @@ def test_supports_the_k_quant_types_of_q4_k_m_experts():
 @gpu
 @pytest.mark.parametrize("qtypes", [(Q4_K, Q6_K), (Q4_K, Q4_K), (Q6_K, Q6_K)])
 @pytest.mark.parametrize("tokens", [1, 8, 40])
-def test_grouped_experts_equal_the_pairs(qtypes, tokens):
+@pytest.mark.parametrize("unroll", [True, False])
+def test_grouped_experts_equal_the_pairs(qtypes, tokens, unroll):
     """Experts in padded slot views, a skipped pair (zeros), experts shared by several tokens (8 experts,
     top 4: blocks of BLOCK_M rows with padding) and blocks of a full 16 rows (40 tokens)."""
     from test_packed_moe import case, on_device  # this folder's modules (see test_packed_q8.py)
@@ -30,7 +35,7 @@ def test_grouped_experts_equal_the_pairs(qtypes, tokens):
 
     hidden, w13, w2, ids, weights = case(*qtypes, tokens, dim=512, inter=768, pad=96, seed=tokens)
     args = (hidden.cuda(), on_device(w13), qtypes[0], on_device(w2), qtypes[1], ids.cuda(), weights.cuda())
-    out = packed_mmq.moe_grouped_q8(*args).cpu()
+    out = packed_mmq.moe_grouped_q8(*args, config=dict(UNROLL=unroll)).cpu()
     pairs = packed_q8.moe_pairs_q8(*args).cpu()
     assert torch.all(out[0, -1] == 0)
     scale = pairs.abs().max()
@@ -38,3 +43,19 @@ def test_grouped_experts_equal_the_pairs(qtypes, tokens):
     if tokens <= 8:  # the reference loops in Python
         expected = moe_reference(hidden, w13, qtypes[0], w2, qtypes[1], ids, weights)
         assert ((out - expected).abs().max() / expected.abs().max()) < 1e-3
+
+
+@interpreted
+@pytest.mark.parametrize("qtypes", [(Q4_K, Q6_K), (Q6_K, Q4_K)])
+@pytest.mark.parametrize("unroll", [True, False])
+def test_grouped_experts_in_the_interpreter(qtypes, unroll):
+    """Sub-blocks unrolled or in a loop (UNROLL), on the CPU: the float reference of the rounded activations."""
+    from test_packed_moe import case
+    from test_packed_q8 import moe_reference
+
+    hidden, w13, w2, ids, weights = case(*qtypes, 3, dim=256, inter=256, num=4, top_k=2, pad=96, seed=4)
+    out = packed_mmq.moe_grouped_q8(hidden.float(), w13, qtypes[0], w2, qtypes[1], ids, weights,
+                                    config=dict(UNROLL=unroll))
+    assert torch.all(out[0, -1] == 0)
+    expected = moe_reference(hidden, w13, qtypes[0], w2, qtypes[1], ids, weights)
+    assert ((out - expected).abs().max() / expected.abs().max()) < 1e-3

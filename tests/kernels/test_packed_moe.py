@@ -105,13 +105,14 @@ def test_packed_moe_matches_ref(qtypes, tokens):
 @pytest.mark.parametrize("tokens", [1, 5, 70])
 def test_every_path_matches_the_reference(tokens):
     """pairs (one program per pair), grouped (row blocks of an expert on the tensor cores; 70 tokens take
-    64-row blocks; Q4_K tiles decoded a byte a weight and a word at a time) and dequantized, on the same case."""
+    64-row blocks), q8 grouped (packed_mmq) and dequantized, on the same case."""
+    from strata.kernels import packed_mmq
+
     hidden, w13, w2, ids, weights = case(Q4_K, Q6_K, tokens, seed=7)
     args = (hidden.cuda(), w13.cuda(), Q4_K, w2.cuda(), Q6_K, ids.cuda(), weights.cuda())
     check(packed_moe_module._pairs(*args).sum(1).bfloat16(), hidden, w13, Q4_K, w2, Q6_K, ids, weights)
     check(packed_moe_module._grouped(*args).sum(1).bfloat16(), hidden, w13, Q4_K, w2, Q6_K, ids, weights)
-    words = packed_moe_module._grouped(*args, config=dict(WORDS=True)).sum(1).bfloat16()  # Q4_K tiles by the word
-    check(words, hidden, w13, Q4_K, w2, Q6_K, ids, weights)
+    check(packed_mmq.moe_grouped_q8(*args).sum(1).bfloat16(), hidden, w13, Q4_K, w2, Q6_K, ids, weights)
     check(packed_moe_module._dequantized(*args, every_expert=False), hidden, w13, Q4_K, w2, Q6_K, ids, weights)
     partials = packed_moe(*args, sum_topk=False)
     assert partials.shape == (tokens, 4, 512) and partials.dtype == torch.float32
@@ -157,24 +158,41 @@ def test_packed_moe_with_partial_down_chunks(tokens, down_type):
 
 
 @gpu
-@pytest.mark.parametrize("tokens, path", [(1, "q8_pairs"), (8, "q8_pairs"), (9, "pairs"), (40, "grouped")])
-def test_the_8_bit_pairs_take_up_to_a_few_pairs_an_expert(tokens, path, monkeypatch):
-    """Up to Q8_PAIRS_PER_EXPERT (token, k) pairs an expert of the layer (8 experts, top 4: 32) go to the 8-bit
-    pairs, whose time follows the pairs; more to the float pairs up to PAIRS_MAX, then the grouped kernels,
-    which read each used expert once."""
-    from strata.kernels import packed_q8
+@pytest.mark.parametrize("qtype13, tokens, path", [(Q4_K, 1, "q8_pairs"), (Q4_K, 8, "q8_pairs"), (Q4_K, 9, "q8_grouped"),
+                                                   (Q4_K, 47, "q8_grouped"), (Q4_K, 48, "grouped"), (Q5_K, 9, "pairs"),
+                                                   (Q5_K, 40, "grouped")])
+def test_each_step_size_takes_its_path(qtype13, tokens, path, monkeypatch):
+    """8 experts, top 4. Up to Q8_PAIRS_PER_EXPERT (token, k) pairs an expert of the layer (32) go to the 8-bit
+    pairs, whose time follows the pairs; Q4_K / Q6_K experts then to the 8-bit grouped kernels (packed_mmq) below
+    MMQ_PAIRS_PER_EXPERT pairs an expert (192), whose time follows the rows; other types to the float pairs up to
+    PAIRS_MAX; then the float grouped kernels, which read each used expert once."""
+    from strata.kernels import packed_mmq, packed_q8
 
-    assert packed_moe_module.Q8_PAIRS_PER_EXPERT * 8 == 32 and packed_moe_module.PAIRS_MAX < 160
+    assert packed_moe_module.Q8_PAIRS_PER_EXPERT * 8 == 32 and packed_moe_module.MMQ_PAIRS_PER_EXPERT * 8 == 192
+    assert 36 <= packed_moe_module.PAIRS_MAX < 160
     taken = []
-    calls = {"q8_pairs": (packed_q8, "moe_pairs_q8"), "pairs": (packed_moe_module, "_pairs"),
-             "grouped": (packed_moe_module, "_grouped")}
+    calls = {"q8_pairs": (packed_q8, "moe_pairs_q8"), "q8_grouped": (packed_mmq, "moe_grouped_q8"),
+             "pairs": (packed_moe_module, "_pairs"), "grouped": (packed_moe_module, "_grouped")}
     for name, (module, attr) in calls.items():
         run = getattr(module, attr)
         monkeypatch.setattr(module, attr, lambda *a, run=run, name=name, **k: taken.append(name) or run(*a, **k))
-    hidden, w13, w2, ids, weights = case(Q4_K, Q6_K, tokens)
-    out = packed_moe(hidden.cuda(), w13.cuda(), Q4_K, w2.cuda(), Q6_K, ids.cuda(), weights.cuda())
+    hidden, w13, w2, ids, weights = case(qtype13, Q6_K, tokens)
+    out = packed_moe(hidden.cuda(), w13.cuda(), qtype13, w2.cuda(), Q6_K, ids.cuda(), weights.cuda())
     assert taken == [path]
-    check(out, hidden, w13, Q4_K, w2, Q6_K, ids, weights)
+    check(out, hidden, w13, qtype13, w2, Q6_K, ids, weights)
+
+
+def test_the_8_bit_grouped_kernels_take_q4_k_and_q6_k_experts(monkeypatch):
+    """packed_mmq's types only, and neither with STRATA_NO_GROUPED_Q8=1 nor with 8-bit activations off."""
+    w = torch.zeros(4, 8, 144 * 2, dtype=torch.uint8)
+    supported = packed_moe_module.grouped_q8_supported
+    assert supported(w, Q4_K, w, Q6_K, 512, 512)
+    assert not supported(w, Q5_K, w, Q6_K, 512, 512)
+    monkeypatch.setenv("STRATA_NO_GROUPED_Q8", "1")
+    assert not supported(w, Q4_K, w, Q6_K, 512, 512)
+    monkeypatch.delenv("STRATA_NO_GROUPED_Q8")
+    monkeypatch.setenv("STRATA_NO_Q8_ACTIVATIONS", "1")
+    assert not supported(w, Q4_K, w, Q6_K, 512, 512)
 
 
 def test_grouped_row_blocks_follow_the_rows_an_expert():
@@ -183,42 +201,6 @@ def test_grouped_row_blocks_follow_the_rows_an_expert():
     block_m = packed_moe_module.grouped_block_m
     assert block_m(128 * 8, 128) == 64 and block_m(128 * 4, 128) == 64 and block_m(128 * 2, 128) == 16
     assert block_m(512 * 10, 512) == 16 and block_m(512 * 15, 512) == 64 and block_m(512 * 12, 512) == 64
-
-
-@interpreted
-@pytest.mark.parametrize("qtypes, inter", [((Q4_K, Q6_K), 256), ((Q5_K, Q4_K), 256), ((Q4_K, Q5_K), 256),
-                                           ((Q6_K, Q6_K), 768)])
-@pytest.mark.parametrize("tokens, parts", [(2, 1), (9, 1), (9, 2)])
-def test_grouped_word_tiles_in_the_interpreter(qtypes, inter, tokens, parts):
-    """The grouped kernels with tiles decoded a word at a time (Q4_K / Q5_K columns in words_k_order, the
-    activations loaded in that order; Q6_K's in order, 768-value down rows of 630 bytes starting on every other
-    half word, as the 30B-A3B's), whole superblocks or halves (PARTS 2), experts in padded slots and a skipped
-    pair: the byte decoder's sums within float32 reordering, and the reference."""
-    pad = 98 if qtypes == (Q6_K, Q6_K) else 96  # experts two bytes off a word too, where Q6_K rows allow it
-    hidden, w13, w2, ids, weights = case(*qtypes, tokens, dim=512, inter=inter, num=4, top_k=2, pad=pad, seed=11)
-    hidden = hidden.float()
-    readable = packed_moe_module.words_readable
-    assert readable(w13, qtypes[0], 512) and readable(w2, qtypes[1], inter)
-    words = packed_moe_module._grouped(hidden, w13, qtypes[0], w2, qtypes[1], ids, weights,
-                                       config=dict(BLOCK_N=64, WORDS=True, PARTS=parts))
-    by_bytes = packed_moe_module._grouped(hidden, w13, qtypes[0], w2, qtypes[1], ids, weights,
-                                          config=dict(BLOCK_N=64, WORDS=False))
-    assert torch.all(words[0, -1] == 0)
-    assert ((words - by_bytes).abs().max() / by_bytes.abs().max()) < 1e-6
-    expected = packed_moe_ref(hidden, w13, qtypes[0], w2, qtypes[1], ids, weights)
-    assert ((words.sum(1) - expected).abs().max() / expected.abs().max()) < 1e-5
-
-
-def test_word_tiles_need_rows_of_whole_words():
-    """Rows the word decoders cannot read (a type without one, Q4_K rows or slots off a word) keep the bytes."""
-    w = torch.zeros(4, 8, 144, dtype=torch.uint8)
-    assert packed_moe_module.words_readable(w, Q4_K, 256)
-    assert not packed_moe_module.words_readable(w, Q8_0, 256)
-    assert packed_moe_module.words_readable(torch.zeros(4, 8, 630, dtype=torch.uint8), Q6_K, 768)  # even rows
-    odd = torch.zeros(4 * 8 * 144 + 2, dtype=torch.uint8)[2:].view(4, 8, 144)
-    assert not packed_moe_module.words_readable(odd, Q4_K, 256)
-    slots = torch.zeros(4, 8 * 144 + 2, dtype=torch.uint8)[:, :8 * 144].unflatten(1, (8, 144))
-    assert not packed_moe_module.words_readable(slots, Q4_K, 256)
 
 
 @interpreted

@@ -1,6 +1,6 @@
 """One call of a packed-MoE path at a prompt's size, for Nsight Compute (`ncu --profile-from-start off`): the
 30B-A3B's experts (128 of 768, top 8, Q4_K gate/up, Q6_K down) at TOKENS tokens (512). argv[1]: grouped (packed_moe's
-float grouped kernels, its tiling) or mmq (packed_mmq at packed_moe.grouped_q8_config's tiling). Compiles and
+float grouped kernels, its tiling) or mmq (packed_mmq at its CONFIG, or MMQ_CONFIG's dict). Compiles and
 warms first, then profiles one call between cudaProfilerStart / Stop."""
 import os
 import sys
@@ -21,8 +21,7 @@ hidden = torch.randn(tokens, D, device="cuda", dtype=torch.bfloat16) * 0.1
 if sys.argv[1] == "grouped":
     run = lambda: packed_moe._grouped(hidden, w13, 12, w2, 14, ids, wts)
 else:
-    cfg = packed_moe.grouped_q8_config(ids.numel(), E)
-    cfg.update(eval(os.environ.get("MMQ_CONFIG", "{}")))
+    cfg = {**packed_mmq.CONFIG, **eval(os.environ.get("MMQ_CONFIG", "{}"))}
     run = lambda: packed_mmq.moe_grouped_q8(hidden, w13, 12, w2, 14, ids, wts, config=cfg)
 for _ in range(3):
     run()

@@ -2,9 +2,10 @@
 sets): the 8-bit pairs (packed_q8.moe_pairs_q8: time grows with the pairs), packed_moe's float grouped kernels
 (each used expert read once per row block) under a few tilings, and the int8 tensor-core grouped kernel
 (packed_mmq, Q4_K / Q6_K rows only), on the 30B-A3B shape (128 experts of 768, top 8, Q4_K / Q6_K) and Qwen4-Exp's
-(512 experts of 640, top 10, Q4_K / Q8_0), the grouped tilings with word-decoded tiles (WORDS, PARTS), and
-every expert dequantized to bf16 before fused_moe. Where the pairs stop paying decides packed_moe.Q8_PAIRS_PER_EXPERT.
-Writes $OUT/prompt_moe_ab.json."""
+(512 experts of 640, top 10, Q4_K / Q8_0), and every expert dequantized to bf16 before fused_moe. Where the pairs
+stop paying decides packed_moe.Q8_PAIRS_PER_EXPERT. GROUPED_ARMS=sweep: the float grouped tilings; GROUPED_ARMS=mmq:
+packed_mmq's tilings on the 30B-A3B's and Qwen3-Next's experts (packed_moe.MMQ_PAIRS_PER_EXPERT). Writes
+$OUT/prompt_moe_ab.json."""
 import json
 import os
 import sys
@@ -28,32 +29,28 @@ for shape, (E, D, I, TOP, q13, q2) in SHAPES.items():
     w13 = blocks(q13, E * 2 * I, D, seed=1).cuda().view(E, 2 * I, -1)
     w2 = blocks(q2, E * D, I, seed=2).cuda().view(E, D, -1)
     arms = {"q8_pairs": lambda h, ids, wts: packed_q8.moe_pairs_q8(h, w13, q13, w2, q2, ids, wts)}
-    # GROUPED_ARMS=sweep: 16-row and 64-row blocks x (columns, warps) x tiles a byte a weight, a word at a time, or
-    # a word at a time in half superblocks (session 37's ptxas counts, tools/grouped_spills.py, Triton 3.6: 64 rows
-    # of 32 columns on 4 warps spill 920 bytes a thread a byte a weight; half-superblock word tiles on 8 warps none)
-    sweep = os.environ.get("GROUPED_ARMS") == "sweep"
+    # GROUPED_ARMS=sweep: 16-row and 64-row blocks x (columns, warps) of the float grouped kernels
+    sweep = MODE == "sweep"
     tilings = ([(bm, bn, w, 2) for bm in (16, 64) for bn, w in ((16, 8), (32, 8), (32, 4))] if sweep
+               else [(None, 32, 4, 2)] if MODE == "mmq"
                else [(None, 32, 4, 2), (None, 64, 4, 2), (None, 64, 8, 3), (None, 128, 8, 3)])
-    if MODE == "mmq":
-        tilings = [(None, 32, 4, 2)]
     for bm, bn, warps, stages in tilings:
-        for words, parts in ((False, 1),) if MODE == "mmq" else ((False, 1), (True, 1), (True, 2)):
-            c = dict(BLOCK_N=bn, num_warps=warps, num_stages=stages, WORDS=words, PARTS=parts,
-                     **({"BLOCK_M": bm} if bm else {}))
-            name = ((f"grouped_m{bm}" if bm else "grouped") + f"_n{bn}_w{warps}_s{stages}"
-                    + ("_words" if words else "") + ("_halves" if parts == 2 else ""))
-            arms[name] = lambda h, ids, wts, c=c: packed_moe._grouped(h, w13, q13, w2, q2, ids, wts, config=c)
+        c = dict(BLOCK_N=bn, num_warps=warps, num_stages=stages, **({"BLOCK_M": bm} if bm else {}))
+        name = (f"grouped_m{bm}" if bm else "grouped") + f"_n{bn}_w{warps}_s{stages}"
+        arms[name] = lambda h, ids, wts, c=c: packed_moe._grouped(h, w13, q13, w2, q2, ids, wts, config=c)
     # every expert dequantized to bf16, then fused_moe (what a capture of packed_moe's dequantized path does)
     if not sweep and MODE != "mmq":
         arms["dequant_all"] = lambda h, ids, wts: packed_moe._dequantized(h, w13, q13, w2, q2, ids, wts,
                                                                           every_expert=True)
-    mmq_tilings = ([(16, 64, 4), (32, 64, 4), (32, 64, 8), (32, 128, 4), (32, 128, 8), (64, 64, 8), (64, 128, 8),
-                    (64, 32, 4), (64, 32, 8), (128, 64, 8)] if MODE == "mmq"
-                   else [(16, 64, 4), (32, 64, 4), (64, 64, 4), (64, 128, 4)])
+    # packed_mmq's tilings: (BLOCK_M, BLOCK_N, warps, sub-blocks unrolled)
+    mmq_tilings = ([(16, 64, 4, True), (16, 64, 4, False), (16, 32, 4, False), (16, 128, 4, False), (16, 64, 8, False),
+                    (32, 64, 4, False), (32, 64, 4, True)] if MODE == "mmq"
+                   else [(16, 64, 4, True), (32, 64, 4, True), (64, 64, 4, True), (64, 128, 4, True)])
     if packed_mmq.supports(q2, I, w2) and not sweep:
-        for bm, bn, warps in mmq_tilings:
-            arms[f"mmq_m{bm}_n{bn}_w{warps}"] = (lambda h, ids, wts, c=dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=warps):
-                                                 packed_mmq.moe_grouped_q8(h, w13, q13, w2, q2, ids, wts, config=c))
+        for bm, bn, warps, unroll in mmq_tilings:
+            c = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, UNROLL=unroll)
+            arms[f"mmq_m{bm}_n{bn}_w{warps}" + ("" if unroll else "_loop")] = (
+                lambda h, ids, wts, c=c: packed_mmq.moe_grouped_q8(h, w13, q13, w2, q2, ids, wts, config=c))
     for tokens in [int(t) for t in os.environ.get("PROMPT_TOKENS", "16,32,64,128,256,512").split(",")]:
         hidden = torch.randn(tokens, D, device="cuda", dtype=torch.bfloat16) * 0.1
         id_sets = [torch.stack([torch.randperm(E, generator=gen)[:TOP] for _ in range(tokens)]).cuda()
