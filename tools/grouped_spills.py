@@ -41,7 +41,6 @@ for spec in sys.argv[2].split(","):
     fn = getattr(importlib.import_module(f"strata.kernels.{module_name}"), kernel)
     act = "*fp32" if module_name == "packed_mmq" else "*bf16"
     for bm, bn, warps in tilings:
-        for unroll in (True, False) if module_name == "packed_mmq" else (None,):  # packed_mmq: sub-blocks unrolled?
-            consts = dict(QTYPE=q, BLOCK_M=bm, BLOCK_N=bn, USE_PDL=True, **({} if unroll is None else {"UNROLL": unroll}))
-            print(module_name, kernel, "q", q, "bm", bm, "bn", bn, "w", warps, "unroll", unroll, "|",
-                  usage(fn, consts, warps, act=act), flush=True)
+        consts = dict(QTYPE=q, BLOCK_M=bm, BLOCK_N=bn, USE_PDL=True)
+        print(module_name, kernel, "q", q, "bm", bm, "bn", bn, "w", warps, "|", usage(fn, consts, warps, act=act),
+              flush=True)

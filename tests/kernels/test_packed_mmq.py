@@ -26,8 +26,7 @@ def test_supports_the_k_quant_types_of_q4_k_m_experts():
 @gpu
 @pytest.mark.parametrize("qtypes", [(Q4_K, Q6_K), (Q4_K, Q4_K), (Q6_K, Q6_K)])
 @pytest.mark.parametrize("tokens", [1, 8, 40])
-@pytest.mark.parametrize("unroll", [True, False])
-def test_grouped_experts_equal_the_pairs(qtypes, tokens, unroll):
+def test_grouped_experts_equal_the_pairs(qtypes, tokens):
     """Experts in padded slot views, a skipped pair (zeros), experts shared by several tokens (8 experts,
     top 4: blocks of BLOCK_M rows with padding) and blocks of a full 16 rows (40 tokens)."""
     from test_packed_moe import case, on_device  # this folder's modules (see test_packed_q8.py)
@@ -35,7 +34,7 @@ def test_grouped_experts_equal_the_pairs(qtypes, tokens, unroll):
 
     hidden, w13, w2, ids, weights = case(*qtypes, tokens, dim=512, inter=768, pad=96, seed=tokens)
     args = (hidden.cuda(), on_device(w13), qtypes[0], on_device(w2), qtypes[1], ids.cuda(), weights.cuda())
-    out = packed_mmq.moe_grouped_q8(*args, config=dict(UNROLL=unroll)).cpu()
+    out = packed_mmq.moe_grouped_q8(*args).cpu()
     pairs = packed_q8.moe_pairs_q8(*args).cpu()
     assert torch.all(out[0, -1] == 0)
     scale = pairs.abs().max()
@@ -47,15 +46,13 @@ def test_grouped_experts_equal_the_pairs(qtypes, tokens, unroll):
 
 @interpreted
 @pytest.mark.parametrize("qtypes", [(Q4_K, Q6_K), (Q6_K, Q4_K)])
-@pytest.mark.parametrize("unroll", [True, False])
-def test_grouped_experts_in_the_interpreter(qtypes, unroll):
-    """Sub-blocks unrolled or in a loop (UNROLL), on the CPU: the float reference of the rounded activations."""
+def test_grouped_experts_in_the_interpreter(qtypes):
+    """On the CPU, experts in padded slots and a skipped pair: the float reference of the rounded activations."""
     from test_packed_moe import case
     from test_packed_q8 import moe_reference
 
     hidden, w13, w2, ids, weights = case(*qtypes, 3, dim=256, inter=256, num=4, top_k=2, pad=96, seed=4)
-    out = packed_mmq.moe_grouped_q8(hidden.float(), w13, qtypes[0], w2, qtypes[1], ids, weights,
-                                    config=dict(UNROLL=unroll))
+    out = packed_mmq.moe_grouped_q8(hidden.float(), w13, qtypes[0], w2, qtypes[1], ids, weights)
     assert torch.all(out[0, -1] == 0)
     expected = moe_reference(hidden, w13, qtypes[0], w2, qtypes[1], ids, weights)
     assert ((out - expected).abs().max() / expected.abs().max()) < 1e-3

@@ -42,14 +42,13 @@ for shape, (E, D, I, TOP, q13, q2) in SHAPES.items():
     if not sweep and MODE != "mmq":
         arms["dequant_all"] = lambda h, ids, wts: packed_moe._dequantized(h, w13, q13, w2, q2, ids, wts,
                                                                           every_expert=True)
-    # packed_mmq's tilings: (BLOCK_M, BLOCK_N, warps, sub-blocks unrolled)
-    mmq_tilings = ([(16, 64, 4, True), (16, 64, 4, False), (16, 32, 4, False), (16, 128, 4, False), (16, 64, 8, False),
-                    (32, 64, 4, False), (32, 64, 4, True)] if MODE == "mmq"
-                   else [(16, 64, 4, True), (32, 64, 4, True), (64, 64, 4, True), (64, 128, 4, True)])
+    # packed_mmq's tilings: (BLOCK_M, BLOCK_N, warps)
+    mmq_tilings = ([(16, 64, 4), (16, 32, 4), (16, 128, 4), (32, 64, 4)] if MODE == "mmq"
+                   else [(16, 64, 4), (32, 64, 4), (64, 64, 4), (64, 128, 4)])
     if packed_mmq.supports(q2, I, w2) and not sweep:
-        for bm, bn, warps, unroll in mmq_tilings:
-            c = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, UNROLL=unroll)
-            arms[f"mmq_m{bm}_n{bn}_w{warps}" + ("" if unroll else "_loop")] = (
+        for bm, bn, warps in mmq_tilings:
+            c = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=warps)
+            arms[f"mmq_m{bm}_n{bn}_w{warps}"] = (
                 lambda h, ids, wts, c=c: packed_mmq.moe_grouped_q8(h, w13, q13, w2, q2, ids, wts, config=c))
     for tokens in [int(t) for t in os.environ.get("PROMPT_TOKENS", "16,32,64,128,256,512").split(",")]:
         hidden = torch.randn(tokens, D, device="cuda", dtype=torch.bfloat16) * 0.1
