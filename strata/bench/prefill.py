@@ -18,7 +18,11 @@ def bench_prefill(llm: LLM, lengths: tuple[int, ...], repeats: int,
     """`prompts`: length -> prompt token ids. -> (prefill_<n> entries, bf16 GEMM flop/s or None off CUDA)."""
     core = llm.engine
     params = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
-    llm.generate([{"prompt_token_ids": prompts[min(lengths)]}], params)  # warm-up
+    # one warm-up prompt of each length: a length's first prompt compiles or plans what its shapes need (session 38:
+    # a Qwen3-Next Q4_K_M 512-token prompt took 0.26-0.52 s the first time after a 128-token warm-up, 21 ms after)
+    for n in lengths:
+        core.scheduler.allocator.reset_prefix_cache()
+        llm.generate([{"prompt_token_ids": prompts[n]}], params)
     seconds: dict[int, list[float]] = {n: [] for n in lengths}
     for _ in range(repeats):
         for n in lengths:

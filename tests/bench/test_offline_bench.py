@@ -292,3 +292,22 @@ def test_decode_contexts_longer_than_the_model_length_are_refused(tmp_path, caps
     assert main(argv) != 0
     assert "--decode-contexts 200 needs max_model_len of at least 206 (it is 128)" in capsys.readouterr().err
     assert not (tmp_path / "result.json").exists()
+
+
+def test_prefill_warms_up_each_length_before_timing_it(monkeypatch):
+    """A length's first prompt compiles what its shapes need: every length is read once, prefix cache emptied,
+    before the timed repeats."""
+    from types import SimpleNamespace
+
+    from strata.bench import prefill
+
+    events = []
+    allocator = SimpleNamespace(reset_prefix_cache=lambda: events.append("reset"))
+    core = SimpleNamespace(device="cpu", model_config=None, scheduler=SimpleNamespace(allocator=allocator))
+    llm = SimpleNamespace(engine=core,
+                          generate=lambda prompts, params: events.append(len(prompts[0]["prompt_token_ids"])))
+    monkeypatch.setattr(prefill, "count_params", lambda config: SimpleNamespace(active=10))
+    results, gemm = prefill.bench_prefill(llm, (4, 8), repeats=2, prompts={4: [1] * 4, 8: [1] * 8})
+    assert events == ["reset", 4, "reset", 8] + ["reset", 4, "reset", 8] * 2
+    assert set(results) == {"prefill_4", "prefill_8"} and gemm is None
+    assert len(results["prefill_8"]["runs_seconds"]) == 2

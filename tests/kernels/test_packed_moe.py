@@ -166,9 +166,9 @@ def test_packed_moe_with_partial_down_chunks(tokens, down_type):
 
 
 @gpu
-@pytest.mark.parametrize("qtype13, tokens, path", [(Q4_K, 1, "q8_pairs"), (Q4_K, 8, "q8_pairs"), (Q4_K, 9, "q8_grouped"),
-                                                   (Q4_K, 47, "q8_grouped"), (Q4_K, 48, "grouped"), (Q5_K, 9, "pairs"),
-                                                   (Q5_K, 40, "grouped")])
+@pytest.mark.parametrize("qtype13, tokens, path", [
+    (Q4_K, 1, "q8_pairs"), (Q4_K, 8, "q8_pairs"), (Q4_K, 9, "q8_grouped"), (Q4_K, 47, "q8_grouped"),
+    (Q4_K, 48, "grouped"), (Q5_K, 9, "pairs"), (Q5_K, 40, "grouped")])
 def test_each_step_size_takes_its_path(qtype13, tokens, path, monkeypatch):
     """8 experts, top 4. Up to Q8_PAIRS_PER_EXPERT (token, k) pairs an expert of the layer (32) go to the 8-bit
     pairs, whose time follows the pairs; Q4_K / Q6_K experts then to the 8-bit grouped kernels (packed_mmq) below
