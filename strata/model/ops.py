@@ -201,13 +201,16 @@ def packed_linear(x: torch.Tensor, weight, bias: torch.Tensor | None = None,
     types it reads (Q2_K-Q6_K, Q8_0, Q4_0/1, Q5_0/1, the i-quants but IQ4_XS), packed_gemv for steps of up to
     GEMV_MAX_ROWS rows of the other types it reads, else dequantize to x's dtype (packed_dequant), then matmul."""
     if bias is None and x.dim() == 2 and not x.is_cuda and x.dtype == torch.float32 and out_dtype in (None, x.dtype):
-        return _float32_on_cpu(x, weight)  # the CPU decode path's every projection: no reshape, no cast
+        out = _float32_on_cpu(x, weight)  # the CPU decode path's every projection: no reshape, no cast
+        return out.index_select(1, weight.output_order) if weight.reorders else out
     rows = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])  # [T, K] (x itself: what a norm attached stays)
     if not x.is_cuda and x.dtype == torch.float32:
         out = _float32_on_cpu(rows, weight)
     else:
         # straight into the final dtype where no bias follows (one less cast a projection)
         out = _packed_segments(rows, weight, torch.float32 if bias is not None else (out_dtype or x.dtype))
+    if weight.reorders:  # rows kept in the file's order (PackedWeight.reordered): the columns gathered  [T, N]
+        out = out.index_select(1, weight.output_order)
     if bias is not None:
         out = out + bias
     return out.to(out_dtype or x.dtype).reshape(*x.shape[:-1], out.shape[-1])
@@ -306,6 +309,8 @@ def _packed_segment(x: torch.Tensor, qtype: int, blocks: torch.Tensor, k: int) -
 def packed_embedding(weight, input_ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """input_ids [T] -> rows [T, K] of a one-segment PackedWeight in `dtype`: the ids' block rows are
     gathered, then dequantized (on every device, for now)."""
+    if weight.reorders:
+        input_ids = weight.output_order.index_select(0, input_ids)
     rows = weight.blocks.index_select(0, input_ids)  # [T, row_bytes]
     return packed_dequant.dequantize(rows, weight.qtype, weight.in_features, dtype)
 

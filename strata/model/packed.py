@@ -4,7 +4,9 @@
 row segments, each a uint8 tensor [rows, row_bytes] of one GGUF block type, in the file's layout and
 possibly a zero-copy view of its mmap. A fused projection (qkv, gate/up) keeps one segment per checkpoint
 part, so no bytes move to join them and parts of different types stay exact (llama.cpp's Q4_K_M stores
-some attn_v as Q6_K beside a Q4_K attn_q). It is a module, so `model.to(device)` moves its bytes.
+some attn_v as Q6_K beside a Q4_K attn_q). Where a checkpoint's row order interleaves parts of different types
+(Qwen3-Next's in_proj_qkvz from a Q4_K_M file's Q5_K attn_qkv and Q4_K attn_gate), the rows stay in the file's
+order and products gather their columns (`reordered`). It is a module, so `model.to(device)` moves its bytes.
 Layers compute with it only through ops.packed_linear / ops.packed_embedding; `dequantize` serves
 loading fallbacks and tests.
 """
@@ -51,6 +53,10 @@ class PackedWeight(nn.Module):
                              f"{tuple(blocks.shape)}")
         self.in_features = in_features
         self.qtypes: list[int] = []
+        # rows kept in the file's order with a gather of the product's columns (`reordered`): a plain flag for
+        # the CPU path's few hundred calls a token, the order [N] itself a buffer (moved with the blocks)
+        self.reorders = False
+        self.register_buffer("output_order", None, persistent=False)
         # float32 products on the CPU: int8-quantized activations (True) or exact float32 (set_cpu_matmul)
         self.int8_activations = False
         self._add_segment(blocks, qtype)
@@ -62,9 +68,13 @@ class PackedWeight(nn.Module):
 
     @classmethod
     def cat_rows(cls, parts: Sequence[PackedWeight]) -> PackedWeight:
-        """The rows of `parts` one after the other, as their segments (no bytes copied)."""
+        """The rows of `parts` one after the other, as their segments (no bytes copied; one part: itself)."""
         if len({p.in_features for p in parts}) != 1:
             raise ValueError(f"packed parts of different row lengths: {[tuple(p.shape) for p in parts]}")
+        if len(parts) == 1:
+            return parts[0]
+        if any(p.reorders for p in parts):
+            raise ValueError("packed parts whose rows are reordered cannot be joined")
         segments = [segment for part in parts for segment in part.segments()]
         joined = cls(segments[0][1], segments[0][0], parts[0].in_features)
         for qtype, blocks in segments[1:]:
@@ -84,13 +94,32 @@ class PackedWeight(nn.Module):
         for qtype, blocks in joined[1:]:
             weight._add_segment(blocks, qtype)
         weight.int8_activations = self.int8_activations
+        if self.reorders:
+            weight.reorders, weight.output_order = True, self.output_order
+        return weight
+
+    def reordered(self, order: torch.Tensor) -> PackedWeight:
+        """This weight with rows `order` [N] (indices into its rows), its segments kept as they are (no copy):
+        a product computes over the stored rows, then gathers its columns in `order` (ops.packed_linear). For
+        parts of different types that a row order interleaves (Qwen3-Next's in_proj_qkvz from a Q4_K_M file's
+        Q5_K attn_qkv and Q4_K attn_gate), which take_rows cannot make one segment of."""
+        if order.shape != (self.shape[0],):
+            raise ValueError(f"a row order of {tuple(order.shape)} for a weight of {self.shape[0]} rows")
+        segments = self.segments()
+        weight = PackedWeight(segments[0][1], segments[0][0], self.in_features)
+        for qtype, blocks in segments[1:]:
+            weight._add_segment(blocks, qtype)
+        weight.int8_activations = self.int8_activations
+        weight.reorders = True
+        weight.output_order = (order if not self.reorders else self.output_order[order]).to(self.device, torch.long)
         return weight
 
     def take_rows(self, order: torch.Tensor) -> PackedWeight:
         """Rows `order` [M] of this weight as one new segment (a copy): llama.cpp's row permutations undone."""
-        if len(set(self.qtypes)) != 1:
+        if len(set(self.qtypes)) != 1 or self.reorders:
             names = ", ".join(str(q) for q in self.qtypes)
-            raise ValueError(f"cannot reorder rows across segments of different types ({names})")
+            raise ValueError(f"cannot copy rows across segments of different types ({names}) or of a reordered "
+                             f"weight: use reordered")
         blocks = torch.cat([b for _, b in self.segments()]) if len(self.qtypes) > 1 else self.blocks0
         return PackedWeight(blocks.index_select(0, order.to(blocks.device)), self.qtypes[0], self.in_features)
 
@@ -128,7 +157,8 @@ class PackedWeight(nn.Module):
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The weight as a dense tensor [N, K] in `dtype` (exactly gguf's dequantization, then the cast)."""
-        return torch.cat([dequantize_ref(b, q, self.in_features).to(dtype) for q, b in self.segments()])
+        dense = torch.cat([dequantize_ref(b, q, self.in_features).to(dtype) for q, b in self.segments()])
+        return dense.index_select(0, self.output_order.to(dense.device)) if self.reorders else dense
 
     def dense_float32(self) -> torch.Tensor:
         """dequantize(float32), made at the first call and kept: the fallback of float32 models on the CPU
@@ -144,7 +174,8 @@ class PackedWeight(nn.Module):
         from gguf import GGMLQuantizationType
 
         names = "+".join(GGMLQuantizationType(q).name for q in self.qtypes)
-        return f"shape={tuple(self.shape)}, {names}, {self.nbytes / 2**20:.2f} MiB"
+        reordered = ", rows reordered" if self.reorders else ""
+        return f"shape={tuple(self.shape)}, {names}, {self.nbytes / 2**20:.2f} MiB{reordered}"
 
 
 class PackedEmbedding(nn.Module):

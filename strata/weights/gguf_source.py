@@ -45,7 +45,6 @@ _EOS_KEYS = ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "toke
 # why a tensor of a block type was dequantized at load (the notice's reason)
 _NOT_KEPT = f"not kept packed (types kept packed: {', '.join(PACKED_TYPE_NAMES)})"
 _NOT_ROW_WISE = "not kept packed: llama.cpp changed their layout beyond reordering rows"
-_MIXED_JOIN = "not kept packed: their rows interleave with a part of another type"
 
 
 class GGUFSource:
@@ -118,7 +117,7 @@ class GGUFSource:
             parts[piece.part] = values
             if all(p is not None for p in parts):
                 del pending[piece.hf_name]
-                yield piece.hf_name, self._join(piece.hf_name, parts, dtype, dequantized)
+                yield piece.hf_name, self._join(piece.hf_name, parts, dtype)
         if self.experts_dense_reason:
             logger.warning("the routed experts loaded dequantized to %s: %s", str(dtype).removeprefix("torch."),
                            self.experts_dense_reason)
@@ -172,16 +171,17 @@ class GGUFSource:
             values = values.chunk(count, dim=1)[index]
         return values.to(dtype)
 
-    def _join(self, hf_name: str, parts: list, dtype: torch.dtype, dequantized: Counter) -> torch.Tensor | PackedWeight:
-        """Parts llama.cpp split one HF tensor into -> that tensor: row by row where all are packed in one type."""
+    def _join(self, hf_name: str, parts: list, dtype: torch.dtype) -> torch.Tensor | PackedWeight:
+        """Parts llama.cpp split one HF tensor into -> that tensor: packed row by row where all parts are packed
+        (of one type or several), else dense."""
         if all(isinstance(p, PackedExpertWeight) for p in parts):
             return PackedExpertWeight.cat_rows(parts)  # [E, I, .] x 2 -> [E, 2I, .]: gate rows, then up rows
         if all(isinstance(p, PackedWeight) for p in parts):
             joined = PackedWeight.cat_rows(parts)
-            if len(set(joined.qtypes)) == 1:
-                return joined.take_rows(self.inverter.join_order(hf_name, [p.shape[0] for p in parts]))
-            for part in parts:
-                dequantized[_type_name(part.qtypes[0]), _MIXED_JOIN] += 1
+            order = self.inverter.join_order(hf_name, [p.shape[0] for p in parts])
+            # one type: the rows copied into one segment in order; several (interleaved by the order): the
+            # segments kept and the product's columns gathered
+            return joined.take_rows(order) if len(set(joined.qtypes)) == 1 else joined.reordered(order)
         parts = [p.dequantize(torch.float32) if isinstance(p, PackedWeight) else p for p in parts]
         return self.inverter.join(hf_name, parts).to(dtype)
 

@@ -74,9 +74,11 @@ def loaded_sizes(entries: Iterable[TensorEntry], dtype: torch.dtype, experts_pac
     """WeightSizes of the weights as loaded; a device expert slot holds the largest layer's expert; a lookup table
     kept as the file's blocks is `mapped`."""
     entries = list(entries)
-    part_types: dict[str, set[int]] = {}
+    # a tensor stored in several parts loads packed where every part does, whatever their types (gguf_source._join)
+    all_parts_packed: dict[str, bool] = {}
     for e in entries:
-        part_types.setdefault(e.hf_name, set()).add(e.qtype)
+        packed = keeps_blocks(e.hf_name, e.qtype) and e.row_wise
+        all_parts_packed[e.hf_name] = all_parts_packed.get(e.hf_name, True) and packed
     total = experts = mapped = 0
     layer_experts: dict[str, list[int]] = {}  # MoE layer -> [its experts' bytes, number of experts]
     for e in entries:
@@ -89,7 +91,7 @@ def loaded_sizes(entries: Iterable[TensorEntry], dtype: torch.dtype, experts_pac
             layer = layer_experts.setdefault(e.hf_name.rsplit(".", 1)[0], [0, e.num_experts])
             layer[0] += nbytes
             experts += nbytes
-        elif keeps_blocks(e.hf_name, e.qtype) and e.row_wise and len(part_types[e.hf_name]) == 1:
+        elif all_parts_packed[e.hf_name]:
             nbytes = e.nbytes
         else:
             nbytes = dense

@@ -115,16 +115,56 @@ def test_qwen3_5_split_projections_load_packed_into_the_fused_ones(tmp_path):
     assert rel_err(prompt_logits(packed, IDS), prompt_logits(dense, IDS)) < 1e-5
 
 
-def test_qkvz_parts_of_two_types_load_dequantized_with_a_notice(tmp_path, caplog):
+def test_qkvz_parts_of_two_types_stay_packed_with_their_columns_gathered(tmp_path, caplog):
+    """attn_qkv and attn_gate of two types (a Q4_K_M file's Q5_K and Q4_K) cannot be one segment in HF's
+    interleaved row order: they stay two segments in the file's order, and the product's columns are gathered
+    into HF's. Same weights and logits as the dequantized load, no notice, the loaded sizes count their blocks."""
     cfg, state = hf_state(build_hf_model("qwen3_next"))
     path = str(tmp_path / "model.gguf")
     write_gguf(path, cfg, state, quant="Q8_0", types={r"attn_gate": "Q4_0"})
-    model = load(path)
-    assert isinstance(model.model.layers[0].linear_attn.in_proj_qkvz.weight, torch.nn.Parameter)
-    lines = [r.getMessage() for r in caplog.records if r.name == gguf_source.__name__]
-    num_linear = cfg["layer_types"].count("linear_attention")
-    assert lines == [f"loaded {num_linear} tensors of type {t} dequantized to float32: not kept packed: their rows "
-                     f"interleave with a part of another type" for t in ("Q8_0", "Q4_0")]
+    packed, dense = load(path), load(path, packed=False)
+    weight = packed.model.layers[0].linear_attn.in_proj_qkvz.weight
+    assert isinstance(weight, PackedWeight) and qtype_names(weight) == ["Q8_0", "Q4_0"] and weight.reorders
+    assert not [r for r in caplog.records if r.name == gguf_source.__name__ and "qkvz" in r.getMessage()]
+    torch.testing.assert_close(weight.dequantize(), dense.model.layers[0].linear_attn.in_proj_qkvz.weight,
+                               rtol=0, atol=0)
+    x = torch.randn(3, weight.in_features)
+    torch.testing.assert_close(ops.packed_linear(x, weight), x @ weight.dequantize().T, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ops.packed_linear(x.unsqueeze(0), weight, out_dtype=torch.float32)[0],
+                               x @ weight.dequantize().T, rtol=1e-5, atol=1e-5)  # the reshaping path
+    assert rel_err(prompt_logits(packed, IDS), prompt_logits(dense, IDS)) < 1e-5
+    from strata.weights.loaded_sizes import loaded_sizes
+
+    qkvz = [e for e in GGUFSource(path)._entries() if e.hf_name.endswith("in_proj_qkvz.weight")]
+    assert {e.qtype for e in qkvz} == {Q.Q8_0, Q.Q4_0}
+    packed_bytes = sum(e.nbytes for e in qkvz)
+    assert loaded_sizes(qkvz, torch.float32, False).total == packed_bytes < sum(e.num_values for e in qkvz) * 4
+
+
+def test_a_reordered_weight_gathers_its_columns_and_its_embedding_rows():
+    """PackedWeight.reordered: products over the stored rows then the columns in order, dequantize in order,
+    an embedding's ids mapped through the order, and orders compose."""
+    from gguf_writer import random_blocks
+
+    rng = np.random.default_rng(0)
+    a = PackedWeight(torch.from_numpy(random_blocks((4, 64), Q.Q8_0, rng, scale=1e-2)), Q.Q8_0, 64)
+    b = PackedWeight(torch.from_numpy(random_blocks((2, 64), Q.Q4_0, rng, scale=1e-2)), Q.Q4_0, 64)
+    joined = PackedWeight.cat_rows([a, b])
+    order = torch.tensor([4, 0, 1, 5, 2, 3])
+    weight = joined.reordered(order)
+    expected = joined.dequantize()[order]
+    torch.testing.assert_close(weight.dequantize(), expected, rtol=0, atol=0)
+    x = torch.randn(2, 64)
+    torch.testing.assert_close(ops.packed_linear(x, weight), x @ expected.T, rtol=1e-5, atol=1e-6)
+    again = weight.reordered(torch.tensor([5, 4, 3, 2, 1, 0]))
+    torch.testing.assert_close(again.dequantize(), expected.flip(0), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="reordered"):
+        weight.take_rows(torch.arange(6))
+    with pytest.raises(ValueError, match="row order"):
+        joined.reordered(torch.arange(5))
+    single = PackedWeight(a.blocks, Q.Q8_0, 64).reordered(torch.tensor([3, 2, 1, 0]))
+    rows = ops.packed_embedding(single, torch.tensor([0, 2]), torch.float32)
+    torch.testing.assert_close(rows, a.dequantize()[[3, 1]], rtol=0, atol=0)
 
 
 def test_other_types_load_dequantized_with_one_notice_each(tmp_path, caplog):
