@@ -400,3 +400,21 @@ def test_norms_rounding_for_packed_weights_give_their_bits_on_cuda(llama_256, tm
             outs[marked] = (layer.self_attn.qkv_proj(x), layer.mlp(y))
     for fused, alone in zip(outs[True], outs[False]):
         assert torch.equal(fused, alone)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [1, 2, 40])
+def test_a_reordered_weight_on_cuda(rows):
+    """A reordered weight of two types on the device (its order moved with it) through each CUDA path of
+    packed_linear: the 8-bit GEMV (1-8 rows), then dequantize + GEMM; against the dequantized weight in order."""
+    from gguf_writer import random_blocks
+
+    rng = np.random.default_rng(1)
+    a = PackedWeight(torch.from_numpy(random_blocks((64, 256), Q.Q5_K, rng, scale=1e-2)), Q.Q5_K, 256)
+    b = PackedWeight(torch.from_numpy(random_blocks((32, 256), Q.Q4_K, rng, scale=1e-2)), Q.Q4_K, 256)
+    order = torch.randperm(96, generator=torch.Generator().manual_seed(2))
+    weight = PackedWeight.cat_rows([a, b]).reordered(order).to("cuda")
+    assert weight.output_order.is_cuda and weight.reorders
+    x = torch.randn(rows, 256, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16).cuda()
+    expected = x.float() @ weight.dequantize().float().T
+    assert rel_err(ops.packed_linear(x, weight).float(), expected) < 2e-2
