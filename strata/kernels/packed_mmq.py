@@ -1,4 +1,4 @@
-"""A layer's routed experts over Q4_K / Q6_K blocks for steps of several tokens: 8-bit activations times the
+"""A layer's routed experts over Q4_K / Q6_K (and Q8_0 / Q5_0) blocks for steps of several tokens: 8-bit activations times the
 weights' integer quants on the tensor cores (int8 tl.dot), each used expert's blocks read once per step.
 
 packed_q8.moe_pairs_q8 runs one program per (token, k) pair: a step of 8-16 tokens at top-8 rereads each
@@ -13,7 +13,8 @@ the two agree up to float32 summation order. Q6_K's scales cover 16 values, so a
 the tile with the other half zeroed.
 
 packed_moe sends it the steps of Q4_K / Q6_K experts between its Q8_PAIRS_PER_EXPERT and MMQ_PAIRS_PER_EXPERT
-pairs an expert. Nsight Compute (session 38, 30B-A3B experts, 512 tokens, 32-row blocks) finds its programs at 255
+pairs an expert. It also reads Q8_0 / Q5_0 rows (32-value blocks: Qwen4-Exp Q4_K_M's 640-wide down rows), checked in
+Triton's interpreter and compiled for sm_90 (no spills) but not yet run on a GPU, so packed_moe does not send them. Nsight Compute (session 38, 30B-A3B experts, 512 tokens, 32-row blocks) finds its programs at 255
 registers with local-memory spills and 12 % occupancy, the float scaling of each 32-value product (I2F, FMUL,
 FFMA) most of the instructions and the int8 MMAs 2 %: a leaner epilogue is where its next gain lies.
 """
@@ -42,8 +43,15 @@ Q4_K, Q6_K = packed_q8.Q4_K, packed_q8.Q6_K
 CONFIG = dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=2)
 
 
+# 32-value block types (Qwen4-Exp Q4_K_M's 640-wide down rows: llama.cpp's fallbacks Q8_0 and Q5_0), bytes a block
+BLOCK32_BYTES = {packed_q8.Q8_0: 34, packed_q8.Q5_0: 22}
+
+
 def supports(qtype: int, k: int, w: torch.Tensor) -> bool:
-    """Q4_K / Q6_K rows of whole superblocks (byte loads: any row start)."""
+    """Q4_K / Q6_K rows of whole superblocks, Q8_0 / Q5_0 rows of whole 128-value runs (packed_q8.quantize's
+    unit); byte loads: any row start."""
+    if qtype in BLOCK32_BYTES:
+        return k % 128 == 0
     return qtype in (Q4_K, Q6_K) and k % 256 == 0
 
 
@@ -131,14 +139,36 @@ if triton is not None:
         return acc
 
     @triton.jit
+    def _block32(acc, x_base, dx_ptr, x_rows, row_ok, w_rows, n_ok, i, b, k, QTYPE: tl.constexpr):
+        """acc [BM, BN] plus 32-value block b of Q8_0 rows (f16 d, 32 int8) or Q5_0 rows (f16 d, 32 high bits,
+        16 bytes of nibbles: weight i in nibble i // 16 of byte i % 16, minus 16): one int8 dot, scaled by dx * d."""
+        x = tl.load(x_base + b * 32, mask=row_ok[:, None], other=0)                         # [BM, 32] int8
+        dx = tl.load(dx_ptr + x_rows.to(tl.int64) * (k // 32) + b, mask=row_ok, other=0.0)   # [BM]
+        if QTYPE == 8:
+            block = w_rows + b * 34                                                           # [BN]
+            quants = tl.load(block[:, None] + 2 + i[None, :], mask=n_ok[:, None], other=0).to(tl.int8, bitcast=True)
+        else:
+            block = w_rows + b * 22
+            qh = tl.load(block[:, None] + 2 + i[None, :] // 8, mask=n_ok[:, None], other=0).to(tl.int32)
+            low = tl.load(block[:, None] + 6 + i[None, :] % 16, mask=n_ok[:, None], other=0).to(tl.int32)
+            q = ((low >> ((i[None, :] // 16) * 4)) & 15) | (((qh >> (i[None, :] % 8)) & 1) << 4)
+            quants = (q - 16).to(tl.int8)                                                     # [BN, 32]
+        dots = tl.dot(x, tl.trans(quants), out_dtype=tl.int32)                                 # [BM, BN]
+        return acc + dots.to(tl.float32) * dx[:, None] * _f16(block, n_ok)[None, :]
+
+    @triton.jit
     def _rows_times_weights(xq_ptr, dx_ptr, sums_ptr, x_rows, row_ok, w_rows, n_ok, k, QTYPE: tl.constexpr,
                             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
         """x_rows [BM] (row indices into the int8 activations, row_ok) times W's rows at byte pointers w_rows
-        [BN] (n_ok) -> float32 [BM, BN], a superblock's 8 sub-blocks at a time (_subblock)."""
+        [BN] (n_ok) -> float32 [BM, BN]: a superblock's 8 sub-blocks at a time (_subblock), or 32-value blocks
+        one at a time (_block32)."""
         i = tl.arange(0, 32)
         x_base = xq_ptr + x_rows.to(tl.int64)[:, None] * k + i[None, :]                   # [BM, 32]
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for j in range(0, k // 256):
+        if QTYPE == 8 or QTYPE == 6:  # 32-value blocks: d, then the quants
+            for b in range(0, k // 32):
+                acc = _block32(acc, x_base, dx_ptr, x_rows, row_ok, w_rows, n_ok, i, b, k, QTYPE)
+        for j in range(0, k // 256 if QTYPE == 12 or QTYPE == 14 else 0):
             if QTYPE == 12:
                 sb = w_rows + j * 144                                                      # [BN]
                 d = _f16(sb, n_ok)

@@ -119,8 +119,9 @@ def grouped_q8_supported(w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtyp
     (STRATA_NO_GROUPED_Q8=1 keeps the float grouped kernels)."""
     from strata.config import debug_flag
 
-    return (packed_q8.enabled() and not debug_flag("NO_GROUPED_Q8") and packed_mmq.supports(qtype13, dim, w13)
-            and packed_mmq.supports(qtype2, inter, w2))
+    measured = (packed_mmq.Q4_K, packed_mmq.Q6_K)  # (its Q8_0 / Q5_0 rows: not yet measured on a GPU)
+    return (packed_q8.enabled() and not debug_flag("NO_GROUPED_Q8") and qtype13 in measured and qtype2 in measured
+            and packed_mmq.supports(qtype13, dim, w13) and packed_mmq.supports(qtype2, inter, w2))
 
 
 def packed_moe(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2: int,

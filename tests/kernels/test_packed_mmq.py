@@ -10,21 +10,22 @@ import pytest
 import torch
 
 from strata.kernels import packed_mmq, packed_q8
-from strata.kernels.packed_gemv import Q4_K, Q6_K, Q8_0
+from strata.kernels.packed_gemv import Q4_K, Q5_0, Q6_K, Q8_0
 
 gpu = pytest.mark.gpu
 interpreted = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                                  reason="the kernels in Triton's interpreter: set TRITON_INTERPRET=1, triton installed")
 
 
-def test_supports_the_k_quant_types_of_q4_k_m_experts():
+def test_supports_the_types_of_q4_k_m_experts():
     rows = torch.zeros(4, 288, dtype=torch.uint8)
     assert packed_mmq.supports(Q4_K, 512, rows) and packed_mmq.supports(Q6_K, 768, rows)
-    assert not packed_mmq.supports(Q8_0, 640, rows) and not packed_mmq.supports(Q4_K, 640, rows)
+    assert packed_mmq.supports(Q8_0, 640, rows) and packed_mmq.supports(Q5_0, 640, rows)  # 128-value runs
+    assert not packed_mmq.supports(Q8_0, 96, rows) and not packed_mmq.supports(Q4_K, 640, rows)
 
 
 @gpu
-@pytest.mark.parametrize("qtypes", [(Q4_K, Q6_K), (Q4_K, Q4_K), (Q6_K, Q6_K)])
+@pytest.mark.parametrize("qtypes", [(Q4_K, Q6_K), (Q4_K, Q4_K), (Q6_K, Q6_K), (Q4_K, Q8_0), (Q4_K, Q5_0)])
 @pytest.mark.parametrize("tokens", [1, 8, 40])
 def test_grouped_experts_equal_the_pairs(qtypes, tokens):
     """Experts in padded slot views, a skipped pair (zeros), experts shared by several tokens (8 experts,
@@ -32,7 +33,8 @@ def test_grouped_experts_equal_the_pairs(qtypes, tokens):
     from test_packed_moe import case, on_device  # this folder's modules (see test_packed_q8.py)
     from test_packed_q8 import moe_reference
 
-    hidden, w13, w2, ids, weights = case(*qtypes, tokens, dim=512, inter=768, pad=96, seed=tokens)
+    inter = 640 if qtypes[1] in (Q8_0, Q5_0) else 768  # Qwen4-Exp's down rows
+    hidden, w13, w2, ids, weights = case(*qtypes, tokens, dim=512, inter=inter, pad=96, seed=tokens)
     args = (hidden.cuda(), on_device(w13), qtypes[0], on_device(w2), qtypes[1], ids.cuda(), weights.cuda())
     out = packed_mmq.moe_grouped_q8(*args).cpu()
     pairs = packed_q8.moe_pairs_q8(*args).cpu()
@@ -45,13 +47,15 @@ def test_grouped_experts_equal_the_pairs(qtypes, tokens):
 
 
 @interpreted
-@pytest.mark.parametrize("qtypes", [(Q4_K, Q6_K), (Q6_K, Q4_K)])
-def test_grouped_experts_in_the_interpreter(qtypes):
-    """On the CPU, experts in padded slots and a skipped pair: the float reference of the rounded activations."""
+@pytest.mark.parametrize("qtypes, inter", [((Q4_K, Q6_K), 256), ((Q6_K, Q4_K), 256), ((Q4_K, Q8_0), 640),
+                                           ((Q4_K, Q5_0), 640)])
+def test_grouped_experts_in_the_interpreter(qtypes, inter):
+    """On the CPU, experts in padded slots and a skipped pair: the float reference of the rounded activations;
+    Qwen4-Exp's 640-wide down rows in Q8_0 / Q5_0 too."""
     from test_packed_moe import case
     from test_packed_q8 import moe_reference
 
-    hidden, w13, w2, ids, weights = case(*qtypes, 3, dim=256, inter=256, num=4, top_k=2, pad=96, seed=4)
+    hidden, w13, w2, ids, weights = case(*qtypes, 3, dim=256, inter=inter, num=4, top_k=2, pad=96, seed=4)
     out = packed_mmq.moe_grouped_q8(hidden.float(), w13, qtypes[0], w2, qtypes[1], ids, weights)
     assert torch.all(out[0, -1] == 0)
     expected = moe_reference(hidden, w13, qtypes[0], w2, qtypes[1], ids, weights)

@@ -22,7 +22,7 @@ from graph_timing import graph_time  # noqa: E402
 SHAPES = {"30b": (128, 2048, 768, 8, 12, 14), "qwen4exp": (512, 2560, 640, 10, 12, 8)}
 MODE = os.environ.get("GROUPED_ARMS", "")
 if MODE == "mmq":  # GROUPED_ARMS=mmq: packed_mmq's tilings against the dispatched paths, on the shapes it reads
-    SHAPES = {"30b": SHAPES["30b"], "80b": (512, 2048, 512, 10, 12, 14)}
+    SHAPES = {"30b": SHAPES["30b"], "80b": (512, 2048, 512, 10, 12, 14), "qwen4exp": SHAPES["qwen4exp"]}
 rows = []
 gen = torch.Generator().manual_seed(0)
 for shape, (E, D, I, TOP, q13, q2) in SHAPES.items():
