@@ -1,5 +1,6 @@
-"""A layer's routed experts over Q4_K / Q6_K (and Q8_0 / Q5_0) blocks for steps of several tokens: 8-bit activations times the
-weights' integer quants on the tensor cores (int8 tl.dot), each used expert's blocks read once per step.
+"""A layer's routed experts over Q4_K / Q6_K (and Q8_0 / Q5_0) blocks for steps of several tokens: 8-bit
+activations times the weights' integer quants on the tensor cores (int8 tl.dot), each used expert's blocks read
+once per step.
 
 packed_q8.moe_pairs_q8 runs one program per (token, k) pair: a step of 8-16 tokens at top-8 rereads each
 expert once per pair that routes to it, and its dp4a work grows with the pairs. Here the pairs are grouped by
