@@ -15,9 +15,11 @@ the tile with the other half zeroed.
 
 packed_moe sends it the steps of Q4_K / Q6_K experts between its Q8_PAIRS_PER_EXPERT and MMQ_PAIRS_PER_EXPERT
 pairs an expert. It also reads Q8_0 / Q5_0 rows (32-value blocks: Qwen4-Exp Q4_K_M's 640-wide down rows), checked in
-Triton's interpreter and compiled for sm_90 (no spills) but not yet run on a GPU, so packed_moe does not send them. Nsight Compute (session 38, 30B-A3B experts, 512 tokens, 32-row blocks) finds its programs at 255
-registers with local-memory spills and 12 % occupancy, the float scaling of each 32-value product (I2F, FMUL,
-FFMA) most of the instructions and the int8 MMAs 2 %: a leaner epilogue is where its next gain lies.
+Triton's interpreter and compiled for sm_90 (no spills) but not yet run on a GPU, so packed_moe does not send them.
+
+Nsight Compute (session 38, 30B-A3B experts, 512 tokens, 32-row blocks) finds its programs at 255 registers with
+local-memory spills and 12 % occupancy, the float scaling of each 32-value product (I2F, FMUL, FFMA) most of the
+instructions and the int8 MMAs 2 %: a leaner epilogue is where its next gain lies.
 """
 
 from __future__ import annotations
