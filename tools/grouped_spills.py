@@ -21,7 +21,9 @@ PTR = {"hidden_ptr": "*bf16", "out_ptr": "*fp32", "weights_ptr": "*fp32", "sorte
 def usage(fn, consts, warps, stages=2, act="*bf16"):
     sig = {a: "constexpr" if a in consts else (act if a == "act_ptr" else PTR.get(a, "*u8")) if a.endswith("_ptr")
            else "i32" for a in fn.arg_names}
-    aligned = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if a.endswith("_ptr")}
+    # as on the device, which specializes integer arguments divisible by 16 (the strides, the widths)
+    aligned = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names)
+               if a.endswith("_ptr") or a.startswith("stride") or a in ("dim", "inter")}
     constexprs = {(fn.arg_names.index(a),): v for a, v in consts.items()}
     src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=aligned)
     k = triton.compile(src, target=TARGET, options=dict(num_warps=warps, num_stages=stages))

@@ -391,10 +391,10 @@ if triton is not None:
             values = tl.reshape(d, (BLOCK_N, SB, 8, 1)) * q + tl.reshape(m, (BLOCK_N, SB, 8, 1))
         elif QTYPE == 12 or QTYPE == 13:
             base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * _block_bytes(QTYPE)
-            scale, offset = _q4k_scales(tl.reshape(base, (BLOCK_N, SB, 1)), tl.reshape(r, (1, 1, 8)),
-                                        tl.reshape(n_ok, (BLOCK_N, 1, 1)))
-            values = tl.reshape(scale, (BLOCK_N, SB, 8, 1)) * _q4k_quants(base, r, l, n_ok, QTYPE) \
-                - tl.reshape(offset, (BLOCK_N, SB, 8, 1))
+            # scales decoded from 4-d pointers ([BN, SB, 8, 1]), not reshaped from 3-d ones: the grouped MoE
+            # kernels then need no layout conversion for them (session 38, their TTGIR)
+            scale, offset = _q4k_scales(base, r, n_ok)                                        # [BN, SB, 8, 1]
+            values = scale * _q4k_quants(base, r, l, n_ok, QTYPE) - offset
         elif QTYPE == 23:
             base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * 136
             scale = _iq4xs_scales(tl.reshape(base, (BLOCK_N, SB, 1)), tl.reshape(r, (1, 1, 8)),
@@ -413,9 +413,13 @@ if triton is not None:
             values = iq_values(base, table_ptr, n_ok, QTYPE, SB, BLOCK_N)
         else:
             base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * 210
-            group = base + 192 + r * 2 + l // 16                                                 # [BN, SB, 8, 32]
-            scale = tl.load(group, mask=n_ok, other=0).to(tl.int8, bitcast=True).to(tl.float32)
-            values = _f16_at(base + 208, n_ok) * scale * _q6k_quants(base, r, l, n_ok)
+            # one scale a 16 values, applied through a reshape: scales loaded per weight made the grouped MoE
+            # kernels convert the whole float tile's layout (32 KB through shared memory a superblock; their TTGIR)
+            g = tl.arange(0, 16)[None, None, :, None]
+            scale = tl.load(base + 192 + g, mask=n_ok, other=0).to(tl.int8, bitcast=True).to(tl.float32)
+            scale = scale * _f16_at(base + 208, n_ok)                                           # [BN, SB, 16, 1]
+            q16 = tl.reshape(_q6k_quants(base, r, l, n_ok), (BLOCK_N, SB, 16, 16))
+            values = tl.reshape(q16 * scale, (BLOCK_N, SB, 8, 32))
         return values
 
     @triton.jit
