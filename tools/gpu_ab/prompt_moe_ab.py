@@ -1,10 +1,11 @@
 """Packed routed experts at prompt sizes (16-512 tokens), inside CUDA graphs with cold routing (4 rotated id
 sets): the 8-bit pairs (packed_q8.moe_pairs_q8: time grows with the pairs), packed_moe's float grouped kernels
-(each used expert read once per row block) under a few tilings, and the int8 tensor-core grouped kernel
-(packed_mmq, Q4_K / Q6_K rows only), on the 30B-A3B shape (128 experts of 768, top 8, Q4_K / Q6_K) and Qwen4-Exp's
-(512 experts of 640, top 10, Q4_K / Q8_0), and every expert dequantized to bf16 before fused_moe. Where the pairs
-stop paying decides packed_moe.Q8_PAIRS_PER_EXPERT. GROUPED_ARMS=sweep: the float grouped tilings; GROUPED_ARMS=mmq:
-packed_mmq's tilings on the 30B-A3B's and Qwen3-Next's experts (packed_moe.MMQ_PAIRS_PER_EXPERT). Writes
+(each used expert read once per row block) under a few tilings, the int8 tensor-core grouped kernel (packed_mmq:
+Q4_K, Q6_K, Q8_0 and Q5_0 rows) and every expert dequantized to bf16 before fused_moe, on the 30B-A3B shape (128
+experts of 768, top 8, Q4_K / Q6_K) and Qwen4-Exp's (512 experts of 640, top 10, Q4_K / Q8_0). Where the pairs stop
+paying decides packed_moe.Q8_PAIRS_PER_EXPERT. GROUPED_ARMS=sweep: the float grouped tilings; GROUPED_ARMS=mmq:
+packed_mmq's tilings on the 30B-A3B's, Qwen3-Next's and Qwen4-Exp's experts (packed_moe.MMQ_PAIRS_PER_EXPERT);
+GROUPED_ARMS=base: the 8-bit pairs, the float grouped kernels' default tiling and every expert dequantized. Writes
 $OUT/prompt_moe_ab.json."""
 import json
 import os
@@ -32,7 +33,7 @@ for shape, (E, D, I, TOP, q13, q2) in SHAPES.items():
     # GROUPED_ARMS=sweep: 16-row and 64-row blocks x (columns, warps) of the float grouped kernels
     sweep = MODE == "sweep"
     tilings = ([(bm, bn, w, 2) for bm in (16, 64) for bn, w in ((16, 8), (32, 8), (32, 4))] if sweep
-               else [(None, 32, 4, 2)] if MODE == "mmq"
+               else [(None, 32, 4, 2)] if MODE in ("mmq", "base")
                else [(None, 32, 4, 2), (None, 64, 4, 2), (None, 64, 8, 3), (None, 128, 8, 3)])
     for bm, bn, warps, stages in tilings:
         c = dict(BLOCK_N=bn, num_warps=warps, num_stages=stages, **({"BLOCK_M": bm} if bm else {}))
@@ -45,7 +46,7 @@ for shape, (E, D, I, TOP, q13, q2) in SHAPES.items():
     # packed_mmq's tilings: (BLOCK_M, BLOCK_N, warps)
     mmq_tilings = ([(16, 64, 4), (16, 32, 4), (16, 128, 4), (32, 64, 4)] if MODE == "mmq"
                    else [(16, 64, 4), (32, 64, 4), (64, 64, 4), (64, 128, 4)])
-    if packed_mmq.supports(q2, I, w2) and not sweep:
+    if packed_mmq.supports(q2, I, w2) and not sweep and MODE != "base":
         for bm, bn, warps in mmq_tilings:
             c = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=warps)
             arms[f"mmq_m{bm}_n{bn}_w{warps}"] = (
