@@ -179,6 +179,8 @@ class GGUFSource:
         if all(isinstance(p, PackedWeight) for p in parts):
             joined = PackedWeight.cat_rows(parts)
             order = self.inverter.join_order(hf_name, [p.shape[0] for p in parts])
+            if torch.equal(order, torch.arange(order.numel())):
+                return joined  # the parts one after the other (Qwen4-Exp's indexer q / k): their segments
             # one type: the rows copied into one segment in order; several (interleaved by the order): the
             # segments kept and the product's columns gathered
             return joined.take_rows(order) if len(set(joined.qtypes)) == 1 else joined.reordered(order)
