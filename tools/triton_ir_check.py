@@ -11,7 +11,7 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.compiler.compiler import make_backend
 from strata.kernels import hyper, ple, rms_norm, routing
-from strata.kernels import packed_dequant, packed_gemv, packed_gemv_words, packed_mmq, packed_moe, packed_q8
+from strata.kernels import packed_dequant, packed_gemv, packed_gemv_words, packed_mmq, packed_moe, packed_q8, q8_rounding
 
 TARGET = GPUTarget("cuda", 90, 32)
 PTR = {"x_ptr": "*bf16", "hidden_ptr": "*bf16", "act_ptr": "*bf16", "out_ptr": "*fp32", "weights_ptr": "*fp32",
@@ -105,7 +105,7 @@ for q in sorted(packed_q8.UNIT):
         for k in (packed_q8._gate_up_kernel, packed_q8._down_kernel):
             ok &= check(k, dict(QTYPE=q, BLOCK_N=4, SB=1, UNIT=packed_q8.UNIT[q], WT=packed_q8._word_tiles(q, False), USE_PDL=True,
                              ASM=asm), f"q8 {k.fn.__name__} q{q} asm={asm}")
-ok &= check(packed_q8._quantize_kernel, dict(USE_PDL=True), "q8 quantize")
+ok &= check(q8_rounding._quantize_kernel, dict(USE_PDL=True), "q8 quantize")
 for q in (packed_mmq.Q4_K, packed_mmq.Q6_K):
     for k in (packed_mmq._gate_up_kernel, packed_mmq._down_kernel):
         ok &= check(k, dict(QTYPE=q, BLOCK_M=16, BLOCK_N=64, USE_PDL=True), f"mmq {k.fn.__name__} q{q}")

@@ -32,7 +32,7 @@ try:
 except ImportError:  # CPU-only install
     triton = tl = None
 
-from strata.kernels import packed_q8
+from strata.kernels import packed_q8, q8_rounding
 from strata.kernels.launch import pdl_options
 from strata.kernels.moe_align import moe_align, moe_align_ref
 
@@ -51,7 +51,7 @@ BLOCK32_BYTES = {packed_q8.Q8_0: 34, packed_q8.Q5_0: 22}
 
 
 def supports(qtype: int, k: int, w: torch.Tensor) -> bool:
-    """Q4_K / Q6_K rows of whole superblocks, Q8_0 / Q5_0 rows of whole 128-value runs (packed_q8.quantize's
+    """Q4_K / Q6_K rows of whole superblocks, Q8_0 / Q5_0 rows of whole 128-value runs (q8_rounding.quantize's
     unit); byte loads: any row start."""
     if qtype in BLOCK32_BYTES:
         return k % 128 == 0
@@ -74,14 +74,14 @@ def moe_grouped_q8(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: to
     align = moe_align if hidden.is_cuda else moe_align_ref
     sorted_ids, block_expert = align(ids, num_experts, block_m)                        # [B * BM], [B]
     num_blocks = block_expert.numel()
-    hq, hdx, hsums = packed_q8.quantize(hidden)                                         # [T, D] int8 ...
+    hq, hdx, hsums = q8_rounding.quantize(hidden)                                         # [T, D] int8 ...
     act = torch.zeros(num_blocks * block_m, inter, dtype=torch.float32, device=hidden.device)  # [B * BM, I]
     common = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
                   **pdl_options(hidden))
     _gate_up_kernel[(num_blocks, triton.cdiv(inter, block_n))](
         hq, hdx, hsums, w13, sorted_ids, block_expert, act, inter, dim, top_k, ids.numel(), w13.stride(0),
         w13.stride(1), QTYPE=qtype13, **common)
-    aq, adx, asums = packed_q8.quantize(act)                                            # rows of the blocks
+    aq, adx, asums = q8_rounding.quantize(act)                                            # rows of the blocks
     partials = torch.zeros(num_tokens, top_k, dim, dtype=torch.float32, device=hidden.device)  # [T, K, D]
     _down_kernel[(num_blocks, triton.cdiv(dim, block_n))](
         aq, adx, asums, w2, sorted_ids, block_expert, weights, partials, dim, inter, ids.numel(), w2.stride(0),

@@ -26,7 +26,7 @@ masked.
 The output's own epilogue (`gate`, `rounding`): whichever launch writes a row (the merge, or a context's one
 split) can multiply it by sigmoid(gate) with the roundings of torch's `out * sigmoid(gate)` on the 16-bit
 output (Qwen3-Next's and Qwen4-Exp's gated attention), and round the result to 8 bits per 32 for a packed
-o_proj (packed_q8.quantize's numbers): two or three launches fewer a layer after attention.
+o_proj (q8_rounding.quantize's numbers): two or three launches fewer a layer after attention.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from strata.kernels.launch import pdl_options
 
 if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
-    from strata.kernels.packed_q8 import store_rounding
+    from strata.kernels.q8_rounding import store_rounding
     from strata.kernels.rms_norm import gated_shared
 
 MAX_QUERY_LEN = 16
@@ -156,7 +156,7 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     or None) of the host tier, [N_host, B, Hkv, D] each in pinned host memory; sequence s's first
     host_block_counts[s] blocks are host_block_tables [S, Wh]'s (their block_tables columns are unread). block_choice: QSA's
     (chosen [T, W] uint8, ratio, top_blocks) (module docstring). gate [T, H, D] (unit stride along D): the output
-    is out * sigmoid(gate); rounding: packed_q8.empty_rounding(T, H * D)'s buffers, filled with the output's 8-bit
+    is out * sigmoid(gate); rounding: q8_rounding.empty_rounding(T, H * D)'s buffers, filled with the output's 8-bit
     rounding (head_dim a power of two of at least 32: epilogue_rounds)."""
     num_tokens, num_heads, head_dim = q.shape
     # a 1-byte cache read by float32 queries is widened to float32 tiles (int8 at head_dim 256 asked for

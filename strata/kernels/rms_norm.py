@@ -13,14 +13,14 @@ try:
 except ImportError:  # CPU-only install: rms_norm_ref still works
     triton = tl = None
 
-from strata.kernels import packed_q8
+from strata.kernels import q8_rounding
 from strata.kernels.launch import pdl_options
 
 if triton is not None:
     from triton.language.extra import libdevice
 
     from strata.kernels.launch import wait_for_previous_kernel
-    from strata.kernels.packed_q8 import round_blocks
+    from strata.kernels.q8_rounding import round_blocks
 
 
 def rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered: bool = False,
@@ -57,8 +57,8 @@ def topk_sum_ref(partials: torch.Tensor, shared: torch.Tensor | None, dtype: tor
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, zero_centered: bool = False,
              residual: torch.Tensor | None = None, quantize: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Same contract as rms_norm_ref, for rows with unit stride along D. `quantize`: the same launch also
-    rounds the normalised rows to 8 bits per 32 (packed_q8.quantize's numbers, attached to the output by
-    packed_q8.attach) for the packed projections and experts that read it next."""
+    rounds the normalised rows to 8 bits per 32 (q8_rounding.quantize's numbers, attached to the output by
+    q8_rounding.attach) for the packed projections and experts that read it next."""
     return _launch(x, None, None, weight, eps, zero_centered, residual, x.dtype, quantize)
 
 
@@ -89,7 +89,7 @@ def _launch(x: torch.Tensor, top_k: int | None, shared: torch.Tensor | None, wei
         residual = residual.reshape(-1, dim)
         assert residual.stride(1) == 1
         new_residual = torch.empty_like(out)
-    quantized = packed_q8.empty_rounding(x2.shape[0], dim, x.device) if quantize else None  # [T, D], [T, D / 32] ...
+    quantized = q8_rounding.empty_rounding(x2.shape[0], dim, x.device) if quantize else None  # [T, D], [T, D / 32] ...
     q_out = quantized if quantized is not None else (out, out, out)
     block_d = triton.next_power_of_2(dim)
     # a warp per 512 columns: 4 warps for 2048-wide rows measured faster than 8 on the H200 (session 11)
@@ -104,7 +104,7 @@ def _launch(x: torch.Tensor, top_k: int | None, shared: torch.Tensor | None, wei
         num_warps=min(16, max(1, block_d // 512)), **pdl_options(x))
     normed = out.view(out_shape)
     if quantized is not None:
-        packed_q8.attach(normed, quantized)
+        q8_rounding.attach(normed, quantized)
     return normed, (new_residual.view(out_shape) if new_residual is not None else None)
 
 
@@ -156,7 +156,7 @@ if triton is not None:
         else:
             y = w * normed.to(out_ptr.dtype.element_ty).to(tl.float32)
         tl.store(out_ptr + row * stride_o + offs, y.to(out_ptr.dtype.element_ty), mask=ok)
-        if QUANTIZE:  # packed_q8's _quantize_kernel on the values just stored (masked columns are zeros)
+        if QUANTIZE:  # q8_rounding's _quantize_kernel on the values just stored (masked columns are zeros)
             blocks = tl.reshape(y.to(out_ptr.dtype.element_ty).to(tl.float32), (BLOCK_D // 32, 32))
             q, dx = round_blocks(blocks)                                                    # [BD / 32, 32], [BD / 32]
             q_offs = tl.arange(0, BLOCK_D // 32)[:, None] * 32 + tl.arange(0, 32)[None, :]
@@ -189,19 +189,19 @@ def gated_rms_norm(x: torch.Tensor, gate: torch.Tensor, gate_group: int, gate_gr
     (h // gate_group) * gate_group_stride + (h % gate_group) * D of gate's rows (gate [T, >= ...], unit
     column stride), so a z inside a fused projection output needs no copy. `quantize` (D a power of two, at
     least 32: see rounds_gated): the same launch rounds the output to 8 bits per 32 for the packed out_proj
-    that reads it (packed_q8.quantize's numbers, attached to the output)."""
+    that reads it (q8_rounding.quantize's numbers, attached to the output)."""
     num_tokens, heads, dim = x.shape
     assert x.is_contiguous() and gate.stride(-1) == 1 and weight.is_contiguous() and activation in GATE_ACTIVATIONS
     assert not quantize or rounds_gated(dim)
     out = torch.empty(num_tokens, heads * dim, dtype=x.dtype, device=x.device)
-    quantized = packed_q8.empty_rounding(num_tokens, heads * dim, x.device) if quantize else None
+    quantized = q8_rounding.empty_rounding(num_tokens, heads * dim, x.device) if quantize else None
     block_h = max(1, min(triton.next_power_of_2(heads), 4096 // triton.next_power_of_2(dim)))
     _gated_rms_norm_kernel[(num_tokens, triton.cdiv(heads, block_h))](
         x, gate, weight, out, *(quantized if quantized is not None else (out, out, out)), heads, dim, gate_group,
         gate_group_stride, eps, x.stride(0), gate.stride(0), SIGMOID=activation == "sigmoid", BLOCK_H=block_h,
         BLOCK_D=triton.next_power_of_2(dim), QUANTIZE=quantized is not None, num_warps=4, **pdl_options(x))
     if quantized is not None:
-        packed_q8.attach(out, quantized)
+        q8_rounding.attach(out, quantized)
     return out
 
 
@@ -235,7 +235,7 @@ if triton is not None:
         act = tl.sigmoid(gate) if SIGMOID else gate * tl.sigmoid(gate)
         y = (y * act).to(out_ptr.dtype.element_ty)
         tl.store(out_ptr + row * heads * dim + cols, y, mask=ok)
-        if QUANTIZE:  # packed_q8's rounding of the values just stored: BLOCK_D == dim, so the program's heads
+        if QUANTIZE:  # q8_rounding's rounding of the values just stored: BLOCK_D == dim, so the program's heads
             # are the output columns first .. first + BLOCK_H * dim in order (masked heads are zeros)
             GROUPS: tl.constexpr = BLOCK_H * BLOCK_D // 32
             width = heads * dim

@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from strata.config import debug_flag
-from strata.kernels import (hyper, packed_dequant, packed_gemv, packed_q8, qsa_scores, skinny_linear, skinny_mlp,
-                            triton_available)
+from strata.kernels import (hyper, packed_dequant, packed_gemv, packed_q8, q8_rounding, qsa_scores, skinny_linear,
+                            skinny_mlp, triton_available)
 from strata.kernels.fused_moe import fused_moe as fused_moe_kernel
 from strata.kernels.fused_moe import fused_moe_ref, grouped_experts_apply
 from strata.kernels.gguf_blocks import packed_matmul_ref
@@ -257,7 +257,7 @@ def _packed_segments(x: torch.Tensor, weight, dtype: torch.dtype) -> torch.Tenso
         outs = [_packed_segment(x, qtype, blocks, k) for qtype, blocks in segments]
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
     x = x.contiguous()
-    quantized = packed_q8.quantize(x)
+    quantized = q8_rounding.quantize(x)
     out = torch.empty(x.shape[0], sum(blocks.shape[0] for _, blocks in segments), dtype=dtype, device=x.device)
     column = 0
     for (qtype, blocks), reads in zip(segments, q8):
@@ -336,7 +336,7 @@ def hyper_mix(streams: torch.Tensor, norm_weight: torch.Tensor, down: torch.Tens
                  for rows in streams.split(hyper.MAX_ROWS)]
         x = parts[0][0] if len(parts) == 1 else torch.cat([x for x, _ in parts])
         weights = parts[0][1] if len(parts) == 1 or inject is None else torch.cat([w for _, w in parts])
-        packed_q8.keep_rounding(x)  # (a fresh block input: its packed readers share one rounding)
+        q8_rounding.keep_rounding(x)  # (a fresh block input: its packed readers share one rounding)
         return x, weights
     return hyper.hyper_mix_ref(streams, norm_weight, down, up, inject, hc, eps)
 
@@ -479,14 +479,14 @@ def attention_rounding(q: torch.Tensor, o_proj_weight) -> tuple | None:
     if not (hasattr(o_proj_weight, "segments") and epilogue_rounds(q.shape[2]) and width % 128 == 0
             and all(_q8_takes(rows, qtype, blocks, width) for qtype, blocks in o_proj_weight.segments())):
         return None
-    return packed_q8.empty_rounding(rows, width, q.device)
+    return q8_rounding.empty_rounding(rows, width, q.device)
 
 
 def flat_attended(out: torch.Tensor, rounding: tuple | None) -> torch.Tensor:
     """The attention output [T, H, D] as o_proj's rows [T, H * D], with the kernel's rounding of them attached."""
     flat = out.reshape(out.shape[0], -1)
     if rounding is not None:
-        packed_q8.attach(flat, rounding)
+        q8_rounding.attach(flat, rounding)
     return flat
 
 

@@ -236,9 +236,9 @@ def test_paged_attention_matches_ref(heads, windows, block_size, num_splits):
 def check_output_epilogue(heads, num_splits, dtype, device, with_gate):
     """The output's epilogue: gated by sigmoid(gate) as torch's `out * sigmoid(gate)` on the 16-bit output rounds
     (bit for bit, with_gate: the CUDA build, libdevice), and rounded to 8 bits for a packed o_proj as
-    packed_q8.quantize_ref rounds the (gated) rows; windows whose context is one KV tile (their one split
+    q8_rounding.quantize_ref rounds the (gated) rows; windows whose context is one KV tile (their one split
     writes) and longer ones (the merge)."""
-    from strata.kernels import packed_q8
+    from strata.kernels import q8_rounding
     from strata.kernels.paged_attention import paged_attention
 
     num_heads, num_kv_heads, head_dim = heads
@@ -252,15 +252,15 @@ def check_output_epilogue(heads, num_splits, dtype, device, with_gate):
     gate = wide[:, :, head_dim:2 * head_dim]
     args = (q, k_cache, v_cache, block_tables, seq_lens, qsl, head_dim ** -0.5)
     plain = paged_attention(*args, max_query_len=16, num_splits=num_splits)
-    rounding = packed_q8.empty_rounding(tokens, num_heads * head_dim, device)
+    rounding = q8_rounding.empty_rounding(tokens, num_heads * head_dim, device)
     if with_gate:
         gated = paged_attention(*args, max_query_len=16, num_splits=num_splits, gate=gate, rounding=rounding)
         assert torch.equal(gated, plain * torch.sigmoid(gate))
-        for got, want in zip(rounding, packed_q8.quantize_ref(gated.reshape(tokens, -1))):
+        for got, want in zip(rounding, q8_rounding.quantize_ref(gated.reshape(tokens, -1))):
             torch.testing.assert_close(got, want.to(got.dtype), rtol=0, atol=0)
     only_rounded = paged_attention(*args, max_query_len=16, num_splits=num_splits, rounding=rounding)
     assert torch.equal(only_rounded, plain)
-    for got, want in zip(rounding, packed_q8.quantize_ref(plain.reshape(tokens, -1))):
+    for got, want in zip(rounding, q8_rounding.quantize_ref(plain.reshape(tokens, -1))):
         torch.testing.assert_close(got, want.to(got.dtype), rtol=0, atol=0)
 
 

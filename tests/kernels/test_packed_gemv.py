@@ -143,13 +143,13 @@ def test_packed_linear_on_cuda_matches_the_cpu_reference(rows):
     from strata.model import ops
     from strata.model.packed import PackedWeight
 
-    from strata.kernels import packed_q8
+    from strata.kernels import packed_q8, q8_rounding
 
     q, v = random_blocks(Q4_K, 64, 512, seed=1), random_blocks(Q6_K, 32, 512, seed=2)
     weight = PackedWeight.cat_rows([PackedWeight(q, Q4_K, 512), PackedWeight(v, Q6_K, 512)])
     x = torch.randn(rows, 512, generator=torch.Generator().manual_seed(rows)).to(torch.bfloat16)
     if rows <= packed_q8.LINEAR_MAX_ROWS:  # both segments in packed_q8: x rounded to 8 bits per 32, once for both
-        x = packed_q8.dequantize_activations(*packed_q8.quantize_ref(x)[:2])
+        x = q8_rounding.dequantize_activations(*q8_rounding.quantize_ref(x)[:2])
     expected = torch.cat([packed_gemv_ref(x, q, Q4_K, 64, 512), packed_gemv_ref(x, v, Q6_K, 32, 512)], dim=1)
     out = ops.packed_linear(x.cuda(), weight.cuda(), out_dtype=torch.float32).cpu()
     dense = torch.cat([packed_gemv_ref(torch.eye(512), blocks, qtype, n, 512) for blocks, qtype, n in

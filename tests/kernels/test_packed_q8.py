@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from test_packed_gemv import random_blocks  # this folder's module by name: an installed `kernels` package (transformers >= 5.25 needs one) shadows tests/kernels
-from strata.kernels import packed_q8
+from strata.kernels import packed_q8, q8_rounding
 from strata.kernels.gguf_blocks import dequantize_ref
 from strata.kernels.packed_gemv import (IQ4_XS, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0,
                                        packed_gemv_ref)
@@ -29,8 +29,8 @@ def test_activation_rounding_keeps_each_value_within_half_a_step():
     zero, and the sums per 16 the integers' sums."""
     x = torch.randn(3, 512, generator=torch.Generator().manual_seed(0)) * torch.logspace(-3, 2, 512)
     x[1, 32:64] = 0
-    q, dx, sums = packed_q8.quantize_ref(x)
-    back = packed_q8.dequantize_activations(q, dx)
+    q, dx, sums = q8_rounding.quantize_ref(x)
+    back = q8_rounding.dequantize_activations(q, dx)
     step = dx.repeat_interleave(32, dim=1)
     assert torch.all((x - back).abs() <= step / 2 * (1 + 1e-6))
     assert torch.all(q[1, 32:64] == 0) and torch.all(dx[1, 1] == 0)
@@ -74,8 +74,8 @@ def test_supports_rows_of_whole_units():
 def rounded(x: torch.Tensor) -> torch.Tensor:
     """The activations the kernels multiply: x rounded to 8 bits per 32, back in float32 (the CUDA
     quantize kernel where a GPU is present: it is checked against quantize_ref on its own)."""
-    q, dx, _ = packed_q8.quantize(x.cuda()) if torch.cuda.is_available() else packed_q8.quantize_ref(x.float())
-    return packed_q8.dequantize_activations(q.cpu(), dx.cpu())
+    q, dx, _ = q8_rounding.quantize(x.cuda()) if torch.cuda.is_available() else q8_rounding.quantize_ref(x.float())
+    return q8_rounding.dequantize_activations(q.cpu(), dx.cpu())
 
 
 @gpu
@@ -83,7 +83,7 @@ def test_quantize_kernel_matches_the_reference():
     """Bit for bit: IEEE divisions in the kernel, the same round-half-away-from-zero."""
     x = torch.randn(5, 768, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
     x[2, :32] = 0
-    for got, want in zip(packed_q8.quantize(x.cuda()), packed_q8.quantize_ref(x)):
+    for got, want in zip(q8_rounding.quantize(x.cuda()), q8_rounding.quantize_ref(x)):
         assert torch.equal(got.cpu(), want)
 
 
@@ -101,9 +101,9 @@ def test_gated_norm_rounds_its_output_as_quantize_does(heads, activation):
     weight = torch.rand(128, generator=gen).to(torch.bfloat16).cuda()
     out = gated_rms_norm(x, gate, heads, 0, weight, 1e-6, activation, quantize=True)
     assert torch.equal(out, gated_rms_norm(x, gate, heads, 0, weight, 1e-6, activation))
-    attached = packed_q8.quantize(out)
+    attached = q8_rounding.quantize(out)
     assert attached[0].data_ptr() == out.q8_rows[0].data_ptr()
-    for got, want in zip(attached, packed_q8.quantize_ref(out.cpu())):
+    for got, want in zip(attached, q8_rounding.quantize_ref(out.cpu())):
         assert torch.equal(got.cpu(), want)
 
 
@@ -129,21 +129,21 @@ def test_norm_rounds_its_output_as_quantize_does(dim, form):
         out, _ = norms.rms_norm(x, weight.to(torch.bfloat16), 1e-6, False, res, quantize=True)
         plain, _ = norms.rms_norm(x, weight.to(torch.bfloat16), 1e-6, False, res)
     assert torch.equal(out, plain)
-    attached = packed_q8.quantize(out)
+    attached = q8_rounding.quantize(out)
     assert attached[0].data_ptr() == out.q8_rows[0].data_ptr()
-    for got, want in zip(attached, packed_q8.quantize_ref(out.cpu())):
+    for got, want in zip(attached, q8_rounding.quantize_ref(out.cpu())):
         assert torch.equal(got.cpu(), want)
     with torch.inference_mode():  # (the engine's steps: tensors without a version counter)
         inferred, _ = norms.rms_norm(x, weight.to(torch.bfloat16), 1e-6, False, None, quantize=True)
-        assert packed_q8.quantize(inferred)[0] is inferred.q8_rows[0]
+        assert q8_rounding.quantize(inferred)[0] is inferred.q8_rows[0]
     kept, plain = x.clone(), x.clone()
-    packed_q8.keep_rounding(kept)  # a producer's promise: the first rounding serves every later reader
-    assert packed_q8.quantize(kept)[0] is packed_q8.quantize(kept)[0]
-    assert packed_q8.quantize(plain)[0] is not packed_q8.quantize(plain)[0]
+    q8_rounding.keep_rounding(kept)  # a producer's promise: the first rounding serves every later reader
+    assert q8_rounding.quantize(kept)[0] is q8_rounding.quantize(kept)[0]
+    assert q8_rounding.quantize(plain)[0] is not q8_rounding.quantize(plain)[0]
     out.mul_(2)
-    fresh = packed_q8.quantize(out)
+    fresh = q8_rounding.quantize(out)
     assert fresh[0].data_ptr() != attached[0].data_ptr()
-    for got, want in zip(fresh, packed_q8.quantize_ref(out.cpu())):
+    for got, want in zip(fresh, q8_rounding.quantize_ref(out.cpu())):
         assert torch.equal(got.cpu(), want)
 
 

@@ -4,7 +4,7 @@ LINEAR_MAX_ROWS rows), dequantize to bf16 + cuBLAS GEMM (the default past it), a
 dequantized (what a head kept dense in VRAM would cost). us per call. Usage: head_rows_ab.py [rows ...]."""
 import sys, torch
 from graph_timing import graph_time
-from strata.kernels import packed_dequant, packed_q8
+from strata.kernels import packed_dequant, packed_q8, q8_rounding
 sys.path.insert(0, "tests/kernels")  # by name: an installed `kernels` package shadows tests/kernels
 from test_packed_gemv import random_blocks
 
@@ -15,7 +15,7 @@ for name, n, k in (("q4e_head", 248320, 2560), ("a3b_head", 151936, 2048)):
     dense = [packed_dequant.dequantize(w, Q6_K, k, torch.bfloat16) for w in ws]      # [n, k] bf16 each
     for rows in rows_list:
         x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
-        q = packed_q8.quantize(x)
+        q = q8_rounding.quantize(x)
         packed = graph_time(lambda i: packed_q8.packed_gemv_q8(x, ws[i], Q6_K, n, k, quantized=q), 2)
         dequant = graph_time(lambda i: x @ packed_dequant.dequantize(ws[i], Q6_K, k, torch.bfloat16).T, 2)
         kept = graph_time(lambda i: x @ dense[i].T, 2)

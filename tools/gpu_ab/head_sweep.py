@@ -4,7 +4,7 @@ default_config's first. Also the 30B-A3B head (Q6_K 151,936 x 2,048). Usage: hea
 ("wide": 4 to 64 rows of W a program instead of 1 to 16)."""
 import sys, torch
 from graph_timing import graph_time
-from strata.kernels import packed_q8
+from strata.kernels import packed_q8, q8_rounding
 sys.path.insert(0, "tests/kernels")  # by name: an installed `kernels` package shadows tests/kernels
 from test_packed_gemv import random_blocks
 
@@ -15,7 +15,7 @@ for name, n, k in (("q4e_head", 248320, 2560), ("a3b_head", 151936, 2048)):
     ws = [random_blocks(Q6_K, n, k, seed=s).cuda() for s in (1, 2)]
     nbytes = ws[0].numel()
     x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
-    q = packed_q8.quantize(x)
+    q = q8_rounding.quantize(x)
     configs = [None] + [dict(BLOCK_N=bn, SUPERBLOCKS=sb, num_warps=w, num_stages=st)
                         for bn in block_ns for sb in (1, 2) for w in (1, 2, 4) for st in (3,)]
     results = []

@@ -9,7 +9,7 @@ import sys
 import torch
 from graph_timing import graph_time
 
-from strata.kernels import packed_dequant, packed_gemv, packed_q8
+from strata.kernels import packed_dequant, packed_gemv, packed_q8, q8_rounding
 from strata.kernels.gguf_blocks import block_format
 
 sys.path.insert(0, "tests/kernels")  # by name: an installed `kernels` package shadows tests/kernels
@@ -29,7 +29,7 @@ for shape_name, n, k in (("q_proj", 4096, 2048), ("wide", 6144, 2048), ("gate_up
         for rows in rows_list:
             x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
             if packed_q8.supports(qtype, k, ws[0]) and rows <= packed_q8.MAX_ROWS:
-                q = packed_q8.quantize(x)
+                q = q8_rounding.quantize(x)
                 t = graph_time(lambda i: packed_q8.packed_gemv_q8(x, ws[i], qtype, n, k, quantized=q), copies)
                 out[f"q8 r{rows}"] = (round(t, 1), round(nbytes / t / 1e3))
             if packed_gemv.supports(qtype, k) and rows <= 2:
