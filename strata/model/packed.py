@@ -75,11 +75,15 @@ class PackedWeight(nn.Module):
             return parts[0]
         if any(p.reorders for p in parts):
             raise ValueError("packed parts whose rows are reordered cannot be joined")
-        segments = [segment for part in parts for segment in part.segments()]
-        joined = cls(segments[0][1], segments[0][0], parts[0].in_features)
+        return cls._of_segments([segment for part in parts for segment in part.segments()], parts[0].in_features)
+
+    @classmethod
+    def _of_segments(cls, segments: Sequence[tuple[int, torch.Tensor]], in_features: int) -> PackedWeight:
+        """A weight of (qtype, blocks) row segments, in order."""
+        weight = cls(segments[0][1], segments[0][0], in_features)
         for qtype, blocks in segments[1:]:
-            joined._add_segment(blocks, qtype)
-        return joined
+            weight._add_segment(blocks, qtype)
+        return weight
 
     def with_runs_joined(self) -> PackedWeight:
         """This weight with each run of adjacent segments of one type joined into one (a copy of those rows):
@@ -90,9 +94,7 @@ class PackedWeight(nn.Module):
         if len(runs) == len(self.qtypes):
             return self
         joined = [(qtype, torch.cat(parts) if len(parts) > 1 else parts[0]) for qtype, parts in runs]
-        weight = PackedWeight(joined[0][1], joined[0][0], self.in_features)
-        for qtype, blocks in joined[1:]:
-            weight._add_segment(blocks, qtype)
+        weight = PackedWeight._of_segments(joined, self.in_features)
         weight.int8_activations = self.int8_activations
         if self.reorders:
             weight.reorders, weight.output_order = True, self.output_order
@@ -105,10 +107,7 @@ class PackedWeight(nn.Module):
         Q5_K attn_qkv and Q4_K attn_gate), which take_rows cannot make one segment of."""
         if order.shape != (self.shape[0],):
             raise ValueError(f"a row order of {tuple(order.shape)} for a weight of {self.shape[0]} rows")
-        segments = self.segments()
-        weight = PackedWeight(segments[0][1], segments[0][0], self.in_features)
-        for qtype, blocks in segments[1:]:
-            weight._add_segment(blocks, qtype)
+        weight = PackedWeight._of_segments(self.segments(), self.in_features)
         weight.int8_activations = self.int8_activations
         weight.reorders = True
         weight.output_order = (order if not self.reorders else self.output_order[order]).to(self.device, torch.long)
