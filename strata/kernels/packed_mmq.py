@@ -13,9 +13,12 @@ Same numbers as moe_pairs_q8 (hidden and SiLU(gate) * up rounded to 8 bits per 3
 the two agree up to float32 summation order. Q6_K's scales cover 16 values, so a sub-block is two dots of
 the tile with the other half zeroed.
 
-packed_moe sends it the steps of Q4_K / Q6_K experts between its Q8_PAIRS_PER_EXPERT and MMQ_PAIRS_PER_EXPERT
-pairs an expert. It also reads Q8_0 / Q5_0 rows (32-value blocks: Qwen4-Exp Q4_K_M's 640-wide down rows), checked in
-Triton's interpreter and compiled for sm_90 (no spills) but not yet run on a GPU, so packed_moe does not send them.
+packed_moe sends it the steps of Q4_K / Q6_K / Q8_0 / Q5_0 experts (Q8_0 / Q5_0: Qwen4-Exp Q4_K_M's 640-wide down
+rows) between its Q8_PAIRS_PER_EXPERT and MMQ_PAIRS_PER_EXPERT pairs an expert.
+
+linear_q8 is the same product for one dense weight: x [M, K] (rounded as above) times every row of W, one program
+per (BLOCK_M rows of x, BLOCK_N rows of W), for steps of more rows than packed_q8's GEMV reads well (LM heads and
+projections at 8-64 rows: decode of several streams, verification windows, short prompts).
 
 Nsight Compute (session 38, 30B-A3B experts, 512 tokens, 32-row blocks) finds its programs at 255 registers with
 local-memory spills and 12 % occupancy, the float scaling of each 32-value product (I2F, FMUL, FFMA) most of the
@@ -44,6 +47,10 @@ Q4_K, Q6_K = packed_q8.Q4_K, packed_q8.Q6_K
 # `GROUPED_ARMS=mmq prompt_moe_ab.py`: 16-row blocks waste the fewest padding rows, which cost as much as real ones;
 # 64-row blocks spill and ran 2-10x slower)
 CONFIG = dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=2)
+
+
+# linear_q8's tiling (not yet measured on a GPU: tools/gpu_ab/linear_mmq_ab.py sweeps it)
+LINEAR_CONFIG = dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=2)
 
 
 # 32-value block types (Qwen4-Exp Q4_K_M's 640-wide down rows: llama.cpp's fallbacks Q8_0 and Q5_0), bytes a block
@@ -87,6 +94,26 @@ def moe_grouped_q8(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: to
         aq, adx, asums, w2, sorted_ids, block_expert, weights, partials, dim, inter, ids.numel(), w2.stride(0),
         w2.stride(1), QTYPE=qtype2, **common)
     return partials.masked_fill_(skipped.unsqueeze(2), 0.0)
+
+
+def linear_q8(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: int, config: dict | None = None,
+              quantized=None, out: torch.Tensor | None = None) -> torch.Tensor:
+    """x [M, K] @ blocks uint8 [N, row bytes] (rows of a type `supports` takes) transposed -> float32 [M, N], with x
+    rounded to 8 bits per 32: packed_q8.packed_gemv_q8's contract (`quantized` = q8_rounding.quantize(x) when the
+    caller has it; `out` [M, N] of any float dtype, unit column stride, takes the result in its dtype)."""
+    num_rows = x.shape[0]
+    assert x.shape[1] == k and supports(qtype, k, blocks) and blocks.dtype == torch.uint8
+    assert blocks.shape[0] == n and blocks.stride(1) == 1
+    cfg = {**LINEAR_CONFIG, **(config or {})}
+    q, dx, sums = quantized if quantized is not None else q8_rounding.quantize(x)
+    if out is None:
+        out = torch.empty(num_rows, n, dtype=torch.float32, device=x.device)
+    assert out.shape == (num_rows, n) and out.stride(1) == 1
+    _linear_kernel[(triton.cdiv(num_rows, cfg["BLOCK_M"]), triton.cdiv(n, cfg["BLOCK_N"]))](
+        q, dx, sums, blocks, out, n, k, num_rows, blocks.stride(0), out.stride(0), QTYPE=qtype,
+        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        **pdl_options(x))
+    return out
 
 
 if triton is not None:
@@ -228,3 +255,17 @@ if triton is not None:
             route = tl.load(weights_ptr + pair, mask=row_ok, other=0.0)
             tl.store(out_ptr + pair.to(tl.int64)[:, None] * dim + offs_n[None, :], y * route[:, None],
                      mask=row_ok[:, None] & n_ok[None, :])
+
+    @triton.jit
+    def _linear_kernel(q_ptr, dx_ptr, sums_ptr, w_ptr, out_ptr, n, k, num_rows, stride_wn, stride_om,
+                       QTYPE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr):
+        """One program per (BLOCK_M rows of x, BLOCK_N rows of W): their products, at out's rows and columns."""
+        wait_for_previous_kernel(USE_PDL)
+        offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        row_ok = offs_m < num_rows
+        n_ok = offs_n < n
+        rows = w_ptr + offs_n.to(tl.int64) * stride_wn                                     # [BN] byte pointers
+        y = _rows_times_weights(q_ptr, dx_ptr, sums_ptr, offs_m, row_ok, rows, n_ok, k, QTYPE, BLOCK_M, BLOCK_N)
+        tl.store(out_ptr + offs_m.to(tl.int64)[:, None] * stride_om + offs_n[None, :],
+                 y.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & n_ok[None, :])

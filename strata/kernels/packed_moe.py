@@ -12,8 +12,8 @@ Five CUDA paths, picked per call by `packed_moe`:
   packed_q8.moe_pairs_q8,
   the pairs below with hidden and SiLU(gate) * up rounded to 8 bits per 32 and integer dot products
   (llama.cpp's decode numerics): a word of quants costs a mask, a shift and two dp4a, not a float each.
-- q8 grouped (from there up to MMQ_PAIRS_PER_EXPERT pairs an expert, Q4_K / Q6_K experts: prompts and
-  verification windows of Q4_K_M files): packed_mmq.moe_grouped_q8, the same numerics with the pairs grouped by
+- q8 grouped (from there up to MMQ_PAIRS_PER_EXPERT pairs an expert, Q4_K / Q6_K / Q8_0 / Q5_0 experts: short
+  prompts and verification windows of Q4_K_M files): packed_mmq.moe_grouped_q8, the same numerics with the pairs grouped by
   expert in 16-row blocks and int8 tensor-core products per 32 values; its time follows the rows.
 - pairs (up to PAIRS_MAX pairs: decode steps of up to 16 sequences at top-8): one program per (pair,
   BLOCK_N rows of the expert) decodes the blocks in registers and multiplies on the CUDA cores
@@ -69,13 +69,14 @@ PAIRS_MAX = 128
 # prompt's 640 pairs, session 28 call 1's CUPTI table) where the pairs' follows the pairs (~1.2 us each): up to
 # Q8_PAIRS_PER_EXPERT pairs an expert of the layer (512 for the 30B-A3B, 2,048 for Qwen4-Exp) take the pairs.
 Q8_PAIRS_PER_EXPERT = 4
-# packed_mmq (int8 tensor cores, Q4_K / Q6_K experts) from Q8_PAIRS_PER_EXPERT up to this many pairs an expert of
-# the layer; from here on the float grouped kernels' 64-row blocks, which decode each used expert once, win. Session 38
-# (H200, one layer in CUDA graphs, `GROUPED_ARMS=mmq prompt_moe_ab.py`): the 30B-A3B's 128 experts at 8 / 16 / 32 pairs
-# an expert, mmq 695.6 / 1,009.2 / 1,544.5 us against the float grouped kernels' 1,158.5 / 1,172.4 / 1,195.5 (the
-# 8-bit pairs 1,065.9 at 8); Qwen3-Next's 512 experts (top 10 of 512 wide) at 5 / 10: 1,716.6 / 1,931.4 against
-# 3,422.9 / 3,565.4 (the pairs 1,799.6 / 3,556.6).
-MMQ_PAIRS_PER_EXPERT = 24
+# packed_mmq (int8 tensor cores) from Q8_PAIRS_PER_EXPERT up to (not incl.) this many pairs an expert of the layer;
+# from here on the float grouped kernels' 64-row blocks, which decode each used expert once, win. H200, one layer in
+# CUDA graphs, `GROUPED_ARMS=mmq prompt_moe_ab.py` (session 39, with the grouped tiles' scales in their values' layout,
+# 3002750): the 30B-A3B's 128 experts at 8 / 16 / 32 pairs an expert, mmq 725.2 / 1,044.9 / 1,783.1 us against the
+# float grouped kernels' 887.7 / 893.3 / 909.3; Qwen3-Next's 512 experts (top 10 of 512 wide) at 5 / 10: 1,767.0 /
+# 1,999.0 against 2,243.7 / 2,344.4 (the pairs 1,799.6 / 3,556.1); Qwen4-Exp's (Q4_K gate/up, Q8_0 down rows of 640)
+# at 5 / 10: 2,387.1 / 2,693.7 against 3,344.4 / 3,513.3 (the pairs 3,027.1 / 5,995.9).
+MMQ_PAIRS_PER_EXPERT = 12
 PAIR_CONFIG = dict(BLOCK_N=4, SUPERBLOCKS=4, num_warps=2, num_stages=3)
 GROUPED_CONFIG = dict(BLOCK_N=32, num_warps=4, num_stages=2)
 
@@ -115,12 +116,11 @@ def q8_pairs_supported(w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2
 def grouped_q8_supported(w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2: int, dim: int,
                          inter: int) -> bool:
     """Whether steps of more pairs than Q8_PAIRS_PER_EXPERT an expert go to packed_mmq (8-bit activations, int8
-    tensor cores): both projections Q4_K / Q6_K and 8-bit activations on, unless turned off
-    (STRATA_NO_GROUPED_Q8=1 keeps the float grouped kernels)."""
+    tensor cores): both projections of types it reads (Q4_K, Q6_K, Q8_0, Q5_0) and 8-bit activations on, unless
+    turned off (STRATA_NO_GROUPED_Q8=1 keeps the float grouped kernels)."""
     from strata.config import debug_flag
 
-    measured = (packed_mmq.Q4_K, packed_mmq.Q6_K)  # (its Q8_0 / Q5_0 rows: not yet measured on a GPU)
-    return (packed_q8.enabled() and not debug_flag("NO_GROUPED_Q8") and qtype13 in measured and qtype2 in measured
+    return (packed_q8.enabled() and not debug_flag("NO_GROUPED_Q8")
             and packed_mmq.supports(qtype13, dim, w13) and packed_mmq.supports(qtype2, inter, w2))
 
 

@@ -60,3 +60,51 @@ def test_grouped_experts_in_the_interpreter(qtypes, inter):
     assert torch.all(out[0, -1] == 0)
     expected = moe_reference(hidden, w13, qtypes[0], w2, qtypes[1], ids, weights)
     assert ((out - expected).abs().max() / expected.abs().max()) < 1e-3
+
+
+def check_linear(qtype: int, rows: int, n: int, k: int, device: str, config: dict | None = None) -> None:
+    """linear_q8 within float32 summation error of gguf's weights times the rounded x (rows of 16-row blocks,
+    a last block and a last column block partly masked), in a wider output's columns in bf16 too."""
+    from test_packed_gemv import random_blocks
+    from test_packed_q8 import rounded
+
+    from strata.kernels.packed_gemv import packed_gemv_ref
+
+    blocks = random_blocks(qtype, n, k, seed=rows * n + k)
+    x = torch.randn(rows, k, generator=torch.Generator().manual_seed(k)).to(torch.bfloat16)
+    out = packed_mmq.linear_q8(x.to(device), blocks.to(device), qtype, n, k, config=config).cpu()
+    weight_abs = packed_gemv_ref(torch.eye(k), blocks, qtype, n, k).abs()             # |W|.T [K, N]
+    exact = packed_gemv_ref(rounded(x), blocks, qtype, n, k)
+    assert ((out - exact).abs() / (rounded(x).abs() @ weight_abs).clamp_min(1e-3)).max() < 1e-5
+    wide = torch.zeros(rows, n + 8, dtype=torch.bfloat16, device=device)
+    packed_mmq.linear_q8(x.to(device), blocks.to(device), qtype, n, k, config=config, out=wide[:, 3:3 + n])
+    in_place = wide[:, 3:3 + n].cpu().float()
+    assert ((in_place - out).abs() <= out.abs() * 2 ** -7).all() and not wide[:, :3].any()  # one bf16 step
+
+
+@gpu
+@pytest.mark.parametrize("qtype", [Q4_K, Q6_K, Q8_0, Q5_0])
+@pytest.mark.parametrize("rows, n, k", [(1, 70, 512), (8, 4096, 2048), (19, 130, 768), (40, 64, 2560)])
+def test_linear_equals_the_dequantized_weight_times_the_rounded_activations(qtype, rows, n, k):
+    if not packed_mmq.supports(qtype, k, torch.zeros(1, 1, dtype=torch.uint8)):
+        pytest.skip("K not a whole number of the type's units")
+    check_linear(qtype, rows, n, k, "cuda")
+
+
+@gpu
+@pytest.mark.parametrize("qtype", [Q4_K, Q6_K])
+def test_linear_equals_the_8_bit_gemv(qtype):
+    """The GEMV kernel's numbers (same rounding, exact integer sums): equal up to float32 summation order."""
+    from test_packed_gemv import random_blocks
+
+    blocks = random_blocks(qtype, 1000, 2048, seed=3).cuda()
+    x = torch.randn(8, 2048, device="cuda", dtype=torch.bfloat16)
+    out = packed_mmq.linear_q8(x, blocks, qtype, 1000, 2048)
+    gemv = packed_q8.packed_gemv_q8(x, blocks, qtype, 1000, 2048)
+    assert ((out - gemv).abs().max() / gemv.abs().max()) < 1e-5
+
+
+@interpreted
+@pytest.mark.parametrize("qtype", [Q4_K, Q6_K, Q8_0, Q5_0])
+def test_linear_in_the_interpreter(qtype):
+    check_linear(qtype, 17, 70, 512, "cpu", config=dict(BLOCK_N=32))

@@ -15,7 +15,7 @@ import torch
 
 from gguf_writer import random_blocks
 from strata.kernels import packed_moe as packed_moe_module
-from strata.kernels.packed_gemv import IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_0, Q5_K, Q6_K, Q8_0
+from strata.kernels.packed_gemv import IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_0, Q4_K, Q5_0, Q5_K, Q6_K, Q8_0
 from strata.kernels.packed_iquants import IQ1_M, IQ1_S, IQ2_S, IQ2_XS, IQ2_XXS, IQ3_S, IQ3_XXS
 from strata.kernels.packed_moe import packed_moe, packed_moe_ref, pairs_supported, q8_pairs_supported
 from test_packed_gemv import random_blocks as gemv_blocks  # this folder's module by name (see test_packed_q8)
@@ -167,16 +167,16 @@ def test_packed_moe_with_partial_down_chunks(tokens, down_type):
 
 @gpu
 @pytest.mark.parametrize("qtype13, tokens, path", [
-    (Q4_K, 1, "q8_pairs"), (Q4_K, 8, "q8_pairs"), (Q4_K, 9, "q8_grouped"), (Q4_K, 47, "q8_grouped"),
-    (Q4_K, 48, "grouped"), (Q5_K, 9, "pairs"), (Q5_K, 40, "grouped")])
+    (Q4_K, 1, "q8_pairs"), (Q4_K, 8, "q8_pairs"), (Q4_K, 9, "q8_grouped"), (Q4_K, 23, "q8_grouped"),
+    (Q4_K, 24, "grouped"), (Q5_K, 9, "pairs"), (Q5_K, 40, "grouped")])
 def test_each_step_size_takes_its_path(qtype13, tokens, path, monkeypatch):
     """8 experts, top 4. Up to Q8_PAIRS_PER_EXPERT (token, k) pairs an expert of the layer (32) go to the 8-bit
     pairs, whose time follows the pairs; Q4_K / Q6_K experts then to the 8-bit grouped kernels (packed_mmq) below
-    MMQ_PAIRS_PER_EXPERT pairs an expert (192), whose time follows the rows; other types to the float pairs up to
+    MMQ_PAIRS_PER_EXPERT pairs an expert (96), whose time follows the rows; other types to the float pairs up to
     PAIRS_MAX; then the float grouped kernels, which read each used expert once."""
     from strata.kernels import packed_mmq, packed_q8
 
-    assert packed_moe_module.Q8_PAIRS_PER_EXPERT * 8 == 32 and packed_moe_module.MMQ_PAIRS_PER_EXPERT * 8 == 192
+    assert packed_moe_module.Q8_PAIRS_PER_EXPERT * 8 == 32 and packed_moe_module.MMQ_PAIRS_PER_EXPERT * 8 == 96
     assert 36 <= packed_moe_module.PAIRS_MAX < 160
     taken = []
     calls = {"q8_pairs": (packed_q8, "moe_pairs_q8"), "q8_grouped": (packed_mmq, "moe_grouped_q8"),
@@ -190,12 +190,14 @@ def test_each_step_size_takes_its_path(qtype13, tokens, path, monkeypatch):
     check(out, hidden, w13, qtype13, w2, Q6_K, ids, weights)
 
 
-def test_the_8_bit_grouped_kernels_take_q4_k_and_q6_k_experts(monkeypatch):
-    """packed_mmq's types only, and neither with STRATA_NO_GROUPED_Q8=1 nor with 8-bit activations off."""
+def test_the_8_bit_grouped_kernels_take_the_types_packed_mmq_reads(monkeypatch):
+    """packed_mmq's types only (Q4_K / Q6_K, and Qwen4-Exp Q4_K_M's 640-wide Q8_0 / Q5_0 down rows), and neither
+    with STRATA_NO_GROUPED_Q8=1 nor with 8-bit activations off."""
     w = torch.zeros(4, 8, 144 * 2, dtype=torch.uint8)
     supported = packed_moe_module.grouped_q8_supported
     assert supported(w, Q4_K, w, Q6_K, 512, 512)
-    assert not supported(w, Q5_K, w, Q6_K, 512, 512)
+    assert supported(w, Q4_K, w, Q8_0, 512, 640) and supported(w, Q4_K, w, Q5_0, 512, 640)
+    assert not supported(w, Q5_K, w, Q6_K, 512, 512) and not supported(w, Q4_K, w, Q4_0, 512, 640)
     monkeypatch.setenv("STRATA_NO_GROUPED_Q8", "1")
     assert not supported(w, Q4_K, w, Q6_K, 512, 512)
     monkeypatch.delenv("STRATA_NO_GROUPED_Q8")

@@ -1,0 +1,55 @@
+"""Packed projections at 4-64 rows of x, inside CUDA graphs with weights rotated (cold L2): packed_q8's GEMV (8-bit
+activations, dp4a; up to its MAX_ROWS), packed_mmq.linear_q8 (the same numbers on int8 tensor cores) under a few
+tilings, and dequantize to bf16 + cuBLAS (what ops.packed_linear does past packed_q8.LINEAR_MAX_ROWS). Shapes: the
+30B-A3B's q_proj / o_proj / v_proj and LM head, Qwen4-Exp's LM head. us per call: where linear_q8 should take over.
+Usage: [LINEAR_ROWS=4,8,16,32,64] linear_mmq_ab.py; writes $OUT/linear_mmq_ab.json."""
+import json
+import os
+import sys
+
+import torch
+from graph_timing import graph_time
+
+from strata.kernels import packed_dequant, packed_mmq, packed_q8, q8_rounding
+from strata.kernels.gguf_blocks import block_format
+
+sys.path.insert(0, "tests/kernels")  # by name: an installed `kernels` package shadows tests/kernels
+from test_packed_gemv import random_blocks
+
+Q4_K, Q6_K = packed_q8.Q4_K, packed_q8.Q6_K
+SHAPES = [("30b_q_proj", 4096, 2048, Q4_K), ("30b_o_proj", 2048, 4096, Q4_K), ("30b_v_proj", 512, 2048, Q6_K),
+          ("30b_head", 151936, 2048, Q6_K), ("qwen4exp_head", 248320, 2560, Q6_K)]
+TILINGS = [(16, 32, 4, 2), (16, 64, 4, 2), (16, 128, 4, 2), (16, 64, 4, 3), (16, 64, 8, 2), (32, 64, 4, 2)]
+rows_list = [int(r) for r in os.environ.get("LINEAR_ROWS", "4,8,16,32,64").split(",")]
+results = {}
+for name, n, k, qtype in SHAPES:
+    nbytes = n * block_format(qtype).row_bytes(k)
+    copies = max(2, min(16, int(4e8 // nbytes)))
+    ws = [random_blocks(qtype, n, k, seed=s).cuda() for s in range(copies)]
+    for rows in rows_list:
+        x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
+        q = q8_rounding.quantize(x)
+        arms = {}
+        if rows <= packed_q8.MAX_ROWS:
+            arms["q8_gemv"] = lambda i: packed_q8.packed_gemv_q8(x, ws[i], qtype, n, k, quantized=q)
+        for bm, bn, warps, stages in TILINGS:
+            if bm > 16 and rows <= 16:
+                continue
+            cfg = dict(BLOCK_M=bm, BLOCK_N=bn, num_warps=warps, num_stages=stages)
+            arms[f"mmq_m{bm}_n{bn}_w{warps}_s{stages}"] = (
+                lambda i, cfg=cfg: packed_mmq.linear_q8(x, ws[i], qtype, n, k, config=cfg, quantized=q))
+        arms["dequant_gemm"] = lambda i: x @ packed_dequant.dequantize(ws[i], qtype, k, torch.bfloat16).T
+        times = {}
+        for arm, fn in arms.items():
+            try:
+                times[arm] = round(graph_time(fn, copies), 1)
+            except Exception as e:  # noqa: BLE001 - a tiling that does not compile is a result too
+                times[arm] = f"failed: {type(e).__name__}"
+        numeric = {a: t for a, t in times.items() if isinstance(t, float)}
+        best = min(numeric, key=numeric.get)
+        results[f"{name} r{rows}"] = times
+        print(f"{name} {n}x{k} q{qtype} ({nbytes / 2**20:.0f} MiB) rows {rows}: best {best} {numeric[best]} us; "
+              + ", ".join(f"{a} {t}" for a, t in times.items()), flush=True)
+    ws.clear()
+with open(os.path.join(os.environ.get("OUT", "/tmp"), "linear_mmq_ab.json"), "w") as f:
+    json.dump({"commit": os.environ.get("STRATA_COMMIT"), "results": results}, f, indent=1)
