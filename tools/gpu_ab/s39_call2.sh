@@ -3,7 +3,7 @@
 source tools/gpu_ab/device_setup.sh
 S=$(date +%s)
 timeout -s INT 170 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_packed_mmq.py \
-  tests/weights/test_packed_gguf.py -k "mmq or linear or grouped or reordered or qkvz" tests/kernels/test_packed_moe.py \
+  tests/weights/test_packed_gguf.py -k "mmq or linear or grouped or reordered or qkvz or step_size or take" tests/kernels/test_packed_moe.py \
   > $OUT/tests.log 2>&1
 echo "== tests rc=$? t=$(( $(date +%s)-S ))"; grep -E "^(FAILED|ERROR)|passed|failed" $OUT/tests.log | head -8 | cut -c1-200
 timeout -s INT 150 python3 linear_mmq_ab.py > $OUT/linear_mmq_ab.txt 2>&1
