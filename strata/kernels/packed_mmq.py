@@ -49,8 +49,20 @@ Q4_K, Q6_K = packed_q8.Q4_K, packed_q8.Q6_K
 CONFIG = dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=2)
 
 
-# linear_q8's tiling (not yet measured on a GPU: tools/gpu_ab/linear_mmq_ab.py sweeps it)
-LINEAR_CONFIG = dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=2)
+# linear_q8's tiling, and the steps ops.packed_linear sends it: LM heads (at least packed_q8.WIDE_N rows) at more rows
+# than packed_q8's GEMV takes, up to LINEAR_MAX_ROWS. Session 39 (`linear_mmq_ab.py`, H200, CUDA graphs, cold weights;
+# the fastest of 6 tilings): the 30B-A3B's Q6_K head at 16 rows 346.7 us against 822.4 in packed_q8's GEMV and 461.9
+# dequantized + GEMM, Qwen4-Exp's 815.3 against 1,520.1 / 1,111.4; at 32 rows dequantize + GEMM was as fast or faster
+# (464.4 / 1,114.2 against 457.7 / 1,160.2 at 32-row blocks), and on narrower weights (4,096 x 2,048 and smaller) it
+# won from 4 rows on (12.2 against 16.9 us for the q_proj): too few programs of 16-row blocks for their long K loops.
+LINEAR_CONFIG = dict(BLOCK_M=16, BLOCK_N=32, num_warps=4, num_stages=2)
+LINEAR_MAX_ROWS = 16
+
+
+def linear_takes(qtype: int, k: int, blocks: torch.Tensor, rows: int) -> bool:
+    """Whether ops.packed_linear sends a step of `rows` rows through these [N, row bytes] blocks here."""
+    return (packed_q8.LINEAR_MAX_ROWS < rows <= LINEAR_MAX_ROWS and blocks.shape[0] >= packed_q8.WIDE_N
+            and supports(qtype, k, blocks))
 
 
 # 32-value block types (Qwen4-Exp Q4_K_M's 640-wide down rows: llama.cpp's fallbacks Q8_0 and Q5_0), bytes a block

@@ -77,9 +77,14 @@ UNIT = {Q2_K: 256, Q3_K: 256, Q4_K: 256, Q5_K: 256, Q6_K: 256, Q4_0: 128, Q4_1: 
 # may start two bytes into one (their odd blocks do anyway, read by _word_at)
 WORD_ROWS = (Q2_K, Q4_K, Q5_K)
 MAX_ROWS = 16
-# ops.packed_linear sends steps of up to this many rows here: at 8 rows the kernel and dequantize + GEMM were
-# even on the 30B-A3B q_proj (14.1 against 13.9 us), at 16 the GEMM won (13.8 against 21.3; q8_ab on the H200)
+# ops.packed_linear sends steps of up to LINEAR_MAX_ROWS rows here for weights of at least WIDE_N rows (LM heads),
+# of up to NARROW_MAX_ROWS for the others (linear_takes); beyond, dequantize + GEMM or packed_mmq.linear_q8. Session
+# 39 (`linear_mmq_ab.py`, H200, CUDA graphs, cold weights): the 30B-A3B's q_proj / o_proj / v_proj (Q4_K, Q4_K,
+# Q6_K) at 4 rows 11.8 / 9.8 / 5.6 us here against 12.2 / 14.6 / 7.6 dequantized, at 8 rows 16.1 / 26.7 / 7.9
+# against 12.2 / 14.2 / 7.6; its Q6_K LM head at 8 rows 263.9 against 460.8, Qwen4-Exp's 549.2 against 1,108.8.
 LINEAR_MAX_ROWS = 8
+NARROW_MAX_ROWS = 4
+WIDE_N = 32768
 # pairs: rows of an expert per program, superblocks per K step, by the step's tokens. Several tokens: one warp,
 # 16 rows, 2 superblocks, within 4 % of the fastest of 42 tilings for both launches at 8 and 16 tokens of the
 # 30B-A3B experts (gate/up + down 84.0 / 153.5 us against 123.3 / 235.0 for the 8-row, 2-warp tiling; H200, CUDA
@@ -176,6 +181,12 @@ def _word_tiles(qtype: int, integer_sums: bool) -> int:
     if integer_sums:
         return 1
     return 8 if qtype in (Q4_K, Q5_K, Q8_0) else 4
+
+
+def linear_takes(rows: int, n: int) -> bool:
+    """Whether ops.packed_linear sends a step of `rows` rows through an [n, K] weight here (by the measurements
+    above LINEAR_MAX_ROWS)."""
+    return rows <= (LINEAR_MAX_ROWS if n >= WIDE_N else NARROW_MAX_ROWS)
 
 
 def rounds_in_norm(num_rows: int, dim: int) -> bool:

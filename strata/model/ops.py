@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from strata.config import debug_flag
-from strata.kernels import (hyper, packed_dequant, packed_gemv, packed_q8, q8_rounding, qsa_scores, skinny_linear,
-                            skinny_mlp, triton_available)
+from strata.kernels import (hyper, packed_dequant, packed_gemv, packed_mmq, packed_q8, q8_rounding, qsa_scores,
+                            skinny_linear, skinny_mlp, triton_available)
 from strata.kernels.fused_moe import fused_moe as fused_moe_kernel
 from strata.kernels.fused_moe import fused_moe_ref, grouped_experts_apply
 from strata.kernels.gguf_blocks import packed_matmul_ref
@@ -197,8 +197,9 @@ def packed_linear(x: torch.Tensor, weight, bias: torch.Tensor | None = None,
     some segment's type, the weight dequantized once (PackedWeight.dense_float32). 16-bit ones use the
     native int8-activation kernel (cpu_quant.quant_matmul, ~0.5 % of each output off) where it supports
     the segment's type, else packed_matmul_ref. CUDA: packed_q8 (x rounded to 8 bits per 32, integer dot
-    products; x quantized once for every segment) for steps of up to packed_q8.LINEAR_MAX_ROWS rows of the
-    types it reads (Q2_K-Q6_K, Q8_0, Q4_0/1, Q5_0/1, the i-quants but IQ4_XS), packed_gemv for steps of up to
+    products; x quantized once for every segment) for steps of the rows packed_q8.linear_takes (up to 4, or 8 for
+    LM heads) of the types it reads (Q2_K-Q6_K, Q8_0, Q4_0/1, Q5_0/1, the i-quants but IQ4_XS), packed_mmq's
+    linear_q8 (the same numbers on int8 tensor cores) for LM heads at 9-16 rows, packed_gemv for steps of up to
     GEMV_MAX_ROWS rows of the other types it reads, else dequantize to x's dtype (packed_dequant), then matmul."""
     if bias is None and x.dim() == 2 and not x.is_cuda and x.dtype == torch.float32 and out_dtype in (None, x.dtype):
         out = _float32_on_cpu(x, weight)  # the CPU decode path's every projection: no reshape, no cast
@@ -248,31 +249,39 @@ GEMV_MAX_ROWS = 2
 
 
 def _packed_segments(x: torch.Tensor, weight, dtype: torch.dtype) -> torch.Tensor:
-    """x [T, K] @ a PackedWeight's row segments, transposed -> [T, N] (in `dtype` where packed_q8 writes the
+    """x [T, K] @ a PackedWeight's row segments, transposed -> [T, N] (in `dtype` where the 8-bit kernels write the
     columns: each segment straight into its own, x quantized once for all; else float32 or x's dtype)."""
     k = weight.in_features
     segments = weight.segments()
-    q8 = [_q8_reads(x, qtype, blocks, k) for qtype, blocks in segments]   # asked once a segment
-    if not any(q8):
+    kernels = [_8_bit_kernel(x, qtype, blocks, k) for qtype, blocks in segments]   # asked once a segment
+    if not any(kernels):
         outs = [_packed_segment(x, qtype, blocks, k) for qtype, blocks in segments]
         return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
     x = x.contiguous()
     quantized = q8_rounding.quantize(x)
     out = torch.empty(x.shape[0], sum(blocks.shape[0] for _, blocks in segments), dtype=dtype, device=x.device)
     column = 0
-    for (qtype, blocks), reads in zip(segments, q8):
+    for (qtype, blocks), kernel in zip(segments, kernels):
         n = blocks.shape[0]
-        if reads:
-            packed_q8.packed_gemv_q8(x, blocks, qtype, n, k, quantized=quantized, out=out[:, column:column + n])
+        if kernel is not None:
+            kernel(x, blocks, qtype, n, k, quantized=quantized, out=out[:, column:column + n])
         else:
             out[:, column:column + n] = _packed_segment(x, qtype, blocks, k)
         column += n
     return out
 
 
-def _q8_reads(x: torch.Tensor, qtype: int, blocks: torch.Tensor, k: int) -> bool:
-    """Whether packed_q8 takes this segment: a CUDA step of at most its LINEAR_MAX_ROWS rows over rows it reads."""
-    return kernels_on(x) and _q8_takes(x.shape[0], qtype, blocks, k)
+def _8_bit_kernel(x: torch.Tensor, qtype: int, blocks: torch.Tensor, k: int):
+    """The 8-bit-activation kernel that takes this segment of a CUDA step (packed_q8's GEMV, or packed_mmq's
+    linear_q8 for LM heads at more rows), or None."""
+    if not kernels_on(x):
+        return None
+    rows = x.shape[0]
+    if _q8_takes(rows, qtype, blocks, k):
+        return packed_q8.packed_gemv_q8
+    if packed_q8.enabled() and blocks.stride(-1) == 1 and packed_mmq.linear_takes(qtype, k, blocks, rows):
+        return packed_mmq.linear_q8
+    return None
 
 
 def reads_8_bit_activations(qtype: int) -> bool:
@@ -281,15 +290,17 @@ def reads_8_bit_activations(qtype: int) -> bool:
 
 
 def _q8_takes(rows: int, qtype: int, blocks: torch.Tensor, k: int) -> bool:
-    return (rows <= packed_q8.LINEAR_MAX_ROWS and packed_q8.enabled() and packed_q8.supports(qtype, k, blocks)
-            and blocks.stride(-1) == 1)
+    return (packed_q8.linear_takes(rows, blocks.shape[0]) and packed_q8.enabled()
+            and packed_q8.supports(qtype, k, blocks) and blocks.stride(-1) == 1)
 
 
 def packed_linear_in_place(weight, rows: int) -> bool:
     """Whether packed_linear on CUDA reads a step of `rows` rows from the weight's blocks where they are (the
-    8-bit or float GEMV kernels), not from a dequantized copy as large as the weight (more rows than they take)."""
+    8-bit or float GEMV kernels, packed_mmq's), not from a dequantized copy as large as the weight (more rows than
+    they take)."""
     k = weight.in_features
-    return all(_q8_takes(rows, qtype, blocks, k) or (rows <= GEMV_MAX_ROWS and packed_gemv.supports(qtype, k))
+    return all(_q8_takes(rows, qtype, blocks, k) or packed_mmq.linear_takes(qtype, k, blocks, rows)
+               or (rows <= GEMV_MAX_ROWS and packed_gemv.supports(qtype, k))
                for qtype, blocks in weight.segments())
 
 

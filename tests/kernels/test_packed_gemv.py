@@ -135,10 +135,10 @@ def test_packed_gemv_matches_ref(qtype, rows, n, k, form):
 
 
 @gpu
-@pytest.mark.parametrize("rows", [1, 5, 40])
+@pytest.mark.parametrize("rows", [1, 4, 5, 40])
 def test_packed_linear_on_cuda_matches_the_cpu_reference(rows):
-    """ops.packed_linear on CUDA (packed_q8 up to its MAX_ROWS rows: the reference on the rounded activations;
-    dequantize + matmul beyond) against the same weight's reference on the CPU, two segments of different
+    """ops.packed_linear on CUDA (packed_q8 for the rows it takes of a narrow weight: the reference on the rounded
+    activations; dequantize + matmul beyond) against the same weight's reference on the CPU, two segments of different
     types as in a Q4_K_M qkv."""
     from strata.model import ops
     from strata.model.packed import PackedWeight
@@ -148,7 +148,8 @@ def test_packed_linear_on_cuda_matches_the_cpu_reference(rows):
     q, v = random_blocks(Q4_K, 64, 512, seed=1), random_blocks(Q6_K, 32, 512, seed=2)
     weight = PackedWeight.cat_rows([PackedWeight(q, Q4_K, 512), PackedWeight(v, Q6_K, 512)])
     x = torch.randn(rows, 512, generator=torch.Generator().manual_seed(rows)).to(torch.bfloat16)
-    if rows <= packed_q8.LINEAR_MAX_ROWS:  # both segments in packed_q8: x rounded to 8 bits per 32, once for both
+    in_q8 = packed_q8.linear_takes(rows, 64)
+    if in_q8:  # both segments in packed_q8: x rounded to 8 bits per 32, once for both
         x = q8_rounding.dequantize_activations(*q8_rounding.quantize_ref(x)[:2])
     expected = torch.cat([packed_gemv_ref(x, q, Q4_K, 64, 512), packed_gemv_ref(x, v, Q6_K, 32, 512)], dim=1)
     out = ops.packed_linear(x.cuda(), weight.cuda(), out_dtype=torch.float32).cpu()
@@ -156,7 +157,7 @@ def test_packed_linear_on_cuda_matches_the_cpu_reference(rows):
                        ((q, Q4_K, 64), (v, Q6_K, 32))], dim=1)                       # W.T [K, N]
     scale = (x.float().abs() @ dense.abs()).clamp_min(1.0)
     # float32 sums up to MAX_ROWS; beyond, a bf16 GEMM of the dequantized weight (8-bit mantissas)
-    assert ((out - expected).abs() / scale).max() < (1e-5 if rows <= packed_q8.LINEAR_MAX_ROWS else 1e-2)
+    assert ((out - expected).abs() / scale).max() < (1e-5 if in_q8 else 1e-2)
 
 
 @gpu

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from strata.kernels import packed_mmq, packed_q8
-from strata.kernels.packed_gemv import Q4_K, Q5_0, Q6_K, Q8_0
+from strata.kernels.packed_gemv import Q4_K, Q5_0, Q5_K, Q6_K, Q8_0
 
 gpu = pytest.mark.gpu
 interpreted = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
@@ -108,3 +108,22 @@ def test_linear_equals_the_8_bit_gemv(qtype):
 @pytest.mark.parametrize("qtype", [Q4_K, Q6_K, Q8_0, Q5_0])
 def test_linear_in_the_interpreter(qtype):
     check_linear(qtype, 17, 70, 512, "cpu", config=dict(BLOCK_N=32))
+
+
+@pytest.mark.parametrize("qtype, n, rows, kernel", [
+    (Q4_K, 4096, 1, "gemv"), (Q4_K, 4096, 4, "gemv"), (Q4_K, 4096, 5, None), (Q4_K, 4096, 16, None),
+    (Q6_K, 32768, 8, "gemv"), (Q6_K, 32768, 9, "mmq"), (Q6_K, 32768, 16, "mmq"), (Q6_K, 32768, 17, None),
+    (Q6_K, 32767, 9, None), (Q5_K, 32768, 8, "gemv"), (Q5_K, 32768, 9, None)])
+def test_packed_linear_takes_each_kernel_for_its_rows_and_width(qtype, n, rows, kernel, monkeypatch):
+    """ops.packed_linear's CUDA dispatch, by session 39's measurements: packed_q8's GEMV up to 4 rows, or 8 for
+    an LM head's width; packed_mmq.linear_q8 for LM heads of its types at 9-16 rows; else (None) packed_gemv or
+    dequantize + GEMM. Neither 8-bit kernel with 8-bit activations off."""
+    from strata.model import ops
+
+    monkeypatch.setattr(ops, "kernels_on", lambda t: True)
+    blocks = torch.empty(n, packed_q8.row_bytes(qtype, 2048), dtype=torch.uint8)
+    x = torch.empty(rows, 2048)
+    expected = {"gemv": packed_q8.packed_gemv_q8, "mmq": packed_mmq.linear_q8, None: None}[kernel]
+    assert ops._8_bit_kernel(x, qtype, blocks, 2048) is expected
+    monkeypatch.setenv("STRATA_NO_Q8_ACTIVATIONS", "1")
+    assert ops._8_bit_kernel(x, qtype, blocks, 2048) is None

@@ -168,12 +168,12 @@ def test_packed_moe_with_partial_down_chunks(tokens, down_type):
 @gpu
 @pytest.mark.parametrize("qtype13, tokens, path", [
     (Q4_K, 1, "q8_pairs"), (Q4_K, 8, "q8_pairs"), (Q4_K, 9, "q8_grouped"), (Q4_K, 23, "q8_grouped"),
-    (Q4_K, 24, "grouped"), (Q5_K, 9, "pairs"), (Q5_K, 40, "grouped")])
+    (Q4_K, 24, "pairs"), (Q4_K, 33, "grouped"), (Q5_K, 9, "pairs"), (Q5_K, 40, "grouped")])
 def test_each_step_size_takes_its_path(qtype13, tokens, path, monkeypatch):
     """8 experts, top 4. Up to Q8_PAIRS_PER_EXPERT (token, k) pairs an expert of the layer (32) go to the 8-bit
     pairs, whose time follows the pairs; Q4_K / Q6_K experts then to the 8-bit grouped kernels (packed_mmq) below
-    MMQ_PAIRS_PER_EXPERT pairs an expert (96), whose time follows the rows; other types to the float pairs up to
-    PAIRS_MAX; then the float grouped kernels, which read each used expert once."""
+    MMQ_PAIRS_PER_EXPERT pairs an expert (96), whose time follows the rows; other types (and Q4_K from there on) to
+    the float pairs up to PAIRS_MAX; then the float grouped kernels, which read each used expert once."""
     from strata.kernels import packed_mmq, packed_q8
 
     assert packed_moe_module.Q8_PAIRS_PER_EXPERT * 8 == 32 and packed_moe_module.MMQ_PAIRS_PER_EXPERT * 8 == 96

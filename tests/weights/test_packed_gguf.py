@@ -406,7 +406,8 @@ def test_norms_rounding_for_packed_weights_give_their_bits_on_cuda(llama_256, tm
 @pytest.mark.parametrize("rows", [1, 2, 40])
 def test_a_reordered_weight_on_cuda(rows):
     """A reordered weight of two types on the device (its order moved with it) through each CUDA path of
-    packed_linear: the 8-bit GEMV (1-8 rows), then dequantize + GEMM; against the dequantized weight in order."""
+    packed_linear: the 8-bit GEMV (1-4 rows of a narrow weight), then dequantize + GEMM; against the dequantized
+    weight in order."""
     from gguf_writer import random_blocks
 
     rng = np.random.default_rng(1)
