@@ -1,0 +1,58 @@
+"""Where an offloaded decode step's time goes (issue 23's expert-offload command: 25 % of the experts on the GPU, the
+rest computed by CPU threads): per-step wall, then each offloaded layer's host part split into its wait for the
+device's copies, the CPU experts (CpuExpertPool.accumulate) and the rest, then cProfile's top functions of one
+generate. Session 39 found this step at 21.9 ms against 5.9 at 7376f35 (same machine, file and command).
+usage: offload_prof.py GGUF [cache=25%] [threads=16]"""
+import cProfile
+import collections
+import pstats
+import sys
+import time
+
+import torch
+
+from strata import LLM, SamplingParams
+from strata.config import EngineConfig, ExpertConfig, RunnerConfig, SchedulerConfig
+from strata.experts import provider
+from strata.experts.cpu_pool import CpuExpertPool
+
+path = sys.argv[1]
+opts = dict(a.split("=") for a in sys.argv[2:])
+llm = LLM.from_config(EngineConfig(
+    model=path, runner=RunnerConfig(device="cuda"), scheduler=SchedulerConfig(max_model_len=4096, max_num_seqs=16),
+    experts=ExpertConfig(expert_cache=opts.get("cache", "25%"), cpu_threads=int(opts.get("threads", 16)),
+                         pcie_frac="0", expert_swap_interval=0)))
+prompt = [{"prompt_token_ids": list(range(100, 164))}]
+params = SamplingParams(max_tokens=65, temperature=0, ignore_eos=True)
+llm.generate(prompt, params)
+times = collections.defaultdict(float)
+calls = collections.Counter()
+
+
+def timed(name, fn):
+    def run(*args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            times[name] += time.perf_counter() - t
+            calls[name] += 1
+    return run
+
+
+provider.OffloadedExperts._host_part = timed("host_part", provider.OffloadedExperts._host_part)
+CpuExpertPool.accumulate = timed("cpu_experts", CpuExpertPool.accumulate)
+torch.cuda.Event.synchronize = timed("event_wait", torch.cuda.Event.synchronize)
+torch.cuda.Stream.synchronize = timed("stream_wait", torch.cuda.Stream.synchronize)
+torch.cuda.synchronize()
+t = time.perf_counter()
+llm.generate(prompt, params)
+wall = time.perf_counter() - t
+print(f"64 steps in {wall * 1e3:.1f} ms ({wall / 64 * 1e3:.2f} ms a step)")
+for name in times:
+    print(f"  {name}: {calls[name]} calls, {times[name] * 1e3:.1f} ms, {times[name] / max(calls[name], 1) * 1e6:.0f} us each")
+prof = cProfile.Profile()
+prof.enable()
+llm.generate(prompt, params)
+prof.disable()
+pstats.Stats(prof).sort_stats("tottime").print_stats(25)
