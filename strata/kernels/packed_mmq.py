@@ -112,7 +112,9 @@ def linear_q8(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: int,
               quantized=None, out: torch.Tensor | None = None) -> torch.Tensor:
     """x [M, K] @ blocks uint8 [N, row bytes] (rows of a type `supports` takes) transposed -> float32 [M, N], with x
     rounded to 8 bits per 32: packed_q8.packed_gemv_q8's contract (`quantized` = q8_rounding.quantize(x) when the
-    caller has it; `out` [M, N] of any float dtype, unit column stride, takes the result in its dtype)."""
+    caller has it; `out` [M, N] of any float dtype, unit column stride, takes the result in its dtype). config's
+    SPLIT_K (default 1) splits K among that many programs a tile (float32 partials, then their sum): more
+    programs for a narrow weight's long rows."""
     num_rows = x.shape[0]
     assert x.shape[1] == k and supports(qtype, k, blocks) and blocks.dtype == torch.uint8
     assert blocks.shape[0] == n and blocks.stride(1) == 1
@@ -121,10 +123,17 @@ def linear_q8(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: int,
     if out is None:
         out = torch.empty(num_rows, n, dtype=torch.float32, device=x.device)
     assert out.shape == (num_rows, n) and out.stride(1) == 1
-    _linear_kernel[(triton.cdiv(num_rows, cfg["BLOCK_M"]), triton.cdiv(n, cfg["BLOCK_N"]))](
-        q, dx, sums, blocks, out, n, k, num_rows, blocks.stride(0), out.stride(0), QTYPE=qtype,
-        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-        **pdl_options(x))
+    split_k = cfg.get("SPLIT_K", 1)
+    assert k % (split_k * (128 if qtype in BLOCK32_BYTES else 256)) == 0, "each split whole runs of the type's units"
+    target = out if split_k == 1 else torch.empty(split_k, num_rows, n, dtype=torch.float32, device=x.device)
+    _linear_kernel[(triton.cdiv(num_rows, cfg["BLOCK_M"]), triton.cdiv(n, cfg["BLOCK_N"]), split_k)](
+        q, dx, sums, blocks, target, n, k, num_rows, blocks.stride(0), target.stride(-2),
+        target.stride(0) if split_k > 1 else 0, QTYPE=qtype, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
+        SPLIT_K=split_k, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **pdl_options(x))
+    if split_k > 1 and out.dtype == torch.float32 and out.is_contiguous():  # the splits' partials, in a fixed order
+        torch.sum(target, dim=0, out=out)
+    elif split_k > 1:
+        out.copy_(target.sum(dim=0))
     return out
 
 
@@ -199,18 +208,18 @@ if triton is not None:
         return acc + dots.to(tl.float32) * dx[:, None] * _f16(block, n_ok)[None, :]
 
     @triton.jit
-    def _rows_times_weights(xq_ptr, dx_ptr, sums_ptr, x_rows, row_ok, w_rows, n_ok, k, QTYPE: tl.constexpr,
-                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-        """x_rows [BM] (row indices into the int8 activations, row_ok) times W's rows at byte pointers w_rows
-        [BN] (n_ok) -> float32 [BM, BN]: a superblock's 8 sub-blocks at a time (_subblock), or 32-value blocks
-        one at a time (_block32)."""
+    def _rows_times_weights(xq_ptr, dx_ptr, sums_ptr, x_rows, row_ok, w_rows, n_ok, k, first, end,
+                            QTYPE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        """x_rows [BM] (row indices into the int8 activations [., k], row_ok) times W's rows at byte pointers w_rows
+        [BN] (n_ok) over values first..end of each row (whole units of the type) -> float32 [BM, BN]: a
+        superblock's 8 sub-blocks at a time (_subblock), or 32-value blocks one at a time (_block32)."""
         i = tl.arange(0, 32)
         x_base = xq_ptr + x_rows.to(tl.int64)[:, None] * k + i[None, :]                   # [BM, 32]
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         if QTYPE == 8 or QTYPE == 6:  # 32-value blocks: d, then the quants
-            for b in range(0, k // 32):
+            for b in range(first // 32, end // 32):
                 acc = _block32(acc, x_base, dx_ptr, x_rows, row_ok, w_rows, n_ok, i, b, k, QTYPE)
-        for j in range(0, k // 256 if QTYPE == 12 or QTYPE == 14 else 0):
+        for j in range(first // 256, end // 256 if QTYPE == 12 or QTYPE == 14 else 0):
             if QTYPE == 12:
                 sb = w_rows + j * 144                                                      # [BN]
                 d = _f16(sb, n_ok)
@@ -240,9 +249,10 @@ if triton is not None:
             offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
             n_ok = offs_n < inter
             gate = w13_ptr + expert * stride_we + offs_n.to(tl.int64) * stride_wn                # [BN]
-            g = _rows_times_weights(q_ptr, dx_ptr, sums_ptr, token, row_ok, gate, n_ok, dim, QTYPE, BLOCK_M, BLOCK_N)
-            u = _rows_times_weights(q_ptr, dx_ptr, sums_ptr, token, row_ok, gate + inter * stride_wn, n_ok, dim,
-                                    QTYPE, BLOCK_M, BLOCK_N)
+            g = _rows_times_weights(q_ptr, dx_ptr, sums_ptr, token, row_ok, gate, n_ok, dim, 0, dim, QTYPE, BLOCK_M,
+                                    BLOCK_N)
+            u = _rows_times_weights(q_ptr, dx_ptr, sums_ptr, token, row_ok, gate + inter * stride_wn, n_ok, dim, 0,
+                                    dim, QTYPE, BLOCK_M, BLOCK_N)
             tl.store(act_ptr + offs_m.to(tl.int64)[:, None] * inter + offs_n[None, :], g * tl.sigmoid(g) * u,
                      mask=row_ok[:, None] & n_ok[None, :])
 
@@ -262,22 +272,27 @@ if triton is not None:
             offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
             n_ok = offs_n < dim
             rows = w2_ptr + expert * stride_we + offs_n.to(tl.int64) * stride_wn
-            y = _rows_times_weights(q_ptr, dx_ptr, sums_ptr, offs_m, row_ok, rows, n_ok, inter, QTYPE, BLOCK_M,
-                                    BLOCK_N)
+            y = _rows_times_weights(q_ptr, dx_ptr, sums_ptr, offs_m, row_ok, rows, n_ok, inter, 0, inter, QTYPE,
+                                    BLOCK_M, BLOCK_N)
             route = tl.load(weights_ptr + pair, mask=row_ok, other=0.0)
             tl.store(out_ptr + pair.to(tl.int64)[:, None] * dim + offs_n[None, :], y * route[:, None],
                      mask=row_ok[:, None] & n_ok[None, :])
 
     @triton.jit
-    def _linear_kernel(q_ptr, dx_ptr, sums_ptr, w_ptr, out_ptr, n, k, num_rows, stride_wn, stride_om,
-                       QTYPE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr):
-        """One program per (BLOCK_M rows of x, BLOCK_N rows of W): their products, at out's rows and columns."""
+    def _linear_kernel(q_ptr, dx_ptr, sums_ptr, w_ptr, out_ptr, n, k, num_rows, stride_wn, stride_om, stride_os,
+                       QTYPE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
+                       USE_PDL: tl.constexpr):
+        """One program per (BLOCK_M rows of x, BLOCK_N rows of W, 1 / SPLIT_K of K): their products, at out's rows
+        and columns (SPLIT_K > 1: float32 partials, out[split] apart by stride_os)."""
         wait_for_previous_kernel(USE_PDL)
         offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+        split = tl.program_id(2)
         row_ok = offs_m < num_rows
         n_ok = offs_n < n
         rows = w_ptr + offs_n.to(tl.int64) * stride_wn                                     # [BN] byte pointers
-        y = _rows_times_weights(q_ptr, dx_ptr, sums_ptr, offs_m, row_ok, rows, n_ok, k, QTYPE, BLOCK_M, BLOCK_N)
-        tl.store(out_ptr + offs_m.to(tl.int64)[:, None] * stride_om + offs_n[None, :],
+        part = k // SPLIT_K
+        y = _rows_times_weights(q_ptr, dx_ptr, sums_ptr, offs_m, row_ok, rows, n_ok, k, split * part,
+                                split * part + part, QTYPE, BLOCK_M, BLOCK_N)
+        tl.store(out_ptr + split * stride_os + offs_m.to(tl.int64)[:, None] * stride_om + offs_n[None, :],
                  y.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & n_ok[None, :])

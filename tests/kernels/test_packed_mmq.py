@@ -84,11 +84,12 @@ def check_linear(qtype: int, rows: int, n: int, k: int, device: str, config: dic
 
 @gpu
 @pytest.mark.parametrize("qtype", [Q4_K, Q6_K, Q8_0, Q5_0])
-@pytest.mark.parametrize("rows, n, k", [(1, 70, 512), (8, 4096, 2048), (19, 130, 768), (40, 64, 2560)])
-def test_linear_equals_the_dequantized_weight_times_the_rounded_activations(qtype, rows, n, k):
+@pytest.mark.parametrize("rows, n, k, split_k", [(1, 70, 512, 1), (8, 4096, 2048, 1), (19, 130, 768, 1),
+                                                 (40, 64, 2560, 1), (8, 4096, 2048, 4), (5, 130, 512, 2)])
+def test_linear_equals_the_dequantized_weight_times_the_rounded_activations(qtype, rows, n, k, split_k):
     if not packed_mmq.supports(qtype, k, torch.zeros(1, 1, dtype=torch.uint8)):
         pytest.skip("K not a whole number of the type's units")
-    check_linear(qtype, rows, n, k, "cuda")
+    check_linear(qtype, rows, n, k, "cuda", config=dict(SPLIT_K=split_k))
 
 
 @gpu
@@ -106,8 +107,11 @@ def test_linear_equals_the_8_bit_gemv(qtype):
 
 @interpreted
 @pytest.mark.parametrize("qtype", [Q4_K, Q6_K, Q8_0, Q5_0])
-def test_linear_in_the_interpreter(qtype):
-    check_linear(qtype, 17, 70, 512, "cpu", config=dict(BLOCK_N=32))
+@pytest.mark.parametrize("split_k", [1, 2])
+def test_linear_in_the_interpreter(qtype, split_k):
+    """Whole K in one program, or split in two (partials summed after): a last row block and column block partly
+    masked."""
+    check_linear(qtype, 17, 70, 512, "cpu", config=dict(BLOCK_N=32, SPLIT_K=split_k))
 
 
 @pytest.mark.parametrize("qtype, n, rows, kernel", [
