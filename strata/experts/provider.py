@@ -159,9 +159,9 @@ class OffloadedExperts(nn.Module):
         cpu_sum = exchange.cpu_sum_np[:num_rows]
         cpu_sum.fill(0)
         rows, ks = np.nonzero(exchange.slot_ids_np[:num_real_rows] < 0)  # [M] each: the missed pairs
-        if len(rows):
-            self._add_cpu_pairs(exchange.hidden, rows, exchange.topk_ids_np[rows, ks],
-                                exchange.topk_weights_np[rows, ks], exchange.cpu_sum)
+        if len(rows):  # the real rows only: the CPU kernel converts its hidden rows to float32 whole
+            self._add_cpu_pairs(exchange.hidden[:num_real_rows], rows, exchange.topk_ids_np[rows, ks],
+                                exchange.topk_weights_np[rows, ks], exchange.cpu_sum[:num_real_rows])
             self.stats.record_offloaded(len(rows), 0, 0)
             self.stats.record_rows(rows, rows[:0])
         exchange.upload(num_rows)
