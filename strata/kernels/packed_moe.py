@@ -13,8 +13,8 @@ Five CUDA paths, picked per call by `packed_moe`:
   the pairs below with hidden and SiLU(gate) * up rounded to 8 bits per 32 and integer dot products
   (llama.cpp's decode numerics): a word of quants costs a mask, a shift and two dp4a, not a float each.
 - q8 grouped (from there up to MMQ_PAIRS_PER_EXPERT pairs an expert, Q4_K / Q6_K / Q8_0 / Q5_0 experts: short
-  prompts and verification windows of Q4_K_M files): packed_mmq.moe_grouped_q8, the same numerics with the pairs grouped by
-  expert in 16-row blocks and int8 tensor-core products per 32 values; its time follows the rows.
+  prompts and verification windows of Q4_K_M files): packed_mmq.moe_grouped_q8, the same numerics with the pairs
+  grouped by expert in 16-row blocks and int8 tensor-core products per 32 values; its time follows the rows.
 - pairs (up to PAIRS_MAX pairs: decode steps of up to 16 sequences at top-8): one program per (pair,
   BLOCK_N rows of the expert) decodes the blocks in registers and multiplies on the CUDA cores
   (packed_gemv._chunk_dot), SiLU(gate) * up stored in hidden's dtype like the 16-bit kernel; then one

@@ -191,7 +191,7 @@ def linear_takes(rows: int, n: int) -> bool:
 
 def rounds_in_norm(num_rows: int, dim: int) -> bool:
     """Whether a norm feeding packed weights should round its output for them (rms_norm's `quantize`): steps
-    of up to MAX_ROWS rows (the pairs' tokens; the projections take up to LINEAR_MAX_ROWS) of a width
+    of up to MAX_ROWS rows (the pairs' tokens; the projections take fewer: linear_takes) of a width
     quantize takes, unless packed_q8 is off."""
     return num_rows <= MAX_ROWS and dim % 128 == 0 and enabled()
 

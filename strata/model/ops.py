@@ -279,7 +279,7 @@ def _8_bit_kernel(x: torch.Tensor, qtype: int, blocks: torch.Tensor, k: int):
     rows = x.shape[0]
     if _q8_takes(rows, qtype, blocks, k):
         return packed_q8.packed_gemv_q8
-    if packed_q8.enabled() and blocks.stride(-1) == 1 and packed_mmq.linear_takes(qtype, k, blocks, rows):
+    if _mmq_takes(rows, qtype, blocks, k):
         return packed_mmq.linear_q8
     return None
 
@@ -294,12 +294,16 @@ def _q8_takes(rows: int, qtype: int, blocks: torch.Tensor, k: int) -> bool:
             and packed_q8.supports(qtype, k, blocks) and blocks.stride(-1) == 1)
 
 
+def _mmq_takes(rows: int, qtype: int, blocks: torch.Tensor, k: int) -> bool:
+    return packed_q8.enabled() and blocks.stride(-1) == 1 and packed_mmq.linear_takes(qtype, k, blocks, rows)
+
+
 def packed_linear_in_place(weight, rows: int) -> bool:
     """Whether packed_linear on CUDA reads a step of `rows` rows from the weight's blocks where they are (the
     8-bit or float GEMV kernels, packed_mmq's), not from a dequantized copy as large as the weight (more rows than
     they take)."""
     k = weight.in_features
-    return all(_q8_takes(rows, qtype, blocks, k) or packed_mmq.linear_takes(qtype, k, blocks, rows)
+    return all(_q8_takes(rows, qtype, blocks, k) or _mmq_takes(rows, qtype, blocks, k)
                or (rows <= GEMV_MAX_ROWS and packed_gemv.supports(qtype, k))
                for qtype, blocks in weight.segments())
 

@@ -1,7 +1,8 @@
 """Packed projections at 4-64 rows of x, inside CUDA graphs with weights rotated (cold L2): packed_q8's GEMV (8-bit
 activations, dp4a; up to its MAX_ROWS), packed_mmq.linear_q8 (the same numbers on int8 tensor cores) under a few
-tilings (SPLIT_K > 1: K split among programs, for narrow weights' long rows), and dequantize to bf16 + cuBLAS (what ops.packed_linear does past packed_q8.LINEAR_MAX_ROWS). Shapes: the
-30B-A3B's q_proj / o_proj / v_proj and LM head, Qwen4-Exp's LM head. us per call: where linear_q8 should take over.
+tilings (SPLIT_K > 1: K split among programs, for narrow weights' long rows), and dequantize to bf16 + cuBLAS
+(what ops.packed_linear does where neither takes a step). Shapes: the 30B-A3B's q_proj / o_proj / v_proj and LM
+head, Qwen4-Exp's LM head. us per call: where linear_q8 should take over.
 Usage: [LINEAR_ROWS=4,8,16,32,64] [LINEAR_SHAPES=30b_q_proj,...] linear_mmq_ab.py; writes $OUT/linear_mmq_ab.json."""
 import json
 import os
@@ -19,7 +20,8 @@ from test_packed_gemv import random_blocks
 Q4_K, Q6_K = packed_q8.Q4_K, packed_q8.Q6_K
 SHAPES = [("30b_q_proj", 4096, 2048, Q4_K), ("30b_o_proj", 2048, 4096, Q4_K), ("30b_v_proj", 512, 2048, Q6_K),
           ("30b_head", 151936, 2048, Q6_K), ("qwen4exp_head", 248320, 2560, Q6_K)]
-SHAPES = [s for s in SHAPES if s[0] in os.environ.get("LINEAR_SHAPES", ",".join(name for name, *_ in SHAPES)).split(",")]
+wanted = os.environ.get("LINEAR_SHAPES", ",".join(name for name, *_ in SHAPES)).split(",")
+SHAPES = [shape for shape in SHAPES if shape[0] in wanted]
 # (BLOCK_M, BLOCK_N, warps, stages, SPLIT_K)
 TILINGS = [(16, 32, 4, 2, 1), (16, 64, 4, 2, 1), (16, 128, 4, 2, 1), (16, 64, 4, 3, 1), (16, 64, 8, 2, 1),
            (32, 64, 4, 2, 1), (16, 32, 4, 2, 2), (16, 32, 4, 2, 4), (16, 32, 4, 2, 8), (16, 64, 4, 2, 4)]

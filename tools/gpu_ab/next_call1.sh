@@ -14,7 +14,8 @@ timeout -s INT 150 python3 offload_prof.py /tmp/q4km.gguf > $OUT/offload_prof.tx
 echo "== prof rc=$? t=$(( $(date +%s)-S ))"; grep -E "steps in|calls" $OUT/offload_prof.txt
 OFF="--device cuda --max-model-len 4096 --num-prompts 1 --input-len 64 --output-len 32 --repeats 1 --concurrency 1
   --cpu-threads 16 --pcie-frac 0 --expert-swap-interval 0 --expert-cache 25%"
-for ENV in "OMP_WAIT_POLICY=PASSIVE" "STRATA_X=1 --torch-threads 1"; do  # torch's idle threads spinning beside the CPU experts?
+# torch's idle threads spinning beside the CPU experts?
+for ENV in "OMP_WAIT_POLICY=PASSIVE" "STRATA_X=1 --torch-threads 1"; do
   set -- $ENV; (env $1 timeout -s INT 100 python3 -m strata.cli.main bench offline /tmp/q4km.gguf $OFF ${@:2} \
     --output $OUT/off_head_${1%%=*}.json) > $OUT/off_head_${1%%=*}.log 2>&1
   echo "== HEAD $ENV rc=$? t=$(( $(date +%s)-S )) $(grep -E 'strata_c1' $OUT/off_head_${1%%=*}.log | cut -c1-90)"

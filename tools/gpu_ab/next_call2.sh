@@ -8,4 +8,5 @@ LINEAR_SHAPES=30b_q_proj,30b_o_proj,30b_v_proj LINEAR_ROWS=5,8,16 timeout -s INT
 echo "== linear ab rc=$? t=$(( $(date +%s)-S ))"; cut -c1-400 $OUT/linear_split_k.txt
 timeout -s INT 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/test_packed_mmq.py -k linear \
   > $OUT/tests.log 2>&1
-echo "== tests rc=$? t=$(( $(date +%s)-S ))"; grep -E "^(FAILED|ERROR)|passed|failed" $OUT/tests.log | head -8 | cut -c1-200
+echo "== tests rc=$? t=$(( $(date +%s)-S ))"
+grep -E "^(FAILED|ERROR)|passed|failed" $OUT/tests.log | head -8 | cut -c1-200

@@ -50,7 +50,8 @@ llm.generate(prompt, params)
 wall = time.perf_counter() - t
 print(f"64 steps in {wall * 1e3:.1f} ms ({wall / 64 * 1e3:.2f} ms a step)")
 for name in times:
-    print(f"  {name}: {calls[name]} calls, {times[name] * 1e3:.1f} ms, {times[name] / max(calls[name], 1) * 1e6:.0f} us each")
+    each = times[name] / max(calls[name], 1) * 1e6
+    print(f"  {name}: {calls[name]} calls, {times[name] * 1e3:.1f} ms, {each:.0f} us each")
 prof = cProfile.Profile()
 prof.enable()
 llm.generate(prompt, params)
