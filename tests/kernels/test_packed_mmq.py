@@ -121,13 +121,19 @@ def test_linear_in_the_interpreter(qtype, split_k):
 def test_packed_linear_takes_each_kernel_for_its_rows_and_width(qtype, n, rows, kernel, monkeypatch):
     """ops.packed_linear's CUDA dispatch, by session 39's measurements: packed_q8's GEMV up to 4 rows, or 8 for
     an LM head's width; packed_mmq.linear_q8 for LM heads of its types at 9-16 rows; else (None) packed_gemv or
-    dequantize + GEMM. Neither 8-bit kernel with 8-bit activations off."""
+    dequantize + GEMM; packed_linear_in_place (what an LM head graph may capture) agrees. Neither 8-bit kernel with
+    8-bit activations off."""
     from strata.model import ops
 
     monkeypatch.setattr(ops, "kernels_on", lambda t: True)
     blocks = torch.empty(n, packed_q8.row_bytes(qtype, 2048), dtype=torch.uint8)
     x = torch.empty(rows, 2048)
+    from strata.model.packed import PackedWeight
+
     expected = {"gemv": packed_q8.packed_gemv_q8, "mmq": packed_mmq.linear_q8, None: None}[kernel]
     assert ops._8_bit_kernel(x, qtype, blocks, 2048) is expected
+    weight = PackedWeight(blocks, qtype, 2048)
+    assert ops.packed_linear_in_place(weight, rows) == (kernel is not None or rows <= ops.GEMV_MAX_ROWS)
     monkeypatch.setenv("STRATA_NO_Q8_ACTIVATIONS", "1")
     assert ops._8_bit_kernel(x, qtype, blocks, 2048) is None
+    assert ops.packed_linear_in_place(weight, rows) == (rows <= ops.GEMV_MAX_ROWS)  # (the float GEMV reads these)
