@@ -63,19 +63,12 @@ def test_grouped_experts_in_the_interpreter(qtypes, inter):
 
 
 def check_linear(qtype: int, rows: int, n: int, k: int, device: str, config: dict | None = None) -> None:
-    """linear_q8 within float32 summation error of gguf's weights times the rounded x (rows of 16-row blocks,
-    a last block and a last column block partly masked), in a wider output's columns in bf16 too."""
-    from test_packed_gemv import random_blocks
-    from test_packed_q8 import rounded
+    """linear_q8 within float32 summation error of gguf's weights times the rounded x, as the 8-bit GEMV
+    (test_packed_q8.check_gemv: rows of 16-row blocks, a last block and a last column block partly masked), and in
+    a wider output's columns in bf16 too."""
+    from test_packed_q8 import check_gemv
 
-    from strata.kernels.packed_gemv import packed_gemv_ref
-
-    blocks = random_blocks(qtype, n, k, seed=rows * n + k)
-    x = torch.randn(rows, k, generator=torch.Generator().manual_seed(k)).to(torch.bfloat16)
-    out = packed_mmq.linear_q8(x.to(device), blocks.to(device), qtype, n, k, config=config).cpu()
-    weight_abs = packed_gemv_ref(torch.eye(k), blocks, qtype, n, k).abs()             # |W|.T [K, N]
-    exact = packed_gemv_ref(rounded(x), blocks, qtype, n, k)
-    assert ((out - exact).abs() / (rounded(x).abs() @ weight_abs).clamp_min(1e-3)).max() < 1e-5
+    x, blocks, out = check_gemv(qtype, rows, n, k, config, device, kernel=packed_mmq.linear_q8)
     wide = torch.zeros(rows, n + 8, dtype=torch.bfloat16, device=device)
     packed_mmq.linear_q8(x.to(device), blocks.to(device), qtype, n, k, config=config, out=wide[:, 3:3 + n])
     in_place = wide[:, 3:3 + n].cpu().float()

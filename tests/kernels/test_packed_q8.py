@@ -167,15 +167,19 @@ def test_gemv_in_the_interpreter(qtype, rows, n, k, config):
     check_gemv(qtype, rows, n, k, config, "cpu")
 
 
-def check_gemv(qtype: int, rows: int, n: int, k: int, config: dict | None, device: str) -> None:
+def check_gemv(qtype: int, rows: int, n: int, k: int, config: dict | None, device: str,
+               kernel=packed_q8.packed_gemv_q8) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`kernel` (packed_gemv_q8's contract) against the reference on the rounded x and on x itself; returns its
+    (x, blocks, out) for further checks."""
     blocks = random_blocks(qtype, n, k, seed=rows * n + k)
     x = torch.randn(rows, k, generator=torch.Generator().manual_seed(k)).to(torch.bfloat16)
-    out = packed_q8.packed_gemv_q8(x.to(device), blocks.to(device), qtype, n, k, config=config).cpu()
+    out = kernel(x.to(device), blocks.to(device), qtype, n, k, config=config).cpu()
     weight_abs = packed_gemv_ref(torch.eye(k), blocks, qtype, n, k).abs()             # |W|.T [K, N]
     exact = packed_gemv_ref(rounded(x), blocks, qtype, n, k)
     assert ((out - exact).abs() / (rounded(x).abs() @ weight_abs).clamp_min(1e-3)).max() < 1e-5
     unrounded = packed_gemv_ref(x, blocks, qtype, n, k)
     assert ((out - unrounded).abs() / (x.float().abs() @ weight_abs).clamp_min(1e-3)).max() < 1e-2
+    return x, blocks, out
 
 
 @gpu
