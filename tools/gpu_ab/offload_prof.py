@@ -44,11 +44,14 @@ provider.OffloadedExperts._host_part = timed("host_part", provider.OffloadedExpe
 CpuExpertPool.accumulate = timed("cpu_experts", CpuExpertPool.accumulate)
 torch.cuda.Event.synchronize = timed("event_wait", torch.cuda.Event.synchronize)
 torch.cuda.Stream.synchronize = timed("stream_wait", torch.cuda.Stream.synchronize)
+before = llm.engine.runner.graph_stats()
 torch.cuda.synchronize()
 t = time.perf_counter()
 llm.generate(prompt, params)
 wall = time.perf_counter() - t
 print(f"64 steps in {wall * 1e3:.1f} ms ({wall / 64 * 1e3:.2f} ms a step)")
+# do the offloaded decode steps replay their split graphs, or run eagerly?
+print("graphs before / after the timed generate:", before, llm.engine.runner.graph_stats())
 for name in times:
     each = times[name] / max(calls[name], 1) * 1e6
     print(f"  {name}: {calls[name]} calls, {times[name] * 1e3:.1f} ms, {each:.0f} us each")
