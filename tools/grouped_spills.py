@@ -44,5 +44,7 @@ for spec in sys.argv[2].split(","):
     act = "*fp32" if module_name == "packed_mmq" else "*bf16"
     for bm, bn, warps in tilings:
         consts = dict(QTYPE=q, BLOCK_M=bm, BLOCK_N=bn, USE_PDL=True)
+        if "SPLIT_K" in fn.arg_names:  # packed_mmq._linear_kernel: K in one program
+            consts["SPLIT_K"] = 1
         print(module_name, kernel, "q", q, "bm", bm, "bn", bn, "w", warps, "|", usage(fn, consts, warps, act=act),
               flush=True)
