@@ -5,6 +5,7 @@ generate. Session 39 found this step at 21.9 ms against 5.9 at 7376f35 (same mac
 usage: offload_prof.py GGUF [cache=25%] [threads=16]"""
 import cProfile
 import collections
+import os
 import pstats
 import sys
 import time
@@ -44,14 +45,16 @@ provider.OffloadedExperts._host_part = timed("host_part", provider.OffloadedExpe
 CpuExpertPool.accumulate = timed("cpu_experts", CpuExpertPool.accumulate)
 torch.cuda.Event.synchronize = timed("event_wait", torch.cuda.Event.synchronize)
 torch.cuda.Stream.synchronize = timed("stream_wait", torch.cuda.Stream.synchronize)
-before = llm.engine.runner.graph_stats()
+graph_stats = getattr(llm.engine.runner, "graph_stats", lambda: "(no graph_stats in this tree)")
+print(f"torch threads {torch.get_num_threads()}, OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY')}")
+before = graph_stats()
 torch.cuda.synchronize()
 t = time.perf_counter()
 llm.generate(prompt, params)
 wall = time.perf_counter() - t
 print(f"64 steps in {wall * 1e3:.1f} ms ({wall / 64 * 1e3:.2f} ms a step)")
 # do the offloaded decode steps replay their split graphs, or run eagerly?
-print("graphs before / after the timed generate:", before, llm.engine.runner.graph_stats())
+print("graphs before / after the timed generate:", before, graph_stats())
 for name in times:
     each = times[name] / max(calls[name], 1) * 1e6
     print(f"  {name}: {calls[name]} calls, {times[name] * 1e3:.1f} ms, {each:.0f} us each")
