@@ -94,6 +94,8 @@ class ExpertManager:
             # the host thread only feeds the device and indexes pairs: a team of intra-op threads would
             # spin on the cores the expert pool computes on (measured 5x slower decode on the H200 host)
             torch.set_num_threads(1)
+            if packed:
+                self.pool.poll_between_layers(qtypes[0])
 
     def _place(self, host_w13: list[torch.Tensor], host_w2: list[torch.Tensor], qtypes: list | None,
                device: str) -> None:

@@ -8,12 +8,13 @@ dozens of tokens through it), in rounds of as many experts as there are staging 
 the CPU pool, which works while the device computes. Outputs are summed per token. A layer whose experts
 are all resident takes the slot path alone, with no host sync; any other layer syncs with the host.
 
-Inside a CUDA graph capture (no PCIe staging) a layer that is not all resident splits the graph
-(strata/split_graphs.py): a captured part copies the routing and the rows to pinned host buffers
-(HostExchange) and the next one runs the slot pairs; between them the host marks the copies with an
-event, and after the slot pairs it waits for that event only, so the CPU computes the missed pairs
-while the device computes the slot pairs; it then uploads their sum, which the following graph adds.
-A layer with no expert on the device skips the slot part (and its split).
+Inside a CUDA graph capture (no PCIe staging) a layer that is not all resident splits the graph once
+(strata/split_graphs.py): the captured part copies the routing and the rows to pinned host buffers
+(HostExchange), records the layer's event (a node of the graph: `external`), and runs the slot pairs; the
+host part waits for that event only, so the CPU computes the missed pairs while the device computes the slot
+pairs, and writes their sum to a pinned buffer, which the next graph copies in (a node of that graph) and
+adds. A layer with no expert on the device skips the slot part. One graph launch a layer: each costs the
+host tens of microseconds on the step's critical path.
 """
 
 from __future__ import annotations
@@ -45,19 +46,15 @@ class HostExchange:
         self.hidden = torch.zeros(max_tokens, hidden_size, dtype=dtype, **pinned)           # [N, D]
         self.cpu_sum = torch.zeros(max_tokens, hidden_size, dtype=torch.float32, **pinned)  # [N, D]
         self.cpu_sum_device = torch.zeros(max_tokens, hidden_size, dtype=torch.float32, device=device)
-        self.copied = torch.cuda.Event()  # recorded at replay after a layer's copies to the host
         # numpy views of the same memory: the host part runs once per offloaded layer per step
         self.topk_ids_np, self.topk_weights_np = self.topk_ids.numpy(), self.topk_weights.numpy()
         self.slot_ids_np, self.cpu_sum_np = self.slot_ids.numpy(), self.cpu_sum.numpy()
-        self._upload_views: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def upload(self, num_rows: int) -> None:
-        """Queue the copy of the first `num_rows` rows of the CPU sum to the device (views cached per
-        row count: slicing costs as much as the copy's launch)."""
-        views = self._upload_views.get(num_rows)
-        if views is None:
-            views = self._upload_views[num_rows] = (self.cpu_sum_device[:num_rows], self.cpu_sum[:num_rows])
-        self._transfer(*views)
+    def fetch_sum(self, num_rows: int) -> torch.Tensor:
+        """The first `num_rows` rows of the CPU sum on the device [T, D] float32: a copy captured into the graph
+        after the host part, which reads the pinned buffer as the host part left it."""
+        self._transfer(self.cpu_sum_device[:num_rows], self.cpu_sum[:num_rows])
+        return self.cpu_sum_device[:num_rows]
 
     def export(self, topk_ids: torch.Tensor, topk_weights: torch.Tensor, slot_ids: torch.Tensor,
                hidden: torch.Tensor) -> None:
@@ -82,6 +79,7 @@ class OffloadedExperts(nn.Module):
         self.layer_idx, self.slots, self.pool, self.stats = layer_idx, slots, pool, stats
         self.pcie_frac, self.prompt_stream_min_pairs = pcie_frac, prompt_stream_min_pairs
         self.exchange: HostExchange | None = None  # set when the runner captures split graphs
+        self._copied: torch.cuda.Event | None = None  # recorded in the captured graphs after the exports
 
     def forward(self, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
         """hidden [T, D], topk_ids / topk_weights [T, K] -> [T, D]."""
@@ -140,17 +138,19 @@ class OffloadedExperts(nn.Module):
         exchange.export(topk_ids, topk_weights, slot_ids, hidden)
         if not self.slots.visible_per_layer[self.layer_idx]:  # nothing on the device (graph_plan tracks it)
             split_here(lambda num_real_rows: self._host_part(num_real_rows, num_rows))
-            return exchange.cpu_sum_device[:num_rows].to(hidden.dtype)
-        split_here(lambda num_real_rows: exchange.copied.record())
+            return exchange.fetch_sum(num_rows).to(hidden.dtype)
+        if self._copied is None:  # a node of the graphs it is captured in; the host waits for its last launch
+            self._copied = torch.cuda.Event(external=True)
+        self._copied.record()
         out = run_experts(hidden, self.slots.layer_weights(self.layer_idx), slot_ids, topk_weights)
-        split_here(lambda num_real_rows: self._host_part(num_real_rows, num_rows, exchange.copied))
-        return (out.float() + exchange.cpu_sum_device[:num_rows]).to(hidden.dtype)
+        split_here(lambda num_real_rows: self._host_part(num_real_rows, num_rows, self._copied))
+        return (out.float() + exchange.fetch_sum(num_rows)).to(hidden.dtype)
 
     def _host_part(self, num_real_rows: int, num_rows: int, copied: torch.cuda.Event | None = None) -> None:
         """Between two graphs of a replay: wait for the copies to the host (the `copied` event, else
-        everything queued), compute the missed pairs of the real rows on the CPU, upload their sum
-        for the next graph (padding rows get zeros). Runs once per offloaded layer per step on the
-        step's critical path, hence numpy views and no device op but the upload."""
+        everything queued), compute the missed pairs of the real rows on the CPU into the pinned CPU sum,
+        which the next graph copies in (padding rows get zeros). Runs once per offloaded layer per step on
+        the step's critical path, hence numpy views and no device op."""
         exchange = self.exchange
         if copied is not None:
             copied.synchronize()
@@ -164,7 +164,6 @@ class OffloadedExperts(nn.Module):
                                 exchange.topk_weights_np[rows, ks], exchange.cpu_sum[:num_real_rows])
             self.stats.record_offloaded(len(rows), 0, 0)
             self.stats.record_rows(rows, rows[:0])
-        exchange.upload(num_rows)
 
     def _add_cpu_pairs(self, hidden: torch.Tensor, rows: np.ndarray, experts: np.ndarray, weights: np.ndarray,
                        cpu_sum: torch.Tensor) -> None:

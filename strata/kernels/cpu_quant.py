@@ -84,7 +84,8 @@ def _build() -> ctypes.CDLL:
                                       i64, ctypes.c_float, pointer, i32])
                              for name in (_ATTENTION, _ATTENTION_AVX2) if hasattr(library, name)),
                            ("strata_qmm_supports", [i32]), ("strata_qmm_set_isa", [i32]),
-                           ("strata_qmm_best_isa", []), ("strata_qmm_set_iq_tables", [pointer] * 7)):
+                           ("strata_qmm_best_isa", []), ("strata_qmm_set_iq_tables", [pointer] * 7),
+                           ("strata_qmm_set_spin_us", [i32])):
         getattr(library, name).argtypes = argtypes
         getattr(library, name).restype = i32
     if debug_flag("CPU_QUANT_SCALAR"):
@@ -155,6 +156,16 @@ def default_num_threads() -> int:
 
 def _threads() -> int:
     return _num_threads or default_num_threads()
+
+
+def set_spin_us(us: int) -> int:
+    """How long the kernels' idle workers poll for the next call before they sleep (microseconds; 200 unless
+    set); returns the previous value. A sleeping worker costs a wake-up at the next call (tens of
+    microseconds, more for a halted virtual CPU): an offloaded layer's CPU experts run every few hundred
+    microseconds of a decode step, a little longer than the default."""
+    if not isinstance(us, int) or us < 0:
+        raise ValueError(f"set_spin_us: a whole number of microseconds >= 0, got {us!r}")
+    return _require().strata_qmm_set_spin_us(us)
 
 
 def isa() -> str:

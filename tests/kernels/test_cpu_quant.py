@@ -20,6 +20,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -234,3 +235,35 @@ def test_no_compiler_means_unsupported_not_an_error(tmp_path):
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["False", "RuntimeError", "True"]
+
+
+@needs_kernel
+@pytest.mark.skipif(cpu_quant.default_num_threads() < 2 if BUILT else True, reason="no second core for a worker")
+def test_idle_workers_poll_as_long_as_set():
+    """set_spin_us: after a call on two threads the worker polls for the set time before it sleeps (CPU time the
+    process spends while the caller sleeps), returns the previous setting and refuses a negative one; the
+    offloading pool sets OFFLOAD_SPIN_US."""
+    from strata.experts.cpu_pool import OFFLOAD_SPIN_US, CpuExpertPool
+
+    blocks, x = make_blocks(Q.Q8_0, 256, 256, "quantized", seed=3), torch.randn(8, 256)
+    previous = cpu_quant.set_spin_us(0)
+
+    def cpu_seconds_idle_after_a_call() -> float:
+        cpu_quant.quant_matmul(x, blocks, Q.Q8_0, 256, 256)
+        started = time.process_time()
+        time.sleep(0.1)
+        return time.process_time() - started
+
+    try:
+        assert cpu_quant.set_spin_us(60_000) == 0
+        polling = cpu_seconds_idle_after_a_call()
+        assert cpu_quant.set_spin_us(0) == 60_000
+        cpu_seconds_idle_after_a_call()  # the workers still polling from the last call go to sleep
+        sleeping = cpu_seconds_idle_after_a_call()
+        assert polling > 0.02 and sleeping < 0.01, (polling, sleeping)
+        with pytest.raises(ValueError, match="microseconds"):
+            cpu_quant.set_spin_us(-1)
+        CpuExpertPool(2).poll_between_layers((Q.Q4_K, Q.Q6_K))
+        assert cpu_quant.set_spin_us(0) == OFFLOAD_SPIN_US
+    finally:
+        cpu_quant.set_spin_us(previous)

@@ -1,9 +1,9 @@
 """An offloaded decode step's time, layer by layer (issue 23's expert-offload command: 25 % of the 30B-A3B Q4_K_M's
 experts on the GPU, the rest on the CPU pool), for several pool sizes in one process: per step, the host parts'
-total and within them the wait for the device's copies, the CPU experts and the rest (Python, the upload), and the
-time between host parts (the next graph piece's launch and device work). A pool as large as the machine has a
-worker preempted by any other thread, and every phase of the kernel waits for it.
-usage: offload_timeline.py GGUF [cache=25%] [threads=16,15,14,12,8]"""
+total and within them the wait for the device's copies, the CPU experts and the rest (Python; the upload, in trees before session 40), and the
+time between host parts (the next graph piece's launch and device work). Arms: pool threads and how long the packed
+kernel's idle workers poll before they sleep (cpu_quant.set_spin_us).
+usage: offload_timeline.py GGUF [cache=25%] [arms=16:5000,16:200,15:5000,14:5000]"""
 import collections
 import statistics
 import sys
@@ -15,10 +15,12 @@ from strata import LLM, SamplingParams
 from strata.config import EngineConfig, ExpertConfig, RunnerConfig, SchedulerConfig
 from strata.experts import provider
 from strata.experts.cpu_pool import CpuExpertPool
+from strata.kernels import cpu_quant
 
 path = sys.argv[1]
 opts = dict(a.split("=") for a in sys.argv[2:])
-sweep = [int(t) for t in opts.get("threads", "16,15,14,12,8").split(",")]
+arms = [tuple(int(v) for v in arm.split(":")) for arm in opts.get("arms", "16:5000,16:200,15:5000,14:5000").split(",")]
+sweep = [threads for threads, _ in arms]
 llm = LLM.from_config(EngineConfig(
     model=path, runner=RunnerConfig(device="cuda"), scheduler=SchedulerConfig(max_model_len=4096, max_num_seqs=16),
     experts=ExpertConfig(expert_cache=opts.get("cache", "25%"), cpu_threads=max(sweep), pcie_frac="0",
@@ -30,7 +32,7 @@ llm.generate(prompt, params)
 spans = collections.defaultdict(list)  # name -> seconds of each call
 marks = []                             # (start, end) of each host part
 host_part, accumulate = provider.OffloadedExperts._host_part, CpuExpertPool.accumulate
-event_sync, upload = torch.cuda.Event.synchronize, provider.HostExchange.upload
+event_sync = torch.cuda.Event.synchronize
 
 
 def timed(name, fn):
@@ -54,9 +56,11 @@ def marked(self, *args, **kwargs):
 provider.OffloadedExperts._host_part = marked
 CpuExpertPool.accumulate = timed("cpu_experts", accumulate)
 torch.cuda.Event.synchronize = timed("event_wait", event_sync)
-provider.HostExchange.upload = timed("upload", upload)
-for threads in sweep * 2:
+if hasattr(provider.HostExchange, "upload"):  # the host part's upload (before session 40)
+    provider.HostExchange.upload = timed("upload", provider.HostExchange.upload)
+for threads, spin in arms * 2:
     pool.num_threads = threads
+    cpu_quant.set_spin_us(spin)
     spans.clear(), marks.clear()
     torch.cuda.synchronize()
     t = time.perf_counter()
@@ -65,10 +69,11 @@ for threads in sweep * 2:
     parts = [end - start for start, end in marks]
     gaps = [marks[i + 1][0] - marks[i][1] for i in range(len(marks) - 1)]
     steps = len(parts) / 24
-    line = (f"threads {threads}: {wall / 64 * 1e3:.2f} ms a token; per layer step (median us): host part "
+    line = (f"threads {threads} spin {spin} us: {wall / 64 * 1e3:.2f} ms a token; per layer step (median us): host part "
             f"{statistics.median(parts) * 1e6:.0f}")
     for name in ("event_wait", "cpu_experts", "upload"):
-        line += f", {name} {statistics.median(spans[name]) * 1e6:.0f}"
+        if spans[name]:
+            line += f", {name} {statistics.median(spans[name]) * 1e6:.0f}"
     line += (f", between host parts {statistics.median(gaps) * 1e6:.0f}; totals a step (ms): host parts "
              f"{sum(parts) / steps * 1e3:.2f}, cpu {sum(spans['cpu_experts']) / steps * 1e3:.2f}, between "
              f"{sum(gaps) / steps * 1e3:.2f}; cpu p90 {sorted(spans['cpu_experts'])[int(0.9 * len(spans['cpu_experts']))] * 1e6:.0f} us")

@@ -187,9 +187,17 @@ void strata_qmm_quantize_row(const float *x, int64_t t, const acts_t *acts) {
  * the job, and frees what its ctx points to, only after all its items are done).
  *
  * Decode runs a few hundred of these calls per token with short gaps between them: a worker that went
- * to sleep costs a futex wake-up (tens of microseconds) at the next call, so workers poll for a while
- * after a call, yielding the core to anyone else who wants it, before they sleep. */
-enum { SPIN_NS = 200000 };
+ * to sleep costs a futex wake-up (tens of microseconds, more for a halted virtual CPU) at the next call, so
+ * workers poll for a while after a call (strata_qmm_set_spin_us; 200 us unless set), yielding the core to
+ * anyone else who wants it, before they sleep. */
+static int64_t spin_ns = 200000;
+
+/* How long idle workers poll before they sleep, in microseconds (>= 0); returns the previous value. */
+int strata_qmm_set_spin_us(int us) {
+    const int previous = (int)(__atomic_load_n(&spin_ns, __ATOMIC_RELAXED) / 1000);
+    if (us >= 0) __atomic_store_n(&spin_ns, (int64_t)us * 1000, __ATOMIC_RELAXED);
+    return previous;
+}
 
 #if defined(__x86_64__) || defined(__i386__)
 #define CPU_RELAX() __builtin_ia32_pause()
@@ -245,7 +253,7 @@ static uint32_t wait_for_generation(uint32_t seen) {
         if (g != seen) return g;
         if (spin % 64 != 63) {
             CPU_RELAX();
-        } else if (now_ns() - start < SPIN_NS) {
+        } else if (now_ns() - start < __atomic_load_n(&spin_ns, __ATOMIC_RELAXED)) {
             sched_yield();
         } else {
             pthread_mutex_lock(&pool_mu);

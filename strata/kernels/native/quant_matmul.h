@@ -200,5 +200,6 @@ typedef struct {
 /* Run the phases in order on the pool (a phase starts once every item of the one before is done), one
  * call at a time. */
 void strata_qmm_run_phases(const phase_t *phases, int count, const void *ctx);
+int strata_qmm_set_spin_us(int us);
 
 #endif
