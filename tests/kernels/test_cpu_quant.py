@@ -245,11 +245,16 @@ def test_idle_workers_poll_as_long_as_set():
     offloading pool sets OFFLOAD_SPIN_US."""
     from strata.experts.cpu_pool import OFFLOAD_SPIN_US, CpuExpertPool
 
-    blocks, x = make_blocks(Q.Q8_0, 256, 256, "quantized", seed=3), torch.randn(8, 256)
+    # 4 experts: gate/up rows [64] of 64 values, down rows [64] of 32
+    w13 = make_blocks(Q.Q8_0, 4 * 64, 64, "quantized", seed=3).view(4, 64, -1)
+    w2 = make_blocks(Q.Q8_0, 4 * 64, 32, "quantized", seed=4).view(4, 64, -1)
+    hidden, out = torch.randn(8, 64), torch.zeros(8, 64)
+    rows, experts = np.arange(8, dtype=np.int64), np.arange(8, dtype=np.int64) % 4
     previous = cpu_quant.set_spin_us(0)
 
-    def cpu_seconds_idle_after_a_call() -> float:
-        cpu_quant.quant_matmul(x, blocks, Q.Q8_0, 256, 256)
+    def cpu_seconds_idle_after_a_call() -> float:  # on two threads (the caller and a worker)
+        cpu_quant.quant_moe(hidden, rows, experts, np.ones(8, dtype=np.float32), w13, Q.Q8_0, w2, Q.Q8_0, 32, out,
+                            num_threads=2)
         started = time.process_time()
         time.sleep(0.1)
         return time.process_time() - started

@@ -40,7 +40,7 @@ for cache in ("25%", "all"):
     completion = llm.generate(prompt, params)[0].outputs[0]
     tokens[cache] = completion.token_ids
     print(f"expert_cache {cache}: {list(tokens[cache])}")
-    # where the runs part: rounding (close top logprobs, the CPU's int8 activations against the GPU's) or a bug?
+    # where the runs part: rounding (close top logprobs: the CPU's int8 activations against the GPU's) or a bug?
     for i in range(3):
         top = sorted(completion.logprobs[i].items(), key=lambda kv: -kv[1])[:5]
         print(f"  token {i} top logprobs:", [(t, round(v, 3)) for t, v in top])
@@ -48,13 +48,15 @@ for cache in ("25%", "all"):
         num_experts = 1 + max(e for _, e in ids_seen)
         low = sum(n for (_, e), n in ids_seen.items() if e < num_experts // 4)
         total = sum(ids_seen.values())
-        print(f"  host parts {layer_steps}, missed pairs {missed_pairs} ({missed_pairs / max(layer_steps, 1):.2f} a layer"
-              f" step); routed ids below E/4: {low / max(total, 1):.1%} of {total}; distinct (layer, id): {len(ids_seen)}")
+        print(f"  host parts {layer_steps}, missed pairs {missed_pairs} ({missed_pairs / max(layer_steps, 1):.2f} a"
+              f" layer step); routed ids below E/4: {low / max(total, 1):.1%} of {total}; distinct (layer, id):"
+              f" {len(ids_seen)}")
         print("  most routed:", ids_seen.most_common(12))
         per_id = np.zeros(num_experts)
         for (_, e), n in ids_seen.items():
             per_id[e] += n
-        print("  routed pairs by id, 16 bins:", per_id[:num_experts // 16 * 16].reshape(16, -1).sum(1).astype(int).tolist())
+        bins = per_id[:num_experts // 16 * 16].reshape(16, -1).sum(1).astype(int)
+        print("  routed pairs by id, 16 bins:", bins.tolist())
     llm.close()
     del llm
 same = list(tokens["25%"]) == list(tokens["all"])

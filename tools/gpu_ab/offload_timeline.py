@@ -1,8 +1,8 @@
 """An offloaded decode step's time, layer by layer (issue 23's expert-offload command: 25 % of the 30B-A3B Q4_K_M's
 experts on the GPU, the rest on the CPU pool), for several pool sizes in one process: per step, the host parts'
-total and within them the wait for the device's copies, the CPU experts and the rest (Python; the upload, in trees before session 40), and the
-time between host parts (the next graph piece's launch and device work). Arms: pool threads and how long the packed
-kernel's idle workers poll before they sleep (cpu_quant.set_spin_us).
+total and within them the wait for the device's copies, the CPU experts and the rest (Python; the upload, in trees
+before session 40), and the time between host parts (the next graph piece's launch and device work). Arms: pool
+threads and how long the packed kernel's idle workers poll before they sleep (cpu_quant.set_spin_us).
 usage: offload_timeline.py GGUF [cache=25%] [arms=16:5000,16:200,15:5000,14:5000]"""
 import collections
 import statistics
@@ -69,12 +69,13 @@ for threads, spin in arms * 2:
     parts = [end - start for start, end in marks]
     gaps = [marks[i + 1][0] - marks[i][1] for i in range(len(marks) - 1)]
     steps = len(parts) / 24
-    line = (f"threads {threads} spin {spin} us: {wall / 64 * 1e3:.2f} ms a token; per layer step (median us): host part "
-            f"{statistics.median(parts) * 1e6:.0f}")
+    line = (f"threads {threads} spin {spin} us: {wall / 64 * 1e3:.2f} ms a token; per layer step (median us): "
+            f"host part {statistics.median(parts) * 1e6:.0f}")
     for name in ("event_wait", "cpu_experts", "upload"):
         if spans[name]:
             line += f", {name} {statistics.median(spans[name]) * 1e6:.0f}"
     line += (f", between host parts {statistics.median(gaps) * 1e6:.0f}; totals a step (ms): host parts "
              f"{sum(parts) / steps * 1e3:.2f}, cpu {sum(spans['cpu_experts']) / steps * 1e3:.2f}, between "
-             f"{sum(gaps) / steps * 1e3:.2f}; cpu p90 {sorted(spans['cpu_experts'])[int(0.9 * len(spans['cpu_experts']))] * 1e6:.0f} us")
+             f"{sum(gaps) / steps * 1e3:.2f}; cpu p90 "
+             f"{statistics.quantiles(spans['cpu_experts'], n=10)[-1] * 1e6:.0f} us")
     print(line, flush=True)
