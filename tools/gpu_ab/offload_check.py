@@ -42,8 +42,8 @@ for cache in ("25%", "all"):
     print(f"expert_cache {cache}: {list(tokens[cache])}")
     # where the runs part: rounding (close top logprobs: the CPU's int8 activations against the GPU's) or a bug?
     for i in range(3):
-        top = sorted(completion.logprobs[i].items(), key=lambda kv: -kv[1])[:5]
-        print(f"  token {i} top logprobs:", [(t, round(v, 3)) for t, v in top])
+        top = sorted(completion.logprobs[i].items(), key=lambda kv: -kv[1].logprob)[:5]
+        print(f"  token {i} top logprobs:", [(t, round(v.logprob, 3)) for t, v in top])
     if cache == "25%":
         num_experts = 1 + max(e for _, e in ids_seen)
         low = sum(n for (_, e), n in ids_seen.items() if e < num_experts // 4)

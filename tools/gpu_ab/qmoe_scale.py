@@ -6,10 +6,10 @@ import time
 
 import numpy as np
 import torch
-from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as Q
 
 from strata.kernels import cpu_quant
+from strata.weights.quantize import quantize
 
 opts = dict(a.split("=") for a in sys.argv[1:])
 D, I, E = 2048, 768, int(opts.get("experts", 128))
@@ -17,8 +17,10 @@ rng = np.random.default_rng(0)
 
 
 def blocks(qtype, n, k):
-    per, nbytes = GGML_QUANT_SIZES[qtype]
-    return torch.from_numpy(rng.integers(0, 256, (E, n, k // per * nbytes), dtype=np.uint8))
+    """E experts' [n, k] weights as GGUF blocks: 4 quantized from Gaussian values (random bytes would hold infinite
+    and subnormal float16 scales), repeated in distinct memory."""
+    distinct = torch.stack([quantize(torch.randn(n, k) * 0.02, qtype) for _ in range(4)])
+    return distinct.repeat((E + 3) // 4, 1, 1)[:E].contiguous()
 
 
 w13, w2 = blocks(Q.Q4_K, 2 * I, D), blocks(Q.Q6_K, D, I)

@@ -322,23 +322,29 @@ INLINE void q5_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt
     store_rows(acc, nt, y, ldy);
 }
 
+/* Q6_K: w = d * sc_j * (q - 32), taken as d * sc_j * q (unsigned q, 0..63) plus a minimum -32 d sc_j that meets the
+ * sums of 16, as Q3_K: no sign trick (its magnitudes and a sign op a row and vector) */
 INLINE void q6_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
     __m256 acc[MAX_T];
     for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < x->k / QK_K; b++) {
         const block_q6_k *blk = (const block_q6_k *)w + b;
-        __m256i wv[8], w_abs[8], scale16[8];
+        __m256i wv[8], scale16[8];
         for (int j = 0; j < 8; j++) {  /* values 32j.. of half h = j / 4, quarter s = j % 4: see quant_scalar.c */
             const int h = j / 4, s = j % 4;
             __m256i lo = load32(blk->ql + h * 64 + (s % 2) * 32);
             if (s >= 2) lo = _mm256_srli_epi16(lo, 4);
             const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(load32(blk->qh + h * 32), 2 * s), _mm256_set1_epi8(3));
-            wv[j] = _mm256_sub_epi8(_mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi8(0xF)), _mm256_slli_epi16(hi, 4)),
-                                    _mm256_set1_epi8(32));
+            wv[j] = _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi8(0xF)), _mm256_slli_epi16(hi, 4));
         }
-        scale_pairs16(_mm_loadu_si128((const __m128i *)blk->scales), 1, scale16);
-        magnitudes(wv, w_abs);
-        superblock_rows(w_abs, wv, scale16, f16(blk->d), 0, NULL, x, t0, nt, b, acc);
+        const __m128i scales = _mm_loadu_si128((const __m128i *)blk->scales);
+        scale_pairs16(scales, 1, scale16);
+        const float d = f16(blk->d);
+        const __m256 minus_32d = _mm256_set1_ps(-32.f * d);
+        const __m256 min_terms[2] = {
+            _mm256_mul_ps(minus_32d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(scales))),
+            _mm256_mul_ps(minus_32d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(scales, 8))))};
+        superblock_rows(wv, NULL, scale16, d, 16, min_terms, x, t0, nt, b, acc);
     }
     store_rows(acc, nt, y, ldy);
 }
