@@ -158,14 +158,6 @@ class ExpertManager:
     def offloaded(self) -> bool:
         return self.slots is not None
 
-    @property
-    def is_graph_safe(self) -> bool:
-        """Whether steps may run as CUDA graphs: every expert on the device, or offloaded experts
-        without PCIe staging at decode (their layers split the graph at a host point); staging decides per
-        step on the host which experts to copy, so it runs eagerly. (Prompt streaming happens in eager
-        prompt steps only: graphs of offloaded models take no fresh prompts.)"""
-        return self.slots is None or self.pcie_frac == 0
-
     def prepare_graphs(self, max_tokens: int, dtype: torch.dtype, device: str, by_sm: bool = False) -> None:
         """Host-exchange buffers for split graphs of up to `max_tokens` token rows (the runner calls
         this before its first capture); `by_sm`: their copies made by kernels (see HostExchange)."""

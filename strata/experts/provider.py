@@ -8,13 +8,15 @@ dozens of tokens through it), in rounds of as many experts as there are staging 
 the CPU pool, which works while the device computes. Outputs are summed per token. A layer whose experts
 are all resident takes the slot path alone, with no host sync; any other layer syncs with the host.
 
-Inside a CUDA graph capture (no PCIe staging) a layer that is not all resident splits the graph once
-(strata/split_graphs.py): the captured part copies the routing and the rows to pinned host buffers
-(HostExchange), records the layer's event (a node of the graph: `external`), and runs the slot pairs; the
-host part waits for that event only, so the CPU computes the missed pairs while the device computes the slot
-pairs, and writes their sum to a pinned buffer, which the next graph copies in (a node of that graph) and
-adds. A layer with no expert on the device skips the slot part. One graph launch a layer: each costs the
-host tens of microseconds on the step's critical path.
+Inside a CUDA graph capture a layer that is not all resident splits the graph once (strata/split_graphs.py):
+the captured part copies the routing and the rows to pinned host buffers (HostExchange), records the layer's
+event (a node of the graph: `external`), and runs the slot pairs; the host part waits for that event only, so
+the CPU computes the missed pairs while the device computes the slot pairs, and writes their sum to a pinned
+buffer, which the next graph copies in (a node of that graph) and adds. With PCIe staging the host part first
+queues the copies of the plan's experts to the staging slots and writes their pairs' slots to another pinned
+buffer; the next graph copies that in too and runs those pairs (as the eager path's staged round, summed in the
+same order: `expert_total`). A layer with no expert on the device skips the slot part. One graph launch a
+layer: each costs the host tens of microseconds on the step's critical path.
 """
 
 from __future__ import annotations
@@ -46,15 +48,23 @@ class HostExchange:
         self.hidden = torch.zeros(max_tokens, hidden_size, dtype=dtype, **pinned)           # [N, D]
         self.cpu_sum = torch.zeros(max_tokens, hidden_size, dtype=torch.float32, **pinned)  # [N, D]
         self.cpu_sum_device = torch.zeros(max_tokens, hidden_size, dtype=torch.float32, device=device)
+        self.staged_ids = torch.full((max_tokens, top_k), -1, dtype=torch.long, **pinned)    # [N, K] staging slots
+        self.staged_ids_device = torch.full((max_tokens, top_k), -1, dtype=torch.long, device=device)
         # numpy views of the same memory: the host part runs once per offloaded layer per step
         self.topk_ids_np, self.topk_weights_np = self.topk_ids.numpy(), self.topk_weights.numpy()
         self.slot_ids_np, self.cpu_sum_np = self.slot_ids.numpy(), self.cpu_sum.numpy()
+        self.staged_ids_np = self.staged_ids.numpy()
 
     def fetch_sum(self, num_rows: int) -> torch.Tensor:
         """The first `num_rows` rows of the CPU sum on the device [T, D] float32: a copy captured into the graph
         after the host part, which reads the pinned buffer as the host part left it."""
         self._transfer(self.cpu_sum_device[:num_rows], self.cpu_sum[:num_rows])
         return self.cpu_sum_device[:num_rows]
+
+    def fetch_staged(self, num_rows: int) -> torch.Tensor:
+        """[T, K] the staging slot of each pair the host part staged, -1 for the others, on the device (as fetch_sum)."""
+        self._transfer(self.staged_ids_device[:num_rows], self.staged_ids[:num_rows])
+        return self.staged_ids_device[:num_rows]
 
     def export(self, topk_ids: torch.Tensor, topk_weights: torch.Tensor, slot_ids: torch.Tensor,
                hidden: torch.Tensor) -> None:
@@ -96,81 +106,103 @@ class OffloadedExperts(nn.Module):
             return run_experts(hidden, device_weights, slot_ids, topk_weights)
         rows, ks = missed.unbind(1)
         experts = topk_ids.cpu()[rows, ks]                 # [M]
-        chosen, staged = self._staging_plan(experts)       # [C] experts to copy; [M] index into chosen, -1 = CPU
+        chosen, staged = self._staging_plan(experts, len(hidden))  # [C] experts to copy; [M] index, -1 = CPU
         on_cpu = staged < 0
         weights_cpu = topk_weights.cpu()[rows, ks][on_cpu].float()                     # [P]
-        num_staging = slots.num_staging
-        first = ~on_cpu & (staged < num_staging)          # the first round joins the resident pairs' launch
-        if first.any():
-            slot_ids = self._stage(slot_ids, rows[first], ks[first], chosen[:num_staging], staged[first])
-        if on_cpu.all() and len(experts) == topk_ids.numel():
+        if len(experts) == topk_ids.numel():
             out = torch.zeros_like(hidden)  # nothing resident: no slot to read
         else:  # queued on the device before the CPU starts, so the two run at the same time
             out = run_experts(hidden, device_weights, slot_ids, topk_weights)
-        if len(chosen) > num_staging:  # later rounds (a prompt chunk's experts), summed in float32
-            out = out.float()
-            for start in range(num_staging, len(chosen), num_staging):
-                in_round = (staged >= start) & (staged < start + num_staging)
-                round_ids = self._stage(torch.full_like(slot_ids, -1), rows[in_round], ks[in_round],
-                                        chosen[start:start + num_staging], staged[in_round] - start)
-                out += run_experts(hidden, device_weights, round_ids, topk_weights).float()
+        rounds = []  # the staged experts, a launch per round of staging slots (a prompt chunk's may need several)
+        for start in range(0, len(chosen), max(slots.num_staging, 1)):  # (no staging slots: nothing chosen)
+            in_round = (staged >= start) & (staged < start + slots.num_staging)
+            round_ids = self._stage(torch.full_like(slot_ids, -1), rows[in_round], ks[in_round],
+                                    chosen[start:start + slots.num_staging], staged[in_round] - start)
+            rounds.append(run_experts(hidden, device_weights, round_ids, topk_weights))
         bytes_copied = len(chosen) * slots.expert_bytes(self.layer_idx)
         num_cpu = int(on_cpu.sum())
         self.stats.record_rows(rows[on_cpu].numpy(), rows[~on_cpu].numpy())
+        cpu_sum = None
         if num_cpu:
             cpu_sum = torch.zeros(hidden.shape, dtype=torch.float32)                  # [T, D] on the host
             self._add_cpu_pairs(hidden.cpu(), rows[on_cpu].numpy(), experts[on_cpu].numpy(), weights_cpu.numpy(),
                                 cpu_sum)
-            # one rounding of (device part + CPU part) in float32, as the fused kernel sums its pairs
-            out = (out.float() + cpu_sum.to(out.device)).to(hidden.dtype)
+            cpu_sum = cpu_sum.to(out.device)
         self.stats.record_offloaded(num_cpu, len(experts) - num_cpu, bytes_copied)
-        return out
+        return expert_total(out, cpu_sum, rounds, hidden.dtype)
 
     def _forward_split(self, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
                        slot_ids: torch.Tensor) -> torch.Tensor:
-        """Captured part: routing and rows out to the host, slot pairs on the device; the graph splits
-        around the slot pairs and the graph after them adds what the host part uploaded. hidden [T, D] -> [T, D]."""
+        """Captured part: routing and rows out to the host, slot pairs on the device; the host part (a split of the
+        graph) computes the missed pairs on the CPU and, with PCIe staging, copies some of their experts to the
+        staging slots; the graph after it adds the CPU sum and runs the staged pairs. hidden [T, D] -> [T, D]."""
         exchange = self.exchange
-        if exchange is None or self.pcie_frac > 0:
-            raise RuntimeError("offloaded experts inside a CUDA graph need the runner's HostExchange and no "
-                               "PCIe staging")
+        if exchange is None:
+            raise RuntimeError("offloaded experts inside a CUDA graph need the runner's HostExchange")
         num_rows = hidden.shape[0]
+        weights = self.slots.layer_weights(self.layer_idx)
         exchange.export(topk_ids, topk_weights, slot_ids, hidden)
-        if not self.slots.visible_per_layer[self.layer_idx]:  # nothing on the device (graph_plan tracks it)
-            split_here(lambda num_real_rows: self._host_part(num_real_rows, num_rows))
-            return exchange.fetch_sum(num_rows).to(hidden.dtype)
-        if self._copied is None:  # a node of the graphs it is captured in; the host waits for its last launch
-            self._copied = torch.cuda.Event(external=True)
-        self._copied.record()
-        out = run_experts(hidden, self.slots.layer_weights(self.layer_idx), slot_ids, topk_weights)
-        split_here(lambda num_real_rows: self._host_part(num_real_rows, num_rows, self._copied))
-        return (out.float() + exchange.fetch_sum(num_rows)).to(hidden.dtype)
+        out = copied = None
+        if self.slots.visible_per_layer[self.layer_idx]:  # else nothing on the device (graph_plan tracks it)
+            if self._copied is None:  # a node of the graphs it is captured in; the host waits for its last launch
+                self._copied = torch.cuda.Event(external=True)
+            copied = self._copied
+            copied.record()
+            out = run_experts(hidden, weights, slot_ids, topk_weights)
+        split_here(lambda num_real_rows: self._host_part(num_real_rows, num_rows, copied))
+        rounds = []
+        if self.stages_in_graphs:
+            rounds.append(run_experts(hidden, weights, exchange.fetch_staged(num_rows), topk_weights))
+        return expert_total(out, exchange.fetch_sum(num_rows), rounds, hidden.dtype)
+
+    @property
+    def stages_in_graphs(self) -> bool:
+        """Whether the host parts of captured steps may copy experts to the staging slots (their graphs then run
+        the staged pairs): with PCIe staging (pcie_frac > 0; then prompt streaming as in eager steps too). Without
+        it, a graph launches nothing for staging."""
+        return self.slots.num_staging > 0 and self.pcie_frac > 0
 
     def _host_part(self, num_real_rows: int, num_rows: int, copied: torch.cuda.Event | None = None) -> None:
-        """Between two graphs of a replay: wait for the copies to the host (the `copied` event, else
-        everything queued), compute the missed pairs of the real rows on the CPU into the pinned CPU sum,
-        which the next graph copies in (padding rows get zeros). Runs once per offloaded layer per step on
-        the step's critical path, hence numpy views and no device op."""
+        """Between two graphs of a replay: wait for the copies to the host (the `copied` event, else everything
+        queued); copy the experts of the staging plan to the staging slots (queued on the stream first, so the
+        copies run while the CPU computes) and write their pairs' slots for the next graph; compute the other
+        missed pairs of the real rows on the CPU into the pinned CPU sum, which the next graph copies in (padding
+        rows get zeros). Runs once per offloaded layer per step on the step's critical path, hence numpy views."""
         exchange = self.exchange
         if copied is not None:
             copied.synchronize()
         else:
             torch.cuda.current_stream().synchronize()
-        cpu_sum = exchange.cpu_sum_np[:num_rows]
-        cpu_sum.fill(0)
+        exchange.cpu_sum_np[:num_rows].fill(0)
         rows, ks = np.nonzero(exchange.slot_ids_np[:num_real_rows] < 0)  # [M] each: the missed pairs
+        experts, on_cpu, bytes_copied = exchange.topk_ids_np[rows, ks], None, 0
+        if self.stages_in_graphs:
+            exchange.staged_ids_np[:num_rows].fill(-1)
+            if len(rows):
+                chosen, staged = self._staging_plan(torch.from_numpy(experts), num_real_rows)
+                chosen, staged = chosen[:self.slots.num_staging], staged.numpy()   # one round: the rest on the CPU
+                on_cpu = (staged < 0) | (staged >= len(chosen))
+                if len(chosen):
+                    slot_of = np.asarray(self.slots.stage(self.layer_idx, chosen.tolist()))
+                    exchange.staged_ids_np[rows[~on_cpu], ks[~on_cpu]] = slot_of[staged[~on_cpu]]
+                    bytes_copied = len(chosen) * self.slots.expert_bytes(self.layer_idx)
+        if on_cpu is not None:
+            rows, ks, experts = rows[on_cpu], ks[on_cpu], experts[on_cpu]
         if len(rows):  # the real rows only: the CPU kernel converts its hidden rows to float32 whole
-            self._add_cpu_pairs(exchange.hidden[:num_real_rows], rows, exchange.topk_ids_np[rows, ks],
-                                exchange.topk_weights_np[rows, ks], exchange.cpu_sum[:num_real_rows])
-            self.stats.record_offloaded(len(rows), 0, 0)
-            self.stats.record_rows(rows, rows[:0])
+            self._add_cpu_pairs(exchange.hidden[:num_real_rows], rows, experts, exchange.topk_weights_np[rows, ks],
+                                exchange.cpu_sum[:num_real_rows])
+        num_pcie = 0 if on_cpu is None else int((~on_cpu).sum())
+        if len(rows) or num_pcie:
+            self.stats.record_offloaded(len(rows), num_pcie, bytes_copied)
+            self.stats.record_rows(rows, np.nonzero(exchange.staged_ids_np[:num_real_rows] >= 0)[0]
+                                   if num_pcie else rows[:0])
 
     def _add_cpu_pairs(self, hidden: torch.Tensor, rows: np.ndarray, experts: np.ndarray, weights: np.ndarray,
                        cpu_sum: torch.Tensor) -> None:
         """cpu_sum [T, D] float32 (host) += this layer's pairs (rows into hidden [T, D], host) on the CPU pool."""
         self.pool.accumulate(hidden, rows, experts, weights, self.slots.host_weights(self.layer_idx), cpu_sum)
 
-    def _staging_plan(self, experts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _staging_plan(self, experts: torch.Tensor, num_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
         """experts [M] of the missed pairs -> (chosen [C]: the distinct experts to copy, most used first;
         [M] each pair's index into chosen, -1 for the CPU). Chosen: the pcie_frac most used distinct
         experts (at most as many as there are staging slots), and every one with at least
@@ -184,7 +216,7 @@ class OffloadedExperts(nn.Module):
         take = torch.zeros_like(counts, dtype=torch.bool)
         if self.pcie_frac > 0:
             take[:min(round(self.pcie_frac * used.numel()), self.slots.num_staging)] = True
-        if self.prompt_stream_min_pairs:
+        if self.prompt_stream_min_pairs and num_rows >= self.prompt_stream_min_pairs:  # (an expert's pairs <= rows)
             take |= counts >= self.prompt_stream_min_pairs
         if not take.any():
             return none
@@ -202,3 +234,15 @@ class OffloadedExperts(nn.Module):
         device = slot_ids.device
         slot_ids[rows.to(device), ks.to(device)] = torch.tensor(slot_of, dtype=torch.long)[staged].to(device)
         return slot_ids
+
+
+def expert_total(resident: torch.Tensor | None, cpu_sum: torch.Tensor | None, staged: list[torch.Tensor],
+                 dtype: torch.dtype) -> torch.Tensor:
+    """A layer's expert output [T, D] in `dtype` from its parts on the device: the resident pairs' (None: none),
+    the CPU's float32 sum (None: none) and each round of staged pairs', added in float32 in that order and rounded
+    once; the eager and the captured paths both sum this way, so they give the same bits."""
+    total = None if resident is None else resident.float()
+    for part in (cpu_sum, *(s.float() for s in staged)):
+        if part is not None:
+            total = part if total is None else total + part
+    return total.to(dtype)

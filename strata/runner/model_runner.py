@@ -105,7 +105,7 @@ class ModelRunner:
             state_shapes = {layer: shape for layer, shape in state_shapes.items() if stage.owns(layer)}
         self.experts = experts  # the model's ExpertManager (None without MoE layers)
         graphs = (options.cuda_graphs and str(device).startswith("cuda") and stage is None
-                  and graph_safe(model, experts, dtype))
+                  and graph_safe(model, dtype))
         check_kv_dtype(kv_dtype or dtype, device)
         # with graphs, one extra KV block and state row take the padding rows' writes
         self.kv_pool = KVPool(kv_layers, num_blocks + int(graphs), block_size, cfg.num_key_value_heads, cfg.head_dim,
@@ -474,14 +474,12 @@ def check_kv_dtype(kv_dtype: torch.dtype, device: str) -> None:
                              f"{capability[0]}.{capability[1]}); use --kv-cache-dtype int8 or auto")
 
 
-def graph_safe(model: nn.Module, experts, dtype: torch.dtype) -> bool:
+def graph_safe(model: nn.Module, dtype: torch.dtype) -> bool:
     """Whether every layer's CUDA path avoids host syncs and host-built tensors on decode windows: the
     Triton kernels cover attention and Gated DeltaNet in any dtype, the fused MoE kernel 16-bit weights
     only (float32 experts take the torch grouped path, which reads routing counts on the host)."""
     if not model.cuda_graph_safe:
         return False
-    if experts is not None and not experts.is_graph_safe:
-        return False  # PCIe staging decides on the host, per step, what the device computes
     if not packed_experts_read_in_place(model):
         logger.warning("CUDA graphs off: some packed experts' block types or row lengths are not read by the "
                        "packed MoE kernels, and a graph would dequantize every expert of such a layer")

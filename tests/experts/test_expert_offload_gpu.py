@@ -93,6 +93,8 @@ def _tokens(llm: LLM) -> list[list[int]]:
     {"expert_cache": "30%", "expert_swap_interval": 0},
     {"expert_cache": "50%", "expert_split": "static", "expert_swap_interval": 0},
     {"expert_cache": "50%", "expert_split": "static", "expert_swap_interval": 1, "expert_swap_threshold": 0.0},
+    {"expert_cache": "30%", "expert_swap_interval": 0, "pcie_frac": "0.5"},  # staging queued by the host parts
+    {"expert_cache": "50%", "expert_split": "static", "expert_swap_interval": 0, "pcie_frac": "0.5"},
 ])
 def test_bf16_split_graphs_match_the_eager_path(tiny_model_dir, experts):
     folder = tiny_model_dir("qwen3_moe")
@@ -105,6 +107,8 @@ def test_bf16_split_graphs_match_the_eager_path(tiny_model_dir, experts):
     assert stats["replays"] > 0
     assert any(c.graph.num_splits > 0 for c in runner.graphs.graphs.values())
     assert manager.snapshot()["cpu_share"] > 0
+    if experts.get("pcie_frac"):
+        assert manager.pcie_frac == 0.5 and manager.snapshot()["pcie_share"] > 0
     if experts["expert_swap_interval"] == 0 and experts.get("expert_split") == "static":
         # whole layers on the CPU: their graphs skip the device part
         assert manager.graph_plan()[2]
