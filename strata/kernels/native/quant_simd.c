@@ -221,6 +221,13 @@ INLINE void scale_pairs16(__m128i bytes, const int is_signed, __m256i *scale16) 
     }
 }
 
+/* factor * the 16 signed byte scales of sub-blocks of 16, as two vectors of 8 floats (minimum terms: mins == 16) */
+INLINE void scaled_bytes16(__m128i scales, float factor, __m256 *terms) {
+    const __m256 f = _mm256_set1_ps(factor);
+    terms[0] = _mm256_mul_ps(f, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(scales)));
+    terms[1] = _mm256_mul_ps(f, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(scales, 8))));
+}
+
 INLINE void q2_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
     __m256 acc[MAX_T];
     for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
@@ -261,10 +268,8 @@ INLINE void q3_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt
                                             _mm_set1_epi8(32));  /* -32..31 */
         scale_pairs16(scales, 1, scale16);
         const float d = f16(blk->d);
-        const __m256 minus_4d = _mm256_set1_ps(-4.f * d);
-        const __m256 min_terms[2] = {
-            _mm256_mul_ps(minus_4d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(scales))),
-            _mm256_mul_ps(minus_4d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(scales, 8))))};
+        __m256 min_terms[2];
+        scaled_bytes16(scales, -4.f * d, min_terms);
         superblock_rows(wv, NULL, scale16, d, 16, min_terms, x, t0, nt, b, acc);
     }
     store_rows(acc, nt, y, ldy);
@@ -340,10 +345,8 @@ INLINE void q6_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt
         const __m128i scales = _mm_loadu_si128((const __m128i *)blk->scales);
         scale_pairs16(scales, 1, scale16);
         const float d = f16(blk->d);
-        const __m256 minus_32d = _mm256_set1_ps(-32.f * d);
-        const __m256 min_terms[2] = {
-            _mm256_mul_ps(minus_32d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(scales))),
-            _mm256_mul_ps(minus_32d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(scales, 8))))};
+        __m256 min_terms[2];
+        scaled_bytes16(scales, -32.f * d, min_terms);
         superblock_rows(wv, NULL, scale16, d, 16, min_terms, x, t0, nt, b, acc);
     }
     store_rows(acc, nt, y, ldy);
