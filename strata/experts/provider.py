@@ -2,10 +2,10 @@
 
 Per call: pairs whose expert holds a slot run on the slot weights (fused kernel with slot ids on CUDA
 in 16-bit, the torch grouped path otherwise); up to `pcie_frac` of the distinct missed experts (the
-most used first) are copied into staging slots and join them; so is every missed expert with at least
-`prompt_stream_min_pairs` pairs this step (a prompt chunk's: copying 6 MB beats the CPU computing
-dozens of tokens through it), in rounds of as many experts as there are staging slots. The rest go to
-the CPU pool, which works while the device computes. Outputs are summed per token. A layer whose experts
+most used first) are copied into staging slots and run there (a launch of their own); so is every missed
+expert with at least `prompt_stream_min_pairs` pairs this step (a prompt chunk's: copying 6 MB beats the CPU
+computing dozens of tokens through it), in rounds of as many experts as there are staging slots. The rest go
+to the CPU pool, which works while the device computes. Outputs are summed per token. A layer whose experts
 are all resident takes the slot path alone, with no host sync; any other layer syncs with the host.
 
 Inside a CUDA graph capture a layer that is not all resident splits the graph once (strata/split_graphs.py):
