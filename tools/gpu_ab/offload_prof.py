@@ -11,6 +11,7 @@ import sys
 import time
 
 import torch
+from host_timing import timed
 
 from strata import LLM, SamplingParams
 from strata.config import EngineConfig, ExpertConfig, RunnerConfig, SchedulerConfig
@@ -26,25 +27,13 @@ llm = LLM.from_config(EngineConfig(
 prompt = [{"prompt_token_ids": list(range(100, 164))}]
 params = SamplingParams(max_tokens=65, temperature=0, ignore_eos=True)
 llm.generate(prompt, params)
-times = collections.defaultdict(float)
-calls = collections.Counter()
+spans = collections.defaultdict(list)  # name -> seconds of each call
 
 
-def timed(name, fn):
-    def run(*args, **kwargs):
-        t = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            times[name] += time.perf_counter() - t
-            calls[name] += 1
-    return run
-
-
-provider.OffloadedExperts._host_part = timed("host_part", provider.OffloadedExperts._host_part)
-CpuExpertPool.accumulate = timed("cpu_experts", CpuExpertPool.accumulate)
-torch.cuda.Event.synchronize = timed("event_wait", torch.cuda.Event.synchronize)
-torch.cuda.Stream.synchronize = timed("stream_wait", torch.cuda.Stream.synchronize)
+provider.OffloadedExperts._host_part = timed("host_part", provider.OffloadedExperts._host_part, spans)
+CpuExpertPool.accumulate = timed("cpu_experts", CpuExpertPool.accumulate, spans)
+torch.cuda.Event.synchronize = timed("event_wait", torch.cuda.Event.synchronize, spans)
+torch.cuda.Stream.synchronize = timed("stream_wait", torch.cuda.Stream.synchronize, spans)
 graph_stats = getattr(llm.engine.runner, "graph_stats", lambda: "(no graph_stats in this tree)")
 print(f"torch threads {torch.get_num_threads()}, OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY')}")
 before = graph_stats()
@@ -55,9 +44,9 @@ wall = time.perf_counter() - t
 print(f"64 steps in {wall * 1e3:.1f} ms ({wall / 64 * 1e3:.2f} ms a step)")
 # do the offloaded decode steps replay their split graphs, or run eagerly?
 print("graphs before / after the timed generate:", before, graph_stats())
-for name in times:
-    each = times[name] / max(calls[name], 1) * 1e6
-    print(f"  {name}: {calls[name]} calls, {times[name] * 1e3:.1f} ms, {each:.0f} us each")
+for name, seconds in spans.items():
+    total = sum(seconds)
+    print(f"  {name}: {len(seconds)} calls, {total * 1e3:.1f} ms, {total / len(seconds) * 1e6:.0f} us each")
 prof = cProfile.Profile()
 prof.enable()
 llm.generate(prompt, params)

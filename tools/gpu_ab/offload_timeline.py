@@ -10,6 +10,7 @@ import sys
 import time
 
 import torch
+from host_timing import timed
 
 from strata import LLM, SamplingParams
 from strata.config import EngineConfig, ExpertConfig, RunnerConfig, SchedulerConfig
@@ -35,16 +36,6 @@ host_part, accumulate = provider.OffloadedExperts._host_part, CpuExpertPool.accu
 event_sync = torch.cuda.Event.synchronize
 
 
-def timed(name, fn):
-    def run(*args, **kwargs):
-        t = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            spans[name].append(time.perf_counter() - t)
-    return run
-
-
 def marked(self, *args, **kwargs):
     t = time.perf_counter()
     try:
@@ -54,10 +45,10 @@ def marked(self, *args, **kwargs):
 
 
 provider.OffloadedExperts._host_part = marked
-CpuExpertPool.accumulate = timed("cpu_experts", accumulate)
-torch.cuda.Event.synchronize = timed("event_wait", event_sync)
+CpuExpertPool.accumulate = timed("cpu_experts", accumulate, spans)
+torch.cuda.Event.synchronize = timed("event_wait", event_sync, spans)
 if hasattr(provider.HostExchange, "upload"):  # the host part's upload (before session 40)
-    provider.HostExchange.upload = timed("upload", provider.HostExchange.upload)
+    provider.HostExchange.upload = timed("upload", provider.HostExchange.upload, spans)
 for threads, spin in arms * 2:
     pool.num_threads = threads
     cpu_quant.set_spin_us(spin)
