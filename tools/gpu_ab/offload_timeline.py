@@ -2,8 +2,9 @@
 experts on the GPU, the rest on the CPU pool), for several pool sizes in one process: per step, the host parts'
 total and within them the wait for the device's copies, the CPU experts and the rest (Python; the upload, in trees
 before session 40), and the time between host parts (the next graph piece's launch and device work). Arms: pool
-threads and how long the packed kernel's idle workers poll before they sleep (cpu_quant.set_spin_us).
-usage: offload_timeline.py GGUF [cache=25%] [arms=16:5000,16:200,15:5000,14:5000]"""
+threads and how long the packed kernel's idle workers poll before they sleep (cpu_quant.set_spin_us). `pcie=F`: the
+engine's --pcie-frac (its host parts then also queue the staging copies: `stage`, timed).
+usage: offload_timeline.py GGUF [cache=25%] [pcie=0] [arms=16:5000,16:200,15:5000,14:5000]"""
 import collections
 import statistics
 import sys
@@ -16,6 +17,7 @@ from strata import LLM, SamplingParams
 from strata.config import EngineConfig, ExpertConfig, RunnerConfig, SchedulerConfig
 from strata.experts import provider
 from strata.experts.cpu_pool import CpuExpertPool
+from strata.experts.slots import ExpertSlots
 from strata.kernels import cpu_quant
 
 path = sys.argv[1]
@@ -24,7 +26,8 @@ arms = [tuple(int(v) for v in arm.split(":")) for arm in opts.get("arms", "16:50
 sweep = [threads for threads, _ in arms]
 llm = LLM.from_config(EngineConfig(
     model=path, runner=RunnerConfig(device="cuda"), scheduler=SchedulerConfig(max_model_len=4096, max_num_seqs=16),
-    experts=ExpertConfig(expert_cache=opts.get("cache", "25%"), cpu_threads=max(sweep), pcie_frac="0",
+    experts=ExpertConfig(expert_cache=opts.get("cache", "25%"), cpu_threads=max(sweep),
+                         pcie_frac=opts.get("pcie", "0"),
                          expert_swap_interval=0)))
 pool = llm.engine.runner.experts.pool
 prompt = [{"prompt_token_ids": list(range(100, 164))}]
@@ -47,6 +50,7 @@ def marked(self, *args, **kwargs):
 provider.OffloadedExperts._host_part = marked
 CpuExpertPool.accumulate = timed("cpu_experts", accumulate, spans)
 torch.cuda.Event.synchronize = timed("event_wait", event_sync, spans)
+ExpertSlots.stage = timed("stage", ExpertSlots.stage, spans)
 if hasattr(provider.HostExchange, "upload"):  # the host part's upload (before session 40)
     provider.HostExchange.upload = timed("upload", provider.HostExchange.upload, spans)
 for threads, spin in arms * 2:
@@ -62,11 +66,12 @@ for threads, spin in arms * 2:
     steps = len(parts) / 24
     line = (f"threads {threads} spin {spin} us: {wall / 64 * 1e3:.2f} ms a token; per layer step (median us): "
             f"host part {statistics.median(parts) * 1e6:.0f}")
-    for name in ("event_wait", "cpu_experts", "upload"):
+    for name in ("event_wait", "stage", "cpu_experts", "upload"):
         if spans[name]:
             line += f", {name} {statistics.median(spans[name]) * 1e6:.0f}"
     line += (f", between host parts {statistics.median(gaps) * 1e6:.0f}; totals a step (ms): host parts "
              f"{sum(parts) / steps * 1e3:.2f}, cpu {sum(spans['cpu_experts']) / steps * 1e3:.2f}, between "
              f"{sum(gaps) / steps * 1e3:.2f}; cpu p90 "
              f"{statistics.quantiles(spans['cpu_experts'], n=10)[-1] * 1e6:.0f} us")
+    line += f"; pcie {opts.get('pcie', '0')}, {len(spans['stage']) / steps:.1f} staging calls a step"
     print(line, flush=True)
