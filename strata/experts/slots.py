@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from strata import dma
 from strata.experts.placement import Expert
 from strata.model.registry import ExpertBlocks
 
@@ -42,6 +43,10 @@ class ExpertSlots:
         self.visible_per_layer = [0] * num_layers  # experts whose remap entry is published
         self.pending: list[tuple[torch.cuda.Event | None, list[Expert], list[int]]] = []
         self.side_stream = torch.cuda.Stream(device) if torch.device(device).type == "cuda" else None
+        # raw copies (dma.py) by address: per layer the host experts' base addresses, the slots' rows
+        raw = self.side_stream is not None and all(w.is_contiguous() for w in (*host_w13, *host_w2))
+        self._dma = dma.runtime() if raw else None
+        self._host_bases = [(w.data_ptr(), v.data_ptr()) for w, v in zip(host_w13, host_w2)]
 
     def layer_weights(self, layer: int) -> tuple[torch.Tensor, torch.Tensor] | ExpertBlocks:
         """The slots as layer `layer` reads them: (w13 [N + S, 2I, D], w2 [N + S, D, I]) dense, or ExpertBlocks."""
@@ -138,6 +143,18 @@ class ExpertSlots:
         return slots
 
     def _copy(self, experts: list[Expert], slots: list[int]) -> None:
+        """Queue the copies of `experts` into `slots` on the current stream."""
+        if self._dma is not None:  # two runtime calls an expert: on a staging layer's critical path
+            stream = torch.cuda.current_stream(self._slots13.device).cuda_stream
+            rows13, rows2 = self._slots13.stride(0), self._slots2.stride(0)
+            for (layer, expert), slot in zip(experts, slots):
+                base13, base2 = self._host_bases[layer]
+                size13, size2 = self._bytes13[layer], self._bytes2[layer]
+                dma.copy_to_device(self._dma, self._slots13.data_ptr() + slot * rows13, base13 + expert * size13,
+                                   size13, stream)
+                dma.copy_to_device(self._dma, self._slots2.data_ptr() + slot * rows2, base2 + expert * size2, size2,
+                                   stream)
+            return
         for (layer, expert), slot in zip(experts, slots):
             self._slots13[slot, :self._bytes13[layer]].copy_(_as_bytes(self.host_w13[layer][expert]), non_blocking=True)
             self._slots2[slot, :self._bytes2[layer]].copy_(_as_bytes(self.host_w2[layer][expert]), non_blocking=True)

@@ -6,6 +6,7 @@ the grouped path; host weights through the worker pool), which the shares in the
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -164,6 +165,27 @@ def test_prompt_chunks_stream_their_experts_through_the_staging_slots_in_rounds(
     off = OffloadedExperts(0, slots, CpuExpertPool(2), stats_off, pcie_frac=0.0)
     torch.testing.assert_close(off(hidden, topk_ids, topk_weights), expected, rtol=1e-5, atol=1e-5)
     assert stats_off.pair_counts() == (12, 68, 0)
+
+
+def test_staging_plan_copies_the_most_used_missed_experts_first():
+    """The staging plan: pcie_frac of the distinct missed experts, most pairs first and then the lower id, at most
+    as many as there are staging slots; with prompt streaming every expert with enough pairs as well."""
+    w13, w2 = torch.zeros(1, 8, 4, 2), torch.zeros(1, 8, 2, 2)
+    slots = ExpertSlots(list(w13), list(w2), num_slots=1, num_staging=2, device="cpu")
+    stats = RoutingStats(1, 8, "cpu")
+    missed = np.array([6, 3, 6, 5, 3, 6, 1], dtype=np.int64)  # 6: 3 pairs, 3: 2, then 1 and 5 one each
+    half = OffloadedExperts(0, slots, CpuExpertPool(1), stats, pcie_frac=0.5)
+    chosen, staged = half._staging_plan(missed, num_rows=4)
+    assert chosen.tolist() == [6, 3] and staged.tolist() == [0, 1, 0, -1, 1, 0, -1]  # 0.5 x 4 experts, 2 slots
+    quarter = OffloadedExperts(0, slots, CpuExpertPool(1), stats, pcie_frac=0.25)
+    assert quarter._staging_plan(missed, num_rows=4)[0].tolist() == [6]
+    ties = np.array([5, 1, 3], dtype=np.int64)
+    assert half._staging_plan(ties, num_rows=3)[0].tolist() == [1, 3]  # one pair each: the lower ids, 2 slots
+    streams = OffloadedExperts(0, slots, CpuExpertPool(1), stats, pcie_frac=0.0, prompt_stream_min_pairs=2)
+    assert streams._staging_plan(missed, num_rows=4)[0].tolist() == [6, 3]
+    assert streams._staging_plan(missed, num_rows=1)[0].tolist() == []  # fewer rows than the streaming minimum
+    none = OffloadedExperts(0, slots, CpuExpertPool(1), stats, pcie_frac=0.0)
+    assert none._staging_plan(missed, num_rows=4)[1].tolist() == [-1] * 7
 
 
 def test_profile_command_round_trip_fills_the_hot_set(tiny_model_dir, tmp_path):

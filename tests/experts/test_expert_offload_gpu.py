@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from strata import LLM, SamplingParams
+from strata import LLM, SamplingParams, dma
 from strata.config import EngineConfig, ExpertConfig, RunnerConfig
 from strata.experts.cpu_pool import CpuExpertPool
 from strata.experts.provider import OffloadedExperts
@@ -42,6 +42,23 @@ def test_bf16_provider_matches_all_experts_resident(num_slots):
     torch.testing.assert_close(got.float(), expected.float(), rtol=2e-2, atol=2e-2)
     if num_slots == num_experts:  # fully resident: the same kernel on remapped ids, no host sync
         assert torch.equal(got, expected)
+
+
+def test_staging_copies_are_runtime_copies_of_the_host_bytes():
+    """Slots copy experts with one cudaMemcpyAsync each (strata/dma.py: the runtime torch loaded, found): staged
+    and loaded slots hold the host experts' bytes, packed uint8 rows of two layers of different sizes included."""
+    gen = torch.Generator().manual_seed(3)
+    w13 = [torch.randint(0, 256, (6, 4, n), dtype=torch.uint8, generator=gen).pin_memory() for n in (144, 72)]
+    w2 = [torch.randint(0, 256, (6, 8, n), dtype=torch.uint8, generator=gen).pin_memory() for n in (210, 105)]
+    slots = ExpertSlots(w13, w2, 2, 3, "cuda", qtypes=[(12, 14), (12, 14)])
+    assert dma.runtime() is not None and slots._dma is not None
+    slots.fill([(1, 4), (0, 2)])
+    staged = slots.stage(1, [5, 0, 3])
+    torch.cuda.synchronize()
+    for layer, expert, slot in [(1, 4, slots.slot_of[(1, 4)]), (0, 2, slots.slot_of[(0, 2)]),
+                                *((1, e, s) for e, s in zip([5, 0, 3], staged))]:
+        got = slots.layer_weights(layer)
+        assert torch.equal(got.w13[slot].cpu(), w13[layer][expert]) and torch.equal(got.w2[slot].cpu(), w2[layer][expert])
 
 
 def make_llm(folder: str, dtype: str, cuda_graphs: bool = False, **experts) -> LLM:

@@ -1,0 +1,19 @@
+# Session 41, call 2: staging copies as raw cudaMemcpyAsync calls and the staging plan in plain Python (call 1:
+# 122 us a layer queueing 3 experts' copies, ~170 us more in the plan). GPU tests of the offload; the timeline
+# with --pcie-frac 0.5; issue 23's offload command at 25 % and 50 %, pcie 0 / 0.5 / auto.
+source tools/gpu_ab/device_setup.sh
+S=$(date +%s)
+timeout -s INT 150 python3 -m pytest -q -p no:cacheprovider tests/experts/test_expert_offload_gpu.py > $OUT/tests.log 2>&1
+echo "== tests rc=$? t=$(( $(date +%s)-S ))"; tail -4 $OUT/tests.log
+timeout -s INT 60 python3 -m strata.cli.main quantize 'random:qwen3-30b-a3b?num_hidden_layers=24' /tmp/q4km.gguf \
+  --scheme q4_k_m --device cuda > /dev/null 2>&1; echo "== quant rc=$? t=$(( $(date +%s)-S ))"
+timeout -s INT 80 python3 offload_timeline.py /tmp/q4km.gguf pcie=0.5 arms=16:5000 > $OUT/timeline_p0.5.txt 2>&1
+echo "== timeline pcie 0.5 rc=$? t=$(( $(date +%s)-S ))"; grep -E "threads" $OUT/timeline_p0.5.txt | cut -c1-400
+OFF="--device cuda --max-model-len 4096 --num-prompts 2 --input-len 64 --output-len 128 --concurrency 1
+  --cpu-threads 16 --expert-swap-interval 0 --expert-split uniform --repeats 2"
+for ARM in 25%:0 25%:0.5 25%:auto 50%:0 50%:0.5; do
+  IFS=: read C P <<< "$ARM"; NAME=off${C%\%}_p$P
+  timeout -s INT 80 python3 -m strata.cli.main bench offline /tmp/q4km.gguf $OFF --expert-cache $C --pcie-frac $P \
+    --output $OUT/$NAME.json > $OUT/$NAME.log 2>&1
+  echo "== $NAME rc=$? t=$(( $(date +%s)-S )) $(grep -E 'strata_c1' $OUT/$NAME.log | cut -c1-160)"
+done
