@@ -1,0 +1,80 @@
+"""Can the GPU read offloaded experts straight from pinned host memory? One token's pairs of the 30B-A3B's experts
+(Q4_K gate/up of 2,048, Q6_K down of 768; 128 experts, ~390 MB, each iteration other ones: beyond L2) through
+packed_q8's pairs kernel with the weights (a) in device memory, (b) in pinned host memory, read over PCIe by the
+kernel itself (zero copy), and (c) the same experts' bytes copied by the copy engine (strata/dma.py, two
+cudaMemcpyAsync an expert), (d) then run from the copies (session 41's staging path). CUDA-event times, median of
+40, us and GB/s of expert bytes. If (b) is near (c) + (d), a third expert tier (read over PCIe by the step's own
+kernels, beside the CPU pool, no host staging work) is worth building. usage: zero_copy_ab.py [pairs=1,3,6]"""
+import statistics
+import sys
+
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType as Q
+
+from strata import dma
+from strata.kernels import packed_q8
+from strata.weights.quantize import quantize
+
+opts = dict(a.split("=") for a in sys.argv[1:])
+D, I, E, TOP_K = 2048, 768, 128, 8
+rng = np.random.default_rng(0)
+
+
+def blocks(qtype, n, k):
+    """E experts' [n, k] weights as GGUF blocks, 4 quantized from Gaussian values repeated in distinct memory."""
+    distinct = torch.stack([quantize(torch.randn(n, k) * 0.02, qtype) for _ in range(4)])
+    return distinct.repeat((E + 3) // 4, 1, 1)[:E].contiguous()
+
+
+host13, host2 = blocks(Q.Q4_K, 2 * I, D).pin_memory(), blocks(Q.Q6_K, D, I).pin_memory()
+dev13, dev2 = host13.cuda(), host2.cuda()
+slots13, slots2 = torch.empty_like(dev13[:8]), torch.empty_like(dev2[:8])
+per_expert = host13[0].numel() + host2[0].numel()
+hidden = (torch.randn(1, D) * 0.5).bfloat16().cuda()
+weights = torch.full((1, TOP_K), 0.1, device="cuda")
+library = dma.runtime()
+assert library is not None, "no CUDA runtime library mapped in this process (strata/dma.py)"
+stream = torch.cuda.current_stream().cuda_stream
+
+
+def ids_for(experts):
+    ids = torch.full((1, TOP_K), -1, dtype=torch.long)
+    ids[0, :len(experts)] = torch.as_tensor(experts)
+    return ids.cuda()
+
+
+def copy_in(experts):
+    for slot, e in enumerate(experts):
+        dma.copy_to_device(library, slots13[slot].data_ptr(), host13[e].data_ptr(), host13[e].numel(), stream)
+        dma.copy_to_device(library, slots2[slot].data_ptr(), host2[e].data_ptr(), host2[e].numel(), stream)
+
+
+def arms(experts):
+    ids, local = ids_for(experts), ids_for(list(range(len(experts))))
+    return {
+        "device": lambda: packed_q8.moe_pairs_q8(hidden, dev13, int(Q.Q4_K), dev2, int(Q.Q6_K), ids, weights),
+        "zero copy": lambda: packed_q8.moe_pairs_q8(hidden, host13, int(Q.Q4_K), host2, int(Q.Q6_K), ids, weights),
+        "dma": lambda: copy_in(experts),
+        "dma + run": lambda: (copy_in(experts), packed_q8.moe_pairs_q8(hidden, slots13, int(Q.Q4_K), slots2,
+                                                                      int(Q.Q6_K), local, weights))[1],
+    }
+
+
+for pairs in [int(p) for p in opts.get("pairs", "1,3,6").split(",")]:
+    experts = list(rng.choice(E, pairs, replace=False))
+    got = {name: fn() for name, fn in arms(experts).items() if name != "dma"}
+    same = all(torch.equal(got["device"], out) for out in got.values())
+    times = {name: [] for name in arms(experts)}
+    for _ in range(45):
+        experts = list(rng.choice(E, pairs, replace=False))
+        for name, fn in arms(experts).items():
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times[name].append(start.elapsed_time(end) * 1e3)
+    medians = {name: statistics.median(t[5:]) for name, t in times.items()}
+    line = ", ".join(f"{name} {us:.0f} us ({pairs * per_expert / us / 1e3:.1f} GB/s)" for name, us in medians.items())
+    print(f"{pairs} pairs ({pairs * per_expert / 1e6:.1f} MB): {line}; outputs equal: {same}", flush=True)
