@@ -18,7 +18,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "strata"
 
 # Bottom to top. A new package or top-level module must be placed here (test_every_package_has_a_layer).
 LAYERS = (
-    ("types", "config", "transfer", "split_graphs", "progress", "reasoning"),  # base: nothing from strata
+    ("types", "config", "transfer", "dma", "split_graphs", "progress", "reasoning"),  # base: nothing from strata
     ("kernels", "structured"),  # structured: request constraints -> grammars (torch-free)
     ("cache", "sample", "model"),
     ("weights", "experts"),
@@ -37,7 +37,7 @@ LAYER_OF = {package: i for i, layer in enumerate(LAYERS) for package in layer}
 ONLY = {
     "kernels": {"config"},  # a leaf: debug_flag only
     "model": {"kernels", "transfer", "config", "split_graphs"},
-    "experts": {"model", "kernels", "config", "split_graphs"},
+    "experts": {"model", "kernels", "config", "split_graphs", "dma"},
 }
 
 
