@@ -34,7 +34,8 @@ def greedy(llm: LLM, prompts=PROMPTS) -> list[list[int]]:
     return [out.outputs[0].token_ids for out in llm.generate(prompts, PARAMS)]
 
 
-@pytest.fixture(scope="module", params=["qwen3_moe", "qwen3_next"])
+# the seed's model (Qwen4-Exp: hyper-connections, QSA, its gated shared expert) and Qwen3.5-MoE offload as well
+@pytest.fixture(scope="module", params=["qwen3_moe", "qwen3_next", "qwen3_5_moe", "qwen4_exp"])
 def family_reference(request, tiny_model_dir):
     folder = tiny_model_dir(request.param)
     llm = make_llm(folder)
