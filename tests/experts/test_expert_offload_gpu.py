@@ -136,6 +136,21 @@ def test_bf16_split_graphs_match_the_eager_path(tiny_model_dir, experts):
     assert runner.graph_stats()["captures"] > captures  # graphs of the old placement were not replayed
 
 
+@pytest.mark.parametrize("family", ["qwen4_exp", "qwen3_5_moe"])
+def test_bf16_split_graphs_of_the_seed_families_match_the_eager_path(tiny_model_dir, family):
+    """The seed's model (hyper-connections, QSA, PLE between its MoE layers) and Qwen3.5-MoE with 30 % of their experts
+    on the device and half of the missed ones staged over PCIe: split graphs give the eager path's tokens."""
+    experts = {"expert_cache": "30%", "expert_swap_interval": 0, "pcie_frac": "0.5"}
+    folder = tiny_model_dir(family)
+    reference = _tokens(_loads_published_at_once(make_llm(folder, "bfloat16", **experts)))
+    llm = _loads_published_at_once(make_llm(folder, "bfloat16", cuda_graphs=True, **experts))
+    assert _tokens(llm) == reference
+    assert llm.engine.runner.graph_stats()["replays"] > 0
+    assert any(c.graph.num_splits > 0 for c in llm.engine.runner.graphs.graphs.values())
+    snapshot = llm.engine.experts.snapshot()
+    assert snapshot["cpu_share"] > 0 and snapshot["pcie_share"] > 0
+
+
 @pytest.mark.parametrize("sm_exchange", [True, False])
 def test_offloaded_layers_beside_the_kv_staging_ring_match_the_eager_path(tiny_model_dir, monkeypatch, sm_exchange):
     """KV beyond VRAM staged (--kv-staging-layers) with offloaded experts in split graphs: the MoE layers' host
