@@ -159,11 +159,11 @@ INLINE void q5_1_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt
 }
 
 /* ---- 256-value superblocks: decoded once into 8 vectors of 32 values and their integer scales, then
- * each activation row runs over them (the decoded block stays in registers or L1). The 8 scales of Q4_K,
- * Q5_K and IQ4_XS are unpacked in general registers and broadcast one by one: the vector units are the
- * bottleneck at one row (unpacking them with shuffles measured slower on AVX2). The 16 of Q2_K, Q3_K and
- * Q6_K (two a vector) take one shuffle a vector instead (scale_pairs16): on the 2-core Zen 4 (AVX-512), one
- * row of 2048 x 5632 on one thread took Q6_K 586 -> 412 us, Q2_K 445 -> 307 us against two broadcasts and
+ * each activation row runs over them (the decoded block stays in registers or L1). The 8 scales of IQ4_XS are
+ * unpacked in general registers and broadcast one by one (on the Zen 1 of early sessions shuffles measured
+ * slower); Q4_K's and Q5_K's take byte shuffles since session 41 (scales_k4, measured on an Intel Xeon). The 16
+ * of Q2_K, Q3_K and Q6_K (two a vector) take one shuffle a vector (scale_pairs16): on the 2-core Zen 4 (AVX-512),
+ * one row of 2048 x 5632 on one thread took Q6_K 586 -> 412 us, Q2_K 445 -> 307 us against two broadcasts and
  * an insert a vector. ------------------------------------------------------------------------------ */
 
 /* acc[t] += d * d_x[t] * sum_j (scale_j * w_j . x_j) [+ min_terms . bsum of row t] for the 8 decoded
@@ -275,16 +275,27 @@ INLINE void q3_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt
     store_rows(acc, nt, y, ldy);
 }
 
-/* Q4_K / Q5_K: the 8 scales as 16-copy vectors; returns -dmin * min_j for the 8 sub-blocks */
+/* Q4_K / Q5_K: the 8 scales as 16-copy vectors; returns -dmin * min_j for the 8 sub-blocks. The 12 bytes of
+ * scale_min_k4's layout (quant_matmul.h; b0 b1 b2, 4 each) go to [8 scales | 8 mins] by byte shuffles:
+ * scale i < 4 = b0_i & 63, scale 4 + i = (b2_i & 15) | (b0_i >> 6) << 4, min i = b1_i & 63,
+ * min 4 + i = (b2_i >> 4) | (b1_i >> 6) << 4 (the 16 bytes read run into the block's quants, unused). Same
+ * integers as unpacking them in general registers and broadcasting one at a time, with which a one-row
+ * 1536 x 2048 product took 103-110 us against 99-101 (min of 1,000 on one thread of the Xeon VM, session 41). */
 INLINE __m256 scales_k4(const uint8_t *packed, float dmin, __m256i *scale16) {
-    uint32_t b0, b1, b2;  /* the layout of scale_min_k4 (quant_matmul.h), 4 sub-blocks at a time */
-    memcpy(&b0, packed, 4), memcpy(&b1, packed + 4, 4), memcpy(&b2, packed + 8, 4);
-    const uint32_t sc_lo = b0 & 0x3f3f3f3fu, m_lo = b1 & 0x3f3f3f3fu;
-    const uint32_t sc_hi = (b2 & 0x0f0f0f0fu) | ((b0 >> 6) & 0x03030303u) << 4;
-    const uint32_t m_hi = ((b2 >> 4) & 0x0f0f0f0fu) | ((b1 >> 6) & 0x03030303u) << 4;
-    const uint64_t scales = (uint64_t)sc_hi << 32 | sc_lo;
-    for (int j = 0; j < 8; j++) scale16[j] = _mm256_set1_epi16((int16_t)((scales >> (8 * j)) & 0xFF));
-    const __m256 mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)m_hi, (int)m_lo)));
+    const __m128i v = _mm_loadu_si128((const __m128i *)packed);
+    const __m128i low = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
+    const __m128i top = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
+    const __m128i keep = _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15);
+    const __m128i low_bits = _mm_and_si128(_mm_blend_epi32(low, _mm_srli_epi16(low, 4), 0x8), keep);
+    const __m128i bytes = _mm_or_si128(low_bits, _mm_and_si128(_mm_srli_epi16(top, 2), _mm_set1_epi8(0x30)));
+    const __m256i words = _mm256_cvtepu8_epi16(bytes);                             /* [8 scales | 8 mins] */
+    const __m256i scales = _mm256_permute2x128_si256(words, words, 0x00);          /* the scales in both lanes */
+    for (int j = 0; j < 8; j++) {
+        const char l = (char)(2 * j), h = (char)(2 * j + 1);
+        scale16[j] = _mm256_shuffle_epi8(scales, _mm256_setr_epi8(l, h, l, h, l, h, l, h, l, h, l, h, l, h, l, h,
+                                                                  l, h, l, h, l, h, l, h, l, h, l, h, l, h, l, h));
+    }
+    const __m256 mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8)));
     return _mm256_mul_ps(_mm256_set1_ps(-dmin), mins);
 }
 
