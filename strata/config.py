@@ -518,6 +518,10 @@ class ExpertConfig:
                                           "native | torch")
     pcie_frac: str = _opt("0", "fraction of each layer's missed experts copied to spare device slots and "
                                "run there instead of on the CPU; auto: balanced from measured CPU and PCIe speed")
+    zero_copy_frac: float = _opt(0.0, "fraction of each MoE layer's experts that the device reads in place from "
+                                      "pinned host memory over PCIe, beside the CPU pool: the most routed ones outside "
+                                      "the hot set (packed GGUF experts on CUDA; steps of up to 4 token rows, larger "
+                                      "ones send them to the CPU)")
     prompt_stream_min_pairs: int = _opt(32, "offloaded experts that at least this many of one step's tokens route "
                                             "to are copied over PCIe (in rounds through the staging slots) and run "
                                             "on the device instead of the CPU: prompt chunks; 0: never")
@@ -542,6 +546,8 @@ class ExpertConfig:
         if self.cpu_expert_kernel not in CPU_EXPERT_KERNELS:
             raise ValueError(f"cpu_expert_kernel must be one of {', '.join(CPU_EXPERT_KERNELS)}, "
                              f"got {self.cpu_expert_kernel!r}")
+        if not isinstance(self.zero_copy_frac, (int, float)) or not 0.0 <= self.zero_copy_frac <= 1.0:
+            raise ValueError(f"zero_copy_frac must be a number in [0, 1], got {self.zero_copy_frac!r}")
         if self.expert_swap_threshold < 0:
             raise ValueError(f"expert_swap_threshold must be >= 0, got {self.expert_swap_threshold!r}")
         return self

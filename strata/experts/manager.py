@@ -21,7 +21,7 @@ from strata.config import ExpertConfig
 from strata.experts.calibrate import measure_pcie_share
 from strata.experts.cpu_pool import CpuExpertPool
 from strata.experts.host_memory import host_copy
-from strata.experts.placement import initial_hot_set, plan_swaps, staging_capacity
+from strata.experts.placement import initial_hot_set, plan_swaps, staging_capacity, zero_copy_set
 from strata.experts.profile import load_profile, save_profile
 from strata.experts.provider import HostExchange, OffloadedExperts
 from strata.experts.slots import ExpertSlots
@@ -111,6 +111,12 @@ class ExpertManager:
         self.slots = ExpertSlots(host_w13, host_w2, self.num_slots, num_staging, device, qtypes)
         self.slots.fill(initial_hot_set(self.num_slots, self.num_layers, self.num_experts, self.config.expert_split,
                                         self.profile_counts))
+        if self.config.zero_copy_frac:
+            if qtypes is None and torch.device(device).type == "cuda":
+                raise ValueError("zero_copy_frac reads packed (GGUF) experts in place; the 16-bit fused kernel "
+                                 "would read an expert for every pair it skips: use pcie_frac for this model")
+            self.slots.set_zero_copy(zero_copy_set(self.config.zero_copy_frac, self.slots.resident_mask(),
+                                                   self.profile_counts))
         for layer_idx, block in enumerate(self.blocks):
             provider = OffloadedExperts(layer_idx, self.slots, self.pool, self.stats, pcie, stream)
             provider.exchange = self.exchange
@@ -152,7 +158,7 @@ class ExpertManager:
         return (f"{self.num_slots} of {total} on the device ({self.num_slots / total:.0%}, hot set from the {source}), "
                 f"the rest on {self.pool.num_threads} CPU threads ({self.pool.kernel} kernel); "
                 f"{self.slots.num_staging} PCIe staging slots "
-                f"(pcie_frac {self.pcie_frac:.2f})")
+                f"(pcie_frac {self.pcie_frac:.2f}); {sum(self.slots.zero_copy_per_layer)} read in place over PCIe")
 
     @property
     def offloaded(self) -> bool:

@@ -41,6 +41,20 @@ def initial_hot_set(num_slots: int, num_layers: int, num_experts: int, split: st
             for expert in range(per_layer + (1 if layer < extra else 0))]
 
 
+def zero_copy_set(share: float, resident: torch.Tensor, profile_counts: torch.Tensor | None = None) -> list[Expert]:
+    """The experts the device reads in place from host memory: in every layer round(share * E) of those without a
+    slot (resident [L, E] bool), the most routed of a profile first ([L, E] counts), else the lowest ids (after a
+    uniform split's resident ones)."""
+    num_layers, num_experts = resident.shape
+    per_layer = round(share * num_experts)
+    chosen = []
+    for layer in range(num_layers):
+        counts = profile_counts[layer].tolist() if profile_counts is not None else [0] * num_experts
+        outside = [e for e in range(num_experts) if not resident[layer, e]]
+        chosen += [(layer, e) for e in sorted(outside, key=lambda e: (-counts[e], e))[:per_layer]]
+    return chosen
+
+
 def plan_swaps(window_counts: torch.Tensor, resident: torch.Tensor, threshold: float,
                max_swaps: int) -> list[tuple[Expert, Expert]]:
     """window_counts [L, E] pairs routed this window, resident [L, E] bool -> (evict, load) pairs:

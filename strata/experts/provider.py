@@ -5,8 +5,11 @@ in 16-bit, the torch grouped path otherwise); up to `pcie_frac` of the distinct 
 most used first) are copied into staging slots and run there (a launch of their own); so is every missed
 expert with at least `prompt_stream_min_pairs` pairs this step (a prompt chunk's: copying 6 MB beats the CPU
 computing dozens of tokens through it), in rounds of as many experts as there are staging slots. The rest go
-to the CPU pool, which works while the device computes. Outputs are summed per token. A layer whose experts
-are all resident takes the slot path alone, with no host sync; any other layer syncs with the host.
+to the CPU pool, which works while the device computes. With `zero_copy_frac`, pairs of the zero-copy experts
+(ExpertSlots.set_zero_copy) in steps of up to IN_PLACE_MAX_ROWS rows are computed by the device from the host
+copy itself, read over PCIe by the same kernels, beside the CPU and with no host work. Outputs are summed per
+token. A layer whose experts are all resident takes the slot path alone, with no host sync; any other layer syncs
+with the host.
 
 Inside a CUDA graph capture a layer that is not all resident splits the graph once (strata/split_graphs.py):
 the captured part copies the routing and the rows to pinned host buffers (HostExchange), records the layer's
@@ -15,7 +18,8 @@ the CPU computes the missed pairs while the device computes the slot pairs, and 
 buffer, which the next graph copies in (a node of that graph) and adds. With PCIe staging the host part first
 queues the copies of the plan's experts to the staging slots and writes their pairs' slots to another pinned
 buffer; the next graph copies that in too and runs those pairs (as the eager path's staged round, summed in the
-same order: `expert_total`). A layer with no expert on the device skips the slot part. One graph launch a
+same order: `expert_total`). Pairs read in place run in the captured part after the slot pairs, and the host part
+sees them marked IN_PLACE. A layer with no expert on the device skips the slot part. One graph launch a
 layer: each costs the host tens of microseconds on the step's critical path.
 """
 
@@ -33,6 +37,12 @@ from strata.experts.stats import RoutingStats
 from strata.kernels.sm_copy import copy_words
 from strata.model.moe import run_experts
 from strata.split_graphs import capturing, split_here
+
+
+# a pair's slot as the host parts see it: -1 missed (the CPU's or the staging slots'), IN_PLACE read by the device
+# in place from host memory (ExpertSlots.set_zero_copy); graphs do that only for steps of up to IN_PLACE_MAX_ROWS
+NOT_RESIDENT, IN_PLACE = -1, -2
+IN_PLACE_MAX_ROWS = 4
 
 
 class HostExchange:
@@ -101,21 +111,23 @@ class OffloadedExperts(nn.Module):
         device_weights = slots.layer_weights(self.layer_idx)
         if slots.is_layer_resident(self.layer_idx):
             return run_experts(hidden, device_weights, slot_ids, topk_weights)
+        in_place_ids = self._in_place_ids(topk_ids, slot_ids)  # [T, K] or None
         if capturing():
-            return self._forward_split(hidden, topk_ids, topk_weights, slot_ids)
-        missed = (slot_ids < 0).nonzero().cpu()            # [M, 2] (row, k) of each missed pair
-        if missed.numel() == 0:
-            return run_experts(hidden, device_weights, slot_ids, topk_weights)
+            return self._forward_split(hidden, topk_ids, topk_weights, slot_ids, in_place_ids)
+        elsewhere = slot_ids < 0 if in_place_ids is None else (slot_ids < 0) & (in_place_ids < 0)
+        missed = elsewhere.nonzero().cpu()                 # [M, 2] (row, k) of each pair for the CPU or staging
+        # the device's parts are queued before the CPU starts, so the two run at the same time
+        out = run_experts(hidden, device_weights, slot_ids, topk_weights) if slots.visible_per_layer[self.layer_idx] \
+            else None
+        in_place = self._read_in_place(hidden, in_place_ids, topk_weights)
+        in_place_rows = np.zeros(0, dtype=np.int64) if in_place_ids is None else \
+            (in_place_ids >= 0).nonzero()[:, 0].cpu().numpy()
         rows, ks = missed.unbind(1)
         experts = topk_ids.cpu()[rows, ks]                 # [M]
         chosen, staged = (torch.from_numpy(a) for a in self._staging_plan(experts.numpy(), len(hidden)))
         # chosen [C]: experts to copy; staged [M]: each pair's index into chosen, -1 = CPU
         on_cpu = staged < 0
         weights_cpu = topk_weights.cpu()[rows, ks][on_cpu].float()                     # [P]
-        if len(experts) == topk_ids.numel():
-            out = torch.zeros_like(hidden)  # nothing resident: no slot to read
-        else:  # queued on the device before the CPU starts, so the two run at the same time
-            out = run_experts(hidden, device_weights, slot_ids, topk_weights)
         rounds = []  # the staged experts, a launch per round of staging slots (a prompt chunk's may need several)
         for start in range(0, len(chosen), max(slots.num_staging, 1)):  # (no staging slots: nothing chosen)
             in_round = (staged >= start) & (staged < start + slots.num_staging)
@@ -124,39 +136,62 @@ class OffloadedExperts(nn.Module):
             rounds.append(run_experts(hidden, device_weights, round_ids, topk_weights))
         bytes_copied = len(chosen) * slots.expert_bytes(self.layer_idx)
         num_cpu = int(on_cpu.sum())
-        self.stats.record_rows(rows[on_cpu].numpy(), rows[~on_cpu].numpy())
+        self.stats.record_rows(rows[on_cpu].numpy(), np.concatenate([rows[~on_cpu].numpy(), in_place_rows]))
         cpu_sum = None
         if num_cpu:
             cpu_sum = torch.zeros(hidden.shape, dtype=torch.float32)                  # [T, D] on the host
             self._add_cpu_pairs(hidden.cpu(), rows[on_cpu].numpy(), experts[on_cpu].numpy(), weights_cpu.numpy(),
                                 cpu_sum)
-            cpu_sum = cpu_sum.to(out.device)
-        self.stats.record_offloaded(num_cpu, len(experts) - num_cpu, bytes_copied)
-        return expert_total(out, cpu_sum, rounds, hidden.dtype)
+            cpu_sum = cpu_sum.to(hidden.device)
+        if len(experts) or len(in_place_rows):
+            self.stats.record_offloaded(num_cpu, len(experts) - num_cpu + len(in_place_rows), bytes_copied)
+        return expert_total(out, cpu_sum, in_place + rounds, hidden.dtype)
+
+    def _in_place_ids(self, topk_ids: torch.Tensor, slot_ids: torch.Tensor) -> torch.Tensor | None:
+        """[T, K] the expert of each pair that the device reads in place from host memory (a zero-copy expert
+        without a slot, ExpertSlots.set_zero_copy), -1 for the others; None when this layer has no such expert or
+        the step more than IN_PLACE_MAX_ROWS rows (the pairs kernel reads an expert once a pair: a longer step's
+        pairs of them go to the CPU, which reads each expert once)."""
+        if not self.slots.zero_copy_per_layer[self.layer_idx] or topk_ids.shape[0] > IN_PLACE_MAX_ROWS:
+            return None
+        return torch.where(slot_ids >= 0, -1, self.slots.zero_copy_ids[self.layer_idx][topk_ids])
+
+    def _read_in_place(self, hidden: torch.Tensor, in_place_ids: torch.Tensor | None,
+                       topk_weights: torch.Tensor) -> list[torch.Tensor]:
+        """[the pairs of in_place_ids computed by the device from the host copy of the experts ([T, D])], or []."""
+        if in_place_ids is None:
+            return []
+        return [run_experts(hidden, self.slots.host_weights(self.layer_idx), in_place_ids, topk_weights)]
 
     def _forward_split(self, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
-                       slot_ids: torch.Tensor) -> torch.Tensor:
-        """Captured part: routing and rows out to the host, slot pairs on the device; the host part (a split of the
-        graph) computes the missed pairs on the CPU and, with PCIe staging, copies some of their experts to the
-        staging slots; the graph after it adds the CPU sum and runs the staged pairs. hidden [T, D] -> [T, D]."""
+                       slot_ids: torch.Tensor, in_place_ids: torch.Tensor | None) -> torch.Tensor:
+        """Captured part: routing and rows out to the host, slot pairs (and those read in place from host memory) on
+        the device; the host part (a split of the graph) computes the missed pairs on the CPU and, with PCIe staging,
+        copies some of their experts to the staging slots; the graph after it adds the CPU sum and runs the staged
+        pairs. hidden [T, D] -> [T, D]."""
         exchange = self.exchange
         if exchange is None:
             raise RuntimeError("offloaded experts inside a CUDA graph need the runner's HostExchange")
         num_rows = hidden.shape[0]
         weights = self.slots.layer_weights(self.layer_idx)
-        exchange.export(topk_ids, topk_weights, slot_ids, hidden)
+        # the host sees the pairs read in place as IN_PLACE, not as missed ones
+        exchange.export(topk_ids, topk_weights, slot_ids if in_place_ids is None else
+                        torch.where(in_place_ids >= 0, IN_PLACE, slot_ids), hidden)
         out = copied = None
-        if self.slots.visible_per_layer[self.layer_idx]:  # else nothing on the device (graph_plan tracks it)
+        on_device = self.slots.visible_per_layer[self.layer_idx]  # else no slot pair (graph_plan tracks it)
+        if on_device or in_place_ids is not None:
             if self._copied is None:  # a node of the graphs it is captured in; the host waits for its last launch
                 self._copied = torch.cuda.Event(external=True)
             copied = self._copied
             copied.record()
+        if on_device:
             out = run_experts(hidden, weights, slot_ids, topk_weights)
+        in_place = self._read_in_place(hidden, in_place_ids, topk_weights)
         split_here(lambda num_real_rows: self._host_part(num_real_rows, num_rows, copied))
         rounds = []
         if self.stages_in_graphs:
             rounds.append(run_experts(hidden, weights, exchange.fetch_staged(num_rows), topk_weights))
-        return expert_total(out, exchange.fetch_sum(num_rows), rounds, hidden.dtype)
+        return expert_total(out, exchange.fetch_sum(num_rows), in_place + rounds, hidden.dtype)
 
     @property
     def stages_in_graphs(self) -> bool:
@@ -177,7 +212,9 @@ class OffloadedExperts(nn.Module):
         else:
             torch.cuda.current_stream().synchronize()
         exchange.cpu_sum_np[:num_rows].fill(0)
-        rows, ks = np.nonzero(exchange.slot_ids_np[:num_real_rows] < 0)  # [M] each: the missed pairs
+        slot_ids = exchange.slot_ids_np[:num_real_rows]
+        rows, ks = np.nonzero(slot_ids == NOT_RESIDENT)  # [M] each: the missed pairs (not those read in place)
+        in_place_rows = np.nonzero(slot_ids == IN_PLACE)[0] if self.slots.zero_copy_per_layer[self.layer_idx] else None
         experts, on_cpu, bytes_copied = exchange.topk_ids_np[rows, ks], None, 0
         if self.stages_in_graphs:
             exchange.staged_ids_np[:num_rows].fill(-1)
@@ -194,11 +231,14 @@ class OffloadedExperts(nn.Module):
         if len(rows):  # the real rows only: the CPU kernel converts its hidden rows to float32 whole
             self._add_cpu_pairs(exchange.hidden[:num_real_rows], rows, experts, exchange.topk_weights_np[rows, ks],
                                 exchange.cpu_sum[:num_real_rows])
-        num_pcie = 0 if on_cpu is None else int((~on_cpu).sum())
-        if len(rows) or num_pcie:
-            self.stats.record_offloaded(len(rows), num_pcie, bytes_copied)
-            self.stats.record_rows(rows, np.nonzero(exchange.staged_ids_np[:num_real_rows] >= 0)[0]
-                                   if num_pcie else rows[:0])
+        num_staged = 0 if on_cpu is None else int((~on_cpu).sum())
+        pcie_rows = [np.nonzero(exchange.staged_ids_np[:num_real_rows] >= 0)[0]] if num_staged else []
+        if in_place_rows is not None and len(in_place_rows):
+            pcie_rows.append(in_place_rows)
+        if len(rows) or pcie_rows:
+            pcie_rows = np.concatenate(pcie_rows) if pcie_rows else rows[:0]
+            self.stats.record_offloaded(len(rows), len(pcie_rows), bytes_copied)
+            self.stats.record_rows(rows, pcie_rows)
 
     def _add_cpu_pairs(self, hidden: torch.Tensor, rows: np.ndarray, experts: np.ndarray, weights: np.ndarray,
                        cpu_sum: torch.Tensor) -> None:

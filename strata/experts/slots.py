@@ -1,6 +1,7 @@
 """The device expert cache (mechanism only; placement.py decides): fixed slots holding the resident
 experts' weights, a device remap table (layer, expert) -> slot read by the forward, and every expert's
-weights in host memory (pinned on CUDA, so copies are asynchronous DMA).
+weights in host memory (pinned on CUDA, so copies are asynchronous DMA, and the device's kernels can read
+the zero-copy experts, `set_zero_copy`, in place).
 
 A slot is bytes: room for one expert of the layer with the largest experts (dense 16-bit experts are all
 alike; GGUF files mix block types across layers, Q4_K_M's Q6_K down projections on some). Each layer reads
@@ -41,6 +42,9 @@ class ExpertSlots:
         self.slot_of: dict[Expert, int] = {}      # host view: resident and loading experts
         self.free_slots = list(range(num_slots))
         self.visible_per_layer = [0] * num_layers  # experts whose remap entry is published
+        # experts the device reads in place from host memory (set_zero_copy): [L, E] their id, -1 for the others
+        self.zero_copy_ids = torch.full((num_layers, self.num_experts), -1, dtype=torch.long, device=device)
+        self.zero_copy_per_layer = [0] * num_layers
         self.pending: list[tuple[torch.cuda.Event | None, list[Expert], list[int]]] = []
         self.side_stream = torch.cuda.Stream(device) if torch.device(device).type == "cuda" else None
         # raw copies (dma.py) by address: per layer the host experts' base addresses, the slots' rows
@@ -75,6 +79,17 @@ class ExpertSlots:
         return mask
 
     # ---- changes ----------------------------------------------------------------------------------
+
+    def set_zero_copy(self, experts: list[Expert]) -> None:
+        """The experts the device reads in place from host memory (replacing any earlier set); a slot, where one
+        of them holds one, comes first."""
+        self.zero_copy_ids.fill_(-1)
+        self.zero_copy_per_layer = [0] * len(self.zero_copy_per_layer)
+        if experts:
+            layers, ids = zip(*experts)
+            self.zero_copy_ids[list(layers), list(ids)] = torch.tensor(ids, dtype=torch.long).to(self.remap.device)
+            for layer in layers:
+                self.zero_copy_per_layer[layer] += 1
 
     def load(self, experts: list[Expert]) -> int:
         """Give free slots to `experts` (copied in the background); returns the bytes copied."""

@@ -60,6 +60,26 @@ def test_greedy_output_identical_whatever_share_is_resident(family_reference, ca
     assert (snap["bytes_moved"] > 0) == (pcie_frac > 0)
 
 
+@pytest.mark.parametrize("cache, pcie_frac", [("30%", 0.0), ("0%", 0.5)])
+def test_experts_read_in_place_keep_greedy_output(family_reference, cache, pcie_frac):
+    """zero_copy_frac: 40 % of each layer's experts computed from their host copy in place by the "device" (here the
+    CPU again, through the slot path's kernels) in steps of up to 4 rows, the other missed ones by the CPU pool or
+    staged: greedy output is unchanged and pairs took every path (PCIe pairs without staging are the in-place ones;
+    prompt steps of 6 rows send the zero-copy experts' pairs to the CPU)."""
+    folder, _ = family_reference
+    reference = greedy(make_llm(folder, max_num_seqs=2))
+    llm = make_llm(folder, max_num_seqs=2, expert_cache=cache, pcie_frac=pcie_frac, zero_copy_frac=0.4,
+                   expert_swap_interval=0)
+    manager = llm.engine.experts
+    in_place = manager.slots.zero_copy_ids.cpu() >= 0                                  # [L, E]
+    assert in_place.sum(1).tolist() == [round(0.4 * manager.num_experts)] * manager.num_layers
+    assert not (in_place & manager.slots.resident_mask()).any()
+    assert greedy(llm) == reference
+    snap = manager.snapshot()
+    assert snap["pcie_share"] > 0 and snap["cpu_share"] > 0 and (snap["gpu_hit_rate"] > 0) == (cache != "0%")
+    assert (snap["bytes_moved"] > 0) == (pcie_frac > 0)  # reading in place copies nothing
+
+
 def test_hot_set_swaps_mid_generation_keep_output_identical(family_reference):
     folder, reference = family_reference
     llm = make_llm(folder, expert_cache="30%", expert_swap_interval=1, expert_swap_threshold=0.0)

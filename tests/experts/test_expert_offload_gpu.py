@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+import transformers
 
+from gguf_writer import write_gguf
 from strata import LLM, SamplingParams, dma
 from strata.config import EngineConfig, ExpertConfig, RunnerConfig
 from strata.experts.cpu_pool import CpuExpertPool
@@ -17,6 +19,7 @@ from strata.experts.stats import RoutingStats
 from strata.kernels.sm_copy import copy_words
 from strata.model.moe import run_experts
 from strata.runner.kv_staging import HostKVStaging
+from tiny_models import hf_state
 
 pytestmark = pytest.mark.gpu
 
@@ -149,6 +152,45 @@ def test_bf16_split_graphs_of_the_seed_families_match_the_eager_path(tiny_model_
     assert any(c.graph.num_splits > 0 for c in llm.engine.runner.graphs.graphs.values())
     snapshot = llm.engine.experts.snapshot()
     assert snapshot["cpu_share"] > 0 and snapshot["pcie_share"] > 0
+
+
+@pytest.fixture(scope="module")
+def q4k_moe_file(tmp_path_factory):
+    """A tiny Qwen3-MoE GGUF whose experts are Q4_K rows of whole superblocks (kept packed)."""
+    config = transformers.Qwen3MoeConfig(
+        vocab_size=160, hidden_size=256, intermediate_size=512, moe_intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=64, num_experts=8, num_experts_per_tok=2,
+        norm_topk_prob=True, max_position_embeddings=512, rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2,
+        tie_word_embeddings=False, rope_theta=10000.0)
+    torch.manual_seed(0)
+    path = str(tmp_path_factory.mktemp("q4k_moe") / "moe.gguf")
+    write_gguf(path, *hf_state(transformers.Qwen3MoeForCausalLM(config).eval()), quant="Q4_K")
+    return path
+
+
+@pytest.mark.parametrize("experts", [
+    {"expert_cache": "25%", "expert_swap_interval": 0, "zero_copy_frac": 0.4},
+    {"expert_cache": "0%", "expert_swap_interval": 0, "zero_copy_frac": 0.5, "pcie_frac": "0.5"},
+])
+def test_packed_experts_read_in_place_inside_split_graphs_match_the_eager_path(q4k_moe_file, experts):
+    """zero_copy_frac: the pairs kernel reads some of each layer's Q4_K experts straight from pinned host memory over
+    PCIe (no copy), in the captured part beside the CPU pool's work: split graphs give the eager path's tokens, and
+    the PCIe pairs without staging copied no bytes."""
+    reference = _tokens(_loads_published_at_once(make_llm(q4k_moe_file, "bfloat16", **experts)))
+    llm = _loads_published_at_once(make_llm(q4k_moe_file, "bfloat16", cuda_graphs=True, **experts))
+    assert _tokens(llm) == reference
+    assert llm.engine.runner.graph_stats()["replays"] > 0
+    manager = llm.engine.experts
+    assert sum(manager.slots.zero_copy_per_layer) > 0
+    snapshot = manager.snapshot()
+    assert snapshot["pcie_share"] > 0 and snapshot["cpu_share"] > 0
+    if not experts.get("pcie_frac"):
+        assert snapshot["bytes_moved"] == 0
+
+
+def test_dense_experts_are_not_read_in_place_on_cuda(tiny_model_dir):
+    with pytest.raises(ValueError, match="zero_copy_frac reads packed"):
+        make_llm(tiny_model_dir("qwen3_moe"), "bfloat16", expert_cache="30%", zero_copy_frac=0.3)
 
 
 @pytest.mark.parametrize("sm_exchange", [True, False])

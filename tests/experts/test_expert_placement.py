@@ -9,7 +9,7 @@ import torch
 
 from strata.cli.main import main
 from strata.config import ExpertConfig
-from strata.experts.placement import initial_hot_set, plan_swaps
+from strata.experts.placement import initial_hot_set, plan_swaps, zero_copy_set
 from strata.experts.profile import load_profile, save_profile
 
 
@@ -25,6 +25,14 @@ def test_uniform_split_gives_every_layer_its_share():
 def test_profile_picks_the_most_routed_experts_across_layers():
     counts = torch.tensor([[5, 0, 9], [7, 7, 1]])
     assert initial_hot_set(3, 2, 3, "static", counts) == [(0, 2), (1, 0), (1, 1)]
+
+
+def test_zero_copy_set_takes_the_most_routed_experts_outside_the_hot_set():
+    resident = torch.tensor([[True, False, False, False], [False, False, True, True]])
+    assert zero_copy_set(0.5, resident) == [(0, 1), (0, 2), (1, 0), (1, 1)]  # no profile: the lowest ids outside
+    counts = torch.tensor([[9, 1, 2, 8], [0, 5, 7, 7]])
+    assert zero_copy_set(0.5, resident, counts) == [(0, 3), (0, 2), (1, 1), (1, 0)]
+    assert zero_copy_set(0.0, resident, counts) == [] and len(zero_copy_set(1.0, resident)) == 5  # only the outside
 
 
 def test_plan_swaps_trades_cold_residents_for_hot_misses_above_the_threshold():
@@ -75,6 +83,7 @@ def test_expert_cache_values(cache, total, slots):
     (dict(cpu_threads=-1), "cpu_threads must be an integer >= 0"),
     (dict(pcie_frac=1.5), r"pcie_frac must be auto or a number in \[0, 1\]"),
     (dict(pcie_frac="half"), r"pcie_frac must be auto or a number in \[0, 1\]"),
+    (dict(zero_copy_frac=1.5), r"zero_copy_frac must be a number in \[0, 1\]"),
     (dict(expert_swap_interval=-2), "expert_swap_interval must be"),
     (dict(expert_swap_threshold=-0.1), "expert_swap_threshold must be >= 0"),
     (dict(expert_budget=-1), "expert_budget must be"),

@@ -127,10 +127,12 @@ def mixed_file(moe_256, tmp_path_factory):
     return path, greedy(llm)
 
 
-@pytest.mark.parametrize("cache, pcie_frac", [("0%", 0.0), ("30%", 0.0), ("30%", 0.5), ("100%", 0.0)])
-def test_expert_placement_never_changes_greedy_output(mixed_file, cache, pcie_frac):
+@pytest.mark.parametrize("cache, pcie_frac, zero_copy", [("0%", 0.0, 0.0), ("30%", 0.0, 0.0), ("30%", 0.5, 0.0),
+                                                      ("100%", 0.0, 0.0), ("30%", 0.0, 0.4)])
+def test_expert_placement_never_changes_greedy_output(mixed_file, cache, pcie_frac, zero_copy):
+    """zero_copy: experts read in place from their host blocks (ExpertSlots.set_zero_copy), counted as PCIe pairs."""
     path, reference = mixed_file
-    llm = make_llm(path, expert_cache=cache, pcie_frac=pcie_frac, expert_swap_interval=0)
+    llm = make_llm(path, expert_cache=cache, pcie_frac=pcie_frac, zero_copy_frac=zero_copy, expert_swap_interval=0)
     assert greedy(llm) == reference
     slots = llm.engine.experts.slots
     if cache == "100%":
@@ -140,7 +142,7 @@ def test_expert_placement_never_changes_greedy_output(mixed_file, cache, pcie_fr
     assert slots.expert_bytes(0) > slots.expert_bytes(1)  # the Q6_K layer's experts fill their slots
     snap = llm.engine.status()["experts"]
     assert (snap["gpu_hit_rate"] > 0) == (cache != "0%") and snap["cpu_share"] > 0
-    assert (snap["pcie_share"] > 0) == (pcie_frac > 0)
+    assert (snap["pcie_share"] > 0) == (pcie_frac > 0 or zero_copy > 0)
 
 
 def test_swaps_between_layers_of_different_types_keep_output(mixed_file):

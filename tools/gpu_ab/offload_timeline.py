@@ -3,8 +3,9 @@ experts on the GPU, the rest on the CPU pool), for several pool sizes in one pro
 total and within them the wait for the device's copies, the CPU experts and the rest (Python; the upload, in trees
 before session 40), and the time between host parts (the next graph piece's launch and device work). Arms: pool
 threads and how long the packed kernel's idle workers poll before they sleep (cpu_quant.set_spin_us). `pcie=F`: the
-engine's --pcie-frac (its host parts then also queue the staging copies: `stage`, timed).
-usage: offload_timeline.py GGUF [cache=25%] [pcie=0] [arms=16:5000,16:200,15:5000,14:5000]"""
+engine's --pcie-frac (its host parts then also queue the staging copies: `stage`, timed); `zc=F`: --zero-copy-frac (the
+device reads that share of each layer's experts in place from host memory; their pairs leave the CPU's part).
+usage: offload_timeline.py GGUF [cache=25%] [pcie=0] [zc=0] [arms=16:5000,16:200,15:5000,14:5000]"""
 import collections
 import statistics
 import sys
@@ -27,7 +28,7 @@ sweep = [threads for threads, _ in arms]
 llm = LLM.from_config(EngineConfig(
     model=path, runner=RunnerConfig(device="cuda"), scheduler=SchedulerConfig(max_model_len=4096, max_num_seqs=16),
     experts=ExpertConfig(expert_cache=opts.get("cache", "25%"), cpu_threads=max(sweep),
-                         pcie_frac=opts.get("pcie", "0"),
+                         pcie_frac=opts.get("pcie", "0"), zero_copy_frac=float(opts.get("zc", 0)),
                          expert_swap_interval=0)))
 pool = llm.engine.runner.experts.pool
 prompt = [{"prompt_token_ids": list(range(100, 164))}]
@@ -73,5 +74,6 @@ for threads, spin in arms * 2:
              f"{sum(parts) / steps * 1e3:.2f}, cpu {sum(spans['cpu_experts']) / steps * 1e3:.2f}, between "
              f"{sum(gaps) / steps * 1e3:.2f}; cpu p90 "
              f"{statistics.quantiles(spans['cpu_experts'], n=10)[-1] * 1e6:.0f} us")
-    line += f"; pcie {opts.get('pcie', '0')}, {len(spans['stage']) / steps:.1f} staging calls a step"
+    line += (f"; pcie {opts.get('pcie', '0')} zc {opts.get('zc', '0')}, {len(spans['stage']) / steps:.1f} staging calls"
+             " a step")
     print(line, flush=True)
