@@ -44,9 +44,12 @@ def decode_table(qtype: int, device: torch.device) -> torch.Tensor:
 
 
 def table_for(qtype: int, blocks: torch.Tensor) -> torch.Tensor:
-    """The `table_ptr` argument of packed_gemv's kernels: decode_table for an i-quant; for the other types, which
-    never read it, the blocks themselves (no allocation: a graph capture may launch them first)."""
-    return decode_table(qtype, blocks.device) if qtype in SUPERBLOCK_BYTES else blocks
+    """The `table_ptr` argument of packed_gemv's kernels: decode_table for an i-quant (on the GPU for blocks the GPU
+    reads in pinned host memory, the offload's zero-copy experts); for the other types, which never read it, the
+    blocks themselves (no allocation: a graph capture may launch them first)."""
+    if qtype not in SUPERBLOCK_BYTES:
+        return blocks
+    return decode_table(qtype, torch.device("cuda") if blocks.is_pinned() else blocks.device)
 
 
 if triton is not None:
