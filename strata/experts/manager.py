@@ -26,6 +26,7 @@ from strata.experts.profile import load_profile, save_profile
 from strata.experts.provider import HostExchange, OffloadedExperts
 from strata.experts.slots import ExpertSlots
 from strata.experts.stats import RoutingStats, all_rows
+from strata.kernels.packed_moe import pairs_supported
 from strata.model.moe import MoEBlock, PackedLocalExperts
 
 logger = logging.getLogger(__name__)
@@ -112,9 +113,7 @@ class ExpertManager:
         self.slots.fill(initial_hot_set(self.num_slots, self.num_layers, self.num_experts, self.config.expert_split,
                                         self.profile_counts))
         if self.config.zero_copy_frac:
-            if qtypes is None and torch.device(device).type == "cuda":
-                raise ValueError("zero_copy_frac reads packed (GGUF) experts in place; the 16-bit fused kernel "
-                                 "would read an expert for every pair it skips: use pcie_frac for this model")
+            _check_zero_copy(host_w13, host_w2, qtypes, device)
             self.slots.set_zero_copy(zero_copy_set(self.config.zero_copy_frac, self.slots.resident_mask(),
                                                    self.profile_counts))
         for layer_idx, block in enumerate(self.blocks):
@@ -246,6 +245,22 @@ class ExpertManager:
             self.save_profile()
         if self.pool is not None:
             self.pool.close()
+
+
+def _check_zero_copy(host_w13: list[torch.Tensor], host_w2: list[torch.Tensor], qtypes: list | None,
+                     device: str) -> None:
+    """zero_copy_frac on CUDA: the experts read in place must go through the pairs kernels, which skip the pairs
+    computed elsewhere and read each of their experts' rows once (the 16-bit fused kernel would read an expert for
+    every skipped pair; packed types without a pairs kernel would dequantize every expert over PCIe)."""
+    if torch.device(device).type != "cuda":
+        return
+    if qtypes is None:
+        raise ValueError("zero_copy_frac reads packed (GGUF) experts in place; the 16-bit fused kernel would read an "
+                         "expert for every pair it skips: use pcie_frac for this model")
+    for layer, ((qtype13, qtype2), w13, w2) in enumerate(zip(qtypes, host_w13, host_w2)):
+        if not pairs_supported(qtype13, qtype2, w2.shape[1], w13.shape[1] // 2):
+            raise ValueError(f"zero_copy_frac: MoE layer {layer}'s expert types ({qtype13}, {qtype2}) have no pairs "
+                             "kernel to read them in place; use pcie_frac for this model")
 
 
 def _save_at_exit(ref: weakref.ref) -> None:
