@@ -4,17 +4,19 @@
 # part); (b) --zero-copy-frac: the pairs kernel reads some experts straight from pinned host memory inside the
 # captured part (no host work; new, never run on a GPU). The offload GPU tests (new: dma copies, in-place reads in
 # split graphs, the seed's families in split graphs); the timeline and issue 23's offload command, 25 %, for
-# pcie 0 / 0.5 and zero copy 0.375 (half the missed experts). zero_copy_ab.py (next_call3.sh) says how fast the kernel
-# reads host memory. Build the archive first:
+# pcie 0 / 0.5 and zero copy 0.375 (half the missed experts); first zero_copy_ab.py: how fast the pairs kernel reads
+# pinned host memory. Build the archive first:
 #   git archive HEAD -o .base/src.tar && git rev-parse --short HEAD > .base/COMMIT
 source tools/gpu_ab/device_setup.sh
 S=$(date +%s)
+timeout -s INT 80 python3 zero_copy_ab.py pairs=1,3,6 > $OUT/zero_copy.txt 2>&1  # how fast a kernel reads host memory
+echo "== zero copy rc=$? t=$(( $(date +%s)-S ))"; grep -E "pairs|Error" $OUT/zero_copy.txt | cut -c1-300
 timeout -s INT 170 python3 -m pytest -q -p no:cacheprovider tests/experts/test_expert_offload_gpu.py \
   > $OUT/tests.log 2>&1
 echo "== tests rc=$? t=$(( $(date +%s)-S ))"; grep -E "passed|failed|FAILED|Error" $OUT/tests.log | tail -8 | cut -c1-200
 timeout -s INT 60 python3 -m strata.cli.main quantize 'random:qwen3-30b-a3b?num_hidden_layers=24' /tmp/q4km.gguf \
   --scheme q4_k_m --device cuda > /dev/null 2>&1; echo "== quant rc=$? t=$(( $(date +%s)-S ))"
-for ARM in pcie=0 pcie=0.5 zc=0.375; do
+for ARM in pcie=0.5 zc=0.375; do  # (pcie=0: session 41's call 1, the same code path)
   F=$OUT/timeline_${ARM/=/_}.txt
   timeout -s INT 70 python3 offload_timeline.py /tmp/q4km.gguf $ARM arms=16:5000 > $F 2>&1
   echo "== timeline $ARM rc=$? t=$(( $(date +%s)-S ))"; grep -E "threads" $F | cut -c1-400
