@@ -82,6 +82,18 @@ def hf_state(model) -> tuple[dict, dict]:
     return {**model.config.to_dict(), "architectures": [type(model).__name__]}, dict(model.state_dict())
 
 
+def moe_256_state() -> tuple[dict, dict]:
+    """hf_state of a tiny Qwen3-MoE whose expert rows are whole superblocks (256 values), so every packed GGUF type
+    keeps them packed (seeded)."""
+    config = transformers.Qwen3MoeConfig(
+        vocab_size=160, hidden_size=256, intermediate_size=512, moe_intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=64, num_experts=8, num_experts_per_tok=2,
+        norm_topk_prob=True, max_position_embeddings=512, rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2,
+        tie_word_embeddings=False, rope_theta=10000.0)
+    torch.manual_seed(0)
+    return hf_state(transformers.Qwen3MoeForCausalLM(config).eval())
+
+
 def save_tiny_model(family: str, folder: str, seed: int = 0, **overrides):
     model = build_hf_model(family, seed, **overrides)
     model.save_pretrained(folder)

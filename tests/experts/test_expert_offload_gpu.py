@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import transformers
 
 from gguf_writer import write_gguf
 from strata import LLM, SamplingParams, dma
@@ -19,7 +18,7 @@ from strata.experts.stats import RoutingStats
 from strata.kernels.sm_copy import copy_words
 from strata.model.moe import run_experts
 from strata.runner.kv_staging import HostKVStaging
-from tiny_models import hf_state
+from tiny_models import moe_256_state
 
 pytestmark = pytest.mark.gpu
 
@@ -157,14 +156,8 @@ def test_bf16_split_graphs_of_the_seed_families_match_the_eager_path(tiny_model_
 @pytest.fixture(scope="module")
 def q4k_moe_file(tmp_path_factory):
     """A tiny Qwen3-MoE GGUF whose experts are Q4_K rows of whole superblocks (kept packed)."""
-    config = transformers.Qwen3MoeConfig(
-        vocab_size=160, hidden_size=256, intermediate_size=512, moe_intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=64, num_experts=8, num_experts_per_tok=2,
-        norm_topk_prob=True, max_position_embeddings=512, rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2,
-        tie_word_embeddings=False, rope_theta=10000.0)
-    torch.manual_seed(0)
     path = str(tmp_path_factory.mktemp("q4k_moe") / "moe.gguf")
-    write_gguf(path, *hf_state(transformers.Qwen3MoeForCausalLM(config).eval()), quant="Q4_K")
+    write_gguf(path, *moe_256_state(), quant="Q4_K")
     return path
 
 

@@ -13,7 +13,6 @@ import gguf
 import numpy as np
 import pytest
 import torch
-import transformers
 
 from gguf_writer import write_gguf
 from strata import LLM, SamplingParams
@@ -32,7 +31,7 @@ from strata.runner.memory import GpuBudget, ModelDoesNotFit, kv_reserve_tokens, 
 from strata.weights import gguf_source
 from strata.weights.gguf_source import GGUFSource
 from strata.weights.loader import build_model
-from tiny_models import build_hf_model, hf_config, hf_state, prompt_logits
+from tiny_models import build_hf_model, hf_config, moe_256_state, prompt_logits
 
 Q = gguf.GGMLQuantizationType
 IDS = [5, 17, 99, 3, 42, 150, 8, 77, 61, 12]
@@ -43,13 +42,7 @@ PROMPTS = [{"prompt_token_ids": [3 + i, 17, 40 + 7 * i, 9, 100 - i, 55 + i]} for
 @pytest.fixture(scope="module")
 def moe_256():
     """A tiny Qwen3-MoE whose expert rows are whole superblocks (256 values), for every packed type."""
-    config = transformers.Qwen3MoeConfig(
-        vocab_size=160, hidden_size=256, intermediate_size=512, moe_intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=64, num_experts=8, num_experts_per_tok=2,
-        norm_topk_prob=True, max_position_embeddings=512, rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2,
-        tie_word_embeddings=False, rope_theta=10000.0)
-    torch.manual_seed(0)
-    return hf_state(transformers.Qwen3MoeForCausalLM(config).eval())
+    return moe_256_state()
 
 
 def load(path: str, packed_experts: bool = True, dtype: str = "float32"):
