@@ -49,7 +49,8 @@ def table_for(qtype: int, blocks: torch.Tensor) -> torch.Tensor:
     blocks themselves (no allocation: a graph capture may launch them first)."""
     if qtype not in SUPERBLOCK_BYTES:
         return blocks
-    return decode_table(qtype, torch.device("cuda") if blocks.is_pinned() else blocks.device)
+    pinned_host = blocks.device.type == "cpu" and blocks.is_pinned()  # (a pinned-memory query only for host blocks)
+    return decode_table(qtype, torch.device("cuda") if pinned_host else blocks.device)
 
 
 if triton is not None:
