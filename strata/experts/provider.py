@@ -249,8 +249,8 @@ class OffloadedExperts(nn.Module):
         """experts [M] of the missed pairs -> (chosen [C]: the distinct experts to copy, most used first, then by
         id; [M] each pair's index into chosen, -1 for the CPU). Chosen: the pcie_frac most used distinct experts
         (at most as many as there are staging slots), and every one with at least prompt_stream_min_pairs pairs.
-        Plain Python: it runs in the host part of every offloaded layer step (~5 us for a decode step's pairs,
-        numpy's unique and argsort took 20)."""
+        Plain Python: it runs in the host part of every offloaded layer step (~6 us for a decode step's pairs on
+        the development VM, where the torch ops it replaced took 67: bench/results/2026-12-04-cpu-session41)."""
         ids = experts.tolist()
         if self.slots.num_staging == 0 or not ids:
             return experts[:0], np.full(len(ids), -1, dtype=np.int64)
