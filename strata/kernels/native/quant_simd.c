@@ -280,7 +280,8 @@ INLINE void q3_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt
  * scale i < 4 = b0_i & 63, scale 4 + i = (b2_i & 15) | (b0_i >> 6) << 4, min i = b1_i & 63,
  * min 4 + i = (b2_i >> 4) | (b1_i >> 6) << 4 (the 16 bytes read run into the block's quants, unused). Same
  * integers as unpacking them in general registers and broadcasting one at a time, with which a one-row
- * 1536 x 2048 product took 103-110 us against 99-101 (min of 1,000 on one thread of the Xeon VM, session 41). */
+ * 1536 x 2048 product took 106-128 us against 104-105 (min of 1,000 on one thread of the Xeon VM:
+ * bench/results/2026-12-04-cpu-session41/scales_ab.txt). */
 INLINE __m256 scales_k4(const uint8_t *packed, float dmin, __m256i *scale16) {
     const __m128i v = _mm_loadu_si128((const __m128i *)packed);
     const __m128i low = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
