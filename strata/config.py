@@ -518,10 +518,11 @@ class ExpertConfig:
                                           "native | torch")
     pcie_frac: str = _opt("0", "fraction of each layer's missed experts copied to spare device slots and "
                                "run there instead of on the CPU; auto: balanced from measured CPU and PCIe speed")
-    zero_copy_frac: float = _opt(0.0, "fraction of each MoE layer's experts that the device reads in place from "
-                                      "pinned host memory over PCIe, beside the CPU pool: the most routed ones outside "
-                                      "the hot set (packed GGUF experts on CUDA; steps of up to 4 token rows, larger "
-                                      "ones send them to the CPU)")
+    zero_copy_frac: str = _opt("auto", "fraction of each MoE layer's experts that the device reads in place from "
+                                       "pinned host memory over PCIe, beside the CPU pool: the most routed ones "
+                                       "outside the hot set (packed GGUF experts on CUDA; steps of up to 4 token rows, "
+                                       "larger ones send them to the CPU); auto: 40 % of each layer's experts outside "
+                                       "the hot set where the device can read them so, else none")
     prompt_stream_min_pairs: int = _opt(32, "offloaded experts that at least this many of one step's tokens route "
                                             "to are copied over PCIe (in rounds through the staging slots) and run "
                                             "on the device instead of the CPU: prompt chunks; 0: never")
@@ -546,8 +547,7 @@ class ExpertConfig:
         if self.cpu_expert_kernel not in CPU_EXPERT_KERNELS:
             raise ValueError(f"cpu_expert_kernel must be one of {', '.join(CPU_EXPERT_KERNELS)}, "
                              f"got {self.cpu_expert_kernel!r}")
-        if not isinstance(self.zero_copy_frac, (int, float)) or not 0.0 <= self.zero_copy_frac <= 1.0:
-            raise ValueError(f"zero_copy_frac must be a number in [0, 1], got {self.zero_copy_frac!r}")
+        self.parse_zero_copy_frac()
         if self.expert_swap_threshold < 0:
             raise ValueError(f"expert_swap_threshold must be >= 0, got {self.expert_swap_threshold!r}")
         return self
@@ -562,6 +562,19 @@ class ExpertConfig:
             value = -1.0
         if not 0.0 <= value <= 1.0:
             raise ValueError(f"pcie_frac must be auto or a number in [0, 1], got {self.pcie_frac!r}")
+        return value
+
+    def parse_zero_copy_frac(self) -> float | None:
+        """The share of each MoE layer's experts read in place, in [0, 1], or None for auto (a share of the experts
+        outside the hot set, where the device can read them in place: ExpertManager's placement decides)."""
+        if str(self.zero_copy_frac).strip().lower() == "auto":
+            return None
+        try:
+            value = float(self.zero_copy_frac)
+        except (TypeError, ValueError):
+            value = -1.0
+        if isinstance(self.zero_copy_frac, bool) or not 0.0 <= value <= 1.0:
+            raise ValueError(f"zero_copy_frac must be auto or a number in [0, 1], got {self.zero_copy_frac!r}")
         return value
 
     @property

@@ -37,7 +37,7 @@ LAYER_OF = {package: i for i, layer in enumerate(LAYERS) for package in layer}
 ONLY = {
     "kernels": {"config"},  # a leaf: debug_flag only
     "model": {"kernels", "transfer", "config", "split_graphs"},
-    "experts": {"model", "kernels", "config", "split_graphs", "dma"},
+    "experts": {"model", "kernels", "config", "split_graphs", "dma", "transfer"},
 }
 
 

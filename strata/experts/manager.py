@@ -21,7 +21,8 @@ from strata.config import ExpertConfig
 from strata.experts.calibrate import measure_pcie_share
 from strata.experts.cpu_pool import CpuExpertPool
 from strata.experts.host_memory import host_copy
-from strata.experts.placement import initial_hot_set, plan_swaps, staging_capacity, zero_copy_set
+from strata.experts.placement import (AUTO_ZERO_COPY_SHARE_OF_MISSED, initial_hot_set, plan_swaps, staging_capacity,
+                                     zero_copy_set)
 from strata.experts.profile import load_profile, save_profile
 from strata.experts.provider import HostExchange, OffloadedExperts
 from strata.experts.slots import ExpertSlots
@@ -59,6 +60,7 @@ class ExpertManager:
         self.slots: ExpertSlots | None = None
         self.pool: CpuExpertPool | None = None
         self.pcie_frac = 0.0  # resolved from config.pcie_frac (measured for auto) when experts are offloaded
+        self.zero_copy: tuple[float, bool] | None = None  # (share, of the missed only) read in place: _zero_copy_share
         self.num_steps = 0
         self.exchange: HostExchange | None = None  # split-graph buffers, made by prepare_graphs
         self.epoch = 0                             # bumped whenever the experts are placed
@@ -112,16 +114,38 @@ class ExpertManager:
         self.slots = ExpertSlots(host_w13, host_w2, self.num_slots, num_staging, device, qtypes)
         self.slots.fill(initial_hot_set(self.num_slots, self.num_layers, self.num_experts, self.config.expert_split,
                                         self.profile_counts))
-        if self.config.zero_copy_frac:
-            _check_zero_copy(host_w13, host_w2, qtypes, device)
-            self.slots.set_zero_copy(zero_copy_set(self.config.zero_copy_frac, self.slots.resident_mask(),
-                                                   self.profile_counts))
+        self.zero_copy = self._zero_copy_share(host_w13, host_w2, qtypes, device)
+        self._update_zero_copy(self.profile_counts)
         for layer_idx, block in enumerate(self.blocks):
             provider = OffloadedExperts(layer_idx, self.slots, self.pool, self.stats, pcie, stream)
             provider.exchange = self.exchange
             block.attach_experts(layer_idx, self.stats, provider)
         self.stats.has_placement = True
         self.epoch += 1  # captured graphs point at the old slots and providers
+
+    def _zero_copy_share(self, host_w13: list[torch.Tensor], host_w2: list[torch.Tensor], qtypes: list | None,
+                         device: str) -> tuple[float, bool] | None:
+        """(share, of the missed experts only) of each layer's experts read in place, or None for none. Auto:
+        AUTO_ZERO_COPY_SHARE_OF_MISSED of the experts outside the hot set on a GPU that can read them so (packed
+        experts with a pairs kernel), else none; an explicit share where the device cannot is an error."""
+        share = self.config.parse_zero_copy_frac()
+        if share is not None:
+            if share > 0:
+                _check_zero_copy(host_w13, host_w2, qtypes, device)
+            return (share, False) if share > 0 else None
+        if torch.device(device).type != "cuda":
+            return None  # the "device" is the CPU pool's own cores: reading in place would gain nothing
+        try:
+            _check_zero_copy(host_w13, host_w2, qtypes, device)
+        except ValueError:
+            return None
+        return AUTO_ZERO_COPY_SHARE_OF_MISSED, True
+
+    def _update_zero_copy(self, counts: torch.Tensor | None) -> None:
+        """Read in place the most routed experts (by `counts` [L, E], else the lowest ids) outside the hot set."""
+        if self.zero_copy is not None:
+            share, of_missed = self.zero_copy
+            self.slots.set_zero_copy(zero_copy_set(share, self.slots.resident_mask(), counts, of_missed))
 
     def replace(self, config: ExpertConfig, device: str) -> None:
         """Place the offloaded experts again under another config (cache size, split, profile, PCIe
@@ -214,11 +238,13 @@ class ExpertManager:
         returns the number of swaps. Starts a new routing window."""
         num_swaps = 0
         if self.slots is not None:
-            swaps = plan_swaps(self.stats.window_counts.cpu(), self.slots.resident_mask(),
+            window = self.stats.window_counts.cpu()                                   # [L, E]
+            swaps = plan_swaps(window, self.slots.resident_mask(),
                                self.config.expert_swap_threshold, max(1, int(self.num_slots * _MAX_SWAP_SHARE)))
             if swaps:
                 num_swaps = len(swaps)
                 self.stats.record_swaps(num_swaps, self.slots.swap(swaps))
+            self._update_zero_copy(window)  # the next most routed follow the window too
         self.stats.end_window()
         return num_swaps
 

@@ -41,18 +41,30 @@ def initial_hot_set(num_slots: int, num_layers: int, num_experts: int, split: st
             for expert in range(per_layer + (1 if layer < extra else 0))]
 
 
-def zero_copy_set(share: float, resident: torch.Tensor, profile_counts: torch.Tensor | None = None) -> list[Expert]:
+# --zero-copy-frac auto: the share of each layer's experts outside the hot set that the device reads in place. The
+# CPU pool costs a fixed ~90 us a layer call plus ~53 us a pair at 16 threads on the H200 host, the in-place reads
+# ~115 us a pair (PCIe); 0.4 of the missed pairs balances them at 25 % and 50 % of the experts resident, uniform or
+# static (session 42: 25 % static 85.6 tok/s at 0.375 of all experts, 76.0 at 0.25, 79.8 at 0.5;
+# bench/results/2026-12-04-h200-session42).
+AUTO_ZERO_COPY_SHARE_OF_MISSED = 0.4
+
+
+def zero_copy_set(share: float, resident: torch.Tensor, profile_counts: torch.Tensor | None = None,
+                  of_missed: bool = False) -> list[Expert]:
     """The experts the device reads in place from host memory: in every layer round(share * E) of those without a
-    slot (resident [L, E] bool), the most routed of a profile first ([L, E] counts), else the lowest ids (after a
-    uniform split's resident ones)."""
+    slot (resident [L, E] bool), or with `of_missed` round(share * the layer's experts without one), the most routed
+    of a profile or window first ([L, E] counts), ties (and no counts) by the lowest id. In layer order, each
+    layer's most routed first."""
     num_layers, num_experts = resident.shape
-    per_layer = round(share * num_experts)
-    chosen = []
-    for layer in range(num_layers):
-        counts = profile_counts[layer].tolist() if profile_counts is not None else [0] * num_experts
-        outside = [e for e in range(num_experts) if not resident[layer, e]]
-        chosen += [(layer, e) for e in sorted(outside, key=lambda e: (-counts[e], e))[:per_layer]]
-    return chosen
+    outside = ~resident.bool()
+    counts = profile_counts.double() if profile_counts is not None else torch.zeros(num_layers, num_experts,
+                                                                                    dtype=torch.double)
+    order = torch.argsort(counts.masked_fill(~outside, -1.0), dim=1, descending=True, stable=True)  # [L, E]
+    wanted = (share * outside.sum(1).double() if of_missed else torch.full((num_layers,), share * num_experts))
+    take = torch.minimum(torch.round(wanted).long(), outside.sum(1))                             # [L]
+    chosen = torch.arange(num_experts)[None, :] < take[:, None]                                  # [L, E] by rank
+    layers = torch.nonzero(chosen)[:, 0]
+    return list(zip(layers.tolist(), order[chosen].tolist()))
 
 
 def plan_swaps(window_counts: torch.Tensor, resident: torch.Tensor, threshold: float,

@@ -21,6 +21,7 @@ import torch
 from strata import dma
 from strata.experts.placement import Expert
 from strata.model.registry import ExpertBlocks
+from strata.transfer import index_tensor
 
 
 class ExpertSlots:
@@ -45,6 +46,7 @@ class ExpertSlots:
         # experts the device reads in place from host memory (set_zero_copy): [L, E] their id, -1 for the others
         self.zero_copy_ids = torch.full((num_layers, self.num_experts), -1, dtype=torch.long, device=device)
         self.zero_copy_per_layer = [0] * num_layers
+        self._zero_copy_host = torch.full((num_layers, self.num_experts), -1, dtype=torch.long)  # [L, E]
         self.pending: list[tuple[torch.cuda.Event | None, list[Expert], list[int]]] = []
         self.side_stream = torch.cuda.Stream(device) if torch.device(device).type == "cuda" else None
         # raw copies (dma.py) by address: per layer the host experts' base addresses, the slots' rows
@@ -82,14 +84,17 @@ class ExpertSlots:
 
     def set_zero_copy(self, experts: list[Expert]) -> None:
         """The experts the device reads in place from host memory (replacing any earlier set); a slot, where one
-        of them holds one, comes first."""
-        self.zero_copy_ids.fill_(-1)
-        self.zero_copy_per_layer = [0] * len(self.zero_copy_per_layer)
+        of them holds one, comes first. One host-to-device copy that does not wait for the device (the hot set's
+        update calls this between steps), none when the set is unchanged."""
+        ids = torch.full(tuple(self.zero_copy_ids.shape), -1, dtype=torch.long)                  # [L, E], host
         if experts:
-            layers, ids = zip(*experts)
-            self.zero_copy_ids[list(layers), list(ids)] = torch.tensor(ids, dtype=torch.long).to(self.remap.device)
-            for layer in layers:
-                self.zero_copy_per_layer[layer] += 1
+            chosen = torch.tensor(experts, dtype=torch.long)                                     # [N, 2]
+            ids[chosen[:, 0], chosen[:, 1]] = chosen[:, 1]
+        if torch.equal(ids, self._zero_copy_host):
+            return
+        self._zero_copy_host = ids
+        self.zero_copy_ids.copy_(index_tensor(ids, self.zero_copy_ids.device))
+        self.zero_copy_per_layer = (ids >= 0).sum(1).tolist()
 
     def load(self, experts: list[Expert]) -> int:
         """Give free slots to `experts` (copied in the background); returns the bytes copied."""

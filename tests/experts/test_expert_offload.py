@@ -48,6 +48,7 @@ def family_reference(request, tiny_model_dir):
 def test_greedy_output_identical_whatever_share_is_resident(family_reference, cache, pcie_frac):
     folder, reference = family_reference
     llm = make_llm(folder, expert_cache=cache, pcie_frac=pcie_frac, expert_swap_interval=0)
+    assert llm.engine.experts.zero_copy is None  # zero_copy_frac auto: no in-place reads when the device is the CPU
     assert greedy(llm) == reference
     snap = llm.engine.status()["experts"]
     if cache == "100%":
@@ -78,6 +79,28 @@ def test_experts_read_in_place_keep_greedy_output(family_reference, cache, pcie_
     snap = manager.snapshot()
     assert snap["pcie_share"] > 0 and snap["cpu_share"] > 0 and (snap["gpu_hit_rate"] > 0) == (cache != "0%")
     assert (snap["bytes_moved"] > 0) == (pcie_frac > 0)  # reading in place copies nothing
+
+
+def test_experts_read_in_place_follow_the_hot_set_and_the_routing_window(tiny_model_dir):
+    """With swaps, the in-place set is chosen again at every hot-set update: the most routed of the window among
+    the experts that have no slot after the swaps. Greedy output is unchanged with both moving every step."""
+    folder = tiny_model_dir("qwen3_moe")
+    reference = greedy(make_llm(folder, max_num_seqs=2))
+    llm = make_llm(folder, max_num_seqs=2, expert_cache="30%", zero_copy_frac=0.4, expert_swap_interval=1,
+                   expert_swap_threshold=0.0)
+    assert greedy(llm) == reference
+    manager = llm.engine.experts
+    assert manager.snapshot()["swaps"] > 0 and manager.snapshot()["pcie_share"] > 0
+    num_layers, num_experts = manager.num_layers, manager.num_experts
+    counts = torch.randperm(num_layers * num_experts).view(num_layers, num_experts) + 1   # [L, E] distinct
+    manager.stats.window_counts.copy_(counts)
+    manager.update_hot_set()
+    resident, in_place = manager.slots.resident_mask(), manager.slots.zero_copy_ids.cpu() >= 0   # [L, E] each
+    for layer in range(num_layers):
+        outside = [e for e in range(num_experts) if not resident[layer, e]]
+        hottest = sorted(outside, key=lambda e: -int(counts[layer, e]))[:round(0.4 * num_experts)]
+        assert sorted(torch.nonzero(in_place[layer]).flatten().tolist()) == sorted(hottest)
+    assert manager.slots.zero_copy_per_layer == in_place.sum(1).tolist()
 
 
 def test_hot_set_swaps_mid_generation_keep_output_identical(family_reference):

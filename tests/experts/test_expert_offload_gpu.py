@@ -12,6 +12,7 @@ from gguf_writer import write_gguf
 from strata import LLM, SamplingParams, dma
 from strata.config import EngineConfig, ExpertConfig, RunnerConfig
 from strata.experts.cpu_pool import CpuExpertPool
+from strata.experts.placement import AUTO_ZERO_COPY_SHARE_OF_MISSED
 from strata.experts.provider import OffloadedExperts
 from strata.experts.slots import ExpertSlots
 from strata.experts.stats import RoutingStats
@@ -184,6 +185,16 @@ def test_packed_experts_read_in_place_inside_split_graphs_match_the_eager_path(q
 def test_dense_experts_are_not_read_in_place_on_cuda(tiny_model_dir):
     with pytest.raises(ValueError, match="zero_copy_frac reads packed"):
         make_llm(tiny_model_dir("qwen3_moe"), "bfloat16", expert_cache="30%", zero_copy_frac=0.3)
+    assert make_llm(tiny_model_dir("qwen3_moe"), "bfloat16", expert_cache="30%").engine.experts.zero_copy is None
+
+
+def test_zero_copy_auto_reads_a_share_of_the_missed_packed_experts_in_place(q4k_moe_file):
+    """zero_copy_frac auto (the default) on CUDA with packed experts: AUTO_ZERO_COPY_SHARE_OF_MISSED of each layer's
+    experts without a slot are read in place."""
+    manager = make_llm(q4k_moe_file, "bfloat16", expert_cache="25%", expert_swap_interval=0).engine.experts
+    missed = (~manager.slots.resident_mask()).sum(1)                                               # [L]
+    assert manager.zero_copy == (AUTO_ZERO_COPY_SHARE_OF_MISSED, True)
+    assert manager.slots.zero_copy_per_layer == torch.round(AUTO_ZERO_COPY_SHARE_OF_MISSED * missed).long().tolist()
 
 
 @pytest.mark.parametrize("sm_exchange", [True, False])

@@ -33,6 +33,9 @@ def test_zero_copy_set_takes_the_most_routed_experts_outside_the_hot_set():
     counts = torch.tensor([[9, 1, 2, 8], [0, 5, 7, 7]])
     assert zero_copy_set(0.5, resident, counts) == [(0, 3), (0, 2), (1, 1), (1, 0)]
     assert zero_copy_set(0.0, resident, counts) == [] and len(zero_copy_set(1.0, resident)) == 5  # only the outside
+    # of_missed (zero_copy_frac auto): a share of each layer's experts without a slot, 3 and 2 here
+    assert zero_copy_set(0.5, resident, counts, of_missed=True) == [(0, 3), (0, 2), (1, 1)]
+    assert zero_copy_set(0.7, resident, of_missed=True) == [(0, 1), (0, 2), (1, 0)]
 
 
 def test_plan_swaps_trades_cold_residents_for_hot_misses_above_the_threshold():
@@ -83,7 +86,8 @@ def test_expert_cache_values(cache, total, slots):
     (dict(cpu_threads=-1), "cpu_threads must be an integer >= 0"),
     (dict(pcie_frac=1.5), r"pcie_frac must be auto or a number in \[0, 1\]"),
     (dict(pcie_frac="half"), r"pcie_frac must be auto or a number in \[0, 1\]"),
-    (dict(zero_copy_frac=1.5), r"zero_copy_frac must be a number in \[0, 1\]"),
+    (dict(zero_copy_frac=1.5), r"zero_copy_frac must be auto or a number in \[0, 1\]"),
+    (dict(zero_copy_frac="most"), r"zero_copy_frac must be auto or a number in \[0, 1\]"),
     (dict(expert_swap_interval=-2), "expert_swap_interval must be"),
     (dict(expert_swap_threshold=-0.1), "expert_swap_threshold must be >= 0"),
     (dict(expert_budget=-1), "expert_budget must be"),
