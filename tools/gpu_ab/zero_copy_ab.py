@@ -78,3 +78,27 @@ for pairs in [int(p) for p in opts.get("pairs", "1,3,6").split(",")]:
     medians = {name: statistics.median(t[5:]) for name, t in times.items()}
     line = ", ".join(f"{name} {us:.0f} us ({pairs * per_expert / us / 1e3:.1f} GB/s)" for name, us in medians.items())
     print(f"{pairs} pairs ({pairs * per_expert / 1e6:.1f} MB): {line}; outputs equal: {same}", flush=True)
+
+
+def timed(fn, reps=25):
+    """Median CUDA-event time of fn() in us over reps calls (other experts each time), after 5 warm-up calls."""
+    times = []
+    for i in range(reps + 5):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(i)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times[5:])
+
+
+for tiling in [t for t in opts.get("sweep", "").split("/") if t]:
+    bn, sb, warps, stages = (int(v) for v in tiling.split(":"))
+    config = dict(BLOCK_N=bn, SUPERBLOCKS=sb, num_warps=warps, num_stages=stages)
+    for pairs in (3, 6):
+        picks = [ids_for(list(rng.choice(E, pairs, replace=False))) for _ in range(30)]
+        us = timed(lambda i: packed_q8.moe_pairs_q8(hidden, host13, int(Q.Q4_K), host2, int(Q.Q6_K), picks[i], weights,
+                                                    config))
+        print(f"sweep {tiling}: {pairs} pairs zero copy {us:.0f} us ({pairs * per_expert / us / 1e3:.1f} GB/s)",
+              flush=True)
