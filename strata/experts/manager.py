@@ -234,8 +234,9 @@ class ExpertManager:
             self.update_hot_set()
 
     def update_hot_set(self) -> int:
-        """Swap the window's most used non-resident experts in for the least used resident ones;
-        returns the number of swaps. Starts a new routing window."""
+        """Swap the window's most used non-resident experts in for the least used resident ones, and read in place
+        the most routed of those left outside (all counts so far); returns the number of swaps. Starts a new
+        routing window."""
         num_swaps = 0
         if self.slots is not None:
             window = self.stats.window_counts.cpu()                                   # [L, E]
@@ -244,7 +245,9 @@ class ExpertManager:
             if swaps:
                 num_swaps = len(swaps)
                 self.stats.record_swaps(num_swaps, self.slots.swap(swaps))
-            self._update_zero_copy(window)  # the next most routed follow the window too
+            # the in-place set by all routing so far: a window of a few steps leaves most counts at 0 or 1
+            counts = self.stats.total_counts.cpu() + window
+            self._update_zero_copy(counts if self.profile_counts is None else counts + self.profile_counts)
         self.stats.end_window()
         return num_swaps
 

@@ -82,8 +82,8 @@ def test_experts_read_in_place_keep_greedy_output(family_reference, cache, pcie_
 
 
 def test_experts_read_in_place_follow_the_hot_set_and_the_routing_window(tiny_model_dir):
-    """With swaps, the in-place set is chosen again at every hot-set update: the most routed of the window among
-    the experts that have no slot after the swaps. Greedy output is unchanged with both moving every step."""
+    """With swaps, the in-place set is chosen again at every hot-set update: the most routed so far among the
+    experts that have no slot after the swaps. Greedy output is unchanged with both moving every step."""
     folder = tiny_model_dir("qwen3_moe")
     reference = greedy(make_llm(folder, max_num_seqs=2))
     llm = make_llm(folder, max_num_seqs=2, expert_cache="30%", zero_copy_frac=0.4, expert_swap_interval=1,
@@ -92,7 +92,8 @@ def test_experts_read_in_place_follow_the_hot_set_and_the_routing_window(tiny_mo
     manager = llm.engine.experts
     assert manager.snapshot()["swaps"] > 0 and manager.snapshot()["pcie_share"] > 0
     num_layers, num_experts = manager.num_layers, manager.num_experts
-    counts = torch.randperm(num_layers * num_experts).view(num_layers, num_experts) + 1   # [L, E] distinct
+    # [L, E] distinct, far above the generation's counts, which they are added to
+    counts = (torch.randperm(num_layers * num_experts).view(num_layers, num_experts) + 1) * 10 ** 6
     manager.stats.window_counts.copy_(counts)
     manager.update_hot_set()
     resident, in_place = manager.slots.resident_mask(), manager.slots.zero_copy_ids.cpu() >= 0   # [L, E] each
