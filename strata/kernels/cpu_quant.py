@@ -79,7 +79,7 @@ def _build() -> ctypes.CDLL:
     for name, argtypes in (("strata_qmm", [i32, pointer, i64, pointer, i64, i64, pointer, i64, i32]),
                            ("strata_dqmm", [i32, pointer, i64, pointer, i64, i64, pointer, i64, i32]),
                            ("strata_qmoe", [pointer, pointer, i64, i64, i64, pointer, pointer, pointer, *weights,
-                                            *weights, i32]),
+                                            *weights, i32, i64, i64]),
                            *((name, [pointer, i64, i64, pointer, pointer, i64, i64, pointer, i64, pointer, pointer,
                                       i64, ctypes.c_float, pointer, i32])
                              for name in (_ATTENTION, _ATTENTION_AVX2) if hasattr(library, name)),
@@ -268,17 +268,23 @@ def quant_moe(hidden: torch.Tensor, rows: np.ndarray, experts: np.ndarray, weigh
     status = library.strata_qmoe(
         hidden.data_ptr(), out.data_ptr(), hidden.shape[1], inter, len(rows), rows.ctypes.data, experts.ctypes.data,
         weights.ctypes.data, qtype13, w13.data_ptr(), w13.stride(0), w13.stride(1), qtype2, w2.data_ptr(),
-        w2.stride(0), w2.stride(1), num_threads or _threads())
+        w2.stride(0), w2.stride(1), num_threads or _threads(), hidden.shape[0], w13.shape[0])
+    if status == 3:
+        raise ValueError(f"quant_moe: rows must be in [0, {hidden.shape[0]}) (rows of hidden), got "
+                         f"{rows.min()}..{rows.max()}")
+    if status == 4:
+        raise ValueError(f"quant_moe: experts must be in [0, {w13.shape[0]}), got {experts.min()}..{experts.max()}")
     if status != 0:  # the C side's other refusals (types, blocks) were checked above
         raise MemoryError("quant_moe: no scratch memory for the activations")
 
 
 def _check_moe(hidden: torch.Tensor, rows: np.ndarray, experts: np.ndarray, weights: np.ndarray,
                w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2: int, inter: int, out: torch.Tensor) -> None:
+    """Everything quant_moe's C side does not check itself (it checks each pair's row and expert)."""
     if hidden.dim() != 2 or hidden.dtype != torch.float32 or not hidden.is_contiguous() or not hidden.is_cpu:
         raise ValueError(f"quant_moe: hidden must be a contiguous CPU float32 [R, D] tensor, got {hidden.dtype} "
                          f"{tuple(hidden.shape)}")
-    num_rows, dim = hidden.shape
+    dim = hidden.shape[1]
     if out.shape != hidden.shape or out.dtype != torch.float32 or not out.is_contiguous() or not out.is_cpu:
         raise ValueError(f"quant_moe: out must be a contiguous CPU float32 {list(hidden.shape)} tensor like hidden, "
                          f"got {out.dtype} {tuple(out.shape)}")
@@ -293,11 +299,6 @@ def _check_moe(hidden: torch.Tensor, rows: np.ndarray, experts: np.ndarray, weig
             raise ValueError(f"quant_moe: {name} must be a contiguous 1-D {np.dtype(dtype).name} numpy array, one "
                              f"value a pair as in rows; got {type(array).__name__} {getattr(array, 'dtype', '')} "
                              f"{getattr(array, 'shape', '')}")
-    pairs = len(rows)
-    if pairs and (rows.min() < 0 or rows.max() >= num_rows):
-        raise ValueError(f"quant_moe: rows must be in [0, {num_rows}) (rows of hidden), got {rows.min()}..{rows.max()}")
-    if pairs and (experts.min() < 0 or experts.max() >= w13.shape[0]):
-        raise ValueError(f"quant_moe: experts must be in [0, {w13.shape[0]}), got {experts.min()}..{experts.max()}")
 
 
 def _check_experts(name: str, w: torch.Tensor, qtype: int, n: int, k: int) -> None:

@@ -138,12 +138,17 @@ static int64_t group_pairs(int64_t pairs, const int64_t *rows, const int64_t *ex
  * qtype13 rows of d values [E, 2 inter] (gate, then up), w2 qtype2 rows of inter values [E, d], row r of
  * expert e at w + e * expert_stride + r * row_stride. On `threads` threads, the caller included. Returns
  * 0; 1 when scratch memory could not be had; 2 for a type it does not handle, or d or inter not a
- * multiple of its block. Rows and experts are the caller's to check. */
+ * multiple of its block; 3 for a row outside [0, num_rows), 4 for an expert outside [0, num_experts) (checked
+ * here: a loop over the pairs costs less than the caller's numpy reductions, on every offloaded layer's call). */
 int strata_qmoe(const float *hidden, float *out, int64_t d, int64_t inter, int64_t pairs, const int64_t *rows,
                 const int64_t *experts, const float *weights, int qtype13, const uint8_t *w13,
                 int64_t w13_expert_stride, int64_t w13_row_stride, int qtype2, const uint8_t *w2,
-                int64_t w2_expert_stride, int64_t w2_row_stride, int threads) {
+                int64_t w2_expert_stride, int64_t w2_row_stride, int threads, int64_t num_rows, int64_t num_experts) {
     if (!strata_qmm_supports(qtype13) || !strata_qmm_supports(qtype2)) return 2;
+    for (int64_t p = 0; p < pairs; p++) {
+        if (rows[p] < 0 || rows[p] >= num_rows) return 3;
+        if (experts[p] < 0 || experts[p] >= num_experts) return 4;
+    }
     int64_t block13, bytes13, qb13, block2, bytes2, qb2;
     strata_qmm_type_sizes(qtype13, &block13, &bytes13, &qb13);
     strata_qmm_type_sizes(qtype2, &block2, &bytes2, &qb2);
