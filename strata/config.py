@@ -522,7 +522,8 @@ class ExpertConfig:
                                        "pinned host memory over PCIe, beside the CPU pool: the most routed ones "
                                        "outside the hot set (packed GGUF experts on CUDA; steps of up to 4 token rows, "
                                        "larger ones send them to the CPU); auto: 40 % of each layer's experts outside "
-                                       "the hot set where the device can read them so, else none")
+                                       "the hot set where the device can read them so, else none; measure: that "
+                                       "share balanced from the CPU pool's and the device's speed, timed at start")
     prompt_stream_min_pairs: int = _opt(32, "offloaded experts that at least this many of one step's tokens route "
                                             "to are copied over PCIe (in rounds through the staging slots) and run "
                                             "on the device instead of the CPU: prompt chunks; 0: never")
@@ -564,17 +565,18 @@ class ExpertConfig:
             raise ValueError(f"pcie_frac must be auto or a number in [0, 1], got {self.pcie_frac!r}")
         return value
 
-    def parse_zero_copy_frac(self) -> float | None:
-        """The share of each MoE layer's experts read in place, in [0, 1], or None for auto (a share of the experts
-        outside the hot set, where the device can read them in place: ExpertManager's placement decides)."""
-        if str(self.zero_copy_frac).strip().lower() == "auto":
-            return None
+    def parse_zero_copy_frac(self) -> float | str:
+        """The share of each MoE layer's experts read in place, in [0, 1], or "auto" / "measure" (a share of the
+        experts outside the hot set, where the device can read them in place: ExpertManager's placement decides)."""
+        text = str(self.zero_copy_frac).strip().lower()
+        if text in ("auto", "measure"):
+            return text
         try:
             value = float(self.zero_copy_frac)
         except (TypeError, ValueError):
             value = -1.0
         if isinstance(self.zero_copy_frac, bool) or not 0.0 <= value <= 1.0:
-            raise ValueError(f"zero_copy_frac must be auto or a number in [0, 1], got {self.zero_copy_frac!r}")
+            raise ValueError(f"zero_copy_frac must be auto, measure or a number in [0, 1], got {self.zero_copy_frac!r}")
         return value
 
     @property

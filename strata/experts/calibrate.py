@@ -1,13 +1,16 @@
 """`--pcie-frac auto`: measure how long the CPU pool takes per missed expert and how long one expert's
-weights take to cross PCIe, and split misses so both finish together."""
+weights take to cross PCIe, and split misses so both finish together. `--zero-copy-frac measure`: the same balance
+between the CPU pool and the device reading experts in place from host memory."""
 
 from __future__ import annotations
 
+import statistics
 import time
 
 import torch
 
 from strata.experts.cpu_pool import CpuExpertPool
+from strata.model.moe import run_experts
 from strata.model.registry import ExpertBlocks
 
 
@@ -46,3 +49,62 @@ def measure_pcie_share(host_w13: torch.Tensor, host_w2: torch.Tensor, pool: CpuE
     torch.cuda.synchronize()
     pcie = (time.perf_counter() - started) / num
     return balanced_pcie_share(cpu, pool.num_threads, pcie)
+
+
+def balanced_in_place_share(cpu_fixed: float, cpu_per_pair: float, in_place_per_pair: float,
+                            missed_pairs: float) -> float:
+    """Share f of a layer's missed pairs (missed_pairs of them a decode row) that the device reads in place so that
+    its reads and the CPU pool's part end together: cpu_fixed + (1 - f) m cpu_per_pair = f m in_place_per_pair
+    (seconds; the pool pays its fixed cost whenever it has pairs). Clamped to [0, 1]."""
+    if missed_pairs <= 0 or in_place_per_pair <= 0:
+        return 0.0
+    cpu_fixed, cpu_per_pair = max(cpu_fixed, 0.0), max(cpu_per_pair, 0.0)
+    share = (cpu_fixed + missed_pairs * cpu_per_pair) / (missed_pairs * (cpu_per_pair + in_place_per_pair))
+    return min(max(share, 0.0), 1.0)
+
+
+def measure_in_place_share(experts: list[ExpertBlocks], pool: CpuExpertPool, device: str, missed_pairs: float,
+                           repeats: int = 5) -> float:
+    """`--zero-copy-frac measure`: the balanced_in_place_share of these host experts (ExpertBlocks of the offloaded
+    layers, pinned host memory) for one decode row: the CPU pool timed on one pair and on round(missed_pairs) pairs,
+    the device's pairs kernel on the same number read in place (CUDA events), median of `repeats`, each repeat on
+    other experts of another layer (cold, as at decode)."""
+    num, cuda = max(1, round(missed_pairs)), torch.device(device).type == "cuda"
+    hidden_size = experts[0].w2.shape[1]
+    hidden = torch.randn(1, hidden_size, dtype=torch.bfloat16)
+    on_device = hidden.to(device)
+    weights = torch.full((1, num), 1.0 / num, dtype=torch.float32)
+
+    def ids_of(rep: int) -> torch.Tensor:  # [num] distinct experts, other ones each repeat
+        count = experts[0].w13.shape[0]
+        return (torch.arange(num) + rep * num) % count
+
+    def cpu_time(blocks: ExpertBlocks, ids: torch.Tensor) -> float:
+        started = time.perf_counter()
+        pool.compute(hidden, torch.zeros(len(ids), dtype=torch.long), ids, weights[0, :len(ids)], blocks)
+        return time.perf_counter() - started
+
+    def in_place_time(blocks: ExpertBlocks, ids: torch.Tensor) -> float:
+        topk_ids, topk_weights = ids[None, :].to(device), weights.to(device)
+        if not cuda:  # (the tests' CPU "device": the same calls, timed on the host)
+            started = time.perf_counter()
+            run_experts(on_device, blocks, topk_ids, topk_weights)
+            return time.perf_counter() - started
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run_experts(on_device, blocks, topk_ids, topk_weights)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+
+    warm = experts[0]
+    cpu_time(warm, ids_of(0)[:1]), in_place_time(warm, ids_of(0))  # first calls: the kernels' set-up
+    one, many, device_reads = [], [], []
+    for rep in range(repeats):
+        blocks = experts[rep % len(experts)]
+        one.append(cpu_time(blocks, ids_of(3 * rep + 1)[:1]))
+        many.append(cpu_time(blocks, ids_of(3 * rep + 2)))
+        device_reads.append(in_place_time(blocks, ids_of(3 * rep + 3)))
+    t_one, t_many = statistics.median(one), statistics.median(many)
+    per_pair = (t_many - t_one) / (num - 1) if num > 1 else t_one
+    return balanced_in_place_share(t_one - per_pair, per_pair, statistics.median(device_reads) / num, missed_pairs)

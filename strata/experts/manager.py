@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from strata.config import ExpertConfig
-from strata.experts.calibrate import measure_pcie_share
+from strata.experts.calibrate import measure_in_place_share, measure_pcie_share
 from strata.experts.cpu_pool import CpuExpertPool
 from strata.experts.host_memory import host_copy
 from strata.experts.placement import (AUTO_ZERO_COPY_SHARE_OF_MISSED, initial_hot_set, plan_swaps, staging_capacity,
@@ -127,9 +127,10 @@ class ExpertManager:
                          device: str) -> tuple[float, bool] | None:
         """(share, of the missed experts only) of each layer's experts read in place, or None for none. Auto:
         AUTO_ZERO_COPY_SHARE_OF_MISSED of the experts outside the hot set on a GPU that can read them so (packed
-        experts with a pairs kernel), else none; an explicit share where the device cannot is an error."""
+        experts with a pairs kernel), else none; measure: the same with the share timed on this machine
+        (calibrate.measure_in_place_share); an explicit share where the device cannot is an error."""
         share = self.config.parse_zero_copy_frac()
-        if share is not None:
+        if not isinstance(share, str):
             if share > 0:
                 _check_zero_copy(host_w13, host_w2, qtypes, device)
             return (share, False) if share > 0 else None
@@ -139,7 +140,17 @@ class ExpertManager:
             _check_zero_copy(host_w13, host_w2, qtypes, device)
         except ValueError:
             return None
-        return AUTO_ZERO_COPY_SHARE_OF_MISSED, True
+        if share == "auto":
+            return AUTO_ZERO_COPY_SHARE_OF_MISSED, True
+        missed = (~self.slots.resident_mask()).sum(1)                                            # [L]
+        offloaded = [layer for layer in range(self.num_layers) if missed[layer] > 0]
+        if not offloaded:
+            return None
+        missed_pairs = self.top_k * float(missed[offloaded].float().mean()) / self.num_experts  # a decode row's
+        measured = measure_in_place_share([self.slots.host_weights(layer) for layer in offloaded], self.pool, device,
+                                          missed_pairs)
+        logger.info("zero_copy_frac measure: %.2f of each layer's missed experts read in place", measured)
+        return measured, True
 
     def _update_zero_copy(self, counts: torch.Tensor | None) -> None:
         """Read in place the most routed experts (by `counts` [L, E], else the lowest ids) outside the hot set."""

@@ -197,6 +197,22 @@ def test_zero_copy_auto_reads_a_share_of_the_missed_packed_experts_in_place(q4k_
     assert manager.slots.zero_copy_per_layer == torch.round(AUTO_ZERO_COPY_SHARE_OF_MISSED * missed).long().tolist()
 
 
+def test_zero_copy_measure_times_the_share_and_keeps_the_tokens(q4k_moe_file):
+    """zero_copy_frac measure: the share of the missed experts read in place is timed at start (the CPU pool against
+    the pairs kernel reading host memory) and used as auto's would be; the tokens equal those of a fixed share that
+    reads the same experts in place (the measured share differs run to run, so both arms take this run's)."""
+    llm = make_llm(q4k_moe_file, "bfloat16", expert_cache="25%", expert_swap_interval=0, zero_copy_frac="measure")
+    manager = llm.engine.experts
+    share, of_missed = manager.zero_copy
+    assert 0.0 <= share <= 1.0 and of_missed
+    missed = (~manager.slots.resident_mask()).sum(1)                                               # [L]
+    assert manager.slots.zero_copy_per_layer == torch.round(share * missed).long().tolist()
+    same = make_llm(q4k_moe_file, "bfloat16", expert_cache="25%", expert_swap_interval=0,
+                    zero_copy_frac=max(manager.slots.zero_copy_per_layer) / manager.num_experts)
+    assert torch.equal(same.engine.experts.slots.zero_copy_ids.cpu(), manager.slots.zero_copy_ids.cpu())
+    assert _tokens(llm) == _tokens(same)
+
+
 @pytest.mark.parametrize("sm_exchange", [True, False])
 def test_offloaded_layers_beside_the_kv_staging_ring_match_the_eager_path(tiny_model_dir, monkeypatch, sm_exchange):
     """KV beyond VRAM staged (--kv-staging-layers) with offloaded experts in split graphs: the MoE layers' host

@@ -86,8 +86,8 @@ def test_expert_cache_values(cache, total, slots):
     (dict(cpu_threads=-1), "cpu_threads must be an integer >= 0"),
     (dict(pcie_frac=1.5), r"pcie_frac must be auto or a number in \[0, 1\]"),
     (dict(pcie_frac="half"), r"pcie_frac must be auto or a number in \[0, 1\]"),
-    (dict(zero_copy_frac=1.5), r"zero_copy_frac must be auto or a number in \[0, 1\]"),
-    (dict(zero_copy_frac="most"), r"zero_copy_frac must be auto or a number in \[0, 1\]"),
+    (dict(zero_copy_frac=1.5), r"zero_copy_frac must be auto, measure or a number in \[0, 1\]"),
+    (dict(zero_copy_frac="most"), r"zero_copy_frac must be auto, measure or a number in \[0, 1\]"),
     (dict(expert_swap_interval=-2), "expert_swap_interval must be"),
     (dict(expert_swap_threshold=-0.1), "expert_swap_threshold must be >= 0"),
     (dict(expert_budget=-1), "expert_budget must be"),
@@ -114,6 +114,20 @@ def test_pcie_share_balances_the_cpu_pool_against_the_copies():
     assert balanced_pcie_share(0.008, 16, 0.0005) == pytest.approx(0.5)
     assert balanced_pcie_share(0.008, 1, 0.0005) == pytest.approx(0.008 / 0.0085)
     assert balanced_pcie_share(0.008, 16, 0.0) == 0.0
+
+
+def test_in_place_share_balances_the_cpu_pool_against_the_device_reads():
+    from strata.experts.calibrate import balanced_in_place_share
+
+    # the H200 host (session 42): pool 90 us + 53 us a pair, in-place reads 115 us a pair, 5.67 missed pairs a layer
+    assert balanced_in_place_share(90e-6, 53e-6, 115e-6, 5.67) == pytest.approx(0.41, abs=0.01)
+    # PCIe half as fast: fewer pairs read in place; no fixed cost: the per-pair ratio alone
+    assert balanced_in_place_share(90e-6, 53e-6, 230e-6, 5.67) == pytest.approx(0.243, abs=0.01)
+    assert balanced_in_place_share(0.0, 50e-6, 50e-6, 4.0) == pytest.approx(0.5)
+    # clamped: a pool that costs more than reading everything in place; nothing missed; no device reads measured
+    assert balanced_in_place_share(1e-3, 50e-6, 10e-6, 2.0) == 1.0
+    assert balanced_in_place_share(90e-6, 53e-6, 115e-6, 0.0) == 0.0
+    assert balanced_in_place_share(90e-6, 53e-6, 0.0, 5.0) == 0.0
 
 
 def test_pcie_frac_auto_is_zero_without_a_gpu(tiny_model_dir):

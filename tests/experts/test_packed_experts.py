@@ -19,11 +19,12 @@ from strata import LLM, SamplingParams
 from strata.config import EngineConfig, ExpertConfig, RunnerConfig, SchedulerConfig
 from strata.engine import memory_plan
 from strata.engine.memory_plan import MemoryPlan
+from strata.experts import calibrate
 from strata.experts.slots import ExpertSlots
 from strata.kernels.fused_moe import fused_moe_ref
 from strata.kernels.gguf_blocks import PACKED_TYPE_NAMES
 from strata.kernels.packed_moe import dequantize_experts, packed_moe_ref
-from strata.model.moe import LocalExperts, PackedLocalExperts
+from strata.model.moe import LocalExperts, PackedLocalExperts, run_experts
 from strata.model.packed import ExpertBlocks, PackedWeight
 from strata.model.registry import model_class
 from strata.cache.block_allocator import blocks_needed
@@ -136,6 +137,34 @@ def test_expert_placement_never_changes_greedy_output(mixed_file, cache, pcie_fr
     snap = llm.engine.status()["experts"]
     assert (snap["gpu_hit_rate"] > 0) == (cache != "0%") and snap["cpu_share"] > 0
     assert (snap["pcie_share"] > 0) == (pcie_frac > 0 or zero_copy > 0)
+
+
+def test_in_place_share_is_timed_on_the_pool_and_the_pairs_kernel(mixed_file, monkeypatch):
+    """`--zero-copy-frac measure`: nothing is read in place on a CPU device; the measurement itself (run here with the
+    CPU as the "device") times the pool on one pair and on the missed pairs of a decode row, each repeat on other
+    experts, and the in-place reads of the same count, and gives a share in [0, 1]."""
+    path, _ = mixed_file
+    manager = make_llm(path, expert_cache="30%", zero_copy_frac="measure", expert_swap_interval=0).engine.experts
+    assert manager.zero_copy is None and sum(manager.slots.zero_copy_per_layer) == 0
+    calls = []  # (pool or device, the layer's w13 address, experts)
+    compute = manager.pool.compute
+    monkeypatch.setattr(manager.pool, "compute", lambda h, r, e, w, b: calls.append(("pool", b.w13.data_ptr(),
+                                                                                      e.tolist())) or
+                        compute(h, r, e, w, b))
+    monkeypatch.setattr(calibrate, "run_experts", lambda h, b, ids, w: calls.append(("device", b.w13.data_ptr(),
+                                                                                    ids[0].tolist())) or
+                        run_experts(h, b, ids, w))
+    experts = [manager.slots.host_weights(layer) for layer in range(manager.num_layers)]
+    share = calibrate.measure_in_place_share(experts, manager.pool, "cpu", missed_pairs=2.2, repeats=2)
+    assert 0.0 <= share <= 1.0
+    # set-up calls, then per repeat: the pool on 1 pair and on round(2.2) = 2, the device on 2, another layer each
+    assert [(side, len(ids)) for side, _, ids in calls] == [("pool", 1), ("device", 2)] + [
+        ("pool", 1), ("pool", 2), ("device", 2)] * 2
+    for layer in range(2):
+        timed = [(side, ptr, ids) for side, ptr, ids in calls[2:][3 * layer:3 * layer + 3]]
+        assert {ptr for _, ptr, _ in timed} == {experts[layer].w13.data_ptr()}
+        used = [e for _, _, ids in timed for e in ids]
+        assert len(set(used)) == len(used)  # other experts every time: cold, as at decode
 
 
 def test_swaps_between_layers_of_different_types_keep_output(mixed_file):
