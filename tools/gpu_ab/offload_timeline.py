@@ -3,8 +3,9 @@ experts on the GPU, the rest on the CPU pool), for several pool sizes in one pro
 total and within them the wait for the device's copies, the CPU experts and the rest (Python; the upload, in trees
 before session 40), and the time between host parts (the next graph piece's launch and device work). Arms: pool
 threads and how long the packed kernel's idle workers poll before they sleep (cpu_quant.set_spin_us). `pcie=F`: the
-engine's --pcie-frac (its host parts then also queue the staging copies: `stage`, timed); `zc=F`: --zero-copy-frac (the
-device reads that share of each layer's experts in place from host memory; their pairs leave the CPU's part).
+engine's --pcie-frac (its host parts then also queue the staging copies: `stage`, timed); `zc=F|auto|measure`:
+--zero-copy-frac (the device reads that share of each layer's experts in place from host memory; their pairs leave
+the CPU's part; 0 unless given, so the arms above compare like with like).
 usage: offload_timeline.py GGUF [cache=25%] [pcie=0] [zc=0] [arms=16:5000,16:200,15:5000,14:5000]"""
 import collections
 import statistics
@@ -28,7 +29,7 @@ sweep = [threads for threads, _ in arms]
 llm = LLM.from_config(EngineConfig(
     model=path, runner=RunnerConfig(device="cuda"), scheduler=SchedulerConfig(max_model_len=4096, max_num_seqs=16),
     experts=ExpertConfig(expert_cache=opts.get("cache", "25%"), cpu_threads=max(sweep),
-                         pcie_frac=opts.get("pcie", "0"), zero_copy_frac=float(opts.get("zc", 0)),
+                         pcie_frac=opts.get("pcie", "0"), zero_copy_frac=opts.get("zc", "0"),
                          expert_swap_interval=0)))
 pool = llm.engine.runner.experts.pool
 prompt = [{"prompt_token_ids": list(range(100, 164))}]
