@@ -81,7 +81,7 @@ def test_experts_read_in_place_keep_greedy_output(family_reference, cache, pcie_
     assert (snap["bytes_moved"] > 0) == (pcie_frac > 0)  # reading in place copies nothing
 
 
-def test_experts_read_in_place_follow_the_hot_set_and_the_routing_window(tiny_model_dir):
+def test_experts_read_in_place_follow_the_hot_set_and_the_routing_so_far(tiny_model_dir):
     """With swaps, the in-place set is chosen again at every hot-set update: the most routed so far among the
     experts that have no slot after the swaps. Greedy output is unchanged with both moving every step."""
     folder = tiny_model_dir("qwen3_moe")
