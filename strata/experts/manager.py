@@ -257,8 +257,7 @@ class ExpertManager:
                 num_swaps = len(swaps)
                 self.stats.record_swaps(num_swaps, self.slots.swap(swaps))
             # the in-place set by all routing so far: a window of a few steps leaves most counts at 0 or 1
-            counts = self.stats.total_counts.cpu() + window
-            self._update_zero_copy(counts if self.profile_counts is None else counts + self.profile_counts)
+            self._update_zero_copy(self.profile_counts_now())
         self.stats.end_window()
         return num_swaps
 

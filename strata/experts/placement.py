@@ -57,11 +57,12 @@ def zero_copy_set(share: float, resident: torch.Tensor, profile_counts: torch.Te
     layer's most routed first."""
     num_layers, num_experts = resident.shape
     outside = ~resident.bool()
+    num_outside = outside.sum(1)                                                                 # [L]
     counts = profile_counts.double() if profile_counts is not None else torch.zeros(num_layers, num_experts,
                                                                                     dtype=torch.double)
     order = torch.argsort(counts.masked_fill(~outside, -1.0), dim=1, descending=True, stable=True)  # [L, E]
-    wanted = (share * outside.sum(1).double() if of_missed else torch.full((num_layers,), share * num_experts))
-    take = torch.minimum(torch.round(wanted).long(), outside.sum(1))                             # [L]
+    wanted = share * num_outside.double() if of_missed else torch.full((num_layers,), share * num_experts)
+    take = torch.minimum(torch.round(wanted).long(), num_outside)                                # [L]
     chosen = torch.arange(num_experts)[None, :] < take[:, None]                                  # [L, E] by rank
     layers = torch.nonzero(chosen)[:, 0]
     return list(zip(layers.tolist(), order[chosen].tolist()))
