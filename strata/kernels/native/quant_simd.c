@@ -121,6 +121,12 @@ INLINE void block32_row(const uint8_t *w, const int type, const acts_t *x, int64
             const __m256i xq = load32(x->q + (t0 + t) * k + b * QK);
             p[t] = dot_u8s8(q_abs, is_signed ? _mm256_sign_epi8(xq, q) : xq);
         }
+        if (nt == 1) {  /* lanes 0 and 4 as hsum4_epi32 leaves them, by two shuffles and adds for its three hadds */
+            const __m256i pairs = _mm256_add_epi32(p[0], _mm256_shuffle_epi32(p[0], 0xB1));
+            const __m256i sums = _mm256_add_epi32(pairs, _mm256_shuffle_epi32(pairs, 0x4E));
+            acc[0] = _mm256_fmadd_ps(_mm256_set1_ps(d * xd[b * MAX_T]), _mm256_cvtepi32_ps(sums), acc[0]);
+            continue;
+        }
         for (int g = 0; g < (nt + 3) / 4; g++) {
             const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_broadcast_ps((const __m128 *)(xd + b * MAX_T + 4 * g)));
             const __m256i sums = hsum4_epi32(p[4 * g], p[4 * g + 1], p[4 * g + 2], p[4 * g + 3]);
