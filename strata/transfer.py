@@ -44,6 +44,8 @@ class RowsToHost:
         self.copied: torch.cuda.Event | None = None  # recorded after the last copy still unsettled
 
     def queue(self, src: dict, src_ids: list[int], dst: dict, dst_ids: list[int]) -> None:
+        if not src:  # no such cache here (a pipeline stage without attention, or without recurrent, layers)
+            return
         rows_to_host(src, src_ids, dst, dst_ids)
         if next(iter(src.values()))[0].is_cuda:
             self.copied = torch.cuda.Event()

@@ -105,7 +105,7 @@ class HostParkPool:
 
     def __init__(self, kv_pool: KVPool, checkpoints: CheckpointPool, num_block_rows: int,
                  num_checkpoint_rows: int) -> None:
-        pin = any(k.is_cuda for k, _ in kv_pool.caches.values())
+        pin = any(k.is_cuda for k, _ in (*kv_pool.caches.values(), *checkpoints.caches.values()))
 
         def host_like(t: torch.Tensor, rows: int) -> torch.Tensor:
             return torch.zeros(rows, *t.shape[1:], dtype=t.dtype, pin_memory=pin)

@@ -18,7 +18,6 @@ from strata.engine import pipeline_workers
 from strata.engine.memory_plan import CacheSizes, MemoryPlan
 from strata.experts.manager import ExpertManager, install_experts
 from strata.experts.placement import tokens_for_expert_budget
-from strata.model.decoder import CausalLM
 from strata.model.packed import set_cpu_matmul
 from strata.model.registry import model_class
 from strata.runner.memory import meta_model
@@ -178,9 +177,6 @@ def _pipeline_stage(config: EngineConfig, cfg: ModelConfig, device: str, stage_r
     ranges = pipeline.layer_ranges(cfg.num_hidden_layers, world)
     if shared is not None:
         raise ValueError("a split engine (--pipeline-parallel-size) cannot share another engine's model")
-    if model_class(cfg).forward is not CausalLM.forward:
-        raise ValueError(f"--pipeline-parallel-size: {cfg.architecture} runs its own layer loop (hyper-connections); "
-                         f"splitting it is not supported yet")
     sharing = pipeline.shares_devices(device, world)
     if sharing and os.environ.get("STRATA_PIPELINE_SHARE_GPUS") != "1":
         raise ValueError(f"--pipeline-parallel-size {world} needs {world} GPUs; this machine has "

@@ -77,14 +77,15 @@ class DecoderLayer(nn.Module):
 _OWNED_LAYERS: contextvars.ContextVar[range | None] = contextvars.ContextVar("owned_layers", default=None)
 
 
-_LAST_STAGE_PARTS = ("model.norm.", "lm_head.", "mtp.")
+_LAST_STAGE_PARTS = ("model.norm.", "model.hyper_connection_mixer.", "lm_head.", "mtp.")
 
 
 def outside_stage(name: str, owned: range | None, cfg: ModelConfig) -> bool:
     """Whether checkpoint or parameter `name` belongs to another pipeline stage than the one of layers `owned`
     (None: no split, every part is this process's). The parts outside decoder layers go where they run: the
     embeddings to the first stage, and to the last too where it needs them (the MTP head embeds its drafts'
-    tokens; a tied LM head is the embedding); the final norm, LM head and MTP head to the last stage."""
+    tokens; a tied LM head is the embedding); the final norm (Qwen4-Exp: stream mixer), LM head and MTP head to
+    the last stage."""
     if owned is None:
         return False
     name = text_model_name(name)
@@ -140,6 +141,8 @@ class CausalLM(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.config = cfg
+        # a pipeline stage's layers (owning_layers when built; None: every layer): what its loads fill
+        self.owned_layers = _OWNED_LAYERS.get()
         self.model = self.build_body(cfg)
         self.lm_head = build_part("lm_head.", cfg, lambda: nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False))
         if cfg.tie_word_embeddings:
@@ -180,7 +183,7 @@ class CausalLM(nn.Module):
         if stage.is_first:
             hidden, residual = self.model.embed_tokens(input_ids), None
         else:
-            hidden, residual = stage.take_over(input_ids.shape[0], self.config.hidden_size,
+            hidden, residual = stage.take_over(2, input_ids.shape[0], self.config.hidden_size,
                                                self.model.norm.weight.dtype, input_ids.device)
         for layer in self.model.layers[stage.first_layer:stage.end_layer]:
             hidden, residual = layer(hidden, ctx, residual)
@@ -217,8 +220,8 @@ class CausalLM(nn.Module):
                 or self._other_stages_layer(name))
 
     def _other_stages_layer(self, name: str) -> bool:
-        """A tensor of a part another pipeline stage holds, while a stage loads (see owning_layers)."""
-        return outside_stage(name, _OWNED_LAYERS.get(), self.config)
+        """A tensor of a part another pipeline stage holds (see owning_layers): a stage's load skips it."""
+        return outside_stage(name, self.owned_layers, self.config)
 
     def checkpoint_targets(self, name: str, tensor: torch.Tensor) -> list[tuple[str, tuple, torch.Tensor]]:
         """Map one checkpoint tensor to (parameter name, index into that parameter, values)."""

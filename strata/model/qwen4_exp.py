@@ -18,7 +18,7 @@ from torch import nn
 from strata.config import ModelConfig
 from strata.model.attention import BATCHED_MAX_QUERY_LEN, Attention
 from strata.model.context import ForwardContext
-from strata.model.decoder import CausalLM, WeightLoadError, text_model_name
+from strata.model.decoder import CausalLM, WeightLoadError, build_part, text_model_name
 from strata.model.gated_delta_net import GatedDeltaNet
 from strata.model.hyper import GroupRMSNorm, HyperConnection, inject
 from strata.model.linear import Linear
@@ -67,11 +67,16 @@ class Qwen4ExpLayer(nn.Module):
 
 
 class Qwen4ExpBody(nn.Module):
+    """`model.*`: embedding, layers and the final stream mixer (each a pipeline stage's part or its shapes)."""
+
     def __init__(self, cfg: ModelConfig, build_layer) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(build_layer(i) for i in range(cfg.num_hidden_layers))
-        self.hyper_connection_mixer = HyperConnection(cfg, inject=False)
+        self.embed_tokens = build_part("model.embed_tokens.", cfg,
+                                       lambda: nn.Embedding(cfg.vocab_size, cfg.hidden_size))
+        self.layers = nn.ModuleList(build_part(f"model.layers.{i}.", cfg, lambda i=i: build_layer(i))
+                                    for i in range(cfg.num_hidden_layers))
+        self.hyper_connection_mixer = build_part("model.hyper_connection_mixer.", cfg,
+                                                 lambda: HyperConnection(cfg, inject=False))
 
 
 class Qwen4ExpMTP(nn.Module):
@@ -104,7 +109,7 @@ class Qwen4ExpForCausalLM(CausalLM):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__(cfg)
-        self.mtp = Qwen4ExpMTP(cfg) if cfg.num_mtp_layers > 0 else None
+        self.mtp = build_part("mtp.", cfg, lambda: Qwen4ExpMTP(cfg)) if cfg.num_mtp_layers > 0 else None
 
     @property
     def has_mtp(self) -> bool:
@@ -131,10 +136,22 @@ class Qwen4ExpForCausalLM(CausalLM):
 
     def forward(self, input_ids: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         """input_ids [T] -> the last layer's streams [T, hc * D] (what the MTP head reads; `compute_logits`
-        mixes them for the LM head)."""
-        streams = self.model.embed_tokens(input_ids).repeat(1, self.config.hc_count)       # [T, hc * D]
-        for layer in self.model.layers:
+        mixes them for the LM head). A pipeline stage runs its own layers between the streams the previous
+        stage passes on and those it passes to the next (runner/pipeline.py); only the last one's are the
+        model's output (every stage has the step's token ids: PLE layers read them where they run)."""
+        stage, layers = self.stage, self.model.layers
+        if stage is None or stage.is_first:
+            streams = self.model.embed_tokens(input_ids).repeat(1, self.config.hc_count)   # [T, hc * D]
+        else:
+            dim = self.config.hc_count * self.config.hidden_size
+            dtype = self.model.hyper_connection_mixer.hc_norm.weight.dtype  # (shapes only on this stage)
+            streams, = stage.take_over(1, input_ids.shape[0], dim, dtype, input_ids.device)
+        if stage is not None:
+            layers = layers[stage.first_layer:stage.end_layer]
+        for layer in layers:
             streams = layer(streams, ctx, input_ids)
+        if stage is not None and not stage.is_last:
+            stage.pass_on(streams)
         return streams
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -168,7 +185,7 @@ class Qwen4ExpForCausalLM(CausalLM):
         return {index_cache_key(i): cfg.indexer_head_dim for i in cfg.full_attention_layers} if cfg.indexer_n_heads else {}
 
     def is_ignored_weight(self, name: str) -> bool:
-        if _DERIVED_BUFFER.search(name) or _DRAFT_INDEXER.match(name):
+        if _DERIVED_BUFFER.search(name) or _DRAFT_INDEXER.match(name) or self._other_stages_layer(name):
             return True
         if self.has_mtp and name.startswith("mtp."):  # `mtp.*` load into self.mtp under their own names
             return super().is_ignored_weight(name.removeprefix("mtp."))

@@ -108,8 +108,9 @@ class ModelRunner:
                   and graph_safe(model, dtype))
         check_kv_dtype(kv_dtype or dtype, device)
         # with graphs, one extra KV block and state row take the padding rows' writes
+        index_keys = {key: width for key, width in model.index_key_layers().items() if stage is None or stage.owns(key)}
         self.kv_pool = KVPool(kv_layers, num_blocks + int(graphs), block_size, cfg.num_key_value_heads, cfg.head_dim,
-                              dtype, device, model.index_key_layers(), kv_dtype)
+                              dtype, device, index_keys, kv_dtype)
         self.state_pool = StatePool(state_shapes, max_num_seqs + int(graphs), dtype, device)
         self.host_kv = HostKVTiers(self.kv_pool, num_host_kv_blocks) if num_host_kv_blocks else None
         self.kv_staging = None

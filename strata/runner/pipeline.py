@@ -5,7 +5,8 @@ every stage for the layers it owns: KV blocks, recurrent states, checkpoints, pa
 and preemption. Each stage builds and loads only its own layers (decoder.owning_layers; the embedding, final
 norm and LM head on every stage). Stage 0 is the engine's own process: its runner hands each plan to the
 others before it runs it (`share_plan`); the others' processes are engine/pipeline_workers.py. Inside a
-forward only activations cross (hidden and residual at each split point, `pass_on` / `take_over`). The last
+forward only activations cross (hidden and residual at each split point, or Qwen4-Exp's residual
+streams: `pass_on` / `take_over`). The last
 stage owns the final norm, the LM head and the MTP head: it samples, verifies and proposes drafts, and shares
 the step's outcome with every stage (`share_outcome`), so each rolls its own recurrent layers back to the
 accepted prefix and stage 0 commits the tokens.
@@ -69,8 +70,11 @@ class Stage:
     def is_last(self) -> bool:
         return self.rank == self.world - 1
 
-    def owns(self, layer: int) -> bool:
-        """Whether this stage keeps `layer`'s caches (the MTP layer, numbered num_layers, is the last stage's)."""
+    def owns(self, layer: int | tuple[str, int]) -> bool:
+        """Whether this stage keeps `layer`'s caches (the MTP layer, numbered num_layers, is the last stage's);
+        `layer` may be a cache key naming one (("ple", i), ("index", i): Qwen4-Exp's per-layer extras)."""
+        if isinstance(layer, tuple):
+            layer = layer[1]
         return self.first_layer <= layer < self.end_layer or (layer >= self.num_layers and self.is_last)
 
     # ---- sends never wait: a stage goes on with the next group while its last output travels ----------
@@ -105,17 +109,17 @@ class Stage:
 
     # ---- activations --------------------------------------------------------------------------------
 
-    def pass_on(self, hidden: torch.Tensor, residual: torch.Tensor) -> None:
-        """hidden [T, D] and residual [T, D] at this stage's end -> the next stage (one message)."""
-        both = torch.stack([hidden, residual])                                    # [2, T, D]
-        self._send([both.cpu() if self.host_activations else both], self.rank + 1)
+    def pass_on(self, *activations: torch.Tensor) -> None:
+        """The activations [T, W] at this stage's end (hidden and residual [T, D]; Qwen4-Exp's streams
+        [T, hc * D]) -> the next stage (one message)."""
+        stacked = torch.stack(activations)                                        # [A, T, W]
+        self._send([stacked.cpu() if self.host_activations else stacked], self.rank + 1)
 
-    def take_over(self, num_tokens: int, dim: int, dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
-        """The previous stage's hidden [T, D] and residual [T, D]."""
-        both = torch.empty(2, num_tokens, dim, dtype=dtype, device="cpu" if self.host_activations else device)
-        dist.recv(both, self.rank - 1)
-        both = both.to(device)                                                     # [2, T, D]
-        return both[0], both[1]
+    def take_over(self, count: int, num_tokens: int, width: int, dtype: torch.dtype, device) -> list[torch.Tensor]:
+        """The previous stage's `count` activations [T, W] (what its pass_on sent)."""
+        stacked = torch.empty(count, num_tokens, width, dtype=dtype, device="cpu" if self.host_activations else device)
+        dist.recv(stacked, self.rank - 1)
+        return list(stacked.to(device).unbind(0))                                 # A x [T, W]
 
     # ---- plans and outcomes ----------------------------------------------------------------------------
 

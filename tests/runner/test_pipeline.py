@@ -18,7 +18,7 @@ from strata.types import Request, SamplingParams
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen3_next+mtp"])
+@pytest.mark.parametrize("family", ["llama", "qwen3_next+mtp", "qwen4_exp+mtp"])
 def test_the_last_stage_holds_the_head_and_its_own_layers(family, tiny_model_dir):
     """The last stage's process: its layers, the final norm, the LM head and the MTP head get weights; the
     earlier layers stay shapes on the meta device; the embedding only where the MTP head embeds its drafts or
@@ -31,14 +31,17 @@ def test_the_last_stage_holds_the_head_and_its_own_layers(family, tiny_model_dir
     first, end = layer_ranges(cfg.num_hidden_layers, 2)[1]
     model = build_model(source, "cpu", "float32", quiet=True, owned_layers=range(first, end))
     assert all(p.is_meta == (i < first) for i, layer in enumerate(model.model.layers) for p in layer.parameters())
-    assert not (on_meta(model.model.norm) or on_meta(model.lm_head))
+    final = model.model.hyper_connection_mixer if family.startswith("qwen4_exp") else model.model.norm
+    assert not (on_meta(final) or on_meta(model.lm_head))
     assert on_meta(model.model.embed_tokens) == (cfg.num_mtp_layers == 0 and not cfg.tie_word_embeddings)
     assert cfg.num_mtp_layers == 0 or not on_meta(model.mtp)
 
 
 def on_meta(module: torch.nn.Module) -> bool:
-    """Whether a module is shapes only (a packed GGUF weight, real, has no parameters)."""
-    return any(p.is_meta for p in module.parameters())
+    """Whether a module is shapes only: none of its tensors holds memory (parameters, and buffers: a packed GGUF
+    weight keeps its blocks in buffers)."""
+    tensors = [*module.parameters(), *module.buffers()]
+    return bool(tensors) and all(t.is_meta for t in tensors)
 
 
 def prompts(lengths) -> list[list[int]]:
@@ -59,12 +62,16 @@ def run(folder: str, stages: int, spec: dict | None, batch: list[list[int]], num
     if stages > 1:  # this process keeps the caches of its own layers only
         owned = range(stage.first_layer, stage.end_layer)
         assert stage.end_layer < core.model_config.num_hidden_layers
-        assert all(layer in owned for layer in [*core.runner.kv_pool.caches, *core.runner.state_pool.caches])
+        # (cache keys name a layer, or a layer's extra: Qwen4-Exp's ("ple", i), ("index", i))
+        keys = [*core.runner.kv_pool.caches, *core.runner.state_pool.caches]
+        assert all((key[1] if isinstance(key, tuple) else key) in owned for key in keys)
         model = core.loaded.model
         layers = model.model.layers  # and the weights of its own layers only
-        assert all(p.is_meta == (i not in owned) for i, layer in enumerate(layers) for p in layer.parameters())
-        # the first stage embeds; the final norm, LM head (but a tied one, the embedding) and MTP head are the last's
-        assert not on_meta(model.model.embed_tokens) and on_meta(model.model.norm)
+        assert all(on_meta(layer) == (i not in owned) for i, layer in enumerate(layers))
+        # the first stage embeds; the final norm (Qwen4-Exp: stream mixer), LM head (but a tied one, the embedding)
+        # and MTP head are the last's
+        final = getattr(model.model, "hyper_connection_mixer", None) or model.model.norm
+        assert not on_meta(model.model.embed_tokens) and on_meta(final)
         assert on_meta(model.lm_head) != core.model_config.tie_word_embeddings
         assert getattr(model, "mtp", None) is None or on_meta(model.mtp)
     try:
@@ -101,7 +108,8 @@ def test_layer_ranges_split_evenly_earlier_stages_first():
     ("llama", None),
     ("llama", {"method": "suffix", "num_speculative_tokens": 3, "adaptive": False}),
     ("qwen3_next+mtp", {"method": "mtp", "num_speculative_tokens": 3, "adaptive": False}),
-], ids=["llama", "llama-suffix", "qwen3_next-mtp"])
+    ("qwen4_exp+mtp", {"method": "mtp", "num_speculative_tokens": 3, "adaptive": False}),
+], ids=["llama", "llama-suffix", "qwen3_next-mtp", "qwen4_exp-mtp"])
 def test_two_stages_give_one_process_tokens(family, spec, tiny_model_dir):
     """Four staggered requests, a shared prefix among them (the last repeats the first prompt and extends it),
     too few KV blocks for all of them at once and a conversation cache in host RAM: preemptions, parked and
@@ -115,7 +123,7 @@ def test_two_stages_give_one_process_tokens(family, spec, tiny_model_dir):
     assert two == one
     # evicted blocks parked in host RAM and copied back (and a hybrid's checkpoints), on both stages alike
     assert cache_two == cache_one and cache_one["blocks_restored"] > 0
-    assert (cache_one["checkpoints_saved"] > 0) == family.startswith("qwen3_next")
+    assert (cache_one["checkpoints_saved"] > 0) == family.startswith(("qwen3_next", "qwen4_exp"))
     assert preempted_two == preempted_one > 0
     assert cached_two == cached_one > 0            # the repeated prefix was reused, on both stages
     # fixed draft lengths (adaptive ones follow measured step times): the same steps, split or not
@@ -127,7 +135,8 @@ def test_two_stages_give_one_process_tokens(family, spec, tiny_model_dir):
     ("llama", None),
     ("qwen3_next+mtp", {"method": "mtp", "num_speculative_tokens": 3, "adaptive": False}),
     ("qwen3_next+mtp", {"method": "suffix", "num_speculative_tokens": 3, "adaptive": False}),
-], ids=["llama", "qwen3_next-mtp", "qwen3_next-suffix"])
+    ("qwen4_exp+mtp", {"method": "mtp", "num_speculative_tokens": 3, "adaptive": False}),
+], ids=["llama", "qwen3_next-mtp", "qwen3_next-suffix", "qwen4_exp-mtp"])
 def test_batch_groups_in_flight_give_one_process_tokens(family, spec, tiny_model_dir):
     """Two groups of slots in flight at once over two stages (stage 0 runs one group's step while the last
     stage runs the other's): each request's greedy tokens are still the one-process ones, with preemption
@@ -191,6 +200,28 @@ def test_two_stages_on_packed_weights_give_one_process_tokens(packed_gguf):
     batch = prompts([23, 11, 40])
     assert run(packed_gguf, 2, None, batch, num_blocks=40, groups=2)[0] == run(packed_gguf, 1, None, batch,
                                                                                num_blocks=40)[0]
+
+
+QWEN4EXP = ("random:qwen4exp-125b?num_hidden_layers=4&hidden_size=256&moe_intermediate_size=256"
+            "&shared_expert_intermediate_size=256&num_experts=4&num_experts_per_tok=2&vocab_size=512"
+            "&num_attention_heads=2&num_key_value_heads=1&head_dim=128&linear_num_key_heads=2"
+            "&linear_num_value_heads=4&linear_key_head_dim=64&linear_value_head_dim=64&max_position_embeddings=256"
+            "&hc_lowrank=32&indexer_head_dim=128&indexer_budget=8&ngram_vocab_size_base=300")
+
+
+def test_two_stages_of_a_packed_qwen4_exp_file_give_one_process_tokens(tmp_path):
+    """The seed's model from its GGUF at Q4_K_M, split by layer: the PLE layer (its n-gram table read from the
+    file's blocks) on the first stage, QSA past its 8-token budget, the stream mixer (`output_hc_*`) and the MTP
+    head (`nextn`) on the last; the residual streams cross between them. MTP drafts, batch groups in flight."""
+    from strata.weights.gguf_export import export_gguf
+
+    path = str(tmp_path / "qwen4exp-q4_k_m.gguf")
+    export_gguf(QWEN4EXP, path, "q4_k_m", seed=3)
+    spec = {"method": "mtp", "num_speculative_tokens": 2, "adaptive": False}
+    batch = prompts([23, 11, 30])
+    one = run(path, 1, spec, batch, num_blocks=40)
+    two = run(path, 2, spec, batch, num_blocks=40, groups=2)
+    assert two[0] == one[0] and one[2] > 0 and two[4] == 40
 
 
 @pytest.mark.gpu
