@@ -18,6 +18,7 @@ from strata.config import EngineConfig, ModelConfig
 from strata.engine.build import LoadedModel, build_engine
 from strata.engine.detokenizer import TextStream
 from strata.runner.model_runner import RestoreFailed
+from strata.runner.pipeline import SplitBroken
 from strata.scheduler.scheduler import Commit
 from strata.scheduler.stats import StepTimes
 from strata.types import FinishReason, Request, StructuredOutputs, TokenDelta
@@ -289,6 +290,11 @@ class EngineCore:
                           num_cached_tokens=state.num_cached_tokens)
 
     def _fail_step(self, plan, error: Exception) -> list[TokenDelta]:
+        if self.runner.stage is not None:  # the split's other stages may be stuck inside this step
+            self.runner.stage.broken = True
+            raise SplitBroken(f"step {plan.step_id} failed on pipeline stage {self.runner.stage.rank} "
+                              f"({type(error).__name__}: {error}); the stages are out of step, so the split "
+                              f"engine stops") from error
         self.scheduler.forget_checkpoint_saves(plan)
         self.scheduler.land(plan)
         slot_ids = {w.slot_id for w in plan.scheduled}

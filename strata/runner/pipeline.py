@@ -42,6 +42,12 @@ def layer_ranges(num_layers: int, world: int) -> list[tuple[int, int]]:
     return [(end - base - (1 if r < extra else 0), end) for r, end in enumerate(ends)]
 
 
+class SplitBroken(RuntimeError):
+    """A step failed on a pipeline stage: the other stages may be inside that step, waiting for activations or
+    an outcome that will not come, and nothing brings them back in step, so the split engine stops (a server
+    starts a new one and hands it the requests that had no output yet)."""
+
+
 _PLAN, _OUTCOME = 1, 2  # message tags on the control group
 _HEAD = 4096  # bytes of an object's first message
 
@@ -56,6 +62,7 @@ class Stage:
     workers: list = field(default_factory=list)  # stage 0: the other stages' processes
     control: object = None  # the gloo group plans and outcomes travel on (join_group)
     host_activations: bool = False  # activations cross through host memory (stages sharing a GPU: gloo)
+    broken: bool = False  # a step failed here (SplitBroken): the others may never read another message
     _sends: list = field(default_factory=list)  # (work, tensors it reads) of sends not yet known complete
 
     def __post_init__(self) -> None:
@@ -142,17 +149,25 @@ class Stage:
         return self._recv_object(self.world - 1, _OUTCOME)
 
     def close(self, timeout: float = 30.0) -> None:
-        """Stage 0: stop every other stage and leave the group (once)."""
+        """Stage 0: stop every other stage and leave the group (once). A stage still inside a step that failed
+        here (SplitBroken) never reads the stop: its process is killed (after a second when this stage knows the
+        split is broken, else after `timeout`)."""
         if not dist.is_initialized():
             return
+        timeout = 1.0 if self.broken else timeout
         self.share_plan(None)
         for work, _ in self._sends:
-            work.wait()
+            try:
+                work.wait(datetime.timedelta(seconds=timeout))
+            except RuntimeError:  # not read in time: that stage is stuck in a broken step
+                timeout = 0.0
+                break
         for worker in self.workers:
             try:
                 worker.wait(timeout)
             except Exception:  # subprocess.TimeoutExpired: it did not leave in time
                 worker.kill()
+                worker.wait()
         dist.destroy_process_group()
 
     def agree(self, values: list[int]) -> list[int]:

@@ -6,6 +6,7 @@ both stages; the other stage stops when the engine closes; bad sizes are refused
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 import torch
@@ -94,6 +95,40 @@ def run(folder: str, stages: int, spec: dict | None, batch: list[list[int]], num
         if stages > 1:
             for worker in stage.workers:
                 assert worker.poll() == 0  # the other stage left when the engine closed
+
+
+def test_a_step_failing_on_a_stage_stops_the_split_and_closes_it(tiny_model_dir, monkeypatch):
+    """Stage 0 fails in the middle of a step (after its layers, before it passes their activations on), so stage 1
+    waits inside that step for good: the engine says so (SplitBroken, naming the step and the error) rather than
+    serve from stages out of step, and closing it does not wait for the stuck stage: its process is stopped."""
+    from strata.runner.pipeline import SplitBroken, Stage
+
+    calls = []
+
+    def pass_on_then_fail(self, *activations):
+        calls.append(len(calls))
+        if len(calls) == 3:
+            raise RuntimeError("injected failure")
+        return original(self, *activations)
+
+    original = Stage.pass_on
+    monkeypatch.setattr(Stage, "pass_on", pass_on_then_fail)
+    config = EngineConfig(
+        model=tiny_model_dir("llama"), runner=RunnerConfig(device="cpu", dtype="float32", pipeline_parallel_size=2),
+        scheduler=SchedulerConfig(max_num_seqs=2, max_num_batched_tokens=64, max_model_len=128),
+        cache=CacheConfig(block_size=4, num_gpu_blocks=40))
+    core = EngineCore(config, quiet=True)
+    workers = core.runner.stage.workers
+    try:
+        core.add_request(Request("0", prompts([12])[0], GREEDY))
+        with pytest.raises(SplitBroken, match=r"step \d+ failed on pipeline stage 0 \(RuntimeError: injected failure\)"):
+            for _ in range(10):
+                core.step()
+    finally:
+        started = time.monotonic()
+        core.close()
+    assert time.monotonic() - started < 15
+    assert all(worker.poll() is not None for worker in workers)
 
 
 def test_layer_ranges_split_evenly_earlier_stages_first():
