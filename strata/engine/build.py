@@ -82,7 +82,8 @@ def available_cores() -> int:
 def set_torch_threads(requested: int, processes: int = 1) -> int:
     """Set torch's intra-op thread count for this process and return it. 0 (auto): one core is left to
     the server's event loop, the OS and whatever else runs, and the rest are divided among the `processes`
-    that compute on this machine's CPU at once (a pipeline split's stages on the CPU); torch's own default
+    that compute on this machine's CPU at once (a pipeline split's stages; on GPUs, their CPU expert pools, which
+    take torch's thread count unless --cpu-threads sets theirs); torch's own default
     (physical cores, or OMP_NUM_THREADS) stays the ceiling. Idle OpenMP threads spin-wait, so a team as
     large as the machine stalls whenever another process takes one core: measured in
     bench/results/2026-12-01-cpu-threads."""
@@ -99,9 +100,9 @@ def build_engine(config: EngineConfig, quiet: bool = False, shared: LoadedModel 
     engine's own process (None) starts the other stages when --pipeline-parallel-size is above 1."""
     device = resolve_device(config.runner.device)
     if shared is None:  # a second engine beside a shared model runs in the same process: set once
-        # a split on the CPU: its stages' processes divide the cores
-        cpu_split = config.runner.pipeline_parallel_size if device == "cpu" else 1
-        threads = set_torch_threads(config.runner.torch_threads, cpu_split)
+        # a split: its stages' processes divide the cores (on GPUs, for their CPU expert pools: with batch
+        # groups every stage computes at once, and pools as large as the machine would spin against each other)
+        threads = set_torch_threads(config.runner.torch_threads, config.runner.pipeline_parallel_size)
         if not quiet:
             print(f"torch CPU threads: {threads} ({available_cores()} cores available)", file=sys.stderr)
     dtype = resolve_dtype(config.runner.dtype, device)

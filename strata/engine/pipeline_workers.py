@@ -46,6 +46,8 @@ def _worker_main(config_path: str, rank: int, world: int, port: int) -> None:
     try:
         parts = build_engine(config, quiet=True, stage_rank=rank)
         parts.runner.follow()
+        if parts.loaded.experts is not None:  # its layers' rows of the routing profile (stage 0 saves its own)
+            parts.loaded.experts.close()
         status = 0
     except Exception:  # stage 0 sees its peer gone at its next collective
         if os.getppid() != parent:  # the engine's process ended without closing the split: nothing failed here

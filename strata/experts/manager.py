@@ -40,14 +40,20 @@ def install_experts(model: nn.Module, config: ExpertConfig, device: str, quiet: 
     """The model's ExpertManager, which places its experts (None for a model without MoE layers); the
     engine builder hands it to whoever needs it."""
     # (not another pipeline stage's layers, which are shapes on the meta device here)
-    blocks = [m for m in model.modules() if isinstance(m, MoEBlock) and not m.gate.weight.is_meta]
-    return ExpertManager(model, blocks, config, device, quiet) if blocks else None
+    every = [m for m in model.modules() if isinstance(m, MoEBlock)]
+    ids = [i for i, m in enumerate(every) if not m.gate.weight.is_meta]
+    blocks = [every[i] for i in ids]
+    return ExpertManager(model, blocks, config, device, quiet, (ids, len(every))) if blocks else None
 
 
 class ExpertManager:
     def __init__(self, model: nn.Module, blocks: list[MoEBlock], config: ExpertConfig, device: str,
-                 quiet: bool) -> None:
+                 quiet: bool, model_layers: tuple[list[int], int] | None = None) -> None:
+        """`blocks`: the MoE layers this process runs; `model_layers`: (their indices among, the number of) the
+        model's MoE layers (None: they are all of them; a pipeline stage runs its own): a routing profile holds
+        the model's rows, of which a stage reads and writes its own."""
         self.config, self.blocks = config, blocks
+        self.layer_ids, self.num_model_layers = model_layers or (list(range(len(blocks))), len(blocks))
         self.architecture = model.config.architecture
         self.num_layers, self.num_experts = len(blocks), model.config.num_experts
         self.top_k = model.config.num_experts_per_tok
@@ -75,7 +81,7 @@ class ExpertManager:
         path = self.config.expert_profile
         if not path or not os.path.exists(path):
             return None
-        return load_profile(path, self.num_layers, self.num_experts)
+        return load_profile(path, self.num_model_layers, self.num_experts)[self.layer_ids]
 
     def _offload(self, device: str) -> None:
         pin = torch.cuda.is_available()
@@ -276,7 +282,9 @@ class ExpertManager:
         path = path or self.config.expert_profile
         if path:
             steps = int(self.stats.num_steps.item())
-            save_profile(path, self.profile_counts_now(), self.architecture, steps)
+            whole = len(self.layer_ids) == self.num_model_layers
+            save_profile(path, self.profile_counts_now(), self.architecture, steps,
+                         *((None, None) if whole else (self.layer_ids, self.num_model_layers)))
         return path
 
     def close(self) -> None:

@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from strata.config import CacheConfig, EngineConfig, RunnerConfig, SchedulerConfig, SpecConfig
+from strata.config import CacheConfig, EngineConfig, ExpertConfig, RunnerConfig, SchedulerConfig, SpecConfig
 from strata.engine.core import EngineCore
 from strata.runner.pipeline import layer_ranges
 from strata.types import Request, SamplingParams
@@ -50,14 +50,15 @@ def prompts(lengths) -> list[list[int]]:
 
 
 def run(folder: str, stages: int, spec: dict | None, batch: list[list[int]], num_blocks: int = 0, groups: int = 1,
-        device: str = "cpu", dtype: str = "float32"):
-    """Request i arrives at step i; -> (each request's tokens, the engine's cached prompt tokens, free blocks)."""
+        device: str = "cpu", dtype: str = "float32", experts: dict | None = None):
+    """Request i arrives at step i; -> (each request's tokens, the engine's cached prompt tokens, free blocks).
+    `experts`: ExpertConfig fields (where the routed experts live)."""
     config = EngineConfig(
         model=folder, runner=RunnerConfig(device=device, dtype=dtype, pipeline_parallel_size=stages,
                                           batch_groups=groups, cuda_graphs=False),
         scheduler=SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64, max_model_len=128),
         cache=CacheConfig(block_size=4, num_gpu_blocks=num_blocks, conversation_cache_mib=4),
-        speculative=SpecConfig.from_json(spec))
+        speculative=SpecConfig.from_json(spec), experts=ExpertConfig(**(experts or {})))
     core = EngineCore(config, quiet=True)
     stage = core.runner.stage
     if stages > 1:  # this process keeps the caches of its own layers only
@@ -185,6 +186,46 @@ def test_batch_groups_in_flight_give_one_process_tokens(family, spec, tiny_model
     assert grouped[0] == one[0]
     assert grouped[1] > 0 and grouped[3] > 0  # prefix reused; preempted for blocks
     assert grouped[4] == 40  # every block back
+
+
+def test_two_stages_with_offloaded_experts_give_one_process_tokens(tiny_model_dir):
+    """Half of each MoE layer's experts in device slots, the rest computed by the CPU pool, the hot set swapped
+    every 2 steps: each stage keeps the slots and learns the hot set of its own layers; the tokens are one
+    process's, with batch groups in flight."""
+    experts = {"expert_cache": "50%", "expert_swap_interval": 2}
+    batch = prompts([23, 11, 40, 17])
+    folder = tiny_model_dir("qwen3_moe")
+    one = run(folder, 1, None, batch, num_blocks=40, experts=experts)
+    two = run(folder, 2, None, batch, num_blocks=40, groups=2, experts=experts)
+    assert two[0] == one[0] and two[4] == 40
+
+
+def test_a_routing_profile_under_a_split_holds_every_moe_layer(tiny_model_dir, tmp_path):
+    """--expert-profile with two stages: each stage saves its own MoE layers' rows into the one file (the model's
+    shape, so one process loads it too), and a split started from it reads each stage's rows."""
+    from strata.experts.profile import load_profile
+
+    path = str(tmp_path / "profile.json")
+    folder = tiny_model_dir("qwen3_moe")  # 4 layers, the second dense: MoE layer 0 on stage 0, 1 and 2 on stage 1
+    config = EngineConfig(
+        model=folder, runner=RunnerConfig(device="cpu", dtype="float32", pipeline_parallel_size=2),
+        scheduler=SchedulerConfig(max_num_seqs=2, max_num_batched_tokens=64, max_model_len=128),
+        cache=CacheConfig(block_size=4, num_gpu_blocks=40),
+        experts=ExpertConfig(expert_cache="50%", expert_profile=path))
+    for started_from_profile in (False, True):
+        core = EngineCore(config, quiet=True)
+        experts = core.loaded.experts
+        assert (experts.layer_ids, experts.num_model_layers) == ([0], 3)
+        assert (experts.profile_counts is not None) == started_from_profile
+        try:
+            core.add_request(Request("0", prompts([12])[0], GREEDY))
+            while core.has_unfinished():
+                core.step()
+            experts.close()  # what the server's engine process does at shutdown: stage 0's rows
+        finally:
+            core.close()  # the other stage saves its rows as it leaves
+        counts = load_profile(path, 3, 8)  # every row routed to: (12 prompt + 23 decoded tokens) x top-2 each
+        assert counts.sum(1).tolist() == [70 * (1 + started_from_profile)] * 3
 
 
 def test_a_request_ended_while_its_group_runs_frees_its_slot_after_the_step(tiny_model_dir):
