@@ -306,7 +306,8 @@ def test_two_stages_of_a_packed_qwen4_exp_file_give_one_process_tokens(tmp_path)
     ("qwen3_next+mtp", {"method": "mtp", "num_speculative_tokens": 3, "adaptive": False}, "float32", 2),
     ("packed", None, "bfloat16", 1),
     ("packed", {"method": "suffix", "num_speculative_tokens": 3, "adaptive": False}, "bfloat16", 2),
-], ids=["llama", "qwen3_next-mtp", "packed-q4_k_m", "packed-q4_k_m-suffix-groups"])
+    ("qwen4_exp+mtp", {"method": "mtp", "num_speculative_tokens": 3, "adaptive": False}, "float32", 2),
+], ids=["llama", "qwen3_next-mtp", "packed-q4_k_m", "packed-q4_k_m-suffix-groups", "qwen4_exp-mtp"])
 def test_two_stages_sharing_one_gpu_give_one_process_tokens(family, spec, dtype, groups, tiny_model_dir, request,
                                                             monkeypatch):
     """The split on one card (STRATA_PIPELINE_SHARE_GPUS: two processes on cuda:0, activations through host
