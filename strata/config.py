@@ -470,8 +470,8 @@ class RunnerConfig:
 
     pipeline_parallel_size: int = _opt(
         1, "split the layers over this many processes, one per device (GPUs of one host; CPU processes over gloo "
-           "on a CPU): activations cross at the split points; steps run eagerly (no CUDA graphs, no overlapped "
-           "scheduling)")
+           "on a CPU): activations cross at the split points; each stage's CUDA graphs hold its own layers; no "
+           "overlapped scheduling")
     batch_groups: int = _opt(
         0, "with --pipeline-parallel-size: steps of this many groups of slots in flight at once, so group g runs "
            "on stage s while group g+1 runs on stage s-1 (each group gets max_num_seqs / N slots); 0: as many "

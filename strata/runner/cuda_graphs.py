@@ -39,6 +39,7 @@ their device ones (graph_inputs.py), so steps of long contexts replay too.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import logging
 import time
@@ -87,6 +88,7 @@ class CapturedStep:
     shift_graph: torch.cuda.CUDAGraph | None = None
     verify_tails: dict = field(default_factory=dict)
     verify_eager: set = field(default_factory=set)  # of those, the parts whose capture failed ("shift", a mode)
+    stage_outputs: list | None = None  # a pipeline stage's activations for the next stage (Stage.capturing_layers)
 
 
 @dataclass
@@ -119,6 +121,10 @@ class CudaGraphCache:
         assert (host_kv is not None) == inputs.host_tier, "graphs read a host KV tier iff their inputs carry one"
         self.host_kv = host_kv
         self.staging = staging  # graphs then read its ring; the runner replays only steps that fit it
+        # a pipeline stage's graphs hold its own layers; the activations cross around each replay
+        self.stage = getattr(model, "stage", None)
+        if self.stage is not None:
+            self.stage.graph_rows = inputs.max_tokens
         # verification windows of hybrid models record the recurrent state after every token: one set
         # of buffers for the largest layout, shared by every graph
         max_tokens = max_slots * max_tokens_per_slot
@@ -235,7 +241,11 @@ class CudaGraphCache:
         if self.staging is not None:
             self.staging.start()  # behind the inputs' uploads
         real = sum(w.num_new_tokens for w in scheduled)
+        if self.stage is not None:  # (a layout's real rows come first: its slots all bring n tokens)
+            self.stage.receive_for_graph(real)
         captured.graph.replay(real)
+        if self.stage is not None:
+            self.stage.send_from_graph(captured.stage_outputs, real)
         if self.staging is not None:
             self.staging.end()
         self.num_replays += 1
@@ -313,13 +323,13 @@ class CudaGraphCache:
                 ctx = dataclasses.replace(ctx, graph_variant=key[2])
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):  # warm-up: compiles kernels and sizes workspaces
+            with self._stage_layers(), torch.cuda.stream(stream):  # warm-up: compiles kernels, sizes workspaces
                 self._forward(num_slots, input_ids, ctx)
             torch.cuda.current_stream().wait_stream(stream)
             torch.cuda.synchronize()
             scratch.reset(keep_derived=True)
             host_plan = self.host_plan()
-            with SplitCapture(self.pool) as capture:
+            with self._stage_layers(), SplitCapture(self.pool) as capture:
                 hidden = self._forward(num_slots, input_ids, ctx)
             torch.cuda.synchronize()  # surfaces capture errors here, not in a later step
         except Exception:
@@ -330,7 +340,7 @@ class CudaGraphCache:
         head = self._capture_head(hidden) if n <= self.max_tokens_per_slot else None
         captured = CapturedStep(capture.result, hidden, dict(scratch.window_states),
                                 max(0, torch.cuda.memory_reserved() - reserved_before), host_plan, dict(scratch.derived),
-                                head)
+                                head, stage_outputs=self.stage.graph_outputs if self.stage is not None else None)
         self.graphs[key] = captured
         self.num_captures += 1
         return captured
@@ -395,6 +405,10 @@ class CudaGraphCache:
         "recording"), so later captures go to a new pool; the graphs of the old one keep it alive."""
         self.pool = None
         torch.cuda.synchronize()
+
+    def _stage_layers(self):
+        """A pipeline stage's capture and its warm-up: no message crosses (Stage.capturing_layers)."""
+        return self.stage.capturing_layers() if self.stage is not None else contextlib.nullcontext()
 
     def _forward(self, num_slots: int, input_ids: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
         self.inputs.derive_flags(num_slots)

@@ -88,8 +88,8 @@ class ModelRunner:
         with scales beside them for int8 KV). `num_host_kv_blocks`: the host tier of KV beyond VRAM
         (--kv-resident-tokens; 0: none). `kv_staging`: (ring layers, blocks an entry holds) of the host tier's
         staging ring (--kv-staging-layers; (0, 0): attention reads the tier itself). `stage`: this process's part
-        of a pipeline split (runner/pipeline.py; None: the whole model): caches for its own layers only, eager
-        steps, the plan shared by stage 0 and the step's outcome by the last stage."""
+        of a pipeline split (runner/pipeline.py; None: the whole model): caches and graphs for its own layers only,
+        the plan shared by stage 0 and the step's outcome by the last stage."""
         cfg = model.config
         options = options or RunnerConfig()
         spec = spec or SpecConfig()
@@ -104,8 +104,7 @@ class ModelRunner:
             kv_layers = [layer for layer in kv_layers if stage.owns(layer)]
             state_shapes = {layer: shape for layer, shape in state_shapes.items() if stage.owns(layer)}
         self.experts = experts  # the model's ExpertManager (None without MoE layers)
-        graphs = (options.cuda_graphs and str(device).startswith("cuda") and stage is None
-                  and graph_safe(model, dtype))
+        graphs = options.cuda_graphs and str(device).startswith("cuda") and graph_safe(model, dtype)
         check_kv_dtype(kv_dtype or dtype, device)
         # with graphs, one extra KV block and state row take the padding rows' writes
         index_keys = {key: width for key, width in model.index_key_layers().items() if stage is None or stage.owns(key)}
@@ -250,7 +249,7 @@ class ModelRunner:
                 if step is not None:
                     starts = [i * key[1] for i in range(len(plan.scheduled))]
                     return StepInputs(step.input_ids, step.ctx, starts, step.logits, key), step.hidden
-            elif feed is None:
+            elif feed is None and self.stage is None:  # (a split's step crosses each boundary in one message)
                 split = self._forward_split(plan)
                 if split is not None:
                     return split

@@ -18,12 +18,14 @@ outcome when stage 0 says it has (`share_plan`'s `finished_through`), so every s
 sequence of operations.
 
 torch.distributed carries it: gloo between CPU processes (the tests) and for plans and outcomes; NCCL for the
-activations between GPUs (not yet run on two GPUs). Not yet: CUDA graphs across a split (a split model runs
-eagerly), overlapped scheduling (off under a split).
+activations between GPUs (not yet run on two GPUs). CUDA graphs hold a stage's own layers: the messages go
+around each replay (`capturing_layers`), one per boundary as in an eager step. Not yet: overlapped scheduling (off
+under a split), several graph parts in one step (fresh prompts beside windows run eagerly under a split).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import pickle
 import socket
@@ -63,7 +65,11 @@ class Stage:
     control: object = None  # the gloo group plans and outcomes travel on (join_group)
     host_activations: bool = False  # activations cross through host memory (stages sharing a GPU: gloo)
     broken: bool = False  # a step failed here (SplitBroken): the others may never read another message
+    graph_rows: int = 0  # rows of the largest CUDA graph layout of this stage's layers (set by the graph cache)
+    graph_outputs: list | None = None  # the activations pass_on kept in the last graph capture (capturing_layers)
     _sends: list = field(default_factory=list)  # (work, tensors it reads) of sends not yet known complete
+    _in_graph: bool = False
+    _graph_inputs: torch.Tensor | None = None  # [A, graph_rows, W]: what replays of this stage's graphs read
 
     def __post_init__(self) -> None:
         if self.control is None:
@@ -118,15 +124,54 @@ class Stage:
 
     def pass_on(self, *activations: torch.Tensor) -> None:
         """The activations [T, W] at this stage's end (hidden and residual [T, D]; Qwen4-Exp's streams
-        [T, hc * D]) -> the next stage (one message)."""
+        [T, hc * D]) -> the next stage (one message). In a graph capture: kept for send_from_graph."""
+        if self._in_graph:
+            self.graph_outputs = list(activations)
+            return
         stacked = torch.stack(activations)                                        # [A, T, W]
         self._send([stacked.cpu() if self.host_activations else stacked], self.rank + 1)
 
     def take_over(self, count: int, num_tokens: int, width: int, dtype: torch.dtype, device) -> list[torch.Tensor]:
-        """The previous stage's `count` activations [T, W] (what its pass_on sent)."""
+        """The previous stage's `count` activations [T, W] (what its pass_on sent). In a graph capture: the rows
+        receive_for_graph fills before each replay."""
+        if self._in_graph:
+            if self._graph_inputs is None:  # zeros: a replay's padding rows past the real ones stay finite
+                self._graph_inputs = torch.zeros(count, self.graph_rows, width, dtype=dtype, device=device)
+            return list(self._graph_inputs[:, :num_tokens].unbind(0))
         stacked = torch.empty(count, num_tokens, width, dtype=dtype, device="cpu" if self.host_activations else device)
         dist.recv(stacked, self.rank - 1)
         return list(stacked.to(device).unbind(0))                                 # A x [T, W]
+
+    # ---- CUDA graphs of a stage's layers: the messages go around the replays, never inside ------------
+
+    @contextlib.contextmanager
+    def capturing_layers(self):
+        """While a graph of this stage's layers is warmed up and captured (on padding rows): take_over reads the
+        stage's graph input rows and pass_on keeps the activations, and no message goes either way; each replay
+        is then wrapped by receive_for_graph and send_from_graph. A step sends and receives one message per
+        stage boundary whether it replays or runs eagerly, so stages may differ in which steps they replay."""
+        self._in_graph, self.graph_outputs = True, None
+        try:
+            yield
+        finally:
+            self._in_graph = False
+
+    def receive_for_graph(self, num_rows: int) -> None:
+        """Before a replay (every stage but the first): the previous stage's activations of the step's real rows,
+        the first `num_rows` of the layout's, into the rows the graphs read."""
+        if self.is_first:
+            return
+        graph_inputs = self._graph_inputs                                          # [A, R, W]
+        received = self.take_over(graph_inputs.shape[0], num_rows, graph_inputs.shape[2], graph_inputs.dtype,
+                                  graph_inputs.device)
+        for rows, activation in zip(graph_inputs, received):
+            rows[:num_rows].copy_(activation)
+
+    def send_from_graph(self, outputs: list[torch.Tensor] | None, num_rows: int) -> None:
+        """After a replay (every stage but the last): the real rows of the activations its capture kept -> the
+        next stage."""
+        if not self.is_last:
+            self.pass_on(*(activation[:num_rows] for activation in outputs))
 
     # ---- plans and outcomes ----------------------------------------------------------------------------
 

@@ -50,12 +50,12 @@ def prompts(lengths) -> list[list[int]]:
 
 
 def run(folder: str, stages: int, spec: dict | None, batch: list[list[int]], num_blocks: int = 0, groups: int = 1,
-        device: str = "cpu", dtype: str = "float32", experts: dict | None = None):
+        device: str = "cpu", dtype: str = "float32", experts: dict | None = None, graphs: bool = False):
     """Request i arrives at step i; -> (each request's tokens, the engine's cached prompt tokens, free blocks).
     `experts`: ExpertConfig fields (where the routed experts live)."""
     config = EngineConfig(
         model=folder, runner=RunnerConfig(device=device, dtype=dtype, pipeline_parallel_size=stages,
-                                          batch_groups=groups, cuda_graphs=False),
+                                          batch_groups=groups, cuda_graphs=graphs),
         scheduler=SchedulerConfig(max_num_seqs=4, max_num_batched_tokens=64, max_model_len=128),
         cache=CacheConfig(block_size=4, num_gpu_blocks=num_blocks, conversation_cache_mib=4),
         speculative=SpecConfig.from_json(spec), experts=ExpertConfig(**(experts or {})))
@@ -89,6 +89,7 @@ def run(folder: str, stages: int, spec: dict | None, batch: list[list[int]], num
                     preempted += delta.metrics["num_preemptions"]
             run.overlapped += bool(core._groups)
             step += 1
+        run.replays = core.runner.graphs.num_replays if core.runner.graphs is not None else 0  # (this process's)
         return ([outputs[i] for i in range(len(batch))], cached, core.scheduler.stats.num_draft_tokens, preempted,
                 core.scheduler.allocator.num_free, core.scheduler.cache_stats.as_dict())
     finally:
@@ -122,7 +123,8 @@ def test_a_step_failing_on_a_stage_stops_the_split_and_closes_it(tiny_model_dir,
     workers = core.runner.stage.workers
     try:
         core.add_request(Request("0", prompts([12])[0], GREEDY))
-        with pytest.raises(SplitBroken, match=r"step \d+ failed on pipeline stage 0 \(RuntimeError: injected failure\)"):
+        failed = r"step \d+ failed on pipeline stage 0 \(RuntimeError: injected failure\)"
+        with pytest.raises(SplitBroken, match=failed):
             for _ in range(10):
                 core.step()
     finally:
@@ -324,6 +326,27 @@ def test_two_stages_sharing_one_gpu_give_one_process_tokens(family, spec, dtype,
         assert two[1:] == one[1:]
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("family, spec, groups", [
+    ("llama", None, 2),
+    ("qwen3_next+mtp", {"method": "mtp", "num_speculative_tokens": 3, "adaptive": False}, 1),
+    ("qwen4_exp+mtp", {"method": "mtp", "num_speculative_tokens": 3, "adaptive": False}, 2),
+    ("packed", {"method": "suffix", "num_speculative_tokens": 3, "adaptive": False}, 2),
+], ids=["llama-groups", "qwen3_next-mtp", "qwen4_exp-mtp-groups", "packed-q4_k_m-suffix-groups"])
+def test_two_stages_replaying_cuda_graphs_give_one_process_tokens(family, spec, groups, tiny_model_dir, request,
+                                                                  monkeypatch):
+    """Each stage captures graphs of its own layers (bf16) and the activations cross around every replay: the
+    tokens of one process with graphs, decode and verification windows replayed on the stages."""
+    monkeypatch.setenv("STRATA_PIPELINE_SHARE_GPUS", "1")
+    folder = request.getfixturevalue("packed_gguf") if family == "packed" else tiny_model_dir(family)
+    batch = prompts([23, 11, 40, 17])
+    batch.append(batch[0] + [7, 8, 9])
+    one = run(folder, 1, spec, batch, num_blocks=40, device="cuda", dtype="bfloat16", graphs=True)
+    two = run(folder, 2, spec, batch, num_blocks=40, groups=groups, device="cuda", dtype="bfloat16", graphs=True)
+    assert two[0] == one[0] and two[4] == 40
+    assert run.replays > 0
+
+
 def test_a_split_is_refused_where_it_cannot_run(tiny_model_dir):
     config = EngineConfig(model=tiny_model_dir("llama"), runner=RunnerConfig(device="cpu", dtype="float32",
                                                                           pipeline_parallel_size=64))
@@ -365,3 +388,47 @@ def test_stages_agree_on_the_smallest_pools(tmp_path):
     out = str(tmp_path / "agreed")
     mp.spawn(_agree_in_stage, args=(free_port(), out), nprocs=2)
     assert [open(f"{out}.{rank}").read() for rank in range(2)] == ["[100, 6, 3]"] * 2
+
+
+def _graph_boundary_in_stage(rank: int, port: int, out: str) -> None:
+    from strata.runner.pipeline import Stage, join_group
+
+    join_group(rank, 3, port, "cpu")
+    stage = Stage(rank, 3, rank, rank + 1, 3, graph_rows=8)
+    rows = torch.arange(2 * 5 * 4, dtype=torch.float32).view(2, 5, 4)  # 2 activations of 5 real rows
+    if rank == 0:  # eager: one message of the real rows
+        stage.pass_on(*rows)
+        result = None
+    elif rank == 1:  # a graph of its layers: captured (no message), then one replay between the two eager stages
+        with stage.capturing_layers():
+            hidden, residual = stage.take_over(2, 8, 4, torch.float32, "cpu")  # padded rows, read by "the graph"
+            outputs = [hidden * 2, residual + 1]                              # what "the graph" writes...
+            stage.pass_on(*outputs)                                           # ...kept, not sent
+        assert stage.graph_outputs is not None and len(stage.graph_outputs) == 2
+        stage.receive_for_graph(5)
+        torch.mul(hidden, 2, out=outputs[0]), torch.add(residual, 1, out=outputs[1])  # the replay
+        stage.send_from_graph(stage.graph_outputs, 5)
+        result = None
+    else:
+        result = [t.tolist() for t in stage.take_over(2, 5, 4, torch.float32, "cpu")]
+    for work, _ in stage._sends:
+        work.wait()
+    torch.distributed.barrier()
+    with open(f"{out}.{rank}", "w") as f:
+        f.write(repr(result))
+    torch.distributed.destroy_process_group()
+    os._exit(0)
+
+
+def test_a_stage_replaying_a_graph_sends_and_receives_as_an_eager_stage(tmp_path):
+    """The middle of three stages runs its layers as a graph: captured without a message, then each replay
+    receives the real rows before it and sends them after it, one message each, as the eager stages around it
+    send and receive them."""
+    import torch.multiprocessing as mp
+
+    from strata.runner.pipeline import free_port
+
+    out = str(tmp_path / "rows")
+    mp.spawn(_graph_boundary_in_stage, args=(free_port(), out), nprocs=3)
+    rows = torch.arange(2 * 5 * 4, dtype=torch.float32).view(2, 5, 4)
+    assert open(f"{out}.2").read() == repr([(rows[0] * 2).tolist(), (rows[1] + 1).tolist()])
