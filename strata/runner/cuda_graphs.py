@@ -242,7 +242,7 @@ class CudaGraphCache:
             self.staging.start()  # behind the inputs' uploads
         real = sum(w.num_new_tokens for w in scheduled)
         if self.stage is not None:  # (a layout's real rows come first: its slots all bring n tokens)
-            self.stage.receive_for_graph(real)
+            self.stage.receive_for_graph(real, num_slots * n)
         captured.graph.replay(real)
         if self.stage is not None:
             self.stage.send_from_graph(captured.stage_outputs, real)

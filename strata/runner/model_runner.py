@@ -129,9 +129,10 @@ class ModelRunner:
             max_slots = min(options.cuda_graph_max_slots, max_num_seqs)
             window = 1 + (spec.num_speculative_tokens if spec.enabled else 0)
             offloaded = self.experts is not None and self.experts.offloaded
-            # fresh prompts in graphs: not with host work inside MoE layers (sized for decode rows); with
-            # recurrent state only as long as the Triton kernels (their graph-safe path) take them
-            prompt_tokens = 0 if offloaded else prompt_token_limit(
+            # fresh prompts in graphs: not with host work inside MoE layers (sized for decode rows), nor under a
+            # pipeline split (whose steps cross each boundary in one message); with recurrent state only as long as
+            # the Triton kernels (their graph-safe path) take them
+            prompt_tokens = 0 if offloaded or stage is not None else prompt_token_limit(
                 min(options.cuda_graph_prompt_tokens, TRITON_MAX_QUERY_LEN if self.state_pool.caches else max_len),
                 max_len)
             inputs = GraphInputs(max_slots, window, self.split_table_width,

@@ -156,9 +156,10 @@ class Stage:
         finally:
             self._in_graph = False
 
-    def receive_for_graph(self, num_rows: int) -> None:
+    def receive_for_graph(self, num_rows: int, layout_rows: int) -> None:
         """Before a replay (every stage but the first): the previous stage's activations of the step's real rows,
-        the first `num_rows` of the layout's, into the rows the graphs read."""
+        the first `num_rows` of the layout's `layout_rows`, into the rows the graphs read; the padding rows after
+        them zeros (as the first stage's are embeddings of padding tokens, never what earlier replays left)."""
         if self.is_first:
             return
         graph_inputs = self._graph_inputs                                          # [A, R, W]
@@ -166,6 +167,7 @@ class Stage:
                                   graph_inputs.device)
         for rows, activation in zip(graph_inputs, received):
             rows[:num_rows].copy_(activation)
+            rows[num_rows:layout_rows].zero_()
 
     def send_from_graph(self, outputs: list[torch.Tensor] | None, num_rows: int) -> None:
         """After a replay (every stage but the last): the real rows of the activations its capture kept -> the

@@ -405,7 +405,9 @@ def _graph_boundary_in_stage(rank: int, port: int, out: str) -> None:
             outputs = [hidden * 2, residual + 1]                              # what "the graph" writes...
             stage.pass_on(*outputs)                                           # ...kept, not sent
         assert stage.graph_outputs is not None and len(stage.graph_outputs) == 2
-        stage.receive_for_graph(5)
+        hidden.fill_(7)
+        stage.receive_for_graph(5, 6)  # 5 real rows of a 6-row layout: the padding row zeroed, not what was left
+        assert hidden[5].eq(0).all() and hidden[6:].eq(7).all()
         torch.mul(hidden, 2, out=outputs[0]), torch.add(residual, 1, out=outputs[1])  # the replay
         stage.send_from_graph(stage.graph_outputs, 5)
         result = None
