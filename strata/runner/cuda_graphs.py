@@ -353,11 +353,12 @@ class CudaGraphCache:
         """A decode or verify layout's LM head (model.compute_logits on its hidden [S * n, D]) as a graph of its
         own, replayed only when the runner samples from it (a part of a split step does not): one replay in
         place of the head's eager launches, whose host cost a short step does not hide. None (and the head
-        runs eagerly) for a model without a head here, more rows than head_rows, a head that would be copied
-        to read them (model.logits_read_in_place), a failed capture, or STRATA_NO_HEAD_GRAPHS=1 (to compare)."""
+        runs eagerly) for a model without a head here (a pipeline stage before the last), more rows than
+        head_rows, a head that would be copied to read them (model.logits_read_in_place), a failed capture, or
+        STRATA_NO_HEAD_GRAPHS=1 (to compare)."""
         compute_logits = getattr(self.model, "compute_logits", None)
         rows = hidden.shape[0]
-        if (compute_logits is None or getattr(self.model, "stage", None) is not None or rows > self.head_rows()
+        if (compute_logits is None or (self.stage is not None and not self.stage.is_last) or rows > self.head_rows()
                 or debug_flag("NO_HEAD_GRAPHS")
                 or not self.model.logits_read_in_place(rows)):
             return None
