@@ -13,6 +13,7 @@ import sys
 import torch
 from torch import nn
 
+from strata import reasoning, structured
 from strata.config import EngineConfig, ModelConfig, SpecConfig, kv_cache_torch_dtype, resolve_device, resolve_dtype
 from strata.engine import pipeline_workers
 from strata.engine.memory_plan import CacheSizes, MemoryPlan
@@ -27,6 +28,7 @@ from strata.scheduler.scheduler import Scheduler
 from strata.spec.planner import DraftPlanner
 from strata.tokenizer import load_tokenizer
 from strata.weights.loader import DTYPES, build_model
+from strata.types import StructuredOutputs
 from strata.weights.source import open_source
 
 logger = logging.getLogger(__name__)
@@ -155,6 +157,7 @@ def build_engine(config: EngineConfig, quiet: bool = False, shared: LoadedModel 
                           has_recurrent_state=bool(loaded.model.recurrent_state_shapes()),
                           park_rows=sizes.park_rows, uniform_draft_windows=runner.graphs is not None,
                           expert_token_budget=expert_token_budget, num_host_kv_blocks=sizes.num_host_kv_blocks)
+    _give_the_tokenizer(runner, scheduler, tokenizer, cfg)
     plan.check_after_start(runner.graphs.pool_bytes if runner.graphs is not None else 0)
     if not quiet:
         if table := plan.table(sizes.num_kv_blocks):
@@ -167,6 +170,18 @@ def build_engine(config: EngineConfig, quiet: bool = False, shared: LoadedModel 
               file=sys.stderr)
     return EngineParts(cfg, loaded, tokenizer, spec, plan, runner, scheduler, max_model_len, device, dtype,
                        sizes.num_kv_blocks, sizes.park_rows)
+
+
+def _give_the_tokenizer(runner: ModelRunner, scheduler: Scheduler, tokenizer, cfg: ModelConfig) -> None:
+    """What the sampler and scheduler take from the tokenizer, on every pipeline stage (the last one samples):
+    grammar matchers for structured outputs and the thinking tokens of reasoning budgets (none without one)."""
+    if tokenizer is not None:
+        def new_matcher(constraint: StructuredOutputs):
+            llg = structured.llg_tokenizer(tokenizer, cfg.vocab_size, tuple(cfg.eos_token_ids))
+            return structured.new_matcher(constraint, llg)
+
+        runner.sampler.constraints.new_matcher = new_matcher
+    runner.sampler.thinking_tokens = scheduler.thinking_tokens = reasoning.thinking_tokens(tokenizer)
 
 
 def _pipeline_stage(config: EngineConfig, cfg: ModelConfig, device: str, stage_rank: int | None,

@@ -21,7 +21,7 @@ from strata.runner.model_runner import RestoreFailed
 from strata.runner.pipeline import SplitBroken
 from strata.scheduler.scheduler import Commit
 from strata.scheduler.stats import StepTimes
-from strata.types import FinishReason, Request, StructuredOutputs, TokenDelta
+from strata.types import FinishReason, Request, TokenDelta
 
 logger = logging.getLogger(__name__)
 
@@ -49,10 +49,7 @@ class EngineCore:
         self.num_batch_groups = config.runner.num_batch_groups if self.runner.stage is not None else 1
         self._groups: deque = deque()
         self._gpu_numbers_cache: tuple[float, dict | None] = (-1e9, None)
-        if self.tokenizer is not None:
-            self.runner.sampler.constraints.new_matcher = self._new_matcher
-        self.thinking_tokens = reasoning.thinking_tokens(self.tokenizer)
-        self.runner.sampler.thinking_tokens = self.scheduler.thinking_tokens = self.thinking_tokens
+        self.thinking_tokens = self.runner.sampler.thinking_tokens  # (build_engine set them from the tokenizer)
 
     # ---- requests --------------------------------------------------------------------------------
 
@@ -82,9 +79,6 @@ class EngineCore:
         """llguidance's tokenizer, built at the first structured request (about a second) and kept."""
         return structured.llg_tokenizer(self.tokenizer, self.model_config.vocab_size,
                                         tuple(self.model_config.eos_token_ids))
-
-    def _new_matcher(self, constraint: StructuredOutputs):
-        return structured.new_matcher(constraint, self._grammar_tokenizer())
 
     def add_request(self, request: Request) -> None:
         self.validate(request)

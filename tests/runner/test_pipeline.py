@@ -6,6 +6,7 @@ both stages; the other stage stops when the engine closes; bad sizes are refused
 from __future__ import annotations
 
 import os
+import re
 import time
 
 import pytest
@@ -228,6 +229,39 @@ def test_a_routing_profile_under_a_split_holds_every_moe_layer(tiny_model_dir, t
             core.close()  # the other stage saves its rows as it leaves
         counts = load_profile(path, 3, 8)  # every row routed to: (12 prompt + 23 decoded tokens) x top-2 each
         assert counts.sum(1).tolist() == [70 * (1 + started_from_profile)] * 3
+
+
+def test_the_sampling_stage_enforces_grammars_and_reasoning_budgets(tmp_path):
+    """The last stage samples, so its sampler gets what the tokenizer gives (grammar matchers, the thinking
+    tokens): a regex and a seeded sampled choice, and reasoning budgets that end the thinking after exactly their
+    token counts, give one process's tokens over two stages."""
+    from thinking_model import save_thinking_model
+
+    from strata import LLM
+    from strata.types import StructuredOutputs
+
+    folder = save_thinking_model(str(tmp_path / "thinking"))
+
+    def generate(stages: int):
+        with LLM(folder, dtype="float32", device="cpu", max_num_seqs=4, block_size=4,
+                 pipeline_parallel_size=stages) as llm:
+            prompts = [{"prompt_token_ids": llm.encode_chat([{"role": "user", "content": f"question {i}"}])}
+                       for i in range(4)]
+            params = [SamplingParams(temperature=0.0, max_tokens=24, thinking_budget=3),
+                      SamplingParams(temperature=0.0, max_tokens=24, thinking_budget=9),
+                      SamplingParams(temperature=0.0, max_tokens=24,
+                                     structured_outputs=StructuredOutputs(regex=r"[0-9]{3}-[a-z]{4}")),
+                      SamplingParams(temperature=0.9, seed=4, max_tokens=24,
+                                     structured_outputs=StructuredOutputs(choice=["yes", "no", "maybe"]))]
+            outputs = [o.outputs[0] for o in llm.generate(prompts, params)]
+            return [o.token_ids for o in outputs], [o.text for o in outputs], llm.tokenizer
+
+    one, texts, tokenizer = generate(1)
+    two, texts_two, _ = generate(2)
+    assert two == one
+    end = tokenizer.convert_tokens_to_ids("</think>")
+    assert one[0][3] == end and one[1][9] == end
+    assert re.fullmatch(r"[0-9]{3}-[a-z]{4}", texts[2]) and texts[3] in ("yes", "no", "maybe")
 
 
 def test_a_request_ended_while_its_group_runs_frees_its_slot_after_the_step(tiny_model_dir):
