@@ -185,10 +185,10 @@ class Qwen4ExpForCausalLM(CausalLM):
         return {index_cache_key(i): cfg.indexer_head_dim for i in cfg.full_attention_layers} if cfg.indexer_n_heads else {}
 
     def is_ignored_weight(self, name: str) -> bool:
-        if _DERIVED_BUFFER.search(name) or _DRAFT_INDEXER.match(name) or self._other_stages_layer(name):
+        if _DERIVED_BUFFER.search(name) or _DRAFT_INDEXER.match(name):
             return True
         if self.has_mtp and name.startswith("mtp."):  # `mtp.*` load into self.mtp under their own names
-            return super().is_ignored_weight(name.removeprefix("mtp."))
+            return self._other_stages_layer(name) or super().is_ignored_weight(name.removeprefix("mtp."))
         return super().is_ignored_weight(name)
 
     def checkpoint_targets(self, name: str, tensor: torch.Tensor) -> list[tuple[str, tuple, torch.Tensor]]:
