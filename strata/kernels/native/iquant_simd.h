@@ -120,11 +120,22 @@ IQ_INLINE __m256i iq_group(const int qtype, const uint8_t *blk, int j, __m256i *
     }
 }
 
-/* (s of 8 groups of 32, each the top 4 bits of a uint32 `stride` bytes apart) -> 16 bytes, each twice */
+/* (s of 8 groups of 32, each the top 4 bits of a uint32 `stride` bytes apart: 4, IQ3_XXS's contiguous words, or
+ * 8, IQ2_XXS's second word of each group's 8 bytes) -> 16 bytes, each twice; in vectors, not 8 scalar extracts */
 IQ_INLINE __m128i iq_top_nibbles(const uint8_t *aux, int stride) {
-    uint64_t half[2] = {0, 0};
-    for (int j = 0; j < 8; j++) half[j / 4] |= (uint64_t)((le32(aux + stride * j) >> 28) * 0x0101u) << (16 * (j % 4));
-    return _mm_set_epi64x((int64_t)half[1], (int64_t)half[0]);
+    __m128i words, order;  /* the 8 values as int16 words, and the byte shuffle that puts s_j in bytes 2j, 2j + 1 */
+    if (stride == 4) {
+        const __m256i top = _mm256_srli_epi32(_mm256_loadu_si256((const __m256i *)aux), 28);  /* s_j in dword j */
+        words = _mm_packus_epi32(_mm256_castsi256_si128(top), _mm256_extracti128_si256(top, 1));
+        order = _mm_setr_epi8(0, 0, 2, 2, 4, 4, 6, 6, 8, 8, 10, 10, 12, 12, 14, 14);
+    } else {  /* the words at aux + 8j are the high halves of 8 uint64 from aux - 4 */
+        const __m256i low = _mm256_srli_epi64(_mm256_loadu_si256((const __m256i *)(aux - 4)), 60);  /* s_0..s_3 */
+        const __m256i high = _mm256_srli_epi64(_mm256_loadu_si256((const __m256i *)(aux + 28)), 60); /* s_4..s_7 */
+        const __m256i both = _mm256_or_si256(low, _mm256_slli_epi64(high, 32));  /* dwords s0 s4 s1 s5 | s2 s6 s3 s7 */
+        words = _mm_packus_epi32(_mm256_castsi256_si128(both), _mm256_extracti128_si256(both, 1));
+        order = _mm_setr_epi8(0, 0, 4, 4, 8, 8, 12, 12, 2, 2, 6, 6, 10, 10, 14, 14);
+    }
+    return _mm_shuffle_epi8(words, order);
 }
 
 IQ_INLINE __m128i iq_nibbles(__m128i bytes) {  /* bytes -> their low nibbles interleaved with their high ones */
