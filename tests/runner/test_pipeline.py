@@ -147,8 +147,9 @@ def test_layer_ranges_split_evenly_earlier_stages_first():
     ("llama", None),
     ("llama", {"method": "suffix", "num_speculative_tokens": 3, "adaptive": False}),
     ("qwen3_next+mtp", {"method": "mtp", "num_speculative_tokens": 3, "adaptive": False}),
+    ("qwen3_5_moe+mtp", {"method": "mtp", "num_speculative_tokens": 3, "adaptive": False}),
     ("qwen4_exp+mtp", {"method": "mtp", "num_speculative_tokens": 3, "adaptive": False}),
-], ids=["llama", "llama-suffix", "qwen3_next-mtp", "qwen4_exp-mtp"])
+], ids=["llama", "llama-suffix", "qwen3_next-mtp", "qwen3_5_moe-mtp", "qwen4_exp-mtp"])
 def test_two_stages_give_one_process_tokens(family, spec, tiny_model_dir):
     """Four staggered requests, a shared prefix among them (the last repeats the first prompt and extends it),
     too few KV blocks for all of them at once and a conversation cache in host RAM: preemptions, parked and
@@ -162,7 +163,7 @@ def test_two_stages_give_one_process_tokens(family, spec, tiny_model_dir):
     assert two == one
     # evicted blocks parked in host RAM and copied back (and a hybrid's checkpoints), on both stages alike
     assert cache_two == cache_one and cache_one["blocks_restored"] > 0
-    assert (cache_one["checkpoints_saved"] > 0) == family.startswith(("qwen3_next", "qwen4_exp"))
+    assert (cache_one["checkpoints_saved"] > 0) == family.startswith(("qwen3_next", "qwen3_5", "qwen4_exp"))
     assert preempted_two == preempted_one > 0
     assert cached_two == cached_one > 0            # the repeated prefix was reused, on both stages
     # fixed draft lengths (adaptive ones follow measured step times): the same steps, split or not
