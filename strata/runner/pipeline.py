@@ -2,14 +2,14 @@
 
 Every stage runs the same ModelRunner on the same plans (SPMD), so everything a plan drives happens on
 every stage for the layers it owns: KV blocks, recurrent states, checkpoints, parks, restores, prefix reuse
-and preemption. Each stage builds and loads only its own layers (decoder.owning_layers; the embedding, final
-norm and LM head on every stage). Stage 0 is the engine's own process: its runner hands each plan to the
-others before it runs it (`share_plan`); the others' processes are engine/pipeline_workers.py. Inside a
-forward only activations cross (hidden and residual at each split point, or Qwen4-Exp's residual
-streams: `pass_on` / `take_over`). The last
-stage owns the final norm, the LM head and the MTP head: it samples, verifies and proposes drafts, and shares
-the step's outcome with every stage (`share_outcome`), so each rolls its own recurrent layers back to the
-accepted prefix and stage 0 commits the tokens.
+and preemption. Each stage builds and loads only its own layers and the parts it runs (decoder.owning_layers:
+the embedding on the first, the final norm or stream mixer, LM head and MTP head on the last). Stage 0 is the
+engine's own process: its runner hands each plan to the others before it runs it (`share_plan`); the others'
+processes are engine/pipeline_workers.py. Inside a forward only activations cross (hidden and residual at each
+split point, or Qwen4-Exp's residual streams: `pass_on` / `take_over`). The last stage samples, verifies and
+proposes drafts, and shares the step's outcome with every stage (`share_outcome`), so each rolls its own
+recurrent layers back to the accepted prefix and stage 0 commits the tokens. A step that fails on a stage leaves
+the others out of step: the engine stops (SplitBroken).
 
 Batch groups (--batch-groups): stage 0 keeps up to G steps in flight, each over its own group of slots; a
 stage never waits for its sends (activations, plans, outcomes: `isend`), so while the last stage computes
