@@ -22,7 +22,7 @@ from strata.experts.placement import tokens_for_expert_budget
 from strata.model.packed import set_cpu_matmul
 from strata.model.registry import model_class
 from strata.runner.memory import meta_model
-from strata.runner import pipeline
+from strata.runner import pipeline, session_rows
 from strata.runner.model_runner import ModelRunner
 from strata.scheduler.scheduler import Scheduler
 from strata.spec.planner import DraftPlanner
@@ -158,6 +158,8 @@ def build_engine(config: EngineConfig, quiet: bool = False, shared: LoadedModel 
                           park_rows=sizes.park_rows, uniform_draft_windows=runner.graphs is not None,
                           expert_token_budget=expert_token_budget, num_host_kv_blocks=sizes.num_host_kv_blocks)
     _give_the_tokenizer(runner, scheduler, tokenizer, cfg)
+    if stage is not None:  # which stage holds which session tensors (strata/engine/sessions.py)
+        stage.layouts = stage.gather(session_rows.layout(runner))
     plan.check_after_start(runner.graphs.pool_bytes if runner.graphs is not None else 0)
     if not quiet:
         if table := plan.table(sizes.num_kv_blocks):

@@ -57,10 +57,6 @@ class SessionJobs:
         if action not in jobs:
             self._replies.append((call_id, _error(400, f"unknown session action {action!r}")))
             return
-        if self.engine.runner.stage is not None:  # the other stages' caches are out of this process's reach
-            self._replies.append((call_id, _error(400, "session files are not supported with "
-                                                       "--pipeline-parallel-size above 1 yet")))
-            return
         job = _Job(call_id, jobs[action](args), time.perf_counter())
         self._last_run = job.started  # the first slice is not measured from before the job
         self._advance(job, None, None)
@@ -123,8 +119,8 @@ class SessionJobs:
         held = yield LOOP, lambda: sessions.hold_prefix(engine, args["token_ids"])
         kv = {}
         try:
-            for name in sessions.kv_pools(engine.runner):
-                kv[name] = yield LOOP_ANY, lambda name=name: sessions.copy_out(engine.runner, held, name)
+            for name in sessions.kv_names(engine):
+                kv[name] = yield LOOP_ANY, lambda name=name: sessions.copy_out(engine, held, name)
         finally:
             yield LOOP_ANY, lambda: sessions.release_prefix(engine, held)
         num_bytes = yield THREAD, lambda: sessions.write_session(args["path"], held.token_ids, kv, held.states,
@@ -138,8 +134,7 @@ class SessionJobs:
         reservation = yield LOOP, lambda: sessions.reserve_blocks(engine, saved.token_ids)
         try:
             for name, tensor in saved.kv.items():
-                yield LOOP_ANY, lambda name=name, tensor=tensor: sessions.copy_in(engine.runner, reservation, name,
-                                                                                  tensor)
+                yield LOOP_ANY, lambda name=name, tensor=tensor: sessions.copy_in(engine, reservation, name, tensor)
         except BaseException:
             yield LOOP_ANY, lambda: sessions.release_blocks(engine, reservation)
             raise

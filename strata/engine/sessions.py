@@ -8,7 +8,9 @@ Work is split so that the engine loop is never held for long: on the loop, with 
 take fresh blocks; register them) and copies of one tensor (one layer's K or V) at a time, between
 steps; on a worker thread, the file. Device tensors are touched on the loop only: a CUDA graph capture
 there forbids CUDA work from other threads. session_jobs.py drives the steps. A file is refused unless
-its fingerprint (model config, weights, dtype, block size, cache layout) equals this engine's.
+its fingerprint (model config, weights, dtype, block size, cache layout) equals this engine's. Under a pipeline
+split a file holds every stage's layers: stage 0 asks the stage that owns a tensor for its rows, or sends them to it
+(runner/session_rows.py), so files move between a split engine and one process.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import torch
 
 from strata.cache import session_file
 from strata.cache.block_allocator import chain_hashes
-from strata.transfer import raw
+from strata.runner import session_rows
 
 FORMAT = "strata-session/1"
 _WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".pt", ".pth")
@@ -42,15 +44,25 @@ class SessionError(Exception):
 
 # ---- fingerprint -----------------------------------------------------------------------------------
 
-def _name(key) -> str:
-    """A pool key (layer index, ("ple", layer), a QSA key name) as a tensor-name part."""
-    return "-".join(map(str, key)) if isinstance(key, tuple) else str(key)
+def model_layout(engine) -> dict[str, dict[str, list]]:
+    """{"kv": ..., "state": ...}: name -> [per-row shape, dtype] of the whole model's paged and recurrent tensors
+    (every stage's under a pipeline split: gathered when the engine was built)."""
+    stage = engine.runner.stage
+    layouts = stage.layouts if stage is not None else [session_rows.layout(engine.runner)]
+    return {part: {n: v for layout in layouts for n, v in layout[part].items()} for part in ("kv", "state")}
 
 
-def _layout(pools: dict) -> dict[str, list]:
-    """name -> [per-row shape, dtype] of both tensors of every entry of a KV or state pool."""
-    return {f"{_name(key)}.{i}": [list(t.shape[1:]), str(t.dtype).removeprefix("torch.")]
-            for key, pair in pools.items() for i, t in enumerate(pair)}
+def kv_names(engine) -> list[str]:
+    """Every paged tensor a session file holds: K and V per layer (MTP and QSA keys too), all stages'."""
+    return list(model_layout(engine)["kv"])
+
+
+def _owner(engine, tensor_name: str, part: str = "kv") -> int:
+    """The pipeline stage whose caches hold the tensor (0: this process's, also without a split)."""
+    stage = engine.runner.stage
+    if stage is None:
+        return 0
+    return next(rank for rank, layout in enumerate(stage.layouts) if tensor_name in layout[part])
 
 
 def _weight_files(spec: str) -> list[str]:
@@ -91,12 +103,12 @@ def fingerprint(engine) -> dict:
     Reads weight files' heads and tails: call it off the loop."""
     from strata.weights.source import DEFAULT_MODEL
 
-    runner = engine.runner
+    layout = model_layout(engine)
     return json.loads(json.dumps({
         "architecture": engine.model_config.architecture, "model_config": dataclasses.asdict(engine.model_config),
         "weights": weights_identity(engine.config.model or DEFAULT_MODEL, engine.config.runner.seed),
         "dtype": engine.dtype, "block_size": engine.scheduler.block_size,
-        "kv_layout": _layout(runner.kv_pool.caches), "state_layout": _layout(runner.state_pool.caches)}, default=str))
+        "kv_layout": layout["kv"], "state_layout": layout["state"]}, default=str))
 
 
 def _flatten(value, prefix: str = "") -> dict:
@@ -135,11 +147,6 @@ class HeldPrefix:
         return [i for kind, i in self.blocks if kind == "device"]
 
 
-def kv_pools(runner) -> dict[str, torch.Tensor]:
-    """Tensor name -> pool [N_blocks, B, ...] of every paged cache: K and V per layer (MTP and QSA keys too)."""
-    return {f"{_name(key)}.{i}": t for key, pair in runner.kv_pool.caches.items() for i, t in enumerate(pair)}
-
-
 def hold_prefix(engine, token_ids: list[int]) -> HeldPrefix:
     """Loop, caches settled: the cached prefix of `token_ids` (every whole block the prefix cache holds,
     cut back to the last checkpoint on hybrid models), held until release_prefix."""
@@ -149,20 +156,13 @@ def hold_prefix(engine, token_ids: list[int]) -> HeldPrefix:
     if match.num_blocks == 0:
         raise SessionError(404, "nothing of this conversation is in the prefix cache: send it (a chat or completion "
                                 "request) first, then save it")
-    park = runner.host_park
-    if park is not None:
-        park.settle()  # parks queued on the stream have landed before the host reads their rows
-    parked = {}
-    if match.parked_rows:
-        rows = torch.tensor(match.parked_rows)
-        parked = {f"{_name(key)}.{i}": t.index_select(0, rows) for key, pair in park.kv.items()
-                  for i, t in enumerate(pair)}
-    states = {}
-    if runner.state_pool.caches:
-        row = match.checkpoint_row if match.checkpoint_row is not None else match.checkpoint_host_row
-        source = runner.checkpoint_pool.caches if match.checkpoint_row is not None else park.states
-        states = {f"{_name(key)}.{i}": t[row].unsqueeze(0).cpu().clone() for key, pair in source.items()
-                  for i, t in enumerate(pair)}
+    checkpoint = ("device", match.checkpoint_row) if match.checkpoint_row is not None else \
+        ("host", match.checkpoint_host_row) if match.checkpoint_host_row is not None else None
+    rows = (match.parked_rows, checkpoint)
+    parked, states = session_rows.held(runner, *rows)
+    for rank in range(1, runner.stage.world if runner.stage is not None else 1):  # the other stages' tensors
+        their_parked, their_states = runner.stage.ask(rank, session_rows.SessionRows("held", rows))
+        parked, states = parked | their_parked, states | their_states
     scheduler.allocator.take(match.device_blocks)
     return HeldPrefix(token_ids[:match.num_blocks * scheduler.block_size], match.blocks, parked, states)
 
@@ -171,17 +171,18 @@ def release_prefix(engine, held: HeldPrefix) -> None:
     engine.scheduler.allocator.free(held.device_blocks)
 
 
-@torch.inference_mode()
-def copy_out(runner, held: HeldPrefix, name: str) -> torch.Tensor:
-    """Loop: one cache tensor's blocks of the held prefix, in order -> [N_blocks, B, ...] in host memory."""
-    pool, blocks = kv_pools(runner)[name], held.blocks
-    device = [(i, b) for i, (kind, b) in enumerate(blocks) if kind == "device"]
-    ids = torch.tensor([b for _, b in device], device=pool.device)
-    if len(device) == len(blocks):
-        return pool.index_select(0, ids).cpu()
-    out = torch.empty(len(blocks), *pool.shape[1:], dtype=pool.dtype)
-    out[[i for i, _ in device]] = pool.index_select(0, ids).cpu()
-    out[[i for i, (kind, _) in enumerate(blocks) if kind == "parked"]] = held.parked[name]
+def copy_out(engine, held: HeldPrefix, tensor_name: str) -> torch.Tensor:
+    """Loop: one paged tensor's blocks of the held prefix, in order -> [N_blocks, B, ...] in host memory (from the
+    pipeline stage that holds it)."""
+    device = [(i, b) for i, (kind, b) in enumerate(held.blocks) if kind == "device"]
+    ids, owner = [b for _, b in device], _owner(engine, tensor_name)
+    rows = session_rows.blocks(engine.runner, tensor_name, ids) if owner == 0 else \
+        engine.runner.stage.ask(owner, session_rows.SessionRows("blocks", (tensor_name, ids)))
+    if len(device) == len(held.blocks):
+        return rows
+    out = torch.empty(len(held.blocks), *rows.shape[1:], dtype=rows.dtype)
+    out[[i for i, _ in device]] = rows
+    out[[i for i, (kind, _) in enumerate(held.blocks) if kind == "parked"]] = held.parked[tensor_name]
     return out
 
 
@@ -272,13 +273,16 @@ def reserve_blocks(engine, token_ids: list[int]) -> Reservation:
     return reservation
 
 
-@torch.inference_mode()
-def copy_in(runner, reservation: Reservation, name: str, saved: torch.Tensor) -> None:
-    """Loop: one cache tensor's saved blocks [N_blocks, B, ...] into the reserved fresh blocks."""
+def copy_in(engine, reservation: Reservation, tensor_name: str, saved: torch.Tensor) -> None:
+    """Loop: one paged tensor's saved blocks [N_blocks, B, ...] into the reserved fresh blocks (on the pipeline
+    stage that holds it)."""
     if reservation.fresh:
-        pool = kv_pools(runner)[name]
-        ids = torch.tensor(reservation.fresh, device=pool.device)
-        raw(pool).index_copy_(0, ids, raw(saved[reservation.missing]).to(pool.device))  # fp8 KV: its bytes
+        rows, owner = saved[reservation.missing], _owner(engine, tensor_name)
+        if owner == 0:
+            session_rows.write_blocks(engine.runner, tensor_name, reservation.fresh, rows)
+        else:
+            engine.runner.stage.tell(owner, session_rows.SessionRows("write_blocks",
+                                                                     (tensor_name, reservation.fresh, rows)))
 
 
 def finish_restore(engine, reservation: Reservation, states: dict[str, torch.Tensor]) -> None:
@@ -290,9 +294,11 @@ def finish_restore(engine, reservation: Reservation, states: dict[str, torch.Ten
         if states:
             row = _reserve_checkpoint(scheduler, key)
             engine.run_pending()  # a checkpoint evicted for this row is parked before it is overwritten
-            for k, pair in runner.checkpoint_pool.caches.items() if row is not None else ():
-                for i, rows in enumerate(pair):
-                    rows[row].copy_(states[f"{_name(k)}.{i}"][0])
+            for rank, own in _by_owner(engine, states).items() if row is not None else ():
+                if rank == 0:
+                    session_rows.write_states(runner, row, own)
+                else:
+                    runner.stage.tell(rank, session_rows.SessionRows("write_states", (row, own)))
         block_size = scheduler.block_size
         for i, block in zip(reservation.missing, reservation.fresh):
             tokens = tuple(reservation.token_ids[i * block_size:(i + 1) * block_size])
@@ -303,6 +309,14 @@ def finish_restore(engine, reservation: Reservation, states: dict[str, torch.Ten
         raise
     finally:
         release_blocks(engine, reservation)
+
+
+def _by_owner(engine, states: dict[str, torch.Tensor]) -> dict[int, dict[str, torch.Tensor]]:
+    """The saved recurrent state's tensors grouped by the pipeline stage that holds them."""
+    grouped: dict[int, dict[str, torch.Tensor]] = {}
+    for tensor_name, value in states.items():
+        grouped.setdefault(_owner(engine, tensor_name, "state"), {})[tensor_name] = value
+    return grouped
 
 
 def release_blocks(engine, reservation: Reservation) -> None:

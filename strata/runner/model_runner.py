@@ -26,6 +26,7 @@ from strata.config import MAX_SPEC_TOKENS, RunnerConfig, SpecConfig, debug_flag
 from strata.kernels import triton_available
 from strata.model.context import ForwardScratch
 from strata.model.gated_delta_net import TRITON_MAX_QUERY_LEN
+from strata.runner import session_rows
 from strata.runner.cuda_graphs import CudaGraphCache, prompt_graph_rows, prompt_token_limit
 from strata.runner.graph_inputs import GraphInputs
 from strata.runner.inputs import StepInputs, build_inputs
@@ -213,6 +214,11 @@ class ModelRunner:
         in_flight: deque[LaunchedStep] = deque()
         while True:
             plan, finished_through = self.stage.next_plan()
+            if isinstance(plan, session_rows.SessionRows):  # stage 0 reads or writes this stage's session rows
+                reply = session_rows.serve(self, plan)
+                if reply is not None:
+                    self.stage.answer(reply)
+                continue
             while in_flight and in_flight[0].plan.step_id <= finished_through:
                 self.finish(in_flight.popleft())
             if plan is None:

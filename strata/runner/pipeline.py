@@ -50,7 +50,7 @@ class SplitBroken(RuntimeError):
     starts a new one and hands it the requests that had no output yet)."""
 
 
-_PLAN, _OUTCOME = 1, 2  # message tags on the control group
+_PLAN, _OUTCOME, _SESSION = 1, 2, 3  # message tags on the control group
 _HEAD = 4096  # bytes of an object's first message
 
 
@@ -66,6 +66,7 @@ class Stage:
     host_activations: bool = False  # activations cross through host memory (stages sharing a GPU: gloo)
     broken: bool = False  # a step failed here (SplitBroken): the others may never read another message
     graph_rows: int = 0  # rows of the largest CUDA graph layout of this stage's layers (set by the graph cache)
+    layouts: list | None = None  # every stage's session_rows.layout, by rank (gathered when the engine is built)
     graph_outputs: list | None = None  # the activations pass_on kept in the last graph capture (capturing_layers)
     _sends: list = field(default_factory=list)  # (work, tensors it reads) of sends not yet known complete
     _in_graph: bool = False
@@ -194,6 +195,27 @@ class Stage:
                 self._send_object(outcome, dst, _OUTCOME)
             return outcome
         return self._recv_object(self.world - 1, _OUTCOME)
+
+    # ---- session files: stage 0 reads and writes the other stages' rows (runner/session_rows.py) -------------
+
+    def ask(self, rank: int, request):
+        """Stage 0: a SessionRows request to stage `rank`, in its plan stream -> its reply."""
+        self._send_object((request, -1), rank, _PLAN)
+        return self._recv_object(rank, _SESSION)
+
+    def tell(self, rank: int, request) -> None:
+        """Stage 0: a SessionRows request with no reply (a write) to stage `rank`, in its plan stream."""
+        self._send_object((request, -1), rank, _PLAN)
+
+    def answer(self, reply) -> None:
+        """A stage's reply to stage 0's `ask`."""
+        self._send_object(reply, 0, _SESSION)
+
+    def gather(self, value) -> list:
+        """Every stage's `value`, by rank (a collective: every stage calls it at the same point)."""
+        values = [None] * self.world
+        dist.all_gather_object(values, value, group=self.control)
+        return values
 
     def close(self, timeout: float = 30.0) -> None:
         """Stage 0: stop every other stage and leave the group (once). A stage still inside a step that failed

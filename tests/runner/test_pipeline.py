@@ -265,6 +265,63 @@ def test_the_sampling_stage_enforces_grammars_and_reasoning_budgets(tmp_path):
     assert re.fullmatch(r"[0-9]{3}-[a-z]{4}", texts[2]) and texts[3] in ("yes", "no", "maybe")
 
 
+def _session_engine(folder: str, stages: int) -> EngineCore:
+    return EngineCore(EngineConfig(model=folder, runner=RunnerConfig(device="cpu", dtype="float32",
+                                                                     pipeline_parallel_size=stages),
+                                   cache=CacheConfig(block_size=4)), quiet=True)
+
+
+def _turn(engine: EngineCore, jobs, request: Request | None = None, job: tuple | None = None) -> tuple[list, int, list]:
+    """One request and/or one session job, driven as the engine loop drives them -> (the request's tokens, its
+    cached prompt tokens, the session replies)."""
+    if request is not None:
+        engine.add_request(request)
+    if job is not None:
+        jobs.submit(*job)
+    tokens, cached, replies = [], 0, []
+    while engine.has_unfinished() or jobs.busy:
+        deltas, done = jobs.run() if jobs.busy else ([], [])
+        replies += done
+        if engine.has_unfinished():
+            deltas += engine.step()
+        for delta in deltas:
+            tokens += delta.new_token_ids
+            cached = delta.num_cached_tokens if delta.finished else cached
+    return tokens, cached, replies
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen4_exp"])  # qwen4_exp: the first stage holds no KV, only states
+def test_session_files_move_between_a_split_and_one_process(family, tiny_model_dir, tmp_path):
+    """A conversation saved by a split engine (each stage's KV blocks and recurrent states, gathered by stage 0)
+    restores into one process, and one saved there restores into a split: the next turn reads its prefix from the
+    cache and gives the tokens of an engine that never stopped."""
+    from strata.engine.session_jobs import SessionJobs
+
+    folder = tiny_model_dir(family)
+    prompt = prompts([37])[0]
+    for saver, restorer in ((2, 1), (1, 2)):
+        path = str(tmp_path / f"conversation-{saver}-{restorer}")
+        engine = _session_engine(folder, saver)
+        try:
+            jobs = SessionJobs(engine)
+            conversation = prompt + _turn(engine, jobs, Request("first", prompt, GREEDY))[0]
+            saved = _turn(engine, jobs, job=(1, "save", {"path": path, "token_ids": conversation}))[2]
+            assert saved[0][1]["ok"], saved
+            next_turn = conversation + [7, 8, 9, 10, 11]
+            expected = _turn(engine, jobs, Request("never-stopped", next_turn, GREEDY))[0]
+        finally:
+            engine.close()
+        fresh = _session_engine(folder, restorer)
+        try:
+            jobs = SessionJobs(fresh)
+            restored = _turn(fresh, jobs, job=(2, "restore", {"path": path}))[2]
+            assert restored[0][1]["ok"] and restored[0][1]["num_tokens"] == saved[0][1]["num_tokens"], restored
+            tokens, cached, _ = _turn(fresh, jobs, Request("after-restart", next_turn, GREEDY))
+        finally:
+            fresh.close()
+        assert tokens == expected and cached == saved[0][1]["num_tokens"]
+
+
 def test_a_request_ended_while_its_group_runs_frees_its_slot_after_the_step(tiny_model_dir):
     """An abort lands while the request's step is in flight: its slot is not handed out until that step is
     finished (a new request would otherwise get the old one's outcome), and the other requests go on."""
