@@ -96,7 +96,7 @@ def test_an_int8_kv_session_saves_and_restores_its_bytes_and_is_refused_by_a_16_
     whose KV is in the model dtype refuses the file (409), naming the layout."""
     from strata.cache.block_allocator import chain_hashes
     from strata.cache.session_file import SessionReader
-    from strata.engine.sessions import kv_pools
+    from strata.runner.session_rows import kv_pools
     from strata.types import Request
     from test_session_jobs import GREEDY, drive, restore_fresh, restore_reply_of_a_model_dtype_engine, \
         save_then_continue
