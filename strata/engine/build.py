@@ -174,13 +174,18 @@ def build_engine(config: EngineConfig, quiet: bool = False, shared: LoadedModel 
                        sizes.num_kv_blocks, sizes.park_rows)
 
 
+def grammar_tokenizer(tokenizer, cfg: ModelConfig):
+    """llguidance's tokenizer over the model's vocabulary, built at the first structured request (about a second)
+    and kept (structured.llg_tokenizer caches it)."""
+    return structured.llg_tokenizer(tokenizer, cfg.vocab_size, tuple(cfg.eos_token_ids))
+
+
 def _give_the_tokenizer(runner: ModelRunner, scheduler: Scheduler, tokenizer, cfg: ModelConfig) -> None:
     """What the sampler and scheduler take from the tokenizer, on every pipeline stage (the last one samples):
     grammar matchers for structured outputs and the thinking tokens of reasoning budgets (none without one)."""
     if tokenizer is not None:
         def new_matcher(constraint: StructuredOutputs):
-            llg = structured.llg_tokenizer(tokenizer, cfg.vocab_size, tuple(cfg.eos_token_ids))
-            return structured.new_matcher(constraint, llg)
+            return structured.new_matcher(constraint, grammar_tokenizer(tokenizer, cfg))
 
         runner.sampler.constraints.new_matcher = new_matcher
     runner.sampler.thinking_tokens = scheduler.thinking_tokens = reasoning.thinking_tokens(tokenizer)

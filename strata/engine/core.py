@@ -15,7 +15,7 @@ import torch
 
 from strata import reasoning, structured
 from strata.config import EngineConfig, ModelConfig
-from strata.engine.build import LoadedModel, build_engine
+from strata.engine.build import LoadedModel, build_engine, grammar_tokenizer
 from strata.engine.detokenizer import TextStream
 from strata.runner.model_runner import RestoreFailed
 from strata.runner.pipeline import SplitBroken
@@ -76,9 +76,7 @@ class EngineCore:
                              f"{reasoning.THINK_OPEN} and {reasoning.THINK_CLOSE} tokens")
 
     def _grammar_tokenizer(self):
-        """llguidance's tokenizer, built at the first structured request (about a second) and kept."""
-        return structured.llg_tokenizer(self.tokenizer, self.model_config.vocab_size,
-                                        tuple(self.model_config.eos_token_ids))
+        return grammar_tokenizer(self.tokenizer, self.model_config)
 
     def add_request(self, request: Request) -> None:
         self.validate(request)

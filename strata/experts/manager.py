@@ -282,9 +282,8 @@ class ExpertManager:
         path = path or self.config.expert_profile
         if path:
             steps = int(self.stats.num_steps.item())
-            whole = len(self.layer_ids) == self.num_model_layers
-            save_profile(path, self.profile_counts_now(), self.architecture, steps,
-                         *((None, None) if whole else (self.layer_ids, self.num_model_layers)))
+            stage_rows = self.layer_ids if len(self.layer_ids) < self.num_model_layers else None  # (a split's)
+            save_profile(path, self.profile_counts_now(), self.architecture, steps, stage_rows, self.num_model_layers)
         return path
 
     def close(self) -> None:
