@@ -470,12 +470,12 @@ class RunnerConfig:
 
     pipeline_parallel_size: int = _opt(
         1, "split the layers over this many processes, one per device (GPUs of one host; CPU processes over gloo "
-           "on a CPU): activations cross at the split points; each stage's CUDA graphs hold its own layers; no "
-           "overlapped scheduling")
+           "on a CPU): activations cross at the split points; each stage's CUDA graphs hold its own layers; "
+           "decode steps are planned ahead (--async-scheduling) with the sampled tokens sent to every stage")
     batch_groups: int = _opt(
         0, "with --pipeline-parallel-size: steps of this many groups of slots in flight at once, so group g runs "
-           "on stage s while group g+1 runs on stage s-1 (each group gets max_num_seqs / N slots); 0: as many "
-           "as there are stages; 1: one step at a time")
+           "on stage s while group g+1 runs on stage s-1 (the running requests shared evenly among the groups, "
+           "each at most max_num_seqs / N); 0: as many as there are stages; 1: one group")
 
     @property
     def num_batch_groups(self) -> int:

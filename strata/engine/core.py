@@ -42,8 +42,7 @@ class EngineCore:
         self.device, self.dtype, self.num_kv_blocks = parts.device, parts.dtype, parts.num_kv_blocks
         self.streams: dict[str, TextStream | None] = {}
         self.step_times = StepTimes()
-        # a pipeline split runs a step at a time: stage 0 shares each plan as it runs it
-        self.async_scheduling = config.scheduler.async_scheduling and self.runner.stage is None
+        self.async_scheduling = config.scheduler.async_scheduling
         self._ahead = None  # --async-scheduling: (kind, plan, DecodeInFlight | VerifyInFlight) queued, not yet read
         # --batch-groups under a pipeline split: steps launched, not yet finished, oldest first
         self.num_batch_groups = config.runner.num_batch_groups if self.runner.stage is not None else 1
@@ -109,13 +108,13 @@ class EngineCore:
         off (off only where they were built), overlapped scheduling, and fewer concurrent slots than the
         engine was built for. Only between steps: nothing may be in flight."""
         while self._groups and not self.scheduler.has_unfinished():  # steps of requests that ended meanwhile
-            self._finish_oldest_group()
+            self._finish_oldest_group(plan_ahead=False)
         if self.has_unfinished() or self._ahead is not None:
             raise RuntimeError("set_runtime_options needs an idle engine: requests are still running")
         if cuda_graphs is not None:
             self.runner.set_cuda_graphs(cuda_graphs)
         if async_scheduling is not None:
-            self.async_scheduling = async_scheduling and self.runner.stage is None
+            self.async_scheduling = async_scheduling
         if max_num_seqs is not None:
             self.scheduler.set_max_num_seqs(max_num_seqs)
 
@@ -125,7 +124,7 @@ class EngineCore:
         ahead, then run what is queued for the runner -> the deltas of the step finished."""
         deltas = []
         while self._groups:
-            deltas += self._finish_oldest_group()
+            deltas += self._finish_oldest_group(plan_ahead=False)
         if self._ahead is not None:
             self.async_scheduling, was = False, self.async_scheduling
             try:
@@ -229,33 +228,49 @@ class EngineCore:
         return self.runner.launch_verify(plan, inputs_from)
 
     def _step_groups(self, started: float) -> list[TokenDelta]:
-        """--batch-groups: keep up to G steps in flight, each over slots the others do not hold (at most
-        max_num_seqs / G of them), so while the split's later stages run one group the earlier ones run the
-        next; then finish the oldest and commit it."""
+        """--batch-groups: keep up to G steps in flight, each over slots the others do not hold (the running
+        requests shared evenly among the groups), so while the split's later stages run one group the earlier
+        ones run the next; then finish the oldest and commit it. With --async-scheduling a group's decode step
+        is followed by the next one, planned and launched before it is read (see _finish_oldest_group)."""
         deltas = []
-        group_slots = -(-self.scheduler.max_running // self.num_batch_groups)
+        scheduler = self.scheduler
+        wanted = min(len(scheduler.running) + len(scheduler.waiting), scheduler.max_running)
+        group_slots = max(-(-wanted // self.num_batch_groups), 1)
         while len(self._groups) < self.num_batch_groups:
-            plan = self.scheduler.schedule(max_slots=group_slots)
+            plan = scheduler.schedule(max_slots=group_slots)
             if plan.is_empty and self._groups and not plan.carries_work:
                 break  # every running slot is in flight: nothing to add (an empty plan carrying work still goes)
+            kind = "decode" if self.async_scheduling and scheduler.decodes_ahead(plan) else None
             try:
-                self._groups.append((plan, self.runner.launch(plan), started))
+                launched = self.runner.launch_decode(plan) if kind else self.runner.launch(plan)
             except Exception as e:
                 logger.exception("step %d failed", plan.step_id)
                 deltas += self._fail_step(plan, e)
                 break
+            self._groups.append((plan, launched, started, kind))
             if plan.is_empty:
                 break
         return deltas + self._finish_oldest_group() if self._groups else deltas
 
-    def _finish_oldest_group(self) -> list[TokenDelta]:
-        plan, launched, started = self._groups.popleft()
+    def _finish_oldest_group(self, plan_ahead: bool = True) -> list[TokenDelta]:
+        """Finish the oldest step in flight and commit it. A decode step's group first gets its next decode
+        step, planned and launched behind the others (fed the tokens this one samples, on the device), so the
+        host's work here overlaps every stage's."""
+        plan, launched, started, kind = self._groups.popleft()
+        deltas = []
+        ahead = self.scheduler.schedule_ahead(plan, hold=True) if kind and plan_ahead else None
+        if ahead is not None:
+            try:
+                self._groups.append((ahead, self.runner.launch_decode(ahead, launched), time.perf_counter(), kind))
+            except Exception as e:
+                logger.exception("step %d failed", ahead.step_id)
+                deltas = self._fail_step(ahead, e)
         try:
-            result = self.runner.finish(launched)
+            result = self.runner.complete_decode(launched) if kind else self.runner.finish(launched)
         except Exception as e:
             logger.exception("step %d failed", plan.step_id)
-            return self._fail_step(plan, e)
-        deltas = [self._process(commit) for commit in self.scheduler.update(plan, result)]
+            return deltas + self._fail_step(plan, e)
+        deltas += [self._process(commit) for commit in self.scheduler.update(plan, result)]
         self._record_step_time(plan, result, started)
         return deltas
 

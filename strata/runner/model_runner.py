@@ -2,7 +2,8 @@
 sampler and the drafter; `execute(plan)` runs one forward for every scheduled slot, samples or
 verifies where a slot reached the end of its window, commits, and proposes the next drafts.
 For --async-scheduling, `launch_decode(plan)` queues a decode step up to its sampled tokens and
-`complete_decode` reads and commits them later, so the next step can be queued in between.
+`complete_decode` reads and commits them later, so the next step can be queued in between
+(runner/planned_decode.py).
 
 Order inside a step matters: slots freed by the plan are released before new slots are set up,
 because the scheduler may hand a freed slot id to a new request in the same plan.
@@ -36,27 +37,13 @@ from strata.runner.table_arrays import TableArrays
 from strata.sample import Sampler
 from strata.spec.commit import commit_outcomes
 from strata.spec.speculator import Speculator
-from strata.runner import planned_verification
+from strata.runner import planned_decode, planned_verification
+from strata.runner.planned_decode import DecodeInFlight
 from strata.spec.verify_ahead import VerifyInFlight
-from strata.transfer import index_tensor
-from strata.types import SlotResult, StepPlan, StepResult
+from strata.types import StepPlan, StepResult
 
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class DecodeInFlight:
-    """A decode step launched by launch_decode whose sampled tokens have not been read."""
-
-    plan: StepPlan
-    slot_ids: list[int]                     # plan order
-    token_ids: torch.Tensor                 # [S] sampled on the device
-    host_ids: torch.Tensor                  # [S] their copy in host memory (the same tensor on the CPU)
-    copied: torch.cuda.Event | None         # recorded after that copy (CUDA)
-    expert_pairs: dict
-    started: float
-    launched: float
 
 
 class RestoreFailed(RuntimeError):
@@ -165,6 +152,8 @@ class ModelRunner:
         self.scratch = ForwardScratch()  # reset by every eager step's input builder
         self.speculation = Speculator(spec, model, self.sampler, self.state_pool.caches, self._mtp_context, seed)
         self._finished_through = -1  # the last step finished (a split's other stages follow it)
+        self.awaiting_tokens: deque[DecodeInFlight] = deque()  # a split's earlier stages: decode steps launched
+        # whose sampled tokens the last stage has not yet been heard from for (planned_decode)
 
     @torch.inference_mode()
     def execute(self, plan: StepPlan) -> StepResult:
@@ -211,19 +200,25 @@ class ModelRunner:
     def follow(self) -> None:
         """A split's stages 1..N-1: run the plans stage 0 shares, in its order, reading each step's outcome
         where stage 0 has read it, until it says stop."""
-        in_flight: deque[LaunchedStep] = deque()
+        in_flight: deque[LaunchedStep | DecodeInFlight] = deque()
         while True:
-            plan, finished_through = self.stage.next_plan()
+            plan, finished_through, decode_from = self.stage.next_plan()
             if isinstance(plan, session_rows.SessionRows):  # stage 0 reads or writes this stage's session rows
                 reply = session_rows.serve(self, plan)
                 if reply is not None:
                     self.stage.answer(reply)
                 continue
             while in_flight and in_flight[0].plan.step_id <= finished_through:
-                self.finish(in_flight.popleft())
+                step = in_flight.popleft()
+                self.complete_decode(step) if isinstance(step, DecodeInFlight) else self.finish(step)
             if plan is None:
                 return
-            in_flight.append(self.launch(plan))
+            if decode_from is None:
+                in_flight.append(self.launch(plan))
+                continue
+            # a decode step planned ahead (planned_decode), fed by the one in flight that stage 0 names
+            inputs_from = next((step for step in in_flight if step.plan.step_id == decode_from), None)
+            in_flight.append(self.launch_decode(plan, inputs_from))
 
     def _queue_forward(self, plan: StepPlan, feed: torch.Tensor | None = None, shift: torch.Tensor | None = None
                        ) -> tuple[StepInputs, torch.Tensor, dict, float]:
@@ -327,44 +322,10 @@ class ModelRunner:
 
     @torch.inference_mode()
     def launch_decode(self, plan: StepPlan, inputs_from: DecodeInFlight | None = None) -> DecodeInFlight:
-        """A decode step (one sampled token per slot, no drafts, no speculation) queued up to its
-        sampled tokens, which stay on the device. With `inputs_from`, each slot's input token is the
-        one that step samples for it (fed on the device: the host never waits for it)."""
-        self._update_slots(plan)
-        feed = None
-        if inputs_from is not None:
-            row_of = {slot_id: row for row, slot_id in enumerate(inputs_from.slot_ids)}
-            rows = [row_of[w.slot_id] for w in plan.scheduled]
-            feed = inputs_from.token_ids if rows == list(range(len(inputs_from.slot_ids))) else \
-                inputs_from.token_ids[index_tensor(rows, inputs_from.token_ids.device)]
-        inputs, hidden, expert_pairs, started = self._queue_forward(plan, feed)  # hidden [S, D]: one row per slot
-        slot_ids = [w.slot_id for w in plan.scheduled]
-        logits = inputs.logits() if inputs.logits is not None else self.model.compute_logits(hidden)  # [S, V]
-        token_ids = self.sampler.sample_on_device(logits, slot_ids)  # [S]
-        host_ids, copied = token_ids, None
-        if token_ids.is_cuda:  # read back through an event: a step queued after this one must not delay it
-            host_ids = torch.empty(token_ids.shape, dtype=token_ids.dtype, pin_memory=True)
-            host_ids.copy_(token_ids, non_blocking=True)
-            copied = torch.cuda.Event()
-            copied.record()
-        return DecodeInFlight(plan, slot_ids, token_ids, host_ids, copied, expert_pairs, started, time.perf_counter())
+        return planned_decode.launch(self, plan, inputs_from)
 
     def complete_decode(self, step: DecodeInFlight) -> StepResult:
-        """Read a launched decode step's tokens (the one host sync) and commit them to the sampler.
-        A slot whose request ended while the step ran (its slot since released) is left out."""
-        waited = time.perf_counter()
-        if step.copied is not None:
-            step.copied.synchronize()
-        token_ids = step.host_ids.tolist()
-        read = time.perf_counter()
-        results = []
-        for slot_id, token_id in zip(step.slot_ids, token_ids):
-            if self.sampler.params[slot_id] is None:
-                continue
-            self.speculation.commit_decoded(slot_id, token_id)
-            results.append(SlotResult(slot_id, [token_id], 0, []))
-        return StepResult(step.plan.step_id, results, forward_seconds=step.launched - step.started,
-                          sample_seconds=read - waited, draft_seconds=0.0, expert_pairs=step.expert_pairs)
+        return planned_decode.complete(self, step)
 
     # ---- verification steps planned ahead (runner/planned_verification.py) ------------------------------
 

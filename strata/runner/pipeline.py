@@ -17,10 +17,15 @@ group g, stage 0 already runs group g+1. Every stage runs the plans in stage 0's
 outcome when stage 0 says it has (`share_plan`'s `finished_through`), so every stage's caches see the same
 sequence of operations.
 
+--async-scheduling: a decode step is followed by the next one of the same group, planned and launched before it
+is read; the last stage sends the sampled tokens to every stage (`send_tokens`, a group of their own: NCCL on
+GPUs), which feed them to that next step on the device (runner/planned_decode.py), so stage 0's host work of a
+step (commit, plan, launch) overlaps the stages' forwards.
+
 torch.distributed carries it: gloo between CPU processes (the tests) and for plans and outcomes; NCCL for the
-activations between GPUs (not yet run on two GPUs). CUDA graphs hold a stage's own layers: the messages go
-around each replay (`capturing_layers`), one per boundary as in an eager step. Not yet: overlapped scheduling (off
-under a split), several graph parts in one step (fresh prompts beside windows run eagerly under a split).
+activations and sampled tokens between GPUs (not yet run on two GPUs). CUDA graphs hold a stage's own layers: the
+messages go around each replay (`capturing_layers`), one per boundary as in an eager step. Not yet: several graph
+parts in one step (fresh prompts beside windows run eagerly under a split); verification steps planned ahead.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ class SplitBroken(RuntimeError):
     starts a new one and hands it the requests that had no output yet)."""
 
 
-_PLAN, _OUTCOME, _SESSION = 1, 2, 3  # message tags on the control group
+_PLAN, _OUTCOME, _SESSION, _TOKENS = 1, 2, 3, 4  # message tags on the control group
 _HEAD = 4096  # bytes of an object's first message
 
 
@@ -63,6 +68,7 @@ class Stage:
     num_layers: int
     workers: list = field(default_factory=list)  # stage 0: the other stages' processes
     control: object = None  # the gloo group plans and outcomes travel on (join_group)
+    tokens_group: object = None  # the group decode steps' sampled tokens travel on (join_group)
     host_activations: bool = False  # activations cross through host memory (stages sharing a GPU: gloo)
     broken: bool = False  # a step failed here (SplitBroken): the others may never read another message
     graph_rows: int = 0  # rows of the largest CUDA graph layout of this stage's layers (set by the graph cache)
@@ -75,6 +81,8 @@ class Stage:
     def __post_init__(self) -> None:
         if self.control is None:
             self.control = _control
+        if self.tokens_group is None:
+            self.tokens_group = _tokens if _tokens is not None else self.control
 
     @property
     def is_first(self) -> bool:
@@ -178,15 +186,32 @@ class Stage:
 
     # ---- plans and outcomes ----------------------------------------------------------------------------
 
-    def share_plan(self, plan, finished_through: int = -1) -> None:
-        """Stage 0: the plan about to run (None: stop) and the last step it has finished (read its outcome of;
-        plans finish in the order they run) -> every other stage."""
+    def share_plan(self, plan, finished_through: int = -1, decode_from: int | None = None) -> None:
+        """Stage 0: the plan about to run (None: stop), the last step it has finished (read its outcome of;
+        plans finish in the order they run) and, for a decode step planned ahead (runner/planned_decode.py),
+        the step whose sampled tokens are its inputs (-1: none, the plan holds them) -> every other stage."""
         for dst in range(1, self.world):
-            self._send_object((plan, finished_through), dst, _PLAN)
+            self._send_object((plan, finished_through, decode_from), dst, _PLAN)
 
     def next_plan(self) -> tuple:
-        """The other stages: (the next plan stage 0 runs (None: stop), the last step it has finished)."""
+        """The other stages: (the next plan stage 0 runs (None: stop), the last step it has finished, the
+        decode step feeding it or -1 where it is a decode step planned ahead, else None)."""
         return self._recv_object(0, _PLAN)
+
+    def send_tokens(self, token_ids: torch.Tensor) -> None:
+        """The last stage: a decode step's sampled token ids [S] int64 -> every other stage (device to device
+        over NCCL, on a group of their own so that they never queue behind the activations going the other
+        way; through host memory over gloo)."""
+        on_host = self.tokens_group is self.control
+        for dst in range(self.world - 1):
+            self._send([token_ids.cpu() if on_host else token_ids], dst, self.tokens_group, _TOKENS)
+
+    def receive_tokens(self, count: int, device) -> torch.Tensor:
+        """The other stages: the token ids [count] the last stage sent next (send_tokens), on `device`."""
+        on_host = self.tokens_group is self.control
+        token_ids = torch.empty(count, dtype=torch.int64, device="cpu" if on_host else device)
+        dist.recv(token_ids, self.world - 1, group=self.tokens_group, tag=_TOKENS)
+        return token_ids.to(device)
 
     def share_outcome(self, outcome=None):
         """The last stage's speculation outcome of a step (what it passes) -> every stage (what each gets)."""
@@ -200,12 +225,12 @@ class Stage:
 
     def ask(self, rank: int, request):
         """Stage 0: a SessionRows request to stage `rank`, in its plan stream -> its reply."""
-        self._send_object((request, -1), rank, _PLAN)
+        self._send_object((request, -1, None), rank, _PLAN)
         return self._recv_object(rank, _SESSION)
 
     def tell(self, rank: int, request) -> None:
         """Stage 0: a SessionRows request with no reply (a write) to stage `rank`, in its plan stream."""
-        self._send_object((request, -1), rank, _PLAN)
+        self._send_object((request, -1, None), rank, _PLAN)
 
     def answer(self, reply) -> None:
         """A stage's reply to stage 0's `ask`."""
@@ -277,9 +302,11 @@ def join_group(rank: int, world: int, port: int, device: str):
     timeout = datetime.timedelta(days=365)
     dist.init_process_group("nccl" if nccl else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=timeout)
-    global _control
+    global _control, _tokens
     _control = dist.new_group(backend="gloo", timeout=timeout) if nccl else dist.group.WORLD
+    _tokens = dist.new_group(backend="nccl", timeout=timeout) if nccl else None
     return _control
 
 
 _control = None  # this process's control group, once it has joined (join_group)
+_tokens = None  # its NCCL group for sampled tokens (None: they go on the control group)

@@ -9,7 +9,7 @@ prompt chunk and a decode step are the same thing. Invariant: a running request 
 from __future__ import annotations
 
 import itertools
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 
 from strata.cache.block_allocator import BlockAllocator, blocks_needed
@@ -80,7 +80,9 @@ class Scheduler:
         self.waiting: deque[RequestState] = deque()
         self.running: list[RequestState] = []
         self.requests: dict[str, RequestState] = {}
-        self.in_flight: set[int] = set()  # batch groups: slots of steps planned and not yet updated
+        # batch groups: slots of steps planned and not yet updated (a count: a decode step planned ahead holds
+        # its slots while the step it follows still does)
+        self.in_flight: Counter[int] = Counter()
         # a verification step planned ahead and not yet updated: its step id and each slot's window
         self._ahead_windows: tuple[int, dict[int, int]] = (-1, {})
         self._draining: set[int] = set()  # slots of ended requests whose step is still in flight
@@ -188,15 +190,16 @@ class Scheduler:
             self.in_flight.update(work.slot_id for work in scheduled)
         return self._make_plan(scheduled)
 
-    def schedule_ahead(self, plan: StepPlan) -> StepPlan | None:
+    def schedule_ahead(self, plan: StepPlan, hold: bool = False) -> StepPlan | None:
         """The next decode step, planned while `plan` (one sampled token per slot, not yet committed)
         still runs: each request of `plan` that may emit another token gets the next position, its
         input being the token `plan` samples (the runner feeds it on the device; token_ids holds a
-        placeholder). None when the next step cannot be known in advance: a request waits to be
-        admitted, a running one is not in `plan`, a request drafts (in `plan` or, by the draft policy, in
-        the next step: speculating requests that draft nothing decode ahead too), sampling needs the
-        previous token on the host (penalties, min_tokens, a seed, logprobs, a grammar), or a block would have to
-        be taken from another request. A hybrid model's checkpoint due where `plan` ends a block is
+        placeholder). `hold` (batch groups): its slots are in flight until it is updated, as a scheduled
+        step's are. None when the next step cannot be known in advance: a request waits to be
+        admitted, a running one is neither in `plan` nor in another step in flight, a request drafts (in
+        `plan` or, by the draft policy, in the next step: speculating requests that draft nothing decode
+        ahead too), sampling needs the previous token on the host (penalties, min_tokens, a seed, logprobs,
+        a grammar), or a block would have to be taken from another request. A hybrid model's checkpoint due where `plan` ends a block is
         queued here, ahead of the commit."""
         self._begin_planning()
         continuing = self._continuing_after(plan)
@@ -218,6 +221,8 @@ class Scheduler:
             state.block_ids.extend(new_blocks)
             scheduled.append(ScheduledSlot(slot_id=state.slot_id, num_computed_tokens=position, num_new_tokens=1,
                                            new_block_ids=new_blocks, token_ids=[0], offloaded_host_ids=offloaded))
+        if hold:
+            self.in_flight.update(work.slot_id for work in scheduled)
         return self._make_plan(scheduled)
 
     def decodes_ahead(self, plan: StepPlan) -> bool:
@@ -287,11 +292,12 @@ class Scheduler:
     def _continuing_after(self, plan: StepPlan) -> list[RequestState] | None:
         """The requests of decode step `plan` (not yet committed) that continue after it, when every
         condition of schedule_ahead but the free blocks holds; else None."""
-        if self.waiting or plan.new_slots:
+        if self.waiting or plan.new_slots or not plan.scheduled:
             return None
         by_slot = {state.slot_id: state for state in self.running}
-        if not plan.scheduled or len(plan.scheduled) != len(by_slot):
-            return None
+        in_plan = {work.slot_id for work in plan.scheduled}
+        if any(slot_id not in in_plan and slot_id not in self.in_flight for slot_id in by_slot):
+            return None  # it would wait while the requests of `plan` go on ahead
         continuing = []
         for work in plan.scheduled:
             state = by_slot.get(work.slot_id)
@@ -339,7 +345,10 @@ class Scheduler:
         """Batch groups: `plan` is no longer in flight (updated or failed): its slots may be planned again,
         and those of requests that ended meanwhile are free now."""
         for work in plan.scheduled:
-            self.in_flight.discard(work.slot_id)
+            if self.in_flight[work.slot_id] > 1:  # a step planned ahead of this one holds it too
+                self.in_flight[work.slot_id] -= 1
+                continue
+            self.in_flight.pop(work.slot_id, None)
             if work.slot_id in self._draining:
                 self._draining.remove(work.slot_id)
                 self._pending_freed.append(work.slot_id)

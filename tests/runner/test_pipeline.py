@@ -62,6 +62,7 @@ def run(folder: str, stages: int, spec: dict | None, batch: list[list[int]], num
         speculative=SpecConfig.from_json(spec), experts=ExpertConfig(**(experts or {})))
     core = EngineCore(config, quiet=True)
     stage = core.runner.stage
+    run.ahead = count_ahead(core)
     if stages > 1:  # this process keeps the caches of its own layers only
         owned = range(stage.first_layer, stage.end_layer)
         assert stage.end_layer < core.model_config.num_hidden_layers
@@ -98,6 +99,27 @@ def run(folder: str, stages: int, spec: dict | None, batch: list[list[int]], num
         if stages > 1:
             for worker in stage.workers:
                 assert worker.poll() == 0  # the other stage left when the engine closed
+
+
+def count_ahead(core: EngineCore, sizes: list | None = None) -> list[bool]:
+    """Records, per decode step stage 0 launches planned ahead (--async-scheduling), whether its inputs came from
+    a step still in flight; and into `sizes` the slot count of every step launched."""
+    ahead, runner = [], core.runner
+    launch_decode, launch = runner.launch_decode, runner.launch
+
+    def counted_decode(plan, inputs_from=None):
+        ahead.append(inputs_from is not None)
+        if sizes is not None:
+            sizes.append(len(plan.scheduled))
+        return launch_decode(plan, inputs_from)
+
+    def counted(plan):
+        if sizes is not None and plan.scheduled:
+            sizes.append(len(plan.scheduled))
+        return launch(plan)
+
+    runner.launch_decode, runner.launch = counted_decode, counted
+    return ahead
 
 
 def test_a_step_failing_on_a_stage_stops_the_split_and_closes_it(tiny_model_dir, monkeypatch):
@@ -169,6 +191,8 @@ def test_two_stages_give_one_process_tokens(family, spec, tiny_model_dir):
     # fixed draft lengths (adaptive ones follow measured step times): the same steps, split or not
     assert drafted_two == drafted_one and (drafted_one > 0) == (spec is not None)
     assert free_two == free_one == 40
+    if spec is None:  # decode steps planned and launched before the one they follow was read, fed its tokens
+        assert sum(run.ahead) > 10
 
 
 @pytest.mark.parametrize("family, spec", [
@@ -187,6 +211,8 @@ def test_batch_groups_in_flight_give_one_process_tokens(family, spec, tiny_model
     one = run(folder, 1, spec, batch, num_blocks=40)
     grouped = run(folder, 2, spec, batch, num_blocks=40, groups=2)
     assert run.overlapped > 10  # most steps finished with the other group's still running
+    if spec is None:  # and a group's decode step was followed by its next one before it was read
+        assert sum(run.ahead) > 10
     assert grouped[0] == one[0]
     assert grouped[1] > 0 and grouped[3] > 0  # prefix reused; preempted for blocks
     assert grouped[4] == 40  # every block back
@@ -352,6 +378,35 @@ def test_a_request_ended_while_its_group_runs_frees_its_slot_after_the_step(tiny
         assert core.scheduler.allocator.num_free == 40 and not core.scheduler.in_flight
     finally:
         core.close()
+
+
+def test_batch_groups_share_the_running_requests_evenly(tiny_model_dir):
+    """A server's max_num_seqs is far above its load: four requests with room for eight make two groups of two
+    (not one of four and an idle one), each group's decode steps planned ahead of the one they follow; one
+    process's tokens, nothing left in flight."""
+    folder = tiny_model_dir("llama")
+    batch = prompts([12, 14, 16, 18])
+    config = EngineConfig(
+        model=folder, runner=RunnerConfig(device="cpu", dtype="float32", pipeline_parallel_size=2, batch_groups=2),
+        scheduler=SchedulerConfig(max_num_seqs=8, max_num_batched_tokens=64, max_model_len=128),
+        cache=CacheConfig(block_size=4, num_gpu_blocks=40))
+    core = EngineCore(config, quiet=True)
+    sizes, outputs = [], {str(i): [] for i in range(len(batch))}
+    ahead = count_ahead(core, sizes)
+    try:
+        for i, ids in enumerate(batch):
+            core.add_request(Request(str(i), ids, GREEDY))
+        both_busy = 0
+        while core.has_unfinished():
+            for delta in core.step():
+                outputs[delta.request_id] += delta.new_token_ids
+            both_busy += len(core._groups) == 2
+        assert max(sizes) == 2 and sizes.count(2) > 20
+        assert both_busy > 10 and sum(ahead) > 10
+        assert core.scheduler.allocator.num_free == 40 and not core.scheduler.in_flight
+    finally:
+        core.close()
+    assert [outputs[str(i)] for i in range(len(batch))] == run(folder, 1, None, batch, num_blocks=40)[0]
 
 
 @pytest.fixture(scope="module")
