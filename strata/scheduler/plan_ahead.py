@@ -1,0 +1,147 @@
+"""Steps planned before the step they follow was read (--async-scheduling): the Scheduler's side. A decode
+step's successor gets each request's next position, fed on the device the token in flight; a step of equal
+verification windows' successor starts as if every draft were accepted (the runner moves it back). Each says
+None where the next step cannot be known in advance, and the step then runs as usual.
+"""
+
+from __future__ import annotations
+
+from strata.cache.block_allocator import blocks_needed
+from strata.scheduler.request_state import RequestState
+from strata.types import ScheduledSlot, StepPlan
+
+
+class PlanAhead:
+    """The Scheduler's methods that plan a step ahead (a mixin: they read and change its state)."""
+
+    def schedule_ahead(self, plan: StepPlan, hold: bool = False) -> StepPlan | None:
+        """The next decode step, planned while `plan` (one sampled token per slot, not yet committed)
+        still runs: each request of `plan` that may emit another token gets the next position, its
+        input being the token `plan` samples (the runner feeds it on the device; token_ids holds a
+        placeholder). `hold` (batch groups): its slots are in flight until it is updated, as a scheduled
+        step's are. None when the next step cannot be known in advance: a request waits to be
+        admitted, a running one is neither in `plan` nor in another step in flight, a request drafts (in
+        `plan` or, by the draft policy, in the next step: speculating requests that draft nothing decode
+        ahead too), sampling needs the previous token on the host (penalties, min_tokens, a seed, logprobs,
+        a grammar), or a block would have to be taken from another request. A hybrid model's checkpoint due where `plan` ends a block is
+        queued here, ahead of the commit."""
+        self._begin_planning()
+        continuing = self._continuing_after(plan)
+        if not continuing:
+            return None
+        # blocks up to the next position (the one after the token in flight)
+        missing = [max(blocks_needed(state.num_computed_tokens + 2, self.block_size) - state.num_blocks, 0)
+                   for state in continuing]
+        if not self.allocator.can_allocate(sum(missing)):
+            return None
+        scheduled = []
+        for state, count in zip(continuing, missing):
+            # hybrid models: a checkpoint due where `plan` ends a block is saved at the start of the
+            # ahead step (stream order: after `plan`, before the step that advances the state again)
+            self._maybe_checkpoint(state, ahead=True)
+            position = state.num_computed_tokens + 1
+            offloaded = self._offload(state, 2)  # the token in flight and the next one (its computed blocks only)
+            new_blocks = self.allocator.allocate(count) if count else []
+            state.block_ids.extend(new_blocks)
+            scheduled.append(ScheduledSlot(slot_id=state.slot_id, num_computed_tokens=position, num_new_tokens=1,
+                                           new_block_ids=new_blocks, token_ids=[0], offloaded_host_ids=offloaded))
+        if hold:
+            self.in_flight.update(work.slot_id for work in scheduled)
+        return self._make_plan(scheduled)
+
+    def decodes_ahead(self, plan: StepPlan) -> bool:
+        """Whether the step after `plan` could be planned while `plan` runs (see schedule_ahead)."""
+        return bool(self._continuing_after(plan))
+
+    def verifies_ahead(self, plan: StepPlan) -> bool:
+        """Whether `plan` is a step of equal verification windows whose successor may be planned before it is
+        read (schedule_verify_ahead): every running request verifies drafts in it, none needs its sampled
+        history on the host, nothing waits to be admitted."""
+        return self._verifying(plan) is not None
+
+    def schedule_verify_ahead(self, plan: StepPlan) -> StepPlan | None:
+        """The verification step after `plan` (launched, not yet read), planned as if `plan` accepted every
+        draft: each window starts 1 + k positions on (the runner moves it back by the shortfall on the device,
+        spec/verify_ahead.py), with blocks for both windows. None when it cannot be known in advance: see
+        verifies_ahead; a request might end in `plan` or could not take the next window whatever `plan`
+        accepts; the draft policy gives the requests different or no drafts next; blocks are short."""
+        self._begin_planning()
+        pairs = self._verifying(plan)
+        if pairs is None:
+            return None
+        window = plan.scheduled[0].num_new_tokens
+        # one k for every window, and the one `plan` drafted for (an MTP head drafted its next_k on the device)
+        k = {self._draft_length(state) for state, _ in pairs} | {work.next_k for _, work in pairs}
+        if len(k) != 1 or not 0 < (k := k.pop()) or len(pairs) * (1 + k) > self.config.max_num_batched_tokens:
+            return None
+        needed = []
+        for state, work in pairs:
+            if state.remaining_output(self.max_model_len) - window < 1 + k or self.max_step_tokens:
+                return None  # it may end in `plan`, or `plan` accepting all leaves no room for k drafts
+            ahead = state.num_computed_tokens + window
+            needed.append(max(blocks_needed(ahead + 1 + k + self.lookahead, self.block_size) - state.num_blocks, 0))
+        if not self.allocator.can_allocate(sum(needed)):
+            return None
+        scheduled = []
+        for (state, _), count in zip(pairs, needed):
+            new_blocks = self.allocator.allocate(count) if count else []
+            state.block_ids.extend(new_blocks)
+            state.requested_k = k
+            start = state.num_computed_tokens + window  # as if `plan` accepted every draft
+            scheduled.append(ScheduledSlot(slot_id=state.slot_id, num_computed_tokens=start,
+                                           num_new_tokens=1 + k, new_block_ids=new_blocks,
+                                           token_ids=[0] * (1 + k), draft_token_ids=[0] * k, next_k=k, drafting=True))
+        ahead_plan = self._make_plan(scheduled)
+        self._ahead_windows = (ahead_plan.step_id, {w.slot_id: w.num_new_tokens for w in scheduled})
+        return ahead_plan
+
+    def _verifying(self, plan: StepPlan) -> list[tuple[RequestState, ScheduledSlot]] | None:
+        """(request, window) of each slot of `plan` when it is a step of equal verification windows of every
+        running request, sampled without history and with nothing waiting; else None."""
+        if self.waiting or plan.new_slots or not plan.scheduled or self.offload is not None:
+            return None
+        by_slot = {state.slot_id: state for state in self.running}
+        window = plan.scheduled[0].num_new_tokens
+        if len(plan.scheduled) != len(by_slot) or window < 2:
+            return None
+        pairs = []
+        for work in plan.scheduled:
+            state = by_slot.get(work.slot_id)
+            if state is None or not work.sample or work.num_new_tokens != window \
+                    or len(work.draft_token_ids) != window - 1 or not _samples_without_history(state):
+                return None
+            pairs.append((state, work))
+        return pairs
+
+    def _continuing_after(self, plan: StepPlan) -> list[RequestState] | None:
+        """The requests of decode step `plan` (not yet committed) that continue after it, when every
+        condition of schedule_ahead but the free blocks holds; else None."""
+        if self.waiting or plan.new_slots or not plan.scheduled:
+            return None
+        by_slot = {state.slot_id: state for state in self.running}
+        in_plan = {work.slot_id for work in plan.scheduled}
+        if any(slot_id not in in_plan and slot_id not in self.in_flight for slot_id in by_slot):
+            return None  # it would wait while the requests of `plan` go on ahead
+        continuing = []
+        for work in plan.scheduled:
+            state = by_slot.get(work.slot_id)
+            if state is None or not work.sample or work.num_new_tokens != 1 or work.draft_token_ids \
+                    or state.num_computed_tokens != work.num_computed_tokens or not _samples_without_history(state) \
+                    or (self.planner.enabled and (work.next_k or self._draft_length(state))):
+                return None
+            if state.remaining_output(self.max_model_len) > 1:  # else the token in flight is its last
+                continuing.append(state)
+        return continuing
+
+
+def _samples_without_history(state: RequestState) -> bool:
+    """Whether the request's next token can be sampled before its previous one is read back: no
+    penalties, no per-position seed, no logprobs to return, no grammar (its next mask follows the token in
+    flight), a reasoning budget only where the token in flight cannot change what it forces or bans next
+    (ThinkingBudget.can_decode_ahead), and min_tokens already reached (the sampler's count lags by the token in
+    flight)."""
+    params = state.request.sampling_params
+    return (params.repetition_penalty == 1.0 and params.presence_penalty == 0.0 and params.frequency_penalty == 0.0
+            and params.seed is None and params.logprobs is None and params.structured_outputs is None
+            and (state.thinking is None or state.thinking.can_decode_ahead())
+            and len(state.output_token_ids) >= params.min_tokens)
