@@ -217,7 +217,9 @@ class ModelRunner:
                 in_flight.append(self.launch(plan))
                 continue
             # a decode step planned ahead (planned_decode), fed by the one in flight that stage 0 names
-            inputs_from = next((step for step in in_flight if step.plan.step_id == decode_from), None)
+            inputs_from = None
+            if decode_from >= 0:
+                inputs_from = next(step for step in in_flight if step.plan.step_id == decode_from)
             in_flight.append(self.launch_decode(plan, inputs_from))
 
     def _queue_forward(self, plan: StepPlan, feed: torch.Tensor | None = None, shift: torch.Tensor | None = None
