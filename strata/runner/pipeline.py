@@ -57,6 +57,7 @@ class SplitBroken(RuntimeError):
 
 _PLAN, _OUTCOME, _SESSION, _TOKENS = 1, 2, 3, 4  # message tags on the control group
 _HEAD = 4096  # bytes of an object's first message
+_HOST_SENDS_KEPT, _HOST_SEND_BYTES_KEPT = 64, 64 << 20  # gloo sends a stage holds without waiting on them
 
 
 @dataclass
@@ -105,6 +106,16 @@ class Stage:
         for tensor in tensors:
             self._sends.append((dist.isend(tensor, dst, group=group, tag=tag), tensor))
         self._sends = [(work, t) for work, t in self._sends if not work.is_completed()]
+        # a gloo send (host memory) says it is complete only once waited on, so those are kept to a bound and
+        # the oldest waited on: long since read in practice (a stage is never more than the steps in flight
+        # behind another), so the wait returns at once; without it they piled up, and every send got slower
+        on_host = [i for i, (_, t) in enumerate(self._sends) if not t.is_cuda]
+        held = sum(self._sends[i][1].nbytes for i in on_host)
+        while len(on_host) > _HOST_SENDS_KEPT or held > _HOST_SEND_BYTES_KEPT:
+            work, tensor = self._sends.pop(on_host[0])
+            work.wait()
+            held -= tensor.nbytes
+            on_host = [i - 1 for i in on_host[1:]]
 
     # an object travels as one message of _HEAD bytes (its length, then its first bytes) and, when longer, one
     # more with the rest: a decode step's plan or outcome is one small message (two back to back on one socket

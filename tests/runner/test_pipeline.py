@@ -92,6 +92,8 @@ def run(folder: str, stages: int, spec: dict | None, batch: list[list[int]], num
             run.overlapped += bool(core._groups)
             step += 1
         run.replays = core.runner.graphs.num_replays if core.runner.graphs is not None else 0  # (this process's)
+        if stages > 1:  # gloo sends (a plan and activations a step), complete only once waited on, do not pile up
+            assert len(stage._sends) <= 64
         return ([outputs[i] for i in range(len(batch))], cached, core.scheduler.stats.num_draft_tokens, preempted,
                 core.scheduler.allocator.num_free, core.scheduler.cache_stats.as_dict())
     finally:
