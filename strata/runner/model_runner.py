@@ -210,7 +210,10 @@ class ModelRunner:
                 continue
             while in_flight and in_flight[0].plan.step_id <= finished_through:
                 step = in_flight.popleft()
-                self.complete_decode(step) if isinstance(step, DecodeInFlight) else self.finish(step)
+                if isinstance(step, DecodeInFlight):
+                    self.complete_decode(step)
+                else:
+                    self.finish(step)
             if plan is None:
                 return
             if decode_from is None:

@@ -209,18 +209,20 @@ class Stage:
         decode step feeding it or -1 where it is a decode step planned ahead, else None)."""
         return self._recv_object(0, _PLAN)
 
+    @property
+    def _tokens_on_host(self) -> bool:  # gloo (the control group) carries them, not NCCL
+        return self.tokens_group is self.control
+
     def send_tokens(self, token_ids: torch.Tensor) -> None:
         """The last stage: a decode step's sampled token ids [S] int64 -> every other stage (device to device
         over NCCL, on a group of their own so that they never queue behind the activations going the other
         way; through host memory over gloo)."""
-        on_host = self.tokens_group is self.control
         for dst in range(self.world - 1):
-            self._send([token_ids.cpu() if on_host else token_ids], dst, self.tokens_group, _TOKENS)
+            self._send([token_ids.cpu() if self._tokens_on_host else token_ids], dst, self.tokens_group, _TOKENS)
 
     def receive_tokens(self, count: int, device) -> torch.Tensor:
         """The other stages: the token ids [count] the last stage sent next (send_tokens), on `device`."""
-        on_host = self.tokens_group is self.control
-        token_ids = torch.empty(count, dtype=torch.int64, device="cpu" if on_host else device)
+        token_ids = torch.empty(count, dtype=torch.int64, device="cpu" if self._tokens_on_host else device)
         dist.recv(token_ids, self.world - 1, group=self.tokens_group, tag=_TOKENS)
         return token_ids.to(device)
 
