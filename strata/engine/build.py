@@ -107,7 +107,6 @@ def build_engine(config: EngineConfig, quiet: bool = False, shared: LoadedModel 
         threads = set_torch_threads(config.runner.torch_threads, config.runner.pipeline_parallel_size)
         if not quiet:
             print(f"torch CPU threads: {threads} ({available_cores()} cores available)", file=sys.stderr)
-    dtype = resolve_dtype(config.runner.dtype, device)
     source = open_source(config.model)
     cfg = source.model_config()
     max_model_len = config.scheduler.max_model_len or cfg.max_position_embeddings
@@ -115,6 +114,19 @@ def build_engine(config: EngineConfig, quiet: bool = False, shared: LoadedModel 
         raise ValueError(f"max_model_len {max_model_len} exceeds the model's "
                          f"max_position_embeddings {cfg.max_position_embeddings}")
     stage = _pipeline_stage(config, cfg, device, stage_rank, shared)
+    try:
+        return _build_parts(config, quiet, shared, device, source, cfg, max_model_len, stage)
+    except BaseException:
+        if stage is not None and stage.is_first:  # stop the other stages and leave the group: nothing stays behind
+            stage.broken = True
+            stage.close()
+        raise
+
+
+def _build_parts(config: EngineConfig, quiet: bool, shared: LoadedModel | None, device: str, source,
+                 cfg: ModelConfig, max_model_len: int, stage) -> EngineParts:
+    """build_engine once this process's pipeline stage (if any) has joined its split."""
+    dtype = resolve_dtype(config.runner.dtype, device)
     if stage is not None and device.startswith("cuda"):  # a GPU per stage
         device = pipeline.stage_device(device, stage.rank, stage.world)
         torch.cuda.set_device(device)

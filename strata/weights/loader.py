@@ -60,7 +60,9 @@ def place_host_tables(model: nn.Module, device: str, quiet: bool = False) -> Non
     Tables kept as GGUF blocks stay over the file's map."""
     if not device.startswith("cuda"):
         return
-    tables = [m for m in model.modules() if getattr(m, "host_resident", False)]
+    # (a pipeline stage that does not own a table's layer holds it as shapes only: nothing to move)
+    tables = [m for m in model.modules() if getattr(m, "host_resident", False)
+              and not all(t.is_meta for t in [*m.parameters(), *m.buffers()])]
     size = sum(p.numel() * p.element_size() for m in tables for p in m.parameters())
     packed = any(isinstance(t, PackedWeight) for m in tables for t in vars(m).values()) or \
         any(isinstance(getattr(c, "weight", None), PackedWeight) for m in tables for c in m.children())

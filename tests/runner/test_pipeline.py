@@ -159,6 +159,42 @@ def test_a_step_failing_on_a_stage_stops_the_split_and_closes_it(tiny_model_dir,
     assert all(worker.poll() is not None for worker in workers)
 
 
+def test_a_split_that_fails_to_build_leaves_nothing_behind(tiny_model_dir, monkeypatch):
+    """Stage 0 fails to load after the stages joined their group: the error comes out, the other stage is stopped
+    and this process leaves the group, so the next split engine in it starts (before, it found the group still
+    initialized)."""
+    import strata.engine.build as build
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("injected load failure")
+
+    folder = tiny_model_dir("llama")
+    monkeypatch.setattr(build, "build_model", fail)
+    config = EngineConfig(model=folder, runner=RunnerConfig(device="cpu", dtype="float32", pipeline_parallel_size=2))
+    with pytest.raises(RuntimeError, match="injected load failure"):
+        EngineCore(config, quiet=True)
+    assert not torch.distributed.is_initialized()
+    monkeypatch.undo()
+    batch = prompts([9, 5])
+    assert run(folder, 2, None, batch, num_blocks=40)[0] == run(folder, 1, None, batch, num_blocks=40)[0]
+
+
+def test_a_stage_without_the_ple_layer_moves_no_ple_table(tiny_model_dir):
+    """Qwen4-Exp's PLE table lives with its layer's stage; another stage holds it as shapes only, and placing
+    host tables on a GPU leaves it be (it tried to copy the meta table, and the stage died while loading)."""
+    from strata.weights.loader import build_model, place_host_tables
+    from strata.weights.source import open_source
+
+    source = open_source(tiny_model_dir("qwen4_exp"))
+    cfg = source.model_config()
+    first, end = layer_ranges(cfg.num_hidden_layers, 2)[1]
+    assert cfg.ple_layers and not any(first <= i < end for i in cfg.ple_layers)
+    model = build_model(source, "cpu", "float32", quiet=True, owned_layers=range(first, end))
+    tables = [m for m in model.modules() if getattr(m, "host_resident", False)]
+    assert tables and all(on_meta(m) for m in tables)
+    place_host_tables(model, "cuda:0", quiet=True)  # nothing to move (no CUDA needed)
+
+
 def test_layer_ranges_split_evenly_earlier_stages_first():
     assert layer_ranges(8, 2) == [(0, 4), (4, 8)]
     assert layer_ranges(5, 3) == [(0, 2), (2, 4), (4, 5)]
