@@ -1,6 +1,7 @@
 # Session 44, call 2: the pipeline split's GPU tests again after two fixes the first call found (a stage without
 # the PLE layer moved its meta table; a failed build left the process group behind, failing every later split
-# test; the first call ran the other four sharing-one-GPU tests, which passed), then the shared-card split bench (next_call9.sh's arms cut to 1 and 8 streams to fit one call).
+# test; the first call ran the other four sharing-one-GPU tests, which passed), then the shared-card split
+# bench (next_call9.sh's arms cut to 1 and 8 streams to fit one call).
 # Build the archive first:  git archive HEAD -o .base/src.tar && git rev-parse --short HEAD > .base/COMMIT
 source tools/gpu_ab/device_setup.sh
 S=$(date +%s)
