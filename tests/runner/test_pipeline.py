@@ -513,11 +513,11 @@ def test_two_stages_sharing_one_gpu_give_one_process_tokens(family, spec, dtype,
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("family, spec, groups", [
-    ("llama", None, 2),
+    ("llama", None, 1),
     ("qwen3_next+mtp", {"method": "mtp", "num_speculative_tokens": 3, "adaptive": False}, 1),
-    ("qwen4_exp+mtp", {"method": "mtp", "num_speculative_tokens": 3, "adaptive": False}, 2),
-    ("packed", {"method": "suffix", "num_speculative_tokens": 3, "adaptive": False}, 2),
-], ids=["llama-groups", "qwen3_next-mtp", "qwen4_exp-mtp-groups", "packed-q4_k_m-suffix-groups"])
+    ("qwen4_exp+mtp", {"method": "mtp", "num_speculative_tokens": 3, "adaptive": False}, 1),
+    ("packed", {"method": "suffix", "num_speculative_tokens": 3, "adaptive": False}, 1),
+], ids=["llama", "qwen3_next-mtp", "qwen4_exp-mtp", "packed-q4_k_m-suffix"])
 def test_two_stages_replaying_cuda_graphs_give_one_process_tokens(family, spec, groups, tiny_model_dir, request,
                                                                   monkeypatch):
     """Each stage captures graphs of its own layers (bf16) and the activations cross around every replay: the
@@ -530,6 +530,7 @@ def test_two_stages_replaying_cuda_graphs_give_one_process_tokens(family, spec, 
     two = run(folder, 2, spec, batch, num_blocks=40, groups=groups, device="cuda", dtype="bfloat16", graphs=True)
     assert two[0] == one[0] and two[4] == 40
     assert run.replays > 0
+    # (two batch groups turn graphs off under a split: their replays gave other tokens on the H200, session 44)
 
 
 def test_a_split_is_refused_where_it_cannot_run(tiny_model_dir):
