@@ -93,11 +93,6 @@ class ModelRunner:
             state_shapes = {layer: shape for layer, shape in state_shapes.items() if stage.owns(layer)}
         self.experts = experts  # the model's ExpertManager (None without MoE layers)
         graphs = options.cuda_graphs and str(device).startswith("cuda") and graph_safe(model, dtype)
-        if graphs and stage is not None and options.num_batch_groups > 1:
-            # measured on the H200 (session 44): graph replays with two groups in flight gave other tokens than
-            # one process (Qwen4-Exp; Qwen3-Next with MTP), eager ones the same: off until that is found
-            logger.warning("CUDA graphs off: a pipeline split with more than one batch group runs eagerly")
-            graphs = False
         check_kv_dtype(kv_dtype or dtype, device)
         # with graphs, one extra KV block and state row take the padding rows' writes
         index_keys = {key: width for key, width in model.index_key_layers().items() if stage is None or stage.owns(key)}
@@ -155,6 +150,10 @@ class ModelRunner:
         self.block_tables: dict[int, list[int]] = {}
         self.table_arrays = TableArrays()  # their numpy copies, reused while a list is unchanged
         self.scratch = ForwardScratch()  # reset by every eager step's input builder
+        # a split's earlier stages with batch groups launch other groups' steps before a step's outcome comes
+        # back from the last stage, and commit its windows (recurrent states) only then
+        self._steps_between_launch_and_outcome = stage is not None and not stage.is_last and \
+            options.num_batch_groups > 1
         self.speculation = Speculator(spec, model, self.sampler, self.state_pool.caches, self._mtp_context, seed)
         self._finished_through = -1  # the last step finished (a split's other stages follow it)
         self.awaiting_tokens: deque[DecodeInFlight] = deque()  # a split's earlier stages: decode steps launched
@@ -179,6 +178,8 @@ class ModelRunner:
         step = LaunchedStep(plan, expert_pairs=expert_pairs, started=started, forward_done=time.perf_counter())
         # a dict of its own per forward (ForwardScratch.reset): later steps launched meanwhile leave it be
         step.window_states = inputs.ctx.scratch.window_states if self._has_windows(plan) else None
+        if step.window_states and inputs.layout is not None and self._steps_between_launch_and_outcome:
+            step.window_states = kept_apart(step.window_states)
         if stage is None or stage.is_last:
             step.spec = self.speculation.step(plan.scheduled, inputs.query_starts, inputs.input_ids, hidden,
                                               inputs.ctx, self.block_tables, step.window_states, inputs.logits)
@@ -442,6 +443,13 @@ class ModelRunner:
         except Exception as e:
             logger.exception("restoring cached prefixes failed; the requests will recompute them")
             raise RestoreFailed(needing) from e
+
+
+def kept_apart(window_states: dict) -> dict:
+    """A graph replay's window states, copied out of the graphs' memory, which the next replay of any graph
+    overwrites: what a step's commit reads when other steps replay between its launch and its outcome (as an
+    eager step's are its own tensors). Per layer: (conv [T, C, H], recurrent [T, ...]) -> the same, copied."""
+    return {key: tuple(t.clone() for t in states) for key, states in window_states.items()}
 
 
 def check_kv_dtype(kv_dtype: torch.dtype, device: str) -> None:
