@@ -510,8 +510,9 @@ class ExpertConfig:
                                      "weights, the step headroom and a KV reserve)")
     expert_profile: str | None = _opt(None, "routing profile JSON (`strata profile`): fills the hot set at "
                                             "start when the file exists, saved on exit")
-    expert_split: str = _opt("uniform", "hot set without a profile: uniform (same share of every layer) | "
-                                        "static (first layers whole, like llama.cpp --n-cpu-moe)")
+    expert_split: str = _opt("static", "hot set without a profile: static (first layers whole, like llama.cpp "
+                                       "--n-cpu-moe: the other layers' host work only) | uniform (the same share of "
+                                       "every layer)")
     cpu_threads: int = _opt(0, "worker threads computing non-resident experts (0: torch's thread count)")
     cpu_expert_kernel: str = _opt("auto", "how the CPU computes experts: auto (the native kernel, built with "
                                           "the system C compiler at first use; torch when it cannot be built) | "

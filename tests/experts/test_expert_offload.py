@@ -70,7 +70,7 @@ def test_experts_read_in_place_keep_greedy_output(family_reference, cache, pcie_
     folder, _ = family_reference
     reference = greedy(make_llm(folder, max_num_seqs=2))
     llm = make_llm(folder, max_num_seqs=2, expert_cache=cache, pcie_frac=pcie_frac, zero_copy_frac=0.4,
-                   expert_swap_interval=0)
+                   expert_split="uniform", expert_swap_interval=0)
     manager = llm.engine.experts
     in_place = manager.slots.zero_copy_ids.cpu() >= 0                                  # [L, E]
     assert in_place.sum(1).tolist() == [round(0.4 * manager.num_experts)] * manager.num_layers

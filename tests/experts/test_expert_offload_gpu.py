@@ -110,10 +110,11 @@ def _tokens(llm: LLM) -> list[list[int]]:
 
 
 @pytest.mark.parametrize("experts", [
-    {"expert_cache": "30%", "expert_swap_interval": 0},
+    {"expert_cache": "30%", "expert_split": "uniform", "expert_swap_interval": 0},
     {"expert_cache": "50%", "expert_split": "static", "expert_swap_interval": 0},
     {"expert_cache": "50%", "expert_split": "static", "expert_swap_interval": 1, "expert_swap_threshold": 0.0},
-    {"expert_cache": "30%", "expert_swap_interval": 0, "pcie_frac": "0.5"},  # staging queued by the host parts
+    # staging queued by the host parts
+    {"expert_cache": "30%", "expert_split": "uniform", "expert_swap_interval": 0, "pcie_frac": "0.5"},
     {"expert_cache": "50%", "expert_split": "static", "expert_swap_interval": 0, "pcie_frac": "0.5"},
 ])
 def test_bf16_split_graphs_match_the_eager_path(tiny_model_dir, experts):
@@ -163,7 +164,7 @@ def q4k_moe_file(tmp_path_factory):
 
 
 @pytest.mark.parametrize("experts", [
-    {"expert_cache": "25%", "expert_swap_interval": 0, "zero_copy_frac": 0.4},
+    {"expert_cache": "25%", "expert_split": "uniform", "expert_swap_interval": 0, "zero_copy_frac": 0.4},
     {"expert_cache": "0%", "expert_swap_interval": 0, "zero_copy_frac": 0.5, "pcie_frac": "0.5"},
 ])
 def test_packed_experts_read_in_place_inside_split_graphs_match_the_eager_path(q4k_moe_file, experts):
@@ -191,7 +192,8 @@ def test_dense_experts_are_not_read_in_place_on_cuda(tiny_model_dir):
 def test_zero_copy_auto_reads_a_share_of_the_missed_packed_experts_in_place(q4k_moe_file):
     """zero_copy_frac auto (the default) on CUDA with packed experts: AUTO_ZERO_COPY_SHARE_OF_MISSED of each layer's
     experts without a slot are read in place."""
-    manager = make_llm(q4k_moe_file, "bfloat16", expert_cache="25%", expert_swap_interval=0).engine.experts
+    manager = make_llm(q4k_moe_file, "bfloat16", expert_cache="25%", expert_split="uniform",
+                       expert_swap_interval=0).engine.experts
     missed = (~manager.slots.resident_mask()).sum(1)                                               # [L]
     assert manager.zero_copy == (AUTO_ZERO_COPY_SHARE_OF_MISSED, True)
     assert manager.slots.zero_copy_per_layer == torch.round(AUTO_ZERO_COPY_SHARE_OF_MISSED * missed).long().tolist()
@@ -201,13 +203,14 @@ def test_zero_copy_measure_times_the_share_and_keeps_the_tokens(q4k_moe_file):
     """zero_copy_frac measure: the share of the missed experts read in place is timed at start (the CPU pool against
     the pairs kernel reading host memory) and used as auto's would be; the tokens equal those of a fixed share that
     reads the same experts in place (the measured share differs run to run, so both arms take this run's)."""
-    llm = make_llm(q4k_moe_file, "bfloat16", expert_cache="25%", expert_swap_interval=0, zero_copy_frac="measure")
+    llm = make_llm(q4k_moe_file, "bfloat16", expert_cache="25%", expert_split="uniform", expert_swap_interval=0,
+                   zero_copy_frac="measure")
     manager = llm.engine.experts
     share, of_missed = manager.zero_copy
     assert 0.0 <= share <= 1.0 and of_missed
     missed = (~manager.slots.resident_mask()).sum(1)                                               # [L]
     assert manager.slots.zero_copy_per_layer == torch.round(share * missed).long().tolist()
-    same = make_llm(q4k_moe_file, "bfloat16", expert_cache="25%", expert_swap_interval=0,
+    same = make_llm(q4k_moe_file, "bfloat16", expert_cache="25%", expert_split="uniform", expert_swap_interval=0,
                     zero_copy_frac=max(manager.slots.zero_copy_per_layer) / manager.num_experts)
     assert torch.equal(same.engine.experts.slots.zero_copy_ids.cpu(), manager.slots.zero_copy_ids.cpu())
     assert _tokens(llm) == _tokens(same)
