@@ -32,6 +32,8 @@ llm = LLM.from_config(EngineConfig(
                          pcie_frac=opts.get("pcie", "0"), zero_copy_frac=opts.get("zc", "0"),
                          expert_swap_interval=0)))
 pool = llm.engine.runner.experts.pool
+slots = llm.engine.runner.experts.slots  # the layers with a host part (a static split's first ones have none)
+host_layers = sum(not slots.is_layer_resident(layer) for layer in range(llm.engine.runner.experts.num_layers))
 prompt = [{"prompt_token_ids": list(range(100, 164))}]
 params = SamplingParams(max_tokens=65, temperature=0, ignore_eos=True)
 llm.generate(prompt, params)
@@ -65,7 +67,7 @@ for threads, spin in arms * 2:
     wall = time.perf_counter() - t
     parts = [end - start for start, end in marks]
     gaps = [marks[i + 1][0] - marks[i][1] for i in range(len(marks) - 1)]
-    steps = len(parts) / 24
+    steps = len(parts) / host_layers
     line = (f"threads {threads} spin {spin} us: {wall / 64 * 1e3:.2f} ms a token; per layer step (median us): "
             f"host part {statistics.median(parts) * 1e6:.0f}")
     for name in ("event_wait", "stage", "cpu_experts", "upload"):
@@ -76,5 +78,5 @@ for threads, spin in arms * 2:
              f"{sum(gaps) / steps * 1e3:.2f}; cpu p90 "
              f"{statistics.quantiles(spans['cpu_experts'], n=10)[-1] * 1e6:.0f} us")
     line += (f"; pcie {opts.get('pcie', '0')} zc {opts.get('zc', '0')}, {len(spans['stage']) / steps:.1f} staging calls"
-             " a step")
+             f" a step; {host_layers} layers with a host part")
     print(line, flush=True)
