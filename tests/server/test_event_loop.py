@@ -1,8 +1,11 @@
 """The event loop stays free while large requests are prepared (issue 24, item 1), against the live server
 (bundled model): while 4 MB chat bodies (one long message, or 2,000 messages decoded and validated in the
 preparation thread) are rejected, ~1 MB prompts are refused for the context before
-tokenizing and ~100 kB prompts are rendered and tokenized (then refused for the context), /health answers with a p99 under 100 ms and three running streams keep their
-token gaps under twice what they were before the large bodies came. Everything is bounded by counts, not
+tokenizing and ~100 kB prompts are rendered and tokenized (then refused for the context), /health answers with a
+p90 under 25 ms and three running streams keep their token gaps under twice what they were before the large bodies
+came. (The development VM's 2 cores, three runs each: p90 4.9-5.4 ms as built, 52.8-57.1 ms with the preparation
+on the loop; the p99 < 100 ms bound this replaces passed that regression, 87-89 ms, and once failed the server as
+built, 124 ms, in a full run.) Everything is bounded by counts, not
 by time: the large requests run at least a fixed number of rounds, more until /health has answered 100
 times (at most four times as many); the streams are read until they end."""
 
@@ -59,8 +62,8 @@ def _health_latencies(client: httpx.Client, url: str, stop: threading.Event, out
         time.sleep(0.01)
 
 
-def _p99(values: list[float]) -> float:
-    return sorted(values)[min(len(values) - 1, int(0.99 * len(values)))]
+def _quantile(values: list[float], q: float) -> float:
+    return sorted(values)[min(len(values) - 1, int(q * len(values)))]
 
 
 # encoded once, up front: this process's own JSON encoding would hold its GIL and delay the health probe
@@ -147,7 +150,8 @@ def test_large_bodies_do_not_stall_health_or_streams(server):
     assert sum("the prompt has 27" in m and "tokens" in m for m in messages) == sum(rounds), messages
     assert all(s.error is None for s in streams), [s.error for s in streams]
     assert busy_end - busy_start > 1.0, "the large requests should keep the server busy for a while"
-    assert len(busy_health) >= 100 and _p99(busy_health) < 0.100, (_p99(idle_health), sorted(busy_health)[-5:])
+    assert len(busy_health) >= 100 and _quantile(busy_health, 0.90) < 0.025, \
+        (_quantile(idle_health, 0.90), sorted(busy_health)[-12:])
     for s in streams:
         idle, busy = s.gaps(idle_start, idle_end), s.gaps(busy_start, busy_end)
         assert len(busy) >= 5, (len(busy), busy_end - busy_start)
