@@ -92,6 +92,21 @@ def sample_from_probs(probs: torch.Tensor, generators: dict[int, torch.Generator
         noise[shared_rows] = shared_noise.exponential_(generator=generator)
     for row, row_generator in generators.items():
         noise[row].exponential_(generator=row_generator)
+    return _race(probs, noise)
+
+
+def sample_seeded_rows(probs: torch.Tensor, generator: torch.Generator, seeds: list[int]) -> torch.Tensor:
+    """probs [N, V] -> [N] int64: row r drawn as sample_from_probs draws a row whose generator was seeded with
+    seeds[r] (the same noise, so the same token for the same probabilities), one generator reseeded per row."""
+    noise = torch.empty_like(probs)                                   # [N, V]
+    for row, seed in enumerate(seeds):
+        generator.manual_seed(seed)
+        noise[row].exponential_(generator=generator)
+    return _race(probs, noise)
+
+
+def _race(probs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """argmax_i p_i / E_i per row: probs and Exp(1) noise [N, V] -> [N] int64."""
     # Exp(1) can round to 0: 0 / 0 = NaN would win the argmax for a filtered token.
     noise.clamp_min_(torch.finfo(noise.dtype).tiny)
     return probs.div(noise).argmax(dim=-1)

@@ -3,9 +3,10 @@
 It owns each slot's parameters (persistent [S] tensors), penalty statistics, min_tokens masking,
 logit bias and grammar constraints (constraints.py), reasoning budgets (a spent budget forces `</think>`:
 that row's logits become one-hot, strata/reasoning.py), and random generators; it does not decide when a
-request stops. A seeded request's generator is
-reseeded at every output position from (seed, position), so its tokens depend only on its own seed
-and history: not on the batch it shares, nor on whether it was preempted and resumed.
+request stops. A seeded request's generator is reseeded at every output position from (seed, position), so
+its tokens depend only on its own seed and history: not on the batch it shares, nor on whether it was preempted and
+resumed, nor on speculation (its verification windows draw each position's token as decoding would there:
+sample_seeded_positions).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from strata.kernels.argmax import argmax
 from strata.reasoning import ThinkingBudget, ThinkingTokens
 from strata.sample.constraints import Constraints, Window
 from strata.sample.penalties import PenaltyState
-from strata.sample.probs import processed_probs, sample_from_probs
+from strata.sample.probs import processed_probs, sample_from_probs, sample_seeded_rows
 from strata.transfer import index_tensor
 from strata.types import SamplingParams
 
@@ -191,6 +192,15 @@ class Sampler:
         generator = self.slot_generators[slot_id]
         generator.manual_seed(position_seed(params.seed, self.num_output_tokens[slot_id]))
         return generator
+
+    def sample_seeded_positions(self, probs: torch.Tensor, row_slot_ids: list[int], offsets: list[int]) -> torch.Tensor:
+        """Seeded slots' tokens at output positions ahead of their last committed one: probs [R, V] (processed),
+        row r the slot row_slot_ids[r]'s distribution `offsets[r]` positions ahead -> [R] int64, each drawn with the
+        noise sample() draws at that position. Verification windows so emit what plain decoding would: a seeded
+        request's tokens do not depend on its drafts."""
+        seeds = [position_seed(self._params_of(slot_id).seed, self.num_output_tokens[slot_id] + offset)
+                 for slot_id, offset in zip(row_slot_ids, offsets)]
+        return sample_seeded_rows(probs, self.slot_generators[row_slot_ids[0]], seeds)
 
     def _params_of(self, slot_id: int) -> SamplingParams:
         params = self.params[slot_id]

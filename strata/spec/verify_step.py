@@ -3,7 +3,8 @@
 A slot without drafts samples one token from its last row (the plain sampler path, identical to
 speculation off). A slot with k drafts owns the last 1 + k rows of its window: greedy slots keep the
 longest prefix matching the target argmax (+ the argmax after it), sampled slots go through
-rejection sampling against the target's processed distribution, synthetic slots accept a drawn
+rejection sampling against the target's processed distribution (seeded ones keep drafts that equal the tokens
+their seed draws at each position, so they emit plain decoding's tokens), synthetic slots accept a drawn
 number of drafts built from the target's own tokens. Logit bias and grammar masks apply to every row of
 a window first, so a draft the grammar refuses is rejected like any other the target would not emit
 (a constrained slot is verified against its real drafts even in synthetic mode).
@@ -98,10 +99,27 @@ def _verify(sampler: Sampler, logits: torch.Tensor, windows, window_starts: list
         row_slot_ids = [windows[i][0].slot_id for i in sampled for _ in range(len(drafts[i]) + 1)]
         probs = torch.zeros_like(logits)
         probs[rows] = sampler.window_probs(logits[rows], row_slot_ids)
-        generators = [sampler.generator_for(windows[i][0].slot_id) for i in sampled]
-        for i, verdict in zip(sampled, verify_rejection(probs, [drafts[i] for i in sampled],
-                                                        [window_starts[i] for i in sampled],
-                                                        generators=generators,
-                                                        shared_generator=sampler.shared_generator)):
-            verdicts[i] = verdict
+        seeded = [i for i in sampled if sampler.params[windows[i][0].slot_id].seed is not None]
+        unseeded = [i for i in sampled if i not in seeded]
+        if seeded:
+            verdicts.update(zip(seeded, _verify_seeded(sampler, probs, windows, window_starts, drafts, seeded)))
+        if unseeded:
+            verdicts.update(zip(unseeded, verify_rejection(probs, [drafts[i] for i in unseeded],
+                                                           [window_starts[i] for i in unseeded],
+                                                           shared_generator=sampler.shared_generator)))
     return [verdicts[i] for i in range(len(windows))]
+
+
+def _verify_seeded(sampler: Sampler, probs: torch.Tensor, windows, window_starts: list[int],
+                   drafts: list[list[int]], seeded: list[int]) -> list[tuple[list[int], int]]:
+    """Seeded sampled windows: each row's token drawn as plain decoding draws it at that output position (the
+    request's seed and the position), drafts accepted while they equal those tokens. The emitted tokens are plain
+    decoding's whatever the drafts, so follow the target distribution; a deterministic draft d is accepted with
+    probability p(d), as speculative sampling accepts it (our drafters' drafts are argmaxes: one-hot q)."""
+    rows = [window_starts[i] + j for i in seeded for j in range(len(drafts[i]) + 1)]
+    row_slot_ids = [windows[i][0].slot_id for i in seeded for _ in range(len(drafts[i]) + 1)]
+    offsets = [j for i in seeded for j in range(len(drafts[i]) + 1)]
+    at = index_tensor(rows, probs.device)
+    targets = torch.zeros(probs.shape[0], dtype=torch.int64, device=probs.device)                   # [R]
+    targets[at] = sampler.sample_seeded_positions(probs[at], row_slot_ids, offsets)
+    return verify_greedy(targets, [drafts[i] for i in seeded], [window_starts[i] for i in seeded])

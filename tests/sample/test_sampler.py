@@ -124,6 +124,33 @@ def test_seeded_request_is_reproducible_and_independent_of_its_batch(device):
     assert other_seed != alone   # the seed matters: the test above could otherwise pass vacuously
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_seeded_positions_ahead_draw_what_sample_draws_there(device):
+    """sample_seeded_positions' row at offset j draws the token sample() draws once j more outputs are committed
+    (what a verification window of a seeded request relies on), for two slots of other seeds at once."""
+    vocab_size = 400
+    gen = torch.Generator().manual_seed(3)
+    logits_steps = [torch.randn(vocab_size, generator=gen) * 0.4 for _ in range(4)]
+    params = {1: SamplingParams(temperature=0.9, top_p=0.9, seed=11), 5: SamplingParams(temperature=1.3, seed=12)}
+    ahead = make_sampler(vocab_size=vocab_size, device=device)
+    for slot_id, p in params.items():
+        ahead.add_slot(slot_id, p, [1, 2], output_token_ids=[9])
+    rows = [(slot_id, j) for slot_id in params for j in range(4)]
+    logits = torch.stack([logits_steps[j] for _, j in rows]).to(device)                       # [8, V]
+    probs = ahead.window_probs(logits, [slot_id for slot_id, _ in rows])
+    drawn = ahead.sample_seeded_positions(probs, [slot_id for slot_id, _ in rows], [j for _, j in rows]).tolist()
+    for slot_id, p in params.items():
+        plain = make_sampler(vocab_size=vocab_size, device=device)
+        plain.add_slot(slot_id, p, [1, 2], output_token_ids=[9])
+        expected = []
+        for j in range(4):
+            token = plain.sample(logits_steps[j][None].to(device), [slot_id]).token_ids[0]
+            expected.append(token)
+            plain.append_output(slot_id, [token])
+        assert [t for (s, _), t in zip(rows, drawn) if s == slot_id] == expected
+    assert len(set(drawn)) > 2  # not one token throughout: the draws differ by position and seed
+
+
 def test_seeded_request_resumed_after_preemption_continues_identically():
     vocab_size = 300
     gen = torch.Generator().manual_seed(2)

@@ -196,8 +196,9 @@ def test_forced_rejections_keep_output_and_recurrent_state(tiny_model_dir, next_
 
 
 def test_sampling_with_speculation_keeps_the_target_distribution(tiny_model_dir, monkeypatch):
-    """Many seeded requests, 3 sampled tokens each: the tokens at the speculated positions have the
-    same distribution with drafts (which are often right and often wrong) as without."""
+    """Many requests, 3 sampled tokens each: the tokens at the speculated positions have the same distribution
+    with drafts (which are often right and often wrong) as without. The requests with speculation are unseeded
+    (speculative sampling; a seeded request's windows draw plain decoding's tokens: the test below)."""
     folder = tiny_model_dir("llama")
     prompt = prompts([6])[0]
     n = 3000
@@ -208,13 +209,10 @@ def test_sampling_with_speculation_keeps_the_target_distribution(tiny_model_dir,
     common = [int(np.bincount(baseline[:, j], minlength=160).argmax()) for j in (1, 2)]
     monkeypatch.setattr(Proposer, "propose", lambda self, scheduled, *a: {
         w.slot_id: common[: w.next_k] for w in scheduled if w.sample and w.next_k})
-    on = LLM(folder, dtype="float32", device="cpu", max_num_seqs=64, block_size=4,
+    on = LLM(folder, dtype="float32", device="cpu", max_num_seqs=64, block_size=4, seed=7,
              speculative_config={"method": "suffix", "num_speculative_tokens": 2, "adaptive": False})
-    spec = np.array([o.outputs[0].token_ids for o in on.generate([{"prompt_token_ids": prompt}] * n,
-                                                                  [SamplingParams(temperature=0.5, top_p=0.95,
-                                                                                  max_tokens=3, ignore_eos=True,
-                                                                                  seed=10 ** 6 + s)
-                                                                   for s in range(n)])])
+    spec = np.array([o.outputs[0].token_ids for o in on.generate(
+        [{"prompt_token_ids": prompt}] * n, SamplingParams(temperature=0.5, top_p=0.95, max_tokens=3, ignore_eos=True))])
     stats = on.engine.scheduler.stats
     assert 0 < stats.num_accepted_tokens < stats.num_draft_tokens
     for position in (1, 2):
@@ -223,6 +221,26 @@ def test_sampling_with_speculation_keeps_the_target_distribution(tiny_model_dir,
         a, b = (baseline[:, position] == common[position - 1]).mean(), (spec[:, position] == common[position - 1]).mean()
         pooled = (a + b) / 2
         assert abs(a - b) < 4 * np.sqrt(2 * pooled * (1 - pooled) / n)
+
+
+def test_a_seeded_request_gives_the_same_tokens_with_or_without_speculation(tiny_model_dir, monkeypatch):
+    """Seeded sampled requests: the tokens of plain decoding, with drafts of 1 or 3 tokens that are sometimes right
+    (the most common plain-decoding token at each of the first positions, then a repeat of the last token)."""
+    folder = tiny_model_dir("llama")
+    prompt = prompts([6])[0]
+    n, length = 48, 12
+    params = [SamplingParams(temperature=0.7, top_p=0.95, max_tokens=length, ignore_eos=True, seed=s) for s in range(n)]
+    off = LLM(folder, dtype="float32", device="cpu", max_num_seqs=16, block_size=4)
+    baseline = [o.outputs[0].token_ids for o in off.generate([{"prompt_token_ids": prompt}] * n, params)]
+    common = [int(np.bincount([tokens[j] for tokens in baseline], minlength=160).argmax()) for j in range(length)]
+    monkeypatch.setattr(Proposer, "propose", lambda self, scheduled, *a: {
+        w.slot_id: common[1:][:w.next_k] for w in scheduled if w.sample and w.next_k})
+    for k in (1, 3):
+        on = LLM(folder, dtype="float32", device="cpu", max_num_seqs=16, block_size=4,
+                 speculative_config={"method": "suffix", "num_speculative_tokens": k, "adaptive": False})
+        assert [o.outputs[0].token_ids for o in on.generate([{"prompt_token_ids": prompt}] * n, params)] == baseline
+        stats = on.engine.scheduler.stats
+        assert 0 < stats.num_accepted_tokens < stats.num_draft_tokens
 
 
 def two_sample_p_value(a: np.ndarray, b: np.ndarray) -> float:
