@@ -14,7 +14,6 @@ from strata.config import EngineConfig, RunnerConfig, SchedulerConfig, SpecConfi
 from strata.engine.core import EngineCore
 from strata.spec.proposer import Proposer
 from strata.types import Request
-from stats import chi_square_p_value
 from tiny_models import build_hf_model
 
 NEW_TOKENS = 32
