@@ -41,6 +41,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import dataclasses
+import itertools
 import logging
 import time
 from collections import OrderedDict
@@ -56,6 +57,7 @@ from strata.model.ops import ROWS_ALIKE_MAX
 from strata.runner.graph_inputs import GraphInputs
 from strata.runner.kv_staging import HostKVStaging
 from strata.runner.kv_tiers import HostKVTiers
+from strata.runner.pipeline import graph_row_runs
 from strata.runner.verify_graphs import Verdicts, VerifyGraphs
 from strata.split_graphs import SplitCapture, SplitGraph, collector_held
 from strata.types import ScheduledSlot
@@ -89,6 +91,17 @@ class CapturedStep:
     verify_tails: dict = field(default_factory=dict)
     verify_eager: set = field(default_factory=set)  # of those, the parts whose capture failed ("shift", a mode)
     stage_outputs: list | None = None  # a pipeline stage's activations for the next stage (Stage.capturing_layers)
+
+
+@dataclass
+class StepPart:
+    """One graph part of a step replayed as several under a pipeline split (ModelRunner._forward_split): where its
+    slots' rows are in the step, and the step's activations, received once before the first part and sent once
+    after the last (A x [T, W] each; None on the first / last stage)."""
+
+    plan_starts: list[int]                  # the step's row of each of the part's slots' first token
+    received: list[torch.Tensor] | None
+    outputs: list[torch.Tensor] | None
 
 
 @dataclass
@@ -220,10 +233,13 @@ class CudaGraphCache:
         return captured is not None
 
     def run(self, key: Layout, scheduled: list[ScheduledSlot], block_tables: dict[int, list[int]],
-            feed: torch.Tensor | None = None, shift: torch.Tensor | None = None) -> GraphStep | None:
+            feed: torch.Tensor | None = None, shift: torch.Tensor | None = None,
+            part: StepPart | None = None) -> GraphStep | None:
         """Replay (capturing first if needed) the graph of `key` on this step; None if it cannot be
         captured. `feed` [R]: device token ids that replace the first R rows' input ids. `shift` [S]: each
-        slot's window moved by that many positions on the device (GraphInputs.shift)."""
+        slot's window moved by that many positions on the device (GraphInputs.shift). Under a pipeline split the
+        activations cross around the replay, one message each way; with `part` (`scheduled` is one part of a
+        step replayed as several) they are the step's, received and sent once by the caller."""
         # re-placed experts, or a layer that now needs the host where the graph runs through: capture again
         if not self.ensure(key):
             return None
@@ -241,11 +257,14 @@ class CudaGraphCache:
         if self.staging is not None:
             self.staging.start()  # behind the inputs' uploads
         real = sum(w.num_new_tokens for w in scheduled)
-        if self.stage is not None:  # (a layout's real rows come first: its slots all bring n tokens)
-            self.stage.receive_for_graph(real, num_slots * n)
+        if self.stage is not None:
+            starts = part.plan_starts if part is not None else \
+                list(itertools.accumulate((w.num_new_tokens for w in scheduled[:-1]), initial=0))
+            runs = graph_row_runs(starts, [w.num_new_tokens for w in scheduled], n)
+            self.stage.receive_for_graph(runs, num_slots * n, part.received if part is not None else None)
         captured.graph.replay(real)
         if self.stage is not None:
-            self.stage.send_from_graph(captured.stage_outputs, real)
+            self.stage.send_from_graph(captured.stage_outputs, runs, part.outputs if part is not None else None)
         if self.staging is not None:
             self.staging.end()
         self.num_replays += 1

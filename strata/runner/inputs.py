@@ -21,7 +21,8 @@ class StepInputs:
     query_starts: list[int]        # first token row of each scheduled slot
     # a decode graph's LM head: replays it -> logits [S, V] float32 of the real slots (None: compute_logits)
     logits: Callable[[], torch.Tensor] | None = None
-    layout: tuple | None = None    # the CUDA graph layout the step replayed (None: eager)
+    layout: tuple | None = None    # the CUDA graph layout the step replayed (None: eager, or several graph parts)
+    replayed: bool = False         # what the step recorded (window states) is in the graphs' memory
 
 
 def build_inputs(scheduled: list[ScheduledSlot], block_tables: dict[int, list[int]], block_size: int,

@@ -28,7 +28,7 @@ from strata.kernels import triton_available
 from strata.model.context import ForwardScratch
 from strata.model.gated_delta_net import TRITON_MAX_QUERY_LEN
 from strata.runner import session_rows
-from strata.runner.cuda_graphs import CudaGraphCache, prompt_graph_rows, prompt_token_limit
+from strata.runner.cuda_graphs import CudaGraphCache, StepPart, prompt_graph_rows, prompt_token_limit
 from strata.runner.graph_inputs import GraphInputs
 from strata.runner.inputs import StepInputs, build_inputs
 from strata.runner.kv_staging import HostKVStaging
@@ -117,10 +117,9 @@ class ModelRunner:
             max_slots = min(options.cuda_graph_max_slots, max_num_seqs)
             window = 1 + (spec.num_speculative_tokens if spec.enabled else 0)
             offloaded = self.experts is not None and self.experts.offloaded
-            # fresh prompts in graphs: not with host work inside MoE layers (sized for decode rows), nor under a
-            # pipeline split (whose steps cross each boundary in one message); with recurrent state only as long as
-            # the Triton kernels (their graph-safe path) take them
-            prompt_tokens = 0 if offloaded or stage is not None else prompt_token_limit(
+            # fresh prompts in graphs: not with host work inside MoE layers (sized for decode rows); with recurrent
+            # state only as long as the Triton kernels (their graph-safe path) take them
+            prompt_tokens = 0 if offloaded else prompt_token_limit(
                 min(options.cuda_graph_prompt_tokens, TRITON_MAX_QUERY_LEN if self.state_pool.caches else max_len),
                 max_len)
             inputs = GraphInputs(max_slots, window, self.split_table_width,
@@ -150,6 +149,7 @@ class ModelRunner:
         self.block_tables: dict[int, list[int]] = {}
         self.table_arrays = TableArrays()  # their numpy copies, reused while a list is unchanged
         self.scratch = ForwardScratch()  # reset by every eager step's input builder
+        self.graph_part_steps = 0  # steps replayed as several graph parts (_forward_split)
         # a split's earlier stages with batch groups launch other groups' steps before a step's outcome comes
         # back from the last stage, and commit its windows (recurrent states) only then
         self._steps_between_launch_and_outcome = stage is not None and not stage.is_last and \
@@ -178,7 +178,7 @@ class ModelRunner:
         step = LaunchedStep(plan, expert_pairs=expert_pairs, started=started, forward_done=time.perf_counter())
         # a dict of its own per forward (ForwardScratch.reset): later steps launched meanwhile leave it be
         step.window_states = inputs.ctx.scratch.window_states if self._has_windows(plan) else None
-        if step.window_states and inputs.layout is not None and self._steps_between_launch_and_outcome:
+        if step.window_states and inputs.replayed and self._steps_between_launch_and_outcome:
             step.window_states = kept_apart(step.window_states)
         if stage is None or stage.is_last:
             step.spec = self.speculation.step(plan.scheduled, inputs.query_starts, inputs.input_ids, hidden,
@@ -261,8 +261,8 @@ class ModelRunner:
                 step = self.graphs.run(key, plan.scheduled, self.block_tables, feed, shift)
                 if step is not None:
                     starts = [i * key[1] for i in range(len(plan.scheduled))]
-                    return StepInputs(step.input_ids, step.ctx, starts, step.logits, key), step.hidden
-            elif feed is None and self.stage is None:  # (a split's step crosses each boundary in one message)
+                    return StepInputs(step.input_ids, step.ctx, starts, step.logits, key, replayed=True), step.hidden
+            elif feed is None:
                 split = self._forward_split(plan)
                 if split is not None:
                     return split
@@ -308,9 +308,18 @@ class ModelRunner:
             return None
         starts = list(itertools.accumulate((w.num_new_tokens for w in plan.scheduled[:-1]), initial=0))
         total = starts[-1] + plan.scheduled[-1].num_new_tokens
+        # under a split the step still crosses each boundary in one message, its rows in plan order (as an
+        # eager step's): received before the first part, sent after the last
+        stage, received, outputs = self.stage, None, None
+        if stage is not None and not stage.is_first:
+            received = stage.step_activations(total)                                  # A x [T, W]
+        if stage is not None and not stage.is_last:
+            kept = self.graphs.graphs[parts[0][0]].stage_outputs                      # A x [R, W]
+            outputs = [a.new_empty(total, a.shape[1]) for a in kept]                  # A x [T, W]
         input_ids = hidden = ctx = None
         for key, indices in parts:
-            step = self.graphs.run(key, [plan.scheduled[i] for i in indices], self.block_tables)
+            part = StepPart([starts[i] for i in indices], received, outputs) if stage is not None else None
+            step = self.graphs.run(key, [plan.scheduled[i] for i in indices], self.block_tables, part=part)
             if step is None:  # captured a moment ago: only a failing replay gets here
                 raise RuntimeError(f"CUDA graph {key} was captured but could not be replayed")
             if ctx is None:
@@ -323,11 +332,14 @@ class ModelRunner:
                 first, start, n = j * key[1], starts[i], plan.scheduled[i].num_new_tokens
                 input_ids[start:start + n].copy_(step.input_ids[first:first + n])
                 hidden[start:start + n].copy_(step.hidden[first:first + n])
-        if self.speculation.needs_whole_step(plan.scheduled):
+        if outputs is not None:
+            stage.pass_on(*outputs)
+        self.graph_part_steps += 1
+        if (stage is None or stage.is_last) and self.speculation.needs_whole_step(plan.scheduled):  # (drafts there)
             whole = self._mtp_context(plan.scheduled, self.block_tables)
             whole.scratch.window_states = ctx.scratch.window_states  # the windows' part recorded them
             ctx = whole
-        return StepInputs(input_ids, ctx, starts), hidden
+        return StepInputs(input_ids, ctx, starts, replayed=True), hidden
 
     # ---- overlapped decoding: a step launched, the next planned and launched, then the first read ----
 

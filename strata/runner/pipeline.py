@@ -24,8 +24,10 @@ step (commit, plan, launch) overlaps the stages' forwards.
 
 torch.distributed carries it: gloo between CPU processes (the tests) and for plans and outcomes; NCCL for the
 activations and sampled tokens between GPUs (not yet run on two GPUs). CUDA graphs hold a stage's own layers: the
-messages go around each replay (`capturing_layers`), one per boundary as in an eager step. Not yet: several graph
-parts in one step (fresh prompts beside windows run eagerly under a split); verification steps planned ahead.
+messages go around each replay (`capturing_layers`), one per boundary as in an eager step, its rows in plan order;
+a step replayed as several graph parts (fresh prompts beside other slots) receives and sends once for all of them
+(`step_activations`, `graph_row_runs`), so stages may differ in how they run a step. Not yet: verification steps
+planned ahead.
 """
 
 from __future__ import annotations
@@ -176,24 +178,53 @@ class Stage:
         finally:
             self._in_graph = False
 
-    def receive_for_graph(self, num_rows: int, layout_rows: int) -> None:
-        """Before a replay (every stage but the first): the previous stage's activations of the step's real rows,
-        the first `num_rows` of the layout's `layout_rows`, into the rows the graphs read; the padding rows after
-        them zeros (as the first stage's are embeddings of padding tokens, never what earlier replays left)."""
+    def receive_for_graph(self, runs: list[tuple[int, int, int]], layout_rows: int,
+                          received: list[torch.Tensor] | None = None) -> None:
+        """Before a replay (every stage but the first): the step's activations into the rows the graph reads,
+        by `runs` of (plan row, graph row, count) (graph_row_runs: a slot's rows start at its index times the
+        layout's tokens a slot), the other rows of the layout's `layout_rows` zeros (as the first stage's are
+        embeddings of padding tokens, never what earlier replays left). Received now (one message: the step's
+        real rows in plan order), or given: `received` (A x [T, W]), a step replayed as several graph parts,
+        which receives once for all of them."""
         if self.is_first:
             return
         graph_inputs = self._graph_inputs                                          # [A, R, W]
-        received = self.take_over(graph_inputs.shape[0], num_rows, graph_inputs.shape[2], graph_inputs.dtype,
-                                  graph_inputs.device)
+        if received is None:
+            received = self.take_over(graph_inputs.shape[0], sum(count for _, _, count in runs), graph_inputs.shape[2],
+                                      graph_inputs.dtype, graph_inputs.device)
+        one_run = len(runs) == 1 and runs[0][1] == 0  # decode and windows: the real rows first, in plan order
         for rows, activation in zip(graph_inputs, received):
-            rows[:num_rows].copy_(activation)
-            rows[num_rows:layout_rows].zero_()
+            if not one_run:
+                rows[:layout_rows].zero_()
+            for plan, graph, count in runs:
+                rows[graph:graph + count].copy_(activation[plan:plan + count])
+            if one_run:
+                rows[runs[0][2]:layout_rows].zero_()
 
-    def send_from_graph(self, outputs: list[torch.Tensor] | None, num_rows: int) -> None:
-        """After a replay (every stage but the last): the real rows of the activations its capture kept -> the
-        next stage."""
-        if not self.is_last:
-            self.pass_on(*(activation[:num_rows] for activation in outputs))
+    def send_from_graph(self, outputs: list[torch.Tensor] | None, runs: list[tuple[int, int, int]],
+                        into: list[torch.Tensor] | None = None) -> None:
+        """After a replay (every stage but the last): the real rows of the activations its capture kept -> the next
+        stage, in plan order (one message; `runs` as receive_for_graph's). With `into` (A x [T, W], a step of
+        several graph parts): this part's rows are written there, sent once after the last part (pass_on)."""
+        if self.is_last:
+            return
+        if into is not None:
+            for buffer, activation in zip(into, outputs):
+                for plan, graph, count in runs:
+                    buffer[plan:plan + count].copy_(activation[graph:graph + count])
+            return
+        if len(runs) == 1 and runs[0][1] == 0:
+            self.pass_on(*(activation[:runs[0][2]] for activation in outputs))
+        else:  # (runs in plan order, from plan row 0: a whole step's)
+            self.pass_on(*(torch.cat([activation[graph:graph + count] for _, graph, count in runs])
+                           for activation in outputs))
+
+    def step_activations(self, num_tokens: int) -> list[torch.Tensor]:
+        """A step of several graph parts (every stage but the first): its activations A x [T, W], received
+        now in one message (what the parts' receive_for_graph then read)."""
+        graph_inputs = self._graph_inputs                                          # [A, R, W]
+        return self.take_over(graph_inputs.shape[0], num_tokens, graph_inputs.shape[2], graph_inputs.dtype,
+                              graph_inputs.device)
 
     # ---- plans and outcomes ----------------------------------------------------------------------------
 
@@ -283,6 +314,20 @@ class Stage:
         numbers = torch.tensor(values, dtype=torch.int64)
         dist.all_reduce(numbers, op=dist.ReduceOp.MIN, group=self.control)
         return numbers.tolist()
+
+
+def graph_row_runs(plan_starts: list[int], num_tokens: list[int], tokens_a_slot: int) -> list[tuple[int, int, int]]:
+    """Where a graph layout's slots find their rows: slot i's `num_tokens[i]` real rows are plan rows from
+    plan_starts[i] and graph rows from i * tokens_a_slot -> runs of (plan row, graph row, count), adjacent ones
+    merged (a decode or windows layout's real rows are one run)."""
+    runs: list[list[int]] = []
+    for i, (plan, count) in enumerate(zip(plan_starts, num_tokens)):
+        graph = i * tokens_a_slot
+        if runs and runs[-1][0] + runs[-1][2] == plan and runs[-1][1] + runs[-1][2] == graph:
+            runs[-1][2] += count
+        else:
+            runs.append([plan, graph, count])
+    return [tuple(run) for run in runs]
 
 
 def free_port() -> int:

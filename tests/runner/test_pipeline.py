@@ -92,6 +92,7 @@ def run(folder: str, stages: int, spec: dict | None, batch: list[list[int]], num
             run.overlapped += bool(core._groups)
             step += 1
         run.replays = core.runner.graphs.num_replays if core.runner.graphs is not None else 0  # (this process's)
+        run.part_steps = core.runner.graph_part_steps  # steps of prompts beside others replayed as graph parts
         if stages > 1:  # gloo sends (a plan and activations a step), complete only once waited on, do not pile up
             assert len(stage._sends) <= 64
         return ([outputs[i] for i in range(len(batch))], cached, core.scheduler.stats.num_draft_tokens, preempted,
@@ -193,6 +194,66 @@ def test_a_stage_without_the_ple_layer_moves_no_ple_table(tiny_model_dir):
     tables = [m for m in model.modules() if getattr(m, "host_resident", False)]
     assert tables and all(on_meta(m) for m in tables)
     place_host_tables(model, "cuda:0", quiet=True)  # nothing to move (no CUDA needed)
+
+
+def _graph_parts_in_stage(rank: int, port: int, out: str) -> None:
+    from strata.runner.pipeline import Stage, graph_row_runs, join_group
+
+    join_group(rank, 3, port, "cpu")
+    stage = Stage(rank, 3, rank, rank + 1, 3, graph_rows=8)
+    # a step of 7 rows in plan order: a window of 2 (rows 0-1), then fresh prompts of 3 and 2 (rows 2-4, 5-6)
+    rows = torch.arange(2 * 7 * 4, dtype=torch.float32).view(2, 7, 4)
+    result = None
+    if rank == 0:  # eager: one message of the step's rows
+        stage.pass_on(*rows)
+    elif rank == 1:  # two graph parts: the window's layout (1 x 2), the prompts' (2 x 4, each padded to 4 rows)
+        with stage.capturing_layers():
+            hidden, residual = stage.take_over(2, 8, 4, torch.float32, "cpu")
+            outputs = [hidden * 2, residual + 1]
+            stage.pass_on(*outputs)
+        received = stage.step_activations(7)                         # one message for both parts
+        into = [torch.full((7, 4), -1.0), torch.full((7, 4), -1.0)]  # the step's activations out, in plan order
+        for plan_starts, lengths, n in (([0], [2], 2), ([2, 5], [3, 2], 4)):
+            runs = graph_row_runs(plan_starts, lengths, n)
+            hidden.fill_(7)
+            stage.receive_for_graph(runs, len(lengths) * n, received)
+            if n == 4:  # each prompt's padding rows zeroed, nothing left over from the last part
+                assert hidden[3].eq(0).all() and hidden[6:8].eq(0).all() and hidden[:3].eq(rows[0][2:5]).all()
+            torch.mul(hidden, 2, out=outputs[0]), torch.add(residual, 1, out=outputs[1])  # the replay
+            stage.send_from_graph(stage.graph_outputs, runs, into)
+        stage.pass_on(*into)                                          # one message after the last part
+    else:
+        result = [t.tolist() for t in stage.take_over(2, 7, 4, torch.float32, "cpu")]
+    for work, _ in stage._sends:
+        work.wait()
+    torch.distributed.barrier()
+    with open(f"{out}.{rank}", "w") as f:
+        f.write(repr(result))
+    torch.distributed.destroy_process_group()
+    os._exit(0)
+
+
+def test_a_stage_replaying_a_step_as_graph_parts_sends_and_receives_it_once(tmp_path):
+    """A step of verification windows beside fresh prompts, which the middle of three stages replays as two graph
+    parts (the windows' layout, then the prompts' with padding rows after each prompt): it receives the step's rows
+    in one message and sends them in one, in plan order, as the eager stages around it do."""
+    import torch.multiprocessing as mp
+
+    from strata.runner.pipeline import free_port
+
+    out = str(tmp_path / "rows")
+    mp.spawn(_graph_parts_in_stage, args=(free_port(), out), nprocs=3)
+    rows = torch.arange(2 * 7 * 4, dtype=torch.float32).view(2, 7, 4)
+    assert open(f"{out}.2").read() == repr([(rows[0] * 2).tolist(), (rows[1] + 1).tolist()])
+
+
+def test_graph_row_runs_merge_what_is_contiguous():
+    from strata.runner.pipeline import graph_row_runs
+
+    assert graph_row_runs([0, 1, 2, 3], [1, 1, 1, 1], 1) == [(0, 0, 4)]          # decode
+    assert graph_row_runs([0, 4], [4, 4], 4) == [(0, 0, 8)]                      # windows of 4
+    assert graph_row_runs([2, 5], [3, 2], 4) == [(2, 0, 3), (5, 4, 2)]           # prompts padded to 4 rows
+    assert graph_row_runs([0, 9], [4, 4], 4) == [(0, 0, 4), (9, 4, 4)]           # a part's slots apart in the step
 
 
 def test_layer_ranges_split_evenly_earlier_stages_first():
@@ -524,7 +585,8 @@ def test_two_stages_sharing_one_gpu_give_one_process_tokens(family, spec, dtype,
 def test_two_stages_replaying_cuda_graphs_give_one_process_tokens(family, spec, groups, tiny_model_dir, request,
                                                                   monkeypatch):
     """Each stage captures graphs of its own layers (bf16) and the activations cross around every replay: the
-    tokens of one process with graphs, decode and verification windows replayed on the stages. With two batch
+    tokens of one process with graphs, decode and verification windows replayed on the stages, and steps that
+    bring fresh prompts beside them as several graph parts (one message each way for the whole step). With two batch
     groups (whose batches, and so bf16 rounding, are not one process's): the tokens of the same split run eagerly,
     while the other group's replays run between a step's launch and its outcome on the first stage."""
     monkeypatch.setenv("STRATA_PIPELINE_SHARE_GPUS", "1")
@@ -532,7 +594,7 @@ def test_two_stages_replaying_cuda_graphs_give_one_process_tokens(family, spec, 
     batch = prompts([23, 11, 40, 17])
     batch.append(batch[0] + [7, 8, 9])
     two = run(folder, 2, spec, batch, num_blocks=40, groups=groups, device="cuda", dtype="bfloat16", graphs=True)
-    assert run.replays > 0 and two[4] == 40
+    assert run.replays > 0 and run.part_steps > 0 and two[4] == 40  # (prompts arrive beside running requests)
     if groups == 1:
         assert two[0] == run(folder, 1, spec, batch, num_blocks=40, device="cuda", dtype="bfloat16", graphs=True)[0]
     else:
@@ -599,10 +661,10 @@ def _graph_boundary_in_stage(rank: int, port: int, out: str) -> None:
             stage.pass_on(*outputs)                                           # ...kept, not sent
         assert stage.graph_outputs is not None and len(stage.graph_outputs) == 2
         hidden.fill_(7)
-        stage.receive_for_graph(5, 6)  # 5 real rows of a 6-row layout: the padding row zeroed, not what was left
-        assert hidden[5].eq(0).all() and hidden[6:].eq(7).all()
+        stage.receive_for_graph([(0, 0, 5)], 6)  # 5 real rows of a 6-row layout: the padding row zeroed, not what
+        assert hidden[5].eq(0).all() and hidden[6:].eq(7).all()  # was left
         torch.mul(hidden, 2, out=outputs[0]), torch.add(residual, 1, out=outputs[1])  # the replay
-        stage.send_from_graph(stage.graph_outputs, 5)
+        stage.send_from_graph(stage.graph_outputs, [(0, 0, 5)])
         result = None
     else:
         result = [t.tolist() for t in stage.take_over(2, 5, 4, torch.float32, "cpu")]
