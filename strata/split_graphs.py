@@ -12,6 +12,12 @@ A host function gets the number of real (unpadded) token rows of the replayed st
 and write buffers whose addresses the graphs captured (pinned host buffers filled by captured copies,
 device buffers read by the next graph), on the current stream.
 
+A split may be gated (`split_here(host_fn, flag)`, a strata.kernels.host_flag.HostFlag): the next graph then begins
+by waiting on the flag, and a replay launches it before the host function, which the flag's raise ends (also when
+it fails). The launch so overlaps the device's work before the host function instead of following it. Such a host
+function must not wait for the stream (the next graph is queued on it, waiting for the host): only for events
+recorded before the split, and it must queue nothing on the stream.
+
 A base module (it imports nothing from strata): the runner captures with it, expert providers split with it.
 """
 
@@ -51,16 +57,24 @@ class SplitGraph:
     def __init__(self) -> None:
         self.graphs: list[torch.cuda.CUDAGraph] = []
         self.host_fns: list[HostFn] = []  # host_fns[i] runs after graphs[i]
+        self.flags: list = []  # flags[i]: the HostFlag graphs[i + 1] waits on (None: launched after host_fns[i])
 
     @property
     def num_splits(self) -> int:
         return len(self.host_fns)
 
     def replay(self, num_real_rows: int) -> None:
-        for i, graph in enumerate(self.graphs):
-            graph.replay()
-            if i < len(self.host_fns):
-                self.host_fns[i](num_real_rows)
+        self.graphs[0].replay()
+        for host_fn, flag, graph in zip(self.host_fns, self.flags, self.graphs[1:]):
+            if flag is None:
+                host_fn(num_real_rows)
+                graph.replay()
+                continue
+            graph.replay()  # queued behind the flag
+            try:
+                host_fn(num_real_rows)
+            finally:  # (a failed host part still lets the device go on: nothing may wait on it for good)
+                flag.raise_()
 
     def reset(self) -> None:
         for graph in self.graphs:
@@ -108,19 +122,23 @@ class SplitCapture:
         graph.capture_begin(pool=self.pool)
         self.result.graphs.append(graph)
 
-    def split(self, host_fn: HostFn) -> None:
+    def split(self, host_fn: HostFn, flag=None) -> None:
         self.result.graphs[-1].capture_end()
         self.result.host_fns.append(host_fn)
+        self.result.flags.append(flag)
         self._begin()
+        if flag is not None:
+            flag.wait()
 
 
-def split_here(host_fn: HostFn) -> bool:
+def split_here(host_fn: HostFn, flag=None) -> bool:
     """While a step is being captured: end the current graph here and run `host_fn` at this point of
-    every replay; returns False (and does nothing) outside a capture."""
+    every replay (`flag`: a gated split, see the module's docstring); returns False (and does nothing) outside a
+    capture."""
     capture = _ACTIVE.get()
     if capture is None:
         return False
-    capture.split(host_fn)
+    capture.split(host_fn, flag)
     return True
 
 

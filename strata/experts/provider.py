@@ -20,7 +20,9 @@ queues the copies of the plan's experts to the staging slots and writes their pa
 buffer; the next graph copies that in too and runs those pairs (as the eager path's staged round, summed in the
 same order: `expert_total`). Pairs read in place run in the captured part after the slot pairs, and the host part
 sees them marked IN_PLACE. A layer with no expert on the device skips the slot part. One graph launch a
-layer: each costs the host tens of microseconds on the step's critical path.
+layer: each costs the host tens of microseconds on the step's critical path, unless (STRATA_LAUNCH_AHEAD=1, an
+A/B switch until measured) the graph after the host part is launched before it and waits on a flag in pinned
+memory that the host part raises once the CPU sum is written (split_graphs' gated splits; not with PCIe staging).
 """
 
 from __future__ import annotations
@@ -31,9 +33,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from strata.config import debug_flag
 from strata.experts.cpu_pool import CpuExpertPool
 from strata.experts.slots import ExpertSlots
 from strata.experts.stats import RoutingStats
+from strata.kernels.host_flag import HostFlag
 from strata.kernels.sm_copy import copy_words
 from strata.model.moe import run_experts
 from strata.split_graphs import capturing, split_here
@@ -102,6 +106,7 @@ class OffloadedExperts(nn.Module):
         self.pcie_frac, self.prompt_stream_min_pairs = pcie_frac, prompt_stream_min_pairs
         self.exchange: HostExchange | None = None  # set when the runner captures split graphs
         self._copied: torch.cuda.Event | None = None  # recorded in the captured graphs after the exports
+        self._flag: HostFlag | None = None  # what the graph after the host part waits on (STRATA_LAUNCH_AHEAD)
 
     def forward(self, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
         """hidden [T, D], topk_ids / topk_weights [T, K] -> [T, D]."""
@@ -177,17 +182,25 @@ class OffloadedExperts(nn.Module):
         # the host sees the pairs read in place as IN_PLACE, not as missed ones
         exchange.export(topk_ids, topk_weights, slot_ids if in_place_ids is None else
                         torch.where(in_place_ids >= 0, IN_PLACE, slot_ids), hidden)
-        out = copied = None
+        out = copied = flag = None
         on_device = self.slots.visible_per_layer[self.layer_idx]  # else no slot pair (graph_plan tracks it)
-        if on_device or in_place_ids is not None:
+        # STRATA_LAUNCH_AHEAD=1 (an A/B switch, read at capture): the next graph is launched before the host part
+        # and waits on a flag the host part raises (split_graphs); not with staging, whose copies the host part
+        # queues on the stream
+        gated = debug_flag("LAUNCH_AHEAD") and not self.stages_in_graphs
+        if on_device or in_place_ids is not None or gated:
             if self._copied is None:  # a node of the graphs it is captured in; the host waits for its last launch
                 self._copied = torch.cuda.Event(external=True)
             copied = self._copied
             copied.record()
+        if gated:
+            if self._flag is None:
+                self._flag = HostFlag()
+            flag = self._flag
         if on_device:
             out = run_experts(hidden, weights, slot_ids, topk_weights)
         in_place = self._read_in_place(hidden, in_place_ids, topk_weights)
-        split_here(lambda num_real_rows: self._host_part(num_real_rows, num_rows, copied))
+        split_here(lambda num_real_rows: self._host_part(num_real_rows, num_rows, copied), flag)
         rounds = []
         if self.stages_in_graphs:
             rounds.append(run_experts(hidden, weights, exchange.fetch_staged(num_rows), topk_weights))

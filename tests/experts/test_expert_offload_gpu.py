@@ -140,6 +140,21 @@ def test_bf16_split_graphs_match_the_eager_path(tiny_model_dir, experts):
     assert runner.graph_stats()["captures"] > captures  # graphs of the old placement were not replayed
 
 
+@pytest.mark.parametrize("experts", [
+    {"expert_cache": "30%", "expert_split": "uniform", "expert_swap_interval": 0},
+    {"expert_cache": "25%", "expert_split": "static", "expert_swap_interval": 1, "expert_swap_threshold": 0.0},
+])
+def test_split_graphs_launched_ahead_of_their_host_parts_match_the_eager_path(tiny_model_dir, experts, monkeypatch):
+    """STRATA_LAUNCH_AHEAD=1: the graph after an offloaded layer's host part is launched before it and waits on a
+    flag the host part raises (split_graphs' gated splits): the eager path's tokens, with swaps re-placing experts."""
+    monkeypatch.setenv("STRATA_LAUNCH_AHEAD", "1")
+    folder = tiny_model_dir("qwen3_moe")
+    reference = _tokens(_loads_published_at_once(make_llm(folder, "bfloat16", **experts)))
+    llm = _loads_published_at_once(make_llm(folder, "bfloat16", cuda_graphs=True, **experts))
+    assert _tokens(llm) == reference and llm.engine.runner.graph_stats()["replays"] > 0
+    assert any(flag is not None for c in llm.engine.runner.graphs.graphs.values() for flag in c.graph.flags)
+
+
 @pytest.mark.parametrize("family", ["qwen4_exp", "qwen3_5_moe"])
 def test_bf16_split_graphs_of_the_seed_families_match_the_eager_path(tiny_model_dir, family):
     """The seed's model (hyper-connections, QSA, PLE between its MoE layers) and Qwen3.5-MoE with 30 % of their experts

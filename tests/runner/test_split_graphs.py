@@ -79,3 +79,40 @@ def test_the_collector_is_held_off_during_a_capture_and_given_back_after():
         x.add_(1)  # something to capture
     assert gc.isenabled()
     capture.result.reset()
+
+
+def test_a_gated_split_runs_its_next_graph_after_the_host_function_though_launched_before():
+    """The next graph is launched before the host function (it waits on a flag in pinned memory), so it must not
+    read the host's buffer before the host function, which takes its time, has written it and raised the flag."""
+    import time
+
+    from strata.kernels.host_flag import HostFlag
+
+    x = torch.zeros(4, device="cuda")
+    in_host = torch.zeros(4, pin_memory=True)
+    from_host = torch.zeros(4, device="cuda")
+    flag = HostFlag()
+    done = torch.cuda.Event(external=True)  # a node of the graph, which the host waits for at each replay
+
+    def host(num_real_rows: int) -> None:
+        done.synchronize()  # an event before the split, never the stream (the next graph waits on it)
+        time.sleep(0.05)
+        in_host.fill_(float(num_real_rows))
+
+    def forward():
+        y = x + 1
+        done.record()
+        assert split_here(host, flag)
+        from_host.copy_(in_host, non_blocking=True)
+        return y + from_host
+
+    with SplitCapture(torch.cuda.graph_pool_handle()) as capture:
+        result = forward()
+    graph = capture.result
+    assert graph.num_splits == 1 and graph.flags == [flag]
+    for value, rows in ((1.0, 3), (5.0, 7)):
+        x.fill_(value)
+        graph.replay(rows)
+        torch.cuda.synchronize()
+        assert result.tolist() == [value + 1 + rows] * 4
+        assert not flag.raised  # cleared by the graph for the next replay

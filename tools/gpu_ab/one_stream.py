@@ -2,14 +2,16 @@
 one arm's decode rate measured after its graphs are recaptured."""
 import time, torch
 from strata import LLM, SamplingParams
-from strata.config import EngineConfig, RunnerConfig, SchedulerConfig
+from strata.config import EngineConfig, ExpertConfig, RunnerConfig, SchedulerConfig
 
 PROMPT = {"prompt_token_ids": list(range(100, 164))}
 
 
-def engine(path: str) -> LLM:
+def engine(path: str, **experts) -> LLM:
+    """`experts`: ExpertConfig fields (e.g. expert_cache="25%", cpu_threads=16 for an offloaded arm)."""
     return LLM.from_config(EngineConfig(model=path, runner=RunnerConfig(device="cuda"),
-                                        scheduler=SchedulerConfig(max_model_len=4096, max_num_seqs=8)))
+                                        scheduler=SchedulerConfig(max_model_len=4096, max_num_seqs=8),
+                                        experts=ExpertConfig(**experts)))
 
 
 def decode_rate(llm: LLM) -> tuple[float, list[int]]:
