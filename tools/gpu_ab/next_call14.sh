@@ -14,3 +14,6 @@ cat /tmp/q4km.gguf > /dev/null
 timeout -s KILL 300 python3 env_ab.py /tmp/q4km.gguf LAUNCH_AHEAD 3 expert_cache=25% cpu_threads=16 \
   expert_swap_interval=0 > $OUT/launch_ahead_ab.txt 2>&1
 echo "== A/B rc=$? t=$(( $(date +%s)-S ))"; grep -E "tok/s|Error" $OUT/launch_ahead_ab.txt
+# the host part's "rest" (session 42's timeline: 73 of 505 us a layer outside the wait and the CPU experts): cProfile
+timeout -s INT 120 python3 offload_prof.py /tmp/q4km.gguf cache=25% threads=16 > $OUT/offload_prof_static25.txt 2>&1
+echo "== offload prof rc=$? t=$(( $(date +%s)-S ))"; head -40 $OUT/offload_prof_static25.txt | cut -c1-200
