@@ -458,9 +458,10 @@ class ModelRunner:
 
 
 def kept_apart(window_states: dict) -> dict:
-    """A graph replay's window states, copied out of the graphs' memory, which the next replay of any graph
-    overwrites: what a step's commit reads when other steps replay between its launch and its outcome (as an
-    eager step's are its own tensors). Per layer: (conv [T, C, H], recurrent [T, ...]) -> the same, copied."""
+    """A graph replay's window states, copied out of the graph's memory, which its next replay overwrites (another
+    batch group's step of the same layout): what a step's commit reads when other steps replay between its launch
+    and its outcome (as an eager step's are its own tensors). Per layer: (conv [T, C, H], recurrent [T, ...]) ->
+    the same, copied."""
     return {key: tuple(t.clone() for t in states) for key, states in window_states.items()}
 
 
