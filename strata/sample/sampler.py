@@ -193,7 +193,8 @@ class Sampler:
         generator.manual_seed(position_seed(params.seed, self.num_output_tokens[slot_id]))
         return generator
 
-    def sample_seeded_positions(self, probs: torch.Tensor, row_slot_ids: list[int], offsets: list[int]) -> torch.Tensor:
+    def sample_seeded_positions(self, probs: torch.Tensor, row_slot_ids: list[int],
+                                offsets: list[int]) -> torch.Tensor:
         """Seeded slots' tokens at output positions ahead of their last committed one: probs [R, V] (processed),
         row r the slot row_slot_ids[r]'s distribution `offsets[r]` positions ahead -> [R] int64, each drawn with the
         noise sample() draws at that position. Verification windows so emit what plain decoding would: a seeded

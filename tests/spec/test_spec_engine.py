@@ -210,8 +210,8 @@ def test_sampling_with_speculation_keeps_the_target_distribution(tiny_model_dir,
         w.slot_id: common[: w.next_k] for w in scheduled if w.sample and w.next_k})
     on = LLM(folder, dtype="float32", device="cpu", max_num_seqs=64, block_size=4, seed=7,
              speculative_config={"method": "suffix", "num_speculative_tokens": 2, "adaptive": False})
-    spec = np.array([o.outputs[0].token_ids for o in on.generate(
-        [{"prompt_token_ids": prompt}] * n, SamplingParams(temperature=0.5, top_p=0.95, max_tokens=3, ignore_eos=True))])
+    unseeded = SamplingParams(temperature=0.5, top_p=0.95, max_tokens=3, ignore_eos=True)
+    spec = np.array([o.outputs[0].token_ids for o in on.generate([{"prompt_token_ids": prompt}] * n, unseeded)])
     stats = on.engine.scheduler.stats
     assert 0 < stats.num_accepted_tokens < stats.num_draft_tokens
     for position in (1, 2):
