@@ -196,6 +196,17 @@ def test_a_stage_without_the_ple_layer_moves_no_ple_table(tiny_model_dir):
     place_host_tables(model, "cuda:0", quiet=True)  # nothing to move (no CUDA needed)
 
 
+def _leave(stage, out: str, rank: int, result) -> None:
+    """A stage process of the message tests: its sends delivered, `result` written to out.RANK, the group left."""
+    for work, _ in stage._sends:
+        work.wait()
+    torch.distributed.barrier()
+    with open(f"{out}.{rank}", "w") as f:
+        f.write(repr(result))
+    torch.distributed.destroy_process_group()
+    os._exit(0)
+
+
 def _graph_parts_in_stage(rank: int, port: int, out: str) -> None:
     from strata.runner.pipeline import Stage, graph_row_runs, join_group
 
@@ -224,13 +235,7 @@ def _graph_parts_in_stage(rank: int, port: int, out: str) -> None:
         stage.pass_on(*into)                                          # one message after the last part
     else:
         result = [t.tolist() for t in stage.take_over(2, 7, 4, torch.float32, "cpu")]
-    for work, _ in stage._sends:
-        work.wait()
-    torch.distributed.barrier()
-    with open(f"{out}.{rank}", "w") as f:
-        f.write(repr(result))
-    torch.distributed.destroy_process_group()
-    os._exit(0)
+    _leave(stage, out, rank, result)
 
 
 def test_a_stage_replaying_a_step_as_graph_parts_sends_and_receives_it_once(tmp_path):
@@ -668,13 +673,7 @@ def _graph_boundary_in_stage(rank: int, port: int, out: str) -> None:
         result = None
     else:
         result = [t.tolist() for t in stage.take_over(2, 5, 4, torch.float32, "cpu")]
-    for work, _ in stage._sends:
-        work.wait()
-    torch.distributed.barrier()
-    with open(f"{out}.{rank}", "w") as f:
-        f.write(repr(result))
-    torch.distributed.destroy_process_group()
-    os._exit(0)
+    _leave(stage, out, rank, result)
 
 
 def test_a_stage_replaying_a_graph_sends_and_receives_as_an_eager_stage(tmp_path):
