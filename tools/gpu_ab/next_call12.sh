@@ -14,9 +14,9 @@ echo "== split graph tests rc=$? t=$(( $(date +%s)-S ))"; grep -E "passed|failed
 timeout -s INT 60 python3 -m strata.cli.main quantize 'random:qwen3-30b-a3b?num_hidden_layers=24' /tmp/q4km.gguf \
   --scheme q4_k_m --device cuda > /dev/null 2>&1; echo "== quant rc=$? t=$(( $(date +%s)-S ))"
 cat /tmp/q4km.gguf > /dev/null
-timeout -s INT 150 python3 offload_timeline.py /tmp/q4km.gguf cache=25% zc=auto arms=16:5000,15:5000 \
+timeout -s INT 120 python3 offload_timeline.py /tmp/q4km.gguf cache=25% zc=auto arms=16:5000,15:5000 \
   > $OUT/timeline_static25.txt 2>&1
 echo "== timeline rc=$? t=$(( $(date +%s)-S ))"; grep -v "^\s" $OUT/timeline_static25.txt | grep -E "threads|Error" | cut -c1-700
-timeout -s INT 150 python3 offload_timeline.py /tmp/q4km.gguf cache=25% zc=0 arms=16:5000 \
+timeout -s INT 110 python3 offload_timeline.py /tmp/q4km.gguf cache=25% zc=0 arms=16:5000 \
   > $OUT/timeline_static25_nozc.txt 2>&1
 echo "== timeline no zero copy rc=$? t=$(( $(date +%s)-S ))"; grep -E "threads|Error" $OUT/timeline_static25_nozc.txt | cut -c1-700
