@@ -1,7 +1,8 @@
 # Prepared in session 45: STRATA_LAUNCH_AHEAD=1 (the graph after an offloaded layer's host part launched before it,
 # waiting on a flag in pinned memory) against unset, issue 23's offload at 25 % (static split, zero copy auto, 16
 # threads), one process, arms alternated twice; first the GPU tests of gated splits and every offload GPU test (a
-# hang there is a bug: the timeouts stop it). Build the archive first:  git archive HEAD -o .base/src.tar && git rev-parse --short HEAD > .base/COMMIT
+# hang there is a bug: the timeouts stop it).
+# Build the archive first:  git archive HEAD -o .base/src.tar && git rev-parse --short HEAD > .base/COMMIT
 source tools/gpu_ab/device_setup.sh
 S=$(date +%s)
 timeout -s KILL 170 python3 -m pytest -q -p no:cacheprovider tests/runner/test_split_graphs.py tests/kernels/test_host_flag.py \
