@@ -362,6 +362,28 @@ def test_a_routing_profile_under_a_split_holds_every_moe_layer(tiny_model_dir, t
         assert counts.sum(1).tolist() == [70 * (1 + started_from_profile)] * 3
 
 
+def test_seeded_sampled_requests_over_a_split_with_drafts_give_one_process_tokens_without(tiny_model_dir):
+    """Seeded sampled requests with suffix drafts of adaptive length over two stages: one process's tokens without
+    speculation, since a seeded window draws each position's token as plain decoding does there (session 44 found
+    split and one process differing when a window's draws depended on its drafts, which adaptive lengths make
+    differ)."""
+    from strata import LLM
+
+    folder = tiny_model_dir("llama")
+    inputs = [{"prompt_token_ids": p * 3} for p in prompts([7, 5, 9, 6])]  # repeats: suffix drafts find matches
+    params = [SamplingParams(temperature=0.3, top_p=0.95, seed=s, max_tokens=20, ignore_eos=True) for s in range(4)]
+
+    def generate(stages: int, spec: dict | None):
+        with LLM(folder, dtype="float32", device="cpu", max_num_seqs=4, block_size=4, pipeline_parallel_size=stages,
+                 speculative_config=spec) as llm:
+            tokens = [o.outputs[0].token_ids for o in llm.generate(inputs, params)]
+            return tokens, llm.engine.scheduler.stats
+
+    plain, _ = generate(1, None)
+    two, stats = generate(2, {"method": "suffix", "num_speculative_tokens": 3})
+    assert two == plain and 0 < stats.num_accepted_tokens < stats.num_draft_tokens
+
+
 def test_the_sampling_stage_enforces_grammars_and_reasoning_budgets(tmp_path):
     """The last stage samples, so its sampler gets what the tokenizer gives (grammar matchers, the thinking
     tokens): a regex and a seeded sampled choice, and reasoning budgets that end the thinking after exactly their
