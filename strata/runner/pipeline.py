@@ -188,12 +188,10 @@ class Stage:
         which receives once for all of them."""
         if self.is_first:
             return
-        graph_inputs = self._graph_inputs                                          # [A, R, W]
         if received is None:
-            received = self.take_over(graph_inputs.shape[0], sum(count for _, _, count in runs), graph_inputs.shape[2],
-                                      graph_inputs.dtype, graph_inputs.device)
-        one_run = len(runs) == 1 and runs[0][1] == 0  # decode and windows: the real rows first, in plan order
-        for rows, activation in zip(graph_inputs, received):
+            received = self.step_activations(sum(count for _, _, count in runs))
+        one_run = _leading_run(runs)
+        for rows, activation in zip(self._graph_inputs, received):                # [R, W], [T, W]
             if not one_run:
                 rows[:layout_rows].zero_()
             for plan, graph, count in runs:
@@ -213,7 +211,7 @@ class Stage:
                 for plan, graph, count in runs:
                     buffer[plan:plan + count].copy_(activation[graph:graph + count])
             return
-        if len(runs) == 1 and runs[0][1] == 0:
+        if _leading_run(runs):
             self.pass_on(*(activation[:runs[0][2]] for activation in outputs))
         else:  # (runs in plan order, from plan row 0: a whole step's)
             self.pass_on(*(torch.cat([activation[graph:graph + count] for _, graph, count in runs])
@@ -328,6 +326,12 @@ def graph_row_runs(plan_starts: list[int], num_tokens: list[int], tokens_a_slot:
         else:
             runs.append([plan, graph, count])
     return [tuple(run) for run in runs]
+
+
+def _leading_run(runs: list[tuple[int, int, int]]) -> bool:
+    """Whether a layout's real rows are its first rows, in plan order (decode and verification windows: every slot
+    brings the layout's tokens), so they cross as one slice."""
+    return len(runs) == 1 and runs[0][:2] == (0, 0)
 
 
 def free_port() -> int:
