@@ -55,6 +55,9 @@ class SamplingParams:
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
     logprobs: int | None = None
+    # the prompt's tokens' logprobs (vLLM's name): each prompt token after the first, with this many of the
+    # most likely alternatives at its position (0: the token alone); raw logprobs, as `logprobs` returns
+    prompt_logprobs: int | None = None
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
     logit_bias: dict[int, float] | None = None        # token id -> added to its logit, in [-100, 100]
@@ -94,6 +97,8 @@ class SamplingParams:
             raise ValueError(f"min_tokens must be in [0, max_tokens], got {self.min_tokens}")
         if self.logprobs is not None and not 0 <= self.logprobs <= 20:
             raise ValueError(f"logprobs must be in [0, 20], got {self.logprobs}")
+        if self.prompt_logprobs is not None and not 0 <= self.prompt_logprobs <= 20:
+            raise ValueError(f"prompt_logprobs must be in [0, 20], got {self.prompt_logprobs}")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ValueError("stop must be a non-empty string or a list of non-empty strings")
         for token_id, bias in (self.logit_bias or {}).items():
@@ -235,6 +240,9 @@ class StepResult:
     draft_seconds: float = 0.0
     # with offloaded experts: slot -> (routed expert pairs, pairs computed on the CPU, copied over PCIe)
     expert_pairs: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    # slots asking for prompt logprobs: slot -> (prompt position of the first entry, one {id: logprob} an
+    # entry, for the prompt tokens this step's rows predict)
+    prompt_logprobs: dict[int, tuple[int, list[dict[int, float]]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -251,6 +259,8 @@ class TokenDelta:
     error: str | None = None
     metrics: dict | None = None   # on the finishing delta: speculation counters, preemptions
     num_cached_tokens: int = 0    # prompt tokens found in the prefix cache
+    # with the request's first tokens, when it asked for them: per prompt token, {id: logprob} (None first)
+    prompt_logprobs: list[dict[int, float] | None] | None = None
 
 
 @dataclass(frozen=True)

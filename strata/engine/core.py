@@ -294,7 +294,7 @@ class EngineCore:
                        **state.expert_shares.as_dict()}
         return TokenDelta(state.request_id, commit.new_token_ids, text, reason is not None, reason,
                           commit.logprobs, len(state.prompt_token_ids), metrics=metrics,
-                          num_cached_tokens=state.num_cached_tokens)
+                          num_cached_tokens=state.num_cached_tokens, prompt_logprobs=commit.prompt_logprobs)
 
     def _fail_step(self, plan, error: Exception) -> list[TokenDelta]:
         if self.runner.stage is not None:  # the split's other stages may be stuck inside this step

@@ -36,6 +36,8 @@ class RequestOutput:
     finished: bool = False
     metrics: dict | None = None   # speculation counters per position, preemptions
     num_cached_tokens: int = 0    # prompt tokens served from the prefix cache
+    # SamplingParams.prompt_logprobs: per prompt token {id: TokenLogprob} (None for the first), as vLLM's
+    prompt_logprobs: list[dict[int, TokenLogprob] | None] | None = None
 
 
 class LLM:
@@ -169,6 +171,9 @@ class LLM:
         if completion.logprobs is not None and delta.new_logprobs:
             completion.logprobs.extend({tid: TokenLogprob(lp) for tid, lp in entry.items()}
                                        for entry in delta.new_logprobs)
+        if delta.prompt_logprobs is not None:
+            output.prompt_logprobs = [None if entry is None else {tid: TokenLogprob(lp) for tid, lp in entry.items()}
+                                      for entry in delta.prompt_logprobs]
         if delta.finished:
             output.finished = True
             output.metrics = delta.metrics

@@ -35,6 +35,7 @@ from strata.runner.kv_staging import HostKVStaging
 from strata.runner.kv_tiers import HostKVTiers
 from strata.runner.table_arrays import TableArrays
 from strata.sample import Sampler
+from strata.sample.prompt_logprobs import PromptLogprobs
 from strata.spec.commit import commit_outcomes
 from strata.spec.speculator import Speculator
 from strata.runner import planned_decode, planned_verification
@@ -146,6 +147,7 @@ class ModelRunner:
         self.checkpoint_pool = CheckpointPool(self.state_pool, checkpoint_pool_size)
         self.host_park = HostParkPool(self.kv_pool, self.checkpoint_pool, *park_rows) if any(park_rows) else None
         self.sampler = Sampler(max_num_seqs, cfg.vocab_size, list(cfg.eos_token_ids), device, seed=seed)
+        self.prompt_logprobs = PromptLogprobs()  # the slots whose requests asked for them (last stage's)
         self.block_tables: dict[int, list[int]] = {}
         self.table_arrays = TableArrays()  # their numpy copies, reused while a list is unchanged
         self.scratch = ForwardScratch()  # reset by every eager step's input builder
@@ -181,8 +183,10 @@ class ModelRunner:
         if step.window_states and inputs.replayed and self._steps_between_launch_and_outcome:
             step.window_states = kept_apart(step.window_states)
         if stage is None or stage.is_last:
+            prompt_logprobs = self.prompt_logprobs.compute(self.model, hidden, plan.scheduled, inputs.query_starts)
             step.spec = self.speculation.step(plan.scheduled, inputs.query_starts, inputs.input_ids, hidden,
                                               inputs.ctx, self.block_tables, step.window_states, inputs.logits)
+            step.spec.prompt_logprobs = prompt_logprobs
             if stage is not None:
                 stage.share_outcome(step.spec)
         return step
@@ -200,7 +204,7 @@ class ModelRunner:
                             step.window_states)
         return StepResult(step.plan.step_id, spec.slots, forward_seconds=step.forward_done - step.started,
                           sample_seconds=spec.verify_seconds, draft_seconds=spec.draft_seconds,
-                          expert_pairs=step.expert_pairs)
+                          expert_pairs=step.expert_pairs, prompt_logprobs=spec.prompt_logprobs)
 
     @torch.inference_mode()
     def follow(self) -> None:
@@ -421,12 +425,14 @@ class ModelRunner:
             if self.host_kv is not None:
                 self.host_kv.remove_slot(slot_id)
             self.sampler.remove_slot(slot_id)
+            self.prompt_logprobs.remove_slot(slot_id)
             self.speculation.remove_slot(slot_id)
         for new in plan.new_slots:
             self.block_tables[new.slot_id] = list(new.cached_block_ids)
             if self.host_kv is not None:
                 self.host_kv.add_slot(new, self.block_tables)
             self.sampler.add_slot(new.slot_id, new.sampling_params, new.prompt_token_ids, new.output_token_ids)
+            self.prompt_logprobs.add_slot(new.slot_id, new.sampling_params, new.prompt_token_ids)
             self.speculation.add_slot(new.slot_id, new.prompt_token_ids + new.output_token_ids)
 
         for slot_id, num_blocks in plan.truncated_block_tables.items():

@@ -59,8 +59,8 @@ class PrefixManager:
     def match(self, state: RequestState) -> PrefixMatch:
         """The longest usable known prefix of `state`'s tokens, block by block from the device cache
         or from blocks parked in host RAM; on hybrid models cut back to the last boundary with a
-        saved state."""
-        if not self.enabled or state.skip_prefix_cache:
+        saved state. Nothing for a request whose prompt logprobs are still to come (every position is scored)."""
+        if not self.enabled or state.skip_prefix_cache or state.wants_prompt_logprobs:
             state.skip_prefix_cache = False
             return PrefixMatch()
         tokens = state.all_token_ids()

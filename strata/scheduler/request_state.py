@@ -41,6 +41,10 @@ class RequestState:
     decode_checkpoint_key: int | None = None
     skip_prefix_cache: bool = False   # after a failed restore: read everything again
     thinking: ThinkingBudget | None = None  # a reasoning budget's state over the committed tokens
+    # SamplingParams.prompt_logprobs: the entries so far by prompt position (None first), until they go out
+    # with the request's first tokens
+    prompt_logprobs: list[dict[int, float] | None] | None = None
+    prompt_logprobs_sent: bool = False
 
     @property
     def request_id(self) -> str:
@@ -58,6 +62,27 @@ class RequestState:
     def num_blocks(self) -> int:
         """Blocks of the sequence in both tiers (the host ones first)."""
         return len(self.host_block_ids) + len(self.block_ids)
+
+    @property
+    def wants_prompt_logprobs(self) -> bool:
+        """Whether this request's prompt logprobs are still to be computed and sent (its prompt must then be
+        computed whole: no prefix from the cache)."""
+        return self.request.sampling_params.prompt_logprobs is not None and not self.prompt_logprobs_sent
+
+    def record_prompt_logprobs(self, first: int, entries: list[dict[int, float]]) -> None:
+        """A step's prompt logprobs: entries for prompt positions first, first + 1, ... (a recomputed prompt
+        writes the same positions again)."""
+        if self.prompt_logprobs is None:
+            self.prompt_logprobs = [None] * len(self.request.prompt_token_ids)
+        self.prompt_logprobs[first:first + len(entries)] = entries
+
+    def take_prompt_logprobs(self) -> list[dict[int, float] | None] | None:
+        """The prompt logprobs, once: with the request's first committed tokens."""
+        if not self.wants_prompt_logprobs:
+            return None
+        self.prompt_logprobs_sent = True
+        entries, self.prompt_logprobs = self.prompt_logprobs, None
+        return entries if entries is not None else [None] * len(self.request.prompt_token_ids)
 
     def all_token_ids(self) -> list[int]:
         return self.request.prompt_token_ids + self.output_token_ids

@@ -36,6 +36,7 @@ class Commit:
     new_token_ids: list[int]
     logprobs: list[dict[int, float]] | None
     finish_reason: FinishReason | None
+    prompt_logprobs: list[dict[int, float] | None] | None = None  # with a request's first tokens, if it asked
 
 
 class Scheduler(PlanAhead):
@@ -253,6 +254,8 @@ class Scheduler(PlanAhead):
                 state.expert_shares.add(*result.expert_pairs[work.slot_id])
             num_rejected = len(work.draft_token_ids) - (slot_result.num_accepted if slot_result else 0)
             state.num_computed_tokens += work.num_new_tokens - num_rejected
+            if work.slot_id in result.prompt_logprobs:
+                state.record_prompt_logprobs(*result.prompt_logprobs[work.slot_id])
             if slot_result is None:
                 self.prefix.register_computed(state)
                 self._maybe_checkpoint(state)
@@ -275,7 +278,7 @@ class Scheduler(PlanAhead):
                 self.finish_request(state.request_id, reason)
             else:
                 self._release_excess_blocks(state)
-            commits.append(Commit(state, kept, logprobs, reason))
+            commits.append(Commit(state, kept, logprobs, reason, state.take_prompt_logprobs()))
         return commits
 
     # ---- helpers ---------------------------------------------------------------------------------

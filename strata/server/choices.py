@@ -41,8 +41,9 @@ def choice_seed(seed: int, index: int) -> int:
 def sibling(request: Request, index: int) -> Request:
     params = request.sampling_params
     seed = None if params.seed is None else choice_seed(params.seed, index)
+    # prompt logprobs: choice 0's serve every choice (and the siblings then share its cached prompt)
     return dataclasses.replace(request, request_id=f"{request.request_id}-{index}",
-                               sampling_params=dataclasses.replace(params, seed=seed))
+                               sampling_params=dataclasses.replace(params, seed=seed, prompt_logprobs=None))
 
 
 class Choices:

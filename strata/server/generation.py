@@ -149,9 +149,12 @@ class Output:
     finish_reason: str | None = None
     logprobs: list[dict[int, float]] = field(default_factory=list)
     num_cached_tokens: int = 0
+    prompt_logprobs: list[dict[int, float] | None] | None = None  # SamplingParams.prompt_logprobs
 
     def add(self, delta: TokenDelta) -> None:
         self.text += delta.new_text
+        if delta.prompt_logprobs is not None:
+            self.prompt_logprobs = delta.prompt_logprobs
         self.token_ids.extend(delta.new_token_ids)
         self.logprobs.extend(delta.new_logprobs or [])
         self.num_cached_tokens = max(self.num_cached_tokens, delta.num_cached_tokens)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import time
 from collections import deque
 from dataclasses import dataclass

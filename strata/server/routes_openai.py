@@ -1,6 +1,6 @@
-"""OpenAI routes: /v1/chat/completions, /v1/completions, /v1/models. Bodies are validated (400) and
-checked against the server's limits before they are rendered, then checked against the context
-before anything reaches the engine."""
+"""OpenAI routes: /v1/chat/completions, /v1/completions (its `echo`: echo.py), /v1/models. Bodies are
+validated (400) and checked against the server's limits before they are rendered, then checked against the
+context before anything reaches the engine."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from strata.engine.client import EngineDeadError
 from strata.server import limits, sse, structured_output
 from strata.server.body import OffloadedBodyRoute
 from strata.server.config import ServerConfig
+from strata.server.echo import Echo, joined
 from strata.server.errors import APIError, error_body
 from strata.server.choices import Choices
 from strata.server.generation import Output, ServerState, cache_hints, check_prompt, sampling_params
@@ -39,14 +40,16 @@ def usage(num_prompt: int, num_completion: int, num_cached: int) -> dict:
 
 
 def _params(body: SamplingFields, max_tokens: int, logprobs: int | None, vocab_size: int,
-            constraint: StructuredOutputs | None = None, thinking_budget: int | None = None):
+            constraint: StructuredOutputs | None = None, thinking_budget: int | None = None,
+            prompt_logprobs: int | None = None):
     return sampling_params(temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
                            min_p=body.min_p, seed=body.seed, presence_penalty=body.presence_penalty,
                            frequency_penalty=body.frequency_penalty, repetition_penalty=body.repetition_penalty,
                            max_tokens=max_tokens, min_tokens=body.min_tokens, stop=body.stop,
                            stop_token_ids=body.stop_token_ids, ignore_eos=body.ignore_eos, logprobs=logprobs,
                            logit_bias=structured_output.logit_bias(body.logit_bias, vocab_size),
-                           structured_outputs=constraint, thinking_budget=thinking_budget)
+                           structured_outputs=constraint, thinking_budget=thinking_budget,
+                           prompt_logprobs=prompt_logprobs)
 
 
 def _check_common(state: ServerState, body: SamplingFields) -> None:
@@ -278,44 +281,57 @@ async def completions(body: CompletionRequest, http_request: HTTPRequest):
     _check_common(state, body)
     if body.suffix:
         raise APIError(400, "suffix is not supported", "suffix")
-    if body.echo:
-        raise APIError(400, "echo is not supported", "echo")
+    if body.max_tokens == 0 and not body.echo:
+        raise APIError(400, "max_tokens must be at least 1 (0 only with echo: the prompt alone)", "max_tokens")
     limits.check_stop(state.config, body.stop, "stop")
     if isinstance(body.prompt, str):
         limits.check_text(state.config, [("prompt", body.prompt)], "prompt")
     elif body.prompt and isinstance(body.prompt[0], str):
         limits.check_text(state.config, [(f"prompt.{i}", p) for i, p in enumerate(body.prompt)], "prompt")
     prompt_ids = await state.offload(_completion_prompt, state, body.prompt)
-    max_tokens = check_prompt(state, prompt_ids, body.max_tokens if body.max_tokens is not None else 16, "prompt")
+    max_tokens = body.max_tokens if body.max_tokens is not None else 16
+    max_tokens = check_prompt(state, prompt_ids, max(max_tokens, 1), "prompt")
+    tokenizer = state.template.tokenizer
+    echo = Echo.of(tokenizer, body.prompt, prompt_ids, body.logprobs, body.max_tokens) if body.echo else None
     constraint, param = structured_output.requested(body)
     await structured_output.check(state, constraint, param)
-    request = Request(state.new_id("cmpl-"), prompt_ids,
-                      _params(body, max_tokens, body.logprobs, state.vocab_size, constraint), **cache_hints(body))
+    params = _params(body, max_tokens, body.logprobs, state.vocab_size, constraint,
+                     prompt_logprobs=body.logprobs if echo is not None else None)
+    request = Request(state.new_id("cmpl-"), prompt_ids, params, **cache_hints(body))
     choices = Choices(state, request, body.n)
     await choices.__aenter__()
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return sse.sse_response(_guarded(choices, "/v1/completions",
-                                         _completion_stream(choices, state, include_usage, body.logprobs)))
+                                         _completion_stream(choices, state, include_usage, body.logprobs, echo)))
     try:
         outs = await choices.collect(http_request)
     finally:
         await choices.__aexit__()
+    echoed = echo.logprobs(tokenizer, outs[0].prompt_logprobs) if echo is not None else None
 
     def choice(index: int, out: Output) -> dict:
-        lp = completion_logprobs(state.template.tokenizer, out.token_ids, out.logprobs, body.logprobs) \
+        if echo is not None and echo.prompt_only:
+            return {"index": index, "text": echo.prompt_text, "logprobs": echoed, "finish_reason": "length"}
+        lp = completion_logprobs(tokenizer, out.token_ids, out.logprobs, body.logprobs, Echo.text_length(echoed)) \
             if body.logprobs is not None and out.logprobs else None
-        return {"index": index, "text": out.text, "logprobs": lp, "finish_reason": out.finish_reason}
+        if echo is None:
+            return {"index": index, "text": out.text, "logprobs": lp, "finish_reason": out.finish_reason}
+        return {"index": index, "text": echo.prompt_text + out.text, "logprobs": joined(echoed, lp),
+                "finish_reason": out.finish_reason}
 
+    num_completion = 0 if echo is not None and echo.prompt_only else choices.num_completion_tokens
     return {"id": request.request_id, "object": "text_completion", "created": int(time.time()),
             "model": state.model_name, "choices": [choice(i, out) for i, out in enumerate(outs)],
-            "usage": usage(choices.num_prompt_tokens, choices.num_completion_tokens, outs[0].num_cached_tokens)}
+            "usage": usage(choices.num_prompt_tokens, num_completion, outs[0].num_cached_tokens)}
 
 
 async def _completion_stream(choices: Choices, state: ServerState, include_usage: bool,
-                             top_logprobs: int | None) -> AsyncIterator[str]:
+                             top_logprobs: int | None, echo: Echo | None) -> AsyncIterator[str]:
     created, rid = int(time.time()), choices.request.request_id
     text_offsets = [0] * len(choices.gens)   # per choice: where its next token's text starts
+    echoing = [echo is not None] * len(choices.gens)  # per choice: its prompt is still to be sent
+    echoed = None  # the prompt's logprobs, from choice 0's first delta (its siblings start after it)
 
     def chunk(choice: dict | None, extra: dict | None = None) -> str:
         body = {"id": rid, "object": "text_completion", "created": created, "model": state.model_name,
@@ -327,6 +343,16 @@ async def _completion_stream(choices: Choices, state: ServerState, include_usage
             yield sse.KEEPALIVE
             continue
         index, delta = item
+        if delta.prompt_logprobs is not None:
+            echoed = echo.logprobs(state.template.tokenizer, delta.prompt_logprobs)
+        if echoing[index]:
+            echoing[index] = False
+            text_offsets[index] = Echo.text_length(echoed)
+            yield chunk({"index": index, "text": echo.prompt_text, "logprobs": echoed, "finish_reason": None})
+        if echo is not None and echo.prompt_only:  # the engine's one token is not returned
+            if delta.finished:
+                yield chunk({"index": index, "text": "", "logprobs": None, "finish_reason": "length"})
+            continue
         lp = None
         if top_logprobs is not None and delta.new_logprobs:
             lp = completion_logprobs(state.template.tokenizer, delta.new_token_ids, delta.new_logprobs, top_logprobs,
@@ -336,8 +362,8 @@ async def _completion_stream(choices: Choices, state: ServerState, include_usage
             yield chunk({"index": index, "text": delta.new_text, "logprobs": lp,
                          "finish_reason": delta.finish_reason.value if delta.finished else None})
     if include_usage:
-        yield chunk(None, {"usage": usage(choices.num_prompt_tokens, choices.num_completion_tokens,
-                                          choices.num_cached_tokens)})
+        num_completion = 0 if echo is not None and echo.prompt_only else choices.num_completion_tokens
+        yield chunk(None, {"usage": usage(choices.num_prompt_tokens, num_completion, choices.num_cached_tokens)})
 
 
 # ---- /v1/models ----------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -28,6 +28,8 @@ class SpeculationStep:
     verify_seconds: float    # sampling, verification and commit
     draft_seconds: float     # proposing the next drafts
     outcomes: list[SlotOutcome]  # what was sampled and accepted (a pipeline's other stages commit it too)
+    # slot -> (first prompt position, entries): the step's prompt logprobs (runner; StepResult.prompt_logprobs)
+    prompt_logprobs: dict = field(default_factory=dict)
 
 
 class Speculator:

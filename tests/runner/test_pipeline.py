@@ -384,6 +384,26 @@ def test_seeded_sampled_requests_over_a_split_with_drafts_give_one_process_token
     assert two == plain and 0 < stats.num_accepted_tokens < stats.num_draft_tokens
 
 
+def test_prompt_logprobs_come_back_from_the_last_stage(tiny_model_dir):
+    """The last stage computes prompt logprobs (it holds the LM head) and they reach stage 0 with the step's
+    outcome: a chunked prompt's over two stages equal one process's."""
+    from strata import LLM
+
+    prompt = prompts([19])[0]
+    params = SamplingParams(temperature=0.0, max_tokens=2, prompt_logprobs=2)
+
+    def generate(stages: int):
+        with LLM(tiny_model_dir("qwen3_next"), dtype="float32", device="cpu", max_num_seqs=4, block_size=4,
+                 max_num_batched_tokens=8, pipeline_parallel_size=stages) as llm:
+            out = llm.generate({"prompt_token_ids": prompt}, params)[0]
+            return [None if e is None else {t: lp.logprob for t, lp in e.items()} for e in out.prompt_logprobs]
+
+    one, two = generate(1), generate(2)
+    assert len(one) == len(prompt) and one[0] is None and all(one[1:])
+    assert [list(e or ()) for e in two] == [list(e or ()) for e in one]
+    assert all(two[i][t] == pytest.approx(one[i][t], abs=1e-5) for i in range(1, len(prompt)) for t in one[i])
+
+
 def test_the_sampling_stage_enforces_grammars_and_reasoning_budgets(tmp_path):
     """The last stage samples, so its sampler gets what the tokenizer gives (grammar matchers, the thinking
     tokens): a regex and a seeded sampled choice, and reasoning budgets that end the thinking after exactly their
