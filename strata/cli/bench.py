@@ -1,6 +1,6 @@
-"""`strata bench offline | serve | soak | multiturn | experts | plot | kernels`: offline throughput of N
-seeded prompts, latency and throughput of a running server, a soak of a server under disconnects and engine
-kills, …; one JSON result schema (see strata/bench/result.py).
+"""`strata bench offline | serve | soak | multiturn | experts | perplexity | plot | kernels`: offline throughput
+of N seeded prompts, latency and throughput of a running server, a soak of a server under disconnects and engine
+kills, perplexity on a text, …; one JSON result schema (see strata/bench/result.py).
 `kernels` (Triton kernel microbenchmarks, strata/bench/kernels.py) writes its own rows and needs CUDA."""
 
 from __future__ import annotations
@@ -103,6 +103,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     exp.add_argument("--prompt-seed", type=int, default=0)
     exp.add_argument("--output", default=None, help="write the JSON result here")
     exp.set_defaults(run=run_experts)
+    ppl = modes.add_parser("perplexity", help="perplexity on a text file, as llama-perplexity measures it (compare a "
+                                              "model's quantized files)")
+    add_engine_options(ppl)
+    ppl.add_argument("--text", required=True, metavar="FILE", help="a UTF-8 text file (e.g. wikitext-2's test split)")
+    ppl.add_argument("--context", type=int, default=512, help="tokens a window (each scored apart)")
+    ppl.add_argument("--score-all", action="store_true",
+                     help="score every token of a window after its first, not only its second half")
+    ppl.add_argument("--max-windows", type=int, default=None, help="score only the text's first N windows")
+    ppl.add_argument("--output", default=None, help="write the JSON result here")
+    ppl.set_defaults(run=run_perplexity)
     kern = modes.add_parser("kernels", help="Triton kernels at decode/verify shapes: bandwidth against a device "
                                             "copy (needs CUDA and Triton)")
     kern.add_argument("--out", help="write all rows as JSON here")
@@ -287,6 +297,31 @@ def run_experts(args: argparse.Namespace) -> int:
               f"gpu {shares.get('gpu_hit_rate', 1.0):.0%}  "
               f"cpu {shares.get('cpu_share', 0.0):.0%}  pcie {shares.get('pcie_share', 0.0):.0%}  "
               f"swaps {shares.get('swaps', 0)}")
+    return 0
+
+
+def run_perplexity(args: argparse.Namespace) -> int:
+    from strata.bench.perplexity import bench_perplexity, text_windows
+    from strata.bench.result import write_result
+    from strata.engine.llm import LLM
+
+    with open(args.text, encoding="utf-8") as f:
+        text = f.read()
+    llm = LLM.from_config(engine_config(args), quiet=False)
+    tokenizer = llm.tokenizer
+    if tokenizer is None:
+        raise ValueError("this model has no tokenizer to read --text with")
+    adds_bos = tokenizer.bos_token_id is not None and tokenizer.encode("a")[:1] == [tokenizer.bos_token_id]
+    windows = text_windows(tokenizer.encode(text, add_special_tokens=False), args.context,
+                           tokenizer.bos_token_id if adds_bos else None, args.max_windows)
+    first_scored = 1 if args.score_all else args.context // 2
+    results = bench_perplexity(llm, windows, first_scored)
+    bench_config = {"model": args.model or "smollm2-135m", "device": llm.engine.device, "dtype": llm.engine.dtype,
+                    "text": args.text, "context": args.context, "first_scored": first_scored, "bos": adds_bos}
+    write_result(args.output, "perplexity", "strata " + shlex.join(sys.argv[1:]), bench_config, results)
+    print(f"perplexity {results['perplexity']:.4f} +/- {results['perplexity_stderr']:.4f} over "
+          f"{results['scored_tokens']} tokens in {results['windows']} windows of {args.context} "
+          f"({results['prompt_tok_s']:.0f} prompt tok/s)")
     return 0
 
 
