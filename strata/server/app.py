@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from strata.config import EngineConfig
 from strata.engine.client import AsyncEngineClient
-from strata.server import errors, routes_anthropic, routes_openai, routes_responses, routes_sessions
+from strata.server import errors, routes_anthropic, routes_openai, routes_responses, routes_sessions, routes_tokens
 from strata.server.config import ServerConfig
 from strata.server.generation import ServerState
 from strata.server.metrics import Metrics
@@ -67,6 +67,7 @@ def create_app(engine_config: EngineConfig, server_config: ServerConfig, quiet_e
     app.include_router(routes_anthropic.router)
     app.include_router(routes_responses.router)
     app.include_router(routes_sessions.router)
+    app.include_router(routes_tokens.router)
     app.include_router(_service_routes())
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     app.add_exception_handler(errors.APIError, errors.api_error_handler)

@@ -77,7 +77,7 @@ class ChatTemplate:
         return self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
 
     def render(self, messages: list[dict], tools: list[ToolSpec] | None = None,
-               enable_thinking: bool | None = None) -> Rendered:
+               enable_thinking: bool | None = None, add_generation_prompt: bool = True) -> Rendered:
         if self.tokenizer is None:
             raise APIError(400, "this model has no tokenizer: use /v1/completions with token ids", "messages")
         if self.normalize_stamps:
@@ -92,7 +92,7 @@ class ChatTemplate:
         else:
             template_messages = _as_text(messages, tools)
         try:
-            text = render_chat_text(self.tokenizer, template_messages, **kwargs)
+            text = render_chat_text(self.tokenizer, template_messages, add_generation_prompt, **kwargs)
         except ValueError as e:
             raise APIError(400, str(e), "messages") from e
         except Exception as e:  # jinja errors raised by the template itself (e.g. role order)
