@@ -1,8 +1,10 @@
-"""HF model folder: config.json plus one safetensors file or shards listed in model.safetensors.index.json."""
+"""HF model folder: config.json plus one safetensors file or shards listed in model.safetensors.index.json
+(FP8 block-scaled checkpoints are dequantized as they are read: fp8_blocks.py)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterator
 
@@ -10,6 +12,9 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from strata.config import ModelConfig
+from strata.weights.fp8_blocks import SCALE_SUFFIX, dequantize_fp8, fp8_block_size
+
+logger = logging.getLogger(__name__)
 
 
 class HFSource:
@@ -25,6 +30,7 @@ class HFSource:
         with open(config_path) as f:
             self.hf_config = json.load(f)
         self.files = self._safetensors_files()
+        self.fp8_block = fp8_block_size(self.hf_config)  # (rows, columns) of a scale's block, or None
 
     def _safetensors_files(self) -> list[str]:
         index = os.path.join(self.folder, "model.safetensors.index.json")
@@ -45,24 +51,58 @@ class HFSource:
         return ModelConfig.from_hf(self.hf_config)
 
     def num_tensors(self) -> int:
+        """Tensors tensors() yields (an FP8 weight's scales are not one of them)."""
         total = 0
         for path in self.files:
             with _open(path) as f:
                 total += len(f.keys())
-        return total
+        return total - len(self._fp8_scales())
 
     def weight_sizes(self, dtype: torch.dtype, owned: range | None = None) -> None:
         return None  # the model's parameters in dtype
 
     def tensors(self, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
+        """(name, tensor in dtype) of every tensor; an FP8 weight comes dequantized by its block scales (which
+        are not yielded themselves), then one notice counts them."""
+        scales = self._fp8_scales()  # FP8 weight name -> the file holding its scales
+        num_fp8 = 0
         for path in self.files:
             with _open(path) as f:
                 for name in f.keys():
-                    try:
-                        tensor = f.get_tensor(name)
-                    except (SafetensorError, RuntimeError) as e:
-                        raise ValueError(f"{path}: cannot read tensor {name!r}: {e}") from e
+                    if name.endswith(SCALE_SUFFIX) and name[:-len(SCALE_SUFFIX)] in scales:
+                        continue
+                    tensor = _read(f, path, name)
+                    if tensor.dtype == torch.float8_e4m3fn:
+                        if name not in scales:
+                            raise ValueError(f"{path}: {name} is float8_e4m3fn but the checkpoint has no "
+                                             f"{name}{SCALE_SUFFIX} (or no quantization_config with "
+                                             f"weight_block_size): re-download it, or use an unquantized copy")
+                        with _open(scales[name]) as g:
+                            tensor = dequantize_fp8(tensor, _read(g, scales[name], name + SCALE_SUFFIX),
+                                                    self.fp8_block, f"{path}: {name}")
+                        num_fp8 += 1
                     yield name, tensor.to(dtype)
+        if num_fp8:
+            logger.warning("loaded %d FP8 (float8_e4m3fn, %d x %d block scales) weights dequantized to %s; FP8 kept "
+                           "as FP8 on the GPU is not built yet", num_fp8, *self.fp8_block,
+                           str(dtype).removeprefix("torch."))
+
+    def _fp8_scales(self) -> dict[str, str]:
+        """weight name -> the file with its `_scale_inv`, for an FP8 checkpoint ({} otherwise)."""
+        if self.fp8_block is None:
+            return {}
+        scales = {}
+        for path in self.files:
+            with _open(path) as f:
+                scales.update({name[:-len(SCALE_SUFFIX)]: path for name in f.keys() if name.endswith(SCALE_SUFFIX)})
+        return scales
+
+
+def _read(f, path: str, name: str) -> torch.Tensor:
+    try:
+        return f.get_tensor(name)
+    except (SafetensorError, RuntimeError) as e:
+        raise ValueError(f"{path}: cannot read tensor {name!r}: {e}") from e
 
 
 def _open(path: str):
