@@ -96,3 +96,24 @@ def test_with_suffix_speculation(tiny_model_dir):
 def test_out_of_range_is_refused():
     with pytest.raises(ValueError, match="prompt_logprobs"):
         SamplingParams(prompt_logprobs=21)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", ["qwen3_moe", "qwen3_next"])
+def test_prompt_logprobs_from_cuda_graph_replays_equal_hf(family, tiny_model_dir):
+    """On CUDA fresh prompts replay prompt graphs (padded rows, several prompts a graph): the rows read for the
+    prompt logprobs are each prompt's own."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    llm = LLM(tiny_model_dir(family), dtype="float32", device="cuda", max_num_seqs=4, block_size=4)
+    short = PROMPT[:13]
+    params = SamplingParams(temperature=0.0, max_tokens=2, prompt_logprobs=TOP)
+    outs = llm.generate([{"prompt_token_ids": PROMPT}, {"prompt_token_ids": short}], params)
+    assert llm.engine.runner.graph_stats()["replays"] > 0
+    for prompt, out in zip((PROMPT, short), outs):
+        reference = hf_logprobs(family, prompt)
+        entries = out.prompt_logprobs
+        assert entries[0] is None
+        for position in range(1, len(prompt)):
+            token = prompt[position]
+            assert entries[position][token].logprob == pytest.approx(reference[position - 1, token].item(), abs=2e-3)
