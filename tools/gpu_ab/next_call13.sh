@@ -1,5 +1,6 @@
 # Prepared in session 45: the GPU tests its changes touch in one process: _forward_split (graph parts), the seeded
-# verification windows (tests/spec, tests/sample on CUDA), prompt logprobs from prompt graphs (session 46); the offload GPU tests run in next_call14.
+# verification windows (tests/spec, tests/sample on CUDA), prompt logprobs from prompt graphs (session 46);
+# the offload GPU tests run in next_call14.
 # Build the archive first:  git archive HEAD -o .base/src.tar && git rev-parse --short HEAD > .base/COMMIT
 source tools/gpu_ab/device_setup.sh
 S=$(date +%s)
