@@ -18,7 +18,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from strata.config import EngineConfig
 from strata.engine.client import AsyncEngineClient
-from strata.server import errors, routes_anthropic, routes_openai, routes_responses, routes_sessions, routes_tokens
+from strata.server import (errors, routes_anthropic, routes_completions, routes_openai, routes_responses,
+                           routes_sessions, routes_tokens)
 from strata.server.config import ServerConfig
 from strata.server.generation import ServerState
 from strata.server.metrics import Metrics
@@ -64,6 +65,7 @@ def create_app(engine_config: EngineConfig, server_config: ServerConfig, quiet_e
     app.state.strata = state
     app.state.monitor = monitor
     app.include_router(routes_openai.router)
+    app.include_router(routes_completions.router)
     app.include_router(routes_anthropic.router)
     app.include_router(routes_responses.router)
     app.include_router(routes_sessions.router)

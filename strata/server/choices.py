@@ -1,5 +1,5 @@
-"""OpenAI's `n`: parallel choices of one prompt, each its own engine request, read as one stream of
-(choice index, delta) pairs. Owns the choices' seeds, their staged submission and their merged deltas;
+"""OpenAI's `n`: parallel choices of one prompt (or of each of a completions request's prompts), each its own
+engine request, read as one stream of (choice index, delta) pairs. Owns the choices' seeds, their staged submission and their merged deltas;
 it renders nothing (the routes turn deltas into API shapes).
 
 Sharing the prompt: choice 0 is submitted alone and the others when its first token arrives. By then the
@@ -47,16 +47,19 @@ def sibling(request: Request, index: int) -> Request:
 
 
 class Choices:
-    """`await choices.__aenter__()` submits choice 0 (errors before any output are HTTP errors);
-    `__aexit__` aborts every unfinished choice. Usage counts the prompt once."""
+    """`await choices.__aenter__()` submits each prompt's choice 0 (errors before any output are HTTP errors);
+    `__aexit__` aborts every unfinished choice. Several prompts (a completions request's list of them) have their
+    n choices each, prompt p's choice j at index p * n + j, as OpenAI numbers them. Usage counts each prompt once."""
 
-    def __init__(self, state: ServerState, request: Request, n: int) -> None:
-        self.state = state
+    def __init__(self, state: ServerState, request: Request | list[Request], n: int) -> None:
+        self.state, self.n = state, n
+        requests = request if isinstance(request, list) else [request]
         # every Generation checks the queue limit here, before anything is submitted
-        self.gens = [Generation(state, request)] + [Generation(state, sibling(request, i)) for i in range(1, n)]
+        self.gens = [Generation(state, r if j == 0 else sibling(r, j)) for r in requests for j in range(n)]
+        self.heads = list(range(0, len(self.gens), n))  # each prompt's choice 0
         self._queue: asyncio.Queue[tuple[int, TokenDelta | None | BaseException]] = asyncio.Queue()
         self._tasks: list[asyncio.Task] = []
-        self._siblings_submitted = False
+        self._siblings_submitted: set[int] = set()  # heads whose siblings are submitted
 
     @property
     def request(self) -> Request:
@@ -64,11 +67,11 @@ class Choices:
 
     @property
     def num_prompt_tokens(self) -> int:
-        return self.gens[0].num_prompt_tokens
+        return sum(self.gens[head].num_prompt_tokens for head in self.heads)
 
     @property
     def num_cached_tokens(self) -> int:
-        return self.gens[0].num_cached_tokens
+        return sum(self.gens[head].num_cached_tokens for head in self.heads)
 
     @property
     def num_completion_tokens(self) -> int:
@@ -77,7 +80,8 @@ class Choices:
 
     async def __aenter__(self) -> Choices:
         try:
-            await self.gens[0].__aenter__()
+            # every prompt at once: entering one waits for its first token
+            await asyncio.gather(*(self.gens[head].__aenter__() for head in self.heads))
         except BaseException:
             await self.__aexit__()
             raise
@@ -95,12 +99,12 @@ class Choices:
     async def _pump(self, index: int) -> None:
         gen = self.gens[index]
         try:
-            if index:
+            if index % self.n:
                 await gen.__aenter__()
             async for delta in gen.deltas():
-                if delta is not None and not self._siblings_submitted:  # choice 0's first token: prompt cached
-                    self._siblings_submitted = True
-                    self._tasks += [asyncio.create_task(self._pump(i)) for i in range(1, len(self.gens))]
+                if delta is not None and index % self.n == 0 and index not in self._siblings_submitted:
+                    self._siblings_submitted.add(index)  # choice 0's first token: its prompt is cached
+                    self._tasks += [asyncio.create_task(self._pump(i)) for i in range(index + 1, index + self.n)]
                 self._queue.put_nowait((index, delta))
         except Exception as e:  # noqa: BLE001 - handed to the reader, which raises it
             self._queue.put_nowait((index, e))
@@ -112,7 +116,7 @@ class Choices:
             async for delta in self.gens[0].deltas():
                 yield None if delta is None else (0, delta)
             return
-        self._tasks = [asyncio.create_task(self._pump(0))]
+        self._tasks = [asyncio.create_task(self._pump(head)) for head in self.heads]
         num_running = len(self.gens)
         while num_running:
             index, delta = await self._queue.get()

@@ -26,6 +26,7 @@ class ServerConfig:
     max_tools: int = _opt(128, "most tools in one request (more: 400)")
     max_schema_bytes: int = _opt(64 << 10, "largest JSON Schema of one tool or of response_format, in bytes of "
                                            "JSON (larger: 400)")
+    max_prompts: int = _opt(64, "most prompts in one completions request (a list of them; more: 400)")
     max_n: int = _opt(8, "most choices (n) one chat or completion request may ask for (more: 400); they share "
                          "the prompt's KV blocks")
     max_queued_requests: int = _opt(256, "requests that may wait for an engine slot; beyond them a new request "

@@ -1,6 +1,6 @@
-"""OpenAI routes: /v1/chat/completions, /v1/completions (its `echo`: echo.py), /v1/models. Bodies are
-validated (400) and checked against the server's limits before they are rendered, then checked against the
-context before anything reaches the engine."""
+"""OpenAI routes: /v1/chat/completions, /v1/models (/v1/completions: routes_completions.py). Bodies are validated
+(400) and checked against the server's limits before they are rendered, then checked against the context before
+anything reaches the engine."""
 
 from __future__ import annotations
 
@@ -14,13 +14,12 @@ from strata.engine.client import EngineDeadError
 from strata.server import limits, sse, structured_output
 from strata.server.body import OffloadedBodyRoute
 from strata.server.config import ServerConfig
-from strata.server.echo import Echo, joined
 from strata.server.errors import APIError, error_body
 from strata.server.choices import Choices
 from strata.server.generation import Output, ServerState, cache_hints, check_prompt, sampling_params
-from strata.server.logprobs import chat_logprobs, completion_logprobs
+from strata.server.logprobs import chat_logprobs
 from strata.server.parsing import OutputParser, parse_all
-from strata.server.protocol_openai import ChatCompletionRequest, ChatMessage, CompletionRequest, SamplingFields
+from strata.server.protocol_openai import ChatCompletionRequest, ChatMessage, SamplingFields
 from strata.server.template import ToolSpec
 from strata.server.thinking import EFFORT_BUDGETS, from_effort
 from strata.types import Request, StructuredOutputs, TokenDelta
@@ -39,7 +38,7 @@ def usage(num_prompt: int, num_completion: int, num_cached: int) -> dict:
             "total_tokens": num_prompt + num_completion, "prompt_tokens_details": {"cached_tokens": num_cached}}
 
 
-def _params(body: SamplingFields, max_tokens: int, logprobs: int | None, vocab_size: int,
+def params_of(body: SamplingFields, max_tokens: int, logprobs: int | None, vocab_size: int,
             constraint: StructuredOutputs | None = None, thinking_budget: int | None = None,
             prompt_logprobs: int | None = None):
     return sampling_params(temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
@@ -52,7 +51,7 @@ def _params(body: SamplingFields, max_tokens: int, logprobs: int | None, vocab_s
                            prompt_logprobs=prompt_logprobs)
 
 
-def _check_common(state: ServerState, body: SamplingFields) -> None:
+def check_common(state: ServerState, body: SamplingFields) -> None:
     state.check_model(body.model)
     if body.n > state.config.max_n:
         raise APIError(400, f"n={body.n} asks for more choices than this server gives one request "
@@ -133,7 +132,7 @@ def _texts(body: ChatCompletionRequest) -> Iterator[tuple[str, object]]:
 @router.post("/v1/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, http_request: HTTPRequest):
     state = state_of(http_request)
-    _check_common(state, body)
+    check_common(state, body)
     await state.offload(_check_limits, state.config, body)
     tools = _tools(body)
     schemas = {t.name: t.parameters for t in tools or ()}  # the XML tool-call form's value types
@@ -147,7 +146,7 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
     await structured_output.check(state, constraint, param)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     request = Request(state.new_id("chatcmpl-"), rendered.prompt_token_ids,
-                      _params(body, max_tokens, logprobs, state.vocab_size, constraint, thinking.budget),
+                      params_of(body, max_tokens, logprobs, state.vocab_size, constraint, thinking.budget),
                       **cache_hints(body))
     choices = Choices(state, request, body.n)
     await choices.__aenter__()
@@ -155,7 +154,7 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         streams = [_ChatChoiceStream(OutputParser(tools is not None, rendered.starts_in_reasoning, schemas=schemas))
                    for _ in range(body.n)]
-        return sse.sse_response(_guarded(choices, "/v1/chat/completions",
+        return sse.sse_response(guarded(choices, "/v1/chat/completions",
                                          _chat_stream(choices, state, streams, include_usage, logprobs)))
     try:
         outs = await choices.collect(http_request)
@@ -181,7 +180,7 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
             "usage": usage(choices.num_prompt_tokens, choices.num_completion_tokens, outs[0].num_cached_tokens)}
 
 
-async def _guarded(choices: Choices, path: str, events: AsyncIterator[str]) -> AsyncIterator[str]:
+async def guarded(choices: Choices, path: str, events: AsyncIterator[str]) -> AsyncIterator[str]:
     """Relay a stream's events; an engine death or API error mid-stream becomes an SSE error event.
     The choices' requests are always released, and the stream always ends with [DONE]."""
     try:
@@ -259,111 +258,6 @@ async def _chat_stream(choices: Choices, state: ServerState, streams: list[_Chat
                         "model": state.model_name, "choices": [],
                         "usage": usage(choices.num_prompt_tokens, choices.num_completion_tokens,
                                        choices.num_cached_tokens)})
-
-
-# ---- /v1/completions -----------------------------------------------------------------------------
-
-def _completion_prompt(state: ServerState, prompt) -> list[int]:
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
-        if len(prompt) != 1:
-            raise APIError(400, f"prompt holds {len(prompt)} prompts; send one prompt per request", "prompt")
-        prompt = prompt[0]
-    if isinstance(prompt, list):
-        return list(prompt)
-    if state.template.tokenizer is None:
-        raise APIError(400, "this model has no tokenizer: send the prompt as token ids", "prompt")
-    return state.template.encode(prompt, add_special_tokens=True) if prompt else []
-
-
-@router.post("/v1/completions")
-async def completions(body: CompletionRequest, http_request: HTTPRequest):
-    state = state_of(http_request)
-    _check_common(state, body)
-    if body.suffix:
-        raise APIError(400, "suffix is not supported", "suffix")
-    if body.max_tokens == 0 and not body.echo:
-        raise APIError(400, "max_tokens must be at least 1 (0 only with echo: the prompt alone)", "max_tokens")
-    limits.check_stop(state.config, body.stop, "stop")
-    if isinstance(body.prompt, str):
-        limits.check_text(state.config, [("prompt", body.prompt)], "prompt")
-    elif body.prompt and isinstance(body.prompt[0], str):
-        limits.check_text(state.config, [(f"prompt.{i}", p) for i, p in enumerate(body.prompt)], "prompt")
-    prompt_ids = await state.offload(_completion_prompt, state, body.prompt)
-    max_tokens = body.max_tokens if body.max_tokens is not None else 16
-    max_tokens = check_prompt(state, prompt_ids, max(max_tokens, 1), "prompt")
-    tokenizer = state.template.tokenizer
-    echo = Echo.of(tokenizer, body.prompt, prompt_ids, body.logprobs, body.max_tokens) if body.echo else None
-    constraint, param = structured_output.requested(body)
-    await structured_output.check(state, constraint, param)
-    params = _params(body, max_tokens, body.logprobs, state.vocab_size, constraint,
-                     prompt_logprobs=body.logprobs if echo is not None else None)
-    request = Request(state.new_id("cmpl-"), prompt_ids, params, **cache_hints(body))
-    choices = Choices(state, request, body.n)
-    await choices.__aenter__()
-    if body.stream:
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return sse.sse_response(_guarded(choices, "/v1/completions",
-                                         _completion_stream(choices, state, include_usage, body.logprobs, echo)))
-    try:
-        outs = await choices.collect(http_request)
-    finally:
-        await choices.__aexit__()
-    echoed = echo.logprobs(tokenizer, outs[0].prompt_logprobs) if echo is not None else None
-
-    def choice(index: int, out: Output) -> dict:
-        if echo is not None and echo.prompt_only:
-            return {"index": index, "text": echo.prompt_text, "logprobs": echoed, "finish_reason": "length"}
-        lp = completion_logprobs(tokenizer, out.token_ids, out.logprobs, body.logprobs, Echo.text_length(echoed)) \
-            if body.logprobs is not None and out.logprobs else None
-        if echo is None:
-            return {"index": index, "text": out.text, "logprobs": lp, "finish_reason": out.finish_reason}
-        return {"index": index, "text": echo.prompt_text + out.text, "logprobs": joined(echoed, lp),
-                "finish_reason": out.finish_reason}
-
-    num_completion = 0 if echo is not None and echo.prompt_only else choices.num_completion_tokens
-    return {"id": request.request_id, "object": "text_completion", "created": int(time.time()),
-            "model": state.model_name, "choices": [choice(i, out) for i, out in enumerate(outs)],
-            "usage": usage(choices.num_prompt_tokens, num_completion, outs[0].num_cached_tokens)}
-
-
-async def _completion_stream(choices: Choices, state: ServerState, include_usage: bool,
-                             top_logprobs: int | None, echo: Echo | None) -> AsyncIterator[str]:
-    created, rid = int(time.time()), choices.request.request_id
-    text_offsets = [0] * len(choices.gens)   # per choice: where its next token's text starts
-    echoing = [echo is not None] * len(choices.gens)  # per choice: its prompt is still to be sent
-    echoed = None  # the prompt's logprobs, from choice 0's first delta (its siblings start after it)
-
-    def chunk(choice: dict | None, extra: dict | None = None) -> str:
-        body = {"id": rid, "object": "text_completion", "created": created, "model": state.model_name,
-                "choices": [choice] if choice else []}
-        return sse.data({**body, **(extra or {})})
-
-    async for item in choices.deltas():
-        if item is None:
-            yield sse.KEEPALIVE
-            continue
-        index, delta = item
-        if delta.prompt_logprobs is not None:
-            echoed = echo.logprobs(state.template.tokenizer, delta.prompt_logprobs)
-        if echoing[index]:
-            echoing[index] = False
-            text_offsets[index] = Echo.text_length(echoed)
-            yield chunk({"index": index, "text": echo.prompt_text, "logprobs": echoed, "finish_reason": None})
-        if echo is not None and echo.prompt_only:  # the engine's one token is not returned
-            if delta.finished:
-                yield chunk({"index": index, "text": "", "logprobs": None, "finish_reason": "length"})
-            continue
-        lp = None
-        if top_logprobs is not None and delta.new_logprobs:
-            lp = completion_logprobs(state.template.tokenizer, delta.new_token_ids, delta.new_logprobs, top_logprobs,
-                                     text_offsets[index])
-            text_offsets[index] += sum(len(token) for token in lp["tokens"])
-        if delta.new_text or delta.finished or lp:
-            yield chunk({"index": index, "text": delta.new_text, "logprobs": lp,
-                         "finish_reason": delta.finish_reason.value if delta.finished else None})
-    if include_usage:
-        num_completion = 0 if echo is not None and echo.prompt_only else choices.num_completion_tokens
-        yield chunk(None, {"usage": usage(choices.num_prompt_tokens, num_completion, choices.num_cached_tokens)})
 
 
 # ---- /v1/models ----------------------------------------------------------------------------------

@@ -21,7 +21,8 @@ from strata.server.body import OffloadedBodyRoute
 from strata.server.config import ServerConfig
 from strata.server.errors import APIError
 from strata.server.protocol_openai import ChatMessage, Tool, _Body
-from strata.server.routes_openai import _THINKING, _completion_prompt, _texts, _tools, normalize_messages, state_of
+from strata.server.routes_completions import one_prompt_ids
+from strata.server.routes_openai import _THINKING, _texts, _tools, normalize_messages, state_of
 
 router = APIRouter(route_class=OffloadedBodyRoute)
 
@@ -60,7 +61,7 @@ def _token_ids(state, body: SessionSaveRequest) -> list[int]:
     if body.prompt is not None:
         if isinstance(body.prompt, str):
             limits.check_text(state.config, [("prompt", body.prompt)], "prompt")
-        return _completion_prompt(state, body.prompt)
+        return one_prompt_ids(state, body.prompt)
     limits.check_count(len(body.messages), state.config.max_messages, "messages", "--max-messages")
     limits.check_text(state.config, _texts(body))
     thinking = _THINKING.get(body.reasoning_effort) if body.reasoning_effort else None
