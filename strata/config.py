@@ -614,6 +614,8 @@ class ExpertConfig:
 @dataclass(frozen=True)
 class EngineConfig:
     model: str = _opt("", "HF model folder, .gguf file, random:<shape>[?k=v] or a built-in name")
+    chat_template: str = _opt("", "a Jinja chat template to use in place of the model's: a file, or the template "
+                                  "itself")
     cache: CacheConfig = field(default_factory=CacheConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     runner: RunnerConfig = field(default_factory=RunnerConfig)

@@ -17,9 +17,37 @@ from strata.weights.source import BUNDLED_MODELS, DEFAULT_MODEL, bundled_model_p
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
 
-def load_tokenizer(spec_or_path: str | None):
-    """-> transformers PreTrainedTokenizerFast, or None when the spec has no tokenizer."""
-    spec = spec_or_path or DEFAULT_MODEL
+def load_tokenizer(spec_or_path: str | None, chat_template: str = ""):
+    """-> transformers PreTrainedTokenizerFast, or None when the spec has no tokenizer. `chat_template` (a file or
+    the Jinja template itself) replaces the model's own (EngineConfig.chat_template, `--chat-template`)."""
+    tokenizer = _load(spec_or_path or DEFAULT_MODEL)
+    if chat_template:
+        if tokenizer is None:
+            raise ValueError(f"--chat-template needs a tokenizer and model {spec_or_path!r} has none")
+        tokenizer.chat_template = read_chat_template(chat_template)
+    return tokenizer
+
+
+def read_chat_template(source: str) -> str:
+    """A chat template from a file, or `source` itself when it is a Jinja template (it has {{ or {%)."""
+    if os.path.isfile(source):
+        with open(source, encoding="utf-8") as f:
+            text = f.read()
+    elif "{{" in source or "{%" in source:
+        text = source
+    else:
+        raise ValueError(f"--chat-template {source!r} is neither a file nor a Jinja template (no {{{{ or {{%)")
+    from jinja2 import Environment, TemplateSyntaxError
+
+    try:
+        Environment().parse(text)
+    except TemplateSyntaxError as e:
+        raise ValueError(f"--chat-template {source!r} is not a valid Jinja template: {e.message} "
+                         f"(line {e.lineno})") from e
+    return text
+
+
+def _load(spec: str):
     if spec.startswith("random:"):
         return None
     if spec in BUNDLED_MODELS:

@@ -48,6 +48,8 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
                              "(default: the bundled smollm2-135m)")
     for section, cls in _SECTIONS.items():
         add_section_options(parser, section, cls)
+    parser.add_argument("--chat-template", default="", metavar="FILE_OR_TEMPLATE",
+                        help="a Jinja chat template to use in place of the model's: a file, or the template itself")
     parser.add_argument("--speculative-config", default=None, metavar="JSON",
                         help='speculative decoding, e.g. \'{"method": "suffix", "num_speculative_tokens": 3}\'; '
                              'methods: mtp, suffix, mtp+suffix, synthetic (with acceptance_length), auto')
@@ -55,4 +57,5 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
 
 def engine_config(args: argparse.Namespace) -> EngineConfig:
     sections = {name: section_config(args, name, cls) for name, cls in _SECTIONS.items()}
-    return EngineConfig(model=args.model, speculative=SpecConfig.from_json(args.speculative_config), **sections)
+    return EngineConfig(model=args.model, chat_template=args.chat_template,
+                        speculative=SpecConfig.from_json(args.speculative_config), **sections)

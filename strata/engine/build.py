@@ -145,7 +145,7 @@ def _build_parts(config: EngineConfig, quiet: bool, shared: LoadedModel | None, 
             model.stage = stage
     loaded = loaded or shared
     set_cpu_matmul(loaded.model, config.runner.cpu_matmul)
-    tokenizer = load_tokenizer(config.model)
+    tokenizer = load_tokenizer(config.model, config.chat_template)
     spec = resolve_spec(config.speculative, loaded.model)
     plan = plan or _memory_plan(config, cfg, max_model_len, device, dtype, loaded.model, stage)
     sizes = plan.cache_sizes()

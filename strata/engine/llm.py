@@ -45,7 +45,7 @@ class LLM:
                  max_num_seqs: int = 8, max_model_len: int | None = None, seed: int = 0,
                  max_num_batched_tokens: int = 2048, block_size: int = 16, num_gpu_blocks: int | None = None,
                  speculative_config: dict | None = None, policy: str = "fcfs", quiet: bool = True,
-                 **options) -> None:
+                 chat_template: str = "", **options) -> None:
         """`options`: any other CacheConfig, SchedulerConfig, RunnerConfig or ExpertConfig field
         (enable_prefix_caching, async_scheduling, cuda_graphs, expert_cache, …)."""
         cache_options = _take_fields(options, CacheConfig)
@@ -55,7 +55,7 @@ class LLM:
         if options:
             raise TypeError(f"LLM got unknown options {sorted(options)}")
         config = EngineConfig(
-            model=model or "",
+            model=model or "", chat_template=chat_template,
             cache=CacheConfig(block_size=block_size, num_gpu_blocks=num_gpu_blocks, **cache_options),
             scheduler=SchedulerConfig(max_num_seqs=max_num_seqs, max_model_len=max_model_len,
                                       max_num_batched_tokens=max_num_batched_tokens, policy=policy,
