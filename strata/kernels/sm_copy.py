@@ -35,6 +35,16 @@ if triton is not None:
         mask = offsets < n
         tl.store(dst + offsets, tl.load(src + offsets, mask=mask), mask=mask)
 
+    @triton.jit
+    def _gather_rows_kernel(src, dst, ids, row_words, BLOCK: tl.constexpr):
+        # program (slot, chunk): BLOCK words of row ids[slot] of src into row `slot` of dst; a negative id copies nothing
+        slot, chunk = tl.program_id(0), tl.program_id(1)
+        row = tl.load(ids + slot)
+        offsets = chunk * BLOCK + tl.arange(0, BLOCK)
+        mask = (offsets < row_words) & (row >= 0)
+        words = tl.load(src + row.to(tl.int64) * row_words + offsets, mask=mask)
+        tl.store(dst + slot.to(tl.int64) * row_words + offsets, words, mask=mask)
+
 
 def copy_words(dst: torch.Tensor, src: torch.Tensor) -> None:
     """dst = src (same bytes; each contiguous, whole 32-bit words, on CUDA or in pinned host memory, one of them
@@ -48,3 +58,24 @@ def copy_words(dst: torch.Tensor, src: torch.Tensor) -> None:
     n = d.numel()
     if n:
         _copy_words_kernel[(triton.cdiv(n, BLOCK_WORDS),)](s, d, n, BLOCK=BLOCK_WORDS, num_warps=4)
+
+
+GATHER_BLOCK_WORDS = 2048  # 8 KB a program: a 3 MB expert is ~370 programs, all the SMs busy on its reads
+
+
+def gather_rows(dst: torch.Tensor, src: torch.Tensor, ids: torch.Tensor) -> None:
+    """dst[s] = src[ids[s]] for each s with ids[s] >= 0 (dst[s] left alone where it is negative), by a kernel on
+    the current stream that reads `ids` on the device (graph-capturable, no host sync). src [E, ...] (e.g. the
+    experts' packed bytes in pinned host memory, read over PCIe by the SMs) and dst [S, ...] alike per row,
+    contiguous, rows of whole 32-bit words; ids [S] int64 on dst's device."""
+    row_bytes = src[0].numel() * src.element_size() if src.shape[0] else 0
+    if (dst.shape[1:] != src.shape[1:] or dst.dtype != src.dtype or not (dst.is_contiguous() and src.is_contiguous())
+            or row_bytes % 4 or src.data_ptr() % 4 or dst.data_ptr() % 4 or ids.shape != (dst.shape[0],)):
+        raise ValueError(f"gather_rows: dst [S, ...] and src [E, ...] contiguous with alike rows of whole 32-bit words "
+                         f"and ids [S], got dst {dst.dtype} {tuple(dst.shape)}, src {src.dtype} {tuple(src.shape)}, "
+                         f"ids {tuple(ids.shape)}")
+    row_words = row_bytes // 4
+    if dst.shape[0] and row_words:
+        words = (lambda t: t.view(torch.uint8).reshape(-1).view(torch.int32))
+        grid = (dst.shape[0], triton.cdiv(row_words, GATHER_BLOCK_WORDS))
+        _gather_rows_kernel[grid](words(src), words(dst), ids, row_words, BLOCK=GATHER_BLOCK_WORDS, num_warps=8)

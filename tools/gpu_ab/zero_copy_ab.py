@@ -2,7 +2,8 @@
 (Q4_K gate/up of 2,048, Q6_K down of 768; 128 experts, ~390 MB, each iteration other ones: beyond L2) through
 packed_q8's pairs kernel with the weights (a) in device memory, (b) in pinned host memory, read over PCIe by the
 kernel itself (zero copy), and (c) the same experts' bytes copied by the copy engine (strata/dma.py, two
-cudaMemcpyAsync an expert), (d) then run from the copies (session 41's staging path). CUDA-event times, median of
+cudaMemcpyAsync an expert), (d) then run from the copies (session 41's staging path), (e) copied by the SMs' own
+loads from the device's list of experts (kernels/sm_copy.gather_rows: no host work, graph-capturable), (f) then run. CUDA-event times, median of
 40, us and GB/s of expert bytes. If (b) is near (c) + (d), a third expert tier (read over PCIe by the step's own
 kernels, beside the CPU pool, no host staging work) is worth building. usage: zero_copy_ab.py [pairs=1,3,6]"""
 import statistics
@@ -14,6 +15,7 @@ from gguf import GGMLQuantizationType as Q
 
 from strata import dma
 from strata.kernels import packed_q8
+from strata.kernels.sm_copy import gather_rows
 from strata.weights.quantize import quantize
 
 opts = dict(a.split("=") for a in sys.argv[1:])
@@ -50,25 +52,37 @@ def copy_in(experts):
         dma.copy_to_device(library, slots2[slot].data_ptr(), host2[e].data_ptr(), host2[e].numel(), stream)
 
 
+def sm_stage(chosen):
+    """The experts of chosen [8] (on the device; -1: none) into the staging slots by gather_rows."""
+    gather_rows(slots13, host13, chosen)
+    gather_rows(slots2, host2, chosen)
+
+
 def arms(experts):
     ids, local = ids_for(experts), ids_for(list(range(len(experts))))
+    chosen = torch.full((slots13.shape[0],), -1, dtype=torch.long)
+    chosen[:len(experts)] = torch.as_tensor(experts)
+    chosen = chosen.cuda()
     return {
         "device": lambda: packed_q8.moe_pairs_q8(hidden, dev13, int(Q.Q4_K), dev2, int(Q.Q6_K), ids, weights),
         "zero copy": lambda: packed_q8.moe_pairs_q8(hidden, host13, int(Q.Q4_K), host2, int(Q.Q6_K), ids, weights),
         "dma": lambda: copy_in(experts),
         "dma + run": lambda: (copy_in(experts), packed_q8.moe_pairs_q8(hidden, slots13, int(Q.Q4_K), slots2,
                                                                       int(Q.Q6_K), local, weights))[1],
+        "sm stage": lambda: sm_stage(chosen),
+        "sm stage + run": lambda: (sm_stage(chosen), packed_q8.moe_pairs_q8(hidden, slots13, int(Q.Q4_K), slots2,
+                                                                            int(Q.Q6_K), local, weights))[1],
     }
 
 
 for pairs in [int(p) for p in opts.get("pairs", "1,3,6").split(",")]:
     experts = list(rng.choice(E, pairs, replace=False))
-    got = {name: fn() for name, fn in arms(experts).items() if name != "dma"}
+    got = {name: fn() for name, fn in arms(experts).items() if name not in ("dma", "sm stage")}
     same = all(torch.equal(got["device"], out) for out in got.values())
     times = {name: [] for name in arms(experts)}
     for _ in range(45):
         experts = list(rng.choice(E, pairs, replace=False))
-        for name, fn in arms(experts).items():
+        for name, fn in arms(experts).items():  # (each arm's host work is in its time: see the device arm's floor)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn()
