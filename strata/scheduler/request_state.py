@@ -71,7 +71,9 @@ class RequestState:
 
     def record_prompt_logprobs(self, first: int, entries: list[dict[int, float]]) -> None:
         """A step's prompt logprobs: entries for prompt positions first, first + 1, ... (a recomputed prompt
-        writes the same positions again)."""
+        writes the same positions again; once they went out, nothing)."""
+        if not self.wants_prompt_logprobs:
+            return
         if self.prompt_logprobs is None:
             self.prompt_logprobs = [None] * len(self.request.prompt_token_ids)
         self.prompt_logprobs[first:first + len(entries)] = entries

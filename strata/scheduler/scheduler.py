@@ -8,6 +8,7 @@ prompt chunk and a decode step are the same thing. Invariant: a running request 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections import Counter, deque
 from dataclasses import dataclass
@@ -361,8 +362,11 @@ class Scheduler(PlanAhead):
         self.cache_stats.blocks_restored += len(match.parked_rows)
         self.cache_stats.checkpoints_restored += int(match.checkpoint_host_row is not None)
         self.running.append(state)
+        params = state.request.sampling_params
+        if params.prompt_logprobs is not None and not state.wants_prompt_logprobs:  # sent before a preemption
+            params = dataclasses.replace(params, prompt_logprobs=None)
         self._pending_new.append(NewSlotData(state.request_id, state.slot_id, state.prompt_token_ids,
-                                             state.request.sampling_params, list(state.output_token_ids),
+                                             params, list(state.output_token_ids),
                                              match.checkpoint_row, list(state.block_ids), match.checkpoint_host_row,
                                              list(state.host_block_ids)))
         return True

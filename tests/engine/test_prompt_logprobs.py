@@ -117,3 +117,17 @@ def test_prompt_logprobs_from_cuda_graph_replays_equal_hf(family, tiny_model_dir
         for position in range(1, len(prompt)):
             token = prompt[position]
             assert entries[position][token].logprob == pytest.approx(reference[position - 1, token].item(), abs=2e-3)
+
+
+def test_preempted_requests_keep_their_prompt_logprobs(tiny_model_dir):
+    """Too few KV blocks for three requests at once: some are preempted (before or after their first token) and
+    recomputed; each still gets its prompt logprobs once, equal to HF's, and the tokens of a run with room."""
+    prompts = [PROMPT[:10], PROMPT[5:15], PROMPT[8:18]]
+    params = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True, prompt_logprobs=1)
+    roomy = make_llm(tiny_model_dir("qwen3_moe")).generate([{"prompt_token_ids": p} for p in prompts], params)
+    tight = make_llm(tiny_model_dir("qwen3_moe"), num_gpu_blocks=14, max_model_len=48)
+    outs = tight.generate([{"prompt_token_ids": p} for p in prompts], params)
+    assert sum(o.metrics["num_preemptions"] for o in outs) > 0
+    for prompt, out, ref in zip(prompts, outs, roomy):
+        assert out.outputs[0].token_ids == ref.outputs[0].token_ids
+        assert_matches_hf(out.prompt_logprobs, prompt, hf_logprobs("qwen3_moe", prompt), top=1)
