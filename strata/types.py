@@ -7,6 +7,7 @@ strings and lists.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 
@@ -75,8 +76,8 @@ class SamplingParams:
 
     def validate(self) -> None:
         """Raise ValueError naming the first invalid field."""
-        if self.n != 1:
-            raise ValueError(f"n must be 1 (got {self.n}): strata returns one completion per request")
+        if isinstance(self.n, bool) or not isinstance(self.n, int) or self.n < 1:
+            raise ValueError(f"n must be an integer >= 1, got {self.n!r}")
         if not self.temperature >= 0.0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
@@ -115,6 +116,27 @@ class SamplingParams:
     @property
     def is_greedy(self) -> bool:
         return self.temperature == 0.0
+
+    def for_choice(self, index: int) -> SamplingParams:
+        """Choice `index` of n parallel choices as one engine request (n 1): its seed mixed from this one's
+        (choice_seed; choice 0 keeps it, so n = 1 and choice 0 agree) and prompt logprobs on choice 0 only."""
+        seed = None if self.seed is None else choice_seed(self.seed, index)
+        return dataclasses.replace(self, n=1, seed=seed, prompt_logprobs=self.prompt_logprobs if index == 0 else None)
+
+
+_MASK63 = (1 << 63) - 1
+
+
+def choice_seed(seed: int, index: int) -> int:
+    """Choice `index`'s seed: the request's own for choice 0, else a splitmix64 mix of (seed, index). The sampler
+    derives per-position seeds as seed + position x golden ratio, so the choices' seeds must not be steps of that
+    same constant, or choice i would replay choice 0 shifted."""
+    if index == 0:
+        return seed
+    z = (seed ^ (index * 0xD1B54A32D192ED03)) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return (z ^ (z >> 31)) & _MASK63
 
 
 class FinishReason(str, enum.Enum):

@@ -64,6 +64,9 @@ class EngineCore:
             raise ValueError(f"prompt token ids must be integers in [0, {vocab})")
         params = request.sampling_params
         params.validate()
+        if params.n != 1:
+            raise ValueError(f"an engine request is one choice (n=1, got {params.n}); LLM.generate and the server "
+                             f"submit one request per choice")
         if params.logit_bias and max(params.logit_bias) >= vocab:
             raise ValueError(f"logit_bias keys must be token ids in [0, {vocab})")
         if params.structured_outputs is not None:

@@ -4,6 +4,7 @@ validated before any of them reaches the engine."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields
@@ -92,18 +93,29 @@ class LLM:
 
     def generate(self, prompts: PromptType | Sequence[PromptType],
                  sampling_params: SamplingParams | Sequence[SamplingParams] | None = None) -> list[RequestOutput]:
+        """One RequestOutput per prompt, with `n` CompletionOutputs (SamplingParams.n; each choice its own engine
+        request, seeded by SamplingParams.for_choice). A prompt's other choices are submitted once its choice 0
+        has its first token: its prompt is then in the prefix cache, and they read it from there."""
         prompts = [prompts] if isinstance(prompts, (str, dict)) else list(prompts)
         params = self._params_per_prompt(sampling_params, len(prompts))
-        requests = [self._make_request(p, sp) for p, sp in zip(prompts, params)]
+        requests = [self._make_request(p, sp.for_choice(0)) for p, sp in zip(prompts, params)]
         for request in requests:
             self.engine.validate(request)
-        outputs = {r.request_id: self._empty_output(r, p) for r, p in zip(requests, prompts)}
+        outputs = [self._empty_output(r, p, sp.n) for r, p, sp in zip(requests, prompts, params)]
+        choice_of = {r.request_id: (out, 0) for r, out in zip(requests, outputs)}  # request id -> (output, choice)
+        siblings = {r.request_id: [(dataclasses.replace(r, request_id=f"{r.request_id}-{j}",
+                                                        sampling_params=sp.for_choice(j)), j) for j in range(1, sp.n)]
+                    for r, sp in zip(requests, params)}
         for request in requests:
             self.engine.add_request(request)
         while self.engine.has_unfinished():
             for delta in self.engine.step():
-                self._apply(outputs[delta.request_id], delta)
-        return [outputs[r.request_id] for r in requests]
+                output, choice = choice_of[delta.request_id]
+                self._apply(output, choice, delta)
+                for sibling, j in siblings.pop(delta.request_id, ()):  # choice 0's first token: prompt cached
+                    choice_of[sibling.request_id] = (output, j)
+                    self.engine.add_request(sibling)
+        return outputs
 
     def chat(self, messages: list[dict] | list[list[dict]],
              sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
@@ -158,14 +170,14 @@ class LLM:
         return self.tokenizer
 
     @staticmethod
-    def _empty_output(request: Request, prompt: PromptType) -> RequestOutput:
+    def _empty_output(request: Request, prompt: PromptType, n: int = 1) -> RequestOutput:
         wants_logprobs = request.sampling_params.logprobs is not None
-        return RequestOutput(request.request_id, prompt if isinstance(prompt, str) else None,
-                             request.prompt_token_ids, [CompletionOutput(0, logprobs=[] if wants_logprobs else None)])
+        return RequestOutput(request.request_id, prompt if isinstance(prompt, str) else None, request.prompt_token_ids,
+                             [CompletionOutput(j, logprobs=[] if wants_logprobs else None) for j in range(n)])
 
     @staticmethod
-    def _apply(output: RequestOutput, delta: TokenDelta) -> None:
-        completion = output.outputs[0]
+    def _apply(output: RequestOutput, choice: int, delta: TokenDelta) -> None:
+        completion = output.outputs[choice]
         completion.token_ids.extend(delta.new_token_ids)
         completion.text += delta.new_text
         if completion.logprobs is not None and delta.new_logprobs:
@@ -175,12 +187,13 @@ class LLM:
             output.prompt_logprobs = [None if entry is None else {tid: TokenLogprob(lp) for tid, lp in entry.items()}
                                       for entry in delta.prompt_logprobs]
         if delta.finished:
-            output.finished = True
-            output.metrics = delta.metrics
-            output.num_cached_tokens = delta.num_cached_tokens
             completion.finish_reason = delta.finish_reason.value if delta.finish_reason else None
             if delta.finish_reason is FinishReason.ERROR:
                 raise RuntimeError(f"request {delta.request_id} failed in the engine: {delta.error}")
+            if choice == 0:  # the request's metrics and cache hits are its choice 0's
+                output.metrics = delta.metrics
+                output.num_cached_tokens = delta.num_cached_tokens
+            output.finished = all(c.finish_reason is not None for c in output.outputs)
 
 
 def _take_fields(options: dict, cls) -> dict:

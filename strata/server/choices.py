@@ -1,6 +1,7 @@
 """OpenAI's `n`: parallel choices of one prompt (or of each of a completions request's prompts), each its own
-engine request, read as one stream of (choice index, delta) pairs. Owns the choices' seeds, their staged submission and their merged deltas;
-it renders nothing (the routes turn deltas into API shapes).
+engine request (its SamplingParams.for_choice: seed mixed per choice), read as one stream of (choice index, delta)
+pairs. Owns their staged submission and their merged deltas; it renders nothing (the routes turn deltas into API
+shapes).
 
 Sharing the prompt: choice 0 is submitted alone and the others when its first token arrives. By then the
 engine has computed the prompt and registered its full KV blocks (and, on hybrid models, the recurrent-state
@@ -23,27 +24,11 @@ from fastapi import Request as HTTPRequest
 from strata.server.generation import Generation, Output, ServerState, while_connected
 from strata.types import FinishReason, Request, TokenDelta
 
-_MASK63 = (1 << 63) - 1
-
-
-def choice_seed(seed: int, index: int) -> int:
-    """Choice `index`'s seed: the request's own for choice 0 (so n=1 and choice 0 agree), else a splitmix64
-    mix of (seed, index). The sampler derives per-position seeds as seed + position x golden ratio, so
-    the choices' seeds must not be steps of that same constant, or choice i would replay choice 0 shifted."""
-    if index == 0:
-        return seed
-    z = (seed ^ (index * 0xD1B54A32D192ED03)) & 0xFFFFFFFFFFFFFFFF
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
-    return (z ^ (z >> 31)) & _MASK63
-
 
 def sibling(request: Request, index: int) -> Request:
-    params = request.sampling_params
-    seed = None if params.seed is None else choice_seed(params.seed, index)
-    # prompt logprobs: choice 0's serve every choice (and the siblings then share its cached prompt)
+    """Choice `index` of a request (its params' for_choice: seed mixed, prompt logprobs on choice 0 only)."""
     return dataclasses.replace(request, request_id=f"{request.request_id}-{index}",
-                               sampling_params=dataclasses.replace(params, seed=seed, prompt_logprobs=None))
+                               sampling_params=request.sampling_params.for_choice(index))
 
 
 class Choices:
