@@ -166,6 +166,10 @@ class OffloadedExperts(nn.Module):
         """[the pairs of in_place_ids computed by the device from the host copy of the experts ([T, D])], or []."""
         if in_place_ids is None:
             return []
+        if debug_flag("SM_STAGE"):  # an A/B switch: the SMs copy the experts to device rows first (slots.stage_by_sm)
+            weights, rows = self.slots.stage_by_sm(self.layer_idx, in_place_ids,
+                                                   IN_PLACE_MAX_ROWS * in_place_ids.shape[1])
+            return [run_experts(hidden, weights, rows, topk_weights)]
         return [run_experts(hidden, self.slots.host_weights(self.layer_idx), in_place_ids, topk_weights)]
 
     def _forward_split(self, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,

@@ -20,6 +20,7 @@ import torch
 
 from strata import dma
 from strata.experts.placement import Expert
+from strata.kernels.sm_copy import gather_rows
 from strata.model.registry import ExpertBlocks
 from strata.transfer import index_tensor
 
@@ -46,6 +47,7 @@ class ExpertSlots:
         # experts the device reads in place from host memory (set_zero_copy): [L, E] their id, -1 for the others
         self.zero_copy_ids = torch.full((num_layers, self.num_experts), -1, dtype=torch.long, device=device)
         self.zero_copy_per_layer = [0] * num_layers
+        self._sm_rows: tuple[torch.Tensor, torch.Tensor] | None = None  # stage_by_sm's rows, made at first use
         self._zero_copy_host = torch.full((num_layers, self.num_experts), -1, dtype=torch.long)  # [L, E]
         self.pending: list[tuple[torch.cuda.Event | None, list[Expert], list[int]]] = []
         self.side_stream = torch.cuda.Stream(device) if torch.device(device).type == "cuda" else None
@@ -63,6 +65,30 @@ class ExpertSlots:
         """Layer `layer`'s experts in host memory, as layer_weights gives its slots."""
         w13, w2 = self.host_w13[layer], self.host_w2[layer]
         return (w13, w2) if self.qtypes is None else ExpertBlocks(w13, self.qtypes[layer][0], w2, self.qtypes[layer][1])
+
+    def stage_by_sm(self, layer: int, in_place_ids: torch.Tensor, max_pairs: int
+                    ) -> tuple[tuple[torch.Tensor, torch.Tensor] | ExpertBlocks, torch.Tensor]:
+        """in_place_ids [T, K]: the expert of each pair the device reads from host memory, -1 for the others ->
+        (rows holding those experts, as layer_weights gives slots; [T, K] each pair's row there, -1 for the others).
+        Each pair's expert is copied into its own row by the SMs (sm_copy.gather_rows, from the device's ids: no host
+        work, graph-capturable), to be run from device memory rather than read in place (STRATA_SM_STAGE=1, an A/B
+        switch). The rows, max_pairs of the largest expert, are allocated at the first call (a warm-up run)."""
+        pairs = in_place_ids.numel()
+        if self._sm_rows is None:
+            device = self._slots13.device
+            self._sm_rows = (torch.zeros(max_pairs, max(self._bytes13), dtype=torch.uint8, device=device),
+                             torch.zeros(max_pairs, max(self._bytes2), dtype=torch.uint8, device=device))
+        if pairs > self._sm_rows[0].shape[0]:
+            raise ValueError(f"stage_by_sm: {pairs} pairs but rows for {self._sm_rows[0].shape[0]}")
+        host13, host2 = self.host_w13[layer], self.host_w2[layer]
+        rows13, rows2 = _slot_view(self._sm_rows[0][:pairs], host13), _slot_view(self._sm_rows[1][:pairs], host2)
+        flat = in_place_ids.reshape(-1)                                                            # [T * K]
+        gather_rows(rows13, host13, flat)
+        gather_rows(rows2, host2, flat)
+        local = torch.where(in_place_ids >= 0, torch.arange(pairs, device=flat.device).view_as(in_place_ids), -1)
+        weights = (rows13, rows2) if self.qtypes is None else \
+            ExpertBlocks(rows13, self.qtypes[layer][0], rows2, self.qtypes[layer][1])
+        return weights, local
 
     def expert_bytes(self, layer: int) -> int:
         """Bytes one expert of `layer` moves when copied to a slot."""

@@ -10,6 +10,8 @@ unified addressing; Triton takes such pointers), so it starts as soon as its str
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 try:
@@ -36,14 +38,14 @@ if triton is not None:
         tl.store(dst + offsets, tl.load(src + offsets, mask=mask), mask=mask)
 
     @triton.jit
-    def _gather_rows_kernel(src, dst, ids, row_words, BLOCK: tl.constexpr):
+    def _gather_rows_kernel(src, dst, ids, row_words, src_stride, dst_stride, BLOCK: tl.constexpr):
         # program (slot, chunk): BLOCK words of row ids[slot] of src into row `slot` of dst; a negative id copies nothing
         slot, chunk = tl.program_id(0), tl.program_id(1)
         row = tl.load(ids + slot)
         offsets = chunk * BLOCK + tl.arange(0, BLOCK)
         mask = (offsets < row_words) & (row >= 0)
-        words = tl.load(src + row.to(tl.int64) * row_words + offsets, mask=mask)
-        tl.store(dst + slot.to(tl.int64) * row_words + offsets, words, mask=mask)
+        words = tl.load(src + row.to(tl.int64) * src_stride + offsets, mask=mask)
+        tl.store(dst + slot.to(tl.int64) * dst_stride + offsets, words, mask=mask)
 
 
 def copy_words(dst: torch.Tensor, src: torch.Tensor) -> None:
@@ -64,18 +66,32 @@ GATHER_BLOCK_WORDS = 2048  # 8 KB a program: a 3 MB expert is ~370 programs, all
 
 
 def gather_rows(dst: torch.Tensor, src: torch.Tensor, ids: torch.Tensor) -> None:
-    """dst[s] = src[ids[s]] for each s with ids[s] >= 0 (dst[s] left alone where it is negative), by a kernel on
-    the current stream that reads `ids` on the device (graph-capturable, no host sync). src [E, ...] (e.g. the
-    experts' packed bytes in pinned host memory, read over PCIe by the SMs) and dst [S, ...] alike per row,
-    contiguous, rows of whole 32-bit words; ids [S] int64 on dst's device."""
+    """dst[s] = src[ids[s]] for each s with ids[s] >= 0 (dst[s] left alone where it is negative). On CUDA by a
+    kernel on the current stream that reads `ids` on the device (graph-capturable, no host sync), src (e.g. the
+    experts' packed bytes in pinned host memory) read over PCIe by the SMs; elsewhere by torch indexing (Triton's
+    interpreter runs the kernel when TRITON_INTERPRET=1). src [E, ...] and dst [S, ...]: rows alike, each row
+    contiguous whole 32-bit words (rows may lie further apart, as device slots sized for the largest experts do);
+    ids [S] int64 on dst's device."""
     row_bytes = src[0].numel() * src.element_size() if src.shape[0] else 0
-    if (dst.shape[1:] != src.shape[1:] or dst.dtype != src.dtype or not (dst.is_contiguous() and src.is_contiguous())
-            or row_bytes % 4 or src.data_ptr() % 4 or dst.data_ptr() % 4 or ids.shape != (dst.shape[0],)):
-        raise ValueError(f"gather_rows: dst [S, ...] and src [E, ...] contiguous with alike rows of whole 32-bit words "
+    aligned = all(t.data_ptr() % 4 == 0 and (t.stride(0) * t.element_size()) % 4 == 0 for t in (src, dst))
+    if (dst.shape[1:] != src.shape[1:] or dst.dtype != src.dtype or ids.shape != (dst.shape[0],) or row_bytes % 4
+            or not aligned or not all(t[0].is_contiguous() for t in (src, dst) if t.shape[0])):
+        raise ValueError(f"gather_rows: dst [S, ...] and src [E, ...] with alike contiguous rows of whole 32-bit words "
                          f"and ids [S], got dst {dst.dtype} {tuple(dst.shape)}, src {src.dtype} {tuple(src.shape)}, "
                          f"ids {tuple(ids.shape)}")
-    row_words = row_bytes // 4
-    if dst.shape[0] and row_words:
-        words = (lambda t: t.view(torch.uint8).reshape(-1).view(torch.int32))
-        grid = (dst.shape[0], triton.cdiv(row_words, GATHER_BLOCK_WORDS))
-        _gather_rows_kernel[grid](words(src), words(dst), ids, row_words, BLOCK=GATHER_BLOCK_WORDS, num_warps=8)
+    if not dst.shape[0] or not row_bytes:
+        return
+    if triton is None or not (dst.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"):
+        chosen = ids >= 0
+        dst[chosen] = src[ids[chosen].to(src.device)].to(dst.device)
+        return
+    grid = (dst.shape[0], triton.cdiv(row_bytes // 4, GATHER_BLOCK_WORDS))
+    _gather_rows_kernel[grid](_base_words(src), _base_words(dst), ids, row_bytes // 4,
+                              src.stride(0) * src.element_size() // 4, dst.stride(0) * dst.element_size() // 4,
+                              BLOCK=GATHER_BLOCK_WORDS, num_warps=8)
+
+
+def _base_words(t: torch.Tensor) -> torch.Tensor:
+    """A flat int32 view from t's first byte over all its rows, as the kernel addresses them (rows stride(0) apart)."""
+    span = ((t.shape[0] - 1) * t.stride(0) + t[0].numel()) * t.element_size()
+    return torch.as_strided(t.view(torch.uint8), (span,), (1,)).view(torch.int32)

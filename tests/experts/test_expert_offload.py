@@ -19,6 +19,7 @@ from strata.experts.provider import OffloadedExperts
 from strata.experts.slots import ExpertSlots
 from strata.experts.stats import RoutingStats
 from strata.kernels.fused_moe import fused_moe_ref
+from strata.model.moe import run_experts
 
 PARAMS = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
 PROMPTS = [{"prompt_token_ids": [3 + i, 17, 40 + 7 * i, 9, 100 - i, 55 + i]} for i in range(5)]
@@ -324,3 +325,31 @@ def test_per_request_expert_shares_add_up_to_the_engine_shares(tiny_model_dir):
 def test_all_resident_requests_report_no_expert_shares(tiny_model_dir):
     out = make_llm(tiny_model_dir("qwen3_moe")).generate(PROMPTS[:1], PARAMS)[0]
     assert "expert_pairs" not in out.metrics
+
+
+def test_experts_staged_by_the_sms_compute_what_reading_them_in_place_does():
+    """slots.stage_by_sm (STRATA_SM_STAGE=1): each pair read from host memory gets its expert copied into a row of
+    its own (the largest layer's size: a smaller layer's rows lie apart) and the pairs run from there give what
+    they give read in place; pairs not read in place are left out of both."""
+    gen = torch.Generator().manual_seed(5)
+    num_experts, dim, inter, tokens, top_k = 6, 16, 8, 2, 3
+    w13 = torch.randn(2, num_experts, 2 * inter, dim, generator=gen)
+    w2 = torch.randn(2, num_experts, dim, inter, generator=gen)
+    slots = ExpertSlots(list(w13), list(w2), num_slots=2, num_staging=0, device="cpu")
+    in_place = torch.tensor([[4, -1, 1], [1, 3, -1]])                 # [T, K]
+    weights, rows = slots.stage_by_sm(1, in_place, max_pairs=8)
+    assert rows.tolist() == [[0, -1, 2], [3, 4, -1]]
+    for pair, expert in enumerate(in_place.reshape(-1).tolist()):
+        if expert >= 0:
+            assert torch.equal(weights[0][pair], w13[1][expert]) and torch.equal(weights[1][pair], w2[1][expert])
+    hidden = torch.randn(tokens, dim, generator=gen)
+    topk_weights = torch.rand(tokens, top_k, generator=gen)
+    torch.testing.assert_close(run_experts(hidden, weights, rows, topk_weights),
+                               run_experts(hidden, slots.host_weights(1), in_place, topk_weights), rtol=1e-5, atol=1e-5)
+    # packed layers of two sizes: the smaller layer's experts land in rows sized for the larger
+    blocks13 = [torch.randint(0, 256, (6, 4, n), dtype=torch.uint8, generator=gen) for n in (144, 72)]
+    blocks2 = [torch.randint(0, 256, (6, 8, n), dtype=torch.uint8, generator=gen) for n in (210, 105)]
+    packed = ExpertSlots(blocks13, blocks2, 2, 0, "cpu", qtypes=[(12, 14), (12, 14)])
+    staged, rows = packed.stage_by_sm(1, torch.tensor([[5, -1, 0]]), max_pairs=3)
+    assert staged.w13.stride(0) == 4 * 144 and torch.equal(staged.w13[0], blocks13[1][5])
+    assert torch.equal(staged.w2[2], blocks2[1][0]) and rows.tolist() == [[0, -1, 2]]

@@ -198,6 +198,18 @@ def test_packed_experts_read_in_place_inside_split_graphs_match_the_eager_path(q
         assert snapshot["bytes_moved"] == 0
 
 
+def test_packed_experts_staged_by_the_sms_give_the_tokens_read_in_place(q4k_moe_file, monkeypatch):
+    """STRATA_SM_STAGE=1: the pairs read from host memory have their experts copied to device rows by the SMs
+    (slots.stage_by_sm) and run from there, eagerly and inside split graphs: the tokens of reading them in place."""
+    experts = {"expert_cache": "25%", "expert_split": "uniform", "expert_swap_interval": 0, "zero_copy_frac": 0.4}
+    reference = _tokens(_loads_published_at_once(make_llm(q4k_moe_file, "bfloat16", **experts)))
+    monkeypatch.setenv("STRATA_SM_STAGE", "1")
+    for graphs in (False, True):
+        llm = _loads_published_at_once(make_llm(q4k_moe_file, "bfloat16", cuda_graphs=graphs, **experts))
+        assert _tokens(llm) == reference
+        assert llm.engine.experts.slots._sm_rows is not None and llm.engine.experts.snapshot()["pcie_share"] > 0
+
+
 def test_dense_experts_are_not_read_in_place_on_cuda(tiny_model_dir):
     with pytest.raises(ValueError, match="zero_copy_frac reads packed"):
         make_llm(tiny_model_dir("qwen3_moe"), "bfloat16", expert_cache="30%", zero_copy_frac=0.3)
