@@ -9,7 +9,9 @@ import time
 
 import torch
 
+from strata.config import debug_flag
 from strata.experts.cpu_pool import CpuExpertPool
+from strata.kernels.sm_copy import gather_rows
 from strata.model.moe import run_experts
 from strata.model.registry import ExpertBlocks
 
@@ -84,15 +86,30 @@ def measure_in_place_share(experts: list[ExpertBlocks], pool: CpuExpertPool, dev
         pool.compute(hidden, torch.zeros(len(ids), dtype=torch.long), ids, weights[0, :len(ids)], blocks)
         return time.perf_counter() - started
 
+    sm_stage = debug_flag("SM_STAGE")  # the device's pairs staged by its SMs first (ExpertSlots.stage_by_sm)
+    rows = {}  # (w13's, w2's row shapes) -> device rows for num experts (layers of a file may differ)
+    for blocks in experts if sm_stage else ():
+        key = (blocks.w13.shape[1:], blocks.w2.shape[1:])
+        rows.setdefault(key, [torch.empty((num, *w.shape[1:]), dtype=w.dtype, device=device)
+                              for w in (blocks.w13, blocks.w2)])
+
+    def device_pairs(blocks: ExpertBlocks, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> None:
+        if sm_stage:
+            rows13, rows2 = rows[(blocks.w13.shape[1:], blocks.w2.shape[1:])]
+            gather_rows(rows13, blocks.w13, topk_ids[0])
+            gather_rows(rows2, blocks.w2, topk_ids[0])
+            blocks, topk_ids = blocks._replace(w13=rows13, w2=rows2), torch.arange(num, device=device)[None, :]
+        run_experts(on_device, blocks, topk_ids, topk_weights)
+
     def in_place_time(blocks: ExpertBlocks, ids: torch.Tensor) -> float:
         topk_ids, topk_weights = ids[None, :].to(device), weights.to(device)
         if not cuda:  # (the tests' CPU "device": the same calls, timed on the host)
             started = time.perf_counter()
-            run_experts(on_device, blocks, topk_ids, topk_weights)
+            device_pairs(blocks, topk_ids, topk_weights)
             return time.perf_counter() - started
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        run_experts(on_device, blocks, topk_ids, topk_weights)
+        device_pairs(blocks, topk_ids, topk_weights)
         end.record()
         end.synchronize()
         return start.elapsed_time(end) / 1e3

@@ -167,6 +167,26 @@ def test_in_place_share_is_timed_on_the_pool_and_the_pairs_kernel(mixed_file, mo
         assert len(set(used)) == len(used)  # other experts every time: cold, as at decode
 
 
+def test_measuring_the_in_place_share_stages_by_the_sms_under_the_switch(mixed_file, monkeypatch):
+    """STRATA_SM_STAGE=1: the device's side of the measure runs what the step runs, the experts copied to device rows
+    first (rows per layer shape: the file mixes block types) and the pairs run from there."""
+    path, _ = mixed_file
+    manager = make_llm(path, expert_cache="30%", expert_swap_interval=0).engine.experts
+    experts = [manager.slots.host_weights(layer) for layer in range(manager.num_layers)]
+    monkeypatch.setenv("STRATA_SM_STAGE", "1")
+    seen = []
+
+    def device_run(h, b, ids, w):  # (ids into the staged rows; is it a host tensor; is row 0 some host expert)
+        seen.append((ids[0].tolist(), any(b.w13.data_ptr() == e.w13.data_ptr() for e in experts),
+                     any(torch.equal(b.w13[0], e.w13[x]) for e in experts for x in range(e.w13.shape[0]))))
+        return run_experts(h, b, ids, w)
+
+    monkeypatch.setattr(calibrate, "run_experts", device_run)
+    share = calibrate.measure_in_place_share(experts, manager.pool, "cpu", missed_pairs=2.2, repeats=2)
+    assert 0.0 <= share <= 1.0 and len(seen) == 3
+    assert all(ids == [0, 1] and not reads_host and staged for ids, reads_host, staged in seen)
+
+
 def test_swaps_between_layers_of_different_types_keep_output(mixed_file):
     path, reference = mixed_file
     llm = make_llm(path, expert_cache="30%", expert_swap_interval=1, expert_swap_threshold=0.0)
