@@ -159,6 +159,12 @@ class Request:
     pin_prefix: bool | None = None
     cache_prefix: bool = True
 
+    def choice(self, index: int) -> Request:
+        """Choice `index` of this request's n as its own engine request: id suffixed (choice 0 keeps it), params
+        for_choice (seed mixed per choice, prompt logprobs on choice 0 only)."""
+        return dataclasses.replace(self, request_id=self.request_id if index == 0 else f"{self.request_id}-{index}",
+                                   sampling_params=self.sampling_params.for_choice(index))
+
 
 @dataclass
 class NewSlotData:

@@ -4,7 +4,6 @@ validated before any of them reaches the engine."""
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields
@@ -98,14 +97,12 @@ class LLM:
         has its first token: its prompt is then in the prefix cache, and they read it from there."""
         prompts = [prompts] if isinstance(prompts, (str, dict)) else list(prompts)
         params = self._params_per_prompt(sampling_params, len(prompts))
-        requests = [self._make_request(p, sp.for_choice(0)) for p, sp in zip(prompts, params)]
+        requests = [self._make_request(p, sp).choice(0) for p, sp in zip(prompts, params)]
         for request in requests:
             self.engine.validate(request)
         outputs = [self._empty_output(r, p, sp.n) for r, p, sp in zip(requests, prompts, params)]
         choice_of = {r.request_id: (out, 0) for r, out in zip(requests, outputs)}  # request id -> (output, choice)
-        siblings = {r.request_id: [(dataclasses.replace(r, request_id=f"{r.request_id}-{j}",
-                                                        sampling_params=sp.for_choice(j)), j) for j in range(1, sp.n)]
-                    for r, sp in zip(requests, params)}
+        siblings = {r.request_id: [(r.choice(j), j) for j in range(1, sp.n)] for r, sp in zip(requests, params)}
         for request in requests:
             self.engine.add_request(request)
         while self.engine.has_unfinished():

@@ -16,19 +16,12 @@ caching every choice reads the prompt.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import AsyncIterator
 
 from fastapi import Request as HTTPRequest
 
 from strata.server.generation import Generation, Output, ServerState, while_connected
 from strata.types import FinishReason, Request, TokenDelta
-
-
-def sibling(request: Request, index: int) -> Request:
-    """Choice `index` of a request (its params' for_choice: seed mixed, prompt logprobs on choice 0 only)."""
-    return dataclasses.replace(request, request_id=f"{request.request_id}-{index}",
-                               sampling_params=request.sampling_params.for_choice(index))
 
 
 class Choices:
@@ -40,7 +33,7 @@ class Choices:
         self.state, self.n = state, n
         requests = request if isinstance(request, list) else [request]
         # every Generation checks the queue limit here, before anything is submitted
-        self.gens = [Generation(state, r if j == 0 else sibling(r, j)) for r in requests for j in range(n)]
+        self.gens = [Generation(state, r if j == 0 else r.choice(j)) for r in requests for j in range(n)]
         self.heads = list(range(0, len(self.gens), n))  # each prompt's choice 0
         self._queue: asyncio.Queue[tuple[int, TokenDelta | None | BaseException]] = asyncio.Queue()
         self._tasks: list[asyncio.Task] = []

@@ -19,7 +19,7 @@ from strata.server.choices import Choices
 from strata.server.generation import Output, ServerState, cache_hints, check_prompt, sampling_params
 from strata.server.logprobs import chat_logprobs
 from strata.server.parsing import OutputParser, parse_all
-from strata.server.protocol_openai import ChatCompletionRequest, ChatMessage, SamplingFields
+from strata.server.protocol_openai import ChatCompletionRequest, ChatMessage, SamplingFields, Tool
 from strata.server.template import ToolSpec
 from strata.server.thinking import EFFORT_BUDGETS, from_effort
 from strata.types import Request, StructuredOutputs, TokenDelta
@@ -94,10 +94,15 @@ def normalize_messages(messages: list[ChatMessage]) -> list[dict]:
 
 
 def _tools(body: ChatCompletionRequest) -> list[ToolSpec] | None:
-    if not body.tools or body.tool_choice == "none":
+    if body.tool_choice == "none":
         return None
+    return tool_specs(body.tools)
+
+
+def tool_specs(tools: list[Tool] | None) -> list[ToolSpec] | None:
+    """OpenAI function tools as the template takes them (None for none)."""
     return [ToolSpec(t.function.name, t.function.description, t.function.parameters or {"type": "object"})
-            for t in body.tools]
+            for t in tools] if tools else None
 
 
 def _check_limits(config: ServerConfig, body: ChatCompletionRequest) -> None:

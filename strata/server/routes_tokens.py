@@ -12,8 +12,7 @@ from strata.server.body import OffloadedBodyRoute
 from strata.server.errors import APIError
 from strata.server.generation import ServerState
 from strata.server.protocol_openai import ChatMessage, Tool, _Body
-from strata.server.routes_openai import normalize_messages
-from strata.server.template import ToolSpec
+from strata.server.routes_openai import normalize_messages, tool_specs
 
 router = APIRouter(route_class=OffloadedBodyRoute)
 
@@ -63,9 +62,8 @@ async def tokenize(body: TokenizeRequest, http_request: HTTPRequest):
         limits.check_count(len(body.messages), state.config.max_messages, "messages", "--max-messages")
         messages = normalize_messages(body.messages)
         limits.check_text(state.config, [(f"messages.{i}.content", m["content"]) for i, m in enumerate(messages)])
-        tools = [ToolSpec(t.function.name, t.function.description, t.function.parameters or {"type": "object"})
-                 for t in body.tools or ()] or None
-        rendered = await state.offload(state.template.render, messages, tools, None, body.add_generation_prompt)
+        rendered = await state.offload(state.template.render, messages, tool_specs(body.tools), None,
+                                       body.add_generation_prompt)
         ids = rendered.prompt_token_ids
         if add_special and tokenizer.bos_token_id is not None and ids[:1] != [tokenizer.bos_token_id]:
             ids = [tokenizer.bos_token_id] + ids
