@@ -19,21 +19,17 @@ class Echo:
     prompt_text: str
     prompt_token_ids: list[int]
     top_logprobs: int | None     # the request's `logprobs` (None: no logprobs)
-    prompt_only: bool            # max_tokens 0: the engine's one token is not returned
 
     @classmethod
-    def of(cls, tokenizer, prompt, prompt_token_ids: list[int], top_logprobs: int | None,
-           max_tokens: int | None) -> Echo:
-        """`prompt` as the body gave it (a string or token ids, or a list of one of them)."""
-        if isinstance(prompt, list) and prompt and isinstance(prompt[0], (str, list)):
-            prompt = prompt[0]
+    def of(cls, tokenizer, prompt, prompt_token_ids: list[int], top_logprobs: int | None) -> Echo:
+        """`prompt`: one of the body's prompts, a string (echoed as given) or token ids (decoded)."""
         if isinstance(prompt, str):
             text = prompt
         elif tokenizer is None:
             raise APIError(400, "echo needs the prompt's text and this model has no tokenizer", "echo")
         else:
             text = tokenizer.decode(prompt_token_ids)
-        return cls(text, prompt_token_ids, top_logprobs, max_tokens == 0)
+        return cls(text, prompt_token_ids, top_logprobs)
 
     def logprobs(self, tokenizer, prompt_logprobs: list[dict[int, float] | None] | None) -> dict | None:
         """The prompt's part of a choice's logprobs (completion_logprobs' shape), or None without logprobs."""

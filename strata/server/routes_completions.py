@@ -75,8 +75,7 @@ async def completions(body: CompletionRequest, http_request: HTTPRequest):
     wanted = body.max_tokens if body.max_tokens is not None else 16
     max_tokens = [check_prompt(state, ids, max(wanted, 1), _param(i, prompts)) for i, ids in enumerate(prompt_ids)]
     tokenizer = state.template.tokenizer
-    echoes = [Echo.of(tokenizer, p, ids, body.logprobs, body.max_tokens) for p, ids in zip(prompts, prompt_ids)] \
-        if body.echo else None
+    echoes = [Echo.of(tokenizer, p, ids, body.logprobs) for p, ids in zip(prompts, prompt_ids)] if body.echo else None
     constraint, param = structured_output.requested(body)
     await structured_output.check(state, constraint, param)
     requests = [Request(state.new_id("cmpl-"), ids, params_of(body, most, body.logprobs, state.vocab_size, constraint,
