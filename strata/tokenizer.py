@@ -39,8 +39,8 @@ def read_chat_template(source: str) -> str:
         raise ValueError(f"--chat-template {source!r} is neither a file nor a Jinja template (no {{{{ or {{%)")
     from jinja2 import Environment, TemplateSyntaxError
 
-    try:
-        Environment().parse(text)
+    try:  # (HF renders with the loop controls extension: {% break %}, {% continue %})
+        Environment(extensions=["jinja2.ext.loopcontrols"]).parse(text)
     except TemplateSyntaxError as e:
         raise ValueError(f"--chat-template {source!r} is not a valid Jinja template: {e.message} "
                          f"(line {e.lineno})") from e

@@ -44,6 +44,11 @@ def test_bad_templates_are_clear_errors(source, message):
         read_chat_template(source)
 
 
+def test_loop_controls_parse_as_hf_renders_them():
+    template = "{% for m in messages %}{% if loop.index > 1 %}{% break %}{% endif %}{{ m['content'] }}{% endfor %}"
+    assert read_chat_template(template) == template
+
+
 def test_a_model_without_a_tokenizer_refuses_a_template():
     with pytest.raises(ValueError, match="needs a tokenizer"):
         load_tokenizer("random:qwen3-30b-a3b", TEMPLATE)
