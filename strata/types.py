@@ -248,6 +248,21 @@ class TokenLogprob:
     decoded_token: str | None = None
 
 
+# a prompt token's prompt logprobs: ({id: logprob} of the token and its position's most likely alternatives, the
+# token's rank: 1 + the tokens more likely there)
+PromptEntry = tuple[dict[int, float], int]
+
+
+def entry_ranks(entry: PromptEntry, token: int, top: int | None = None) -> dict[int, tuple[float, int]]:
+    """Prompt token `token`'s entry as {id: (logprob, rank)}: the alternatives ranked by their order (the `top` most
+    likely of them, all when None), the token by the engine's count (it may lie beyond them)."""
+    logprobs, token_rank = entry
+    order = sorted(logprobs, key=lambda t: -logprobs[t])
+    ranked = {t: (logprobs[t], i + 1) for i, t in enumerate(order[:top] if top is not None else order)}
+    ranked[token] = (logprobs[token], token_rank)
+    return ranked
+
+
 @dataclass
 class SlotResult:
     """Runner -> scheduler for one slot that sampled this step."""
@@ -268,9 +283,9 @@ class StepResult:
     draft_seconds: float = 0.0
     # with offloaded experts: slot -> (routed expert pairs, pairs computed on the CPU, copied over PCIe)
     expert_pairs: dict[int, tuple[int, int, int]] = field(default_factory=dict)
-    # slots asking for prompt logprobs: slot -> (prompt position of the first entry, one {id: logprob} an
-    # entry, for the prompt tokens this step's rows predict)
-    prompt_logprobs: dict[int, tuple[int, list[dict[int, float]]]] = field(default_factory=dict)
+    # slots asking for prompt logprobs: slot -> (prompt position of the first entry, one PromptEntry an entry, for
+    # the prompt tokens this step's rows predict)
+    prompt_logprobs: dict[int, tuple[int, list[PromptEntry]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -287,8 +302,8 @@ class TokenDelta:
     error: str | None = None
     metrics: dict | None = None   # on the finishing delta: speculation counters, preemptions
     num_cached_tokens: int = 0    # prompt tokens found in the prefix cache
-    # with the request's first tokens, when it asked for them: per prompt token, {id: logprob} (None first)
-    prompt_logprobs: list[dict[int, float] | None] | None = None
+    # with the request's first tokens, when it asked for them: per prompt token a PromptEntry (None first)
+    prompt_logprobs: list[PromptEntry | None] | None = None
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from strata.config import CacheConfig, EngineConfig, ExpertConfig, RunnerConfig,
 from strata.engine.build import LoadedModel
 from strata.engine.core import EngineCore
 from strata.tokenizer import render_chat
-from strata.types import FinishReason, Request, SamplingParams, TokenDelta, TokenLogprob
+from strata.types import FinishReason, Request, SamplingParams, TokenDelta, TokenLogprob, entry_ranks
 
 PromptType = str | dict[str, Any]
 
@@ -36,7 +36,7 @@ class RequestOutput:
     finished: bool = False
     metrics: dict | None = None   # speculation counters per position, preemptions
     num_cached_tokens: int = 0    # prompt tokens served from the prefix cache
-    # SamplingParams.prompt_logprobs: per prompt token {id: TokenLogprob} (None for the first), as vLLM's
+    # SamplingParams.prompt_logprobs: per prompt token {id: TokenLogprob with its rank} (None for the first), as vLLM's
     prompt_logprobs: list[dict[int, TokenLogprob] | None] | None = None
 
 
@@ -181,8 +181,10 @@ class LLM:
             completion.logprobs.extend({tid: TokenLogprob(lp) for tid, lp in entry.items()}
                                        for entry in delta.new_logprobs)
         if delta.prompt_logprobs is not None:
-            output.prompt_logprobs = [None if entry is None else {tid: TokenLogprob(lp) for tid, lp in entry.items()}
-                                      for entry in delta.prompt_logprobs]
+            output.prompt_logprobs = [  # vLLM's {id: Logprob}, with ranks
+                None if entry is None else {t: TokenLogprob(lp, rank) for t, (lp, rank) in
+                                            entry_ranks(entry, token).items()}
+                for entry, token in zip(delta.prompt_logprobs, output.prompt_token_ids)]
         if delta.finished:
             completion.finish_reason = delta.finish_reason.value if delta.finish_reason else None
             if delta.finish_reason is FinishReason.ERROR:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from strata.reasoning import ThinkingBudget
 from strata.scheduler.stats import ExpertShares, SpecStats
-from strata.types import FinishReason, Request
+from strata.types import FinishReason, PromptEntry, Request
 
 
 class Status(enum.Enum):
@@ -43,7 +43,7 @@ class RequestState:
     thinking: ThinkingBudget | None = None  # a reasoning budget's state over the committed tokens
     # SamplingParams.prompt_logprobs: the entries so far by prompt position (None first), until they go out
     # with the request's first tokens
-    prompt_logprobs: list[dict[int, float] | None] | None = None
+    prompt_logprobs: list[PromptEntry | None] | None = None
     prompt_logprobs_sent: bool = False
 
     @property
@@ -69,7 +69,7 @@ class RequestState:
         computed whole: no prefix from the cache)."""
         return self.request.sampling_params.prompt_logprobs is not None and not self.prompt_logprobs_sent
 
-    def record_prompt_logprobs(self, first: int, entries: list[dict[int, float]]) -> None:
+    def record_prompt_logprobs(self, first: int, entries: list[PromptEntry]) -> None:
         """A step's prompt logprobs: entries for prompt positions first, first + 1, ... (a recomputed prompt
         writes the same positions again; once they went out, nothing)."""
         if not self.wants_prompt_logprobs:
@@ -78,7 +78,7 @@ class RequestState:
             self.prompt_logprobs = [None] * len(self.request.prompt_token_ids)
         self.prompt_logprobs[first:first + len(entries)] = entries
 
-    def take_prompt_logprobs(self) -> list[dict[int, float] | None] | None:
+    def take_prompt_logprobs(self) -> list[PromptEntry | None] | None:
         """The prompt logprobs, once: with the request's first committed tokens."""
         if not self.wants_prompt_logprobs:
             return None

@@ -26,7 +26,7 @@ from strata.scheduler.request_state import RequestState, Status
 from strata.scheduler.stats import CacheStats, SpecStats
 from strata.spec.planner import DraftPlanner
 from strata.spec.policy import expected_tokens
-from strata.types import FinishReason, NewSlotData, Request, ScheduledSlot, StepPlan, StepResult
+from strata.types import FinishReason, NewSlotData, PromptEntry, Request, ScheduledSlot, StepPlan, StepResult
 
 
 @dataclass
@@ -37,7 +37,7 @@ class Commit:
     new_token_ids: list[int]
     logprobs: list[dict[int, float]] | None
     finish_reason: FinishReason | None
-    prompt_logprobs: list[dict[int, float] | None] | None = None  # with a request's first tokens, if it asked
+    prompt_logprobs: list[PromptEntry | None] | None = None  # with a request's first tokens, if it asked
 
 
 class Scheduler(PlanAhead):

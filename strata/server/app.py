@@ -47,8 +47,9 @@ def create_app(engine_config: EngineConfig, server_config: ServerConfig, quiet_e
                                spare=server_config.engine_spare,
                                **({"target": engine_target} if engine_target else {}))
     monitor = Monitor(engine_config, lambda: client.stats.status)
-    state = ServerState(client, ChatTemplate(load_tokenizer(engine_config.model, engine_config.chat_template)), Metrics(name, monitor),
-                        server_config, name, model_aliases=tuple({engine_config.model or "smollm2-135m"} - {name}))
+    template = ChatTemplate(load_tokenizer(engine_config.model, engine_config.chat_template))
+    state = ServerState(client, template, Metrics(name, monitor), server_config, name,
+                        model_aliases=tuple({engine_config.model or "smollm2-135m"} - {name}))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):

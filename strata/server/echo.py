@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from strata.server.errors import APIError
 from strata.server.logprobs import completion_logprobs
+from strata.types import PromptEntry
 
 
 @dataclass
@@ -31,14 +32,14 @@ class Echo:
             text = tokenizer.decode(prompt_token_ids)
         return cls(text, prompt_token_ids, top_logprobs)
 
-    def logprobs(self, tokenizer, prompt_logprobs: list[dict[int, float] | None] | None) -> dict | None:
+    def logprobs(self, tokenizer, prompt_logprobs: list[PromptEntry | None] | None) -> dict | None:
         """The prompt's part of a choice's logprobs (completion_logprobs' shape), or None without logprobs."""
         if self.top_logprobs is None:
             return None
         ids = self.prompt_token_ids
         entries = prompt_logprobs if prompt_logprobs is not None else [None] * len(ids)
         first = completion_logprobs(tokenizer, ids[:1], [{}], self.top_logprobs)
-        rest = completion_logprobs(tokenizer, ids[1:], [e or {} for e in entries[1:]], self.top_logprobs,
+        rest = completion_logprobs(tokenizer, ids[1:], [e[0] if e else {} for e in entries[1:]], self.top_logprobs,
                                    len(first["tokens"][0]))
         return {"tokens": first["tokens"] + rest["tokens"], "token_logprobs": [None] + rest["token_logprobs"],
                 "top_logprobs": [None] + rest["top_logprobs"], "text_offset": [0] + rest["text_offset"]}

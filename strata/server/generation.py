@@ -28,7 +28,7 @@ from strata.server.errors import APIError, param_of
 from strata.server.metrics import Metrics, RequestTracker
 from strata.server.template import ChatTemplate
 from strata.server.thinking import effort_budgets
-from strata.types import FinishReason, Request, SamplingParams, TokenDelta
+from strata.types import FinishReason, PromptEntry, Request, SamplingParams, TokenDelta
 
 _DISCONNECT_POLL_S = 0.5
 RETRY_AFTER_S = 2  # told to clients turned away by a full queue
@@ -149,7 +149,7 @@ class Output:
     finish_reason: str | None = None
     logprobs: list[dict[int, float]] = field(default_factory=list)
     num_cached_tokens: int = 0
-    prompt_logprobs: list[dict[int, float] | None] | None = None  # SamplingParams.prompt_logprobs
+    prompt_logprobs: list[PromptEntry | None] | None = None  # SamplingParams.prompt_logprobs
 
     def add(self, delta: TokenDelta) -> None:
         self.text += delta.new_text

@@ -1,8 +1,11 @@
 """Logprobs in the OpenAI shapes, from the engine's per-token {token id: logprob} maps (the sampled
 token plus the top-N alternatives). A stream sends each chunk's tokens in the same shapes, so the chunks'
-lists concatenate to the non-streamed ones."""
+lists concatenate to the non-streamed ones. Prompt logprobs (the engine's PromptEntry, with ranks) in vLLM's
+`prompt_logprobs` shape."""
 
 from __future__ import annotations
+
+from strata.types import PromptEntry, entry_ranks
 
 
 def _entry(tokenizer, token_id: int, logprob: float) -> dict:
@@ -32,3 +35,17 @@ def completion_logprobs(tokenizer, token_ids: list[int], logprobs: list[dict[int
         offsets.append(offset)
         offset += len(sampled["token"])
     return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": top_logprobs, "text_offset": offsets}
+
+
+def prompt_logprobs_json(tokenizer, token_ids: list[int], entries: list[PromptEntry | None] | None, top_n: int
+                         ) -> list[dict | None]:
+    """vLLM's `prompt_logprobs`: per prompt token None (the first) or {"<id>": {logprob, rank, decoded_token}} of the
+    token and its position's top_n most likely alternatives."""
+    entries = entries if entries is not None else [None] * len(token_ids)
+    out: list[dict | None] = [None]
+    for token, entry in zip(token_ids[1:], entries[1:]):
+        out.append(None if entry is None else {
+            str(t): {"logprob": max(lp, -9999.0), "rank": rank,
+                     "decoded_token": tokenizer.decode([t]) if tokenizer is not None else str(t)}
+            for t, (lp, rank) in entry_ranks(entry, token, top_n).items()})
+    return out

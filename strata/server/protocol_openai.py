@@ -87,6 +87,7 @@ class StructuredOutputsField(BaseModel):
 class SamplingFields(_Body):
     model: str
     max_tokens: int | None = Field(default=None, ge=1)
+    prompt_logprobs: int | None = Field(default=None, ge=0, le=20)  # vLLM's: the prompt's tokens' logprobs
     temperature: float | None = Field(default=None, ge=0.0, le=100.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     n: int = Field(default=1, ge=1, le=128)

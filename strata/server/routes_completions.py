@@ -15,7 +15,7 @@ from strata.server.choices import Choices
 from strata.server.echo import Echo, joined
 from strata.server.errors import APIError
 from strata.server.generation import Output, ServerState, cache_hints, check_prompt
-from strata.server.logprobs import completion_logprobs
+from strata.server.logprobs import completion_logprobs, prompt_logprobs_json
 from strata.server.protocol_openai import CompletionRequest
 from strata.server.routes_openai import check_common, guarded, params_of, state_of, usage
 from strata.types import Request
@@ -78,8 +78,10 @@ async def completions(body: CompletionRequest, http_request: HTTPRequest):
     echoes = [Echo.of(tokenizer, p, ids, body.logprobs) for p, ids in zip(prompts, prompt_ids)] if body.echo else None
     constraint, param = structured_output.requested(body)
     await structured_output.check(state, constraint, param)
+    # the prompt's logprobs, for echo (its top `logprobs`) and vLLM's prompt_logprobs (its own top)
+    wanted_prompt = [n for n in (body.logprobs if body.echo else None, body.prompt_logprobs) if n is not None]
     requests = [Request(state.new_id("cmpl-"), ids, params_of(body, most, body.logprobs, state.vocab_size, constraint,
-                                                                prompt_logprobs=body.logprobs if body.echo else None),
+                                                                prompt_logprobs=max(wanted_prompt, default=None)),
                         **cache_hints(body)) for ids, most in zip(prompt_ids, max_tokens)]
     choices = Choices(state, requests, body.n)
     await choices.__aenter__()
@@ -97,6 +99,13 @@ async def completions(body: CompletionRequest, http_request: HTTPRequest):
 
     def choice(index: int, out: Output) -> dict:
         p = index // body.n
+        reply = _choice(index, p, out)
+        if body.prompt_logprobs is not None:  # vLLM's: each choice carries its prompt's
+            entries = outs[choices.heads[p]].prompt_logprobs
+            reply["prompt_logprobs"] = prompt_logprobs_json(tokenizer, prompt_ids[p], entries, body.prompt_logprobs)
+        return reply
+
+    def _choice(index: int, p: int, out: Output) -> dict:
         if prompt_only:
             return {"index": index, "text": echoes[p].prompt_text, "logprobs": echoed[p], "finish_reason": "length"}
         offset = Echo.text_length(echoed[p]) if echoed is not None else 0

@@ -17,7 +17,7 @@ from strata.server.config import ServerConfig
 from strata.server.errors import APIError, error_body
 from strata.server.choices import Choices
 from strata.server.generation import Output, ServerState, cache_hints, check_prompt, sampling_params
-from strata.server.logprobs import chat_logprobs
+from strata.server.logprobs import chat_logprobs, prompt_logprobs_json
 from strata.server.parsing import OutputParser, parse_all
 from strata.server.protocol_openai import ChatCompletionRequest, ChatMessage, SamplingFields, Tool
 from strata.server.template import ToolSpec
@@ -39,8 +39,8 @@ def usage(num_prompt: int, num_completion: int, num_cached: int) -> dict:
 
 
 def params_of(body: SamplingFields, max_tokens: int, logprobs: int | None, vocab_size: int,
-            constraint: StructuredOutputs | None = None, thinking_budget: int | None = None,
-            prompt_logprobs: int | None = None):
+              constraint: StructuredOutputs | None = None, *, thinking_budget: int | None = None,
+              prompt_logprobs: int | None = None):
     return sampling_params(temperature=body.temperature, top_p=body.top_p, top_k=body.top_k,
                            min_p=body.min_p, seed=body.seed, presence_penalty=body.presence_penalty,
                            frequency_penalty=body.frequency_penalty, repetition_penalty=body.repetition_penalty,
@@ -53,6 +53,9 @@ def params_of(body: SamplingFields, max_tokens: int, logprobs: int | None, vocab
 
 def check_common(state: ServerState, body: SamplingFields) -> None:
     state.check_model(body.model)
+    if body.prompt_logprobs is not None and body.stream:
+        raise APIError(400, "prompt_logprobs come with a non-streamed response only; ask without stream",
+                       "prompt_logprobs")
     if body.n > state.config.max_n:
         raise APIError(400, f"n={body.n} asks for more choices than this server gives one request "
                             f"({state.config.max_n}, --max-n); ask for fewer", "n")
@@ -151,7 +154,8 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
     await structured_output.check(state, constraint, param)
     logprobs = (body.top_logprobs or 0) if body.logprobs else None
     request = Request(state.new_id("chatcmpl-"), rendered.prompt_token_ids,
-                      params_of(body, max_tokens, logprobs, state.vocab_size, constraint, thinking.budget),
+                      params_of(body, max_tokens, logprobs, state.vocab_size, constraint,
+                                thinking_budget=thinking.budget, prompt_logprobs=body.prompt_logprobs),
                       **cache_hints(body))
     choices = Choices(state, request, body.n)
     await choices.__aenter__()
@@ -180,9 +184,13 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
             if logprobs is not None and out.logprobs else None
         return {"index": index, "message": message, "logprobs": lp, "finish_reason": finish}
 
-    return {"id": request.request_id, "object": "chat.completion", "created": int(time.time()),
-            "model": state.model_name, "choices": [choice(i, out) for i, out in enumerate(outs)],
-            "usage": usage(choices.num_prompt_tokens, choices.num_completion_tokens, outs[0].num_cached_tokens)}
+    reply = {"id": request.request_id, "object": "chat.completion", "created": int(time.time()),
+             "model": state.model_name, "choices": [choice(i, out) for i, out in enumerate(outs)],
+             "usage": usage(choices.num_prompt_tokens, choices.num_completion_tokens, outs[0].num_cached_tokens)}
+    if body.prompt_logprobs is not None:
+        reply["prompt_logprobs"] = prompt_logprobs_json(state.template.tokenizer, rendered.prompt_token_ids,
+                                                        outs[0].prompt_logprobs, body.prompt_logprobs)
+    return reply
 
 
 async def guarded(choices: Choices, path: str, events: AsyncIterator[str]) -> AsyncIterator[str]:

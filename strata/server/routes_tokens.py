@@ -57,7 +57,8 @@ async def tokenize(body: TokenizeRequest, http_request: HTTPRequest):
     add_special = body.add_special_tokens if body.add_special_tokens is not None else body.add_special
     if text is not None:
         limits.check_text(state.config, [("prompt", text)], "prompt")
-        ids = await state.offload(tokenizer.encode, text, add_special_tokens=True if add_special is None else add_special)
+        add_special = True if add_special is None else add_special
+        ids = await state.offload(tokenizer.encode, text, add_special_tokens=add_special)
     else:
         limits.check_count(len(body.messages), state.config.max_messages, "messages", "--max-messages")
         messages = normalize_messages(body.messages)

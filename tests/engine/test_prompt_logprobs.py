@@ -29,11 +29,13 @@ def assert_matches_hf(entries, prompt: list[int], reference: torch.Tensor, top: 
         entry, row = entries[position], reference[position - 1]
         token = prompt[position]
         assert entry[token].logprob == pytest.approx(row[token].item(), abs=2e-4), position
+        assert entry[token].rank == 1 + int((row > row[token]).sum()), position  # vLLM's rank: 1 + more likely
         top_ids = row.topk(top).indices.tolist()
         # the top alternatives and the prompt's token, nothing else (the token may be one of the top)
         assert set(entry) == set(top_ids) | {token}, position
-        for token_id in top_ids:
+        for rank, token_id in enumerate(top_ids, start=1):
             assert entry[token_id].logprob == pytest.approx(row[token_id].item(), abs=2e-4)
+            assert entry[token_id].rank == rank
 
 
 def make_llm(folder: str, **options) -> LLM:

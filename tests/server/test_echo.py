@@ -109,3 +109,35 @@ def test_max_tokens_zero_without_echo_is_refused(server):
     response = server.post("/v1/completions", {"model": MODEL, "prompt": TEXT, "max_tokens": 0})
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == "max_tokens"
+
+
+def test_vllm_prompt_logprobs_field_with_ranks_on_completions_and_chat(server, hf):
+    tokenizer = hf[0]
+    ids = tokenizer.encode(TEXT)
+    reference = hf_prompt_logprobs(hf, ids)
+    reply = server.post("/v1/completions", {"model": MODEL, "prompt": TEXT, "max_tokens": 1, "prompt_logprobs": 2,
+                                            "n": 2, "temperature": 0}).json()
+    for choice in reply["choices"]:  # vLLM's shape: each choice carries its prompt's
+        entries = choice["prompt_logprobs"]
+        assert len(entries) == len(ids) and entries[0] is None
+        for i in range(1, len(ids)):
+            row, token = reference[i - 1], ids[i]
+            entry = entries[i][str(token)]
+            assert entry["logprob"] == pytest.approx(row[token].item(), abs=1e-3)
+            assert entry["rank"] == 1 + int((row > row[token]).sum()) and entry["decoded_token"] == tokenizer.decode([token])
+            top = row.topk(2).indices.tolist()
+            assert {int(t) for t in entries[i]} == set(top) | {token}
+            assert [entries[i][str(t)]["rank"] for t in top] == [1, 2] or token in top
+    chat = [{"role": "user", "content": "Say hi."}]
+    prompt = server.post("/tokenize", {"messages": chat}).json()["tokens"]
+    reply = server.post("/v1/chat/completions", {"model": MODEL, "messages": chat, "max_tokens": 1,
+                                                 "prompt_logprobs": 0}).json()
+    entries = reply["prompt_logprobs"]  # vLLM's shape: beside the choices
+    assert len(entries) == len(prompt) and entries[0] is None
+    assert all(list(e) == [str(t)] for e, t in zip(entries[1:], prompt[1:]))
+
+
+def test_prompt_logprobs_with_stream_is_refused(server):
+    response = server.post("/v1/completions", {"model": MODEL, "prompt": TEXT, "max_tokens": 1, "prompt_logprobs": 1,
+                                               "stream": True})
+    assert response.status_code == 400 and response.json()["error"]["param"] == "prompt_logprobs"
