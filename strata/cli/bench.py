@@ -307,17 +307,17 @@ def run_perplexity(args: argparse.Namespace) -> int:
 
     with open(args.text, encoding="utf-8") as f:
         text = f.read()
-    llm = LLM.from_config(engine_config(args), quiet=False)
-    tokenizer = llm.tokenizer
-    if tokenizer is None:
-        raise ValueError("this model has no tokenizer to read --text with")
-    adds_bos = tokenizer.bos_token_id is not None and tokenizer.encode("a")[:1] == [tokenizer.bos_token_id]
-    windows = text_windows(tokenizer.encode(text, add_special_tokens=False), args.context,
-                           tokenizer.bos_token_id if adds_bos else None, args.max_windows)
-    first_scored = 1 if args.score_all else args.context // 2
-    results = bench_perplexity(llm, windows, first_scored)
-    bench_config = {"model": args.model or "smollm2-135m", "device": llm.engine.device, "dtype": llm.engine.dtype,
-                    "text": args.text, "context": args.context, "first_scored": first_scored, "bos": adds_bos}
+    with LLM.from_config(engine_config(args), quiet=False) as llm:
+        tokenizer = llm.tokenizer
+        if tokenizer is None:
+            raise ValueError("this model has no tokenizer to read --text with")
+        adds_bos = tokenizer.bos_token_id is not None and tokenizer.encode("a")[:1] == [tokenizer.bos_token_id]
+        windows = text_windows(tokenizer.encode(text, add_special_tokens=False), args.context,
+                               tokenizer.bos_token_id if adds_bos else None, args.max_windows)
+        first_scored = 1 if args.score_all else args.context // 2
+        results = bench_perplexity(llm, windows, first_scored)
+        bench_config = {"model": args.model or "smollm2-135m", "device": llm.engine.device, "dtype": llm.engine.dtype,
+                        "text": args.text, "context": args.context, "first_scored": first_scored, "bos": adds_bos}
     write_result(args.output, "perplexity", "strata " + shlex.join(sys.argv[1:]), bench_config, results)
     print(f"perplexity {results['perplexity']:.4f} +/- {results['perplexity_stderr']:.4f} over "
           f"{results['scored_tokens']} tokens in {results['windows']} windows of {args.context} "
