@@ -35,22 +35,19 @@ class DetokenizeRequest(_Body):
     tokens: list[int] = Field(max_length=1_000_000)
 
 
-def _state(http_request: HTTPRequest) -> ServerState:
-    return http_request.app.state.strata
-
-
-def _tokenizer(state: ServerState):
+def _state_and_tokenizer(body, http_request: HTTPRequest) -> tuple[ServerState, object]:
+    """The server's state and the model's tokenizer, once the body's model (if named) is this server's."""
+    state: ServerState = http_request.app.state.strata
+    if body.model is not None:
+        state.check_model(body.model)
     if state.template.tokenizer is None:
         raise APIError(400, "this model has no tokenizer", "model")
-    return state.template.tokenizer
+    return state, state.template.tokenizer
 
 
 @router.post("/tokenize")
 async def tokenize(body: TokenizeRequest, http_request: HTTPRequest):
-    state = _state(http_request)
-    if body.model is not None:
-        state.check_model(body.model)
-    tokenizer = _tokenizer(state)
+    state, tokenizer = _state_and_tokenizer(body, http_request)
     text = body.prompt if body.prompt is not None else body.content
     if (text is None) == (body.messages is None):
         raise APIError(400, "send either a prompt (or content) or messages", "prompt")
@@ -76,10 +73,7 @@ async def tokenize(body: TokenizeRequest, http_request: HTTPRequest):
 
 @router.post("/detokenize")
 async def detokenize(body: DetokenizeRequest, http_request: HTTPRequest):
-    state = _state(http_request)
-    if body.model is not None:
-        state.check_model(body.model)
-    tokenizer = _tokenizer(state)
+    state, tokenizer = _state_and_tokenizer(body, http_request)
     if body.tokens and not all(0 <= t < state.vocab_size for t in body.tokens):
         raise APIError(400, f"token ids must be in [0, {state.vocab_size})", "tokens")
     text = await state.offload(tokenizer.decode, body.tokens)
