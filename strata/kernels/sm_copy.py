@@ -39,7 +39,7 @@ if triton is not None:
 
     @triton.jit
     def _gather_rows_kernel(src, dst, ids, row_words, src_stride, dst_stride, BLOCK: tl.constexpr):
-        # program (slot, chunk): BLOCK words of row ids[slot] of src into row `slot` of dst; a negative id copies nothing
+        # program (slot, chunk): BLOCK words of row ids[slot] of src into row `slot` of dst (a negative id: none)
         slot, chunk = tl.program_id(0), tl.program_id(1)
         row = tl.load(ids + slot)
         offsets = chunk * BLOCK + tl.arange(0, BLOCK)

@@ -44,8 +44,12 @@ def prompt_logprobs_json(tokenizer, token_ids: list[int], entries: list[PromptEn
     entries = entries if entries is not None else [None] * len(token_ids)
     out: list[dict | None] = [None]
     for token, entry in zip(token_ids[1:], entries[1:]):
-        out.append(None if entry is None else {
-            str(t): {"logprob": max(lp, -9999.0), "rank": rank,
-                     "decoded_token": tokenizer.decode([t]) if tokenizer is not None else str(t)}
-            for t, (lp, rank) in entry_ranks(entry, token, top_n).items()})
+        if entry is None:
+            out.append(None)
+            continue
+        ranked = {}
+        for t, (lp, rank) in entry_ranks(entry, token, top_n).items():
+            shown = _entry(tokenizer, t, lp)
+            ranked[str(t)] = {"logprob": shown["logprob"], "rank": rank, "decoded_token": shown["token"]}
+        out.append(ranked)
     return out

@@ -77,9 +77,9 @@ class HFSource:
                             raise ValueError(f"{path}: {name} is float8_e4m3fn but the checkpoint has no "
                                              f"{name}{SCALE_SUFFIX} (or no quantization_config with "
                                              f"weight_block_size): re-download it, or use an unquantized copy")
-                        with _open(scales[name]) as g:
-                            tensor = dequantize_fp8(tensor, _read(g, scales[name], name + SCALE_SUFFIX),
-                                                    self.fp8_block, f"{path}: {name}")
+                        scale = _read(f, path, name + SCALE_SUFFIX) if scales[name] == path else \
+                            _read_from(scales[name], name + SCALE_SUFFIX)  # (most checkpoints keep them together)
+                        tensor = dequantize_fp8(tensor, scale, self.fp8_block, f"{path}: {name}")
                         num_fp8 += 1
                     yield name, tensor.to(dtype)
         if num_fp8:
@@ -96,6 +96,11 @@ class HFSource:
             with _open(path) as f:
                 scales.update({name[:-len(SCALE_SUFFIX)]: path for name in f.keys() if name.endswith(SCALE_SUFFIX)})
         return scales
+
+
+def _read_from(path: str, name: str) -> torch.Tensor:
+    with _open(path) as f:
+        return _read(f, path, name)
 
 
 def _read(f, path: str, name: str) -> torch.Tensor:

@@ -117,3 +117,19 @@ def test_bad_fp8_checkpoints_are_clear_errors(tmp_path):
     with pytest.raises(ValueError, match=r"q_proj.weight: an FP8 weight of shape \(64, 64\) needs a _scale_inv of "
                                          r"shape \(2, 2\)"):
         build_model(HFSource(folder), "cpu", "float32", quiet=True)
+
+
+def test_scales_in_another_shard(tmp_path):
+    """A sharded FP8 checkpoint whose scales lie in another file than their weights loads as the one-file one."""
+    folder = str(tmp_path / "m")
+    save_fp8("qwen3_moe", folder)
+    one_file = prompt_logits(build_model(HFSource(folder), "cpu", "float32", quiet=True), PROMPT)
+    tensors = load_file(os.path.join(folder, "model.safetensors"))
+    os.remove(os.path.join(folder, "model.safetensors"))
+    shards = {"a.safetensors": {k: v for k, v in tensors.items() if not k.endswith("_scale_inv")},
+              "b.safetensors": {k: v for k, v in tensors.items() if k.endswith("_scale_inv")}}
+    for name, part in shards.items():
+        save_file(part, os.path.join(folder, name), metadata={"format": "pt"})
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+        json.dump({"weight_map": {k: name for name, part in shards.items() for k in part}}, f)
+    assert torch.equal(prompt_logits(build_model(HFSource(folder), "cpu", "float32", quiet=True), PROMPT), one_file)
