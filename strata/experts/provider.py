@@ -19,7 +19,7 @@ buffer, which the next graph copies in (a node of that graph) and adds. With PCI
 queues the copies of the plan's experts to the staging slots and writes their pairs' slots to another pinned
 buffer; the next graph copies that in too and runs those pairs (as the eager path's staged round, summed in the
 same order: `expert_total`). Pairs read in place run in the captured part after the slot pairs, and the host part
-sees them marked IN_PLACE. A layer with no expert on the device skips the slot part. One graph launch a
+sees them marked IN_PLACE. Without staging, GGUF experts' host part is one native call (native_host_part.py). A layer with no expert on the device skips the slot part. One graph launch a
 layer: each costs the host tens of microseconds on the step's critical path, unless (STRATA_LAUNCH_AHEAD=1, an
 A/B switch until measured) the graph after the host part is launched before it and waits on a flag in pinned
 memory that the host part raises once the CPU sum is written (split_graphs' gated splits; not with PCIe staging).
@@ -35,6 +35,7 @@ from torch import nn
 
 from strata.config import debug_flag
 from strata.experts.cpu_pool import CpuExpertPool
+from strata.experts.native_host_part import NativeHostPart
 from strata.experts.slots import ExpertSlots
 from strata.experts.stats import RoutingStats
 from strata.kernels.host_flag import HostFlag
@@ -56,7 +57,7 @@ class HostExchange:
 
     def __init__(self, max_tokens: int, top_k: int, hidden_size: int, dtype: torch.dtype, device: str,
                  by_sm: bool = False) -> None:
-        pinned = {"pin_memory": True}
+        pinned = {"pin_memory": torch.device(device).type == "cuda"}  # (unpinned on a CPU device: the tests')
         self.max_tokens, self.by_sm = max_tokens, by_sm
         self.topk_ids = torch.zeros(max_tokens, top_k, dtype=torch.long, **pinned)          # [N, K]
         self.topk_weights = torch.zeros(max_tokens, top_k, dtype=torch.float32, **pinned)   # [N, K]
@@ -107,6 +108,7 @@ class OffloadedExperts(nn.Module):
         self.exchange: HostExchange | None = None  # set when the runner captures split graphs
         self._copied: torch.cuda.Event | None = None  # recorded in the captured graphs after the exports
         self._flag: HostFlag | None = None  # what the graph after the host part waits on (STRATA_LAUNCH_AHEAD)
+        self._native: tuple | None = None  # (exchange, its NativeHostPart or None), made at the first capture
 
     def forward(self, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
         """hidden [T, D], topk_ids / topk_weights [T, K] -> [T, D]."""
@@ -204,7 +206,8 @@ class OffloadedExperts(nn.Module):
         if on_device:
             out = run_experts(hidden, weights, slot_ids, topk_weights)
         in_place = self._read_in_place(hidden, in_place_ids, topk_weights)
-        split_here(lambda num_real_rows: self._host_part(num_real_rows, num_rows, copied), flag)
+        native = self._native_host_part(exchange)
+        split_here(lambda num_real_rows: self._host_part(num_real_rows, num_rows, copied, native), flag)
         rounds = []
         if self.stages_in_graphs:
             rounds.append(run_experts(hidden, weights, exchange.fetch_staged(num_rows), topk_weights))
@@ -217,17 +220,32 @@ class OffloadedExperts(nn.Module):
         it, a graph launches nothing for staging."""
         return self.slots.num_staging > 0 and self.pcie_frac > 0
 
-    def _host_part(self, num_real_rows: int, num_rows: int, copied: torch.cuda.Event | None = None) -> None:
+    def _native_host_part(self, exchange: HostExchange) -> NativeHostPart | None:
+        """The host part as one native call, for this exchange (native_host_part.py); None where the Python one
+        runs: PCIe staging, float experts or the torch pool, or STRATA_PY_HOST_PART=1 (an A/B switch, read at
+        capture)."""
+        if self._native is None or self._native[0] is not exchange:
+            weights = self.slots.host_weights(self.layer_idx)
+            runs = not self.stages_in_graphs and NativeHostPart.runs(exchange, weights, self.pool)
+            self._native = (exchange, NativeHostPart(exchange, weights, self.pool, self.stats) if runs else None)
+        return None if debug_flag("PY_HOST_PART") else self._native[1]
+
+    def _host_part(self, num_real_rows: int, num_rows: int, copied: torch.cuda.Event | None = None,
+                   native: NativeHostPart | None = None) -> None:
         """Between two graphs of a replay: wait for the copies to the host (the `copied` event, else everything
         queued); copy the experts of the staging plan to the staging slots (queued on the stream first, so the
         copies run while the CPU computes) and write their pairs' slots for the next graph; compute the other
         missed pairs of the real rows on the CPU into the pinned CPU sum, which the next graph copies in (padding
-        rows get zeros). Runs once per offloaded layer per step on the step's critical path, hence numpy views."""
+        rows get zeros). Runs once per offloaded layer per step on the step's critical path, hence numpy views, or
+        `native` (the same work in one call)."""
         exchange = self.exchange
         if copied is not None:
             copied.synchronize()
         else:
             torch.cuda.current_stream().synchronize()
+        if native is not None:
+            native(num_real_rows, num_rows)
+            return
         exchange.cpu_sum_np[:num_rows].fill(0)
         slot_ids = exchange.slot_ids_np[:num_real_rows]
         rows, ks = np.nonzero(slot_ids == NOT_RESIDENT)  # [M] each: the missed pairs (not those read in place)

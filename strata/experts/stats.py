@@ -44,6 +44,7 @@ class RoutingStats:
         self.bytes_moved = 0
         self.num_rows = 0  # token rows of the step being counted (begin_rows), and their pairs' row indices:
         self.row_lists: tuple[list, list] | None = None  # (CPU, PCIe) arrays per layer, while counting
+        self.row_count_arrays: list[np.ndarray] = []  # [2, R] per layer from row_counter, while counting
 
     # ---- inside the forward (graph safe) ---------------------------------------------------------
 
@@ -65,6 +66,7 @@ class RoutingStats:
     def begin_rows(self, num_rows: int) -> None:
         self.num_rows = num_rows
         self.row_lists = ([], [])
+        self.row_count_arrays = []
 
     def record_rows(self, cpu_rows: np.ndarray, pcie_rows: np.ndarray) -> None:
         """Row index of every pair computed on the CPU / staged over PCIe (ignored when not counting).
@@ -72,6 +74,15 @@ class RoutingStats:
         if self.row_lists is not None:
             self.row_lists[0].append(cpu_rows)
             self.row_lists[1].append(pcie_rows)
+
+    def row_counter(self, num_rows: int) -> np.ndarray | None:
+        """While counting: a zeroed int64 [2, num_rows] array for one layer's CPU and PCIe pairs per row, which
+        take_rows adds (a native host part fills it); None otherwise."""
+        if self.row_lists is None:
+            return None
+        counts = np.zeros((2, num_rows), dtype=np.int64)
+        self.row_count_arrays.append(counts)
+        return counts
 
     def take_rows(self) -> np.ndarray | None:
         """[2, T]: CPU and PCIe pairs per token row of the step begun by begin_rows (None if none was)."""
@@ -82,6 +93,10 @@ class RoutingStats:
         for row_counts, arrays in zip(counts, lists):
             rows = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)
             row_counts += np.bincount(rows[rows < self.num_rows], minlength=self.num_rows)
+        for layer_counts in self.row_count_arrays:
+            width = min(layer_counts.shape[1], self.num_rows)
+            counts[:, :width] += layer_counts[:, :width]
+        self.row_count_arrays = []
         return counts
 
     # ---- on the host, outside the forward ----------------------------------------------------------

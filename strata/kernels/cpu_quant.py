@@ -70,7 +70,8 @@ def _build() -> ctypes.CDLL:
                   (attention[0], [*attention[1], *_AVX2, "-DSTRATA_ATTENTION_ENTRY=" + _ATTENTION_AVX2])]
     else:
         units += [(_NATIVE / "quant_matmul.c", ["-O3", "-pthread"])]
-    units += [(_NATIVE / "quant_moe.c", ["-O3", "-pthread"]), (_NATIVE / "dequant_matmul.c", ["-O3", "-pthread"])]
+    units += [(_NATIVE / "quant_moe.c", ["-O3", "-pthread"]), (_NATIVE / "offload_host_part.c", ["-O3"]),
+              (_NATIVE / "dequant_matmul.c", ["-O3", "-pthread"])]
     library = ctypes.CDLL(str(build_library("quant_matmul", units, ["-pthread", "-lm"],
                                             headers=[_NATIVE / name for name in ("quant_matmul.h", "iquant.h",
                                                                                  "iquant_simd.h")])))
@@ -83,6 +84,7 @@ def _build() -> ctypes.CDLL:
                            *((name, [pointer, i64, i64, pointer, pointer, i64, i64, pointer, i64, pointer, pointer,
                                       i64, ctypes.c_float, pointer, i32])
                              for name in (_ATTENTION, _ATTENTION_AVX2) if hasattr(library, name)),
+                           ("strata_qmoe_host_part", [pointer, i64, i64, i32, pointer, pointer]),
                            ("strata_qmm_supports", [i32]), ("strata_qmm_set_isa", [i32]),
                            ("strata_qmm_best_isa", []), ("strata_qmm_set_iq_tables", [pointer] * 7),
                            ("strata_qmm_set_spin_us", [i32])):
@@ -315,6 +317,62 @@ def _check_experts(name: str, w: torch.Tensor, qtype: int, n: int, k: int) -> No
         raise ValueError(f"quant_moe: {name} must be a CPU uint8 [E, {n}, >= {row_bytes}] tensor of {type_name} rows "
                          f"of {k} values, each row's bytes contiguous; got {w.dtype} {tuple(w.shape)} strides "
                          f"{w.stride()}")
+
+
+class HostPartArgs(ctypes.Structure):
+    """native/offload_host_part.c's host_part_t: one offloaded layer's fixed arguments, made by host_part_args."""
+    _fields_ = [*((name, ctypes.c_void_p) for name in ("slot_ids", "topk_ids", "topk_weights", "hidden", "cpu_sum",
+                                                       "hidden_f32", "pair_rows", "pair_experts", "pair_weights")),
+                *((name, ctypes.c_int64) for name in ("max_rows", "top_k", "d", "inter", "num_experts", "hidden_f16",
+                                                      "qtype13", "qtype2")),
+                ("w13", ctypes.c_void_p), ("w2", ctypes.c_void_p),
+                *((name, ctypes.c_int64) for name in ("w13_expert_stride", "w13_row_stride", "w2_expert_stride",
+                                                      "w2_row_stride"))]
+
+
+def host_part_args(slot_ids: np.ndarray, topk_ids: np.ndarray, topk_weights: np.ndarray, hidden: torch.Tensor,
+                   cpu_sum: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2: int,
+                   inter: int) -> tuple[HostPartArgs, tuple]:
+    """offload_host_part's fixed arguments, checked once: the exchange's slot_ids / topk_ids int64 and topk_weights
+    float32 numpy [N, K], hidden 16-bit [N, D] and cpu_sum float32 [N, D] CPU tensors (contiguous), one layer's
+    experts as quant_moe takes them. -> (the arguments, the scratch arrays they point into, to keep alive)."""
+    rows, top_k = slot_ids.shape
+    dim = hidden.shape[1] if hidden.dim() == 2 else -1
+    for name, array, dtype in (("slot_ids", slot_ids, np.int64), ("topk_ids", topk_ids, np.int64),
+                               ("topk_weights", topk_weights, np.float32)):
+        if array.dtype != dtype or array.shape != (rows, top_k) or not array.flags.c_contiguous:
+            raise ValueError(f"offload_host_part: {name} must be a contiguous {np.dtype(dtype).name} [{rows}, {top_k}] "
+                             f"array, got {array.dtype} {array.shape}")
+    if hidden.dtype not in (torch.bfloat16, torch.float16) or hidden.shape != (rows, dim) or not hidden.is_contiguous():
+        raise ValueError(f"offload_host_part: hidden must be a contiguous 16-bit [{rows}, D] tensor, got {hidden.dtype} "
+                         f"{tuple(hidden.shape)}")
+    _check_moe(torch.zeros(1, dim), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32), w13,
+               qtype13, w2, qtype2, inter, torch.zeros(1, dim))
+    if cpu_sum.dtype != torch.float32 or cpu_sum.shape != hidden.shape or not cpu_sum.is_contiguous():
+        raise ValueError(f"offload_host_part: cpu_sum must be a contiguous float32 {list(hidden.shape)} tensor, got "
+                         f"{cpu_sum.dtype} {tuple(cpu_sum.shape)}")
+    scratch = (np.empty((rows, dim), np.float32), np.empty(rows * top_k, np.int64), np.empty(rows * top_k, np.int64),
+               np.empty(rows * top_k, np.float32))
+    args = HostPartArgs(slot_ids.ctypes.data, topk_ids.ctypes.data, topk_weights.ctypes.data, hidden.data_ptr(),
+                        cpu_sum.data_ptr(), *(a.ctypes.data for a in scratch), rows, top_k, dim, inter, w13.shape[0],
+                        int(hidden.dtype == torch.float16), qtype13, qtype2, w13.data_ptr(), w2.data_ptr(),
+                        w13.stride(0), w13.stride(1), w2.stride(0), w2.stride(1))
+    return args, scratch
+
+
+def offload_host_part(args_address: int, rows: int, real_rows: int, row_counts: int | None, totals: int,
+                      num_threads: int) -> None:
+    """An offloaded layer's host part (native/offload_host_part.c states it) with the arguments at
+    ctypes.addressof(host_part_args(...)[0]); row_counts: the address of an int64 [2, real_rows] array or None;
+    totals: of an int64 [2] array (CPU pairs, pairs read in place)."""
+    status = (_library or _require()).strata_qmoe_host_part(args_address, rows, real_rows, num_threads, row_counts,
+                                                           totals)
+    if status == 5:
+        raise ValueError(f"offload_host_part: {real_rows} real rows of {rows} do not fit the exchange")
+    if status in (3, 4):
+        raise ValueError("offload_host_part: a missed pair's expert is outside the layer's experts")
+    if status != 0:
+        raise MemoryError("offload_host_part: no scratch memory for the activations")
 
 
 def _require() -> ctypes.CDLL:

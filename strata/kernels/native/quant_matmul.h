@@ -1,5 +1,5 @@
-/* Shared by the drivers (quant_matmul.c, quant_moe.c, dequant_matmul.c) and the kernels (quant_scalar.c,
- * quant_simd.c compiled once per instruction set; dequant_scalar.c, dequant_simd.c): the GGUF block
+/* Shared by the drivers (quant_matmul.c, quant_moe.c, offload_host_part.c, dequant_matmul.c) and the kernels
+ * (quant_scalar.c, quant_simd.c compiled once per instruction set; dequant_scalar.c, dequant_simd.c): the GGUF block
  * layouts (the i-quants' in iquant.h), the quantized activations, the kernel signatures, and what
  * quant_matmul.c lends the other drivers (the activation quantizer, the thread pool, the kernel tables).
  *
@@ -201,5 +201,11 @@ typedef struct {
  * call at a time. */
 void strata_qmm_run_phases(const phase_t *phases, int count, const void *ctx);
 int strata_qmm_set_spin_us(int us);
+
+/* ---- quant_moe.c's entry, which offload_host_part.c calls (its contract there) ------------------ */
+int strata_qmoe(const float *hidden, float *out, int64_t d, int64_t inter, int64_t pairs, const int64_t *rows,
+                const int64_t *experts, const float *weights, int qtype13, const uint8_t *w13,
+                int64_t w13_expert_stride, int64_t w13_row_stride, int qtype2, const uint8_t *w2,
+                int64_t w2_expert_stride, int64_t w2_row_stride, int threads, int64_t num_rows, int64_t num_experts);
 
 #endif
