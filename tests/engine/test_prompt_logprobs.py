@@ -102,23 +102,33 @@ def test_out_of_range_is_refused():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("family", ["qwen3_moe", "qwen3_next"])
-def test_prompt_logprobs_from_cuda_graph_replays_equal_hf(family, tiny_model_dir):
+def test_prompt_logprobs_from_cuda_graph_replays_equal_the_eager_steps(family, tiny_model_dir):
     """On CUDA fresh prompts replay prompt graphs (padded rows, several prompts a graph): the rows read for the
-    prompt logprobs are each prompt's own."""
+    prompt logprobs are each prompt's own. In bfloat16 (graphs need 16-bit experts; a float32 MoE runs eagerly):
+    each entry is the same engine's without graphs, and near HF's float32 one."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
-    llm = LLM(tiny_model_dir(family), dtype="float32", device="cuda", max_num_seqs=4, block_size=4)
-    short = PROMPT[:13]
+    prompts = [PROMPT, PROMPT[:13]]
     params = SamplingParams(temperature=0.0, max_tokens=2, prompt_logprobs=TOP)
-    outs = llm.generate([{"prompt_token_ids": PROMPT}, {"prompt_token_ids": short}], params)
-    assert llm.engine.runner.graph_stats()["replays"] > 0
-    for prompt, out in zip((PROMPT, short), outs):
+    runs = {}
+    for graphs in (True, False):
+        llm = LLM(tiny_model_dir(family), dtype="bfloat16", device="cuda", max_num_seqs=4, block_size=4,
+                  cuda_graphs=graphs)
+        outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params)
+        runs[graphs] = [out.prompt_logprobs for out in outs]
+        if graphs:
+            stats = llm.engine.runner.graph_stats()
+            assert stats is not None and stats["replays"] > 0
+        del llm
+        torch.cuda.empty_cache()
+    for prompt, replayed, eager in zip(prompts, runs[True], runs[False]):
         reference = hf_logprobs(family, prompt)
-        entries = out.prompt_logprobs
-        assert entries[0] is None
+        assert replayed[0] is None and eager[0] is None
         for position in range(1, len(prompt)):
             token = prompt[position]
-            assert entries[position][token].logprob == pytest.approx(reference[position - 1, token].item(), abs=2e-3)
+            got = replayed[position][token].logprob
+            assert got == pytest.approx(eager[position][token].logprob, abs=2e-2)
+            assert got == pytest.approx(reference[position - 1, token].item(), abs=0.1)
 
 
 def test_preempted_requests_keep_their_prompt_logprobs(tiny_model_dir):

@@ -13,7 +13,7 @@ from strata import LLM, SamplingParams, dma
 from strata.config import EngineConfig, ExpertConfig, RunnerConfig
 from strata.experts.cpu_pool import CpuExpertPool
 from strata.experts.placement import AUTO_ZERO_COPY_SHARE_OF_MISSED
-from strata.experts.provider import OffloadedExperts
+from strata.experts.provider import IN_PLACE_MAX_ROWS, OffloadedExperts
 from strata.experts.slots import ExpertSlots
 from strata.experts.stats import RoutingStats
 from strata.kernels.sm_copy import copy_words
@@ -105,8 +105,8 @@ def _loads_published_at_once(llm: LLM) -> LLM:
     return llm
 
 
-def _tokens(llm: LLM) -> list[list[int]]:
-    return [o.outputs[0].token_ids for o in llm.generate(PROMPTS, PARAMS)]
+def _tokens(llm: LLM, prompts=PROMPTS) -> list[list[int]]:
+    return [o.outputs[0].token_ids for o in llm.generate(prompts, PARAMS)]
 
 
 @pytest.mark.parametrize("experts", [
@@ -200,13 +200,15 @@ def test_packed_experts_read_in_place_inside_split_graphs_match_the_eager_path(q
 
 def test_packed_experts_staged_by_the_sms_give_the_tokens_read_in_place(q4k_moe_file, monkeypatch):
     """STRATA_SM_STAGE=1: the pairs read from host memory have their experts copied to device rows by the SMs
-    (slots.stage_by_sm) and run from there, eagerly and inside split graphs: the tokens of reading them in place."""
+    (slots.stage_by_sm) and run from there, eagerly and inside split graphs: the tokens of reading them in place.
+    Four prompts: steps of up to IN_PLACE_MAX_ROWS rows read in place (five decoding together would not, eagerly)."""
     experts = {"expert_cache": "25%", "expert_split": "uniform", "expert_swap_interval": 0, "zero_copy_frac": 0.4}
-    reference = _tokens(_loads_published_at_once(make_llm(q4k_moe_file, "bfloat16", **experts)))
+    prompts = PROMPTS[:IN_PLACE_MAX_ROWS]
+    reference = _tokens(_loads_published_at_once(make_llm(q4k_moe_file, "bfloat16", **experts)), prompts)
     monkeypatch.setenv("STRATA_SM_STAGE", "1")
     for graphs in (False, True):
         llm = _loads_published_at_once(make_llm(q4k_moe_file, "bfloat16", cuda_graphs=graphs, **experts))
-        assert _tokens(llm) == reference
+        assert _tokens(llm, prompts) == reference
         assert llm.engine.experts.slots._sm_rows is not None and llm.engine.experts.snapshot()["pcie_share"] > 0
 
 
