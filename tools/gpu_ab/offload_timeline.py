@@ -1,11 +1,12 @@
 """An offloaded decode step's time, layer by layer (issue 23's expert-offload command: 25 % of the 30B-A3B Q4_K_M's
 experts on the GPU, the rest on the CPU pool), for several pool sizes in one process: per step, the host parts'
-total and within them the wait for the device's copies, the CPU experts and the rest (Python; the upload, in trees
-before session 40), and the time between host parts (the next graph piece's launch and device work). Arms: pool
-threads and how long the packed kernel's idle workers poll before they sleep (cpu_quant.set_spin_us). `pcie=F`: the
-engine's --pcie-frac (its host parts then also queue the staging copies: `stage`, timed); `zc=F|auto|measure`:
---zero-copy-frac (the device reads that share of each layer's experts in place from host memory; their pairs leave
-the CPU's part; 0 unless given, so the arms above compare like with like).
+total and within them the wait for the device's copies, the CPU experts (since session 47 the native host part's
+whole call) and the rest (Python; the upload, in trees before session 40), and the time between host parts (the
+next graph piece's launch and device work). Arms: pool threads and how long the packed kernel's idle workers poll
+before they sleep (cpu_quant.set_spin_us). `pcie=F`: the engine's --pcie-frac (its host parts then also queue the
+staging copies: `stage`, timed); `zc=F|auto|measure`: --zero-copy-frac (the device reads that share of each layer's
+experts in place from host memory; their pairs leave the CPU's part; 0 unless given, so the arms above compare like
+with like).
 usage: offload_timeline.py GGUF [cache=25%] [pcie=0] [zc=0] [arms=16:5000,16:200,15:5000,14:5000]"""
 import collections
 import statistics
@@ -53,6 +54,8 @@ def marked(self, *args, **kwargs):
 
 provider.OffloadedExperts._host_part = marked
 CpuExpertPool.accumulate = timed("cpu_experts", accumulate, spans)
+# the native host part (session 47) calls this instead: the CPU experts plus listing and counting the pairs, in C
+cpu_quant.offload_host_part = timed("cpu_experts", cpu_quant.offload_host_part, spans)
 torch.cuda.Event.synchronize = timed("event_wait", event_sync, spans)
 ExpertSlots.stage = timed("stage", ExpertSlots.stage, spans)
 if hasattr(provider.HostExchange, "upload"):  # the host part's upload (before session 40)
@@ -76,7 +79,8 @@ for threads, spin in arms * 2:
     line += (f", between host parts {statistics.median(gaps) * 1e6:.0f}; totals a step (ms): host parts "
              f"{sum(parts) / steps * 1e3:.2f}, cpu {sum(spans['cpu_experts']) / steps * 1e3:.2f}, between "
              f"{sum(gaps) / steps * 1e3:.2f}; cpu p90 "
-             f"{statistics.quantiles(spans['cpu_experts'], n=10)[-1] * 1e6:.0f} us")
+             f"{statistics.quantiles(spans['cpu_experts'], n=10)[-1] * 1e6 if len(spans['cpu_experts']) > 1 else 0:.0f}"
+             " us")
     line += (f"; pcie {opts.get('pcie', '0')} zc {opts.get('zc', '0')}, {len(spans['stage']) / steps:.1f} staging calls"
              f" a step; {host_layers} layers with a host part")
     print(line, flush=True)
