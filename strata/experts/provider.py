@@ -19,10 +19,11 @@ buffer, which the next graph copies in (a node of that graph) and adds. With PCI
 queues the copies of the plan's experts to the staging slots and writes their pairs' slots to another pinned
 buffer; the next graph copies that in too and runs those pairs (as the eager path's staged round, summed in the
 same order: `expert_total`). Pairs read in place run in the captured part after the slot pairs, and the host part
-sees them marked IN_PLACE. Without staging, GGUF experts' host part is one native call (native_host_part.py). A layer with no expert on the device skips the slot part. One graph launch a
-layer: each costs the host tens of microseconds on the step's critical path, unless (STRATA_LAUNCH_AHEAD=1, an
-A/B switch until measured) the graph after the host part is launched before it and waits on a flag in pinned
-memory that the host part raises once the CPU sum is written (split_graphs' gated splits; not with PCIe staging).
+sees them marked IN_PLACE. Without staging, GGUF experts' host part is one native call (native_host_part.py). A
+layer with no expert on the device skips the slot part. One graph launch a layer: each costs the host tens of
+microseconds on the step's critical path, unless (STRATA_LAUNCH_AHEAD=1, an A/B switch, within noise on an H100 in
+session 47) the graph after the host part is launched before it and waits on a flag in pinned memory that the host
+part raises once the CPU sum is written (split_graphs' gated splits; not with PCIe staging).
 """
 
 from __future__ import annotations

@@ -344,8 +344,8 @@ def host_part_args(slot_ids: np.ndarray, topk_ids: np.ndarray, topk_weights: np.
             raise ValueError(f"offload_host_part: {name} must be a contiguous {np.dtype(dtype).name} [{rows}, {top_k}] "
                              f"array, got {array.dtype} {array.shape}")
     if hidden.dtype not in (torch.bfloat16, torch.float16) or hidden.shape != (rows, dim) or not hidden.is_contiguous():
-        raise ValueError(f"offload_host_part: hidden must be a contiguous 16-bit [{rows}, D] tensor, got {hidden.dtype} "
-                         f"{tuple(hidden.shape)}")
+        raise ValueError(f"offload_host_part: hidden must be a contiguous 16-bit [{rows}, D] tensor, got "
+                         f"{hidden.dtype} {tuple(hidden.shape)}")
     _check_moe(torch.zeros(1, dim), np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32), w13,
                qtype13, w2, qtype2, inter, torch.zeros(1, dim))
     if cpu_sum.dtype != torch.float32 or cpu_sum.shape != hidden.shape or not cpu_sum.is_contiguous():
