@@ -105,7 +105,8 @@ def test_out_of_range_is_refused():
 def test_prompt_logprobs_from_cuda_graph_replays_equal_the_eager_steps(family, tiny_model_dir):
     """On CUDA fresh prompts replay prompt graphs (padded rows, several prompts a graph): the rows read for the
     prompt logprobs are each prompt's own. In bfloat16 (graphs need 16-bit experts; a float32 MoE runs eagerly):
-    each entry is the same engine's without graphs, and near HF's float32 one."""
+    each entry is the same engine's without graphs, and near HF's float32 one (a row of another position would be
+    off by about a nat: these models' log-probabilities spread 1.6 over the vocabulary)."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     prompts = [PROMPT, PROMPT[:13]]
@@ -127,8 +128,8 @@ def test_prompt_logprobs_from_cuda_graph_replays_equal_the_eager_steps(family, t
         for position in range(1, len(prompt)):
             token = prompt[position]
             got = replayed[position][token].logprob
-            assert got == pytest.approx(eager[position][token].logprob, abs=2e-2)
-            assert got == pytest.approx(reference[position - 1, token].item(), abs=0.1)
+            assert got == pytest.approx(eager[position][token].logprob, abs=5e-2)
+            assert got == pytest.approx(reference[position - 1, token].item(), abs=0.25)
 
 
 def test_preempted_requests_keep_their_prompt_logprobs(tiny_model_dir):
