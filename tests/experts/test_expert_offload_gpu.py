@@ -185,10 +185,15 @@ def q4k_moe_file(tmp_path_factory):
 def test_packed_experts_read_in_place_inside_split_graphs_match_the_eager_path(q4k_moe_file, experts):
     """zero_copy_frac: the pairs kernel reads some of each layer's Q4_K experts straight from pinned host memory over
     PCIe (no copy), in the captured part beside the CPU pool's work: split graphs give the eager path's tokens, and
-    the PCIe pairs without staging copied no bytes."""
-    reference = _tokens(_loads_published_at_once(make_llm(q4k_moe_file, "bfloat16", **experts)))
+    the PCIe pairs without staging copied no bytes. Four prompts: their decode steps read in place (steps of up to
+    IN_PLACE_MAX_ROWS rows), eagerly too."""
+    prompts = PROMPTS[:IN_PLACE_MAX_ROWS]
+    eager = _loads_published_at_once(make_llm(q4k_moe_file, "bfloat16", **experts))
+    reference = _tokens(eager, prompts)
+    assert eager.engine.experts.snapshot()["pcie_share"] > 0
+    del eager
     llm = _loads_published_at_once(make_llm(q4k_moe_file, "bfloat16", cuda_graphs=True, **experts))
-    assert _tokens(llm) == reference
+    assert _tokens(llm, prompts) == reference
     assert llm.engine.runner.graph_stats()["replays"] > 0
     manager = llm.engine.experts
     assert sum(manager.slots.zero_copy_per_layer) > 0
