@@ -27,9 +27,11 @@ class NativeHostPart:
     def __init__(self, exchange, blocks: ExpertBlocks, pool: CpuExpertPool, stats: RoutingStats) -> None:
         """exchange: the runner's HostExchange (provider.py), whose buffers the arguments point into."""
         self.exchange, self.pool, self.stats = exchange, pool, stats
-        self._args, self._scratch = cpu_quant.host_part_args(
+        if exchange.native_scratch is None:  # one for every layer: their host parts run one at a time
+            exchange.native_scratch = cpu_quant.host_part_scratch(*exchange.slot_ids_np.shape, exchange.hidden.shape[1])
+        self._args = cpu_quant.host_part_args(
             exchange.slot_ids_np, exchange.topk_ids_np, exchange.topk_weights_np, exchange.hidden, exchange.cpu_sum,
-            blocks.w13, blocks.qtype13, blocks.w2, blocks.qtype2, blocks.inter)
+            blocks.w13, blocks.qtype13, blocks.w2, blocks.qtype2, blocks.inter, exchange.native_scratch)
         self._address = ctypes.addressof(self._args)
         self._totals = np.zeros(2, dtype=np.int64)  # (CPU pairs, pairs read in place) of the last call
         self._totals_address = self._totals.ctypes.data

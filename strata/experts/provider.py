@@ -72,6 +72,7 @@ class HostExchange:
         self.topk_ids_np, self.topk_weights_np = self.topk_ids.numpy(), self.topk_weights.numpy()
         self.slot_ids_np, self.cpu_sum_np = self.slot_ids.numpy(), self.cpu_sum.numpy()
         self.staged_ids_np = self.staged_ids.numpy()
+        self.native_scratch: tuple | None = None  # the native host parts' scratch (native_host_part.py), shared
 
     def fetch_sum(self, num_rows: int) -> torch.Tensor:
         """The first `num_rows` rows of the CPU sum on the device [T, D] float32: a copy captured into the graph

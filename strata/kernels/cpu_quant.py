@@ -330,12 +330,20 @@ class HostPartArgs(ctypes.Structure):
                                                       "w2_row_stride"))]
 
 
+def host_part_scratch(rows: int, top_k: int, dim: int) -> tuple:
+    """offload_host_part's scratch for an exchange of [rows, top_k] pairs and [rows, dim] rows: float32 rows, the
+    pairs' rows, experts and weights. Layers whose host parts never overlap may share one."""
+    pairs = rows * top_k
+    return (np.empty((rows, dim), np.float32), np.empty(pairs, np.int64), np.empty(pairs, np.int64),
+            np.empty(pairs, np.float32))
+
+
 def host_part_args(slot_ids: np.ndarray, topk_ids: np.ndarray, topk_weights: np.ndarray, hidden: torch.Tensor,
                    cpu_sum: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2: int,
-                   inter: int) -> tuple[HostPartArgs, tuple]:
+                   inter: int, scratch: tuple) -> HostPartArgs:
     """offload_host_part's fixed arguments, checked once: the exchange's slot_ids / topk_ids int64 and topk_weights
     float32 numpy [N, K], hidden 16-bit [N, D] and cpu_sum float32 [N, D] CPU tensors (contiguous), one layer's
-    experts as quant_moe takes them. -> (the arguments, the scratch arrays they point into, to keep alive)."""
+    experts as quant_moe takes them, host_part_scratch(N, K, D) (the caller keeps it alive)."""
     rows, top_k = slot_ids.shape
     dim = hidden.shape[1] if hidden.dim() == 2 else -1
     for name, array, dtype in (("slot_ids", slot_ids, np.int64), ("topk_ids", topk_ids, np.int64),
@@ -351,13 +359,15 @@ def host_part_args(slot_ids: np.ndarray, topk_ids: np.ndarray, topk_weights: np.
     if cpu_sum.dtype != torch.float32 or cpu_sum.shape != hidden.shape or not cpu_sum.is_contiguous():
         raise ValueError(f"offload_host_part: cpu_sum must be a contiguous float32 {list(hidden.shape)} tensor, got "
                          f"{cpu_sum.dtype} {tuple(cpu_sum.shape)}")
-    scratch = (np.empty((rows, dim), np.float32), np.empty(rows * top_k, np.int64), np.empty(rows * top_k, np.int64),
-               np.empty(rows * top_k, np.float32))
+    expected = host_part_scratch(0, 0, 0)
+    if [(a.shape, a.dtype) for a in scratch] != [((rows, dim), expected[0].dtype)] + \
+            [((rows * top_k,), a.dtype) for a in expected[1:]]:
+        raise ValueError(f"offload_host_part: the scratch must be host_part_scratch({rows}, {top_k}, {dim})'s")
     args = HostPartArgs(slot_ids.ctypes.data, topk_ids.ctypes.data, topk_weights.ctypes.data, hidden.data_ptr(),
                         cpu_sum.data_ptr(), *(a.ctypes.data for a in scratch), rows, top_k, dim, inter, w13.shape[0],
                         int(hidden.dtype == torch.float16), qtype13, qtype2, w13.data_ptr(), w2.data_ptr(),
                         w13.stride(0), w13.stride(1), w2.stride(0), w2.stride(1))
-    return args, scratch
+    return args
 
 
 def offload_host_part(args_address: int, rows: int, real_rows: int, row_counts: int | None, totals: int,
