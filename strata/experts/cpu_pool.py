@@ -85,14 +85,19 @@ class CpuExpertPool:
             return
         self._torch_accumulate(hidden, rows, experts, weights, lambda e: (w13[e], w2[e]), w13.dtype, out)
 
+    def packed_native(self, blocks: ExpertBlocks, dtype: torch.dtype) -> bool:
+        """Whether GGUF experts `blocks` of a model in `dtype` run on the native kernel (16-bit models; a float32
+        one takes the exact dequantizing path)."""
+        return self.kernel == "native" and dtype != torch.float32 and cpu_quant.supports_moe(blocks.qtype13,
+                                                                                             blocks.qtype2)
+
     def _accumulate_packed(self, hidden: torch.Tensor, rows: np.ndarray, experts: np.ndarray, weights: np.ndarray,
                            blocks: ExpertBlocks, out: torch.Tensor) -> None:
         """Experts as GGUF blocks. 16-bit models: the native kernel (cpu_quant.quant_moe: activations
         rounded to int8 per block, as for every packed matmul of a 16-bit CPU model). float32 models, and
         where the kernel is not built: each used expert dequantized to float32 and the torch path, exactly
         the same file loaded dense."""
-        if self.kernel == "native" and hidden.dtype != torch.float32 and cpu_quant.supports_moe(blocks.qtype13,
-                                                                                                blocks.qtype2):
+        if self.packed_native(blocks, hidden.dtype):
             cpu_quant.quant_moe(hidden.float().contiguous(), np.ascontiguousarray(rows, dtype=np.int64),
                                 np.ascontiguousarray(experts, dtype=np.int64),
                                 np.ascontiguousarray(weights, dtype=np.float32), blocks.w13, blocks.qtype13, blocks.w2,

@@ -39,9 +39,8 @@ class NativeHostPart:
     @staticmethod
     def runs(exchange, weights, pool: CpuExpertPool) -> bool:
         """Whether a layer's host part can be native: GGUF experts the native kernel reads, 16-bit rows."""
-        return (isinstance(weights, ExpertBlocks) and pool.kernel == "native"
-                and exchange.hidden.dtype in (torch.bfloat16, torch.float16)
-                and cpu_quant.supports_moe(weights.qtype13, weights.qtype2))
+        return (isinstance(weights, ExpertBlocks) and exchange.hidden.dtype in (torch.bfloat16, torch.float16)
+                and pool.packed_native(weights, exchange.hidden.dtype))
 
     def __call__(self, num_real_rows: int, num_rows: int) -> None:
         """The host part of a step of num_rows rows (graph padding included), num_real_rows of them real."""

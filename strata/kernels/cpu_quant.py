@@ -359,9 +359,7 @@ def host_part_args(slot_ids: np.ndarray, topk_ids: np.ndarray, topk_weights: np.
     if cpu_sum.dtype != torch.float32 or cpu_sum.shape != hidden.shape or not cpu_sum.is_contiguous():
         raise ValueError(f"offload_host_part: cpu_sum must be a contiguous float32 {list(hidden.shape)} tensor, got "
                          f"{cpu_sum.dtype} {tuple(cpu_sum.shape)}")
-    expected = host_part_scratch(0, 0, 0)
-    if [(a.shape, a.dtype) for a in scratch] != [((rows, dim), expected[0].dtype)] + \
-            [((rows * top_k,), a.dtype) for a in expected[1:]]:
+    if [(a.shape, a.dtype) for a in scratch] != [(a.shape, a.dtype) for a in host_part_scratch(rows, top_k, dim)]:
         raise ValueError(f"offload_host_part: the scratch must be host_part_scratch({rows}, {top_k}, {dim})'s")
     args = HostPartArgs(slot_ids.ctypes.data, topk_ids.ctypes.data, topk_weights.ctypes.data, hidden.data_ptr(),
                         cpu_sum.data_ptr(), *(a.ctypes.data for a in scratch), rows, top_k, dim, inter, w13.shape[0],
@@ -373,7 +371,7 @@ def host_part_args(slot_ids: np.ndarray, topk_ids: np.ndarray, topk_weights: np.
 def offload_host_part(args_address: int, rows: int, real_rows: int, row_counts: int | None, totals: int,
                       num_threads: int) -> None:
     """An offloaded layer's host part (native/offload_host_part.c states it) with the arguments at
-    ctypes.addressof(host_part_args(...)[0]); row_counts: the address of an int64 [2, real_rows] array or None;
+    ctypes.addressof(host_part_args(...)); row_counts: the address of an int64 [2, real_rows] array or None;
     totals: of an int64 [2] array (CPU pairs, pairs read in place)."""
     status = (_library or _require()).strata_qmoe_host_part(args_address, rows, real_rows, num_threads, row_counts,
                                                            totals)
