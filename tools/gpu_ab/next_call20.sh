@@ -27,3 +27,7 @@ echo "== prompt logprobs GPU tests rc=$? t=$(( $(date +%s)-S ))"; grep -E "passe
 timeout -s INT 70 python3 -m pytest -q -p no:cacheprovider tests/experts/test_expert_offload_gpu.py -k sms \
   > $OUT/tests_sm_stage.log 2>&1
 echo "== SM staging GPU test rc=$? t=$(( $(date +%s)-S ))"; grep -E "passed|failed|FAILED|Error" $OUT/tests_sm_stage.log | tail -4
+# where issue 23's c1 time to first token goes (16.7 ms for a 64-token prompt in session 39: ~9 % of the c1 run)
+PROF_LEN=64 timeout -s INT 90 python3 prompt_step_prof.py /tmp/q4km.gguf > $OUT/prompt_prof_q4km.txt 2>&1
+echo "== prompt step profile rc=$? t=$(( $(date +%s)-S ))"; grep -E "prompt|Error" $OUT/prompt_prof_q4km.txt | head -5
+head -30 $OUT/prompt_prof_q4km.txt | tail -22 | cut -c1-150
