@@ -270,7 +270,7 @@ def _qwen4_exp_fields(hf: dict[str, Any], layer_types: tuple[str, ...]) -> dict[
         ngram_size, heads = hf.get("ngram_size", 3), hf.get("heads_per_ngram", 8)
         embed_dim = hf.get("ple_embed_dim") or hidden
         need(ngram_size >= 2 and heads > 0 and embed_dim % ((ngram_size - 1) * heads) == 0, "ple_embed_dim",
-             f"must be divisible by the n-gram heads (ngram_size - 1) * heads_per_ngram")
+             "must be divisible by the n-gram heads (ngram_size - 1) * heads_per_ngram")
         need(hf.get("eos_token_id") not in (None, []), "eos_token_id", "must be set when PLE layers are enabled")
         fields.update(ple_layers=tuple(i - 1 for i in ple_ids), ple_embed_dim=embed_dim,
                       ple_conv_kernel_size=hf.get("ple_conv_kernel_size", 4), ngram_size=ngram_size,

@@ -39,8 +39,9 @@ from strata.experts.cpu_pool import CpuExpertPool
 from strata.experts.native_host_part import NativeHostPart
 from strata.experts.slots import ExpertSlots
 from strata.experts.stats import RoutingStats
+from strata.kernels import triton_available
 from strata.kernels.host_flag import HostFlag
-from strata.kernels.sm_copy import copy_words
+from strata.kernels.sm_copy import copy_words, export_rows
 from strata.model.moe import run_experts
 from strata.split_graphs import capturing, split_here
 
@@ -54,12 +55,13 @@ IN_PLACE_MAX_ROWS = 4
 class HostExchange:
     """Buffers a split graph's MoE layers share (one layer uses them at a time): routing and rows
     copied out by the graph, the CPU sum copied back in. `by_sm`: those copies are kernels (kernels/sm_copy.py),
-    not copy-engine transfers, which queue behind the KV staging ring's large copies (runner/kv_staging.py)."""
+    not copy-engine transfers, which queue behind the KV staging ring's large copies (runner/kv_staging.py); also
+    with STRATA_SM_EXCHANGE=1 (an A/B switch of copy nodes against kernel nodes, read at capture)."""
 
     def __init__(self, max_tokens: int, top_k: int, hidden_size: int, dtype: torch.dtype, device: str,
                  by_sm: bool = False) -> None:
         pinned = {"pin_memory": torch.device(device).type == "cuda"}  # (unpinned on a CPU device: the tests')
-        self.max_tokens, self.by_sm = max_tokens, by_sm
+        self.max_tokens, self._by_sm = max_tokens, by_sm
         self.topk_ids = torch.zeros(max_tokens, top_k, dtype=torch.long, **pinned)          # [N, K]
         self.topk_weights = torch.zeros(max_tokens, top_k, dtype=torch.float32, **pinned)   # [N, K]
         self.slot_ids = torch.zeros(max_tokens, top_k, dtype=torch.long, **pinned)          # [N, K]
@@ -74,6 +76,11 @@ class HostExchange:
         self.staged_ids_np = self.staged_ids.numpy()
         self.native_scratch: tuple | None = None  # the native host parts' scratch (native_host_part.py), shared
 
+    @property
+    def by_sm(self) -> bool:
+        """Whether the graphs captured now copy by kernels (pinned buffers and Triton only)."""
+        return self._by_sm or (self.cpu_sum.is_pinned() and debug_flag("SM_EXCHANGE") and triton_available())
+
     def fetch_sum(self, num_rows: int) -> torch.Tensor:
         """The first `num_rows` rows of the CPU sum on the device [T, D] float32: a copy captured into the graph
         after the host part, which reads the pinned buffer as the host part left it."""
@@ -87,8 +94,13 @@ class HostExchange:
 
     def export(self, topk_ids: torch.Tensor, topk_weights: torch.Tensor, slot_ids: torch.Tensor,
                hidden: torch.Tensor) -> None:
-        """Queue the copies of a layer's routing [T, K] and rows [T, D] into the host buffers (captured)."""
+        """Queue the copies of a layer's routing [T, K] and rows [T, D] into the host buffers (captured): by the SMs,
+        one kernel (sm_copy.export_rows), else four copies."""
         num_rows = hidden.shape[0]
+        if self.by_sm:
+            export_rows((self.topk_ids[:num_rows], self.topk_weights[:num_rows], self.slot_ids[:num_rows],
+                         self.hidden[:num_rows]), (topk_ids, topk_weights, slot_ids, hidden))
+            return
         self._transfer(self.topk_ids[:num_rows], topk_ids)
         self._transfer(self.topk_weights[:num_rows], topk_weights)
         self._transfer(self.slot_ids[:num_rows], slot_ids)

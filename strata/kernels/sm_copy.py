@@ -38,6 +38,22 @@ if triton is not None:
         tl.store(dst + offsets, tl.load(src + offsets, mask=mask), mask=mask)
 
     @triton.jit
+    def _export_rows_kernel(ids_src, ids_dst, weights_src, weights_dst, slots_src, slots_dst, rows_src, rows_dst,
+                            top_k, dim, stride_ids, stride_weights, stride_slots, stride_rows, K_PAD: tl.constexpr,
+                            BLOCK_D: tl.constexpr):
+        # program t: token row t's routing (k ids, weights, slots) and its hidden row, each cast to its buffer's dtype
+        t = tl.program_id(0).to(tl.int64)
+        k = tl.arange(0, K_PAD)
+        k_ok = k < top_k
+        tl.store(ids_dst + t * top_k + k, tl.load(ids_src + t * stride_ids + k, mask=k_ok), mask=k_ok)
+        tl.store(weights_dst + t * top_k + k, tl.load(weights_src + t * stride_weights + k, mask=k_ok), mask=k_ok)
+        tl.store(slots_dst + t * top_k + k, tl.load(slots_src + t * stride_slots + k, mask=k_ok), mask=k_ok)
+        for d0 in range(0, dim, BLOCK_D):
+            d = d0 + tl.arange(0, BLOCK_D)
+            d_ok = d < dim
+            tl.store(rows_dst + t * dim + d, tl.load(rows_src + t * stride_rows + d, mask=d_ok), mask=d_ok)
+
+    @triton.jit
     def _gather_rows_kernel(src, dst, ids, row_words, src_stride, dst_stride, BLOCK: tl.constexpr):
         # program (slot, chunk): BLOCK words of row ids[slot] of src into row `slot` of dst (a negative id: none)
         slot, chunk = tl.program_id(0), tl.program_id(1)
@@ -60,6 +76,31 @@ def copy_words(dst: torch.Tensor, src: torch.Tensor) -> None:
     n = d.numel()
     if n:
         _copy_words_kernel[(triton.cdiv(n, BLOCK_WORDS),)](s, d, n, BLOCK=BLOCK_WORDS, num_warps=4)
+
+
+def export_rows(dst: tuple[torch.Tensor, ...], src: tuple[torch.Tensor, ...]) -> None:
+    """An offloaded MoE layer's routing and rows to the host in one launch: dst = (ids, weights, slots) [T, K] and
+    rows [T, D], contiguous (pinned host buffers on CUDA), from src alike (on the device; rows of unit stride along
+    their last dim), each value cast to its dst's dtype. Four copy nodes of a captured graph (several us each, in
+    order) become one kernel. Elsewhere (no Triton, a CPU tensor outside Triton's interpreter) by torch copies."""
+    if len(dst) != 4 or len(src) != 4 or any(d.shape != s.shape or d.dim() != 2 for d, s in zip(dst, src)) \
+            or dst[0].shape != dst[1].shape or dst[0].shape != dst[2].shape or dst[0].shape[0] != dst[3].shape[0] \
+            or not all(d.is_contiguous() for d in dst) or not all(s.stride(1) == 1 for s in src):
+        raise ValueError("export_rows: (ids, weights, slots) [T, K] and rows [T, D] alike in dst and src, dst "
+                         "contiguous, src of unit stride along each row, got dst "
+                         f"{[tuple(d.shape) for d in dst]} and src {[tuple(s.shape) for s in src]}")
+    num_rows, top_k = dst[0].shape
+    if not num_rows:
+        return
+    if triton is None or not (src[0].is_cuda or os.environ.get("TRITON_INTERPRET") == "1"):
+        for d, s in zip(dst, src):
+            d.copy_(s)
+        return
+    dim = dst[3].shape[1]
+    _export_rows_kernel[(num_rows,)](src[0], dst[0], src[1], dst[1], src[2], dst[2], src[3], dst[3], top_k, dim,
+                                     src[0].stride(0), src[1].stride(0), src[2].stride(0), src[3].stride(0),
+                                     K_PAD=triton.next_power_of_2(top_k),
+                                     BLOCK_D=min(2048, triton.next_power_of_2(dim)), num_warps=4)
 
 
 GATHER_BLOCK_WORDS = 2048  # 8 KB a program: a 3 MB expert is ~370 programs, all the SMs busy on its reads

@@ -23,7 +23,7 @@ from torch import nn
 
 from strata import progress
 from strata.cache.pools import CheckpointPool, HostParkPool, KVPool, StatePool
-from strata.config import MAX_SPEC_TOKENS, RunnerConfig, SpecConfig, debug_flag
+from strata.config import MAX_SPEC_TOKENS, RunnerConfig, SpecConfig
 from strata.kernels import triton_available
 from strata.model.context import ForwardScratch
 from strata.model.gated_delta_net import TRITON_MAX_QUERY_LEN
@@ -129,9 +129,9 @@ class ModelRunner:
             host_plan = None
             if offloaded:  # MoE layers split the graphs
                 # beside the staging ring's copies, the MoE layers' small transfers are made by kernels (also on
-                # STRATA_SM_EXCHANGE=1: an A/B of a split graph's launch with copy nodes against kernel nodes)
+                # STRATA_SM_EXCHANGE=1, read by the exchange at capture)
                 ring = self.kv_staging is not None and self.kv_staging.sm_exchange
-                by_sm = (ring or debug_flag("SM_EXCHANGE")) and triton_available()
+                by_sm = ring and triton_available()
                 self.experts.prepare_graphs(max_slots * window, dtype, device, by_sm)
                 host_plan = self.experts.graph_plan
             real_rows = self.experts.real_rows if self.experts is not None else None

@@ -36,3 +36,65 @@ def test_misshapen_arguments_are_refused():
     with pytest.raises(ValueError, match="alike contiguous rows"):
         gather_rows(torch.zeros(2, 12, dtype=torch.uint8), torch.zeros(4, 8, dtype=torch.uint8),
                     torch.zeros(2, dtype=torch.long))
+
+
+def _export_problem(device: str, num_rows: int = 3, top_k: int = 6, dim: int = 2 * 2048 + 40):
+    """A layer's routing and rows as the device has them (ids int64, weights and rows bfloat16, rows strided) and the
+    exchange's host buffers (ids, weights float32, slots int64, rows bfloat16)."""
+    generator = torch.Generator().manual_seed(num_rows * 100 + top_k)
+    ids = torch.randint(0, 128, (num_rows, top_k), generator=generator).to(device)
+    weights = torch.rand(num_rows, top_k, generator=generator).to(torch.bfloat16).to(device)
+    slots = torch.randint(-2, 30, (num_rows, top_k), generator=generator).to(device)
+    wide = torch.randn(num_rows, dim + 8, generator=generator).to(torch.bfloat16).to(device)
+    src = (ids, weights, slots, wide[:, 4:dim + 4])  # rows of a wider tensor: stride(0) > dim
+    pinned = {"pin_memory": device == "cuda"}
+    dst = (torch.zeros(num_rows, top_k, dtype=torch.long, **pinned), torch.zeros(num_rows, top_k, **pinned),
+           torch.zeros(num_rows, top_k, dtype=torch.long, **pinned),
+           torch.zeros(num_rows, dim, dtype=torch.bfloat16, **pinned))
+    return dst, src
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_export_rows_casts_each_buffer_as_its_copy_would(device):
+    """sm_copy.export_rows: one launch (Triton's interpreter with TRITON_INTERPRET=1, else torch copies on the CPU)
+    gives each host buffer what dst.copy_(src) gives it: ids and slots as they are, weights widened to float32,
+    rows (wider than a program's 2,048 columns, strided) bit for bit."""
+    from strata.kernels.sm_copy import export_rows
+
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    dst, src = _export_problem(device)
+    export_rows(dst, src)
+    for d, s in zip(dst, src):
+        assert torch.equal(d, s.cpu().to(d.dtype))
+
+
+@pytest.mark.gpu
+def test_export_rows_inside_a_graph_writes_each_replays_values():
+    from strata.kernels.sm_copy import export_rows
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    dst, src = _export_problem("cuda", num_rows=2, top_k=8, dim=2048)
+    export_rows(dst, src)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        export_rows(dst, src)
+    for s in src:
+        s.copy_(torch.randint(-5, 100, s.shape).to(s.dtype))
+    graph.replay()
+    torch.cuda.synchronize()
+    for d, s in zip(dst, src):
+        assert torch.equal(d, s.cpu().to(d.dtype))
+
+
+def test_export_rows_refuses_buffers_that_do_not_match():
+    from strata.kernels.sm_copy import export_rows
+
+    dst, src = _export_problem("cpu")
+    with pytest.raises(ValueError, match="alike in dst and src"):
+        export_rows(dst, (src[0][:2],) + src[1:])
+    with pytest.raises(ValueError, match="alike in dst and src"):
+        export_rows(dst[:3], src[:3])
+    with pytest.raises(ValueError, match="unit stride"):
+        export_rows(dst, src[:3] + (src[3].t().contiguous().t(),))
