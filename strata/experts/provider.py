@@ -39,7 +39,6 @@ from strata.experts.cpu_pool import CpuExpertPool
 from strata.experts.native_host_part import NativeHostPart
 from strata.experts.slots import ExpertSlots
 from strata.experts.stats import RoutingStats
-from strata.kernels import triton_available
 from strata.kernels.host_flag import HostFlag
 from strata.kernels.sm_copy import copy_words, export_rows
 from strata.model.moe import run_experts
@@ -55,8 +54,8 @@ IN_PLACE_MAX_ROWS = 4
 class HostExchange:
     """Buffers a split graph's MoE layers share (one layer uses them at a time): routing and rows
     copied out by the graph, the CPU sum copied back in. `by_sm`: those copies are kernels (kernels/sm_copy.py),
-    not copy-engine transfers, which queue behind the KV staging ring's large copies (runner/kv_staging.py); also
-    with STRATA_SM_EXCHANGE=1 (an A/B switch of copy nodes against kernel nodes, read at capture)."""
+    not copy-engine transfers, which queue behind the KV staging ring's large copies (runner/kv_staging.py), and the
+    four copies out one launch; STRATA_COPY_EXCHANGE=1 (an A/B switch, read at capture) makes them copy nodes."""
 
     def __init__(self, max_tokens: int, top_k: int, hidden_size: int, dtype: torch.dtype, device: str,
                  by_sm: bool = False) -> None:
@@ -79,7 +78,7 @@ class HostExchange:
     @property
     def by_sm(self) -> bool:
         """Whether the graphs captured now copy by kernels (pinned buffers and Triton only)."""
-        return self._by_sm or (self.cpu_sum.is_pinned() and debug_flag("SM_EXCHANGE") and triton_available())
+        return self._by_sm and not debug_flag("COPY_EXCHANGE")
 
     def fetch_sum(self, num_rows: int) -> torch.Tensor:
         """The first `num_rows` rows of the CPU sum on the device [T, D] float32: a copy captured into the graph

@@ -28,8 +28,8 @@ Models with further per-token caches (QSA's index keys) are not staged.
 
 A copy engine runs its copies in order, whatever their streams: a small transfer of the main stream queued
 behind a layer's ~100 MB copy waits for all of it (bench/results/2026-12-03-h200-session27/). So the ring's
-copies are queued after the step's input uploads, and offloaded MoE layers beside the ring make their
-transfers by kernels (`sm_exchange`, experts/provider.py HostExchange).
+copies are queued after the step's input uploads, and offloaded MoE layers make their transfers by kernels
+(experts/provider.py HostExchange).
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ from strata.types import ScheduledSlot
 
 
 class HostKVStaging:
-    sm_exchange = True  # offloaded MoE layers' host transfers made by kernels beside the ring (False: copy engines)
     copies_ahead = True  # the last layers' entries refilled for the next step (module docstring; False: not)
 
     def __init__(self, tier_pool: HostKVPool, layers: list[int], ring_size: int, capacity: int,

@@ -128,11 +128,10 @@ class ModelRunner:
                                  max_prompt_rows=prompt_graph_rows(prompt_tokens), host_tier=self.host_kv is not None)
             host_plan = None
             if offloaded:  # MoE layers split the graphs
-                # beside the staging ring's copies, the MoE layers' small transfers are made by kernels (also on
-                # STRATA_SM_EXCHANGE=1, read by the exchange at capture)
-                ring = self.kv_staging is not None and self.kv_staging.sm_exchange
-                by_sm = ring and triton_available()
-                self.experts.prepare_graphs(max_slots * window, dtype, device, by_sm)
+                # the MoE layers' small transfers are made by kernels: one launch out where copy nodes took four
+                # (issue 23's offload 108.0 against 100.6 tok/s on an H100, session 48), and beside the staging ring
+                # they do not queue behind its copies (experts/provider.py HostExchange)
+                self.experts.prepare_graphs(max_slots * window, dtype, device, by_sm=triton_available())
                 host_plan = self.experts.graph_plan
             real_rows = self.experts.real_rows if self.experts is not None else None
             self.graphs = CudaGraphCache(model, inputs, self.kv_pool.caches, self.state_pool.caches, max_slots,

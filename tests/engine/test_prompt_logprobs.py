@@ -105,8 +105,9 @@ def test_out_of_range_is_refused():
 def test_prompt_logprobs_from_cuda_graph_replays_equal_the_eager_steps(family, tiny_model_dir):
     """On CUDA fresh prompts replay prompt graphs (padded rows, several prompts a graph): the rows read for the
     prompt logprobs are each prompt's own. In bfloat16 (graphs need 16-bit experts; a float32 MoE runs eagerly):
-    each entry is the same engine's without graphs, and near HF's float32 one (a row of another position would be
-    off by about a nat: these models' log-probabilities spread 1.6 over the vocabulary)."""
+    each entry is the same engine's without graphs, and near HF's float32 one on average over the prompt: bfloat16
+    moves single entries by up to ~0.7 nat (session 48, H100), a row of another position moves them all (these models'
+    log-probabilities spread 1.6 over the vocabulary)."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     prompts = [PROMPT, PROMPT[:13]]
@@ -125,11 +126,15 @@ def test_prompt_logprobs_from_cuda_graph_replays_equal_the_eager_steps(family, t
     for prompt, replayed, eager in zip(prompts, runs[True], runs[False]):
         reference = hf_logprobs(family, prompt)
         assert replayed[0] is None and eager[0] is None
+        own, shifted = [], []  # |error| against HF's row of the same position, and of the position before
         for position in range(1, len(prompt)):
             token = prompt[position]
             got = replayed[position][token].logprob
             assert got == pytest.approx(eager[position][token].logprob, abs=5e-2)
-            assert got == pytest.approx(reference[position - 1, token].item(), abs=0.25)
+            own.append(abs(got - reference[position - 1, token].item()))
+            if position > 1:
+                shifted.append(abs(got - reference[position - 2, token].item()))
+        assert sum(own) / len(own) < 0.3 and sum(own) / len(own) < sum(shifted) / len(shifted) / 2
 
 
 def test_preempted_requests_keep_their_prompt_logprobs(tiny_model_dir):

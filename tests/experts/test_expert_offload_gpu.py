@@ -18,7 +18,6 @@ from strata.experts.slots import ExpertSlots
 from strata.experts.stats import RoutingStats
 from strata.kernels.sm_copy import copy_words
 from strata.model.moe import run_experts
-from strata.runner.kv_staging import HostKVStaging
 from tiny_models import moe_256_state
 
 pytestmark = pytest.mark.gpu
@@ -253,9 +252,9 @@ def test_zero_copy_measure_times_the_share_and_keeps_the_tokens(q4k_moe_file):
 @pytest.mark.parametrize("sm_exchange", [True, False])
 def test_offloaded_layers_beside_the_kv_staging_ring_match_the_eager_path(tiny_model_dir, monkeypatch, sm_exchange):
     """KV beyond VRAM staged (--kv-staging-layers) with offloaded experts in split graphs: the MoE layers' host
-    transfers made by kernels (HostExchange.by_sm, the default beside the ring) or by copy engines. Greedy
+    transfers made by kernels (HostExchange.by_sm, the default) or by copy engines (STRATA_COPY_EXCHANGE=1). Greedy
     tokens equal the eager path, which reads the tier itself."""
-    monkeypatch.setattr(HostKVStaging, "sm_exchange", sm_exchange)
+    monkeypatch.setenv("STRATA_COPY_EXCHANGE", "0" if sm_exchange else "1")
     experts = {"expert_cache": "50%", "expert_split": "static", "expert_swap_interval": 0}
     prompts = [{"prompt_token_ids": [(5 * i + 11 * j) % 150 + 5 for j in range(20 + 9 * i)]} for i in range(4)]
     runs = {}
