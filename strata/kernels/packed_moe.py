@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import torch
 
-from strata.kernels import packed_dequant, packed_gemv, packed_iquants, packed_mmq, packed_q8
+from strata.kernels import packed_dequant, packed_gemv, packed_iquants, packed_mmq, packed_q8, packed_q8_grouped
 from strata.kernels.fused_moe import fused_moe as fused_moe_kernel
 from strata.kernels.fused_moe import grouped_experts_ref
 from strata.kernels.gguf_blocks import dequantize_ref
@@ -132,7 +132,7 @@ def packed_moe(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.
     dim, inter = hidden.shape[1], w13.shape[1] // 2
     pairs_pay = topk_ids.numel() <= Q8_PAIRS_PER_EXPERT * w13.shape[0]
     if pairs_pay and q8_pairs_supported(w13, qtype13, w2, qtype2, dim, inter):
-        partials = packed_q8.moe_pairs_q8(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights)
+        partials = _q8_pairs(topk_ids.shape[0])(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights)
         return partials.sum(1).to(hidden.dtype) if sum_topk else partials
     mmq_pays = topk_ids.numel() < MMQ_PAIRS_PER_EXPERT * w13.shape[0]
     if not pairs_pay and mmq_pays and grouped_q8_supported(w13, qtype13, w2, qtype2, dim, inter):
@@ -145,6 +145,16 @@ def packed_moe(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.
     capturing = torch.cuda.is_current_stream_capturing()
     out = _dequantized(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights, every_expert=capturing)
     return out if sum_topk else out.float().unsqueeze(1)
+
+
+def _q8_pairs(num_tokens: int):
+    """packed_q8's pairs, or for steps of several tokens with STRATA_GROUPED_PAIRS=1 (an A/B switch, read at each
+    call: at capture in graphs) packed_q8_grouped's, which read an expert once per block of its pairs."""
+    from strata.config import debug_flag
+
+    if num_tokens > 1 and debug_flag("GROUPED_PAIRS"):
+        return packed_q8_grouped.moe_grouped_pairs_q8
+    return packed_q8.moe_pairs_q8
 
 
 def _dequantized(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2: int,
