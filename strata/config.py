@@ -642,12 +642,3 @@ def resolve_dtype(dtype: str, device: str) -> str:
 def debug_flag(name: str) -> bool:
     """The one place environment switches are read (debugging only)."""
     return os.environ.get(f"STRATA_{name}", "") not in ("", "0")
-
-
-def debug_int(name: str, default: int) -> int:
-    """An integer environment switch (debugging and A/B runs only): STRATA_<name>, else `default`."""
-    value = os.environ.get(f"STRATA_{name}", "")
-    try:
-        return int(value) if value else default
-    except ValueError:
-        raise ValueError(f"STRATA_{name} must be an integer, got {value!r}") from None

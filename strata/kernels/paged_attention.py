@@ -113,17 +113,6 @@ def _multiprocessors(device_index: int) -> int:
 # on the H200 (Qwen3-Next geometry, tools/gpu_ab/attn_long_ab.py); the merge reads one partial row a split
 MAX_SPLITS = 128
 
-# a split takes at least this many KV tiles, so a short context runs in fewer programs (at most tiles / this) and
-# one of up to this many tiles writes its output without the merge; 1: a split a tile (STRATA_ATTN_MIN_TILES, an A/B
-# switch read at each call)
-MIN_TILES_PER_SPLIT = 1
-
-
-def min_tiles_per_split() -> int:
-    from strata.config import debug_int
-
-    return max(1, debug_int("ATTN_MIN_TILES", MIN_TILES_PER_SPLIT))
-
 
 def epilogue_rounds(head_dim: int) -> bool:
     """Whether the output's epilogue can round it for packed weights: heads of a power-of-two width of at least 32
@@ -160,8 +149,7 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
                     kv_scales: tuple[torch.Tensor, torch.Tensor] | None = None, host_kv: tuple | None = None,
                     host_block_tables: torch.Tensor | None = None,
                     host_block_counts: torch.Tensor | None = None, block_choice: BlockChoice = None,
-                    gate: torch.Tensor | None = None, rounding: tuple | None = None,
-                    min_tiles: int | None = None) -> torch.Tensor:
+                    gate: torch.Tensor | None = None, rounding: tuple | None = None) -> torch.Tensor:
     """Same contract as paged_attention_ref (windows of at most 16 tokens). Pass max_query_len (a host
     int the runner knows) to avoid a device sync; num_splits overrides the split heuristic, which
     otherwise sizes splits by max(block_tables columns, table_width). host_kv: (K, V, their int8 scales
@@ -169,8 +157,7 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     host_block_counts[s] blocks are host_block_tables [S, Wh]'s (their block_tables columns are unread). block_choice: QSA's
     (chosen [T, W] uint8, ratio, top_blocks) (module docstring). gate [T, H, D] (unit stride along D): the output
     is out * sigmoid(gate); rounding: q8_rounding.empty_rounding(T, H * D)'s buffers, filled with the output's 8-bit
-    rounding (head_dim a power of two of at least 32: epilogue_rounds). min_tiles: the fewest KV tiles a split takes
-    (MIN_TILES_PER_SPLIT unless given)."""
+    rounding (head_dim a power of two of at least 32: epilogue_rounds)."""
     num_tokens, num_heads, head_dim = q.shape
     # a 1-byte cache read by float32 queries is widened to float32 tiles (int8 at head_dim 256 asked for
     # 295 KB of shared memory on the H200): size the tiles by the wider type then
@@ -203,7 +190,6 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     max_blocks = max(block_tables.shape[1], table_width)
     splits = num_splits or num_splits_for(num_seqs, num_kv_heads, max_blocks, block_size, block_n, q_pad, q.device)
     block_m = max(16, q_pad * g_pad)
-    min_tiles = min_tiles or min_tiles_per_split()
     partial = torch.empty(splits, num_tokens, num_heads, head_dim, dtype=torch.float32, device=q.device)
     stats = torch.empty(2, splits, num_tokens, num_heads, dtype=torch.float32, device=q.device)  # m, l
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)                        # [T, H, D]
@@ -218,7 +204,6 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         q, k_cache, v_cache, k_scale, v_scale, block_tables, seq_lens, query_start_loc, partial, stats, out,
         host_k, host_v, host_ks, host_vs, host_block_tables, host_block_counts, chosen, ratio, top_blocks,
         chosen.stride(0) if has_choice else 0, scale * 1.4426950408889634, block_size, group, num_heads, head_dim, splits,
-        min_tiles,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), k_cache.stride(0), k_cache.stride(1),
         k_cache.stride(2), k_scale.stride(0), k_scale.stride(1), block_tables.stride(0), partial.stride(0),
         stats.stride(0), stats.stride(1), host_k.stride(0), host_ks.stride(0), host_block_tables.stride(0), *epilogue,
@@ -227,8 +212,7 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         BLOCK_D=triton.next_power_of_2(head_dim), num_warps=4 if block_m <= 32 else 8, num_stages=num_stages,
         **pdl_options(q))
     _merge_kernel[(num_seqs, num_heads, max_query_len)](
-        partial, stats, out, seq_lens, query_start_loc, splits, min_tiles, num_heads, head_dim, out.stride(0),
-        out.stride(1),
+        partial, stats, out, seq_lens, query_start_loc, splits, num_heads, head_dim, out.stride(0), out.stride(1),
         partial.stride(0), stats.stride(0), stats.stride(1), *epilogue, **flags, BLOCK_N=block_n,
         SPLITS_PAD=triton.next_power_of_2(splits), BLOCK_D=triton.next_power_of_2(head_dim), num_warps=4, **pdl_options(q))
     return out
@@ -240,7 +224,6 @@ if triton is not None:
     def _split_kernel(q_ptr, k_ptr, v_ptr, ks_ptr, vs_ptr, tables_ptr, seq_lens_ptr, qsl_ptr, partial_ptr,
                       stats_ptr, out_ptr, hk_ptr, hv_ptr, hks_ptr, hvs_ptr, host_tables_ptr, host_counts_ptr,
                       chosen_ptr, ratio, top_blocks, stride_chosen, qk_scale, block_size, group, num_heads, head_dim, num_splits,
-                      min_tiles,
                       stride_qt, stride_qh, stride_ot, stride_oh, stride_kb, stride_ko, stride_kh,
                       stride_sb, stride_so, stride_table, stride_ps, stride_sk, stride_st,
                       stride_hb, stride_hsb, stride_host_table, gate_ptr, stride_gt, stride_gh, q8_ptr, dx_ptr,
@@ -254,7 +237,7 @@ if triton is not None:
         q_start = tl.load(qsl_ptr + seq)
         q_len = tl.load(qsl_ptr + seq + 1) - q_start
         num_tiles = tl.cdiv(seq_len, BLOCK_N)
-        per_split = tl.maximum(tl.cdiv(num_tiles, num_splits), min_tiles)
+        per_split = tl.cdiv(num_tiles, num_splits)
         if split * per_split >= num_tiles:
             return  # a split this sequence does not need (the merge reads only the used ones)
         # row r of the tile: window token r // G_PAD, query head kv_head * group + r % G_PAD
@@ -336,8 +319,7 @@ if triton is not None:
         tl.store(stats_ptr + stride_sk + split * stride_st + th_index, l_i, mask=row_ok)
 
     @triton.jit
-    def _merge_kernel(partial_ptr, stats_ptr, out_ptr, seq_lens_ptr, qsl_ptr, num_splits, min_tiles, num_heads,
-                      head_dim,
+    def _merge_kernel(partial_ptr, stats_ptr, out_ptr, seq_lens_ptr, qsl_ptr, num_splits, num_heads, head_dim,
                       stride_ot, stride_oh, stride_ps, stride_sk, stride_st, gate_ptr, stride_gt, stride_gh, q8_ptr,
                       dx_ptr, sums_ptr, HAS_GATE: tl.constexpr, ROUND: tl.constexpr, BLOCK_N: tl.constexpr,
                       SPLITS_PAD: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr):
@@ -345,7 +327,7 @@ if triton is not None:
         seq, head, j = tl.program_id(0), tl.program_id(1), tl.program_id(2)
         q_start = tl.load(qsl_ptr + seq)
         num_tiles = tl.cdiv(tl.load(seq_lens_ptr + seq), BLOCK_N)
-        per_split = tl.maximum(tl.cdiv(num_tiles, num_splits), min_tiles)
+        per_split = tl.cdiv(num_tiles, num_splits)
         if (j >= tl.load(qsl_ptr + seq + 1) - q_start) | (per_split >= num_tiles):
             return  # past this window, or its one split wrote the output
         token = q_start + j
