@@ -96,9 +96,11 @@ class HostExchange:
         """Queue the copies of a layer's routing [T, K] and rows [T, D] into the host buffers (captured): by the SMs,
         one kernel (sm_copy.export_rows), else four copies."""
         num_rows = hidden.shape[0]
-        if self.by_sm:
+        if self.by_sm:  # (rows of unit stride along their last dim: a copy first otherwise)
             export_rows((self.topk_ids[:num_rows], self.topk_weights[:num_rows], self.slot_ids[:num_rows],
-                         self.hidden[:num_rows]), (topk_ids, topk_weights, slot_ids, hidden))
+                         self.hidden[:num_rows]),
+                        tuple(t if t.stride(-1) == 1 else t.contiguous() for t in (topk_ids, topk_weights, slot_ids,
+                                                                                  hidden)))
             return
         self._transfer(self.topk_ids[:num_rows], topk_ids)
         self._transfer(self.topk_weights[:num_rows], topk_weights)
