@@ -71,12 +71,12 @@ if "--full" in sys.argv:
                  dict(num_warps=4, num_stages=2))):
             ok &= compile_to_cubin(fn, consts, f"full {fn.fn.__name__} q{q}", options)
     for q in sorted(packed_q8.UNIT):  # the 8-bit-activation kernels, as packed_gemv_q8 and moe_pairs_q8 launch them
-        wt = packed_q8._word_tiles(q, False)
+        wt = packed_q8.word_tiles(q, False)
         for fn, consts, options in (
                 (packed_q8._gemv_kernel, dict(QTYPE=q, BLOCK_N=2, SB=2, ROWS=1, UNIT=packed_q8.UNIT[q], WT=wt,
                                               USE_PDL=True, ASM=True), dict(num_warps=1, num_stages=3)),
                 (packed_q8._gemv_kernel, dict(QTYPE=q, BLOCK_N=4, SB=1, ROWS=8, UNIT=packed_q8.UNIT[q],
-                                              WT=packed_q8._word_tiles(q, True), USE_PDL=True, ASM=True),
+                                              WT=packed_q8.word_tiles(q, True), USE_PDL=True, ASM=True),
                  dict(num_warps=1, num_stages=3)),
                 (packed_q8._gate_up_kernel, dict(QTYPE=q, BLOCK_N=16, SB=2, UNIT=packed_q8.UNIT[q], WT=wt, USE_PDL=True,
                                                  ASM=True), dict(num_warps=1, num_stages=3)),
@@ -85,7 +85,7 @@ if "--full" in sys.argv:
             ok &= compile_to_cubin(fn, consts, f"full q8 {fn.fn.__name__} q{q}", options)
         for fn in (packed_q8_grouped._gate_up_grouped_kernel, packed_q8_grouped._down_grouped_kernel):
             ok &= compile_to_cubin(fn, dict(QTYPE=q, BLOCK_M=4, BLOCK_N=8, SB=1, UNIT=packed_q8.UNIT[q],
-                                            WT=packed_q8._word_tiles(q, True), USE_PDL=True, ASM=True),
+                                            WT=packed_q8.word_tiles(q, True), USE_PDL=True, ASM=True),
                                    f"full q8 grouped {fn.fn.__name__} q{q}", dict(num_warps=2, num_stages=3))
 for q in sorted(packed_gemv.BLOCK_LAYOUT):
     for sb in (1, 2):
@@ -104,16 +104,16 @@ for q in sorted(packed_gemv_words.SUPERBLOCK_BYTES):
 for q in sorted(packed_q8.UNIT):
     for asm in (False, True):
         for rows in (1, 4):
-            ok &= check(packed_q8._gemv_kernel, dict(QTYPE=q, BLOCK_N=4, SB=2, ROWS=rows, UNIT=packed_q8.UNIT[q], WT=packed_q8._word_tiles(q, rows > 1),
+            ok &= check(packed_q8._gemv_kernel, dict(QTYPE=q, BLOCK_N=4, SB=2, ROWS=rows, UNIT=packed_q8.UNIT[q], WT=packed_q8.word_tiles(q, rows > 1),
                              USE_PDL=True, ASM=asm),
                         f"q8 gemv q{q} rows{rows} asm={asm}")
         for k in (packed_q8._gate_up_kernel, packed_q8._down_kernel):
-            ok &= check(k, dict(QTYPE=q, BLOCK_N=4, SB=1, UNIT=packed_q8.UNIT[q], WT=packed_q8._word_tiles(q, False), USE_PDL=True,
+            ok &= check(k, dict(QTYPE=q, BLOCK_N=4, SB=1, UNIT=packed_q8.UNIT[q], WT=packed_q8.word_tiles(q, False), USE_PDL=True,
                              ASM=asm), f"q8 {k.fn.__name__} q{q} asm={asm}")
         for k in (packed_q8_grouped._gate_up_grouped_kernel, packed_q8_grouped._down_grouped_kernel):
             for block_m in (1, 8):
                 ok &= check(k, dict(QTYPE=q, BLOCK_M=block_m, BLOCK_N=8, SB=1, UNIT=packed_q8.UNIT[q],
-                                    WT=packed_q8._word_tiles(q, block_m > 1), USE_PDL=True, ASM=asm),
+                                    WT=packed_q8.word_tiles(q, block_m > 1), USE_PDL=True, ASM=asm),
                             f"q8 grouped {k.fn.__name__} q{q} m{block_m} asm={asm}")
 ok &= check(q8_rounding._quantize_kernel, dict(USE_PDL=True), "q8 quantize")
 for q in (packed_mmq.Q4_K, packed_mmq.Q6_K):

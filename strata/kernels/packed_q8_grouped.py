@@ -6,7 +6,7 @@ Why: packed_q8's pairs kernels are bound by the bytes they read, and they reread
 routes to it: at 8 tokens of the 30B-A3B (64 pairs over ~52 distinct experts of 128) ~20 % of the reads are
 rereads; a 64-token prompt's 512 pairs read each of the 128 experts ~4 times (~550 us a layer on an H100, 84 % of
 the prompt step's kernels: session 48). Each weight word here is unpacked once for the BLOCK_M pairs
-(packed_q8._step's rows), then dotted with each pair's 8-bit activations.
+(q8_steps.k_step's rows), then dotted with each pair's 8-bit activations.
 
 The same numbers as moe_pairs_q8 up to float32 summation order (the integer sums of a scale group come first
 here, as packed_q8's several-row GEMV does): hidden rounded per 32 values, SiLU(gate) * up in float32 rounded again
@@ -26,12 +26,12 @@ except ImportError:  # CPU-only install
 from strata.kernels import packed_iquants
 from strata.kernels.launch import pdl_options
 from strata.kernels.moe_align import moe_align
-from strata.kernels.packed_q8 import UNIT, _interpreted, _word_tiles, units_per_step
+from strata.kernels.packed_q8 import UNIT, interpreted, word_tiles, units_per_step
 from strata.kernels.q8_rounding import quantize
 
 if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
-    from strata.kernels.packed_q8 import _step, _total
+    from strata.kernels.q8_steps import k_step, sum_parts
 
 # rows of an expert a program, K units a step, warps; the pairs of a program by grouped_block_m (not yet measured on
 # a GPU: tools/gpu_ab's grouped_pairs_sweep.py times the choices)
@@ -62,20 +62,20 @@ def moe_grouped_pairs_q8(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, 
     num_pairs, num_blocks = topk_ids.numel(), block_expert.numel()
     hq, hdx, hsums = quantize(hidden)                                                 # [T, D], [T, D/32], [T, D/16]
     act = torch.empty(num_pairs, inter, dtype=torch.float32, device=hidden.device)   # [P, I]
-    several = block_m > 1  # integer sums per scale group first (packed_q8._word_tiles)
-    options = dict(BLOCK_M=block_m, BLOCK_N=block_n, ASM=not _interpreted(), num_warps=cfg["num_warps"],
+    several = block_m > 1  # integer sums per scale group first (packed_q8.word_tiles)
+    options = dict(BLOCK_M=block_m, BLOCK_N=block_n, ASM=not interpreted(), num_warps=cfg["num_warps"],
                    num_stages=cfg["num_stages"], **pdl_options(hidden))
     _gate_up_grouped_kernel[(num_blocks, triton.cdiv(inter, block_n))](
         hq, hdx, hsums, w13, packed_iquants.table_for(qtype13, w13), sorted_ids, block_expert, act, inter, dim,
         top_k, num_pairs, w13.stride(0), w13.stride(1), QTYPE=qtype13,
-        SB=units_per_step(cfg["SUPERBLOCKS"], qtype13, dim), UNIT=UNIT[qtype13], WT=_word_tiles(qtype13, several),
+        SB=units_per_step(cfg["SUPERBLOCKS"], qtype13, dim), UNIT=UNIT[qtype13], WT=word_tiles(qtype13, several),
         **options)
     aq, adx, asums = quantize(act)                                                    # [P, I] ...
     partials = torch.empty(num_tokens, top_k, dim, dtype=torch.float32, device=hidden.device)  # [T, K, D]
     _down_grouped_kernel[(num_blocks, triton.cdiv(dim, block_n))](
         aq, adx, asums, w2, packed_iquants.table_for(qtype2, w2), sorted_ids, block_expert, weights, partials, dim,
         inter, num_pairs, w2.stride(0), w2.stride(1), QTYPE=qtype2,
-        SB=units_per_step(cfg["SUPERBLOCKS"], qtype2, inter), UNIT=UNIT[qtype2], WT=_word_tiles(qtype2, several),
+        SB=units_per_step(cfg["SUPERBLOCKS"], qtype2, inter), UNIT=UNIT[qtype2], WT=word_tiles(qtype2, several),
         **options)
     return partials
 
@@ -117,14 +117,14 @@ if triton is not None:
             off_g = tl.zeros((BLOCK_M, SB, BLOCK_N, 4, 1), dtype=tl.float32)
             off_u = tl.zeros((BLOCK_M, SB, BLOCK_N, 4, 1), dtype=tl.float32)
             for j in tl.range(0, dim // UNIT, SB):
-                parts, off = _step(w13_ptr, table_ptr, gate, xq, dx, sums, j + s, ok, rok, QTYPE, BLOCK_M > 1, ASM)
+                parts, off = k_step(w13_ptr, table_ptr, gate, xq, dx, sums, j + s, ok, rok, QTYPE, BLOCK_M > 1, ASM)
                 acc_g += parts
                 off_g += off
-                parts, off = _step(w13_ptr, table_ptr, up, xq, dx, sums, j + s, ok, rok, QTYPE, BLOCK_M > 1, ASM)
+                parts, off = k_step(w13_ptr, table_ptr, up, xq, dx, sums, j + s, ok, rok, QTYPE, BLOCK_M > 1, ASM)
                 acc_u += parts
                 off_u += off
-            g = _total(acc_g, off_g)                                                     # [M, BN]
-            u = _total(acc_u, off_u)
+            g = sum_parts(acc_g, off_g)                                                     # [M, BN]
+            u = sum_parts(acc_u, off_u)
             tl.store(act_ptr + pair[:, None] * inter + offs_n[None, :], g * tl.sigmoid(g) * u,
                      mask=real[:, None] & (offs_n < inter)[None, :])
 
@@ -152,8 +152,8 @@ if triton is not None:
             acc = tl.zeros((BLOCK_M, SB, BLOCK_N, 4, WT), dtype=tl.float32)
             offsets = tl.zeros((BLOCK_M, SB, BLOCK_N, 4, 1), dtype=tl.float32)
             for j in tl.range(0, inter // UNIT, SB):
-                parts, off = _step(w2_ptr, table_ptr, rows, xq, dx, sums, j + s, ok, rok, QTYPE, BLOCK_M > 1, ASM)
+                parts, off = k_step(w2_ptr, table_ptr, rows, xq, dx, sums, j + s, ok, rok, QTYPE, BLOCK_M > 1, ASM)
                 acc += parts
                 offsets += off
-            y = _total(acc, offsets) * tl.load(weights_ptr + pair).to(tl.float32)[:, None]  # [M, BN]
+            y = sum_parts(acc, offsets) * tl.load(weights_ptr + pair).to(tl.float32)[:, None]  # [M, BN]
             tl.store(out_ptr + pair[:, None] * dim + offs_n[None, :], y, mask=real[:, None] & (offs_n < dim)[None, :])

@@ -29,10 +29,10 @@ for tokens in (1, 8, 16):
         try:
             gu = lambda i: pq._gate_up_kernel[(tokens * TOP, triton.cdiv(I, bn))](
                 hq, hdx, hsums, w13, id_sets[i], act, I, D, TOP, w13.stride(0), w13.stride(1), QTYPE=12,
-                SB=pq.units_per_step(sb, 12, D), UNIT=256, WT=pq._word_tiles(12, False), **common)
+                SB=pq.units_per_step(sb, 12, D), UNIT=256, WT=pq.word_tiles(12, False), **common)
             dn = lambda i: pq._down_kernel[(tokens * TOP, triton.cdiv(D, bn))](
                 aq, adx, asums, w2, id_sets[i], wts, out, D, I, w2.stride(0), w2.stride(1), QTYPE=14,
-                SB=pq.units_per_step(sb, 14, I), UNIT=256, WT=pq._word_tiles(14, False), **common)
+                SB=pq.units_per_step(sb, 14, I), UNIT=256, WT=pq.word_tiles(14, False), **common)
             t_gu, t_dn = graph_time(gu, 8), graph_time(dn, 8)
         except Exception as e:  # noqa: BLE001
             print("fail", bn, sb, warps, stages, repr(e)[:200], flush=True)
