@@ -1,7 +1,8 @@
 """An offloaded decode step's time, layer by layer (issue 23's expert-offload command: 25 % of the 30B-A3B Q4_K_M's
 experts on the GPU, the rest on the CPU pool), for several pool sizes in one process: per step, the host parts'
 total and within them the wait for the device's copies, the CPU experts (since session 47 the native host part's
-whole call) and the rest (Python; the upload, in trees before session 40), and the time between host parts (the
+whole call) and the rest (Python; the upload, in trees before session 40; since session 48 each host part's own
+waits and calls only, and its rest per call), and the time between host parts (the
 next graph piece's launch and device work). Arms: pool threads and how long the packed kernel's idle workers poll
 before they sleep (cpu_quant.set_spin_us). `pcie=F`: the engine's --pcie-frac (its host parts then also queue the
 staging copies: `stage`, timed); `zc=F|auto|measure`: --zero-copy-frac (the device reads that share of each layer's
@@ -44,19 +45,45 @@ host_part, accumulate = provider.OffloadedExperts._host_part, CpuExpertPool.accu
 event_sync = torch.cuda.Event.synchronize
 
 
+inside = []  # [1] while a host part runs: only its own waits and CPU calls are counted (the engine syncs too)
+
+
 def marked(self, *args, **kwargs):
     t = time.perf_counter()
+    inside.append(1)
     try:
         return host_part(self, *args, **kwargs)
     finally:
+        inside.clear()
         marks.append((t, time.perf_counter()))
+        # the host part's rest: what is neither its wait nor its CPU experts (Python, counting)
+        spans["rest"].append(marks[-1][1] - t - sum(spans["_wait"]) - sum(spans["_cpu"]))
+        spans["_wait"].clear(), spans["_cpu"].clear()
+
+
+def in_host_part(name, fn):
+    """fn timed into spans[name] (and into this host part's spans["_" + short]) only inside a host part."""
+    short = {"event_wait": "_wait", "cpu_experts": "_cpu"}.get(name)
+
+    def run(*args, **kwargs):
+        if not inside:
+            return fn(*args, **kwargs)
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            spent = time.perf_counter() - start
+            spans[name].append(spent)
+            if short:
+                spans[short].append(spent)
+    return run
 
 
 provider.OffloadedExperts._host_part = marked
-CpuExpertPool.accumulate = timed("cpu_experts", accumulate, spans)
+CpuExpertPool.accumulate = in_host_part("cpu_experts", accumulate)
 # the native host part (session 47) calls this instead: the CPU experts plus listing and counting the pairs, in C
-cpu_quant.offload_host_part = timed("cpu_experts", cpu_quant.offload_host_part, spans)
-torch.cuda.Event.synchronize = timed("event_wait", event_sync, spans)
+cpu_quant.offload_host_part = in_host_part("cpu_experts", cpu_quant.offload_host_part)
+torch.cuda.Event.synchronize = in_host_part("event_wait", event_sync)
 ExpertSlots.stage = timed("stage", ExpertSlots.stage, spans)
 if hasattr(provider.HostExchange, "upload"):  # the host part's upload (before session 40)
     provider.HostExchange.upload = timed("upload", provider.HostExchange.upload, spans)
@@ -73,7 +100,7 @@ for threads, spin in arms * 2:
     steps = len(parts) / host_layers
     line = (f"threads {threads} spin {spin} us: {wall / 64 * 1e3:.2f} ms a token; per layer step (median us): "
             f"host part {statistics.median(parts) * 1e6:.0f}")
-    for name in ("event_wait", "stage", "cpu_experts", "upload"):
+    for name in ("event_wait", "stage", "cpu_experts", "upload", "rest"):
         if spans[name]:
             line += f", {name} {statistics.median(spans[name]) * 1e6:.0f}"
     line += (f", between host parts {statistics.median(gaps) * 1e6:.0f}; totals a step (ms): host parts "
