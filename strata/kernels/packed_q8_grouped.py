@@ -8,6 +8,9 @@ rereads; a 64-token prompt's 512 pairs read each of the 128 experts ~4 times (~5
 the prompt step's kernels: session 48). Each weight word here is unpacked once for the BLOCK_M pairs
 (q8_steps.k_step's rows), then dotted with each pair's 8-bit activations.
 
+A step routed in one launch (routing.route_and_align, decode-sized steps of device-resident experts) has its rows
+laid out there at this module's block (grouped_block_m), so no moe_align launch of its own.
+
 The same numbers as moe_pairs_q8 up to float32 summation order (the integer sums of a scale group come first
 here, as packed_q8's several-row GEMV does): hidden rounded per 32 values, SiLU(gate) * up in float32 rounded again
 for down, each pair's weighted output in float32 [T, K, D], zeros for a negative id.
@@ -46,18 +49,24 @@ def grouped_block_m(num_pairs: int, num_experts: int) -> int:
 
 
 def moe_grouped_pairs_q8(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2: int,
-                         topk_ids: torch.Tensor, topk_weights: torch.Tensor, config: dict | None = None
-                         ) -> torch.Tensor:
+                         topk_ids: torch.Tensor, topk_weights: torch.Tensor, config: dict | None = None,
+                         layout: tuple[torch.Tensor, torch.Tensor, int] | None = None) -> torch.Tensor:
     """moe_pairs_q8's contract (hidden [T, D], experts w13 [E, 2I, row bytes] and w2 [E, D, row bytes] packed,
     topk_ids / topk_weights [T, K]) -> float32 [T, K, D], by expert: moe_align lays the pairs out in blocks of
-    BLOCK_M pairs of one expert (a negative id computes expert 0 with weight 0)."""
+    BLOCK_M pairs of one expert (a negative id computes expert 0 with weight 0). `layout`: (sorted_ids,
+    block_expert, BLOCK_M) of these ids already laid out (routing.route_and_align's, no negative ids): no
+    moe_align launch."""
     num_tokens, top_k = topk_ids.shape
     dim, inter = hidden.shape[1], w13.shape[1] // 2
     assert w13.stride(2) == 1 and w2.stride(2) == 1 and w2.shape[1] == dim and hidden.stride(1) == 1
     cfg = {**GROUPED_CONFIG, **(config or {})}
-    block_m, block_n = cfg.get("BLOCK_M") or grouped_block_m(topk_ids.numel(), w13.shape[0]), cfg["BLOCK_N"]
     skipped = topk_ids < 0
-    sorted_ids, block_expert = moe_align(topk_ids.clamp(min=0), w13.shape[0], block_m)  # [blocks * M], [blocks]
+    if layout is None:
+        block_m = cfg.get("BLOCK_M") or grouped_block_m(topk_ids.numel(), w13.shape[0])
+        sorted_ids, block_expert = moe_align(topk_ids.clamp(min=0), w13.shape[0], block_m)  # [blocks * M], [blocks]
+    else:
+        sorted_ids, block_expert, block_m = layout
+    block_n = cfg["BLOCK_N"]
     weights = topk_weights.masked_fill(skipped, 0).reshape(-1).contiguous()           # [P]
     num_pairs, num_blocks = topk_ids.numel(), block_expert.numel()
     hq, hdx, hsums = quantize(hidden)                                                 # [T, D], [T, D/32], [T, D/16]

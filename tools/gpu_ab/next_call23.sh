@@ -5,7 +5,7 @@
 # Build the archive first:  git archive HEAD -o .base/src.tar && git rev-parse --short HEAD > .base/COMMIT
 source tools/gpu_ab/device_setup.sh
 S=$(date +%s)
-timeout -s INT 100 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_packed_q8.py tests/kernels/test_packed_moe.py -k grouped \
+timeout -s INT 100 python3 -m pytest -q -p no:cacheprovider tests/kernels/test_packed_q8.py tests/kernels/test_packed_moe.py tests/kernels/test_fused_ops.py -k grouped \
   > $OUT/tests_grouped.log 2>&1
 echo "== grouped GPU tests rc=$? t=$(( $(date +%s)-S ))"; grep -E "passed|failed|FAILED|Error" $OUT/tests_grouped.log | tail -5
 timeout -s INT 200 python3 grouped_pairs_sweep.py > $OUT/grouped_pairs_sweep.txt 2>&1
