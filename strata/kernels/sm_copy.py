@@ -59,7 +59,8 @@ if triton is not None:
         slot, chunk = tl.program_id(0), tl.program_id(1)
         row = tl.load(ids + slot)
         offsets = chunk * BLOCK + tl.arange(0, BLOCK)
-        mask = (offsets < row_words) & (row >= 0)
+        # one comparison (Triton 3.9's interpreter refuses the mask `(offsets < row_words) & (row >= 0)`)
+        mask = offsets < tl.where(row >= 0, row_words, 0)
         words = tl.load(src + row.to(tl.int64) * src_stride + offsets, mask=mask)
         tl.store(dst + slot.to(tl.int64) * dst_stride + offsets, words, mask=mask)
 
