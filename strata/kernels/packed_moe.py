@@ -133,12 +133,13 @@ def packed_moe(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.
     at grouped_pairs_block_m's BLOCK_M (the one-launch routing's), for the grouped pairs."""
     dim, inter = hidden.shape[1], w13.shape[1] // 2
     pairs_pay = topk_ids.numel() <= Q8_PAIRS_PER_EXPERT * w13.shape[0]
+    block_m = grouped_pairs_block_m(*topk_ids.shape, w13, qtype13, w2, qtype2)
+    if block_m is not None:
+        partials = packed_q8_grouped.moe_grouped_pairs_q8(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights,
+                                                          config=dict(BLOCK_M=block_m), layout=layout)
+        return partials.sum(1).to(hidden.dtype) if sum_topk else partials
     if pairs_pay and q8_pairs_supported(w13, qtype13, w2, qtype2, dim, inter):
-        if _grouped_pairs(topk_ids.shape[0]):
-            partials = packed_q8_grouped.moe_grouped_pairs_q8(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights,
-                                                              layout=layout)
-        else:
-            partials = packed_q8.moe_pairs_q8(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights)
+        partials = packed_q8.moe_pairs_q8(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights)
         return partials.sum(1).to(hidden.dtype) if sum_topk else partials
     mmq_pays = topk_ids.numel() < MMQ_PAIRS_PER_EXPERT * w13.shape[0]
     if not pairs_pay and mmq_pays and grouped_q8_supported(w13, qtype13, w2, qtype2, dim, inter):
@@ -165,7 +166,7 @@ def _grouped_pairs(num_tokens: int) -> bool:
 def grouped_pairs_block_m(num_tokens: int, top_k: int, w13: torch.Tensor, qtype13: int, w2: torch.Tensor,
                           qtype2: int) -> int | None:
     """The pairs of an expert a layout block holds where a step of num_tokens x top_k pairs takes the grouped 8-bit
-    pairs (packed_moe's choice), else None."""
+    pairs, else None: packed_moe's one test for them, which the one-launch routing asks too (to lay the rows out)."""
     dim, inter = w2.shape[1], w13.shape[1] // 2
     pairs = num_tokens * top_k
     if (pairs > Q8_PAIRS_PER_EXPERT * w13.shape[0] or not _grouped_pairs(num_tokens)
