@@ -318,6 +318,13 @@ static void run_job(job_t *job, int threads) {  /* the caller holds call_mu */
     }
 }
 
+void strata_qmm_wait_until(const int64_t *counter, int64_t value) {
+    for (int spin = 0; __atomic_load_n(counter, __ATOMIC_ACQUIRE) < value; spin++) {
+        if (spin < 4000) CPU_RELAX();
+        else sched_yield();
+    }
+}
+
 void strata_qmm_run_phases(const phase_t *phases, int count, const void *ctx) {
     pthread_mutex_lock(&call_mu);
     for (int i = 0; i < count; i++) {

@@ -200,6 +200,9 @@ typedef struct {
 /* Run the phases in order on the pool (a phase starts once every item of the one before is done), one
  * call at a time. */
 void strata_qmm_run_phases(const phase_t *phases, int count, const void *ctx);
+/* Inside an item: wait until *counter >= value (acquire), spinning, then yielding. An item may wait only for
+ * items claimed before it (a lower index of its phase): those are already running, so the wait ends. */
+void strata_qmm_wait_until(const int64_t *counter, int64_t value);
 int strata_qmm_set_spin_us(int us);
 
 /* ---- quant_moe.c's entry, which offload_host_part.c calls (its contract there) ------------------ */

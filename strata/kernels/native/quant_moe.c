@@ -5,14 +5,16 @@
  *
  * The pairs are grouped by expert (stably: a group keeps the pairs' order), and each group's pairs take
  * "slots" from a multiple of MAX_T, the kernels' row tile, so one decode of a weight row serves up to
- * MAX_T pairs of its expert. Four phases:
- *   1. the pairs' hidden rows quantized into their slots (at w13's activation block);
- *   2. act [slot, I] = silu(gate) * up in float32, items = (group, chunk of I): the chunk's gate and up
- *      rows over the group's tiles;
- *   3. act quantized (at w2's activation block);
- *   4. out, items = chunks of D columns, each over the groups in ascending expert, then their pairs in
- *      order: every output is summed in one fixed order whatever the threads, and no two items write
- *      the same value (no atomics).
+ * MAX_T pairs of its expert. The work is one job of items in three runs, each item waiting only for items
+ * before it (claimed in order, so already running: no barrier between the stages, and no thread idles at
+ * a stage's end while another stage's work is ready):
+ *   1. items = pairs: the pair's hidden row quantized into its slot (at w13's activation block);
+ *   2. items = (group, chunk of I): act [slot, I] = silu(gate) * up in float32, the chunk's gate and up
+ *      rows over the group's tiles, once its pairs' rows are quantized; the group's last chunk to finish
+ *      quantizes the group's act rows (at w2's activation block);
+ *   3. items = chunks of D columns: out, each over the groups in ascending expert (waiting for each one's
+ *      act), then their pairs in order: every output is summed in one fixed order whatever the threads,
+ *      and no two items write the same value (no atomics).
  * Each distinct expert's bytes are read from memory once per call: a chunk's rows stay in cache over a
  * group's tiles. */
 #include <math.h>
@@ -20,7 +22,7 @@
 
 #include "quant_matmul.h"
 
-enum { MAX_CHUNK = 32 };  /* weight rows an item (phase 2: of gate and of up; phase 4: of down) */
+enum { MAX_CHUNK = 32 };  /* weight rows an item (run 2: of gate and of up; run 3: of down) */
 
 typedef struct {  /* one projection of every expert: row r of expert e at w + e * expert_stride + r * row_stride */
     const uint8_t *w;
@@ -37,38 +39,41 @@ typedef struct {
     int64_t *group_slot;     /* [G] the group's first slot, a multiple of MAX_T */
     int64_t *group_end;      /* [G] the slot after its last pair */
     int64_t *pair_slot;      /* [P] the slot of each pair, in group order */
+    int64_t *pair_group;     /* [P] the group of each pair, in group order */
     int64_t *slot_row;       /* [S] the row of hidden and out of the slot's pair */
     float *slot_weight;      /* [S] */
+    /* the stages' progress by group, each [G], zeroed: pairs quantized, chunks of act done, act quantized */
+    int64_t *hidden_done, *chunks_done, *act_ready;
     acts_t x13, x2;          /* the quantized hidden rows [S, D] and act [S, I] */
     float *act;              /* [S, I] */
-    int64_t chunk_i, chunks_i, chunk_d;
+    int64_t pairs, chunk_i, chunks_i, chunk_d;
 } moe_t;
 
 static int tile_rows(const moe_t *m, int64_t g, int64_t t0) {
     return m->group_end[g] - t0 < MAX_T ? (int)(m->group_end[g] - t0) : MAX_T;
 }
 
-static void quantize_hidden_item(const void *ctx, int64_t pair) {
-    const moe_t *m = ctx;
+static void quantize_hidden_item(const moe_t *m, int64_t pair) {
     const int64_t slot = m->pair_slot[pair];
     strata_qmm_quantize_row(m->hidden + m->slot_row[slot] * m->d, slot, &m->x13);
-}
-
-static void quantize_act_item(const void *ctx, int64_t pair) {
-    const moe_t *m = ctx;
-    const int64_t slot = m->pair_slot[pair];
-    strata_qmm_quantize_row(m->act + slot * m->inter, slot, &m->x2);
+    __atomic_add_fetch(&m->hidden_done[m->pair_group[pair]], 1, __ATOMIC_RELEASE);
 }
 
 static float silu(float g) { return g / (1.f + expf(-g)); }
 
-static void gate_up_item(const void *ctx, int64_t item) {
-    const moe_t *m = ctx;
+static void quantize_group_act(const moe_t *m, int64_t g) {
+    for (int64_t slot = m->group_slot[g]; slot < m->group_end[g]; slot++)
+        strata_qmm_quantize_row(m->act + slot * m->inter, slot, &m->x2);
+    __atomic_store_n(&m->act_ready[g], 1, __ATOMIC_RELEASE);
+}
+
+static void gate_up_item(const moe_t *m, int64_t item) {
     const int64_t g = item / m->chunks_i, j0 = item % m->chunks_i * m->chunk_i, inter = m->inter;
     const int64_t rows = j0 + m->chunk_i <= inter ? m->chunk_i : inter - j0;
     const uint8_t *gate_w = m->w13.w + m->group_expert[g] * m->w13.expert_stride + j0 * m->w13.row_stride;
     const uint8_t *up_w = gate_w + inter * m->w13.row_stride;
     float gate[MAX_T * MAX_CHUNK], up[MAX_T * MAX_CHUNK];  /* [nt, rows] */
+    strata_qmm_wait_until(&m->hidden_done[g], m->group_end[g] - m->group_slot[g]);  /* the group's pairs */
     for (int64_t t0 = m->group_slot[g]; t0 < m->group_end[g]; t0 += MAX_T) {
         const int nt = tile_rows(m, g, t0);
         m->w13.kernel(gate_w, m->w13.row_stride, rows, &m->x13, t0, nt, gate, rows);
@@ -78,14 +83,15 @@ static void gate_up_item(const void *ctx, int64_t item) {
             for (int64_t r = 0; r < rows; r++) act[r] = silu(gate[t * rows + r]) * up[t * rows + r];
         }
     }
+    if (__atomic_add_fetch(&m->chunks_done[g], 1, __ATOMIC_ACQ_REL) == m->chunks_i) quantize_group_act(m, g);
 }
 
-static void down_item(const void *ctx, int64_t item) {
-    const moe_t *m = ctx;
+static void down_item(const moe_t *m, int64_t item) {
     const int64_t n0 = item * m->chunk_d, d = m->d, cols = n0 + m->chunk_d <= d ? m->chunk_d : d - n0;
     float y[MAX_T * MAX_CHUNK];  /* [nt, cols] */
     for (int64_t g = 0; g < m->groups; g++) {
         const uint8_t *w = m->w2.w + m->group_expert[g] * m->w2.expert_stride + n0 * m->w2.row_stride;
+        strata_qmm_wait_until(&m->act_ready[g], 1);
         for (int64_t t0 = m->group_slot[g]; t0 < m->group_end[g]; t0 += MAX_T) {
             const int nt = tile_rows(m, g, t0);
             m->w2.kernel(w, m->w2.row_stride, cols, &m->x2, t0, nt, y, cols);
@@ -96,6 +102,14 @@ static void down_item(const void *ctx, int64_t item) {
             }
         }
     }
+}
+
+static void moe_item(const void *ctx, int64_t item) {  /* the three runs of items, in the order they are claimed */
+    const moe_t *m = ctx;
+    const int64_t gate_up_items = m->groups * m->chunks_i;
+    if (item < m->pairs) quantize_hidden_item(m, item);
+    else if (item < m->pairs + gate_up_items) gate_up_item(m, item - m->pairs);
+    else down_item(m, item - m->pairs - gate_up_items);
 }
 
 typedef struct {
@@ -126,6 +140,7 @@ static int64_t group_pairs(int64_t pairs, const int64_t *rows, const int64_t *ex
             m->group_slot[groups++] = slot;
         }
         m->pair_slot[p] = slot;
+        m->pair_group[p] = groups - 1;
         m->slot_row[slot] = rows[keys[p].pair];
         m->slot_weight[slot++] = weights[keys[p].pair];
         m->group_end[groups - 1] = slot;
@@ -155,9 +170,9 @@ int strata_qmoe(const float *hidden, float *out, int64_t d, int64_t inter, int64
     if (d <= 0 || inter <= 0 || d % block13 != 0 || inter % block2 != 0) return 2;
     if (pairs <= 0) return 0;
     if (threads < 1) threads = 1;
-    /* the grouping: keys, 4 arrays of [P] and 2 of slots (at most MAX_T a pair) */
-    char *index = malloc((sizeof(pair_key_t) + 4 * sizeof(int64_t) + MAX_T * (sizeof(int64_t) + sizeof(float))) *
-                         (size_t)pairs);
+    /* the grouping: keys, 8 arrays of [P] (groups are at most pairs) and 2 of slots (at most MAX_T a pair) */
+    char *index = calloc((size_t)pairs, sizeof(pair_key_t) + 8 * sizeof(int64_t) +
+                                            MAX_T * (sizeof(int64_t) + sizeof(float)));
     if (index == NULL) return 1;
     pair_key_t *keys = (pair_key_t *)index;
     moe_t m = {.d = d, .inter = inter, .hidden = hidden, .out = out,
@@ -165,7 +180,9 @@ int strata_qmoe(const float *hidden, float *out, int64_t d, int64_t inter, int64
                .w2 = {w2, w2_expert_stride, w2_row_stride, strata_qmm_rows(qtype2)},
                .group_expert = (int64_t *)(keys + pairs)};
     m.group_slot = m.group_expert + pairs, m.group_end = m.group_slot + pairs, m.pair_slot = m.group_end + pairs;
-    m.slot_row = m.pair_slot + pairs, m.slot_weight = (float *)(m.slot_row + MAX_T * pairs);
+    m.pair_group = m.pair_slot + pairs, m.hidden_done = m.pair_group + pairs, m.chunks_done = m.hidden_done + pairs;
+    m.act_ready = m.chunks_done + pairs, m.slot_row = m.act_ready + pairs;
+    m.slot_weight = (float *)(m.slot_row + MAX_T * pairs);
     const int64_t slots = group_pairs(pairs, rows, experts, weights, keys, &m);
     /* the activations: hidden rows quantized [S, D], act [S, I], act quantized [S, I] */
     const size_t x13_bytes = strata_qmm_acts_bytes(slots, d, qb13);
@@ -180,13 +197,9 @@ int strata_qmoe(const float *hidden, float *out, int64_t d, int64_t inter, int64
     m.x2 = strata_qmm_acts_at(scratch + x13_bytes + act_bytes, slots, inter, qb2);
     m.chunk_i = chunk_of(m.groups * inter, threads), m.chunks_i = (inter + m.chunk_i - 1) / m.chunk_i;
     m.chunk_d = chunk_of(d, threads);
-    const phase_t phases[4] = {
-        {quantize_hidden_item, pairs, pairs * d >= PARALLEL_QUANTIZE ? threads : 1},
-        {gate_up_item, m.groups * m.chunks_i, threads},
-        {quantize_act_item, pairs, pairs * inter >= PARALLEL_QUANTIZE ? threads : 1},
-        {down_item, (d + m.chunk_d - 1) / m.chunk_d, threads},
-    };
-    strata_qmm_run_phases(phases, 4, &m);
+    m.pairs = pairs;
+    const phase_t job = {moe_item, pairs + m.groups * m.chunks_i + (d + m.chunk_d - 1) / m.chunk_d, threads};
+    strata_qmm_run_phases(&job, 1, &m);
     free(scratch);
     free(index);
     return 0;
