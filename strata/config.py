@@ -522,7 +522,7 @@ class ExpertConfig:
     zero_copy_frac: str = _opt("auto", "fraction of each MoE layer's experts that the device reads in place from "
                                        "pinned host memory over PCIe, beside the CPU pool: the most routed ones "
                                        "outside the hot set (packed GGUF experts on CUDA; steps of up to 4 token rows, "
-                                       "larger ones send them to the CPU); auto: 40 % of each layer's experts outside "
+                                       "larger ones send them to the CPU); auto: 20 % of each layer's experts outside "
                                        "the hot set where the device can read them so, else none; measure: that "
                                        "share balanced from the CPU pool's and the device's speed, timed at start")
     prompt_stream_min_pairs: int = _opt(32, "offloaded experts that at least this many of one step's tokens route "

@@ -12,7 +12,6 @@ from triton.compiler import ASTSource
 from triton.compiler.compiler import make_backend
 from strata.kernels import hyper, ple, rms_norm, routing
 from strata.kernels import packed_dequant, packed_gemv, packed_gemv_words, packed_mmq, packed_moe, packed_q8, q8_rounding
-from strata.kernels import packed_q8_grouped
 
 TARGET = GPUTarget("cuda", 90, 32)
 PTR = {"x_ptr": "*bf16", "hidden_ptr": "*bf16", "act_ptr": "*bf16", "out_ptr": "*fp32", "weights_ptr": "*fp32",
@@ -83,10 +82,6 @@ if "--full" in sys.argv:
                 (packed_q8._down_kernel, dict(QTYPE=q, BLOCK_N=16, SB=2, UNIT=packed_q8.UNIT[q], WT=wt, USE_PDL=True,
                                               ASM=True), dict(num_warps=1, num_stages=3))):
             ok &= compile_to_cubin(fn, consts, f"full q8 {fn.fn.__name__} q{q}", options)
-        for fn in (packed_q8_grouped._gate_up_grouped_kernel, packed_q8_grouped._down_grouped_kernel):
-            ok &= compile_to_cubin(fn, dict(QTYPE=q, BLOCK_M=4, BLOCK_N=8, SB=1, UNIT=packed_q8.UNIT[q],
-                                            WT=packed_q8.word_tiles(q, True), USE_PDL=True, ASM=True),
-                                   f"full q8 grouped {fn.fn.__name__} q{q}", dict(num_warps=2, num_stages=3))
 for q in sorted(packed_gemv.BLOCK_LAYOUT):
     for sb in (1, 2):
         for acc in (False, True):
@@ -110,11 +105,6 @@ for q in sorted(packed_q8.UNIT):
         for k in (packed_q8._gate_up_kernel, packed_q8._down_kernel):
             ok &= check(k, dict(QTYPE=q, BLOCK_N=4, SB=1, UNIT=packed_q8.UNIT[q], WT=packed_q8.word_tiles(q, False), USE_PDL=True,
                              ASM=asm), f"q8 {k.fn.__name__} q{q} asm={asm}")
-        for k in (packed_q8_grouped._gate_up_grouped_kernel, packed_q8_grouped._down_grouped_kernel):
-            for block_m in (1, 8):
-                ok &= check(k, dict(QTYPE=q, BLOCK_M=block_m, BLOCK_N=8, SB=1, UNIT=packed_q8.UNIT[q],
-                                    WT=packed_q8.word_tiles(q, block_m > 1), USE_PDL=True, ASM=asm),
-                            f"q8 grouped {k.fn.__name__} q{q} m{block_m} asm={asm}")
 ok &= check(q8_rounding._quantize_kernel, dict(USE_PDL=True), "q8 quantize")
 for q in (packed_mmq.Q4_K, packed_mmq.Q6_K):
     for k in (packed_mmq._gate_up_kernel, packed_mmq._down_kernel):

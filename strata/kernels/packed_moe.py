@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import torch
 
-from strata.kernels import packed_dequant, packed_gemv, packed_iquants, packed_mmq, packed_q8, packed_q8_grouped
+from strata.kernels import packed_dequant, packed_gemv, packed_iquants, packed_mmq, packed_q8
 from strata.kernels.fused_moe import fused_moe as fused_moe_kernel
 from strata.kernels.fused_moe import grouped_experts_ref
 from strata.kernels.gguf_blocks import dequantize_ref
@@ -125,19 +125,12 @@ def grouped_q8_supported(w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtyp
 
 
 def packed_moe(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2: int,
-               topk_ids: torch.Tensor, topk_weights: torch.Tensor, sum_topk: bool = True,
-               layout: tuple[torch.Tensor, torch.Tensor, int] | None = None) -> torch.Tensor:
+               topk_ids: torch.Tensor, topk_weights: torch.Tensor, sum_topk: bool = True) -> torch.Tensor:
     """packed_moe_ref's contract on CUDA (float32 accumulation; the pairs path rounds SiLU(gate) * up to
     hidden's dtype as the 16-bit kernel does). hidden [T, D] -> [T, D] in hidden's dtype; with sum_topk
-    False, float32 partials [T, K or 1, D] for the next norm to sum (rms_norm_topk_sum). `layout`: the ids laid out
-    at grouped_pairs_block_m's BLOCK_M (the one-launch routing's), for the grouped pairs."""
+    False, float32 partials [T, K or 1, D] for the next norm to sum (rms_norm_topk_sum)."""
     dim, inter = hidden.shape[1], w13.shape[1] // 2
     pairs_pay = topk_ids.numel() <= Q8_PAIRS_PER_EXPERT * w13.shape[0]
-    block_m = grouped_pairs_block_m(*topk_ids.shape, w13, qtype13, w2, qtype2)
-    if block_m is not None:
-        partials = packed_q8_grouped.moe_grouped_pairs_q8(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights,
-                                                          config=dict(BLOCK_M=block_m), layout=layout)
-        return partials.sum(1).to(hidden.dtype) if sum_topk else partials
     if pairs_pay and q8_pairs_supported(w13, qtype13, w2, qtype2, dim, inter):
         partials = packed_q8.moe_pairs_q8(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights)
         return partials.sum(1).to(hidden.dtype) if sum_topk else partials
@@ -152,27 +145,6 @@ def packed_moe(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.
     capturing = torch.cuda.is_current_stream_capturing()
     out = _dequantized(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights, every_expert=capturing)
     return out if sum_topk else out.float().unsqueeze(1)
-
-
-def _grouped_pairs(num_tokens: int) -> bool:
-    """Whether a step's 8-bit pairs run grouped by expert (packed_q8_grouped, which reads an expert once per block of
-    its pairs) rather than one program per pair (packed_q8): steps of several tokens with STRATA_GROUPED_PAIRS=1 (an
-    A/B switch until measured, read at each call: at capture in graphs)."""
-    from strata.config import debug_flag
-
-    return num_tokens > 1 and debug_flag("GROUPED_PAIRS")
-
-
-def grouped_pairs_block_m(num_tokens: int, top_k: int, w13: torch.Tensor, qtype13: int, w2: torch.Tensor,
-                          qtype2: int) -> int | None:
-    """The pairs of an expert a layout block holds where a step of num_tokens x top_k pairs takes the grouped 8-bit
-    pairs, else None: packed_moe's one test for them, which the one-launch routing asks too (to lay the rows out)."""
-    dim, inter = w2.shape[1], w13.shape[1] // 2
-    pairs = num_tokens * top_k
-    if (pairs > Q8_PAIRS_PER_EXPERT * w13.shape[0] or not _grouped_pairs(num_tokens)
-            or not q8_pairs_supported(w13, qtype13, w2, qtype2, dim, inter)):
-        return None
-    return packed_q8_grouped.grouped_block_m(pairs, w13.shape[0])
 
 
 def _dequantized(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2: int,

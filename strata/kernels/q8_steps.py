@@ -1,7 +1,7 @@
 """The K steps of packed_q8's kernels: one step of packed GGUF rows (a unit: one superblock of the K types and the
 i-quants, four 32-value blocks of the others) against R rows of 8-bit activations, by integer dot products (dp4a),
-and the final sum of a step's partial sums. packed_q8 (one program per rows of W, or per pair and rows of its expert)
-and packed_q8_grouped (per block of an expert's pairs) loop over them; packed_q8's docstring says what they compute.
+and the final sum of a step's partial sums. packed_q8's kernels (one program per rows of W, or per pair and rows of its
+expert) loop over them; packed_q8's docstring says what they compute.
 
 Layouts (packed_gemv's docstring; all offsets in bytes from a row's start). Blocks of an even size may
 start two bytes into a word: those words are funnelled from the upper half of one word and the next half

@@ -198,19 +198,14 @@ class MoEBlock(nn.Module):
         grouped expert GEMMs (packed experts: the packed MoE kernels, which take the ids as they are):
         two launches fewer per layer than route() + fused_moe."""
         cfg, rows = self._one_launch_routing(hidden)
-        block_m, lays_out = self._row_layout(hidden.shape[0], cfg)
-        routing = ops.route_and_align(hidden, self.gate.weight, self.top_k, self.norm_topk_prob, block_m,
-                                      self._route_counter, *rows, layout=lays_out)
-        return self._experts_routed(hidden, *routing, cfg, block_m)
+        routing = ops.route_and_align(hidden, self.gate.weight, self.top_k, self.norm_topk_prob, cfg["BLOCK_M"],
+                                      self._route_counter, *rows, layout=self._lays_out())
+        return self._experts_routed(hidden, *routing, cfg)
 
-    def _row_layout(self, num_tokens: int, cfg: dict) -> tuple[int, bool]:
-        """(pairs of an expert a layout block, whether the one-launch routing lays out the rows): the grouped GEMMs
-        read that layout at their tiling's BLOCK_M; packed experts' pairs take the ids as they are, unless they run
-        grouped by expert (ops.grouped_pairs_block_m), which read it at their own block."""
-        if not isinstance(self.experts, PackedLocalExperts):
-            return cfg["BLOCK_M"], True
-        block_m = ops.grouped_pairs_block_m(num_tokens, self.top_k, self.experts.blocks())
-        return (cfg["BLOCK_M"], False) if block_m is None else (block_m, True)
+    def _lays_out(self) -> bool:
+        """Whether the one-launch routing lays out the rows: the grouped GEMMs read that layout; the packed
+        experts' pairs take the ids as they are."""
+        return not isinstance(self.experts, PackedLocalExperts)
 
     def _one_launch_routing(self, hidden: torch.Tensor) -> tuple[dict, tuple]:
         """What a one-launch routing of hidden [T, D] needs beside the router: its program counter (made on first
@@ -222,14 +217,11 @@ class MoEBlock(nn.Module):
         return cfg, rows
 
     def _experts_routed(self, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
-                        sorted_ids: torch.Tensor | None, block_expert: torch.Tensor | None, cfg: dict,
-                        block_m: int) -> TopkPartials:
+                        sorted_ids: torch.Tensor, block_expert: torch.Tensor, cfg: dict) -> TopkPartials:
         """The shared expert and the routed experts of a step routed in one launch -> their TopkPartials."""
         shared, gate = self._shared(hidden)  # the gate's sigmoid and product go into the sum's launch
         if isinstance(self.experts, PackedLocalExperts):
-            layout = None if sorted_ids is None else (sorted_ids, block_expert, block_m)
-            partials = ops.packed_moe(hidden, self.experts.blocks(), topk_ids, topk_weights, sum_topk=False,
-                                      layout=layout)
+            partials = ops.packed_moe(hidden, self.experts.blocks(), topk_ids, topk_weights, sum_topk=False)
             return TopkPartials(partials, shared, hidden.dtype, gate)     # [T, K or 1, D] float32
         partials = ops.moe_grouped_gemms(hidden, self.experts.w13, self.experts.w2, topk_weights, sorted_ids,
                                          block_expert, cfg, sum_topk=False)   # [T, K or 1, D] float32

@@ -23,7 +23,6 @@ from strata.kernels import (hyper, packed_dequant, packed_gemv, packed_mmq, pack
 from strata.kernels.fused_moe import fused_moe as fused_moe_kernel
 from strata.kernels.fused_moe import fused_moe_ref, grouped_experts_apply
 from strata.kernels.gguf_blocks import packed_matmul_ref
-from strata.kernels import packed_moe as packed_moe_module
 from strata.kernels.packed_moe import packed_moe as packed_moe_kernel
 from strata.kernels.packed_moe import packed_moe_ref
 from strata.kernels.ple import ple_gate as ple_gate_kernel
@@ -425,28 +424,21 @@ def fused_moe(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_id
 
 
 def packed_moe(hidden: torch.Tensor, experts, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
-               sum_topk: bool = True, int8: bool = False, layout: tuple | None = None) -> torch.Tensor:
+               sum_topk: bool = True, int8: bool = False) -> torch.Tensor:
     """fused_moe over an ExpertBlocks (a layer's experts as GGUF blocks); negative ids are skipped.
     CUDA: the packed kernels (packed_moe; with sum_topk False, float32 partials [T, K or 1, D] for
     rms_norm_topk_sum). CPU float32: each used expert's projections by the native dequant_matmul (gguf's exact
     weights, float32 sums, as the dense layers: the same file loaded dense up to summation order; with `int8`,
     --cpu-matmul int8, cpu_quant.quant_moe: the activations rounded per block, the layer in one call); else (no C
     compiler, a type it lacks, STRATA_NO_CPU_DEQUANT=1, 16-bit) each used expert dequantized to hidden's dtype,
-    then the dense torch path (packed_moe_ref: for float32 the bits of the same file loaded dense). `layout`: the
-    ids already laid out for the grouped pairs (grouped_pairs_block_m), CUDA only."""
+    then the dense torch path (packed_moe_ref: for float32 the bits of the same file loaded dense)."""
     w13, qtype13, w2, qtype2 = experts
     if kernels_on(hidden) and hidden.dtype in HALF:
-        return packed_moe_kernel(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights, sum_topk, layout)
+        return packed_moe_kernel(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights, sum_topk)
     out = _packed_moe_cpu(hidden, experts, topk_ids, topk_weights, int8)
     if out is None:
         out = packed_moe_ref(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights)
     return out if sum_topk else out.float().unsqueeze(1)
-
-
-def grouped_pairs_block_m(num_tokens: int, top_k: int, experts) -> int | None:
-    """Where a CUDA step of packed experts (an ExpertBlocks) runs its 8-bit pairs grouped by expert, the pairs of an
-    expert a row layout block holds (its routing may lay the rows out); else None."""
-    return packed_moe_module.grouped_pairs_block_m(num_tokens, top_k, *experts)
 
 
 def _packed_moe_cpu(hidden: torch.Tensor, experts, topk_ids: torch.Tensor, topk_weights: torch.Tensor,

@@ -312,39 +312,6 @@ def test_moe_block_fused_routing_matches_the_unfused_path(num_tokens):
     close(fused[same], unfused[same], torch.bfloat16)
 
 
-@gpu
-@pytest.mark.parametrize("num_tokens", [2, 8])
-def test_packed_experts_grouped_by_expert_take_the_fused_routings_layout(num_tokens, monkeypatch):
-    """Packed experts (Q4_K gate/up, Q6_K down) behind a one-launch routing: with STRATA_GROUPED_PAIRS=1 the routing
-    lays the rows out at the grouped pairs' block and they read it (no moe_align launch of their own); the block
-    output equals the pairs' (the same 8-bit contract, float32 sums in another order)."""
-    from test_packed_moe import experts  # this folder's module by name, as test_packed_q8 imports it
-    from strata.kernels import packed_q8_grouped
-    from strata.model.moe import MoEBlock, PackedLocalExperts
-    from strata.model.packed import PackedExpertWeight
-
-    cfg = ModelConfig(architecture="Qwen3MoeForCausalLM", vocab_size=8, hidden_size=256, intermediate_size=8,
-                      num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
-                      num_experts=16, num_experts_per_tok=4, moe_intermediate_size=256)
-    w13, w2 = experts(12, 16, 512, 256, 1, 0), experts(14, 16, 256, 256, 2, 0)
-    block = MoEBlock(cfg, PackedLocalExperts(PackedExpertWeight(w13, 12, 256), PackedExpertWeight(w2, 14, 256)))
-    torch.nn.init.normal_(block.gate.weight, std=0.05)
-    block = block.to(device="cuda", dtype=torch.bfloat16)
-    hidden = randn(num_tokens, 256, dtype=torch.bfloat16, device="cuda", seed=4)
-    assert block._routes_fused(hidden)
-    pairs = block(hidden)
-    monkeypatch.setenv("STRATA_GROUPED_PAIRS", "1")
-    aligned, layouts = [], []
-    run_align, run_grouped = packed_q8_grouped.moe_align, packed_q8_grouped.moe_grouped_pairs_q8
-    monkeypatch.setattr(packed_q8_grouped, "moe_align", lambda *a, **k: aligned.append(1) or run_align(*a, **k))
-    monkeypatch.setattr(packed_q8_grouped, "moe_grouped_pairs_q8",
-                        lambda *a, layout=None, **k: layouts.append(layout) or run_grouped(*a, layout=layout, **k))
-    grouped = block(hidden)
-    assert aligned == [] and len(layouts) == 1 and layouts[0] is not None
-    assert layouts[0][2] == packed_q8_grouped.grouped_block_m(num_tokens * 4, 16)
-    close(grouped, pairs, torch.bfloat16)
-
-
 def block_ids(block, hidden):
     """The expert ids the fused routing picks for hidden [T, D] (a separate launch of route_and_align)."""
     from strata.kernels.routing import route_and_align

@@ -226,38 +226,3 @@ def test_float_kernels_in_the_interpreter(qtypes, path):
     assert torch.all(partials[0, -1] == 0)
     expected = packed_moe_ref(hidden, w13, qtypes[0], w2, qtypes[1], ids, weights)
     assert ((partials.sum(1) - expected).abs().max() / expected.abs().max()) < 1e-5
-
-
-def test_the_grouped_8_bit_pairs_only_on_request_and_for_several_tokens(monkeypatch):
-    """STRATA_GROUPED_PAIRS=1 (an A/B switch until measured) sends steps of several tokens' 8-bit pairs to
-    packed_q8_grouped; one token's pairs (no expert shared) keep packed_q8's. grouped_pairs_block_m (the block the
-    one-launch routing lays the rows out at) follows the same choice: only where the 8-bit pairs run at all."""
-    from strata.kernels import packed_q8
-
-    monkeypatch.setattr(packed_q8, "enabled", lambda: True)  # whatever STRATA_NO_Q8_ACTIVATIONS says
-    w13, w2 = torch.zeros(8, 512, 144, dtype=torch.uint8), torch.zeros(8, 256, 210, dtype=torch.uint8)
-    block_m = packed_moe_module.grouped_pairs_block_m
-    assert not packed_moe_module._grouped_pairs(8) and block_m(8, 4, w13, Q4_K, w2, Q6_K) is None
-    monkeypatch.setenv("STRATA_GROUPED_PAIRS", "1")
-    assert packed_moe_module._grouped_pairs(8) and not packed_moe_module._grouped_pairs(1)
-    assert block_m(8, 4, w13, Q4_K, w2, Q6_K) == 4 and block_m(2, 4, w13, Q4_K, w2, Q6_K) == 2  # 32 / 8 pairs
-    assert block_m(1, 4, w13, Q4_K, w2, Q6_K) is None
-    assert block_m(9, 4, w13, Q4_K, w2, Q6_K) is None  # past 4 pairs an expert: packed_mmq's grouped kernels
-    assert block_m(8, 4, w13, IQ4_XS, w2, IQ4_XS) is None  # no 8-bit pairs for IQ4_XS
-
-
-@gpu
-@pytest.mark.parametrize("tokens", [2, 8])
-def test_the_grouped_8_bit_pairs_inside_packed_moe(tokens, monkeypatch):
-    """With the switch on, packed_moe's 8-bit pairs step runs grouped by expert and keeps the pairs' contract."""
-    from test_packed_q8 import moe_reference
-    from strata.kernels import packed_q8_grouped
-
-    monkeypatch.setenv("STRATA_GROUPED_PAIRS", "1")
-    taken = []
-    run = packed_q8_grouped.moe_grouped_pairs_q8
-    monkeypatch.setattr(packed_q8_grouped, "moe_grouped_pairs_q8", lambda *a, **k: taken.append(1) or run(*a, **k))
-    hidden, w13, w2, ids, weights = case(Q4_K, Q6_K, tokens, seed=5)
-    out = packed_moe(hidden.cuda(), on_device(w13), Q4_K, on_device(w2), Q6_K, ids.cuda(), weights.cuda())
-    expected = moe_reference(hidden, w13, Q4_K, w2, Q6_K, ids, weights).sum(1)
-    assert taken == [1] and ((out.float().cpu() - expected).abs().max() / expected.abs().max()) < 1e-2

@@ -260,37 +260,12 @@ def test_moe_pairs_in_the_interpreter(qtypes):
     check_moe_pairs(qtypes, 2, "cpu", dict(dim=256, inter=768, num=4, top_k=2), config=dict(BLOCK_N=64))
 
 
-@gpu
-@pytest.mark.parametrize("qtypes, inter", [((Q4_K, Q6_K), 768), ((Q4_K, Q8_0), 640), ((Q2_K, Q3_K), 768),
-                                           ((IQ2_XXS, IQ3_XXS), 768), ((Q5_K, Q6_K), 768)])
-@pytest.mark.parametrize("tokens", [2, 8, 48])
-@pytest.mark.parametrize("config", [None, dict(BLOCK_M=1), dict(BLOCK_M=8, BLOCK_N=16, SUPERBLOCKS=2)])
-def test_moe_pairs_grouped_by_expert_match_the_rounded_reference(qtypes, inter, tokens, config):
-    """packed_q8_grouped: the pairs of a step grouped by expert (8 experts, top 4: up to 24 pairs an expert at 48
-    tokens, blocks of 1, 4 and 8 pairs, some padded), a skipped pair, padded expert slots."""
-    from strata.kernels.packed_q8_grouped import moe_grouped_pairs_q8
-
-    check_moe_pairs(qtypes, tokens, "cuda", dict(dim=512, inter=inter), config, moe_grouped_pairs_q8)
-
-
-@interpreted
-@pytest.mark.parametrize("qtypes", [(Q4_K, Q6_K), (Q3_K, Q2_K), (IQ2_XS, IQ3_S)])
-@pytest.mark.parametrize("block_m", [1, 4])
-def test_moe_pairs_grouped_by_expert_in_the_interpreter(qtypes, block_m):
-    """6 tokens over 4 experts (top 2): groups of 1-5 pairs, blocks of 4 partly padding."""
-    from strata.kernels.packed_q8_grouped import moe_grouped_pairs_q8
-
-    check_moe_pairs(qtypes, 6, "cpu", dict(dim=256, inter=768, num=4, top_k=2),
-                    dict(BLOCK_M=block_m, BLOCK_N=64), moe_grouped_pairs_q8)
-
-
-def check_moe_pairs(qtypes: tuple[int, int], tokens: int, device: str, shape: dict, config: dict | None = None,
-                    moe=packed_q8.moe_pairs_q8):
+def check_moe_pairs(qtypes: tuple[int, int], tokens: int, device: str, shape: dict, config: dict | None = None):
     from test_packed_moe import case, on_device
 
     hidden, w13, w2, ids, weights = case(*qtypes, tokens, **shape, pad=96, seed=tokens)
-    out = moe(hidden.to(device), on_device(w13, device), qtypes[0], on_device(w2, device), qtypes[1], ids.to(device),
-              weights.to(device), config=config).cpu()
+    out = packed_q8.moe_pairs_q8(hidden.to(device), on_device(w13, device), qtypes[0], on_device(w2, device),
+                                 qtypes[1], ids.to(device), weights.to(device), config=config).cpu()
     expected = moe_reference(hidden, w13, qtypes[0], w2, qtypes[1], ids, weights)
     assert torch.all(out[0, -1] == 0)
     # float32 sums in another order, and SiLU's float32 rounding moving an activation across a rounding step
