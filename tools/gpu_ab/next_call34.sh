@@ -1,7 +1,7 @@
-# For the next session's first call (prepared in session 49, ~6 minutes): (1) the CPU pool's shared counters on their
-# own cache lines with one done-add a thread a job (8c3dd64) against before (c1c380c's pool), quant_moe alone on the host's
-# 8 / 16 threads (qmoe_scale.py, three rounds alternated; on 2 threads no difference); (2) next_call33.sh (offloaded
-# prompts streamed over PCIe from lower pair counts).
+# For the next session's first call (prepared in session 49, ~6 minutes): (1) the CPU pool's shared counters on
+# their own cache lines with one done-add a thread a job (8c3dd64) against before (c1c380c's pool), quant_moe alone on
+# the host's 8 / 16 threads (qmoe_scale.py, three rounds alternated; on 2 threads no difference); (2) next_call33.sh
+# (offloaded prompts streamed over PCIe from lower pair counts).
 # Build the archives first:  git archive HEAD -o .base/src.tar && git rev-parse --short HEAD > .base/COMMIT
 #                            git archive c1c380c -o .base/old.tar
 source tools/gpu_ab/device_setup.sh
