@@ -297,6 +297,13 @@ static void start_workers(int count) {  /* the caller holds call_mu */
     }
 }
 
+void strata_qmm_wait_until(const int64_t *counter, int64_t value) {
+    for (int spin = 0; __atomic_load_n(counter, __ATOMIC_ACQUIRE) < value; spin++) {
+        if (spin < 4000) CPU_RELAX();
+        else sched_yield();
+    }
+}
+
 static void run_job(job_t *job, int threads) {  /* the caller holds call_mu */
     if (job->items <= 0) return;
     if (threads > job->items) threads = (int)job->items;
@@ -314,17 +321,7 @@ static void run_job(job_t *job, int threads) {  /* the caller holds call_mu */
         pthread_mutex_unlock(&pool_mu);
     }
     run_items(job, generation);
-    for (int spin = 0; __atomic_load_n(&pool_done, __ATOMIC_ACQUIRE) < job->items; spin++) {
-        if (spin < 4000) CPU_RELAX();
-        else sched_yield();
-    }
-}
-
-void strata_qmm_wait_until(const int64_t *counter, int64_t value) {
-    for (int spin = 0; __atomic_load_n(counter, __ATOMIC_ACQUIRE) < value; spin++) {
-        if (spin < 4000) CPU_RELAX();
-        else sched_yield();
-    }
+    strata_qmm_wait_until(&pool_done, job->items);
 }
 
 void strata_qmm_run_phases(const phase_t *phases, int count, const void *ctx) {
