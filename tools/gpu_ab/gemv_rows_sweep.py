@@ -1,0 +1,53 @@
+"""packed_q8's GEMV at several rows of x under many tilings, against dequantize to bf16 + cuBLAS (what
+ops.packed_linear takes beyond NARROW_MAX_ROWS), inside CUDA graphs with weights rotated (cold L2). Shapes: the
+30B-A3B's attention projections at Q4_K_M. Session 39 timed only default_config's tiling at 8 rows (o_proj 26.7 us
+against 14.2 dequantized); this asks whether any tiling makes 5-16 rows pay.
+Usage: [GEMV_ROWS=8,16] gemv_rows_sweep.py; writes $OUT/gemv_rows_sweep.json."""
+import itertools
+import json
+import os
+import sys
+
+import torch
+from graph_timing import graph_time
+
+from strata.kernels import packed_dequant, packed_q8, q8_rounding
+from strata.kernels.gguf_blocks import block_format
+
+sys.path.insert(0, "tests/kernels")  # by name: an installed `kernels` package shadows tests/kernels
+from test_packed_gemv import random_blocks
+
+Q4_K, Q6_K = packed_q8.Q4_K, packed_q8.Q6_K
+SHAPES = [("30b_q_proj", 4096, 2048, Q4_K), ("30b_o_proj", 2048, 4096, Q4_K), ("30b_v_proj", 512, 2048, Q6_K),
+          ("30b_k_proj", 512, 2048, Q4_K)]
+# (BLOCK_N, SUPERBLOCKS, warps)
+TILINGS = list(itertools.product((4, 8, 16, 32), (1, 2), (1, 2, 4)))
+rows_list = [int(r) for r in os.environ.get("GEMV_ROWS", "8,16").split(",")]
+results = {}
+for name, n, k, qtype in SHAPES:
+    nbytes = n * block_format(qtype).row_bytes(k)
+    copies = max(2, min(64, int(4e8 // nbytes)))
+    ws = [random_blocks(qtype, n, k, seed=s).cuda() for s in range(copies)]
+    for rows in rows_list:
+        x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
+        q = q8_rounding.quantize(x)
+        arms = {"default": lambda i: packed_q8.packed_gemv_q8(x, ws[i], qtype, n, k, quantized=q)}
+        for bn, sb, warps in TILINGS:
+            cfg = dict(BLOCK_N=bn, SUPERBLOCKS=sb, num_warps=warps, num_stages=3)
+            arms[f"n{bn}_s{sb}_w{warps}"] = (
+                lambda i, cfg=cfg: packed_q8.packed_gemv_q8(x, ws[i], qtype, n, k, config=cfg, quantized=q))
+        arms["dequant_gemm"] = lambda i: x @ packed_dequant.dequantize(ws[i], qtype, k, torch.bfloat16).T
+        times = {}
+        for arm, fn in arms.items():
+            try:
+                times[arm] = round(graph_time(fn, copies), 2)
+            except Exception as e:  # noqa: BLE001 - a tiling that does not compile is a result too
+                times[arm] = f"failed: {type(e).__name__}"
+        numeric = {a: t for a, t in times.items() if isinstance(t, float)}
+        ranked = sorted(numeric, key=numeric.get)
+        results[f"{name} r{rows}"] = times
+        print(f"{name} {n}x{k} q{qtype} rows {rows}: " + ", ".join(f"{a} {numeric[a]}" for a in ranked[:6])
+              + f" | default {numeric.get('default')} dequant_gemm {numeric.get('dequant_gemm')}", flush=True)
+    ws.clear()
+with open(os.path.join(os.environ.get("OUT", "/tmp"), "gemv_rows_sweep.json"), "w") as f:
+    json.dump({"commit": os.environ.get("STRATA_COMMIT"), "results": results}, f, indent=1)
