@@ -215,14 +215,11 @@ typedef struct {
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER, call_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t pool_wake = PTHREAD_COND_INITIALIZER;
 static int pool_workers = 0;    /* started; they never exit */
-/* Each on its own cache line: idle workers spin reading the generation, every item's claim writes the ticket,
- * and the caller spins reading the done count, which each thread adds to once per job. */
-#define LINE __attribute__((aligned(64)))
-static LINE uint32_t pool_generation = 0;
-static LINE uint64_t pool_ticket = 0;  /* generation << 32 | next item */
-static uint64_t pool_limit = 0;        /* generation << 32 | number of items (written with the ticket, once a job) */
-static LINE int64_t pool_done = 0;     /* items of the current generation finished */
-static LINE job_t pool_job;
+static uint32_t pool_generation = 0;
+static uint64_t pool_limit = 0;   /* generation << 32 | number of items */
+static uint64_t pool_ticket = 0;  /* generation << 32 | next item */
+static int64_t pool_done = 0;     /* items of the current generation finished */
+static job_t pool_job;
 
 static int64_t now_ns(void) {
     struct timespec ts;
@@ -243,9 +240,10 @@ static int64_t claim(uint32_t generation) {  /* the next item of `generation`, o
 }
 
 static void run_items(const job_t *job, uint32_t generation) {
-    int64_t done = 0;
-    for (int64_t item; (item = claim(generation)) >= 0; done++) job->run_item(job->ctx, item);
-    if (done) __atomic_add_fetch(&pool_done, done, __ATOMIC_RELEASE);
+    for (int64_t item; (item = claim(generation)) >= 0;) {
+        job->run_item(job->ctx, item);
+        __atomic_add_fetch(&pool_done, 1, __ATOMIC_RELEASE);
+    }
 }
 
 static uint32_t wait_for_generation(uint32_t seen) {
