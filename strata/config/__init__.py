@@ -273,9 +273,10 @@ class ExpertConfig:
                                        "larger ones send them to the CPU); auto: 20 % of each layer's experts outside "
                                        "the hot set where the device can read them so, else none; measure: that "
                                        "share balanced from the CPU pool's and the device's speed, timed at start")
-    prompt_stream_min_pairs: int = _opt(32, "offloaded experts that at least this many of one step's tokens route "
-                                            "to are copied over PCIe (in rounds through the staging slots) and run "
-                                            "on the device instead of the CPU: prompt chunks; 0: never")
+    prompt_stream_min_pairs: int = _opt(6, "offloaded experts that at least this many of one step's tokens route "
+                                           "to are copied over PCIe (in rounds through the staging slots) and run "
+                                           "on the device instead of the CPU: prompt chunks (6: a 64-token prompt's "
+                                           "most used experts go over PCIe beside the CPU); 0: never")
     expert_swap_interval: int = _opt(32, "steps between hot-set updates from routing counts (0: never)")
     expert_swap_threshold: float = _opt(
         0.25, "swap an expert in only if it was routed to (1 + threshold)x as often as the one it replaces")

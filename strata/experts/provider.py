@@ -3,8 +3,8 @@
 Per call: pairs whose expert holds a slot run on the slot weights (fused kernel with slot ids on CUDA
 in 16-bit, the torch grouped path otherwise); up to `pcie_frac` of the distinct missed experts (the
 most used first) are copied into staging slots and run there (a launch of their own); so is every missed
-expert with at least `prompt_stream_min_pairs` pairs this step (a prompt chunk's: copying 6 MB beats the CPU
-computing dozens of tokens through it), in rounds of as many experts as there are staging slots. The rest go
+expert with at least `prompt_stream_min_pairs` pairs this step (a prompt chunk's: the copy runs beside the CPU,
+which then computes fewer pairs; 6 by default, measured against 4, 5 and 32 in session 50), in rounds of as many experts as there are staging slots. The rest go
 to the CPU pool, which works while the device computes. With `zero_copy_frac`, pairs of the zero-copy experts
 (ExpertSlots.set_zero_copy) in steps of up to IN_PLACE_MAX_ROWS rows are computed by the device from the host
 copy itself, read over PCIe by the same kernels, beside the CPU and with no host work. Outputs are summed per
