@@ -17,3 +17,12 @@ for R in 1 2; do for T in src n8; do
     --concurrency 8 --repeats 1 > /tmp/c8_$T.log 2>&1)
   echo "== c8 $T round $R rc=$? t=$(( $(date +%s)-S ))"; grep -E "strata_c8" /tmp/c8_$T.log | cut -c1-120
 done; done
+# Nsight Compute on a one-stream decode step's MoE (the 8-bit pairs, 8 pairs; ~20 us a layer, ~1.1 TB/s by bytes)
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1)
+TOKENS=1 timeout -s INT 100 $NCU --clock-control none --profile-from-start off --set full --import-source no \
+  -o /tmp/ncu_pairs -f python3 ncu_moe.py pairs > /tmp/ncu_pairs.log 2>&1; echo "== ncu pairs rc=$? t=$(( $(date +%s)-S ))"
+$NCU --import /tmp/ncu_pairs.ncu-rep --page details > $OUT/ncu_pairs_details.txt 2>&1
+$NCU --import /tmp/ncu_pairs.ncu-rep --page source --csv --print-source sass > /tmp/src_pairs.csv 2>&1
+python3 ncu_top.py 30 < /tmp/src_pairs.csv > $OUT/ncu_pairs_top.txt 2>&1
+grep -E "^  [_a-z]+kernel|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Waves Per SM|One or More Eligible|Issued Warp|Stall" \
+  $OUT/ncu_pairs_details.txt | cut -c1-200 | head -60
