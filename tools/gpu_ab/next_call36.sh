@@ -17,12 +17,15 @@ for R in 1 2; do for T in src n8; do
     --concurrency 8 --repeats 1 > /tmp/c8_$T.log 2>&1)
   echo "== c8 $T round $R rc=$? t=$(( $(date +%s)-S ))"; grep -E "strata_c8" /tmp/c8_$T.log | cut -c1-120
 done; done
-# Nsight Compute on a one-stream decode step's MoE (the 8-bit pairs, 8 pairs; ~20 us a layer, ~1.1 TB/s by bytes)
+# Nsight Compute on the 8-bit pairs at one token (a one-stream decode step's MoE: ~20 us a layer, ~1.1 TB/s by bytes)
+# and at 64 tokens (a 64-token prompt's: ~550 us a layer, most of issue 23's 17 ms TTFT at one stream)
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1)
-TOKENS=1 timeout -s INT 100 $NCU --clock-control none --profile-from-start off --set full --import-source no \
-  -o /tmp/ncu_pairs -f python3 ncu_moe.py pairs > /tmp/ncu_pairs.log 2>&1; echo "== ncu pairs rc=$? t=$(( $(date +%s)-S ))"
-$NCU --import /tmp/ncu_pairs.ncu-rep --page details > $OUT/ncu_pairs_details.txt 2>&1
-$NCU --import /tmp/ncu_pairs.ncu-rep --page source --csv --print-source sass > /tmp/src_pairs.csv 2>&1
-python3 ncu_top.py 30 < /tmp/src_pairs.csv > $OUT/ncu_pairs_top.txt 2>&1
-grep -E "^  [_a-z]+kernel|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Waves Per SM|One or More Eligible|Issued Warp|Stall" \
-  $OUT/ncu_pairs_details.txt | cut -c1-200 | head -60
+for TOK in 1 64; do
+  TOKENS=$TOK timeout -s INT 100 $NCU --clock-control none --profile-from-start off --set full --import-source no \
+    -o /tmp/ncu_p$TOK -f python3 ncu_moe.py pairs > /tmp/ncu_p$TOK.log 2>&1; echo "== ncu pairs $TOK rc=$? t=$(( $(date +%s)-S ))"
+  $NCU --import /tmp/ncu_p$TOK.ncu-rep --page details > $OUT/ncu_pairs${TOK}_details.txt 2>&1
+  $NCU --import /tmp/ncu_p$TOK.ncu-rep --page source --csv --print-source sass > /tmp/src_p$TOK.csv 2>&1
+  python3 ncu_top.py 25 < /tmp/src_p$TOK.csv > $OUT/ncu_pairs${TOK}_top.txt 2>&1
+  grep -E "^  [_a-z]+kernel|Duration|Memory Throughput|DRAM Throughput|L2 Hit|Compute \(SM\) Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Waves Per SM|One or More Eligible|Issued Warp" \
+    $OUT/ncu_pairs${TOK}_details.txt | cut -c1-160 | head -40
+done
