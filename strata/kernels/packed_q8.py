@@ -56,13 +56,16 @@ UNIT = {Q2_K: 256, Q3_K: 256, Q4_K: 256, Q5_K: 256, Q6_K: 256, Q4_0: 128, Q4_1: 
 # may start two bytes into one (their odd blocks do anyway, read by _word_at)
 WORD_ROWS = (Q2_K, Q4_K, Q5_K)
 MAX_ROWS = 16
-# ops.packed_linear sends steps of up to LINEAR_MAX_ROWS rows here for weights of at least WIDE_N rows (LM heads),
-# of up to NARROW_MAX_ROWS for the others (linear_takes); beyond, dequantize + GEMM or packed_mmq.linear_q8. Session
+# ops.packed_linear sends steps of up to LINEAR_MAX_ROWS rows here (linear_takes); beyond, dequantize + GEMM, or
+# packed_mmq.linear_q8 for weights of at least WIDE_N rows (LM heads). Session
 # 39 (`linear_mmq_ab.py`, H200, CUDA graphs, cold weights): the 30B-A3B's q_proj / o_proj / v_proj (Q4_K, Q4_K,
 # Q6_K) at 4 rows 11.8 / 9.8 / 5.6 us here against 12.2 / 14.6 / 7.6 dequantized, at 8 rows 16.1 / 26.7 / 7.9
 # against 12.2 / 14.2 / 7.6; its Q6_K LM head at 8 rows 263.9 against 460.8, Qwen4-Exp's 549.2 against 1,108.8.
+# Session 50 (`gemv_rows_sweep.py`, an H100, the same conditions) timed 24 tilings at 8 and 16 rows: at 8 rows, 4 rows
+# of W a program, 2 superblocks a step and 2 warps beat dequantize + GEMM on all four (q / o / v / k_proj 11.1 / 13.5 /
+# 7.5 / 5.8 us against 13.1 / 15.5 / 8.4 / 7.8; the old 8-row tiling took 16.5 / 27.0 / 11.5 / 13.4); at 16 rows
+# dequantize + GEMM still wins (13.0 / 15.6 / 8.4 against the best tilings' 17.8 / 21.5 / 8.6).
 LINEAR_MAX_ROWS = 8
-NARROW_MAX_ROWS = 4
 WIDE_N = 32768
 # pairs: rows of an expert per program, superblocks per K step, by the step's tokens. Several tokens: one warp,
 # 16 rows, 2 superblocks, within 4 % of the fastest of 42 tilings for both launches at 8 and 16 tokens of the
@@ -96,7 +99,8 @@ def default_config(n: int, k: int, rows: int) -> dict:
     (2026-12-03-h200-session29/). One row: narrow weights with long rows split K (one row of W per program,
     8 superblocks a step), mid-sized ones take 2 rows a program and one warp, wide ones 8 rows and two warps,
     very wide ones (LM heads) 16 rows and two warps (one warp at 2-8 rows, session 30); more rows of x
-    want more rows of W per program, fewer superblocks a step."""
+    want more rows of W per program, fewer superblocks a step; 5-8 and 9-16 rows from session 50's sweep (an
+    H100: 4 and 8 rows of W, 2 superblocks, 2 warps)."""
     if rows == 1:
         if n <= 1024 or (k >= 4096 and n <= 4096):
             bn, sb, warps = 1, 8, 2
@@ -112,8 +116,10 @@ def default_config(n: int, k: int, rows: int) -> dict:
         bn, sb, warps = (16, 1, 4) if 8192 <= n < 32768 else (2, 2, 1)
     elif rows <= 4:
         bn, sb, warps = (4, 2, 2) if n >= 8192 else (2, 2, 1)
+    elif rows <= 8:  # session 50's sweep (above LINEAR_MAX_ROWS)
+        bn, sb, warps = 4, 2, 2
     else:
-        bn, sb, warps = 4, 1, 1
+        bn, sb, warps = 8, 2, 2
     return dict(BLOCK_N=bn, SUPERBLOCKS=sb, num_warps=warps, num_stages=3)
 
 
@@ -162,10 +168,9 @@ def word_tiles(qtype: int, integer_sums: bool) -> int:
     return 8 if qtype in (Q4_K, Q5_K, Q8_0) else 4
 
 
-def linear_takes(rows: int, n: int) -> bool:
-    """Whether ops.packed_linear sends a step of `rows` rows through an [n, K] weight here (by the measurements
-    above LINEAR_MAX_ROWS)."""
-    return rows <= (LINEAR_MAX_ROWS if n >= WIDE_N else NARROW_MAX_ROWS)
+def linear_takes(rows: int) -> bool:
+    """Whether ops.packed_linear sends a step of `rows` rows here (by the measurements above LINEAR_MAX_ROWS)."""
+    return rows <= LINEAR_MAX_ROWS
 
 
 def rounds_in_norm(num_rows: int, dim: int) -> bool:

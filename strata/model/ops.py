@@ -197,9 +197,8 @@ def packed_linear(x: torch.Tensor, weight, bias: torch.Tensor | None = None,
     some segment's type, the weight dequantized once (PackedWeight.dense_float32). 16-bit ones use the
     native int8-activation kernel (cpu_quant.quant_matmul, ~0.5 % of each output off) where it supports
     the segment's type, else packed_matmul_ref. CUDA: packed_q8 (x rounded to 8 bits per 32, integer dot
-    products; x quantized once for every segment) for steps of the rows packed_q8.linear_takes (up to 4, or 8 for
-    LM heads) of the types it reads (Q2_K-Q6_K, Q8_0, Q4_0/1, Q5_0/1, the i-quants but IQ4_XS), packed_mmq's
-    linear_q8 (the same numbers on int8 tensor cores) for LM heads at 9-16 rows, packed_gemv for steps of up to
+    products; x quantized once for every segment) for steps of the rows packed_q8.linear_takes (up to 8) of the
+    types it reads (Q2_K-Q6_K, Q8_0, Q4_0/1, Q5_0/1, the i-quants but IQ4_XS), packed_mmq's linear_q8 (the same numbers on int8 tensor cores) for LM heads at 9-16 rows, packed_gemv for steps of up to
     GEMV_MAX_ROWS rows of the other types it reads, else dequantize to x's dtype (packed_dequant), then matmul."""
     if bias is None and x.dim() == 2 and not x.is_cuda and x.dtype == torch.float32 and out_dtype in (None, x.dtype):
         out = _float32_on_cpu(x, weight)  # the CPU decode path's every projection: no reshape, no cast
@@ -290,7 +289,7 @@ def reads_8_bit_activations(qtype: int) -> bool:
 
 
 def _q8_takes(rows: int, qtype: int, blocks: torch.Tensor, k: int) -> bool:
-    return (packed_q8.linear_takes(rows, blocks.shape[0]) and packed_q8.enabled()
+    return (packed_q8.linear_takes(rows) and packed_q8.enabled()
             and packed_q8.supports(qtype, k, blocks) and blocks.stride(-1) == 1)
 
 

@@ -135,7 +135,7 @@ def test_packed_gemv_matches_ref(qtype, rows, n, k, form):
 
 
 @gpu
-@pytest.mark.parametrize("rows", [1, 4, 5, 40])
+@pytest.mark.parametrize("rows", [1, 4, 8, 9, 40])
 def test_packed_linear_on_cuda_matches_the_cpu_reference(rows):
     """ops.packed_linear on CUDA (packed_q8 for the rows it takes of a narrow weight: the reference on the rounded
     activations; dequantize + matmul beyond) against the same weight's reference on the CPU, two segments of different
@@ -148,7 +148,7 @@ def test_packed_linear_on_cuda_matches_the_cpu_reference(rows):
     q, v = random_blocks(Q4_K, 64, 512, seed=1), random_blocks(Q6_K, 32, 512, seed=2)
     weight = PackedWeight.cat_rows([PackedWeight(q, Q4_K, 512), PackedWeight(v, Q6_K, 512)])
     x = torch.randn(rows, 512, generator=torch.Generator().manual_seed(rows)).to(torch.bfloat16)
-    in_q8 = packed_q8.linear_takes(rows, 64)
+    in_q8 = packed_q8.linear_takes(rows)
     if in_q8:  # both segments in packed_q8: x rounded to 8 bits per 32, once for both
         x = q8_rounding.dequantize_activations(*q8_rounding.quantize_ref(x)[:2])
     expected = torch.cat([packed_gemv_ref(x, q, Q4_K, 64, 512), packed_gemv_ref(x, v, Q6_K, 32, 512)], dim=1)

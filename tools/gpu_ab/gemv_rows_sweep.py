@@ -1,5 +1,5 @@
 """packed_q8's GEMV at several rows of x under many tilings, against dequantize to bf16 + cuBLAS (what
-ops.packed_linear takes beyond NARROW_MAX_ROWS), inside CUDA graphs with weights rotated (cold L2). Shapes: the
+ops.packed_linear took beyond 4 rows for narrow weights until session 50), inside CUDA graphs with weights rotated (cold L2). Shapes: the
 30B-A3B's attention projections at Q4_K_M. Session 39 timed only default_config's tiling at 8 rows (o_proj 26.7 us
 against 14.2 dequantized); this asks whether any tiling makes 5-16 rows pay.
 Usage: [GEMV_ROWS=8,16] gemv_rows_sweep.py; writes $OUT/gemv_rows_sweep.json."""
