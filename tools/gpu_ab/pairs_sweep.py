@@ -1,6 +1,10 @@
 """packed_q8's MoE pairs, each launch timed alone (gate/up, the activation rounding, down) over tilings, at
 1 / 8 / 16 tokens of the 30B-A3B experts (128 of 768, top 8, Q4_K gate/up, Q6_K down), inside CUDA graphs with
-8 rotated routings (cold L2). Writes $OUT/pairs_sweep.json: which tiling each token count should take."""
+8 rotated routings (cold L2). Writes $OUT/pairs_sweep.json: which tiling each token count should take.
+Knobs (comma lists): PAIRS_TOKENS (1,8,16), PAIRS_BN (4,8,16,32), PAIRS_SB (1,2), PAIRS_WARPS (1,2,4), PAIRS_STAGES
+(2,3); tilings with BLOCK_N x SB above 32 or BLOCK_N x warps above 64 are skipped. Session 50's Nsight run found a
+one-token gate/up at 0.73 waves of one-warp programs, stalled on loads: PAIRS_BN=1,2 PAIRS_SB=4,8 asks whether
+more, smaller programs with whole rows in flight pay."""
 import itertools, json, os, sys, torch, triton
 from strata.kernels import packed_q8 as pq
 sys.path.insert(0, "tests/kernels")  # by name: an installed `kernels` package shadows tests/kernels
@@ -12,7 +16,8 @@ w13 = random_blocks(12, E * 2 * I, D, seed=1).cuda().view(E, 2 * I, -1)
 w2 = random_blocks(14, E * D, I, seed=2).cuda().view(E, D, -1)
 gen = torch.Generator().manual_seed(0)
 rows = []
-for tokens in (1, 8, 16):
+knob = lambda name, default: [int(v) for v in os.environ.get(name, default).split(",")]
+for tokens in knob("PAIRS_TOKENS", "1,8,16"):
     hidden = torch.randn(tokens, D, device="cuda", dtype=torch.bfloat16) * 0.1
     id_sets = [torch.stack([torch.randperm(E, generator=gen)[:TOP] for _ in range(tokens)]).reshape(-1).cuda()
                for _ in range(8)]
@@ -22,8 +27,9 @@ for tokens in (1, 8, 16):
     aq, adx, asums = pq.quantize(act)
     out = torch.empty(tokens, TOP, D, device="cuda")
     res = {"quantize_act": round(graph_time(lambda i: pq.quantize(act), 8), 2)}
-    for bn, sb, warps, stages in itertools.product((4, 8, 16, 32), (1, 2), (1, 2, 4), (2, 3)):
-        if bn * warps > 64 or (sb == 2 and bn > 16):
+    for bn, sb, warps, stages in itertools.product(knob("PAIRS_BN", "4,8,16,32"), knob("PAIRS_SB", "1,2"),
+                                                   knob("PAIRS_WARPS", "1,2,4"), knob("PAIRS_STAGES", "2,3")):
+        if bn * warps > 64 or bn * sb > 32:
             continue
         common = dict(BLOCK_N=bn, ASM=True, num_warps=warps, num_stages=stages, **pq.pdl_options(hidden))
         try:
@@ -40,9 +46,13 @@ for tokens in (1, 8, 16):
         rows.append(dict(tokens=tokens, bn=bn, sb=sb, warps=warps, stages=stages, gate_up_us=round(t_gu, 2),
                          down_us=round(t_dn, 2)))
     mine = [r for r in rows if r["tokens"] == tokens]
-    cur = [r for r in mine if (r["bn"], r["sb"], r["warps"], r["stages"]) == (8, 1, 2, 3)]
-    best_gu = min(mine, key=lambda r: r["gate_up_us"])
-    best_dn = min(mine, key=lambda r: r["down_us"])
-    print("tokens", tokens, res, "current", cur, "\n best gate_up", best_gu, "\n best down", best_dn, flush=True)
+    cfg13, cfg2 = pq.pair_configs(tokens, 14)
+    tiling = lambda c: (c["BLOCK_N"], c["SUPERBLOCKS"], c["num_warps"], c["num_stages"])
+    cur_gu = [r["gate_up_us"] for r in mine if (r["bn"], r["sb"], r["warps"], r["stages"]) == tiling(cfg13)]
+    cur_dn = [r["down_us"] for r in mine if (r["bn"], r["sb"], r["warps"], r["stages"]) == tiling(cfg2)]
+    print("tokens", tokens, res, "current gate_up", tiling(cfg13), cur_gu, "down", tiling(cfg2), cur_dn, flush=True)
+    for key in ("gate_up_us", "down_us"):
+        for r in sorted(mine, key=lambda r: r[key])[:5]:
+            print("   best", key, r, flush=True)
     rows.append(dict(tokens=tokens, **res))
 json.dump(rows, open(os.path.join(os.environ.get("OUT", "/tmp"), "pairs_sweep.json"), "w"), indent=1)
