@@ -4,6 +4,9 @@ block tables, where the torch path gathers every sequence's keys into a padded b
 SDPA in every layer (SmolLM2 Q4_1, 8 streams on 2 cores: 38.8 against 45.7 ms a step at ~100 tokens of context,
 104.9 against 176.4 at ~900; bench/results/2026-12-02-cpu-session21).
 
+`rope_kv` (native/rope_kv_cpu.c): a plain attention layer's rotary embedding and KV write in one call, the same
+bits as the torch path's rotate_rows and write_kv (~30 us a layer of Python and torch dispatch on the bundled model).
+
 `paged_attention_ref` states the semantics (the causal softmax of each window's queries over its
 sequence's keys, in float64); tests/kernels/test_cpu_attention.py holds the kernel to it and to the torch
 path the model uses otherwise."""
@@ -43,6 +46,34 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
               block_tables.data_ptr(), block_tables.shape[1], seq_lens.data_ptr(), query_start_loc.data_ptr(),
               seq_lens.shape[0], scale, out.data_ptr(), threads)
     return out
+
+
+def rope_kv(qkv: torch.Tensor, heads: int, kv_heads: int, head_dim: int, cos_rows: torch.Tensor,
+            sin_rows: torch.Tensor, slot_mapping: torch.Tensor, k_cache: torch.Tensor,
+            v_cache: torch.Tensor) -> torch.Tensor:
+    """qkv [T, >= (heads + 2 kv_heads) * head_dim] float32 (unit column stride), each row's query, key and value heads
+    -> the rotated queries [T, heads, head_dim]; the rotated keys and the values are written to the float32 caches
+    [N_blocks, B, kv_heads, head_dim] at slot_mapping [T] (int64). cos_rows / sin_rows [T, 1, rot_dim] float32:
+    RotaryEmbedding.rows' (cos, cos) and (-sin, sin), the rotation over each head's first rot_dim dims."""
+    tokens, rot_dim = qkv.shape[0], cos_rows.shape[-1]
+    if qkv.dtype != torch.float32 or qkv.stride(1) != 1 or not (k_cache.dtype == v_cache.dtype == torch.float32) \
+            or not (k_cache.is_contiguous() and v_cache.is_contiguous()) or k_cache.shape[2:] != (kv_heads, head_dim) \
+            or qkv.shape[1] < (heads + 2 * kv_heads) * head_dim or rot_dim % 2 or rot_dim > head_dim:
+        raise ValueError(f"rope_kv: qkv {qkv.dtype} {tuple(qkv.shape)} and caches {k_cache.dtype} "
+                         f"{tuple(k_cache.shape)} do not fit {heads} + 2 x {kv_heads} heads of {head_dim}")
+    cos_rows, sin_rows = cos_rows.contiguous(), sin_rows.contiguous()
+    if cos_rows.dtype != torch.float32 or cos_rows.numel() != tokens * rot_dim or sin_rows.shape != cos_rows.shape:
+        raise ValueError(f"rope_kv: rotary rows {tuple(cos_rows.shape)}, {tuple(sin_rows.shape)} for {tokens} tokens")
+    slots = slot_mapping if slot_mapping.dtype == torch.int64 else slot_mapping.long()
+    q = torch.from_numpy(np.empty((tokens, heads, head_dim), np.float32))                 # [T, H, D]
+    num_slots = k_cache.shape[0] * k_cache.shape[1]
+    status = cpu_quant._require().strata_rope_kv_f32(
+        qkv.data_ptr(), tokens, qkv.stride(0), heads, kv_heads, head_dim, rot_dim, cos_rows.data_ptr(),
+        sin_rows.data_ptr(), slots.contiguous().data_ptr(), num_slots, k_cache.data_ptr(), v_cache.data_ptr(),
+        q.data_ptr())
+    if status != 0:
+        raise IndexError(f"rope_kv: a slot of {slot_mapping.tolist()} is outside the pool's {num_slots}")
+    return q
 
 
 @functools.cache

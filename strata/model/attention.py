@@ -361,7 +361,11 @@ class Attention(nn.Module):
     def _prepare_plain(self, qkv: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, kv_scales: KVScales,
                        ctx: ForwardContext, step_rows: dict) -> torch.Tensor:
         """The torch path of a layer without output gate or qk-norm (Llama's): q and k are neighbours in
-        qkv, so one rotation covers both -> rotated q [T, H, D]; rotated k and v are written to the pool."""
+        qkv, so one rotation covers both -> rotated q [T, H, D]; rotated k and v are written to the pool. On
+        the CPU with a float32 pool, one native call does it all (the same bits)."""
+        if ops.cpu_rope_kv_on(qkv, k_cache, kv_scales):
+            return ops.cpu_rope_kv(qkv, self.num_heads, self.num_kv_heads, self.head_dim,
+                                   *self.rotary.rows(ctx.positions, step_rows), ctx.slot_mapping, k_cache, v_cache)
         num_tokens, heads, head_dim = qkv.shape[0], self.num_heads + self.num_kv_heads, self.head_dim
         qk = qkv[:, : heads * head_dim].view(num_tokens, heads, head_dim)       # [T, H + Hkv, D]
         qk = self.rotary.rotate(ctx.positions, qk, step_rows)

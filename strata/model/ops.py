@@ -518,6 +518,21 @@ def cpu_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.T
                                             query_start_loc, scale, context_tokens)
 
 
+def cpu_rope_kv_on(qkv: torch.Tensor, k_cache: torch.Tensor, kv_scales) -> bool:
+    """Whether a plain attention layer's rotary embedding and KV write take the native CPU call (float32 rows and
+    pool, no int8 scales; STRATA_NO_CPU_ATTENTION=1: the torch ops, to compare)."""
+    return qkv.is_cpu and qkv.dtype == k_cache.dtype == torch.float32 and kv_scales is None and \
+        _cpu_attention() is not None
+
+
+def cpu_rope_kv(qkv: torch.Tensor, heads: int, kv_heads: int, head_dim: int, cos_rows: torch.Tensor,
+                sin_rows: torch.Tensor, slot_mapping: torch.Tensor, k_cache: torch.Tensor,
+                v_cache: torch.Tensor) -> torch.Tensor:
+    """cpu_attention.rope_kv (check cpu_rope_kv_on first): qkv [T, (H + 2 Hkv) * D] -> rotated q [T, H, D]."""
+    return _cpu_attention().rope_kv(qkv, heads, kv_heads, head_dim, cos_rows, sin_rows, slot_mapping, k_cache,
+                                    v_cache)
+
+
 @functools.cache
 def _cpu_attention():
     """strata.kernels.cpu_attention where its library is built here, else None."""

@@ -62,3 +62,43 @@ def test_bad_operands_are_refused_with_what_was_given():
         cpu_attention.paged_attention(q, k, v, tables.int(), lens, starts, 1.0)
     with pytest.raises(ValueError, match="does not match the caches"):
         cpu_attention.paged_attention(q[:, :5].contiguous(), k, v, tables, lens, starts, 1.0)
+
+
+@pytest.mark.parametrize("head_dim, rot_dim, tokens", [(64, 64, 1), (40, 40, 5), (64, 32, 3)])
+def test_rope_kv_gives_the_torch_paths_bits(head_dim, rot_dim, tokens):
+    """rope_kv against the layer's torch path (RotaryEmbedding.rotate_rows over q and k, then write_kv_ref): the
+    same rotated queries and the same pool, bit for bit, for a full and a partial rotation and rows of a wider qkv
+    (a strided view); the other slots of the pool untouched."""
+    from strata.kernels.kv_quant import write_kv_ref
+    from strata.model.rotary import RotaryEmbedding
+
+    heads, kv_heads, block, num_blocks = 6, 2, 4, 5
+    g = torch.Generator().manual_seed(head_dim + tokens)
+    width = (heads + 2 * kv_heads) * head_dim
+    qkv = torch.randn(tokens, width + 8, generator=g)[:, :width] * 3                    # [T, (H + 2 Hkv) * D]
+    rotary = RotaryEmbedding(head_dim, rot_dim, 4096, 10000.0, None)
+    positions = torch.randint(0, 4000, (tokens,), generator=g)
+    slots = torch.randperm(num_blocks * block, generator=g)[:tokens]
+    caches = [torch.randn(num_blocks, block, kv_heads, head_dim, generator=g) for _ in range(2)]
+    k_ref, v_ref = (c.clone() for c in caches)
+    cos, sin = rotary.rows(positions)
+    qk = qkv[:, :(heads + kv_heads) * head_dim].reshape(tokens, heads + kv_heads, head_dim)
+    rotated = rotary.rotate_rows(qk, cos, sin)
+    for x, cache in ((rotated[:, heads:], k_ref), (qkv[:, (heads + kv_heads) * head_dim:].reshape(tokens, kv_heads,
+                                                                                                  head_dim), v_ref)):
+        write_kv_ref(x, cache, None, slots)
+    q = cpu_attention.rope_kv(qkv, heads, kv_heads, head_dim, cos, sin, slots, *caches)
+    assert torch.equal(q, rotated[:, :heads]) and torch.equal(caches[0], k_ref) and torch.equal(caches[1], v_ref)
+
+
+def test_rope_kv_refuses_a_slot_outside_the_pool_and_writes_nothing():
+    from strata.model.rotary import RotaryEmbedding
+
+    rotary = RotaryEmbedding(8, 8, 64, 10000.0, None)
+    caches = [torch.zeros(2, 4, 1, 8) for _ in range(2)]
+    qkv = torch.ones(2, (2 + 2) * 8)
+    with pytest.raises(IndexError, match="outside the pool's 8"):
+        cpu_attention.rope_kv(qkv, 2, 1, 8, *rotary.rows(torch.tensor([0, 1])), torch.tensor([3, 8]), *caches)
+    assert not any(c.any() for c in caches)
+    with pytest.raises(ValueError, match="do not fit"):
+        cpu_attention.rope_kv(qkv[:, :20], 2, 1, 8, *rotary.rows(torch.tensor([0, 1])), torch.tensor([0, 1]), *caches)
