@@ -1,6 +1,6 @@
 """Compile the attention-path Triton kernels (paged attention's split kernel, the fused qk-norm/rope/KV write)
 to sm_90 cubin on a machine without a GPU, for every KV cache dtype (16-bit, fp8, int8 with scales) and
-query dtype, with and without the host KV tier (--kv-resident-tokens: a second cache read over PCIe) and QSA's block choice: catches front-end and lowering errors (types, shapes, a missing conversion) that
+query dtype, with and without the fused merge (STRATA_FUSED_MERGE), the host KV tier (--kv-resident-tokens: a second cache read over PCIe) and QSA's block choice: catches front-end and lowering errors (types, shapes, a missing conversion) that
 TRITON_INTERPRET=1 lets through, and prints each kernel's shared memory. Needs triton with its bundled ptxas
 (e.g. `pip install --target /tmp/trisite triton==3.5.0`): `PYTHONPATH=/tmp/trisite:. python
 tools/triton_attention_check.py`."""
@@ -39,16 +39,18 @@ for q, kv, scale in CASES:
                  "tables_ptr": "*i64", "seq_lens_ptr": "*i64", "qsl_ptr": "*i64", "partial_ptr": "*fp32",
                  "stats_ptr": "*fp32", "out_ptr": "*" + q, "qk_scale": "fp32", "hk_ptr": "*" + kv, "hv_ptr": "*" + kv,
                  "hks_ptr": "*" + scale, "hvs_ptr": "*" + scale, "host_tables_ptr": "*i64", "host_counts_ptr": "*i64",
-                 "chosen_ptr": "*u8", "gate_ptr": "*" + q, "q8_ptr": "*i8", "dx_ptr": "*fp32", "sums_ptr": "*fp32"}
+                 "chosen_ptr": "*u8", "gate_ptr": "*" + q, "q8_ptr": "*i8", "dx_ptr": "*fp32", "sums_ptr": "*fp32",
+                 "counters_ptr": "*i32"}
     for head_dim in (128, 256):
         block_n, stages = paged_attention.kv_tile_for(head_dim, ITEMSIZE[kv])
-        for host, choice, gate, rounds in ((False, False, False, False), (True, False, True, False),
-                                           (False, True, True, True), (True, True, False, True)):
+        for host, choice, gate, rounds, fused in ((False, False, False, False, False), (True, False, True, False, True),
+                                                  (False, True, True, True, False), (True, True, False, True, True),
+                                                  (False, False, True, True, True)):
             ok &= check(paged_attention._split_kernel, attention,
                         dict(KV_INT8=int8, HAS_HOST=host, HAS_CHOICE=choice, G_PAD=8, BLOCK_M=32, BLOCK_N=block_n,
-                             BLOCK_D=head_dim, HAS_GATE=gate, ROUND=rounds, USE_PDL=True),
+                             BLOCK_D=head_dim, HAS_GATE=gate, ROUND=rounds, FUSED_MERGE=fused, USE_PDL=True),
                         f"paged attention q={q} kv={kv} D={head_dim} host={host} choice={choice} gate={gate} "
-                        f"round={rounds}", num_warps=4, num_stages=stages)
+                        f"round={rounds} fused_merge={fused}", num_warps=4, num_stages=stages)
             ok &= check(paged_attention._merge_kernel, attention,
                         dict(BLOCK_N=block_n, SPLITS_PAD=64, BLOCK_D=head_dim, HAS_GATE=gate, ROUND=rounds, USE_PDL=True),
                         f"merge q={q} D={head_dim} gate={gate} round={rounds}", num_warps=4)

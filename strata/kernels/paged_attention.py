@@ -6,7 +6,10 @@ of every query head in the KV head's GQA group, so each K/V tile is read once fo
 Splits along the context (flash-decoding) keep the chip busy when few sequences run; a second small
 kernel merges the splits' partial softmax sums. The split count is fixed by shapes (CUDA-graph safe);
 splits past a sequence's last KV tile return at once, and a context of one tile has its one split write
-the output itself (its merge programs return at once). The K/V of this step must already be in the pool.
+the output itself (its merge programs return at once). With STRATA_FUSED_MERGE=1 (an A/B switch, not yet measured
+on a GPU) there is no merge launch: the last split of a (sequence, KV head) to finish, counted by an atomic
+counter (`merge_counters`: zeros kept per device, each launch leaves them at zero), merges the partial sums itself.
+The K/V of this step must already be in the pool.
 Int8 caches (kv_quant.py) are read as int8 (exact in the query's dtype) with their per-vector scales
 folded into the scores (K) and the probabilities (V), not multiplied into each tile.
 
@@ -142,6 +145,26 @@ def kv_tile_for(head_dim: int, itemsize: int) -> tuple[int, int]:
     return (32, 2) if row_bytes <= 512 else (16, 1)
 
 
+_COUNTERS: dict[torch.device, torch.Tensor] = {}
+MIN_COUNTERS = 4096  # (sequence, KV head) pairs a device's first counter buffer covers
+
+
+def merge_counters(device: torch.device, needed: int) -> torch.Tensor | None:
+    """int32 zeros [>= needed] for the fused merge's arrivals on `device` (module docstring), kept for the process;
+    None where the switch is off, or where they would have to grow during a CUDA graph capture (the merge kernel
+    then runs). Launches sharing them must not run concurrently (one stream: they do not)."""
+    from strata.config import debug_flag
+
+    if not debug_flag("FUSED_MERGE"):
+        return None
+    counters = _COUNTERS.get(device)
+    if counters is None or counters.numel() < needed:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return None
+        counters = _COUNTERS[device] = torch.zeros(max(needed, MIN_COUNTERS), dtype=torch.int32, device=device)
+    return counters
+
+
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
                     seq_lens: torch.Tensor, query_start_loc: torch.Tensor, scale: float,
                     max_query_len: int | None = None, num_splits: int | None = None, block_n: int | None = None,
@@ -200,6 +223,7 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     q8, dx, sums = rounding if rounding is not None else (out, out, out)              # unread without rounding
     epilogue = (gate_t, gate_t.stride(0), gate_t.stride(1), q8, dx, sums)
     flags = dict(HAS_GATE=gate is not None, ROUND=rounding is not None)
+    counters = merge_counters(q.device, num_seqs * num_kv_heads) if splits > 1 else None
     _split_kernel[(num_seqs, num_kv_heads, splits)](
         q, k_cache, v_cache, k_scale, v_scale, block_tables, seq_lens, query_start_loc, partial, stats, out,
         host_k, host_v, host_ks, host_vs, host_block_tables, host_block_counts, chosen, ratio, top_blocks,
@@ -207,10 +231,13 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), k_cache.stride(0), k_cache.stride(1),
         k_cache.stride(2), k_scale.stride(0), k_scale.stride(1), block_tables.stride(0), partial.stride(0),
         stats.stride(0), stats.stride(1), host_k.stride(0), host_ks.stride(0), host_block_tables.stride(0), *epilogue,
-        **flags, KV_INT8=kv_int8, HAS_HOST=has_host, HAS_CHOICE=has_choice, G_PAD=g_pad, BLOCK_M=block_m,
-        BLOCK_N=block_n,
+        counters if counters is not None else seq_lens,
+        **flags, KV_INT8=kv_int8, HAS_HOST=has_host, HAS_CHOICE=has_choice, FUSED_MERGE=counters is not None,
+        G_PAD=g_pad, BLOCK_M=block_m, BLOCK_N=block_n,
         BLOCK_D=triton.next_power_of_2(head_dim), num_warps=4 if block_m <= 32 else 8, num_stages=num_stages,
         **pdl_options(q))
+    if counters is not None:
+        return out
     _merge_kernel[(num_seqs, num_heads, max_query_len)](
         partial, stats, out, seq_lens, query_start_loc, splits, num_heads, head_dim, out.stride(0), out.stride(1),
         partial.stride(0), stats.stride(0), stats.stride(1), *epilogue, **flags, BLOCK_N=block_n,
@@ -227,8 +254,8 @@ if triton is not None:
                       stride_qt, stride_qh, stride_ot, stride_oh, stride_kb, stride_ko, stride_kh,
                       stride_sb, stride_so, stride_table, stride_ps, stride_sk, stride_st,
                       stride_hb, stride_hsb, stride_host_table, gate_ptr, stride_gt, stride_gh, q8_ptr, dx_ptr,
-                      sums_ptr, HAS_GATE: tl.constexpr, ROUND: tl.constexpr, KV_INT8: tl.constexpr,
-                      HAS_HOST: tl.constexpr, HAS_CHOICE: tl.constexpr, G_PAD: tl.constexpr,
+                      sums_ptr, counters_ptr, HAS_GATE: tl.constexpr, ROUND: tl.constexpr, KV_INT8: tl.constexpr,
+                      HAS_HOST: tl.constexpr, HAS_CHOICE: tl.constexpr, FUSED_MERGE: tl.constexpr, G_PAD: tl.constexpr,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr):
         wait_for_previous_kernel(USE_PDL)
         seq, kv_head, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -317,6 +344,44 @@ if triton is not None:
         tl.store(p_ptrs, acc, mask=row_ok[:, None] & d_ok[None, :])
         tl.store(stats_ptr + split * stride_st + th_index, m_i, mask=row_ok)
         tl.store(stats_ptr + stride_sk + split * stride_st + th_index, l_i, mask=row_ok)
+        if FUSED_MERGE:  # the last split of this (sequence, KV head) to arrive merges them all
+            tl.debug_barrier()  # every thread's partial stored before the release below
+            counter = counters_ptr + seq * tl.num_programs(1) + kv_head
+            used = tl.cdiv(num_tiles, per_split)
+            if tl.atomic_add(counter, 1, sem="acq_rel") == used - 1:
+                _merge_splits(partial_ptr, stats_ptr, th_index, row_ok, offs_d, d_ok, used, head_dim, stride_ps,
+                              stride_sk, stride_st, out_ptr, gate_ptr, q8_ptr, dx_ptr, sums_ptr, q_start + tok, head,
+                              stride_ot, stride_oh, stride_gt, stride_gh, num_heads, HAS_GATE, ROUND, BLOCK_D,
+                              BLOCK_M)
+                tl.atomic_xchg(counter, 0)
+
+    @triton.jit
+    def _merge_splits(partial_ptr, stats_ptr, th_index, row_ok, offs_d, d_ok, used, head_dim, stride_ps, stride_sk,
+                      stride_st, out_ptr, gate_ptr, q8_ptr, dx_ptr, sums_ptr, token, head, stride_ot, stride_oh,
+                      stride_gt, stride_gh, num_heads, HAS_GATE: tl.constexpr, ROUND: tl.constexpr,
+                      BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr):
+        """The merge kernel's sum for the rows of one split program's tile (th_index [BM] into [T, H], row_ok
+        [BM]) over the `used` splits' partials, written with the output's epilogue. Loads bypass L1 (.cg): the
+        other programs' stores reach this one through L2."""
+        m_max = tl.full((BLOCK_M,), -1e30, dtype=tl.float32)
+        for split in range(used):
+            m = tl.load(stats_ptr + split * stride_st + th_index, mask=row_ok, other=-1e30, cache_modifier=".cg")
+            m_max = tl.maximum(m_max, m)
+        acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+        total = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for split in range(used):
+            m = tl.load(stats_ptr + split * stride_st + th_index, mask=row_ok, other=-1e30, cache_modifier=".cg")
+            l = tl.load(stats_ptr + stride_sk + split * stride_st + th_index, mask=row_ok, other=0.0,
+                        cache_modifier=".cg")
+            w = tl.exp2(m - m_max)                                                         # [BM]
+            part = tl.load(partial_ptr + split * stride_ps + th_index[:, None] * head_dim + offs_d[None, :],
+                           mask=row_ok[:, None] & d_ok[None, :], other=0.0, cache_modifier=".cg")  # [BM, BD]
+            acc += part * w[:, None]
+            total += l * w
+        total = tl.where(row_ok, total, 1.0)
+        _write_output(acc / total[:, None], token.to(tl.int64), head, row_ok, offs_d, out_ptr, gate_ptr, q8_ptr,
+                      dx_ptr, sums_ptr, stride_ot, stride_oh, stride_gt, stride_gh, num_heads, head_dim, HAS_GATE,
+                      ROUND, BLOCK_D, BLOCK_M)
 
     @triton.jit
     def _merge_kernel(partial_ptr, stats_ptr, out_ptr, seq_lens_ptr, qsl_ptr, num_splits, num_heads, head_dim,

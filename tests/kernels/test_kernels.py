@@ -274,8 +274,43 @@ def test_paged_attention_gates_and_rounds_its_output(heads, num_splits):
 @pytest.mark.skipif(__import__("os").environ.get("TRITON_INTERPRET") != "1",
                     reason="the kernel in Triton's interpreter: set TRITON_INTERPRET=1, triton installed")
 @pytest.mark.parametrize("num_splits", [None, 1])
-def test_paged_attention_rounds_its_output_interpreted(num_splits):
+@pytest.mark.parametrize("fused_merge", [False, True])
+def test_paged_attention_rounds_its_output_interpreted(num_splits, fused_merge, monkeypatch):
+    if fused_merge:
+        monkeypatch.setenv("STRATA_FUSED_MERGE", "1")
     check_output_epilogue((8, 2, 64), num_splits, torch.float16, "cpu", with_gate=False)  # (no libdevice there)
+
+
+def check_fused_merge(device: str, monkeypatch) -> None:
+    """STRATA_FUSED_MERGE=1: the last split of each (sequence, KV head) merges the partial sums (no merge launch):
+    the reference's output within the kernel's bounds, the merge kernel's up to float32 summation order, and the
+    arrival counters left at zero for the next launch (twice over, with other sequence counts)."""
+    from strata.kernels import paged_attention as module
+
+    generator = torch.Generator().manual_seed(5)
+    for windows in ([(40, 4), (0, 7), (300, 16), (2, 1), (63, 3)], [(150, 1), (9, 1)]):
+        q, k_cache, v_cache, block_tables, _, seq_lens, qsl = paged_problem(
+            windows, 16, 8, 2, 64, torch.float32, device, generator)
+        args = (q, k_cache, v_cache, block_tables, seq_lens, qsl, 0.125)
+        monkeypatch.delenv("STRATA_FUSED_MERGE", raising=False)
+        merged = module.paged_attention(*args, max_query_len=16, num_splits=3)
+        monkeypatch.setenv("STRATA_FUSED_MERGE", "1")
+        fused = module.paged_attention(*args, max_query_len=16, num_splits=3)
+        expected = paged_attention_ref(*args)
+        assert rel_err(fused, expected) < 1e-4
+        torch.testing.assert_close(fused, merged, rtol=1e-5, atol=1e-6)
+        assert not module._COUNTERS[q.device].any()
+
+
+@pytest.mark.skipif(__import__("os").environ.get("TRITON_INTERPRET") != "1",
+                    reason="the kernel in Triton's interpreter: set TRITON_INTERPRET=1, triton installed")
+def test_fused_merge_interpreted(monkeypatch):
+    check_fused_merge("cpu", monkeypatch)
+
+
+@gpu
+def test_fused_merge(monkeypatch):
+    check_fused_merge("cuda", monkeypatch)
 
 
 @gpu
