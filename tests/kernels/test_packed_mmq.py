@@ -113,9 +113,10 @@ def test_linear_in_the_interpreter(qtype, split_k):
     (Q6_K, 32768, 8, "gemv"), (Q6_K, 32768, 9, "mmq"), (Q6_K, 32768, 16, "mmq"), (Q6_K, 32768, 17, None),
     (Q6_K, 32767, 9, None), (Q5_K, 32768, 8, "gemv"), (Q5_K, 32768, 9, None)])
 def test_packed_linear_takes_each_kernel_for_its_rows_and_width(qtype, n, rows, kernel, monkeypatch):
-    """ops.packed_linear's CUDA dispatch, by sessions 39's and 50's measurements: packed_q8's GEMV up to 8 rows; packed_mmq.linear_q8 for LM heads of its types at 9-16 rows; else (None) packed_gemv or
-    dequantize + GEMM; packed_linear_in_place (what an LM head graph may capture) agrees. Neither 8-bit kernel with
-    8-bit activations off."""
+    """ops.packed_linear's CUDA dispatch, by sessions 39's and 50's measurements: packed_q8's GEMV up to 8 rows;
+    packed_mmq.linear_q8 for LM heads of its types at 9-16 rows; else (None) packed_gemv or dequantize + GEMM;
+    packed_linear_in_place (what an LM head graph may capture) agrees. Neither 8-bit kernel with 8-bit activations
+    off."""
     from strata.model import ops
 
     monkeypatch.setattr(ops, "kernels_on", lambda t: True)
