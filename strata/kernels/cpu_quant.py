@@ -79,6 +79,8 @@ def _build() -> ctypes.CDLL:
     weights = [i32, pointer, i64, i64]  # type, rows, expert stride, row stride
     for name, argtypes in (("strata_qmm", [i32, pointer, i64, pointer, i64, i64, pointer, i64, i32]),
                            ("strata_dqmm", [i32, pointer, i64, pointer, i64, i64, pointer, i64, i32]),
+                           ("strata_dqmm_segments", [i32, pointer, pointer, pointer, pointer, i64, i64, pointer, i64,
+                                                     i32]),
                            ("strata_qmoe", [pointer, pointer, i64, i64, i64, pointer, pointer, pointer, *weights,
                                             *weights, i32, i64, i64]),
                            *((name, [pointer, i64, i64, pointer, pointer, i64, i64, pointer, i64, pointer, pointer,
@@ -220,6 +222,38 @@ def dequant_matmul(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k:
     y, ldy = _output("dequant_matmul", x, n, out)
     library.strata_dqmm(qtype, x.data_ptr(), x.shape[0], blocks.data_ptr(), n, k, y.data_ptr(), ldy,
                         _threads())  # its refusals (type, K) are checked above
+    return y
+
+
+class Segments:
+    """The row segments [(qtype, blocks uint8 [n_s, row_bytes])] of one weight of K values a row, checked once and
+    kept as the arrays dequant_matmul_segments hands the library (it holds the blocks: their memory stays valid)."""
+
+    MAX = 8  # the library's DQ_MAX_SEGMENTS
+
+    def __init__(self, segments: list[tuple[int, torch.Tensor]], k: int) -> None:
+        if not 1 <= len(segments) <= self.MAX:
+            raise ValueError(f"dequant_matmul_segments: {len(segments)} segments; it takes 1 to {self.MAX}")
+        probe = torch.empty(1, k)
+        for qtype, blocks in segments:
+            _check_matmul("dequant_matmul_segments", probe, blocks, qtype, blocks.shape[0], k)
+        self.blocks = [blocks for _, blocks in segments]
+        self.k, self.n, count = k, sum(b.shape[0] for b in self.blocks), len(segments)
+        self.args = (count, (ctypes.c_int * count)(*(int(q) for q, _ in segments)),
+                     (ctypes.c_void_p * count)(*(b.data_ptr() for b in self.blocks)),
+                     (ctypes.c_int64 * count)(*(b.shape[0] for b in self.blocks)))
+
+
+def dequant_matmul_segments(x: torch.Tensor, segments: Segments) -> torch.Tensor:
+    """dequant_matmul over a weight's row segments in one library call (one job on the pool): y [T, N] with
+    segment s's products in its columns, the bits of dequant_matmul on each segment."""
+    library = _library or _require()
+    if x.dim() != 2 or x.shape[1] != segments.k or x.dtype != torch.float32 or not x.is_contiguous() or not x.is_cpu:
+        raise ValueError(f"dequant_matmul_segments: x must be a contiguous CPU float32 [T, {segments.k}] tensor, got "
+                         f"{x.dtype} {tuple(x.shape)}")
+    y = torch.from_numpy(np.empty((x.shape[0], segments.n), np.float32))
+    library.strata_dqmm_segments(*segments.args, x.data_ptr(), x.shape[0], segments.k, y.data_ptr(), segments.n,
+                                 _threads())  # its refusals (types, K, count) are checked by Segments
     return y
 
 

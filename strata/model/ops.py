@@ -233,6 +233,11 @@ def _float32_on_cpu(x: torch.Tensor, weight) -> torch.Tensor:
         qtype, blocks = segments[0]
         return matmul(x, blocks if blocks.is_contiguous() else blocks.contiguous(), qtype, blocks.shape[0],
                       weight.in_features)
+    if not weight.int8_activations and len(segments) <= kernel.Segments.MAX and \
+            all(blocks.is_contiguous() for _, blocks in segments):  # one library call for every segment
+        if weight.cpu_segments is None:
+            weight.cpu_segments = kernel.Segments(segments, weight.in_features)
+        return kernel.dequant_matmul_segments(x, weight.cpu_segments)
     out = torch.from_numpy(np.empty((x.shape[0], sum(b.shape[0] for _, b in segments)), np.float32))  # [T, N]
     column = 0
     for qtype, blocks in segments:  # each segment's products straight into its columns (no concatenation)

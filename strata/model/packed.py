@@ -59,12 +59,20 @@ class PackedWeight(nn.Module):
         self.register_buffer("output_order", None, persistent=False)
         # float32 products on the CPU: int8-quantized activations (True) or exact float32 (set_cpu_matmul)
         self.int8_activations = False
+        # what ops.packed_linear keeps for the CPU's one-call product of several segments (cpu_quant.Segments);
+        # dropped whenever the segments change or move
+        self.cpu_segments = None
         self._add_segment(blocks, qtype)
 
     def _add_segment(self, blocks: torch.Tensor, qtype: int) -> None:
         # buffers, not plain attributes: Module.to / .cuda() move them (not persistent: no state_dict entry)
         self.register_buffer(f"blocks{len(self.qtypes)}", blocks, persistent=False)
         self.qtypes.append(int(qtype))
+        self.cpu_segments = None
+
+    def _apply(self, fn, recurse: bool = True):
+        self.cpu_segments = None  # the buffers may move
+        return super()._apply(fn, recurse)
 
     @classmethod
     def cat_rows(cls, parts: Sequence[PackedWeight]) -> PackedWeight:

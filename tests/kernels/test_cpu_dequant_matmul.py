@@ -256,3 +256,28 @@ def test_products_written_into_columns_of_a_wider_output(t):
         assert (out[:, 0] == -7).all() and (out[:, 13] == -7).all()
         with pytest.raises(ValueError, match="contiguous rows"):
             matmul(x, a, Q.Q4_1, 5, k, out=torch.zeros(10, t)[::2].T)  # columns 2t apart
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("t", [1, 3, 20])
+def test_segments_in_one_call_give_each_segments_bits(isa, t):
+    """dequant_matmul_segments (a fused projection's parts in one library call, one pool job) writes each segment's
+    columns with dequant_matmul's bits on that segment alone, on 1 and 2 threads, for parts of different types and
+    sizes that split into chunks unevenly; more segments than the library takes, or a block it cannot read, are
+    refused when the segments are prepared."""
+    cpu_quant.set_isa(isa)
+    k = 256
+    parts = [(Q.Q4_K, make_blocks(Q.Q4_K, 70, k, seed=21)), (Q.Q6_K, make_blocks(Q.Q6_K, 3, k, seed=22)),
+             (Q.Q4_K, make_blocks(Q.Q4_K, 129, k, seed=23))]
+    x = torch.randn(t, k, generator=torch.Generator().manual_seed(24))
+    expected = torch.cat([cpu_quant.dequant_matmul(x, blocks, qtype, blocks.shape[0], k) for qtype, blocks in parts], 1)
+    segments = cpu_quant.Segments(parts, k)
+    for threads in (1, 2):
+        cpu_quant.set_num_threads(threads)
+        assert torch.equal(cpu_quant.dequant_matmul_segments(x, segments), expected)
+    with pytest.raises(ValueError, match="1 to 8"):
+        cpu_quant.Segments(parts * 3, k)
+    with pytest.raises(ValueError, match="Q6_K blocks"):
+        cpu_quant.Segments([parts[0], (Q.Q6_K, parts[1][1][:, :-1])], k)
+    with pytest.raises(ValueError, match=r"\[T, 256\]"):
+        cpu_quant.dequant_matmul_segments(x[:, :128], segments)
