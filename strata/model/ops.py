@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -36,7 +35,8 @@ from strata.kernels.routing import softmax_topk as softmax_topk_kernel
 
 # Kernel-only steps, called by the layers as ops.<name> where the predicate beside them holds (their torch
 # form is the layer's own code): fused routing (fused_routing_on), paged attention (paged_attention_on;
-# cpu_paged_attention with cpu_paged_attention_on),
+# cpu_paged_attention with cpu_paged_attention_on, and the rotary embedding + KV write cpu_rope_kv with
+# cpu_rope_kv_on: strata.model.cpu_ops, the CPU path's native steps),
 # qk-norm + rotary + KV write and the GDN short windows (kernels_on), the PLE layer's rows and conv (fused_ple_on,
 # ple_conv_on).
 from strata.kernels.fused_moe import default_config, moe_grouped_gemms  # noqa: F401
@@ -45,6 +45,8 @@ from strata.kernels.paged_attention import BlockChoice, epilogue_rounds, paged_a
 from strata.kernels.ple import ple_conv, ple_rows  # noqa: F401
 from strata.kernels.rope_kv import qk_norm_rope_kv  # noqa: F401
 from strata.kernels.routing import route_and_align  # noqa: F401
+from strata.model import cpu_ops
+from strata.model.cpu_ops import cpu_paged_attention, cpu_paged_attention_on, cpu_rope_kv, cpu_rope_kv_on  # noqa: F401
 
 HALF = (torch.bfloat16, torch.float16)
 # kv_tile_for sizes the paged attention kernel's tiles for 16-bit and float32 heads of up to 256 dims
@@ -163,31 +165,6 @@ def logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 
 # ---- packed GGUF weights (strata.model.packed) ------------------------------------------------------
 
-@functools.cache
-def _cpu_quant():
-    """strata.kernels.cpu_quant (the native kernel on packed blocks) where it exists and is not turned off
-    by STRATA_NO_CPU_QUANT=1, else None."""
-    if debug_flag("NO_CPU_QUANT"):
-        return None
-    try:
-        from strata.kernels import cpu_quant
-    except ImportError:
-        return None
-    return cpu_quant
-
-
-@functools.cache
-def _cpu_dequant():
-    """strata.kernels.cpu_quant for float32 inputs (dequant_matmul), else None: turned off with the int8
-    kernel (STRATA_NO_CPU_QUANT=1) or alone (STRATA_NO_CPU_DEQUANT=1: float32 models then multiply by
-    PackedWeight.dense_float32, torch's sums over the same weights, to compare)."""
-    if debug_flag("NO_CPU_QUANT") or debug_flag("NO_CPU_DEQUANT"):
-        return None
-    from strata.kernels import cpu_quant
-
-    return cpu_quant
-
-
 def packed_linear(x: torch.Tensor, weight, bias: torch.Tensor | None = None,
                   out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """x [..., K] @ a PackedWeight [N, K], transposed (+ bias) -> [..., N] in `out_dtype` (x's by default),
@@ -202,11 +179,11 @@ def packed_linear(x: torch.Tensor, weight, bias: torch.Tensor | None = None,
     numbers on int8 tensor cores) for LM heads at 9-16 rows, packed_gemv for steps of up to GEMV_MAX_ROWS rows of
     the other types it reads, else dequantize to x's dtype (packed_dequant), then matmul."""
     if bias is None and x.dim() == 2 and not x.is_cuda and x.dtype == torch.float32 and out_dtype in (None, x.dtype):
-        out = _float32_on_cpu(x, weight)  # the CPU decode path's every projection: no reshape, no cast
+        out = cpu_ops.float32_on_cpu(x, weight)  # the CPU decode path's every projection: no reshape, no cast
         return out.index_select(1, weight.output_order) if weight.reorders else out
     rows = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])  # [T, K] (x itself: what a norm attached stays)
     if not x.is_cuda and x.dtype == torch.float32:
-        out = _float32_on_cpu(rows, weight)
+        out = cpu_ops.float32_on_cpu(rows, weight)
     else:
         # straight into the final dtype where no bias follows (one less cast a projection)
         out = _packed_segments(rows, weight, torch.float32 if bias is not None else (out_dtype or x.dtype))
@@ -215,37 +192,6 @@ def packed_linear(x: torch.Tensor, weight, bias: torch.Tensor | None = None,
     if bias is not None:
         out = out + bias
     return out.to(out_dtype or x.dtype).reshape(*x.shape[:-1], out.shape[-1])
-
-
-def _float32_on_cpu(x: torch.Tensor, weight) -> torch.Tensor:
-    """x [T, K] float32 @ weight.T -> [T, N]: per segment, quant_matmul (int8 activations) where the
-    weight asks for it (--cpu-matmul int8), else dequant_matmul; where the kernel does not handle every
-    segment's type, the dense float32 copy of the weight."""
-    kernel = _cpu_dequant()
-    if kernel is None or not all(kernel.supports_dequant(qtype) for qtype in weight.qtypes):
-        return F.linear(x, weight.dense_float32())
-    if not x.is_contiguous():
-        x = x.contiguous()
-    matmul = kernel.quant_matmul if weight.int8_activations else kernel.dequant_matmul
-    # (a few hundred calls a token on a small model: each torch call saved is ~5 us of a ~100 us product)
-    segments = weight.segments()
-    if len(segments) == 1:
-        qtype, blocks = segments[0]
-        return matmul(x, blocks if blocks.is_contiguous() else blocks.contiguous(), qtype, blocks.shape[0],
-                      weight.in_features)
-    if not weight.int8_activations and len(segments) <= kernel.Segments.MAX and \
-            all(blocks.is_contiguous() for _, blocks in segments):  # one library call for every segment
-        if weight.cpu_segments is None:
-            weight.cpu_segments = kernel.Segments(segments, weight.in_features)
-        return kernel.dequant_matmul_segments(x, weight.cpu_segments)
-    out = torch.from_numpy(np.empty((x.shape[0], sum(b.shape[0] for _, b in segments)), np.float32))  # [T, N]
-    column = 0
-    for qtype, blocks in segments:  # each segment's products straight into its columns (no concatenation)
-        n = blocks.shape[0]
-        matmul(x, blocks if blocks.is_contiguous() else blocks.contiguous(), qtype, n, weight.in_features,
-               out=out[:, column:column + n])
-        column += n
-    return out
 
 
 # packed_gemv rereads the weights per row: from 3 rows on, dequantizing to a temporary and the 16-bit GEMM
@@ -320,7 +266,7 @@ def _packed_segment(x: torch.Tensor, qtype: int, blocks: torch.Tensor, k: int) -
         if kernels_on(x) and x.shape[0] <= GEMV_MAX_ROWS and packed_gemv.supports(qtype, k):
             return packed_gemv.packed_gemv(x.contiguous(), blocks, qtype, blocks.shape[0], k)
         return F.linear(x, packed_dequant.dequantize(blocks, qtype, k, x.dtype))
-    kernel = _cpu_quant()
+    kernel = cpu_ops.native_quant()
     if kernel is not None and kernel.supports(qtype):
         return kernel.quant_matmul(x.float().contiguous(), blocks.contiguous(), qtype, blocks.shape[0], k)
     return packed_matmul_ref(x.float(), blocks, qtype, k)
@@ -452,7 +398,7 @@ def _packed_moe_cpu(hidden: torch.Tensor, experts, topk_ids: torch.Tensor, topk_
     dequant_matmul (gguf's exact weights, float32 sums in the kernel's order, as the dense layers) instead of a
     dequantized copy of the expert a step; with `int8`, the layer's pairs in one quant_moe call -> [T, D]; None
     where the kernel is off or does not read both types."""
-    kernel = _cpu_dequant()
+    kernel = cpu_ops.native_dequant()
     w13, qtype13, w2, qtype2 = experts
     if kernel is None or hidden.is_cuda or hidden.dtype != torch.float32 or w13.is_cuda:
         return None
@@ -508,45 +454,6 @@ def flat_attended(out: torch.Tensor, rounding: tuple | None) -> torch.Tensor:
     if rounding is not None:
         q8_rounding.attach(flat, rounding)
     return flat
-
-
-def cpu_paged_attention_on(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
-    """Whether short windows of q [T, H, D] over a float32 pool take the native CPU kernel
-    (kernels/cpu_attention.py; STRATA_NO_CPU_ATTENTION=1: the torch batch, to compare)."""
-    return q.is_cpu and q.dtype == k_cache.dtype == torch.float32 and _cpu_attention() is not None
-
-
-def cpu_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-                        seq_lens: torch.Tensor, query_start_loc: torch.Tensor, scale: float,
-                        context_tokens: int) -> torch.Tensor:
-    """cpu_attention.paged_attention (check cpu_paged_attention_on first): q [T, H, D] -> [T, H, D]."""
-    return _cpu_attention().paged_attention(q.contiguous(), k_cache, v_cache, block_tables, seq_lens,
-                                            query_start_loc, scale, context_tokens)
-
-
-def cpu_rope_kv_on(qkv: torch.Tensor, k_cache: torch.Tensor, kv_scales) -> bool:
-    """Whether a plain attention layer's rotary embedding and KV write take the native CPU call (float32 rows and
-    pool, no int8 scales; STRATA_NO_CPU_ATTENTION=1: the torch ops, to compare)."""
-    return qkv.is_cpu and qkv.dtype == k_cache.dtype == torch.float32 and kv_scales is None and \
-        _cpu_attention() is not None
-
-
-def cpu_rope_kv(qkv: torch.Tensor, heads: int, kv_heads: int, head_dim: int, cos_rows: torch.Tensor,
-                sin_rows: torch.Tensor, slot_mapping: torch.Tensor, k_cache: torch.Tensor,
-                v_cache: torch.Tensor) -> torch.Tensor:
-    """cpu_attention.rope_kv (check cpu_rope_kv_on first): qkv [T, (H + 2 Hkv) * D] -> rotated q [T, H, D]."""
-    return _cpu_attention().rope_kv(qkv, heads, kv_heads, head_dim, cos_rows, sin_rows, slot_mapping, k_cache,
-                                    v_cache)
-
-
-@functools.cache
-def _cpu_attention():
-    """strata.kernels.cpu_attention where its library is built here, else None."""
-    if debug_flag("NO_CPU_ATTENTION"):
-        return None
-    from strata.kernels import cpu_attention
-
-    return cpu_attention if cpu_attention.available() else None
 
 
 def paged_attention_on(q: torch.Tensor) -> bool:

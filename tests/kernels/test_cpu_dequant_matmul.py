@@ -217,7 +217,7 @@ def test_bad_input_says_what_is_wrong():
 def test_float32_packed_linear_reads_the_blocks_and_falls_back_to_the_dense_copy(monkeypatch):
     """ops.packed_linear on float32 CPU input: dequant_matmul per segment (a Q4_K part beside a Q6_K one),
     no dense copy of the weight made; with STRATA_NO_CPU_DEQUANT=1, the dense copy (PackedWeight.dense_float32)."""
-    from strata.model import ops
+    from strata.model import cpu_ops, ops
     from strata.model.packed import PackedWeight
 
     parts = [PackedWeight(make_blocks(qtype, n, 512, seed=n), qtype, 512) for qtype, n in ((Q.Q4_K, 9), (Q.Q6_K, 4))]
@@ -230,14 +230,14 @@ def test_float32_packed_linear_reads_the_blocks_and_falls_back_to_the_dense_copy
                           for qtype, blocks in weight.segments()], dim=-1) + bias
     assert out.shape == (2, 3, 13) and torch.equal(out.reshape(-1, 13), expected)
     assert getattr(weight, "_dense_float32", None) is None
-    ops._cpu_dequant.cache_clear()
+    cpu_ops.native_dequant.cache_clear()
     monkeypatch.setenv("STRATA_NO_CPU_DEQUANT", "1")
     try:
         dense = ops.packed_linear(x, weight, bias)
         assert weight._dense_float32 is not None
         assert torch.equal(dense.reshape(-1, 13), torch.nn.functional.linear(rows, weight.dequantize()) + bias)
     finally:
-        ops._cpu_dequant.cache_clear()
+        cpu_ops.native_dequant.cache_clear()
 
 
 @pytest.mark.parametrize("t", [1, 3, 20])

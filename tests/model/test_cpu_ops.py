@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from strata.kernels.rms_norm import rms_norm_ref
-from strata.model import ops
+from strata.model import cpu_ops, ops
 from strata.model.rotary import RotaryEmbedding
 
 
@@ -93,9 +93,9 @@ def test_short_window_attention_equals_sdpa_per_window(windows, path, monkeypatc
     ctx = build_inputs(scheduled, dict(enumerate(tables)), block_size, {}, {}, "cpu").ctx
     k_cache, v_cache = randn(num_blocks, block_size, 2, 16, seed=4), randn(num_blocks, block_size, 2, 16, seed=5)
     q = randn(sum(n for _, n in windows), 6, 16, seed=6)
-    native = ops._cpu_attention()
+    native = cpu_ops.native_attention()
     if path == "torch":
-        monkeypatch.setattr(ops, "_cpu_attention", lambda: None)
+        monkeypatch.setattr(cpu_ops, "native_attention", lambda: None)
     elif native is None:
         pytest.skip("no C compiler for the native kernel")
     calls = []

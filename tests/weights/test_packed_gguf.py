@@ -16,7 +16,7 @@ import transformers
 
 from gguf_writer import write_gguf
 from strata.kernels.gguf_blocks import PACKED_TYPE_NAMES, dequantize_ref, packed_matmul_ref
-from strata.model import ops
+from strata.model import cpu_ops, ops
 from strata.model.packed import PackedEmbedding, PackedWeight
 from strata.weights import gguf_source
 from strata.weights.gguf_source import GGUFSource
@@ -347,7 +347,7 @@ def test_packed_linear_takes_the_int8_kernel_for_16_bit_inputs_only(monkeypatch)
     float32 inputs never take it (they take dequant_matmul, tests/kernels/test_cpu_dequant_matmul.py)."""
     weight = PackedWeight.cat_rows([packed_of("Q4_1", 6, 64), packed_of("Q8_0", 4, 64, seed=2)])
     kernel = FakeKernel({int(Q.Q4_1)})
-    monkeypatch.setattr(ops, "_cpu_quant", lambda: kernel)
+    monkeypatch.setattr(cpu_ops, "native_quant", lambda: kernel)
     x = torch.randn(3, 64)
     bias = torch.randn(10)
     expected = x @ weight.dequantize().t() + bias
@@ -371,12 +371,12 @@ def test_packed_embedding_gathers_rows_then_dequantizes():
 
 
 def test_no_cpu_quant_switch_takes_the_reference(monkeypatch):
-    ops._cpu_quant.cache_clear()
+    cpu_ops.native_quant.cache_clear()
     monkeypatch.setenv("STRATA_NO_CPU_QUANT", "1")
     try:
-        assert ops._cpu_quant() is None
+        assert cpu_ops.native_quant() is None
     finally:
-        ops._cpu_quant.cache_clear()
+        cpu_ops.native_quant.cache_clear()
 
 
 @pytest.mark.gpu

@@ -1,0 +1,111 @@
+"""The CPU path's native steps for float32 models (strata/kernels/cpu_quant.py, cpu_attention.py: C built at first
+use): projections over packed GGUF blocks, paged attention of short windows over a float32 pool, and a plain
+attention layer's rotary embedding with its KV write. Each `native_*` answers the kernel module, or None where it is
+not built or a debug switch turns it off (the torch forms then run, to compare); strata.model.ops dispatches here
+and re-exports what the layers call.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from strata.config import debug_flag
+
+
+@functools.cache
+def native_quant():
+    """strata.kernels.cpu_quant (the native kernel on packed blocks) where it exists and is not turned off
+    by STRATA_NO_CPU_QUANT=1, else None."""
+    if debug_flag("NO_CPU_QUANT"):
+        return None
+    try:
+        from strata.kernels import cpu_quant
+    except ImportError:
+        return None
+    return cpu_quant
+
+
+@functools.cache
+def native_dequant():
+    """strata.kernels.cpu_quant for float32 inputs (dequant_matmul), else None: turned off with the int8
+    kernel (STRATA_NO_CPU_QUANT=1) or alone (STRATA_NO_CPU_DEQUANT=1: float32 models then multiply by
+    PackedWeight.dense_float32, torch's sums over the same weights, to compare)."""
+    if debug_flag("NO_CPU_QUANT") or debug_flag("NO_CPU_DEQUANT"):
+        return None
+    from strata.kernels import cpu_quant
+
+    return cpu_quant
+
+
+def float32_on_cpu(x: torch.Tensor, weight) -> torch.Tensor:
+    """x [T, K] float32 @ weight.T -> [T, N]: per segment, quant_matmul (int8 activations) where the
+    weight asks for it (--cpu-matmul int8), else dequant_matmul; where the kernel does not handle every
+    segment's type, the dense float32 copy of the weight."""
+    kernel = native_dequant()
+    if kernel is None or not all(kernel.supports_dequant(qtype) for qtype in weight.qtypes):
+        return F.linear(x, weight.dense_float32())
+    if not x.is_contiguous():
+        x = x.contiguous()
+    matmul = kernel.quant_matmul if weight.int8_activations else kernel.dequant_matmul
+    # (a few hundred calls a token on a small model: each torch call saved is ~5 us of a ~100 us product)
+    segments = weight.segments()
+    if len(segments) == 1:
+        qtype, blocks = segments[0]
+        return matmul(x, blocks if blocks.is_contiguous() else blocks.contiguous(), qtype, blocks.shape[0],
+                      weight.in_features)
+    if not weight.int8_activations and len(segments) <= kernel.Segments.MAX and \
+            all(blocks.is_contiguous() for _, blocks in segments):  # one library call for every segment
+        if weight.cpu_segments is None:
+            weight.cpu_segments = kernel.Segments(segments, weight.in_features)
+        return kernel.dequant_matmul_segments(x, weight.cpu_segments)
+    out = torch.from_numpy(np.empty((x.shape[0], sum(b.shape[0] for _, b in segments)), np.float32))  # [T, N]
+    column = 0
+    for qtype, blocks in segments:  # each segment's products straight into its columns (no concatenation)
+        n = blocks.shape[0]
+        matmul(x, blocks if blocks.is_contiguous() else blocks.contiguous(), qtype, n, weight.in_features,
+               out=out[:, column:column + n])
+        column += n
+    return out
+
+
+def cpu_paged_attention_on(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
+    """Whether short windows of q [T, H, D] over a float32 pool take the native CPU kernel
+    (kernels/cpu_attention.py; STRATA_NO_CPU_ATTENTION=1: the torch batch, to compare)."""
+    return q.is_cpu and q.dtype == k_cache.dtype == torch.float32 and native_attention() is not None
+
+
+def cpu_paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+                        seq_lens: torch.Tensor, query_start_loc: torch.Tensor, scale: float,
+                        context_tokens: int) -> torch.Tensor:
+    """cpu_attention.paged_attention (check cpu_paged_attention_on first): q [T, H, D] -> [T, H, D]."""
+    return native_attention().paged_attention(q.contiguous(), k_cache, v_cache, block_tables, seq_lens,
+                                            query_start_loc, scale, context_tokens)
+
+
+def cpu_rope_kv_on(qkv: torch.Tensor, k_cache: torch.Tensor, kv_scales) -> bool:
+    """Whether a plain attention layer's rotary embedding and KV write take the native CPU call (float32 rows and
+    pool, no int8 scales; STRATA_NO_CPU_ATTENTION=1: the torch ops, to compare)."""
+    return qkv.is_cpu and qkv.dtype == k_cache.dtype == torch.float32 and kv_scales is None and \
+        native_attention() is not None
+
+
+def cpu_rope_kv(qkv: torch.Tensor, heads: int, kv_heads: int, head_dim: int, cos_rows: torch.Tensor,
+                sin_rows: torch.Tensor, slot_mapping: torch.Tensor, k_cache: torch.Tensor,
+                v_cache: torch.Tensor) -> torch.Tensor:
+    """cpu_attention.rope_kv (check cpu_rope_kv_on first): qkv [T, (H + 2 Hkv) * D] -> rotated q [T, H, D]."""
+    return native_attention().rope_kv(qkv, heads, kv_heads, head_dim, cos_rows, sin_rows, slot_mapping, k_cache,
+                                    v_cache)
+
+
+@functools.cache
+def native_attention():
+    """strata.kernels.cpu_attention where its library is built here, else None."""
+    if debug_flag("NO_CPU_ATTENTION"):
+        return None
+    from strata.kernels import cpu_attention
+
+    return cpu_attention if cpu_attention.available() else None
