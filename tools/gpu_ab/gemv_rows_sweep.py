@@ -9,7 +9,7 @@ import os
 import sys
 
 import torch
-from graph_timing import graph_time
+from graph_timing import time_arms
 
 from strata.kernels import packed_dequant, packed_q8, q8_rounding
 from strata.kernels.gguf_blocks import block_format
@@ -37,13 +37,7 @@ for name, n, k, qtype in SHAPES:
             arms[f"n{bn}_s{sb}_w{warps}"] = (
                 lambda i, cfg=cfg: packed_q8.packed_gemv_q8(x, ws[i], qtype, n, k, config=cfg, quantized=q))
         arms["dequant_gemm"] = lambda i: x @ packed_dequant.dequantize(ws[i], qtype, k, torch.bfloat16).T
-        times = {}
-        for arm, fn in arms.items():
-            try:
-                times[arm] = round(graph_time(fn, copies), 2)
-            except Exception as e:  # noqa: BLE001 - a tiling that does not compile is a result too
-                times[arm] = f"failed: {type(e).__name__}"
-        numeric = {a: t for a, t in times.items() if isinstance(t, float)}
+        times, numeric = time_arms(arms, copies)
         ranked = sorted(numeric, key=numeric.get)
         results[f"{name} r{rows}"] = times
         print(f"{name} {n}x{k} q{qtype} rows {rows}: " + ", ".join(f"{a} {numeric[a]}" for a in ranked[:6])

@@ -20,3 +20,15 @@ def graph_time(fn, copies, reps=5):
         g.replay()
     ev[1].record(); torch.cuda.synchronize()
     return ev[0].elapsed_time(ev[1]) * 1e3 / (reps * copies * 4)
+
+
+def time_arms(arms, copies, digits=2):
+    """{name: fn(i)} -> ({name: us or "failed: Error"}, {name: us} of those that ran): a tiling that does not
+    compile is a result too."""
+    times = {}
+    for arm, fn in arms.items():
+        try:
+            times[arm] = round(graph_time(fn, copies), digits)
+        except Exception as e:  # noqa: BLE001
+            times[arm] = f"failed: {type(e).__name__}"
+    return times, {a: t for a, t in times.items() if isinstance(t, float)}

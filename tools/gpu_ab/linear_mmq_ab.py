@@ -9,7 +9,7 @@ import os
 import sys
 
 import torch
-from graph_timing import graph_time
+from graph_timing import time_arms
 
 from strata.kernels import packed_dequant, packed_mmq, packed_q8, q8_rounding
 from strata.kernels.gguf_blocks import block_format
@@ -44,13 +44,7 @@ for name, n, k, qtype in SHAPES:
             arms[f"mmq_m{bm}_n{bn}_w{warps}_s{stages}" + (f"_k{split_k}" if split_k > 1 else "")] = (
                 lambda i, cfg=cfg: packed_mmq.linear_q8(x, ws[i], qtype, n, k, config=cfg, quantized=q))
         arms["dequant_gemm"] = lambda i: x @ packed_dequant.dequantize(ws[i], qtype, k, torch.bfloat16).T
-        times = {}
-        for arm, fn in arms.items():
-            try:
-                times[arm] = round(graph_time(fn, copies), 1)
-            except Exception as e:  # noqa: BLE001 - a tiling that does not compile is a result too
-                times[arm] = f"failed: {type(e).__name__}"
-        numeric = {a: t for a, t in times.items() if isinstance(t, float)}
+        times, numeric = time_arms(arms, copies, digits=1)
         best = min(numeric, key=numeric.get)
         results[f"{name} r{rows}"] = times
         print(f"{name} {n}x{k} q{qtype} ({nbytes / 2**20:.0f} MiB) rows {rows}: best {best} {numeric[best]} us; "
