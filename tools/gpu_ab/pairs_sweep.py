@@ -6,7 +6,7 @@ Knobs (comma lists): PAIRS_TOKENS (1,8,16), PAIRS_BN (4,8,16,32), PAIRS_SB (1,2)
 one-token gate/up at 0.73 waves of one-warp programs, stalled on loads: PAIRS_BN=1,2 PAIRS_SB=4,8 asks whether
 more, smaller programs with whole rows in flight pay."""
 import itertools, json, os, sys, torch, triton
-from strata.kernels import packed_q8 as pq
+from strata.kernels import packed_iquants, packed_q8 as pq
 sys.path.insert(0, "tests/kernels")  # by name: an installed `kernels` package shadows tests/kernels
 from test_packed_gemv import random_blocks
 from graph_timing import graph_time
@@ -31,13 +31,15 @@ for tokens in knob("PAIRS_TOKENS", "1,8,16"):
                                                    knob("PAIRS_WARPS", "1,2,4"), knob("PAIRS_STAGES", "2,3")):
         if bn * warps > 64 or bn * sb > 32:
             continue
-        common = dict(BLOCK_N=bn, ASM=True, num_warps=warps, num_stages=stages, **pq.pdl_options(hidden))
+        common = dict(BLOCK_N=bn, ASM=not pq.interpreted(), num_warps=warps, num_stages=stages, **pq.pdl_options(hidden))
         try:
             gu = lambda i: pq._gate_up_kernel[(tokens * TOP, triton.cdiv(I, bn))](
-                hq, hdx, hsums, w13, id_sets[i], act, I, D, TOP, w13.stride(0), w13.stride(1), QTYPE=12,
+                hq, hdx, hsums, w13, packed_iquants.table_for(12, w13), id_sets[i], act, I, D, TOP, w13.stride(0),
+                w13.stride(1), QTYPE=12,
                 SB=pq.units_per_step(sb, 12, D), UNIT=256, WT=pq.word_tiles(12, False), **common)
             dn = lambda i: pq._down_kernel[(tokens * TOP, triton.cdiv(D, bn))](
-                aq, adx, asums, w2, id_sets[i], wts, out, D, I, w2.stride(0), w2.stride(1), QTYPE=14,
+                aq, adx, asums, w2, packed_iquants.table_for(14, w2), id_sets[i], wts, out, D, I, w2.stride(0),
+                w2.stride(1), QTYPE=14,
                 SB=pq.units_per_step(sb, 14, I), UNIT=256, WT=pq.word_tiles(14, False), **common)
             t_gu, t_dn = graph_time(gu, 8), graph_time(dn, 8)
         except Exception as e:  # noqa: BLE001
