@@ -81,8 +81,11 @@ PAIR_CONFIG = dict(BLOCK_N=16, SUPERBLOCKS=2, num_warps=1, num_stages=3)
 # Qwen4-Exp at Q4_K_M (640-wide Q8_0 / Q5_0 down rows, smaller units) keeps PAIR_CONFIG for both: the same A/B
 # gave 1,207.5 -> 1,230.0 with these tilings (2 superblocks a step for down) but one round of three went the
 # other way, and the bench's one-stream run of them in a later machine start gave 992.1 against call 1's 1,070.2.
-ONE_TOKEN_GATE_UP = dict(BLOCK_N=4, SUPERBLOCKS=2, num_warps=1, num_stages=3)
-ONE_TOKEN_DOWN = dict(BLOCK_N=8, SUPERBLOCKS=1, num_warps=1, num_stages=3)
+# Session 51 (an H100, pairs_sweep with 1-2 rows of W a program and up to 8 superblocks a step): gate/up at one row of
+# W and 8 superblocks (a whole 2,048-value row in flight) 9.14 us against 11.70; down at 2 superblocks 8.01 against
+# 8.06. Issue 23's c1 in one machine start, two alternated rounds: 638.6 / 641.3 -> 667.9 / 668.5 tok/s.
+ONE_TOKEN_GATE_UP = dict(BLOCK_N=1, SUPERBLOCKS=8, num_warps=1, num_stages=3)
+ONE_TOKEN_DOWN = dict(BLOCK_N=8, SUPERBLOCKS=2, num_warps=1, num_stages=3)
 
 
 def pair_configs(num_tokens: int, qtype2: int) -> tuple[dict, dict]:
