@@ -198,13 +198,13 @@ def packed_gemv_q8(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k:
     if out is None:
         out = torch.empty(num_rows, n, dtype=torch.float32, device=x.device)
     assert out.shape == (num_rows, n) and out.stride(1) == 1
+    isum = cfg.get("ISUM", int(num_rows > 1))  # how a K step sums (q8_steps.k_step): integer sums for several rows
     _gemv_kernel[(triton.cdiv(n, cfg["BLOCK_N"]),)](
         q, dx, sums, blocks, packed_iquants.table_for(qtype, blocks), out, n, k, num_rows, blocks.stride(0),
         out.stride(0),
         QTYPE=qtype, BLOCK_N=cfg["BLOCK_N"], SB=units_per_step(cfg["SUPERBLOCKS"], qtype, k), UNIT=UNIT[qtype],
-        ROWS=triton.next_power_of_2(num_rows), WT=word_tiles(qtype, num_rows > 1), ASM=not interpreted(),
-        num_warps=cfg["num_warps"],
-        num_stages=cfg["num_stages"], **pdl_options(x))
+        ROWS=triton.next_power_of_2(num_rows), WT=word_tiles(qtype, isum > 0), ISUM=isum, ASM=not interpreted(),
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **pdl_options(x))
     return out
 
 
@@ -225,20 +225,21 @@ def moe_pairs_q8(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torc
         hq, hdx, hsums, w13, packed_iquants.table_for(qtype13, w13), ids, act, inter, dim, top_k, w13.stride(0),
         w13.stride(1),
         QTYPE=qtype13, SB=units_per_step(cfg13["SUPERBLOCKS"], qtype13, dim), UNIT=UNIT[qtype13],
-        WT=word_tiles(qtype13, False), **_launch_options(cfg13, hidden))
+        WT=word_tiles(qtype13, cfg13.get("ISUM", 0) > 0), **_launch_options(cfg13, hidden))
     aq, adx, asums = quantize(act)                                                    # [P, I] ...
     partials = torch.empty(num_tokens, top_k, dim, dtype=torch.float32, device=hidden.device)  # [T, K, D]
     _down_kernel[(ids.numel(), triton.cdiv(dim, cfg2["BLOCK_N"]))](
         aq, adx, asums, w2, packed_iquants.table_for(qtype2, w2), ids, weights, partials, dim, inter, w2.stride(0),
         w2.stride(1),
         QTYPE=qtype2, SB=units_per_step(cfg2["SUPERBLOCKS"], qtype2, inter), UNIT=UNIT[qtype2],
-        WT=word_tiles(qtype2, False), **_launch_options(cfg2, hidden))
+        WT=word_tiles(qtype2, cfg2.get("ISUM", 0) > 0), **_launch_options(cfg2, hidden))
     return partials
 
 
 def _launch_options(cfg: dict, x: torch.Tensor) -> dict:
-    """A pairs launch's tiling keywords (rows of an expert a program, warps, stages) and PDL."""
-    return dict(BLOCK_N=cfg["BLOCK_N"], ASM=not interpreted(), num_warps=cfg["num_warps"],
+    """A pairs launch's tiling keywords (rows of an expert a program, warps, stages, how a K step sums: ISUM,
+    q8_steps.k_step) and PDL."""
+    return dict(BLOCK_N=cfg["BLOCK_N"], ISUM=cfg.get("ISUM", 0), ASM=not interpreted(), num_warps=cfg["num_warps"],
                 num_stages=cfg["num_stages"], **pdl_options(x))
 
 
@@ -247,7 +248,8 @@ if triton is not None:
     @triton.jit
     def _gemv_kernel(q_ptr, dx_ptr, sums_ptr, w_ptr, table_ptr, out_ptr, n, k, num_rows, stride_wn, stride_om,
                      QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, SB: tl.constexpr, ROWS: tl.constexpr,
-                     UNIT: tl.constexpr, WT: tl.constexpr, USE_PDL: tl.constexpr, ASM: tl.constexpr):
+                     UNIT: tl.constexpr, WT: tl.constexpr, ISUM: tl.constexpr, USE_PDL: tl.constexpr,
+                     ASM: tl.constexpr):
         """One program per BLOCK_N rows of W, for the ROWS (>= num_rows) rows of x at once."""
         wait_for_previous_kernel(USE_PDL)
         offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -265,7 +267,7 @@ if triton is not None:
         acc = tl.zeros((ROWS, SB, BLOCK_N, 4, WT), dtype=tl.float32)
         offsets = tl.zeros((ROWS, SB, BLOCK_N, 4, 1), dtype=tl.float32)
         for j in tl.range(0, k // UNIT, SB):
-            parts, off = k_step(w_ptr, table_ptr, base, xq, dx, sums, j + s, ok, rok, QTYPE, ROWS > 1, ASM)
+            parts, off = k_step(w_ptr, table_ptr, base, xq, dx, sums, j + s, ok, rok, QTYPE, ISUM, ASM)
             acc += parts
             offsets += off
         y = sum_parts(acc, offsets).to(out_ptr.dtype.element_ty)
@@ -275,7 +277,7 @@ if triton is not None:
     @triton.jit
     def _gate_up_kernel(q_ptr, dx_ptr, sums_ptr, w13_ptr, table_ptr, ids_ptr, act_ptr, inter, dim, top_k, stride_we,
                         stride_wn, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, SB: tl.constexpr, UNIT: tl.constexpr,
-                        WT: tl.constexpr, USE_PDL: tl.constexpr, ASM: tl.constexpr):
+                        WT: tl.constexpr, ISUM: tl.constexpr, USE_PDL: tl.constexpr, ASM: tl.constexpr):
         """One program per (pair, BLOCK_N rows of gate and of up): SiLU(gate) * up in float32."""
         wait_for_previous_kernel(USE_PDL)
         pair = tl.program_id(0)
@@ -298,10 +300,10 @@ if triton is not None:
             off_g = tl.zeros((1, SB, BLOCK_N, 4, 1), dtype=tl.float32)
             off_u = tl.zeros((1, SB, BLOCK_N, 4, 1), dtype=tl.float32)
             for j in tl.range(0, dim // UNIT, SB):
-                parts, off = k_step(w13_ptr, table_ptr, gate, xq, dx, sums, j + s, ok, rok, QTYPE, False, ASM)
+                parts, off = k_step(w13_ptr, table_ptr, gate, xq, dx, sums, j + s, ok, rok, QTYPE, ISUM, ASM)
                 acc_g += parts
                 off_g += off
-                parts, off = k_step(w13_ptr, table_ptr, up, xq, dx, sums, j + s, ok, rok, QTYPE, False, ASM)
+                parts, off = k_step(w13_ptr, table_ptr, up, xq, dx, sums, j + s, ok, rok, QTYPE, ISUM, ASM)
                 acc_u += parts
                 off_u += off
             g = tl.sum(sum_parts(acc_g, off_g), axis=0)
@@ -312,7 +314,7 @@ if triton is not None:
     @triton.jit
     def _down_kernel(q_ptr, dx_ptr, sums_ptr, w2_ptr, table_ptr, ids_ptr, weights_ptr, out_ptr, dim, inter, stride_we,
                      stride_wn, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, SB: tl.constexpr, UNIT: tl.constexpr,
-                     WT: tl.constexpr, USE_PDL: tl.constexpr, ASM: tl.constexpr):
+                     WT: tl.constexpr, ISUM: tl.constexpr, USE_PDL: tl.constexpr, ASM: tl.constexpr):
         """One program per (pair, BLOCK_N output columns): the pair's routing weight times its expert's down
         projection, in float32."""
         wait_for_previous_kernel(USE_PDL)
@@ -332,7 +334,7 @@ if triton is not None:
             acc = tl.zeros((1, SB, BLOCK_N, 4, WT), dtype=tl.float32)
             offsets = tl.zeros((1, SB, BLOCK_N, 4, 1), dtype=tl.float32)
             for j in tl.range(0, inter // UNIT, SB):
-                parts, off = k_step(w2_ptr, table_ptr, rows, xq, dx, sums, j + s, ok, rok, QTYPE, False, ASM)
+                parts, off = k_step(w2_ptr, table_ptr, rows, xq, dx, sums, j + s, ok, rok, QTYPE, ISUM, ASM)
                 acc += parts
                 offsets += off
             y = tl.sum(sum_parts(acc, offsets), axis=0) * tl.load(weights_ptr + pair).to(tl.float32)

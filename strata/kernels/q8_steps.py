@@ -59,6 +59,16 @@ if triton is not None:
         return out
 
     @triton.jit
+    def _dp4a_into(acc, a, b, ASM: tl.constexpr):
+        """acc plus the unsigned-by-signed dp4a of int32 words a and b (one instruction: dp4a's own addend)."""
+        if ASM:
+            out = tl.inline_asm_elementwise("dp4a.u32.s32 $0, $1, $2, $3;", "=r,r,r,r", [a, b, acc], dtype=tl.int32,
+                                            is_pure=True, pack=1)
+        else:
+            out = acc + _dp4a(a, b, False, ASM)
+        return out
+
+    @triton.jit
     def _word_at(w_words, w_halves, start, words, ok, NEXT_WORD: tl.constexpr):
         """The int32 words `words` words after even byte offsets `start` (one per row and block: the int64
         address arithmetic stays on the small tensor, the word offsets are int32): one word load where start
@@ -97,25 +107,29 @@ if triton is not None:
                   FIVE: tl.constexpr):
         """Superblocks j [1, SB, 1, 1, 1] of Q4_K rows (FIVE: Q5_K's, the same with fifth bits) at byte offsets
         base [1, 1, BN, 1, 1] (mask ok) against R rows of 8-bit activations (xq, dx, sums: row pointers
-        [R, 1, 1, 1, 1], mask rok) -> (dot parts [R, SB, BN, 4, 1], min parts [R, SB, BN, 4, 1]): each output
+        [R, 1, 1, 1, 1], mask rok) -> (dot parts [R, SB, BN, 4, T], min parts [R, SB, BN, 4, 1]): each output
         is sum(parts) - sum(min parts). Tiles are [R, SB, BN, pair, t]; each weight word is loaded and
-        unpacked once for the R rows."""
+        unpacked once for the R rows. ISUM 2 (WORD_LOOP) takes the 8 words t of a sub-block pair one after the
+        other (_q4k_word_loop), T = 1."""
         block_words: tl.constexpr = 44 if FIVE else 36
         quant_words: tl.constexpr = 12 if FIVE else 4
         wb = base // 4 + j * block_words                                                 # [1, SB, BN, 1, 1]
         pair = tl.arange(0, 4)[None, None, None, :, None]
-        t = tl.arange(0, 8)[None, None, None, None, :]
-        w = tl.load(w_words + wb + quant_words + 8 * pair + t, mask=ok, other=0).to(tl.uint32, bitcast=True)
-        low_quants = w & 0x0F0F0F0F
-        high_quants = (w >> 4) & 0x0F0F0F0F
-        if FIVE:  # bit 2 pair (low nibbles' sub-block) and 2 pair + 1 (high nibbles') of each byte, to bit 4
-            qh = tl.load(w_words + wb + 4 + t, mask=ok, other=0).to(tl.uint32, bitcast=True)   # [1, SB, BN, 1, 8]
-            shift = (2 * pair).to(tl.uint32)
-            low_quants |= ((qh >> shift) & 0x01010101) << 4
-            high_quants |= ((qh >> (shift + 1)) & 0x01010101) << 4
-        x_at = xq + j * 64 + 16 * pair + t                                               # [R, SB, 1, 4, 8]
-        low = _dp4a(low_quants.to(tl.int32, bitcast=True), tl.load(x_at, mask=rok, other=0), False, ASM)
-        high = _dp4a(high_quants.to(tl.int32, bitcast=True), tl.load(x_at + 8, mask=rok, other=0), False, ASM)
+        if ISUM == 2:
+            low, high = _q4k_word_loop(w_words, wb, xq, j, pair, ok, rok, ASM, FIVE, quant_words)
+        else:
+            t = tl.arange(0, 8)[None, None, None, None, :]
+            w = tl.load(w_words + wb + quant_words + 8 * pair + t, mask=ok, other=0).to(tl.uint32, bitcast=True)
+            low_quants = w & 0x0F0F0F0F
+            high_quants = (w >> 4) & 0x0F0F0F0F
+            if FIVE:  # bit 2 pair (low nibbles' sub-block) and 2 pair + 1 (high nibbles') of each byte, to bit 4
+                qh = tl.load(w_words + wb + 4 + t, mask=ok, other=0).to(tl.uint32, bitcast=True)  # [1, SB, BN, 1, 8]
+                shift = (2 * pair).to(tl.uint32)
+                low_quants |= ((qh >> shift) & 0x01010101) << 4
+                high_quants |= ((qh >> (shift + 1)) & 0x01010101) << 4
+            x_at = xq + j * 64 + 16 * pair + t                                           # [R, SB, 1, 4, 8]
+            low = _dp4a(low_quants.to(tl.int32, bitcast=True), tl.load(x_at, mask=rok, other=0), False, ASM)
+            high = _dp4a(high_quants.to(tl.int32, bitcast=True), tl.load(x_at + 8, mask=rok, other=0), False, ASM)
         h0 = tl.load(w_words + wb, mask=ok, other=0).to(tl.uint32, bitcast=True)
         h1 = tl.load(w_words + wb + 1, mask=ok, other=0).to(tl.uint32, bitcast=True)
         h2 = tl.load(w_words + wb + 2, mask=ok, other=0).to(tl.uint32, bitcast=True)
@@ -130,7 +144,7 @@ if triton is not None:
             + tl.load(sums + j * 16 + 4 * pair + 1, mask=rok, other=0.0)
         s_hi = tl.load(sums + j * 16 + 4 * pair + 2, mask=rok, other=0.0) \
             + tl.load(sums + j * 16 + 4 * pair + 3, mask=rok, other=0.0)
-        if ISUM:  # integer sums per scale group first: one float scaling per group, not per word
+        if ISUM and ISUM != 2:  # integer sums per scale group first: one float scaling per group, not per word
             low = tl.sum(low, axis=4, keep_dims=True)                                    # [R, SB, BN, 4, 1]
             high = tl.sum(high, axis=4, keep_dims=True)
         parts = low.to(tl.float32) * (d * sc_lo * dx_lo) + high.to(tl.float32) * (d * sc_hi * dx_hi)
@@ -138,43 +152,108 @@ if triton is not None:
         return parts, mins
 
     @triton.jit
+    def _q4k_word_loop(w_words, wb, xq, j, pair, ok, rok, ASM: tl.constexpr, FIVE: tl.constexpr,
+                       QUANT_WORDS: tl.constexpr):
+        """The integer sums [R, SB, BN, 4, 1] of the low and high nibbles' sub-blocks of Q4_K (FIVE: Q5_K) sub-block
+        pairs, their 8 words taken one at a time: each thread keeps whole groups, so a word is a load, its
+        unpacking and two dp4a into the group's sum, with no cross-lane reduction (tiles with t as a dimension
+        spread t across lanes, and their sums cost shuffles)."""
+        low = tl.zeros((xq.shape[0], wb.shape[1], wb.shape[2], 4, 1), dtype=tl.int32)
+        high = tl.zeros((xq.shape[0], wb.shape[1], wb.shape[2], 4, 1), dtype=tl.int32)
+        x_at = xq + j * 64 + 16 * pair                                                   # [R, SB, 1, 4, 1]
+        for t in tl.static_range(8):
+            w = tl.load(w_words + wb + QUANT_WORDS + 8 * pair + t, mask=ok, other=0).to(tl.uint32, bitcast=True)
+            low_quants = w & 0x0F0F0F0F
+            high_quants = (w >> 4) & 0x0F0F0F0F
+            if FIVE:
+                qh = tl.load(w_words + wb + 4 + t, mask=ok, other=0).to(tl.uint32, bitcast=True)   # [1, SB, BN, 1, 1]
+                shift = (2 * pair).to(tl.uint32)
+                low_quants |= ((qh >> shift) & 0x01010101) << 4
+                high_quants |= ((qh >> (shift + 1)) & 0x01010101) << 4
+            low = _dp4a_into(low, low_quants.to(tl.int32, bitcast=True), tl.load(x_at + t, mask=rok, other=0), ASM)
+            high = _dp4a_into(high, high_quants.to(tl.int32, bitcast=True), tl.load(x_at + 8 + t, mask=rok, other=0),
+                              ASM)
+        return low, high
+
+    @triton.jit
     def _q6k_step(w_words, w_halves, base, xq, dx, sums, j, ok, rok, ISUM: tl.constexpr, ASM: tl.constexpr):
         """Superblocks j [1, SB, 1, 1, 1] of Q6_K rows at byte offsets base [1, 1, BN, 1, 1] (even) against R
-        rows of 8-bit activations -> (dot parts [R, SB, BN, 4, 1], offset parts [R, SB, BN, 4, 1]): each
+        rows of 8-bit activations -> (dot parts [R, SB, BN, 4, T], offset parts [R, SB, BN, 4, 1]): each
         output is sum(parts) - sum(offset parts). Tiles are [R, SB, BN, G, T]: G = 2 h + g of half h, word
-        t = 4 g + T of the half's 32-byte runs (weights 16 g .. 16 g + 15 of each run: one int8 scale each)."""
-        start = base + j * 210
+        t = 4 g + T of the half's 32-byte runs (weights 16 g .. 16 g + 15 of each run: one int8 scale each).
+        ISUM 2 takes a run's 4 words one after the other (_q6k_word_loop), T = 1."""
+        start = base + j * 210                                        # [1, SB, BN, 1, 1]
         hg = tl.arange(0, 4)[None, None, None, :, None]
         h = hg // 2
-        t = 4 * (hg % 2) + tl.arange(0, 4)[None, None, None, None, :]
-        ql_a = _word_at(w_words, w_halves, start, 16 * h + t, ok, True)  # weights 4 t.. (low), 4 t + 64..
-        ql_b = _word_at(w_words, w_halves, start, 16 * h + 8 + t, ok, True)  # 4 t + 32.., 4 t + 96..
-        qh = _word_at(w_words, w_halves, start, 32 + 8 * h + t, ok, True)
-        low4 = 0x0F0F0F0F
-        high2 = 0x30303030
-        x_at = xq + j * 64 + 32 * h + t                               # [R, SB, 1, 4, 4]: weight 128 h + 4 t
+        if ISUM == 2:
+            dot0, dot1, dot2, dot3 = _q6k_word_loop(w_words, w_halves, start, xq, j, hg, ok, rok, ASM)
+        else:
+            t = 4 * (hg % 2) + tl.arange(0, 4)[None, None, None, None, :]
+            ql_a = _word_at(w_words, w_halves, start, 16 * h + t, ok, True)  # weights 4 t.. (low), 4 t + 64..
+            ql_b = _word_at(w_words, w_halves, start, 16 * h + 8 + t, ok, True)  # 4 t + 32.., 4 t + 96..
+            qh = _word_at(w_words, w_halves, start, 32 + 8 * h + t, ok, True)
+            x_at = xq + j * 64 + 32 * h + t                           # [R, SB, 1, 4, 4]: weight 128 h + 4 t
         scales = w_halves.to(tl.pointer_type(tl.int8)) + start + 192 + 8 * h + hg % 2  # [1, SB, BN, 4, 1]: + 2 a run
         dx_at = dx + j * 8 + 4 * h                                    # [R, SB, 1, 4, 1]: + 1 per run
         sums_at = sums + j * 16 + 8 * h + hg % 2                      # + 2 per run
-        parts = tl.zeros((xq.shape[0], ql_a.shape[1], ql_a.shape[2], 4, 1 if ISUM else 4), dtype=tl.float32)
-        offsets = tl.zeros((xq.shape[0], ql_a.shape[1], ql_a.shape[2], 4, 1), dtype=tl.float32)
+        parts = tl.zeros((xq.shape[0], start.shape[1], start.shape[2], 4, 1 if ISUM else 4), dtype=tl.float32)
+        offsets = tl.zeros((xq.shape[0], start.shape[1], start.shape[2], 4, 1), dtype=tl.float32)
         for c in tl.static_range(4):
-            if c == 0:
-                quants = (ql_a & low4) | ((qh << 4) & high2)
-            elif c == 1:
-                quants = (ql_b & low4) | ((qh << 2) & high2)
-            elif c == 2:
-                quants = ((ql_a >> 4) & low4) | (qh & high2)
-            else:
-                quants = ((ql_b >> 4) & low4) | ((qh >> 2) & high2)
             factor = tl.load(scales + 2 * c, mask=ok, other=0).to(tl.float32) * tl.load(dx_at + c, mask=rok, other=0.0)
-            dot = _dp4a(quants, tl.load(x_at + 8 * c, mask=rok, other=0), False, ASM)
-            if ISUM:
-                dot = tl.sum(dot, axis=4, keep_dims=True)
+            if ISUM == 2:
+                if c == 0:
+                    dot = dot0
+                elif c == 1:
+                    dot = dot1
+                elif c == 2:
+                    dot = dot2
+                else:
+                    dot = dot3
+            else:
+                dot = _dp4a(_q6k_quants(ql_a, ql_b, qh, c), tl.load(x_at + 8 * c, mask=rok, other=0), False, ASM)
+                if ISUM:
+                    dot = tl.sum(dot, axis=4, keep_dims=True)
             parts += dot.to(tl.float32) * factor
             offsets += 32.0 * factor * tl.load(sums_at + 2 * c, mask=rok, other=0.0)
         d = _f16_half(w_halves, start + 208, ok)                      # [1, SB, BN, 1, 1]
         return parts * d, offsets * d
+
+    @triton.jit
+    def _q6k_quants(ql_a, ql_b, qh, c: tl.constexpr):
+        """Q6_K's 6-bit quants (0..63) of run c (0-3) of a half from its low-bit words (ql_a: runs 0 and 2, ql_b:
+        1 and 3) and high-bit pairs (qh)."""
+        low4 = 0x0F0F0F0F
+        high2 = 0x30303030
+        if c == 0:
+            quants = (ql_a & low4) | ((qh << 4) & high2)
+        elif c == 1:
+            quants = (ql_b & low4) | ((qh << 2) & high2)
+        elif c == 2:
+            quants = ((ql_a >> 4) & low4) | (qh & high2)
+        else:
+            quants = ((ql_b >> 4) & low4) | ((qh >> 2) & high2)
+        return quants
+
+    @triton.jit
+    def _q6k_word_loop(w_words, w_halves, start, xq, j, hg, ok, rok, ASM: tl.constexpr):
+        """The integer sums [R, SB, BN, 4, 1] of Q6_K's 4 runs of each 16-weight group (_q6k_step's tiles), the
+        group's 4 words taken one at a time (as _q4k_word_loop: no cross-lane reduction)."""
+        h = hg // 2
+        dot0 = tl.zeros((xq.shape[0], start.shape[1], start.shape[2], 4, 1), dtype=tl.int32)
+        dot1 = tl.zeros((xq.shape[0], start.shape[1], start.shape[2], 4, 1), dtype=tl.int32)
+        dot2 = tl.zeros((xq.shape[0], start.shape[1], start.shape[2], 4, 1), dtype=tl.int32)
+        dot3 = tl.zeros((xq.shape[0], start.shape[1], start.shape[2], 4, 1), dtype=tl.int32)
+        for u in tl.static_range(4):
+            t = 4 * (hg % 2) + u                                      # [1, 1, 1, 4, 1]
+            ql_a = _word_at(w_words, w_halves, start, 16 * h + t, ok, True)
+            ql_b = _word_at(w_words, w_halves, start, 16 * h + 8 + t, ok, True)
+            qh = _word_at(w_words, w_halves, start, 32 + 8 * h + t, ok, True)
+            x_at = xq + j * 64 + 32 * h + t                           # [R, SB, 1, 4, 1]
+            dot0 = _dp4a_into(dot0, _q6k_quants(ql_a, ql_b, qh, 0), tl.load(x_at, mask=rok, other=0), ASM)
+            dot1 = _dp4a_into(dot1, _q6k_quants(ql_a, ql_b, qh, 1), tl.load(x_at + 8, mask=rok, other=0), ASM)
+            dot2 = _dp4a_into(dot2, _q6k_quants(ql_a, ql_b, qh, 2), tl.load(x_at + 16, mask=rok, other=0), ASM)
+            dot3 = _dp4a_into(dot3, _q6k_quants(ql_a, ql_b, qh, 3), tl.load(x_at + 24, mask=rok, other=0), ASM)
+        return dot0, dot1, dot2, dot3
 
     @triton.jit
     def _q2k_step(w_words, w_halves, base, xq, dx, sums, j, ok, rok, ISUM: tl.constexpr, ASM: tl.constexpr):
@@ -343,7 +422,9 @@ if triton is not None:
     def k_step(w_ptr, table_ptr, base, xq, dx, sums, j, ok, rok, QTYPE: tl.constexpr, ISUM: tl.constexpr,
               ASM: tl.constexpr):
         """One K step of the loop the kernels run (the loop stays in the kernels: the interpreter turns
-        scalars handed to a helper into tensors, which tl.range refuses). table_ptr: the i-quants' code book."""
+        scalars handed to a helper into tensors, which tl.range refuses). table_ptr: the i-quants' code book.
+        ISUM: 0 scales each word's dot product in float; 1 sums a scale group's words in integers first (parts
+        [.., 1]); 2 the same, Q4_K / Q5_K taking a group's words in a loop (_q4k_word_loop; the others as 1)."""
         w_words = w_ptr.to(tl.pointer_type(tl.int32))
         w_halves = w_ptr.to(tl.pointer_type(tl.int16))
         if QTYPE >= 16:  # the i-quants (IQUANTS)

@@ -169,6 +169,23 @@ def test_gemv_in_the_interpreter(qtype, rows, n, k, config):
     check_gemv(qtype, rows, n, k, config, "cpu")
 
 
+@gpu
+@pytest.mark.parametrize("qtype", [Q4_K, Q5_K, Q6_K, Q8_0, Q3_K])
+@pytest.mark.parametrize("rows, n, k", [(1, 33, 256), (1, 4096, 2048), (3, 64, 768), (8, 4096, 2048)])
+@pytest.mark.parametrize("config", [dict(ISUM=2), dict(BLOCK_N=8, SUPERBLOCKS=1, num_warps=4, ISUM=2)])
+def test_gemv_with_a_groups_words_in_a_loop(qtype, rows, n, k, config):
+    """ISUM 2 (q8_steps.k_step: Q4_K's, Q5_K's and Q6_K's words of a group in a loop, the other types' integer group
+    sums) at one row too: the same bounds."""
+    check_gemv(qtype, rows, n, k, config, "cuda")
+
+
+@interpreted
+@pytest.mark.parametrize("qtype", [Q4_K, Q5_K, Q6_K])
+@pytest.mark.parametrize("rows, n, k", [(1, 5, 256), (3, 9, 768), (8, 9, 512)])
+def test_gemv_with_a_groups_words_in_a_loop_in_the_interpreter(qtype, rows, n, k):
+    check_gemv(qtype, rows, n, k, dict(BLOCK_N=8, SUPERBLOCKS=1, num_warps=4, ISUM=2), "cpu")
+
+
 def check_gemv(qtype: int, rows: int, n: int, k: int, config: dict | None, device: str,
                kernel=packed_q8.packed_gemv_q8) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`kernel` (packed_gemv_q8's contract) against the reference on the rounded x and on x itself; returns its
@@ -260,6 +277,25 @@ def test_moe_pairs_in_the_interpreter(qtypes):
     """A small case with wide programs (the interpreter runs programs one by one): one-superblock gate/up rows
     and 768-wide down rows (Q3_K's odd rows start two bytes into a word in both)."""
     check_moe_pairs(qtypes, 2, "cpu", dict(dim=256, inter=768, num=4, top_k=2), config=dict(BLOCK_N=64))
+
+
+@gpu
+@pytest.mark.parametrize("qtypes", [(Q4_K, Q6_K), (Q5_K, Q4_K), (Q2_K, Q3_K)])
+@pytest.mark.parametrize("tokens, tiling", [(1, dict(BLOCK_N=1, SUPERBLOCKS=8, num_warps=1)),
+                                            (4, dict(BLOCK_N=16, SUPERBLOCKS=2, num_warps=1)),
+                                            (48, dict(BLOCK_N=8, SUPERBLOCKS=4, num_warps=2))])
+def test_moe_pairs_with_integer_group_sums(qtypes, tokens, tiling):
+    """ISUM 2 (Q4_K's and Q5_K's words of a group in a loop, the other types' integer group sums, q8_steps.k_step):
+    the same numbers as the float per-word scaling, up to float32 summation order."""
+    check_moe_pairs(qtypes, tokens, "cuda", dict(dim=512, inter=768), config=dict(tiling, ISUM=2))
+
+
+@interpreted
+@pytest.mark.parametrize("qtypes", [(Q4_K, Q6_K), (Q5_K, Q4_K)])
+@pytest.mark.parametrize("tiling", [dict(BLOCK_N=64, SUPERBLOCKS=1), dict(BLOCK_N=32, SUPERBLOCKS=2)])
+def test_moe_pairs_with_integer_group_sums_in_the_interpreter(qtypes, tiling):
+    """ISUM 2 in the interpreter: two superblocks a row, one or both a K step."""
+    check_moe_pairs(qtypes, 2, "cpu", dict(dim=512, inter=256, num=4, top_k=2), config=dict(tiling, ISUM=2))
 
 
 def check_moe_pairs(qtypes: tuple[int, int], tokens: int, device: str, shape: dict, config: dict | None = None):

@@ -1,8 +1,10 @@
 """packed_q8's GEMV at several rows of x under many tilings, against dequantize to bf16 + cuBLAS (what
 ops.packed_linear took beyond 4 rows for narrow weights until session 50), inside CUDA graphs with weights rotated (cold L2). Shapes: the
 30B-A3B's attention projections at Q4_K_M. Session 39 timed only default_config's tiling at 8 rows (o_proj 26.7 us
-against 14.2 dequantized); this asks whether any tiling makes 5-16 rows pay.
-Usage: [GEMV_ROWS=8,16] gemv_rows_sweep.py; writes $OUT/gemv_rows_sweep.json."""
+against 14.2 dequantized); this asks whether any tiling makes 5-16 rows pay. GEMV_ISUM (comma list, default: the
+default's own) times each tiling at those K-step sums (q8_steps.k_step's ISUM; 2: a group's words in a loop), and
+`default_isumN` is default_config's tiling at each; GEMV_GRID=0 times only the defaults and dequantize + GEMM.
+Usage: [GEMV_ROWS=8,16] [GEMV_ISUM=1,2] [GEMV_GRID=0] gemv_rows_sweep.py; writes $OUT/gemv_rows_sweep.json."""
 import itertools
 import json
 import os
@@ -23,6 +25,7 @@ SHAPES = [("30b_q_proj", 4096, 2048, Q4_K), ("30b_o_proj", 2048, 4096, Q4_K), ("
 # (BLOCK_N, SUPERBLOCKS, warps)
 TILINGS = list(itertools.product((4, 8, 16, 32), (1, 2), (1, 2, 4)))
 rows_list = [int(r) for r in os.environ.get("GEMV_ROWS", "8,16").split(",")]
+isums = [int(v) for v in os.environ.get("GEMV_ISUM", "").split(",") if v]
 results = {}
 for name, n, k, qtype in SHAPES:
     nbytes = n * block_format(qtype).row_bytes(k)
@@ -32,16 +35,23 @@ for name, n, k, qtype in SHAPES:
         x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
         q = q8_rounding.quantize(x)
         arms = {"default": lambda i: packed_q8.packed_gemv_q8(x, ws[i], qtype, n, k, quantized=q)}
-        for bn, sb, warps in TILINGS:
+        for isum in isums:
+            arms[f"default_isum{isum}"] = (lambda i, isum=isum: packed_q8.packed_gemv_q8(
+                x, ws[i], qtype, n, k, config=dict(ISUM=isum), quantized=q))
+        grid = TILINGS if os.environ.get("GEMV_GRID", "1") != "0" else []
+        for (bn, sb, warps), isum in itertools.product(grid, isums or [None]):
             cfg = dict(BLOCK_N=bn, SUPERBLOCKS=sb, num_warps=warps, num_stages=3)
-            arms[f"n{bn}_s{sb}_w{warps}"] = (
+            if isum is not None:
+                cfg["ISUM"] = isum
+            arms[f"n{bn}_s{sb}_w{warps}" + ("" if isum is None else f"_i{isum}")] = (
                 lambda i, cfg=cfg: packed_q8.packed_gemv_q8(x, ws[i], qtype, n, k, config=cfg, quantized=q))
         arms["dequant_gemm"] = lambda i: x @ packed_dequant.dequantize(ws[i], qtype, k, torch.bfloat16).T
         times, numeric = time_arms(arms, copies)
         ranked = sorted(numeric, key=numeric.get)
         results[f"{name} r{rows}"] = times
         print(f"{name} {n}x{k} q{qtype} rows {rows}: " + ", ".join(f"{a} {numeric[a]}" for a in ranked[:6])
-              + f" | default {numeric.get('default')} dequant_gemm {numeric.get('dequant_gemm')}", flush=True)
+              + f" | default {numeric.get('default')} dequant_gemm {numeric.get('dequant_gemm')} "
+              + " ".join(f"default_isum{v} {numeric.get(f'default_isum{v}')}" for v in isums), flush=True)
     ws.clear()
 with open(os.path.join(os.environ.get("OUT", "/tmp"), "gemv_rows_sweep.json"), "w") as f:
     json.dump({"commit": os.environ.get("STRATA_COMMIT"), "results": results}, f, indent=1)

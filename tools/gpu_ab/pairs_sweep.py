@@ -2,9 +2,10 @@
 1 / 8 / 16 tokens of the 30B-A3B experts (128 of 768, top 8, Q4_K gate/up, Q6_K down), inside CUDA graphs with
 8 rotated routings (cold L2). Writes $OUT/pairs_sweep.json: which tiling each token count should take.
 Knobs (comma lists): PAIRS_TOKENS (1,8,16), PAIRS_BN (4,8,16,32), PAIRS_SB (1,2), PAIRS_WARPS (1,2,4), PAIRS_STAGES
-(2,3); tilings with BLOCK_N x SB above 32 or BLOCK_N x warps above 64 are skipped. Session 50's Nsight run found a
-one-token gate/up at 0.73 waves of one-warp programs, stalled on loads: PAIRS_BN=1,2 PAIRS_SB=4,8 asks whether
-more, smaller programs with whole rows in flight pay."""
+(2,3), PAIRS_ISUM (0; q8_steps.k_step's ISUM: 1 integer sums per scale group, 2 Q4_K's words in a loop); tilings with
+BLOCK_N x SB above 32 or BLOCK_N x warps above 64 are skipped. Session 50's Nsight run found a one-token gate/up at
+0.73 waves of one-warp programs, stalled on loads (session 51: one row of W and 8 superblocks a step won), and a
+64-token prompt's at 255 registers, bound by instructions: PAIRS_ISUM=0,2 asks whether Q4_K's word loop pays."""
 import itertools, json, os, sys, torch, triton
 from strata.kernels import packed_iquants, packed_q8 as pq
 sys.path.insert(0, "tests/kernels")  # by name: an installed `kernels` package shadows tests/kernels
@@ -27,31 +28,33 @@ for tokens in knob("PAIRS_TOKENS", "1,8,16"):
     aq, adx, asums = pq.quantize(act)
     out = torch.empty(tokens, TOP, D, device="cuda")
     res = {"quantize_act": round(graph_time(lambda i: pq.quantize(act), 8), 2)}
-    for bn, sb, warps, stages in itertools.product(knob("PAIRS_BN", "4,8,16,32"), knob("PAIRS_SB", "1,2"),
-                                                   knob("PAIRS_WARPS", "1,2,4"), knob("PAIRS_STAGES", "2,3")):
+    for bn, sb, warps, stages, isum in itertools.product(
+            knob("PAIRS_BN", "4,8,16,32"), knob("PAIRS_SB", "1,2"), knob("PAIRS_WARPS", "1,2,4"),
+            knob("PAIRS_STAGES", "2,3"), knob("PAIRS_ISUM", "0")):
         if bn * warps > 64 or bn * sb > 32:
             continue
-        common = dict(BLOCK_N=bn, ASM=not pq.interpreted(), num_warps=warps, num_stages=stages, **pq.pdl_options(hidden))
+        common = dict(BLOCK_N=bn, ISUM=isum, ASM=not pq.interpreted(), num_warps=warps, num_stages=stages,
+                      **pq.pdl_options(hidden))
         try:
             gu = lambda i: pq._gate_up_kernel[(tokens * TOP, triton.cdiv(I, bn))](
                 hq, hdx, hsums, w13, packed_iquants.table_for(12, w13), id_sets[i], act, I, D, TOP, w13.stride(0),
                 w13.stride(1), QTYPE=12,
-                SB=pq.units_per_step(sb, 12, D), UNIT=256, WT=pq.word_tiles(12, False), **common)
+                SB=pq.units_per_step(sb, 12, D), UNIT=256, WT=pq.word_tiles(12, isum > 0), **common)
             dn = lambda i: pq._down_kernel[(tokens * TOP, triton.cdiv(D, bn))](
                 aq, adx, asums, w2, packed_iquants.table_for(14, w2), id_sets[i], wts, out, D, I, w2.stride(0),
                 w2.stride(1), QTYPE=14,
-                SB=pq.units_per_step(sb, 14, I), UNIT=256, WT=pq.word_tiles(14, False), **common)
+                SB=pq.units_per_step(sb, 14, I), UNIT=256, WT=pq.word_tiles(14, isum > 0), **common)
             t_gu, t_dn = graph_time(gu, 8), graph_time(dn, 8)
         except Exception as e:  # noqa: BLE001
-            print("fail", bn, sb, warps, stages, repr(e)[:200], flush=True)
+            print("fail", bn, sb, warps, stages, isum, repr(e)[:200], flush=True)
             continue
-        rows.append(dict(tokens=tokens, bn=bn, sb=sb, warps=warps, stages=stages, gate_up_us=round(t_gu, 2),
-                         down_us=round(t_dn, 2)))
+        rows.append(dict(tokens=tokens, bn=bn, sb=sb, warps=warps, stages=stages, isum=isum,
+                         gate_up_us=round(t_gu, 2), down_us=round(t_dn, 2)))
     mine = [r for r in rows if r["tokens"] == tokens]
     cfg13, cfg2 = pq.pair_configs(tokens, 14)
-    tiling = lambda c: (c["BLOCK_N"], c["SUPERBLOCKS"], c["num_warps"], c["num_stages"])
-    cur_gu = [r["gate_up_us"] for r in mine if (r["bn"], r["sb"], r["warps"], r["stages"]) == tiling(cfg13)]
-    cur_dn = [r["down_us"] for r in mine if (r["bn"], r["sb"], r["warps"], r["stages"]) == tiling(cfg2)]
+    tiling = lambda c: (c["BLOCK_N"], c["SUPERBLOCKS"], c["num_warps"], c["num_stages"], c.get("ISUM", 0))
+    cur_gu = [r["gate_up_us"] for r in mine if (r["bn"], r["sb"], r["warps"], r["stages"], r["isum"]) == tiling(cfg13)]
+    cur_dn = [r["down_us"] for r in mine if (r["bn"], r["sb"], r["warps"], r["stages"], r["isum"]) == tiling(cfg2)]
     print("tokens", tokens, res, "current gate_up", tiling(cfg13), cur_gu, "down", tiling(cfg2), cur_dn, flush=True)
     for key in ("gate_up_us", "down_us"):
         for r in sorted(mine, key=lambda r: r[key])[:5]:

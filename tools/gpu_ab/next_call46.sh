@@ -1,0 +1,29 @@
+# For the next session (prepared in session 51, ~8 minutes; after next_call45.sh). packed_q8's GEMV with a group's
+# words in a loop (config ISUM=2; q8_steps.k_step): compiled for sm_90 on the development VM, Q4_K 2,048-wide rows
+# at one row 392 -> 264 SASS instructions, 4 rows (4, 2, 2) 976 -> 408 (125 -> 48 registers), 8 rows 1,048 -> 728;
+# Q6_K at 8 rows 1,312 -> 1,256. (1) Its GPU tests. (2) The 30B-A3B's projections (gemv_rows_sweep.py, defaults
+# only) at 1 row (ISUM 0 / 2) and 4 / 8 rows (1 / 2). (3) Issue 23's c1 / c8 / c16 with ISUM=2 in every GEMV tiling
+# (`gemv`: default_config patched) against HEAD, two alternated rounds.
+# Build the archive first:  git archive HEAD -o .base/src.tar && git rev-parse --short HEAD > .base/COMMIT
+source tools/gpu_ab/device_setup.sh
+S=$(date +%s)
+nvidia-smi -L
+timeout -s INT 150 python3 -m pytest -q -m gpu tests/kernels/test_packed_q8.py -k "groups_words" \
+  -p no:cacheprovider > $OUT/tests.log 2>&1; echo "== tests rc=$? t=$(( $(date +%s)-S ))"; tail -2 $OUT/tests.log | cut -c1-300
+GEMV_ROWS=1 GEMV_ISUM=0,2 GEMV_GRID=0 timeout -s INT 60 python3 gemv_rows_sweep.py > $OUT/gemv_r1.txt 2>&1
+echo "== gemv 1 row rc=$? t=$(( $(date +%s)-S ))"; cut -c1-200 $OUT/gemv_r1.txt | grep rows
+GEMV_ROWS=4,8 GEMV_ISUM=1,2 GEMV_GRID=0 timeout -s INT 60 python3 gemv_rows_sweep.py > $OUT/gemv_r48.txt 2>&1
+echo "== gemv 4, 8 rows rc=$? t=$(( $(date +%s)-S ))"; cut -c1-200 $OUT/gemv_r48.txt | grep rows
+mkdir -p /tmp/gemv && tar -xf $OLDPWD/.base/src.tar -C /tmp/gemv
+sed -i 's/^    return dict(BLOCK_N=bn, SUPERBLOCKS=sb, num_warps=warps, num_stages=3)$/    return dict(BLOCK_N=bn, SUPERBLOCKS=sb, num_warps=warps, num_stages=3, ISUM=2)/' \
+  /tmp/gemv/strata/kernels/packed_q8.py
+grep -c "num_stages=3, ISUM=2)" /tmp/gemv/strata/kernels/packed_q8.py | tee $OUT/patched.txt
+timeout -s INT 60 python3 -m strata.cli.main quantize 'random:qwen3-30b-a3b?num_hidden_layers=24' /tmp/q4km.gguf \
+  --scheme q4_k_m --device cuda > /dev/null 2>&1; echo "== quant rc=$? t=$(( $(date +%s)-S ))"
+for R in 1 2; do for T in src gemv; do
+  (cd /tmp/$T && PYTHONPATH=/tmp/$T:/tmp/site:/tmp/hf timeout -s INT 100 python3 -m strata.cli.main bench offline \
+    /tmp/q4km.gguf --device cuda --max-model-len 4096 --num-prompts 16 --input-len 64 --output-len 128 \
+    --concurrency 1,8,16 --repeats 1 --output $OUT/${T}_r$R.json > /tmp/b_$T.log 2>&1)
+  echo "== $T round $R rc=$? t=$(( $(date +%s)-S ))" >> $OUT/ab.txt; grep -E "strata_c" /tmp/b_$T.log >> $OUT/ab.txt
+done; done
+cat $OUT/ab.txt | cut -c1-120

@@ -1,0 +1,74 @@
+"""packed_q8's kernels compiled for sm_90 on a machine without a GPU: registers, stack, local memory and the SASS
+opcode histogram of one tiling, to compare kernel variants by their instructions before a device run (session 51:
+the pairs' K steps with a group's words in a loop, ISUM=2). Needs triton with its bundled ptxas, cuobjdump and
+nvdisasm (`pip install --target /tmp/tri36 triton==3.6.0`).
+
+usage: PYTHONPATH=/tmp/tri36:. python tools/triton_sass_stats.py pairs gate_up|down BLOCK_N SUPERBLOCKS WARPS ISUM
+       PYTHONPATH=/tmp/tri36:. python tools/triton_sass_stats.py gemv QTYPE ROWS BLOCK_N SUPERBLOCKS WARPS ISUM
+The pairs are the 30B-A3B's experts (Q4_K gate/up rows of 2,048, Q6_K down rows of 768); the GEMV rows are 2,048
+wide. Add --sass FILE to keep the disassembly."""
+import argparse
+import collections
+import os
+import re
+import subprocess
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from strata.kernels import packed_q8
+
+POINTERS = {"q_ptr": "*i8", "dx_ptr": "*fp32", "sums_ptr": "*fp32", "w_ptr": "*u8", "w13_ptr": "*u8", "w2_ptr": "*u8",
+            "table_ptr": "*u8", "ids_ptr": "*i32", "act_ptr": "*fp32", "weights_ptr": "*fp32", "out_ptr": "*fp32"}
+
+
+def compile_sm90(fn, consts: dict, **options):
+    """`fn` compiled for sm_90 with POINTERS' argument types (the rest i32) and these constexprs."""
+    signature = {a: "constexpr" if a in consts else POINTERS.get(a, "i32") for a in fn.arg_names}
+    src = ASTSource(fn=fn, signature=signature, constexprs={(fn.arg_names.index(a),): v for a, v in consts.items()})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+
+
+def nvidia_tool(name: str, *args: str) -> str:
+    path = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin", name)
+    return subprocess.run([path, *args], capture_output=True, text=True, check=True).stdout
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("kernel", choices=["pairs", "gemv"])
+    parser.add_argument("args", nargs="+")
+    parser.add_argument("--sass", help="write the disassembly here")
+    opts = parser.parse_args()
+    if opts.kernel == "pairs":
+        which, (bn, sb, warps, isum) = opts.args[0], (int(v) for v in opts.args[1:5])
+        qtype, k = (12, 2048) if which == "gate_up" else (14, 768)
+        fn = packed_q8._gate_up_kernel if which == "gate_up" else packed_q8._down_kernel
+        consts = dict(QTYPE=qtype, BLOCK_N=bn, SB=packed_q8.units_per_step(sb, qtype, k), UNIT=256,
+                      WT=packed_q8.word_tiles(qtype, isum > 0), ISUM=isum, USE_PDL=True, ASM=True)
+    else:
+        qtype, rows, bn, sb, warps, isum = (int(v) for v in opts.args[:6])
+        fn, k = packed_q8._gemv_kernel, 2048
+        consts = dict(QTYPE=qtype, BLOCK_N=bn, SB=packed_q8.units_per_step(sb, qtype, k), ROWS=rows,
+                      UNIT=packed_q8.UNIT[qtype], WT=packed_q8.word_tiles(qtype, isum > 0), ISUM=isum, USE_PDL=True,
+                      ASM=True)
+    kernel = compile_sm90(fn, consts, num_warps=warps, num_stages=3)
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
+        cubin.write(kernel.asm["cubin"])
+        cubin.flush()
+        usage = nvidia_tool("cuobjdump", "--dump-resource-usage", cubin.name)
+        sass = nvidia_tool("nvdisasm", "-c", cubin.name)
+    ops = [m.group(2) for m in (re.match(r"\s*/\*[0-9a-f]+\*/\s+(@!?U?P\w+\s+)?([A-Z0-9_.]+)", line)
+                                for line in sass.splitlines()) if m]
+    found = re.search(r"REG:(\d+).*?STACK:(\d+).*?LOCAL:(\d+)", usage, re.S)
+    print(opts.kernel, " ".join(opts.args), "registers %s stack %s local %s" % found.groups(), "instructions", len(ops))
+    counts = collections.Counter(op.split(".")[0] for op in ops)
+    print(" ".join(f"{op}:{n}" for op, n in counts.most_common(24)))
+    if opts.sass:
+        open(opts.sass, "w").write(sass)
+
+
+if __name__ == "__main__":
+    main()
