@@ -5,8 +5,8 @@ Q4_K, Q6_K, Q8_0 and Q5_0 rows) and every expert dequantized to bf16 before fuse
 experts of 768, top 8, Q4_K / Q6_K) and Qwen4-Exp's (512 experts of 640, top 10, Q4_K / Q8_0). Where the pairs stop
 paying decides packed_moe.Q8_PAIRS_PER_EXPERT. GROUPED_ARMS=sweep: the float grouped tilings; GROUPED_ARMS=mmq:
 packed_mmq's tilings on the 30B-A3B's, Qwen3-Next's and Qwen4-Exp's experts (packed_moe.MMQ_PAIRS_PER_EXPERT);
-GROUPED_ARMS=base: the 8-bit pairs, the float grouped kernels' default tiling and every expert dequantized. Writes
-$OUT/prompt_moe_ab.json."""
+GROUPED_ARMS=base: the 8-bit pairs, the float grouped kernels' default tiling and every expert dequantized. Every
+mode times the 8-bit pairs with ISUM=2 too (`q8_pairs_words`). Writes $OUT/prompt_moe_ab.json."""
 import json
 import os
 import sys
@@ -29,7 +29,10 @@ gen = torch.Generator().manual_seed(0)
 for shape, (E, D, I, TOP, q13, q2) in SHAPES.items():
     w13 = blocks(q13, E * 2 * I, D, seed=1).cuda().view(E, 2 * I, -1)
     w2 = blocks(q2, E * D, I, seed=2).cuda().view(E, D, -1)
-    arms = {"q8_pairs": lambda h, ids, wts: packed_q8.moe_pairs_q8(h, w13, q13, w2, q2, ids, wts)}
+    arms = {"q8_pairs": lambda h, ids, wts: packed_q8.moe_pairs_q8(h, w13, q13, w2, q2, ids, wts),
+            # the same with a group's words in a loop (q8_steps.k_step ISUM=2, session 51)
+            "q8_pairs_words": lambda h, ids, wts: packed_q8.moe_pairs_q8(h, w13, q13, w2, q2, ids, wts,
+                                                                         config=dict(ISUM=2))}
     # GROUPED_ARMS=sweep: 16-row and 64-row blocks x (columns, warps) of the float grouped kernels
     sweep = MODE == "sweep"
     tilings = ([(bm, bn, w, 2) for bm in (16, 64) for bn, w in ((16, 8), (32, 8), (32, 4))] if sweep
