@@ -3,14 +3,15 @@ opcode histogram of one tiling, to compare kernel variants by their instructions
 the pairs' K steps with a group's words in a loop, ISUM=2). Needs triton with its bundled ptxas, cuobjdump and
 nvdisasm (`pip install --target /tmp/tri36 triton==3.6.0`).
 
-usage: PYTHONPATH=/tmp/tri36:. python tools/triton_sass_stats.py pairs gate_up|down BLOCK_N SUPERBLOCKS WARPS ISUM
+usage: PYTHONPATH=/tmp/tri36:. python tools/triton_sass_stats.py pairs gate_up|down BLOCK_N SUPERBLOCKS WARPS ISUM [QTYPE]
        PYTHONPATH=/tmp/tri36:. python tools/triton_sass_stats.py gemv QTYPE ROWS BLOCK_N SUPERBLOCKS WARPS ISUM
-The pairs are the 30B-A3B's experts (Q4_K gate/up rows of 2,048, Q6_K down rows of 768); the GEMV rows are 2,048
-wide. Add --sass FILE to keep the disassembly."""
+The pairs are the 30B-A3B's experts (Q4_K gate/up rows of 2,048, Q6_K down rows of 768, or QTYPE); the GEMV rows are
+2,048 wide. Add --sass FILE to keep the disassembly."""
 import argparse
 import collections
 import os
 import re
+import signal
 import subprocess
 import tempfile
 
@@ -45,8 +46,9 @@ def main() -> None:
     if opts.kernel == "pairs":
         which, (bn, sb, warps, isum) = opts.args[0], (int(v) for v in opts.args[1:5])
         qtype, k = (12, 2048) if which == "gate_up" else (14, 768)
+        qtype = int(opts.args[5]) if len(opts.args) > 5 else qtype
         fn = packed_q8._gate_up_kernel if which == "gate_up" else packed_q8._down_kernel
-        consts = dict(QTYPE=qtype, BLOCK_N=bn, SB=packed_q8.units_per_step(sb, qtype, k), UNIT=256,
+        consts = dict(QTYPE=qtype, BLOCK_N=bn, SB=packed_q8.units_per_step(sb, qtype, k), UNIT=packed_q8.UNIT[qtype],
                       WT=packed_q8.word_tiles(qtype, isum > 0), ISUM=isum, USE_PDL=True, ASM=True)
     else:
         qtype, rows, bn, sb, warps, isum = (int(v) for v in opts.args[:6])
@@ -71,4 +73,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # quiet under `| head`
     main()

@@ -3,7 +3,8 @@
 # at one row 392 -> 264 SASS instructions, 4 rows (4, 2, 2) 976 -> 408 (125 -> 48 registers), 8 rows 1,048 -> 728;
 # Q6_K at 8 rows 1,312 -> 1,256. (1) Its GPU tests. (2) The 30B-A3B's projections (gemv_rows_sweep.py, defaults
 # only) at 1 row (ISUM 0 / 2) and 4 / 8 rows (1 / 2). (3) Issue 23's c1 / c8 / c16 with ISUM=2 in every GEMV tiling
-# (`gemv`: default_config patched) against HEAD, two alternated rounds.
+# (`gemv`: default_config patched) against HEAD, two alternated rounds, only where (2) finds ISUM=2 faster on a
+# projection (the loop puts rows of W across lanes: next_call45.sh's doubt about L1 holds here too).
 # Build the archive first:  git archive HEAD -o .base/src.tar && git rev-parse --short HEAD > .base/COMMIT
 source tools/gpu_ab/device_setup.sh
 S=$(date +%s)
@@ -12,8 +13,22 @@ timeout -s INT 150 python3 -m pytest -q -m gpu tests/kernels/test_packed_q8.py -
   -p no:cacheprovider > $OUT/tests.log 2>&1; echo "== tests rc=$? t=$(( $(date +%s)-S ))"; tail -2 $OUT/tests.log | cut -c1-300
 GEMV_ROWS=1 GEMV_ISUM=0,2 GEMV_GRID=0 timeout -s INT 60 python3 gemv_rows_sweep.py > $OUT/gemv_r1.txt 2>&1
 echo "== gemv 1 row rc=$? t=$(( $(date +%s)-S ))"; cut -c1-200 $OUT/gemv_r1.txt | grep rows
+mv $OUT/gemv_rows_sweep.json $OUT/gemv_r1.json
 GEMV_ROWS=4,8 GEMV_ISUM=1,2 GEMV_GRID=0 timeout -s INT 60 python3 gemv_rows_sweep.py > $OUT/gemv_r48.txt 2>&1
 echo "== gemv 4, 8 rows rc=$? t=$(( $(date +%s)-S ))"; cut -c1-200 $OUT/gemv_r48.txt | grep rows
+mv $OUT/gemv_rows_sweep.json $OUT/gemv_r48.json
+python3 - $OUT/gemv_r1.json $OUT/gemv_r48.json <<'PY' > $OUT/words_pay.txt; cat $OUT/words_pay.txt
+import json, os, sys
+results = {}
+for path in sys.argv[1:]:
+    if os.path.exists(path):
+        results.update(json.load(open(path))["results"])
+for case, times in results.items():
+    plain, words = times.get("default_isum1", times.get("default_isum0")), times.get("default_isum2")
+    pays = isinstance(plain, float) and isinstance(words, float) and words < plain
+    print(case, "plain", plain, "ISUM=2", words, "PAYS" if pays else "")
+PY
+grep -q PAYS $OUT/words_pay.txt || { echo "== ISUM=2 does not pay on the projections: no whole-model A/B"; exit 0; }
 mkdir -p /tmp/gemv && tar -xf $OLDPWD/.base/src.tar -C /tmp/gemv
 sed -i 's/^    return dict(BLOCK_N=bn, SUPERBLOCKS=sb, num_warps=warps, num_stages=3)$/    return dict(BLOCK_N=bn, SUPERBLOCKS=sb, num_warps=warps, num_stages=3, ISUM=2)/' \
   /tmp/gemv/strata/kernels/packed_q8.py
