@@ -5,8 +5,9 @@ nvdisasm (`pip install --target /tmp/tri36 triton==3.6.0`).
 
 usage: PYTHONPATH=/tmp/tri36:. python tools/triton_sass_stats.py pairs gate_up|down BLOCK_N SUPERBLOCKS WARPS ISUM [QTYPE]
        PYTHONPATH=/tmp/tri36:. python tools/triton_sass_stats.py gemv QTYPE ROWS BLOCK_N SUPERBLOCKS WARPS ISUM
-The pairs are the 30B-A3B's experts (Q4_K gate/up rows of 2,048, Q6_K down rows of 768, or QTYPE); the GEMV rows are
-2,048 wide. Add --sass FILE to keep the disassembly."""
+The pairs are the 30B-A3B's experts (Q4_K gate/up rows of 2,048, Q6_K down rows of 768, or QTYPE); the GEMV is
+4,096 x 2,048. Integer arguments are specialized on those values as a launch would be (divisible by 16 or not).
+Add --sass FILE to keep the disassembly."""
 import argparse
 import collections
 import os
@@ -25,10 +26,15 @@ POINTERS = {"q_ptr": "*i8", "dx_ptr": "*fp32", "sums_ptr": "*fp32", "w_ptr": "*u
             "table_ptr": "*u8", "ids_ptr": "*i32", "act_ptr": "*fp32", "weights_ptr": "*fp32", "out_ptr": "*fp32"}
 
 
-def compile_sm90(fn, consts: dict, **options):
-    """`fn` compiled for sm_90 with POINTERS' argument types (the rest i32) and these constexprs."""
+def compile_sm90(fn, consts: dict, values: dict, **options):
+    """`fn` compiled for sm_90 with POINTERS' argument types (the rest i32) and these constexprs, specialized as a
+    launch would be: pointers 16-byte aligned, and the integers of `values` divisible by 16 marked so (a launch's
+    specialization; without it no load is vectorized). Integers not in `values` are taken as not divisible."""
     signature = {a: "constexpr" if a in consts else POINTERS.get(a, "i32") for a in fn.arg_names}
-    src = ASTSource(fn=fn, signature=signature, constexprs={(fn.arg_names.index(a),): v for a, v in consts.items()})
+    aligned = [a for a in fn.arg_names if a not in consts
+               and (a in POINTERS or (a in values and values[a] % 16 == 0))]
+    src = ASTSource(fn=fn, signature=signature, constexprs={(fn.arg_names.index(a),): v for a, v in consts.items()},
+                    attrs={(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in aligned})
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 
@@ -50,13 +56,17 @@ def main() -> None:
         fn = packed_q8._gate_up_kernel if which == "gate_up" else packed_q8._down_kernel
         consts = dict(QTYPE=qtype, BLOCK_N=bn, SB=packed_q8.units_per_step(sb, qtype, k), UNIT=packed_q8.UNIT[qtype],
                       WT=packed_q8.word_tiles(qtype, isum > 0), ISUM=isum, USE_PDL=True, ASM=True)
+        rows_out, row_bytes = (2 * 768, packed_q8.row_bytes(qtype, k)) if which == "gate_up" else (
+            2048, packed_q8.row_bytes(qtype, k))
+        values = dict(inter=768, dim=2048, top_k=8, stride_we=rows_out * row_bytes, stride_wn=row_bytes)
     else:
         qtype, rows, bn, sb, warps, isum = (int(v) for v in opts.args[:6])
         fn, k = packed_q8._gemv_kernel, 2048
+        values = dict(n=4096, k=k, num_rows=rows, stride_wn=packed_q8.row_bytes(qtype, k), stride_om=4096)
         consts = dict(QTYPE=qtype, BLOCK_N=bn, SB=packed_q8.units_per_step(sb, qtype, k), ROWS=rows,
                       UNIT=packed_q8.UNIT[qtype], WT=packed_q8.word_tiles(qtype, isum > 0), ISUM=isum, USE_PDL=True,
                       ASM=True)
-    kernel = compile_sm90(fn, consts, num_warps=warps, num_stages=3)
+    kernel = compile_sm90(fn, consts, values, num_warps=warps, num_stages=3)
     with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
         cubin.write(kernel.asm["cubin"])
         cubin.flush()

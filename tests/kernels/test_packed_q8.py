@@ -284,18 +284,20 @@ def test_moe_pairs_in_the_interpreter(qtypes):
 @pytest.mark.parametrize("tokens, tiling", [(1, dict(BLOCK_N=1, SUPERBLOCKS=8, num_warps=1)),
                                             (4, dict(BLOCK_N=16, SUPERBLOCKS=2, num_warps=1)),
                                             (48, dict(BLOCK_N=8, SUPERBLOCKS=4, num_warps=2))])
-def test_moe_pairs_with_integer_group_sums(qtypes, tokens, tiling):
-    """ISUM 2 (Q4_K's and Q5_K's words of a group in a loop, the other types' integer group sums, q8_steps.k_step):
-    the same numbers as the float per-word scaling, up to float32 summation order."""
-    check_moe_pairs(qtypes, tokens, "cuda", dict(dim=512, inter=768), config=dict(tiling, ISUM=2))
+@pytest.mark.parametrize("isum", [1, 2])
+def test_moe_pairs_with_integer_group_sums(qtypes, tokens, tiling, isum):
+    """ISUM 1 (integer sums per scale group) and 2 (Q4_K's, Q5_K's and Q6_K's words of a group in a loop, the other
+    types as 1; q8_steps.k_step): the same numbers as the float per-word scaling, up to float32 summation order."""
+    check_moe_pairs(qtypes, tokens, "cuda", dict(dim=512, inter=768), config=dict(tiling, ISUM=isum))
 
 
 @interpreted
 @pytest.mark.parametrize("qtypes", [(Q4_K, Q6_K), (Q5_K, Q4_K)])
 @pytest.mark.parametrize("tiling", [dict(BLOCK_N=64, SUPERBLOCKS=1), dict(BLOCK_N=32, SUPERBLOCKS=2)])
-def test_moe_pairs_with_integer_group_sums_in_the_interpreter(qtypes, tiling):
-    """ISUM 2 in the interpreter: two superblocks a row, one or both a K step."""
-    check_moe_pairs(qtypes, 2, "cpu", dict(dim=512, inter=256, num=4, top_k=2), config=dict(tiling, ISUM=2))
+@pytest.mark.parametrize("isum", [1, 2])
+def test_moe_pairs_with_integer_group_sums_in_the_interpreter(qtypes, tiling, isum):
+    """ISUM 1 and 2 in the interpreter: two superblocks a row, one or both a K step."""
+    check_moe_pairs(qtypes, 2, "cpu", dict(dim=512, inter=256, num=4, top_k=2), config=dict(tiling, ISUM=isum))
 
 
 def check_moe_pairs(qtypes: tuple[int, int], tokens: int, device: str, shape: dict, config: dict | None = None):
