@@ -109,8 +109,8 @@ if triton is not None:
         base [1, 1, BN, 1, 1] (mask ok) against R rows of 8-bit activations (xq, dx, sums: row pointers
         [R, 1, 1, 1, 1], mask rok) -> (dot parts [R, SB, BN, 4, T], min parts [R, SB, BN, 4, 1]): each output
         is sum(parts) - sum(min parts). Tiles are [R, SB, BN, pair, t]; each weight word is loaded and
-        unpacked once for the R rows. ISUM 2 (WORD_LOOP) takes the 8 words t of a sub-block pair one after the
-        other (_q4k_word_loop), T = 1."""
+        unpacked once for the R rows. ISUM 2 takes the 8 words t of a sub-block pair one after the other
+        (_q4k_word_loop), T = 1."""
         block_words: tl.constexpr = 44 if FIVE else 36
         quant_words: tl.constexpr = 12 if FIVE else 4
         wb = base // 4 + j * block_words                                                 # [1, SB, BN, 1, 1]
@@ -426,7 +426,8 @@ if triton is not None:
         """One K step of the loop the kernels run (the loop stays in the kernels: the interpreter turns
         scalars handed to a helper into tensors, which tl.range refuses). table_ptr: the i-quants' code book.
         ISUM: 0 scales each word's dot product in float; 1 sums a scale group's words in integers first (parts
-        [.., 1]); 2 the same, Q4_K / Q5_K taking a group's words in a loop (_q4k_word_loop; the others as 1)."""
+        [.., 1]); 2 the same, Q4_K / Q5_K / Q6_K taking a group's words in a loop (_q4k_word_loop, _q6k_word_loop;
+        the others as 1)."""
         w_words = w_ptr.to(tl.pointer_type(tl.int32))
         w_halves = w_ptr.to(tl.pointer_type(tl.int16))
         if QTYPE >= 16:  # the i-quants (IQUANTS)
