@@ -7,3 +7,22 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/hf .whl/hf/*.whl
 mkdir -p /tmp/src && tar -xf .base/src.tar -C /tmp/src && cd /tmp/src && cp tools/gpu_ab/*.py .
 export PYTHONPATH=/tmp/src:/tmp/site:/tmp/hf
+
+# Issue 23's model, once a call: random:qwen3-30b-a3b?num_hidden_layers=24 at Q4_K_M in /tmp/q4km.gguf.
+quantize_q4km() {
+  timeout -s INT 60 python3 -m strata.cli.main quantize 'random:qwen3-30b-a3b?num_hidden_layers=24' /tmp/q4km.gguf \
+    --scheme q4_k_m --device cuda > /dev/null 2>&1; echo "== quant rc=$? t=$(( $(date +%s)-S ))"
+}
+
+# bench_arms ROUNDS CONCURRENCY TREE...: issue 23's bench of /tmp/q4km.gguf from each tree /tmp/TREE in turn, ROUNDS
+# alternated rounds, each run's JSON kept as $OUT/TREE_rN.json and its summary lines in $OUT/ab.txt.
+bench_arms() {
+  local rounds=$1 concurrency=$2; shift 2
+  for R in $(seq 1 "$rounds"); do for T in "$@"; do
+    (cd /tmp/$T && PYTHONPATH=/tmp/$T:/tmp/site:/tmp/hf timeout -s INT 100 python3 -m strata.cli.main bench offline \
+      /tmp/q4km.gguf --device cuda --max-model-len 4096 --num-prompts 16 --input-len 64 --output-len 128 \
+      --concurrency "$concurrency" --repeats 1 --output $OUT/${T}_r$R.json > /tmp/b_$T.log 2>&1)
+    echo "== $T round $R rc=$? t=$(( $(date +%s)-S ))" >> $OUT/ab.txt; grep -E "strata_c" /tmp/b_$T.log >> $OUT/ab.txt
+  done; done
+  cut -c1-120 $OUT/ab.txt
+}

@@ -21,12 +21,5 @@ assert s.count(old) == 1, "pair_configs changed: update the patch"
 open(path, "w").write(s.replace(old, new))
 print("patched pair_configs: down (16, 1, 2) at 2-16 tokens")
 PY
-timeout -s INT 60 python3 -m strata.cli.main quantize 'random:qwen3-30b-a3b?num_hidden_layers=24' /tmp/q4km.gguf \
-  --scheme q4_k_m --device cuda > /dev/null 2>&1; echo "== quant rc=$? t=$(( $(date +%s)-S ))"
-for R in 1 2; do for T in src few; do
-  (cd /tmp/$T && PYTHONPATH=/tmp/$T:/tmp/site:/tmp/hf timeout -s INT 80 python3 -m strata.cli.main bench offline \
-    /tmp/q4km.gguf --device cuda --max-model-len 4096 --num-prompts 16 --input-len 64 --output-len 128 \
-    --concurrency 8,16 --repeats 1 > /tmp/b_$T.log 2>&1)
-  echo "== $T round $R rc=$? t=$(( $(date +%s)-S ))" >> $OUT/ab.txt; grep -E "strata_c" /tmp/b_$T.log >> $OUT/ab.txt
-done; done
-cat $OUT/ab.txt | cut -c1-120
+quantize_q4km
+bench_arms 2 8,16 src few

@@ -21,12 +21,5 @@ grep -E "^tokens|best" $OUT/pairs_sweep.txt | cut -c1-160
 mkdir -p /tmp/words && tar -xf $OLDPWD/.base/src.tar -C /tmp/words
 python3 patch_pair_isum.py $OUT/pairs_sweep.json /tmp/words > $OUT/patched.txt 2>&1
 R=$?; cat $OUT/patched.txt; [ $R = 0 ] || { echo "== ISUM 0 fastest everywhere: no whole-model A/B"; exit 0; }
-timeout -s INT 60 python3 -m strata.cli.main quantize 'random:qwen3-30b-a3b?num_hidden_layers=24' /tmp/q4km.gguf \
-  --scheme q4_k_m --device cuda > /dev/null 2>&1; echo "== quant rc=$? t=$(( $(date +%s)-S ))"
-for R in 1 2; do for T in src words; do
-  (cd /tmp/$T && PYTHONPATH=/tmp/$T:/tmp/site:/tmp/hf timeout -s INT 100 python3 -m strata.cli.main bench offline \
-    /tmp/q4km.gguf --device cuda --max-model-len 4096 --num-prompts 16 --input-len 64 --output-len 128 \
-    --concurrency 1,8,16 --repeats 1 --output $OUT/${T}_r$R.json > /tmp/b_$T.log 2>&1)
-  echo "== $T round $R rc=$? t=$(( $(date +%s)-S ))" >> $OUT/ab.txt; grep -E "strata_c" /tmp/b_$T.log >> $OUT/ab.txt
-done; done
-cat $OUT/ab.txt | cut -c1-120
+quantize_q4km
+bench_arms 2 1,8,16 src words

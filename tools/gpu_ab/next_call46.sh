@@ -29,12 +29,5 @@ mkdir -p /tmp/gemv && tar -xf $OLDPWD/.base/src.tar -C /tmp/gemv
 sed -i 's/^    return dict(BLOCK_N=bn, SUPERBLOCKS=sb, num_warps=warps, num_stages=3)$/    return dict(BLOCK_N=bn, SUPERBLOCKS=sb, num_warps=warps, num_stages=3, ISUM=2)/' \
   /tmp/gemv/strata/kernels/packed_q8.py
 grep -c "num_stages=3, ISUM=2)" /tmp/gemv/strata/kernels/packed_q8.py | tee $OUT/patched.txt
-timeout -s INT 60 python3 -m strata.cli.main quantize 'random:qwen3-30b-a3b?num_hidden_layers=24' /tmp/q4km.gguf \
-  --scheme q4_k_m --device cuda > /dev/null 2>&1; echo "== quant rc=$? t=$(( $(date +%s)-S ))"
-for R in 1 2; do for T in src gemv; do
-  (cd /tmp/$T && PYTHONPATH=/tmp/$T:/tmp/site:/tmp/hf timeout -s INT 100 python3 -m strata.cli.main bench offline \
-    /tmp/q4km.gguf --device cuda --max-model-len 4096 --num-prompts 16 --input-len 64 --output-len 128 \
-    --concurrency 1,8,16 --repeats 1 --output $OUT/${T}_r$R.json > /tmp/b_$T.log 2>&1)
-  echo "== $T round $R rc=$? t=$(( $(date +%s)-S ))" >> $OUT/ab.txt; grep -E "strata_c" /tmp/b_$T.log >> $OUT/ab.txt
-done; done
-cat $OUT/ab.txt | cut -c1-120
+quantize_q4km
+bench_arms 2 1,8,16 src gemv
