@@ -390,4 +390,9 @@ def resolve_dtype(dtype: str, device: str) -> str:
 
 def debug_flag(name: str) -> bool:
     """The one place environment switches are read (debugging only)."""
-    return os.environ.get(f"STRATA_{name}", "") not in ("", "0")
+    return debug_value(name) not in ("", "0")
+
+
+def debug_value(name: str) -> str:
+    """An environment switch's raw value ("" when unset), for switches with more than two settings."""
+    return os.environ.get(f"STRATA_{name}", "")

@@ -6,9 +6,10 @@ of every query head in the KV head's GQA group, so each K/V tile is read once fo
 Splits along the context (flash-decoding) keep the chip busy when few sequences run; a second small
 kernel merges the splits' partial softmax sums. The split count is fixed by shapes (CUDA-graph safe);
 splits past a sequence's last KV tile return at once, and a context of one tile has its one split write
-the output itself (its merge programs return at once). With STRATA_FUSED_MERGE=1 (an A/B switch, not yet measured
-on a GPU) there is no merge launch: the last split of a (sequence, KV head) to finish, counted by an atomic
-counter (`merge_counters`: zeros kept per device, each launch leaves them at zero), merges the partial sums itself.
+the output itself (its merge programs return at once). With STRATA_FUSED_MERGE=1 (an A/B switch; 2: only for
+steps of two or more sequences) there is no merge launch: the last split of a (sequence, KV head) to finish, counted
+by an atomic counter (`merge_counters`: zeros kept per device, each launch leaves them at zero), merges the partial
+sums itself.
 The K/V of this step must already be in the pool.
 Int8 caches (kv_quant.py) are read as int8 (exact in the query's dtype) with their per-vector scales
 folded into the scores (K) and the probabilities (V), not multiplied into each tile.
@@ -149,14 +150,17 @@ _COUNTERS: dict[torch.device, torch.Tensor] = {}
 MIN_COUNTERS = 4096  # (sequence, KV head) pairs a device's first counter buffer covers
 
 
-def merge_counters(device: torch.device, needed: int) -> torch.Tensor | None:
-    """int32 zeros [>= needed] for the fused merge's arrivals on `device` (module docstring), kept for the process;
-    None where the switch is off, or where they would have to grow during a CUDA graph capture (the merge kernel
-    then runs). Launches sharing them must not run concurrently (one stream: they do not)."""
-    from strata.config import debug_flag
+def merge_counters(device: torch.device, num_seqs: int, num_kv_heads: int) -> torch.Tensor | None:
+    """int32 zeros [>= num_seqs * num_kv_heads] for the fused merge's arrivals on `device` (module docstring), kept for
+    the process; None where the switch is off (STRATA_FUSED_MERGE: 1 on, 2 on for steps of two or more sequences),
+    or where they would have to grow during a CUDA graph capture (the merge kernel then runs). Launches sharing them
+    must not run concurrently (one stream: they do not)."""
+    from strata.config import debug_value
 
-    if not debug_flag("FUSED_MERGE"):
+    mode = debug_value("FUSED_MERGE")
+    if mode not in ("1", "2") or (mode == "2" and num_seqs < 2):
         return None
+    needed = num_seqs * num_kv_heads
     counters = _COUNTERS.get(device)
     if counters is None or counters.numel() < needed:
         if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
@@ -223,7 +227,7 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     q8, dx, sums = rounding if rounding is not None else (out, out, out)              # unread without rounding
     epilogue = (gate_t, gate_t.stride(0), gate_t.stride(1), q8, dx, sums)
     flags = dict(HAS_GATE=gate is not None, ROUND=rounding is not None)
-    counters = merge_counters(q.device, num_seqs * num_kv_heads) if splits > 1 else None
+    counters = merge_counters(q.device, num_seqs, num_kv_heads) if splits > 1 else None
     _split_kernel[(num_seqs, num_kv_heads, splits)](
         q, k_cache, v_cache, k_scale, v_scale, block_tables, seq_lens, query_start_loc, partial, stats, out,
         host_k, host_v, host_ks, host_vs, host_block_tables, host_block_counts, chosen, ratio, top_blocks,
