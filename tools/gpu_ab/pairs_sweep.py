@@ -2,7 +2,8 @@
 1 / 8 / 16 tokens of the 30B-A3B experts (128 of 768, top 8, Q4_K gate/up, Q6_K down), inside CUDA graphs with
 8 rotated routings (cold L2). Writes $OUT/pairs_sweep.json: which tiling each token count should take.
 Knobs (comma lists): PAIRS_TOKENS (1,8,16), PAIRS_BN (4,8,16,32), PAIRS_SB (1,2), PAIRS_WARPS (1,2,4), PAIRS_STAGES
-(2,3), PAIRS_ISUM (0; q8_steps.k_step's ISUM: 1 integer sums per scale group, 2 Q4_K's words in a loop); tilings with
+(2,3), PAIRS_ISUM (0; q8_steps.k_step's ISUM: 1 integer sums per scale group, 2 Q4_K's words in a loop), PAIRS_Q13 /
+PAIRS_Q2 (12 / 14: gate/up's and down's GGUF types, e.g. 16 / 18 for IQ2_XXS / IQ3_XXS); tilings with
 BLOCK_N x SB above 32 or BLOCK_N x warps above 64 are skipped. Session 50's Nsight run found a one-token gate/up at
 0.73 waves of one-warp programs, stalled on loads (session 51: one row of W and 8 superblocks a step won), and a
 64-token prompt's at 255 registers, bound by instructions: PAIRS_ISUM=0,2 asks whether Q4_K's word loop pays."""
@@ -13,8 +14,9 @@ from test_packed_gemv import random_blocks
 from graph_timing import graph_time
 
 E, D, I, TOP = 128, 2048, 768, 8
-w13 = random_blocks(12, E * 2 * I, D, seed=1).cuda().view(E, 2 * I, -1)
-w2 = random_blocks(14, E * D, I, seed=2).cuda().view(E, D, -1)
+Q13, Q2 = int(os.environ.get("PAIRS_Q13", "12")), int(os.environ.get("PAIRS_Q2", "14"))  # gate/up's, down's types
+w13 = random_blocks(Q13, E * 2 * I, D, seed=1).cuda().view(E, 2 * I, -1)
+w2 = random_blocks(Q2, E * D, I, seed=2).cuda().view(E, D, -1)
 gen = torch.Generator().manual_seed(0)
 rows = []
 knob = lambda name, default: [int(v) for v in os.environ.get(name, default).split(",")]
@@ -37,13 +39,13 @@ for tokens in knob("PAIRS_TOKENS", "1,8,16"):
                       **pq.pdl_options(hidden))
         try:
             gu = lambda i: pq._gate_up_kernel[(tokens * TOP, triton.cdiv(I, bn))](
-                hq, hdx, hsums, w13, packed_iquants.table_for(12, w13), id_sets[i], act, I, D, TOP, w13.stride(0),
-                w13.stride(1), QTYPE=12,
-                SB=pq.units_per_step(sb, 12, D), UNIT=256, WT=pq.word_tiles(12, isum > 0), **common)
+                hq, hdx, hsums, w13, packed_iquants.table_for(Q13, w13), id_sets[i], act, I, D, TOP, w13.stride(0),
+                w13.stride(1), QTYPE=Q13,
+                SB=pq.units_per_step(sb, Q13, D), UNIT=pq.UNIT[Q13], WT=pq.word_tiles(Q13, isum > 0), **common)
             dn = lambda i: pq._down_kernel[(tokens * TOP, triton.cdiv(D, bn))](
-                aq, adx, asums, w2, packed_iquants.table_for(14, w2), id_sets[i], wts, out, D, I, w2.stride(0),
-                w2.stride(1), QTYPE=14,
-                SB=pq.units_per_step(sb, 14, I), UNIT=256, WT=pq.word_tiles(14, isum > 0), **common)
+                aq, adx, asums, w2, packed_iquants.table_for(Q2, w2), id_sets[i], wts, out, D, I, w2.stride(0),
+                w2.stride(1), QTYPE=Q2,
+                SB=pq.units_per_step(sb, Q2, I), UNIT=pq.UNIT[Q2], WT=pq.word_tiles(Q2, isum > 0), **common)
             t_gu, t_dn = graph_time(gu, 8), graph_time(dn, 8)
         except Exception as e:  # noqa: BLE001
             print("fail", bn, sb, warps, stages, isum, repr(e)[:200], flush=True)
@@ -51,7 +53,7 @@ for tokens in knob("PAIRS_TOKENS", "1,8,16"):
         rows.append(dict(tokens=tokens, bn=bn, sb=sb, warps=warps, stages=stages, isum=isum,
                          gate_up_us=round(t_gu, 2), down_us=round(t_dn, 2)))
     mine = [r for r in rows if r["tokens"] == tokens]
-    cfg13, cfg2 = pq.pair_configs(tokens, 14)
+    cfg13, cfg2 = pq.pair_configs(tokens, Q2)
     tiling = lambda c: (c["BLOCK_N"], c["SUPERBLOCKS"], c["num_warps"], c["num_stages"], c.get("ISUM", 0))
     cur_gu = [r["gate_up_us"] for r in mine if (r["bn"], r["sb"], r["warps"], r["stages"], r["isum"]) == tiling(cfg13)]
     cur_dn = [r["down_us"] for r in mine if (r["bn"], r["sb"], r["warps"], r["stages"], r["isum"]) == tiling(cfg2)]
