@@ -10,6 +10,6 @@ nvidia-smi -L
 for Q in "16 18" "21 21"; do set -- $Q
   PAIRS_Q13=$1 PAIRS_Q2=$2 PAIRS_TOKENS=1,8,64 PAIRS_BN=1,4,8,16 PAIRS_SB=2,8 PAIRS_WARPS=1 PAIRS_STAGES=3 \
     timeout -s INT 110 python3 pairs_sweep.py > $OUT/pairs_q$1_q$2.txt 2>&1
-  mv $OUT/pairs_sweep.json $OUT/pairs_q$1_q$2.json 2>/dev/null
-  echo "== q$1 / q$2 rc=$? t=$(( $(date +%s)-S ))"; grep -E "^tokens|best" $OUT/pairs_q$1_q$2.txt | cut -c1-160
+  echo "== q$1 / q$2 rc=$? t=$(( $(date +%s)-S ))"; mv $OUT/pairs_sweep.json $OUT/pairs_q$1_q$2.json 2>/dev/null
+  grep -E "^tokens|best" $OUT/pairs_q$1_q$2.txt | cut -c1-160
 done
