@@ -1,8 +1,8 @@
-"""Reads pairs_sweep.json (run with PAIRS_ISUM=0,1,2) and writes into a tree's packed_q8.py, for each launch of the
-pairs (gate/up, down) at one token (ONE_TOKEN_*) and at several (PAIR_CONFIG's tiling, timed at 64 tokens), the
-K-step sums (ISUM) that timed fastest at that launch's own tiling, so the same device call can A/B the whole model
-with them (next_call45.sh). usage: patch_pair_isum.py SWEEP_JSON TREE; prints what it chose, or exits 1 where ISUM
-0 wins everywhere (nothing to A/B)."""
+"""Reads pairs_sweep.json (run with PAIRS_ISUM=0,1,2 and PAIRS_TOKENS=1,8,64) and writes into a tree's packed_q8.py
+each pairs launch's (gate/up, down) fastest tiling and K-step sums (ISUM): at one token (ONE_TOKEN_*), and for several
+tokens (what PAIR_CONFIG serves today) the one with the least time at 8 and 64 tokens together, so the same device
+call can A/B the whole model with them (next_call45.sh). usage: patch_pair_isum.py SWEEP_JSON TREE; prints what it
+chose, or exits 1 where the tree's own tilings at ISUM 0 win everywhere (nothing to A/B)."""
 import json
 import re
 import sys
@@ -13,29 +13,44 @@ from strata.kernels import packed_q8  # noqa: E402  (the tree's own tilings)
 rows = [r for r in json.load(open(sys.argv[1])) if "gate_up_us" in r]
 
 
-def best_isum(tokens: int, key: str, cfg: dict) -> int:
-    """The fastest ISUM at `tokens` for the launch timed under `key`, at cfg's tiling (0 where none was timed)."""
-    tiling = (cfg["BLOCK_N"], cfg["SUPERBLOCKS"], cfg["num_warps"], cfg["num_stages"])
-    timed = {r["isum"]: r[key] for r in rows if r["tokens"] == tokens
-             and (r["bn"], r["sb"], r["warps"], r["stages"]) == tiling}
-    choice = min(timed, key=timed.get) if timed else 0
-    print(f"{tokens} tokens {key} at {tiling}: {timed} -> ISUM {choice}")
+def tiling_of(r: dict) -> tuple:
+    return r["bn"], r["sb"], r["warps"], r["stages"], r["isum"]
+
+
+def current(cfg: dict) -> tuple:
+    return cfg["BLOCK_N"], cfg["SUPERBLOCKS"], cfg["num_warps"], cfg["num_stages"], 0
+
+
+def best(key: str, token_counts: tuple, now: tuple) -> tuple:
+    """The tiling + ISUM with the least summed time at these token counts (timed at all of them)."""
+    totals = {}
+    for r in rows:
+        if r["tokens"] in token_counts:
+            totals.setdefault(tiling_of(r), {})[r["tokens"]] = r[key]
+    complete = {t: sum(v.values()) for t, v in totals.items() if len(v) == len(token_counts)}
+    choice = min(complete, key=complete.get)
+    print(f"{key} at {token_counts} tokens: {choice} {complete[choice]:.2f} us, now {now} {complete.get(now)} us")
     return choice
 
 
-one_gu = best_isum(1, "gate_up_us", packed_q8.ONE_TOKEN_GATE_UP)
-one_dn = best_isum(1, "down_us", packed_q8.ONE_TOKEN_DOWN)
-many_gu = best_isum(64, "gate_up_us", packed_q8.PAIR_CONFIG)
-many_dn = best_isum(64, "down_us", packed_q8.PAIR_CONFIG)
-if not any((one_gu, one_dn, many_gu, many_dn)):
-    sys.exit("ISUM 0 is fastest everywhere")
+def config(t: tuple) -> str:
+    return f"dict(BLOCK_N={t[0]}, SUPERBLOCKS={t[1]}, num_warps={t[2]}, num_stages={t[3]}, ISUM={t[4]})"
+
+
+choices = {"ONE_TOKEN_GATE_UP": best("gate_up_us", (1,), current(packed_q8.ONE_TOKEN_GATE_UP)),
+           "ONE_TOKEN_DOWN": best("down_us", (1,), current(packed_q8.ONE_TOKEN_DOWN)),
+           "gate_up": best("gate_up_us", (8, 64), current(packed_q8.PAIR_CONFIG)),
+           "down": best("down_us", (8, 64), current(packed_q8.PAIR_CONFIG))}
+nows = [current(packed_q8.ONE_TOKEN_GATE_UP), current(packed_q8.ONE_TOKEN_DOWN)] + [current(packed_q8.PAIR_CONFIG)] * 2
+if list(choices.values()) == nows:
+    sys.exit("the tree's own tilings at ISUM 0 are fastest everywhere")
 path = f"{sys.argv[2]}/strata/kernels/packed_q8.py"
 source = open(path).read()
-for name, isum in (("ONE_TOKEN_GATE_UP", one_gu), ("ONE_TOKEN_DOWN", one_dn)):
-    source, count = re.subn(rf"^({name} = dict\(.*)\)$", rf"\1, ISUM={isum})", source, flags=re.M)
+for name in ("ONE_TOKEN_GATE_UP", "ONE_TOKEN_DOWN"):
+    source, count = re.subn(rf"^{name} = dict\(.*\)$", f"{name} = {config(choices[name])}", source, flags=re.M)
     assert count == 1, name
 old = "        return PAIR_CONFIG, PAIR_CONFIG\n"
 assert source.count(old) == 1, "pair_configs changed: update this patch"
-source = source.replace(old, f"        return {{**PAIR_CONFIG, 'ISUM': {many_gu}}}, {{**PAIR_CONFIG, 'ISUM': {many_dn}}}\n")
+source = source.replace(old, f"        return {config(choices['gate_up'])}, {config(choices['down'])}\n")
 open(path, "w").write(source)
 print("patched", path)
