@@ -2,17 +2,14 @@
 to sm_90 cubin on a machine without a GPU, for every KV cache dtype (16-bit, fp8, int8 with scales) and
 query dtype, with and without the fused merge (STRATA_FUSED_MERGE), the host KV tier (--kv-resident-tokens: a second cache read over PCIe) and QSA's block choice: catches front-end and lowering errors (types, shapes, a missing conversion) that
 TRITON_INTERPRET=1 lets through, and prints each kernel's shared memory. Needs triton with its bundled ptxas
-(e.g. `pip install --target /tmp/trisite triton==3.5.0`): `PYTHONPATH=/tmp/trisite:. python
+(e.g. `pip install --target /tmp/tri36 triton==3.6.0`): `PYTHONPATH=/tmp/tri36:. python
 tools/triton_attention_check.py`."""
 import sys
 
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+from triton_sass_stats import compile_sm90  # (this folder's)
 
 from strata.kernels import paged_attention, qsa_scores, rope_kv
 
-TARGET = GPUTarget("cuda", 90, 32)
 # (query dtype, KV cache dtype, scale pointer dtype): int8 caches carry float32 scales
 CASES = [("bf16", "bf16", "bf16"), ("bf16", "fp8e4nv", "fp8e4nv"), ("bf16", "i8", "fp32"), ("fp32", "i8", "fp32")]
 ITEMSIZE = {"bf16": 2, "fp8e4nv": 1, "i8": 1}
@@ -20,11 +17,8 @@ ITEMSIZE = {"bf16": 2, "fp8e4nv": 1, "i8": 1}
 
 def check(fn, pointers: dict, consts: dict, name: str, **options) -> bool:
     """Compile `fn` with the given pointer / float argument types (the rest i32) and constexprs."""
-    signature = {a: "constexpr" if a in consts else pointers.get(a, "i32") for a in fn.arg_names}
     try:
-        src = ASTSource(fn=fn, signature=signature,
-                        constexprs={(fn.arg_names.index(a),): v for a, v in consts.items()})
-        kernel = triton.compile(src, target=TARGET, options=options)
+        kernel = compile_sm90(fn, consts, {}, pointers, **options)
         print("ok  ", name, "shared", kernel.metadata.shared)
         return True
     except Exception as e:  # noqa: BLE001

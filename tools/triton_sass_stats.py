@@ -26,13 +26,14 @@ POINTERS = {"q_ptr": "*i8", "dx_ptr": "*fp32", "sums_ptr": "*fp32", "w_ptr": "*u
             "table_ptr": "*u8", "ids_ptr": "*i32", "act_ptr": "*fp32", "weights_ptr": "*fp32", "out_ptr": "*fp32"}
 
 
-def compile_sm90(fn, consts: dict, values: dict, **options):
-    """`fn` compiled for sm_90 with POINTERS' argument types (the rest i32) and these constexprs, specialized as a
-    launch would be: pointers 16-byte aligned, and the integers of `values` divisible by 16 marked so (a launch's
-    specialization; without it no load is vectorized). Integers not in `values` are taken as not divisible."""
-    signature = {a: "constexpr" if a in consts else POINTERS.get(a, "i32") for a in fn.arg_names}
+def compile_sm90(fn, consts: dict, values: dict, pointers: dict = POINTERS, **options):
+    """`fn` compiled for sm_90 with `pointers`' argument types (pointers, or scalars such as "fp32"; the rest i32)
+    and these constexprs, specialized as a launch would be: pointers 16-byte aligned, and the integers of `values`
+    divisible by 16 marked so (a launch's specialization; without it no load is vectorized). Integers not in
+    `values` are taken as not divisible."""
+    signature = {a: "constexpr" if a in consts else pointers.get(a, "i32") for a in fn.arg_names}
     aligned = [a for a in fn.arg_names if a not in consts
-               and (a in POINTERS or (a in values and values[a] % 16 == 0))]
+               and (signature[a].startswith("*") or (a in values and values[a] % 16 == 0))]
     src = ASTSource(fn=fn, signature=signature, constexprs={(fn.arg_names.index(a),): v for a, v in consts.items()},
                     attrs={(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in aligned})
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)

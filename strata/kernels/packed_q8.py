@@ -219,28 +219,42 @@ def moe_pairs_q8(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torc
     cfg13, cfg2 = ({**c, **(config or {})} for c in pair_configs(num_tokens, qtype2))
     ids = topk_ids.reshape(-1).contiguous()                                           # [P]
     weights = topk_weights.reshape(-1).contiguous()                                   # [P]
-    hq, hdx, hsums = quantize(hidden)                                                 # [T, D], [T, D/32], [T, D/16]
     act = torch.empty(ids.numel(), inter, dtype=torch.float32, device=hidden.device)  # [P, I]
-    _gate_up_kernel[(ids.numel(), triton.cdiv(inter, cfg13["BLOCK_N"]))](
-        hq, hdx, hsums, w13, packed_iquants.table_for(qtype13, w13), ids, act, inter, dim, top_k, w13.stride(0),
-        w13.stride(1),
-        QTYPE=qtype13, SB=units_per_step(cfg13["SUPERBLOCKS"], qtype13, dim), UNIT=UNIT[qtype13],
-        WT=word_tiles(qtype13, cfg13.get("ISUM", 0) > 0), **_launch_options(cfg13, hidden))
-    aq, adx, asums = quantize(act)                                                    # [P, I] ...
+    gate_up_pairs(quantize(hidden), w13, qtype13, ids, top_k, act, cfg13)
     partials = torch.empty(num_tokens, top_k, dim, dtype=torch.float32, device=hidden.device)  # [T, K, D]
-    _down_kernel[(ids.numel(), triton.cdiv(dim, cfg2["BLOCK_N"]))](
-        aq, adx, asums, w2, packed_iquants.table_for(qtype2, w2), ids, weights, partials, dim, inter, w2.stride(0),
-        w2.stride(1),
-        QTYPE=qtype2, SB=units_per_step(cfg2["SUPERBLOCKS"], qtype2, inter), UNIT=UNIT[qtype2],
-        WT=word_tiles(qtype2, cfg2.get("ISUM", 0) > 0), **_launch_options(cfg2, hidden))
+    down_pairs(quantize(act), w2, qtype2, ids, weights, partials, cfg2)
     return partials
 
 
-def _launch_options(cfg: dict, x: torch.Tensor) -> dict:
-    """A pairs launch's tiling keywords (rows of an expert a program, warps, stages, how a K step sums: ISUM,
-    q8_steps.k_step) and PDL."""
-    return dict(BLOCK_N=cfg["BLOCK_N"], ISUM=cfg.get("ISUM", 0), ASM=not interpreted(), num_warps=cfg["num_warps"],
-                num_stages=cfg["num_stages"], **pdl_options(x))
+def gate_up_pairs(hidden_q, w13: torch.Tensor, qtype13: int, ids: torch.Tensor, top_k: int, act: torch.Tensor,
+                  cfg: dict) -> None:
+    """moe_pairs_q8's first launch: act [P, I] float32 = SiLU(gate) * up of each pair's expert on its token's
+    quantize(hidden) rows (hidden_q), at the tiling cfg (pair_configs' keys, ISUM optional)."""
+    hq, hdx, hsums = hidden_q                                                         # [T, D], [T, D/32], [T, D/16]
+    dim, inter = hq.shape[1], w13.shape[1] // 2
+    _gate_up_kernel[(ids.numel(), triton.cdiv(inter, cfg["BLOCK_N"]))](
+        hq, hdx, hsums, w13, packed_iquants.table_for(qtype13, w13), ids, act, inter, dim, top_k, w13.stride(0),
+        w13.stride(1), **_launch_options(cfg, qtype13, dim, hq))
+
+
+def down_pairs(act_q, w2: torch.Tensor, qtype2: int, ids: torch.Tensor, weights: torch.Tensor,
+               partials: torch.Tensor, cfg: dict) -> None:
+    """moe_pairs_q8's second launch: partials [T, K, D] float32 = each pair's routing weight times its expert's down
+    projection of quantize(act) (act_q), at the tiling cfg."""
+    aq, adx, asums = act_q                                                            # [P, I] ...
+    dim, inter = w2.shape[1], aq.shape[1]
+    _down_kernel[(ids.numel(), triton.cdiv(dim, cfg["BLOCK_N"]))](
+        aq, adx, asums, w2, packed_iquants.table_for(qtype2, w2), ids, weights, partials, dim, inter, w2.stride(0),
+        w2.stride(1), **_launch_options(cfg, qtype2, inter, aq))
+
+
+def _launch_options(cfg: dict, qtype: int, k: int, x: torch.Tensor) -> dict:
+    """A pairs launch's constexprs for rows of `qtype` of k values: its tiling (rows of an expert a program,
+    superblocks a step, warps, stages), how a K step sums (ISUM, q8_steps.k_step; 0 unless cfg says) and PDL."""
+    isum = cfg.get("ISUM", 0)
+    return dict(QTYPE=qtype, BLOCK_N=cfg["BLOCK_N"], SB=units_per_step(cfg["SUPERBLOCKS"], qtype, k),
+                UNIT=UNIT[qtype], WT=word_tiles(qtype, isum > 0), ISUM=isum, ASM=not interpreted(),
+                num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **pdl_options(x))
 
 
 if triton is not None:

@@ -7,8 +7,8 @@ PAIRS_Q2 (12 / 14: gate/up's and down's GGUF types, e.g. 16 / 18 for IQ2_XXS / I
 BLOCK_N x SB above 32 or BLOCK_N x warps above 64 are skipped. Session 50's Nsight run found a one-token gate/up at
 0.73 waves of one-warp programs, stalled on loads (session 51: one row of W and 8 superblocks a step won), and a
 64-token prompt's at 255 registers, bound by instructions: PAIRS_ISUM=0,2 asks whether Q4_K's word loop pays."""
-import itertools, json, os, sys, torch, triton
-from strata.kernels import packed_iquants, packed_q8 as pq
+import itertools, json, os, sys, torch
+from strata.kernels import packed_q8 as pq
 sys.path.insert(0, "tests/kernels")  # by name: an installed `kernels` package shadows tests/kernels
 from test_packed_gemv import random_blocks
 from graph_timing import graph_time
@@ -25,9 +25,9 @@ for tokens in knob("PAIRS_TOKENS", "1,8,16"):
     id_sets = [torch.stack([torch.randperm(E, generator=gen)[:TOP] for _ in range(tokens)]).reshape(-1).cuda()
                for _ in range(8)]
     wts = torch.rand(tokens * TOP, device="cuda")
-    hq, hdx, hsums = pq.quantize(hidden)
+    hidden_q = pq.quantize(hidden)
     act = torch.randn(tokens * TOP, I, device="cuda") * 0.05
-    aq, adx, asums = pq.quantize(act)
+    act_q = pq.quantize(act)
     out = torch.empty(tokens, TOP, D, device="cuda")
     res = {"quantize_act": round(graph_time(lambda i: pq.quantize(act), 8), 2)}
     for bn, sb, warps, stages, isum in itertools.product(
@@ -35,17 +35,10 @@ for tokens in knob("PAIRS_TOKENS", "1,8,16"):
             knob("PAIRS_STAGES", "2,3"), knob("PAIRS_ISUM", "0")):
         if bn * warps > 64 or bn * sb > 32:
             continue
-        common = dict(BLOCK_N=bn, ISUM=isum, ASM=not pq.interpreted(), num_warps=warps, num_stages=stages,
-                      **pq.pdl_options(hidden))
+        cfg = dict(BLOCK_N=bn, SUPERBLOCKS=sb, num_warps=warps, num_stages=stages, ISUM=isum)
         try:
-            gu = lambda i: pq._gate_up_kernel[(tokens * TOP, triton.cdiv(I, bn))](
-                hq, hdx, hsums, w13, packed_iquants.table_for(Q13, w13), id_sets[i], act, I, D, TOP, w13.stride(0),
-                w13.stride(1), QTYPE=Q13,
-                SB=pq.units_per_step(sb, Q13, D), UNIT=pq.UNIT[Q13], WT=pq.word_tiles(Q13, isum > 0), **common)
-            dn = lambda i: pq._down_kernel[(tokens * TOP, triton.cdiv(D, bn))](
-                aq, adx, asums, w2, packed_iquants.table_for(Q2, w2), id_sets[i], wts, out, D, I, w2.stride(0),
-                w2.stride(1), QTYPE=Q2,
-                SB=pq.units_per_step(sb, Q2, I), UNIT=pq.UNIT[Q2], WT=pq.word_tiles(Q2, isum > 0), **common)
+            gu = lambda i: pq.gate_up_pairs(hidden_q, w13, Q13, id_sets[i], TOP, act, cfg)
+            dn = lambda i: pq.down_pairs(act_q, w2, Q2, id_sets[i], wts, out, cfg)
             t_gu, t_dn = graph_time(gu, 8), graph_time(dn, 8)
         except Exception as e:  # noqa: BLE001
             print("fail", bn, sb, warps, stages, isum, repr(e)[:200], flush=True)

@@ -13,7 +13,7 @@ source = open(path).read()
 for name, key in (("ONE_TOKEN_GATE_UP", "gate_up_us"), ("ONE_TOKEN_DOWN", "down_us")):
     best = min(rows, key=lambda r: r[key])
     tiling = (f"{name} = dict(BLOCK_N={best['bn']}, SUPERBLOCKS={best['sb']}, num_warps={best['warps']}, "
-              f"num_stages={best['stages']}{', ISUM=%d' % best['isum'] if best.get('isum') else ''})")
+              f"num_stages={best['stages']})")
     source, count = re.subn(rf"^{name} = dict\(.*\)$", tiling, source, flags=re.M)
     if count != 1:
         sys.exit(f"{name} not found in {path}")
