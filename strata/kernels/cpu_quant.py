@@ -7,7 +7,8 @@ library at load): the weight type's block. Each y then differs from "dequantize 
 over blocks of amax|x_block| / 254 * |w_block|_1; measured, 0.5-0.8 % of |y| (relative RMS) for Gaussian x, 1 % (32) to
 3 % (256) when 1 % of x are 20x outliers; Q4 weights themselves cost ~8 %. `quant_matmul_ref` states the
 exact semantics; tests/kernels/test_cpu_quant.py holds the kernel to it and to the bound. Built at first use
-with the system C compiler (kernels/native_build.py); AVX-512 VNNI, AVX2 or portable kernels are chosen at load.
+with the system C compiler (kernels/native_build.py); AVX-512 VNNI (with VBMI: faster IQ2_XXS, IQ2_XS, IQ3_XXS,
+IQ3_S, same bits), AVX2 or portable kernels are chosen at load.
 With no compiler `supports()` is False for every type and callers keep their torch path.
 
 `dequant_matmul` is the same product with x kept in float32 (native/dequant_matmul.c): each weight is
@@ -43,7 +44,7 @@ logger = logging.getLogger(__name__)
 _NATIVE = Path(__file__).with_name("native")
 _AVX2 = ["-mavx2", "-mfma", "-mf16c"]
 _AVX512 = [*_AVX2, "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"]
-ISAS = ("scalar", "avx2", "avx512")  # the C side's numbering
+ISAS = ("scalar", "avx2", "avx512", "avx512vbmi")  # the C side's numbering
 _ATTENTION, _ATTENTION_AVX2 = "strata_paged_attention_f32", "strata_paged_attention_f32_avx2"  # portable, AVX2
 TYPES = frozenset(GGMLQuantizationType[name] for name in ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q2_K",
                                                            "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ2_XXS",
@@ -66,6 +67,7 @@ def _build() -> ctypes.CDLL:
     if platform.machine().lower() in ("x86_64", "amd64"):
         units += [(_NATIVE / "quant_matmul.c", ["-O3", "-pthread", "-DSTRATA_X86_SIMD"]),
                   (_NATIVE / "quant_simd.c", ["-O3", *_AVX2]), (_NATIVE / "quant_simd.c", ["-O3", *_AVX512]),
+                  (_NATIVE / "iquant_vbmi.c", ["-O3", *_AVX512, "-mavx512vbmi", "-mbmi2"]),
                   (_NATIVE / "dequant_simd.c", [*exact, *_AVX2]),
                   (attention[0], [*attention[1], *_AVX2, "-DSTRATA_ATTENTION_ENTRY=" + _ATTENTION_AVX2])]
     else:
@@ -74,7 +76,7 @@ def _build() -> ctypes.CDLL:
               (_NATIVE / "dequant_matmul.c", ["-O3", "-pthread"]), (_NATIVE / "rope_kv_cpu.c", exact)]
     library = ctypes.CDLL(str(build_library("quant_matmul", units, ["-pthread", "-lm"],
                                             headers=[_NATIVE / name for name in ("quant_matmul.h", "iquant.h",
-                                                                                 "iquant_simd.h")])))
+                                                                                 "iquant_simd.h", "simd_rows.h")])))
     pointer, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
     weights = [i32, pointer, i64, i64]  # type, rows, expert stride, row stride
     for name, argtypes in (("strata_qmm", [i32, pointer, i64, pointer, i64, i64, pointer, i64, i32]),
@@ -175,7 +177,7 @@ def set_spin_us(us: int) -> int:
 
 
 def isa() -> str:
-    """The kernels in use: 'avx512', 'avx2' or 'scalar'."""
+    """The kernels in use: 'avx512vbmi', 'avx512', 'avx2' or 'scalar'."""
     return ISAS[_require().strata_qmm_set_isa(-1)]
 
 

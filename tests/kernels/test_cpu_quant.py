@@ -182,6 +182,27 @@ def test_a_row_gets_the_same_bits_alone_and_in_a_batch(qtype, isa):
         assert torch.equal(cpu_quant.quant_matmul(x[:rows].contiguous(), blocks, qtype, n, k), alone[:rows]), rows
 
 
+VBMI_TYPES = [Q.IQ2_XXS, Q.IQ2_XS, Q.IQ2_S, Q.IQ3_XXS, Q.IQ3_S]  # iquant_vbmi.c's
+
+
+@pytest.mark.skipif("avx512vbmi" not in SIMD_ISAS, reason="no AVX-512 VBMI on this CPU (or no C compiler)")
+@pytest.mark.parametrize("qtype", VBMI_TYPES, ids=[q.name for q in VBMI_TYPES])
+def test_vbmi_iquants_give_the_avx512_bits(qtype):
+    """The VBMI kernels (grids looked up in registers) give each output the AVX-512 kernels' bits, for every row
+    count of a tile and past it, over random blocks (every grid row, sign code and scale)."""
+    n, k = 45, 1536
+    blocks = make_blocks(qtype, n, k, "random", seed=11)
+    x = torch.randn(19, k, generator=torch.Generator().manual_seed(12))
+    for rows in (1, 2, 3, 4, 5, 6, 7, 8, 19):
+        results = []
+        for isa in ("avx512", "avx512vbmi"):
+            cpu_quant.set_isa(isa)
+            results.append(cpu_quant.quant_matmul(x[:rows].contiguous(), blocks, qtype, n, k))
+        assert torch.equal(*results), rows
+    slack = rounding_slack(x, weight_of(blocks, qtype, n, k), qtype)
+    assert ((results[1].double() - cpu_quant.quant_matmul_ref(x, blocks, qtype, n, k)).abs() <= slack).all()
+
+
 @needs_kernel
 def test_zero_activations_give_zeros_and_no_rows_give_an_empty_result():
     blocks = make_blocks(Q.Q4_1, 7, 64, "quantized", seed=9)

@@ -4,9 +4,10 @@
  * One call: quantize x per block to int8 (see quant_matmul.h: the only approximation, ~0.4 % of a block's
  * largest |x| per value at most), then split the output rows N into chunks that a persistent pthread pool
  * (the caller included) takes in turn; each chunk runs the rows of x in tiles of MAX_T, so a weight row
- * is decoded once per tile and read from memory once per call. The kernels come from one of three
- * tables, chosen once from what this CPU supports (__builtin_cpu_supports): AVX-512 (VNNI), AVX2, or the
- * portable C ones; strata_qmm_set_isa() can force a lower one (tests, debugging). The quantizer, the
+ * is decoded once per tile and read from memory once per call. The kernels come from one of four
+ * tables, chosen once from what this CPU supports (__builtin_cpu_supports): AVX-512 with VBMI (the AVX-512
+ * one with iquant_vbmi.c's i-quants), AVX-512 (VNNI), AVX2, or the portable C ones; strata_qmm_set_isa() can
+ * force a lower one (tests, debugging). The quantizer, the
  * kernels and the pool also serve quant_moe.c (a MoE layer's experts in one call). */
 #include <math.h>
 #include <pthread.h>
@@ -16,7 +17,7 @@
 
 #include "iquant.h"
 
-enum { ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX512 = 2, NUM_ISAS = 3 };
+enum { ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX512 = 2, ISA_AVX512_VBMI = 3, NUM_ISAS = 4 };
 
 static rows_fn tables[NUM_ISAS][NUM_TYPES];
 static dq_rows_fn dq_tables[NUM_ISAS][NUM_TYPES];  /* dequant_matmul.c's kernels; AVX-512 runs the AVX2 ones */
@@ -39,6 +40,12 @@ static void init_tables(void) {
             strata_dqmm_table_avx2(dq_tables[ISA_AVX512]);
             strata_dqmm_many_table_avx2(dq_many_tables[ISA_AVX512]);
             isa_best = ISA_AVX512;
+            if (__builtin_cpu_supports("avx512vbmi")) {  /* its i-quants come with their tables */
+                memcpy(tables[ISA_AVX512_VBMI], tables[ISA_AVX512], sizeof(tables[ISA_AVX512]));
+                memcpy(dq_tables[ISA_AVX512_VBMI], dq_tables[ISA_AVX512], sizeof(dq_tables[ISA_AVX512]));
+                memcpy(dq_many_tables[ISA_AVX512_VBMI], dq_many_tables[ISA_AVX512], sizeof(dq_many_tables[0]));
+                isa_best = ISA_AVX512_VBMI;
+            }
         }
     }
 #endif
@@ -86,6 +93,7 @@ int strata_qmm_set_iq_tables(const int8_t *iq2_xxs, const int8_t *iq2_xs, const 
         {strata_iq.ksigns, (const int8_t *)ksigns, sizeof(strata_iq.ksigns), -128, 127},  /* any sign bits */
     };
     const int count = (int)(sizeof(parts) / sizeof(parts[0]));
+    pthread_once(&tables_once, init_tables);
     if (__atomic_load_n(&iq_ready, __ATOMIC_ACQUIRE)) return 0;
     for (int p = 0; p < count; p++)
         for (size_t i = 0; i < parts[p].bytes; i++)
@@ -93,6 +101,9 @@ int strata_qmm_set_iq_tables(const int8_t *iq2_xxs, const int8_t *iq2_xs, const 
     for (int p = 0; p < count; p++) memcpy(parts[p].to, parts[p].from, parts[p].bytes);
     for (int code = 0; code < 128; code++)
         for (int i = 0; i < 8; i++) strata_iq.ksign_bytes[code][i] = (int8_t)((ksigns[code] >> i) & 1 ? -1 : 1);
+#ifdef STRATA_X86_SIMD
+    if (isa_best == ISA_AVX512_VBMI) strata_qmm_table_avx512vbmi(tables[ISA_AVX512_VBMI], strata_iq_vbmi_prepare());
+#endif
     __atomic_store_n(&iq_ready, 1, __ATOMIC_RELEASE);
     return 0;
 }

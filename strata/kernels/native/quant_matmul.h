@@ -150,6 +150,10 @@ static inline float fp16_to_f32(uint16_t h) {  /* portable: the scalar kernels a
 void strata_qmm_table_scalar(rows_fn table[NUM_TYPES]);
 void strata_qmm_table_avx2(rows_fn table[NUM_TYPES]);
 void strata_qmm_table_avx512(rows_fn table[NUM_TYPES]);
+/* iquant_vbmi.c (x86, AVX-512 VBMI only): its code books from strata_iq (a bit a type it holds), and the
+ * AVX-512 table with its kernels for those types */
+int strata_iq_vbmi_prepare(void);
+void strata_qmm_table_avx512vbmi(rows_fn table[NUM_TYPES], int ready);
 
 /* ---- dequant_matmul.c: float32 activations times the weights dequantized exactly as gguf-py does ----
  * y[t * ldy + r] = sum_i x[t * k + i] * w_r[i] for r < rows, t < nt <= DQ_T: x is the tile's first row
