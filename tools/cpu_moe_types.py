@@ -2,7 +2,8 @@
 (2,048 x 768): us a pair from memory (one row, 48 experts in turn, ~2.6 MB each at Q4_K: past the caches) and
 from the caches (one and eight rows of one expert); best of the repeats. Random blocks (32-value types get
 finite scales); the arithmetic, not the values, sets the time.
-usage: cpu_moe_types.py TYPE[,TYPE...]   (run from the tree to measure: PYTHONPATH=<tree>)"""
+usage: cpu_moe_types.py TYPE[,TYPE...] [ISA]   (ISA: one of cpu_quant.available_isas(), the best unless named; run
+from the tree to measure: PYTHONPATH=<tree>)"""
 import sys
 import time
 
@@ -42,7 +43,9 @@ def per_pair_us(qtype, w13, w2, rows: int, experts, repeats: int) -> float:
 
 def main() -> None:
     rng = np.random.default_rng(0)
-    line = []
+    if len(sys.argv) > 2:
+        cpu_quant.set_isa(sys.argv[2])
+    line = [cpu_quant.isa()]
     for name in sys.argv[1].split(","):
         qtype = GGMLQuantizationType[name]
         w13, w2 = weights(qtype, rng)

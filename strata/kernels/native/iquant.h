@@ -46,7 +46,6 @@ typedef struct {
     int8_t iq2_xxs[256][8], iq2_xs[512][8], iq2_s[1024][8], iq1_s[2048][8];  /* IQ1_M reads IQ1_S's */
     int8_t iq3_xxs[256][4], iq3_s[512][4];
     uint8_t ksigns[128];  /* 7-bit sign code -> the 8 sign bits (the eighth makes the count of minus signs even) */
-    int8_t ksign_bytes[128][8];  /* the same as bytes of +-1 (iquant_simd.h) */
 } iq_tables_t;
 extern iq_tables_t strata_iq __attribute__((visibility("hidden")));  /* one library: no GOT lookups */
 

@@ -1,10 +1,12 @@
 /* The i-quant superblocks (iquant.h) read with AVX2, for quant_simd.c (int8 dot products) and dequant_simd.c
  * (exact float32 weights): a group of 32 values as |n| and the signs of n (n = sign * g; IQ1_*: 8 g +- 1), the 16
  * odd scales k = 2 s + 1 as bytes, w = d * unit * k * n. The indices are worked out in general registers and each
- * grid row is loaded by two 8-byte loads a half (4-byte inserts for IQ3's rows of 4), the 7-bit sign codes the
- * same way from ksign_bytes; sign bytes (IQ2_S, IQ3_S) become +-1 by one shuffle. On the 2-core Zen 4, one row of
- * x times a 5632 x 2048 IQ2_XXS weight on one thread took 1.42 ms with vpgatherdq and sign bits spread by shuffle,
- * 0.97 ms so (Q4_K: 0.30). The bytes of each block are iquant.h's; iq_fields there states the same decode. */
+ * grid row is loaded by two 8-byte loads a half (4-byte inserts for IQ3's rows of 4). The signs of a superblock are
+ * its 256 sign bits, in vectors: the 7-bit sign codes of IQ2_XXS, IQ2_XS and IQ3_XXS get their eighth bit (even
+ * parity) by xor folds, not a table load a code, and each group's 32 bits become +-1 bytes by one shuffle. On the
+ * 2-core Zen 4, one row of x times a 5632 x 2048 IQ2_XXS weight on one thread took 1.42 ms with vpgatherdq and sign
+ * bits spread by shuffle, 0.97 ms so (Q4_K: 0.30); sign codes by parity instead of table rows: see iq_sign_bits.
+ * The bytes of each block are iquant.h's; iq_fields there states the same decode. */
 #ifndef STRATA_IQUANT_SIMD_H
 #define STRATA_IQUANT_SIMD_H
 
@@ -14,16 +16,64 @@
 
 #define IQ_INLINE static inline __attribute__((always_inline))
 
-/* bytes of -1 where they have `bit` (a mask a byte) in the byte of `word` that `pick` selects (vpshufb: in each
- * 128-bit half), else +1 */
-IQ_INLINE __m256i iq_bit_signs(uint32_t word, __m256i pick, __m256i bit) {
-    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)word), pick);
+/* bytes of -1 where they have `bit` (a mask a byte) in the byte of `words` (a 32-bit word in every lane) that
+ * `pick` selects (vpshufb: in each 128-bit half), else +1 */
+IQ_INLINE __m256i iq_bit_signs(__m256i words, __m256i pick, __m256i bit) {
+    const __m256i spread = _mm256_shuffle_epi8(words, pick);
     return _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(1));
 }
 
 IQ_INLINE __m256i iq_signs32(uint32_t bits) {  /* byte 8b + i: -1 where bit i of byte b of `bits` is set, else +1 */
-    return iq_bit_signs(bits, _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0),
+    return iq_bit_signs(_mm256_set1_epi32((int)bits),
+                        _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0),
                         _mm256_set1_epi64x((int64_t)0x8040201008040201));
+}
+
+/* bytes holding 7-bit sign codes -> gguf's sign bytes (ksigns): bit 7 set where the code has an odd number of ones,
+ * so each 8 values have an even number of minus signs */
+IQ_INLINE __m256i iq_code_parity(__m256i codes) {
+    __m256i fold = _mm256_xor_si256(codes, _mm256_srli_epi32(codes, 4));  /* bit 0 of each byte, below: its parity */
+    fold = _mm256_xor_si256(fold, _mm256_srli_epi32(fold, 2));
+    fold = _mm256_xor_si256(fold, _mm256_srli_epi32(fold, 1));
+    return _mm256_or_si256(codes, _mm256_slli_epi32(_mm256_and_si256(fold, _mm256_set1_epi8(1)), 7));
+}
+
+/* The superblock's 256 sign bits (byte s: values 8s .. 8s + 7, bit i set where value 8s + i is negative) from the
+ * sign codes of IQ2_XXS / IQ3_XXS (a uint32 a group of 32 values, code r at bits 7r) and IQ2_XS (bits 9-15 of each
+ * row's uint16), at `bits`; other types have none (IQ2_S / IQ3_S: their sign bytes are these bits; IQ1_*: in the
+ * grid). On the Zen 4 a table row a code (4 extracts, 4 loads and their inserts a group) was slower: see
+ * docs/benchmarks.md, session 52. */
+IQ_INLINE void iq_sign_bits(const int qtype, const uint8_t *blk, uint32_t *bits) {
+    __m256i v;
+    switch (qtype) {
+    case T_IQ2_XXS:
+    case T_IQ3_XXS: {
+        __m256i words;  /* dword j: group j's uint32 */
+        if (qtype == T_IQ2_XXS) {  /* the second uint32 of each group's 8 bytes: dwords 1 and 3 of each 16 */
+            const uint8_t *qs = ((const block_iq2_xxs *)blk)->qs;
+            const __m256 lo = _mm256_loadu_ps((const float *)qs), hi = _mm256_loadu_ps((const float *)(qs + 32));
+            const __m256i shuffled = _mm256_castps_si256(_mm256_shuffle_ps(lo, hi, 0xDD));  /* g0 g1 g4 g5 | g2 g3 g6 g7 */
+            words = _mm256_permute4x64_epi64(shuffled, 0xD8);
+        } else {
+            words = _mm256_loadu_si256((const __m256i *)((const block_iq3_xxs *)blk)->signs_scales);
+        }
+        __m256i codes = _mm256_and_si256(words, _mm256_set1_epi32(0x7F));  /* code r -> byte r */
+        codes = _mm256_or_si256(codes, _mm256_and_si256(_mm256_slli_epi32(words, 1), _mm256_set1_epi32(0x7F00)));
+        codes = _mm256_or_si256(codes, _mm256_and_si256(_mm256_slli_epi32(words, 2), _mm256_set1_epi32(0x7F0000)));
+        codes = _mm256_or_si256(codes, _mm256_and_si256(_mm256_slli_epi32(words, 3), _mm256_set1_epi32(0x7F000000)));
+        v = iq_code_parity(codes);
+        break;
+    }
+    case T_IQ2_XS: {  /* each uint16's top 7 bits, packed to bytes: rows 0-7, 16-23 | 8-15, 24-31, then in order */
+        const uint16_t *qs = ((const block_iq2_xs *)blk)->qs;
+        const __m256i lo = _mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)qs), 9);
+        const __m256i hi = _mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)(qs + 16)), 9);
+        v = iq_code_parity(_mm256_permute4x64_epi64(_mm256_packus_epi16(lo, hi), 0xD8));
+        break;
+    }
+    default: return;
+    }
+    _mm256_storeu_si256((__m256i *)bits, v);
 }
 
 /* grid rows a, b, c, d of 8 values -> one vector (two 8-byte loads a half: cheaper here than a gather) */
@@ -41,26 +91,20 @@ IQ_INLINE __m128i iq_rows4(const int8_t *a, const int8_t *b, const int8_t *c, co
     return _mm_insert_epi32(v, (int)le32((const uint8_t *)d), 3);
 }
 
-/* the +-1 bytes of the four 7-bit sign codes of a uint32 (bits 7k..7k+6) */
-IQ_INLINE __m256i iq_code_signs(uint32_t codes) {
-    const int8_t (*ks)[8] = strata_iq.ksign_bytes;
-    return iq_rows8(ks[codes & 127], ks[(codes >> 7) & 127], ks[(codes >> 14) & 127], ks[(codes >> 21) & 127]);
-}
-
-/* values 32j .. 32j + 31 of the superblock at blk: returns |n|, *signs = bytes of n's sign (+-1, or n itself) */
-IQ_INLINE __m256i iq_group(const int qtype, const uint8_t *blk, int j, __m256i *signs) {
+/* values 32j .. 32j + 31 of the superblock at blk: returns |n|, *signs = bytes of n's sign (+-1, or n itself);
+ * sign_bits: iq_sign_bits's of the superblock (IQ2_XXS, IQ2_XS, IQ3_XXS) */
+IQ_INLINE __m256i iq_group(const int qtype, const uint8_t *blk, int j, const uint32_t *sign_bits, __m256i *signs) {
     switch (qtype) {
     case T_IQ2_XXS: {
         const uint8_t *q = ((const block_iq2_xxs *)blk)->qs + 8 * j;
         const int8_t (*g)[8] = strata_iq.iq2_xxs;
-        *signs = iq_code_signs(le32(q + 4));
+        *signs = iq_signs32(sign_bits[j]);
         return iq_rows8(g[q[0]], g[q[1]], g[q[2]], g[q[3]]);
     }
     case T_IQ2_XS: {
         const uint16_t *q = ((const block_iq2_xs *)blk)->qs + 4 * j;
         const int8_t (*g)[8] = strata_iq.iq2_xs;
-        const int8_t (*ks)[8] = strata_iq.ksign_bytes;
-        *signs = iq_rows8(ks[q[0] >> 9], ks[q[1] >> 9], ks[q[2] >> 9], ks[q[3] >> 9]);
+        *signs = iq_signs32(sign_bits[j]);
         return iq_rows8(g[q[0] & 511], g[q[1] & 511], g[q[2] & 511], g[q[3] & 511]);
     }
     case T_IQ2_S: {
@@ -76,7 +120,7 @@ IQ_INLINE __m256i iq_group(const int qtype, const uint8_t *blk, int j, __m256i *
         const block_iq3_xxs *b = (const block_iq3_xxs *)blk;
         const uint8_t *q = b->qs + 8 * j;
         const int8_t (*g)[4] = strata_iq.iq3_xxs;
-        *signs = iq_code_signs(le32(b->signs_scales + 4 * j));
+        *signs = iq_signs32(sign_bits[j]);
         return _mm256_set_m128i(iq_rows4(g[q[4]], g[q[5]], g[q[6]], g[q[7]]),
                                 iq_rows4(g[q[0]], g[q[1]], g[q[2]], g[q[3]]));
     }
@@ -113,7 +157,7 @@ IQ_INLINE __m256i iq_group(const int qtype, const uint8_t *blk, int j, __m256i *
         const __m256i pick = _mm256_set_epi64x(0x0101010101010101, 0x0101010101010101, 0, 0);
         const __m256i bit = _mm256_set_epi64x((int64_t)0x8080808080808080, 0x0808080808080808,
                                               (int64_t)0x8080808080808080, 0x0808080808080808);
-        const __m256i delta = iq_bit_signs((uint32_t)qh, pick, bit);
+        const __m256i delta = iq_bit_signs(_mm256_set1_epi32(qh), pick, bit);
         *signs = _mm256_add_epi8(_mm256_sign_epi8(_mm256_set1_epi8(8), rows), delta);
         return _mm256_sign_epi8(*signs, *signs);
     }
@@ -197,8 +241,10 @@ typedef struct {
  * dequant_simd.c's passes): inlined, they took quant_simd.c's build from 4.0 to 10.5 s, for no speed */
 #define IQ_DECODER(name, id)                                                                                  \
     static __attribute__((noinline)) void iq_decode_##name(const uint8_t *blk, iq_superblock_t *sb) {         \
+        uint32_t sign_bits[8];                                                                                \
+        iq_sign_bits(id, blk, sign_bits);                                                                     \
         sb->k = iq_scales(id, blk, &sb->d_unit);                                                              \
-        for (int j = 0; j < 8; j++) sb->magnitude[j] = iq_group(id, blk, j, &sb->signs[j]);                   \
+        for (int j = 0; j < 8; j++) sb->magnitude[j] = iq_group(id, blk, j, sign_bits, &sb->signs[j]);        \
     }
 IQ_TYPES(IQ_DECODER)
 #undef IQ_DECODER

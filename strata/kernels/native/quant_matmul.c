@@ -99,8 +99,6 @@ int strata_qmm_set_iq_tables(const int8_t *iq2_xxs, const int8_t *iq2_xs, const 
         for (size_t i = 0; i < parts[p].bytes; i++)
             if (parts[p].from[i] < parts[p].low || parts[p].from[i] > parts[p].high) return 1;
     for (int p = 0; p < count; p++) memcpy(parts[p].to, parts[p].from, parts[p].bytes);
-    for (int code = 0; code < 128; code++)
-        for (int i = 0; i < 8; i++) strata_iq.ksign_bytes[code][i] = (int8_t)((ksigns[code] >> i) & 1 ? -1 : 1);
 #ifdef STRATA_X86_SIMD
     if (isa_best == ISA_AVX512_VBMI) strata_qmm_table_avx512vbmi(tables[ISA_AVX512_VBMI], strata_iq_vbmi_prepare());
 #endif
