@@ -2,8 +2,10 @@
 (2,048 x 768): us a pair from memory (one row, 48 experts in turn, ~2.6 MB each at Q4_K: past the caches) and
 from the caches (one and eight rows of one expert); best of the repeats. Random blocks (32-value types get
 finite scales); the arithmetic, not the values, sets the time.
-usage: cpu_moe_types.py TYPE[,TYPE...] [ISA]   (ISA: one of cpu_quant.available_isas(), the best unless named; run
-from the tree to measure: PYTHONPATH=<tree>)"""
+With THREADS, also "stepN": one call of an offloaded decode row's 6 pairs (6 of the 48 experts, from memory) on
+THREADS threads, us a call.
+usage: cpu_moe_types.py TYPE[,TYPE...] [ISA [THREADS]]   (ISA: one of cpu_quant.available_isas(), the best unless
+named or "best"; run from the tree to measure: PYTHONPATH=<tree>)"""
 import sys
 import time
 
@@ -41,17 +43,32 @@ def per_pair_us(qtype, w13, w2, rows: int, experts, repeats: int) -> float:
     return best * 1e6
 
 
+def step_us(qtype, w13, w2, threads: int, repeats: int = 20) -> float:
+    """One row's 6 pairs in one call (6 experts of the 48 in turn: from memory), us a call."""
+    x, out = torch.randn(1, D), torch.zeros(1, D)
+    row_ids, routing = np.zeros(6, dtype=np.int64), np.full(6, 1 / 6, np.float32)
+    best = float("inf")
+    for r in range(repeats):
+        experts = (np.arange(6, dtype=np.int64) + 6 * r) % E
+        started = time.perf_counter()
+        cpu_quant.quant_moe(x, row_ids, experts, routing, w13, int(qtype), w2, int(qtype), I, out, num_threads=threads)
+        best = min(best, time.perf_counter() - started)
+    return best * 1e6
+
+
 def main() -> None:
     rng = np.random.default_rng(0)
-    if len(sys.argv) > 2:
+    if len(sys.argv) > 2 and sys.argv[2] != "best":
         cpu_quant.set_isa(sys.argv[2])
+    threads = int(sys.argv[3]) if len(sys.argv) > 3 else 0
     line = [cpu_quant.isa()]
     for name in sys.argv[1].split(","):
         qtype = GGMLQuantizationType[name]
         w13, w2 = weights(qtype, rng)
         line.append(f"{name} memory {per_pair_us(qtype, w13, w2, 1, range(E), 3):.0f} "
                     f"cached1 {per_pair_us(qtype, w13, w2, 1, [0], 30):.0f} "
-                    f"cached8 {per_pair_us(qtype, w13, w2, 8, [0], 15):.0f}")
+                    f"cached8 {per_pair_us(qtype, w13, w2, 8, [0], 15):.0f}"
+                    + (f" step{threads} {step_us(qtype, w13, w2, threads):.0f}" if threads else ""))
     print(" | ".join(line))
 
 
