@@ -1,10 +1,10 @@
 """Builds a native library from C sources with the system C compiler, once, into a cache.
 
-Each unit (a source and its own flags) is compiled to an object and the objects are linked into one
-shared library, built aside and then moved into place (no half-written .so), in ~/.cache/strata or
-$STRATA_CACHE_DIR. The file name carries a hash of the sources, the headers they include, the flags
-and (for `for_this_cpu` builds, e.g. -march=native) the CPU model: a changed source or a copied cache
-never runs stale code or code for another CPU. Callers load the path with ctypes.
+Each unit (a source and its own flags) is compiled to an object, the units at once (a core each), and the
+objects are linked into one shared library, built aside and then moved into place (no half-written .so), in
+~/.cache/strata or $STRATA_CACHE_DIR. The file name carries a hash of the sources, the headers they include, the
+flags and (for `for_this_cpu` builds, e.g. -march=native) the CPU model: a changed source or a copied cache never
+runs stale code or code for another CPU. Callers load the path with ctypes.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 
@@ -53,10 +54,11 @@ def build_library(name: str, units: Sequence[tuple[Path, Sequence[str]]], link_f
     cc = compiler()
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
-        objects = []
-        for i, (source, flags) in enumerate(units):
-            objects.append(str(Path(tmp) / f"{i}-{source.stem}.o"))
-            _run([cc, *flags, "-fPIC", "-c", str(source), "-o", objects[-1]])
+        objects = [str(Path(tmp) / f"{i}-{source.stem}.o") for i, (source, _) in enumerate(units)]
+        commands = [[cc, *flags, "-fPIC", "-c", str(source), "-o", obj] for (source, flags), obj in zip(units, objects)]
+        # the units compile at once, a core each (cpu_quant's first use on 2 cores: 22.6 -> 14.9 s)
+        with ThreadPoolExecutor(max_workers=max(1, min(len(commands), os.cpu_count() or 1))) as pool:
+            list(pool.map(_run, commands))  # the first failure raises here
         built = Path(tmp) / target.name
         _run([cc, "-shared", *objects, "-o", str(built), *link_flags])
         os.replace(built, target)

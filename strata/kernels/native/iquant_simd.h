@@ -52,8 +52,8 @@ IQ_INLINE void iq_sign_bits(const int qtype, const uint8_t *blk, uint32_t *bits)
         if (qtype == T_IQ2_XXS) {  /* the second uint32 of each group's 8 bytes: dwords 1 and 3 of each 16 */
             const uint8_t *qs = ((const block_iq2_xxs *)blk)->qs;
             const __m256 lo = _mm256_loadu_ps((const float *)qs), hi = _mm256_loadu_ps((const float *)(qs + 32));
-            const __m256i shuffled = _mm256_castps_si256(_mm256_shuffle_ps(lo, hi, 0xDD));  /* g0 g1 g4 g5 | g2 g3 g6 g7 */
-            words = _mm256_permute4x64_epi64(shuffled, 0xD8);
+            /* dwords g0 g1 g4 g5 | g2 g3 g6 g7, then in order */
+            words = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(lo, hi, 0xDD)), 0xD8);
         } else {
             words = _mm256_loadu_si256((const __m256i *)((const block_iq3_xxs *)blk)->signs_scales);
         }

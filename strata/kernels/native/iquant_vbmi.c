@@ -1,6 +1,7 @@
 /* The i-quants most 2-3-bit files hold (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) for CPUs with AVX-512 VBMI (Zen 4
- * and later, Ice Lake and later), built with the AVX-512 table's flags plus -mavx512vbmi -mbmi2; quant_matmul.c puts these
- * rows functions in the "avx512vbmi" table over the AVX-512 ones once strata_iq_vbmi_prepare has their code books.
+ * and later, Ice Lake and later), built with the AVX-512 table's flags plus -mavx512vbmi -mbmi2; quant_matmul.c puts
+ * these rows functions in the "avx512vbmi" table over the AVX-512 ones once strata_iq_vbmi_prepare has their code
+ * books.
  *
  * The AVX-512 table decodes a superblock by scalar loads (iquant_simd.h): a grid row, a sign code, an index byte
  * each. On the 2-core Zen 4 those loads were most of a one-row product (IQ2_XXS 384 us a pair of the 30B-A3B's
@@ -239,7 +240,7 @@ int strata_iq_vbmi_prepare(void) {
     }
     for (int i = 0; i < 64; i++) {
         const int j = i % 8, low = j < 4;
-        vb.shift2[i] = (uint8_t)(8 * j + 2 * (j % 4));  /* quad word: a row's first half's byte 4 times, then its second's */
+        vb.shift2[i] = (uint8_t)(8 * j + 2 * (j % 4));  /* quad word: a row's first half's byte 4 times, its second's */
         vb.shift3[i] = (uint8_t)(8 * j + 3 * (j % 2));  /* quad word: two rows, each first, first, second, second */
         vb.sign_bytes32[i] = (uint8_t)(i < 32 ? 8 * (i / 4) + i % 4 : 0);
         vb.codes_xxs[i] = (uint8_t)(low ? 32 + 7 * j : 0);
