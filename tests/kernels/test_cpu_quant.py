@@ -182,7 +182,7 @@ def test_a_row_gets_the_same_bits_alone_and_in_a_batch(qtype, isa):
         assert torch.equal(cpu_quant.quant_matmul(x[:rows].contiguous(), blocks, qtype, n, k), alone[:rows]), rows
 
 
-VBMI_TYPES = [Q.IQ2_XXS, Q.IQ2_XS, Q.IQ2_S, Q.IQ3_XXS, Q.IQ3_S]  # iquant_vbmi.c's
+VBMI_TYPES = [Q.IQ2_XXS, Q.IQ2_XS, Q.IQ2_S, Q.IQ3_XXS, Q.IQ3_S, Q.IQ4_XS]  # iquant_vbmi.c's
 
 
 @pytest.mark.skipif("avx512vbmi" not in SIMD_ISAS, reason="no AVX-512 VBMI on this CPU (or no C compiler)")

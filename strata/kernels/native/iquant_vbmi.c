@@ -1,21 +1,26 @@
-/* The i-quants most 2-3-bit files hold (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S) for CPUs with AVX-512 VBMI (Zen 4
- * and later, Ice Lake and later), built with the AVX-512 table's flags plus -mavx512vbmi -mbmi2; quant_matmul.c puts
- * these rows functions in the "avx512vbmi" table over the AVX-512 ones once strata_iq_vbmi_prepare has their code
- * books.
+/* The i-quants most 2-3-bit files hold (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S), and IQ4_XS, for CPUs with AVX-512
+ * VBMI (Zen 4 and later, Ice Lake and later), built with the AVX-512 table's flags plus -mavx512vbmi -mbmi2;
+ * quant_matmul.c puts these rows functions in the "avx512vbmi" table over the AVX-512 ones once
+ * strata_iq_vbmi_prepare has their code books.
  *
  * The AVX-512 table decodes a superblock by scalar loads (iquant_simd.h): a grid row, a sign code, an index byte
  * each. On the 2-core Zen 4 those loads were most of a one-row product (IQ2_XXS 384 us a pair of the 30B-A3B's
  * expert shape, 95 of them the grid rows and 80 the sign codes; IQ3_XXS 508, 220 of them its rows of 4). Here no
  * byte of a superblock is read twice and nothing is looked up in memory:
- * - each grid is a table of 16-bit codes, a value's position among its type's 4 (IQ2) or 8 (IQ3) levels in 2 or 3
- *   bits, held in 8 or 16 vectors: 32 indices take 4 (8) two-vector word permutes and 3 (7) blends;
- * - a vector of codes becomes 64 values by a word permute (each row's code beside its values), one vpmultishiftqb
- *   (each byte's bits) and one byte permute (the levels);
+ * - each grid is two byte tables (a row's first half of values, then its second) of codes: a value's position among
+ *   its type's 4 (IQ2) or 8 (IQ3) levels in 2 or 3 bits. 64 indices are looked up at once, by two two-vector byte
+ *   permutes (vpermi2b) and a blend a 256 rows (their ninth and tenth bits in mask registers);
+ * - 64 values are one two-source byte permute of the looked-up codes (each value beside its code byte), one
+ *   vpmultishiftqb (its bits to the byte's bottom) and one byte permute of the levels;
  * - 7-bit sign codes become sign bytes by one two-vector byte permute of gguf's 128 sign bytes, and sign bytes
  *   are masks, 64 values a mask register: x takes w's sign by one masked subtraction.
+ * IQ4_XS (16 levels, no grid) takes the same registers: its levels by one byte permute, its signs as masks, its
+ * scales by vpmultishiftqb (one row: 215 -> 195 us a pair).
  * A row's integer sums are built in the lanes iquant_simd.h's kernels build them in (sums of exact products:
  * the order does not matter) and then scaled and summed by the same float operations, so each output has the
  * AVX-512 table's bits, alone or in a batch (tests/kernels/test_cpu_quant.py holds them to that). */
+#include <stdlib.h>
+
 #include "iquant_simd.h"
 #include "simd_rows.h"
 
@@ -38,6 +43,10 @@ static struct {
     uint8_t codes_xs[64];      /* quad word q of IQ2_XS's qs: the codes of its 4 uint16 (bits 16r + 9) to bytes 0-3 */
     uint8_t codes_3[32];       /* quad word q of IQ3_XXS's uint32s: their 8 codes (bits 7r, 32 + 7r) to bytes 0-7 */
     uint16_t scale16[4][32];   /* word i <- the scale of the 16 values that 64m + 2i, 64m + 2i + 1 belong to */
+    uint16_t scale16_32[4][32];  /* IQ4_XS: the same from a scale a 32 values */
+    uint16_t nibble_shift[32];   /* IQ4_XS: 0 for the low nibbles' 16 bytes, 4 for the high ones' */
+    uint8_t iq4_magnitudes[64];  /* |IQ4_VALUES[i % 16]| */
+    uint8_t iq4_scale_low[16], iq4_scale_high[16];  /* IQ4_XS: byte j <- bits 16 + 4j (2j) of a scale word */
 } vb __attribute__((aligned(64)));
 
 INLINE __m512i load64(const void *p) { return _mm512_loadu_si512(p); }
@@ -122,6 +131,32 @@ INLINE void decode_iq2_s(const uint8_t *blk, vb_superblock_t *sb) {
     set_scales(T_IQ2_S, blk, sb);
 }
 
+/* IQ4_XS (not a grid type, but the same registers): 16 signed levels (IQ4_VALUES) looked up by nibble, as a
+ * magnitude and a sign (the levels of nibbles 0-7 are negative), 8 scales of 6 bits less 32, one a 32 values */
+INLINE void decode_iq4_xs(const uint8_t *blk, vb_superblock_t *sb) {
+    const block_iq4_xs *b = (const block_iq4_xs *)blk;
+    /* scale j (iq4_xs_scale): bits 16 + 4j .. of `packed` (scales_l's nibble j), then bits 2j, 2j + 1 (scales_h's) */
+    const uint64_t packed = b->scales_h | (uint64_t)le32(b->scales_l) << 16;
+    const __m128i fields = _mm_cvtsi64_si128((long long)packed);
+    const __m128i low = _mm_and_si128(_mm_multishift_epi64_epi8(_mm_loadu_si128((const __m128i *)vb.iq4_scale_low),
+                                                                 fields), _mm_set1_epi8(15));
+    const __m128i high = _mm_and_si128(_mm_multishift_epi64_epi8(_mm_loadu_si128((const __m128i *)vb.iq4_scale_high),
+                                                                  fields), _mm_set1_epi8(3));
+    const __m128i scales = _mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(high, 4)), _mm_set1_epi8(32));  /* bytes 0-7 */
+    const __m512i k = _mm512_castsi128_si512(_mm_cvtepi8_epi16(scales));  /* [8] */
+    for (int m = 0; m < 4; m++) {
+        /* groups 2m and 2m + 1: 16 bytes each, low nibbles the first 16 values, high nibbles the rest */
+        const __m256i pair = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * m));
+        const __m512i bytes = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3),
+                                                       _mm512_castsi256_si512(pair));
+        const __m512i codes = _mm512_and_si512(_mm512_srlv_epi16(bytes, load64(vb.nibble_shift)), _mm512_set1_epi8(15));
+        sb->magnitude[m] = _mm512_permutexvar_epi8(codes, load64(vb.iq4_magnitudes));
+        sb->negative[m] = _cvtmask64_u64(_mm512_testn_epi8_mask(codes, _mm512_set1_epi8(8)));
+        sb->scale16[m] = _mm512_permutexvar_epi16(load64(vb.scale16_32[m]), k);
+    }
+    sb->d_unit = _cvtsh_ss(b->d);
+}
+
 INLINE void decode_iq3_xxs(const uint8_t *blk, vb_superblock_t *sb) {
     const block_iq3_xxs *b = (const block_iq3_xxs *)blk;
     const __m512i qs = load64(b->qs);  /* 64 row indices */
@@ -184,6 +219,7 @@ VBMI_ROW(iq2_xs)
 VBMI_ROW(iq2_s)
 VBMI_ROW(iq3_xxs)
 VBMI_ROW(iq3_s)
+VBMI_ROW(iq4_xs)
 
 /* One grid (rows of `width` values) as codes, `bits` a value, split into two bytes a row (first[r]: the first
  * half of row r's values, second[r]: the rest), and its levels (its distinct values, ascending) over 64 bytes;
@@ -228,7 +264,10 @@ int strata_iq_vbmi_prepare(void) {
                          vb.levels[VBMI_IQ3_S]) << VBMI_IQ3_S;
     memcpy(vb.ksigns, strata_iq.ksigns, 128);
     for (int m = 0; m < 4; m++) {
-        for (int i = 0; i < 32; i++) vb.scale16[m][i] = (uint16_t)(4 * m + i / 8);
+        for (int i = 0; i < 32; i++) {
+            vb.scale16[m][i] = (uint16_t)(4 * m + i / 8);
+            vb.scale16_32[m][i] = (uint16_t)(2 * m + i / 16);
+        }
         for (int j = 0; j < 64; j++) {
             const int row8 = 8 * m + j / 8, row4 = 16 * m + j / 4;  /* the row of value 64m + j (rows of 8, of 4) */
             const int second8 = j % 8 >= 4 ? 64 : 0, second4 = j % 4 >= 2 ? 64 : 0;
@@ -238,6 +277,12 @@ int strata_iq_vbmi_prepare(void) {
             vb.pick_iq3[m][j] = (uint8_t)(second4 + row4);
         }
     }
+    for (int i = 0; i < 32; i++) vb.nibble_shift[i] = (uint16_t)(i / 8 % 2 ? 4 : 0);
+    for (int j = 0; j < 16; j++) {
+        vb.iq4_scale_low[j] = (uint8_t)(16 + 4 * (j % 8));
+        vb.iq4_scale_high[j] = (uint8_t)(2 * (j % 8));
+    }
+    for (int i = 0; i < 64; i++) vb.iq4_magnitudes[i] = (uint8_t)abs(IQ4_VALUES[i % 16]);
     for (int i = 0; i < 64; i++) {
         const int j = i % 8, low = j < 4;
         vb.shift2[i] = (uint8_t)(8 * j + 2 * (j % 4));  /* quad word: a row's first half's byte 4 times, its second's */
@@ -257,4 +302,5 @@ void strata_qmm_table_avx512vbmi(rows_fn table[NUM_TYPES], int ready) {
     if (ready >> VBMI_IQ2_S & 1) table[T_IQ2_S] = rows_iq2_s_vbmi;
     if (ready >> VBMI_IQ3_XXS & 1) table[T_IQ3_XXS] = rows_iq3_xxs_vbmi;
     if (ready >> VBMI_IQ3_S & 1) table[T_IQ3_S] = rows_iq3_s_vbmi;
+    table[T_IQ4_XS] = rows_iq4_xs_vbmi;
 }
