@@ -7,8 +7,8 @@ library at load): the weight type's block. Each y then differs from "dequantize 
 over blocks of amax|x_block| / 254 * |w_block|_1; measured, 0.5-0.8 % of |y| (relative RMS) for Gaussian x, 1 % (32) to
 3 % (256) when 1 % of x are 20x outliers; Q4 weights themselves cost ~8 %. `quant_matmul_ref` states the
 exact semantics; tests/kernels/test_cpu_quant.py holds the kernel to it and to the bound. Built at first use
-with the system C compiler (kernels/native_build.py); AVX-512 VNNI (with VBMI: faster IQ2_XXS, IQ2_XS, IQ3_XXS,
-IQ3_S, same bits), AVX2 or portable kernels are chosen at load.
+with the system C compiler (kernels/native_build.py); AVX-512 VNNI (with VBMI: faster IQ2_XXS, IQ2_XS, IQ2_S,
+IQ3_XXS, IQ3_S and IQ4_XS, same bits), AVX2 or portable kernels are chosen at load.
 With no compiler `supports()` is False for every type and callers keep their torch path.
 
 `dequant_matmul` is the same product with x kept in float32 (native/dequant_matmul.c): each weight is
