@@ -84,14 +84,23 @@ PAIR_CONFIG = dict(BLOCK_N=16, SUPERBLOCKS=2, num_warps=1, num_stages=3)
 # Session 51 (an H100, pairs_sweep with 1-2 rows of W a program and up to 8 superblocks a step): gate/up at one row of
 # W and 8 superblocks (a whole 2,048-value row in flight) 9.14 us against 11.70; down at 2 superblocks 8.01 against
 # 8.06. Issue 23's c1 in one machine start, two alternated rounds: 638.6 / 641.3 -> 667.9 / 668.5 tok/s.
-ONE_TOKEN_GATE_UP = dict(BLOCK_N=1, SUPERBLOCKS=8, num_warps=1, num_stages=3)
-ONE_TOKEN_DOWN = dict(BLOCK_N=8, SUPERBLOCKS=2, num_warps=1, num_stages=3)
+# Session 52 (an H100, pairs_sweep over q8_steps.k_step's ISUM, each launch's fastest): one token gate/up at 4 rows
+# of W and integer group sums 8.17 us against 9.09, down with its words in a loop 7.17 against 8.03; 8 + 64 tokens
+# gate/up (8, 4) at ISUM 1 318.9 against 344.5, down (16, 2) at ISUM 2 281.0 against 285.5. Issue 23 in one machine
+# start, two alternated rounds: c1 671.5 / 671.7 -> 676.7 / 675.5, c8 1,904.7 / 1,903.1 -> 1,994.9 / 1,992.9, c16
+# 2,581.2 / 2,581.5 -> 2,768.0 / 2,765.4 tok/s, TTFT p50 16 -> 14 ms.
+ONE_TOKEN_GATE_UP = dict(BLOCK_N=4, SUPERBLOCKS=8, num_warps=1, num_stages=3, ISUM=1)
+ONE_TOKEN_DOWN = dict(BLOCK_N=8, SUPERBLOCKS=2, num_warps=1, num_stages=3, ISUM=2)
+PAIRS_GATE_UP = dict(BLOCK_N=8, SUPERBLOCKS=4, num_warps=1, num_stages=3, ISUM=1)  # 2+ tokens
+PAIRS_DOWN = dict(BLOCK_N=16, SUPERBLOCKS=2, num_warps=1, num_stages=3, ISUM=2)
 
 
 def pair_configs(num_tokens: int, qtype2: int) -> tuple[dict, dict]:
     """The tilings of a pairs step's two launches (gate/up, down) for its token count and down rows' type."""
-    if num_tokens > 1 or UNIT[qtype2] != 256:
+    if UNIT[qtype2] != 256:  # Qwen4-Exp's 640-wide down rows: not measured at session 52's tilings
         return PAIR_CONFIG, PAIR_CONFIG
+    if num_tokens > 1:
+        return PAIRS_GATE_UP, PAIRS_DOWN
     return ONE_TOKEN_GATE_UP, ONE_TOKEN_DOWN
 
 
