@@ -6,10 +6,12 @@ of every query head in the KV head's GQA group, so each K/V tile is read once fo
 Splits along the context (flash-decoding) keep the chip busy when few sequences run; a second small
 kernel merges the splits' partial softmax sums. The split count is fixed by shapes (CUDA-graph safe);
 splits past a sequence's last KV tile return at once, and a context of one tile has its one split write
-the output itself (its merge programs return at once). With STRATA_FUSED_MERGE=1 (an A/B switch; 2: only for
-steps of two or more sequences) there is no merge launch: the last split of a (sequence, KV head) to finish, counted
+the output itself (its merge programs return at once). In steps of two or more sequences (STRATA_FUSED_MERGE unset
+or 2; 1: every step, 0: none) there is no merge launch: the last split of a (sequence, KV head) to finish, counted
 by an atomic counter (`merge_counters`: zeros kept per device, each launch leaves them at zero), merges the partial
-sums itself.
+sums itself. Issue 23's 30B-A3B Q4_K_M on an H100 (session 52, two alternated rounds): c8 1,903.9 / 1,905.4 ->
+1,929.7 / 1,930.1 tok/s, c16 2,581.6 / 2,581.6 -> 2,589.9 / 2,593.2, c1 674.0 / 669.8 -> 669.1 / 670.9 (1: c1
+668.5 / 665.0).
 The K/V of this step must already be in the pool.
 Int8 caches (kv_quant.py) are read as int8 (exact in the query's dtype) with their per-vector scales
 folded into the scores (K) and the probabilities (V), not multiplied into each tile.
@@ -152,12 +154,12 @@ MIN_COUNTERS = 4096  # (sequence, KV head) pairs a device's first counter buffer
 
 def merge_counters(device: torch.device, num_seqs: int, num_kv_heads: int) -> torch.Tensor | None:
     """int32 zeros [>= num_seqs * num_kv_heads] for the fused merge's arrivals on `device` (module docstring), kept for
-    the process; None where the switch is off (STRATA_FUSED_MERGE: 1 on, 2 on for steps of two or more sequences),
-    or where they would have to grow during a CUDA graph capture (the merge kernel then runs). Launches sharing them
-    must not run concurrently (one stream: they do not)."""
+    the process; None where the fused merge is off (STRATA_FUSED_MERGE: unset or 2 on for steps of two or more
+    sequences, 1 on, 0 off), or where they would have to grow during a CUDA graph capture (the merge kernel then
+    runs). Launches sharing them must not run concurrently (one stream: they do not)."""
     from strata.config import debug_value
 
-    mode = debug_value("FUSED_MERGE")
+    mode = debug_value("FUSED_MERGE") or "2"
     if mode not in ("1", "2") or (mode == "2" and num_seqs < 2):
         return None
     needed = num_seqs * num_kv_heads

@@ -281,11 +281,11 @@ def test_paged_attention_rounds_its_output_interpreted(num_splits, fused_merge, 
     check_output_epilogue((8, 2, 64), num_splits, torch.float16, "cpu", with_gate=False)  # (no libdevice there)
 
 
-@pytest.mark.parametrize("mode, num_seqs, fused", [("", 4, False), ("0", 4, False), ("1", 1, True), ("2", 1, False),
-                                                   ("2", 2, True)])
+@pytest.mark.parametrize("mode, num_seqs, fused", [("", 4, True), ("", 1, False), ("0", 4, False), ("1", 1, True),
+                                                   ("2", 1, False), ("2", 2, True)])
 def test_fused_merge_switch(mode, num_seqs, fused, monkeypatch):
-    """STRATA_FUSED_MERGE: 1 for every step, 2 for steps of two or more sequences; the counters cover the step's
-    (sequence, KV head) pairs, at zero."""
+    """STRATA_FUSED_MERGE: unset or 2 for steps of two or more sequences, 1 for every step, 0 never; the counters
+    cover the step's (sequence, KV head) pairs, at zero."""
     from strata.kernels import paged_attention as module
 
     monkeypatch.setenv("STRATA_FUSED_MERGE", mode)

@@ -14,9 +14,10 @@ mkdir -p /tmp/few && tar -xf $OLDPWD/.base/src.tar -C /tmp/few
 python3 - <<'PY' > $OUT/patched.txt 2>&1; echo "== patch rc=$?"; cat $OUT/patched.txt
 path = "/tmp/few/strata/kernels/packed_q8.py"
 s = open(path).read()
-old = "    if num_tokens > 1 or UNIT[qtype2] != 256:\n        return PAIR_CONFIG, PAIR_CONFIG\n"
-new = ("    if 1 < num_tokens <= 16 and UNIT[qtype2] == 256:\n"
-       "        return PAIR_CONFIG, dict(BLOCK_N=16, SUPERBLOCKS=1, num_warps=2, num_stages=3)\n" + old)
+old = "    if num_tokens == 1:\n        return ONE_TOKEN_GATE_UP, ONE_TOKEN_DOWN\n"
+new = old + ("    if num_tokens <= 16:\n        k_m = qtype13 in (Q4_K, Q5_K) and qtype2 in (Q4_K, Q5_K, Q6_K)\n"
+             "        return (PAIRS_GATE_UP if k_m else PAIR_CONFIG), "
+             "dict(BLOCK_N=16, SUPERBLOCKS=1, num_warps=2, num_stages=3)\n")
 assert s.count(old) == 1, "pair_configs changed: update the patch"
 open(path, "w").write(s.replace(old, new))
 print("patched pair_configs: down (16, 1, 2) at 2-16 tokens")

@@ -26,7 +26,7 @@ results, tokens = {name: [] for name in arms}, {}
 for r in range(rounds):
     for name, pair in arms.items():
         pq.pair_configs = shipped if pair is None else (
-            lambda n, q2, pair=pair: pair if n == 1 else shipped(n, q2))
+            lambda n, q2, q13, pair=pair: pair if n == 1 else shipped(n, q2, q13))
         rate, ids = decode_rate(llm)
         results[name].append(rate)
         tokens.setdefault(name, ids)

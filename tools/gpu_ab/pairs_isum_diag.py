@@ -20,7 +20,7 @@ for qtypes, tokens in (((19, 29), 4), ((19, 29), 48), ((14, 12), 48), ((12, 14),
     for name, c13, c2 in (("old", OLD13, OLD2), ("new", NEW13, NEW2), ("new tilings isum 0", {**NEW13, "ISUM": 0},
                           {**NEW2, "ISUM": 0}), ("old tilings new isum", {**OLD13, "ISUM": 1}, {**OLD2, "ISUM": 2}),
                           ("new gate/up only", NEW13, OLD2), ("new down only", OLD13, NEW2)):
-        def pairs_with(num_tokens, qtype2, c13=c13, c2=c2):
+        def pairs_with(num_tokens, qtype2, qtype13, c13=c13, c2=c2):
             return c13, c2
         packed_q8.pair_configs, saved = pairs_with, packed_q8.pair_configs
         try:

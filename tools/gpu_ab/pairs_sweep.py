@@ -46,7 +46,7 @@ for tokens in knob("PAIRS_TOKENS", "1,8,16"):
         rows.append(dict(tokens=tokens, bn=bn, sb=sb, warps=warps, stages=stages, isum=isum,
                          gate_up_us=round(t_gu, 2), down_us=round(t_dn, 2)))
     mine = [r for r in rows if r["tokens"] == tokens]
-    cfg13, cfg2 = pq.pair_configs(tokens, Q2)
+    cfg13, cfg2 = pq.pair_configs(tokens, Q2, Q13)
     tiling = lambda c: (c["BLOCK_N"], c["SUPERBLOCKS"], c["num_warps"], c["num_stages"], c.get("ISUM", 0))
     cur_gu = [r["gate_up_us"] for r in mine if (r["bn"], r["sb"], r["warps"], r["stages"], r["isum"]) == tiling(cfg13)]
     cur_dn = [r["down_us"] for r in mine if (r["bn"], r["sb"], r["warps"], r["stages"], r["isum"]) == tiling(cfg2)]

@@ -1,8 +1,8 @@
 """Reads pairs_sweep.json (run with PAIRS_ISUM=0,1,2 and PAIRS_TOKENS=1,8,64) and writes into a tree's packed_q8.py
 each pairs launch's (gate/up, down) fastest tiling and K-step sums (ISUM): at one token (ONE_TOKEN_*), and for several
-tokens (what PAIR_CONFIG serves today) the one with the least time at 8 and 64 tokens together, so the same device
-call can A/B the whole model with them (next_call45.sh). usage: patch_pair_isum.py SWEEP_JSON TREE; prints what it
-chose, or exits 1 where the tree's own tilings at ISUM 0 win everywhere (nothing to A/B)."""
+tokens (PAIRS_*) the one with the least time at 8 and 64 tokens together, so the same device call can A/B the whole
+model with them (next_call45.sh ran it in session 52). usage: patch_pair_isum.py SWEEP_JSON TREE; prints what it
+chose, or exits 1 where the tree's own tilings win everywhere (nothing to A/B)."""
 import json
 import re
 import sys
@@ -18,7 +18,7 @@ def tiling_of(r: dict) -> tuple:
 
 
 def current(cfg: dict) -> tuple:
-    return cfg["BLOCK_N"], cfg["SUPERBLOCKS"], cfg["num_warps"], cfg["num_stages"], 0
+    return cfg["BLOCK_N"], cfg["SUPERBLOCKS"], cfg["num_warps"], cfg["num_stages"], cfg.get("ISUM", 0)
 
 
 def best(key: str, token_counts: tuple, now: tuple) -> tuple:
@@ -37,20 +37,16 @@ def config(t: tuple) -> str:
     return f"dict(BLOCK_N={t[0]}, SUPERBLOCKS={t[1]}, num_warps={t[2]}, num_stages={t[3]}, ISUM={t[4]})"
 
 
-choices = {"ONE_TOKEN_GATE_UP": best("gate_up_us", (1,), current(packed_q8.ONE_TOKEN_GATE_UP)),
-           "ONE_TOKEN_DOWN": best("down_us", (1,), current(packed_q8.ONE_TOKEN_DOWN)),
-           "gate_up": best("gate_up_us", (8, 64), current(packed_q8.PAIR_CONFIG)),
-           "down": best("down_us", (8, 64), current(packed_q8.PAIR_CONFIG))}
-nows = [current(packed_q8.ONE_TOKEN_GATE_UP), current(packed_q8.ONE_TOKEN_DOWN)] + [current(packed_q8.PAIR_CONFIG)] * 2
-if list(choices.values()) == nows:
-    sys.exit("the tree's own tilings at ISUM 0 are fastest everywhere")
+launches = {"ONE_TOKEN_GATE_UP": ("gate_up_us", (1,)), "ONE_TOKEN_DOWN": ("down_us", (1,)),
+            "PAIRS_GATE_UP": ("gate_up_us", (8, 64)), "PAIRS_DOWN": ("down_us", (8, 64))}
+nows = {name: current(getattr(packed_q8, name)) for name in launches}
+choices = {name: best(key, tokens, nows[name]) for name, (key, tokens) in launches.items()}
+if choices == nows:
+    sys.exit("the tree's own tilings are fastest everywhere")
 path = f"{sys.argv[2]}/strata/kernels/packed_q8.py"
 source = open(path).read()
-for name in ("ONE_TOKEN_GATE_UP", "ONE_TOKEN_DOWN"):
-    source, count = re.subn(rf"^{name} = dict\(.*\)$", f"{name} = {config(choices[name])}", source, flags=re.M)
+for name in launches:
+    source, count = re.subn(rf"^{name} = dict\(.*\)(  #.*)?$", f"{name} = {config(choices[name])}", source, flags=re.M)
     assert count == 1, name
-old = "        return PAIR_CONFIG, PAIR_CONFIG\n"
-assert source.count(old) == 1, "pair_configs changed: update this patch"
-source = source.replace(old, f"        return {config(choices['gate_up'])}, {config(choices['down'])}\n")
 open(path, "w").write(source)
 print("patched", path)
