@@ -158,8 +158,8 @@ if triton is not None:
         pairs, their 8 words taken one at a time: each thread keeps whole groups, so a word is a load, its
         unpacking and two dp4a into the group's sum, with no cross-lane reduction (tiles with t as a dimension
         spread t across lanes, and their sums cost shuffles). The price: lanes then run along rows of W, so a warp's
-        load touches up to 32 cache lines for 4 bytes each (the tiles': 4 lines, 32 bytes each). Off by default
-        until a GPU run says which wins (tools/gpu_ab/next_call45.sh)."""
+        load touches up to 32 cache lines for 4 bytes each (the tiles': 4 lines, 32 bytes each). Session 52's H100
+        sweep still picked it for the pairs' down launch (packed_q8.ONE_TOKEN_DOWN, PAIRS_DOWN)."""
         low = tl.zeros((xq.shape[0], wb.shape[1], wb.shape[2], 4, 1), dtype=tl.int32)
         high = tl.zeros((xq.shape[0], wb.shape[1], wb.shape[2], 4, 1), dtype=tl.int32)
         x_at = xq + j * 64 + 16 * pair                                                   # [R, SB, 1, 4, 1]

@@ -1,4 +1,4 @@
-# For the next session (prepared in session 51, ~8 minutes; after next_call45.sh). How packed_q8's GEMV sums its K
+# Prepared in session 51 (~8 minutes; after session 52's next_call45.sh). How packed_q8's GEMV sums its K
 # steps (config ISUM; today 0 at one row, 1 from two): compiled for sm_90 on the development VM as a launch
 # specializes it, a 4,096 x 2,048 Q4_K weight at one row takes 392 / 384 / 264 SASS instructions at ISUM 0 / 1 / 2,
 # at 4 rows 672 / 616 / 408, at 8 rows 848 / 728 / 728 (ISUM 2 with 32-bit loads only: lanes along rows of W).
