@@ -92,7 +92,7 @@ PAIR_CONFIG = dict(BLOCK_N=16, SUPERBLOCKS=2, num_warps=1, num_stages=3)
 # failed for several tokens of (IQ1_S, IQ1_M) (28 % of the largest output, at 4 and 48 tokens) and (Q6_K, Q4_K) at
 # 48 tokens (1.2e-3 against the 1e-3 bound) and passed everywhere else (60 of 63): the several-token tilings serve
 # only Q4_K / Q5_K gate/up with K-quant down rows (the K_M files' experts, whose tests pass), until
-# tools/gpu_ab/next_call51.sh finds which of tiling and ISUM the failures come from.
+# tools/gpu_ab/next_call52.sh finds which of tiling and ISUM the failures come from.
 ONE_TOKEN_GATE_UP = dict(BLOCK_N=4, SUPERBLOCKS=8, num_warps=1, num_stages=3, ISUM=1)
 ONE_TOKEN_DOWN = dict(BLOCK_N=8, SUPERBLOCKS=2, num_warps=1, num_stages=3, ISUM=2)
 PAIRS_GATE_UP = dict(BLOCK_N=8, SUPERBLOCKS=4, num_warps=1, num_stages=3, ISUM=1)  # 2+ tokens
