@@ -1,5 +1,6 @@
 # Session 52 (~5 minutes; run first): the pairs' GPU tests at the defaults after fffb677 (the sweep's several-token
-# Q5_K gate/up with K-quant down rows), then the pairs diagnosis if time is left.
+# tilings only for Q4_K / Q5_K gate/up with K-quant down rows), then pairs_isum_diag.py: which of tiling and ISUM
+# fails (IQ1_S, IQ1_M) and (Q6_K, Q4_K) at several tokens.
 # Build the archive first:  git archive HEAD -o .base/src.tar && git rev-parse --short HEAD > .base/COMMIT
 source tools/gpu_ab/device_setup.sh
 S=$(date +%s)
