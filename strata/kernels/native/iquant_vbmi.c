@@ -295,12 +295,14 @@ int strata_iq_vbmi_prepare(void) {
     return ready;
 }
 
-/* The AVX-512 table (copied into `table` by quant_matmul.c) with these kernels for the `ready` types */
+/* The AVX-512 table (copied into `table` by quant_matmul.c) with these kernels: the grid types' where `ready` has
+ * their bit, IQ4_XS's always (it has no grid) */
 void strata_qmm_table_avx512vbmi(rows_fn table[NUM_TYPES], int ready) {
-    if (ready >> VBMI_IQ2_XXS & 1) table[T_IQ2_XXS] = rows_iq2_xxs_vbmi;
-    if (ready >> VBMI_IQ2_XS & 1) table[T_IQ2_XS] = rows_iq2_xs_vbmi;
-    if (ready >> VBMI_IQ2_S & 1) table[T_IQ2_S] = rows_iq2_s_vbmi;
-    if (ready >> VBMI_IQ3_XXS & 1) table[T_IQ3_XXS] = rows_iq3_xxs_vbmi;
-    if (ready >> VBMI_IQ3_S & 1) table[T_IQ3_S] = rows_iq3_s_vbmi;
+    static const struct { int bit, qtype; rows_fn rows; } kernels[] = {
+        {VBMI_IQ2_XXS, T_IQ2_XXS, rows_iq2_xxs_vbmi}, {VBMI_IQ2_XS, T_IQ2_XS, rows_iq2_xs_vbmi},
+        {VBMI_IQ2_S, T_IQ2_S, rows_iq2_s_vbmi}, {VBMI_IQ3_XXS, T_IQ3_XXS, rows_iq3_xxs_vbmi},
+        {VBMI_IQ3_S, T_IQ3_S, rows_iq3_s_vbmi}};
+    for (size_t i = 0; i < sizeof(kernels) / sizeof(kernels[0]); i++)
+        if (ready >> kernels[i].bit & 1) table[kernels[i].qtype] = kernels[i].rows;
     table[T_IQ4_XS] = rows_iq4_xs_vbmi;
 }
