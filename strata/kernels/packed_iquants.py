@@ -139,6 +139,24 @@ if triton is not None:
         return (grid ^ (ones * 255)) + ones, scale, delta
 
     @triton.jit
+    def signed_word_pair(base, g, table_ptr, ok, QTYPE: tl.constexpr):
+        """signed_words for both words of groups g (h 0 and 1) -> (word 0, word 1, scale, delta); a code book row of 8
+        (IQ2_*, IQ1_*) is one 8-byte load."""
+        if QTYPE == 18 or QTYPE == 21:  # IQ3_*: two rows of 4 a group
+            w0, scale, delta = signed_words(base, g, 0, table_ptr, ok, QTYPE)
+            w1, scale, delta = signed_words(base, g, 1, table_ptr, ok, QTYPE)
+            return w0, w1, scale, delta
+        words, signs, scale, delta = _iq_fields(base, g, 0, table_ptr, ok, QTYPE)
+        row = tl.load(table_ptr.to(tl.pointer_type(tl.int64)) + (words >> 1))
+        w0 = row.to(tl.int32)
+        w1 = (row >> 32).to(tl.int32)
+        if QTYPE == 19 or QTYPE == 29:
+            return w0, w1, scale, delta
+        ones0 = ((signs & 15) * 0x00204081) & 0x01010101
+        ones1 = (((signs >> 4) & 15) * 0x00204081) & 0x01010101
+        return (w0 ^ (ones0 * 255)) + ones0, (w1 ^ (ones1 * 255)) + ones1, scale, delta
+
+    @triton.jit
     def _biased_words(base, table_ptr, ok, QTYPE: tl.constexpr):
         """Superblocks at byte pointers base [BN, SB, 1, 1] (rows masked by ok [BN, 1, 1, 1]) -> (words
         [BN, SB, 32, 2] int32, then [BN, SB, 32, 1] scale, delta as _iq_fields): byte b of word h of group g is

@@ -37,7 +37,7 @@ except ImportError:  # CPU-only install
     triton = tl = None
 
 if triton is not None:
-    from strata.kernels.packed_iquants import signed_words
+    from strata.kernels.packed_iquants import signed_word_pair
 
     @triton.jit
     def _dp4a(a, b, SIGNED: tl.constexpr, ASM: tl.constexpr):
@@ -406,8 +406,7 @@ if triton is not None:
         parts = tl.zeros((xq.shape[0], at.shape[1], at.shape[2], 4, 1 if ISUM else 4), dtype=tl.float32)
         for half in tl.static_range(2):
             g = 16 * half + 4 * c + t                                                    # [1, 1, 1, 4, 4]
-            w0, scale, delta = signed_words(at, g, 0, table_ptr, ok, QTYPE)              # [1, SB, BN, 4, 4]
-            w1, scale, delta = signed_words(at, g, 1, table_ptr, ok, QTYPE)
+            w0, w1, scale, delta = signed_word_pair(at, g, table_ptr, ok, QTYPE)        # [1, SB, BN, 4, 4]
             x0 = tl.load(xq + j * 64 + 2 * g, mask=rok, other=0)                         # [R, SB, 1, 4, 4]
             x1 = tl.load(xq + j * 64 + 2 * g + 1, mask=rok, other=0)
             value = (_dp4a(w0, x0, True, ASM) + _dp4a(w1, x1, True, ASM)).to(tl.float32)
