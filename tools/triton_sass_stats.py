@@ -5,8 +5,9 @@ nvdisasm (`pip install --target /tmp/tri36 triton==3.6.0`).
 
 usage: PYTHONPATH=/tmp/tri36:. python tools/triton_sass_stats.py pairs gate_up|down BLOCK_N SUPERBLOCKS WARPS ISUM [QTYPE]
        PYTHONPATH=/tmp/tri36:. python tools/triton_sass_stats.py gemv QTYPE ROWS BLOCK_N SUPERBLOCKS WARPS ISUM
+       PYTHONPATH=/tmp/tri36:. python tools/triton_sass_stats.py grouped gate_up|down QTYPE BLOCK_M BLOCK_N WARPS
 The pairs are the 30B-A3B's experts (Q4_K gate/up rows of 2,048, Q6_K down rows of 768, or QTYPE); the GEMV is
-4,096 x 2,048. Integer arguments are specialized on those values as a launch would be (divisible by 16 or not).
+4,096 x 2,048; the grouped kernels are packed_moe's float ones (prompts of i-quant experts) on the same experts. Integer arguments are specialized on those values as a launch would be (divisible by 16 or not).
 Add --sass FILE to keep the disassembly."""
 import argparse
 import collections
@@ -23,7 +24,8 @@ from triton.compiler import ASTSource
 from strata.kernels import packed_q8
 
 POINTERS = {"q_ptr": "*i8", "dx_ptr": "*fp32", "sums_ptr": "*fp32", "w_ptr": "*u8", "w13_ptr": "*u8", "w2_ptr": "*u8",
-            "table_ptr": "*u8", "ids_ptr": "*i32", "act_ptr": "*fp32", "weights_ptr": "*fp32", "out_ptr": "*fp32"}
+            "table_ptr": "*u8", "ids_ptr": "*i32", "act_ptr": "*fp32", "weights_ptr": "*fp32", "out_ptr": "*fp32",
+            "hidden_ptr": "*bf16", "sorted_ids_ptr": "*i32", "block_expert_ptr": "*i32"}
 
 
 def compile_sm90(fn, consts: dict, values: dict, pointers: dict = POINTERS, **options):
@@ -46,7 +48,7 @@ def nvidia_tool(name: str, *args: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("kernel", choices=["pairs", "gemv"])
+    parser.add_argument("kernel", choices=["pairs", "gemv", "grouped"])
     parser.add_argument("args", nargs="+")
     parser.add_argument("--sass", help="write the disassembly here")
     opts = parser.parse_args()
@@ -60,6 +62,22 @@ def main() -> None:
         rows_out, row_bytes = (2 * 768, packed_q8.row_bytes(qtype, k)) if which == "gate_up" else (
             2048, packed_q8.row_bytes(qtype, k))
         values = dict(inter=768, dim=2048, top_k=8, stride_we=rows_out * row_bytes, stride_wn=row_bytes)
+    elif opts.kernel == "grouped":
+        from strata.kernels import packed_moe
+
+        which, (qtype, bm, bn, warps) = opts.args[0], (int(v) for v in opts.args[1:5])
+        k = 2048 if which == "gate_up" else 768
+        row_bytes = packed_q8.row_bytes(qtype, k)
+        consts = dict(QTYPE=qtype, BLOCK_M=bm, BLOCK_N=bn, USE_PDL=True)
+        if which == "gate_up":
+            fn = packed_moe._gate_up_grouped_kernel
+            values = dict(inter=768, dim=2048, top_k=8, stride_ht=2048, stride_we=1536 * row_bytes,
+                          stride_wn=row_bytes, stride_at=768)
+        else:
+            fn = packed_moe._down_grouped_kernel
+            values = dict(dim=2048, inter=768, stride_at=768, stride_we=2048 * row_bytes, stride_wn=row_bytes)
+        values["num_pairs"] = 512
+        pointers = {**POINTERS, "act_ptr": "*bf16"}
     else:
         qtype, rows, bn, sb, warps, isum = (int(v) for v in opts.args[:6])
         fn, k = packed_q8._gemv_kernel, 2048
@@ -67,7 +85,9 @@ def main() -> None:
         consts = dict(QTYPE=qtype, BLOCK_N=bn, SB=packed_q8.units_per_step(sb, qtype, k), ROWS=rows,
                       UNIT=packed_q8.UNIT[qtype], WT=packed_q8.word_tiles(qtype, isum > 0), ISUM=isum, USE_PDL=True,
                       ASM=True)
-    kernel = compile_sm90(fn, consts, values, num_warps=warps, num_stages=3)
+    grouped = opts.kernel == "grouped"
+    kernel = compile_sm90(fn, consts, values, pointers if grouped else POINTERS, num_warps=warps,
+                          num_stages=2 if grouped else 3)
     with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
         cubin.write(kernel.asm["cubin"])
         cubin.flush()

@@ -163,8 +163,11 @@ if triton is not None:
         128 + the signed code book value of weight 8 g + 4 h + b (^ 0x80 adds 128: (v ^ m) + 1 of signed_words
         keeps bit 7)."""
         g = tl.arange(0, 32)[None, None, :, None]
-        h = tl.arange(0, 2)[None, None, None, :]
-        words, scale, delta = signed_words(base, g, h, table_ptr, ok, QTYPE)
+        if QTYPE == 18 or QTYPE == 21:  # IQ3_*: two code book rows of 4 a group
+            words, scale, delta = signed_words(base, g, tl.arange(0, 2)[None, None, None, :], table_ptr, ok, QTYPE)
+        else:
+            w0, w1, scale, delta = signed_word_pair(base, g, table_ptr, ok, QTYPE)     # [BN, SB, 32, 1] each
+            words = tl.reshape(tl.join(w0, w1), (w0.shape[0], w0.shape[1], 32, 2))
         return words ^ _BIAS, scale, delta
 
     @triton.jit
