@@ -1,5 +1,6 @@
-# Session 53 (~7 minutes, on an H200 only; after next_call53.sh): issue 23's commands on the machine its targets are
-# for, none run there since session 50 (before the pairs' K-step sums and the fused merge by default): session 50's call 1.
+# Session 53 (~7 minutes, on an H200 only; after next_call56.sh and next_call57.sh): issue 23's commands on the
+# machine its targets are for, none run there since session 50 (before the pairs' K-step sums and the fused merge by
+# default): session 50's call 1.
 # Build the archive first:  git archive HEAD -o .base/src.tar && git rev-parse --short HEAD > .base/COMMIT
 source tools/gpu_ab/device_setup.sh
 S=$(date +%s)

@@ -9,7 +9,9 @@ source tools/gpu_ab/device_setup.sh
 S=$(date +%s)
 nvidia-smi -L
 ARMS=""
-for A in $OLDPWD/.base/arms/*.tar.gz; do N=$(basename $A .tar.gz); mkdir -p /tmp/$N && tar -xzf $A -C /tmp/$N; ARMS="$ARMS $N"; done
+for A in $OLDPWD/.base/arms/*.tar.gz; do
+  N=$(basename $A .tar.gz); mkdir -p /tmp/$N && tar -xzf $A -C /tmp/$N; ARMS="$ARMS $N"
+done
 mkdir -p /tmp/tile1 && tar -xf $OLDPWD/.base/src.tar -C /tmp/tile1
 python3 - <<'PY'
 path = "/tmp/tile1/strata/kernels/packed_q8.py"
@@ -26,6 +28,7 @@ for R in 1 2; do for T in $ARMS src tile1; do
     /tmp/q4km.gguf --device cuda --max-model-len 4096 --num-prompts 2 --input-len 64 --output-len 128 --concurrency 1 \
     --cpu-threads 16 --expert-swap-interval 0 --repeats 3 --expert-cache 25% --output $OUT/${T}_r$R.json \
     > $OUT/${T}_r$R.log 2>&1)
-  echo "== $T r$R rc=$? t=$(( $(date +%s)-S ))" >> $OUT/ab.txt; grep -E "strata_c1" $OUT/${T}_r$R.log | cut -c1-110 >> $OUT/ab.txt
+  echo "== $T r$R rc=$? t=$(( $(date +%s)-S ))" >> $OUT/ab.txt
+  grep -E "strata_c1" $OUT/${T}_r$R.log | cut -c1-110 >> $OUT/ab.txt
 done; done
 cat $OUT/ab.txt
