@@ -5,7 +5,7 @@ expert) loop over them; packed_q8's docstring says what they compute.
 
 Layouts (packed_gemv's docstring; all offsets in bytes from a row's start). Blocks of an even size may
 start two bytes into a word: those words are funnelled from the upper half of one word and the next half
-word (_word_at), so no byte outside the weight is read.
+word (word_at), so no byte outside the weight is read.
 - Q4_K (144 per 256): word 0 = f16 d | f16 dmin << 16, words 1-3 the 12 bytes of 6-bit scales and mins,
   words 4 + 8 j + t the quants of sub-blocks 2 j (low nibbles) and 2 j + 1 (high): weight 4 t + b of each
   in byte b. Its activations are x words 16 j + t (low) and 16 j + 8 + t (high) of the superblock's 64.
@@ -24,6 +24,7 @@ word (_word_at), so no byte outside the weight is read.
 - Q8_0 (34 per 32): f16 d, 32 int8 quants (signed dp4a). Q4_0 (18) / Q4_1 (20): f16 d (and f16 m), 16
   bytes: weight i < 16 in the low nibble of byte i, 16 + i in its high one; Q5_0 (22) / Q5_1 (24) put a
   32-bit word of fifth bits (bit i: weight i) before those bytes. w = d (q - 8), d (q - 16), d q + m.
+- IQ4_NL / IQ4_XS: q8_iq4's docstring.
 - The i-quants: packed_iquants' docstring and gguf_blocks (byte loads: any alignment); their code books come in
   as table_ptr (packed_iquants.decode_table; the other types get their own blocks there, never read).
 """
@@ -38,58 +39,8 @@ except ImportError:  # CPU-only install
 
 if triton is not None:
     from strata.kernels.packed_iquants import signed_word_pair
-
-    @triton.jit
-    def _dp4a(a, b, SIGNED: tl.constexpr, ASM: tl.constexpr):
-        """Sum over the 4 bytes of (byte of a, unsigned or SIGNED) * (signed byte of b), int32 words -> int32."""
-        if ASM:
-            if SIGNED:
-                out = tl.inline_asm_elementwise("dp4a.s32.s32 $0, $1, $2, 0;", "=r,r,r", [a, b], dtype=tl.int32,
-                                                is_pure=True, pack=1)
-            else:
-                out = tl.inline_asm_elementwise("dp4a.u32.s32 $0, $1, $2, 0;", "=r,r,r", [a, b], dtype=tl.int32,
-                                                is_pure=True, pack=1)
-        else:
-            out = tl.zeros(a.shape, dtype=tl.int32)
-            for i in tl.static_range(4):
-                ai = (a >> (8 * i)) & 255
-                if SIGNED:
-                    ai = (ai ^ 128) - 128
-                out += ai * ((((b >> (8 * i)) & 255) ^ 128) - 128)
-        return out
-
-    @triton.jit
-    def _dp4a_into(acc, a, b, ASM: tl.constexpr):
-        """acc plus the unsigned-by-signed dp4a of int32 words a and b (one instruction: dp4a's own addend)."""
-        if ASM:
-            out = tl.inline_asm_elementwise("dp4a.u32.s32 $0, $1, $2, $3;", "=r,r,r,r", [a, b, acc], dtype=tl.int32,
-                                            is_pure=True, pack=1)
-        else:
-            out = acc + _dp4a(a, b, False, ASM)
-        return out
-
-    @triton.jit
-    def _word_at(w_words, w_halves, start, words, ok, NEXT_WORD: tl.constexpr):
-        """The int32 words `words` words after even byte offsets `start` (one per row and block: the int64
-        address arithmetic stays on the small tensor, the word offsets are int32): one word load where start
-        is on a word, else the upper half of the word before and the lower half of the next. NEXT_WORD reads
-        that next half as a whole word (vectorised like the first load: Q6_K, whose funnelled words all lie
-        13+ bytes before its superblock's end); else as a half word, so that no byte past the last one asked
-        for is read (the 32-value blocks' last words end their block, maybe the tensor)."""
-        first = start >> 2  # (not // 4: offsets are never negative, and a signed division costs a sign fix-up)
-        odd = (start & 2) != 0
-        lo = tl.load(w_words + first + words, mask=ok, other=0).to(tl.uint32, bitcast=True)
-        if NEXT_WORD:
-            hi = tl.load(w_words + first + 1 + words, mask=ok & odd, other=0).to(tl.uint32, bitcast=True)
-        else:
-            hi = tl.load(w_halves + (first * 2 + 2) + 2 * words, mask=ok & odd, other=0).to(tl.uint16, bitcast=True)
-            hi = hi.to(tl.uint32)
-        return tl.where(odd, (lo >> 16) | (hi << 16), lo).to(tl.int32, bitcast=True)
-
-    @triton.jit
-    def _f16_half(w_halves, start, ok):
-        """The float16 at even byte offsets `start`, as float32."""
-        return tl.load(w_halves + (start >> 1), mask=ok, other=0).to(tl.float16, bitcast=True).to(tl.float32)
+    from strata.kernels.q8_iq4 import iq4nl_step, iq4xs_step
+    from strata.kernels.q8_words import dp4a, dp4a_into, f16_half, word_at
 
     @triton.jit
     def _q4k_scale_min(h1, h2, h3, s):
@@ -128,8 +79,8 @@ if triton is not None:
                 low_quants |= ((qh >> shift) & 0x01010101) << 4
                 high_quants |= ((qh >> (shift + 1)) & 0x01010101) << 4
             x_at = xq + j * 64 + 16 * pair + t                                           # [R, SB, 1, 4, 8]
-            low = _dp4a(low_quants.to(tl.int32, bitcast=True), tl.load(x_at, mask=rok, other=0), False, ASM)
-            high = _dp4a(high_quants.to(tl.int32, bitcast=True), tl.load(x_at + 8, mask=rok, other=0), False, ASM)
+            low = dp4a(low_quants.to(tl.int32, bitcast=True), tl.load(x_at, mask=rok, other=0), False, ASM)
+            high = dp4a(high_quants.to(tl.int32, bitcast=True), tl.load(x_at + 8, mask=rok, other=0), False, ASM)
         h0 = tl.load(w_words + wb, mask=ok, other=0).to(tl.uint32, bitcast=True)
         h1 = tl.load(w_words + wb + 1, mask=ok, other=0).to(tl.uint32, bitcast=True)
         h2 = tl.load(w_words + wb + 2, mask=ok, other=0).to(tl.uint32, bitcast=True)
@@ -172,8 +123,8 @@ if triton is not None:
                 shift = (2 * pair).to(tl.uint32)
                 low_quants |= ((qh >> shift) & 0x01010101) << 4
                 high_quants |= ((qh >> (shift + 1)) & 0x01010101) << 4
-            low = _dp4a_into(low, low_quants.to(tl.int32, bitcast=True), tl.load(x_at + t, mask=rok, other=0), ASM)
-            high = _dp4a_into(high, high_quants.to(tl.int32, bitcast=True), tl.load(x_at + 8 + t, mask=rok, other=0),
+            low = dp4a_into(low, low_quants.to(tl.int32, bitcast=True), tl.load(x_at + t, mask=rok, other=0), ASM)
+            high = dp4a_into(high, high_quants.to(tl.int32, bitcast=True), tl.load(x_at + 8 + t, mask=rok, other=0),
                               ASM)
         return low, high
 
@@ -191,9 +142,9 @@ if triton is not None:
             dot0, dot1, dot2, dot3 = _q6k_word_loop(w_words, w_halves, start, xq, j, hg, ok, rok, ASM)
         else:
             t = 4 * (hg % 2) + tl.arange(0, 4)[None, None, None, None, :]
-            ql_a = _word_at(w_words, w_halves, start, 16 * h + t, ok, True)  # weights 4 t.. (low), 4 t + 64..
-            ql_b = _word_at(w_words, w_halves, start, 16 * h + 8 + t, ok, True)  # 4 t + 32.., 4 t + 96..
-            qh = _word_at(w_words, w_halves, start, 32 + 8 * h + t, ok, True)
+            ql_a = word_at(w_words, w_halves, start, 16 * h + t, ok, True)  # weights 4 t.. (low), 4 t + 64..
+            ql_b = word_at(w_words, w_halves, start, 16 * h + 8 + t, ok, True)  # 4 t + 32.., 4 t + 96..
+            qh = word_at(w_words, w_halves, start, 32 + 8 * h + t, ok, True)
             x_at = xq + j * 64 + 32 * h + t                           # [R, SB, 1, 4, 4]: weight 128 h + 4 t
         scales = w_halves.to(tl.pointer_type(tl.int8)) + start + 192 + 8 * h + hg % 2  # [1, SB, BN, 4, 1]: + 2 a run
         dx_at = dx + j * 8 + 4 * h                                    # [R, SB, 1, 4, 1]: + 1 per run
@@ -212,12 +163,12 @@ if triton is not None:
                 else:
                     dot = dot3
             else:
-                dot = _dp4a(_q6k_quants(ql_a, ql_b, qh, c), tl.load(x_at + 8 * c, mask=rok, other=0), False, ASM)
+                dot = dp4a(_q6k_quants(ql_a, ql_b, qh, c), tl.load(x_at + 8 * c, mask=rok, other=0), False, ASM)
                 if ISUM:
                     dot = tl.sum(dot, axis=4, keep_dims=True)
             parts += dot.to(tl.float32) * factor
             offsets += 32.0 * factor * tl.load(sums_at + 2 * c, mask=rok, other=0.0)
-        d = _f16_half(w_halves, start + 208, ok)                      # [1, SB, BN, 1, 1]
+        d = f16_half(w_halves, start + 208, ok)                      # [1, SB, BN, 1, 1]
         return parts * d, offsets * d
 
     @triton.jit
@@ -247,14 +198,14 @@ if triton is not None:
         dot3 = tl.zeros((xq.shape[0], start.shape[1], start.shape[2], 4, 1), dtype=tl.int32)
         for u in tl.static_range(4):
             t = 4 * (hg % 2) + u                                      # [1, 1, 1, 4, 1]
-            ql_a = _word_at(w_words, w_halves, start, 16 * h + t, ok, True)
-            ql_b = _word_at(w_words, w_halves, start, 16 * h + 8 + t, ok, True)
-            qh = _word_at(w_words, w_halves, start, 32 + 8 * h + t, ok, True)
+            ql_a = word_at(w_words, w_halves, start, 16 * h + t, ok, True)
+            ql_b = word_at(w_words, w_halves, start, 16 * h + 8 + t, ok, True)
+            qh = word_at(w_words, w_halves, start, 32 + 8 * h + t, ok, True)
             x_at = xq + j * 64 + 32 * h + t                           # [R, SB, 1, 4, 1]
-            dot0 = _dp4a_into(dot0, _q6k_quants(ql_a, ql_b, qh, 0), tl.load(x_at, mask=rok, other=0), ASM)
-            dot1 = _dp4a_into(dot1, _q6k_quants(ql_a, ql_b, qh, 1), tl.load(x_at + 8, mask=rok, other=0), ASM)
-            dot2 = _dp4a_into(dot2, _q6k_quants(ql_a, ql_b, qh, 2), tl.load(x_at + 16, mask=rok, other=0), ASM)
-            dot3 = _dp4a_into(dot3, _q6k_quants(ql_a, ql_b, qh, 3), tl.load(x_at + 24, mask=rok, other=0), ASM)
+            dot0 = dp4a_into(dot0, _q6k_quants(ql_a, ql_b, qh, 0), tl.load(x_at, mask=rok, other=0), ASM)
+            dot1 = dp4a_into(dot1, _q6k_quants(ql_a, ql_b, qh, 1), tl.load(x_at + 8, mask=rok, other=0), ASM)
+            dot2 = dp4a_into(dot2, _q6k_quants(ql_a, ql_b, qh, 2), tl.load(x_at + 16, mask=rok, other=0), ASM)
+            dot3 = dp4a_into(dot3, _q6k_quants(ql_a, ql_b, qh, 3), tl.load(x_at + 24, mask=rok, other=0), ASM)
         return dot0, dot1, dot2, dot3
 
     @triton.jit
@@ -277,7 +228,7 @@ if triton is not None:
             u = c % 2
             w = tl.load(w_words + wb + 4 + 4 * c + t, mask=ok, other=0).to(tl.uint32, bitcast=True)  # [1, SB, BN, 1, 4]
             quants = ((w >> shift) & 0x03030303).to(tl.int32, bitcast=True)                 # [1, SB, BN, 4, 4]
-            dot = _dp4a(quants, tl.load(xq + j * 64 + 32 * h + 8 * s + 4 * u + t, mask=rok, other=0), False, ASM)
+            dot = dp4a(quants, tl.load(xq + j * 64 + 32 * h + 8 * s + 4 * u + t, mask=rok, other=0), False, ASM)
             if ISUM:
                 dot = tl.sum(dot, axis=4, keep_dims=True)
             if h == 0:
@@ -307,20 +258,20 @@ if triton is not None:
         h = c // 2
         u = c % 2
         # qs and hmask words [1, SB, BN, 4, 4]
-        low = _word_at(w_words, w_halves, start, 8 + 4 * c + t, ok, True).to(tl.uint32, bitcast=True)
-        high = _word_at(w_words, w_halves, start, 4 * u + t, ok, True).to(tl.uint32, bitcast=True)
+        low = word_at(w_words, w_halves, start, 8 + 4 * c + t, ok, True).to(tl.uint32, bitcast=True)
+        high = word_at(w_words, w_halves, start, 4 * u + t, ok, True).to(tl.uint32, bitcast=True)
         # the 12 scale bytes as three words, shifted once to this lane's byte u and nibble h (a 6-bit scale is bits
         # 16 (S % 2) .. + 3 of word 24 + S // 2 and bits 16 (S % 2) + 2 (S // 2) .. + 1 of word 26, from there)
         lane = (8 * u + 4 * h).to(tl.uint32)                                             # [1, 1, 1, 4, 1]
         # scale words [1, SB, BN, 4, 1] (the lane's shift broadcasts them)
-        lows_a = _word_at(w_words, w_halves, start, 24, ok, True).to(tl.uint32, bitcast=True) >> lane
-        lows_b = _word_at(w_words, w_halves, start, 25, ok, True).to(tl.uint32, bitcast=True) >> lane
-        highs = _word_at(w_words, w_halves, start, 26, ok, True).to(tl.uint32, bitcast=True) >> lane
+        lows_a = word_at(w_words, w_halves, start, 24, ok, True).to(tl.uint32, bitcast=True) >> lane
+        lows_b = word_at(w_words, w_halves, start, 25, ok, True).to(tl.uint32, bitcast=True) >> lane
+        highs = word_at(w_words, w_halves, start, 26, ok, True).to(tl.uint32, bitcast=True) >> lane
         parts = tl.zeros((xq.shape[0], start.shape[1], start.shape[2], 4, 1 if ISUM else 4), dtype=tl.float32)
         offsets = tl.zeros((xq.shape[0], start.shape[1], start.shape[2], 4, 1), dtype=tl.float32)
         for s in tl.static_range(4):
             quants = ((low >> 2 * s) & 0x03030303) | (((high >> (s + 4 * h).to(tl.uint32)) & 0x01010101) << 2)
-            dot = _dp4a(quants.to(tl.int32, bitcast=True),
+            dot = dp4a(quants.to(tl.int32, bitcast=True),
                         tl.load(xq + j * 64 + 32 * h + 8 * s + 4 * u + t, mask=rok, other=0), False, ASM)
             if ISUM:
                 dot = tl.sum(dot, axis=4, keep_dims=True)
@@ -334,7 +285,7 @@ if triton is not None:
             factor = signed * tl.load(dx + j * 8 + 4 * h + s, mask=rok, other=0.0)
             parts += dot.to(tl.float32) * factor
             offsets += 4.0 * factor * tl.load(sums + j * 16 + 8 * h + 2 * s + u, mask=rok, other=0.0)
-        d = _f16_half(w_halves, start + 108, ok)                                         # [1, SB, BN, 1, 1]
+        d = f16_half(w_halves, start + 108, ok)                                         # [1, SB, BN, 1, 1]
         return parts * d, offsets * d
 
     @triton.jit
@@ -354,13 +305,13 @@ if triton is not None:
         block_bytes: tl.constexpr = 34 if QTYPE == 8 else (18 if QTYPE == 2 else (20 if QTYPE == 3 else (
             22 if QTYPE == 6 else 24)))
         start = base + (j * 4 + g) * block_bytes                                         # [1, SB, BN, 4, 1]
-        d = _f16_half(w_halves, start, ok)
+        d = f16_half(w_halves, start, ok)
         x_block = xq + j * 32 + g * 8                                                    # [R, SB, 1, 4, 1]
         dxg = tl.load(dx + j * 4 + g, mask=rok, other=0.0)                               # [R, SB, 1, 4, 1]
         if QTYPE == 8:
             t = tl.arange(0, 8)[None, None, None, None, :]
-            quants = _word_at(w_words, w_halves, start + 2, t, ok, False)              # [1, SB, BN, 4, 8]
-            dot = _dp4a(quants, tl.load(x_block + t, mask=rok, other=0), True, ASM)
+            quants = word_at(w_words, w_halves, start + 2, t, ok, False)              # [1, SB, BN, 4, 8]
+            dot = dp4a(quants, tl.load(x_block + t, mask=rok, other=0), True, ASM)
             if ISUM:
                 dot = tl.sum(dot, axis=4, keep_dims=True)
             parts = dot.to(tl.float32) * (d * dxg)
@@ -368,15 +319,15 @@ if triton is not None:
         else:
             t = tl.arange(0, 4)[None, None, None, None, :]
             first: tl.constexpr = 2 if QTYPE == 2 else (4 if QTYPE == 3 else (6 if QTYPE == 6 else 8))
-            words = _word_at(w_words, w_halves, start + first, t, ok, False).to(tl.uint32, bitcast=True)
+            words = word_at(w_words, w_halves, start + first, t, ok, False).to(tl.uint32, bitcast=True)
             low = words & 0x0F0F0F0F
             high = (words >> 4) & 0x0F0F0F0F
             if QTYPE == 6 or QTYPE == 7:
-                qh = _word_at(w_words, w_halves, start + first - 4, 0, ok, False).to(tl.uint32, bitcast=True)
+                qh = word_at(w_words, w_halves, start + first - 4, 0, ok, False).to(tl.uint32, bitcast=True)
                 low |= _spread_bits((qh >> (4 * t)) & 15)
                 high |= _spread_bits((qh >> (16 + 4 * t)) & 15)
-            dot = _dp4a(low.to(tl.int32, bitcast=True), tl.load(x_block + t, mask=rok, other=0), False, ASM) \
-                + _dp4a(high.to(tl.int32, bitcast=True), tl.load(x_block + 4 + t, mask=rok, other=0), False, ASM)
+            dot = dp4a(low.to(tl.int32, bitcast=True), tl.load(x_block + t, mask=rok, other=0), False, ASM) \
+                + dp4a(high.to(tl.int32, bitcast=True), tl.load(x_block + 4 + t, mask=rok, other=0), False, ASM)
             if ISUM:
                 dot = tl.sum(dot, axis=4, keep_dims=True)
             parts = dot.to(tl.float32) * (d * dxg)
@@ -387,7 +338,7 @@ if triton is not None:
             elif QTYPE == 6:
                 offsets = 16.0 * d * dxg * block_sum
             else:
-                offsets = -_f16_half(w_halves, start + 2, ok) * dxg * block_sum           # + m * sum(x)
+                offsets = -f16_half(w_halves, start + 2, ok) * dxg * block_sum           # + m * sum(x)
         return parts, offsets
 
     @triton.jit
@@ -409,10 +360,10 @@ if triton is not None:
             w0, w1, scale, delta = signed_word_pair(at, g, table_ptr, ok, QTYPE)        # [1, SB, BN, 4, 4]
             x0 = tl.load(xq + j * 64 + 2 * g, mask=rok, other=0)                         # [R, SB, 1, 4, 4]
             x1 = tl.load(xq + j * 64 + 2 * g + 1, mask=rok, other=0)
-            value = (_dp4a(w0, x0, True, ASM) + _dp4a(w1, x1, True, ASM)).to(tl.float32)
+            value = (dp4a(w0, x0, True, ASM) + dp4a(w1, x1, True, ASM)).to(tl.float32)
             if QTYPE == 19 or QTYPE == 29:
                 ones = tl.full(w0.shape, 0x01010101, tl.int32)
-                value += delta * (_dp4a(ones, x0, False, ASM) + _dp4a(ones, x1, False, ASM)).to(tl.float32)
+                value += delta * (dp4a(ones, x0, False, ASM) + dp4a(ones, x1, False, ASM)).to(tl.float32)
             part = value * (scale * tl.load(dx + j * 8 + 4 * half + c, mask=rok, other=0.0))
             if ISUM:
                 part = tl.sum(part, axis=4, keep_dims=True)
@@ -429,7 +380,13 @@ if triton is not None:
         the others as 1)."""
         w_words = w_ptr.to(tl.pointer_type(tl.int32))
         w_halves = w_ptr.to(tl.pointer_type(tl.int16))
-        if QTYPE >= 16:  # the i-quants (IQUANTS)
+        if QTYPE == 20:  # IQ4_NL
+            parts = iq4nl_step(w_words, w_halves, base, xq, dx, j, ok, rok, ISUM, ASM)
+            offsets = tl.zeros((xq.shape[0], parts.shape[1], parts.shape[2], 4, 1), dtype=tl.float32)
+        elif QTYPE == 23:  # IQ4_XS
+            parts = iq4xs_step(w_words, base, xq, dx, j, ok, rok, ISUM, ASM)
+            offsets = tl.zeros((xq.shape[0], parts.shape[1], parts.shape[2], 4, 1), dtype=tl.float32)
+        elif QTYPE >= 16:  # the i-quants (IQUANTS)
             parts = _iq_step(w_ptr, table_ptr, base, xq, dx, j, ok, rok, QTYPE, ISUM, ASM)
             offsets = tl.zeros((xq.shape[0], parts.shape[1], parts.shape[2], 4, 1), dtype=tl.float32)
         elif QTYPE == 12 or QTYPE == 13:

@@ -1,6 +1,6 @@
 """packed_moe (a layer's routed experts over GGUF blocks, CUDA) against packed_moe_ref in float32 on the
 same blocks: the CUDA paths (8-bit pairs, pairs, grouped, dequantized experts + 16-bit grouped GEMMs) on the
-types the block kernels read (IQ4_XS on the float pairs and grouped kernels only), experts spaced further
+types the block kernels read (IQ4_XS / IQ4_NL and the i-quants not on packed_mmq), experts spaced further
 apart than their size (slot views), skipped pairs, and inside a CUDA graph capture; the float pairs and grouped
 kernels also in Triton's interpreter on the CPU (TRITON_INTERPRET=1)."""
 
@@ -79,15 +79,18 @@ def test_pairs_kernel_types():
 
 @pytest.mark.parametrize("qtypes", IQ_PAIRS + [(IQ2_XXS, Q3_K), (Q2_K, IQ3_S)])
 def test_the_i_quants_take_the_8_bit_pairs(qtypes, monkeypatch):
-    """packed_q8 reads the i-quants: a layer of them (alone or with a K type) takes the 8-bit pairs, as Q2_K
-    experts do, unless a row is no whole number of superblocks; IQ4_XS stays on the float kernels."""
+    """packed_q8 reads the i-quants and IQ4_XS: a layer of them (alone or with a K type) takes the 8-bit pairs, as
+    Q2_K experts do, unless a row is no whole number of superblocks."""
     from strata.kernels import packed_q8
 
     monkeypatch.setattr(packed_q8, "enabled", lambda: True)  # whatever STRATA_NO_Q8_ACTIVATIONS says
     w13, w2 = torch.zeros(4, 512, 84, dtype=torch.uint8), torch.zeros(4, 256, 84, dtype=torch.uint8)
     assert q8_pairs_supported(w13, qtypes[0], w2, qtypes[1], 256, 256) and pairs_supported(*qtypes, 256, 256)
     assert not q8_pairs_supported(w13, qtypes[0], w2, qtypes[1], 256, 320)
-    assert not q8_pairs_supported(w13, IQ4_XS, w2, qtypes[1], 256, 256)
+    w13_iq4 = torch.zeros(4, 512, 136, dtype=torch.uint8)
+    assert q8_pairs_supported(w13_iq4, IQ4_XS, w2, qtypes[1], 256, 256)
+    rows_on_half_words = torch.zeros(4, 512, 138, dtype=torch.uint8)[:, :, :136]
+    assert not q8_pairs_supported(rows_on_half_words, IQ4_XS, w2, qtypes[1], 256, 256)
 
 
 @gpu

@@ -13,7 +13,7 @@ import torch
 from test_packed_gemv import random_blocks  # this folder's module by name: an installed `kernels` package (transformers >= 5.25 needs one) shadows tests/kernels
 from strata.kernels import packed_q8, q8_rounding
 from strata.kernels.gguf_blocks import dequantize_ref
-from strata.kernels.packed_gemv import (IQ4_XS, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0,
+from strata.kernels.packed_gemv import (IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0,
                                        packed_gemv_ref)
 from strata.kernels.packed_iquants import IQ1_M, IQ1_S, IQ2_S, IQ2_XS, IQ2_XXS, IQ3_S, IQ3_XXS
 
@@ -21,7 +21,7 @@ gpu = pytest.mark.gpu
 interpreted = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                                  reason="the kernels in Triton's interpreter: set TRITON_INTERPRET=1, triton installed")
 IQ_TYPES = [IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M]
-Q8_TYPES = [Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, *IQ_TYPES]
+Q8_TYPES = [Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, IQ4_NL, IQ4_XS, *IQ_TYPES]
 
 
 def test_activation_rounding_keeps_each_value_within_half_a_step():
@@ -42,8 +42,7 @@ def test_activation_rounding_keeps_each_value_within_half_a_step():
 
 def test_supports_rows_of_whole_units():
     """Q2_K / Q3_K / Q4_K / Q5_K / Q6_K and i-quant rows of whole superblocks, the 32-value types rows of whole
-    128-value units; rows may start two bytes into a word except Q2_K's, Q4_K's and Q5_K's; IQ4_XS is left to the
-    float decoders."""
+    128-value units; rows may start two bytes into a word except Q2_K's, Q4_K's, Q5_K's and IQ4_XS's."""
     assert packed_q8.supports(Q4_K, 512, torch.zeros(4, 288, dtype=torch.uint8))
     assert packed_q8.supports(Q6_K, 768, torch.zeros(4, 630, dtype=torch.uint8))
     assert packed_q8.supports(Q8_0, 640, torch.zeros(4, 680, dtype=torch.uint8))
@@ -52,7 +51,10 @@ def test_supports_rows_of_whole_units():
     assert not packed_q8.supports(Q4_K, 320, torch.zeros(4, 180, dtype=torch.uint8))
     assert packed_q8.supports(Q5_K, 512, torch.zeros(4, 352, dtype=torch.uint8))
     assert not packed_q8.supports(Q5_K, 256, torch.zeros(4, 178, dtype=torch.uint8)[:, :176])
-    assert not packed_q8.supports(IQ4_XS, 512, torch.zeros(4, 272, dtype=torch.uint8))
+    assert packed_q8.supports(IQ4_XS, 512, torch.zeros(4, 272, dtype=torch.uint8))
+    assert not packed_q8.supports(IQ4_XS, 256, torch.zeros(4, 138, dtype=torch.uint8)[:, :136])
+    assert packed_q8.supports(IQ4_NL, 384, torch.zeros(4, 218, dtype=torch.uint8)[:, :216])
+    assert packed_q8.row_bytes(IQ4_XS, 512) == 272 and packed_q8.row_bytes(IQ4_NL, 384) == 216
     assert not packed_q8.supports(Q4_K, 256, torch.zeros(4, 146, dtype=torch.uint8)[:, :144])
     assert not packed_q8.supports(Q6_K, 256, torch.zeros(4, 211, dtype=torch.uint8)[:, :210])
     assert packed_q8.supports(Q2_K, 512, torch.zeros(4, 168, dtype=torch.uint8))
@@ -277,7 +279,8 @@ def down_reference(act, w2, qtype2, ids, weights) -> torch.Tensor:
                                            ((Q4_K, Q8_0), 640), ((Q4_K, Q5_0), 640), ((Q8_0, Q8_0), 384),
                                            ((Q5_K, Q6_K), 768), ((Q2_K, Q3_K), 768), ((Q3_K, Q2_K), 768),
                                            ((IQ2_XXS, IQ3_XXS), 768), ((IQ2_XS, IQ3_S), 768), ((IQ2_S, Q4_K), 768),
-                                           ((IQ3_S, IQ2_S), 768), ((IQ1_S, IQ1_M), 768), ((IQ1_M, Q6_K), 768)])
+                                           ((IQ3_S, IQ2_S), 768), ((IQ1_S, IQ1_M), 768), ((IQ1_M, Q6_K), 768),
+                                           ((IQ4_XS, IQ4_XS), 768), ((IQ4_XS, IQ4_NL), 384), ((IQ4_NL, Q6_K), 768)])
 @pytest.mark.parametrize("tokens", [1, 4, 48])
 def test_moe_pairs_match_the_rounded_reference(qtypes, inter, tokens):
     """Experts in slots wider than they are (a padded view), a skipped pair (zeros), K = 768 down rows (odd
@@ -287,7 +290,7 @@ def test_moe_pairs_match_the_rounded_reference(qtypes, inter, tokens):
 
 @interpreted
 @pytest.mark.parametrize("qtypes", [(Q2_K, Q3_K), (Q3_K, Q2_K), (Q4_K, Q6_K), (IQ2_XXS, IQ3_XXS), (IQ2_XS, IQ3_S),
-                                    (IQ3_S, IQ2_S), (IQ1_S, IQ1_M)])
+                                    (IQ3_S, IQ2_S), (IQ1_S, IQ1_M), (IQ4_XS, IQ4_NL), (IQ4_NL, IQ4_XS)])
 def test_moe_pairs_in_the_interpreter(qtypes):
     """A small case with wide programs (the interpreter runs programs one by one): one-superblock gate/up rows
     and 768-wide down rows (Q3_K's odd rows start two bytes into a word in both)."""

@@ -1,0 +1,106 @@
+"""packed_q8's K steps for IQ4_NL and IQ4_XS: 4-bit codes into 16 non-linear int8 levels (gguf-py's kvalues,
+packed_gemv.IQ4_LEVELS), dotted with 8-bit activations by signed dp4a; a block's sum is exact in int32 and scaled once.
+
+- IQ4_NL (18 bytes per 32): Q4_0's layout, w = d level[q]; a K step (a unit) is four blocks, as Q4_0's (q8_steps).
+- IQ4_XS (136 bytes per 256, every superblock on a word): word 0 = f16 d | scales_h << 16 (2 bits a 32-value block),
+  word 1 = scales_l (a nibble a block), words 2 + 4 b + t the codes of block b (low nibbles: weights 32 b + 4 t..,
+  high: 32 b + 16 + 4 t..); w = d (ls - 32) level[q], ls = low nibble | high bits << 4. A step is one superblock,
+  taken in two halves of four blocks (the tiles' 4 x 4 as the i-quants': [R, SB, BN, block, word]).
+A word of eight codes becomes two words of four levels by eight byte permutes (prmt) of the levels' 16 bytes on the
+GPU, or by shifts of the levels' words under Triton's interpreter (same bits).
+"""
+
+from __future__ import annotations
+
+from strata.kernels.packed_gemv import IQ4_LEVELS
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU-only install
+    triton = tl = None
+
+if triton is not None:
+    from strata.kernels.q8_words import dp4a, f16_half, word_at
+
+    # the 16 levels as the bytes of four int32 words (level 4 i + b in byte b of word i)
+    _W0, _W1, _W2, _W3 = (tl.constexpr(int.from_bytes(bytes(v & 255 for v in IQ4_LEVELS[i:i + 4]), "little",
+                                                      signed=True)) for i in (0, 4, 8, 12))
+
+    @triton.jit
+    def _prmt(a, b, selector):
+        """PTX prmt: byte n of the result is byte (nibble n of selector, 0-7) of the 8 bytes of a then b."""
+        return tl.inline_asm_elementwise("prmt.b32 $0, $1, $2, $3;", "=r,r,r,r", [a, b, selector], dtype=tl.int32,
+                                         is_pure=True, pack=1)
+
+    @triton.jit
+    def level_words(words, ASM: tl.constexpr):
+        """int32 words of 8 codes (byte b: code b in its low nibble, code 4 + b in its high one) -> (levels of the low
+        nibbles, levels of the high nibbles), words of int8 bytes in the codes' order. On the GPU each half word's
+        four nibbles select levels by byte permutes (prmt reads a selector's low 16 bits, a nibble a byte): from levels
+        0-7 and, selector ^ 8 each, 8-15 (a set top bit makes prmt copy a sign instead: those bytes are the other
+        lookup's), then bit 3 picks one; two more permutes part the low nibbles' levels from the high ones'."""
+        if ASM:
+            first = _half_levels(words)          # levels of codes 0, 4, 1, 5 (the low half word's nibbles in order)
+            second = _half_levels(words >> 16)   # 2, 6, 3, 7
+            return _prmt(first, second, 0x6420), _prmt(first, second, 0x7531)
+        return _levels_of_codes(words & 0x0F0F0F0F), _levels_of_codes((words >> 4) & 0x0F0F0F0F)
+
+    @triton.jit
+    def _half_levels(selector):
+        """The levels of the 4 codes in the low 16 bits of selector (nibble i: output byte i), by prmt."""
+        zero = tl.full(selector.shape, 0, tl.int32)
+        low = _prmt(zero + _W0, zero + _W1, selector)
+        high = _prmt(zero + _W2, zero + _W3, selector ^ 0x8888)
+        return _prmt(low, high, ((selector >> 1) & 0x4444) | 0x3210)
+
+    @triton.jit
+    def _levels_of_codes(codes):
+        """Words whose 4 bytes are codes 0-15 -> words of their 4 levels, by shifts of the levels' words."""
+        out = tl.zeros(codes.shape, dtype=tl.int32)
+        for i in tl.static_range(4):
+            q = (codes >> (8 * i)) & 15
+            word = tl.where(q < 4, _W0, tl.where(q < 8, _W1, tl.where(q < 12, _W2, _W3)))
+            out |= ((word >> ((q % 4) * 8)) & 255) << (8 * i)
+        return out
+
+    @triton.jit
+    def iq4nl_step(w_words, w_halves, base, xq, dx, j, ok, rok, ISUM: tl.constexpr, ASM: tl.constexpr):
+        """Units j [1, SB, 1, 1, 1] (four 32-value blocks g each) of IQ4_NL rows at even byte offsets base
+        [1, 1, BN, 1, 1] against R rows of 8-bit activations -> dot parts [R, SB, BN, 4, 4 or 1 (ISUM)]."""
+        g = tl.arange(0, 4)[None, None, None, :, None]
+        t = tl.arange(0, 4)[None, None, None, None, :]
+        start = base + (j * 4 + g) * 18                                                  # [1, SB, BN, 4, 1]
+        words = word_at(w_words, w_halves, start + 2, t, ok, False)                      # [1, SB, BN, 4, 4]
+        low, high = level_words(words, ASM)
+        x_block = xq + j * 32 + g * 8                                                    # [R, SB, 1, 4, 1]
+        dot = dp4a(low, tl.load(x_block + t, mask=rok, other=0), True, ASM) \
+            + dp4a(high, tl.load(x_block + 4 + t, mask=rok, other=0), True, ASM)
+        if ISUM:
+            dot = tl.sum(dot, axis=4, keep_dims=True)
+        return dot.to(tl.float32) * (f16_half(w_halves, start, ok) * tl.load(dx + j * 4 + g, mask=rok, other=0.0))
+
+    @triton.jit
+    def iq4xs_step(w_words, base, xq, dx, j, ok, rok, ISUM: tl.constexpr, ASM: tl.constexpr):
+        """Superblocks j [1, SB, 1, 1, 1] of IQ4_XS rows at word-aligned byte offsets base [1, 1, BN, 1, 1] against
+        R rows of 8-bit activations -> dot parts [R, SB, BN, 4, 4 or 1 (ISUM)]."""
+        c = tl.arange(0, 4)[None, None, None, :, None]
+        t = tl.arange(0, 4)[None, None, None, None, :]
+        wb = base // 4 + j * 34                                                          # [1, SB, BN, 1, 1]
+        head = tl.load(w_words + wb, mask=ok, other=0)                                   # d | scales_h << 16
+        scales_l = tl.load(w_words + wb + 1, mask=ok, other=0)
+        d = (head & 0xFFFF).to(tl.uint16).to(tl.float16, bitcast=True).to(tl.float32)
+        parts = tl.zeros((xq.shape[0], wb.shape[1], wb.shape[2], 4, 1 if ISUM else 4), dtype=tl.float32)
+        for half in tl.static_range(2):
+            b = 4 * half + c                                                             # [1, 1, 1, 4, 1]
+            words = tl.load(w_words + wb + 2 + 4 * b + t, mask=ok, other=0)              # [1, SB, BN, 4, 4]
+            low, high = level_words(words, ASM)
+            x_block = xq + j * 64 + 8 * b                                                # [R, SB, 1, 4, 1]
+            dot = dp4a(low, tl.load(x_block + t, mask=rok, other=0), True, ASM) \
+                + dp4a(high, tl.load(x_block + 4 + t, mask=rok, other=0), True, ASM)
+            if ISUM:
+                dot = tl.sum(dot, axis=4, keep_dims=True)
+            ls = ((scales_l >> (4 * b)) & 15) | (((head >> (16 + 2 * b)) & 3) << 4)     # [1, SB, BN, 4, 1]
+            scale = d * (ls - 32).to(tl.float32)
+            parts += dot.to(tl.float32) * (scale * tl.load(dx + j * 8 + b, mask=rok, other=0.0))
+        return parts

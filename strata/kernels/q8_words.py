@@ -1,0 +1,65 @@
+"""The word-level helpers of packed_q8's K steps (q8_steps, q8_iq4): dp4a on int32 words of four bytes (one PTX
+instruction on the GPU, four byte products under Triton's interpreter), words of a row at even byte offsets, and
+float16 fields."""
+
+from __future__ import annotations
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU-only install
+    triton = tl = None
+
+if triton is not None:
+
+    @triton.jit
+    def dp4a(a, b, SIGNED: tl.constexpr, ASM: tl.constexpr):
+        """Sum over the 4 bytes of (byte of a, unsigned or SIGNED) * (signed byte of b), int32 words -> int32."""
+        if ASM:
+            if SIGNED:
+                out = tl.inline_asm_elementwise("dp4a.s32.s32 $0, $1, $2, 0;", "=r,r,r", [a, b], dtype=tl.int32,
+                                                is_pure=True, pack=1)
+            else:
+                out = tl.inline_asm_elementwise("dp4a.u32.s32 $0, $1, $2, 0;", "=r,r,r", [a, b], dtype=tl.int32,
+                                                is_pure=True, pack=1)
+        else:
+            out = tl.zeros(a.shape, dtype=tl.int32)
+            for i in tl.static_range(4):
+                ai = (a >> (8 * i)) & 255
+                if SIGNED:
+                    ai = (ai ^ 128) - 128
+                out += ai * ((((b >> (8 * i)) & 255) ^ 128) - 128)
+        return out
+
+    @triton.jit
+    def dp4a_into(acc, a, b, ASM: tl.constexpr):
+        """acc plus the unsigned-by-signed dp4a of int32 words a and b (one instruction: dp4a's own addend)."""
+        if ASM:
+            out = tl.inline_asm_elementwise("dp4a.u32.s32 $0, $1, $2, $3;", "=r,r,r,r", [a, b, acc], dtype=tl.int32,
+                                            is_pure=True, pack=1)
+        else:
+            out = acc + dp4a(a, b, False, ASM)
+        return out
+
+    @triton.jit
+    def word_at(w_words, w_halves, start, words, ok, NEXT_WORD: tl.constexpr):
+        """The int32 words `words` words after even byte offsets `start` (one per row and block: the int64
+        address arithmetic stays on the small tensor, the word offsets are int32): one word load where start
+        is on a word, else the upper half of the word before and the lower half of the next. NEXT_WORD reads
+        that next half as a whole word (vectorised like the first load: Q6_K, whose funnelled words all lie
+        13+ bytes before its superblock's end); else as a half word, so that no byte past the last one asked
+        for is read (the 32-value blocks' last words end their block, maybe the tensor)."""
+        first = start >> 2  # (not // 4: offsets are never negative, and a signed division costs a sign fix-up)
+        odd = (start & 2) != 0
+        lo = tl.load(w_words + first + words, mask=ok, other=0).to(tl.uint32, bitcast=True)
+        if NEXT_WORD:
+            hi = tl.load(w_words + first + 1 + words, mask=ok & odd, other=0).to(tl.uint32, bitcast=True)
+        else:
+            hi = tl.load(w_halves + (first * 2 + 2) + 2 * words, mask=ok & odd, other=0).to(tl.uint16, bitcast=True)
+            hi = hi.to(tl.uint32)
+        return tl.where(odd, (lo >> 16) | (hi << 16), lo).to(tl.int32, bitcast=True)
+
+    @triton.jit
+    def f16_half(w_halves, start, ok):
+        """The float16 at even byte offsets `start`, as float32."""
+        return tl.load(w_halves + (start >> 1), mask=ok, other=0).to(tl.float16, bitcast=True).to(tl.float32)
