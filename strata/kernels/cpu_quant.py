@@ -1,7 +1,7 @@
 """CPU matmuls on GGUF blocks as stored (native/quant_matmul.c): y = x @ W.T with W never dequantized.
 
 Activations are quantized per block to int8 with a float32 scale, as llama.cpp does (q8_0 / q8_K): over
-32 values for Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL, over 256 for the K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), IQ4_XS and the
+32 values for Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL/MXFP4, over 256 for the K-quants (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K), IQ4_XS and the
 i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M; their grids are gguf-py's, handed to the
 library at load): the weight type's block. Each y then differs from "dequantize W, matmul in float32" by at most sum
 over blocks of amax|x_block| / 254 * |w_block|_1; measured, 0.5-0.8 % of |y| (relative RMS) for Gaussian x, 1 % (32) to
@@ -46,7 +46,7 @@ _AVX2 = ["-mavx2", "-mfma", "-mf16c"]
 _AVX512 = [*_AVX2, "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"]
 ISAS = ("scalar", "avx2", "avx512", "avx512vbmi")  # the C side's numbering
 _ATTENTION, _ATTENTION_AVX2 = "strata_paged_attention_f32", "strata_paged_attention_f32_avx2"  # portable, AVX2
-TYPES = frozenset(GGMLQuantizationType[name] for name in ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q2_K",
+TYPES = frozenset(GGMLQuantizationType[name] for name in ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "MXFP4", "Q2_K",
                                                            "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ2_XXS",
                                                            "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M"))
 # the i-quants' grids in strata_qmm_set_iq_tables's order, with the shapes its copies have (IQ1_M reads IQ1_S's)

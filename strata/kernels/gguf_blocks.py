@@ -25,13 +25,16 @@ from strata.kernels.gguf_iquants import IQ_BLOCKS, _iq_grid, _ksigns  # noqa: F4
 # (the i-quants: llama.cpp's 1-3 bit files (IQ1_S ... IQ3_S; grid code books, 7-bit sign codes), read by the float
 # kernels on the GPU (packed_iquants) and the native CPU kernels; IQ4_NL: those files' and IQ4_XS files' fallback
 # for rows 256 does not divide, such as Qwen4-Exp's 640-wide expert down rows, and its PLE table's type)
+# (MXFP4: llama.cpp's MXFP4_MOE files keep the routed experts in it: 4-bit E2M1 values, a power-of-two scale per 32)
 IQ_TYPE_NAMES = ("IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M")
 PACKED_TYPE_NAMES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
-                     "IQ4_XS", "IQ4_NL") + IQ_TYPE_NAMES
+                     "IQ4_XS", "IQ4_NL", "MXFP4") + IQ_TYPE_NAMES
 DENSE_TYPE_NAMES = ("F32", "F16", "BF16")
 _QK_K = 256  # values per superblock of the K and IQ types
 # IQ4_NL / IQ4_XS: the non-linear 4-bit code book (llama.cpp's kvalues_iq4nl)
 _IQ4_VALUES = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
+# MXFP4: E2M1's 16 values, doubled to integers (the scale is halved to match: gguf-py's MXFP4.kvalues)
+_MXFP4_VALUES = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
 
 
 @dataclass(frozen=True)
@@ -252,6 +255,24 @@ def _iq4_nl(b: torch.Tensor) -> torch.Tensor:
     return _iq4_values(b.device)[codes.view(-1).long()].view(-1, 32).mul_(_f16(b, 0))
 
 
+@functools.cache
+def _mxfp4_values(device: torch.device) -> torch.Tensor:
+    return torch.tensor(_MXFP4_VALUES, dtype=torch.float32, device=device)
+
+
+def _e8m0_half(e: torch.Tensor) -> torch.Tensor:
+    """E8M0 exponent bytes [B, 1] -> 2^(e - 128) in float32 (gguf-py's e8m0_to_fp32_half: subnormal below e = 2)."""
+    e = e.to(torch.int32)
+    bits = torch.where(e < 2, torch.full_like(e, 0x00200000) << e, (e - 1) << 23)
+    return bits.view(torch.float32)
+
+
+def _mxfp4(b: torch.Tensor) -> torch.Tensor:
+    # [B, 17]: the scale's exponent byte, then 16 bytes whose low nibbles code values 0-15 and high nibbles 16-31
+    codes = _nibbles_into(b.new_empty(b.shape[0], 2, 16), b[:, 1:])
+    return _mxfp4_values(b.device)[codes.view(-1).long()].view(-1, 32).mul_(_e8m0_half(b[:, 0:1]))
+
+
 def _interleaved_nibbles(x: torch.Tensor) -> torch.Tensor:
     """x uint8 [B, n] -> uint8 [B, 2n]: byte i's low nibble at 2i, its high nibble at 2i + 1."""
     return torch.stack((x & 0x0F, x >> 4), dim=-1).view(x.shape[0], -1)
@@ -269,5 +290,5 @@ def _iq4_xs(b: torch.Tensor) -> torch.Tensor:
 
 _BLOCKS = {"Q8_0": _q8_0, "Q4_0": _q4_0, "Q4_1": _q4_1, "Q5_0": _q5_0, "Q5_1": _q5_1, "Q2_K": _q2_k, "Q3_K": _q3_k,
            "Q4_K": _q4_k,
-           "Q5_K": _q5_k, "Q6_K": _q6_k, "IQ4_XS": _iq4_xs, "IQ4_NL": _iq4_nl,
+           "Q5_K": _q5_k, "Q6_K": _q6_k, "IQ4_XS": _iq4_xs, "IQ4_NL": _iq4_nl, "MXFP4": _mxfp4,
            **IQ_BLOCKS}

@@ -1,4 +1,4 @@
-"""Few-row projections over packed GGUF blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K,
+"""Few-row projections over packed GGUF blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K,
 Q6_K, IQ4_XS, and the i-quants IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) as one Triton launch.
 
 y = x @ W.T for x [M <= 16, K] where W [N, K] is stored as GGUF rows of blocks (a row is K / 256
@@ -19,7 +19,8 @@ Layouts (gguf-py's quants.py is the reference; `packed_gemv_ref` dequantizes wit
   high ones); w = d * sc[s] * q - dmin * m[s].
 - Q5_K, 176 bytes per 256: Q4_K's header, then 32 bytes of fifth bits (bit s of byte l: weight l of
   sub-block s), then Q4_K's 128 bytes of low 4 bits.
-- IQ4_NL, 18 bytes per 32: Q4_0's layout, w = d * level[q] (16 non-linear levels); IQ4_XS, 136 bytes per
+- IQ4_NL, 18 bytes per 32: Q4_0's layout, w = d * level[q] (16 non-linear levels); MXFP4, 17 bytes per 32: an
+  exponent byte e, then Q4_0's nibbles, w = 2^(e - 128) * value[q] (E2M1's values doubled); IQ4_XS, 136 bytes per
   256: f16 d, 2 bytes of the sub-block scales' high 2 bits, 4 bytes of their low 4 bits, then per sub-block
   s 16 bytes (weight i < 16 in the low nibble of byte i, 16 + i in its high one); w = d * (ls[s] - 32) *
   level[q].
@@ -56,12 +57,23 @@ if triton is not None:
 MAX_ROWS = 16
 # gguf.GGMLQuantizationType values -> (weights per block, bytes per block)
 Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS = 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 20, 23
+MXFP4 = 39
 BLOCK_LAYOUT = {Q4_0: (32, 18), Q4_1: (32, 20), Q5_0: (32, 22), Q5_1: (32, 24), Q8_0: (32, 34), IQ4_NL: (32, 18),
+                MXFP4: (32, 17),
                 Q2_K: (256, 84), Q3_K: (256, 110), Q4_K: (256, 144), Q5_K: (256, 176), Q6_K: (256, 210),
                 IQ4_XS: (256, 136), **{q: (256, b) for q, b in packed_iquants.SUPERBLOCK_BYTES.items()}}
 # IQ4_NL's 16 levels (gguf-py's IQ4_NL.kvalues), as the bytes of four int32 words the kernels shift out
 IQ4_LEVELS = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
-_IQ4_WORDS = [int.from_bytes(bytes(v & 255 for v in IQ4_LEVELS[i:i + 4]), "little", signed=True) for i in (0, 4, 8, 12)]
+# MXFP4's 16 values (E2M1 doubled: gguf-py's MXFP4.kvalues), the same way
+MXFP4_LEVELS = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
+
+
+def level_words(levels: tuple[int, ...]) -> list[int]:
+    """16 int8 levels -> the 4 int32 words whose bytes they are (level 4 i + b in byte b of word i)."""
+    return [int.from_bytes(bytes(v & 255 for v in levels[i:i + 4]), "little", signed=True) for i in (0, 4, 8, 12)]
+
+
+_IQ4_WORDS, _MXFP4_WORDS = level_words(IQ4_LEVELS), level_words(MXFP4_LEVELS)
 CHUNK = 256  # weights of one row decoded per inner step (one superblock, or eight 32-value blocks)
 
 
@@ -144,6 +156,19 @@ def packed_gemv(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: in
 if triton is not None:
 
     _IQ4_W0, _IQ4_W1, _IQ4_W2, _IQ4_W3 = (tl.constexpr(w) for w in _IQ4_WORDS)
+    _MX_W0, _MX_W1, _MX_W2, _MX_W3 = (tl.constexpr(w) for w in _MXFP4_WORDS)
+
+    @triton.jit
+    def _mxfp4_level(q):
+        """MXFP4's value of 4-bit codes q (int32) as float32 (E2M1 doubled), as _iq4_level."""
+        word = tl.where(q < 4, _MX_W0, tl.where(q < 8, _MX_W1, tl.where(q < 12, _MX_W2, _MX_W3)))
+        level = (word >> ((q % 4) * 8)) & 255
+        return ((level ^ 128) - 128).to(tl.float32)
+
+    @triton.jit
+    def _e8m0_half(e):
+        """MXFP4's scale bytes (int32) -> 2^(e - 128) as float32 (gguf-py's e8m0_to_fp32_half)."""
+        return tl.where(e < 2, 0x00200000 << e, (e - 1) << 23).to(tl.float32, bitcast=True)
 
     @triton.jit
     def _iq4_level(q):
@@ -190,6 +215,8 @@ if triton is not None:
             bb = 176
         elif QTYPE == 20:
             bb = 18
+        elif QTYPE == 39:
+            bb = 17
         elif QTYPE == 23:
             bb = 136
         elif QTYPE == 16:
@@ -245,12 +272,15 @@ if triton is not None:
     def _small_block(base, l, n_ok, QTYPE: tl.constexpr):
         """32-value blocks at byte pointers base [BN, SB, 8, 1] -> (d * q + m as factors: q [BN, SB, 8, 32]
         float32 with the _0 types' offset taken off, d [BN, SB, 8], m [BN, SB, 8], zero for the _0 types)."""
-        d = tl.sum(_f16_at(base, n_ok), axis=3)
+        if QTYPE == 39:  # an E8M0 exponent byte, not a float16
+            d = tl.sum(_e8m0_half(tl.load(base, mask=n_ok, other=0).to(tl.int32)), axis=3)
+        else:
+            d = tl.sum(_f16_at(base, n_ok), axis=3)
         if QTYPE == 8:
             q = tl.load(base + 2 + l, mask=n_ok, other=0).to(tl.int8, bitcast=True).to(tl.float32)
             m = d * 0.0
         else:
-            first = 4 if (QTYPE == 3 or QTYPE == 7) else 2   # after d and m, or after d
+            first = 4 if (QTYPE == 3 or QTYPE == 7) else (1 if QTYPE == 39 else 2)   # after d and m, d, or e
             quants = first + 4 if (QTYPE == 6 or QTYPE == 7) else first
             q = (tl.load(base + quants + l % 16, mask=n_ok, other=0).to(tl.int32) >> ((l // 16) * 4)) & 15
             if QTYPE == 6 or QTYPE == 7:
@@ -262,6 +292,8 @@ if triton is not None:
                 q = q - 16
             if QTYPE == 20:
                 q = _iq4_level(q)
+            elif QTYPE == 39:
+                q = _mxfp4_level(q)
             else:
                 q = q.to(tl.float32)
             if QTYPE == 3 or QTYPE == 7:
@@ -313,14 +345,14 @@ if triton is not None:
         """The rows' mask, and for the 32-value types also whether each block of chunks sb.. lies within K
         [BN, SB, 8, 1] (a row's last chunk may be partial); the K-quant types have whole chunks."""
         ok = n_ok   # one return: Triton's compiler wants every return of one shape
-        if QTYPE <= 8 or QTYPE == 20:
+        if QTYPE <= 8 or QTYPE == 20 or QTYPE == 39:
             ok = n_ok & (((sb + tl.arange(0, SB))[None, :, None, None] * 256 + r * 32) < k)
         return ok
 
     @triton.jit
     def _chunk_x(x_ptr, sb, x_offs, k, QTYPE: tl.constexpr):
         """Activations of chunks sb.. at x_offs [1, SB, 8, 32] as float32 (zeros past K for the 32-value types)."""
-        if QTYPE <= 8 or QTYPE == 20:
+        if QTYPE <= 8 or QTYPE == 20 or QTYPE == 39:
             x = tl.load(x_ptr + sb * 256 + x_offs, mask=sb * 256 + x_offs < k, other=0.0)
         else:
             x = tl.load(x_ptr + sb * 256 + x_offs)
@@ -334,7 +366,8 @@ if triton is not None:
         (weight index r * 32 + l); x [1, SB, 8, 32] in the same order. Quants are summed against x per
         group first and scaled per group after, so scales cost a few operations per 32 weights. table_ptr: the
         i-quants' code book and signs (packed_iquants.decode_table), unread for the other types."""
-        if QTYPE <= 8 or QTYPE == 20:   # 32-value blocks (Q4_0 .. Q8_0 are 2 .. 8, IQ4_NL 20): row r is one block
+        # 32-value blocks (Q4_0 .. Q8_0 are 2 .. 8, IQ4_NL 20, MXFP4 39): row r is one block
+        if QTYPE <= 8 or QTYPE == 20 or QTYPE == 39:
             bb = _block_bytes(QTYPE)
             base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * (8 * bb) + r * bb  # [BN, SB, 8, 1]
             q, d, m = _small_block(base, l, n_ok, QTYPE)                                      # [BN, SB, 8, 32]
@@ -384,7 +417,7 @@ if triton is not None:
                       BLOCK_N: tl.constexpr):
         """The weights _chunk_dot multiplies, as float32 [BLOCK_N, SB, 8, 32] in the same order (gguf's
         dequantization: d * q, d * sc * q - dmin * m, d * scale * q)."""
-        if QTYPE <= 8 or QTYPE == 20:
+        if QTYPE <= 8 or QTYPE == 20 or QTYPE == 39:
             bb = _block_bytes(QTYPE)
             base = row_ptr + (sb + tl.arange(0, SB))[None, :, None, None] * (8 * bb) + r * bb
             q, d, m = _small_block(base, l, n_ok, QTYPE)

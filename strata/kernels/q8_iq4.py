@@ -12,7 +12,7 @@ GPU, or by shifts of the levels' words under Triton's interpreter (same bits).
 
 from __future__ import annotations
 
-from strata.kernels.packed_gemv import IQ4_LEVELS
+from strata.kernels.packed_gemv import IQ4_LEVELS, level_words
 
 try:
     import triton
@@ -23,9 +23,7 @@ except ImportError:  # CPU-only install
 if triton is not None:
     from strata.kernels.q8_words import dp4a, f16_half, word_at
 
-    # the 16 levels as the bytes of four int32 words (level 4 i + b in byte b of word i)
-    _W0, _W1, _W2, _W3 = (tl.constexpr(int.from_bytes(bytes(v & 255 for v in IQ4_LEVELS[i:i + 4]), "little",
-                                                      signed=True)) for i in (0, 4, 8, 12))
+    _W0, _W1, _W2, _W3 = (tl.constexpr(w) for w in level_words(IQ4_LEVELS))
 
     @triton.jit
     def _prmt(a, b, selector):
@@ -34,7 +32,7 @@ if triton is not None:
                                          is_pure=True, pack=1)
 
     @triton.jit
-    def level_words(words, ASM: tl.constexpr):
+    def code_levels(words, ASM: tl.constexpr):
         """int32 words of 8 codes (byte b: code b in its low nibble, code 4 + b in its high one) -> (levels of the low
         nibbles, levels of the high nibbles), words of int8 bytes in the codes' order. On the GPU each half word's
         four nibbles select levels by byte permutes (prmt reads a selector's low 16 bits, a nibble a byte): from levels
@@ -72,7 +70,7 @@ if triton is not None:
         t = tl.arange(0, 4)[None, None, None, None, :]
         start = base + (j * 4 + g) * 18                                                  # [1, SB, BN, 4, 1]
         words = word_at(w_words, w_halves, start + 2, t, ok, False)                      # [1, SB, BN, 4, 4]
-        low, high = level_words(words, ASM)
+        low, high = code_levels(words, ASM)
         x_block = xq + j * 32 + g * 8                                                    # [R, SB, 1, 4, 1]
         dot = dp4a(low, tl.load(x_block + t, mask=rok, other=0), True, ASM) \
             + dp4a(high, tl.load(x_block + 4 + t, mask=rok, other=0), True, ASM)
@@ -94,7 +92,7 @@ if triton is not None:
         for half in tl.static_range(2):
             b = 4 * half + c                                                             # [1, 1, 1, 4, 1]
             words = tl.load(w_words + wb + 2 + 4 * b + t, mask=ok, other=0)              # [1, SB, BN, 4, 4]
-            low, high = level_words(words, ASM)
+            low, high = code_levels(words, ASM)
             x_block = xq + j * 64 + 8 * b                                                # [R, SB, 1, 4, 1]
             dot = dp4a(low, tl.load(x_block + t, mask=rok, other=0), True, ASM) \
                 + dp4a(high, tl.load(x_block + 4 + t, mask=rok, other=0), True, ASM)

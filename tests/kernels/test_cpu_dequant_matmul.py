@@ -18,7 +18,8 @@ import pytest
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as Q
 from gguf.quants import dequantize
-from test_cpu_quant import F16_FIELDS, IQ_TYPES, QUANTIZABLE, TYPES, UNSUPPORTED, put_f16, quantize_gaussian
+from test_cpu_quant import (F16_FIELDS, IQ_TYPES, QUANTIZABLE, TYPES, UNSUPPORTED, put_f16, put_mxfp4_exponents,
+                            quantize_gaussian)
 
 from strata.kernels import cpu_quant
 from strata.kernels.gguf_blocks import dequantize_ref
@@ -51,6 +52,8 @@ def make_blocks(qtype: Q, n: int, k: int, seed: int, source: str = "random",
     for i, offset in enumerate(F16_FIELDS[qtype]):
         field = rng.uniform(-0.05, 0.05, size=(n, k // block)).astype(np.float16) if scales is None else scales[..., i]
         put_f16(raw, qtype, offset, field)
+    if qtype == Q.MXFP4:
+        put_mxfp4_exponents(raw, rng)
     return torch.from_numpy(raw.reshape(n, -1))
 
 

@@ -36,12 +36,12 @@ needs_kernel = pytest.mark.skipif(not BUILT, reason="no C compiler to build the 
 
 IQ_TYPES = [Q.IQ2_XXS, Q.IQ2_XS, Q.IQ2_S, Q.IQ3_XXS, Q.IQ3_S, Q.IQ1_S, Q.IQ1_M]
 TYPES = [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.IQ4_XS, Q.IQ4_NL,
-         *IQ_TYPES]
-QUANTIZABLE = {Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.IQ4_NL}  # quantize_gaussian implements these of ours
+         Q.MXFP4, *IQ_TYPES]
+QUANTIZABLE = {Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.IQ4_NL, Q.MXFP4}  # quantize_gaussian implements these
 # byte offsets of each block's float16 fields (put_f16: IQ1_M's d is the top nibbles of the 4 uint16 at 48)
 F16_FIELDS = {Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2], Q.Q2_K: [80, 82], Q.Q3_K: [108],
               Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208], Q.IQ4_XS: [0], Q.IQ4_NL: [0], Q.IQ2_XXS: [0],
-              Q.IQ2_XS: [0], Q.IQ2_S: [0], Q.IQ3_XXS: [0], Q.IQ3_S: [0], Q.IQ1_S: [0], Q.IQ1_M: [48]}
+              Q.IQ2_XS: [0], Q.IQ2_S: [0], Q.IQ3_XXS: [0], Q.IQ3_S: [0], Q.IQ1_S: [0], Q.IQ1_M: [48], Q.MXFP4: []}
 UNSUPPORTED = Q.TQ2_0  # a packed type no kernel reads (ternary, 256 values in 66 bytes)
 SHAPES = [(1, 33, 256), (3, 33, 512), (17, 33, 2816), (8, 64, 768)]  # (T, N, K): 17 = two full row tiles + one
 SIMD_ISAS = [name for name in cpu_quant.available_isas() if name != "scalar"] if BUILT else []
@@ -83,7 +83,16 @@ def make_blocks(qtype: Q, n: int, k: int, source: str, seed: int) -> torch.Tenso
     raw = rng.integers(0, 256, size=(n, k // block, type_bytes), dtype=np.uint8)
     for offset in F16_FIELDS[qtype]:
         put_f16(raw, qtype, offset, rng.uniform(-0.05, 0.05, size=(n, k // block)))
+    if qtype == Q.MXFP4:
+        put_mxfp4_exponents(raw, rng)
     return torch.from_numpy(raw.reshape(n, -1))
+
+
+def put_mxfp4_exponents(raw: np.ndarray, rng: np.random.Generator) -> None:
+    """MXFP4 blocks raw [N, blocks, 17] get exponent bytes of moderate scales (2^-13 .. 2^-3), the first block of
+    each row a subnormal one (exponent 0 or 1: gguf-py's e8m0_to_fp32_half's other branch)."""
+    raw[..., 0] = rng.integers(115, 126, size=raw.shape[:2])
+    raw[:, 0, 0] = rng.integers(0, 2, size=raw.shape[0])
 
 
 def weight_of(blocks: torch.Tensor, qtype: Q, n: int, k: int) -> torch.Tensor:

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from strata.kernels.packed_gemv import (BLOCK_LAYOUT, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K,
-                                       Q6_K, Q8_0, packed_gemv, packed_gemv_ref, supports)
+from strata.kernels.packed_gemv import (BLOCK_LAYOUT, IQ4_NL, IQ4_XS, MXFP4, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1,
+                                       Q5_K, Q6_K, Q8_0, packed_gemv, packed_gemv_ref, supports)
 from strata.kernels.packed_iquants import (IQ1_M, IQ1_S, IQ2_S, IQ2_XS, IQ2_XXS, IQ3_S, IQ3_XXS, SUPERBLOCK_BYTES,
                                            decode_table)
 
@@ -25,7 +25,7 @@ interpreted = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
 
 def random_blocks(qtype: int, n: int, k: int, seed: int, low: float = 1e-3, high: float = 2e-2) -> torch.Tensor:
     """uint8 [n, row_bytes] of valid blocks: gguf-py quantizes Q8_0; for the other types random bytes with
-    their f16 fields (d, and m / dmin) set to finite values in [low, high)."""
+    their f16 fields (d, and m / dmin) set to finite values in [low, high), MXFP4's exponents to small scales."""
     rng = np.random.default_rng(seed)
     per_block, block_bytes = BLOCK_LAYOUT[qtype]
     if qtype == Q8_0:
@@ -38,6 +38,9 @@ def random_blocks(qtype: int, n: int, k: int, seed: int, low: float = 1e-3, high
         words = blocks[:, :, 48:56].copy().view(np.uint16) & 0x0FFF
         nibbles = (scale.view(np.uint16)[..., None].astype(np.int64) >> (4 * np.arange(4))) & 0xF
         blocks[:, :, 48:56] = (words | (nibbles << 12)).astype(np.uint16).view(np.uint8)
+        return torch.from_numpy(blocks.reshape(n, -1))
+    if qtype == MXFP4:  # an exponent byte: scales 2^-13 .. 2^-4 (random bytes reach 2^127)
+        blocks[:, :, 0] = rng.integers(115, 125, (n, k // per_block))
         return torch.from_numpy(blocks.reshape(n, -1))
     f16_fields = {Q4_0: (0,), Q4_1: (0, 2), Q5_0: (0,), Q5_1: (0, 2), IQ4_NL: (0,), Q2_K: (80, 82), Q3_K: (108,),
                   Q4_K: (0, 2), Q5_K: (0, 2), Q6_K: (208,), IQ4_XS: (0,)}.get(qtype, (0,))  # the i-quants: d first
@@ -56,7 +59,7 @@ def test_ref_matches_a_plain_dequantization():
     torch.testing.assert_close(packed_gemv_ref(x, blocks, Q8_0, 5, 64), x @ torch.from_numpy(weight.reshape(5, 64)).t())
 
 
-SMALL_BLOCK_TYPES = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL]
+SMALL_BLOCK_TYPES = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, MXFP4]
 
 
 def test_supports_whole_blocks_of_the_types_read():

@@ -15,7 +15,7 @@ import torch
 
 from gguf_writer import random_blocks
 from strata.kernels import packed_moe as packed_moe_module
-from strata.kernels.packed_gemv import IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_0, Q4_K, Q5_0, Q5_K, Q6_K, Q8_0
+from strata.kernels.packed_gemv import IQ4_NL, IQ4_XS, MXFP4, Q2_K, Q3_K, Q4_0, Q4_K, Q5_0, Q5_K, Q6_K, Q8_0
 from strata.kernels.packed_iquants import IQ1_M, IQ1_S, IQ2_S, IQ2_XS, IQ2_XXS, IQ3_S, IQ3_XXS
 from strata.kernels.packed_moe import packed_moe, packed_moe_ref, pairs_supported, q8_pairs_supported
 from test_packed_gemv import random_blocks as gemv_blocks  # this folder's module by name (see test_packed_q8)
@@ -33,7 +33,8 @@ def experts(qtype: int, num: int, rows: int, k: int, seed: int, pad: int = 0) ->
     """uint8 [num, rows, row bytes] of valid blocks; with `pad`, a view into a buffer with `pad` spare bytes
     after each expert (as a layer's view of device slots sized for a larger layer)."""
     rng = np.random.default_rng(seed)
-    if qtype == IQ1_M:  # gguf_writer's random_blocks has no IQ1_M (its d is spread over 4 nibbles)
+    # gguf_writer's random_blocks sets a float16 d, which IQ1_M spreads over 4 nibbles and MXFP4 has not (an exponent)
+    if qtype in (IQ1_M, MXFP4):
         blocks = gemv_blocks(qtype, num * rows, k, seed, low=5e-3, high=1.5e-2).view(num, rows, -1)
     else:
         blocks = torch.from_numpy(random_blocks((num, rows, k), gguf.GGMLQuantizationType(qtype), rng, scale=1e-2))
@@ -95,7 +96,7 @@ def test_the_i_quants_take_the_8_bit_pairs(qtypes, monkeypatch):
 
 @gpu
 @pytest.mark.parametrize("qtypes", [(Q4_K, Q6_K), (Q8_0, Q8_0), (Q6_K, Q4_K), (Q5_K, Q6_K), (IQ4_XS, IQ4_XS),
-                                    (Q2_K, Q3_K), (Q3_K, Q2_K), (IQ2_XXS, IQ4_NL)] + IQ_PAIRS)
+                                    (Q2_K, Q3_K), (Q3_K, Q2_K), (IQ2_XXS, IQ4_NL), (MXFP4, MXFP4)] + IQ_PAIRS)
 @pytest.mark.parametrize("tokens", [1, 3, 40])
 def test_packed_moe_matches_ref(qtypes, tokens):
     hidden, w13, w2, ids, weights = case(*qtypes, tokens, pad=96 if tokens == 3 else 0, seed=tokens)
@@ -217,7 +218,8 @@ def test_grouped_row_blocks_follow_the_rows_an_expert():
 
 
 @interpreted
-@pytest.mark.parametrize("qtypes", [(Q2_K, Q3_K), (Q3_K, Q2_K), (Q4_K, Q6_K), (IQ2_XXS, IQ4_NL)] + IQ_PAIRS)
+@pytest.mark.parametrize("qtypes", [(Q2_K, Q3_K), (Q3_K, Q2_K), (Q4_K, Q6_K), (IQ2_XXS, IQ4_NL), (MXFP4, MXFP4)]
+                         + IQ_PAIRS)
 @pytest.mark.parametrize("path", ["_pairs", "_grouped"])
 def test_float_kernels_in_the_interpreter(qtypes, path):
     """The float pairs (packed_gemv's _chunk_dot) and grouped kernels (its _chunk_values) on the CPU in float32,

@@ -167,23 +167,23 @@ def test_a_reordered_weight_gathers_its_columns_and_its_embedding_rows():
     torch.testing.assert_close(rows, a.dequantize()[[3, 1]], rtol=0, atol=0)
 
 
-def test_other_types_load_dequantized_with_one_notice_each(tmp_path, caplog):
-    """MXFP4 weights (no matmul kernel reads them) load dequantized, with one notice for all of them; IQ4_NL ones
+def test_other_types_load_dequantized_with_one_notice_each(llama_256, tmp_path, caplog):
+    """TQ2_0 weights (ternary; no kernel reads them) load dequantized, with one notice for all of them; IQ4_NL ones
     beside them stay packed."""
-    cfg, state = hf_state(build_hf_model("llama"))
+    cfg, state = llama_256
     path = str(tmp_path / "model.gguf")
-    write_gguf(path, cfg, state, quant="MXFP4", types={r"ffn_down": "IQ4_NL"})
+    write_gguf(path, cfg, state, quant="TQ2_0", types={r"ffn_down": "IQ4_NL"})
     model = load(path)
     lines = [r.getMessage() for r in caplog.records if r.name == gguf_source.__name__]
     reader = gguf.GGUFReader(path)
-    count = sum(t.tensor_type == Q.MXFP4 for t in reader.tensors)
+    count = sum(t.tensor_type == Q.TQ2_0 for t in reader.tensors)
     kept = ", ".join(PACKED_TYPE_NAMES)
-    assert lines == [f"loaded {count} tensors of type MXFP4 dequantized to float32: not kept packed "
+    assert lines == [f"loaded {count} tensors of type TQ2_0 dequantized to float32: not kept packed "
                      f"(types kept packed: {kept})"]
     o_proj = model.model.layers[0].self_attn.o_proj.weight
     assert isinstance(o_proj, torch.nn.Parameter)
     stored = next(t for t in reader.tensors if t.name == "blk.0.attn_output.weight")
-    assert torch.equal(o_proj, torch.from_numpy(gguf.quants.dequantize(stored.data, Q.MXFP4)))
+    assert torch.equal(o_proj, torch.from_numpy(gguf.quants.dequantize(stored.data, Q.TQ2_0)))
     assert isinstance(model.model.layers[0].mlp.down_proj.weight, PackedWeight)
 
 

@@ -40,6 +40,15 @@ static void decode_iq4_nl(const uint8_t *w, int64_t v0, int64_t len, float *out)
     }
 }
 
+static void decode_mxfp4(const uint8_t *w, int64_t v0, int64_t len, float *out) {
+    int v[QK];
+    for (const block_mxfp4 *blk = (const block_mxfp4 *)w + v0 / QK; len > 0; blk++, len -= QK, out += QK) {
+        const float d = mxfp4_scale(blk->e);
+        nibbles(blk->qs, v);
+        for (int i = 0; i < QK; i++) out[i] = d * (float)MXFP4_VALUES[v[i]];
+    }
+}
+
 static void decode_q4_1(const uint8_t *w, int64_t v0, int64_t len, float *out) {
     int v[QK];
     for (const block_q4_1 *blk = (const block_q4_1 *)w + v0 / QK; len > 0; blk++, len -= QK, out += QK) {

@@ -104,6 +104,23 @@ INLINE void walk_iq4_nl(const uint8_t *w, int64_t v0, int64_t len, const float *
     }
 }
 
+/* MXFP4: w = 2^(e - 128) * MXFP4_VALUES[code], the codes looked up as IQ4_NL's */
+INLINE void walk_mxfp4(const uint8_t *w, int64_t v0, int64_t len, const float *x, int64_t ldx,
+                       const int nt, __m256 *acc) {
+    const block_mxfp4 *blk = (const block_mxfp4 *)w + v0 / QK;
+    const __m128i values = _mm_loadu_si128((const __m128i *)MXFP4_VALUES), mask = _mm_set1_epi8(0xF);
+    for (int64_t at = 0; at < len; at += QK, blk++) {
+        const __m256 d = _mm256_set1_ps(mxfp4_scale(blk->e));
+        const __m128i codes = _mm_loadu_si128((const __m128i *)blk->qs);
+        const __m128i lo = _mm_shuffle_epi8(values, _mm_and_si128(codes, mask));  /* values 0-15, int8 */
+        const __m128i hi = _mm_shuffle_epi8(values, _mm_and_si128(_mm_srli_epi16(codes, 4), mask));
+        const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+        __m256 v[4];
+        for (int j = 0; j < 4; j++) v[j] = _mm256_mul_ps(d, to_f32(_mm256_cvtepi8_epi32(parts[j])));
+        emit(v, at, x, ldx, nt, acc);
+    }
+}
+
 INLINE void walk_q4_1(const uint8_t *w, int64_t v0, int64_t len, const float *x, int64_t ldx,
                       const int nt, __m256 *acc) {
     const block_q4_1 *blk = (const block_q4_1 *)w + v0 / QK;
@@ -369,6 +386,7 @@ INLINE float reduce(__m256 v) {  /* the 8 lanes in a fixed order */
 
 /* values a block of each type: run_<type> interleaves its weight rows block by block */
 enum { BLOCK_q8_0 = QK, BLOCK_q4_0 = QK, BLOCK_q4_1 = QK, BLOCK_q5_0 = QK, BLOCK_q5_1 = QK, BLOCK_iq4_nl = QK,
+       BLOCK_mxfp4 = QK,
        BLOCK_q2_k = QK_K, BLOCK_q3_k = QK_K, BLOCK_q4_k = QK_K, BLOCK_q5_k = QK_K, BLOCK_q6_k = QK_K,
        BLOCK_iq4_xs = QK_K, BLOCK_iq2_xxs = QK_K, BLOCK_iq2_xs = QK_K, BLOCK_iq2_s = QK_K, BLOCK_iq3_xxs = QK_K,
        BLOCK_iq3_s = QK_K, BLOCK_iq1_s = QK_K, BLOCK_iq1_m = QK_K };

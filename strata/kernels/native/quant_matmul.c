@@ -126,6 +126,7 @@ void strata_qmm_type_sizes(int qtype, int64_t *block, int64_t *bytes, int64_t *a
     case T_Q5_0: *block = QK, *bytes = sizeof(block_q5_0), *act_block = QK; break;
     case T_Q5_1: *block = QK, *bytes = sizeof(block_q5_1), *act_block = QK; break;
     case T_IQ4_NL: *block = QK, *bytes = sizeof(block_iq4_nl), *act_block = QK; break;
+    case T_MXFP4: *block = QK, *bytes = sizeof(block_mxfp4), *act_block = QK; break;
     case T_Q2_K: *block = QK_K, *bytes = sizeof(block_q2_k), *act_block = QK_K; break;
     case T_Q3_K: *block = QK_K, *bytes = sizeof(block_q3_k), *act_block = QK_K; break;
     case T_Q4_K: *block = QK_K, *bytes = sizeof(block_q4_k), *act_block = QK_K; break;

@@ -4,7 +4,7 @@
  * quant_matmul.c lends the other drivers (the activation quantizer, the thread pool, the kernel tables).
  *
  * Activations are quantized per block to int8 with a float32 scale, x ~= d * q, q = rint(x * 127 / amax),
- * over QB = 32 values for the 32-value weight types (Q8_0, Q4_*, Q5_0, Q5_1, IQ4_NL) and QB = 256 for the
+ * over QB = 32 values for the 32-value weight types (Q8_0, Q4_*, Q5_0, Q5_1, IQ4_NL, MXFP4) and QB = 256 for the
  * 256-value ones (K-quants, IQ4_XS, the i-quants), so each weight block meets one activation scale. bsum holds
  * d * sum(q) over every 32 values (what a weight block's minimum multiplies). The scales and bsum are stored
  * transposed in tiles of MAX_T rows, [T / MAX_T][blocks][MAX_T], so that one vector of them serves every row of
@@ -22,12 +22,12 @@ enum { QK = 32, QK_K = 256, MAX_T = 8 };
 /* GGML type ids (gguf.GGMLQuantizationType) */
 enum { T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8, T_Q2_K = 10, T_Q3_K = 11, T_Q4_K = 12, T_Q5_K = 13,
        T_Q6_K = 14, T_IQ2_XXS = 16, T_IQ2_XS = 17, T_IQ3_XXS = 18, T_IQ1_S = 19, T_IQ4_NL = 20, T_IQ3_S = 21,
-       T_IQ2_S = 22, T_IQ4_XS = 23, T_IQ1_M = 29, NUM_TYPES = 30 };
+       T_IQ2_S = 22, T_IQ4_XS = 23, T_IQ1_M = 29, T_MXFP4 = 39, NUM_TYPES = 40 };
 
 /* Every type with a kernel, as (name, id): each kernel file defines rows_<name> and fills its table from it */
 #define QMM_TYPES(X) X(q8_0, T_Q8_0) X(q4_0, T_Q4_0) X(q4_1, T_Q4_1) X(q5_0, T_Q5_0) X(q5_1, T_Q5_1) \
                      X(q2_k, T_Q2_K) X(q3_k, T_Q3_K) X(q4_k, T_Q4_K) X(q5_k, T_Q5_K) X(q6_k, T_Q6_K)       \
-                     X(iq4_nl, T_IQ4_NL) X(iq4_xs, T_IQ4_XS) IQ_TYPES(X)
+                     X(iq4_nl, T_IQ4_NL) X(iq4_xs, T_IQ4_XS) X(mxfp4, T_MXFP4) IQ_TYPES(X)
 /* the grid types of iquant.h (supported once strata_qmm_set_iq_tables has their grids) */
 #define IQ_TYPES(X) X(iq2_xxs, T_IQ2_XXS) X(iq2_xs, T_IQ2_XS) X(iq2_s, T_IQ2_S) X(iq3_xxs, T_IQ3_XXS)      \
                     X(iq3_s, T_IQ3_S) X(iq1_s, T_IQ1_S) X(iq1_m, T_IQ1_M)
@@ -50,15 +50,26 @@ typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qs[QK_K / 2]; } b
 typedef struct { uint16_t d, dmin; uint8_t scales[12]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; } block_q5_k;  /* 176 */
 typedef struct { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; uint16_t d; } block_q6_k;  /* 210 */
 typedef struct { uint16_t d, scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; } block_iq4_xs;  /* 136 */
+/* MXFP4: an E8M0 exponent e (scale 2^(e - 128) for the doubled values), then Q4_0's nibbles as codes of MXFP4_VALUES */
+typedef struct { uint8_t e; uint8_t qs[QK / 2]; } block_mxfp4;  /* 17 */
 
 _Static_assert(sizeof(block_q8_0) == 34 && sizeof(block_q4_0) == 18 && sizeof(block_q4_1) == 20 &&
                    sizeof(block_q5_0) == 22 && sizeof(block_q5_1) == 24 && sizeof(block_q2_k) == 84 &&
                    sizeof(block_q3_k) == 110 &&
                    sizeof(block_q4_k) == 144 && sizeof(block_q5_k) == 176 && sizeof(block_q6_k) == 210 &&
-                   sizeof(block_iq4_xs) == 136,
+                   sizeof(block_iq4_xs) == 136 && sizeof(block_mxfp4) == 17,
                "block structs must have GGUF's sizes (no padding)");
 
 static const int8_t IQ4_VALUES[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+/* E2M1's values doubled (gguf-py's MXFP4.kvalues); mxfp4_scale halves the block's power of two to match */
+static const int8_t MXFP4_VALUES[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+static inline float mxfp4_scale(uint8_t e) {  /* 2^(e - 128) as gguf-py's e8m0_to_fp32_half: subnormal below e = 2 */
+    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
 
 typedef struct {  /* written by strata_qmm_quantize_row, read by the kernels */
     int8_t *q;           /* [T, K] */

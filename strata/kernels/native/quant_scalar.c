@@ -70,6 +70,20 @@ static void row_iq4_nl(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
     *y = acc;
 }
 
+/* MXFP4: Q4_0's nibbles as codes of MXFP4_VALUES, times the block's power of two */
+static void row_mxfp4(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
+    const int64_t nb = x->k / QK;
+    const int8_t *xq = x->q + t * x->k;
+    float acc = 0.f;
+    int8_t v[QK];
+    for (int64_t b = 0; b < nb; b++) {
+        const block_mxfp4 *blk = (const block_mxfp4 *)w + b;
+        for (int i = 0; i < 16; i++) v[i] = MXFP4_VALUES[blk->qs[i] & 0xF], v[i + 16] = MXFP4_VALUES[blk->qs[i] >> 4];
+        acc += mxfp4_scale(blk->e) * *d_at(x, t, b) * (float)dot_i8(v, xq + b * QK, QK);
+    }
+    *y = acc;
+}
+
 /* Q5_0: 5-bit values minus 16, times d */
 static void row_q5_0(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
     const int64_t nb = x->k / QK;

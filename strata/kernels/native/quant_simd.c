@@ -63,14 +63,15 @@ INLINE __m256i hsum4_epi32(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
     return _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
 }
 
-/* Q8_0 and IQ4_NL (signed values: IQ4_NL's nibbles looked up in IQ4_VALUES by one byte shuffle), Q4_0 / Q4_1
+/* Q8_0, IQ4_NL and MXFP4 (signed values: their nibbles looked up in IQ4_VALUES / MXFP4_VALUES by one byte shuffle), Q4_0 / Q4_1
  * (unsigned nibbles; Q4_0's -8 is a minimum of -8 d) and Q5_0 / Q5_1 (unsigned 5-bit values; Q5_0's -16 is a
  * minimum of -16 d). IQ4_NL stays signed: its values plus 127 (0..240) would overflow vpmaddubsw's int16 pairs */
 INLINE void block32_row(const uint8_t *w, const int type, const acts_t *x, int64_t t0, const int nt, float *y,
                         int64_t ldy) {
     const int64_t k = x->k;
-    const int is_signed = type == T_Q8_0 || type == T_IQ4_NL;
+    const int is_signed = type == T_Q8_0 || type == T_IQ4_NL || type == T_MXFP4;
     const __m256i iq4_values = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)IQ4_VALUES));
+    const __m256i mxfp4_values = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)MXFP4_VALUES));
     const float *xd = d_at(x, t0, 0), *bsum = bsum_at(x, t0, 0);
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, mins = _mm256_setzero_ps();
     for (int64_t b = 0; b < k / QK; b++) {
@@ -82,6 +83,9 @@ INLINE void block32_row(const uint8_t *w, const int type, const acts_t *x, int64
         } else if (type == T_IQ4_NL) {
             const block_iq4_nl *blk = (const block_iq4_nl *)w + b;
             q = _mm256_shuffle_epi8(iq4_values, nibbles32(blk->qs)), d = f16(blk->d);
+        } else if (type == T_MXFP4) {
+            const block_mxfp4 *blk = (const block_mxfp4 *)w + b;
+            q = _mm256_shuffle_epi8(mxfp4_values, nibbles32(blk->qs)), d = mxfp4_scale(blk->e);
         } else if (type == T_Q4_0) {
             const block_q4_0 *blk = (const block_q4_0 *)w + b;
             q = nibbles32(blk->qs), d = f16(blk->d), m = -8.f * d;
@@ -139,6 +143,10 @@ INLINE void q4_0_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt
 
 INLINE void iq4_nl_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
     block32_row(w, T_IQ4_NL, x, t0, nt, y, ldy);
+}
+
+INLINE void mxfp4_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
+    block32_row(w, T_MXFP4, x, t0, nt, y, ldy);
 }
 
 INLINE void q4_1_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
