@@ -1,6 +1,6 @@
 """`strata quantize`: any model Strata loads (HF folder, GGUF file, random:<shape>) written as a GGUF file in
-a quantization scheme (SCHEMES: q2_k, q3_k_m, q4_k_m, q6_k, q8_0, f16, bf16, f32) with a tokenizer, so benchmarks
-can make a Q4_K_M file of a real model shape in seconds on a GPU. The file follows llama.cpp's conventions
+a quantization scheme (SCHEMES: q2_k, q3_k_m, q4_k_m, q6_k, q8_0, mxfp4_moe, f16, bf16, f32) with a tokenizer, so
+benchmarks can make a Q4_K_M file of a real model shape in seconds on a GPU. The file follows llama.cpp's conventions
 (strata.weights.gguf_writer). Its tokenizer: a GGUF source's tokenizer.* metadata copied, an HF folder's
 byte-level BPE tokenizer.json converted, else (random shapes) a synthetic byte-level BPE vocabulary of
 exactly vocab_size tokens, with ChatML special tokens, that strata.tokenizer_gguf loads.
@@ -86,12 +86,15 @@ _Q3_K_M = (Rule(r"^output\.weight$", "Q6_K"), Rule(r"\.attn_v\.weight$", "Q5_K",
            Rule(r"\.(ffn_down(_exps|_shexp)?|attn_output|attn_qkv)\.weight$", "Q4_K"))
 _Q2_K = (Rule(r"^output\.weight$", "Q6_K"), Rule(r"\.attn_v\.weight$", "Q4_K"),
          Rule(r"\.(ffn_down(_exps|_shexp)?|attn_output)\.weight$", "Q3_K"))
+# mxfp4_moe as llama.cpp's MXFP4_MOE: the routed experts (3-D tensors) MXFP4, every other weight Q8_0
+_MXFP4_MOE = (Rule(r"_exps\.weight$", "MXFP4"),)
 SCHEMES = {s.name: s for s in (
     Scheme("q2_k", "Q2_K", gguf.LlamaFileType.MOSTLY_Q2_K, _Q2_K),
     Scheme("q3_k_m", "Q3_K", gguf.LlamaFileType.MOSTLY_Q3_K_M, _Q3_K_M),
     Scheme("q4_k_m", "Q4_K", gguf.LlamaFileType.MOSTLY_Q4_K_M, _Q4_K_M),
     Scheme("q6_k", "Q6_K", gguf.LlamaFileType.MOSTLY_Q6_K),
     Scheme("q8_0", "Q8_0", gguf.LlamaFileType.MOSTLY_Q8_0),
+    Scheme("mxfp4_moe", "Q8_0", gguf.LlamaFileType.MOSTLY_MXFP4_MOE, _MXFP4_MOE),
     Scheme("f16", "F16", gguf.LlamaFileType.MOSTLY_F16),
     Scheme("bf16", "BF16", gguf.LlamaFileType.MOSTLY_BF16),
     Scheme("f32", "F32", gguf.LlamaFileType.ALL_F32),

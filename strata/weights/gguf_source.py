@@ -3,7 +3,7 @@
 Inverts llama.cpp's convert_hf_to_gguf.py twice: GGUF metadata -> an HF config.json dict, and
 llama.cpp tensor names and layouts -> HF checkpoint names and layouts (see gguf_names.py).
 Weights of the model's linear layers and embeddings (strata.model.packed.keeps_packed) in a block type
-kept packed (gguf_blocks.PACKED_TYPE_NAMES: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K, IQ4_XS, the i-quants) stream
+kept packed (gguf_blocks.PACKED_TYPE_NAMES: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K, IQ4_XS, IQ4_NL, MXFP4, the i-quants) stream
 out as PackedWeights over the file's mmap: no float copy, and a copy of the packed bytes only where
 llama.cpp permuted rows; so do lookup-only tables (Qwen4-Exp's n-gram table) in any type with a reference
 dequantization (loaded_sizes.keeps_blocks: also F32 / F16 / BF16 and IQ4_NL), whose rows are dequantized as

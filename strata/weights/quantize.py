@@ -1,13 +1,13 @@
 """Float weights -> GGUF tensor bytes (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
-IQ4_NL) in torch, on
+IQ4_NL, MXFP4) in torch, on
 the weights' own device (CPU or CUDA), vectorised over blocks and done in chunks so a 15B-parameter model
 quantizes in seconds on a GPU with bounded scratch memory. All math is float32.
 
 For test and benchmark files, not a rival to llama.cpp's quantizer: K-quant and IQ4_NL scales come from each
 group's range in one pass, without llama.cpp's search for the scale that minimises the error (the error is
 somewhat larger than llama-quantize's). Q8_0, Q4_0, Q5_0 and Q5_1 (the last three: llama.cpp's fallbacks for
-Q2_K / Q3_K, Q4_K and Q5_K rows that 256 does not divide) are llama.cpp's reference quantizers, bit for bit
-gguf-py's. The blocks are the file format byte for byte: gguf-py's `dequantize` reads them (the tests check it).
+Q2_K / Q3_K, Q4_K and Q5_K rows that 256 does not divide) and MXFP4 are llama.cpp's reference quantizers, bit for
+bit gguf-py's (MXFP4's exponent from the float's own exponent, where gguf-py takes a float32 log2). The blocks are the file format byte for byte: gguf-py's `dequantize` reads them (the tests check it).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ Q8_0, Q4_K, Q5_K, Q6_K = (GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_K, 
                           GGMLQuantizationType.Q6_K)
 Q2_K, Q3_K = GGMLQuantizationType.Q2_K, GGMLQuantizationType.Q3_K
 Q4_0, Q5_0, Q5_1 = GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q5_0, GGMLQuantizationType.Q5_1
-IQ4_NL = GGMLQuantizationType.IQ4_NL
+IQ4_NL, MXFP4 = GGMLQuantizationType.IQ4_NL, GGMLQuantizationType.MXFP4
 _FLOATS = {F32: torch.float32, F16: torch.float16, BF16: torch.bfloat16}
 _CHUNK_VALUES = 1 << 24  # values quantized per step: bounds the float32 scratch to a few hundred MiB
 
@@ -29,8 +29,7 @@ _CHUNK_VALUES = 1 << 24  # values quantized per step: bounds the float32 scratch
 def quantize(weights: torch.Tensor, qtype: int) -> torch.Tensor:
     """float [..., K] (any float dtype, any strides) -> uint8 [..., K / block size * bytes per block] on the
     same device: the GGUF bytes of `qtype` (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K,
-    Q6_K, IQ4_NL). K must
-    be a whole number of blocks."""
+    Q6_K, IQ4_NL, MXFP4). K must be a whole number of blocks."""
     qtype = GGMLQuantizationType(qtype)
     if qtype in _FLOATS:
         values = weights.to(_FLOATS[qtype]).contiguous()
@@ -243,6 +242,24 @@ def _iq4_nl(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([_f16_bytes(d[:, 0]), codes[:, :16] | (codes[:, 16:] << 4)], dim=1)
 
 
+# E2M1's values doubled (gguf-py's MXFP4.kvalues): a block's scale 2^(e - 128) is half its power of two
+_MXFP4_VALUES = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
+
+
+def _mxfp4(x: torch.Tensor) -> torch.Tensor:
+    """[B, 32] -> [B, 17]: the exponent byte e = floor(log2(max |x|)) - 2 + 127 (0 for a block of zeros), so the
+    largest weight lands on a value of 4-12 times the scale 2^(e - 128); then each weight's nearest value as
+    4-bit codes (the first of equals, as numpy's argmin): byte j holds weight j (low nibble) and j + 16."""
+    peak = x.abs().amax(dim=-1, keepdim=True)                                           # [B, 1]
+    exponent = torch.frexp(peak).exponent - 1                                           # floor(log2(peak)), exact
+    e = torch.where(peak > 0, exponent - 2 + 127, torch.zeros_like(exponent)).clamp(0, 255)
+    bits = torch.where(e < 2, torch.full_like(e, 0x00200000) << e, (e - 1) << 23)       # gguf's e8m0_to_fp32_half
+    scale = bits.to(torch.int32).view(torch.float32)
+    values = torch.tensor(_MXFP4_VALUES, dtype=torch.float32, device=x.device)
+    codes = (scale[..., None] * values - x[..., None]).abs().argmin(dim=-1).to(torch.uint8)   # [B, 32]
+    return torch.cat([e.to(torch.uint8), codes[:, :16] | (codes[:, 16:] << 4)], dim=1)
+
+
 _BLOCK_QUANTIZERS = {Q8_0: _q8_0, Q4_0: _q4_0, Q5_0: _q5_0, Q5_1: _q5_1, Q2_K: _q2_k, Q3_K: _q3_k, Q4_K: _q4_k,
-                     Q5_K: _q5_k, Q6_K: _q6_k, IQ4_NL: _iq4_nl}
+                     Q5_K: _q5_k, Q6_K: _q6_k, IQ4_NL: _iq4_nl, MXFP4: _mxfp4}
 SUPPORTED_TYPES = (*_FLOATS, *_BLOCK_QUANTIZERS)

@@ -93,6 +93,31 @@ def test_q4_k_m_types_are_llama_cpps(tmp_path):
     assert gguf.GGUFReader(path).fields["general.file_type"].contents() == gguf.LlamaFileType.MOSTLY_Q4_K_M
 
 
+def test_mxfp4_moe_keeps_the_experts_in_mxfp4_and_loads_them_packed(moe_spec, tmp_path):
+    """mxfp4_moe as llama.cpp's MXFP4_MOE: the routed experts MXFP4, every other weight Q8_0 (the routers F32); the
+    file loads its experts as the MXFP4 blocks, whose logits equal the same file's dense load within float32."""
+    path = str(tmp_path / "m.gguf")
+    export_gguf(moe_spec, path, "mxfp4_moe")
+    types = file_types(path)
+    assert {name: kind for name, kind in types.items() if "_exps" in name} == {
+        f"blk.{i}.ffn_{part}_exps.weight": "MXFP4" for i in range(2) for part in ("gate", "up", "down")}
+    others = {kind for name, kind in types.items() if "_exps" not in name and not name.endswith("norm.weight")}
+    assert others == {"Q8_0", "F32"} and types["blk.0.ffn_gate_inp.weight"] == "F32"
+    assert gguf.GGUFReader(path).fields["general.file_type"].contents() == gguf.LlamaFileType.MOSTLY_MXFP4_MOE
+    source = GGUFSource(path)
+    assert source.experts_packed
+    packed = build_model(source, "cpu", "float32", quiet=True)
+    experts = packed.model.layers[0].mlp.experts
+    assert experts.w13.dtype == torch.uint8 and gguf.GGMLQuantizationType(experts.qtype13).name == "MXFP4"
+    with pytest.MonkeyPatch.context() as patch:
+        from strata.weights import gguf_source
+
+        patch.setattr(gguf_source, "why_experts_dense", lambda entries: "the test asks for dense experts")
+        dense = build_model(GGUFSource(path), "cpu", "float32", quiet=True)
+    expected = prompt_logits(dense, IDS)
+    assert ((prompt_logits(packed, IDS) - expected).abs().max() / expected.abs().max()).item() < 1e-5
+
+
 @pytest.mark.parametrize("scheme", ["q3_k_m", "q2_k"])
 def test_low_bit_scheme_types_are_llama_cpps(scheme):
     """16 blocks: q3_k_m gives the first two attn_v Q5_K and the rest Q4_K, ffn_down Q5_K in the first sixteenth
@@ -364,7 +389,7 @@ def test_cli_writes_the_file_and_says_what_it_wrote(tmp_path, capsys, moe_spec):
 
 def test_bad_scheme_and_unwritable_specs_are_named(tmp_path, capsys, moe_spec):
     with pytest.raises(ValueError, match=r"unknown quantization scheme 'q5_k_s'; choose one of: q2_k, q3_k_m, "
-                                         r"q4_k_m, q6_k, q8_0, f16, bf16, f32"):
+                                         r"q4_k_m, q6_k, q8_0, mxfp4_moe, f16, bf16, f32"):
         export_gguf(moe_spec, str(tmp_path / "m.gguf"), "q5_k_s")
     assert main(["quantize", moe_spec, str(tmp_path / "m.gguf"), "--scheme", "q3"]) == 2
     assert "strata: error: unknown quantization scheme 'q3'" in capsys.readouterr().err
@@ -373,4 +398,4 @@ def test_bad_scheme_and_unwritable_specs_are_named(tmp_path, capsys, moe_spec):
     assert SCHEME_NAMES == tuple(SCHEMES)  # the CLI's copy of the names (it must not import torch to list them)
     with pytest.raises(SystemExit):
         main(["quantize", "--help"])
-    assert "q4_k_m, q6_k, q8_0, f16, bf16, f32" in " ".join(capsys.readouterr().out.split())
+    assert "q4_k_m, q6_k, q8_0, mxfp4_moe, f16, bf16, f32" in " ".join(capsys.readouterr().out.split())

@@ -10,7 +10,7 @@ import pytest
 import torch
 from gguf.quants import dequantize
 
-from strata.weights.quantize import (BF16, F16, F32, IQ4_NL, Q2_K, Q3_K, Q4_0, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0,
+from strata.weights.quantize import (BF16, F16, F32, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_0, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0,
                                      quantize)
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))]
@@ -25,6 +25,7 @@ def read_back(weights: torch.Tensor, qtype) -> np.ndarray:
 
 
 @pytest.mark.parametrize("qtype, bound", [(Q4_K, 0.1), (Q5_K, 0.05), (Q6_K, 0.025), (Q8_0, 0.01), (IQ4_NL, 0.1),
+                                          (MXFP4, 0.15),
                                           (Q5_0, 0.05), (Q5_1, 0.05), (Q2_K, 0.36), (Q3_K, 0.17)])
 @pytest.mark.parametrize("shape", [(1, 256), (3, 512), (2, 3, 2048)])
 def test_blocks_read_back_by_gguf_within_the_types_error(qtype, bound, shape):
@@ -57,7 +58,7 @@ def test_every_weight_lands_within_a_step_of_its_group(qtype, group):
     assert np.all(np.abs(back - weights.numpy()).reshape(2, -1, group) <= step[..., None] * 1.05 + 1e-6)
 
 
-@pytest.mark.parametrize("qtype", [Q8_0, Q4_0, Q5_0, Q5_1, F16, BF16, F32])
+@pytest.mark.parametrize("qtype", [Q8_0, Q4_0, Q5_0, Q5_1, MXFP4, F16, BF16, F32])
 def test_reference_quantizers_and_float_types_are_gguf_pys_bytes(qtype):
     weights = gaussian((5, 96)) * torch.tensor([1.0, 1e-3, 0.0, 30.0, 0.5]).unsqueeze(1)  # a block of zeros too
     weights[2] = 0.0  # +0 only: which signed zero numpy's min picks (Q5_1's m of -0 or +0) is its own affair
