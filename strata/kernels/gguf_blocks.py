@@ -34,7 +34,7 @@ _QK_K = 256  # values per superblock of the K and IQ types
 # IQ4_NL / IQ4_XS: the non-linear 4-bit code book (llama.cpp's kvalues_iq4nl)
 _IQ4_VALUES = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
 # MXFP4: E2M1's 16 values, doubled to integers (the scale is halved to match: gguf-py's MXFP4.kvalues)
-_MXFP4_VALUES = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
+MXFP4_VALUES = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
 
 
 @dataclass(frozen=True)
@@ -257,11 +257,12 @@ def _iq4_nl(b: torch.Tensor) -> torch.Tensor:
 
 @functools.cache
 def _mxfp4_values(device: torch.device) -> torch.Tensor:
-    return torch.tensor(_MXFP4_VALUES, dtype=torch.float32, device=device)
+    return torch.tensor(MXFP4_VALUES, dtype=torch.float32, device=device)
 
 
-def _e8m0_half(e: torch.Tensor) -> torch.Tensor:
-    """E8M0 exponent bytes [B, 1] -> 2^(e - 128) in float32 (gguf-py's e8m0_to_fp32_half: subnormal below e = 2)."""
+def e8m0_half(e: torch.Tensor) -> torch.Tensor:
+    """E8M0 exponents (integers 0-255, any shape) -> 2^(e - 128) in float32 (gguf-py's e8m0_to_fp32_half: subnormal
+    below e = 2)."""
     e = e.to(torch.int32)
     bits = torch.where(e < 2, torch.full_like(e, 0x00200000) << e, (e - 1) << 23)
     return bits.view(torch.float32)
@@ -270,7 +271,7 @@ def _e8m0_half(e: torch.Tensor) -> torch.Tensor:
 def _mxfp4(b: torch.Tensor) -> torch.Tensor:
     # [B, 17]: the scale's exponent byte, then 16 bytes whose low nibbles code values 0-15 and high nibbles 16-31
     codes = _nibbles_into(b.new_empty(b.shape[0], 2, 16), b[:, 1:])
-    return _mxfp4_values(b.device)[codes.view(-1).long()].view(-1, 32).mul_(_e8m0_half(b[:, 0:1]))
+    return _mxfp4_values(b.device)[codes.view(-1).long()].view(-1, 32).mul_(e8m0_half(b[:, 0:1]))
 
 
 def _interleaved_nibbles(x: torch.Tensor) -> torch.Tensor:

@@ -48,6 +48,7 @@ except ImportError:  # CPU-only install: packed_gemv_ref still works
     triton = tl = None
 
 from strata.kernels import packed_iquants
+from strata.kernels.gguf_blocks import MXFP4_VALUES
 from strata.kernels.launch import pdl_options
 
 if triton is not None:
@@ -64,8 +65,6 @@ BLOCK_LAYOUT = {Q4_0: (32, 18), Q4_1: (32, 20), Q5_0: (32, 22), Q5_1: (32, 24), 
                 IQ4_XS: (256, 136), **{q: (256, b) for q, b in packed_iquants.SUPERBLOCK_BYTES.items()}}
 # IQ4_NL's 16 levels (gguf-py's IQ4_NL.kvalues), as the bytes of four int32 words the kernels shift out
 IQ4_LEVELS = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
-# MXFP4's 16 values (E2M1 doubled: gguf-py's MXFP4.kvalues), the same way
-MXFP4_LEVELS = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
 
 
 def level_words(levels: tuple[int, ...]) -> list[int]:
@@ -73,7 +72,8 @@ def level_words(levels: tuple[int, ...]) -> list[int]:
     return [int.from_bytes(bytes(v & 255 for v in levels[i:i + 4]), "little", signed=True) for i in (0, 4, 8, 12)]
 
 
-_IQ4_WORDS, _MXFP4_WORDS = level_words(IQ4_LEVELS), level_words(MXFP4_LEVELS)
+# MXFP4's 16 values (E2M1 doubled: gguf_blocks.MXFP4_VALUES) the same way
+_IQ4_WORDS, _MXFP4_WORDS = level_words(IQ4_LEVELS), level_words(MXFP4_VALUES)
 CHUNK = 256  # weights of one row decoded per inner step (one superblock, or eight 32-value blocks)
 
 

@@ -7,13 +7,16 @@ For test and benchmark files, not a rival to llama.cpp's quantizer: K-quant and 
 group's range in one pass, without llama.cpp's search for the scale that minimises the error (the error is
 somewhat larger than llama-quantize's). Q8_0, Q4_0, Q5_0 and Q5_1 (the last three: llama.cpp's fallbacks for
 Q2_K / Q3_K, Q4_K and Q5_K rows that 256 does not divide) and MXFP4 are llama.cpp's reference quantizers, bit for
-bit gguf-py's (MXFP4's exponent from the float's own exponent, where gguf-py takes a float32 log2). The blocks are the file format byte for byte: gguf-py's `dequantize` reads them (the tests check it).
+bit gguf-py's (MXFP4's exponent from the float's own exponent, where gguf-py takes a float32 log2). The blocks are
+the file format byte for byte: gguf-py's `dequantize` reads them (the tests check it).
 """
 
 from __future__ import annotations
 
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from strata.kernels.gguf_blocks import MXFP4_VALUES, e8m0_half
 
 QK_K = 256
 F32, F16, BF16 = GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16
@@ -242,10 +245,6 @@ def _iq4_nl(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([_f16_bytes(d[:, 0]), codes[:, :16] | (codes[:, 16:] << 4)], dim=1)
 
 
-# E2M1's values doubled (gguf-py's MXFP4.kvalues): a block's scale 2^(e - 128) is half its power of two
-_MXFP4_VALUES = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
-
-
 def _mxfp4(x: torch.Tensor) -> torch.Tensor:
     """[B, 32] -> [B, 17]: the exponent byte e = floor(log2(max |x|)) - 2 + 127 (0 for a block of zeros), so the
     largest weight lands on a value of 4-12 times the scale 2^(e - 128); then each weight's nearest value as
@@ -253,9 +252,8 @@ def _mxfp4(x: torch.Tensor) -> torch.Tensor:
     peak = x.abs().amax(dim=-1, keepdim=True)                                           # [B, 1]
     exponent = torch.frexp(peak).exponent - 1                                           # floor(log2(peak)), exact
     e = torch.where(peak > 0, exponent - 2 + 127, torch.zeros_like(exponent)).clamp(0, 255)
-    bits = torch.where(e < 2, torch.full_like(e, 0x00200000) << e, (e - 1) << 23)       # gguf's e8m0_to_fp32_half
-    scale = bits.to(torch.int32).view(torch.float32)
-    values = torch.tensor(_MXFP4_VALUES, dtype=torch.float32, device=x.device)
+    scale = e8m0_half(e)                                                                # [B, 1]
+    values = torch.tensor(MXFP4_VALUES, dtype=torch.float32, device=x.device)
     codes = (scale[..., None] * values - x[..., None]).abs().argmin(dim=-1).to(torch.uint8)   # [B, 32]
     return torch.cat([e.to(torch.uint8), codes[:, :16] | (codes[:, 16:] << 4)], dim=1)
 
