@@ -2,7 +2,8 @@
 # end): 90.5 / 89.2 against 102.5 / 101.6 tok/s, two alternated rounds, gap p95 11.7-11.9 against 10.0 ms, TTFT the
 # same. Candidates (~6 minutes): the one-token pairs tilings (a805373, session 51), their K-step sums (ad90c54,
 # session 52), the zero-copy experts read in place through those pairs. Arms: each .base/arms/COMMIT.tar.gz (before
-# and after each candidate), HEAD, and HEAD with the one-token pairs at PAIR_CONFIG (`tile1`); two alternated rounds.
+# and after each candidate), HEAD, and HEAD with the one-token pairs at 6faf23d's tilings (`tile1`: gate/up (4, 2, 1),
+# down (8, 1, 1), no integer group sums); two alternated rounds.
 # Build the archives first:  git archive HEAD -o .base/src.tar && git rev-parse --short HEAD > .base/COMMIT
 #   for c in 6faf23d ee53365 a805373 f0ec8db ad90c54; do git archive --format=tar.gz $c -o .base/arms/$c.tar.gz; done
 source tools/gpu_ab/device_setup.sh
@@ -16,10 +17,13 @@ mkdir -p /tmp/tile1 && tar -xf $OLDPWD/.base/src.tar -C /tmp/tile1
 python3 - <<'PY'
 path = "/tmp/tile1/strata/kernels/packed_q8.py"
 s = open(path).read()
-old = "    if num_tokens == 1:\n        return ONE_TOKEN_GATE_UP, ONE_TOKEN_DOWN\n"
-assert s.count(old) == 1, "pair_configs changed: update the patch"
-open(path, "w").write(s.replace(old, ""))
-print("tile1: one-token pairs at PAIR_CONFIG")
+old = ("ONE_TOKEN_GATE_UP = dict(BLOCK_N=4, SUPERBLOCKS=8, num_warps=1, num_stages=3, ISUM=1)\n"
+       "ONE_TOKEN_DOWN = dict(BLOCK_N=8, SUPERBLOCKS=2, num_warps=1, num_stages=3, ISUM=2)\n")
+new = ("ONE_TOKEN_GATE_UP = dict(BLOCK_N=4, SUPERBLOCKS=2, num_warps=1, num_stages=3)\n"
+       "ONE_TOKEN_DOWN = dict(BLOCK_N=8, SUPERBLOCKS=1, num_warps=1, num_stages=3)\n")
+assert s.count(old) == 1, "the one-token tilings changed: update the patch"
+open(path, "w").write(s.replace(old, new))
+print("tile1: one-token pairs at 6faf23d's tilings")
 PY
 quantize_q4km
 cat /tmp/q4km.gguf > /dev/null
