@@ -32,7 +32,7 @@ PACKED_TYPE_NAMES = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q4
 DENSE_TYPE_NAMES = ("F32", "F16", "BF16")
 _QK_K = 256  # values per superblock of the K and IQ types
 # IQ4_NL / IQ4_XS: the non-linear 4-bit code book (llama.cpp's kvalues_iq4nl)
-_IQ4_VALUES = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
+IQ4_VALUES = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
 # MXFP4: E2M1's 16 values, doubled to integers (the scale is halved to match: gguf-py's MXFP4.kvalues)
 MXFP4_VALUES = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
 
@@ -246,7 +246,7 @@ def _q6_k(b: torch.Tensor) -> torch.Tensor:
 @functools.cache
 def _iq4_values(device: torch.device) -> torch.Tensor:
     # cached per device: built once, before any CUDA graph capture reads it (a capture allows no host copy)
-    return torch.tensor(_IQ4_VALUES, dtype=torch.float32, device=device)
+    return torch.tensor(IQ4_VALUES, dtype=torch.float32, device=device)
 
 
 def _iq4_nl(b: torch.Tensor) -> torch.Tensor:

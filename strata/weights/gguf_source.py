@@ -3,13 +3,14 @@
 Inverts llama.cpp's convert_hf_to_gguf.py twice: GGUF metadata -> an HF config.json dict, and
 llama.cpp tensor names and layouts -> HF checkpoint names and layouts (see gguf_names.py).
 Weights of the model's linear layers and embeddings (strata.model.packed.keeps_packed) in a block type
-kept packed (gguf_blocks.PACKED_TYPE_NAMES: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K, IQ4_XS, IQ4_NL, MXFP4, the i-quants) stream
-out as PackedWeights over the file's mmap: no float copy, and a copy of the packed bytes only where
+kept packed (gguf_blocks.PACKED_TYPE_NAMES: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K..Q6_K, IQ4_XS, IQ4_NL, MXFP4, the
+i-quants) stream out as PackedWeights over the file's mmap: no float copy, and a copy of the packed bytes only where
 llama.cpp permuted rows; so do lookup-only tables (Qwen4-Exp's n-gram table) in any type with a reference
 dequantization (loaded_sizes.keeps_blocks: also F32 / F16 / BF16 and IQ4_NL), whose rows are dequantized as
 they are looked up. The routed experts stream out as PackedExpertWeights when every MoE layer's are packable
-(`experts_packed`; gate and up of one type, joined by a copy of their blocks; down of any kept type, such as
-a Q4_K_M file's Q5_0 down rows of 640), else all dense. Everything else is dequantized with gguf-py one
+(`experts_packed`; gate and up of one type, joined by a copy of their blocks, or of two types with an exact
+common one, such as Q4_K and Q5_K, the narrower part promoted to it (block_promotion); down of any kept type, such
+as a Q4_K_M file's Q5_0 down rows of 640), else all dense. Everything else is dequantized with gguf-py one
 tensor at a time (peak extra memory about one float32 tensor), with one notice per block type that is not
 kept packed. Shapes are not checked here: a tensor that does not fit is the model loader's to report.
 Qwen4-Exp's metadata is checked when the file opens (gguf_qwen4exp.py).
@@ -29,7 +30,9 @@ import torch
 from strata import progress
 from strata.config import ModelConfig, rope_attention_factor
 from strata.types import WeightSizes
-from strata.weights.loaded_sizes import TensorEntry, is_lookup_table, keeps_blocks, loaded_sizes, why_experts_dense
+from strata.weights.block_promotion import promote
+from strata.weights.loaded_sizes import (TensorEntry, expert_types, is_lookup_table, keeps_blocks, loaded_sizes,
+                                         why_experts_dense)
 from strata.kernels.gguf_blocks import DENSE_TYPE_NAMES, PACKED_TYPE_NAMES, is_packed_type
 from strata.model.registry import PackedExpertWeight, PackedWeight, is_packed_expert_stack
 from strata.weights.gguf_file import open_parts
@@ -74,8 +77,10 @@ class GGUFSource:
         self._drop_vocabulary()
         self.inverter = TensorInverter(self.arch, self.hf_config)
         self.plan = self._plan(self.hf_config["num_hidden_layers"])
-        self.experts_dense_reason = why_experts_dense(self._entries())
+        entries = self._entries()
+        self.experts_dense_reason = why_experts_dense(entries)
         self.experts_packed = self.experts_dense_reason is None
+        self.expert_types = expert_types(entries)  # the type each expert stack loads as (its parts' common type)
         # the PLE n-gram tables load as their blocks (PackedEmbedding): the model never allocates them dense
         self.lookup_tables_packed = any(keeps_blocks(piece.hf_name, int(tensor.tensor_type))
                                         for _, tensor, piece in self.plan if is_lookup_table(piece.hf_name))
@@ -152,8 +157,10 @@ class GGUFSource:
         else dense in `dtype`."""
         qtype, hf_name = int(tensor.tensor_type), piece.hf_name
         if self.experts_packed and is_packed_expert_stack(hf_name):
-            # [E, N, row bytes], a view of the file; experts_packed checked type and layout
-            return PackedExpertWeight(torch.from_numpy(tensor.data), qtype, int(tensor.shape[0]))
+            # [E, N, row bytes], a view of the file (experts_packed checked type and layout), or a copy in the type
+            # the stack's other part has (gate and up of different types: block_promotion)
+            blocks, target = torch.from_numpy(tensor.data), self.expert_types[hf_name]
+            return PackedExpertWeight(promote(blocks, qtype, target), target, int(tensor.shape[0]))
         if piece.columns is None and keeps_blocks(hf_name, qtype) and tensor.data.ndim == 2:
             if self.inverter.is_row_wise(tensor.name):
                 # a view of the file; a dense type's values as their bytes

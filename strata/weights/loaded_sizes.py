@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from strata.kernels.gguf_blocks import block_format, is_packed_type
+from strata.weights.block_promotion import common_type
 from strata.model.registry import is_packed_expert_stack, keeps_packed
 from strata.types import WeightSizes
 
@@ -53,21 +54,32 @@ class TensorEntry:
 
 
 def why_experts_dense(entries: list[TensorEntry]) -> str | None:
-    """None when every routed-expert tensor can stay packed (a packed type, no value transform, one type for
-    a layer's gate and up); else why not ("" for a model without routed experts)."""
-    types: dict[str, set[str]] = {}
+    """None when every routed-expert tensor can stay packed (a packed type, no value transform, a layer's gate and
+    up of one type or of types with an exact common one: block_promotion); else why not ("" for a model without
+    routed experts)."""
+    types: dict[str, set[int]] = {}
     for e in entries:
         if is_packed_expert_stack(e.hf_name):
-            name = _type_name(e.qtype)
             if not is_packed_type(e.qtype):
-                return f"{e.gguf_name} is {name}, not a type kept packed"
+                return f"{e.gguf_name} is {_type_name(e.qtype)}, not a type kept packed"
             if not e.row_wise:
                 return f"{e.gguf_name}: llama.cpp changed its layout beyond reordering rows"
-            types.setdefault(e.hf_name, set()).add(name)
-    for hf_name, names in types.items():
-        if len(names) > 1:
-            return f"{hf_name} joins parts of types {' and '.join(sorted(names))}"
+            types.setdefault(e.hf_name, set()).add(e.qtype)
+    for hf_name, qtypes in types.items():
+        if common_type(qtypes) is None:
+            names = " and ".join(sorted(_type_name(q) for q in qtypes))
+            return f"{hf_name} joins parts of types {names}, which have no exact common type"
     return None if types else ""
+
+
+def expert_types(entries: Iterable[TensorEntry]) -> dict[str, int]:
+    """Each routed-expert tensor (HF name) -> the one type its parts load as (block_promotion.common_type; their
+    own where they share it), for the tensors whose parts have such a type."""
+    types: dict[str, set[int]] = {}
+    for e in entries:
+        if is_packed_expert_stack(e.hf_name):
+            types.setdefault(e.hf_name, set()).add(e.qtype)
+    return {name: target for name, qtypes in types.items() if (target := common_type(qtypes)) is not None}
 
 
 def loaded_sizes(entries: Iterable[TensorEntry], dtype: torch.dtype, experts_packed: bool) -> WeightSizes:
@@ -80,6 +92,7 @@ def loaded_sizes(entries: Iterable[TensorEntry], dtype: torch.dtype, experts_pac
         packed = keeps_blocks(e.hf_name, e.qtype) and e.row_wise
         all_parts_packed[e.hf_name] = all_parts_packed.get(e.hf_name, True) and packed
     total = experts = mapped = 0
+    targets = expert_types(entries)
     layer_experts: dict[str, list[int]] = {}  # MoE layer -> [its experts' bytes, number of experts]
     for e in entries:
         dense = e.num_values * dtype.itemsize
@@ -87,7 +100,8 @@ def loaded_sizes(entries: Iterable[TensorEntry], dtype: torch.dtype, experts_pac
             mapped += e.nbytes  # stays over the file's map (loader.place_host_tables): neither device nor RAM
             continue
         if is_packed_expert_stack(e.hf_name):
-            nbytes = e.nbytes if experts_packed else dense
+            target = targets.get(e.hf_name, e.qtype)  # a part promoted to its tensor's common type grows
+            nbytes = (e.nbytes if target == e.qtype else _bytes_as(e.num_values, target)) if experts_packed else dense
             layer = layer_experts.setdefault(e.hf_name.rsplit(".", 1)[0], [0, e.num_experts])
             layer[0] += nbytes
             experts += nbytes
@@ -135,6 +149,12 @@ def _block(qtype) -> tuple[int, int]:
     from gguf import GGML_QUANT_SIZES
 
     return GGML_QUANT_SIZES[qtype]
+
+
+def _bytes_as(num_values: int, qtype: int) -> int:
+    """The bytes of `num_values` values in blocks of `qtype`."""
+    values, nbytes = _block(qtype)
+    return num_values // values * nbytes
 
 
 def _type_name(qtype: int) -> str:

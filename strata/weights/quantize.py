@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-from strata.kernels.gguf_blocks import MXFP4_VALUES, e8m0_half
+from strata.kernels.gguf_blocks import IQ4_VALUES, MXFP4_VALUES, e8m0_half
 
 QK_K = 256
 F32, F16, BF16 = GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16
@@ -231,14 +231,10 @@ def _q6_k(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([ql.reshape(-1, 128), qh.reshape(-1, 64), sc_bytes, _f16_bytes(d)], dim=1)
 
 
-# llama.cpp's kvalues_iq4nl: IQ4_NL's 16 non-linear levels
-_IQ4_LEVELS = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
-
-
 def _iq4_nl(x: torch.Tensor) -> torch.Tensor:
     """[B, 32] -> [B, 18]: float16 d = peak / -127 (the block's largest-magnitude weight lands on level -127),
     then each weight's nearest level x / d as 4-bit codes: byte j holds weight j (low nibble) and j + 16."""
-    levels = torch.tensor(_IQ4_LEVELS, dtype=torch.float32, device=x.device)
+    levels = torch.tensor(IQ4_VALUES, dtype=torch.float32, device=x.device)
     peak = x.gather(-1, x.abs().argmax(dim=-1, keepdim=True))                       # [B, 1]
     d = _f16(peak / -127.0)
     codes = (_safe_div(x, d)[..., None] - levels).abs().argmin(dim=-1).to(torch.uint8)   # [B, 32]

@@ -1,8 +1,9 @@
 """Routed experts from a GGUF file stay packed (PackedLocalExperts; ExpertBlocks in device slots and host
 pools): each kept type gives the logits of the same file loaded with dense experts, bit for bit in float32;
 expert placement (0 / 30 / 100 % resident, PCIe staging) never changes greedy output; layers whose down
-projections differ in type share byte-sized slots; a file whose gate and up differ in type loads its experts
-dense, with a notice; the torch reference skips the pairs computed elsewhere."""
+projections differ in type share byte-sized slots; a file whose gate and up differ in type loads its experts packed
+in their exact common type where there is one, else dense with a notice; the torch reference skips the pairs
+computed elsewhere."""
 
 from __future__ import annotations
 
@@ -208,6 +209,23 @@ def test_slots_hold_each_layers_blocks_in_their_own_view():
         assert torch.equal(blocks.w13[slot], host13[layer][expert])
         assert torch.equal(blocks.w2[slot], host2[layer][expert])
     assert slots.expert_bytes(0) == 8 * 144 + 256 * 210
+
+
+@pytest.mark.parametrize("gate, up, loaded", [("Q4_K", "Q5_K", "Q5_K"), ("Q4_0", "IQ4_NL", "Q8_0")])
+def test_gate_and_up_of_types_with_an_exact_common_one_load_packed_in_it(gate, up, loaded, moe_256, tmp_path,
+                                                                        monkeypatch):
+    """A layer's gate and up experts in different types that promote exactly to one (block_promotion) load packed
+    in it: the logits of the dense load, and the memory plan's sizes are the promoted bytes."""
+    path = str(tmp_path / "moe.gguf")
+    write_gguf(path, *moe_256, quant="Q6_K", types={r"ffn_gate_exps": gate, r"ffn_up_exps": up})
+    source = GGUFSource(path)
+    assert source.experts_packed
+    packed, dense = build_model(source, "cpu", "float32", quiet=True), load(path, packed_experts=False)
+    for experts in experts_of(packed):
+        assert (Q(experts.qtype13).name, Q(experts.qtype2).name) == (loaded, "Q6_K")
+    assert_packed_experts_match_dense(packed, dense, monkeypatch)
+    sizes = source.weight_sizes(torch.float32)
+    assert sizes.experts == sum(e.w13.numel() + e.w2.numel() for e in experts_of(packed))
 
 
 def test_gate_and_up_of_different_types_load_dense_with_a_notice(moe_256, tmp_path, caplog):
