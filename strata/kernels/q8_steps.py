@@ -125,7 +125,7 @@ if triton is not None:
                 high_quants |= ((qh >> (shift + 1)) & 0x01010101) << 4
             low = dp4a_into(low, low_quants.to(tl.int32, bitcast=True), tl.load(x_at + t, mask=rok, other=0), ASM)
             high = dp4a_into(high, high_quants.to(tl.int32, bitcast=True), tl.load(x_at + 8 + t, mask=rok, other=0),
-                              ASM)
+                             ASM)
         return low, high
 
     @triton.jit
@@ -272,7 +272,7 @@ if triton is not None:
         for s in tl.static_range(4):
             quants = ((low >> 2 * s) & 0x03030303) | (((high >> (s + 4 * h).to(tl.uint32)) & 0x01010101) << 2)
             dot = dp4a(quants.to(tl.int32, bitcast=True),
-                        tl.load(xq + j * 64 + 32 * h + 8 * s + 4 * u + t, mask=rok, other=0), False, ASM)
+                       tl.load(xq + j * 64 + 32 * h + 8 * s + 4 * u + t, mask=rok, other=0), False, ASM)
             if ISUM:
                 dot = tl.sum(dot, axis=4, keep_dims=True)
             if s < 2:
