@@ -1,7 +1,7 @@
 """quant_moe (the CPU expert pool's kernel) on one thread, per GGUF type, on the Qwen3-30B-A3B's expert shape
 (2,048 x 768): us a pair from memory (one row, 48 experts in turn, ~2.6 MB each at Q4_K: past the caches) and
 from the caches (one and eight rows of one expert); best of the repeats. Random blocks (32-value types get
-finite scales); the arithmetic, not the values, sets the time.
+finite scales, MXFP4 normal ones); the arithmetic, not the values, sets the time.
 With THREADS, also "stepN": one call of an offloaded decode row's 6 pairs (6 of the 48 experts, from memory) on
 THREADS threads, us a call.
 usage: cpu_moe_types.py TYPE[,TYPE...] [ISA [THREADS]]   (ISA: one of cpu_quant.available_isas(), the best unless
@@ -22,7 +22,11 @@ def weights(qtype, rng) -> tuple[torch.Tensor, torch.Tensor]:
     values, block_bytes = GGML_QUANT_SIZES[qtype]
     w13 = torch.from_numpy(rng.integers(0, 256, (E, 2 * I, D // values * block_bytes), dtype=np.uint8))
     w2 = torch.from_numpy(rng.integers(0, 256, (E, D, I // values * block_bytes), dtype=np.uint8))
-    if values == 32:  # each block's float16 scale: a random low byte, 0x20 high (finite, ~1e-3..4e-3)
+    if values == 32 and qtype == GGMLQuantizationType.MXFP4:  # its exponent byte: scales 2^-13 .. 2^-4, normal
+        for w in (w13, w2):
+            blocks = w.view(E, w.shape[1], -1, block_bytes)
+            blocks[..., 0] = torch.from_numpy(rng.integers(115, 125, tuple(blocks[..., 0].shape), dtype=np.uint8))
+    elif values == 32:  # each block's float16 scale: a random low byte, 0x20 high (finite, ~1e-3..4e-3)
         for w in (w13, w2):
             blocks = w.view(E, w.shape[1], -1, block_bytes)
             blocks[..., 0] = torch.from_numpy(rng.integers(0, 256, tuple(blocks[..., 0].shape), dtype=np.uint8))
