@@ -32,8 +32,8 @@ Five CUDA paths, picked per call by `packed_moe`:
 Rows the block kernels do not read (superblock rows not a multiple of 256; types outside packed_gemv's
 BLOCK_LAYOUT) always take the dequantized path (rows of any whole number of 32-value blocks are read: Qwen4-Exp's
 640-wide down rows in Q5_0 / Q8_0); inside a capture that path dequantizes every expert of the layer (no sync).
-IQ4_NL / IQ4_XS and the i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) are read by the 8-bit pairs
-and the float pairs and grouped kernels, not by packed_mmq.
+IQ4_NL / IQ4_XS, MXFP4 and the i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M) are read by the 8-bit
+pairs and the float pairs and grouped kernels, not by packed_mmq.
 """
 
 from __future__ import annotations

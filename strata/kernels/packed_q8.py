@@ -16,8 +16,9 @@ Types: Q4_K and Q6_K (Q4_K_M files' bulk), Q5_K (their Gated DeltaNet input proj
 rule), Q2_K and Q3_K (Q2_K and Q3_K_S/M/L files' bulk), Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 (Q8_0 files, and
 llama.cpp's fallbacks for rows 256 does not divide: Qwen4-Exp's 640-wide expert down rows), and the i-quants IQ2_XXS,
 IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S and IQ1_M (packed_iquants decodes their fields; code book times signs is int8,
-so their sums are exact too), IQ4_NL and IQ4_XS (their 16 levels are int8: q8_iq4). The K loop takes a "unit" a step:
-one superblock (256 values) of the K types, the i-quants and IQ4_XS, four 32-value blocks (128) of the others.
+so their sums are exact too), IQ4_NL, IQ4_XS and MXFP4 (their 16 levels are int8: q8_iq4). The K loop takes a "unit"
+a step: one superblock (256 values) of the K types, the i-quants and IQ4_XS, four 32-value blocks (128) of the
+others.
 
 The blocks' layouts and the K steps over them: q8_steps.py.
 """
@@ -43,15 +44,16 @@ if triton is not None:
     from strata.kernels.q8_steps import k_step, sum_parts
 
 Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS = 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 20, 23
+MXFP4 = 39
 # the i-quants this module reads (packed_iquants' values; every one >= 16, which is how q8_steps.k_step tells them
 # apart)
 IQUANTS = (packed_iquants.IQ2_XXS, packed_iquants.IQ2_XS, packed_iquants.IQ2_S, packed_iquants.IQ3_XXS,
            packed_iquants.IQ3_S, packed_iquants.IQ1_S, packed_iquants.IQ1_M)
 # bytes per block, and the K step of the loops (a "unit": one superblock, or four 32-value blocks)
 BLOCK_BYTES = {Q4_0: 18, Q4_1: 20, Q5_0: 22, Q5_1: 24, Q8_0: 34, Q2_K: 84, Q3_K: 110, Q4_K: 144, Q5_K: 176, Q6_K: 210,
-               IQ4_NL: 18, IQ4_XS: 136, **{q: packed_iquants.SUPERBLOCK_BYTES[q] for q in IQUANTS}}
+               IQ4_NL: 18, IQ4_XS: 136, MXFP4: 17, **{q: packed_iquants.SUPERBLOCK_BYTES[q] for q in IQUANTS}}
 UNIT = {Q2_K: 256, Q3_K: 256, Q4_K: 256, Q5_K: 256, Q6_K: 256, Q4_0: 128, Q4_1: 128, Q5_0: 128, Q5_1: 128, Q8_0: 128,
-        IQ4_NL: 128, IQ4_XS: 256, **{q: 256 for q in IQUANTS}}
+        IQ4_NL: 128, IQ4_XS: 256, MXFP4: 128, **{q: 256 for q in IQUANTS}}
 # types whose rows must start on whole words (every superblock on a word: 84, 136, 144, 176 bytes); the others' rows
 # may start two bytes into one (their odd blocks do anyway, read by q8_words.word_at)
 WORD_ROWS = (Q2_K, Q4_K, Q5_K, IQ4_XS)

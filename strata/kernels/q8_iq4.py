@@ -1,17 +1,21 @@
-"""packed_q8's K steps for IQ4_NL and IQ4_XS: 4-bit codes into 16 non-linear int8 levels (gguf-py's kvalues,
-packed_gemv.IQ4_LEVELS), dotted with 8-bit activations by signed dp4a; a block's sum is exact in int32 and scaled once.
+"""packed_q8's K steps for IQ4_NL, IQ4_XS and MXFP4: 4-bit codes into 16 int8 levels (gguf-py's kvalues: IQ4's
+non-linear ones, MXFP4's E2M1 values doubled), dotted with 8-bit activations by signed dp4a; a block's sum is exact in
+int32 and scaled once.
 
 - IQ4_NL (18 bytes per 32): Q4_0's layout, w = d level[q]; a K step (a unit) is four blocks, as Q4_0's (q8_steps).
 - IQ4_XS (136 bytes per 256, every superblock on a word): word 0 = f16 d | scales_h << 16 (2 bits a 32-value block),
   word 1 = scales_l (a nibble a block), words 2 + 4 b + t the codes of block b (low nibbles: weights 32 b + 4 t..,
   high: 32 b + 16 + 4 t..); w = d (ls - 32) level[q], ls = low nibble | high bits << 4. A step is one superblock,
   taken in two halves of four blocks (the tiles' 4 x 4 as the i-quants': [R, SB, BN, block, word]).
+- MXFP4 (17 bytes per 32): an exponent byte e, then Q4_0's nibbles; w = 2^(e - 128) value[q]. Its blocks lie at any
+  byte offset, so a word of codes is four byte loads (a word load would read past a tensor's last byte).
 A word of eight codes becomes two words of four levels by eight byte permutes (prmt) of the levels' 16 bytes on the
 GPU, or by shifts of the levels' words under Triton's interpreter (same bits).
 """
 
 from __future__ import annotations
 
+from strata.kernels.gguf_blocks import MXFP4_VALUES
 from strata.kernels.packed_gemv import IQ4_LEVELS, level_words
 
 try:
@@ -24,6 +28,7 @@ if triton is not None:
     from strata.kernels.q8_words import dp4a, f16_half, word_at
 
     _W0, _W1, _W2, _W3 = (tl.constexpr(w) for w in level_words(IQ4_LEVELS))
+    _M0, _M1, _M2, _M3 = (tl.constexpr(w) for w in level_words(MXFP4_VALUES))
 
     @triton.jit
     def _prmt(a, b, selector):
@@ -32,33 +37,41 @@ if triton is not None:
                                          is_pure=True, pack=1)
 
     @triton.jit
-    def code_levels(words, ASM: tl.constexpr):
+    def code_levels(words, ASM: tl.constexpr, MX: tl.constexpr):
         """int32 words of 8 codes (byte b: code b in its low nibble, code 4 + b in its high one) -> (levels of the low
         nibbles, levels of the high nibbles), words of int8 bytes in the codes' order. On the GPU each half word's
         four nibbles select levels by byte permutes (prmt reads a selector's low 16 bits, a nibble a byte): from levels
         0-7 and, selector ^ 8 each, 8-15 (a set top bit makes prmt copy a sign instead: those bytes are the other
-        lookup's), then bit 3 picks one; two more permutes part the low nibbles' levels from the high ones'."""
+        lookup's), then bit 3 picks one; two more permutes part the low nibbles' levels from the high ones'. MX: MXFP4's
+        values, else IQ4's levels."""
         if ASM:
-            first = _half_levels(words)          # levels of codes 0, 4, 1, 5 (the low half word's nibbles in order)
-            second = _half_levels(words >> 16)   # 2, 6, 3, 7
+            first = _half_levels(words, MX)          # levels of codes 0, 4, 1, 5 (the low half word's nibbles in order)
+            second = _half_levels(words >> 16, MX)   # 2, 6, 3, 7
             return _prmt(first, second, 0x6420), _prmt(first, second, 0x7531)
-        return _levels_of_codes(words & 0x0F0F0F0F), _levels_of_codes((words >> 4) & 0x0F0F0F0F)
+        return _levels_of_codes(words & 0x0F0F0F0F, MX), _levels_of_codes((words >> 4) & 0x0F0F0F0F, MX)
 
     @triton.jit
-    def _half_levels(selector):
+    def _half_levels(selector, MX: tl.constexpr):
         """The levels of the 4 codes in the low 16 bits of selector (nibble i: output byte i), by prmt."""
         zero = tl.full(selector.shape, 0, tl.int32)
-        low = _prmt(zero + _W0, zero + _W1, selector)
-        high = _prmt(zero + _W2, zero + _W3, selector ^ 0x8888)
+        if MX:
+            low = _prmt(zero + _M0, zero + _M1, selector)
+            high = _prmt(zero + _M2, zero + _M3, selector ^ 0x8888)
+        else:
+            low = _prmt(zero + _W0, zero + _W1, selector)
+            high = _prmt(zero + _W2, zero + _W3, selector ^ 0x8888)
         return _prmt(low, high, ((selector >> 1) & 0x4444) | 0x3210)
 
     @triton.jit
-    def _levels_of_codes(codes):
+    def _levels_of_codes(codes, MX: tl.constexpr):
         """Words whose 4 bytes are codes 0-15 -> words of their 4 levels, by shifts of the levels' words."""
         out = tl.zeros(codes.shape, dtype=tl.int32)
         for i in tl.static_range(4):
             q = (codes >> (8 * i)) & 15
-            word = tl.where(q < 4, _W0, tl.where(q < 8, _W1, tl.where(q < 12, _W2, _W3)))
+            if MX:
+                word = tl.where(q < 4, _M0, tl.where(q < 8, _M1, tl.where(q < 12, _M2, _M3)))
+            else:
+                word = tl.where(q < 4, _W0, tl.where(q < 8, _W1, tl.where(q < 12, _W2, _W3)))
             out |= ((word >> ((q % 4) * 8)) & 255) << (8 * i)
         return out
 
@@ -70,7 +83,7 @@ if triton is not None:
         t = tl.arange(0, 4)[None, None, None, None, :]
         start = base + (j * 4 + g) * 18                                                  # [1, SB, BN, 4, 1]
         words = word_at(w_words, w_halves, start + 2, t, ok, False)                      # [1, SB, BN, 4, 4]
-        low, high = code_levels(words, ASM)
+        low, high = code_levels(words, ASM, False)
         x_block = xq + j * 32 + g * 8                                                    # [R, SB, 1, 4, 1]
         dot = dp4a(low, tl.load(x_block + t, mask=rok, other=0), True, ASM) \
             + dp4a(high, tl.load(x_block + 4 + t, mask=rok, other=0), True, ASM)
@@ -92,7 +105,7 @@ if triton is not None:
         for half in tl.static_range(2):
             b = 4 * half + c                                                             # [1, 1, 1, 4, 1]
             words = tl.load(w_words + wb + 2 + 4 * b + t, mask=ok, other=0)              # [1, SB, BN, 4, 4]
-            low, high = code_levels(words, ASM)
+            low, high = code_levels(words, ASM, False)
             x_block = xq + j * 64 + 8 * b                                                # [R, SB, 1, 4, 1]
             dot = dp4a(low, tl.load(x_block + t, mask=rok, other=0), True, ASM) \
                 + dp4a(high, tl.load(x_block + 4 + t, mask=rok, other=0), True, ASM)
@@ -102,3 +115,24 @@ if triton is not None:
             scale = d * (ls - 32).to(tl.float32)
             parts += dot.to(tl.float32) * (scale * tl.load(dx + j * 8 + b, mask=rok, other=0.0))
         return parts
+
+    @triton.jit
+    def mxfp4_step(w_ptr, base, xq, dx, j, ok, rok, ISUM: tl.constexpr, ASM: tl.constexpr):
+        """Units j [1, SB, 1, 1, 1] (four 32-value blocks g each) of MXFP4 rows at byte offsets base [1, 1, BN, 1, 1]
+        against R rows of 8-bit activations -> dot parts [R, SB, BN, 4, 4 or 1 (ISUM)]."""
+        g = tl.arange(0, 4)[None, None, None, :, None]
+        t = tl.arange(0, 4)[None, None, None, None, :]
+        start = w_ptr + base + (j * 4 + g) * 17                                          # [1, SB, BN, 4, 1]
+        at = start + 1 + 4 * t                                                           # [1, SB, BN, 4, 4]
+        words = tl.zeros(at.shape, dtype=tl.int32)
+        for b in tl.static_range(4):
+            words |= tl.load(at + b, mask=ok, other=0).to(tl.int32) << (8 * b)
+        low, high = code_levels(words, ASM, True)
+        x_block = xq + j * 32 + g * 8                                                    # [R, SB, 1, 4, 1]
+        dot = dp4a(low, tl.load(x_block + t, mask=rok, other=0), True, ASM) \
+            + dp4a(high, tl.load(x_block + 4 + t, mask=rok, other=0), True, ASM)
+        if ISUM:
+            dot = tl.sum(dot, axis=4, keep_dims=True)
+        e = tl.load(start, mask=ok, other=0).to(tl.int32)                                # [1, SB, BN, 4, 1]
+        scale = tl.where(e < 2, 0x00200000 << e, (e - 1) << 23).to(tl.float32, bitcast=True)  # 2^(e - 128)
+        return dot.to(tl.float32) * (scale * tl.load(dx + j * 4 + g, mask=rok, other=0.0))

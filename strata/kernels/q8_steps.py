@@ -24,7 +24,7 @@ word (word_at), so no byte outside the weight is read.
 - Q8_0 (34 per 32): f16 d, 32 int8 quants (signed dp4a). Q4_0 (18) / Q4_1 (20): f16 d (and f16 m), 16
   bytes: weight i < 16 in the low nibble of byte i, 16 + i in its high one; Q5_0 (22) / Q5_1 (24) put a
   32-bit word of fifth bits (bit i: weight i) before those bytes. w = d (q - 8), d (q - 16), d q + m.
-- IQ4_NL / IQ4_XS: q8_iq4's docstring.
+- IQ4_NL / IQ4_XS / MXFP4: q8_iq4's docstring.
 - The i-quants: packed_iquants' docstring and gguf_blocks (byte loads: any alignment); their code books come in
   as table_ptr (packed_iquants.decode_table; the other types get their own blocks there, never read).
 """
@@ -39,7 +39,7 @@ except ImportError:  # CPU-only install
 
 if triton is not None:
     from strata.kernels.packed_iquants import signed_word_pair
-    from strata.kernels.q8_iq4 import iq4nl_step, iq4xs_step
+    from strata.kernels.q8_iq4 import iq4nl_step, iq4xs_step, mxfp4_step
     from strata.kernels.q8_words import dp4a, dp4a_into, f16_half, word_at
 
     @triton.jit
@@ -385,6 +385,9 @@ if triton is not None:
             offsets = tl.zeros((xq.shape[0], parts.shape[1], parts.shape[2], 4, 1), dtype=tl.float32)
         elif QTYPE == 23:  # IQ4_XS
             parts = iq4xs_step(w_words, base, xq, dx, j, ok, rok, ISUM, ASM)
+            offsets = tl.zeros((xq.shape[0], parts.shape[1], parts.shape[2], 4, 1), dtype=tl.float32)
+        elif QTYPE == 39:  # MXFP4
+            parts = mxfp4_step(w_ptr, base, xq, dx, j, ok, rok, ISUM, ASM)
             offsets = tl.zeros((xq.shape[0], parts.shape[1], parts.shape[2], 4, 1), dtype=tl.float32)
         elif QTYPE >= 16:  # the i-quants (IQUANTS)
             parts = _iq_step(w_ptr, table_ptr, base, xq, dx, j, ok, rok, QTYPE, ISUM, ASM)

@@ -13,15 +13,15 @@ import torch
 from test_packed_gemv import random_blocks  # this folder's module by name: an installed `kernels` package (transformers >= 5.25 needs one) shadows tests/kernels
 from strata.kernels import packed_q8, q8_rounding
 from strata.kernels.gguf_blocks import dequantize_ref
-from strata.kernels.packed_gemv import (IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0,
-                                       packed_gemv_ref)
+from strata.kernels.packed_gemv import (IQ4_NL, IQ4_XS, MXFP4, Q2_K, Q3_K, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K,
+                                       Q8_0, packed_gemv_ref)
 from strata.kernels.packed_iquants import IQ1_M, IQ1_S, IQ2_S, IQ2_XS, IQ2_XXS, IQ3_S, IQ3_XXS
 
 gpu = pytest.mark.gpu
 interpreted = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                                  reason="the kernels in Triton's interpreter: set TRITON_INTERPRET=1, triton installed")
 IQ_TYPES = [IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M]
-Q8_TYPES = [Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, IQ4_NL, IQ4_XS, *IQ_TYPES]
+Q8_TYPES = [Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4, *IQ_TYPES]
 
 
 def test_activation_rounding_keeps_each_value_within_half_a_step():
@@ -280,7 +280,8 @@ def down_reference(act, w2, qtype2, ids, weights) -> torch.Tensor:
                                            ((Q5_K, Q6_K), 768), ((Q2_K, Q3_K), 768), ((Q3_K, Q2_K), 768),
                                            ((IQ2_XXS, IQ3_XXS), 768), ((IQ2_XS, IQ3_S), 768), ((IQ2_S, Q4_K), 768),
                                            ((IQ3_S, IQ2_S), 768), ((IQ1_S, IQ1_M), 768), ((IQ1_M, Q6_K), 768),
-                                           ((IQ4_XS, IQ4_XS), 768), ((IQ4_XS, IQ4_NL), 384), ((IQ4_NL, Q6_K), 768)])
+                                           ((IQ4_XS, IQ4_XS), 768), ((IQ4_XS, IQ4_NL), 384), ((IQ4_NL, Q6_K), 768),
+                                           ((MXFP4, MXFP4), 768), ((MXFP4, Q6_K), 384)])
 @pytest.mark.parametrize("tokens", [1, 4, 48])
 def test_moe_pairs_match_the_rounded_reference(qtypes, inter, tokens):
     """Experts in slots wider than they are (a padded view), a skipped pair (zeros), K = 768 down rows (odd
@@ -290,7 +291,7 @@ def test_moe_pairs_match_the_rounded_reference(qtypes, inter, tokens):
 
 @interpreted
 @pytest.mark.parametrize("qtypes", [(Q2_K, Q3_K), (Q3_K, Q2_K), (Q4_K, Q6_K), (IQ2_XXS, IQ3_XXS), (IQ2_XS, IQ3_S),
-                                    (IQ3_S, IQ2_S), (IQ1_S, IQ1_M), (IQ4_XS, IQ4_NL), (IQ4_NL, IQ4_XS)])
+                                    (IQ3_S, IQ2_S), (IQ1_S, IQ1_M), (IQ4_XS, IQ4_NL), (IQ4_NL, IQ4_XS), (MXFP4, MXFP4)])
 def test_moe_pairs_in_the_interpreter(qtypes):
     """A small case with wide programs (the interpreter runs programs one by one): one-superblock gate/up rows
     and 768-wide down rows (Q3_K's odd rows start two bytes into a word in both)."""

@@ -1,6 +1,6 @@
 # Session 53 (~5 minutes, after next_call57.sh): a file users have, on the GPU for the first time: issue 23's
 # 30B-A3B 24L written as MXFP4_MOE (`strata quantize --scheme mxfp4_moe`: experts MXFP4, the rest Q8_0; its experts
-# take the float pairs and grouped kernels, packed_q8 cannot read 17-byte blocks) against the same shape at Q4_K_M,
+# take the 8-bit pairs up to 4 pairs an expert, then the float grouped kernels) against the same shape at Q4_K_M,
 # issue 23's bench (c1 / c8 / c16, 512-token prefill), one run each; the two GPU tests of a packed MXFP4 model.
 # Build the archive first:  git archive HEAD -o .base/src.tar && git rev-parse --short HEAD > .base/COMMIT
 source tools/gpu_ab/device_setup.sh
