@@ -264,7 +264,7 @@ def e8m0_half(e: torch.Tensor) -> torch.Tensor:
     """E8M0 exponents (integers 0-255, any shape) -> 2^(e - 128) in float32 (gguf-py's e8m0_to_fp32_half: subnormal
     below e = 2)."""
     e = e.to(torch.int32)
-    bits = torch.where(e < 2, torch.full_like(e, 0x00200000) << e, (e - 1) << 23)
+    bits = torch.where(e < 2, torch.full_like(e, 0x00200000) << (e & 1), (e - 1) << 23)
     return bits.view(torch.float32)
 
 

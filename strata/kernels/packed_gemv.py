@@ -168,7 +168,7 @@ if triton is not None:
     @triton.jit
     def _e8m0_half(e):
         """MXFP4's scale bytes (int32) -> 2^(e - 128) as float32 (gguf-py's e8m0_to_fp32_half)."""
-        return tl.where(e < 2, 0x00200000 << e, (e - 1) << 23).to(tl.float32, bitcast=True)
+        return tl.where(e < 2, 0x00200000 << (e & 1), (e - 1) << 23).to(tl.float32, bitcast=True)
 
     @triton.jit
     def _iq4_level(q):

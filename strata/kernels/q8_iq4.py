@@ -134,5 +134,5 @@ if triton is not None:
         if ISUM:
             dot = tl.sum(dot, axis=4, keep_dims=True)
         e = tl.load(start, mask=ok, other=0).to(tl.int32)                                # [1, SB, BN, 4, 1]
-        scale = tl.where(e < 2, 0x00200000 << e, (e - 1) << 23).to(tl.float32, bitcast=True)  # 2^(e - 128)
+        scale = tl.where(e < 2, 0x00200000 << (e & 1), (e - 1) << 23).to(tl.float32, bitcast=True)  # 2^(e - 128)
         return dot.to(tl.float32) * (scale * tl.load(dx + j * 4 + g, mask=rok, other=0.0))
