@@ -159,9 +159,13 @@ if triton is not None:
     _MX_W0, _MX_W1, _MX_W2, _MX_W3 = (tl.constexpr(w) for w in _MXFP4_WORDS)
 
     @triton.jit
-    def _mxfp4_level(q):
-        """MXFP4's value of 4-bit codes q (int32) as float32 (E2M1 doubled), as _iq4_level."""
-        word = tl.where(q < 4, _MX_W0, tl.where(q < 8, _MX_W1, tl.where(q < 12, _MX_W2, _MX_W3)))
+    def _table_level(q, MX: tl.constexpr):
+        """The level of 4-bit codes q (int32) as float32: byte q % 4 of word q // 4, sign-extended; IQ4_NL's levels,
+        or (MX) MXFP4's values (E2M1 doubled)."""
+        if MX:
+            word = tl.where(q < 4, _MX_W0, tl.where(q < 8, _MX_W1, tl.where(q < 12, _MX_W2, _MX_W3)))
+        else:
+            word = tl.where(q < 4, _IQ4_W0, tl.where(q < 8, _IQ4_W1, tl.where(q < 12, _IQ4_W2, _IQ4_W3)))
         level = (word >> ((q % 4) * 8)) & 255
         return ((level ^ 128) - 128).to(tl.float32)
 
@@ -169,13 +173,6 @@ if triton is not None:
     def _e8m0_half(e):
         """MXFP4's scale bytes (int32) -> 2^(e - 128) as float32 (gguf-py's e8m0_to_fp32_half)."""
         return tl.where(e < 2, 0x00200000 << (e & 1), (e - 1) << 23).to(tl.float32, bitcast=True)
-
-    @triton.jit
-    def _iq4_level(q):
-        """IQ4_NL's level of 4-bit codes q (int32) as float32: byte q % 4 of word q // 4, sign-extended."""
-        word = tl.where(q < 4, _IQ4_W0, tl.where(q < 8, _IQ4_W1, tl.where(q < 12, _IQ4_W2, _IQ4_W3)))
-        level = (word >> ((q % 4) * 8)) & 255
-        return ((level ^ 128) - 128).to(tl.float32)
 
     @triton.jit
     def _iq4xs_scales(base3, s, ok3):
@@ -189,7 +186,7 @@ if triton is not None:
     def _iq4xs_levels(base, r, l, n_ok):
         """IQ4_XS weights' levels [BN, SB, 8, 32]: sub-block r's codes at bytes 8 + 16 r + l % 16, nibble l // 16."""
         code = (tl.load(base + 8 + r * 16 + l % 16, mask=n_ok, other=0).to(tl.int32) >> ((l // 16) * 4)) & 15
-        return _iq4_level(code)
+        return _table_level(code, False)
 
     @triton.jit
     def _block_bytes(QTYPE: tl.constexpr):
@@ -290,10 +287,8 @@ if triton is not None:
                 q = q - 8
             elif QTYPE == 6:
                 q = q - 16
-            if QTYPE == 20:
-                q = _iq4_level(q)
-            elif QTYPE == 39:
-                q = _mxfp4_level(q)
+            if QTYPE == 20 or QTYPE == 39:
+                q = _table_level(q, QTYPE == 39)
             else:
                 q = q.to(tl.float32)
             if QTYPE == 3 or QTYPE == 7:

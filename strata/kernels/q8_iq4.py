@@ -76,6 +76,18 @@ if triton is not None:
         return out
 
     @triton.jit
+    def _block_dots(words, x_block, t, rok, ISUM: tl.constexpr, ASM: tl.constexpr, MX: tl.constexpr):
+        """Words t of 32-value blocks' codes [1, SB, BN, 4, 4] (low nibbles: weights 4 t.., high: 16 + 4 t..) against
+        the blocks' 8-bit activations at x_block [R, SB, 1, 4, 1] -> their integer dots [R, SB, BN, 4, 4], or per
+        block [.., 1] (ISUM)."""
+        low, high = code_levels(words, ASM, MX)
+        dot = dp4a(low, tl.load(x_block + t, mask=rok, other=0), True, ASM) \
+            + dp4a(high, tl.load(x_block + 4 + t, mask=rok, other=0), True, ASM)
+        if ISUM:
+            dot = tl.sum(dot, axis=4, keep_dims=True)
+        return dot
+
+    @triton.jit
     def iq4nl_step(w_words, w_halves, base, xq, dx, j, ok, rok, ISUM: tl.constexpr, ASM: tl.constexpr):
         """Units j [1, SB, 1, 1, 1] (four 32-value blocks g each) of IQ4_NL rows at even byte offsets base
         [1, 1, BN, 1, 1] against R rows of 8-bit activations -> dot parts [R, SB, BN, 4, 4 or 1 (ISUM)]."""
@@ -83,12 +95,7 @@ if triton is not None:
         t = tl.arange(0, 4)[None, None, None, None, :]
         start = base + (j * 4 + g) * 18                                                  # [1, SB, BN, 4, 1]
         words = word_at(w_words, w_halves, start + 2, t, ok, False)                      # [1, SB, BN, 4, 4]
-        low, high = code_levels(words, ASM, False)
-        x_block = xq + j * 32 + g * 8                                                    # [R, SB, 1, 4, 1]
-        dot = dp4a(low, tl.load(x_block + t, mask=rok, other=0), True, ASM) \
-            + dp4a(high, tl.load(x_block + 4 + t, mask=rok, other=0), True, ASM)
-        if ISUM:
-            dot = tl.sum(dot, axis=4, keep_dims=True)
+        dot = _block_dots(words, xq + j * 32 + g * 8, t, rok, ISUM, ASM, False)           # [R, SB, BN, 4, 4 or 1]
         return dot.to(tl.float32) * (f16_half(w_halves, start, ok) * tl.load(dx + j * 4 + g, mask=rok, other=0.0))
 
     @triton.jit
@@ -105,12 +112,7 @@ if triton is not None:
         for half in tl.static_range(2):
             b = 4 * half + c                                                             # [1, 1, 1, 4, 1]
             words = tl.load(w_words + wb + 2 + 4 * b + t, mask=ok, other=0)              # [1, SB, BN, 4, 4]
-            low, high = code_levels(words, ASM, False)
-            x_block = xq + j * 64 + 8 * b                                                # [R, SB, 1, 4, 1]
-            dot = dp4a(low, tl.load(x_block + t, mask=rok, other=0), True, ASM) \
-                + dp4a(high, tl.load(x_block + 4 + t, mask=rok, other=0), True, ASM)
-            if ISUM:
-                dot = tl.sum(dot, axis=4, keep_dims=True)
+            dot = _block_dots(words, xq + j * 64 + 8 * b, t, rok, ISUM, ASM, False)       # [R, SB, BN, 4, 4 or 1]
             ls = ((scales_l >> (4 * b)) & 15) | (((head >> (16 + 2 * b)) & 3) << 4)     # [1, SB, BN, 4, 1]
             scale = d * (ls - 32).to(tl.float32)
             parts += dot.to(tl.float32) * (scale * tl.load(dx + j * 8 + b, mask=rok, other=0.0))
@@ -127,12 +129,7 @@ if triton is not None:
         words = tl.zeros(at.shape, dtype=tl.int32)
         for b in tl.static_range(4):
             words |= tl.load(at + b, mask=ok, other=0).to(tl.int32) << (8 * b)
-        low, high = code_levels(words, ASM, True)
-        x_block = xq + j * 32 + g * 8                                                    # [R, SB, 1, 4, 1]
-        dot = dp4a(low, tl.load(x_block + t, mask=rok, other=0), True, ASM) \
-            + dp4a(high, tl.load(x_block + 4 + t, mask=rok, other=0), True, ASM)
-        if ISUM:
-            dot = tl.sum(dot, axis=4, keep_dims=True)
+        dot = _block_dots(words, xq + j * 32 + g * 8, t, rok, ISUM, ASM, True)            # [R, SB, BN, 4, 4 or 1]
         e = tl.load(start, mask=ok, other=0).to(tl.int32)                                # [1, SB, BN, 4, 1]
         scale = tl.where(e < 2, 0x00200000 << (e & 1), (e - 1) << 23).to(tl.float32, bitcast=True)  # 2^(e - 128)
         return dot.to(tl.float32) * (scale * tl.load(dx + j * 4 + g, mask=rok, other=0.0))

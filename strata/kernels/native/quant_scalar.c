@@ -56,30 +56,29 @@ static void row_q4_1(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
     *y = acc + acc_min;
 }
 
-/* IQ4_NL: Q4_0's nibbles as codes of IQ4_VALUES, times d */
+/* IQ4_NL and MXFP4: Q4_0's nibbles as codes of a 16-entry table, times the block's scale */
+static int32_t table_dot(const uint8_t *qs, const int8_t *table, const int8_t *xq) {
+    int8_t v[QK];
+    for (int i = 0; i < 16; i++) v[i] = table[qs[i] & 0xF], v[i + 16] = table[qs[i] >> 4];
+    return dot_i8(v, xq, QK);
+}
+
 static void row_iq4_nl(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
-    const int64_t nb = x->k / QK;
     const int8_t *xq = x->q + t * x->k;
     float acc = 0.f;
-    int8_t v[QK];
-    for (int64_t b = 0; b < nb; b++) {
+    for (int64_t b = 0; b < x->k / QK; b++) {
         const block_iq4_nl *blk = (const block_iq4_nl *)w + b;
-        for (int i = 0; i < 16; i++) v[i] = IQ4_VALUES[blk->qs[i] & 0xF], v[i + 16] = IQ4_VALUES[blk->qs[i] >> 4];
-        acc += fp16_to_f32(blk->d) * *d_at(x, t, b) * (float)dot_i8(v, xq + b * QK, QK);
+        acc += fp16_to_f32(blk->d) * *d_at(x, t, b) * (float)table_dot(blk->qs, IQ4_VALUES, xq + b * QK);
     }
     *y = acc;
 }
 
-/* MXFP4: Q4_0's nibbles as codes of MXFP4_VALUES, times the block's power of two */
-static void row_mxfp4(const uint8_t *w, const acts_t *x, int64_t t, float *y) {
-    const int64_t nb = x->k / QK;
+static void row_mxfp4(const uint8_t *w, const acts_t *x, int64_t t, float *y) {  /* the scale: a power of two */
     const int8_t *xq = x->q + t * x->k;
     float acc = 0.f;
-    int8_t v[QK];
-    for (int64_t b = 0; b < nb; b++) {
+    for (int64_t b = 0; b < x->k / QK; b++) {
         const block_mxfp4 *blk = (const block_mxfp4 *)w + b;
-        for (int i = 0; i < 16; i++) v[i] = MXFP4_VALUES[blk->qs[i] & 0xF], v[i + 16] = MXFP4_VALUES[blk->qs[i] >> 4];
-        acc += mxfp4_scale(blk->e) * *d_at(x, t, b) * (float)dot_i8(v, xq + b * QK, QK);
+        acc += mxfp4_scale(blk->e) * *d_at(x, t, b) * (float)table_dot(blk->qs, MXFP4_VALUES, xq + b * QK);
     }
     *y = acc;
 }
