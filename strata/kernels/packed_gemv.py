@@ -73,7 +73,7 @@ def level_words(levels: tuple[int, ...]) -> list[int]:
 
 
 # MXFP4's 16 values (E2M1 doubled: gguf_blocks.MXFP4_VALUES) the same way
-_IQ4_WORDS, _MXFP4_WORDS = level_words(IQ4_LEVELS), level_words(MXFP4_VALUES)
+IQ4_WORDS, MXFP4_WORDS = level_words(IQ4_LEVELS), level_words(MXFP4_VALUES)
 CHUNK = 256  # weights of one row decoded per inner step (one superblock, or eight 32-value blocks)
 
 
@@ -155,11 +155,11 @@ def packed_gemv(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: in
 
 if triton is not None:
 
-    _IQ4_W0, _IQ4_W1, _IQ4_W2, _IQ4_W3 = (tl.constexpr(w) for w in _IQ4_WORDS)
-    _MX_W0, _MX_W1, _MX_W2, _MX_W3 = (tl.constexpr(w) for w in _MXFP4_WORDS)
+    _IQ4_W0, _IQ4_W1, _IQ4_W2, _IQ4_W3 = (tl.constexpr(w) for w in IQ4_WORDS)
+    _MX_W0, _MX_W1, _MX_W2, _MX_W3 = (tl.constexpr(w) for w in MXFP4_WORDS)
 
     @triton.jit
-    def _table_level(q, MX: tl.constexpr):
+    def table_level(q, MX: tl.constexpr):
         """The level of 4-bit codes q (int32) as float32: byte q % 4 of word q // 4, sign-extended; IQ4_NL's levels,
         or (MX) MXFP4's values (E2M1 doubled)."""
         if MX:
@@ -170,8 +170,8 @@ if triton is not None:
         return ((level ^ 128) - 128).to(tl.float32)
 
     @triton.jit
-    def _e8m0_half(e):
-        """MXFP4's scale bytes (int32) -> 2^(e - 128) as float32 (gguf-py's e8m0_to_fp32_half)."""
+    def mxfp4_scale(e):
+        """MXFP4's exponent bytes e (int32) -> its scale 2^(e - 128) as float32 (gguf-py's e8m0_to_fp32_half)."""
         return tl.where(e < 2, 0x00200000 << (e & 1), (e - 1) << 23).to(tl.float32, bitcast=True)
 
     @triton.jit
@@ -186,7 +186,7 @@ if triton is not None:
     def _iq4xs_levels(base, r, l, n_ok):
         """IQ4_XS weights' levels [BN, SB, 8, 32]: sub-block r's codes at bytes 8 + 16 r + l % 16, nibble l // 16."""
         code = (tl.load(base + 8 + r * 16 + l % 16, mask=n_ok, other=0).to(tl.int32) >> ((l // 16) * 4)) & 15
-        return _table_level(code, False)
+        return table_level(code, False)
 
     @triton.jit
     def _block_bytes(QTYPE: tl.constexpr):
@@ -270,7 +270,7 @@ if triton is not None:
         """32-value blocks at byte pointers base [BN, SB, 8, 1] -> (d * q + m as factors: q [BN, SB, 8, 32]
         float32 with the _0 types' offset taken off, d [BN, SB, 8], m [BN, SB, 8], zero for the _0 types)."""
         if QTYPE == 39:  # an E8M0 exponent byte, not a float16
-            d = tl.sum(_e8m0_half(tl.load(base, mask=n_ok, other=0).to(tl.int32)), axis=3)
+            d = tl.sum(mxfp4_scale(tl.load(base, mask=n_ok, other=0).to(tl.int32)), axis=3)
         else:
             d = tl.sum(_f16_at(base, n_ok), axis=3)
         if QTYPE == 8:
@@ -288,7 +288,7 @@ if triton is not None:
             elif QTYPE == 6:
                 q = q - 16
             if QTYPE == 20 or QTYPE == 39:
-                q = _table_level(q, QTYPE == 39)
+                q = table_level(q, QTYPE == 39)
             else:
                 q = q.to(tl.float32)
             if QTYPE == 3 or QTYPE == 7:

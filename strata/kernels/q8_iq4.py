@@ -15,8 +15,7 @@ GPU, or by shifts of the levels' words under Triton's interpreter (same bits).
 
 from __future__ import annotations
 
-from strata.kernels.gguf_blocks import MXFP4_VALUES
-from strata.kernels.packed_gemv import IQ4_LEVELS, level_words
+from strata.kernels.packed_gemv import IQ4_WORDS, MXFP4_WORDS
 
 try:
     import triton
@@ -25,10 +24,12 @@ except ImportError:  # CPU-only install
     triton = tl = None
 
 if triton is not None:
+    from strata.kernels.packed_gemv import mxfp4_scale, table_level
     from strata.kernels.q8_words import dp4a, f16_half, word_at
 
-    _W0, _W1, _W2, _W3 = (tl.constexpr(w) for w in level_words(IQ4_LEVELS))
-    _M0, _M1, _M2, _M3 = (tl.constexpr(w) for w in level_words(MXFP4_VALUES))
+    # the 16 levels as the bytes of 4 words, which byte permutes select from (packed_gemv's)
+    _W0, _W1, _W2, _W3 = (tl.constexpr(w) for w in IQ4_WORDS)
+    _M0, _M1, _M2, _M3 = (tl.constexpr(w) for w in MXFP4_WORDS)
 
     @triton.jit
     def _prmt(a, b, selector):
@@ -64,15 +65,10 @@ if triton is not None:
 
     @triton.jit
     def _levels_of_codes(codes, MX: tl.constexpr):
-        """Words whose 4 bytes are codes 0-15 -> words of their 4 levels, by shifts of the levels' words."""
+        """Words whose 4 bytes are codes 0-15 -> words of their 4 levels (packed_gemv.table_level's, as bytes)."""
         out = tl.zeros(codes.shape, dtype=tl.int32)
         for i in tl.static_range(4):
-            q = (codes >> (8 * i)) & 15
-            if MX:
-                word = tl.where(q < 4, _M0, tl.where(q < 8, _M1, tl.where(q < 12, _M2, _M3)))
-            else:
-                word = tl.where(q < 4, _W0, tl.where(q < 8, _W1, tl.where(q < 12, _W2, _W3)))
-            out |= ((word >> ((q % 4) * 8)) & 255) << (8 * i)
+            out |= (table_level((codes >> (8 * i)) & 15, MX).to(tl.int32) & 255) << (8 * i)
         return out
 
     @triton.jit
@@ -131,5 +127,4 @@ if triton is not None:
             words |= tl.load(at + b, mask=ok, other=0).to(tl.int32) << (8 * b)
         dot = _block_dots(words, xq + j * 32 + g * 8, t, rok, ISUM, ASM, True)            # [R, SB, BN, 4, 4 or 1]
         e = tl.load(start, mask=ok, other=0).to(tl.int32)                                # [1, SB, BN, 4, 1]
-        scale = tl.where(e < 2, 0x00200000 << (e & 1), (e - 1) << 23).to(tl.float32, bitcast=True)  # 2^(e - 128)
-        return dot.to(tl.float32) * (scale * tl.load(dx + j * 4 + g, mask=rok, other=0.0))
+        return dot.to(tl.float32) * (mxfp4_scale(e) * tl.load(dx + j * 4 + g, mask=rok, other=0.0))
