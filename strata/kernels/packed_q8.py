@@ -101,12 +101,21 @@ ONE_TOKEN_GATE_UP = dict(BLOCK_N=4, SUPERBLOCKS=8, num_warps=1, num_stages=3, IS
 ONE_TOKEN_DOWN = dict(BLOCK_N=8, SUPERBLOCKS=2, num_warps=1, num_stages=3, ISUM=2)
 PAIRS_GATE_UP = dict(BLOCK_N=8, SUPERBLOCKS=4, num_warps=1, num_stages=3, ISUM=1)  # 2+ tokens
 PAIRS_DOWN = dict(BLOCK_N=16, SUPERBLOCKS=2, num_warps=1, num_stages=3, ISUM=2)
+# One token's pairs read in place from pinned host memory (the offload's zero-copy experts, over PCIe): session 50's
+# one-token tilings without integer group sums. Session 54 (an H100 host, issue 23's offload command at 25 %, two
+# alternated rounds): session 52's tilings above cost 103.0 / 92.7 -> 89.1 / 81.9 tok/s (ad90c54 against the commit
+# before it), and HEAD with these tilings gave 101.6 / 91.6 against HEAD's 86.2 / 80.6.
+HOST_ONE_TOKEN_GATE_UP = dict(BLOCK_N=4, SUPERBLOCKS=2, num_warps=1, num_stages=3)
+HOST_ONE_TOKEN_DOWN = dict(BLOCK_N=8, SUPERBLOCKS=1, num_warps=1, num_stages=3)
 
 
-def pair_configs(num_tokens: int, qtype2: int, qtype13: int) -> tuple[dict, dict]:
-    """The tilings of a pairs step's two launches (gate/up, down) for its token count and the experts' types."""
+def pair_configs(num_tokens: int, qtype2: int, qtype13: int, in_host: bool = False) -> tuple[dict, dict]:
+    """The tilings of a pairs step's two launches (gate/up, down) for its token count and the experts' types;
+    in_host: the experts lie in pinned host memory, read in place over PCIe."""
     if UNIT[qtype2] != 256:  # Qwen4-Exp's 640-wide down rows: not measured at session 52's tilings
         return PAIR_CONFIG, PAIR_CONFIG
+    if num_tokens == 1 and in_host:
+        return HOST_ONE_TOKEN_GATE_UP, HOST_ONE_TOKEN_DOWN
     if num_tokens == 1:
         return ONE_TOKEN_GATE_UP, ONE_TOKEN_DOWN
     if qtype13 in (Q4_K, Q5_K) and qtype2 in (Q4_K, Q5_K, Q6_K):  # K_M files' experts
@@ -155,6 +164,13 @@ def enabled() -> bool:
     from strata.config import debug_flag
 
     return not debug_flag("NO_Q8_ACTIVATIONS")
+
+
+def _host_tilings() -> bool:
+    """STRATA_NO_HOST_PAIR_TILINGS=1 (an A/B switch) gives experts read in host memory the device's tilings."""
+    from strata.config import debug_flag
+
+    return not debug_flag("NO_HOST_PAIR_TILINGS")
 
 
 def supports(qtype: int, k: int, w: torch.Tensor) -> bool:
@@ -235,7 +251,8 @@ def moe_pairs_q8(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torc
     num_tokens, top_k = topk_ids.shape
     dim, inter = hidden.shape[1], w13.shape[1] // 2
     assert w13.stride(2) == 1 and w2.stride(2) == 1 and w2.shape[1] == dim
-    cfg13, cfg2 = ({**c, **(config or {})} for c in pair_configs(num_tokens, qtype2, qtype13))
+    in_host = w13.device.type == "cpu" and hidden.is_cuda and _host_tilings()  # zero-copy experts
+    cfg13, cfg2 = ({**c, **(config or {})} for c in pair_configs(num_tokens, qtype2, qtype13, in_host))
     ids = topk_ids.reshape(-1).contiguous()                                           # [P]
     weights = topk_weights.reshape(-1).contiguous()                                   # [P]
     act = torch.empty(ids.numel(), inter, dtype=torch.float32, device=hidden.device)  # [P, I]

@@ -289,6 +289,15 @@ def test_moe_pairs_match_the_rounded_reference(qtypes, inter, tokens):
     check_moe_pairs(qtypes, tokens, "cuda", dict(dim=512, inter=inter))
 
 
+@gpu
+@pytest.mark.parametrize("qtypes", [(Q4_K, Q6_K), (Q4_K, Q4_K), (IQ2_XXS, IQ3_XXS), (IQ4_XS, IQ4_XS)])
+@pytest.mark.parametrize("tokens", [1, 4])
+def test_moe_pairs_read_in_place_from_pinned_host_memory(qtypes, tokens):
+    """The offload's zero-copy experts: pinned host blocks read by the device over PCIe, one token at the host
+    tilings (pair_configs' in_host)."""
+    check_moe_pairs(qtypes, tokens, "cuda", dict(dim=512, inter=768), host_weights=True)
+
+
 @interpreted
 @pytest.mark.parametrize("qtypes", [(Q2_K, Q3_K), (Q3_K, Q2_K), (Q4_K, Q6_K), (IQ2_XXS, IQ3_XXS), (IQ2_XS, IQ3_S),
                                     (IQ3_S, IQ2_S), (IQ1_S, IQ1_M), (IQ4_XS, IQ4_NL), (IQ4_NL, IQ4_XS), (MXFP4, MXFP4)])
@@ -319,7 +328,8 @@ def test_moe_pairs_with_integer_group_sums_in_the_interpreter(qtypes, tiling, is
     check_moe_pairs(qtypes, 2, "cpu", dict(dim=512, inter=256, num=4, top_k=2), config=dict(tiling, ISUM=isum))
 
 
-def check_moe_pairs(qtypes: tuple[int, int], tokens: int, device: str, shape: dict, config: dict | None = None):
+def check_moe_pairs(qtypes: tuple[int, int], tokens: int, device: str, shape: dict, config: dict | None = None,
+                    host_weights: bool = False):
     """moe_pairs_q8 equals its two launches run at its tilings (bit for bit), and each launch its reference on the
     same input: gate/up from rounded hidden, down from the rounding of the kernel's own act. (The whole against
     moe_reference differs where float32 sums in another order move an activation across a rounding step: one such
@@ -327,10 +337,11 @@ def check_moe_pairs(qtypes: tuple[int, int], tokens: int, device: str, shape: di
     from test_packed_moe import case, on_device
 
     hidden, w13, w2, ids, weights = case(*qtypes, tokens, **shape, pad=96, seed=tokens)
-    args = (hidden.to(device), on_device(w13, device), qtypes[0], on_device(w2, device), qtypes[1], ids.to(device),
-            weights.to(device))
+    place = (lambda w: on_device(w, "cpu").pin_memory()) if host_weights else (lambda w: on_device(w, device))
+    args = (hidden.to(device), place(w13), qtypes[0], place(w2), qtypes[1], ids.to(device), weights.to(device))
     out = packed_q8.moe_pairs_q8(*args, config=config).cpu()
-    cfg13, cfg2 = ({**c, **(config or {})} for c in packed_q8.pair_configs(tokens, qtypes[1], qtypes[0]))
+    cfg13, cfg2 = ({**c, **(config or {})} for c in packed_q8.pair_configs(tokens, qtypes[1], qtypes[0],
+                                                                           in_host=host_weights))
     act = torch.empty(ids.numel(), w13.shape[1] // 2, device=device)                           # [P, I]
     packed_q8.gate_up_pairs(packed_q8.quantize(args[0]), args[1], qtypes[0], args[5].flatten(), ids.shape[1], act,
                             cfg13)
