@@ -8,7 +8,8 @@ import argparse
 
 # strata.weights.gguf_export.SCHEMES, spelled here so that every `strata` command does not import torch
 # (tests/weights/test_gguf_export.py checks the two agree)
-SCHEME_NAMES = ("q2_k", "q3_k_m", "q4_k_m", "q6_k", "q8_0", "mxfp4_moe", "f16", "bf16", "f32")
+SCHEME_NAMES = ("q2_k", "q3_k_m", "q4_k_m", "q6_k", "q8_0", "mxfp4_moe", "iq4_xs", "iq3_xxs", "iq2_xxs", "f16", "bf16",
+                "f32")
 
 
 def register(sub: argparse._SubParsersAction) -> None:

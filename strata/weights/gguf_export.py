@@ -1,7 +1,7 @@
 """`strata quantize`: any model Strata loads (HF folder, GGUF file, random:<shape>) written as a GGUF file in
-a quantization scheme (SCHEMES: q2_k, q3_k_m, q4_k_m, q6_k, q8_0, mxfp4_moe, f16, bf16, f32) with a tokenizer, so
-benchmarks can make a Q4_K_M file of a real model shape in seconds on a GPU. The file follows llama.cpp's conventions
-(strata.weights.gguf_writer). Its tokenizer: a GGUF source's tokenizer.* metadata copied, an HF folder's
+a quantization scheme (SCHEMES: q2_k, q3_k_m, q4_k_m, q6_k, q8_0, mxfp4_moe, iq4_xs, iq3_xxs, iq2_xxs, f16, bf16,
+f32) with a tokenizer, so benchmarks can make a Q4_K_M file of a real model shape in seconds on a GPU. The file
+follows llama.cpp's conventions (strata.weights.gguf_writer). Its tokenizer: a GGUF source's tokenizer.* metadata copied, an HF folder's
 byte-level BPE tokenizer.json converted, else (random shapes) a synthetic byte-level BPE vocabulary of
 exactly vocab_size tokens, with ChatML special tokens, that strata.tokenizer_gguf loads.
 
@@ -59,7 +59,7 @@ class Scheme:
     (ffn_gate_inp, and Qwen3-Next's shared-expert gate ffn_gate_inp_shexp: a softmax / sigmoid reads small
     differences) and Qwen3-Next's ssm_conv1d [C, 4]. A row length the type's blocks do not divide falls
     back as in llama.cpp's quantizer (`fallback_type`): Q2_K and Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K
-    -> Q8_0, then F16 when 32 does not divide it either."""
+    -> Q8_0, the i-quants -> IQ4_NL, then F16 when 32 does not divide it either."""
 
     name: str
     weights: str
@@ -88,6 +88,21 @@ _Q2_K = (Rule(r"^output\.weight$", "Q6_K"), Rule(r"\.attn_v\.weight$", "Q4_K"),
          Rule(r"\.(ffn_down(_exps|_shexp)?|attn_output)\.weight$", "Q3_K"))
 # mxfp4_moe as llama.cpp's MXFP4_MOE: the routed experts (3-D tensors) MXFP4, every other weight Q8_0
 _MXFP4_MOE = (Rule(r"_exps\.weight$", "MXFP4"),)
+# the i-quant files as llama_tensor_get_type writes them without an importance matrix (llama.cpp asks for one at
+# IQ2_XXS; these test and benchmark files go without): iq4_xs: IQ4_XS but the LM head Q6_K, attn_v Q5_K, ffn_down
+# Q5_K in the first eighth of the blocks; iq3_xxs: IQ3_XXS but the LM head Q5_K, token_embd and attn_output IQ3_S,
+# attn_q / attn_k IQ2_S, attn_v Q4_K, ffn_down Q4_K in the first eighth and Q3_K after; iq2_xxs: IQ2_XXS but the LM
+# head Q5_K, token_embd Q2_K, attn_v Q4_K, ffn_down Q2_K in the first eighth. Not copied: the 8-expert bumps.
+_FIRST_EIGHTH = (lambda i, n: i < n // 8)  # noqa: E731
+_FFN_DOWN = r"\.ffn_down(_exps|_shexp)?\.weight$"
+_IQ4_XS = (Rule(r"^output\.weight$", "Q6_K"), Rule(r"\.attn_v\.weight$", "Q5_K"),
+           Rule(_FFN_DOWN, "Q5_K", layers=_FIRST_EIGHTH))
+_IQ3_XXS = (Rule(r"^output\.weight$", "Q5_K"), Rule(r"^token_embd\.weight$", "IQ3_S"),
+            Rule(r"\.attn_v\.weight$", "Q4_K"), Rule(r"\.attn_[qk]\.weight$", "IQ2_S"),
+            Rule(r"\.attn_output\.weight$", "IQ3_S"), Rule(_FFN_DOWN, "Q4_K", layers=_FIRST_EIGHTH),
+            Rule(_FFN_DOWN, "Q3_K"))
+_IQ2_XXS = (Rule(r"^output\.weight$", "Q5_K"), Rule(r"^token_embd\.weight$", "Q2_K"),
+            Rule(r"\.attn_v\.weight$", "Q4_K"), Rule(_FFN_DOWN, "Q2_K", layers=_FIRST_EIGHTH))
 SCHEMES = {s.name: s for s in (
     Scheme("q2_k", "Q2_K", gguf.LlamaFileType.MOSTLY_Q2_K, _Q2_K),
     Scheme("q3_k_m", "Q3_K", gguf.LlamaFileType.MOSTLY_Q3_K_M, _Q3_K_M),
@@ -95,6 +110,9 @@ SCHEMES = {s.name: s for s in (
     Scheme("q6_k", "Q6_K", gguf.LlamaFileType.MOSTLY_Q6_K),
     Scheme("q8_0", "Q8_0", gguf.LlamaFileType.MOSTLY_Q8_0),
     Scheme("mxfp4_moe", "Q8_0", gguf.LlamaFileType.MOSTLY_MXFP4_MOE, _MXFP4_MOE),
+    Scheme("iq4_xs", "IQ4_XS", gguf.LlamaFileType.MOSTLY_IQ4_XS, _IQ4_XS),
+    Scheme("iq3_xxs", "IQ3_XXS", gguf.LlamaFileType.MOSTLY_IQ3_XXS, _IQ3_XXS),
+    Scheme("iq2_xxs", "IQ2_XXS", gguf.LlamaFileType.MOSTLY_IQ2_XXS, _IQ2_XXS),
     Scheme("f16", "F16", gguf.LlamaFileType.MOSTLY_F16),
     Scheme("bf16", "BF16", gguf.LlamaFileType.MOSTLY_BF16),
     Scheme("f32", "F32", gguf.LlamaFileType.ALL_F32),
@@ -137,7 +155,8 @@ def choose_types(scheme: Scheme, shapes: list[tuple[str, tuple[int, ...]]], num_
 
 # llama.cpp's llama_tensor_get_type for a row its type's blocks do not divide (Qwen4-Exp's 640-wide expert down
 # rows in a Q4_K_M file are Q5_0, or Q8_0 on the use-more-bits layers); any other type of ours takes Q8_0
-_FALLBACKS = {Q.Q2_K: Q.Q4_0, Q.Q3_K: Q.Q4_0, Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0}
+_FALLBACKS = {Q.Q2_K: Q.Q4_0, Q.Q3_K: Q.Q4_0, Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0,
+              **{t: Q.IQ4_NL for t in (Q.IQ4_XS, Q.IQ3_S, Q.IQ3_XXS, Q.IQ2_S, Q.IQ2_XXS)}}
 
 
 def fallback_type(qtype: Q, row: int) -> Q:

@@ -1,5 +1,5 @@
 """Float weights -> GGUF tensor bytes (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
-IQ4_NL, MXFP4; the i-quants IQ4_XS, IQ3_XXS, IQ2_XXS in quantize_iq) in torch, on
+IQ4_NL, MXFP4; the i-quants IQ4_XS, IQ3_S, IQ3_XXS, IQ2_S, IQ2_XXS in quantize_iq) in torch, on
 the weights' own device (CPU or CUDA), vectorised over blocks and done in chunks so a 15B-parameter model
 quantizes in seconds on a GPU with bounded scratch memory. All math is float32.
 
@@ -17,7 +17,7 @@ import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from strata.kernels.gguf_blocks import IQ4_VALUES, MXFP4_VALUES, e8m0_half
-from strata.weights.quantize_iq import iq2_xxs, iq3_xxs, iq4_xs
+from strata.weights.quantize_iq import iq2_s, iq2_xxs, iq3_s, iq3_xxs, iq4_xs
 
 QK_K = 256
 F32, F16, BF16 = GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16
@@ -33,7 +33,7 @@ _CHUNK_VALUES = 1 << 24  # values quantized per step: bounds the float32 scratch
 def quantize(weights: torch.Tensor, qtype: int) -> torch.Tensor:
     """float [..., K] (any float dtype, any strides) -> uint8 [..., K / block size * bytes per block] on the
     same device: the GGUF bytes of `qtype` (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K,
-    Q6_K, IQ4_NL, MXFP4, IQ4_XS, IQ3_XXS, IQ2_XXS). K must be a whole number of blocks."""
+    Q6_K, IQ4_NL, MXFP4, IQ4_XS, IQ3_S, IQ3_XXS, IQ2_S, IQ2_XXS). K must be a whole number of blocks."""
     qtype = GGMLQuantizationType(qtype)
     if qtype in _FLOATS:
         values = weights.to(_FLOATS[qtype]).contiguous()
@@ -257,5 +257,6 @@ def _mxfp4(x: torch.Tensor) -> torch.Tensor:
 
 _BLOCK_QUANTIZERS = {Q8_0: _q8_0, Q4_0: _q4_0, Q5_0: _q5_0, Q5_1: _q5_1, Q2_K: _q2_k, Q3_K: _q3_k, Q4_K: _q4_k,
                      Q5_K: _q5_k, Q6_K: _q6_k, IQ4_NL: _iq4_nl, MXFP4: _mxfp4, GGMLQuantizationType.IQ4_XS: iq4_xs,
-                     GGMLQuantizationType.IQ3_XXS: iq3_xxs, GGMLQuantizationType.IQ2_XXS: iq2_xxs}
+                     GGMLQuantizationType.IQ3_S: iq3_s, GGMLQuantizationType.IQ3_XXS: iq3_xxs,
+                     GGMLQuantizationType.IQ2_S: iq2_s, GGMLQuantizationType.IQ2_XXS: iq2_xxs}
 SUPPORTED_TYPES = (*_FLOATS, *_BLOCK_QUANTIZERS)

@@ -1,11 +1,12 @@
-"""Float weights -> the i-quants' GGUF blocks (IQ4_XS, IQ3_XXS, IQ2_XXS) in torch, for `strata quantize`'s
+"""Float weights -> the i-quants' GGUF blocks (IQ4_XS, IQ3_S, IQ3_XXS, IQ2_S, IQ2_XXS) in torch, for `strata quantize`'s
 i-quant schemes: test and benchmark files of the 2-4 bit types the largest models ship in, not llama.cpp's
 importance-weighted search. Vectorised over blocks; all math float32; gguf-py's `dequantize` reads the bytes.
 
-IQ3_XXS and IQ2_XXS: each sub-block of 32 values takes the scale (of a few candidates around its peak over the
-grid's largest value) whose nearest grid rows give the least squared error; each group of 8 values stores 7
-signs and takes the eighth from an even count of minus signs, so a group of odd count flips its smallest value's
-sign (the grid search then sees that value as -|x|, its error as reconstructed).
+The grid types: each sub-block (32 values, IQ2_S's 16) takes the scale (of a few candidates around its peak over
+the grid's largest value) whose nearest grid rows give the least squared error; the 4-bit scales are that over
+the superblock's d. IQ3_XXS and IQ2_XXS store 7 signs of each 8 values and take the eighth from an even count of
+minus signs, so a group of odd count flips its smallest value's sign (the grid search then sees that value as
+-|x|, its error as reconstructed).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from strata.kernels.gguf_blocks import IQ4_VALUES
 from strata.kernels.gguf_iquants import _iq_grid
 
 QK_K = 256
-_SCALE_CANDIDATES = (0.70, 0.80, 0.875, 0.95, 1.0, 1.05, 1.15)  # x a sub-block's peak / the grid's largest value
+# x a sub-block's peak / the grid's largest value (the larger ones put the peak on a lower grid level)
+_SCALE_CANDIDATES = (0.70, 0.80, 0.875, 0.95, 1.0, 1.05, 1.15, 1.3, 1.5, 1.75, 2.0)
 
 
 def _f16(values: torch.Tensor) -> torch.Tensor:
@@ -58,18 +60,19 @@ def iq4_xs(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([_f16_bytes(d), _le_bytes(high[:, None], 2), low_bytes, qs], dim=1)
 
 
-def _signs(sub: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """sub [B, 8, 32] -> (7-bit sign codes int64 [B, 8, 4], magnitudes [B, 8, 32] for the grid search): a group
-    of 8 with an odd count of negatives has its smallest |x|'s sign flipped (its magnitude becomes -|x|)."""
-    groups = sub.view(*sub.shape[:-1], 4, 8)                                          # [B, 8, 4 groups, 8]
+def _signs(groups: torch.Tensor, parity: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """groups [..., 8] -> (sign bits int64 [...]: bit i set = value i negative, magnitudes [..., 8] for the grid
+    search). parity: the eighth sign is implied by an even count of negatives, so a group of odd count has its
+    smallest |x|'s sign flipped (its magnitude becomes -|x|)."""
     negative = groups < 0
-    odd = negative.sum(-1, keepdim=True) % 2 == 1                                    # [B, 8, 4, 1]
-    smallest = torch.zeros_like(negative).scatter_(-1, groups.abs().argmin(-1, keepdim=True), True)
-    flipped = smallest & odd
-    negative ^= flipped
-    codes = (negative[..., :7].long() << torch.arange(7, device=sub.device)).sum(-1)  # [B, 8, 4]
-    magnitude = torch.where(flipped, -groups.abs(), groups.abs())
-    return codes, magnitude.view(sub.shape)
+    magnitude = groups.abs()
+    if parity:
+        odd = negative.sum(-1, keepdim=True) % 2 == 1                                # [..., 1]
+        flipped = torch.zeros_like(negative).scatter_(-1, magnitude.argmin(-1, keepdim=True), True) & odd
+        negative ^= flipped
+        magnitude = torch.where(flipped, -magnitude, magnitude)
+    bits = (negative.long() << torch.arange(8, device=groups.device)).sum(-1)
+    return bits, magnitude
 
 
 def _nearest_rows(values: torch.Tensor, grid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,37 +83,69 @@ def _nearest_rows(values: torch.Tensor, grid: torch.Tensor) -> tuple[torch.Tenso
     return index, best + (values * values).sum(-1)
 
 
-def _xxs(x: torch.Tensor, name: str, width: int, unit: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """IQ2_XXS / IQ3_XXS's shared search: x [B, 256] -> (float16 d [B], grid rows int64 [B, 8, 32 / width],
-    aux words int64 [B, 8]: four 7-bit sign codes and the 4-bit scale s at bit 28; db = d * (0.5 + s) * unit)."""
+def _search(x: torch.Tensor, name: str, sub: int, offset: float, unit: float, parity: bool):
+    """The grid search of IQ2_XXS, IQ2_S, IQ3_XXS and IQ3_S: x [B, 256], sub-blocks of `sub` values whose scale
+    is db = d * (offset + s) * unit for a 4-bit s -> (float16 d [B], s int64 [B, 256 / sub], grid rows int64
+    [B, 256 / width], sign bits int64 [B, 32]: a byte per 8 values)."""
     grid = _iq_grid(name, x.device)                                                   # [R, width]
-    sub = x.view(-1, 8, 32)
-    codes, magnitude = _signs(sub)
-    groups = magnitude.view(-1, 8, 32 // width, width)                                # [B, 8, n, width]
-    base = magnitude.amax(dim=-1) / grid.max()                                        # [B, 8]
+    width = grid.shape[1]
+    bits, magnitude = _signs(x.view(-1, 32, 8), parity)                               # [B, 32], [B, 32, 8]
+    groups = magnitude.reshape(-1, QK_K // sub, sub // width, width)                  # [B, S, n, width]
+    base = groups.amax(dim=(-1, -2)) / grid.max()                                     # [B, S]
     best_scale, best_error = torch.zeros_like(base), torch.full_like(base, float("inf"))
     for factor in _SCALE_CANDIDATES:
         scale = base * factor
-        _, error = _nearest_rows(_safe_div(groups, scale[..., None, None]), grid)    # [B, 8, n]
-        error = (error * (scale * scale)[..., None]).sum(-1)                          # [B, 8], in x's units
+        _, error = _nearest_rows(_safe_div(groups, scale[..., None, None]), grid)    # [B, S, n]
+        error = error.sum(-1) * scale * scale                                         # [B, S], in x's units
         better = error < best_error
         best_scale, best_error = torch.where(better, scale, best_scale), torch.where(better, error, best_error)
-    d = _f16(best_scale.amax(dim=-1) / (15.5 * unit))                                 # [B]
-    s = (_safe_div(best_scale, d[:, None] * unit) - 0.5).round().clamp(0, 15).long()  # [B, 8]
-    db = d[:, None] * (s.float() + 0.5) * unit
-    rows, _ = _nearest_rows(_safe_div(groups, db[..., None, None]), grid)            # [B, 8, n]
-    aux = (codes << torch.arange(0, 28, 7, device=x.device)).sum(-1) | (s << 28)      # [B, 8]
-    return d, rows, aux
+    d = _f16(best_scale.amax(dim=-1) / ((15 + offset) * unit))                        # [B]
+    s = (_safe_div(best_scale, d[:, None] * unit) - offset).round().clamp(0, 15).long()   # [B, S]
+    db = d[:, None] * (s.float() + offset) * unit
+    rows, _ = _nearest_rows(_safe_div(groups, db[..., None, None]), grid)            # [B, S, n]
+    return d, s, rows.view(x.shape[0], -1), bits
+
+
+def _seven_bit_words(bits: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """IQ2_XXS / IQ3_XXS's aux words: sign bits [B, 32] (bytes of even parity), s [B, 8] -> int64 [B, 8]: the four
+    groups' low 7 sign bits of each sub-block of 32, then s at bit 28."""
+    codes = (bits & 127).view(-1, 8, 4)
+    return (codes << torch.arange(0, 28, 7, device=bits.device)).sum(-1) | (s << 28)
+
+
+def _nibbles(values: torch.Tensor) -> torch.Tensor:
+    """int [B, 2n] -> uint8 [B, n]: value 2i in byte i's low nibble, 2i + 1 in its high nibble."""
+    pairs = values.view(values.shape[0], -1, 2)
+    return (pairs[..., 0] | (pairs[..., 1] << 4)).to(torch.uint8)
 
 
 def iq2_xxs(x: torch.Tensor) -> torch.Tensor:
     """[B, 256] -> [B, 66]: float16 d, then per sub-block of 32 its 4 grid rows (bytes) and its aux word."""
-    d, rows, aux = _xxs(x, "IQ2_XXS", 8, 0.25)
-    per_sub = torch.cat([rows.to(torch.uint8), _le_bytes(aux[..., None], 4).view(-1, 8, 4)], dim=-1)  # [B, 8, 8]
+    d, s, rows, bits = _search(x, "IQ2_XXS", 32, 0.5, 0.25, parity=True)
+    aux = _le_bytes(_seven_bit_words(bits, s)[..., None], 4).view(-1, 8, 4)
+    per_sub = torch.cat([rows.view(-1, 8, 4).to(torch.uint8), aux], dim=-1)         # [B, 8, 8]
     return torch.cat([_f16_bytes(d), per_sub.view(-1, 64)], dim=1)
 
 
 def iq3_xxs(x: torch.Tensor) -> torch.Tensor:
     """[B, 256] -> [B, 98]: float16 d, the 64 grid rows (bytes, 8 a sub-block), then the 8 aux words."""
-    d, rows, aux = _xxs(x, "IQ3_XXS", 4, 0.5)
-    return torch.cat([_f16_bytes(d), rows.to(torch.uint8).view(-1, 64), _le_bytes(aux, 4)], dim=1)
+    d, s, rows, bits = _search(x, "IQ3_XXS", 32, 0.5, 0.5, parity=True)
+    return torch.cat([_f16_bytes(d), rows.to(torch.uint8), _le_bytes(_seven_bit_words(bits, s), 4)], dim=1)
+
+
+def iq2_s(x: torch.Tensor) -> torch.Tensor:
+    """[B, 256] -> [B, 82]: float16 d, the 32 grid rows' low bytes, 32 sign bytes, their top 2 bits (4 a byte,
+    lowest first), then 16 scale nibbles (one per 16 values); db = d * (0.5 + s) / 4."""
+    d, s, rows, bits = _search(x, "IQ2_S", 16, 0.5, 0.25, parity=False)
+    high = ((rows >> 8).view(-1, 8, 4) << torch.arange(0, 8, 2, device=x.device)).sum(-1)   # [B, 8]
+    return torch.cat([_f16_bytes(d), (rows & 255).to(torch.uint8), bits.to(torch.uint8), high.to(torch.uint8),
+                      _nibbles(s)], dim=1)
+
+
+def iq3_s(x: torch.Tensor) -> torch.Tensor:
+    """[B, 256] -> [B, 110]: float16 d, the 64 grid rows' low bytes, their top bits (bit i of byte j: row 8j + i),
+    32 sign bytes, then 8 scale nibbles (one per 32 values); db = d * (1 + 2 s)."""
+    d, s, rows, bits = _search(x, "IQ3_S", 32, 0.5, 2.0, parity=False)
+    high = ((rows >> 8).view(-1, 8, 8) << torch.arange(8, device=x.device)).sum(-1)       # [B, 8]
+    return torch.cat([_f16_bytes(d), (rows & 255).to(torch.uint8), high.to(torch.uint8), bits.to(torch.uint8),
+                      _nibbles(s)], dim=1)

@@ -1,6 +1,7 @@
 """strata.weights.quantize writes GGUF bytes that gguf-py reads back close to the input (K-quants, IQ4_NL, Q5_0,
 Q5_1: within each block's step), bit for bit as gguf-py writes them (Q8_0, Q4_0, Q5_0, Q5_1 and the float types),
-and the same bytes on CUDA as on the CPU."""
+and the same bytes on CUDA as on the CPU; the i-quants (IQ4_XS, IQ3_S, IQ3_XXS, IQ2_S, IQ2_XXS) within their error,
+signs where their layout puts them."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from gguf.quants import dequantize
 
 from strata.weights.quantize import (BF16, F16, F32, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_0, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0,
                                      quantize)
+
+IQ4_XS, IQ3_S, IQ3_XXS, IQ2_S, IQ2_XXS = (gguf.GGMLQuantizationType[name]
+                                          for name in ("IQ4_XS", "IQ3_S", "IQ3_XXS", "IQ2_S", "IQ2_XXS"))
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA"))]
 
@@ -25,15 +29,18 @@ def read_back(weights: torch.Tensor, qtype) -> np.ndarray:
 
 
 @pytest.mark.parametrize("qtype, bound", [(Q4_K, 0.1), (Q5_K, 0.05), (Q6_K, 0.025), (Q8_0, 0.01), (IQ4_NL, 0.1),
-                                          (MXFP4, 0.15),
-                                          (Q5_0, 0.05), (Q5_1, 0.05), (Q2_K, 0.36), (Q3_K, 0.17)])
+                                          (MXFP4, 0.15), (Q5_0, 0.05), (Q5_1, 0.05), (Q2_K, 0.36), (Q3_K, 0.17),
+                                          (IQ4_XS, 0.1), (IQ3_S, 0.15), (IQ3_XXS, 0.2), (IQ2_S, 0.27),
+                                          (IQ2_XXS, 0.36)])
 @pytest.mark.parametrize("shape", [(1, 256), (3, 512), (2, 3, 2048)])
 def test_blocks_read_back_by_gguf_within_the_types_error(qtype, bound, shape):
     """Relative RMS error of gaussian weights: 15 steps over a group of 32's range (about 4 sigma, so
     0.27 sigma a step, 0.077 RMS) at Q4_K, 31 at Q5_K and Q5_1 (measured 0.038); 63 steps over twice a group
     of 16's peak at Q6_K; 254 over twice a block of 32's peak at Q8_0, 32 at Q5_0 (measured 0.042); IQ4_NL's
     16 non-linear levels over a block of 32's range; 3 steps over a group of 16's range at Q2_K (1.2 sigma a step,
-    measured 0.32-0.35 RMS), a group's peak over 4 at Q3_K (measured 0.155)."""
+    measured 0.32-0.35 RMS), a group's peak over 4 at Q3_K (measured 0.155). The i-quants (measured at (64, 1024)):
+    IQ4_XS 0.080 (IQ4_NL's levels, 6-bit scales a sub-block), IQ3_S 0.131, IQ3_XXS 0.179, IQ2_S 0.240, IQ2_XXS 0.330
+    (grid rows of 4 or 8 values; Q3_K's and Q2_K's at about their bits)."""
     weights = gaussian(shape, seed=shape[0])
     back = read_back(weights, qtype)
     assert quantize(weights, qtype).shape[:-1] == weights.shape[:-1]
@@ -56,6 +63,23 @@ def test_every_weight_lands_within_a_step_of_its_group(qtype, group):
         levels = {Q4_K: 15, Q5_K: 31, Q2_K: 3}[qtype]
         step = (groups.max(axis=-1) - np.minimum(groups.min(axis=-1), 0)) / levels
     assert np.all(np.abs(back - weights.numpy()).reshape(2, -1, group) <= step[..., None] * 1.05 + 1e-6)
+
+
+@pytest.mark.parametrize("qtype", [IQ3_S, IQ3_XXS, IQ2_S, IQ2_XXS])
+def test_grid_types_keep_each_weights_sign(qtype):
+    """The grid rows' values are all positive, so a weight read back has its stored sign: its own, except in
+    IQ3_XXS / IQ2_XXS (7 signs stored, the eighth from an even count of minus signs), where a group of 8 with an
+    odd count of negatives has exactly one flipped, its smallest (checks the sign bytes' and codes' layout)."""
+    weights = gaussian((4, 512), seed=3).numpy()
+    back = read_back(torch.from_numpy(weights), qtype)
+    flipped = (np.sign(back) != np.sign(weights)).reshape(-1, 8)                    # [groups of 8, 8]
+    if qtype in (IQ3_S, IQ2_S):
+        assert not flipped.any()
+        return
+    odd = (weights.reshape(-1, 8) < 0).sum(-1) % 2 == 1
+    assert np.array_equal(flipped.sum(-1), odd.astype(int))
+    smallest = np.abs(weights.reshape(-1, 8)).argmin(-1)
+    assert np.all(flipped[odd, smallest[odd]])
 
 
 @pytest.mark.parametrize("qtype", [Q8_0, Q4_0, Q5_0, Q5_1, MXFP4, F16, BF16, F32])
@@ -106,16 +130,20 @@ def test_zero_and_constant_blocks_stay_finite():
     weights = torch.zeros(3, 256)
     weights[1] = 2.5
     weights[2, 0] = -1.0
-    for qtype in (Q4_K, Q5_K, Q6_K, Q8_0, Q5_0, Q5_1, Q2_K, Q3_K):
+    for qtype in (Q4_K, Q5_K, Q6_K, Q8_0, Q5_0, Q5_1, Q2_K, Q3_K, IQ4_XS):
         back = read_back(weights, qtype)
         assert np.isfinite(back).all() and np.abs(back - weights.numpy()).max() < 0.05
+    for qtype in (IQ3_S, IQ3_XXS, IQ2_S, IQ2_XXS):  # no zero level, and not every constant row of 8 is a grid row
+        back = read_back(weights, qtype)
+        assert np.isfinite(back).all() and not back[0].any()
+        assert np.all(np.abs(back - weights.numpy()).max(-1)[1:] < np.abs(weights.numpy()).max(-1)[1:])
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_16_bit_input_and_devices_give_the_cpu_float32_bytes(device):
     """bf16 weights quantize as their float32 values, on any device, in chunks or not."""
     weights = gaussian((4, 1024)).bfloat16()
-    for qtype in (Q4_K, Q5_K, Q6_K, Q8_0, Q5_0, Q5_1, Q2_K, Q3_K):
+    for qtype in (Q4_K, Q5_K, Q6_K, Q8_0, Q5_0, Q5_1, Q2_K, Q3_K, IQ4_XS, IQ3_XXS, IQ2_S):
         expected = quantize(weights.float(), qtype)
         assert torch.equal(quantize(weights.to(device), qtype).cpu(), expected)
 
