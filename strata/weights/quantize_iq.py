@@ -11,6 +11,8 @@ minus signs, so a group of odd count flips its smallest value's sign (the grid s
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from strata.kernels.gguf_blocks import IQ4_VALUES
@@ -75,12 +77,35 @@ def _signs(groups: torch.Tensor, parity: bool) -> tuple[torch.Tensor, torch.Tens
     return bits, magnitude
 
 
-def _nearest_rows(values: torch.Tensor, grid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """values [..., w] (in grid units), grid [R, w] -> (each group's nearest row int64 [...], its squared error)."""
-    norms = (grid * grid).sum(-1)                                                      # [R]
-    score = norms - 2 * values @ grid.T                                                # [..., R]
-    best, index = score.min(dim=-1)
-    return index, best + (values * values).sum(-1)
+_NEIGHBOURS = 16  # grid rows tried per group: those nearest to its point of levels
+
+
+@functools.cache
+def _row_table(name: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Grid type `name` -> (its grid float32 [R, w], the midpoints between its L distinct levels [L - 1], and for
+    each of the L^w points of levels (a point's index: level indices in base L, lowest first) the _NEIGHBOURS grid
+    rows nearest to it, int64 [L^w, _NEIGHBOURS]). L^w: 6,561 for the 2-bit grids (3 levels, rows of 8), 4,096
+    for the 3-bit ones."""
+    grid = _iq_grid(name, device)                                                    # [R, w]
+    levels = torch.unique(grid)                                                      # [L]
+    count, width = len(levels), grid.shape[1]
+    digits = torch.arange(count ** width, device=device)[:, None] // count ** torch.arange(width, device=device)
+    points = levels[digits % count]                                                  # [L^w, w]
+    table = torch.cdist(points, grid).topk(_NEIGHBOURS, dim=-1, largest=False).indices   # [L^w, N]
+    return grid, (levels[1:] + levels[:-1]) / 2, table
+
+
+def _nearest_rows(values: torch.Tensor, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """values [..., w] (in grid units) -> (each group's grid row int64 [...], its squared error): the nearest of
+    the rows nearest to the group's point of levels (each value rounded to its nearest level; _row_table), a
+    lookup in place of a distance to every row (the same rows as that search on nearly every gaussian group)."""
+    grid, midpoints, table = _row_table(name, values.device)
+    level = torch.bucketize(values, midpoints)                                       # [..., w], 0 .. L - 1
+    count = len(midpoints) + 1
+    candidates = table[(level * count ** torch.arange(grid.shape[1], device=values.device)).sum(-1)]   # [..., N]
+    error = (values.unsqueeze(-2) - grid[candidates]).pow(2).sum(-1)                 # [..., N]
+    best, at = error.min(dim=-1)
+    return candidates.gather(-1, at.unsqueeze(-1)).squeeze(-1), best
 
 
 def _search(x: torch.Tensor, name: str, sub: int, offset: float, unit: float, parity: bool):
@@ -95,14 +120,14 @@ def _search(x: torch.Tensor, name: str, sub: int, offset: float, unit: float, pa
     best_scale, best_error = torch.zeros_like(base), torch.full_like(base, float("inf"))
     for factor in _SCALE_CANDIDATES:
         scale = base * factor
-        _, error = _nearest_rows(_safe_div(groups, scale[..., None, None]), grid)    # [B, S, n]
+        _, error = _nearest_rows(_safe_div(groups, scale[..., None, None]), name)    # [B, S, n]
         error = error.sum(-1) * scale * scale                                         # [B, S], in x's units
         better = error < best_error
         best_scale, best_error = torch.where(better, scale, best_scale), torch.where(better, error, best_error)
     d = _f16(best_scale.amax(dim=-1) / ((15 + offset) * unit))                        # [B]
     s = (_safe_div(best_scale, d[:, None] * unit) - offset).round().clamp(0, 15).long()   # [B, S]
     db = d[:, None] * (s.float() + offset) * unit
-    rows, _ = _nearest_rows(_safe_div(groups, db[..., None, None]), grid)            # [B, S, n]
+    rows, _ = _nearest_rows(_safe_div(groups, db[..., None, None]), name)            # [B, S, n]
     return d, s, rows.view(x.shape[0], -1), bits
 
 
