@@ -78,6 +78,7 @@ def _signs(groups: torch.Tensor, parity: bool) -> tuple[torch.Tensor, torch.Tens
 
 
 _NEIGHBOURS = 16  # grid rows tried per group: those nearest to its point of levels
+_SEARCH_NEIGHBOURS = 4  # the same while a sub-block's scale is searched (16: 3.5x the time, 0.2 % less error)
 
 
 @functools.cache
@@ -95,14 +96,16 @@ def _row_table(name: str, device: torch.device) -> tuple[torch.Tensor, torch.Ten
     return grid, (levels[1:] + levels[:-1]) / 2, table
 
 
-def _nearest_rows(values: torch.Tensor, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _nearest_rows(values: torch.Tensor, name: str, neighbours: int = _NEIGHBOURS) -> tuple[torch.Tensor, torch.Tensor]:
     """values [..., w] (in grid units) -> (each group's grid row int64 [...], its squared error): the nearest of
-    the rows nearest to the group's point of levels (each value rounded to its nearest level; _row_table), a
-    lookup in place of a distance to every row (the same rows as that search on nearly every gaussian group)."""
+    the `neighbours` rows nearest to the group's point of levels (each value rounded to its nearest level;
+    _row_table), a lookup in place of a distance to every row (at 16, the same rows as that search on nearly every
+    gaussian group)."""
     grid, midpoints, table = _row_table(name, values.device)
     level = torch.bucketize(values, midpoints)                                       # [..., w], 0 .. L - 1
     count = len(midpoints) + 1
-    candidates = table[(level * count ** torch.arange(grid.shape[1], device=values.device)).sum(-1)]   # [..., N]
+    point = (level * count ** torch.arange(grid.shape[1], device=values.device)).sum(-1)
+    candidates = table[point, :neighbours]                                           # [..., N]
     error = (values.unsqueeze(-2) - grid[candidates]).pow(2).sum(-1)                 # [..., N]
     best, at = error.min(dim=-1)
     return candidates.gather(-1, at.unsqueeze(-1)).squeeze(-1), best
@@ -120,7 +123,7 @@ def _search(x: torch.Tensor, name: str, sub: int, offset: float, unit: float, pa
     best_scale, best_error = torch.zeros_like(base), torch.full_like(base, float("inf"))
     for factor in _SCALE_CANDIDATES:
         scale = base * factor
-        _, error = _nearest_rows(_safe_div(groups, scale[..., None, None]), name)    # [B, S, n]
+        _, error = _nearest_rows(_safe_div(groups, scale[..., None, None]), name, _SEARCH_NEIGHBOURS)
         error = error.sum(-1) * scale * scale                                         # [B, S], in x's units
         better = error < best_error
         best_scale, best_error = torch.where(better, scale, best_scale), torch.where(better, error, best_error)

@@ -281,7 +281,7 @@ def down_reference(act, w2, qtype2, ids, weights) -> torch.Tensor:
                                            ((IQ2_XXS, IQ3_XXS), 768), ((IQ2_XS, IQ3_S), 768), ((IQ2_S, Q4_K), 768),
                                            ((IQ3_S, IQ2_S), 768), ((IQ1_S, IQ1_M), 768), ((IQ1_M, Q6_K), 768),
                                            ((IQ4_XS, IQ4_XS), 768), ((IQ4_XS, IQ4_NL), 384), ((IQ4_NL, Q6_K), 768),
-                                           ((MXFP4, MXFP4), 768), ((MXFP4, Q6_K), 384)])
+                                           ((MXFP4, MXFP4), 768), ((MXFP4, Q6_K), 768)])
 @pytest.mark.parametrize("tokens", [1, 4, 48])
 def test_moe_pairs_match_the_rounded_reference(qtypes, inter, tokens):
     """Experts in slots wider than they are (a padded view), a skipped pair (zeros), K = 768 down rows (odd

@@ -11,8 +11,8 @@ import pytest
 import torch
 from gguf.quants import dequantize
 
-from strata.weights.quantize import (BF16, F16, F32, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_0, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0,
-                                     quantize)
+from strata.weights.quantize import (BF16, F16, F32, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_0, Q4_K, Q5_0, Q5_1, Q5_K, Q6_K,
+                                     Q8_0, quantize)
 
 IQ4_XS, IQ3_S, IQ3_XXS, IQ2_S, IQ2_XXS = (gguf.GGMLQuantizationType[name]
                                           for name in ("IQ4_XS", "IQ3_S", "IQ3_XXS", "IQ2_S", "IQ2_XXS"))
