@@ -1,19 +1,14 @@
-# Session 53 (~6 minutes, after next_call56.sh): the GPU tests of the pairs (test_packed_q8.py's, checked launch by
-# launch since dcd2746), of packed_moe, of the GEMV on IQ4_NL / IQ4_XS / MXFP4 (new in packed_q8: levels by prmt) and
-# of the float kernels on MXFP4 (new), none run on a GPU yet; IQ4_XS and MXFP4 experts on the 8-bit pairs against the
-# float kernels (STRATA_NO_Q8_ACTIVATIONS=1), two alternated rounds; then IQ3_S's two code book indices of a group
-# in one 2-byte load (and the float grouped kernels' IQ3_S rows through signed_word_pair) against 1efe841
-# (.base/iq3s_before.tar.gz), two alternated rounds of iq_pairs_ab.py on (IQ3_S, IQ3_S), (IQ2_XS, IQ3_S) and the
-# Q4_K / Q6_K control. sm_90 counts on the development VM: one-token gate/up 3,384 -> 2,944 SASS instructions, down
-# (8, 2, ISUM 2) 568 -> 512, grouped gate/up 4,176 -> 3,872 (stack 112 -> 40 bytes).
+# Session 53 (~4 minutes, after next_call61.sh, which runs the GPU tests this call ran first until session 54):
+# IQ4_XS and MXFP4 experts on the 8-bit pairs against the float kernels (STRATA_NO_Q8_ACTIVATIONS=1), two alternated
+# rounds; then IQ3_S's two code book indices of a group in one 2-byte load (and the float grouped kernels' IQ3_S rows
+# through signed_word_pair) against 1efe841 (.base/iq3s_before.tar.gz), two alternated rounds of iq_pairs_ab.py on
+# (IQ3_S, IQ3_S), (IQ2_XS, IQ3_S) and the Q4_K / Q6_K control. sm_90 counts on the development VM: one-token gate/up
+# 3,384 -> 2,944 SASS instructions, down (8, 2, ISUM 2) 568 -> 512, grouped gate/up 4,176 -> 3,872 (stack 112 -> 40
+# bytes).
 # Build the archives first:  git archive HEAD -o .base/src.tar && git rev-parse --short HEAD > .base/COMMIT
 #                            git archive --format=tar.gz 1efe841 -o .base/iq3s_before.tar.gz
 source tools/gpu_ab/device_setup.sh
 S=$(date +%s)
-timeout -s INT 200 python3 -m pytest -q -m gpu tests/kernels/test_packed_q8.py tests/kernels/test_packed_moe.py \
-  tests/kernels/test_packed_gemv.py -k "pair or moe or iq or (gemv and (-20] or -23])) or 39" -p no:cacheprovider \
-  > $OUT/tests.log 2>&1
-echo "== tests rc=$? t=$(( $(date +%s)-S ))"; tail -4 $OUT/tests.log | cut -c1-300
 for R in 1 2; do for F in 1 0; do
   STRATA_NO_Q8_ACTIVATIONS=$F ARM=no_q8=$F IQ_PAIRS=23:23,39:39,12:14 timeout -s INT 100 python3 iq_pairs_ab.py \
     >> $OUT/iq4.txt 2>&1
