@@ -118,6 +118,8 @@ def pair_configs(num_tokens: int, qtype2: int, qtype13: int, in_host: bool = Fal
         return HOST_ONE_TOKEN_GATE_UP, HOST_ONE_TOKEN_DOWN
     if num_tokens == 1:
         return ONE_TOKEN_GATE_UP, ONE_TOKEN_DOWN
+    if in_host:  # several tokens read over PCIe: the tiling they had before session 52 too (not measured there)
+        return PAIR_CONFIG, PAIR_CONFIG
     if qtype13 in (Q4_K, Q5_K) and qtype2 in (Q4_K, Q5_K, Q6_K):  # K_M files' experts
         return PAIRS_GATE_UP, PAIRS_DOWN
     return PAIR_CONFIG, PAIR_CONFIG
