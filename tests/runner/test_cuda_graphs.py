@@ -306,6 +306,30 @@ def _staggered(llm: LLM, prompts, max_tokens):
     return [o.outputs[0].token_ids for o in outs]
 
 
+# a top-2 logprob margin under this (nats) is a near tie: bf16 sums in another order (a graph's padded rows, another
+# split of a step) may pick the other token there without a fault
+NEAR_TIE = 0.05
+
+
+def _equal_or_apart_at_a_near_tie(model_dir: str, prompts, runs: dict) -> None:
+    """runs[False] (eager) and runs[True] (graphs), greedy tokens per prompt: equal, or apart from a position where
+    plain eager decoding (no drafts: speculative output equals it in exact arithmetic) has both tokens as its top
+    two within NEAR_TIE; at most one request apart."""
+    apart = [(i, next(p for p, (a, b) in enumerate(zip(*pair)) if a != b))
+             for i, pair in enumerate(zip(runs[False], runs[True])) if pair[0] != pair[1]]
+    assert len(apart) <= 1, apart
+    if not apart:
+        return
+    (i, at), = apart
+    llm = LLM(model_dir, dtype="bfloat16", device="cuda", max_num_seqs=1, cuda_graphs=False)
+    params = SamplingParams(temperature=0.0, max_tokens=1, logprobs=2)
+    step = llm.generate([{"prompt_token_ids": prompts[i] + runs[False][i][:at]}], params)[0].outputs[0].logprobs[0]
+    del llm
+    top = {token: lp.logprob if hasattr(lp, "logprob") else lp for token, lp in step.items()}
+    assert {runs[False][i][at], runs[True][i][at]} == set(top), (top, runs[False][i][at], runs[True][i][at])
+    assert abs(top[runs[False][i][at]] - top[runs[True][i][at]]) < NEAR_TIE, top
+
+
 # fixed draft lengths in every graphs on / off comparison: the adaptive length follows measured step times, which
 # graphs (and the tests run before, in one process) change, and other windows round other bf16 sums, so a token
 # may differ without a fault (sessions 36-37: a Qwen4-Exp MTP run differed only as the 13th test of a process)
@@ -473,7 +497,8 @@ def test_fresh_prompts_beside_verification_windows_replay_graphs_token_identity(
             assert llm.engine.scheduler.stats.num_draft_tokens > 0
         del llm
         torch.cuda.empty_cache()
-    assert runs[True] == runs[False]
+    # the MTP case's one bf16 token (apart since session 20, also with the fused merge off) is checked for a near tie
+    _equal_or_apart_at_a_near_tie(tiny_model_dir(family), prompts, runs)
     assert any(split_with_windows)
 
 
