@@ -17,6 +17,9 @@ import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from strata.kernels.gguf_blocks import IQ4_VALUES, MXFP4_VALUES, e8m0_half
+from strata.weights.block_bytes import f16_bytes as _f16_bytes
+from strata.weights.block_bytes import f16_rounded as _f16
+from strata.weights.block_bytes import safe_div as _safe_div
 from strata.weights.quantize_iq import iq2_s, iq2_xxs, iq3_s, iq3_xxs, iq4_xs
 
 QK_K = 256
@@ -57,20 +60,6 @@ def quantize(weights: torch.Tensor, qtype: int) -> torch.Tensor:
         blocks = _BLOCK_QUANTIZERS[qtype](part.reshape(-1, block_size).float())    # [B, type_size]
         out[start:start + step] = blocks.view(out[start:start + step].shape)
     return out
-
-
-def _f16(values: torch.Tensor) -> torch.Tensor:
-    """float32 -> its float16 rounding, kept as float32 (what the reader will multiply by)."""
-    return values.half().float()
-
-
-def _f16_bytes(values: torch.Tensor) -> torch.Tensor:
-    """[B] float -> [B, 2] uint8, little-endian float16."""
-    return values.half().unsqueeze(-1).view(torch.uint8)
-
-
-def _safe_div(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return torch.where(b != 0, a / torch.where(b != 0, b, 1.0), 0.0)
 
 
 def _round_away(x: torch.Tensor) -> torch.Tensor:

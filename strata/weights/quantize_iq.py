@@ -17,29 +17,11 @@ import torch
 
 from strata.kernels.gguf_blocks import IQ4_VALUES
 from strata.kernels.gguf_iquants import _iq_grid
+from strata.weights.block_bytes import f16_bytes, f16_rounded, le_bytes, safe_div
 
 QK_K = 256
 # x a sub-block's peak / the grid's largest value (the larger ones put the peak on a lower grid level)
 _SCALE_CANDIDATES = (0.70, 0.80, 0.875, 0.95, 1.0, 1.05, 1.15, 1.3, 1.5, 1.75, 2.0)
-
-
-def _f16(values: torch.Tensor) -> torch.Tensor:
-    return values.to(torch.float16).float()
-
-
-def _f16_bytes(values: torch.Tensor) -> torch.Tensor:
-    """float [B] -> uint8 [B, 2]: each value as little-endian float16."""
-    return values.to(torch.float16).view(torch.uint8).view(-1, 2)
-
-
-def _le_bytes(words: torch.Tensor, width: int) -> torch.Tensor:
-    """int64 [..., n] -> uint8 [..., n * width]: each word's `width` little-endian bytes."""
-    shifts = torch.arange(0, 8 * width, 8, device=words.device)
-    return ((words.unsqueeze(-1) >> shifts) & 255).to(torch.uint8).flatten(-2)
-
-
-def _safe_div(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return torch.where(b != 0, a / torch.where(b != 0, b, torch.ones_like(b)), torch.zeros_like(a))
 
 
 def iq4_xs(x: torch.Tensor) -> torch.Tensor:
@@ -47,19 +29,19 @@ def iq4_xs(x: torch.Tensor) -> torch.Tensor:
     (4 bytes, low nibble first), then each sub-block of 32 as IQ4_NL's 16 code bytes. A sub-block's ideal scale
     is its peak / -127 (IQ4_NL's); d is the largest magnitude of those over 31, each sub-block's 6-bit scale
     the nearest multiple of d (dl = d * (scale - 32)), then each weight's nearest level x / dl."""
-    sub = x.view(-1, 8, 32)                                                          # [B, 8 sub-blocks, 32]
-    peak = sub.gather(-1, sub.abs().argmax(dim=-1, keepdim=True))[..., 0]             # [B, 8]
+    sub = x.view(-1, 8, 32)                                                             # [B, 8 sub-blocks, 32]
+    peak = sub.gather(-1, sub.abs().argmax(dim=-1, keepdim=True))[..., 0]               # [B, 8]
     ideal = peak / -127.0
-    d = _f16(ideal.abs().amax(dim=-1) / 31.0)                                        # [B]
-    scale = (_safe_div(ideal, d[:, None]).round().clamp(-32, 31) + 32).long()       # [B, 8], 0 .. 63
-    dl = d[:, None] * (scale - 32).float()                                           # [B, 8]
+    d = f16_rounded(ideal.abs().amax(dim=-1) / 31.0)                                    # [B]
+    scale = (safe_div(ideal, d[:, None]).round().clamp(-32, 31) + 32).long()            # [B, 8], 0 .. 63
+    dl = d[:, None] * (scale - 32).float()                                              # [B, 8]
     levels = torch.tensor(IQ4_VALUES, dtype=torch.float32, device=x.device)
-    codes = (_safe_div(sub, dl[..., None])[..., None] - levels).abs().argmin(dim=-1).to(torch.uint8)  # [B, 8, 32]
+    codes = (safe_div(sub, dl[..., None])[..., None] - levels).abs().argmin(dim=-1).to(torch.uint8)  # [B, 8, 32]
     qs = (codes[..., :16] | (codes[..., 16:] << 4)).view(-1, 128)
-    high = ((scale >> 4) << torch.arange(0, 16, 2, device=x.device)).sum(-1)        # [B] uint16's value
+    high = ((scale >> 4) << torch.arange(0, 16, 2, device=x.device)).sum(-1)            # [B] uint16's value
     low = (scale & 15).view(-1, 4, 2)
-    low_bytes = (low[..., 0] | (low[..., 1] << 4)).to(torch.uint8)                    # [B, 4]
-    return torch.cat([_f16_bytes(d), _le_bytes(high[:, None], 2), low_bytes, qs], dim=1)
+    low_bytes = (low[..., 0] | (low[..., 1] << 4)).to(torch.uint8)                      # [B, 4]
+    return torch.cat([f16_bytes(d), le_bytes(high[:, None], 2), low_bytes, qs], dim=1)
 
 
 def _signs(groups: torch.Tensor, parity: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -69,7 +51,7 @@ def _signs(groups: torch.Tensor, parity: bool) -> tuple[torch.Tensor, torch.Tens
     negative = groups < 0
     magnitude = groups.abs()
     if parity:
-        odd = negative.sum(-1, keepdim=True) % 2 == 1                                # [..., 1]
+        odd = negative.sum(-1, keepdim=True) % 2 == 1                                   # [..., 1]
         flipped = torch.zeros_like(negative).scatter_(-1, magnitude.argmin(-1, keepdim=True), True) & odd
         negative ^= flipped
         magnitude = torch.where(flipped, -magnitude, magnitude)
@@ -87,12 +69,12 @@ def _row_table(name: str, device: torch.device) -> tuple[torch.Tensor, torch.Ten
     each of the L^w points of levels (a point's index: level indices in base L, lowest first) the _NEIGHBOURS grid
     rows nearest to it, int64 [L^w, _NEIGHBOURS]). L^w: 6,561 for the 2-bit grids (3 levels, rows of 8), 4,096
     for the 3-bit ones."""
-    grid = _iq_grid(name, device)                                                    # [R, w]
-    levels = torch.unique(grid)                                                      # [L]
+    grid = _iq_grid(name, device)                                                       # [R, w]
+    levels = torch.unique(grid)                                                         # [L]
     count, width = len(levels), grid.shape[1]
     digits = torch.arange(count ** width, device=device)[:, None] // count ** torch.arange(width, device=device)
-    points = levels[digits % count]                                                  # [L^w, w]
-    table = torch.cdist(points, grid).topk(_NEIGHBOURS, dim=-1, largest=False).indices   # [L^w, N]
+    points = levels[digits % count]                                                     # [L^w, w]
+    table = torch.cdist(points, grid).topk(_NEIGHBOURS, dim=-1, largest=False).indices  # [L^w, N]
     return grid, (levels[1:] + levels[:-1]) / 2, table
 
 
@@ -102,11 +84,11 @@ def _nearest_rows(values: torch.Tensor, name: str, neighbours: int = _NEIGHBOURS
     _row_table), a lookup in place of a distance to every row (at 16, the same rows as that search on nearly every
     gaussian group)."""
     grid, midpoints, table = _row_table(name, values.device)
-    level = torch.bucketize(values, midpoints)                                       # [..., w], 0 .. L - 1
+    level = torch.bucketize(values, midpoints)                                          # [..., w], 0 .. L - 1
     count = len(midpoints) + 1
     point = (level * count ** torch.arange(grid.shape[1], device=values.device)).sum(-1)
-    candidates = table[point, :neighbours]                                           # [..., N]
-    error = (values.unsqueeze(-2) - grid[candidates]).pow(2).sum(-1)                 # [..., N]
+    candidates = table[point, :neighbours]                                              # [..., N]
+    error = (values.unsqueeze(-2) - grid[candidates]).pow(2).sum(-1)                    # [..., N]
     best, at = error.min(dim=-1)
     return candidates.gather(-1, at.unsqueeze(-1)).squeeze(-1), best
 
@@ -115,22 +97,22 @@ def _search(x: torch.Tensor, name: str, sub: int, offset: float, unit: float, pa
     """The grid search of IQ2_XXS, IQ2_S, IQ3_XXS and IQ3_S: x [B, 256], sub-blocks of `sub` values whose scale
     is db = d * (offset + s) * unit for a 4-bit s -> (float16 d [B], s int64 [B, 256 / sub], grid rows int64
     [B, 256 / width], sign bits int64 [B, 32]: a byte per 8 values)."""
-    grid = _iq_grid(name, x.device)                                                   # [R, width]
+    grid = _iq_grid(name, x.device)                                                     # [R, width]
     width = grid.shape[1]
-    bits, magnitude = _signs(x.view(-1, 32, 8), parity)                               # [B, 32], [B, 32, 8]
-    groups = magnitude.reshape(-1, QK_K // sub, sub // width, width)                  # [B, S, n, width]
-    base = groups.amax(dim=(-1, -2)) / grid.max()                                     # [B, S]
+    bits, magnitude = _signs(x.view(-1, 32, 8), parity)                                 # [B, 32], [B, 32, 8]
+    groups = magnitude.reshape(-1, QK_K // sub, sub // width, width)                    # [B, S, n, width]
+    base = groups.amax(dim=(-1, -2)) / grid.max()                                       # [B, S]
     best_scale, best_error = torch.zeros_like(base), torch.full_like(base, float("inf"))
     for factor in _SCALE_CANDIDATES:
         scale = base * factor
-        _, error = _nearest_rows(_safe_div(groups, scale[..., None, None]), name, _SEARCH_NEIGHBOURS)
-        error = error.sum(-1) * scale * scale                                         # [B, S], in x's units
+        _, error = _nearest_rows(safe_div(groups, scale[..., None, None]), name, _SEARCH_NEIGHBOURS)
+        error = error.sum(-1) * scale * scale                                           # [B, S], in x's units
         better = error < best_error
         best_scale, best_error = torch.where(better, scale, best_scale), torch.where(better, error, best_error)
-    d = _f16(best_scale.amax(dim=-1) / ((15 + offset) * unit))                        # [B]
-    s = (_safe_div(best_scale, d[:, None] * unit) - offset).round().clamp(0, 15).long()   # [B, S]
+    d = f16_rounded(best_scale.amax(dim=-1) / ((15 + offset) * unit))                   # [B]
+    s = (safe_div(best_scale, d[:, None] * unit) - offset).round().clamp(0, 15).long()  # [B, S]
     db = d[:, None] * (s.float() + offset) * unit
-    rows, _ = _nearest_rows(_safe_div(groups, db[..., None, None]), name)            # [B, S, n]
+    rows, _ = _nearest_rows(safe_div(groups, db[..., None, None]), name)                # [B, S, n]
     return d, s, rows.view(x.shape[0], -1), bits
 
 
@@ -150,23 +132,23 @@ def _nibbles(values: torch.Tensor) -> torch.Tensor:
 def iq2_xxs(x: torch.Tensor) -> torch.Tensor:
     """[B, 256] -> [B, 66]: float16 d, then per sub-block of 32 its 4 grid rows (bytes) and its aux word."""
     d, s, rows, bits = _search(x, "IQ2_XXS", 32, 0.5, 0.25, parity=True)
-    aux = _le_bytes(_seven_bit_words(bits, s)[..., None], 4).view(-1, 8, 4)
-    per_sub = torch.cat([rows.view(-1, 8, 4).to(torch.uint8), aux], dim=-1)         # [B, 8, 8]
-    return torch.cat([_f16_bytes(d), per_sub.view(-1, 64)], dim=1)
+    aux = le_bytes(_seven_bit_words(bits, s)[..., None], 4).view(-1, 8, 4)
+    per_sub = torch.cat([rows.view(-1, 8, 4).to(torch.uint8), aux], dim=-1)             # [B, 8, 8]
+    return torch.cat([f16_bytes(d), per_sub.view(-1, 64)], dim=1)
 
 
 def iq3_xxs(x: torch.Tensor) -> torch.Tensor:
     """[B, 256] -> [B, 98]: float16 d, the 64 grid rows (bytes, 8 a sub-block), then the 8 aux words."""
     d, s, rows, bits = _search(x, "IQ3_XXS", 32, 0.5, 0.5, parity=True)
-    return torch.cat([_f16_bytes(d), rows.to(torch.uint8), _le_bytes(_seven_bit_words(bits, s), 4)], dim=1)
+    return torch.cat([f16_bytes(d), rows.to(torch.uint8), le_bytes(_seven_bit_words(bits, s), 4)], dim=1)
 
 
 def iq2_s(x: torch.Tensor) -> torch.Tensor:
     """[B, 256] -> [B, 82]: float16 d, the 32 grid rows' low bytes, 32 sign bytes, their top 2 bits (4 a byte,
     lowest first), then 16 scale nibbles (one per 16 values); db = d * (0.5 + s) / 4."""
     d, s, rows, bits = _search(x, "IQ2_S", 16, 0.5, 0.25, parity=False)
-    high = ((rows >> 8).view(-1, 8, 4) << torch.arange(0, 8, 2, device=x.device)).sum(-1)   # [B, 8]
-    return torch.cat([_f16_bytes(d), (rows & 255).to(torch.uint8), bits.to(torch.uint8), high.to(torch.uint8),
+    high = ((rows >> 8).view(-1, 8, 4) << torch.arange(0, 8, 2, device=x.device)).sum(-1)  # [B, 8]
+    return torch.cat([f16_bytes(d), (rows & 255).to(torch.uint8), bits.to(torch.uint8), high.to(torch.uint8),
                       _nibbles(s)], dim=1)
 
 
@@ -174,6 +156,6 @@ def iq3_s(x: torch.Tensor) -> torch.Tensor:
     """[B, 256] -> [B, 110]: float16 d, the 64 grid rows' low bytes, their top bits (bit i of byte j: row 8j + i),
     32 sign bytes, then 8 scale nibbles (one per 32 values); db = d * (1 + 2 s)."""
     d, s, rows, bits = _search(x, "IQ3_S", 32, 0.5, 2.0, parity=False)
-    high = ((rows >> 8).view(-1, 8, 8) << torch.arange(8, device=x.device)).sum(-1)       # [B, 8]
-    return torch.cat([_f16_bytes(d), (rows & 255).to(torch.uint8), high.to(torch.uint8), bits.to(torch.uint8),
+    high = ((rows >> 8).view(-1, 8, 8) << torch.arange(8, device=x.device)).sum(-1)     # [B, 8]
+    return torch.cat([f16_bytes(d), (rows & 255).to(torch.uint8), high.to(torch.uint8), bits.to(torch.uint8),
                       _nibbles(s)], dim=1)
