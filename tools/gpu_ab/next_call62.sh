@@ -1,7 +1,7 @@
 # Session 54 (~7 minutes, after next_call61.sh): q8_grouped_pairs (the 8-bit pairs grouped by expert in blocks of ROWS,
 # each expert's rows unpacked once a block; off by default, STRATA_GROUPED_PAIRS=1) on a GPU for the first time: its
 # GPU tests (and the graph test of prompts beside verification windows, whose MTP case now accepts a near tie), then
-# grouped_pairs_ab.py (packed_moe at 16-96 tokens of the 30B-A3B's experts, default paths against
+# grouped_pairs_ab.py (packed_moe at 32-96 tokens of the 30B-A3B's experts, default paths against
 # ROWS 4 / 8, Q4_K / Q6_K, IQ3_XXS / Q3_K, IQ2_XXS / IQ3_XXS), then issue 23's c1 (its 64-token prompts route ~4
 # pairs an expert: the 8-bit pairs by default) with the switch off and on, two alternated rounds.
 # Build the archive first:  git archive --format=tar.gz HEAD -o .base/src.tar && git rev-parse --short HEAD > .base/COMMIT
@@ -12,7 +12,7 @@ timeout -s INT 200 python3 -m pytest -q -m gpu tests/kernels/test_q8_grouped_pai
   -k "grouped or verification_windows" -p no:cacheprovider > /tmp/t.log 2>&1
 echo "== tests rc=$? t=$(( $(date +%s)-S ))" | tee $OUT/tests.txt
 grep -E "^(FAILED|ERROR)|passed|failed" /tmp/t.log | tail -12 | cut -c1-300 | tee -a $OUT/tests.txt
-timeout -s INT 200 python3 grouped_pairs_ab.py > $OUT/grouped_ab.txt 2>&1
+GROUPED_ARMS=4,8,8:8:2:4:1 GROUPED_TOKENS=32,64,96 timeout -s INT 240 python3 grouped_pairs_ab.py > $OUT/grouped_ab.txt 2>&1
 echo "== grouped_pairs_ab rc=$? t=$(( $(date +%s)-S ))"; grep -E "^best|Error" $OUT/grouped_ab.txt | cut -c1-140
 quantize_q4km
 for R in 1 2; do for F in 0 1; do
