@@ -11,8 +11,8 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.compiler.compiler import make_backend
 from strata.kernels import hyper, ple, rms_norm, routing
-from strata.kernels import packed_dequant, packed_gemv, packed_gemv_words, packed_mmq, packed_moe, packed_q8, q8_rounding
-from strata.kernels import q8_grouped_pairs
+from strata.kernels import (packed_dequant, packed_gemv, packed_gemv_words, packed_mmq, packed_moe, packed_q8,
+                            q8_grouped_pairs, q8_rounding)
 
 TARGET = GPUTarget("cuda", 90, 32)
 PTR = {"x_ptr": "*bf16", "hidden_ptr": "*bf16", "act_ptr": "*bf16", "out_ptr": "*fp32", "weights_ptr": "*fp32",
