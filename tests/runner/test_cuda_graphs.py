@@ -328,6 +328,7 @@ def _equal_or_apart_at_a_near_tie(model_dir: str, prompts, runs: dict) -> None:
         pair = (runs[False][i][at], runs[True][i][at])
         margins.append((i, at, pair, top))
     del llm
+    print("apart between eager and graphs (request, position, tokens, eager top two):", margins)
     for i, at, pair, top in margins:
         assert set(pair) == set(top), margins
         assert abs(top[pair[0]] - top[pair[1]]) < NEAR_TIE, margins
