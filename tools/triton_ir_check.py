@@ -12,7 +12,7 @@ from triton.compiler import ASTSource
 from triton.compiler.compiler import make_backend
 from strata.kernels import hyper, ple, rms_norm, routing
 from strata.kernels import (packed_dequant, packed_gemv, packed_gemv_words, packed_mmq, packed_moe, packed_q8,
-                            q8_grouped_pairs, q8_rounding)
+                            q8_rounding)
 
 TARGET = GPUTarget("cuda", 90, 32)
 PTR = {"x_ptr": "*bf16", "hidden_ptr": "*bf16", "act_ptr": "*bf16", "out_ptr": "*fp32", "weights_ptr": "*fp32",
@@ -81,11 +81,7 @@ if "--full" in sys.argv:
                 (packed_q8._gate_up_kernel, dict(QTYPE=q, BLOCK_N=16, SB=2, UNIT=packed_q8.UNIT[q], WT=wt, USE_PDL=True,
                                                  ASM=True), dict(num_warps=1, num_stages=3)),
                 (packed_q8._down_kernel, dict(QTYPE=q, BLOCK_N=16, SB=2, UNIT=packed_q8.UNIT[q], WT=wt, USE_PDL=True,
-                                              ASM=True), dict(num_warps=1, num_stages=3)),
-                *((kernel, dict(QTYPE=q, ROWS=4, BLOCK_N=4, SB=2, UNIT=packed_q8.UNIT[q],
-                                WT=packed_q8.word_tiles(q, True), ISUM=1, USE_PDL=True, ASM=True),
-                   dict(num_warps=2, num_stages=3))  # q8_grouped_pairs at its CONFIG
-                  for kernel in (q8_grouped_pairs._gate_up_kernel, q8_grouped_pairs._down_kernel))):
+                                              ASM=True), dict(num_warps=1, num_stages=3))):
             ok &= compile_to_cubin(fn, consts, f"full q8 {fn.fn.__module__.split('.')[-1]} {fn.fn.__name__} q{q}",
                                    options)
 for q in sorted(packed_gemv.BLOCK_LAYOUT):

@@ -6,11 +6,9 @@ nvdisasm (`pip install --target /tmp/tri36 triton==3.6.0`).
 usage: PYTHONPATH=/tmp/tri36:. python tools/triton_sass_stats.py pairs gate_up|down BLOCK_N SUPERBLOCKS WARPS ISUM [QTYPE]
        PYTHONPATH=/tmp/tri36:. python tools/triton_sass_stats.py gemv QTYPE ROWS BLOCK_N SUPERBLOCKS WARPS ISUM
        PYTHONPATH=/tmp/tri36:. python tools/triton_sass_stats.py grouped gate_up|down QTYPE BLOCK_M BLOCK_N WARPS
-       PYTHONPATH=/tmp/tri36:. python tools/triton_sass_stats.py gpairs gate_up|down ROWS BLOCK_N SUPERBLOCKS WARPS ISUM \
-           [QTYPE]
 The pairs are the 30B-A3B's experts (Q4_K gate/up rows of 2,048, Q6_K down rows of 768, or QTYPE); the GEMV is
-4,096 x 2,048; the grouped kernels are packed_moe's float ones (prompts of i-quant experts) on the same experts; gpairs q8_grouped_pairs' kernels (the pairs
-in blocks of ROWS of one expert) on them. Integer arguments are specialized on those values as a launch would be (divisible by 16 or not).
+4,096 x 2,048; the grouped kernels are packed_moe's float ones (prompts of i-quant experts) on the same experts.
+Integer arguments are specialized on those values as a launch would be (divisible by 16 or not).
 Add --sass FILE to keep the disassembly."""
 import argparse
 import collections
@@ -51,26 +49,21 @@ def nvidia_tool(name: str, *args: str) -> str:
 
 def main() -> None:  # noqa: C901 (one branch a kernel family)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("kernel", choices=["pairs", "gemv", "grouped", "gpairs"])
+    parser.add_argument("kernel", choices=["pairs", "gemv", "grouped"])
     parser.add_argument("args", nargs="+")
     parser.add_argument("--sass", help="write the disassembly here")
     opts = parser.parse_args()
-    if opts.kernel in ("pairs", "gpairs"):
-        from strata.kernels import q8_grouped_pairs
-
-        grouped_rows = int(opts.args.pop(1)) if opts.kernel == "gpairs" else None  # (args as the pairs' after it)
+    if opts.kernel == "pairs":
         which, (bn, sb, warps, isum) = opts.args[0], (int(v) for v in opts.args[1:5])
         qtype, k = (12, 2048) if which == "gate_up" else (14, 768)
         qtype = int(opts.args[5]) if len(opts.args) > 5 else qtype
-        module = packed_q8 if grouped_rows is None else q8_grouped_pairs
-        fn = module._gate_up_kernel if which == "gate_up" else module._down_kernel
+        fn = packed_q8._gate_up_kernel if which == "gate_up" else packed_q8._down_kernel
         consts = dict(QTYPE=qtype, BLOCK_N=bn, SB=packed_q8.units_per_step(sb, qtype, k), UNIT=packed_q8.UNIT[qtype],
-                      WT=packed_q8.word_tiles(qtype, isum > 0), ISUM=isum, USE_PDL=True, ASM=True,
-                      **({} if grouped_rows is None else dict(ROWS=grouped_rows)))
+                      WT=packed_q8.word_tiles(qtype, isum > 0), ISUM=isum, USE_PDL=True, ASM=True)
         rows_out, row_bytes = (2 * 768, packed_q8.row_bytes(qtype, k)) if which == "gate_up" else (
             2048, packed_q8.row_bytes(qtype, k))
         values = dict(inter=768, dim=2048, top_k=8, stride_we=rows_out * row_bytes, stride_wn=row_bytes,
-                      num_pairs=512, num_experts=128)
+                      num_pairs=512)
     elif opts.kernel == "grouped":
         from strata.kernels import packed_moe
 
@@ -105,8 +98,7 @@ def main() -> None:  # noqa: C901 (one branch a kernel family)
     ops = [m.group(2) for m in (re.match(r"\s*/\*[0-9a-f]+\*/\s+(@!?U?P\w+\s+)?([A-Z0-9_.]+)", line)
                                 for line in sass.splitlines()) if m]
     found = re.search(r"REG:(\d+).*?STACK:(\d+).*?LOCAL:(\d+)", usage, re.S)
-    rows = f" ROWS {grouped_rows}" if opts.kernel == "gpairs" else ""
-    print(opts.kernel, " ".join(opts.args) + rows, "registers %s stack %s local %s" % found.groups(), "instructions", len(ops))
+    print(opts.kernel, " ".join(opts.args), "registers %s stack %s local %s" % found.groups(), "instructions", len(ops))
     counts = collections.Counter(op.split(".")[0] for op in ops)
     print(" ".join(f"{op}:{n}" for op, n in counts.most_common(24)))
     if opts.sass:

@@ -6,19 +6,18 @@ Weights: w13 uint8 [E, 2I, rb13] (rows of D values of type qtype13: gate rows, t
 apart (w13.stride(0): device slots sized for the largest layer's experts). Pairs with a negative id are
 skipped (computed elsewhere, or no expert: an expert provider's slot misses).
 
-Six CUDA paths, picked per call by `packed_moe`:
+Five CUDA paths, picked per call by `packed_moe`:
 - q8 pairs (up to Q8_PAIRS_PER_EXPERT pairs an expert, both projections of types packed_q8 reads: Q2_K, Q3_K_*,
   Q4_K_M, Q8_0 and the i-quant files):
   packed_q8.moe_pairs_q8,
   the pairs below with hidden and SiLU(gate) * up rounded to 8 bits per 32 and integer dot products
   (llama.cpp's decode numerics): a word of quants costs a mask, a shift and two dp4a, not a float each.
+  Grouping a step's pairs by expert to unpack each expert's rows once a block (session 48's packed_q8_grouped,
+  session 54's q8_grouped_pairs) lost to them on the GPU both times and was removed: session 55 (an H100, the
+  30B-A3B's experts at 32 / 64 tokens) 540 / 796 us against 277 / 521 for Q4_K / Q6_K.
 - q8 grouped (from there up to MMQ_PAIRS_PER_EXPERT pairs an expert, Q4_K / Q6_K / Q8_0 / Q5_0 experts: short
   prompts and verification windows of Q4_K_M files): packed_mmq.moe_grouped_q8, the same numerics with the pairs
   grouped by expert in 16-row blocks and int8 tensor-core products per 32 values; its time follows the rows.
-- q8 pairs grouped by expert (STRATA_GROUPED_PAIRS=1, an A/B switch until timed on a GPU: from
-  q8_grouped_pairs.GROUPED_PAIRS_MIN up to MMQ_PAIRS_PER_EXPERT pairs an expert, every type packed_q8 reads):
-  q8_grouped_pairs.moe_grouped_pairs_q8, the q8 pairs' numerics with each expert's rows unpacked once for a block of
-  its pairs (dp4a on the CUDA cores, as the multi-row GEMV).
 - pairs (up to PAIRS_MAX pairs: decode steps of up to 16 sequences at top-8): one program per (pair,
   BLOCK_N rows of the expert) decodes the blocks in registers and multiplies on the CUDA cores
   (packed_gemv._chunk_dot), SiLU(gate) * up stored in hidden's dtype like the 16-bit kernel; then one
@@ -44,7 +43,7 @@ from __future__ import annotations
 
 import torch
 
-from strata.kernels import packed_dequant, packed_gemv, packed_iquants, packed_mmq, packed_q8, q8_grouped_pairs
+from strata.kernels import packed_dequant, packed_gemv, packed_iquants, packed_mmq, packed_q8
 from strata.kernels.fused_moe import fused_moe as fused_moe_kernel
 from strata.kernels.fused_moe import grouped_experts_ref
 from strata.kernels.gguf_blocks import dequantize_ref
@@ -128,13 +127,6 @@ def grouped_q8_supported(w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtyp
             and packed_mmq.supports(qtype13, dim, w13) and packed_mmq.supports(qtype2, inter, w2))
 
 
-def grouped_pairs_take(num_pairs: int, num_experts: int) -> bool:
-    """Whether a step of num_pairs over num_experts goes to q8_grouped_pairs (STRATA_GROUPED_PAIRS=1, an A/B switch
-    until timed: from its GROUPED_PAIRS_MIN up to MMQ_PAIRS_PER_EXPERT pairs an expert)."""
-    return (q8_grouped_pairs.enabled() and q8_grouped_pairs.GROUPED_PAIRS_MIN * num_experts <= num_pairs
-            < MMQ_PAIRS_PER_EXPERT * num_experts)
-
-
 def packed_moe(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2: int,
                topk_ids: torch.Tensor, topk_weights: torch.Tensor, sum_topk: bool = True) -> torch.Tensor:
     """packed_moe_ref's contract on CUDA (float32 accumulation; the pairs path rounds SiLU(gate) * up to
@@ -142,9 +134,6 @@ def packed_moe(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.
     False, float32 partials [T, K or 1, D] for the next norm to sum (rms_norm_topk_sum)."""
     dim, inter = hidden.shape[1], w13.shape[1] // 2
     pairs_pay = topk_ids.numel() <= Q8_PAIRS_PER_EXPERT * w13.shape[0]
-    if grouped_pairs_take(topk_ids.numel(), w13.shape[0]) and q8_pairs_supported(w13, qtype13, w2, qtype2, dim, inter):
-        partials = q8_grouped_pairs.moe_grouped_pairs_q8(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights)
-        return partials.sum(1).to(hidden.dtype) if sum_topk else partials
     if pairs_pay and q8_pairs_supported(w13, qtype13, w2, qtype2, dim, inter):
         partials = packed_q8.moe_pairs_q8(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights)
         return partials.sum(1).to(hidden.dtype) if sum_topk else partials
