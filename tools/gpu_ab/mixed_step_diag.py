@@ -3,7 +3,7 @@ test_cuda_graphs' staggered prompts (fresh prompts beside verification windows):
 greedy tokens differ from plain decoding (batched, one sequence at a time) and where."""
 import sys
 sys.path.insert(0, "tests")
-import tempfile, torch
+import os, tempfile, torch
 from strata import LLM, SamplingParams
 from tiny_models import save_tiny_model, add_random_mtp
 
@@ -27,13 +27,18 @@ def run(dtype, spec, seqs=3, graphs=False, **kw):
     return outs
 
 
-for dtype in ("float32", "bfloat16"):
+ARMS = {"plain3": lambda dt: run(dt, None), "mtp": lambda dt: run(dt, MTP),
+        "mtp_hold0": lambda dt: run(dt, MTP, admission_hold_steps=0), "suffix": lambda dt: run(dt, SUFFIX),
+        "mtp_graphs": lambda dt: run(dt, MTP, graphs=True)}
+# DIAG="dtype:arm,arm;dtype:arm" (default: every arm in float32, then in bf16), each printed as it ends
+plan = os.environ.get("DIAG", ";".join(f"{dt}:{','.join(ARMS)}" for dt in ("float32", "bfloat16")))
+for part in plan.split(";"):
+    dtype, arms = part.split(":")
     ref = run(dtype, None, seqs=1)
-    arms = {"plain3": run(dtype, None), "mtp": run(dtype, MTP), "mtp_hold0": run(dtype, MTP, admission_hold_steps=0),
-            "suffix": run(dtype, SUFFIX), "mtp_graphs": run(dtype, MTP, graphs=True)}
-    for name, outs in arms.items():
+    for name in arms.split(","):
+        outs = ARMS[name](dtype)
         apart = [(i, next(p for p, (a, b) in enumerate(zip(x, y)) if a != b), x, y)
                  for i, (x, y) in enumerate(zip(ref, outs)) if x != y]
         print(dtype, name, "apart:", [(i, at) for i, at, _, _ in apart], flush=True)
         for i, at, x, y in apart[:3]:
-            print("   ", i, at, "ref", x[:at + 3], "arm", y[:at + 3])
+            print("   ", i, at, "ref", x[:at + 3], "arm", y[:at + 3], flush=True)
