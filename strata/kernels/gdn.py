@@ -99,7 +99,7 @@ def gdn_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Te
                   has_initial_state: torch.Tensor, keep_all_states: bool = True, block_v: int | None = None,
                   num_warps: int = 4, all_states_out: torch.Tensor | None = None,
                   real_lens: torch.Tensor | None = None, raw: RawGates | None = None,
-                  tiled: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                  tiled: bool = False, out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Same contract as gdn_recurrent_ref. One program per (sequence, v head, Dv tile) holds its
     [Dk, BV] state slice in registers across the window. `all_states_out` ([>= T, Hv, Dk, Dv], float32)
     receives the per-token states instead of a fresh tensor (a persistent buffer keeps CUDA graphs from
@@ -109,7 +109,9 @@ def gdn_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Te
 
     With `raw`, the kernel finishes what the layer would compute first: q and k come as the conv's
     output, not yet L2-normalised, and g and beta are the projection's a and b (RawGates). `tiled`: value
-    head h reads key head h % Hk (else h // (Hv / Hk))."""
+    head h reads key head h % Hk (else h // (Hv / Hk)). `out` (like v): where the outputs go, only the rows of
+    these sequences written (a step's sequences in two launches, each its own slot_ids and query_start_loc
+    rows)."""
     num_tokens, num_v_heads, dim_v = v.shape
     num_k_heads, dim_k = k.shape[1], k.shape[2]
     num_seqs = slot_ids.shape[0]
@@ -118,7 +120,7 @@ def gdn_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Te
     if block_v is None:
         block_v = 32 if num_seqs * num_v_heads * dim_v // 32 >= 1024 else 16
     block_v = min(block_v, triton.next_power_of_2(dim_v))
-    out = v.new_empty(v.shape)
+    out = v.new_empty(v.shape) if out is None else out
     all_states = _per_token_states(keep_all_states, all_states_out, state_pool, num_tokens)
     A_log, dt_bias, gate_group, gate_stride = raw if raw is not None else (g, g, num_v_heads, 0)
     _gdn_kernel[(num_seqs, num_v_heads, triton.cdiv(dim_v, block_v))](

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from strata.config import ModelConfig
+from strata.config import ModelConfig, debug_flag
 from strata.model import ops
 from strata.model.context import ForwardContext
 from strata.model.linear import Linear
@@ -25,9 +25,10 @@ from strata.transfer import index_tensor
 _RECURRENT_MAX_QUERY_LEN = 16
 _CHUNK_SIZE = 64
 # on CUDA, steps whose windows are all this short take the Triton kernels (a sequential loop over each
-# window's tokens, all windows at once): prompt chunks too, unless the step keeps every token's state
-# (verification, [T, Hv, Dk, Dv] float32: too large for prompt rows). Also the longest prompt a CUDA
-# graph takes for models with these layers (the kernels are its graph-safe path).
+# window's tokens, all windows at once): prompt chunks too. A verification step keeps every token's state
+# ([T, Hv, Dk, Dv] float32: too large for prompt rows), so its prompt chunks take a second recurrence that
+# keeps none, where its windows come first (leading_windows; else the torch path). Also the longest prompt a
+# CUDA graph takes for models with these layers (the kernels are its graph-safe path).
 TRITON_MAX_QUERY_LEN = 256
 
 
@@ -184,6 +185,10 @@ class GatedDeltaNet(nn.Module):
         limit = _RECURRENT_MAX_QUERY_LEN if ctx.keep_window_states else TRITON_MAX_QUERY_LEN
         if ops.kernels_on(hidden) and ctx.max_query_len <= limit:
             return self._forward_short_windows(hidden, ctx)
+        if ops.kernels_on(hidden) and ctx.max_query_len <= TRITON_MAX_QUERY_LEN and not debug_flag("TORCH_MIXED_GDN"):
+            windows = leading_windows(ctx)  # STRATA_TORCH_MIXED_GDN=1: such steps on the torch path (session 54's)
+            if windows is not None:
+                return self._forward_short_windows(hidden, ctx, windows)
         num_tokens = hidden.shape[0]
         mixed_qkv, z, b, a = self._project(hidden)
         conv_state, ssm_state = ctx.state_caches[self.layer_idx]
@@ -201,17 +206,23 @@ class GatedDeltaNet(nn.Module):
         core = core.to(hidden.dtype)
         return self.out_proj(self.norm(core, z).reshape(num_tokens, self.value_dim))
 
-    def _forward_short_windows(self, hidden: torch.Tensor, ctx: ForwardContext) -> torch.Tensor:
+    def _forward_short_windows(self, hidden: torch.Tensor, ctx: ForwardContext, windows: int | None = None
+                               ) -> torch.Tensor:
         """Decode and verification windows (and prompt chunks up to TRITON_MAX_QUERY_LEN) on CUDA: the
         Triton conv-update and recurrent kernels read and write the pool rows directly (no host-side
         layout work, so the step can be a CUDA graph). Five launches between the projections: the conv
         reads q, k, v where the projection put them, the recurrence finishes the L2 norms and gates
-        itself, and the gated norm reads z in place."""
+        itself, and the gated norm reads z in place. `windows` (an eager step of verification windows and
+        longer prompt chunks, leading_windows): the recurrence runs twice, keeping the per-token states of
+        the first `windows` sequences only (those of a prompt chunk would take [T, Hv, Dk, Dv] float32), so
+        such a step computes with the kernels the same step's graphs and plain prompts use."""
         num_tokens = hidden.shape[0]
         qkvz = self.in_proj_qkvz(hidden)                                      # [T, 2 key_dim + 2 value_dim]
         ba = self.in_proj_ba(hidden)                                          # [T, 2 Hv]
         conv_state, ssm_state = ctx.state_caches[self.layer_idx]
         conv_out, ssm_out = (ctx.scratch.window_buffers or {}).get(self.layer_idx, (None, None))
+        if windows is not None:  # graphs' persistent buffers hold their layouts' rows, maybe fewer than these
+            conv_out = ssm_out = None
         group = self.num_v_heads // self.num_k_heads
         grouped = ops.GroupedQKV(self.key_dim, self.head_k_dim, group * self.head_v_dim) if self.grouped_qkvz else None
         mixed_qkv, window_conv = ops.causal_conv1d_update(
@@ -230,15 +241,34 @@ class GatedDeltaNet(nn.Module):
         else:  # [b | a] and [q | k | v | z]
             a, raw = ba[:, self.num_v_heads:], ops.RawGates(self.A_log, self.dt_bias, self.num_v_heads, 0)
             z, z_group, z_group_stride = qkvz[:, self.conv_dim:], self.num_v_heads, 0
-        core, window_ssm = ops.gdn_recurrent(q, k, v, a, ba, ssm_state, ctx.state_slot_ids, ctx.query_start_loc,
-                                             ctx.has_initial_state, keep_all_states=ctx.keep_window_states,
-                                             all_states_out=ssm_out, real_lens=ctx.real_query_lens, raw=raw,
-                                             tiled=self.v_heads_tiled)        # [T, Hv, Dv]
+        if windows is None:
+            core, window_ssm = ops.gdn_recurrent(q, k, v, a, ba, ssm_state, ctx.state_slot_ids, ctx.query_start_loc,
+                                                 ctx.has_initial_state, keep_all_states=ctx.keep_window_states,
+                                                 all_states_out=ssm_out, real_lens=ctx.real_query_lens, raw=raw,
+                                                 tiled=self.v_heads_tiled)    # [T, Hv, Dv]
+        else:
+            core, window_ssm = self._recurrence_in_two(q, k, v, a, ba, ssm_state, ctx, windows, raw)
         if ctx.keep_window_states:
             ctx.scratch.window_states[self.layer_idx] = (window_conv, window_ssm)
         normed = ops.gated_rms_norm(core, z, z_group, z_group_stride, self.norm.weight, self.norm.eps,
                                     self.norm.activation_name, self.norm.feeds_packed)  # [T, value_dim]
         return self.out_proj(normed)
+
+    def _recurrence_in_two(self, q, k, v, a, ba, ssm_state: torch.Tensor, ctx: ForwardContext, windows: int,
+                           raw) -> tuple[torch.Tensor, torch.Tensor]:
+        """The recurrence of a step whose first `windows` sequences keep their per-token states and whose others
+        (prompt chunks) do not -> (core [T, Hv, Dv], states [T_w, Hv, Dk, Dv] of the windows' rows, the first T_w)."""
+        window_rows = sum(ctx.query_lens[:windows])
+        core = v.new_empty(v.shape)                                                        # [T, Hv, Dv]
+        kept = ssm_state.new_empty(window_rows, *ssm_state.shape[1:])                      # [T_w, Hv, Dk, Dv]
+        real = ctx.real_query_lens
+        for part, keep in ((slice(0, windows), True), (slice(windows, None), False)):
+            starts = ctx.query_start_loc[part.start:(part.stop + 1 if part.stop is not None else None)]
+            ops.gdn_recurrent(q, k, v, a, ba, ssm_state, ctx.state_slot_ids[part], starts, ctx.has_initial_state[part],
+                              keep_all_states=keep, all_states_out=kept if keep else None,
+                              real_lens=None if real is None else real[part], raw=raw, tiled=self.v_heads_tiled,
+                              out=core)
+        return core, kept
 
     def _per_value_head(self, x: torch.Tensor) -> torch.Tensor:
         """x [T, Hk, Dk] -> [T, Hv, Dk], the key head each value head reads (grouped or tiled)."""
@@ -293,6 +323,17 @@ class GatedDeltaNet(nn.Module):
             out[tokens] = group_out[row, col]
             ssm_state.index_copy_(0, ctx.state_slot_ids[seq_index], final)
         return out, window_ssm
+
+
+def leading_windows(ctx: ForwardContext) -> int | None:
+    """A verification step's sequences whose per-token states are kept (the short ones, as the torch path keeps
+    them) when they come first and every later one is a longer prompt chunk: their count; else None (the torch
+    path). Steps without verification windows need no split (None)."""
+    if not ctx.keep_window_states:
+        return None
+    short = [n <= _RECURRENT_MAX_QUERY_LEN for n in ctx.query_lens]
+    windows = short.index(False) if not all(short) else len(short)
+    return windows if 0 < windows < len(short) and not any(short[windows:]) else None
 
 
 def _similar_lengths(seqs: list[int], lens: list[int]) -> list[list[int]]:

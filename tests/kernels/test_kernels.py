@@ -9,6 +9,7 @@ operands 1e-2; float32 state and outputs of the float32 recurrences 1e-4; tf32 d
 from __future__ import annotations
 
 import pathlib
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -692,10 +693,12 @@ def test_refs_import_without_triton():
 
 
 def check_gdn_layer_short_windows_match_the_torch_path(device: str, grouped: bool, activation: str,
-                                                        tiled: bool) -> None:
+                                                        tiled: bool, prompt_after: int = 0) -> None:
     """A Gated DeltaNet layer's short-window path (conv reading the projection in place, the recurrence
     finishing the L2 norms and gates, the gated norm reading z in place) against the layer's torch path on
-    the CPU: outputs, the states written back, and the per-token states of verification windows."""
+    the CPU: outputs, the states written back, and the per-token states of verification windows.
+    `prompt_after`: a fresh prompt of this many (> 16) tokens after the windows, an eager step the kernels take
+    in two recurrences (leading_windows), keeping the windows' per-token states only."""
     from strata.config import ModelConfig
     from strata.model.gated_delta_net import GatedDeltaNet
 
@@ -709,6 +712,7 @@ def check_gdn_layer_short_windows_match_the_torch_path(device: str, grouped: boo
         for p in layer.parameters():
             p.copy_(torch.randn(p.shape) * 0.3)
     windows = [(4, 1), (0, 3), (9, 4)]  # (computed, new): decode, a fresh prompt, a verification window
+    windows += [(0, prompt_after)] if prompt_after else []
     scheduled = _scheduled(windows)
     tables = {s: [0, 1] for s in range(4)}
     hidden = torch.randn(sum(n for _, n in windows), 48)
@@ -721,6 +725,7 @@ def check_gdn_layer_short_windows_match_the_torch_path(device: str, grouped: boo
         with torch.no_grad():
             out = layer.to(run_device)(hidden.to(run_device), step.ctx)
         window_conv, window_ssm = step.ctx.scratch.window_states[0]
+        window_ssm = window_ssm[:8]  # the short windows' rows (a longer prompt's are not kept)
         results.append([t.cpu() for t in (out, *caches[0], window_conv, window_ssm)])
     for expected, got in zip(*results):
         assert rel_err(got, expected) < 1e-4
@@ -731,3 +736,25 @@ def check_gdn_layer_short_windows_match_the_torch_path(device: str, grouped: boo
                                                         (False, "silu", False)])
 def test_gdn_layer_short_windows_match_the_torch_path(grouped, activation, tiled):
     check_gdn_layer_short_windows_match_the_torch_path("cuda", grouped, activation, tiled)
+
+
+@gpu
+@pytest.mark.parametrize("grouped", [True, False])
+def test_gdn_layer_windows_beside_a_longer_prompt_match_the_torch_path(grouped):
+    check_gdn_layer_short_windows_match_the_torch_path("cuda", grouped, "silu", False, prompt_after=21)
+
+
+def test_leading_windows_keep_only_windows_that_come_first():
+    """Which sequences of a verification step keep per-token states in the kernels' two recurrences: the
+    leading short ones, only when every later one is longer (else the torch path, None)."""
+    from strata.model.gated_delta_net import leading_windows
+
+    def ctx(lens, keep=True):
+        return SimpleNamespace(query_lens=tuple(lens), keep_window_states=keep)
+
+    assert leading_windows(ctx([4, 1, 4, 40])) == 3
+    assert leading_windows(ctx([4, 40, 30])) == 1
+    assert leading_windows(ctx([4, 40, 4])) is None        # a window after a prompt chunk
+    assert leading_windows(ctx([40, 4])) is None
+    assert leading_windows(ctx([4, 4])) is None            # all short: one recurrence
+    assert leading_windows(ctx([4, 40], keep=False)) is None

@@ -1,6 +1,8 @@
 """Session 55: which eager GPU runs of the tiny Qwen3-Next + MTP model part from plain decoding on
 test_cuda_graphs' staggered prompts (fresh prompts beside verification windows): per config, the requests whose
-greedy tokens differ from plain decoding (batched, one sequence at a time) and where."""
+greedy tokens differ from plain decoding (batched, one sequence at a time) and where. Session 55 found the eager
+bf16 MTP run parting where graphs did not: its steps of prompts beside windows took the torch Gated DeltaNet
+path, plain prompts and graphs the Triton kernels; `mtp_torch_gdn` is that path again (STRATA_TORCH_MIXED_GDN=1)."""
 import sys
 sys.path.insert(0, "tests")
 import os, tempfile, torch
@@ -27,7 +29,16 @@ def run(dtype, spec, seqs=3, graphs=False, **kw):
     return outs
 
 
+def with_env(name, fn):
+    os.environ[name] = "1"
+    try:
+        return fn()
+    finally:
+        os.environ.pop(name)
+
+
 ARMS = {"plain3": lambda dt: run(dt, None), "mtp": lambda dt: run(dt, MTP),
+        "mtp_torch_gdn": lambda dt: with_env("STRATA_TORCH_MIXED_GDN", lambda: run(dt, MTP)),
         "mtp_hold0": lambda dt: run(dt, MTP, admission_hold_steps=0), "suffix": lambda dt: run(dt, SUFFIX),
         "mtp_graphs": lambda dt: run(dt, MTP, graphs=True)}
 # DIAG="dtype:arm,arm;dtype:arm" (default: every arm in float32, then in bf16), each printed as it ends
