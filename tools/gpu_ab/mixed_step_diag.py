@@ -19,8 +19,8 @@ MTP = {"method": "mtp", "num_speculative_tokens": 3, "adaptive": False}
 SUFFIX = {"method": "suffix", "num_speculative_tokens": 3, "adaptive": False}
 
 
-def run(dtype, spec, seqs=3, graphs=False, **kw):
-    llm = LLM(d, dtype=dtype, device="cuda", max_num_seqs=seqs, block_size=4, speculative_config=spec,
+def run(dtype, spec, seqs=3, graphs=False, device="cuda", **kw):
+    llm = LLM(d, dtype=dtype, device=device, max_num_seqs=seqs, block_size=4, speculative_config=spec,
               cuda_graphs=graphs, **kw)
     params = [SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=True) for m in lengths]
     outs = [o.outputs[0].token_ids for o in llm.generate([{"prompt_token_ids": p} for p in prompts], params)]
@@ -40,7 +40,8 @@ def with_env(name, fn):
 ARMS = {"plain3": lambda dt: run(dt, None), "mtp": lambda dt: run(dt, MTP),
         "mtp_torch_gdn": lambda dt: with_env("STRATA_TORCH_MIXED_GDN", lambda: run(dt, MTP)),
         "mtp_hold0": lambda dt: run(dt, MTP, admission_hold_steps=0), "suffix": lambda dt: run(dt, SUFFIX),
-        "mtp_graphs": lambda dt: run(dt, MTP, graphs=True)}
+        "mtp_graphs": lambda dt: run(dt, MTP, graphs=True),
+        "plain_cpu": lambda dt: run(dt, None, seqs=1, device="cpu")}  # the torch path on the host
 # DIAG="dtype:arm,arm;dtype:arm" (default: every arm in float32, then in bf16), each printed as it ends
 plan = os.environ.get("DIAG", ";".join(f"{dt}:{','.join(ARMS)}" for dt in ("float32", "bfloat16")))
 for part in plan.split(";"):

@@ -18,7 +18,7 @@ run_tests() {  # run_tests NAME SECONDS PYTEST_ARGS...
 run_tests gdn 90 tests/kernels/test_kernels.py -k "gdn or conv1d"
 run_tests graphs_windows 120 -s tests/runner/test_cuda_graphs.py -k "verification_windows or token_identity"
 run_tests spec 150 tests/spec
-DIAG="float32:mtp,mtp_torch_gdn,plain3;bfloat16:mtp,mtp_torch_gdn,mtp_graphs" timeout -s INT 150 \
+DIAG="float32:mtp,mtp_torch_gdn,plain_cpu;bfloat16:mtp,mtp_torch_gdn,mtp_graphs,plain_cpu" timeout -s INT 150 \
   python3 mixed_step_diag.py > $OUT/diag.txt 2>&1
 echo "== diag rc=$? t=$(( $(date +%s)-S ))"; grep -v "Writing\|Warn" $OUT/diag.txt | tail -24 | cut -c1-300
 for F in 0 1; do
