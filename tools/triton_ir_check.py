@@ -12,11 +12,11 @@ from triton.compiler import ASTSource
 from triton.compiler.compiler import make_backend
 from strata.kernels import hyper, ple, rms_norm, routing
 from strata.kernels import (packed_dequant, packed_gemv, packed_gemv_words, packed_mmq, packed_moe, packed_q8,
-                            q8_rounding)
+                            packed_q8_joined, q8_rounding)
 
 TARGET = GPUTarget("cuda", 90, 32)
 PTR = {"x_ptr": "*bf16", "hidden_ptr": "*bf16", "act_ptr": "*bf16", "out_ptr": "*fp32", "weights_ptr": "*fp32",
-       "ids_ptr": "*i32", "q_ptr": "*i8", "table_ptr": "*i8", "dx_ptr": "*fp32", "sums_ptr": "*fp32",
+       "ids_ptr": "*i32", "q_ptr": "*i8", "table_ptr": "*i8", "table_a_ptr": "*i8", "table_b_ptr": "*i8", "dx_ptr": "*fp32", "sums_ptr": "*fp32",
        "words_ptr": "*i32", "sorted_ids_ptr": "*i32", "block_expert_ptr": "*i32"}
 
 
@@ -84,6 +84,13 @@ if "--full" in sys.argv:
                                               ASM=True), dict(num_warps=1, num_stages=3))):
             ok &= compile_to_cubin(fn, consts, f"full q8 {fn.fn.__module__.split('.')[-1]} {fn.fn.__name__} q{q}",
                                    options)
+    for qa, qb in ((12, 14), (13, 8), (18, 12)):  # packed_q8_joined: Q4_K + Q6_K, Q5_K + Q8_0, IQ3_XXS + Q4_K
+        for rows, bn, warps in ((1, 2, 1), (8, 4, 2)):
+            joined = dict(QTYPE_A=qa, QTYPE_B=qb, BLOCK_N=bn, SB_A=2, SB_B=2, UNIT_A=packed_q8.UNIT[qa],
+                          UNIT_B=packed_q8.UNIT[qb], ROWS=rows, WT_A=packed_q8.word_tiles(qa, rows > 1),
+                          WT_B=packed_q8.word_tiles(qb, rows > 1), ISUM=int(rows > 1), USE_PDL=True, ASM=True)
+            ok &= compile_to_cubin(packed_q8_joined._gemv_joined_kernel, joined,
+                                   f"full q8 joined q{qa}+q{qb} rows {rows}", dict(num_warps=warps, num_stages=3))
 for q in sorted(packed_gemv.BLOCK_LAYOUT):
     for sb in (1, 2):
         for acc in (False, True):

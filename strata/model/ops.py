@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from strata.config import debug_flag
-from strata.kernels import (hyper, packed_dequant, packed_gemv, packed_mmq, packed_q8, q8_rounding, qsa_scores,
-                            skinny_linear, skinny_mlp, triton_available)
+from strata.kernels import (hyper, packed_dequant, packed_gemv, packed_mmq, packed_q8, packed_q8_joined, q8_rounding,
+                            qsa_scores, skinny_linear, skinny_mlp, triton_available)
 from strata.kernels.fused_moe import fused_moe as fused_moe_kernel
 from strata.kernels.fused_moe import fused_moe_ref, grouped_experts_apply
 from strata.kernels.gguf_blocks import packed_matmul_ref
@@ -175,7 +175,8 @@ def packed_linear(x: torch.Tensor, weight, bias: torch.Tensor | None = None,
     native int8-activation kernel (cpu_quant.quant_matmul, ~0.5 % of each output off) where it supports
     the segment's type, else packed_matmul_ref. CUDA: packed_q8 (x rounded to 8 bits per 32, integer dot
     products; x quantized once for every segment) for steps of the rows packed_q8.linear_takes (up to 8) of the
-    types it reads (Q2_K-Q6_K, Q8_0, Q4_0/1, Q5_0/1, IQ4_NL, IQ4_XS, the i-quants), packed_mmq's linear_q8 (the same
+    types it reads (Q2_K-Q6_K, Q8_0, Q4_0/1, Q5_0/1, IQ4_NL, IQ4_XS, the i-quants; with STRATA_JOINED_GEMV=1 a weight's
+    two segments of different types in one launch, packed_q8_joined), packed_mmq's linear_q8 (the same
     numbers on int8 tensor cores) for LM heads at 9-16 rows, packed_gemv for steps of up to GEMV_MAX_ROWS rows of
     the other types it reads, else dequantize to x's dtype (packed_dequant), then matmul."""
     if bias is None and x.dim() == 2 and not x.is_cuda and x.dtype == torch.float32 and out_dtype in (None, x.dtype):
@@ -211,6 +212,8 @@ def _packed_segments(x: torch.Tensor, weight, dtype: torch.dtype) -> torch.Tenso
     x = x.contiguous()
     quantized = q8_rounding.quantize(x)
     out = torch.empty(x.shape[0], sum(blocks.shape[0] for _, blocks in segments), dtype=dtype, device=x.device)
+    if packed_q8_joined.enabled() and packed_q8_joined.joinable(segments, k, x.shape[0]):  # one launch for both
+        return packed_q8_joined.packed_gemv_q8_joined(x, segments, k, quantized=quantized, out=out)
     column = 0
     for (qtype, blocks), kernel in zip(segments, kernels):
         n = blocks.shape[0]
