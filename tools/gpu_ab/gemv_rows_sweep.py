@@ -4,7 +4,11 @@ ops.packed_linear took beyond 4 rows for narrow weights until session 50), insid
 against 14.2 dequantized); this asks whether any tiling makes 5-16 rows pay. GEMV_ISUM (comma list, default: the
 default's own) times each tiling at those K-step sums (q8_steps.k_step's ISUM; 2: a group's words in a loop), and
 `default_isumN` is default_config's tiling at each; GEMV_GRID=0 times only the defaults and dequantize + GEMM.
-Usage: [GEMV_ROWS=8,16] [GEMV_ISUM=1,2] [GEMV_GRID=0] gemv_rows_sweep.py; writes $OUT/gemv_rows_sweep.json."""
+GEMV_GRID=narrow (session 56) times 1-4 rows of W a program with 2-8 superblocks a step instead: more programs
+and fewer K steps each, which session 50's grid (4+ rows of W, 1-2 superblocks) left out; at 8 rows of x they
+compile for sm_90 without spills (BLOCK_N 1, 8 superblocks, 4 warps: 72 registers for Q4_K, 63 for Q6_K).
+Usage: [GEMV_ROWS=8,16] [GEMV_ISUM=1,2] [GEMV_GRID=0|narrow] gemv_rows_sweep.py; writes $OUT/gemv_rows_sweep.json
+(pick_gemv_tiling.py turns it into default_config's 5-8-row tilings)."""
 import itertools
 import json
 import os
@@ -23,7 +27,8 @@ Q4_K, Q6_K = packed_q8.Q4_K, packed_q8.Q6_K
 SHAPES = [("30b_q_proj", 4096, 2048, Q4_K), ("30b_o_proj", 2048, 4096, Q4_K), ("30b_v_proj", 512, 2048, Q6_K),
           ("30b_k_proj", 512, 2048, Q4_K)]
 # (BLOCK_N, SUPERBLOCKS, warps)
-TILINGS = list(itertools.product((4, 8, 16, 32), (1, 2), (1, 2, 4)))
+GRIDS = {"1": list(itertools.product((4, 8, 16, 32), (1, 2), (1, 2, 4))),
+         "narrow": list(itertools.product((1, 2, 4), (2, 4, 8), (1, 2, 4))), "0": []}
 rows_list = [int(r) for r in os.environ.get("GEMV_ROWS", "8,16").split(",")]
 isums = [int(v) for v in os.environ.get("GEMV_ISUM", "").split(",") if v]
 results = {}
@@ -38,7 +43,7 @@ for name, n, k, qtype in SHAPES:
         for isum in isums:
             arms[f"default_isum{isum}"] = (lambda i, isum=isum: packed_q8.packed_gemv_q8(
                 x, ws[i], qtype, n, k, config=dict(ISUM=isum), quantized=q))
-        grid = TILINGS if os.environ.get("GEMV_GRID", "1") != "0" else []
+        grid = GRIDS[os.environ.get("GEMV_GRID", "1")]
         for (bn, sb, warps), isum in itertools.product(grid, isums or [None]):
             cfg = dict(BLOCK_N=bn, SUPERBLOCKS=sb, num_warps=warps, num_stages=3)
             if isum is not None:
@@ -46,6 +51,11 @@ for name, n, k, qtype in SHAPES:
             arms[f"n{bn}_s{sb}_w{warps}" + ("" if isum is None else f"_i{isum}")] = (
                 lambda i, cfg=cfg: packed_q8.packed_gemv_q8(x, ws[i], qtype, n, k, config=cfg, quantized=q))
         arms["dequant_gemm"] = lambda i: x @ packed_dequant.dequantize(ws[i], qtype, k, torch.bfloat16).T
+        expected = arms["default"](0).float()
+        for arm, fn in list(arms.items())[1:-1]:  # each tiling's sums against the default's (one summation order
+            err = ((fn(0).float() - expected).abs().max() / expected.abs().max()).item()  # per K step: ~1e-7)
+            if err > 1e-5:
+                print(f"  {name} rows {rows} {arm}: off the default by {err:.2e} of the largest output", flush=True)
         times, numeric = time_arms(arms, copies)
         ranked = sorted(numeric, key=numeric.get)
         results[f"{name} r{rows}"] = times
