@@ -86,33 +86,28 @@ if triton is not None:
         xq = q_ptr.to(tl.pointer_type(tl.int32)) + rows * (k // 4)
         dx = dx_ptr + rows * (k // 32)
         sums = sums_ptr + rows * (k // 16)
-        # the K loops stay in the kernel, one a segment (Triton's interpreter cannot run a loop in a helper); names
-        # of their own in each branch (Triton types a name both branches assign as the branches' common result)
         if pid < programs_a:
-            offs_n_a = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-            base_a = tl.minimum(offs_n_a, n_a - 1).to(tl.int64)[None, None, :, None, None] * stride_a
-            s_a = tl.arange(0, SB_A)[None, :, None, None, None]
-            acc_a = tl.zeros((ROWS, SB_A, BLOCK_N, 4, WT_A), dtype=tl.float32)
-            offsets_a = tl.zeros((ROWS, SB_A, BLOCK_N, 4, 1), dtype=tl.float32)
-            for j_a in tl.range(0, k // UNIT_A, SB_A):
-                parts_a, off_a = k_step(a_ptr, table_a_ptr, base_a, xq, dx, sums, j_a + s_a, ok, rok, QTYPE_A, ISUM,
-                                        ASM)
-                acc_a += parts_a
-                offsets_a += off_a
-            y_a = sum_parts(acc_a, offsets_a).to(out_ptr.dtype.element_ty)
-            tl.store(out_ptr + m[:, None] * stride_om + offs_n_a[None, :], y_a,
-                     mask=(m < num_rows)[:, None] & (offs_n_a < n_a)[None, :])
+            _segment(a_ptr, table_a_ptr, out_ptr, pid, 0, n_a, k, stride_a, stride_om, xq, dx, sums, m, num_rows, ok,
+                     rok, QTYPE_A, BLOCK_N, SB_A, UNIT_A, ROWS, WT_A, ISUM, ASM)
         else:
-            offs_n_b = (pid - programs_a) * BLOCK_N + tl.arange(0, BLOCK_N)
-            base_b = tl.minimum(offs_n_b, n_b - 1).to(tl.int64)[None, None, :, None, None] * stride_b
-            s_b = tl.arange(0, SB_B)[None, :, None, None, None]
-            acc_b = tl.zeros((ROWS, SB_B, BLOCK_N, 4, WT_B), dtype=tl.float32)
-            offsets_b = tl.zeros((ROWS, SB_B, BLOCK_N, 4, 1), dtype=tl.float32)
-            for j_b in tl.range(0, k // UNIT_B, SB_B):
-                parts_b, off_b = k_step(b_ptr, table_b_ptr, base_b, xq, dx, sums, j_b + s_b, ok, rok, QTYPE_B, ISUM,
-                                        ASM)
-                acc_b += parts_b
-                offsets_b += off_b
-            y_b = sum_parts(acc_b, offsets_b).to(out_ptr.dtype.element_ty)
-            tl.store(out_ptr + m[:, None] * stride_om + n_a + offs_n_b[None, :], y_b,
-                     mask=(m < num_rows)[:, None] & (offs_n_b < n_b)[None, :])
+            _segment(b_ptr, table_b_ptr, out_ptr, pid - programs_a, n_a, n_b, k, stride_b, stride_om, xq, dx, sums, m,
+                     num_rows, ok, rok, QTYPE_B, BLOCK_N, SB_B, UNIT_B, ROWS, WT_B, ISUM, ASM)
+
+    @triton.jit
+    def _segment(w_ptr, table_ptr, out_ptr, program, first_col, n, k, stride_wn, stride_om, xq, dx, sums, m, num_rows,
+                 ok, rok, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, SB: tl.constexpr, UNIT: tl.constexpr,
+                 ROWS: tl.constexpr, WT: tl.constexpr, ISUM: tl.constexpr, ASM: tl.constexpr):
+        """One segment's BLOCK_N rows of W (program `program` of its own) for every row of x, written from
+        column first_col + program * BLOCK_N of out: packed_q8._gemv_kernel's K loop."""
+        offs_n = program * BLOCK_N + tl.arange(0, BLOCK_N)
+        base = tl.minimum(offs_n, n - 1).to(tl.int64)[None, None, :, None, None] * stride_wn
+        s = tl.arange(0, SB)[None, :, None, None, None]
+        acc = tl.zeros((ROWS, SB, BLOCK_N, 4, WT), dtype=tl.float32)
+        offsets = tl.zeros((ROWS, SB, BLOCK_N, 4, 1), dtype=tl.float32)
+        for j in tl.range(0, k // UNIT, SB):
+            parts, off = k_step(w_ptr, table_ptr, base, xq, dx, sums, j + s, ok, rok, QTYPE, ISUM, ASM)
+            acc += parts
+            offsets += off
+        y = sum_parts(acc, offsets).to(out_ptr.dtype.element_ty)
+        tl.store(out_ptr + m[:, None] * stride_om + first_col + offs_n[None, :], y,
+                 mask=(m < num_rows)[:, None] & (offs_n < n)[None, :])
