@@ -304,7 +304,16 @@ if triton is not None:
                      ASM: tl.constexpr):
         """One program per BLOCK_N rows of W, for the ROWS (>= num_rows) rows of x at once."""
         wait_for_previous_kernel(USE_PDL)
-        offs_n = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        gemv_tile(q_ptr, dx_ptr, sums_ptr, w_ptr, table_ptr, out_ptr, tl.program_id(0), 0, n, k, num_rows, stride_wn,
+                  stride_om, QTYPE, BLOCK_N, SB, ROWS, UNIT, WT, ISUM, ASM)
+
+    @triton.jit
+    def gemv_tile(q_ptr, dx_ptr, sums_ptr, w_ptr, table_ptr, out_ptr, program, first_col, n, k, num_rows, stride_wn,
+                  stride_om, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, SB: tl.constexpr, ROWS: tl.constexpr,
+                  UNIT: tl.constexpr, WT: tl.constexpr, ISUM: tl.constexpr, ASM: tl.constexpr):
+        """Rows program * BLOCK_N.. of W [n, k] for every row of x, written to out's columns from first_col plus
+        those rows (packed_q8_joined: a second segment's columns follow the first's)."""
+        offs_n = program * BLOCK_N + tl.arange(0, BLOCK_N)
         # rows past the ends read the last ones (their sums are not stored): loads without masks, whose
         # predicates and zero fills cost as much as the unpacking of a word
         ok = tl.full((1, 1, BLOCK_N, 1, 1), 1, tl.int1)                                  # [1, 1, BN, 1, 1]
@@ -323,7 +332,7 @@ if triton is not None:
             acc += parts
             offsets += off
         y = sum_parts(acc, offsets).to(out_ptr.dtype.element_ty)
-        tl.store(out_ptr + m[:, None] * stride_om + offs_n[None, :], y,
+        tl.store(out_ptr + m[:, None] * stride_om + first_col + offs_n[None, :], y,
                  mask=(m < num_rows)[:, None] & (offs_n < n)[None, :])
 
     @triton.jit

@@ -24,7 +24,7 @@ except ImportError:  # CPU-only install
 
 if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
-    from strata.kernels.q8_steps import k_step, sum_parts
+    from strata.kernels.packed_q8 import gemv_tile
 
 
 def enabled() -> bool:
@@ -79,35 +79,9 @@ if triton is not None:
         """packed_q8._gemv_kernel over segment A (programs below programs_a) or B (the rest, columns from n_a)."""
         wait_for_previous_kernel(USE_PDL)
         pid = tl.program_id(0)
-        m = tl.arange(0, ROWS)
-        rows = tl.minimum(m, num_rows - 1)[:, None, None, None, None].to(tl.int64)       # [R, 1, 1, 1, 1]
-        rok = tl.full((ROWS, 1, 1, 1, 1), 1, tl.int1)
-        ok = tl.full((1, 1, BLOCK_N, 1, 1), 1, tl.int1)                                  # [1, 1, BN, 1, 1]
-        xq = q_ptr.to(tl.pointer_type(tl.int32)) + rows * (k // 4)
-        dx = dx_ptr + rows * (k // 32)
-        sums = sums_ptr + rows * (k // 16)
         if pid < programs_a:
-            _segment(a_ptr, table_a_ptr, out_ptr, pid, 0, n_a, k, stride_a, stride_om, xq, dx, sums, m, num_rows, ok,
-                     rok, QTYPE_A, BLOCK_N, SB_A, UNIT_A, ROWS, WT_A, ISUM, ASM)
+            gemv_tile(q_ptr, dx_ptr, sums_ptr, a_ptr, table_a_ptr, out_ptr, pid, 0, n_a, k, num_rows, stride_a,
+                      stride_om, QTYPE_A, BLOCK_N, SB_A, ROWS, UNIT_A, WT_A, ISUM, ASM)
         else:
-            _segment(b_ptr, table_b_ptr, out_ptr, pid - programs_a, n_a, n_b, k, stride_b, stride_om, xq, dx, sums, m,
-                     num_rows, ok, rok, QTYPE_B, BLOCK_N, SB_B, UNIT_B, ROWS, WT_B, ISUM, ASM)
-
-    @triton.jit
-    def _segment(w_ptr, table_ptr, out_ptr, program, first_col, n, k, stride_wn, stride_om, xq, dx, sums, m, num_rows,
-                 ok, rok, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, SB: tl.constexpr, UNIT: tl.constexpr,
-                 ROWS: tl.constexpr, WT: tl.constexpr, ISUM: tl.constexpr, ASM: tl.constexpr):
-        """One segment's BLOCK_N rows of W (program `program` of its own) for every row of x, written from
-        column first_col + program * BLOCK_N of out: packed_q8._gemv_kernel's K loop."""
-        offs_n = program * BLOCK_N + tl.arange(0, BLOCK_N)
-        base = tl.minimum(offs_n, n - 1).to(tl.int64)[None, None, :, None, None] * stride_wn
-        s = tl.arange(0, SB)[None, :, None, None, None]
-        acc = tl.zeros((ROWS, SB, BLOCK_N, 4, WT), dtype=tl.float32)
-        offsets = tl.zeros((ROWS, SB, BLOCK_N, 4, 1), dtype=tl.float32)
-        for j in tl.range(0, k // UNIT, SB):
-            parts, off = k_step(w_ptr, table_ptr, base, xq, dx, sums, j + s, ok, rok, QTYPE, ISUM, ASM)
-            acc += parts
-            offsets += off
-        y = sum_parts(acc, offsets).to(out_ptr.dtype.element_ty)
-        tl.store(out_ptr + m[:, None] * stride_om + first_col + offs_n[None, :], y,
-                 mask=(m < num_rows)[:, None] & (offs_n < n)[None, :])
+            gemv_tile(q_ptr, dx_ptr, sums_ptr, b_ptr, table_b_ptr, out_ptr, pid - programs_a, n_a, n_b, k, num_rows,
+                      stride_b, stride_om, QTYPE_B, BLOCK_N, SB_B, ROWS, UNIT_B, WT_B, ISUM, ASM)
