@@ -243,9 +243,12 @@ if triton is not None:
         """A causal conv's inputs at window position pos (a scalar, or [P, 1] against [1, C] columns; < 0: the
         remembered history of WIDTH - 1 inputs, zeros without an initial state) -> float32. x_cols: the channels'
         columns in x (offs_c, or where a grouped layout keeps them). Also the PLE conv's (kernels/ple.py)."""
-        from_x = tl.load(x_ptr + (start + pos).to(tl.int64) * stride_xt + x_cols, mask=c_ok & (pos >= 0), other=0.0)
+        # scalar conditions by selects, not `&`: Triton 3.9's interpreter makes int32 of a vector & a scalar flag
+        # and refuses it as a mask; compiled, both are one predicate
+        from_x = tl.load(x_ptr + (start + pos).to(tl.int64) * stride_xt + x_cols, mask=tl.where(pos >= 0, c_ok, False),
+                         other=0.0)
         from_state = tl.load(state_ptr + offs_c * stride_sc + (WIDTH - 1 + pos) * stride_sw,
-                             mask=c_ok & (pos < 0) & has_init, other=0.0)
+                             mask=tl.where(has_init & (pos < 0), c_ok, False), other=0.0)
         return from_x.to(tl.float32) + from_state.to(tl.float32)
 
     @triton.jit

@@ -130,7 +130,8 @@ if triton is not None:
         """Tokens at window positions pos (any shape; < 0: the slot's remembered context, EOS without one)
         -> int64."""
         from_ids = tl.load(ids_ptr + start + pos, mask=ok & (pos >= 0), other=0).to(tl.int64)
-        from_context = tl.load(context_ptr + HIST + pos, mask=ok & (pos < 0) & has_init, other=0.0).to(tl.int64)
+        from_context = tl.load(context_ptr + HIST + pos, mask=tl.where(has_init, ok & (pos < 0), False),
+                               other=0.0).to(tl.int64)  # (has_init by a select: gdn.conv_input)
         remembered = tl.where(has_init, from_context, eos)
         return tl.where(pos >= 0, from_ids, remembered)
 

@@ -692,14 +692,31 @@ def test_refs_import_without_triton():
     assert run.returncode == 0, run.stderr
 
 
+class _KernelsOnTheCpu:
+    """strata.model.ops as the Gated DeltaNet layer sees it, with its kernels taken on CPU tensors (Triton's
+    interpreter): the layer's own dispatch picks the CUDA path; its projections keep theirs."""
+
+    def __getattr__(self, name):
+        from strata.model import ops
+
+        return getattr(ops, name)
+
+    @staticmethod
+    def kernels_on(t: torch.Tensor) -> bool:
+        return True
+
+
 def check_gdn_layer_short_windows_match_the_torch_path(device: str, grouped: bool, activation: str,
-                                                        tiled: bool, prompt_after: int = 0) -> None:
+                                                        tiled: bool, prompt_after: int = 0,
+                                                        monkeypatch=None) -> None:
     """A Gated DeltaNet layer's short-window path (conv reading the projection in place, the recurrence
     finishing the L2 norms and gates, the gated norm reading z in place) against the layer's torch path on
     the CPU: outputs, the states written back, and the per-token states of verification windows.
     `prompt_after`: a fresh prompt of this many (> 16) tokens after the windows, an eager step the kernels take
-    in two recurrences (leading_windows), keeping the windows' per-token states only."""
+    in two recurrences (leading_windows), keeping the windows' per-token states only. device "cpu" (with
+    `monkeypatch`): the kernels in Triton's interpreter."""
     from strata.config import ModelConfig
+    from strata.model import gated_delta_net
     from strata.model.gated_delta_net import GatedDeltaNet
 
     cfg = ModelConfig(architecture="x", vocab_size=8, hidden_size=48, intermediate_size=8, num_hidden_layers=1,
@@ -719,7 +736,9 @@ def check_gdn_layer_short_windows_match_the_torch_path(device: str, grouped: boo
     conv_shape, ssm_shape = layer.state_shapes()
     states = (torch.randn(4, *conv_shape), torch.randn(4, *ssm_shape) * 0.1)
     results = []
-    for run_device in ("cpu", device):
+    for run, run_device in enumerate(("cpu", device)):
+        if run and device == "cpu":
+            monkeypatch.setattr(gated_delta_net, "ops", _KernelsOnTheCpu())
         caches = {0: tuple(s.clone().to(run_device) for s in states)}
         step = build_inputs(scheduled, tables, 16, {}, caches, run_device, keep_window_states=True)
         with torch.no_grad():
@@ -742,6 +761,16 @@ def test_gdn_layer_short_windows_match_the_torch_path(grouped, activation, tiled
 @pytest.mark.parametrize("grouped", [True, False])
 def test_gdn_layer_windows_beside_a_longer_prompt_match_the_torch_path(grouped):
     check_gdn_layer_short_windows_match_the_torch_path("cuda", grouped, "silu", False, prompt_after=21)
+
+
+@pytest.mark.skipif(__import__("os").environ.get("TRITON_INTERPRET") != "1",
+                    reason="the kernels in Triton's interpreter: set TRITON_INTERPRET=1, triton installed")
+@pytest.mark.parametrize("grouped, activation, tiled, prompt_after", [(True, "silu", False, 0),
+                                                                      (False, "sigmoid", True, 0),
+                                                                      (True, "silu", False, 21),
+                                                                      (False, "silu", False, 21)])
+def test_gdn_layer_kernels_interpreted(grouped, activation, tiled, prompt_after, monkeypatch):
+    check_gdn_layer_short_windows_match_the_torch_path("cpu", grouped, activation, tiled, prompt_after, monkeypatch)
 
 
 def test_leading_windows_keep_only_windows_that_come_first():
