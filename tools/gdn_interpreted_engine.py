@@ -1,10 +1,11 @@
-"""The tiny Qwen3-Next + MTP on the CPU in float32 with its Gated DeltaNet layers on the Triton kernels in Triton's
+"""A tiny hybrid + MTP (Qwen3-Next, or the family named: qwen3_5_moe, qwen4_exp) on the CPU in float32 with its Gated DeltaNet layers on the Triton kernels in Triton's
 interpreter: plain decoding and MTP speculation (whose eager steps of prompts beside verification windows run the
 two recurrences, session 55's c5868d6) against plain decoding on the torch path, on test_cuda_graphs' staggered
 prompts; prints the requests that part and where, and how many layer steps took the kernels / two recurrences.
-Session 56: none part (2 minutes on the 2-core VM).
+Session 56: none part (2 minutes a family on the 2-core VM).
 
-    PYTHONPATH=/tmp/tri:. python tools/gdn_interpreted_engine.py     (triton 3.9: pip install --target /tmp/tri triton)
+    PYTHONPATH=/tmp/tri:. python tools/gdn_interpreted_engine.py [FAMILY]   (triton 3.9: pip install --target /tmp/tri
+                                                                             triton)
 """
 import os
 import sys
@@ -20,7 +21,8 @@ from test_kernels import _KernelsOnTheCpu  # noqa: E402
 from tiny_models import add_random_mtp, save_tiny_model  # noqa: E402
 
 folder = tempfile.mkdtemp()
-save_tiny_model("qwen3_next", folder)
+family = sys.argv[1] if len(sys.argv) > 1 else "qwen3_next"
+save_tiny_model(family, folder)
 add_random_mtp(folder)
 gen = lambda n: torch.randint(3, 160, (n,), generator=torch.Generator().manual_seed(n)).tolist()  # noqa: E731
 prompts = [(p[:4] * 30)[:n] for p, n in zip(map(gen, range(5, 13)), [16, 40, 17, 100, 30, 24, 50, 20])]
@@ -55,5 +57,5 @@ for name, spec, kernels in (("plain, kernels", None, True), ("mtp, kernels", MTP
     outs = greedy(spec, 3, kernels)
     apart = [(i, next(p for p, (a, b) in enumerate(zip(x, y)) if a != b))
              for i, (x, y) in enumerate(zip(reference, outs)) if x != y]
-    print(f"{name}: {counts}; (request, token) apart from one-at-a-time plain decoding on the torch path: {apart}",
+    print(f"{family}, {name}: {counts}; (request, token) apart from one-at-a-time plain decoding on the torch path: {apart}",
           flush=True)
