@@ -1,11 +1,11 @@
-"""A tiny hybrid + MTP (Qwen3-Next, or the family named: qwen3_5_moe, qwen4_exp) on the CPU in float32 with its Gated DeltaNet layers on the Triton kernels in Triton's
-interpreter: plain decoding and MTP speculation (whose eager steps of prompts beside verification windows run the
+"""A tiny hybrid with an MTP head (qwen3_next, or the family named: qwen3_5_moe, qwen4_exp) on the CPU in float32,
+its Gated DeltaNet layers on the Triton kernels in Triton's interpreter: plain decoding and MTP speculation (whose eager steps of prompts beside verification windows run the
 two recurrences, session 55's c5868d6) against plain decoding on the torch path, on test_cuda_graphs' staggered
 prompts; prints the requests that part and where, and how many layer steps took the kernels / two recurrences.
 Session 56: none part (2 minutes a family on the 2-core VM).
 
-    PYTHONPATH=/tmp/tri:. python tools/gdn_interpreted_engine.py [FAMILY]   (triton 3.9: pip install --target /tmp/tri
-                                                                             triton)
+    PYTHONPATH=/tmp/tri:. python tools/gdn_interpreted_engine.py [FAMILY]
+    (triton 3.9 in /tmp/tri: pip install --target /tmp/tri triton)
 """
 import os
 import sys
@@ -57,5 +57,5 @@ for name, spec, kernels in (("plain, kernels", None, True), ("mtp, kernels", MTP
     outs = greedy(spec, 3, kernels)
     apart = [(i, next(p for p, (a, b) in enumerate(zip(x, y)) if a != b))
              for i, (x, y) in enumerate(zip(reference, outs)) if x != y]
-    print(f"{family}, {name}: {counts}; (request, token) apart from one-at-a-time plain decoding on the torch path: {apart}",
-          flush=True)
+    print(f"{family}, {name}: {counts}; (request, token) apart from one-at-a-time plain decoding on the torch path: "
+          f"{apart}", flush=True)
