@@ -1,6 +1,7 @@
 """A tiny hybrid with an MTP head (qwen3_next, or the family named: qwen3_5_moe, qwen4_exp) on the CPU in float32,
-its Gated DeltaNet layers on the Triton kernels in Triton's interpreter: plain decoding and MTP speculation (whose eager steps of prompts beside verification windows run the
-two recurrences, session 55's c5868d6) against plain decoding on the torch path, on test_cuda_graphs' staggered
+its Gated DeltaNet layers on the Triton kernels in Triton's interpreter: plain decoding and MTP speculation (whose
+eager steps of prompts beside verification windows run the two recurrences, session 55's c5868d6) against plain
+decoding on the torch path, on test_cuda_graphs' staggered
 prompts; prints the requests that part and where, and how many layer steps took the kernels / two recurrences.
 Session 56: none part (2 minutes a family on the 2-core VM).
 
