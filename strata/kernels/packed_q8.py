@@ -213,6 +213,12 @@ def linear_takes(rows: int) -> bool:
     return rows <= LINEAR_MAX_ROWS
 
 
+def gemv_takes(rows: int, qtype: int, blocks: torch.Tensor, k: int) -> bool:
+    """Whether packed_gemv_q8 takes a step of `rows` rows of this weight segment (blocks [N, row_bytes] of rows of
+    k values): few enough rows, a type and layout it reads, and packed_q8 on."""
+    return linear_takes(rows) and enabled() and supports(qtype, k, blocks) and blocks.stride(-1) == 1
+
+
 def rounds_in_norm(num_rows: int, dim: int) -> bool:
     """Whether a norm feeding packed weights should round its output for them (rms_norm's `quantize`): steps
     of up to MAX_ROWS rows (the pairs' tokens; the projections take fewer: linear_takes) of a width

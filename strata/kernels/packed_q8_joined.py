@@ -35,10 +35,9 @@ def enabled() -> bool:
 
 
 def joinable(segments: list[tuple[int, torch.Tensor]], k: int, rows: int) -> bool:
-    """Whether a weight's (qtype, blocks) segments go to one launch: two of them, each of a type packed_q8 reads
-    at this step's rows (at most LINEAR_MAX_ROWS)."""
-    return (len(segments) == 2 and packed_q8.linear_takes(rows)
-            and all(packed_q8.supports(q, k, b) and b.stride(-1) == 1 for q, b in segments))
+    """Whether a weight's (qtype, blocks) segments go to one launch: two of them, each one packed_q8's GEMV takes
+    at this step's rows."""
+    return len(segments) == 2 and all(packed_q8.gemv_takes(rows, q, b, k) for q, b in segments)
 
 
 def packed_gemv_q8_joined(x: torch.Tensor, segments: list[tuple[int, torch.Tensor]], k: int, quantized=None,

@@ -186,7 +186,8 @@ class GatedDeltaNet(nn.Module):
         if ops.kernels_on(hidden) and ctx.max_query_len <= limit:
             return self._forward_short_windows(hidden, ctx)
         if ops.kernels_on(hidden) and ctx.max_query_len <= TRITON_MAX_QUERY_LEN and not debug_flag("TORCH_MIXED_GDN"):
-            windows = leading_windows(ctx)  # STRATA_TORCH_MIXED_GDN=1: such steps on the torch path (session 54's)
+            # once a step for all layers; STRATA_TORCH_MIXED_GDN=1: such steps on the torch path (session 54's)
+            windows = ctx.cached(("leading_windows",), lambda: leading_windows(ctx))
             if windows is not None:
                 return self._forward_short_windows(hidden, ctx, windows)
         num_tokens = hidden.shape[0]

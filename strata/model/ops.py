@@ -212,7 +212,7 @@ def _packed_segments(x: torch.Tensor, weight, dtype: torch.dtype) -> torch.Tenso
     x = x.contiguous()
     quantized = q8_rounding.quantize(x)
     out = torch.empty(x.shape[0], sum(blocks.shape[0] for _, blocks in segments), dtype=dtype, device=x.device)
-    if packed_q8_joined.enabled() and packed_q8_joined.joinable(segments, k, x.shape[0]):  # one launch for both
+    if len(segments) == 2 and packed_q8_joined.enabled() and packed_q8_joined.joinable(segments, k, x.shape[0]):
         return packed_q8_joined.packed_gemv_q8_joined(x, segments, k, quantized=quantized, out=out)
     column = 0
     for (qtype, blocks), kernel in zip(segments, kernels):
@@ -231,7 +231,7 @@ def _8_bit_kernel(x: torch.Tensor, qtype: int, blocks: torch.Tensor, k: int):
     if not kernels_on(x):
         return None
     rows = x.shape[0]
-    if _q8_takes(rows, qtype, blocks, k):
+    if packed_q8.gemv_takes(rows, qtype, blocks, k):
         return packed_q8.packed_gemv_q8
     if _mmq_takes(rows, qtype, blocks, k):
         return packed_mmq.linear_q8
@@ -243,9 +243,6 @@ def reads_8_bit_activations(qtype: int) -> bool:
     return qtype in packed_q8.UNIT
 
 
-def _q8_takes(rows: int, qtype: int, blocks: torch.Tensor, k: int) -> bool:
-    return (packed_q8.linear_takes(rows) and packed_q8.enabled()
-            and packed_q8.supports(qtype, k, blocks) and blocks.stride(-1) == 1)
 
 
 def _mmq_takes(rows: int, qtype: int, blocks: torch.Tensor, k: int) -> bool:
@@ -257,7 +254,7 @@ def packed_linear_in_place(weight, rows: int) -> bool:
     8-bit or float GEMV kernels, packed_mmq's), not from a dequantized copy as large as the weight (more rows than
     they take)."""
     k = weight.in_features
-    return all(_q8_takes(rows, qtype, blocks, k) or _mmq_takes(rows, qtype, blocks, k)
+    return all(packed_q8.gemv_takes(rows, qtype, blocks, k) or _mmq_takes(rows, qtype, blocks, k)
                or (rows <= GEMV_MAX_ROWS and packed_gemv.supports(qtype, k))
                for qtype, blocks in weight.segments())
 
@@ -446,7 +443,7 @@ def attention_rounding(q: torch.Tensor, o_proj_weight) -> tuple | None:
     whole blocks of 32; else None."""
     rows, width = q.shape[0], q.shape[1] * q.shape[2]
     if not (hasattr(o_proj_weight, "segments") and epilogue_rounds(q.shape[2]) and width % 128 == 0
-            and all(_q8_takes(rows, qtype, blocks, width) for qtype, blocks in o_proj_weight.segments())):
+            and all(packed_q8.gemv_takes(rows, qtype, blocks, width) for qtype, blocks in o_proj_weight.segments())):
         return None
     return q8_rounding.empty_rounding(rows, width, q.device)
 
