@@ -1,4 +1,4 @@
-"""Two row segments of different types in one 8-bit GEMV launch (STRATA_JOINED_GEMV=1, an A/B switch until timed).
+"""Two row segments of different types in one 8-bit GEMV launch (on CUDA unless STRATA_NO_JOINED_GEMV=1).
 
 A fused projection whose parts came in different types (Q4_K_M's attn_v in Q6_K beside a Q4_K attn_q / attn_k, in
 half the layers) takes one packed_q8 GEMV launch per segment. Session 55's trace of issue 23's model put the second
@@ -28,10 +28,12 @@ if triton is not None:
 
 
 def enabled() -> bool:
-    """STRATA_JOINED_GEMV=1 sends two-segment projections here (ops.packed_linear)."""
+    """Two-segment projections come here (ops.packed_linear) unless STRATA_NO_JOINED_GEMV=1. Session 57 (H100, issue
+    23's Q4_K_M command, two alternated rounds): c1 683.4 / 682.8 tok/s against 673.9 / 674.3 without it, c8
+    2,102.8 / 2,104.8 against 2,086.4 / 2,088.9."""
     from strata.config import debug_flag
 
-    return debug_flag("JOINED_GEMV")
+    return not debug_flag("NO_JOINED_GEMV")
 
 
 def joinable(segments: list[tuple[int, torch.Tensor]], k: int, rows: int) -> bool:

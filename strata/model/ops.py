@@ -175,8 +175,8 @@ def packed_linear(x: torch.Tensor, weight, bias: torch.Tensor | None = None,
     native int8-activation kernel (cpu_quant.quant_matmul, ~0.5 % of each output off) where it supports
     the segment's type, else packed_matmul_ref. CUDA: packed_q8 (x rounded to 8 bits per 32, integer dot
     products; x quantized once for every segment) for steps of the rows packed_q8.linear_takes (up to 8) of the
-    types it reads (Q2_K-Q6_K, Q8_0, Q4_0/1, Q5_0/1, IQ4_NL, IQ4_XS, the i-quants; with STRATA_JOINED_GEMV=1 a weight's
-    two segments of different types in one launch, packed_q8_joined), packed_mmq's linear_q8 (the same
+    types it reads (Q2_K-Q6_K, Q8_0, Q4_0/1, Q5_0/1, IQ4_NL, IQ4_XS, the i-quants; a weight's two segments of different
+    types in one launch, packed_q8_joined, unless STRATA_NO_JOINED_GEMV=1), packed_mmq's linear_q8 (the same
     numbers on int8 tensor cores) for LM heads at 9-16 rows, packed_gemv for steps of up to GEMV_MAX_ROWS rows of
     the other types it reads, else dequantize to x's dtype (packed_dequant), then matmul."""
     if bias is None and x.dim() == 2 and not x.is_cuda and x.dtype == torch.float32 and out_dtype in (None, x.dtype):
