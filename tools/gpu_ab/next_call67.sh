@@ -15,7 +15,6 @@ run_tests() {  # run_tests NAME SECONDS PYTEST_ARGS...
   grep -E "^(FAILED|ERROR)|^E  |passed|failed" /tmp/t.log | tail -14 | cut -c1-400 | tee -a $OUT/tests.txt
 }
 run_tests gemv_joined 200 -n 8 tests/kernels/test_packed_q8.py tests/kernels/test_packed_q8_joined.py -k "gemv or joined"
-run_tests graphs_windows 150 -n 3 tests/runner/test_cuda_graphs.py -k "beside_verification_windows"
 quantize_q4km
 timeout -s INT 90 python3 -m strata.cli.main bench offline /tmp/q4km.gguf --device cuda --max-model-len 4096 \
   --num-prompts 16 --input-len 64 --output-len 128 --concurrency 1,8 --repeats 1 --output $OUT/head.json > /tmp/b.log 2>&1
@@ -27,5 +26,6 @@ for F in 0 1; do
     --speculative-config '{"method":"synthetic","acceptance_length":3.0,"num_speculative_tokens":3}' > $OUT/spec$F.log 2>&1
   echo "== spec c4 torch_mixed_gdn=$F rc=$? t=$(( $(date +%s)-S ))"; grep -v "Warn\|Writing" $OUT/spec$F.log | tail -6 | cut -c1-160
 done
+run_tests graphs_windows 150 -n 3 tests/runner/test_cuda_graphs.py -k "beside_verification_windows"
 GEMV_GRID=narrow GEMV_ROWS=1,4 timeout -s INT 120 python3 gemv_rows_sweep.py > $OUT/gemv_rows_sweep14.txt 2>&1
 echo "== sweep14 rc=$? t=$(( $(date +%s)-S ))"; cut -c1-300 $OUT/gemv_rows_sweep14.txt | tail -10
