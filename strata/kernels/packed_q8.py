@@ -127,31 +127,31 @@ def pair_configs(num_tokens: int, qtype2: int, qtype13: int, in_host: bool = Fal
 
 def default_config(n: int, k: int, rows: int) -> dict:
     """The tiling (BLOCK_N rows of W per program, SUPERBLOCKS per K step, warps) for an [n, k] weight and a
-    step of `rows` rows: the fastest of 10 tilings on the H200 in CUDA graphs with cold weights, for the
-    30B-A3B and Qwen4-Exp shapes at Q4_K_M (bench/results/2026-12-02-h200-q8/), the LM heads of 30 tilings
-    (2026-12-03-h200-session29/). One row: narrow weights with long rows split K (one row of W per program,
-    8 superblocks a step), mid-sized ones take 2 rows a program and one warp, wide ones 8 rows and two warps,
-    very wide ones (LM heads) 16 rows and two warps (one warp at 2-8 rows, session 30); more rows of x
-    want more rows of W per program; 9-16 rows from session 50's sweep (an H100: 8 rows of W, 2 superblocks, 2
-    warps), 5-8 rows from session 57's (an H100, 27 tilings with 1-4 rows of W and 2-8 superblocks: 2 rows of W
-    for narrow weights, 4 for wider, both 8 superblocks and 2 warps; k_proj + v_proj 7.92 us against 13.25 with
-    session 50's 4 / 2 / 2, q_proj + o_proj 23.33 against 24.53)."""
+    step of `rows` rows, timed in CUDA graphs with cold weights. Session 22 took the fastest of 10 tilings on the
+    H200 for the 30B-A3B and Qwen4-Exp shapes at Q4_K_M (bench/results/2026-12-02-h200-q8/), session 29/30 the LM
+    heads' of 30 (2026-12-03-h200-session29/: 16 rows of W, two warps at one row, one at 2-8). Session 57's
+    sweep on an H100 (27 tilings of 1-4 rows of W and 2-8 superblocks a step over the 30B-A3B's attention
+    projections; 2026-12-06-h100-session57/) replaced the 1-, 3-4- and 5-8-row tilings below 8,192 rows of W:
+    one warp at one row, and fewer rows of W with more superblocks a step as the rows of x grow. 9-16 rows:
+    session 50's sweep (an H100: 8 rows of W, 2 superblocks, 2 warps)."""
     if rows == 1:
-        if n <= 1024 or (k >= 4096 and n <= 4096):
-            bn, sb, warps = 1, 8, 2
+        if n <= 1024:  # k_proj + v_proj 4.50 us against 4.92 with session 22's (1, 8, 2)
+            bn, sb, warps = 1, 8, 1
+        elif k >= 4096 and n <= 4096:  # o_proj 4.43 against 5.27 with (1, 8, 2)
+            bn, sb, warps = 1, 4, 1
         elif 8192 <= n < 32768:
             bn, sb, warps = 8, 1, 2
         elif n >= 32768:  # LM heads: 16 rows, 2 warps (Q6_K: 199.9 us against 227.7 for 248,320 x 2,560,
             bn, sb, warps = 16, 2, 2  # 100.5 against 116.9 for 151,936 x 2,048; session 29's head_sweep)
-        else:
-            bn, sb, warps = 2, 2, 1
+        else:  # q_proj 4.41 against 4.77 with (2, 2, 1)
+            bn, sb, warps = 2, 4, 1
     elif n >= 32768 and rows <= 8:  # LM heads at 2-8 rows: 16 rows of W, one warp (Q6_K 248,320 x 2,560: 398.6
         bn, sb, warps = 16, 2 if rows <= 4 else 1, 1  # us against 635.2 at 4 rows, 568.8 against 853.8 at 8; session 30)
     elif rows == 2:
         bn, sb, warps = (16, 1, 4) if 8192 <= n < 32768 else (2, 2, 1)
-    elif rows <= 4:
-        bn, sb, warps = (4, 2, 2) if n >= 8192 else (2, 2, 1)
-    elif rows <= 8:  # session 57's sweep
+    elif rows <= 4:  # below 8,192 rows of W session 57's 4-row sweep (H100): k_proj + v_proj 6.19 us against
+        bn, sb, warps = (4, 2, 2) if n >= 8192 else (2, 8, 2) if n <= 1024 else (4, 4, 1)  # 11.43, q + o 15.21 / 21.77
+    elif rows <= 8:  # session 57: k_proj + v_proj 7.92 us against 13.25 with (4, 2, 2), q + o 23.33 / 24.53
         bn, sb, warps = (2, 8, 2) if n <= 1024 else (4, 8, 2)
     else:
         bn, sb, warps = 8, 2, 2

@@ -149,15 +149,18 @@ def test_norm_rounds_its_output_as_quantize_does(dim, form):
         assert torch.equal(got.cpu(), want)
 
 
-# one row of W a program, 8 superblocks a step (session 56's narrow grid for 5-8 rows of x: next_call66.sh)
-NARROW_TILING = dict(BLOCK_N=1, SUPERBLOCKS=8, num_warps=4)
+# Beside each shape's default_config tiling: 8 rows of W with a superblock a step, one row of W with 8 (the narrow
+# grid's corner, gemv_rows_sweep.py GEMV_GRID=narrow) and session 57's one-warp tilings with 4 superblocks a step,
+# which the defaults take only for shapes too large for these tests (o_proj at one row, q_proj / o_proj at 3-4).
+TILINGS = [None, dict(BLOCK_N=8, SUPERBLOCKS=1, num_warps=4), dict(BLOCK_N=1, SUPERBLOCKS=8, num_warps=4),
+           dict(BLOCK_N=1, SUPERBLOCKS=4, num_warps=1), dict(BLOCK_N=4, SUPERBLOCKS=4, num_warps=1)]
 
 
 @gpu
 @pytest.mark.parametrize("qtype", Q8_TYPES)
 @pytest.mark.parametrize("rows, n, k", [(1, 33, 256), (1, 4096, 2048), (3, 64, 768), (5, 7, 2560), (8, 4096, 2048),
                                         (16, 40, 512)])
-@pytest.mark.parametrize("config", [None, dict(BLOCK_N=8, SUPERBLOCKS=1, num_warps=4), NARROW_TILING])
+@pytest.mark.parametrize("config", TILINGS)
 def test_gemv_equals_the_dequantized_weight_times_the_rounded_activations(qtype, rows, n, k, config):
     """Exact integer sums scaled in float32: within float32 summation error of gguf's weights times the
     rounded x; against unrounded x within 1 % of |W| @ |x| (the rounding, as in llama.cpp)."""
@@ -167,11 +170,11 @@ def test_gemv_equals_the_dequantized_weight_times_the_rounded_activations(qtype,
 @interpreted
 @pytest.mark.parametrize("qtype", Q8_TYPES)
 @pytest.mark.parametrize("rows, n, k", [(1, 5, 256), (3, 9, 768), (8, 9, 512)])
-@pytest.mark.parametrize("config", [None, dict(BLOCK_N=8, SUPERBLOCKS=1, num_warps=4), NARROW_TILING])
+@pytest.mark.parametrize("config", TILINGS)
 def test_gemv_in_the_interpreter(qtype, rows, n, k, config):
     """The GPU test's bounds on the CPU: one row (per-word sums) and three (integer sums per group first), odd
-    superblocks (Q3_K's and Q6_K's then start two bytes into a word), a last program of masked rows; eight rows at
-    their own tiling (2 superblocks a step) and at one row of W a program with a whole row a step."""
+    superblocks (Q3_K's and Q6_K's then start two bytes into a word), a last program of masked rows; eight rows;
+    each at its default tiling and at TILINGS' others."""
     check_gemv(qtype, rows, n, k, config, "cpu")
 
 

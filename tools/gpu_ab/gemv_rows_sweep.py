@@ -8,7 +8,7 @@ GEMV_GRID=narrow (session 56) times 1-4 rows of W a program with 2-8 superblocks
 and fewer K steps each, which session 50's grid (4+ rows of W, 1-2 superblocks) left out; at 8 rows of x they
 compile for sm_90 without spills (BLOCK_N 1, 8 superblocks, 4 warps: 72 registers for Q4_K, 63 for Q6_K).
 Usage: [GEMV_ROWS=8,16] [GEMV_ISUM=1,2] [GEMV_GRID=0|narrow] gemv_rows_sweep.py; writes $OUT/gemv_rows_sweep.json
-(pick_gemv_tiling.py turns it into default_config's 5-8-row tilings)."""
+(pick_gemv_tiling.py lists each row count's best tilings)."""
 import itertools
 import json
 import os

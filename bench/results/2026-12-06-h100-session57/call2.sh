@@ -4,8 +4,8 @@
 # sweep never tried fewer rows of W with more superblocks a step. This call: packed_q8_joined's GPU tests; the 8-row
 # GEMV sweep over that narrow grid (each tiling's output checked against the default's); pick_gemv_tiling.py writes
 # the best narrow / wide tilings into a copy of the tree (/tmp/tile); then issue 23's c1 and c8 from src, src with
-# packed_q8_joined (session 55; on by default since session 57, STRATA_NO_JOINED_GEMV=1 turns it off), tile and
-# tile with the joined GEMV, alternated, a second round while time allows; then the GEMV tests in the tile tree.
+# STRATA_JOINED_GEMV=1 (packed_q8_joined, session 55), tile and tile with the joined GEMV, alternated, a second round
+# while time allows; then the GEMV tests in the tile tree.
 # Build the archive first:  git archive --format=tar.gz HEAD -o .base/src.tar && git rev-parse --short HEAD > .base/COMMIT
 source tools/gpu_ab/device_setup.sh
 S=$(date +%s)
@@ -21,8 +21,8 @@ python3 pick_gemv_tiling.py $OUT/gemv_rows_sweep.json /tmp/tile > $OUT/pick.txt 
 ab() {  # ab ROUND: each arm once, c1 and c8
   for ARM in src joined tile tile_joined; do
     [ "$PICKED" != 0 ] && [[ $ARM == tile* ]] && continue
-    T=${ARM%_joined}; [ "$ARM" = joined ] && T=src; J=0; [[ $ARM == *joined ]] && J=1
-    (cd /tmp/$T && STRATA_NO_JOINED_GEMV=$((1-J)) PYTHONPATH=/tmp/$T:/tmp/site:/tmp/hf timeout -s INT 90 python3 -m \
+    T=${ARM%_joined}; J=0; [[ $ARM == *joined ]] && J=1
+    (cd /tmp/$T && STRATA_JOINED_GEMV=$J PYTHONPATH=/tmp/$T:/tmp/site:/tmp/hf timeout -s INT 90 python3 -m \
       strata.cli.main bench offline /tmp/q4km.gguf --device cuda --max-model-len 4096 --num-prompts 16 \
       --input-len 64 --output-len 128 --concurrency 1,8 --repeats 1 --output $OUT/${ARM}_r$1.json > /tmp/b.log 2>&1)
     echo "== $ARM round $1 rc=$? t=$(( $(date +%s)-S ))" | tee -a $OUT/ab.txt
