@@ -54,6 +54,20 @@ def test_a_sequence_alone_gives_its_bits_in_a_batch_and_on_any_thread_count():
         cpu_quant._num_threads = None
 
 
+def test_a_windows_rows_give_the_bits_of_one_query_steps():
+    """Speculative verification's exactness: each query of a window gives the bits that query gets alone as a
+    one-token decode step at its own context length (a window's rows see fewer keys than its last one)."""
+    q, k, v, tables, lens, starts = _case([83, 40], [5, 3], heads=9, kv_heads=3, dim=64, block=16)
+    window = cpu_attention.paged_attention(q, k, v, tables, lens, starts, 0.125)
+    for s in range(2):
+        nq = int(starts[s + 1] - starts[s])
+        for j in range(nq):
+            row = int(starts[s]) + j
+            alone = cpu_attention.paged_attention(q[row:row + 1].contiguous(), k, v, tables[s:s + 1].contiguous(),
+                                                  lens[s:s + 1] - (nq - 1 - j), torch.tensor([0, 1]), 0.125)
+            assert torch.equal(alone[0], window[row]), (s, j)
+
+
 def test_bad_operands_are_refused_with_what_was_given():
     q, k, v, tables, lens, starts = _case([9], [1])
     with pytest.raises(ValueError, match="contiguous CPU float32"):
