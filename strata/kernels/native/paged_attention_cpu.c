@@ -7,7 +7,7 @@
  * Each query row's sums run in an order fixed by its own context length, so the result depends on neither
  * the batch, nor the thread count, nor the window it came in. The keys every query of a window sees are scored
  * KEYS at a time, and each row's weighted sum of V stays in registers across the positions: 8 streams of
- * SmolLM2 at 100 tokens of context, ~165 -> ~90 us a call on the 2-core Zen 2 VM (session 57). Built with
+ * SmolLM2 at 100 tokens of context, 102-131 -> 58 us a call on the idle 2-core Zen 2 VM (session 57). Built with
  * -ffast-math (so the compiler vectorises the reductions and expf) into quant_matmul's library
  * (strata/kernels/cpu_quant.py) and run on its pool, twice on x86: portable (strata_paged_attention_f32) and
  * with AVX2 + FMA (strata_paged_attention_f32_avx2, the name given by -DSTRATA_ATTENTION_ENTRY), which the
@@ -113,10 +113,10 @@ static void attend(const void *ctx, int64_t item) {
     const int64_t first = a->starts[seq], nq = a->starts[seq + 1] - first, len = a->seq_lens[seq], d = a->dim;
     if (nq <= 0 || len <= 0) return;
     const int64_t rows = nq * group, *table = a->tables + seq * a->width;
-    float *scores = malloc(sizeof(float) * (size_t)(rows * len + rows) + sizeof(float *) * (size_t)len);
-    if (scores == NULL) abort();
-    float *inverse = scores + rows * len;                  /* [rows][len] scores, then [rows] 1 / sums */
-    const float **values = (const float **)(inverse + rows);  /* [len] each position's V row */
+    /* [len] each position's V row, then [rows][len] scores, then [rows] 1 / sums */
+    const float **values = malloc(sizeof(float *) * (size_t)len + sizeof(float) * (size_t)(rows * len + rows));
+    if (values == NULL) abort();
+    float *scores = (float *)(values + len), *inverse = scores + rows * len;
     /* scores: row r = (query j, head g * group + hh); the keys all rows see KEYS at a time where that build has it */
     int64_t pos = 0;
     for (const int64_t shared = len - nq + 1; KEYS > 1 && pos + KEYS <= shared; pos += KEYS) {
@@ -157,7 +157,7 @@ static void attend(const void *ctx, int64_t item) {
                 weighted_rows(scores + r * len, values, seen, c, d - c, r == 0, inverse[r], o + c);
         }
     }
-    free(scores);
+    free(values);
 }
 
 /* q [T, H, D], k/v caches [N_blocks, block, Hkv, D] (float32, contiguous), tables [S, width], seq_lens [S],
