@@ -2,7 +2,8 @@
 # 4-8 superblocks at 3-4 rows; chosen from next_call67's H100 sweep, not yet timed end to end) against the commit
 # before them (.base/prev.tar: git archive f57bed3). The GEMV / joined GPU tests at HEAD; issue 23's c1 / c8 and its
 # Q4_K_M model with synthetic speculation at one stream (4-row verification windows), arms alternated, two rounds;
-# then the 1- and 4-row sweep again (on an H200 it tells whether the H100's picks hold there).
+# then the 1- and 4-row sweep again (on an H200 it tells whether the H100's picks hold there); test_cuda_graphs'
+# prompts-beside-windows cases (session 57's call 1 ran 5 before its limit) while time allows.
 # Build the archives first:  git archive --format=tar.gz HEAD -o .base/src.tar && git rev-parse --short HEAD > .base/COMMIT
 #   && git archive --format=tar.gz f57bed3 -o .base/prev.tar
 source tools/gpu_ab/device_setup.sh
@@ -27,3 +28,7 @@ for R in 1 2; do for T in src prev; do
 done; done
 [ $(( $(date +%s)-S )) -lt 420 ] && GEMV_GRID=narrow GEMV_ROWS=1,4 timeout -s INT 120 python3 gemv_rows_sweep.py > $OUT/sweep.txt 2>&1
 echo "== sweep rc=$? t=$(( $(date +%s)-S ))"; python3 pick_gemv_tiling.py $OUT/gemv_rows_sweep.json | tee $OUT/pick.txt
+[ $(( $(date +%s)-S )) -lt 480 ] && timeout -s INT 110 python3 -m pytest -q -m gpu -n 3 tests/runner/test_cuda_graphs.py \
+  -k "beside_verification_windows" -p no:cacheprovider > /tmp/t.log 2>&1
+echo "== graphs_windows rc=$? t=$(( $(date +%s)-S ))" | tee -a $OUT/tests.txt
+grep -E "^(FAILED|ERROR)|^E  |passed|failed" /tmp/t.log | tail -8 | cut -c1-300 | tee -a $OUT/tests.txt
