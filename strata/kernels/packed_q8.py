@@ -149,8 +149,10 @@ def default_config(n: int, k: int, rows: int) -> dict:
         bn, sb, warps = 16, 2 if rows <= 4 else 1, 1  # us against 635.2 at 4 rows, 568.8 against 853.8 at 8; session 30)
     elif rows == 2:
         bn, sb, warps = (16, 1, 4) if 8192 <= n < 32768 else (2, 2, 1)
-    elif rows <= 4:  # below 8,192 rows of W session 57's 4-row sweep (H100): k_proj + v_proj 6.19 us against
-        bn, sb, warps = (4, 2, 2) if n >= 8192 else (2, 8, 2) if n <= 1024 else (4, 4, 1)  # 11.43, q + o 15.21 / 21.77
+    elif rows <= 4 and n >= 8192:
+        bn, sb, warps = 4, 2, 2
+    elif rows <= 4:  # session 57's 4-row sweep (H100): k_proj + v_proj 6.19 us against 11.43, q + o 15.21 / 21.77
+        bn, sb, warps = (2, 8, 2) if n <= 1024 else (4, 4, 1)
     elif rows <= 8:  # session 57: k_proj + v_proj 7.92 us against 13.25 with (4, 2, 2), q + o 23.33 / 24.53
         bn, sb, warps = (2, 8, 2) if n <= 1024 else (4, 8, 2)
     else:

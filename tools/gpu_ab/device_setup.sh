@@ -8,6 +8,15 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 mkdir -p /tmp/src && tar -xf .base/src.tar -C /tmp/src && cd /tmp/src && cp tools/gpu_ab/*.py .
 export PYTHONPATH=/tmp/src:/tmp/site:/tmp/hf
 
+# run_tests NAME SECONDS PYTEST_ARGS...: the GPU tests named, stopped (with pytest's summary) after SECONDS; the
+# result line and any failures appended to $OUT/tests.txt. Needs S (the call's start, date +%s).
+run_tests() {
+  local name=$1 secs=$2; shift 2
+  timeout -s INT $secs python3 -m pytest -q -m gpu "$@" -p no:cacheprovider > /tmp/t.log 2>&1
+  echo "== $name rc=$? t=$(( $(date +%s)-S ))" | tee -a $OUT/tests.txt
+  grep -E "^(FAILED|ERROR)|^E  |passed|failed" /tmp/t.log | tail -14 | cut -c1-400 | tee -a $OUT/tests.txt
+}
+
 # Issue 23's model, once a call: random:qwen3-30b-a3b?num_hidden_layers=24 at Q4_K_M in /tmp/q4km.gguf.
 quantize_q4km() {
   timeout -s INT 60 python3 -m strata.cli.main quantize 'random:qwen3-30b-a3b?num_hidden_layers=24' /tmp/q4km.gguf \

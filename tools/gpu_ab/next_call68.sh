@@ -10,10 +10,7 @@ source tools/gpu_ab/device_setup.sh
 S=$(date +%s)
 nvidia-smi -L
 mkdir -p /tmp/prev && tar -xf $OLDPWD/.base/prev.tar -C /tmp/prev
-timeout -s INT 200 python3 -m pytest -q -m gpu -n 8 tests/kernels/test_packed_q8.py tests/kernels/test_packed_q8_joined.py \
-  -k "gemv or joined" -p no:cacheprovider > /tmp/t.log 2>&1
-echo "== gemv_joined rc=$? t=$(( $(date +%s)-S ))" | tee $OUT/tests.txt
-grep -E "^(FAILED|ERROR)|^E  |passed|failed" /tmp/t.log | tail -14 | cut -c1-400 | tee -a $OUT/tests.txt
+run_tests gemv_joined 200 -n 8 tests/kernels/test_packed_q8.py tests/kernels/test_packed_q8_joined.py -k "gemv or joined"
 quantize_q4km
 SPEC='{"method":"synthetic","acceptance_length":3.0,"num_speculative_tokens":3}'
 for R in 1 2; do for T in src prev; do
@@ -28,7 +25,5 @@ for R in 1 2; do for T in src prev; do
 done; done
 [ $(( $(date +%s)-S )) -lt 420 ] && GEMV_GRID=narrow GEMV_ROWS=1,4 timeout -s INT 120 python3 gemv_rows_sweep.py > $OUT/sweep.txt 2>&1
 echo "== sweep rc=$? t=$(( $(date +%s)-S ))"; python3 pick_gemv_tiling.py $OUT/gemv_rows_sweep.json | tee $OUT/pick.txt
-[ $(( $(date +%s)-S )) -lt 480 ] && timeout -s INT 110 python3 -m pytest -q -m gpu -n 3 tests/runner/test_cuda_graphs.py \
-  -k "beside_verification_windows" -p no:cacheprovider > /tmp/t.log 2>&1
-echo "== graphs_windows rc=$? t=$(( $(date +%s)-S ))" | tee -a $OUT/tests.txt
-grep -E "^(FAILED|ERROR)|^E  |passed|failed" /tmp/t.log | tail -8 | cut -c1-300 | tee -a $OUT/tests.txt
+[ $(( $(date +%s)-S )) -lt 480 ] && run_tests graphs_windows 110 -n 3 tests/runner/test_cuda_graphs.py \
+  -k "beside_verification_windows"

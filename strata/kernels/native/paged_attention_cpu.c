@@ -90,13 +90,13 @@ static inline void prefetch_row(const float *row, int64_t dim) {
 
 /* o[i] = inverse * sum over p < seen of w[p] * values[p][c + i], i < n, positions in order: at n == VALUES (a
  * constant trip count) the sums stay in registers across the positions, where adding into o in memory paid a
- * load and a store a vector a position. `first`: the item's first row, which prefetches the rows ahead. */
+ * load and a store a vector a position. `prefetch`: ask for the rows ahead (the item's first row does). */
 enum { VALUES = 64 };
 static inline void weighted_rows(const float *w, const float *const *values, int64_t seen, int64_t c, int64_t n,
-                                 int first, float inverse, float *o) {
+                                 int prefetch, float inverse, float *o) {
     float acc[VALUES] = {0.f};
     for (int64_t p = 0; p < seen; p++) {
-        if (first && p + AHEAD < seen) prefetch_row(values[p + AHEAD] + c, n);
+        if (prefetch && p + AHEAD < seen) prefetch_row(values[p + AHEAD] + c, n);
         const float wp = w[p], *v = values[p] + c;
         for (int64_t i = 0; i < n; i++) acc[i] += wp * v[i];
     }
@@ -106,6 +106,11 @@ static inline void weighted_rows(const float *w, const float *const *values, int
 #ifndef STRATA_ATTENTION_ENTRY
 #define STRATA_ATTENTION_ENTRY strata_paged_attention_f32
 #endif
+
+/* where row r of an item's rows (query first + r / group, head g * group + r % group) starts in q and in out */
+static inline int64_t row_offset(const attention_t *a, int64_t first, int64_t g, int64_t group, int64_t r) {
+    return ((first + r / group) * a->heads + g * group + r % group) * a->dim;
+}
 
 static void attend(const void *ctx, int64_t item) {
     const attention_t *a = ctx;
@@ -127,8 +132,7 @@ static void attend(const void *ctx, int64_t item) {
             if (pos + p + AHEAD < len) prefetch_row(a->k + row_at(a, table, pos + p + AHEAD, g), d);
         }
         for (int64_t r = 0; r < rows; r++)
-            key_dots(a->q + ((first + r / group) * a->heads + g * group + r % group) * d, keys, d, a->scale,
-                     scores + r * len + pos);
+            key_dots(a->q + row_offset(a, first, g, group, r), keys, d, a->scale, scores + r * len + pos);
     }
     for (; pos < len; pos++) {
         const float *k = a->k + row_at(a, table, pos, g);
@@ -149,7 +153,7 @@ static void attend(const void *ctx, int64_t item) {
     }
     for (int64_t r = 0; r < rows; r++) {  /* each row's weighted sum of V over what it sees, then / the sum */
         const int64_t seen = len - nq + r / group + 1;
-        float *o = a->out + ((first + r / group) * a->heads + g * group + r % group) * d;
+        float *o = a->out + row_offset(a, first, g, group, r);
         for (int64_t c = 0; c < d; c += VALUES) {
             if (d - c >= VALUES)
                 weighted_rows(scores + r * len, values, seen, c, VALUES, r == 0, inverse[r], o + c);
