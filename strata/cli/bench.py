@@ -180,6 +180,8 @@ def _print_offline(doc: dict) -> None:
         if "median_ttft_p50_ms" in entry:
             line += (f"  TTFT p50 {entry['median_ttft_p50_ms']:.0f} ms p95 {entry['median_ttft_p95_ms']:.0f} ms"
                      f"  gap p95 {entry.get('median_token_gap_p95_ms', 0):.1f} ms")
+        if entry.get("median_tpot_p50_ms"):  # a stream's decode rate, its prompt's time left out (llama-bench's tg)
+            line += f"  decode {1e3 / entry['median_tpot_p50_ms']:.0f} tok/s a stream"
         if "median_bandwidth_fraction" in entry:
             line += f"  {entry['median_bandwidth_fraction']:.0%} of copy bandwidth"
         if "speedup_vs_nospec" in entry:

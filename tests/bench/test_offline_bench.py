@@ -311,3 +311,16 @@ def test_prefill_warms_up_each_length_before_timing_it(monkeypatch):
     assert events == ["reset", 4, "reset", 8] + ["reset", 4, "reset", 8] * 2
     assert set(results) == {"prefill_4", "prefill_8"} and gemm is None
     assert len(results["prefill_8"]["runs_seconds"]) == 2
+
+
+def test_the_summary_line_gives_each_streams_decode_rate_beside_the_end_to_end_one(capsys):
+    """A run's line: output tok/s (prompts included), then a stream's decode rate from the mean gap between its
+    tokens (1000 / tpot p50 ms: what llama-bench's tg reports), so the two are not mistaken for each other."""
+    from strata.cli.bench import _print_offline
+
+    entry = {"median_output_tok_s": 690.0, "median_ttft_p50_ms": 15.0, "median_ttft_p95_ms": 16.0,
+             "median_token_gap_p95_ms": 1.4, "median_tpot_p50_ms": 1.25}
+    _print_offline({"results": {"strata_c1": entry, "hf_c1": {"median_output_tok_s": 100.0}}})
+    strata_line, hf_line = capsys.readouterr().out.splitlines()
+    assert "690.0 tok/s" in strata_line and strata_line.endswith("decode 800 tok/s a stream")
+    assert "decode" not in hf_line
