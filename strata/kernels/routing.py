@@ -125,19 +125,6 @@ def route_and_align_ref(hidden: torch.Tensor, gate_weight: torch.Tensor, top_k: 
     return (ids, weights, *moe_align_ref(ids, gate_weight.shape[0], block_m))
 
 
-# the picks of one token come from ranks (pick_topk_ranked: two reductions) where its comparison tile has at most
-# this many elements (128 experts at 4 warps: 128 a thread); wider rows keep the TOP_K passes of pick_topk
-RANKED_MAX_ELEMENTS = 16384
-
-
-def ranks_topk(rows: int, e_pad: int) -> bool:
-    """Whether the last program's top-k of `rows` rows over e_pad (a power of two) experts comes from ranks;
-    STRATA_NO_RANKED_TOPK=1 (an A/B switch) keeps the TOP_K max passes."""
-    from strata.config import debug_flag
-
-    return rows * e_pad * e_pad <= RANKED_MAX_ELEMENTS and not debug_flag("NO_RANKED_TOPK")
-
-
 def route_and_align(hidden: torch.Tensor, gate_weight: torch.Tensor, top_k: int, renormalize: bool, block_m: int,
                     counter: torch.Tensor, counts: torch.Tensor | None = None, touched: torch.Tensor | None = None,
                     real_rows: torch.Tensor | None = None, num_warps: int | None = None,
@@ -186,8 +173,7 @@ def route_and_align(hidden: torch.Tensor, gate_weight: torch.Tensor, top_k: int,
         num_blocks, TOP_K=top_k, RENORMALIZE=renormalize, RECORD=record, MASK_ROWS=real_rows is not None,
         T_PAD=max(16, triton.next_power_of_2(num_tokens)), E_PAD=e_pad, K_PAD=triton.next_power_of_2(top_k),
         TOK_CHUNK=tok_chunk, BLOCK_E=block_e, BLOCK_K=block_k, K_SPLITS=k_splits, BLOCK_M=block_m, CHUNK=1024,
-        ONE_CHUNK=one_chunk, LAYOUT=layout, RANKED=one_chunk and ranks_topk(tok_chunk, e_pad), num_warps=num_warps,
-        **pdl_options(hidden))
+        ONE_CHUNK=one_chunk, LAYOUT=layout, num_warps=num_warps, **pdl_options(hidden))
     if not layout:
         sorted_ids = block_expert = None
     return ids, weights, sorted_ids, block_expert
@@ -217,22 +203,6 @@ if triton is not None:
         return weights, ids, slot
 
     @triton.jit
-    def pick_topk_ranked(probs, ok, offs, TOP_K: tl.constexpr, K_PAD: tl.constexpr, E_PAD: tl.constexpr):
-        """pick_topk's contract in two reductions where it takes TOP_K: each expert's rank is the number of
-        experts before it (a larger probability, or the same one at a lower id), from one [R, E_PAD, E_PAD]
-        comparison; the picks are the ranks below TOP_K. For rows of few experts (R * E_PAD * E_PAD elements)."""
-        p = tl.where(ok, probs, -1.0)                                                    # [R, E_PAD]
-        p_i, p_j = p[:, :, None], p[:, None, :]                                          # i: the ranked one
-        before = (p_j > p_i) | ((p_j == p_i) & (offs[None, None, :] < offs[None, :, None]))
-        rank = tl.sum(before.to(tl.int32), axis=2)                                       # [R, E_PAD]
-        slot = tl.where(ok & (rank < TOP_K), rank, -1)
-        k_offs = tl.arange(0, K_PAD)
-        hit = slot[:, None, :] == k_offs[None, :, None]                                  # [R, K_PAD, E_PAD]
-        ids = tl.sum(tl.where(hit, offs[None, None, :], 0), axis=2).to(tl.int64)         # [R, K_PAD]
-        weights = tl.sum(tl.where(hit, probs[:, None, :], 0.0), axis=2)
-        return weights, ids, slot
-
-    @triton.jit
     def _route_kernel(hidden_ptr, gate_ptr, partial_ptr, counter_ptr, ids_ptr, weights_ptr, counts_ptr, touched_ptr,
                       real_rows_ptr, sorted_ids_ptr, block_expert_ptr, scratch_ptr,
                       num_tokens, num_experts, dim, stride_ht, k_per_split, num_blocks,
@@ -240,7 +210,7 @@ if triton is not None:
                       MASK_ROWS: tl.constexpr, T_PAD: tl.constexpr, E_PAD: tl.constexpr, K_PAD: tl.constexpr,
                       TOK_CHUNK: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr, K_SPLITS: tl.constexpr,
                       BLOCK_M: tl.constexpr, CHUNK: tl.constexpr, ONE_CHUNK: tl.constexpr, LAYOUT: tl.constexpr,
-                      RANKED: tl.constexpr, USE_PDL: tl.constexpr):
+                      USE_PDL: tl.constexpr):
         pid_e, pid_k = tl.program_id(0), tl.program_id(1)
         # this program's partial logits: [T_PAD, BLOCK_E] over hidden slice [k_start, k_end)
         offs_t = tl.arange(0, T_PAD)
@@ -273,7 +243,7 @@ if triton is not None:
                     fill_layout(sorted_ids_ptr, block_expert_ptr, num_tokens * TOP_K, num_blocks, BLOCK_M, CHUNK)
                 rows, slot = _route_rows(0, partial_ptr, hidden_ptr, ids_ptr, weights_ptr, counts_ptr,
                                          touched_ptr, real_rows_ptr, num_tokens, num_experts, TOP_K, RENORMALIZE,
-                                         RECORD, MASK_ROWS, E_PAD, K_PAD, TOK_CHUNK, K_SPLITS, RANKED)
+                                         RECORD, MASK_ROWS, E_PAD, K_PAD, TOK_CHUNK, K_SPLITS)
                 if LAYOUT:
                     tl.debug_barrier()  # the fills land before the layout overwrites them
                     lay_out_picks(rows, slot, num_tokens, sorted_ids_ptr, block_expert_ptr, TOP_K, E_PAD, BLOCK_M)
@@ -281,7 +251,7 @@ if triton is not None:
                 for t0 in range(0, num_tokens, TOK_CHUNK):
                     _route_rows(t0, partial_ptr, hidden_ptr, ids_ptr, weights_ptr, counts_ptr, touched_ptr,
                                 real_rows_ptr, num_tokens, num_experts, TOP_K, RENORMALIZE, RECORD, MASK_ROWS,
-                                E_PAD, K_PAD, TOK_CHUNK, K_SPLITS, False)
+                                E_PAD, K_PAD, TOK_CHUNK, K_SPLITS)
                 if LAYOUT:
                     tl.debug_barrier()  # the ids stored above are read back by the layout
                     align_pairs(ids_ptr, sorted_ids_ptr, block_expert_ptr, scratch_ptr, num_tokens * TOP_K,
@@ -292,7 +262,7 @@ if triton is not None:
     def _route_rows(t0, partial_ptr, hidden_ptr, ids_ptr, weights_ptr, counts_ptr, touched_ptr, real_rows_ptr,
                     num_tokens, num_experts, TOP_K: tl.constexpr, RENORMALIZE: tl.constexpr, RECORD: tl.constexpr,
                     MASK_ROWS: tl.constexpr, E_PAD: tl.constexpr, K_PAD: tl.constexpr, TOK_CHUNK: tl.constexpr,
-                    K_SPLITS: tl.constexpr, RANKED: tl.constexpr):
+                    K_SPLITS: tl.constexpr):
         """Route tokens [t0, t0 + TOK_CHUNK) from the summed partial logits: ids, weights and statistics
         stored; -> (rows [TC], slot [TC, E_PAD]: each expert's pick per row, -1 if not picked)."""
         k_offs = tl.arange(0, K_PAD)
@@ -311,10 +281,7 @@ if triton is not None:
         logits = tl.where(all_ok[None, :], logits, float("-inf"))
         e = tl.exp(logits - tl.max(logits, axis=1)[:, None])
         probs = e / tl.sum(e, axis=1)[:, None]
-        if RANKED:
-            picked_w, picked_id, slot = pick_topk_ranked(probs, all_ok[None, :], offs_all, TOP_K, K_PAD, E_PAD)
-        else:
-            picked_w, picked_id, slot = pick_topk(probs, all_ok[None, :], offs_all, TOP_K, K_PAD, E_PAD)  # [TC, K_PAD]
+        picked_w, picked_id, slot = pick_topk(probs, all_ok[None, :], offs_all, TOP_K, K_PAD, E_PAD)  # [TC, K_PAD]
         if RENORMALIZE:
             picked_w = picked_w / tl.sum(tl.where(k_ok[None, :], picked_w, 0.0), axis=1)[:, None]
         out_ok = r_ok[:, None] & k_ok[None, :]

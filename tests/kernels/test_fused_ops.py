@@ -282,48 +282,6 @@ def test_route_and_align_without_layout_picks_the_same(num_tokens, num_experts, 
     assert counter.item() == 0
 
 
-@pytest.mark.parametrize("num_experts, top_k", [(128, 8), (64, 6), (60, 4), (8, 2)])
-def test_ranked_topk_picks_what_the_max_passes_pick(monkeypatch, num_experts, top_k):
-    """One token's picks from ranks (routing.pick_topk_ranked, up to 128 experts) equal the TOP_K max passes'
-    (STRATA_NO_RANKED_TOPK=1): ids in order, weights, statistics and the row layout, with tied router rows (ties
-    go to the lower id). On the GPU, or in Triton's interpreter on the CPU (TRITON_INTERPRET=1)."""
-    import os
-
-    from strata.kernels import routing
-
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1" or routing.triton is None:
-        pytest.skip("the kernel on a GPU, or in Triton's interpreter (TRITON_INTERPRET=1)")
-    dtype = torch.bfloat16 if device == "cuda" else torch.float16
-    assert routing.ranks_topk(max(1, 128 // triton_next_pow2(num_experts)), triton_next_pow2(num_experts))
-    hidden = randn(1, 256, dtype=dtype, device=device, seed=3)
-    gate = randn(num_experts, 256, device=device, seed=num_experts) * 3 / 16
-    # two tied pairs at the top (1 and 5, then 0 and the last): each pair's lower id comes first
-    gate[1] = gate[5] = hidden[0].float().cpu().to(device) * 0.05
-    gate[0] = gate[num_experts - 1] = hidden[0].float().cpu().to(device) * 0.04
-    gate = gate.to(dtype)
-    outs = []
-    for passes in ("0", "1"):
-        monkeypatch.setenv("STRATA_NO_RANKED_TOPK", passes)
-        counter = torch.zeros(1, dtype=torch.int32, device=device)
-        counts = torch.zeros(num_experts, dtype=torch.long, device=device)
-        touched = torch.zeros_like(counts)
-        picks = routing.route_and_align(hidden, gate, top_k, True, 16, counter, counts, touched)
-        outs.append((*picks, counts, touched))
-        assert counter.item() == 0
-    for ranked, passes in zip(*outs):
-        assert torch.equal(ranked, passes)
-    picked = outs[0][0][0].tolist()
-    assert picked[:2] == [1, 5] and (top_k == 2 or picked[2:4] == [0, num_experts - 1])
-    # the kernel's logits sum in another order than torch's: a near-tie may pick the other expert, never a worse one
-    probs = torch.softmax((hidden.float() @ gate.float().T).to(dtype).float(), dim=-1)[0]
-    torch.testing.assert_close(probs[picked], probs.sort(descending=True).values[:top_k], rtol=2e-2, atol=1e-3)
-
-
-def triton_next_pow2(n: int) -> int:
-    return 1 << (n - 1).bit_length()
-
-
 @gpu
 @pytest.mark.parametrize("num_tokens", [1, 7, 32, 33])
 def test_moe_block_fused_routing_matches_the_unfused_path(num_tokens):
