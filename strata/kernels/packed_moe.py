@@ -133,7 +133,7 @@ def packed_moe(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.
     hidden's dtype as the 16-bit kernel does). hidden [T, D] -> [T, D] in hidden's dtype; with sum_topk
     False, float32 partials [T, K or 1, D] for the next norm to sum (rms_norm_topk_sum)."""
     dim, inter = hidden.shape[1], w13.shape[1] // 2
-    pairs_pay = topk_ids.numel() <= Q8_PAIRS_PER_EXPERT * w13.shape[0]
+    pairs_pay = topk_ids.numel() <= q8_pairs_per_expert() * w13.shape[0]
     if pairs_pay and q8_pairs_supported(w13, qtype13, w2, qtype2, dim, inter):
         partials = packed_q8.moe_pairs_q8(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights)
         return partials.sum(1).to(hidden.dtype) if sum_topk else partials
@@ -148,6 +148,13 @@ def packed_moe(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.
     capturing = torch.cuda.is_current_stream_capturing()
     out = _dequantized(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights, every_expert=capturing)
     return out if sum_topk else out.float().unsqueeze(1)
+
+
+def q8_pairs_per_expert() -> int:
+    """Q8_PAIRS_PER_EXPERT, or STRATA_Q8_PAIRS_PER_EXPERT's value (an A/B switch: where packed_mmq takes over)."""
+    from strata.config import debug_value
+
+    return int(debug_value("Q8_PAIRS_PER_EXPERT") or Q8_PAIRS_PER_EXPERT)
 
 
 def _dequantized(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2: int,
