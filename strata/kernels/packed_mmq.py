@@ -14,7 +14,8 @@ the two agree up to float32 summation order. Q6_K's scales cover 16 values, so a
 the tile with the other half zeroed.
 
 packed_moe sends it the steps of Q4_K / Q6_K / Q8_0 / Q5_0 experts (Q8_0 / Q5_0: Qwen4-Exp Q4_K_M's 640-wide down
-rows) between its Q8_PAIRS_PER_EXPERT and MMQ_PAIRS_PER_EXPERT pairs an expert.
+rows) between its Q8_PAIRS_PER_EXPERT (a prompt's step: PROMPT_Q8_PAIRS_PER_EXPERT) and MMQ_PAIRS_PER_EXPERT pairs an
+expert.
 
 linear_q8 is the same product for one dense weight: x [M, K] (rounded as above) times every row of W, one program
 per (BLOCK_M rows of x, BLOCK_N rows of W), for steps of more rows than packed_q8's GEMV reads well (LM heads and
@@ -22,7 +23,12 @@ projections at 8-64 rows: decode of several streams, verification windows, short
 
 Nsight Compute (session 38, 30B-A3B experts, 512 tokens, 32-row blocks) finds its programs at 255 registers with
 local-memory spills and 12 % occupancy, the float scaling of each 32-value product (I2F, FMUL, FFMA) most of the
-instructions and the int8 MMAs 2 %: a leaner epilogue is where its next gain lies.
+instructions and the int8 MMAs 2 %. Session 58 made the epilogue leaner: each sub-block's integer product is
+multiplied by its integer scale before one conversion and one multiply-add with dx, and d / dmin apply once a
+superblock (sm_90 SASS of the Q4_K gate/up 3,160 -> 2,912 instructions, float multiplies 472 -> 104); on an H100 the
+30B-A3B's experts at 16-128 tokens took 8-10 % less (`mmq_prompt_ab.py`: 64 tokens 662.2 / 658.4 -> 602.0 / 604.1
+us, 128 tokens 720.2 / 718.6 -> 660.7 / 656.9). Byte handling (PRMT, LOP3) is now most of its instructions;
+unpacks_by_word (off until timed on a GPU) does it four bytes an instruction.
 """
 
 from __future__ import annotations
@@ -57,6 +63,16 @@ CONFIG = dict(BLOCK_M=16, BLOCK_N=64, num_warps=4, num_stages=2)
 # won from 4 rows on (12.2 against 16.9 us for the q_proj): too few programs of 16-row blocks for their long K loops.
 LINEAR_CONFIG = dict(BLOCK_M=16, BLOCK_N=32, num_warps=4, num_stages=2)
 LINEAR_MAX_ROWS = 16
+
+
+def unpacks_by_word() -> bool:
+    """Whether the kernels unpack quant bytes four at a time in inline PTX (_nibbles, _q6k_quants, _bytes_where;
+    sm_90 SASS of the Q4_K gate/up 2,912 -> 2,504 instructions, the Q6_K down's 72 bytes of stack gone). Not yet run
+    on a GPU, so off unless STRATA_MMQ_WORD_UNPACK=1 (tools/gpu_ab/next_call72.sh tests and times it); never in
+    Triton's interpreter, which has no inline PTX."""
+    from strata.config import debug_flag
+
+    return debug_flag("MMQ_WORD_UNPACK") and not packed_q8.interpreted()
 
 
 def linear_takes(qtype: int, k: int, blocks: torch.Tensor, rows: int) -> bool:
@@ -96,7 +112,7 @@ def moe_grouped_q8(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: to
     hq, hdx, hsums = q8_rounding.quantize(hidden)                                         # [T, D] int8 ...
     act = torch.zeros(num_blocks * block_m, inter, dtype=torch.float32, device=hidden.device)  # [B * BM, I]
     common = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-                  **pdl_options(hidden))
+                  ASM=unpacks_by_word(), **pdl_options(hidden))
     _gate_up_kernel[(num_blocks, triton.cdiv(inter, block_n))](
         hq, hdx, hsums, w13, sorted_ids, block_expert, act, inter, dim, top_k, ids.numel(), w13.stride(0),
         w13.stride(1), QTYPE=qtype13, **common)
@@ -129,7 +145,8 @@ def linear_q8(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k: int,
     _linear_kernel[(triton.cdiv(num_rows, cfg["BLOCK_M"]), triton.cdiv(n, cfg["BLOCK_N"]), split_k)](
         q, dx, sums, blocks, target, n, k, num_rows, blocks.stride(0), target.stride(-2),
         target.stride(0) if split_k > 1 else 0, QTYPE=qtype, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
-        SPLIT_K=split_k, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **pdl_options(x))
+        SPLIT_K=split_k, ASM=unpacks_by_word(), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        **pdl_options(x))
     if split_k > 1 and out.dtype == torch.float32 and out.is_contiguous():  # the splits' partials, in a fixed order
         torch.sum(target, dim=0, out=out)
     elif split_k > 1:
@@ -159,7 +176,65 @@ if triton is not None:
         return sc, mn
 
     @triton.jit
-    def _subblock_pair(acc, mins, x_base, dx_ptr, sums_ptr, x_rows, row_ok, sb, n_ok, i, j, p, k, QTYPE: tl.constexpr):
+    def _nibbles(qbyte, HIGH: tl.constexpr, ASM: tl.constexpr):
+        """The low (HIGH: high) nibbles of quant bytes [BN, 32] uint8 as int8; with ASM four bytes a 32-bit
+        instruction (the byte-wise form costs byte extracts and inserts, PRMT, each)."""
+        if ASM:
+            if HIGH:
+                out = tl.inline_asm_elementwise("{ .reg .b32 t; shr.b32 t, $1, 4; and.b32 $0, t, 0x0F0F0F0F; }",
+                                                "=r,r", [qbyte], dtype=tl.int8, is_pure=True, pack=4)
+            else:
+                out = tl.inline_asm_elementwise("and.b32 $0, $1, 0x0F0F0F0F;", "=r,r", [qbyte], dtype=tl.int8,
+                                                is_pure=True, pack=4)
+        else:
+            out = ((qbyte >> (4 if HIGH else 0)) & 15).to(tl.int8, bitcast=True)
+        return out
+
+    @triton.jit
+    def _q6k_quants(low, high, C: tl.constexpr, ASM: tl.constexpr):
+        """Q6_K's signed quants (-32..31) of sub-block 4 h + C from its low-bit bytes (nibble C // 2) and high-bit
+        bytes (bits 2 C, 2 C + 1) [BN, 32] uint8 -> int8; with ASM four bytes at a time: the 6-bit q, its bit 5
+        flipped, bits 6-7 copied from it (q - 32 in two's complement, no borrow across bytes)."""
+        if ASM:
+            if C == 0:
+                out = tl.inline_asm_elementwise(
+                    "{ .reg .b32 a, b; and.b32 a, $1, 0x0F0F0F0F; and.b32 b, $2, 0x03030303; shl.b32 b, b, 4; "
+                    "or.b32 a, a, b; xor.b32 a, a, 0x20202020; and.b32 b, a, 0x20202020; mul.lo.u32 b, b, 6; "
+                    "or.b32 $0, a, b; }", "=r,r,r", [low, high], dtype=tl.int8, is_pure=True, pack=4)
+            elif C == 1:
+                out = tl.inline_asm_elementwise(
+                    "{ .reg .b32 a, b; and.b32 a, $1, 0x0F0F0F0F; shl.b32 b, $2, 2; and.b32 b, b, 0x30303030; "
+                    "or.b32 a, a, b; xor.b32 a, a, 0x20202020; and.b32 b, a, 0x20202020; mul.lo.u32 b, b, 6; "
+                    "or.b32 $0, a, b; }", "=r,r,r", [low, high], dtype=tl.int8, is_pure=True, pack=4)
+            elif C == 2:
+                out = tl.inline_asm_elementwise(
+                    "{ .reg .b32 a, b; shr.b32 a, $1, 4; and.b32 a, a, 0x0F0F0F0F; and.b32 b, $2, 0x30303030; "
+                    "or.b32 a, a, b; xor.b32 a, a, 0x20202020; and.b32 b, a, 0x20202020; mul.lo.u32 b, b, 6; "
+                    "or.b32 $0, a, b; }", "=r,r,r", [low, high], dtype=tl.int8, is_pure=True, pack=4)
+            else:
+                out = tl.inline_asm_elementwise(
+                    "{ .reg .b32 a, b; shr.b32 a, $1, 4; and.b32 a, a, 0x0F0F0F0F; shr.b32 b, $2, 2; "
+                    "and.b32 b, b, 0x30303030; or.b32 a, a, b; xor.b32 a, a, 0x20202020; and.b32 b, a, 0x20202020; "
+                    "mul.lo.u32 b, b, 6; or.b32 $0, a, b; }", "=r,r,r", [low, high], dtype=tl.int8, is_pure=True,
+                    pack=4)
+        else:
+            out = ((((low.to(tl.int32) >> ((C // 2) * 4)) & 15) | (((high.to(tl.int32) >> (2 * C)) & 3) << 4))
+                   - 32).to(tl.int8)
+        return out
+
+    @triton.jit
+    def _bytes_where(values, keep, ASM: tl.constexpr):
+        """int8 values [BN, 32] where keep [1, 32] (uint8 255 or 0) is 255, else 0; with ASM four bytes an AND."""
+        if ASM:
+            out = tl.inline_asm_elementwise("and.b32 $0, $1, $2;", "=r,r,r", [values, keep.broadcast_to(values.shape)],
+                                            dtype=tl.int8, is_pure=True, pack=4)
+        else:
+            out = tl.where(keep == 255, values, 0).to(tl.int8)
+        return out
+
+    @triton.jit
+    def _subblock_pair(acc, mins, x_base, dx_ptr, sums_ptr, x_rows, row_ok, sb, n_ok, i, j, p, k, QTYPE: tl.constexpr,
+                       ASM: tl.constexpr):
         """(acc, mins) [BM, BN] plus sub-blocks 2 p and 2 p + 1 of superblock j, each one int8 dot with the rows'
         activations (Q6_K: two, for its 16-value scales) whose integer product is scaled by the sub-block's integer
         scale before one conversion to float and one multiply-add with dx: acc gathers sum(dx * sc * dot) and mins
@@ -172,7 +247,7 @@ if triton is not None:
             x = tl.load(x_base + j * 256 + s * 32, mask=row_ok[:, None], other=0)         # [BM, 32] int8
             dx = tl.load(dx_ptr + x_rows.to(tl.int64) * (k // 32) + j * 8 + s, mask=row_ok, other=0.0)   # [BM]
             if QTYPE == 12:
-                quants = ((qbyte >> (half * 4)) & 15).to(tl.int8, bitcast=True)            # [BN, 32]
+                quants = _nibbles(qbyte, half == 1, ASM)                                   # [BN, 32] int8
                 dots = tl.dot(x, tl.trans(quants), out_dtype=tl.int32)                     # [BM, BN]
                 sc, mn = _q4k_scale_min(sb, s, n_ok)
                 acc += (dots * sc[None, :]).to(tl.float32) * dx[:, None]
@@ -184,11 +259,10 @@ if triton is not None:
                 # in bits 2 c of qh[32 h + i]
                 low = tl.load(sb[:, None] + 64 * (s // 4) + 32 * (s % 2) + i[None, :], mask=n_ok[:, None], other=0)
                 high = tl.load(sb[:, None] + 128 + 32 * (s // 4) + i[None, :], mask=n_ok[:, None], other=0)
-                q = (((low.to(tl.int32) >> (((s % 4) // 2) * 4)) & 15)
-                     | (((high.to(tl.int32) >> (2 * (s % 4))) & 3) << 4)) - 32
+                q = _q6k_quants(low, high, s % 4, ASM)                                     # [BN, 32] int8
                 scaled = tl.zeros(acc.shape, dtype=tl.int32)
                 for g in tl.static_range(2):  # the 16-value groups: |dot| <= 16 * 127 * 32, their sum exact in int32
-                    quants = tl.where((i // 16 == g)[None, :], q, 0).to(tl.int8)           # [BN, 32]
+                    quants = _bytes_where(q, tl.where(i // 16 == g, 255, 0).to(tl.uint8)[None, :], ASM)
                     dots = tl.dot(x, tl.trans(quants), out_dtype=tl.int32)
                     scale = tl.load(sb + 192 + 2 * s + g, mask=n_ok, other=0).to(tl.int8, bitcast=True)
                     scaled += dots * scale.to(tl.int32)[None, :]
@@ -215,7 +289,7 @@ if triton is not None:
 
     @triton.jit
     def _rows_times_weights(xq_ptr, dx_ptr, sums_ptr, x_rows, row_ok, w_rows, n_ok, k, first, end,
-                            QTYPE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+                            QTYPE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ASM: tl.constexpr):
         """x_rows [BM] (row indices into the int8 activations [., k], row_ok) times W's rows at byte pointers w_rows
         [BN] (n_ok) over values first..end of each row (whole units of the type) -> float32 [BM, BN]: a
         superblock's 8 sub-blocks two at a time (_subblock_pair), or 32-value blocks one at a time (_block32)."""
@@ -231,7 +305,7 @@ if triton is not None:
             mins = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for p in tl.static_range(4):  # unrolled: 1.4-1.5x faster than a loop, whose cubin spills nothing
                 scaled, mins = _subblock_pair(scaled, mins, x_base, dx_ptr, sums_ptr, x_rows, row_ok, sb, n_ok, i, j,
-                                              p, k, QTYPE)
+                                              p, k, QTYPE, ASM)
             if QTYPE == 12:
                 acc += scaled * _f16(sb, n_ok)[None, :] - mins * _f16(sb + 2, n_ok)[None, :]
             else:
@@ -241,7 +315,7 @@ if triton is not None:
     @triton.jit
     def _gate_up_kernel(q_ptr, dx_ptr, sums_ptr, w13_ptr, sorted_ids_ptr, block_expert_ptr, act_ptr, inter, dim,
                         top_k, num_pairs, stride_we, stride_wn, QTYPE: tl.constexpr, BLOCK_M: tl.constexpr,
-                        BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr):
+                        BLOCK_N: tl.constexpr, ASM: tl.constexpr, USE_PDL: tl.constexpr):
         """One program per (block of BLOCK_M pairs of one expert, BLOCK_N rows of gate and of up): SiLU(gate) *
         up of the block's rows, float32, at the block's rows of act."""
         wait_for_previous_kernel(USE_PDL)
@@ -256,16 +330,16 @@ if triton is not None:
             n_ok = offs_n < inter
             gate = w13_ptr + expert * stride_we + offs_n.to(tl.int64) * stride_wn                # [BN]
             g = _rows_times_weights(q_ptr, dx_ptr, sums_ptr, token, row_ok, gate, n_ok, dim, 0, dim, QTYPE, BLOCK_M,
-                                    BLOCK_N)
+                                    BLOCK_N, ASM)
             u = _rows_times_weights(q_ptr, dx_ptr, sums_ptr, token, row_ok, gate + inter * stride_wn, n_ok, dim, 0,
-                                    dim, QTYPE, BLOCK_M, BLOCK_N)
+                                    dim, QTYPE, BLOCK_M, BLOCK_N, ASM)
             tl.store(act_ptr + offs_m.to(tl.int64)[:, None] * inter + offs_n[None, :], g * tl.sigmoid(g) * u,
                      mask=row_ok[:, None] & n_ok[None, :])
 
     @triton.jit
     def _down_kernel(q_ptr, dx_ptr, sums_ptr, w2_ptr, sorted_ids_ptr, block_expert_ptr, weights_ptr, out_ptr, dim,
                      inter, num_pairs, stride_we, stride_wn, QTYPE: tl.constexpr, BLOCK_M: tl.constexpr,
-                     BLOCK_N: tl.constexpr, USE_PDL: tl.constexpr):
+                     BLOCK_N: tl.constexpr, ASM: tl.constexpr, USE_PDL: tl.constexpr):
         """One program per (block, BLOCK_N output columns): each pair's routing weight times its down
         projection, float32, at partials[pair]."""
         wait_for_previous_kernel(USE_PDL)
@@ -279,7 +353,7 @@ if triton is not None:
             n_ok = offs_n < dim
             rows = w2_ptr + expert * stride_we + offs_n.to(tl.int64) * stride_wn
             y = _rows_times_weights(q_ptr, dx_ptr, sums_ptr, offs_m, row_ok, rows, n_ok, inter, 0, inter, QTYPE,
-                                    BLOCK_M, BLOCK_N)
+                                    BLOCK_M, BLOCK_N, ASM)
             route = tl.load(weights_ptr + pair, mask=row_ok, other=0.0)
             tl.store(out_ptr + pair.to(tl.int64)[:, None] * dim + offs_n[None, :], y * route[:, None],
                      mask=row_ok[:, None] & n_ok[None, :])
@@ -287,7 +361,7 @@ if triton is not None:
     @triton.jit
     def _linear_kernel(q_ptr, dx_ptr, sums_ptr, w_ptr, out_ptr, n, k, num_rows, stride_wn, stride_om, stride_os,
                        QTYPE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
-                       USE_PDL: tl.constexpr):
+                       ASM: tl.constexpr, USE_PDL: tl.constexpr):
         """One program per (BLOCK_M rows of x, BLOCK_N rows of W, 1 / SPLIT_K of K): their products, at out's rows
         and columns (SPLIT_K > 1: float32 partials, out[split] apart by stride_os)."""
         wait_for_previous_kernel(USE_PDL)
@@ -299,6 +373,6 @@ if triton is not None:
         rows = w_ptr + offs_n.to(tl.int64) * stride_wn                                     # [BN] byte pointers
         part = k // SPLIT_K
         y = _rows_times_weights(q_ptr, dx_ptr, sums_ptr, offs_m, row_ok, rows, n_ok, k, split * part,
-                                split * part + part, QTYPE, BLOCK_M, BLOCK_N)
+                                split * part + part, QTYPE, BLOCK_M, BLOCK_N, ASM)
         tl.store(out_ptr + split * stride_os + offs_m.to(tl.int64)[:, None] * stride_om + offs_n[None, :],
                  y.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & n_ok[None, :])

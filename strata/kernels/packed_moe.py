@@ -16,7 +16,8 @@ Five CUDA paths, picked per call by `packed_moe`:
   session 54's q8_grouped_pairs) lost to them on the GPU both times and was removed: session 55 (an H100, the
   30B-A3B's experts at 32 / 64 tokens) 540 / 796 us against 277 / 521 for Q4_K / Q6_K.
 - q8 grouped (from there up to MMQ_PAIRS_PER_EXPERT pairs an expert, Q4_K / Q6_K / Q8_0 / Q5_0 experts: short
-  prompts and verification windows of Q4_K_M files): packed_mmq.moe_grouped_q8, the same numerics with the pairs
+  prompts and verification windows of Q4_K_M files; a prompt's step from PROMPT_Q8_PAIRS_PER_EXPERT on, its tokens'
+  routings crowding fewer experts): packed_mmq.moe_grouped_q8, the same numerics with the pairs
   grouped by expert in 16-row blocks and int8 tensor-core products per 32 values; its time follows the rows.
 - pairs (up to PAIRS_MAX pairs: decode steps of up to 16 sequences at top-8): one program per (pair,
   BLOCK_N rows of the expert) decodes the blocks in registers and multiplies on the CUDA cores
@@ -80,6 +81,16 @@ Q8_PAIRS_PER_EXPERT = 4
 # 1,999.0 against 2,243.7 / 2,344.4 (the pairs 1,799.6 / 3,556.1); Qwen4-Exp's (Q4_K gate/up, Q8_0 down rows of 640)
 # at 5 / 10: 2,387.1 / 2,693.7 against 3,344.4 / 3,513.3 (the pairs 3,027.1 / 5,995.9).
 MMQ_PAIRS_PER_EXPERT = 12
+# Prompts (a step with a query longer than a verification window: WINDOW_TOKENS) take packed_mmq from this many pairs
+# an expert: one sequence's tokens route alike, so its pairs crowd fewer experts, which packed_mmq reads once while the
+# pairs reread them per pair. Session 58 (an H100, issue 23's 30B-A3B Q4_K_M; bench/results/2026-12-06-h100-session58/):
+# its 64-token prompts (4 pairs an expert) through packed_mmq, two alternated rounds: TTFT p50 15 -> 12 ms, prefill_64
+# 4,459.1 / 4,435.7 -> 5,362.5 / 5,392.0 tok/s, c1 694.5 / 691.8 -> 699.5 / 700.5. Steps of windows or decode rows
+# keep Q8_PAIRS_PER_EXPERT: those of 16 streams' 4-token windows (4 pairs an expert, many sequences' routings) ran
+# 3,132.6 tok/s on the pairs against 2,874.8 through packed_mmq, which uniform routing also favours at 64 tokens
+# (tools/gpu_ab/mmq_prompt_ab.py: 497 against 603 us a layer).
+PROMPT_Q8_PAIRS_PER_EXPERT = 2
+WINDOW_TOKENS = 16  # a verification window's most tokens (paged_attention.MAX_QUERY_LEN)
 PAIR_CONFIG = dict(BLOCK_N=4, SUPERBLOCKS=4, num_warps=2, num_stages=3)
 GROUPED_CONFIG = dict(BLOCK_N=32, num_warps=4, num_stages=2)
 
@@ -128,12 +139,14 @@ def grouped_q8_supported(w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtyp
 
 
 def packed_moe(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2: int,
-               topk_ids: torch.Tensor, topk_weights: torch.Tensor, sum_topk: bool = True) -> torch.Tensor:
+               topk_ids: torch.Tensor, topk_weights: torch.Tensor, sum_topk: bool = True,
+               longest_query: int = 0) -> torch.Tensor:
     """packed_moe_ref's contract on CUDA (float32 accumulation; the pairs path rounds SiLU(gate) * up to
     hidden's dtype as the 16-bit kernel does). hidden [T, D] -> [T, D] in hidden's dtype; with sum_topk
-    False, float32 partials [T, K or 1, D] for the next norm to sum (rms_norm_topk_sum)."""
+    False, float32 partials [T, K or 1, D] for the next norm to sum (rms_norm_topk_sum). longest_query: the step's
+    longest query (0: unknown), which tells a prompt's step from windows' (q8_pairs_per_expert)."""
     dim, inter = hidden.shape[1], w13.shape[1] // 2
-    pairs_pay = topk_ids.numel() <= q8_pairs_per_expert() * w13.shape[0]
+    pairs_pay = topk_ids.numel() <= q8_pairs_per_expert(longest_query) * w13.shape[0]
     if pairs_pay and q8_pairs_supported(w13, qtype13, w2, qtype2, dim, inter):
         partials = packed_q8.moe_pairs_q8(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights)
         return partials.sum(1).to(hidden.dtype) if sum_topk else partials
@@ -150,11 +163,15 @@ def packed_moe(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.
     return out if sum_topk else out.float().unsqueeze(1)
 
 
-def q8_pairs_per_expert() -> int:
-    """Q8_PAIRS_PER_EXPERT, or STRATA_Q8_PAIRS_PER_EXPERT's value (an A/B switch: where packed_mmq takes over)."""
+def q8_pairs_per_expert(longest_query: int = 0) -> int:
+    """Up to how many pairs an expert the 8-bit pairs take a step whose longest query has `longest_query` tokens:
+    PROMPT_Q8_PAIRS_PER_EXPERT for a prompt's (longer than a window), else Q8_PAIRS_PER_EXPERT;
+    STRATA_Q8_PAIRS_PER_EXPERT (an A/B switch) sets it for every step."""
     from strata.config import debug_value
 
-    return int(debug_value("Q8_PAIRS_PER_EXPERT") or Q8_PAIRS_PER_EXPERT)
+    if debug_value("Q8_PAIRS_PER_EXPERT"):
+        return int(debug_value("Q8_PAIRS_PER_EXPERT"))
+    return PROMPT_Q8_PAIRS_PER_EXPERT if longest_query > WINDOW_TOKENS else Q8_PAIRS_PER_EXPERT
 
 
 def _dequantized(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2: int,

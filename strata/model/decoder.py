@@ -69,7 +69,9 @@ class DecoderLayer(nn.Module):
         x, residual = self.post_attention_layernorm(x, residual)
         # an MoE layer may leave its top-k sum to the next norm (TopkPartials): every consumer of a
         # layer's output is a norm with the residual (the next layer's, the final one, the MTP head's)
-        return (self.mlp.forward_unsummed(x) if isinstance(self.mlp, MoEBlock) else self.mlp(x)), residual
+        if isinstance(self.mlp, MoEBlock):
+            return self.mlp.forward_unsummed(x, ctx.max_query_len), residual
+        return self.mlp(x), residual
 
 
 # a pipeline stage's process builds only its own layers' weights (owning_layers); the others are shapes on the

@@ -110,8 +110,10 @@ class PackedLocalExperts(nn.Module):
     def blocks(self) -> ExpertBlocks:
         return ExpertBlocks(self.w13, self.qtype13, self.w2, self.qtype2)
 
-    def forward(self, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
-        return ops.packed_moe(hidden, self.blocks(), topk_ids, topk_weights, int8=self.int8_activations)
+    def forward(self, hidden: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
+                longest_query: int = 0) -> torch.Tensor:
+        return ops.packed_moe(hidden, self.blocks(), topk_ids, topk_weights, int8=self.int8_activations,
+                              longest_query=longest_query)
 
     def extra_repr(self) -> str:
         from gguf import GGMLQuantizationType
@@ -164,18 +166,22 @@ class MoEBlock(nn.Module):
             logits = logits + self.routing_bias
         return ops.softmax_topk(logits, self.top_k, self.norm_topk_prob, hidden.dtype, self.stats, self.layer_idx)
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        out = self.forward_unsummed(hidden)
+    def forward(self, hidden: torch.Tensor, longest_query: int = 0) -> torch.Tensor:
+        out = self.forward_unsummed(hidden, longest_query)
         return out.total() if isinstance(out, TopkPartials) else out
 
-    def forward_unsummed(self, hidden: torch.Tensor) -> torch.Tensor | TopkPartials:
+    def forward_unsummed(self, hidden: torch.Tensor, longest_query: int = 0) -> torch.Tensor | TopkPartials:
         """forward, except that a decode-sized CUDA step returns its TopkPartials: the decoder layers hand
-        them to the next norm, which sums them in its own launch."""
+        them to the next norm, which sums them in its own launch. longest_query: the step's longest query
+        (ctx.max_query_len; 0: unknown), by which packed experts tell a prompt's step from windows'."""
         if self._routes_fused(hidden):
             return self._forward_fused(hidden)
         topk_ids, topk_weights = self.route(hidden)
         shared, gate = self._shared(hidden)
-        out = self.experts(hidden, topk_ids, topk_weights)
+        if isinstance(self.experts, PackedLocalExperts):
+            out = self.experts(hidden, topk_ids, topk_weights, longest_query=longest_query)
+        else:
+            out = self.experts(hidden, topk_ids, topk_weights)
         return out if shared is None else out + gated_shared_ref(shared, gate)
 
     def _shared(self, hidden: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:

@@ -375,17 +375,18 @@ def fused_moe(hidden: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_id
 
 
 def packed_moe(hidden: torch.Tensor, experts, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
-               sum_topk: bool = True, int8: bool = False) -> torch.Tensor:
+               sum_topk: bool = True, int8: bool = False, longest_query: int = 0) -> torch.Tensor:
     """fused_moe over an ExpertBlocks (a layer's experts as GGUF blocks); negative ids are skipped.
     CUDA: the packed kernels (packed_moe; with sum_topk False, float32 partials [T, K or 1, D] for
     rms_norm_topk_sum). CPU float32: each used expert's projections by the native dequant_matmul (gguf's exact
     weights, float32 sums, as the dense layers: the same file loaded dense up to summation order; with `int8`,
     --cpu-matmul int8, cpu_quant.quant_moe: the activations rounded per block, the layer in one call); else (no C
     compiler, a type it lacks, STRATA_NO_CPU_DEQUANT=1, 16-bit) each used expert dequantized to hidden's dtype,
-    then the dense torch path (packed_moe_ref: for float32 the bits of the same file loaded dense)."""
+    then the dense torch path (packed_moe_ref: for float32 the bits of the same file loaded dense). longest_query:
+    the step's longest query, which picks the CUDA kernels of a prompt (packed_moe.q8_pairs_per_expert)."""
     w13, qtype13, w2, qtype2 = experts
     if kernels_on(hidden) and hidden.dtype in HALF:
-        return packed_moe_kernel(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights, sum_topk)
+        return packed_moe_kernel(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights, sum_topk, longest_query)
     out = _packed_moe_cpu(hidden, experts, topk_ids, topk_weights, int8)
     if out is None:
         out = packed_moe_ref(hidden, w13, qtype13, w2, qtype2, topk_ids, topk_weights)

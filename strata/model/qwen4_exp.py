@@ -63,7 +63,8 @@ class Qwen4ExpLayer(nn.Module):
         x, weights = self.attn_hyper_connection(streams)
         streams = inject(streams, getattr(self, self.mixer_name)(x, ctx), weights)
         x, weights = self.mlp_hyper_connection(streams)
-        return inject(streams, self.mlp.forward_unsummed(x), weights)  # the top-k sum in the write's launch
+        # the top-k sum in the write's launch
+        return inject(streams, self.mlp.forward_unsummed(x, ctx.max_query_len), weights)
 
 
 class Qwen4ExpBody(nn.Module):

@@ -122,6 +122,22 @@ def mixed_file(moe_256, tmp_path_factory):
     return path, greedy(llm)
 
 
+def test_packed_experts_hear_each_steps_longest_query(mixed_file, monkeypatch):
+    """The decoder layers hand their packed experts the step's longest query (ForwardContext.max_query_len), by which
+    the CUDA kernels tell a prompt's step from decode rows' and verification windows' (packed_moe.q8_pairs_per_expert):
+    each 6-token prompt's step, then 1-token decode steps."""
+    seen = []
+    forward = PackedLocalExperts.forward
+    monkeypatch.setattr(PackedLocalExperts, "forward", lambda self, *a, longest_query=0, **k:
+                        seen.append(longest_query) or forward(self, *a, longest_query=longest_query, **k))
+    llm = make_llm(mixed_file[0])
+    seen.clear()
+    out = llm.generate([PROMPTS[0]], SamplingParams(temperature=0.0, max_tokens=3, ignore_eos=True))
+    assert out[0].outputs[0].token_ids == mixed_file[1][0][:3]
+    layers = len(experts_of(llm.engine.loaded.model))
+    assert seen == [6] * layers + [1] * layers * 2
+
+
 @pytest.mark.parametrize("cache, pcie_frac, zero_copy", [("0%", 0.0, 0.0), ("30%", 0.0, 0.0), ("30%", 0.5, 0.0),
                                                       ("100%", 0.0, 0.0), ("30%", 0.0, 0.4)])
 def test_expert_placement_never_changes_greedy_output(mixed_file, cache, pcie_frac, zero_copy):

@@ -27,9 +27,12 @@ def test_supports_the_types_of_q4_k_m_experts():
 @gpu
 @pytest.mark.parametrize("qtypes", [(Q4_K, Q6_K), (Q4_K, Q4_K), (Q6_K, Q6_K), (Q4_K, Q8_0), (Q4_K, Q5_0)])
 @pytest.mark.parametrize("tokens", [1, 8, 40])
-def test_grouped_experts_equal_the_pairs(qtypes, tokens):
+@pytest.mark.parametrize("word_unpack", ["0", "1"])
+def test_grouped_experts_equal_the_pairs(qtypes, tokens, word_unpack, monkeypatch):
     """Experts in padded slot views, a skipped pair (zeros), experts shared by several tokens (8 experts,
-    top 4: blocks of BLOCK_M rows with padding) and blocks of a full 16 rows (40 tokens)."""
+    top 4: blocks of BLOCK_M rows with padding) and blocks of a full 16 rows (40 tokens); quant bytes unpacked one
+    at a time or four at a time in inline PTX (STRATA_MMQ_WORD_UNPACK=1)."""
+    monkeypatch.setenv("STRATA_MMQ_WORD_UNPACK", word_unpack)
     from test_packed_moe import case, on_device  # this folder's modules (see test_packed_q8.py)
     from test_packed_q8 import moe_reference
 
@@ -87,9 +90,13 @@ def test_linear_equals_the_dequantized_weight_times_the_rounded_activations(qtyp
 
 @gpu
 @pytest.mark.parametrize("qtype", [Q4_K, Q6_K])
-def test_linear_equals_the_8_bit_gemv(qtype):
-    """The GEMV kernel's numbers (same rounding, exact integer sums): equal up to float32 summation order."""
+@pytest.mark.parametrize("word_unpack", ["0", "1"])
+def test_linear_equals_the_8_bit_gemv(qtype, word_unpack, monkeypatch):
+    """The GEMV kernel's numbers (same rounding, exact integer sums): equal up to float32 summation order, with quant
+    bytes unpacked one or four at a time."""
     from test_packed_gemv import random_blocks
+
+    monkeypatch.setenv("STRATA_MMQ_WORD_UNPACK", word_unpack)
 
     blocks = random_blocks(qtype, 1000, 2048, seed=3).cuda()
     x = torch.randn(8, 2048, device="cuda", dtype=torch.bfloat16)

@@ -169,15 +169,29 @@ def test_packed_moe_with_partial_down_chunks(tokens, down_type):
     check(out, hidden, w13, Q4_K, w2, down_type, ids, weights)
 
 
+def test_prompts_leave_the_8_bit_pairs_at_fewer_pairs_an_expert(monkeypatch):
+    """A step whose longest query is longer than a verification window (a prompt's) takes packed_mmq from
+    PROMPT_Q8_PAIRS_PER_EXPERT pairs an expert on; windows and decode rows (or an unknown query) from
+    Q8_PAIRS_PER_EXPERT; STRATA_Q8_PAIRS_PER_EXPERT sets both."""
+    bound = packed_moe_module.q8_pairs_per_expert
+    window = packed_moe_module.WINDOW_TOKENS
+    assert bound(0) == bound(1) == bound(window) == packed_moe_module.Q8_PAIRS_PER_EXPERT == 4
+    assert bound(window + 1) == bound(512) == packed_moe_module.PROMPT_Q8_PAIRS_PER_EXPERT == 2
+    monkeypatch.setenv("STRATA_Q8_PAIRS_PER_EXPERT", "3")
+    assert bound(1) == bound(512) == 3
+
+
 @gpu
-@pytest.mark.parametrize("qtype13, tokens, path", [
-    (Q4_K, 1, "q8_pairs"), (Q4_K, 8, "q8_pairs"), (Q4_K, 9, "q8_grouped"), (Q4_K, 23, "q8_grouped"),
-    (Q4_K, 24, "pairs"), (Q4_K, 33, "grouped"), (Q5_K, 9, "pairs"), (Q5_K, 40, "grouped")])
-def test_each_step_size_takes_its_path(qtype13, tokens, path, monkeypatch):
+@pytest.mark.parametrize("qtype13, tokens, longest_query, path", [
+    (Q4_K, 1, 0, "q8_pairs"), (Q4_K, 8, 0, "q8_pairs"), (Q4_K, 9, 0, "q8_grouped"), (Q4_K, 23, 0, "q8_grouped"),
+    (Q4_K, 24, 0, "pairs"), (Q4_K, 33, 0, "grouped"), (Q5_K, 9, 0, "pairs"), (Q5_K, 40, 0, "grouped"),
+    (Q4_K, 8, 16, "q8_pairs"), (Q4_K, 4, 17, "q8_pairs"), (Q4_K, 5, 17, "q8_grouped"), (Q4_K, 8, 64, "q8_grouped")])
+def test_each_step_size_takes_its_path(qtype13, tokens, longest_query, path, monkeypatch):
     """8 experts, top 4. Up to Q8_PAIRS_PER_EXPERT (token, k) pairs an expert of the layer (32) go to the 8-bit
     pairs, whose time follows the pairs; Q4_K / Q6_K experts then to the 8-bit grouped kernels (packed_mmq) below
     MMQ_PAIRS_PER_EXPERT pairs an expert (96), whose time follows the rows; other types (and Q4_K from there on) to
-    the float pairs up to PAIRS_MAX; then the float grouped kernels, which read each used expert once."""
+    the float pairs up to PAIRS_MAX; then the float grouped kernels, which read each used expert once. A prompt's
+    step (a query longer than a window) leaves the 8-bit pairs past PROMPT_Q8_PAIRS_PER_EXPERT (16 pairs)."""
     from strata.kernels import packed_mmq, packed_q8
 
     assert packed_moe_module.Q8_PAIRS_PER_EXPERT * 8 == 32 and packed_moe_module.MMQ_PAIRS_PER_EXPERT * 8 == 96
@@ -189,7 +203,8 @@ def test_each_step_size_takes_its_path(qtype13, tokens, path, monkeypatch):
         run = getattr(module, attr)
         monkeypatch.setattr(module, attr, lambda *a, run=run, name=name, **k: taken.append(name) or run(*a, **k))
     hidden, w13, w2, ids, weights = case(qtype13, Q6_K, tokens)
-    out = packed_moe(hidden.cuda(), w13.cuda(), qtype13, w2.cuda(), Q6_K, ids.cuda(), weights.cuda())
+    out = packed_moe(hidden.cuda(), w13.cuda(), qtype13, w2.cuda(), Q6_K, ids.cuda(), weights.cuda(),
+                     longest_query=longest_query)
     assert taken == [path]
     check(out, hidden, w13, qtype13, w2, Q6_K, ids, weights)
 
