@@ -193,8 +193,8 @@ if triton is not None:
     @triton.jit
     def _q6k_quants(low, high, C: tl.constexpr, ASM: tl.constexpr):
         """Q6_K's signed quants (-32..31) of sub-block 4 h + C from its low-bit bytes (nibble C // 2) and high-bit
-        bytes (bits 2 C, 2 C + 1) [BN, 32] uint8 -> int8; with ASM four bytes at a time: the 6-bit q, its bit 5
-        flipped, bits 6-7 copied from it (q - 32 in two's complement, no borrow across bytes)."""
+        bytes (bits 2 C, 2 C + 1) [BN, 32] uint8 -> int8 (int32 without ASM); with ASM four bytes at a time: the
+        6-bit q, its bit 5 flipped, bits 6-7 copied from it (q - 32 in two's complement, no borrow across bytes)."""
         if ASM:
             if C == 0:
                 out = tl.inline_asm_elementwise(
@@ -218,18 +218,20 @@ if triton is not None:
                     "mul.lo.u32 b, b, 6; or.b32 $0, a, b; }", "=r,r,r", [low, high], dtype=tl.int8, is_pure=True,
                     pack=4)
         else:
-            out = ((((low.to(tl.int32) >> ((C // 2) * 4)) & 15) | (((high.to(tl.int32) >> (2 * C)) & 3) << 4))
-                   - 32).to(tl.int8)
+            # int32 here (narrowed by _bytes_where: the form session 58's GPU run timed)
+            out = (((low.to(tl.int32) >> ((C // 2) * 4)) & 15) | (((high.to(tl.int32) >> (2 * C)) & 3) << 4)) - 32
         return out
 
     @triton.jit
     def _bytes_where(values, keep, ASM: tl.constexpr):
-        """int8 values [BN, 32] where keep [1, 32] (uint8 255 or 0) is 255, else 0; with ASM four bytes an AND."""
+        """values [BN, 32] (int8; int32 without ASM) where keep [1, 32] is true, else 0, as int8; with ASM four
+        bytes an AND with keep's bytes (255 or 0)."""
         if ASM:
-            out = tl.inline_asm_elementwise("and.b32 $0, $1, $2;", "=r,r,r", [values, keep.broadcast_to(values.shape)],
-                                            dtype=tl.int8, is_pure=True, pack=4)
+            keep_bytes = tl.where(keep, 255, 0).to(tl.uint8).broadcast_to(values.shape)
+            out = tl.inline_asm_elementwise("and.b32 $0, $1, $2;", "=r,r,r", [values, keep_bytes], dtype=tl.int8,
+                                            is_pure=True, pack=4)
         else:
-            out = tl.where(keep == 255, values, 0).to(tl.int8)
+            out = tl.where(keep, values, 0).to(tl.int8)
         return out
 
     @triton.jit
@@ -262,7 +264,7 @@ if triton is not None:
                 q = _q6k_quants(low, high, s % 4, ASM)                                     # [BN, 32] int8
                 scaled = tl.zeros(acc.shape, dtype=tl.int32)
                 for g in tl.static_range(2):  # the 16-value groups: |dot| <= 16 * 127 * 32, their sum exact in int32
-                    quants = _bytes_where(q, tl.where(i // 16 == g, 255, 0).to(tl.uint8)[None, :], ASM)
+                    quants = _bytes_where(q, (i // 16 == g)[None, :], ASM)                   # [BN, 32] int8
                     dots = tl.dot(x, tl.trans(quants), out_dtype=tl.int32)
                     scale = tl.load(sb + 192 + 2 * s + g, mask=n_ok, other=0).to(tl.int8, bitcast=True)
                     scaled += dots * scale.to(tl.int32)[None, :]
