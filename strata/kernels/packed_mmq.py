@@ -47,6 +47,7 @@ from strata.kernels.moe_align import moe_align, moe_align_ref
 
 if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
+    from strata.kernels.q8_words import bytes_where, nibbles, q6k_quants
 
 Q4_K, Q6_K = packed_q8.Q4_K, packed_q8.Q6_K
 # its best tiling from 4 to 16 pairs an expert on the 30B-A3B's and Qwen3-Next's experts (session 38, H200,
@@ -66,7 +67,7 @@ LINEAR_MAX_ROWS = 16
 
 
 def unpacks_by_word() -> bool:
-    """Whether the kernels unpack quant bytes four at a time in inline PTX (_nibbles, _q6k_quants, _bytes_where;
+    """Whether the kernels unpack quant bytes four at a time in inline PTX (q8_words.nibbles, q6k_quants, bytes_where;
     sm_90 SASS of the Q4_K gate/up 2,912 -> 2,504 instructions, the Q6_K down's 72 bytes of stack gone). Not yet run
     on a GPU, so off unless STRATA_MMQ_WORD_UNPACK=1 (tools/gpu_ab/next_call72.sh tests and times it); never in
     Triton's interpreter, which has no inline PTX."""
@@ -176,65 +177,6 @@ if triton is not None:
         return sc, mn
 
     @triton.jit
-    def _nibbles(qbyte, HIGH: tl.constexpr, ASM: tl.constexpr):
-        """The low (HIGH: high) nibbles of quant bytes [BN, 32] uint8 as int8; with ASM four bytes a 32-bit
-        instruction (the byte-wise form costs byte extracts and inserts, PRMT, each)."""
-        if ASM:
-            if HIGH:
-                out = tl.inline_asm_elementwise("{ .reg .b32 t; shr.b32 t, $1, 4; and.b32 $0, t, 0x0F0F0F0F; }",
-                                                "=r,r", [qbyte], dtype=tl.int8, is_pure=True, pack=4)
-            else:
-                out = tl.inline_asm_elementwise("and.b32 $0, $1, 0x0F0F0F0F;", "=r,r", [qbyte], dtype=tl.int8,
-                                                is_pure=True, pack=4)
-        else:
-            out = ((qbyte >> (4 if HIGH else 0)) & 15).to(tl.int8, bitcast=True)
-        return out
-
-    @triton.jit
-    def _q6k_quants(low, high, C: tl.constexpr, ASM: tl.constexpr):
-        """Q6_K's signed quants (-32..31) of sub-block 4 h + C from its low-bit bytes (nibble C // 2) and high-bit
-        bytes (bits 2 C, 2 C + 1) [BN, 32] uint8 -> int8 (int32 without ASM); with ASM four bytes at a time: the
-        6-bit q, its bit 5 flipped, bits 6-7 copied from it (q - 32 in two's complement, no borrow across bytes)."""
-        if ASM:
-            if C == 0:
-                out = tl.inline_asm_elementwise(
-                    "{ .reg .b32 a, b; and.b32 a, $1, 0x0F0F0F0F; and.b32 b, $2, 0x03030303; shl.b32 b, b, 4; "
-                    "or.b32 a, a, b; xor.b32 a, a, 0x20202020; and.b32 b, a, 0x20202020; mul.lo.u32 b, b, 6; "
-                    "or.b32 $0, a, b; }", "=r,r,r", [low, high], dtype=tl.int8, is_pure=True, pack=4)
-            elif C == 1:
-                out = tl.inline_asm_elementwise(
-                    "{ .reg .b32 a, b; and.b32 a, $1, 0x0F0F0F0F; shl.b32 b, $2, 2; and.b32 b, b, 0x30303030; "
-                    "or.b32 a, a, b; xor.b32 a, a, 0x20202020; and.b32 b, a, 0x20202020; mul.lo.u32 b, b, 6; "
-                    "or.b32 $0, a, b; }", "=r,r,r", [low, high], dtype=tl.int8, is_pure=True, pack=4)
-            elif C == 2:
-                out = tl.inline_asm_elementwise(
-                    "{ .reg .b32 a, b; shr.b32 a, $1, 4; and.b32 a, a, 0x0F0F0F0F; and.b32 b, $2, 0x30303030; "
-                    "or.b32 a, a, b; xor.b32 a, a, 0x20202020; and.b32 b, a, 0x20202020; mul.lo.u32 b, b, 6; "
-                    "or.b32 $0, a, b; }", "=r,r,r", [low, high], dtype=tl.int8, is_pure=True, pack=4)
-            else:
-                out = tl.inline_asm_elementwise(
-                    "{ .reg .b32 a, b; shr.b32 a, $1, 4; and.b32 a, a, 0x0F0F0F0F; shr.b32 b, $2, 2; "
-                    "and.b32 b, b, 0x30303030; or.b32 a, a, b; xor.b32 a, a, 0x20202020; and.b32 b, a, 0x20202020; "
-                    "mul.lo.u32 b, b, 6; or.b32 $0, a, b; }", "=r,r,r", [low, high], dtype=tl.int8, is_pure=True,
-                    pack=4)
-        else:
-            # int32 here (narrowed by _bytes_where: the form session 58's GPU run timed)
-            out = (((low.to(tl.int32) >> ((C // 2) * 4)) & 15) | (((high.to(tl.int32) >> (2 * C)) & 3) << 4)) - 32
-        return out
-
-    @triton.jit
-    def _bytes_where(values, keep, ASM: tl.constexpr):
-        """values [BN, 32] (int8; int32 without ASM) where keep [1, 32] is true, else 0, as int8; with ASM four
-        bytes an AND with keep's bytes (255 or 0)."""
-        if ASM:
-            keep_bytes = tl.where(keep, 255, 0).to(tl.uint8).broadcast_to(values.shape)
-            out = tl.inline_asm_elementwise("and.b32 $0, $1, $2;", "=r,r,r", [values, keep_bytes], dtype=tl.int8,
-                                            is_pure=True, pack=4)
-        else:
-            out = tl.where(keep, values, 0).to(tl.int8)
-        return out
-
-    @triton.jit
     def _subblock_pair(acc, mins, x_base, dx_ptr, sums_ptr, x_rows, row_ok, sb, n_ok, i, j, p, k, QTYPE: tl.constexpr,
                        ASM: tl.constexpr):
         """(acc, mins) [BM, BN] plus sub-blocks 2 p and 2 p + 1 of superblock j, each one int8 dot with the rows'
@@ -249,7 +191,7 @@ if triton is not None:
             x = tl.load(x_base + j * 256 + s * 32, mask=row_ok[:, None], other=0)         # [BM, 32] int8
             dx = tl.load(dx_ptr + x_rows.to(tl.int64) * (k // 32) + j * 8 + s, mask=row_ok, other=0.0)   # [BM]
             if QTYPE == 12:
-                quants = _nibbles(qbyte, half == 1, ASM)                                   # [BN, 32] int8
+                quants = nibbles(qbyte, half == 1, ASM)                                   # [BN, 32] int8
                 dots = tl.dot(x, tl.trans(quants), out_dtype=tl.int32)                     # [BM, BN]
                 sc, mn = _q4k_scale_min(sb, s, n_ok)
                 acc += (dots * sc[None, :]).to(tl.float32) * dx[:, None]
@@ -261,10 +203,10 @@ if triton is not None:
                 # in bits 2 c of qh[32 h + i]
                 low = tl.load(sb[:, None] + 64 * (s // 4) + 32 * (s % 2) + i[None, :], mask=n_ok[:, None], other=0)
                 high = tl.load(sb[:, None] + 128 + 32 * (s // 4) + i[None, :], mask=n_ok[:, None], other=0)
-                q = _q6k_quants(low, high, s % 4, ASM)                                     # [BN, 32] int8
+                q = q6k_quants(low, high, s % 4, ASM)                                     # [BN, 32] int8
                 scaled = tl.zeros(acc.shape, dtype=tl.int32)
                 for g in tl.static_range(2):  # the 16-value groups: |dot| <= 16 * 127 * 32, their sum exact in int32
-                    quants = _bytes_where(q, (i // 16 == g)[None, :], ASM)                   # [BN, 32] int8
+                    quants = bytes_where(q, (i // 16 == g)[None, :], ASM)                   # [BN, 32] int8
                     dots = tl.dot(x, tl.trans(quants), out_dtype=tl.int32)
                     scale = tl.load(sb + 192 + 2 * s + g, mask=n_ok, other=0).to(tl.int8, bitcast=True)
                     scaled += dots * scale.to(tl.int32)[None, :]

@@ -1,6 +1,7 @@
 """The word-level helpers of packed_q8's K steps (q8_steps, q8_iq4): dp4a on int32 words of four bytes (one PTX
 instruction on the GPU, four byte products under Triton's interpreter), words of a row at even byte offsets, and
-float16 fields."""
+float16 fields; and packed_mmq's quant bytes unpacked four at a time (nibbles, q6k_quants, bytes_where: inline PTX on
+the GPU where ASM, byte-wise forms otherwise)."""
 
 from __future__ import annotations
 
@@ -63,3 +64,62 @@ if triton is not None:
     def f16_half(w_halves, start, ok):
         """The float16 at even byte offsets `start`, as float32."""
         return tl.load(w_halves + (start >> 1), mask=ok, other=0).to(tl.float16, bitcast=True).to(tl.float32)
+
+    @triton.jit
+    def nibbles(qbyte, HIGH: tl.constexpr, ASM: tl.constexpr):
+        """The low (HIGH: high) nibbles of quant bytes [BN, 32] uint8 as int8; with ASM four bytes a 32-bit
+        instruction (the byte-wise form costs byte extracts and inserts, PRMT, each)."""
+        if ASM:
+            if HIGH:
+                out = tl.inline_asm_elementwise("{ .reg .b32 t; shr.b32 t, $1, 4; and.b32 $0, t, 0x0F0F0F0F; }",
+                                                "=r,r", [qbyte], dtype=tl.int8, is_pure=True, pack=4)
+            else:
+                out = tl.inline_asm_elementwise("and.b32 $0, $1, 0x0F0F0F0F;", "=r,r", [qbyte], dtype=tl.int8,
+                                                is_pure=True, pack=4)
+        else:
+            out = ((qbyte >> (4 if HIGH else 0)) & 15).to(tl.int8, bitcast=True)
+        return out
+
+    @triton.jit
+    def q6k_quants(low, high, C: tl.constexpr, ASM: tl.constexpr):
+        """Q6_K's signed quants (-32..31) of sub-block 4 h + C from its low-bit bytes (nibble C // 2) and high-bit
+        bytes (bits 2 C, 2 C + 1) [BN, 32] uint8 -> int8 (int32 without ASM); with ASM four bytes at a time: the
+        6-bit q, its bit 5 flipped, bits 6-7 copied from it (q - 32 in two's complement, no borrow across bytes)."""
+        if ASM:
+            if C == 0:
+                out = tl.inline_asm_elementwise(
+                    "{ .reg .b32 a, b; and.b32 a, $1, 0x0F0F0F0F; and.b32 b, $2, 0x03030303; shl.b32 b, b, 4; "
+                    "or.b32 a, a, b; xor.b32 a, a, 0x20202020; and.b32 b, a, 0x20202020; mul.lo.u32 b, b, 6; "
+                    "or.b32 $0, a, b; }", "=r,r,r", [low, high], dtype=tl.int8, is_pure=True, pack=4)
+            elif C == 1:
+                out = tl.inline_asm_elementwise(
+                    "{ .reg .b32 a, b; and.b32 a, $1, 0x0F0F0F0F; shl.b32 b, $2, 2; and.b32 b, b, 0x30303030; "
+                    "or.b32 a, a, b; xor.b32 a, a, 0x20202020; and.b32 b, a, 0x20202020; mul.lo.u32 b, b, 6; "
+                    "or.b32 $0, a, b; }", "=r,r,r", [low, high], dtype=tl.int8, is_pure=True, pack=4)
+            elif C == 2:
+                out = tl.inline_asm_elementwise(
+                    "{ .reg .b32 a, b; shr.b32 a, $1, 4; and.b32 a, a, 0x0F0F0F0F; and.b32 b, $2, 0x30303030; "
+                    "or.b32 a, a, b; xor.b32 a, a, 0x20202020; and.b32 b, a, 0x20202020; mul.lo.u32 b, b, 6; "
+                    "or.b32 $0, a, b; }", "=r,r,r", [low, high], dtype=tl.int8, is_pure=True, pack=4)
+            else:
+                out = tl.inline_asm_elementwise(
+                    "{ .reg .b32 a, b; shr.b32 a, $1, 4; and.b32 a, a, 0x0F0F0F0F; shr.b32 b, $2, 2; "
+                    "and.b32 b, b, 0x30303030; or.b32 a, a, b; xor.b32 a, a, 0x20202020; and.b32 b, a, 0x20202020; "
+                    "mul.lo.u32 b, b, 6; or.b32 $0, a, b; }", "=r,r,r", [low, high], dtype=tl.int8, is_pure=True,
+                    pack=4)
+        else:
+            # int32 here (narrowed by bytes_where: the form session 58's GPU run timed)
+            out = (((low.to(tl.int32) >> ((C // 2) * 4)) & 15) | (((high.to(tl.int32) >> (2 * C)) & 3) << 4)) - 32
+        return out
+
+    @triton.jit
+    def bytes_where(values, keep, ASM: tl.constexpr):
+        """values [BN, 32] (int8; int32 without ASM) where keep [1, 32] is true, else 0, as int8; with ASM four
+        bytes an AND with keep's bytes (255 or 0)."""
+        if ASM:
+            keep_bytes = tl.where(keep, 255, 0).to(tl.uint8).broadcast_to(values.shape)
+            out = tl.inline_asm_elementwise("and.b32 $0, $1, $2;", "=r,r,r", [values, keep_bytes], dtype=tl.int8,
+                                            is_pure=True, pack=4)
+        else:
+            out = tl.where(keep, values, 0).to(tl.int8)
+        return out
