@@ -213,7 +213,8 @@ class RunnerConfig:
         "exact", "float32 models with packed GGUF weights on the CPU: exact (each weight decoded to gguf's "
                  "float32 value, float32 sums: the dense dequantized model's numbers, as HF transformers "
                  "computes them) | int8 (activations quantized per block to int8 with a float32 scale, as "
-                 "llama.cpp does: ~0.5-1 % of each product off, ~1.2x faster decode on 2 cores; a batched "
+                 "llama.cpp does: ~0.5-1 % of each product off; ~1.2x faster decode on the 2-core Zen 1 it "
+                 "was tuned on, even at one stream and ~0.8x at eight on an AVX2-only Zen 2 (no VNNI); a batched "
                  "request may then drift from the same request alone, as its activations round differently)")
 
     pipeline_parallel_size: int = _opt(
