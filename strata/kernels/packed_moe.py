@@ -169,8 +169,9 @@ def q8_pairs_per_expert(longest_query: int = 0) -> int:
     STRATA_Q8_PAIRS_PER_EXPERT (an A/B switch) sets it for every step."""
     from strata.config import debug_value
 
-    if debug_value("Q8_PAIRS_PER_EXPERT"):
-        return int(debug_value("Q8_PAIRS_PER_EXPERT"))
+    forced = debug_value("Q8_PAIRS_PER_EXPERT")
+    if forced:
+        return int(forced)
     return PROMPT_Q8_PAIRS_PER_EXPERT if longest_query > WINDOW_TOKENS else Q8_PAIRS_PER_EXPERT
 
 

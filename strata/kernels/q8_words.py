@@ -83,34 +83,39 @@ if triton is not None:
     @triton.jit
     def q6k_quants(low, high, C: tl.constexpr, ASM: tl.constexpr):
         """Q6_K's signed quants (-32..31) of sub-block 4 h + C from its low-bit bytes (nibble C // 2) and high-bit
-        bytes (bits 2 C, 2 C + 1) [BN, 32] uint8 -> int8 (int32 without ASM); with ASM four bytes at a time: the
-        6-bit q, its bit 5 flipped, bits 6-7 copied from it (q - 32 in two's complement, no borrow across bytes)."""
+        bytes (bits 2 C, 2 C + 1) [BN, 32] uint8 -> int8 (int32 without ASM); with ASM four bytes at a time: each
+        byte's 6-bit q from C's nibble and bit pair, then q - 32 (_signed_q6)."""
         if ASM:
             if C == 0:
-                out = tl.inline_asm_elementwise(
+                q = tl.inline_asm_elementwise(
                     "{ .reg .b32 a, b; and.b32 a, $1, 0x0F0F0F0F; and.b32 b, $2, 0x03030303; shl.b32 b, b, 4; "
-                    "or.b32 a, a, b; xor.b32 a, a, 0x20202020; and.b32 b, a, 0x20202020; mul.lo.u32 b, b, 6; "
-                    "or.b32 $0, a, b; }", "=r,r,r", [low, high], dtype=tl.int8, is_pure=True, pack=4)
+                    "or.b32 $0, a, b; }", "=r,r,r", [low, high], dtype=tl.uint8, is_pure=True, pack=4)
             elif C == 1:
-                out = tl.inline_asm_elementwise(
+                q = tl.inline_asm_elementwise(
                     "{ .reg .b32 a, b; and.b32 a, $1, 0x0F0F0F0F; shl.b32 b, $2, 2; and.b32 b, b, 0x30303030; "
-                    "or.b32 a, a, b; xor.b32 a, a, 0x20202020; and.b32 b, a, 0x20202020; mul.lo.u32 b, b, 6; "
-                    "or.b32 $0, a, b; }", "=r,r,r", [low, high], dtype=tl.int8, is_pure=True, pack=4)
+                    "or.b32 $0, a, b; }", "=r,r,r", [low, high], dtype=tl.uint8, is_pure=True, pack=4)
             elif C == 2:
-                out = tl.inline_asm_elementwise(
+                q = tl.inline_asm_elementwise(
                     "{ .reg .b32 a, b; shr.b32 a, $1, 4; and.b32 a, a, 0x0F0F0F0F; and.b32 b, $2, 0x30303030; "
-                    "or.b32 a, a, b; xor.b32 a, a, 0x20202020; and.b32 b, a, 0x20202020; mul.lo.u32 b, b, 6; "
-                    "or.b32 $0, a, b; }", "=r,r,r", [low, high], dtype=tl.int8, is_pure=True, pack=4)
+                    "or.b32 $0, a, b; }", "=r,r,r", [low, high], dtype=tl.uint8, is_pure=True, pack=4)
             else:
-                out = tl.inline_asm_elementwise(
+                q = tl.inline_asm_elementwise(
                     "{ .reg .b32 a, b; shr.b32 a, $1, 4; and.b32 a, a, 0x0F0F0F0F; shr.b32 b, $2, 2; "
-                    "and.b32 b, b, 0x30303030; or.b32 a, a, b; xor.b32 a, a, 0x20202020; and.b32 b, a, 0x20202020; "
-                    "mul.lo.u32 b, b, 6; or.b32 $0, a, b; }", "=r,r,r", [low, high], dtype=tl.int8, is_pure=True,
-                    pack=4)
+                    "and.b32 b, b, 0x30303030; or.b32 $0, a, b; }", "=r,r,r", [low, high], dtype=tl.uint8,
+                    is_pure=True, pack=4)
+            out = _signed_q6(q)
         else:
             # int32 here (narrowed by bytes_where: the form session 58's GPU run timed)
             out = (((low.to(tl.int32) >> ((C // 2) * 4)) & 15) | (((high.to(tl.int32) >> (2 * C)) & 3) << 4)) - 32
         return out
+
+    @triton.jit
+    def _signed_q6(q):
+        """6-bit values q [.., 32] uint8 (0..63) -> q - 32 as int8, four bytes at a time: bit 5 flipped, bits 6-7
+        copied from it (two's complement, no borrow across bytes)."""
+        return tl.inline_asm_elementwise(
+            "{ .reg .b32 a, b; xor.b32 a, $1, 0x20202020; and.b32 b, a, 0x20202020; mul.lo.u32 b, b, 6; "
+            "or.b32 $0, a, b; }", "=r,r", [q], dtype=tl.int8, is_pure=True, pack=4)
 
     @triton.jit
     def bytes_where(values, keep, ASM: tl.constexpr):

@@ -243,8 +243,6 @@ def reads_8_bit_activations(qtype: int) -> bool:
     return qtype in packed_q8.UNIT
 
 
-
-
 def _mmq_takes(rows: int, qtype: int, blocks: torch.Tensor, k: int) -> bool:
     return packed_q8.enabled() and blocks.stride(-1) == 1 and packed_mmq.linear_takes(qtype, k, blocks, rows)
 
