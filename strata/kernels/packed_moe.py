@@ -166,13 +166,16 @@ def packed_moe(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.
 def q8_pairs_per_expert(longest_query: int = 0) -> int:
     """Up to how many pairs an expert the 8-bit pairs take a step whose longest query has `longest_query` tokens:
     PROMPT_Q8_PAIRS_PER_EXPERT for a prompt's (longer than a window), else Q8_PAIRS_PER_EXPERT;
-    STRATA_Q8_PAIRS_PER_EXPERT (an A/B switch) sets it for every step."""
+    STRATA_Q8_PAIRS_PER_EXPERT (an A/B switch) sets it for every step, STRATA_PROMPT_Q8_PAIRS_PER_EXPERT for a
+    prompt's."""
     from strata.config import debug_value
 
     forced = debug_value("Q8_PAIRS_PER_EXPERT")
     if forced:
         return int(forced)
-    return PROMPT_Q8_PAIRS_PER_EXPERT if longest_query > WINDOW_TOKENS else Q8_PAIRS_PER_EXPERT
+    if longest_query > WINDOW_TOKENS:
+        return int(debug_value("PROMPT_Q8_PAIRS_PER_EXPERT") or PROMPT_Q8_PAIRS_PER_EXPERT)
+    return Q8_PAIRS_PER_EXPERT
 
 
 def _dequantized(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torch.Tensor, qtype2: int,
