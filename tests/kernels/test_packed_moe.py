@@ -176,7 +176,7 @@ def test_prompts_leave_the_8_bit_pairs_at_fewer_pairs_an_expert(monkeypatch):
     bound = packed_moe_module.q8_pairs_per_expert
     window = packed_moe_module.WINDOW_TOKENS
     assert bound(0) == bound(1) == bound(window) == packed_moe_module.Q8_PAIRS_PER_EXPERT == 4
-    assert bound(window + 1) == bound(512) == packed_moe_module.PROMPT_Q8_PAIRS_PER_EXPERT == 2
+    assert bound(window + 1) == bound(512) == packed_moe_module.PROMPT_Q8_PAIRS_PER_EXPERT == 3
     monkeypatch.setenv("STRATA_Q8_PAIRS_PER_EXPERT", "3")
     assert bound(1) == bound(512) == 3
 
@@ -185,13 +185,13 @@ def test_prompts_leave_the_8_bit_pairs_at_fewer_pairs_an_expert(monkeypatch):
 @pytest.mark.parametrize("qtype13, tokens, longest_query, path", [
     (Q4_K, 1, 0, "q8_pairs"), (Q4_K, 8, 0, "q8_pairs"), (Q4_K, 9, 0, "q8_grouped"), (Q4_K, 23, 0, "q8_grouped"),
     (Q4_K, 24, 0, "pairs"), (Q4_K, 33, 0, "grouped"), (Q5_K, 9, 0, "pairs"), (Q5_K, 40, 0, "grouped"),
-    (Q4_K, 8, 16, "q8_pairs"), (Q4_K, 4, 17, "q8_pairs"), (Q4_K, 5, 17, "q8_grouped"), (Q4_K, 8, 64, "q8_grouped")])
+    (Q4_K, 8, 16, "q8_pairs"), (Q4_K, 6, 17, "q8_pairs"), (Q4_K, 7, 17, "q8_grouped"), (Q4_K, 8, 64, "q8_grouped")])
 def test_each_step_size_takes_its_path(qtype13, tokens, longest_query, path, monkeypatch):
     """8 experts, top 4. Up to Q8_PAIRS_PER_EXPERT (token, k) pairs an expert of the layer (32) go to the 8-bit
     pairs, whose time follows the pairs; Q4_K / Q6_K experts then to the 8-bit grouped kernels (packed_mmq) below
     MMQ_PAIRS_PER_EXPERT pairs an expert (96), whose time follows the rows; other types (and Q4_K from there on) to
     the float pairs up to PAIRS_MAX; then the float grouped kernels, which read each used expert once. A prompt's
-    step (a query longer than a window) leaves the 8-bit pairs past PROMPT_Q8_PAIRS_PER_EXPERT (16 pairs)."""
+    step (a query longer than a window) leaves the 8-bit pairs past PROMPT_Q8_PAIRS_PER_EXPERT (24 pairs)."""
     from strata.kernels import packed_mmq, packed_q8
 
     assert packed_moe_module.Q8_PAIRS_PER_EXPERT * 8 == 32 and packed_moe_module.MMQ_PAIRS_PER_EXPERT * 8 == 96
