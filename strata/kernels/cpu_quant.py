@@ -73,7 +73,8 @@ def _build() -> ctypes.CDLL:
     else:
         units += [(_NATIVE / "quant_matmul.c", ["-O3", "-pthread"])]
     units += [(_NATIVE / "quant_moe.c", ["-O3", "-pthread"]), (_NATIVE / "offload_host_part.c", ["-O3"]),
-              (_NATIVE / "dequant_matmul.c", ["-O3", "-pthread"]), (_NATIVE / "rope_kv_cpu.c", exact)]
+              (_NATIVE / "dequant_matmul.c", ["-O3", "-pthread"]), (_NATIVE / "rope_kv_cpu.c", exact),
+              (_NATIVE / "dense_stack_cpu.c", exact)]
     library = ctypes.CDLL(str(build_library("quant_matmul", units, ["-pthread", "-lm"],
                                             headers=[_NATIVE / name for name in ("quant_matmul.h", "iquant.h",
                                                                                  "iquant_simd.h", "simd_rows.h")])))
@@ -91,6 +92,7 @@ def _build() -> ctypes.CDLL:
                            ("strata_qmoe_host_part", [pointer, i64, i64, i32, pointer, pointer]),
                            ("strata_rope_kv_f32", [pointer, i64, i64, i64, i64, i64, i64, pointer, pointer, pointer,
                                                    i64, pointer, pointer, pointer]),
+                           ("strata_dense_stack_f32", [pointer, pointer, i32, i32, pointer, pointer]),
                            ("strata_qmm_supports", [i32]), ("strata_qmm_set_isa", [i32]),
                            ("strata_qmm_best_isa", []), ("strata_qmm_set_iq_tables", [pointer] * 7),
                            ("strata_qmm_set_spin_us", [i32])):

@@ -145,6 +145,7 @@ class CausalLM(nn.Module):
         self.config = cfg
         # a pipeline stage's layers (owning_layers when built; None: every layer): what its loads fill
         self.owned_layers = _OWNED_LAYERS.get()
+        self._stack = False  # _cpu_stack's, once built (None: the layers do not fit it)
         self.model = self.build_body(cfg)
         self.lm_head = build_part("lm_head.", cfg, lambda: nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False))
         if cfg.tie_word_embeddings:
@@ -179,8 +180,12 @@ class CausalLM(nn.Module):
         stage = self.stage
         if stage is None:
             hidden, residual = self.model.embed_tokens(input_ids), None
-            for layer in self.model.layers:
-                hidden, residual = layer(hidden, ctx, residual)
+            stack = self._cpu_stack() if not hidden.is_cuda else None
+            if stack is not None and stack.takes(hidden, ctx):
+                hidden, residual = stack.run(hidden, ctx)
+            else:
+                for layer in self.model.layers:
+                    hidden, residual = layer(hidden, ctx, residual)
             return self.model.norm(hidden, residual)[0]
         if stage.is_first:
             hidden, residual = self.model.embed_tokens(input_ids), None
@@ -194,6 +199,23 @@ class CausalLM(nn.Module):
             stage.pass_on(hidden, residual)
             return hidden
         return self.model.norm(hidden, residual)[0]
+
+    def _cpu_stack(self):
+        """The native stack of this model's layers for CPU decode steps (model/cpu_stack.py), built at the first
+        CPU forward, after the weights are in; None where the model's layers do not fit it."""
+        if self._stack is False:
+            from strata.model.cpu_stack import DenseStack
+
+            self._stack = DenseStack.of(self)
+        return self._stack
+
+    def forget_cpu_stack(self) -> None:
+        """Build the CPU stack again at the next forward: it holds the weights' addresses and modes."""
+        self._stack = False
+
+    def _apply(self, fn, recurse: bool = True):
+        self.forget_cpu_stack()  # the weights may move
+        return super()._apply(fn, recurse)
 
     def recurrent_state_shapes(self) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]]:
         """Layer -> per-slot (conv, delta-rule) state shapes; empty for models without recurrent layers."""

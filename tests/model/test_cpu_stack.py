@@ -1,0 +1,89 @@
+"""The native CPU stack of plain decoder layers (strata/model/cpu_stack.py): decode steps and verification windows
+of a packed float32 Llama run on it and give the per-module path's tokens and logprobs; models and modes it cannot
+run keep their layers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gguf_writer import write_gguf
+from strata import LLM, SamplingParams
+from strata.model.cpu_stack import DenseStack
+from tiny_models import build_hf_model, hf_state
+
+PROMPTS = [[5, 17, 99, 3, 42, 150, 8], [77, 61, 12], [130, 64, 9, 9, 31, 120, 44, 7, 18, 101, 23]]
+
+
+def packed_gguf(tmp_path_factory, family: str) -> str:
+    """A tiny model as a GGUF of packed types the stack reads, qkv and gate/up each of two types."""
+    path = str(tmp_path_factory.mktemp(f"stack-{family}") / "model.gguf")
+    write_gguf(path, *hf_state(build_hf_model(family)), quant="Q4_1",
+               types={r"attn_q\.": "Q8_0", r"attn_k\.": "Q5_0", r"ffn_up": "Q8_0", r"ffn_down": "Q4_0"})
+    return path
+
+
+@pytest.fixture(scope="module")
+def llama_gguf(tmp_path_factory):
+    return packed_gguf(tmp_path_factory, "llama")
+
+
+def generate(llm: LLM, stack: bool, params: SamplingParams, prompts=PROMPTS):
+    """Token ids and logprobs of `prompts` with the stack on or off, from an empty prefix cache."""
+    model = llm.engine.runner.model
+    model.forget_cpu_stack()
+    if not stack:
+        model._stack = None
+    llm.engine.scheduler.allocator.reset_prefix_cache()
+    outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params)
+    return [o.outputs[0] for o in outputs]
+
+
+def test_decode_steps_run_on_the_stack_with_the_layers_tokens_and_logprobs(llama_gguf, monkeypatch):
+    llm = LLM(llama_gguf, dtype="float32", device="cpu", max_num_seqs=4, block_size=4, cpu_matmul="exact")
+    steps = []
+    run = DenseStack.run
+    monkeypatch.setattr(DenseStack, "run", lambda self, hidden, ctx: steps.append(ctx.query_lens) or
+                        run(self, hidden, ctx))
+    params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True, logprobs=3)
+    on = generate(llm, True, params)
+    # the prompts' step (windows of up to 16 tokens take the stack too), then the decode steps
+    assert steps == [tuple(map(len, PROMPTS))] + [(1, 1, 1)] * 23
+    assert isinstance(llm.engine.runner.model._stack, DenseStack)
+    steps.clear()
+    off = generate(llm, False, params)
+    assert not steps
+    for a, b in zip(on, off):
+        assert a.token_ids == b.token_ids
+        for mine, theirs in zip(a.logprobs, b.logprobs):
+            assert mine.keys() == theirs.keys()
+            np.testing.assert_allclose([mine[t].logprob for t in mine], [theirs[t].logprob for t in mine], atol=1e-4)
+
+
+def test_verification_windows_on_the_stack_give_plain_decoding(llama_gguf, monkeypatch):
+    """Suffix drafts of a repetitive prompt: windows of several queries a sequence, on the stack."""
+    windows = []
+    run = DenseStack.run
+    monkeypatch.setattr(DenseStack, "run", lambda self, hidden, ctx: windows.append(max(ctx.query_lens)) or
+                        run(self, hidden, ctx))
+    prompts = [[5, 17, 99, 3] * 6, [77, 61, 12, 40, 41] * 4]
+    params = SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True)
+    plain = LLM(llama_gguf, dtype="float32", device="cpu", max_num_seqs=4, block_size=4)
+    spec = LLM(llama_gguf, dtype="float32", device="cpu", max_num_seqs=4, block_size=4,
+               speculative_config={"method": "suffix", "num_speculative_tokens": 3, "adaptive": False})
+    expected = [o.token_ids for o in generate(plain, True, params, prompts)]
+    windows.clear()
+    assert [o.token_ids for o in generate(spec, True, params, prompts)] == expected
+    assert max(windows) > 1  # some step verified drafts on the stack
+
+
+def test_models_and_modes_the_stack_cannot_run_keep_their_layers(llama_gguf, tmp_path_factory, monkeypatch):
+    int8 = LLM(llama_gguf, dtype="float32", device="cpu", max_num_seqs=2, cpu_matmul="int8")
+    assert int8.engine.runner.model._cpu_stack() is None  # --cpu-matmul int8: the int8 kernels' products
+    qwen3 = LLM(packed_gguf(tmp_path_factory, "qwen3"), dtype="float32", device="cpu", max_num_seqs=2)
+    assert qwen3.engine.runner.model._cpu_stack() is None  # qk-norm
+    monkeypatch.setenv("STRATA_NO_CPU_STACK", "1")
+    exact = LLM(llama_gguf, dtype="float32", device="cpu", max_num_seqs=2)
+    assert exact.engine.runner.model._cpu_stack() is None
+    out = exact.generate([{"prompt_token_ids": PROMPTS[0]}], SamplingParams(temperature=0.0, max_tokens=4))
+    assert len(out[0].outputs[0].token_ids) == 4
