@@ -28,7 +28,7 @@ multiplied by its integer scale before one conversion and one multiply-add with 
 superblock (sm_90 SASS of the Q4_K gate/up 3,160 -> 2,912 instructions, float multiplies 472 -> 104); on an H100 the
 30B-A3B's experts at 16-128 tokens took 8-10 % less (`mmq_prompt_ab.py`: 64 tokens 662.2 / 658.4 -> 602.0 / 604.1
 us, 128 tokens 720.2 / 718.6 -> 660.7 / 656.9). Byte handling (PRMT, LOP3) is now most of its instructions;
-unpacks_by_word (off until timed on a GPU) does it four bytes an instruction.
+unpacks_by_word (the default since session 59: 4-6 % less again) does it four bytes an instruction.
 """
 
 from __future__ import annotations
@@ -68,12 +68,14 @@ LINEAR_MAX_ROWS = 16
 
 def unpacks_by_word() -> bool:
     """Whether the kernels unpack quant bytes four at a time in inline PTX (q8_words.nibbles, q6k_quants, bytes_where;
-    sm_90 SASS of the Q4_K gate/up 2,912 -> 2,504 instructions, the Q6_K down's 72 bytes of stack gone). Not yet run
-    on a GPU, so off unless STRATA_MMQ_WORD_UNPACK=1 (tools/gpu_ab/next_call72.sh tests and times it); never in
-    Triton's interpreter, which has no inline PTX."""
-    from strata.config import debug_flag
+    sm_90 SASS of the Q4_K gate/up 2,912 -> 2,504 instructions, the Q6_K down's 72 bytes of stack gone): by default
+    (STRATA_MMQ_WORD_UNPACK=0 keeps the byte-wise form); never in Triton's interpreter, which has no inline PTX.
+    Session 59 (an H100, bench/results/2026-12-06-h100-session59/ call 3): its GPU tests pass both ways, and the
+    30B-A3B's experts (tools/gpu_ab/mmq_prompt_ab.py, two alternated rounds) took 4-6 % less at 16-128 tokens (64
+    tokens 603 / 604 -> 572 / 574 us, 128 tokens 658 / 659 -> 637 / 637)."""
+    from strata.config import debug_value
 
-    return debug_flag("MMQ_WORD_UNPACK") and not packed_q8.interpreted()
+    return debug_value("MMQ_WORD_UNPACK") != "0" and not packed_q8.interpreted()
 
 
 def linear_takes(qtype: int, k: int, blocks: torch.Tensor, rows: int) -> bool:

@@ -91,7 +91,10 @@ MMQ_PAIRS_PER_EXPERT = 12
 # (tools/gpu_ab/mmq_prompt_ab.py: 497 against 603 us a layer). At 2, session 59 (an H100, next_call71) found
 # Qwen3-Next 8L Q4_K_M's 96- and 128-token prompts (both padded to 128 rows: 2.5 pairs an expert of 512) through
 # packed_mmq 21-24 % slower (prefill_128 9,475.1 / 9,264.6 against 12,321.1 tok/s). At 3 those stay on the pairs
-# while the 30B-A3B's 64-token prompts (4 pairs an expert) still leave them.
+# while the 30B-A3B's 64-token prompts (4 pairs an expert) still leave them. Call 3 (two alternated rounds,
+# STRATA_PROMPT_Q8_PAIRS_PER_EXPERT 2 / 3 / 4): Qwen3-Next's prefill_128 9,659.0 / 9,723.6, 12,441.0 / 12,288.6 and
+# 12,521.6 / 12,436.9 tok/s; the 30B-A3B's 16 streams with speculation at 3 / 4: 3,141.3 / 3,145.1 against 3,152.5 /
+# 3,154.5, its prefill_64 5,457.2 / 5,442.2 against 4,447.4 / 4,445.4.
 PROMPT_Q8_PAIRS_PER_EXPERT = 3
 WINDOW_TOKENS = 16  # a verification window's most tokens (paged_attention.MAX_QUERY_LEN)
 PAIR_CONFIG = dict(BLOCK_N=4, SUPERBLOCKS=4, num_warps=2, num_stages=3)

@@ -4,8 +4,8 @@ The per-module path spends ~10 torch and Python calls a layer around its native 
 attention: ~14 of a ~37 ms step of the bundled SmolLM2 at 8 streams on the 2-core VM. `DenseStack` hands
 the C side every layer's weights once and each step's layout once, and it runs the stack with the same
 native products, rotary and attention (their bits); only the RMSNorms' sums and SiLU's exp round their own
-way (a few float32 ulps from torch's). It takes a step when every layer is Llama's (plain attention without
-output gate, qk-norm or bias; a dense SwiGLU MLP; plain RMSNorms), every projection is packed blocks that
+way (a few float32 ulps from torch's). It takes a step when every layer is Llama's or Qwen3's (attention without
+output gate or bias, with or without qk-norm; a dense SwiGLU MLP; plain RMSNorms of one eps), every projection is packed blocks that
 dequant_matmul reads exactly (not --cpu-matmul int8), the KV pool is float32 with nothing in a host tier, and
 the step's windows are short (decode, verification). STRATA_NO_CPU_STACK=1 keeps the per-module path.
 """
@@ -34,7 +34,7 @@ class _Weight(ctypes.Structure):
 
 
 class _Layer(ctypes.Structure):
-    _fields_ = [("norm_in", _ptr), ("norm_post", _ptr), ("qkv", _Weight), ("o", _Weight), ("gate_up", _Weight),
+    _fields_ = [("norm_in", _ptr), ("norm_post", _ptr), ("q_norm", _ptr), ("k_norm", _ptr), ("qkv", _Weight), ("o", _Weight), ("gate_up", _Weight),
                 ("down", _Weight), ("k_cache", _ptr), ("v_cache", _ptr)]
 
 
@@ -87,19 +87,22 @@ class DenseStack:
         layers, keep, first = [], [], model.model.layers[0]
         for layer in model.model.layers:
             attention, mlp = getattr(layer, "self_attn", None), layer.mlp
-            if type(attention) is not Attention or attention.gated or attention.q_norm is not None or \
-                    type(mlp) is not DenseMLP or attention.rotary.config != first.self_attn.rotary.config:
+            if type(attention) is not Attention or attention.gated or type(mlp) is not DenseMLP or \
+                    attention.rotary.config != first.self_attn.rotary.config:
                 return None
-            norms = (layer.input_layernorm, layer.post_attention_layernorm)
+            norms = [layer.input_layernorm, layer.post_attention_layernorm]
+            if attention.q_norm is not None:
+                norms += [attention.q_norm, attention.k_norm]
             if any(n.zero_centered or n.eps != first.input_layernorm.eps or n.weight.dtype != torch.float32
                    or n.weight.is_cuda for n in norms):
                 return None
             weights = [_weight(p) for p in (attention.qkv_proj, attention.o_proj, mlp.gate_up_proj, mlp.down_proj)]
             if any(w is None for w in weights):
                 return None
-            norm_in, norm_post = (n.weight.detach().contiguous() for n in norms)
-            keep += [norm_in, norm_post]
-            layers.append(_Layer(norm_in.data_ptr(), norm_post.data_ptr(), *weights))
+            norm_weights = [n.weight.detach().contiguous() for n in norms]
+            keep += norm_weights
+            pointers = [w.data_ptr() for w in norm_weights] + [None] * (4 - len(norm_weights))
+            layers.append(_Layer(*pointers, *weights))
         return cls(model, layers, keep)
 
     def takes(self, hidden: torch.Tensor, ctx: ForwardContext) -> bool:

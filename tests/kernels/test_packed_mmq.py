@@ -31,7 +31,7 @@ def test_supports_the_types_of_q4_k_m_experts():
 def test_grouped_experts_equal_the_pairs(qtypes, tokens, word_unpack, monkeypatch):
     """Experts in padded slot views, a skipped pair (zeros), experts shared by several tokens (8 experts,
     top 4: blocks of BLOCK_M rows with padding) and blocks of a full 16 rows (40 tokens); quant bytes unpacked one
-    at a time or four at a time in inline PTX (STRATA_MMQ_WORD_UNPACK=1)."""
+    at a time or four at a time in inline PTX (the default; STRATA_MMQ_WORD_UNPACK=0 keeps bytes)."""
     monkeypatch.setenv("STRATA_MMQ_WORD_UNPACK", word_unpack)
     from test_packed_moe import case, on_device  # this folder's modules (see test_packed_q8.py)
     from test_packed_q8 import moe_reference

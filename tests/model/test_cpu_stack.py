@@ -23,9 +23,10 @@ def packed_gguf(tmp_path_factory, family: str) -> str:
     return path
 
 
-@pytest.fixture(scope="module")
-def llama_gguf(tmp_path_factory):
-    return packed_gguf(tmp_path_factory, "llama")
+@pytest.fixture(scope="module", params=["llama", "qwen3"])
+def llama_gguf(request, tmp_path_factory):
+    """Llama's layers, and Qwen3's (the same with RMSNorms of the query and key heads)."""
+    return packed_gguf(tmp_path_factory, request.param)
 
 
 def generate(llm: LLM, stack: bool, params: SamplingParams, prompts=PROMPTS):
@@ -77,11 +78,12 @@ def test_verification_windows_on_the_stack_give_plain_decoding(llama_gguf, monke
     assert max(windows) > 1  # some step verified drafts on the stack
 
 
-def test_models_and_modes_the_stack_cannot_run_keep_their_layers(llama_gguf, tmp_path_factory, monkeypatch):
+def test_models_and_modes_the_stack_cannot_run_keep_their_layers(llama_gguf, tiny_model_dir, monkeypatch):
     int8 = LLM(llama_gguf, dtype="float32", device="cpu", max_num_seqs=2, cpu_matmul="int8")
     assert int8.engine.runner.model._cpu_stack() is None  # --cpu-matmul int8: the int8 kernels' products
-    qwen3 = LLM(packed_gguf(tmp_path_factory, "qwen3"), dtype="float32", device="cpu", max_num_seqs=2)
-    assert qwen3.engine.runner.model._cpu_stack() is None  # qk-norm
+    for family in ("llama", "qwen3_moe"):  # dense float32 weights (an HF folder); routed experts
+        other = LLM(tiny_model_dir(family), dtype="float32", device="cpu", max_num_seqs=2)
+        assert other.engine.runner.model._cpu_stack() is None
     monkeypatch.setenv("STRATA_NO_CPU_STACK", "1")
     exact = LLM(llama_gguf, dtype="float32", device="cpu", max_num_seqs=2)
     assert exact.engine.runner.model._cpu_stack() is None

@@ -1,5 +1,5 @@
 /* A stack of plain decoder layers (Llama's: RMSNorm, fused qkv, rotary, paged attention, o_proj, RMSNorm, SwiGLU
- * MLP) for one decode or short-window step of the CPU path, in one call (strata/kernels/cpu_stack.py): the
+ * MLP; Qwen3's with its query and key heads' RMSNorms) for one decode or short-window step of the CPU path, in one call (strata/kernels/cpu_stack.py): the
  * projections are dequant_matmul.c's (the same bits as the per-module path's), the rotary embedding and KV write
  * rope_kv_cpu.c's (the same bits), the attention the paged kernel the caller hands in (the same bits). What the
  * per-module path leaves to torch is done here in float32 with other roundings: the RMSNorms' sum of squares (8
@@ -35,6 +35,7 @@ typedef struct {              /* one weight [n, k] as row segments of GGUF block
 
 typedef struct {              /* one layer's weights and KV pool */
     const float *norm_in, *norm_post;  /* [hidden] */
+    const float *q_norm, *k_norm;      /* [D] each (Qwen3's RMSNorm of every query and key head), or NULL */
     weight_t qkv, o, gate_up, down;    /* [(H + 2 Hkv) D, hidden], [hidden, H D], [2 I, hidden], [hidden, I] */
     float *k_cache, *v_cache;          /* [N_blocks, block, Hkv, D] */
 } layer_t;
@@ -105,6 +106,12 @@ int strata_dense_stack_f32(const step_t *s, const layer_t *layers, int count, in
         }
         rms_norm(residual, layer->norm_in, t, d, s->eps, x);
         if (matmul(&layer->qkv, x, t, d, wide, nqkv, s->threads) != 0) return 2;
+        if (layer->q_norm != NULL)  /* each query head, then each key head, normed in place */
+            for (int64_t r = 0; r < t; r++) {
+                float *row = wide + r * nqkv;
+                rms_norm(row, layer->q_norm, s->heads, s->dim, s->eps, row);
+                rms_norm(row + hd, layer->k_norm, s->kv_heads, s->dim, s->eps, row + hd);
+            }
         if (strata_rope_kv_f32(wide, t, nqkv, s->heads, s->kv_heads, s->dim, s->rot_dim, s->cos_rows, s->sin_rows,
                                s->slots, s->num_slots, layer->k_cache, layer->v_cache, q) != 0)
             return 3;
