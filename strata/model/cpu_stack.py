@@ -71,7 +71,7 @@ class DenseStack:
         self.attention = attention  # its rotary rows and KV pool keys stand for every layer's
         self.layers = (_Layer * len(layers))(*layers)
         self.keep = keep  # the norms' float32 copies the C side reads
-        self.caches: tuple | None = None  # the KV pool tensors whose pointers self.layers holds
+        self.addresses: tuple = ()  # the KV pool's K and V addresses self.layers holds
         self.step = _Step(hidden=model.config.hidden_size, heads=attention.num_heads, kv_heads=attention.num_kv_heads,
                           dim=attention.head_dim, rot_dim=attention.rotary.rot_dim,
                           inter=mlp.down_proj.in_features, eps=first.input_layernorm.eps, scale=attention.scale)
@@ -117,23 +117,26 @@ class DenseStack:
 
     def run(self, hidden: torch.Tensor, ctx: ForwardContext) -> tuple[torch.Tensor, torch.Tensor]:
         """The embeddings [T, D] -> (the last layer's MLP output, the residual before it), as the layers give."""
-        caches = tuple(ctx.kv_caches[layer_idx] for layer_idx in range(len(self.layers)))
-        if caches != self.caches:  # a new pool (first step, or resized): its pointers
+        caches = [ctx.kv_caches[layer_idx] for layer_idx in range(len(self.layers))]
+        addresses = tuple(k.data_ptr() for k, _ in caches) + tuple(v.data_ptr() for _, v in caches)
+        if addresses != self.addresses:  # a new pool (first step, or resized): its pointers
             for layer, (k_cache, v_cache) in zip(self.layers, caches):
                 layer.k_cache, layer.v_cache = k_cache.data_ptr(), v_cache.data_ptr()
-            self.caches = caches
+            self.addresses = addresses
         tokens, step = hidden.shape[0], self.step
         step_rows = ctx.scratch.rope_rows.setdefault(self.attention.rotary.config, {})
         cos_rows, sin_rows = (rows.contiguous() for rows in self.attention.rotary.rows(ctx.positions, step_rows))
-        slots = ctx.slot_mapping if ctx.slot_mapping.dtype == torch.int64 else ctx.slot_mapping.long()
+        # int64 rows the C side reads in place (the step's own: no copy where they are so already)
+        slots, tables, seq_lens, starts = (t.to(torch.int64).contiguous() for t in (
+            ctx.slot_mapping, ctx.block_tables, ctx.seq_lens, ctx.query_start_loc))
         k_cache = caches[0][0]
         hd, nqkv = step.heads * step.dim, (step.heads + 2 * step.kv_heads) * step.dim
         scratch = np.empty(tokens * (step.hidden + max(nqkv, 3 * step.inter) + 2 * hd), np.float32)
         context = sum(ctx.num_computed) + sum(ctx.query_lens)
         step.tokens, step.block, step.num_slots = tokens, k_cache.shape[1], k_cache.shape[0] * k_cache.shape[1]
         step.cos_rows, step.sin_rows, step.slots = cos_rows.data_ptr(), sin_rows.data_ptr(), slots.data_ptr()
-        step.tables, step.width = ctx.block_tables.data_ptr(), ctx.block_tables.shape[1]
-        step.seq_lens, step.starts, step.num_seqs = ctx.seq_lens.data_ptr(), ctx.query_start_loc.data_ptr(), ctx.num_seqs
+        step.tables, step.width = tables.data_ptr(), tables.shape[1]
+        step.seq_lens, step.starts, step.num_seqs = seq_lens.data_ptr(), starts.data_ptr(), ctx.num_seqs
         step.attend, step.threads = self.attend, cpu_quant._threads()
         step.attention_threads = 1 if context * hd < cpu_attention._ONE_THREAD_WORK else step.threads
         step.scratch = scratch.ctypes.data

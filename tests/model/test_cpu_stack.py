@@ -4,8 +4,11 @@ run keep their layers."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
+import torch
 
 from gguf_writer import write_gguf
 from strata import LLM, SamplingParams
@@ -59,6 +62,22 @@ def test_decode_steps_run_on_the_stack_with_the_layers_tokens_and_logprobs(llama
         for mine, theirs in zip(a.logprobs, b.logprobs):
             assert mine.keys() == theirs.keys()
             np.testing.assert_allclose([mine[t].logprob for t in mine], [theirs[t].logprob for t in mine], atol=1e-4)
+
+
+def test_a_slot_outside_the_pool_is_an_error_not_a_write(llama_gguf, monkeypatch):
+    llm = LLM(llama_gguf, dtype="float32", device="cpu", max_num_seqs=4, block_size=4)
+    contexts = []
+    run = DenseStack.run
+    monkeypatch.setattr(DenseStack, "run", lambda self, hidden, ctx: contexts.append(ctx) or run(self, hidden, ctx))
+    params = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
+    expected = [o.token_ids for o in generate(llm, True, params)]
+    model, ctx = llm.engine.runner.model, contexts[-1]
+    pool = ctx.kv_caches[0][0]
+    bad = dataclasses.replace(ctx, slot_mapping=ctx.slot_mapping + pool.shape[0] * pool.shape[1])
+    hidden = model.model.embed_tokens(torch.zeros(ctx.slot_mapping.shape[0], dtype=torch.long))
+    with pytest.raises(RuntimeError, match="KV slot outside the pool"):
+        model._stack.run(hidden, bad)
+    assert [o.token_ids for o in generate(llm, True, params)] == expected  # the engine goes on as before
 
 
 def test_verification_windows_on_the_stack_give_plain_decoding(llama_gguf, monkeypatch):
