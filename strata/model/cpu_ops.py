@@ -109,3 +109,12 @@ def native_attention():
     from strata.kernels import cpu_attention
 
     return cpu_attention if cpu_attention.available() else None
+
+
+@functools.cache
+def native_stack():
+    """strata.kernels.cpu_stack (a model's plain layers in one native call, model/cpu_stack.py) where its library is
+    built here, else None."""
+    from strata.kernels import cpu_stack
+
+    return cpu_stack if cpu_stack.available() else None

@@ -180,8 +180,8 @@ class CausalLM(nn.Module):
         stage = self.stage
         if stage is None:
             hidden, residual = self.model.embed_tokens(input_ids), None
-            stack = self._cpu_stack() if not hidden.is_cuda else None
-            if stack is not None and stack.takes(hidden, ctx):
+            stack = self._cpu_stack() if ops.native_cpu_rows(hidden) else None
+            if stack is not None and stack.takes(ctx):
                 hidden, residual = stack.run(hidden, ctx)
             else:
                 for layer in self.model.layers:

@@ -58,6 +58,11 @@ def kernels_available() -> bool:
     return triton_available()
 
 
+def native_cpu_rows(t: torch.Tensor) -> bool:
+    """Whether `t` is float32 rows on the CPU: what the CPU path's native layer stack (model/cpu_stack.py) reads."""
+    return t.is_cpu and t.dtype == torch.float32
+
+
 def kernels_on(t: torch.Tensor) -> bool:
     """Whether ops on `t` take the Triton kernels: a CUDA tensor and kernels_available()."""
     return t.is_cuda and triton_available()
