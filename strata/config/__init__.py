@@ -214,9 +214,9 @@ class RunnerConfig:
                  "float32 value, float32 sums: the dense dequantized model's numbers, as HF transformers "
                  "computes them) | int8 (activations quantized per block to int8 with a float32 scale, as "
                  "llama.cpp does: ~0.5-1 % of each product off; ~1.2x faster decode on the 2-core Zen 1 it "
-                 "was tuned on; exact alone takes the native layer stack of Llama-style models, so on an AVX2-only "
-                 "Zen 2 (no VNNI) int8 is ~0.6x at one stream and ~0.7x at eight; a batched request may then drift "
-                 "from the same request alone, as its activations round differently)")
+                 "was tuned on; on an AVX2-only Zen 2 (no VNNI) ~1.1x at one stream and ~0.85x at eight, whose prompts "
+                 "it makes slower; a batched request may then drift from the same request alone, as its activations "
+                 "round differently)")
 
     pipeline_parallel_size: int = _opt(
         1, "split the layers over this many processes, one per device (GPUs of one host; CPU processes over gloo "

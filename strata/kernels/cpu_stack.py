@@ -1,7 +1,7 @@
 """Plain decoder layers chained in one native call (native/dense_stack_cpu.c, in cpu_quant's library): each layer's
 RMSNorm, fused qkv product, optional RMSNorm of each query and key head, rotary embedding and KV write (rope_kv),
 paged attention (cpu_attention's kernel), o_proj, RMSNorm and SwiGLU MLP, for float32 rows on the CPU with
-packed projections that dequant_matmul reads. The products, rotary and attention are the same native code as the
+packed projections that dequant_matmul (or, with int8 activations, quant_matmul) reads. The products, rotary and attention are the same native code as the
 per-call path's (their bits); the norms and SiLU are C loops with their own float32 roundings. The model side
 (which models fit, what a step hands it) is strata/model/cpu_stack.py."""
 
@@ -20,7 +20,7 @@ MAX_SEGMENTS = 8  # dense_stack_cpu.c's
 
 
 class _Weight(ctypes.Structure):
-    _fields_ = [("count", ctypes.c_int32), ("qtypes", ctypes.c_int32 * MAX_SEGMENTS),
+    _fields_ = [("count", ctypes.c_int32), ("int8", ctypes.c_int32), ("qtypes", ctypes.c_int32 * MAX_SEGMENTS),
                 ("blocks", _ptr * MAX_SEGMENTS), ("rows", _i64 * MAX_SEGMENTS)]
 
 
@@ -43,9 +43,10 @@ Segments = list[tuple[int, torch.Tensor]]  # a weight's row segments: (GGUF type
 
 @dataclass
 class LayerWeights:
-    """One layer as the stack reads it: float32 [hidden] norms ([head_dim] for q_norm / k_norm, None without), and
-    the projections' row segments: qkv [(H + 2 Hkv) D, hidden], o [hidden, H D], gate_up [2 I, hidden], down
-    [hidden, I]."""
+    """One layer as the stack reads it: float32 [hidden] norms ([head_dim] for q_norm / k_norm, None without), the
+    projections' row segments: qkv [(H + 2 Hkv) D, hidden], o [hidden, H D], gate_up [2 I, hidden], down [hidden, I],
+    and whether they multiply with int8 activations (quant_matmul's products, --cpu-matmul int8) or exactly
+    (dequant_matmul's)."""
     norm_in: torch.Tensor
     norm_post: torch.Tensor
     q_norm: torch.Tensor | None
@@ -54,6 +55,7 @@ class LayerWeights:
     o: Segments
     gate_up: Segments
     down: Segments
+    int8: bool = False
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,8 @@ class Shapes:
 
 
 def readable(segments: Segments) -> bool:
-    """Whether the stack reads a weight of these segments (dequant_matmul's types, contiguous, at most 8)."""
+    """Whether the stack reads a weight of these segments (dequant_matmul's and quant_matmul's types, contiguous, at
+    most 8)."""
     return 1 <= len(segments) <= MAX_SEGMENTS and all(
         blocks.is_contiguous() and cpu_quant.supports_dequant(qtype) for qtype, blocks in segments)
 
@@ -79,8 +82,8 @@ def available() -> bool:
     return cpu_attention.available()
 
 
-def _weight(segments: Segments) -> _Weight:
-    out = _Weight(count=len(segments))
+def _weight(segments: Segments, int8: bool) -> _Weight:
+    out = _Weight(count=len(segments), int8=int8)
     for s, (qtype, blocks) in enumerate(segments):
         out.qtypes[s], out.blocks[s], out.rows[s] = int(qtype), blocks.data_ptr(), blocks.shape[0]
     return out
@@ -98,7 +101,7 @@ class NativeStack:
             _Layer(layer.norm_in.data_ptr(), layer.norm_post.data_ptr(),
                    layer.q_norm.data_ptr() if layer.q_norm is not None else None,
                    layer.k_norm.data_ptr() if layer.k_norm is not None else None,
-                   _weight(layer.qkv), _weight(layer.o), _weight(layer.gate_up), _weight(layer.down))
+                   *(_weight(w, layer.int8) for w in (layer.qkv, layer.o, layer.gate_up, layer.down)))
             for layer in layers))
         self.addresses: tuple = ()  # the KV pool's K and V addresses self.layers holds
         self.step = _Step(hidden=shapes.hidden, heads=shapes.heads, kv_heads=shapes.kv_heads, dim=shapes.head_dim,

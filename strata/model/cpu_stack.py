@@ -6,9 +6,9 @@ the native side every layer's weights once and each step's layout once, and it r
 native products, rotary and attention (their bits); only the RMSNorms' sums and SiLU's exp round their own
 way (a few float32 ulps from torch's). It takes a step when every layer is Llama's or Qwen3's (attention without
 output gate or bias, with or without qk-norm; a dense SwiGLU MLP; plain RMSNorms of one eps), every projection is
-packed blocks that dequant_matmul reads exactly (not --cpu-matmul int8), the KV pool is float32 with nothing in a
-host tier, and the step's windows are short (decode, verification, prompts of up to BATCHED_MAX_QUERY_LEN tokens).
-STRATA_NO_CPU_STACK=1 keeps the per-module path.
+packed blocks the native products read (exactly, or with --cpu-matmul int8's activations, as the per-module path
+multiplies them), the KV pool is float32 with nothing in a host tier, and the step's windows are short (decode,
+verification, prompts of up to BATCHED_MAX_QUERY_LEN tokens). STRATA_NO_CPU_STACK=1 keeps the per-module path.
 """
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ from strata.model.mlp import DenseMLP
 from strata.model.packed import PackedWeight
 
 
-def _segments(linear):
-    """A packed projection's row segments where the stack reads them exactly, else None."""
+def _segments(linear, int8: bool):
+    """A packed projection's row segments where the stack reads them in the layer's mode (`int8`: --cpu-matmul
+    int8's products), else None."""
     weight = linear.weight
-    if not isinstance(weight, PackedWeight) or linear.bias is not None or weight.reorders or weight.int8_activations:
+    if not isinstance(weight, PackedWeight) or linear.bias is not None or weight.reorders or \
+            weight.int8_activations != int8:
         return None
     segments = weight.segments()
     return segments if cpu_ops.native_stack().readable(segments) else None
@@ -42,7 +44,7 @@ class DenseStack:
     @classmethod
     def of(cls, model) -> DenseStack | None:
         """The stack for `model`'s layers (on the CPU), or None where one of them is not a plain Llama or Qwen3 layer
-        on packed float32 weights, or the native library is not built here."""
+        on packed weights of one product mode, or the native library is not built here."""
         kernels = cpu_ops.native_stack()
         if kernels is None or debug_flag("NO_CPU_STACK") or model.stage is not None:
             return None
@@ -57,13 +59,15 @@ class DenseStack:
             norms = (layer.input_layernorm, layer.post_attention_layernorm, *head_norms)
             if any(n.zero_centered or n.eps != eps or n.weight.dtype != torch.float32 for n in norms):
                 return None
-            weights = [_segments(p) for p in (attention.qkv_proj, attention.o_proj, mlp.gate_up_proj, mlp.down_proj)]
+            int8 = getattr(attention.qkv_proj.weight, "int8_activations", False)
+            weights = [_segments(p, int8) for p in (attention.qkv_proj, attention.o_proj, mlp.gate_up_proj,
+                                                    mlp.down_proj)]
             if any(w is None for w in weights):
                 return None
             q_norm, k_norm = (n.weight.detach().contiguous() for n in head_norms) if head_norms else (None, None)
             layers.append(kernels.LayerWeights(layer.input_layernorm.weight.detach().contiguous(),
                                                layer.post_attention_layernorm.weight.detach().contiguous(),
-                                               q_norm, k_norm, *weights))
+                                               q_norm, k_norm, *weights, int8=int8))
         attention, mlp = first.self_attn, first.mlp
         shapes = kernels.Shapes(hidden=model.config.hidden_size, heads=attention.num_heads,
                                 kv_heads=attention.num_kv_heads, head_dim=attention.head_dim,

@@ -269,5 +269,5 @@ def set_cpu_matmul(model: nn.Module, mode: str) -> None:
     for module in model.modules():
         if isinstance(module, PackedWeight) or hasattr(module, "int8_activations"):  # (moe.PackedLocalExperts too)
             module.int8_activations = mode == "int8"
-    if hasattr(model, "forget_cpu_stack"):  # the native CPU stack reads exact float32 products only
+    if hasattr(model, "forget_cpu_stack"):  # the native CPU stack holds each weight's product mode
         model.forget_cpu_stack()

@@ -1,6 +1,6 @@
 """The native CPU stack of plain decoder layers (strata/model/cpu_stack.py): decode steps and verification windows
-of a packed float32 Llama run on it and give the per-module path's tokens and logprobs; models and modes it cannot
-run keep their layers."""
+of a packed float32 Llama (or Qwen3) run on it and give the per-module path's tokens and logprobs, with exact or int8
+products; models it cannot run keep their layers."""
 
 from __future__ import annotations
 
@@ -97,9 +97,23 @@ def test_verification_windows_on_the_stack_give_plain_decoding(llama_gguf, monke
     assert max(windows) > 1  # some step verified drafts on the stack
 
 
-def test_models_and_modes_the_stack_cannot_run_keep_their_layers(llama_gguf, tiny_model_dir, monkeypatch):
-    int8 = LLM(llama_gguf, dtype="float32", device="cpu", max_num_seqs=2, cpu_matmul="int8")
-    assert int8.engine.runner.model._cpu_stack() is None  # --cpu-matmul int8: the int8 kernels' products
+def test_int8_activations_on_the_stack_give_the_layers_int8_products(llama_gguf):
+    """--cpu-matmul int8: the stack multiplies each segment with quant_matmul as the per-module path does. Rows that
+    differ by a norm's ulp may round to other int8 values, so later positions agree within int8's own error (the
+    per-module int8 path's logprobs are up to ~0.2 off the exact path's on this model), not to the bit."""
+    llm = LLM(llama_gguf, dtype="float32", device="cpu", max_num_seqs=4, block_size=4, cpu_matmul="int8")
+    params = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True, logprobs=3)
+    on = generate(llm, True, params)
+    assert isinstance(llm.engine.runner.model._stack, DenseStack)
+    assert all(layer.int8 for layer in llm.engine.runner.model._stack.native.weights)
+    off = generate(llm, False, params)
+    for a, b in zip(on, off):
+        assert a.token_ids == b.token_ids
+        for mine, theirs in zip(a.logprobs, b.logprobs):
+            np.testing.assert_allclose([mine[t].logprob for t in mine], [theirs[t].logprob for t in mine], atol=0.2)
+
+
+def test_models_the_stack_cannot_run_keep_their_layers(llama_gguf, tiny_model_dir, monkeypatch):
     for family in ("llama", "qwen3_moe"):  # dense float32 weights (an HF folder); routed experts
         other = LLM(tiny_model_dir(family), dtype="float32", device="cpu", max_num_seqs=2)
         assert other.engine.runner.model._cpu_stack() is None

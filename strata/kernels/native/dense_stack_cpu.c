@@ -1,14 +1,15 @@
 /* A stack of plain decoder layers (Llama's: RMSNorm, fused qkv, rotary, paged attention, o_proj, RMSNorm, SwiGLU
  * MLP; Qwen3's with its query and key heads' RMSNorms) for one decode or short-window step of the CPU path, in one
- * call (strata/kernels/cpu_stack.py). The projections are dequant_matmul.c's (the same bits as the per-module
- * path's), the rotary embedding and KV write rope_kv_cpu.c's (the same bits), the attention the paged kernel the
- * caller hands in (the same bits). What the per-module path leaves to torch is done here in float32 with other
- * roundings: the RMSNorms' sum of squares (8 lanes, then a fixed horizontal sum, where torch's reduction picks its
- * own order) and SiLU's exp (libm's, where torch takes a vector exp), each within a few float32 ulps of torch's. The
- * stack saves ~10 torch and Python calls a layer: on the 2-core VM they were ~14 of a ~37 ms step of SmolLM2 at 8
- * streams. Built with -ffp-contract=off: the residual adds and the norms' products round as torch's elementwise ops
- * do. (A vectorizable polynomial exp, ~1.2 ulps, was slower than libm's expf in SSE2 code here: 2.19 against 1.35 ms
- * for a step's 30 layers of 8 x 1536 SiLUs; 1.06 with AVX2, a 1 % step gain that did not pay for a second build.) */
+ * call (strata/kernels/cpu_stack.py). The projections are dequant_matmul.c's (quant_matmul.c's with --cpu-matmul
+ * int8: the same bits as the per-module path's either way), the rotary embedding and KV write rope_kv_cpu.c's (the
+ * same bits), the attention the paged kernel the caller hands in (the same bits). What the per-module path leaves to
+ * torch is done here in float32 with other roundings: the RMSNorms' sum of squares (8 lanes, then a fixed horizontal
+ * sum, where torch's reduction picks its own order) and SiLU's exp (libm's, where torch takes a vector exp), each
+ * within a few float32 ulps of torch's. The stack saves ~10 torch and Python calls a layer: on the 2-core VM they
+ * were ~14 of a ~37 ms step of SmolLM2 at 8 streams. Built with -ffp-contract=off: the residual adds and the norms'
+ * products round as torch's elementwise ops do. (A vectorizable polynomial exp, ~1.2 ulps, was slower than libm's
+ * expf in SSE2 code here: 2.19 against 1.35 ms for a step's 30 layers of 8 x 1536 SiLUs; 1.06 with AVX2, a 1 % step
+ * gain that did not pay for a second build.) */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -17,6 +18,8 @@
 
 int strata_dqmm_segments(int count, const int *qtypes, const uint8_t *const *ws, const int64_t *ns, const float *x,
                          int64_t t, int64_t k, float *y, int64_t ldy, int threads);
+int strata_qmm(int qtype, const float *x, int64_t t, const uint8_t *w, int64_t n, int64_t k, float *y, int64_t ldy,
+               int threads);
 int strata_rope_kv_f32(const float *qkv, int64_t tokens, int64_t ld, int64_t heads, int64_t kv_heads, int64_t dim,
                        int64_t rot_dim, const float *cos_rows, const float *sin_rows, const int64_t *slots,
                        int64_t num_slots, float *k_cache, float *v_cache, float *q_out);
@@ -28,8 +31,9 @@ typedef int (*attention_fn)(const float *q, int64_t heads, int64_t dim, const fl
 
 enum { MAX_SEGMENTS = 8 };
 
-typedef struct {              /* one weight [n, k] as row segments of GGUF blocks (dequant_matmul's) */
+typedef struct {              /* one weight [n, k] as row segments of GGUF blocks */
     int32_t count;
+    int32_t int8;             /* products as quant_matmul.c's (--cpu-matmul int8), else dequant_matmul.c's */
     int32_t qtypes[MAX_SEGMENTS];
     const uint8_t *blocks[MAX_SEGMENTS];
     int64_t rows[MAX_SEGMENTS];
@@ -74,7 +78,10 @@ static void rms_norm(const float *x, const float *weight, int64_t t, int64_t n, 
 }
 
 static int matmul(const weight_t *w, const float *x, int64_t t, int64_t k, float *y, int64_t n, int threads) {
-    return strata_dqmm_segments(w->count, w->qtypes, w->blocks, w->rows, x, t, k, y, n, threads);
+    if (!w->int8) return strata_dqmm_segments(w->count, w->qtypes, w->blocks, w->rows, x, t, k, y, n, threads);
+    for (int s = 0; s < w->count; y += w->rows[s], s++)  /* each segment into its columns, as the module path */
+        if (strata_qmm(w->qtypes[s], x, t, w->blocks[s], w->rows[s], k, y, n, threads) != 0) return 2;
+    return 0;
 }
 
 static int64_t weight_rows(const weight_t *w) {
