@@ -122,3 +122,18 @@ def test_models_the_stack_cannot_run_keep_their_layers(llama_gguf, tiny_model_di
     assert exact.engine.runner.model._cpu_stack() is None
     out = exact.generate([{"prompt_token_ids": PROMPTS[0]}], SamplingParams(temperature=0.0, max_tokens=4))
     assert len(out[0].outputs[0].token_ids) == 4
+
+
+def test_preempted_requests_on_the_stack_lose_nothing(llama_gguf, monkeypatch):
+    """A KV pool too small for every request: preempted requests come back (their prompts and tokens run again,
+    windows of up to 16 tokens on the stack) and give what a roomy pool gives."""
+    prompts = [{"prompt_token_ids": list(range(3 + i, 14 + 2 * i))} for i in range(4)]
+    params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
+    roomy = LLM(llama_gguf, dtype="float32", device="cpu", max_num_seqs=4, block_size=4, max_model_len=64)
+    tight = LLM(llama_gguf, dtype="float32", device="cpu", max_num_seqs=4, block_size=4, max_model_len=64,
+                num_gpu_blocks=24)
+    expected = [o.outputs[0].token_ids for o in roomy.generate(prompts, params)]
+    squeezed = tight.generate(prompts, params)
+    assert [o.outputs[0].token_ids for o in squeezed] == expected
+    assert sum(o.metrics["num_preemptions"] for o in squeezed) > 0
+    assert isinstance(tight.engine.runner.model._stack, DenseStack)
