@@ -89,7 +89,8 @@ MMQ_PAIRS_PER_EXPERT = 12
 # keep Q8_PAIRS_PER_EXPERT: those of 16 streams' 4-token windows (4 pairs an expert, many sequences' routings) ran
 # 3,132.6 tok/s on the pairs against 2,874.8 through packed_mmq, which uniform routing also favours at 64 tokens
 # (tools/gpu_ab/mmq_prompt_ab.py: 497 against 603 us a layer). At 2, session 59 (an H100,
-# bench/results/2026-12-06-h100-session59/ calls 1-2) found Qwen3-Next 8L Q4_K_M's 96- and 128-token prompts (both padded to 128 rows: 2.5 pairs an expert of 512) through
+# bench/results/2026-12-06-h100-session59/ calls 1-2) found Qwen3-Next 8L Q4_K_M's 96- and 128-token prompts (both
+# padded to 128 rows: 2.5 pairs an expert of 512) through
 # packed_mmq 21-24 % slower (prefill_128 9,475.1 / 9,264.6 against 12,321.1 tok/s). At 3 those stay on the pairs
 # while the 30B-A3B's 64-token prompts (4 pairs an expert) still leave them. Call 3 (two alternated rounds,
 # STRATA_PROMPT_Q8_PAIRS_PER_EXPERT 2 / 3 / 4): Qwen3-Next's prefill_128 9,659.0 / 9,723.6, 12,441.0 / 12,288.6 and
