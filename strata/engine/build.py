@@ -144,7 +144,11 @@ def _build_parts(config: EngineConfig, quiet: bool, shared: LoadedModel | None, 
         if stage is not None:
             model.stage = stage
     loaded = loaded or shared
-    set_cpu_matmul(loaded.model, config.runner.cpu_matmul)
+    cpu_matmul = set_cpu_matmul(loaded.model, config.runner.cpu_matmul)
+    if config.runner.cpu_matmul == "auto" and cpu_matmul == "int8" and device == "cpu" and not quiet:
+        print("cpu matmul: int8 activations (--cpu-matmul auto: most weights are K-quants or i-quants, whose exact "
+              "float decode is several times slower on the CPU; --cpu-matmul exact keeps float32 activations)",
+              file=sys.stderr)
     tokenizer = load_tokenizer(config.model, config.chat_template)
     spec = resolve_spec(config.speculative, loaded.model)
     plan = plan or _memory_plan(config, cfg, max_model_len, device, dtype, loaded.model, stage)

@@ -29,6 +29,22 @@ def native_quant():
     return cpu_quant
 
 
+# Types of 256-value superblocks (the K-quants and i-quants; gguf_blocks' block_size): their exact float decode costs
+# the CPU 1.7-5x int8's time at one row of x (session 60, the 2-core AVX2 Zen 2 VM: Q4_K 2.5-5.2x, Q6_K 2.4-4.2x,
+# IQ4_XS 3.9-4.4x, IQ3_XXS 2.1x; the K-quants 1.1-2.2x at eight rows), where the 32-value block types' costs
+# 0.9-1.4x at one row and 0.6-1.1x at eight (bench/results/2026-12-06-session60/cpu_kernels.txt)
+SUPERBLOCK_VALUES = 256
+
+
+def exact_decode_is_slow(qtype: int) -> bool:
+    """Whether exact float products over weights of this GGUF type cost the CPU several times int8's (above):
+    --cpu-matmul auto takes int8 for a model mostly of such weights (packed.resolve_cpu_matmul)."""
+    from strata.kernels.gguf_blocks import block_format
+
+    fmt = block_format(qtype)
+    return fmt is not None and fmt.block_size == SUPERBLOCK_VALUES
+
+
 @functools.cache
 def native_dequant():
     """strata.kernels.cpu_quant for float32 inputs (dequant_matmul), else None: turned off with the int8

@@ -263,11 +263,41 @@ class ExpertBlocks(NamedTuple):
         return self.w13[0].numel() + self.w2[0].numel()
 
 
-def set_cpu_matmul(model: nn.Module, mode: str) -> None:
+def packed_bytes_by_type(model: nn.Module) -> dict[int, int]:
+    """qtype -> packed bytes of `model`'s weights of that type: its PackedWeights' segments (each module once)
+    and its packed routed experts (w13 and w2)."""
+    totals: dict[int, int] = {}
+    for module in model.modules():
+        if isinstance(module, PackedWeight):
+            parts = [(qtype, blocks.numel()) for qtype, blocks in module.segments()]
+        elif all(hasattr(module, name) for name in ("qtype13", "qtype2", "w13", "w2")):  # moe.PackedLocalExperts
+            parts = [(module.qtype13, module.w13.numel()), (module.qtype2, module.w2.numel())]
+        else:
+            continue
+        for qtype, nbytes in parts:
+            totals[qtype] = totals.get(qtype, 0) + nbytes
+    return totals
+
+
+def resolve_cpu_matmul(model: nn.Module, mode: str) -> str:
+    """--cpu-matmul's "auto" made "int8" or "exact" for `model`: int8 where most of its packed bytes are of types
+    whose exact float decode bounds the CPU's products (ops.exact_decode_is_slow: the K-quants and i-quants), else
+    exact (the 32-value block types: about as fast exact). Other modes as given."""
+    if mode != "auto":
+        return mode
+    totals = packed_bytes_by_type(model)
+    superblocks = sum(nbytes for qtype, nbytes in totals.items() if ops.exact_decode_is_slow(qtype))
+    return "int8" if 2 * superblocks > sum(totals.values()) else "exact"
+
+
+def set_cpu_matmul(model: nn.Module, mode: str) -> str:
     """--cpu-matmul for every packed weight of `model`: "int8" quantizes a float32 model's activations per
-    block for its CPU products (ops.packed_linear), "exact" keeps them float32."""
+    block for its CPU products (ops.packed_linear), "exact" keeps them float32, "auto" picks one of the two
+    (resolve_cpu_matmul). Returns the mode set."""
+    mode = resolve_cpu_matmul(model, mode)
     for module in model.modules():
         if isinstance(module, PackedWeight) or hasattr(module, "int8_activations"):  # (moe.PackedLocalExperts too)
             module.int8_activations = mode == "int8"
     if hasattr(model, "forget_cpu_stack"):  # the native CPU stack holds each weight's product mode
         model.forget_cpu_stack()
+    return mode

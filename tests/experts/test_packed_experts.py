@@ -104,7 +104,10 @@ def test_packed_reference_is_the_dense_path_on_dequantized_experts():
 
 
 def make_llm(path: str, **experts) -> LLM:
-    return LLM.from_config(EngineConfig(model=path, runner=RunnerConfig(device="cpu", dtype="float32"),
+    """Exact CPU products (not --cpu-matmul auto's int8 for these K-quant files): each placement sums an expert's
+    share of a layer in its own order, which int8 activations can turn into other roundings downstream."""
+    return LLM.from_config(EngineConfig(model=path, runner=RunnerConfig(device="cpu", dtype="float32",
+                                                                        cpu_matmul="exact"),
                                         scheduler=SchedulerConfig(max_num_seqs=4), experts=ExpertConfig(**experts)))
 
 
@@ -277,6 +280,40 @@ def test_cpu_matmul_int8_runs_the_experts_through_quant_moe(moe_256, tmp_path, m
     assert 0 < err < 0.05
     set_cpu_matmul(model, "exact")
     assert torch.equal(prompt_logits(model, IDS), exact) and len(calls) == 2
+
+
+@pytest.mark.parametrize("quant, mode", [("Q4_K", "int8"), ("Q6_K", "int8"), ("Q8_0", "exact"), ("Q4_1", "exact")])
+def test_cpu_matmul_auto_picks_int8_where_superblock_types_dominate(moe_256, tmp_path, quant, mode):
+    """--cpu-matmul auto, the default: int8 where most packed bytes are 256-value superblock types (K-quants,
+    i-quants: their exact float decode takes the CPU several times int8's time), exact for the 32-value block types
+    (about as fast exact); every packed weight and expert layer takes the mode picked."""
+    from strata.model.packed import set_cpu_matmul
+
+    path = str(tmp_path / "moe.gguf")
+    write_gguf(path, *moe_256, quant=quant)
+    model = load(path)
+    assert set_cpu_matmul(model, "auto") == mode
+    assert {m.int8_activations for m in model.modules() if hasattr(m, "int8_activations")} == {mode == "int8"}
+    assert set_cpu_matmul(model, "exact") == "exact"  # an explicit mode stays what it says
+    assert not any(m.int8_activations for m in model.modules() if hasattr(m, "int8_activations"))
+
+
+def test_engine_default_runs_a_k_quant_file_on_int8_activations(moe_256, tmp_path, monkeypatch):
+    """The engine's default (--cpu-matmul auto) gives a Q4_K file's experts to quant_moe, and `exact` keeps them
+    off it; both engines give tokens."""
+    from strata.kernels import cpu_quant
+
+    path = str(tmp_path / "moe.gguf")
+    write_gguf(path, *moe_256, quant="Q4_K")
+    calls = []
+    quant_moe = cpu_quant.quant_moe
+    monkeypatch.setattr(cpu_quant, "quant_moe", lambda *args, **kw: calls.append(1) or quant_moe(*args, **kw))
+    for mode, expect_calls in ((None, True), ("exact", False)):
+        options = {} if mode is None else {"cpu_matmul": mode}
+        with LLM(path, dtype="float32", device="cpu", max_num_seqs=2, **options) as llm:
+            calls.clear()
+            out = llm.generate(PROMPTS[:1], PARAMS)[0].outputs[0].token_ids
+        assert len(out) == PARAMS.max_tokens and bool(calls) == expect_calls, (mode, len(calls))
 
 
 def test_hybrid_model_experts_load_packed(tmp_path, monkeypatch):
