@@ -144,7 +144,8 @@ def _build_parts(config: EngineConfig, quiet: bool, shared: LoadedModel | None, 
         if stage is not None:
             model.stage = stage
     loaded = loaded or shared
-    cpu_matmul = set_cpu_matmul(loaded.model, config.runner.cpu_matmul)
+    file_types = source.bytes_by_type() if hasattr(source, "bytes_by_type") else None  # a GGUF's: every stage's
+    cpu_matmul = set_cpu_matmul(loaded.model, config.runner.cpu_matmul, file_types)
     if config.runner.cpu_matmul == "auto" and cpu_matmul == "int8" and device == "cpu" and not quiet:
         print("cpu matmul: int8 activations (--cpu-matmul auto: most weights are K-quants or i-quants, whose exact "
               "float decode is several times slower on the CPU; --cpu-matmul exact keeps float32 activations)",

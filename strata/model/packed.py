@@ -279,22 +279,23 @@ def packed_bytes_by_type(model: nn.Module) -> dict[int, int]:
     return totals
 
 
-def resolve_cpu_matmul(model: nn.Module, mode: str) -> str:
-    """--cpu-matmul's "auto" made "int8" or "exact" for `model`: int8 where most of its packed bytes are of types
-    whose exact float decode bounds the CPU's products (ops.exact_decode_is_slow: the K-quants and i-quants), else
-    exact (the 32-value block types: about as fast exact). Other modes as given."""
+def resolve_cpu_matmul(model: nn.Module, mode: str, bytes_by_type: dict[int, int] | None = None) -> str:
+    """--cpu-matmul's "auto" made "int8" or "exact" for `model`: int8 where most of its weight bytes (bytes_by_type,
+    qtype -> bytes: the file's where the caller has it, else the model's packed weights) are of types whose exact
+    float decode bounds the CPU's products (ops.exact_decode_is_slow: the K-quants and i-quants), else exact (the
+    32-value block types: about as fast exact). Other modes as given."""
     if mode != "auto":
         return mode
-    totals = packed_bytes_by_type(model)
+    totals = packed_bytes_by_type(model) if bytes_by_type is None else bytes_by_type
     superblocks = sum(nbytes for qtype, nbytes in totals.items() if ops.exact_decode_is_slow(qtype))
     return "int8" if 2 * superblocks > sum(totals.values()) else "exact"
 
 
-def set_cpu_matmul(model: nn.Module, mode: str) -> str:
+def set_cpu_matmul(model: nn.Module, mode: str, bytes_by_type: dict[int, int] | None = None) -> str:
     """--cpu-matmul for every packed weight of `model`: "int8" quantizes a float32 model's activations per
     block for its CPU products (ops.packed_linear), "exact" keeps them float32, "auto" picks one of the two
-    (resolve_cpu_matmul). Returns the mode set."""
-    mode = resolve_cpu_matmul(model, mode)
+    (resolve_cpu_matmul, by bytes_by_type where given). Returns the mode set."""
+    mode = resolve_cpu_matmul(model, mode, bytes_by_type)
     for module in model.modules():
         if isinstance(module, PackedWeight) or hasattr(module, "int8_activations"):  # (moe.PackedLocalExperts too)
             module.int8_activations = mode == "int8"

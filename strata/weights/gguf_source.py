@@ -102,6 +102,14 @@ class GGUFSource:
         entries = [e for e in self._entries() if not outside_stage(e.hf_name, owned, cfg)]
         return loaded_sizes(entries, dtype, self.experts_packed)
 
+    def bytes_by_type(self) -> dict[int, int]:
+        """qtype -> the file's tensor bytes of that type (every layer's: a pipeline stage's process decides
+        --cpu-matmul auto as the others do)."""
+        totals: dict[int, int] = {}
+        for entry in self._entries():
+            totals[entry.qtype] = totals.get(entry.qtype, 0) + entry.nbytes
+        return totals
+
     def _entries(self) -> list[TensorEntry]:
         return [TensorEntry(tensor.name, piece.hf_name, int(tensor.n_elements) // piece.share,
                             int(tensor.shape[-1]) if len(tensor.shape) == 3 else 0, int(tensor.tensor_type),

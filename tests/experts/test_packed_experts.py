@@ -293,6 +293,7 @@ def test_cpu_matmul_auto_picks_int8_where_superblock_types_dominate(moe_256, tmp
     write_gguf(path, *moe_256, quant=quant)
     model = load(path)
     assert set_cpu_matmul(model, "auto") == mode
+    assert set_cpu_matmul(model, "auto", GGUFSource(path).bytes_by_type()) == mode  # the file's bytes (the engine's)
     assert {m.int8_activations for m in model.modules() if hasattr(m, "int8_activations")} == {mode == "int8"}
     assert set_cpu_matmul(model, "exact") == "exact"  # an explicit mode stays what it says
     assert not any(m.int8_activations for m in model.modules() if hasattr(m, "int8_activations"))
