@@ -81,6 +81,13 @@ def _parse_override(value: str):
     return {"true": True, "false": False}.get(value.lower(), value)
 
 
+# Tensors of more values than HUGE_ELEMENTS are drawn in row pieces of at most PIECE_ELEMENTS (RandomSource.initialize);
+# every tensor of the shapes' defaults but Qwen4-Exp's PLE table is below it (its largest, Qwen3.6's and Qwen4-Exp's
+# 248,320-token embeddings, has 0.64 G values)
+HUGE_ELEMENTS = 1 << 32
+PIECE_ELEMENTS = 1 << 30
+
+
 class RandomSource:
     experts_packed = False
 
@@ -119,6 +126,17 @@ class RandomSource:
         gen = torch.Generator(device=device).manual_seed(seed)
 
         def draw(param: torch.Tensor, fill) -> None:
+            # a tensor above HUGE_ELEMENTS (Qwen4-Exp's PLE table: 51 G values, 95 GiB in bf16, kept in host
+            # memory) is drawn in row pieces of at most PIECE_ELEMENTS wherever it lives, so staging it needs no
+            # device as large as the tensor and its values do not depend on where it lives either
+            if param.numel() > HUGE_ELEMENTS and param.dim() > 1:
+                rows = max(1, PIECE_ELEMENTS // (param.numel() // param.shape[0]))
+                for start in range(0, param.shape[0], rows):
+                    draw_whole(param[start:start + rows], fill)
+            else:
+                draw_whole(param, fill)
+
+        def draw_whole(param: torch.Tensor, fill) -> None:
             # experts may sit in host memory (a partial expert cache): they are drawn on the main device
             # one tensor at a time and copied over, so the weights do not depend on where they live; another
             # pipeline stage's layers (meta) are drawn and dropped, so this stage's draws stay the whole model's

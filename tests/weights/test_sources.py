@@ -89,6 +89,29 @@ def test_random_weights_are_seeded_shaped_and_peaked():
     assert (top2[:, 0] - top2[:, 1]).median() > 0.5  # peaked: greedy is far from ties
 
 
+def test_huge_random_tensors_are_drawn_in_row_pieces(monkeypatch):
+    """A tensor above random_source.HUGE_ELEMENTS (Qwen4-Exp's 95 GiB PLE table, kept in host memory) is drawn in row
+    pieces of at most PIECE_ELEMENTS values, so no staging buffer is as large as it: here the tiny model's expert
+    stacks w13 (16 x 64 x 64, its largest tensors) in pieces of 3 experts. Every expert is drawn (at the std of a whole
+    draw), no piece repeats another, and the tensors drawn before them keep a whole draw's values."""
+    from strata.weights import random_source
+
+    whole = build_model(open_source(TINY_NEXT), "cpu", "float32", seed=1, quiet=True)
+    monkeypatch.setattr(random_source, "HUGE_ELEMENTS", 16 * 64 * 64 - 1)
+    monkeypatch.setattr(random_source, "PIECE_ELEMENTS", 3 * 64 * 64)
+    filled = []
+    normal = torch.Tensor.normal_
+    monkeypatch.setattr(torch.Tensor, "normal_", lambda t, *a, **k: filled.append(tuple(t.shape)) or normal(t, *a, **k))
+    pieces = build_model(open_source(TINY_NEXT), "cpu", "float32", seed=1, quiet=True)
+    stacks = [name for name, p in pieces.named_parameters() if p.numel() > 16 * 64 * 64 - 1]
+    assert len(stacks) == 5 and filled.count((3, 64, 64)) == 5 * 5 and filled.count((1, 64, 64)) == 5
+    assert (16, 64, 64) not in filled
+    w13 = pieces.model.layers[0].mlp.experts.w13                                     # [E, 2I, D]
+    assert abs(w13.std().item() - 1 / 8) < 0.01 and w13.abs().amax(dim=(1, 2)).gt(0).all()
+    assert not torch.equal(w13[:3], w13[3:6])
+    assert torch.equal(pieces.model.embed_tokens.weight, whole.model.embed_tokens.weight)
+
+
 def test_random_shape_errors():
     with pytest.raises(ValueError, match="unknown random shape"):
         open_source("random:gpt-5")
