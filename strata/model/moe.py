@@ -161,7 +161,7 @@ class MoEBlock(nn.Module):
     def route(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """hidden [T, D] -> (topk_ids [T, K] int64, topk_weights [T, K]): softmax, top-k, renormalise;
         the routing statistics are recorded on the way (in the same launch on CUDA)."""
-        logits = self.gate(hidden)                                      # [T, E]
+        logits = ops.row_wise_linear(hidden, self.gate.weight, self.gate.bias)  # [T, E]
         if self.routing_bias is not None:
             logits = logits + self.routing_bias
         return ops.softmax_topk(logits, self.top_k, self.norm_topk_prob, hidden.dtype, self.stats, self.layer_idx)

@@ -144,6 +144,16 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return F.linear(x, weight, bias)
 
 
+def row_wise_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """linear, where on the CPU each row of x [T, K] is multiplied alone: torch's float GEMM blocks its sums by the
+    row count (a router's logits moved ~1e-4 between 1 and 12 rows on the development VM), so a row's result would
+    depend on the step's other rows. For the MoE routers, whose top-k turns such a difference into another expert:
+    a token's experts are then the same in a decode step, a verification window and a batch."""
+    if x.is_cuda or x.dim() != 2 or x.shape[0] <= 1:
+        return linear(x, weight, bias)
+    return torch.cat([F.linear(row, weight, bias) for row in x.split(1)])                     # [T, N]
+
+
 def skinny_mlp_on(x: torch.Tensor, *weights) -> bool:
     """Whether a SwiGLU MLP (gate_up, down and an optional shared-expert gate: dense weights) on x takes
     skinny_mlp: one 16-bit CUDA row, weights of its dtype, contiguous, each under SKINNY_MAX_WEIGHT

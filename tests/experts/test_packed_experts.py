@@ -317,6 +317,31 @@ def test_engine_default_runs_a_k_quant_file_on_int8_activations(moe_256, tmp_pat
         assert len(out) == PARAMS.max_tokens and bool(calls) == expect_calls, (mode, len(calls))
 
 
+def test_router_rows_do_not_depend_on_the_step(moe_256, tmp_path):
+    """The MoE router multiplies each CPU row alone (ops.row_wise_linear; torch's GEMM blocks its sums by the row
+    count): a row's logits are the same bits alone and in a batch of 12, so its top-k experts are too. With int8
+    activations (--cpu-matmul auto's pick for this K-quant file), suffix speculation's verification windows then
+    give plain decoding's greedy tokens (on a 4-layer 30B-A3B Q4_K_M file a window's router rows moved a near-tie
+    at a 0.055-nat margin before; bench/results/2026-12-06-session60/README.md)."""
+    from strata.model import ops
+
+    gen = torch.Generator().manual_seed(3)
+    x, w = torch.randn(12, 256, generator=gen), torch.randn(16, 256, generator=gen)
+    batched = ops.row_wise_linear(x, w)
+    assert all(torch.equal(batched[i:i + 1], ops.row_wise_linear(x[i:i + 1], w)) for i in range(12))
+    torch.testing.assert_close(batched, x @ w.T, rtol=1e-5, atol=1e-5)
+
+    path = str(tmp_path / "moe.gguf")
+    write_gguf(path, *moe_256, quant="Q4_K")
+    prompts = [{"prompt_token_ids": [20 + i, 7, 8, 9, 10] * 4} for i in range(3)]
+    outs = []
+    for spec in (None, {"method": "suffix", "num_speculative_tokens": 3}):
+        options = {} if spec is None else {"speculative_config": spec}
+        with LLM(path, dtype="float32", device="cpu", max_num_seqs=4, **options) as llm:
+            outs.append([o.outputs[0].token_ids for o in llm.generate(prompts, PARAMS)])
+    assert outs[0] == outs[1]
+
+
 def test_hybrid_model_experts_load_packed(tmp_path, monkeypatch):
     model = build_hf_model("qwen3_next")
     cfg = {**hf_config("qwen3_next").to_dict(), "architectures": ["Qwen3NextForCausalLM"]}
