@@ -319,7 +319,8 @@ def test_engine_default_runs_a_k_quant_file_on_int8_activations(moe_256, tmp_pat
 
 def test_router_rows_do_not_depend_on_the_step(moe_256, tmp_path):
     """The MoE router multiplies each CPU row alone (ops.row_wise_linear; torch's GEMM blocks its sums by the row
-    count): a row's logits are the same bits alone and in a batch of 12, so its top-k experts are too. With int8
+    count): a row's logits are the same bits alone and in a batch of 12, and so are a router's top-k ids and weights
+    (MoEBlock.route on a 2,048-wide router: with torch's GEMM they differed at that width here). With int8
     activations (--cpu-matmul auto's pick for this K-quant file), suffix speculation's verification windows then
     give plain decoding's greedy tokens (on a 4-layer 30B-A3B Q4_K_M file a window's router rows moved a near-tie
     at a 0.055-nat margin before; bench/results/2026-12-06-session60/README.md)."""
@@ -333,6 +334,13 @@ def test_router_rows_do_not_depend_on_the_step(moe_256, tmp_path):
 
     path = str(tmp_path / "moe.gguf")
     write_gguf(path, *moe_256, quant="Q4_K")
+    block = next(layer.mlp for layer in load(path).model.layers if hasattr(layer.mlp, "experts"))
+    block.gate.weight.data = torch.randn(block.gate.weight.shape[0], 2048, generator=gen)  # a 30B-A3B-wide router
+    hidden = torch.randn(12, 2048, generator=gen)
+    batched = block.route(hidden)
+    for i in range(12):
+        alone = block.route(hidden[i:i + 1])
+        assert all(torch.equal(b[i:i + 1], a) for b, a in zip(batched, alone)), i
     prompts = [{"prompt_token_ids": [20 + i, 7, 8, 9, 10] * 4} for i in range(3)]
     outs = []
     for spec in (None, {"method": "suffix", "num_speculative_tokens": 3}):
