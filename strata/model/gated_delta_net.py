@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from strata.config import ModelConfig, debug_flag
+from strata.kernels import cpu_gdn
 from strata.model import ops
 from strata.model.context import ForwardContext
 from strata.model.linear import Linear
@@ -295,21 +296,26 @@ class GatedDeltaNet(nn.Module):
     def _delta_rule(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
                     beta: torch.Tensor, ssm_state: torch.Tensor,
                     ctx: ForwardContext) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Short windows run as one padded recurrent batch; long windows (prompt chunks) run chunked,
+        """Short windows run as one padded recurrent batch (on the CPU: one native call, strata.kernels.cpu_gdn,
+        unless STRATA_TORCH_CPU_GDN=1); long windows (prompt chunks) run chunked,
         batched with others of similar length (`_similar_lengths`), so one long prompt chunk does not
         pad every decode row and a step of many prompts is not a loop over them. With
         ctx.keep_window_states the recurrent batch also returns the state after every token
         ([T, Hv, Dk, Dv]; rows of long windows stay unset: verification windows are always short)."""
-        initial = torch.where(ctx.has_initial_state[:, None, None, None], ssm_state[ctx.state_slot_ids], 0)
         out = v.new_empty(v.shape, dtype=torch.float32)                        # [T, Hv, Dv]
         window_ssm = None
         if ctx.keep_window_states:
             window_ssm = ssm_state.new_empty(q.shape[0], *ssm_state.shape[1:])  # [T, Hv, Dk, Dv]
         short = [i for i, n in enumerate(ctx.query_lens) if n <= _RECURRENT_MAX_QUERY_LEN]
+        starts = [0, *accumulate(ctx.query_lens)]
+        if short and _native_on(ssm_state):
+            self._native_recurrence(q, k, v, g, beta, ssm_state, ctx, short, starts, out, window_ssm)
+            short = []
         groups = [(short, recurrent_gated_delta_rule)] if short else []
         groups += [(seqs, chunked_gated_delta_rule) for seqs in _similar_lengths(
             [i for i, n in enumerate(ctx.query_lens) if n > _RECURRENT_MAX_QUERY_LEN], ctx.query_lens)]
-        starts = [0, *accumulate(ctx.query_lens)]
+        if groups:
+            initial = torch.where(ctx.has_initial_state[:, None, None, None], ssm_state[ctx.state_slot_ids], 0)
         for seqs, rule in groups:
             tokens, row, col, seq_index, last = ctx.cached(
                 ("delta_rule_layout", tuple(seqs)), lambda: _padded_layout(seqs, starts, ctx.query_lens, q.device))
@@ -324,6 +330,23 @@ class GatedDeltaNet(nn.Module):
             out[tokens] = group_out[row, col]
             ssm_state.index_copy_(0, ctx.state_slot_ids[seq_index], final)
         return out, window_ssm
+
+    def _native_recurrence(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+                           beta: torch.Tensor, ssm_state: torch.Tensor, ctx: ForwardContext, seqs: list[int],
+                           starts: list[int], out: torch.Tensor, window_ssm: torch.Tensor | None) -> None:
+        """The recurrence of the short windows `seqs` on the CPU in one native call (strata.kernels.cpu_gdn), their
+        states read and written in place in ssm_state; out [T, Hv, Dv] and window_ssm written at their tokens."""
+        slots, begins, ends, has = ctx.cached(("native_delta_rule", tuple(seqs)), lambda: (
+            ctx.state_slot_ids[seqs].to(torch.int64), torch.tensor([starts[i] for i in seqs]),
+            torch.tensor([starts[i + 1] for i in seqs]), ctx.has_initial_state[seqs].to(torch.int64)))
+        q = (q.float() * q.shape[-1] ** -0.5).contiguous()                     # [T, Hv, Dk], as the torch rule
+        cpu_gdn.recurrent(q, k.float().contiguous(), v.float().contiguous(), g.float().exp().contiguous(),
+                          beta.float().contiguous(), ssm_state, slots, begins, ends, has, out, window_ssm)
+
+
+def _native_on(ssm_state: torch.Tensor) -> bool:
+    return (ssm_state.is_cpu and ssm_state.dtype == torch.float32 and ssm_state.is_contiguous()
+            and not debug_flag("TORCH_CPU_GDN") and cpu_gdn.available())
 
 
 def leading_windows(ctx: ForwardContext) -> int | None:

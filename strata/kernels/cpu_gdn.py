@@ -1,0 +1,70 @@
+"""The gated delta rule of Gated DeltaNet layers on the CPU for a step's short windows (decode, verification,
+short prompts): native/gdn_recurrent_cpu.c, in cpu_quant's library and on its thread pool. Each sequence's
+state is read and written in place in the pool, one column tile at a time, where the torch path gathered,
+masked, decayed, added an outer product and scattered [S, Hv, Dk, Dv] float32 in ~9 passes (Qwen3-Next's 32
+heads of 128 x 128, one sequence: 4.8 ms a layer on the 2-core VM). A token's result has the same bits in
+any window, batch or thread count, so a verification window's rows equal the same tokens decoded one by one.
+
+`recurrent` takes q and k per value head, L2-normalised, q already scaled by Dk^-1/2, and decay = exp(g);
+strata.kernels.gdn.gdn_recurrent_ref states the rule (tests/kernels/test_cpu_gdn.py holds the kernel to it)."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from strata.kernels import cpu_quant
+
+# state values x tokens under which one thread does a call: waking the pool costs more
+_ONE_THREAD_WORK = 1 << 16
+
+
+def available() -> bool:
+    """The native library is built here with the kernel (else the caller keeps its torch path)."""
+    library = cpu_quant._load()
+    return library is not None and hasattr(library, cpu_quant._GDN)
+
+
+def recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, decay: torch.Tensor, beta: torch.Tensor,
+              pool: torch.Tensor, slots: torch.Tensor, begins: torch.Tensor, ends: torch.Tensor,
+              has_initial: torch.Tensor, out: torch.Tensor, all_states: torch.Tensor | None = None) -> None:
+    """q, k [T, Hv, Dk], v [T, Hv, Dv], decay and beta [T, Hv] (float32); pool [S_max, Hv, Dk, Dv] float32; for
+    each sequence s its pool row slots[s], its tokens begins[s] <= t < ends[s] and has_initial[s] (False: start
+    from zeros), all [S] int64 -> out [T, Hv, Dv] float32 written at those tokens, all_states [T, Hv, Dk, Dv] (if
+    given) the state after each of them, the state after each sequence's last token in its pool row."""
+    tokens, heads, dim_k = q.shape
+    dim_v = v.shape[2]
+    floats = {"q": q, "k": k, "v": v, "decay": decay, "beta": beta, "pool": pool, "out": out}
+    if all_states is not None:
+        floats["all_states"] = all_states
+    bad = [name for name, t in floats.items() if t.dtype != torch.float32 or not t.is_cpu or not t.is_contiguous()]
+    if bad:
+        raise ValueError(f"cpu_gdn.recurrent: {', '.join(bad)} must be contiguous CPU float32 tensors")
+    shapes = {"k": (k.shape, q.shape), "v": (v.shape, (tokens, heads, dim_v)), "decay": (decay.shape, (tokens, heads)),
+              "beta": (beta.shape, (tokens, heads)), "pool": (pool.shape[1:], (heads, dim_k, dim_v)),
+              "out": (out.shape, v.shape)}
+    if all_states is not None:
+        shapes["all_states"] = (all_states.shape, (tokens, heads, dim_k, dim_v))
+    wrong = [f"{name} {tuple(got)} (wants {tuple(want)})" for name, (got, want) in shapes.items()
+             if tuple(got) != tuple(want)]
+    if wrong:
+        raise ValueError(f"cpu_gdn.recurrent: for q {tuple(q.shape)}: {', '.join(wrong)}")
+    ints = [t.to(torch.int64).contiguous() for t in (slots, begins, ends, has_initial)]
+    num_seqs = ints[0].shape[0]
+    work = int((ints[2] - ints[1]).sum()) * heads * dim_k * dim_v
+    threads = 1 if work < _ONE_THREAD_WORK else cpu_quant._threads()
+    status = _kernel()(q.data_ptr(), k.data_ptr(), v.data_ptr(), decay.data_ptr(), beta.data_ptr(), tokens, heads,
+                       dim_k, dim_v, pool.data_ptr(), pool.shape[0], *(t.data_ptr() for t in ints), num_seqs,
+                       out.data_ptr(), 0 if all_states is None else all_states.data_ptr(), threads)
+    if status != 0:
+        raise IndexError(f"cpu_gdn.recurrent: slots {ints[0].tolist()} or tokens {ints[1].tolist()}..."
+                         f"{ints[2].tolist()} outside the pool's {pool.shape[0]} rows or the {tokens} tokens")
+
+
+@functools.cache
+def _kernel():
+    """The AVX2 build where the CPU has it (the same bits: no fused multiply-adds, sums in a fixed order)."""
+    library = cpu_quant._require()
+    avx2 = cpu_quant.available_isas()[-1] != "scalar" and hasattr(library, cpu_quant._GDN_AVX2)
+    return getattr(library, cpu_quant._GDN_AVX2 if avx2 else cpu_quant._GDN)
