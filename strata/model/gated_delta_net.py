@@ -296,8 +296,9 @@ class GatedDeltaNet(nn.Module):
     def _delta_rule(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
                     beta: torch.Tensor, ssm_state: torch.Tensor,
                     ctx: ForwardContext) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Short windows run as one padded recurrent batch (on the CPU: one native call, strata.kernels.cpu_gdn,
-        unless STRATA_TORCH_CPU_GDN=1); long windows (prompt chunks) run chunked,
+        """On the CPU every window runs token by token in one native call (strata.kernels.cpu_gdn: faster than the
+        chunked torch form at every length measured, 1.7x at a 512-token prompt), unless STRATA_TORCH_CPU_GDN=1.
+        Else short windows run as one padded recurrent batch; long windows (prompt chunks) run chunked,
         batched with others of similar length (`_similar_lengths`), so one long prompt chunk does not
         pad every decode row and a step of many prompts is not a loop over them. With
         ctx.keep_window_states the recurrent batch also returns the state after every token
@@ -307,15 +308,17 @@ class GatedDeltaNet(nn.Module):
         if ctx.keep_window_states:
             window_ssm = ssm_state.new_empty(q.shape[0], *ssm_state.shape[1:])  # [T, Hv, Dk, Dv]
         short = [i for i, n in enumerate(ctx.query_lens) if n <= _RECURRENT_MAX_QUERY_LEN]
+        long = [i for i, n in enumerate(ctx.query_lens) if n > _RECURRENT_MAX_QUERY_LEN]
         starts = [0, *accumulate(ctx.query_lens)]
-        if short and _native_on(ssm_state):
-            self._native_recurrence(q, k, v, g, beta, ssm_state, ctx, short, starts, out, window_ssm)
-            short = []
+        if _native_on(ssm_state):
+            parts = [(short, window_ssm), (long, None)] if window_ssm is not None else [(short + long, None)]
+            for seqs, kept in parts:
+                if seqs:
+                    self._native_recurrence(q, k, v, g, beta, ssm_state, ctx, seqs, starts, out, kept)
+            return out, window_ssm
         groups = [(short, recurrent_gated_delta_rule)] if short else []
-        groups += [(seqs, chunked_gated_delta_rule) for seqs in _similar_lengths(
-            [i for i, n in enumerate(ctx.query_lens) if n > _RECURRENT_MAX_QUERY_LEN], ctx.query_lens)]
-        if groups:
-            initial = torch.where(ctx.has_initial_state[:, None, None, None], ssm_state[ctx.state_slot_ids], 0)
+        groups += [(seqs, chunked_gated_delta_rule) for seqs in _similar_lengths(long, ctx.query_lens)]
+        initial = torch.where(ctx.has_initial_state[:, None, None, None], ssm_state[ctx.state_slot_ids], 0)
         for seqs, rule in groups:
             tokens, row, col, seq_index, last = ctx.cached(
                 ("delta_rule_layout", tuple(seqs)), lambda: _padded_layout(seqs, starts, ctx.query_lens, q.device))
@@ -334,8 +337,8 @@ class GatedDeltaNet(nn.Module):
     def _native_recurrence(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
                            beta: torch.Tensor, ssm_state: torch.Tensor, ctx: ForwardContext, seqs: list[int],
                            starts: list[int], out: torch.Tensor, window_ssm: torch.Tensor | None) -> None:
-        """The recurrence of the short windows `seqs` on the CPU in one native call (strata.kernels.cpu_gdn), their
-        states read and written in place in ssm_state; out [T, Hv, Dv] and window_ssm written at their tokens."""
+        """The recurrence of the windows `seqs` on the CPU in one native call (strata.kernels.cpu_gdn), their states
+        read and written in place in ssm_state; out [T, Hv, Dv] and window_ssm (if any) written at their tokens."""
         slots, begins, ends, has = ctx.cached(("native_delta_rule", tuple(seqs)), lambda: (
             ctx.state_slot_ids[seqs].to(torch.int64), torch.tensor([starts[i] for i in seqs]),
             torch.tensor([starts[i + 1] for i in seqs]), ctx.has_initial_state[seqs].to(torch.int64)))

@@ -117,7 +117,12 @@ def random_ids(n: int, seed: int) -> list[int]:
 # ---- the tests ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("chunk", [72, 7, 24])  # one chunked window; recurrent pieces; chunked pieces
-def test_prompt_logits_match_hf(model, hf_model, chunk):
+@pytest.mark.parametrize("torch_gdn", [False, True])
+def test_prompt_logits_match_hf(model, hf_model, chunk, torch_gdn, monkeypatch):
+    """On the CPU's native recurrence (every window token by token) and on the torch path
+    (STRATA_TORCH_CPU_GDN=1: the padded recurrent batch and the chunked form, which CUDA's eager fallback takes)."""
+    if torch_gdn:
+        monkeypatch.setenv("STRATA_TORCH_CPU_GDN", "1")
     ids = random_ids(72, seed=2)
     with torch.no_grad():
         expected = hf_model(torch.tensor([ids])).logits[0]
@@ -158,7 +163,7 @@ def test_long_windows_batch_by_similar_length():
 def test_a_steps_index_layouts_are_made_once_for_all_layers(model, monkeypatch, torch_gdn):
     """The eager path's per-step index tensors (copied to the device) are built once per step and
     shared by the layers: a copy per layer would make the host wait for the device at every layer. On the
-    CPU the short window takes the native recurrence (no padded layout) unless STRATA_TORCH_CPU_GDN=1."""
+    CPU every window takes the native recurrence (no padded layout) unless STRATA_TORCH_CPU_GDN=1."""
     import strata.model.gated_delta_net as gdn
 
     if torch_gdn:
@@ -170,7 +175,7 @@ def test_a_steps_index_layouts_are_made_once_for_all_layers(model, monkeypatch, 
     assert num_gdn_layers >= 2
     prompts = [random_ids(n, seed=40 + n) for n in (37, 3)]   # a long chunk and a short window: two groups
     step(model, make_caches(model), [(0, 0, 37), (1, 0, 3)], prompts)
-    assert sorted(calls) == ([[0], [1]] if torch_gdn or not gdn.cpu_gdn.available() else [[0]])
+    assert sorted(calls) == ([[0], [1]] if torch_gdn or not gdn.cpu_gdn.available() else [])
 
 
 def random_delta_inputs(batch: int, length: int, seed: int):
