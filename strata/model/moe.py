@@ -150,6 +150,7 @@ class MoEBlock(nn.Module):
         if cfg.shared_expert_intermediate_size:
             self.shared_expert = DenseMLP(cfg.hidden_size, cfg.shared_expert_intermediate_size)
             self.shared_expert_gate = Linear(cfg.hidden_size, 1, bias=False)
+            self.shared_expert_gate.row_invariant = True
 
     def attach_experts(self, layer_idx: int, stats, provider: ExpertProvider | None = None) -> None:
         """The expert manager's one way in: this block's index among the MoE layers, the routing

@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from strata.config import debug_flag
-from strata.kernels import (hyper, packed_dequant, packed_gemv, packed_mmq, packed_q8, packed_q8_joined, q8_rounding,
-                            qsa_scores, skinny_linear, skinny_mlp, triton_available)
+from strata.kernels import (cpu_linear, hyper, packed_dequant, packed_gemv, packed_mmq, packed_q8, packed_q8_joined,
+                            q8_rounding, qsa_scores, skinny_linear, skinny_mlp, triton_available)
 from strata.kernels.fused_moe import fused_moe as fused_moe_kernel
 from strata.kernels.fused_moe import fused_moe_ref, grouped_experts_apply
 from strata.kernels.gguf_blocks import packed_matmul_ref
@@ -145,11 +145,16 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 
 def row_wise_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """linear, where on the CPU each row of x [T, K] is multiplied alone: torch's float GEMM blocks its sums by the
-    row count (a router's logits moved ~1e-4 between 1 and 12 rows on the development VM), so a row's result would
-    depend on the step's other rows. For the MoE routers, whose top-k turns such a difference into another expert:
-    a token's experts are then the same in a decode step, a verification window and a batch."""
-    if x.is_cuda or x.dim() != 2 or x.shape[0] <= 1:
+    """linear, where on the CPU each row of x [T, K] gets the same bits whatever rows come with it: torch's float
+    GEMM blocks its sums by the row count (a router's logits moved ~1e-4 between 1 and 12 rows on the development
+    VM), so a row's result would depend on the step's other rows. For the MoE routers, whose top-k turns such a
+    difference into another expert: a token's experts are then the same in a decode step, a verification window
+    and a batch. float32: strata.kernels.cpu_linear (sums in an order fixed by K); else one F.linear a row."""
+    if x.is_cuda or x.dim() != 2:
+        return linear(x, weight, bias)
+    if cpu_linear.fits(x, weight, bias) and cpu_linear.available():
+        return cpu_linear.row_linear(x, weight, bias)                                           # [T, N]
+    if x.shape[0] <= 1:
         return linear(x, weight, bias)
     return torch.cat([F.linear(row, weight, bias) for row in x.split(1)])                     # [T, N]
 

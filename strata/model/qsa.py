@@ -72,6 +72,7 @@ class QSAIndexer(nn.Module):
         self.num_heads, self.head_dim = cfg.indexer_n_heads, cfg.indexer_head_dim
         self.ratio, self.top_blocks = cfg.indexer_compress_ratio, cfg.indexer_budget // cfg.indexer_compress_ratio
         self.index_qk_proj = Linear(cfg.hidden_size, (self.num_heads + 1) * self.head_dim, bias=False)
+        self.index_qk_proj.row_invariant = True  # its scores pick blocks by top-k
         self.q_layernorm = RMSNorm(self.head_dim, cfg.rms_norm_eps, zero_centered=True)
         self.k_layernorm = RMSNorm(self.head_dim, cfg.rms_norm_eps, zero_centered=True)
 

@@ -184,3 +184,19 @@ def test_one_topk_over_all_rows_chooses_what_one_per_count_does():
     chosen = choose_in_one_topk(scores, seen, complete, top_blocks)
     assert torch.equal(chosen, expected)
     assert chosen[complete > top_blocks].sum(1).eq(top_blocks).all()
+
+
+def test_the_indexer_and_shared_gate_rows_do_not_depend_on_the_step(hf_and_folder):
+    """The QSA indexer's projection (its scores pick blocks by top-k) and the shared expert's gate run row-invariant
+    on the CPU (Linear.row_invariant): a token's values are the same bits alone and beside 11 others, so a
+    verification window's token picks the blocks plain decoding picks."""
+    model = build_model(HFSource(str(hf_and_folder[1])), "cpu", "float32", quiet=True)
+    indexer = model.model.layers[2].self_attn.indexer.index_qk_proj
+    gate = next(layer.mlp.shared_expert_gate for layer in model.model.layers
+                if getattr(layer.mlp, "shared_expert_gate", None) is not None)
+    hidden = torch.randn(12, model.config.hidden_size, generator=torch.Generator().manual_seed(8))
+    for module in (indexer, gate):
+        assert module.row_invariant
+        with torch.no_grad():
+            batched = module(hidden)
+            assert all(torch.equal(batched[i], module(hidden[i:i + 1])[0]) for i in range(12))
