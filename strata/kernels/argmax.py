@@ -1,4 +1,4 @@
-"""Greedy token choice: the argmax of each row of a step's float32 logits in one launch.
+"""Greedy token choice: the argmax of each row of a step's float32 logits in one launch (numpy's on the CPU).
 
 torch's argmax reduces a [N, 150K] row in a launch that took 8 µs on the H200 at one row, after a
 stream of PDL launches it cannot join. Here programs own (row, chunk of the vocabulary) and reduce their
@@ -10,6 +10,7 @@ reduces the row's chunk keys and writes the index.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 try:
@@ -36,8 +37,12 @@ def argmax_ref(logits: torch.Tensor) -> torch.Tensor:
 
 
 def argmax(logits: torch.Tensor) -> torch.Tensor:
-    """Same contract as argmax_ref; one Triton launch for float32 CUDA rows with unit stride."""
+    """Same contract as argmax_ref; one Triton launch for float32 CUDA rows with unit stride. Contiguous float32
+    CPU rows take numpy's argmax (vectorised; the same tie and NaN rules): [4, 151,936] in 56 us against torch's
+    770 on the 2-core VM, ~1 % of a 4-stream decode step of a 4-layer Qwen3-Next there."""
     num_rows, vocab = logits.shape
+    if logits.device.type == "cpu" and logits.dtype == torch.float32 and logits.is_contiguous() and num_rows:
+        return torch.from_numpy(logits.detach().numpy().argmax(axis=-1).astype(np.int64, copy=False))
     if not (logits.is_cuda and logits.dtype == torch.float32 and logits.stride(1) == 1 and num_rows
             and vocab < (1 << 31) and triton_available()):
         return argmax_ref(logits)

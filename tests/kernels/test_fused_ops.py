@@ -446,13 +446,14 @@ def test_fold_step_matches_ref(layers, experts, routed):
         assert torch.equal(actual.cpu(), expected)
 
 
-@gpu
+@pytest.mark.parametrize("device", [pytest.param("cuda", marks=gpu), "cpu"])
 @pytest.mark.parametrize("rows, vocab", [(1, 151936), (5, 4096), (3, 4097), (40, 32000), (2, 7)])
-def test_argmax_matches_torch(rows, vocab):
-    """Random rows, plus ties (the first index wins), an all -inf row, a NaN (it wins, as in torch)."""
+def test_argmax_matches_torch(rows, vocab, device):
+    """Random rows, plus ties (the first index wins), an all -inf row, a NaN (it wins, as in torch); the Triton
+    kernel on CUDA, numpy's argmax on the CPU."""
     from strata.kernels.argmax import argmax, argmax_ref
 
-    logits = randn(rows, vocab, device="cuda", seed=vocab)
+    logits = randn(rows, vocab, device=device, seed=vocab)
     if rows > 1:
         logits[0, vocab // 3] = logits[0, vocab // 2] = logits[0, vocab - 1] = 1e4   # ties across chunks
         logits[1] = float("-inf")
