@@ -1,6 +1,6 @@
-"""The CPU path's native steps for float32 models (strata/kernels/cpu_quant.py, cpu_attention.py: C built at first
-use): projections over packed GGUF blocks, paged attention of short windows over a float32 pool, and a plain
-attention layer's rotary embedding with its KV write. Each `native_*` answers the kernel module, or None where it is
+"""The CPU path's native steps for float32 models (strata/kernels/cpu_quant.py, cpu_attention.py, cpu_gdn.py: C built
+at first use): projections over packed GGUF blocks, paged attention of short windows over a float32 pool, a plain
+attention layer's rotary embedding with its KV write, and the Gated DeltaNet recurrence on the state pool. Each `native_*` answers the kernel module, or None where it is
 not built or a debug switch turns it off (the torch forms then run, to compare); strata.model.ops dispatches here
 and re-exports what the layers call.
 """
@@ -134,3 +134,29 @@ def native_stack():
     from strata.kernels import cpu_stack
 
     return cpu_stack if cpu_stack.available() else None
+
+
+def cpu_gdn_on(ssm_state: torch.Tensor) -> bool:
+    """Whether a Gated DeltaNet layer's windows take the native CPU recurrence (kernels/cpu_gdn.py): a contiguous
+    float32 state pool on the CPU (STRATA_TORCH_CPU_GDN=1: the torch path, to compare)."""
+    return ssm_state.is_cpu and ssm_state.dtype == torch.float32 and ssm_state.is_contiguous() and \
+        native_gdn() is not None
+
+
+def cpu_gdn_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, decay: torch.Tensor, beta: torch.Tensor,
+                      pool: torch.Tensor, slots: torch.Tensor, begins: torch.Tensor, ends: torch.Tensor,
+                      has_initial: torch.Tensor, out: torch.Tensor, all_states: torch.Tensor | None) -> None:
+    """cpu_gdn.recurrent (check cpu_gdn_on first): its contract, out and all_states written in place."""
+    native_gdn().recurrent(q, k, v, decay, beta, pool, slots, begins, ends, has_initial, out, all_states)
+
+
+def native_gdn():
+    """strata.kernels.cpu_gdn where its library is built here and STRATA_TORCH_CPU_GDN is not set, else None."""
+    return None if debug_flag("TORCH_CPU_GDN") else _built_gdn()
+
+
+@functools.cache
+def _built_gdn():
+    from strata.kernels import cpu_gdn
+
+    return cpu_gdn if cpu_gdn.available() else None

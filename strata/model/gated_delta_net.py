@@ -16,7 +16,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from strata.config import ModelConfig, debug_flag
-from strata.kernels import cpu_gdn
 from strata.model import ops
 from strata.model.context import ForwardContext
 from strata.model.linear import Linear
@@ -296,7 +295,7 @@ class GatedDeltaNet(nn.Module):
     def _delta_rule(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
                     beta: torch.Tensor, ssm_state: torch.Tensor,
                     ctx: ForwardContext) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """On the CPU every window runs token by token in one native call (strata.kernels.cpu_gdn: faster than the
+        """On the CPU every window runs token by token in one native call (ops.cpu_gdn_recurrent: faster than the
         chunked torch form at every length measured, 1.7x at a 512-token prompt), unless STRATA_TORCH_CPU_GDN=1.
         Else short windows run as one padded recurrent batch; long windows (prompt chunks) run chunked,
         batched with others of similar length (`_similar_lengths`), so one long prompt chunk does not
@@ -310,7 +309,7 @@ class GatedDeltaNet(nn.Module):
         short = [i for i, n in enumerate(ctx.query_lens) if n <= _RECURRENT_MAX_QUERY_LEN]
         long = [i for i, n in enumerate(ctx.query_lens) if n > _RECURRENT_MAX_QUERY_LEN]
         starts = [0, *accumulate(ctx.query_lens)]
-        if _native_on(ssm_state):
+        if ops.cpu_gdn_on(ssm_state):
             parts = [(short, window_ssm), (long, None)] if window_ssm is not None else [(short + long, None)]
             for seqs, kept in parts:
                 if seqs:
@@ -337,19 +336,14 @@ class GatedDeltaNet(nn.Module):
     def _native_recurrence(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
                            beta: torch.Tensor, ssm_state: torch.Tensor, ctx: ForwardContext, seqs: list[int],
                            starts: list[int], out: torch.Tensor, window_ssm: torch.Tensor | None) -> None:
-        """The recurrence of the windows `seqs` on the CPU in one native call (strata.kernels.cpu_gdn), their states
+        """The recurrence of the windows `seqs` on the CPU in one native call (ops.cpu_gdn_recurrent), their states
         read and written in place in ssm_state; out [T, Hv, Dv] and window_ssm (if any) written at their tokens."""
         slots, begins, ends, has = ctx.cached(("native_delta_rule", tuple(seqs)), lambda: (
             ctx.state_slot_ids[seqs].to(torch.int64), torch.tensor([starts[i] for i in seqs]),
             torch.tensor([starts[i + 1] for i in seqs]), ctx.has_initial_state[seqs].to(torch.int64)))
         q = (q.float() * q.shape[-1] ** -0.5).contiguous()                     # [T, Hv, Dk], as the torch rule
-        cpu_gdn.recurrent(q, k.float().contiguous(), v.float().contiguous(), g.float().exp().contiguous(),
-                          beta.float().contiguous(), ssm_state, slots, begins, ends, has, out, window_ssm)
-
-
-def _native_on(ssm_state: torch.Tensor) -> bool:
-    return (ssm_state.is_cpu and ssm_state.dtype == torch.float32 and ssm_state.is_contiguous()
-            and not debug_flag("TORCH_CPU_GDN") and cpu_gdn.available())
+        ops.cpu_gdn_recurrent(q, k.float().contiguous(), v.float().contiguous(), g.float().exp().contiguous(),
+                              beta.float().contiguous(), ssm_state, slots, begins, ends, has, out, window_ssm)
 
 
 def leading_windows(ctx: ForwardContext) -> int | None:
