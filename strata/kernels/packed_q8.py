@@ -125,15 +125,7 @@ def pair_configs(num_tokens: int, qtype2: int, qtype13: int, in_host: bool = Fal
     return PAIR_CONFIG, PAIR_CONFIG
 
 
-# Types whose wider few-row tilings run out of registers on sm_90 (tools/triton_sass_stats.py gemv): Q6_K at 8 rows
-# and 4 rows of W with 8 superblocks a step took 255 registers and a 72-byte stack, Q3_K 136 bytes (Q4_K 210
-# registers, none spilled), and Nsight Compute saw the joined q/k/v GEMV of issue 23's model (its v rows Q6_K) at 8
-# rows spill (43,008 local requests, 12.5 % occupancy; bench/results/2026-12-06-session61). They step by half as many
-# superblocks there (Q6_K 140 registers, Q3_K 144, no stack); Q3_K at 3-4 rows likewise.
-SPILLING = (Q3_K, Q6_K)
-
-
-def default_config(n: int, k: int, rows: int, qtype: int | None = None) -> dict:
+def default_config(n: int, k: int, rows: int) -> dict:
     """The tiling (BLOCK_N rows of W per program, SUPERBLOCKS per K step, warps) for an [n, k] weight and a
     step of `rows` rows, timed in CUDA graphs with cold weights. Session 22 took the fastest of 10 tilings on the
     H200 for the 30B-A3B and Qwen4-Exp shapes at Q4_K_M (bench/results/2026-12-02-h200-q8/), session 29/30 the LM
@@ -141,8 +133,7 @@ def default_config(n: int, k: int, rows: int, qtype: int | None = None) -> dict:
     sweep on an H100 (27 tilings of 1-4 rows of W and 2-8 superblocks a step over the 30B-A3B's attention
     projections; 2026-12-06-h100-session57/) replaced the 1-, 3-4- and 5-8-row tilings below 8,192 rows of W:
     one warp at one row, and fewer rows of W with more superblocks a step as the rows of x grow. 9-16 rows:
-    session 50's sweep (an H100: 8 rows of W, 2 superblocks, 2 warps). `qtype` (the heaviest of a joined launch's
-    types): SPILLING types take half the superblocks where the tiling would spill."""
+    session 50's sweep (an H100: 8 rows of W, 2 superblocks, 2 warps)."""
     if rows == 1:
         if n <= 1024:  # k_proj + v_proj 4.50 us against 4.92 with session 22's (1, 8, 2)
             bn, sb, warps = 1, 8, 1
@@ -161,9 +152,12 @@ def default_config(n: int, k: int, rows: int, qtype: int | None = None) -> dict:
     elif rows <= 4 and n >= 8192:
         bn, sb, warps = 4, 2, 2
     elif rows <= 4:  # session 57's 4-row sweep (H100): k_proj + v_proj 6.19 us against 11.43, q + o 15.21 / 21.77
-        bn, sb, warps = (2, 8, 2) if n <= 1024 else (4, 2 if qtype == Q3_K else 4, 1)
+        bn, sb, warps = (2, 8, 2) if n <= 1024 else (4, 4, 1)
     elif rows <= 8:  # session 57: k_proj + v_proj 7.92 us against 13.25 with (4, 2, 2), q + o 23.33 / 24.53
-        bn, sb, warps = (2, 8, 2) if n <= 1024 else (4, 4 if qtype in SPILLING else 8, 2)
+        # (Q6_K and Q3_K spill registers here on sm_90, so the joined q/k/v spills with a Q6_K v; 4 superblocks a step
+        # spill none but lost on an H100, session 61: joined q/k/v at 8 rows 20.07 against 18.16 us, Q6_K 4,096 x
+        # 2,048 20.21 against 16.59, issue 23's c8 2,058 / 2,078 against 2,091 / 2,100 tok/s; joined_spill_ab.py)
+        bn, sb, warps = (2, 8, 2) if n <= 1024 else (4, 8, 2)
     else:
         bn, sb, warps = 8, 2, 2
     return dict(BLOCK_N=bn, SUPERBLOCKS=sb, num_warps=warps, num_stages=3)
@@ -249,7 +243,7 @@ def packed_gemv_q8(x: torch.Tensor, blocks: torch.Tensor, qtype: int, n: int, k:
     num_rows = x.shape[0]
     assert num_rows <= MAX_ROWS and x.shape[1] == k and supports(qtype, k, blocks) and blocks.dtype == torch.uint8
     assert blocks.shape[0] == n and blocks.shape[1] == row_bytes(qtype, k) and blocks.stride(1) == 1
-    cfg = {**default_config(n, k, num_rows, qtype), **(config or {})}
+    cfg = {**default_config(n, k, num_rows), **(config or {})}
     q, dx, sums = quantized if quantized is not None else quantize(x)
     if out is None:
         out = torch.empty(num_rows, n, dtype=torch.float32, device=x.device)

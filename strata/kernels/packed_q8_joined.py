@@ -48,8 +48,7 @@ def packed_gemv_q8_joined(x: torch.Tensor, segments: list[tuple[int, torch.Tenso
     [N, row_bytes])] x 2, packed_gemv_q8's numbers. `quantized`: quantize(x) where the caller has it."""
     (qtype_a, a), (qtype_b, b) = segments
     num_rows, n_a, n_b = x.shape[0], a.shape[0], b.shape[0]
-    heaviest = next((t for t in (qtype_a, qtype_b) if t in packed_q8.SPILLING), qtype_a)
-    cfg = {**packed_q8.default_config(n_a + n_b, k, num_rows, heaviest), **(config or {})}
+    cfg = {**packed_q8.default_config(n_a + n_b, k, num_rows), **(config or {})}
     q, dx, sums = quantized if quantized is not None else quantize(x)
     if out is None:
         out = torch.empty(num_rows, n_a + n_b, dtype=torch.float32, device=x.device)

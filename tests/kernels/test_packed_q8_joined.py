@@ -22,8 +22,7 @@ def check_joined(qtypes: tuple[int, int], ns: tuple[int, int], rows: int, k: int
     segments = [(q, random_blocks(q, n, k, seed=n + q).to(device)) for q, n in zip(qtypes, ns)]
     x = torch.randn(rows, k, generator=torch.Generator().manual_seed(k + rows)).to(torch.bfloat16).to(device)
     quantized = q8_rounding.quantize(x)
-    heaviest = next((q for q in qtypes if q in packed_q8.SPILLING), qtypes[0])  # the joined launch's tiling
-    cfg = packed_q8.default_config(sum(ns), k, rows, heaviest)
+    cfg = packed_q8.default_config(sum(ns), k, rows)
     out = torch.full((rows, sum(ns) + 3), float("nan"), device=device)[:, 1:sum(ns) + 1]  # columns of a wider row
     packed_q8_joined.packed_gemv_q8_joined(x, segments, k, quantized=quantized, out=out)
     parts = [packed_q8.packed_gemv_q8(x, b, q, b.shape[0], k, config=cfg, quantized=quantized) for q, b in segments]
