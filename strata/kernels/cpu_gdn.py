@@ -32,7 +32,8 @@ def recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, decay: torch.Te
     """q, k [T, Hv, Dk], v [T, Hv, Dv], decay and beta [T, Hv] (float32); pool [S_max, Hv, Dk, Dv] float32; for
     each sequence s its pool row slots[s], its tokens begins[s] <= t < ends[s] and has_initial[s] (False: start
     from zeros), all [S] int64 -> out [T, Hv, Dv] float32 written at those tokens, all_states [T, Hv, Dk, Dv] (if
-    given) the state after each of them, the state after each sequence's last token in its pool row."""
+    given; at least max(ends) rows) the state after each of them, the state after each sequence's last token in its
+    pool row."""
     tokens, heads, dim_k = q.shape
     dim_v = v.shape[2]
     floats = {"q": q, "k": k, "v": v, "decay": decay, "beta": beta, "pool": pool, "out": out}
@@ -44,13 +45,14 @@ def recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, decay: torch.Te
     shapes = {"k": (k.shape, q.shape), "v": (v.shape, (tokens, heads, dim_v)), "decay": (decay.shape, (tokens, heads)),
               "beta": (beta.shape, (tokens, heads)), "pool": (pool.shape[1:], (heads, dim_k, dim_v)),
               "out": (out.shape, v.shape)}
-    if all_states is not None:
-        shapes["all_states"] = (all_states.shape, (tokens, heads, dim_k, dim_v))
+    ints = [t.to(torch.int64).contiguous() for t in (slots, begins, ends, has_initial)]
+    if all_states is not None:  # rows up to the last token given (a step's leading windows keep only theirs)
+        rows = min(int(ints[2].max()), tokens) if ints[2].numel() else 0  # ends past T: the kernel refuses them
+        shapes["all_states"] = ((min(all_states.shape[0], rows), *all_states.shape[1:]), (rows, heads, dim_k, dim_v))
     wrong = [f"{name} {tuple(got)} (wants {tuple(want)})" for name, (got, want) in shapes.items()
              if tuple(got) != tuple(want)]
     if wrong:
         raise ValueError(f"cpu_gdn.recurrent: for q {tuple(q.shape)}: {', '.join(wrong)}")
-    ints = [t.to(torch.int64).contiguous() for t in (slots, begins, ends, has_initial)]
     num_seqs = ints[0].shape[0]
     work = int((ints[2] - ints[1]).sum()) * heads * dim_k * dim_v
     threads = 1 if work < _ONE_THREAD_WORK else cpu_quant._threads()

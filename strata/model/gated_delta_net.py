@@ -302,14 +302,21 @@ class GatedDeltaNet(nn.Module):
         batched with others of similar length (`_similar_lengths`), so one long prompt chunk does not
         pad every decode row and a step of many prompts is not a loop over them. With
         ctx.keep_window_states the recurrent batch also returns the state after every token
-        ([T, Hv, Dk, Dv]; rows of long windows stay unset: verification windows are always short)."""
+        ([T, Hv, Dk, Dv]; rows of long windows stay unset: verification windows are always short; on the native path
+        only the leading windows' [T_w, Hv, Dk, Dv] where prompt chunks follow them, leading_windows)."""
         out = v.new_empty(v.shape, dtype=torch.float32)                        # [T, Hv, Dv]
-        window_ssm = None
-        if ctx.keep_window_states:
-            window_ssm = ssm_state.new_empty(q.shape[0], *ssm_state.shape[1:])  # [T, Hv, Dk, Dv]
         short = [i for i, n in enumerate(ctx.query_lens) if n <= _RECURRENT_MAX_QUERY_LEN]
         long = [i for i, n in enumerate(ctx.query_lens) if n > _RECURRENT_MAX_QUERY_LEN]
         starts = [0, *accumulate(ctx.query_lens)]
+        kept_rows = q.shape[0]
+        if ops.cpu_gdn_on(ssm_state):
+            # windows ahead of the prompt chunks keep only their own rows' states, as the CUDA kernels do: a
+            # 512-token chunk's would take 1 GB a layer at Qwen3-Next's 32 x 128 x 128
+            windows = ctx.cached(("leading_windows",), lambda: leading_windows(ctx))
+            kept_rows = starts[windows] if windows is not None else kept_rows
+        window_ssm = None
+        if ctx.keep_window_states:
+            window_ssm = ssm_state.new_empty(kept_rows, *ssm_state.shape[1:])  # [T or T_w, Hv, Dk, Dv]
         if ops.cpu_gdn_on(ssm_state):
             parts = [(short, window_ssm), (long, None)] if window_ssm is not None else [(short + long, None)]
             for seqs, kept in parts:

@@ -88,3 +88,21 @@ def test_bad_slots_and_tensors_are_refused_before_anything_is_written():
         _native(q, k, v.double(), log_decay, beta, pool, slots, starts, torch.tensor([True, True]))
     with pytest.raises(ValueError, match="pool"):
         _native(q, k, v, log_decay, beta, pool[:, :, :8].contiguous(), slots, starts, torch.tensor([True, True]))
+
+
+def test_leading_windows_keep_only_their_rows_of_states():
+    """A verification step's windows ahead of a prompt chunk: all_states needs rows only up to the last token given
+    (the model keeps [T_w, ...] there, not the chunk's rows); fewer rows than that are refused."""
+    q, k, v, log_decay, beta, pool, slots, starts = _case([3, 2, 9])
+    has_initial = torch.tensor([True, True, False])
+    full_pool = pool.clone()
+    _, full_states = _native(q, k, v, log_decay, beta, full_pool, slots[:2], starts[:3], has_initial[:2])
+    kept = torch.full((5, *pool.shape[1:]), float("nan"))
+    scaled = (q * q.shape[-1] ** -0.5).contiguous()
+    out = torch.empty(v.shape)
+    cpu_gdn.recurrent(scaled, k, v, log_decay.exp(), beta, pool, slots[:2], starts[:2], starts[1:3], has_initial[:2].long(),
+                      out, kept)
+    assert torch.equal(kept, full_states[:5])
+    with pytest.raises(ValueError, match="all_states"):
+        cpu_gdn.recurrent(scaled, k, v, log_decay.exp(), beta, pool, slots, starts[:-1], starts[1:], has_initial.long(),
+                          out, kept)

@@ -297,3 +297,32 @@ def test_mtp_head_matches_hf_decoder_layer(model, hf_folder, tmp_path):
                      with_mtp.mtp_forward(ids[9:], hidden[9:], make_ctx(caches, [(1, 9, 4)]))])
     assert rel_err(out, expected) < 1e-4
     assert rel_err(with_mtp.compute_logits(out), expected @ hf.lm_head.weight.T) < 1e-4
+
+
+def test_windows_ahead_of_a_prompt_chunk_keep_only_their_states(model):
+    """A verification step (keep_window_states) of a 4-token window ahead of a 37-token prompt chunk: each Gated
+    DeltaNet layer keeps the per-token states of the window's rows only (a chunk's would take [T, Hv, Dk, Dv]), those
+    of the same window stepped alone, and its logits (the float projections' sums depend on the batch: close, not
+    equal bits)."""
+    import dataclasses
+
+    from strata.model import cpu_ops
+    from strata.model.gated_delta_net import GatedDeltaNet
+
+    if cpu_ops.native_gdn() is None:
+        pytest.skip("no native CPU recurrence here")
+    first, window, chunk = random_ids(5, seed=61), random_ids(4, seed=62), random_ids(37, seed=63)
+    results = []
+    for batch, ids in (([(0, 5, 4), (1, 0, 37)], [window, chunk]), ([(0, 5, 4)], [window])):
+        caches = make_caches(model)
+        step(model, caches, [(0, 0, 5)], [first])
+        ctx = dataclasses.replace(make_ctx(caches, batch), keep_window_states=True)
+        with torch.no_grad():
+            logits = model.compute_logits(model(torch.tensor([t for seq in ids for t in seq]), ctx))
+        results.append((logits[:4], ctx.scratch.window_states))
+    (mixed_logits, mixed_states), (alone_logits, alone_states) = results
+    layers = [m.layer_idx for m in model.modules() if isinstance(m, GatedDeltaNet)]
+    for layer in layers:
+        assert mixed_states[layer][1].shape[0] == 4
+        torch.testing.assert_close(mixed_states[layer][1], alone_states[layer][1], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(mixed_logits, alone_logits, rtol=1e-5, atol=1e-5)
