@@ -29,7 +29,8 @@ def fits(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bo
     return (x.dim() == 2 and weight.dim() == 2 and x.shape[1] == weight.shape[1] and not x.is_cuda
             and x.dtype == weight.dtype == torch.float32 and weight.device.type == "cpu"
             and x.is_contiguous() and weight.is_contiguous()
-            and (bias is None or (bias.dtype == torch.float32 and bias.is_contiguous() and bias.shape == weight.shape[:1])))
+            and (bias is None
+                 or (bias.dtype == torch.float32 and bias.is_contiguous() and bias.shape == weight.shape[:1])))
 
 
 def row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:

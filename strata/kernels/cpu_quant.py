@@ -47,7 +47,7 @@ _AVX512 = [*_AVX2, "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni"]
 ISAS = ("scalar", "avx2", "avx512", "avx512vbmi")  # the C side's numbering
 _ATTENTION, _ATTENTION_AVX2 = "strata_paged_attention_f32", "strata_paged_attention_f32_avx2"  # portable, AVX2
 _GDN, _GDN_AVX2 = "strata_gdn_recurrent_f32", "strata_gdn_recurrent_f32_avx2"  # cpu_gdn.py's: portable, AVX2
-_LINEAR, _LINEAR_AVX2 = "strata_row_linear_f32", "strata_row_linear_f32_avx2"  # cpu_linear.py's: portable, AVX2
+_LINEAR, _LINEAR_AVX2 = "strata_row_linear_f32", "strata_row_linear_f32_avx2"  # cpu_linear.py's
 TYPES = frozenset(GGMLQuantizationType[name] for name in ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "MXFP4", "Q2_K",
                                                            "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ2_XXS",
                                                            "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M"))

@@ -1,8 +1,8 @@
 """The CPU path's native steps for float32 models (strata/kernels/cpu_quant.py, cpu_attention.py, cpu_gdn.py: C built
 at first use): projections over packed GGUF blocks, paged attention of short windows over a float32 pool, a plain
-attention layer's rotary embedding with its KV write, and the Gated DeltaNet recurrence on the state pool. Each `native_*` answers the kernel module, or None where it is
-not built or a debug switch turns it off (the torch forms then run, to compare); strata.model.ops dispatches here
-and re-exports what the layers call.
+attention layer's rotary embedding with its KV write, and the Gated DeltaNet recurrence on the state pool. Each
+`native_*` answers the kernel module, or None where it is not built or a debug switch turns it off (the torch forms
+then run, to compare); strata.model.ops dispatches here and re-exports what the layers call.
 """
 
 from __future__ import annotations

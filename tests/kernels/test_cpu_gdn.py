@@ -100,9 +100,9 @@ def test_leading_windows_keep_only_their_rows_of_states():
     kept = torch.full((5, *pool.shape[1:]), float("nan"))
     scaled = (q * q.shape[-1] ** -0.5).contiguous()
     out = torch.empty(v.shape)
-    cpu_gdn.recurrent(scaled, k, v, log_decay.exp(), beta, pool, slots[:2], starts[:2], starts[1:3], has_initial[:2].long(),
-                      out, kept)
+    cpu_gdn.recurrent(scaled, k, v, log_decay.exp(), beta, pool, slots[:2], starts[:2], starts[1:3],
+                      has_initial[:2].long(), out, kept)
     assert torch.equal(kept, full_states[:5])
     with pytest.raises(ValueError, match="all_states"):
-        cpu_gdn.recurrent(scaled, k, v, log_decay.exp(), beta, pool, slots, starts[:-1], starts[1:], has_initial.long(),
-                          out, kept)
+        cpu_gdn.recurrent(scaled, k, v, log_decay.exp(), beta, pool, slots, starts[:-1], starts[1:],
+                          has_initial.long(), out, kept)
