@@ -79,9 +79,7 @@ def rope_kv(qkv: torch.Tensor, heads: int, kv_heads: int, head_dim: int, cos_row
 @functools.cache
 def _kernel():
     """The AVX2 + FMA build where the CPU has them (the kernels cpu_quant uses say so), else the portable one."""
-    library = cpu_quant._require()
-    avx2 = cpu_quant.available_isas()[-1] != "scalar" and hasattr(library, cpu_quant._ATTENTION_AVX2)
-    return getattr(library, cpu_quant._ATTENTION_AVX2 if avx2 else cpu_quant._ATTENTION)
+    return cpu_quant.entry(cpu_quant._ATTENTION, cpu_quant._ATTENTION_AVX2)
 
 
 def _check(q, k_cache, v_cache, block_tables, seq_lens, query_start_loc) -> None:

@@ -67,6 +67,4 @@ def recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, decay: torch.Te
 @functools.cache
 def _kernel():
     """The AVX2 build where the CPU has it (the same bits: no fused multiply-adds, sums in a fixed order)."""
-    library = cpu_quant._require()
-    avx2 = cpu_quant.available_isas()[-1] != "scalar" and hasattr(library, cpu_quant._GDN_AVX2)
-    return getattr(library, cpu_quant._GDN_AVX2 if avx2 else cpu_quant._GDN)
+    return cpu_quant.entry(cpu_quant._GDN, cpu_quant._GDN_AVX2)

@@ -51,6 +51,4 @@ def row_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None 
 @functools.cache
 def _kernel():
     """The AVX2 build where the CPU has it (the same bits: no fused multiply-adds, sums in a fixed order)."""
-    library = cpu_quant._require()
-    avx2 = cpu_quant.available_isas()[-1] != "scalar" and hasattr(library, cpu_quant._LINEAR_AVX2)
-    return getattr(library, cpu_quant._LINEAR_AVX2 if avx2 else cpu_quant._LINEAR)
+    return cpu_quant.entry(cpu_quant._LINEAR, cpu_quant._LINEAR_AVX2)

@@ -198,6 +198,14 @@ def available_isas() -> tuple[str, ...]:
     return ISAS[:_require().strata_qmm_best_isa() + 1]
 
 
+def entry(portable: str, avx2: str):
+    """A kernel built twice into the library (cpu_attention's, cpu_gdn's, cpu_linear's): its AVX2 build where the CPU
+    has AVX2 and FMA (the kernels above say so) and the build exists, else the portable one."""
+    library = _require()
+    use_avx2 = available_isas()[-1] != "scalar" and hasattr(library, avx2)
+    return getattr(library, avx2 if use_avx2 else portable)
+
+
 def set_isa(name: str) -> None:
     """Use a lower instruction set than the best this CPU has (tests, debugging)."""
     if name not in available_isas():

@@ -152,8 +152,9 @@ def row_wise_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     and a batch. float32: strata.kernels.cpu_linear (sums in an order fixed by K); else one F.linear a row."""
     if x.is_cuda or x.dim() != 2:
         return linear(x, weight, bias)
-    if cpu_linear.fits(x.contiguous(), weight, bias) and cpu_linear.available():
-        return cpu_linear.row_linear(x.contiguous(), weight, bias)                              # [T, N]
+    dense = x.contiguous()
+    if cpu_linear.fits(dense, weight, bias) and cpu_linear.available():
+        return cpu_linear.row_linear(dense, weight, bias)                                       # [T, N]
     if x.shape[0] <= 1:
         return linear(x, weight, bias)
     return torch.cat([F.linear(row, weight, bias) for row in x.split(1)])                     # [T, N]
