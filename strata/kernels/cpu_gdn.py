@@ -1,9 +1,11 @@
-"""The gated delta rule of Gated DeltaNet layers on the CPU for a step's short windows (decode, verification,
-short prompts): native/gdn_recurrent_cpu.c, in cpu_quant's library and on its thread pool. Each sequence's
-state is read and written in place in the pool, one column tile at a time, where the torch path gathered,
-masked, decayed, added an outer product and scattered [S, Hv, Dk, Dv] float32 in ~9 passes (Qwen3-Next's 32
-heads of 128 x 128, one sequence: 4.8 ms a layer on the 2-core VM). A token's result has the same bits in
-any window, batch or thread count, so a verification window's rows equal the same tokens decoded one by one.
+"""The gated delta rule of Gated DeltaNet layers on the CPU for a step's windows (decode, verification, prompt
+chunks: faster than the chunked torch form at every length measured): native/gdn_recurrent_cpu.c, in cpu_quant's
+library and on its thread pool. Each sequence's state is read and written in place in the pool, one column tile at
+a time, where the torch path gathered, masked, decayed, added an outer product and scattered [S, Hv, Dk, Dv] float32
+in ~9 passes (Qwen3-Next's 32 heads of 128 x 128: 1.8-1.9 ms a layer for one sequence, 15.6-19.8 for four, at
+torch's one thread on the 2-core VM, against 0.20-0.23 and 0.65-0.70 here; bench/results/2026-12-06-cpu-session61).
+A token's result has the same bits in any window, batch or thread count, so a verification window's rows equal the
+same tokens decoded one by one.
 
 `recurrent` takes q and k per value head, L2-normalised, q already scaled by Dk^-1/2, and decay = exp(g);
 strata.kernels.gdn.gdn_recurrent_ref states the rule (tests/kernels/test_cpu_gdn.py holds the kernel to it)."""

@@ -296,8 +296,8 @@ class GatedDeltaNet(nn.Module):
                     beta: torch.Tensor, ssm_state: torch.Tensor,
                     ctx: ForwardContext) -> tuple[torch.Tensor, torch.Tensor | None]:
         """On the CPU every window runs token by token in one native call (ops.cpu_gdn_recurrent: faster than the
-        chunked torch form at every length measured, a 512-token prompt 49.0 against 136.8 ms a layer on the 2-core
-        VM), unless STRATA_TORCH_CPU_GDN=1.
+        chunked torch form at every length measured, a 512-token prompt 49-51 against 137-147 ms a layer on the
+        2-core VM), unless STRATA_TORCH_CPU_GDN=1.
         Else short windows run as one padded recurrent batch; long windows (prompt chunks) run chunked,
         batched with others of similar length (`_similar_lengths`), so one long prompt chunk does not
         pad every decode row and a step of many prompts is not a loop over them. With

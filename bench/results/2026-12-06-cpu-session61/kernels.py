@@ -2,7 +2,8 @@
 of 128 x 128) through the torch path the model took before (gather, mask, recurrent rule, scatter) against
 cpu_gdn.recurrent, at 1 / 4 / 8 sequences of one token; one 32- / 128- / 512-token prompt through the chunked torch
 form against cpu_gdn.recurrent; and a 512 x 2,048 float32 router through cpu_linear.row_linear against one
-F.linear a row (ops.row_wise_linear before) and torch's GEMM (not row-invariant). torch at one thread, as the engine
+F.linear a row (ops.row_wise_linear before) and torch's GEMM (not row-invariant); greedy argmax over [4, 151,936]
+logits, torch's against strata.kernels.argmax (numpy's on the CPU). torch at one thread, as the engine
 keeps it on this 2-core VM ("torch CPU threads: 1"); the native kernels on their pool of 2. Usage: python kernels.py"""
 import time
 
@@ -10,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from strata.kernels import cpu_gdn, cpu_linear
+from strata.kernels.argmax import argmax
 from strata.model.gated_delta_net import chunked_gated_delta_rule, recurrent_gated_delta_rule
 
 torch.manual_seed(0)
@@ -63,3 +65,7 @@ for rows in (1, 4, 16, 256):
     print(f"router 512 x 2048, {rows} row(s): row_linear {timed(lambda: cpu_linear.row_linear(x, w)) * 1e3:.0f} us, "
           f"F.linear a row {timed(lambda: torch.cat([F.linear(r, w) for r in x.split(1)])) * 1e3:.0f} us, "
           f"GEMM {timed(lambda: F.linear(x, w)) * 1e3:.0f} us")
+
+logits = torch.randn(4, 151936)
+print(f"argmax [4, 151936]: torch {timed(lambda: logits.argmax(-1), 50) * 1e3:.0f} us, "
+      f"strata {timed(lambda: argmax(logits), 50) * 1e3:.0f} us")
