@@ -308,8 +308,8 @@ class GatedDeltaNet(nn.Module):
         short = [i for i, n in enumerate(ctx.query_lens) if n <= _RECURRENT_MAX_QUERY_LEN]
         long = [i for i, n in enumerate(ctx.query_lens) if n > _RECURRENT_MAX_QUERY_LEN]
         starts = [0, *accumulate(ctx.query_lens)]
-        kept_rows = q.shape[0]
-        if ops.cpu_gdn_on(ssm_state):
+        kept_rows, native = q.shape[0], ops.cpu_gdn_on(ssm_state)
+        if native:
             # windows ahead of the prompt chunks keep only their own rows' states, as the CUDA kernels do: a
             # 512-token chunk's would take 1 GB a layer at Qwen3-Next's 32 x 128 x 128
             windows = ctx.cached(("leading_windows",), lambda: leading_windows(ctx))
@@ -317,11 +317,13 @@ class GatedDeltaNet(nn.Module):
         window_ssm = None
         if ctx.keep_window_states:
             window_ssm = ssm_state.new_empty(kept_rows, *ssm_state.shape[1:])  # [T or T_w, Hv, Dk, Dv]
-        if ops.cpu_gdn_on(ssm_state):
+        if native:
             parts = [(short, window_ssm), (long, None)] if window_ssm is not None else [(short + long, None)]
+            inputs = ((q.float() * q.shape[-1] ** -0.5).contiguous(), k.float().contiguous(),  # as the torch rule
+                      v.float().contiguous(), g.float().exp().contiguous(), beta.float().contiguous())
             for seqs, kept in parts:
                 if seqs:
-                    self._native_recurrence(q, k, v, g, beta, ssm_state, ctx, seqs, starts, out, kept)
+                    self._native_recurrence(inputs, ssm_state, ctx, seqs, starts, out, kept)
             return out, window_ssm
         groups = [(short, recurrent_gated_delta_rule)] if short else []
         groups += [(seqs, chunked_gated_delta_rule) for seqs in _similar_lengths(long, ctx.query_lens)]
@@ -341,17 +343,16 @@ class GatedDeltaNet(nn.Module):
             ssm_state.index_copy_(0, ctx.state_slot_ids[seq_index], final)
         return out, window_ssm
 
-    def _native_recurrence(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
-                           beta: torch.Tensor, ssm_state: torch.Tensor, ctx: ForwardContext, seqs: list[int],
-                           starts: list[int], out: torch.Tensor, window_ssm: torch.Tensor | None) -> None:
+    def _native_recurrence(self, inputs: tuple[torch.Tensor, ...], ssm_state: torch.Tensor, ctx: ForwardContext,
+                           seqs: list[int], starts: list[int], out: torch.Tensor,
+                           window_ssm: torch.Tensor | None) -> None:
         """The recurrence of the windows `seqs` on the CPU in one native call (ops.cpu_gdn_recurrent), their states
-        read and written in place in ssm_state; out [T, Hv, Dv] and window_ssm (if any) written at their tokens."""
+        read and written in place in ssm_state; out [T, Hv, Dv] and window_ssm (if any) written at their tokens.
+        inputs: (q scaled by Dk^-1/2, k, v, exp(g), beta), contiguous float32, every token's."""
         slots, begins, ends, has = ctx.cached(("native_delta_rule", tuple(seqs)), lambda: (
             ctx.state_slot_ids[seqs].to(torch.int64), torch.tensor([starts[i] for i in seqs]),
             torch.tensor([starts[i + 1] for i in seqs]), ctx.has_initial_state[seqs].to(torch.int64)))
-        q = (q.float() * q.shape[-1] ** -0.5).contiguous()                     # [T, Hv, Dk], as the torch rule
-        ops.cpu_gdn_recurrent(q, k.float().contiguous(), v.float().contiguous(), g.float().exp().contiguous(),
-                              beta.float().contiguous(), ssm_state, slots, begins, ends, has, out, window_ssm)
+        ops.cpu_gdn_recurrent(*inputs, ssm_state, slots, begins, ends, has, out, window_ssm)
 
 
 def leading_windows(ctx: ForwardContext) -> int | None:
