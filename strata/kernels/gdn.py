@@ -100,7 +100,9 @@ def gdn_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Te
                   num_warps: int = 4, all_states_out: torch.Tensor | None = None,
                   real_lens: torch.Tensor | None = None, raw: RawGates | None = None,
                   tiled: bool = False, out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Same contract as gdn_recurrent_ref. One program per (sequence, v head, Dv tile) holds its
+    """Same contract as gdn_recurrent_ref, but for the per-token states: the row of each window's last (real) token
+    is left unwritten, its state being the pool row's (a roll-back never reads it: a slot that accepted its whole
+    window keeps its pool row; state_rollback.py). One program per (sequence, v head, Dv tile) holds its
     [Dk, BV] state slice in registers across the window. `all_states_out` ([>= T, Hv, Dk, Dv], float32)
     receives the per-token states instead of a fresh tensor (a persistent buffer keeps CUDA graphs from
     each holding their own). `real_lens` [S]: only each window's first real_lens[s] tokens are real (a
@@ -220,7 +222,7 @@ if triton is not None:
             o = tl.sum(state * q_t[:, None], axis=0)
             tl.store(out_ptr + t64 * stride_ot + head * stride_oh + offs_v, o.to(out_ptr.dtype.element_ty),
                      mask=v_ok)
-            if STORE_ALL:
+            if STORE_ALL and t64 + 1 < end:  # the last token's state goes to the pool row only (see gdn_recurrent)
                 tl.store(all_ptr + t64 * stride_all + tile, state, mask=tile_ok)
         tl.store(pool_ptr + slot * stride_pool + tile, state, mask=tile_ok)
         if HAS_REAL:  # padding rows: zeros (finite, so the layers after them stay finite too)

@@ -2,9 +2,10 @@
 tokens join the sampler's and the drafter's history.
 
 The verify pass left every slot's pool row at the state after the *last* token of its window and
-recorded the state after each token (ForwardContext.window_states). A slot that accepted only part
-of its drafts gets the state after its last accepted token copied back into its row. KV needs no
-work: rejected positions are overwritten by later steps, and lengths live in the scheduler.
+recorded the state after each token (ForwardContext.window_states; on CUDA all but the window's last, which
+no roll-back reads). A slot that accepted only part of its drafts gets the state after its last accepted
+token copied back into its row (here; planned steps on the device: verify_ahead.roll_back_states). KV needs
+no work: rejected positions are overwritten by later steps, and lengths live in the scheduler.
 """
 
 from __future__ import annotations
@@ -28,13 +29,7 @@ def restore_recurrent_state(state_caches: dict[int, tuple[torch.Tensor, torch.Te
     if not slot_ids:
         return
     device = next(iter(state_caches.values()))[0].device
-    restore_rows(state_caches, window_states, index_tensor(slot_ids, device), index_tensor(token_rows, device))
-
-
-def restore_rows(state_caches: dict[int, tuple[torch.Tensor, torch.Tensor]],
-                 window_states: dict[int, tuple[torch.Tensor, torch.Tensor]], slots: torch.Tensor,
-                 rows: torch.Tensor) -> None:
-    """restore_recurrent_state with device indices: slots [S], rows [S] int64 (nothing read on the host)."""
+    slots, rows = index_tensor(slot_ids, device), index_tensor(token_rows, device)
     for layer, (conv_state, ssm_state) in state_caches.items():
         window_conv, window_ssm = window_states[layer]
         conv_state.index_copy_(0, slots, window_conv[rows])

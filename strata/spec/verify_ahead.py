@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import torch
 
 from strata.kernels.argmax import argmax
+from strata.kernels.state_rollback import restore_accepted_rows
 from strata.sample.probs import sample_from_probs
-from strata.spec.commit import restore_rows
 from strata.transfer import index_tensor
 from strata.types import StepPlan
 
@@ -136,7 +136,9 @@ def shift_context(ctx, delta: torch.Tensor):
 
 def roll_back_states(state_caches: dict, window_states: dict, slots: torch.Tensor, window: int,
                      accepted: torch.Tensor) -> None:
-    """Each slot's recurrent state := the one recorded after its last accepted token (row i * n + accepted);
-    slots [S] int64 their state rows, on the device."""
-    rows = torch.arange(accepted.shape[0], device=accepted.device) * window + accepted               # [S]
-    restore_rows(state_caches, window_states, slots, rows)
+    """Each slot's recurrent state := the one recorded after its last accepted token (row i * n + accepted), for
+    the slots that rejected a draft (the others' pool rows hold it already); slots [S] int64 their state rows,
+    on the device."""
+    for layer, pools in state_caches.items():
+        for recorded, pool in zip(window_states[layer], pools):
+            restore_accepted_rows(recorded, pool, slots, accepted, window)
