@@ -4,7 +4,8 @@ load, the weights shared) at STREAMS streams and prints per arm:
 - the engine's decode steps untraced: wall a step, tokens a step, and its forward / sample / draft split;
 - each kernel's critical-path time a decode step (from the end of the kernel before it to its own end), from a
   CUDA-only trace of a TOKENS-token generate minus a 1-token generate of the same prompt shapes (the prompt step
-  cancels), divided by the decode steps; the device's idle time a step likewise.
+  cancels), divided by the decode steps; the device's idle time a step likewise, and the traced generate's idle
+  gaps by size (spread over launches, or a few long waits on the host).
 Writes nothing else; no CPU trace (it would slow the host side it measures)."""
 import collections
 import os
@@ -45,12 +46,12 @@ def critical_path(llm, offset, n):
         sync()
     kernels = sorted(((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
                       if e.device_type == kind and e.time_range.end > e.time_range.start))
-    per_name, end, idle = collections.Counter(), kernels[0][0], 0.0
+    per_name, end, gaps = collections.Counter(), kernels[0][0], []
     for a, b, name in kernels:
-        idle += max(0.0, a - end)
+        gaps.append(max(0.0, a - end))
         per_name[name[:90]] += max(0.0, b - max(a, end))
         end = max(end, b)
-    return per_name, idle
+    return per_name, gaps
 
 
 def measure(arm, llm):
@@ -68,11 +69,14 @@ def measure(arm, llm):
           f"{split['wall_seconds'] / steps * 1e6:.0f} us a step (forward {split['forward_seconds'] / steps * 1e6:.0f}, "
           f"sample {split['sample_seconds'] / steps * 1e6:.0f}, draft {split['draft_seconds'] / steps * 1e6:.0f}), "
           f"{split.get('tokens_per_step', 0):.2f} tokens a step")
-    full, idle_full = critical_path(llm, 30_000, TOKENS)
-    prompt_only, idle_prompt = critical_path(llm, 40_000, 1)
+    full, gaps_full = critical_path(llm, 30_000, TOKENS)
+    prompt_only, gaps_prompt = critical_path(llm, 40_000, 1)
     decode = {name: full[name] - prompt_only.get(name, 0.0) for name in full}
     busy = sum(decode.values()) / steps
-    print(f"device a decode step: busy {busy:.0f} us, idle {(idle_full - idle_prompt) / steps:.0f} us")
+    print(f"device a decode step: busy {busy:.0f} us, idle {(sum(gaps_full) - sum(gaps_prompt)) / steps:.0f} us; "
+          f"the whole generate's idle gaps by size (us: count, total): " + ", ".join(
+              f">{low}: {sum(1 for g in gaps_full if g > low)}, {sum(g for g in gaps_full if g > low):.0f}"
+              for low in (5, 20, 100, 500)) + f"; largest {[round(g) for g in sorted(gaps_full)[-6:]]}")
     for name, us in sorted(decode.items(), key=lambda kv: -kv[1])[:28]:
         print(f"{us / steps:9.1f} us/step  {name}")
 
