@@ -63,8 +63,9 @@ class PlanAhead:
         """The verification step after `plan` (launched, not yet read), planned as if `plan` accepted every
         draft: each window starts 1 + k positions on (the runner moves it back by the shortfall on the device,
         spec/verify_ahead.py), with blocks for both windows. None when it cannot be known in advance: see
-        verifies_ahead; a request might end in `plan` or could not take the next window whatever `plan`
-        accepts; the draft policy gives the requests different or no drafts next; blocks are short."""
+        verifies_ahead; a request's next window could pass the model's length, or (windows not kept uniform) the
+        request may end in `plan`; the draft policy gives the requests different or no drafts next; blocks are
+        short."""
         self._begin_planning()
         pairs = self._verifying(plan)
         if pairs is None:
@@ -76,8 +77,13 @@ class PlanAhead:
             return None
         needed = []
         for state, work in pairs:
-            if state.remaining_output(self.max_model_len) - window < 1 + k or self.max_step_tokens:
-                return None  # it may end in `plan`, or `plan` accepting all leaves no room for k drafts
+            if self.max_step_tokens or state.num_tokens + window + 1 + k > self.max_model_len:
+                return None  # the next window could pass the model's length
+            # a request that may end in `plan` (or whose next window passes max_tokens) takes a whole window where
+            # stepping one at a time would give it one too (uniform windows, filler drafts: CUDA graphs), so the
+            # device is not left idle while the host reads `plan`; tokens past its end are dropped at commit
+            if not self.uniform_draft_windows and state.remaining_output(self.max_model_len) - window < 1 + k:
+                return None
             ahead = state.num_computed_tokens + window
             needed.append(max(blocks_needed(ahead + 1 + k + self.lookahead, self.block_size) - state.num_blocks, 0))
         if not self.allocator.can_allocate(sum(needed)):

@@ -229,6 +229,26 @@ def test_sampled_verdicts_equal_verify_rejection():
     assert {a for _, a in expected} == {0, 1, 2, 3}
 
 
+@pytest.mark.parametrize("family", ["llama", "qwen3_next"])
+def test_uniform_windows_stay_ahead_up_to_a_requests_end(family, tiny_model_dir, monkeypatch):
+    """With uniform windows (filler drafts, as CUDA graphs take them) a request near its max_tokens keeps a whole
+    window, so the step after one it may end in is still planned ahead (tokens past its end dropped at commit):
+    outputs as stepping one at a time with the same windows, and a chain breaks only where a request ended (the
+    step after it has one slot fewer), not in the steps before."""
+    folder = tiny_model_dir(family)
+    requests = [(0, greedy(30)), (0, greedy(41)), (0, greedy(23)), (0, greedy(37, stop_token_ids=[7]))]
+    stepping = engine(folder, False)
+    stepping.scheduler.uniform_draft_windows = True
+    reference = drive(stepping, requests)
+    launches = count_launches(monkeypatch, "launch_verify")
+    core = engine(folder, True)
+    core.scheduler.uniform_draft_windows = True
+    assert drive(core, requests) == reference
+    assert [len(reference[str(i)][0]) for i in range(3)] == [30, 41, 23]
+    assert launches.count(False) <= len(requests), launches  # the first step, then once after each request ended
+    assert_released(core)
+
+
 def test_a_short_block_pool_steps_one_at_a_time_where_it_must(tiny_model_dir, monkeypatch):
     """Blocks for both windows are taken before a step is planned ahead: with a pool that cannot hold them for
     every request, those steps wait for the one in flight (or a request is preempted by a step planned the usual
