@@ -1,16 +1,28 @@
-# Session 62 (~8 minutes, any card): issue 28's and issue 29's speculation sweeps at the roll-back change (d877521;
-# session 62 measured only 4 streams): Qwen3-Next 8L bf16 at 1 / 2 / 4 / 8 / 16 / 32 streams, then Qwen4-Exp 4L with
-# its default PLE at 1 / 4 / 8 / 16, synthetic L = 3, k = 3, 32 prompts of 64 tokens, 128 out, against none.
-# Build the archive first:  git archive --format=tar.gz HEAD -o .base/src.tar && git rev-parse --short HEAD > .base/COMMIT
+# Session 62 (~9 minutes, any card; first call of the next session): the chain of planned verification steps kept up
+# to a request's end (f506b35, uniform windows) against the roll-back change alone (d877521), issue 29's
+# speculation at 4 streams (two repeats) and issue 28's, then admission holds of 2 and 3 steps against the default 1
+# on issue 29 (a 64-token prompt step reads most experts of a 512-expert layer, ~7 ms; speculation staggers the
+# requests' ends, so successors' prompts take a step each where without it they come in waves).
+# Build the archives first:  git archive --format=tar.gz HEAD -o .base/src.tar && git rev-parse --short HEAD > \
+#   .base/COMMIT && git archive --format=tar.gz d877521 -o .base/prev.tar
 nvidia-smi -L
 source tools/gpu_ab/device_setup.sh
 S=$(date +%s)
+mkdir -p /tmp/prev && tar -xf $OLDPWD/.base/prev.tar -C /tmp/prev
 SPEC='{"method":"synthetic","acceptance_length":3.0,"num_speculative_tokens":3}'
-sweep() {  # NAME MODEL CONCURRENCY SECONDS
-  timeout -s INT $4 python3 -m strata.cli.main bench offline "$2" --device cuda --max-model-len 4096 --num-prompts 32 \
-    --input-len 64 --output-len 128 --concurrency $3 --repeats 1 --speculative-config "$SPEC" --spec-baseline \
-    --output $OUT/$1.json > $OUT/$1.log 2>&1
-  echo "== $1 rc=$? t=$(( $(date +%s)-S ))"; grep -E "strata_" $OUT/$1.log | cut -c1-220
+spec_c4() {  # NAME TREE MODEL SECONDS [EXTRA ARGS...]
+  local name=$1 tree=$2 model=$3 secs=$4; shift 4
+  (cd /tmp/$tree && PYTHONPATH=/tmp/$tree:/tmp/site:/tmp/hf timeout -s INT $secs python3 -m strata.cli.main bench offline \
+    "$model" --device cuda --max-model-len 4096 --num-prompts 32 --input-len 64 --output-len 128 --concurrency 4 \
+    --repeats 2 --speculative-config "$SPEC" --spec-baseline --output $OUT/$name.json "$@" > /tmp/$name.log 2>&1)
+  rc=$?; echo "== $name rc=$rc t=$(( $(date +%s)-S ))" | tee -a $OUT/ab.txt; [ $rc = 0 ] || tail -4 /tmp/$name.log >> $OUT/ab.txt
+  grep -E "strata_" /tmp/$name.log | cut -c1-200 | tee -a $OUT/ab.txt
 }
-sweep next_spec 'random:qwen3-next-80b-a3b?num_hidden_layers=8' 1,2,4,8,16,32 200
-sweep q4e_spec 'random:qwen4exp-125b?num_hidden_layers=4' 1,4,8,16 260
+Q4E='random:qwen4exp-125b?num_hidden_layers=4'
+NEXT='random:qwen3-next-80b-a3b?num_hidden_layers=8'
+spec_c4 q4e_src src "$Q4E" 160
+spec_c4 q4e_prev prev "$Q4E" 130
+spec_c4 next_src src "$NEXT" 80
+spec_c4 next_prev prev "$NEXT" 80
+spec_c4 q4e_hold2 src "$Q4E" 110 --admission-hold-steps 2
+spec_c4 q4e_hold3 src "$Q4E" 110 --admission-hold-steps 3
