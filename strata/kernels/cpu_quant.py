@@ -48,6 +48,7 @@ ISAS = ("scalar", "avx2", "avx512", "avx512vbmi")  # the C side's numbering
 _ATTENTION, _ATTENTION_AVX2 = "strata_paged_attention_f32", "strata_paged_attention_f32_avx2"  # portable, AVX2
 _GDN, _GDN_AVX2 = "strata_gdn_recurrent_f32", "strata_gdn_recurrent_f32_avx2"  # cpu_gdn.py's: portable, AVX2
 _LINEAR, _LINEAR_AVX2 = "strata_row_linear_f32", "strata_row_linear_f32_avx2"  # cpu_linear.py's
+_CONV = "strata_conv_windows_f32"  # cpu_gdn.py's conv_windows (one build: no sums across lanes)
 TYPES = frozenset(GGMLQuantizationType[name] for name in ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "MXFP4", "Q2_K",
                                                            "Q3_K", "Q4_K", "Q5_K", "Q6_K", "IQ4_XS", "IQ2_XXS",
                                                            "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M"))
@@ -67,7 +68,9 @@ def _build() -> ctypes.CDLL:
     attention = _NATIVE / "paged_attention_cpu.c", ["-O3", "-ffast-math", "-pthread"]  # cpu_attention.py
     gdn = _NATIVE / "gdn_recurrent_cpu.c", [*exact, "-pthread"]  # cpu_gdn.py
     linear = _NATIVE / "row_linear_cpu.c", [*exact, "-pthread"]  # cpu_linear.py
-    units = [(_NATIVE / "quant_scalar.c", ["-O3"]), (_NATIVE / "dequant_scalar.c", exact), attention, gdn, linear]
+    conv = _NATIVE / "conv_windows_cpu.c", [*exact, "-pthread"]  # cpu_gdn.py's conv_windows
+    units = [(_NATIVE / "quant_scalar.c", ["-O3"]), (_NATIVE / "dequant_scalar.c", exact), attention, gdn, linear,
+             conv]
     if platform.machine().lower() in ("x86_64", "amd64"):
         units += [(_NATIVE / "quant_matmul.c", ["-O3", "-pthread", "-DSTRATA_X86_SIMD"]),
                   (_NATIVE / "quant_simd.c", ["-O3", *_AVX2]), (_NATIVE / "quant_simd.c", ["-O3", *_AVX512]),
@@ -100,6 +103,8 @@ def _build() -> ctypes.CDLL:
                            *((name, [pointer, i64, pointer, i64, i64, pointer, pointer, i64, i32])
                              for name in (_LINEAR, _LINEAR_AVX2) if hasattr(library, name)),
                            ("strata_qmoe_host_part", [pointer, i64, i64, i32, pointer, pointer]),
+                           (_CONV, [pointer, i64, i64, i64, pointer, i64, i64, pointer, i64, *[pointer] * 4, i64,
+                                    pointer, pointer, i32]),
                            ("strata_rope_kv_f32", [pointer, i64, i64, i64, i64, i64, i64, pointer, pointer, pointer,
                                                    i64, pointer, pointer, pointer]),
                            ("strata_dense_stack_f32", [pointer, pointer, i32, i32, pointer, pointer]),

@@ -150,6 +150,22 @@ def cpu_gdn_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, decay: 
     native_gdn().recurrent(q, k, v, decay, beta, pool, slots, begins, ends, has_initial, out, all_states)
 
 
+def cpu_conv_on(x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor) -> bool:
+    """Whether a causal conv of a step's windows takes the native CPU kernel (kernels/cpu_gdn.conv_windows): float32
+    CPU tensors, a contiguous state pool and weight (STRATA_TORCH_CPU_GDN=1, or STRATA_TORCH_CPU_CONV=1 for the conv
+    alone: the torch path, to compare)."""
+    return x.is_cpu and x.dtype == weight.dtype == conv_state.dtype == torch.float32 and x.stride(-1) == 1 and \
+        weight.is_contiguous() and conv_state.is_contiguous() and native_gdn() is not None and \
+        native_gdn().conv_available() and conv_state.shape[2] <= 32 and not debug_flag("TORCH_CPU_CONV")
+
+
+def cpu_causal_conv(x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor, slots: torch.Tensor,
+                    begins: torch.Tensor, ends: torch.Tensor, has_initial: torch.Tensor, dilation: int,
+                    keep_windows: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """cpu_gdn.conv_windows (check cpu_conv_on first): (out [T, C], the history after each token [T, C, H] or None)."""
+    return native_gdn().conv_windows(x, weight, conv_state, slots, begins, ends, has_initial, dilation, keep_windows)
+
+
 def native_gdn():
     """strata.kernels.cpu_gdn where its library is built here and STRATA_TORCH_CPU_GDN is not set, else None."""
     return None if debug_flag("TORCH_CPU_GDN") else _built_gdn()

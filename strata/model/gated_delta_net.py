@@ -133,6 +133,10 @@ def causal_conv1d_ragged(x: torch.Tensor, weight: torch.Tensor, conv_state: torc
     """
     width, hist = weight.shape[1], conv_state.shape[2]
     assert hist == (width - 1) * dilation
+    if ctx.real_query_lens is None and ops.cpu_conv_on(x, weight, conv_state):  # the same bits, in one pass
+        slots, begins, ends, has = ctx.cached("native_conv", lambda: tuple(t.to(torch.int64).contiguous() for t in (
+            ctx.state_slot_ids, ctx.query_start_loc[:-1], ctx.query_start_loc[1:], ctx.has_initial_state)))
+        return ops.cpu_causal_conv(x, weight, conv_state, slots, begins, ends, has, dilation, ctx.keep_window_states)
     history = conv_state[ctx.state_slot_ids].transpose(1, 2)                                 # [S, H, C]
     history = torch.where(ctx.has_initial_state[:, None, None], history, 0)
     ext, token_pos, last_pos = with_history(x, history, ctx)
