@@ -47,8 +47,8 @@ from strata.kernels.rope_kv import qk_norm_rope_kv  # noqa: F401
 from strata.kernels.routing import route_and_align  # noqa: F401
 from strata.model import cpu_ops
 from strata.model.cpu_ops import (cpu_causal_conv, cpu_conv_on, cpu_gdn_on, cpu_gdn_recurrent,  # noqa: F401
-                                   cpu_paged_attention,
-                                   cpu_paged_attention_on, cpu_rope_kv, cpu_rope_kv_on, exact_decode_is_slow)
+                                   cpu_paged_attention, cpu_paged_attention_on, cpu_rope_kv, cpu_rope_kv_on,
+                                   exact_decode_is_slow)
 
 HALF = (torch.bfloat16, torch.float16)
 # kv_tile_for sizes the paged attention kernel's tiles for 16-bit and float32 heads of up to 256 dims
