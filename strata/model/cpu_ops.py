@@ -154,9 +154,10 @@ def cpu_conv_on(x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor)
     """Whether a causal conv of a step's windows takes the native CPU kernel (kernels/cpu_gdn.conv_windows): float32
     CPU tensors, a contiguous state pool and weight (STRATA_TORCH_CPU_GDN=1, or STRATA_TORCH_CPU_CONV=1 for the conv
     alone: the torch path, to compare)."""
-    return x.is_cpu and x.dtype == weight.dtype == conv_state.dtype == torch.float32 and x.stride(-1) == 1 and \
-        weight.is_contiguous() and conv_state.is_contiguous() and native_gdn() is not None and \
-        native_gdn().conv_available() and conv_state.shape[2] <= 32 and not debug_flag("TORCH_CPU_CONV")
+    gdn = native_gdn()
+    return gdn is not None and gdn.conv_available() and not debug_flag("TORCH_CPU_CONV") and x.is_cpu and \
+        x.dtype == weight.dtype == conv_state.dtype == torch.float32 and x.stride(-1) == 1 and \
+        weight.is_contiguous() and conv_state.is_contiguous() and conv_state.shape[2] <= 32
 
 
 def cpu_causal_conv(x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor, slots: torch.Tensor,
