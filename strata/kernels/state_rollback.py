@@ -5,11 +5,19 @@ state after every token in a [S * n, ...] tensor (window i's rows i * n .. i * n
 accepted all n - 1 drafts already holds its answer in the pool, so only the others are copied: row
 i * n + accepted[i] -> pool row slots[i], read straight from the recorded rows (no gathered copy first).
 With `accepted` on the device (a CUDA graph's verdicts), which slots copy is decided in the kernel.
+
+A hybrid model has two or three such tensors a recurrent layer (36 Gated DeltaNet layers in Qwen3-Next-80B), so
+`restore_all_accepted` / `restore_all_rows` copy every layer's rows in one launch: a table of the tensors' addresses
+on the device, each row copied as 4-byte words.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import torch
+
+from strata.transfer import index_tensor
 
 try:
     import triton
@@ -48,7 +56,106 @@ def restore_accepted_rows(recorded: torch.Tensor, pool: torch.Tensor, slots: tor
     _restore_kernel[grid](recorded, pool, slots, accepted, window, row_numel, BLOCK=_BLOCK)
 
 
+StatePair = tuple[torch.Tensor, torch.Tensor]  # (recorded [rows, ...], pool [S_max, ...]) rows shaped alike
+
+
+def restore_all_accepted(pairs: list[StatePair], slots: torch.Tensor, accepted: torch.Tensor, window: int,
+                         joined: bool | None = None) -> None:
+    """restore_accepted_rows for every (recorded, pool) pair, in one launch where the rows allow it. `joined`: use
+    the one-launch kernel (None: on CUDA; True also runs it in Triton's interpreter on the CPU)."""
+    _restore_all(pairs, slots, accepted, window, slots.is_cuda if joined is None else joined)
+
+
+def restore_all_rows(pairs: list[StatePair], slots: torch.Tensor, rows: torch.Tensor,
+                     joined: bool | None = None) -> None:
+    """For every pair: pool[slots[j]] := recorded[rows[j]] (slots, rows [P] int64 on the pools' device), in one launch
+    where the rows allow it (`joined` as for restore_all_accepted)."""
+    _restore_all(pairs, slots, rows, None, slots.is_cuda if joined is None else joined)
+
+
+def _restore_all(pairs: list[StatePair], slots: torch.Tensor, index: torch.Tensor, window: int | None,
+                 joined: bool) -> None:
+    """index: each slot's accepted count (window given) or its recorded row (window None)."""
+    def one(recorded: torch.Tensor, pool: torch.Tensor) -> None:
+        if window is not None:
+            restore_accepted_rows(recorded, pool, slots, index, window)
+        else:
+            pool.index_copy_(0, slots, recorded[index].to(pool.dtype))
+
+    if not pairs or slots.shape[0] == 0:
+        return
+    words = [_row_words(recorded, pool) for recorded, pool in pairs]
+    kept = [(pair, n) for pair, n in zip(pairs, words) if n]
+    table = _address_table(kept, slots.device) if joined and len(kept) > 1 else None
+    for pair, n in zip(pairs, words):
+        if table is None or not n:
+            one(*pair)
+    if table is not None:
+        grid = (slots.shape[0], len(kept), triton.cdiv(max(n for _, n in kept), _BLOCK))
+        _restore_all_kernel[grid](table, slots, index, window or 0, len(kept), FROM_ACCEPTED=window is not None,
+                                  BLOCK=_BLOCK)
+
+
+def _row_words(recorded: torch.Tensor, pool: torch.Tensor) -> int:
+    """4-byte words a row of this pair has when the joined kernel can copy it (same dtype, contiguous, rows of whole
+    words at word-aligned addresses), else 0."""
+    row_bytes = pool[0].numel() * pool.element_size()
+    if recorded.dtype != pool.dtype or not recorded.is_contiguous() or not pool.is_contiguous() or row_bytes % 4 \
+            or recorded.data_ptr() % 4 or pool.data_ptr() % 4 or recorded[0].numel() != pool[0].numel():
+        return 0
+    return row_bytes // 4
+
+
+_tables: OrderedDict[tuple, torch.Tensor] = OrderedDict()  # address tables on the device, by their contents
+_captured: set[tuple] = set()                              # those a CUDA graph reads: never dropped
+_MAX_TABLES = 64
+
+
+def _address_table(joined: list[tuple[StatePair, int]], device: torch.device) -> torch.Tensor | None:
+    """[3, T] int64 on the device: the recorded tensors' addresses, the pools', the words a row; kept by contents
+    (the verification graphs' and the eager steps' buffers repeat). None while a CUDA graph is being captured and
+    the table is new: a capture cannot copy it from the host (the caller launches per pair)."""
+    key = (str(device), *((recorded.data_ptr(), pool.data_ptr(), n) for (recorded, pool), n in joined))
+    capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
+    table = _tables.get(key)
+    if table is None:
+        if capturing:
+            return None
+        table = index_tensor([[r.data_ptr() for (r, _), _ in joined], [p.data_ptr() for (_, p), _ in joined],
+                              [n for _, n in joined]], device)
+        _tables[key] = table
+        for old in [k for k in _tables if k not in _captured][:max(0, len(_tables) - len(_captured) - _MAX_TABLES)]:
+            del _tables[old]
+    else:
+        _tables.move_to_end(key)
+    if capturing:
+        _captured.add(key)
+    return table
+
+
 if triton is not None:
+
+    @triton.jit
+    def _restore_all_kernel(table_ptr, slots_ptr, index_ptr, window, num_tensors, FROM_ACCEPTED: tl.constexpr,
+                            BLOCK: tl.constexpr):
+        i, tensor, part = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+        index = tl.load(index_ptr + i)
+        if FROM_ACCEPTED:
+            copy = index < window - 1  # a slot that accepted everything holds the window's last state already
+            row = (i * window + index).to(tl.int64)
+        else:
+            copy = index >= 0
+            row = index.to(tl.int64)
+        words = tl.load(table_ptr + 2 * num_tensors + tensor)
+        if copy and part * BLOCK < words:
+            recorded = tl.load(table_ptr + tensor).to(tl.pointer_type(tl.int32))
+            pool = tl.load(table_ptr + num_tensors + tensor).to(tl.pointer_type(tl.int32))
+            slot = tl.load(slots_ptr + i).to(tl.int64)
+            offs = part * BLOCK + tl.arange(0, BLOCK)
+            ok = offs < words
+            values = tl.load(recorded + row * words + offs, mask=ok)
+            tl.store(pool + slot * words + offs, values, mask=ok)
+
 
     @triton.jit
     def _restore_kernel(recorded_ptr, pool_ptr, slots_ptr, accepted_ptr, window, row_numel, BLOCK: tl.constexpr):

@@ -110,8 +110,8 @@ class VerifyGraphs:
             out = verdicts(head_logits[:rows], self.inputs.device_buffer("input_ids")[:rows], num_slots, window,
                            self.accepted_in[:num_slots] if accepted_in is not None else None)
             if captured.window_states:
-                roll_back_states(self.state_caches, captured.window_states, self.inputs.device_buffer("state_slot_ids")[:num_slots], window,
-                          out.accepted)
+                slots = self.inputs.device_buffer("state_slot_ids")[:num_slots]
+                roll_back_states(self.state_caches, captured.window_states, slots, window, out.accepted)
             return out
 
         tail = captured.verify_tails.get(mode)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from strata.kernels.state_rollback import restore_all_rows
 from strata.spec.verify_step import SlotOutcome
 from strata.transfer import index_tensor
 
@@ -25,15 +26,13 @@ if TYPE_CHECKING:
 def restore_recurrent_state(state_caches: dict[int, tuple[torch.Tensor, torch.Tensor]],
                             window_states: dict[int, tuple[torch.Tensor, torch.Tensor]],
                             slot_ids: list[int], token_rows: list[int]) -> None:
-    """For each (slot, token row): pool row `slot` := state recorded after token `token_row`."""
+    """For each (slot, token row): pool row `slot` := state recorded after token `token_row` (every layer's tensors
+    in one launch on CUDA)."""
     if not slot_ids:
         return
     device = next(iter(state_caches.values()))[0].device
-    slots, rows = index_tensor(slot_ids, device), index_tensor(token_rows, device)
-    for layer, (conv_state, ssm_state) in state_caches.items():
-        window_conv, window_ssm = window_states[layer]
-        conv_state.index_copy_(0, slots, window_conv[rows])
-        ssm_state.index_copy_(0, slots, window_ssm[rows])
+    pairs = [pair for layer, pools in state_caches.items() for pair in zip(window_states[layer], pools)]
+    restore_all_rows(pairs, index_tensor(slot_ids, device), index_tensor(token_rows, device))
 
 
 def commit_outcomes(outcomes: list[SlotOutcome], sampler: Sampler, drafter: Proposer | None,

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from strata.kernels.argmax import argmax
-from strata.kernels.state_rollback import restore_accepted_rows
+from strata.kernels.state_rollback import restore_all_accepted
 from strata.sample.probs import sample_from_probs
 from strata.transfer import index_tensor
 from strata.types import StepPlan
@@ -138,7 +138,6 @@ def roll_back_states(state_caches: dict, window_states: dict, slots: torch.Tenso
                      accepted: torch.Tensor) -> None:
     """Each slot's recurrent state := the one recorded after its last accepted token (row i * n + accepted), for
     the slots that rejected a draft (the others' pool rows hold it already); slots [S] int64 their state rows,
-    on the device."""
-    for layer, pools in state_caches.items():
-        for recorded, pool in zip(window_states[layer], pools):
-            restore_accepted_rows(recorded, pool, slots, accepted, window)
+    on the device. Every layer's tensors in one launch on CUDA."""
+    pairs = [pair for layer, pools in state_caches.items() for pair in zip(window_states[layer], pools)]
+    restore_all_accepted(pairs, slots, accepted, window)

@@ -1,14 +1,22 @@
 """kernels/state_rollback.py: a verification window's recurrent state rolled back to its last accepted token, only
-for the slots that rejected a draft, on the CPU (the reference) and on CUDA (the kernel, inside a CUDA graph too)."""
+for the slots that rejected a draft, on the CPU (the reference) and on CUDA (the kernel, inside a CUDA graph too);
+every layer's tensors in one launch (restore_all_*), on CUDA or in Triton's interpreter (TRITON_INTERPRET=1)."""
 
 from __future__ import annotations
+
+import importlib.util
+import os
 
 import pytest
 import torch
 
-from strata.kernels.state_rollback import restore_accepted_rows, restore_accepted_rows_ref
+from strata.kernels import state_rollback
+from strata.kernels.state_rollback import (restore_accepted_rows, restore_accepted_rows_ref, restore_all_accepted,
+                                           restore_all_rows)
 
 gpu = pytest.mark.gpu
+interpreted = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1"
+                                 or importlib.util.find_spec("triton") is None, reason="Triton's interpreter: set TRITON_INTERPRET=1 with triton installed")
 
 
 def _problem(row_shape, dtype, device, num_slots=5, window=4, pool_rows=9, seed=0):
@@ -80,3 +88,88 @@ def test_kernel_replays_in_a_cuda_graph_with_new_verdicts():
         expected = start.clone()
         restore_accepted_rows_ref(recorded, expected, slots, verdicts, window)
         assert torch.equal(pool, expected), new
+
+
+# a hybrid model's state tensors: delta-rule states, conv states, a PLE context, a row not a multiple of the block,
+# and one the joined kernel cannot take (rows of 7 bf16 values: not whole 4-byte words), copied on its own
+_LAYER_ROWS = [((4, 16, 16), torch.float32), ((64, 3), torch.bfloat16), ((2,), torch.float32),
+               ((3, 1000), torch.float32), ((7,), torch.bfloat16), ((4, 16, 16), torch.float32)]
+
+
+def _pairs(device, num_slots=5, window=4, pool_rows=9, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return [(torch.randn(num_slots * window, *shape, generator=generator).to(dtype).to(device),   # recorded
+             torch.randn(pool_rows, *shape, generator=generator).to(dtype).to(device))           # pool
+            for shape, dtype in _LAYER_ROWS]
+
+
+def _check_all_accepted(device, joined):
+    pairs = _pairs(device)
+    slots = torch.tensor([7, 0, 3, 8, 5], device=device)
+    accepted = torch.tensor([0, 3, 1, 2, 3], device=device)
+    expected = [pool.clone() for _, pool in pairs]
+    for (recorded, _), pool in zip(pairs, expected):
+        restore_accepted_rows_ref(recorded, pool, slots, accepted, 4)
+    restore_all_accepted(pairs, slots, accepted, 4, joined=joined)
+    for i, ((_, pool), want) in enumerate(zip(pairs, expected)):
+        assert torch.equal(pool, want), _LAYER_ROWS[i]
+
+
+def _check_all_rows(device, joined):
+    pairs = _pairs(device, seed=1)
+    slots, rows = torch.tensor([2, 6, 0], device=device), torch.tensor([17, 3, 9], device=device)
+    expected = [pool.clone() for _, pool in pairs]
+    for (recorded, _), pool in zip(pairs, expected):
+        pool[slots] = recorded[rows]
+    restore_all_rows(pairs, slots, rows, joined=joined)
+    for i, ((_, pool), want) in enumerate(zip(pairs, expected)):
+        assert torch.equal(pool, want), _LAYER_ROWS[i]
+
+
+def test_every_layers_rows_restored_on_the_cpu():
+    _check_all_accepted("cpu", joined=False)
+    _check_all_rows("cpu", joined=False)
+
+
+@interpreted
+def test_joined_kernel_in_the_interpreter():
+    _check_all_accepted("cpu", joined=True)
+    _check_all_rows("cpu", joined=True)
+
+
+@gpu
+def test_joined_kernel_on_cuda():
+    _check_all_accepted("cuda", joined=None)
+    _check_all_rows("cuda", joined=None)
+
+
+@gpu
+def test_joined_kernel_replays_in_a_cuda_graph_and_its_table_is_kept():
+    """The address table made before the capture is what the graph reads: it stays however many other tables come;
+    a table first needed inside a capture cannot be copied from the host, so that capture copies per tensor."""
+    pairs = _pairs("cuda", seed=2)
+    slots = torch.tensor([7, 0, 3, 8, 5], device="cuda")
+    verdicts = torch.tensor([0, 3, 1, 2, 3], device="cuda")
+    starts = [pool.clone() for _, pool in pairs]
+    restore_all_accepted(pairs, slots, verdicts, 4)             # eager first, as the verification graphs' tail does
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        restore_all_accepted(pairs, slots, verdicts, 4)
+    fresh = _pairs("cuda", seed=3)                                # never seen before the capture: per-tensor copies
+    fresh_graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(fresh_graph):
+        restore_all_accepted(fresh, slots, verdicts, 4)
+    for _ in range(2 * state_rollback._MAX_TABLES):              # other tables come and go
+        restore_all_accepted(_pairs("cuda", seed=4)[:2], slots, verdicts, 4)
+    fresh_starts = [pool.clone() for _, pool in fresh]
+    for new in ([3, 3, 0, 1, 2], [1, 0, 3, 3, 0]):
+        verdicts.copy_(torch.tensor(new))
+        for group, begin, replayed in ((pairs, starts, graph), (fresh, fresh_starts, fresh_graph)):
+            for (_, pool), start in zip(group, begin):
+                pool.copy_(start)
+            replayed.replay()
+            for (recorded, pool), start in zip(group, begin):
+                expected = start.clone()
+                restore_accepted_rows_ref(recorded, expected, slots, verdicts, 4)
+                assert torch.equal(pool, expected), new
