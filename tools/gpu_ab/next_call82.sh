@@ -1,4 +1,5 @@
-# Session 63 (~9 minutes, any card): MTP and suffix drafts in verification steps planned ahead (STRATA_DRAFTS_AHEAD=1)
+# Session 63 (~9 minutes, any card): the one-launch roll-back's GPU tests (ef6a9cd) with the verification ahead and
+# graph identity tests of the hybrid families, then MTP and suffix drafts in verification steps planned ahead (STRATA_DRAFTS_AHEAD=1)
 # against one step at a time (the default), issue 28's model (Qwen3-Next 8L bf16, its random MTP layer), 32 prompts of
 # 64 tokens, 128 out, at 1 and 4 streams, each arm its own process, two alternated rounds:
 # - MTP with k fixed at 3 (adaptive off): a random head is rarely right, so this times a window's overhead (every
@@ -8,6 +9,8 @@
 nvidia-smi -L
 source tools/gpu_ab/device_setup.sh
 S=$(date +%s)
+run_tests rollback 150 tests/kernels/test_state_rollback.py tests/spec/test_verify_ahead.py \
+  tests/runner/test_cuda_graphs.py -k "rollback or ahead or graph_on_off_token_identity or fresh_prompts"
 NEXT='random:qwen3-next-80b-a3b?num_hidden_layers=8'
 arm() {  # NAME AHEAD SPEC SECONDS [EXTRA ARGS...]
   local name=$1 ahead=$2 spec=$3 secs=$4; shift 4
@@ -26,7 +29,7 @@ arm suffix_ahead_r1 1 "$SUFFIX" 60
 arm suffix_step_r1 0 "$SUFFIX" 60
 arm mtp3_step_r2 0 "$MTP3" 70
 arm mtp3_ahead_r2 1 "$MTP3" 70
-[ $(( $(date +%s)-S )) -lt 440 ] && arm suffix_step_r2 0 "$SUFFIX" 60 && arm suffix_ahead_r2 1 "$SUFFIX" 60
+[ $(( $(date +%s)-S )) -lt 470 ] && arm suffix_step_r2 0 "$SUFFIX" 60
 python3 - <<'EOF' | tee -a $OUT/ab.txt
 import glob, json, os
 for path in sorted(glob.glob(os.environ["OUT"] + "/*.json")):
