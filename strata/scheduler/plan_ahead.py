@@ -19,15 +19,15 @@ class PlanAhead:
         still runs: each request of `plan` that may emit another token gets the next position, its
         input being the token `plan` samples (the runner feeds it on the device; token_ids holds a
         placeholder). `hold` (batch groups): its slots are in flight until it is updated, as a scheduled
-        step's are. None when the next step cannot be known in advance: a request waits to be
-        admitted, a running one is neither in `plan` nor in another step in flight, a request drafts (in
-        `plan` or, by the draft policy, in the next step: speculating requests that draft nothing decode
-        ahead too), sampling needs the previous token on the host (penalties, min_tokens, a seed, logprobs,
-        a grammar), or a block would have to be taken from another request. A hybrid model's checkpoint due where `plan` ends a block is
-        queued here, ahead of the commit."""
+        step's are. None when the next step cannot be known in advance: a request waits to be admitted (and
+        no admission hold keeps it waiting), a running one is neither in `plan` nor in another step in flight,
+        a request drafts (in `plan` or, by the draft policy, in the next step: speculating requests that draft
+        nothing decode ahead too), sampling needs the previous token on the host (penalties, min_tokens, a
+        seed, logprobs, a grammar), or a block would have to be taken from another request. A hybrid model's
+        checkpoint due where `plan` ends a block is queued here, ahead of the commit."""
         self._begin_planning()
         continuing = self._continuing_after(plan)
-        if not continuing:
+        if not continuing or self._admission_due():
             return None
         # blocks up to the next position (the one after the token in flight)
         missing = [max(blocks_needed(state.num_computed_tokens + 2, self.block_size) - state.num_blocks, 0)
@@ -56,7 +56,7 @@ class PlanAhead:
     def verifies_ahead(self, plan: StepPlan) -> bool:
         """Whether `plan` is a step of equal verification windows whose successor may be planned before it is
         read (schedule_verify_ahead): every running request verifies drafts in it, none needs its sampled
-        history on the host, nothing waits to be admitted."""
+        history on the host, nothing waits to be admitted (or an admission hold keeps it waiting)."""
         return self._verifying(plan) is not None
 
     def schedule_verify_ahead(self, plan: StepPlan) -> StepPlan | None:
@@ -68,7 +68,7 @@ class PlanAhead:
         short."""
         self._begin_planning()
         pairs = self._verifying(plan)
-        if pairs is None:
+        if pairs is None or self._admission_due():
             return None
         window = plan.scheduled[0].num_new_tokens
         # one k for every window, and the one `plan` drafted for (an MTP head drafted its next_k on the device)
@@ -103,8 +103,8 @@ class PlanAhead:
 
     def _verifying(self, plan: StepPlan) -> list[tuple[RequestState, ScheduledSlot]] | None:
         """(request, window) of each slot of `plan` when it is a step of equal verification windows of every
-        running request, sampled without history and with nothing waiting; else None."""
-        if self.waiting or plan.new_slots or not plan.scheduled or self.offload is not None:
+        running request, sampled without history and with nothing to admit next (see _admits_next); else None."""
+        if self._admits_next() or plan.new_slots or not plan.scheduled or self.offload is not None:
             return None
         by_slot = {state.slot_id: state for state in self.running}
         window = plan.scheduled[0].num_new_tokens
@@ -119,10 +119,21 @@ class PlanAhead:
             pairs.append((state, work))
         return pairs
 
+    def _admits_next(self) -> bool:
+        """Whether the step after the one being planned from may admit a waiting request, so the host must read
+        first: one waits, a slot is free for it, and no admission hold runs (--admission-hold-steps). With every
+        slot taken, steps go on ahead: a slot freed by a request ending in the step in flight takes a waiting
+        request one step later."""
+        return bool(self.waiting) and self._room_to_admit() and not self._held_steps
+
+    def _admission_due(self) -> bool:
+        """_admits_next for the step being planned ahead, whose hold is decided here (a held step counts)."""
+        return bool(self.waiting) and self._room_to_admit() and not self._holds_admission(in_flight=True)
+
     def _continuing_after(self, plan: StepPlan) -> list[RequestState] | None:
         """The requests of decode step `plan` (not yet committed) that continue after it, when every
         condition of schedule_ahead but the free blocks holds; else None."""
-        if self.waiting or plan.new_slots or not plan.scheduled:
+        if self._admits_next() or plan.new_slots or not plan.scheduled:
             return None
         by_slot = {state.slot_id: state for state in self.running}
         in_plan = {work.slot_id for work in plan.scheduled}

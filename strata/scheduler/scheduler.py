@@ -284,20 +284,24 @@ class Scheduler(PlanAhead):
 
     # ---- helpers ---------------------------------------------------------------------------------
 
-    def _holds_admission(self) -> bool:
+    def _holds_admission(self, in_flight: bool = False) -> bool:
         """--admission-hold-steps H: whether this step leaves its free slots empty, because a running request will
         reach its length limit (max_tokens or the model's length) within the steps the hold has left, so the prompts
         waiting now are admitted together with the next one's in a single step. A request waits at most H steps
-        for it; nothing is held while no request runs (the device would idle)."""
+        for it; nothing is held while no request runs (the device would idle). `in_flight`: this step is planned
+        while the one before it runs (not yet committed), which counts as one more step to end in."""
         hold = self.config.admission_hold_steps
-        if not hold or self._held_steps >= hold or not self.waiting or not self.running or not self.free_slots \
-                or len(self.running) >= self.max_running:
+        if not hold or self._held_steps >= hold or not self.waiting or not self.running or not self._room_to_admit():
             return False
         steps_left = hold - self._held_steps
-        if not any(self._ends_within(state, steps_left) for state in self.running if state.status is Status.RUNNING):
+        if not any(self._ends_within(state, steps_left + in_flight) for state in self.running
+                   if state.status is Status.RUNNING):
             return False
         self._held_steps += 1
         return True
+
+    def _room_to_admit(self) -> bool:
+        return bool(self.free_slots) and len(self.running) < self.max_running
 
     def _ends_within(self, state: RequestState, steps: int) -> bool:
         """Whether `state` reaches its length limit within `steps` steps at its expected tokens a step (speculating

@@ -1,8 +1,9 @@
 """--async-scheduling (the next decode step planned and queued while the current one runs, its input
 tokens fed on the device): outputs identical to plain stepping (greedy and sampled), requests ending
 at any step (max_tokens, stop ids, aborts mid-flight) lose nothing and leak nothing, steps the
-scheduler cannot plan ahead (penalties, logprobs, waiting requests, no free block) fall back, and a
-speculating engine plans ahead the steps where no request drafts."""
+scheduler cannot plan ahead (penalties, logprobs, a waiting request with a free slot, no free block) fall
+back, requests queued for a slot do not stop it, and a speculating engine plans ahead the steps where no
+request drafts."""
 
 from __future__ import annotations
 
@@ -80,6 +81,26 @@ def test_steps_that_cannot_be_planned_ahead_fall_back(tiny_model_dir, monkeypatc
     got = drive(engine(folder, True, num_blocks=5, max_model_len=20), tight)
     assert got == drive(engine(folder, False, max_model_len=20), tight)
     assert any(ahead) and not all(ahead)
+
+
+def test_requests_queued_for_a_slot_do_not_stop_steps_ahead(tiny_model_dir, monkeypatch):
+    """Six requests on four slots: while two wait for a slot, decode steps are still planned ahead (a slot freed in
+    the step in flight takes its request a step later); outputs as plain stepping, everything released."""
+    folder = tiny_model_dir("qwen3_next")
+    requests = [(0, greedy(n)) for n in (14, 9, 17, 12, 10, 6)]
+    reference = drive(engine(folder, False), requests)
+    core = engine(folder, True)
+    launches, launch = [], core.runner.launch_decode
+
+    def recorded(plan, inputs_from=None):
+        launches.append((inputs_from is not None, bool(core.scheduler.waiting)))
+        return launch(plan, inputs_from)
+
+    monkeypatch.setattr(core.runner, "launch_decode", recorded)
+    assert drive(core, requests) == reference
+    assert (True, True) in launches, launches
+    assert core.scheduler.allocator.num_free == core.scheduler.allocator.num_blocks
+    assert sorted(core.scheduler.free_slots) == list(range(4))
 
 
 @pytest.mark.parametrize("family, speculative", [

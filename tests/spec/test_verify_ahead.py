@@ -20,13 +20,14 @@ SYNTHETIC = {"method": "synthetic", "num_speculative_tokens": 3, "acceptance_len
 
 
 def engine(folder: str, async_scheduling: bool, device: str = "cpu", speculative: dict | None = SYNTHETIC,
-           seed: int = 0, num_blocks: int | None = None, max_model_len: int | None = None) -> EngineCore:
-    """speculative=None: plain decoding (the reference of exact drafters)."""
+           seed: int = 0, num_blocks: int | None = None, max_model_len: int | None = None,
+           hold: int | None = None) -> EngineCore:
+    """speculative=None: plain decoding (the reference of exact drafters); hold: --admission-hold-steps."""
     config = EngineConfig(model=folder, runner=RunnerConfig(device=device, dtype="float32" if device == "cpu"
                                                             else "bfloat16", seed=seed),
                           cache=CacheConfig(block_size=4, num_gpu_blocks=num_blocks),
                           scheduler=SchedulerConfig(max_num_seqs=4, async_scheduling=async_scheduling,
-                                                    max_model_len=max_model_len),
+                                                    max_model_len=max_model_len, admission_hold_steps=hold),
                           speculative=SpecConfig.from_json(speculative))
     return EngineCore(config, quiet=True)
 
@@ -246,6 +247,34 @@ def test_uniform_windows_stay_ahead_up_to_a_requests_end(family, tiny_model_dir,
     assert drive(core, requests) == reference
     assert [len(reference[str(i)][0]) for i in range(3)] == [30, 41, 23]
     assert launches.count(False) <= len(requests), launches  # the first step, then once after each request ended
+    assert_released(core)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3_next"])
+def test_waiting_requests_that_cannot_enter_yet_keep_the_chain(family, tiny_model_dir, monkeypatch):
+    """Requests queued while every slot is taken, and one that --admission-hold-steps keeps out beside a free slot
+    (a running request ends within the hold, so both successors' prompts share a step): the verification steps go
+    on being planned ahead (a freed slot is refilled a step later). Outputs as stepping one at a time; every
+    request is admitted. Uniform windows (as CUDA graphs take them), so requests near their end keep the chain."""
+    folder = tiny_model_dir(family)
+    requests = [(0, greedy(30)), (0, greedy(33)), (0, greedy(24)), (0, greedy(36)), (0, greedy(20)), (0, greedy(18))]
+    stepping = engine(folder, False, hold=3)
+    stepping.scheduler.uniform_draft_windows = True
+    reference = drive(stepping, requests)
+    core = engine(folder, True, hold=3)
+    core.scheduler.uniform_draft_windows = True
+    launches, launch = [], core.runner.launch_verify
+
+    def recorded(plan, inputs_from=None):
+        scheduler = core.scheduler
+        launches.append((inputs_from is not None, bool(scheduler.waiting), bool(scheduler.free_slots)))
+        return launch(plan, inputs_from)
+
+    monkeypatch.setattr(core.runner, "launch_verify", recorded)
+    assert drive(core, requests) == reference
+    assert [len(reference[str(i)][0]) for i in range(6)] == [30, 33, 24, 36, 20, 18]
+    assert (True, True, False) in launches, launches  # planned ahead while requests queued for a slot
+    assert (True, True, True) in launches, launches   # planned ahead while a request was held beside a free slot
     assert_released(core)
 
 
