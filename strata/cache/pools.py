@@ -11,6 +11,7 @@ import torch
 
 from strata.config import kv_scale_key
 from strata.kernels.kv_quant import SCALE_DTYPE
+from strata.kernels.state_rollback import restore_all_rows
 from strata.transfer import RowsToHost, index_tensor, raw
 
 
@@ -74,10 +75,20 @@ class CheckpointPool:
         self.state_pool = state_pool
 
     def save(self, slot_ids: list[int], rows: list[int]) -> None:
-        self._copy(self.state_pool.caches, slot_ids, self.caches, rows)
+        self._copy_on_device(self.state_pool.caches, slot_ids, self.caches, rows)
 
     def restore(self, rows: list[int], slot_ids: list[int]) -> None:
-        self._copy(self.caches, rows, self.state_pool.caches, slot_ids)
+        self._copy_on_device(self.caches, rows, self.state_pool.caches, slot_ids)
+
+    @staticmethod
+    def _copy_on_device(src: dict, src_rows: list[int], dst: dict, dst_rows: list[int]) -> None:
+        """_copy between tensors of one device: every layer's rows in one launch on CUDA (a hybrid model has two
+        state tensors a recurrent layer; Qwen3-Next-80B 36 such layers)."""
+        if not src_rows:
+            return
+        device = next(iter(dst.values()))[0].device
+        pairs = [(raw(s), raw(d)) for layer, tensors in src.items() for s, d in zip(tensors, dst[layer])]
+        restore_all_rows(pairs, index_tensor(dst_rows, device), index_tensor(src_rows, device))
 
     @staticmethod
     def _copy(src: dict, src_rows: list[int], dst: dict, dst_rows: list[int]) -> None:

@@ -17,7 +17,6 @@ from collections import OrderedDict
 
 import torch
 
-from strata.transfer import index_tensor
 
 try:
     import triton
@@ -121,8 +120,10 @@ def _address_table(joined: list[tuple[StatePair, int]], device: torch.device) ->
     if table is None:
         if capturing:
             return None
-        table = index_tensor([[r.data_ptr() for (r, _), _ in joined], [p.data_ptr() for (_, p), _ in joined],
-                              [n for _, n in joined]], device)
+        table = torch.tensor([[r.data_ptr() for (r, _), _ in joined], [p.data_ptr() for (_, p), _ in joined],
+                              [n for _, n in joined]], dtype=torch.int64)
+        # through pinned memory: a copy from pageable memory would make the host wait for the device's queue
+        table = table.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else table.to(device)
         _tables[key] = table
         for old in [k for k in _tables if k not in _captured][:max(0, len(_tables) - len(_captured) - _MAX_TABLES)]:
             del _tables[old]
