@@ -7,7 +7,7 @@
 nvidia-smi -L
 source tools/gpu_ab/device_setup.sh
 S=$(date +%s)
-run_tests rollback 130 tests/kernels/test_state_rollback.py tests/spec/test_verify_ahead.py
+run_tests rollback 130 tests/kernels/test_state_rollback.py tests/cache/test_checkpoint_pool.py tests/spec/test_verify_ahead.py
 mkdir -p /tmp/prev && tar -xf $OLDPWD/.base/prev.tar -C /tmp/prev
 SPEC='{"method":"synthetic","acceptance_length":3.0,"num_speculative_tokens":3}'
 spec_c4() {  # NAME TREE MODEL SECONDS [EXTRA ARGS...]
