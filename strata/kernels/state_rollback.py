@@ -13,6 +13,7 @@ on the device, each row copied as 4-byte words.
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 
 import torch
@@ -25,6 +26,7 @@ except ImportError:  # CPU-only install: restore_accepted_rows_ref still works
     triton = tl = None
 
 _BLOCK = 4096  # values a program copies
+logger = logging.getLogger(__name__)
 
 
 def restore_accepted_rows_ref(recorded: torch.Tensor, pool: torch.Tensor, slots: torch.Tensor,
@@ -85,14 +87,36 @@ def _restore_all(pairs: list[StatePair], slots: torch.Tensor, index: torch.Tenso
         return
     words = [_row_words(recorded, pool) for recorded, pool in pairs]
     kept = [(pair, n) for pair, n in zip(pairs, words) if n]
-    table = _address_table(kept, slots.device) if joined and len(kept) > 1 else None
+    table = _address_table(kept, slots.device) if joined and len(kept) > 1 and _joined_builds is not False else None
     for pair, n in zip(pairs, words):
         if table is None or not n:
             one(*pair)
-    if table is not None:
-        grid = (slots.shape[0], len(kept), triton.cdiv(max(n for _, n in kept), _BLOCK))
+    if table is not None and not _launch_joined(table, slots, index, window, kept):
+        for pair, _ in kept:
+            one(*pair)
+
+
+_joined_builds: bool | None = None  # whether the joined kernel built here (None: not launched yet)
+
+
+def _launch_joined(table: torch.Tensor, slots: torch.Tensor, index: torch.Tensor, window: int | None,
+                   kept: list[tuple[StatePair, int]]) -> bool:
+    """Launch the joined kernel -> False when its first launch in this process failed (a Triton that cannot build
+    it: warned once, and every later call copies per tensor)."""
+    global _joined_builds
+    grid = (slots.shape[0], len(kept), -(-max(n for _, n in kept) // _BLOCK))
+    try:
         _restore_all_kernel[grid](table, slots, index, window or 0, len(kept), FROM_ACCEPTED=window is not None,
                                   BLOCK=_BLOCK)
+    except Exception:
+        if _joined_builds:
+            raise
+        _joined_builds = False
+        logger.warning("the one-launch state copy failed to build; copying each state tensor on its own",
+                       exc_info=True)
+        return False
+    _joined_builds = True
+    return True
 
 
 def _row_words(recorded: torch.Tensor, pool: torch.Tensor) -> int:

@@ -131,16 +131,39 @@ def test_every_layers_rows_restored_on_the_cpu():
     _check_all_rows("cpu", joined=False)
 
 
+def test_a_joined_kernel_that_cannot_build_leaves_the_copies_per_tensor(monkeypatch, caplog):
+    """A Triton that cannot build the joined kernel (its first launch raises): warned once, the rows copied per
+    tensor then and after, the kernel not tried again."""
+    launches = []
+
+    class Unbuildable:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launches.append(grid)
+                raise RuntimeError("no such instruction")
+            return launch
+
+    monkeypatch.setattr(state_rollback, "_restore_all_kernel", Unbuildable(), raising=False)
+    monkeypatch.setattr(state_rollback, "_joined_builds", None)
+    with caplog.at_level("WARNING", logger=state_rollback.__name__):
+        _check_all_accepted("cpu", joined=True)
+        _check_all_rows("cpu", joined=True)
+    assert len(launches) == 1 and state_rollback._joined_builds is False
+    assert sum("failed to build" in r.getMessage() for r in caplog.records) == 1
+
+
 @interpreted
 def test_joined_kernel_in_the_interpreter():
     _check_all_accepted("cpu", joined=True)
     _check_all_rows("cpu", joined=True)
+    assert state_rollback._joined_builds is True  # the kernel ran, not the per-tensor copies
 
 
 @gpu
 def test_joined_kernel_on_cuda():
     _check_all_accepted("cuda", joined=None)
     _check_all_rows("cuda", joined=None)
+    assert state_rollback._joined_builds is True  # the kernel ran, not the per-tensor copies
 
 
 @gpu
