@@ -18,7 +18,6 @@ from collections import OrderedDict
 
 import torch
 
-
 try:
     import triton
     import triton.language as tl

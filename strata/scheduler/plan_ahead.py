@@ -27,12 +27,12 @@ class PlanAhead:
         checkpoint due where `plan` ends a block is queued here, ahead of the commit."""
         self._begin_planning()
         continuing = self._continuing_after(plan)
-        if not continuing or self._admission_due():
+        if not continuing:
             return None
         # blocks up to the next position (the one after the token in flight)
         missing = [max(blocks_needed(state.num_computed_tokens + 2, self.block_size) - state.num_blocks, 0)
                    for state in continuing]
-        if not self.allocator.can_allocate(sum(missing)):
+        if not self.allocator.can_allocate(sum(missing)) or self._admission_due():
             return None
         scheduled = []
         for state, count in zip(continuing, missing):
@@ -68,7 +68,7 @@ class PlanAhead:
         short."""
         self._begin_planning()
         pairs = self._verifying(plan)
-        if pairs is None or self._admission_due():
+        if pairs is None:
             return None
         window = plan.scheduled[0].num_new_tokens
         # one k for every window, and the one `plan` drafted for (an MTP head drafted its next_k on the device)
@@ -86,7 +86,7 @@ class PlanAhead:
                 return None
             ahead = state.num_computed_tokens + window
             needed.append(max(blocks_needed(ahead + 1 + k + self.lookahead, self.block_size) - state.num_blocks, 0))
-        if not self.allocator.can_allocate(sum(needed)):
+        if not self.allocator.can_allocate(sum(needed)) or self._admission_due():
             return None
         scheduled = []
         for (state, _), count in zip(pairs, needed):
