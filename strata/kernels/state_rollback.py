@@ -14,6 +14,7 @@ on the device, each row copied as 4-byte words.
 from __future__ import annotations
 
 import logging
+import math
 from collections import OrderedDict
 
 import torch
@@ -121,9 +122,10 @@ def _launch_joined(table: torch.Tensor, slots: torch.Tensor, index: torch.Tensor
 def _row_words(recorded: torch.Tensor, pool: torch.Tensor) -> int:
     """4-byte words a row of this pair has when the joined kernel can copy it (same dtype, contiguous, rows of whole
     words at word-aligned addresses), else 0."""
-    row_bytes = pool[0].numel() * pool.element_size()
+    row_numel = math.prod(pool.shape[1:])  # (no row views: this runs for every state tensor of a step)
+    row_bytes = row_numel * pool.element_size()
     if recorded.dtype != pool.dtype or not recorded.is_contiguous() or not pool.is_contiguous() or row_bytes % 4 \
-            or recorded.data_ptr() % 4 or pool.data_ptr() % 4 or recorded[0].numel() != pool[0].numel():
+            or recorded.data_ptr() % 4 or pool.data_ptr() % 4 or math.prod(recorded.shape[1:]) != row_numel:
         return 0
     return row_bytes // 4
 

@@ -35,3 +35,17 @@ bench_arms() {
   done; done
   cut -c1-120 $OUT/ab.txt
 }
+
+# spec_c4 NAME TREE MODEL SECONDS [EXTRA ARGS...]: the issues' speculation command (synthetic L = 3, k = 3, 32 prompts
+# of 64 tokens, 128 out, 4 streams, two repeats, against none) on MODEL from the tree /tmp/TREE, stopped after
+# SECONDS; the JSON kept as $OUT/NAME.json, its summary lines in $OUT/ab.txt. Needs S.
+spec_c4() {
+  local name=$1 tree=$2 model=$3 secs=$4; shift 4
+  (cd /tmp/$tree && PYTHONPATH=/tmp/$tree:/tmp/site:/tmp/hf timeout -s INT $secs python3 -m strata.cli.main bench offline \
+    "$model" --device cuda --max-model-len 4096 --num-prompts 32 --input-len 64 --output-len 128 --concurrency 4 \
+    --repeats 2 --speculative-config '{"method":"synthetic","acceptance_length":3.0,"num_speculative_tokens":3}' \
+    --spec-baseline --output $OUT/$name.json "$@" > /tmp/$name.log 2>&1)
+  local rc=$?; echo "== $name rc=$rc t=$(( $(date +%s)-S ))" | tee -a $OUT/ab.txt
+  [ $rc = 0 ] || tail -4 /tmp/$name.log >> $OUT/ab.txt
+  grep -E "strata_" /tmp/$name.log | cut -c1-200 | tee -a $OUT/ab.txt
+}

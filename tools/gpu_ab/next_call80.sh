@@ -11,15 +11,6 @@ source tools/gpu_ab/device_setup.sh
 S=$(date +%s)
 run_tests rollback 120 tests/kernels/test_state_rollback.py tests/spec/test_verify_ahead.py
 mkdir -p /tmp/prev && tar -xf $OLDPWD/.base/prev.tar -C /tmp/prev
-SPEC='{"method":"synthetic","acceptance_length":3.0,"num_speculative_tokens":3}'
-spec_c4() {  # NAME TREE MODEL SECONDS [EXTRA ARGS...]
-  local name=$1 tree=$2 model=$3 secs=$4; shift 4
-  (cd /tmp/$tree && PYTHONPATH=/tmp/$tree:/tmp/site:/tmp/hf timeout -s INT $secs python3 -m strata.cli.main bench offline \
-    "$model" --device cuda --max-model-len 4096 --num-prompts 32 --input-len 64 --output-len 128 --concurrency 4 \
-    --repeats 2 --speculative-config "$SPEC" --spec-baseline --output $OUT/$name.json "$@" > /tmp/$name.log 2>&1)
-  rc=$?; echo "== $name rc=$rc t=$(( $(date +%s)-S ))" | tee -a $OUT/ab.txt; [ $rc = 0 ] || tail -4 /tmp/$name.log >> $OUT/ab.txt
-  grep -E "strata_" /tmp/$name.log | cut -c1-200 | tee -a $OUT/ab.txt
-}
 Q4E='random:qwen4exp-125b?num_hidden_layers=4'
 NEXT='random:qwen3-next-80b-a3b?num_hidden_layers=8'
 spec_c4 q4e_src src "$Q4E" 160
