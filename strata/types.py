@@ -214,6 +214,10 @@ class StepPlan:
     truncated_block_tables: dict[int, int] = field(default_factory=dict)
     # (slot, checkpoint row): save the slot's recurrent state before anything else this step
     checkpoint_saves: list[tuple[int, int]] = field(default_factory=list)
+    # a verification step planned ahead: (slot, checkpoint row, the window's planned start, a block boundary) save the
+    # slot's state before the forward if the window really starts at the boundary (the step before it accepted
+    # that many drafts: decided on the device)
+    boundary_saves: list[tuple[int, int, int, int]] = field(default_factory=list)
     # conversation cache copies, done before the forward: (device block, host row), (host row,
     # device block), (device checkpoint row, host row)
     park_blocks: list[tuple[int, int]] = field(default_factory=list)

@@ -40,15 +40,38 @@ class CheckpointIndex:
         is never reused under it."""
         if self.capacity == 0 or key in self._by_key:
             return None
+        row = self.reserve_unnamed()
+        if row is not None:
+            self._by_key[key] = row
+        return row
+
+    def reserve_unnamed(self) -> int | None:
+        """A pool row for a save whose key is not known yet (a state saved on the device only if the step in
+        flight lands on a block boundary, spec/verify_ahead.py): out of the index until `name` gives it a key or
+        `release_unnamed` frees it, so no eviction takes it meanwhile. None when every row is reserved so."""
+        if self.capacity == 0:
+            return None
         if not self._free:
+            if not self._by_key:
+                return None
             old_key = next((k for k in self._by_key if k not in self.pinned), next(iter(self._by_key)))
             row = self._by_key.pop(old_key)
             if self.on_evict is not None:
                 self.on_evict(old_key, row)
             self._free.append(row)
-        row = self._free.pop()
+        return self._free.pop()
+
+    def name(self, row: int, key: int) -> bool:
+        """An unnamed row's save ran: it holds the checkpoint `key` from now on -> False (and the row freed) when
+        `key` is saved already."""
+        if key in self._by_key:
+            self._free.append(row)
+            return False
         self._by_key[key] = row
-        return row
+        return True
+
+    def release_unnamed(self, row: int) -> None:
+        self._free.append(row)
 
     def release(self, key: int) -> None:
         row = self._by_key.pop(key, None)

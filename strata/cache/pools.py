@@ -11,7 +11,7 @@ import torch
 
 from strata.config import kv_scale_key
 from strata.kernels.kv_quant import SCALE_DTYPE
-from strata.kernels.state_rollback import restore_all_rows
+from strata.kernels.state_rollback import restore_all_rows, row_words
 from strata.transfer import RowsToHost, index_tensor, raw
 
 
@@ -73,22 +73,31 @@ class CheckpointPool:
         self.caches = {layer: (conv.new_zeros(capacity, *conv.shape[1:]), ssm.new_zeros(capacity, *ssm.shape[1:]))
                        for layer, (conv, ssm) in state_pool.caches.items()} if capacity else {}
         self.state_pool = state_pool
+        # (pool -> checkpoints) and (checkpoints -> pool) tensor pairs of every layer, with their rows' words
+        saving = [(raw(s), raw(d)) for layer, tensors in self.caches.items()
+                  for s, d in zip(state_pool.caches[layer], tensors)]
+        self._pairs = {"save": saving, "restore": [(d, s) for s, d in saving]}
+        self._words = [row_words(s, d) for s, d in saving]
 
     def save(self, slot_ids: list[int], rows: list[int]) -> None:
-        self._copy_on_device(self.state_pool.caches, slot_ids, self.caches, rows)
+        self._copy_on_device("save", slot_ids, rows)
 
     def restore(self, rows: list[int], slot_ids: list[int]) -> None:
-        self._copy_on_device(self.caches, rows, self.state_pool.caches, slot_ids)
+        self._copy_on_device("restore", rows, slot_ids)
 
-    @staticmethod
-    def _copy_on_device(src: dict, src_rows: list[int], dst: dict, dst_rows: list[int]) -> None:
-        """_copy between tensors of one device: every layer's rows in one launch on CUDA (a hybrid model has two
-        state tensors a recurrent layer; Qwen3-Next-80B 36 such layers)."""
-        if not src_rows:
+    def save_where(self, slots: torch.Tensor, rows: torch.Tensor) -> None:
+        """slots, rows [P] int64 on the device: row rows[j] := slot slots[j]'s state where slots[j] >= 0 (decided on
+        the device: a verification step planned ahead saves a slot only if its window starts on a block boundary)."""
+        restore_all_rows(self._pairs["save"], rows, slots, words=self._words)
+
+    def _copy_on_device(self, direction: str, src_rows: list[int], dst_rows: list[int]) -> None:
+        """Rows between the state pool and the checkpoints, every layer's in one launch on CUDA (a hybrid model has
+        two state tensors a recurrent layer; Qwen3-Next-80B 36 such layers)."""
+        if not src_rows or not self._pairs[direction]:
             return
-        device = next(iter(dst.values()))[0].device
-        pairs = [(raw(s), raw(d)) for layer, tensors in src.items() for s, d in zip(tensors, dst[layer])]
-        restore_all_rows(pairs, index_tensor(dst_rows, device), index_tensor(src_rows, device))
+        device = self._pairs[direction][0][0].device
+        restore_all_rows(self._pairs[direction], index_tensor(dst_rows, device), index_tensor(src_rows, device),
+                         words=self._words)
 
     @staticmethod
     def _copy(src: dict, src_rows: list[int], dst: dict, dst_rows: list[int]) -> None:

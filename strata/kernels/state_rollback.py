@@ -68,24 +68,29 @@ def restore_all_accepted(pairs: list[StatePair], slots: torch.Tensor, accepted: 
 
 
 def restore_all_rows(pairs: list[StatePair], slots: torch.Tensor, rows: torch.Tensor,
-                     joined: bool | None = None) -> None:
-    """For every pair: pool[slots[j]] := recorded[rows[j]] (slots, rows [P] int64 on the pools' device), in one launch
-    where the rows allow it (`joined` as for restore_all_accepted)."""
-    _restore_all(pairs, slots, rows, None, slots.is_cuda if joined is None else joined)
+                     joined: bool | None = None, words: list[int] | None = None) -> None:
+    """For every pair: pool[slots[j]] := recorded[rows[j]] (slots, rows [P] int64 on the pools' device; rows[j] < 0:
+    nothing for j), in one launch where the rows allow it (`joined` as for restore_all_accepted; `words`: the pairs'
+    row_words, kept by a caller whose pairs do not change)."""
+    _restore_all(pairs, slots, rows, None, slots.is_cuda if joined is None else joined, words)
 
 
 def _restore_all(pairs: list[StatePair], slots: torch.Tensor, index: torch.Tensor, window: int | None,
-                 joined: bool) -> None:
+                 joined: bool, words: list[int] | None = None) -> None:
     """index: each slot's accepted count (window given) or its recorded row (window None)."""
     def one(recorded: torch.Tensor, pool: torch.Tensor) -> None:
         if window is not None:
             restore_accepted_rows(recorded, pool, slots, index, window)
-        else:
-            pool.index_copy_(0, slots, recorded[index].to(pool.dtype))
+        elif not pool.is_cuda:
+            keep = (index >= 0).nonzero().flatten()                                    # [P'] the rows to copy
+            pool.index_copy_(0, slots[keep], recorded[index[keep]].to(pool.dtype))
+        else:  # without a host sync: a row not copied is written with itself
+            keep = (index >= 0).view(-1, *([1] * (pool.dim() - 1)))
+            pool.index_copy_(0, slots, torch.where(keep, recorded[index.clamp(min=0)].to(pool.dtype), pool[slots]))
 
     if not pairs or slots.shape[0] == 0:
         return
-    words = [_row_words(recorded, pool) for recorded, pool in pairs]
+    words = words if words is not None else [row_words(recorded, pool) for recorded, pool in pairs]
     kept = [(pair, n) for pair, n in zip(pairs, words) if n]
     table = _address_table(kept, slots.device) if joined and len(kept) > 1 and _joined_builds is not False else None
     for pair, n in zip(pairs, words):
@@ -119,7 +124,7 @@ def _launch_joined(table: torch.Tensor, slots: torch.Tensor, index: torch.Tensor
     return True
 
 
-def _row_words(recorded: torch.Tensor, pool: torch.Tensor) -> int:
+def row_words(recorded: torch.Tensor, pool: torch.Tensor) -> int:
     """4-byte words a row of this pair has when the joined kernel can copy it (same dtype, contiguous, rows of whole
     words at word-aligned addresses), else 0."""
     row_numel = math.prod(pool.shape[1:])  # (no row views: this runs for every state tensor of a step)

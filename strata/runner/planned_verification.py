@@ -41,6 +41,17 @@ def verifies_ahead(runner: ModelRunner, plan: StepPlan) -> bool:
                                                      for w in plan.scheduled))
 
 
+def save_at_boundaries(runner: ModelRunner, plan: StepPlan, slot_ids: list[int], shift: torch.Tensor) -> None:
+    """plan.boundary_saves (Scheduler._boundary_save): each such slot's state, rolled back by the step before, into
+    its checkpoint row where its window really starts at the block boundary (planned start + shift [S], on the
+    device), before the forward moves the state on."""
+    row_of = {slot: i for i, slot in enumerate(slot_ids)}
+    host = torch.tensor([[row_of[slot], start, boundary, slot, row] for slot, row, start, boundary in
+                         plan.boundary_saves], dtype=torch.long)                           # [P, 5]
+    which, start, boundary, slots, rows = index_tensor(host, shift.device).unbind(1)
+    runner.checkpoint_pool.save_where(torch.where(start + shift[which] == boundary, slots, -1), rows)
+
+
 def launch(runner: ModelRunner, plan: StepPlan, inputs_from: VerifyInFlight | None = None) -> VerifyInFlight:
     """A step of equal verification windows (1 + k rows a slot) queued up to its verdicts, which stay on the
     device, and (MTP) the next window's drafts. With `inputs_from` (the step before, not yet read; `plan` was
@@ -57,6 +68,8 @@ def launch(runner: ModelRunner, plan: StepPlan, inputs_from: VerifyInFlight | No
     if inputs_from is not None:
         drafts = index_tensor(verified, inputs_from.bonus.device) if verified is not None else None
         feed, shift = inputs_from.next_inputs(slot_ids, window, drafts)             # [S * n], [S]
+        if plan.boundary_saves:
+            save_at_boundaries(runner, plan, slot_ids, shift)
     inputs, hidden, expert_pairs, started = runner._queue_forward(plan, feed, shift)
     rows, num_slots = len(slot_ids) * window, len(slot_ids)
     logits = inputs.logits() if inputs.logits is not None else runner.model.compute_logits(hidden)  # [S * n, V]

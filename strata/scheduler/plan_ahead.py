@@ -88,7 +88,7 @@ class PlanAhead:
             needed.append(max(blocks_needed(ahead + 1 + k + self.lookahead, self.block_size) - state.num_blocks, 0))
         if not self.allocator.can_allocate(sum(needed)) or self._admission_due():
             return None
-        scheduled = []
+        scheduled, boundary_saves = [], []
         for (state, _), count in zip(pairs, needed):
             new_blocks = self.allocator.allocate(count) if count else []
             state.block_ids.extend(new_blocks)
@@ -97,9 +97,44 @@ class PlanAhead:
             scheduled.append(ScheduledSlot(slot_id=state.slot_id, num_computed_tokens=start,
                                            num_new_tokens=1 + k, new_block_ids=new_blocks,
                                            token_ids=[0] * (1 + k), draft_token_ids=[0] * k, next_k=k, drafting=True))
+            boundary_saves += self._boundary_save(state, start, window)
         ahead_plan = self._make_plan(scheduled)
+        ahead_plan.boundary_saves = boundary_saves
         self._ahead_windows = (ahead_plan.step_id, {w.slot_id: w.num_new_tokens for w in scheduled})
         return ahead_plan
+
+    def _boundary_save(self, state: RequestState, start: int, window: int) -> list[tuple[int, int, int, int]]:
+        """A decoding hybrid's checkpoint for a step planned ahead: its window really starts `window` - 1 to 0
+        positions before `start` (as the step in flight accepts), so a block boundary there gets a checkpoint row,
+        saved on the device if the window starts on it and named by `settle_boundary_save` when the host reads
+        the step in flight (else freed) -> [(slot, row, start, boundary)] or []."""
+        boundary = start // self.block_size * self.block_size
+        if boundary <= start - window or boundary <= len(state.prompt_token_ids) \
+                or not self.prefix.saves_checkpoints(state):
+            return []
+        row = self.checkpoints.reserve_unnamed()
+        if row is None:
+            return []
+        self._boundary_rows[state.slot_id] = (row, boundary)
+        return [(state.slot_id, row, start, boundary)]
+
+    def settle_boundary_save(self, state: RequestState | None, slot_id: int) -> None:
+        """After the step before the one planned with a boundary save was committed: name the checkpoint row if
+        the slot's computed length (where the next window starts) is the boundary, else free it."""
+        pending = self._boundary_rows.pop(slot_id, None)
+        if pending is None:
+            return
+        row, boundary = pending
+        index = boundary // self.block_size - 1  # the block that ends at the boundary
+        if state is None or state.num_computed_tokens != boundary or len(state.block_hashes) <= index:
+            self.checkpoints.release_unnamed(row)
+            return
+        key = state.block_hashes[index]
+        if self.checkpoints.name(row, key):
+            if state.decode_checkpoint_key is not None:  # decoding: keep only the newest
+                self.checkpoints.release(state.decode_checkpoint_key)
+            state.decode_checkpoint_key = key
+            self.cache_stats.checkpoints_saved += 1
 
     def _verifying(self, plan: StepPlan) -> list[tuple[RequestState, ScheduledSlot]] | None:
         """(request, window) of each slot of `plan` when it is a step of equal verification windows of every

@@ -114,13 +114,18 @@ class PrefixManager:
                                         tuple(tokens[(i - first) * bs:(i - first + 1) * bs]))
         state.block_hashes.extend(new)
 
+    def saves_checkpoints(self, state: RequestState) -> bool:
+        """Whether `state`'s recurrent states are checkpointed at all (a hybrid model, prefix caching on, the
+        request's prefix cached)."""
+        return self.checkpoints is not None and self.enabled and state.request.cache_prefix
+
     def checkpoint_due(self, state: RequestState, ahead: bool = False) -> int | None:
         """The key under which to save the slot's state now, if its computed length sits on a
         boundary worth keeping: every `checkpoint_every` prompt tokens, the prompt's last full
         block, and during decoding every boundary (the newest one serves the next turn). `ahead`:
         for the length one past the computed tokens (an overlapped decode step's token in flight,
         whose input is known), the block it completes hashed before its commit registers it."""
-        if self.checkpoints is None or not self.enabled or not state.request.cache_prefix:
+        if not self.saves_checkpoints(state):
             return None
         computed = state.num_computed_tokens + (1 if ahead else 0)
         index = computed // self.block_size - 1       # the block that ends at `computed`

@@ -88,6 +88,7 @@ class Scheduler(PlanAhead):
         self.in_flight: Counter[int] = Counter()
         # a verification step planned ahead and not yet updated: its step id and each slot's window
         self._ahead_windows: tuple[int, dict[int, int]] = (-1, {})
+        self._boundary_rows: dict[int, tuple[int, int]] = {}  # slot -> (unnamed checkpoint row, block boundary)
         self._draining: set[int] = set()  # slots of ended requests whose step is still in flight
         self._pending_new: list[NewSlotData] = []
         self._pending_freed: list[int] = []
@@ -249,6 +250,7 @@ class Scheduler(PlanAhead):
         for work in plan.scheduled:
             state = running_by_slot.get(work.slot_id)
             if state is None:
+                self.settle_boundary_save(None, work.slot_id)
                 continue  # finished or aborted between schedule() and update()
             slot_result = by_slot.get(work.slot_id)
             if work.slot_id in result.expert_pairs:
@@ -272,6 +274,7 @@ class Scheduler(PlanAhead):
                 state.thinking.advance(token_id)
             # after the append: accepted drafts are computed tokens, and their blocks hash their values
             self.prefix.register_computed(state)
+            self.settle_boundary_save(state, work.slot_id)  # the step planned ahead of this one may have saved
             logprobs = slot_result.logprobs[: len(kept)] if slot_result.logprobs else slot_result.logprobs
             if work.slot_id not in self._ahead_windows[1]:  # else the state saved would be the step's in flight
                 self._maybe_checkpoint(state)
@@ -392,6 +395,10 @@ class Scheduler(PlanAhead):
         prefix match (at worst a good checkpoint is dropped)."""
         if self.checkpoints is None:
             return
+        for slot_id, row, _, _ in plan.boundary_saves:
+            if self._boundary_rows.get(slot_id, (None,))[0] == row:
+                del self._boundary_rows[slot_id]
+                self.checkpoints.release_unnamed(row)
         for _, row in plan.checkpoint_saves:
             key = self.checkpoints.release_row(row)
             for state in self.running:

@@ -117,10 +117,10 @@ def _check_all_accepted(device, joined):
 
 def _check_all_rows(device, joined):
     pairs = _pairs(device, seed=1)
-    slots, rows = torch.tensor([2, 6, 0], device=device), torch.tensor([17, 3, 9], device=device)
+    slots, rows = torch.tensor([2, 6, 0, 4], device=device), torch.tensor([17, 3, 9, -1], device=device)  # -1: none
     expected = [pool.clone() for _, pool in pairs]
     for (recorded, _), pool in zip(pairs, expected):
-        pool[slots] = recorded[rows]
+        pool[slots[:3]] = recorded[rows[:3]]
     restore_all_rows(pairs, slots, rows, joined=joined)
     for i, ((_, pool), want) in enumerate(zip(pairs, expected)):
         assert torch.equal(pool, want), _LAYER_ROWS[i]

@@ -14,6 +14,7 @@ from strata import SamplingParams
 from strata.config import CacheConfig, EngineConfig, RunnerConfig, SchedulerConfig, SpecConfig
 from strata.engine.core import EngineCore
 from strata.runner import planned_verification
+from strata.types import Request
 from engine_driver import count_launches, drive, greedy, prompt
 
 SYNTHETIC = {"method": "synthetic", "num_speculative_tokens": 3, "acceptance_length": 2.5, "adaptive": False}
@@ -276,6 +277,42 @@ def test_waiting_requests_that_cannot_enter_yet_keep_the_chain(family, tiny_mode
     assert (True, True, False) in launches, launches  # planned ahead while requests queued for a slot
     assert (True, True, True) in launches, launches   # planned ahead while a request was held beside a free slot
     assert_released(core)
+
+
+@pytest.mark.parametrize("family", ["qwen3_next", "qwen4_exp"])
+def test_checkpoints_inside_a_chain_serve_the_next_turn(family, tiny_model_dir, monkeypatch):
+    """A hybrid model's verification steps planned ahead (suffix drafts, STRATA_DRAFTS_AHEAD=1) checkpoint its
+    state where a window starts on a block boundary (known on the device only: the row is reserved when the step
+    is planned, saved before its forward if the step before accepted that many drafts, named or freed when the
+    host reads that step). The next turn resumes inside the first answer, past where its chain began, with the
+    output of a cold engine without speculation; every reserved row is named or freed."""
+    monkeypatch.setenv("STRATA_DRAFTS_AHEAD", "1")
+    folder = tiny_model_dir(family)
+    suffix = {"method": "suffix", "num_speculative_tokens": 3, "adaptive": False}
+    cached = {}
+
+    def turn(core: EngineCore, request_id: str, tokens: list[int], max_tokens: int) -> list[int]:
+        core.add_request(Request(request_id, tokens, greedy(max_tokens)))
+        out = []
+        while core.has_unfinished():
+            for delta in core.step():
+                out += delta.new_token_ids
+                cached[request_id] = delta.num_cached_tokens
+        return out
+
+    first_prompt = prompt(3)
+    core = engine(folder, True, speculative=suffix)
+    core.scheduler.uniform_draft_windows = True  # (as CUDA graphs take them: the chain runs to the answer's end)
+    launches = count_launches(monkeypatch, "launch_verify")
+    answer = turn(core, "a", first_prompt, 41)
+    assert sum(launches) >= 6 and core.scheduler.cache_stats.checkpoints_saved >= 3, launches
+    follow_up = first_prompt + answer + [7, 8, 9]
+    resumed = turn(core, "b", follow_up, 12)
+    assert cached["b"] > len(first_prompt) + 16, (cached["b"], len(first_prompt))  # inside the first answer
+    assert resumed == turn(engine(folder, False, speculative=None), "b", follow_up, 12)
+    assert not core.scheduler._boundary_rows
+    index = core.scheduler.checkpoints
+    assert len(index._free) + len(index) == index.capacity
 
 
 def test_a_short_block_pool_steps_one_at_a_time_where_it_must(tiny_model_dir, monkeypatch):
