@@ -96,7 +96,7 @@ def _restore_all(pairs: list[StatePair], slots: torch.Tensor, index: torch.Tenso
     for pair, n in zip(pairs, words):
         if table is None or not n:
             one(*pair)
-    if table is not None and not _launch_joined(table, slots, index, window, kept):
+    if table is not None and not _launch_joined(table, slots.contiguous(), index.contiguous(), window, kept):
         for pair, _ in kept:
             one(*pair)
 

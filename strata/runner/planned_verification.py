@@ -47,8 +47,8 @@ def save_at_boundaries(runner: ModelRunner, plan: StepPlan, slot_ids: list[int],
     device), before the forward moves the state on."""
     row_of = {slot: i for i, slot in enumerate(slot_ids)}
     host = torch.tensor([[row_of[slot], start, boundary, slot, row] for slot, row, start, boundary in
-                         plan.boundary_saves], dtype=torch.long)                           # [P, 5]
-    which, start, boundary, slots, rows = index_tensor(host, shift.device).unbind(1)
+                         plan.boundary_saves], dtype=torch.long).T.contiguous()            # [5, P]
+    which, start, boundary, slots, rows = index_tensor(host, shift.device).unbind(0)       # each [P], contiguous
     runner.checkpoint_pool.save_where(torch.where(start + shift[which] == boundary, slots, -1), rows)
 
 
