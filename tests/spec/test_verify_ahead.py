@@ -22,10 +22,11 @@ SYNTHETIC = {"method": "synthetic", "num_speculative_tokens": 3, "acceptance_len
 
 def engine(folder: str, async_scheduling: bool, device: str = "cpu", speculative: dict | None = SYNTHETIC,
            seed: int = 0, num_blocks: int | None = None, max_model_len: int | None = None,
-           hold: int | None = None) -> EngineCore:
-    """speculative=None: plain decoding (the reference of exact drafters); hold: --admission-hold-steps."""
-    config = EngineConfig(model=folder, runner=RunnerConfig(device=device, dtype="float32" if device == "cpu"
-                                                            else "bfloat16", seed=seed),
+           hold: int | None = None, dtype: str | None = None) -> EngineCore:
+    """speculative=None: plain decoding (the reference of exact drafters); hold: --admission-hold-steps; dtype:
+    float32 on the CPU and bfloat16 on a GPU unless given."""
+    dtype = dtype or ("float32" if device == "cpu" else "bfloat16")
+    config = EngineConfig(model=folder, runner=RunnerConfig(device=device, dtype=dtype, seed=seed),
                           cache=CacheConfig(block_size=4, num_gpu_blocks=num_blocks),
                           scheduler=SchedulerConfig(max_num_seqs=4, async_scheduling=async_scheduling,
                                                     max_model_len=max_model_len, admission_hold_steps=hold),
@@ -279,13 +280,17 @@ def test_waiting_requests_that_cannot_enter_yet_keep_the_chain(family, tiny_mode
     assert_released(core)
 
 
-@pytest.mark.parametrize("family", ["qwen3_next", "qwen4_exp"])
-def test_checkpoints_inside_a_chain_serve_the_next_turn(family, tiny_model_dir, monkeypatch):
+@pytest.mark.parametrize("family, device", [("qwen3_next", "cpu"), ("qwen4_exp", "cpu"),
+                                            pytest.param("qwen3_next", "cuda", marks=pytest.mark.gpu)])
+def test_checkpoints_inside_a_chain_serve_the_next_turn(family, device, tiny_model_dir, monkeypatch):
     """A hybrid model's verification steps planned ahead (suffix drafts, STRATA_DRAFTS_AHEAD=1) checkpoint its
     state where a window starts on a block boundary (known on the device only: the row is reserved when the step
     is planned, saved before its forward if the step before accepted that many drafts, named or freed when the
     host reads that step). The next turn resumes inside the first answer, past where its chain began, with the
-    output of a cold engine without speculation; every reserved row is named or freed."""
+    output of a cold engine without speculation; every reserved row is named or freed. (On CUDA in float32: the
+    windows replay graphs, the saves run between them.)"""
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
     monkeypatch.setenv("STRATA_DRAFTS_AHEAD", "1")
     folder = tiny_model_dir(family)
     suffix = {"method": "suffix", "num_speculative_tokens": 3, "adaptive": False}
@@ -301,7 +306,7 @@ def test_checkpoints_inside_a_chain_serve_the_next_turn(family, tiny_model_dir, 
         return out
 
     first_prompt = prompt(3)
-    core = engine(folder, True, speculative=suffix)
+    core = engine(folder, True, device, speculative=suffix, dtype="float32")
     core.scheduler.uniform_draft_windows = True  # (as CUDA graphs take them: the chain runs to the answer's end)
     launches = count_launches(monkeypatch, "launch_verify")
     answer = turn(core, "a", first_prompt, 41)
@@ -309,7 +314,7 @@ def test_checkpoints_inside_a_chain_serve_the_next_turn(family, tiny_model_dir, 
     follow_up = first_prompt + answer + [7, 8, 9]
     resumed = turn(core, "b", follow_up, 12)
     assert cached["b"] > len(first_prompt) + 16, (cached["b"], len(first_prompt))  # inside the first answer
-    assert resumed == turn(engine(folder, False, speculative=None), "b", follow_up, 12)
+    assert resumed == turn(engine(folder, False, device, speculative=None, dtype="float32"), "b", follow_up, 12)
     assert not core.scheduler._boundary_rows
     index = core.scheduler.checkpoints
     assert len(index._free) + len(index) == index.capacity
