@@ -47,7 +47,7 @@ class CheckpointIndex:
 
     def reserve_unnamed(self) -> int | None:
         """A pool row for a save whose key is not known yet (a state saved on the device only if the step in
-        flight lands on a block boundary, spec/verify_ahead.py): out of the index until `name` gives it a key or
+        flight lands on a block boundary, scheduler/plan_ahead.py): out of the index until `name` gives it a key or
         `release_unnamed` frees it, so no eviction takes it meanwhile. None when every row is reserved so."""
         if self.capacity == 0:
             return None
