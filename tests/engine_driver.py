@@ -1,5 +1,6 @@
-"""Driving an EngineCore step by step in tests: requests arriving at given steps, aborts, the outputs collected, and
-a count of a runner launch method's calls (whether each was queued behind a step still in flight)."""
+"""Driving an EngineCore step by step in tests: requests arriving at given steps, aborts, the outputs collected, a
+conversation's turns one at a time, and a count of a runner launch method's calls (whether each was queued behind a
+step still in flight)."""
 
 from __future__ import annotations
 
@@ -50,3 +51,15 @@ def count_launches(monkeypatch, method: str) -> list[bool]:
 
     monkeypatch.setattr(ModelRunner, method, counted)
     return calls
+
+
+def turn(core: EngineCore, request_id: str, tokens: list[int], max_tokens: int, cached: dict[str, int]) -> list[int]:
+    """One greedy request run alone to its end -> its tokens; cached[request_id] := the prompt tokens it found in
+    the prefix cache."""
+    core.add_request(Request(request_id, tokens, greedy(max_tokens)))
+    out = []
+    while core.has_unfinished():
+        for delta in core.step():
+            out += delta.new_token_ids
+            cached[request_id] = delta.num_cached_tokens
+    return out

@@ -15,8 +15,7 @@ from strata.config import CacheConfig, EngineConfig, RunnerConfig, SchedulerConf
 from strata.cache.pools import CheckpointPool, HostParkPool
 from strata.engine.core import EngineCore
 from strata.runner.model_runner import ModelRunner
-from strata.types import Request
-from engine_driver import count_launches, drive, greedy, prompt
+from engine_driver import count_launches, drive, greedy, prompt, turn
 
 
 def engine(folder: str, async_scheduling: bool, block_size: int = 4, num_blocks: int | None = None,
@@ -196,25 +195,16 @@ def test_hybrid_decode_checkpoints_are_saved_ahead_and_serve_the_next_turn(tiny_
 
     cached = {}
 
-    def turn(core: EngineCore, request_id: str, tokens: list[int], max_tokens: int) -> list[int]:
-        core.add_request(Request(request_id, tokens, greedy(max_tokens)))
-        out = []
-        while core.has_unfinished():
-            for delta in core.step():
-                out += delta.new_token_ids
-                cached[request_id] = delta.num_cached_tokens
-        return out
-
     first_prompt = prompt(3)                                     # 9 tokens; blocks of 4
     ahead = count_launches(monkeypatch, "launch_decode")
     core = engine(folder, True)
-    answer = turn(core, "a", first_prompt, 15)
+    answer = turn(core, "a", first_prompt, 15, cached)
     assert sum(ahead) >= 12                                      # of 14 decode steps, block ends included
     sync = engine(folder, False)
-    assert turn(sync, "a", first_prompt, 15) == answer
+    assert turn(sync, "a", first_prompt, 15, cached) == answer
     assert core.scheduler.cache_stats.checkpoints_saved == sync.scheduler.cache_stats.checkpoints_saved >= 3
     follow_up = first_prompt + answer + [7, 8, 9]
-    resumed = turn(core, "b", follow_up, 6)
+    resumed = turn(core, "b", follow_up, 6, cached)
     assert cached["b"] > len(first_prompt) + 8                   # resumed inside the first answer
-    cold = turn(engine(folder, False), "b", follow_up, 6)
+    cold = turn(engine(folder, False), "b", follow_up, 6, cached)
     assert resumed == cold

@@ -14,8 +14,7 @@ from strata import SamplingParams
 from strata.config import CacheConfig, EngineConfig, RunnerConfig, SchedulerConfig, SpecConfig
 from strata.engine.core import EngineCore
 from strata.runner import planned_verification
-from strata.types import Request
-from engine_driver import count_launches, drive, greedy, prompt
+from engine_driver import count_launches, drive, greedy, prompt, turn
 
 SYNTHETIC = {"method": "synthetic", "num_speculative_tokens": 3, "acceptance_length": 2.5, "adaptive": False}
 
@@ -296,25 +295,17 @@ def test_checkpoints_inside_a_chain_serve_the_next_turn(family, device, tiny_mod
     suffix = {"method": "suffix", "num_speculative_tokens": 3, "adaptive": False}
     cached = {}
 
-    def turn(core: EngineCore, request_id: str, tokens: list[int], max_tokens: int) -> list[int]:
-        core.add_request(Request(request_id, tokens, greedy(max_tokens)))
-        out = []
-        while core.has_unfinished():
-            for delta in core.step():
-                out += delta.new_token_ids
-                cached[request_id] = delta.num_cached_tokens
-        return out
-
     first_prompt = prompt(3)
     core = engine(folder, True, device, speculative=suffix, dtype="float32")
     core.scheduler.uniform_draft_windows = True  # (as CUDA graphs take them: the chain runs to the answer's end)
     launches = count_launches(monkeypatch, "launch_verify")
-    answer = turn(core, "a", first_prompt, 41)
+    answer = turn(core, "a", first_prompt, 41, cached)
     assert sum(launches) >= 6 and core.scheduler.cache_stats.checkpoints_saved >= 3, launches
     follow_up = first_prompt + answer + [7, 8, 9]
-    resumed = turn(core, "b", follow_up, 12)
+    resumed = turn(core, "b", follow_up, 12, cached)
     assert cached["b"] > len(first_prompt) + 16, (cached["b"], len(first_prompt))  # inside the first answer
-    assert resumed == turn(engine(folder, False, device, speculative=None, dtype="float32"), "b", follow_up, 12)
+    cold = engine(folder, False, device, speculative=None, dtype="float32")
+    assert resumed == turn(cold, "b", follow_up, 12, cached)
     assert not core.scheduler._boundary_rows
     index = core.scheduler.checkpoints
     assert len(index._free) + len(index) == index.capacity
