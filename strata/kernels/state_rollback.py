@@ -33,9 +33,24 @@ def restore_accepted_rows_ref(recorded: torch.Tensor, pool: torch.Tensor, slots:
                               accepted: torch.Tensor, window: int) -> None:
     """recorded [>= S * n, ...], pool [S_max, ...] (rows shaped alike), slots / accepted [S] int64, n = window:
     pool[slots[i]] := recorded[i * n + accepted[i]] for every i with accepted[i] < n - 1."""
-    partial = (accepted < window - 1).nonzero().flatten()                                 # [P]
-    rows = partial * window + accepted[partial]
-    pool.index_copy_(0, slots[partial], recorded[rows].to(pool.dtype))
+    _copy_rows(recorded, pool, slots, _accepted_rows(accepted, window))
+
+
+def _accepted_rows(accepted: torch.Tensor, window: int) -> torch.Tensor:
+    """accepted [S] -> each slot's recorded row (i * n + accepted[i]), or -1 where it accepted its whole window."""
+    rows = torch.arange(accepted.shape[0], device=accepted.device) * window + accepted      # [S]
+    return torch.where(accepted < window - 1, rows, -1)
+
+
+def _copy_rows(recorded: torch.Tensor, pool: torch.Tensor, slots: torch.Tensor, rows: torch.Tensor) -> None:
+    """pool[slots[j]] := recorded[rows[j]] where rows[j] >= 0, in torch (on CUDA without a host sync: a row not
+    copied is written with itself)."""
+    if not pool.is_cuda:
+        keep = (rows >= 0).nonzero().flatten()                                           # [P'] the rows to copy
+        pool.index_copy_(0, slots[keep], recorded[rows[keep]].to(pool.dtype))
+        return
+    keep = (rows >= 0).view(-1, *([1] * (pool.dim() - 1)))
+    pool.index_copy_(0, slots, torch.where(keep, recorded[rows.clamp(min=0)].to(pool.dtype), pool[slots]))
 
 
 def restore_accepted_rows(recorded: torch.Tensor, pool: torch.Tensor, slots: torch.Tensor, accepted: torch.Tensor,
@@ -48,10 +63,7 @@ def restore_accepted_rows(recorded: torch.Tensor, pool: torch.Tensor, slots: tor
     row_numel = pool[0].numel()
     assert recorded[0].numel() == row_numel and recorded.shape[0] >= slots.shape[0] * window
     if recorded.dtype != pool.dtype or not recorded.is_contiguous() or not pool.is_contiguous():
-        # rows of another layout: gathered, then every slot written (the fully accepted ones with their own row)
-        rows = torch.arange(slots.shape[0], device=slots.device) * window + accepted                # [S]
-        keep = (accepted < window - 1).view(-1, *([1] * (pool.dim() - 1)))
-        pool.index_copy_(0, slots, torch.where(keep, recorded[rows].to(pool.dtype), pool[slots]))
+        _copy_rows(recorded, pool, slots, _accepted_rows(accepted, window))  # rows of another layout
         return
     grid = (slots.shape[0], triton.cdiv(row_numel, _BLOCK))
     _restore_kernel[grid](recorded, pool, slots, accepted, window, row_numel, BLOCK=_BLOCK)
@@ -81,12 +93,8 @@ def _restore_all(pairs: list[StatePair], slots: torch.Tensor, index: torch.Tenso
     def one(recorded: torch.Tensor, pool: torch.Tensor) -> None:
         if window is not None:
             restore_accepted_rows(recorded, pool, slots, index, window)
-        elif not pool.is_cuda:
-            keep = (index >= 0).nonzero().flatten()                                    # [P'] the rows to copy
-            pool.index_copy_(0, slots[keep], recorded[index[keep]].to(pool.dtype))
-        else:  # without a host sync: a row not copied is written with itself
-            keep = (index >= 0).view(-1, *([1] * (pool.dim() - 1)))
-            pool.index_copy_(0, slots, torch.where(keep, recorded[index.clamp(min=0)].to(pool.dtype), pool[slots]))
+        else:
+            _copy_rows(recorded, pool, slots, index)
 
     if not pairs or slots.shape[0] == 0:
         return
