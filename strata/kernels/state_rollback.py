@@ -133,12 +133,14 @@ def _launch_joined(table: torch.Tensor, slots: torch.Tensor, index: torch.Tensor
 
 
 def row_words(recorded: torch.Tensor, pool: torch.Tensor) -> int:
-    """4-byte words a row of this pair has when the joined kernel can copy it (same dtype, contiguous, rows of whole
-    words at word-aligned addresses), else 0."""
-    row_numel = math.prod(pool.shape[1:])  # (no row views: this runs for every state tensor of a step)
-    row_bytes = row_numel * pool.element_size()
-    if recorded.dtype != pool.dtype or not recorded.is_contiguous() or not pool.is_contiguous() or row_bytes % 4 \
-            or recorded.data_ptr() % 4 or pool.data_ptr() % 4 or math.prod(recorded.shape[1:]) != row_numel:
+    """4-byte words a row of this pair has when the joined kernel can copy it (same dtype, contiguous, rows of the
+    same whole number of words at word-aligned addresses), else 0."""
+    # (sizes from nbytes and leading dims, no shape slices: this runs for every state tensor of an eager step)
+    pool_rows, recorded_rows = pool.shape[0], recorded.shape[0]
+    row_bytes = pool.nbytes // pool_rows if pool_rows else 0
+    if not row_bytes or row_bytes % 4 or recorded.dtype != pool.dtype or recorded.nbytes != row_bytes * recorded_rows \
+            or not recorded.is_contiguous() or not pool.is_contiguous() or recorded.data_ptr() % 4 \
+            or pool.data_ptr() % 4:
         return 0
     return row_bytes // 4
 

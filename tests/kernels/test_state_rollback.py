@@ -12,7 +12,7 @@ import torch
 
 from strata.kernels import state_rollback
 from strata.kernels.state_rollback import (restore_accepted_rows, restore_accepted_rows_ref, restore_all_accepted,
-                                           restore_all_rows)
+                                           restore_all_rows, row_words)
 
 gpu = pytest.mark.gpu
 interpreted = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1"
@@ -129,6 +129,17 @@ def _check_all_rows(device, joined):
 def test_every_layers_rows_restored_on_the_cpu():
     _check_all_accepted("cpu", joined=False)
     _check_all_rows("cpu", joined=False)
+
+
+def test_row_words_only_for_rows_the_joined_kernel_can_copy():
+    pool = torch.zeros(6, 4, 8)
+    assert row_words(torch.zeros(10, 4, 8), pool) == 32
+    assert row_words(torch.zeros(10, 32), pool) == 32               # same bytes a row, other shape: a word copy
+    assert row_words(torch.zeros(10, 4, 8, dtype=torch.float64), pool) == 0    # another dtype
+    assert row_words(torch.zeros(10, 8, 4).transpose(1, 2), pool) == 0          # not contiguous
+    assert row_words(torch.zeros(10, 4, 9), pool) == 0                          # rows of another size
+    assert row_words(torch.zeros(10, 3, dtype=torch.float16), torch.zeros(6, 3, dtype=torch.float16)) == 0  # 6 bytes
+    assert row_words(torch.zeros(0, 4, 8), pool) == 32 and row_words(torch.zeros(10, 4, 8), pool[:0]) == 0
 
 
 def test_a_joined_kernel_that_cannot_build_leaves_the_copies_per_tensor(monkeypatch, caplog):
