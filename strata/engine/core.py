@@ -102,8 +102,9 @@ class EngineCore:
         self.runner.close()
 
     def has_unfinished(self) -> bool:
-        """Requests to run, or batch groups' steps still in flight (an aborted request's)."""
-        return self.scheduler.has_unfinished() or bool(self._groups)
+        """Requests to run, or steps still in flight: batch groups' (an aborted request's), or the step planned
+        ahead for requests that all ended in the step before it (uniform windows: stepping drains it)."""
+        return self.scheduler.has_unfinished() or bool(self._groups) or self._ahead is not None
 
     def set_runtime_options(self, *, cuda_graphs: bool | None = None, async_scheduling: bool | None = None,
                             max_num_seqs: int | None = None) -> None:

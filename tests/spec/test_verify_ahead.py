@@ -34,6 +34,10 @@ def engine(folder: str, async_scheduling: bool, device: str = "cpu", speculative
 
 
 def assert_released(core: EngineCore) -> None:
+    """Nothing held once every request ended: no step left in flight (a benchmark switches options next), every
+    block and slot free."""
+    assert not core.has_unfinished() and core._ahead is None
+    core.set_runtime_options(async_scheduling=True)  # raises while a step is in flight
     assert core.scheduler.allocator.num_free == core.scheduler.allocator.num_blocks
     assert sorted(core.scheduler.free_slots) == list(range(4))
 
