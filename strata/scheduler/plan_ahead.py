@@ -143,16 +143,18 @@ class PlanAhead:
             return None
         by_slot = {state.slot_id: state for state in self.running}
         window = plan.scheduled[0].num_new_tokens
-        if len(plan.scheduled) != len(by_slot) or window < 2:
+        if not by_slot.keys() <= {work.slot_id for work in plan.scheduled} or window < 2:
             return None
         pairs = []
         for work in plan.scheduled:
             state = by_slot.get(work.slot_id)
-            if state is None or not work.sample or work.num_new_tokens != window \
-                    or len(work.draft_token_ids) != window - 1 or not _samples_without_history(state):
+            if state is None:
+                continue  # ended in the step before `plan` (its slot stays empty: nothing can be admitted)
+            if not work.sample or work.num_new_tokens != window or len(work.draft_token_ids) != window - 1 \
+                    or not _samples_without_history(state):
                 return None
             pairs.append((state, work))
-        return pairs
+        return pairs or None
 
     def _admits_next(self) -> bool:
         """Whether the step after the one being planned from may admit a waiting request, so the host must read
@@ -177,7 +179,9 @@ class PlanAhead:
         continuing = []
         for work in plan.scheduled:
             state = by_slot.get(work.slot_id)
-            if state is None or not work.sample or work.num_new_tokens != 1 or work.draft_token_ids \
+            if state is None:
+                continue  # ended in the step before `plan`
+            if not work.sample or work.num_new_tokens != 1 or work.draft_token_ids \
                     or state.num_computed_tokens != work.num_computed_tokens or not _samples_without_history(state) \
                     or (self.planner.enabled and (work.next_k or self._draft_length(state))):
                 return None
