@@ -90,6 +90,8 @@ def run_closed_loop(core: EngineCore, prompts: list[list[int]], params: Sampling
                 if delta.finish_reason is FinishReason.ERROR:
                     raise RuntimeError(f"request {delta.request_id} failed in the engine: {delta.error}")
     elapsed = time.perf_counter() - started
+    while core.has_unfinished():  # a step planned ahead for requests that all ended (its tokens are dropped)
+        core.step()
     if meter is not None:
         meter.close()
     return [times[f"{prefix}{i}"] for i in range(len(prompts))], elapsed

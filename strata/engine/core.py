@@ -113,6 +113,8 @@ class EngineCore:
         engine was built for. Only between steps: nothing may be in flight."""
         while self._groups and not self.scheduler.has_unfinished():  # steps of requests that ended meanwhile
             self._finish_oldest_group(plan_ahead=False)
+        if self._ahead is not None and not self.scheduler.has_unfinished():  # one planned for requests that ended
+            self.settle()
         if self.has_unfinished() or self._ahead is not None:
             raise RuntimeError("set_runtime_options needs an idle engine: requests are still running")
         if cuda_graphs is not None:

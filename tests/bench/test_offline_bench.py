@@ -324,3 +324,29 @@ def test_the_summary_line_gives_each_streams_decode_rate_beside_the_end_to_end_o
     strata_line, hf_line = capsys.readouterr().out.splitlines()
     assert "690.0 tok/s" in strata_line and strata_line.endswith("decode 800 tok/s a stream")
     assert "decode" not in hf_line
+
+
+def test_a_run_leaves_no_step_in_flight(tiny_model_dir):
+    """Verification steps planned ahead with uniform windows (as CUDA graphs take them) queue one more step for
+    requests that may all end in the step before it; a run drains it, so the next arm's options switch (the
+    benchmark failed there on an H100, session 64)."""
+    from strata import LLM
+    from strata.bench.offline import run_strata
+    from strata.config import EngineConfig, RunnerConfig, SchedulerConfig, SpecConfig
+
+    spec = SpecConfig.from_json('{"method": "synthetic", "acceptance_length": 3.0, "num_speculative_tokens": 3, '
+                                '"adaptive": false}')
+    llm = LLM.from_config(EngineConfig(model=tiny_model_dir("llama"), runner=RunnerConfig(device="cpu"),
+                                       scheduler=SchedulerConfig(max_num_seqs=4, async_scheduling=True),
+                                       speculative=spec))
+    core = llm.engine
+    core.scheduler.uniform_draft_windows = True
+    queued = []
+    launch = core._launch
+    core._launch = lambda kind, plan, inputs_from=None: queued.append(inputs_from is not None) or launch(
+        kind, plan, inputs_from)
+    prompts = [[5 + (i * 7 + j) % 90 for j in range(8 + i)] for i in range(8)]
+    result = run_strata(llm, prompts, 24)
+    assert result["output_tokens"] == 8 * 24 and sum(queued) > 10  # most steps were planned ahead
+    assert not core.has_unfinished() and core._ahead is None
+    core.set_runtime_options(async_scheduling=False, max_num_seqs=2)

@@ -14,6 +14,7 @@ from strata import SamplingParams
 from strata.config import CacheConfig, EngineConfig, RunnerConfig, SchedulerConfig, SpecConfig
 from strata.engine.core import EngineCore
 from strata.runner import planned_verification
+from strata.types import Request
 from engine_driver import count_launches, drive, greedy, prompt, turn
 
 SYNTHETIC = {"method": "synthetic", "num_speculative_tokens": 3, "acceptance_length": 2.5, "adaptive": False}
@@ -252,6 +253,21 @@ def test_uniform_windows_stay_ahead_up_to_a_requests_end(family, tiny_model_dir,
     assert drive(core, requests) == reference
     assert [len(reference[str(i)][0]) for i in range(3)] == [30, 41, 23]
     assert launches.count(False) == 1, launches  # the first step only: a request ending does not break the chain
+    assert_released(core)
+
+
+def test_switching_options_drains_a_step_queued_for_requests_that_ended(tiny_model_dir):
+    """A caller that steps only while its own requests run (a benchmark's loop) leaves the step planned ahead of
+    their last one queued; switching options then finishes it instead of refusing."""
+    core = engine(tiny_model_dir("llama"), True)
+    core.scheduler.uniform_draft_windows = True
+    for i in range(4):
+        core.add_request(Request(str(i), prompt(i), greedy(13 + i)))
+    while core.scheduler.has_unfinished():
+        core.step()
+    assert core._ahead is not None and core.has_unfinished()
+    core.set_runtime_options(async_scheduling=False)
+    assert core._ahead is None and not core.has_unfinished()
     assert_released(core)
 
 
