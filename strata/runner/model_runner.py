@@ -23,7 +23,7 @@ from torch import nn
 
 from strata import progress
 from strata.cache.pools import CheckpointPool, HostParkPool, KVPool, StatePool
-from strata.config import MAX_SPEC_TOKENS, RunnerConfig, SpecConfig
+from strata.config import MAX_SPEC_TOKENS, RunnerConfig, SpecConfig, debug_flag
 from strata.kernels import triton_available
 from strata.model.context import ForwardScratch
 from strata.model.gated_delta_net import TRITON_MAX_QUERY_LEN
@@ -303,6 +303,9 @@ class ModelRunner:
         parts = self.graphs.split_layouts(plan.scheduled)
         if parts is None:
             return None
+        if len(parts) > 1 and debug_flag("EAGER_MIXED_STEPS") and any(
+                self.graphs.prompt_layout(w) is None for w in plan.scheduled):
+            return None  # A/B switch: fresh prompts beside windows in one eager pass (the graphs read weights twice)
         if self._has_windows(plan):
             windows = parts[0][1]
             if windows != list(range(len(windows))) or not plan.scheduled[0].draft_token_ids:

@@ -1,7 +1,7 @@
 # Session 64 (~8 minutes, any card): the GPU tests of steps planned ahead (a request's end no longer breaks the
-# chain), then issue 29's speculation at 4 streams (Qwen4-Exp 4L; two repeats) at HEAD, the same with prompt steps
-# eager (--cuda-graph-prompt-tokens 0: a prompt beside verification windows in one eager pass over the weights,
-# where graphs replay the prompt's graph and the windows' graph, two passes), then d877521 while time is left.
+# chain), then issue 29's speculation at 4 streams (Qwen4-Exp 4L; two repeats) at HEAD, the same with
+# STRATA_EAGER_MIXED_STEPS=1 (a fresh prompt beside verification windows in one eager pass over the weights, where
+# graphs replay the prompt's graph and the windows' graph: two passes), then d877521 while time is left.
 # (A session 64 H100 run: a spec step carrying a prompt took ~10.5 ms against ~3 ms without, 21-26 of them a run.)
 # Build the archives first:  git archive --format=tar.gz HEAD -o .base/src.tar && git rev-parse --short HEAD > \
 #   .base/COMMIT && git archive --format=tar.gz d877521 -o .base/prev.tar
@@ -13,5 +13,5 @@ run_tests ahead 100 tests/spec/test_verify_ahead.py tests/engine/test_async_sche
 mkdir -p /tmp/prev && tar -xf $OLDPWD/.base/prev.tar -C /tmp/prev
 Q4E='random:qwen4exp-125b?num_hidden_layers=4'
 spec_c4 q4e_src src "$Q4E" 160
-spec_c4 q4e_eagerprompt src "$Q4E" 120 --cuda-graph-prompt-tokens 0
+export STRATA_EAGER_MIXED_STEPS=1; spec_c4 q4e_eagermixed src "$Q4E" 120; unset STRATA_EAGER_MIXED_STEPS
 [ $(( $(date +%s)-S )) -lt 340 ] && spec_c4 q4e_prev prev "$Q4E" 110
