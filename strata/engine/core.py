@@ -115,7 +115,7 @@ class EngineCore:
             self._finish_oldest_group(plan_ahead=False)
         if self._ahead is not None and not self.scheduler.has_unfinished():  # one planned for requests that ended
             self.settle()
-        if self.has_unfinished() or self._ahead is not None:
+        if self.has_unfinished():
             raise RuntimeError("set_runtime_options needs an idle engine: requests are still running")
         if cuda_graphs is not None:
             self.runner.set_cuda_graphs(cuda_graphs)

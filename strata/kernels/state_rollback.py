@@ -14,7 +14,6 @@ on the device, each row copied as 4-byte words.
 from __future__ import annotations
 
 import logging
-import math
 from collections import OrderedDict
 
 import torch

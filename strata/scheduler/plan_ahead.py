@@ -137,8 +137,9 @@ class PlanAhead:
             self.cache_stats.checkpoints_saved += 1
 
     def _verifying(self, plan: StepPlan) -> list[tuple[RequestState, ScheduledSlot]] | None:
-        """(request, window) of each slot of `plan` when it is a step of equal verification windows of every
-        running request, sampled without history and with nothing to admit next (see _admits_next); else None."""
+        """(request, window) of each running request's slot of `plan` when it is a step of equal verification
+        windows of every running request (and of requests that ended in the step before it, left out), sampled
+        without history and with nothing to admit next (see _admits_next); else None."""
         if self._admits_next() or plan.new_slots or not plan.scheduled or self.offload is not None:
             return None
         by_slot = {state.slot_id: state for state in self.running}
