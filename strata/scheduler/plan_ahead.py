@@ -162,11 +162,11 @@ class PlanAhead:
         first: one waits, a slot is free for it, and no admission hold runs (--admission-hold-steps). With every
         slot taken, steps go on ahead: a slot freed by a request ending in the step in flight takes a waiting
         request one step later."""
-        return bool(self.waiting) and self._room_to_admit() and not self._held_steps
+        return self._can_admit() and not self._held_steps
 
     def _admission_due(self) -> bool:
         """_admits_next for the step being planned ahead, whose hold is decided here (a held step counts)."""
-        return bool(self.waiting) and self._room_to_admit() and not self._holds_admission(in_flight=True)
+        return self._can_admit() and not self._holds_admission(in_flight=True)
 
     def _continuing_after(self, plan: StepPlan) -> list[RequestState] | None:
         """The requests of decode step `plan` (not yet committed) that continue after it, when every

@@ -294,7 +294,7 @@ class Scheduler(PlanAhead):
         for it; nothing is held while no request runs (the device would idle). `in_flight`: this step is planned
         while the one before it runs (not yet committed), which counts as one more step to end in."""
         hold = self.config.admission_hold_steps
-        if not hold or self._held_steps >= hold or not self.waiting or not self.running or not self._room_to_admit():
+        if not hold or self._held_steps >= hold or not self.running or not self._can_admit():
             return False
         steps_left = hold - self._held_steps
         if not any(self._ends_within(state, steps_left + in_flight) for state in self.running
@@ -303,8 +303,9 @@ class Scheduler(PlanAhead):
         self._held_steps += 1
         return True
 
-    def _room_to_admit(self) -> bool:
-        return bool(self.free_slots) and len(self.running) < self.max_running
+    def _can_admit(self) -> bool:
+        """A request waits and a slot is free for it."""
+        return bool(self.waiting) and bool(self.free_slots) and len(self.running) < self.max_running
 
     def _ends_within(self, state: RequestState, steps: int) -> bool:
         """Whether `state` reaches its length limit within `steps` steps at its expected tokens a step (speculating
