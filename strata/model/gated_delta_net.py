@@ -226,8 +226,8 @@ class GatedDeltaNet(nn.Module):
         ba = self.in_proj_ba(hidden)                                          # [T, 2 Hv]
         conv_state, ssm_state = ctx.state_caches[self.layer_idx]
         conv_out, ssm_out = (ctx.scratch.window_buffers or {}).get(self.layer_idx, (None, None))
-        if windows is not None:  # graphs' persistent buffers hold their layouts' rows, maybe fewer than these
-            conv_out = ssm_out = None
+        if windows is not None:  # the conv's states cover every row, more than a graph's buffer holds
+            conv_out = None
         group = self.num_v_heads // self.num_k_heads
         grouped = ops.GroupedQKV(self.key_dim, self.head_k_dim, group * self.head_v_dim) if self.grouped_qkvz else None
         mixed_qkv, window_conv = ops.causal_conv1d_update(
@@ -252,7 +252,7 @@ class GatedDeltaNet(nn.Module):
                                                  all_states_out=ssm_out, real_lens=ctx.real_query_lens, raw=raw,
                                                  tiled=self.v_heads_tiled)    # [T, Hv, Dv]
         else:
-            core, window_ssm = self._recurrence_in_two(q, k, v, a, ba, ssm_state, ctx, windows, raw)
+            core, window_ssm = self._recurrence_in_two(q, k, v, a, ba, ssm_state, ctx, windows, raw, ssm_out)
         if ctx.keep_window_states:
             ctx.scratch.window_states[self.layer_idx] = (window_conv, window_ssm)
         normed = ops.gated_rms_norm(core, z, z_group, z_group_stride, self.norm.weight, self.norm.eps,
@@ -260,12 +260,16 @@ class GatedDeltaNet(nn.Module):
         return self.out_proj(normed)
 
     def _recurrence_in_two(self, q, k, v, a, ba, ssm_state: torch.Tensor, ctx: ForwardContext, windows: int,
-                           raw) -> tuple[torch.Tensor, torch.Tensor]:
+                           raw, ssm_out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The recurrence of a step whose first `windows` sequences keep their per-token states and whose others
-        (prompt chunks) do not -> (core [T, Hv, Dv], states [T_w, Hv, Dk, Dv] of the windows' rows, the first T_w)."""
+        (prompt chunks) do not -> (core [T, Hv, Dv], states [T_w, Hv, Dk, Dv] of the windows' rows, the first T_w),
+        those in `ssm_out` (a graph's persistent buffer of per-token states) where it holds them."""
         window_rows = sum(ctx.query_lens[:windows])
         core = v.new_empty(v.shape)                                                        # [T, Hv, Dv]
-        kept = ssm_state.new_empty(window_rows, *ssm_state.shape[1:])                      # [T_w, Hv, Dk, Dv]
+        if ssm_out is not None and ssm_out.shape[0] >= window_rows:
+            kept = ssm_out[:window_rows]                                                   # [T_w, Hv, Dk, Dv]
+        else:
+            kept = ssm_state.new_empty(window_rows, *ssm_state.shape[1:])
         real = ctx.real_query_lens
         for part, keep in ((slice(0, windows), True), (slice(windows, None), False)):
             starts = ctx.query_start_loc[part.start:(part.stop + 1 if part.stop is not None else None)]

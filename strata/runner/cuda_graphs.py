@@ -13,7 +13,9 @@ attention is all a fresh prompt attends to, so padding rows at the end of each p
 real rows, and recurrent layers stop each prompt's state after its real tokens. A step's fresh prompts
 replay one such graph together (or a few, when they do not fit one), so the experts' weights are read
 once for all of them rather than once per prompt; the step's decode or verification windows replay
-their own graph (`split_layouts`; the runner decides which steps may, see ModelRunner._forward_split).
+their own graph (`split_layouts`; the runner decides which steps may, see runner/graph_parts.py), or,
+where windows and prompts fit one graph together, a mixed layout holds both (`mixed_layout`): the windows' rows
+first, then the prompts' padded ones, so the step reads the weights once rather than once per graph.
 Routing statistics mask rows by count (`num_real_rows`), so those of a multi-prompt graph take some
 padding rows in place of real ones: exact only for decode, verification and single-prompt layouts
 (`strata profile` runs its prompts eagerly for this reason).
@@ -73,8 +75,30 @@ PROMPT_GRAPH_ROWS = 2048
 # V float32 logits shared by all: 64 MB at Qwen4-Exp's 248K vocabulary): as many as a head's mixer rounds alike
 # (ops.hyper_mix), so a head graph over padded rows samples what the eager head over the sampled rows does
 HEAD_GRAPH_MAX_ROWS = ROWS_ALIKE_MAX
-# a graph's key: (padded slot count, tokens per slot) or, for a model's variant of it, (slots, tokens, variant)
+# a mixed layout's fresh prompts pad up to 32, 64, ... tokens: longer than any window, so the layers tell its prompts
+# from its windows by length (attention's BATCHED_MAX_QUERY_LEN, the recurrent layers' short windows: 16 tokens)
+MIN_MIXED_PROMPT_LAYOUT = 32
+# graphs the cache holds beyond the warm-up ladder's by default: mixed layouts, captured as steps bring them
+MIXED_GRAPH_ROOM = 16
+# a graph's key: (padded slot count, tokens per slot); for a model's variant of it (slots, tokens, variant); for a
+# mixed layout (window slots, tokens per window, (prompts, padded prompt length))
 Layout = tuple
+
+
+def slot_rows(key: Layout) -> list[int]:
+    """The rows each slot of a layout takes, its padding slots included."""
+    prompts = prompts_beside(key)
+    return [key[1]] * key[0] + ([] if prompts is None else [prompts[1]] * prompts[0])
+
+
+def prompts_beside(key: Layout) -> tuple[int, int] | None:
+    """A mixed layout's (padded prompt count, padded length), else None."""
+    return key[2] if len(key) > 2 and isinstance(key[2], tuple) else None
+
+
+def layout_variant(key: Layout) -> str:
+    """The model's graph variant a layout was captured as ("" for the plain one)."""
+    return key[2] if len(key) > 2 and isinstance(key[2], str) else ""
 
 
 @dataclass
@@ -95,7 +119,7 @@ class CapturedStep:
 
 @dataclass
 class StepPart:
-    """One graph part of a step replayed as several under a pipeline split (ModelRunner._forward_split): where its
+    """One graph part of a step replayed as several under a pipeline split (graph_parts.forward_split): where its
     slots' rows are in the step, and the step's activations, received once before the first part and sent once
     after the last (A x [T, W] each; None on the first / last stage)."""
 
@@ -156,7 +180,7 @@ class CudaGraphCache:
         # rows a graph holds allow
         counts = [p for p in _powers_of_two(1, max_slots) if p < max_slots] + [max_slots]
         self.prompt_counts = tuple(p for p in counts if p * MIN_PROMPT_LAYOUT <= self.prompt_rows)
-        self.capacity = capacity or len(self.ladder_keys())
+        self.capacity = capacity or len(self.ladder_keys()) + (MIXED_GRAPH_ROOM if max_prompt_tokens else 0)
         self.graphs: OrderedDict[Layout, CapturedStep] = OrderedDict()
         self.eager_only: set[Layout] = set()
         self.pool = None  # one memory pool shared by every graph, made at the first capture
@@ -218,6 +242,31 @@ class CudaGraphCache:
                 return None
             parts.insert(0, (key, windows))
         return parts
+
+    def mixed_layout(self, scheduled: list[ScheduledSlot]) -> tuple[Layout, list[int], list[int]] | None:
+        """A step of fresh prompts beside uniform windows (decode or verification), which split_layouts replays as
+        two graphs or more (each reading the weights), as one: (its layout, the windows' indices into `scheduled`,
+        the prompts'); None where the step lacks either, or they do not fit one graph's slots and rows."""
+        if not self.max_prompt_tokens:
+            return None
+        prompts = [i for i, work in enumerate(scheduled) if self.prompt_layout(work) is not None]
+        taken = set(prompts)
+        windows = [i for i in range(len(scheduled)) if i not in taken]
+        if not prompts or not windows:
+            return None
+        key = self.layout_for([scheduled[i] for i in windows])
+        if key is None or layout_variant(key):
+            return None
+        longest = max(scheduled[i].num_new_tokens for i in prompts)
+        length = max(MIN_MIXED_PROMPT_LAYOUT, 1 << (longest - 1).bit_length())
+        count = next(c for c in self.prompt_counts + (len(prompts),) if c >= len(prompts))
+        if key[0] + count > self.ladder[-1]:
+            count = len(prompts)  # prompt counts are padded while the slots allow
+        mixed = (key[0], key[1], (count, length))
+        if length > self.max_prompt_tokens or key[0] + count > self.ladder[-1] or mixed in self.eager_only \
+                or sum(slot_rows(mixed)) > self.inputs.max_tokens:
+            return None
+        return mixed, windows, prompts
 
     def ensure(self, key: Layout) -> bool:
         """Capture the graph of `key` now unless it is cached and valid; False if it cannot be."""
@@ -283,6 +332,36 @@ class CudaGraphCache:
         # slot i's rows start at i * n (a fresh prompt's padding rows follow its own real rows)
         return GraphStep(input_ids, captured.hidden[:len(scheduled) * n], ctx, logits)
 
+    def run_mixed(self, key: Layout, windows: list[ScheduledSlot], prompts: list[ScheduledSlot],
+                  block_tables: dict[int, list[int]]) -> tuple[GraphStep, list[int]] | None:
+        """Replay (capturing first if needed) the mixed layout `key` on a step's windows and fresh prompts: the step
+        seen through the layout's rows (its padding included: hidden [T_pad, D]) and each slot's first row there,
+        windows then prompts; None if it cannot be captured. The context's window states are the windows' rows,
+        which come first, as in a step of windows alone."""
+        if not self.ensure(key):
+            return None
+        captured = self.graphs[key]
+        (num_windows, n, (num_prompts, length)), rows = key, slot_rows(key)
+        slots = windows + [None] * (num_windows - len(windows)) + prompts + [None] * (num_prompts - len(prompts))
+        host_tables = self._host_tables()
+        if self.staging is not None:
+            host_tables = self.staging.begin(windows + prompts, host_tables)
+            assert host_tables is not None, "a step replays with staging only when its host blocks fit the ring"
+        self.inputs.fill_rows(slots, rows, block_tables, host_tables)
+        if self.staging is not None:
+            self.staging.start()
+        captured.graph.replay(sum(w.num_new_tokens for w in windows + prompts))
+        if self.staging is not None:
+            self.staging.end()
+        self.num_replays += 1
+        real = len(windows) * n
+        scratch = ForwardScratch(window_states={layer: (conv[:real], ssm[:real])
+                                                for layer, (conv, ssm) in captured.window_states.items()})
+        input_ids, ctx = self.inputs.context(0, 0, self.kv_caches, self.state_caches, bool(captured.window_states),
+                                             scratch, slots, self._host_caches(), host_tables, self.staging, rows=rows)
+        starts = [i * n for i in range(len(windows))] + [num_windows * n + j * length for j in range(len(prompts))]
+        return GraphStep(input_ids, captured.hidden, ctx), starts
+
     def verdicts(self, key: Layout, num_real: int, accepted_in: list[int] | None) -> Verdicts | None:
         """A verification step planned ahead whose layout `key` was just replayed and its LM head too: the real
         slots' verdicts, their recurrent states rolled back, as graphs (runner/verify_graphs.py); None where the
@@ -329,17 +408,28 @@ class CudaGraphCache:
             # a pool whose every graph was reset is freed by torch's allocator: capture into a new one
             self.pool = None
         num_slots, n = key[:2]
+        mixed = prompts_beside(key) is not None
+        # (a mixed layout's prompts keep none: the recurrent layers keep the leading windows' alone)
         keep_window_states = bool(self.state_caches) and 1 < n <= self.max_tokens_per_slot  # not for prompts
         reserved_before = torch.cuda.memory_reserved()
         try:
             if self.pool is None:
                 self.pool = torch.cuda.graph_pool_handle()
-            self.inputs.fill([], {}, num_slots, n)  # padding only: scratch KV block and state row
             scratch = ForwardScratch(window_buffers=self.window_buffers)
-            input_ids, ctx = self.inputs.context(num_slots, n, self.kv_caches, self.state_caches, keep_window_states,
-                                                 scratch, host_kv_caches=self._host_caches(), kv_staging=self.staging)
-            if len(key) > 2:
-                ctx = dataclasses.replace(ctx, graph_variant=key[2])
+            if mixed:  # padding only: scratch KV block and state row
+                rows = slot_rows(key)
+                num_slots = len(rows)
+                self.inputs.fill_rows([None] * num_slots, rows, {})
+                input_ids, ctx = self.inputs.context(0, 0, self.kv_caches, self.state_caches, keep_window_states,
+                                                     scratch, host_kv_caches=self._host_caches(),
+                                                     kv_staging=self.staging, rows=rows)
+            else:
+                self.inputs.fill([], {}, num_slots, n)
+                input_ids, ctx = self.inputs.context(num_slots, n, self.kv_caches, self.state_caches,
+                                                     keep_window_states, scratch, host_kv_caches=self._host_caches(),
+                                                     kv_staging=self.staging)
+            if layout_variant(key):
+                ctx = dataclasses.replace(ctx, graph_variant=layout_variant(key))
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with self._stage_layers(), torch.cuda.stream(stream):  # warm-up: compiles kernels, sizes workspaces
@@ -356,7 +446,7 @@ class CudaGraphCache:
             self.eager_only.add(key)
             self._abandon_pool()
             return None
-        head = self._capture_head(hidden) if n <= self.max_tokens_per_slot else None
+        head = self._capture_head(hidden) if n <= self.max_tokens_per_slot and not mixed else None
         captured = CapturedStep(capture.result, hidden, dict(scratch.window_states),
                                 max(0, torch.cuda.memory_reserved() - reserved_before), host_plan, dict(scratch.derived),
                                 head, stage_outputs=self.stage.graph_outputs if self.stage is not None else None)

@@ -75,11 +75,7 @@ class GraphInputs:
         num_slots=0 marks every row as padding (used to capture without touching any request's state).
         A slot with fewer than tokens_per_slot tokens (a fresh prompt) is padded in place. `host_tables`:
         each slot's blocks in the host KV tier (host_tier only; a slot not listed has none)."""
-        self._turn ^= 1
-        if self._copied[self._turn] is not None:
-            self._copied[self._turn].synchronize()  # its copy two steps ago (long done in practice)
-        self.host = self._hosts[self._turn]
-        self.host_np = self.host.numpy()
+        self._next_host()
         n, bs, count = tokens_per_slot, self.block_size, len(scheduled)
         ids, pos, mapping = self._host("input_ids"), self._host("positions"), self._host("slot_mapping")
         qsl, seq_lens, query_lens = self._host("query_start_loc"), self._host("seq_lens"), self._host("query_lens")
@@ -119,21 +115,82 @@ class GraphInputs:
             self._fill_host_tables(scheduled, host_tables or {}, tables, num_slots)
         qsl[:num_slots + 1] = np.arange(num_slots + 1) * n
         self._host("num_real_rows")[0] = sum(work.num_new_tokens for work in scheduled)
+        self._copy(num_slots)
+
+    def fill_rows(self, slots: list[ScheduledSlot | None], rows: list[int], block_tables: dict[int, list[int]],
+                  host_tables: dict[int, list[int]] | None = None) -> None:
+        """`fill` for a layout whose slots take different row counts (a mixed graph: decode or verification
+        windows, then fresh prompts, cuda_graphs.mixed_layout): slot i takes rows[i] rows after slot i - 1's; a
+        None slot is padding (anywhere among them). A slot with fewer tokens than its rows is padded in place."""
+        self._next_host()
+        bs, num_slots = self.block_size, len(rows)
+        lens = np.asarray(rows, dtype=np.int64)                                                  # [S]
+        starts = np.zeros(num_slots + 1, dtype=np.int64)                                         # [S + 1]
+        np.cumsum(lens, out=starts[1:])
+        used = int(starts[-1])
+        ids, pos, mapping = self._host("input_ids"), self._host("positions"), self._host("slot_mapping")
+        tables = self._host("block_tables").reshape(self.max_slots, self.width)
+        computed = np.zeros(num_slots, dtype=np.int64)
+        new = lens.copy()                                 # a padding slot's rows all count as its own
+        state_rows = np.full(num_slots, self.scratch_state_row, dtype=np.int64)
+        real_slot = np.zeros(num_slots, dtype=bool)
+        tokens = []
+        for i, work in enumerate(slots):
+            if work is None:
+                tables[i] = self.scratch_block
+                continue
+            table = self.table_arrays.get(block_tables, work.slot_id)
+            tables[i, :len(table)], tables[i, len(table):] = table, self.scratch_block
+            computed[i], new[i], state_rows[i], real_slot[i] = work.num_computed_tokens, work.num_new_tokens, \
+                work.slot_id, True
+            tokens += work.token_ids
+        slot_of_row = np.repeat(np.arange(num_slots), lens)                                     # [T]
+        offset = np.arange(used) - starts[slot_of_row]                                           # [T]
+        positions = computed[slot_of_row] + offset
+        pos[:used] = positions
+        block_of = np.minimum(positions // bs, self.width - 1) + slot_of_row * self.width
+        mapping[:used] = tables.ravel()[block_of] * bs + positions % bs
+        real = real_slot[slot_of_row] & (offset < new[slot_of_row])                              # [T]
+        ids[:used] = 0
+        ids[:used][real] = tokens
+        padding = ~real  # padding rows (a prompt's past its tokens, padding slots') write the scratch block
+        mapping[:used][padding] = self.scratch_block * bs + offset[padding] % bs
+        self._host("seq_lens")[:num_slots] = computed + lens
+        self._host("query_lens")[:num_slots] = new
+        self._host("state_slot_ids")[:num_slots] = state_rows
+        self._host("has_initial_state")[:num_slots] = computed > 0
+        if self.host_tier:
+            self._fill_host_tables(slots, host_tables or {}, tables, num_slots)
+        self._host("query_start_loc")[:num_slots + 1] = starts
+        self._host("num_real_rows")[0] = int(real.sum())
+        self._copy(num_slots)
+
+    def _next_host(self) -> None:
+        """Switch to the other host buffer (its copy two steps ago finished: long done in practice)."""
+        self._turn ^= 1
+        if self._copied[self._turn] is not None:
+            self._copied[self._turn].synchronize()
+        self.host = self._hosts[self._turn]
+        self.host_np = self.host.numpy()
+
+    def _copy(self, num_slots: int) -> None:
+        """The host buffer up to the layout's block table rows, to the device."""
         used = self.offsets["block_tables"][0] + num_slots * self.width
         self.device_flat[:used].copy_(self.host[:used], non_blocking=True)
         if self.device_flat.is_cuda:
             self._copied[self._turn] = torch.cuda.Event()
             self._copied[self._turn].record()
 
-    def _fill_host_tables(self, scheduled: list[ScheduledSlot], host_tables: dict[int, list[int]],
+    def _fill_host_tables(self, scheduled: list[ScheduledSlot | None], host_tables: dict[int, list[int]],
                           tables: np.ndarray, num_slots: int) -> None:
         """Each slot's host blocks into its table row's first columns (the runner's -1 there) and their
-        count; padding rows count none."""
+        count; padding rows (and None slots) count none."""
         counts = self._host("host_block_counts")
+        counts[:num_slots] = 0
         for i, work in enumerate(scheduled):
-            host = self.table_arrays.get(host_tables, work.slot_id)
-            tables[i, :len(host)], counts[i] = host, len(host)
-        counts[len(scheduled):num_slots] = 0
+            if work is not None:
+                host = self.table_arrays.get(host_tables, work.slot_id)
+                tables[i, :len(host)], counts[i] = host, len(host)
 
     def shift(self, delta: torch.Tensor, num_slots: int, tokens_per_slot: int) -> None:
         """After `fill`: move the first len(delta) slots' windows by delta [R] positions (int64 on the device:
@@ -156,23 +213,31 @@ class GraphInputs:
                 keep_window_states: bool, scratch: ForwardScratch,
                 scheduled: list[ScheduledSlot] | None = None, host_kv_caches: dict | None = None,
                 host_tables: dict[int, list[int]] | None = None,
-                kv_staging=None) -> tuple[torch.Tensor, ForwardContext]:
-        """Views of the buffers for a layout (what a graph captures). The bool flags are derived on the
+                kv_staging=None, rows: list[int] | None = None) -> tuple[torch.Tensor, ForwardContext]:
+        """Views of the buffers for a layout (what a graph captures); with `rows` (each slot's row count, a layout
+        `fill_rows` wrote) the layout is that one, num_slots and tokens_per_slot unused, and `scheduled` its slots
+        in place (None for padding, whose host copies count its rows as new tokens). The bool flags are derived on the
         device from the int64 copy by the caller's captured work (see `derive_flags`). `scheduled`: the
         real slots of a replayed step, whose host copies of the lengths (and host blocks, `host_tables`)
         the context then carries (a capture has none: the eager torch paths that read them never run
         inside a graph). `host_kv_caches`: the host KV tier (host_tier only), or with `kv_staging` its
         device ring (runner/kv_staging.py), whose hooks the attention layers then call."""
-        t = num_slots * tokens_per_slot
-        if scheduled is None:
+        if rows is not None:
+            num_slots, t = len(rows), sum(rows)
+            slots = scheduled if scheduled is not None else [None] * num_slots
+            query_lens = tuple(r if w is None else w.num_new_tokens for w, r in zip(slots, rows))
+            num_computed = tuple(0 if w is None else w.num_computed_tokens for w in slots)
+        elif scheduled is None:
+            t = num_slots * tokens_per_slot
             query_lens, num_computed = (tokens_per_slot,) * num_slots, (0,) * num_slots
         else:
+            t = num_slots * tokens_per_slot
             query_lens = tuple(w.num_new_tokens for w in scheduled)
             num_computed = tuple(w.num_computed_tokens for w in scheduled)
         block_tables = self._device("block_tables").view(self.max_slots, self.width)[:num_slots]  # [S, W]
         host = {}
         if self.host_tier and host_kv_caches is not None:
-            host_ids = tuple(tuple((host_tables or {}).get(w.slot_id, ())) for w in scheduled or ())
+            host_ids = tuple(() if w is None else tuple((host_tables or {}).get(w.slot_id, ())) for w in scheduled or ())
             host = {"host_kv_caches": host_kv_caches, "host_block_ids": host_ids,
                     "host_block_tables": block_tables,  # the same table: its first count columns are host blocks
                     "host_block_counts": self._device("host_block_counts")[:num_slots],           # [S]

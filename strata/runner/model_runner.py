@@ -12,7 +12,6 @@ because the scheduler may hand a freed slot id to a new request in the same plan
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
 import time
 from collections import deque
@@ -23,12 +22,12 @@ from torch import nn
 
 from strata import progress
 from strata.cache.pools import CheckpointPool, HostParkPool, KVPool, StatePool
-from strata.config import MAX_SPEC_TOKENS, RunnerConfig, SpecConfig, debug_flag
+from strata.config import MAX_SPEC_TOKENS, RunnerConfig, SpecConfig
 from strata.kernels import triton_available
 from strata.model.context import ForwardScratch
 from strata.model.gated_delta_net import TRITON_MAX_QUERY_LEN
 from strata.runner import session_rows
-from strata.runner.cuda_graphs import CudaGraphCache, StepPart, prompt_graph_rows, prompt_token_limit
+from strata.runner.cuda_graphs import CudaGraphCache, prompt_graph_rows, prompt_token_limit
 from strata.runner.graph_inputs import GraphInputs
 from strata.runner.inputs import StepInputs, build_inputs
 from strata.runner.kv_staging import HostKVStaging
@@ -38,7 +37,7 @@ from strata.sample import Sampler
 from strata.sample.prompt_logprobs import PromptLogprobs
 from strata.spec.commit import commit_outcomes
 from strata.spec.speculator import Speculator
-from strata.runner import planned_decode, planned_verification
+from strata.runner import graph_parts, planned_decode, planned_verification
 from strata.runner.planned_decode import DecodeInFlight
 from strata.spec.verify_ahead import VerifyInFlight
 from strata.types import StepPlan, StepResult
@@ -150,7 +149,8 @@ class ModelRunner:
         self.block_tables: dict[int, list[int]] = {}
         self.table_arrays = TableArrays()  # their numpy copies, reused while a list is unchanged
         self.scratch = ForwardScratch()  # reset by every eager step's input builder
-        self.graph_part_steps = 0  # steps replayed as several graph parts (_forward_split)
+        self.graph_part_steps = 0  # steps replayed as several graph parts (graph_parts.py)
+        self.graph_mixed_steps = 0  # steps of prompts beside windows replayed as one mixed graph (graph_parts.py)
         # a split's earlier stages with batch groups launch other groups' steps before a step's outcome comes
         # back from the last stage, and commit its windows (recurrent states) only then
         self._steps_between_launch_and_outcome = stage is not None and not stage.is_last and \
@@ -266,7 +266,7 @@ class ModelRunner:
                     starts = [i * key[1] for i in range(len(plan.scheduled))]
                     return StepInputs(step.input_ids, step.ctx, starts, step.logits, key, replayed=True), step.hidden
             elif feed is None:
-                split = self._forward_split(plan)
+                split = graph_parts.forward_split(self, plan)
                 if split is not None:
                     return split
         if shift is not None:  # eager: the true windows on the host (a wait on the device where it is not the host)
@@ -292,60 +292,6 @@ class ModelRunner:
         if staged is not None:
             self.kv_staging.end()
         return inputs, hidden
-
-    def _forward_split(self, plan: StepPlan) -> tuple[StepInputs, torch.Tensor] | None:
-        """Fresh prompts beside windows (or alone) as graph replays (split_layouts), in place of an eager
-        step: -> inputs and hidden [T, D] in plan order, or None when some part cannot have a graph.
-        Verification windows of a model with recurrent state need their graph's per-token states at the
-        step's own rows (commit rolls back by row): the windows must be the plan's first slots, which their
-        graph (the first part) holds at the same rows; the returned context is that part's, or, when the
-        MTP head drafts after this step (its pass reads every row), a whole-step context carrying it."""
-        parts = self.graphs.split_layouts(plan.scheduled)
-        if parts is None:
-            return None
-        if len(parts) > 1 and debug_flag("EAGER_MIXED_STEPS") and any(
-                self.graphs.prompt_layout(w) is None for w in plan.scheduled):
-            return None  # A/B switch: fresh prompts beside windows in one eager pass (the graphs read weights twice)
-        if self._has_windows(plan):
-            windows = parts[0][1]
-            if windows != list(range(len(windows))) or not plan.scheduled[0].draft_token_ids:
-                return None
-        if not all(self.graphs.ensure(key) for key, _ in parts):
-            return None
-        starts = list(itertools.accumulate((w.num_new_tokens for w in plan.scheduled[:-1]), initial=0))
-        total = starts[-1] + plan.scheduled[-1].num_new_tokens
-        # under a split the step still crosses each boundary in one message, its rows in plan order (as an
-        # eager step's): received before the first part, sent after the last
-        stage, received, outputs = self.stage, None, None
-        if stage is not None and not stage.is_first:
-            received = stage.step_activations(total)                                  # A x [T, W]
-        if stage is not None and not stage.is_last:
-            kept = self.graphs.graphs[parts[0][0]].stage_outputs                      # A x [R, W]
-            outputs = [a.new_empty(total, a.shape[1]) for a in kept]                  # A x [T, W]
-        input_ids = hidden = ctx = None
-        for key, indices in parts:
-            part = StepPart([starts[i] for i in indices], received, outputs) if stage is not None else None
-            step = self.graphs.run(key, [plan.scheduled[i] for i in indices], self.block_tables, part=part)
-            if step is None:  # captured a moment ago: only a failing replay gets here
-                raise RuntimeError(f"CUDA graph {key} was captured but could not be replayed")
-            if ctx is None:
-                ctx = step.ctx
-                input_ids = step.input_ids.new_empty(total)                           # [T]
-                hidden = step.hidden.new_empty(total, step.hidden.shape[1])           # [T, D]
-            # copied out now (stream order): the next part refills the shared inputs and may replay
-            # the same graph, overwriting its output
-            for j, i in enumerate(indices):
-                first, start, n = j * key[1], starts[i], plan.scheduled[i].num_new_tokens
-                input_ids[start:start + n].copy_(step.input_ids[first:first + n])
-                hidden[start:start + n].copy_(step.hidden[first:first + n])
-        if outputs is not None:
-            stage.pass_on(*outputs)
-        self.graph_part_steps += 1
-        if (stage is None or stage.is_last) and self.speculation.needs_whole_step(plan.scheduled):  # (drafts there)
-            whole = self._mtp_context(plan.scheduled, self.block_tables)
-            whole.scratch.window_states = ctx.scratch.window_states  # the windows' part recorded them
-            ctx = whole
-        return StepInputs(input_ids, ctx, starts, replayed=True), hidden
 
     # ---- overlapped decoding: a step launched, the next planned and launched, then the first read ----
 
@@ -408,6 +354,7 @@ class ModelRunner:
                 "captures": self.graphs.num_captures, "evictions": self.graphs.num_evictions,
                 "replays": self.graphs.num_replays, "head_replays": self.graphs.num_head_replays,
                 "verify_replays": self.graphs.verify.num_replays if self.graphs.verify is not None else 0,
+                "part_steps": self.graph_part_steps, "mixed_steps": self.graph_mixed_steps,
                 "pool_bytes": self.graphs.pool_bytes}
 
     def _update_slots(self, plan: StepPlan) -> None:

@@ -9,7 +9,7 @@ import torch
 
 from strata import LLM, SamplingParams
 from strata.model.context import ForwardScratch
-from strata.runner.cuda_graphs import _still_valid
+from strata.runner.cuda_graphs import MIXED_GRAPH_ROOM, _still_valid
 from strata.runner.graph_inputs import GraphInputs
 from strata.types import ScheduledSlot
 
@@ -172,6 +172,47 @@ def test_a_step_of_fresh_prompts_and_windows_splits_into_graph_layouts():
     assert off.split_layouts(step) is None               # max_prompt_tokens 0: mixed steps stay eager
 
 
+def test_fresh_prompts_beside_windows_fit_one_mixed_layout():
+    """Windows first (their uniform layout), then the prompts padded to a power of two of at least 32 tokens, their
+    count padded while the slots allow; None where a step lacks windows or prompts, or they overflow the slots or
+    rows, or the windows take a model's variant."""
+    from strata.runner.cuda_graphs import CudaGraphCache, prompts_beside, slot_rows
+
+    cache = CudaGraphCache(torch.nn.Identity(), GraphInputs(8, 4, 4, 4, 0, 0, "cpu", max_prompt_rows=2048), {}, {},
+                           max_slots=8, max_tokens_per_slot=4, capacity=0, max_prompt_tokens=1024)
+
+    def slot(i, computed, n):
+        return ScheduledSlot(i, computed, n, [], [1] * n)
+
+    step = [slot(0, 9, 4), slot(1, 0, 20), slot(2, 30, 4), slot(3, 0, 7)]
+    assert cache.mixed_layout(step) == ((2, 4, (2, 32)), [0, 2], [1, 3])
+    key = cache.mixed_layout(step)[0]
+    assert slot_rows(key) == [4, 4, 32, 32] and prompts_beside(key) == (2, 32) and prompts_beside((2, 4)) is None
+    three = [slot(0, 9, 1), slot(1, 0, 100), slot(2, 0, 5), slot(3, 0, 40)]
+    assert cache.mixed_layout(three) == ((1, 1, (4, 128)), [0], [1, 2, 3])   # three prompts pad to four
+    seven = [slot(i, 9, 1) for i in range(5)] + [slot(5, 0, 3), slot(6, 0, 3), slot(7, 0, 3)]
+    assert cache.mixed_layout(seven) == ((5, 1, (3, 32)), list(range(5)), [5, 6, 7])  # four would pass 8 slots
+    assert cache.mixed_layout([slot(0, 9, 1), slot(1, 0, 1000), slot(2, 0, 120)]) is None  # 2,049 rows
+    assert cache.mixed_layout([slot(0, 0, 20), slot(1, 0, 7)]) is None        # prompts alone: split_layouts'
+    assert cache.mixed_layout([slot(0, 9, 2), slot(1, 9, 2)]) is None          # windows alone: layout_for's
+    assert cache.mixed_layout([slot(0, 9, 1), slot(1, 9, 2), slot(2, 0, 8)]) is None  # ragged windows
+    cache.eager_only.add((2, 4, (2, 32)))                                       # its capture failed: two graphs
+    assert cache.mixed_layout(step) is None and cache.split_layouts(step) == [((2, 4), [0, 2]), ((2, 32), [1, 3])]
+    assert cache.capacity == len(cache.ladder_keys()) + MIXED_GRAPH_ROOM
+    off = CudaGraphCache(torch.nn.Identity(), GraphInputs(8, 2, 4, 4, 0, 0, "cpu"), {}, {}, 8, 2, capacity=0)
+    assert off.mixed_layout(step) is None and off.capacity == len(off.ladder_keys())  # no prompt graphs at all
+
+
+def test_a_mixed_layout_s_prompts_are_longer_than_any_window_the_layers_tell_apart():
+    """The layers tell a mixed graph's prompts from its windows by length: attention's short windows and the
+    recurrent layers' kept windows stop below the shortest prompt a mixed layout pads to."""
+    from strata.model.attention import BATCHED_MAX_QUERY_LEN
+    from strata.model.gated_delta_net import _RECURRENT_MAX_QUERY_LEN
+    from strata.runner.cuda_graphs import MIN_MIXED_PROMPT_LAYOUT
+
+    assert max(BATCHED_MAX_QUERY_LEN, _RECURRENT_MAX_QUERY_LEN) < MIN_MIXED_PROMPT_LAYOUT
+
+
 def test_a_model_variant_keys_its_own_graphs():
     """A step the model names a variant for takes the key (slots, tokens, variant); one it refuses runs eagerly;
     fresh prompts take plain prompt layouts only; the warm-up ladder holds one slot's decode in each warmed
@@ -199,7 +240,7 @@ def test_a_model_variant_keys_its_own_graphs():
     assert cache.prompt_layout(slot(0, 0, 16)) == (1, 16) and cache.prompt_layout(slot(0, 0, 32)) is None
     keys = cache.ladder_keys()
     assert (1, 1, "wide") in keys and keys.index((1, 1, "wide")) < keys.index((1, 16))
-    assert cache.capacity == len(keys)
+    assert cache.capacity == len(keys) + MIXED_GRAPH_ROOM  # room for mixed layouts beside the ladder's
     cache.eager_only.add((3, 1, "wide"))                 # a variant whose capture failed runs eagerly
     assert cache.layout_for([slot(0, 30, 1), slot(1, 3, 1), slot(2, 5, 1)]) is None
 
@@ -283,12 +324,13 @@ def test_warm_up_captures_decode_layouts_first_up_to_the_capacity(monkeypatch):
     monkeypatch.setattr(cache, "_capture", fake_capture)
     assert cache.warm_up() == 6
     assert captured == [(1, 1), (2, 1), (1, 16), (1, 32), (1, 64), (1, 2)]
-    # capacity 0 (the default) holds every layout: decode, single prompts, windows, then prompt pairs
+    # capacity 0 (the default) holds every layout: decode, single prompts, windows, then prompt pairs (and has room
+    # for the mixed layouts steps bring later)
     cache = CudaGraphCache(torch.nn.Identity(), GraphInputs(2, 3, 2, 4, 0, 0, "cpu", max_prompt_rows=2048), {}, {},
                            max_slots=2, max_tokens_per_slot=3, capacity=0, max_prompt_tokens=64)
     captured.clear()
     monkeypatch.setattr(cache, "_capture", fake_capture)
-    assert cache.warm_up() == 12 == cache.capacity
+    assert cache.warm_up() == 12 == cache.capacity - MIXED_GRAPH_ROOM
     assert captured == [(1, 1), (2, 1), (1, 16), (1, 32), (1, 64), (1, 2), (2, 2), (1, 3), (2, 3),
                         (2, 16), (2, 32), (2, 64)]
 
@@ -449,14 +491,19 @@ def test_staged_host_kv_of_8_bit_caches_token_identity(kv_cache_dtype, tiny_mode
 
 
 @gpu
+@pytest.mark.parametrize("mixed", [True, False], ids=["one_mixed_graph", "graph_parts"])
 @pytest.mark.parametrize("family", ["llama", "qwen3_moe", "qwen3_next"])
-def test_fresh_prompts_beside_running_requests_replay_graphs_token_identity(family, tiny_model_dir):
-    """Three slots for eight requests: most admissions run beside decoding requests. Each fresh prompt
-    replays a graph of its padded length (16 to 128 tokens here) and the windows theirs; the greedy
-    tokens equal those of a run without graphs. (No prompt of 63 or 64 tokens: beside decode rows it
+def test_fresh_prompts_beside_running_requests_replay_graphs_token_identity(family, mixed, tiny_model_dir,
+                                                                            monkeypatch):
+    """Three slots for eight requests: most admissions run beside decoding requests. Such a step replays one
+    mixed graph (the decode rows, then the prompts padded to 32 to 128 tokens here), or with
+    STRATA_SPLIT_MIXED_STEPS=1 a graph of each prompt's padded length (16 to 128) and the windows' own; the
+    greedy tokens equal those of a run without graphs. (No prompt of 63 or 64 tokens: beside decode rows it
     makes an eager step of more than 64 rows, which routes through the unfused MoE path, while its own
     64-row graph takes the fused routing; the two round differently, which flipped a token of the tiny
     random qwen3_moe on the H200.)"""
+    if not mixed:
+        monkeypatch.setenv("STRATA_SPLIT_MIXED_STEPS", "1")
     prompts = _prompts([5, 40, 17, 100, 30, 12, 50, 7])
     lengths = [20, 6, 12, 9, 15, 4, 10, 8]
     runs = {}
@@ -465,7 +512,10 @@ def test_fresh_prompts_beside_running_requests_replay_graphs_token_identity(fami
                   cuda_graphs=graphs)
         runs[graphs] = _staggered(llm, prompts, lengths)
         if graphs:
-            assert {(1, 16), (1, 32), (1, 64), (1, 128)} <= set(llm.engine.runner.graphs.graphs)
+            runner = llm.engine.runner
+            assert {(1, 16), (1, 32), (1, 64), (1, 128)} <= set(runner.graphs.graphs)
+            assert (runner.graph_mixed_steps > 0, runner.graph_part_steps > 0) == (mixed, not mixed)
+            assert not runner.graphs.eager_only
         del llm
         torch.cuda.empty_cache()
     assert runs[True] == runs[False]
@@ -474,24 +524,28 @@ def test_fresh_prompts_beside_running_requests_replay_graphs_token_identity(fami
 @gpu
 # llama's steps split so before; its drafts met no admission here
 @pytest.mark.parametrize("family, method", [("qwen3_next", "suffix"), ("qwen3_next+mtp", "mtp")])
-def test_fresh_prompts_beside_verification_windows_replay_graphs_token_identity(family, method, tiny_model_dir,
+@pytest.mark.parametrize("mixed", [True, False], ids=["one_mixed_graph", "graph_parts"])
+def test_fresh_prompts_beside_verification_windows_replay_graphs_token_identity(family, method, mixed, tiny_model_dir,
                                                                                monkeypatch):
     """Suffix drafts from prompts that repeat a pattern the tiny random model does not follow (or the MTP
-    head's), so most drafts are rejected: fresh prompts admitted beside verification windows replay a
-    prompt graph and a windows graph instead of an eager step, on the hybrid model too, whose rollback
+    head's), so most drafts are rejected: fresh prompts admitted beside verification windows replay one mixed
+    graph (or with STRATA_SPLIT_MIXED_STEPS=1 a prompt graph and a windows graph) instead of an eager step, on
+    the hybrid model too, whose rollback
     reads the windows' per-token recurrent states by the step's row, and whose MTP head then drafts from a
     whole-step context; greedy tokens equal those of a run without graphs. A fixed draft length: the
     adaptive one follows measured step times, which graphs change."""
-    from strata.runner.model_runner import ModelRunner
+    from strata.runner import graph_parts
 
+    if not mixed:
+        monkeypatch.setenv("STRATA_SPLIT_MIXED_STEPS", "1")
     prompts = [(p[:4] * 30)[:n] for p, n in zip(_prompts([5, 6, 7, 8, 9, 10, 11, 12]), [16, 40, 17, 100, 30, 24, 50, 20])]
     lengths = [20, 6, 12, 9, 15, 4, 10, 8]
     spec = {"method": method, "num_speculative_tokens": 3, "adaptive": False}
     split_with_windows = []
-    forward_split = ModelRunner._forward_split
-    monkeypatch.setattr(ModelRunner, "_forward_split", lambda self, plan: (
-        lambda out: (split_with_windows.append(out is not None and self._has_windows(plan)), out)[1])(
-        forward_split(self, plan)))
+    forward_split = graph_parts.forward_split
+    monkeypatch.setattr(graph_parts, "forward_split", lambda runner, plan: (
+        lambda out: (split_with_windows.append(out is not None and runner._has_windows(plan)), out)[1])(
+        forward_split(runner, plan)))
     runs = {}
     for graphs in (False, True):
         llm = LLM(tiny_model_dir(family), dtype="bfloat16", device="cuda", max_num_seqs=3, block_size=4,
@@ -499,6 +553,7 @@ def test_fresh_prompts_beside_verification_windows_replay_graphs_token_identity(
         runs[graphs] = _staggered(llm, prompts, lengths)
         if graphs:
             assert llm.engine.scheduler.stats.num_draft_tokens > 0
+            assert (llm.engine.runner.graph_mixed_steps > 0) == mixed
         del llm
         torch.cuda.empty_cache()
     # the MTP case's one bf16 token (apart since session 20, also with the fused merge off) is checked for a near tie
@@ -517,10 +572,12 @@ def test_fresh_prompts_admitted_together_replay_one_graph_token_identity(family,
 
     prompts = _prompts([5, 9, 17, 3, 30, 12, 20, 8, 25, 6])
     lengths = [6, 6, 10, 10, 14, 14, 9, 7, 11, 5]  # pairs finish together: their successors come in together
-    replayed = []
-    run = CudaGraphCache.run
+    replayed = []  # (layout, its prompts or slots)
+    run, run_mixed = CudaGraphCache.run, CudaGraphCache.run_mixed
     monkeypatch.setattr(CudaGraphCache, "run", lambda self, key, scheduled, *a, **k: (
         replayed.append((key, len(scheduled))), run(self, key, scheduled, *a, **k))[1])
+    monkeypatch.setattr(CudaGraphCache, "run_mixed", lambda self, key, windows, prompts, *a: (
+        replayed.append((key[2], len(prompts))), run_mixed(self, key, windows, prompts, *a))[1])
     runs = {}
     for graphs in (False, True):
         llm = LLM(tiny_model_dir(family), dtype="bfloat16", device="cuda", max_num_seqs=6, block_size=4,
@@ -531,7 +588,8 @@ def test_fresh_prompts_admitted_together_replay_one_graph_token_identity(family,
         torch.cuda.empty_cache()
     assert runs[True] == runs[False]
     assert replayed[0] == ((6, 32), 6)                                  # the first step: every prompt at once
-    assert any(key[1] >= 16 and n > 1 for key, n in replayed[1:])      # later prompts also share a graph
+    # later prompts also share a graph (of prompts, or beside decode rows one mixed graph: key (prompts, length))
+    assert any(key[1] >= 16 and n > 1 for key, n in replayed[1:])
 
 
 @gpu
