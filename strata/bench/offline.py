@@ -63,13 +63,18 @@ def run_strata(llm: LLM, prompts: list[list[int]], output_len: int, ignore_eos: 
     core.scheduler.allocator.reset_prefix_cache()  # every run reads its prompts cold
     streams = min(len(prompts), core.scheduler.max_running)
     meter = DecodeExpertsMeter(core)
+    runner = core.runner
+    graph_steps = runner.graph_mixed_steps, runner.graph_part_steps
     requests, elapsed = run_closed_loop(core, prompts, params, streams, meter)
     tokens = sum(r.num_tokens for r in requests)
     step_times = core.step_times.as_dict()
     result = {"seconds": elapsed, "output_tokens": tokens, "output_tok_s": tokens / elapsed,
               "per_stream_tok_s": tokens / elapsed / streams, "steps": stats.num_steps,
               **latency_summary(requests), "step_seconds_total": step_times["all"]["wall_seconds"],
-              "step_split_ms": {kind: _per_step_ms(totals) for kind, totals in step_times.items()}}
+              "step_split_ms": {kind: _per_step_ms(totals) for kind, totals in step_times.items()},
+              # steps of fresh prompts beside others replayed as one mixed graph, or as several graph parts
+              "graph_steps": {"mixed": runner.graph_mixed_steps - graph_steps[0],
+                              "parts": runner.graph_part_steps - graph_steps[1]}}
     if roofline is not None:
         result["roofline"] = decode_bandwidth(roofline.bytes, step_times["decode"], meter.mean,
                                               roofline.copy_bandwidth)

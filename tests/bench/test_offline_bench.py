@@ -78,6 +78,7 @@ def test_step_split_adds_up_to_the_run(doc):
             # the steps happen inside the run (what is outside them is admission and bookkeeping, whose
             # share of a run this short depends on the machine's load: not asserted)
             assert 0 < run["step_seconds_total"] <= run["seconds"]
+            assert run["graph_steps"] == {"mixed": 0, "parts": 0}  # no CUDA graphs on a CPU
             # every output token after the first comes from a decode step: 2 prompts one after the other
             # at concurrency 1, side by side at 2
             concurrency = int(name.rsplit("_c", 1)[1])

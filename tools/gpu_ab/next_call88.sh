@@ -14,8 +14,8 @@ export STRATA_SPLIT_MIXED_STEPS=1; spec_c4 q4e_split src "$Q4E" 110; unset STRAT
 python3 - <<'PY' | tee -a $OUT/ab.txt
 import glob, json, os
 for path in sorted(glob.glob(os.environ["OUT"] + "/q4e_*.json")):
-    data = json.load(open(path))
-    for name, arm in sorted(data.get("results", {}).items()):
-        if isinstance(arm, dict):
-            print(os.path.basename(path), name, {k: v for k, v in arm.items() if "graph" in k or "steps" in k})
+    for name, arm in sorted(json.load(open(path)).get("results", {}).items()):
+        for run in arm.get("runs", []) if isinstance(arm, dict) else []:
+            split = {k: (v["num_steps"], round(v["wall"], 2)) for k, v in run.get("step_split_ms", {}).items()}
+            print(os.path.basename(path), name, round(run["output_tok_s"], 1), run.get("graph_steps"), split)
 PY
