@@ -1,9 +1,13 @@
 """Steps no single uniform layout fits, replayed as graphs anyway: fresh prompts beside decode or verification
 windows. Functions of the ModelRunner (they use its graphs, tables and speculation), kept apart from its plain steps.
 
-Such a step replays one mixed graph where its windows and prompts fit one (cuda_graphs.mixed_layout: the weights
-read once), else one graph per part (split_layouts: the windows' graph, then the prompts' groups), else it runs
-eagerly (the caller's fallback when these return None). Either way the step's rows come back in plan order.
+Such a step replays one graph per part (split_layouts: the windows' graph, then the prompts' groups), else it runs
+eagerly (the caller's fallback when these return None). With STRATA_MIXED_GRAPHS=1 it first tries one mixed graph
+of both (cuda_graphs.mixed_layout: the weights read once, not once per part). Not the default: on Qwen4-Exp (4
+layers, bf16, an H100, session 65) a mixed step took 11.7 ms against 10.9-11.3 for the two graphs (a 64-token prompt
+already reads most of a 512-expert layer, so the windows' graph adds little), and each new mixed layout is captured
+when a step first brings it (a few hundred ms there, inside the run). Either way the step's rows come back in plan
+order.
 
 Verification windows of a model with recurrent state need their per-token states at the step's own rows (commit
 rolls back by row): their graph holds them first, so the windows must be the plan's first slots.
@@ -33,9 +37,8 @@ def forward_split(runner: ModelRunner, plan: StepPlan) -> tuple[StepInputs, torc
     carrying those."""
     graphs, scheduled = runner.graphs, plan.scheduled
     verifies = runner._has_windows(plan)
-    mixed = graphs.mixed_layout(scheduled) if runner.stage is None and not debug_flag("SPLIT_MIXED_STEPS") else None
+    mixed = graphs.mixed_layout(scheduled) if runner.stage is None and debug_flag("MIXED_GRAPHS") else None
     if mixed is not None and not (verifies and mixed[1] != list(range(len(mixed[1])))):
-        # (STRATA_SPLIT_MIXED_STEPS=1, an A/B switch: such steps as the parts below, the weights read per part)
         done = forward_mixed(runner, plan, *mixed)
         if done is not None:
             return done

@@ -495,15 +495,15 @@ def test_staged_host_kv_of_8_bit_caches_token_identity(kv_cache_dtype, tiny_mode
 @pytest.mark.parametrize("family", ["llama", "qwen3_moe", "qwen3_next"])
 def test_fresh_prompts_beside_running_requests_replay_graphs_token_identity(family, mixed, tiny_model_dir,
                                                                             monkeypatch):
-    """Three slots for eight requests: most admissions run beside decoding requests. Such a step replays one
-    mixed graph (the decode rows, then the prompts padded to 32 to 128 tokens here), or with
-    STRATA_SPLIT_MIXED_STEPS=1 a graph of each prompt's padded length (16 to 128) and the windows' own; the
+    """Three slots for eight requests: most admissions run beside decoding requests. Such a step replays a graph
+    of each prompt's padded length (16 to 128) and the windows' own, or with STRATA_MIXED_GRAPHS=1 one mixed
+    graph (the decode rows, then the prompts padded to 32 to 128 tokens here); the
     greedy tokens equal those of a run without graphs. (No prompt of 63 or 64 tokens: beside decode rows it
     makes an eager step of more than 64 rows, which routes through the unfused MoE path, while its own
     64-row graph takes the fused routing; the two round differently, which flipped a token of the tiny
     random qwen3_moe on the H200.)"""
-    if not mixed:
-        monkeypatch.setenv("STRATA_SPLIT_MIXED_STEPS", "1")
+    if mixed:
+        monkeypatch.setenv("STRATA_MIXED_GRAPHS", "1")
     prompts = _prompts([5, 40, 17, 100, 30, 12, 50, 7])
     lengths = [20, 6, 12, 9, 15, 4, 10, 8]
     runs = {}
@@ -514,7 +514,7 @@ def test_fresh_prompts_beside_running_requests_replay_graphs_token_identity(fami
         if graphs:
             runner = llm.engine.runner
             assert {(1, 16), (1, 32), (1, 64), (1, 128)} <= set(runner.graphs.graphs)
-            assert (runner.graph_mixed_steps > 0, runner.graph_part_steps > 0) == (mixed, not mixed)
+            assert runner.graph_mixed_steps > 0 if mixed else runner.graph_mixed_steps == 0 < runner.graph_part_steps
             assert not runner.graphs.eager_only
         del llm
         torch.cuda.empty_cache()
@@ -528,16 +528,16 @@ def test_fresh_prompts_beside_running_requests_replay_graphs_token_identity(fami
 def test_fresh_prompts_beside_verification_windows_replay_graphs_token_identity(family, method, mixed, tiny_model_dir,
                                                                                monkeypatch):
     """Suffix drafts from prompts that repeat a pattern the tiny random model does not follow (or the MTP
-    head's), so most drafts are rejected: fresh prompts admitted beside verification windows replay one mixed
-    graph (or with STRATA_SPLIT_MIXED_STEPS=1 a prompt graph and a windows graph) instead of an eager step, on
+    head's), so most drafts are rejected: fresh prompts admitted beside verification windows replay a prompt
+    graph and a windows graph (or with STRATA_MIXED_GRAPHS=1 one mixed graph) instead of an eager step, on
     the hybrid model too, whose rollback
     reads the windows' per-token recurrent states by the step's row, and whose MTP head then drafts from a
     whole-step context; greedy tokens equal those of a run without graphs. A fixed draft length: the
     adaptive one follows measured step times, which graphs change."""
     from strata.runner import graph_parts
 
-    if not mixed:
-        monkeypatch.setenv("STRATA_SPLIT_MIXED_STEPS", "1")
+    if mixed:
+        monkeypatch.setenv("STRATA_MIXED_GRAPHS", "1")
     prompts = [(p[:4] * 30)[:n] for p, n in zip(_prompts([5, 6, 7, 8, 9, 10, 11, 12]), [16, 40, 17, 100, 30, 24, 50, 20])]
     lengths = [20, 6, 12, 9, 15, 4, 10, 8]
     spec = {"method": method, "num_speculative_tokens": 3, "adaptive": False}
@@ -572,12 +572,10 @@ def test_fresh_prompts_admitted_together_replay_one_graph_token_identity(family,
 
     prompts = _prompts([5, 9, 17, 3, 30, 12, 20, 8, 25, 6])
     lengths = [6, 6, 10, 10, 14, 14, 9, 7, 11, 5]  # pairs finish together: their successors come in together
-    replayed = []  # (layout, its prompts or slots)
-    run, run_mixed = CudaGraphCache.run, CudaGraphCache.run_mixed
+    replayed = []
+    run = CudaGraphCache.run
     monkeypatch.setattr(CudaGraphCache, "run", lambda self, key, scheduled, *a, **k: (
         replayed.append((key, len(scheduled))), run(self, key, scheduled, *a, **k))[1])
-    monkeypatch.setattr(CudaGraphCache, "run_mixed", lambda self, key, windows, prompts, *a: (
-        replayed.append((key[2], len(prompts))), run_mixed(self, key, windows, prompts, *a))[1])
     runs = {}
     for graphs in (False, True):
         llm = LLM(tiny_model_dir(family), dtype="bfloat16", device="cuda", max_num_seqs=6, block_size=4,
@@ -588,8 +586,7 @@ def test_fresh_prompts_admitted_together_replay_one_graph_token_identity(family,
         torch.cuda.empty_cache()
     assert runs[True] == runs[False]
     assert replayed[0] == ((6, 32), 6)                                  # the first step: every prompt at once
-    # later prompts also share a graph (of prompts, or beside decode rows one mixed graph: key (prompts, length))
-    assert any(key[1] >= 16 and n > 1 for key, n in replayed[1:])
+    assert any(key[1] >= 16 and n > 1 for key, n in replayed[1:])      # later prompts also share a graph
 
 
 @gpu
