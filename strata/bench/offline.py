@@ -99,9 +99,12 @@ def _speculation_bound(model: ByteModel, slots: int, spec: dict) -> dict:
 
 
 def _per_step_ms(totals: dict) -> dict:
+    """A kind of step's count, its mean time by phase (ms) and its mean token rows and slots (busy slots, and how
+    long their windows were: rows over slots)."""
     steps = totals["num_steps"]
     return {"num_steps": steps, **{phase: totals[f"{phase}_seconds"] * 1e3 / steps if steps else 0.0
-                                   for phase in ("wall", "forward", "sample", "draft", "host")}}
+                                   for phase in ("wall", "forward", "sample", "draft", "host")},
+            "tokens_per_step": totals["tokens_per_step"], "slots_per_step": totals["slots_per_step"]}
 
 
 def run_hf(model, prompts: list[list[int]], output_len: int, batch_size: int) -> dict:

@@ -75,6 +75,7 @@ def test_step_split_adds_up_to_the_run(doc):
                 s = split[kind]
                 assert s["host"] >= 0 and s["forward"] > 0 and s["sample"] > 0 and s["draft"] >= 0
                 assert s["forward"] + s["sample"] + s["draft"] + s["host"] == pytest.approx(s["wall"])
+                assert 1 <= s["slots_per_step"] <= s["tokens_per_step"]
             # the steps happen inside the run (what is outside them is admission and bookkeeping, whose
             # share of a run this short depends on the machine's load: not asserted)
             assert 0 < run["step_seconds_total"] <= run["seconds"]
@@ -160,6 +161,11 @@ def test_speculation_arms_side_by_side(tmp_path):
     spec_decode = spec["runs"][0]["step_split_ms"]["decode"]
     # verify windows are decode steps too; they emit more than one token per slot, so fewer steps
     assert 0 < spec_decode["num_steps"] < base["runs"][0]["step_split_ms"]["decode"]["num_steps"]
+    # a fixed k of 3 (the default): windows of up to 4 rows (fewer where a request's last tokens leave less room),
+    # where plain decode steps take 1 row a slot
+    assert spec_decode["slots_per_step"] < spec_decode["tokens_per_step"] <= 4 * spec_decode["slots_per_step"]
+    assert base["runs"][0]["step_split_ms"]["decode"]["tokens_per_step"] == \
+        pytest.approx(base["runs"][0]["step_split_ms"]["decode"]["slots_per_step"])
     assert spec["runs"][0]["mean_accepted_length"] > 1.0
     # the byte model's bound on the gain: at most the tokens a window commits, more than nothing
     window = spec["runs"][0]["mean_window_tokens"]
