@@ -79,7 +79,12 @@ class DraftCostModel:
     measured again, so one slow first measurement (a kernel compiled at first use, a busy host) would
     otherwise turn drafting off for good. The wait doubles each time a forgotten size is measured again
     (from `refresh_decisions` up to 64 times that), so a size that is really too slow costs ever fewer
-    retries."""
+    retries. A forgotten size below the smallest one measured lately keeps its last time (at most that
+    one's) instead of the proportional guess: on a GPU, where a step's time barely grows with its rows, the
+    guess made plain decoding (k = 0) look 4x cheaper than 3 drafts after every wait, and the retries took
+    89-107 of ~470 choices on issue 29's run (bench/results/2026-12-07-cpu-session65/adaptive_sim.py; the H100
+    took 381-387 decode steps where k fixed at 3 takes ~345). A slow first measurement of a larger (drafting)
+    size is still forgotten and retried."""
 
     def __init__(self, ema_weight: float = 0.2, refresh_decisions: int = 16) -> None:
         self.ema_weight = ema_weight
@@ -113,6 +118,8 @@ class DraftCostModel:
             return seconds[num_tokens]
         sizes = sorted(seconds)
         if num_tokens < sizes[0]:
+            if num_tokens in self.seconds:  # measured before, gone stale: its last time, not the optimistic guess
+                return min(self.seconds[num_tokens], seconds[sizes[0]])
             return seconds[sizes[0]] * num_tokens / sizes[0]
         if num_tokens > sizes[-1]:
             return seconds[sizes[-1]]

@@ -81,6 +81,25 @@ def test_a_size_that_stays_slow_is_retried_ever_less_often():
     assert len(retries) >= 3 and gaps == sorted(gaps) and gaps[-1] > 2 * gaps[0]
 
 
+def test_a_smaller_size_measured_before_is_not_retried_on_an_optimistic_guess():
+    """Weight-bound steps (a GPU's): plain decoding measured once, barely cheaper than 3 drafts. Once its time
+    goes stale it keeps that time, not the proportional guess that made it look 4x cheaper after every wait: the
+    batch keeps its drafts. A smaller size never measured is still tried once."""
+    model = DraftCostModel(ema_weight=1.0, refresh_decisions=2)
+    model.observe(4, 0.0028)                                # k = 0 at 4 requests
+    model.observe(16, 0.0029)                               # k = 3
+    chosen = []
+    for _ in range(200):
+        k = model.best_k(3, [0.75] * 4)
+        chosen.append(k)
+        model.observe(4 * (k + 1), 0.0028 + 0.00001 * 4 * (k + 1))
+    assert chosen.count(0) == 0 and chosen.count(1) <= 1 and chosen.count(2) <= 1  # (8 and 12 rows: tried once)
+    assert model.estimate(4) == pytest.approx(0.0028)       # stale, kept
+    fresh = DraftCostModel(ema_weight=1.0)
+    fresh.observe(16, 0.0029)
+    assert fresh.best_k(3, [0.75] * 4) == 0                 # never measured: the optimistic guess, tried once
+
+
 def test_acceptance_recovers_slowly_while_not_drafting_and_falls_on_a_failed_retry():
     ema, trace = 0.0, []   # every draft rejected so far
     for _ in range(1000):
