@@ -13,9 +13,10 @@ attention is all a fresh prompt attends to, so padding rows at the end of each p
 real rows, and recurrent layers stop each prompt's state after its real tokens. A step's fresh prompts
 replay one such graph together (or a few, when they do not fit one), so the experts' weights are read
 once for all of them rather than once per prompt; the step's decode or verification windows replay
-their own graph (`split_layouts`; the runner decides which steps may, see runner/graph_parts.py), or,
-where windows and prompts fit one graph together, a mixed layout holds both (`mixed_layout`): the windows' rows
-first, then the prompts' padded ones, so the step reads the weights once rather than once per graph.
+their own graph (`split_layouts`; the runner decides which steps may, see runner/graph_parts.py). With
+STRATA_MIXED_GRAPHS=1, where windows and prompts fit one graph together, a mixed layout holds both
+(`mixed_layout`): the windows' rows first, then the prompts' padded ones, so the step reads the weights once
+rather than once per graph (opt-in: graph_parts.py says why).
 Routing statistics mask rows by count (`num_real_rows`), so those of a multi-prompt graph take some
 padding rows in place of real ones: exact only for decode, verification and single-prompt layouts
 (`strata profile` runs its prompts eagerly for this reason).
@@ -78,7 +79,8 @@ HEAD_GRAPH_MAX_ROWS = ROWS_ALIKE_MAX
 # a mixed layout's fresh prompts pad up to 32, 64, ... tokens: longer than any window, so the layers tell its prompts
 # from its windows by length (attention's BATCHED_MAX_QUERY_LEN, the recurrent layers' short windows: 16 tokens)
 MIN_MIXED_PROMPT_LAYOUT = 32
-# graphs the cache holds beyond the warm-up ladder's by default: mixed layouts, captured as steps bring them
+# graphs the cache holds beyond the warm-up ladder's by default: mixed layouts (and model variants the warm-up
+# leaves out), captured as steps bring them
 MIXED_GRAPH_ROOM = 16
 # a graph's key: (padded slot count, tokens per slot); for a model's variant of it (slots, tokens, variant); for a
 # mixed layout (window slots, tokens per window, (prompts, padded prompt length))
