@@ -45,8 +45,6 @@ def forward_split(runner: ModelRunner, plan: StepPlan) -> tuple[StepInputs, torc
     parts = graphs.split_layouts(scheduled)
     if parts is None:
         return None
-    if len(parts) > 1 and debug_flag("EAGER_MIXED_STEPS") and any(graphs.prompt_layout(w) is None for w in scheduled):
-        return None  # A/B switch: fresh prompts beside windows in one eager pass
     if verifies:
         windows = parts[0][1]
         if windows != list(range(len(windows))) or not scheduled[0].draft_token_ids:
