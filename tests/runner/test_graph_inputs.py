@@ -73,6 +73,13 @@ def random_slot(rng: random.Random, taken: list, block_tables: dict, host_tables
     return ScheduledSlot(slot_id, computed, m, [], [rng.randrange(1000) for _ in range(m)])
 
 
+def eight_slots(width: int, block_size: int, max_prompt_rows: int, host_tier: bool) -> GraphInputs:
+    """Graph inputs of 8 slots of up to 4 tokens (or prompts up to max_prompt_rows rows), scratch block 999."""
+    return GraphInputs(max_slots=8, max_tokens_per_slot=4, max_blocks_per_slot=width, block_size=block_size,
+                       scratch_block=999, scratch_state_row=8, device="cpu", max_prompt_rows=max_prompt_rows,
+                       host_tier=host_tier)
+
+
 def assert_filled_like(inputs: GraphInputs, expected: np.ndarray, num_slots: int, num_rows: int, case) -> None:
     """Every value a step of the layout reads of each part equal."""
     for name, (start, _) in inputs.offsets.items():
@@ -90,9 +97,7 @@ def test_fill_writes_what_the_per_slot_reference_writes(host_tier):
     and (with a host tier) each slot's oldest blocks on the host: every value of the host buffer equal."""
     rng = random.Random(0)
     bs, width = 4, 40
-    inputs = GraphInputs(max_slots=8, max_tokens_per_slot=4, max_blocks_per_slot=width, block_size=bs,
-                         scratch_block=999, scratch_state_row=8, device="cpu", max_prompt_rows=32,
-                         host_tier=host_tier)
+    inputs = eight_slots(width, bs, 32, host_tier)
     for case in range(60):
         n = rng.choice([1, 1, 2, 4, 16, 32])
         num_slots = 1 if n > 4 else rng.randint(1, 8)
@@ -113,9 +118,7 @@ def test_fill_rows_writes_a_mixed_layout_as_the_reference_does(host_tier):
     exactly the layout's rows and slots, with the host lengths of each slot in place."""
     rng = random.Random(1)
     bs, width = 4, 40
-    inputs = GraphInputs(max_slots=8, max_tokens_per_slot=4, max_blocks_per_slot=width, block_size=bs,
-                         scratch_block=999, scratch_state_row=8, device="cpu", max_prompt_rows=512,
-                         host_tier=host_tier)
+    inputs = eight_slots(width, bs, 512, host_tier)
     for case in range(60):
         n, length = rng.choice([1, 2, 4]), rng.choice([32, 64])
         num_windows, num_prompts = rng.randint(1, 4), rng.randint(1, 4)
