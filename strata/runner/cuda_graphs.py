@@ -296,10 +296,7 @@ class CudaGraphCache:
             return None
         captured = self.graphs[key]
         num_slots, n = key[:2]
-        host_tables = self._host_tables()
-        if self.staging is not None:  # the slots' host blocks as ring rows
-            host_tables = self.staging.begin(scheduled, host_tables)
-            assert host_tables is not None, "a step replays with staging only when its host blocks fit the ring"
+        host_tables = self._step_host_tables(scheduled)
         self.inputs.fill(scheduled, block_tables, num_slots, n, host_tables)
         if feed is not None:
             self.inputs.feed_input_ids(feed)
@@ -319,12 +316,9 @@ class CudaGraphCache:
         if self.staging is not None:
             self.staging.end()
         self.num_replays += 1
-        # what the graph wrote, seen through the real rows; nothing else of the capture's scratch
-        scratch = ForwardScratch(window_states={layer: (conv[:real], ssm[:real])
-                                                for layer, (conv, ssm) in captured.window_states.items()})
         input_ids, ctx = self.inputs.context(len(scheduled), n, self.kv_caches, self.state_caches,
-                                             bool(captured.window_states), scratch, scheduled, self._host_caches(),
-                                             host_tables, self.staging)
+                                             bool(captured.window_states), _states_of_rows(captured, real),
+                                             scheduled, self._host_caches(), host_tables, self.staging)
         logits = None
         if captured.head is not None:
             def logits(head=captured.head, rows=len(scheduled) * n) -> torch.Tensor:
@@ -345,10 +339,7 @@ class CudaGraphCache:
         captured = self.graphs[key]
         (num_windows, n, (num_prompts, length)), rows = key, slot_rows(key)
         slots = windows + [None] * (num_windows - len(windows)) + prompts + [None] * (num_prompts - len(prompts))
-        host_tables = self._host_tables()
-        if self.staging is not None:
-            host_tables = self.staging.begin(windows + prompts, host_tables)
-            assert host_tables is not None, "a step replays with staging only when its host blocks fit the ring"
+        host_tables = self._step_host_tables(windows + prompts)
         self.inputs.fill_rows(slots, rows, block_tables, host_tables)
         if self.staging is not None:
             self.staging.start()
@@ -356,11 +347,9 @@ class CudaGraphCache:
         if self.staging is not None:
             self.staging.end()
         self.num_replays += 1
-        real = len(windows) * n
-        scratch = ForwardScratch(window_states={layer: (conv[:real], ssm[:real])
-                                                for layer, (conv, ssm) in captured.window_states.items()})
         input_ids, ctx = self.inputs.context(0, 0, self.kv_caches, self.state_caches, bool(captured.window_states),
-                                             scratch, slots, self._host_caches(), host_tables, self.staging, rows=rows)
+                                             _states_of_rows(captured, len(windows) * n), slots, self._host_caches(),
+                                             host_tables, self.staging, rows=rows)
         starts = [i * n for i in range(len(windows))] + [num_windows * n + j * length for j in range(len(prompts))]
         return GraphStep(input_ids, captured.hidden, ctx), starts
 
@@ -536,6 +525,14 @@ class CudaGraphCache:
     def _host_tables(self) -> dict[int, list[int]] | None:
         return None if self.host_kv is None else self.host_kv.tables
 
+    def _step_host_tables(self, scheduled: list[ScheduledSlot]) -> dict[int, list[int]] | None:
+        """The replayed slots' host blocks: the tier's tables, or with staging their ring rows (begun here)."""
+        host_tables = self._host_tables()
+        if self.staging is not None:
+            host_tables = self.staging.begin(scheduled, host_tables)
+            assert host_tables is not None, "a step replays with staging only when its host blocks fit the ring"
+        return host_tables
+
     def _release(self, key: Layout) -> None:
         captured = self.graphs.pop(key)
         captured.graph.reset()
@@ -543,6 +540,13 @@ class CudaGraphCache:
             if graph is not None:
                 graph.reset()
         logger.debug("released CUDA graph %s", key)
+
+
+def _states_of_rows(captured: CapturedStep, rows: int) -> ForwardScratch:
+    """A replay's scratch: the per-token states the graph recorded, seen through its first `rows` (the real
+    windows'); nothing else of the capture's scratch."""
+    return ForwardScratch(window_states={layer: (conv[:rows], ssm[:rows])
+                                         for layer, (conv, ssm) in captured.window_states.items()})
 
 
 def prompt_token_limit(requested: int, max_len: int) -> int:
