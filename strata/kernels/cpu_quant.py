@@ -76,6 +76,7 @@ def _build() -> ctypes.CDLL:
                   (_NATIVE / "quant_simd.c", ["-O3", *_AVX2]), (_NATIVE / "quant_simd.c", ["-O3", *_AVX512]),
                   (_NATIVE / "iquant_vbmi.c", ["-O3", *_AVX512, "-mavx512vbmi", "-mbmi2"]),
                   (_NATIVE / "dequant_simd.c", [*exact, *_AVX2]),
+                  (_NATIVE / "dequant_simd.c", [*exact, *_AVX512, "-DSTRATA_DQ_MANY_AVX512"]),
                   (attention[0], [*attention[1], *_AVX2, "-DSTRATA_ATTENTION_ENTRY=" + _ATTENTION_AVX2]),
                   (gdn[0], [*gdn[1], *_AVX2, "-DSTRATA_GDN_ENTRY=" + _GDN_AVX2]),
                   (linear[0], [*linear[1], *_AVX2, "-DSTRATA_ROW_LINEAR_ENTRY=" + _LINEAR_AVX2])]

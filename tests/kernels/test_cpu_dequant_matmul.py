@@ -164,19 +164,20 @@ def test_batch_rows_and_threads_do_not_change_the_bits(isa):
 def test_many_rows_equal_one_row_at_a_time(isa, qtype):
     """The AVX2 kernel meets a decoded weight row with up to 8 rows of x (one accumulator each), takes 4 or 2
     weight rows at once for 1-2 or 3-4 rows of x, walks K whole while the tile's x is at most 6144 floats and
-    in chunks of 512 over groups of 16 weight rows past that; from 16 rows of x (a prompt chunk) it decodes 4
-    weight rows at a time into a buffer and meets them 2 x 4 rows of x at a time: every batch size from 1 to
-    22 (full tiles and tails; up to 5 rows in one pass, 6-8 in chunks, 16-22 through the buffer with 4-row
-    tails of 1-3), 37 weight rows (2 groups + 5: tails of the 4- and 2-row steps, an odd last pair) and a K
-    whose last chunk is partial give each row the bits of that row alone, within the float32 bound of the
-    reference."""
+    in chunks of 512 over groups of 16 weight rows past that; from 16 rows of x (a prompt chunk) it decodes up
+    to 64 weight rows into a buffer and meets them 3 x 4 rows of x at a time; from 64 rows of x on AVX-512 it
+    decodes them in pairs and meets them 4 pairs x 6 rows of x at a time in 512-bit registers: every batch size
+    from 1 to 22 (full tiles and tails; up to 5 rows in one pass, 6-8 in chunks, 16-22 through the buffer with
+    4-row tails of 1-3) and 64-71 (6-row tails of 4-5 and 0-5), 37 weight rows (2 groups + 5: tails of the 4-
+    and 2-row steps, an odd last pair, 4 pairs + 2 with an odd row) and a K whose last chunk is partial give
+    each row the bits of that row alone, within the float32 bound of the reference."""
     cpu_quant.set_isa(isa)
     cpu_quant.set_num_threads(1)
     n, k = 37, 1056 if block_of(qtype) == 32 else 1280  # chunks 512 + 512 + 32 / + 256
     w = make_blocks(qtype, n, k, seed=15)
-    x = torch.randn(22, k, generator=torch.Generator().manual_seed(16))
-    alone = torch.cat([cpu_quant.dequant_matmul(x[i:i + 1], w, qtype, n, k) for i in range(22)])
-    for t in range(1, 23):
+    x = torch.randn(71, k, generator=torch.Generator().manual_seed(16))
+    alone = torch.cat([cpu_quant.dequant_matmul(x[i:i + 1], w, qtype, n, k) for i in range(71)])
+    for t in [*range(1, 23), 64, 67, 71]:
         assert torch.equal(cpu_quant.dequant_matmul(x[:t].contiguous(), w, qtype, n, k), alone[:t]), t
     error = (alone.double() - cpu_quant.dequant_matmul_ref(x, w, qtype, n, k)).abs()
     assert (error <= rounding_bound(x, weight_of(w, qtype, n, k))).all()

@@ -41,7 +41,7 @@ static int dq_matmul_of(int qtype, const float *x, int64_t t, const uint8_t *w, 
     strata_qmm_type_sizes(qtype, &block, &bytes, &act_block);
     if (k <= 0 || k % block != 0) return 2;
     *m = (dq_matmul_t){.x = x, .kernel = strata_dqmm_rows(qtype),
-                       .many = t >= DQ_MANY_MIN ? strata_dqmm_many(qtype) : NULL, .w = w,
+                       .many = t >= DQ_MANY_MIN ? strata_dqmm_many(qtype, t) : NULL, .w = w,
                        .row_bytes = k / block * bytes, .n = n, .k = k, .t = t, .chunk_rows = chunk_rows,
                        .ldy = ldy, .y = y};
     return 0;

@@ -22,6 +22,7 @@ enum { ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX512 = 2, ISA_AVX512_VBMI = 3, NUM_IS
 static rows_fn tables[NUM_ISAS][NUM_TYPES];
 static dq_rows_fn dq_tables[NUM_ISAS][NUM_TYPES];  /* dequant_matmul.c's kernels; AVX-512 runs the AVX2 ones */
 static dq_many_fn dq_many_tables[NUM_ISAS][NUM_TYPES];  /* their prompt-chunk forms (none portable) */
+static dq_many_fn dq_wide_tables[NUM_ISAS][NUM_TYPES];  /* AVX-512's from DQ_WIDE_MIN rows of x */
 static int isa_best = ISA_SCALAR, isa_current = ISA_SCALAR;
 
 static void init_tables(void) {
@@ -39,11 +40,13 @@ static void init_tables(void) {
             strata_qmm_table_avx512(tables[ISA_AVX512]);
             strata_dqmm_table_avx2(dq_tables[ISA_AVX512]);
             strata_dqmm_many_table_avx2(dq_many_tables[ISA_AVX512]);
+            strata_dqmm_many_table_avx512(dq_wide_tables[ISA_AVX512]);
             isa_best = ISA_AVX512;
             if (__builtin_cpu_supports("avx512vbmi")) {  /* its i-quants come with their tables */
                 memcpy(tables[ISA_AVX512_VBMI], tables[ISA_AVX512], sizeof(tables[ISA_AVX512]));
                 memcpy(dq_tables[ISA_AVX512_VBMI], dq_tables[ISA_AVX512], sizeof(dq_tables[ISA_AVX512]));
                 memcpy(dq_many_tables[ISA_AVX512_VBMI], dq_many_tables[ISA_AVX512], sizeof(dq_many_tables[0]));
+                memcpy(dq_wide_tables[ISA_AVX512_VBMI], dq_wide_tables[ISA_AVX512], sizeof(dq_wide_tables[0]));
                 isa_best = ISA_AVX512_VBMI;
             }
         }
@@ -116,7 +119,10 @@ rows_fn strata_qmm_rows(int qtype) { return tables[isa_current][qtype]; }
 
 dq_rows_fn strata_dqmm_rows(int qtype) { return dq_tables[isa_current][qtype]; }
 
-dq_many_fn strata_dqmm_many(int qtype) { return dq_many_tables[isa_current][qtype]; }
+dq_many_fn strata_dqmm_many(int qtype, int64_t t) {
+    dq_many_fn wide = t >= DQ_WIDE_MIN ? dq_wide_tables[isa_current][qtype] : NULL;
+    return wide != NULL ? wide : dq_many_tables[isa_current][qtype];
+}
 
 void strata_qmm_type_sizes(int qtype, int64_t *block, int64_t *bytes, int64_t *act_block) {
     switch (qtype) {

@@ -178,13 +178,15 @@ void strata_dqmm_table_scalar(dq_rows_fn table[NUM_TYPES]);
 void strata_dqmm_table_avx2(dq_rows_fn table[NUM_TYPES]);
 
 /* The same products for any number t of rows of x (a prompt chunk), with the bits of dq_rows_fn's: returns 0,
- * or 1 when its scratch could not be had (nothing written). From DQ_MANY_MIN rows of x, where the ISA has one. */
-enum { DQ_MANY_MIN = 16 };
+ * or 1 when its scratch could not be had (nothing written). From DQ_MANY_MIN rows of x, where the ISA has one;
+ * AVX-512's 512-bit form from DQ_WIDE_MIN rows (below it the 256-bit form is as fast). */
+enum { DQ_MANY_MIN = 16, DQ_WIDE_MIN = 64 };
 typedef int (*dq_many_fn)(const uint8_t *w, int64_t row_bytes, int64_t rows, const float *x, int64_t k, int64_t t,
                           float *y, int64_t ldy);
 void strata_dqmm_many_table_avx2(dq_many_fn table[NUM_TYPES]);
-/* the many-rows function of the instruction set in use, or NULL */
-dq_many_fn strata_dqmm_many(int qtype);
+void strata_dqmm_many_table_avx512(dq_many_fn table[NUM_TYPES]);  /* dequant_simd.c built for AVX-512 */
+/* the many-rows function of the instruction set in use for t rows of x, or NULL */
+dq_many_fn strata_dqmm_many(int qtype, int64_t t);
 /* the dequantizing rows function of the instruction set in use (strata_qmm_supports(qtype) first) */
 dq_rows_fn strata_dqmm_rows(int qtype);
 
