@@ -1,4 +1,5 @@
-/* The x86 dequantizing kernels: AVX2 + FMA + F16C (AVX-512 CPUs run these too), compiled with
+/* The x86 dequantizing kernels: AVX2 + FMA + F16C (AVX-512 CPUs run these too, except for prompt chunks of
+ * DQ_WIDE_MIN+ rows: this file built again with STRATA_DQ_MANY_AVX512, "many rows of x" below), compiled with
  * -ffp-contract=off: every weight is decoded eight at a time with dequant_scalar.c's float32 operations and
  * equals gguf's bit for bit. One exception in form, not in value: Q4_1's and Q5_1's q * d + m and the
  * K-quants' q * (d * sc) - dmin * m (Q2_K, Q4_K, Q5_K) are one FMA each, because their products are exact in
