@@ -76,7 +76,7 @@ def _build() -> ctypes.CDLL:
                   (_NATIVE / "quant_simd.c", ["-O3", *_AVX2]), (_NATIVE / "quant_simd.c", ["-O3", *_AVX512]),
                   (_NATIVE / "iquant_vbmi.c", ["-O3", *_AVX512, "-mavx512vbmi", "-mbmi2"]),
                   (_NATIVE / "dequant_simd.c", [*exact, *_AVX2]),
-                  (_NATIVE / "dequant_simd.c", [*exact, *_AVX512, "-DSTRATA_DQ_MANY_AVX512"]),
+                  (_NATIVE / "dequant_avx512.c", [*exact, *_AVX512]),
                   (attention[0], [*attention[1], *_AVX2, "-DSTRATA_ATTENTION_ENTRY=" + _ATTENTION_AVX2]),
                   (gdn[0], [*gdn[1], *_AVX2, "-DSTRATA_GDN_ENTRY=" + _GDN_AVX2]),
                   (linear[0], [*linear[1], *_AVX2, "-DSTRATA_ROW_LINEAR_ENTRY=" + _LINEAR_AVX2])]
@@ -85,9 +85,9 @@ def _build() -> ctypes.CDLL:
     units += [(_NATIVE / "quant_moe.c", ["-O3", "-pthread"]), (_NATIVE / "offload_host_part.c", ["-O3"]),
               (_NATIVE / "dequant_matmul.c", ["-O3", "-pthread"]), (_NATIVE / "rope_kv_cpu.c", exact),
               (_NATIVE / "dense_stack_cpu.c", exact)]
+    headers = ("quant_matmul.h", "iquant.h", "iquant_simd.h", "simd_rows.h", "dequant_simd.c")  # dequant_avx512.c's
     library = ctypes.CDLL(str(build_library("quant_matmul", units, ["-pthread", "-lm"],
-                                            headers=[_NATIVE / name for name in ("quant_matmul.h", "iquant.h",
-                                                                                 "iquant_simd.h", "simd_rows.h")])))
+                                            headers=[_NATIVE / name for name in headers])))
     pointer, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
     weights = [i32, pointer, i64, i64]  # type, rows, expert stride, row stride
     for name, argtypes in (("strata_qmm", [i32, pointer, i64, pointer, i64, i64, pointer, i64, i32]),

@@ -1,5 +1,5 @@
-/* The x86 dequantizing kernels: AVX2 + FMA + F16C (AVX-512 CPUs run these too, except for prompt chunks of
- * DQ_WIDE_MIN+ rows: this file built again with STRATA_DQ_MANY_AVX512, "many rows of x" below), compiled with
+/* The x86 dequantizing kernels: AVX2 + FMA + F16C (AVX-512 CPUs run these too, but for prompt chunks of
+ * DQ_WIDE_MIN+ rows: dequant_avx512.c, which includes this file), compiled with
  * -ffp-contract=off: every weight is decoded eight at a time with dequant_scalar.c's float32 operations and
  * equals gguf's bit for bit. One exception in form, not in value: Q4_1's and Q5_1's q * d + m and the
  * K-quants' q * (d * sc) - dmin * m (Q2_K, Q4_K, Q5_K) are one FMA each, because their products are exact in
@@ -458,7 +458,7 @@ enum { BLOCK_q8_0 = QK, BLOCK_q4_0 = QK, BLOCK_q4_1 = QK, BLOCK_q5_0 = QK, BLOCK
                 for (int t = 0; t < nt; t++) y[t * ldy + r0 + r] = reduce(acc[r][t]);                         \
         }                                                                                                     \
     }
-#ifndef STRATA_DQ_MANY_AVX512
+#ifndef STRATA_DQ_AVX512
 QMM_TYPES(QMM_ROWS)
 
 void strata_dqmm_table_avx2(dq_rows_fn table[NUM_TYPES]) {
@@ -479,7 +479,7 @@ void strata_dqmm_table_avx2(dq_rows_fn table[NUM_TYPES]) {
  * the buffer and 2 weight rows a tile. */
 enum { MANY_W = 64 };     /* weight rows a buffer holds */
 
-#ifndef STRATA_DQ_MANY_AVX512
+#ifndef STRATA_DQ_AVX512
 enum { MANY_TILE_W = 3 };  /* weight rows x 4 rows of x a tile: 12 accumulators, 7 loads for 12 FMAs */
 #define DECODED_ROW(buf, r, k) ((buf) + (r) * (k))  /* where decoded row r starts, and its vectors' stride */
 enum { DECODED_STRIDE = 1 };
@@ -518,63 +518,8 @@ static void many_rows(float *buf, int nw, const float *x, int64_t k, int64_t t, 
     }
 }
 
-#else
-/* The AVX-512 build (STRATA_DQ_MANY_AVX512; only this table is taken from it): two weight rows share a 512-bit
- * register, their vectors of 8 values side by side (decoded in pairs: pair p's values i..i + 7 of row 2p, then
- * of row 2p + 1), and each row of x's 8 values are broadcast to both halves: every half is one output's
- * accumulator of 8 lanes taking the AVX2 tile's FMAs in the AVX2 tile's order, so the bits are rows_<type>'s.
- * A tile is PAIRS pairs x X_ROWS rows of x (accumulators in 24 of the 32 registers). One thread, SmolLM2's Q4_1
- * projections at 512 rows of x on the 2-core Ice Lake VM: ~64 GMAC/s against the AVX2 tile's ~45; from 64 rows
- * down (verification windows, short chunks) the AVX2 tile is as fast or faster, so those keep it. */
-enum { PAIRS = 4, X_ROWS = 6 };
-#define DECODED_ROW(buf, r, k) ((buf) + (r) / 2 * 2 * (k) + (r) % 2 * 8)
-enum { DECODED_STRIDE = 2 };
-
-INLINE __m256 upper_half(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
-
-/* y[t * ldy + r] = weight row r . x row t (ldx apart), r < rows (2 np - 1 or 2 np), t < nt; pairs: np pairs of
- * 2k floats, interleaved by 8 */
-INLINE void pairs_tile(const float *pairs, const int np, const int rows, const float *x, int64_t ldx, const int nt,
-                       int64_t k, float *y, int64_t ldy) {
-    __m512 a[PAIRS][X_ROWS];
-    for (int p = 0; p < np; p++)
-        for (int t = 0; t < nt; t++) a[p][t] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < k; i += 8) {
-        __m512 v[PAIRS];
-        for (int p = 0; p < np; p++) v[p] = _mm512_loadu_ps(pairs + p * 2 * k + 2 * i);
-        for (int t = 0; t < nt; t++) {
-            const __m512 xv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(x + t * ldx + i))));
-            for (int p = 0; p < np; p++) a[p][t] = _mm512_fmadd_ps(v[p], xv, a[p][t]);
-        }
-    }
-    for (int t = 0; t < nt; t++)
-        for (int p = 0; p < np; p++) {
-            y[t * ldy + 2 * p] = reduce(_mm512_castps512_ps256(a[p][t]));
-            if (2 * p + 1 < rows) y[t * ldy + 2 * p + 1] = reduce(upper_half(a[p][t]));
-        }
-}
-
-/* the nw rows decoded in pairs at buf (an odd last row paired with zeros), met by every row of x */
-static void many_rows(float *buf, int nw, const float *x, int64_t k, int64_t t, float *y, int64_t ldy) {
-    const float *pairs = buf;
-    if (nw % 2)  /* the odd last row's partner: zeros */
-        for (int64_t i = 0; i < k; i += 8) _mm256_storeu_ps(DECODED_ROW(buf, nw, k) + 2 * i, _mm256_setzero_ps());
-    for (int64_t t0 = 0; t0 < t; t0 += X_ROWS) {
-        const int nt = t - t0 < X_ROWS ? (int)(t - t0) : X_ROWS;
-        for (int r = 0; r < nw; r += 2 * PAIRS) {
-            const int rows = nw - r < 2 * PAIRS ? nw - r : 2 * PAIRS, np = (rows + 1) / 2;
-            const float *w = pairs + r * k, *xt = x + t0 * k;
-            float *out = y + t0 * ldy + r;
-            switch (nt * 8 + np) {  /* constant trip counts, so the accumulators stay in registers */
-#define TILE(nt_, np_) case nt_ * 8 + np_: pairs_tile(w, np_, rows, xt, k, nt_, k, out, ldy); break;
-#define TILES(nt_) TILE(nt_, 1) TILE(nt_, 2) TILE(nt_, 3) TILE(nt_, 4)
-            TILES(1) TILES(2) TILES(3) TILES(4) TILES(5) TILES(6)
-#undef TILES
-#undef TILE
-            }
-        }
-    }
-}
+#else  /* dequant_avx512.c, which includes this file, defines DECODED_ROW, DECODED_STRIDE and this */
+static void many_rows(float *buf, int nw, const float *x, int64_t k, int64_t t, float *y, int64_t ldy);
 #endif
 
 #define MANY(name, id)                                                                                        \
@@ -592,13 +537,10 @@ static void many_rows(float *buf, int nw, const float *x, int64_t k, int64_t t, 
         return 0;                                                                                             \
     }
 QMM_TYPES(MANY)
-
-#ifdef STRATA_DQ_MANY_AVX512
-void strata_dqmm_many_table_avx512(dq_many_fn table[NUM_TYPES]) {
-#else
-void strata_dqmm_many_table_avx2(dq_many_fn table[NUM_TYPES]) {
-#endif
 #define MANY_ENTRY(name, id) table[id] = many_##name;
+
+#ifndef STRATA_DQ_AVX512
+void strata_dqmm_many_table_avx2(dq_many_fn table[NUM_TYPES]) {
     QMM_TYPES(MANY_ENTRY)
-#undef MANY_ENTRY
 }
+#endif

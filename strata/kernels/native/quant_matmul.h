@@ -184,7 +184,7 @@ enum { DQ_MANY_MIN = 16, DQ_WIDE_MIN = 64 };
 typedef int (*dq_many_fn)(const uint8_t *w, int64_t row_bytes, int64_t rows, const float *x, int64_t k, int64_t t,
                           float *y, int64_t ldy);
 void strata_dqmm_many_table_avx2(dq_many_fn table[NUM_TYPES]);
-void strata_dqmm_many_table_avx512(dq_many_fn table[NUM_TYPES]);  /* dequant_simd.c built for AVX-512 */
+void strata_dqmm_many_table_avx512(dq_many_fn table[NUM_TYPES]);  /* dequant_avx512.c */
 /* the many-rows function of the instruction set in use for t rows of x, or NULL */
 dq_many_fn strata_dqmm_many(int qtype, int64_t t);
 /* the dequantizing rows function of the instruction set in use (strata_qmm_supports(qtype) first) */
