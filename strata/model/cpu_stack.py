@@ -7,8 +7,14 @@ native products, rotary and attention (their bits); only the RMSNorms' sums and 
 way (a few float32 ulps from torch's). It takes a step when every layer is Llama's or Qwen3's (attention without
 output gate or bias, with or without qk-norm; a dense SwiGLU MLP; plain RMSNorms of one eps), every projection is
 packed blocks the native products read (exactly, or with --cpu-matmul int8's activations, as the per-module path
-multiplies them), the KV pool is float32 with nothing in a host tier, and the step's windows are short (decode,
-verification, prompts of up to BATCHED_MAX_QUERY_LEN tokens). STRATA_NO_CPU_STACK=1 keeps the per-module path.
+multiplies them), the KV pool is float32 with nothing in a host tier, and the step's windows are at most
+STACK_MAX_QUERY_LEN tokens (decode, verification, short prompts and prompt chunks). STRATA_NO_CPU_STACK=1 keeps the
+per-module path.
+
+Short prompts pay: the bundled model's prompt step of 8 prompts of 64 tokens took 0.57-0.72 s on the stack against
+0.69-1.21 s per module on the 2-core VM (~0.2 s of torch calls around the products). Long ones do not: the native
+attention works one (sequence, KV head) at a time with scalar exponentials, so a lone 1,024-token prompt ran at
+272-325 tok/s on the stack against 417-449 with torch's attention (bench/results/2026-12-07-cpu-session66/).
 """
 
 from __future__ import annotations
@@ -17,10 +23,12 @@ import torch
 
 from strata.config import debug_flag
 from strata.model import cpu_ops
-from strata.model.attention import BATCHED_MAX_QUERY_LEN, Attention
+from strata.model.attention import Attention
 from strata.model.context import ForwardContext
 from strata.model.mlp import DenseMLP
 from strata.model.packed import PackedWeight
+
+STACK_MAX_QUERY_LEN = 64  # longer windows (prompt chunks) keep the layers: see above
 
 
 def _segments(linear, int8: bool):
@@ -76,9 +84,9 @@ class DenseStack:
         return cls(model, kernels.NativeStack(layers, shapes))
 
     def takes(self, ctx: ForwardContext) -> bool:
-        """Whether this step runs on the stack: short windows over a float32 KV pool without scales or host blocks
-        (the caller checks that the rows are float32 on the CPU: ops.native_cpu_rows)."""
-        if ctx.max_query_len > BATCHED_MAX_QUERY_LEN or ctx.has_host_blocks or ctx.kv_staging is not None or \
+        """Whether this step runs on the stack: windows of up to STACK_MAX_QUERY_LEN tokens over a float32 KV pool
+        without scales or host blocks (the caller checks that the rows are float32 on the CPU: ops.native_cpu_rows)."""
+        if ctx.max_query_len > STACK_MAX_QUERY_LEN or ctx.has_host_blocks or ctx.kv_staging is not None or \
                 ctx.host_kv_caches is not None:
             return False
         k_cache, v_cache, kv_scales = self.attention.kv_cache(ctx)

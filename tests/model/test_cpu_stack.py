@@ -1,6 +1,6 @@
-"""The native CPU stack of plain decoder layers (strata/model/cpu_stack.py): decode steps and verification windows
-of a packed float32 Llama (or Qwen3) run on it and give the per-module path's tokens and logprobs, with exact or int8
-products; models it cannot run keep their layers."""
+"""The native CPU stack of plain decoder layers (strata/model/cpu_stack.py): decode steps, verification windows and
+prompt chunks of a packed float32 Llama (or Qwen3) run on it and give the per-module path's tokens and logprobs, with
+exact or int8 products; models it cannot run keep their layers, and so do steps of longer windows than its bound."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import torch
 
 from gguf_writer import write_gguf
 from strata import LLM, SamplingParams
+from strata.model import cpu_stack
 from strata.model.cpu_stack import DenseStack
 from tiny_models import build_hf_model, hf_state
 
@@ -51,7 +52,7 @@ def test_decode_steps_run_on_the_stack_with_the_layers_tokens_and_logprobs(llama
                         run(self, hidden, ctx))
     params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True, logprobs=3)
     on = generate(llm, True, params)
-    # the prompts' step (windows of up to 16 tokens take the stack too), then the decode steps
+    # the prompts' step, then the decode steps
     assert steps == [tuple(map(len, PROMPTS))] + [(1, 1, 1)] * 23
     assert isinstance(llm.engine.runner.model._stack, DenseStack)
     steps.clear()
@@ -62,6 +63,40 @@ def test_decode_steps_run_on_the_stack_with_the_layers_tokens_and_logprobs(llama
         for mine, theirs in zip(a.logprobs, b.logprobs):
             assert mine.keys() == theirs.keys()
             np.testing.assert_allclose([mine[t].logprob for t in mine], [theirs[t].logprob for t in mine], atol=1e-4)
+
+
+def test_long_prompts_and_their_chunks_run_on_the_stack_with_the_layers_tokens_and_logprobs(llama_gguf, monkeypatch):
+    """Prompts of 40 and 75 tokens in chunks of up to 32 (the second chunk of each attends to the first's KV), then
+    a prompt that shares the first one's prefix (reused blocks): every step on the stack, the per-module path's
+    tokens and logprobs. With the stack's bound below a chunk's length, those steps keep the layers, the same tokens."""
+    llm = LLM(llama_gguf, dtype="float32", device="cpu", max_num_seqs=4, block_size=4, cpu_matmul="exact",
+              max_num_batched_tokens=32)
+    prompts = [[(7 * i + 3) % 150 + 2 for i in range(40)], [(11 * i + 5) % 150 + 2 for i in range(75)]]
+    steps = []
+    run = DenseStack.run
+    monkeypatch.setattr(DenseStack, "run", lambda self, hidden, ctx: steps.append(ctx.query_lens) or
+                        run(self, hidden, ctx))
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True, logprobs=3)
+    on = generate(llm, True, params, prompts)
+    assert max(max(lens) for lens in steps) > 16  # prompt chunks, not only windows, ran on the stack
+    reused = llm.generate([{"prompt_token_ids": prompts[0][:36] + [9, 10, 11]}], params)[0]
+    assert reused.num_cached_tokens > 0
+    steps.clear()
+    off = generate(llm, False, params, prompts)
+    assert not steps
+    for a, b in zip(on, off):
+        assert a.token_ids == b.token_ids
+        for mine, theirs in zip(a.logprobs, b.logprobs):
+            assert mine.keys() == theirs.keys()
+            np.testing.assert_allclose([mine[t].logprob for t in mine], [theirs[t].logprob for t in mine], atol=1e-4)
+    llm.engine.scheduler.allocator.reset_prefix_cache()  # the same prompt cold, per module
+    cold = llm.generate([{"prompt_token_ids": prompts[0][:36] + [9, 10, 11]}], params)[0]
+    assert cold.num_cached_tokens == 0 and reused.outputs[0].token_ids == cold.outputs[0].token_ids
+    monkeypatch.setattr(cpu_stack, "STACK_MAX_QUERY_LEN", 16)  # 32-token chunks no longer take the stack
+    steps.clear()
+    bounded = generate(llm, True, params, prompts)
+    assert steps and max(max(lens) for lens in steps) <= 16
+    assert [o.token_ids for o in bounded] == [o.token_ids for o in off]
 
 
 def test_a_slot_outside_the_pool_is_an_error_not_a_write(llama_gguf, monkeypatch):
