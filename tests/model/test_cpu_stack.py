@@ -161,7 +161,7 @@ def test_models_the_stack_cannot_run_keep_their_layers(llama_gguf, tiny_model_di
 
 def test_preempted_requests_on_the_stack_lose_nothing(llama_gguf, monkeypatch):
     """A KV pool too small for every request: preempted requests come back (their prompts and tokens run again,
-    windows of up to 16 tokens on the stack) and give what a roomy pool gives."""
+    windows of up to 64 tokens on the stack) and give what a roomy pool gives."""
     prompts = [{"prompt_token_ids": list(range(3 + i, 14 + 2 * i))} for i in range(4)]
     params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
     roomy = LLM(llama_gguf, dtype="float32", device="cpu", max_num_seqs=4, block_size=4, max_model_len=64)
