@@ -44,6 +44,15 @@ def generate(llm: LLM, stack: bool, params: SamplingParams, prompts=PROMPTS):
     return [o.outputs[0] for o in outputs]
 
 
+def assert_same_outputs(on, off, atol: float) -> None:
+    """The same tokens, and each position's top logprobs for the same ids within `atol`."""
+    for a, b in zip(on, off, strict=True):
+        assert a.token_ids == b.token_ids
+        for mine, theirs in zip(a.logprobs, b.logprobs):
+            assert mine.keys() == theirs.keys()
+            np.testing.assert_allclose([mine[t].logprob for t in mine], [theirs[t].logprob for t in mine], atol=atol)
+
+
 def test_decode_steps_run_on_the_stack_with_the_layers_tokens_and_logprobs(llama_gguf, monkeypatch):
     llm = LLM(llama_gguf, dtype="float32", device="cpu", max_num_seqs=4, block_size=4, cpu_matmul="exact")
     steps = []
@@ -58,11 +67,7 @@ def test_decode_steps_run_on_the_stack_with_the_layers_tokens_and_logprobs(llama
     steps.clear()
     off = generate(llm, False, params)
     assert not steps
-    for a, b in zip(on, off):
-        assert a.token_ids == b.token_ids
-        for mine, theirs in zip(a.logprobs, b.logprobs):
-            assert mine.keys() == theirs.keys()
-            np.testing.assert_allclose([mine[t].logprob for t in mine], [theirs[t].logprob for t in mine], atol=1e-4)
+    assert_same_outputs(on, off, atol=1e-4)
 
 
 def test_long_prompts_and_their_chunks_run_on_the_stack_with_the_layers_tokens_and_logprobs(llama_gguf, monkeypatch):
@@ -84,11 +89,7 @@ def test_long_prompts_and_their_chunks_run_on_the_stack_with_the_layers_tokens_a
     steps.clear()
     off = generate(llm, False, params, prompts)
     assert not steps
-    for a, b in zip(on, off):
-        assert a.token_ids == b.token_ids
-        for mine, theirs in zip(a.logprobs, b.logprobs):
-            assert mine.keys() == theirs.keys()
-            np.testing.assert_allclose([mine[t].logprob for t in mine], [theirs[t].logprob for t in mine], atol=1e-4)
+    assert_same_outputs(on, off, atol=1e-4)
     llm.engine.scheduler.allocator.reset_prefix_cache()  # the same prompt cold, per module
     cold = llm.generate([{"prompt_token_ids": prompts[0][:36] + [9, 10, 11]}], params)[0]
     assert cold.num_cached_tokens == 0 and reused.outputs[0].token_ids == cold.outputs[0].token_ids
@@ -142,10 +143,7 @@ def test_int8_activations_on_the_stack_give_the_layers_int8_products(llama_gguf)
     assert isinstance(llm.engine.runner.model._stack, DenseStack)
     assert all(layer.int8 for layer in llm.engine.runner.model._stack.native.weights)
     off = generate(llm, False, params)
-    for a, b in zip(on, off):
-        assert a.token_ids == b.token_ids
-        for mine, theirs in zip(a.logprobs, b.logprobs):
-            np.testing.assert_allclose([mine[t].logprob for t in mine], [theirs[t].logprob for t in mine], atol=0.2)
+    assert_same_outputs(on, off, atol=0.2)
 
 
 def test_models_the_stack_cannot_run_keep_their_layers(llama_gguf, tiny_model_dir, monkeypatch):
