@@ -31,33 +31,40 @@ class RequestTimes:
 class DecodeExpertsMeter:
     """Mean distinct experts touched per MoE layer per decode step, from the engine's cumulative
     routing counters (`core.experts`) differenced over stretches of decode-only steps; a stretch that
-    a prompt step falls into is dropped. None when the engine keeps no routing counters."""
+    a prompt step falls into is dropped. None when the engine keeps no routing counters. The counters
+    are marked at stretch edges without a host sync (a sync there would drain the steps planned ahead and
+    leave the device idle while the next is planned) and read when `mean` is."""
 
     def __init__(self, core: EngineCore) -> None:
         self.experts = getattr(core, "experts", None)
-        self.touched = self.steps = 0.0
-        self.mark: tuple[float, float] | None = None
-
-    def _read(self) -> tuple[float, float]:
-        snap = self.experts.snapshot(with_counts=False)  # one host sync
-        return snap["mean_experts_touched_per_layer"] * snap["steps"], snap["steps"]
+        self.stretches: list[tuple] = []  # (mark at its start, mark at its end): CounterMark-like pairs
+        self.mark = None
 
     def restart(self) -> None:
         """After a step with prompt tokens: a decode stretch may start here."""
         if self.experts is not None:
-            self.mark = self._read()
+            self.mark = self.experts.counter_mark()
 
     def close(self) -> None:
         """Before prompt tokens are added, and at the end: count the stretch since the mark."""
         if self.experts is not None and self.mark is not None:
-            touched, steps = self._read()
-            self.touched += touched - self.mark[0]
-            self.steps += steps - self.mark[1]
+            self.stretches.append((self.mark, self.experts.counter_mark()))
         self.mark = None
+
+    @staticmethod
+    def _per_layer(mark) -> tuple[float, int]:
+        steps, touched, layers = mark.values()
+        return (touched / layers if layers else 0.0), steps
+
+    @property
+    def steps(self) -> int:
+        return sum(self._per_layer(end)[1] - self._per_layer(start)[1] for start, end in self.stretches)
 
     @property
     def mean(self) -> float | None:
-        return self.touched / self.steps if self.steps else None
+        touched = sum(self._per_layer(end)[0] - self._per_layer(start)[0] for start, end in self.stretches)
+        steps = self.steps
+        return touched / steps if steps else None
 
 
 def run_closed_loop(core: EngineCore, prompts: list[list[int]], params: SamplingParams, concurrency: int,

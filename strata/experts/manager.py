@@ -26,7 +26,7 @@ from strata.experts.placement import (AUTO_ZERO_COPY_SHARE_OF_MISSED, initial_ho
 from strata.experts.profile import load_profile, save_profile
 from strata.experts.provider import HostExchange, OffloadedExperts
 from strata.experts.slots import ExpertSlots
-from strata.experts.stats import RoutingStats, all_rows
+from strata.experts.stats import CounterMark, RoutingStats, all_rows
 from strata.kernels.packed_moe import pairs_supported
 from strata.model.moe import MoEBlock, PackedLocalExperts
 
@@ -272,6 +272,10 @@ class ExpertManager:
     def snapshot(self, with_counts: bool = False) -> dict:
         return {**self.stats.snapshot(with_counts), "resident_slots": self.num_slots,
                 "total_experts": self.num_layers * self.num_experts}
+
+    def counter_mark(self) -> CounterMark:
+        """The step counters as the queued work leaves them, read back without a host sync."""
+        return CounterMark(self.stats)
 
     def profile_counts_now(self) -> torch.Tensor:
         """[L, E] counts of the loaded profile plus everything routed since the start."""

@@ -2,7 +2,8 @@
 
 `record` runs inside the forward (possibly inside a CUDA graph): fixed-size buffers, in-place device
 ops only, no host sync. `end_step` runs once per step outside any graph and also never syncs; only
-`snapshot` reads the buffers back to the host.
+`snapshot` reads the buffers back to the host. `CounterMark` copies the step counters out without a sync,
+for a benchmark that must not stall steps planned ahead to read them.
 
 With offloaded experts the providers also count, on the host, the CPU and PCIe pairs of each token
 row of the step's main forward (`begin_rows` / `record_rows` / `take_rows`): the runner turns them into
@@ -22,6 +23,30 @@ _ALL_ROWS = 1 << 62
 def all_rows(device: str | torch.device) -> torch.Tensor:
     """A real-rows scalar [1] that counts every row."""
     return torch.full((1,), _ALL_ROWS, dtype=torch.long, device=device)
+
+
+class CounterMark:
+    """(steps, distinct experts summed over layers and steps, layers that routed) as the stream stood when
+    taken: copied into pinned host memory behind the work queued so far, with no host sync; `values` waits
+    for that copy only when read."""
+
+    def __init__(self, stats: RoutingStats) -> None:
+        device_values = torch.stack([stats.num_steps[0], stats.touched_total.sum(),
+                                     (stats.touched_total > 0).sum()])                # [3] int64
+        self.event = None
+        if device_values.is_cuda:
+            self.host = torch.empty(3, dtype=torch.long, pin_memory=True)
+            self.host.copy_(device_values, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+        else:
+            self.host = device_values
+
+    def values(self) -> tuple[int, int, int]:
+        if self.event is not None:
+            self.event.synchronize()
+        steps, touched, layers = self.host.tolist()
+        return steps, touched, layers
 
 
 class RoutingStats:

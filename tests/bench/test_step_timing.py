@@ -49,10 +49,11 @@ class _FakeExperts:
         self.touched_sum += mean_touched
         self.steps += 1
 
-    def snapshot(self, with_counts: bool = False) -> dict:
+    def counter_mark(self):
+        """The counters frozen now, as a CounterMark holds them (one layer: its touched sum is the mean's)."""
         self.reads += 1
-        mean = self.touched_sum / self.steps if self.steps else 0.0
-        return {"steps": self.steps, "mean_experts_touched_per_layer": mean}
+        frozen = (self.steps, self.touched_sum, 1)
+        return type("Mark", (), {"values": lambda _: frozen})()
 
 
 def test_experts_meter_counts_decode_stretches_only():

@@ -3,9 +3,10 @@ layer and step, steps without routing, placement shares, and that `record` never
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from strata.experts.stats import RoutingStats
+from strata.experts.stats import CounterMark, RoutingStats
 
 
 def ids(rows):
@@ -91,3 +92,32 @@ def test_a_layer_that_never_routes_is_not_averaged_in():
     stats.record(1, ids([[2, 3]]))
     stats.end_step()
     assert stats.snapshot()["mean_experts_touched_per_layer"] == 2
+
+
+def _two_steps(stats: RoutingStats) -> None:
+    stats.record(0, ids([[0, 1], [1, 2]]).to(stats.touched.device))
+    stats.record(1, ids([[4, 3]]).to(stats.touched.device))
+    stats.end_step()
+    stats.record(0, ids([[3, 1]]).to(stats.touched.device))
+    stats.end_step()
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_counter_mark_holds_the_counters_as_they_stood_when_taken(device):
+    """A benchmark marks the counters between steps; on CUDA the mark must not sync the host (that would drain the
+    steps planned ahead), so it is taken under sync debugging set to raise."""
+    stats = RoutingStats(3, 5, device)
+    _two_steps(stats)
+    if device == "cuda":
+        torch.cuda.set_sync_debug_mode("error")
+    try:
+        mark = CounterMark(stats)
+    finally:
+        if device == "cuda":
+            torch.cuda.set_sync_debug_mode("default")
+    snap = stats.snapshot(with_counts=False)
+    _two_steps(stats)  # later steps do not move the mark
+    steps, touched, layers = mark.values()
+    # distinct experts a step: layer 0 {0, 1, 2} then {1, 3}; layer 1 {3, 4} then none
+    assert (steps, touched, layers) == (2, 3 + 2 + 2, 2)
+    assert touched / (steps * layers) == snap["mean_experts_touched_per_layer"]
