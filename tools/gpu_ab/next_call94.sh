@@ -1,7 +1,8 @@
 # Session 67 call 1 (~9 minutes, any card): the experts meter without host syncs (3b305ce) — its GPU test, then issue
 # 28's speculation command at 4 streams from HEAD and from 8dcd505 (the meter syncing at every admission), two
-# alternated rounds; then run_idle.py: where the device idles in that run (by step kind), spec and plain; then
-# issue 23's c1 / c8 with two repeats (session 66: 730.2 / 2,181.2 against 740 / 2,200, one run each).
+# alternated rounds, and HEAD with STRATA_MIXED_GRAPHS=1 (a prompt step beside verification windows as one graph:
+# never measured on Qwen3-Next; session 65's H100 found it slower on Qwen4-Exp); then run_idle.py: where the device
+# idles in that run (by step kind), spec and plain.
 # Build the archives first:  git archive --format=tar.gz HEAD -o .base/src.tar && git rev-parse --short HEAD > \
 #   .base/COMMIT && git archive --format=tar.gz 8dcd505 -o .base/prev.tar
 nvidia-smi -L
@@ -12,17 +13,12 @@ run_tests counter_mark 60 tests/experts/test_routing_stats.py
 NEXT='random:qwen3-next-80b-a3b?num_hidden_layers=8'
 spec_c4 next_src_1 src "$NEXT" 90
 spec_c4 next_prev_1 prev "$NEXT" 90
+STRATA_MIXED_GRAPHS=1 spec_c4 next_mixed_1 src "$NEXT" 100
 spec_c4 next_src_2 src "$NEXT" 90
 spec_c4 next_prev_2 prev "$NEXT" 90
+STRATA_MIXED_GRAPHS=1 spec_c4 next_mixed_2 src "$NEXT" 100
 timeout -s INT 150 python3 run_idle.py "$NEXT" > $OUT/idle_next.txt 2>&1; echo "== idle rc=$? t=$(( $(date +%s)-S ))"
 grep -vE "^\s*$|Warning|warn" $OUT/idle_next.txt | tail -30
-if [ $(( $(date +%s)-S )) -lt 380 ]; then
-  quantize_q4km
-  timeout -s INT 150 python3 -m strata.cli.main bench offline /tmp/q4km.gguf --device cuda --max-model-len 4096 \
-    --num-prompts 16 --input-len 64 --output-len 128 --concurrency 1,8 --repeats 2 \
-    --output $OUT/q4km.json > $OUT/q4km.log 2>&1
-  echo "== issue 23 rc=$? t=$(( $(date +%s)-S ))"; grep -E "tok/s" $OUT/q4km.log | tail -4 | cut -c1-200
-fi
 python3 - <<'PY' | tee -a $OUT/ab.txt
 import glob, json, os
 for path in sorted(glob.glob(os.environ["OUT"] + "/next_*.json")):
