@@ -176,6 +176,19 @@ def causal_conv1d_update(x: torch.Tensor, weight: torch.Tensor, conv_state: torc
 if triton is not None:
 
     @triton.jit
+    def _gdn_token_inputs(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, t64, live, k_head, head, gate_col, offs_k, offs_v,
+                          k_ok, v_ok, stride_qt, stride_qh, stride_vt, stride_vh, stride_gt, stride_bt):
+        """Token row t64's k, q [BK], v [BV] and its gate and write strength, float32 (zeros unless `live`)."""
+        qk_row = t64 * stride_qt + k_head * stride_qh + offs_k
+        k_mask, v_mask = tl.where(live, k_ok, False), tl.where(live, v_ok, False)  # selects: see conv_input
+        k_t = tl.load(k_ptr + qk_row, mask=k_mask, other=0.0).to(tl.float32)
+        q_t = tl.load(q_ptr + qk_row, mask=k_mask, other=0.0).to(tl.float32)
+        v_t = tl.load(v_ptr + t64 * stride_vt + head * stride_vh + offs_v, mask=v_mask, other=0.0).to(tl.float32)
+        g_t = tl.load(g_ptr + t64 * stride_gt + gate_col, mask=live, other=0.0).to(tl.float32)
+        beta = tl.load(beta_ptr + t64 * stride_bt + gate_col, mask=live, other=0.0).to(tl.float32)
+        return k_t, q_t, v_t, g_t, beta
+
+    @triton.jit
     def _gdn_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, a_log_ptr, dt_bias_ptr, pool_ptr, all_ptr, out_ptr,
                     slots_ptr, qsl_ptr, has_init_ptr, real_ptr, group, num_k_heads, gate_group, gate_stride,
                     dim_k, dim_v, q_scale, stride_qt, stride_qh, stride_vt, stride_vh, stride_gt, stride_bt,
@@ -202,13 +215,18 @@ if triton is not None:
         tile_ok = k_ok[:, None] & v_ok[None, :]
         tile = head * dim_k * dim_v + offs_k[:, None] * dim_v + offs_v[None, :]             # within one row
         state = tl.where(has_init, tl.load(pool_ptr + slot * stride_pool + tile, mask=tile_ok, other=0.0), 0.0)
+        # each token's inputs are loaded one token ahead, so their memory latency overlaps the token before's
+        # update instead of stalling every step of the sequential loop
+        k_n, q_n, v_n, g_n, beta_n = _gdn_token_inputs(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, start, start < end,
+                                                       k_head, head, gate_col, offs_k, offs_v, k_ok, v_ok,
+                                                       stride_qt, stride_qh, stride_vt, stride_vh, stride_gt,
+                                                       stride_bt)
         for t64 in range(start, end):  # start/end are int64: no overflow in the row offsets
-            qk_row = t64 * stride_qt + k_head * stride_qh + offs_k
-            k_t = tl.load(k_ptr + qk_row, mask=k_ok, other=0.0).to(tl.float32)
-            q_t = tl.load(q_ptr + qk_row, mask=k_ok, other=0.0).to(tl.float32)
-            v_t = tl.load(v_ptr + t64 * stride_vt + head * stride_vh + offs_v, mask=v_ok, other=0.0).to(tl.float32)
-            g_t = tl.load(g_ptr + t64 * stride_gt + gate_col).to(tl.float32)
-            beta = tl.load(beta_ptr + t64 * stride_bt + gate_col).to(tl.float32)
+            k_t, q_t, v_t, g_t, beta = k_n, q_n, v_n, g_n, beta_n
+            k_n, q_n, v_n, g_n, beta_n = _gdn_token_inputs(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, t64 + 1,
+                                                           t64 + 1 < end, k_head, head, gate_col, offs_k, offs_v,
+                                                           k_ok, v_ok, stride_qt, stride_qh, stride_vt, stride_vh,
+                                                           stride_gt, stride_bt)
             if RAW:  # the layer's l2norm (x * rsqrt(|x|^2 + 1e-6)) and gates (RawGates)
                 k_t = k_t * tl.rsqrt(tl.sum(k_t * k_t, axis=0) + 1e-6)
                 q_t = q_t * tl.rsqrt(tl.sum(q_t * q_t, axis=0) + 1e-6)
