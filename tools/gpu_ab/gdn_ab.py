@@ -1,7 +1,10 @@
 """The Gated DeltaNet recurrence kernel alone on Qwen3-Next's heads (16 key, 32 value heads of 128), raw gates as the
 layer passes them: `python3 gdn_ab.py` from a tree prints us a launch (CUDA graph of 20 launches, median of 5) for
-decode rows, verification windows and prompts, so two trees' kernels compare by running it from each."""
+decode rows, verification windows and prompts, so two trees' kernels compare by running it from each. `sweep`
+(an argument) also times each case at Dv tiles of 8-32 and 1-8 warps (the recurrence's two reductions a token stay
+within a warp where its K axis does)."""
 import statistics
+import sys
 
 import torch
 
@@ -12,7 +15,7 @@ CASES = {"decode 4 x 1": [1] * 4, "verify 4 x 4": [4] * 4, "verify 16 x 4": [4] 
          "prompt 64 + 3 x 4": [4, 4, 4, 64], "prompt 256": [256]}
 
 
-def case(lens):
+def case(lens, **tiling):
     torch.manual_seed(0)
     t = sum(lens)
     q, k = (torch.randn(t, HK, DK, device="cuda", dtype=torch.bfloat16) for _ in range(2))
@@ -26,7 +29,7 @@ def case(lens):
     keep = max(lens) <= 16
 
     def launch():
-        gdn_recurrent(q, k, v, a, b, pool, slots, qsl, init, keep_all_states=keep, raw=raw)
+        gdn_recurrent(q, k, v, a, b, pool, slots, qsl, init, keep_all_states=keep, raw=raw, **tiling)
 
     launch()
     torch.cuda.synchronize()
@@ -47,3 +50,6 @@ def case(lens):
 
 for name, lens in CASES.items():
     print(f"{name:>20}: {case(lens):8.1f} us")
+    if "sweep" in sys.argv[1:]:
+        print("   ", "  ".join(f"bv{bv}/w{w} {case(lens, block_v=bv, num_warps=w):.1f}"
+                              for bv in (8, 16, 32) for w in (1, 2, 4, 8)), flush=True)
