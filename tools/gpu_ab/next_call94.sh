@@ -18,10 +18,9 @@ NEXT='random:qwen3-next-80b-a3b?num_hidden_layers=8'
 spec_c4 next_src_1 src "$NEXT" 90
 spec_c4 next_prev_1 prev "$NEXT" 90
 STRATA_MIXED_GRAPHS=1 spec_c4 next_mixed_1 src "$NEXT" 100
-spec_c4 next_src_2 src "$NEXT" 90
-spec_c4 next_prev_2 prev "$NEXT" 90
-STRATA_MIXED_GRAPHS=1 spec_c4 next_mixed_2 src "$NEXT" 100
-timeout -s INT 150 python3 run_idle.py "$NEXT" > $OUT/idle_next.txt 2>&1; echo "== idle rc=$? t=$(( $(date +%s)-S ))"
+[ $(( $(date +%s)-S )) -lt 330 ] && spec_c4 next_src_2 src "$NEXT" 90
+[ $(( $(date +%s)-S )) -lt 380 ] && spec_c4 next_prev_2 prev "$NEXT" 90
+[ $(( $(date +%s)-S )) -lt 400 ] && timeout -s INT $(( 560-$(date +%s)+S )) python3 run_idle.py "$NEXT" > $OUT/idle_next.txt 2>&1; echo "== idle rc=$? t=$(( $(date +%s)-S ))"
 grep -vE "^\s*$|Warning|warn" $OUT/idle_next.txt | tail -30
 python3 - <<'PY' | tee -a $OUT/ab.txt
 import glob, json, os
