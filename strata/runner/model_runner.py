@@ -27,7 +27,8 @@ from strata.kernels import triton_available
 from strata.model.context import ForwardScratch
 from strata.model.gated_delta_net import TRITON_MAX_QUERY_LEN
 from strata.runner import session_rows
-from strata.runner.cuda_graphs import CudaGraphCache, prompt_graph_rows, prompt_token_limit
+from strata.runner.cuda_graphs import CudaGraphCache
+from strata.runner.graph_layouts import prompt_graph_rows, prompt_token_limit
 from strata.runner.graph_inputs import GraphInputs
 from strata.runner.inputs import StepInputs, build_inputs
 from strata.runner.kv_staging import HostKVStaging

@@ -9,7 +9,8 @@ import torch
 
 from strata import LLM, SamplingParams
 from strata.model.context import ForwardScratch
-from strata.runner.cuda_graphs import MIXED_GRAPH_ROOM, _still_valid
+from strata.runner.cuda_graphs import _still_valid
+from strata.runner.graph_layouts import MIXED_GRAPH_ROOM
 from strata.runner.graph_inputs import GraphInputs
 from strata.types import ScheduledSlot
 
@@ -176,7 +177,8 @@ def test_fresh_prompts_beside_windows_fit_one_mixed_layout():
     """Windows first (their uniform layout), then the prompts padded to a power of two of at least 32 tokens, their
     count padded while the slots allow; None where a step lacks windows or prompts, or they overflow the slots or
     rows, or the windows take a model's variant."""
-    from strata.runner.cuda_graphs import CudaGraphCache, prompts_beside, slot_rows
+    from strata.runner.cuda_graphs import CudaGraphCache
+    from strata.runner.graph_layouts import prompts_beside, slot_rows
 
     cache = CudaGraphCache(torch.nn.Identity(), GraphInputs(8, 4, 4, 4, 0, 0, "cpu", max_prompt_rows=2048), {}, {},
                            max_slots=8, max_tokens_per_slot=4, capacity=0, max_prompt_tokens=1024)
@@ -208,7 +210,7 @@ def test_a_mixed_layout_s_prompts_are_longer_than_any_window_the_layers_tell_apa
     recurrent layers' kept windows stop below the shortest prompt a mixed layout pads to."""
     from strata.model.attention import BATCHED_MAX_QUERY_LEN
     from strata.model.gated_delta_net import _RECURRENT_MAX_QUERY_LEN
-    from strata.runner.cuda_graphs import MIN_MIXED_PROMPT_LAYOUT
+    from strata.runner.graph_layouts import MIN_MIXED_PROMPT_LAYOUT
 
     assert max(BATCHED_MAX_QUERY_LEN, _RECURRENT_MAX_QUERY_LEN) < MIN_MIXED_PROMPT_LAYOUT
 
@@ -246,7 +248,8 @@ def test_a_model_variant_keys_its_own_graphs():
 
 
 def test_several_fresh_prompts_share_a_graph_up_to_its_row_budget():
-    from strata.runner.cuda_graphs import PROMPT_GRAPH_ROWS, CudaGraphCache
+    from strata.runner.cuda_graphs import CudaGraphCache
+    from strata.runner.graph_layouts import PROMPT_GRAPH_ROWS
 
     cache = CudaGraphCache(torch.nn.Identity(), GraphInputs(8, 1, 80, 4, 0, 0, "cpu", max_prompt_rows=PROMPT_GRAPH_ROWS),
                            {}, {}, max_slots=8, max_tokens_per_slot=1, capacity=8, max_prompt_tokens=1024)
@@ -264,7 +267,7 @@ def test_several_fresh_prompts_share_a_graph_up_to_its_row_budget():
 
 
 def test_prompt_token_limit_is_a_power_of_two_within_both_limits():
-    from strata.runner.cuda_graphs import prompt_token_limit
+    from strata.runner.graph_layouts import prompt_token_limit
 
     assert prompt_token_limit(512, 4096) == 512
     assert prompt_token_limit(300, 4096) == 256   # a 290-token prompt would pad to 512: past the inputs
