@@ -13,14 +13,14 @@ mkdir -p /tmp/prev && tar -xf $OLDPWD/.base/prev.tar -C /tmp/prev
 run_tests counter_mark_gdn 120 tests/experts/test_routing_stats.py tests/kernels/test_kernels.py -k "gdn or routing_stats or counter"
 for T in src prev; do (cd /tmp/$T && cp /tmp/src/gdn_ab.py . && PYTHONPATH=/tmp/$T:/tmp/site timeout -s INT 60 python3 gdn_ab.py \
   > $OUT/gdn_$T.txt 2>&1; echo "== gdn_ab $T rc=$? t=$(( $(date +%s)-S ))"; cat $OUT/gdn_$T.txt | tail -7); done
+timeout -s INT 100 python3 gdn_ab.py sweep > $OUT/gdn_sweep.txt 2>&1; echo "== sweep rc=$? t=$(( $(date +%s)-S ))"
+cat $OUT/gdn_sweep.txt
 NEXT='random:qwen3-next-80b-a3b?num_hidden_layers=8'
 spec_c4 next_src_1 src "$NEXT" 90
 spec_c4 next_prev_1 prev "$NEXT" 90
-STRATA_MIXED_GRAPHS=1 spec_c4 next_mixed_1 src "$NEXT" 100
-[ $(( $(date +%s)-S )) -lt 300 ] && timeout -s INT 120 python3 run_idle.py "$NEXT" > $OUT/idle_next.txt 2>&1; echo "== idle rc=$? t=$(( $(date +%s)-S ))"
+[ $(( $(date +%s)-S )) -lt 330 ] && timeout -s INT 110 python3 run_idle.py "$NEXT" > $OUT/idle_next.txt 2>&1; echo "== idle rc=$? t=$(( $(date +%s)-S ))"
 grep -vE "^\s*$|Warning|warn" $OUT/idle_next.txt | tail -30
-[ $(( $(date +%s)-S )) -lt 360 ] && spec_c4 next_src_2 src "$NEXT" 90
-[ $(( $(date +%s)-S )) -lt 420 ] && { timeout -s INT 100 python3 gdn_ab.py sweep > $OUT/gdn_sweep.txt 2>&1; cat $OUT/gdn_sweep.txt; }
+[ $(( $(date +%s)-S )) -lt 400 ] && STRATA_MIXED_GRAPHS=1 spec_c4 next_mixed_1 src "$NEXT" 80
 python3 - <<'PY' | tee -a $OUT/ab.txt
 import glob, json, os
 for path in sorted(glob.glob(os.environ["OUT"] + "/next_*.json")):
