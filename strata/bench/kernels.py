@@ -224,13 +224,13 @@ def bench_gdn(cases: list[tuple[int, int, bool]], sweep: bool) -> list[dict]:
             qsl = torch.arange(num_seqs + 1, device="cuda") * query_len
             has_init = torch.ones(num_seqs, dtype=torch.bool, device="cuda")
             problems.append((q.bfloat16(), k.bfloat16(), v.bfloat16(), g, beta, slots, qsl, has_init))
-        variants = [(None, 4)] + ([(64, 4)] if sweep else [])
+        variants = [(32, 2)] + ([(16, 2), (16, 4), (64, 4)] if sweep else [])  # the first is the default tiling
         for block_v, warps in variants:
             calls = [lambda p=p, b=block_v, w=warps: gdn_recurrent(*p[:5], pool, *p[5:], keep_all_states=keep_all,
                                                                    block_v=b, num_warps=w) for p in problems]
             seconds = per_call_seconds(calls)
             rows.append(dict(kernel="gdn_recurrent", seqs=num_seqs, query_len=query_len, all_states=keep_all,
-                             block_v=block_v or "auto", num_warps=warps, us=seconds * 1e6, bytes=nbytes,
+                             block_v=block_v, num_warps=warps, us=seconds * 1e6, bytes=nbytes,
                              bandwidth=nbytes / seconds))
     return rows
 

@@ -96,8 +96,8 @@ class RawGates(NamedTuple):
 
 def gdn_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
                   state_pool: torch.Tensor, slot_ids: torch.Tensor, query_start_loc: torch.Tensor,
-                  has_initial_state: torch.Tensor, keep_all_states: bool = True, block_v: int | None = None,
-                  num_warps: int = 4, all_states_out: torch.Tensor | None = None,
+                  has_initial_state: torch.Tensor, keep_all_states: bool = True, block_v: int = 32,
+                  num_warps: int = 2, all_states_out: torch.Tensor | None = None,
                   real_lens: torch.Tensor | None = None, raw: RawGates | None = None,
                   tiled: bool = False, out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Same contract as gdn_recurrent_ref, but for the per-token states: the row of each window's last (real) token
@@ -119,8 +119,10 @@ def gdn_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Te
     num_seqs = slot_ids.shape[0]
     assert state_pool.dtype == torch.float32 and state_pool.is_contiguous()
     assert q.stride(2) == 1 and k.stride(2) == 1 and v.stride(2) == 1 and q.stride() == k.stride()
-    if block_v is None:
-        block_v = 32 if num_seqs * num_v_heads * dim_v // 32 >= 1024 else 16
+    # Dv tiles of 32 on 2 warps whatever the step (one tiling, so a window's sums round alike in every step): on an
+    # H100 (session 67, tools/gpu_ab/gdn_ab.py; Qwen3-Next's heads) the fastest or within ~1 us of it for decode
+    # rows and verification windows of 1-16 sequences, and 61 / 234 us for 64- / 256-token prompts against 65 / 254
+    # on the 16-column, 4-warp tiling used before (its best, 16 columns on 2 warps: 54 / 209)
     block_v = min(block_v, triton.next_power_of_2(dim_v))
     out = v.new_empty(v.shape) if out is None else out
     all_states = _per_token_states(keep_all_states, all_states_out, state_pool, num_tokens)

@@ -745,7 +745,9 @@ def check_gdn_layer_short_windows_match_the_torch_path(device: str, grouped: boo
         with torch.no_grad():
             out = layer.to(run_device)(hidden.to(run_device), step.ctx)
         window_conv, window_ssm = step.ctx.scratch.window_states[0]
-        window_ssm = window_ssm[:8]  # the short windows' rows (a longer prompt's are not kept)
+        # the short windows' rows but each one's last (a longer prompt's are not kept; the kernel leaves a window's
+        # last row unwritten, its state being the pool row's, which the comparison holds)
+        window_ssm = window_ssm[[1, 2, 4, 5, 6]]
         results.append([t.cpu() for t in (out, *caches[0], window_conv, window_ssm)])
     for expected, got in zip(*results):
         assert rel_err(got, expected) < 1e-4
