@@ -1,5 +1,6 @@
-# Session 67 call 1 (~9 minutes, any card): the experts meter without host syncs (3b305ce) and the Gated DeltaNet
-# recurrence loading each token's inputs one token ahead — their GPU tests, the recurrence alone from both trees
+# Prepared in session 67 (~8 minutes, any card): the experts meter without host syncs (3b305ce) and the Gated DeltaNet
+# recurrence loading each token's inputs one token ahead on 32-column tiles and 2 warps (bench/results/
+# 2026-12-07-h100-session67/ timed the kernel alone) — their GPU tests, the recurrence alone from both trees
 # (gdn_ab.py), then issue 28's speculation command at 4 streams from HEAD and from 8dcd505, two
 # alternated rounds, and HEAD with STRATA_MIXED_GRAPHS=1 (a prompt step beside verification windows as one graph:
 # never measured on Qwen3-Next; session 65's H100 found it slower on Qwen4-Exp); then run_idle.py: where the device
@@ -11,10 +12,8 @@ source tools/gpu_ab/device_setup.sh
 S=$(date +%s)
 mkdir -p /tmp/prev && tar -xf $OLDPWD/.base/prev.tar -C /tmp/prev
 run_tests counter_mark_gdn 120 tests/experts/test_routing_stats.py tests/kernels/test_kernels.py -k "gdn or routing_stats or counter"
-for T in src prev; do (cd /tmp/$T && cp /tmp/src/gdn_ab.py . && PYTHONPATH=/tmp/$T:/tmp/site timeout -s INT 60 python3 gdn_ab.py \
+for T in src prev; do (cd /tmp/$T && { [ $T = src ] || cp /tmp/src/gdn_ab.py .; } && PYTHONPATH=/tmp/$T:/tmp/site timeout -s INT 60 python3 gdn_ab.py \
   > $OUT/gdn_$T.txt 2>&1; echo "== gdn_ab $T rc=$? t=$(( $(date +%s)-S ))"; cat $OUT/gdn_$T.txt | tail -7); done
-timeout -s INT 100 python3 gdn_ab.py sweep > $OUT/gdn_sweep.txt 2>&1; echo "== sweep rc=$? t=$(( $(date +%s)-S ))"
-cat $OUT/gdn_sweep.txt
 NEXT='random:qwen3-next-80b-a3b?num_hidden_layers=8'
 spec_c4 next_src_1 src "$NEXT" 90
 spec_c4 next_prev_1 prev "$NEXT" 90
