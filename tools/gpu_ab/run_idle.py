@@ -17,30 +17,12 @@ from strata import LLM
 from strata.bench.latency import DecodeExpertsMeter, run_closed_loop
 from strata.bench.offline import make_prompts
 from strata.types import SamplingParams
+from trace_intervals import idle_gaps, union
 
 path = sys.argv[1]
 opts = dict(a.split("=", 1) for a in sys.argv[2:])
 streams = int(opts.get("streams", 4))
 SPEC = {"method": "synthetic", "acceptance_length": 3.0, "num_speculative_tokens": 3}
-
-
-def union(intervals):
-    total, end = 0.0, -1.0
-    for a, b in sorted(intervals):
-        if b <= end:
-            continue
-        total += b - max(a, end)
-        end = b
-    return total
-
-
-def idle_gaps(kernels, start, stop):
-    gaps, end = [], start
-    for a, b in sorted(kernels):
-        if a > end:
-            gaps.append((end, min(a, stop)))
-        end = max(end, b)
-    return [(a, b) for a, b in gaps if b > a]
 
 
 def run(arm):
@@ -102,7 +84,7 @@ def run(arm):
         print(f"  idle {us / 1e3:8.2f} ms in {count[key]:5d} gaps: {key}")
     big = sorted(gaps, key=lambda g: g[0] - g[1])[:8]
     print("  largest gaps (us):", [round(b - a, 1) for a, b in big])
-    del llm, core
+    del llm
     torch.cuda.empty_cache()
 
 

@@ -12,33 +12,12 @@ from torch.profiler import ProfilerActivity, profile
 
 from strata import LLM, SamplingParams
 from strata.config import EngineConfig, RunnerConfig, SchedulerConfig, SpecConfig
+from trace_intervals import idle_gaps, union
 
 path, prefix = sys.argv[1], sys.argv[2]
 streams = [int(s) for s in sys.argv[3:]] or [1, 4]
 SPEC = '{"method":"synthetic","acceptance_length":3.0,"num_speculative_tokens":3}'
 TOKENS = 48
-
-
-def union(intervals):
-    total, end = 0.0, -1.0
-    for a, b in sorted(intervals):
-        if b <= end:
-            continue
-        total += b - max(a, end)
-        end = b
-    return total
-
-
-def idle_gaps(kernels, start, stop):
-    """Device-idle intervals within [start, stop] between the kernels' intervals."""
-    gaps, end = [], start
-    for a, b in sorted(kernels):
-        if a > end:
-            gaps.append((end, min(a, stop)))
-        end = max(end, b)
-    if end < stop:
-        gaps.append((end, stop))
-    return [(a, b) for a, b in gaps if b > a]
 
 
 def run(arm):

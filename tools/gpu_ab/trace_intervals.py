@@ -1,0 +1,24 @@
+"""Interval arithmetic on a profiler trace's kernels, for spec_timeline.py and run_idle.py."""
+
+
+def union(intervals):
+    """Total length covered by (start, end) intervals."""
+    total, end = 0.0, -1.0
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+def idle_gaps(kernels, start, stop):
+    """Device-idle intervals within [start, stop] between the kernels' intervals."""
+    gaps, end = [], start
+    for a, b in sorted(kernels):
+        if a > end:
+            gaps.append((end, min(a, stop)))
+        end = max(end, b)
+    if end < stop:
+        gaps.append((end, stop))
+    return [(a, b) for a, b in gaps if b > a]
