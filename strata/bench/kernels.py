@@ -224,7 +224,9 @@ def bench_gdn(cases: list[tuple[int, int, bool]], sweep: bool) -> list[dict]:
             qsl = torch.arange(num_seqs + 1, device="cuda") * query_len
             has_init = torch.ones(num_seqs, dtype=torch.bool, device="cuda")
             problems.append((q.bfloat16(), k.bfloat16(), v.bfloat16(), g, beta, slots, qsl, has_init))
-        variants = [(32, 2)] + ([(16, 2), (16, 4), (64, 4)] if sweep else [])  # the first is the default tiling
+        # the first is the default tiling; the sweep is session 67's grid (bench/results/2026-12-07-h100-session67/)
+        grid = [(bv, w) for bv in (8, 16, 32) for w in (1, 2, 4) if (bv, w) != (32, 2)]
+        variants = [(32, 2)] + (grid if sweep else [])
         for block_v, warps in variants:
             calls = [lambda p=p, b=block_v, w=warps: gdn_recurrent(*p[:5], pool, *p[5:], keep_all_states=keep_all,
                                                                    block_v=b, num_warps=w) for p in problems]
@@ -274,8 +276,8 @@ def bench_kernels(only: set[str], sweep: bool) -> tuple[float, list[dict]]:
                                  (32, 4096, 1), (64, 2048, 1), (8, 4096, 4), (32, 2048, 4), (8, 1024, 16)], sweep)
         torch.cuda.empty_cache()
     if "gdn" in only:
-        rows += bench_gdn([(1, 1, False), (8, 1, False), (32, 1, False), (1, 4, True), (8, 4, True),
-                           (32, 4, True)], sweep)
+        rows += bench_gdn([(1, 1, False), (8, 1, False), (32, 1, False), (1, 4, True), (4, 4, True), (8, 4, True),
+                           (16, 4, True), (32, 4, True), (1, 64, False), (1, 256, False)], sweep)
         rows += bench_conv([(1, 1), (8, 1), (32, 1), (8, 4)])
     return copy, rows
 

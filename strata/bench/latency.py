@@ -51,19 +51,22 @@ class DecodeExpertsMeter:
             self.stretches.append((self.mark, self.experts.counter_mark()))
         self.mark = None
 
-    @staticmethod
-    def _per_layer(mark) -> tuple[float, int]:
-        steps, touched, layers = mark.values()
-        return (touched / layers if layers else 0.0), steps
+    def _totals(self) -> tuple[float, int]:
+        """(distinct experts per layer summed over the stretches' decode steps, those steps): reads the marks."""
+        touched = steps = 0
+        for start, end in self.stretches:
+            (s0, t0, l0), (s1, t1, l1) = start.values(), end.values()
+            touched += (t1 / l1 if l1 else 0.0) - (t0 / l0 if l0 else 0.0)
+            steps += s1 - s0
+        return touched, steps
 
     @property
     def steps(self) -> int:
-        return sum(self._per_layer(end)[1] - self._per_layer(start)[1] for start, end in self.stretches)
+        return self._totals()[1]
 
     @property
     def mean(self) -> float | None:
-        touched = sum(self._per_layer(end)[0] - self._per_layer(start)[0] for start, end in self.stretches)
-        steps = self.steps
+        touched, steps = self._totals()
         return touched / steps if steps else None
 
 

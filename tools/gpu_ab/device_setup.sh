@@ -49,3 +49,17 @@ spec_c4() {
   [ $rc = 0 ] || tail -4 /tmp/$name.log >> $OUT/ab.txt
   grep -E "strata_" /tmp/$name.log | cut -c1-200 | tee -a $OUT/ab.txt
 }
+
+# runs_table GLOB: each bench JSON under $OUT matching GLOB, one line a run (arm, tok/s, wall and step seconds, the
+# step split's steps and ms a step, graph steps), appended to $OUT/ab.txt.
+runs_table() {
+  GLOB="$1" python3 - <<'PY' | tee -a $OUT/ab.txt
+import glob, json, os
+for path in sorted(glob.glob(os.path.join(os.environ["OUT"], os.environ["GLOB"]))):
+    for name, arm in sorted(json.load(open(path)).get("results", {}).items()):
+        for run in arm.get("runs", []) if isinstance(arm, dict) else []:
+            split = {k: (v["num_steps"], round(v["wall"], 2)) for k, v in run.get("step_split_ms", {}).items()}
+            print(os.path.basename(path), name, round(run["output_tok_s"], 1), round(run["seconds"], 4),
+                  round(run["step_seconds_total"], 4), split, run.get("graph_steps"))
+PY
+}

@@ -18,12 +18,4 @@ if [ $(( $(date +%s)-S )) -lt 430 ]; then
     --output $OUT/q4km.json > $OUT/q4km.log 2>&1
   echo "== issue 23 rc=$? t=$(( $(date +%s)-S ))"; grep -E "tok/s" $OUT/q4km.log | tail -4 | cut -c1-200
 fi
-python3 - <<'PY' | tee -a $OUT/ab.txt
-import glob, json, os
-for path in sorted(glob.glob(os.environ["OUT"] + "/q4e_*.json")):
-    for name, arm in sorted(json.load(open(path)).get("results", {}).items()):
-        for run in arm.get("runs", []) if isinstance(arm, dict) else []:
-            split = {k: (v["num_steps"], round(v["wall"], 2)) for k, v in run.get("step_split_ms", {}).items()}
-            print(os.path.basename(path), name, round(run["output_tok_s"], 1), round(run["seconds"], 4),
-                  round(run["step_seconds_total"], 4), split, run.get("graph_steps"))
-PY
+runs_table "q4e_*.json"
