@@ -1,5 +1,5 @@
 """Where the device idles in a whole closed-loop run (the issues' speculation command: 32 prompts of 64 tokens,
-128 out, synthetic L = 3, k = 3, or plain): `python3 run_idle.py MODEL [streams=4] [arms=spec,plain]`.
+128 out, synthetic L = 3, k = 3, or plain): `python3 run_idle.py MODEL [streams=4] [arms=spec,plain,mixed]`.
 
 Per arm: one unprofiled run (tok/s, as the bench's loop gives it, with its experts meter), then one under a CPU +
 CUDA trace. The trace's device-idle gaps are put down to the engine step whose host range holds the gap's start
@@ -7,6 +7,7 @@ CUDA trace. The trace's device-idle gaps are put down to the engine step whose h
 loop between steps (admissions, the meter, the deltas). The profiler slows the host, so the gaps are upper bounds;
 their split is what this is for."""
 import collections
+import os
 import sys
 import time
 
@@ -26,8 +27,9 @@ SPEC = {"method": "synthetic", "acceptance_length": 3.0, "num_speculative_tokens
 
 
 def run(arm):
+    os.environ["STRATA_MIXED_GRAPHS"] = "1" if arm == "mixed" else "0"  # mixed: spec, windows and prompts one graph
     llm = LLM(model=path, device=opts.get("device", "cuda"), max_model_len=4096, max_num_seqs=streams,
-              speculative_config=SPEC if arm == "spec" else None)
+              speculative_config=None if arm == "plain" else SPEC)
     core = llm.engine
     prompts = make_prompts(32, 64, core.model_config.vocab_size, 0)
     params = SamplingParams(temperature=0.0, max_tokens=128, ignore_eos=True)
@@ -60,7 +62,10 @@ def run(arm):
     events = prof.events()
     kernels = [(e.time_range.start, e.time_range.end) for e in events
                if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start]
-    steps = sorted((e.time_range.start, e.time_range.end) for e in events if e.name == "strata_step")
+    steps = sorted((e.time_range.start, e.time_range.end) for e in events  # the host ranges, not their GPU echoes
+                   if e.name == "strata_step" and e.device_type == torch.autograd.DeviceType.CPU)
+    named = sorted((e.time_range.start, e.time_range.end, e.name) for e in events
+                   if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start)
     first, last = min(a for a, _ in kernels), max(b for _, b in kernels)
     gaps = idle_gaps(kernels, first, last)
     labels = []
@@ -73,7 +78,7 @@ def run(arm):
     for g0, g1 in gaps:
         while j < len(steps) and steps[j][1] < g0:
             j += 1
-        key = labels[j] if j < len(steps) and steps[j][0] <= g0 else "between steps (loop)"
+        key = labels[j] if j < len(labels) and steps[j][0] <= g0 else "between steps (loop)"
         where[key] += g1 - g0
         count[key] += 1
     busy = union(kernels)
@@ -84,8 +89,29 @@ def run(arm):
         print(f"  idle {us / 1e3:8.2f} ms in {count[key]:5d} gaps: {key}")
     big = sorted(gaps, key=lambda g: g[0] - g[1])[:8]
     print("  largest gaps (us):", [round(b - a, 1) for a, b in big])
+    by_kind(labels, steps, named)
     del llm
     torch.cuda.empty_cache()
+
+
+def by_kind(labels, steps, named):
+    """Per step kind: host ms a step, device-busy ms within its host range, and (prompt steps) the kernels started
+    in it, summed by name, per step."""
+    for kind in sorted(set(labels)):
+        ranges = [steps[i] for i, k in enumerate(labels) if k == kind]
+        per_name = collections.Counter()
+        busy = 0.0
+        for s0, s1 in ranges:
+            inside = [(a, b, n) for a, b, n in named if s0 <= a <= s1]
+            busy += union([(a, min(b, s1)) for a, b, _ in inside])
+            for a, b, n in inside:
+                per_name[n] += b - a
+        n = len(ranges)
+        host = sum(b - a for a, b in ranges) / n / 1e3
+        print(f"  {kind}: {n} steps, host {host:.2f} ms a step, device busy in it {busy / n / 1e3:.2f} ms")
+        if kind != "decode":
+            for name, us in per_name.most_common(14):
+                print(f"    {us / n:8.1f} us  {name[:110]}")
 
 
 for arm in opts.get("arms", "spec,plain").split(","):
