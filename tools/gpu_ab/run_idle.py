@@ -6,6 +6,7 @@ CUDA trace. The trace's device-idle gaps are put down to the engine step whose h
 (by that step's kind: decode / verification, a step carrying prompt tokens, the first step after one) or to the
 loop between steps (admissions, the meter, the deltas). The profiler slows the host, so the gaps are upper bounds;
 their split is what this is for."""
+import bisect
 import collections
 import os
 import sys
@@ -60,12 +61,13 @@ def run(arm):
         wall = time.perf_counter() - t
     core.step = step
     events = prof.events()
-    kernels = [(e.time_range.start, e.time_range.end) for e in events
-               if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start]
     steps = sorted((e.time_range.start, e.time_range.end) for e in events  # the host ranges, not their GPU echoes
                    if e.name == "strata_step" and e.device_type == torch.autograd.DeviceType.CPU)
     named = sorted((e.time_range.start, e.time_range.end, e.name) for e in events
-                   if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start)
+                   if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start
+                   and e.name != "strata_step" and not getattr(e, "is_user_annotation", False))  # not the steps'
+    # GPU echoes: they would cover the gaps
+    kernels = [(a, b) for a, b, _ in named]
     first, last = min(a for a, _ in kernels), max(b for _, b in kernels)
     gaps = idle_gaps(kernels, first, last)
     labels = []
@@ -95,23 +97,23 @@ def run(arm):
 
 
 def by_kind(labels, steps, named):
-    """Per step kind: host ms a step, device-busy ms within its host range, and (prompt steps) the kernels started
-    in it, summed by name, per step."""
+    """Per step kind: host ms a step, device-busy ms within its host range, and the kernels started in it (top=N of
+    them, 14 by default), summed by name, per step. A step's range may hold the end of a step planned before it."""
+    starts = [a for a, _, _ in named]
     for kind in sorted(set(labels)):
         ranges = [steps[i] for i, k in enumerate(labels) if k == kind]
         per_name = collections.Counter()
         busy = 0.0
         for s0, s1 in ranges:
-            inside = [(a, b, n) for a, b, n in named if s0 <= a <= s1]
+            inside = named[bisect.bisect_left(starts, s0):bisect.bisect_right(starts, s1)]
             busy += union([(a, min(b, s1)) for a, b, _ in inside])
-            for a, b, n in inside:
-                per_name[n] += b - a
+            for a, b, name in inside:
+                per_name[name] += b - a
         n = len(ranges)
         host = sum(b - a for a, b in ranges) / n / 1e3
         print(f"  {kind}: {n} steps, host {host:.2f} ms a step, device busy in it {busy / n / 1e3:.2f} ms")
-        if kind != "decode":
-            for name, us in per_name.most_common(14):
-                print(f"    {us / n:8.1f} us  {name[:110]}")
+        for name, us in per_name.most_common(int(opts.get("top", 14))):
+            print(f"    {us / n:8.1f} us  {name[:110]}")
 
 
 for arm in opts.get("arms", "spec,plain").split(","):
