@@ -82,7 +82,8 @@ class Admission:
                 continue
             block = next(restored)
             self._pending_copies["restore_blocks"].append((index, block))
-            self.allocator.register(block, match.hashes[i], tuple(tokens[i * self.block_size:(i + 1) * self.block_size]))
+            first = i * self.block_size
+            self.allocator.register(block, match.hashes[i], tuple(tokens[first:first + self.block_size]))
             block_ids.append(block)
         self.waiting.remove(state)
         state.slot_id = self.free_slots.popleft()
