@@ -63,10 +63,10 @@ def run(arm):
     events = prof.events()
     steps = sorted((e.time_range.start, e.time_range.end) for e in events  # the host ranges, not their GPU echoes
                    if e.name == "strata_step" and e.device_type == torch.autograd.DeviceType.CPU)
+    # kernels and copies, not the steps' GPU echoes (user annotations): those would cover the gaps inside a step
     named = sorted((e.time_range.start, e.time_range.end, e.name) for e in events
                    if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start
-                   and e.name != "strata_step" and not getattr(e, "is_user_annotation", False))  # not the steps'
-    # GPU echoes: they would cover the gaps
+                   and e.name != "strata_step" and not getattr(e, "is_user_annotation", False))
     kernels = [(a, b) for a, b, _ in named]
     first, last = min(a for a, _ in kernels), max(b for _, b in kernels)
     gaps = idle_gaps(kernels, first, last)
@@ -116,7 +116,7 @@ def by_kind(labels, steps, named):
             print(f"    {us / n:8.1f} us  {name[:110]}")
 
 
-for arm in opts.get("arms", "spec,plain").split(","):
+for arm in opts.get("arms", "spec,plain").split(","):  # mixed: speculation with STRATA_MIXED_GRAPHS=1
     try:
         run(arm)
     except Exception:
