@@ -120,9 +120,9 @@ def gdn_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Te
     assert state_pool.dtype == torch.float32 and state_pool.is_contiguous()
     assert q.stride(2) == 1 and k.stride(2) == 1 and v.stride(2) == 1 and q.stride() == k.stride()
     # Dv tiles of 32 on 2 warps whatever the step (one tiling, so a window's sums round alike in every step): on an
-    # H100 (session 67, bench/results/2026-12-07-h100-session67/; Qwen3-Next's heads) the fastest or within ~1 us of it for decode
-    # rows and verification windows of 1-16 sequences, and 61 / 234 us for 64- / 256-token prompts against 65 / 254
-    # on the 16-column, 4-warp tiling used before (its best, 16 columns on 2 warps: 54 / 209)
+    # H100 (session 67, bench/results/2026-12-07-h100-session67/; Qwen3-Next's heads) the fastest or within ~1 us
+    # of it for decode rows and verification windows of 1-16 sequences, and 61 / 234 us for 64- / 256-token prompts
+    # against 65 / 254 on the 16-column, 4-warp tiling used before (its best, 16 columns on 2 warps: 54 / 209)
     block_v = min(block_v, triton.next_power_of_2(dim_v))
     out = v.new_empty(v.shape) if out is None else out
     all_states = _per_token_states(keep_all_states, all_states_out, state_pool, num_tokens)

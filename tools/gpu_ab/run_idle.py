@@ -19,7 +19,7 @@ from strata import LLM
 from strata.bench.latency import DecodeExpertsMeter, run_closed_loop
 from strata.bench.offline import make_prompts
 from strata.types import SamplingParams
-from trace_intervals import idle_gaps, union
+from trace_intervals import device_work, idle_gaps, union
 
 path = sys.argv[1]
 opts = dict(a.split("=", 1) for a in sys.argv[2:])
@@ -63,10 +63,7 @@ def run(arm):
     events = prof.events()
     steps = sorted((e.time_range.start, e.time_range.end) for e in events  # the host ranges, not their GPU echoes
                    if e.name == "strata_step" and e.device_type == torch.autograd.DeviceType.CPU)
-    # kernels and copies, not the steps' GPU echoes (user annotations): those would cover the gaps inside a step
-    named = sorted((e.time_range.start, e.time_range.end, e.name) for e in events
-                   if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start
-                   and e.name != "strata_step" and not getattr(e, "is_user_annotation", False))
+    named = [work for work in device_work(events) if work[2] != "strata_step"]  # (an echo's name, to be sure)
     kernels = [(a, b) for a, b, _ in named]
     first, last = min(a for a, _ in kernels), max(b for _, b in kernels)
     gaps = idle_gaps(kernels, first, last)

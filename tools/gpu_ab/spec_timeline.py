@@ -12,7 +12,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from strata import LLM, SamplingParams
 from strata.config import EngineConfig, RunnerConfig, SchedulerConfig, SpecConfig
-from trace_intervals import idle_gaps, union
+from trace_intervals import device_work, idle_gaps, union
 
 path, prefix = sys.argv[1], sys.argv[2]
 streams = [int(s) for s in sys.argv[3:]] or [1, 4]
@@ -40,8 +40,7 @@ def run(arm):
         split = llm.engine.step_times.as_dict()["decode"]
         steps = max(1, split["num_steps"])
         events = prof.events()
-        kernels = [(e.time_range.start, e.time_range.end) for e in events
-                   if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start]
+        kernels = [(a, b) for a, b, _ in device_work(events)]
         first, last = min(a for a, _ in kernels), max(b for _, b in kernels)
         busy = union(kernels)
         gaps = idle_gaps(kernels, first, last)

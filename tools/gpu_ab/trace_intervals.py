@@ -1,5 +1,15 @@
 """Interval arithmetic on a profiler trace's kernels, for spec_timeline.py and run_idle.py."""
 
+import torch
+
+
+def device_work(events):
+    """[(start, end, name)] of a trace's kernels and copies, sorted: not the user annotations' echoes on the device
+    timeline (a record_function range shows there too, and would cover the gaps inside it)."""
+    return sorted((e.time_range.start, e.time_range.end, e.name) for e in events
+                  if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.end > e.time_range.start
+                  and not getattr(e, "is_user_annotation", False))
+
 
 def union(intervals):
     """Total length covered by (start, end) intervals."""
