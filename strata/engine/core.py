@@ -208,46 +208,13 @@ class EngineCore:
             except Exception as e:
                 logger.exception("step %d failed", ahead.step_id)
                 deltas = self._fail_step(ahead, e)
-        prompts = self._launch_prompts_behind(plan, deltas) if ahead is None and self.async_scheduling else None
         try:
             result = (self.runner.complete_decode if kind == "decode" else self.runner.complete_verify)(launched)
         except Exception as e:
             logger.exception("step %d failed", plan.step_id)
-            deltas += self._fail_step(plan, e)
-            return deltas + (self._finish_prompts(*prompts) if prompts is not None else [])
+            return deltas + self._fail_step(plan, e)
         deltas += [self._process(commit) for commit in self.scheduler.update(plan, result)]
         self._record_step_time(plan, result, started)
-        return deltas + (self._finish_prompts(*prompts) if prompts is not None else [])
-
-    def _launch_prompts_behind(self, plan, deltas: list[TokenDelta]):
-        """Where requests are to be admitted after `plan` (launched, not yet read) and nothing could be planned
-        ahead of it: their prompts as a step of their own, queued behind it (Scheduler.schedule_prompts_ahead,
-        runner/planned_prompts.py) -> (prompt plan, launched step, start time), or None. A launch that failed
-        adds its requests' error deltas to `deltas`."""
-        if not self.runner.launches_prompts_ahead():
-            return None
-        prompts = self.scheduler.schedule_prompts_ahead(plan)
-        if prompts is None:
-            return None
-        started = time.perf_counter()
-        try:
-            return prompts, self.runner.launch_prompts(prompts), started
-        except RestoreFailed as e:  # a cached prefix could not be copied back: read it again instead
-            self.scheduler.recompute_after_failed_restore(prompts, e.slot_ids)
-        except Exception as e:
-            logger.exception("step %d failed", prompts.step_id)
-            deltas += self._fail_step(prompts, e)
-        return None
-
-    def _finish_prompts(self, prompts, launched, started: float) -> list[TokenDelta]:
-        """Read and commit a prompt step queued by _launch_prompts_behind (after the step it followed)."""
-        try:
-            result = self.runner.complete_prompts(launched)
-        except Exception as e:
-            logger.exception("step %d failed", prompts.step_id)
-            return self._fail_step(prompts, e)
-        deltas = [self._process(commit) for commit in self.scheduler.update(prompts, result)]
-        self._record_step_time(prompts, result, started)
         return deltas
 
     def _overlap_kind(self, plan) -> str | None:

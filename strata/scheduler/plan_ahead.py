@@ -6,8 +6,6 @@ None where the next step cannot be known in advance, and the step then runs as u
 
 from __future__ import annotations
 
-from collections import deque
-
 from strata.cache.block_allocator import blocks_needed
 from strata.scheduler.request_state import RequestState
 from strata.types import ScheduledSlot, StepPlan
@@ -104,34 +102,6 @@ class PlanAhead:
         ahead_plan.boundary_saves = boundary_saves
         self._ahead_windows = (ahead_plan.step_id, {w.slot_id: w.num_new_tokens for w in scheduled})
         return ahead_plan
-
-    def schedule_prompts_ahead(self, plan: StepPlan) -> StepPlan | None:
-        """Waiting requests' prompts as a step of their own, queued behind `plan` (launched, not yet read) where the
-        step after `plan` cannot be planned ahead because they are to be admitted: each takes a free slot `plan`
-        does not hold, and its first token is sampled on the device, read after `plan`'s. The running requests sit
-        this step out and go on in the next, planned as usual; the device goes from `plan` to the prompts without
-        waiting for the host to read `plan`. None where that step must be the usual one of windows beside prompts:
-        nothing to admit now or an admission hold keeps the prompts waiting, every free slot is one `plan` holds,
-        the first waiting request needs its history on the host to sample (_samples_without_history) or its
-        prompt's log-probabilities, or the KV tier or a step limit is on. What the step carries for the runner
-        beside its prompts (freed slots, truncations, checkpoint saves, cache copies, queued when the step before
-        `plan` was read) runs where the usual step after `plan` would have run it: behind `plan` on the device."""
-        if self.offload is not None or self.max_step_tokens or not self._can_admit() or self._hold_due(in_flight=True):
-            return None
-        held = {work.slot_id for work in plan.scheduled}
-        self.free_slots = deque(sorted(self.free_slots, key=lambda slot: slot in held))  # stable: the others first
-        self._begin_planning()
-        budget, scheduled = self.config.max_num_batched_tokens, []
-        while budget > 0 and self._can_admit() and self.free_slots[0] not in held:
-            state = self._next_waiting()
-            if not _samples_without_history(state) or state.wants_prompt_logprobs \
-                    or not self._try_admit(state, budget):
-                break
-            self._held_steps = 0
-            num_new = self._chunk(state, budget)
-            scheduled.append(self._slot_work(state, num_new, self._try_grow(state, num_new)))
-            budget -= num_new
-        return self._make_plan(scheduled) if scheduled else None
 
     def _boundary_save(self, state: RequestState, start: int, window: int) -> list[tuple[int, int, int, int]]:
         """A decoding hybrid's checkpoint for a step planned ahead: its window really starts `window` - 1 to 0
