@@ -127,11 +127,15 @@ def epilogue_rounds(head_dim: int) -> bool:
 
 
 def num_splits_for(num_seqs: int, num_kv_heads: int, max_blocks: int, block_size: int, block_n: int,
-                   query_pad: int, device: torch.device, programs_per_sm: int = 8) -> int:
+                   query_pad: int, device: torch.device, programs_per_sm: int = 2) -> int:
     """Context splits per (sequence, KV head), from shapes only (graph-safe): about `programs_per_sm`
     programs per multiprocessor, no more splits than KV tiles in the longest table, and for long windows
     at least query_pad / 2 tiles per split (each split writes a float32 partial row per query row).
-    Splits past a sequence's last tile return at once, so a wide table costs short contexts little."""
+    Splits past a sequence's last tile return at once, so a wide table costs short contexts little.
+    Two programs a multiprocessor, not eight (session 69, tools/gpu_ab/attn_splits_ab.py on an H100, one-token
+    decode in CUDA graphs with a 32K table): at 2-16 sequences and 1K-16K contexts fewer, longer splits merge
+    faster, e.g. 30B-A3B heads at 4 sequences x 4K 35.5 -> 19.0 us a layer, 8 x 4K 43.3 -> 32.3, Qwen3-Next heads
+    at 4 x 4K 71.3 -> 29.0, 16 x 1K 33.1 -> 21.0; one sequence keeps its 64-128 splits (the tiles bound them)."""
     programs = programs_per_sm * (_multiprocessors(device.index or 0) if device.type == "cuda" else 132)
     max_tiles = max(1, -(-max_blocks * block_size // block_n))
     max_splits = max(1, max_tiles // max(1, query_pad // 2))
