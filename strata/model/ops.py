@@ -206,6 +206,8 @@ def packed_linear(x: torch.Tensor, weight, bias: torch.Tensor | None = None,
         out = cpu_ops.float32_on_cpu(x, weight)  # the CPU decode path's every projection: no reshape, no cast
         return out.index_select(1, weight.output_order) if weight.reorders else out
     rows = x if x.dim() == 2 else x.reshape(-1, x.shape[-1])  # [T, K] (x itself: what a norm attached stays)
+    if rows.shape[0] == 0:  # the GPU kernels take at least one row (a tile of none does not compile)
+        return x.new_empty(*x.shape[:-1], weight.shape[0], dtype=out_dtype or x.dtype)
     if not x.is_cuda and x.dtype == torch.float32:
         out = cpu_ops.float32_on_cpu(rows, weight)
     else:

@@ -46,6 +46,8 @@ def sample_and_verify(model, sampler: Sampler, hidden: torch.Tensor, scheduled: 
             continue
         last = start + work.num_new_tokens - 1
         (windows if work.draft_token_ids else plain).append((work, last))
+    if not plain and not windows:
+        return []  # prompt chunks that end before their prompts do: nothing to sample, no LM head to run
     rows = [last for _, last in plain]
     window_starts = []
     for work, last in windows:

@@ -419,3 +419,27 @@ def test_a_reordered_weight_on_cuda(rows):
     x = torch.randn(rows, 256, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16).cuda()
     expected = x.float() @ weight.dequantize().float().T
     assert rel_err(ops.packed_linear(x, weight).float(), expected) < 2e-2
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_prompt_in_chunks_samples_where_it_ends(device, llama_256, tmp_path):
+    """A prompt longer than a step's token budget runs in chunks, the first of which sample nothing: their steps
+    compute no logits (a packed LM head's GPU kernels take no empty batch: session 69 found 3,900-token prompts
+    failing to compile one on the 30B-A3B Q4_K_M), and the greedy tokens are the unchunked prompt's; packed_linear
+    itself returns an empty product for no rows."""
+    from strata import LLM, SamplingParams
+
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    path = str(tmp_path / "model.gguf")
+    write_gguf(path, *llama_256, quant="Q8_0")
+    dtype = "float32" if device == "cpu" else "bfloat16"
+    ids = torch.randint(3, 160, (45,), generator=torch.Generator().manual_seed(5)).tolist()
+    prompt = {"prompt_token_ids": ids}
+    params = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
+    outputs = [LLM(path, dtype=dtype, device=device, max_model_len=128, max_num_batched_tokens=budget,
+                   cuda_graphs=False).generate([prompt], params)[0].outputs[0].token_ids for budget in (64, 16)]
+    assert outputs[0] == outputs[1] and len(outputs[0]) == 6
+    head = build_model(GGUFSource(path), device, dtype, quiet=True).lm_head.weight
+    empty = ops.packed_linear(torch.empty(0, 256, dtype=getattr(torch, dtype), device=device), head)
+    assert empty.shape == (0, 160) and empty.device.type == device
