@@ -182,9 +182,11 @@ class EngineCore:
         (commit, detokenize, plan, fill inputs, launch) overlaps the device's. Decode steps feed each
         slot the token being sampled on the device (Scheduler.schedule_ahead); verification steps of
         synthetic drafts start each window at the bonus token and move it back by the drafts the step
-        before rejected, both on the device (Scheduler.schedule_verify_ahead, spec/verify_ahead.py). Any
-        other step, or one after which the next cannot be planned ahead, runs as usual. A request that
-        stops at a step already has the next one queued: its tokens there are dropped."""
+        before rejected, both on the device (Scheduler.schedule_verify_ahead, spec/verify_ahead.py). With
+        STRATA_PROMPTS_AHEAD=1 requests admitted meanwhile get their prompts queued behind those two steps
+        (_launch_prompts_behind), read after them. Any other step, or one after which the next cannot be
+        planned ahead, runs as usual. A request that stops at a step already has the next one queued: its
+        tokens there are dropped."""
         if self._ahead is None:
             plan = self.scheduler.schedule()
             kind = self._overlap_kind(plan)
@@ -199,22 +201,56 @@ class EngineCore:
             kind, plan, launched = self._ahead
             self._ahead = None
         deltas = []
-        ahead = None
+        ahead = prompts = None
+        admit_behind = kind == "verify" and self.runner.launches_prompts_ahead()
         if self.async_scheduling:
-            ahead = (self.scheduler.schedule_ahead if kind == "decode" else self.scheduler.schedule_verify_ahead)(plan)
+            ahead = self.scheduler.schedule_ahead(plan) if kind == "decode" else \
+                self.scheduler.schedule_verify_ahead(plan, admit_behind)
         if ahead is not None:
             try:
                 self._ahead = (kind, ahead, self._launch(kind, ahead, launched))
             except Exception as e:
                 logger.exception("step %d failed", ahead.step_id)
                 deltas = self._fail_step(ahead, e)
+            else:
+                prompts = self._launch_prompts_behind((plan, ahead), deltas) if admit_behind else None
         try:
             result = (self.runner.complete_decode if kind == "decode" else self.runner.complete_verify)(launched)
         except Exception as e:
             logger.exception("step %d failed", plan.step_id)
-            return deltas + self._fail_step(plan, e)
+            deltas += self._fail_step(plan, e)
+            return deltas + (self._finish_prompts(*prompts) if prompts is not None else [])
         deltas += [self._process(commit) for commit in self.scheduler.update(plan, result)]
         self._record_step_time(plan, result, started)
+        return deltas + (self._finish_prompts(*prompts) if prompts is not None else [])
+
+    def _launch_prompts_behind(self, in_flight: tuple, deltas: list[TokenDelta]):
+        """Requests waiting for a slot while a verification step and the one planned ahead of it are in flight:
+        their prompts as a step of their own queued behind both (Scheduler.schedule_prompts_ahead,
+        runner/planned_prompts.py) -> (prompt plan, launched step, start time), or None. A launch that failed adds its
+        requests' error deltas to `deltas`."""
+        prompts = self.scheduler.schedule_prompts_ahead(*in_flight)
+        if prompts is None:
+            return None
+        started = time.perf_counter()
+        try:
+            return prompts, self.runner.launch_prompts(prompts), started
+        except RestoreFailed as e:  # a cached prefix could not be copied back: read it again instead
+            self.scheduler.recompute_after_failed_restore(prompts, e.slot_ids)
+        except Exception as e:
+            logger.exception("step %d failed", prompts.step_id)
+            deltas += self._fail_step(prompts, e)
+        return None
+
+    def _finish_prompts(self, prompts, launched, started: float) -> list[TokenDelta]:
+        """Read and commit a prompt step queued by _launch_prompts_behind (after the step it followed)."""
+        try:
+            result = self.runner.complete_prompts(launched)
+        except Exception as e:
+            logger.exception("step %d failed", prompts.step_id)
+            return self._fail_step(prompts, e)
+        deltas = [self._process(commit) for commit in self.scheduler.update(prompts, result)]
+        self._record_step_time(prompts, result, started)
         return deltas
 
     def _overlap_kind(self, plan) -> str | None:

@@ -38,7 +38,7 @@ from strata.sample import Sampler
 from strata.sample.prompt_logprobs import PromptLogprobs
 from strata.spec.commit import commit_outcomes
 from strata.spec.speculator import Speculator
-from strata.runner import graph_parts, planned_decode, planned_verification
+from strata.runner import graph_parts, planned_decode, planned_prompts, planned_verification
 from strata.runner.planned_decode import DecodeInFlight
 from strata.spec.verify_ahead import VerifyInFlight
 from strata.types import StepPlan, StepResult
@@ -314,6 +314,18 @@ class ModelRunner:
 
     def complete_verify(self, step: VerifyInFlight) -> StepResult:
         return planned_verification.complete(self, step)
+
+    # ---- prompts queued behind a step in flight (runner/planned_prompts.py) ----------------------------
+
+    def launches_prompts_ahead(self) -> bool:
+        return planned_prompts.launches_prompts_ahead(self)
+
+    @torch.inference_mode()
+    def launch_prompts(self, plan: StepPlan) -> DecodeInFlight:
+        return planned_prompts.launch(self, plan)
+
+    def complete_prompts(self, step: DecodeInFlight) -> StepResult:
+        return planned_prompts.complete(self, step)
 
     def set_cuda_graphs(self, enabled: bool) -> None:
         """Replay CUDA graphs (where the runner built them) or run every step eagerly."""

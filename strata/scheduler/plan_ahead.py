@@ -6,6 +6,8 @@ None where the next step cannot be known in advance, and the step then runs as u
 
 from __future__ import annotations
 
+from collections import deque
+
 from strata.cache.block_allocator import blocks_needed
 from strata.scheduler.request_state import RequestState
 from strata.types import ScheduledSlot, StepPlan
@@ -59,15 +61,16 @@ class PlanAhead:
         history on the host, nothing waits to be admitted (or an admission hold keeps it waiting)."""
         return self._verifying(plan) is not None
 
-    def schedule_verify_ahead(self, plan: StepPlan) -> StepPlan | None:
+    def schedule_verify_ahead(self, plan: StepPlan, admit_behind: bool = False) -> StepPlan | None:
         """The verification step after `plan` (launched, not yet read), planned as if `plan` accepted every
         draft: each window starts 1 + k positions on (the runner moves it back by the shortfall on the device,
         spec/verify_ahead.py), with blocks for both windows. None when it cannot be known in advance: see
         verifies_ahead; a request's next window could pass the model's length, or (windows not kept uniform) the
         request may end in `plan`; the draft policy gives the requests different or no drafts next; blocks are
-        short."""
+        short. `admit_behind`: requests waiting for a slot do not stop it; they are admitted after it by
+        schedule_prompts_ahead, their prompts queued behind it."""
         self._begin_planning()
-        pairs = self._verifying(plan)
+        pairs = self._verifying(plan, admit_behind)
         if pairs is None:
             return None
         window = plan.scheduled[0].num_new_tokens
@@ -86,7 +89,7 @@ class PlanAhead:
                 return None
             ahead = state.num_computed_tokens + window
             needed.append(max(blocks_needed(ahead + 1 + k + self.lookahead, self.block_size) - state.num_blocks, 0))
-        if not self.allocator.can_allocate(sum(needed)) or self._admission_due():
+        if not self.allocator.can_allocate(sum(needed)) or (not admit_behind and self._admission_due()):
             return None
         scheduled, boundary_saves = [], []
         for (state, _), count in zip(pairs, needed):
@@ -102,6 +105,33 @@ class PlanAhead:
         ahead_plan.boundary_saves = boundary_saves
         self._ahead_windows = (ahead_plan.step_id, {w.slot_id: w.num_new_tokens for w in scheduled})
         return ahead_plan
+
+    def schedule_prompts_ahead(self, *in_flight: StepPlan) -> StepPlan | None:
+        """Waiting requests' prompts as a step of their own, queued behind the steps `in_flight` (launched, not yet
+        read: a verification step and the one planned ahead of it with admit_behind): each takes a free slot none
+        of them holds, and its first token is sampled on the device. With the running requests' next windows
+        already queued, the device goes from them to the prompts without waiting for the host, where the usual
+        step of windows beside prompts waits for it to read the step in flight. None where nothing is admitted
+        now: nothing waits or no slot is free, an admission hold keeps the prompts waiting (this counts as a held
+        step), every free slot is held by a step in flight, the first waiting request needs its history on the
+        host to sample (_samples_without_history) or its prompt's log-probabilities, or the KV tier or a step
+        limit is on."""
+        if self.offload is not None or self.max_step_tokens or self._holds_admission(in_flight=True) \
+                or not self._can_admit():
+            return None
+        held = {work.slot_id for plan in in_flight for work in plan.scheduled}
+        self.free_slots = deque(sorted(self.free_slots, key=lambda slot: slot in held))  # stable: the others first
+        budget, scheduled = self.config.max_num_batched_tokens, []
+        while budget > 0 and self._can_admit() and self.free_slots[0] not in held:
+            state = self._next_waiting()
+            if not _samples_without_history(state) or state.wants_prompt_logprobs \
+                    or not self._try_admit(state, budget):
+                break
+            self._held_steps = 0
+            num_new = self._chunk(state, budget)
+            scheduled.append(self._slot_work(state, num_new, self._try_grow(state, num_new)))
+            budget -= num_new
+        return self._make_plan(scheduled) if scheduled else None
 
     def _boundary_save(self, state: RequestState, start: int, window: int) -> list[tuple[int, int, int, int]]:
         """A decoding hybrid's checkpoint for a step planned ahead: its window really starts `window` - 1 to 0
@@ -136,11 +166,12 @@ class PlanAhead:
             state.decode_checkpoint_key = key
             self.cache_stats.checkpoints_saved += 1
 
-    def _verifying(self, plan: StepPlan) -> list[tuple[RequestState, ScheduledSlot]] | None:
+    def _verifying(self, plan: StepPlan, admit_behind: bool = False) -> list[tuple[RequestState, ScheduledSlot]] | None:
         """(request, window) of each running request's slot of `plan` when it is a step of equal verification
         windows of every running request (and of requests that ended in the step before it, left out), sampled
-        without history and with nothing to admit next (see _admits_next); else None."""
-        if self._admits_next() or plan.new_slots or not plan.scheduled or self.offload is not None:
+        without history and with nothing to admit next (see _admits_next; unless `admit_behind`); else None."""
+        if (self._admits_next() and not admit_behind) or plan.new_slots or not plan.scheduled \
+                or self.offload is not None:
             return None
         by_slot = {state.slot_id: state for state in self.running}
         window = plan.scheduled[0].num_new_tokens

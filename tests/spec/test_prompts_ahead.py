@@ -1,0 +1,146 @@
+"""Prompts queued behind the verification steps in flight (--async-scheduling, Scheduler.schedule_prompts_ahead and
+runner/planned_prompts.py): a request admitted while a verification step runs, and the next one is planned ahead of
+it, gets its prompt as a step of its own right behind both, in a free slot neither holds, its first token sampled on
+the device. Outputs equal stepping one step at a time (greedy; synthetic and suffix drafts) on a dense model, an MoE
+and hybrid models; nothing leaks; requests that need their history on the host to sample, an MTP head's drafts and
+plain decoding keep the usual prompt step beside the windows, as every engine does without STRATA_PROMPTS_AHEAD=1.
+Tiny random models, CPU (and CUDA graphs on a GPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from strata import SamplingParams
+from strata.engine.core import EngineCore
+from engine_driver import drive, greedy
+from test_verify_ahead import assert_released, engine
+
+MTP = {"method": "mtp", "num_speculative_tokens": 2}
+
+
+@pytest.fixture(autouse=True)
+def prompts_ahead(monkeypatch):
+    monkeypatch.setenv("STRATA_PROMPTS_AHEAD", "1")  # opt-in until measured on a GPU
+
+
+def staggered(count: int = 7) -> list[tuple[int, SamplingParams]]:
+    """Requests of different lengths, all there from the start: with two running at a time each end admits the
+    next while a step planned ahead is in flight."""
+    return [(0, greedy(9 + 5 * (i % 4))) for i in range(count)]
+
+
+def two_at_a_time(core):
+    """(Engines here are built without an admission hold: a request is admitted as soon as a slot frees.) Two
+    requests running of the 4 slots built (two free beside the step in flight), windows kept uniform as CUDA
+    graphs take them (so steps go on being planned ahead up to a request's end)."""
+    core.set_runtime_options(max_num_seqs=2)
+    core.scheduler.uniform_draft_windows = True
+    return core
+
+
+def record_prompt_launches(monkeypatch) -> list[tuple[set[int], set[int], list[str]]]:
+    """Per prompt step queued behind steps in flight: (the slots of those steps, the prompts' slots, the admitted
+    request ids)."""
+    calls = []
+    launch = EngineCore._launch_prompts_behind
+
+    def recorded(self, in_flight, deltas):
+        queued = launch(self, in_flight, deltas)
+        if queued is not None:
+            calls.append(({w.slot_id for plan in in_flight for w in plan.scheduled},
+                          {w.slot_id for w in queued[0].scheduled}, [new.request_id for new in queued[0].new_slots]))
+        return queued
+
+    monkeypatch.setattr(EngineCore, "_launch_prompts_behind", recorded)
+    return calls
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3_moe", "qwen3_next", "qwen4_exp"])
+def test_prompts_behind_synthetic_windows_equal_stepping(family, tiny_model_dir, monkeypatch):
+    folder = tiny_model_dir(family)
+    requests = staggered()
+    reference = drive(two_at_a_time(engine(folder, False, hold=0)), requests)
+    launches = record_prompt_launches(monkeypatch)
+    core = two_at_a_time(engine(folder, True, hold=0))
+    assert drive(core, requests) == reference
+    assert [len(reference[str(i)][0]) for i in range(7)] == [9 + 5 * (i % 4) for i in range(7)]
+    assert len(launches) >= 3, launches  # most admissions went behind a step in flight
+    assert_released(core)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("family", ["qwen3_next", "qwen4_exp"])
+def test_cuda_prompts_behind_graph_windows_equal_stepping(family, tiny_model_dir, monkeypatch):
+    """On CUDA (bf16, the windows replaying graphs) the prompts' step is eager behind a graph step in flight:
+    outputs as stepping one at a time, which runs each prompt beside the running windows."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    folder = tiny_model_dir(family)
+    requests = staggered()
+    reference = drive(two_at_a_time(engine(folder, False, "cuda", hold=0)), requests)
+    launches = record_prompt_launches(monkeypatch)
+    core = two_at_a_time(engine(folder, True, "cuda", hold=0))
+    assert core.runner.graphs is not None
+    assert drive(core, requests) == reference
+    assert len(launches) >= 3, launches
+    assert_released(core)
+
+
+def test_plain_decoding_admits_the_usual_way(tiny_model_dir, monkeypatch):
+    """Plain decoding's steps ahead are decode steps, which admit in the usual step: outputs as stepping one at a
+    time, no prompt queued behind a step."""
+    folder = tiny_model_dir("qwen3_next")
+    requests = staggered(6)
+    reference = drive(two_at_a_time(engine(folder, False, speculative=None, hold=0)), requests)
+    launches = record_prompt_launches(monkeypatch)
+    core = two_at_a_time(engine(folder, True, speculative=None, hold=0))
+    assert drive(core, requests) == reference
+    assert not launches
+    assert_released(core)
+
+
+def test_off_without_the_switch(tiny_model_dir, monkeypatch):
+    monkeypatch.delenv("STRATA_PROMPTS_AHEAD")
+    folder = tiny_model_dir("llama")
+    launches = record_prompt_launches(monkeypatch)
+    core = two_at_a_time(engine(folder, True, hold=0))
+    assert drive(core, staggered(5)) == drive(two_at_a_time(engine(folder, False, hold=0)), staggered(5))
+    assert not launches
+
+
+def test_slots_held_by_a_step_in_flight_are_not_given_out(tiny_model_dir, monkeypatch):
+    """The prompts' slots are never those of the steps in flight: not the one a request freed by ending while a
+    step with its window was queued. With every slot built in use (max_num_seqs = 4) and with spare ones (2 of 4)."""
+    folder = tiny_model_dir("llama")
+    launches = record_prompt_launches(monkeypatch)
+    requests = staggered(9)
+    full, stepping = engine(folder, True, hold=0), engine(folder, False, hold=0)
+    full.scheduler.uniform_draft_windows = stepping.scheduler.uniform_draft_windows = True
+    assert drive(full, requests) == drive(stepping, requests)
+    assert_released(full)
+    two = drive(two_at_a_time(engine(folder, True, hold=0)), requests)
+    assert two == drive(two_at_a_time(engine(folder, False, hold=0)), requests)
+    assert len(launches) >= 4 and all(not (in_flight & prompts) for in_flight, prompts, _ in launches), launches
+
+
+def test_history_sampling_and_mtp_keep_the_usual_prompt_step(tiny_model_dir, monkeypatch):
+    """A waiting request with a repetition penalty (its first token needs the host's history) is admitted in the
+    usual step, the one before it behind a step in flight; an MTP-drafting engine admits every request the usual way.
+    Outputs as stepping one at a time."""
+    folder = tiny_model_dir("qwen3_next")
+    requests = [(0, greedy(12)), (0, greedy(24)), (0, greedy(5)), (0, greedy(15, repetition_penalty=1.3))]
+    launches = record_prompt_launches(monkeypatch)
+    reference = drive(two_at_a_time(engine(folder, False, hold=0)), requests)
+    core = two_at_a_time(engine(folder, True, hold=0))
+    assert drive(core, requests) == reference
+    admitted = [request_id for _, _, ids in launches for request_id in ids]
+    assert "2" in admitted and "3" not in admitted, launches
+    assert_released(core)
+    launches.clear()
+    folder = tiny_model_dir("qwen3_next+mtp")
+    reference = drive(two_at_a_time(engine(folder, False, speculative=MTP, hold=0)), staggered(5))
+    core = two_at_a_time(engine(folder, True, speculative=MTP, hold=0))
+    assert drive(core, staggered(5)) == reference
+    assert not launches
+    assert_released(core)
