@@ -3,9 +3,10 @@ runner's side: when requests are admitted while a verification step runs and the
 of it, their prompts go to the device as a step of their own right behind both (Scheduler.schedule_prompts_ahead),
 each first token sampled on the device and read after them. The device goes from the windows to the prompts
 without waiting for the host to read a step, where the usual step of windows beside prompts waits for it; the
-device work is the same (a step of windows beside prompts replays the windows' graph, then the prompts'). Opt-in
-until measured on a GPU (tools/gpu_ab/next_call105.sh). Functions of the ModelRunner, kept apart like
-planned_decode.
+device work is the same (a step of windows beside prompts replays the windows' graph, then the prompts'). The next
+verification step is planned ahead with their first windows (planned_verification.launch: after the windows the
+step in flight feeds). Opt-in until measured on a GPU (tools/gpu_ab/next_call105.sh). Functions of the
+ModelRunner, kept apart like planned_decode.
 """
 
 from __future__ import annotations

@@ -68,34 +68,45 @@ class PlanAhead:
         verifies_ahead; a request's next window could pass the model's length, or (windows not kept uniform) the
         request may end in `plan`; the draft policy gives the requests different or no drafts next; blocks are
         short. `admit_behind`: requests waiting for a slot do not stop it; they are admitted after it by
-        schedule_prompts_ahead, their prompts queued behind it."""
+        schedule_prompts_ahead, their prompts queued behind it. Requests whose prompts were so queued and read
+        since join with their first windows at their own positions, after the others (their tokens from the host)."""
         self._begin_planning()
         pairs = self._verifying(plan, admit_behind)
         if pairs is None:
             return None
         window = plan.scheduled[0].num_new_tokens
         # one k for every window, and the one `plan` drafted for (an MTP head drafted its next_k on the device)
-        k = {self._draft_length(state) for state, _ in pairs} | {work.next_k for _, work in pairs}
+        k = {self._draft_length(state) for state, _ in pairs} | {work.next_k for _, work in pairs if work is not None}
         if len(k) != 1 or not 0 < (k := k.pop()) or len(pairs) * (1 + k) > self.config.max_num_batched_tokens:
             return None
-        needed = []
+        needed, settled_drafts = [], {}
         for state, work in pairs:
-            if self.max_step_tokens or state.num_tokens + window + 1 + k > self.max_model_len:
+            advance = window if work is not None else 0  # a settled request's window starts where it is
+            if self.max_step_tokens or state.num_tokens + advance + 1 + k > self.max_model_len:
                 return None  # the next window could pass the model's length
             # a request that may end in `plan` (or whose next window passes max_tokens) takes a whole window where
             # stepping one at a time would give it one too (uniform windows, filler drafts: CUDA graphs), so the
             # device is not left idle while the host reads `plan`; tokens past its end are dropped at commit
-            if not self.uniform_draft_windows and state.remaining_output(self.max_model_len) - window < 1 + k:
+            if not self.uniform_draft_windows and state.remaining_output(self.max_model_len) - advance < 1 + k:
                 return None
-            ahead = state.num_computed_tokens + window
+            if work is None:  # its drafter's proposals, filled to k with its last token as schedule() fills them
+                drafts = state.draft_token_ids[:k]
+                settled_drafts[state.slot_id] = drafts + [(drafts or state.output_token_ids)[-1]] * (k - len(drafts))
+            ahead = state.num_computed_tokens + advance
             needed.append(max(blocks_needed(ahead + 1 + k + self.lookahead, self.block_size) - state.num_blocks, 0))
         if not self.allocator.can_allocate(sum(needed)) or (not admit_behind and self._admission_due()):
             return None
         scheduled, boundary_saves = [], []
-        for (state, _), count in zip(pairs, needed):
+        for (state, work), count in zip(pairs, needed):
             new_blocks = self.allocator.allocate(count) if count else []
             state.block_ids.extend(new_blocks)
             state.requested_k = k
+            if work is None:  # its window's tokens are known on the host
+                start, drafts = state.num_computed_tokens, settled_drafts[state.slot_id]
+                scheduled.append(ScheduledSlot(slot_id=state.slot_id, num_computed_tokens=start, num_new_tokens=1 + k,
+                                               new_block_ids=new_blocks, token_ids=state.token_range(start, start + 1)
+                                               + drafts, draft_token_ids=drafts, next_k=k, drafting=True))
+                continue
             start = state.num_computed_tokens + window  # as if `plan` accepted every draft
             scheduled.append(ScheduledSlot(slot_id=state.slot_id, num_computed_tokens=start,
                                            num_new_tokens=1 + k, new_block_ids=new_blocks,
@@ -166,16 +177,23 @@ class PlanAhead:
             state.decode_checkpoint_key = key
             self.cache_stats.checkpoints_saved += 1
 
-    def _verifying(self, plan: StepPlan, admit_behind: bool = False) -> list[tuple[RequestState, ScheduledSlot]] | None:
+    def _verifying(self, plan: StepPlan, admit_behind: bool = False
+                   ) -> list[tuple[RequestState, ScheduledSlot | None]] | None:
         """(request, window) of each running request's slot of `plan` when it is a step of equal verification
         windows of every running request (and of requests that ended in the step before it, left out), sampled
-        without history and with nothing to admit next (see _admits_next; unless `admit_behind`); else None."""
+        without history and with nothing to admit next (see _admits_next); else None. `admit_behind`: waiting
+        requests do not stop it, and running requests outside `plan` whose prompts were read (their first token
+        committed, none in flight) come last as (request, None)."""
         if (self._admits_next() and not admit_behind) or plan.new_slots or not plan.scheduled \
                 or self.offload is not None:
             return None
         by_slot = {state.slot_id: state for state in self.running}
         window = plan.scheduled[0].num_new_tokens
-        if not by_slot.keys() <= {work.slot_id for work in plan.scheduled} or window < 2:
+        in_plan = {work.slot_id for work in plan.scheduled}
+        # admit_behind: requests whose prompts ran behind `plan`'s predecessor, read since, join with their first
+        # window (after the others: the runner moves only the windows of `plan`'s slots)
+        settled = [state for slot, state in by_slot.items() if slot not in in_plan]
+        if (settled and not admit_behind) or window < 2:
             return None
         pairs = []
         for work in plan.scheduled:
@@ -186,6 +204,11 @@ class PlanAhead:
                     or not _samples_without_history(state):
                 return None
             pairs.append((state, work))
+        for state in settled:
+            if state.slot_id in self.in_flight or state.num_computed_tokens != state.num_tokens - 1 \
+                    or not state.output_token_ids or not _samples_without_history(state):
+                return None
+            pairs.append((state, None))
         return pairs or None
 
     def _admits_next(self) -> bool:

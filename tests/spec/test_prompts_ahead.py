@@ -13,6 +13,8 @@ import torch
 
 from strata import SamplingParams
 from strata.engine.core import EngineCore
+from strata.types import Request
+from strata.runner.model_runner import ModelRunner
 from engine_driver import drive, greedy
 from test_verify_ahead import assert_released, engine
 
@@ -58,14 +60,61 @@ def record_prompt_launches(monkeypatch) -> list[tuple[set[int], set[int], list[s
 
 @pytest.mark.parametrize("family", ["llama", "qwen3_moe", "qwen3_next", "qwen4_exp"])
 def test_prompts_behind_synthetic_windows_equal_stepping(family, tiny_model_dir, monkeypatch):
+    """Most admissions go behind the steps in flight, and the request whose prompt was read joins the chain with
+    its first window (its tokens from the host, after the windows the step in flight feeds). On the hybrids these
+    prompts (3-15 tokens, KV blocks of 4) run to their last block boundary there (a checkpoint is kept where a
+    chunk ends): the rest goes the usual way, beside the windows."""
     folder = tiny_model_dir(family)
     requests = staggered()
     reference = drive(two_at_a_time(engine(folder, False, hold=0)), requests)
     launches = record_prompt_launches(monkeypatch)
+    joined, launch = [], ModelRunner.launch_verify
+
+    def recorded(self, plan, inputs_from=None):
+        if inputs_from is not None:
+            joined.append([w.slot_id for w in plan.scheduled if w.slot_id not in inputs_from.slot_ids])
+        return launch(self, plan, inputs_from)
+
+    monkeypatch.setattr(ModelRunner, "launch_verify", recorded)
     core = two_at_a_time(engine(folder, True, hold=0))
     assert drive(core, requests) == reference
     assert [len(reference[str(i)][0]) for i in range(7)] == [9 + 5 * (i % 4) for i in range(7)]
-    assert len(launches) >= 3, launches  # most admissions went behind a step in flight
+    assert len(launches) >= 3, launches
+    admitted_slots = {slot for _, prompts, _ in launches for slot in prompts}
+    assert {s for slots in joined for s in slots} <= admitted_slots
+    assert sum(1 for slots in joined if slots) >= (0 if family in ("qwen3_next", "qwen4_exp") else 3), joined
+    assert_released(core)
+
+
+@pytest.mark.parametrize("family", ["qwen3_next", "qwen4_exp"])
+def test_hybrid_prompts_of_whole_blocks_join_the_chain(family, tiny_model_dir, monkeypatch):
+    """Prompts of whole KV blocks run whole behind the steps in flight on a hybrid, and their requests join the
+    next step planned ahead (their recurrent states then roll back with the others'): outputs as stepping."""
+    folder = tiny_model_dir(family)
+    prompts = [torch.randint(3, 160, (4 * (2 + i % 3),), generator=torch.Generator().manual_seed(i)).tolist()
+               for i in range(6)]
+
+    def run(core) -> dict[str, list[int]]:
+        for i, ids in enumerate(prompts):
+            core.add_request(Request(str(i), ids, greedy(9 + 4 * (i % 3))))
+        out: dict[str, list[int]] = {}
+        while core.has_unfinished():
+            for delta in core.step():
+                out[delta.request_id] = out.get(delta.request_id, []) + delta.new_token_ids
+        return out
+
+    reference = run(two_at_a_time(engine(folder, False, hold=0)))
+    joined, launch = [], ModelRunner.launch_verify
+
+    def recorded(self, plan, inputs_from=None):
+        if inputs_from is not None:
+            joined.extend(w.slot_id for w in plan.scheduled if w.slot_id not in inputs_from.slot_ids)
+        return launch(self, plan, inputs_from)
+
+    monkeypatch.setattr(ModelRunner, "launch_verify", recorded)
+    core = two_at_a_time(engine(folder, True, hold=0))
+    assert run(core) == reference
+    assert len(joined) >= 3, joined
     assert_released(core)
 
 
