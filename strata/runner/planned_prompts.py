@@ -46,7 +46,7 @@ def launch(runner: ModelRunner, plan: StepPlan) -> DecodeInFlight:
     if sampling:
         rows = index_tensor([start + work.num_new_tokens - 1 for work, start in sampling], hidden.device)  # [S]
         logits = inputs.logits()[rows] if inputs.logits is not None else runner.model.compute_logits(hidden[rows])
-        planned_decode._read_back(step, runner.sampler.sample_on_device(logits, step.slot_ids))  # [S]
+        planned_decode.read_back(step, runner.sampler.sample_on_device(logits, step.slot_ids))  # [S]
     step.launched = time.perf_counter()
     return step
 
@@ -59,9 +59,7 @@ def complete(runner: ModelRunner, step: DecodeInFlight) -> StepResult:
         return StepResult(step.plan.step_id, [], forward_seconds=step.launched - step.started,
                           expert_pairs=step.expert_pairs)
     result = planned_decode.complete(runner, step)
-    drafter = runner.speculation.drafter
-    if drafter is not None:
-        drafts = drafter.propose(step.plan.scheduled, [], None, None, None, [], runner.block_tables)
-        result.slots = [SlotResult(r.slot_id, r.token_ids, r.num_accepted, drafts.get(r.slot_id, []))
-                        for r in result.slots]
+    # synthetic or suffix drafts (launches_prompts_ahead): made on the host, no forward of their own
+    drafts = runner.speculation.drafter.propose(step.plan.scheduled, [], None, None, None, [], runner.block_tables)
+    result.slots = [SlotResult(r.slot_id, r.token_ids, r.num_accepted, drafts.get(r.slot_id, [])) for r in result.slots]
     return result

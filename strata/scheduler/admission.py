@@ -21,19 +21,15 @@ class Admission:
         waiting now are admitted together with the next one's in a single step. A request waits at most H steps
         for it; nothing is held while no request runs (the device would idle). `in_flight`: this step is planned
         while the one before it runs (not yet committed), which counts as one more step to end in."""
-        if not self._hold_due(in_flight):
-            return False
-        self._held_steps += 1
-        return True
-
-    def _hold_due(self, in_flight: bool = False) -> bool:
-        """_holds_admission's answer without counting the step as held."""
         hold = self.config.admission_hold_steps
         if not hold or self._held_steps >= hold or not self.running or not self._can_admit():
             return False
         steps_left = hold - self._held_steps
-        return any(self._ends_within(state, steps_left + in_flight) for state in self.running
-                   if state.status is Status.RUNNING)
+        if not any(self._ends_within(state, steps_left + in_flight) for state in self.running
+                   if state.status is Status.RUNNING):
+            return False
+        self._held_steps += 1
+        return True
 
     def _can_admit(self) -> bool:
         """A request waits and a slot is free for it."""
