@@ -213,44 +213,52 @@ class EngineCore:
                 logger.exception("step %d failed", ahead.step_id)
                 deltas = self._fail_step(ahead, e)
             else:
-                prompts = self._launch_prompts_behind((plan, ahead), deltas) if admit_behind else None
+                prompts = self._launch_prompts_behind((plan, ahead), deltas) if admit_behind else []
         try:
             result = (self.runner.complete_decode if kind == "decode" else self.runner.complete_verify)(launched)
         except Exception as e:
             logger.exception("step %d failed", plan.step_id)
             deltas += self._fail_step(plan, e)
-            return deltas + (self._finish_prompts(*prompts) if prompts is not None else [])
+            return deltas + self._finish_prompts(prompts or [])
         deltas += [self._process(commit) for commit in self.scheduler.update(plan, result)]
         self._record_step_time(plan, result, started)
-        return deltas + (self._finish_prompts(*prompts) if prompts is not None else [])
+        return deltas + self._finish_prompts(prompts or [])
 
-    def _launch_prompts_behind(self, in_flight: tuple, deltas: list[TokenDelta]):
+    def _launch_prompts_behind(self, in_flight: tuple, deltas: list[TokenDelta]) -> list[tuple]:
         """Requests waiting for a slot while a verification step and the one planned ahead of it are in flight:
-        their prompts as a step of their own queued behind both (Scheduler.schedule_prompts_ahead,
-        runner/planned_prompts.py) -> (prompt plan, launched step, start time), or None. A launch that failed adds its
-        requests' error deltas to `deltas`."""
-        prompts = self.scheduler.schedule_prompts_ahead(*in_flight)
-        if prompts is None:
-            return None
-        started = time.perf_counter()
-        try:
-            return prompts, self.runner.launch_prompts(prompts), started
-        except RestoreFailed as e:  # a cached prefix could not be copied back: read it again instead
-            self.scheduler.recompute_after_failed_restore(prompts, e.slot_ids)
-        except Exception as e:
-            logger.exception("step %d failed", prompts.step_id)
-            deltas += self._fail_step(prompts, e)
-        return None
+        their prompts as steps of their own queued behind both (Scheduler.schedule_prompts_ahead: one a chunk,
+        runner/planned_prompts.py) -> [(prompt plan, launched step, start time)] of those launched. A launch that
+        failed adds its requests' error deltas to `deltas`; the chunks after it are not launched (their requests
+        go on the usual way from where the host has them)."""
+        plans, launched = self.scheduler.schedule_prompts_ahead(*in_flight), []
+        for i, plan in enumerate(plans):
+            started = time.perf_counter()
+            try:
+                launched.append((plan, self.runner.launch_prompts(plan), started))
+                continue
+            except RestoreFailed as e:  # a cached prefix could not be copied back: read it again instead
+                self.scheduler.recompute_after_failed_restore(plan, e.slot_ids)
+            except Exception as e:
+                logger.exception("step %d failed", plan.step_id)
+                deltas += self._fail_step(plan, e)
+            for unlaunched in plans[i + 1:]:  # their checkpoint saves will not run
+                self.scheduler.forget_checkpoint_saves(unlaunched)
+            break
+        return launched
 
-    def _finish_prompts(self, prompts, launched, started: float) -> list[TokenDelta]:
-        """Read and commit a prompt step queued by _launch_prompts_behind (after the step it followed)."""
-        try:
-            result = self.runner.complete_prompts(launched)
-        except Exception as e:
-            logger.exception("step %d failed", prompts.step_id)
-            return self._fail_step(prompts, e)
-        deltas = [self._process(commit) for commit in self.scheduler.update(prompts, result)]
-        self._record_step_time(prompts, result, started)
+    def _finish_prompts(self, prompts: list[tuple]) -> list[TokenDelta]:
+        """Read and commit the prompt steps queued by _launch_prompts_behind, in order (after the steps they
+        followed)."""
+        deltas = []
+        for plan, launched, started in prompts:
+            try:
+                result = self.runner.complete_prompts(launched)
+            except Exception as e:
+                logger.exception("step %d failed", plan.step_id)
+                deltas += self._fail_step(plan, e)
+                continue
+            deltas += [self._process(commit) for commit in self.scheduler.update(plan, result)]
+            self._record_step_time(plan, result, started)
         return deltas
 
     def _overlap_kind(self, plan) -> str | None:

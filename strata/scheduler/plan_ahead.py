@@ -12,6 +12,8 @@ from strata.cache.block_allocator import blocks_needed
 from strata.scheduler.request_state import RequestState
 from strata.types import ScheduledSlot, StepPlan
 
+MAX_PROMPT_STEPS = 8  # steps of one admission's prompt chunks queued ahead (schedule_prompts_ahead)
+
 
 class PlanAhead:
     """The Scheduler's methods that plan a step ahead (a mixin: they read and change its state)."""
@@ -117,22 +119,23 @@ class PlanAhead:
         self._ahead_windows = (ahead_plan.step_id, {w.slot_id: w.num_new_tokens for w in scheduled})
         return ahead_plan
 
-    def schedule_prompts_ahead(self, *in_flight: StepPlan) -> StepPlan | None:
-        """Waiting requests' prompts as a step of their own, queued behind the steps `in_flight` (launched, not yet
+    def schedule_prompts_ahead(self, *in_flight: StepPlan) -> list[StepPlan]:
+        """Waiting requests' prompts as steps of their own, queued behind the steps `in_flight` (launched, not yet
         read: a verification step and the one planned ahead of it with admit_behind): each takes a free slot none
         of them holds, and its first token is sampled on the device. With the running requests' next windows
         already queued, the device goes from them to the prompts without waiting for the host, where the usual
-        step of windows beside prompts waits for it to read the step in flight. None where nothing is admitted
-        now: nothing waits or no slot is free, an admission hold keeps the prompts waiting (this counts as a held
-        step), every free slot is held by a step in flight, the first waiting request needs its history on the
-        host to sample (_samples_without_history) or its prompt's log-probabilities, or the KV tier or a step
-        limit is on."""
+        step of windows beside prompts waits for it to read the step in flight. A prompt in chunks (a hybrid's
+        end on checkpoint boundaries) takes one step a chunk, up to MAX_PROMPT_STEPS, each saving the checkpoint
+        its predecessor's end is due before its forward. [] where nothing is admitted now: nothing waits or no
+        slot is free, an admission hold keeps the prompts waiting (this counts as a held step), every free slot is
+        held by a step in flight, the first waiting request needs its history on the host to sample
+        (_samples_without_history) or its prompt's log-probabilities, or the KV tier or a step limit is on."""
         if self.offload is not None or self.max_step_tokens or self._holds_admission(in_flight=True) \
                 or not self._can_admit():
-            return None
+            return []
         held = {work.slot_id for plan in in_flight for work in plan.scheduled}
         self.free_slots = deque(sorted(self.free_slots, key=lambda slot: slot in held))  # stable: the others first
-        budget, scheduled = self.config.max_num_batched_tokens, []
+        budget, chunks = self.config.max_num_batched_tokens, []
         while budget > 0 and self._can_admit() and self.free_slots[0] not in held:
             state = self._next_waiting()
             if not _samples_without_history(state) or state.wants_prompt_logprobs \
@@ -140,9 +143,39 @@ class PlanAhead:
                 break
             self._held_steps = 0
             num_new = self._chunk(state, budget)
-            scheduled.append(self._slot_work(state, num_new, self._try_grow(state, num_new)))
+            chunks.append((state, self._slot_work(state, num_new, self._try_grow(state, num_new))))
+        plans = []
+        while chunks:
+            plans.append(self._make_plan([work for _, work in chunks]))
+            if len(plans) == MAX_PROMPT_STEPS:
+                break  # the rest of these prompts goes the usual way
+            chunks = self._next_chunks([(state, work) for state, work in chunks if not work.sample])
+        return plans
+
+    def _next_chunks(self, chunks: list[tuple[RequestState, ScheduledSlot]]
+                     ) -> list[tuple[RequestState, ScheduledSlot]]:
+        """The chunks after `chunks` (of prompts queued ahead, not yet read) in a step of their own, each with the
+        checkpoint its prompt's computed length will be due at queued for that step; as far as the blocks go."""
+        budget, following = self.config.max_num_batched_tokens, []
+        for state, previous in chunks:
+            start = previous.num_computed_tokens + previous.num_new_tokens
+            computed, state.num_computed_tokens = state.num_computed_tokens, start  # (planning from there)
+            try:
+                num_new = self._chunk(state, budget)
+                needed = blocks_needed(start + num_new + self.lookahead, self.block_size) - state.num_blocks
+                if num_new <= 0 or not self.allocator.can_allocate(needed):
+                    continue
+                new_blocks = self.allocator.allocate(needed) if needed > 0 else []
+                state.block_ids.extend(new_blocks)
+                work = self._slot_work(state, num_new, new_blocks)
+            finally:
+                state.num_computed_tokens = computed
+            self._maybe_checkpoint(state, ahead=start - computed)
+            following.append((state, work))
             budget -= num_new
-        return self._make_plan(scheduled) if scheduled else None
+            if budget <= 0:
+                break
+        return following
 
     def _boundary_save(self, state: RequestState, start: int, window: int) -> list[tuple[int, int, int, int]]:
         """A decoding hybrid's checkpoint for a step planned ahead: its window really starts `window` - 1 to 0
