@@ -144,6 +144,7 @@ class PlanAhead:
             self._held_steps = 0
             num_new = self._chunk(state, budget)
             chunks.append((state, self._slot_work(state, num_new, self._try_grow(state, num_new))))
+            budget -= num_new
         plans = []
         while chunks:
             plans.append(self._make_plan([work for _, work in chunks]))

@@ -9,6 +9,8 @@ Tiny random models, CPU (and CUDA graphs on a GPU)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -174,6 +176,33 @@ def test_plain_decoding_admits_the_usual_way(tiny_model_dir, monkeypatch):
     core = two_at_a_time(engine(folder, True, speculative=None, hold=0))
     assert drive(core, requests) == reference
     assert not launches
+    assert_released(core)
+
+
+def test_prompts_ahead_keep_to_the_step_token_budget(tiny_model_dir, monkeypatch):
+    """Several requests admitted behind the steps in flight at once share a step's token budget: no queued step
+    carries more than max_num_batched_tokens, and outputs are stepping's."""
+    folder = tiny_model_dir("llama")
+    requests = [(0, greedy(6 + 9 * (i % 2))) for i in range(8)]
+    launches = record_prompt_launches(monkeypatch)
+    sizes, launch = [], ModelRunner.launch_prompts
+
+    def recorded(self, plan):
+        sizes.append(plan.num_tokens)
+        return launch(self, plan)
+
+    monkeypatch.setattr(ModelRunner, "launch_prompts", recorded)
+
+    def small_budget(core):
+        core.scheduler.config = dataclasses.replace(core.scheduler.config, max_num_batched_tokens=16)
+        core.set_runtime_options(max_num_seqs=4)
+        core.scheduler.uniform_draft_windows = True
+        return core
+
+    reference = drive(small_budget(engine(folder, False, hold=0)), requests)
+    core = small_budget(engine(folder, True, hold=0))
+    assert drive(core, requests) == reference
+    assert launches and any(len(ids) > 1 for _, _, ids in launches) and max(sizes) <= 16, (launches, sizes)
     assert_released(core)
 
 
