@@ -64,7 +64,8 @@ def launch(runner: ModelRunner, plan: StepPlan, inputs_from: VerifyInFlight | No
     feed = shift = verified = None
     # the slots the step in flight feeds come first; any after them (prompts read since: Scheduler._verifying's
     # admit_behind) bring their tokens from the host, unmoved
-    fed = slot_ids if inputs_from is None else [s for s in slot_ids if s in set(inputs_from.slot_ids)]
+    in_flight = set(inputs_from.slot_ids) if inputs_from is not None else set(slot_ids)
+    fed = [s for s in slot_ids if s in in_flight]
     assert fed == slot_ids[:len(fed)]
     if drafter.suffix is not None:  # the host's drafts, as if the step in flight accepted all of its own
         verified = [w.draft_token_ids for w in plan.scheduled] if inputs_from is None else \
