@@ -182,11 +182,9 @@ class EngineCore:
         (commit, detokenize, plan, fill inputs, launch) overlaps the device's. Decode steps feed each
         slot the token being sampled on the device (Scheduler.schedule_ahead); verification steps of
         synthetic drafts start each window at the bonus token and move it back by the drafts the step
-        before rejected, both on the device (Scheduler.schedule_verify_ahead, spec/verify_ahead.py). With
-        STRATA_PROMPTS_AHEAD=1 requests admitted meanwhile get their prompts queued behind those two steps
-        (_launch_prompts_behind), read after them. Any other step, or one after which the next cannot be
-        planned ahead, runs as usual. A request that stops at a step already has the next one queued: its
-        tokens there are dropped."""
+        before rejected, both on the device (Scheduler.schedule_verify_ahead, spec/verify_ahead.py). Any
+        other step, or one after which the next cannot be planned ahead, runs as usual. A request that
+        stops at a step already has the next one queued: its tokens there are dropped."""
         if self._ahead is None:
             plan = self.scheduler.schedule()
             kind = self._overlap_kind(plan)
@@ -201,64 +199,22 @@ class EngineCore:
             kind, plan, launched = self._ahead
             self._ahead = None
         deltas = []
-        ahead = prompts = None
-        admit_behind = kind == "verify" and self.runner.launches_prompts_ahead()
+        ahead = None
         if self.async_scheduling:
-            ahead = self.scheduler.schedule_ahead(plan) if kind == "decode" else \
-                self.scheduler.schedule_verify_ahead(plan, admit_behind)
+            ahead = (self.scheduler.schedule_ahead if kind == "decode" else self.scheduler.schedule_verify_ahead)(plan)
         if ahead is not None:
             try:
                 self._ahead = (kind, ahead, self._launch(kind, ahead, launched))
             except Exception as e:
                 logger.exception("step %d failed", ahead.step_id)
                 deltas = self._fail_step(ahead, e)
-            else:
-                prompts = self._launch_prompts_behind((plan, ahead), deltas) if admit_behind else []
         try:
             result = (self.runner.complete_decode if kind == "decode" else self.runner.complete_verify)(launched)
         except Exception as e:
             logger.exception("step %d failed", plan.step_id)
-            deltas += self._fail_step(plan, e)
-            return deltas + self._finish_prompts(prompts or [])
+            return deltas + self._fail_step(plan, e)
         deltas += [self._process(commit) for commit in self.scheduler.update(plan, result)]
         self._record_step_time(plan, result, started)
-        return deltas + self._finish_prompts(prompts or [])
-
-    def _launch_prompts_behind(self, in_flight: tuple, deltas: list[TokenDelta]) -> list[tuple]:
-        """Requests waiting for a slot while a verification step and the one planned ahead of it are in flight:
-        their prompts as steps of their own queued behind both (Scheduler.schedule_prompts_ahead: one a chunk,
-        runner/planned_prompts.py) -> [(prompt plan, launched step, start time)] of those launched. A launch that
-        failed adds its requests' error deltas to `deltas`; the chunks after it are not launched (their requests
-        go on the usual way from where the host has them)."""
-        plans, launched = self.scheduler.schedule_prompts_ahead(*in_flight), []
-        for i, plan in enumerate(plans):
-            started = time.perf_counter()
-            try:
-                launched.append((plan, self.runner.launch_prompts(plan), started))
-                continue
-            except RestoreFailed as e:  # a cached prefix could not be copied back: read it again instead
-                self.scheduler.recompute_after_failed_restore(plan, e.slot_ids)
-            except Exception as e:
-                logger.exception("step %d failed", plan.step_id)
-                deltas += self._fail_step(plan, e)
-            for unlaunched in plans[i + 1:]:  # their checkpoint saves will not run
-                self.scheduler.forget_checkpoint_saves(unlaunched)
-            break
-        return launched
-
-    def _finish_prompts(self, prompts: list[tuple]) -> list[TokenDelta]:
-        """Read and commit the prompt steps queued by _launch_prompts_behind, in order (after the steps they
-        followed)."""
-        deltas = []
-        for plan, launched, started in prompts:
-            try:
-                result = self.runner.complete_prompts(launched)
-            except Exception as e:
-                logger.exception("step %d failed", plan.step_id)
-                deltas += self._fail_step(plan, e)
-                continue
-            deltas += [self._process(commit) for commit in self.scheduler.update(plan, result)]
-            self._record_step_time(plan, result, started)
         return deltas
 
     def _overlap_kind(self, plan) -> str | None:

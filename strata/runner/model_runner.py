@@ -38,7 +38,7 @@ from strata.sample import Sampler
 from strata.sample.prompt_logprobs import PromptLogprobs
 from strata.spec.commit import commit_outcomes
 from strata.spec.speculator import Speculator
-from strata.runner import graph_parts, planned_decode, planned_prompts, planned_verification
+from strata.runner import graph_parts, planned_decode, planned_verification
 from strata.runner.planned_decode import DecodeInFlight
 from strata.spec.verify_ahead import VerifyInFlight
 from strata.types import StepPlan, StepResult
@@ -255,8 +255,8 @@ class ModelRunner:
     def _forward(self, plan: StepPlan, feed: torch.Tensor | None = None, shift: torch.Tensor | None = None
                  ) -> tuple[StepInputs, torch.Tensor]:
         """Replay a CUDA graph when the step's layout has one (or can get one), else run eagerly.
-        `feed` [R]: device token ids replacing the first R input ids. `shift` [F]: the first F slots' windows moved
-        by that many positions, the rest unmoved (a verification step planned ahead, see launch_verify)."""
+        `feed` [R]: device token ids replacing the first R input ids. `shift` [S]: each slot's window moved by
+        that many positions (a verification step planned ahead, see launch_verify)."""
         # graphs read the staging ring: a step whose host blocks do not fit it runs eagerly on the tier itself
         fits_ring = self.kv_staging is None or self.kv_staging.fits(plan.scheduled, self.host_kv.tables)
         if self.use_cuda_graphs and self.graphs is not None and fits_ring:
@@ -271,10 +271,9 @@ class ModelRunner:
                 if split is not None:
                     return split
         if shift is not None:  # eager: the true windows on the host (a wait on the device where it is not the host)
-            deltas = shift.tolist() + [0] * (len(plan.scheduled) - shift.shape[0])  # the slots after them: unmoved
             plan = dataclasses.replace(plan, scheduled=[
                 dataclasses.replace(w, num_computed_tokens=w.num_computed_tokens + d)
-                for w, d in zip(plan.scheduled, deltas)])
+                for w, d in zip(plan.scheduled, shift.tolist())])
         host = self._host_tier(plan.scheduled)
         staged = self.kv_staging.begin(plan.scheduled, self.host_kv.tables) if host and self.kv_staging else None
         if staged is not None:  # the step reads its host blocks from the ring, copied layer by layer
@@ -315,18 +314,6 @@ class ModelRunner:
 
     def complete_verify(self, step: VerifyInFlight) -> StepResult:
         return planned_verification.complete(self, step)
-
-    # ---- prompts queued behind a step in flight (runner/planned_prompts.py) ----------------------------
-
-    def launches_prompts_ahead(self) -> bool:
-        return planned_prompts.launches_prompts_ahead(self)
-
-    @torch.inference_mode()
-    def launch_prompts(self, plan: StepPlan) -> DecodeInFlight:
-        return planned_prompts.launch(self, plan)
-
-    def complete_prompts(self, step: DecodeInFlight) -> StepResult:
-        return planned_prompts.complete(self, step)
 
     def set_cuda_graphs(self, enabled: bool) -> None:
         """Replay CUDA graphs (where the runner built them) or run every step eagerly."""

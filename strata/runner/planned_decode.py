@@ -59,7 +59,7 @@ def launch(runner: ModelRunner, plan: StepPlan, inputs_from: DecodeInFlight | No
         token_ids = runner.sampler.sample_on_device(logits, step.slot_ids)         # [S]
         if stage is not None:
             stage.send_tokens(token_ids)
-        read_back(step, token_ids)
+        _read_back(step, token_ids)
     else:
         runner.awaiting_tokens.append(step)
     step.launched = time.perf_counter()
@@ -71,11 +71,11 @@ def sampled_tokens(runner: ModelRunner, step: DecodeInFlight) -> torch.Tensor:
     they launched before it first (the last stage sends them in launch order)."""
     while step.token_ids is None:
         waiting = runner.awaiting_tokens.popleft()
-        read_back(waiting, runner.stage.receive_tokens(len(waiting.slot_ids), runner.device))
+        _read_back(waiting, runner.stage.receive_tokens(len(waiting.slot_ids), runner.device))
     return step.token_ids
 
 
-def read_back(step: DecodeInFlight, token_ids: torch.Tensor) -> None:
+def _read_back(step: DecodeInFlight, token_ids: torch.Tensor) -> None:
     """Keep the step's token ids [S] and start their copy to the host, through an event: a step queued after
     this one must not delay it."""
     step.token_ids, step.host_ids = token_ids, token_ids

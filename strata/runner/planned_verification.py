@@ -62,18 +62,12 @@ def launch(runner: ModelRunner, plan: StepPlan, inputs_from: VerifyInFlight | No
     window = plan.scheduled[0].num_new_tokens
     drafter = runner.speculation.drafter
     feed = shift = verified = None
-    # the slots the step in flight feeds come first; any after them (prompts read since: Scheduler._verifying's
-    # admit_behind) bring their tokens from the host, unmoved
-    in_flight = set(inputs_from.slot_ids) if inputs_from is not None else set(slot_ids)
-    fed = [s for s in slot_ids if s in in_flight]
-    assert fed == slot_ids[:len(fed)]
     if drafter.suffix is not None:  # the host's drafts, as if the step in flight accepted all of its own
         verified = [w.draft_token_ids for w in plan.scheduled] if inputs_from is None else \
-            suffix_drafts(runner, fed, window - 1, inputs_from.verified_by_slot()) + \
-            [w.draft_token_ids for w in plan.scheduled[len(fed):]]
+            suffix_drafts(runner, slot_ids, window - 1, inputs_from.verified_by_slot())
     if inputs_from is not None:
-        drafts = index_tensor(verified[:len(fed)], inputs_from.bonus.device) if verified is not None else None
-        feed, shift = inputs_from.next_inputs(fed, window, drafts)                  # [F * n], [F]
+        drafts = index_tensor(verified, inputs_from.bonus.device) if verified is not None else None
+        feed, shift = inputs_from.next_inputs(slot_ids, window, drafts)             # [S * n], [S]
         if plan.boundary_saves:
             save_at_boundaries(runner, plan, slot_ids, shift)
     inputs, hidden, expert_pairs, started = runner._queue_forward(plan, feed, shift)

@@ -6,13 +6,9 @@ None where the next step cannot be known in advance, and the step then runs as u
 
 from __future__ import annotations
 
-from collections import deque
-
 from strata.cache.block_allocator import blocks_needed
 from strata.scheduler.request_state import RequestState
 from strata.types import ScheduledSlot, StepPlan
-
-MAX_PROMPT_STEPS = 8  # steps of one admission's prompt chunks queued ahead (schedule_prompts_ahead)
 
 
 class PlanAhead:
@@ -63,52 +59,40 @@ class PlanAhead:
         history on the host, nothing waits to be admitted (or an admission hold keeps it waiting)."""
         return self._verifying(plan) is not None
 
-    def schedule_verify_ahead(self, plan: StepPlan, admit_behind: bool = False) -> StepPlan | None:
+    def schedule_verify_ahead(self, plan: StepPlan) -> StepPlan | None:
         """The verification step after `plan` (launched, not yet read), planned as if `plan` accepted every
         draft: each window starts 1 + k positions on (the runner moves it back by the shortfall on the device,
         spec/verify_ahead.py), with blocks for both windows. None when it cannot be known in advance: see
         verifies_ahead; a request's next window could pass the model's length, or (windows not kept uniform) the
         request may end in `plan`; the draft policy gives the requests different or no drafts next; blocks are
-        short. `admit_behind`: requests waiting for a slot do not stop it; they are admitted after it by
-        schedule_prompts_ahead, their prompts queued behind it. Requests whose prompts were so queued and read
-        since join with their first windows at their own positions, after the others (their tokens from the host)."""
+        short."""
         self._begin_planning()
-        pairs = self._verifying(plan, admit_behind)
+        pairs = self._verifying(plan)
         if pairs is None:
             return None
         window = plan.scheduled[0].num_new_tokens
         # one k for every window, and the one `plan` drafted for (an MTP head drafted its next_k on the device)
-        k = {self._draft_length(state) for state, _ in pairs} | {work.next_k for _, work in pairs if work is not None}
+        k = {self._draft_length(state) for state, _ in pairs} | {work.next_k for _, work in pairs}
         if len(k) != 1 or not 0 < (k := k.pop()) or len(pairs) * (1 + k) > self.config.max_num_batched_tokens:
             return None
-        needed, settled_drafts = [], {}
+        needed = []
         for state, work in pairs:
-            advance = window if work is not None else 0  # a settled request's window starts where it is
-            if self.max_step_tokens or state.num_tokens + advance + 1 + k > self.max_model_len:
+            if self.max_step_tokens or state.num_tokens + window + 1 + k > self.max_model_len:
                 return None  # the next window could pass the model's length
             # a request that may end in `plan` (or whose next window passes max_tokens) takes a whole window where
             # stepping one at a time would give it one too (uniform windows, filler drafts: CUDA graphs), so the
             # device is not left idle while the host reads `plan`; tokens past its end are dropped at commit
-            if not self.uniform_draft_windows and state.remaining_output(self.max_model_len) - advance < 1 + k:
+            if not self.uniform_draft_windows and state.remaining_output(self.max_model_len) - window < 1 + k:
                 return None
-            if work is None:  # its drafter's proposals, filled to k with its last token as schedule() fills them
-                drafts = state.draft_token_ids[:k]
-                settled_drafts[state.slot_id] = drafts + [(drafts or state.output_token_ids)[-1]] * (k - len(drafts))
-            ahead = state.num_computed_tokens + advance
+            ahead = state.num_computed_tokens + window
             needed.append(max(blocks_needed(ahead + 1 + k + self.lookahead, self.block_size) - state.num_blocks, 0))
-        if not self.allocator.can_allocate(sum(needed)) or (not admit_behind and self._admission_due()):
+        if not self.allocator.can_allocate(sum(needed)) or self._admission_due():
             return None
         scheduled, boundary_saves = [], []
-        for (state, work), count in zip(pairs, needed):
+        for (state, _), count in zip(pairs, needed):
             new_blocks = self.allocator.allocate(count) if count else []
             state.block_ids.extend(new_blocks)
             state.requested_k = k
-            if work is None:  # its window's tokens are known on the host
-                start, drafts = state.num_computed_tokens, settled_drafts[state.slot_id]
-                scheduled.append(ScheduledSlot(slot_id=state.slot_id, num_computed_tokens=start, num_new_tokens=1 + k,
-                                               new_block_ids=new_blocks, token_ids=state.token_range(start, start + 1)
-                                               + drafts, draft_token_ids=drafts, next_k=k, drafting=True))
-                continue
             start = state.num_computed_tokens + window  # as if `plan` accepted every draft
             scheduled.append(ScheduledSlot(slot_id=state.slot_id, num_computed_tokens=start,
                                            num_new_tokens=1 + k, new_block_ids=new_blocks,
@@ -118,65 +102,6 @@ class PlanAhead:
         ahead_plan.boundary_saves = boundary_saves
         self._ahead_windows = (ahead_plan.step_id, {w.slot_id: w.num_new_tokens for w in scheduled})
         return ahead_plan
-
-    def schedule_prompts_ahead(self, *in_flight: StepPlan) -> list[StepPlan]:
-        """Waiting requests' prompts as steps of their own, queued behind the steps `in_flight` (launched, not yet
-        read: a verification step and the one planned ahead of it with admit_behind): each takes a free slot none
-        of them holds, and its first token is sampled on the device. With the running requests' next windows
-        already queued, the device goes from them to the prompts without waiting for the host, where the usual
-        step of windows beside prompts waits for it to read the step in flight. A prompt in chunks (a hybrid's
-        end on checkpoint boundaries) takes one step a chunk, up to MAX_PROMPT_STEPS, each saving the checkpoint
-        its predecessor's end is due before its forward. [] where nothing is admitted now: nothing waits or no
-        slot is free, an admission hold keeps the prompts waiting (this counts as a held step), every free slot is
-        held by a step in flight, the first waiting request needs its history on the host to sample
-        (_samples_without_history) or its prompt's log-probabilities, or the KV tier or a step limit is on."""
-        if self.offload is not None or self.max_step_tokens or self._holds_admission(in_flight=True) \
-                or not self._can_admit():
-            return []
-        held = {work.slot_id for plan in in_flight for work in plan.scheduled}
-        self.free_slots = deque(sorted(self.free_slots, key=lambda slot: slot in held))  # stable: the others first
-        budget, chunks = self.config.max_num_batched_tokens, []
-        while budget > 0 and self._can_admit() and self.free_slots[0] not in held:
-            state = self._next_waiting()
-            if not _samples_without_history(state) or state.wants_prompt_logprobs \
-                    or not self._try_admit(state, budget):
-                break
-            self._held_steps = 0
-            num_new = self._chunk(state, budget)
-            chunks.append((state, self._slot_work(state, num_new, self._try_grow(state, num_new))))
-            budget -= num_new
-        plans = []
-        while chunks:
-            plans.append(self._make_plan([work for _, work in chunks]))
-            if len(plans) == MAX_PROMPT_STEPS:
-                break  # the rest of these prompts goes the usual way
-            chunks = self._next_chunks([(state, work) for state, work in chunks if not work.sample])
-        return plans
-
-    def _next_chunks(self, chunks: list[tuple[RequestState, ScheduledSlot]]
-                     ) -> list[tuple[RequestState, ScheduledSlot]]:
-        """The chunks after `chunks` (of prompts queued ahead, not yet read) in a step of their own, each with the
-        checkpoint its prompt's computed length will be due at queued for that step; as far as the blocks go."""
-        budget, following = self.config.max_num_batched_tokens, []
-        for state, previous in chunks:
-            start = previous.num_computed_tokens + previous.num_new_tokens
-            computed, state.num_computed_tokens = state.num_computed_tokens, start  # (planning from there)
-            try:
-                num_new = self._chunk(state, budget)
-                needed = blocks_needed(start + num_new + self.lookahead, self.block_size) - state.num_blocks
-                if num_new <= 0 or not self.allocator.can_allocate(needed):
-                    continue
-                new_blocks = self.allocator.allocate(needed) if needed > 0 else []
-                state.block_ids.extend(new_blocks)
-                work = self._slot_work(state, num_new, new_blocks)
-            finally:
-                state.num_computed_tokens = computed
-            self._maybe_checkpoint(state, ahead=start - computed)
-            following.append((state, work))
-            budget -= num_new
-            if budget <= 0:
-                break
-        return following
 
     def _boundary_save(self, state: RequestState, start: int, window: int) -> list[tuple[int, int, int, int]]:
         """A decoding hybrid's checkpoint for a step planned ahead: its window really starts `window` - 1 to 0
@@ -211,23 +136,15 @@ class PlanAhead:
             state.decode_checkpoint_key = key
             self.cache_stats.checkpoints_saved += 1
 
-    def _verifying(self, plan: StepPlan, admit_behind: bool = False
-                   ) -> list[tuple[RequestState, ScheduledSlot | None]] | None:
+    def _verifying(self, plan: StepPlan) -> list[tuple[RequestState, ScheduledSlot]] | None:
         """(request, window) of each running request's slot of `plan` when it is a step of equal verification
         windows of every running request (and of requests that ended in the step before it, left out), sampled
-        without history and with nothing to admit next (see _admits_next); else None. `admit_behind`: waiting
-        requests do not stop it, and running requests outside `plan` whose prompts were read (their first token
-        committed, none in flight) come last as (request, None)."""
-        if (self._admits_next() and not admit_behind) or plan.new_slots or not plan.scheduled \
-                or self.offload is not None:
+        without history and with nothing to admit next (see _admits_next); else None."""
+        if self._admits_next() or plan.new_slots or not plan.scheduled or self.offload is not None:
             return None
         by_slot = {state.slot_id: state for state in self.running}
         window = plan.scheduled[0].num_new_tokens
-        in_plan = {work.slot_id for work in plan.scheduled}
-        # admit_behind: requests whose prompts ran behind `plan`'s predecessor, read since, join with their first
-        # window (after the others: the runner moves only the windows of `plan`'s slots)
-        settled = [state for slot, state in by_slot.items() if slot not in in_plan]
-        if (settled and not admit_behind) or window < 2:
+        if not by_slot.keys() <= {work.slot_id for work in plan.scheduled} or window < 2:
             return None
         pairs = []
         for work in plan.scheduled:
@@ -238,11 +155,6 @@ class PlanAhead:
                     or not _samples_without_history(state):
                 return None
             pairs.append((state, work))
-        for state in settled:
-            if state.slot_id in self.in_flight or state.num_computed_tokens != state.num_tokens - 1 \
-                    or not state.output_token_ids or not _samples_without_history(state):
-                return None
-            pairs.append((state, None))
         return pairs or None
 
     def _admits_next(self) -> bool:

@@ -119,26 +119,24 @@ class PrefixManager:
         request's prefix cached)."""
         return self.checkpoints is not None and self.enabled and state.request.cache_prefix
 
-    def checkpoint_due(self, state: RequestState, ahead: int = 0) -> int | None:
+    def checkpoint_due(self, state: RequestState, ahead: bool = False) -> int | None:
         """The key under which to save the slot's state now, if its computed length sits on a
         boundary worth keeping: every `checkpoint_every` prompt tokens, the prompt's last full
         block, and during decoding every boundary (the newest one serves the next turn). `ahead`:
-        for the length that many tokens past the computed ones (an overlapped decode step's token in
-        flight, whose input is known; prompt chunks queued ahead), the blocks it completes hashed
-        before their commit registers them."""
+        for the length one past the computed tokens (an overlapped decode step's token in flight,
+        whose input is known), the block it completes hashed before its commit registers it."""
         if not self.saves_checkpoints(state):
             return None
-        computed = state.num_computed_tokens + int(ahead)
+        computed = state.num_computed_tokens + (1 if ahead else 0)
         index = computed // self.block_size - 1       # the block that ends at `computed`
         if computed == 0 or computed % self.block_size:
             return None
-        first = len(state.block_hashes)
-        if first > index:
+        if len(state.block_hashes) > index:
             key = state.block_hashes[index]
-        elif ahead and state.num_tokens >= computed:
+        elif ahead and len(state.block_hashes) == index and state.num_tokens >= computed:
             parent = state.block_hashes[-1] if state.block_hashes else None
-            blocks = state.token_range(first * self.block_size, computed)  # the blocks it completes
-            key = chain_hashes(blocks, self.block_size, index + 1 - first, parent)[-1]
+            block = state.token_range(index * self.block_size, computed)  # the one block it completes
+            key = chain_hashes(block, self.block_size, 1, parent)[0]
         else:
             return None
         prompt_len = len(state.prompt_token_ids)

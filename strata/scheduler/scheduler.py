@@ -313,9 +313,9 @@ class Scheduler(Admission, PlanAhead):
                 if key is not None and state.decode_checkpoint_key == key:
                     state.decode_checkpoint_key = None
 
-    def _maybe_checkpoint(self, state: RequestState, ahead: int = 0) -> None:
+    def _maybe_checkpoint(self, state: RequestState, ahead: bool = False) -> None:
         """Queue a save of the slot's state for the next plan if a checkpoint is due (see
-        PrefixManager.checkpoint_due; `ahead`: tokens of steps in flight past the computed ones)."""
+        PrefixManager.checkpoint_due; `ahead`: for the overlapped step in flight)."""
         key = self.prefix.checkpoint_due(state, ahead)
         if key is None:
             return

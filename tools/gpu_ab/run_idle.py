@@ -1,6 +1,6 @@
 """Where the device idles in a whole closed-loop run (the issues' speculation command: 32 prompts of 64 tokens,
-128 out, synthetic L = 3, k = 3, or plain): `python3 run_idle.py MODEL [streams=4] [arms=spec,plain,mixed,ahead]`
-(mixed: speculation with STRATA_MIXED_GRAPHS=1; ahead: with STRATA_PROMPTS_AHEAD=1, session 69).
+128 out, synthetic L = 3, k = 3, or plain): `python3 run_idle.py MODEL [streams=4] [arms=spec,plain,mixed]`
+(mixed: speculation with STRATA_MIXED_GRAPHS=1).
 
 Per arm: one unprofiled run (tok/s, as the bench's loop gives it, with its experts meter), then one under a CPU +
 CUDA trace. The trace's device-idle gaps are put down to the engine step whose host range holds the gap's start
@@ -30,7 +30,6 @@ SPEC = {"method": "synthetic", "acceptance_length": 3.0, "num_speculative_tokens
 
 def run(arm):
     os.environ["STRATA_MIXED_GRAPHS"] = "1" if arm == "mixed" else "0"  # mixed: spec, windows and prompts one graph
-    os.environ["STRATA_PROMPTS_AHEAD"] = "1" if arm == "ahead" else "0"  # ahead: prompts behind the steps in flight
     llm = LLM(model=path, device=opts.get("device", "cuda"), max_model_len=4096, max_num_seqs=streams,
               speculative_config=None if arm == "plain" else SPEC)
     core = llm.engine
