@@ -1,10 +1,15 @@
 """Host-to-device copies of small index arrays that do not make the host wait for the device, their way back
-(HostCopy), device rows into host memory without a wait (rows_to_host, RowsToHost), and byte views for copying
-float8 tensors."""
+(HostCopy), device rows into host memory without a wait (rows_to_host, RowsToHost), host memory page-locked in
+place (pin_in_place), and byte views for copying float8 tensors."""
 
 from __future__ import annotations
 
+import logging
+import weakref
+
 import torch
+
+logger = logging.getLogger(__name__)
 
 
 FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2)
@@ -23,6 +28,20 @@ def index_tensor(values, device: torch.device | str, dtype: torch.dtype = torch.
     if torch.device(device).type != "cuda" or torch.cuda.is_current_stream_capturing():
         return host.to(device)
     return host.pin_memory().to(device, non_blocking=True)
+
+
+def pin_in_place(host: torch.Tensor, what: str) -> bool:
+    """Page-lock `host` (a CPU tensor) where it lies, so copies from it are asynchronous and the device's kernels
+    may read it over PCIe (CUDA's unified addressing); unlocked when the tensor is collected. False, with a
+    warning naming `what`, where CUDA refuses it."""
+    cudart = torch.cuda.cudart()
+    pointer = host.data_ptr()
+    error = cudart.cudaHostRegister(pointer, host.numel() * host.element_size(), 0)
+    if error != cudart.cudaError.success:
+        logger.warning("cudaHostRegister failed for %s (%s)", what, error)
+        return False
+    weakref.finalize(host, cudart.cudaHostUnregister, pointer)
+    return True
 
 
 def consecutive_runs(ids: list[int]) -> list[tuple[int, int, int]]:

@@ -10,13 +10,11 @@ Without THP, or when registering fails, it falls back to plain (then pinned) mem
 
 from __future__ import annotations
 
-import logging
 import mmap
-import weakref
 
 import torch
 
-logger = logging.getLogger(__name__)
+from strata.transfer import pin_in_place
 
 
 def host_copy(weights: torch.Tensor, pin: bool) -> torch.Tensor:
@@ -32,19 +30,7 @@ def host_copy(weights: torch.Tensor, pin: bool) -> torch.Tensor:
         pass
     host = torch.frombuffer(buffer, dtype=weights.dtype, count=weights.numel()).view(weights.shape)
     host.copy_(weights)
-    if pin and not _register(host):
+    # page-locked for asynchronous copies, unlocked when the tensor is collected (before its memory is unmapped)
+    if pin and not pin_in_place(host, "expert weights (they use torch's pinned memory)"):
         return host.pin_memory()
     return host
-
-
-def _register(host: torch.Tensor) -> bool:
-    """Page-lock `host` for asynchronous copies; unregistered when the tensor is collected (before its
-    memory is unmapped)."""
-    cudart = torch.cuda.cudart()
-    pointer = host.data_ptr()
-    error = cudart.cudaHostRegister(pointer, host.numel() * host.element_size(), 0)
-    if error != cudart.cudaError.success:
-        logger.warning("cudaHostRegister failed (%s): expert weights use torch's pinned memory", error)
-        return False
-    weakref.finalize(host, cudart.cudaHostUnregister, pointer)
-    return True

@@ -14,6 +14,9 @@ it fits on the GPU beside everything else (strata.weights.loader.place_host_tabl
 host work. CUDA graphs take the layer either way: with the table in host memory a captured step ends its
 graph after the row ids (copied to pinned memory) and, at each replay, the host gathers the rows and uploads
 them for the next graph (strata.split_graphs), one short host wait a step instead of a step without graphs.
+With STRATA_PLE_IN_PLACE=1 a dense table left in host memory is page-locked there instead and the device
+gathers the rows itself over PCIe (kernels/sm_copy.gather_rows): no host work and no split, so steps planned
+ahead stay ahead (opt-in until measured on a GPU).
 
 The torch forms here (`ngram_rows`, the gate in kernels/ple.ple_gate_ref, `conv_and_add`) are ~140 small launches a
 layer; on CUDA the rows, the gate and the conv are one launch each (kernels/ple.py).
@@ -30,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from strata.config import ModelConfig
+from strata.kernels.sm_copy import gather_rows
 from strata.model import ops
 from strata.model.context import ForwardContext
 from strata.model.gated_delta_net import causal_conv1d_ragged, with_history
@@ -151,6 +155,8 @@ class NGramEmbedding(nn.Module):
         host = "meta" if torch.get_default_device().type == "meta" or _TABLES_PACKED.get() else "cpu"
         self.ngram_embedding = nn.Embedding(rows, cfg.ple_embed_dim // heads, device=host)
         self._ids = HostCopy()  # a CUDA step's row ids in host memory, for a table there
+        # a dense table in page-locked host memory whose rows the device gathers over PCIe (weights.loader)
+        self.read_in_place = False
 
     def forward(self, input_ids: torch.Tensor, context: torch.Tensor,
                 ctx: ForwardContext) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -165,8 +171,13 @@ class NGramEmbedding(nn.Module):
                                               self.eos)
         # the table: an nn.Embedding in host memory, or on the GPU when it fits there (strata.weights.loader),
         # or a PackedEmbedding over a GGUF file's blocks, whose looked-up rows are dequantized
-        if self.ngram_embedding.weight.device == rows.device:
+        table = self.ngram_embedding.weight                                                  # [R, E / heads]
+        if table.device == rows.device:
             return self.ngram_embedding(rows.flatten()).view(rows.shape[0], -1), window_context  # [T, E]
+        if self.read_in_place and rows.is_cuda:  # the SMs read the rows over PCIe: no host work, no graph split
+            found = torch.empty(rows.numel(), table.shape[1], dtype=table.dtype, device=rows.device)
+            gather_rows(found, table.detach(), rows.flatten())                              # [T * heads, E / heads]
+            return found.view(rows.shape[0], -1), window_context                            # [T, E]
         ids = self._ids.queue(rows)                                                           # [T * heads] host
         if capturing():
             return self._gathered_at_replay(ids, rows), window_context

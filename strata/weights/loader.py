@@ -11,8 +11,10 @@ import torch
 from torch import nn
 
 from strata import progress
+from strata.config import debug_flag
 from strata.model.registry import (PackedLocalExperts, PackedWeight, expert_weights_on, model_class, owning_layers,
                                    tables_packed)
+from strata.transfer import pin_in_place
 from strata.weights.source import WeightSource
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -71,6 +73,22 @@ def place_host_tables(model: nn.Module, device: str, quiet: bool = False) -> Non
             m.to(device)
         if not quiet:
             print(f"PLE tables ({size / 2**20:.0f} MiB) fit on {device}: moved there", file=sys.stderr)
+    elif tables and not packed and debug_flag("PLE_IN_PLACE"):
+        _pin_tables(tables, size, quiet)
+
+
+def _pin_tables(tables: list[nn.Module], size: int, quiet: bool) -> None:
+    """Dense tables left in host memory, page-locked where they lie: the device gathers a step's rows itself over
+    PCIe (NGramEmbedding.read_in_place), inside the step's graph, instead of the host between two graph parts.
+    STRATA_PLE_IN_PLACE=1 (opt-in until measured on a GPU)."""
+    started = time.perf_counter()
+    for m in tables:
+        table = m.ngram_embedding.weight.data                                                # [R, E / heads]
+        whole_words = table.shape[1] * table.element_size() % 4 == 0 and table.data_ptr() % 4 == 0
+        m.read_in_place = whole_words and pin_in_place(table, "a PLE table (the host gathers its rows)")
+    if not quiet and all(m.read_in_place for m in tables):
+        print(f"PLE tables ({size / 2**30:.1f} GiB) page-locked in host memory in {time.perf_counter() - started:.1f}"
+              f" s: the device reads their rows in place", file=sys.stderr)
 
 
 def _describe_weights(model: nn.Module, dtype: str) -> str:

@@ -8,16 +8,23 @@ import pytest
 import torch
 
 from strata.kernels.sm_copy import GATHER_BLOCK_WORDS, gather_rows
+from strata.transfer import pin_in_place
 
 
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu),
+                                    pytest.param("cuda-pinned-in-place", marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("strided", [False, True])
 def test_gather_rows_copies_the_named_rows_and_leaves_the_others(device, strided):
-    if device == "cuda" and not torch.cuda.is_available():
+    """From torch's pinned memory, or from memory page-locked where it lies (transfer.pin_in_place, as a PLE table
+    in host memory is with STRATA_PLE_IN_PLACE=1)."""
+    if device != "cpu" and not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     src = torch.randint(0, 256, (7, 3, GATHER_BLOCK_WORDS * 4 + 36), dtype=torch.uint8)  # rows of 2.x blocks
     if device == "cuda":
         src = src.pin_memory()
+    elif device == "cuda-pinned-in-place":
+        assert pin_in_place(src, "a test's rows")
+        device = "cuda"
     row = src[0].numel()
     slots = torch.full((4, row + (64 if strided else 0)), 9, dtype=torch.uint8, device=device)  # [S, slot bytes]
     dst = slots[:, :row].unflatten(1, src.shape[1:])

@@ -693,10 +693,12 @@ def test_qwen4_exp_graphs_replay_steps_past_the_qsa_budget(spec, options, tiny_m
 
 
 @gpu
-def test_qwen4_exp_graphs_gather_a_host_ple_table_between_their_parts(tiny_model_dir, monkeypatch, tmp_path):
+def test_qwen4_exp_graphs_gather_a_host_ple_table_between_their_parts_or_in_place(tiny_model_dir, monkeypatch,
+                                                                                 tmp_path):
     """With the PLE table left in host memory (as the real model's ~100 GB one is), decode steps still replay
-    graphs: each ends after the layer's row ids, the host gathers the rows, the next part reads them.
-    Tokens equal a run without graphs."""
+    graphs: each ends after the layer's row ids, the host gathers the rows, the next part reads them. With
+    STRATA_PLE_IN_PLACE=1 the table is page-locked and the device gathers the rows itself: no split. Tokens equal
+    a run without graphs, either way."""
     from strata.weights import loader
 
     monkeypatch.setattr(loader, "HOST_TABLE_GPU_SHARE", 0.0)
@@ -704,19 +706,22 @@ def test_qwen4_exp_graphs_gather_a_host_ple_table_between_their_parts(tiny_model
     prompts = _prompts([5, 9, 17, 3])
     lengths = [20, 8, 24, 12]
     runs = {}
-    for graphs in (False, True):
-        llm = LLM(folder, dtype="bfloat16", device="cuda", max_num_seqs=4, block_size=4, cuda_graphs=graphs)
-        tables = [m.ngram_embedding.weight.device.type for m in llm.engine.runner.model.modules()
-                  if type(m).__name__ == "NGramEmbedding"]
-        assert tables and set(tables) == {"cpu"}
-        runs[graphs] = _staggered(llm, prompts, lengths)
-        if graphs:
-            cache = llm.engine.runner.graphs
-            assert cache.num_replays > 0
-            assert all(c.graph.num_splits >= len(tables) for c in cache.graphs.values())
-        del llm
-        torch.cuda.empty_cache()
-    assert runs[True] == runs[False]
+    for in_place in (False, True):
+        monkeypatch.setenv("STRATA_PLE_IN_PLACE", "1" if in_place else "0")
+        for graphs in (False, True):
+            llm = LLM(folder, dtype="bfloat16", device="cuda", max_num_seqs=4, block_size=4, cuda_graphs=graphs)
+            tables = [m for m in llm.engine.runner.model.modules() if type(m).__name__ == "NGramEmbedding"]
+            assert tables and {m.ngram_embedding.weight.device.type for m in tables} == {"cpu"}
+            assert all(m.read_in_place == in_place for m in tables)
+            runs[in_place, graphs] = _staggered(llm, prompts, lengths)
+            if graphs:
+                cache = llm.engine.runner.graphs
+                assert cache.num_replays > 0
+                splits = [c.graph.num_splits for c in cache.graphs.values()]
+                assert all(n == 0 for n in splits) if in_place else all(n >= len(tables) for n in splits), splits
+            del llm
+            torch.cuda.empty_cache()
+    assert runs[False, True] == runs[False, False] == runs[True, False] == runs[True, True]
 
 
 @gpu
