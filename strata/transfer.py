@@ -32,8 +32,9 @@ def index_tensor(values, device: torch.device | str, dtype: torch.dtype = torch.
 
 def pin_in_place(host: torch.Tensor, what: str) -> bool:
     """Page-lock `host` (a CPU tensor) where it lies, so copies from it are asynchronous and the device's kernels
-    may read it over PCIe (CUDA's unified addressing); unlocked when the tensor is collected. False, with a
-    warning naming `what`, where CUDA refuses it."""
+    may read it over PCIe (CUDA's unified addressing); unlocked when this tensor object is collected, so pass one
+    that lives as long as the memory is read (not a fresh view). False, with a warning naming `what`, where CUDA
+    refuses it."""
     cudart = torch.cuda.cudart()
     pointer = host.data_ptr()
     error = cudart.cudaHostRegister(pointer, host.numel() * host.element_size(), 0)

@@ -83,7 +83,9 @@ def _pin_tables(tables: list[nn.Module], size: int, quiet: bool) -> None:
     STRATA_PLE_IN_PLACE=1 (opt-in until measured on a GPU)."""
     started = time.perf_counter()
     for m in tables:
-        table = m.ngram_embedding.weight.data                                                # [R, E / heads]
+        # the parameter itself, which lives as long as the model (pin_in_place unlocks the memory once its tensor
+        # object is collected: a `.data` view would be at once)
+        table = m.ngram_embedding.weight                                                     # [R, E / heads]
         whole_words = table.shape[1] * table.element_size() % 4 == 0 and table.data_ptr() % 4 == 0
         m.read_in_place = whole_words and pin_in_place(table, "a PLE table (the host gathers its rows)")
     if not quiet and all(m.read_in_place for m in tables):
