@@ -59,7 +59,8 @@ HOST_TABLE_GPU_SHARE = 0.25
 def place_host_tables(model: nn.Module, device: str, quiet: bool = False) -> None:
     """Modules marked `host_resident` load in host memory; on a GPU that holds them easily (a table of a
     benchmark shape, not the real model's 95 GiB one) they move there, so their layers need no host work.
-    Tables kept as GGUF blocks stay over the file's map."""
+    Tables kept as GGUF blocks stay over the file's map; dense ones left in host memory are page-locked for the
+    device to read in place with STRATA_PLE_IN_PLACE=1 (_pin_tables)."""
     if not device.startswith("cuda"):
         return
     # (a pipeline stage that does not own a table's layer holds it as shapes only: nothing to move)
