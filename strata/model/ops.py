@@ -38,12 +38,13 @@ from strata.kernels.routing import softmax_topk as softmax_topk_kernel
 # cpu_paged_attention with cpu_paged_attention_on, and the rotary embedding + KV write cpu_rope_kv with
 # cpu_rope_kv_on: strata.model.cpu_ops, the CPU path's native steps),
 # qk-norm + rotary + KV write and the GDN short windows (kernels_on), the PLE layer's rows and conv (fused_ple_on,
-# ple_conv_on).
+# ple_conv_on), and a table's rows gathered by the device from page-locked host memory (gather_rows).
 from strata.kernels.fused_moe import default_config, moe_grouped_gemms  # noqa: F401
 from strata.kernels.gdn import GroupedQKV, RawGates, causal_conv1d_update, gdn_recurrent  # noqa: F401
 from strata.kernels.paged_attention import BlockChoice, epilogue_rounds, paged_attention  # noqa: F401
 from strata.kernels.ple import ple_conv, ple_rows  # noqa: F401
 from strata.kernels.rope_kv import qk_norm_rope_kv  # noqa: F401
+from strata.kernels.sm_copy import gather_rows  # noqa: F401
 from strata.kernels.routing import route_and_align  # noqa: F401
 from strata.model import cpu_ops
 from strata.model.cpu_ops import (cpu_causal_conv, cpu_conv_on, cpu_gdn_on, cpu_gdn_recurrent,  # noqa: F401

@@ -33,7 +33,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from strata.config import ModelConfig
-from strata.kernels.sm_copy import gather_rows
 from strata.model import ops
 from strata.model.context import ForwardContext
 from strata.model.gated_delta_net import causal_conv1d_ragged, with_history
@@ -174,9 +173,9 @@ class NGramEmbedding(nn.Module):
         table = self.ngram_embedding.weight                                                  # [R, E / heads]
         if table.device == rows.device:
             return self.ngram_embedding(rows.flatten()).view(rows.shape[0], -1), window_context  # [T, E]
-        if self.read_in_place and rows.is_cuda:  # the SMs read the rows over PCIe: no host work, no graph split
+        if self.read_in_place:  # (a CUDA run) the SMs read the rows over PCIe: no host work, no graph split
             found = torch.empty(rows.numel(), table.shape[1], dtype=table.dtype, device=rows.device)
-            gather_rows(found, table.detach(), rows.flatten())                              # [T * heads, E / heads]
+            ops.gather_rows(found, table.detach(), rows.flatten())                              # [T * heads, E / heads]
             return found.view(rows.shape[0], -1), window_context                            # [T, E]
         ids = self._ids.queue(rows)                                                           # [T * heads] host
         if capturing():
