@@ -5,6 +5,7 @@ place (pin_in_place), and byte views for copying float8 tensors."""
 from __future__ import annotations
 
 import logging
+import mmap
 import weakref
 
 import torch
@@ -13,6 +14,7 @@ logger = logging.getLogger(__name__)
 
 
 FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+_HOST_READ_ONLY = 8  # cudaHostRegisterReadOnly
 
 
 def raw(t: torch.Tensor) -> torch.Tensor:
@@ -30,18 +32,23 @@ def index_tensor(values, device: torch.device | str, dtype: torch.dtype = torch.
     return host.pin_memory().to(device, non_blocking=True)
 
 
-def pin_in_place(host: torch.Tensor, what: str) -> bool:
+def pin_in_place(host: torch.Tensor, what: str, read_only: bool = False) -> bool:
     """Page-lock `host` (a CPU tensor) where it lies, so copies from it are asynchronous and the device's kernels
     may read it over PCIe (CUDA's unified addressing); unlocked when this tensor object is collected, so pass one
-    that lives as long as the memory is read (not a fresh view). False, with a warning naming `what`, where CUDA
+    that lives as long as the memory is read (not a fresh view). `read_only`: memory mapped read-only (a GGUF
+    file's map), locked as such over the whole pages it spans. False, with a warning naming `what`, where CUDA
     refuses it."""
     cudart = torch.cuda.cudart()
-    pointer = host.data_ptr()
-    error = cudart.cudaHostRegister(pointer, host.numel() * host.element_size(), 0)
+    start = host.data_ptr()
+    end = start + host.numel() * host.element_size()
+    flags = 0
+    if read_only:  # the pages around a tensor in a file's map are in the same map
+        start, end, flags = start - start % mmap.PAGESIZE, -(-end // mmap.PAGESIZE) * mmap.PAGESIZE, _HOST_READ_ONLY
+    error = cudart.cudaHostRegister(start, end - start, flags)
     if error != cudart.cudaError.success:
         logger.warning("cudaHostRegister failed for %s (%s)", what, error)
         return False
-    weakref.finalize(host, cudart.cudaHostUnregister, pointer)
+    weakref.finalize(host, cudart.cudaHostUnregister, start)
     return True
 
 

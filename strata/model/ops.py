@@ -38,7 +38,7 @@ from strata.kernels.routing import softmax_topk as softmax_topk_kernel
 # cpu_paged_attention with cpu_paged_attention_on, and the rotary embedding + KV write cpu_rope_kv with
 # cpu_rope_kv_on: strata.model.cpu_ops, the CPU path's native steps),
 # qk-norm + rotary + KV write and the GDN short windows (kernels_on), the PLE layer's rows and conv (fused_ple_on,
-# ple_conv_on), and a table's rows gathered by the device from page-locked host memory (gather_rows).
+# ple_conv_on), a table's rows gathered by the device from page-locked host memory (gather_rows).
 from strata.kernels.fused_moe import default_config, moe_grouped_gemms  # noqa: F401
 from strata.kernels.gdn import GroupedQKV, RawGates, causal_conv1d_update, gdn_recurrent  # noqa: F401
 from strata.kernels.paged_attention import BlockChoice, epilogue_rounds, paged_attention  # noqa: F401
@@ -297,10 +297,12 @@ def _packed_segment(x: torch.Tensor, qtype: int, blocks: torch.Tensor, k: int) -
 
 
 def packed_embedding(weight, input_ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """input_ids [T] -> rows [T, K] of a one-segment PackedWeight in `dtype`: the ids' block rows are
-    gathered, then dequantized (on every device, for now)."""
+    """input_ids [T] -> rows [T, K] of a one-segment PackedWeight in `dtype`: the ids' block rows gathered, then
+    dequantized; page-locked host blocks with the ids on the GPU are read in place (packed_dequant.dequantize_rows)."""
     if weight.reorders:
         input_ids = weight.output_order.index_select(0, input_ids)
+    if weight.blocks.device != input_ids.device:
+        return packed_dequant.dequantize_rows(weight.blocks, input_ids, weight.qtype, weight.in_features, dtype)
     rows = weight.blocks.index_select(0, input_ids)  # [T, row_bytes]
     return packed_dequant.dequantize(rows, weight.qtype, weight.in_features, dtype)
 

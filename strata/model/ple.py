@@ -14,9 +14,10 @@ it fits on the GPU beside everything else (strata.weights.loader.place_host_tabl
 host work. CUDA graphs take the layer either way: with the table in host memory a captured step ends its
 graph after the row ids (copied to pinned memory) and, at each replay, the host gathers the rows and uploads
 them for the next graph (strata.split_graphs), one short host wait a step instead of a step without graphs.
-With STRATA_PLE_IN_PLACE=1 a dense table left in host memory is page-locked there instead and the device
-gathers the rows itself over PCIe (kernels/sm_copy.gather_rows): no host work and no split, so steps planned
-ahead stay ahead (opt-in until measured on a GPU).
+With STRATA_PLE_IN_PLACE=1 a table left in host memory is page-locked there instead (a GGUF file's blocks
+read-only, over the file's map) and the device gathers the rows itself over PCIe (kernels/sm_copy.gather_rows;
+blocks dequantized as they are read, packed_dequant.dequantize_rows): no host work and no split, so steps
+planned ahead stay ahead (opt-in until measured on a GPU).
 
 The torch forms here (`ngram_rows`, the gate in kernels/ple.ple_gate_ref, `conv_and_add`) are ~140 small launches a
 layer; on CUDA the rows, the gate and the conv are one launch each (kernels/ple.py).
@@ -38,6 +39,7 @@ from strata.model.context import ForwardContext
 from strata.model.gated_delta_net import causal_conv1d_ragged, with_history
 from strata.model.hyper import GroupRMSNorm
 from strata.model.linear import Linear
+from strata.model.packed import PackedWeight
 from strata.split_graphs import capturing, split_here
 from strata.transfer import HostCopy
 
@@ -174,8 +176,11 @@ class NGramEmbedding(nn.Module):
         if table.device == rows.device:
             return self.ngram_embedding(rows.flatten()).view(rows.shape[0], -1), window_context  # [T, E]
         if self.read_in_place:  # (a CUDA run) the SMs read the rows over PCIe: no host work, no graph split
-            found = torch.empty(rows.numel(), table.shape[1], dtype=table.dtype, device=rows.device)
-            ops.gather_rows(found, table.detach(), rows.flatten())                              # [T * heads, E / heads]
+            if isinstance(table, PackedWeight):  # dequantized on the device as they are read
+                found = self.ngram_embedding(rows.flatten())                                # [T * heads, E / heads]
+            else:
+                found = torch.empty(rows.numel(), table.shape[1], dtype=table.dtype, device=rows.device)
+                ops.gather_rows(found, table.detach(), rows.flatten())
             return found.view(rows.shape[0], -1), window_context                            # [T, E]
         ids = self._ids.queue(rows)                                                           # [T * heads] host
         if capturing():

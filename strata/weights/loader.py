@@ -12,6 +12,7 @@ from torch import nn
 
 from strata import progress
 from strata.config import debug_flag
+from strata.kernels import packed_dequant
 from strata.model.registry import (PackedLocalExperts, PackedWeight, expert_weights_on, model_class, owning_layers,
                                    tables_packed)
 from strata.transfer import pin_in_place
@@ -59,8 +60,8 @@ HOST_TABLE_GPU_SHARE = 0.25
 def place_host_tables(model: nn.Module, device: str, quiet: bool = False) -> None:
     """Modules marked `host_resident` load in host memory; on a GPU that holds them easily (a table of a
     benchmark shape, not the real model's 95 GiB one) they move there, so their layers need no host work.
-    Tables kept as GGUF blocks stay over the file's map; dense ones left in host memory are page-locked for the
-    device to read in place with STRATA_PLE_IN_PLACE=1 (_pin_tables)."""
+    Tables kept as GGUF blocks stay over the file's map. With STRATA_PLE_IN_PLACE=1 the tables left in host memory
+    are page-locked for the device to read in place (_pin_tables)."""
     if not device.startswith("cuda"):
         return
     # (a pipeline stage that does not own a table's layer holds it as shapes only: nothing to move)
@@ -74,21 +75,27 @@ def place_host_tables(model: nn.Module, device: str, quiet: bool = False) -> Non
             m.to(device)
         if not quiet:
             print(f"PLE tables ({size / 2**20:.0f} MiB) fit on {device}: moved there", file=sys.stderr)
-    elif tables and not packed and debug_flag("PLE_IN_PLACE"):
-        _pin_tables(tables, size, quiet)
+    elif tables and debug_flag("PLE_IN_PLACE"):
+        _pin_tables(tables, quiet)
 
 
-def _pin_tables(tables: list[nn.Module], size: int, quiet: bool) -> None:
-    """Dense tables left in host memory, page-locked where they lie: the device gathers a step's rows itself over
-    PCIe (NGramEmbedding.read_in_place), inside the step's graph, instead of the host between two graph parts.
-    STRATA_PLE_IN_PLACE=1 (opt-in until measured on a GPU)."""
-    started = time.perf_counter()
+def _pin_tables(tables: list[nn.Module], quiet: bool) -> None:
+    """Tables left in host memory, page-locked where they lie (a GGUF file's blocks read-only, over its map): the
+    device gathers a step's rows itself over PCIe (NGramEmbedding.read_in_place), inside the step's graph, instead
+    of the host between two graph parts. STRATA_PLE_IN_PLACE=1 (opt-in until measured on a GPU)."""
+    started, size = time.perf_counter(), 0
     for m in tables:
-        # the parameter itself, which lives as long as the model (pin_in_place unlocks the memory once its tensor
-        # object is collected: a `.data` view would be at once)
-        table = m.ngram_embedding.weight                                                     # [R, E / heads]
+        weight = m.ngram_embedding.weight
+        # the tensor that lives as long as the model (pin_in_place unlocks the memory once the tensor object it got
+        # is collected: a `.data` view would be at once): the parameter, or the packed weight's blocks buffer
+        packed = isinstance(weight, PackedWeight)
+        table = weight.blocks if packed else weight                                # [R, E / heads] (packed: bytes)
         whole_words = table.shape[1] * table.element_size() % 4 == 0 and table.data_ptr() % 4 == 0
-        m.read_in_place = whole_words and pin_in_place(table, "a PLE table (the host gathers its rows)")
+        # (packed: blocks of a type the dequantizing gather reads, or dense rows the word gather moves)
+        readable = whole_words or (packed and packed_dequant.supports(weight.qtype, weight.shape[1]))
+        m.read_in_place = (readable and not (packed and weight.reorders)
+                           and pin_in_place(table, "a PLE table (the host gathers its rows)", read_only=packed))
+        size += table.numel() * table.element_size()
     if not quiet and all(m.read_in_place for m in tables):
         print(f"PLE tables ({size / 2**30:.1f} GiB) page-locked in host memory in {time.perf_counter() - started:.1f}"
               f" s: the device reads their rows in place", file=sys.stderr)

@@ -253,3 +253,67 @@ def test_packed_dequant_in_the_interpreter(qtype):
     assert torch.equal(dequantize_blocks(blocks, qtype, 768, torch.float32), expected)
     assert torch.equal(dequantize_blocks(wide[:, :blocks.shape[1]], qtype, 768, torch.float16),
                        expected.to(torch.float16))
+
+
+def _table_problem(qtype: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A lookup table's blocks [R, row bytes] and ids [N] with repeats, out of order (a step's PLE rows)."""
+    blocks = random_blocks(qtype, 23, k, seed=qtype + k)
+    return blocks, torch.tensor([7, 0, 22, 7, 3, 19, 11, 1, 5])
+
+
+@pytest.mark.parametrize("qtype", [Q8_0, IQ4_NL, Q4_K])
+def test_dequantize_rows_off_cuda_is_the_reference_of_the_rows(qtype):
+    """packed_dequant.dequantize_rows: dequantize(blocks[ids]) on the ids' device (here the CPU, by torch)."""
+    from strata.kernels.gguf_blocks import dequantize_ref
+    from strata.kernels.packed_dequant import dequantize_rows
+
+    k = 256 if qtype == Q4_K else 160
+    blocks, ids = _table_problem(qtype, k)
+    assert torch.equal(dequantize_rows(blocks, ids, qtype, k, torch.float32), dequantize_ref(blocks[ids], qtype, k))
+
+
+@interpreted
+@pytest.mark.parametrize("qtype, k", [(Q8_0, 160), (IQ4_NL, 160), (Q4_K, 512), (Q6_K, 256), (IQ2_XS, 256)])
+def test_dequantize_rows_in_the_interpreter(qtype, k):
+    """The one launch reading each output row's blocks at its id (Qwen4-Exp's PLE table rows: 160 values, 90-byte
+    IQ4_NL rows that are not whole words): gguf's float32 values exactly."""
+    from strata.kernels.gguf_blocks import dequantize_ref
+    from strata.kernels.packed_dequant import dequantize_rows
+
+    blocks, ids = _table_problem(qtype, k)
+    assert torch.equal(dequantize_rows(blocks, ids, qtype, k, torch.float32), dequantize_ref(blocks[ids], qtype, k))
+
+
+@interpreted
+def test_dequantize_rows_of_a_dense_type_in_the_interpreter():
+    """F16 / BF16 tables (whole-word rows): gathered by the SMs, then widened."""
+    from gguf import GGMLQuantizationType as GGML
+
+    from strata.kernels.packed_dequant import dequantize_rows
+
+    values = torch.randn(23, 160, generator=torch.Generator().manual_seed(3))
+    ids = torch.tensor([7, 0, 22, 7, 3])
+    for qtype, dtype in ((GGML.F16, torch.float16), (GGML.BF16, torch.bfloat16)):
+        blocks = values.to(dtype).view(torch.uint8)                                           # [R, 320]
+        assert torch.equal(dequantize_rows(blocks, ids, qtype, 160, torch.float32), values.to(dtype)[ids].float())
+
+
+@gpu
+@pytest.mark.parametrize("qtype, k", [(IQ4_NL, 160), (Q8_0, 160), (Q4_K, 512)])
+def test_dequantize_rows_reads_page_locked_host_blocks_in_place(qtype, k):
+    """A table in host memory page-locked where it lies (transfer.pin_in_place, as a PLE table is with
+    STRATA_PLE_IN_PLACE=1), ids on the GPU: the kernel reads the rows over PCIe, inside a CUDA graph too."""
+    from strata.kernels.gguf_blocks import dequantize_ref
+    from strata.kernels.packed_dequant import dequantize_rows
+    from strata.transfer import pin_in_place
+
+    blocks, ids = _table_problem(qtype, k)
+    assert pin_in_place(blocks, "a test's table")
+    expected = dequantize_ref(blocks[ids], qtype, k).to(torch.bfloat16)
+    ids = ids.cuda()
+    assert torch.equal(dequantize_rows(blocks, ids, qtype, k, torch.bfloat16).cpu(), expected)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = dequantize_rows(blocks, ids, qtype, k, torch.bfloat16)
+    graph.replay()
+    assert torch.equal(out.cpu(), expected)

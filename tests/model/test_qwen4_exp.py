@@ -126,7 +126,7 @@ def test_a_host_table_is_page_locked_through_its_own_parameter_only_when_asked(h
     from strata.weights import loader
 
     locked = []
-    monkeypatch.setattr(loader, "pin_in_place", lambda tensor, what: locked.append(tensor) or True)
+    monkeypatch.setattr(loader, "pin_in_place", lambda tensor, what, read_only=False: locked.append(tensor) or True)
     monkeypatch.setattr(loader, "HOST_TABLE_GPU_SHARE", 0.0)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=2**30))
     monkeypatch.setenv("STRATA_PLE_IN_PLACE", "1" if in_place else "0")

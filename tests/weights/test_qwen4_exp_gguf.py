@@ -156,6 +156,35 @@ def test_ngram_table_stays_packed_over_the_files_map(table_type, wide_ple_folder
     assert (sizes.total, sizes.mapped, sizes.host) == (others, raw.n_bytes, 0)
 
 
+@pytest.mark.parametrize("table_type", ["BF16", "Q8_0", "IQ4_NL"])
+def test_a_packed_table_is_page_locked_read_only_through_its_blocks_buffer(table_type, wide_ple_folder, tmp_path,
+                                                                           monkeypatch):
+    """STRATA_PLE_IN_PLACE=1 on a CUDA run: a table kept as the file's blocks is page-locked read-only over the
+    file's map, through the packed weight's own blocks buffer (which lives as long as the model), and the layer
+    reads it in place; its forward on ids of another device takes the dequantizing gather. (No CUDA needed: the
+    card's size and the locking are stand-ins.)"""
+    from types import SimpleNamespace
+
+    from strata.kernels import packed_dequant
+    from strata.weights import loader
+
+    locked = []
+    monkeypatch.setattr(loader, "pin_in_place", lambda tensor, what, read_only=False: locked.append(
+        (tensor, read_only)) or True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=2**40))
+    monkeypatch.setenv("STRATA_PLE_IN_PLACE", "1")
+    path = gguf_of(wide_ple_folder, str(tmp_path / "model.gguf"), types={r"per_layer_token_embd": table_type})
+    model = build_model(GGUFSource(path), "cpu", "float32", quiet=True)
+    layer = model.get_submodule(TABLE.rsplit(".", 1)[0])
+    loader.place_host_tables(model, "cuda:0", quiet=True)
+    table = layer.ngram_embedding.weight
+    assert layer.read_in_place and len(locked) == 1
+    assert locked[0][0] is table.blocks and locked[0][1]  # the buffer itself, read-only
+    read = []
+    monkeypatch.setattr(packed_dequant, "dequantize_rows", lambda blocks, ids, *args: read.append(ids) or "rows")
+    assert layer.ngram_embedding(torch.tensor([3, 1], device="meta")) == "rows" and len(read) == 1
+
+
 @pytest.mark.parametrize("rows, blocks", [(1, 1), (7, 3), (33, 1)])
 def test_iq4_nl_dequantize_ref_equals_gguf_bit_for_bit(rows, blocks):
     """Every bit pattern (NaN and inf scales too), also for rows taken with a stride (gathered rows)."""
@@ -204,3 +233,25 @@ def test_bad_metadata_is_named_before_weights_load(changes, message, mtp_folder,
     GGUFSource(good)
     with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'bad.gguf'}: ") + message):
         GGUFSource(with_metadata(good, str(tmp_path / "bad.gguf"), changes))
+
+
+@pytest.mark.gpu
+def test_a_packed_table_read_in_place_gives_the_host_gather_s_tokens(wide_ple_folder, tmp_path, monkeypatch):
+    """On the GPU, an IQ4_NL table over the file's map: with STRATA_PLE_IN_PLACE=1 the device reads its rows (no
+    graph split for it), without it the host gathers them between two graph parts; greedy tokens are equal."""
+    from strata import LLM, SamplingParams
+
+    path = gguf_of(wide_ple_folder, str(tmp_path / "model.gguf"), types={r"per_layer_token_embd": "IQ4_NL"})
+    prompts = [torch.randint(3, 160, (n,), generator=torch.Generator().manual_seed(n)).tolist() for n in (5, 9, 17)]
+    params = [SamplingParams(temperature=0.0, max_tokens=m, ignore_eos=True) for m in (12, 20, 8)]
+    runs = {}
+    for in_place in (False, True):
+        monkeypatch.setenv("STRATA_PLE_IN_PLACE", "1" if in_place else "0")
+        llm = LLM(path, dtype="bfloat16", device="cuda", max_num_seqs=3, block_size=4)
+        layer = llm.engine.runner.model.get_submodule(TABLE.rsplit(".", 1)[0])
+        assert isinstance(layer.ngram_embedding, PackedEmbedding) and layer.read_in_place == in_place
+        outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params)
+        runs[in_place] = [o.outputs[0].token_ids for o in outs]
+        del llm
+        torch.cuda.empty_cache()
+    assert runs[True] == runs[False]

@@ -1,5 +1,6 @@
 # Prepared in session 70 (~9 minutes, any card): Qwen4-Exp's PLE table read in place (STRATA_PLE_IN_PLACE=1: the
-# dense host table page-locked where it lies, the step's rows gathered by the device over PCIe, no graph split)
+# host table page-locked where it lies, a GGUF file's blocks read-only over its map, the step's rows gathered by the
+# device over PCIe (packed rows dequantized as they are read), no graph split)
 # against the host gather between two graph parts. Session 70's kernel profile (next_call107.sh, no PDL) found the
 # 4-stream steps idle 0.6-0.76 ms a verification step (2-3 gaps over 100 us each) and 0.37 ms a plain step. Its GPU
 # tests, then issue 29's speculation command at 4 streams: on (cold compile caches), off, on again.
@@ -7,7 +8,8 @@
 nvidia-smi -L
 source tools/gpu_ab/device_setup.sh
 S=$(date +%s)
-run_tests ple_in_place 110 tests/kernels/test_sm_gather.py tests/runner/test_cuda_graphs.py -k "gather_rows or ple_table"
+run_tests ple_in_place 120 tests/kernels/test_sm_gather.py tests/runner/test_cuda_graphs.py \
+  tests/kernels/test_packed_gemv.py tests/weights/test_qwen4_exp_gguf.py -k "gather_rows or ple_table or in_place"
 EXP='random:qwen4exp-125b?num_hidden_layers=4'
 STRATA_PLE_IN_PLACE=1 spec_c4 exp_inplace_1 src "$EXP" 180
 grep -h "page-locked\|cudaHostRegister" /tmp/exp_inplace_1.log | tee -a $OUT/ab.txt
