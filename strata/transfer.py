@@ -1,6 +1,6 @@
 """Host-to-device copies of small index arrays that do not make the host wait for the device, their way back
 (HostCopy), device rows into host memory without a wait (rows_to_host, RowsToHost), host memory page-locked in
-place (pin_in_place), and byte views for copying float8 tensors."""
+place (pin_in_place) and how much of it is free (host_available_bytes), and byte views for copying float8 tensors."""
 
 from __future__ import annotations
 
@@ -50,6 +50,18 @@ def pin_in_place(host: torch.Tensor, what: str, read_only: bool = False) -> bool
         return False
     weakref.finalize(host, cudart.cudaHostUnregister, start)
     return True
+
+
+def host_available_bytes() -> int | None:
+    """MemAvailable of /proc/meminfo (RAM the kernel can hand out without swapping), None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
 
 
 def consecutive_runs(ids: list[int]) -> list[tuple[int, int, int]]:

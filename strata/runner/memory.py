@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from strata.config import ModelConfig
+from strata.transfer import host_available_bytes  # noqa: F401 (the planner's name for it)
 from strata.types import WeightSizes  # noqa: F401 (the planner's and the tests' name for it)
 
 GiB = 2**30
@@ -62,18 +63,6 @@ def check_weights_fit(weight_bytes: int, budget: GpuBudget, utilization: float, 
             f"the weights need {weight_bytes / GiB:.1f} GiB but only {max(budget.available, 0) / GiB:.1f} GiB "
             f"are available ({budget.describe(utilization, reserve_mib)}); raise --gpu-memory-utilization, "
             f"lower --vram-reserve-mib, or use a smaller model / fewer layers")
-
-
-def host_available_bytes() -> int | None:
-    """MemAvailable of /proc/meminfo (RAM the kernel can hand out without swapping), None where unknown."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def check_host_fits(expert_bytes: int, available: int | None, other_bytes: int = 0) -> None:

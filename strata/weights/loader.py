@@ -15,7 +15,7 @@ from strata.config import debug_flag
 from strata.kernels import packed_dequant
 from strata.model.registry import (PackedLocalExperts, PackedWeight, expert_weights_on, model_class, owning_layers,
                                    tables_packed)
-from strata.transfer import pin_in_place
+from strata.transfer import host_available_bytes, pin_in_place
 from strata.weights.source import WeightSource
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -55,6 +55,8 @@ def build_model(source: WeightSource, device: str, dtype: str, seed: int = 0, qu
 
 # host-resident tables (Qwen4-Exp's PLE) move to the GPU when they take at most this share of its memory
 HOST_TABLE_GPU_SHARE = 0.25
+# RAM left free beside a table over a file's map that is page-locked for the device to read in place
+TABLE_LOCK_HEADROOM = 4 * 2**30
 
 
 def place_host_tables(model: nn.Module, device: str, quiet: bool = False) -> None:
@@ -93,9 +95,18 @@ def _pin_tables(tables: list[nn.Module], quiet: bool) -> None:
         whole_words = table.shape[1] * table.element_size() % 4 == 0 and table.data_ptr() % 4 == 0
         # (packed: blocks of a type the dequantizing gather reads, or dense rows the word gather moves)
         readable = whole_words or (packed and packed_dequant.supports(weight.qtype, weight.shape[1]))
+        nbytes = table.numel() * table.element_size()
+        # a table over the file's map is not all in RAM yet, and locked it must be: only with room to spare (a dense
+        # one is resident already)
+        available = host_available_bytes() if packed else None
+        if available is not None and nbytes + TABLE_LOCK_HEADROOM > available:
+            if not quiet:
+                print(f"PLE table ({nbytes / 2**30:.1f} GiB) not page-locked: {available / 2**30:.1f} GiB of RAM "
+                      f"free; the host gathers its rows", file=sys.stderr)
+            continue
         m.read_in_place = (readable and not (packed and weight.reorders)
                            and pin_in_place(table, "a PLE table (the host gathers its rows)", read_only=packed))
-        size += table.numel() * table.element_size()
+        size += nbytes
     if not quiet and all(m.read_in_place for m in tables):
         print(f"PLE tables ({size / 2**30:.1f} GiB) page-locked in host memory in {time.perf_counter() - started:.1f}"
               f" s: the device reads their rows in place", file=sys.stderr)

@@ -156,13 +156,14 @@ def test_ngram_table_stays_packed_over_the_files_map(table_type, wide_ple_folder
     assert (sizes.total, sizes.mapped, sizes.host) == (others, raw.n_bytes, 0)
 
 
-@pytest.mark.parametrize("table_type", ["BF16", "Q8_0", "IQ4_NL"])
-def test_a_packed_table_is_page_locked_read_only_through_its_blocks_buffer(table_type, wide_ple_folder, tmp_path,
-                                                                           monkeypatch):
+@pytest.mark.parametrize("table_type, free_gib", [("BF16", 64), ("Q8_0", 64), ("IQ4_NL", 64), ("IQ4_NL", 4)])
+def test_a_packed_table_is_page_locked_read_only_through_its_blocks_buffer(table_type, free_gib, wide_ple_folder,
+                                                                           tmp_path, monkeypatch):
     """STRATA_PLE_IN_PLACE=1 on a CUDA run: a table kept as the file's blocks is page-locked read-only over the
     file's map, through the packed weight's own blocks buffer (which lives as long as the model), and the layer
-    reads it in place; its forward on ids of another device takes the dequantizing gather. (No CUDA needed: the
-    card's size and the locking are stand-ins.)"""
+    reads it in place; its forward on ids of another device takes the dequantizing gather. Not where locking it
+    would leave under loader.TABLE_LOCK_HEADROOM of RAM free. (No CUDA needed: the card's size, the free RAM and
+    the locking are stand-ins.)"""
     from types import SimpleNamespace
 
     from strata.kernels import packed_dequant
@@ -172,12 +173,16 @@ def test_a_packed_table_is_page_locked_read_only_through_its_blocks_buffer(table
     monkeypatch.setattr(loader, "pin_in_place", lambda tensor, what, read_only=False: locked.append(
         (tensor, read_only)) or True)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=2**40))
+    monkeypatch.setattr(loader, "host_available_bytes", lambda: free_gib * 2**30)
     monkeypatch.setenv("STRATA_PLE_IN_PLACE", "1")
     path = gguf_of(wide_ple_folder, str(tmp_path / "model.gguf"), types={r"per_layer_token_embd": table_type})
     model = build_model(GGUFSource(path), "cpu", "float32", quiet=True)
     layer = model.get_submodule(TABLE.rsplit(".", 1)[0])
     loader.place_host_tables(model, "cuda:0", quiet=True)
     table = layer.ngram_embedding.weight
+    if free_gib * 2**30 <= loader.TABLE_LOCK_HEADROOM:
+        assert not layer.read_in_place and not locked
+        return
     assert layer.read_in_place and len(locked) == 1
     assert locked[0][0] is table.blocks and locked[0][1]  # the buffer itself, read-only
     read = []
