@@ -156,7 +156,8 @@ class NGramEmbedding(nn.Module):
         host = "meta" if torch.get_default_device().type == "meta" or _TABLES_PACKED.get() else "cpu"
         self.ngram_embedding = nn.Embedding(rows, cfg.ple_embed_dim // heads, device=host)
         self._ids = HostCopy()  # a CUDA step's row ids in host memory, for a table there
-        # a dense table in page-locked host memory whose rows the device gathers over PCIe (weights.loader)
+        # a table (dense, or a GGUF file's blocks) in page-locked host memory whose rows the device reads over PCIe
+        # (weights.loader._pin_tables)
         self.read_in_place = False
 
     def forward(self, input_ids: torch.Tensor, context: torch.Tensor,
