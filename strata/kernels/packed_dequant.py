@@ -10,11 +10,9 @@ with packed_gemv's block readers (_chunk_values), so it costs about a copy of th
 
 from __future__ import annotations
 
-import os
-
 import torch
 
-from strata.kernels import packed_gemv, packed_iquants, sm_copy
+from strata.kernels import packed_gemv, packed_iquants, packed_q8, sm_copy
 from strata.kernels.gguf_blocks import dequantize_ref
 
 try:
@@ -62,7 +60,7 @@ def dequantize_rows(blocks: torch.Tensor, ids: torch.Tensor, qtype: int, k: int,
     as a lookup table kept in host memory is), ids [N] int64 -> [N, K] in `dtype` on the ids' device: dequantize
     of blocks[ids] without gathering the blocks on the host. One launch on CUDA for the types `supports` takes; a
     dense type's rows (F32 / F16 / BF16) are gathered by the SMs, then widened."""
-    on_device = ids.is_cuda or _interpreted()
+    on_device = ids.is_cuda or packed_q8.interpreted()
     if on_device and triton is not None and supports(qtype, k):
         return dequantize_blocks(blocks, qtype, k, dtype, ids)
     if on_device and triton is not None and blocks.shape[1] % 4 == 0 and blocks.data_ptr() % 4 == 0:
@@ -70,10 +68,6 @@ def dequantize_rows(blocks: torch.Tensor, ids: torch.Tensor, qtype: int, k: int,
         sm_copy.gather_rows(found, blocks, ids)                                               # [N, row bytes]
         return dequantize_ref(found, qtype, k).to(dtype)
     return dequantize_ref(blocks.index_select(0, ids.to(blocks.device)), qtype, k).to(dtype).to(ids.device)
-
-
-def _interpreted() -> bool:
-    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 if triton is not None:

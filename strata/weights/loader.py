@@ -95,6 +95,8 @@ def _pin_tables(tables: list[nn.Module], quiet: bool) -> None:
         whole_words = table.shape[1] * table.element_size() % 4 == 0 and table.data_ptr() % 4 == 0
         # (packed: blocks of a type the dequantizing gather reads, or dense rows the word gather moves)
         readable = whole_words or (packed and packed_dequant.supports(weight.qtype, weight.shape[1]))
+        if not readable or (packed and weight.reorders):
+            continue
         nbytes = table.numel() * table.element_size()
         # a table over the file's map is not all in RAM yet, and locked it must be: only with room to spare (a dense
         # one is resident already)
@@ -104,8 +106,7 @@ def _pin_tables(tables: list[nn.Module], quiet: bool) -> None:
                 print(f"PLE table ({nbytes / 2**30:.1f} GiB) not page-locked: {available / 2**30:.1f} GiB of RAM "
                       f"free; the host gathers its rows", file=sys.stderr)
             continue
-        m.read_in_place = (readable and not (packed and weight.reorders)
-                           and pin_in_place(table, "a PLE table (the host gathers its rows)", read_only=packed))
+        m.read_in_place = pin_in_place(table, "a PLE table (the host gathers its rows)", read_only=packed)
         size += nbytes
     if not quiet and all(m.read_in_place for m in tables):
         print(f"PLE tables ({size / 2**30:.1f} GiB) page-locked in host memory in {time.perf_counter() - started:.1f}"
