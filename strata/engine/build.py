@@ -27,7 +27,7 @@ from strata.runner.model_runner import ModelRunner
 from strata.scheduler.scheduler import Scheduler
 from strata.spec.planner import DraftPlanner
 from strata.tokenizer import load_tokenizer
-from strata.weights.loader import DTYPES, build_model
+from strata.weights.loader import DTYPES, build_model, lock_host_tables
 from strata.types import StructuredOutputs
 from strata.weights.source import open_source
 
@@ -141,6 +141,7 @@ def _build_parts(config: EngineConfig, quiet: bool, shared: LoadedModel | None, 
         model = build_model(source, device, dtype, config.runner.seed, quiet=quiet, expert_device=expert_device,
                             owned_layers=owned)
         loaded = LoadedModel(model, install_experts(model, expert_config, device, quiet=quiet))
+        lock_host_tables(model, device, quiet)  # with the experts' host copies made: the RAM they leave
         if stage is not None:
             model.stage = stage
     loaded = loaded or shared

@@ -14,10 +14,10 @@ it fits on the GPU beside everything else (strata.weights.loader.place_host_tabl
 host work. CUDA graphs take the layer either way: with the table in host memory a captured step ends its
 graph after the row ids (copied to pinned memory) and, at each replay, the host gathers the rows and uploads
 them for the next graph (strata.split_graphs), one short host wait a step instead of a step without graphs.
-With STRATA_PLE_IN_PLACE=1 a table left in host memory is page-locked there instead (a GGUF file's blocks
-read-only, over the file's map) and the device gathers the rows itself over PCIe (kernels/sm_copy.gather_rows;
-blocks dequantized as they are read, packed_dequant.dequantize_rows): no host work and no split, so steps
-planned ahead stay ahead (opt-in until measured on a GPU).
+That is the fallback (STRATA_PLE_IN_PLACE=0, or too little free RAM to lock a table over a file's map): by default
+a table left in host memory is page-locked there (a GGUF file's blocks read-only, over the file's map) and the
+device gathers the rows itself over PCIe (kernels/sm_copy.gather_rows; blocks dequantized as they are read,
+packed_dequant.dequantize_rows): no host work and no split, so steps planned ahead stay ahead.
 
 The torch forms here (`ngram_rows`, the gate in kernels/ple.ple_gate_ref, `conv_and_add`) are ~140 small launches a
 layer; on CUDA the rows, the gate and the conv are one launch each (kernels/ple.py).

@@ -301,8 +301,8 @@ def test_dequantize_rows_of_a_dense_type_in_the_interpreter():
 @gpu
 @pytest.mark.parametrize("qtype, k", [(IQ4_NL, 160), (Q8_0, 160), (Q4_K, 512)])
 def test_dequantize_rows_reads_page_locked_host_blocks_in_place(qtype, k):
-    """A table in host memory page-locked where it lies (transfer.pin_in_place, as a PLE table is with
-    STRATA_PLE_IN_PLACE=1), ids on the GPU: the kernel reads the rows over PCIe, inside a CUDA graph too."""
+    """A table in host memory page-locked where it lies (transfer.pin_in_place, as a PLE table in
+    host memory is), ids on the GPU: the kernel reads the rows over PCIe, inside a CUDA graph too."""
     from strata.kernels.gguf_blocks import dequantize_ref
     from strata.kernels.packed_dequant import dequantize_rows
     from strata.transfer import pin_in_place

@@ -16,7 +16,7 @@ from strata.transfer import pin_in_place
 @pytest.mark.parametrize("strided", [False, True])
 def test_gather_rows_copies_the_named_rows_and_leaves_the_others(device, strided):
     """From torch's pinned memory, or from memory page-locked where it lies (transfer.pin_in_place, as a PLE table
-    in host memory is with STRATA_PLE_IN_PLACE=1)."""
+    in host memory is)."""
     if device != "cpu" and not torch.cuda.is_available():
         pytest.skip("needs a CUDA device")
     src = torch.randint(0, 256, (7, 3, GATHER_BLOCK_WORDS * 4 + 36), dtype=torch.uint8)  # rows of 2.x blocks

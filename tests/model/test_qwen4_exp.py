@@ -115,12 +115,13 @@ def test_a_table_that_loads_packed_is_never_allocated_dense(hf_and_folder):
         assert NGramEmbedding(cfg, 0).ngram_embedding.weight.is_meta
 
 
-@pytest.mark.parametrize("in_place", [False, True])
-def test_a_host_table_is_page_locked_through_its_own_parameter_only_when_asked(hf_and_folder, monkeypatch, in_place):
-    """STRATA_PLE_IN_PLACE=1: a PLE table left in host memory on a CUDA run is page-locked where it lies, through its
+@pytest.mark.parametrize("switch", [None, "1", "0"])
+def test_a_host_table_is_page_locked_through_its_own_parameter_unless_turned_off(hf_and_folder, monkeypatch, switch):
+    """By default a PLE table left in host memory on a CUDA run is page-locked where it lies, through its
     nn.Parameter (which lives as long as the model: pin_in_place unlocks the memory when the tensor object it got
-    is collected, which for a `.data` view would be at once), and the layer then reads its rows in place. Without
-    the switch nothing is locked. (No CUDA needed: the card's size and the locking are stand-ins.)"""
+    is collected, which for a `.data` view would be at once), and the layer then reads its rows in place. With
+    STRATA_PLE_IN_PLACE=0 nothing is locked (the host gathers the rows). (No CUDA needed: the card's size and the
+    locking are stand-ins.)"""
     from types import SimpleNamespace
 
     from strata.weights import loader
@@ -129,11 +130,16 @@ def test_a_host_table_is_page_locked_through_its_own_parameter_only_when_asked(h
     monkeypatch.setattr(loader, "pin_in_place", lambda tensor, what, read_only=False: locked.append(tensor) or True)
     monkeypatch.setattr(loader, "HOST_TABLE_GPU_SHARE", 0.0)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=2**30))
-    monkeypatch.setenv("STRATA_PLE_IN_PLACE", "1" if in_place else "0")
+    if switch is None:
+        monkeypatch.delenv("STRATA_PLE_IN_PLACE", raising=False)
+    else:
+        monkeypatch.setenv("STRATA_PLE_IN_PLACE", switch)
+    in_place = switch != "0"
     model = build_model(HFSource(str(hf_and_folder[1])), "cpu", "bfloat16", quiet=True)
     tables = [m for m in model.modules() if type(m).__name__ == "NGramEmbedding"]
     assert tables and not any(m.read_in_place for m in tables)
     loader.place_host_tables(model, "cuda:0", quiet=True)
+    loader.lock_host_tables(model, "cuda:0", quiet=True)
     assert all(m.ngram_embedding.weight.device.type == "cpu" for m in tables)  # none moved to the card
     assert [id(t) for t in locked] == ([id(m.ngram_embedding.weight) for m in tables] if in_place else [])
     assert all(m.read_in_place == in_place for m in tables)

@@ -696,8 +696,9 @@ def test_qwen4_exp_graphs_replay_steps_past_the_qsa_budget(spec, options, tiny_m
 def test_qwen4_exp_graphs_gather_a_host_ple_table_between_their_parts_or_in_place(tiny_model_dir, monkeypatch,
                                                                                  tmp_path):
     """With the PLE table left in host memory (as the real model's ~100 GB one is), decode steps still replay
-    graphs: each ends after the layer's row ids, the host gathers the rows, the next part reads them. With
-    STRATA_PLE_IN_PLACE=1 the table is page-locked and the device gathers the rows itself: no split. Tokens equal
+    graphs. By default the table is page-locked and the device gathers the rows itself: no split. With
+    STRATA_PLE_IN_PLACE=0 each graph ends after the layer's row ids, the host gathers the rows, the next part reads
+    them. Tokens equal
     a run without graphs, either way."""
     from strata.weights import loader
 

@@ -159,7 +159,7 @@ def test_ngram_table_stays_packed_over_the_files_map(table_type, wide_ple_folder
 @pytest.mark.parametrize("table_type, free_gib", [("BF16", 64), ("Q8_0", 64), ("IQ4_NL", 64), ("IQ4_NL", 4)])
 def test_a_packed_table_is_page_locked_read_only_through_its_blocks_buffer(table_type, free_gib, wide_ple_folder,
                                                                            tmp_path, monkeypatch):
-    """STRATA_PLE_IN_PLACE=1 on a CUDA run: a table kept as the file's blocks is page-locked read-only over the
+    """On a CUDA run (by default) a table kept as the file's blocks is page-locked read-only over the
     file's map, through the packed weight's own blocks buffer (which lives as long as the model), and the layer
     reads it in place; its forward on ids of another device takes the dequantizing gather. Not where locking it
     would leave under loader.TABLE_LOCK_HEADROOM of RAM free. (No CUDA needed: the card's size, the free RAM and
@@ -174,11 +174,12 @@ def test_a_packed_table_is_page_locked_read_only_through_its_blocks_buffer(table
         (tensor, read_only)) or True)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=2**40))
     monkeypatch.setattr(loader, "host_available_bytes", lambda: free_gib * 2**30)
-    monkeypatch.setenv("STRATA_PLE_IN_PLACE", "1")
+    monkeypatch.delenv("STRATA_PLE_IN_PLACE", raising=False)
     path = gguf_of(wide_ple_folder, str(tmp_path / "model.gguf"), types={r"per_layer_token_embd": table_type})
     model = build_model(GGUFSource(path), "cpu", "float32", quiet=True)
     layer = model.get_submodule(TABLE.rsplit(".", 1)[0])
     loader.place_host_tables(model, "cuda:0", quiet=True)
+    loader.lock_host_tables(model, "cuda:0", quiet=True)
     table = layer.ngram_embedding.weight
     if free_gib * 2**30 <= loader.TABLE_LOCK_HEADROOM:
         assert not layer.read_in_place and not locked
@@ -242,8 +243,8 @@ def test_bad_metadata_is_named_before_weights_load(changes, message, mtp_folder,
 
 @pytest.mark.gpu
 def test_a_packed_table_read_in_place_gives_the_host_gather_s_tokens(wide_ple_folder, tmp_path, monkeypatch):
-    """On the GPU, an IQ4_NL table over the file's map: with STRATA_PLE_IN_PLACE=1 the device reads its rows (no
-    graph split for it), without it the host gathers them between two graph parts; greedy tokens are equal."""
+    """On the GPU, an IQ4_NL table over the file's map: by default the device reads its rows (no graph split
+    for it), with STRATA_PLE_IN_PLACE=0 the host gathers them between two graph parts; greedy tokens are equal."""
     from strata import LLM, SamplingParams
 
     path = gguf_of(wide_ple_folder, str(tmp_path / "model.gguf"), types={r"per_layer_token_embd": "IQ4_NL"})

@@ -1,8 +1,8 @@
 # Prepared in session 70 (~5 minutes): on an H200, issue 23's commands (c1 / c8 / c16 of the 30B-A3B 24L Q4_K_M and
-# the offload command at 25 %, whose targets are the H200's); on an H100, next_call109.sh (Qwen4-Exp's PLE table
-# read in place).
+# the offload command at 25 %, whose targets are the H200's); on an H100, next_call110.sh (Qwen4-Exp's PLE table
+# read in place from a Q4_K_M file).
 # Build the archive first:  git archive --format=tar.gz HEAD -o .base/src.tar && git rev-parse --short HEAD > .base/COMMIT
-if ! nvidia-smi -L | grep -q H200; then exec bash tools/gpu_ab/next_call109.sh; fi
+if ! nvidia-smi -L | grep -q H200; then exec bash tools/gpu_ab/next_call110.sh; fi
 nvidia-smi -L
 source tools/gpu_ab/device_setup.sh
 S=$(date +%s)
