@@ -18,7 +18,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "strata"
 
 # Bottom to top. A new package or top-level module must be placed here (test_every_package_has_a_layer).
 LAYERS = (
-    ("types", "config", "transfer", "dma", "split_graphs", "progress", "reasoning"),  # base: nothing from strata
+    ("types", "config", "transfer", "dma", "split_graphs", "progress", "reasoning", "page_advice"),  # base: nothing from strata
     ("kernels", "structured"),  # structured: request constraints -> grammars (torch-free)
     ("cache", "sample", "model"),
     ("weights", "experts"),
@@ -36,7 +36,7 @@ LAYER_OF = {package: i for i, layer in enumerate(LAYERS) for package in layer}
 # packages that may import only these (besides themselves), whatever their layer allows
 ONLY = {
     "kernels": {"config"},  # a leaf: debug_flag only
-    "model": {"kernels", "transfer", "config", "split_graphs"},
+    "model": {"kernels", "transfer", "config", "split_graphs", "page_advice"},
     "experts": {"model", "kernels", "config", "split_graphs", "dma", "transfer"},
 }
 

@@ -296,14 +296,15 @@ def _packed_segment(x: torch.Tensor, qtype: int, blocks: torch.Tensor, k: int) -
     return packed_matmul_ref(x.float(), blocks, qtype, k)
 
 
-def packed_embedding(weight, input_ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """input_ids [T] -> rows [T, K] of a one-segment PackedWeight in `dtype`: the ids' block rows gathered, then
-    dequantized; page-locked host blocks with the ids on the GPU are read in place (packed_dequant.dequantize_rows)."""
+def packed_embedding(weight, input_ids: torch.Tensor, dtype: torch.dtype, gather=None) -> torch.Tensor:
+    """input_ids [T] -> rows [T, K] of a one-segment PackedWeight in `dtype`: the ids' block rows gathered (by
+    `gather(ids)` where given: page_advice.RowReads), then dequantized; page-locked host blocks with the ids on the
+    GPU are read in place (packed_dequant.dequantize_rows)."""
     if weight.reorders:
         input_ids = weight.output_order.index_select(0, input_ids)
     if weight.blocks.device != input_ids.device:
         return packed_dequant.dequantize_rows(weight.blocks, input_ids, weight.qtype, weight.in_features, dtype)
-    rows = weight.blocks.index_select(0, input_ids)  # [T, row_bytes]
+    rows = gather(input_ids) if gather else weight.blocks.index_select(0, input_ids)  # [T, row_bytes]
     return packed_dequant.dequantize(rows, weight.qtype, weight.in_features, dtype)
 
 

@@ -17,7 +17,9 @@ them for the next graph (strata.split_graphs), one short host wait a step instea
 That is the fallback (STRATA_PLE_IN_PLACE=0, or too little free RAM to lock a table over a file's map): by default
 a table left in host memory is page-locked there (a GGUF file's blocks read-only, over the file's map) and the
 device gathers the rows itself over PCIe (kernels/sm_copy.gather_rows; blocks dequantized as they are read,
-packed_dequant.dequantize_rows): no host work and no split, so steps planned ahead stay ahead.
+packed_dequant.dequantize_rows): no host work and no split, so steps planned ahead stay ahead. Where the host
+reads a table kept as a file's blocks (CPU runs, the fallback), it reads the map through page_advice.RowReads:
+random access, and a step's pages asked of the disk together while they come from there.
 
 The torch forms here (`ngram_rows`, the gate in kernels/ple.ple_gate_ref, `conv_and_add`) are ~140 small launches a
 layer; on CUDA the rows, the gate and the conv are one launch each (kernels/ple.py).
@@ -33,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from strata import page_advice
 from strata.config import ModelConfig
 from strata.model import ops
 from strata.model.context import ForwardContext
@@ -159,6 +162,7 @@ class NGramEmbedding(nn.Module):
         # a table (dense, or a GGUF file's blocks) in page-locked host memory whose rows the device reads over PCIe
         # (weights.loader._pin_tables)
         self.read_in_place = False
+        self._reads = None  # the host's reads of a table over a file's map (page_advice.RowReads), made at first use
 
     def forward(self, input_ids: torch.Tensor, context: torch.Tensor,
                 ctx: ForwardContext) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -175,7 +179,9 @@ class NGramEmbedding(nn.Module):
         # or a PackedEmbedding over a GGUF file's blocks, whose looked-up rows are dequantized
         table = self.ngram_embedding.weight                                                  # [R, E / heads]
         if table.device == rows.device:
-            return self.ngram_embedding(rows.flatten()).view(rows.shape[0], -1), window_context  # [T, E]
+            found = self._host_lookup(rows.flatten()) if rows.device.type == "cpu" else \
+                self.ngram_embedding(rows.flatten())                                        # [T * heads, E / heads]
+            return found.view(rows.shape[0], -1), window_context                            # [T, E]
         if self.read_in_place:  # (a CUDA run) the SMs read the rows over PCIe: no host work, no graph split
             if isinstance(table, PackedWeight):  # dequantized on the device as they are read
                 found = self.ngram_embedding(rows.flatten())                                # [T * heads, E / heads]
@@ -187,8 +193,19 @@ class NGramEmbedding(nn.Module):
         if capturing():
             return self._gathered_at_replay(ids, rows), window_context
         self._ids.wait(rows.device)
-        found = self.ngram_embedding(ids)                                                     # [T * heads, E / heads]
+        found = self._host_lookup(ids)                                                        # [T * heads, E / heads]
         return found.view(rows.shape[0], -1).to(input_ids.device), window_context            # [T, E]
+
+    def _host_lookup(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids [N] on the CPU -> the table's rows [N, E / heads], read by the host. A table kept as a GGUF file's
+        blocks is read over the file's map, through page_advice.RowReads: the pages of its rows asked of the disk
+        together while they come from there."""
+        embedding = self.ngram_embedding
+        if not isinstance(embedding.weight, PackedWeight):
+            return embedding(ids)  # a dense table was read into memory (an HF checkpoint's, a random one)
+        if self._reads is None:
+            self._reads = page_advice.RowReads(embedding.weight.blocks)
+        return ops.packed_embedding(embedding.weight, ids, embedding.dtype, gather=self._reads.gather)
 
     def _gathered_at_replay(self, ids: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """While a step is captured: ids [T * heads], the copy of rows [T, heads] being made in host memory for
@@ -200,7 +217,7 @@ class NGramEmbedding(nn.Module):
 
         def gather(num_real_rows: int) -> None:
             self._ids.wait(device)  # the ids have landed
-            found.copy_(self.ngram_embedding(ids).view(found.shape))
+            found.copy_(self._host_lookup(ids).view(found.shape))
 
         split_here(gather)
         return found

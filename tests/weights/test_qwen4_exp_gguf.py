@@ -156,6 +156,38 @@ def test_ngram_table_stays_packed_over_the_files_map(table_type, wide_ple_folder
     assert (sizes.total, sizes.mapped, sizes.host) == (others, raw.n_bytes, 0)
 
 
+def test_the_host_asks_the_page_cache_for_a_mapped_table_s_rows_while_its_reads_are_slow(wide_ple_folder, tmp_path,
+                                                                                       monkeypatch):
+    """A table read by the host over the file's map (a CPU run; a CUDA run whose table is not page-locked) goes
+    through page_advice.RowReads: the map is marked for random access once, and once a plain gather was slow (here
+    every one is: the threshold is below zero) the next lookups' rows are advised (MADV_WILLNEED) just before they
+    are read, the very rows the lookup then gathers. The logits do not change."""
+    from strata import page_advice
+
+    path = gguf_of(wide_ple_folder, str(tmp_path / "model.gguf"), types={r"per_layer_token_embd": "IQ4_NL"})
+    model = build_model(GGUFSource(path), "cpu", "float32", quiet=True)
+    blocks = model.get_submodule(TABLE).weight.blocks
+    events = []
+    real_random, real_ahead, real_select = page_advice.random_access, page_advice.read_ahead, torch.Tensor.index_select
+    monkeypatch.setattr(page_advice, "SLOW_GATHER_BASE_NS", -10**12)
+    monkeypatch.setattr(page_advice, "random_access", lambda t: events.append(("random", t.data_ptr())) or
+                        real_random(t))
+    monkeypatch.setattr(page_advice, "read_ahead", lambda t, ids: events.append(("advise", t.data_ptr(),
+                                                                                 ids.tolist())) or real_ahead(t, ids))
+    ids = prompt_with_eos()
+    first = prompt_logits(model, ids)  # a plain gather, timed (slow)
+    reads = []
+    monkeypatch.setattr(torch.Tensor, "index_select", lambda t, dim, index: reads.append(
+        (t.data_ptr(), index.tolist())) or real_select(t, dim, index))
+    advised = prompt_logits(model, ids)
+    monkeypatch.setattr(torch.Tensor, "index_select", real_select)
+    assert events[0] == ("random", blocks.data_ptr()) and sum(e[0] == "random" for e in events) == 1
+    advice = [e for e in events if e[0] == "advise"]
+    assert len(advice) == 1 and advice[0][1] == blocks.data_ptr()  # the second prompt's lookup
+    assert (blocks.data_ptr(), advice[0][2]) in reads  # the rows advised are the rows gathered
+    assert torch.equal(advised, first)
+
+
 @pytest.mark.parametrize("table_type, free_gib", [("BF16", 64), ("Q8_0", 64), ("IQ4_NL", 64), ("IQ4_NL", 4)])
 def test_a_packed_table_is_page_locked_read_only_through_its_blocks_buffer(table_type, free_gib, wide_ple_folder,
                                                                            tmp_path, monkeypatch):
