@@ -6,14 +6,14 @@ disk together instead of one fault at a time.
   around it (the default read-around), which for scattered rows is wasted I/O and page cache.
 - `read_ahead`: MADV_WILLNEED on the pages a step's rows span, before they are read. The kernel queues the reads
   of the missing pages at once (the disk serves them in parallel) and the gather then finds them or waits for
-  reads already under way; pages in RAM cost one system call a run of pages (~1 us).
+  reads already under way; pages in RAM cost one system call a run of pages.
 
 On the development VM's virtual disk, 256 rows of 90 bytes of an 8 GiB file evicted from the page cache
 (bench/results/2026-12-07-cpu-session71/): 1,331-1,546 ms read one by one as mapped, 18.5-19.7 ms with
 MADV_RANDOM, 4.8 ms with both. Advice costs ~5 us a page where the pages are in RAM (~1.4 ms for 256 rows, where
-their gather takes ~0.15 ms), so `RowReads` gives it only while the table's reads miss the page cache: it times a plain gather every
-PROBE_EVERY gathers (each while no advice is given) and advises the gathers after a slow one. Linux only:
-elsewhere (or where madvise fails) the advice does nothing.
+their gather takes ~0.15 ms), so `RowReads` gives it only while the table's reads miss the page cache: it times a
+plain gather every PROBE_EVERY gathers (each while no advice is given) and advises the gathers after a slow one.
+Linux only: elsewhere (or where madvise fails) the advice does nothing.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def row_page_runs(table: torch.Tensor, ids: torch.Tensor) -> list[tuple[int, int
     width = table[0].numel() * table.element_size() if table.shape[0] else 0
     starts = table.data_ptr() + ids.to(torch.int64) * row_bytes                        # [N] row addresses
     first, last = starts // PAGE, (starts + max(width, 1) - 1) // PAGE                  # [N] page numbers
-    runs: list[tuple[int, int]] = []
+    runs: list[list[int]] = []  # [first page, last page]
     for lo, hi in sorted(zip(first.tolist(), last.tolist())):
         if runs and lo <= runs[-1][1] + 1:  # touches or overlaps the run before: extend it
             runs[-1][1] = max(runs[-1][1], hi)
