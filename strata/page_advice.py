@@ -9,10 +9,10 @@ disk together instead of one fault at a time.
   reads already under way; pages in RAM cost one system call a run of pages.
 
 On the development VM's virtual disk, 256 rows of 90 bytes of an 8 GiB file evicted from the page cache
-(bench/results/2026-12-07-cpu-session71/): 1,331-1,546 ms read one by one as mapped, 18.5-19.7 ms with
-MADV_RANDOM, 4.8 ms with both. Advice costs ~5 us a page where the pages are in RAM (~1.4 ms for 256 rows, where
-their gather takes ~0.15 ms), so `RowReads` gives it only while the table's reads miss the page cache: it times a
-plain gather every PROBE_EVERY gathers (each while no advice is given) and advises the gathers after a slow one.
+(bench/results/2026-12-07-cpu-session71/): 1.1-1.5 s read one by one as mapped, 14-20 ms with MADV_RANDOM, 2.9-4.8
+ms with both. Where the pages are in RAM the advice costs ~0.4-1.2 ms for 256 rows, whose gather takes ~0.15 ms, so
+`RowReads` gives it only while the table's reads miss the page cache: it times a plain gather every PROBE_EVERY
+gathers (each while no advice is given) and advises the gathers after a slow one.
 Linux only: elsewhere (or where madvise fails) the advice does nothing.
 """
 
@@ -23,6 +23,7 @@ import mmap
 import sys
 import time
 
+import numpy as np
 import torch
 
 PAGE = mmap.PAGESIZE
@@ -86,15 +87,17 @@ def row_page_runs(table: torch.Tensor, ids: torch.Tensor) -> list[tuple[int, int
     `table` [R, ...] span, in address order."""
     row_bytes = table.stride(0) * table.element_size()
     width = table[0].numel() * table.element_size() if table.shape[0] else 0
-    starts = table.data_ptr() + ids.to(torch.int64) * row_bytes                        # [N] row addresses
-    first, last = starts // PAGE, (starts + max(width, 1) - 1) // PAGE                  # [N] page numbers
-    runs: list[list[int]] = []  # [first page, last page]
-    for lo, hi in sorted(zip(first.tolist(), last.tolist())):
-        if runs and lo <= runs[-1][1] + 1:  # touches or overlaps the run before: extend it
-            runs[-1][1] = max(runs[-1][1], hi)
-        else:
-            runs.append([lo, hi])
-    return [(lo * PAGE, (hi - lo + 1) * PAGE) for lo, hi in runs]
+    # (numpy: a few microseconds an operation on a step's few hundred rows, where torch takes ~10)
+    starts = table.data_ptr() + ids.to(torch.int64).numpy() * row_bytes               # [N] row addresses
+    order = np.argsort(starts)
+    first, last = starts[order] // PAGE, (starts[order] + max(width, 1) - 1) // PAGE    # [N] page numbers
+    reach = np.maximum.accumulate(last)  # the furthest page the rows up to each one span
+    opens = np.ones(first.shape, dtype=bool)  # a row whose first page is past the pages before: a new run
+    opens[1:] = first[1:] > reach[:-1] + 1
+    closes = np.ones_like(opens)
+    closes[:-1] = opens[1:]
+    run_first, run_last = first[opens], reach[closes]                                  # [runs]
+    return list(zip((run_first * PAGE).tolist(), ((run_last - run_first + 1) * PAGE).tolist()))
 
 
 def read_ahead(table: torch.Tensor, ids: torch.Tensor) -> int:
