@@ -103,7 +103,8 @@ class CacheConfig:
 class SchedulerConfig:
     max_num_seqs: int = _opt(8, "maximum concurrent requests (slots)")
     max_num_batched_tokens: int = _opt(2048, "token budget of one step (prompt chunks + decode)")
-    max_model_len: int | None = _opt(None, "maximum prompt + output length (default: the model's)")
+    max_model_len: int | None = _opt(None, "maximum prompt + output length (default: the model's, or what the KV "
+                                           "pool holds where that is less)")
     policy: str = _opt("fcfs", "admission order: fcfs | shortest-prompt-first")
     admission_hold_steps: int | None = _opt(None, "leave free slots empty for up to this many steps while a running "
                                                   "request will reach its length limit within them, so waiting prompts "

@@ -157,7 +157,7 @@ def _build_parts(config: EngineConfig, quiet: bool, shared: LoadedModel | None, 
     sizes = plan.cache_sizes()
     if stage is not None:  # each stage planned its own card: every pool takes the smallest stage's size
         sizes = _agreed(stage, sizes)
-    if plan.sized_context and not quiet:
+    if plan.sized_context and not quiet and (plan.on_cuda or sizes.max_model_len < max_model_len):
         print(f"max_model_len: {sizes.max_model_len} tokens, sized from the memory plan (the model allows "
               f"{max_model_len}; --max-model-len sets it)", file=sys.stderr)
     max_model_len = sizes.max_model_len

@@ -72,9 +72,10 @@ class MemoryPlan:
         recurrent_shapes = {layer: shape for layer, shape in recurrent_shapes.items() if owns(layer)}
         attention_layers = [layer for layer in model_config.full_attention_layers if owns(layer)]
         self.on_cuda = device.startswith("cuda")
-        # no --max-model-len on CUDA: the plan sizes it (cache_sizes) from what the KV pool gets (not with
-        # KV beyond VRAM, where host RAM holds the context and the device only each slot's window)
-        self.sized_context = self.on_cuda and config.scheduler.max_model_len is None and not config.cache.kv_offload
+        # no --max-model-len: the plan sizes it (cache_sizes) from what the KV pool gets (the GPU's budget, or
+        # CPU_KV_BUDGET_BYTES), so a model whose maximum is 256K tokens still starts (not with KV beyond VRAM,
+        # where host RAM holds the context and the device only each slot's window)
+        self.sized_context = config.scheduler.max_model_len is None and not config.cache.kv_offload
         self.device, self.dtype, self.recurrent_shapes = device, dtype, recurrent_shapes
         cache, sched = config.cache, config.scheduler
         self.num_kv_layers = max(len(attention_layers) + int(has_mtp and owns(model_config.num_hidden_layers)), 1)
@@ -263,12 +264,13 @@ class MemoryPlan:
         return num_blocks
 
     def _size_context(self) -> int:
-        """No --max-model-len on CUDA: the KV pool takes what the budget leaves (up to every slot at the
-        model's maximum), and max_model_len becomes what it holds, capped at the model's maximum, so one
-        request may use the whole pool; at least MIN_DEFAULT_CONTEXT tokens must fit."""
+        """No --max-model-len: the KV pool takes what the budget leaves (on CUDA; CPU_KV_BUDGET_BYTES on the
+        CPU), up to every slot at the model's maximum, and max_model_len becomes what it holds, capped at the
+        model's maximum, so one request may use the whole pool; on CUDA at least MIN_DEFAULT_CONTEXT tokens must
+        fit."""
         block_size, model_max = self.config.cache.block_size, self.max_model_len
         floor = min(model_max, MIN_DEFAULT_CONTEXT)
-        budget = self._gpu_kv_bytes(floor)
+        budget = self._gpu_kv_bytes(floor) if self.on_cuda else CPU_KV_BUDGET_BYTES
         num_blocks = min(blocks_needed(model_max, block_size) * self.config.scheduler.max_num_seqs,
                          max(budget // self.block_bytes, 1))
         self.max_model_len = min(model_max, num_blocks * block_size)

@@ -226,3 +226,25 @@ def test_a_kv_cache_dtype_we_do_not_have_is_an_error_not_a_silent_fallback():
     assert CacheConfig(kv_cache_dtype="auto").kv_cache_dtype == "auto"
     with pytest.raises(ValueError, match="kv_cache_dtype must be one of auto, fp8.*int8.*'int4'"):
         CacheConfig(kv_cache_dtype="int4")
+
+
+def test_without_max_model_len_a_cpu_run_sizes_its_context_from_the_kv_budget(tiny_model_dir, monkeypatch):
+    """No --max-model-len on the CPU, a model whose maximum (512 here; 262K for Qwen3.5 / Qwen4-Exp) the KV budget
+    cannot hold for one sequence: the engine starts with max_model_len what the pool holds (as on CUDA) instead of
+    refusing; a prompt beyond it is refused with the limit named. An explicit --max-model-len past the pool is
+    still an error; a model that fits keeps its maximum."""
+    from strata.engine import memory_plan
+
+    folder = tiny_model_dir("llama")
+    roomy = LLM(folder, dtype="float32", device="cpu", max_num_seqs=2, block_size=4)
+    assert roomy.engine.max_model_len == 512
+    monkeypatch.setattr(memory_plan, "CPU_KV_BUDGET_BYTES", 30 * roomy.engine.memory.block_bytes)  # 30 blocks
+    sized = LLM(folder, dtype="float32", device="cpu", max_num_seqs=2, block_size=4)
+    assert sized.engine.max_model_len == 30 * 4
+    out = sized.generate([{"prompt_token_ids": list(range(3, 60))}],
+                         SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True))
+    assert len(out[0].outputs[0].token_ids) == 8
+    with pytest.raises(ValueError, match="max_model_len is 120"):
+        sized.generate([{"prompt_token_ids": list(range(3, 130))}], SamplingParams(max_tokens=4))
+    with pytest.raises(ValueError, match="fewer than one sequence of max_model_len=512"):
+        LLM(folder, dtype="float32", device="cpu", max_num_seqs=2, block_size=4, max_model_len=512)
