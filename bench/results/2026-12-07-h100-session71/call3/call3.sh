@@ -1,23 +1,3 @@
-# Prepared in session 71 (~5 minutes, for the last ~400 s of a session's device time): on an H200 issue 23's c1 / c8
-# / c16 (30B-A3B 24L Q4_K_M; targets 740 / 2,200 / 2,200, session 66: 730.2 / 2,181.2 / 2,901.0); on an H100
-# Qwen4-Exp 4L quantized to Q4_K_M with its table kept as the file's blocks (ngram_vocab_size_base 2M: 5.1 G values of
-# Q5_0 rows), issue 29's 4-stream speculation command from it with the table read in place (the default), one
-# repeat if the cold compiles leave time for it.
-# Build the archive first:  git archive --format=tar.gz HEAD -o .base/src.tar && git rev-parse --short HEAD > .base/COMMIT
-nvidia-smi -L
-source tools/gpu_ab/device_setup.sh
-S=$(date +%s)
-if nvidia-smi -L | grep -q H200; then
-  quantize_q4km
-  timeout -s INT 150 python3 -m strata.cli.main bench offline /tmp/q4km.gguf --device cuda --max-model-len 4096 \
-    --num-prompts 16 --input-len 64 --output-len 128 --concurrency 1,8,16 --repeats 1 \
-    --output $OUT/q4km.json > $OUT/q4km.log 2>&1
-  echo "== issue 23 rc=$? t=$(( $(date +%s)-S ))"; grep -E "strata_c|prefill" $OUT/q4km.log | cut -c1-170
-  exit 0
-fi
-EXPQ='random:qwen4exp-125b?num_hidden_layers=4&ngram_vocab_size_base=2000000'
-timeout -s INT 110 python3 -m strata.cli.main quantize "$EXPQ" /tmp/expq.gguf --scheme q4_k_m --device cuda \
-  > $OUT/quant.log 2>&1; echo "== quant rc=$? t=$(( $(date +%s)-S ))"; tail -3 $OUT/quant.log; ls -la /tmp/expq.gguf
-spec_c4 expq_inplace src /tmp/expq.gguf $(( 265 - ($(date +%s)-S) ))
-grep -h "page-locked\|PLE table" /tmp/expq_inplace.log | tee -a $OUT/ab.txt
-runs_table "expq_*.json"
+# Session 71, call 3: tools/gpu_ab/next_call111.sh as committed in 33c3c6a (git show 33c3c6a:tools/gpu_ab/next_call111.sh),
+# run under a 300 s limit; the script now in tools/gpu_ab/ counts its time from before the set-up.
+bash tools/gpu_ab/next_call111.sh 2>&1 | tail -40
