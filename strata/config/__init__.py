@@ -52,6 +52,9 @@ def kv_scale_key(layer) -> tuple:
 class CacheConfig:
     block_size: int = _opt(16, "tokens per KV block")
     num_gpu_blocks: int | None = _opt(None, "KV blocks in the pool (default: enough for every slot at max length)")
+    kv_cache_mib: int | None = _opt(None, "memory for the KV pool, in MiB (vLLM's --kv-cache-memory-bytes); default: "
+                                          "on CUDA what --gpu-memory-utilization leaves, on the CPU 1 GiB or one "
+                                          "sequence at --max-model-len where that is more")
     kv_cache_dtype: str = _opt("auto", "KV cache dtype: auto (the model dtype), fp8 (float8 e4m3, half the "
                                        "bytes of 16-bit KV, values saturating at +-448) or int8 (half the "
                                        "bytes of 16-bit KV plus a float32 scale per token and KV head)")
@@ -81,6 +84,8 @@ class CacheConfig:
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:  # asked-for int8 / fp8 KV must not silently stay 16-bit
             raise ValueError(f"kv_cache_dtype must be one of {', '.join(KV_CACHE_DTYPES)}, got "
                              f"{self.kv_cache_dtype!r}")
+        if self.kv_cache_mib is not None and self.kv_cache_mib < 1:
+            raise ValueError(f"kv_cache_mib must be at least 1 (MiB), got {self.kv_cache_mib}")
         if self.kv_resident_tokens < 0 or (self.kv_host_mib is not None and self.kv_host_mib < 0):
             raise ValueError("kv_resident_tokens and kv_host_mib must not be negative")
         if self.kv_staging_tokens is not None and self.kv_staging_tokens < self.block_size:

@@ -156,7 +156,8 @@ class MemoryPlan:
 
     def _auto_expert_slots(self, sizes) -> int:
         """--expert-cache auto on CUDA: every expert when the model fits with a KV reserve for
-        max_num_seqs sequences (up to KV_RESERVE_TOKENS_PER_SEQ tokens each), else what fits."""
+        max_num_seqs sequences (up to KV_RESERVE_TOKENS_PER_SEQ tokens each; --kv-cache-mib where given), else
+        what fits."""
         cfg, sched, experts = self.model_config, self.config.scheduler, self.config.experts
         context = min(self.max_model_len, DEFAULT_CONTEXT_RESERVE) if self.sized_context else self.max_model_len
         reserve_blocks = blocks_needed(kv_reserve_tokens(context, sched.max_num_seqs), self.config.cache.block_size)
@@ -165,6 +166,8 @@ class MemoryPlan:
         # + what the CUDA runtime takes after the weights (cuBLAS workspaces, Triton modules) and the
         # allocator's rounding: on the H200 the KV pool got 0.33 GiB less than this reserve without it
         kv_reserve = reserve_blocks * self.block_bytes + RUNTIME_GROWTH_BYTES
+        if self.config.cache.kv_cache_mib is not None:  # the KV pool's size asked for: the rest may hold experts
+            kv_reserve = self.config.cache.kv_cache_mib * 2**20 + RUNTIME_GROWTH_BYTES
         staging = 0 if experts.parse_pcie_frac() == 0 and not experts.prompt_stream_min_pairs \
             else staging_capacity(cfg.num_experts, cfg.num_experts_per_tok)
         slots = auto_expert_slots(sizes, self._budget().available, self.set_aside, kv_reserve, staging)
@@ -252,25 +255,50 @@ class MemoryPlan:
         if cache.num_gpu_blocks is not None:
             num_blocks = cache.num_gpu_blocks
         else:
-            budget = self._gpu_kv_bytes(per_seq * cache.block_size) if self.on_cuda else CPU_KV_BUDGET_BYTES
+            budget = self._kv_budget(per_seq * cache.block_size)
             # at most enough for every slot at max length; what is left of that serves the prefix cache
             num_blocks = min(per_seq * sched.max_num_seqs, max(budget // self.block_bytes, 1))
         if num_blocks < per_seq:
             needs = f"max_model_len={self.max_model_len}" if self.resident_blocks is None else \
                 f"kv_resident_tokens={cache.kv_resident_tokens} keeps on the device"
             raise ValueError(f"the KV pool holds {num_blocks} blocks of {cache.block_size} tokens, fewer than "
-                             f"one sequence of {needs} needs ({per_seq}); "
-                             f"lower max_model_len (or kv_resident_tokens) or raise num_gpu_blocks")
+                             f"one sequence of {needs} needs ({per_seq}, {per_seq * self.block_bytes / 2**20:.0f} "
+                             f"MiB); lower max_model_len (or kv_resident_tokens) or raise kv_cache_mib "
+                             f"(num_gpu_blocks)")
         return num_blocks
 
+    def _kv_budget(self, sequence_tokens: int) -> int:
+        """The KV pool's bytes: --kv-cache-mib, else on CUDA what the GPU's budget leaves (_gpu_kv_bytes) and on
+        the CPU CPU_KV_BUDGET_BYTES or one sequence of `sequence_tokens` where that is more. On CUDA an asked size
+        must fit what the budget leaves, on the CPU the RAM available now: else a clear error with the numbers."""
+        asked = self.config.cache.kv_cache_mib
+        asked_bytes = None if asked is None else asked * 2**20
+        if self.on_cuda:
+            room = self._gpu_kv_bytes(sequence_tokens if asked is None else 0)
+            if asked_bytes is not None and asked_bytes > room:
+                raise ModelDoesNotFit(f"--kv-cache-mib {asked} asks {asked_bytes / GiB:.2f} GiB for the KV cache, but "
+                                      f"after the weights, the step headroom and the pools {room / GiB:.2f} GiB are "
+                                      f"left; lower --kv-cache-mib or raise --gpu-memory-utilization")
+            return room if asked_bytes is None else asked_bytes
+        one_sequence = self.block_bytes * blocks_needed(sequence_tokens, self.config.cache.block_size)
+        budget = max(CPU_KV_BUDGET_BYTES, one_sequence) if asked_bytes is None else asked_bytes
+        available = host_available_bytes()
+        if available is not None and budget > available:
+            what = f"--kv-cache-mib {asked}" if asked is not None else \
+                f"one sequence of max_model_len={sequence_tokens}"
+            raise ModelDoesNotFit(f"the KV cache for {what} needs {budget / GiB:.2f} GiB of RAM, only "
+                                  f"{available / GiB:.2f} GiB are available; lower --max-model-len or --kv-cache-mib")
+        self.numbers.update(kv_budget_bytes=budget)
+        return budget
+
     def _size_context(self) -> int:
-        """No --max-model-len: the KV pool takes what the budget leaves (on CUDA; CPU_KV_BUDGET_BYTES on the
-        CPU), up to every slot at the model's maximum, and max_model_len becomes what it holds, capped at the
+        """No --max-model-len: the KV pool takes its budget (_kv_budget: --kv-cache-mib, what the GPU's budget
+        leaves, or CPU_KV_BUDGET_BYTES on the CPU), up to every slot at the model's maximum, and max_model_len becomes what it holds, capped at the
         model's maximum, so one request may use the whole pool; on CUDA at least MIN_DEFAULT_CONTEXT tokens must
         fit."""
         block_size, model_max = self.config.cache.block_size, self.max_model_len
         floor = min(model_max, MIN_DEFAULT_CONTEXT)
-        budget = self._gpu_kv_bytes(floor) if self.on_cuda else CPU_KV_BUDGET_BYTES
+        budget = self._kv_budget(floor if self.on_cuda else 0)
         num_blocks = min(blocks_needed(model_max, block_size) * self.config.scheduler.max_num_seqs,
                          max(budget // self.block_bytes, 1))
         self.max_model_len = min(model_max, num_blocks * block_size)

@@ -220,19 +220,23 @@ def test_a_failing_step_leaves_no_checkpoint_it_was_to_save(tiny_model_dir, monk
     assert not scheduler.checkpoints.contains(doomed_keys[0])
 
 
-def test_a_kv_cache_dtype_we_do_not_have_is_an_error_not_a_silent_fallback():
+def test_a_kv_cache_dtype_we_do_not_have_or_a_pool_of_no_bytes_is_an_error():
     from strata.config import CacheConfig
 
     assert CacheConfig(kv_cache_dtype="auto").kv_cache_dtype == "auto"
     with pytest.raises(ValueError, match="kv_cache_dtype must be one of auto, fp8.*int8.*'int4'"):
         CacheConfig(kv_cache_dtype="int4")
+    with pytest.raises(ValueError, match="kv_cache_mib must be at least 1"):
+        CacheConfig(kv_cache_mib=0)
 
 
 def test_without_max_model_len_a_cpu_run_sizes_its_context_from_the_kv_budget(tiny_model_dir, monkeypatch):
     """No --max-model-len on the CPU, a model whose maximum (512 here; 262K for Qwen3.5 / Qwen4-Exp) the KV budget
     cannot hold for one sequence: the engine starts with max_model_len what the pool holds (as on CUDA) instead of
-    refusing; a prompt beyond it is refused with the limit named. An explicit --max-model-len past the pool is
-    still an error; a model that fits keeps its maximum."""
+    refusing; a prompt beyond it is refused with the limit named. An explicit --max-model-len past that budget gets a
+    pool of one sequence at it; --kv-cache-mib sizes the pool (and the context) itself, and one larger than the RAM
+    available is a clear error (test_memory_plan has one too small for --max-model-len). A model that fits keeps
+    its maximum."""
     from strata.engine import memory_plan
 
     folder = tiny_model_dir("llama")
@@ -246,5 +250,13 @@ def test_without_max_model_len_a_cpu_run_sizes_its_context_from_the_kv_budget(ti
     assert len(out[0].outputs[0].token_ids) == 8
     with pytest.raises(ValueError, match="max_model_len is 120"):
         sized.generate([{"prompt_token_ids": list(range(3, 130))}], SamplingParams(max_tokens=4))
-    with pytest.raises(ValueError, match="fewer than one sequence of max_model_len=512"):
-        LLM(folder, dtype="float32", device="cpu", max_num_seqs=2, block_size=4, max_model_len=512)
+    block_bytes = roomy.engine.memory.block_bytes
+    explicit = LLM(folder, dtype="float32", device="cpu", max_num_seqs=2, block_size=4, max_model_len=512)
+    assert explicit.engine.max_model_len == 512 and explicit.engine.num_kv_blocks == 512 // 4
+    mib_blocks = 2**20 // block_bytes
+    asked = LLM(folder, dtype="float32", device="cpu", max_num_seqs=2, block_size=4, kv_cache_mib=1)
+    assert asked.engine.num_kv_blocks == min(mib_blocks, 2 * 512 // 4)
+    assert asked.engine.max_model_len == min(512, mib_blocks * 4)
+    monkeypatch.setattr(memory_plan, "host_available_bytes", lambda: 2**30)
+    with pytest.raises(memory_plan.ModelDoesNotFit, match="--kv-cache-mib 2048 needs 2.00 GiB of RAM, only 1.00"):
+        LLM(folder, dtype="float32", device="cpu", max_num_seqs=2, block_size=4, kv_cache_mib=2048)

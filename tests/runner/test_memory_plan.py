@@ -240,6 +240,48 @@ def test_without_max_model_len_the_plan_sizes_the_context_from_the_kv_pool(monke
         sized.cache_sizes()
 
 
+def test_kv_cache_mib_sizes_the_pool_and_leaves_the_rest_to_experts(monkeypatch):
+    """--kv-cache-mib (vLLM's --kv-cache-memory-bytes) on a 24 GB card: the auto expert cache reserves that much KV
+    (not the default 32K-token contexts), so a small pool leaves room for more experts; the pool gets exactly it
+    (capped at every slot at max_model_len), the context is sized from it; more than the card leaves is a clear
+    error. On the CPU a size too small for one sequence of an explicit max_model_len is one too."""
+    from strata.config import CacheConfig
+    from strata.engine import memory_plan
+    from strata.weights.loaded_sizes import scheme_sizes
+
+    spec = "random:qwen3-next-80b-a3b"
+    sizes = scheme_sizes(spec, "q4_k_m", torch.bfloat16)
+    default, meta = _plan_on_card(monkeypatch, spec, 24, 256)
+    default.expert_slots(meta, sizes)
+
+    def asked(mib: int, device: str = "cuda", max_model_len: int | None = None) -> MemoryPlan:
+        config = EngineConfig(model=spec, cache=CacheConfig(kv_cache_mib=mib),
+                              scheduler=SchedulerConfig(max_model_len=max_model_len))
+        plan = MemoryPlan(config, meta.config, SpecConfig(), max_model_len or meta.config.max_position_embeddings,
+                          device, torch.bfloat16, meta.has_mtp, meta.recurrent_state_shapes())
+        monkeypatch.setattr(plan, "_budget", default._budget)
+        return plan
+
+    small = asked(256)
+    small.expert_slots(meta, sizes)
+    assert small.auto_expert_slots > default.auto_expert_slots
+    in_use = GiB // 2 + sizes.on_device(small.auto_expert_slots)
+    monkeypatch.setattr(small, "_budget", lambda: GpuBudget(24 * GiB, default._budget().allowed, in_use))
+    cache = small.cache_sizes()
+    assert cache.num_kv_blocks == 256 * 2**20 // small.block_bytes
+    assert cache.max_model_len == cache.num_kv_blocks * small.config.cache.block_size
+    huge = asked(64 * 1024)
+    monkeypatch.setattr(huge, "_budget", lambda: GpuBudget(24 * GiB, default._budget().allowed, in_use))
+    with pytest.raises(memory_plan.ModelDoesNotFit, match="--kv-cache-mib 65536 asks 64.00 GiB.*are left"):
+        huge.cache_sizes()
+    on_cpu = asked(1, "cpu", max_model_len=32768)
+    with pytest.raises(ValueError, match="fewer than one sequence of max_model_len=32768 .*raise kv_cache_mib"):
+        on_cpu.cache_sizes()
+    longest = meta.config.max_position_embeddings  # by default one sequence at it, more than the 1 GiB default
+    assert asked(None, "cpu", max_model_len=longest).cache_sizes().num_kv_blocks == longest // 16 > 2**30 // \
+        on_cpu.block_bytes
+
+
 @pytest.mark.parametrize("host_gib", [64, 24])
 def test_the_default_host_kv_tier_fits_a_64_gb_host(monkeypatch, host_gib):
     """KV beyond VRAM on CUDA without --kv-host-mib: Qwen3-Next at its 262K context keeps 4K tokens a slot on
