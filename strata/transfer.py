@@ -1,6 +1,15 @@
 """Host-to-device copies of small index arrays that do not make the host wait for the device, their way back
 (HostCopy), device rows into host memory without a wait (rows_to_host, RowsToHost), host memory page-locked in
-place (pin_in_place) and how much of it is free (host_available_bytes), and byte views for copying float8 tensors."""
+place (pin_in_place) or copied into huge-page-backed memory of its own (host_copy), how much of it is free
+(host_available_bytes), and byte views for copying float8 tensors.
+
+Host copies (offloaded experts, a PLE table from a GGUF file's map) are backed by 2 MiB pages where the kernel allows
+(transparent huge pages on request) and registered with CUDA. The CPU expert pool streams these weights at memory
+speed; with 4 KiB pages a model's experts (~30 GB for 24 layers of Qwen3-30B-A3B) need page-table walks that miss
+the caches, and the hardware prefetchers stop at every page boundary: on the H200 host one 8-expert call took 0.84 ms
+on torch's pinned memory and 0.75 ms on huge pages (.devscripts/hugepage_bench.py,
+bench/results/2026-11-29-h200-session4). Without THP, or when registering fails, it falls back to plain (then
+pinned) memory."""
 
 from __future__ import annotations
 
@@ -14,7 +23,6 @@ logger = logging.getLogger(__name__)
 
 
 FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2)
-_HOST_READ_ONLY = 8  # cudaHostRegisterReadOnly
 
 
 def raw(t: torch.Tensor) -> torch.Tensor:
@@ -32,24 +40,39 @@ def index_tensor(values, device: torch.device | str, dtype: torch.dtype = torch.
     return host.pin_memory().to(device, non_blocking=True)
 
 
-def pin_in_place(host: torch.Tensor, what: str, read_only: bool = False) -> bool:
-    """Page-lock `host` (a CPU tensor) where it lies, so copies from it are asynchronous and the device's kernels
-    may read it over PCIe (CUDA's unified addressing); unlocked when this tensor object is collected, so pass one
-    that lives as long as the memory is read (not a fresh view). `read_only`: memory mapped read-only (a GGUF
-    file's map), locked as such over the whole pages it spans. False, with a warning naming `what`, where CUDA
-    refuses it."""
+def pin_in_place(host: torch.Tensor, what: str) -> bool:
+    """Page-lock `host` (a CPU tensor in anonymous memory) where it lies, so copies from it are asynchronous and the
+    device's kernels may read it over PCIe (CUDA's unified addressing); unlocked when this tensor object is
+    collected, so pass one that lives as long as the memory is read (not a fresh view). False, with a warning naming
+    `what`, where CUDA refuses it. Not for a file's map: on an H100 host, registering a 3.5 GB range of a GGUF file's
+    read-only map (cudaHostRegisterReadOnly) ran in the kernel for over 12 minutes (session 72); host_copy it."""
     cudart = torch.cuda.cudart()
     start = host.data_ptr()
-    end = start + host.numel() * host.element_size()
-    flags = 0
-    if read_only:  # the pages around a tensor in a file's map are in the same map
-        start, end, flags = start - start % mmap.PAGESIZE, -(-end // mmap.PAGESIZE) * mmap.PAGESIZE, _HOST_READ_ONLY
-    error = cudart.cudaHostRegister(start, end - start, flags)
+    error = cudart.cudaHostRegister(start, host.numel() * host.element_size(), 0)
     if error != cudart.cudaError.success:
         logger.warning("cudaHostRegister failed for %s (%s)", what, error)
         return False
     weakref.finalize(host, cudart.cudaHostUnregister, start)
     return True
+
+
+def host_copy(weights: torch.Tensor, pin: bool) -> torch.Tensor:
+    """A host copy of `weights` (any device) in huge-page-backed memory, pinned when `pin`."""
+    weights = weights.detach()
+    nbytes = weights.numel() * weights.element_size()
+    if nbytes == 0:
+        return weights.to("cpu", copy=True)
+    buffer = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        buffer.madvise(mmap.MADV_HUGEPAGE)  # before the first touch, which allocates the pages
+    except (AttributeError, OSError):  # no THP here: 4 KiB pages still work
+        pass
+    host = torch.frombuffer(buffer, dtype=weights.dtype, count=weights.numel()).view(weights.shape)
+    host.copy_(weights)
+    # page-locked for asynchronous copies, unlocked when the tensor is collected (before its memory is unmapped)
+    if pin and not pin_in_place(host, "host weights (they use torch's pinned memory)"):
+        return host.pin_memory()
+    return host
 
 
 def host_available_bytes() -> int | None:

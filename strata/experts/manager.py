@@ -20,7 +20,7 @@ from torch import nn
 from strata.config import ExpertConfig
 from strata.experts.calibrate import measure_in_place_share, measure_pcie_share
 from strata.experts.cpu_pool import CpuExpertPool
-from strata.experts.host_memory import host_copy
+from strata.transfer import host_copy
 from strata.experts.placement import (AUTO_ZERO_COPY_SHARE_OF_MISSED, initial_hot_set, plan_swaps, staging_capacity,
                                      zero_copy_set)
 from strata.experts.profile import load_profile, save_profile

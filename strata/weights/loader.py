@@ -15,7 +15,7 @@ from strata.config import debug_value
 from strata.kernels import packed_dequant
 from strata.model.registry import (PackedLocalExperts, PackedWeight, expert_weights_on, model_class, owning_layers,
                                    tables_packed)
-from strata.transfer import host_available_bytes, pin_in_place
+from strata.transfer import host_available_bytes, host_copy, pin_in_place
 from strata.weights.source import WeightSource
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -97,7 +97,8 @@ def _host_tables(model: nn.Module) -> list[nn.Module]:
 
 
 def _pin_tables(tables: list[nn.Module], quiet: bool) -> None:
-    """Tables left in host memory, page-locked where they lie (a GGUF file's blocks read-only, over its map): the
+    """Tables left in host memory, page-locked (a dense one where it lies; a GGUF file's blocks copied from the
+    file's map into page-locked memory of their own, transfer.host_copy: locking the map itself ran for minutes): the
     device gathers a step's rows itself over PCIe (NGramEmbedding.read_in_place), inside the step's graph, instead
     of the host between two graph parts. Session 71 on an H100, issue 29's 4-stream command on Qwen4-Exp 4L: 2,273 /
     3,341 tok/s (none / speculation) against 2,070 / 2,992 with the host gather, token gap p95 4.0 against 7.5 ms."""
@@ -114,15 +115,17 @@ def _pin_tables(tables: list[nn.Module], quiet: bool) -> None:
         if not readable or (packed and weight.reorders):
             continue
         nbytes = table.numel() * table.element_size()
-        # a table over the file's map is not all in RAM yet, and locked it must be: only with room to spare (a dense
-        # one is resident already)
+        # a table over the file's map is not all in RAM yet, and a copy in locked memory takes its bytes: only with
+        # room to spare (a dense one is resident already)
         available = host_available_bytes() if packed else None
         if available is not None and nbytes + TABLE_LOCK_HEADROOM > available:
             if not quiet:
                 print(f"PLE table ({nbytes / 2**30:.1f} GiB) not page-locked: {available / 2**30:.1f} GiB of RAM "
                       f"free; the host gathers its rows", file=sys.stderr)
             continue
-        m.read_in_place = pin_in_place(table, "a PLE table (the host gathers its rows)", read_only=packed)
+        if packed:  # the buffer (not a view) the packed weight reads: the copy lives as long as the model
+            weight.blocks0 = table = host_copy(table, pin=False)
+        m.read_in_place = pin_in_place(table, "a PLE table (the host gathers its rows)")
         size += nbytes
     if not quiet and all(m.read_in_place for m in tables):
         print(f"PLE tables ({size / 2**30:.1f} GiB) page-locked in host memory in {time.perf_counter() - started:.1f}"

@@ -292,7 +292,7 @@ def test_exchange_copies_by_kernel_both_ways_inside_a_graph(shape, dtype):
 
 
 def test_host_copy_is_pinned_for_asynchronous_copies():
-    from strata.experts.host_memory import host_copy
+    from strata.transfer import host_copy
 
     source = torch.randn(64, 1024, device="cuda").bfloat16()
     host = host_copy(source, pin=True)

@@ -127,7 +127,7 @@ def test_a_host_table_is_page_locked_through_its_own_parameter_unless_turned_off
     from strata.weights import loader
 
     locked = []
-    monkeypatch.setattr(loader, "pin_in_place", lambda tensor, what, read_only=False: locked.append(tensor) or True)
+    monkeypatch.setattr(loader, "pin_in_place", lambda tensor, what: locked.append(tensor) or True)
     monkeypatch.setattr(loader, "HOST_TABLE_GPU_SHARE", 0.0)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=2**30))
     if switch is None:

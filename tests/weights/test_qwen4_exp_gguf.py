@@ -189,21 +189,21 @@ def test_the_host_asks_the_page_cache_for_a_mapped_table_s_rows_while_its_reads_
 
 
 @pytest.mark.parametrize("table_type, free_gib", [("BF16", 64), ("Q8_0", 64), ("IQ4_NL", 64), ("IQ4_NL", 4)])
-def test_a_packed_table_is_page_locked_read_only_through_its_blocks_buffer(table_type, free_gib, wide_ple_folder,
-                                                                           tmp_path, monkeypatch):
-    """On a CUDA run (by default) a table kept as the file's blocks is page-locked read-only over the
-    file's map, through the packed weight's own blocks buffer (which lives as long as the model), and the layer
-    reads it in place; its forward on ids of another device takes the dequantizing gather. Not where locking it
-    would leave under loader.TABLE_LOCK_HEADROOM of RAM free. (No CUDA needed: the card's size, the free RAM and
-    the locking are stand-ins.)"""
+def test_a_packed_table_is_copied_off_the_map_and_page_locked_as_its_blocks_buffer(table_type, free_gib,
+                                                                                   wide_ple_folder, tmp_path,
+                                                                                   monkeypatch):
+    """On a CUDA run (by default) a table kept as the file's blocks is copied from the file's map into memory of its
+    own (locking the map itself ran for minutes on an H100 host), which becomes the packed weight's blocks buffer
+    (living as long as the model) and is page-locked; the layer reads it in place; its forward on ids of another
+    device takes the dequantizing gather. Not where the copy would leave under loader.TABLE_LOCK_HEADROOM of RAM
+    free. (No CUDA needed: the card's size, the free RAM and the locking are stand-ins.)"""
     from types import SimpleNamespace
 
     from strata.kernels import packed_dequant
     from strata.weights import loader
 
     locked = []
-    monkeypatch.setattr(loader, "pin_in_place", lambda tensor, what, read_only=False: locked.append(
-        (tensor, read_only)) or True)
+    monkeypatch.setattr(loader, "pin_in_place", lambda tensor, what: locked.append(tensor) or True)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=2**40))
     monkeypatch.setattr(loader, "host_available_bytes", lambda: free_gib * 2**30)
     monkeypatch.delenv("STRATA_PLE_IN_PLACE", raising=False)
@@ -211,13 +211,15 @@ def test_a_packed_table_is_page_locked_read_only_through_its_blocks_buffer(table
     model = build_model(GGUFSource(path), "cpu", "float32", quiet=True)
     layer = model.get_submodule(TABLE.rsplit(".", 1)[0])
     loader.place_host_tables(model, "cuda:0", quiet=True)
-    loader.lock_host_tables(model, "cuda:0", quiet=True)
     table = layer.ngram_embedding.weight
+    mapped = table.blocks
+    loader.lock_host_tables(model, "cuda:0", quiet=True)
     if free_gib * 2**30 <= loader.TABLE_LOCK_HEADROOM:
-        assert not layer.read_in_place and not locked
+        assert not layer.read_in_place and not locked and table.blocks is mapped
         return
     assert layer.read_in_place and len(locked) == 1
-    assert locked[0][0] is table.blocks and locked[0][1]  # the buffer itself, read-only
+    assert locked[0] is table.blocks and torch.equal(table.blocks, mapped)  # the buffer itself, a copy
+    assert table.blocks.data_ptr() != mapped.data_ptr() and table.blocks.is_contiguous()
     read = []
     monkeypatch.setattr(packed_dequant, "dequantize_rows", lambda blocks, ids, *args: read.append(ids) or "rows")
     assert layer.ngram_embedding(torch.tensor([3, 1], device="meta")) == "rows" and len(read) == 1

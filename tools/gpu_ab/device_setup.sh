@@ -12,14 +12,14 @@ export PYTHONPATH=/tmp/src:/tmp/site:/tmp/hf
 # result line and any failures appended to $OUT/tests.txt. Needs S (the call's start, date +%s).
 run_tests() {
   local name=$1 secs=$2; shift 2
-  timeout -s INT $secs python3 -m pytest -q -m gpu "$@" -p no:cacheprovider > /tmp/t.log 2>&1
+  timeout -k 10 -s INT $secs python3 -m pytest -q -m gpu "$@" -p no:cacheprovider > /tmp/t.log 2>&1
   echo "== $name rc=$? t=$(( $(date +%s)-S ))" | tee -a $OUT/tests.txt
   grep -E "^(FAILED|ERROR)|^E  |passed|failed" /tmp/t.log | tail -14 | cut -c1-400 | tee -a $OUT/tests.txt
 }
 
 # Issue 23's model, once a call: random:qwen3-30b-a3b?num_hidden_layers=24 at Q4_K_M in /tmp/q4km.gguf.
 quantize_q4km() {
-  timeout -s INT 60 python3 -m strata.cli.main quantize 'random:qwen3-30b-a3b?num_hidden_layers=24' /tmp/q4km.gguf \
+  timeout -k 10 -s INT 60 python3 -m strata.cli.main quantize 'random:qwen3-30b-a3b?num_hidden_layers=24' /tmp/q4km.gguf \
     --scheme q4_k_m --device cuda > /dev/null 2>&1; echo "== quant rc=$? t=$(( $(date +%s)-S ))"
 }
 
@@ -28,7 +28,7 @@ quantize_q4km() {
 bench_arms() {
   local rounds=$1 concurrency=$2; shift 2
   for R in $(seq 1 "$rounds"); do for T in "$@"; do
-    (cd /tmp/$T && PYTHONPATH=/tmp/$T:/tmp/site:/tmp/hf timeout -s INT 100 python3 -m strata.cli.main bench offline \
+    (cd /tmp/$T && PYTHONPATH=/tmp/$T:/tmp/site:/tmp/hf timeout -k 10 -s INT 100 python3 -m strata.cli.main bench offline \
       /tmp/q4km.gguf --device cuda --max-model-len 4096 --num-prompts 16 --input-len 64 --output-len 128 \
       --concurrency "$concurrency" --repeats 1 --output $OUT/${T}_r$R.json > /tmp/b_$T.log 2>&1)
     echo "== $T round $R rc=$? t=$(( $(date +%s)-S ))" >> $OUT/ab.txt; grep -E "strata_c" /tmp/b_$T.log >> $OUT/ab.txt
@@ -41,7 +41,7 @@ bench_arms() {
 # SECONDS; the JSON kept as $OUT/NAME.json, its summary lines in $OUT/ab.txt. Needs S.
 spec_c4() {
   local name=$1 tree=$2 model=$3 secs=$4; shift 4
-  (cd /tmp/$tree && PYTHONPATH=/tmp/$tree:/tmp/site:/tmp/hf timeout -s INT $secs python3 -m strata.cli.main bench offline \
+  (cd /tmp/$tree && PYTHONPATH=/tmp/$tree:/tmp/site:/tmp/hf timeout -k 10 -s INT $secs python3 -m strata.cli.main bench offline \
     "$model" --device cuda --max-model-len 4096 --num-prompts 32 --input-len 64 --output-len 128 --concurrency 4 \
     --repeats 2 --speculative-config '{"method":"synthetic","acceptance_length":3.0,"num_speculative_tokens":3}' \
     --spec-baseline --output $OUT/$name.json "$@" > /tmp/$name.log 2>&1)

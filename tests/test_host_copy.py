@@ -1,4 +1,4 @@
-"""Host copies of expert weights (huge-page-backed memory): same values, independent of the source,
+"""Host copies of weights (transfer.host_copy, huge-page-backed memory): same values, independent of the source,
 any dtype and shape, empty tensors included; pinned on CUDA (see test_expert_offload_gpu.py)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from strata.experts.host_memory import host_copy
+from strata.transfer import host_copy
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
