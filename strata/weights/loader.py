@@ -124,7 +124,8 @@ def _pin_tables(tables: list[nn.Module], quiet: bool) -> None:
                       f"free; the host gathers its rows", file=sys.stderr)
             continue
         if packed:  # the buffer (not a view) the packed weight reads: the copy lives as long as the model
-            weight.blocks0 = table = host_copy(table, pin=False)
+            with progress.status(f"copying the PLE table ({nbytes / 2**30:.1f} GiB) into page-locked RAM", quiet):
+                weight.blocks0 = table = host_copy(table, pin=False)
         m.read_in_place = pin_in_place(table, "a PLE table (the host gathers its rows)")
         size += nbytes
     if not quiet and all(m.read_in_place for m in tables):
