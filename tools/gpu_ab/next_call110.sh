@@ -1,4 +1,4 @@
-# Prepared in session 70 (~10 minutes, any card; the in-place read is the default since session 71): the PLE table read in place on the path real
+# Prepared in session 70 (~10 minutes, any card; the in-place read is the default since session 71, a GGUF table copied off its map since session 72): the PLE table read in place on the path real
 # users run, a GGUF file whose table stays the file's blocks in host memory. Qwen4-Exp 4L quantized to Q4_K_M with a
 # smaller table (ngram_vocab_size_base 2M: 5.1 G values, Q5_0 rows of 160, ~3.5 GB in the file), then issue 29's
 # speculation command at 4 streams from it with the host gather between graph parts (off) and read in place (on).
