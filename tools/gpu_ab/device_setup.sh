@@ -23,6 +23,15 @@ quantize_q4km() {
     --scheme q4_k_m --device cuda > /dev/null 2>&1; echo "== quant rc=$? t=$(( $(date +%s)-S ))"
 }
 
+# issue23 SECONDS [CONCURRENCY]: issue 23's bench of /tmp/q4km.gguf (16 prompts of 64 tokens, 128 out, c1 / c8 / c16 and
+# the 512-token prefill by default), stopped after SECONDS; $OUT/q4km.json and .log, its summary lines shown. Needs S.
+issue23() {
+  timeout -k 10 -s INT $1 python3 -m strata.cli.main bench offline /tmp/q4km.gguf --device cuda --max-model-len 4096 \
+    --num-prompts 16 --input-len 64 --output-len 128 --concurrency ${2:-1,8,16} --repeats 1 \
+    --output $OUT/q4km.json > $OUT/q4km.log 2>&1
+  echo "== issue 23 rc=$? t=$(( $(date +%s)-S ))"; grep -E "strata_c|prefill" $OUT/q4km.log | cut -c1-170
+}
+
 # bench_arms ROUNDS CONCURRENCY TREE...: issue 23's bench of /tmp/q4km.gguf from each tree /tmp/TREE in turn, ROUNDS
 # alternated rounds, each run's JSON kept as $OUT/TREE_rN.json and its summary lines in $OUT/ab.txt.
 bench_arms() {

@@ -14,10 +14,7 @@ prof_q4km() {
 }
 if nvidia-smi -L | grep -q H200; then
   quantize_q4km
-  timeout -s INT 150 python3 -m strata.cli.main bench offline /tmp/q4km.gguf --device cuda --max-model-len 4096 \
-    --num-prompts 16 --input-len 64 --output-len 128 --concurrency 1,8,16 --repeats 1 \
-    --output $OUT/q4km.json > $OUT/q4km.log 2>&1
-  echo "== issue 23 rc=$? t=$(( $(date +%s)-S ))"; grep -E "strata_c|prefill" $OUT/q4km.log | cut -c1-170
+  issue23 150
   [ $(left 480) -gt 80 ] && timeout -s INT 80 python3 -m strata.cli.main bench offline /tmp/q4km.gguf \
     --device cuda --max-model-len 4096 --num-prompts 2 --input-len 64 --output-len 128 --concurrency 1 \
     --cpu-threads 16 --expert-swap-interval 0 --repeats 3 --expert-cache 25% --output $OUT/off25.json \
