@@ -53,16 +53,21 @@ def group_rms_norm_ref(x: torch.Tensor, weight: torch.Tensor, group: int, eps: f
     return (x32 * (1.0 + weight.float())).to(x.dtype)
 
 
-def hyper_mix_ref(streams: torch.Tensor, norm_weight: torch.Tensor, down: torch.Tensor, up: torch.Tensor,
-                  inject: torch.Tensor | None, hc: int, eps: float) -> tuple[torch.Tensor, torch.Tensor | None]:
+def hyper_mix_ref(streams: torch.Tensor, norm_weight: torch.Tensor, down, up, inject, hc: int,
+                  eps: float) -> tuple[torch.Tensor, torch.Tensor | None]:
     """streams [T, hc * D] -> (block input [T, D], write weights [T, hc] or None); weights down [R, hc * D],
-    up [hc * D, R], inject [hc, hc * D], norm_weight [hc * D] (zero-centred). HF's op order and dtypes."""
+    up [hc * D, R], inject [hc, hc * D] (tensors, or modules computing x @ W.T: a packed GGUF weight's Linear),
+    norm_weight [hc * D] (zero-centred). HF's op order and dtypes."""
     normed = group_rms_norm_ref(streams, norm_weight, streams.shape[-1] // hc, eps)
-    mix = torch.sigmoid(F.linear(F.silu(F.linear(normed, down) / hc), up))
+    mix = torch.sigmoid(_project(F.silu(_project(normed, down) / hc), up))
     block_input = (mix * normed).unflatten(-1, (hc, -1)).mean(dim=-2)
     if inject is None:
         return block_input, None
-    return block_input, 2 * torch.sigmoid(F.linear(normed, inject) / hc)
+    return block_input, 2 * torch.sigmoid(_project(normed, inject) / hc)
+
+
+def _project(x: torch.Tensor, weight) -> torch.Tensor:
+    return F.linear(x, weight) if isinstance(weight, torch.Tensor) else weight(x)
 
 
 def inject_ref(streams: torch.Tensor, output: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

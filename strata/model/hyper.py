@@ -9,9 +9,10 @@ import torch
 from torch import nn
 
 from strata.config import ModelConfig
-from strata.kernels.hyper import group_rms_norm_ref
+from strata.kernels.hyper import group_rms_norm_ref, hyper_mix_ref
 from strata.model import ops
 from strata.model.linear import Linear
+from strata.model.packed import PackedWeight
 
 
 class GroupRMSNorm(nn.Module):
@@ -44,7 +45,12 @@ class HyperConnection(nn.Module):
 
     def forward(self, streams: torch.Tensor, rows_alike: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """(block input [T, D], write weights [T, hc] or None); two launches for decode rows on CUDA.
-        `rows_alike`: each row rounds alike whatever rows come with it (ops.hyper_mix)."""
+        `rows_alike`: each row rounds alike whatever rows come with it (ops.hyper_mix). Weights kept as a GGUF
+        file's blocks (a CPU run; packed.dense_on_gpu) compute through their Linears (ops.packed_linear, which
+        is row-invariant)."""
+        projections = (self.input_mix_weight_down, self.input_mix_weight_up, self.block_inject_weight)
+        if any(p is not None and isinstance(p.weight, PackedWeight) for p in projections):
+            return hyper_mix_ref(streams, self.hc_norm.weight, *projections, self.hc, self.hc_norm.eps)
         inject = None if self.block_inject_weight is None else self.block_inject_weight.weight
         return ops.hyper_mix(streams, self.hc_norm.weight, self.input_mix_weight_down.weight,
                              self.input_mix_weight_up.weight, inject, self.hc, self.hc_norm.eps, rows_alike)

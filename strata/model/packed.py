@@ -32,11 +32,23 @@ _PACKED_NAMES = re.compile(r"(self_attn\.[qkvo]_proj|mlp\.(shared_expert\.)?(gat
                            r"mtp\.fc|embed_tokens|ple_embedding\.ngram_embedding|lm_head)\.weight$")
 # The routed experts, stacked per layer: they load as PackedExpertWeights
 _PACKED_EXPERT_NAMES = re.compile(r"mlp\.experts\.(gate_up_proj|down_proj)$")
+# Qwen4-Exp's hyper-connection mixers (~630M parameters of the 125B: 2.5 GB a token in float32 on the CPU, 0.4 GB
+# as a Q4_K_M file's blocks) and its PLE layer's key / value projections load packed, but a model on CUDA
+# dequantizes them after loading (loader.build_model), as it always did: the mixers' fused two-launch kernel
+# (kernels/hyper.py) reads dense rows, where packed GEMVs would take a dozen launches a mixer
+_DENSE_ON_GPU_NAMES = re.compile(r"(hyper_connection(_mixer)?\.(input_mix_weight_down|input_mix_weight_up|"
+                                 r"block_inject_weight)|ple\.(key_proj|value_proj))\.weight$")
 
 
 def keeps_packed(checkpoint_name: str) -> bool:
     """Whether the HF checkpoint tensor `checkpoint_name` may be given to the model as a PackedWeight."""
-    return _PACKED_NAMES.search(checkpoint_name) is not None
+    return _PACKED_NAMES.search(checkpoint_name) is not None or dense_on_gpu(checkpoint_name)
+
+
+def dense_on_gpu(checkpoint_name: str) -> bool:
+    """Whether a weight that loads packed is dequantized where the model runs on CUDA (module name + ".weight" or
+    its checkpoint name)."""
+    return _DENSE_ON_GPU_NAMES.search(checkpoint_name) is not None
 
 
 def is_packed_expert_stack(checkpoint_name: str) -> bool:

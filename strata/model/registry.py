@@ -11,7 +11,7 @@ from strata.model.moe import LocalExperts, MoEBlock, PackedLocalExperts, expert_
 from strata.model.norm import GatedRMSNorm, RMSNorm  # noqa: F401 (for strata.weights)
 from strata.model.ple import hash_multipliers, head_vocab_sizes, tables_packed  # noqa: F401 (for strata.weights)
 from strata.model.packed import (  # noqa: F401 (for strata.weights)
-    ExpertBlocks, PackedExpertWeight, PackedWeight, is_packed_expert_stack, keeps_packed)
+    ExpertBlocks, PackedExpertWeight, PackedWeight, dense_on_gpu, is_packed_expert_stack, keeps_packed)
 
 _REGISTRY = {
     "LlamaForCausalLM": "strata.model.llama",

@@ -20,7 +20,7 @@ import torch
 
 from strata.kernels.gguf_blocks import block_format, is_packed_type
 from strata.weights.block_promotion import common_type
-from strata.model.registry import is_packed_expert_stack, keeps_packed
+from strata.model.registry import dense_on_gpu, is_packed_expert_stack, keeps_packed
 from strata.types import WeightSizes
 
 # tables the model only gathers rows from, never multiplies by: their rows are dequantized as they are looked
@@ -89,7 +89,8 @@ def loaded_sizes(entries: Iterable[TensorEntry], dtype: torch.dtype, experts_pac
     # a tensor stored in several parts loads packed where every part does, whatever their types (gguf_source._join)
     all_parts_packed: dict[str, bool] = {}
     for e in entries:
-        packed = keeps_blocks(e.hf_name, e.qtype) and e.row_wise
+        # (sizes for the CUDA plan: the weights a CUDA model dequantizes count in `dtype`)
+        packed = keeps_blocks(e.hf_name, e.qtype) and e.row_wise and not dense_on_gpu(e.hf_name)
         all_parts_packed[e.hf_name] = all_parts_packed.get(e.hf_name, True) and packed
     total = experts = mapped = 0
     targets = expert_types(entries)

@@ -13,8 +13,8 @@ from torch import nn
 from strata import progress
 from strata.config import debug_value
 from strata.kernels import packed_dequant
-from strata.model.registry import (PackedLocalExperts, PackedWeight, expert_weights_on, model_class, owning_layers,
-                                   tables_packed)
+from strata.model.registry import (PackedLocalExperts, PackedWeight, dense_on_gpu, expert_weights_on, model_class,
+                                   owning_layers, tables_packed)
 from strata.transfer import host_available_bytes, host_copy, pin_in_place
 from strata.weights.source import WeightSource
 
@@ -45,12 +45,23 @@ def build_model(source: WeightSource, device: str, dtype: str, seed: int = 0, qu
     else:
         with progress.bar(f"loading {source.description}", source.num_tensors(), quiet) as advance:
             model.load_weights(_counted(source.tensors(torch_dtype), advance), source.description)
+    if device.startswith("cuda"):
+        _dequantize_dense_on_gpu(model, torch_dtype)
     place_host_tables(model, device, quiet)
     used = _device_memory(device) - mem_before
     if not quiet:
         print(f"loaded {cfg.architecture} ({_describe_weights(model, dtype)}) on {device} in "
               f"{time.perf_counter() - started:.1f}s, {used / 2**20:.0f} MiB", file=sys.stderr)
     return model
+
+
+def _dequantize_dense_on_gpu(model: nn.Module, dtype: torch.dtype) -> None:
+    """The packed weights a CUDA model reads dense (packed.dense_on_gpu: Qwen4-Exp's hyper-connection mixers), each
+    dequantized where it lies into a parameter of `dtype` (the values a dense load of the file gives)."""
+    for name, module in model.named_modules():
+        weight = getattr(module, "weight", None)
+        if isinstance(weight, PackedWeight) and dense_on_gpu(f"{name}.weight"):
+            module.weight = nn.Parameter(weight.dequantize(torch.float32).to(dtype), requires_grad=False)
 
 
 # host-resident tables (Qwen4-Exp's PLE) move to the GPU when they take at most this share of its memory

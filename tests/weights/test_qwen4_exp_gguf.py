@@ -20,7 +20,7 @@ from safetensors.torch import load_file, save_file
 
 from gguf_writer import write_gguf
 from strata.kernels.gguf_blocks import block_format, dequantize_ref, is_packed_type
-from strata.model.packed import PackedEmbedding
+from strata.model.packed import PackedEmbedding, PackedWeight
 from strata.weights.gguf_source import GGUFSource
 from strata.weights.hf_source import HFSource
 from strata.weights.loader import build_model
@@ -94,9 +94,44 @@ def test_gguf_model_matches_safetensors_model(quant, mtp_folder, tmp_path):
     from strata.model.gated_delta_net import GatedDeltaNet
     gdn = [m for m in from_gguf.modules() if isinstance(m, GatedDeltaNet)]
     assert gdn and all(m.norm.feeds_packed is (quant == "Q8_0") for m in gdn)
+    # the hyper-connection mixers' down and inject rows (of 128) packed on the CPU, up (rows of hc_lowrank 16) dense
+    mixer = from_gguf.model.layers[0].attn_hyper_connection
+    assert isinstance(mixer.input_mix_weight_down.weight, PackedWeight) is (quant == "Q8_0")
+    assert isinstance(mixer.block_inject_weight.weight, PackedWeight) is (quant == "Q8_0")
+    assert isinstance(mixer.input_mix_weight_up.weight, torch.Tensor)
     # Q8_0: the packed kernels sum in another order (as test_gguf's bound); a layout error moves logits by O(1)
     assert rel_err(prompt_logits(from_gguf, ids), prompt_logits(from_safetensors, ids)) < 5e-5
     assert rel_err(prompt_logits(from_gguf, ids, chunk=7), prompt_logits(from_safetensors, ids)) < 5e-5
+
+
+def test_packed_mixers_on_a_gpu_model_are_dequantized_to_what_the_cpu_computes(wide_ple_folder, tmp_path,
+                                                                               monkeypatch):
+    """packed.dense_on_gpu's weights (hyper-connection mixers, the PLE key / value projections) stay a Q8_0 file's
+    blocks on the CPU; loader.build_model on CUDA dequantizes them (_dequantize_dense_on_gpu, run here on the CPU
+    model) into parameters of the model's dtype equal to the blocks' values, and the model computes the same logits
+    (the CPU's exact float32 packed products against torch's linear: summation order). The CUDA plan counts them in
+    that dtype."""
+    from strata.model.packed import dense_on_gpu
+    from strata.weights import loaded_sizes, loader
+
+    path = gguf_of(wide_ple_folder, str(tmp_path / "model.gguf"), "Q8_0")
+    model = build_model(GGUFSource(path), "cpu", "float32", quiet=True)
+    packed = {name: module.weight for name, module in model.named_modules()
+              if isinstance(getattr(module, "weight", None), PackedWeight) and dense_on_gpu(f"{name}.weight")}
+    kept = {name: weight.dequantize(torch.float32) for name, weight in packed.items()}
+    assert any("ple.key_proj" in name for name in kept) and any("mix_weight_down" in name for name in kept)
+    assert any("block_inject_weight" in name for name in kept)
+    ids = prompt_with_eos()
+    packed_logits = prompt_logits(model, ids)
+    loader._dequantize_dense_on_gpu(model, torch.float32)
+    for name, values in kept.items():
+        weight = model.get_submodule(name).weight
+        assert isinstance(weight, torch.nn.Parameter) and torch.equal(weight, values)
+    assert rel_err(prompt_logits(model, ids), packed_logits) < 1e-5
+    planned = GGUFSource(path).weight_sizes(torch.bfloat16).total
+    monkeypatch.setattr(loaded_sizes, "dense_on_gpu", lambda name: False)
+    as_blocks = GGUFSource(path).weight_sizes(torch.bfloat16).total
+    assert planned - as_blocks == sum(2 * v.numel() - packed[name].nbytes for name, v in kept.items())
 
 
 def test_mtp_head_loads_from_gguf(mtp_folder, tmp_path):
