@@ -293,9 +293,9 @@ class MemoryPlan:
 
     def _size_context(self) -> int:
         """No --max-model-len: the KV pool takes its budget (_kv_budget: --kv-cache-mib, what the GPU's budget
-        leaves, or CPU_KV_BUDGET_BYTES on the CPU), up to every slot at the model's maximum, and max_model_len becomes what it holds, capped at the
-        model's maximum, so one request may use the whole pool; on CUDA at least MIN_DEFAULT_CONTEXT tokens must
-        fit."""
+        leaves, or CPU_KV_BUDGET_BYTES on the CPU), up to every slot at the model's maximum, and max_model_len
+        becomes what it holds, capped at the model's maximum, so one request may use the whole pool; on CUDA at
+        least MIN_DEFAULT_CONTEXT tokens must fit."""
         block_size, model_max = self.config.cache.block_size, self.max_model_len
         floor = min(model_max, MIN_DEFAULT_CONTEXT)
         budget = self._kv_budget(floor if self.on_cuda else 0)

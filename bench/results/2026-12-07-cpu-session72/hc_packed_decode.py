@@ -36,6 +36,6 @@ for r in range(rounds):
     started = time.perf_counter()
     out = llm.generate([prompt], many)
     total = time.perf_counter() - started
-    print(f"{arm} round {r + 1}: prompt + 1 token {first * 1e3:.0f} ms, decode {(total - first) / 64 * 1e3:.1f} ms a token",
-          flush=True)
+    decode = (total - first) / 64
+    print(f"{arm} round {r + 1}: prompt + 1 token {first * 1e3:.0f} ms, decode {decode * 1e3:.1f} ms a token", flush=True)
 print(f"{arm} tokens {out[0].outputs[0].token_ids[:12]}")
