@@ -21,6 +21,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from strata.config import debug_value
 from strata.kernels.gguf_blocks import dequantize_ref
 from strata.model import ops
 
@@ -42,13 +43,14 @@ _DENSE_ON_GPU_NAMES = re.compile(r"(hyper_connection(_mixer)?\.(input_mix_weight
 
 def keeps_packed(checkpoint_name: str) -> bool:
     """Whether the HF checkpoint tensor `checkpoint_name` may be given to the model as a PackedWeight."""
-    return _PACKED_NAMES.search(checkpoint_name) is not None or dense_on_gpu(checkpoint_name)
+    return _PACKED_NAMES.search(checkpoint_name) is not None or _DENSE_ON_GPU_NAMES.search(checkpoint_name) is not None
 
 
 def dense_on_gpu(checkpoint_name: str) -> bool:
     """Whether a weight that loads packed is dequantized where the model runs on CUDA (module name + ".weight" or
-    its checkpoint name)."""
-    return _DENSE_ON_GPU_NAMES.search(checkpoint_name) is not None
+    its checkpoint name). STRATA_DENSE_MIXERS=0 keeps them packed there too (ops.packed_linear's GEMVs: ~0.9 GB
+    less VRAM for the 125B's mixers at Q4_K_M, more launches a step; not yet measured on a GPU)."""
+    return _DENSE_ON_GPU_NAMES.search(checkpoint_name) is not None and debug_value("DENSE_MIXERS") != "0"
 
 
 def is_packed_expert_stack(checkpoint_name: str) -> bool:

@@ -110,9 +110,9 @@ def test_packed_mixers_on_a_gpu_model_are_dequantized_to_what_the_cpu_computes(w
     blocks on the CPU; loader.build_model on CUDA dequantizes them (_dequantize_dense_on_gpu, run here on the CPU
     model) into parameters of the model's dtype equal to the blocks' values, and the model computes the same logits
     (the CPU's exact float32 packed products against torch's linear: summation order). The CUDA plan counts them in
-    that dtype."""
+    that dtype. With STRATA_DENSE_MIXERS=0 they stay packed on CUDA, and the plan counts their blocks."""
     from strata.model.packed import dense_on_gpu
-    from strata.weights import loaded_sizes, loader
+    from strata.weights import loader
 
     path = gguf_of(wide_ple_folder, str(tmp_path / "model.gguf"), "Q8_0")
     model = build_model(GGUFSource(path), "cpu", "float32", quiet=True)
@@ -123,14 +123,17 @@ def test_packed_mixers_on_a_gpu_model_are_dequantized_to_what_the_cpu_computes(w
     assert any("block_inject_weight" in name for name in kept)
     ids = prompt_with_eos()
     packed_logits = prompt_logits(model, ids)
+    monkeypatch.setenv("STRATA_DENSE_MIXERS", "0")  # they stay packed on CUDA too, and the plan counts them so
+    loader._dequantize_dense_on_gpu(model, torch.float32)
+    assert all(model.get_submodule(name).weight is weight for name, weight in packed.items())
+    as_blocks = GGUFSource(path).weight_sizes(torch.bfloat16).total
+    monkeypatch.delenv("STRATA_DENSE_MIXERS")
     loader._dequantize_dense_on_gpu(model, torch.float32)
     for name, values in kept.items():
         weight = model.get_submodule(name).weight
         assert isinstance(weight, torch.nn.Parameter) and torch.equal(weight, values)
     assert rel_err(prompt_logits(model, ids), packed_logits) < 1e-5
     planned = GGUFSource(path).weight_sizes(torch.bfloat16).total
-    monkeypatch.setattr(loaded_sizes, "dense_on_gpu", lambda name: False)
-    as_blocks = GGUFSource(path).weight_sizes(torch.bfloat16).total
     assert planned - as_blocks == sum(2 * v.numel() - packed[name].nbytes for name, v in kept.items())
 
 
