@@ -254,7 +254,7 @@ def test_kv_cache_mib_sizes_the_pool_and_leaves_the_rest_to_experts(monkeypatch)
     default, meta = _plan_on_card(monkeypatch, spec, 24, 256)
     default.expert_slots(meta, sizes)
 
-    def asked(mib: int, device: str = "cuda", max_model_len: int | None = None) -> MemoryPlan:
+    def asked(mib: int | None, device: str = "cuda", max_model_len: int | None = None) -> MemoryPlan:
         config = EngineConfig(model=spec, cache=CacheConfig(kv_cache_mib=mib),
                               scheduler=SchedulerConfig(max_model_len=max_model_len))
         plan = MemoryPlan(config, meta.config, SpecConfig(), max_model_len or meta.config.max_position_embeddings,
