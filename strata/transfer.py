@@ -44,16 +44,39 @@ def pin_in_place(host: torch.Tensor, what: str) -> bool:
     """Page-lock `host` (a CPU tensor in anonymous memory) where it lies, so copies from it are asynchronous and the
     device's kernels may read it over PCIe (CUDA's unified addressing); unlocked when this tensor object is
     collected, so pass one that lives as long as the memory is read (not a fresh view). False, with a warning naming
-    `what`, where CUDA refuses it. Not for a file's map: on an H100 host, registering a 3.5 GB range of a GGUF file's
-    read-only map (cudaHostRegisterReadOnly) ran in the kernel for over 12 minutes (session 72); host_copy it."""
-    cudart = torch.cuda.cudart()
+    `what`, where CUDA refuses it. Not for a file's map (False, with a warning naming the file): on an H100 host,
+    registering a 3.5 GB range of a GGUF file's read-only map (cudaHostRegisterReadOnly) ran in the kernel for over
+    12 minutes (session 72); host_copy it."""
     start = host.data_ptr()
+    mapped = mapped_file(start)
+    if mapped is not None:
+        logger.warning("not page-locking %s where it lies: it is in the map of %s (copy it first: host_copy)", what,
+                       mapped)
+        return False
+    cudart = torch.cuda.cudart()
     error = cudart.cudaHostRegister(start, host.numel() * host.element_size(), 0)
     if error != cudart.cudaError.success:
         logger.warning("cudaHostRegister failed for %s (%s)", what, error)
         return False
     weakref.finalize(host, cudart.cudaHostUnregister, start)
     return True
+
+
+def mapped_file(address: int) -> str | None:
+    """The file whose map holds `address` in this process (/proc/self/maps), None for anonymous memory, shared
+    memory (/dev/shm, /dev/zero, memfd) or where the maps cannot be read."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                fields = line.split(maxsplit=5)
+                low, high = (int(bound, 16) for bound in fields[0].split("-"))
+                if low <= address < high:
+                    path = fields[5].strip() if len(fields) > 5 else ""
+                    in_memory = path.startswith(("/dev/", "/memfd:"))
+                    return path if path.startswith("/") and fields[4] != "0" and not in_memory else None
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def host_copy(weights: torch.Tensor, pin: bool) -> torch.Tensor:
