@@ -53,7 +53,13 @@ def pin_in_place(host: torch.Tensor, what: str) -> bool:
         logger.warning("not page-locking %s where it lies: it is in the map of %s (copy it first: host_copy)", what,
                        mapped)
         return False
+    return _register(host, what)
+
+
+def _register(host: torch.Tensor, what: str) -> bool:
+    """pin_in_place's registration, for memory known to be anonymous (host_copy's)."""
     cudart = torch.cuda.cudart()
+    start = host.data_ptr()
     error = cudart.cudaHostRegister(start, host.numel() * host.element_size(), 0)
     if error != cudart.cudaError.success:
         logger.warning("cudaHostRegister failed for %s (%s)", what, error)
@@ -93,7 +99,7 @@ def host_copy(weights: torch.Tensor, pin: bool) -> torch.Tensor:
     host = torch.frombuffer(buffer, dtype=weights.dtype, count=weights.numel()).view(weights.shape)
     host.copy_(weights)
     # page-locked for asynchronous copies, unlocked when the tensor is collected (before its memory is unmapped)
-    if pin and not pin_in_place(host, "host weights (they use torch's pinned memory)"):
+    if pin and not _register(host, "host weights (they use torch's pinned memory)"):  # (anonymous: no maps check)
         return host.pin_memory()
     return host
 

@@ -17,10 +17,10 @@ them for the next graph (strata.split_graphs), one short host wait a step instea
 That is the fallback (STRATA_PLE_IN_PLACE=0, or too little free RAM for a copy of a table over a file's map): by
 default a table left in host memory is page-locked there (a GGUF file's blocks copied off the file's map into memory
 of their own first: locking the map itself ran for minutes) and the device gathers the rows itself over PCIe
-(kernels/sm_copy.gather_rows; blocks dequantized as they are read,
-packed_dequant.dequantize_rows): no host work and no split, so steps planned ahead stay ahead. Where the host
-reads a table kept as a file's blocks (CPU runs, the fallback), it reads the map through page_advice.RowReads:
-random access, and a step's pages asked of the disk together while they come from there.
+(kernels/sm_copy.gather_rows; blocks dequantized as they are read, packed_dequant.dequantize_rows): no host work
+and no split, so steps planned ahead stay ahead. Where the host reads a table kept as a file's blocks (CPU runs, the
+fallback), it reads the map through page_advice.RowReads: random access, and a step's pages asked of the disk
+together while they come from there.
 
 The torch forms here (`ngram_rows`, the gate in kernels/ple.ple_gate_ref, `conv_and_add`) are ~140 small launches a
 layer; on CUDA the rows, the gate and the conv are one launch each (kernels/ple.py).

@@ -89,8 +89,8 @@ def place_host_tables(model: nn.Module, device: str, quiet: bool = False) -> Non
 
 
 def lock_host_tables(model: nn.Module, device: str, quiet: bool = False) -> None:
-    """On CUDA, the tables place_host_tables left in host memory, page-locked where they lie for the device to read
-    in place (_pin_tables). Called after the offloaded experts' host copies are made (engine.build), so the free
+    """On CUDA, the tables place_host_tables left in host memory, page-locked for the device to read in place
+    (_pin_tables: a dense one where it lies, a GGUF file's blocks copied off the map first). Called after the offloaded experts' host copies are made (engine.build), so the free
     RAM a table over a file's map is checked against is what they left. STRATA_PLE_IN_PLACE=0 leaves the host
     gathering the rows between two graph parts."""
     if not device.startswith("cuda") or debug_value("PLE_IN_PLACE") == "0":
