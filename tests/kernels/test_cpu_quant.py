@@ -191,6 +191,28 @@ def test_a_row_gets_the_same_bits_alone_and_in_a_batch(qtype, isa):
         assert torch.equal(cpu_quant.quant_matmul(x[:rows].contiguous(), blocks, qtype, n, k), alone[:rows]), rows
 
 
+WIDE_K_TYPES = [Q.Q4_K, Q.Q5_K, Q.Q6_K]  # quant_simd.c's 512-bit kernels in the AVX-512 table
+
+
+@pytest.mark.skipif(not {"avx2", "avx512"} <= set(SIMD_ISAS), reason="no AVX-512 on this CPU (or no C compiler)")
+@pytest.mark.parametrize("qtype", WIDE_K_TYPES, ids=[q.name for q in WIDE_K_TYPES])
+def test_avx512_k_quants_give_the_avx2_bits(qtype):
+    """The AVX-512 table's K-quant kernels (64 values a vector) fold each row's integer sums into the 256-bit kernels'
+    lanes, so every output has the AVX2 table's bits, for every row count of a tile and past it, over random blocks
+    (every scale, min and high bit)."""
+    n, k = 45, 1536
+    blocks = make_blocks(qtype, n, k, "random", seed=13)
+    x = torch.randn(19, k, generator=torch.Generator().manual_seed(14))
+    for rows in (1, 2, 3, 4, 5, 6, 7, 8, 19):
+        results = []
+        for isa in ("avx2", "avx512"):
+            cpu_quant.set_isa(isa)
+            results.append(cpu_quant.quant_matmul(x[:rows].contiguous(), blocks, qtype, n, k))
+        assert torch.equal(*results), rows
+    slack = rounding_slack(x, weight_of(blocks, qtype, n, k), qtype)
+    assert ((results[1].double() - cpu_quant.quant_matmul_ref(x, blocks, qtype, n, k)).abs() <= slack).all()
+
+
 VBMI_TYPES = [Q.IQ2_XXS, Q.IQ2_XS, Q.IQ2_S, Q.IQ3_XXS, Q.IQ3_S, Q.IQ4_XS]  # iquant_vbmi.c's
 
 

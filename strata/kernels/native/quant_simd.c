@@ -1,7 +1,8 @@
 /* The x86 SIMD kernels, compiled twice by strata/kernels/cpu_quant.py: with -mavx2 -mfma -mf16c (the
  * AVX2 table) and with AVX-512 F/BW/VL/VNNI added (the AVX-512 table), where the unscaled u8 x s8 dot
  * products are one vpdpbusd instead of vpmaddubsw + vpmaddwd. Both work on 256-bit vectors, one block
- * of 32 values (or one sub-block) a vector; 512-bit ones would need two blocks an op, not done.
+ * of 32 values (or one sub-block) a vector, except the AVX-512 table's Q4_K, Q5_K and Q6_K (64 values a vector,
+ * the same bits: see their section).
  *
  * Same arithmetic as quant_scalar.c (integer dot products per block, float scales once per block), so
  * the two agree up to float summation order. Each weight block is decoded once and used for up to MAX_T
@@ -173,26 +174,37 @@ INLINE void q5_1_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt
  * vectors w_j; signs: NULL where w_j are the unsigned values, else w_j are their magnitudes and x_j takes the
  * sign of signs[j] (the sign trick). mins: 0 (none), 8 (one vector of min_terms, a sub-block of 32 each:
  * bsum_rows) or 16 (two, a sub-block of 16 each: bsum16_rows) */
+/* acc[t] += d * d_x[t] * isum [+ min_terms . bsum of row t]: a row's integer sums (8 lanes) scaled, and the
+ * sub-blocks' minimum terms (mins: 0, 8 or 16, as superblock_rows) */
+INLINE void scale_row(__m256i isum, float d, const int mins, const __m256 *min_terms, const acts_t *x, int64_t t0,
+                      int t, int64_t b, __m256 *acc) {
+    const int64_t k = x->k;
+    acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * *d_at(x, t0 + t, b)), _mm256_cvtepi32_ps(isum), acc[t]);
+    /* acc's lanes are partial sums until the end: the sub-blocks' minimum terms too */
+    if (mins == 8)
+        acc[t] = _mm256_fmadd_ps(min_terms[0], _mm256_loadu_ps(x->bsum_rows + (t0 + t) * (k / QK) + b * 8), acc[t]);
+    for (int h = 0; mins == 16 && h < 2; h++) {
+        const float *bsum16 = x->bsum16_rows + (t0 + t) * (k / 16) + b * 16 + 8 * h;
+        acc[t] = _mm256_fmadd_ps(min_terms[h], _mm256_loadu_ps(bsum16), acc[t]);
+    }
+}
+
+/* acc[t] += d * d_x[t] * sum_j (scale_j * w_j . x_j) [+ min_terms . bsum of row t] for the 8 decoded
+ * vectors w_j; signs: NULL where w_j are the unsigned values, else w_j are their magnitudes and x_j takes the
+ * sign of signs[j] (the sign trick). mins: 0 (none), 8 (one vector of min_terms, a sub-block of 32 each:
+ * bsum_rows) or 16 (two, a sub-block of 16 each: bsum16_rows) */
 INLINE void superblock_rows(const __m256i *w, const __m256i *signs, const __m256i *scale16, float d,
                             const int mins, const __m256 *min_terms, const acts_t *x, int64_t t0, const int nt,
                             int64_t b, __m256 *acc) {
-    const int64_t k = x->k;
     for (int t = 0; t < nt; t++) {
-        const int8_t *xq = x->q + (t0 + t) * k + b * QK_K;
+        const int8_t *xq = x->q + (t0 + t) * x->k + b * QK_K;
         __m256i isum = _mm256_setzero_si256();
         for (int j = 0; j < 8; j++) {
             __m256i xj = load32(xq + j * QK);
             if (signs != NULL) xj = _mm256_sign_epi8(xj, signs[j]);
             isum = _mm256_add_epi32(isum, dot_u8s8_scaled(w[j], xj, scale16[j]));
         }
-        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * *d_at(x, t0 + t, b)), _mm256_cvtepi32_ps(isum), acc[t]);
-        /* acc's lanes are partial sums until the end: the sub-blocks' minimum terms too */
-        if (mins == 8)
-            acc[t] = _mm256_fmadd_ps(min_terms[0], _mm256_loadu_ps(x->bsum_rows + (t0 + t) * (k / QK) + b * 8), acc[t]);
-        for (int h = 0; mins == 16 && h < 2; h++) {
-            const float *bsum16 = x->bsum16_rows + (t0 + t) * (k / 16) + b * 16 + 8 * h;
-            acc[t] = _mm256_fmadd_ps(min_terms[h], _mm256_loadu_ps(bsum16), acc[t]);
-        }
+        scale_row(isum, d, mins, min_terms, x, t0, t, b, acc);
     }
 }
 
@@ -285,13 +297,22 @@ INLINE void q3_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt
  * integers as unpacking them in general registers and broadcasting one at a time, with which a one-row
  * 1536 x 2048 product took 106-128 us against 104-105 (min of 1,000 on one thread of the Xeon VM:
  * bench/results/2026-12-04-cpu-session41/scales_ab.txt). */
-INLINE __m256 scales_k4(const uint8_t *packed, float dmin, __m256i *scale16) {
+INLINE __m128i scale_min_bytes_k4(const uint8_t *packed) {  /* -> [8 scales | 8 mins], one byte each */
     const __m128i v = _mm_loadu_si128((const __m128i *)packed);
     const __m128i low = _mm_shuffle_epi8(v, _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11));
     const __m128i top = _mm_shuffle_epi8(v, _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7));
     const __m128i keep = _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15);
     const __m128i low_bits = _mm_and_si128(_mm_blend_epi32(low, _mm_srli_epi16(low, 4), 0x8), keep);
-    const __m128i bytes = _mm_or_si128(low_bits, _mm_and_si128(_mm_srli_epi16(top, 2), _mm_set1_epi8(0x30)));
+    return _mm_or_si128(low_bits, _mm_and_si128(_mm_srli_epi16(top, 2), _mm_set1_epi8(0x30)));
+}
+
+INLINE __m256 min_terms_k4(__m128i bytes, float dmin) {  /* -dmin * min_j for the 8 sub-blocks */
+    const __m256 mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8)));
+    return _mm256_mul_ps(_mm256_set1_ps(-dmin), mins);
+}
+
+INLINE __m256 scales_k4(const uint8_t *packed, float dmin, __m256i *scale16) {
+    const __m128i bytes = scale_min_bytes_k4(packed);
     const __m256i words = _mm256_cvtepu8_epi16(bytes);                             /* [8 scales | 8 mins] */
     const __m256i scales = _mm256_permute2x128_si256(words, words, 0x00);          /* the scales in both lanes */
     for (int j = 0; j < 8; j++) {
@@ -299,8 +320,7 @@ INLINE __m256 scales_k4(const uint8_t *packed, float dmin, __m256i *scale16) {
         scale16[j] = _mm256_shuffle_epi8(scales, _mm256_setr_epi8(l, h, l, h, l, h, l, h, l, h, l, h, l, h, l, h,
                                                                   l, h, l, h, l, h, l, h, l, h, l, h, l, h, l, h));
     }
-    const __m256 mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(bytes, 8)));
-    return _mm256_mul_ps(_mm256_set1_ps(-dmin), mins);
+    return min_terms_k4(bytes, dmin);
 }
 
 INLINE void nibbles_k(const uint8_t *qs, __m256i *wv) {  /* 32 bytes c: sub-block 2c low nibbles, 2c + 1 high */
@@ -311,6 +331,112 @@ INLINE void nibbles_k(const uint8_t *qs, __m256i *wv) {  /* 32 bytes c: sub-bloc
     }
 }
 
+#if defined(__AVX512BW__)
+/* ---- The AVX-512 table's Q4_K, Q5_K and Q6_K: 64 values a vector (two sub-blocks of 32: their quants side by side
+ * in value order, and x's 64 bytes as they lie), so a row of a tile takes half the loads, multiplies and adds of the
+ * 256-bit kernels above, and a superblock half their decoding. A row's integer sum is folded to the 8 lanes those
+ * build (lane i of each half holds values 4i..4i+3 of its sub-block: adding the halves sums exact integers) and then
+ * scaled by the same float operations, so each output has the AVX2 table's bits, alone or in a batch
+ * (tests/kernels/test_cpu_quant.py holds them to that). */
+
+INLINE __m512i halves_select(int low, int high) {  /* words 0-15 (the low 256 bits) low, 16-31 high */
+    return _mm512_mask_blend_epi16(0xFFFF0000u, _mm512_set1_epi16((short)low), _mm512_set1_epi16((short)high));
+}
+
+/* acc[t] += d * d_x[t] * sum_c (scale_c * w_c . x_c) [+ min terms] for the 4 vectors w_c of 64 unsigned values
+ * (values 64c..64c+63) and their int16 scales (one a 16-bit lane: each pair of products' scale) */
+INLINE void superblock_rows512(const __m512i *w, const __m512i *scale, float d, const int mins,
+                               const __m256 *min_terms, const acts_t *x, int64_t t0, const int nt, int64_t b,
+                               __m256 *acc) {
+    for (int t = 0; t < nt; t++) {
+        const int8_t *xq = x->q + (t0 + t) * x->k + b * QK_K;
+        __m512i isum = _mm512_setzero_si512();
+        for (int c = 0; c < 4; c++) {
+            const __m512i pairs = _mm512_maddubs_epi16(w[c], _mm512_loadu_si512((const void *)(xq + 64 * c)));
+            isum = _mm512_add_epi32(isum, _mm512_madd_epi16(pairs, scale[c]));
+        }
+        const __m256i folded = _mm256_add_epi32(_mm512_castsi512_si256(isum), _mm512_extracti64x4_epi64(isum, 1));
+        scale_row(folded, d, mins, min_terms, x, t0, t, b, acc);
+    }
+}
+
+/* Q4_K / Q5_K: 32 bytes c of quants -> values 64c..64c+63 (low nibbles: sub-block 2c, high: 2c + 1); the 8 scales
+ * as scale[c] = sub-block 2c's in the low half, 2c + 1's in the high; returns -dmin * min_j */
+INLINE __m256 decode_k4_512(const uint8_t *packed, float dmin, const uint8_t *qs, __m512i *w, __m512i *scale) {
+    const __m128i bytes = scale_min_bytes_k4(packed);
+    const __m512i words = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(bytes));  /* the 8 scales in every 128 bits */
+    for (int c = 0; c < 4; c++) {
+        const __m512i q = _mm512_broadcast_i64x4(load32(qs + 32 * c));
+        w[c] = _mm512_and_si512(_mm512_mask_srli_epi16(q, 0xFFFF0000u, q, 4), _mm512_set1_epi8(0xF));
+        /* byte pairs (4c, 4c + 1): word 2c, for the low 256 bits; (4c + 2, 4c + 3): word 2c + 1, the high */
+        scale[c] = _mm512_shuffle_epi8(words, halves_select((4 * c + 1) << 8 | 4 * c, (4 * c + 3) << 8 | (4 * c + 2)));
+    }
+    return min_terms_k4(bytes, dmin);
+}
+
+INLINE void q4_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
+    __m256 acc[MAX_T];
+    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < x->k / QK_K; b++) {
+        const block_q4_k *blk = (const block_q4_k *)w + b;
+        __m512i wv[4], scale[4];
+        const __m256 min_terms = decode_k4_512(blk->scales, f16(blk->dmin), blk->qs, wv, scale);
+        superblock_rows512(wv, scale, f16(blk->d), 8, &min_terms, x, t0, nt, b, acc);
+    }
+    store_rows(acc, nt, y, ldy);
+}
+
+INLINE void q5_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
+    __m256 acc[MAX_T];
+    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < x->k / QK_K; b++) {
+        const block_q5_k *blk = (const block_q5_k *)w + b;
+        __m512i wv[4], scale[4];
+        const __m256 min_terms = decode_k4_512(blk->scales, f16(blk->dmin), blk->qs, wv, scale);
+        const __m512i qh = _mm512_broadcast_i64x4(load32(blk->qh));
+        for (int c = 0; c < 4; c++) {  /* bit j of qh[l] is bit 4 of value l of sub-block j = 2c, 2c + 1 */
+            const __m512i bit = _mm512_and_si512(_mm512_srlv_epi16(qh, halves_select(2 * c, 2 * c + 1)),
+                                                 _mm512_set1_epi8(1));
+            wv[c] = _mm512_or_si512(wv[c], _mm512_slli_epi16(bit, 4));
+        }
+        superblock_rows512(wv, scale, f16(blk->d), 8, &min_terms, x, t0, nt, b, acc);
+    }
+    store_rows(acc, nt, y, ldy);
+}
+
+/* Q6_K as the 256-bit kernel takes it (unsigned q, a minimum -32 d sc_j): values 64c.. are half h = c / 2,
+ * quarters s = 2 (c % 2) and s + 1, whose low nibbles are the 64 bytes ql[64 h..] (shifted by 4 for c odd) and
+ * high bits qh[32 h + l] >> 2s and >> 2s + 2; their 16-value scales 4c..4c + 3, one a 128 bits */
+INLINE void q6_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
+    __m256 acc[MAX_T];
+    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < x->k / QK_K; b++) {
+        const block_q6_k *blk = (const block_q6_k *)w + b;
+        __m512i wv[4], scale[4];
+        const __m128i scales = _mm_loadu_si128((const __m128i *)blk->scales);
+        const __m512i words = _mm512_zextsi256_si512(_mm256_cvtepi8_epi16(scales));  /* [16] signed */
+        for (int c = 0; c < 4; c++) {
+            const int h = c / 2, s = 2 * (c % 2);
+            __m512i lo = _mm512_loadu_si512((const void *)(blk->ql + 64 * h));
+            if (c % 2) lo = _mm512_srli_epi16(lo, 4);
+            const __m512i qh = _mm512_broadcast_i64x4(load32(blk->qh + 32 * h));
+            const __m512i hi = _mm512_and_si512(_mm512_srlv_epi16(qh, halves_select(2 * s, 2 * s + 2)),
+                                                _mm512_set1_epi8(3));
+            wv[c] = _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi8(0xF)), _mm512_slli_epi16(hi, 4));
+            const __m512i pick = _mm512_set_epi64(0x0001000100010001LL * (4 * c + 3), 0x0001000100010001LL * (4 * c + 3),
+                                                  0x0001000100010001LL * (4 * c + 2), 0x0001000100010001LL * (4 * c + 2),
+                                                  0x0001000100010001LL * (4 * c + 1), 0x0001000100010001LL * (4 * c + 1),
+                                                  0x0001000100010001LL * (4 * c), 0x0001000100010001LL * (4 * c));
+            scale[c] = _mm512_permutexvar_epi16(pick, words);
+        }
+        const float d = f16(blk->d);
+        __m256 min_terms[2];
+        scaled_bytes16(scales, -32.f * d, min_terms);
+        superblock_rows512(wv, scale, d, 16, min_terms, x, t0, nt, b, acc);
+    }
+    store_rows(acc, nt, y, ldy);
+}
+#else
 INLINE void q4_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
     __m256 acc[MAX_T];
     for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
@@ -366,6 +492,7 @@ INLINE void q6_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt
     }
     store_rows(acc, nt, y, ldy);
 }
+#endif
 
 INLINE void iq4_xs_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
     const __m256i values = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)IQ4_VALUES));
