@@ -36,7 +36,7 @@ import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants
 from gguf.quants import dequantize
 
-from strata.config import debug_flag
+from strata.config import debug_value
 from strata.kernels.native_build import build_library
 
 logger = logging.getLogger(__name__)
@@ -114,8 +114,12 @@ def _build() -> ctypes.CDLL:
                            ("strata_qmm_set_spin_us", [i32])):
         getattr(library, name).argtypes = argtypes
         getattr(library, name).restype = i32
-    if debug_flag("CPU_QUANT_SCALAR"):
-        library.strata_qmm_set_isa(0)
+    asked = debug_value("CPU_QUANT_ISA")  # a lower table than the best for A/B runs: scalar, avx2, avx512
+    if asked in ISAS and ISAS.index(asked) <= library.strata_qmm_best_isa():
+        library.strata_qmm_set_isa(ISAS.index(asked))
+    elif asked:
+        logger.warning("STRATA_CPU_QUANT_ISA=%s is not one of this CPU's kernel tables %s; using the best", asked,
+                       ISAS[:library.strata_qmm_best_isa() + 1])
     _set_iq_tables(library)
     return library
 

@@ -279,6 +279,20 @@ def test_iquants_wait_for_their_tables(tmp_path):
     assert all(supported())
 
 
+@needs_kernel
+def test_the_environment_picks_a_lower_kernel_table():
+    """STRATA_CPU_QUANT_ISA (A/B runs of whole models) selects a table this CPU has at load; a name it lacks is
+    logged and the best table stays."""
+    code = "import logging; logging.basicConfig()\nfrom strata.kernels import cpu_quant\nprint(cpu_quant.isa())\n"
+    picked = []
+    for asked in ("scalar", "neon"):
+        env = {**os.environ, "STRATA_CPU_QUANT_ISA": asked}
+        result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        picked.append((result.stdout.strip(), "not one of this CPU's kernel tables" in result.stderr))
+    assert picked == [("scalar", False), (cpu_quant.available_isas()[-1], True)]
+
+
 def test_no_compiler_means_unsupported_not_an_error(tmp_path):
     code = ("from strata.kernels import cpu_quant\n"
             "print(any(cpu_quant.supports(t) for t in range(40)))\n"

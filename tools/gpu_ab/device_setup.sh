@@ -32,6 +32,16 @@ issue23() {
   echo "== issue 23 rc=$? t=$(( $(date +%s)-S ))"; grep -E "strata_c|prefill" $OUT/q4km.log | cut -c1-170
 }
 
+# offload25 NAME SECONDS: issue 23's offload command on /tmp/q4km.gguf (25 % of the experts on the GPU, 16 CPU threads,
+# 2 prompts of 64 tokens, 128 out, 3 repeats), stopped after SECONDS; $OUT/NAME.json and .log, its c1 line shown (the
+# caller's environment applies: STRATA_CPU_QUANT_ISA=avx2 for the 256-bit CPU kernels). Needs S.
+offload25() {
+  timeout -k 10 -s INT $2 python3 -m strata.cli.main bench offline /tmp/q4km.gguf --device cuda --max-model-len 4096 \
+    --num-prompts 2 --input-len 64 --output-len 128 --concurrency 1 --cpu-threads 16 --expert-swap-interval 0 \
+    --repeats 3 --expert-cache 25% --output $OUT/$1.json > $OUT/$1.log 2>&1
+  echo "== $1 rc=$? t=$(( $(date +%s)-S ))"; grep -E "strata_c1|CPU kernels" $OUT/$1.log | cut -c1-170
+}
+
 # bench_arms ROUNDS CONCURRENCY TREE...: issue 23's bench of /tmp/q4km.gguf from each tree /tmp/TREE in turn, ROUNDS
 # alternated rounds, each run's JSON kept as $OUT/TREE_rN.json and its summary lines in $OUT/ab.txt.
 bench_arms() {
