@@ -191,16 +191,20 @@ def test_a_row_gets_the_same_bits_alone_and_in_a_batch(qtype, isa):
         assert torch.equal(cpu_quant.quant_matmul(x[:rows].contiguous(), blocks, qtype, n, k), alone[:rows]), rows
 
 
-WIDE_K_TYPES = [Q.Q4_K, Q.Q5_K, Q.Q6_K]  # quant_simd.c's 512-bit kernels in the AVX-512 table
+# what quant_simd.c builds differently in its AVX-512 table: the K-quants on 512-bit vectors; the 32-value block types'
+# nibbles and fifth bits through mask registers (21 blocks a row: one row's kernel takes two weight rows a pass)
+WIDE_TYPES = [(Q.Q4_K, 1536), (Q.Q5_K, 1536), (Q.Q6_K, 1536), (Q.Q8_0, 672), (Q.Q4_0, 672), (Q.Q4_1, 672),
+              (Q.Q5_0, 672), (Q.Q5_1, 672), (Q.IQ4_NL, 672), (Q.MXFP4, 672)]
 
 
 @pytest.mark.skipif(not {"avx2", "avx512"} <= set(SIMD_ISAS), reason="no AVX-512 on this CPU (or no C compiler)")
-@pytest.mark.parametrize("qtype", WIDE_K_TYPES, ids=[q.name for q in WIDE_K_TYPES])
-def test_avx512_k_quants_give_the_avx2_bits(qtype):
-    """The AVX-512 table's K-quant kernels (64 values a vector) fold each row's integer sums into the 256-bit kernels'
-    lanes, so every output has the AVX2 table's bits, for every row count of a tile and past it, over random blocks
-    (every scale, min and high bit)."""
-    n, k = 45, 1536
+@pytest.mark.parametrize("qtype,k", WIDE_TYPES, ids=[q.name for q, _ in WIDE_TYPES])
+def test_avx512_kernels_give_the_avx2_bits(qtype, k):
+    """The AVX-512 table's kernels build each row's integer sums in the 256-bit kernels' lanes (the K-quants' 64-value
+    vectors folded) and scale them in the same order, so every output has the AVX2 table's bits, for every row count
+    of a tile and past it and an odd number of weight rows (45), over random blocks (every scale, min and high
+    bit)."""
+    n = 45
     blocks = make_blocks(qtype, n, k, "random", seed=13)
     x = torch.randn(19, k, generator=torch.Generator().manual_seed(14))
     for rows in (1, 2, 3, 4, 5, 6, 7, 8, 19):

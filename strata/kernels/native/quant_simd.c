@@ -2,7 +2,10 @@
  * AVX2 table) and with AVX-512 F/BW/VL/VNNI added (the AVX-512 table), where the unscaled u8 x s8 dot
  * products are one vpdpbusd instead of vpmaddubsw + vpmaddwd. Both work on 256-bit vectors, one block
  * of 32 values (or one sub-block) a vector, except the AVX-512 table's Q4_K, Q5_K and Q6_K (64 values a vector,
- * the same bits: see their section).
+ * the same bits: see their section); its 32-value blocks take their nibbles and fifth bits through mask registers
+ * (session 73, bench/results/2026-12-07-cpu-session73: one row of 2560 x 640 on one thread of the 2-core Xeon VM,
+ * Q5_0 166-168 -> 133-144 us, Q5_1 160-165 -> 133-136, Q4_0 139-144 -> 120-128, with the two-row pass below).
+ * One row of x meets two weight rows a pass there (ROWS_PAIRED), the same operations per row.
  *
  * Same arithmetic as quant_scalar.c (integer dot products per block, float scales once per block), so
  * the two agree up to float summation order. Each weight block is decoded once and used for up to MAX_T
@@ -34,8 +37,13 @@ INLINE __m256i dot_u8s8_scaled(__m256i u, __m256i s, __m256i scale16) {
 INLINE __m256i load32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
 INLINE __m256i nibbles32(const uint8_t *qs) {  /* 16 bytes -> 32 values: low nibbles, then high */
+#if defined(__AVX512BW__) && defined(__AVX512VL__)  /* the bytes broadcast as they load; the high half's shifted */
+    const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
+    return _mm256_and_si256(_mm256_mask_srli_epi16(q, 0xFF00, q, 4), _mm256_set1_epi8(0xF));
+#else
     const __m128i q = _mm_loadu_si128((const __m128i *)qs);
     return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0xF));
+#endif
 }
 
 /* Q5_*: the fifth bits of a block's 32 values (qh, a little-endian uint32: bit i is value i's) as bytes 0 or
@@ -43,6 +51,9 @@ INLINE __m256i nibbles32(const uint8_t *qs) {  /* 16 bytes -> 32 values: low nib
 INLINE __m256i fifth_bits32(const uint8_t *qh) {
     uint32_t bits;
     memcpy(&bits, qh, 4);
+#if defined(__AVX512BW__) && defined(__AVX512VL__)  /* the bits as a byte mask */
+    return _mm256_maskz_mov_epi8(_cvtu32_mask32(bits), _mm256_set1_epi8(16));
+#endif
     const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits),
                                                _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
                                                                  0x0101010101010101, 0));
@@ -67,45 +78,90 @@ INLINE __m256i hsum4_epi32(__m256i v0, __m256i v1, __m256i v2, __m256i v3) {
 /* Q8_0, IQ4_NL and MXFP4 (signed values: their nibbles looked up in IQ4_VALUES / MXFP4_VALUES by one byte shuffle), Q4_0 / Q4_1
  * (unsigned nibbles; Q4_0's -8 is a minimum of -8 d) and Q5_0 / Q5_1 (unsigned 5-bit values; Q5_0's -16 is a
  * minimum of -16 d). IQ4_NL stays signed: its values plus 127 (0..240) would overflow vpmaddubsw's int16 pairs */
+INLINE int block32_signed(const int type) { return type == T_Q8_0 || type == T_IQ4_NL || type == T_MXFP4; }
+
+INLINE void block32_scales(const uint8_t *w, const int type, int64_t b, float *d, float *m) {  /* m: 0 if signed */
+    *m = 0.f;
+    if (type == T_Q8_0) {
+        *d = f16(((const block_q8_0 *)w + b)->d);
+    } else if (type == T_IQ4_NL || type == T_Q4_0) {
+        *d = f16(((const block_q4_0 *)w + b)->d);
+        if (type == T_Q4_0) *m = -8.f * *d;
+    } else if (type == T_MXFP4) {
+        *d = mxfp4_scale(((const block_mxfp4 *)w + b)->e);
+    } else if (type == T_Q5_0) {
+        *d = f16(((const block_q5_0 *)w + b)->d), *m = -16.f * *d;
+    } else {  /* Q4_1, Q5_1: d and m side by side, one conversion */
+        const uint16_t *dm16 = type == T_Q4_1 ? &((const block_q4_1 *)w + b)->d : &((const block_q5_1 *)w + b)->d;
+        uint32_t dm;
+        memcpy(&dm, dm16, 4);
+        const __m128 dm_f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dm));
+        *d = _mm_cvtss_f32(dm_f), *m = _mm_cvtss_f32(_mm_movehdup_ps(dm_f));
+    }
+}
+
+INLINE __m256i block32_values(const uint8_t *w, const int type, int64_t b) {  /* block b's 32 values as bytes */
+    if (type == T_Q8_0) return load32(((const block_q8_0 *)w + b)->qs);
+    if (type == T_IQ4_NL || type == T_MXFP4) {
+        const int8_t *table = type == T_IQ4_NL ? IQ4_VALUES : MXFP4_VALUES;
+        const uint8_t *qs = type == T_IQ4_NL ? ((const block_iq4_nl *)w + b)->qs : ((const block_mxfp4 *)w + b)->qs;
+        return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)table)), nibbles32(qs));
+    }
+    if (type == T_Q4_0) return nibbles32(((const block_q4_0 *)w + b)->qs);
+    if (type == T_Q4_1) return nibbles32(((const block_q4_1 *)w + b)->qs);
+    if (type == T_Q5_0) {
+        const block_q5_0 *blk = (const block_q5_0 *)w + b;
+        return _mm256_or_si256(nibbles32(blk->qs), fifth_bits32(blk->qh));
+    }
+    const block_q5_1 *blk = (const block_q5_1 *)w + b;
+    return _mm256_or_si256(nibbles32(blk->qs), fifth_bits32(blk->qh));
+}
+
+/* One row of x against weight rows w[0..R-1] (R = 1 or 2): block32_row's one-row arithmetic for each, the rows'
+ * blocks interleaved so their chains of float multiply-adds (one a block, four cycles each) overlap; every
+ * output keeps the bits it gets alone. */
+INLINE void block32_one_row(const uint8_t *const *w, const int R, const int type, const acts_t *x, int64_t t0,
+                            float *y) {
+    const int is_signed = block32_signed(type);
+    const float *xd = d_at(x, t0, 0), *bsum = bsum_at(x, t0, 0);
+    const int8_t *xq = x->q + t0 * x->k;
+    __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, mins[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int64_t b = 0; b < x->k / QK; b++) {
+        const __m256i xb = load32(xq + b * QK);
+        for (int r = 0; r < R; r++) {
+            float d, m;
+            block32_scales(w[r], type, b, &d, &m);
+            const __m256i q = block32_values(w[r], type, b);
+            if (!is_signed) mins[r] = _mm256_fmadd_ps(_mm256_set1_ps(m), _mm256_loadu_ps(bsum + b * MAX_T), mins[r]);
+            const __m256i p = dot_u8s8(is_signed ? _mm256_sign_epi8(q, q) : q, is_signed ? _mm256_sign_epi8(xb, q) : xb);
+            /* lanes 0 and 4 as hsum4_epi32 leaves them, by two shuffles and adds for its three hadds */
+            const __m256i pairs = _mm256_add_epi32(p, _mm256_shuffle_epi32(p, 0xB1));
+            const __m256i sums = _mm256_add_epi32(pairs, _mm256_shuffle_epi32(pairs, 0x4E));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * xd[b * MAX_T]), _mm256_cvtepi32_ps(sums), acc[r]);
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        float rows[4], m[MAX_T];
+        _mm256_storeu_ps(m, mins[r]);
+        _mm_storeu_ps(rows, _mm_add_ps(_mm256_castps256_ps128(acc[r]), _mm256_extractf128_ps(acc[r], 1)));
+        y[r] = rows[0] + m[0];
+    }
+}
+
 INLINE void block32_row(const uint8_t *w, const int type, const acts_t *x, int64_t t0, const int nt, float *y,
                         int64_t ldy) {
+    if (nt == 1) {
+        block32_one_row(&w, 1, type, x, t0, y);
+        return;
+    }
     const int64_t k = x->k;
-    const int is_signed = type == T_Q8_0 || type == T_IQ4_NL || type == T_MXFP4;
-    const __m256i iq4_values = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)IQ4_VALUES));
-    const __m256i mxfp4_values = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)MXFP4_VALUES));
+    const int is_signed = block32_signed(type);
     const float *xd = d_at(x, t0, 0), *bsum = bsum_at(x, t0, 0);
     __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, mins = _mm256_setzero_ps();
     for (int64_t b = 0; b < k / QK; b++) {
-        __m256i q;
-        float d, m = 0.f;
-        if (type == T_Q8_0) {
-            const block_q8_0 *blk = (const block_q8_0 *)w + b;
-            q = load32(blk->qs), d = f16(blk->d);
-        } else if (type == T_IQ4_NL) {
-            const block_iq4_nl *blk = (const block_iq4_nl *)w + b;
-            q = _mm256_shuffle_epi8(iq4_values, nibbles32(blk->qs)), d = f16(blk->d);
-        } else if (type == T_MXFP4) {
-            const block_mxfp4 *blk = (const block_mxfp4 *)w + b;
-            q = _mm256_shuffle_epi8(mxfp4_values, nibbles32(blk->qs)), d = mxfp4_scale(blk->e);
-        } else if (type == T_Q4_0) {
-            const block_q4_0 *blk = (const block_q4_0 *)w + b;
-            q = nibbles32(blk->qs), d = f16(blk->d), m = -8.f * d;
-        } else if (type == T_Q5_0) {
-            const block_q5_0 *blk = (const block_q5_0 *)w + b;
-            q = _mm256_or_si256(nibbles32(blk->qs), fifth_bits32(blk->qh)), d = f16(blk->d), m = -16.f * d;
-        } else {  /* Q4_1, Q5_1: d and m side by side, one conversion */
-            const uint16_t *dm16 = type == T_Q4_1 ? &((const block_q4_1 *)w + b)->d : &((const block_q5_1 *)w + b)->d;
-            uint32_t dm;
-            memcpy(&dm, dm16, 4);
-            const __m128 dm_f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dm));
-            d = _mm_cvtss_f32(dm_f), m = _mm_cvtss_f32(_mm_movehdup_ps(dm_f));
-            if (type == T_Q4_1) {
-                q = nibbles32(((const block_q4_1 *)w + b)->qs);
-            } else {
-                const block_q5_1 *blk = (const block_q5_1 *)w + b;
-                q = _mm256_or_si256(nibbles32(blk->qs), fifth_bits32(blk->qh));
-            }
-        }
+        float d, m;
+        block32_scales(w, type, b, &d, &m);
+        const __m256i q = block32_values(w, type, b);
         if (!is_signed) mins = _mm256_fmadd_ps(_mm256_set1_ps(m), _mm256_loadu_ps(bsum + b * MAX_T), mins);
         const __m256i q_abs = is_signed ? _mm256_sign_epi8(q, q) : q;
         __m256i p[MAX_T];
@@ -114,12 +170,6 @@ INLINE void block32_row(const uint8_t *w, const int type, const acts_t *x, int64
             if (t >= nt) continue;
             const __m256i xq = load32(x->q + (t0 + t) * k + b * QK);
             p[t] = dot_u8s8(q_abs, is_signed ? _mm256_sign_epi8(xq, q) : xq);
-        }
-        if (nt == 1) {  /* lanes 0 and 4 as hsum4_epi32 leaves them, by two shuffles and adds for its three hadds */
-            const __m256i pairs = _mm256_add_epi32(p[0], _mm256_shuffle_epi32(p[0], 0xB1));
-            const __m256i sums = _mm256_add_epi32(pairs, _mm256_shuffle_epi32(pairs, 0x4E));
-            acc[0] = _mm256_fmadd_ps(_mm256_set1_ps(d * xd[b * MAX_T]), _mm256_cvtepi32_ps(sums), acc[0]);
-            continue;
         }
         for (int g = 0; g < (nt + 3) / 4; g++) {
             const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_broadcast_ps((const __m128 *)(xd + b * MAX_T + 4 * g)));
@@ -134,33 +184,26 @@ INLINE void block32_row(const uint8_t *w, const int type, const acts_t *x, int64
     for (int t = 0; t < nt; t++) y[t * ldy] = rows[t] + m[t];
 }
 
-INLINE void q8_0_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
-    block32_row(w, T_Q8_0, x, t0, nt, y, ldy);
-}
-
-INLINE void q4_0_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
-    block32_row(w, T_Q4_0, x, t0, nt, y, ldy);
-}
-
-INLINE void iq4_nl_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
-    block32_row(w, T_IQ4_NL, x, t0, nt, y, ldy);
-}
-
-INLINE void mxfp4_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
-    block32_row(w, T_MXFP4, x, t0, nt, y, ldy);
-}
-
-INLINE void q4_1_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
-    block32_row(w, T_Q4_1, x, t0, nt, y, ldy);
-}
-
-INLINE void q5_0_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
-    block32_row(w, T_Q5_0, x, t0, nt, y, ldy);
-}
-
-INLINE void q5_1_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
-    block32_row(w, T_Q5_1, x, t0, nt, y, ldy);
-}
+/* The 32-value block types' rows functions: name##_each_row for any rows of x, name##_row_pair for one row of x
+ * against one or two weight rows (ROWS_PAIRED) */
+#define BLOCK32_KERNELS(name, type)                                                                             \
+    INLINE void name##_each_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y,         \
+                                int64_t ldy) {                                                                 \
+        block32_row(w, type, x, t0, nt, y, ldy);                                                               \
+    }                                                                                                          \
+    INLINE void name##_row_pair(const uint8_t *w, int64_t row_bytes, int count, const acts_t *x, int64_t t0,   \
+                                float *y) {                                                                    \
+        const uint8_t *rows[2] = {w, w + row_bytes};                                                           \
+        if (count == 2) block32_one_row(rows, 2, type, x, t0, y);                                              \
+        else block32_one_row(rows, 1, type, x, t0, y);                                                         \
+    }
+BLOCK32_KERNELS(q8_0, T_Q8_0)
+BLOCK32_KERNELS(q4_0, T_Q4_0)
+BLOCK32_KERNELS(q4_1, T_Q4_1)
+BLOCK32_KERNELS(q5_0, T_Q5_0)
+BLOCK32_KERNELS(q5_1, T_Q5_1)
+BLOCK32_KERNELS(iq4_nl, T_IQ4_NL)
+BLOCK32_KERNELS(mxfp4, T_MXFP4)
 
 /* ---- 256-value superblocks: decoded once into 8 vectors of 32 values and their integer scales, then
  * each activation row runs over them (the decoded block stays in registers or L1). The 8 scales of IQ4_XS are
@@ -532,7 +575,11 @@ INLINE void iq_row(void (*decode)(const uint8_t *, iq_superblock_t *), const int
     }
 IQ_TYPES(IQ_ROW)
 
-QMM_TYPES(QMM_ROWS)
+#define BLOCK32_TYPES(X) X(q8_0) X(q4_0) X(q4_1) X(q5_0) X(q5_1) X(iq4_nl) X(mxfp4)
+#define SUPERBLOCK_TYPES(X) X(q2_k) X(q3_k) X(q4_k) X(q5_k) X(q6_k) X(iq4_xs)
+BLOCK32_TYPES(ROWS_PAIRED)
+SUPERBLOCK_TYPES(ROWS)
+IQ_TYPES(QMM_ROWS)
 
 void TABLE(rows_fn table[NUM_TYPES]) {
     QMM_TYPES(QMM_TABLE_ENTRY)

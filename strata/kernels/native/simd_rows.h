@@ -28,14 +28,34 @@ INLINE void store_rows(const __m256 *acc, int nt, float *y, int64_t ldy) {
 #ifndef PREFETCH_ROWS
 #define PREFETCH_ROWS 4
 #endif
+INLINE void prefetch_row(const uint8_t *w, int64_t row_bytes, int64_t r, int64_t rows) {
+    if (PREFETCH_ROWS && r + PREFETCH_ROWS < rows)
+        for (int64_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(w + (r + PREFETCH_ROWS) * row_bytes + o);
+}
+
+/* ROWS for a type whose one-row products take two weight rows a pass (name##_row_pair(w, row_bytes, count, x, t0,
+ * y): count 1 or 2 rows from w, outputs y[0..count-1]); more rows of x go through ROWS's loop */
+#define ROWS_PAIRED(name)                                                                                     \
+    ROWS(name##_each)                                                                                         \
+    static void rows_##name(const uint8_t *w, int64_t row_bytes, int64_t rows, const acts_t *x, int64_t t0,   \
+                            int nt, float *y, int64_t ldy) {                                                  \
+        if (nt != 1) {                                                                                        \
+            rows_##name##_each(w, row_bytes, rows, x, t0, nt, y, ldy);                                        \
+            return;                                                                                           \
+        }                                                                                                     \
+        for (int64_t r = 0; r < rows; r += 2) {                                                               \
+            prefetch_row(w, row_bytes, r, rows), prefetch_row(w, row_bytes, r + 1, rows);                     \
+            name##_row_pair(w + r * row_bytes, row_bytes, rows - r < 2 ? 1 : 2, x, t0, y + r);                 \
+        }                                                                                                     \
+    }
+
 /* One body per (type, number of rows): nt is a constant in each, so the row loops unroll. */
 #define ROWS(name)                                                                                            \
     static void rows_##name(const uint8_t *w, int64_t row_bytes, int64_t rows, const acts_t *x, int64_t t0,   \
                             int nt, float *y, int64_t ldy) {                                                  \
         for (int64_t r = 0; r < rows; r++) {                                                                  \
             const uint8_t *wr = w + r * row_bytes;                                                            \
-            if (PREFETCH_ROWS && r + PREFETCH_ROWS < rows)                                                    \
-                for (int64_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(wr + PREFETCH_ROWS * row_bytes + o); \
+            prefetch_row(w, row_bytes, r, rows);                                                              \
             switch (nt) {                                                                                     \
             case 1: name##_row(wr, x, t0, 1, y + r, ldy); break;                                              \
             case 2: name##_row(wr, x, t0, 2, y + r, ldy); break;                                              \
