@@ -50,7 +50,8 @@ def dense_on_gpu(checkpoint_name: str) -> bool:
     """Whether a weight that loads packed is dequantized where the model runs on CUDA (module name + ".weight" or
     its checkpoint name). STRATA_DENSE_MIXERS=0 keeps them packed there too (ops.packed_linear's GEMVs: ~0.9 GB
     less VRAM for the 125B's mixers at Q4_K_M, more launches a step, and the LM head's mixer rounds by its step's
-    row count, where ops.hyper_mix's rows_alike does not; an experiment, not yet run on a GPU)."""
+    row count, where ops.hyper_mix's rows_alike does not; an experiment: Qwen4-Exp 4L Q4_K_M at one stream on an
+    H100 774 tok/s against the default's 1,163, bench/results/2026-12-07-h100-session73)."""
     return _DENSE_ON_GPU_NAMES.search(checkpoint_name) is not None and debug_value("DENSE_MIXERS") != "0"
 
 
