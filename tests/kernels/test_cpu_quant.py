@@ -191,6 +191,22 @@ def test_a_row_gets_the_same_bits_alone_and_in_a_batch(qtype, isa):
         assert torch.equal(cpu_quant.quant_matmul(x[:rows].contiguous(), blocks, qtype, n, k), alone[:rows]), rows
 
 
+def assert_tables_agree(qtype, k: int, isas: tuple[str, str], seed: int) -> None:
+    """Every output of 45 weight rows of random blocks (every scale, min, high bit, grid row and sign code) has the
+    same bits from the two kernel tables, for every row count of a tile and past it, and is near the reference."""
+    n = 45
+    blocks = make_blocks(qtype, n, k, "random", seed=seed)
+    x = torch.randn(19, k, generator=torch.Generator().manual_seed(seed + 1))
+    for rows in (1, 2, 3, 4, 5, 6, 7, 8, 19):
+        results = []
+        for isa in isas:
+            cpu_quant.set_isa(isa)
+            results.append(cpu_quant.quant_matmul(x[:rows].contiguous(), blocks, qtype, n, k))
+        assert torch.equal(*results), rows
+    slack = rounding_slack(x, weight_of(blocks, qtype, n, k), qtype)
+    assert ((results[1].double() - cpu_quant.quant_matmul_ref(x, blocks, qtype, n, k)).abs() <= slack).all()
+
+
 # what quant_simd.c builds differently in its AVX-512 table: the K-quants on 512-bit vectors; the 32-value block types'
 # nibbles and fifth bits through mask registers (21 blocks a row: one row's kernel takes two weight rows a pass)
 WIDE_TYPES = [(Q.Q4_K, 1536), (Q.Q5_K, 1536), (Q.Q6_K, 1536), (Q.Q8_0, 672), (Q.Q4_0, 672), (Q.Q4_1, 672),
@@ -201,20 +217,8 @@ WIDE_TYPES = [(Q.Q4_K, 1536), (Q.Q5_K, 1536), (Q.Q6_K, 1536), (Q.Q8_0, 672), (Q.
 @pytest.mark.parametrize("qtype,k", WIDE_TYPES, ids=[q.name for q, _ in WIDE_TYPES])
 def test_avx512_kernels_give_the_avx2_bits(qtype, k):
     """The AVX-512 table's kernels build each row's integer sums in the 256-bit kernels' lanes (the K-quants' 64-value
-    vectors folded) and scale them in the same order, so every output has the AVX2 table's bits, for every row count
-    of a tile and past it and an odd number of weight rows (45), over random blocks (every scale, min and high
-    bit)."""
-    n = 45
-    blocks = make_blocks(qtype, n, k, "random", seed=13)
-    x = torch.randn(19, k, generator=torch.Generator().manual_seed(14))
-    for rows in (1, 2, 3, 4, 5, 6, 7, 8, 19):
-        results = []
-        for isa in ("avx2", "avx512"):
-            cpu_quant.set_isa(isa)
-            results.append(cpu_quant.quant_matmul(x[:rows].contiguous(), blocks, qtype, n, k))
-        assert torch.equal(*results), rows
-    slack = rounding_slack(x, weight_of(blocks, qtype, n, k), qtype)
-    assert ((results[1].double() - cpu_quant.quant_matmul_ref(x, blocks, qtype, n, k)).abs() <= slack).all()
+    vectors folded) and scale them in the same order: the AVX2 table's bits, an odd last weight row and block too."""
+    assert_tables_agree(qtype, k, ("avx2", "avx512"), seed=13)
 
 
 VBMI_TYPES = [Q.IQ2_XXS, Q.IQ2_XS, Q.IQ2_S, Q.IQ3_XXS, Q.IQ3_S, Q.IQ4_XS]  # iquant_vbmi.c's
@@ -223,19 +227,8 @@ VBMI_TYPES = [Q.IQ2_XXS, Q.IQ2_XS, Q.IQ2_S, Q.IQ3_XXS, Q.IQ3_S, Q.IQ4_XS]  # iqu
 @pytest.mark.skipif("avx512vbmi" not in SIMD_ISAS, reason="no AVX-512 VBMI on this CPU (or no C compiler)")
 @pytest.mark.parametrize("qtype", VBMI_TYPES, ids=[q.name for q in VBMI_TYPES])
 def test_vbmi_iquants_give_the_avx512_bits(qtype):
-    """The VBMI kernels (grids looked up in registers) give each output the AVX-512 kernels' bits, for every row
-    count of a tile and past it, over random blocks (every grid row, sign code and scale)."""
-    n, k = 45, 1536
-    blocks = make_blocks(qtype, n, k, "random", seed=11)
-    x = torch.randn(19, k, generator=torch.Generator().manual_seed(12))
-    for rows in (1, 2, 3, 4, 5, 6, 7, 8, 19):
-        results = []
-        for isa in ("avx512", "avx512vbmi"):
-            cpu_quant.set_isa(isa)
-            results.append(cpu_quant.quant_matmul(x[:rows].contiguous(), blocks, qtype, n, k))
-        assert torch.equal(*results), rows
-    slack = rounding_slack(x, weight_of(blocks, qtype, n, k), qtype)
-    assert ((results[1].double() - cpu_quant.quant_matmul_ref(x, blocks, qtype, n, k)).abs() <= slack).all()
+    """The VBMI kernels (grids looked up in registers) give each output the AVX-512 kernels' bits."""
+    assert_tables_agree(qtype, 1536, ("avx512", "avx512vbmi"), seed=11)
 
 
 @needs_kernel
