@@ -85,7 +85,8 @@ def _build() -> ctypes.CDLL:
     units += [(_NATIVE / "quant_moe.c", ["-O3", "-pthread"]), (_NATIVE / "offload_host_part.c", ["-O3"]),
               (_NATIVE / "dequant_matmul.c", ["-O3", "-pthread"]), (_NATIVE / "rope_kv_cpu.c", exact),
               (_NATIVE / "dense_stack_cpu.c", exact)]
-    headers = ("quant_matmul.h", "iquant.h", "iquant_simd.h", "simd_rows.h", "dequant_simd.c")  # dequant_avx512.c's
+    headers = ("quant_matmul.h", "iquant.h", "iquant_simd.h", "simd_rows.h", "quant_simd_block32.h",
+               "quant_simd_kquants512.h", "dequant_simd.c")  # (dequant_simd.c: dequant_avx512.c includes it)
     library = ctypes.CDLL(str(build_library("quant_matmul", units, ["-pthread", "-lm"],
                                             headers=[_NATIVE / name for name in headers])))
     pointer, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
