@@ -58,8 +58,8 @@ INLINE __m256i block32_values(const uint8_t *w, const int type, int64_t b) {  /*
 }
 
 /* One row of x against weight rows w[0..R-1] (R = 1 or 2): block32_row's one-row arithmetic for each, the rows'
- * blocks interleaved so their chains of float multiply-adds (one a block, four cycles each) overlap; every
- * output keeps the bits it gets alone. */
+ * blocks interleaved (x's block loaded once for both, their serial chains of float multiply-adds side by side);
+ * every output keeps the bits it gets alone. */
 INLINE void block32_one_row(const uint8_t *const *w, const int R, const int type, const acts_t *x, int64_t t0,
                             float *y) {
     const int is_signed = block32_signed(type);
