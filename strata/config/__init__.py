@@ -220,11 +220,12 @@ class RunnerConfig:
                 "float32 value, float32 sums: the dense dequantized model's numbers, as HF transformers "
                 "computes them) | int8 (activations quantized per block to int8 with a float32 scale, as "
                 "llama.cpp does: ~0.5-1 % of each product off; a batched request may then drift from the same "
-                "request alone, as its activations round differently) | auto: int8 where most packed bytes "
-                "are K-quants or i-quants (on the 2-core AVX2 VM their exact decode took 1.7-5x int8's time at "
-                "one row, 1.1-2.2x at eight: a 4-layer Qwen3-30B-A3B Q4_K_M decoded 37 tok/s against 12), "
-                "else exact (the 32-value block types such as the bundled Q4_1: 0.9-1.4x at one row, 0.6-1.1x "
-                "at eight, so exact decodes about as fast and faster in batches)")
+                "request alone, as its activations round differently) | auto: int8 where most multiplied bytes "
+                "(not the gathered embedding and PLE tables) are K-quants or i-quants (on the 2-core AVX2 VM "
+                "their exact decode took 1.7-5x int8's time at one row, 1.1-2.2x at eight: a 4-layer "
+                "Qwen3-30B-A3B Q4_K_M decoded 37 tok/s against 12), else exact (the 32-value block types such "
+                "as the bundled Q4_1: 0.9-1.4x at one row, 0.6-1.1x at eight, so exact decodes about as fast and "
+                "faster in batches)")
 
     pipeline_parallel_size: int = _opt(
         1, "split the layers over this many processes, one per device (GPUs of one host; CPU processes over gloo "

@@ -148,9 +148,9 @@ def _build_parts(config: EngineConfig, quiet: bool, shared: LoadedModel | None, 
     file_types = source.bytes_by_type() if hasattr(source, "bytes_by_type") else None  # a GGUF's: every stage's
     cpu_matmul = set_cpu_matmul(loaded.model, config.runner.cpu_matmul, file_types)
     if config.runner.cpu_matmul == "auto" and cpu_matmul == "int8" and device == "cpu" and not quiet:
-        print("cpu matmul: int8 activations (--cpu-matmul auto: most weights are K-quants or i-quants, whose exact "
-              "float decode is several times slower on the CPU; --cpu-matmul exact keeps float32 activations)",
-              file=sys.stderr)
+        print("cpu matmul: int8 activations (--cpu-matmul auto: most multiplied weights are K-quants or i-quants, "
+              "whose exact float decode is several times slower on the CPU; --cpu-matmul exact keeps float32 "
+              "activations)", file=sys.stderr)
     tokenizer = load_tokenizer(config.model, config.chat_template)
     spec = resolve_spec(config.speculative, loaded.model)
     plan = plan or _memory_plan(config, cfg, max_model_len, device, dtype, loaded.model, stage)

@@ -297,9 +297,9 @@ def packed_bytes_by_type(model: nn.Module) -> dict[int, int]:
 
 def resolve_cpu_matmul(model: nn.Module, mode: str, bytes_by_type: dict[int, int] | None = None) -> str:
     """--cpu-matmul's "auto" made "int8" or "exact" for `model`: int8 where most of its weight bytes (bytes_by_type,
-    qtype -> bytes: the file's where the caller has it, else the model's packed weights) are of types whose exact
-    float decode bounds the CPU's products (ops.exact_decode_is_slow: the K-quants and i-quants), else exact (the
-    32-value block types: about as fast exact). Other modes as given."""
+    qtype -> bytes: the file's multiplied tensors' where the caller has it, else the model's packed weights) are of
+    types whose exact float decode bounds the CPU's products (ops.exact_decode_is_slow: the K-quants and i-quants),
+    else exact (the 32-value block types: about as fast exact). Other modes as given."""
     if mode != "auto":
         return mode
     totals = packed_bytes_by_type(model) if bytes_by_type is None else bytes_by_type

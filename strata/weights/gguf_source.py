@@ -103,11 +103,18 @@ class GGUFSource:
         return loaded_sizes(entries, dtype, self.experts_packed)
 
     def bytes_by_type(self) -> dict[int, int]:
-        """qtype -> the file's tensor bytes of that type (every layer's: a pipeline stage's process decides
-        --cpu-matmul auto as the others do)."""
+        """qtype -> the file's bytes of that type in the tensors the model multiplies (every layer's: a pipeline
+        stage's process decides --cpu-matmul auto as the others do). Tables it only gathers rows from are left out:
+        Qwen4-Exp's PLE table (28.8 GB of IQ4_NL in the real Q4_K_M file, whose experts are Q4_K beside llama.cpp's
+        Q5_0 / Q8_0 fallbacks for their 640-wide down rows) and the token embeddings of a file with its own LM head."""
+        entries = self._entries()
+        gathered = {"per_layer_token_embd.weight"}
+        if any(entry.gguf_name == "output.weight" for entry in entries):  # else token_embd is the tied LM head
+            gathered.add("token_embd.weight")
         totals: dict[int, int] = {}
-        for entry in self._entries():
-            totals[entry.qtype] = totals.get(entry.qtype, 0) + entry.nbytes
+        for entry in entries:
+            if entry.gguf_name not in gathered:
+                totals[entry.qtype] = totals.get(entry.qtype, 0) + entry.nbytes
         return totals
 
     def _entries(self) -> list[TensorEntry]:

@@ -167,6 +167,23 @@ def test_hash_constants_are_uint64_metadata_equal_to_hf_buffers(mtp_folder, tmp_
 
 # ---- the n-gram table stays the file's blocks --------------------------------------------------------
 
+def test_cpu_matmul_auto_weighs_only_the_tensors_the_model_multiplies(wide_ple_folder, tmp_path):
+    """--cpu-matmul auto decides by the bytes the CPU multiplies: the PLE table (only gathered: in the real Q4_K_M
+    file 28.8 GB of IQ4_NL beside experts of Q4_K and Q5_0 / Q8_0) and the token embeddings beside an LM head of
+    their own are left out; every other tensor counts at its file bytes."""
+    path = gguf_of(wide_ple_folder, str(tmp_path / "model.gguf"), types={r"per_layer_token_embd": "Q8_0"})
+    source = GGUFSource(path)
+    tensors = {t.name: t for t in source.readers[0].tensors}
+    assert "output.weight" in tensors  # the LM head is its own tensor here
+    counted = source.bytes_by_type()
+    gathered = {"per_layer_token_embd.weight", "token_embd.weight"}
+    expected: dict[int, int] = {}
+    for name, tensor in tensors.items():
+        if name not in gathered:
+            expected[int(tensor.tensor_type)] = expected.get(int(tensor.tensor_type), 0) + int(tensor.n_bytes)
+    assert counted == expected and int(Q.Q8_0) not in counted  # the table was the file's only Q8_0
+
+
 @pytest.mark.parametrize("table_type", ["F16", "BF16", "Q8_0", "IQ4_NL"])
 def test_ngram_table_stays_packed_over_the_files_map(table_type, wide_ple_folder, tmp_path):
     """The table loads as a PackedEmbedding whose blocks are the file's bytes (no copy); the model computes
