@@ -73,7 +73,8 @@ INLINE void block32_one_row(const uint8_t *const *w, const int R, const int type
             block32_scales(w[r], type, b, &d, &m);
             const __m256i q = block32_values(w[r], type, b);
             if (!is_signed) mins[r] = _mm256_fmadd_ps(_mm256_set1_ps(m), _mm256_loadu_ps(bsum + b * MAX_T), mins[r]);
-            const __m256i p = dot_u8s8(is_signed ? _mm256_sign_epi8(q, q) : q, is_signed ? _mm256_sign_epi8(xb, q) : xb);
+            const __m256i p = dot_u8s8(is_signed ? _mm256_sign_epi8(q, q) : q,
+                                       is_signed ? _mm256_sign_epi8(xb, q) : xb);
             /* lanes 0 and 4 as hsum4_epi32 leaves them, by two shuffles and adds for its three hadds */
             const __m256i pairs = _mm256_add_epi32(p, _mm256_shuffle_epi32(p, 0xB1));
             const __m256i sums = _mm256_add_epi32(pairs, _mm256_shuffle_epi32(pairs, 0x4E));

@@ -3,8 +3,8 @@
  * 64 values a vector (two sub-blocks of 32: their quants side by side in value order, and x's 64 bytes as they lie),
  * so a row of a tile takes half the loads, multiplies and adds of the 256-bit kernels, and a superblock half their
  * decoding. A row's integer sum is folded to the 8 lanes those build (lane i of each half holds values 4i..4i+3 of
- * its sub-block: adding the halves sums exact integers) and then scaled by the same float operations, so each output has the AVX2 table's bits, alone or in a batch
- * (tests/kernels/test_cpu_quant.py holds them to that). */
+ * its sub-block: adding the halves sums exact integers) and then scaled by the same float operations, so each
+ * output has the AVX2 table's bits, alone or in a batch (tests/kernels/test_cpu_quant.py holds them to that). */
 #ifndef STRATA_QUANT_SIMD_KQUANTS512_H
 #define STRATA_QUANT_SIMD_KQUANTS512_H
 
@@ -92,10 +92,10 @@ INLINE void q6_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt
             const __m512i hi = _mm512_and_si512(_mm512_srlv_epi16(qh, halves_select(2 * s, 2 * s + 2)),
                                                 _mm512_set1_epi8(3));
             wv[c] = _mm512_or_si512(_mm512_and_si512(lo, _mm512_set1_epi8(0xF)), _mm512_slli_epi16(hi, 4));
-            const __m512i pick = _mm512_set_epi64(0x0001000100010001LL * (4 * c + 3), 0x0001000100010001LL * (4 * c + 3),
-                                                  0x0001000100010001LL * (4 * c + 2), 0x0001000100010001LL * (4 * c + 2),
-                                                  0x0001000100010001LL * (4 * c + 1), 0x0001000100010001LL * (4 * c + 1),
-                                                  0x0001000100010001LL * (4 * c), 0x0001000100010001LL * (4 * c));
+            const long long w0 = 0x0001000100010001LL * (4 * c);  /* word 4c in each 16-bit lane of 64 bits */
+            const __m512i pick = _mm512_set_epi64(w0 + 3 * 0x0001000100010001LL, w0 + 3 * 0x0001000100010001LL,
+                                                  w0 + 2 * 0x0001000100010001LL, w0 + 2 * 0x0001000100010001LL,
+                                                  w0 + 0x0001000100010001LL, w0 + 0x0001000100010001LL, w0, w0);
             scale[c] = _mm512_permutexvar_epi16(pick, words);
         }
         const float d = f16(blk->d);
