@@ -90,11 +90,7 @@ INLINE void block32_one_row(const uint8_t *const *w, const int R, const int type
 }
 
 INLINE void block32_row(const uint8_t *w, const int type, const acts_t *x, int64_t t0, const int nt, float *y,
-                        int64_t ldy) {
-    if (nt == 1) {
-        block32_one_row(&w, 1, type, x, t0, y);
-        return;
-    }
+                        int64_t ldy) {  /* (one row of x goes through block32_one_row: ROWS_PAIRED) */
     const int64_t k = x->k;
     const int is_signed = block32_signed(type);
     const float *xd = d_at(x, t0, 0), *bsum = bsum_at(x, t0, 0);

@@ -43,34 +43,36 @@ INLINE __m256 decode_k4_512(const uint8_t *packed, float dmin, const uint8_t *qs
     return min_terms_k4(bytes, dmin);
 }
 
-INLINE void q4_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
+/* Q4_K, or Q5_K (fifth bits: its qh, bit j of qh[l] being bit 4 of value l of sub-block j = 2c, 2c + 1) */
+INLINE void k4_row512(const uint8_t *w, const int fifth_bits, const acts_t *x, int64_t t0, const int nt, float *y,
+                      int64_t ldy) {
     __m256 acc[MAX_T];
     for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < x->k / QK_K; b++) {
-        const block_q4_k *blk = (const block_q4_k *)w + b;
+        const block_q4_k *q4 = (const block_q4_k *)w + b;
+        const block_q5_k *q5 = (const block_q5_k *)w + b;  /* d, dmin and scales where Q4_K has them */
         __m512i wv[4], scale[4];
-        const __m256 min_terms = decode_k4_512(blk->scales, f16(blk->dmin), blk->qs, wv, scale);
-        superblock_rows512(wv, scale, f16(blk->d), 8, &min_terms, x, t0, nt, b, acc);
+        const __m256 min_terms = fifth_bits ? decode_k4_512(q5->scales, f16(q5->dmin), q5->qs, wv, scale)
+                                            : decode_k4_512(q4->scales, f16(q4->dmin), q4->qs, wv, scale);
+        if (fifth_bits) {
+            const __m512i qh = _mm512_broadcast_i64x4(load32(q5->qh));
+            for (int c = 0; c < 4; c++) {
+                const __m512i bit = _mm512_and_si512(_mm512_srlv_epi16(qh, halves_select(2 * c, 2 * c + 1)),
+                                                     _mm512_set1_epi8(1));
+                wv[c] = _mm512_or_si512(wv[c], _mm512_slli_epi16(bit, 4));
+            }
+        }
+        superblock_rows512(wv, scale, f16(fifth_bits ? q5->d : q4->d), 8, &min_terms, x, t0, nt, b, acc);
     }
     store_rows(acc, nt, y, ldy);
 }
 
+INLINE void q4_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
+    k4_row512(w, 0, x, t0, nt, y, ldy);
+}
+
 INLINE void q5_k_row(const uint8_t *w, const acts_t *x, int64_t t0, const int nt, float *y, int64_t ldy) {
-    __m256 acc[MAX_T];
-    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < x->k / QK_K; b++) {
-        const block_q5_k *blk = (const block_q5_k *)w + b;
-        __m512i wv[4], scale[4];
-        const __m256 min_terms = decode_k4_512(blk->scales, f16(blk->dmin), blk->qs, wv, scale);
-        const __m512i qh = _mm512_broadcast_i64x4(load32(blk->qh));
-        for (int c = 0; c < 4; c++) {  /* bit j of qh[l] is bit 4 of value l of sub-block j = 2c, 2c + 1 */
-            const __m512i bit = _mm512_and_si512(_mm512_srlv_epi16(qh, halves_select(2 * c, 2 * c + 1)),
-                                                 _mm512_set1_epi8(1));
-            wv[c] = _mm512_or_si512(wv[c], _mm512_slli_epi16(bit, 4));
-        }
-        superblock_rows512(wv, scale, f16(blk->d), 8, &min_terms, x, t0, nt, b, acc);
-    }
-    store_rows(acc, nt, y, ldy);
+    k4_row512(w, 1, x, t0, nt, y, ldy);
 }
 
 /* Q6_K as the 256-bit kernel takes it (unsigned q, a minimum -32 d sc_j): values 64c.. are half h = c / 2,
