@@ -30,6 +30,7 @@ from strata.model.qsa import SPARSE_VARIANT, QSAAttention, index_cache_key, read
 # HF checkpoints store each n-gram table in row shards; the hash buffers are derived from the config
 _TABLE_SHARD = re.compile(r"(.*\.ngram_embedding)\.shard_(\d+)\.weight$")
 _DRAFT_INDEXER = re.compile(r"mtp\.layers\.\d+\.self_attn\.indexer\.")  # the draft block attends densely
+_INDEXER = re.compile(r"\.self_attn\.indexer\.")
 _DERIVED_BUFFER = re.compile(r"\.ple_embedding\.(layer_multipliers|ngram_heads_vocab_sizes|ngram_heads_offsets)$")
 
 
@@ -187,6 +188,8 @@ class Qwen4ExpForCausalLM(CausalLM):
 
     def is_ignored_weight(self, name: str) -> bool:
         if _DERIVED_BUFFER.search(name) or _DRAFT_INDEXER.match(name):
+            return True
+        if not self.config.indexer_n_heads and _INDEXER.search(name):  # dense attention (a GGUF of ratio 0)
             return True
         if self.has_mtp and name.startswith("mtp."):  # `mtp.*` load into self.mtp under their own names
             return self._other_stages_layer(name) or super().is_ignored_weight(name.removeprefix("mtp."))

@@ -12,6 +12,7 @@ file whose arrays are not what that config derives is refused, naming the array,
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from strata.model.registry import hash_multipliers, head_vocab_sizes
@@ -20,6 +21,8 @@ ARCH = "qwen4exp"
 PLE_TABLE = "per_layer_token_embd.weight"
 DEFAULT_SEED = 1234  # HF's Qwen4ExpTextConfig.seed: the one the hash multipliers are checked against
 _BROKEN = "the file is corrupt or its converter is broken: convert the model again"
+
+logger = logging.getLogger(__name__)
 
 
 def qwen4exp_config(path: str, metadata: dict[str, Any], shapes: dict[str, tuple[int, ...]],
@@ -55,7 +58,10 @@ class _Metadata:
 
 
 def _qsa_fields(meta: _Metadata, shapes: dict, cfg: dict) -> dict[str, Any]:
-    """QSA on every attention layer, or (no indexer tensors: llama.cpp attends densely then) none."""
+    """QSA on every attention layer, or none: llama.cpp attends densely on a layer without an indexer or whose
+    compress ratio is 0. Its converter writes 0 on every layer for a checkpoint saved by transformers >= 5.24,
+    whose config names those layers `indexed_attention` where the converter looks for `full_attention`; such a
+    file runs dense attention here too (its indexer tensors unread), with a notice."""
     num_layers = cfg["num_hidden_layers"]
     attention = [i for i, kind in enumerate(cfg["layer_types"]) if kind != "linear_attention"]
     indexed = [i for i in attention if f"blk.{i}.indexer.k_proj.weight" in shapes]
@@ -69,6 +75,12 @@ def _qsa_fields(meta: _Metadata, shapes: dict, cfg: dict) -> dict[str, Any]:
     meta.need(len(ratios) >= num_layers, "attention.compress_ratios",
               f"has {len(ratios)} entries for {num_layers} layers; {_BROKEN}")
     used = sorted({ratios[i] for i in attention})
+    if used == [0]:
+        logger.warning("%s: %s.attention.compress_ratios is 0 on every attention layer, so they attend densely "
+                       "(as llama.cpp runs this file) and their QSA indexers go unread. llama.cpp's converter "
+                       "writes this for a config whose layer_types say indexed_attention rather than "
+                       "full_attention: to run QSA, convert with full_attention there.", meta.path, ARCH)
+        return {}
     meta.need(len(used) == 1 and isinstance(used[0], int) and used[0] > 0, "attention.compress_ratios",
               f"gives the attention layers ratios {used}; Strata runs one QSA compress ratio > 0 on all of them")
     qsa = {}

@@ -320,14 +320,34 @@ def with_metadata(path: str, out: str, changes: dict) -> str:
     ({"qwen4exp.ple.head_vocab_sizes": [503, 509, 521, 521]}, r"qwen4exp\.ple\.head_vocab_sizes is .* not consecutive"),
     ({"qwen4exp.ple.layer_multipliers": [3, 5, 7]}, r"qwen4exp\.ple\.layer_multipliers is \[3, 5, 7\], not the "),
     ({"qwen4exp.ple.layers": [1, 3]}, r"qwen4exp\.ple\.layers lists 2 layers"),
-    ({"qwen4exp.attention.compress_ratios": [0, 0, 0, 0, 0]},
-     r"qwen4exp\.attention\.compress_ratios gives the attention layers ratios \[0\]"),
-], ids=["hc-count", "table-rows", "head-sizes", "multipliers", "two-ple-layers", "no-compress-ratio"])
+    ({"qwen4exp.attention.compress_ratios": [0, 0, 4]},
+     r"qwen4exp\.attention\.compress_ratios has 3 entries for 4 layers"),
+], ids=["hc-count", "table-rows", "head-sizes", "multipliers", "two-ple-layers", "short-compress-ratios"])
 def test_bad_metadata_is_named_before_weights_load(changes, message, mtp_folder, tmp_path):
     good = gguf_of(mtp_folder, str(tmp_path / "good.gguf"))
     GGUFSource(good)
     with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'bad.gguf'}: ") + message):
         GGUFSource(with_metadata(good, str(tmp_path / "bad.gguf"), changes))
+
+
+def test_zero_compress_ratios_attend_densely_as_llama_cpp_reads_them(mtp_folder, tmp_path, caplog):
+    """llama.cpp's converter writes compress ratio 0 on every layer when transformers >= 5.24 loads the config (its
+    layer_types then say indexed_attention, and the converter looks for full_attention), and llama.cpp attends
+    densely on a layer of ratio 0. Such a file loads with a notice and attends densely, its indexers unread: the
+    logits of HF's model with a QSA budget past the prompt (dense attention) over a prompt past the file's budget."""
+    good = gguf_of(mtp_folder, str(tmp_path / "good.gguf"))
+    dense = with_metadata(good, str(tmp_path / "dense.gguf"), {"qwen4exp.attention.compress_ratios": [0] * 5})
+    with caplog.at_level("WARNING"):
+        model = build_model(GGUFSource(dense), "cpu", "float32", quiet=True)
+    assert "compress_ratios is 0 on every attention layer, so they attend densely" in caplog.text
+    assert not model.config.indexer_n_heads and not hasattr(model.model.layers[2].self_attn, "indexer")
+    ids = prompt_with_eos()
+    hf = transformers.AutoModelForCausalLM.from_pretrained(mtp_folder, dtype=torch.float32, indexer_budget=4096)
+    sparse = transformers.AutoModelForCausalLM.from_pretrained(mtp_folder, dtype=torch.float32)
+    with torch.no_grad():
+        ref, ref_sparse = (m.eval()(torch.tensor([ids])).logits[0] for m in (hf, sparse))
+    assert rel_err(ref_sparse, ref) > 1e-2  # the prompt is past the budget: QSA and dense attention differ
+    assert rel_err(prompt_logits(model, ids), ref) < 1e-4
 
 
 @pytest.mark.gpu
