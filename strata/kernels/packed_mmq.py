@@ -47,6 +47,7 @@ from strata.kernels.moe_align import moe_align, moe_align_ref
 
 if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
+    from strata.kernels.q8_rounding import store_rounding
     from strata.kernels.q8_words import bytes_where, nibbles, q6k_quants
 
 Q4_K, Q6_K = packed_q8.Q4_K, packed_q8.Q6_K
@@ -113,13 +114,15 @@ def moe_grouped_q8(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: to
     sorted_ids, block_expert = align(ids, num_experts, block_m)                        # [B * BM], [B]
     num_blocks = block_expert.numel()
     hq, hdx, hsums = q8_rounding.quantize(hidden)                                         # [T, D] int8 ...
-    act = torch.zeros(num_blocks * block_m, inter, dtype=torch.float32, device=hidden.device)  # [B * BM, I]
+    # SiLU(gate) * up rounded to 8 bits by the gate/up programs themselves (their BLOCK_N columns are whole blocks
+    # of 32): the rows of the blocks, those of no pair left unwritten (the down kernel masks them)
+    assert block_n % 32 == 0 and inter % 32 == 0
+    aq, adx, asums = q8_rounding.empty_rounding(num_blocks * block_m, inter, hidden.device)   # [B * BM, I] ...
     common = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
                   ASM=unpacks_by_word(), **pdl_options(hidden))
     _gate_up_kernel[(num_blocks, triton.cdiv(inter, block_n))](
-        hq, hdx, hsums, w13, sorted_ids, block_expert, act, inter, dim, top_k, ids.numel(), w13.stride(0),
-        w13.stride(1), QTYPE=qtype13, **common)
-    aq, adx, asums = q8_rounding.quantize(act)                                            # rows of the blocks
+        hq, hdx, hsums, w13, sorted_ids, block_expert, aq, adx, asums, inter, dim, top_k, ids.numel(),
+        w13.stride(0), w13.stride(1), QTYPE=qtype13, **common)
     partials = torch.zeros(num_tokens, top_k, dim, dtype=torch.float32, device=hidden.device)  # [T, K, D]
     _down_kernel[(num_blocks, triton.cdiv(dim, block_n))](
         aq, adx, asums, w2, sorted_ids, block_expert, weights, partials, dim, inter, ids.numel(), w2.stride(0),
@@ -259,11 +262,12 @@ if triton is not None:
         return acc
 
     @triton.jit
-    def _gate_up_kernel(q_ptr, dx_ptr, sums_ptr, w13_ptr, sorted_ids_ptr, block_expert_ptr, act_ptr, inter, dim,
-                        top_k, num_pairs, stride_we, stride_wn, QTYPE: tl.constexpr, BLOCK_M: tl.constexpr,
-                        BLOCK_N: tl.constexpr, ASM: tl.constexpr, USE_PDL: tl.constexpr):
+    def _gate_up_kernel(q_ptr, dx_ptr, sums_ptr, w13_ptr, sorted_ids_ptr, block_expert_ptr, aq_ptr, adx_ptr,
+                        asums_ptr, inter, dim, top_k, num_pairs, stride_we, stride_wn, QTYPE: tl.constexpr,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ASM: tl.constexpr, USE_PDL: tl.constexpr):
         """One program per (block of BLOCK_M pairs of one expert, BLOCK_N rows of gate and of up): SiLU(gate) *
-        up of the block's rows, float32, at the block's rows of act."""
+        up of the block's rows in float32, rounded as q8_rounding.quantize rounds it, at the block's rows of the
+        activations' (q, dx, sums)."""
         wait_for_previous_kernel(USE_PDL)
         pid_m, pid_n = tl.program_id(0), tl.program_id(1)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -279,8 +283,8 @@ if triton is not None:
                                     BLOCK_N, ASM)
             u = _rows_times_weights(q_ptr, dx_ptr, sums_ptr, token, row_ok, gate + inter * stride_wn, n_ok, dim, 0,
                                     dim, QTYPE, BLOCK_M, BLOCK_N, ASM)
-            tl.store(act_ptr + offs_m.to(tl.int64)[:, None] * inter + offs_n[None, :], g * tl.sigmoid(g) * u,
-                     mask=row_ok[:, None] & n_ok[None, :])
+            store_rounding(g * tl.sigmoid(g) * u, offs_m.to(tl.int64), pid_n * BLOCK_N, inter, row_ok, inter,
+                           aq_ptr, adx_ptr, asums_ptr, BLOCK_M, BLOCK_N)
 
     @triton.jit
     def _down_kernel(q_ptr, dx_ptr, sums_ptr, w2_ptr, sorted_ids_ptr, block_expert_ptr, weights_ptr, out_ptr, dim,
