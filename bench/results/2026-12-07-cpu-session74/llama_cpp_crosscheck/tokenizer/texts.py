@@ -1,0 +1,18 @@
+TEXTS = [
+    "Hello world 12345 and 1,000,000.50 dollars!",
+    "def f(x):\n    return x**2  # square\n\n\n\tindented\ttabs",
+    "I'm sure you'll SEE it's THEIR dog's bone; they've won't'd",
+    "   leading spaces and trailing   ",
+    "multiple\n\nnewlines\r\nand CRLF\r\n\r\n  mixed \n ",
+    "Ünïcödé café naïve résumé — “quotes” ‘single’ … ellipsis",
+    "中文分词测试，日本語のテキスト、한국어 텍스트",
+    "emoji 😀👍🏽👩‍👩‍👧 flags 🇫🇷 and symbols ∑∫√≈≠ ±",
+    "URLs https://example.com/path?q=1&x=%20y and emails a.b@c.de",
+    "numbers: 3.14159 2e-10 0x1F 1234567890123 ٣٤٥ ١٢",
+    "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n",
+    "ALLCAPS CamelCaseWord snake_case_word kebab-case-word",
+    "Devanagari मनुष्य and Arabic النص العربي and Hebrew עברית",
+    "combining e\u0301 a\u0300 (not NFC) and NFC é à",
+    "    \n    \n\t\t\n",
+    "{\"json\": [1, 2, {\"k\": null}], \"s\": \"a\\nb\"}",
+]
