@@ -348,6 +348,14 @@ def test_zero_compress_ratios_attend_densely_as_llama_cpp_reads_them(mtp_folder,
         ref, ref_sparse = (m.eval()(torch.tensor([ids])).logits[0] for m in (hf, sparse))
     assert rel_err(ref_sparse, ref) > 1e-2  # the prompt is past the budget: QSA and dense attention differ
     assert rel_err(prompt_logits(model, ids), ref) < 1e-4
+    # `strata quantize` of such a file writes a dense file: no indexer tensors, the same logits
+    from strata.weights.gguf_export import export_gguf
+
+    requantized = str(tmp_path / "requantized.gguf")
+    export_gguf(dense, requantized, scheme="f32")
+    assert not [t.name for t in gguf.GGUFReader(requantized).tensors if ".indexer." in t.name]
+    again = build_model(GGUFSource(requantized), "cpu", "float32", quiet=True)
+    assert rel_err(prompt_logits(again, ids), ref) < 1e-4
 
 
 @pytest.mark.gpu
