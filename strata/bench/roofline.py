@@ -111,7 +111,7 @@ def _qwen4_exp_counts(cfg: ModelConfig, dense: int, mtp: int) -> tuple[int, int,
     per_layer = 2 * (mixer + cfg.hc_count * width) - 2 * dim                      # two HCs, no layer norms
     indexer = dim * (cfg.indexer_n_heads + 1) * cfg.indexer_head_dim + 2 * cfg.indexer_head_dim
     dense += cfg.num_hidden_layers * per_layer + mixer - dim                         # the mixer, no final norm
-    dense += len(cfg.full_attention_layers) * indexer if cfg.indexer_n_heads else 0
+    dense += len(cfg.full_attention_layers) * indexer if cfg.qsa else 0
     ple = cfg.ple_embed_dim * (width + dim) + 3 * width + width * cfg.ple_conv_kernel_size
     dense += len(cfg.ple_layers) * ple
     tables = 0

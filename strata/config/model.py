@@ -76,7 +76,8 @@ class ModelConfig:
     # Qwen4-Exp hyper-connections: hc_count residual streams, low-rank input mixers
     hc_count: int = 1
     hc_lowrank: int = 0
-    # Qwen4-Exp QSA indexed attention on the full-attention layers (0 heads: plain attention)
+    # Qwen4-Exp QSA indexed attention on the full-attention layers (0 heads: plain attention; compress ratio 0: the
+    # indexers are kept but unread and the layers attend densely, as llama.cpp reads a GGUF of ratio 0)
     indexer_n_heads: int = 0
     indexer_head_dim: int = 0
     indexer_budget: int = 0
@@ -156,6 +157,11 @@ class ModelConfig:
             num_mtp_layers=hf.get("num_nextn_predict_layers", hf.get("mtp_num_hidden_layers", 0)) or 0,
             **(_qwen4_exp_fields(hf, layer_types) if arch == "Qwen4ExpForCausalLM" else {}),
         )
+
+    @property
+    def qsa(self) -> bool:
+        """Whether the full-attention layers attend through QSA's indexers (else densely)."""
+        return bool(self.indexer_n_heads and self.indexer_compress_ratio)
 
     @property
     def ngram_heads(self) -> int:
@@ -246,11 +252,13 @@ def _qwen4_exp_fields(hf: dict[str, Any], layer_types: tuple[str, ...]) -> dict[
     qsa = {name: hf.get(name) for name in ("indexer_n_heads", "indexer_kv_heads", "indexer_head_dim",
                                            "indexer_budget", "indexer_compress_ratio")}
     if any(v is not None for v in qsa.values()):
+        # a compress ratio of 0 (from a GGUF: gguf_qwen4exp) keeps the indexers unread, dense attention
         for name, value in qsa.items():
-            need(isinstance(value, int) and value > 0, name, "must be a positive integer when QSA is configured")
+            need(isinstance(value, int) and (value > 0 or (name == "indexer_compress_ratio" and value == 0)), name,
+                 "must be a positive integer when QSA is configured")
         need(qsa["indexer_kv_heads"] == 1, "indexer_kv_heads", "must be 1")
-        need(qsa["indexer_budget"] % qsa["indexer_compress_ratio"] == 0, "indexer_budget",
-             f"must be divisible by indexer_compress_ratio = {qsa['indexer_compress_ratio']}")
+        need(qsa["indexer_compress_ratio"] == 0 or qsa["indexer_budget"] % qsa["indexer_compress_ratio"] == 0,
+             "indexer_budget", f"must be divisible by indexer_compress_ratio = {qsa['indexer_compress_ratio']}")
         fields.update(indexer_n_heads=qsa["indexer_n_heads"], indexer_head_dim=qsa["indexer_head_dim"],
                       indexer_budget=qsa["indexer_budget"], indexer_compress_ratio=qsa["indexer_compress_ratio"])
     ple_ids = sorted(set(hf.get("ple_layer_ids") or ()))

@@ -82,7 +82,7 @@ class MemoryPlan:
         self.block_bytes = KVPool.bytes_per_block(self.num_kv_layers,
                                                   cache.block_size, model_config.num_key_value_heads,
                                                   model_config.head_dim, kv_cache_torch_dtype(cache.kv_cache_dtype, dtype))
-        if model_config.indexer_n_heads:  # QSA's index keys ride in the same blocks (KVPool extra_keys)
+        if model_config.qsa:  # QSA's index keys ride in the same blocks (KVPool extra_keys)
             self.block_bytes += (len(attention_layers) * cache.block_size
                                  * model_config.indexer_head_dim * dtype.itemsize)
         window = 1 + (spec.num_speculative_tokens if spec.enabled else 0)

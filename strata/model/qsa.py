@@ -46,7 +46,7 @@ def index_cache_key(layer_idx: int) -> tuple[str, int]:
 
 def reads_sparse_context(cfg: ModelConfig, context_len: int) -> bool:
     """Whether a query seeing `context_len` tokens may skip some: more complete blocks than the budget."""
-    return bool(cfg.indexer_n_heads) and context_len // cfg.indexer_compress_ratio > \
+    return cfg.qsa and context_len // cfg.indexer_compress_ratio > \
         cfg.indexer_budget // cfg.indexer_compress_ratio
 
 

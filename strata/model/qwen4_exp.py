@@ -48,7 +48,7 @@ class Qwen4ExpLayer(nn.Module):
             mixer = GatedDeltaNet(cfg, layer_idx, grouped_qkvz=False, gate_activation=cfg.linear_gate_activation)
         else:
             self.mixer_name = "self_attn"
-            mixer = (QSAAttention(cfg, layer_idx) if cfg.indexer_n_heads
+            mixer = (QSAAttention(cfg, layer_idx) if cfg.qsa
                      else Attention(cfg, layer_idx, gated=True, zero_centered_norm=True))
         self.add_module(self.mixer_name, mixer)
         self.mlp = MoEBlock(cfg)
@@ -128,7 +128,7 @@ class Qwen4ExpForCausalLM(CausalLM):
         return SPARSE_VARIANT
 
     def warm_graph_variants(self) -> tuple[str, ...]:
-        return (SPARSE_VARIANT,) if self.config.indexer_n_heads else ()
+        return (SPARSE_VARIANT,) if self.config.qsa else ()
 
     def build_body(self, cfg: ModelConfig) -> nn.Module:
         return Qwen4ExpBody(cfg, self.build_layer)
@@ -184,12 +184,12 @@ class Qwen4ExpForCausalLM(CausalLM):
     def index_key_layers(self) -> dict:
         """KV-pool key -> the per-token width of what QSA caches beside K and V there."""
         cfg = self.config
-        return {index_cache_key(i): cfg.indexer_head_dim for i in cfg.full_attention_layers} if cfg.indexer_n_heads else {}
+        return {index_cache_key(i): cfg.indexer_head_dim for i in cfg.full_attention_layers} if cfg.qsa else {}
 
     def is_ignored_weight(self, name: str) -> bool:
         if _DERIVED_BUFFER.search(name) or _DRAFT_INDEXER.match(name):
             return True
-        if not self.config.indexer_n_heads and _INDEXER.search(name):  # dense attention (a GGUF of ratio 0)
+        if not self.config.qsa and _INDEXER.search(name):  # dense attention (a GGUF of ratio 0): unread
             return True
         if self.has_mtp and name.startswith("mtp."):  # `mtp.*` load into self.mtp under their own names
             return self._other_stages_layer(name) or super().is_ignored_weight(name.removeprefix("mtp."))

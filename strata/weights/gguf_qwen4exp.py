@@ -59,9 +59,10 @@ class _Metadata:
 
 def _qsa_fields(meta: _Metadata, shapes: dict, cfg: dict) -> dict[str, Any]:
     """QSA on every attention layer, or none: llama.cpp attends densely on a layer without an indexer or whose
-    compress ratio is 0. Its converter writes 0 on every layer for a checkpoint saved by transformers >= 5.24,
-    whose config names those layers `indexed_attention` where the converter looks for `full_attention`; such a
-    file runs dense attention here too (its indexer tensors unread), with a notice."""
+    compress ratio is 0. Its converter writes 0 on every layer when transformers >= 5.24 loads the config (which
+    names those layers `indexed_attention` where the converter looks for `full_attention`); such a file runs dense
+    attention here too, with a notice: its indexers are kept (`strata quantize` writes them again, as llama.cpp's
+    loader requires) but unread (compress ratio 0 in the config)."""
     num_layers = cfg["num_hidden_layers"]
     attention = [i for i, kind in enumerate(cfg["layer_types"]) if kind != "linear_attention"]
     indexed = [i for i in attention if f"blk.{i}.indexer.k_proj.weight" in shapes]
@@ -80,9 +81,10 @@ def _qsa_fields(meta: _Metadata, shapes: dict, cfg: dict) -> dict[str, Any]:
                        "(as llama.cpp runs this file) and their QSA indexers go unread. llama.cpp's converter "
                        "writes this for a config whose layer_types say indexed_attention rather than "
                        "full_attention: to run QSA, convert with full_attention there.", meta.path, ARCH)
-        return {}
-    meta.need(len(used) == 1 and isinstance(used[0], int) and used[0] > 0, "attention.compress_ratios",
-              f"gives the attention layers ratios {used}; Strata runs one QSA compress ratio > 0 on all of them")
+    else:
+        meta.need(len(used) == 1 and isinstance(used[0], int) and used[0] > 0, "attention.compress_ratios",
+                  f"gives the attention layers ratios {used}; Strata runs one QSA compress ratio > 0 on all of "
+                  f"them, or none")
     qsa = {}
     for name, key in (("indexer_n_heads", "head_count"), ("indexer_head_dim", "key_length"),
                       ("indexer_budget", "top_k")):

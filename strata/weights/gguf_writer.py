@@ -229,6 +229,9 @@ def _write_metadata(w: gguf.GGUFWriter, arch, cfg: dict) -> None:
         w.add_ssm_group_count(cfg["linear_num_key_heads"])
         w.add_ssm_time_step_rank(cfg["linear_num_value_heads"])
         w.add_ssm_inner_size(cfg["linear_value_head_dim"] * cfg["linear_num_value_heads"])
+        if cfg.get("layer_types"):  # which blocks recur (MTP blocks: none); llama.cpp reads it before the interval
+            recurrent = [kind == "linear_attention" for kind in cfg["layer_types"]]
+            w.add_array(f"{w.arch}.attention.recurrent_layers", recurrent + [False] * _num_mtp(cfg))
         w.add_full_attention_interval(cfg.get("full_attention_interval", 4))
         w.add_rope_dimension_count(int(head_dim * rope.get("partial_rotary_factor", 0.25)))
     if arch in _QWEN35_LIKE:

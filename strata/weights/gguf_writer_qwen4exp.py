@@ -83,10 +83,7 @@ def hf_stream(cfg: dict, items, cat) -> Iterator[tuple[str, Any]]:
 
 def convert(cfg: dict, name: str, t: torch.Tensor, values) -> Iterator[tuple[str, torch.Tensor]] | None:
     """Qwen4ExpTextModel.modify_tensors' own cases: the indexer's q/k split, PLE's norms + 1; None for the
-    tensors Qwen3.5's rules convert. values(t, change): the writer's meta-safe value change. A config without QSA
-    (a GGUF of compress ratio 0, read as dense attention) writes no indexer: its tensors were never read."""
-    if ".self_attn.indexer." in name and not cfg.get("indexer_n_heads"):
-        return iter([])
+    tensors Qwen3.5's rules convert. values(t, change): the writer's meta-safe value change."""
     if name.endswith(".self_attn.indexer.index_qk_proj.weight"):
         layer, queries = int(name.split(".")[2]), cfg["indexer_n_heads"] * cfg["indexer_head_dim"]
         return iter([(f"blk.{layer}.indexer.q_proj.weight", t[:queries]),

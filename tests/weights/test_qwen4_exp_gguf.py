@@ -144,6 +144,9 @@ def test_mtp_head_loads_from_gguf(mtp_folder, tmp_path):
     fields = gguf.GGUFReader(path).fields
     assert fields["qwen4exp.nextn_predict_layers"].contents() == 1 and fields["qwen4exp.block_count"].contents() == 5
     assert fields["qwen4exp.attention.compress_ratios"].contents() == [0, 0, 4, 0, 0]  # the MTP block attends densely
+    # the blocks that recur, as llama.cpp's converter writes them (its loader reads them before the interval of 4,
+    # which would put the tiny model's attention on block 3)
+    assert fields["qwen4exp.attention.recurrent_layers"].contents() == [True, True, False, True, False]
     tensors = {t.name: tuple(int(d) for d in t.shape) for t in gguf.GGUFReader(path).tensors}
     assert tensors["blk.4.nextn.eh_proj.weight"] == (128, 64)  # [2D in, D out] in ggml's order
     from_gguf = build_model(GGUFSource(path), "cpu", "float32", quiet=True)
@@ -334,13 +337,14 @@ def test_zero_compress_ratios_attend_densely_as_llama_cpp_reads_them(mtp_folder,
     """llama.cpp's converter writes compress ratio 0 on every layer when transformers >= 5.24 loads the config (its
     layer_types then say indexed_attention, and the converter looks for full_attention), and llama.cpp attends
     densely on a layer of ratio 0. Such a file loads with a notice and attends densely, its indexers unread: the
-    logits of HF's model with a QSA budget past the prompt (dense attention) over a prompt past the file's budget."""
+    logits of HF's model with a QSA budget past the prompt (dense attention) over a prompt past the file's budget.
+    `strata quantize` writes it again as it was (indexers and ratios 0: llama.cpp's loader requires the indexers)."""
     good = gguf_of(mtp_folder, str(tmp_path / "good.gguf"))
     dense = with_metadata(good, str(tmp_path / "dense.gguf"), {"qwen4exp.attention.compress_ratios": [0] * 5})
     with caplog.at_level("WARNING"):
         model = build_model(GGUFSource(dense), "cpu", "float32", quiet=True)
     assert "compress_ratios is 0 on every attention layer, so they attend densely" in caplog.text
-    assert not model.config.indexer_n_heads and not hasattr(model.model.layers[2].self_attn, "indexer")
+    assert not model.config.qsa and not hasattr(model.model.layers[2].self_attn, "indexer")
     ids = prompt_with_eos()
     hf = transformers.AutoModelForCausalLM.from_pretrained(mtp_folder, dtype=torch.float32, indexer_budget=4096)
     sparse = transformers.AutoModelForCausalLM.from_pretrained(mtp_folder, dtype=torch.float32)
@@ -348,12 +352,14 @@ def test_zero_compress_ratios_attend_densely_as_llama_cpp_reads_them(mtp_folder,
         ref, ref_sparse = (m.eval()(torch.tensor([ids])).logits[0] for m in (hf, sparse))
     assert rel_err(ref_sparse, ref) > 1e-2  # the prompt is past the budget: QSA and dense attention differ
     assert rel_err(prompt_logits(model, ids), ref) < 1e-4
-    # `strata quantize` of such a file writes a dense file: no indexer tensors, the same logits
     from strata.weights.gguf_export import export_gguf
 
     requantized = str(tmp_path / "requantized.gguf")
     export_gguf(dense, requantized, scheme="f32")
-    assert not [t.name for t in gguf.GGUFReader(requantized).tensors if ".indexer." in t.name]
+    reader = gguf.GGUFReader(requantized)
+    assert reader.fields["qwen4exp.attention.compress_ratios"].contents() == [0] * 5
+    assert {t.name for t in reader.tensors if t.name.startswith("blk.2.indexer.")} == {
+        f"blk.2.indexer.{part}.weight" for part in ("q_proj", "k_proj", "q_norm", "k_norm")}
     again = build_model(GGUFSource(requantized), "cpu", "float32", quiet=True)
     assert rel_err(prompt_logits(again, ids), ref) < 1e-4
 
