@@ -25,3 +25,9 @@ for f in qwen3_next_mtp:qwen3_next qwen3_5_moe_mtp:qwen3_5_moe q4e_dense:q4e_den
 done
 echo "== Q4_K_M files of llama.cpp's quantizer: Strata (packed) / llama.cpp on gguf-py's F32 dequantization"
 for f in wide_q35 wide_q4d; do $PY packed_vs_deq.py $f.q4km.gguf $f.q4km_deq.gguf 2>&1 | quiet | tail -1; done
+echo "== Q4_K_M files of strata quantize (from llama.cpp's F32 files): Strata (packed) / llama.cpp on the F32 dequantization"
+for f in wide_q35 wide_q4d; do
+  /work/main/.venv/bin/strata quantize $f.f32.gguf $f.strata_q4km.gguf --scheme q4_k_m > /dev/null 2>&1
+  $PY dequant_copy.py $f.strata_q4km.gguf $f.strata_q4km_deq.gguf
+  $PY packed_vs_deq.py $f.strata_q4km.gguf $f.strata_q4km_deq.gguf 2>&1 | quiet | tail -1
+done
