@@ -28,7 +28,9 @@ multiplied by its integer scale before one conversion and one multiply-add with 
 superblock (sm_90 SASS of the Q4_K gate/up 3,160 -> 2,912 instructions, float multiplies 472 -> 104); on an H100 the
 30B-A3B's experts at 16-128 tokens took 8-10 % less (`mmq_prompt_ab.py`: 64 tokens 662.2 / 658.4 -> 602.0 / 604.1
 us, 128 tokens 720.2 / 718.6 -> 660.7 / 656.9). Byte handling (PRMT, LOP3) is now most of its instructions;
-unpacks_by_word (the default since session 59: 4-6 % less again) does it four bytes an instruction.
+unpacks_by_word (the default since session 59: 4-6 % less again) does it four bytes an instruction. The gate/up
+programs round SiLU(gate) * up to 8 bits themselves (session 74, an H100: a 64-token prompt of issue 23's 30B-A3B
+11.70 / 11.48 -> 11.35 / 11.12 ms, its rounding launches 1.78 -> 0.12 ms; bench/results/2026-12-07-h100-session74/).
 """
 
 from __future__ import annotations
