@@ -31,3 +31,5 @@ for f in wide_q35 wide_q4d; do
   $PY dequant_copy.py $f.strata_q4km.gguf $f.strata_q4km_deq.gguf
   $PY packed_vs_deq.py $f.strata_q4km.gguf $f.strata_q4km_deq.gguf 2>&1 | quiet | tail -1
 done
+echo "== MTP heads (llama.cpp's nextn tensors) against the safetensors heads"
+for f in qwen3_next qwen3_5_moe; do $PY mtp_check.py ${f}_mtp $f.f32.gguf 2>&1 | quiet | tail -1; done
