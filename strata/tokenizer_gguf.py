@@ -2,8 +2,8 @@
 
 Owns reading the vocabulary (the file opened as the weights open it; its token list turned into Python
 strings once) and building an HF fast tokenizer over a `tokenizers` BPE: byte-level for `gpt2`
-vocabularies, split as llama.cpp splits for the file's `tokenizer.ggml.pre`; byte fallback with merges
-ranked by token score for sentencepiece (`llama`) ones. Other tokenizer models are refused by name.
+vocabularies, split as llama.cpp splits for the file's `tokenizer.ggml.pre` (weights/pre_tokenizers.py); byte
+fallback with merges ranked by token score for sentencepiece (`llama`) ones. Other tokenizer models are refused by name.
 Invariant: ids are the file's: the vocabulary is the token list verbatim, every added token one of its entries.
 """
 
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from strata import progress
+from strata.weights.pre_tokenizers import PRE_TOKENIZERS
 
 logger = logging.getLogger(__name__)
 
@@ -23,48 +24,6 @@ NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 NO_VOCAB_MODELS = ("none", "no_vocab")  # llama.cpp's "this model has no tokenizer"
 SUPPORTED_MODELS = ("gpt2", "llama")
 _SPECIAL_ID_KEYS = ("bos", "eos", "eot", "eom", "unknown", "padding")
-
-
-# ---- pre-tokenizers: llama.cpp's `pre` names -> the regexes its merges were learned on ----------------
-
-_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"
-_LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-_QWEN2 = _LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
-_QWEN35 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
-           r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-_UPPER, _LOWER = r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]", r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]"
-_CONTRACTION = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
-_GPT4O = (rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+{_CONTRACTION}"
-          rf"|[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*{_CONTRACTION}"
-          r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-_TEKKEN = (rf"[^\r\n\p{{L}}\p{{N}}]?{_UPPER}*{_LOWER}+|[^\r\n\p{{L}}\p{{N}}]?{_UPPER}+{_LOWER}*"
-           r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-
-
-@dataclass(frozen=True)
-class PreTokenizerRule:
-    splits: tuple[str, ...]  # applied in turn, each splitting the pieces of the one before (llama.cpp)
-    ignore_merges: bool = False  # a piece that is a whole token is taken as is (Llama-3, Tekken)
-    add_bos: bool = False  # llama.cpp's default when the file has no add_bos_token
-    nfc: bool = False  # the HF reference tokenizer NFC-normalizes first (Qwen); llama.cpp does not
-
-
-_PRE_GROUPS = (
-    (("default",), PreTokenizerRule((r"[\p{P}\$\+<=>\^~\|]+", _GPT2, r"\p{N}+", r"[0-9][0-9][0-9]"))),
-    (("gpt-2", "phi-2", "mpt", "olmo", "exaone4"), PreTokenizerRule((_GPT2,))),
-    (("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"),
-     PreTokenizerRule((r"\p{N}", _GPT2))),
-    (("qwen2", "deepseek-r1-qwen"), PreTokenizerRule((_QWEN2,), nfc=True)),
-    (("stablelm2", "megrez", "hunyuan"), PreTokenizerRule((_QWEN2,))),
-    (("qwen35",), PreTokenizerRule((_QWEN35,), nfc=True)),
-    (("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "lfm2"),
-     PreTokenizerRule((_LLAMA3,), ignore_merges=True, add_bos=True)),
-    (("dbrx", "smaug-bpe", "chatglm-bpe", "glm4"), PreTokenizerRule((_LLAMA3,))),
-    (("gpt-4o", "llama4", "minimax-m2"), PreTokenizerRule((_GPT4O,))),
-    (("tekken",), PreTokenizerRule((_TEKKEN,), ignore_merges=True, add_bos=True)),
-)
-PRE_TOKENIZERS = {name: pre for names, pre in _PRE_GROUPS for name in names}
 
 
 # ---- reading --------------------------------------------------------------------------------------------

@@ -374,6 +374,8 @@ def _hf_pre(data: dict, folder: str) -> str:
     steps = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
     kinds = [step.get("type") for step in steps]
     pattern = next((step["pattern"].get("Regex", "") for step in steps if step.get("type") == "Split"), "")
+    if (exact := _rebuilt_pre(data, steps)) is not None:  # one of Strata's own rules, whole
+        return exact
     if kinds == ["ByteLevel"] and steps[0].get("use_regex", True):
         return "gpt-2"
     if kinds == ["Digits", "ByteLevel"] and steps[0].get("individual_digits"):
@@ -383,8 +385,24 @@ def _hf_pre(data: dict, folder: str) -> str:
     if kinds == ["Split", "ByteLevel"] and "(?i:'s|'t|'re|'ve|'m|'ll|'d)" in pattern:
         return "qwen35" if r"\p{M}" in pattern else "qwen2"
     raise ValueError(f"{folder}/tokenizer.json splits text with {kinds} (pattern {pattern!r}), which strata "
-                     f"quantize cannot name for llama.cpp (it knows GPT-2, SmolLM, Llama-3 and Qwen2/3.5); convert "
+                     f"quantize cannot name for llama.cpp (it knows GPT-2, SmolLM, Llama-3, Qwen2/3.5 and the exact "
+                     f"forms of the pre-tokenizers it reads from GGUF files); convert "
                      f"this model with llama.cpp's convert_hf_to_gguf.py, then quantize the .gguf")
+
+
+def _rebuilt_pre(data: dict, steps: list[dict]) -> str | None:
+    """The first `pre` name whose rule (weights/pre_tokenizers.py) this tokenizer.json is exactly: one Split a
+    regex of the rule, then a ByteLevel without its own regex, NFC first and whole-token matches as the rule says
+    (how Strata's rebuild of a GGUF tokenizer saves, and HF's Qwen2 / Llama-3 files are); else None."""
+    from strata.weights.pre_tokenizers import PRE_TOKENIZERS
+
+    if not steps or steps[-1].get("type") != "ByteLevel" or steps[-1].get("use_regex", True):
+        return None
+    splits = tuple(step.get("pattern", {}).get("Regex") for step in steps[:-1] if step.get("type") == "Split")
+    nfc = (data.get("normalizer") or {}).get("type") == "NFC"
+    ignore_merges = bool((data.get("model") or {}).get("ignore_merges"))
+    return next((name for name, rule in PRE_TOKENIZERS.items() if len(splits) == len(steps) - 1
+                 and rule.splits == splits and rule.nfc == nfc and rule.ignore_merges == ignore_merges), None)
 
 
 # ---- export ---------------------------------------------------------------------------------------------

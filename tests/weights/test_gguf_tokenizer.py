@@ -242,6 +242,24 @@ def test_pre_tokenizer_splits_like_reference(bundled_vocab, pre):
         assert [p for p, _ in ours.pre_tokenize_str(text)] == [p for p, _ in reference.pre_tokenize_str(text)], text
 
 
+@pytest.mark.parametrize("pre", ["default", "smollm", "qwen2", "stablelm2", "qwen35", "llama-bpe", "dbrx", "gpt-4o",
+                                 "tekken"])
+def test_a_saved_rebuilt_tokenizer_is_named_back_for_llama_cpp(bundled_vocab, pre, tmp_path):
+    """A GGUF tokenizer rebuilt here and saved as tokenizer.json (an HF folder made from a GGUF) is named again for
+    `strata quantize`: the first `pre` name of the same rule (splits, NFC, whole-token matches), so the same text
+    splits."""
+    import json
+
+    from strata.tokenizer_gguf import PRE_TOKENIZERS
+    from strata.weights.gguf_export import _hf_pre
+
+    build_tokenizer(dataclasses.replace(bundled_vocab, pre=pre)).save_pretrained(str(tmp_path))
+    with open(tmp_path / "tokenizer.json") as f:
+        named = _hf_pre(json.load(f), str(tmp_path))
+    assert PRE_TOKENIZERS[named] == PRE_TOKENIZERS[pre]
+    assert named == next(name for name, rule in PRE_TOKENIZERS.items() if rule == PRE_TOKENIZERS[pre])
+
+
 def test_llama3_files_add_bos_unless_they_say_otherwise(bundled_vocab):
     llama3, bos = dataclasses.replace(bundled_vocab, pre="llama-bpe", add_bos=None), bundled_vocab.special_ids["bos"]
     assert build_tokenizer(llama3).encode("hi")[0] == bos
