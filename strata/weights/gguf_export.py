@@ -29,6 +29,7 @@ from strata.weights.gguf_writer import Vocab, llama_cpp_shapes, write_gguf
 from strata.weights.hf_source import HFSource
 from strata import progress
 from strata.weights.loader import build_model
+from strata.weights.pre_tokenizers import PRE_TOKENIZERS
 from strata.weights.source import open_source
 
 Q = gguf.GGMLQuantizationType
@@ -394,15 +395,15 @@ def _rebuilt_pre(data: dict, steps: list[dict]) -> str | None:
     """The first `pre` name whose rule (weights/pre_tokenizers.py) this tokenizer.json is exactly: one Split a
     regex of the rule, then a ByteLevel without its own regex, NFC first and whole-token matches as the rule says
     (how Strata's rebuild of a GGUF tokenizer saves, and HF's Qwen2 / Llama-3 files are); else None."""
-    from strata.weights.pre_tokenizers import PRE_TOKENIZERS
-
-    if not steps or steps[-1].get("type") != "ByteLevel" or steps[-1].get("use_regex", True):
+    *splitters, last = steps or [{}]
+    if last.get("type") != "ByteLevel" or last.get("use_regex", True) \
+            or any(step.get("type") != "Split" for step in splitters):
         return None
-    splits = tuple(step.get("pattern", {}).get("Regex") for step in steps[:-1] if step.get("type") == "Split")
+    splits = tuple(step.get("pattern", {}).get("Regex") for step in splitters)
     nfc = (data.get("normalizer") or {}).get("type") == "NFC"
     ignore_merges = bool((data.get("model") or {}).get("ignore_merges"))
-    return next((name for name, rule in PRE_TOKENIZERS.items() if len(splits) == len(steps) - 1
-                 and rule.splits == splits and rule.nfc == nfc and rule.ignore_merges == ignore_merges), None)
+    return next((name for name, rule in PRE_TOKENIZERS.items()
+                 if (rule.splits, rule.nfc, rule.ignore_merges) == (splits, nfc, ignore_merges)), None)
 
 
 # ---- export ---------------------------------------------------------------------------------------------
