@@ -1,0 +1,28 @@
+# Prepared in session 75 (~9 minutes; run under a 600 s limit). On an H200: next_call116.sh's H200 part (issue 23's
+# c1 / c8 / c16 / prefill 512, the offload command at 25 % with the AVX-512 and AVX2 CPU kernels, c1 again), then
+# a c1 / c8 decode trace of the same file (trace_steps.py). On an H100: the trace first (where a c1 / c8 step's
+# critical path goes after session 74's packed_mmq change), step_anatomy.py (host time the engine does not hide),
+# then issue 23's c1 / c8 at HEAD.
+# Build the archive first:  git archive --format=tar.gz HEAD -o .base/src.tar && git rev-parse --short HEAD > .base/COMMIT
+S=$(date +%s)
+nvidia-smi -L | tee $OUT/gpu.txt
+source tools/gpu_ab/device_setup.sh
+left() { echo $(( $1 - ($(date +%s)-S) )); }
+trace() {
+  timeout -k 5 -s INT $1 python3 trace_steps.py /tmp/q4km.gguf $OUT/trace 1 8 > $OUT/trace.txt 2>&1
+  echo "== trace rc=$? t=$(( $(date +%s)-S ))"; head -70 $OUT/trace.txt | cut -c1-160
+}
+quantize_q4km
+if nvidia-smi -L | grep -q H200; then
+  issue23 150
+  [ $(left 420) -gt 80 ] && offload25 off25_avx512 80
+  [ $(left 500) -gt 70 ] && STRATA_CPU_QUANT_ISA=avx2 offload25 off25_avx2 80
+  [ $(left 570) -gt 70 ] && offload25 off25_avx512_2 80
+  [ $(left 580) -gt 40 ] && trace $(left 580)
+  exit 0
+fi
+trace 120
+timeout -k 5 -s INT 100 python3 step_anatomy.py /tmp/q4km.gguf - > $OUT/anatomy.txt 2>&1
+echo "== anatomy rc=$? t=$(( $(date +%s)-S ))"; tail -20 $OUT/anatomy.txt | cut -c1-160
+[ $(left 570) -gt 80 ] && issue23 $(left 570) 1,8
+exit 0
