@@ -20,7 +20,7 @@ except ImportError:  # CPU-only install: argmax_ref still works
     triton = tl = None
 
 from strata.kernels import triton_available
-from strata.kernels.launch import pdl_options
+from strata.kernels.launch import arrival_counters, pdl_options
 
 if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
@@ -28,7 +28,6 @@ if triton is not None:
 BLOCK = 4096
 # the key of -inf at index 2^31 - 1: below the key of every element of a row
 _LOWEST_KEY = ((0xFF800000 - (1 << 32)) ^ 0x7FFFFFFF) << 32
-_counters: dict[torch.device, torch.Tensor] = {}
 
 
 def argmax_ref(logits: torch.Tensor) -> torch.Tensor:
@@ -47,9 +46,9 @@ def argmax(logits: torch.Tensor) -> torch.Tensor:
             and vocab < (1 << 31) and triton_available()):
         return argmax_ref(logits)
     num_chunks = triton.cdiv(vocab, BLOCK)
-    counter = _counters.get(logits.device)
-    if counter is None or counter.numel() < num_rows:  # zeros between launches; grown, never shrunk
-        counter = _counters[logits.device] = torch.zeros(max(256, num_rows), dtype=torch.int32, device=logits.device)
+    counter = arrival_counters("argmax", logits.device, num_rows, minimum=256)
+    if counter is None:  # more rows than ever before, inside a graph capture
+        return argmax_ref(logits)
     partial = torch.empty(num_rows, num_chunks, dtype=torch.int64, device=logits.device)
     out = torch.empty(num_rows, dtype=torch.int64, device=logits.device)
     _argmax_kernel[(num_rows, num_chunks)](logits, partial, counter, out, vocab, logits.stride(0), num_chunks,

@@ -48,7 +48,7 @@ except ImportError:  # CPU-only install: paged_attention_ref still works
     triton = tl = None
 
 from strata.kernels.kv_quant import read_kv_ref
-from strata.kernels.launch import pdl_options
+from strata.kernels.launch import arrival_counters, pdl_options
 
 if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
@@ -152,27 +152,17 @@ def kv_tile_for(head_dim: int, itemsize: int) -> tuple[int, int]:
     return (32, 2) if row_bytes <= 512 else (16, 1)
 
 
-_COUNTERS: dict[torch.device, torch.Tensor] = {}
-MIN_COUNTERS = 4096  # (sequence, KV head) pairs a device's first counter buffer covers
-
-
 def merge_counters(device: torch.device, num_seqs: int, num_kv_heads: int) -> torch.Tensor | None:
-    """int32 zeros [>= num_seqs * num_kv_heads] for the fused merge's arrivals on `device` (module docstring), kept for
-    the process; None where the fused merge is off (STRATA_FUSED_MERGE: unset or 2 on for steps of two or more
-    sequences, 1 on, 0 off), or where they would have to grow during a CUDA graph capture (the merge kernel then
-    runs). Launches sharing them must not run concurrently (one stream: they do not)."""
+    """int32 zeros [>= num_seqs * num_kv_heads] for the fused merge's arrivals on `device` (module docstring;
+    launch.arrival_counters); None where the fused merge is off (STRATA_FUSED_MERGE: unset or 2 on for steps of two or
+    more sequences, 1 on, 0 off), or where they would have to grow during a CUDA graph capture (the merge kernel then
+    runs)."""
     from strata.config import debug_value
 
     mode = debug_value("FUSED_MERGE") or "2"
     if mode not in ("1", "2") or (mode == "2" and num_seqs < 2):
         return None
-    needed = num_seqs * num_kv_heads
-    counters = _COUNTERS.get(device)
-    if counters is None or counters.numel() < needed:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            return None
-        counters = _COUNTERS[device] = torch.zeros(max(needed, MIN_COUNTERS), dtype=torch.int32, device=device)
-    return counters
+    return arrival_counters("attention merge", device, num_seqs * num_kv_heads)
 
 
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
