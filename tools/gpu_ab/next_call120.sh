@@ -9,7 +9,7 @@ nvidia-smi -L | tee $OUT/gpu.txt
 source tools/gpu_ab/device_setup.sh
 left() { echo $(( $1 - ($(date +%s)-S) )); }
 quantize_q4km
-run_tests rounding 120 tests/kernels/test_packed_q8.py -k "rounds_its_own or moe_pairs" tests/kernels/test_kernels.py \
+run_tests rounding 120 tests/kernels/test_packed_q8.py tests/kernels/test_kernels.py \
   -k "rounds_its_own or moe_pairs or fused_merge or argmax"
 timeout -k 5 -s INT 120 python3 env_ab.py /tmp/q4km.gguf PAIRS_ROUNDING=0 3 > $OUT/env_ab.txt 2>&1
 echo "== env_ab rc=$? t=$(( $(date +%s)-S ))"; tail -6 $OUT/env_ab.txt
