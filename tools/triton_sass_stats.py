@@ -26,8 +26,7 @@ from strata.kernels import packed_q8
 
 POINTERS = {"q_ptr": "*i8", "dx_ptr": "*fp32", "sums_ptr": "*fp32", "w_ptr": "*u8", "w13_ptr": "*u8", "w2_ptr": "*u8",
             "table_ptr": "*u8", "ids_ptr": "*i32", "act_ptr": "*fp32", "weights_ptr": "*fp32", "out_ptr": "*fp32",
-            "hidden_ptr": "*bf16", "sorted_ids_ptr": "*i32", "block_expert_ptr": "*i32", "rq_ptr": "*i8", "rdx_ptr": "*fp32",
-            "rsums_ptr": "*fp32", "counters_ptr": "*i32"}
+            "hidden_ptr": "*bf16", "sorted_ids_ptr": "*i32", "block_expert_ptr": "*i32"}
 
 
 def compile_sm90(fn, consts: dict, values: dict, pointers: dict = POINTERS, **options):
@@ -61,9 +60,6 @@ def main() -> None:  # noqa: C901 (one branch a kernel family)
         fn = packed_q8._gate_up_kernel if which == "gate_up" else packed_q8._down_kernel
         consts = dict(QTYPE=qtype, BLOCK_N=bn, SB=packed_q8.units_per_step(sb, qtype, k), UNIT=packed_q8.UNIT[qtype],
                       WT=packed_q8.word_tiles(qtype, isum > 0), ISUM=isum, USE_PDL=True, ASM=True)
-        if which == "gate_up":  # its own rounding for down (STRATA_PAIRS_ROUNDING=0: without)
-            rounds = os.environ.get("STRATA_PAIRS_ROUNDING") != "0"
-            consts.update(ROUND=rounds, COUNTED=rounds and bn < 32)
         rows_out, row_bytes = (2 * 768, packed_q8.row_bytes(qtype, k)) if which == "gate_up" else (
             2048, packed_q8.row_bytes(qtype, k))
         values = dict(inter=768, dim=2048, top_k=8, stride_we=rows_out * row_bytes, stride_wn=row_bytes,

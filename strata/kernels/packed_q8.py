@@ -36,12 +36,11 @@ except ImportError:  # CPU-only install
     triton = tl = None
 
 from strata.kernels import packed_iquants
-from strata.kernels.launch import arrival_counters, pdl_options
-from strata.kernels.q8_rounding import empty_rounding, quantize
+from strata.kernels.launch import pdl_options
+from strata.kernels.q8_rounding import quantize
 
 if triton is not None:
     from strata.kernels.launch import wait_for_previous_kernel
-    from strata.kernels.q8_rounding import store_rounding
     from strata.kernels.q8_steps import k_step, sum_parts
 
 Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS = 2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 20, 23
@@ -263,8 +262,7 @@ def moe_pairs_q8(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torc
                  topk_ids: torch.Tensor, topk_weights: torch.Tensor, config: dict | None = None) -> torch.Tensor:
     """packed_moe's pairs contract -> float32 [T, K, D] (each pair's weighted expert output, zeros for a
     negative id), with hidden and SiLU(gate) * up rounded to 8 bits per 32: one program per (pair, BLOCK_N
-    rows of its expert) in each of the two projections. The gate/up launch rounds its own output for down
-    (gate_up_pairs' `rounding`), so the two launches are the whole MoE after hidden's rounding."""
+    rows of its expert) in each of the two projections, the activations quantized once per launch."""
     num_tokens, top_k = topk_ids.shape
     dim, inter = hidden.shape[1], w13.shape[1] // 2
     assert w13.stride(2) == 1 and w2.stride(2) == 1 and w2.shape[1] == dim
@@ -273,37 +271,21 @@ def moe_pairs_q8(hidden: torch.Tensor, w13: torch.Tensor, qtype13: int, w2: torc
     ids = topk_ids.reshape(-1).contiguous()                                           # [P]
     weights = topk_weights.reshape(-1).contiguous()                                   # [P]
     act = torch.empty(ids.numel(), inter, dtype=torch.float32, device=hidden.device)  # [P, I]
-    rounding = empty_rounding(ids.numel(), inter, hidden.device)
-    rounded = gate_up_pairs(quantize(hidden), w13, qtype13, ids, top_k, act, cfg13, rounding)
+    gate_up_pairs(quantize(hidden), w13, qtype13, ids, top_k, act, cfg13)
     partials = torch.empty(num_tokens, top_k, dim, dtype=torch.float32, device=hidden.device)  # [T, K, D]
-    down_pairs(rounding if rounded else quantize(act), w2, qtype2, ids, weights, partials, cfg2)
+    down_pairs(quantize(act), w2, qtype2, ids, weights, partials, cfg2)
     return partials
 
 
 def gate_up_pairs(hidden_q, w13: torch.Tensor, qtype13: int, ids: torch.Tensor, top_k: int, act: torch.Tensor,
-                  cfg: dict, rounding=None) -> bool:
+                  cfg: dict) -> None:
     """moe_pairs_q8's first launch: act [P, I] float32 = SiLU(gate) * up of each pair's expert on its token's
-    quantize(hidden) rows (hidden_q), at the tiling cfg (pair_configs' keys, ISUM optional). With `rounding`
-    (empty_rounding(P, I)) it also writes quantize(act) there, in the same launch: a program of 32 or more rows
-    rounds its own tile; narrower ones count their arrivals per 32 columns of a pair (launch.arrival_counters) and
-    the last to arrive rounds the 32 (STRATA_PAIRS_ROUNDING=0: never) -> whether it did (False: quantize(act) is
-    the caller's)."""
-    from strata.config import debug_value
-
+    quantize(hidden) rows (hidden_q), at the tiling cfg (pair_configs' keys, ISUM optional)."""
     hq, hdx, hsums = hidden_q                                                         # [T, D], [T, D/32], [T, D/16]
     dim, inter = hq.shape[1], w13.shape[1] // 2
-    block_n = cfg["BLOCK_N"]
-    wanted = rounding is not None and debug_value("PAIRS_ROUNDING") != "0"
-    counted = wanted and block_n < 32 and 32 % block_n == 0
-    counters = arrival_counters("pairs rounding", act.device, ids.numel() * (inter // 32), minimum=1 << 16) \
-        if counted else None
-    fused = wanted and (block_n % 32 == 0 or counters is not None)
-    rq, rdx, rsums = rounding if fused else (act, act, act)  # (unread without ROUND)
-    _gate_up_kernel[(ids.numel(), triton.cdiv(inter, block_n))](
-        hq, hdx, hsums, w13, packed_iquants.table_for(qtype13, w13), ids, act, rq, rdx, rsums,
-        counters if counters is not None else ids, inter, dim, top_k, w13.stride(0), w13.stride(1),
-        ROUND=fused, COUNTED=counters is not None, **_launch_options(cfg, qtype13, dim, hq))
-    return fused
+    _gate_up_kernel[(ids.numel(), triton.cdiv(inter, cfg["BLOCK_N"]))](
+        hq, hdx, hsums, w13, packed_iquants.table_for(qtype13, w13), ids, act, inter, dim, top_k, w13.stride(0),
+        w13.stride(1), **_launch_options(cfg, qtype13, dim, hq))
 
 
 def down_pairs(act_q, w2: torch.Tensor, qtype2: int, ids: torch.Tensor, weights: torch.Tensor,
@@ -367,14 +349,10 @@ if triton is not None:
                  mask=(m < num_rows)[:, None] & (offs_n < n)[None, :])
 
     @triton.jit
-    def _gate_up_kernel(q_ptr, dx_ptr, sums_ptr, w13_ptr, table_ptr, ids_ptr, act_ptr, rq_ptr, rdx_ptr, rsums_ptr,
-                        counters_ptr, inter, dim, top_k, stride_we, stride_wn, QTYPE: tl.constexpr,
-                        BLOCK_N: tl.constexpr, SB: tl.constexpr, UNIT: tl.constexpr, WT: tl.constexpr,
-                        ISUM: tl.constexpr, ROUND: tl.constexpr, COUNTED: tl.constexpr, USE_PDL: tl.constexpr,
-                        ASM: tl.constexpr):
-        """One program per (pair, BLOCK_N rows of gate and of up): SiLU(gate) * up in float32; with ROUND also its
-        rounding (gate_up_pairs): the program's own tile, or (COUNTED) the 32 columns of the last program of them
-        to arrive."""
+    def _gate_up_kernel(q_ptr, dx_ptr, sums_ptr, w13_ptr, table_ptr, ids_ptr, act_ptr, inter, dim, top_k, stride_we,
+                        stride_wn, QTYPE: tl.constexpr, BLOCK_N: tl.constexpr, SB: tl.constexpr, UNIT: tl.constexpr,
+                        WT: tl.constexpr, ISUM: tl.constexpr, USE_PDL: tl.constexpr, ASM: tl.constexpr):
+        """One program per (pair, BLOCK_N rows of gate and of up): SiLU(gate) * up in float32."""
         wait_for_previous_kernel(USE_PDL)
         pair = tl.program_id(0)
         expert = tl.load(ids_ptr + pair).to(tl.int64)
@@ -405,22 +383,7 @@ if triton is not None:
             g = tl.sum(sum_parts(acc_g, off_g), axis=0)
             u = tl.sum(sum_parts(acc_u, off_u), axis=0)
             act = g * tl.sigmoid(g) * u
-        row = tl.zeros((1,), dtype=tl.int64) + pair                                           # [1]
         tl.store(act_ptr + pair.to(tl.int64) * inter + offs_n, act, mask=offs_n < inter)
-        if ROUND and not COUNTED:  # BLOCK_N a multiple of 32: the tile is whole blocks
-            store_rounding(tl.reshape(act, (1, BLOCK_N)), row, tl.program_id(1) * BLOCK_N, inter,
-                           tl.full((1,), 1, tl.int1), inter, rq_ptr, rdx_ptr, rsums_ptr, 1, BLOCK_N)
-        if COUNTED:  # 32 / BLOCK_N programs a block of 32: the last to arrive rounds it
-            tl.debug_barrier()  # every thread's act stored before the release below
-            block = tl.program_id(1) * BLOCK_N // 32
-            counter = counters_ptr + pair.to(tl.int64) * (inter // 32) + block
-            if tl.atomic_add(counter, 1, sem="acq_rel") == 32 // BLOCK_N - 1:
-                cols = block * 32 + tl.arange(0, 32)
-                # the other programs' stores reach this one through L2 (.cg)
-                whole = tl.load(act_ptr + pair.to(tl.int64) * inter + cols, cache_modifier=".cg")   # [32]
-                store_rounding(tl.reshape(whole, (1, 32)), row, block * 32, inter, tl.full((1,), 1, tl.int1), inter,
-                               rq_ptr, rdx_ptr, rsums_ptr, 1, 32)
-                tl.atomic_xchg(counter, 0)
 
     @triton.jit
     def _down_kernel(q_ptr, dx_ptr, sums_ptr, w2_ptr, table_ptr, ids_ptr, weights_ptr, out_ptr, dim, inter, stride_we,

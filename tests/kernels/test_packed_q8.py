@@ -335,41 +335,6 @@ def test_moe_pairs_with_integer_group_sums_in_the_interpreter(qtypes, tiling, is
     check_moe_pairs(qtypes, 2, "cpu", dict(dim=512, inter=256, num=4, top_k=2), config=dict(tiling, ISUM=isum))
 
 
-@gpu
-@pytest.mark.parametrize("block_n", [1, 4, 8, 16, 32, 64])
-@pytest.mark.parametrize("tokens", [1, 6])
-def test_gate_up_rounds_its_own_output(block_n, tokens):
-    """The gate/up launch's rounding of its output for down (programs narrower than 32 columns: the last of a
-    block's programs to arrive rounds it) is quantize(act) bit for bit, and leaves its arrival counters at zero."""
-    check_gate_up_rounding(block_n, tokens, "cuda")
-
-
-@interpreted
-@pytest.mark.parametrize("block_n", [8, 32])
-def test_gate_up_rounds_its_own_output_in_the_interpreter(block_n):
-    check_gate_up_rounding(block_n, 2, "cpu", inter=128)
-
-
-def check_gate_up_rounding(block_n: int, tokens: int, device: str, inter: int = 768) -> None:
-    from test_packed_moe import case, on_device
-
-    from strata.kernels.launch import arrival_counters
-
-    hidden, w13, _, ids, _ = case(Q4_K, Q8_0, tokens, dim=256, inter=inter, num=4, top_k=2, seed=block_n)
-    pairs = ids.numel()
-    act = torch.empty(pairs, inter, device=device)                                             # [P, I]
-    rounding = q8_rounding.empty_rounding(pairs, inter, device)
-    for buffer in rounding:
-        buffer.fill_(7)  # whatever the launch leaves unwritten shows
-    config = dict(BLOCK_N=block_n, SUPERBLOCKS=1, num_warps=1, num_stages=1)
-    assert packed_q8.gate_up_pairs(packed_q8.quantize(hidden.to(device)), on_device(w13, device), Q4_K,
-                                   ids.flatten().to(device), ids.shape[1], act, config, rounding)
-    for got, expected in zip(rounding, packed_q8.quantize(act)):
-        assert torch.equal(got, expected)
-    assert not rounding[1][1].any()  # pair 1 is the skipped one: zeros, zero scales
-    assert not arrival_counters("pairs rounding", act.device, 1).any()
-
-
 def check_moe_pairs(qtypes: tuple[int, int], tokens: int, device: str, shape: dict, config: dict | None = None,
                     host_weights: bool = False):
     """moe_pairs_q8 equals its two launches run at its tilings (bit for bit), and each launch its reference on the
