@@ -1,8 +1,8 @@
 # Prepared in session 75 (~9 minutes; run under a 600 s limit). On an H200: next_call116.sh's H200 part (issue 23's
 # c1 / c8 / c16 / prefill 512, the offload command at 25 % with the AVX-512 and AVX2 CPU kernels, c1 again), then
 # a c1 / c8 decode trace of the same file (trace_steps.py). On an H100: the trace first (where a c1 / c8 step's
-# critical path goes after session 74's packed_mmq change), step_anatomy.py (host time the engine does not hide),
-# then issue 23's c1 / c8 at HEAD.
+# critical path goes after session 74's packed_mmq change), then issue 27's GPU tests (two pipeline stages sharing
+# the card: prompt graph parts under a split among them).
 # Build the archive first:  git archive --format=tar.gz HEAD -o .base/src.tar && git rev-parse --short HEAD > .base/COMMIT
 S=$(date +%s)
 nvidia-smi -L | tee $OUT/gpu.txt
@@ -22,7 +22,5 @@ if nvidia-smi -L | grep -q H200; then
   exit 0
 fi
 trace 120
-timeout -k 5 -s INT 100 python3 step_anatomy.py /tmp/q4km.gguf - > $OUT/anatomy.txt 2>&1
-echo "== anatomy rc=$? t=$(( $(date +%s)-S ))"; tail -20 $OUT/anatomy.txt | cut -c1-160
-[ $(left 570) -gt 80 ] && issue23 $(left 570) 1,8
+[ $(left 580) -gt 60 ] && run_tests pipeline $(left 580) tests/runner/test_pipeline.py
 exit 0
