@@ -296,6 +296,20 @@ def test_fused_merge_switch(mode, num_seqs, fused, monkeypatch):
         assert counters.numel() >= num_seqs * 8 and not counters.any()
 
 
+def test_arrival_counters_are_kept_per_kernel_and_grown_without_dropping_the_old_buffer():
+    """One zeroed buffer per kind of kernel, the same tensor for every launch that fits it (CUDA graphs captured
+    with it stay valid); a launch that needs more gets a larger one, and the outgrown buffer stays alive."""
+    from strata.kernels import launch
+
+    cpu = torch.device("cpu")
+    first = launch.arrival_counters("test kind", cpu, 10, minimum=16)
+    assert first.numel() == 16 and first.dtype == torch.int32 and not first.any()
+    assert launch.arrival_counters("test kind", cpu, 16) is first
+    assert launch.arrival_counters("another kind", cpu, 4, minimum=16) is not first
+    grown = launch.arrival_counters("test kind", cpu, 40)
+    assert grown.numel() == 4096 and not grown.any() and any(old is first for old in launch._RETIRED)
+
+
 def check_fused_merge(device: str, monkeypatch) -> None:
     """STRATA_FUSED_MERGE=1: the last split of each (sequence, KV head) merges the partial sums (no merge launch):
     the reference's output within the kernel's bounds, the merge kernel's up to float32 summation order, and the
