@@ -21,6 +21,6 @@ if nvidia-smi -L | grep -q H200; then
   [ $(left 580) -gt 40 ] && trace $(left 580)
   exit 0
 fi
-trace 120
-[ $(left 580) -gt 60 ] && run_tests pipeline $(left 580) tests/runner/test_pipeline.py
+trace ${TRACE_S:-120}
+[ $(left ${LIMIT:-580}) -gt 60 ] && run_tests pipeline $(left ${LIMIT:-580}) tests/runner/test_pipeline.py
 exit 0
