@@ -14,11 +14,12 @@ trace() {
 }
 quantize_q4km
 if nvidia-smi -L | grep -q H200; then
+  L=${LIMIT:-580}
   issue23 150
-  [ $(left 420) -gt 80 ] && offload25 off25_avx512 80
-  [ $(left 500) -gt 70 ] && STRATA_CPU_QUANT_ISA=avx2 offload25 off25_avx2 80
-  [ $(left 570) -gt 70 ] && offload25 off25_avx512_2 80
-  [ $(left 580) -gt 40 ] && trace $(left 580)
+  [ $(left $((L - 160))) -gt 80 ] && offload25 off25_avx512 80
+  [ $(left $((L - 80))) -gt 70 ] && STRATA_CPU_QUANT_ISA=avx2 offload25 off25_avx2 80
+  [ $(left $((L - 10))) -gt 70 ] && offload25 off25_avx512_2 80
+  [ $(left $L) -gt 40 ] && trace $(left $L)
   exit 0
 fi
 trace ${TRACE_S:-120}
