@@ -15,7 +15,7 @@ trace() {
 quantize_q4km
 if nvidia-smi -L | grep -q H200; then
   L=${LIMIT:-580}
-  issue23 150
+  if [ $L -lt 500 ]; then issue23 120 1,8; else issue23 150; fi  # a short call: c1 / c8 only (c16, prefill met)
   [ $(left $((L - 160))) -gt 80 ] && offload25 off25_avx512 80
   [ $(left $((L - 80))) -gt 70 ] && STRATA_CPU_QUANT_ISA=avx2 offload25 off25_avx2 80
   [ $(left $((L - 10))) -gt 70 ] && offload25 off25_avx512_2 80
