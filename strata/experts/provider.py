@@ -137,24 +137,29 @@ class OffloadedExperts(nn.Module):
         if capturing():
             return self._forward_split(hidden, topk_ids, topk_weights, slot_ids, in_place_ids)
         elsewhere = slot_ids < 0 if in_place_ids is None else (slot_ids < 0) & (in_place_ids < 0)
+        # everything the host reads, read before the device's parts are queued: a copy to the host waits for all
+        # that is queued before it, so read after them it would hold the CPU's pairs back until the device's were
+        # done (as it did for offloaded prompts until session 75)
         missed = elsewhere.nonzero().cpu()                 # [M, 2] (row, k) of each pair for the CPU or staging
-        # the device's parts are queued before the CPU starts, so the two run at the same time
-        out = run_experts(hidden, device_weights, slot_ids, topk_weights) if slots.visible_per_layer[self.layer_idx] \
-            else None
-        in_place = self._read_in_place(hidden, in_place_ids, topk_weights)
         in_place_rows = np.zeros(0, dtype=np.int64) if in_place_ids is None else \
             (in_place_ids >= 0).nonzero()[:, 0].cpu().numpy()
         rows, ks = missed.unbind(1)
         experts = topk_ids.cpu()[rows, ks]                 # [M]
+        pair_weights = topk_weights.cpu()[rows, ks]        # [M]
+        hidden_host = hidden.cpu() if len(rows) else None  # [T, D]
+        # then the device's parts, which run while the CPU computes its pairs
+        out = run_experts(hidden, device_weights, slot_ids, topk_weights) if slots.visible_per_layer[self.layer_idx] \
+            else None
+        in_place = self._read_in_place(hidden, in_place_ids, topk_weights)
         chosen, staged = (torch.from_numpy(a) for a in self._staging_plan(experts.numpy(), len(hidden)))
         # chosen [C]: experts to copy; staged [M]: each pair's index into chosen, -1 = CPU
         on_cpu = staged < 0
-        weights_cpu = topk_weights.cpu()[rows, ks][on_cpu].float()                     # [P]
+        weights_cpu = pair_weights[on_cpu].float()                                     # [P]
         rounds = []  # the staged experts, a launch per round of staging slots (a prompt chunk's may need several)
         for start in range(0, len(chosen), max(slots.num_staging, 1)):  # (no staging slots: nothing chosen)
             in_round = (staged >= start) & (staged < start + slots.num_staging)
-            round_ids = self._stage(torch.full_like(slot_ids, -1), rows[in_round], ks[in_round],
-                                    chosen[start:start + slots.num_staging], staged[in_round] - start)
+            round_ids = self._stage(slot_ids, rows[in_round], ks[in_round], chosen[start:start + slots.num_staging],
+                                    staged[in_round] - start)
             rounds.append(run_experts(hidden, device_weights, round_ids, topk_weights))
         bytes_copied = len(chosen) * slots.expert_bytes(self.layer_idx)
         num_cpu = int(on_cpu.sum())
@@ -162,7 +167,7 @@ class OffloadedExperts(nn.Module):
         cpu_sum = None
         if num_cpu:
             cpu_sum = torch.zeros(hidden.shape, dtype=torch.float32)                  # [T, D] on the host
-            self._add_cpu_pairs(hidden.cpu(), rows[on_cpu].numpy(), experts[on_cpu].numpy(), weights_cpu.numpy(),
+            self._add_cpu_pairs(hidden_host, rows[on_cpu].numpy(), experts[on_cpu].numpy(), weights_cpu.numpy(),
                                 cpu_sum)
             cpu_sum = cpu_sum.to(hidden.device)
         if len(experts) or len(in_place_rows):
@@ -315,13 +320,14 @@ class OffloadedExperts(nn.Module):
 
     def _stage(self, slot_ids: torch.Tensor, rows: torch.Tensor, ks: torch.Tensor, experts: torch.Tensor,
                staged: torch.Tensor) -> torch.Tensor:
-        """Copy `experts` (at most num_staging) into the staging slots, in order; the pairs (rows, ks),
-        whose expert is experts[staged], point there in a copy of slot_ids."""
+        """Copy `experts` (at most num_staging) into the staging slots, in order -> [T, K] like slot_ids: the staging
+        slot of each pair (rows, ks) whose expert is experts[staged], -1 elsewhere. Built on the host and sent
+        without waiting for the stream (pinned memory), so the CPU's pairs are not held back by the device's."""
         slot_of = self.slots.stage(self.layer_idx, experts.tolist())
-        slot_ids = slot_ids.clone()
         device = slot_ids.device
-        slot_ids[rows.to(device), ks.to(device)] = torch.tensor(slot_of, dtype=torch.long)[staged].to(device)
-        return slot_ids
+        round_ids = torch.full(slot_ids.shape, -1, dtype=slot_ids.dtype, pin_memory=device.type == "cuda")
+        round_ids[rows, ks] = torch.tensor(slot_of, dtype=slot_ids.dtype)[staged]
+        return round_ids.to(device, non_blocking=True)
 
 
 def expert_total(resident: torch.Tensor | None, cpu_sum: torch.Tensor | None, staged: list[torch.Tensor],

@@ -213,6 +213,37 @@ def test_prompt_chunks_stream_their_experts_through_the_staging_slots_in_rounds(
     assert stats_off.pair_counts() == (12, 68, 0)
 
 
+def test_an_eager_offloaded_layer_reads_to_the_host_before_it_queues_the_device_parts(monkeypatch):
+    """Every copy to the host (routing, pair weights, hidden rows) is made before the device's parts (resident
+    pairs, staged rounds) are queued, and the CPU pool starts after them: a copy to the host waits for all that is
+    queued before it, so one made later would hold the CPU's pairs back until the device's were done."""
+    from strata.experts import provider as provider_module
+
+    gen = torch.Generator().manual_seed(2)
+    num_experts, dim, inter, tokens, top_k = 8, 16, 8, 24, 2
+    w13 = torch.randn(1, num_experts, 2 * inter, dim, generator=gen)
+    w2 = torch.randn(1, num_experts, dim, inter, generator=gen)
+    slots = ExpertSlots(list(w13), list(w2), num_slots=2, num_staging=2, device="cpu")
+    slots.fill([(0, 0), (0, 1)])
+    pool = CpuExpertPool(2)
+    provider = OffloadedExperts(0, slots, pool, RoutingStats(1, num_experts, "cpu"), pcie_frac=0.0,
+                                prompt_stream_min_pairs=4)
+    topk_ids = torch.stack([torch.randperm(num_experts, generator=gen)[:top_k] for _ in range(tokens)])
+    topk_weights, hidden = torch.rand(tokens, top_k, generator=gen), torch.randn(tokens, dim, generator=gen)
+    events = []
+    cpu, run_experts, accumulate = torch.Tensor.cpu, provider_module.run_experts, pool.accumulate
+    monkeypatch.setattr(torch.Tensor, "cpu", lambda t, *a, **k: events.append("to host") or cpu(t, *a, **k))
+    monkeypatch.setattr(provider_module, "run_experts", lambda *a: events.append("device") or run_experts(*a))
+    monkeypatch.setattr(pool, "accumulate", lambda *a: events.append("cpu pool") or accumulate(*a))
+    out = provider(hidden, topk_ids, topk_weights)
+    monkeypatch.undo()
+    torch.testing.assert_close(out, fused_moe_ref(hidden, w13[0], w2[0], topk_ids, topk_weights), rtol=1e-5,
+                               atol=1e-5)
+    assert events.count("device") >= 2 and "cpu pool" in events  # resident pairs, a staged round, the CPU's
+    first_device = events.index("device")
+    assert "to host" not in events[first_device:] and events.index("cpu pool") > first_device
+
+
 def test_staging_plan_copies_the_most_used_missed_experts_first():
     """The staging plan: pcie_frac of the distinct missed experts, most pairs first and then the lower id, at most
     as many as there are staging slots; with prompt streaming every expert with enough pairs as well."""
