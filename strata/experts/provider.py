@@ -137,16 +137,17 @@ class OffloadedExperts(nn.Module):
         if capturing():
             return self._forward_split(hidden, topk_ids, topk_weights, slot_ids, in_place_ids)
         elsewhere = slot_ids < 0 if in_place_ids is None else (slot_ids < 0) & (in_place_ids < 0)
-        # everything the host reads, read before the device's parts are queued: a copy to the host waits for all
-        # that is queued before it, so read after them it would hold the CPU's pairs back until the device's were
-        # done (as it did for offloaded prompts until session 75)
-        missed = elsewhere.nonzero().cpu()                 # [M, 2] (row, k) of each pair for the CPU or staging
-        in_place_rows = np.zeros(0, dtype=np.int64) if in_place_ids is None else \
-            (in_place_ids >= 0).nonzero()[:, 0].cpu().numpy()
-        rows, ks = missed.unbind(1)
-        experts = topk_ids.cpu()[rows, ks]                 # [M]
-        pair_weights = topk_weights.cpu()[rows, ks]        # [M]
-        hidden_host = hidden.cpu() if len(rows) else None  # [T, D]
+        # everything the host reads, read before the device's parts are queued, in one wait: a copy to the host
+        # waits for all that is queued before it, so read after them it would hold the CPU's pairs back until the
+        # device's were done (as it did for offloaded prompts until session 75)
+        in_place_mask = torch.zeros_like(elsewhere) if in_place_ids is None else in_place_ids >= 0
+        host = [t.to("cpu", non_blocking=True) for t in (elsewhere, in_place_mask, topk_ids, topk_weights, hidden)]
+        if hidden.is_cuda:
+            torch.cuda.current_stream(hidden.device).synchronize()
+        elsewhere_host, in_place_host, ids_host, weights_host, hidden_host = host
+        rows, ks = elsewhere_host.nonzero().unbind(1)      # [M] each: the pairs for the CPU or staging
+        in_place_rows = in_place_host.nonzero()[:, 0].numpy()
+        experts, pair_weights = ids_host[rows, ks], weights_host[rows, ks]             # [M] each
         # then the device's parts, which run while the CPU computes its pairs
         out = run_experts(hidden, device_weights, slot_ids, topk_weights) if slots.visible_per_layer[self.layer_idx] \
             else None

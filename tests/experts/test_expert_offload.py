@@ -231,8 +231,21 @@ def test_an_eager_offloaded_layer_reads_to_the_host_before_it_queues_the_device_
     topk_ids = torch.stack([torch.randperm(num_experts, generator=gen)[:top_k] for _ in range(tokens)])
     topk_weights, hidden = torch.rand(tokens, top_k, generator=gen), torch.randn(tokens, dim, generator=gen)
     events = []
-    cpu, run_experts, accumulate = torch.Tensor.cpu, provider_module.run_experts, pool.accumulate
-    monkeypatch.setattr(torch.Tensor, "cpu", lambda t, *a, **k: events.append("to host") or cpu(t, *a, **k))
+    cpu, to, run_experts, accumulate = torch.Tensor.cpu, torch.Tensor.to, provider_module.run_experts, pool.accumulate
+
+    inputs = {id(hidden), id(topk_ids), id(topk_weights)}
+
+    def read(t) -> None:  # the layer's inputs and the routing masks it derives are what it reads to the host
+        if id(t) in inputs or t.dtype == torch.bool:
+            events.append("to host")
+
+    def to_host(t, *args, **kwargs):
+        if str(args[0] if args else kwargs.get("device")) == "cpu":
+            read(t)
+        return to(t, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "cpu", lambda t, *a, **k: read(t) or cpu(t, *a, **k))
+    monkeypatch.setattr(torch.Tensor, "to", to_host)
     monkeypatch.setattr(provider_module, "run_experts", lambda *a: events.append("device") or run_experts(*a))
     monkeypatch.setattr(pool, "accumulate", lambda *a: events.append("cpu pool") or accumulate(*a))
     out = provider(hidden, topk_ids, topk_weights)
@@ -240,6 +253,7 @@ def test_an_eager_offloaded_layer_reads_to_the_host_before_it_queues_the_device_
     torch.testing.assert_close(out, fused_moe_ref(hidden, w13[0], w2[0], topk_ids, topk_weights), rtol=1e-5,
                                atol=1e-5)
     assert events.count("device") >= 2 and "cpu pool" in events  # resident pairs, a staged round, the CPU's
+    assert events.index("to host") < events.index("device")
     first_device = events.index("device")
     assert "to host" not in events[first_device:] and events.index("cpu pool") > first_device
 
