@@ -167,10 +167,11 @@ class OffloadedExperts(nn.Module):
         self.stats.record_rows(rows[on_cpu].numpy(), np.concatenate([rows[~on_cpu].numpy(), in_place_rows]))
         cpu_sum = None
         if num_cpu:
-            cpu_sum = torch.zeros(hidden.shape, dtype=torch.float32)                  # [T, D] on the host
+            # [T, D] on the host, pinned: sent without a wait, so the next layer queues while the device's part runs
+            cpu_sum = torch.zeros(hidden.shape, dtype=torch.float32, pin_memory=hidden.is_cuda)
             self._add_cpu_pairs(hidden_host, rows[on_cpu].numpy(), experts[on_cpu].numpy(), weights_cpu.numpy(),
                                 cpu_sum)
-            cpu_sum = cpu_sum.to(hidden.device)
+            cpu_sum = cpu_sum.to(hidden.device, non_blocking=True)
         if len(experts) or len(in_place_rows):
             self.stats.record_offloaded(num_cpu, len(experts) - num_cpu + len(in_place_rows), bytes_copied)
         return expert_total(out, cpu_sum, in_place + rounds, hidden.dtype)
