@@ -140,13 +140,13 @@ class OffloadedExperts(nn.Module):
         # everything the host reads, read before the device's parts are queued, in one wait: a copy to the host
         # waits for all that is queued before it, so read after them it would hold the CPU's pairs back until the
         # device's were done (as it did for offloaded prompts until session 75)
-        in_place_mask = torch.zeros_like(elsewhere) if in_place_ids is None else in_place_ids >= 0
-        host = [t.to("cpu", non_blocking=True) for t in (elsewhere, in_place_mask, topk_ids, topk_weights, hidden)]
+        reads = (elsewhere, topk_ids, topk_weights, hidden) + (() if in_place_ids is None else (in_place_ids >= 0,))
+        elsewhere_host, ids_host, weights_host, hidden_host, *in_place_host = (t.to("cpu", non_blocking=True)
+                                                                              for t in reads)
         if hidden.is_cuda:
             torch.cuda.current_stream(hidden.device).synchronize()
-        elsewhere_host, in_place_host, ids_host, weights_host, hidden_host = host
         rows, ks = elsewhere_host.nonzero().unbind(1)      # [M] each: the pairs for the CPU or staging
-        in_place_rows = in_place_host.nonzero()[:, 0].numpy()
+        in_place_rows = in_place_host[0].nonzero()[:, 0].numpy() if in_place_host else np.zeros(0, dtype=np.int64)
         experts, pair_weights = ids_host[rows, ks], weights_host[rows, ks]             # [M] each
         # then the device's parts, which run while the CPU computes its pairs
         out = run_experts(hidden, device_weights, slot_ids, topk_weights) if slots.visible_per_layer[self.layer_idx] \
