@@ -59,6 +59,7 @@ class Tool(_Body):
 
 class StreamOptions(_Body):
     include_usage: bool = False
+    continuous_usage_stats: bool = False  # vLLM's: with include_usage, every chunk carries the usage so far
 
 
 class JsonSchemaFormat(_Body):

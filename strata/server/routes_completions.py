@@ -17,7 +17,7 @@ from strata.server.errors import APIError
 from strata.server.generation import Output, ServerState, cache_hints, check_prompt
 from strata.server.logprobs import completion_logprobs, prompt_logprobs_json
 from strata.server.protocol_openai import CompletionRequest
-from strata.server.routes_openai import check_common, guarded, params_of, state_of, usage
+from strata.server.routes_openai import StreamUsage, check_common, guarded, params_of, state_of, usage
 from strata.types import Request
 
 router = APIRouter(route_class=OffloadedBodyRoute)
@@ -87,9 +87,8 @@ async def completions(body: CompletionRequest, http_request: HTTPRequest):
     await choices.__aenter__()
     prompt_only = body.echo and body.max_tokens == 0  # the engine's one token is not returned
     if body.stream:
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
         return sse.sse_response(guarded(choices, "/v1/completions", _completion_stream(
-            choices, state, include_usage, body.logprobs, echoes, prompt_only)))
+            choices, state, StreamUsage(body.stream_options), body.logprobs, echoes, prompt_only)))
     try:
         outs = await choices.collect(http_request)
     finally:
@@ -123,8 +122,9 @@ async def completions(body: CompletionRequest, http_request: HTTPRequest):
             "usage": usage(choices.num_prompt_tokens, num_completion, num_cached)}
 
 
-async def _completion_stream(choices: Choices, state: ServerState, include_usage: bool, top_logprobs: int | None,
-                             echoes: list[Echo] | None, prompt_only: bool) -> AsyncIterator[str]:
+async def _completion_stream(choices: Choices, state: ServerState, stream_usage: StreamUsage,
+                             top_logprobs: int | None, echoes: list[Echo] | None,
+                             prompt_only: bool) -> AsyncIterator[str]:
     created, rid, n = int(time.time()), choices.request.request_id, choices.n
     tokenizer = state.template.tokenizer
     text_offsets = [0] * len(choices.gens)                 # per choice: where its next token's text starts
@@ -133,7 +133,7 @@ async def _completion_stream(choices: Choices, state: ServerState, include_usage
 
     def chunk(choice: dict | None, extra: dict | None = None) -> str:
         body = {"id": rid, "object": "text_completion", "created": created, "model": state.model_name,
-                "choices": [choice] if choice else []}
+                "choices": [choice] if choice else [], **stream_usage.running(choices, not prompt_only)}
         return sse.data({**body, **(extra or {})})
 
     async for item in choices.deltas():
@@ -160,6 +160,5 @@ async def _completion_stream(choices: Choices, state: ServerState, include_usage
         if delta.new_text or delta.finished or lp:
             yield chunk({"index": index, "text": delta.new_text, "logprobs": lp,
                          "finish_reason": delta.finish_reason.value if delta.finished else None})
-    if include_usage:
-        num_completion = 0 if prompt_only else choices.num_completion_tokens
-        yield chunk(None, {"usage": usage(choices.num_prompt_tokens, num_completion, choices.num_cached_tokens)})
+    if stream_usage.final:
+        yield chunk(None, {"usage": stream_usage.of(choices, not prompt_only)})

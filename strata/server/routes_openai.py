@@ -19,7 +19,7 @@ from strata.server.choices import Choices
 from strata.server.generation import Output, ServerState, cache_hints, check_prompt, sampling_params
 from strata.server.logprobs import chat_logprobs, prompt_logprobs_json
 from strata.server.parsing import OutputParser, parse_all
-from strata.server.protocol_openai import ChatCompletionRequest, ChatMessage, SamplingFields, Tool
+from strata.server.protocol_openai import ChatCompletionRequest, ChatMessage, SamplingFields, StreamOptions, Tool
 from strata.server.template import ToolSpec
 from strata.server.thinking import EFFORT_BUDGETS, from_effort
 from strata.types import Request, StructuredOutputs, TokenDelta
@@ -36,6 +36,25 @@ def state_of(http_request: HTTPRequest) -> ServerState:
 def usage(num_prompt: int, num_completion: int, num_cached: int) -> dict:
     return {"prompt_tokens": num_prompt, "completion_tokens": num_completion,
             "total_tokens": num_prompt + num_completion, "prompt_tokens_details": {"cached_tokens": num_cached}}
+
+
+class StreamUsage:
+    """What a stream reports of its usage (`stream_options`): with include_usage a last chunk with the totals, and
+    with continuous_usage_stats too (vLLM's extension) every chunk the counts so far (the choices' tokens summed,
+    as in the last chunk)."""
+
+    def __init__(self, options: StreamOptions | None):
+        self.final = bool(options and options.include_usage)
+        self.continuous = self.final and bool(options.continuous_usage_stats)
+
+    def of(self, choices: Choices, completion: bool = True) -> dict:
+        """The usage so far (completion=False: no completion tokens, as for an echo of the prompt alone)."""
+        return usage(choices.num_prompt_tokens, choices.num_completion_tokens if completion else 0,
+                     choices.num_cached_tokens)
+
+    def running(self, choices: Choices, completion: bool = True) -> dict:
+        """{"usage": the counts so far} for a chunk when continuous, else {}."""
+        return {"usage": self.of(choices, completion)} if self.continuous else {}
 
 
 def params_of(body: SamplingFields, max_tokens: int, logprobs: int | None, vocab_size: int,
@@ -160,11 +179,10 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
     choices = Choices(state, request, body.n)
     await choices.__aenter__()
     if body.stream:
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
         streams = [_ChatChoiceStream(OutputParser(tools is not None, rendered.starts_in_reasoning, schemas=schemas))
                    for _ in range(body.n)]
         return sse.sse_response(guarded(choices, "/v1/chat/completions",
-                                         _chat_stream(choices, state, streams, include_usage, logprobs)))
+                                         _chat_stream(choices, state, streams, StreamUsage(body.stream_options), logprobs)))
     try:
         outs = await choices.collect(http_request)
     finally:
@@ -248,13 +266,14 @@ class _ChatChoiceStream:
         return lp
 
 
-async def _chat_stream(choices: Choices, state: ServerState, streams: list[_ChatChoiceStream], include_usage: bool,
-                       top_logprobs: int | None) -> AsyncIterator[str]:
+async def _chat_stream(choices: Choices, state: ServerState, streams: list[_ChatChoiceStream],
+                       stream_usage: StreamUsage, top_logprobs: int | None) -> AsyncIterator[str]:
     created, rid = int(time.time()), choices.request.request_id
 
     def chunk(index: int, delta: dict, finish: str | None = None, logprobs: dict | None = None) -> str:
         return sse.data({"id": rid, "object": "chat.completion.chunk", "created": created, "model": state.model_name,
-                         "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]})
+                         "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
+                         **stream_usage.running(choices)})
 
     for index in range(len(streams)):
         yield chunk(index, {"role": "assistant", "content": ""})
@@ -266,11 +285,9 @@ async def _chat_stream(choices: Choices, state: ServerState, streams: list[_Chat
         stream = streams[index]
         for body, finish in stream.feed(delta):
             yield chunk(index, body, finish, stream.take_logprobs(state.template.tokenizer, top_logprobs))
-    if include_usage:
+    if stream_usage.final:
         yield sse.data({"id": rid, "object": "chat.completion.chunk", "created": created,
-                        "model": state.model_name, "choices": [],
-                        "usage": usage(choices.num_prompt_tokens, choices.num_completion_tokens,
-                                       choices.num_cached_tokens)})
+                        "model": state.model_name, "choices": [], "usage": stream_usage.of(choices)})
 
 
 # ---- /v1/models ----------------------------------------------------------------------------------

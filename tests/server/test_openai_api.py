@@ -54,6 +54,27 @@ def test_completions_stream_and_not(client):
     assert streamed[-1].usage.prompt_tokens == 3 and streamed[-1].usage.completion_tokens == 3
 
 
+
+def test_continuous_usage_stats_put_the_counts_so_far_on_every_chunk(client):
+    """vLLM's stream_options.continuous_usage_stats: each chunk's usage counts the tokens so far (every choice's),
+    rising to the last chunk's totals; without it only the last chunk has usage."""
+    kwargs = dict(model=MODEL, messages=HI, max_tokens=6, temperature=0, n=2, stream=True)
+    plain = list(client.chat.completions.create(**kwargs, stream_options={"include_usage": True}))
+    assert all(c.usage is None for c in plain[:-1]) and plain[-1].usage.completion_tokens == 12
+    chunks = list(client.chat.completions.create(**kwargs, stream_options={"include_usage": True,
+                                                                          "continuous_usage_stats": True}))
+    counts = [c.usage.completion_tokens for c in chunks]
+    assert counts == sorted(counts) and counts[0] < counts[-1] == 12
+    assert {c.usage.prompt_tokens for c in chunks} == {plain[-1].usage.prompt_tokens}
+    assert all(c.usage.total_tokens == c.usage.prompt_tokens + c.usage.completion_tokens for c in chunks)
+    assert chunks[-1].choices == [] and [c.choices[0].finish_reason for c in chunks[:-1]].count("length") == 2
+
+    streamed = list(client.completions.create(model=MODEL, prompt=[504, 3458, 282], max_tokens=4, temperature=0,
+                                              stream=True, stream_options={"include_usage": True,
+                                                                           "continuous_usage_stats": True}))
+    counts = [c.usage.completion_tokens for c in streamed]
+    assert counts == sorted(counts) and counts[-1] == 4 and {c.usage.prompt_tokens for c in streamed} == {3}
+
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
                                            "parameters": {"type": "object",
                                                           "properties": {"city": {"type": "string"}},
