@@ -19,6 +19,7 @@ from strata.engine import pipeline_workers
 from strata.engine.memory_plan import CacheSizes, MemoryPlan
 from strata.experts.manager import ExpertManager, install_experts
 from strata.experts.placement import tokens_for_expert_budget
+from strata.model import cpu_sdpa
 from strata.model.packed import set_cpu_matmul
 from strata.model.registry import model_class
 from strata.runner.memory import meta_model
@@ -93,6 +94,9 @@ def set_torch_threads(requested: int, processes: int = 1) -> int:
         raise ValueError(f"torch_threads must be an integer >= 0, got {requested!r}")
     threads = requested or max(1, min(torch.get_num_threads(), (available_cores() - 1) // max(1, processes)))
     torch.set_num_threads(threads)
+    # one long op (a long prompt chunk's attention) may take this process's share of every core: a single
+    # parallel region, which a busy core delays by a time slice at most (model/cpu_sdpa.py)
+    cpu_sdpa.set_large_op_threads(0 if requested else max(threads, available_cores() // max(1, processes)))
     return threads
 
 

@@ -24,7 +24,7 @@ from torch import nn
 
 from strata.config import ModelConfig, kv_scale_key
 from strata.kernels.kv_quant import read_kv_ref, write_kv_ref
-from strata.model import ops
+from strata.model import cpu_sdpa, ops
 from strata.model.context import ForwardContext
 from strata.model.linear import Linear
 from strata.model.norm import RMSNorm
@@ -152,10 +152,10 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         v = _gather_kv(v_cache, table, seq_lens[i], q.dtype, v_scale, host_v).transpose(0, 1).contiguous()[None]
         chunk = q[s:e].transpose(0, 1).contiguous()[None]                                # [1, H, q_len, D]
         if ctx.num_computed[i] == 0:  # no cached prefix: plain causal attention, no mask to build or read
-            o = F.scaled_dot_product_attention(chunk, k, v, is_causal=True, scale=scale, enable_gqa=True)
+            with cpu_sdpa.attention_threads(chunk, seq_lens[i], causal=True):
+                o = F.scaled_dot_product_attention(chunk, k, v, is_causal=True, scale=scale, enable_gqa=True)
         else:
-            mask = _causal_window_mask(ctx.num_computed[i], q_len, seq_lens[i], q.device)  # [q_len, L]
-            o = F.scaled_dot_product_attention(chunk, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+            o = cpu_sdpa.attend_after_prefix(chunk, k, v, ctx.num_computed[i], scale)
         out[s:e] = o[0].transpose(0, 1)
     return out
 
@@ -171,7 +171,8 @@ def _attend_fresh_prompts(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch
     k = _gather_kv(k_cache, table, q_len, q.dtype, k_scale).transpose(1, 2).contiguous()     # [S, Hkv, L, D]
     v = _gather_kv(v_cache, table, q_len, q.dtype, v_scale).transpose(1, 2).contiguous()
     chunk = q.view(num_seqs, q_len, *q.shape[1:]).transpose(1, 2).contiguous()             # [S, H, L, D]
-    o = F.scaled_dot_product_attention(chunk, k, v, is_causal=True, scale=scale, enable_gqa=True)
+    with cpu_sdpa.attention_threads(chunk, q_len, causal=True):
+        o = F.scaled_dot_product_attention(chunk, k, v, is_causal=True, scale=scale, enable_gqa=True)
     return o.transpose(1, 2).reshape(q.shape)
 
 
@@ -190,11 +191,6 @@ def _attend_windows_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     out[rows] = ops.paged_attention(q[rows], k_cache, v_cache, ctx.block_tables[chosen], ctx.seq_lens[chosen],
                                     query_start_loc, scale, max_query_len=max(lens), table_width=ctx.split_table_width,
                                     kv_scales=kv_scales, **_kernel_host_tier(ctx, host_kv, chosen))
-
-
-def _causal_window_mask(num_computed: int, q_len: int, kv_len: int, device: torch.device) -> torch.Tensor:
-    q_pos = num_computed + torch.arange(q_len, device=device)
-    return torch.arange(kv_len, device=device)[None, :] <= q_pos[:, None]
 
 
 def _attend_batched(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,

@@ -12,13 +12,15 @@ import torch
 
 from live_server import ROOT
 from strata.engine import build
+from strata.model import cpu_sdpa
 
 
 @pytest.fixture
 def restore_threads():
-    threads = torch.get_num_threads()
+    threads, ceiling = torch.get_num_threads(), cpu_sdpa.large_op_ceiling()
     yield
     torch.set_num_threads(threads)
+    cpu_sdpa.set_large_op_threads(ceiling)
 
 
 @pytest.mark.parametrize("cores, torch_default, expected", [(1, 1, 1), (2, 2, 1), (4, 4, 3), (16, 8, 8), (64, 64, 63)])
@@ -28,6 +30,8 @@ def test_auto_leaves_one_core_and_never_exceeds_torch_default(monkeypatch, resto
     torch.set_num_threads(torch_default)
     assert build.set_torch_threads(0) == expected
     assert torch.get_num_threads() == expected
+    # a long op (a prompt chunk's attention) may take every core: one parallel region, not a team at each small op
+    assert cpu_sdpa.large_op_ceiling() == max(expected, cores)
 
 
 @pytest.mark.parametrize("cores, processes, expected", [(17, 2, 8), (17, 4, 4), (2, 2, 1), (9, 3, 2)])
@@ -38,7 +42,9 @@ def test_a_split_on_the_cpu_divides_the_cores_among_its_stages(monkeypatch, rest
     monkeypatch.setattr(build, "available_cores", lambda: cores)
     torch.set_num_threads(64)
     assert build.set_torch_threads(0, processes) == expected
+    assert cpu_sdpa.large_op_ceiling() == max(expected, cores // processes)  # a stage's share of the cores
     assert build.set_torch_threads(5, processes) == 5  # an explicit count is each stage's
+    assert cpu_sdpa.large_op_ceiling() == 0  # and every op's
 
 
 def test_an_explicit_count_wins(monkeypatch, restore_threads):
