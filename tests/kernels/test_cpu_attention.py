@@ -25,7 +25,8 @@ def _case(seq_lens, query_lens, heads=6, kv_heads=2, dim=40, block=4, seed=0):
 
 
 @pytest.mark.parametrize("seq_lens, query_lens", [([1], [1]), ([37], [1]), ([5, 17, 9], [1, 1, 1]),
-                                                  ([20, 7], [4, 7]), ([33, 16, 3, 64], [16, 1, 3, 2])])
+                                                  ([20, 7], [4, 7]), ([33, 16, 3, 64], [16, 1, 3, 2]),
+                                                  ([2100, 1026, 1024], [1, 5, 2])])  # past one split of keys
 @pytest.mark.parametrize("kv_heads", [1, 2, 6])
 @pytest.mark.parametrize("build", ["best", "portable"])
 def test_equals_the_float64_reference(seq_lens, query_lens, kv_heads, build, monkeypatch):
@@ -39,7 +40,7 @@ def test_equals_the_float64_reference(seq_lens, query_lens, kv_heads, build, mon
 
 
 def test_a_sequence_alone_gives_its_bits_in_a_batch_and_on_any_thread_count():
-    q, k, v, tables, lens, starts = _case([300, 41, 129], [2, 1, 5], heads=8, kv_heads=2, dim=64, block=16)
+    q, k, v, tables, lens, starts = _case([300, 2500, 129], [2, 1, 5], heads=8, kv_heads=2, dim=64, block=16)
     batch = cpu_attention.paged_attention(q, k, v, tables, lens, starts, 0.1, context_tokens=1 << 20)  # threads
     for s in range(3):
         rows = slice(int(starts[s]), int(starts[s + 1]))
@@ -54,10 +55,11 @@ def test_a_sequence_alone_gives_its_bits_in_a_batch_and_on_any_thread_count():
         cpu_quant._num_threads = None
 
 
-def test_a_windows_rows_give_the_bits_of_one_query_steps():
+@pytest.mark.parametrize("seq_lens", [[83, 40], [1026, 2051]])  # the second: windows across a split of keys
+def test_a_windows_rows_give_the_bits_of_one_query_steps(seq_lens):
     """Speculative verification's exactness: each query of a window gives the bits that query gets alone as a
     one-token decode step at its own context length (a window's rows see fewer keys than its last one)."""
-    q, k, v, tables, lens, starts = _case([83, 40], [5, 3], heads=9, kv_heads=3, dim=64, block=16)
+    q, k, v, tables, lens, starts = _case(seq_lens, [5, 3], heads=9, kv_heads=3, dim=64, block=16)
     window = cpu_attention.paged_attention(q, k, v, tables, lens, starts, 0.125)
     for s in range(2):
         nq = int(starts[s + 1] - starts[s])
