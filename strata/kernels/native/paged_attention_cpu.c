@@ -182,12 +182,12 @@ static void attend_split(const void *ctx, int64_t item) {
     const int64_t len = a->seq_lens[seq], d = a->dim, p0 = part * SPLIT, p1 = p0 + SPLIT < len ? p0 + SPLIT : len;
     const int64_t n = p1 - p0, rows = nq * group, *table = a->tables + seq * a->width;
     /* [n] each position's V row, [group] a query's weight rows and [group] its output rows, then [rows][n]
-     * scores, then [rows] ones (weighted_rows' scale: the sums stay relative to the split's maximum) */
+     * scores, then [rows] each row's factor on its sums (1 / its sum, or 1 into a part) */
     const float **values = malloc(sizeof(float *) * (size_t)(n + 2 * group) + sizeof(float) * (size_t)(rows * n + rows));
     if (values == NULL) abort();
     const float **w = values + n;
     float **o = (float **)(w + group);
-    float *scores = (float *)(o + group), *ones = scores + rows * n;
+    float *scores = (float *)(o + group), *factor = scores + rows * n;
     /* the keys all rows see (positions < shared), KEYS at a time where that build has it; then each row's own */
     const int64_t shared = len - nq + 1;
     int64_t pos = p0;
@@ -221,16 +221,19 @@ static void attend_split(const void *ctx, int64_t item) {
         const int64_t seen = len - nq + j + 1 - p0;
         if (seen <= 0) continue;  /* the split lies past this query (later splits: all of them) */
         for (int64_t hh = 0; hh < group; hh++) {  /* exp(s - max) in place, the max and the sum kept */
-            const int64_t r = j * group + hh;
-            float *sc = scores + r * n, top = sc[0], sum = 0.f, *slot = a->parts + part_at(a, seq, part, first + j,
-                                                                                        g * group + hh);
-            const int64_t m = seen < n ? seen : n;
+            const int64_t r = j * group + hh, m = seen < n ? seen : n;
+            float *sc = scores + r * n, top = sc[0], sum = 0.f;
             for (int64_t p = 1; p < m; p++) top = sc[p] > top ? sc[p] : top;
             for (int64_t p = 0; p < m; p++) sum += (sc[p] = expf(sc[p] - top));
-            slot[d] = top, slot[d + 1] = sum, ones[r] = 1.f;
-            w[hh] = sc, o[hh] = slot;
+            w[hh] = sc;
+            if (a->parts == NULL) {  /* every sequence in one split: the output row itself, / the sum */
+                o[hh] = a->out + ((first + j) * a->heads + g * group + hh) * d, factor[r] = 1.f / sum;
+            } else {  /* the split's part: its sums as they are, the max and the sum beside them */
+                o[hh] = a->parts + part_at(a, seq, part, first + j, g * group + hh);
+                o[hh][d] = top, o[hh][d + 1] = sum, factor[r] = 1.f;
+            }
         }
-        weighted_rows((int)group, w, values, seen < n ? seen : n, d, ones + j * group, o);
+        weighted_rows((int)group, w, values, seen < n ? seen : n, d, factor + j * group, o);
     }
     free(values);
 }
@@ -288,12 +291,14 @@ int STRATA_ATTENTION_ENTRY(const float *q, int64_t heads, int64_t dim, const flo
         item_starts[s + 1] = item_starts[s] + splits * kv_heads;
         part_starts[s + 1] = part_starts[s] + splits * (starts[s + 1] - starts[s]) * heads;
     }
-    float *parts = malloc(sizeof(float) * (size_t)(part_starts[num_seqs] * (dim + 2) + 1));
-    if (parts == NULL) abort();
+    int one_split = 1;  /* then phase 1 writes the output rows and no merge follows */
+    for (int64_t s = 0; s < num_seqs; s++) one_split &= seq_lens[s] <= SPLIT;
+    float *parts = one_split ? NULL : malloc(sizeof(float) * (size_t)(part_starts[num_seqs] * (dim + 2)));
+    if (!one_split && parts == NULL) abort();
     const attention_t ctx = {q, k, v, out, tables, seq_lens, starts, heads, kv_heads, dim, block, width, num_seqs,
                              scale, item_starts, part_starts, parts};
     const phase_t phases[2] = {{attend_split, item_starts[num_seqs], threads}, {merge, num_seqs * kv_heads, threads}};
-    strata_qmm_run_phases(phases, 2, &ctx);
+    strata_qmm_run_phases(phases, one_split ? 1 : 2, &ctx);
     free(parts);
     free(item_starts);
     return 0;
