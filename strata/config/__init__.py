@@ -214,7 +214,8 @@ class RunnerConfig:
         0, "torch's CPU threads in the engine process, set once at start (0: auto: the cores this process may "
            "use less one, divided among a CPU split's stages, at least 1, at most torch's current count, "
            "which follows OMP_NUM_THREADS; idle "
-           "OpenMP threads spin, so a thread per core collapses when anything else needs a core)")
+           "OpenMP threads spin, so a thread per core collapses when anything else needs a core; a long prompt "
+           "chunk's attention, one large call, takes every core of the share; a count given here holds for all)")
     cpu_matmul: str = _opt(
         "auto", "float32 models with packed GGUF weights on the CPU: exact (each weight decoded to gguf's "
                 "float32 value, float32 sums: the dense dequantized model's numbers, as HF transformers "
