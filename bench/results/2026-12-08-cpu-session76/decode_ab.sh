@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The bundled model's one-stream decode at 512 / 4,096 / 8,000 tokens of context and issue 23's 8-stream command,
-# the parent commit's tree (/tmp/wt_att: git worktree add /tmp/wt_att HEAD~1 of the commit that splits the CPU
-# attention's keys) against this tree, ROUNDS alternated rounds, one fresh process a run.
+# The bundled model's one-stream decode at 512 / 4,096 / 8,000 tokens of context and an 8-stream command,
+# the tree before the attention changes (/tmp/wt_att: git worktree add /tmp/wt_att <the commit before the one that
+# splits the CPU attention's keys>) against this tree, ROUNDS alternated rounds, one fresh process a run.
 ROUNDS=${ROUNDS:-3}
 PY=/work/main/.venv/bin/python
 for r in $(seq 1 $ROUNDS); do
