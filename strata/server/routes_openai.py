@@ -181,8 +181,8 @@ async def chat_completions(body: ChatCompletionRequest, http_request: HTTPReques
     if body.stream:
         streams = [_ChatChoiceStream(OutputParser(tools is not None, rendered.starts_in_reasoning, schemas=schemas))
                    for _ in range(body.n)]
-        return sse.sse_response(guarded(choices, "/v1/chat/completions",
-                                         _chat_stream(choices, state, streams, StreamUsage(body.stream_options), logprobs)))
+        stream = _chat_stream(choices, state, streams, StreamUsage(body.stream_options), logprobs)
+        return sse.sse_response(guarded(choices, "/v1/chat/completions", stream))
     try:
         outs = await choices.collect(http_request)
     finally:

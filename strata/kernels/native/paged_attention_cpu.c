@@ -87,7 +87,8 @@ static inline void key_dots(const float *q, const float *const keys[], int64_t n
  * since): the rows AHEAD positions on are asked for ahead. 8 streams of SmolLM2 at ~900 tokens of context:
  * 76.4 against 112.4 ms a step (bench/results/2026-12-02-cpu-session21, attn_libs.py). The scores' pass asks
  * for the K and the V rows into L2 (prefetcht1: a split's K and V fit there): one stream of SmolLM2 at 8,000
- * tokens, cold, two threads, 1,006 -> 656 us a layer against 8 rows into L1 (bench/results/2026-12-08-cpu-session76). */
+ * tokens, cold, two threads, 1,006 -> 656 us a layer against 8 rows into L1
+ * (bench/results/2026-12-08-cpu-session76). */
 enum { AHEAD = 32 };
 
 /* where KV head g's row of the token at `pos` starts in a cache, through the sequence's block table */
@@ -96,7 +97,8 @@ static inline int64_t row_at(const attention_t *a, const int64_t *table, int64_t
 }
 
 static inline void prefetch_row(const float *row, int64_t dim) {
-    for (int64_t at = 0; at < dim * (int64_t)sizeof(float); at += 64) __builtin_prefetch((const char *)row + at, 0, 2);
+    for (int64_t at = 0; at < dim * (int64_t)sizeof(float); at += 64)
+        __builtin_prefetch((const char *)row + at, 0, 2);  /* prefetcht1: into L2 */
 }
 
 /* o_r[i] = inverse_r * sum over p < seen of w_r[p] * values[p][c + i], i < VALUES, for the NR rows of one query
@@ -183,7 +185,8 @@ static void attend_split(const void *ctx, int64_t item) {
     const int64_t n = p1 - p0, rows = nq * group, *table = a->tables + seq * a->width;
     /* [n] each position's V row, [group] a query's weight rows and [group] its output rows, then [rows][n]
      * scores, then [rows] each row's factor on its sums (1 / its sum, or 1 into a part) */
-    const float **values = malloc(sizeof(float *) * (size_t)(n + 2 * group) + sizeof(float) * (size_t)(rows * n + rows));
+    const float **values = malloc(sizeof(float *) * (size_t)(n + 2 * group) +
+                                  sizeof(float) * (size_t)(rows * n + rows));
     if (values == NULL) abort();
     const float **w = values + n;
     float **o = (float **)(w + group);
