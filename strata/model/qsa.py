@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from strata.config import ModelConfig
-from strata.model import ops
+from strata.model import cpu_sdpa, ops
 from strata.model.attention import Attention, HostPart, _gather_kv, host_parts, paged_attention, windows_take_kernel
 from strata.model.context import ForwardContext
 from strata.model.linear import Linear
@@ -189,6 +189,7 @@ class QSAAttention(Attention):
                                     self.rotary, host_keys)                                          # [n, L]
         k = _gather_kv(k_cache, table, context_len, q.dtype, k_scale, host_k).transpose(0, 1)[None]  # [1, Hkv, L, D]
         v = _gather_kv(v_cache, table, context_len, q.dtype, v_scale, host_v).transpose(0, 1)[None]
-        o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k, v, attn_mask=mask, scale=self.scale,
-                                           enable_gqa=True)
+        queries = q.transpose(0, 1)[None]                                                          # [1, H, n, D]
+        with cpu_sdpa.attention_threads(queries, context_len, causal=False):  # a long chunk's: every core
+            o = F.scaled_dot_product_attention(queries, k, v, attn_mask=mask, scale=self.scale, enable_gqa=True)
         return o[0].transpose(0, 1)
